@@ -1,0 +1,53 @@
+# Kafka delivery auditor: the two quick-start commands are `make run` and `make test`.
+SHELL := /bin/bash
+PY := .venv/bin/python
+BROKERS ?=
+export PYTHONUNBUFFERED := 1
+
+.PHONY: help bootstrap up down status run stop test test-fast lint fmt broker-stop broker-kill broker-start bench
+
+help:
+	@echo "make run      set up and run the auditor (stack, migrations, demo pipeline, dashboard)"
+	@echo "make test     set up and run the whole test suite (separate test stack, 3 brokers)"
+	@echo "make up       start only the backing services (Kafka, PostgreSQL, Redis); BROKERS=3 for 3 brokers"
+	@echo "make down     stop the auditor and the backing services"
+	@echo "make stop     stop the auditor's own processes (web, worker, beat, canary, demo)"
+	@echo "make status   show what is running"
+	@echo "make broker-stop|broker-kill|broker-start ID=n   fault-inject one broker"
+
+bootstrap:
+	@stack/bootstrap.sh
+
+up: bootstrap
+	@STACK=dev stack/stack.sh up $(if $(BROKERS),--brokers $(BROKERS))
+
+down:
+	@-stack/run.sh stop
+	@STACK=dev stack/stack.sh down
+
+status:
+	@STACK=dev stack/stack.sh status
+	@stack/run.sh status
+
+run: up
+	@stack/run.sh start
+
+stop:
+	@stack/run.sh stop
+
+test:
+	@stack/bootstrap.sh --with-browser
+	@STACK=test stack/stack.sh up --brokers 3
+	@set -a; . var/test/stack.env; set +a; $(PY) -m pytest $(PYTEST_ARGS)
+
+lint:
+	@.venv/bin/ruff check .
+
+fmt:
+	@.venv/bin/ruff format .
+
+broker-stop broker-kill broker-start:
+	@STACK=$${STACK:-dev} stack/stack.sh broker $(subst broker-,,$@) $(ID)
+
+bench:
+	@echo "see benchmarks/README.md"

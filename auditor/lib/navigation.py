@@ -1,0 +1,29 @@
+"""Navigation entries of the base template; pages of apps not installed are left out."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
+
+NAV = [
+    ("Status", "status:index"),
+    ("Stuck items", "stuck:index"),
+    ("Findings", "reconcile:findings"),
+    ("Runs", "reconcile:runs"),
+    ("Canary", "canary:index"),
+    ("Lint", "lint:index"),
+    ("Pipelines", "pipelines:index"),
+    ("Reports", "reports:index"),
+    ("Alerts", "alerts:index"),
+]
+
+
+def navigation(request: HttpRequest) -> dict[str, object]:
+    items = []
+    for label, name in NAV:
+        try:
+            url = reverse(name)
+        except NoReverseMatch:
+            continue
+        items.append({"label": label, "url": url, "active": request.path.startswith(url)})
+    return {"nav_items": items}

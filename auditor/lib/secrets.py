@@ -1,0 +1,68 @@
+"""Secrets: ${ENV} references and masking of anything that looks like a credential."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+SECRET_KEY_PARTS = ("password", "secret", "token", "sasl.jaas.config", "sasl.oauthbearer.config", "ssl.key")
+MASK = "****"
+
+
+class MissingEnvError(KeyError):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+    def __str__(self) -> str:
+        return f"environment variable {self.name} is not set"
+
+
+def env_refs(text: str) -> list[str]:
+    return ENV_REF.findall(text)
+
+
+def resolve_env(text: str, environ: dict[str, str] | None = None) -> str:
+    """Replace ${NAME} by the variable's value; a missing variable raises MissingEnvError."""
+    env = os.environ if environ is None else environ
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise MissingEnvError(name)
+        return env[name]
+
+    return ENV_REF.sub(substitute, text)
+
+
+def is_secret_key(key: str) -> bool:
+    lowered = key.lower()
+    return any(part in lowered for part in SECRET_KEY_PARTS)
+
+
+def mask_url(url: str) -> str:
+    """postgresql://user:pw@host/db -> postgresql://user:****@host/db (${ENV} refs kept)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return MASK
+    if parts.password is None or ENV_REF.fullmatch(parts.password or ""):
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", f":{MASK}@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def mask_mapping(config: dict[str, Any]) -> dict[str, Any]:
+    """Copy of a client config with secret values masked (env references are kept visible)."""
+    masked: dict[str, Any] = {}
+    for key, value in config.items():
+        if is_secret_key(str(key)) and not (isinstance(value, str) and ENV_REF.fullmatch(value)):
+            masked[key] = MASK
+        elif isinstance(value, str) and "://" in value:
+            masked[key] = mask_url(value)
+        else:
+            masked[key] = value
+    return masked

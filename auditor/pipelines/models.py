@@ -1,0 +1,97 @@
+"""Clusters, source-of-truth databases, bindings (topic <-> table) and stuck rules.
+
+Values that may hold secrets are stored as written, with their ${ENV} references
+unresolved: the secret itself never reaches the database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from auditor.lib.secrets import mask_mapping, mask_url, resolve_env
+
+GUARANTEES = [
+    ("at-most-once", "at-most-once"),
+    ("at-least-once", "at-least-once"),
+    ("exactly-once", "exactly-once"),
+]
+
+
+class Cluster(models.Model):
+    name = models.SlugField(max_length=100, unique=True)
+    bootstrap_servers = models.CharField(max_length=1000)
+    config = models.JSONField(default=dict, blank=True, help_text="extra librdkafka settings")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def client_config(self) -> dict[str, Any]:
+        """librdkafka settings with ${ENV} references resolved (for clients, never for display)."""
+        resolved = {k: resolve_env(v) if isinstance(v, str) else v for k, v in self.config.items()}
+        return {"bootstrap.servers": resolve_env(self.bootstrap_servers), **resolved}
+
+    def masked_config(self) -> dict[str, Any]:
+        return mask_mapping(self.config)
+
+
+class SourceDatabase(models.Model):
+    name = models.SlugField(max_length=100, unique=True)
+    url = models.CharField(max_length=2000, help_text="postgresql:// URL; use ${ENV} for the password")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def resolved_url(self) -> str:
+        return resolve_env(self.url)
+
+    def masked_url(self) -> str:
+        return mask_url(self.url)
+
+
+class Binding(models.Model):
+    name = models.SlugField(max_length=100, unique=True)
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="bindings")
+    topic = models.CharField(max_length=249)
+    source = models.ForeignKey(SourceDatabase, on_delete=models.PROTECT, related_name="bindings")
+    table = models.CharField(max_length=200)
+    key_column = models.CharField(max_length=100)
+    record_key = models.CharField(max_length=300, default="key")
+    created_column = models.CharField(max_length=100, blank=True)
+    grace_seconds = models.PositiveIntegerField(default=120)
+    guarantee = models.CharField(max_length=20, choices=GUARANTEES, default="at-least-once")
+    consumer_groups = models.JSONField(default=list, blank=True)
+    schedule_seconds = models.PositiveIntegerField(default=300)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class StuckRule(models.Model):
+    name = models.SlugField(max_length=100, unique=True)
+    binding = models.ForeignKey(Binding, on_delete=models.CASCADE, related_name="stuck_rules")
+    status_column = models.CharField(max_length=100)
+    stuck_values = models.JSONField(default=list)
+    age_column = models.CharField(max_length=100)
+    older_than_seconds = models.PositiveIntegerField(default=600)
+    schedule_seconds = models.PositiveIntegerField(default=300)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,120 @@
+"""Client configuration helpers: secret masking and the ledger producer's config."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+MASK = "****"
+
+# docs/contracts.md names the first five; the rest also carry secrets in
+# practice (Java JAAS lines, schema-registry basic auth, credential blobs).
+SECRET_KEY_MARKERS: tuple[str, ...] = (
+    "password",
+    "secret",
+    "sasl.oauthbearer.config",
+    "ssl.key",
+    "token",
+    "jaas",
+    "user.info",
+    "credential",
+)
+
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@\s]*):[^@/\s]*@")
+
+# Settings a ledger producer copies from the application's client so it reaches
+# the same cluster the same way (network, TLS, SASL). Everything else (acks,
+# batching, consumer settings, application callbacks) stays the probe's own.
+_CONNECTION_KEYS = frozenset(
+    {
+        "bootstrap.servers",
+        "metadata.broker.list",
+        "security.protocol",
+        "client.dns.lookup",
+        "broker.address.family",
+        "broker.address.ttl",
+        "client.rack",
+        "socket.timeout.ms",
+        "socket.keepalive.enable",
+        "socket.nagle.disable",
+        "socket.connection.setup.timeout.ms",
+        "connections.max.idle.ms",
+        "reconnect.backoff.ms",
+        "reconnect.backoff.max.ms",
+        "api.version.request",
+        "broker.version.fallback",
+        "oauth_cb",
+    }
+)
+_CONNECTION_PREFIXES: tuple[str, ...] = ("ssl.", "ssl_", "sasl.", "enable.ssl", "https.")
+
+
+def is_secret_key(key: str) -> bool:
+    lowered = key.lower()
+    return any(marker in lowered for marker in SECRET_KEY_MARKERS)
+
+
+def _describe(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return _URL_USERINFO.sub(rf"\g<scheme>\g<user>:{MASK}@", value)
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    if callable(value):
+        name = getattr(value, "__qualname__", None) or type(value).__name__
+        return f"<callable {name}>"
+    if isinstance(value, Mapping):
+        return mask_config(value)
+    return f"<{type(value).__name__}>"
+
+
+def mask_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a client config that is safe to publish.
+
+    Values of secret-looking keys (see ``SECRET_KEY_MARKERS``) become ``"****"``;
+    passwords embedded in URLs (``scheme://user:pw@host``) are masked too;
+    callables and other non-JSON values are replaced by a short description.
+    Plain values (str, int, float, bool, None) are kept as they are.
+    """
+    masked: dict[str, Any] = {}
+    for key, value in config.items():
+        key_text = str(key)
+        masked[key_text] = MASK if is_secret_key(key_text) else _describe(value)
+    return masked
+
+
+def connection_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The subset of a client config needed to reach the same cluster."""
+    return {
+        key: value
+        for key, value in config.items()
+        if key in _CONNECTION_KEYS or key.startswith(_CONNECTION_PREFIXES)
+    }
+
+
+def ledger_producer_config(
+    client_config: Mapping[str, Any],
+    client_id: str,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Config for a probe's internal ledger producer.
+
+    acks=all and idempotence make every ledger batch durable and in order once
+    acked; lz4 keeps the JSON batches small on the wire. ``overrides`` (e.g.
+    from tests) win over everything.
+    """
+    config = connection_config(client_config)
+    config.update(
+        {
+            "client.id": f"{client_id}.audit-ledger",
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 50,
+            "compression.type": "lz4",
+        }
+    )
+    if overrides:
+        config.update(overrides)
+    return config

@@ -1,0 +1,149 @@
+"""Settings of the auditor, read from the environment (``stack/stack.sh up`` writes .env)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import plotly
+
+from auditor.lib.env import (
+    database_from_url,
+    envbool,
+    envint,
+    envlist,
+    envsecret,
+    envstr,
+    load_env_file,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+# Settings come from the environment; a checkout's .env (written by `make up`) fills gaps.
+load_env_file(BASE_DIR / ".env")
+
+SECRET_KEY = envsecret("DJANGO_SECRET_KEY")
+DEBUG = envbool("AUDITOR_DEBUG", False)
+ALLOWED_HOSTS = envlist("AUDITOR_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = envlist("AUDITOR_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_celery_beat",
+    "auditor.accounts",
+    "auditor.pipelines",
+    "auditor.status",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "auditor.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "auditor.lib.navigation.navigation",
+            ],
+        },
+    }
+]
+ASGI_APPLICATION = "auditor.asgi.application"
+WSGI_APPLICATION = None
+
+DATABASES = {"default": database_from_url(envstr("DATABASE_URL"))}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "status:index"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+# plotly.js comes from the installed plotly package: no CDN, closed networks work.
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("vendor/plotly", Path(plotly.__file__).parent / "package_data"),
+]
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+
+REDIS_URL = envstr("REDIS_URL", "redis://127.0.0.1:6380/0")
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "auditor",
+    }
+}
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL], "prefix": envstr("AUDITOR_CHANNEL_PREFIX", "auditor")},
+    }
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_TASK_TIME_LIMIT = envint("AUDITOR_TASK_TIME_LIMIT", 3600)
+CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 60
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+KAFKA_BOOTSTRAP_SERVERS = envstr("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+SPARK_MASTER = envstr("SPARK_MASTER", "local[*]")
+SPARK_JARS_DIR = Path(envstr("SPARK_JARS_DIR", str(BASE_DIR / ".cache" / "spark" / "jars")))
+STATUS_REFRESH_SECONDS = envint("AUDITOR_STATUS_REFRESH_SECONDS", 5)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envstr("AUDITOR_LOG_LEVEL", "INFO")},
+    "loggers": {"kafka": {"level": "WARNING"}},
+}
+
+# Static schedules; django-celery-beat copies them into its tables, where per-binding
+# schedules (reconciliation, diagnosis, lint) are added and edited.
+CELERY_BEAT_SCHEDULE = {
+    "beat-heartbeat": {"task": "auditor.status.tasks.beat_heartbeat", "schedule": 5.0},
+    "refresh-status": {"task": "auditor.status.tasks.refresh_status_task", "schedule": float(STATUS_REFRESH_SECONDS)},
+}

@@ -1,0 +1,141 @@
+"""Health checks of every component the auditor depends on.
+
+Each check returns a ComponentStatus; none raises. They are run by a Celery beat task
+and the result is cached in Redis and pushed to browsers when it changes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db import connection
+
+BEAT_HEARTBEAT_KEY = "status:beat-heartbeat"
+BEAT_STALE_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    healthy: bool
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_kafka() -> list[ComponentStatus]:
+    """One entry per broker the cluster metadata knows, plus the bootstrap list itself."""
+    from confluent_kafka.admin import AdminClient
+
+    bootstrap = settings.KAFKA_BOOTSTRAP_SERVERS
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
+        metadata = admin.list_topics(timeout=5)
+    except Exception as exc:  # noqa: BLE001 - reported, not raised
+        return [ComponentStatus("kafka", False, f"cannot reach {bootstrap}: {exc}")]
+    expected = {f"{host}" for host in bootstrap.split(",")}
+    seen = {}
+    for broker in metadata.brokers.values():
+        seen[f"{broker.host}:{broker.port}"] = broker.id
+    statuses = [
+        ComponentStatus(f"kafka broker {node_id}", True, f"{address} in cluster metadata")
+        for address, node_id in sorted(seen.items(), key=lambda item: item[1])
+    ]
+    for address in sorted(expected - set(seen)):
+        statuses.append(ComponentStatus(f"kafka {address}", False, "not in cluster metadata: broker down"))
+    return statuses
+
+
+def check_postgres() -> ComponentStatus:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT version()")
+            version = cursor.fetchone()[0].split(",")[0]
+        return ComponentStatus("postgresql", True, version)
+    except Exception as exc:  # noqa: BLE001
+        return ComponentStatus("postgresql", False, str(exc).strip())
+
+
+def check_redis() -> ComponentStatus:
+    import redis
+
+    try:
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+        info = client.info("server")
+        return ComponentStatus("redis", True, f"redis {info['redis_version']} at {settings.REDIS_URL}")
+    except Exception as exc:  # noqa: BLE001
+        return ComponentStatus("redis", False, str(exc))
+
+
+def check_celery_workers() -> ComponentStatus:
+    from auditor.celery import app
+
+    try:
+        replies = app.control.ping(timeout=1.0)
+    except Exception as exc:  # noqa: BLE001
+        return ComponentStatus("celery workers", False, str(exc))
+    if not replies:
+        return ComponentStatus("celery workers", False, "no worker answered a ping")
+    names = sorted(name for reply in replies for name in reply)
+    return ComponentStatus("celery workers", True, f"{len(names)} worker(s): {', '.join(names)}")
+
+
+def check_beat() -> ComponentStatus:
+    last = cache.get(BEAT_HEARTBEAT_KEY)
+    if last is None:
+        return ComponentStatus("celery beat", False, "no heartbeat from beat yet")
+    age = time.time() - float(last)
+    if age > BEAT_STALE_SECONDS:
+        return ComponentStatus("celery beat", False, f"last heartbeat {age:.0f}s ago")
+    return ComponentStatus("celery beat", True, f"heartbeat {age:.0f}s ago")
+
+
+def check_spark() -> ComponentStatus:
+    master = settings.SPARK_MASTER
+    jars_dir = settings.SPARK_JARS_DIR
+    jars = sorted(p.name for p in jars_dir.glob("*.jar")) if jars_dir.is_dir() else []
+    if not any(name.startswith("spark-sql-kafka") for name in jars):
+        return ComponentStatus("spark", False, f"spark-sql-kafka jar missing in {jars_dir}")
+    if not any(name.startswith("postgresql") for name in jars):
+        return ComponentStatus("spark", False, f"PostgreSQL JDBC driver missing in {jars_dir}")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        return ComponentStatus("spark", False, "java not found")
+    try:
+        import pyspark
+    except ImportError as exc:
+        return ComponentStatus("spark", False, f"pyspark not importable: {exc}")
+    if master.startswith("spark://"):
+        import socket
+
+        host, _, port = master.removeprefix("spark://").partition(":")
+        try:
+            socket.create_connection((host, int(port or 7077)), timeout=2).close()
+        except OSError as exc:
+            return ComponentStatus("spark", False, f"master {master} unreachable: {exc}")
+    return ComponentStatus("spark", True, f"pyspark {pyspark.__version__}, master {master}, {len(jars)} jars")
+
+
+CHECKS: list[Callable[[], ComponentStatus | list[ComponentStatus]]] = [
+    check_kafka,
+    check_postgres,
+    check_redis,
+    check_celery_workers,
+    check_beat,
+    check_spark,
+]
+
+
+def run_all_checks() -> list[ComponentStatus]:
+    results: list[ComponentStatus] = []
+    for check in CHECKS:
+        outcome = check()
+        results.extend(outcome if isinstance(outcome, list) else [outcome])
+    return results

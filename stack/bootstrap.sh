@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Installs everything the auditor needs on a fresh Debian machine: Debian packages,
+# the Python virtualenv, and the Maven artifacts (Kafka broker, Spark's Kafka source,
+# PostgreSQL JDBC). Idempotent: each step is skipped when its inputs did not change.
+#   stack/bootstrap.sh [--with-browser]
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+CACHE="$ROOT/.cache"
+mkdir -p "$CACHE"
+WITH_BROWSER=0
+[[ "${1:-}" == "--with-browser" ]] && WITH_BROWSER=1
+
+say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*"; }
+die() { printf '[bootstrap] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# ---- Debian packages -------------------------------------------------------------
+need_pkgs=()
+command -v java >/dev/null 2>&1 || need_pkgs+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || need_pkgs+=(maven)
+[[ -x /usr/lib/postgresql/15/bin/postgres ]] || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need_pkgs+=(postgresql)
+command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
+if [[ $WITH_BROWSER == 1 ]]; then
+  command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
+fi
+if ((${#need_pkgs[@]})); then
+  [[ $(id -u) == 0 ]] || die "missing Debian packages: ${need_pkgs[*]} (run as root or install them with apt-get)"
+  say "installing Debian packages: ${need_pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >"$CACHE/apt.log" 2>&1 || die "apt-get update failed, see $CACHE/apt.log"
+  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >>"$CACHE/apt.log" 2>&1 \
+    || die "apt-get install ${need_pkgs[*]} failed, see $CACHE/apt.log"
+fi
+java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])' || die "Java 17 or newer is required (found: $(java -version 2>&1 | head -1))"
+
+# ---- Python virtualenv -----------------------------------------------------------
+PY="${PYTHON:-python3}"
+if [[ ! -x .venv/bin/python ]]; then
+  say "creating .venv"
+  "$PY" -m venv .venv || die "python3 -m venv failed (install python3-venv)"
+fi
+req_hash=$(sha256sum requirements.txt | cut -c1-16)
+if [[ "$(cat .venv/.requirements-hash 2>/dev/null)" != "$req_hash" ]]; then
+  say "installing Python packages (requirements.txt)"
+  .venv/bin/pip install -q --upgrade pip >"$CACHE/pip.log" 2>&1 || true
+  .venv/bin/pip install -q -r requirements.txt >>"$CACHE/pip.log" 2>&1 || die "pip install failed, see $CACHE/pip.log"
+  echo "$req_hash" > .venv/.requirements-hash
+fi
+
+# ---- Maven artifacts -------------------------------------------------------------
+fetch_maven() {  # name pom-dir output-dir
+  local name=$1 dir=$2 out=$3 h
+  h=$(sha256sum "$dir/pom.xml" stack/maven/settings.xml | sha256sum | cut -c1-16)
+  if [[ "$(cat "$out/.pom-hash" 2>/dev/null)" != "$h" ]]; then
+    say "resolving $name from Maven Central into $out"
+    rm -rf "$out"; mkdir -p "$out"
+    (cd "$dir" && mvn -q -B -s "$ROOT/stack/maven/settings.xml" dependency:copy-dependencies \
+        -DoutputDirectory="$out" -DincludeScope=runtime) >"$CACHE/mvn-$name.log" 2>&1 \
+      || die "Maven could not resolve $name, see $CACHE/mvn-$name.log"
+    echo "$h" > "$out/.pom-hash"
+  fi
+}
+fetch_maven kafka stack/maven/kafka "$CACHE/kafka/libs"
+fetch_maven spark stack/maven/spark "$CACHE/spark/jars"
+say "ready"
