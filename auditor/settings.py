@@ -88,6 +88,7 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "var" / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns when it is missing
 # plotly.js comes from the installed plotly package: no CDN, closed networks work.
 STATICFILES_DIRS = [
     BASE_DIR / "static",

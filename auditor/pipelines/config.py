@@ -108,7 +108,7 @@ class _Validator:
     def unknown_fields(self, item: dict[str, Any], allowed: set[str], path: str) -> None:
         for key in item:
             if key not in allowed:
-                self.problem(f"{path}.{key}", f"unknown field (expected one of: {', '.join(sorted(allowed))})")
+                self.problem(f"{path}.{key}" if path else str(key), f"unknown field (expected one of: {', '.join(sorted(allowed))})")
 
     def env(self, value: str, path: str) -> None:
         for name in env_refs(value):
@@ -146,6 +146,7 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
         raise ConfigError([Problem(file, None, "(file)", "the file is empty")])
     lines: dict[str, int] = {}
     data = _to_python(root, "", lines)
+    lines["(top level)"] = lines[""]
     v = _Validator(file, lines)
     top = v.mapping(data, "(top level)")
     if top is None:

@@ -88,9 +88,7 @@ def mask_config(config: Mapping[str, Any]) -> dict[str, Any]:
 def connection_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The subset of a client config needed to reach the same cluster."""
     return {
-        key: value
-        for key, value in config.items()
-        if key in _CONNECTION_KEYS or key.startswith(_CONNECTION_PREFIXES)
+        key: value for key, value in config.items() if key in _CONNECTION_KEYS or key.startswith(_CONNECTION_PREFIXES)
     }
 
 

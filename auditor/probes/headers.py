@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 AUDIT_ID = "audit-id"
 AUDIT_PID = "audit-pid"
@@ -19,12 +19,8 @@ AUDIT_SEQ = "audit-seq"
 AUDIT_TS = "audit-ts"
 AUDIT_HEADER_NAMES: frozenset[str] = frozenset({AUDIT_ID, AUDIT_PID, AUDIT_SEQ, AUDIT_TS})
 
-HeaderValue = Union[bytes, str, None]
-HeadersInput = Union[
-    Iterable[tuple[Union[str, bytes], HeaderValue]],
-    Mapping[Union[str, bytes], HeaderValue],
-    None,
-]
+HeaderValue = bytes | str | None
+HeadersInput = Iterable[tuple[str | bytes, HeaderValue]] | Mapping[str | bytes, HeaderValue] | None
 
 _HEX_DIGITS = b"0123456789abcdef"
 _UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))

@@ -1,0 +1,205 @@
+"""What each client, broker and Streams does with a key nobody set.
+
+librdkafka values were checked against the installed confluent-kafka 2.16.1
+(librdkafka 2.16.0: its start-up checks were exercised by constructing real producers);
+Java values against kafka-clients 4.3.1 and 3.9.2 (`ProducerConfig.configDef()`,
+`ConsumerConfig.configDef()` and constructing KafkaProducers). KAFKA_FACTS.md has the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+CLIENTS = ("librdkafka", "java")
+KINDS = ("producer", "consumer", "topic", "broker", "streams")
+GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
+AT_MOST_ONCE, AT_LEAST_ONCE, EXACTLY_ONCE = GUARANTEES
+
+INT32_MAX = 2_147_483_647
+# librdkafka caps max.in.flight to this when idempotent (RD_KAFKA_IDEMP_MAX_INFLIGHT)
+IDEMPOTENT_MAX_IN_FLIGHT = 5
+
+# librdkafka accepts several names for one property; the engine works on the Java name.
+LIBRDKAFKA_ALIASES: Mapping[str, str] = {
+    "request.required.acks": "acks",
+    "queue.buffering.max.ms": "linger.ms",
+    "message.timeout.ms": "delivery.timeout.ms",
+    "max.in.flight": "max.in.flight.requests.per.connection",
+    "message.send.max.retries": "retries",
+    "auto.commit.enable": "enable.auto.commit",
+}
+# How librdkafka users know a key when the engine reports a default.
+LIBRDKAFKA_DISPLAY_NAMES: Mapping[str, str] = {"delivery.timeout.ms": "message.timeout.ms"}
+
+# Value type of every key a rule reads. Keys not listed are carried along untouched.
+KEY_TYPES: Mapping[str, str] = {
+    # producer
+    "acks": "acks",
+    "retries": "int",
+    "enable.idempotence": "bool",
+    "max.in.flight.requests.per.connection": "int",
+    "linger.ms": "number",
+    "delivery.timeout.ms": "int",
+    "request.timeout.ms": "int",
+    "socket.timeout.ms": "int",
+    "transaction.timeout.ms": "int",
+    "transactional.id": "str",
+    # consumer
+    "enable.auto.commit": "bool",
+    "enable.auto.offset.store": "bool",
+    "auto.commit.interval.ms": "int",
+    "isolation.level": "isolation",
+    "auto.offset.reset": "reset",
+    "max.poll.interval.ms": "int",
+    "session.timeout.ms": "int",
+    # topic (replication.factor is also a Streams key for its internal topics)
+    "replication.factor": "int",
+    "min.insync.replicas": "int",
+    "unclean.leader.election.enable": "bool",
+    "retention.ms": "int",
+    "cleanup.policy": "str",
+    # broker
+    "offsets.retention.minutes": "int",
+    "offsets.topic.replication.factor": "int",
+    "transaction.state.log.replication.factor": "int",
+    "transaction.state.log.min.isr": "int",
+    "transaction.partition.verification.enable": "bool",
+    "transaction.max.timeout.ms": "int",
+    "default.replication.factor": "int",
+    "log.retention.ms": "int",
+    "log.retention.minutes": "int",
+    "log.retention.hours": "int",
+    # streams
+    "processing.guarantee": "processing",
+}
+PROCESSING_GUARANTEES = ("at_least_once", "exactly_once_v2", "exactly_once", "exactly_once_beta")
+
+LIBRDKAFKA_PRODUCER: Mapping[str, Any] = {
+    "acks": "all",  # -1, a topic-level property
+    "retries": INT32_MAX,
+    "enable.idempotence": False,
+    "max.in.flight.requests.per.connection": 1_000_000,
+    "linger.ms": 5,
+    "delivery.timeout.ms": 300_000,  # message.timeout.ms, topic-level; 0 = infinite
+    "request.timeout.ms": 30_000,  # topic-level
+    "socket.timeout.ms": 60_000,
+    "transaction.timeout.ms": 60_000,
+    "transactional.id": None,
+}
+LIBRDKAFKA_CONSUMER: Mapping[str, Any] = {
+    "enable.auto.commit": True,
+    "enable.auto.offset.store": True,
+    "auto.commit.interval.ms": 5_000,
+    "isolation.level": "read_committed",
+    "auto.offset.reset": "largest",  # topic-level
+    "max.poll.interval.ms": 300_000,
+    "session.timeout.ms": 45_000,
+}
+
+JAVA_PRODUCER: Mapping[str, Any] = {
+    "acks": "all",
+    "retries": INT32_MAX,
+    "enable.idempotence": True,
+    "max.in.flight.requests.per.connection": 5,
+    "linger.ms": 5,
+    "delivery.timeout.ms": 120_000,
+    "request.timeout.ms": 30_000,
+    "transaction.timeout.ms": 60_000,
+    "transactional.id": None,
+}
+JAVA_CONSUMER: Mapping[str, Any] = {
+    "enable.auto.commit": True,
+    "auto.commit.interval.ms": 5_000,
+    "isolation.level": "read_uncommitted",
+    "auto.offset.reset": "latest",
+    "max.poll.interval.ms": 300_000,
+    "session.timeout.ms": 45_000,
+}
+STREAMS: Mapping[str, Any] = {
+    "processing.guarantee": "at_least_once",
+    "replication.factor": -1,  # the broker's default.replication.factor (since 3.0)
+}
+
+BROKER: Mapping[str, Any] = {
+    "offsets.retention.minutes": 10_080,
+    "offsets.topic.replication.factor": 3,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+    "transaction.partition.verification.enable": True,
+    "transaction.max.timeout.ms": 900_000,
+    "unclean.leader.election.enable": False,
+    "default.replication.factor": 1,
+    "min.insync.replicas": 1,
+    "log.retention.hours": 168,
+}
+TOPIC: Mapping[str, Any] = {
+    "replication.factor": 1,  # default.replication.factor
+    "min.insync.replicas": 1,
+    "unclean.leader.election.enable": False,
+    "retention.ms": 604_800_000,
+    "cleanup.policy": "delete",
+}
+# Topic settings that inherit a broker-wide default, and the broker key holding it.
+TOPIC_FROM_BROKER: Mapping[str, str] = {
+    "replication.factor": "default.replication.factor",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+
+DEFAULT_JAVA_VERSION = (4, 0, 0)
+
+
+def parse_version(text: str | None) -> tuple[int, int, int] | None:
+    """'3.9.2' -> (3, 9, 2); None or an unreadable version -> None."""
+    if not text:
+        return None
+    parts: list[int] = []
+    for piece in str(text).split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    if not parts:
+        return None
+    while len(parts) < 3:
+        parts.append(0)
+    return (parts[0], parts[1], parts[2])
+
+
+def java_producer_defaults(version: tuple[int, int, int]) -> dict[str, Any]:
+    """The Java producer's defaults for a client version (KIP-679, KIP-1030)."""
+    defaults = dict(JAVA_PRODUCER)
+    if version < (4, 0, 0):
+        defaults["linger.ms"] = 0
+    if version < (3, 0, 0):
+        defaults["acks"] = "1"
+        defaults["enable.idempotence"] = False
+    elif version < (3, 0, 1) or (3, 1, 0) <= version < (3, 1, 1):
+        # KAFKA-13598: 3.0.0 and 3.1.0 announced the default but did not apply it
+        defaults["enable.idempotence"] = False
+    return defaults
+
+
+def java_consumer_defaults(version: tuple[int, int, int]) -> dict[str, Any]:
+    defaults = dict(JAVA_CONSUMER)
+    if version < (3, 0, 0):
+        defaults["session.timeout.ms"] = 10_000
+    return defaults
+
+
+def client_defaults(client: str, kind: str, version: tuple[int, int, int] | None = None) -> dict[str, Any]:
+    """Default values, by the engine's (Java) key names, for one client and kind."""
+    if kind == "producer":
+        if client == "librdkafka":
+            return dict(LIBRDKAFKA_PRODUCER)
+        return java_producer_defaults(version or DEFAULT_JAVA_VERSION)
+    if kind == "consumer":
+        if client == "librdkafka":
+            return dict(LIBRDKAFKA_CONSUMER)
+        return java_consumer_defaults(version or DEFAULT_JAVA_VERSION)
+    if kind == "streams":
+        return dict(STREAMS)
+    if kind == "broker":
+        return dict(BROKER)
+    return dict(TOPIC)

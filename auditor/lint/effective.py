@@ -1,0 +1,225 @@
+"""From a pasted config to the values the client will really run with.
+
+Three steps: key aliases are folded into one name (librdkafka's request.required.acks is
+acks), values are read into their types (a non-number where a number is needed is a
+LintInputError naming the input and line), and unset keys take the client's default,
+including the defaults the clients derive from other keys (librdkafka turns idempotence
+on for a transactional.id; Java 3.x+ turns its default idempotence off when acks≠all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from auditor.lint import defaults as d
+from auditor.lint.errors import LintInputError
+from auditor.lint.masking import mask_value
+from auditor.lint.model import Setting
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+_RESET = {
+    "smallest": "earliest",
+    "earliest": "earliest",
+    "beginning": "earliest",
+    "largest": "latest",
+    "latest": "latest",
+    "end": "latest",
+    "error": "none",
+    "none": "none",
+}
+
+
+def _shown_for_error(key: str, raw: Any) -> str:
+    text = repr(mask_value(key, raw))
+    return text if len(text) <= 60 else text[:57] + "...'"
+
+
+def normalise_value(key: str, raw: Any, *, source: str, line: int | None = None) -> Any:
+    """``raw`` read as the type the engine needs for ``key``; LintInputError if it can't be."""
+    kind = d.KEY_TYPES.get(key)
+    if kind is None or raw is None:
+        return raw
+
+    def fail(expected: str) -> LintInputError:
+        return LintInputError(
+            f"{key}: expected {expected}, got {_shown_for_error(key, raw)}", source=source, line=line
+        )
+
+    text = str(raw).strip()
+    if kind in ("int", "number"):
+        if isinstance(raw, bool):
+            raise fail("a number")
+        if isinstance(raw, int):
+            return raw
+        if isinstance(raw, float):
+            if kind == "int" and not raw.is_integer():
+                raise fail("a whole number")
+            return int(raw) if raw.is_integer() else raw
+        try:
+            return int(text)
+        except ValueError:
+            pass
+        if kind == "number":
+            try:
+                number = float(text)
+            except ValueError:
+                raise fail("a number") from None
+            return int(number) if number.is_integer() else number
+        raise fail("a whole number")
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise fail("true or false")
+    if kind == "acks":
+        if isinstance(raw, bool):
+            raise fail("all, -1, 0 or 1")
+        if text.lower() in ("all", "-1"):
+            return "all"
+        if text.isdigit():
+            return str(int(text))
+        raise fail("all, -1, 0 or 1")
+    if kind == "isolation":
+        level = text.lower().replace("-", "_")
+        if level not in ("read_committed", "read_uncommitted"):
+            raise fail("read_committed or read_uncommitted")
+        return level
+    if kind == "reset":
+        reset = text.lower()
+        if reset in _RESET:
+            return _RESET[reset]
+        if reset.startswith("by_duration:"):  # KIP-1106 (Java 4.0+)
+            return "by_duration"
+        raise fail("earliest, latest or none (librdkafka: smallest, largest, error)")
+    if kind == "processing":
+        guarantee = text.lower()
+        if guarantee not in d.PROCESSING_GUARANTEES:
+            raise fail("at_least_once or exactly_once_v2")
+        return guarantee
+    return text
+
+
+def canonical_key(client: str, key: str) -> str:
+    key = str(key).strip()
+    if client == "librdkafka":
+        return d.LIBRDKAFKA_ALIASES.get(key, key)
+    return key
+
+
+def _display_name(client: str, key: str) -> str:
+    if client == "librdkafka":
+        return d.LIBRDKAFKA_DISPLAY_NAMES.get(key, key)
+    return key
+
+
+def read_explicit(
+    config: Mapping[str, Any], *, client: str, source: str, lines: Mapping[str, int] | None = None
+) -> dict[str, Setting]:
+    """The keys the user set, folded to one name each; later keys win, as in the clients."""
+    lines = lines or {}
+    explicit: dict[str, Setting] = {}
+    for raw_key, raw_value in config.items():
+        if raw_value is None:
+            continue
+        key = canonical_key(client, raw_key)
+        value = normalise_value(key, raw_value, source=source, line=lines.get(str(raw_key)))
+        shown = raw_value.strip() if isinstance(raw_value, str) else raw_value
+        explicit[key] = Setting(key=key, name=str(raw_key), value=value, shown=shown, source="explicit")
+    return explicit
+
+
+def _default(client: str, key: str, value: Any, note: str = "") -> Setting:
+    normalised = normalise_value(key, value, source="defaults")
+    return Setting(key=key, name=_display_name(client, key), value=normalised, shown=value, source="default", note=note)
+
+
+def _derived(setting: Setting, value: Any, note: str) -> Setting:
+    return Setting(
+        key=setting.key, name=setting.name, value=value, shown=value, source="default", note=note
+    )
+
+
+def effective_settings(
+    explicit: Mapping[str, Setting],
+    *,
+    client: str,
+    kind: str,
+    java_version: tuple[int, int, int],
+    broker: Mapping[str, Setting] | None = None,
+) -> dict[str, Setting]:
+    """Every key a rule reads, explicit or defaulted, after the client's own adjustments."""
+    table = d.client_defaults(client, kind, java_version)
+    if kind == "topic" and broker is not None:
+        table.update(_topic_defaults_from_broker(broker))
+    settings = {key: _default(client, key, value) for key, value in table.items()}
+    settings.update(explicit)
+    if kind == "producer":
+        if client == "librdkafka":
+            _librdkafka_producer_adjustments(settings)
+        else:
+            _java_producer_adjustments(settings, java_version)
+    return settings
+
+
+def _topic_defaults_from_broker(broker: Mapping[str, Setting]) -> dict[str, Any]:
+    inherited: dict[str, Any] = {}
+    for topic_key, broker_key in d.TOPIC_FROM_BROKER.items():
+        if broker_key in broker:
+            inherited[topic_key] = broker[broker_key].value
+    # log.retention.ms wins over .minutes, which wins over .hours (as in the broker)
+    for key, factor in (("log.retention.hours", 3_600_000), ("log.retention.minutes", 60_000), ("log.retention.ms", 1)):
+        setting = broker.get(key)
+        if setting is not None and (setting.explicit or key == "log.retention.hours"):
+            value = setting.value
+            inherited["retention.ms"] = value if value is None or value < 0 else value * factor
+    return inherited
+
+
+def _librdkafka_producer_adjustments(s: dict[str, Setting]) -> None:
+    """Mirror rd_kafka_conf_finalize() / rd_kafka_topic_conf_finalize() (librdkafka 2.x)."""
+    transactional = bool(s["transactional.id"].value)
+    idempotence = s["enable.idempotence"]
+    if transactional and not idempotence.explicit:
+        s["enable.idempotence"] = _derived(idempotence, True, "turned on by transactional.id")
+    if s["enable.idempotence"].value:
+        mif = s["max.in.flight.requests.per.connection"]
+        if not mif.explicit:
+            capped = min(mif.value, d.IDEMPOTENT_MAX_IN_FLIGHT)
+            s[mif.key] = _derived(mif, capped, "capped to 5 by enable.idempotence")
+        if not s["retries"].explicit:
+            s["retries"] = _derived(s["retries"], d.INT32_MAX, "default")
+        if not s["acks"].explicit:
+            s["acks"] = _derived(s["acks"], "all", "set to all by enable.idempotence")
+        timeout = s["delivery.timeout.ms"]
+        if transactional and not timeout.explicit:
+            lowered = s["transaction.timeout.ms"].value
+            s[timeout.key] = _derived(timeout, lowered, "lowered to transaction.timeout.ms")
+    timeout, linger = s["delivery.timeout.ms"].value, s["linger.ms"]
+    if timeout and timeout <= linger.value and not linger.explicit:
+        s[linger.key] = _derived(linger, timeout - 0.1, "lowered below message.timeout.ms")
+
+
+def _java_producer_adjustments(s: dict[str, Setting], version: tuple[int, int, int]) -> None:
+    """Mirror ProducerConfig.postProcessAndValidateIdempotenceConfigs and KafkaProducer."""
+    idempotence = s["enable.idempotence"]
+    if not idempotence.explicit and idempotence.value:
+        reason = ""
+        if s["acks"].value != "all":
+            reason = f"acks={s['acks'].shown}"
+        elif s["retries"].value == 0:
+            reason = "retries=0"
+        elif s["max.in.flight.requests.per.connection"].value > d.IDEMPOTENT_MAX_IN_FLIGHT and version < (4, 0, 0):
+            reason = f"max.in.flight.requests.per.connection={s['max.in.flight.requests.per.connection'].shown}"
+        if reason:
+            s["enable.idempotence"] = _derived(
+                idempotence, False, f"the default true is silently turned off by {reason}"
+            )
+    timeout = s["delivery.timeout.ms"]
+    floor = s["linger.ms"].value + s["request.timeout.ms"].value
+    if not timeout.explicit and timeout.value < floor:
+        s[timeout.key] = _derived(timeout, floor, "raised to linger.ms + request.timeout.ms")

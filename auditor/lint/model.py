@@ -1,0 +1,135 @@
+"""The lint engine's vocabulary: settings, context, rules, findings and results."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from auditor.lint.defaults import CLIENTS
+
+Source = Literal["explicit", "default"]
+Severity = Literal["error", "warning", "info"]
+SEVERITY_ORDER: Mapping[str, int] = {"error": 0, "warning": 1, "info": 2}
+REFUSES_TO_START = "the client refuses to start"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One effective value: what the client will run with, and where it came from."""
+
+    key: str  # the engine's (Java) name
+    name: str  # as the user knows it: the key they typed, else the client's own name
+    value: Any  # normalised: ints, bools, "all", "latest", ...
+    shown: Any  # as typed, or the client's default spelled as the client documents it
+    source: Source
+    note: str = ""  # why a default differs from the client's table (derived by the client)
+
+    @property
+    def explicit(self) -> bool:
+        return self.source == "explicit"
+
+    def describe(self) -> str:
+        """`acks=1` or `enable.idempotence=false (default)`, for messages."""
+        shown = self.shown
+        if isinstance(shown, bool):
+            shown = str(shown).lower()
+        text = f"{self.name}={shown}"
+        if self.source == "default":
+            text += f" ({self.note})" if self.note else " (default)"
+        return text
+
+
+@dataclass(frozen=True)
+class LintContext:
+    """Facts from outside the linted object that some rules need.
+
+    broker_configs: the cluster's broker settings (e.g. transaction.max.timeout.ms).
+    topic_configs: per topic name, the topic's settings (retention.ms, ...).
+    consumer_lag_seconds: how far behind (in time) the consumers of the linted topic are,
+        one number or per topic name.
+    consume_transform_produce: the app reads, transforms and writes back to Kafka.
+    offsets_in_transaction: observed (e.g. by the probes) whether the app's offsets are
+        committed through the producer's transaction; None when unknown.
+    max_processing_ms: the longest observed time between two polls of the consumer.
+    client_version: the Java client's version ("3.9.2"); its defaults changed over time.
+    """
+
+    broker_configs: Mapping[str, Any] = field(default_factory=dict)
+    topic_configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    consumer_lag_seconds: float | Mapping[str, float] | None = None
+    consume_transform_produce: bool = False
+    offsets_in_transaction: bool | None = None
+    max_processing_ms: int | None = None
+    client_version: str | None = None
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What one rule looks at: the effective config of one object, and its surroundings."""
+
+    client: str
+    kind: str
+    guarantee: str
+    name: str | None
+    settings: Mapping[str, Setting]
+    broker: Mapping[str, Setting]  # effective broker settings (defaults when not given)
+    context: LintContext
+    java_version: tuple[int, int, int]
+
+    def __getitem__(self, key: str) -> Setting:
+        return self.settings[key]
+
+    def value(self, key: str) -> Any:
+        return self.settings[key].value
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A rule's verdict on one setting; the engine turns it into a LintResult."""
+
+    setting: Setting
+    expected: str
+    message: str
+    severity: Severity | None = None  # overrides the rule's severity (e.g. per guarantee)
+
+
+Check = Callable[[Subject], Iterable[Finding]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    guarantees: frozenset[str]
+    target: str  # producer | consumer | topic | broker | streams
+    severity: Severity  # the worst it reports
+    why: str  # the failure, in its own terms
+    fix: str
+    check: Check
+    clients: frozenset[str] = frozenset(CLIENTS)
+
+    def applies_to(self, client: str, kind: str, guarantee: str) -> bool:
+        if self.target != kind or guarantee not in self.guarantees:
+            return False
+        return kind not in ("producer", "consumer") or client in self.clients
+
+
+@dataclass(frozen=True)
+class LintResult:
+    rule: str
+    title: str
+    severity: Severity
+    target: str
+    subject: str | None  # e.g. the topic's name or "broker 1"
+    config: str
+    value: Any  # masked
+    expected: str
+    message: str  # masked
+    guarantee: str
+    source: Source
+    why: str
+    fix: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,272 @@
+"""Topic and broker rules: how many copies of a write exist, and for how long."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from auditor.lint import defaults as d
+from auditor.lint.model import Check, Finding, Rule, Severity, Subject
+
+NOT_LOST = frozenset({d.AT_LEAST_ONCE, d.EXACTLY_ONCE})
+EOS = frozenset({d.EXACTLY_ONCE})
+SAFE_REPLICATION = 3
+LAG_WARNING_SHARE = 0.5
+
+
+def _duration(ms: float) -> str:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms >= size:
+            return f"{ms / size:.3g} {unit}"
+    return f"{ms:g} ms"
+
+
+# --- topic ------------------------------------------------------------------------------
+
+
+def check_replication_factor(s: Subject) -> Iterator[Finding]:
+    rf = s["replication.factor"]
+    if rf.value < SAFE_REPLICATION:
+        loss = "a single disk or broker failure" if rf.value <= 1 else "two broker failures"
+        yield Finding(
+            rf,
+            f">= {SAFE_REPLICATION}",
+            f"with {rf.describe()} {loss} loses acked records for good",
+            "error" if rf.value <= 1 else "warning",
+        )
+
+
+def check_min_insync_one(s: Subject) -> Iterator[Finding]:
+    min_isr = s["min.insync.replicas"]
+    if min_isr.value <= 1:
+        yield Finding(
+            min_isr,
+            "2 (with replication.factor 3)",
+            f"with {min_isr.describe()} an acks=all write is acked by the leader alone once the "
+            "followers drop out of the ISR: when that leader fails, the acked write is lost",
+        )
+
+
+def check_min_insync_vs_replication(s: Subject) -> Iterator[Finding]:
+    min_isr, rf = s["min.insync.replicas"], s["replication.factor"]
+    if rf.value <= 1 or min_isr.value < rf.value:
+        return
+    if min_isr.value > rf.value:
+        message = (
+            f"{min_isr.describe()} is above {rf.describe()}: every acks=all write fails with "
+            "NOT_ENOUGH_REPLICAS"
+        )
+        severity: Severity = "error"
+    else:
+        message = (
+            f"{min_isr.describe()} equals {rf.describe()}: while any one replica is down every "
+            "acks=all write fails with NOT_ENOUGH_REPLICAS, and records whose retries run out are lost "
+            "unless the application sends them again"
+        )
+        severity = "warning"
+    yield Finding(min_isr, f"< replication.factor ({rf.value}), e.g. {max(rf.value - 1, 1)}", message, severity)
+
+
+def check_unclean_election(s: Subject) -> Iterator[Finding]:
+    unclean = s["unclean.leader.election.enable"]
+    if unclean.value:
+        yield Finding(
+            unclean,
+            "false",
+            f"with {unclean.describe()} a replica that fell out of sync can become leader: the acked "
+            "writes it lacks are truncated from every replica",
+        )
+
+
+def _lag_seconds(s: Subject) -> float | None:
+    lag = s.context.consumer_lag_seconds
+    if isinstance(lag, Mapping):
+        value = lag.get(s.name or "")
+        return None if value is None else float(value)
+    return None if lag is None else float(lag)
+
+
+def check_retention_vs_lag(s: Subject) -> Iterator[Finding]:
+    lag = _lag_seconds(s)
+    retention = s["retention.ms"]
+    policy = str(s.value("cleanup.policy") or "delete")
+    if lag is None or retention.value is None or retention.value < 0 or "delete" not in policy:
+        return
+    lag_ms = lag * 1000
+    if lag_ms >= retention.value:
+        severity: Severity = "error"
+        message = (
+            f"the consumers are {_duration(lag_ms)} behind but {retention.describe()} keeps records "
+            f"{_duration(retention.value)}: records are deleted before they are consumed"
+        )
+    elif lag_ms >= LAG_WARNING_SHARE * retention.value:
+        severity = "warning"
+        message = (
+            f"the consumers are {_duration(lag_ms)} behind, more than half of {retention.describe()} "
+            f"({_duration(retention.value)}): a little more delay and records expire unconsumed"
+        )
+    else:
+        return
+    yield Finding(retention, f"> 2 x the consumers' lag ({_duration(2 * lag_ms)})", message, severity)
+
+
+# --- broker -----------------------------------------------------------------------------
+
+
+def check_offsets_retention(s: Subject) -> Iterator[Finding]:
+    minutes = s["offsets.retention.minutes"]
+    offsets_ms = minutes.value * 60_000
+    longest = 0
+    for config in s.context.topic_configs.values():
+        try:
+            longest = max(longest, int(config.get("retention.ms", 0) or 0))
+        except (TypeError, ValueError):
+            continue
+    if offsets_ms < longest:
+        yield Finding(
+            minutes,
+            f">= the longest topic retention ({longest // 60_000} minutes)",
+            f"{minutes.describe()} is shorter than a topic's retention ({_duration(longest)}): a "
+            "group idle that long loses its committed offsets while its records still exist, and "
+            "restarts from auto.offset.reset (latest skips them, earliest re-processes them)",
+        )
+    elif minutes.value < d.BROKER["offsets.retention.minutes"]:
+        yield Finding(
+            minutes,
+            f">= {d.BROKER['offsets.retention.minutes']} (7 days)",
+            f"with {minutes.describe()} a consumer group that is empty for {_duration(offsets_ms)} "
+            "(a long outage, a paused job) loses its committed offsets and restarts from "
+            "auto.offset.reset: latest skips records, earliest re-processes them",
+        )
+
+
+def _replication_rule(key: str, what: str) -> Check:
+    def check(s: Subject) -> Iterator[Finding]:
+        rf = s[key]
+        if rf.value < SAFE_REPLICATION:
+            yield Finding(rf, f">= {SAFE_REPLICATION}", f"with {rf.describe()} {what}")
+
+    return check
+
+
+def check_transaction_log_min_isr(s: Subject) -> Iterator[Finding]:
+    min_isr, rf = s["transaction.state.log.min.isr"], s["transaction.state.log.replication.factor"]
+    if min_isr.value < 2:
+        yield Finding(
+            min_isr,
+            "2",
+            f"with {min_isr.describe()} a transaction's state is acked by one replica of "
+            "__transaction_state: losing that broker loses the commit/abort decision",
+            "error",
+        )
+    elif rf.value > 1 and min_isr.value >= rf.value:
+        yield Finding(
+            min_isr,
+            f"< transaction.state.log.replication.factor ({rf.value})",
+            f"{min_isr.describe()} is not below {rf.describe()}: while one replica is down no "
+            "transaction can begin or commit",
+            "warning",
+        )
+
+
+def check_partition_verification(s: Subject) -> Iterator[Finding]:
+    verification = s["transaction.partition.verification.enable"]
+    if not verification.value:
+        yield Finding(
+            verification,
+            "true",
+            f"with {verification.describe()} a late write of an aborted transaction can open a "
+            "hanging transaction (KIP-890): the last stable offset stops, and read_committed "
+            "consumers stall on that partition",
+        )
+
+
+def check_broker_unclean_election(s: Subject) -> Iterator[Finding]:
+    yield from check_unclean_election(s)
+
+
+def check_default_replication(s: Subject) -> Iterator[Finding]:
+    rf = s["default.replication.factor"]
+    if rf.value < SAFE_REPLICATION:
+        yield Finding(
+            rf,
+            f">= {SAFE_REPLICATION}",
+            f"with {rf.describe()} topics created without a replication factor (auto-created, or by "
+            f"tools) get {rf.value} copies: a broker failure can lose their acked records",
+        )
+
+
+def check_default_min_insync(s: Subject) -> Iterator[Finding]:
+    min_isr = s["min.insync.replicas"]
+    if min_isr.value <= 1:
+        yield Finding(
+            min_isr,
+            "2",
+            f"with {min_isr.describe()} every topic without its own min.insync.replicas acks "
+            "acks=all writes with the leader alone once followers lag: a failover then loses them",
+        )
+
+
+def _topic(
+    id: str, title: str, guarantees: frozenset[str], severity: Severity, why: str, fix: str, check: Check
+) -> Rule:
+    return Rule(id, title, guarantees, "topic", severity, why, fix, check)
+
+
+def _broker(
+    id: str, title: str, guarantees: frozenset[str], severity: Severity, why: str, fix: str, check: Check
+) -> Rule:
+    return Rule(id, title, guarantees, "broker", severity, why, fix, check)
+
+
+RULES: tuple[Rule, ...] = (
+    _topic("T001", "replication factor below 3", NOT_LOST, "error",
+           "acked records live on too few brokers: a failure loses them",
+           "recreate or reassign the topic with replication.factor=3", check_replication_factor),
+    _topic("T002", "min.insync.replicas is 1", NOT_LOST, "error",
+           "an acked write is lost when the leader fails over", "set min.insync.replicas=2 (with RF 3)",
+           check_min_insync_one),
+    _topic("T003", "min.insync.replicas not below the replication factor", NOT_LOST, "error",
+           "writes with acks=all fail while a replica is down (or always, when above RF)",
+           "set min.insync.replicas = replication.factor - 1", check_min_insync_vs_replication),
+    _topic("T004", "unclean leader election enabled", NOT_LOST, "error",
+           "an out-of-sync replica becomes leader and committed records are truncated",
+           "set unclean.leader.election.enable=false", check_unclean_election),
+    _topic("T005", "retention shorter than the consumers' lag", NOT_LOST, "error",
+           "records are deleted before the consumers reach them", "raise retention.ms or fix the lag",
+           check_retention_vs_lag),
+    _broker("B001", "committed offsets expire too early", NOT_LOST, "warning",
+            "an idle group loses its offsets and restarts at auto.offset.reset: skips or re-processes",
+            "set offsets.retention.minutes >= 10080 and >= the longest topic retention", check_offsets_retention),
+    _broker("B002", "__consumer_offsets replication below 3", NOT_LOST, "error",
+            "a broker failure loses committed offsets and groups restart at auto.offset.reset",
+            "set offsets.topic.replication.factor=3 (before __consumer_offsets is created)",
+            _replication_rule(
+                "offsets.topic.replication.factor",
+                "a broker failure can lose committed offsets: groups restart at auto.offset.reset, "
+                "skipping or re-processing records",
+            )),
+    _broker("B003", "__transaction_state replication below 3", EOS, "error",
+            "a broker failure loses transaction state: open transactions can neither commit nor abort",
+            "set transaction.state.log.replication.factor=3 (before __transaction_state is created)",
+            _replication_rule(
+                "transaction.state.log.replication.factor",
+                "a broker failure can lose __transaction_state: open transactions can neither commit "
+                "nor abort, and read_committed consumers stall",
+            )),
+    _broker("B004", "__transaction_state min ISR unsafe", EOS, "error",
+            "a transaction's outcome is acked by one replica only, or transactions stop with one broker down",
+            "set transaction.state.log.min.isr=2 with replication factor 3", check_transaction_log_min_isr),
+    _broker("B005", "transaction partition verification disabled", EOS, "warning",
+            "a hanging transaction stalls read_committed consumers (KIP-890)",
+            "set transaction.partition.verification.enable=true (the default since 3.6)",
+            check_partition_verification),
+    _broker("B006", "unclean leader election enabled by default", NOT_LOST, "error",
+            "topics without their own setting truncate acked records when an out-of-sync replica leads",
+            "set unclean.leader.election.enable=false", check_broker_unclean_election),
+    _broker("B007", "default replication factor below 3", NOT_LOST, "warning",
+            "topics created without an explicit replication factor can lose acked records",
+            "set default.replication.factor=3", check_default_replication),
+    _broker("B008", "default min.insync.replicas is 1", NOT_LOST, "warning",
+            "topics without their own setting lose acked writes on failover",
+            "set min.insync.replicas=2", check_default_min_insync),
+)

@@ -1,0 +1,177 @@
+"""Consumer rules: when offsets are committed relative to processing, and what is read."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from auditor.lint import defaults as d
+from auditor.lint.model import REFUSES_TO_START, Check, Finding, Rule, Severity, Subject
+
+ALL = frozenset(d.GUARANTEES)
+NOT_LOST = frozenset({d.AT_LEAST_ONCE, d.EXACTLY_ONCE})
+ALO = frozenset({d.AT_LEAST_ONCE})
+EOS = frozenset({d.EXACTLY_ONCE})
+RK = frozenset({"librdkafka"})
+MIN_MAX_POLL_INTERVAL_MS = 60_000
+LONG_AUTO_COMMIT_INTERVAL_MS = 60_000
+
+
+def check_commit_before_processing(s: Subject) -> Iterator[Finding]:
+    auto_commit = s["enable.auto.commit"]
+    if not auto_commit.value:
+        return
+    if s.client == "librdkafka":
+        store = s["enable.auto.offset.store"]
+        if store.value:
+            yield Finding(
+                store,
+                "false, and consumer.store_offsets(msg) after processing each message",
+                f"with {auto_commit.describe()} and {store.describe()} the offset is stored when poll() "
+                "hands the message over and committed in the background within "
+                f"auto.commit.interval.ms: a crash before processing finishes skips the message",
+                "error",
+            )
+        return
+    yield Finding(
+        auto_commit,
+        "false with commitSync() after processing, or process every record before the next poll()",
+        f"with {auto_commit.describe()} the next poll() commits everything the previous poll() "
+        "returned: records handed to another thread or still being processed are committed before "
+        "they are processed, and a crash skips them",
+        "warning",
+    )
+
+
+def check_isolation_level(s: Subject) -> Iterator[Finding]:
+    isolation = s["isolation.level"]
+    if isolation.value != "read_committed":
+        yield Finding(
+            isolation,
+            "read_committed",
+            f"with {isolation.describe()} the consumer reads records of open and aborted transactions: "
+            "aborted output is processed as if it had been committed",
+        )
+
+
+def check_auto_offset_reset(s: Subject) -> Iterator[Finding]:
+    reset = s["auto.offset.reset"]
+    if reset.value in ("latest", "by_duration"):
+        yield Finding(
+            reset,
+            "earliest (or none/error, to decide by hand)",
+            f"with {reset.describe()} a group without a committed offset (new, or whose offsets expired "
+            "after offsets.retention.minutes, or was reset) starts at the end of the partition: every "
+            "record written before it started is skipped",
+        )
+
+
+def check_auto_commit_redelivers(s: Subject) -> Iterator[Finding]:
+    auto_commit, interval = s["enable.auto.commit"], s["auto.commit.interval.ms"]
+    if not auto_commit.value:
+        return
+    if s.guarantee == d.AT_MOST_ONCE:
+        yield Finding(
+            auto_commit,
+            "false, and a synchronous commit before processing each batch",
+            f"with {auto_commit.describe()} offsets are committed every {interval.value} ms "
+            f"({interval.describe()}): after a crash the records processed since the last commit are "
+            "delivered and processed again",
+            "error",
+        )
+    elif interval.value > LONG_AUTO_COMMIT_INTERVAL_MS:
+        yield Finding(
+            interval,
+            f"<= {LONG_AUTO_COMMIT_INTERVAL_MS}",
+            f"with {interval.describe()} a crash re-delivers up to {interval.value / 1000:g} s of "
+            "already processed records",
+            "info",
+        )
+
+
+def check_max_poll_interval(s: Subject) -> Iterator[Finding]:
+    interval = s["max.poll.interval.ms"]
+    processing = s.context.max_processing_ms
+    if processing is not None and processing >= interval.value:
+        yield Finding(
+            interval,
+            f"> the observed processing time ({processing} ms)",
+            f"processing takes up to {processing} ms but {interval.describe()}: the consumer is "
+            "removed from the group mid-batch, its commit fails and the batch is processed again "
+            "by another member",
+            "error",
+        )
+    elif interval.value < MIN_MAX_POLL_INTERVAL_MS:
+        yield Finding(
+            interval,
+            f">= {MIN_MAX_POLL_INTERVAL_MS}",
+            f"with {interval.describe()} a slow batch (a GC pause, a slow downstream call) removes the "
+            "consumer from the group: its commit fails and the batch is processed again",
+            "warning",
+        )
+
+
+def check_offsets_in_transaction(s: Subject) -> Iterator[Finding]:
+    auto_commit = s["enable.auto.commit"]
+    step = "the consume-transform-produce step" if s.context.consume_transform_produce else "the consumer"
+    if auto_commit.value:
+        yield Finding(
+            auto_commit,
+            "false, with the offsets sent through the producer's transaction (send_offsets_to_transaction)",
+            f"with {auto_commit.describe()} {step} commits offsets on its own schedule, outside the "
+            "transaction: a crash after the commit and before the transaction loses input, a crash "
+            "after the transaction and before the commit processes it twice",
+        )
+    elif s.context.offsets_in_transaction is False:
+        yield Finding(
+            auto_commit,
+            "offsets committed with send_offsets_to_transaction / sendOffsetsToTransaction",
+            f"{step} commits its offsets with commit()/commitSync() instead of inside the producer's "
+            "transaction: output and input progress are not atomic, so a crash between them "
+            "duplicates or loses records",
+        )
+
+
+def check_startup_poll_interval_vs_session(s: Subject) -> Iterator[Finding]:
+    interval, session = s["max.poll.interval.ms"], s["session.timeout.ms"]
+    if interval.value < session.value:
+        yield Finding(
+            interval,
+            f">= session.timeout.ms ({session.value})",
+            f"{REFUSES_TO_START}: {interval.describe()} must be >= {session.describe()}",
+        )
+
+
+def _rule(
+    id: str, title: str, guarantees: frozenset[str], severity: Severity, why: str, fix: str, check: Check,
+    clients: frozenset[str] = frozenset(d.CLIENTS),
+) -> Rule:
+    return Rule(id, title, guarantees, "consumer", severity, why, fix, check, clients)
+
+
+RULES: tuple[Rule, ...] = (
+    _rule("C001", "offsets committed before the message is processed", ALO, "error",
+          "a crash between the commit and the end of processing skips the message: it is never processed",
+          "librdkafka: enable.auto.offset.store=false and store_offsets(msg) after processing; "
+          "Java: enable.auto.commit=false and commitSync() after processing", check_commit_before_processing),
+    _rule("C002", "exactly-once consumer reads uncommitted records", EOS, "error",
+          "records of aborted transactions are processed (Java's default is read_uncommitted)",
+          "set isolation.level=read_committed", check_isolation_level),
+    _rule("C003", "auto.offset.reset skips to the end", NOT_LOST, "warning",
+          "a group without a committed offset skips everything written before it started",
+          "set auto.offset.reset=earliest", check_auto_offset_reset),
+    _rule("C004", "auto-commit re-delivers processed records", frozenset({d.AT_MOST_ONCE, d.AT_LEAST_ONCE}),
+          "error", "after a crash the records processed since the last auto-commit are processed again",
+          "at-most-once: enable.auto.commit=false and commit before processing; "
+          "at-least-once: keep auto.commit.interval.ms short", check_auto_commit_redelivers),
+    _rule("C005", "max.poll.interval.ms too short for the processing", ALL, "warning",
+          "the consumer is removed from the group mid-batch, its commit fails, the batch is processed again",
+          "raise max.poll.interval.ms above the longest batch processing time, or poll smaller batches",
+          check_max_poll_interval),
+    _rule("C006", "offsets not committed in the transaction", EOS, "error",
+          "input offsets and output are not atomic: a crash between them loses or duplicates records",
+          "enable.auto.commit=false and send the offsets with send_offsets_to_transaction()",
+          check_offsets_in_transaction),
+    _rule("C101", "max.poll.interval.ms below session.timeout.ms", ALL, "error",
+          "the consumer is never created, so nothing is consumed",
+          "set max.poll.interval.ms >= session.timeout.ms", check_startup_poll_interval_vs_session, RK),
+)

@@ -1,0 +1,359 @@
+"""Producer rules: what loses, duplicates or reorders a send, and what stops the client."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from auditor.lint import defaults as d
+from auditor.lint.model import REFUSES_TO_START, Check, Finding, Rule, Severity, Subject
+from auditor.lint.transactional_ids import unstable_part
+
+ALL = frozenset(d.GUARANTEES)
+NOT_LOST = frozenset({d.AT_LEAST_ONCE, d.EXACTLY_ONCE})
+EOS = frozenset({d.EXACTLY_ONCE})
+RK = frozenset({"librdkafka"})
+JAVA = frozenset({"java"})
+MIN_DELIVERY_TIMEOUT_MS = 30_000
+
+
+def _ms(value: float) -> str:
+    return f"{value:g} ms"
+
+
+def check_acks(s: Subject) -> Iterator[Finding]:
+    acks = s["acks"]
+    if acks.value == "all":
+        return
+    if acks.value == "0":
+        message = (
+            f"with {acks.describe()} the producer counts a record as sent once it is written to the "
+            "socket: a broker error, a full log or a leader change loses it and nobody is told"
+        )
+    else:
+        message = (
+            f"with {acks.describe()} the leader acks before any follower has the record: when the "
+            "leader fails over before a follower copies it, the acked write is lost"
+        )
+    yield Finding(acks, "all", message)
+
+
+def check_retries(s: Subject) -> Iterator[Finding]:
+    retries = s["retries"]
+    if retries.value == 0:
+        yield Finding(
+            retries,
+            "> 0 (the default 2147483647)",
+            f"with {retries.describe()} a transient error (leader election, request timeout, "
+            "NOT_ENOUGH_REPLICAS) fails the send at once: the record is lost unless the application "
+            "sends it again",
+        )
+
+
+def check_delivery_timeout_short(s: Subject) -> Iterator[Finding]:
+    timeout = s["delivery.timeout.ms"]
+    if timeout.value and timeout.value < MIN_DELIVERY_TIMEOUT_MS:
+        yield Finding(
+            timeout,
+            f">= {MIN_DELIVERY_TIMEOUT_MS}",
+            f"with {timeout.describe()} a leader election or broker restart longer than "
+            f"{_ms(timeout.value)} expires the records still queued or in flight: the send fails and "
+            "the record is lost unless the application sends it again",
+        )
+
+
+def check_linger_share(s: Subject) -> Iterator[Finding]:
+    timeout, linger = s["delivery.timeout.ms"], s["linger.ms"]
+    if timeout.value and timeout.value / 2 < linger.value < timeout.value:
+        yield Finding(
+            linger,
+            f"< {timeout.name} / 2 ({_ms(timeout.value / 2)})",
+            f"{linger.describe()} keeps a record in its batch for most of {timeout.describe()}: only "
+            f"{_ms(timeout.value - linger.value)} are left for retries, so a short broker hiccup "
+            "expires the record and the send fails",
+        )
+
+
+def check_transaction_timeout_vs_delivery(s: Subject) -> Iterator[Finding]:
+    if not s.value("transactional.id"):
+        return
+    transaction, timeout = s["transaction.timeout.ms"], s["delivery.timeout.ms"]
+    if transaction.value < timeout.value:
+        yield Finding(
+            transaction,
+            f">= {timeout.name} ({timeout.value})",
+            f"{transaction.describe()} is shorter than {timeout.describe()}: the coordinator aborts "
+            "the transaction while the producer may still be retrying one of its sends, and "
+            "commitTransaction then fails, so the whole transaction must be redone",
+        )
+
+
+def check_idempotence(s: Subject) -> Iterator[Finding]:
+    idempotence = s["enable.idempotence"]
+    if idempotence.value:
+        return
+    if s.guarantee == d.AT_MOST_ONCE:
+        if s.value("retries") == 0:
+            return
+        severity = "error"
+    else:
+        severity = "warning" if s.guarantee == d.AT_LEAST_ONCE else "error"
+    yield Finding(
+        idempotence,
+        "true",
+        f"with {idempotence.describe()} a retried batch whose first attempt was written (only its "
+        "ack was lost) is written again: the records are duplicated in the partition",
+        severity,
+    )
+
+
+def check_reordering(s: Subject) -> Iterator[Finding]:
+    mif = s["max.in.flight.requests.per.connection"]
+    if s.value("enable.idempotence") or s.value("retries") == 0 or mif.value <= 1:
+        return
+    yield Finding(
+        mif,
+        "1, or enable.idempotence=true (then at most 5)",
+        f"with {mif.describe()} and {s['enable.idempotence'].describe()}, a failed batch that is "
+        "retried lands behind the batches sent after it: records are reordered within a partition",
+    )
+
+
+def check_transactional_id_missing(s: Subject) -> Iterator[Finding]:
+    transactional_id = s["transactional.id"]
+    if transactional_id.value:
+        return
+    if s.context.consume_transform_produce:
+        yield Finding(
+            transactional_id,
+            "a stable id per instance",
+            "a consume-transform-produce step without a transactional.id cannot commit its input "
+            "offsets atomically with its output: a crash between the two re-processes the input and "
+            "writes the output twice",
+            "error",
+        )
+    else:
+        yield Finding(
+            transactional_id,
+            "a stable id per instance",
+            "without a transactional.id, idempotence only removes the duplicates of one producer "
+            "session's retries: a restart that re-sends unacknowledged records writes them again",
+            "warning",
+        )
+
+
+def check_transactional_id_stable(s: Subject) -> Iterator[Finding]:
+    transactional_id = s["transactional.id"]
+    if not transactional_id.value:
+        return
+    what = unstable_part(str(transactional_id.value))
+    if what:
+        yield Finding(
+            transactional_id,
+            "an id that survives restarts (e.g. app name + instance ordinal)",
+            f"{transactional_id.name} contains {what}: a restarted instance gets a new id, so the "
+            "broker cannot fence the old instance (a zombie can still write) nor abort its open "
+            "transaction before transaction.timeout.ms; read_committed consumers stall meanwhile",
+        )
+
+
+def check_transaction_timeout_vs_broker(s: Subject) -> Iterator[Finding]:
+    if not s.value("transactional.id"):
+        return
+    transaction, broker_max = s["transaction.timeout.ms"], s.broker["transaction.max.timeout.ms"]
+    if transaction.value > broker_max.value:
+        where = "the broker's" if broker_max.explicit else "the broker's default"
+        yield Finding(
+            transaction,
+            f"<= {broker_max.value} ({where} transaction.max.timeout.ms)",
+            f"{transaction.describe()} exceeds {where} transaction.max.timeout.ms={broker_max.value}: "
+            "InitProducerId fails with INVALID_TRANSACTION_TIMEOUT and the producer cannot begin "
+            "any transaction",
+        )
+
+
+# --- combinations the clients reject when they are constructed ---------------------------
+
+
+def _java_idempotence_requested(s: Subject) -> bool:
+    """Java validates idempotence settings when it is on before being silently turned off."""
+    setting = s["enable.idempotence"]
+    if setting.explicit:
+        return bool(setting.value)
+    return bool(d.java_producer_defaults(s.java_version)["enable.idempotence"])
+
+
+def check_startup_idempotence_acks(s: Subject) -> Iterator[Finding]:
+    acks, idempotence = s["acks"], s["enable.idempotence"]
+    if acks.value == "all":
+        return
+    if s.client == "librdkafka":
+        refused = bool(idempotence.value) and acks.explicit
+    else:
+        refused = idempotence.explicit and bool(idempotence.value)
+    if refused:
+        yield Finding(
+            acks,
+            "all",
+            f"{REFUSES_TO_START}: {idempotence.describe()} requires acks=all, got {acks.describe()}",
+        )
+
+
+def check_startup_idempotence_retries(s: Subject) -> Iterator[Finding]:
+    retries, idempotence = s["retries"], s["enable.idempotence"]
+    if retries.value >= 1:
+        return
+    if s.client == "librdkafka":
+        refused = bool(idempotence.value) and retries.explicit
+    else:
+        refused = idempotence.explicit and bool(idempotence.value)
+    if refused:
+        yield Finding(
+            retries,
+            ">= 1",
+            f"{REFUSES_TO_START}: {idempotence.describe()} requires retries >= 1, got {retries.describe()}",
+        )
+
+
+def check_startup_idempotence_in_flight(s: Subject) -> Iterator[Finding]:
+    mif, idempotence = s["max.in.flight.requests.per.connection"], s["enable.idempotence"]
+    if mif.value <= d.IDEMPOTENT_MAX_IN_FLIGHT:
+        return
+    if s.client == "librdkafka":
+        refused = bool(idempotence.value) and mif.explicit
+    elif s.java_version >= (4, 0, 0):
+        refused = _java_idempotence_requested(s)
+    else:
+        refused = idempotence.explicit and bool(idempotence.value)
+    if refused:
+        yield Finding(
+            mif,
+            "<= 5",
+            f"{REFUSES_TO_START}: idempotence requires max.in.flight.requests.per.connection <= 5, "
+            f"got {mif.describe()}",
+        )
+
+
+def check_startup_transactional_without_idempotence(s: Subject) -> Iterator[Finding]:
+    transactional_id, idempotence = s["transactional.id"], s["enable.idempotence"]
+    if transactional_id.value and not idempotence.value:
+        yield Finding(
+            idempotence,
+            "true",
+            f"{REFUSES_TO_START}: a transactional.id requires idempotence, got {idempotence.describe()}",
+        )
+
+
+def check_startup_message_timeout_vs_transaction(s: Subject) -> Iterator[Finding]:
+    timeout, transaction = s["delivery.timeout.ms"], s["transaction.timeout.ms"]
+    if not (s.value("transactional.id") and s.value("enable.idempotence") and timeout.explicit):
+        return
+    if timeout.value > transaction.value:
+        yield Finding(
+            timeout,
+            f"<= transaction.timeout.ms ({transaction.value})",
+            f"{REFUSES_TO_START}: {timeout.describe()} must be <= {transaction.describe()}",
+        )
+
+
+def check_startup_linger_vs_message_timeout(s: Subject) -> Iterator[Finding]:
+    timeout, linger = s["delivery.timeout.ms"], s["linger.ms"]
+    if not (linger.explicit and timeout.value and timeout.value <= linger.value):
+        return
+    if timeout.explicit:
+        message = f"{REFUSES_TO_START}: {timeout.describe()} must be greater than {linger.describe()}"
+    else:
+        message = (
+            f"{REFUSES_TO_START} producing: every produce() fails with 'Invalid argument or "
+            f"configuration' because {timeout.describe()} is not greater than {linger.describe()}"
+        )
+    yield Finding(linger, f"< {timeout.name} ({timeout.value})", message)
+
+
+def check_startup_java_delivery_timeout(s: Subject) -> Iterator[Finding]:
+    timeout = s["delivery.timeout.ms"]
+    floor = s.value("linger.ms") + s.value("request.timeout.ms")
+    if timeout.explicit and timeout.value < floor:
+        yield Finding(
+            timeout,
+            f">= linger.ms + request.timeout.ms ({floor:g})",
+            f"{REFUSES_TO_START}: {timeout.describe()} must be >= {s['linger.ms'].describe()} + "
+            f"{s['request.timeout.ms'].describe()}",
+        )
+
+
+def check_startup_socket_timeout_vs_transaction(s: Subject) -> Iterator[Finding]:
+    socket, transaction = s["socket.timeout.ms"], s["transaction.timeout.ms"]
+    if s.value("transactional.id") and socket.explicit and socket.value > transaction.value + 100:
+        yield Finding(
+            socket,
+            f"<= transaction.timeout.ms + 100 ({transaction.value + 100})",
+            f"{REFUSES_TO_START}: {socket.describe()} must be <= {transaction.describe()} + 100",
+        )
+
+
+def _rule(
+    id: str, title: str, guarantees: frozenset[str], severity: Severity, why: str, fix: str, check: Check,
+    clients: frozenset[str] = frozenset(d.CLIENTS),
+) -> Rule:
+    return Rule(id, title, guarantees, "producer", severity, why, fix, check, clients)
+
+
+STARTUP_WHY = "the producer is never created, so nothing is sent"
+
+RULES: tuple[Rule, ...] = (
+    _rule("P001", "acks is not all", NOT_LOST, "error",
+          "an acked write is lost when the leader fails over before a follower has copied it",
+          "set acks=all (with min.insync.replicas=2 on RF 3 topics)", check_acks),
+    _rule("P002", "retries disabled", NOT_LOST, "error",
+          "a transient broker error fails the send and the record is lost unless the app re-sends it",
+          "leave retries at its default and bound delivery with delivery.timeout.ms / message.timeout.ms",
+          check_retries),
+    _rule("P003", "delivery timeout too short to ride out a failover", NOT_LOST, "warning",
+          "records still queued or in flight expire during a leader election or broker restart",
+          f"set delivery.timeout.ms (librdkafka: message.timeout.ms) >= {MIN_DELIVERY_TIMEOUT_MS}, "
+          "e.g. the default", check_delivery_timeout_short),
+    _rule("P004", "linger.ms takes most of the delivery timeout", NOT_LOST, "warning",
+          "records sit in their batch for most of their delivery budget, so a short hiccup expires them",
+          "keep linger.ms well below half of delivery.timeout.ms / message.timeout.ms", check_linger_share),
+    _rule("P005", "transaction.timeout.ms shorter than delivery.timeout.ms", NOT_LOST, "warning",
+          "the coordinator aborts a transaction whose sends are still being retried",
+          "set transaction.timeout.ms >= delivery.timeout.ms", check_transaction_timeout_vs_delivery, JAVA),
+    _rule("P006", "idempotence disabled", ALL, "error",
+          "a retried batch whose ack was lost is written twice: a duplicate",
+          "set enable.idempotence=true (librdkafka's default is false)", check_idempotence),
+    _rule("P007", "several requests in flight without idempotence", NOT_LOST, "warning",
+          "a retried batch overtakes the batches sent after it: records are reordered in a partition",
+          "set enable.idempotence=true, or max.in.flight.requests.per.connection=1", check_reordering),
+    _rule("P008", "exactly-once producer without a transactional.id", EOS, "error",
+          "output and input offsets are not committed atomically, so a crash re-processes and duplicates",
+          "set a stable transactional.id and commit the input offsets through the transaction",
+          check_transactional_id_missing),
+    _rule("P009", "transactional.id changes across restarts", NOT_LOST, "warning",
+          "the old instance is not fenced and its open transaction stalls read_committed consumers",
+          "derive the id from something stable: the app name plus an instance ordinal",
+          check_transactional_id_stable),
+    _rule("P010", "transaction.timeout.ms above the broker's transaction.max.timeout.ms", ALL, "error",
+          "InitProducerId fails with INVALID_TRANSACTION_TIMEOUT: no transaction can begin",
+          "lower transaction.timeout.ms or raise the brokers' transaction.max.timeout.ms",
+          check_transaction_timeout_vs_broker),
+    _rule("P101", "idempotence with acks other than all", ALL, "error", STARTUP_WHY,
+          "set acks=all (or leave it unset)", check_startup_idempotence_acks),
+    _rule("P102", "idempotence with retries=0", ALL, "error", STARTUP_WHY,
+          "leave retries unset", check_startup_idempotence_retries),
+    _rule("P103", "idempotence with more than 5 requests in flight", ALL, "error", STARTUP_WHY,
+          "set max.in.flight.requests.per.connection <= 5", check_startup_idempotence_in_flight),
+    _rule("P104", "transactional.id without idempotence", ALL, "error", STARTUP_WHY,
+          "set enable.idempotence=true (and acks=all, retries > 0)",
+          check_startup_transactional_without_idempotence),
+    _rule("P105", "message.timeout.ms above transaction.timeout.ms", ALL, "error", STARTUP_WHY,
+          "leave message.timeout.ms unset (librdkafka then uses transaction.timeout.ms)",
+          check_startup_message_timeout_vs_transaction, RK),
+    _rule("P106", "linger.ms not below message.timeout.ms", ALL, "error", STARTUP_WHY,
+          "set linger.ms well below message.timeout.ms", check_startup_linger_vs_message_timeout, RK),
+    _rule("P107", "delivery.timeout.ms below linger.ms + request.timeout.ms", ALL, "error", STARTUP_WHY,
+          "set delivery.timeout.ms >= linger.ms + request.timeout.ms", check_startup_java_delivery_timeout,
+          JAVA),
+    _rule("P108", "socket.timeout.ms above transaction.timeout.ms + 100", ALL, "error", STARTUP_WHY,
+          "leave socket.timeout.ms unset for a transactional producer",
+          check_startup_socket_timeout_vs_transaction, RK),
+)

@@ -1,0 +1,440 @@
+"""Encode and decode the audit topics' records (docs/contracts.md, v1).
+
+Encoders take plain tuples (what the probes buffer on their hot paths) and
+return compact JSON bytes. ``decode_ledger_record`` turns any record of the
+three audit topics back into a typed value, or a ``LedgerDecodeError`` naming
+what is wrong; it never raises on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from auditor.probes.config import mask_config
+from auditor.probes.headers import decode_audit_id
+
+LEDGER_VERSION = 1
+ACKED = "acked"
+FAILED = "failed"
+PERSISTED = "persisted"
+POSSIBLY_PERSISTED = "possibly"
+NOT_PERSISTED = "not"
+PERSISTED_VALUES = frozenset({PERSISTED, POSSIBLY_PERSISTED, NOT_PERSISTED})
+
+# Kafka's default max message size is ~1 MB; stay well below it per ledger record.
+MAX_RECORD_BYTES = 512 * 1024
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+# --- buffered entry shapes (hot path; tuples, not objects) -----------------------
+# producer: (topic, seq, partition, offset, audit_id, ts_ms, error, persisted)
+#   error is None for acked entries; persisted is None for acked entries.
+# consumer: (topic, partition, offset, audit_id, ts_ms)
+ProducerEntryTuple = tuple[str, int, int, int, bytes | str | None, int, str | None, str | None]
+ConsumerEntryTuple = tuple[str, int, int, bytes | str | None, int]
+
+
+# --- typed decoded records --------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ProducerEntry:
+    seq: int
+    status: Literal["acked", "failed"]
+    partition: int
+    offset: int
+    error: str | None
+    persisted: str
+    audit_id: str | None
+    ts_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerBatch:
+    pid: str
+    client_id: str | None
+    topic: str
+    entries: tuple[ProducerEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerEntry:
+    topic: str
+    partition: int
+    offset: int
+    audit_id: str | None
+    ts_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerBatch:
+    sid: str
+    group: str | None
+    entries: tuple[ConsumerEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStart:
+    """A probe session began. ``kind`` is "producer" (``pid``) or "consumer" (``sid``)."""
+
+    kind: Literal["producer", "consumer"]
+    session: str
+    client_id: str | None
+    ts_ms: int
+    host: str | None
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnd:
+    """A probe session flushed or closed; ``last_seq`` is per topic (producers only)."""
+
+    kind: Literal["producer", "consumer"]
+    session: str
+    ts_ms: int
+    last_seq: Mapping[str, int] = field(default_factory=dict)
+    group: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRecord:
+    kind: Literal["producer", "consumer"]
+    session: str
+    client_id: str | None
+    group: str | None
+    library: str
+    library_version: str
+    config: Mapping[str, Any]
+    host: str | None
+    ts_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerDecodeError:
+    """A ledger record that could not be decoded; ``reason`` says why."""
+
+    reason: str
+    raw: bytes | None = None
+
+    def __bool__(self) -> bool:  # lets callers write `if not result: ...`
+        return False
+
+
+LedgerRecord = ProducerBatch | ConsumerBatch | SessionStart | SessionEnd | ClientRecord
+
+
+# --- encoders -----------------------------------------------------------------------
+def _split_to_fit(header: dict[str, Any], entries: list[list[Any]], out: list[bytes]) -> None:
+    header["entries"] = entries
+    encoded = _dumps(header).encode("utf-8")
+    if len(encoded) <= MAX_RECORD_BYTES or len(entries) <= 1:
+        out.append(encoded)
+        return
+    middle = len(entries) // 2
+    _split_to_fit(header, entries[:middle], out)
+    _split_to_fit(header, entries[middle:], out)
+
+
+def encode_producer_batch(
+    pid: str,
+    client_id: str | None,
+    entries: Iterable[ProducerEntryTuple],
+    max_entries: int = 1000,
+) -> list[bytes]:
+    """Producer ledger records for buffered entries: one or more per topic.
+
+    Entries keep their buffered order within a topic; a topic's entries are
+    split into records of at most ``max_entries`` and at most MAX_RECORD_BYTES.
+    """
+    by_topic: dict[str, list[list[Any]]] = {}
+    for topic, seq, partition, offset, audit_id, ts_ms, error, persisted in entries:
+        rows = by_topic.get(topic)
+        if rows is None:
+            rows = by_topic[topic] = []
+        rows.append(
+            [
+                seq,
+                ACKED if error is None else FAILED,
+                partition,
+                offset,
+                error,
+                PERSISTED if error is None else persisted,
+                None if audit_id is None else decode_audit_id(audit_id),
+                ts_ms,
+            ]
+        )
+    out: list[bytes] = []
+    step = max(1, max_entries)
+    for topic, rows in by_topic.items():
+        for start in range(0, len(rows), step):
+            header = {"v": LEDGER_VERSION, "type": "batch", "pid": pid, "client_id": client_id, "topic": topic}
+            _split_to_fit(header, rows[start : start + step], out)
+    return out
+
+
+def encode_consumer_batch(
+    sid: str,
+    group: str | None,
+    entries: Iterable[ConsumerEntryTuple],
+    max_entries: int = 1000,
+) -> list[bytes]:
+    """Consumer ledger ("processed") records for buffered marks, in mark order."""
+    rows = [
+        [topic, partition, offset, None if audit_id is None else decode_audit_id(audit_id), ts_ms]
+        for topic, partition, offset, audit_id, ts_ms in entries
+    ]
+    out: list[bytes] = []
+    step = max(1, max_entries)
+    for start in range(0, len(rows), step):
+        header = {"v": LEDGER_VERSION, "type": "processed", "sid": sid, "group": group}
+        _split_to_fit(header, rows[start : start + step], out)
+    return out
+
+
+def encode_session_start(
+    kind: Literal["producer", "consumer"],
+    session: str,
+    client_id: str | None,
+    ts_ms: int,
+    host: str | None,
+    group: str | None = None,
+) -> bytes:
+    record: dict[str, Any] = {"v": LEDGER_VERSION, "type": "session-start"}
+    if kind == "producer":
+        record["pid"] = session
+    else:
+        record["sid"] = session
+        record["group"] = group
+    record.update({"client_id": client_id, "ts": ts_ms, "host": host})
+    return _dumps(record).encode("utf-8")
+
+
+def encode_session_end(
+    kind: Literal["producer", "consumer"],
+    session: str,
+    ts_ms: int,
+    last_seq: Mapping[str, int] | None = None,
+    group: str | None = None,
+) -> bytes:
+    if kind == "producer":
+        record: dict[str, Any] = {
+            "v": LEDGER_VERSION,
+            "type": "session-end",
+            "pid": session,
+            "ts": ts_ms,
+            "last_seq": dict(last_seq or {}),
+        }
+    else:
+        record = {"v": LEDGER_VERSION, "type": "session-end", "sid": session, "group": group, "ts": ts_ms}
+    return _dumps(record).encode("utf-8")
+
+
+def encode_client_record(
+    kind: Literal["producer", "consumer"],
+    session: str,
+    client_id: str | None,
+    group: str | None,
+    library_version: str,
+    config: Mapping[str, Any],
+    host: str | None,
+    ts_ms: int,
+) -> bytes:
+    """The ``_audit.clients`` record; ``config`` is masked here whatever the caller did."""
+    record = {
+        "v": LEDGER_VERSION,
+        "kind": kind,
+        "session": session,
+        "client_id": client_id,
+        "group": group,
+        "library": "librdkafka",
+        "library_version": library_version,
+        "config": mask_config(config),
+        "host": host,
+        "ts": ts_ms,
+    }
+    return _dumps(record).encode("utf-8")
+
+
+# --- decoders -------------------------------------------------------------------------
+class _Invalid(Exception):
+    pass
+
+
+def _req(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], nullable: bool = False) -> Any:
+    if key not in obj:
+        raise _Invalid(f"field {key!r} is missing")
+    value = obj[key]
+    if value is None and nullable:
+        return None
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise _Invalid(f"field {key!r} should be {_kind_name(kind)}, got {type(value).__name__}")
+    return value
+
+
+def _opt(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    if obj.get(key) is None:
+        return None
+    return _req(obj, key, kind)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    if isinstance(kind, tuple):
+        return " or ".join(k.__name__ for k in kind)
+    return kind.__name__
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Invalid(f"{what} should be an integer, got {value!r:.40}")
+    return value
+
+
+def _session_of(obj: Mapping[str, Any]) -> tuple[Literal["producer", "consumer"], str]:
+    if "pid" in obj:
+        return "producer", _req(obj, "pid", str)
+    if "sid" in obj:
+        return "consumer", _req(obj, "sid", str)
+    raise _Invalid("neither 'pid' (producer) nor 'sid' (consumer) is present")
+
+
+def _producer_entry(row: Any, index: int) -> ProducerEntry:
+    if not isinstance(row, list) or len(row) != 8:
+        raise _Invalid(f"entry {index} should be a list of 8 values")
+    seq, status, partition, offset, error, persisted, audit_id, ts_ms = row
+    where = f"entry {index}"
+    if status not in (ACKED, FAILED):
+        raise _Invalid(f"{where}: status should be 'acked' or 'failed', got {status!r:.40}")
+    if persisted not in PERSISTED_VALUES:
+        raise _Invalid(f"{where}: persisted should be one of {sorted(PERSISTED_VALUES)}, got {persisted!r:.40}")
+    if error is not None and not isinstance(error, str):
+        raise _Invalid(f"{where}: error should be a string or null")
+    if audit_id is not None and not isinstance(audit_id, str):
+        raise _Invalid(f"{where}: audit_id should be a string or null")
+    seq = _int(seq, f"{where}: seq")
+    if seq < 0:
+        raise _Invalid(f"{where}: seq should be >= 0, got {seq}")
+    return ProducerEntry(
+        seq=seq,
+        status=status,
+        partition=_int(partition, f"{where}: partition"),
+        offset=_int(offset, f"{where}: offset"),
+        error=error,
+        persisted=persisted,
+        audit_id=audit_id,
+        ts_ms=_int(ts_ms, f"{where}: ts_ms"),
+    )
+
+
+def _consumer_entry(row: Any, index: int) -> ConsumerEntry:
+    if not isinstance(row, list) or len(row) != 5:
+        raise _Invalid(f"entry {index} should be a list of 5 values")
+    topic, partition, offset, audit_id, ts_ms = row
+    where = f"entry {index}"
+    if not isinstance(topic, str) or not topic:
+        raise _Invalid(f"{where}: topic should be a non-empty string")
+    if audit_id is not None and not isinstance(audit_id, str):
+        raise _Invalid(f"{where}: audit_id should be a string or null")
+    return ConsumerEntry(
+        topic=topic,
+        partition=_int(partition, f"{where}: partition"),
+        offset=_int(offset, f"{where}: offset"),
+        audit_id=audit_id,
+        ts_ms=_int(ts_ms, f"{where}: ts_ms"),
+    )
+
+
+def _decode_object(obj: Mapping[str, Any]) -> LedgerRecord:
+    version = obj.get("v")
+    if version != LEDGER_VERSION:
+        raise _Invalid(f"unsupported version v={version!r:.20} (this reader knows v={LEDGER_VERSION})")
+    record_type = obj.get("type")
+    if record_type is None and "kind" in obj:
+        kind = obj["kind"]
+        if kind not in ("producer", "consumer"):
+            raise _Invalid(f"client record kind should be 'producer' or 'consumer', got {kind!r:.40}")
+        return ClientRecord(
+            kind=kind,
+            session=_req(obj, "session", str),
+            client_id=_opt(obj, "client_id", str),
+            group=_opt(obj, "group", str),
+            library=_req(obj, "library", str),
+            library_version=_req(obj, "library_version", str),
+            config=_req(obj, "config", dict),
+            host=_opt(obj, "host", str),
+            ts_ms=_req(obj, "ts", int),
+        )
+    if record_type == "batch":
+        entries = _req(obj, "entries", list)
+        return ProducerBatch(
+            pid=_req(obj, "pid", str),
+            client_id=_opt(obj, "client_id", str),
+            topic=_req(obj, "topic", str),
+            entries=tuple(_producer_entry(row, i) for i, row in enumerate(entries)),
+        )
+    if record_type == "processed":
+        entries = _req(obj, "entries", list)
+        return ConsumerBatch(
+            sid=_req(obj, "sid", str),
+            group=_opt(obj, "group", str),
+            entries=tuple(_consumer_entry(row, i) for i, row in enumerate(entries)),
+        )
+    if record_type == "session-start":
+        kind, session = _session_of(obj)
+        return SessionStart(
+            kind=kind,
+            session=session,
+            client_id=_opt(obj, "client_id", str),
+            ts_ms=_req(obj, "ts", int),
+            host=_opt(obj, "host", str),
+            group=_opt(obj, "group", str),
+        )
+    if record_type == "session-end":
+        kind, session = _session_of(obj)
+        last_seq: dict[str, int] = {}
+        if kind == "producer":
+            raw_last = _req(obj, "last_seq", dict)
+            for topic, seq in raw_last.items():
+                last_seq[topic] = _int(seq, f"last_seq[{topic!r}]")
+        return SessionEnd(
+            kind=kind,
+            session=session,
+            ts_ms=_req(obj, "ts", int),
+            last_seq=last_seq,
+            group=_opt(obj, "group", str),
+        )
+    raise _Invalid(f"unknown record type {record_type!r:.40}")
+
+
+def decode_ledger_record(raw: bytes | str | None) -> LedgerRecord | LedgerDecodeError:
+    """Decode one record value of an audit topic; bad input gives a LedgerDecodeError."""
+    raw_bytes = raw.encode("utf-8") if isinstance(raw, str) else raw
+    if not raw_bytes:
+        return LedgerDecodeError("empty record value", raw_bytes)
+    try:
+        obj = json.loads(raw_bytes)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return LedgerDecodeError(f"not JSON: {exc}", raw_bytes)
+    except RecursionError:
+        return LedgerDecodeError("not JSON: nested too deeply", raw_bytes)
+    if not isinstance(obj, dict):
+        return LedgerDecodeError(f"should be a JSON object, got {type(obj).__name__}", raw_bytes)
+    try:
+        return _decode_object(obj)
+    except _Invalid as exc:
+        return LedgerDecodeError(str(exc), raw_bytes)
+
+
+def decode_ledger_records(
+    raws: Iterable[bytes | str | None],
+) -> tuple[list[LedgerRecord], list[LedgerDecodeError]]:
+    """Decode many records, keeping good ones and collecting the errors separately."""
+    good: list[LedgerRecord] = []
+    bad: list[LedgerDecodeError] = []
+    for raw in raws:
+        result = decode_ledger_record(raw)
+        if isinstance(result, LedgerDecodeError):
+            bad.append(result)
+        else:
+            good.append(result)
+    return good, bad

@@ -1,0 +1,270 @@
+"""AuditedConsumer: a confluent_kafka.Consumer that checks audit headers and keeps
+a processed ledger (docs/contracts.md, ``_audit.consumer-ledger``).
+
+Bad or missing headers are counted, never raised: records from producers that
+are not audited are still consumed, just with fewer verdicts available.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, Literal
+
+from confluent_kafka import Consumer, Message, TopicPartition, libversion
+
+from auditor.probes.codec import (
+    encode_client_record,
+    encode_consumer_batch,
+    encode_session_end,
+    encode_session_start,
+)
+from auditor.probes.config import ledger_producer_config, mask_config
+from auditor.probes.headers import fast_audit_id
+from auditor.probes.topics import CLIENTS_TOPIC, CONSUMER_LEDGER_TOPIC
+from auditor.probes.writer import LedgerWriter
+
+_time_ns = time.time_ns
+
+
+class _Processing:
+    """``with consumer.processing(msg):`` marks the message only if the block succeeds."""
+
+    __slots__ = ("_consumer", "_msg")
+
+    def __init__(self, consumer: AuditedConsumer, msg: Message) -> None:
+        self._consumer = consumer
+        self._msg = msg
+
+    def __enter__(self) -> Message:
+        return self._msg
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
+        if exc_type is None:
+            self._consumer.mark_processed(self._msg)
+        return False
+
+
+class AuditedConsumer:
+    """A confluent_kafka.Consumer with a processed ledger and header statistics.
+
+    Call ``mark_processed(msg)`` (or use ``with consumer.processing(msg):``)
+    once the application has finished with a record. Marks are buffered and
+    written in batches to the consumer ledger; ``commit()`` first hands the
+    buffered marks to the ledger (and, for a synchronous commit, waits for them)
+    so a committed offset never runs ahead of its processed marks. Offsets
+    committed by ``enable.auto.commit`` cannot be ordered that way; audit-minded
+    consumers commit explicitly.
+    """
+
+    kind: Literal["consumer"] = "consumer"
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        ledger_topic: str = CONSUMER_LEDGER_TOPIC,
+        clients_topic: str = CLIENTS_TOPIC,
+        ledger_batch_size: int = 1000,
+        ledger_flush_interval_s: float = 1.0,
+        ledger_flush_timeout_s: float = 30.0,
+        ledger_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._config = dict(config)
+        self._consumer = Consumer(dict(config))
+        self.session_id = uuid.uuid4().hex
+        group = self._config.get("group.id")
+        self.group: str | None = None if group is None else str(group)
+        self.client_id: str = str(self._config.get("client.id", "rdkafka"))
+        self.host = socket.gethostname()
+        self._ledger_flush_timeout_s = ledger_flush_timeout_s
+        self._received = 0
+        self._processed = 0
+        self._missing = 0
+        self._malformed = 0
+        self._last_msg: Message | None = None
+        self._last_id: bytes | str | None = None
+        self._closed = False
+
+        def encode(entries: Any) -> list[bytes]:
+            return encode_consumer_batch(self.session_id, self.group, entries, ledger_batch_size)
+
+        self._ledger = LedgerWriter(
+            ledger_producer_config(self._config, self.client_id, ledger_config),
+            topic=ledger_topic,
+            key=self.session_id.encode("ascii"),
+            encode=encode,
+            batch_size=ledger_batch_size,
+            flush_interval_s=ledger_flush_interval_s,
+            name=f"consumer-{self.session_id[:8]}",
+        )
+        self._append = self._ledger.append
+        self._pending = self._ledger.pending
+        self._batch_size = ledger_batch_size
+        now_ms = _time_ns() // 1_000_000
+        self._ledger.write(
+            encode_session_start("consumer", self.session_id, self.client_id, now_ms, self.host, self.group)
+        )
+        self._ledger.write(
+            encode_client_record(
+                "consumer",
+                self.session_id,
+                self.client_id,
+                self.group,
+                libversion()[0],
+                self._config,
+                self.host,
+                now_ms,
+            ),
+            topic=clients_topic,
+        )
+
+    # --- receiving ---------------------------------------------------------------------
+    def _inspect(self, msg: Message) -> None:
+        status, audit_id = fast_audit_id(msg.headers())
+        self._received += 1
+        if status:
+            if status == 1:
+                self._missing += 1
+            else:
+                self._malformed += 1
+        self._last_msg = msg
+        self._last_id = audit_id
+
+    def poll(self, timeout: float | None = None) -> Message | None:
+        msg = self._consumer.poll(-1 if timeout is None else timeout)
+        if msg is not None and msg.error() is None:
+            self._inspect(msg)
+        return msg
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        messages = self._consumer.consume(num_messages, timeout)
+        for msg in messages:
+            if msg.error() is None:
+                self._inspect(msg)
+        return messages
+
+    # --- processed marks -------------------------------------------------------------------
+    def mark_processed(self, msg: Message) -> None:
+        """Record that the application finished processing ``msg``."""
+        if msg is self._last_msg:
+            audit_id = self._last_id
+        else:
+            audit_id = fast_audit_id(msg.headers())[1]
+        self._append((msg.topic(), msg.partition(), msg.offset(), audit_id, _time_ns() // 1_000_000))
+        self._processed += 1
+        if len(self._pending) >= self._batch_size:
+            self._ledger.flush_entries()
+
+    def processing(self, msg: Message) -> _Processing:
+        """Context manager: marks ``msg`` processed when the block exits without an exception."""
+        return _Processing(self, msg)
+
+    # --- offsets ----------------------------------------------------------------------------
+    def commit(
+        self,
+        message: Message | None = None,
+        offsets: list[TopicPartition] | None = None,
+        asynchronous: bool = True,
+    ) -> list[TopicPartition] | None:
+        self._ledger.flush_entries()
+        if not asynchronous:
+            self._ledger.flush(self._ledger_flush_timeout_s)
+        kwargs: dict[str, Any] = {"asynchronous": asynchronous}
+        if message is not None:
+            kwargs["message"] = message
+        if offsets is not None:
+            kwargs["offsets"] = offsets
+        return self._consumer.commit(**kwargs)
+
+    def store_offsets(
+        self,
+        message: Message | None = None,
+        offsets: list[TopicPartition] | None = None,
+    ) -> None:
+        kwargs: dict[str, Any] = {}
+        if message is not None:
+            kwargs["message"] = message
+        if offsets is not None:
+            kwargs["offsets"] = offsets
+        self._consumer.store_offsets(**kwargs)
+
+    # --- assignment (plain delegation) -------------------------------------------------------
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: Callable[..., None] | None = None,
+        on_revoke: Callable[..., None] | None = None,
+        on_lost: Callable[..., None] | None = None,
+    ) -> None:
+        callbacks = {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_lost}
+        self._consumer.subscribe(topics, **{k: v for k, v in callbacks.items() if v is not None})
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self._consumer.assign(partitions)
+
+    def unsubscribe(self) -> None:
+        self._consumer.unsubscribe()
+
+    def unassign(self) -> None:
+        self._consumer.unassign()
+
+    def __getattr__(self, name: str) -> Any:
+        # assignment, committed, position, seek, pause, resume, get_watermark_offsets,
+        # consumer_group_metadata, incremental_assign, list_topics, ...
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._consumer, name)
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def flush_ledger(self, timeout: float | None = None) -> int:
+        """Write buffered marks now and wait for them; returns ledger records still in flight."""
+        return self._ledger.flush(self._ledger_flush_timeout_s if timeout is None else timeout)
+
+    def close(self) -> None:
+        """Write the buffered marks and the session end, then close the consumer."""
+        if self._closed:
+            return
+        self._closed = True
+        # Marks first, so the final auto-commit in Consumer.close() does not run
+        # ahead of them; then whatever its rebalance callbacks marked, then the end.
+        self._ledger.flush(self._ledger_flush_timeout_s)
+        try:
+            self._consumer.close()
+        finally:
+            end = encode_session_end("consumer", self.session_id, _time_ns() // 1_000_000, group=self.group)
+            self._ledger.write(end)
+            self._ledger.close(self._ledger_flush_timeout_s)
+
+    def __enter__(self) -> AuditedConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- introspection -------------------------------------------------------------------------
+    @property
+    def consumer(self) -> Consumer:
+        """The wrapped confluent_kafka.Consumer (messages polled on it directly are not counted)."""
+        return self._consumer
+
+    def effective_config(self) -> dict[str, Any]:
+        """The configuration the application gave, secrets masked (as published to the clients topic)."""
+        return mask_config(self._config)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "received": self._received,
+            "processed": self._processed,
+            "missing_headers": self._missing,
+            "malformed_headers": self._malformed,
+            **self._ledger.stats(),
+        }

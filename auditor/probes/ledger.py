@@ -1,0 +1,317 @@
+"""Pure functions over decoded ledger records: per-session summaries, sequence gaps,
+duplicates and reprocessing. No Kafka I/O here; callers read the audit topics
+(or build records inline in tests) and pass ``decode_ledger_record`` results.
+
+The one rule every reader must keep (docs/contracts.md): never infer a gap past
+a session's last ledgered sequence. A session that crashed stops being
+accountable where its last flushed batch (or session-end) stopped.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, NamedTuple
+
+from auditor.probes.codec import (
+    ConsumerBatch,
+    LedgerDecodeError,
+    LedgerRecord,
+    ProducerBatch,
+    ProducerEntry,
+    SessionEnd,
+    SessionStart,
+)
+from auditor.probes.headers import parse_audit_headers
+
+GapReason = Literal["acked-not-seen", "failed", "unledgered"]
+
+
+# --- producer ledger --------------------------------------------------------------------
+@dataclass
+class TopicLedger:
+    """What one producer session's ledger says about one topic."""
+
+    last_seq: int = -1
+    acked: dict[int, tuple[int, int]] = field(default_factory=dict)  # seq -> (partition, offset)
+    failed: dict[int, ProducerEntry] = field(default_factory=dict)
+
+    @property
+    def acked_seqs(self) -> set[int]:
+        return set(self.acked)
+
+    @property
+    def failed_seqs(self) -> set[int]:
+        return set(self.failed)
+
+
+@dataclass
+class ProducerSession:
+    pid: str
+    client_id: str | None = None
+    host: str | None = None
+    started_ms: int | None = None
+    ended_ms: int | None = None  # the latest session-end (flush() or close())
+    topics: dict[str, TopicLedger] = field(default_factory=dict)
+
+    @property
+    def ended(self) -> bool:
+        """False for a session that crashed before any flush()/close() was ledgered."""
+        return self.ended_ms is not None
+
+    def last_seq(self, topic: str) -> int:
+        """The last sequence the ledger accounts for on ``topic`` (-1: none)."""
+        ledger = self.topics.get(topic)
+        return -1 if ledger is None else ledger.last_seq
+
+    def topic(self, topic: str) -> TopicLedger:
+        ledger = self.topics.get(topic)
+        if ledger is None:
+            ledger = self.topics[topic] = TopicLedger()
+        return ledger
+
+
+def summarize_producer_ledger(
+    records: Iterable[LedgerRecord | LedgerDecodeError],
+) -> dict[str, ProducerSession]:
+    """Per producer session: last ledgered seq, acked and failed entries per topic.
+
+    The last seq is the highest of any entry's seq and any session-end's
+    ``last_seq``. A seq both acked and failed (it cannot be in one ledger, but
+    merged ledgers can disagree) counts as acked: the record is in the log.
+    Decode errors and consumer records are ignored.
+    """
+    sessions: dict[str, ProducerSession] = {}
+
+    def session(pid: str) -> ProducerSession:
+        found = sessions.get(pid)
+        if found is None:
+            found = sessions[pid] = ProducerSession(pid)
+        return found
+
+    for record in records:
+        if isinstance(record, ProducerBatch):
+            current = session(record.pid)
+            if current.client_id is None:
+                current.client_id = record.client_id
+            ledger = current.topic(record.topic)
+            for entry in record.entries:
+                if entry.status == "acked":
+                    ledger.acked[entry.seq] = (entry.partition, entry.offset)
+                    ledger.failed.pop(entry.seq, None)
+                elif entry.seq not in ledger.acked:
+                    ledger.failed[entry.seq] = entry
+                if entry.seq > ledger.last_seq:
+                    ledger.last_seq = entry.seq
+        elif isinstance(record, SessionStart) and record.kind == "producer":
+            current = session(record.session)
+            current.started_ms = record.ts_ms
+            current.client_id = record.client_id
+            current.host = record.host
+        elif isinstance(record, SessionEnd) and record.kind == "producer":
+            current = session(record.session)
+            if current.ended_ms is None or record.ts_ms >= current.ended_ms:
+                current.ended_ms = record.ts_ms
+            for topic, seq in record.last_seq.items():
+                ledger = current.topic(topic)
+                if seq > ledger.last_seq:
+                    ledger.last_seq = seq
+    return sessions
+
+
+class SeenRecord(NamedTuple):
+    """An audited record as read back from a topic."""
+
+    pid: str
+    topic: str
+    seq: int
+    partition: int = -1
+    offset: int = -1
+
+
+def seen_record_from_message(
+    topic: str,
+    partition: int,
+    offset: int,
+    headers: Iterable[tuple[str, bytes | None]] | None,
+) -> SeenRecord | None:
+    """A SeenRecord for a consumed record, or None when its audit headers are missing or malformed."""
+    parsed = parse_audit_headers(headers)
+    if parsed is None or not parsed.valid or parsed.pid is None or parsed.seq is None:
+        return None
+    return SeenRecord(parsed.pid, topic, parsed.seq, partition, offset)
+
+
+@dataclass(frozen=True)
+class SequenceGap:
+    """Sequences ``first``..``last`` of (pid, topic) were not seen in the topic."""
+
+    pid: str
+    topic: str
+    first: int
+    last: int
+    reason: GapReason
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1
+
+
+def _seen_by_stream(records_seen: Iterable[SeenRecord | tuple[str, str, int]]) -> dict[tuple[str, str], set[int]]:
+    seen: dict[tuple[str, str], set[int]] = defaultdict(set)
+    for record in records_seen:
+        seen[(record[0], record[1])].add(record[2])
+    return seen
+
+
+def find_sequence_gaps(
+    records_seen: Iterable[SeenRecord | tuple[str, str, int]],
+    ledger: Mapping[str, ProducerSession],
+    include_failed: bool = False,
+) -> list[SequenceGap]:
+    """Sequences a producer session sent but that are absent from ``records_seen``.
+
+    Only sessions in ``ledger`` are checked, and only up to each session's last
+    ledgered seq per topic, so a crashed session's unflushed tail is never a gap.
+    Reasons: ``acked-not-seen`` (broker acked it, the topic lacks it),
+    ``unledgered`` (inside the ledgered range but without an entry), and
+    ``failed`` (the producer was told it failed; reported only with
+    ``include_failed`` since the ledger already explains it).
+    """
+    seen = _seen_by_stream(records_seen)
+    gaps: list[SequenceGap] = []
+    for pid in sorted(ledger):
+        session = ledger[pid]
+        for topic in sorted(session.topics):
+            topic_ledger = session.topics[topic]
+            seen_seqs = seen.get((pid, topic), set())
+            run_start: int | None = None
+            run_reason: GapReason | None = None
+            for seq in range(topic_ledger.last_seq + 1):
+                reason: GapReason | None = None
+                if seq not in seen_seqs:
+                    if seq in topic_ledger.acked:
+                        reason = "acked-not-seen"
+                    elif seq in topic_ledger.failed:
+                        reason = "failed" if include_failed else None
+                    else:
+                        reason = "unledgered"
+                if reason != run_reason:
+                    if run_reason is not None and run_start is not None:
+                        gaps.append(SequenceGap(pid, topic, run_start, seq - 1, run_reason))
+                    run_start, run_reason = seq, reason
+            if run_reason is not None and run_start is not None:
+                gaps.append(SequenceGap(pid, topic, run_start, topic_ledger.last_seq, run_reason))
+    return gaps
+
+
+@dataclass(frozen=True)
+class DuplicateSequence:
+    """One (pid, topic, seq) found at more than one (partition, offset)."""
+
+    pid: str
+    topic: str
+    seq: int
+    locations: tuple[tuple[int, int], ...]
+
+
+def find_duplicate_sequences(records_seen: Iterable[SeenRecord]) -> list[DuplicateSequence]:
+    """Records the producer sent once but the topic holds more than once.
+
+    Reading the same (partition, offset) twice is not a duplicate.
+    """
+    locations: dict[tuple[str, str, int], set[tuple[int, int]]] = defaultdict(set)
+    for record in records_seen:
+        locations[(record.pid, record.topic, record.seq)].add((record.partition, record.offset))
+    return [
+        DuplicateSequence(pid, topic, seq, tuple(sorted(places)))
+        for (pid, topic, seq), places in sorted(locations.items())
+        if len(places) > 1
+    ]
+
+
+# --- consumer ledger --------------------------------------------------------------------
+@dataclass
+class ConsumerSession:
+    sid: str
+    group: str | None = None
+    client_id: str | None = None
+    host: str | None = None
+    started_ms: int | None = None
+    ended_ms: int | None = None
+    processed: set[tuple[str, int, int]] = field(default_factory=set)  # (topic, partition, offset)
+
+    @property
+    def ended(self) -> bool:
+        return self.ended_ms is not None
+
+
+def summarize_consumer_ledger(
+    records: Iterable[LedgerRecord | LedgerDecodeError],
+) -> dict[str, ConsumerSession]:
+    """Per consumer session: group and the (topic, partition, offset) it marked processed."""
+    sessions: dict[str, ConsumerSession] = {}
+
+    def session(sid: str) -> ConsumerSession:
+        found = sessions.get(sid)
+        if found is None:
+            found = sessions[sid] = ConsumerSession(sid)
+        return found
+
+    for record in records:
+        if isinstance(record, ConsumerBatch):
+            current = session(record.sid)
+            current.group = record.group if record.group is not None else current.group
+            current.processed.update((e.topic, e.partition, e.offset) for e in record.entries)
+        elif isinstance(record, SessionStart) and record.kind == "consumer":
+            current = session(record.session)
+            current.started_ms = record.ts_ms
+            current.group = record.group
+            current.client_id = record.client_id
+            current.host = record.host
+        elif isinstance(record, SessionEnd) and record.kind == "consumer":
+            current = session(record.session)
+            if current.ended_ms is None or record.ts_ms >= current.ended_ms:
+                current.ended_ms = record.ts_ms
+    return sessions
+
+
+@dataclass(frozen=True)
+class Reprocessed:
+    """A record that one consumer group marked processed more than once."""
+
+    group: str | None
+    topic: str
+    partition: int
+    offset: int
+    times: int
+    sessions: tuple[str, ...]
+
+
+def find_reprocessed(records: Iterable[LedgerRecord | LedgerDecodeError]) -> list[Reprocessed]:
+    """Records a group processed more than once, across all of its sessions."""
+    marks: dict[tuple[str | None, str, int, int], list[str]] = defaultdict(list)
+    for record in records:
+        if isinstance(record, ConsumerBatch):
+            for entry in record.entries:
+                marks[(record.group, entry.topic, entry.partition, entry.offset)].append(record.sid)
+    ordered = sorted(marks.items(), key=lambda item: (item[0][0] or "", item[0][1:]))
+    return [
+        Reprocessed(group, topic, partition, offset, len(sids), tuple(sorted(set(sids))))
+        for (group, topic, partition, offset), sids in ordered
+        if len(sids) > 1
+    ]
+
+
+def processed_offsets(
+    records: Iterable[LedgerRecord | LedgerDecodeError],
+    group: str | None = None,
+) -> set[tuple[str, int, int]]:
+    """Every (topic, partition, offset) marked processed (by ``group`` when given)."""
+    return {
+        (entry.topic, entry.partition, entry.offset)
+        for record in records
+        if isinstance(record, ConsumerBatch) and (group is None or record.group == group)
+        for entry in record.entries
+    }

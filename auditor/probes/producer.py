@@ -1,0 +1,373 @@
+"""AuditedProducer: a drop-in confluent_kafka.Producer that stamps audit headers
+and keeps a producer ledger (docs/contracts.md).
+
+Per produce() the hot path builds four header tuples and one functools.partial
+(the delivery report must know the record's sequence number: librdkafka hands
+delivery callbacks a message without headers). Per delivery report it appends
+one tuple to a deque. Encoding and writing the ledger happen in batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, Literal
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition, libversion
+
+from auditor.probes.codec import (
+    encode_client_record,
+    encode_producer_batch,
+    encode_session_end,
+    encode_session_start,
+)
+from auditor.probes.config import ledger_producer_config, mask_config
+from auditor.probes.headers import AUDIT_HEADER_NAMES, AUDIT_ID, AUDIT_PID, AUDIT_SEQ, AUDIT_TS, new_uuid4
+from auditor.probes.persistence import classify_persistence, describe_error
+from auditor.probes.topics import CLIENTS_TOPIC, PRODUCER_LEDGER_TOPIC
+from auditor.probes.writer import LedgerWriter
+
+logger = logging.getLogger(__name__)
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+KeyFunction = Callable[[Any, Any], Any]
+UserHeaders = Sequence[tuple[str, Any]] | Mapping[str, Any] | None
+
+_time_ns = time.time_ns
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "on")
+    return bool(value)
+
+
+def _id_bytes(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value or None
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value) or None
+    text = value if isinstance(value, str) else str(value)
+    return text.encode("utf-8") or None
+
+
+def _split_user_headers(headers: UserHeaders) -> tuple[list[tuple[str, Any]], bytes | None]:
+    """User headers without reserved audit-* names, and a user-supplied audit-id if any."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    kept: list[tuple[str, Any]] = []
+    supplied_id: bytes | None = None
+    for name, value in pairs:  # type: ignore[union-attr]
+        if name in AUDIT_HEADER_NAMES:
+            if name == AUDIT_ID:
+                supplied_id = _id_bytes(value)
+            continue
+        kept.append((name, value))
+    return kept, supplied_id
+
+
+def _timeout_args(timeout: float | None) -> tuple[float, ...]:
+    return () if timeout is None else (timeout,)
+
+
+class AuditedProducer:
+    """A confluent_kafka.Producer that stamps audit headers and keeps a ledger.
+
+    Headers: ``audit-id`` comes from ``key_fn(value, key)`` if given, else a
+    user-supplied ``audit-id`` header, else the record key, else a UUID4.
+    Other user-supplied ``audit-*`` headers are replaced by this session's.
+    ``audit-seq`` is per (session, topic), from 0, and is only consumed when
+    produce() succeeds locally (a BufferError leaves it for the retry).
+
+    Delivery reports: the application's ``on_delivery``/``callback`` (per call
+    or in the config) is still called with the same (err, msg). The inner
+    producer always reports every delivery (the ledger needs the acks); a
+    configured ``delivery.report.only.error=true`` is honoured for the
+    application's callback only.
+
+    Call ``flush()`` or ``close()`` to make the ledger durable: each writes the
+    buffered entries and a ``session-end`` with the last sequence per topic.
+    """
+
+    kind: Literal["producer"] = "producer"
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        key_fn: KeyFunction | None = None,
+        ledger_topic: str = PRODUCER_LEDGER_TOPIC,
+        clients_topic: str = CLIENTS_TOPIC,
+        ledger_batch_size: int = 1000,
+        ledger_flush_interval_s: float = 1.0,
+        ledger_flush_timeout_s: float = 30.0,
+        ledger_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        client_config = dict(config)
+        self._config = dict(config)
+        self._default_on_delivery: DeliveryCallback | None = client_config.pop("on_delivery", None)
+        self._only_error_reports = _truthy(client_config.pop("delivery.report.only.error", False))
+        self._producer = Producer(client_config)
+        self._key_fn = key_fn
+        self._ledger_flush_timeout_s = ledger_flush_timeout_s
+        self.session_id = uuid.uuid4().hex
+        self.client_id: str = str(client_config.get("client.id", "rdkafka"))
+        self.host = socket.gethostname()
+        self._pid_header = (AUDIT_PID, self.session_id.encode("ascii"))
+        self._next_seq: dict[str, int] = {}
+        self._seq_lock = threading.Lock()
+        self._closed = False
+
+        def encode(entries: Any) -> list[bytes]:
+            return encode_producer_batch(self.session_id, self.client_id, entries, ledger_batch_size)
+
+        self._ledger = LedgerWriter(
+            ledger_producer_config(client_config, self.client_id, ledger_config),
+            topic=ledger_topic,
+            key=self.session_id.encode("ascii"),
+            encode=encode,
+            batch_size=ledger_batch_size,
+            flush_interval_s=ledger_flush_interval_s,
+            name=f"producer-{self.session_id[:8]}",
+        )
+        self._on_delivery = self._make_delivery_handler()
+        now_ms = _time_ns() // 1_000_000
+        self._ledger.write(encode_session_start("producer", self.session_id, self.client_id, now_ms, self.host))
+        self._ledger.write(
+            encode_client_record(
+                "producer",
+                self.session_id,
+                self.client_id,
+                None,
+                libversion()[0],
+                self._config,
+                self.host,
+                now_ms,
+            ),
+            topic=clients_topic,
+        )
+
+    def _make_delivery_handler(self) -> Callable[..., None]:
+        # A closure, not a method: local names are the cheapest lookups on the
+        # path that runs once per delivered message.
+        append = self._ledger.append
+        pending = self._ledger.pending
+        batch_size = self._ledger.batch_size
+        flush_entries = self._ledger.flush_entries
+        only_errors = self._only_error_reports
+        time_ns = _time_ns
+
+        def on_delivery(
+            topic: str,
+            seq: int,
+            audit_id: bytes,
+            user_callback: DeliveryCallback | None,
+            err: KafkaError | None,
+            msg: Message,
+        ) -> None:
+            if err is None:
+                offset = msg.offset()
+                append(
+                    (topic, seq, msg.partition(), -1 if offset is None else offset, audit_id,
+                     time_ns() // 1_000_000, None, None)
+                )  # fmt: skip
+            else:
+                partition = msg.partition()
+                append(
+                    (topic, seq, -1 if partition is None or partition < 0 else partition, -1, audit_id,
+                     time_ns() // 1_000_000, describe_error(err), classify_persistence(err))
+                )  # fmt: skip
+            if len(pending) >= batch_size:
+                flush_entries()
+            if user_callback is not None and (err is not None or not only_errors):
+                user_callback(err, msg)
+
+        return on_delivery
+
+    # --- the hot path --------------------------------------------------------------------
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
+        headers: UserHeaders = None,
+        *,
+        callback: DeliveryCallback | None = None,
+    ) -> None:
+        """Same contract as ``confluent_kafka.Producer.produce``, plus audit headers."""
+        user_callback = on_delivery or callback or self._default_on_delivery
+        extra_headers: list[tuple[str, Any]] | None = None
+        supplied_id: bytes | None = None
+        if headers:
+            extra_headers, supplied_id = _split_user_headers(headers)
+        key_fn = self._key_fn
+        if key_fn is not None:
+            audit_id = _id_bytes(key_fn(value, key))
+        elif supplied_id is not None:
+            audit_id = supplied_id
+        elif key is None:
+            audit_id = None
+        elif key.__class__ is bytes:
+            audit_id = key or None
+        else:
+            audit_id = _id_bytes(key)
+        if audit_id is None:
+            audit_id = new_uuid4().encode("ascii")
+        ts_header = (AUDIT_TS, b"%d" % (_time_ns() // 1_000_000))
+        with self._seq_lock:
+            next_seq = self._next_seq
+            seq = next_seq.get(topic, 0)
+            record_headers = [(AUDIT_ID, audit_id), self._pid_header, (AUDIT_SEQ, b"%d" % seq), ts_header]
+            if extra_headers:
+                record_headers.extend(extra_headers)
+            self._producer.produce(
+                topic,
+                value,
+                key,
+                partition,
+                on_delivery=partial(self._on_delivery, topic, seq, audit_id, user_callback),
+                timestamp=timestamp,
+                headers=record_headers,
+            )
+            next_seq[topic] = seq + 1
+
+    def poll(self, timeout: float | None = None) -> int:
+        return self._producer.poll(*_timeout_args(timeout))
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+    # --- ledger-aware lifecycle --------------------------------------------------------
+    def flush(self, timeout: float | None = None) -> int:
+        """Flush the producer, then make the ledger durable up to this point.
+
+        Returns what ``Producer.flush`` returns: messages still in the queue.
+        """
+        remaining = self._producer.flush(*_timeout_args(timeout))
+        self._end_session_checkpoint()
+        return remaining
+
+    def close(self, timeout: float | None = None) -> int:
+        """Flush, write the final session-end, and close the ledger and the producer."""
+        if self._closed:
+            return 0
+        remaining = self._producer.flush(*_timeout_args(timeout))
+        self._end_session_checkpoint()
+        self._ledger.close(self._ledger_timeout(timeout))
+        self._closed = True
+        close = getattr(self._producer, "close", None)
+        if close is not None:
+            close()
+        return remaining
+
+    def _ledger_timeout(self, timeout: float | None) -> float:
+        if timeout is None:
+            return self._ledger_flush_timeout_s
+        return max(0.0, min(timeout, self._ledger_flush_timeout_s))
+
+    def _end_session_checkpoint(self) -> None:
+        with self._seq_lock:
+            last_seq = {topic: seq - 1 for topic, seq in self._next_seq.items() if seq > 0}
+        self._ledger.write(encode_session_end("producer", self.session_id, _time_ns() // 1_000_000, last_seq))
+        remaining = self._ledger.flush(self._ledger_flush_timeout_s)
+        if remaining:
+            logger.error(
+                "audited producer %s: %d ledger record(s) not yet written to %s",
+                self.session_id,
+                remaining,
+                self._ledger.topic,
+            )
+
+    def __enter__(self) -> AuditedProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- plain delegation ----------------------------------------------------------------
+    def produce_batch(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> int:
+        """Like ``Producer.produce_batch`` (which cannot carry headers): one audited
+        produce() per message; failed ones get an ``_error`` entry. Returns the count queued."""
+        queued = 0
+        for message in messages:
+            try:
+                self.produce(
+                    topic,
+                    message.get("value"),
+                    message.get("key"),
+                    message.get("partition", partition),
+                    on_delivery=message.get("callback") or on_delivery,
+                    timestamp=message.get("timestamp", 0),
+                    headers=message.get("headers"),
+                )
+                queued += 1
+            except (BufferError, KafkaException, TypeError, ValueError) as exc:  # per message, like produce_batch
+                message["_error"] = exc
+        return queued
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return self._producer.list_topics(topic, timeout)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        self._producer.purge(in_queue, in_flight, blocking)
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._producer.init_transactions(*_timeout_args(timeout))
+
+    def begin_transaction(self) -> None:
+        self._producer.begin_transaction()
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._producer.commit_transaction(*_timeout_args(timeout))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._producer.abort_transaction(*_timeout_args(timeout))
+
+    def send_offsets_to_transaction(
+        self,
+        positions: list[TopicPartition],
+        group_metadata: Any,
+        timeout: float | None = None,
+    ) -> None:
+        self._producer.send_offsets_to_transaction(positions, group_metadata, *_timeout_args(timeout))
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything not wrapped above (cluster_id, set_sasl_credentials, ...).
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._producer, name)
+
+    # --- introspection -----------------------------------------------------------------
+    @property
+    def producer(self) -> Producer:
+        """The wrapped confluent_kafka.Producer (records produced on it directly are not audited)."""
+        return self._producer
+
+    def effective_config(self) -> dict[str, Any]:
+        """The configuration the application gave, secrets masked (as published to the clients topic)."""
+        return mask_config(self._config)
+
+    def last_sequences(self) -> dict[str, int]:
+        """The last sequence number assigned per topic (-1 entries omitted)."""
+        with self._seq_lock:
+            return {topic: seq - 1 for topic, seq in self._next_seq.items() if seq > 0}
+
+    def stats(self) -> dict[str, int]:
+        with self._seq_lock:
+            produced = sum(self._next_seq.values())
+        return {"produced": produced, "in_queue": len(self._producer), **self._ledger.stats()}

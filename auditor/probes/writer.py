@@ -1,0 +1,152 @@
+"""Batched, durable writes of ledger entries to an audit topic.
+
+The probes' hot paths only append a tuple to a deque (thread-safe, no lock).
+Entries are encoded and handed to a separate acks=all idempotent producer when
+the buffer reaches ``batch_size`` (on the thread that appended) or every
+``flush_interval_s`` (on a small daemon thread), so a crash loses at most the
+entries buffered since the last flush plus what that producer had in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+logger = logging.getLogger(__name__)
+
+EncodeEntries = Callable[[Iterable[Any]], list[bytes]]
+
+# How long a write keeps retrying when the ledger producer's local queue is full
+# before it gives up on a record (it is then counted in `records_dropped`).
+_QUEUE_FULL_RETRY_S = 10.0
+
+
+class LedgerWriter:
+    """Buffers entries for one audit topic and writes them in batches."""
+
+    def __init__(
+        self,
+        producer_config: Mapping[str, Any],
+        topic: str,
+        key: bytes,
+        encode: EncodeEntries,
+        batch_size: int,
+        flush_interval_s: float,
+        name: str,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"ledger batch_size must be >= 1, got {batch_size}")
+        if flush_interval_s <= 0:
+            raise ValueError(f"ledger flush_interval_s must be > 0, got {flush_interval_s}")
+        self.topic = topic
+        self.batch_size = batch_size
+        self.flush_interval_s = flush_interval_s
+        self._key = key
+        self._encode = encode
+        config = dict(producer_config)
+        config.setdefault("error_cb", self._on_client_error)
+        self._producer = Producer(config)
+        self.pending: deque[Any] = deque()
+        self.append: Callable[[Any], None] = self.pending.append
+        self._write_lock = threading.Lock()
+        self.records_written = 0
+        self.records_acked = 0
+        self.records_failed = 0
+        self.records_dropped = 0
+        self.last_error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"audit-ledger-{name}", daemon=True)
+        self._thread.start()
+
+    # --- writing ---------------------------------------------------------------------
+    def flush_entries(self) -> int:
+        """Encode everything buffered so far and hand it to the ledger producer."""
+        with self._write_lock:
+            return self._drain_locked()
+
+    def write(self, value: bytes, topic: str | None = None) -> None:
+        """Write one already-encoded record after everything buffered before it."""
+        with self._write_lock:
+            self._drain_locked()
+            self._produce_locked(topic or self.topic, value)
+
+    def flush(self, timeout: float | None = None) -> int:
+        """Drain the buffer and wait for the ledger producer; returns records still in flight."""
+        self.flush_entries()
+        return self._producer.flush(-1 if timeout is None else timeout)
+
+    def close(self, timeout: float | None = None) -> int:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=max(1.0, self.flush_interval_s * 2))
+        remaining = self.flush(timeout)
+        if remaining:
+            logger.error(
+                "audit ledger %s: %d record(s) not delivered at close (last error: %s)",
+                self.topic,
+                remaining,
+                self.last_error,
+            )
+        return remaining
+
+    def _drain_locked(self) -> int:
+        pending = self.pending
+        count = len(pending)
+        if not count:
+            return 0
+        popleft = pending.popleft
+        entries = [popleft() for _ in range(count)]
+        for value in self._encode(entries):
+            self._produce_locked(self.topic, value)
+        return count
+
+    def _produce_locked(self, topic: str, value: bytes) -> None:
+        deadline = time.monotonic() + _QUEUE_FULL_RETRY_S
+        while True:
+            try:
+                self._producer.produce(topic, value, self._key, on_delivery=self._on_delivery)
+                self.records_written += 1
+                return
+            except BufferError:
+                if time.monotonic() >= deadline:
+                    self.records_dropped += 1
+                    self.last_error = "ledger producer queue full"
+                    logger.error("audit ledger %s: queue full, dropped one ledger record", topic)
+                    return
+                self._producer.poll(0.05)
+
+    # --- background ------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.wait(self.flush_interval_s):
+            try:
+                self.flush_entries()
+                self._producer.poll(0)
+            except Exception:  # the flusher must outlive any single bad batch
+                logger.exception("audit ledger %s: background flush failed", self.topic)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            self.records_acked += 1
+            return
+        self.records_failed += 1
+        self.last_error = f"{err.name()}: {err.str()}"
+        logger.error("audit ledger %s: record not written: %s", msg.topic(), self.last_error)
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        self.last_error = f"{err.name()}: {err.str()}"
+        logger.warning("audit ledger %s: client error: %s", self.topic, self.last_error)
+
+    def stats(self) -> dict[str, int]:
+        return {
+            "ledger_entries_pending": len(self.pending),
+            "ledger_records_written": self.records_written,
+            "ledger_records_acked": self.records_acked,
+            "ledger_records_failed": self.records_failed,
+            "ledger_records_dropped": self.records_dropped,
+        }

@@ -1,0 +1,213 @@
+"""A reconciliation binding (topic ↔ source table) as the Spark job receives it, validated.
+
+The Django side resolves the YAML (clusters, sources, `${ENV}` secrets) and hands the job a
+flat JSON object; the job checks every field again because it builds SQL and Spark
+expressions from them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+QUALIFIED_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+HEADER_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+# get_json_object paths: $ followed by .name or [index] steps.
+JSON_PATH = re.compile(r"^\$(\.[A-Za-z_][A-Za-z0-9_\-]*|\[[0-9]+\])+$")
+DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
+GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
+_DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+class BindingError(ValueError):
+    """The binding configuration cannot be used; the message names the binding and field."""
+
+
+@dataclass(frozen=True)
+class RecordKeySpec:
+    """How a record's business key is found: the record key, a header, or a JSON path."""
+
+    source: str  # "key" | "header" | "json"
+    argument: str | None = None
+
+    def describe(self) -> str:
+        return self.source if self.argument is None else f"{self.source}:{self.argument}"
+
+
+@dataclass(frozen=True)
+class Binding:
+    name: str
+    topic: str
+    bootstrap_servers: str
+    source_url: str
+    table: str
+    key_column: str
+    created_column: str
+    record_key: RecordKeySpec
+    grace_seconds: float = 120.0
+    guarantee: str = "at-least-once"
+    consumer_groups: tuple[str, ...] = ()
+    kafka_config: dict[str, str] = field(default_factory=dict)
+    producer_ledger_topic: str = "_audit.producer-ledger"
+    consumer_ledger_topic: str = "_audit.consumer-ledger"
+    transactions: bool = False
+    since: datetime | None = None
+    lookback_seconds: float = 300.0
+
+    @property
+    def schema_name(self) -> str | None:
+        return self.table.split(".", 1)[0] if "." in self.table else None
+
+    @property
+    def table_name(self) -> str:
+        return self.table.rsplit(".", 1)[-1]
+
+
+def parse_duration(value: Any, what: str) -> float:
+    """'2m', '30s', '1h', '500ms', '1d' or a number of seconds → seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    match = DURATION.match(str(value))
+    if not match:
+        raise BindingError(f"{what}: expected a duration such as 30s, 2m, 1h or 1d, got {value!r}")
+    return int(match.group(1)) * _DURATION_SECONDS[match.group(2)]
+
+
+def parse_record_key(value: str, binding: str) -> RecordKeySpec:
+    text = (value or "").strip()
+    if text == "key":
+        return RecordKeySpec("key")
+    if text.startswith("header:"):
+        name = text[len("header:") :]
+        if not HEADER_NAME.match(name):
+            raise BindingError(f"binding {binding!r}: record_key header name {name!r} is not valid")
+        return RecordKeySpec("header", name)
+    if text.startswith("json:"):
+        path = text[len("json:") :]
+        if not JSON_PATH.match(path):
+            raise BindingError(
+                f"binding {binding!r}: record_key JSON path {path!r} is not valid; "
+                "expected e.g. json:$.ticket_id or json:$.items[0].id"
+            )
+        return RecordKeySpec("json", path)
+    raise BindingError(
+        f"binding {binding!r}: record_key must be key, header:<name> or json:<path>, got {value!r}"
+    )
+
+
+def check_identifier(value: Any, what: str, binding: str, qualified: bool = False) -> str:
+    pattern = QUALIFIED_IDENTIFIER if qualified else IDENTIFIER
+    if not isinstance(value, str) or not pattern.match(value):
+        shape = "name or schema.name" if qualified else "name"
+        raise BindingError(
+            f"binding {binding!r}: {what} must be a plain SQL {shape} "
+            f"([A-Za-z_][A-Za-z0-9_]*), got {value!r}"
+        )
+    return value
+
+
+def _parse_since(value: Any, binding: str) -> datetime | None:
+    if value in (None, ""):
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise BindingError(f"binding {binding!r}: since must be an ISO timestamp, got {value!r}") from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def binding_from_dict(data: dict[str, Any]) -> Binding:
+    """Validate a flat binding object (the Django side resolves clusters and sources)."""
+    name = str(data.get("name") or "")
+    if not name:
+        raise BindingError("binding: name is required")
+    missing = [
+        key
+        for key in ("topic", "bootstrap_servers", "source_url", "table", "key_column", "created_column")
+        if not data.get(key)
+    ]
+    if missing:
+        raise BindingError(f"binding {name!r}: missing required field(s): {', '.join(missing)}")
+    guarantee = str(data.get("guarantee") or "at-least-once")
+    if guarantee not in GUARANTEES:
+        raise BindingError(f"binding {name!r}: guarantee must be one of {', '.join(GUARANTEES)}, got {guarantee!r}")
+    groups = data.get("consumer_groups") or []
+    if isinstance(groups, str) or not all(isinstance(g, str) and g for g in groups):
+        raise BindingError(f"binding {name!r}: consumer_groups must be a list of group ids")
+    transactions = data.get("transactions")
+    kafka_config = data.get("kafka_config") or {}
+    if not isinstance(kafka_config, dict):
+        raise BindingError(f"binding {name!r}: kafka_config must be an object")
+    return Binding(
+        name=name,
+        topic=str(data["topic"]),
+        bootstrap_servers=str(data["bootstrap_servers"]),
+        source_url=str(data["source_url"]),
+        table=check_identifier(data["table"], "table", name, qualified=True),
+        key_column=check_identifier(data["key_column"], "key_column", name),
+        created_column=check_identifier(data["created_column"], "created_column", name),
+        record_key=parse_record_key(str(data.get("record_key") or "key"), name),
+        grace_seconds=parse_duration(data.get("grace", "2m"), f"binding {name!r}: grace"),
+        guarantee=guarantee,
+        consumer_groups=tuple(groups),
+        kafka_config={str(k): str(v) for k, v in kafka_config.items()},
+        producer_ledger_topic=str(data.get("producer_ledger_topic") or "_audit.producer-ledger"),
+        consumer_ledger_topic=str(data.get("consumer_ledger_topic") or "_audit.consumer-ledger"),
+        transactions=guarantee == "exactly-once" if transactions is None else bool(transactions),
+        since=_parse_since(data.get("since"), name),
+        lookback_seconds=parse_duration(data.get("lookback", "5m"), f"binding {name!r}: lookback"),
+    )
+
+
+def load_binding_json(value: str) -> Binding:
+    """--binding-json: a JSON object inline or the path of a file holding one."""
+    text = value
+    if not value.lstrip().startswith("{"):
+        path = Path(value)
+        if not path.is_file():
+            raise BindingError(f"--binding-json: {value!r} is neither a JSON object nor a readable file")
+        text = path.read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BindingError(f"--binding-json: not valid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise BindingError("--binding-json: expected a JSON object")
+    return binding_from_dict(data)
+
+
+def jdbc_url_and_properties(url: str) -> tuple[str, dict[str, str]]:
+    """postgresql://user:pw@host:port/db?sslmode=… → (jdbc:postgresql://host:port/db, props).
+
+    jdbc: URLs pass through unchanged. Credentials go into properties, never into the URL,
+    so they do not end up in error messages.
+    """
+    if url.startswith("jdbc:"):
+        return url, {}
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgresql", "postgres") or not parts.hostname:
+        raise BindingError(f"source url must be postgresql://user:password@host:port/db or jdbc:…, got scheme {parts.scheme!r}")
+    props: dict[str, str] = {"driver": "org.postgresql.Driver"}
+    if parts.username:
+        props["user"] = unquote(parts.username)
+    if parts.password:
+        props["password"] = unquote(parts.password)
+    props.update(dict(parse_qsl(parts.query)))
+    port = parts.port or 5432
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    return f"jdbc:postgresql://{host}:{port}{parts.path or '/'}", props
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password, for messages and run summaries."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":****@")
+    return parts._replace(netloc=netloc).geturl()

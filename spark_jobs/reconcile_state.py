@@ -1,0 +1,186 @@
+"""Incremental state of one binding's reconciliation, kept as Parquet under a state dir.
+
+Layout (per binding):
+
+    <state_dir>/<binding>/
+      state.json                      the committed pointer, replaced atomically at the end
+      keys/<run_id>/                  per-key index delta of each run (KEY_INDEX_SCHEMA)
+      source/<run_id>/                source rows first seen in each run (SOURCE_ROW_SCHEMA)
+      runs/<run_id>/<dataset>/        the small per-run datasets (DATASETS)
+
+A run reads the datasets named by state.json, writes new ones under its own run id and only
+then replaces state.json; a failed run leaves the previous state untouched. Deltas are
+compacted into one when there are more than COMPACT_AFTER.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from spark_jobs.reconcile_transform import (
+    CANDIDATE_SCHEMA,
+    FINDING_SCHEMA,
+    INTERVAL_SCHEMA,
+    KEY_INDEX_SCHEMA,
+    LEDGER_BOUND_SCHEMA,
+    LEDGER_ENTRY_SCHEMA,
+    PROCESSED_INTERVAL_SCHEMA,
+    RECORD_SCHEMA,
+    REPROCESSED_SCHEMA,
+    SOURCE_ROW_SCHEMA,
+)
+
+STATE_FORMAT = 1
+COMPACT_AFTER = 8
+DATASETS: dict[str, StructType] = {
+    "pending_source": SOURCE_ROW_SCHEMA,
+    "orphan_candidates": RECORD_SCHEMA,
+    "duplicates": RECORD_SCHEMA,
+    "aborted": RECORD_SCHEMA,
+    "seq_coverage": INTERVAL_SCHEMA,
+    "ledger_open": LEDGER_ENTRY_SCHEMA,
+    "ledger_bounds": LEDGER_BOUND_SCHEMA,
+    "processed_coverage": PROCESSED_INTERVAL_SCHEMA,
+    "reprocessed": REPROCESSED_SCHEMA,
+    "unprocessed_candidates": CANDIDATE_SCHEMA,
+    "findings": FINDING_SCHEMA,
+}
+
+
+class StateError(RuntimeError):
+    """The state dir cannot be used (unreadable, another format)."""
+
+
+@dataclass
+class StateMeta:
+    """What state.json records: where each run stopped reading, and the datasets."""
+
+    run_id: str | None = None
+    topic_offsets: dict[int, int] = field(default_factory=dict)
+    producer_ledger_offsets: dict[int, int] = field(default_factory=dict)
+    consumer_ledger_offsets: dict[int, int] = field(default_factory=dict)
+    window_upper: str | None = None
+    key_deltas: list[str] = field(default_factory=list)
+    source_deltas: list[str] = field(default_factory=list)
+    datasets: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": STATE_FORMAT,
+            "run_id": self.run_id,
+            "topic_offsets": {str(k): v for k, v in self.topic_offsets.items()},
+            "producer_ledger_offsets": {str(k): v for k, v in self.producer_ledger_offsets.items()},
+            "consumer_ledger_offsets": {str(k): v for k, v in self.consumer_ledger_offsets.items()},
+            "window_upper": self.window_upper,
+            "key_deltas": self.key_deltas,
+            "source_deltas": self.source_deltas,
+            "datasets": self.datasets,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StateMeta:
+        if data.get("format") != STATE_FORMAT:
+            raise StateError(f"state format {data.get('format')!r} is not {STATE_FORMAT}; run with --full")
+
+        def offsets(name: str) -> dict[int, int]:
+            return {int(k): int(v) for k, v in (data.get(name) or {}).items()}
+
+        return cls(
+            run_id=data.get("run_id"),
+            topic_offsets=offsets("topic_offsets"),
+            producer_ledger_offsets=offsets("producer_ledger_offsets"),
+            consumer_ledger_offsets=offsets("consumer_ledger_offsets"),
+            window_upper=data.get("window_upper"),
+            key_deltas=list(data.get("key_deltas") or []),
+            source_deltas=list(data.get("source_deltas") or []),
+            datasets=dict(data.get("datasets") or {}),
+        )
+
+
+class StateStore:
+    """One binding's state dir."""
+
+    def __init__(self, state_dir: str | os.PathLike[str], binding: str, run_id: str) -> None:
+        self.root = Path(state_dir) / binding
+        self.run_id = run_id
+
+    @property
+    def meta_path(self) -> Path:
+        return self.root / "state.json"
+
+    def read_meta(self) -> StateMeta:
+        if not self.meta_path.exists():
+            return StateMeta()
+        try:
+            return StateMeta.from_json(json.loads(self.meta_path.read_text()))
+        except (OSError, ValueError) as exc:
+            raise StateError(f"state file {self.meta_path} is unreadable ({exc}); run with --full") from exc
+
+    def _read(self, spark: SparkSession, relative: str | None, schema: StructType) -> DataFrame:
+        if not relative:
+            return spark.createDataFrame([], schema)
+        return spark.read.schema(schema).parquet(str(self.root / relative))
+
+    def dataset(self, spark: SparkSession, meta: StateMeta, name: str) -> DataFrame:
+        return self._read(spark, meta.datasets.get(name), DATASETS[name])
+
+    def deltas(self, spark: SparkSession, relatives: list[str], schema: StructType) -> DataFrame:
+        if not relatives:
+            return spark.createDataFrame([], schema)
+        return spark.read.schema(schema).parquet(*[str(self.root / r) for r in relatives])
+
+    def write_dataset(self, df: DataFrame, name: str) -> tuple[str, DataFrame]:
+        """Write a dataset of this run and return (relative path, the frame read back)."""
+        relative = f"runs/{self.run_id}/{name}"
+        df.write.mode("overwrite").parquet(str(self.root / relative))
+        return relative, self._read(df.sparkSession, relative, DATASETS[name])
+
+    def write_delta(self, df: DataFrame, kind: str, schema: StructType) -> str:
+        relative = f"{kind}/{self.run_id}"
+        df.select(*schema.fieldNames()).write.mode("overwrite").parquet(str(self.root / relative))
+        return relative
+
+    def compact(
+        self, spark: SparkSession, relatives: list[str], kind: str, schema: StructType
+    ) -> list[str]:
+        """Merge the deltas into one when there are too many; returns the new list."""
+        if len(relatives) <= COMPACT_AFTER:
+            return relatives
+        merged = self.deltas(spark, relatives, schema)
+        if kind == "keys":
+            merged = merged.groupBy("key").agg(
+                F.sum("n").alias("n"), F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("f")
+            ).select("key", "n", "f.*")
+        else:
+            merged = merged.groupBy("key").agg(F.min("created").alias("created"))
+        relative = f"{kind}/{self.run_id}-compacted"
+        merged.select(*schema.fieldNames()).write.mode("overwrite").parquet(str(self.root / relative))
+        return [relative]
+
+    def commit(self, meta: StateMeta) -> None:
+        """Atomically point state.json at this run's datasets, then drop unreferenced ones."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.meta_path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(meta.to_json(), indent=1, sort_keys=True))
+        os.replace(tmp, self.meta_path)
+        self._remove_unreferenced(meta)
+
+    def _remove_unreferenced(self, meta: StateMeta) -> None:
+        keep = {self.root / r for r in [*meta.key_deltas, *meta.source_deltas]}
+        keep |= {(self.root / r).parent for r in meta.datasets.values()}
+        for kind in ("keys", "source", "runs"):
+            folder = self.root / kind
+            if not folder.is_dir():
+                continue
+            for child in folder.iterdir():
+                if child not in keep:
+                    shutil.rmtree(child, ignore_errors=True)

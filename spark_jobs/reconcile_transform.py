@@ -1,0 +1,662 @@
+"""Pure transforms of the reconciliation job: DataFrames in, DataFrames out, no I/O.
+
+Two families:
+- state updates `transform_*`: (previous state, this run's new data) → next state. A full run
+  is the same code with an empty previous state, so incremental and full runs agree.
+- findings `find_*`: state → findings frames in FINDING_SCHEMA.
+
+Keys are compared as strings: the source key column is cast to string, record keys are
+decoded as UTF-8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from spark_jobs.binding import RecordKeySpec
+
+# ------------------------------------------------------------------ schemas ----------
+
+KAFKA_RAW_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField(
+            "headers",
+            ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+        ),
+    ]
+)
+
+RECORD_SCHEMA = StructType(
+    [
+        StructField("key", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("session", StringType()),
+        StructField("seq", LongType()),
+    ]
+)
+# Per-key index entry: how many records a key has (in one state delta) and its first one.
+KEY_INDEX_SCHEMA = StructType([StructField("key", StringType()), StructField("n", LongType())] + RECORD_SCHEMA.fields[1:])
+SOURCE_ROW_SCHEMA = StructType([StructField("key", StringType()), StructField("created", TimestampType())])
+INTERVAL_SCHEMA = StructType(
+    [StructField("session", StringType()), StructField("start", LongType()), StructField("end", LongType())]
+)
+LEDGER_ENTRY_SCHEMA = StructType(
+    [
+        StructField("session", StringType()),
+        StructField("seq", LongType()),
+        StructField("status", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("error", StringType()),
+        StructField("persisted", StringType()),
+        StructField("audit_id", StringType()),
+        StructField("ts_ms", LongType()),
+    ]
+)
+LEDGER_BOUND_SCHEMA = StructType([StructField("session", StringType()), StructField("last_seq", LongType())])
+PROCESSED_SCHEMA = StructType(
+    [
+        StructField("group", StringType()),
+        StructField("consumer_session", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("audit_id", StringType()),
+        StructField("ts_ms", LongType()),
+    ]
+)
+PROCESSED_INTERVAL_SCHEMA = StructType(
+    [
+        StructField("group", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("start", LongType()),
+        StructField("end", LongType()),
+    ]
+)
+REPROCESSED_SCHEMA = StructType(
+    [
+        StructField("group", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("count", LongType()),
+        StructField("consumer_sessions", ArrayType(StringType())),
+        StructField("audit_id", StringType()),
+        StructField("first_ms", LongType()),
+        StructField("last_ms", LongType()),
+    ]
+)
+CANDIDATE_SCHEMA = StructType([StructField("group", StringType())] + RECORD_SCHEMA.fields)
+COMMITTED_SCHEMA = StructType(
+    [StructField("group", StringType()), StructField("partition", IntegerType()), StructField("committed", LongType())]
+)
+WATERMARK_SCHEMA = StructType([StructField("partition", IntegerType()), StructField("low", LongType())])
+
+OFFSET_STRUCT = StructType([StructField("partition", IntegerType()), StructField("offset", LongType())])
+FINDING_SCHEMA = StructType(
+    [
+        StructField("kind", StringType(), nullable=False),
+        StructField("key", StringType()),
+        StructField("cause", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("offsets", ArrayType(OFFSET_STRUCT)),
+        StructField("timestamp", TimestampType()),
+        StructField("session", StringType()),
+        StructField("seq", LongType()),
+        StructField("seq_end", LongType()),
+        StructField("group", StringType()),
+        StructField("evidence", StringType()),
+    ]
+)
+FINDING_KINDS = ("missing", "duplicate", "orphan", "gap", "aborted", "unprocessed", "reprocessed")
+
+_LEDGER_JSON_SCHEMA = StructType(
+    [
+        StructField("v", IntegerType()),
+        StructField("type", StringType()),
+        StructField("pid", StringType()),
+        StructField("sid", StringType()),
+        StructField("group", StringType()),
+        StructField("topic", StringType()),
+        StructField("ts", LongType()),
+        # Entries are heterogeneous JSON arrays; a string-typed element keeps each value's
+        # JSON text, which is then cast per position.
+        StructField("entries", ArrayType(ArrayType(StringType()))),
+        StructField("last_seq", MapType(StringType(), LongType())),
+    ]
+)
+
+# ------------------------------------------------------------------ helpers ----------
+
+
+def empty_frame(spark_df_source: DataFrame, schema: StructType) -> DataFrame:
+    """An empty frame of `schema` on the same session as `spark_df_source`."""
+    return spark_df_source.sparkSession.createDataFrame([], schema)
+
+
+def conform(df: DataFrame, schema: StructType) -> DataFrame:
+    """Select and cast `df` to exactly `schema` (missing columns become typed nulls)."""
+    present = set(df.columns)
+    return df.select(
+        *[
+            (F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name)
+            for f in schema.fields
+        ]
+    )
+
+
+def _header(name: str) -> Column:
+    matches = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
+    return F.element_at(matches, 1)["value"].cast("string")
+
+
+def record_key_expression(spec: RecordKeySpec) -> Column:
+    """The Spark expression that finds a record's business key, as a string."""
+    if spec.source == "key":
+        return F.col("key").cast("string")
+    if spec.source == "header":
+        return _header(str(spec.argument))
+    if spec.source == "json":
+        return F.get_json_object(F.col("value").cast("string"), str(spec.argument))
+    raise ValueError(f"unknown record key source {spec.source!r}")
+
+
+def _occurrence() -> Column:
+    return F.struct(
+        F.col("partition"),
+        F.col("offset"),
+        F.unix_millis(F.col("timestamp")).alias("ts_ms"),
+        F.col("session"),
+        F.col("seq"),
+    )
+
+
+def _ms_to_ts(col: Column) -> Column:
+    return F.timestamp_millis(col)
+
+
+def _range_anti(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
+    """Rows of df whose `value` lies in no interval [start, end] of the same keys."""
+    iv = intervals.select(*[F.col(k).alias(f"_iv_{k}") for k in keys], F.col("start").alias("_iv_start"), F.col("end").alias("_iv_end"))
+    condition = [df[k] == iv[f"_iv_{k}"] for k in keys] + [df[value] >= iv["_iv_start"], df[value] <= iv["_iv_end"]]
+    return df.join(iv, condition, "left_anti")
+
+
+def _range_semi(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
+    iv = intervals.select(*[F.col(k).alias(f"_iv_{k}") for k in keys], F.col("start").alias("_iv_start"), F.col("end").alias("_iv_end"))
+    condition = [df[k] == iv[f"_iv_{k}"] for k in keys] + [df[value] >= iv["_iv_start"], df[value] <= iv["_iv_end"]]
+    return df.join(iv, condition, "left_semi")
+
+
+def merge_intervals(intervals: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Merge overlapping or adjacent [start, end] intervals per keys."""
+    w = Window.partitionBy(*keys).orderBy("start", "end")
+    previous_end = F.max("end").over(w.rowsBetween(Window.unboundedPreceding, -1))
+    opens = F.when(previous_end.isNull() | (F.col("start") > previous_end + 1), 1).otherwise(0)
+    marked = intervals.withColumn("_opens", opens).withColumn(
+        "_island", F.sum("_opens").over(w.rowsBetween(Window.unboundedPreceding, 0))
+    )
+    return marked.groupBy(*keys, "_island").agg(F.min("start").alias("start"), F.max("end").alias("end")).drop("_island")
+
+
+def values_to_intervals(values: DataFrame, keys: Sequence[str], value: str, bucket_size: int = 4096) -> DataFrame:
+    """Distinct integer values per keys → merged [start, end] intervals.
+
+    Runs of consecutive values collapse first inside fixed-size buckets (parallel, bounded
+    windows), so one long producer session never lands in a single task.
+    """
+    distinct = values.select(*keys, F.col(value).cast("long").alias("_v")).where(F.col("_v").isNotNull()).distinct()
+    bucketed = distinct.withColumn("_bucket", F.floor(F.col("_v") / F.lit(bucket_size)))
+    w = Window.partitionBy(*keys, "_bucket").orderBy("_v")
+    runs = bucketed.withColumn("_run", F.col("_v") - F.row_number().over(w))
+    per_bucket = runs.groupBy(*keys, "_bucket", "_run").agg(F.min("_v").alias("start"), F.max("_v").alias("end"))
+    return merge_intervals(per_bucket.select(*keys, "start", "end"), keys)
+
+
+def interval_holes(coverage: DataFrame, bounds: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Per keys, the [start, end] ranges within [0, last_seq] not covered by `coverage`.
+
+    coverage: keys, start, end (merged); bounds: keys, last_seq.
+    """
+    w = Window.partitionBy(*keys).orderBy("start")
+    joined = coverage.join(bounds, list(keys), "inner")
+    interior = (
+        joined.withColumn("_hole_start", F.coalesce(F.lag("end").over(w) + 1, F.lit(0).cast("long")))
+        .withColumn("_hole_end", F.least(F.col("start") - 1, F.col("last_seq")))
+        .where(F.col("_hole_start") <= F.col("_hole_end"))
+        .select(*keys, F.col("_hole_start").alias("start"), F.col("_hole_end").alias("end"))
+    )
+    covered_to = coverage.groupBy(*keys).agg(F.max("end").alias("_max_end"))
+    tail = (
+        bounds.join(covered_to, list(keys), "left")
+        .withColumn("start", F.coalesce(F.col("_max_end") + 1, F.lit(0).cast("long")))
+        .where(F.col("start") <= F.col("last_seq"))
+        .select(*keys, "start", F.col("last_seq").alias("end"))
+    )
+    return interior.unionByName(tail)
+
+
+# ------------------------------------------------------------------ parsing ----------
+
+
+def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
+    """Kafka source rows → RECORD_SCHEMA (key by the binding's rule, audit headers)."""
+    seq = _header("audit-seq")
+    return raw.select(
+        record_key_expression(record_key).alias("key"),
+        F.col("partition").cast("int").alias("partition"),
+        F.col("offset").cast("long").alias("offset"),
+        F.col("timestamp"),
+        _header("audit-pid").alias("session"),
+        F.when(seq.rlike(r"^[0-9]+$"), seq.cast("long")).alias("seq"),
+    )
+
+
+def transform_source_rows(raw: DataFrame, key_column: str, created_column: str) -> DataFrame:
+    """Source table rows → SOURCE_ROW_SCHEMA; one row per key (earliest created wins)."""
+    rows = raw.select(
+        F.col(key_column).cast("string").alias("key"), F.col(created_column).cast("timestamp").alias("created")
+    ).where(F.col("key").isNotNull())
+    return rows.groupBy("key").agg(F.min("created").alias("created"))
+
+
+def transform_aborted(uncommitted: DataFrame, committed_positions: DataFrame) -> DataFrame:
+    """Records read with read_uncommitted that read_committed did not return: aborted."""
+    return uncommitted.join(committed_positions.select("partition", "offset"), ["partition", "offset"], "left_anti")
+
+
+def _parse_ledger(raw: DataFrame) -> DataFrame:
+    return raw.select(F.from_json(F.col("value").cast("string"), _LEDGER_JSON_SCHEMA).alias("m")).select("m.*")
+
+
+def transform_producer_ledger(raw: DataFrame, topic: str) -> tuple[DataFrame, DataFrame]:
+    """Producer-ledger records → (entries for `topic` in LEDGER_ENTRY_SCHEMA, bounds per session).
+
+    The bound of a session is the last sequence it ledgered for the topic (entries and a
+    clean session-end's last_seq); gaps are never inferred past it.
+    """
+    parsed = _parse_ledger(raw)
+    batches = parsed.where((F.col("type") == "batch") & (F.col("topic") == topic))
+    entries = batches.select(F.col("pid").alias("session"), F.explode("entries").alias("e")).select(
+        "session",
+        F.col("e")[0].cast("long").alias("seq"),
+        F.col("e")[1].alias("status"),
+        F.col("e")[2].cast("int").alias("partition"),
+        F.col("e")[3].cast("long").alias("offset"),
+        F.col("e")[4].alias("error"),
+        F.col("e")[5].alias("persisted"),
+        F.col("e")[6].alias("audit_id"),
+        F.col("e")[7].cast("long").alias("ts_ms"),
+    )
+    entries = entries.where(F.col("seq").isNotNull() & F.col("session").isNotNull())
+    ends = parsed.where(F.col("type") == "session-end").select(
+        F.col("pid").alias("session"), F.col("last_seq")[topic].alias("last_seq")
+    )
+    bounds = (
+        entries.select("session", F.col("seq").alias("last_seq"))
+        .unionByName(ends.where(F.col("last_seq").isNotNull()))
+        .groupBy("session")
+        .agg(F.max("last_seq").alias("last_seq"))
+    )
+    return conform(entries, LEDGER_ENTRY_SCHEMA), conform(bounds, LEDGER_BOUND_SCHEMA)
+
+
+def transform_consumer_ledger(raw: DataFrame, topic: str, groups: Iterable[str]) -> DataFrame:
+    """Consumer-ledger `processed` records → PROCESSED_SCHEMA for `topic` and the binding's groups."""
+    parsed = _parse_ledger(raw).where((F.col("type") == "processed") & F.col("group").isin(list(groups)))
+    entries = parsed.select("group", F.col("sid").alias("consumer_session"), F.explode("entries").alias("e")).select(
+        "group",
+        "consumer_session",
+        F.col("e")[0].alias("topic"),
+        F.col("e")[1].cast("int").alias("partition"),
+        F.col("e")[2].cast("long").alias("offset"),
+        F.col("e")[3].alias("audit_id"),
+        F.col("e")[4].cast("long").alias("ts_ms"),
+    )
+    return conform(entries.where((F.col("topic") == topic) & F.col("offset").isNotNull()), PROCESSED_SCHEMA)
+
+
+# ------------------------------------------------------------------ state updates ----
+
+
+def transform_key_delta(records: DataFrame) -> DataFrame:
+    """This run's per-key index delta: count and first record (lowest partition, offset)."""
+    first = F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("first")
+    grouped = records.where(F.col("key").isNotNull()).groupBy("key").agg(F.count("*").alias("n"), first)
+    return grouped.select("key", "n", "first.*")
+
+
+def _maybe_broadcast(df: DataFrame, hint: bool) -> DataFrame:
+    return F.broadcast(df) if hint else df
+
+
+def transform_duplicate_records(
+    new_records: DataFrame, old_index: DataFrame, old_duplicates: DataFrame, broadcast_new: bool = False
+) -> DataFrame:
+    """Every record of every key seen more than once so far (RECORD_SCHEMA).
+
+    old_index: all key-index deltas of earlier runs; only entries of keys in this run are
+    touched (a semi-join), so the cost follows the new data.
+    """
+    keyed = new_records.where(F.col("key").isNotNull())
+    new_counts = keyed.groupBy("key").agg(F.count("*").alias("n_new"))
+    touched = old_index.join(_maybe_broadcast(new_counts.select("key"), broadcast_new), "key", "left_semi")
+    old_counts = touched.groupBy("key").agg(
+        F.sum("n").alias("n_old"), F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("first")
+    )
+    counts = new_counts.join(old_counts, "key", "left")
+    duplicated = counts.where(F.col("n_new") + F.coalesce(F.col("n_old"), F.lit(0)) > 1)
+    added_new = keyed.join(duplicated.select("key"), "key", "left_semi")
+    # A key seen exactly once before is not in old_duplicates yet: bring its first record.
+    added_old = duplicated.where(F.col("n_old") == 1).select("key", "first.*")
+    return conform(old_duplicates, RECORD_SCHEMA).unionByName(conform(added_new, RECORD_SCHEMA)).unionByName(
+        conform(added_old, RECORD_SCHEMA)
+    )
+
+
+def transform_new_source_rows(new_rows: DataFrame, old_source: DataFrame, broadcast_new: bool = False) -> DataFrame:
+    """Rows of this window not already known (windows overlap by the look-back)."""
+    known = old_source.join(_maybe_broadcast(new_rows.select("key"), broadcast_new), "key", "left_semi")
+    return new_rows.join(known.select("key"), "key", "left_anti")
+
+
+def transform_pending_source(
+    old_pending: DataFrame,
+    new_source: DataFrame,
+    new_records: DataFrame,
+    old_index: DataFrame,
+    broadcast_new: bool = False,
+) -> DataFrame:
+    """Source rows with no record so far (SOURCE_ROW_SCHEMA); `missing` once past grace."""
+    new_keys = new_records.where(F.col("key").isNotNull()).select("key").distinct()
+    earlier = old_index.select("key").join(_maybe_broadcast(new_source.select("key"), broadcast_new), "key", "left_semi")
+    matched = new_keys.unionByName(earlier)
+    pending = conform(old_pending, SOURCE_ROW_SCHEMA).unionByName(conform(new_source, SOURCE_ROW_SCHEMA))
+    return pending.join(matched, "key", "left_anti")
+
+
+def transform_orphan_candidates(
+    old_candidates: DataFrame,
+    new_records: DataFrame,
+    old_source: DataFrame,
+    new_source: DataFrame,
+    broadcast_new: bool = False,
+) -> DataFrame:
+    """Records whose key has no source row so far, or no key at all (RECORD_SCHEMA)."""
+    new_keys = new_records.where(F.col("key").isNotNull()).select("key").distinct()
+    known = old_source.select("key").join(_maybe_broadcast(new_keys, broadcast_new), "key", "left_semi")
+    known = known.unionByName(new_source.select("key"))
+    # left_anti keeps null keys: a record whose key cannot be found is always an orphan.
+    fresh = new_records.join(known, "key", "left_anti")
+    kept = old_candidates.join(new_source.select("key"), "key", "left_anti")
+    return conform(kept, RECORD_SCHEMA).unionByName(conform(fresh, RECORD_SCHEMA))
+
+
+def transform_seq_coverage(old_coverage: DataFrame, records: DataFrame) -> DataFrame:
+    """Merged intervals of audit-seq values seen per producer session (INTERVAL_SCHEMA)."""
+    new_intervals = values_to_intervals(records.where(F.col("session").isNotNull()), ["session"], "seq")
+    return conform(merge_intervals(conform(old_coverage, INTERVAL_SCHEMA).unionByName(new_intervals), ["session"]), INTERVAL_SCHEMA)
+
+
+def transform_ledger_open(old_open: DataFrame, new_entries: DataFrame, coverage: DataFrame) -> DataFrame:
+    """Ledger entries whose sequence is not (yet) in the topic: the only ones a gap needs.
+
+    One entry per (session, seq); an `acked` entry wins over a `failed` one.
+    """
+    entries = conform(old_open, LEDGER_ENTRY_SCHEMA).unionByName(conform(new_entries, LEDGER_ENTRY_SCHEMA))
+    rank = F.when(F.col("status") == "acked", 2).when(F.col("status") == "failed", 1).otherwise(0)
+    best = entries.groupBy("session", "seq").agg(F.max_by(F.struct(*entries.columns), rank).alias("e")).select("e.*")
+    return conform(_range_anti(best, coverage, ["session"], "seq"), LEDGER_ENTRY_SCHEMA)
+
+
+def transform_ledger_bounds(old_bounds: DataFrame, new_bounds: DataFrame) -> DataFrame:
+    union = conform(old_bounds, LEDGER_BOUND_SCHEMA).unionByName(conform(new_bounds, LEDGER_BOUND_SCHEMA))
+    return union.groupBy("session").agg(F.max("last_seq").alias("last_seq"))
+
+
+def transform_processed_coverage(old_coverage: DataFrame, processed: DataFrame) -> DataFrame:
+    """Merged intervals of processed offsets per (group, partition)."""
+    new_intervals = values_to_intervals(processed, ["group", "partition"], "offset")
+    merged = merge_intervals(conform(old_coverage, PROCESSED_INTERVAL_SCHEMA).unionByName(conform(new_intervals, PROCESSED_INTERVAL_SCHEMA)), ["group", "partition"])
+    return conform(merged, PROCESSED_INTERVAL_SCHEMA)
+
+
+def transform_reprocessed(old_reprocessed: DataFrame, old_coverage: DataFrame, processed: DataFrame) -> DataFrame:
+    """Offsets a group processed more than once so far (REPROCESSED_SCHEMA)."""
+    keys = ["group", "partition", "offset"]
+    new_counts = processed.groupBy(*keys).agg(
+        F.count("*").alias("n_new"),
+        F.array_sort(F.collect_set("consumer_session")).alias("new_sessions"),
+        F.max("audit_id").alias("new_audit_id"),
+        F.min("ts_ms").alias("new_first"),
+        F.max("ts_ms").alias("new_last"),
+    )
+    seen_before = _range_semi(new_counts.select(*keys), old_coverage, ["group", "partition"], "offset").withColumn(
+        "_seen", F.lit(1)
+    )
+    old = conform(old_reprocessed, REPROCESSED_SCHEMA)
+    combined = new_counts.join(seen_before, keys, "left").join(old, keys, "left")
+    prior = F.coalesce(F.col("count"), F.col("_seen").cast("long"), F.lit(0).cast("long"))
+    updated = combined.where(F.col("n_new") + prior > 1).select(
+        *keys,
+        (F.col("n_new") + prior).alias("count"),
+        F.array_sort(F.array_distinct(F.concat(F.coalesce("consumer_sessions", F.array().cast("array<string>")), "new_sessions"))).alias(
+            "consumer_sessions"
+        ),
+        F.coalesce("audit_id", "new_audit_id").alias("audit_id"),
+        F.least("first_ms", "new_first").alias("first_ms"),
+        F.greatest("last_ms", "new_last").alias("last_ms"),
+    )
+    untouched = old.join(new_counts.select(*keys), keys, "left_anti")
+    return conform(untouched, REPROCESSED_SCHEMA).unionByName(conform(updated, REPROCESSED_SCHEMA))
+
+
+def transform_unprocessed_candidates(
+    old_candidates: DataFrame, new_records: DataFrame, processed_coverage: DataFrame
+) -> DataFrame:
+    """Records not processed (yet) by each group that keeps a consumer ledger (CANDIDATE_SCHEMA)."""
+    groups = processed_coverage.select("group").distinct()
+    fresh = groups.crossJoin(conform(new_records, RECORD_SCHEMA))
+    candidates = conform(old_candidates, CANDIDATE_SCHEMA).unionByName(conform(fresh, CANDIDATE_SCHEMA))
+    return conform(_range_anti(candidates, processed_coverage, ["group", "partition"], "offset"), CANDIDATE_SCHEMA)
+
+
+# ------------------------------------------------------------------ findings ---------
+
+
+def _finding(df: DataFrame, kind: str, **columns: Column) -> DataFrame:
+    selected = df.select(*[col.alias(name) for name, col in columns.items()]).withColumn("kind", F.lit(kind))
+    return conform(selected, FINDING_SCHEMA)
+
+
+def find_missing(pending: DataFrame, cutoff: datetime) -> DataFrame:
+    """Source rows older than the grace cutoff with no record."""
+    late = pending.where(F.col("created") <= F.lit(cutoff))
+    return _finding(
+        late,
+        "missing",
+        key=F.col("key"),
+        timestamp=F.col("created"),
+        evidence=F.to_json(F.struct(F.unix_millis("created").alias("created_ms"))),
+    )
+
+
+def _occurrence_findings(grouped: DataFrame, kind: str, cause: Column) -> DataFrame:
+    """grouped: key, occ (sorted array of occurrences) → one finding per row."""
+    first = F.col("occ")[0]
+    return _finding(
+        grouped,
+        kind,
+        key=F.col("key"),
+        cause=cause,
+        partition=first["partition"],
+        offset=first["offset"],
+        offsets=F.transform("occ", lambda o: F.struct(o["partition"].alias("partition"), o["offset"].alias("offset"))),
+        timestamp=_ms_to_ts(first["ts_ms"]),
+        session=first["session"],
+        seq=first["seq"],
+        evidence=F.to_json(F.struct(F.size("occ").alias("count"), F.col("occ").alias("records"))),
+    )
+
+
+def find_orphans(candidates: DataFrame, cutoff: datetime) -> DataFrame:
+    """Records whose key has no source row (cause `no-key` when no key could be found)."""
+    old_enough = candidates.where(F.col("timestamp") <= F.lit(cutoff))
+    with_key = old_enough.where(F.col("key").isNotNull()).groupBy("key").agg(F.array_sort(F.collect_list(_occurrence())).alias("occ"))
+    keyed = _occurrence_findings(with_key, "orphan", F.lit(None).cast("string"))
+    keyless = old_enough.where(F.col("key").isNull()).select("key", F.array(_occurrence()).alias("occ"))
+    return keyed.unionByName(_occurrence_findings(keyless, "orphan", F.lit("no-key")))
+
+
+def find_duplicates(duplicates: DataFrame) -> DataFrame:
+    """Keys with several records, one finding per cause.
+
+    producer-retry: one (session, seq) at several offsets; app-resend: several distinct
+    (session, seq) for the key; unknown: records without audit headers among them.
+    """
+    headered = duplicates.where(F.col("session").isNotNull() & F.col("seq").isNotNull())
+    retried = (
+        headered.groupBy("key", "session", "seq")
+        .agg(F.count("*").alias("n"), F.array_sort(F.collect_list(_occurrence())).alias("occ"))
+        .where(F.col("n") > 1)
+    )
+    per_key = duplicates.groupBy("key").agg(
+        F.count("*").alias("n"),
+        F.count_distinct(F.when(F.col("session").isNotNull() & F.col("seq").isNotNull(), F.struct("session", "seq"))).alias("distinct_sends"),
+        F.sum(F.when(F.col("session").isNull() | F.col("seq").isNull(), 1).otherwise(0)).alias("headerless"),
+        F.array_sort(F.collect_list(_occurrence())).alias("occ"),
+    )
+    resent = per_key.where(F.col("distinct_sends") > 1).select(
+        "key", F.filter("occ", lambda o: o["session"].isNotNull() & o["seq"].isNotNull()).alias("occ")
+    )
+    unexplained = per_key.where((F.col("headerless") > 0) & (F.col("n") > 1)).select("key", "occ")
+    return (
+        _occurrence_findings(retried.select("key", "occ"), "duplicate", F.lit("producer-retry"))
+        .unionByName(_occurrence_findings(resent, "duplicate", F.lit("app-resend")))
+        .unionByName(_occurrence_findings(unexplained, "duplicate", F.lit("unknown")))
+    )
+
+
+def find_gaps(coverage: DataFrame, ledger_open: DataFrame, bounds: DataFrame, watermarks: DataFrame) -> DataFrame:
+    """Holes in producer sessions' sequences up to each session's last ledgered seq.
+
+    A hole seq with a `failed` ledger entry → send-failed; with an `acked` entry → broker-lost
+    (unless its offset is below the partition's log start: expired by retention, not
+    reported); no entry → never-sent, reported as one finding per contiguous range.
+    """
+    entries = ledger_open.join(bounds, "session", "inner").where(F.col("seq") <= F.col("last_seq")).join(
+        watermarks, "partition", "left"
+    )
+    expired = (F.col("status") == "acked") & (F.col("offset") >= 0) & (F.col("offset") < F.coalesce(F.col("low"), F.lit(0)))
+    explained = entries.where(F.col("status").isin("acked", "failed"))
+    reported = explained.where(~expired)
+    ledger_evidence = F.struct(
+        F.col("status"), F.col("partition"), F.col("offset"), F.col("error"), F.col("persisted"), F.col("ts_ms")
+    )
+    known = _finding(
+        reported,
+        "gap",
+        key=F.col("audit_id"),
+        cause=F.when(F.col("status") == "failed", F.lit("send-failed")).otherwise(F.lit("broker-lost")),
+        partition=F.when(F.col("partition") >= 0, F.col("partition")),
+        offset=F.when(F.col("offset") >= 0, F.col("offset")),
+        timestamp=_ms_to_ts(F.col("ts_ms")),
+        session=F.col("session"),
+        seq=F.col("seq"),
+        seq_end=F.col("seq"),
+        evidence=F.to_json(F.struct(F.lit(1).alias("count"), ledger_evidence.alias("ledger"))),
+    )
+    points = explained.select("session", F.col("seq").alias("start"), F.col("seq").alias("end"))
+    covered = merge_intervals(conform(coverage, INTERVAL_SCHEMA).unionByName(points), ["session"])
+    holes = interval_holes(covered, bounds, ["session"])
+    never_sent = _finding(
+        holes,
+        "gap",
+        cause=F.lit("never-sent"),
+        session=F.col("session"),
+        seq=F.col("start"),
+        seq_end=F.col("end"),
+        evidence=F.to_json(F.struct((F.col("end") - F.col("start") + 1).alias("count"))),
+    )
+    return known.unionByName(never_sent)
+
+
+def find_aborted(aborted: DataFrame) -> DataFrame:
+    """Records present only in aborted transactions."""
+    return _finding(
+        aborted,
+        "aborted",
+        key=F.col("key"),
+        partition=F.col("partition"),
+        offset=F.col("offset"),
+        timestamp=F.col("timestamp"),
+        session=F.col("session"),
+        seq=F.col("seq"),
+        evidence=F.to_json(F.struct(F.unix_millis("timestamp").alias("ts_ms"))),
+    )
+
+
+def find_unprocessed(candidates: DataFrame, committed: DataFrame) -> DataFrame:
+    """Records below a group's committed offset that the group's ledger never marked processed."""
+    below = candidates.join(committed, ["group", "partition"], "inner").where(F.col("offset") < F.col("committed"))
+    return _finding(
+        below,
+        "unprocessed",
+        key=F.col("key"),
+        partition=F.col("partition"),
+        offset=F.col("offset"),
+        timestamp=F.col("timestamp"),
+        session=F.col("session"),
+        seq=F.col("seq"),
+        group=F.col("group"),
+        evidence=F.to_json(F.struct(F.col("committed").alias("committed_offset"))),
+    )
+
+
+def find_reprocessed(reprocessed: DataFrame) -> DataFrame:
+    """Offsets a group processed more than once."""
+    return _finding(
+        reprocessed,
+        "reprocessed",
+        key=F.col("audit_id"),
+        partition=F.col("partition"),
+        offset=F.col("offset"),
+        timestamp=_ms_to_ts(F.col("first_ms")),
+        group=F.col("group"),
+        evidence=F.to_json(
+            F.struct(F.col("count"), F.col("consumer_sessions"), F.col("first_ms"), F.col("last_ms"))
+        ),
+    )
+
+
+def union_findings(frames: Iterable[DataFrame]) -> DataFrame:
+    result: DataFrame | None = None
+    for frame in frames:
+        conformed = conform(frame, FINDING_SCHEMA)
+        result = conformed if result is None else result.unionByName(conformed)
+    if result is None:
+        raise ValueError("union_findings needs at least one frame")
+    return result

@@ -1,0 +1,234 @@
+"""Fixtures shared by the whole suite.
+
+The backing services are real and started before pytest (`make test` starts the test
+stack: 3 Kafka brokers, PostgreSQL, Redis, and exports its settings). Running pytest by
+hand falls back to the dev stack's .env. Under CI an unreachable service fails the run;
+it is never skipped.
+
+Live-process fixtures (ASGI server, Celery worker and beat) use the test database that
+pytest-django creates; tests that use them are marked django_db (never transactional_db,
+whose flush would delete the data those processes rely on).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from auditor.lib.env import load_env_file
+
+ROOT = Path(__file__).resolve().parent.parent
+load_env_file(ROOT / ".env")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor.settings")
+# The live processes and the test share one channel-layer prefix, apart from `make run`'s.
+os.environ.setdefault("AUDITOR_CHANNEL_PREFIX", f"auditor-test-{os.getpid()}")
+# Playwright's sync API keeps an event loop running in the test thread; the test's own
+# ORM calls are still synchronous (pytest-django's documented setting for this case).
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    return os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+
+
+@pytest.fixture(scope="session")
+def kafka_brokers() -> int:
+    return int(os.environ.get("KAFKA_BROKERS", "1"))
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(kafka_bootstrap: str):
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.list_topics(timeout=10)  # fail fast with the broker's error if unreachable
+    return admin
+
+
+@pytest.fixture
+def make_topic(kafka_admin) -> Iterator[Callable[..., str]]:
+    """Create uniquely named topics; they are deleted after the test."""
+    from confluent_kafka.admin import NewTopic
+
+    created: list[str] = []
+
+    def create(prefix: str = "t", partitions: int = 1, replication_factor: int = -1, config: dict | None = None) -> str:
+        name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+        futures = kafka_admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=config or {})]
+        )
+        futures[name].result(timeout=30)
+        created.append(name)
+        wait_until(lambda: name in kafka_admin.list_topics(timeout=5).topics, 20, f"topic {name}")
+        return name
+
+    yield create
+    if created:
+        for future in kafka_admin.delete_topics(created).values():
+            try:
+                future.result(timeout=30)
+            except Exception:  # noqa: BLE001 - a test may have deleted it itself
+                pass
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from spark_jobs.common import build_spark_session
+
+    session = build_spark_session("auditor-tests", shuffle_partitions=2)
+    yield session
+    session.stop()
+
+
+def _test_database_url() -> str:
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    return f"postgresql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+class LiveProcesses:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs = ROOT / "var" / "test-logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+
+    def start(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        self.procs[name] = proc
+        return proc
+
+    def log_text(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture(scope="session")
+def live_env(django_db_setup, django_db_blocker) -> dict[str, str]:
+    """Environment for subprocesses that must use the test database."""
+    env = dict(os.environ)
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # the live processes keep Django's async safety
+    env["DATABASE_URL"] = _test_database_url()
+    return env
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(live_env) -> Iterator[LiveProcesses]:
+    procs = LiveProcesses(live_env)
+    name = f"test-{uuid.uuid4().hex[:6]}@%h"
+    procs.start(
+        "worker",
+        [sys.executable, "-m", "celery", "-A", "auditor", "worker", "--pool=threads", "--concurrency=4", "-n", name,
+         "--loglevel=INFO", "--without-mingle", "--without-gossip"],
+    )
+    from auditor.celery import app
+
+    try:
+        wait_until(lambda: bool(app.control.ping(timeout=0.5)), 60, "the Celery worker to answer a ping")
+    except AssertionError:
+        procs.stop()
+        raise AssertionError("Celery worker did not start:\n" + procs.log_text("worker")) from None
+    yield procs
+    procs.stop()
+
+
+@pytest.fixture(scope="session")
+def celery_beat_process(live_env, celery_worker_process) -> Iterator[LiveProcesses]:
+    procs = LiveProcesses(live_env)
+    schedule_dir = ROOT / "var" / "test-logs"
+    procs.start(
+        "beat",
+        [sys.executable, "-m", "celery", "-A", "auditor", "beat", "--loglevel=INFO",
+         "-s", str(schedule_dir / "beat-schedule")],
+    )
+    yield procs
+    procs.stop()
+
+
+@pytest.fixture(scope="session")
+def admin_credentials(django_db_setup, django_db_blocker) -> tuple[str, str]:
+    """A superuser committed to the test database (visible to the live processes)."""
+    from django.contrib.auth import get_user_model
+
+    password = uuid.uuid4().hex
+    with django_db_blocker.unblock():
+        user, _ = get_user_model().objects.get_or_create(username="e2e-admin")
+        user.is_staff = user.is_superuser = True
+        user.set_password(password)
+        user.save()
+    return "e2e-admin", password
+
+
+@pytest.fixture(scope="session")
+def asgi_server(live_env) -> Iterator[str]:
+    """Daphne serving the real ASGI app (HTTP + websockets) on a free port."""
+    port = _free_port()
+    procs = LiveProcesses(live_env)
+    procs.start("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "auditor.asgi:application"])
+
+    def answers() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return True
+        except OSError:
+            return False
+
+    try:
+        wait_until(answers, 60, "Daphne to listen")
+    except AssertionError:
+        procs.stop()
+        raise AssertionError("Daphne did not start:\n" + procs.log_text("daphne")) from None
+    # Daphne names its host in ALLOWED_HOSTS checks: 127.0.0.1 is allowed by default.
+    yield f"http://127.0.0.1:{port}"
+    procs.stop()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium driven by Playwright (no browser download)."""
+    from playwright.sync_api import sync_playwright
+
+    executable = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=executable,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        )
+        yield b
+        b.close()

@@ -1,0 +1,135 @@
+"""`audit apply`: creates and updates by name; bad files change nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
+
+pytestmark = pytest.mark.django_db
+
+GOOD = """\
+clusters:
+  local:
+    bootstrap_servers: 127.0.0.1:9092
+    config:
+      sasl.password: ${TEST_KAFKA_SECRET}
+sources:
+  tickets_db:
+    url: postgresql://app:${TEST_APP_DB_PASSWORD}@127.0.0.1:5432/tickets
+bindings:
+  tickets:
+    cluster: local
+    topic: tickets
+    source: tickets_db
+    table: public.tickets
+    key_column: id
+    record_key: json:$.ticket_id
+    created_column: created_at
+    grace: 2m
+    guarantee: at-least-once
+    consumer_groups: [ticket-processor]
+    schedule: 5m
+stuck_rules:
+  tickets-new:
+    binding: tickets
+    status_column: status
+    stuck_values: [NEW]
+    age_column: created_at
+    older_than: 10m
+"""
+
+
+@pytest.fixture(autouse=True)
+def secrets_env(monkeypatch):
+    monkeypatch.setenv("TEST_KAFKA_SECRET", "kafka-s3cret")
+    monkeypatch.setenv("TEST_APP_DB_PASSWORD", "db-s3cret")
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "auditor.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def apply(path: Path) -> str:
+    from io import StringIO
+
+    out = StringIO()
+    call_command("audit", "apply", str(path), "--json", stdout=out)
+    return out.getvalue()
+
+
+def test_it_creates_then_updates_by_name(tmp_path):
+    path = write(tmp_path, GOOD)
+    assert json.loads(apply(path))["created"] == [
+        "cluster local", "source tickets_db", "binding tickets", "stuck rule tickets-new"
+    ]
+    binding = Binding.objects.get(name="tickets")
+    assert (binding.grace_seconds, binding.schedule_seconds, binding.record_key) == (120, 300, "json:$.ticket_id")
+    assert StuckRule.objects.get(name="tickets-new").older_than_seconds == 600
+
+    path.write_text(GOOD.replace("grace: 2m", "grace: 30s"))
+    result = json.loads(apply(path))
+    assert result["created"] == []
+    assert "binding tickets" in result["updated"]
+    assert Binding.objects.get(name="tickets").grace_seconds == 30
+    assert Binding.objects.count() == 1
+
+
+def test_it_keeps_secrets_as_env_references(tmp_path):
+    apply(write(tmp_path, GOOD))
+    source = SourceDatabase.objects.get(name="tickets_db")
+    cluster = Cluster.objects.get(name="local")
+    assert "db-s3cret" not in source.url and "${TEST_APP_DB_PASSWORD}" in source.url
+    assert source.resolved_url().startswith("postgresql://app:db-s3cret@")
+    assert cluster.config == {"sasl.password": "${TEST_KAFKA_SECRET}"}
+    assert cluster.client_config()["sasl.password"] == "kafka-s3cret"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (GOOD.replace("    topic: tickets\n", ""), ":10: bindings.tickets: missing required field 'topic'"),
+        (GOOD.replace("cluster: local", "cluster: nowhere"), ":11: bindings.tickets.cluster: unknown cluster 'nowhere'"),
+        (GOOD.replace("binding: tickets", "binding: nope"), ":24: stuck_rules.tickets-new.binding: unknown binding 'nope'"),
+        (GOOD.replace("grace: 2m", "grace: soon"), ":18: bindings.tickets.grace: 'soon' is not a duration"),
+        (GOOD.replace("key_column: id", "key_column: id; drop table x"), ":15: bindings.tickets.key_column:"),
+        (GOOD.replace("guarantee: at-least-once", "guarantee: maybe-once"), ":19: bindings.tickets.guarantee:"),
+        (GOOD.replace("${TEST_APP_DB_PASSWORD}", "${TEST_UNSET_VARIABLE}"),
+         ":8: sources.tickets_db.url: environment variable TEST_UNSET_VARIABLE is not set"),
+        (GOOD.replace("  local:\n", "  local:\n   bad: [\n", 1), ":5: (syntax): not valid YAML"),
+        ("- just\n- a list\n", ":1: (top level): must be a mapping"),
+        (GOOD + "webhoks: {}\n", ":29: webhoks: unknown field"),
+    ],
+)
+def test_it_rejects_bad_files_naming_line_and_field(tmp_path, capsys, text, expected):
+    apply(write(tmp_path, GOOD.replace("tickets", "existing")))  # something already stored
+    before = (list(Binding.objects.values()), list(Cluster.objects.values()), list(StuckRule.objects.values()))
+    path = write(tmp_path, text)
+    with pytest.raises(CommandError) as info:
+        apply(path)
+    assert info.value.returncode == 2
+    assert f"error: {path}{expected}" in capsys.readouterr().err
+    after = (list(Binding.objects.values()), list(Cluster.objects.values()), list(StuckRule.objects.values()))
+    assert after == before
+    assert Binding.objects.filter(name="tickets").count() == 0
+
+
+def test_it_prints_file_line_and_field_and_exits_non_zero(tmp_path):
+    path = write(tmp_path, GOOD.replace("    key_column: id\n", ""))
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "audit", "apply", str(path)],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.returncode == 2
+    assert f"error: {path}:10: bindings.tickets: missing required field 'key_column'" in proc.stderr
+    assert "nothing in the database changed" in proc.stderr
