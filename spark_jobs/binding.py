@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -96,9 +96,7 @@ def parse_record_key(value: str, binding: str) -> RecordKeySpec:
                 "expected e.g. json:$.ticket_id or json:$.items[0].id"
             )
         return RecordKeySpec("json", path)
-    raise BindingError(
-        f"binding {binding!r}: record_key must be key, header:<name> or json:<path>, got {value!r}"
-    )
+    raise BindingError(f"binding {binding!r}: record_key must be key, header:<name> or json:<path>, got {value!r}")
 
 
 def check_identifier(value: Any, what: str, binding: str, qualified: bool = False) -> str:
@@ -106,8 +104,7 @@ def check_identifier(value: Any, what: str, binding: str, qualified: bool = Fals
     if not isinstance(value, str) or not pattern.match(value):
         shape = "name or schema.name" if qualified else "name"
         raise BindingError(
-            f"binding {binding!r}: {what} must be a plain SQL {shape} "
-            f"([A-Za-z_][A-Za-z0-9_]*), got {value!r}"
+            f"binding {binding!r}: {what} must be a plain SQL {shape} ([A-Za-z_][A-Za-z0-9_]*), got {value!r}"
         )
     return value
 
@@ -119,7 +116,7 @@ def _parse_since(value: Any, binding: str) -> datetime | None:
         parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError as exc:
         raise BindingError(f"binding {binding!r}: since must be an ISO timestamp, got {value!r}") from exc
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def binding_from_dict(data: dict[str, Any]) -> Binding:
@@ -192,7 +189,9 @@ def jdbc_url_and_properties(url: str) -> tuple[str, dict[str, str]]:
         return url, {}
     parts = urlsplit(url)
     if parts.scheme not in ("postgresql", "postgres") or not parts.hostname:
-        raise BindingError(f"source url must be postgresql://user:password@host:port/db or jdbc:…, got scheme {parts.scheme!r}")
+        raise BindingError(
+            f"source url must be postgresql://user:password@host:port/db or jdbc:…, got scheme {parts.scheme!r}"
+        )
     props: dict[str, str] = {"driver": "org.postgresql.Driver"}
     if parts.username:
         props["user"] = unquote(parts.username)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka._model import ConsumerGroupTopicPartitions
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 # librdkafka settings that are meaningful to the AdminClient (the rest of a cluster's
 # config may be producer- or consumer-only and would be rejected or warned about).
@@ -30,9 +30,7 @@ class PartitionOffsets:
 
 
 def admin_client(bootstrap_servers: str, config: dict[str, str] | None = None, timeout_s: float = 10.0) -> AdminClient:
-    conf: dict[str, str | int] = {
-        k: v for k, v in (config or {}).items() if k.startswith(_ADMIN_KEYS_PREFIXES)
-    }
+    conf: dict[str, str | int] = {k: v for k, v in (config or {}).items() if k.startswith(_ADMIN_KEYS_PREFIXES)}
     conf.update(
         {
             "bootstrap.servers": bootstrap_servers,
@@ -68,9 +66,7 @@ def partition_offsets(
 
     def query(spec: OffsetSpec, isolation: IsolationLevel) -> dict[int, int]:
         try:
-            futures = admin.list_offsets(
-                {tp: spec for tp in tps}, isolation_level=isolation, request_timeout=timeout_s
-            )
+            futures = admin.list_offsets({tp: spec for tp in tps}, isolation_level=isolation, request_timeout=timeout_s)
             return {tp.partition: future.result().offset for tp, future in futures.items()}
         except KafkaException as exc:
             raise KafkaReadError(f"listing offsets of topic {topic!r} failed: {exc}") from exc

@@ -30,7 +30,6 @@ from spark_jobs.reconcile_transform import (
     CANDIDATE_SCHEMA,
     FINDING_SCHEMA,
     INTERVAL_SCHEMA,
-    KEY_INDEX_SCHEMA,
     LEDGER_BOUND_SCHEMA,
     LEDGER_ENTRY_SCHEMA,
     PROCESSED_INTERVAL_SCHEMA,
@@ -149,17 +148,20 @@ class StateStore:
         df.select(*schema.fieldNames()).write.mode("overwrite").parquet(str(self.root / relative))
         return relative
 
-    def compact(
-        self, spark: SparkSession, relatives: list[str], kind: str, schema: StructType
-    ) -> list[str]:
+    def compact(self, spark: SparkSession, relatives: list[str], kind: str, schema: StructType) -> list[str]:
         """Merge the deltas into one when there are too many; returns the new list."""
         if len(relatives) <= COMPACT_AFTER:
             return relatives
         merged = self.deltas(spark, relatives, schema)
         if kind == "keys":
-            merged = merged.groupBy("key").agg(
-                F.sum("n").alias("n"), F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("f")
-            ).select("key", "n", "f.*")
+            merged = (
+                merged.groupBy("key")
+                .agg(
+                    F.sum("n").alias("n"),
+                    F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("f"),
+                )
+                .select("key", "n", "f.*")
+            )
         else:
             merged = merged.groupBy("key").agg(F.min("created").alias("created"))
         relative = f"{kind}/{self.run_id}-compacted"

@@ -59,7 +59,9 @@ RECORD_SCHEMA = StructType(
     ]
 )
 # Per-key index entry: how many records a key has (in one state delta) and its first one.
-KEY_INDEX_SCHEMA = StructType([StructField("key", StringType()), StructField("n", LongType())] + RECORD_SCHEMA.fields[1:])
+KEY_INDEX_SCHEMA = StructType(
+    [StructField("key", StringType()), StructField("n", LongType()), *RECORD_SCHEMA.fields[1:]]
+)
 SOURCE_ROW_SCHEMA = StructType([StructField("key", StringType()), StructField("created", TimestampType())])
 INTERVAL_SCHEMA = StructType(
     [StructField("session", StringType()), StructField("start", LongType()), StructField("end", LongType())]
@@ -108,11 +110,14 @@ REPROCESSED_SCHEMA = StructType(
         StructField("last_ms", LongType()),
     ]
 )
-CANDIDATE_SCHEMA = StructType([StructField("group", StringType())] + RECORD_SCHEMA.fields)
+CANDIDATE_SCHEMA = StructType([StructField("group", StringType()), *RECORD_SCHEMA.fields])
 COMMITTED_SCHEMA = StructType(
     [StructField("group", StringType()), StructField("partition", IntegerType()), StructField("committed", LongType())]
 )
-WATERMARK_SCHEMA = StructType([StructField("partition", IntegerType()), StructField("low", LongType())])
+# Per partition of the topic: log start offset and the end of what this run has read.
+WATERMARK_SCHEMA = StructType(
+    [StructField("partition", IntegerType()), StructField("low", LongType()), StructField("end", LongType())]
+)
 
 OFFSET_STRUCT = StructType([StructField("partition", IntegerType()), StructField("offset", LongType())])
 FINDING_SCHEMA = StructType(
@@ -161,16 +166,13 @@ def conform(df: DataFrame, schema: StructType) -> DataFrame:
     """Select and cast `df` to exactly `schema` (missing columns become typed nulls)."""
     present = set(df.columns)
     return df.select(
-        *[
-            (F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name)
-            for f in schema.fields
-        ]
+        *[(F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name) for f in schema.fields]
     )
 
 
 def _header(name: str) -> Column:
     matches = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
-    return F.element_at(matches, 1)["value"].cast("string")
+    return F.get(matches, 0)["value"].cast("string")
 
 
 def record_key_expression(spec: RecordKeySpec) -> Column:
@@ -200,13 +202,17 @@ def _ms_to_ts(col: Column) -> Column:
 
 def _range_anti(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
     """Rows of df whose `value` lies in no interval [start, end] of the same keys."""
-    iv = intervals.select(*[F.col(k).alias(f"_iv_{k}") for k in keys], F.col("start").alias("_iv_start"), F.col("end").alias("_iv_end"))
+    iv = intervals.select(
+        *[F.col(k).alias(f"_iv_{k}") for k in keys], F.col("start").alias("_iv_start"), F.col("end").alias("_iv_end")
+    )
     condition = [df[k] == iv[f"_iv_{k}"] for k in keys] + [df[value] >= iv["_iv_start"], df[value] <= iv["_iv_end"]]
     return df.join(iv, condition, "left_anti")
 
 
 def _range_semi(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
-    iv = intervals.select(*[F.col(k).alias(f"_iv_{k}") for k in keys], F.col("start").alias("_iv_start"), F.col("end").alias("_iv_end"))
+    iv = intervals.select(
+        *[F.col(k).alias(f"_iv_{k}") for k in keys], F.col("start").alias("_iv_start"), F.col("end").alias("_iv_end")
+    )
     condition = [df[k] == iv[f"_iv_{k}"] for k in keys] + [df[value] >= iv["_iv_start"], df[value] <= iv["_iv_end"]]
     return df.join(iv, condition, "left_semi")
 
@@ -219,7 +225,9 @@ def merge_intervals(intervals: DataFrame, keys: Sequence[str]) -> DataFrame:
     marked = intervals.withColumn("_opens", opens).withColumn(
         "_island", F.sum("_opens").over(w.rowsBetween(Window.unboundedPreceding, 0))
     )
-    return marked.groupBy(*keys, "_island").agg(F.min("start").alias("start"), F.max("end").alias("end")).drop("_island")
+    return (
+        marked.groupBy(*keys, "_island").agg(F.min("start").alias("start"), F.max("end").alias("end")).drop("_island")
+    )
 
 
 def values_to_intervals(values: DataFrame, keys: Sequence[str], value: str, bucket_size: int = 4096) -> DataFrame:
@@ -271,7 +279,7 @@ def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
         F.col("offset").cast("long").alias("offset"),
         F.col("timestamp"),
         _header("audit-pid").alias("session"),
-        F.when(seq.rlike(r"^[0-9]+$"), seq.cast("long")).alias("seq"),
+        seq.try_cast("long").alias("seq"),
     )
 
 
@@ -302,14 +310,14 @@ def transform_producer_ledger(raw: DataFrame, topic: str) -> tuple[DataFrame, Da
     batches = parsed.where((F.col("type") == "batch") & (F.col("topic") == topic))
     entries = batches.select(F.col("pid").alias("session"), F.explode("entries").alias("e")).select(
         "session",
-        F.col("e")[0].cast("long").alias("seq"),
-        F.col("e")[1].alias("status"),
-        F.col("e")[2].cast("int").alias("partition"),
-        F.col("e")[3].cast("long").alias("offset"),
-        F.col("e")[4].alias("error"),
-        F.col("e")[5].alias("persisted"),
-        F.col("e")[6].alias("audit_id"),
-        F.col("e")[7].cast("long").alias("ts_ms"),
+        F.get(F.col("e"), 0).try_cast("long").alias("seq"),
+        F.get(F.col("e"), 1).alias("status"),
+        F.get(F.col("e"), 2).try_cast("int").alias("partition"),
+        F.get(F.col("e"), 3).try_cast("long").alias("offset"),
+        F.get(F.col("e"), 4).alias("error"),
+        F.get(F.col("e"), 5).alias("persisted"),
+        F.get(F.col("e"), 6).alias("audit_id"),
+        F.get(F.col("e"), 7).try_cast("long").alias("ts_ms"),
     )
     entries = entries.where(F.col("seq").isNotNull() & F.col("session").isNotNull())
     ends = parsed.where(F.col("type") == "session-end").select(
@@ -330,11 +338,11 @@ def transform_consumer_ledger(raw: DataFrame, topic: str, groups: Iterable[str])
     entries = parsed.select("group", F.col("sid").alias("consumer_session"), F.explode("entries").alias("e")).select(
         "group",
         "consumer_session",
-        F.col("e")[0].alias("topic"),
-        F.col("e")[1].cast("int").alias("partition"),
-        F.col("e")[2].cast("long").alias("offset"),
-        F.col("e")[3].alias("audit_id"),
-        F.col("e")[4].cast("long").alias("ts_ms"),
+        F.get(F.col("e"), 0).alias("topic"),
+        F.get(F.col("e"), 1).try_cast("int").alias("partition"),
+        F.get(F.col("e"), 2).try_cast("long").alias("offset"),
+        F.get(F.col("e"), 3).alias("audit_id"),
+        F.get(F.col("e"), 4).try_cast("long").alias("ts_ms"),
     )
     return conform(entries.where((F.col("topic") == topic) & F.col("offset").isNotNull()), PROCESSED_SCHEMA)
 
@@ -372,8 +380,10 @@ def transform_duplicate_records(
     added_new = keyed.join(duplicated.select("key"), "key", "left_semi")
     # A key seen exactly once before is not in old_duplicates yet: bring its first record.
     added_old = duplicated.where(F.col("n_old") == 1).select("key", "first.*")
-    return conform(old_duplicates, RECORD_SCHEMA).unionByName(conform(added_new, RECORD_SCHEMA)).unionByName(
-        conform(added_old, RECORD_SCHEMA)
+    return (
+        conform(old_duplicates, RECORD_SCHEMA)
+        .unionByName(conform(added_new, RECORD_SCHEMA))
+        .unionByName(conform(added_old, RECORD_SCHEMA))
     )
 
 
@@ -392,7 +402,9 @@ def transform_pending_source(
 ) -> DataFrame:
     """Source rows with no record so far (SOURCE_ROW_SCHEMA); `missing` once past grace."""
     new_keys = new_records.where(F.col("key").isNotNull()).select("key").distinct()
-    earlier = old_index.select("key").join(_maybe_broadcast(new_source.select("key"), broadcast_new), "key", "left_semi")
+    earlier = old_index.select("key").join(
+        _maybe_broadcast(new_source.select("key"), broadcast_new), "key", "left_semi"
+    )
     matched = new_keys.unionByName(earlier)
     pending = conform(old_pending, SOURCE_ROW_SCHEMA).unionByName(conform(new_source, SOURCE_ROW_SCHEMA))
     return pending.join(matched, "key", "left_anti")
@@ -418,7 +430,9 @@ def transform_orphan_candidates(
 def transform_seq_coverage(old_coverage: DataFrame, records: DataFrame) -> DataFrame:
     """Merged intervals of audit-seq values seen per producer session (INTERVAL_SCHEMA)."""
     new_intervals = values_to_intervals(records.where(F.col("session").isNotNull()), ["session"], "seq")
-    return conform(merge_intervals(conform(old_coverage, INTERVAL_SCHEMA).unionByName(new_intervals), ["session"]), INTERVAL_SCHEMA)
+    return conform(
+        merge_intervals(conform(old_coverage, INTERVAL_SCHEMA).unionByName(new_intervals), ["session"]), INTERVAL_SCHEMA
+    )
 
 
 def transform_ledger_open(old_open: DataFrame, new_entries: DataFrame, coverage: DataFrame) -> DataFrame:
@@ -440,7 +454,10 @@ def transform_ledger_bounds(old_bounds: DataFrame, new_bounds: DataFrame) -> Dat
 def transform_processed_coverage(old_coverage: DataFrame, processed: DataFrame) -> DataFrame:
     """Merged intervals of processed offsets per (group, partition)."""
     new_intervals = values_to_intervals(processed, ["group", "partition"], "offset")
-    merged = merge_intervals(conform(old_coverage, PROCESSED_INTERVAL_SCHEMA).unionByName(conform(new_intervals, PROCESSED_INTERVAL_SCHEMA)), ["group", "partition"])
+    merged = merge_intervals(
+        conform(old_coverage, PROCESSED_INTERVAL_SCHEMA).unionByName(conform(new_intervals, PROCESSED_INTERVAL_SCHEMA)),
+        ["group", "partition"],
+    )
     return conform(merged, PROCESSED_INTERVAL_SCHEMA)
 
 
@@ -463,9 +480,9 @@ def transform_reprocessed(old_reprocessed: DataFrame, old_coverage: DataFrame, p
     updated = combined.where(F.col("n_new") + prior > 1).select(
         *keys,
         (F.col("n_new") + prior).alias("count"),
-        F.array_sort(F.array_distinct(F.concat(F.coalesce("consumer_sessions", F.array().cast("array<string>")), "new_sessions"))).alias(
-            "consumer_sessions"
-        ),
+        F.array_sort(
+            F.array_distinct(F.concat(F.coalesce("consumer_sessions", F.array().cast("array<string>")), "new_sessions"))
+        ).alias("consumer_sessions"),
         F.coalesce("audit_id", "new_audit_id").alias("audit_id"),
         F.least("first_ms", "new_first").alias("first_ms"),
         F.greatest("last_ms", "new_last").alias("last_ms"),
@@ -506,7 +523,7 @@ def find_missing(pending: DataFrame, cutoff: datetime) -> DataFrame:
 
 def _occurrence_findings(grouped: DataFrame, kind: str, cause: Column) -> DataFrame:
     """grouped: key, occ (sorted array of occurrences) → one finding per row."""
-    first = F.col("occ")[0]
+    first = F.get(F.col("occ"), 0)
     return _finding(
         grouped,
         kind,
@@ -525,7 +542,11 @@ def _occurrence_findings(grouped: DataFrame, kind: str, cause: Column) -> DataFr
 def find_orphans(candidates: DataFrame, cutoff: datetime) -> DataFrame:
     """Records whose key has no source row (cause `no-key` when no key could be found)."""
     old_enough = candidates.where(F.col("timestamp") <= F.lit(cutoff))
-    with_key = old_enough.where(F.col("key").isNotNull()).groupBy("key").agg(F.array_sort(F.collect_list(_occurrence())).alias("occ"))
+    with_key = (
+        old_enough.where(F.col("key").isNotNull())
+        .groupBy("key")
+        .agg(F.array_sort(F.collect_list(_occurrence())).alias("occ"))
+    )
     keyed = _occurrence_findings(with_key, "orphan", F.lit(None).cast("string"))
     keyless = old_enough.where(F.col("key").isNull()).select("key", F.array(_occurrence()).alias("occ"))
     return keyed.unionByName(_occurrence_findings(keyless, "orphan", F.lit("no-key")))
@@ -545,7 +566,9 @@ def find_duplicates(duplicates: DataFrame) -> DataFrame:
     )
     per_key = duplicates.groupBy("key").agg(
         F.count("*").alias("n"),
-        F.count_distinct(F.when(F.col("session").isNotNull() & F.col("seq").isNotNull(), F.struct("session", "seq"))).alias("distinct_sends"),
+        F.count_distinct(
+            F.when(F.col("session").isNotNull() & F.col("seq").isNotNull(), F.struct("session", "seq"))
+        ).alias("distinct_sends"),
         F.sum(F.when(F.col("session").isNull() | F.col("seq").isNull(), 1).otherwise(0)).alias("headerless"),
         F.array_sort(F.collect_list(_occurrence())).alias("occ"),
     )
@@ -563,16 +586,23 @@ def find_duplicates(duplicates: DataFrame) -> DataFrame:
 def find_gaps(coverage: DataFrame, ledger_open: DataFrame, bounds: DataFrame, watermarks: DataFrame) -> DataFrame:
     """Holes in producer sessions' sequences up to each session's last ledgered seq.
 
-    A hole seq with a `failed` ledger entry → send-failed; with an `acked` entry → broker-lost
-    (unless its offset is below the partition's log start: expired by retention, not
-    reported); no entry → never-sent, reported as one finding per contiguous range.
+    A hole seq with a `failed` ledger entry → send-failed; with an `acked` entry → broker-lost;
+    no entry → never-sent, reported as one finding per contiguous range. An acked entry whose
+    offset is below the partition's log start (expired by retention) or not yet read by this
+    run (at or past `end`, e.g. in an open transaction) counts as present and is not reported.
     """
-    entries = ledger_open.join(bounds, "session", "inner").where(F.col("seq") <= F.col("last_seq")).join(
-        watermarks, "partition", "left"
+    marks = watermarks.select("partition", F.col("low").alias("_low"), F.col("end").alias("_end"))
+    entries = (
+        ledger_open.join(bounds, "session", "inner")
+        .where(F.col("seq") <= F.col("last_seq"))
+        .join(marks, "partition", "left")
     )
-    expired = (F.col("status") == "acked") & (F.col("offset") >= 0) & (F.col("offset") < F.coalesce(F.col("low"), F.lit(0)))
+    acked_at = (F.col("status") == "acked") & (F.col("offset") >= 0)
+    unverifiable = acked_at & (
+        (F.col("offset") < F.coalesce(F.col("_low"), F.lit(0))) | (F.col("offset") >= F.col("_end"))
+    )
     explained = entries.where(F.col("status").isin("acked", "failed"))
-    reported = explained.where(~expired)
+    reported = explained.where(~F.coalesce(unverifiable, F.lit(False)))
     ledger_evidence = F.struct(
         F.col("status"), F.col("partition"), F.col("offset"), F.col("error"), F.col("persisted"), F.col("ts_ms")
     )
@@ -646,9 +676,7 @@ def find_reprocessed(reprocessed: DataFrame) -> DataFrame:
         offset=F.col("offset"),
         timestamp=_ms_to_ts(F.col("first_ms")),
         group=F.col("group"),
-        evidence=F.to_json(
-            F.struct(F.col("count"), F.col("consumer_sessions"), F.col("first_ms"), F.col("last_ms"))
-        ),
+        evidence=F.to_json(F.struct(F.col("count"), F.col("consumer_sessions"), F.col("first_ms"), F.col("last_ms"))),
     )
 
 

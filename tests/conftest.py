@@ -12,6 +12,7 @@ whose flush would delete the data those processes rely on).
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -28,11 +29,11 @@ from auditor.lib.env import load_env_file
 ROOT = Path(__file__).resolve().parent.parent
 load_env_file(ROOT / ".env")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor.settings")
-# The live processes and the test share one channel-layer prefix, apart from `make run`'s.
-os.environ.setdefault("AUDITOR_CHANNEL_PREFIX", f"auditor-test-{os.getpid()}")
 # Playwright's sync API keeps an event loop running in the test thread; the test's own
 # ORM calls are still synchronous (pytest-django's documented setting for this case).
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+# py4j logs at interpreter exit, after pytest closed the streams.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def _free_port() -> int:
@@ -217,7 +218,7 @@ def asgi_server(live_env) -> Iterator[str]:
     procs.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
     """Debian's Chromium driven by Playwright (no browser download)."""
     from playwright.sync_api import sync_playwright

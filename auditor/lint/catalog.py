@@ -10,9 +10,7 @@ from auditor.lint import rules_cluster, rules_consumer, rules_producer, rules_st
 from auditor.lint.defaults import CLIENTS, GUARANTEES
 from auditor.lint.model import Rule
 
-RULES: tuple[Rule, ...] = (
-    rules_producer.RULES + rules_consumer.RULES + rules_cluster.RULES + rules_streams.RULES
-)
+RULES: tuple[Rule, ...] = rules_producer.RULES + rules_consumer.RULES + rules_cluster.RULES + rules_streams.RULES
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
 CATALOG_FIELDS = ("id", "title", "target", "severity", "guarantees", "clients", "why", "fix")
 

@@ -43,9 +43,7 @@ def normalise_value(key: str, raw: Any, *, source: str, line: int | None = None)
         return raw
 
     def fail(expected: str) -> LintInputError:
-        return LintInputError(
-            f"{key}: expected {expected}, got {_shown_for_error(key, raw)}", source=source, line=line
-        )
+        return LintInputError(f"{key}: expected {expected}, got {_shown_for_error(key, raw)}", source=source, line=line)
 
     text = str(raw).strip()
     if kind in ("int", "number"):
@@ -139,9 +137,7 @@ def _default(client: str, key: str, value: Any, note: str = "") -> Setting:
 
 
 def _derived(setting: Setting, value: Any, note: str) -> Setting:
-    return Setting(
-        key=setting.key, name=setting.name, value=value, shown=value, source="default", note=note
-    )
+    return Setting(key=setting.key, name=setting.name, value=value, shown=value, source="default", note=note)
 
 
 def effective_settings(

@@ -51,10 +51,7 @@ def check_min_insync_vs_replication(s: Subject) -> Iterator[Finding]:
     if rf.value <= 1 or min_isr.value < rf.value:
         return
     if min_isr.value > rf.value:
-        message = (
-            f"{min_isr.describe()} is above {rf.describe()}: every acks=all write fails with "
-            "NOT_ENOUGH_REPLICAS"
-        )
+        message = f"{min_isr.describe()} is above {rf.describe()}: every acks=all write fails with NOT_ENOUGH_REPLICAS"
         severity: Severity = "error"
     else:
         message = (
@@ -191,7 +188,7 @@ def check_default_replication(s: Subject) -> Iterator[Finding]:
             rf,
             f">= {SAFE_REPLICATION}",
             f"with {rf.describe()} topics created without a replication factor (auto-created, or by "
-            f"tools) get {rf.value} copies: a broker failure can lose their acked records",
+            f"tools) get replication factor {rf.value}: a broker failure can lose their acked records",
         )
 
 
@@ -219,54 +216,129 @@ def _broker(
 
 
 RULES: tuple[Rule, ...] = (
-    _topic("T001", "replication factor below 3", NOT_LOST, "error",
-           "acked records live on too few brokers: a failure loses them",
-           "recreate or reassign the topic with replication.factor=3", check_replication_factor),
-    _topic("T002", "min.insync.replicas is 1", NOT_LOST, "error",
-           "an acked write is lost when the leader fails over", "set min.insync.replicas=2 (with RF 3)",
-           check_min_insync_one),
-    _topic("T003", "min.insync.replicas not below the replication factor", NOT_LOST, "error",
-           "writes with acks=all fail while a replica is down (or always, when above RF)",
-           "set min.insync.replicas = replication.factor - 1", check_min_insync_vs_replication),
-    _topic("T004", "unclean leader election enabled", NOT_LOST, "error",
-           "an out-of-sync replica becomes leader and committed records are truncated",
-           "set unclean.leader.election.enable=false", check_unclean_election),
-    _topic("T005", "retention shorter than the consumers' lag", NOT_LOST, "error",
-           "records are deleted before the consumers reach them", "raise retention.ms or fix the lag",
-           check_retention_vs_lag),
-    _broker("B001", "committed offsets expire too early", NOT_LOST, "warning",
-            "an idle group loses its offsets and restarts at auto.offset.reset: skips or re-processes",
-            "set offsets.retention.minutes >= 10080 and >= the longest topic retention", check_offsets_retention),
-    _broker("B002", "__consumer_offsets replication below 3", NOT_LOST, "error",
-            "a broker failure loses committed offsets and groups restart at auto.offset.reset",
-            "set offsets.topic.replication.factor=3 (before __consumer_offsets is created)",
-            _replication_rule(
-                "offsets.topic.replication.factor",
-                "a broker failure can lose committed offsets: groups restart at auto.offset.reset, "
-                "skipping or re-processing records",
-            )),
-    _broker("B003", "__transaction_state replication below 3", EOS, "error",
-            "a broker failure loses transaction state: open transactions can neither commit nor abort",
-            "set transaction.state.log.replication.factor=3 (before __transaction_state is created)",
-            _replication_rule(
-                "transaction.state.log.replication.factor",
-                "a broker failure can lose __transaction_state: open transactions can neither commit "
-                "nor abort, and read_committed consumers stall",
-            )),
-    _broker("B004", "__transaction_state min ISR unsafe", EOS, "error",
-            "a transaction's outcome is acked by one replica only, or transactions stop with one broker down",
-            "set transaction.state.log.min.isr=2 with replication factor 3", check_transaction_log_min_isr),
-    _broker("B005", "transaction partition verification disabled", EOS, "warning",
-            "a hanging transaction stalls read_committed consumers (KIP-890)",
-            "set transaction.partition.verification.enable=true (the default since 3.6)",
-            check_partition_verification),
-    _broker("B006", "unclean leader election enabled by default", NOT_LOST, "error",
-            "topics without their own setting truncate acked records when an out-of-sync replica leads",
-            "set unclean.leader.election.enable=false", check_broker_unclean_election),
-    _broker("B007", "default replication factor below 3", NOT_LOST, "warning",
-            "topics created without an explicit replication factor can lose acked records",
-            "set default.replication.factor=3", check_default_replication),
-    _broker("B008", "default min.insync.replicas is 1", NOT_LOST, "warning",
-            "topics without their own setting lose acked writes on failover",
-            "set min.insync.replicas=2", check_default_min_insync),
+    _topic(
+        "T001",
+        "replication factor below 3",
+        NOT_LOST,
+        "error",
+        "acked records live on too few brokers: a failure loses them",
+        "recreate or reassign the topic with replication.factor=3",
+        check_replication_factor,
+    ),
+    _topic(
+        "T002",
+        "min.insync.replicas is 1",
+        NOT_LOST,
+        "error",
+        "an acked write is lost when the leader fails over",
+        "set min.insync.replicas=2 (with RF 3)",
+        check_min_insync_one,
+    ),
+    _topic(
+        "T003",
+        "min.insync.replicas not below the replication factor",
+        NOT_LOST,
+        "error",
+        "writes with acks=all fail while a replica is down (or always, when above RF)",
+        "set min.insync.replicas = replication.factor - 1",
+        check_min_insync_vs_replication,
+    ),
+    _topic(
+        "T004",
+        "unclean leader election enabled",
+        NOT_LOST,
+        "error",
+        "an out-of-sync replica becomes leader and committed records are truncated",
+        "set unclean.leader.election.enable=false",
+        check_unclean_election,
+    ),
+    _topic(
+        "T005",
+        "retention shorter than the consumers' lag",
+        NOT_LOST,
+        "error",
+        "records are deleted before the consumers reach them",
+        "raise retention.ms or fix the lag",
+        check_retention_vs_lag,
+    ),
+    _broker(
+        "B001",
+        "committed offsets expire too early",
+        NOT_LOST,
+        "warning",
+        "an idle group loses its offsets and restarts at auto.offset.reset: skips or re-processes",
+        "set offsets.retention.minutes >= 10080 and >= the longest topic retention",
+        check_offsets_retention,
+    ),
+    _broker(
+        "B002",
+        "__consumer_offsets replication below 3",
+        NOT_LOST,
+        "error",
+        "a broker failure loses committed offsets and groups restart at auto.offset.reset",
+        "set offsets.topic.replication.factor=3 (before __consumer_offsets is created)",
+        _replication_rule(
+            "offsets.topic.replication.factor",
+            "a broker failure can lose committed offsets: groups restart at auto.offset.reset, "
+            "skipping or re-processing records",
+        ),
+    ),
+    _broker(
+        "B003",
+        "__transaction_state replication below 3",
+        EOS,
+        "error",
+        "a broker failure loses transaction state: open transactions can neither commit nor abort",
+        "set transaction.state.log.replication.factor=3 (before __transaction_state is created)",
+        _replication_rule(
+            "transaction.state.log.replication.factor",
+            "a broker failure can lose __transaction_state: open transactions can neither commit "
+            "nor abort, and read_committed consumers stall",
+        ),
+    ),
+    _broker(
+        "B004",
+        "__transaction_state min ISR unsafe",
+        EOS,
+        "error",
+        "a transaction's outcome is acked by one replica only, or transactions stop with one broker down",
+        "set transaction.state.log.min.isr=2 with replication factor 3",
+        check_transaction_log_min_isr,
+    ),
+    _broker(
+        "B005",
+        "transaction partition verification disabled",
+        EOS,
+        "warning",
+        "a hanging transaction stalls read_committed consumers (KIP-890)",
+        "set transaction.partition.verification.enable=true (the default since 3.6)",
+        check_partition_verification,
+    ),
+    _broker(
+        "B006",
+        "unclean leader election enabled by default",
+        NOT_LOST,
+        "error",
+        "topics without their own setting truncate acked records when an out-of-sync replica leads",
+        "set unclean.leader.election.enable=false",
+        check_broker_unclean_election,
+    ),
+    _broker(
+        "B007",
+        "default replication factor below 3",
+        NOT_LOST,
+        "warning",
+        "topics created without an explicit replication factor can lose acked records",
+        "set default.replication.factor=3",
+        check_default_replication,
+    ),
+    _broker(
+        "B008",
+        "default min.insync.replicas is 1",
+        NOT_LOST,
+        "warning",
+        "topics without their own setting lose acked writes on failover",
+        "set min.insync.replicas=2",
+        check_default_min_insync,
+    ),
 )

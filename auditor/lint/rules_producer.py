@@ -77,6 +77,9 @@ def check_transaction_timeout_vs_delivery(s: Subject) -> Iterator[Finding]:
     if not s.value("transactional.id"):
         return
     transaction, timeout = s["transaction.timeout.ms"], s["delivery.timeout.ms"]
+    # Java's own defaults (60 s < 120 s) are left alone: a failed commit is retried, not lost
+    if not (transaction.explicit or timeout.explicit):
+        return
     if transaction.value < timeout.value:
         yield Finding(
             transaction,
@@ -89,7 +92,8 @@ def check_transaction_timeout_vs_delivery(s: Subject) -> Iterator[Finding]:
 
 def check_idempotence(s: Subject) -> Iterator[Finding]:
     idempotence = s["enable.idempotence"]
-    if idempotence.value:
+    # with acks=0 nothing is retried: the producer never hears of a failure
+    if idempotence.value or s.value("acks") == "0":
         return
     if s.guarantee == d.AT_MOST_ONCE:
         if s.value("retries") == 0:
@@ -108,7 +112,7 @@ def check_idempotence(s: Subject) -> Iterator[Finding]:
 
 def check_reordering(s: Subject) -> Iterator[Finding]:
     mif = s["max.in.flight.requests.per.connection"]
-    if s.value("enable.idempotence") or s.value("retries") == 0 or mif.value <= 1:
+    if s.value("enable.idempotence") or s.value("retries") == 0 or s.value("acks") == "0" or mif.value <= 1:
         return
     yield Finding(
         mif,
@@ -292,7 +296,13 @@ def check_startup_socket_timeout_vs_transaction(s: Subject) -> Iterator[Finding]
 
 
 def _rule(
-    id: str, title: str, guarantees: frozenset[str], severity: Severity, why: str, fix: str, check: Check,
+    id: str,
+    title: str,
+    guarantees: frozenset[str],
+    severity: Severity,
+    why: str,
+    fix: str,
+    check: Check,
     clients: frozenset[str] = frozenset(d.CLIENTS),
 ) -> Rule:
     return Rule(id, title, guarantees, "producer", severity, why, fix, check, clients)
@@ -301,59 +311,171 @@ def _rule(
 STARTUP_WHY = "the producer is never created, so nothing is sent"
 
 RULES: tuple[Rule, ...] = (
-    _rule("P001", "acks is not all", NOT_LOST, "error",
-          "an acked write is lost when the leader fails over before a follower has copied it",
-          "set acks=all (with min.insync.replicas=2 on RF 3 topics)", check_acks),
-    _rule("P002", "retries disabled", NOT_LOST, "error",
-          "a transient broker error fails the send and the record is lost unless the app re-sends it",
-          "leave retries at its default and bound delivery with delivery.timeout.ms / message.timeout.ms",
-          check_retries),
-    _rule("P003", "delivery timeout too short to ride out a failover", NOT_LOST, "warning",
-          "records still queued or in flight expire during a leader election or broker restart",
-          f"set delivery.timeout.ms (librdkafka: message.timeout.ms) >= {MIN_DELIVERY_TIMEOUT_MS}, "
-          "e.g. the default", check_delivery_timeout_short),
-    _rule("P004", "linger.ms takes most of the delivery timeout", NOT_LOST, "warning",
-          "records sit in their batch for most of their delivery budget, so a short hiccup expires them",
-          "keep linger.ms well below half of delivery.timeout.ms / message.timeout.ms", check_linger_share),
-    _rule("P005", "transaction.timeout.ms shorter than delivery.timeout.ms", NOT_LOST, "warning",
-          "the coordinator aborts a transaction whose sends are still being retried",
-          "set transaction.timeout.ms >= delivery.timeout.ms", check_transaction_timeout_vs_delivery, JAVA),
-    _rule("P006", "idempotence disabled", ALL, "error",
-          "a retried batch whose ack was lost is written twice: a duplicate",
-          "set enable.idempotence=true (librdkafka's default is false)", check_idempotence),
-    _rule("P007", "several requests in flight without idempotence", NOT_LOST, "warning",
-          "a retried batch overtakes the batches sent after it: records are reordered in a partition",
-          "set enable.idempotence=true, or max.in.flight.requests.per.connection=1", check_reordering),
-    _rule("P008", "exactly-once producer without a transactional.id", EOS, "error",
-          "output and input offsets are not committed atomically, so a crash re-processes and duplicates",
-          "set a stable transactional.id and commit the input offsets through the transaction",
-          check_transactional_id_missing),
-    _rule("P009", "transactional.id changes across restarts", NOT_LOST, "warning",
-          "the old instance is not fenced and its open transaction stalls read_committed consumers",
-          "derive the id from something stable: the app name plus an instance ordinal",
-          check_transactional_id_stable),
-    _rule("P010", "transaction.timeout.ms above the broker's transaction.max.timeout.ms", ALL, "error",
-          "InitProducerId fails with INVALID_TRANSACTION_TIMEOUT: no transaction can begin",
-          "lower transaction.timeout.ms or raise the brokers' transaction.max.timeout.ms",
-          check_transaction_timeout_vs_broker),
-    _rule("P101", "idempotence with acks other than all", ALL, "error", STARTUP_WHY,
-          "set acks=all (or leave it unset)", check_startup_idempotence_acks),
-    _rule("P102", "idempotence with retries=0", ALL, "error", STARTUP_WHY,
-          "leave retries unset", check_startup_idempotence_retries),
-    _rule("P103", "idempotence with more than 5 requests in flight", ALL, "error", STARTUP_WHY,
-          "set max.in.flight.requests.per.connection <= 5", check_startup_idempotence_in_flight),
-    _rule("P104", "transactional.id without idempotence", ALL, "error", STARTUP_WHY,
-          "set enable.idempotence=true (and acks=all, retries > 0)",
-          check_startup_transactional_without_idempotence),
-    _rule("P105", "message.timeout.ms above transaction.timeout.ms", ALL, "error", STARTUP_WHY,
-          "leave message.timeout.ms unset (librdkafka then uses transaction.timeout.ms)",
-          check_startup_message_timeout_vs_transaction, RK),
-    _rule("P106", "linger.ms not below message.timeout.ms", ALL, "error", STARTUP_WHY,
-          "set linger.ms well below message.timeout.ms", check_startup_linger_vs_message_timeout, RK),
-    _rule("P107", "delivery.timeout.ms below linger.ms + request.timeout.ms", ALL, "error", STARTUP_WHY,
-          "set delivery.timeout.ms >= linger.ms + request.timeout.ms", check_startup_java_delivery_timeout,
-          JAVA),
-    _rule("P108", "socket.timeout.ms above transaction.timeout.ms + 100", ALL, "error", STARTUP_WHY,
-          "leave socket.timeout.ms unset for a transactional producer",
-          check_startup_socket_timeout_vs_transaction, RK),
+    _rule(
+        "P001",
+        "acks is not all",
+        NOT_LOST,
+        "error",
+        "an acked write is lost when the leader fails over before a follower has copied it",
+        "set acks=all (with min.insync.replicas=2 on RF 3 topics)",
+        check_acks,
+    ),
+    _rule(
+        "P002",
+        "retries disabled",
+        NOT_LOST,
+        "error",
+        "a transient broker error fails the send and the record is lost unless the app re-sends it",
+        "leave retries at its default and bound delivery with delivery.timeout.ms / message.timeout.ms",
+        check_retries,
+    ),
+    _rule(
+        "P003",
+        "delivery timeout too short to ride out a failover",
+        NOT_LOST,
+        "warning",
+        "records still queued or in flight expire during a leader election or broker restart",
+        f"set delivery.timeout.ms (librdkafka: message.timeout.ms) >= {MIN_DELIVERY_TIMEOUT_MS}, e.g. the default",
+        check_delivery_timeout_short,
+    ),
+    _rule(
+        "P004",
+        "linger.ms takes most of the delivery timeout",
+        NOT_LOST,
+        "warning",
+        "records sit in their batch for most of their delivery budget, so a short hiccup expires them",
+        "keep linger.ms well below half of delivery.timeout.ms / message.timeout.ms",
+        check_linger_share,
+    ),
+    _rule(
+        "P005",
+        "transaction.timeout.ms shorter than delivery.timeout.ms",
+        NOT_LOST,
+        "warning",
+        "the coordinator aborts a transaction whose sends are still being retried",
+        "set transaction.timeout.ms >= delivery.timeout.ms",
+        check_transaction_timeout_vs_delivery,
+        JAVA,
+    ),
+    _rule(
+        "P006",
+        "idempotence disabled",
+        ALL,
+        "error",
+        "a retried batch whose ack was lost is written twice: a duplicate",
+        "set enable.idempotence=true (librdkafka's default is false)",
+        check_idempotence,
+    ),
+    _rule(
+        "P007",
+        "several requests in flight without idempotence",
+        NOT_LOST,
+        "warning",
+        "a retried batch overtakes the batches sent after it: records are reordered in a partition",
+        "set enable.idempotence=true, or max.in.flight.requests.per.connection=1",
+        check_reordering,
+    ),
+    _rule(
+        "P008",
+        "exactly-once producer without a transactional.id",
+        EOS,
+        "error",
+        "output and input offsets are not committed atomically, so a crash re-processes and duplicates",
+        "set a stable transactional.id and commit the input offsets through the transaction",
+        check_transactional_id_missing,
+    ),
+    _rule(
+        "P009",
+        "transactional.id changes across restarts",
+        NOT_LOST,
+        "warning",
+        "the old instance is not fenced and its open transaction stalls read_committed consumers",
+        "derive the id from something stable: the app name plus an instance ordinal",
+        check_transactional_id_stable,
+    ),
+    _rule(
+        "P010",
+        "transaction.timeout.ms above the broker's transaction.max.timeout.ms",
+        ALL,
+        "error",
+        "InitProducerId fails with INVALID_TRANSACTION_TIMEOUT: no transaction can begin",
+        "lower transaction.timeout.ms or raise the brokers' transaction.max.timeout.ms",
+        check_transaction_timeout_vs_broker,
+    ),
+    _rule(
+        "P101",
+        "idempotence with acks other than all",
+        ALL,
+        "error",
+        STARTUP_WHY,
+        "set acks=all (or leave it unset)",
+        check_startup_idempotence_acks,
+    ),
+    _rule(
+        "P102",
+        "idempotence with retries=0",
+        ALL,
+        "error",
+        STARTUP_WHY,
+        "leave retries unset",
+        check_startup_idempotence_retries,
+    ),
+    _rule(
+        "P103",
+        "idempotence with more than 5 requests in flight",
+        ALL,
+        "error",
+        STARTUP_WHY,
+        "set max.in.flight.requests.per.connection <= 5",
+        check_startup_idempotence_in_flight,
+    ),
+    _rule(
+        "P104",
+        "transactional.id without idempotence",
+        ALL,
+        "error",
+        STARTUP_WHY,
+        "set enable.idempotence=true (and acks=all, retries > 0)",
+        check_startup_transactional_without_idempotence,
+    ),
+    _rule(
+        "P105",
+        "message.timeout.ms above transaction.timeout.ms",
+        ALL,
+        "error",
+        STARTUP_WHY,
+        "leave message.timeout.ms unset (librdkafka then uses transaction.timeout.ms)",
+        check_startup_message_timeout_vs_transaction,
+        RK,
+    ),
+    _rule(
+        "P106",
+        "linger.ms not below message.timeout.ms",
+        ALL,
+        "error",
+        STARTUP_WHY,
+        "set linger.ms well below message.timeout.ms",
+        check_startup_linger_vs_message_timeout,
+        RK,
+    ),
+    _rule(
+        "P107",
+        "delivery.timeout.ms below linger.ms + request.timeout.ms",
+        ALL,
+        "error",
+        STARTUP_WHY,
+        "set delivery.timeout.ms >= linger.ms + request.timeout.ms",
+        check_startup_java_delivery_timeout,
+        JAVA,
+    ),
+    _rule(
+        "P108",
+        "socket.timeout.ms above transaction.timeout.ms + 100",
+        ALL,
+        "error",
+        STARTUP_WHY,
+        "leave socket.timeout.ms unset for a transactional producer",
+        check_startup_socket_timeout_vs_transaction,
+        RK,
+    ),
 )

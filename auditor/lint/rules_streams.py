@@ -69,14 +69,31 @@ def _rule(
 
 
 RULES: tuple[Rule, ...] = (
-    _rule("S001", "Streams app declared exactly-once runs at_least_once", EOS, "error",
-          "a crash between output and commit re-processes input: duplicated output and state updates",
-          "set processing.guarantee=exactly_once_v2", check_guarantee_weaker),
-    _rule("S002", "processing.guarantee exactly_once / exactly_once_beta", ALL, "error",
-          "removed in Kafka Streams 4.0 (the app refuses to start); deprecated in 3.x",
-          "set processing.guarantee=exactly_once_v2 (brokers 2.5+)", check_guarantee_removed),
-    _rule("S003", "Streams internal topics replicated fewer than 3 times", NOT_LOST, "warning",
-          "a broker failure loses changelog or repartition records",
-          "set replication.factor=3 (or -1 with the brokers' default.replication.factor=3)",
-          check_internal_replication),
+    _rule(
+        "S001",
+        "Streams app declared exactly-once runs at_least_once",
+        EOS,
+        "error",
+        "a crash between output and commit re-processes input: duplicated output and state updates",
+        "set processing.guarantee=exactly_once_v2",
+        check_guarantee_weaker,
+    ),
+    _rule(
+        "S002",
+        "processing.guarantee exactly_once / exactly_once_beta",
+        ALL,
+        "error",
+        "removed in Kafka Streams 4.0 (the app refuses to start); deprecated in 3.x",
+        "set processing.guarantee=exactly_once_v2 (brokers 2.5+)",
+        check_guarantee_removed,
+    ),
+    _rule(
+        "S003",
+        "Streams internal topics replicated fewer than 3 times",
+        NOT_LOST,
+        "warning",
+        "a broker failure loses changelog or repartition records",
+        "set replication.factor=3 (or -1 with the brokers' default.replication.factor=3)",
+        check_internal_replication,
+    ),
 )

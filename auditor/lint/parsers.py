@@ -1,0 +1,375 @@
+"""Reading pasted configs: librdkafka dicts or JSON, Java .properties, Spring Boot YAML.
+
+Each parser returns ParsedConfig objects: a plain dict of key → value that also remembers
+the input's name and the line of each key, so a bad value later on can be reported as
+"app.properties: line 7: linger.ms: expected a number". No error message quotes a line of
+the input: a line may hold a password.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import yaml
+
+from auditor.lint.errors import LintInputError
+
+FORMATS = ("json", "properties", "spring-yaml")
+Scalar = str | int | float | bool | None
+
+
+class ParsedConfig(dict[str, Any]):
+    """A config mapping that remembers where it came from (input name, line of each key)."""
+
+    def __init__(
+        self, values: Mapping[str, Any] | None = None, *, source: str = "config", lines: Mapping[str, int] | None = None
+    ) -> None:
+        super().__init__(values or {})
+        self.source = source
+        self.lines: dict[str, int] = dict(lines or {})
+
+
+# --- librdkafka: a dict or JSON text --------------------------------------------------------
+
+
+def parse_librdkafka(config: Mapping[str, Any] | str, *, source: str = "config") -> ParsedConfig:
+    """A confluent-kafka config dict, or its JSON text. `default.topic.config` is flattened."""
+    lines: dict[str, int] = {}
+    if isinstance(config, str):
+        try:
+            loaded = json.loads(config)
+        except json.JSONDecodeError as exc:
+            raise LintInputError(
+                f"invalid JSON at column {exc.colno} ({exc.msg}); expected an object of config keys",
+                source=source,
+                line=exc.lineno,
+            ) from None
+        if not isinstance(loaded, dict):
+            raise LintInputError(f"expected a JSON object of config keys, got {type(loaded).__name__}", source=source)
+        lines = _json_key_lines(config, loaded)
+        config = loaded
+    return as_config(config, source=source, lines=lines)
+
+
+def _json_key_lines(text: str, loaded: Mapping[str, Any]) -> dict[str, int]:
+    lines: dict[str, int] = {}
+    for key in loaded:
+        at = text.find(json.dumps(key))
+        if at >= 0:
+            lines[key] = text.count("\n", 0, at) + 1
+    return lines
+
+
+def as_config(config: Any, *, source: str = "config", lines: Mapping[str, int] | None = None) -> ParsedConfig:
+    """Check that ``config`` maps keys to scalars; librdkafka's nested topic config is flattened."""
+    if isinstance(config, ParsedConfig):
+        return config
+    if not isinstance(config, Mapping):
+        raise LintInputError(f"expected a mapping of config keys to values, got {type(config).__name__}", source=source)
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        key = str(key)
+        if isinstance(value, Mapping) and key == "default.topic.config":
+            nested = as_config(value, source=source)
+            flat.update(nested)
+            continue
+        if not isinstance(value, Scalar):
+            raise LintInputError(
+                f"{key}: expected a string, number or boolean, got {type(value).__name__}",
+                source=source,
+                line=(lines or {}).get(key),
+            )
+        flat[key] = value
+    return ParsedConfig(flat, source=source, lines=lines)
+
+
+# --- Java .properties ------------------------------------------------------------------------
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+# key (with backslash escapes) ending at the first unescaped '=', ':' or blank; then the separator
+_PROPERTY_KEY = re.compile(r"((?:\\.|[^=:\s\\])*)\s*([=:])?")
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(first physical line number, logical line) with backslash continuations joined."""
+    pending: list[str] = []
+    start = 0
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.lstrip() if pending else raw
+        if not pending:
+            start = number
+            stripped = line.lstrip()
+            if not stripped or stripped[0] in "#!":
+                continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending.append(line[:-1])
+            continue
+        pending.append(line)
+        yield start, "".join(pending)
+        pending = []
+    if pending:
+        yield start, "".join(pending)
+
+
+def _unescape(text: str, *, source: str, line: int) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "\\" or i + 1 >= len(text):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u":
+            digits = text[i + 2 : i + 6]
+            if not re.fullmatch(r"[0-9a-fA-F]{4}", digits):
+                raise LintInputError("malformed \\uXXXX escape: expected 4 hex digits", source=source, line=line)
+            out.append(chr(int(digits, 16)))
+            i += 6
+            continue
+        out.append(_ESCAPES.get(nxt, nxt))
+        i += 2
+    return "".join(out)
+
+
+def parse_properties(text: str, *, source: str = "config.properties") -> ParsedConfig:
+    """Java .properties text. Stricter than java.util.Properties in one way: a line needs
+    '=' or ':' between key and value, so a pasted fragment ("acks all") is caught."""
+    values: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for number, line in _logical_lines(text):
+        body = line.lstrip()
+        match = _PROPERTY_KEY.match(body)  # always matches, possibly an empty key
+        raw_key = match.group(1) if match else ""
+        if match is None or (match.group(2) is None and body[match.end() :].strip()):
+            raise LintInputError(
+                "expected 'key=value' (or 'key: value'); found no '=' or ':'", source=source, line=number
+            )
+        if not raw_key:
+            raise LintInputError("expected 'key=value'; the key is empty", source=source, line=number)
+        key = _unescape(raw_key, source=source, line=number)
+        value = _unescape(body[match.end() :].lstrip(), source=source, line=number)
+        values[key] = value
+        lines[key] = number
+    return ParsedConfig(values, source=source, lines=lines)
+
+
+# --- Spring Boot YAML --------------------------------------------------------------------------
+
+_DURATION = re.compile(r"(?P<n>-?\d+)\s*(?P<unit>ns|us|ms|s|m|h|d)?", re.I)
+_DURATION_MS = {"ns": 1e-6, "us": 1e-3, "ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_ISO_DURATION = re.compile(r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?", re.I)
+
+# Spring Boot's property (relaxed, kebab-case) -> Kafka key, and whether it is a Duration.
+SPRING_PRODUCER: Mapping[str, tuple[str, bool]] = {
+    "acks": ("acks", False),
+    "retries": ("retries", False),
+    "transaction-id-prefix": ("transactional.id", False),
+    "batch-size": ("batch.size", False),
+    "buffer-memory": ("buffer.memory", False),
+    "compression-type": ("compression.type", False),
+    "client-id": ("client.id", False),
+    "bootstrap-servers": ("bootstrap.servers", False),
+    "key-serializer": ("key.serializer", False),
+    "value-serializer": ("value.serializer", False),
+}
+SPRING_CONSUMER: Mapping[str, tuple[str, bool]] = {
+    "enable-auto-commit": ("enable.auto.commit", False),
+    "auto-commit-interval": ("auto.commit.interval.ms", True),
+    "auto-offset-reset": ("auto.offset.reset", False),
+    "isolation-level": ("isolation.level", False),
+    "max-poll-records": ("max.poll.records", False),
+    "max-poll-interval": ("max.poll.interval.ms", True),
+    "heartbeat-interval": ("heartbeat.interval.ms", True),
+    "fetch-max-wait": ("fetch.max.wait.ms", True),
+    "fetch-min-size": ("fetch.min.bytes", False),
+    "group-id": ("group.id", False),
+    "client-id": ("client.id", False),
+    "bootstrap-servers": ("bootstrap.servers", False),
+    "key-deserializer": ("key.deserializer", False),
+    "value-deserializer": ("value.deserializer", False),
+}
+SPRING_STREAMS: Mapping[str, tuple[str, bool]] = {
+    "application-id": ("application.id", False),
+    "replication-factor": ("replication.factor", False),
+    "state-dir": ("state.dir", False),
+    "client-id": ("client.id", False),
+    "bootstrap-servers": ("bootstrap.servers", False),
+}
+SPRING_SECTIONS: Mapping[str, Mapping[str, tuple[str, bool]]] = {
+    "producer": SPRING_PRODUCER,
+    "consumer": SPRING_CONSUMER,
+    "streams": SPRING_STREAMS,
+}
+
+
+def _kebab(name: str) -> str:
+    """Spring's relaxed binding: enableAutoCommit, enable_auto_commit -> enable-auto-commit."""
+    name = re.sub(r"(?<=[a-z0-9])([A-Z])", r"-\1", name)
+    return name.replace("_", "-").lower()
+
+
+def spring_duration_ms(value: Any, *, key: str, source: str, line: int | None) -> int:
+    """A Spring Duration (plain number = ms, 5s, 500ms, PT5S) in milliseconds."""
+    if isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    match = _DURATION.fullmatch(text)
+    if match:
+        factor = _DURATION_MS[(match.group("unit") or "ms").lower()]
+        return int(int(match.group("n")) * factor)
+    iso = _ISO_DURATION.fullmatch(text)
+    if iso and text.upper() not in ("P", "PT"):
+        parts = {k: float(v or 0) for k, v in iso.groupdict().items()}
+        return int(((parts["d"] * 24 + parts["h"]) * 60 + parts["m"]) * 60_000 + parts["s"] * 1000)
+    shown = repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+    raise LintInputError(
+        f"{key}: expected a duration such as 5000, 5s, 500ms or PT5S, got {shown}", source=source, line=line
+    )
+
+
+def _flatten(node: yaml.Node, prefix: str, out: dict[str, tuple[Any, int]]) -> None:
+    """Flatten a composed YAML mapping to dotted keys, keeping each scalar's line (1-based)."""
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            _flatten(value_node, f"{prefix}.{key}" if prefix else key, out)
+    elif isinstance(node, yaml.SequenceNode):
+        out[prefix] = (
+            ",".join(str(item.value) for item in node.value if isinstance(item, yaml.ScalarNode)),
+            node.start_mark.line + 1,
+        )
+    else:
+        out[prefix] = (_scalar(node), node.start_mark.line + 1)
+
+
+def _scalar(node: yaml.Node) -> Any:
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_object(node, deep=True)
+    finally:
+        loader.dispose()
+
+
+def parse_spring_yaml(text: str, *, source: str = "application.yml") -> dict[str, ParsedConfig]:
+    """Spring Boot `spring.kafka.*` settings, per client kind (producer, consumer, streams).
+
+    `spring.kafka.properties.*` applies to every kind; the kind's own `properties.*` and
+    named properties override it, as in Spring Boot. Documents of a multi-document file
+    are merged in order.
+    """
+    flat: dict[str, tuple[Any, int]] = {}
+    try:
+        documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or "not valid YAML"
+        raise LintInputError(
+            f"invalid YAML ({problem}); expected a mapping with spring.kafka settings",
+            source=source,
+            line=mark.line + 1 if mark else None,
+        ) from None
+    for document in documents:
+        if document is None:
+            continue
+        if not isinstance(document, yaml.MappingNode):
+            raise LintInputError(
+                "expected a YAML mapping (spring: kafka: ...), got a "
+                f"{'list' if isinstance(document, yaml.SequenceNode) else 'scalar'}",
+                source=source,
+                line=document.start_mark.line + 1,
+            )
+        _flatten(document, "", flat)
+
+    common: dict[str, tuple[Any, int]] = {}
+    per_kind: dict[str, dict[str, tuple[Any, int]]] = {kind: {} for kind in SPRING_SECTIONS}
+    named: dict[str, dict[str, tuple[Any, int]]] = {kind: {} for kind in SPRING_SECTIONS}
+    for written, (value, line) in flat.items():
+        # Spring's map-key notation: properties[enable.idempotence] or a "[enable.idempotence]" key
+        dotted = re.sub(r"\.?\[([^\]]+)\]", r".\1", written)
+        if not dotted.startswith("spring.kafka."):
+            continue
+        rest = dotted[len("spring.kafka.") :]
+        if rest.startswith("properties."):
+            common[rest[len("properties.") :]] = (value, line)
+            continue
+        section, _, name = rest.partition(".")
+        section = _kebab(section)
+        if section not in SPRING_SECTIONS or not name:
+            continue
+        if name.startswith("properties."):
+            per_kind[section][name[len("properties.") :]] = (value, line)
+            continue
+        mapping = SPRING_SECTIONS[section].get(_kebab(name))
+        if mapping is None:
+            continue
+        kafka_key, is_duration = mapping
+        if is_duration and value is not None:
+            value = spring_duration_ms(value, key=dotted, source=source, line=line)
+        named[section][kafka_key] = (value, line)
+
+    configs: dict[str, ParsedConfig] = {}
+    for kind in SPRING_SECTIONS:
+        if not (per_kind[kind] or named[kind]):
+            continue
+        merged = {**common, **per_kind[kind], **named[kind]}
+        values = {key: value for key, (value, _) in merged.items()}
+        lines = {key: line for key, (_, line) in merged.items()}
+        configs[kind] = ParsedConfig(values, source=source, lines=lines)
+    if not configs and common:
+        configs["common"] = ParsedConfig(
+            {key: value for key, (value, _) in common.items()},
+            source=source,
+            lines={key: line for key, (_, line) in common.items()},
+        )
+    return configs
+
+
+def parse_text(text: str, *, fmt: str, source: str, kind: str | None = None) -> dict[str, ParsedConfig]:
+    """Parse ``text`` in ``fmt``; the result maps a client kind to its config.
+
+    JSON and .properties hold one config, returned under ``kind``; Spring YAML holds up to
+    three (producer, consumer, streams), filtered to ``kind`` when given.
+    """
+    if fmt == "json":
+        return {kind or "producer": parse_librdkafka(text, source=source)}
+    if fmt == "properties":
+        return {kind or "producer": parse_properties(text, source=source)}
+    if fmt == "spring-yaml":
+        configs = parse_spring_yaml(text, source=source)
+        common = configs.pop("common", None)
+        if kind is not None:
+            if kind in configs:
+                return {kind: configs[kind]}
+            return {kind: common if common is not None else ParsedConfig(source=source)}
+        if not configs:
+            raise LintInputError("no spring.kafka.producer, .consumer or .streams settings found", source=source)
+        return configs
+    raise LintInputError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}", source=source)
+
+
+def guess_format(text: str, filename: str | None = None) -> str:
+    """The format of a pasted config, from its file name or its first non-blank character."""
+    if filename:
+        lowered = filename.lower()
+        if lowered.endswith(".json"):
+            return "json"
+        if lowered.endswith((".yml", ".yaml")):
+            return "spring-yaml"
+        if lowered.endswith((".properties", ".conf", ".cfg")):
+            return "properties"
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        return "json"
+    if re.search(r"^\s*spring\s*:|^\s*spring\.kafka\.[\w.-]+\s*:\s", text, re.M) and not re.search(
+        r"^\s*spring\.kafka\.[\w.-]+\s*=", text, re.M
+    ):
+        return "spring-yaml"
+    return "properties"

@@ -1,0 +1,656 @@
+"""Reconcile a topic with its source-of-truth table and the probes' ledgers.
+
+    spark-submit spark_jobs/reconcile.py --binding-json binding.json --state-dir var/reconcile \
+        [--full] [--output-json run.json] [--output-jdbc-url postgresql://…]
+
+extract_* read (JDBC, the Kafka source, driver-side offset look-ups), the pure transforms
+live in reconcile_transform, load_* write; main() only wires them. The run result printed
+on stdout (and written to --output-json) is
+
+    {"status": "ok"|"failed", "error": str|null, "run_id", "binding", "mode",
+     "started_at", "finished_at", "duration_s", "counts": {kind: n},
+     "offset_ranges": {"topic"|"producer_ledger"|"consumer_ledger": {partition: [start, end]}},
+     "window": {"lower", "upper", "cutoff"}, "warnings": [...],
+     "findings": [{"kind", "key", "cause", "evidence", …}], "findings_truncated": bool}
+
+A run that cannot read something fails with the error, reports no findings and leaves the
+incremental state as it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script by spark-submit
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.binding import (
+    Binding,
+    BindingError,
+    binding_from_dict,
+    jdbc_url_and_properties,
+    load_binding_json,
+    redact_url,
+)
+from spark_jobs.common import build_spark_session
+from spark_jobs.kafka_offsets import (
+    PartitionOffsets,
+    admin_client,
+    committed_offsets,
+    partition_offsets,
+    topic_partitions,
+)
+from spark_jobs.reconcile_state import StateMeta, StateStore
+from spark_jobs.reconcile_transform import (
+    COMMITTED_SCHEMA,
+    FINDING_KINDS,
+    KAFKA_RAW_SCHEMA,
+    KEY_INDEX_SCHEMA,
+    RECORD_SCHEMA,
+    SOURCE_ROW_SCHEMA,
+    WATERMARK_SCHEMA,
+    conform,
+    find_aborted,
+    find_duplicates,
+    find_gaps,
+    find_missing,
+    find_orphans,
+    find_reprocessed,
+    find_unprocessed,
+    transform_aborted,
+    transform_consumer_ledger,
+    transform_duplicate_records,
+    transform_key_delta,
+    transform_ledger_bounds,
+    transform_ledger_open,
+    transform_new_source_rows,
+    transform_orphan_candidates,
+    transform_pending_source,
+    transform_processed_coverage,
+    transform_producer_ledger,
+    transform_records,
+    transform_reprocessed,
+    transform_seq_coverage,
+    transform_source_rows,
+    transform_unprocessed_candidates,
+    union_findings,
+)
+
+# Below this many new records the new side of a state join is broadcast, so state is
+# scanned once without a shuffle.
+BROADCAST_NEW_ROWS = 2_000_000
+ROWS_PER_JDBC_PARTITION = 250_000
+NUMERIC_TYPES = {"smallint", "integer", "bigint", "int", "int2", "int4", "int8", "serial", "bigserial"}
+IDENTITY = ["kind", "key", "cause", "partition", "offset", "session", "seq", "group"]
+
+
+class ReconcileError(RuntimeError):
+    """The run cannot go on (offsets moved backwards, state unusable, …)."""
+
+
+@dataclass
+class OffsetRange:
+    """A topic's offsets to read this run, per partition [start, end)."""
+
+    topic: str
+    ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
+    skipped: dict[int, int] = field(default_factory=dict)  # records lost to retention unread
+
+    @property
+    def total(self) -> int:
+        return sum(end - start for start, end in self.ranges.values())
+
+    def to_json(self) -> dict[str, list[int]]:
+        return {str(p): [s, e] for p, (s, e) in sorted(self.ranges.items())}
+
+
+# ------------------------------------------------------------------ extract: Kafka ----
+
+
+def plan_offsets(
+    topic: str, offsets: dict[int, PartitionOffsets], previous: dict[int, int], required: bool = True
+) -> OffsetRange:
+    """From where the last run stopped (or the log start) up to the last stable offset."""
+    plan = OffsetRange(topic)
+    for partition, po in sorted(offsets.items()):
+        start = previous.get(partition, po.low)
+        if start > po.high:
+            raise ReconcileError(
+                f"topic {topic!r} partition {partition}: the last run read up to offset {start} but the "
+                f"partition now ends at {po.high}; was the topic re-created? Run with --full"
+            )
+        if start < po.low:
+            plan.skipped[partition] = po.low - start
+            start = po.low
+        plan.ranges[partition] = (start, max(start, po.stable))
+    missing = set(previous) - set(offsets)
+    if missing and required:
+        raise ReconcileError(f"topic {topic!r} lost partition(s) {sorted(missing)} since the last run")
+    return plan
+
+
+def java_kafka_options(bootstrap_servers: str, config: dict[str, str]) -> dict[str, str]:
+    """Kafka source options from the cluster's librdkafka-style config."""
+    options = {
+        "kafka.bootstrap.servers": bootstrap_servers,
+        "kafka.request.timeout.ms": "30000",
+        "kafka.default.api.timeout.ms": "60000",
+    }
+    for key in ("security.protocol", "sasl.mechanism", "ssl.endpoint.identification.algorithm"):
+        if key in config:
+            options[f"kafka.{key}"] = config[key]
+    if "sasl.mechanisms" in config:
+        options["kafka.sasl.mechanism"] = config["sasl.mechanisms"]
+    if "ssl.ca.location" in config:
+        options["kafka.ssl.truststore.type"] = "PEM"
+        options["kafka.ssl.truststore.location"] = config["ssl.ca.location"]
+    if "sasl.username" in config:
+        mechanism = options.get("kafka.sasl.mechanism", "PLAIN").upper()
+        module = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule"
+            if mechanism.startswith("SCRAM")
+            else "org.apache.kafka.common.security.plain.PlainLoginModule"
+        )
+        user = json.dumps(config["sasl.username"])
+        password = json.dumps(config.get("sasl.password", ""))
+        options["kafka.sasl.jaas.config"] = f"{module} required username={user} password={password};"
+    return options
+
+
+def extract_topic(
+    spark: SparkSession, binding: Binding, plan: OffsetRange, isolation: str = "read_committed"
+) -> DataFrame:
+    """The records of `plan` through Spark's Kafka source in batch mode, with headers."""
+    ranges = {p: r for p, r in plan.ranges.items() if r[1] > r[0]}
+    if not ranges:
+        return spark.createDataFrame([], KAFKA_RAW_SCHEMA)
+    topic = plan.topic
+    parallelism = spark.sparkContext.defaultParallelism
+    reader = (
+        spark.read.format("kafka")
+        .options(**java_kafka_options(binding.bootstrap_servers, binding.kafka_config))
+        .option("assign", json.dumps({topic: sorted(ranges)}))
+        .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in ranges.items()}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in ranges.items()}}))
+        .option("includeHeaders", "true")
+        .option("kafka.isolation.level", isolation)
+        # Transaction markers and aborted records leave holes in read_committed offsets;
+        # real loss (retention, deletion) is checked in the driver against the log start.
+        .option("failOnDataLoss", "false")
+    )
+    if plan.total > 1_000_000:
+        reader = reader.option("minPartitions", str(max(parallelism * 2, len(ranges))))
+    return reader.load()
+
+
+def extract_topic_offsets(binding: Binding, meta: StateMeta) -> dict[str, Any]:
+    """Every driver-side Kafka look-up, in the order that keeps the reads consistent.
+
+    Committed offsets first, then the consumer ledger's end (a processed mark is written
+    before its commit), then the producer ledger's end, then the topic's own ends (a ledger
+    entry acked at an offset is then always inside the topic range read).
+    """
+    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
+    partitions = topic_partitions(admin, binding.topic)
+    committed = committed_offsets(admin, binding.consumer_groups, binding.topic, partitions)
+
+    def ledger(topic: str, previous: dict[int, int]) -> OffsetRange:
+        # A ledger topic that never existed means the probes are not in use; one that
+        # disappeared after being read is a failure like any other unreadable input.
+        parts = topic_partitions(admin, topic, required=bool(previous))
+        return plan_offsets(topic, partition_offsets(admin, topic, parts), previous)
+
+    consumer_ledger = (
+        ledger(binding.consumer_ledger_topic, meta.consumer_ledger_offsets)
+        if binding.consumer_groups
+        else OffsetRange(binding.consumer_ledger_topic)
+    )
+    producer_ledger = ledger(binding.producer_ledger_topic, meta.producer_ledger_offsets)
+    offsets = partition_offsets(admin, binding.topic, partitions)
+    return {
+        "partitions": partitions,
+        "committed": committed,
+        "consumer_ledger": consumer_ledger,
+        "producer_ledger": producer_ledger,
+        "watermarks": offsets,
+        "topic": plan_offsets(binding.topic, offsets, meta.topic_offsets),
+    }
+
+
+# ------------------------------------------------------------------ extract: JDBC -----
+
+
+def _jdbc_query(spark: SparkSession, binding: Binding, sql: str) -> DataFrame:
+    url, props = jdbc_url_and_properties(binding.source_url)
+    return spark.read.format("jdbc").option("url", url).option("query", sql).options(**props).load()
+
+
+def extract_source_columns(spark: SparkSession, binding: Binding) -> tuple[str, dict[str, str]]:
+    """The table's qualified name and {column: type} as the database spells them.
+
+    Unknown tables and columns are configuration errors naming what is missing.
+    Identifiers are validated by the binding before they reach this SQL.
+    """
+    where = f"lower(table_name) = '{binding.table_name.lower()}'"
+    if binding.schema_name:
+        where += f" and lower(table_schema) = '{binding.schema_name.lower()}'"
+    rows = _jdbc_query(
+        spark,
+        binding,
+        "select table_schema, table_name, column_name, data_type from information_schema.columns "
+        f"where {where} order by ordinal_position",
+    ).collect()
+    schemas = sorted({(r["table_schema"], r["table_name"]) for r in rows})
+    if not schemas:
+        raise BindingError(
+            f"binding {binding.name!r}: unknown table {binding.table!r} in source {redact_url(binding.source_url)}"
+        )
+    if len(schemas) > 1:
+        public = [s for s in schemas if s[0] == "public"]
+        if not public:
+            raise BindingError(
+                f"binding {binding.name!r}: table {binding.table!r} exists in several schemas "
+                f"({', '.join(s for s, _ in schemas)}); qualify it as schema.table"
+            )
+        schemas = public
+    schema, table = schemas[0]
+    columns = {
+        r["column_name"]: r["data_type"] for r in rows if (r["table_schema"], r["table_name"]) == (schema, table)
+    }
+    for what, wanted in (("key_column", binding.key_column), ("created_column", binding.created_column)):
+        if not any(c.lower() == wanted.lower() for c in columns):
+            raise BindingError(
+                f"binding {binding.name!r}: unknown column {wanted!r} ({what}) in table {schema}.{table}; "
+                f"it has: {', '.join(columns)}"
+            )
+    return f'"{schema}"."{table}"', columns
+
+
+def _actual_column(columns: dict[str, str], wanted: str) -> str:
+    return next(c for c in columns if c.lower() == wanted.lower())
+
+
+def _ts_literal(moment: datetime) -> str:
+    return "'" + moment.astimezone(UTC).isoformat() + "'"
+
+
+def extract_source(
+    spark: SparkSession,
+    binding: Binding,
+    table: str,
+    columns: dict[str, str],
+    lower: datetime | None,
+    upper: datetime,
+) -> DataFrame:
+    """Rows created in (lower, upper]: key and creation time only, read in parallel."""
+    key = _actual_column(columns, binding.key_column)
+    created = _actual_column(columns, binding.created_column)
+    predicate = f'"{created}" <= {_ts_literal(upper)}'
+    if lower is not None:
+        predicate += f' and "{created}" > {_ts_literal(lower)}'
+    stats = _jdbc_query(
+        spark,
+        binding,
+        f'select min("{key}") as lo, max("{key}") as hi, count(*) as n from {table} where {predicate}'
+        if columns[key].lower() in NUMERIC_TYPES
+        else f"select null as lo, null as hi, count(*) as n from {table} where {predicate}",
+    ).collect()[0]
+    url, props = jdbc_url_and_properties(binding.source_url)
+    subquery = f'(select "{key}" as audit_key, "{created}" as audit_created from {table} where {predicate}) audit_src'
+    reader = spark.read.format("jdbc").option("url", url).option("dbtable", subquery).option("fetchsize", "10000")
+    reader = reader.options(**props)
+    partitions = max(
+        1, min(math.ceil((stats["n"] or 0) / ROWS_PER_JDBC_PARTITION), spark.sparkContext.defaultParallelism * 4)
+    )
+    if partitions > 1 and stats["lo"] is not None and stats["hi"] is not None and stats["hi"] > stats["lo"]:
+        reader = (
+            reader.option("partitionColumn", "audit_key")
+            .option("lowerBound", str(stats["lo"]))
+            .option("upperBound", str(int(stats["hi"]) + 1))
+            .option("numPartitions", str(partitions))
+        )
+    raw = reader.load()
+    return transform_source_rows(raw, "audit_key", "audit_created")
+
+
+# ------------------------------------------------------------------ load --------------
+
+
+def findings_rows(findings: DataFrame, limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """At most `limit` findings as JSON-ready dicts (evidence parsed), sorted for stable output."""
+    ordered = findings.orderBy("kind", "cause", "key", "partition", "offset", "session", "seq", "group")
+    rows = ordered.limit(limit + 1).collect()
+    result = []
+    for row in rows[:limit]:
+        item = row.asDict(recursive=True)
+        item["evidence"] = json.loads(item["evidence"]) if item.get("evidence") else None
+        item["timestamp"] = item["timestamp"].isoformat() if item.get("timestamp") else None
+        result.append(item)
+    return result, len(rows) > limit
+
+
+def load_json(result: dict[str, Any], path: str) -> None:
+    """Write the run result atomically (a reader never sees half a file)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str))
+    tmp.replace(target)
+
+
+def load_findings_jdbc(findings_df: DataFrame, run_id: str, jdbc_url: str, table: str = "reconcile_finding") -> None:
+    """Append the findings of a run to a PostgreSQL table (written by the executors).
+
+    Columns: run_id, kind, key, cause, partition, offset, offsets (JSON text), timestamp,
+    session, seq, seq_end, group, evidence (JSON text), is_new when present.
+    """
+    url, props = jdbc_url_and_properties(jdbc_url)
+    rows = findings_df.withColumn("offsets", F.to_json("offsets")).withColumn("run_id", F.lit(run_id))
+    rows = rows.select("run_id", *[c for c in rows.columns if c != "run_id"])
+    rows.write.format("jdbc").option("url", url).option("dbtable", table).options(**props).option(
+        "stringtype", "unspecified"
+    ).mode("append").save()
+
+
+# ------------------------------------------------------------------ the run -----------
+
+
+@dataclass
+class RunOptions:
+    state_dir: str
+    full: bool = False
+    run_id: str | None = None
+    max_findings: int = 10_000
+    output_json: str | None = None
+    output_jdbc_url: str | None = None
+    findings_table: str = "reconcile_finding"
+    now: datetime | None = None  # fixed clock for tests
+
+
+def _persisted(df: DataFrame) -> DataFrame:
+    return df.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dict[str, Any]:
+    """One run: read, update the state, compute findings, load; raises on any failure."""
+    run_id = options.run_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    store = StateStore(options.state_dir, binding.name, run_id)
+    meta = StateMeta() if options.full else store.read_meta()
+    warnings: list[str] = []
+
+    kafka = extract_topic_offsets(binding, meta)
+    upper = options.now or datetime.now(UTC)
+    if meta.window_upper:
+        lower: datetime | None = datetime.fromisoformat(meta.window_upper) - timedelta(seconds=binding.lookback_seconds)
+    else:
+        lower = binding.since
+    cutoff = upper - timedelta(seconds=binding.grace_seconds)
+    plan: OffsetRange = kafka["topic"]
+    for partition, lost in plan.skipped.items():
+        warnings.append(f"{binding.topic}/{partition}: {lost} record(s) expired by retention before they were read")
+    broadcast_new = plan.total < BROADCAST_NEW_ROWS
+
+    # Topic records (committed view); with transactions also the uncommitted view.
+    committed_raw = extract_topic(spark, binding, plan, "read_committed")
+    records = _persisted(transform_records(committed_raw, binding.record_key))
+    if binding.transactions:
+        all_records = _persisted(
+            transform_records(extract_topic(spark, binding, plan, "read_uncommitted"), binding.record_key)
+        )
+        new_aborted = transform_aborted(all_records, records)
+    else:
+        all_records = records
+        new_aborted = spark.createDataFrame([], records.schema)
+    totals = records.agg(F.count("*").alias("n"), F.count("key").alias("keyed")).collect()[0]
+    if totals["n"] > 0 and totals["keyed"] == 0:
+        raise BindingError(
+            f"binding {binding.name!r}: record_key {binding.record_key.describe()!r} matched nothing in "
+            f"{totals['n']} record(s) of topic {binding.topic!r}"
+        )
+    if totals["keyed"] < totals["n"]:
+        warnings.append(f"{totals['n'] - totals['keyed']} record(s) without a key by {binding.record_key.describe()}")
+
+    # Source rows of the window.
+    table, columns = extract_source_columns(spark, binding)
+    window_rows = extract_source(spark, binding, table, columns, lower, upper)
+    old_source = store.deltas(spark, meta.source_deltas, SOURCE_ROW_SCHEMA)
+    new_source = _persisted(transform_new_source_rows(window_rows, old_source, broadcast_new))
+
+    # Ledgers.
+    producer_entries, producer_bounds = transform_producer_ledger(
+        extract_topic(spark, binding, kafka["producer_ledger"]), binding.topic
+    )
+    processed = _persisted(
+        transform_consumer_ledger(
+            extract_topic(spark, binding, kafka["consumer_ledger"]), binding.topic, binding.consumer_groups
+        )
+    )
+
+    # State updates: each new dataset is written under this run's id and read back.
+    old_index = store.deltas(spark, meta.key_deltas, KEY_INDEX_SCHEMA)
+    datasets: dict[str, str] = {}
+    state: dict[str, DataFrame] = {}
+
+    def keep(name: str, df: DataFrame) -> DataFrame:
+        datasets[name], state[name] = store.write_dataset(df, name)
+        return state[name]
+
+    def old(name: str) -> DataFrame:
+        return store.dataset(spark, meta, name)
+
+    keep("duplicates", transform_duplicate_records(records, old_index, old("duplicates"), broadcast_new))
+    keep(
+        "pending_source", transform_pending_source(old("pending_source"), new_source, records, old_index, broadcast_new)
+    )
+    keep(
+        "orphan_candidates",
+        transform_orphan_candidates(old("orphan_candidates"), records, old_source, new_source, broadcast_new),
+    )
+    keep("aborted", conform(old("aborted"), RECORD_SCHEMA).unionByName(conform(new_aborted, RECORD_SCHEMA)))
+    coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), all_records))
+    keep("ledger_open", transform_ledger_open(old("ledger_open"), producer_entries, coverage))
+    keep("ledger_bounds", transform_ledger_bounds(old("ledger_bounds"), producer_bounds))
+    old_processed = old("processed_coverage")
+    keep("reprocessed", transform_reprocessed(old("reprocessed"), old_processed, processed))
+    processed_cov = keep("processed_coverage", transform_processed_coverage(old_processed, processed))
+    keep(
+        "unprocessed_candidates",
+        transform_unprocessed_candidates(old("unprocessed_candidates"), records, processed_cov),
+    )
+    key_deltas = [*meta.key_deltas, store.write_delta(transform_key_delta(records), "keys", KEY_INDEX_SCHEMA)]
+    source_deltas = [*meta.source_deltas, store.write_delta(new_source, "source", SOURCE_ROW_SCHEMA)]
+
+    # Findings from the new state.
+    watermarks = spark.createDataFrame(
+        [(p, o.low, plan.ranges[p][1]) for p, o in kafka["watermarks"].items()], WATERMARK_SCHEMA
+    )
+    committed = spark.createDataFrame(kafka["committed"], COMMITTED_SCHEMA)
+    findings = union_findings(
+        [
+            find_missing(state["pending_source"], cutoff),
+            find_duplicates(state["duplicates"]),
+            find_orphans(state["orphan_candidates"], cutoff),
+            find_gaps(state["seq_coverage"], state["ledger_open"], state["ledger_bounds"], watermarks),
+            find_aborted(state["aborted"]),
+            find_unprocessed(state["unprocessed_candidates"], committed),
+            find_reprocessed(state["reprocessed"]),
+        ]
+    )
+    current = keep("findings", findings)
+    seen = old("findings").select(*[F.col(c).alias(f"_seen_{c}") for c in IDENTITY]).distinct()
+    flagged = (
+        current.join(seen, [current[c].eqNullSafe(seen[f"_seen_{c}"]) for c in IDENTITY], "left")
+        .withColumn("is_new", F.col("_seen_kind").isNull())
+        .drop(*[f"_seen_{c}" for c in IDENTITY])
+    )
+    counts_rows = current.groupBy("kind").count().collect()
+    counts = {kind: 0 for kind in FINDING_KINDS} | {r["kind"]: r["count"] for r in counts_rows}
+    new_count = flagged.where("is_new").count()
+    rows, truncated = findings_rows(flagged, options.max_findings)
+
+    if options.output_jdbc_url:
+        load_findings_jdbc(flagged, run_id, options.output_jdbc_url, options.findings_table)
+
+    store.commit(
+        StateMeta(
+            run_id=run_id,
+            topic_offsets={p: e for p, (_, e) in plan.ranges.items()},
+            producer_ledger_offsets={p: e for p, (_, e) in kafka["producer_ledger"].ranges.items()},
+            consumer_ledger_offsets={p: e for p, (_, e) in kafka["consumer_ledger"].ranges.items()},
+            window_upper=upper.isoformat(),
+            key_deltas=store.compact(spark, key_deltas, "keys", KEY_INDEX_SCHEMA),
+            source_deltas=store.compact(spark, source_deltas, "source", SOURCE_ROW_SCHEMA),
+            datasets=datasets,
+        )
+    )
+    for df in (records, all_records, new_source, processed):
+        df.unpersist()
+    return {
+        "run_id": run_id,
+        "binding": binding.name,
+        "mode": "full" if options.full or not meta.run_id else "incremental",
+        "counts": counts,
+        "new_findings": new_count,
+        "offset_ranges": {
+            "topic": plan.to_json(),
+            "producer_ledger": kafka["producer_ledger"].to_json(),
+            "consumer_ledger": kafka["consumer_ledger"].to_json(),
+        },
+        "records_read": plan.total,
+        "window": {
+            "lower": lower.isoformat() if lower else None,
+            "upper": upper.isoformat(),
+            "cutoff": cutoff.isoformat(),
+        },
+        "warnings": warnings,
+        "findings": rows,
+        "findings_truncated": truncated,
+    }
+
+
+def run(spark: SparkSession, binding: Binding, options: RunOptions) -> dict[str, Any]:
+    """reconcile() with the run envelope: status, error, timing; never raises."""
+    started = time.monotonic()
+    started_at = datetime.now(UTC)
+    try:
+        result = {"status": "ok", "error": None} | reconcile(spark, binding, options)
+    except Exception as exc:  # noqa: BLE001 - any failure fails the run, with its error
+        result = {
+            "status": "failed",
+            "error": f"{type(exc).__name__}: {exc}",
+            "binding": binding.name,
+            "run_id": options.run_id,
+            "counts": {},
+            "offset_ranges": {},
+            "window": {},
+            "warnings": [],
+            "findings": [],
+            "findings_truncated": False,
+        }
+    result["started_at"] = started_at.isoformat()
+    result["finished_at"] = datetime.now(UTC).isoformat()
+    result["duration_s"] = round(time.monotonic() - started, 3)
+    if options.output_json:
+        load_json(result, options.output_json)
+    return result
+
+
+# ------------------------------------------------------------------ CLI ---------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--binding-json", help="binding as a JSON object, inline or a file path")
+    single = parser.add_argument_group("binding fields (instead of --binding-json)")
+    single.add_argument("--binding", dest="name")
+    single.add_argument("--topic")
+    single.add_argument("--bootstrap-servers")
+    single.add_argument("--source-url")
+    single.add_argument("--table")
+    single.add_argument("--key-column")
+    single.add_argument("--created-column")
+    single.add_argument("--record-key", default="key")
+    single.add_argument("--grace", default="2m")
+    single.add_argument("--guarantee", default="at-least-once")
+    single.add_argument("--consumer-group", action="append", default=[], dest="consumer_groups")
+    single.add_argument("--producer-ledger-topic", default="_audit.producer-ledger")
+    single.add_argument("--consumer-ledger-topic", default="_audit.consumer-ledger")
+    single.add_argument("--transactions", action=argparse.BooleanOptionalAction, default=None)
+    single.add_argument("--since")
+    single.add_argument("--lookback", default="5m")
+    parser.add_argument("--full", action="store_true", help="ignore the incremental state and read everything")
+    parser.add_argument("--state-dir", default="var/reconcile-state")
+    parser.add_argument("--run-id")
+    parser.add_argument("--output-json", help="write the run result to this file")
+    parser.add_argument("--output-jdbc-url", help="append findings to PostgreSQL at this URL")
+    parser.add_argument("--findings-table", default="reconcile_finding")
+    parser.add_argument("--max-findings", type=int, default=10_000, help="findings listed in the JSON result")
+    parser.add_argument("--master", help="Spark master (default $SPARK_MASTER or local[2])")
+    return parser.parse_args(argv)
+
+
+def binding_from_args(args: argparse.Namespace) -> Binding:
+    if args.binding_json:
+        return load_binding_json(args.binding_json)
+    return binding_from_dict(
+        {
+            "name": args.name,
+            "topic": args.topic,
+            "bootstrap_servers": args.bootstrap_servers,
+            "source_url": args.source_url,
+            "table": args.table,
+            "key_column": args.key_column,
+            "created_column": args.created_column,
+            "record_key": args.record_key,
+            "grace": args.grace,
+            "guarantee": args.guarantee,
+            "consumer_groups": args.consumer_groups,
+            "producer_ledger_topic": args.producer_ledger_topic,
+            "consumer_ledger_topic": args.consumer_ledger_topic,
+            "transactions": args.transactions,
+            "since": args.since,
+            "lookback": args.lookback,
+        }
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    options = RunOptions(
+        state_dir=args.state_dir,
+        full=args.full,
+        run_id=args.run_id,
+        max_findings=args.max_findings,
+        output_json=args.output_json,
+        output_jdbc_url=args.output_jdbc_url,
+        findings_table=args.findings_table,
+    )
+    try:
+        binding = binding_from_args(args)
+    except BindingError as exc:
+        result = {"status": "failed", "error": f"BindingError: {exc}", "counts": {}, "findings": []}
+        if options.output_json:
+            load_json(result, options.output_json)
+        print(json.dumps(result))
+        return 2
+    spark = build_spark_session(f"reconcile-{binding.name}", master=args.master)
+    result = run(spark, binding, options)
+    print(json.dumps(result, default=str))
+    return 0 if result["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,605 @@
+"""Pure transforms of the reconciliation job on tiny inline frames, against hand-written results."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from spark_jobs.binding import RecordKeySpec
+from spark_jobs.reconcile_transform import (
+    CANDIDATE_SCHEMA,
+    COMMITTED_SCHEMA,
+    FINDING_SCHEMA,
+    INTERVAL_SCHEMA,
+    KAFKA_RAW_SCHEMA,
+    KEY_INDEX_SCHEMA,
+    LEDGER_BOUND_SCHEMA,
+    LEDGER_ENTRY_SCHEMA,
+    PROCESSED_INTERVAL_SCHEMA,
+    PROCESSED_SCHEMA,
+    RECORD_SCHEMA,
+    REPROCESSED_SCHEMA,
+    SOURCE_ROW_SCHEMA,
+    WATERMARK_SCHEMA,
+    find_aborted,
+    find_duplicates,
+    find_gaps,
+    find_missing,
+    find_orphans,
+    find_reprocessed,
+    find_unprocessed,
+    interval_holes,
+    merge_intervals,
+    transform_aborted,
+    transform_consumer_ledger,
+    transform_duplicate_records,
+    transform_ledger_bounds,
+    transform_ledger_open,
+    transform_orphan_candidates,
+    transform_pending_source,
+    transform_processed_coverage,
+    transform_producer_ledger,
+    transform_records,
+    transform_reprocessed,
+    transform_seq_coverage,
+    transform_unprocessed_candidates,
+    values_to_intervals,
+)
+from tests.reconcile.conftest import at, ms
+
+FINDING_FIELDS = FINDING_SCHEMA.fieldNames()
+
+
+def finding(kind: str, **values: Any) -> tuple[Any, ...]:
+    unknown = set(values) - set(FINDING_FIELDS)
+    assert not unknown, unknown
+    return tuple(kind if name == "kind" else values.get(name) for name in FINDING_FIELDS)
+
+
+def findings(spark: SparkSession, *rows: tuple[Any, ...]) -> DataFrame:
+    return spark.createDataFrame(list(rows), FINDING_SCHEMA)
+
+
+def records(spark: SparkSession, *rows: tuple[Any, ...]) -> DataFrame:
+    return spark.createDataFrame(list(rows), RECORD_SCHEMA)
+
+
+def ledger_values(spark: SparkSession, *messages: dict[str, Any]) -> DataFrame:
+    """Audit-topic records as the Kafka source returns them: JSON bytes in `value`."""
+    rows = [
+        (b"k", json.dumps(m, separators=(",", ":")).encode(), "_audit", 0, i, at(0), 0, [])
+        for i, m in enumerate(messages)
+    ]
+    return spark.createDataFrame(rows, KAFKA_RAW_SCHEMA)
+
+
+# ------------------------------------------------------------------ record keys -------
+
+
+def raw_records(spark: SparkSession) -> DataFrame:
+    rows = [
+        (
+            b"1",
+            b'{"ticket_id": 11}',
+            "t",
+            0,
+            0,
+            at(1),
+            0,
+            [("audit-id", b"11"), ("audit-pid", b"p1"), ("audit-seq", b"0"), ("audit-ts", b"1")],
+        ),
+        (None, b'{"other": 1}', "t", 1, 5, at(2), 0, []),
+        (b"3", b'{"ticket_id": "x"}', "t", 0, 1, at(3), 0, [("audit-pid", b"p2"), ("audit-seq", b"oops")]),
+    ]
+    return spark.createDataFrame(rows, KAFKA_RAW_SCHEMA)
+
+
+def test_it_finds_keys_by_record_key(spark):
+    actual = transform_records(raw_records(spark), RecordKeySpec("key"))
+    expected = records(
+        spark, ("1", 0, 0, at(1), "p1", 0), (None, 1, 5, at(2), None, None), ("3", 0, 1, at(3), "p2", None)
+    )
+    assertDataFrameEqual(actual, expected)
+
+
+def test_it_finds_keys_by_header(spark):
+    actual = transform_records(raw_records(spark), RecordKeySpec("header", "audit-id"))
+    expected = records(
+        spark, ("11", 0, 0, at(1), "p1", 0), (None, 1, 5, at(2), None, None), (None, 0, 1, at(3), "p2", None)
+    )
+    assertDataFrameEqual(actual, expected)
+
+
+def test_it_finds_keys_by_json_path(spark):
+    actual = transform_records(raw_records(spark), RecordKeySpec("json", "$.ticket_id"))
+    expected = records(
+        spark, ("11", 0, 0, at(1), "p1", 0), (None, 1, 5, at(2), None, None), ("x", 0, 1, at(3), "p2", None)
+    )
+    assertDataFrameEqual(actual, expected)
+
+
+# ------------------------------------------------------------------ missing -----------
+
+
+def test_it_finds_missing_rows_older_than_grace(spark):
+    old_pending = spark.createDataFrame([("a", at(0)), ("e", at(5))], SOURCE_ROW_SCHEMA)
+    new_source = spark.createDataFrame([("b", at(10)), ("c", at(20)), ("d", at(100))], SOURCE_ROW_SCHEMA)
+    # "a" gets its record this run; "c" had its record in an earlier run (key index).
+    new_records = records(spark, ("a", 0, 7, at(30), None, None), ("x", 0, 8, at(30), None, None))
+    old_index = spark.createDataFrame([("c", 1, 0, 3, at(15), None, None)], KEY_INDEX_SCHEMA)
+
+    pending = transform_pending_source(old_pending, new_source, new_records, old_index)
+    assertDataFrameEqual(
+        pending, spark.createDataFrame([("e", at(5)), ("b", at(10)), ("d", at(100))], SOURCE_ROW_SCHEMA)
+    )
+
+    actual = find_missing(pending, cutoff=at(50))
+    expected = findings(
+        spark,
+        finding("missing", key="e", timestamp=at(5), evidence=f'{{"created_ms":{ms(5)}}}'),
+        finding("missing", key="b", timestamp=at(10), evidence=f'{{"created_ms":{ms(10)}}}'),
+    )
+    assertDataFrameEqual(actual, expected)
+
+
+# ------------------------------------------------------------------ duplicates --------
+
+
+def occurrences(*items: tuple[int, int, float, str | None, int | None]) -> str:
+    parts = []
+    for partition, offset, seconds, session, seq in items:
+        text = f'{{"partition":{partition},"offset":{offset},"ts_ms":{ms(seconds)}'
+        if session is not None:
+            text += f',"session":"{session}","seq":{seq}'
+        parts.append(text + "}")
+    return f'{{"count":{len(items)},"records":[{",".join(parts)}]}}'
+
+
+def offsets(*pairs: tuple[int, int]) -> list[tuple[int, int]]:
+    return list(pairs)
+
+
+def test_it_tells_producer_retries_from_app_resends_and_headerless_duplicates(spark):
+    dups = records(
+        spark,
+        ("a", 0, 1, at(1), "p1", 1),
+        ("a", 0, 2, at(2), "p1", 1),
+        ("b", 0, 3, at(3), "p1", 2),
+        ("b", 1, 4, at(4), "p2", 0),
+        ("c", 0, 5, at(5), None, None),
+        ("c", 1, 6, at(6), None, None),
+        ("d", 0, 7, at(7), "p1", 5),
+        ("d", 0, 8, at(8), "p1", 5),
+        ("d", 1, 9, at(9), "p3", 0),
+        ("e", 0, 10, at(10), "p1", 6),
+        ("e", 1, 11, at(11), None, None),
+    )
+    expected = findings(
+        spark,
+        finding(
+            "duplicate",
+            key="a",
+            cause="producer-retry",
+            partition=0,
+            offset=1,
+            offsets=offsets((0, 1), (0, 2)),
+            timestamp=at(1),
+            session="p1",
+            seq=1,
+            evidence=occurrences((0, 1, 1, "p1", 1), (0, 2, 2, "p1", 1)),
+        ),
+        finding(
+            "duplicate",
+            key="b",
+            cause="app-resend",
+            partition=0,
+            offset=3,
+            offsets=offsets((0, 3), (1, 4)),
+            timestamp=at(3),
+            session="p1",
+            seq=2,
+            evidence=occurrences((0, 3, 3, "p1", 2), (1, 4, 4, "p2", 0)),
+        ),
+        finding(
+            "duplicate",
+            key="c",
+            cause="unknown",
+            partition=0,
+            offset=5,
+            offsets=offsets((0, 5), (1, 6)),
+            timestamp=at(5),
+            evidence=occurrences((0, 5, 5, None, None), (1, 6, 6, None, None)),
+        ),
+        finding(
+            "duplicate",
+            key="d",
+            cause="producer-retry",
+            partition=0,
+            offset=7,
+            offsets=offsets((0, 7), (0, 8)),
+            timestamp=at(7),
+            session="p1",
+            seq=5,
+            evidence=occurrences((0, 7, 7, "p1", 5), (0, 8, 8, "p1", 5)),
+        ),
+        finding(
+            "duplicate",
+            key="d",
+            cause="app-resend",
+            partition=0,
+            offset=7,
+            offsets=offsets((0, 7), (0, 8), (1, 9)),
+            timestamp=at(7),
+            session="p1",
+            seq=5,
+            evidence=occurrences((0, 7, 7, "p1", 5), (0, 8, 8, "p1", 5), (1, 9, 9, "p3", 0)),
+        ),
+        finding(
+            "duplicate",
+            key="e",
+            cause="unknown",
+            partition=0,
+            offset=10,
+            offsets=offsets((0, 10), (1, 11)),
+            timestamp=at(10),
+            session="p1",
+            seq=6,
+            evidence=occurrences((0, 10, 10, "p1", 6), (1, 11, 11, None, None)),
+        ),
+    )
+    assertDataFrameEqual(find_duplicates(dups), expected)
+
+
+def test_it_keeps_every_record_of_keys_duplicated_across_runs(spark):
+    old_index = spark.createDataFrame(
+        [
+            ("a", 1, 0, 1, at(1), "p1", 1),
+            ("b", 2, 0, 2, at(2), "p1", 2),
+            ("q", 1, 0, 9, at(9), "p1", 9),  # untouched this run
+        ],
+        KEY_INDEX_SCHEMA,
+    )
+    old_dups = records(spark, ("b", 0, 2, at(2), "p1", 2), ("b", 0, 3, at(3), "p1", 3))
+    new = records(
+        spark,
+        ("a", 0, 20, at(20), "p1", 1),
+        ("b", 0, 21, at(21), "p9", 0),
+        ("z", 0, 22, at(22), "p9", 1),
+        ("y", 0, 23, at(23), "p9", 2),
+        ("y", 1, 24, at(24), "p9", 3),
+        (None, 1, 25, at(25), None, None),
+    )
+    actual = transform_duplicate_records(new, old_index, old_dups, broadcast_new=True)
+    expected = records(
+        spark,
+        ("b", 0, 2, at(2), "p1", 2),
+        ("b", 0, 3, at(3), "p1", 3),
+        ("a", 0, 1, at(1), "p1", 1),
+        ("a", 0, 20, at(20), "p1", 1),
+        ("b", 0, 21, at(21), "p9", 0),
+        ("y", 0, 23, at(23), "p9", 2),
+        ("y", 1, 24, at(24), "p9", 3),
+    )
+    assertDataFrameEqual(actual, expected)
+
+
+# ------------------------------------------------------------------ orphans -----------
+
+
+def test_it_finds_orphans_and_forgets_them_when_the_row_appears(spark):
+    old_candidates = records(spark, ("k1", 0, 1, at(1), None, None), ("k2", 0, 2, at(2), "p1", 0))
+    new_records = records(
+        spark,
+        ("k3", 0, 3, at(3), None, None),
+        ("k4", 0, 4, at(4), "p1", 1),
+        (None, 0, 5, at(5), None, None),
+        ("k5", 0, 6, at(100), None, None),
+    )
+    old_source = spark.createDataFrame([("k3", at(0))], SOURCE_ROW_SCHEMA)
+    new_source = spark.createDataFrame([("k1", at(0))], SOURCE_ROW_SCHEMA)
+
+    candidates = transform_orphan_candidates(old_candidates, new_records, old_source, new_source)
+    assertDataFrameEqual(
+        candidates,
+        records(
+            spark,
+            ("k2", 0, 2, at(2), "p1", 0),
+            ("k4", 0, 4, at(4), "p1", 1),
+            (None, 0, 5, at(5), None, None),
+            ("k5", 0, 6, at(100), None, None),
+        ),
+    )
+    expected = findings(
+        spark,
+        finding(
+            "orphan",
+            key="k2",
+            partition=0,
+            offset=2,
+            offsets=offsets((0, 2)),
+            timestamp=at(2),
+            session="p1",
+            seq=0,
+            evidence=occurrences((0, 2, 2, "p1", 0)),
+        ),
+        finding(
+            "orphan",
+            key="k4",
+            partition=0,
+            offset=4,
+            offsets=offsets((0, 4)),
+            timestamp=at(4),
+            session="p1",
+            seq=1,
+            evidence=occurrences((0, 4, 4, "p1", 1)),
+        ),
+        finding(
+            "orphan",
+            cause="no-key",
+            partition=0,
+            offset=5,
+            offsets=offsets((0, 5)),
+            timestamp=at(5),
+            evidence=occurrences((0, 5, 5, None, None)),
+        ),
+    )
+    assertDataFrameEqual(find_orphans(candidates, cutoff=at(50)), expected)
+
+
+# ------------------------------------------------------------------ gaps --------------
+
+
+def batch(session: str, topic: str, *entries: list[Any]) -> dict[str, Any]:
+    return {"v": 1, "type": "batch", "pid": session, "client_id": "app", "topic": topic, "entries": list(entries)}
+
+
+def acked(seq: int, partition: int, offset: int, audit_id: str, ts_ms: int) -> list[Any]:
+    return [seq, "acked", partition, offset, None, "persisted", audit_id, ts_ms]
+
+
+def test_it_parses_the_producer_ledger(spark):
+    raw = ledger_values(
+        spark,
+        {"v": 1, "type": "session-start", "pid": "s1", "client_id": "app", "ts": 5, "host": "h"},
+        batch("s1", "t", acked(0, 0, 10, "k0", 1000), [1, "failed", -1, -1, "timed out", "not", "k1", 1001]),
+        batch("s1", "other", acked(5, 0, 1, "z", 1002)),
+        {"v": 1, "type": "session-end", "pid": "s1", "ts": 9, "last_seq": {"t": 3, "other": 5}},
+        {"v": 1, "type": "session-end", "pid": "s2", "ts": 9, "last_seq": {"other": 7}},
+    )
+    entries, bounds = transform_producer_ledger(raw, "t")
+    assertDataFrameEqual(
+        entries,
+        spark.createDataFrame(
+            [
+                ("s1", 0, "acked", 0, 10, None, "persisted", "k0", 1000),
+                ("s1", 1, "failed", -1, -1, "timed out", "not", "k1", 1001),
+            ],
+            LEDGER_ENTRY_SCHEMA,
+        ),
+    )
+    assertDataFrameEqual(bounds, spark.createDataFrame([("s1", 3)], LEDGER_BOUND_SCHEMA))
+
+
+def test_it_attributes_sequence_gaps_from_the_ledger(spark):
+    topic_records = records(
+        spark,
+        *[("k", 0, 100 + s, at(s), "s1", s) for s in (0, 1, 2, 5, 7, 9)],
+        ("k", 0, 200, at(1), "s2", 0),
+        ("k", 0, 201, at(1), "s2", 1),
+        ("k", 0, 202, at(1), "s3", 0),
+        ("k", 0, 203, at(1), None, None),
+    )
+    failed = [3, "failed", -1, -1, "Local: Message timed out", "not", "k3", ms(3)]
+    raw = ledger_values(
+        spark,
+        # s1: 3 failed, 4 acked but absent, 6 never ledgered; 9 is past the last ledgered seq.
+        batch(
+            "s1", "t", *[acked(s, 0, 100 + s, f"k{s}", ms(s)) for s in (0, 1, 2)], failed, acked(4, 0, 40, "k4", ms(4))
+        ),
+        batch("s1", "t", acked(5, 0, 105, "k5", ms(5)), acked(7, 0, 107, "k7", ms(7))),
+        batch("s1", "other", acked(6, 0, 1, "elsewhere", ms(6))),
+        # s2 crashed after its first batch: its record seq 1 raises no gap.
+        batch("s2", "t", acked(0, 0, 200, "k", ms(1))),
+        # s3 ended cleanly after seq 2; seq 1 expired by retention, seq 2 was never sent.
+        batch("s3", "t", acked(0, 0, 202, "k", ms(1)), acked(1, 0, 3, "k", ms(1))),
+        {"v": 1, "type": "session-end", "pid": "s3", "ts": 9, "last_seq": {"t": 2}},
+        # s4's only record is in a transaction this run has not read yet.
+        batch("s4", "t", acked(0, 0, 150, "k", ms(1))),
+    )
+    entries, new_bounds = transform_producer_ledger(raw, "t")
+    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
+    assertDataFrameEqual(
+        coverage,
+        spark.createDataFrame(
+            [("s1", 0, 2), ("s1", 5, 5), ("s1", 7, 7), ("s1", 9, 9), ("s2", 0, 1), ("s3", 0, 0)], INTERVAL_SCHEMA
+        ),
+    )
+    ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
+    bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
+    assertDataFrameEqual(
+        bounds, spark.createDataFrame([("s1", 7), ("s2", 0), ("s3", 2), ("s4", 0)], LEDGER_BOUND_SCHEMA)
+    )
+    # Partition 0 starts at offset 5 (retention) and this run read it up to offset 150.
+    watermarks = spark.createDataFrame([(0, 5, 150)], WATERMARK_SCHEMA)
+
+    actual = find_gaps(coverage, ledger_open, bounds, watermarks)
+    expected = findings(
+        spark,
+        finding(
+            "gap",
+            key="k3",
+            cause="send-failed",
+            timestamp=at(3),
+            session="s1",
+            seq=3,
+            seq_end=3,
+            evidence='{"count":1,"ledger":{"status":"failed","partition":-1,"offset":-1,'
+            f'"error":"Local: Message timed out","persisted":"not","ts_ms":{ms(3)}}}}}',
+        ),
+        finding(
+            "gap",
+            key="k4",
+            cause="broker-lost",
+            partition=0,
+            offset=40,
+            timestamp=at(4),
+            session="s1",
+            seq=4,
+            seq_end=4,
+            evidence='{"count":1,"ledger":{"status":"acked","partition":0,"offset":40,'
+            f'"persisted":"persisted","ts_ms":{ms(4)}}}}}',
+        ),
+        finding("gap", cause="never-sent", session="s1", seq=6, seq_end=6, evidence='{"count":1}'),
+        finding("gap", cause="never-sent", session="s3", seq=2, seq_end=2, evidence='{"count":1}'),
+    )
+    assertDataFrameEqual(actual, expected)
+
+
+def test_it_merges_sequences_into_intervals_across_buckets(spark):
+    values = records(spark, *[("k", 0, s, at(0), "s", s) for s in (0, 1, 2, 3, 4, 5, 9, 10, 12)])
+    actual = values_to_intervals(values, ["session"], "seq", bucket_size=4)
+    assertDataFrameEqual(actual, spark.createDataFrame([("s", 0, 5), ("s", 9, 10), ("s", 12, 12)], INTERVAL_SCHEMA))
+    merged = merge_intervals(
+        spark.createDataFrame([("s", 0, 5), ("s", 3, 8), ("s", 9, 9), ("s", 11, 12)], INTERVAL_SCHEMA), ["session"]
+    )
+    assertDataFrameEqual(merged, spark.createDataFrame([("s", 0, 9), ("s", 11, 12)], INTERVAL_SCHEMA))
+    holes = interval_holes(merged, spark.createDataFrame([("s", 20), ("t", 1)], LEDGER_BOUND_SCHEMA), ["session"])
+    assertDataFrameEqual(holes, spark.createDataFrame([("s", 10, 10), ("s", 13, 20), ("t", 0, 1)], INTERVAL_SCHEMA))
+
+
+# ------------------------------------------------------------------ aborted -----------
+
+
+def test_it_finds_records_only_in_aborted_transactions(spark):
+    uncommitted = records(spark, ("k1", 0, 0, at(0), "s", 0), ("k2", 0, 1, at(1), "s", 1), ("k3", 0, 3, at(3), "s", 2))
+    committed = records(spark, ("k1", 0, 0, at(0), "s", 0), ("k3", 0, 3, at(3), "s", 2))
+    actual = find_aborted(transform_aborted(uncommitted, committed))
+    expected = findings(
+        spark,
+        finding(
+            "aborted",
+            key="k2",
+            partition=0,
+            offset=1,
+            timestamp=at(1),
+            session="s",
+            seq=1,
+            evidence=f'{{"ts_ms":{ms(1)}}}',
+        ),
+    )
+    assertDataFrameEqual(actual, expected)
+
+
+# ------------------------------------------------------------------ consumers ---------
+
+
+def processed(group: str, sid: str, *entries: list[Any]) -> dict[str, Any]:
+    return {"v": 1, "type": "processed", "sid": sid, "group": group, "entries": list(entries)}
+
+
+def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark):
+    empty_cov = spark.createDataFrame([], PROCESSED_INTERVAL_SCHEMA)
+    topic_records = records(spark, *[(f"k{o}", 0, o, at(o), None, None) for o in range(6)])
+    committed = spark.createDataFrame([("g1", 0, 6), ("g2", 0, 6)], COMMITTED_SCHEMA)
+    run1 = transform_consumer_ledger(
+        ledger_values(
+            spark,
+            {"v": 1, "type": "session-start", "sid": "c1", "group": "g1", "ts": 1},
+            processed("g1", "c1", ["t", 0, 0, "k0", ms(10)], ["t", 0, 1, "k1", ms(11)], ["t", 0, 2, "k2", ms(12)]),
+            processed("g1", "c2", ["t", 0, 2, "k2", ms(20)], ["t", 0, 4, "k4", ms(21)], ["other", 0, 3, None, 1]),
+            processed("g3", "c9", ["t", 0, 3, "k3", ms(22)]),  # not a group of this binding
+        ),
+        "t",
+        ["g1", "g2"],
+    )
+    assertDataFrameEqual(
+        run1,
+        spark.createDataFrame(
+            [
+                ("g1", "c1", 0, 0, "k0", ms(10)),
+                ("g1", "c1", 0, 1, "k1", ms(11)),
+                ("g1", "c1", 0, 2, "k2", ms(12)),
+                ("g1", "c2", 0, 2, "k2", ms(20)),
+                ("g1", "c2", 0, 4, "k4", ms(21)),
+            ],
+            PROCESSED_SCHEMA,
+        ),
+    )
+    reprocessed1 = transform_reprocessed(spark.createDataFrame([], REPROCESSED_SCHEMA), empty_cov, run1)
+    coverage1 = transform_processed_coverage(empty_cov, run1)
+    assertDataFrameEqual(
+        coverage1, spark.createDataFrame([("g1", 0, 0, 2), ("g1", 0, 4, 4)], PROCESSED_INTERVAL_SCHEMA)
+    )
+    candidates1 = transform_unprocessed_candidates(
+        spark.createDataFrame([], CANDIDATE_SCHEMA), topic_records, coverage1
+    )
+    # g2 keeps no consumer ledger: nothing is said about it.
+    expected_unprocessed = [
+        finding(
+            "unprocessed",
+            key=f"k{o}",
+            partition=0,
+            offset=o,
+            timestamp=at(o),
+            group="g1",
+            evidence='{"committed_offset":6}',
+        )
+        for o in (3, 5)
+    ]
+    assertDataFrameEqual(find_unprocessed(candidates1, committed), findings(spark, *expected_unprocessed))
+    assertDataFrameEqual(
+        find_reprocessed(reprocessed1),
+        findings(
+            spark,
+            finding(
+                "reprocessed",
+                key="k2",
+                partition=0,
+                offset=2,
+                timestamp=at(12),
+                group="g1",
+                evidence=f'{{"count":2,"consumer_sessions":["c1","c2"],"first_ms":{ms(12)},"last_ms":{ms(20)}}}',
+            ),
+        ),
+    )
+
+    # Next run: offset 3 is processed late, offset 1 a second time, offset 2 a third time.
+    run2 = transform_consumer_ledger(
+        ledger_values(
+            spark,
+            processed("g1", "c3", ["t", 0, 3, "k3", ms(30)], ["t", 0, 1, "k1", ms(31)], ["t", 0, 2, "k2", ms(32)]),
+        ),
+        "t",
+        ["g1", "g2"],
+    )
+    reprocessed2 = transform_reprocessed(reprocessed1, coverage1, run2)
+    coverage2 = transform_processed_coverage(coverage1, run2)
+    candidates2 = transform_unprocessed_candidates(candidates1, records(spark), coverage2)
+    assertDataFrameEqual(find_unprocessed(candidates2, committed), findings(spark, expected_unprocessed[1]))
+    assertDataFrameEqual(
+        find_reprocessed(reprocessed2),
+        findings(
+            spark,
+            finding(
+                "reprocessed",
+                key="k1",
+                partition=0,
+                offset=1,
+                timestamp=at(31),
+                group="g1",
+                evidence=f'{{"count":2,"consumer_sessions":["c3"],"first_ms":{ms(31)},"last_ms":{ms(31)}}}',
+            ),
+            finding(
+                "reprocessed",
+                key="k2",
+                partition=0,
+                offset=2,
+                timestamp=at(12),
+                group="g1",
+                evidence=f'{{"count":3,"consumer_sessions":["c1","c2","c3"],"first_ms":{ms(12)},"last_ms":{ms(32)}}}',
+            ),
+        ),
+    )
