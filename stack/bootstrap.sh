@@ -22,6 +22,8 @@ command -v mvn >/dev/null 2>&1 || need_pkgs+=(maven)
 command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
 if [[ $WITH_BROWSER == 1 ]]; then
   command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
+  # A compose client to check docker-compose.yml (no engine needed for `config`).
+  command -v docker-compose >/dev/null 2>&1 || need_pkgs+=(docker-compose)
 fi
 if ((${#need_pkgs[@]})); then
   [[ $(id -u) == 0 ]] || die "missing Debian packages: ${need_pkgs[*]} (run as root or install them with apt-get)"

@@ -36,14 +36,19 @@ def _shown_for_error(key: str, raw: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "...'"
 
 
-def normalise_value(key: str, raw: Any, *, source: str, line: int | None = None) -> Any:
-    """``raw`` read as the type the engine needs for ``key``; LintInputError if it can't be."""
+def normalise_value(key: str, raw: Any, *, source: str, line: int | None = None, name: str | None = None) -> Any:
+    """``raw`` read as the type the engine needs for ``key``; LintInputError if it can't be.
+
+    ``name`` is the key as the user wrote it (an alias of ``key``), for the error message.
+    """
     kind = d.KEY_TYPES.get(key)
     if kind is None or raw is None:
         return raw
+    written = name or key
 
     def fail(expected: str) -> LintInputError:
-        return LintInputError(f"{key}: expected {expected}, got {_shown_for_error(key, raw)}", source=source, line=line)
+        shown = _shown_for_error(written, raw)
+        return LintInputError(f"{written}: expected {expected}, got {shown}", source=source, line=line)
 
     text = str(raw).strip()
     if kind in ("int", "number"):
@@ -125,7 +130,7 @@ def read_explicit(
         if raw_value is None:
             continue
         key = canonical_key(client, raw_key)
-        value = normalise_value(key, raw_value, source=source, line=lines.get(str(raw_key)))
+        value = normalise_value(key, raw_value, source=source, line=lines.get(str(raw_key)), name=str(raw_key))
         shown = raw_value.strip() if isinstance(raw_value, str) else raw_value
         explicit[key] = Setting(key=key, name=str(raw_key), value=value, shown=shown, source="explicit")
     return explicit

@@ -145,7 +145,7 @@ CASES: list[Case] = [
     Case("P107", "fails", JAVA, "producer", ALO, {"delivery.timeout.ms": 30_000}, ["P107"]),
     Case("P107", "passes", JAVA, "producer", ALO, {"delivery.timeout.ms": 30_000}, [],
          LintContext(client_version="3.9.2")),
-    Case("P107", "passes", JAVA, "producer", ALO, {"linger.ms": 200_000, "delivery.timeout.ms": 230_000}, []),
+    Case("P107", "passes", JAVA, "producer", ALO, {"linger.ms": 100, "delivery.timeout.ms": 30_100}, []),
     # P108 librdkafka socket.timeout.ms > transaction.timeout.ms + 100
     Case("P108", "fails", RK, "producer", EOS, {**RK_TX_OK, "socket.timeout.ms": 70_000}, ["P108"]),
     Case("P108", "passes", RK, "producer", EOS, {**RK_TX_OK, "socket.timeout.ms": 60_100}, []),

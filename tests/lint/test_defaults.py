@@ -1,0 +1,111 @@
+"""Unset keys take each client's real default, and results say so."""
+
+from __future__ import annotations
+
+import pytest
+
+from auditor.lint.engine import lint
+from auditor.lint.model import LintContext
+
+ALO, AMO, EOS = "at-least-once", "at-most-once", "exactly-once"
+
+
+@pytest.mark.parametrize(
+    ("client", "kind", "guarantee", "expected"),
+    [
+        # librdkafka: idempotence off and 1000000 requests in flight
+        ("librdkafka", "producer", AMO, ["P006"]),
+        ("librdkafka", "producer", ALO, ["P006", "P007"]),
+        ("librdkafka", "producer", EOS, ["P006", "P007", "P008"]),
+        # Java 3.0+: idempotent with at most 5 in flight
+        ("java", "producer", AMO, []),
+        ("java", "producer", ALO, []),
+        ("java", "producer", EOS, ["P008"]),
+        # librdkafka stores the offset when poll() returns; reads committed only
+        ("librdkafka", "consumer", AMO, ["C004"]),
+        ("librdkafka", "consumer", ALO, ["C001", "C003"]),
+        ("librdkafka", "consumer", EOS, ["C003", "C006"]),
+        # Java reads uncommitted records by default
+        ("java", "consumer", AMO, ["C004"]),
+        ("java", "consumer", ALO, ["C001", "C003"]),
+        ("java", "consumer", EOS, ["C002", "C003", "C006"]),
+        ("java", "topic", ALO, ["T001", "T002"]),
+        ("java", "broker", ALO, ["B007", "B008"]),
+        ("java", "streams", EOS, ["S001", "S003"]),
+    ],
+)
+def test_it_lints_an_empty_config_with_the_clients_defaults(
+    client: str, kind: str, guarantee: str, expected: list[str]
+) -> None:
+    results = lint({}, client=client, kind=kind, guarantee=guarantee)
+    assert sorted(r.rule for r in results) == expected
+    assert {r.source for r in results} <= {"default"}
+
+
+def test_it_names_librdkafka_defaults_the_way_librdkafka_does() -> None:
+    results = lint({"enable.idempotence": True}, client="librdkafka", kind="producer", guarantee=ALO)
+    assert results == []
+    results = lint({"enable.idempotence": True, "linger.ms": 200_000}, client="librdkafka", kind="producer",
+                   guarantee=ALO)
+    (p004,) = results
+    assert "message.timeout.ms=300000 (default)" in p004.message
+    assert p004.expected == "< message.timeout.ms / 2 (150000 ms)"
+
+
+def test_it_reports_an_alias_under_the_name_the_user_typed() -> None:
+    results = lint({"request.required.acks": "1", "enable.idempotence": "true"}, client="librdkafka",
+                   kind="producer", guarantee=ALO)
+    p001 = next(r for r in results if r.rule == "P001")
+    assert (p001.config, p001.value, p001.source) == ("request.required.acks", "1", "explicit")
+
+
+def test_it_folds_aliases_so_the_last_one_set_wins_as_in_librdkafka() -> None:
+    config = {"queue.buffering.max.ms": 200_000, "linger.ms": 10, "enable.idempotence": True}
+    assert lint(config, client="librdkafka", kind="producer", guarantee=ALO) == []
+    config = {"linger.ms": 10, "queue.buffering.max.ms": 200_000, "enable.idempotence": True}
+    assert [r.rule for r in lint(config, client="librdkafka", kind="producer", guarantee=ALO)] == ["P004"]
+
+
+def test_it_explains_that_java_turns_its_default_idempotence_off_for_acks_1() -> None:
+    results = lint({"acks": "1"}, client="java", kind="producer", guarantee=ALO)
+    p006 = next(r for r in results if r.rule == "P006")
+    assert p006.source == "default"
+    assert p006.value is False
+    assert "silently turned off by acks=1" in p006.message
+
+
+def test_it_knows_librdkafka_turns_idempotence_on_for_a_transactional_id() -> None:
+    results = lint({"transactional.id": "orders-tx-0", "acks": "1"}, client="librdkafka", kind="producer",
+                   guarantee=EOS)
+    p101 = next(r for r in results if r.rule == "P101")
+    assert p101.message == (
+        "the client refuses to start: enable.idempotence=true (turned on by transactional.id) requires "
+        "acks=all, got acks=1"
+    )
+
+
+def test_it_uses_the_java_version_for_version_dependent_defaults() -> None:
+    old = LintContext(client_version="2.8.1")
+    results = lint({}, client="java", kind="producer", guarantee=ALO, context=old)
+    assert sorted(r.rule for r in results) == ["P001", "P006", "P007"]
+    assert {r.source for r in results} == {"default"}
+    # KAFKA-13598: 3.0.0 announced idempotence by default but did not apply it
+    results = lint({}, client="java", kind="producer", guarantee=ALO, context=LintContext(client_version="3.0.0"))
+    assert sorted(r.rule for r in results) == ["P006", "P007"]
+    results = lint({}, client="java", kind="producer", guarantee=ALO, context=LintContext(client_version="3.2.3"))
+    assert results == []
+
+
+def test_it_takes_topic_defaults_from_the_brokers_settings() -> None:
+    broker = {"default.replication.factor": "3", "min.insync.replicas": "2", "log.retention.hours": "1"}
+    context = LintContext(broker_configs=broker, consumer_lag_seconds=7200)
+    (t005,) = lint({}, client="java", kind="topic", guarantee=ALO, context=context, subject="orders")
+    assert (t005.rule, t005.value, t005.source, t005.subject) == ("T005", 3_600_000, "default", "orders")
+
+
+def test_it_reads_per_topic_lag_for_the_named_topic() -> None:
+    context = LintContext(consumer_lag_seconds={"orders": 8 * 86400, "audit": 60})
+    topic = {"replication.factor": 3, "min.insync.replicas": 2}
+    assert [r.rule for r in lint(topic, client="java", kind="topic", guarantee=ALO, context=context,
+                                 subject="orders")] == ["T005"]
+    assert lint(topic, client="java", kind="topic", guarantee=ALO, context=context, subject="audit") == []

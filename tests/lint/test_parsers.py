@@ -1,0 +1,249 @@
+"""Configs in each input format, and malformed input."""
+
+from __future__ import annotations
+
+import pytest
+
+from auditor.lint.engine import lint, lint_text
+from auditor.lint.errors import LintInputError
+from auditor.lint.parsers import guess_format, parse_librdkafka, parse_properties, parse_spring_yaml, parse_text
+
+ALO, EOS = "at-least-once", "exactly-once"
+
+LIBRDKAFKA_JSON = """{
+  "bootstrap.servers": "127.0.0.1:9092",
+  "acks": "1",
+  "linger.ms": 10
+}"""
+
+JAVA_PROPERTIES = """\
+# the orders producer
+bootstrap.servers=127.0.0.1:9092
+! old-style comment
+acks = 1
+max.in.flight.requests.per.connection: 10
+transactional.id=orders-tx-\\
+    0
+"""
+
+SPRING_YAML = """\
+spring:
+  kafka:
+    bootstrap-servers: 127.0.0.1:9092
+    properties:
+      security.protocol: SASL_SSL
+    producer:
+      acks: 1
+      transaction-id-prefix: orders-tx-
+      properties:
+        enable.idempotence: false
+    consumer:
+      enable-auto-commit: true
+      auto-commit-interval: 2m
+      isolation-level: read-uncommitted
+      auto-offset-reset: earliest
+    streams:
+      replication-factor: 3
+      properties:
+        "[processing.guarantee]": exactly_once_v2
+"""
+
+
+def test_it_lints_a_librdkafka_config_given_as_json_text() -> None:
+    results = lint_text(LIBRDKAFKA_JSON, fmt="json", client="librdkafka", kind="producer", guarantee=ALO)
+    assert sorted(r.rule for r in results) == ["P001", "P006", "P007"]
+    p001 = next(r for r in results if r.rule == "P001")
+    assert (p001.config, p001.value, p001.source) == ("acks", "1", "explicit")
+
+
+def test_it_lints_a_librdkafka_dict_with_the_old_nested_topic_config() -> None:
+    config = parse_librdkafka({"enable.idempotence": True, "default.topic.config": {"acks": "1"}})
+    assert dict(config) == {"enable.idempotence": True, "acks": "1"}
+    results = lint(config, client="librdkafka", kind="producer", guarantee=ALO)
+    assert sorted(r.rule for r in results) == ["P001", "P101"]
+
+
+def test_it_lints_java_properties() -> None:
+    config = parse_properties(JAVA_PROPERTIES, source="orders.properties")
+    assert config["transactional.id"] == "orders-tx-0"
+    assert config.lines["max.in.flight.requests.per.connection"] == 5
+    results = lint(config, client="java", kind="producer", guarantee=EOS)
+    # Java 4.x checks max.in.flight before turning its default idempotence off for acks=1
+    assert sorted(r.rule for r in results) == ["P001", "P006", "P007", "P103", "P104"]
+
+
+def test_it_reads_properties_escapes_like_java() -> None:
+    config = parse_properties("a\\=b = 1\nunicode=caf\\u00e9\ntab=x\\ty\nempty\n")
+    assert dict(config) == {"a=b": "1", "unicode": "café", "tab": "x\ty", "empty": ""}
+
+
+def test_it_maps_spring_boot_properties_to_kafka_keys() -> None:
+    configs = parse_spring_yaml(SPRING_YAML, source="application.yml")
+    assert dict(configs["producer"]) == {
+        "security.protocol": "SASL_SSL",
+        "enable.idempotence": False,
+        "acks": 1,
+        "transactional.id": "orders-tx-",
+    }
+    assert configs["consumer"]["auto.commit.interval.ms"] == 120_000
+    assert configs["consumer"]["enable.auto.commit"] is True
+    assert configs["consumer"].lines["isolation.level"] == 14
+    assert configs["streams"]["processing.guarantee"] == "exactly_once_v2"
+
+
+def test_it_lints_every_section_of_a_spring_yaml_file_as_the_java_client() -> None:
+    results = lint_text(SPRING_YAML, fmt="spring-yaml", client="librdkafka", guarantee=EOS, source="application.yml")
+    by_target = {(r.target, r.rule) for r in results}
+    assert by_target == {
+        ("producer", "P001"),
+        ("producer", "P006"),
+        ("producer", "P007"),
+        ("producer", "P104"),
+        ("consumer", "C002"),
+        ("consumer", "C006"),
+    }
+
+
+def test_it_reads_flat_and_relaxed_spring_keys_across_documents() -> None:
+    text = (
+        "spring.kafka.consumer.enableAutoCommit: false\n"
+        "---\n"
+        "spring.kafka.consumer.properties[isolation.level]: read_committed\n"
+        "spring.kafka.consumer.auto_offset_reset: earliest\n"
+    )
+    assert lint_text(text, fmt="spring-yaml", client="java", guarantee=EOS) == []
+
+
+def test_it_accepts_spring_durations_in_every_form() -> None:
+    for written, ms in (("5000", 5000), ("5s", 5000), ("500ms", 500), ("PT1M", 60_000), ("1h", 3_600_000)):
+        configs = parse_spring_yaml(f"spring.kafka.consumer.auto-commit-interval: {written}\n")
+        assert configs["consumer"]["auto.commit.interval.ms"] == ms
+
+
+def test_it_guesses_the_format() -> None:
+    assert guess_format(LIBRDKAFKA_JSON) == "json"
+    assert guess_format(SPRING_YAML) == "spring-yaml"
+    assert guess_format(JAVA_PROPERTIES) == "properties"
+    assert guess_format("acks: 1", filename="application.yaml") == "spring-yaml"
+    assert guess_format("spring.kafka.producer.acks=1") == "properties"
+
+
+# --- malformed input -------------------------------------------------------------------------
+
+
+def test_it_rejects_bad_json_naming_the_line() -> None:
+    with pytest.raises(LintInputError) as error:
+        parse_librdkafka('{\n  "acks": "1"\n  "linger.ms": 5\n}', source="producer.json")
+    assert str(error.value).startswith("producer.json: line 3: invalid JSON at column 3")
+    assert "expected an object of config keys" in str(error.value)
+
+
+def test_it_rejects_json_that_is_not_an_object() -> None:
+    with pytest.raises(LintInputError, match=r"^producer.json: expected a JSON object of config keys, got list$"):
+        parse_librdkafka('["acks", 1]', source="producer.json")
+
+
+def test_it_rejects_a_nested_value() -> None:
+    with pytest.raises(LintInputError, match=r"^config: acks: expected a string, number or boolean, got list$"):
+        lint({"acks": ["all"]}, client="librdkafka", kind="producer", guarantee=ALO)
+
+
+def test_it_rejects_a_properties_line_without_separator() -> None:
+    with pytest.raises(LintInputError) as error:
+        parse_properties("acks=all\nlinger.ms 5\n", source="app.properties")
+    assert str(error.value) == "app.properties: line 2: expected 'key=value' (or 'key: value'); found no '=' or ':'"
+
+
+def test_it_rejects_a_properties_line_with_an_empty_key() -> None:
+    with pytest.raises(LintInputError, match=r"^app.properties: line 1: expected 'key=value'; the key is empty$"):
+        parse_properties("=all\n", source="app.properties")
+
+
+def test_it_rejects_a_malformed_unicode_escape() -> None:
+    with pytest.raises(LintInputError, match=r"^app.properties: line 3: malformed \\uXXXX escape"):
+        parse_properties("a=1\n# c\nb=\\u12G4\n", source="app.properties")
+
+
+def test_it_rejects_a_non_numeric_value_naming_input_line_and_expectation() -> None:
+    config = parse_properties("acks=all\nlinger.ms=soon\n", source="app.properties")
+    with pytest.raises(LintInputError) as error:
+        lint(config, client="java", kind="producer", guarantee=ALO)
+    assert str(error.value) == "app.properties: line 2: linger.ms: expected a number, got 'soon'"
+
+
+def test_it_rejects_a_non_numeric_json_value_naming_its_line() -> None:
+    config = parse_librdkafka('{\n  "acks": "all",\n  "message.timeout.ms": "5m"\n}', source="p.json")
+    with pytest.raises(LintInputError) as error:
+        lint(config, client="librdkafka", kind="producer", guarantee=ALO)
+    assert str(error.value) == "p.json: line 3: message.timeout.ms: expected a whole number, got '5m'"
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"acks": "some"}, "config: acks: expected all, -1, 0 or 1, got 'some'"),
+        ({"enable.idempotence": "maybe"}, "config: enable.idempotence: expected true or false, got 'maybe'"),
+        ({"retries": True}, "config: retries: expected a number, got True"),
+    ],
+)
+def test_it_rejects_values_of_the_wrong_type(config: dict[str, object], message: str) -> None:
+    with pytest.raises(LintInputError) as error:
+        lint(config, client="librdkafka", kind="producer", guarantee=ALO)
+    assert str(error.value) == message
+
+
+def test_it_rejects_yaml_that_is_not_a_mapping() -> None:
+    with pytest.raises(LintInputError) as error:
+        parse_spring_yaml("- spring\n- kafka\n", source="application.yml")
+    assert str(error.value) == "application.yml: line 1: expected a YAML mapping (spring: kafka: ...), got a list"
+
+
+def test_it_rejects_invalid_yaml_naming_the_line() -> None:
+    with pytest.raises(LintInputError) as error:
+        parse_spring_yaml("spring:\n  kafka:\n    producer: [acks\n", source="application.yml")
+    assert str(error.value).startswith("application.yml: line 4: invalid YAML (")
+
+
+def test_it_rejects_a_bad_spring_duration() -> None:
+    with pytest.raises(LintInputError) as error:
+        parse_spring_yaml("spring:\n  kafka:\n    consumer:\n      auto-commit-interval: soon\n", source="a.yml")
+    assert str(error.value) == (
+        "a.yml: line 4: spring.kafka.consumer.auto-commit-interval: expected a duration such as 5000, 5s, "
+        "500ms or PT5S, got 'soon'"
+    )
+
+
+def test_it_rejects_a_spring_file_without_kafka_clients() -> None:
+    with pytest.raises(LintInputError, match=r"^a.yml: no spring.kafka.producer, .consumer or .streams settings"):
+        parse_text("server:\n  port: 8080\n", fmt="spring-yaml", source="a.yml")
+
+
+def test_it_rejects_an_unknown_format() -> None:
+    with pytest.raises(LintInputError, match=r"^x: unknown format 'toml': expected one of json, properties"):
+        parse_text("", fmt="toml", source="x")
+
+
+def test_it_needs_a_kind_for_single_config_formats() -> None:
+    with pytest.raises(LintInputError, match=r"^p.json: expected --kind"):
+        lint_text("{}", fmt="json", client="librdkafka", guarantee=ALO, source="p.json")
+
+
+@pytest.mark.parametrize(
+    ("option", "kwargs", "message"),
+    [
+        ("client", {"client": "kafka-python"}, "--client: expected one of librdkafka, java, got 'kafka-python'"),
+        ("kind", {"kind": "admin"}, "--kind: expected one of producer, consumer, topic, broker, streams, got 'admin'"),
+        ("guarantee", {"guarantee": "twice"},
+         "--guarantee: expected one of at-most-once, at-least-once, exactly-once, got 'twice'"),
+    ],
+)
+def test_it_rejects_unknown_options(option: str, kwargs: dict[str, str], message: str) -> None:
+    arguments = {"client": "librdkafka", "kind": "producer", "guarantee": ALO, **kwargs}
+    with pytest.raises(LintInputError) as error:
+        lint({}, **arguments)
+    assert str(error.value) == message
+
+
+def test_it_accepts_guarantee_spellings() -> None:
+    for spelling in ("at_least_once", "ALO", "At-Least-Once"):
+        assert [r.guarantee for r in lint({}, client="java", kind="consumer", guarantee=spelling)][0] == ALO

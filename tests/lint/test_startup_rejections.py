@@ -1,0 +1,96 @@
+"""The start-up rules agree with the installed librdkafka: it refuses exactly those configs.
+
+No broker is needed: librdkafka validates its configuration when the client is created.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+
+from auditor.lint.engine import lint
+
+REFUSING_PRODUCER_RULES = {"P101", "P102", "P103", "P104", "P105", "P106", "P108"}
+QUIET = {"bootstrap.servers": "127.0.0.1:1", "log_level": 0}
+
+PRODUCER_CONFIGS: list[dict[str, Any]] = [
+    {},
+    {"acks": "1"},
+    {"enable.idempotence": True, "acks": "1"},
+    {"enable.idempotence": True, "request.required.acks": 0},
+    {"transactional.id": "orders-tx-0", "acks": 1},
+    {"retries": 0},
+    {"enable.idempotence": True, "retries": 0},
+    {"enable.idempotence": True, "message.send.max.retries": 0},
+    {"enable.idempotence": True},
+    {"enable.idempotence": True, "max.in.flight": 6},
+    {"enable.idempotence": True, "max.in.flight.requests.per.connection": 5},
+    {"transactional.id": "orders-tx-0", "max.in.flight": 6},
+    {"transactional.id": "orders-tx-0", "enable.idempotence": False},
+    {"transactional.id": "orders-tx-0"},
+    {"transactional.id": "orders-tx-0", "message.timeout.ms": 70_000},
+    {"transactional.id": "orders-tx-0", "delivery.timeout.ms": 70_000},
+    {"transactional.id": "orders-tx-0", "delivery.timeout.ms": 60_000},
+    {"transactional.id": "orders-tx-0", "transaction.timeout.ms": 10_000},
+    {"transactional.id": "orders-tx-0", "message.timeout.ms": 0},
+    {"linger.ms": 1000, "message.timeout.ms": 1000},
+    {"queue.buffering.max.ms": 2000, "message.timeout.ms": 1000},
+    {"linger.ms": 999, "message.timeout.ms": 1000},
+    {"message.timeout.ms": 4},
+    {"message.timeout.ms": 0, "linger.ms": 100},
+    {"transactional.id": "orders-tx-0", "socket.timeout.ms": 70_000},
+    {"transactional.id": "orders-tx-0", "socket.timeout.ms": 60_100},
+    {"socket.timeout.ms": 70_000},
+]
+
+
+def _producer_refused(config: dict[str, Any]) -> bool:
+    try:
+        Producer({**QUIET, **config})
+    except KafkaException:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("config", PRODUCER_CONFIGS, ids=lambda c: repr(sorted(c.items())))
+def test_it_predicts_which_producer_configs_librdkafka_refuses(config: dict[str, Any]) -> None:
+    predicted = {
+        r.rule
+        for guarantee in ("at-most-once", "at-least-once", "exactly-once")
+        for r in lint(config, client="librdkafka", kind="producer", guarantee=guarantee)
+        if r.message.startswith("the client refuses to start:")
+    }
+    assert bool(predicted & REFUSING_PRODUCER_RULES) == _producer_refused(config)
+
+
+def test_it_predicts_that_every_produce_fails_when_linger_reaches_the_default_timeout() -> None:
+    config = {"linger.ms": 300_000}
+    (p106,) = [r for r in lint(config, client="librdkafka", kind="producer", guarantee="at-least-once")
+               if r.rule == "P106"]
+    assert p106.message.startswith("the client refuses to start producing: every produce() fails")
+    producer = Producer({**QUIET, **config})
+    with pytest.raises(KafkaException, match="Invalid argument or configuration"):
+        producer.produce("lint-never-created", b"x")
+
+
+@pytest.mark.parametrize(
+    ("config", "refused"),
+    [
+        ({"max.poll.interval.ms": 10_000}, True),
+        ({"max.poll.interval.ms": 60_000, "session.timeout.ms": 70_000}, True),
+        ({"max.poll.interval.ms": 45_000}, False),
+        ({}, False),
+    ],
+)
+def test_it_predicts_which_consumer_configs_librdkafka_refuses(config: dict[str, Any], refused: bool) -> None:
+    results = lint(config, client="librdkafka", kind="consumer", guarantee="at-least-once")
+    assert ("C101" in {r.rule for r in results}) == refused
+    try:
+        Consumer({**QUIET, "group.id": "lint-test", **config}).close()
+    except KafkaException:
+        actually_refused = True
+    else:
+        actually_refused = False
+    assert actually_refused == refused
