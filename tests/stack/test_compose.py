@@ -11,6 +11,8 @@ import pytest
 import yaml
 
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+# An empty env file, so a checkout's .env (with real secrets) never feeds the check.
+EMPTY_ENV = Path(__file__).resolve().parent / "empty.env"
 
 
 def test_it_describes_the_same_stack():
@@ -40,7 +42,7 @@ def _compose_command() -> list[str] | None:
 def test_it_is_accepted_by_docker_compose_config():
     env = {**os.environ, "DJANGO_SECRET_KEY": "x", "APP_DB_PASSWORD": "x", "PG_SUPER_PASSWORD": "x",
            "AUDITOR_ADMIN_PASSWORD": "x"}
-    proc = subprocess.run([*_compose_command(), "--env-file", "/dev/null", "-f", str(COMPOSE), "config", "--quiet"],
+    proc = subprocess.run([*_compose_command(), "--env-file", str(EMPTY_ENV), "-f", str(COMPOSE), "config", "--quiet"],
                           capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
 
@@ -50,7 +52,7 @@ def test_it_refuses_to_start_without_secrets():
     if command is None:
         pytest.skip("no docker compose client is installed")
     env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SECRET_KEY", "APP_DB_PASSWORD"}}
-    proc = subprocess.run([*command, "--env-file", "/dev/null", "-f", str(COMPOSE), "config", "--quiet"], capture_output=True, text=True,
+    proc = subprocess.run([*command, "--env-file", str(EMPTY_ENV), "-f", str(COMPOSE), "config", "--quiet"], capture_output=True, text=True,
                           env=env, cwd="/")
     assert proc.returncode != 0
     assert "DJANGO_SECRET_KEY" in proc.stderr or "APP_DB_PASSWORD" in proc.stderr
