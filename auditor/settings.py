@@ -39,6 +39,12 @@ INSTALLED_APPS = [
     "auditor.pipelines",
     "auditor.status",
 ]
+# Concern apps join INSTALLED_APPS once they have an apps module.
+INSTALLED_APPS += [
+    f"auditor.{app}"
+    for app in ("canary", "demo", "reconcile", "stuck", "lint", "alerts", "reports", "api")
+    if (BASE_DIR / "auditor" / app / "apps.py").exists()
+]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

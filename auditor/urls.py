@@ -1,3 +1,5 @@
+from pathlib import Path
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -11,3 +13,8 @@ urlpatterns = [
     path("status/", include("auditor.status.urls")),
     path("pipelines/", include("auditor.pipelines.urls")),
 ]
+
+# Concern apps mount themselves at /<app>/ once they have a urls module.
+for app in ("canary", "demo", "reconcile", "stuck", "lint", "alerts", "reports", "api", "accounts"):
+    if (Path(__file__).parent / app / "urls.py").exists():
+        urlpatterns.append(path(f"{app}/", include(f"auditor.{app}.urls")))

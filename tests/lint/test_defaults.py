@@ -45,16 +45,21 @@ def test_it_lints_an_empty_config_with_the_clients_defaults(
 def test_it_names_librdkafka_defaults_the_way_librdkafka_does() -> None:
     results = lint({"enable.idempotence": True}, client="librdkafka", kind="producer", guarantee=ALO)
     assert results == []
-    results = lint({"enable.idempotence": True, "linger.ms": 200_000}, client="librdkafka", kind="producer",
-                   guarantee=ALO)
+    results = lint(
+        {"enable.idempotence": True, "linger.ms": 200_000}, client="librdkafka", kind="producer", guarantee=ALO
+    )
     (p004,) = results
     assert "message.timeout.ms=300000 (default)" in p004.message
     assert p004.expected == "< message.timeout.ms / 2 (150000 ms)"
 
 
 def test_it_reports_an_alias_under_the_name_the_user_typed() -> None:
-    results = lint({"request.required.acks": "1", "enable.idempotence": "true"}, client="librdkafka",
-                   kind="producer", guarantee=ALO)
+    results = lint(
+        {"request.required.acks": "1", "enable.idempotence": "true"},
+        client="librdkafka",
+        kind="producer",
+        guarantee=ALO,
+    )
     p001 = next(r for r in results if r.rule == "P001")
     assert (p001.config, p001.value, p001.source) == ("request.required.acks", "1", "explicit")
 
@@ -75,8 +80,9 @@ def test_it_explains_that_java_turns_its_default_idempotence_off_for_acks_1() ->
 
 
 def test_it_knows_librdkafka_turns_idempotence_on_for_a_transactional_id() -> None:
-    results = lint({"transactional.id": "orders-tx-0", "acks": "1"}, client="librdkafka", kind="producer",
-                   guarantee=EOS)
+    results = lint(
+        {"transactional.id": "orders-tx-0", "acks": "1"}, client="librdkafka", kind="producer", guarantee=EOS
+    )
     p101 = next(r for r in results if r.rule == "P101")
     assert p101.message == (
         "the client refuses to start: enable.idempotence=true (turned on by transactional.id) requires "
@@ -106,6 +112,7 @@ def test_it_takes_topic_defaults_from_the_brokers_settings() -> None:
 def test_it_reads_per_topic_lag_for_the_named_topic() -> None:
     context = LintContext(consumer_lag_seconds={"orders": 8 * 86400, "audit": 60})
     topic = {"replication.factor": 3, "min.insync.replicas": 2}
-    assert [r.rule for r in lint(topic, client="java", kind="topic", guarantee=ALO, context=context,
-                                 subject="orders")] == ["T005"]
+    assert [
+        r.rule for r in lint(topic, client="java", kind="topic", guarantee=ALO, context=context, subject="orders")
+    ] == ["T005"]
     assert lint(topic, client="java", kind="topic", guarantee=ALO, context=context, subject="audit") == []

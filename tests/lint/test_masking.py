@@ -86,11 +86,12 @@ def test_it_never_puts_a_secret_from_spring_yaml_in_results() -> None:
         lambda: parse_properties(f"acks=all\nssl.key.password {SECRET}\n", source="app.properties"),
         lambda: parse_librdkafka(f'{{"sasl.password": "{SECRET}" "acks": 1}}', source="p.json"),
         lambda: parse_spring_yaml(f"spring:\n  kafka:\n    password: [{SECRET}\n", source="a.yml"),
-        lambda: parse_spring_yaml(f"spring:\n  kafka:\n    password: \"{SECRET}\n", source="a.yml"),
-        lambda: parse_properties(f"sasl.jaas.config=password=\"{SECRET}\\u12\"\n", source="app.properties"),
+        lambda: parse_spring_yaml(f'spring:\n  kafka:\n    password: "{SECRET}\n', source="a.yml"),
+        lambda: parse_properties(f'sasl.jaas.config=password="{SECRET}\\u12"\n', source="app.properties"),
         lambda: lint({"linger.ms": f"https://u:{SECRET}@h"}, client="java", kind="producer", guarantee="at-least-once"),
-        lambda: lint({"sasl.password": SECRET, "acks": ["all"]}, client="java", kind="producer",
-                     guarantee="at-least-once"),
+        lambda: lint(
+            {"sasl.password": SECRET, "acks": ["all"]}, client="java", kind="producer", guarantee="at-least-once"
+        ),
     ],
 )
 def test_it_never_puts_a_secret_in_an_error_message(parse: object) -> None:

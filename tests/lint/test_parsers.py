@@ -233,8 +233,11 @@ def test_it_needs_a_kind_for_single_config_formats() -> None:
     [
         ("client", {"client": "kafka-python"}, "--client: expected one of librdkafka, java, got 'kafka-python'"),
         ("kind", {"kind": "admin"}, "--kind: expected one of producer, consumer, topic, broker, streams, got 'admin'"),
-        ("guarantee", {"guarantee": "twice"},
-         "--guarantee: expected one of at-most-once, at-least-once, exactly-once, got 'twice'"),
+        (
+            "guarantee",
+            {"guarantee": "twice"},
+            "--guarantee: expected one of at-most-once, at-least-once, exactly-once, got 'twice'",
+        ),
     ],
 )
 def test_it_rejects_unknown_options(option: str, kwargs: dict[str, str], message: str) -> None:

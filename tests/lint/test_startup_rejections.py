@@ -67,8 +67,9 @@ def test_it_predicts_which_producer_configs_librdkafka_refuses(config: dict[str,
 
 def test_it_predicts_that_every_produce_fails_when_linger_reaches_the_default_timeout() -> None:
     config = {"linger.ms": 300_000}
-    (p106,) = [r for r in lint(config, client="librdkafka", kind="producer", guarantee="at-least-once")
-               if r.rule == "P106"]
+    (p106,) = [
+        r for r in lint(config, client="librdkafka", kind="producer", guarantee="at-least-once") if r.rule == "P106"
+    ]
     assert p106.message.startswith("the client refuses to start producing: every produce() fails")
     producer = Producer({**QUIET, **config})
     with pytest.raises(KafkaException, match="Invalid argument or configuration"):
