@@ -541,6 +541,18 @@ def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dic
     }
 
 
+def describe_error(exc: BaseException) -> str:
+    """One readable line for the run record: a JVM error's own message, not its stack."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc)
+    cause = exc.__cause__
+    while java is not None and cause is None and java.getCause() is not None:
+        java = java.getCause()
+        text = f"{text} (caused by {java.toString()})"
+    first_line = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(exc).__name__}: {first_line[:2000]}"
+
+
 def run(spark: SparkSession, binding: Binding, options: RunOptions) -> dict[str, Any]:
     """reconcile() with the run envelope: status, error, timing; never raises."""
     started = time.monotonic()
@@ -550,7 +562,7 @@ def run(spark: SparkSession, binding: Binding, options: RunOptions) -> dict[str,
     except Exception as exc:  # noqa: BLE001 - any failure fails the run, with its error
         result = {
             "status": "failed",
-            "error": f"{type(exc).__name__}: {exc}",
+            "error": describe_error(exc),
             "binding": binding.name,
             "run_id": options.run_id,
             "counts": {},

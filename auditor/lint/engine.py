@@ -21,6 +21,17 @@ from auditor.lint.masking import MASK, is_secret_key, mask_text, mask_value
 from auditor.lint.model import Finding, LintContext, LintResult, Rule, Setting, Subject
 from auditor.lint.parsers import as_config, parse_text
 
+__all__ = [
+    "LintContext",
+    "LintInputError",
+    "LintResult",
+    "exit_code",
+    "lint",
+    "lint_text",
+    "results_as_dicts",
+    "results_to_json",
+]
+
 _GUARANTEE_ALIASES = {"amo": d.AT_MOST_ONCE, "alo": d.AT_LEAST_ONCE, "eos": d.EXACTLY_ONCE}
 
 

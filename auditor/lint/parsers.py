@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from auditor.lint.errors import LintInputError
+from auditor.lint.masking import mask_text
 
 FORMATS = ("json", "properties", "spring-yaml")
 Scalar = str | int | float | bool | None
@@ -229,6 +230,7 @@ def spring_duration_ms(value: Any, *, key: str, source: str, line: int | None) -
     if iso and text.upper() not in ("P", "PT"):
         parts = {k: float(v or 0) for k, v in iso.groupdict().items()}
         return int(((parts["d"] * 24 + parts["h"]) * 60 + parts["m"]) * 60_000 + parts["s"] * 1000)
+    text = mask_text(text)
     shown = repr(text) if len(text) <= 40 else repr(text[:37] + "...")
     raise LintInputError(
         f"{key}: expected a duration such as 5000, 5s, 500ms or PT5S, got {shown}", source=source, line=line

@@ -39,7 +39,7 @@ def check_acks(s: Subject) -> Iterator[Finding]:
 
 def check_retries(s: Subject) -> Iterator[Finding]:
     retries = s["retries"]
-    if retries.value == 0:
+    if retries.value < 1:
         yield Finding(
             retries,
             "> 0 (the default 2147483647)",
@@ -92,27 +92,23 @@ def check_transaction_timeout_vs_delivery(s: Subject) -> Iterator[Finding]:
 
 def check_idempotence(s: Subject) -> Iterator[Finding]:
     idempotence = s["enable.idempotence"]
-    # with acks=0 nothing is retried: the producer never hears of a failure
-    if idempotence.value or s.value("acks") == "0":
+    if idempotence.value:
         return
-    if s.guarantee == d.AT_MOST_ONCE:
-        if s.value("retries") == 0:
-            return
-        severity = "error"
-    else:
-        severity = "warning" if s.guarantee == d.AT_LEAST_ONCE else "error"
+    # acks=0 or retries=0: nothing is retried, so nothing is written twice (P001/P002 cover the loss)
+    if s.guarantee != d.EXACTLY_ONCE and (s.value("acks") == "0" or s.value("retries") < 1):
+        return
     yield Finding(
         idempotence,
         "true",
         f"with {idempotence.describe()} a retried batch whose first attempt was written (only its "
         "ack was lost) is written again: the records are duplicated in the partition",
-        severity,
+        "warning" if s.guarantee == d.AT_LEAST_ONCE else "error",
     )
 
 
 def check_reordering(s: Subject) -> Iterator[Finding]:
     mif = s["max.in.flight.requests.per.connection"]
-    if s.value("enable.idempotence") or s.value("retries") == 0 or s.value("acks") == "0" or mif.value <= 1:
+    if s.value("enable.idempotence") or s.value("retries") < 1 or s.value("acks") == "0" or mif.value <= 1:
         return
     yield Finding(
         mif,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, libversion
 
 from auditor.lint.engine import lint
 
@@ -44,6 +44,12 @@ PRODUCER_CONFIGS: list[dict[str, Any]] = [
     {"transactional.id": "orders-tx-0", "socket.timeout.ms": 60_100},
     {"socket.timeout.ms": 70_000},
 ]
+
+
+def test_it_was_checked_against_this_librdkafka_major_version() -> None:
+    # defaults.py's librdkafka table was verified against 2.16.0; 1.x had other defaults (acks=1)
+    version, _ = libversion()
+    assert version.split(".")[0] == "2"
 
 
 def _producer_refused(config: dict[str, Any]) -> bool:

@@ -124,11 +124,11 @@ def test_it_rejects_bad_files_naming_line_and_field(tmp_path, capsys, text, expe
     assert Binding.objects.filter(name="tickets").count() == 0
 
 
-def test_it_prints_file_line_and_field_and_exits_non_zero(tmp_path):
+def test_it_prints_file_line_and_field_and_exits_non_zero(tmp_path, live_env):
     path = write(tmp_path, GOOD.replace("    key_column: id\n", ""))
     proc = subprocess.run(
         [sys.executable, "manage.py", "audit", "apply", str(path)],
-        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], env=live_env,
     )
     assert proc.returncode == 2
     assert f"error: {path}:10: bindings.tickets: missing required field 'key_column'" in proc.stderr

@@ -1,0 +1,391 @@
+"""The reconciliation job against a real broker, PostgreSQL and Spark, on known ground truth.
+
+One source table and one topic are built so that every finding kind is present exactly
+where the test puts it; the job must report exactly that set, on a full run and across two
+incremental runs (with duplicates, missing rows and orphans that span the runs).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from spark_jobs.binding import Binding, BindingError, binding_from_dict
+from spark_jobs.reconcile import RunOptions, run
+
+pytestmark = pytest.mark.integration
+
+Finding = tuple[str, str | None, str | None, int | None, int | None]
+
+
+@dataclass
+class World:
+    """A topic, its ledgers and a source table, with what the test knows about them."""
+
+    bootstrap: str
+    source_url: str
+    topic: str
+    table: str
+    producer_ledger: str
+    consumer_ledger: str
+    group: str
+    session: str = field(default_factory=lambda: uuid.uuid4().hex)
+    offsets: dict[str, tuple[int, int]] = field(default_factory=dict)  # label → (partition, offset)
+    ledger_entries: list[list[Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0})
+
+    # -- source table ------------------------------------------------------------
+    def insert(self, *ids: int, age: str = "1 hour") -> None:
+        with psycopg.connect(self.source_url, autocommit=True) as conn:
+            for row_id in ids:
+                conn.execute(
+                    f"INSERT INTO {self.table} (id, created_at, title) VALUES (%s, now() - %s::interval, %s)",
+                    (row_id, age, f"ticket {row_id}"),
+                )
+
+    # -- topic ---------------------------------------------------------------------
+    def produce(
+        self,
+        label: str,
+        ticket: int | None,
+        seq: int | None = None,
+        partition: int = 0,
+        session: str | None = None,
+        producer: Producer | None = None,
+    ) -> None:
+        """One record; seq None → no audit headers at all."""
+        value = json.dumps({"ticket_id": ticket} if ticket is not None else {"note": "no id"}).encode()
+        headers = None
+        if seq is not None:
+            headers = [
+                ("audit-id", str(ticket).encode()),
+                ("audit-pid", (session or self.session).encode()),
+                ("audit-seq", str(seq).encode()),
+                ("audit-ts", b"1700000000000"),
+            ]
+
+        def delivered(err: Any, msg: Any) -> None:
+            assert err is None, err
+            self.offsets[label] = (msg.partition(), msg.offset())
+
+        target = producer or self.producer
+        # Records carry a creation time well past the grace period, like the rows they mirror.
+        created_ms = int(time.time() * 1000) - 10 * 60 * 1000
+        target.produce(
+            self.topic, value=value, partition=partition, headers=headers, timestamp=created_ms, on_delivery=delivered
+        )
+        if producer is None:
+            assert self.producer.flush(30) == 0
+
+    def ledger(self, seq: int, status: str, ticket: int, label: str | None = None) -> None:
+        """A producer-ledger entry as the probe writes it (contracts.md)."""
+        partition, offset = self.offsets[label] if label else (-1, -1)
+        error = None if status == "acked" else "Local: Message timed out"
+        persisted = "persisted" if status == "acked" else "not"
+        self.ledger_entries.append([seq, status, partition, offset, error, persisted, str(ticket), 1700000000000 + seq])
+
+    def flush_ledger(self, end_seq: int | None = None) -> None:
+        messages: list[dict[str, Any]] = []
+        if self.ledger_entries:
+            messages.append(
+                {
+                    "v": 1,
+                    "type": "batch",
+                    "pid": self.session,
+                    "client_id": "app",
+                    "topic": self.topic,
+                    "entries": self.ledger_entries,
+                }
+            )
+        if end_seq is not None:
+            messages.append(
+                {"v": 1, "type": "session-end", "pid": self.session, "ts": 1, "last_seq": {self.topic: end_seq}}
+            )
+        for message in messages:
+            self.producer.produce(self.producer_ledger, key=self.session.encode(), value=json.dumps(message).encode())
+        assert self.producer.flush(30) == 0
+        self.ledger_entries = []
+
+    def processed(self, *labels: str) -> None:
+        """Consumer-ledger `processed` marks for the group."""
+        entries = [[self.topic, *self.offsets[label], None, 1700000000000] for label in labels]
+        message = {"v": 1, "type": "processed", "sid": "consumer-1", "group": self.group, "entries": entries}
+        self.producer.produce(self.consumer_ledger, key=b"consumer-1", value=json.dumps(message).encode())
+        assert self.producer.flush(30) == 0
+
+    def commit(self, partition: int, offset: int) -> None:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "enable.auto.commit": False})
+        try:
+            consumer.commit(offsets=[TopicPartition(self.topic, partition, offset)], asynchronous=False)
+        finally:
+            consumer.close()
+
+    def aborted_transaction(self, label: str, ticket: int, committed_label: str, committed_ticket: int) -> None:
+        """One aborted transaction, then one committed one (both leave control records)."""
+        txn = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": f"txn-{uuid.uuid4().hex[:8]}"})
+        txn.init_transactions(30)
+        txn.begin_transaction()
+        self.produce(label, ticket, seq=0, session="txn-session", producer=txn)
+        txn.flush(30)
+        txn.abort_transaction(30)
+        txn.begin_transaction()
+        self.produce(committed_label, committed_ticket, seq=1, session="txn-session", producer=txn)
+        txn.commit_transaction(30)
+
+    def binding(self, **overrides: Any) -> Binding:
+        data = {
+            "name": f"b-{self.topic}",
+            "topic": self.topic,
+            "bootstrap_servers": self.bootstrap,
+            "source_url": self.source_url,
+            "table": f"public.{self.table}",
+            "key_column": "id",
+            "created_column": "created_at",
+            "record_key": "json:$.ticket_id",
+            "grace": "30s",
+            "lookback": "10m",
+            "guarantee": "exactly-once",
+            "consumer_groups": [self.group],
+            "producer_ledger_topic": self.producer_ledger,
+            "consumer_ledger_topic": self.consumer_ledger,
+        } | overrides
+        return binding_from_dict(data)
+
+    def at(self, label: str) -> tuple[int, int]:
+        return self.offsets[label]
+
+
+@pytest.fixture
+def world(kafka_bootstrap: str, source_database_url: str, make_topic) -> Iterator[World]:
+    table = f"rec_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, title text)")
+    w = World(
+        bootstrap=kafka_bootstrap,
+        source_url=source_database_url,
+        topic=make_topic("rec", partitions=2),
+        table=table,
+        producer_ledger=make_topic("_audit.producer-ledger"),
+        consumer_ledger=make_topic("_audit.consumer-ledger"),
+        group=f"g-{uuid.uuid4().hex[:8]}",
+    )
+    yield w
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def finding_set(result: dict[str, Any]) -> set[Finding]:
+    assert result["status"] == "ok", result["error"]
+    return {(f["kind"], f["key"], f["cause"], f["partition"], f["offset"]) for f in result["findings"]}
+
+
+def reconcile_once(spark, binding: Binding, state_dir: Path, full: bool = False) -> dict[str, Any]:
+    return run(spark, binding, RunOptions(state_dir=str(state_dir), full=full))
+
+
+def build_phase_one(w: World) -> None:
+    """Rows and records up to the first run."""
+    w.insert(1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 13, 14, 12)
+    for seq, ticket in enumerate((1, 2, 3)):
+        w.produce(f"t{ticket}", ticket, seq)
+        w.ledger(seq, "acked", ticket, f"t{ticket}")
+    w.produce("t6", 6, seq=3)  # its producer-retry copy comes in phase two
+    w.ledger(3, "acked", 6, "t6")
+    w.produce("t7a", 7, seq=4)
+    w.ledger(4, "acked", 7, "t7a")
+    w.produce("t8a", 8)  # no headers
+    w.produce("t15", 15, seq=5)  # orphan until row 15 is inserted in phase two
+    w.ledger(5, "acked", 15, "t15")
+    w.flush_ledger()
+    w.aborted_transaction("t12", 12, "t14", 14)
+
+
+def build_phase_two(w: World) -> None:
+    """Rows and records after the first run."""
+    w.insert(15, age="5 minutes")
+    w.produce("t6b", 6, seq=3)  # the same send again: a producer retry
+    w.produce("t7b", 7, seq=6, partition=1)  # sent again by the application
+    w.ledger(6, "acked", 7, "t7b")
+    w.produce("t8b", 8, partition=1)
+    w.produce("t9", 9)
+    w.produce("t999", 999, seq=8)
+    w.ledger(7, "failed", 10)  # ticket 10's send failed: never in the topic
+    w.ledger(8, "acked", 999, "t999")
+    w.produce("t11", 11, seq=9)
+    w.ledger(9, "acked", 11, "t11")
+    w.produce("nokey", None)
+    # The ledger says seq 10 (ticket 13) was acked at the offset of a record that is not it.
+    w.ledger(10, "acked", 13, "nokey")
+    w.flush_ledger(end_seq=10)
+    # The group committed past t2 and t3 but only ever marked t1 and t2 (twice) processed.
+    w.processed("t1", "t2", "t2")
+    w.commit(0, w.at("t3")[1] + 1)
+    w.insert(5, age="0 seconds")  # within grace: not missing yet
+
+
+def expected_final(w: World) -> set[Finding]:
+    return {
+        ("missing", "4", None, None, None),
+        ("missing", "10", None, None, None),
+        ("missing", "12", None, None, None),
+        ("missing", "13", None, None, None),
+        ("duplicate", "6", "producer-retry", *w.at("t6")),
+        ("duplicate", "7", "app-resend", *w.at("t7a")),
+        ("duplicate", "8", "unknown", *w.at("t8a")),
+        ("orphan", "999", None, *w.at("t999")),
+        ("orphan", None, "no-key", *w.at("nokey")),
+        ("gap", "10", "send-failed", None, None),
+        ("gap", "13", "broker-lost", *w.at("nokey")),
+        ("aborted", "12", None, *w.at("t12")),
+        ("unprocessed", "3", None, *w.at("t3")),
+        ("reprocessed", None, None, *w.at("t2")),
+    }
+
+
+def test_it_reports_the_exact_findings_on_a_full_run(spark, world: World, tmp_path: Path):
+    build_phase_one(world)
+    build_phase_two(world)
+    result = reconcile_once(spark, world.binding(), tmp_path, full=True)
+    assert finding_set(result) == expected_final(world)
+    assert result["counts"] == {
+        "missing": 4,
+        "duplicate": 3,
+        "orphan": 2,
+        "gap": 2,
+        "aborted": 1,
+        "unprocessed": 1,
+        "reprocessed": 1,
+    }
+    gap = next(f for f in result["findings"] if f["cause"] == "send-failed")
+    assert (gap["session"], gap["seq"]) == (world.session, 7)
+    assert gap["evidence"]["ledger"]["error"] == "Local: Message timed out"
+    retry = next(f for f in result["findings"] if f["cause"] == "producer-retry")
+    assert [(o["partition"], o["offset"]) for o in retry["offsets"]] == sorted([world.at("t6"), world.at("t6b")])
+    assert all(f["is_new"] for f in result["findings"])
+
+
+def test_it_finds_the_same_across_two_incremental_runs(spark, world: World, tmp_path: Path):
+    binding = world.binding()
+    build_phase_one(world)
+    first = reconcile_once(spark, binding, tmp_path)
+    assert first["mode"] == "full"
+    assert finding_set(first) == {
+        ("missing", "4", None, None, None),
+        ("missing", "9", None, None, None),
+        ("missing", "10", None, None, None),
+        ("missing", "11", None, None, None),
+        ("missing", "12", None, None, None),
+        ("missing", "13", None, None, None),
+        ("orphan", "15", None, *world.at("t15")),
+        ("aborted", "12", None, *world.at("t12")),
+    }
+
+    build_phase_two(world)
+    second = reconcile_once(spark, binding, tmp_path)
+    assert second["mode"] == "incremental"
+    # Only what was produced since the first run was read.
+    for partition, (start, _end) in second["offset_ranges"]["topic"].items():
+        assert start == first["offset_ranges"]["topic"][partition][1]
+    assert finding_set(second) == expected_final(world)
+    carried = {f["kind"] + str(f["key"]) for f in second["findings"] if not f["is_new"]}
+    assert carried == {"missing4", "missing10", "missing12", "missing13", "aborted12"}
+
+    # A full run over the same data agrees with the incremental one.
+    assert finding_set(reconcile_once(spark, binding, tmp_path, full=True)) == expected_final(world)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_it_fails_cleanly_when_the_broker_is_unreachable(spark, world: World, tmp_path: Path):
+    binding = world.binding(bootstrap_servers=f"127.0.0.1:{closed_port()}")
+    result = reconcile_once(spark, binding, tmp_path)
+    assert result["status"] == "failed"
+    assert "Kafka" in result["error"] or "Transport" in result["error"], result["error"]
+    assert result["findings"] == [] and result["counts"] == {}
+    assert not (tmp_path / binding.name / "state.json").exists()
+
+
+def test_it_fails_cleanly_when_the_database_is_unreachable(spark, world: World, tmp_path: Path):
+    build_phase_one(world)
+    binding = world.binding(source_url=f"postgresql://auditor:x@127.0.0.1:{closed_port()}/nowhere")
+    result = reconcile_once(spark, binding, tmp_path)
+    assert result["status"] == "failed"
+    assert "Connection" in result["error"] or "connect" in result["error"], result["error"]
+    assert result["findings"] == []
+    assert not (tmp_path / binding.name / "state.json").exists()
+
+
+def test_it_fails_and_keeps_its_state_when_the_topic_is_deleted(spark, world: World, kafka_admin, tmp_path: Path):
+    binding = world.binding()
+    world.insert(1)
+    world.produce("t1", 1, seq=0)
+    assert reconcile_once(spark, binding, tmp_path)["status"] == "ok"
+    state = (tmp_path / binding.name / "state.json").read_text()
+    kafka_admin.delete_topics([world.topic])[world.topic].result(timeout=30)
+    result = reconcile_once(spark, binding, tmp_path)
+    assert result["status"] == "failed"
+    assert world.topic in result["error"]
+    assert result["findings"] == []
+    assert (tmp_path / binding.name / "state.json").read_text() == state
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"table": "public.no_such_table"}, "unknown table 'public.no_such_table'"),
+        ({"key_column": "ticket_no"}, "unknown column 'ticket_no' (key_column)"),
+        ({"created_column": "inserted_at"}, "unknown column 'inserted_at' (created_column)"),
+        ({"record_key": "json:$.no_such_field"}, "record_key 'json:$.no_such_field' matched nothing"),
+    ],
+)
+def test_it_rejects_bad_binding_config(spark, world: World, tmp_path: Path, overrides: dict[str, str], message: str):
+    world.insert(1)
+    world.produce("t1", 1, seq=0)
+    binding = world.binding(**overrides)
+    result = reconcile_once(spark, binding, tmp_path)
+    assert result["status"] == "failed"
+    assert message in result["error"], result["error"]
+    assert binding.name in result["error"]
+    assert result["findings"] == []
+
+
+@pytest.mark.parametrize(
+    ("field_name", "value"),
+    [
+        ("table", "tickets; drop table tickets"),
+        ("key_column", "id)"),
+        ("created_column", '"created_at"'),
+        ("record_key", "json:ticket_id"),
+        ("record_key", "body"),
+        ("grace", "soon"),
+    ],
+)
+def test_it_rejects_unsafe_or_malformed_binding_fields(field_name: str, value: str):
+    data = {
+        "name": "tickets",
+        "topic": "tickets",
+        "bootstrap_servers": "127.0.0.1:9092",
+        "source_url": "postgresql://app@127.0.0.1/tickets",
+        "table": "public.tickets",
+        "key_column": "id",
+        "created_column": "created_at",
+        "record_key": "key",
+    }
+    with pytest.raises(BindingError, match=rf"binding 'tickets': {field_name}"):
+        binding_from_dict(data | {field_name: value})
