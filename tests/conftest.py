@@ -120,7 +120,7 @@ class LiveProcesses:
         self.logs.mkdir(parents=True, exist_ok=True)
 
     def start(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        log = open(self.logs / f"{name}.log", "wb")
         proc = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.procs[name] = proc
         return proc
@@ -153,8 +153,21 @@ def celery_worker_process(live_env) -> Iterator[LiveProcesses]:
     name = f"test-{uuid.uuid4().hex[:6]}@%h"
     procs.start(
         "worker",
-        [sys.executable, "-m", "celery", "-A", "auditor", "worker", "--pool=threads", "--concurrency=4", "-n", name,
-         "--loglevel=INFO", "--without-mingle", "--without-gossip"],
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "auditor",
+            "worker",
+            "--pool=threads",
+            "--concurrency=4",
+            "-n",
+            name,
+            "--loglevel=INFO",
+            "--without-mingle",
+            "--without-gossip",
+        ],
     )
     from auditor.celery import app
 
@@ -173,8 +186,17 @@ def celery_beat_process(live_env, celery_worker_process) -> Iterator[LiveProcess
     schedule_dir = ROOT / "var" / "test-logs"
     procs.start(
         "beat",
-        [sys.executable, "-m", "celery", "-A", "auditor", "beat", "--loglevel=INFO",
-         "-s", str(schedule_dir / "beat-schedule")],
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "auditor",
+            "beat",
+            "--loglevel=INFO",
+            "-s",
+            str(schedule_dir / "beat-schedule"),
+        ],
     )
     yield procs
     procs.stop()
@@ -199,7 +221,9 @@ def asgi_server(live_env) -> Iterator[str]:
     """Daphne serving the real ASGI app (HTTP + websockets) on a free port."""
     port = _free_port()
     procs = LiveProcesses(live_env)
-    procs.start("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "auditor.asgi:application"])
+    procs.start(
+        "daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "auditor.asgi:application"]
+    )
 
     def answers() -> bool:
         try:
@@ -228,8 +252,15 @@ def browser():
         b = p.chromium.launch(
             executable_path=executable,
             headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
         )
         yield b
         b.close()

@@ -41,6 +41,4 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def audit_event(self, event: dict[str, Any]) -> None:
-        await self.send(
-            json.dumps({"group": event["group"], "event": event["event"], "payload": event["payload"]})
-        )
+        await self.send(json.dumps({"group": event["group"], "event": event["event"], "payload": event["payload"]}))

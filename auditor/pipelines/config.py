@@ -108,7 +108,10 @@ class _Validator:
     def unknown_fields(self, item: dict[str, Any], allowed: set[str], path: str) -> None:
         for key in item:
             if key not in allowed:
-                self.problem(f"{path}.{key}" if path else str(key), f"unknown field (expected one of: {', '.join(sorted(allowed))})")
+                self.problem(
+                    f"{path}.{key}" if path else str(key),
+                    f"unknown field (expected one of: {', '.join(sorted(allowed))})",
+                )
 
     def env(self, value: str, path: str) -> None:
         for name in env_refs(value):
@@ -141,7 +144,9 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else None
-        raise ConfigError([Problem(file, line, "(syntax)", f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
+        raise ConfigError(
+            [Problem(file, line, "(syntax)", f"not valid YAML: {getattr(exc, 'problem', exc)}")]
+        ) from None
     if root is None:
         raise ConfigError([Problem(file, None, "(file)", "the file is empty")])
     lines: dict[str, int] = {}
@@ -186,8 +191,17 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
     known_clusters = set(parsed.clusters) | set(Cluster.objects.values_list("name", flat=True))
     known_sources = set(parsed.sources) | set(SourceDatabase.objects.values_list("name", flat=True))
     binding_fields = {
-        "cluster", "topic", "source", "table", "key_column", "record_key", "created_column",
-        "grace", "guarantee", "consumer_groups", "schedule",
+        "cluster",
+        "topic",
+        "source",
+        "table",
+        "key_column",
+        "record_key",
+        "created_column",
+        "grace",
+        "guarantee",
+        "consumer_groups",
+        "schedule",
     }
     for name, item in sections["bindings"].items():
         path = f"bindings.{name}"
@@ -215,7 +229,10 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
         v.identifier(created, f"{path}.created_column", "created_column")
         record_key = v.string(item, "record_key", path, required=False) or "key"
         if not RECORD_KEY_RE.fullmatch(record_key):
-            v.problem(f"{path}.record_key", f"'{record_key}' must be key, header:<name> or json:<path> such as json:$.ticket_id")
+            v.problem(
+                f"{path}.record_key",
+                f"'{record_key}' must be key, header:<name> or json:<path> such as json:$.ticket_id",
+            )
         guarantee = v.string(item, "guarantee", path, required=False) or "at-least-once"
         if guarantee not in GUARANTEE_VALUES:
             v.problem(f"{path}.guarantee", f"'{guarantee}' must be one of {', '.join(GUARANTEE_VALUES)}")
@@ -224,10 +241,17 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
             v.problem(f"{path}.consumer_groups", "must be a list of consumer group ids")
             groups = []
         parsed.bindings[name] = {
-            "cluster": cluster, "source": source, "topic": topic, "table": table,
-            "key_column": key_column, "record_key": record_key, "created_column": created or "",
-            "grace_seconds": v.duration(item, "grace", path, 120), "guarantee": guarantee,
-            "consumer_groups": groups, "schedule_seconds": v.duration(item, "schedule", path, 300),
+            "cluster": cluster,
+            "source": source,
+            "topic": topic,
+            "table": table,
+            "key_column": key_column,
+            "record_key": record_key,
+            "created_column": created or "",
+            "grace_seconds": v.duration(item, "grace", path, 120),
+            "guarantee": guarantee,
+            "consumer_groups": groups,
+            "schedule_seconds": v.duration(item, "schedule", path, 300),
         }
 
     known_bindings = set(parsed.bindings) | set(Binding.objects.values_list("name", flat=True))
@@ -249,7 +273,9 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
             v.problem(f"{path}.stuck_values", "must be a non-empty list of status values")
             values = None
         parsed.stuck_rules[name] = {
-            "binding": binding, "status_column": status_column, "age_column": age_column,
+            "binding": binding,
+            "status_column": status_column,
+            "age_column": age_column,
             "stuck_values": [str(x) for x in values or []],
             "older_than_seconds": v.duration(item, "older_than", path, 600),
             "schedule_seconds": v.duration(item, "schedule", path, 300),

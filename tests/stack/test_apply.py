@@ -71,7 +71,10 @@ def apply(path: Path) -> str:
 def test_it_creates_then_updates_by_name(tmp_path):
     path = write(tmp_path, GOOD)
     assert json.loads(apply(path))["created"] == [
-        "cluster local", "source tickets_db", "binding tickets", "stuck rule tickets-new"
+        "cluster local",
+        "source tickets_db",
+        "binding tickets",
+        "stuck rule tickets-new",
     ]
     binding = Binding.objects.get(name="tickets")
     assert (binding.grace_seconds, binding.schedule_seconds, binding.record_key) == (120, 300, "json:$.ticket_id")
@@ -99,13 +102,21 @@ def test_it_keeps_secrets_as_env_references(tmp_path):
     ("text", "expected"),
     [
         (GOOD.replace("    topic: tickets\n", ""), ":10: bindings.tickets: missing required field 'topic'"),
-        (GOOD.replace("cluster: local", "cluster: nowhere"), ":11: bindings.tickets.cluster: unknown cluster 'nowhere'"),
-        (GOOD.replace("binding: tickets", "binding: nope"), ":24: stuck_rules.tickets-new.binding: unknown binding 'nope'"),
+        (
+            GOOD.replace("cluster: local", "cluster: nowhere"),
+            ":11: bindings.tickets.cluster: unknown cluster 'nowhere'",
+        ),
+        (
+            GOOD.replace("binding: tickets", "binding: nope"),
+            ":24: stuck_rules.tickets-new.binding: unknown binding 'nope'",
+        ),
         (GOOD.replace("grace: 2m", "grace: soon"), ":18: bindings.tickets.grace: 'soon' is not a duration"),
         (GOOD.replace("key_column: id", "key_column: id; drop table x"), ":15: bindings.tickets.key_column:"),
         (GOOD.replace("guarantee: at-least-once", "guarantee: maybe-once"), ":19: bindings.tickets.guarantee:"),
-        (GOOD.replace("${TEST_APP_DB_PASSWORD}", "${TEST_UNSET_VARIABLE}"),
-         ":8: sources.tickets_db.url: environment variable TEST_UNSET_VARIABLE is not set"),
+        (
+            GOOD.replace("${TEST_APP_DB_PASSWORD}", "${TEST_UNSET_VARIABLE}"),
+            ":8: sources.tickets_db.url: environment variable TEST_UNSET_VARIABLE is not set",
+        ),
         (GOOD.replace("  local:\n", "  local:\n   bad: [\n", 1), ":5: (syntax): not valid YAML"),
         ("- just\n- a list\n", ":1: (top level): must be a mapping"),
         (GOOD + "webhoks: {}\n", ":29: webhoks: unknown field"),
@@ -128,7 +139,10 @@ def test_it_prints_file_line_and_field_and_exits_non_zero(tmp_path, live_env):
     path = write(tmp_path, GOOD.replace("    key_column: id\n", ""))
     proc = subprocess.run(
         [sys.executable, "manage.py", "audit", "apply", str(path)],
-        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], env=live_env,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+        env=live_env,
     )
     assert proc.returncode == 2
     assert f"error: {path}:10: bindings.tickets: missing required field 'key_column'" in proc.stderr

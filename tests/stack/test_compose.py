@@ -17,14 +17,28 @@ EMPTY_ENV = Path(__file__).resolve().parent / "empty.env"
 
 def test_it_describes_the_same_stack():
     services = yaml.safe_load(COMPOSE.read_text())["services"]
-    assert {"kafka-1", "kafka-2", "kafka-3", "postgres", "redis", "spark-master", "spark-worker",
-            "web", "worker", "beat"} <= set(services)
+    assert {
+        "kafka-1",
+        "kafka-2",
+        "kafka-3",
+        "postgres",
+        "redis",
+        "spark-master",
+        "spark-worker",
+        "web",
+        "worker",
+        "beat",
+    } <= set(services)
     for name in ("kafka-1", "kafka-2", "kafka-3"):
         env = services[name]["environment"]
         assert services[name]["image"].startswith("apache/kafka:4.")
         assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
         assert env["KAFKA_MIN_INSYNC_REPLICAS"] == 2 and env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == 3
-    assert {str(services[n]["environment"]["KAFKA_NODE_ID"]) for n in ("kafka-1", "kafka-2", "kafka-3")} == {"1", "2", "3"}
+    assert {str(services[n]["environment"]["KAFKA_NODE_ID"]) for n in ("kafka-1", "kafka-2", "kafka-3")} == {
+        "1",
+        "2",
+        "3",
+    }
     assert "celery_beat" not in services["beat"]["command"]  # beat uses the database scheduler from settings
     assert services["worker"]["environment"]["KAFKA_BOOTSTRAP_SERVERS"].count("kafka-") == 3
 
@@ -40,10 +54,19 @@ def _compose_command() -> list[str] | None:
 
 @pytest.mark.skipif(_compose_command() is None, reason="no docker compose client is installed")
 def test_it_is_accepted_by_docker_compose_config():
-    env = {**os.environ, "DJANGO_SECRET_KEY": "x", "APP_DB_PASSWORD": "x", "PG_SUPER_PASSWORD": "x",
-           "AUDITOR_ADMIN_PASSWORD": "x"}
-    proc = subprocess.run([*_compose_command(), "--env-file", str(EMPTY_ENV), "-f", str(COMPOSE), "config", "--quiet"],
-                          capture_output=True, text=True, env=env)
+    env = {
+        **os.environ,
+        "DJANGO_SECRET_KEY": "x",
+        "APP_DB_PASSWORD": "x",
+        "PG_SUPER_PASSWORD": "x",
+        "AUDITOR_ADMIN_PASSWORD": "x",
+    }
+    proc = subprocess.run(
+        [*_compose_command(), "--env-file", str(EMPTY_ENV), "-f", str(COMPOSE), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -52,7 +75,12 @@ def test_it_refuses_to_start_without_secrets():
     if command is None:
         pytest.skip("no docker compose client is installed")
     env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_SECRET_KEY", "APP_DB_PASSWORD"}}
-    proc = subprocess.run([*command, "--env-file", str(EMPTY_ENV), "-f", str(COMPOSE), "config", "--quiet"], capture_output=True, text=True,
-                          env=env, cwd="/")
+    proc = subprocess.run(
+        [*command, "--env-file", str(EMPTY_ENV), "-f", str(COMPOSE), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+    )
     assert proc.returncode != 0
     assert "DJANGO_SECRET_KEY" in proc.stderr or "APP_DB_PASSWORD" in proc.stderr

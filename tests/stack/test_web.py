@@ -80,8 +80,14 @@ def test_it_pushes_a_status_event_to_a_logged_in_websocket(asgi_server, admin_cr
         async with websockets.connect(url, origin=asgi_server, additional_headers={"Cookie": cookie}) as ws:
             await ws.send(json.dumps({"subscribe": "status"}))
             assert json.loads(await asyncio.wait_for(ws.recv(), 10)) == {"subscribed": "status"}
-            await asyncio.to_thread(publish_now, "status", "status", {"components": [], "checked_at": 1.0, "probe": "x"})
+            await asyncio.to_thread(
+                publish_now, "status", "status", {"components": [], "checked_at": 1.0, "probe": "x"}
+            )
             return json.loads(await asyncio.wait_for(ws.recv(), 10))
 
     message = asyncio.run(listen())
-    assert message == {"group": "status", "event": "status", "payload": {"components": [], "checked_at": 1.0, "probe": "x"}}
+    assert message == {
+        "group": "status",
+        "event": "status",
+        "payload": {"components": [], "checked_at": 1.0, "probe": "x"},
+    }

@@ -5,75 +5,101 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Cluster',
+            name="Cluster",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=100, unique=True)),
-                ('bootstrap_servers', models.CharField(max_length=1000)),
-                ('config', models.JSONField(blank=True, default=dict, help_text='extra librdkafka settings')),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.SlugField(max_length=100, unique=True)),
+                ("bootstrap_servers", models.CharField(max_length=1000)),
+                ("config", models.JSONField(blank=True, default=dict, help_text="extra librdkafka settings")),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='SourceDatabase',
+            name="SourceDatabase",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=100, unique=True)),
-                ('url', models.CharField(help_text='postgresql:// URL; use ${ENV} for the password', max_length=2000)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.SlugField(max_length=100, unique=True)),
+                ("url", models.CharField(help_text="postgresql:// URL; use ${ENV} for the password", max_length=2000)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Binding',
+            name="Binding",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=100, unique=True)),
-                ('topic', models.CharField(max_length=249)),
-                ('table', models.CharField(max_length=200)),
-                ('key_column', models.CharField(max_length=100)),
-                ('record_key', models.CharField(default='key', max_length=300)),
-                ('created_column', models.CharField(blank=True, max_length=100)),
-                ('grace_seconds', models.PositiveIntegerField(default=120)),
-                ('guarantee', models.CharField(choices=[('at-most-once', 'at-most-once'), ('at-least-once', 'at-least-once'), ('exactly-once', 'exactly-once')], default='at-least-once', max_length=20)),
-                ('consumer_groups', models.JSONField(blank=True, default=list)),
-                ('schedule_seconds', models.PositiveIntegerField(default=300)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('cluster', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='bindings', to='pipelines.cluster')),
-                ('source', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='bindings', to='pipelines.sourcedatabase')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.SlugField(max_length=100, unique=True)),
+                ("topic", models.CharField(max_length=249)),
+                ("table", models.CharField(max_length=200)),
+                ("key_column", models.CharField(max_length=100)),
+                ("record_key", models.CharField(default="key", max_length=300)),
+                ("created_column", models.CharField(blank=True, max_length=100)),
+                ("grace_seconds", models.PositiveIntegerField(default=120)),
+                (
+                    "guarantee",
+                    models.CharField(
+                        choices=[
+                            ("at-most-once", "at-most-once"),
+                            ("at-least-once", "at-least-once"),
+                            ("exactly-once", "exactly-once"),
+                        ],
+                        default="at-least-once",
+                        max_length=20,
+                    ),
+                ),
+                ("consumer_groups", models.JSONField(blank=True, default=list)),
+                ("schedule_seconds", models.PositiveIntegerField(default=300)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "cluster",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="bindings", to="pipelines.cluster"
+                    ),
+                ),
+                (
+                    "source",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="bindings",
+                        to="pipelines.sourcedatabase",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='StuckRule',
+            name="StuckRule",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=100, unique=True)),
-                ('status_column', models.CharField(max_length=100)),
-                ('stuck_values', models.JSONField(default=list)),
-                ('age_column', models.CharField(max_length=100)),
-                ('older_than_seconds', models.PositiveIntegerField(default=600)),
-                ('schedule_seconds', models.PositiveIntegerField(default=300)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('binding', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='stuck_rules', to='pipelines.binding')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.SlugField(max_length=100, unique=True)),
+                ("status_column", models.CharField(max_length=100)),
+                ("stuck_values", models.JSONField(default=list)),
+                ("age_column", models.CharField(max_length=100)),
+                ("older_than_seconds", models.PositiveIntegerField(default=600)),
+                ("schedule_seconds", models.PositiveIntegerField(default=300)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "binding",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="stuck_rules", to="pipelines.binding"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
     ]

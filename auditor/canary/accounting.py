@@ -1,0 +1,189 @@
+"""Per-partition delivery accounting of one canary session (pure: no Kafka, no clock).
+
+The sender registers every sequence it hands to the producer; the receiver reports
+every record it reads. For each partition:
+
+- a sequence seen for the first time is *received* (and *out of order* when a higher
+  sequence was already received);
+- a sequence seen again is *duplicated*;
+- a sequence not received within the SLA is *lost* (never earlier: a restart or a slow
+  consumer within the SLA raises nothing); if it turns up after that it is *late*;
+- records of other sessions (an earlier run, another canary) are ignored, only counted.
+
+Counts are attributed to the window in which they are observed (a loss to the window in
+which its SLA ran out), so a window can be closed as soon as the clock passes its end.
+Sequences still pending when the session ends are reported as pending, not lost.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from auditor.canary.latency import LatencyDigest
+from auditor.canary.payload import CanaryRecord
+
+# How many lost sequences per partition are remembered so that a late arrival is told
+# apart from a duplicate; older ones are forgotten (a record later than that counts as a duplicate).
+LOST_MEMORY = 100_000
+
+COUNT_FIELDS = ("sent", "received", "lost", "duplicated", "out_of_order", "late", "produce_errors")
+
+
+@dataclass
+class DeliveryCounts:
+    sent: int = 0
+    received: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    out_of_order: int = 0
+    late: int = 0
+    produce_errors: int = 0
+    latency: LatencyDigest = field(default_factory=LatencyDigest)
+
+    def merge(self, other: DeliveryCounts) -> None:
+        for name in COUNT_FIELDS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.latency.merge(other.latency)
+
+    def as_dict(self) -> dict[str, int | float | None]:
+        return {**{name: getattr(self, name) for name in COUNT_FIELDS}, **self.latency.summary()}
+
+
+@dataclass
+class _PartitionState:
+    next_seq: int = 0
+    highest_received: int = -1
+    pending: OrderedDict[int, float] = field(default_factory=OrderedDict)  # seq -> sent_ms, in seq order
+    lost_seqs: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    window: DeliveryCounts = field(default_factory=DeliveryCounts)
+    total: DeliveryCounts = field(default_factory=DeliveryCounts)
+
+
+class CanaryAccounting:
+    def __init__(self, session: str, partitions: list[int], sla_ms: float) -> None:
+        if sla_ms <= 0:
+            raise ValueError(f"the SLA must be positive, got {sla_ms!r} ms")
+        self.session = session
+        self.sla_ms = sla_ms
+        self._partitions: dict[int, _PartitionState] = {}
+        self.other_sessions = 0  # records of other sessions, ignored
+        self.invalid = 0  # records that are no canary record, or name a sequence never sent
+        for partition in partitions:
+            self.add_partition(partition)
+
+    @property
+    def partitions(self) -> list[int]:
+        return sorted(self._partitions)
+
+    def add_partition(self, partition: int) -> None:
+        self._partitions.setdefault(partition, _PartitionState())
+
+    def _counts(self, state: _PartitionState) -> tuple[DeliveryCounts, DeliveryCounts]:
+        return state.window, state.total
+
+    # -- the sending side ------------------------------------------------------------
+
+    def next_record(self, partition: int, now_ms: float) -> CanaryRecord:
+        """Register the next sequence of ``partition`` as sent at ``now_ms``."""
+        state = self._partitions[partition]
+        seq = state.next_seq
+        state.next_seq += 1
+        state.pending[seq] = now_ms
+        for counts in self._counts(state):
+            counts.sent += 1
+        return CanaryRecord(self.session, partition, seq, now_ms)
+
+    def sent_count(self, partition: int) -> int:
+        return self._partitions[partition].next_seq
+
+    def record_produce_error(self, partition: int) -> None:
+        """The producer reported a delivery failure; the record stays expected (lost after the SLA)."""
+        for counts in self._counts(self._partitions[partition]):
+            counts.produce_errors += 1
+
+    # -- the receiving side ----------------------------------------------------------
+
+    def record_received(self, record: CanaryRecord | None, partition: int, now_ms: float) -> None:
+        """A record read from ``partition`` at ``now_ms`` (None: not a canary record)."""
+        if record is None:
+            self.invalid += 1
+            return
+        if record.session != self.session:
+            self.other_sessions += 1
+            return
+        state = self._partitions.get(partition)
+        if state is None or record.partition != partition or record.seq >= state.next_seq:
+            self.invalid += 1
+            return
+        sent_ms = state.pending.pop(record.seq, None)
+        if sent_ms is not None:
+            out_of_order = record.seq < state.highest_received
+            state.highest_received = max(state.highest_received, record.seq)
+            for counts in self._counts(state):
+                counts.received += 1
+                counts.latency.add(now_ms - sent_ms)
+                if out_of_order:
+                    counts.out_of_order += 1
+        elif record.seq in state.lost_seqs:
+            del state.lost_seqs[record.seq]  # a second copy of it is a duplicate
+            for counts in self._counts(state):
+                counts.late += 1
+        else:
+            for counts in self._counts(state):
+                counts.duplicated += 1
+
+    def expire(self, now_ms: float) -> int:
+        """Declare lost every pending record older than the SLA; returns how many."""
+        expired = 0
+        deadline = now_ms - self.sla_ms
+        for state in self._partitions.values():
+            pending = state.pending
+            while pending:
+                seq, sent_ms = next(iter(pending.items()))
+                if sent_ms >= deadline:
+                    break  # sequences are sent in order, so every later one is younger
+                pending.popitem(last=False)
+                state.lost_seqs[seq] = None
+                if len(state.lost_seqs) > LOST_MEMORY:
+                    state.lost_seqs.popitem(last=False)
+                for counts in self._counts(state):
+                    counts.lost += 1
+                expired += 1
+        return expired
+
+    # -- reporting -------------------------------------------------------------------
+
+    def pending(self, partition: int) -> int:
+        return len(self._partitions[partition].pending)
+
+    def pending_total(self) -> int:
+        return sum(len(state.pending) for state in self._partitions.values())
+
+    def close_window(self) -> dict[int, DeliveryCounts]:
+        """The counts since the last close, per partition; starts a new window."""
+        closed = {}
+        for partition, state in sorted(self._partitions.items()):
+            closed[partition] = state.window
+            state.window = DeliveryCounts()
+        return closed
+
+    def totals(self) -> dict[int, DeliveryCounts]:
+        return {partition: state.total for partition, state in sorted(self._partitions.items())}
+
+    def report(self) -> dict[str, object]:
+        """``{"partitions": {p: {...}}, "totals": {...}}`` for the whole session."""
+        overall = DeliveryCounts()
+        partitions: dict[str, dict[str, object]] = {}
+        for partition, counts in self.totals().items():
+            overall.merge(counts)
+            partitions[str(partition)] = {**counts.as_dict(), "pending": self.pending(partition)}
+        return {
+            "partitions": partitions,
+            "totals": {
+                **overall.as_dict(),
+                "pending": self.pending_total(),
+                "other_sessions": self.other_sessions,
+                "invalid": self.invalid,
+            },
+        }
