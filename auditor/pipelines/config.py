@@ -183,9 +183,13 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
         v.unknown_fields(item, {"url"}, path)
         url = v.string(item, "url", path)
         if url:
-            if not url.startswith(("postgresql://", "postgres://")):
-                v.problem(f"{path}.url", "must be a postgresql:// URL")
             v.env(url, f"{path}.url")
+            try:
+                resolved = resolve_env(url)
+            except MissingEnvError:
+                resolved = None  # already reported by v.env
+            if resolved is not None and not resolved.startswith(("postgresql://", "postgres://")):
+                v.problem(f"{path}.url", "must be a postgresql:// URL (after ${ENV} substitution)")
         parsed.sources[name] = {"url": url}
 
     known_clusters = set(parsed.clusters) | set(Cluster.objects.values_list("name", flat=True))

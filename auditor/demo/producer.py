@@ -1,0 +1,179 @@
+"""The demo's producer side: insert a NEW ticket, then produce it with AuditedProducer.
+
+The database insert commits first and the produce follows, as in the user's
+story; nothing makes the two atomic, which is exactly the gap the auditor shows
+(``drop_every`` makes it visible on purpose).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, Message
+
+from auditor.demo.options import Faults, ProbeTopics
+from auditor.demo.store import Ticket, TicketStore
+from auditor.probes import AuditedProducer
+
+logger = logging.getLogger(__name__)
+
+_SUBJECTS = (
+    "printer on fire",
+    "password reset",
+    "VPN drops",
+    "refund request",
+    "laptop will not boot",
+    "access to repo",
+)
+_PRIORITIES = ("low", "normal", "normal", "high")
+
+
+@dataclass(frozen=True)
+class ProducedTicket:
+    ticket: Ticket
+    produced: bool  # False: the drop fault skipped the produce
+
+    @property
+    def ticket_id(self) -> str:
+        return self.ticket.ticket_id
+
+
+@dataclass
+class ProducerStats:
+    inserted: int = 0
+    produced: int = 0
+    dropped: int = 0
+    acked: int = 0
+    failed: int = 0
+    failed_ids: list[str] = field(default_factory=list)
+
+
+def producer_config(kafka_config: Mapping[str, Any], faults: Faults, client_id: str) -> dict[str, Any]:
+    """The demo producer's client config: durable by default, weakened only by fault switches."""
+    config: dict[str, Any] = {
+        "client.id": client_id,
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": 5,
+    }
+    config.update(kafka_config)
+    if faults.no_idempotence:
+        # Retries stay on (librdkafka's default) with a million requests in flight:
+        # a retried batch can land twice or behind a later one.
+        config.update({"enable.idempotence": False, "retries": 2147483647})
+    if faults.fire_and_forget:
+        config.update({"acks": 0, "enable.idempotence": False, "retries": 0})
+    return config
+
+
+def ticket_value(ticket: Ticket) -> bytes:
+    """The record value: the ticket as JSON; record_key json:$.ticket_id finds it."""
+    document = {
+        "ticket_id": ticket.ticket_id,
+        "id": ticket.id,
+        "created_at": ticket.created_at.isoformat(),
+        "payload": ticket.payload,
+    }
+    return json.dumps(document, separators=(",", ":")).encode("utf-8")
+
+
+def demo_payload(number: int) -> dict[str, Any]:
+    return {"subject": _SUBJECTS[number % len(_SUBJECTS)], "priority": _PRIORITIES[number % len(_PRIORITIES)]}
+
+
+class TicketProducer:
+    """Inserts tickets into the source table and produces each to ``topic``.
+
+    ``faults.drop_every=N`` inserts every Nth ticket of this instance but never
+    produces it; ``fire_and_forget`` and ``no_idempotence`` weaken the client.
+    Call ``flush()`` to wait for the broker, ``close()`` at the end.
+    """
+
+    def __init__(
+        self,
+        *,
+        kafka_config: Mapping[str, Any],
+        store: TicketStore,
+        topic: str = "tickets",
+        faults: Faults | None = None,
+        client_id: str = "ticket-producer",
+        probe_topics: ProbeTopics | None = None,
+    ) -> None:
+        self.store = store
+        self.topic = topic
+        self.faults = faults or Faults()
+        self.stats = ProducerStats()
+        probes = probe_topics or ProbeTopics()
+        self.config = producer_config(kafka_config, self.faults, client_id)
+        self._producer = AuditedProducer(
+            self.config,
+            ledger_topic=probes.producer_ledger,
+            clients_topic=probes.clients,
+            ledger_flush_interval_s=probes.ledger_flush_interval_s,
+        )
+
+    @property
+    def session_id(self) -> str:
+        return self._producer.session_id
+
+    def create_ticket(self, payload: dict[str, Any] | None = None) -> ProducedTicket:
+        """Insert one ticket (committed), then produce it unless the drop fault says otherwise."""
+        ticket = self.store.insert_ticket(payload if payload is not None else demo_payload(self.stats.inserted))
+        self.stats.inserted += 1
+        drop_every = self.faults.drop_every
+        if drop_every and self.stats.inserted % drop_every == 0:
+            self.stats.dropped += 1
+            logger.info("fault drop-every=%d: %s inserted but never produced", drop_every, ticket.ticket_id)
+            return ProducedTicket(ticket, produced=False)
+        self._produce(ticket)
+        return ProducedTicket(ticket, produced=True)
+
+    def create_tickets(self, count: int) -> list[ProducedTicket]:
+        created = [self.create_ticket() for _ in range(count)]
+        self.flush()
+        return created
+
+    def _produce(self, ticket: Ticket) -> None:
+        value = ticket_value(ticket)
+        key = ticket.ticket_id.encode("utf-8")
+        while True:
+            try:
+                self._producer.produce(self.topic, value, key, on_delivery=self._on_delivery)
+                break
+            except BufferError:  # local queue full: serve delivery reports, then retry
+                self._producer.poll(0.5)
+        self.stats.produced += 1
+        self._producer.poll(0)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is None:
+            self.stats.acked += 1
+            return
+        self.stats.failed += 1
+        key = msg.key()
+        ticket_id = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+        self.stats.failed_ids.append(ticket_id)
+        logger.warning("ticket %s was not delivered: %s", ticket_id, err.str())
+
+    def poll(self, timeout: float = 0) -> int:
+        return self._producer.poll(timeout)
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Wait for delivery reports; returns the records still undelivered."""
+        return self._producer.flush(timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        try:
+            self._producer.close(timeout)
+        finally:
+            self.store.close()
+
+    def __enter__(self) -> TicketProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

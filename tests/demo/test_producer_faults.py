@@ -1,0 +1,52 @@
+"""The producer side: what the topic and the producer ledger hold, with and without the send faults."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from auditor.demo.options import DeliveryMode, Faults
+from auditor.demo.producer import producer_config
+from auditor.probes import AUDIT_ID, ProducerBatch
+
+from .conftest import DemoPipeline, read_topic
+
+
+@pytest.mark.integration
+def test_it_never_produces_dropped_tickets_and_they_stay_new(pipeline: DemoPipeline) -> None:
+    ids = pipeline.produce(9, Faults(drop_every=3))
+    dropped = [ids[2], ids[5], ids[8]]
+    sent = [ticket for ticket in ids if ticket not in dropped]
+
+    records = read_topic(pipeline.bootstrap, pipeline.topic)
+    assert [record.key for record in records] == sent
+    assert [json.loads(record.value)["ticket_id"] for record in records] == sent
+    assert [record.headers[AUDIT_ID].decode() for record in records] == sent
+    ledgered = [
+        entry.audit_id
+        for batch in pipeline.ledger(pipeline.probes.producer_ledger)
+        if isinstance(batch, ProducerBatch)
+        for entry in batch.entries
+        if entry.status == "acked"
+    ]
+    assert ledgered == sent  # the producer ledger never heard of the dropped ones either
+
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=len(sent), timeout_s=60)
+
+    statuses = pipeline.statuses()
+    assert [ticket for ticket in ids if statuses[ticket] == "NEW"] == dropped
+
+
+def test_it_weakens_the_producer_config_only_when_asked() -> None:
+    base = {"bootstrap.servers": "127.0.0.1:9092"}
+
+    durable = producer_config(base, Faults(), "p")
+    assert (durable["acks"], durable["enable.idempotence"]) == ("all", True)
+
+    fire_and_forget = producer_config(base, Faults(fire_and_forget=True), "p")
+    assert (fire_and_forget["acks"], fire_and_forget["retries"], fire_and_forget["enable.idempotence"]) == (0, 0, False)
+
+    no_idempotence = producer_config(base, Faults(no_idempotence=True), "p")
+    assert no_idempotence["enable.idempotence"] is False
+    assert no_idempotence["retries"] > 0 and no_idempotence["acks"] == "all"
