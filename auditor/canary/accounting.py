@@ -85,17 +85,17 @@ class CanaryAccounting:
     # -- the sending side ------------------------------------------------------------
 
     def next_record(self, partition: int, now_ms: float) -> CanaryRecord:
-        """Register the next sequence of ``partition`` as sent at ``now_ms``."""
-        state = self._partitions[partition]
-        seq = state.next_seq
+        """The record to send next on ``partition`` (registered by record_sent once handed over)."""
+        return CanaryRecord(self.session, partition, self._partitions[partition].next_seq, now_ms)
+
+    def record_sent(self, record: CanaryRecord) -> None:
+        state = self._partitions[record.partition]
+        if record.seq != state.next_seq:
+            raise ValueError(f"partition {record.partition}: sent seq {record.seq}, expected {state.next_seq}")
         state.next_seq += 1
-        state.pending[seq] = now_ms
+        state.pending[record.seq] = record.sent_ms
         for counts in self._counts(state):
             counts.sent += 1
-        return CanaryRecord(self.session, partition, seq, now_ms)
-
-    def sent_count(self, partition: int) -> int:
-        return self._partitions[partition].next_seq
 
     def record_produce_error(self, partition: int) -> None:
         """The producer reported a delivery failure; the record stays expected (lost after the SLA)."""

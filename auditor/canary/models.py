@@ -1,0 +1,62 @@
+"""Per-minute canary measurements, one row per (session, topic, minute, partition)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class CanaryPoint(models.Model):
+    """What one canary session observed on one partition during one minute.
+
+    Counts are of events observed in that minute (a loss counts in the minute its SLA
+    ran out). A minute in which the canary restarted has one row per session.
+    """
+
+    session = models.CharField(max_length=32)
+    topic = models.CharField(max_length=249)
+    minute = models.DateTimeField(help_text="start of the minute (UTC)")
+    partition = models.PositiveIntegerField()
+    leader = models.IntegerField(null=True, blank=True, help_text="leader broker id when the minute closed")
+    sent = models.PositiveIntegerField(default=0)
+    received = models.PositiveIntegerField(default=0)
+    lost = models.PositiveIntegerField(default=0)
+    duplicated = models.PositiveIntegerField(default=0)
+    out_of_order = models.PositiveIntegerField(default=0)
+    late = models.PositiveIntegerField(default=0, help_text="received after the SLA (already counted lost)")
+    produce_errors = models.PositiveIntegerField(default=0)
+    p50_ms = models.FloatField(null=True, blank=True)
+    p99_ms = models.FloatField(null=True, blank=True)
+    max_ms = models.FloatField(null=True, blank=True)
+    partial = models.BooleanField(default=False, help_text="the session ended before the minute did")
+
+    class Meta:
+        ordering = ["minute", "partition"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "topic", "minute", "partition"], name="canary_point_unique_per_session"
+            )
+        ]
+        indexes = [models.Index(fields=["topic", "minute"], name="canary_point_topic_minute")]
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.partition} @ {self.minute:%Y-%m-%d %H:%M}"
+
+    def as_event(self) -> dict[str, object]:
+        """The JSON shape pushed to browsers and embedded in the dashboard."""
+        return {
+            "session": self.session,
+            "minute": self.minute.isoformat(),
+            "partition": self.partition,
+            "leader": self.leader,
+            "sent": self.sent,
+            "received": self.received,
+            "lost": self.lost,
+            "duplicated": self.duplicated,
+            "out_of_order": self.out_of_order,
+            "late": self.late,
+            "produce_errors": self.produce_errors,
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+            "max_ms": self.max_ms,
+            "partial": self.partial,
+        }

@@ -1,0 +1,390 @@
+"""The canary service: produce to every partition at a fixed rate, consume, account, store.
+
+One thread does everything (produce what is due, consume what arrived, expire what
+is older than the SLA, close minutes), so the accounting needs no locks and the
+database is only touched from the thread that owns the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from django.db import DatabaseError, close_old_connections, connection
+
+from auditor.canary.accounting import CanaryAccounting
+from auditor.canary.models import CanaryPoint
+from auditor.canary.payload import decode_record, encode_record
+from auditor.canary.store import record_minute
+from auditor.canary.topic import CanaryError, TopicLayout, ensure_canary_topic, read_leaders
+
+log = logging.getLogger(__name__)
+# librdkafka's own log lines (broker down, reconnects), through logging rather than raw stderr.
+kafka_log = logging.getLogger("auditor.canary.librdkafka")
+
+DEFAULT_TOPIC = "_audit.canary"
+MINUTE = 60.0
+# A stalled loop (GC, slow database) must not turn into a burst that distorts latency:
+# a partition more than this far behind its schedule skips the backlog.
+MAX_SCHEDULE_LAG_S = 1.0
+
+
+@dataclass(frozen=True)
+class CanaryOptions:
+    bootstrap_servers: str
+    topic: str = DEFAULT_TOPIC
+    rate: float = 10.0  # records per second per partition
+    sla_s: float = 20.0
+    duration_s: float | None = None  # None: until stopped
+    consumer_delay_s: float = 0.0  # start consuming late (tests make records disappear meanwhile)
+    client_config: dict[str, Any] = field(default_factory=dict)  # extra librdkafka settings
+    connect_timeout_s: float = 10.0
+    manage_interval_s: float = 60.0  # how often leadership is re-checked
+    drain_s: float = 5.0  # at the end, how long in-flight records are waited for
+    store_points: bool = True
+
+
+@dataclass
+class CanaryResult:
+    session: str
+    options: CanaryOptions
+    layout: TopicLayout
+    leaders: dict[int, int]
+    report: dict[str, Any]
+    elapsed_s: float
+    minutes_stored: int
+
+    def as_dict(self) -> dict[str, Any]:
+        partitions = {
+            key: {**value, "leader": self.leaders.get(int(key))} for key, value in self.report["partitions"].items()
+        }
+        return {
+            "session": self.session,
+            "topic": self.options.topic,
+            "bootstrap_servers": self.options.bootstrap_servers,
+            "rate": self.options.rate,
+            "sla_s": self.options.sla_s,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "brokers": self.layout.brokers,
+            "brokers_leading_nothing": self.layout.leading_nothing,
+            "actions": self.layout.actions,
+            "partitions": partitions,
+            "totals": self.report["totals"],
+        }
+
+
+def _kafka_error_text(exc: KafkaException) -> str:
+    error = exc.args[0] if exc.args else None
+    return error.str() if isinstance(error, KafkaError) else str(exc)
+
+
+class CanaryService:
+    def __init__(
+        self,
+        options: CanaryOptions,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if options.rate <= 0:
+            raise CanaryError(f"--rate must be positive, got {options.rate}")
+        if options.sla_s <= 0:
+            raise CanaryError(f"--sla must be positive, got {options.sla_s}")
+        if options.duration_s is not None and options.duration_s <= 0:
+            raise CanaryError(f"--duration must be positive, got {options.duration_s}")
+        self.options = options
+        self.session = uuid.uuid4().hex
+        self._clock = clock
+        self._monotonic = monotonic
+        self._stop = threading.Event()
+        self._next_send: dict[int, float] = {}
+        self._minutes_stored = 0
+
+    def stop(self) -> None:
+        """Ask the loop to finish (safe from a signal handler or another thread)."""
+        self._stop.set()
+
+    # -- set-up --------------------------------------------------------------------------
+
+    def _check_database(self) -> None:
+        if not self.options.store_points:
+            return
+        try:
+            CanaryPoint.objects.order_by().values_list("id")[:1].exists()
+        except DatabaseError as exc:
+            raise CanaryError(f"cannot store canary points in the database: {exc}".strip()) from None
+
+    def _client_config(self) -> dict[str, Any]:
+        return {**self.options.client_config, "bootstrap.servers": self.options.bootstrap_servers}
+
+    def _start_offsets(self, consumer: Consumer, partitions: list[int]) -> dict[int, int]:
+        """Where this session's records will start: the current end of every partition.
+
+        A topic created a moment ago may not be served by its leaders yet: transient
+        errors are retried until the connect timeout.
+        """
+        deadline = self._monotonic() + self.options.connect_timeout_s
+        offsets = {}
+        for partition in partitions:
+            tp = TopicPartition(self.options.topic, partition)
+            while partition not in offsets:
+                try:
+                    offsets[partition] = consumer.get_watermark_offsets(tp, timeout=self.options.connect_timeout_s)[1]
+                except KafkaException as exc:
+                    if self._monotonic() >= deadline:
+                        raise CanaryError(
+                            f"cannot read the end offset of {self.options.topic}/{partition} "
+                            f"at {self.options.bootstrap_servers}: {_kafka_error_text(exc)}"
+                        ) from None
+                    time.sleep(0.2)
+        return offsets
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def run(self) -> CanaryResult:
+        opts = self.options
+        self._check_database()
+        admin = AdminClient(
+            {
+                **self._client_config(),
+                "socket.timeout.ms": int(opts.connect_timeout_s * 1000),
+                "log_level": 2,  # its failures surface as exceptions, reported once with the bootstrap servers
+            }
+        )
+        layout = ensure_canary_topic(admin, opts.bootstrap_servers, opts.topic, timeout=opts.connect_timeout_s)
+        leaders = dict(layout.leaders)
+        accounting = CanaryAccounting(self.session, layout.partitions, sla_ms=opts.sla_s * 1000)
+        producer = Producer(
+            {
+                **self._client_config(),
+                "client.id": f"auditor-canary-{self.session[:8]}",
+                "logger": kafka_log,
+                "enable.idempotence": True,  # a duplicate or reordering seen is then the cluster's doing
+                "acks": "all",
+                "linger.ms": 0,
+            }
+        )
+        consumer = Consumer(
+            {
+                **self._client_config(),
+                "logger": kafka_log,
+                "group.id": f"_audit.canary.{self.session}",  # assign() only: the group never joins or commits
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",  # deleted records are skipped, then counted lost
+                "fetch.wait.max.ms": 100,
+            }
+        )
+        try:
+            start_offsets = self._start_offsets(consumer, layout.partitions)
+            log.info(
+                "canary session %s on %s (%d partitions, leaders %s) at %s/s per partition, SLA %ss",
+                self.session,
+                opts.topic,
+                len(leaders),
+                leaders,
+                opts.rate,
+                opts.sla_s,
+            )
+            started = self._monotonic()
+            self._loop(admin, producer, consumer, accounting, leaders, start_offsets, started)
+            elapsed = self._monotonic() - started
+        finally:
+            consumer.close()
+        return CanaryResult(self.session, opts, layout, leaders, accounting.report(), elapsed, self._minutes_stored)
+
+    def _loop(
+        self,
+        admin: AdminClient,
+        producer: Producer,
+        consumer: Consumer,
+        accounting: CanaryAccounting,
+        leaders: dict[int, int],
+        start_offsets: dict[int, int],
+        started: float,
+    ) -> None:
+        opts = self.options
+        interval = 1.0 / opts.rate
+        end = None if opts.duration_s is None else started + opts.duration_s
+        assign_at = started + opts.consumer_delay_s
+        assigned = False
+        for partition in accounting.partitions:
+            self._next_send[partition] = started
+        minute_start = math.floor(self._clock() / MINUTE) * MINUTE
+        next_manage = started + opts.manage_interval_s
+
+        while not self._stop.is_set():
+            now = self._monotonic()
+            if end is not None and now >= end:
+                break
+            if not assigned and now >= assign_at:
+                consumer.assign([TopicPartition(opts.topic, p, o) for p, o in start_offsets.items()])
+                assigned = True
+            self._produce_due(producer, accounting, now)
+            producer.poll(0)
+            wait = max(0.0, min(min(self._next_send.values()) - self._monotonic(), interval, 0.1))
+            if assigned:
+                self._consume(consumer, accounting, wait)
+            else:
+                self._stop.wait(wait)
+            accounting.expire(self._clock() * 1000)
+            if self._clock() >= minute_start + MINUTE:
+                self._close_minute(admin, accounting, leaders, minute_start, partial=False)
+                minute_start = math.floor(self._clock() / MINUTE) * MINUTE
+            if self._monotonic() >= next_manage:
+                next_manage = self._monotonic() + opts.manage_interval_s
+                self._manage_topic(admin, producer, consumer, accounting, leaders, start_offsets, assigned)
+
+        self._finish(admin, producer, consumer, accounting, leaders, start_offsets, assigned, minute_start)
+
+    def _produce_due(self, producer: Producer, accounting: CanaryAccounting, now: float) -> None:
+        interval = 1.0 / self.options.rate
+        for partition, due in self._next_send.items():
+            if now - due > MAX_SCHEDULE_LAG_S:
+                log.warning("canary fell %.1fs behind on partition %d; skipping the backlog", now - due, partition)
+                due = now
+            while due <= now:
+                if not self._produce_one(producer, accounting, partition):
+                    due = now + interval  # the local queue is full: try again next tick
+                    break
+                due += interval
+            self._next_send[partition] = due
+
+    def _produce_one(self, producer: Producer, accounting: CanaryAccounting, partition: int) -> bool:
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                accounting.record_produce_error(partition)
+                log.warning("canary record to %s/%d failed: %s", self.options.topic, partition, err.str())
+
+        record = accounting.next_record(partition, self._clock() * 1000)
+        try:
+            producer.produce(
+                self.options.topic, value=encode_record(record), partition=partition, on_delivery=delivered
+            )
+        except BufferError:
+            log.warning("the producer's queue is full: the cluster does not take canary records")
+            return False
+        accounting.record_sent(record)
+        return True
+
+    def _consume(self, consumer: Consumer, accounting: CanaryAccounting, timeout: float) -> None:
+        # poll() returns as soon as a record is there (consume() would wait out its timeout,
+        # adding that wait to the latency); what else is already fetched follows at once.
+        first = consumer.poll(timeout)
+        if first is None:
+            return
+        now_ms = self._clock() * 1000
+        messages = [first, *consumer.consume(num_messages=1000, timeout=0)]
+        for msg in messages:
+            error = msg.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("canary consumer: %s", error.str())
+                continue
+            accounting.record_received(decode_record(msg.value()), msg.partition(), now_ms)
+
+    def _close_minute(
+        self,
+        admin: AdminClient,
+        accounting: CanaryAccounting,
+        leaders: dict[int, int],
+        minute_start: float,
+        partial: bool,
+    ) -> None:
+        counts = accounting.close_window()
+        fresh = read_leaders(admin, self.options.topic, timeout=2.0)
+        if fresh:
+            leaders.update(fresh)
+        minute = datetime.fromtimestamp(minute_start, UTC)
+        sent = sum(c.sent for c in counts.values())
+        received = sum(c.received for c in counts.values())
+        lost = sum(c.lost for c in counts.values())
+        duplicated = sum(c.duplicated for c in counts.values())
+        out_of_order = sum(c.out_of_order for c in counts.values())
+        log.info(
+            "minute %s%s %s: sent %d received %d lost %d duplicated %d out of order %d",
+            f"{minute:%H:%M}",
+            " (partial)" if partial else "",
+            self.options.topic,
+            sent,
+            received,
+            lost,
+            duplicated,
+            out_of_order,
+        )
+        if not self.options.store_points:
+            return
+        if not connection.in_atomic_block:
+            close_old_connections()  # a long-running process outlives database restarts
+        try:
+            record_minute(self.session, self.options.topic, minute, counts, leaders, partial=partial)
+            self._minutes_stored += 1
+        except DatabaseError:
+            log.exception("could not store the canary points of minute %s", f"{minute:%H:%M}")
+
+    def _manage_topic(
+        self,
+        admin: AdminClient,
+        producer: Producer,
+        consumer: Consumer,
+        accounting: CanaryAccounting,
+        leaders: dict[int, int],
+        start_offsets: dict[int, int],
+        assigned: bool,
+    ) -> None:
+        """Re-check leadership; partitions added meanwhile join the canary."""
+        opts = self.options
+        try:
+            layout = ensure_canary_topic(admin, opts.bootstrap_servers, opts.topic, timeout=opts.connect_timeout_s)
+        except (CanaryError, KafkaException) as exc:
+            log.warning("could not check the leadership of %s: %s", opts.topic, exc)
+            return
+        leaders.update(layout.leaders)
+        added = [p for p in layout.partitions if p not in accounting.partitions]
+        if not added:
+            return
+        producer.list_topics(topic=opts.topic, timeout=opts.connect_timeout_s)  # so it can produce to them
+        now = self._monotonic()
+        for partition in added:
+            accounting.add_partition(partition)
+            start_offsets[partition] = OFFSET_BEGINNING  # a new partition holds only this session's records
+            self._next_send[partition] = now
+        if assigned:
+            consumer.incremental_assign([TopicPartition(opts.topic, p, OFFSET_BEGINNING) for p in added])
+        log.info("partitions %s of %s joined the canary", added, opts.topic)
+
+    def _finish(
+        self,
+        admin: AdminClient,
+        producer: Producer,
+        consumer: Consumer,
+        accounting: CanaryAccounting,
+        leaders: dict[int, int],
+        start_offsets: dict[int, int],
+        assigned: bool,
+        minute_start: float,
+    ) -> None:
+        """Stop sending, wait a little for what is in flight, store the last (partial) minute.
+
+        Records still in flight afterwards are reported as pending, not lost: their SLA
+        has not run out, and the next session does not count them at all.
+        """
+        opts = self.options
+        deadline = self._monotonic() + min(opts.drain_s, opts.sla_s)
+        producer.flush(max(0.0, deadline - self._monotonic()))
+        if not assigned:
+            consumer.assign([TopicPartition(opts.topic, p, o) for p, o in start_offsets.items()])
+        while accounting.pending_total() and self._monotonic() < deadline:
+            self._consume(consumer, accounting, 0.1)
+            producer.poll(0)
+            accounting.expire(self._clock() * 1000)
+        accounting.expire(self._clock() * 1000)
+        self._close_minute(admin, accounting, leaders, minute_start, partial=True)

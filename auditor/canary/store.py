@@ -1,0 +1,52 @@
+"""Writing a closed minute: all partitions in one transaction, pushed to browsers after commit."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+
+from auditor.canary.accounting import DeliveryCounts
+from auditor.canary.models import CanaryPoint
+from auditor.lib.live import publish
+
+LIVE_GROUP = "canary"
+LIVE_EVENT = "points"
+
+
+def record_minute(
+    session: str,
+    topic: str,
+    minute: datetime,
+    counts: dict[int, DeliveryCounts],
+    leaders: dict[int, int],
+    partial: bool = False,
+) -> list[CanaryPoint]:
+    points = []
+    for partition, c in sorted(counts.items()):
+        latency = c.latency.summary()
+        leader = leaders.get(partition)
+        points.append(
+            CanaryPoint(
+                session=session,
+                topic=topic,
+                minute=minute,
+                partition=partition,
+                leader=leader if leader is not None and leader >= 0 else None,
+                sent=c.sent,
+                received=c.received,
+                lost=c.lost,
+                duplicated=c.duplicated,
+                out_of_order=c.out_of_order,
+                late=c.late,
+                produce_errors=c.produce_errors,
+                p50_ms=latency["p50_ms"],
+                p99_ms=latency["p99_ms"],
+                max_ms=latency["max_ms"],
+                partial=partial,
+            )
+        )
+    with transaction.atomic():
+        CanaryPoint.objects.bulk_create(points)
+        publish(LIVE_GROUP, LIVE_EVENT, {"topic": topic, "points": [p.as_event() for p in points]})
+    return points

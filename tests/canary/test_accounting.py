@@ -1,0 +1,191 @@
+"""The canary's accounting, without Kafka: fixed session, partitions and clock values."""
+
+from __future__ import annotations
+
+import pytest
+
+from auditor.canary.accounting import CanaryAccounting
+from auditor.canary.latency import LatencyDigest
+from auditor.canary.payload import CanaryRecord, decode_record, encode_record
+
+SESSION = "a" * 32
+SLA_MS = 2000.0
+
+
+def send(accounting: CanaryAccounting, partition: int, at_ms: float) -> CanaryRecord:
+    record = accounting.next_record(partition, at_ms)
+    accounting.record_sent(record)
+    return record
+
+
+def counts(accounting: CanaryAccounting, partition: int) -> dict[str, object]:
+    return accounting.report()["partitions"][str(partition)]  # type: ignore[index]
+
+
+@pytest.fixture
+def accounting() -> CanaryAccounting:
+    return CanaryAccounting(SESSION, [0, 1], sla_ms=SLA_MS)
+
+
+def test_it_numbers_each_partition_from_zero_without_gaps(accounting):
+    seqs = [send(accounting, 0, 1000 + i).seq for i in range(3)]
+    assert seqs == [0, 1, 2]
+    assert send(accounting, 1, 1000).seq == 0
+
+
+def test_it_counts_records_received_in_order(accounting):
+    records = [send(accounting, 0, 1000 + i) for i in range(5)]
+    for record in records:
+        accounting.record_received(record, 0, 1010 + record.seq)
+    result = counts(accounting, 0)
+    assert (result["sent"], result["received"], result["lost"], result["duplicated"], result["out_of_order"]) == (
+        5,
+        5,
+        0,
+        0,
+        0,
+    )
+    assert result["pending"] == 0
+
+
+def test_it_counts_a_second_copy_as_a_duplicate_not_a_receipt(accounting):
+    record = send(accounting, 0, 1000)
+    accounting.record_received(record, 0, 1005)
+    accounting.record_received(record, 0, 1006)
+    accounting.record_received(record, 0, 1007)
+    result = counts(accounting, 0)
+    assert result["received"] == 1
+    assert result["duplicated"] == 2
+    assert result["out_of_order"] == 0
+
+
+def test_it_counts_a_lower_sequence_after_a_higher_one_as_out_of_order(accounting):
+    first, second, third = (send(accounting, 0, 1000 + i) for i in range(3))
+    accounting.record_received(first, 0, 1010)
+    accounting.record_received(third, 0, 1011)
+    accounting.record_received(second, 0, 1012)
+    result = counts(accounting, 0)
+    assert result["received"] == 3
+    assert result["out_of_order"] == 1
+    assert result["duplicated"] == 0
+
+
+def test_it_declares_a_loss_only_after_the_sla(accounting):
+    send(accounting, 0, 1000)
+    send(accounting, 0, 1500)
+    assert accounting.expire(1000 + SLA_MS) == 0  # exactly at the SLA: still in time
+    assert counts(accounting, 0)["lost"] == 0
+    assert accounting.expire(1000 + SLA_MS + 1) == 1
+    result = counts(accounting, 0)
+    assert (result["lost"], result["pending"]) == (1, 1)
+    assert accounting.expire(1500 + SLA_MS + 1) == 1
+    assert counts(accounting, 0)["lost"] == 2
+
+
+def test_it_never_declares_a_record_received_within_the_sla_lost(accounting):
+    record = send(accounting, 0, 1000)
+    accounting.record_received(record, 0, 1000 + SLA_MS - 1)
+    accounting.expire(1000 + 10 * SLA_MS)
+    assert counts(accounting, 0)["lost"] == 0
+
+
+def test_it_counts_a_record_after_its_sla_as_late_then_further_copies_as_duplicates(accounting):
+    record = send(accounting, 0, 1000)
+    accounting.expire(1000 + SLA_MS + 1)
+    accounting.record_received(record, 0, 1000 + SLA_MS + 50)
+    result = counts(accounting, 0)
+    assert (result["lost"], result["late"], result["received"], result["duplicated"]) == (1, 1, 0, 0)
+    accounting.record_received(record, 0, 1000 + SLA_MS + 60)
+    assert counts(accounting, 0)["duplicated"] == 1
+
+
+def test_it_reports_records_in_flight_at_the_end_as_pending_not_lost(accounting):
+    send(accounting, 0, 1000)
+    send(accounting, 1, 1000)
+    accounting.expire(1000 + SLA_MS)
+    report = accounting.report()
+    assert report["totals"]["lost"] == 0  # type: ignore[index]
+    assert report["totals"]["pending"] == 2  # type: ignore[index]
+
+
+def test_it_ignores_records_of_other_sessions(accounting):
+    send(accounting, 0, 1000)
+    earlier_run = CanaryRecord("b" * 32, 0, 0, 900)
+    accounting.record_received(earlier_run, 0, 1001)
+    accounting.record_received(earlier_run, 0, 1002)
+    result = counts(accounting, 0)
+    assert (result["received"], result["duplicated"], result["pending"]) == (0, 0, 1)
+    assert accounting.report()["totals"]["other_sessions"] == 2  # type: ignore[index]
+
+
+def test_it_counts_unreadable_records_and_sequences_never_sent_as_invalid(accounting):
+    send(accounting, 0, 1000)
+    accounting.record_received(None, 0, 1001)
+    accounting.record_received(CanaryRecord(SESSION, 0, 7, 1000), 0, 1001)  # seq 7 was never sent
+    accounting.record_received(CanaryRecord(SESSION, 1, 0, 1000), 0, 1001)  # names another partition
+    assert accounting.report()["totals"]["invalid"] == 3  # type: ignore[index]
+    assert counts(accounting, 0)["received"] == 0
+
+
+def test_it_computes_latency_percentiles_from_send_to_receipt(accounting):
+    for latency in range(1, 101):  # 1..100 ms
+        record = send(accounting, 0, 10_000 + latency * 1000)
+        accounting.record_received(record, 0, record.sent_ms + latency)
+    result = counts(accounting, 0)
+    assert (result["p50_ms"], result["p99_ms"], result["max_ms"]) == (50, 99, 100)
+    assert counts(accounting, 1)["p99_ms"] is None  # nothing received: no latency, not zero
+
+
+def test_it_attributes_counts_to_the_window_in_which_they_were_observed(accounting):
+    record = send(accounting, 0, 1000)
+    send(accounting, 0, 1100)
+    first = accounting.close_window()
+    assert (first[0].sent, first[0].received) == (2, 0)
+    accounting.record_received(record, 0, 1200)
+    accounting.expire(1100 + SLA_MS + 1)
+    second = accounting.close_window()
+    assert (second[0].sent, second[0].received, second[0].lost) == (0, 1, 1)
+    assert second[0].latency.summary()["max_ms"] == 200
+    assert accounting.close_window()[0].sent == 0
+    total = counts(accounting, 0)
+    assert (total["sent"], total["received"], total["lost"]) == (2, 1, 1)
+
+
+def test_it_accepts_partitions_added_while_running(accounting):
+    accounting.add_partition(2)
+    record = send(accounting, 2, 1000)
+    accounting.record_received(record, 2, 1001)
+    assert counts(accounting, 2)["received"] == 1
+
+
+def test_it_rejects_a_non_positive_sla():
+    with pytest.raises(ValueError, match="SLA"):
+        CanaryAccounting(SESSION, [0], sla_ms=0)
+
+
+def test_it_round_trips_the_payload_and_rejects_foreign_values():
+    record = CanaryRecord(SESSION, 3, 41, 1718000000123.456)
+    assert decode_record(encode_record(record)) == record
+    for foreign in (
+        None,
+        b"",
+        b"not json",
+        b"[]",
+        b'{"v":2,"session":"x","partition":0,"seq":0,"ts":1}',
+        b'{"v":1,"session":"x","partition":-1,"seq":0,"ts":1}',
+        b'{"v":1,"session":"x","partition":0,"seq":true,"ts":1}',
+        b'{"v":1,"partition":0,"seq":0,"ts":1}',
+        b"\xff\xfe",
+    ):
+        assert decode_record(foreign) is None
+
+
+def test_it_keeps_latency_percentiles_close_in_bounded_memory():
+    digest = LatencyDigest()
+    values = [0.001 * i for i in range(1, 200_001)]  # 0.001 .. 200 ms
+    for value in values:
+        digest.add(value)
+    assert len(digest._counts) < 3000
+    exact_p99 = values[int(0.99 * len(values)) - 1]
+    assert digest.percentile(99) == pytest.approx(exact_p99, rel=0.005)
+    assert digest.max_ms == 200.0
