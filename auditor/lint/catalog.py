@@ -8,11 +8,12 @@ from typing import Any
 
 from auditor.lint import rules_cluster, rules_consumer, rules_producer, rules_streams
 from auditor.lint.defaults import CLIENTS, GUARANTEES
+from auditor.lint.evidence import explains
 from auditor.lint.model import Rule
 
 RULES: tuple[Rule, ...] = rules_producer.RULES + rules_consumer.RULES + rules_cluster.RULES + rules_streams.RULES
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
-CATALOG_FIELDS = ("id", "title", "target", "severity", "guarantees", "clients", "why", "fix")
+CATALOG_FIELDS = ("id", "title", "target", "severity", "guarantees", "clients", "why", "fix", "explains")
 
 
 def rule_as_dict(rule: Rule) -> dict[str, Any]:
@@ -25,6 +26,8 @@ def rule_as_dict(rule: Rule) -> dict[str, Any]:
         "clients": [c for c in CLIENTS if c in rule.clients] if rule.target in ("producer", "consumer") else [],
         "why": rule.why,
         "fix": rule.fix,
+        # the reconciliation findings this rule's setting can cause: [kind, cause or None]
+        "explains": [[kind, cause] for kind, cause in explains(rule.id)],
     }
 
 
@@ -38,5 +41,12 @@ def catalog_as_csv() -> str:
     writer = csv.DictWriter(out, fieldnames=CATALOG_FIELDS, lineterminator="\n")
     writer.writeheader()
     for row in catalog_as_dicts():
-        writer.writerow({**row, "guarantees": " ".join(row["guarantees"]), "clients": " ".join(row["clients"])})
+        writer.writerow(
+            {
+                **row,
+                "guarantees": " ".join(row["guarantees"]),
+                "clients": " ".join(row["clients"]),
+                "explains": " ".join(kind if cause is None else f"{kind}:{cause}" for kind, cause in row["explains"]),
+            }
+        )
     return out.getvalue()

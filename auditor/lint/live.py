@@ -16,8 +16,14 @@ def _described(admin: AdminClient, resources: list[ConfigResource], timeout: flo
     """name → {key: ConfigEntry} for each resource."""
     if not resources:
         return {}
-    futures = admin.describe_configs(resources, request_timeout=timeout)
-    return {resource.name: future.result(timeout=timeout) for resource, future in futures.items()}
+    # librdkafka accepts one BROKER resource per DescribeConfigs call (topics can share one)
+    topics = [r for r in resources if r.restype != ResourceType.BROKER]
+    batches = [[r] for r in resources if r.restype == ResourceType.BROKER] + ([topics] if topics else [])
+    described: dict[str, dict[str, Any]] = {}
+    for batch in batches:
+        futures = admin.describe_configs(batch, request_timeout=timeout)
+        described.update({resource.name: future.result(timeout=timeout) for resource, future in futures.items()})
+    return described
 
 
 def _set_values(entries: Mapping[str, Any], sources: Iterable[ConfigSource]) -> dict[str, Any]:

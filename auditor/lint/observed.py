@@ -1,0 +1,218 @@
+"""What a live cluster shows about its clients: the probes' reported configs, the consumers'
+lag in time, the brokers' settings. No Django here: the scan service wires it up.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import (
+    AdminClient,
+    ClusterMetadata,
+    ConfigResource,
+    ConfigSource,
+    ResourceType,
+)
+
+from auditor.probes.codec import ClientRecord, decode_ledger_record
+
+_BROKER_SET = {
+    ConfigSource.STATIC_BROKER_CONFIG.value,
+    ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+    ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value,
+}
+_READER_GROUP = "auditor-lint-reader"  # assign() only: never joins, never commits
+
+
+@dataclass(frozen=True)
+class ReportedClients:
+    """The newest record of each probe session in the clients topic."""
+
+    clients: list[ClientRecord]
+    undecodable: int = 0
+    complete: bool = True  # False when the timeout hit before the end of the topic
+
+
+def _reader(connection: Mapping[str, Any]) -> Consumer:
+    return Consumer(
+        {
+            **connection,
+            "group.id": _READER_GROUP,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            # timestamps and configs only: an open transaction must not hold the reader back
+            "isolation.level": "read_uncommitted",
+        }
+    )
+
+
+class _PartitionReader:
+    """Reads given partitions from a start offset to their end offset (or EOF), until a deadline.
+
+    ``first_only`` stops each partition after its first record (the lag probe needs one
+    record, not the backlog behind it). ``complete`` says whether every partition was done
+    before the deadline.
+    """
+
+    def __init__(
+        self, consumer: Consumer, starts: Mapping[tuple[str, int], tuple[int, int]], *, first_only: bool = False
+    ):
+        self.consumer = consumer
+        self.starts = dict(starts)
+        self.first_only = first_only
+        self.pending = {tp for tp, (first, end) in self.starts.items() if end > first}
+        self.complete = not self.pending
+
+    def _done(self, tp: tuple[str, int]) -> None:
+        self.pending.discard(tp)
+        self.consumer.pause([TopicPartition(tp[0], tp[1])])
+
+    def messages(self, deadline: float) -> Iterator[Message]:
+        if not self.pending:
+            return
+        self.consumer.assign([TopicPartition(topic, p, self.starts[(topic, p)][0]) for topic, p in self.pending])
+        while self.pending and time.monotonic() < deadline:
+            for message in self.consumer.consume(num_messages=500, timeout=0.5):
+                tp = (message.topic(), message.partition())
+                if tp not in self.pending:
+                    continue
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        self._done(tp)
+                        continue
+                    raise KafkaException(error)
+                yield message
+                if self.first_only or message.offset() >= self.starts[tp][1] - 1:
+                    self._done(tp)
+        self.complete = not self.pending
+
+
+def read_reported_clients(connection: Mapping[str, Any], topic: str, *, timeout: float = 20.0) -> ReportedClients:
+    """Decode the clients topic (docs/contracts.md, `_audit.clients`) from its start to its end.
+
+    Keeps the newest record per session; sessions whose kind, client id, group, host,
+    library and config are all identical (the same app restarted) are reported once, by
+    their newest session. A missing topic means no probe has reported yet.
+    """
+    deadline = time.monotonic() + timeout
+    consumer = _reader(connection)
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout)
+        described = metadata.topics.get(topic)
+        if described is None or described.error is not None:
+            return ReportedClients([])
+        starts: dict[tuple[str, int], tuple[int, int]] = {}
+        for partition in described.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+            starts[(topic, partition)] = (low, high)
+        newest: dict[str, ClientRecord] = {}
+        undecodable = 0
+        reader = _PartitionReader(consumer, starts)
+        for message in reader.messages(deadline):
+            record = decode_ledger_record(message.value())
+            if not isinstance(record, ClientRecord):
+                undecodable += 1
+                continue
+            known = newest.get(record.session)
+            # a session's records share a key, hence a partition: a later one is newer
+            if known is None or record.ts_ms >= known.ts_ms:
+                newest[record.session] = record
+        complete = reader.complete
+    finally:
+        consumer.close()
+    same_app: dict[str, ClientRecord] = {}
+    for record in newest.values():
+        identity = json.dumps(
+            [record.kind, record.client_id, record.group, record.host, record.library, record.config],
+            sort_keys=True,
+            default=str,
+        )
+        known = same_app.get(identity)
+        if known is None or (record.ts_ms, record.session) > (known.ts_ms, known.session):
+            same_app[identity] = record
+    clients = sorted(same_app.values(), key=lambda r: (r.kind, r.client_id or "", r.host or "", r.session))
+    return ReportedClients(clients, undecodable=undecodable, complete=complete)
+
+
+def committed_offsets(
+    admin: AdminClient, group: str, topic: str, partitions: Iterable[int], *, timeout: float
+) -> dict[int, int]:
+    """partition → the group's committed offset (partitions without one are left out)."""
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])
+    futures = admin.list_consumer_group_offsets([request], request_timeout=timeout)
+    answer = futures[group].result(timeout=timeout)
+    return {tp.partition: tp.offset for tp in answer.topic_partitions if tp.error is None and tp.offset >= 0}
+
+
+def consumer_lag_seconds(
+    admin: AdminClient,
+    connection: Mapping[str, Any],
+    metadata: ClusterMetadata,
+    groups_by_topic: Mapping[str, Iterable[str]],
+    *,
+    timeout: float = 15.0,
+    now_ms: int | None = None,
+) -> dict[str, float]:
+    """Per topic, how far behind in time its slowest consumer group is.
+
+    The lag of a partition is the age of the first record the group has not consumed
+    (the record at its committed offset, or the oldest one left when retention already
+    deleted that); 0 when the group is at the end. A topic none of whose groups has
+    committed an offset is left out: its lag is unknown.
+    """
+    deadline = time.monotonic() + timeout
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    lag: dict[str, float] = {}
+    consumer = _reader(connection)
+    try:
+        wanted: dict[tuple[str, int], int] = {}
+        ends: dict[tuple[str, int], tuple[int, int]] = {}
+        for topic, groups in groups_by_topic.items():
+            described = metadata.topics.get(topic)
+            if described is None:
+                continue
+            partitions = list(described.partitions)
+            for group in groups:
+                for partition, offset in committed_offsets(admin, group, topic, partitions, timeout=timeout).items():
+                    tp = (topic, partition)
+                    if tp not in ends:
+                        ends[tp] = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
+                    low, high = ends[tp]
+                    lag.setdefault(topic, 0.0)
+                    if offset < high:
+                        first = max(offset, low)
+                        wanted[tp] = min(wanted.get(tp, first), first)
+        reader = _PartitionReader(consumer, {tp: (first, ends[tp][1]) for tp, first in wanted.items()}, first_only=True)
+        for message in reader.messages(deadline):
+            kind, ts_ms = message.timestamp()
+            if kind != TIMESTAMP_NOT_AVAILABLE and ts_ms > 0:
+                topic = message.topic()
+                lag[topic] = max(lag[topic], max(0, now_ms - ts_ms) / 1000)
+    finally:
+        consumer.close()
+    return lag
+
+
+def broker_configs(admin: AdminClient, broker_id: int, *, timeout: float = 15.0) -> dict[str, Any]:
+    """The settings a broker runs with that were set (server.properties or dynamically)."""
+    resource = ConfigResource(ResourceType.BROKER, str(broker_id))
+    entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout=timeout)
+    return {
+        name: entry.value for name, entry in entries.items() if entry.value is not None and entry.source in _BROKER_SET
+    }

@@ -1,0 +1,59 @@
+"""The evidence hook: which reconciliation findings each rule's setting explains, both ways."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from auditor.lint.catalog import RULES
+from auditor.lint.evidence import EXPLAINS, FINDING_CAUSES, FINDING_KINDS, explains, rules_explaining
+from auditor.lint.models import LintResultRow
+
+SPARK_TRANSFORM = Path(__file__).resolve().parents[2] / "spark_jobs" / "reconcile_transform.py"
+
+
+def test_it_maps_every_rule_and_only_known_findings() -> None:
+    assert set(EXPLAINS) == {rule.id for rule in RULES}
+    for pairs in EXPLAINS.values():
+        for kind, cause in pairs:
+            assert kind in FINDING_KINDS
+            assert cause is None or cause in FINDING_CAUSES[kind]
+
+
+def test_it_uses_the_reconciliation_jobs_vocabulary() -> None:
+    source = SPARK_TRANSFORM.read_text()
+    assigned = {
+        target.id: node.value
+        for node in ast.parse(source).body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    assert ast.literal_eval(assigned["FINDING_KINDS"]) == FINDING_KINDS
+    for causes in FINDING_CAUSES.values():
+        for cause in causes:
+            assert f'"{cause}"' in source
+
+
+def test_it_links_settings_to_the_findings_they_cause() -> None:
+    assert explains("C004") == (("reprocessed", None),)
+    assert ("gap", "broker-lost") in explains("P001")
+    assert explains("C001") == (("unprocessed", None),)
+    assert explains("P006") == explains("P007") == (("duplicate", "producer-retry"),)
+    assert explains("X999") == ()
+
+
+def test_it_finds_the_rules_that_explain_a_finding() -> None:
+    assert rules_explaining("duplicate", "producer-retry") == ["P006", "P007", "B003", "B004", "B005", "S001"]
+    assert rules_explaining("gap", "broker-lost") == ["P001", "T001", "T002", "T004", "B006", "B007", "B008"]
+    assert rules_explaining("reprocessed") == ["C004", "C005", "C006", "B001", "B002", "S001"]
+    assert rules_explaining("orphan") == []
+
+
+@pytest.mark.parametrize(("rule", "labels"), [("C004", ["reprocessed"]), ("P001", ["gap (broker-lost)", "missing"])])
+def test_it_names_the_findings_of_a_stored_result(rule: str, labels: list[str]) -> None:
+    row = LintResultRow(rule=rule)
+    assert row.explains() == explains(rule)
+    assert row.explains_labels() == labels

@@ -1,0 +1,207 @@
+"""scan_all against the real broker(s): bound topics with bad settings, probes' reported clients, lag."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import uuid
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from django.core.management import CommandError, call_command
+
+from auditor.lint.models import LintResultRow, LintScan
+from auditor.lint.service import scan_all
+from auditor.pipelines.models import Binding, Cluster, SourceDatabase
+from auditor.probes.topics import CLIENTS_TOPIC, ensure_audit_topics
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+SECRET = "hunter2-Sup3rS3cret"
+MakeTopic = Callable[..., str]
+Bind = Callable[..., Binding]
+
+
+@pytest.fixture
+def cluster(kafka_bootstrap: str) -> Cluster:
+    return Cluster.objects.create(name=f"lint-{uuid.uuid4().hex[:8]}", bootstrap_servers=kafka_bootstrap)
+
+
+@pytest.fixture
+def bind(cluster: Cluster) -> Callable[..., Binding]:
+    source = SourceDatabase.objects.create(name=f"src-{uuid.uuid4().hex[:8]}", url="postgresql://app@127.0.0.1/app")
+
+    def create(topic: str, guarantee: str, groups: list[str] | None = None) -> Binding:
+        return Binding.objects.create(
+            name=f"b-{uuid.uuid4().hex[:8]}",
+            cluster=cluster,
+            topic=topic,
+            source=source,
+            table="public.items",
+            key_column="id",
+            guarantee=guarantee,
+            consumer_groups=groups or [],
+        )
+
+    return create
+
+
+def publish_client_record(bootstrap: str, kind: str, config: dict[str, object], group: str | None = None) -> str:
+    """A probe's `_audit.clients` record (docs/contracts.md), written with a plain Producer."""
+    ensure_audit_topics({"bootstrap.servers": bootstrap}, topics=[CLIENTS_TOPIC])
+    session = uuid.uuid4().hex
+    record = {
+        "v": 1,
+        "kind": kind,
+        "session": session,
+        "client_id": f"lint-test-{kind}",
+        "group": group,
+        "library": "librdkafka",
+        "library_version": "2.16.0",
+        "config": config,
+        "host": "lint-test-host",
+        "ts": int(time.time() * 1000),
+    }
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    producer.produce(CLIENTS_TOPIC, key=session.encode(), value=json.dumps(record, separators=(",", ":")).encode())
+    assert producer.flush(30) == 0
+    return session
+
+
+def on(scan: LintScan, subject_start: str) -> dict[str, LintResultRow]:
+    rows = scan.results.filter(subject__startswith=subject_start)
+    return {row.rule: row for row in rows}
+
+
+def test_it_flags_min_isr_one_on_replication_factor_three(
+    kafka_brokers: int, make_topic: MakeTopic, cluster: Cluster, bind: Bind
+) -> None:
+    if kafka_brokers < 3:
+        pytest.skip("replication factor 3 needs the 3-broker test stack (KAFKA_BROKERS=3)")
+    topic = make_topic(
+        "lint-rf3",
+        replication_factor=3,
+        config={"min.insync.replicas": "1", "unclean.leader.election.enable": "true"},
+    )
+    bind(topic, "at-least-once")
+    scan = scan_all(LintScan.MANUAL, clusters=[cluster])
+    assert scan.status == "ok", scan.error
+    found = on(scan, f"topic {topic}")
+    assert sorted(found) == ["T002", "T004"]
+    assert (found["T002"].shown_value, found["T002"].source, found["T002"].severity) == ("1", "explicit", "error")
+    assert (found["T004"].shown_value, found["T004"].source) == ("true", "explicit")
+    assert {row.cluster for row in found.values()} == {cluster.name}
+    assert ("gap", "broker-lost") in found["T004"].explains()
+
+
+def test_it_lints_bound_topics_brokers_and_reported_clients(
+    kafka_bootstrap: str, kafka_brokers: int, make_topic: MakeTopic, cluster: Cluster, bind: Bind
+) -> None:
+    group = f"lint-group-{uuid.uuid4().hex[:8]}"
+    replicas = min(3, kafka_brokers)
+    unsafe = make_topic("lint-unclean", replication_factor=replicas, config={"unclean.leader.election.enable": "true"})
+    safe = make_topic(
+        "lint-eos", replication_factor=replicas, config={"min.insync.replicas": "2"} if replicas == 3 else {}
+    )
+    bind(unsafe, "at-least-once", [group])
+    bind(safe, "exactly-once")
+    bind(f"lint-missing-{uuid.uuid4().hex[:6]}", "at-most-once")
+    consumer_session = publish_client_record(kafka_bootstrap, "consumer", {"group.id": group}, group)
+    producer_session = publish_client_record(
+        kafka_bootstrap,
+        "producer",
+        {"acks": "1", "sasl.password": SECRET, "sasl.jaas.config": f'PlainLoginModule required password="{SECRET}";'},
+    )
+
+    scan = scan_all(LintScan.MANUAL, clusters=[cluster])
+    assert scan.status == "ok", scan.error
+    assert any(note.startswith(f"cluster {cluster.name}: topic lint-missing-") for note in scan.notes)
+
+    unsafe_rules = sorted(on(scan, f"topic {unsafe}"))
+    # 3 brokers run with min.insync.replicas=2, which the topic inherits
+    assert unsafe_rules == (["T004"] if replicas == 3 else ["T001", "T002", "T004"])
+    assert sorted(on(scan, f"topic {safe}")) == ([] if replicas == 3 else ["T001", "T002"])
+    assert {row.guarantee for row in scan.results.filter(subject=f"topic {safe}")} <= {"exactly-once"}
+
+    # a consumer of a bound group takes that binding's guarantee: at-least-once, auto-commit skips records
+    consumer = on(scan, "consumer lint-test-consumer@lint-test-host " + consumer_session)
+    assert sorted(consumer) == ["C001", "C003"]
+    assert consumer["C001"].guarantee == "at-least-once"
+    assert consumer["C001"].subject.endswith(f"(group {group})")
+    # a producer's topics are unknown: the cluster's strictest guarantee (exactly-once) applies
+    producer = on(scan, "producer lint-test-producer@lint-test-host " + producer_session)
+    assert sorted(producer) == ["P001", "P006", "P007", "P008"]
+    assert {row.guarantee for row in producer.values()} == {"exactly-once"}
+
+    brokers = scan.results.filter(target_kind="broker")
+    assert all(row.subject.startswith("broker") for row in brokers)
+    assert {row.guarantee for row in brokers} <= {"exactly-once"}
+    assert scan.error_count == scan.results.filter(severity="error").count()
+
+    stored = "\n".join(str(v) for v in [*LintScan.objects.values(), *LintResultRow.objects.values()])
+    assert SECRET not in stored
+
+
+def test_it_measures_consumer_lag_in_time_for_the_retention_rule(
+    kafka_bootstrap: str, kafka_brokers: int, make_topic: MakeTopic, cluster: Cluster, bind: Bind
+) -> None:
+    group = f"lint-lag-{uuid.uuid4().hex[:8]}"
+    replicas = min(3, kafka_brokers)
+    topic = make_topic(
+        "lint-lag",
+        replication_factor=replicas,
+        config={"retention.ms": "3600000", **({"min.insync.replicas": "2"} if replicas == 3 else {})},
+    )
+    bind(topic, "at-least-once", [group])
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    two_hours_ago = int(time.time() * 1000) - 2 * 3600 * 1000
+    for i in range(3):
+        producer.produce(topic, value=f"r{i}".encode(), timestamp=two_hours_ago + i)
+    assert producer.flush(30) == 0
+    # the group committed offset 0: every record is waiting, the oldest for two hours
+    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        committer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        committer.close()
+
+    scan = scan_all(LintScan.MANUAL, clusters=[cluster])
+    assert scan.status == "ok", scan.error
+    t005 = on(scan, f"topic {topic}")["T005"]
+    assert (t005.severity, t005.shown_value, t005.source) == ("error", "3600000", "explicit")
+    assert t005.message.startswith("the consumers are 2 h behind")
+
+
+def test_it_reports_an_unreachable_cluster_as_a_failed_scan() -> None:
+    dead = Cluster.objects.create(
+        name=f"dead-{uuid.uuid4().hex[:6]}",
+        bootstrap_servers="127.0.0.1:1",
+        config={"sasl.password": SECRET, "security.protocol": "PLAINTEXT"},
+    )
+    scan = scan_all(LintScan.SCHEDULE, clusters=[dead], timeout=2)
+    assert scan.status == "failed"
+    assert scan.error.startswith(f"cluster {dead.name}: cannot reach it: ")
+    assert scan.results.count() == 0
+    assert SECRET not in scan.error
+
+
+def test_it_notes_when_no_cluster_is_configured() -> None:
+    scan = scan_all(LintScan.SCHEDULE, clusters=[])
+    assert (scan.status, scan.summary) == ("ok", "0 clusters, 0 brokers, 0 topics, 0 clients")
+    assert scan.notes == ["no cluster is configured (audit apply FILE adds them)"]
+
+
+def test_it_scans_the_configured_clusters_from_the_cli(make_topic: MakeTopic, cluster: Cluster, bind: Bind) -> None:
+    topic = make_topic("lint-cli", replication_factor=1, config={"unclean.leader.election.enable": "true"})
+    bind(topic, "at-least-once")
+    out = io.StringIO()
+    with pytest.raises(CommandError) as raised:  # T004 is an error: exit 1 (2 if another stored cluster is down)
+        call_command("audit", "lint", "--json", stdout=out)
+    assert raised.value.returncode in (1, 2)
+    body = json.loads(out.getvalue())
+    assert body["scan"]["trigger"] == "cli"
+    mine = [r for r in body["results"] if r["subject"] == f"topic {topic}"]
+    assert {r["rule"] for r in mine} >= {"T004"}
+    assert {"rule", "severity", "target", "config", "value", "expected", "message"} <= set(mine[0])
