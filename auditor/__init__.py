@@ -1,5 +1,5 @@
-"""Kafka delivery auditor: a Django project with one sub-app per concern."""
+"""Kafka delivery auditor: a Django project with one sub-app per concern.
 
-from auditor.celery import app as celery_app
-
-__all__ = ["celery_app"]
+Nothing is imported here, so applications can embed ``auditor.probes`` without Django
+or Celery installed. Django processes load the Celery app in StatusConfig.ready().
+"""

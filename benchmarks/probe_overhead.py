@@ -7,9 +7,15 @@ message, ledger flushed at the end) vs Consumer (poll), both reading the same
 audited records from the beginning with assign(). Arms run interleaved
 (A/B/A/B...) against the same broker; the ratios are audited/plain medians.
 
-    .venv/bin/python benchmarks/probe_overhead.py --records 200000
+    .venv/bin/python benchmarks/probe_overhead.py --records 200000 [--floor] [--keys]
 
-The last line is always ``ratio producer=<x> consumer=<y>``.
+Each run also prints the process CPU per message (all threads, librdkafka's
+included), steadier than msgs/s on a shared machine. ``--floor`` adds a producer
+arm with only what the contract forces on any Python probe (four headers and a
+per-message delivery callback) to show how much of the cost is confluent-kafka's.
+Payloads (and keys) are generated before timing; every producer run writes to a
+fresh topic that is deleted afterwards. The last line is always
+``ratio producer=<x> consumer=<y>``.
 """
 
 from __future__ import annotations
@@ -20,16 +26,18 @@ import statistics
 import sys
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from auditor.probes import AuditedConsumer, AuditedProducer  # noqa: E402
+from auditor.probes import AuditedConsumer, AuditedProducer
 
 
 def parse_args() -> argparse.Namespace:
@@ -39,6 +47,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--value-size", type=int, default=100, help="payload bytes (default 100)")
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--keys", action="store_true", help="give every record a key (else audit ids are UUIDs)")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="add an arm with only the contract's headers and a per-message delivery callback",
+    )
     parser.add_argument(
         "--bootstrap",
         default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
@@ -130,6 +143,47 @@ def consume_all(consumer: Any, topic: str, partitions: int, count: int, mark: bo
     return time.perf_counter() - started
 
 
+class ContractFloorProducer:
+    """What any Python probe pays for the contract on confluent-kafka before its own
+    logic: the four audit headers (fixed values) and a per-message delivery callback
+    that records one tuple. Shown with --floor, never part of the final ratio."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self._producer = Producer(config)
+        self._headers = [("audit-id", b"0" * 32), ("audit-pid", b"0" * 32), ("audit-seq", b"1234567"),
+                         ("audit-ts", b"1700000000000")]  # fmt: skip
+        self.acks: list[tuple[int, int, int]] = []
+        self._seq = 0
+
+    def _on_delivery(self, seq: int, err: Any, msg: Any) -> None:
+        self.acks.append((seq, msg.partition(), msg.offset()))
+
+    def produce(self, topic: str, value: bytes, key: bytes | None = None) -> None:
+        self._producer.produce(topic, value, key, -1, partial(self._on_delivery, self._seq), None, 0, self._headers)
+        self._seq += 1
+
+    def poll(self, timeout: float) -> int:
+        return self._producer.poll(timeout)
+
+    def flush(self, timeout: float) -> int:
+        return self._producer.flush(timeout)
+
+
+def cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def report(results: dict[str, list[float]], cpu: dict[str, list[float]], arm: str, round_no: int, n: int,
+           elapsed: float, used_cpu: float) -> None:  # fmt: skip
+    results[arm].append(n / elapsed)
+    cpu[arm].append(used_cpu / n * 1e6)
+    print(
+        f"round {round_no + 1} {arm}: {n / elapsed:,.0f} msgs/s ({elapsed:.2f}s, process CPU {used_cpu / n * 1e6:.2f} us/msg)",
+        flush=True,
+    )
+
+
 def main() -> int:
     args = parse_args()
     topics = Topics(args.bootstrap)
@@ -141,22 +195,27 @@ def main() -> int:
     values = [os.urandom(args.value_size // 2).hex().encode()[: args.value_size] for _ in range(args.records)]
     keys = [b"item-%08d" % i for i in range(args.records)] if args.keys else None
     producer_config = {"bootstrap.servers": args.bootstrap, "linger.ms": 5}
-    results: dict[str, list[float]] = {"plain producer": [], "audited producer": [], "plain consumer": [],
-                                       "audited consumer": []}  # fmt: skip
+    producer_arms: dict[str, Callable[[], Any]] = {
+        "plain producer": lambda: Producer(producer_config),
+        "audited producer": lambda: AuditedProducer(producer_config, **ledger),
+    }
+    if args.floor:
+        producer_arms["floor producer"] = lambda: ContractFloorProducer(producer_config)
+    results: dict[str, list[float]] = defaultdict(list)
+    cpu: dict[str, list[float]] = defaultdict(list)
     print(f"records={args.records} value_size={args.value_size} partitions={args.partitions} keys={args.keys}")
     try:
         for round_no in range(args.rounds):
-            for arm in ("plain producer", "audited producer"):
+            for arm, make in producer_arms.items():
                 topic = topics.create("p", args.partitions)
-                client: Any = (
-                    Producer(producer_config) if arm.startswith("plain") else AuditedProducer(producer_config, **ledger)
-                )
+                client = make()
+                cpu_before = cpu_seconds()
                 elapsed = produce_all(client, topic, values, keys)
-                if arm.startswith("audited"):
+                used_cpu = cpu_seconds() - cpu_before
+                if isinstance(client, AuditedProducer):
                     client.close()
                 topics.delete([topic])  # keeps the broker's disk use to one run's worth
-                results[arm].append(args.records / elapsed)
-                print(f"round {round_no + 1} {arm}: {args.records / elapsed:,.0f} msgs/s ({elapsed:.2f}s)", flush=True)
+                report(results, cpu, arm, round_no, args.records, elapsed, used_cpu)
 
         source = topics.create("c", args.partitions)
         seeder = AuditedProducer(producer_config, **ledger)
@@ -170,17 +229,21 @@ def main() -> int:
                     "enable.auto.commit": False,
                 }
                 audited = arm.startswith("audited")
-                client = AuditedConsumer(config, **consumer_ledger) if audited else Consumer(config)
-                elapsed = consume_all(client, source, args.partitions, args.records, mark=audited)
-                client.close()
-                results[arm].append(args.records / elapsed)
-                print(f"round {round_no + 1} {arm}: {args.records / elapsed:,.0f} msgs/s ({elapsed:.2f}s)", flush=True)
+                consumer: Any = AuditedConsumer(config, **consumer_ledger) if audited else Consumer(config)
+                cpu_before = cpu_seconds()
+                elapsed = consume_all(consumer, source, args.partitions, args.records, mark=audited)
+                used_cpu = cpu_seconds() - cpu_before
+                consumer.close()
+                report(results, cpu, arm, round_no, args.records, elapsed, used_cpu)
     finally:
         topics.delete_all()
 
     medians = {arm: statistics.median(rates) for arm, rates in results.items()}
     for arm, rate in medians.items():
-        print(f"median {arm}: {rate:,.0f} msgs/s")
+        print(f"median {arm}: {rate:,.0f} msgs/s, process CPU {statistics.median(cpu[arm]):.2f} us/msg")
+    if args.floor:
+        floor_ratio = medians["floor producer"] / medians["plain producer"]
+        print(f"floor producer/plain producer: {floor_ratio:.3f} (headers + per-message callback, no probe logic)")
     producer_ratio = medians["audited producer"] / medians["plain producer"]
     consumer_ratio = medians["audited consumer"] / medians["plain consumer"]
     print(f"ratio producer={producer_ratio:.3f} consumer={consumer_ratio:.3f}")

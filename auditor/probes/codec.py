@@ -9,12 +9,11 @@ what is wrong; it never raises on bad input.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from auditor.probes.config import mask_config
-from auditor.probes.headers import decode_audit_id
 
 LEDGER_VERSION = 1
 ACKED = "acked"
@@ -27,14 +26,15 @@ PERSISTED_VALUES = frozenset({PERSISTED, POSSIBLY_PERSISTED, NOT_PERSISTED})
 # Kafka's default max message size is ~1 MB; stay well below it per ledger record.
 MAX_RECORD_BYTES = 512 * 1024
 
-_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
-# --- buffered entry shapes (hot path; tuples, not objects) -----------------------
-# producer: (topic, seq, partition, offset, audit_id, ts_ms, error, persisted)
-#   error is None for acked entries; persisted is None for acked entries.
-# consumer: (topic, partition, offset, audit_id, ts_ms)
-ProducerEntryTuple = tuple[str, int, int, int, bytes | str | None, int, str | None, str | None]
-ConsumerEntryTuple = tuple[str, int, int, bytes | str | None, int]
+# --- buffered entry shapes (hot path) --------------------------------------------
+# The probes buffer each entry as a tuple that already is the contract's JSON row,
+# so a batch is encoded by one C-level json call with no per-entry Python work.
+# producer row: (seq, "acked"|"failed", partition, offset, error|None, persisted, audit_id|None, ts_ms)
+# consumer row: (topic, partition, offset, audit_id|None, ts_ms)
+ProducerRow = tuple[int, str, int, int, str | None, str, str | None, int]
+ConsumerRow = tuple[str, int, int, str | None, int]
 
 
 # --- typed decoded records --------------------------------------------------------
@@ -125,71 +125,55 @@ LedgerRecord = ProducerBatch | ConsumerBatch | SessionStart | SessionEnd | Clien
 
 
 # --- encoders -----------------------------------------------------------------------
-def _split_to_fit(header: dict[str, Any], entries: list[list[Any]], out: list[bytes]) -> None:
-    header["entries"] = entries
-    encoded = _dumps(header).encode("utf-8")
-    if len(encoded) <= MAX_RECORD_BYTES or len(entries) <= 1:
+def encode_batch(header: Mapping[str, Any], rows: Sequence[Sequence[Any]], max_entries: int = 1000) -> list[bytes]:
+    """Records of ``header`` plus ``"entries"``: chunks of at most ``max_entries``
+    rows and at most MAX_RECORD_BYTES each (a chunk too large is halved)."""
+    out: list[bytes] = []
+    step = max(1, max_entries)
+    record = dict(header)
+    for start in range(0, len(rows), step):
+        _encode_chunk(record, rows[start : start + step], out)
+    return out
+
+
+def _encode_chunk(record: dict[str, Any], rows: Sequence[Sequence[Any]], out: list[bytes]) -> None:
+    record["entries"] = rows
+    encoded = _dumps(record).encode("ascii")
+    if len(encoded) <= MAX_RECORD_BYTES or len(rows) <= 1:
         out.append(encoded)
         return
-    middle = len(entries) // 2
-    _split_to_fit(header, entries[:middle], out)
-    _split_to_fit(header, entries[middle:], out)
+    middle = len(rows) // 2
+    _encode_chunk(record, rows[:middle], out)
+    _encode_chunk(record, rows[middle:], out)
+
+
+def producer_batch_header(pid: str, client_id: str | None, topic: str) -> dict[str, Any]:
+    return {"v": LEDGER_VERSION, "type": "batch", "pid": pid, "client_id": client_id, "topic": topic}
+
+
+def consumer_batch_header(sid: str, group: str | None) -> dict[str, Any]:
+    return {"v": LEDGER_VERSION, "type": "processed", "sid": sid, "group": group}
 
 
 def encode_producer_batch(
     pid: str,
     client_id: str | None,
-    entries: Iterable[ProducerEntryTuple],
+    topic: str,
+    rows: Sequence[ProducerRow],
     max_entries: int = 1000,
 ) -> list[bytes]:
-    """Producer ledger records for buffered entries: one or more per topic.
-
-    Entries keep their buffered order within a topic; a topic's entries are
-    split into records of at most ``max_entries`` and at most MAX_RECORD_BYTES.
-    """
-    by_topic: dict[str, list[list[Any]]] = {}
-    for topic, seq, partition, offset, audit_id, ts_ms, error, persisted in entries:
-        rows = by_topic.get(topic)
-        if rows is None:
-            rows = by_topic[topic] = []
-        rows.append(
-            [
-                seq,
-                ACKED if error is None else FAILED,
-                partition,
-                offset,
-                error,
-                PERSISTED if error is None else persisted,
-                None if audit_id is None else decode_audit_id(audit_id),
-                ts_ms,
-            ]
-        )
-    out: list[bytes] = []
-    step = max(1, max_entries)
-    for topic, rows in by_topic.items():
-        for start in range(0, len(rows), step):
-            header = {"v": LEDGER_VERSION, "type": "batch", "pid": pid, "client_id": client_id, "topic": topic}
-            _split_to_fit(header, rows[start : start + step], out)
-    return out
+    """Producer ledger ("batch") records for one topic's entries, in the given order."""
+    return encode_batch(producer_batch_header(pid, client_id, topic), rows, max_entries)
 
 
 def encode_consumer_batch(
     sid: str,
     group: str | None,
-    entries: Iterable[ConsumerEntryTuple],
+    rows: Sequence[ConsumerRow],
     max_entries: int = 1000,
 ) -> list[bytes]:
-    """Consumer ledger ("processed") records for buffered marks, in mark order."""
-    rows = [
-        [topic, partition, offset, None if audit_id is None else decode_audit_id(audit_id), ts_ms]
-        for topic, partition, offset, audit_id, ts_ms in entries
-    ]
-    out: list[bytes] = []
-    step = max(1, max_entries)
-    for start in range(0, len(rows), step):
-        header = {"v": LEDGER_VERSION, "type": "processed", "sid": sid, "group": group}
-        _split_to_fit(header, rows[start : start + step], out)
-    return out
+    """Consumer ledger ("processed") records for marks, in the given order."""
+    return encode_batch(consumer_batch_header(sid, group), rows, max_entries)
 
 
 def encode_session_start(
@@ -207,7 +191,7 @@ def encode_session_start(
         record["sid"] = session
         record["group"] = group
     record.update({"client_id": client_id, "ts": ts_ms, "host": host})
-    return _dumps(record).encode("utf-8")
+    return _dumps(record).encode("ascii")
 
 
 def encode_session_end(
@@ -227,7 +211,7 @@ def encode_session_end(
         }
     else:
         record = {"v": LEDGER_VERSION, "type": "session-end", "sid": session, "group": group, "ts": ts_ms}
-    return _dumps(record).encode("utf-8")
+    return _dumps(record).encode("ascii")
 
 
 def encode_client_record(
@@ -253,7 +237,7 @@ def encode_client_record(
         "host": host,
         "ts": ts_ms,
     }
-    return _dumps(record).encode("utf-8")
+    return _dumps(record).encode("ascii")
 
 
 # --- decoders -------------------------------------------------------------------------

@@ -24,8 +24,9 @@ SECRET_KEY_MARKERS: tuple[str, ...] = (
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@\s]*):[^@/\s]*@")
 
 # Settings a ledger producer copies from the application's client so it reaches
-# the same cluster the same way (network, TLS, SASL). Everything else (acks,
-# batching, consumer settings, application callbacks) stays the probe's own.
+# the same cluster the same way (network, TLS, SASL) and logs the same way.
+# Everything else (acks, batching, consumer settings, delivery callbacks) stays
+# the probe's own.
 _CONNECTION_KEYS = frozenset(
     {
         "bootstrap.servers",
@@ -45,6 +46,8 @@ _CONNECTION_KEYS = frozenset(
         "api.version.request",
         "broker.version.fallback",
         "oauth_cb",
+        "log_level",
+        "logger",
     }
 )
 _CONNECTION_PREFIXES: tuple[str, ...] = ("ssl.", "ssl_", "sasl.", "enable.ssl", "https.")

@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, Message, TopicPartition, libversion
+from confluent_kafka import Consumer, Message, Producer, TopicPartition, libversion
 
 from auditor.probes.codec import (
+    consumer_batch_header,
     encode_client_record,
-    encode_consumer_batch,
     encode_session_end,
     encode_session_start,
 )
@@ -63,6 +63,11 @@ class AuditedConsumer:
     so a committed offset never runs ahead of its processed marks. Offsets
     committed by ``enable.auto.commit`` cannot be ordered that way; audit-minded
     consumers commit explicitly.
+
+    ``stats()`` counts received records (poll/consume, errors and events
+    excluded), processed marks, and records whose audit headers are missing or
+    malformed (see ``parse_audit_headers``). ``consumer_factory`` and
+    ``producer_factory`` build the wrapped consumer and the ledger producer.
     """
 
     kind: Literal["consumer"] = "consumer"
@@ -77,9 +82,11 @@ class AuditedConsumer:
         ledger_flush_interval_s: float = 1.0,
         ledger_flush_timeout_s: float = 30.0,
         ledger_config: Mapping[str, Any] | None = None,
+        consumer_factory: Callable[[dict[str, Any]], Any] = Consumer,
+        producer_factory: Callable[[dict[str, Any]], Any] = Producer,
     ) -> None:
         self._config = dict(config)
-        self._consumer = Consumer(dict(config))
+        self._consumer = consumer_factory(dict(config))
         self.session_id = uuid.uuid4().hex
         group = self._config.get("group.id")
         self.group: str | None = None if group is None else str(group)
@@ -94,20 +101,16 @@ class AuditedConsumer:
         self._last_id: bytes | str | None = None
         self._closed = False
 
-        def encode(entries: Any) -> list[bytes]:
-            return encode_consumer_batch(self.session_id, self.group, entries, ledger_batch_size)
-
         self._ledger = LedgerWriter(
             ledger_producer_config(self._config, self.client_id, ledger_config),
             topic=ledger_topic,
             key=self.session_id.encode("ascii"),
-            encode=encode,
             batch_size=ledger_batch_size,
             flush_interval_s=ledger_flush_interval_s,
             name=f"consumer-{self.session_id[:8]}",
+            producer_factory=producer_factory,
         )
-        self._append = self._ledger.append
-        self._pending = self._ledger.pending
+        self._rows = self._ledger.stream(consumer_batch_header(self.session_id, self.group))
         self._batch_size = ledger_batch_size
         now_ms = _time_ns() // 1_000_000
         self._ledger.write(
@@ -141,8 +144,18 @@ class AuditedConsumer:
 
     def poll(self, timeout: float | None = None) -> Message | None:
         msg = self._consumer.poll(-1 if timeout is None else timeout)
-        if msg is not None and msg.error() is None:
-            self._inspect(msg)
+        if msg is None or msg.error() is not None:
+            return msg
+        # _inspect() inlined: this runs once per consumed record.
+        status, audit_id = fast_audit_id(msg.headers())
+        self._received += 1
+        if status:
+            if status == 1:
+                self._missing += 1
+            else:
+                self._malformed += 1
+        self._last_msg = msg
+        self._last_id = audit_id
         return msg
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
@@ -158,10 +171,15 @@ class AuditedConsumer:
         if msg is self._last_msg:
             audit_id = self._last_id
         else:
+            if msg.error() is not None:
+                return  # an event or error, not a record: nothing was processed
             audit_id = fast_audit_id(msg.headers())[1]
-        self._append((msg.topic(), msg.partition(), msg.offset(), audit_id, _time_ns() // 1_000_000))
+        if audit_id.__class__ is bytes:
+            audit_id = audit_id.decode("utf-8", "backslashreplace")  # type: ignore[union-attr]
+        rows = self._rows
+        rows.append((msg.topic(), msg.partition(), msg.offset(), audit_id, _time_ns() // 1_000_000))
         self._processed += 1
-        if len(self._pending) >= self._batch_size:
+        if len(rows) >= self._batch_size:
             self._ledger.flush_entries()
 
     def processing(self, msg: Message) -> _Processing:

@@ -8,7 +8,7 @@ but not a complete valid set).
 
 from __future__ import annotations
 
-import random
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +23,8 @@ HeaderValue = bytes | str | None
 HeadersInput = Iterable[tuple[str | bytes, HeaderValue]] | Mapping[str | bytes, HeaderValue] | None
 
 _HEX_DIGITS = b"0123456789abcdef"
-_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
-_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
-_getrandbits = random.getrandbits
+_UUID_VERSION_4 = bytes((b & 0x0F) | 0x40 for b in range(256))
+_UUID_VARIANT_RFC4122 = bytes((b & 0x3F) | 0x80 for b in range(256))
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,14 +57,17 @@ def decode_audit_id(raw: bytes | str) -> str:
     return raw.decode("utf-8", "backslashreplace")
 
 
-def new_uuid4() -> str:
-    """A random UUID4 in canonical form, about 8x cheaper than ``str(uuid.uuid4())``.
+def new_uuid4_batch(count: int) -> list[str]:
+    """``count`` random UUID4s as 32 hex digits (``uuid.uuid4().hex`` form).
 
-    Uses the ``random`` module's generator (seeded from os.urandom, reseeded
-    after fork): ids must be unique, not unpredictable.
+    One os.urandom call and C-level bit fixing for the whole batch: about a tenth
+    of the cost of ``uuid.uuid4().hex`` per id, which matters on the produce path.
     """
-    h = "%032x" % (_getrandbits(128) & _UUID4_CLEAR | _UUID4_SET)
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+    raw = bytearray(os.urandom(16 * count))
+    raw[6::16] = raw[6::16].translate(_UUID_VERSION_4)
+    raw[8::16] = raw[8::16].translate(_UUID_VARIANT_RFC4122)
+    text = raw.hex()
+    return [text[start : start + 32] for start in range(0, 32 * count, 32)]
 
 
 def _as_name(name: object) -> str | None:

@@ -1,10 +1,13 @@
 """AuditedProducer: a drop-in confluent_kafka.Producer that stamps audit headers
 and keeps a producer ledger (docs/contracts.md).
 
-Per produce() the hot path builds four header tuples and one functools.partial
-(the delivery report must know the record's sequence number: librdkafka hands
-delivery callbacks a message without headers). Per delivery report it appends
-one tuple to a deque. Encoding and writing the ledger happen in batches.
+Per produce() the hot path builds the header list and one functools.partial
+(the delivery report must know the record's sequence number: confluent-kafka
+hands delivery callbacks a message without headers). Per delivery report it
+appends one row tuple, already in the ledger's JSON shape, to a deque; encoding
+and writing the ledger happen in batches. What remains costly is confluent-kafka
+itself: record headers plus a per-message delivery callback cost several times a
+bare produce() (see benchmarks/probe_overhead.py --floor).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
@@ -21,13 +25,24 @@ from typing import Any, Literal
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition, libversion
 
 from auditor.probes.codec import (
+    ACKED,
+    FAILED,
+    PERSISTED,
     encode_client_record,
-    encode_producer_batch,
     encode_session_end,
     encode_session_start,
+    producer_batch_header,
 )
 from auditor.probes.config import ledger_producer_config, mask_config
-from auditor.probes.headers import AUDIT_HEADER_NAMES, AUDIT_ID, AUDIT_PID, AUDIT_SEQ, AUDIT_TS, new_uuid4
+from auditor.probes.headers import (
+    AUDIT_HEADER_NAMES,
+    AUDIT_ID,
+    AUDIT_PID,
+    AUDIT_SEQ,
+    AUDIT_TS,
+    decode_audit_id,
+    new_uuid4_batch,
+)
 from auditor.probes.persistence import classify_persistence, describe_error
 from auditor.probes.topics import CLIENTS_TOPIC, PRODUCER_LEDGER_TOPIC
 from auditor.probes.writer import LedgerWriter
@@ -39,6 +54,7 @@ KeyFunction = Callable[[Any, Any], Any]
 UserHeaders = Sequence[tuple[str, Any]] | Mapping[str, Any] | None
 
 _time_ns = time.time_ns
+_UUID_BATCH = 1024
 
 
 def _truthy(value: Any) -> bool:
@@ -47,29 +63,44 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
-def _id_bytes(value: Any) -> bytes | None:
+AuditIdPair = tuple[bytes | str, str]  # (header value, ledger text)
+
+
+def _audit_id_pair(value: Any) -> AuditIdPair | None:
+    """The audit-id header value and its ledger text for a key or key_fn result."""
     if value is None:
         return None
-    if isinstance(value, bytes):
-        return value or None
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value) or None
-    text = value if isinstance(value, str) else str(value)
-    return text.encode("utf-8") or None
+    if isinstance(value, str):
+        return (value, value) if value else None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        return (raw, decode_audit_id(raw)) if raw else None
+    text = str(value)
+    return (text, text) if text else None
 
 
-def _split_user_headers(headers: UserHeaders) -> tuple[list[tuple[str, Any]], bytes | None]:
+def _split_user_headers(headers: UserHeaders) -> tuple[list[tuple[str, Any]], AuditIdPair | None]:
     """User headers without reserved audit-* names, and a user-supplied audit-id if any."""
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     kept: list[tuple[str, Any]] = []
-    supplied_id: bytes | None = None
+    supplied_id: AuditIdPair | None = None
     for name, value in pairs:  # type: ignore[union-attr]
         if name in AUDIT_HEADER_NAMES:
             if name == AUDIT_ID:
-                supplied_id = _id_bytes(value)
+                supplied_id = _audit_id_pair(value)
             continue
         kept.append((name, value))
     return kept, supplied_id
+
+
+class _TopicStream:
+    """Sequence counter and buffered ledger rows of one topic in one session."""
+
+    __slots__ = ("next_seq", "rows")
+
+    def __init__(self, rows: deque[Any]) -> None:
+        self.next_seq = 0
+        self.rows = rows
 
 
 def _timeout_args(timeout: float | None) -> tuple[float, ...]:
@@ -80,19 +111,26 @@ class AuditedProducer:
     """A confluent_kafka.Producer that stamps audit headers and keeps a ledger.
 
     Headers: ``audit-id`` comes from ``key_fn(value, key)`` if given, else a
-    user-supplied ``audit-id`` header, else the record key, else a UUID4.
-    Other user-supplied ``audit-*`` headers are replaced by this session's.
-    ``audit-seq`` is per (session, topic), from 0, and is only consumed when
-    produce() succeeds locally (a BufferError leaves it for the retry).
+    user-supplied ``audit-id`` header, else the record key, else a UUID4 (32 hex
+    digits). Other user-supplied ``audit-*`` headers are replaced by this
+    session's; all other user headers follow the four audit headers unchanged.
+    ``audit-seq`` is per (session, topic), from 0, and is only used up when
+    produce() succeeds locally: BufferError or KafkaException leave it for the
+    next call. produce() is thread-safe, like Producer's.
 
     Delivery reports: the application's ``on_delivery``/``callback`` (per call
-    or in the config) is still called with the same (err, msg). The inner
-    producer always reports every delivery (the ledger needs the acks); a
-    configured ``delivery.report.only.error=true`` is honoured for the
+    or ``on_delivery`` in the config) is still called with the same (err, msg).
+    The inner producer always reports every delivery (the ledger needs the
+    acks); a configured ``delivery.report.only.error=true`` is honoured for the
     application's callback only.
 
-    Call ``flush()`` or ``close()`` to make the ledger durable: each writes the
-    buffered entries and a ``session-end`` with the last sequence per topic.
+    Ledger: one row per delivery report, buffered and written in batches of
+    ``ledger_batch_size`` or every ``ledger_flush_interval_s`` through a separate
+    acks=all idempotent producer (``ledger_config`` overrides its settings).
+    ``flush()`` and ``close()`` write the buffered rows plus a ``session-end``
+    with the last sequence per topic, and wait up to ``ledger_flush_timeout_s``
+    for the ledger to be acked. ``producer_factory`` builds both the wrapped and
+    the ledger producer (tests pass fakes; applications may pass a subclass).
     """
 
     kind: Literal["producer"] = "producer"
@@ -108,33 +146,33 @@ class AuditedProducer:
         ledger_flush_interval_s: float = 1.0,
         ledger_flush_timeout_s: float = 30.0,
         ledger_config: Mapping[str, Any] | None = None,
+        producer_factory: Callable[[dict[str, Any]], Any] = Producer,
     ) -> None:
         client_config = dict(config)
         self._config = dict(config)
         self._default_on_delivery: DeliveryCallback | None = client_config.pop("on_delivery", None)
         self._only_error_reports = _truthy(client_config.pop("delivery.report.only.error", False))
-        self._producer = Producer(client_config)
+        self._producer = producer_factory(client_config)
         self._key_fn = key_fn
         self._ledger_flush_timeout_s = ledger_flush_timeout_s
         self.session_id = uuid.uuid4().hex
         self.client_id: str = str(client_config.get("client.id", "rdkafka"))
         self.host = socket.gethostname()
         self._pid_header = (AUDIT_PID, self.session_id.encode("ascii"))
-        self._next_seq: dict[str, int] = {}
+        self._topics: dict[str, _TopicStream] = {}
         self._seq_lock = threading.Lock()
+        self._uuid_pool: list[str] = []
         self._closed = False
-
-        def encode(entries: Any) -> list[bytes]:
-            return encode_producer_batch(self.session_id, self.client_id, entries, ledger_batch_size)
+        self._last_checkpoint: dict[str, int] | None = None
 
         self._ledger = LedgerWriter(
             ledger_producer_config(client_config, self.client_id, ledger_config),
             topic=ledger_topic,
             key=self.session_id.encode("ascii"),
-            encode=encode,
             batch_size=ledger_batch_size,
             flush_interval_s=ledger_flush_interval_s,
             name=f"producer-{self.session_id[:8]}",
+            producer_factory=producer_factory,
         )
         self._on_delivery = self._make_delivery_handler()
         now_ms = _time_ns() // 1_000_000
@@ -156,39 +194,42 @@ class AuditedProducer:
     def _make_delivery_handler(self) -> Callable[..., None]:
         # A closure, not a method: local names are the cheapest lookups on the
         # path that runs once per delivered message.
-        append = self._ledger.append
-        pending = self._ledger.pending
         batch_size = self._ledger.batch_size
         flush_entries = self._ledger.flush_entries
         only_errors = self._only_error_reports
         time_ns = _time_ns
 
         def on_delivery(
-            topic: str,
+            rows: deque[Any],
             seq: int,
-            audit_id: bytes,
+            audit_id: str,
             user_callback: DeliveryCallback | None,
             err: KafkaError | None,
             msg: Message,
         ) -> None:
             if err is None:
                 offset = msg.offset()
-                append(
-                    (topic, seq, msg.partition(), -1 if offset is None else offset, audit_id,
-                     time_ns() // 1_000_000, None, None)
+                rows.append(
+                    (seq, ACKED, msg.partition(), -1 if offset is None else offset, None, PERSISTED, audit_id,
+                     time_ns() // 1_000_000)
                 )  # fmt: skip
             else:
                 partition = msg.partition()
-                append(
-                    (topic, seq, -1 if partition is None or partition < 0 else partition, -1, audit_id,
-                     time_ns() // 1_000_000, describe_error(err), classify_persistence(err))
+                rows.append(
+                    (seq, FAILED, -1 if partition is None or partition < 0 else partition, -1, describe_error(err),
+                     classify_persistence(err), audit_id, time_ns() // 1_000_000)
                 )  # fmt: skip
-            if len(pending) >= batch_size:
+            if len(rows) >= batch_size:
                 flush_entries()
             if user_callback is not None and (err is not None or not only_errors):
                 user_callback(err, msg)
 
         return on_delivery
+
+    def _new_topic(self, topic: str) -> _TopicStream:
+        stream = _TopicStream(self._ledger.stream(producer_batch_header(self.session_id, self.client_id, topic)))
+        self._topics[topic] = stream
+        return stream
 
     # --- the hot path --------------------------------------------------------------------
     def produce(
@@ -204,41 +245,40 @@ class AuditedProducer:
         callback: DeliveryCallback | None = None,
     ) -> None:
         """Same contract as ``confluent_kafka.Producer.produce``, plus audit headers."""
-        user_callback = on_delivery or callback or self._default_on_delivery
         extra_headers: list[tuple[str, Any]] | None = None
-        supplied_id: bytes | None = None
+        id_pair: AuditIdPair | None = None
         if headers:
-            extra_headers, supplied_id = _split_user_headers(headers)
-        key_fn = self._key_fn
-        if key_fn is not None:
-            audit_id = _id_bytes(key_fn(value, key))
-        elif supplied_id is not None:
-            audit_id = supplied_id
-        elif key is None:
-            audit_id = None
-        elif key.__class__ is bytes:
-            audit_id = key or None
+            extra_headers, id_pair = _split_user_headers(headers)
+        if self._key_fn is not None:
+            id_pair = _audit_id_pair(self._key_fn(value, key))
+        elif id_pair is None and key is not None:
+            id_pair = _audit_id_pair(key)
+        if id_pair is None:
+            try:
+                header_id = id_text = self._uuid_pool.pop()
+            except IndexError:
+                self._uuid_pool.extend(new_uuid4_batch(_UUID_BATCH))
+                header_id = id_text = self._uuid_pool.pop()
         else:
-            audit_id = _id_bytes(key)
-        if audit_id is None:
-            audit_id = new_uuid4().encode("ascii")
+            header_id, id_text = id_pair
         ts_header = (AUDIT_TS, b"%d" % (_time_ns() // 1_000_000))
-        with self._seq_lock:
-            next_seq = self._next_seq
-            seq = next_seq.get(topic, 0)
-            record_headers = [(AUDIT_ID, audit_id), self._pid_header, (AUDIT_SEQ, b"%d" % seq), ts_header]
+        user_callback = on_delivery or callback or self._default_on_delivery
+        self._seq_lock.acquire()
+        try:
+            stream = self._topics.get(topic)
+            if stream is None:
+                stream = self._new_topic(topic)
+            seq = stream.next_seq
+            record_headers = [(AUDIT_ID, header_id), self._pid_header, (AUDIT_SEQ, b"%d" % seq), ts_header]
             if extra_headers:
                 record_headers.extend(extra_headers)
-            self._producer.produce(
-                topic,
-                value,
-                key,
-                partition,
-                on_delivery=partial(self._on_delivery, topic, seq, audit_id, user_callback),
-                timestamp=timestamp,
-                headers=record_headers,
-            )
-            next_seq[topic] = seq + 1
+            report = partial(self._on_delivery, stream.rows, seq, id_text, user_callback)
+            # Positional on purpose (keywords cost ~0.5 us per call): slot 5 is
+            # `callback`, slot 6 `on_delivery`.
+            self._producer.produce(topic, value, key, partition, report, None, timestamp, record_headers)
+            stream.next_seq = seq + 1
+        finally:
+            self._seq_lock.release()
 
     def poll(self, timeout: float | None = None) -> int:
         return self._producer.poll(*_timeout_args(timeout))
@@ -264,6 +304,10 @@ class AuditedProducer:
         self._end_session_checkpoint()
         self._ledger.close(self._ledger_timeout(timeout))
         self._closed = True
+        if remaining and timeout is not None:
+            # Producer.close() flushes without a bound; the caller asked for one.
+            logger.warning("audited producer %s: %d message(s) still queued at close", self.session_id, remaining)
+            return remaining
         close = getattr(self._producer, "close", None)
         if close is not None:
             close()
@@ -275,8 +319,12 @@ class AuditedProducer:
         return max(0.0, min(timeout, self._ledger_flush_timeout_s))
 
     def _end_session_checkpoint(self) -> None:
-        with self._seq_lock:
-            last_seq = {topic: seq - 1 for topic, seq in self._next_seq.items() if seq > 0}
+        last_seq = self.last_sequences()
+        if last_seq == self._last_checkpoint and not self._ledger.pending_count():
+            # Nothing new since the last session-end: don't repeat it.
+            self._ledger.flush(self._ledger_flush_timeout_s)
+            return
+        self._last_checkpoint = last_seq
         self._ledger.write(encode_session_end("producer", self.session_id, _time_ns() // 1_000_000, last_seq))
         remaining = self._ledger.flush(self._ledger_flush_timeout_s)
         if remaining:
@@ -365,9 +413,9 @@ class AuditedProducer:
     def last_sequences(self) -> dict[str, int]:
         """The last sequence number assigned per topic (-1 entries omitted)."""
         with self._seq_lock:
-            return {topic: seq - 1 for topic, seq in self._next_seq.items() if seq > 0}
+            return {topic: stream.next_seq - 1 for topic, stream in self._topics.items() if stream.next_seq > 0}
 
     def stats(self) -> dict[str, int]:
         with self._seq_lock:
-            produced = sum(self._next_seq.values())
+            produced = sum(stream.next_seq for stream in self._topics.values())
         return {"produced": produced, "in_queue": len(self._producer), **self._ledger.stats()}

@@ -1,10 +1,12 @@
 """Batched, durable writes of ledger entries to an audit topic.
 
-The probes' hot paths only append a tuple to a deque (thread-safe, no lock).
-Entries are encoded and handed to a separate acks=all idempotent producer when
-the buffer reaches ``batch_size`` (on the thread that appended) or every
-``flush_interval_s`` (on a small daemon thread), so a crash loses at most the
-entries buffered since the last flush plus what that producer had in flight.
+The probes' hot paths only append a ready-made row tuple to a deque (thread-safe,
+no lock). A writer keeps one deque per "stream" (a batch header: the producer
+has one per topic, the consumer one); rows are encoded and handed to a separate
+acks=all idempotent producer when a stream reaches ``batch_size`` (on the thread
+that appended) or every ``flush_interval_s`` (on a small daemon thread), so a
+crash loses at most the rows buffered since the last flush plus what that
+producer had in flight.
 """
 
 from __future__ import annotations
@@ -13,32 +15,44 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-logger = logging.getLogger(__name__)
+from auditor.probes.codec import encode_batch
+from auditor.probes.headers import decode_audit_id
 
-EncodeEntries = Callable[[Iterable[Any]], list[bytes]]
+logger = logging.getLogger(__name__)
 
 # How long a write keeps retrying when the ledger producer's local queue is full
 # before it gives up on a record (it is then counted in `records_dropped`).
 _QUEUE_FULL_RETRY_S = 10.0
 
 
+def _jsonable_row(row: Any) -> list[Any]:
+    return [
+        value
+        if value is None or isinstance(value, (str, int, float))
+        else decode_audit_id(value)
+        if isinstance(value, bytes)
+        else str(value)
+        for value in row
+    ]
+
+
 class LedgerWriter:
-    """Buffers entries for one audit topic and writes them in batches."""
+    """Buffers rows for one audit topic and writes them in batches."""
 
     def __init__(
         self,
         producer_config: Mapping[str, Any],
         topic: str,
         key: bytes,
-        encode: EncodeEntries,
         batch_size: int,
         flush_interval_s: float,
         name: str,
+        producer_factory: Callable[[dict[str, Any]], Any] = Producer,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"ledger batch_size must be >= 1, got {batch_size}")
@@ -48,12 +62,10 @@ class LedgerWriter:
         self.batch_size = batch_size
         self.flush_interval_s = flush_interval_s
         self._key = key
-        self._encode = encode
         config = dict(producer_config)
         config.setdefault("error_cb", self._on_client_error)
-        self._producer = Producer(config)
-        self.pending: deque[Any] = deque()
-        self.append: Callable[[Any], None] = self.pending.append
+        self._producer = producer_factory(config)
+        self._streams: list[tuple[dict[str, Any], deque[Any]]] = []
         self._write_lock = threading.Lock()
         self.records_written = 0
         self.records_acked = 0
@@ -64,20 +76,27 @@ class LedgerWriter:
         self._thread = threading.Thread(target=self._run, name=f"audit-ledger-{name}", daemon=True)
         self._thread.start()
 
+    def stream(self, header: Mapping[str, Any]) -> deque[Any]:
+        """A new buffer whose rows are written as records of ``header`` + entries."""
+        rows: deque[Any] = deque()
+        with self._write_lock:
+            self._streams.append((dict(header), rows))
+        return rows
+
     # --- writing ---------------------------------------------------------------------
     def flush_entries(self) -> int:
-        """Encode everything buffered so far and hand it to the ledger producer."""
+        """Encode every buffered row so far and hand the records to the ledger producer."""
         with self._write_lock:
             return self._drain_locked()
 
     def write(self, value: bytes, topic: str | None = None) -> None:
-        """Write one already-encoded record after everything buffered before it."""
+        """Write one already-encoded record after every row buffered before it."""
         with self._write_lock:
             self._drain_locked()
             self._produce_locked(topic or self.topic, value)
 
     def flush(self, timeout: float | None = None) -> int:
-        """Drain the buffer and wait for the ledger producer; returns records still in flight."""
+        """Drain the buffers and wait for the ledger producer; returns records still in flight."""
         self.flush_entries()
         return self._producer.flush(-1 if timeout is None else timeout)
 
@@ -87,24 +106,45 @@ class LedgerWriter:
             self._thread.join(timeout=max(1.0, self.flush_interval_s * 2))
         remaining = self.flush(timeout)
         if remaining:
+            # Producer.close() would flush again without a bound; leave the rest to GC.
             logger.error(
                 "audit ledger %s: %d record(s) not delivered at close (last error: %s)",
                 self.topic,
                 remaining,
                 self.last_error,
             )
-        return remaining
+            return remaining
+        close = getattr(self._producer, "close", None)
+        if close is not None:
+            close()
+        return 0
+
+    def pending_count(self) -> int:
+        return sum(len(rows) for _, rows in self._streams)
 
     def _drain_locked(self) -> int:
-        pending = self.pending
-        count = len(pending)
-        if not count:
-            return 0
-        popleft = pending.popleft
-        entries = [popleft() for _ in range(count)]
-        for value in self._encode(entries):
-            self._produce_locked(self.topic, value)
-        return count
+        drained = 0
+        for header, rows in self._streams:
+            count = len(rows)
+            if not count:
+                continue
+            popleft = rows.popleft
+            batch = [popleft() for _ in range(count)]
+            try:
+                records = encode_batch(header, batch, self.batch_size)
+            except (TypeError, ValueError):
+                # A value JSON cannot carry must cost one field, never the batch
+                # or the application's poll() (this can run inside it).
+                try:
+                    records = encode_batch(header, [_jsonable_row(row) for row in batch], self.batch_size)
+                except (TypeError, ValueError):
+                    logger.exception("audit ledger %s: dropped %d unencodable rows", self.topic, count)
+                    self.records_dropped += 1
+                    continue
+            for value in records:
+                self._produce_locked(self.topic, value)
+            drained += count
+        return drained
 
     def _produce_locked(self, topic: str, value: bytes) -> None:
         deadline = time.monotonic() + _QUEUE_FULL_RETRY_S
@@ -127,7 +167,7 @@ class LedgerWriter:
             try:
                 self.flush_entries()
                 self._producer.poll(0)
-            except Exception:  # the flusher must outlive any single bad batch
+            except Exception:
                 logger.exception("audit ledger %s: background flush failed", self.topic)
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
@@ -144,7 +184,7 @@ class LedgerWriter:
 
     def stats(self) -> dict[str, int]:
         return {
-            "ledger_entries_pending": len(self.pending),
+            "ledger_entries_pending": self.pending_count(),
             "ledger_records_written": self.records_written,
             "ledger_records_acked": self.records_acked,
             "ledger_records_failed": self.records_failed,

@@ -1,0 +1,45 @@
+"""Fixtures for the probe tests; broker ones read KAFKA_BOOTSTRAP_SERVERS (default 127.0.0.1:9092)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from tests.probes.kafka_helpers import TopicFactory, bootstrap_servers, broker_unreachable_reason
+
+
+@pytest.fixture
+def probe_bootstrap() -> str:
+    return bootstrap_servers()
+
+
+@pytest.fixture(scope="session")
+def probe_admin() -> AdminClient:
+    """An admin client for a broker that answers; fails (never skips) the test otherwise."""
+    reason = broker_unreachable_reason()
+    if reason is not None:
+        pytest.fail(reason)
+    return AdminClient({"bootstrap.servers": bootstrap_servers()})
+
+
+@pytest.fixture
+def probe_topic(probe_admin: AdminClient) -> Iterator[TopicFactory]:
+    factory = TopicFactory(probe_admin)
+    yield factory
+    factory.delete_all()
+
+
+@dataclass(frozen=True)
+class AuditTopics:
+    producer_ledger: str
+    consumer_ledger: str
+    clients: str
+
+
+@pytest.fixture
+def audit_topics(probe_topic: TopicFactory) -> AuditTopics:
+    """Private audit topics per test, so assertions see only this test's ledgers."""
+    return AuditTopics(probe_topic("pledger", 3), probe_topic("cledger", 3), probe_topic("clients"))

@@ -1,0 +1,119 @@
+"""mask_config and the ledger producer's derived config."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from confluent_kafka import KafkaError
+
+from auditor.probes import classify_persistence, mask_config
+from auditor.probes.config import ledger_producer_config
+from auditor.probes.persistence import describe_error
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "sasl.password",
+        "ssl.key.password",
+        "ssl.keystore.password",
+        "ssl.key.pem",
+        "ssl.key.location",
+        "sasl.oauthbearer.client.secret",
+        "sasl.oauthbearer.config",
+        "SASL.PASSWORD",
+        "schema.registry.basic.auth.user.info",
+        "sasl.jaas.config",
+        "custom.api.token",
+    ],
+)
+def test_it_masks_secret_keys(key: str) -> None:
+    assert mask_config({key: "hunter2"}) == {key: "****"}
+
+
+def test_it_keeps_ordinary_settings_and_does_not_touch_the_input() -> None:
+    config = {
+        "bootstrap.servers": "a:9092,b:9092",
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "sasl.username": "app",
+        "sasl.password": "hunter2",
+    }
+    original = dict(config)
+    masked = mask_config(config)
+    assert config == original
+    assert masked == {**original, "sasl.password": "****"}
+
+
+def test_it_masks_passwords_inside_urls_and_describes_non_json_values() -> None:
+    def on_delivery(err: object, msg: object) -> None: ...
+
+    masked = mask_config(
+        {
+            "sasl.oauthbearer.token.endpoint.url": "https://id:pw@idp.example/token",
+            "schema.registry.url": "https://reg:s3cret@registry:8081",
+            "on_delivery": on_delivery,
+            "logger": logging.getLogger("x"),
+            "default.topic.config": {"acks": 1, "ssl.key.password": "pw"},
+        }
+    )
+    assert masked["sasl.oauthbearer.token.endpoint.url"] == "****"  # "token" in the key
+    assert masked["schema.registry.url"] == "https://reg:****@registry:8081"
+    assert masked["on_delivery"].startswith("<callable ") and "on_delivery" in masked["on_delivery"]
+    assert masked["logger"] == "<Logger>"
+    assert masked["default.topic.config"] == {"acks": 1, "ssl.key.password": "****"}
+
+
+def test_it_gives_the_ledger_producer_the_connection_but_its_own_guarantees() -> None:
+    app_config = {
+        "bootstrap.servers": "b:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.password": "pw",
+        "ssl.ca.location": "/ca.pem",
+        "acks": "1",
+        "enable.idempotence": False,
+        "linger.ms": 500,
+        "group.id": "processor",
+        "on_delivery": print,
+        "transactional.id": "tx",
+    }
+    config = ledger_producer_config(app_config, "app", {"linger.ms": 7})
+    assert config == {
+        "bootstrap.servers": "b:9092",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.password": "pw",
+        "ssl.ca.location": "/ca.pem",
+        "client.id": "app.audit-ledger",
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": 7,
+        "compression.type": "lz4",
+    }
+
+
+@pytest.mark.parametrize(
+    ("code", "persisted"),
+    [
+        (KafkaError._MSG_TIMED_OUT, "possibly"),
+        (KafkaError._PURGE_INFLIGHT, "possibly"),
+        (KafkaError.REQUEST_TIMED_OUT, "possibly"),
+        (KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, "possibly"),
+        (KafkaError.NETWORK_EXCEPTION, "possibly"),
+        (KafkaError._PURGE_QUEUE, "not"),
+        (KafkaError._UNKNOWN_PARTITION, "not"),
+        (KafkaError._UNKNOWN_TOPIC, "not"),
+        (KafkaError.MSG_SIZE_TOO_LARGE, "not"),
+        (KafkaError.NOT_ENOUGH_REPLICAS, "not"),
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, "not"),
+    ],
+)
+def test_it_classifies_persistence_conservatively(code: int, persisted: str) -> None:
+    assert classify_persistence(KafkaError(code)) == persisted
+
+
+def test_it_describes_errors_by_stable_name_first() -> None:
+    assert describe_error(KafkaError(KafkaError._MSG_TIMED_OUT)) == "_MSG_TIMED_OUT: Local: Message timed out"

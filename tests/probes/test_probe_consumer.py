@@ -1,0 +1,159 @@
+"""AuditedConsumer without a broker: header statistics, processed marks, commit order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Message
+
+from auditor.probes import AuditedConsumer, decode_ledger_record
+from auditor.probes.codec import ClientRecord, ConsumerBatch, SessionEnd, SessionStart
+from tests.probes.fakes import FactoryRecorder, FakeConsumer
+
+PID = "0123456789abcdef0123456789abcdef"
+LEDGER = "consumer-ledger"
+CLIENTS = "clients"
+
+
+def record(offset: int, headers: Any = "audited", audit_id: bytes = b"id") -> Message:
+    if headers == "audited":
+        headers = [("audit-id", audit_id + b"%d" % offset), ("audit-pid", PID.encode()), ("audit-seq", b"%d" % offset),
+                   ("audit-ts", b"1700000000000")]  # fmt: skip
+    return Message(topic="t", partition=0, offset=offset, value=b"v", headers=headers)
+
+
+class Harness:
+    def __init__(self, messages: list[Message], **kwargs: Any) -> None:
+        self.producers = FactoryRecorder()
+        self.inner: FakeConsumer | None = None
+
+        def consumer_factory(config: dict[str, Any]) -> FakeConsumer:
+            self.inner = FakeConsumer(config, list(messages))
+            return self.inner
+
+        self.consumer = AuditedConsumer(
+            {"bootstrap.servers": "fake:9092", "group.id": "processor", "sasl.password": "pw"},
+            ledger_topic=LEDGER,
+            clients_topic=CLIENTS,
+            consumer_factory=consumer_factory,
+            producer_factory=self.producers,
+            **kwargs,
+        )
+
+    def ledger(self, topic: str = LEDGER) -> list[Any]:
+        ledger = self.producers.ledger
+        return [decode_ledger_record(i.value) for i in ledger.delivered + ledger.queued if i.topic == topic]
+
+    def marks(self) -> list[tuple[str, int, int, str | None]]:
+        return [
+            (e.topic, e.partition, e.offset, e.audit_id)
+            for r in self.ledger()
+            if isinstance(r, ConsumerBatch)
+            for e in r.entries
+        ]
+
+
+@pytest.fixture
+def harness() -> Iterator[Harness]:
+    h = Harness([record(0), record(1), record(2)])
+    yield h
+    h.consumer.close()
+
+
+def test_it_marks_processed_records_in_the_ledger(harness: Harness) -> None:
+    consumer = harness.consumer
+    first = consumer.poll(1)
+    second = consumer.poll(1)
+    consumer.mark_processed(second)  # type: ignore[arg-type]
+    consumer.mark_processed(first)  # type: ignore[arg-type]  (not the last polled: headers re-read)
+    consumer.close()
+    start, *_ = harness.ledger()
+    assert start == SessionStart("consumer", consumer.session_id, "rdkafka", start.ts_ms, consumer.host, "processor")
+    assert harness.marks() == [("t", 0, 1, "id1"), ("t", 0, 0, "id0")]
+    assert isinstance(harness.ledger()[-1], SessionEnd)
+    assert consumer.stats()["processed"] == 2 and consumer.stats()["received"] == 2
+
+
+def test_it_marks_only_when_the_processing_block_succeeds(harness: Harness) -> None:
+    consumer = harness.consumer
+    for _ in range(3):
+        msg = consumer.poll(1)
+        assert msg is not None
+        try:
+            with consumer.processing(msg) as same:
+                assert same is msg
+                if msg.offset() == 1:
+                    raise ValueError("handler failed")
+        except ValueError:
+            pass
+    consumer.flush_ledger(1)
+    assert [m[2] for m in harness.marks()] == [0, 2]
+    assert consumer.stats()["processed"] == 2
+
+
+def test_it_counts_missing_and_malformed_headers_without_raising() -> None:
+    messages = [
+        record(0),
+        record(1, headers=None),
+        record(2, headers=[("trace", b"x")]),
+        record(3, headers=[("audit-id", b"x"), ("audit-seq", b"nope")]),
+        record(4, headers=[("audit-id", b"x"), ("audit-pid", b"not-hex"), ("audit-seq", b"1"), ("audit-ts", b"1")]),
+        Message(topic="t", partition=0, error=KafkaError(KafkaError._PARTITION_EOF)),
+        record(5, headers=[("trace", b"x"), ("audit-ts", b"1"), ("audit-seq", b"1"), ("audit-pid", PID.encode()),
+                           ("audit-id", b"reordered")]),
+    ]  # fmt: skip
+    h = Harness(messages)
+    got = [h.consumer.poll(0) for _ in range(len(messages))]
+    for msg in got:
+        if msg is not None and msg.error() is None:
+            h.consumer.mark_processed(msg)
+    h.consumer.close()
+    stats = h.consumer.stats()
+    counts = {k: stats[k] for k in ("received", "processed", "missing_headers", "malformed_headers")}
+    assert counts == {"received": 6, "processed": 6, "missing_headers": 2, "malformed_headers": 2}
+    # A malformed set still yields its audit-id when one is there.
+    assert [m[3] for m in h.marks()] == ["id0", None, None, "x", "x", "reordered"]
+
+
+def test_it_ignores_marks_of_events(harness: Harness) -> None:
+    harness.consumer.mark_processed(Message(topic="t", partition=0, error=KafkaError(KafkaError._PARTITION_EOF)))
+    harness.consumer.flush_ledger(1)
+    assert harness.marks() == [] and harness.consumer.stats()["processed"] == 0
+
+
+def test_it_inspects_records_from_consume_too() -> None:
+    h = Harness([record(0), record(1, headers=None)])
+    assert len(h.consumer.consume(10, 0)) == 2
+    assert (h.consumer.stats()["received"], h.consumer.stats()["missing_headers"]) == (2, 1)
+    h.consumer.close()
+
+
+def test_it_writes_marks_before_committing(harness: Harness) -> None:
+    consumer = harness.consumer
+    msg = consumer.poll(1)
+    consumer.mark_processed(msg)  # type: ignore[arg-type]
+    ledger = harness.producers.ledger
+    assert not any(i.topic == LEDGER and b"processed" in i.value for i in ledger.delivered + ledger.queued)
+    consumer.commit(message=msg, asynchronous=False)
+    assert harness.marks() == [("t", 0, 0, "id0")]
+    assert harness.inner is not None
+    assert harness.inner.calls[-1] == ("commit", {"asynchronous": False, "message": msg})
+    consumer.store_offsets(message=msg)
+    assert harness.inner.calls[-1] == ("store_offsets", {"message": msg})
+
+
+def test_it_publishes_a_masked_config(harness: Harness) -> None:
+    [client] = harness.ledger(CLIENTS)
+    assert isinstance(client, ClientRecord)
+    assert (client.kind, client.group, client.config["sasl.password"]) == ("consumer", "processor", "****")
+    assert harness.consumer.effective_config() == client.config
+
+
+def test_it_delegates_assignment_calls(harness: Harness) -> None:
+    harness.consumer.subscribe(["t"])
+    harness.consumer.assign([])
+    assert harness.consumer.assignment() == []
+    assert harness.inner is not None
+    assert [name for name, _ in harness.inner.calls] == ["subscribe", "assign"]
