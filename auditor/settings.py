@@ -54,6 +54,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "auditor.accounts.middleware.RoleRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -139,6 +140,13 @@ SPARK_MASTER = envstr("SPARK_MASTER", "local[*]")
 SPARK_JARS_DIR = Path(envstr("SPARK_JARS_DIR", str(BASE_DIR / ".cache" / "spark" / "jars")))
 STATUS_REFRESH_SECONDS = envint("AUDITOR_STATUS_REFRESH_SECONDS", 5)
 
+# Webhooks: private/loopback destinations are refused unless allowed (SSRF guard).
+AUDITOR_WEBHOOK_ALLOW_PRIVATE = envbool("AUDITOR_WEBHOOK_ALLOW_PRIVATE", False)
+AUDITOR_WEBHOOK_RATE_LIMIT_PER_MINUTE = envint("AUDITOR_WEBHOOK_RATE_LIMIT_PER_MINUTE", 20)
+AUDITOR_WEBHOOK_MAX_ATTEMPTS = envint("AUDITOR_WEBHOOK_MAX_ATTEMPTS", 4)
+AUDITOR_WEBHOOK_BACKOFF_SECONDS = envint("AUDITOR_WEBHOOK_BACKOFF_SECONDS", 2)
+AUDITOR_WEBHOOK_TIMEOUT_SECONDS = envint("AUDITOR_WEBHOOK_TIMEOUT_SECONDS", 10)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -152,5 +160,6 @@ LOGGING = {
 # schedules (reconciliation, diagnosis, lint) are added and edited.
 CELERY_BEAT_SCHEDULE = {
     "beat-heartbeat": {"task": "auditor.status.tasks.beat_heartbeat", "schedule": 5.0},
+    "requeue-stale-webhooks": {"task": "auditor.alerts.tasks.requeue_stale_deliveries_task", "schedule": 300.0},
     "refresh-status": {"task": "auditor.status.tasks.refresh_status_task", "schedule": float(STATUS_REFRESH_SECONDS)},
 }

@@ -15,6 +15,7 @@ NAV = [
     ("Pipelines", "pipelines:index"),
     ("Reports", "reports:index"),
     ("Alerts", "alerts:index"),
+    ("API tokens", "api:tokens"),
 ]
 
 

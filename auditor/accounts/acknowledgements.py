@@ -1,0 +1,102 @@
+"""Acknowledge, mute and withdraw: the only functions that change acknowledgements."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from auditor.accounts.models import Acknowledgement
+from auditor.accounts.roles import OPERATOR, has_role
+
+MAX_REASON = 2000
+
+
+class AcknowledgementError(ValueError):
+    """The acknowledgement asked for is not valid (the message says which input and why)."""
+
+
+def acknowledge(
+    user: AbstractBaseUser | AnonymousUser,
+    kind: str,
+    key: str,
+    *,
+    action: str,
+    reason: str,
+    mute_until: datetime | None = None,
+) -> Acknowledgement:
+    """Record that ``user`` acknowledged (action="ack") or muted (action="mute") kind:key."""
+    if not has_role(user, OPERATOR):
+        raise PermissionDenied("acknowledging or muting needs the operator role")
+    if action not in (Acknowledgement.ACK, Acknowledgement.MUTE):
+        raise AcknowledgementError(f"action {action!r} must be 'ack' or 'mute'")
+    reason = (reason or "").strip()
+    if not reason:
+        raise AcknowledgementError("reason is required: say why")
+    if len(reason) > MAX_REASON:
+        raise AcknowledgementError(f"reason is longer than {MAX_REASON} characters")
+    if not kind or not key:
+        raise AcknowledgementError("kind and key are required")
+    if mute_until is not None:
+        if action != Acknowledgement.MUTE:
+            raise AcknowledgementError("mute_until only applies to action 'mute'")
+        if timezone.is_naive(mute_until):
+            raise AcknowledgementError("mute_until must carry a time zone (e.g. 2030-01-01T00:00:00Z)")
+        if mute_until <= timezone.now():
+            raise AcknowledgementError("mute_until is in the past")
+    with transaction.atomic():
+        return Acknowledgement.objects.create(
+            kind=kind,
+            key=key,
+            action=action,
+            reason=reason,
+            user=user if user.is_authenticated else None,
+            username=user.get_username(),
+            mute_until=mute_until,
+        )
+
+
+def withdraw(user: AbstractBaseUser | AnonymousUser, acknowledgement: Acknowledgement) -> bool:
+    """Withdraw an acknowledgement or mute; False when it was already withdrawn."""
+    if not has_role(user, OPERATOR):
+        raise PermissionDenied("withdrawing an acknowledgement needs the operator role")
+    updated = Acknowledgement.objects.filter(pk=acknowledgement.pk, withdrawn_at=None).update(
+        withdrawn_at=timezone.now(), withdrawn_by=user.get_username()
+    )
+    acknowledgement.refresh_from_db()
+    return updated == 1
+
+
+def _in_force(ack: Acknowledgement, now: datetime) -> bool:
+    return not (ack.action == Acknowledgement.MUTE and ack.mute_until is not None and ack.mute_until <= now)
+
+
+def current_acknowledgements(kind: str, keys: Iterable[str], now: datetime | None = None) -> dict[str, Acknowledgement]:
+    """The acknowledgement in force for each key (one query; keys without one are absent).
+
+    The newest non-withdrawn row decides: an expired mute leaves the key unacknowledged.
+    """
+    keys = list(set(keys))
+    if not keys:
+        return {}
+    now = now or timezone.now()
+    latest = (
+        Acknowledgement.objects.filter(kind=kind, key__in=keys, withdrawn_at=None)
+        .order_by("key", "-created_at", "-id")
+        .distinct("key")
+    )
+    return {ack.key: ack for ack in latest if _in_force(ack, now)}
+
+
+def current_acknowledgement(kind: str, key: str, now: datetime | None = None) -> Acknowledgement | None:
+    return current_acknowledgements(kind, [key], now).get(key)
+
+
+def is_muted(kind: str, key: str, now: datetime | None = None) -> Acknowledgement | None:
+    """The mute in force for kind:key, or None."""
+    ack = current_acknowledgement(kind, key, now)
+    return ack if ack is not None and ack.action == Acknowledgement.MUTE else None

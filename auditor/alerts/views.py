@@ -1,0 +1,160 @@
+"""Channel pages (viewer+ to look, operator+ to send a test or acknowledge, admin to edit)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+
+from django.contrib import messages
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from auditor.accounts.acknowledgements import AcknowledgementError, acknowledge, current_acknowledgements, withdraw
+from auditor.accounts.models import Acknowledgement
+from auditor.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require_role
+from auditor.alerts.forms import AcknowledgeForm, ChannelForm
+from auditor.alerts.models import Alert, Channel, Delivery
+from auditor.alerts.service import PROBLEM_ACK_KIND, send_test
+
+DELIVERY_LOG_SIZE = 50
+
+
+def attach_acknowledgements(alerts: Iterable[Alert]) -> list[Alert]:
+    """Set ``alert.acknowledgement`` to the acknowledgement or mute in force for its problem.
+
+    An acknowledgement covers occurrences that started before it was made; a mute covers
+    the fingerprint whenever it occurs, until it ends.
+    """
+    alerts = list(alerts)
+    current = current_acknowledgements(PROBLEM_ACK_KIND, [a.fingerprint for a in alerts])
+    for alert in alerts:
+        ack = current.get(alert.fingerprint)
+        if ack is not None and ack.action == Acknowledgement.ACK and ack.created_at < alert.first_seen:
+            ack = None
+        alert.acknowledgement = ack  # type: ignore[attr-defined]
+    return alerts
+
+
+def _page_roles(request: HttpRequest) -> dict[str, bool]:
+    return {"can_operate": has_role(request.user, OPERATOR), "can_admin": has_role(request.user, ADMIN)}
+
+
+@require_GET
+@require_role(VIEWER)
+def index(request: HttpRequest) -> HttpResponse:
+    since = timezone.now() - timedelta(days=1)
+    channels = Channel.objects.annotate(
+        open_alerts=Count("alerts", filter=Q(alerts__state=Alert.OPEN), distinct=True),
+        failed_deliveries=Count(
+            "deliveries",
+            filter=Q(deliveries__status=Delivery.FAILED, deliveries__created_at__gte=since),
+            distinct=True,
+        ),
+    )
+    open_alerts = Alert.objects.filter(state=Alert.OPEN).select_related("channel", "binding")[:200]
+    return render(
+        request,
+        "alerts/index.html",
+        {
+            "channels": channels,
+            "alerts": attach_acknowledgements(open_alerts),
+            "ack_form": AcknowledgeForm(),
+            **_page_roles(request),
+        },
+    )
+
+
+@require_GET
+@require_role(VIEWER)
+def channel_detail(request: HttpRequest, channel_id: int) -> HttpResponse:
+    channel = get_object_or_404(Channel.objects.prefetch_related("bindings"), pk=channel_id)
+    deliveries = channel.deliveries.select_related("alert")[:DELIVERY_LOG_SIZE]
+    alerts = channel.alerts.select_related("binding")[:100]
+    return render(
+        request,
+        "alerts/channel_detail.html",
+        {
+            "channel": channel,
+            "deliveries": deliveries,
+            "alerts": attach_acknowledgements(alerts),
+            "ack_form": AcknowledgeForm(),
+            **_page_roles(request),
+        },
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@require_role(ADMIN)
+def channel_edit(request: HttpRequest, channel_id: int | None = None) -> HttpResponse:
+    channel = get_object_or_404(Channel, pk=channel_id) if channel_id is not None else None
+    form = ChannelForm(request.POST or None, instance=channel)
+    if request.method == "POST" and form.is_valid():
+        saved = form.save()
+        messages.success(request, f"Channel {saved.name} saved.")
+        return redirect("alerts:channel", channel_id=saved.pk)
+    return render(request, "alerts/channel_form.html", {"form": form, "channel": channel})
+
+
+@require_POST
+@require_role(ADMIN)
+def channel_delete(request: HttpRequest, channel_id: int) -> HttpResponse:
+    channel = get_object_or_404(Channel, pk=channel_id)
+    channel.delete()
+    messages.success(request, f"Channel {channel.name} deleted with its alerts and delivery log.")
+    return redirect("alerts:index")
+
+
+@require_POST
+@require_role(OPERATOR)
+def channel_send_test(request: HttpRequest, channel_id: int) -> HttpResponse:
+    channel = get_object_or_404(Channel, pk=channel_id)
+    delivery = send_test(channel, request.user)
+    messages.success(request, f"Test delivery #{delivery.pk} queued; its result appears in the delivery log.")
+    return redirect("alerts:channel", channel_id=channel.pk)
+
+
+def _back(request: HttpRequest, alert: Alert | None = None) -> HttpResponse:
+    if request.POST.get("next") == "channel" and alert is not None:
+        return redirect("alerts:channel", channel_id=alert.channel_id)
+    return redirect("alerts:index")
+
+
+@require_POST
+@require_role(OPERATOR)
+def alert_acknowledge(request: HttpRequest, alert_id: int) -> HttpResponse:
+    alert = get_object_or_404(Alert, pk=alert_id)
+    form = AcknowledgeForm(request.POST)
+    if not form.is_valid():
+        errors = "; ".join(f"{field}: {' '.join(errs)}" for field, errs in form.errors.items())
+        messages.error(request, f"Not acknowledged: {errors}")
+        return _back(request, alert)
+    data = form.cleaned_data
+    mute_until = None
+    if data["action"] == Acknowledgement.MUTE and data["mute_hours"]:
+        mute_until = timezone.now() + timedelta(hours=data["mute_hours"])
+    try:
+        ack = acknowledge(
+            request.user,
+            PROBLEM_ACK_KIND,
+            alert.fingerprint,
+            action=data["action"],
+            reason=data["reason"],
+            mute_until=mute_until,
+        )
+    except AcknowledgementError as exc:
+        messages.error(request, f"Not acknowledged: {exc}")
+        return _back(request, alert)
+    messages.success(request, f"{ack.get_action_display().capitalize()} {alert.fingerprint}.")
+    return _back(request, alert)
+
+
+@require_POST
+@require_role(OPERATOR)
+def acknowledgement_withdraw(request: HttpRequest, ack_id: int) -> HttpResponse:
+    ack = get_object_or_404(Acknowledgement, pk=ack_id, kind=PROBLEM_ACK_KIND)
+    if withdraw(request.user, ack):
+        messages.success(request, f"Withdrawn: {ack.get_action_display()} of {ack.key}.")
+    return redirect("alerts:index")

@@ -1,0 +1,79 @@
+"""A real HTTP webhook receiver on loopback, for the delivery tests."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from auditor.alerts.signing import verify
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    signature_valid: bool
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Receiver:
+    """Answers POSTs with the queued statuses (then 200), after an optional delay each."""
+
+    def __init__(self, secret: str) -> None:
+        self.secret = secret
+        self.statuses: deque[int] = deque()
+        self.delays: deque[float] = deque()
+        self.received: list[Received] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                valid = verify(
+                    receiver.secret,
+                    self.headers.get("X-Auditor-Timestamp"),
+                    self.headers.get("X-Auditor-Signature"),
+                    body,
+                )
+                receiver.received.append(Received(self.path, dict(self.headers), body, valid))
+                delay = receiver.delays.popleft() if receiver.delays else 0.0
+                if delay:
+                    time.sleep(delay)
+                status = receiver.statuses.popleft() if receiver.statuses else 200
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "text/plain")
+                    self.end_headers()
+                    self.wfile.write(b"bad request: missing field" if status == 400 else b"ok")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and left
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def __enter__(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def wait_for(self, count: int, timeout: float = 30.0) -> list[Received]:
+        deadline = time.monotonic() + timeout
+        while len(self.received) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.received

@@ -1,0 +1,173 @@
+"""Alert pages for each role: look (viewer), send test and acknowledge (operator), edit (admin)."""
+
+from __future__ import annotations
+
+import pytest
+
+from auditor.accounts.models import Acknowledgement
+from auditor.alerts.models import Alert, Channel, Delivery
+from auditor.alerts.service import raise_problem
+
+pytestmark = pytest.mark.django_db
+
+ROLES = ["anonymous", "none", "viewer", "operator", "admin"]
+
+
+def expected(role: str, needs: str) -> int:
+    order = ["viewer", "operator", "admin"]
+    if role == "anonymous":
+        return 302
+    if role == "none" or order.index(role) < order.index(needs):
+        return 403
+    return 200
+
+
+@pytest.fixture
+def channel(make_channel, webhook_settings):
+    channel = make_channel()
+    raise_problem("finding:missing", "finding:tickets:missing", None, "12 <b>tickets</b> missing")
+    return channel
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_shows_the_alerts_index_to_viewers_and_up(client_as, channel, role):
+    response = client_as(role).get("/alerts/")
+    assert response.status_code == expected(role, "viewer")
+    if response.status_code == 200:
+        assert b"finding:tickets:missing" in response.content
+        assert b"12 &lt;b&gt;tickets&lt;/b&gt; missing" in response.content  # escaped
+        assert (b"New channel" in response.content) == (role == "admin")
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_shows_a_channel_with_its_log_and_never_its_secret(client_as, channel, role, monkeypatch):
+    response = client_as(role).get(f"/alerts/channels/{channel.pk}/")
+    assert response.status_code == expected(role, "viewer")
+    if response.status_code == 200:
+        content = response.content.decode()
+        assert "Delivery log" in content and "****" in content
+        assert channel.secret not in content and channel.resolved_secret() not in content
+        assert ('id="send-test"' in content) == (role in ("operator", "admin"))
+        assert ("Edit</a>" in content) == (role == "admin")
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_operators_and_up_send_a_test(client_as, channel, role):
+    before = Delivery.objects.filter(event="test").count()
+    response = client_as(role).post(f"/alerts/channels/{channel.pk}/test/")
+    allowed = expected(role, "operator") == 200
+    assert response.status_code == (302 if allowed or role == "anonymous" else 403)
+    assert Delivery.objects.filter(event="test").count() == before + allowed
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_only_admins_create_channels(client_as, make_channel, webhook_settings, receiver, role):
+    data = {
+        "name": "new-hook",
+        "url": receiver.url,
+        "secret": "${AUDITOR_TEST_WEBHOOK_SECRET}",
+        "format": "generic",
+        "enabled": "on",
+        "finding_kinds": ["missing"],
+        "lint_severity": "warning",
+        "canary_loss": "3",
+    }
+    client = client_as(role)
+    assert client.get("/alerts/channels/new/").status_code == expected(role, "admin")
+    response = client.post("/alerts/channels/new/", data)
+    created = Channel.objects.filter(name="new-hook").first()
+    if role == "admin":
+        assert response.status_code == 302 and created is not None
+        assert created.event_filter.finding_kinds == ("missing",)
+        assert (created.event_filter.lint_severity, created.event_filter.canary_loss) == ("warning", 3)
+    else:
+        assert response.status_code in (302, 403) and created is None
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_only_admins_edit_and_delete(client_as, channel, role):
+    client = client_as(role)
+    assert client.get(f"/alerts/channels/{channel.pk}/edit/").status_code == expected(role, "admin")
+    client.post(f"/alerts/channels/{channel.pk}/delete/")
+    assert Channel.objects.filter(pk=channel.pk).exists() == (role != "admin")
+
+
+def test_it_keeps_the_secret_when_an_edit_leaves_it_empty(client_as, channel):
+    client = client_as("admin")
+    page = client.get(f"/alerts/channels/{channel.pk}/edit/").content.decode()
+    assert channel.secret not in page  # not even the reference goes back to the browser
+    response = client.post(
+        f"/alerts/channels/{channel.pk}/edit/", {"name": "renamed", "url": channel.url, "secret": "", "format": "slack"}
+    )
+    assert response.status_code == 302
+    channel.refresh_from_db()
+    assert (channel.name, channel.format, channel.secret) == ("renamed", "slack", "${AUDITOR_TEST_WEBHOOK_SECRET}")
+
+
+@pytest.mark.parametrize(
+    "data,error",
+    [
+        ({"secret": "plain-text"}, "must be a ${ENV} reference"),
+        ({"secret": "${AUDITOR_TEST_NOT_SET_ANYWHERE}"}, "AUDITOR_TEST_NOT_SET_ANYWHERE is not set"),
+        ({"url": "ftp://example.com/"}, "must start with http:// or https://"),
+    ],
+)
+def test_it_rejects_bad_channels_with_a_clear_error(client_as, webhook_settings, receiver, data, error):
+    form = {"name": "x", "url": receiver.url, "secret": "${AUDITOR_TEST_WEBHOOK_SECRET}", "format": "generic", **data}
+    response = client_as("admin").post("/alerts/channels/new/", form)
+    assert response.status_code == 200
+    assert error in response.content.decode()
+    assert not Channel.objects.exists()
+
+
+def test_it_refuses_a_private_destination_in_the_form_by_default(client_as, webhook_settings):
+    webhook_settings.AUDITOR_WEBHOOK_ALLOW_PRIVATE = False
+    form = {
+        "name": "x",
+        "url": "http://127.0.0.1:9/hook",
+        "secret": "${AUDITOR_TEST_WEBHOOK_SECRET}",
+        "format": "generic",
+    }
+    response = client_as("admin").post("/alerts/channels/new/", form)
+    assert "a loopback address" in response.content.decode()
+    assert not Channel.objects.exists()
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_operators_and_up_acknowledge_and_shows_it(client_as, channel, role):
+    alert = Alert.objects.get()
+    client = client_as(role)
+    response = client.post(f"/alerts/alerts/{alert.pk}/acknowledge/", {"action": "ack", "reason": "looking <now>"})
+    acked = Acknowledgement.objects.filter(kind="problem", key=alert.fingerprint).first()
+    if expected(role, "operator") == 200:
+        assert response.status_code == 302 and acked is not None and acked.username == f"user-{role}"
+        page = client.get("/alerts/").content.decode()
+        assert "looking &lt;now&gt;" in page and f"user-{role}" in page
+    else:
+        assert acked is None
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_it_lets_operators_and_up_withdraw(client_as, channel, role_users, role):
+    from auditor.accounts.acknowledgements import acknowledge
+
+    ack = acknowledge(role_users["admin"], "problem", "finding:tickets:missing", action="mute", reason="x")
+    client_as(role).post(f"/alerts/acknowledgements/{ack.pk}/withdraw/")
+    ack.refresh_from_db()
+    assert (ack.withdrawn_at is not None) == (expected(role, "operator") == 200)
+
+
+def test_it_mutes_for_a_number_of_hours(client_as, channel):
+    alert = Alert.objects.get()
+    client_as("operator").post(
+        f"/alerts/alerts/{alert.pk}/acknowledge/", {"action": "mute", "reason": "deploy", "mute_hours": "2"}
+    )
+    ack = Acknowledgement.objects.get()
+    assert ack.action == "mute" and ack.mute_until is not None
+
+
+def test_it_explains_a_refused_acknowledgement(client_as, channel):
+    alert = Alert.objects.get()
+    response = client_as("operator").post(f"/alerts/alerts/{alert.pk}/acknowledge/", {"action": "ack"}, follow=True)
+    assert "Not acknowledged: reason" in response.content.decode()
+    assert not Acknowledgement.objects.exists()
