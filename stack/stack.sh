@@ -246,8 +246,11 @@ REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 DJANGO_SECRET_KEY=$DJANGO_SECRET_KEY
 AUDITOR_ADMIN_PASSWORD=$ADMIN_PASSWORD
 SPARK_JARS_DIR=$ROOT/.cache/spark/jars
-$( [[ $STACK == test ]] && echo "# Tests run a webhook receiver on loopback."; [[ $STACK == test ]] && echo "AUDITOR_WEBHOOK_ALLOW_PRIVATE=true")
 ENV
+  if [[ $STACK == test ]]; then
+    # The tests run a webhook receiver on loopback, which production refuses.
+    echo "AUDITOR_WEBHOOK_ALLOW_PRIVATE=true" >>"$tmp"
+  fi
   mv "$tmp" "$ENV_FILE"
 }
 
