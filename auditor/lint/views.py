@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from auditor.accounts.roles import OPERATOR, require_role
 from auditor.lint.catalog import RULES, catalog_as_csv, catalog_as_dicts
 from auditor.lint.defaults import CLIENTS, GUARANTEES, KINDS
 from auditor.lint.errors import LintInputError
@@ -89,6 +90,7 @@ def results_json(request: HttpRequest) -> JsonResponse:
     return JsonResponse(_results_payload(scan, _rows(scan, _filters(request))))
 
 
+@require_role(OPERATOR)
 @require_POST
 def scan_now(request: HttpRequest) -> HttpResponse:
     """Queue a scan on the worker; its result reaches open pages over the websocket."""

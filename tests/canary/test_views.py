@@ -12,6 +12,7 @@ from channels.layers import get_channel_layer
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
+from auditor.accounts.roles import grant_role
 from auditor.canary.accounting import DeliveryCounts
 from auditor.canary.models import CanaryPoint
 from auditor.canary.store import record_minute
@@ -45,6 +46,7 @@ def make_points(topic: str, minutes: int = 3, partitions: int = 3, session: str 
 @pytest.fixture
 def user_client(client):
     user = get_user_model().objects.create_user(username=f"u-{uuid.uuid4().hex[:6]}", password="pw-long-enough")
+    grant_role(user, "viewer")  # roles gate every page
     client.force_login(user)
     return client
 

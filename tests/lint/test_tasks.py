@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django_celery_beat.models import PeriodicTask
 
+from auditor.accounts.roles import grant_role
 from auditor.lint.models import LintScan
 from auditor.lint.tasks import SCAN_LOCK_KEY, scan_all_task, scan_running
 
@@ -34,6 +35,7 @@ def test_it_runs_one_scan_at_a_time(no_scan_running, monkeypatch: pytest.MonkeyP
         lambda trigger, requested_by=None: service.scan_all(trigger, requested_by=requested_by, clusters=[]),
     )
     user = get_user_model().objects.create_user(username=f"u-{uuid.uuid4().hex[:6]}", password="pw-long-enough")
+    grant_role(user, "operator")  # roles gate every page
 
     cache.add(SCAN_LOCK_KEY, "schedule", timeout=60)
     assert scan_running()

@@ -17,6 +17,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
+from auditor.accounts.roles import grant_role
 from auditor.lint.catalog import RULES
 from auditor.lint.engine import lint
 from auditor.lint.models import LintResultRow, LintScan
@@ -31,6 +32,7 @@ HOSTILE = '<img src=x onerror="alert(1)">'
 @pytest.fixture
 def user_client(client: Client) -> Client:
     user = get_user_model().objects.create_user(username=f"u-{uuid.uuid4().hex[:6]}", password="pw-long-enough")
+    grant_role(user, "operator")  # roles gate every page
     client.force_login(user)
     return client
 
@@ -131,6 +133,7 @@ def test_it_queues_a_scan_on_post_with_a_csrf_token(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(tasks.scan_all_task, "delay", lambda *args: queued.append(args))
     monkeypatch.setattr(tasks, "scan_running", lambda: False)
     user = get_user_model().objects.create_user(username=f"u-{uuid.uuid4().hex[:6]}", password="pw-long-enough")
+    grant_role(user, "operator")  # roles gate every page
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(user)
     assert strict.post("/lint/scan/").status_code == 403
