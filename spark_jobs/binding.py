@@ -56,7 +56,9 @@ class Binding:
     kafka_config: dict[str, str] = field(default_factory=dict)
     producer_ledger_topic: str = "_audit.producer-ledger"
     consumer_ledger_topic: str = "_audit.consumer-ledger"
-    transactions: bool = False
+    # True: also read read_uncommitted to tell aborted records apart; None: only when this
+    # run's committed read shows offset holes (transaction markers); False: never.
+    transactions: bool | None = None
     since: datetime | None = None
     lookback_seconds: float = 300.0
 
@@ -156,7 +158,7 @@ def binding_from_dict(data: dict[str, Any]) -> Binding:
         kafka_config={str(k): str(v) for k, v in kafka_config.items()},
         producer_ledger_topic=str(data.get("producer_ledger_topic") or "_audit.producer-ledger"),
         consumer_ledger_topic=str(data.get("consumer_ledger_topic") or "_audit.consumer-ledger"),
-        transactions=guarantee == "exactly-once" if transactions is None else bool(transactions),
+        transactions=(True if guarantee == "exactly-once" else None) if transactions is None else bool(transactions),
         since=_parse_since(data.get("since"), name),
         lookback_seconds=parse_duration(data.get("lookback", "5m"), f"binding {name!r}: lookback"),
     )

@@ -7,11 +7,14 @@ extract_* read (JDBC, the Kafka source, driver-side offset look-ups), the pure t
 live in reconcile_transform, load_* write; main() only wires them. The run result printed
 on stdout (and written to --output-json) is
 
-    {"status": "ok"|"failed", "error": str|null, "run_id", "binding", "mode",
-     "started_at", "finished_at", "duration_s", "counts": {kind: n},
+    {"status": "ok"|"failed", "error": str|null, "run_id", "binding", "mode": "full"|"incremental",
+     "started_at", "finished_at", "duration_s", "counts": {kind: n}, "new_findings": n,
      "offset_ranges": {"topic"|"producer_ledger"|"consumer_ledger": {partition: [start, end]}},
-     "window": {"lower", "upper", "cutoff"}, "warnings": [...],
-     "findings": [{"kind", "key", "cause", "evidence", …}], "findings_truncated": bool}
+     "records_read": n, "window": {"lower", "upper", "cutoff"}, "warnings": [...],
+     "timings": {phase: seconds},
+     "findings": [{"kind", "key", "cause", "evidence", "partition", "offset", "offsets",
+                   "timestamp", "session", "seq", "seq_end", "group", "is_new"}],
+     "findings_truncated": bool}
 
 A run that cannot read something fails with the error, reports no findings and leaves the
 incremental state as it was.
@@ -25,7 +28,7 @@ import math
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,7 @@ from spark_jobs.binding import (
     Binding,
     BindingError,
     binding_from_dict,
+    check_identifier,
     jdbc_url_and_properties,
     load_binding_json,
     redact_url,
@@ -295,7 +299,10 @@ def extract_source(
     lower: datetime | None,
     upper: datetime,
 ) -> DataFrame:
-    """Rows created in (lower, upper]: key and creation time only, read in parallel."""
+    """Rows created in (lower, upper]: columns audit_key and audit_created only.
+
+    A numeric key is read in parallel ranges of it (bounds from a min/max query).
+    """
     key = _actual_column(columns, binding.key_column)
     created = _actual_column(columns, binding.created_column)
     predicate = f'"{created}" <= {_ts_literal(upper)}'
@@ -322,8 +329,7 @@ def extract_source(
             .option("upperBound", str(int(stats["hi"]) + 1))
             .option("numPartitions", str(partitions))
         )
-    raw = reader.load()
-    return transform_source_rows(raw, "audit_key", "audit_created")
+    return reader.load()
 
 
 # ------------------------------------------------------------------ load --------------
@@ -337,7 +343,8 @@ def findings_rows(findings: DataFrame, limit: int) -> tuple[list[dict[str, Any]]
     for row in rows[:limit]:
         item = row.asDict(recursive=True)
         item["evidence"] = json.loads(item["evidence"]) if item.get("evidence") else None
-        item["timestamp"] = item["timestamp"].isoformat() if item.get("timestamp") else None
+        # PySpark hands back naive local datetimes; make them explicit UTC.
+        item["timestamp"] = item["timestamp"].astimezone(UTC).isoformat() if item.get("timestamp") else None
         result.append(item)
     return result, len(rows) > limit
 
@@ -357,6 +364,7 @@ def load_findings_jdbc(findings_df: DataFrame, run_id: str, jdbc_url: str, table
     Columns: run_id, kind, key, cause, partition, offset, offsets (JSON text), timestamp,
     session, seq, seq_end, group, evidence (JSON text), is_new when present.
     """
+    check_identifier(table, "findings table", "load", qualified=True)
     url, props = jdbc_url_and_properties(jdbc_url)
     rows = findings_df.withColumn("offsets", F.to_json("offsets")).withColumn("run_id", F.lit(run_id))
     rows = rows.select("run_id", *[c for c in rows.columns if c != "run_id"])
@@ -380,18 +388,36 @@ class RunOptions:
     now: datetime | None = None  # fixed clock for tests
 
 
-def _persisted(df: DataFrame) -> DataFrame:
-    return df.persist(StorageLevel.MEMORY_AND_DISK)
-
-
 def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dict[str, Any]:
     """One run: read, update the state, compute findings, load; raises on any failure."""
-    run_id = options.run_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    cached: list[DataFrame] = []
+    try:
+        return _reconcile(spark, binding, options, cached)
+    finally:
+        for df in cached:
+            df.unpersist()
+
+
+def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cached: list[DataFrame]) -> dict[str, Any]:
+    def _persisted(df: DataFrame) -> DataFrame:
+        cached.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        return df
+
+    run_id = options.run_id or new_run_id()
     store = StateStore(options.state_dir, binding.name, run_id)
     meta = StateMeta() if options.full else store.read_meta()
     warnings: list[str] = []
 
+    timings: dict[str, float] = {}
+    clock = [time.monotonic()]
+
+    def lap(name: str) -> None:
+        now = time.monotonic()
+        timings[name] = round(timings.get(name, 0.0) + now - clock[0], 3)
+        clock[0] = now
+
     kafka = extract_topic_offsets(binding, meta)
+    lap("kafka_offsets")
     upper = options.now or datetime.now(UTC)
     if meta.window_upper:
         lower: datetime | None = datetime.fromisoformat(meta.window_upper) - timedelta(seconds=binding.lookback_seconds)
@@ -403,29 +429,34 @@ def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dic
         warnings.append(f"{binding.topic}/{partition}: {lost} record(s) expired by retention before they were read")
     broadcast_new = plan.total < BROADCAST_NEW_ROWS
 
-    # Topic records (committed view); with transactions also the uncommitted view.
+    # Topic records (committed view); where transactions are in use also the uncommitted
+    # view, so records only in aborted transactions can be told apart.
     committed_raw = extract_topic(spark, binding, plan, "read_committed")
     records = _persisted(transform_records(committed_raw, binding.record_key))
-    if binding.transactions:
-        all_records = _persisted(
-            transform_records(extract_topic(spark, binding, plan, "read_uncommitted"), binding.record_key)
-        )
-        new_aborted = transform_aborted(all_records, records)
-    else:
-        all_records = records
-        new_aborted = spark.createDataFrame([], records.schema)
     totals = records.agg(F.count("*").alias("n"), F.count("key").alias("keyed")).collect()[0]
-    if totals["n"] > 0 and totals["keyed"] == 0:
+    if totals["n"] > 0 and totals["keyed"] == 0 and not meta.key_deltas:
         raise BindingError(
             f"binding {binding.name!r}: record_key {binding.record_key.describe()!r} matched nothing in "
             f"{totals['n']} record(s) of topic {binding.topic!r}"
         )
     if totals["keyed"] < totals["n"]:
         warnings.append(f"{totals['n'] - totals['keyed']} record(s) without a key by {binding.record_key.describe()}")
+    # Offsets without a committed record are transaction markers or aborted records.
+    read_uncommitted = binding.transactions if binding.transactions is not None else totals["n"] < plan.total
+    if read_uncommitted:
+        uncommitted_raw = extract_topic(spark, binding, plan, "read_uncommitted")
+        all_records = _persisted(transform_records(uncommitted_raw, binding.record_key))
+        new_aborted = transform_aborted(all_records, records)
+    else:
+        all_records = records
+        new_aborted = spark.createDataFrame([], RECORD_SCHEMA)
 
     # Source rows of the window.
+    lap("topic_read")
     table, columns = extract_source_columns(spark, binding)
-    window_rows = extract_source(spark, binding, table, columns, lower, upper)
+    window_rows = transform_source_rows(
+        extract_source(spark, binding, table, columns, lower, upper), "audit_key", "audit_created"
+    )
     old_source = store.deltas(spark, meta.source_deltas, SOURCE_ROW_SCHEMA)
     new_source = _persisted(transform_new_source_rows(window_rows, old_source, broadcast_new))
 
@@ -439,13 +470,18 @@ def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dic
         )
     )
 
+    committed = spark.createDataFrame(kafka["committed"], COMMITTED_SCHEMA)
+    groups = spark.createDataFrame([(g,) for g in binding.consumer_groups], "group string")
+
     # State updates: each new dataset is written under this run's id and read back.
     old_index = store.deltas(spark, meta.key_deltas, KEY_INDEX_SCHEMA)
     datasets: dict[str, str] = {}
     state: dict[str, DataFrame] = {}
 
     def keep(name: str, df: DataFrame) -> DataFrame:
+        lap("prepare")
         datasets[name], state[name] = store.write_dataset(df, name)
+        lap(f"state.{name}")
         return state[name]
 
     def old(name: str) -> DataFrame:
@@ -468,16 +504,16 @@ def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dic
     processed_cov = keep("processed_coverage", transform_processed_coverage(old_processed, processed))
     keep(
         "unprocessed_candidates",
-        transform_unprocessed_candidates(old("unprocessed_candidates"), records, processed_cov),
+        transform_unprocessed_candidates(old("unprocessed_candidates"), records, processed_cov, groups, committed),
     )
     key_deltas = [*meta.key_deltas, store.write_delta(transform_key_delta(records), "keys", KEY_INDEX_SCHEMA)]
     source_deltas = [*meta.source_deltas, store.write_delta(new_source, "source", SOURCE_ROW_SCHEMA)]
+    lap("state.deltas")
 
     # Findings from the new state.
     watermarks = spark.createDataFrame(
         [(p, o.low, plan.ranges[p][1]) for p, o in kafka["watermarks"].items()], WATERMARK_SCHEMA
     )
-    committed = spark.createDataFrame(kafka["committed"], COMMITTED_SCHEMA)
     findings = union_findings(
         [
             find_missing(state["pending_source"], cutoff),
@@ -485,7 +521,7 @@ def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dic
             find_orphans(state["orphan_candidates"], cutoff),
             find_gaps(state["seq_coverage"], state["ledger_open"], state["ledger_bounds"], watermarks),
             find_aborted(state["aborted"]),
-            find_unprocessed(state["unprocessed_candidates"], committed),
+            find_unprocessed(state["unprocessed_candidates"], committed, state["processed_coverage"]),
             find_reprocessed(state["reprocessed"]),
         ]
     )
@@ -504,6 +540,7 @@ def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dic
     if options.output_jdbc_url:
         load_findings_jdbc(flagged, run_id, options.output_jdbc_url, options.findings_table)
 
+    lap("findings")
     store.commit(
         StateMeta(
             run_id=run_id,
@@ -516,8 +553,6 @@ def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dic
             datasets=datasets,
         )
     )
-    for df in (records, all_records, new_source, processed):
-        df.unpersist()
     return {
         "run_id": run_id,
         "binding": binding.name,
@@ -536,6 +571,7 @@ def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dic
             "cutoff": cutoff.isoformat(),
         },
         "warnings": warnings,
+        "timings": timings,
         "findings": rows,
         "findings_truncated": truncated,
     }
@@ -557,27 +593,45 @@ def run(spark: SparkSession, binding: Binding, options: RunOptions) -> dict[str,
     """reconcile() with the run envelope: status, error, timing; never raises."""
     started = time.monotonic()
     started_at = datetime.now(UTC)
+    options = replace(options, run_id=options.run_id or new_run_id())
     try:
         result = {"status": "ok", "error": None} | reconcile(spark, binding, options)
     except Exception as exc:  # noqa: BLE001 - any failure fails the run, with its error
-        result = {
-            "status": "failed",
-            "error": describe_error(exc),
-            "binding": binding.name,
-            "run_id": options.run_id,
-            "counts": {},
-            "offset_ranges": {},
-            "window": {},
-            "warnings": [],
-            "findings": [],
-            "findings_truncated": False,
-        }
+        result = failed_result(describe_error(exc), binding.name, options)
     result["started_at"] = started_at.isoformat()
     result["finished_at"] = datetime.now(UTC).isoformat()
     result["duration_s"] = round(time.monotonic() - started, 3)
     if options.output_json:
-        load_json(result, options.output_json)
+        try:
+            load_json(result, options.output_json)
+        except OSError as exc:
+            # The state may be committed already; findings are a snapshot, so the next run
+            # reports them again.
+            result = failed_result(f"writing {options.output_json} failed: {exc}", binding.name, options)
     return result
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+def failed_result(error: str, binding_name: str | None, options: RunOptions) -> dict[str, Any]:
+    """A failed run publishes no findings."""
+    return {
+        "status": "failed",
+        "error": error,
+        "run_id": options.run_id,
+        "binding": binding_name,
+        "mode": "full" if options.full else "incremental",
+        "counts": {},
+        "new_findings": 0,
+        "offset_ranges": {},
+        "records_read": 0,
+        "window": {},
+        "warnings": [],
+        "findings": [],
+        "findings_truncated": False,
+    }
 
 
 # ------------------------------------------------------------------ CLI ---------------
@@ -653,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         binding = binding_from_args(args)
     except BindingError as exc:
-        result = {"status": "failed", "error": f"BindingError: {exc}", "counts": {}, "findings": []}
+        result = failed_result(f"BindingError: {exc}", None, options)
         if options.output_json:
             load_json(result, options.output_json)
         print(json.dumps(result))

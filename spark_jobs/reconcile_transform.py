@@ -200,21 +200,42 @@ def _ms_to_ts(col: Column) -> Column:
     return F.timestamp_millis(col)
 
 
+RANGE_BUCKET = 65536
+
+
+def _range_join(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value: str, how: str) -> DataFrame:
+    """Join rows to the intervals [start, end] of the same keys that contain `value`.
+
+    Both sides are also matched on a bucket of the value (intervals are repeated for each
+    bucket they span), so a session with millions of entries is never compared with every
+    interval of that session.
+    """
+    bucket_size = F.lit(RANGE_BUCKET)
+    iv = intervals.select(
+        *[F.col(k).alias(f"_iv_{k}") for k in keys],
+        F.col("start").alias("_iv_start"),
+        F.col("end").alias("_iv_end"),
+        F.explode(F.sequence(F.floor(F.col("start") / bucket_size), F.floor(F.col("end") / bucket_size))).alias(
+            "_iv_bucket"
+        ),
+    )
+    bucketed = df.withColumn("_bucket", F.floor(F.col(value) / bucket_size))
+    condition = [bucketed[k] == iv[f"_iv_{k}"] for k in keys] + [
+        bucketed["_bucket"] == iv["_iv_bucket"],
+        bucketed[value] >= iv["_iv_start"],
+        bucketed[value] <= iv["_iv_end"],
+    ]
+    return bucketed.join(iv, condition, how).drop("_bucket")
+
+
 def _range_anti(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
     """Rows of df whose `value` lies in no interval [start, end] of the same keys."""
-    iv = intervals.select(
-        *[F.col(k).alias(f"_iv_{k}") for k in keys], F.col("start").alias("_iv_start"), F.col("end").alias("_iv_end")
-    )
-    condition = [df[k] == iv[f"_iv_{k}"] for k in keys] + [df[value] >= iv["_iv_start"], df[value] <= iv["_iv_end"]]
-    return df.join(iv, condition, "left_anti")
+    return _range_join(df, intervals, keys, value, "left_anti")
 
 
 def _range_semi(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
-    iv = intervals.select(
-        *[F.col(k).alias(f"_iv_{k}") for k in keys], F.col("start").alias("_iv_start"), F.col("end").alias("_iv_end")
-    )
-    condition = [df[k] == iv[f"_iv_{k}"] for k in keys] + [df[value] >= iv["_iv_start"], df[value] <= iv["_iv_end"]]
-    return df.join(iv, condition, "left_semi")
+    """Rows of df whose `value` lies in some interval [start, end] of the same keys."""
+    return _range_join(df, intervals, keys, value, "left_semi")
 
 
 def merge_intervals(intervals: DataFrame, keys: Sequence[str]) -> DataFrame:
@@ -492,13 +513,26 @@ def transform_reprocessed(old_reprocessed: DataFrame, old_coverage: DataFrame, p
 
 
 def transform_unprocessed_candidates(
-    old_candidates: DataFrame, new_records: DataFrame, processed_coverage: DataFrame
+    old_candidates: DataFrame,
+    new_records: DataFrame,
+    processed_coverage: DataFrame,
+    groups: DataFrame,
+    committed: DataFrame,
 ) -> DataFrame:
-    """Records not processed (yet) by each group that keeps a consumer ledger (CANDIDATE_SCHEMA)."""
-    groups = processed_coverage.select("group").distinct()
-    fresh = groups.crossJoin(conform(new_records, RECORD_SCHEMA))
+    """Records each of the binding's groups has not (yet) marked processed (CANDIDATE_SCHEMA).
+
+    groups: the binding's consumer groups (one column `group`). A group whose consumer
+    ledger has no entry yet keeps only records it has not committed past: a ledger that
+    appears later cannot speak for records consumed before it existed, and this bounds the
+    state to the group's lag.
+    """
+    fresh = groups.select("group").distinct().crossJoin(conform(new_records, RECORD_SCHEMA))
     candidates = conform(old_candidates, CANDIDATE_SCHEMA).unionByName(conform(fresh, CANDIDATE_SCHEMA))
-    return conform(_range_anti(candidates, processed_coverage, ["group", "partition"], "offset"), CANDIDATE_SCHEMA)
+    open_candidates = _range_anti(candidates, processed_coverage, ["group", "partition"], "offset")
+    ledgered = processed_coverage.select("group").distinct().withColumn("_ledgered", F.lit(True))
+    judged = open_candidates.join(ledgered, "group", "left").join(committed, ["group", "partition"], "left")
+    keep = F.col("_ledgered").isNotNull() | F.col("committed").isNull() | (F.col("offset") >= F.col("committed"))
+    return conform(judged.where(keep), CANDIDATE_SCHEMA)
 
 
 # ------------------------------------------------------------------ findings ---------
@@ -649,9 +683,17 @@ def find_aborted(aborted: DataFrame) -> DataFrame:
     )
 
 
-def find_unprocessed(candidates: DataFrame, committed: DataFrame) -> DataFrame:
-    """Records below a group's committed offset that the group's ledger never marked processed."""
-    below = candidates.join(committed, ["group", "partition"], "inner").where(F.col("offset") < F.col("committed"))
+def find_unprocessed(candidates: DataFrame, committed: DataFrame, processed_coverage: DataFrame) -> DataFrame:
+    """Records below a group's committed offset that the group's ledger never marked processed.
+
+    Only groups that keep a consumer ledger (any processed mark so far) are judged.
+    """
+    ledgered = processed_coverage.select("group").distinct()
+    below = (
+        candidates.join(ledgered, "group", "left_semi")
+        .join(committed, ["group", "partition"], "inner")
+        .where(F.col("offset") < F.col("committed"))
+    )
     return _finding(
         below,
         "unprocessed",

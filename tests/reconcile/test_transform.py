@@ -97,7 +97,7 @@ def raw_records(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame(rows, KAFKA_RAW_SCHEMA)
 
 
-def test_it_finds_keys_by_record_key(spark):
+def test_it_finds_keys_by_record_key(spark: SparkSession):
     actual = transform_records(raw_records(spark), RecordKeySpec("key"))
     expected = records(
         spark, ("1", 0, 0, at(1), "p1", 0), (None, 1, 5, at(2), None, None), ("3", 0, 1, at(3), "p2", None)
@@ -105,7 +105,7 @@ def test_it_finds_keys_by_record_key(spark):
     assertDataFrameEqual(actual, expected)
 
 
-def test_it_finds_keys_by_header(spark):
+def test_it_finds_keys_by_header(spark: SparkSession):
     actual = transform_records(raw_records(spark), RecordKeySpec("header", "audit-id"))
     expected = records(
         spark, ("11", 0, 0, at(1), "p1", 0), (None, 1, 5, at(2), None, None), (None, 0, 1, at(3), "p2", None)
@@ -113,7 +113,7 @@ def test_it_finds_keys_by_header(spark):
     assertDataFrameEqual(actual, expected)
 
 
-def test_it_finds_keys_by_json_path(spark):
+def test_it_finds_keys_by_json_path(spark: SparkSession):
     actual = transform_records(raw_records(spark), RecordKeySpec("json", "$.ticket_id"))
     expected = records(
         spark, ("11", 0, 0, at(1), "p1", 0), (None, 1, 5, at(2), None, None), ("x", 0, 1, at(3), "p2", None)
@@ -124,7 +124,7 @@ def test_it_finds_keys_by_json_path(spark):
 # ------------------------------------------------------------------ missing -----------
 
 
-def test_it_finds_missing_rows_older_than_grace(spark):
+def test_it_finds_missing_rows_older_than_grace(spark: SparkSession):
     old_pending = spark.createDataFrame([("a", at(0)), ("e", at(5))], SOURCE_ROW_SCHEMA)
     new_source = spark.createDataFrame([("b", at(10)), ("c", at(20)), ("d", at(100))], SOURCE_ROW_SCHEMA)
     # "a" gets its record this run; "c" had its record in an earlier run (key index).
@@ -162,7 +162,7 @@ def offsets(*pairs: tuple[int, int]) -> list[tuple[int, int]]:
     return list(pairs)
 
 
-def test_it_tells_producer_retries_from_app_resends_and_headerless_duplicates(spark):
+def test_it_tells_producer_retries_from_app_resends_and_headerless_duplicates(spark: SparkSession):
     dups = records(
         spark,
         ("a", 0, 1, at(1), "p1", 1),
@@ -253,7 +253,7 @@ def test_it_tells_producer_retries_from_app_resends_and_headerless_duplicates(sp
     assertDataFrameEqual(find_duplicates(dups), expected)
 
 
-def test_it_keeps_every_record_of_keys_duplicated_across_runs(spark):
+def test_it_keeps_every_record_of_keys_duplicated_across_runs(spark: SparkSession):
     old_index = spark.createDataFrame(
         [
             ("a", 1, 0, 1, at(1), "p1", 1),
@@ -289,7 +289,7 @@ def test_it_keeps_every_record_of_keys_duplicated_across_runs(spark):
 # ------------------------------------------------------------------ orphans -----------
 
 
-def test_it_finds_orphans_and_forgets_them_when_the_row_appears(spark):
+def test_it_finds_orphans_and_forgets_them_when_the_row_appears(spark: SparkSession):
     old_candidates = records(spark, ("k1", 0, 1, at(1), None, None), ("k2", 0, 2, at(2), "p1", 0))
     new_records = records(
         spark,
@@ -360,7 +360,7 @@ def acked(seq: int, partition: int, offset: int, audit_id: str, ts_ms: int) -> l
     return [seq, "acked", partition, offset, None, "persisted", audit_id, ts_ms]
 
 
-def test_it_parses_the_producer_ledger(spark):
+def test_it_parses_the_producer_ledger(spark: SparkSession):
     raw = ledger_values(
         spark,
         {"v": 1, "type": "session-start", "pid": "s1", "client_id": "app", "ts": 5, "host": "h"},
@@ -383,7 +383,7 @@ def test_it_parses_the_producer_ledger(spark):
     assertDataFrameEqual(bounds, spark.createDataFrame([("s1", 3)], LEDGER_BOUND_SCHEMA))
 
 
-def test_it_attributes_sequence_gaps_from_the_ledger(spark):
+def test_it_attributes_sequence_gaps_from_the_ledger(spark: SparkSession):
     topic_records = records(
         spark,
         *[("k", 0, 100 + s, at(s), "s1", s) for s in (0, 1, 2, 5, 7, 9)],
@@ -458,7 +458,7 @@ def test_it_attributes_sequence_gaps_from_the_ledger(spark):
     assertDataFrameEqual(actual, expected)
 
 
-def test_it_merges_sequences_into_intervals_across_buckets(spark):
+def test_it_merges_sequences_into_intervals_across_buckets(spark: SparkSession):
     values = records(spark, *[("k", 0, s, at(0), "s", s) for s in (0, 1, 2, 3, 4, 5, 9, 10, 12)])
     actual = values_to_intervals(values, ["session"], "seq", bucket_size=4)
     assertDataFrameEqual(actual, spark.createDataFrame([("s", 0, 5), ("s", 9, 10), ("s", 12, 12)], INTERVAL_SCHEMA))
@@ -473,7 +473,7 @@ def test_it_merges_sequences_into_intervals_across_buckets(spark):
 # ------------------------------------------------------------------ aborted -----------
 
 
-def test_it_finds_records_only_in_aborted_transactions(spark):
+def test_it_finds_records_only_in_aborted_transactions(spark: SparkSession):
     uncommitted = records(spark, ("k1", 0, 0, at(0), "s", 0), ("k2", 0, 1, at(1), "s", 1), ("k3", 0, 3, at(3), "s", 2))
     committed = records(spark, ("k1", 0, 0, at(0), "s", 0), ("k3", 0, 3, at(3), "s", 2))
     actual = find_aborted(transform_aborted(uncommitted, committed))
@@ -500,7 +500,7 @@ def processed(group: str, sid: str, *entries: list[Any]) -> dict[str, Any]:
     return {"v": 1, "type": "processed", "sid": sid, "group": group, "entries": list(entries)}
 
 
-def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark):
+def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark: SparkSession):
     empty_cov = spark.createDataFrame([], PROCESSED_INTERVAL_SCHEMA)
     topic_records = records(spark, *[(f"k{o}", 0, o, at(o), None, None) for o in range(6)])
     committed = spark.createDataFrame([("g1", 0, 6), ("g2", 0, 6)], COMMITTED_SCHEMA)
@@ -533,10 +533,13 @@ def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark):
     assertDataFrameEqual(
         coverage1, spark.createDataFrame([("g1", 0, 0, 2), ("g1", 0, 4, 4)], PROCESSED_INTERVAL_SCHEMA)
     )
+    groups = spark.createDataFrame([("g1",), ("g2",)], "group string")
     candidates1 = transform_unprocessed_candidates(
-        spark.createDataFrame([], CANDIDATE_SCHEMA), topic_records, coverage1
+        spark.createDataFrame([], CANDIDATE_SCHEMA), topic_records, coverage1, groups, committed
     )
-    # g2 keeps no consumer ledger: nothing is said about it.
+    # g2 keeps no consumer ledger: nothing is said about it, and it keeps no candidates it
+    # has committed past (a ledger appearing later cannot speak for them).
+    assert candidates1.where("group = 'g2'").count() == 0
     expected_unprocessed = [
         finding(
             "unprocessed",
@@ -549,7 +552,7 @@ def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark):
         )
         for o in (3, 5)
     ]
-    assertDataFrameEqual(find_unprocessed(candidates1, committed), findings(spark, *expected_unprocessed))
+    assertDataFrameEqual(find_unprocessed(candidates1, committed, coverage1), findings(spark, *expected_unprocessed))
     assertDataFrameEqual(
         find_reprocessed(reprocessed1),
         findings(
@@ -577,8 +580,8 @@ def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark):
     )
     reprocessed2 = transform_reprocessed(reprocessed1, coverage1, run2)
     coverage2 = transform_processed_coverage(coverage1, run2)
-    candidates2 = transform_unprocessed_candidates(candidates1, records(spark), coverage2)
-    assertDataFrameEqual(find_unprocessed(candidates2, committed), findings(spark, expected_unprocessed[1]))
+    candidates2 = transform_unprocessed_candidates(candidates1, records(spark), coverage2, groups, committed)
+    assertDataFrameEqual(find_unprocessed(candidates2, committed, coverage2), findings(spark, expected_unprocessed[1]))
     assertDataFrameEqual(
         find_reprocessed(reprocessed2),
         findings(

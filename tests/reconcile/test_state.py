@@ -1,0 +1,66 @@
+"""The incremental state store: atomic commits, compaction, clean-up of abandoned runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.testing import assertDataFrameEqual
+
+from spark_jobs.reconcile_state import COMPACT_AFTER, StateError, StateMeta, StateStore
+from spark_jobs.reconcile_transform import KEY_INDEX_SCHEMA, RECORD_SCHEMA
+from tests.reconcile.conftest import at
+
+
+def test_it_reads_an_empty_state_when_nothing_was_committed(spark: SparkSession, tmp_path: Path):
+    store = StateStore(tmp_path, "tickets", "r1")
+    meta = store.read_meta()
+    assert meta == StateMeta()
+    assert store.dataset(spark, meta, "duplicates").count() == 0
+
+
+def test_it_commits_atomically_and_drops_datasets_of_abandoned_runs(spark: SparkSession, tmp_path: Path):
+    first = StateStore(tmp_path, "tickets", "r1")
+    path, _ = first.write_dataset(spark.createDataFrame([("a", 0, 1, at(1), "s", 0)], RECORD_SCHEMA), "duplicates")
+    first.commit(StateMeta(run_id="r1", topic_offsets={0: 5}, datasets={"duplicates": path}))
+
+    # A run that fails after writing its datasets never commits: the state stays r1's.
+    failed = StateStore(tmp_path, "tickets", "r2")
+    failed.write_dataset(spark.createDataFrame([], RECORD_SCHEMA), "duplicates")
+    meta = StateStore(tmp_path, "tickets", "r3").read_meta()
+    assert (meta.run_id, meta.topic_offsets) == ("r1", {0: 5})
+    assertDataFrameEqual(
+        first.dataset(spark, meta, "duplicates"), spark.createDataFrame([("a", 0, 1, at(1), "s", 0)], RECORD_SCHEMA)
+    )
+
+    third = StateStore(tmp_path, "tickets", "r3")
+    path3, _ = third.write_dataset(spark.createDataFrame([], RECORD_SCHEMA), "duplicates")
+    third.commit(StateMeta(run_id="r3", datasets={"duplicates": path3}))
+    assert sorted(p.name for p in (tmp_path / "tickets" / "runs").iterdir()) == ["r3"]
+
+
+def test_it_compacts_key_index_deltas(spark: SparkSession, tmp_path: Path):
+    deltas = []
+    for i in range(COMPACT_AFTER + 1):
+        store = StateStore(tmp_path, "tickets", f"r{i}")
+        rows = [("a", 1, 0, i, at(i), "s", i), (f"k{i}", 2, 1, i, at(i), None, None)]
+        deltas.append(store.write_delta(spark.createDataFrame(rows, KEY_INDEX_SCHEMA), "keys", KEY_INDEX_SCHEMA))
+    store = StateStore(tmp_path, "tickets", "last")
+    compacted = store.compact(spark, deltas, "keys", KEY_INDEX_SCHEMA)
+    assert compacted == ["keys/last-compacted"]
+    expected = [("a", COMPACT_AFTER + 1, 0, 0, at(0), "s", 0)] + [
+        (f"k{i}", 2, 1, i, at(i), None, None) for i in range(COMPACT_AFTER + 1)
+    ]
+    assertDataFrameEqual(
+        store.deltas(spark, compacted, KEY_INDEX_SCHEMA), spark.createDataFrame(expected, KEY_INDEX_SCHEMA)
+    )
+    assert store.compact(spark, compacted, "keys", KEY_INDEX_SCHEMA) == compacted
+
+
+def test_it_refuses_a_state_file_of_another_format(tmp_path: Path):
+    (tmp_path / "tickets").mkdir()
+    (tmp_path / "tickets" / "state.json").write_text(json.dumps({"format": 99}))
+    with pytest.raises(StateError, match="--full"):
+        StateStore(tmp_path, "tickets", "r1").read_meta()
