@@ -20,7 +20,7 @@ from auditor.lib.identifiers import IdentifierError, validate_identifier, valida
 from auditor.lib.secrets import MissingEnvError, env_refs, resolve_env
 from auditor.pipelines.models import GUARANTEES, Binding, Cluster, SourceDatabase, StuckRule
 
-SECTIONS = ("clusters", "sources", "bindings", "stuck_rules")
+SECTIONS = ("clusters", "sources", "bindings", "stuck_rules", "webhooks")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 RECORD_KEY_RE = re.compile(r"key|header:[^\s]+|json:\$(\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])+")
 TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -51,6 +51,7 @@ class ParsedConfig:
     sources: dict[str, dict[str, Any]] = field(default_factory=dict)
     bindings: dict[str, dict[str, Any]] = field(default_factory=dict)
     stuck_rules: dict[str, dict[str, Any]] = field(default_factory=dict)
+    webhooks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _to_python(node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
@@ -158,7 +159,7 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
         raise ConfigError(v.problems)
     v.unknown_fields(top, set(SECTIONS), "")
     parsed = ParsedConfig()
-    sections = {s: (v.mapping(top.get(s) or {}, s) or {}) for s in SECTIONS}
+    sections = {s: (v.mapping(top.get(s) or {}, s) or {}) for s in SECTIONS if s != "webhooks"}
 
     for name, item in sections["clusters"].items():
         path = f"clusters.{name}"
@@ -285,6 +286,11 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
             "schedule_seconds": v.duration(item, "schedule", path, 300),
         }
 
+    if top.get("webhooks"):
+        from auditor.alerts.config import parse_webhooks_section
+
+        parsed.webhooks = parse_webhooks_section(top["webhooks"], v.problem, known_bindings)
+
     if v.problems:
         raise ConfigError(v.problems)
     return parsed
@@ -339,4 +345,9 @@ def apply_config(parsed: ParsedConfig) -> ApplyResult:
             defaults["binding"] = Binding.objects.get(name=values["binding"])
             _, created = StuckRule.objects.update_or_create(name=name, defaults=defaults)
             record("stuck rule", name, created)
+        if parsed.webhooks:
+            from auditor.alerts.config import apply_webhooks
+
+            for name, created in apply_webhooks(parsed.webhooks):
+                record("webhook", name, created)
     return result

@@ -147,3 +147,38 @@ def test_it_prints_file_line_and_field_and_exits_non_zero(tmp_path, live_env):
     assert proc.returncode == 2
     assert f"error: {path}:10: bindings.tickets: missing required field 'key_column'" in proc.stderr
     assert "nothing in the database changed" in proc.stderr
+
+
+def test_it_loads_webhooks_with_secret_references(tmp_path, monkeypatch):
+    from auditor.alerts.models import Channel
+
+    monkeypatch.setenv("TEST_HOOK_SECRET", "hook-s3cret")
+    text = GOOD + textwrap.dedent("""\
+        webhooks:
+          ops:
+            url: https://hooks.example.com/auditor
+            secret: ${TEST_HOOK_SECRET}
+            format: slack
+            bindings: [tickets]
+            events:
+              finding_kinds: [missing]
+        """)
+    assert "webhook ops" in json.loads(apply(write(tmp_path, text)))["created"]
+    channel = Channel.objects.get(name="ops")
+    assert "hook-s3cret" not in str(Channel.objects.filter(name="ops").values().get())
+    assert channel.format == "slack"
+
+
+def test_it_rejects_a_webhook_to_an_unknown_binding(tmp_path, capsys):
+    text = GOOD + textwrap.dedent("""\
+        webhooks:
+          ops:
+            url: https://hooks.example.com/auditor
+            secret: ${TEST_KAFKA_SECRET}
+            bindings: [nope]
+        """)
+    path = write(tmp_path, text)
+    with pytest.raises(CommandError):
+        apply(path)
+    assert "webhooks.ops.bindings" in capsys.readouterr().err
+    assert not Binding.objects.exists()
