@@ -42,7 +42,7 @@ INSTALLED_APPS = [
 # Concern apps join INSTALLED_APPS once they have an apps module.
 INSTALLED_APPS += [
     f"auditor.{app}"
-    for app in ("canary", "demo", "reconcile", "stuck", "lint", "alerts", "reports", "api")
+    for app in ("canary", "demo", "reconcile", "stuck", "lint", "alerts", "reports", "api", "metrics")
     if (BASE_DIR / "auditor" / app / "apps.py").exists()
 ]
 

@@ -15,6 +15,6 @@ urlpatterns = [
 ]
 
 # Concern apps mount themselves at /<app>/ once they have a urls module.
-for app in ("canary", "demo", "reconcile", "stuck", "lint", "alerts", "reports", "api", "accounts"):
+for app in ("canary", "demo", "reconcile", "stuck", "lint", "alerts", "reports", "api", "accounts", "metrics"):
     if (Path(__file__).parent / app / "urls.py").exists():
         urlpatterns.append(path(f"{app}/", include(f"auditor.{app}.urls")))
