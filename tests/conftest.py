@@ -105,6 +105,27 @@ def spark():
     session.stop()
 
 
+def _session_namespace() -> str:
+    """Queue and channel prefix of this test session, so concurrent sessions on one Redis stay apart.
+
+    Taken from the configured database name before pytest-django renames it to test_*.
+    """
+    return _NAMESPACE
+
+
+_NAMESPACE = "auditor-" + os.environ["DATABASE_URL"].rsplit("/", 1)[-1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_redis_namespace() -> None:
+    from django.conf import settings
+
+    namespace = _session_namespace()
+    # Celery reads its configuration from settings lazily, on first use.
+    settings.CELERY_TASK_DEFAULT_QUEUE = namespace
+    settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = namespace
+
+
 def _test_database_url() -> str:
     from django.conf import settings
 
@@ -144,6 +165,7 @@ def live_env(django_db_setup, django_db_blocker) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # the live processes keep Django's async safety
     env["DATABASE_URL"] = _test_database_url()
+    env["AUDITOR_CELERY_QUEUE"] = env["AUDITOR_CHANNEL_PREFIX"] = _session_namespace()
     return env
 
 
@@ -167,6 +189,8 @@ def celery_worker_process(live_env) -> Iterator[LiveProcesses]:
             "--loglevel=INFO",
             "--without-mingle",
             "--without-gossip",
+            "-Q",
+            _session_namespace(),
         ],
     )
     from auditor.celery import app

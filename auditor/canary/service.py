@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 from django.db import DatabaseError, close_old_connections, connection
 
 from auditor.canary.accounting import CanaryAccounting
+from auditor.canary.alerting import alert_on_minute
 from auditor.canary.models import CanaryPoint
 from auditor.canary.payload import decode_record, encode_record
 from auditor.canary.store import record_minute
@@ -325,10 +326,12 @@ class CanaryService:
         if not connection.in_atomic_block:
             close_old_connections()  # a long-running process outlives database restarts
         try:
-            record_minute(self.session, self.options.topic, minute, counts, leaders, partial=partial)
+            points = record_minute(self.session, self.options.topic, minute, counts, leaders, partial=partial)
             self._minutes_stored += 1
         except DatabaseError:
             log.exception("could not store the canary points of minute %s", f"{minute:%H:%M}")
+            return
+        alert_on_minute(points)
 
     def _manage_topic(
         self,

@@ -27,6 +27,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from auditor.lib.live import publish
+from auditor.lint.alerting import alert_on_scan_safely
 from auditor.lint.defaults import AT_LEAST_ONCE, GUARANTEES
 from auditor.lint.engine import lint, lint_text
 from auditor.lint.errors import LintInputError
@@ -238,7 +239,7 @@ def scan_all(
         outcome.notes.append("no cluster is configured (audit apply FILE adds them)")
     for problem in outcome.problems:
         log.warning("lint scan: %s", problem)
-    return record_scan(
+    scan = record_scan(
         outcome.results,
         trigger=trigger,
         started_at=started,
@@ -247,6 +248,8 @@ def scan_all(
         error="\n".join(outcome.problems),
         notes=outcome.notes,
     )
+    alert_on_scan_safely(scan, [cluster.name for cluster in chosen])
+    return scan
 
 
 # --- a pasted config -------------------------------------------------------------------------

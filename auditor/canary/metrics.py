@@ -1,0 +1,76 @@
+"""Canary numbers for /metrics/ (see auditor/metrics/registry.py): per topic partition over
+the last ``AUDITOR_METRICS_CANARY_WINDOW_MINUTES`` (default 15) minutes of stored points.
+
+Counts are sums over the window (all sessions), so they are gauges, not counters: a
+restart of the canary does not reset them. The latency is the highest per-minute p99
+of the window (the minutes' records are gone, so the window's exact p99 is not known);
+partitions that received nothing in the window have no latency sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Max, Sum
+from django.utils import timezone
+
+from auditor.canary.models import CanaryPoint
+from auditor.metrics.registry import Sample
+
+DEFAULT_WINDOW_MINUTES = 15
+COUNTS = {
+    "sent": "auditor_canary_sent_records",
+    "received": "auditor_canary_received_records",
+    "lost": "auditor_canary_lost_records",
+    "duplicated": "auditor_canary_duplicated_records",
+    "out_of_order": "auditor_canary_out_of_order_records",
+    "produce_errors": "auditor_canary_produce_errors",
+}
+HELP = {
+    "sent": "Canary records sent in the window",
+    "received": "Canary records received within the SLA in the window",
+    "lost": "Canary records not received within the SLA in the window",
+    "duplicated": "Canary records received more than once in the window",
+    "out_of_order": "Canary records received after a later one of the same partition in the window",
+    "produce_errors": "Canary records the producer reported as failed in the window",
+}
+
+
+def window_minutes() -> int:
+    return int(getattr(settings, "AUDITOR_METRICS_CANARY_WINDOW_MINUTES", DEFAULT_WINDOW_MINUTES))
+
+
+def collect() -> Iterator[Sample]:
+    minutes = window_minutes()
+    yield Sample("auditor_canary_window_seconds", minutes * 60, help="The window the canary metrics cover, in seconds")
+    since = timezone.now() - timedelta(minutes=minutes)
+    rows = list(
+        CanaryPoint.objects.filter(minute__gte=since)
+        .values("topic", "partition")
+        .annotate(**{name: Sum(name) for name in COUNTS}, p99_ms=Max("p99_ms"), newest=Max("minute"))
+        .order_by("topic", "partition")
+    )
+    for name, metric in COUNTS.items():
+        for row in rows:
+            labels = {"topic": row["topic"], "partition": str(row["partition"])}
+            yield Sample(metric, row[name], labels, help=HELP[name])
+    for row in rows:
+        if row["p99_ms"] is not None:
+            yield Sample(
+                "auditor_canary_latency_p99_seconds",
+                row["p99_ms"] / 1000,
+                {"topic": row["topic"], "partition": str(row["partition"])},
+                help="Highest per-minute p99 of the produce-to-consume latency in the window",
+            )
+    newest: dict[str, float] = {}
+    for row in rows:
+        newest[row["topic"]] = max(newest.get(row["topic"], 0.0), row["newest"].timestamp())
+    for topic, timestamp in newest.items():
+        yield Sample(
+            "auditor_canary_last_minute_timestamp_seconds",
+            timestamp,
+            {"topic": topic},
+            help="Start of the newest minute the canary stored (a stopped canary stops advancing it)",
+        )
