@@ -1,0 +1,1 @@
+"""The report sections of the auditor's own concerns (registered in auditor.reports.sections)."""

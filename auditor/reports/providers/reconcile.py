@@ -1,0 +1,169 @@
+"""Reconciliation: runs per binding in the period, and the findings they left.
+
+A run reports the whole current set of findings of its binding (a snapshot), so the
+findings "at the end of the period" are those of the binding's latest successful run
+in the period; ``new_findings`` adds up what each successful run saw for the first
+time. Causes come from the finding rows, which reconciliation prunes for older runs
+(their counts stay on the run): when the latest run's rows are gone the causes are
+reported as unavailable rather than guessed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count
+
+from auditor.lint.evidence import FINDING_KINDS
+from auditor.pipelines.models import Binding
+from auditor.reconcile.models import Finding, ReconcileRun
+from auditor.reports import charts, conf
+from auditor.reports.sections import SectionResult, Table, shown_time
+
+
+def _latest_ok(runs: list[ReconcileRun]) -> ReconcileRun | None:
+    ok = [r for r in runs if r.status == ReconcileRun.OK]
+    return max(ok, key=lambda r: (r.finished_at or r.created_at, r.pk)) if ok else None
+
+
+def _finding_rows(latest: dict[str, ReconcileRun], limit: int) -> tuple[list[dict[str, Any]], bool]:
+    run_ids = [run.pk for run in latest.values() if not run.findings_pruned]
+    if not run_ids or limit <= 0:
+        return [], bool(run_ids)
+    names = {run.pk: name for name, run in latest.items()}
+    findings = (
+        Finding.objects.filter(run_id__in=run_ids)
+        .order_by("run_id", "kind", "cause", "key", "partition", "offset", "id")
+        .values("run_id", "kind", "cause", "key", "partition", "offset", "timestamp", "group", "session", "seq")[
+            : limit + 1
+        ]
+    )
+    rows = [
+        {
+            "section": "reconcile",
+            "binding": names[f["run_id"]],
+            "run": f["run_id"],
+            "kind": f["kind"],
+            "cause": f["cause"] or "",
+            "key": f["key"],
+            "partition": f["partition"],
+            "offset": f["offset"],
+            "timestamp": f["timestamp"].isoformat() if f["timestamp"] else "",
+            "group": f["group"] or "",
+            "detail": f"producer session {f['session']} seq {f['seq']}" if f["session"] else "",
+        }
+        for f in findings
+    ]
+    return rows[:limit], len(rows) > limit
+
+
+def reconcile_section(bindings: Sequence[Binding], start: datetime, end: datetime) -> SectionResult:
+    runs_by_binding: dict[str, list[ReconcileRun]] = defaultdict(list)
+    runs = (
+        ReconcileRun.objects.filter(binding__in=list(bindings), created_at__gte=start, created_at__lt=end)
+        .select_related("binding")
+        .order_by("created_at", "id")
+    )
+    for run in runs:
+        runs_by_binding[run.binding.name].append(run)
+
+    latest: dict[str, ReconcileRun] = {}
+    for name, binding_runs in runs_by_binding.items():
+        found = _latest_ok(binding_runs)
+        if found is not None:
+            latest[name] = found
+    causes: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in (
+        Finding.objects.filter(run_id__in=[r.pk for r in latest.values() if not r.findings_pruned])
+        .values("run_id", "kind", "cause")
+        .annotate(count=Count("id"))
+        .order_by("run_id", "kind", "cause")
+    ):
+        causes[row["run_id"]].append({"kind": row["kind"], "cause": row["cause"], "count": row["count"]})
+
+    per_binding: dict[str, dict[str, Any]] = {}
+    totals = {"runs": 0, "failed_runs": 0, "findings": 0, "new_findings": 0}
+    for binding in bindings:
+        binding_runs = runs_by_binding.get(binding.name, [])
+        last = latest.get(binding.name)
+        findings = dict(last.kind_counts()) if last else {kind: 0 for kind in FINDING_KINDS}
+        entry = {
+            "runs": len(binding_runs),
+            "ok": sum(r.status == ReconcileRun.OK for r in binding_runs),
+            "failed": sum(r.status == ReconcileRun.FAILED for r in binding_runs),
+            "latest_run": last.pk if last else None,
+            "latest_run_finished": last.finished_at.isoformat() if last and last.finished_at else None,
+            "findings": findings,
+            "findings_total": sum(findings.values()),
+            "new_findings": sum(r.new_findings for r in binding_runs if r.status == ReconcileRun.OK),
+            "by_cause": causes.get(last.pk, []) if last else [],
+            "causes_available": bool(last) and not last.findings_pruned,
+        }
+        per_binding[binding.name] = entry
+        totals["runs"] += entry["runs"]
+        totals["failed_runs"] += entry["failed"]
+        totals["findings"] += entry["findings_total"]
+        totals["new_findings"] += entry["new_findings"]
+
+    csv_rows, truncated = _finding_rows(latest, conf.max_csv_rows())
+    notes = [
+        f"Findings at the end of the period are those of each binding's latest successful run in it; "
+        f"{len(latest)} of {len(bindings)} binding(s) had one."
+    ]
+    pruned = sorted(name for name, run in latest.items() if run.findings_pruned)
+    if pruned:
+        notes.append(
+            "Causes and finding rows are no longer stored for the latest run of: "
+            + ", ".join(pruned)
+            + " (counts kept)."
+        )
+
+    runs_table: Table = {
+        "title": "Runs and findings per binding",
+        "columns": [
+            "Binding",
+            "Runs",
+            "Failed",
+            "Latest successful run",
+            "Findings at end",
+            "New in period",
+            *FINDING_KINDS,
+        ],
+        "rows": [
+            [
+                name,
+                e["runs"],
+                e["failed"],
+                shown_time(latest[name].finished_at) if name in latest else "none",
+                e["findings_total"],
+                e["new_findings"],
+                *[e["findings"].get(kind, 0) for kind in FINDING_KINDS],
+            ]
+            for name, e in per_binding.items()
+        ],
+        "empty": "no binding in this report",
+    }
+    cause_table: Table = {
+        "title": "Findings per kind and cause at the end of the period",
+        "columns": ["Binding", "Kind", "Cause", "Findings"],
+        "rows": [
+            [name, c["kind"], c["cause"] or "—", c["count"]] for name, e in per_binding.items() for c in e["by_cause"]
+        ],
+        "empty": "no findings",
+    }
+    series = {
+        name: [(r.finished_at or r.created_at, r.total_findings) for r in binding_runs if r.status == ReconcileRun.OK]
+        for name, binding_runs in runs_by_binding.items()
+    }
+    figure = charts.time_series("Findings per run", "findings", series)
+    return {
+        "summary": {"bindings": per_binding, "totals": totals},
+        "tables": [runs_table, cause_table],
+        "figures": [figure] if any(series.values()) else [],
+        "csv_rows": csv_rows,
+        "csv_truncated": truncated,
+        "notes": notes,
+    }

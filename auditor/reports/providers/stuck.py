@@ -1,0 +1,136 @@
+"""Stuck items: diagnoses per binding in the period, and the stuck items per verdict.
+
+The counts per verdict "at the end of the period" come from each stuck rule's latest
+successful diagnosis in the period (its stored counts), summed over the binding's
+rules; became-stuck and got-unstuck add up the period's successful diagnoses. The CSV
+lists the items still stuck at the end of the period, with their latest verdict.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+
+from auditor.pipelines.models import Binding, StuckRule
+from auditor.reports import charts, conf
+from auditor.reports.sections import SectionResult, Table
+from auditor.stuck.models import DiagnosisRun, StuckItem
+from auditor.stuck.verdicts import VERDICTS
+
+
+def _items_stuck_at(
+    rules: list[StuckRule], start: datetime, end: datetime, limit: int
+) -> tuple[list[dict[str, Any]], bool]:
+    items = (
+        StuckItem.objects.filter(rule__in=rules, first_seen__lt=end, last_seen__gte=start)
+        .filter(Q(resolved_at__isnull=True) | Q(resolved_at__gte=end))
+        .select_related("rule__binding")
+        .order_by("rule__binding__name", "rule__name", "verdict", "key", "id")[: limit + 1]
+    )
+    rows = [
+        {
+            "section": "stuck",
+            "binding": item.rule.binding.name,
+            "run": item.last_run_id or "",
+            "kind": "stuck",
+            "cause": item.verdict,
+            "key": item.key,
+            "partition": "",
+            "offset": "",
+            "timestamp": item.first_seen.isoformat(),
+            "group": "",
+            "detail": f"rule {item.rule.name}; status {item.status}; {item.reason}".strip("; "),
+        }
+        for item in items
+    ]
+    return rows[:limit], len(rows) > limit
+
+
+def stuck_section(bindings: Sequence[Binding], start: datetime, end: datetime) -> SectionResult:
+    rules = list(StuckRule.objects.filter(binding__in=list(bindings)).select_related("binding").order_by("name"))
+    runs_by_rule: dict[int, list[DiagnosisRun]] = defaultdict(list)
+    for run in DiagnosisRun.objects.filter(rule__in=rules, started_at__gte=start, started_at__lt=end).order_by(
+        "started_at", "id"
+    ):
+        runs_by_rule[run.rule_id].append(run)
+
+    per_binding: dict[str, dict[str, Any]] = {
+        b.name: {
+            "rules": [],
+            "diagnoses": 0,
+            "failed": 0,
+            "verdicts": dict.fromkeys(VERDICTS, 0),
+            "stuck_at_end": 0,
+            "became_stuck": 0,
+            "got_unstuck": 0,
+        }
+        for b in bindings
+    }
+    for rule in rules:
+        entry = per_binding[rule.binding.name]
+        entry["rules"].append(rule.name)
+        runs = runs_by_rule.get(rule.pk, [])
+        ok = [r for r in runs if r.status == DiagnosisRun.OK]
+        entry["diagnoses"] += len(runs)
+        entry["failed"] += sum(r.status == DiagnosisRun.FAILED for r in runs)
+        entry["became_stuck"] += sum(r.became_stuck for r in ok)
+        entry["got_unstuck"] += sum(r.got_unstuck for r in ok)
+        if ok:
+            latest = max(ok, key=lambda r: (r.finished_at or r.started_at, r.pk))
+            for verdict in VERDICTS:
+                entry["verdicts"][verdict] += int((latest.counts or {}).get(verdict, 0))
+    totals = {"diagnoses": 0, "failed_diagnoses": 0, "stuck": 0, "became_stuck": 0, "got_unstuck": 0}
+    for entry in per_binding.values():
+        entry["stuck_at_end"] = sum(entry["verdicts"].values())
+        totals["diagnoses"] += entry["diagnoses"]
+        totals["failed_diagnoses"] += entry["failed"]
+        totals["stuck"] += entry["stuck_at_end"]
+        totals["became_stuck"] += entry["became_stuck"]
+        totals["got_unstuck"] += entry["got_unstuck"]
+
+    csv_rows, truncated = _items_stuck_at(rules, start, end, conf.max_csv_rows())
+    runs_table: Table = {
+        "title": "Diagnoses per binding",
+        "columns": ["Binding", "Stuck rules", "Diagnoses", "Failed", "Stuck at end", "Became stuck", "Got unstuck"],
+        "rows": [
+            [
+                name,
+                ", ".join(e["rules"]) or "none",
+                e["diagnoses"],
+                e["failed"],
+                e["stuck_at_end"],
+                e["became_stuck"],
+                e["got_unstuck"],
+            ]
+            for name, e in per_binding.items()
+        ],
+        "empty": "no binding in this report",
+    }
+    verdict_table: Table = {
+        "title": "Stuck items per verdict at the end of the period",
+        "columns": ["Binding", "Verdict", "Items"],
+        "rows": [[name, v, n] for name, e in per_binding.items() for v, n in e["verdicts"].items() if n],
+        "empty": "no stuck items",
+    }
+    with_items = {name: e for name, e in per_binding.items() if e["stuck_at_end"]}
+    figure = charts.bars(
+        "Stuck items per verdict",
+        "items",
+        VERDICTS,
+        {name: [e["verdicts"][v] for v in VERDICTS] for name, e in with_items.items()},
+    )
+    return {
+        "summary": {"bindings": per_binding, "totals": totals},
+        "tables": [runs_table, verdict_table],
+        "figures": [figure] if with_items else [],
+        "csv_rows": csv_rows,
+        "csv_truncated": truncated,
+        "notes": [
+            "Counts per verdict are from each stuck rule's latest successful diagnosis in the period; "
+            "the CSV lists the items stuck at the end of the period with their latest verdict."
+        ],
+    }

@@ -1,0 +1,108 @@
+"""HTML of a report: the stored body, the in-app page's wrapper, the offline download, the e-mail.
+
+The body (templates/reports/_body.html) is rendered once, when the report is built,
+and stored; it holds the tables and each chart's Plotly div, and no plotly.js. The
+app's page loads plotly.js from the static files; the downloaded file embeds the
+plotly.js of the installed plotly package inline, so it opens offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from django.template.loader import render_to_string
+from django.utils.safestring import SafeString, mark_safe
+from plotly.offline import get_plotlyjs
+
+from auditor.reports.charts import figure_div
+from auditor.reports.links import report_links
+from auditor.reports.models import Report
+from auditor.reports.sections import BuiltSection
+
+# (summary total key, label) in the order of the report's headline cards.
+HEADLINE = (
+    ("runs", "Reconciliation runs"),
+    ("failed_runs", "Failed runs"),
+    ("findings", "Findings at end"),
+    ("new_findings", "New findings"),
+    ("stuck", "Stuck items at end"),
+    ("lint_errors", "Lint errors"),
+    ("lint_warnings", "Lint warnings"),
+    ("canary_lost", "Canary lost"),
+    ("canary_duplicated", "Canary duplicated"),
+    ("canary_p99_ms_max", "Canary p99 (ms, worst minute)"),
+)
+
+
+def headline(totals: dict[str, Any]) -> list[dict[str, Any]]:
+    cards = []
+    for key, title in HEADLINE:
+        if key in totals:
+            value = totals[key]
+            if isinstance(value, float):
+                value = round(value, 1)
+            cards.append({"key": key, "label": title, "value": "—" if value is None else value})
+    return cards
+
+
+def _section_context(section: BuiltSection) -> dict[str, Any]:
+    return {
+        "name": section.name,
+        "title": section.title,
+        "tables": section.tables,
+        # The only HTML not produced by the template: our own figures (numbers, escaped labels).
+        "figures": [
+            mark_safe(figure_div(fig, f"chart-{section.name}-{n}")) for n, fig in enumerate(section.figures, start=1)
+        ],
+        "notes": section.notes,
+        "unavailable": section.unavailable,
+        "error": section.error,
+    }
+
+
+def render_body(
+    title: str,
+    start: datetime,
+    end: datetime,
+    binding_names: Sequence[str],
+    totals: dict[str, Any],
+    sections: Sequence[BuiltSection],
+) -> str:
+    return render_to_string(
+        "reports/_body.html",
+        {
+            "title": title,
+            "period_start": start,
+            "period_end": end,
+            "binding_names": binding_names,
+            "cards": headline(totals),
+            "sections": [_section_context(s) for s in sections],
+        },
+    )
+
+
+@cache
+def plotly_js() -> SafeString:
+    """plotly.min.js of the installed plotly package (the same file the app serves)."""
+    return mark_safe(get_plotlyjs())  # the vendored library, not data
+
+
+def render_document(report: Report) -> str:
+    """A standalone HTML file of the report, with plotly.js inline: it opens offline."""
+    return render_to_string("reports/document.html", {"report": report, "plotly_js": plotly_js()})
+
+
+def render_email(report: Report) -> tuple[str, str]:
+    """(text, html) of the e-mail: the headline numbers and links; the CSV goes as an attachment."""
+    context = {
+        "report": report,
+        "cards": headline(report.totals),
+        "links": report_links(report),
+        "bindings": (report.summary or {}).get("sections", {}).get("reconcile", {}).get("bindings", {}),
+        "stuck": (report.summary or {}).get("sections", {}).get("stuck", {}).get("bindings", {}),
+        "problems": {**report.summary.get("unavailable", {}), **report.summary.get("errors", {})},
+    }
+    return render_to_string("reports/email.txt", context), render_to_string("reports/email.html", context)
