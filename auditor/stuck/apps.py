@@ -1,0 +1,13 @@
+from django.apps import AppConfig
+
+
+class StuckConfig(AppConfig):
+    name = "auditor.stuck"
+    label = "stuck"
+    verbose_name = "Stuck items"
+
+    def ready(self) -> None:
+        # Keeps one beat PeriodicTask per stuck rule in step with the rule (schedules.py).
+        from auditor.stuck import schedules
+
+        schedules.connect_signals()

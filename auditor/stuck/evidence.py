@@ -1,0 +1,191 @@
+"""What a diagnosis reads, as plain values: the stuck rows, the records and ledger entries
+found for their keys, and the cluster as the admin API showed it at diagnosis time.
+
+Nothing here does I/O; kafka_view.py and locate.py fill these in, verdicts.py judges them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+RecordState = Literal["committed", "aborted", "open"]
+
+
+@dataclass(frozen=True)
+class StuckRow:
+    """A source row in a stuck status, older than the rule's threshold."""
+
+    key: str
+    status: str
+    age_seconds: float
+    since: datetime | None = None  # the age column's value
+
+
+@dataclass(frozen=True)
+class LocatedRecord:
+    """A record of the topic whose business key is a stuck key.
+
+    state: committed (visible to read_committed readers), aborted (only in an aborted
+    transaction), open (at or past the last stable offset: its transaction is still open).
+    """
+
+    key: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    state: RecordState = "committed"
+    session: str | None = None
+    seq: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp": ms_to_iso(self.timestamp_ms),
+            "state": self.state,
+            "session": self.session,
+            "seq": self.seq,
+        }
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """A producer-ledger entry of the binding's topic whose audit-id is a stuck key."""
+
+    audit_id: str
+    session: str
+    seq: int
+    status: str  # acked | failed
+    partition: int
+    offset: int
+    error: str | None
+    persisted: str | None
+    ts_ms: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "session": self.session,
+            "seq": self.seq,
+            "status": self.status,
+            "partition": self.partition,
+            "offset": self.offset,
+            "error": self.error,
+            "persisted": self.persisted,
+            "at": ms_to_iso(self.ts_ms),
+        }
+
+
+@dataclass(frozen=True)
+class ProcessedMark:
+    """A consumer-ledger `processed` mark of one (group, partition, offset) of the topic."""
+
+    group: str
+    partition: int
+    offset: int
+    consumer_session: str | None
+    ts_ms: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"consumer_session": self.consumer_session, "at": ms_to_iso(self.ts_ms)}
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    partition: int
+    low: int  # log start offset
+    stable: int  # last stable offset
+    high: int  # high watermark
+    low_timestamp_ms: int | None = None  # timestamp of the first record still in the log
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "log_start": self.low,
+            "last_stable": self.stable,
+            "high_watermark": self.high,
+            "oldest_record_at": ms_to_iso(self.low_timestamp_ms),
+        }
+
+
+@dataclass
+class GroupState:
+    """One consumer group of the binding, read at diagnosis time."""
+
+    group: str
+    committed: dict[int, int] = field(default_factory=dict)  # partition -> committed offset
+    members: int | None = None  # None: could not be described
+    state: str | None = None
+    # timestamp of the record at the committed offset (the oldest record the group still has to read)
+    committed_timestamp_ms: dict[int, int | None] = field(default_factory=dict)
+    marks_on_topic: int = 0  # processed marks of this group on the topic in the consumer ledger
+    # per partition: the highest marked offset below the partition's log start (None: none)
+    max_mark_below_low: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class LedgerView:
+    """Whether a ledger topic could be read, and from when on it is complete."""
+
+    topic: str
+    available: bool
+    reason: str = ""  # why not available
+    # the ledger holds every entry written since this instant (epoch ms); 0: since the start
+    complete_since_ms: int | None = 0
+    entries_for_topic: int = 0  # producer ledger: entries of the binding's topic
+
+
+@dataclass
+class ClusterView:
+    """Everything read from Kafka for one diagnosis (one binding, one moment)."""
+
+    topic: str
+    now_ms: int
+    kafka_error: str | None = None  # the topic or its offsets could not be read at all
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+    groups: dict[str, GroupState] = field(default_factory=dict)
+    groups_error: str | None = None  # committed offsets could not be read
+    producer_ledger: LedgerView | None = None
+    consumer_ledger: LedgerView | None = None
+    retention_ms: int | None = None  # the topic's retention.ms (-1: forever)
+    offsets_retention_minutes: int | None = None  # the brokers' offsets.retention.minutes
+    # per partition whose last stable offset is behind the high watermark: when the first
+    # record of the open transaction was written
+    open_transaction_since_ms: dict[int, int | None] = field(default_factory=dict)
+    records_scanned: int = 0
+    keyed_records: int = 0  # records whose key the binding's record_key found
+    record_key: str = "key"
+    notes: list[str] = field(default_factory=list)
+
+    def topic_complete_since_ms(self) -> int | None:
+        """The topic holds every record produced since this instant (0: since it was created).
+
+        None when some partition lost records (retention, deletion) and the timestamp of its
+        oldest remaining record is unknown.
+        """
+        bound = 0
+        for state in self.partitions.values():
+            if state.low == 0:
+                continue
+            if state.low_timestamp_ms is None:  # all deleted, or the oldest record unreadable
+                return None
+            bound = max(bound, state.low_timestamp_ms)
+        return bound
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    verdict: str
+    reason: str
+    evidence: dict[str, Any]
+
+
+def ms_to_iso(ms: int | None) -> str | None:
+    if ms is None or ms < 0:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def iso_to_ms(value: datetime | None) -> int | None:
+    return None if value is None else int(value.timestamp() * 1000)

@@ -1,0 +1,260 @@
+"""Read the cluster for one diagnosis: offsets, committed offsets, groups, configs, ledgers.
+
+Every read that fails is recorded in the view with its reason instead of raising, so the
+verdicts that needed it become ``unknown`` rather than wrong. The reads happen in the order
+that keeps them consistent with each other (as in spark_jobs/reconcile.py): committed
+offsets, then the consumer ledger's end (a processed mark is flushed before its commit),
+then the producer ledger's end, then the topic's own ends (so an entry acked at an offset
+is always inside the range read).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
+from spark_jobs.kafka_offsets import (
+    KafkaReadError,
+    admin_client,
+    committed_offsets,
+    partition_offsets,
+    topic_partitions,
+)
+
+Target = tuple[str, int, int]  # topic, partition, offset
+
+
+@dataclass
+class LedgerRange:
+    topic: str
+    ranges: dict[int, tuple[int, int]] = field(default_factory=dict)  # partition -> [start, end)
+
+    @property
+    def total(self) -> int:
+        return sum(end - start for start, end in self.ranges.values())
+
+
+@dataclass
+class ReadPlan:
+    """What the locator has to read, fixed at the moment the view was taken."""
+
+    topic: str
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+    producer_ledger: LedgerRange | None = None
+    consumer_ledger: LedgerRange | None = None
+
+    @property
+    def topic_records(self) -> int:
+        return sum(p.high - p.low for p in self.partitions.values())
+
+    @property
+    def total(self) -> int:
+        ledgers = [r.total for r in (self.producer_ledger, self.consumer_ledger) if r is not None]
+        return self.topic_records + sum(ledgers)
+
+
+def client_settings(kafka_config: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """(bootstrap servers, the rest as strings) from a cluster's resolved client config."""
+    config = {str(k): str(v) for k, v in kafka_config.items()}
+    return config.pop("bootstrap.servers"), config
+
+
+def _ledger_view(
+    admin: AdminClient, topic: str, timeout_s: float
+) -> tuple[LedgerView, LedgerRange | None, dict[int, tuple[int, int]]]:
+    try:
+        partitions = topic_partitions(admin, topic, timeout_s, required=False)
+        if not partitions:
+            return LedgerView(topic, False, f"topic {topic} does not exist"), None, {}
+        offsets = partition_offsets(admin, topic, partitions, timeout_s)
+    except KafkaReadError as exc:
+        return LedgerView(topic, False, str(exc)), None, {}
+    ranges = {p: (o.low, o.high) for p, o in offsets.items()}
+    return LedgerView(topic, True), LedgerRange(topic, ranges), ranges
+
+
+def _describe_groups(
+    admin: AdminClient, groups: list[str], timeout_s: float
+) -> dict[str, tuple[int | None, str | None]]:
+    if not groups:
+        return {}
+    described: dict[str, tuple[int | None, str | None]] = {}
+    try:
+        futures = admin.describe_consumer_groups(groups, request_timeout=timeout_s)
+    except KafkaException:
+        return {g: (None, None) for g in groups}
+    for group, future in futures.items():
+        try:
+            result = future.result()
+            state = getattr(result.state, "name", str(result.state)).lower()
+            described[group] = (len(result.members or []), state)
+        except KafkaException:
+            described[group] = (None, None)
+    return described
+
+
+def _configs(admin: AdminClient, topic: str, timeout_s: float) -> tuple[int | None, int | None, list[str]]:
+    notes: list[str] = []
+    retention_ms: int | None = None
+    offsets_minutes: int | None = None
+    try:
+        futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=timeout_s)
+        for future in futures.values():
+            entry = future.result(timeout=timeout_s).get("retention.ms")
+            retention_ms = int(entry.value) if entry is not None and entry.value is not None else None
+    except (KafkaException, ValueError) as exc:
+        notes.append(f"retention.ms of {topic} could not be read: {exc}")
+    try:
+        brokers = sorted(admin.list_topics(timeout=timeout_s).brokers)
+        if brokers:
+            resource = ConfigResource(ResourceType.BROKER, str(brokers[0]))
+            for future in admin.describe_configs([resource], request_timeout=timeout_s).values():
+                entry = future.result(timeout=timeout_s).get("offsets.retention.minutes")
+                offsets_minutes = int(entry.value) if entry is not None and entry.value is not None else None
+    except (KafkaException, ValueError) as exc:
+        notes.append(f"offsets.retention.minutes could not be read: {exc}")
+    return retention_ms, offsets_minutes, notes
+
+
+def record_timestamps(
+    bootstrap: str, config: dict[str, str], targets: Iterable[Target], timeout_s: float = 10.0
+) -> dict[Target, int | None]:
+    """The timestamp of the first record at or after each (topic, partition, offset).
+
+    Reads one record per target (rounds of at most one offset per partition); a target
+    with no record there (deleted, past the end) maps to None.
+    """
+    pending = sorted(set(targets))
+    found: dict[Target, int | None] = {t: None for t in pending}
+    if not pending:
+        return found
+    consumer = Consumer(
+        {
+            **{k: v for k, v in config.items() if k.startswith(("security.", "sasl.", "ssl.", "client."))},
+            "bootstrap.servers": bootstrap,
+            "group.id": f"auditor-stuck-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+            "enable.partition.eof": True,
+            "socket.timeout.ms": int(timeout_s * 1000),
+        }
+    )
+    try:
+        while pending:
+            round_targets: dict[tuple[str, int], Target] = {}
+            rest = []
+            for target in pending:
+                if (target[0], target[1]) in round_targets:
+                    rest.append(target)
+                else:
+                    round_targets[(target[0], target[1])] = target
+            pending = rest
+            consumer.assign([TopicPartition(t, p, o) for t, p, o in round_targets.values()])
+            deadline = time.monotonic() + timeout_s
+            while round_targets and time.monotonic() < deadline:
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                where = (msg.topic(), msg.partition())
+                target = round_targets.get(where)
+                if target is None:
+                    continue
+                if msg.error() is None:
+                    kind, value = msg.timestamp()
+                    found[target] = value if kind != 0 and value >= 0 else None
+                round_targets.pop(where)  # a record, the end of the partition, or an error
+            consumer.unassign()
+    finally:
+        consumer.close()
+    return found
+
+
+def _complete_since(
+    low_offsets: dict[int, tuple[int, int]], topic: str, stamps: dict[Target, int | None]
+) -> int | None:
+    bound = 0
+    for partition, (low, _) in low_offsets.items():
+        if low == 0:
+            continue
+        stamp = stamps.get((topic, partition, low))
+        if stamp is None:
+            return None
+        bound = max(bound, stamp)
+    return bound
+
+
+def read_cluster_view(
+    kafka_config: dict[str, Any],
+    topic: str,
+    groups: list[str],
+    producer_ledger_topic: str,
+    consumer_ledger_topic: str,
+    *,
+    timeout_s: float = 10.0,
+    record_key: str = "key",
+) -> tuple[ClusterView, ReadPlan]:
+    now_ms = int(time.time() * 1000)
+    view = ClusterView(topic=topic, now_ms=now_ms, record_key=record_key)
+    plan = ReadPlan(topic)
+    bootstrap, config = client_settings(kafka_config)
+    admin = admin_client(bootstrap, config, timeout_s)
+    try:
+        partitions = topic_partitions(admin, topic, timeout_s)
+    except KafkaReadError as exc:
+        view.kafka_error = str(exc)
+        return view, plan
+    try:
+        rows = committed_offsets(admin, groups, topic, partitions, timeout_s)
+    except KafkaReadError as exc:
+        view.groups_error = str(exc)
+        rows = []
+    described = _describe_groups(admin, groups, timeout_s) if groups and not view.groups_error else {}
+    for group in groups:
+        members, state = described.get(group, (None, None))
+        view.groups[group] = GroupState(group, members=members, state=state)
+    for group, partition, offset in rows:
+        view.groups[group].committed[partition] = offset
+
+    view.consumer_ledger, plan.consumer_ledger, consumer_lows = _ledger_view(admin, consumer_ledger_topic, timeout_s)
+    view.producer_ledger, plan.producer_ledger, producer_lows = _ledger_view(admin, producer_ledger_topic, timeout_s)
+    try:
+        offsets = partition_offsets(admin, topic, partitions, timeout_s)
+    except KafkaReadError as exc:
+        view.kafka_error = str(exc)
+        return view, plan
+    view.retention_ms, view.offsets_retention_minutes, notes = _configs(admin, topic, timeout_s)
+    view.notes.extend(notes)
+
+    targets: list[Target] = [(topic, p, o.low) for p, o in offsets.items() if 0 < o.low < o.high]
+    targets += [(topic, p, o.stable) for p, o in offsets.items() if o.stable < o.high]
+    for group in view.groups.values():
+        targets += [(topic, p, c) for p, c in group.committed.items() if p in offsets and c < offsets[p].high]
+    for ledger_topic, lows in ((producer_ledger_topic, producer_lows), (consumer_ledger_topic, consumer_lows)):
+        targets += [(ledger_topic, p, low) for p, (low, high) in lows.items() if 0 < low < high]
+    try:
+        stamps = record_timestamps(bootstrap, config, targets, timeout_s)
+    except KafkaException as exc:
+        view.notes.append(f"record timestamps could not be read: {exc}")
+        stamps = {}
+    view.partitions = {
+        p: PartitionState(p, o.low, o.stable, o.high, stamps.get((topic, p, o.low)) if o.low else None)
+        for p, o in offsets.items()
+    }
+    plan.partitions = view.partitions
+    for group in view.groups.values():
+        group.committed_timestamp_ms = {p: stamps.get((topic, p, c)) for p, c in group.committed.items()}
+    if view.producer_ledger.available:
+        view.producer_ledger.complete_since_ms = _complete_since(producer_lows, producer_ledger_topic, stamps)
+    if view.consumer_ledger.available:
+        view.consumer_ledger.complete_since_ms = _complete_since(consumer_lows, consumer_ledger_topic, stamps)
+    view.open_transaction_since_ms = {
+        p: stamps.get((topic, p, o.stable)) for p, o in offsets.items() if o.stable < o.high
+    }
+    return view, plan

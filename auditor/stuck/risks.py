@@ -1,0 +1,154 @@
+"""Cluster-side risks shown beside the stuck items: things that will make items stuck soon.
+
+- open or hanging transactions: the last stable offset behind the high watermark for a
+  while stalls every read_committed consumer of the partition;
+- consumer groups whose lag in time approaches the topic's retention.ms: records will be
+  deleted before the group reads them ("group X will lose data in N hours");
+- groups with no active members: their committed offsets expire offsets.retention.minutes
+  after the group became empty, and the group then restarts from auto.offset.reset.
+
+Kafka does not say since when a group is empty; the first diagnosis that saw it empty is
+used (carried over from the previous run's risks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from auditor.stuck.evidence import ClusterView, ms_to_iso
+
+OPEN_TRANSACTION_WARN_MS = 60_000
+HANGING_TRANSACTION_MS = 15 * 60_000  # the broker's default transaction.max.timeout.ms
+RETENTION_WARN_FRACTION = 0.5
+RETENTION_ERROR_FRACTION = 0.8
+OFFSETS_EXPIRY_ERROR_MS = 24 * 3600_000
+
+
+def _hours(ms: float) -> str:
+    hours = ms / 3600_000
+    if hours >= 48:
+        return f"{hours / 24:.1f} days"
+    if hours >= 1:
+        return f"{hours:.1f} hours"
+    return f"{max(0.0, ms / 60_000):.0f} minutes"
+
+
+def open_transactions(view: ClusterView) -> list[dict[str, Any]]:
+    risks = []
+    for partition, state in sorted(view.partitions.items()):
+        if state.stable >= state.high:
+            continue
+        since = view.open_transaction_since_ms.get(partition)
+        age = view.now_ms - since if since is not None else None
+        if age is not None and age < OPEN_TRANSACTION_WARN_MS:
+            continue
+        hanging = age is not None and age >= HANGING_TRANSACTION_MS
+        behind = state.high - state.stable
+        risks.append(
+            {
+                "kind": "hanging-transaction" if hanging else "open-transaction",
+                "severity": "error" if hanging else "warning",
+                "subject": f"{view.topic}/{partition}",
+                "message": (
+                    f"{'hanging' if hanging else 'open'} transaction on {view.topic}/{partition}"
+                    + (f" for {_hours(age)}" if age is not None else "")
+                    + f": the last stable offset {state.stable} is {behind} record(s) behind the high watermark "
+                    f"{state.high}; read_committed consumers of this partition are stalled"
+                ),
+                "details": {
+                    "partition": partition,
+                    "last_stable": state.stable,
+                    "high_watermark": state.high,
+                    "open_since": ms_to_iso(since),
+                },
+            }
+        )
+    return risks
+
+
+def retention_lag(view: ClusterView) -> list[dict[str, Any]]:
+    retention = view.retention_ms
+    if retention is None or retention <= 0:
+        return []
+    risks = []
+    for group in view.groups.values():
+        worst: tuple[float, int] | None = None
+        for partition, committed in group.committed.items():
+            state = view.partitions.get(partition)
+            oldest = group.committed_timestamp_ms.get(partition)
+            if state is None or oldest is None or committed >= state.high:
+                continue
+            lag = view.now_ms - oldest
+            if worst is None or lag > worst[0]:
+                worst = (lag, partition)
+        if worst is None or worst[0] < RETENTION_WARN_FRACTION * retention:
+            continue
+        lag, partition = worst
+        left = retention - lag
+        message = (
+            f"group {group.group} is losing data now: its oldest unread record on {view.topic}/{partition} is older "
+            f"than retention.ms ({_hours(retention)})"
+            if left <= 0
+            else f"group {group.group} will lose data in {_hours(left)}: its lag on {view.topic}/{partition} is "
+            f"{_hours(lag)} of the topic's {_hours(retention)} retention"
+        )
+        risks.append(
+            {
+                "kind": "retention-lag",
+                "severity": "error" if lag >= RETENTION_ERROR_FRACTION * retention else "warning",
+                "subject": group.group,
+                "message": message,
+                "details": {
+                    "group": group.group,
+                    "partition": partition,
+                    "lag_seconds": round(lag / 1000),
+                    "retention_ms": retention,
+                    "hours_left": round(left / 3600_000, 2),
+                },
+            }
+        )
+    return risks
+
+
+def offsets_expiry(view: ClusterView, previous: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    minutes = view.offsets_retention_minutes
+    if not minutes or minutes <= 0:
+        return []
+    empty_since = {
+        r["subject"]: r["details"].get("empty_since_ms")
+        for r in previous
+        if r.get("kind") == "offsets-expiry" and isinstance(r.get("details"), dict)
+    }
+    retention_ms = minutes * 60_000
+    risks = []
+    for group in view.groups.values():
+        if group.members != 0 or not group.committed:
+            continue
+        since = empty_since.get(group.group) or view.now_ms
+        left = retention_ms - (view.now_ms - since)
+        risks.append(
+            {
+                "kind": "offsets-expiry",
+                "severity": "error" if left < OFFSETS_EXPIRY_ERROR_MS else "warning",
+                "subject": group.group,
+                "message": (
+                    f"group {group.group} has no active members (seen empty since {ms_to_iso(since)}): its committed "
+                    f"offsets expire in about {_hours(left)} (offsets.retention.minutes={minutes}), then it restarts "
+                    "from auto.offset.reset"
+                ),
+                "details": {
+                    "group": group.group,
+                    "empty_since_ms": since,
+                    "offsets_retention_minutes": minutes,
+                    "hours_left": round(left / 3600_000, 2),
+                },
+            }
+        )
+    return risks
+
+
+def cluster_risks(view: ClusterView, previous: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    if view.kafka_error:
+        return []
+    return open_transactions(view) + retention_lag(view) + offsets_expiry(view, list(previous))

@@ -1,0 +1,434 @@
+"""Diagnose a stuck rule: select the stuck rows, read the cluster, locate, judge, store.
+
+``diagnose_rule`` gathers the evidence and returns the verdicts without touching the
+auditor's database; ``record_diagnosis`` stores one run atomically (items, counts, the run),
+publishes the live event after commit and raises or resolves the alert problems;
+``run_diagnosis`` does both for the task, the CLI and the page's button.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.cache import cache
+from django.db import transaction
+from django.utils import timezone
+
+from auditor.lib.live import publish
+from auditor.lib.secrets import MissingEnvError
+from auditor.pipelines.models import StuckRule
+from auditor.probes.topics import CONSUMER_LEDGER_TOPIC, PRODUCER_LEDGER_TOPIC
+from auditor.stuck.evidence import ClusterView, Diagnosis, StuckRow
+from auditor.stuck.kafka_view import read_cluster_view
+from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
+from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
+from auditor.stuck.risks import cluster_risks
+from auditor.stuck.source import DEFAULT_MAX_ITEMS, SourceError, StuckQuery, select_stuck_rows, still_stuck
+from auditor.stuck.verdicts import VERDICTS, diagnose
+
+log = logging.getLogger(__name__)
+
+LOCK_SECONDS = 3600
+LIVE_CHANGES_LISTED = 50  # became-stuck / got-unstuck items named in one live event
+ALERT_SAMPLE = 10
+WRITE_BATCH = 2000
+
+
+class DiagnosisBusy(RuntimeError):
+    """Another diagnosis of the same rule is running."""
+
+
+@dataclass
+class DiagnosisOptions:
+    engine: str = "auto"  # auto | python | spark
+    spark: Any = None  # a SparkSession to use in-process (tests, benchmark)
+    producer_ledger_topic: str | None = None
+    consumer_ledger_topic: str | None = None
+    max_items: int = DEFAULT_MAX_ITEMS
+    timeout_s: float = 10.0
+
+
+@dataclass
+class ItemVerdict:
+    row: StuckRow
+    diagnosis: Diagnosis
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.row.key,
+            "status": self.row.status,
+            "age_seconds": round(self.row.age_seconds, 1),
+            "since": self.row.since.isoformat() if self.row.since else None,
+            "verdict": self.diagnosis.verdict,
+            "reason": self.diagnosis.reason,
+            "evidence": self.diagnosis.evidence,
+        }
+
+
+@dataclass
+class DiagnosisResult:
+    rule: str
+    items: list[ItemVerdict] = field(default_factory=list)
+    risks: list[dict[str, Any]] = field(default_factory=list)
+    engine: str = ""
+    truncated: bool = False
+    degraded: bool = False
+    notes: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(VERDICTS, 0)
+        for item in self.items:
+            counts[item.diagnosis.verdict] += 1
+        return counts
+
+
+def ledger_topics(rule: StuckRule, options: DiagnosisOptions) -> tuple[str, str]:
+    """The producer and consumer ledger topics: the options, else the binding's own fields
+    when it has them, else AUDITOR_PRODUCER_LEDGER_TOPIC / AUDITOR_CONSUMER_LEDGER_TOPIC,
+    else the probes' defaults."""
+    binding = rule.binding
+
+    def pick(explicit: str | None, attribute: str, env: str, default: str) -> str:
+        return (
+            explicit
+            or getattr(binding, attribute, None)
+            or getattr(settings, env, None)
+            or os.environ.get(env)
+            or default
+        )
+
+    return (
+        pick(
+            options.producer_ledger_topic,
+            "producer_ledger_topic",
+            "AUDITOR_PRODUCER_LEDGER_TOPIC",
+            PRODUCER_LEDGER_TOPIC,
+        ),
+        pick(
+            options.consumer_ledger_topic,
+            "consumer_ledger_topic",
+            "AUDITOR_CONSUMER_LEDGER_TOPIC",
+            CONSUMER_LEDGER_TOPIC,
+        ),
+    )
+
+
+def stuck_query(rule: StuckRule) -> StuckQuery:
+    binding = rule.binding
+    return StuckQuery(
+        table=binding.table,
+        key_column=binding.key_column,
+        status_column=rule.status_column,
+        age_column=rule.age_column,
+        stuck_values=tuple(str(v) for v in rule.stuck_values),
+        older_than_seconds=int(rule.older_than_seconds),
+    )
+
+
+def _source_url(rule: StuckRule) -> str:
+    try:
+        return rule.binding.source.resolved_url()
+    except MissingEnvError as exc:
+        raise SourceError(f"source {rule.binding.source.name}: {exc}") from None
+
+
+def _apply_located(view: ClusterView, located: LocateResult) -> None:
+    view.records_scanned = located.records_scanned
+    view.keyed_records = located.keyed_records
+    if view.producer_ledger is not None and view.producer_ledger.available:
+        view.producer_ledger.entries_for_topic = located.ledger_entries_for_topic
+    for name, group in view.groups.items():
+        group.marks_on_topic = located.group_marks.get(name, 0)
+        group.max_mark_below_low = {p: o for (g, p), o in located.max_mark_below_low.items() if g == name}
+
+
+def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> DiagnosisResult:
+    """Every stuck row of the rule with its verdict; raises SourceError when the table
+    cannot be read (Kafka problems make items unknown instead)."""
+    options = options or DiagnosisOptions()
+    binding = rule.binding
+    result = DiagnosisResult(rule.name)
+    clock = time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        result.timings[name] = round(now - clock, 3)
+        clock = now
+
+    query = stuck_query(rule)
+    url = _source_url(rule)
+    rows, result.truncated = select_stuck_rows(url, query, options.max_items)
+    if result.truncated:
+        result.notes.append(
+            f"more than {options.max_items} rows are stuck: the oldest {options.max_items} were diagnosed"
+        )
+    lap("source")
+
+    producer_ledger, consumer_ledger = ledger_topics(rule, options)
+    groups = [str(g) for g in binding.consumer_groups or []]
+    view, plan = read_cluster_view(
+        binding.cluster.client_config(),
+        binding.topic,
+        groups,
+        producer_ledger,
+        consumer_ledger,
+        timeout_s=options.timeout_s,
+        record_key=binding.record_key,
+    )
+    result.notes.extend(view.notes)
+    lap("kafka")
+
+    located = LocateResult()
+    if rows and not view.kafka_error:
+        request = LocateRequest(
+            binding.cluster.client_config(), plan, binding.record_key, [r.key for r in rows], groups
+        )
+        try:
+            located = locate(request, options.engine, options.spark)
+            result.engine = located.engine
+            result.timings.update({f"locate.{k}": v for k, v in located.timings.items()})
+        except (LocateError, OSError) as exc:
+            view.kafka_error = f"reading the records failed: {exc}"
+        _apply_located(view, located)
+    lap("locate")
+
+    verdicts = [
+        ItemVerdict(
+            row,
+            diagnose(
+                row, located.records.get(row.key, ()), located.ledger_entries.get(row.key, ()), located.marks, view
+            ),
+        )
+        for row in rows
+    ]
+    lap("verdicts")
+    # Rows updated while the evidence was read are healthy: never report them.
+    if verdicts:
+        current = still_stuck(url, query, [v.row.key for v in verdicts])
+        dropped = len(verdicts) - len(current)
+        verdicts = [v for v in verdicts if v.row.key in current]
+        if dropped:
+            result.notes.append(f"{dropped} row(s) left the stuck status during the diagnosis")
+    lap("recheck")
+
+    result.items = verdicts
+    previous = (
+        DiagnosisRun.objects.filter(rule=rule, status=DiagnosisRun.OK).values_list("risks", flat=True).first()
+        if rule.pk is not None  # an unsaved rule (the benchmark) has no history
+        else None
+    )
+    result.risks = cluster_risks(view, previous or [])
+    unreadable = bool(
+        view.kafka_error
+        or view.groups_error
+        or (view.producer_ledger is not None and not view.producer_ledger.available)
+        or (groups and view.consumer_ledger is not None and not view.consumer_ledger.available)
+    )
+    # Degraded: something was unreadable and some item is unknown for it; alerts then stay open.
+    result.degraded = unreadable and any(v.diagnosis.verdict == "unknown" for v in verdicts)
+    if view.kafka_error:
+        result.notes.append(f"Kafka could not be read: {view.kafka_error}")
+    for ledger in (view.producer_ledger, view.consumer_ledger):
+        if ledger is not None and not ledger.available:
+            result.notes.append(f"ledger {ledger.topic} could not be read: {ledger.reason}")
+    return result
+
+
+# --- storing a run --------------------------------------------------------------------------
+
+
+@contextmanager
+def diagnosis_lock(rule: StuckRule) -> Iterator[None]:
+    key = f"stuck:diagnosis-running:{rule.pk}"
+    if not cache.add(key, "1", timeout=LOCK_SECONDS):
+        raise DiagnosisBusy(f"a diagnosis of rule {rule.name} is already running")
+    try:
+        yield
+    finally:
+        cache.delete(key)
+
+
+def diagnosis_running(rule: StuckRule) -> bool:
+    return cache.get(f"stuck:diagnosis-running:{rule.pk}") is not None
+
+
+def start_run(rule: StuckRule, trigger: str, requested_by: AbstractBaseUser | None = None) -> DiagnosisRun:
+    return DiagnosisRun.objects.create(rule=rule, trigger=trigger, started_at=timezone.now(), requested_by=requested_by)
+
+
+def _brief(item: StuckItem | ItemVerdict) -> dict[str, Any]:
+    if isinstance(item, ItemVerdict):
+        return {"key": item.row.key, "verdict": item.diagnosis.verdict, "reason": item.diagnosis.reason}
+    return {"key": item.key, "verdict": item.verdict, "reason": item.reason}
+
+
+def record_diagnosis(run: DiagnosisRun, result: DiagnosisResult) -> DiagnosisRun:
+    """Store a successful diagnosis: items opened, updated or resolved, the run, its points."""
+    rule = run.rule
+    now = timezone.now()
+    with transaction.atomic():
+        open_items = {
+            item.key: item
+            for item in StuckItem.objects.open()
+            .filter(rule=rule)
+            .only("id", "key", "verdict", "verdict_since", "first_seen", "first_run_id", "reason")
+        }
+        current = {v.row.key: v for v in result.items}
+        resolved = [item for key, item in open_items.items() if key not in current]
+        for start in range(0, len(resolved), WRITE_BATCH):
+            ids = [item.pk for item in resolved[start : start + WRITE_BATCH]]
+            StuckItem.objects.filter(pk__in=ids).update(resolved_at=now, last_run=run)
+
+        created: list[StuckItem] = []
+        updated: list[StuckItem] = []
+        for key, verdict in current.items():
+            d = verdict.diagnosis
+            item = open_items.get(key)
+            if item is None:
+                item = StuckItem(rule=rule, key=key, first_seen=now, first_run=run, verdict_since=now)
+                created.append(item)
+            else:
+                if item.verdict != d.verdict:
+                    item.verdict_since = now
+                updated.append(item)
+            item.status = verdict.row.status
+            item.age_seconds = verdict.row.age_seconds
+            item.since = verdict.row.since
+            item.verdict = d.verdict
+            item.reason = d.reason
+            item.evidence = d.evidence
+            item.last_seen = now
+            item.last_run = run
+        StuckItem.objects.bulk_create(created, batch_size=WRITE_BATCH)
+        StuckItem.objects.bulk_update(
+            updated,
+            [
+                "status",
+                "age_seconds",
+                "since",
+                "verdict",
+                "reason",
+                "evidence",
+                "last_seen",
+                "last_run",
+                "verdict_since",
+            ],
+            batch_size=WRITE_BATCH,
+        )
+
+        counts = result.counts()
+        VerdictCount.objects.bulk_create(
+            [VerdictCount(rule=rule, run=run, at=now, verdict=v, count=n) for v, n in counts.items()]
+        )
+        run.status = DiagnosisRun.OK
+        run.finished_at = now
+        run.duration_s = round((now - run.started_at).total_seconds(), 3)
+        run.engine = result.engine
+        run.total = len(result.items)
+        run.counts = counts
+        run.became_stuck = len(created)
+        run.got_unstuck = len(resolved)
+        run.truncated = result.truncated
+        run.degraded = result.degraded
+        run.risks = result.risks
+        run.notes = result.notes
+        run.timings = result.timings
+        run.save()
+        publish(
+            "stuck",
+            "diagnosis",
+            {
+                "run": run.as_event(),
+                "became_stuck": [_brief(current[i.key]) for i in created[:LIVE_CHANGES_LISTED]],
+                "got_unstuck": [_brief(i) for i in resolved[:LIVE_CHANGES_LISTED]],
+            },
+        )
+        _update_problems(rule, result, counts)
+        prune_history(rule, now)
+    return run
+
+
+def prune_history(rule: StuckRule, now: datetime) -> None:
+    """Runs (with their chart points) and resolved items older than AUDITOR_STUCK_HISTORY_DAYS go."""
+    days = int(
+        getattr(settings, "AUDITOR_STUCK_HISTORY_DAYS", None) or os.environ.get("AUDITOR_STUCK_HISTORY_DAYS") or 30
+    )
+    cutoff = now - timedelta(days=days)
+    DiagnosisRun.objects.filter(rule=rule, started_at__lt=cutoff).delete()
+    StuckItem.objects.filter(rule=rule, resolved_at__lt=cutoff).delete()
+
+
+def _update_problems(rule: StuckRule, result: DiagnosisResult, counts: dict[str, int]) -> None:
+    """One alert problem per (rule, verdict): raised while items have it, resolved when none do.
+
+    A degraded run (something unreadable) resolves nothing: its items went to unknown
+    because the auditor could not see, not because they recovered.
+    """
+    from auditor.alerts.service import raise_problem, resolve_problem
+
+    for verdict, count in counts.items():
+        fingerprint = f"stuck:{rule.name}:{verdict}"
+        if count:
+            sample = [v.row.key for v in result.items if v.diagnosis.verdict == verdict][:ALERT_SAMPLE]
+            raise_problem(
+                f"stuck:{verdict}",
+                fingerprint,
+                rule.binding,
+                f"{count} item(s) of stuck rule {rule.name} are {verdict}",
+                {"rule": rule.name, "verdict": verdict, "count": count, "keys": sample},
+            )
+        elif not result.degraded:
+            resolve_problem(fingerprint)
+
+
+def fail_run(run: DiagnosisRun, error: str) -> DiagnosisRun:
+    now = timezone.now()
+    run.status = DiagnosisRun.FAILED
+    run.error = error[:5000]
+    run.finished_at = now
+    run.duration_s = round((now - run.started_at).total_seconds(), 3)
+    with transaction.atomic():
+        run.save(update_fields=["status", "error", "finished_at", "duration_s"])
+        publish("stuck", "diagnosis", {"run": run.as_event(), "became_stuck": [], "got_unstuck": []})
+    return run
+
+
+def run_diagnosis(
+    rule: StuckRule,
+    trigger: str = DiagnosisRun.SCHEDULE,
+    requested_by: AbstractBaseUser | None = None,
+    options: DiagnosisOptions | None = None,
+) -> DiagnosisRun:
+    """Diagnose and store, one run of a rule at a time (DiagnosisBusy otherwise).
+
+    A failed run (the source table unreadable, an unexpected error) is stored with its
+    error and changes nothing else: the items and alerts of the last good run stay.
+    """
+    with diagnosis_lock(rule):
+        run = start_run(rule, trigger, requested_by)
+        try:
+            result = diagnose_rule(rule, options)
+        except SourceError as exc:
+            return fail_run(run, str(exc))
+        except Exception as exc:
+            log.exception("diagnosis of stuck rule %s failed", rule.name)
+            return fail_run(run, f"{type(exc).__name__}: {exc}")
+        return record_diagnosis(run, result)
+
+
+def latest_run(rule: StuckRule | None = None) -> DiagnosisRun | None:
+    runs = DiagnosisRun.objects.select_related("rule", "rule__binding").exclude(status=DiagnosisRun.RUNNING)
+    if rule is not None:
+        runs = runs.filter(rule=rule)
+    return runs.first()

@@ -1,0 +1,124 @@
+"""Select a rule's stuck rows from the source-of-truth table (psycopg, quoted identifiers).
+
+Identifiers come from the rule and its binding; each is validated and quoted before it
+reaches SQL, and the stuck values and the threshold travel as parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
+from auditor.stuck.evidence import StuckRow
+
+DEFAULT_MAX_ITEMS = 200_000
+CHECK_CHUNK = 50_000
+_PLAIN_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_ ]*(\(\d+(,\d+)?\))?")
+
+
+class SourceError(RuntimeError):
+    """The source table cannot be queried (unreachable, unknown table or column, bad identifier)."""
+
+
+@dataclass(frozen=True)
+class StuckQuery:
+    """A rule's stuck condition on its binding's table."""
+
+    table: str
+    key_column: str
+    status_column: str
+    age_column: str
+    stuck_values: tuple[str, ...]
+    older_than_seconds: int
+
+    def identifiers(self) -> tuple[sql.Identifier, sql.Identifier, sql.Identifier, sql.Identifier]:
+        try:
+            schema, table = validate_table_name(self.table)
+            columns = [
+                validate_identifier(self.key_column, "key_column"),
+                validate_identifier(self.status_column, "status_column"),
+                validate_identifier(self.age_column, "age_column"),
+            ]
+        except IdentifierError as exc:
+            raise SourceError(str(exc)) from None
+        table_id = sql.Identifier(schema, table) if schema else sql.Identifier(table)
+        return table_id, *(sql.Identifier(c) for c in columns)  # type: ignore[return-value]
+
+    def status_list(self) -> sql.Composed:
+        if not self.stuck_values:
+            raise SourceError("the rule has no stuck_values")
+        # Untyped parameters: PostgreSQL reads them as the status column's type (text, enum, int).
+        return sql.SQL(", ").join(sql.Placeholder() for _ in self.stuck_values)
+
+
+def _connect(url: str) -> psycopg.Connection:
+    try:
+        return psycopg.connect(url, autocommit=True, application_name="auditor-stuck", connect_timeout=10)
+    except psycopg.Error as exc:
+        raise SourceError(f"the source database cannot be reached: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_ITEMS) -> tuple[list[StuckRow], bool]:
+    """The stuck rows, oldest first, at most ``max_items``; and whether there were more."""
+    table, key, status, age = query.identifiers()
+    statement = sql.SQL(
+        "SELECT {key}::text, {status}::text, EXTRACT(EPOCH FROM (now() - {age}))::float8, {age} "
+        "FROM {table} WHERE {status} IN ({values}) AND {age} < now() - make_interval(secs => %s) "
+        "AND {key} IS NOT NULL ORDER BY {age}, {key} LIMIT %s"
+    ).format(key=key, status=status, age=age, table=table, values=query.status_list())
+    params = [*query.stuck_values, query.older_than_seconds, max_items + 1]
+    with _connect(url) as conn:
+        try:
+            rows = conn.execute(statement, params).fetchall()
+        except psycopg.Error as exc:
+            raise SourceError(f"selecting stuck rows from {query.table} failed: {_first_line(exc)}") from None
+    items = [StuckRow(str(k), str(s), float(a), since) for k, s, a, since in rows[:max_items]]
+    return items, len(rows) > max_items
+
+
+def _column_type(conn: psycopg.Connection, table: sql.Identifier, column: str) -> str | None:
+    """The column's type as PostgreSQL spells it (e.g. bigint, text), from the catalog."""
+    row = conn.execute(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s",
+        [table.as_string(conn), column],
+    ).fetchone()
+    name = row[0] if row else None
+    # Only plain type names reach the SQL below; anything else compares as text.
+    return name if name and _PLAIN_TYPE.fullmatch(name) else None
+
+
+def still_stuck(url: str, query: StuckQuery, keys: Iterable[str]) -> set[str]:
+    """Of ``keys``, those whose row is still in a stuck status (a re-check after the evidence
+    was gathered: a ticket processed meanwhile is not reported)."""
+    table, key, status, _ = query.identifiers()
+    wanted = list(keys)
+    found: set[str] = set()
+    with _connect(url) as conn:
+        try:
+            key_type = _column_type(conn, table, query.key_column)
+            # Keys came out of the column as text; cast back to its type so its index is used.
+            joined = sql.SQL("t.{key} = u.k::{type}").format(key=key, type=sql.SQL(key_type)) if key_type else None
+            statement = sql.SQL(
+                "SELECT u.k FROM unnest(%s::text[]) AS u(k) JOIN {table} AS t ON {join} WHERE t.{status} IN ({values})"
+            ).format(
+                table=table,
+                join=joined or sql.SQL("t.{key}::text = u.k").format(key=key),
+                status=status,
+                values=query.status_list(),
+            )
+            for start in range(0, len(wanted), CHECK_CHUNK):
+                chunk = wanted[start : start + CHECK_CHUNK]
+                found.update(r[0] for r in conn.execute(statement, [chunk, *query.stuck_values]).fetchall())
+        except psycopg.Error as exc:
+            raise SourceError(f"re-checking stuck rows in {query.table} failed: {_first_line(exc)}") from None
+    return found

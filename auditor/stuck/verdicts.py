@@ -1,0 +1,452 @@
+"""The verdict of one stuck item: where its delivery broke, with the evidence.
+
+A pure function of what the diagnosis read (evidence.py). The rule that keeps it honest:
+a failure verdict needs positive evidence; whenever something that would decide it could
+not be read (Kafka, a ledger, a group's offsets, records that old), the verdict is
+``unknown`` with the reason.
+
+Decision, in order:
+
+1. Kafka unreadable -> unknown.
+2. A record with the key is visible to read_committed readers -> the consumer side, per
+   record and consumer group: a processed mark -> processed (the row update failed);
+   the group's committed offset at or before the record -> waiting (with the lag); the
+   group committed past it without a mark -> skipped (only when the group's consumer is
+   probed; otherwise unknown). Across records and groups: processed > waiting > unknown
+   > skipped.
+3. Only in a transaction still open (past the last stable offset) -> waiting; only in
+   aborted transactions -> aborted.
+4. Not in the topic at all (needs the producer ledger, else unknown):
+   acked at an offset the log still covers -> broker-lost; acked at an offset below the
+   log start -> deleted: processed mark -> processed-not-updated; the group had not
+   reached it, or moved past it without reading its neighbours while they existed ->
+   expired; it read its neighbours but not it -> skipped; a failed ledger entry and no
+   ack -> produce-failed; no ledger entry -> never-produced when the topic (or the
+   ledger) still holds everything since the row was created, else unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from auditor.stuck.evidence import (
+    ClusterView,
+    Diagnosis,
+    GroupState,
+    LedgerEntry,
+    LocatedRecord,
+    PartitionState,
+    ProcessedMark,
+    StuckRow,
+    iso_to_ms,
+    ms_to_iso,
+)
+
+VERDICTS = (
+    "never-produced",
+    "produce-failed",
+    "broker-lost",
+    "aborted",
+    "waiting",
+    "skipped",
+    "processed-not-updated",
+    "expired",
+    "unknown",
+)
+# Producer clocks drift: a record counts as "certainly still in the log" only this long
+# after the oldest remaining record.
+COMPLETENESS_SLACK_MS = 60_000
+MAX_LISTED = 5  # records / ledger entries listed per item
+
+MarkIndex = Mapping[tuple[str, int, int], ProcessedMark]
+
+# Outcomes of one (record, group) pair, most telling first.
+_PRIORITY = ("processed", "waiting", "unknown", "expired", "skipped")
+_VERDICT_OF = {
+    "processed": "processed-not-updated",
+    "waiting": "waiting",
+    "unknown": "unknown",
+    "expired": "expired",
+    "skipped": "skipped",
+}
+
+
+@dataclass
+class _Outcome:
+    kind: str
+    reason: str
+    group: dict[str, Any]
+
+
+def diagnose(
+    row: StuckRow,
+    records: Iterable[LocatedRecord],
+    entries: Iterable[LedgerEntry],
+    marks: MarkIndex,
+    view: ClusterView,
+) -> Diagnosis:
+    records = sorted(records, key=lambda r: (r.partition, r.offset))
+    entries = sorted(entries, key=lambda e: (e.ts_ms or 0, e.session, e.seq))
+    evidence: dict[str, Any] = {
+        "topic": view.topic,
+        "records": [r.as_json() for r in records[:MAX_LISTED]],
+        "records_found": len(records),
+        "ledger": [e.as_json() for e in entries[-MAX_LISTED:]],
+    }
+    if view.kafka_error:
+        return Diagnosis("unknown", f"Kafka could not be read: {view.kafka_error}", evidence)
+
+    committed = [r for r in records if r.state == "committed"]
+    if committed:
+        return _consumer_side(row, committed, marks, view, evidence)
+
+    open_records = [r for r in records if r.state == "open"]
+    if open_records:
+        record = open_records[0]
+        state = view.partitions.get(record.partition)
+        _place(evidence, record.partition, record.offset, state, view)
+        stable = state.stable if state else "?"
+        return Diagnosis(
+            "waiting",
+            f"in a transaction still open at {view.topic}/{record.partition}@{record.offset}: read_committed "
+            f"consumers wait at the last stable offset {stable} until it commits or aborts",
+            evidence,
+        )
+    aborted = [r for r in records if r.state == "aborted"]
+    if aborted:
+        record = aborted[-1]
+        _place(evidence, record.partition, record.offset, view.partitions.get(record.partition), view)
+        where = ", ".join(f"{r.partition}@{r.offset}" for r in aborted[:MAX_LISTED])
+        return Diagnosis(
+            "aborted",
+            f"only in aborted transactions ({view.topic} {where}); read_committed consumers never see it "
+            "and it was not produced again",
+            evidence,
+        )
+    return _not_in_topic(row, entries, marks, view, evidence)
+
+
+# --- the record is in the topic -------------------------------------------------------------
+
+
+def _consumer_side(
+    row: StuckRow, records: list[LocatedRecord], marks: MarkIndex, view: ClusterView, evidence: dict[str, Any]
+) -> Diagnosis:
+    latest = records[-1]
+    _place(evidence, latest.partition, latest.offset, view.partitions.get(latest.partition), view)
+    where = f"{view.topic}/{latest.partition}@{latest.offset}"
+    if view.groups_error:
+        return Diagnosis(
+            "unknown",
+            f"in the topic at {where}, but the groups' offsets could not be read: {view.groups_error}",
+            evidence,
+        )
+    if not view.groups:
+        return Diagnosis(
+            "unknown", f"in the topic at {where}; the binding names no consumer groups to tell where it waits", evidence
+        )
+    outcomes = []
+    for record in records:
+        state = view.partitions.get(record.partition)
+        for group in view.groups.values():
+            outcomes.append(_visible_outcome(row, record, state, group, marks, view))
+    return _combine(outcomes, evidence)
+
+
+def _group_info(group: GroupState, partition: int) -> dict[str, Any]:
+    return {
+        "group": group.group,
+        "committed": group.committed.get(partition),
+        "members": group.members,
+        "group_state": group.state,
+    }
+
+
+def _lag(group: GroupState, state: PartitionState | None, partition: int, now_ms: int) -> dict[str, Any]:
+    committed = group.committed.get(partition)
+    if state is None:
+        return {}
+    position = committed if committed is not None else state.low
+    oldest_ms = group.committed_timestamp_ms.get(partition)
+    if oldest_ms is None and committed is None:
+        oldest_ms = state.low_timestamp_ms
+    lag_records = max(0, state.stable - position)
+    return {
+        "lag_records": lag_records,
+        "lag_seconds": round(max(0, now_ms - oldest_ms) / 1000, 1) if oldest_ms is not None and lag_records else 0,
+    }
+
+
+def _visible_outcome(
+    row: StuckRow,
+    record: LocatedRecord,
+    state: PartitionState | None,
+    group: GroupState,
+    marks: MarkIndex,
+    view: ClusterView,
+) -> _Outcome:
+    info = _group_info(group, record.partition)
+    where = f"{view.topic}/{record.partition}@{record.offset}"
+    mark = marks.get((group.group, record.partition, record.offset))
+    committed = group.committed.get(record.partition)
+    if mark is not None:
+        info["processed"] = mark.as_json()
+        return _Outcome(
+            "processed",
+            f"processed by group {group.group} from {where} (consumer session {mark.consumer_session}, "
+            f"{ms_to_iso(mark.ts_ms)}) but the row is still {row.status}: the update after processing failed",
+            info,
+        )
+    if committed is None or committed <= record.offset:
+        info.update(_lag(group, state, record.partition, view.now_ms))
+        low = state.low if state else 0
+        info["records_ahead"] = record.offset - (committed if committed is not None else low)
+        if record.timestamp_ms is not None:
+            info["waiting_seconds"] = round(max(0, view.now_ms - record.timestamp_ms) / 1000, 1)
+        position = f"committed offset {committed}" if committed is not None else "no committed offset"
+        idle = ", no active members" if group.members == 0 else ""
+        return _Outcome(
+            "waiting",
+            f"waiting at {where}: group {group.group} has {position}{idle}; {info['records_ahead']} record(s) "
+            f"before it, partition lag {info.get('lag_records', '?')} record(s) / {_duration(info.get('lag_seconds'))}",
+            info,
+        )
+    # The group committed past it and has no mark for it.
+    ledger = view.consumer_ledger
+    if ledger is None or not ledger.available:
+        reason = ledger.reason if ledger else "no consumer ledger"
+        return _Outcome(
+            "unknown",
+            f"group {group.group} committed past {where} (committed {committed}), but the consumer ledger cannot "
+            f"be read ({reason}): processed or skipped cannot be told apart",
+            info,
+        )
+    if group.marks_on_topic == 0:
+        return _Outcome(
+            "unknown",
+            f"group {group.group} committed past {where} (committed {committed}), but it has no processed marks "
+            f"in the consumer ledger {ledger.topic}: its consumer is not probed",
+            info,
+        )
+    if ledger.complete_since_ms is None or (
+        record.timestamp_ms is not None and ledger.complete_since_ms > record.timestamp_ms
+    ):
+        return _Outcome(
+            "unknown",
+            f"group {group.group} committed past {where}, but the consumer ledger no longer holds marks that old",
+            info,
+        )
+    return _Outcome(
+        "skipped",
+        f"group {group.group} committed past it ({view.topic}/{record.partition}: committed {committed} > offset "
+        f"{record.offset}) but no consumer processed it: the offset was committed before processing",
+        info,
+    )
+
+
+# --- the record is not in the topic ---------------------------------------------------------
+
+
+def _not_in_topic(
+    row: StuckRow, entries: list[LedgerEntry], marks: MarkIndex, view: ClusterView, evidence: dict[str, Any]
+) -> Diagnosis:
+    if view.records_scanned > 0 and view.keyed_records == 0:
+        return Diagnosis(
+            "unknown",
+            f"record_key {view.record_key} found no key in any of the {view.records_scanned} records of "
+            f"{view.topic}: is the binding's record_key right?",
+            evidence,
+        )
+    ledger = view.producer_ledger
+    if ledger is None or not ledger.available:
+        reason = ledger.reason if ledger else "no producer ledger"
+        return Diagnosis(
+            "unknown",
+            f"no record with this key in {view.topic}, and the producer ledger cannot be read ({reason}): "
+            "never-produced, produce-failed and broker-lost cannot be told apart",
+            evidence,
+        )
+    acked = [e for e in entries if e.status == "acked"]
+    if acked:
+        entry = acked[-1]
+        state = view.partitions.get(entry.partition)
+        if entry.partition < 0 or entry.offset < 0:
+            return Diagnosis(
+                "unknown",
+                "the producer ledger says it was delivered, without an offset (acks=0?), and it is not in "
+                f"{view.topic}: the broker may never have written it",
+                evidence,
+            )
+        if state is None:
+            return Diagnosis(
+                "unknown",
+                f"acked at {view.topic}/{entry.partition}@{entry.offset}, a partition the topic no longer has",
+                evidence,
+            )
+        _place(evidence, entry.partition, entry.offset, state, view)
+        if entry.offset >= state.low:
+            return Diagnosis(
+                "broker-lost",
+                f"acked by the broker at {view.topic}/{entry.partition}@{entry.offset}, but the log has no record "
+                f"with this key there (log start {state.low}, high watermark {state.high}): lost on the broker "
+                "side, e.g. truncated by an unclean leader election",
+                evidence,
+            )
+        return _deleted(row, entry, state, marks, view, evidence)
+    failed = [e for e in entries if e.status == "failed"]
+    if failed:
+        entry = failed[-1]
+        return Diagnosis(
+            "produce-failed",
+            f"the send failed ({entry.error or 'no error text'}; persisted: {entry.persisted}) and no retry "
+            f"reached {view.topic}",
+            evidence,
+        )
+    created_ms = iso_to_ms(row.since)
+    if created_ms is None:
+        created_ms = view.now_ms - int(row.age_seconds * 1000)
+    topic_since = view.topic_complete_since_ms()
+    evidence["topic_complete_since"] = ms_to_iso(topic_since) if topic_since else None
+    evidence["ledger_complete_since"] = ms_to_iso(ledger.complete_since_ms) if ledger.complete_since_ms else None
+    if _complete(topic_since, created_ms):
+        note = (
+            ""
+            if ledger.entries_for_topic
+            else f" (the producer ledger has no entries for {view.topic} at all: its producer is not probed, "
+            "so a failed send would look the same)"
+        )
+        return Diagnosis(
+            "never-produced",
+            f"no record with this key in {view.topic}, which still holds everything produced since before the "
+            f"row was created, and no producer-ledger entry{note}",
+            evidence,
+        )
+    if ledger.entries_for_topic and _complete(ledger.complete_since_ms, created_ms):
+        return Diagnosis(
+            "never-produced",
+            f"no producer-ledger entry for this key since the row was created (the ledger {ledger.topic} is "
+            f"complete since then); {view.topic} itself no longer holds records that old",
+            evidence,
+        )
+    return Diagnosis(
+        "unknown",
+        f"{view.topic} no longer holds records that old (oldest remaining record: "
+        f"{ms_to_iso(topic_since) or 'unknown'}) and there is no ledger evidence for this key",
+        evidence,
+    )
+
+
+def _complete(since_ms: int | None, created_ms: int) -> bool:
+    return since_ms is not None and (since_ms == 0 or since_ms + COMPLETENESS_SLACK_MS <= created_ms)
+
+
+def _deleted(
+    row: StuckRow,
+    entry: LedgerEntry,
+    state: PartitionState,
+    marks: MarkIndex,
+    view: ClusterView,
+    evidence: dict[str, Any],
+) -> Diagnosis:
+    """Acked at an offset below today's log start: retention or delete-records removed it."""
+    where = f"{view.topic}/{entry.partition}@{entry.offset}"
+    if view.groups_error:
+        return Diagnosis(
+            "unknown",
+            f"acked at {where}, since deleted; the groups' offsets could not be read: {view.groups_error}",
+            evidence,
+        )
+    if not view.groups:
+        return Diagnosis(
+            "unknown",
+            f"acked at {where}, since deleted (log start {state.low}); the binding names no consumer groups",
+            evidence,
+        )
+    ledger = view.consumer_ledger
+    outcomes = []
+    for group in view.groups.values():
+        info = _group_info(group, entry.partition)
+        mark = marks.get((group.group, entry.partition, entry.offset))
+        committed = group.committed.get(entry.partition)
+        if mark is not None:
+            info["processed"] = mark.as_json()
+            outcomes.append(
+                _Outcome(
+                    "processed",
+                    f"processed by group {group.group} from {where} (consumer session {mark.consumer_session}) but the "
+                    f"row is still {row.status}: the update after processing failed",
+                    info,
+                )
+            )
+        elif committed is None or committed <= entry.offset:
+            outcomes.append(
+                _Outcome(
+                    "expired",
+                    f"acked at {where}, deleted by retention or delete-records (log start now {state.low}) before "
+                    f"group {group.group} reached it (committed {committed})",
+                    info,
+                )
+            )
+        elif ledger is None or not ledger.available or group.marks_on_topic == 0:
+            why = ledger.reason if ledger is not None and not ledger.available else "its consumer is not probed"
+            outcomes.append(
+                _Outcome(
+                    "unknown",
+                    f"acked at {where}, since deleted; group {group.group} committed past it ({committed}) and whether "
+                    f"it processed it cannot be told ({why or 'no consumer ledger'})",
+                    info,
+                )
+            )
+        elif group.max_mark_below_low.get(entry.partition, -1) > entry.offset:
+            info["processed_after_it"] = group.max_mark_below_low[entry.partition]
+            outcomes.append(
+                _Outcome(
+                    "skipped",
+                    f"group {group.group} processed later records of partition {entry.partition} while they were in "
+                    f"the log but not {where}, and committed past it: committed before processing (the record has "
+                    "since been deleted)",
+                    info,
+                )
+            )
+        else:
+            outcomes.append(
+                _Outcome(
+                    "expired",
+                    f"acked at {where}, deleted (log start now {state.low}); group {group.group} resumed past it "
+                    f"(committed {committed}) without reading it: the log start moved past it before the group "
+                    "reached it",
+                    info,
+                )
+            )
+    return _combine(outcomes, evidence)
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _combine(outcomes: list[_Outcome], evidence: dict[str, Any]) -> Diagnosis:
+    evidence["groups"] = [o.group | {"outcome": o.kind} for o in outcomes]
+    best = min(outcomes, key=lambda o: _PRIORITY.index(o.kind))
+    return Diagnosis(_VERDICT_OF[best.kind], best.reason, evidence)
+
+
+def _place(
+    evidence: dict[str, Any], partition: int, offset: int, state: PartitionState | None, view: ClusterView
+) -> None:
+    evidence["partition"] = partition
+    evidence["offset"] = offset
+    if state is not None:
+        evidence["log"] = state.as_json()
+    evidence["retention_ms"] = view.retention_ms
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "? s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

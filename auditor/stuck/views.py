@@ -1,0 +1,195 @@
+"""The stuck-items page: counts per verdict, the items with evidence, risks, a chart, live."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import messages
+from django.db.models import Case, Count, IntegerField, Value, When
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from auditor.accounts.roles import OPERATOR, has_role, require_role
+from auditor.pipelines.models import StuckRule
+from auditor.stuck.formatting import format_age, format_moment
+from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
+from auditor.stuck.verdicts import VERDICTS
+
+log = logging.getLogger(__name__)
+
+MAX_ITEMS_SHOWN = 200
+RECENT_RUNS = 10
+CHART_HOURS = 24
+# What each verdict means, for the cards (the page an operator opens first).
+VERDICT_HELP = {
+    "never-produced": "in the table, never sent to Kafka",
+    "produce-failed": "the send failed and was not retried",
+    "broker-lost": "acked by the broker, then gone",
+    "aborted": "only in an aborted transaction",
+    "waiting": "in the topic, the consumer has not got there",
+    "skipped": "the group committed past it unprocessed",
+    "processed-not-updated": "processed, but the row update failed",
+    "expired": "deleted by retention before it was consumed",
+    "unknown": "the auditor could not tell (see why)",
+}
+VERDICT_TONE = {verdict: "bad" for verdict in VERDICTS} | {"waiting": "warn", "unknown": "muted"}
+# Cards and items: where delivery broke first, then what may still resolve itself.
+DISPLAY_ORDER = (*(v for v in VERDICTS if VERDICT_TONE[v] == "bad"), "waiting", "unknown")
+
+
+def _filters(request: HttpRequest, rules: list[StuckRule]) -> dict[str, str]:
+    rule = request.GET.get("rule", "")
+    verdict = request.GET.get("verdict", "")
+    return {
+        "rule": rule if rule in {r.name for r in rules} else "",
+        "verdict": verdict if verdict in VERDICTS else "",
+    }
+
+
+def _verdict_order() -> Case:
+    return Case(
+        *(When(verdict=v, then=Value(i)) for i, v in enumerate(DISPLAY_ORDER)),
+        default=Value(len(DISPLAY_ORDER)),
+        output_field=IntegerField(),
+    )
+
+
+def page_data(filters: dict[str, str]) -> dict[str, Any]:
+    """Everything the page shows, as JSON-ready data (first render and live refreshes)."""
+    scope = StuckItem.objects.open()
+    runs = DiagnosisRun.objects.select_related("rule", "rule__binding")
+    points = VerdictCount.objects.filter(at__gte=timezone.now() - timedelta(hours=CHART_HOURS))
+    if filters["rule"]:
+        scope = scope.filter(rule__name=filters["rule"])
+        runs = runs.filter(rule__name=filters["rule"])
+        points = points.filter(rule__name=filters["rule"])
+    counts = dict.fromkeys(VERDICTS, 0)
+    for row in scope.values("verdict").annotate(n=Count("id")):
+        counts[row["verdict"]] = row["n"]
+    shown = scope.filter(verdict=filters["verdict"]) if filters["verdict"] else scope
+    items = (
+        shown.select_related("rule")
+        .annotate(verdict_rank=_verdict_order())
+        .order_by("verdict_rank", "-age_seconds", "key")[:MAX_ITEMS_SHOWN]
+    )
+    latest_ok: dict[int, DiagnosisRun] = {}
+    for run in runs.filter(status=DiagnosisRun.OK).order_by("rule_id", "-started_at").distinct("rule_id"):
+        latest_ok[run.rule_id] = run
+    risks = [
+        risk | {"rule": run.rule.name}
+        for run in sorted(latest_ok.values(), key=lambda r: r.rule.name)
+        for risk in run.risks
+    ]
+    return {
+        "filters": filters,
+        "counts": counts,
+        "total": sum(counts.values()),
+        "items": [item.as_dict() for item in items],
+        "items_total": shown.count(),
+        "items_limit": MAX_ITEMS_SHOWN,
+        "runs": [run.as_event() for run in runs[:RECENT_RUNS]],
+        "risks": risks,
+        "points": [
+            {"rule": name, "at": at.isoformat(), "verdict": verdict, "count": count}
+            for name, at, verdict, count in points.order_by("at").values_list("rule__name", "at", "verdict", "count")
+        ],
+    }
+
+
+@require_GET
+def index(request: HttpRequest) -> HttpResponse:
+    rules = list(StuckRule.objects.select_related("binding").order_by("name"))
+    filters = _filters(request, rules)
+    data = page_data(filters)
+    cards = [
+        {
+            "verdict": v,
+            "count": data["counts"][v],
+            "count_text": f"{data['counts'][v]:,}",
+            "help": VERDICT_HELP[v],
+            "tone": VERDICT_TONE[v],
+        }
+        for v in DISPLAY_ORDER
+    ]
+    return render(
+        request,
+        "stuck/index.html",
+        {
+            "rules": rules,
+            "filters": filters,
+            "cards": cards,
+            "data": data,
+            "latest": data["runs"][0] if data["runs"] else None,
+            "latest_finished": format_moment(data["runs"][0]["finished_at"]) if data["runs"] else "",
+            "total_text": f"{data['total']:,}",
+            "run_rows": [{"run": run, "started": format_moment(run["started_at"])} for run in data["runs"]],
+            "rows": [
+                {
+                    "item": item,
+                    "tone": VERDICT_TONE[item["verdict"]],
+                    "evidence": json.dumps(item["evidence"], indent=1),
+                    "age": format_age(item["age_seconds"]),
+                    "first_seen": format_moment(item["first_seen"]),
+                }
+                for item in data["items"]
+            ],
+            "can_diagnose": has_role(request.user, OPERATOR),
+            "verdicts": DISPLAY_ORDER,
+            "page": {"data": data, "help": VERDICT_HELP, "tones": VERDICT_TONE, "verdicts": list(DISPLAY_ORDER)},
+        },
+    )
+
+
+@require_GET
+def items_json(request: HttpRequest) -> JsonResponse:
+    """The page's data for the current filters: its live refresh after each diagnosis."""
+    rules = list(StuckRule.objects.all())
+    return JsonResponse(page_data(_filters(request, rules)))
+
+
+@require_role(OPERATOR)
+@require_POST
+def diagnose_now(request: HttpRequest) -> HttpResponse:
+    """Queue a diagnosis of one rule (or every rule) on the worker; results arrive live."""
+    from auditor.stuck.service import diagnosis_running
+    from auditor.stuck.tasks import diagnose_rule_task
+
+    wants_json = "application/json" in request.headers.get("Accept", "")
+    name = request.POST.get("rule", "")
+    rules = list(StuckRule.objects.order_by("name"))
+    chosen = [r for r in rules if r.name == name] if name else rules
+    if name and not chosen:
+        status, text, code = "failed", f"Unknown stuck rule {name!r}.", 400
+    elif not chosen:
+        status, text, code = "failed", "No stuck rule is configured.", 400
+    else:
+        queued, busy = [], []
+        try:
+            for rule in chosen:
+                if diagnosis_running(rule):
+                    busy.append(rule.name)
+                    continue
+                diagnose_rule_task.delay(rule.pk, DiagnosisRun.MANUAL, request.user.pk)
+                queued.append(rule.name)
+        except Exception:  # the broker being down is shown to the user
+            log.exception("could not queue a diagnosis")
+            status, text, code = "failed", "Could not queue the diagnosis: the task queue is unreachable.", 503
+        else:
+            parts = []
+            if queued:
+                parts.append(f"Diagnosis queued for {', '.join(queued)}; the page updates when it finishes.")
+            if busy:
+                parts.append(f"Already running for {', '.join(busy)}.")
+            status, text, code = ("queued" if queued else "running"), " ".join(parts), 202
+    if wants_json:
+        return JsonResponse({"status": status, "message": text}, status=code)
+    (messages.error if status == "failed" else messages.info)(request, text)
+    target = redirect("stuck:index")
+    if name and chosen:
+        target["Location"] += f"?rule={name}"
+    return target

@@ -1,0 +1,282 @@
+"""Locate stuck items' records in a topic and in the probe ledgers, at scale.
+
+    python spark_jobs/stuck_locate.py --request request.json --output result.json
+
+The Django side (auditor/stuck/locate.py) fixes the offsets to read and the stuck keys;
+this job joins the topic's records and the ledgers' entries with the keys (broadcast) on the
+executors and hands back only the matches, so the driver's memory follows the number of
+stuck items, never the size of the topic. Each read is one aggregation pass that also
+returns the per-partition counts needed to decide whether the read_uncommitted view is
+needed (offset holes below the last stable offset mean transaction markers or aborted
+records).
+
+Request: {"topic", "bootstrap_servers", "kafka_config", "record_key", "groups",
+          "partitions": {p: [log_start, last_stable, high_watermark]},
+          "producer_ledger": {"topic", "ranges": {p: [start, end]}} | null,
+          "consumer_ledger": {...} | null, "keys": [...] | "keys_path": "<jsonl of {"key": k}>"}
+Result:  {"records": [[key, p, offset, ts_ms, state, session, seq]], "records_scanned", "keyed_records",
+          "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms]],
+          "ledger_entries_for_topic", "marks": [[group, p, offset, consumer_session, ts_ms]],
+          "group_marks": {group: n}, "max_mark_below_low": [[group, p, offset]], "timings": {...}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.binding import RecordKeySpec, parse_record_key
+from spark_jobs.common import build_spark_session
+from spark_jobs.reconcile import java_kafka_options
+from spark_jobs.reconcile_transform import (
+    KAFKA_RAW_SCHEMA,
+    record_key_expression,
+    transform_consumer_ledger,
+    transform_producer_ledger,
+)
+
+Ranges = dict[int, tuple[int, int]]
+
+
+# ------------------------------------------------------------------ extract ----------
+
+
+def extract_range(
+    spark: SparkSession, request: dict[str, Any], topic: str, ranges: Ranges, isolation: str
+) -> DataFrame:
+    """Records of `topic` in [start, end) per partition, through Spark's Kafka source (batch)."""
+    wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
+    if not wanted:
+        return spark.createDataFrame([], KAFKA_RAW_SCHEMA)
+    reader = (
+        spark.read.format("kafka")
+        .options(**java_kafka_options(request["bootstrap_servers"], request.get("kafka_config") or {}))
+        .option("assign", json.dumps({topic: sorted(wanted)}))
+        .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in wanted.items()}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in wanted.items()}}))
+        .option("includeHeaders", "true")
+        .option("kafka.isolation.level", isolation)
+        .option("failOnDataLoss", "false")  # holes are transaction markers / aborted records
+    )
+    total = sum(e - s for s, e in wanted.values())
+    if total > 1_000_000:  # one task per Kafka partition is too coarse for big partitions
+        reader = reader.option("minPartitions", str(max(spark.sparkContext.defaultParallelism * 4, len(wanted))))
+    return reader.load()
+
+
+def extract_keys(spark: SparkSession, request: dict[str, Any]) -> DataFrame:
+    if "keys_path" in request:
+        return spark.read.schema("key string").json(request["keys_path"]).distinct()
+    return spark.createDataFrame([(k,) for k in request["keys"]], "key string").distinct()
+
+
+# ------------------------------------------------------------------ transforms -------
+
+
+def transform_keyed(raw: DataFrame, spec: RecordKeySpec) -> DataFrame:
+    """Kafka source rows -> key (by the binding's rule), partition, offset, timestamp, headers.
+
+    The audit headers stay raw: they are parsed only for the few records that match.
+    """
+    return raw.select(
+        record_key_expression(spec).alias("key"),
+        F.col("partition").cast("int").alias("partition"),
+        F.col("offset").cast("long").alias("offset"),
+        F.col("timestamp"),
+        F.col("headers"),
+    )
+
+
+def transform_key_hits(keyed: DataFrame, keys: DataFrame) -> DataFrame:
+    """keyed records with `_hit` true where the key is a stuck key (keys broadcast)."""
+    flagged = keys.select("key", F.lit(True).alias("_hit"))
+    return keyed.join(F.broadcast(flagged), "key", "left").withColumn("_hit", F.coalesce("_hit", F.lit(False)))
+
+
+def _header(name: str) -> Column:
+    matches = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
+    return F.get(matches, 0)["value"].cast("string")
+
+
+def transform_partition_summary(hits: DataFrame) -> DataFrame:
+    """Per partition: records read, records with a key, and the matching records."""
+    match = F.struct(
+        "key",
+        "offset",
+        F.unix_millis("timestamp").alias("ts_ms"),
+        _header("audit-pid").alias("session"),
+        _header("audit-seq").try_cast("long").alias("seq"),
+    )
+    return hits.groupBy("partition").agg(
+        F.count("*").alias("n"),
+        F.count("key").alias("keyed"),
+        F.collect_list(F.when(F.col("_hit"), match)).alias("matches"),
+    )
+
+
+def transform_ledger_hits(entries: DataFrame, keys: DataFrame) -> DataFrame:
+    """Producer-ledger entries (LEDGER_ENTRY_SCHEMA) with `_hit` where audit_id is a stuck key."""
+    flagged = keys.select(F.col("key").alias("audit_id"), F.lit(True).alias("_hit"))
+    return entries.join(F.broadcast(flagged), "audit_id", "left").withColumn("_hit", F.coalesce("_hit", F.lit(False)))
+
+
+def transform_mark_summary(processed: DataFrame, positions: DataFrame, lows: DataFrame) -> DataFrame:
+    """Per (group, partition): marks counted, the highest marked offset below the log start,
+    and the marks at `positions` (partition, offset)."""
+    flagged = positions.select("partition", "offset", F.lit(True).alias("_hit"))
+    joined = processed.join(F.broadcast(flagged), ["partition", "offset"], "left").join(
+        F.broadcast(lows), "partition", "left"
+    )
+    mark = F.struct("offset", "consumer_session", "ts_ms")
+    return joined.groupBy("group", "partition").agg(
+        F.count("*").alias("n"),
+        F.max(F.when(F.col("offset") < F.col("low"), F.col("offset"))).alias("max_below_low"),
+        F.collect_list(F.when(F.col("_hit"), mark)).alias("marks"),
+    )
+
+
+# ------------------------------------------------------------------ the job ----------
+
+
+def _ranges(data: dict[str, list[int]]) -> Ranges:
+    return {int(p): (int(v[0]), int(v[1])) for p, v in data.items()}
+
+
+def _has_records(ledger: dict[str, Any]) -> bool:
+    return any(end > start for start, end in _ranges(ledger["ranges"]).values())
+
+
+def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
+    """Run the located reads; the result is JSON-ready (see the module docstring)."""
+    timings: dict[str, float] = {}
+    clock = [time.monotonic()]
+
+    def lap(name: str) -> None:
+        now = time.monotonic()
+        timings[name] = round(now - clock[0], 3)
+        clock[0] = now
+
+    topic = request["topic"]
+    spec = parse_record_key(request["record_key"], "stuck rule")
+    partitions = {int(p): (int(v[0]), int(v[1]), int(v[2])) for p, v in request["partitions"].items()}
+    keys = extract_keys(spark, request).cache()
+    result: dict[str, Any] = {"records": [], "ledger_entries": [], "marks": [], "max_mark_below_low": []}
+
+    # The committed view, up to the last stable offset.
+    committed_ranges = {p: (low, stable) for p, (low, stable, _) in partitions.items()}
+    raw = extract_range(spark, request, topic, committed_ranges, "read_committed")
+    summary = transform_partition_summary(transform_key_hits(transform_keyed(raw, spec), keys)).collect()
+    counts = {row["partition"]: row["n"] for row in summary}
+    result["records_scanned"] = sum(row["n"] for row in summary)
+    result["keyed_records"] = sum(row["keyed"] for row in summary)
+    committed_positions = set()
+    for row in summary:
+        for m in row["matches"]:
+            committed_positions.add((row["partition"], m["offset"]))
+            result["records"].append(
+                [m["key"], row["partition"], m["offset"], m["ts_ms"], "committed", m["session"], m["seq"]]
+            )
+    lap("topic_committed")
+
+    # The uncommitted view where transactions leave holes, or an open transaction.
+    again: Ranges = {}
+    for p, (low, stable, high) in partitions.items():
+        if counts.get(p, 0) < stable - low:
+            again[p] = (low, high)
+        elif stable < high:
+            again[p] = (stable, high)
+    if again:
+        raw = extract_range(spark, request, topic, again, "read_uncommitted")
+        hits = transform_key_hits(transform_keyed(raw, spec), keys).where("_hit")
+        columns = [
+            "key",
+            "partition",
+            "offset",
+            F.unix_millis("timestamp").alias("ts"),
+            _header("audit-pid").alias("session"),
+            _header("audit-seq").try_cast("long").alias("seq"),
+        ]
+        for row in hits.select(*columns).collect():
+            if (row["partition"], row["offset"]) in committed_positions:
+                continue
+            state = "open" if row["offset"] >= partitions[row["partition"]][1] else "aborted"
+            result["records"].append(
+                [row["key"], row["partition"], row["offset"], row["ts"], state, row["session"], row["seq"]]
+            )
+    lap("topic_uncommitted")
+
+    # The producer ledger: entries of this topic whose audit-id is a stuck key.
+    result["ledger_entries_for_topic"] = 0
+    ledger = request.get("producer_ledger")
+    if ledger and _has_records(ledger):
+        entries, _ = transform_producer_ledger(
+            extract_range(spark, request, ledger["topic"], _ranges(ledger["ranges"]), "read_uncommitted"), topic
+        )
+        entry = F.struct("audit_id", "session", "seq", "status", "partition", "offset", "error", "persisted", "ts_ms")
+        row = (
+            transform_ledger_hits(entries, keys)
+            .agg(F.count("*").alias("n"), F.collect_list(F.when(F.col("_hit"), entry)).alias("hits"))
+            .collect()[0]
+        )
+        result["ledger_entries_for_topic"] = row["n"]
+        result["ledger_entries"] = [list(e) for e in row["hits"]]
+    lap("producer_ledger")
+
+    # The consumer ledger: marks of the binding's groups at the records found or acked.
+    result["group_marks"] = {}
+    ledger = request.get("consumer_ledger")
+    groups = list(request.get("groups") or [])
+    if ledger and groups and _has_records(ledger):
+        positions = {(r[1], r[2]) for r in result["records"]}
+        positions |= {
+            (e[4], e[5]) for e in result["ledger_entries"] if e[3] == "acked" and e[5] is not None and e[5] >= 0
+        }
+        positions_df = spark.createDataFrame(sorted(positions), "partition int, offset long")
+        lows = spark.createDataFrame([(p, v[0]) for p, v in partitions.items()], "partition int, low long")
+        processed = transform_consumer_ledger(
+            extract_range(spark, request, ledger["topic"], _ranges(ledger["ranges"]), "read_uncommitted"), topic, groups
+        )
+        for row in transform_mark_summary(processed, positions_df, lows).collect():
+            group, partition = row["group"], row["partition"]
+            result["group_marks"][group] = result["group_marks"].get(group, 0) + row["n"]
+            if row["max_below_low"] is not None:
+                result["max_mark_below_low"].append([group, partition, row["max_below_low"]])
+            for m in row["marks"]:
+                result["marks"].append([group, partition, m["offset"], m["consumer_session"], m["ts_ms"]])
+    lap("consumer_ledger")
+    keys.unpersist()
+    result["timings"] = timings
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Locate stuck items' records in a topic and the probe ledgers")
+    parser.add_argument("--request", required=True, help="request JSON file")
+    parser.add_argument("--output", required=True, help="where to write the result JSON")
+    parser.add_argument("--master", help="Spark master (default $SPARK_MASTER or local[2])")
+    args = parser.parse_args(argv)
+    request = json.loads(Path(args.request).read_text())
+    spark = build_spark_session(f"stuck-locate-{request['topic']}", master=args.master)
+    try:
+        result = locate_json(spark, request)
+    finally:
+        spark.stop()
+    target = Path(args.output)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_text(json.dumps(result))
+    tmp.replace(target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

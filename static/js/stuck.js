@@ -1,0 +1,210 @@
+// Stuck items page: verdict cards, the items with evidence, risks, a Plotly chart of counts per
+// verdict over time, recent diagnoses. After each diagnosis (websocket group "stuck") the data
+// for the current filters is fetched again and the page is redrawn in place.
+// Everything from the server goes into the DOM through textContent: keys, reasons and
+// evidence are data, never HTML.
+(function () {
+  const page = JSON.parse(document.getElementById("stuck-page").textContent);
+  const VERDICTS = page.verdicts;
+  const TONES = page.tones;
+  const COLORS = {
+    "never-produced": "#b3261e", "produce-failed": "#d4542b", "broker-lost": "#7b1fa2", "aborted": "#8d6e63",
+    "waiting": "#a05a00", "skipped": "#c2185b", "processed-not-updated": "#1565c0", "expired": "#455a64",
+    "unknown": "#9e9e9e",
+  };
+  let data = page.data;
+
+  function el(tag, text, className) {
+    const node = document.createElement(tag);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (className) node.className = className;
+    return node;
+  }
+
+  function setText(id, value) {
+    const node = document.getElementById(id);
+    if (node) node.textContent = String(value);
+  }
+
+  // The same forms as auditor/stuck/formatting.py (the first render).
+  function age(seconds) {
+    if (seconds < 120) return Math.round(seconds) + "s";
+    if (seconds < 7200) return Math.round(seconds / 60) + "m";
+    if (seconds < 172800) return (seconds / 3600).toFixed(1) + "h";
+    return (seconds / 86400).toFixed(1) + "d";
+  }
+
+  function moment(iso) {
+    return iso ? new Date(iso).toISOString().replace("T", " ").slice(0, 19) : "";
+  }
+
+  function count(n) {
+    return Number(n || 0).toLocaleString("en-US");
+  }
+
+  function renderCards() {
+    setText("count-total", count(data.total));
+    VERDICTS.forEach(function (v) {
+      setText("count-" + v, count(data.counts[v]));
+      const card = document.querySelector('#stuck-cards a.card[data-verdict="' + v + '"]');
+      if (card) card.classList.toggle("zero", !data.counts[v]);
+    });
+  }
+
+  function where(evidence) {
+    if (!evidence || evidence.partition === undefined || evidence.partition === null) return "–";
+    return evidence.topic + "/" + evidence.partition + "@" + evidence.offset;
+  }
+
+  function renderItems() {
+    const tbody = document.querySelector("#stuck-items tbody");
+    setText("items-shown", data.items_total > data.items_limit
+      ? "(the first " + data.items_limit + " of " + data.items_total + ")" : "");
+    if (!data.items.length) {
+      const tr = el("tr", null, "empty");
+      const td = el("td", "No stuck items" + (data.filters.rule || data.filters.verdict ? " for these filters." : "."), "muted");
+      td.colSpan = 9;
+      tr.appendChild(td);
+      tbody.replaceChildren(tr);
+      return;
+    }
+    tbody.replaceChildren(...data.items.map(function (item) {
+      const tr = document.createElement("tr");
+      tr.dataset.key = item.key;
+      tr.dataset.verdict = item.verdict;
+      tr.appendChild(el("td", item.key, "key"));
+      tr.appendChild(el("td", item.rule));
+      tr.appendChild(el("td", item.status));
+      const ageCell = el("td", age(item.age_seconds));
+      ageCell.dataset.seconds = String(item.age_seconds);
+      tr.appendChild(ageCell);
+      tr.appendChild(el("td", item.verdict, "verdict tone-" + (TONES[item.verdict] || "muted")));
+      tr.appendChild(el("td", item.reason, "why"));
+      tr.appendChild(el("td", where(item.evidence)));
+      const evidence = document.createElement("td");
+      const details = document.createElement("details");
+      details.appendChild(el("summary", "evidence"));
+      details.appendChild(el("pre", JSON.stringify(item.evidence, null, 1), "evidence"));
+      evidence.appendChild(details);
+      tr.appendChild(evidence);
+      tr.appendChild(el("td", moment(item.first_seen)));
+      return tr;
+    }));
+  }
+
+  function renderRisks() {
+    const list = document.getElementById("stuck-risks");
+    if (!data.risks.length) {
+      list.replaceChildren(el("li", "No open transactions, retention or offset-expiry risks seen.", "muted empty"));
+      return;
+    }
+    list.replaceChildren(...data.risks.map(function (risk) {
+      const li = document.createElement("li");
+      li.dataset.kind = risk.kind;
+      li.appendChild(el("span", risk.severity, "sev-" + risk.severity));
+      li.appendChild(document.createTextNode(" " + risk.message + " "));
+      li.appendChild(el("span", "(" + risk.rule + ")", "muted"));
+      return li;
+    }));
+  }
+
+  function renderRuns() {
+    const tbody = document.querySelector("#stuck-runs tbody");
+    if (!data.runs.length) return;
+    tbody.replaceChildren(...data.runs.map(function (run) {
+      const tr = document.createElement("tr");
+      [
+        "#" + run.id, run.rule, run.trigger, run.status, moment(run.started_at),
+        run.duration_s === null ? "" : run.duration_s, run.total, run.became_stuck, run.got_unstuck,
+        [run.error].concat(run.notes || []).filter(Boolean).join(" "),
+      ].forEach(function (value) { tr.appendChild(el("td", value)); });
+      return tr;
+    }));
+    const latest = data.runs[0];
+    setText("stuck-latest", "Last diagnosis #" + latest.id + " of " + latest.rule + ": " + latest.status +
+      ", " + (latest.finished_at ? moment(latest.finished_at) + " UTC" : "running"));
+    document.body.dataset.stuckRun = String(latest.id);
+  }
+
+  function renderChart() {
+    const div = document.getElementById("stuck-chart");
+    if (!window.Plotly) return;
+    const rules = [...new Set(data.points.map(function (p) { return p.rule; }))];
+    const series = new Map();  // name -> {x, y, verdict}
+    data.points.forEach(function (p) {
+      const name = rules.length > 1 ? p.rule + " · " + p.verdict : p.verdict;
+      if (!series.has(name)) series.set(name, {x: [], y: [], verdict: p.verdict, any: false});
+      const s = series.get(name);
+      s.x.push(new Date(p.at));
+      s.y.push(p.count);
+      if (p.count) s.any = true;
+    });
+    const traces = [...series.entries()].filter(function (e) { return e[1].any; }).map(function (e) {
+      return {
+        type: "scatter", mode: "lines+markers", name: e[0], x: e[1].x, y: e[1].y,
+        line: {color: COLORS[e[1].verdict], shape: "hv"},
+      };
+    });
+    const times = [...new Set(data.points.map(function (p) { return Date.parse(p.at); }))];
+    const xaxis = {type: "date"};
+    if (times.length === 1) xaxis.range = [new Date(times[0] - 1800000), new Date(times[0] + 1800000)];
+    const layout = {
+      margin: {l: 50, r: 10, t: 10, b: 30}, xaxis: xaxis, yaxis: {rangemode: "tozero"},
+      legend: {orientation: "h"}, showlegend: true,
+      annotations: traces.length ? [] : [{text: "no stuck items in the last 24 h", showarrow: false,
+        xref: "paper", yref: "paper", x: 0.5, y: 0.5}],
+    };
+    Plotly.react(div, traces, layout, {displaylogo: false, responsive: true});
+  }
+
+  function renderAll() {
+    renderCards();
+    renderItems();
+    renderRisks();
+    renderRuns();
+    renderChart();
+  }
+
+  function refresh() {
+    const params = new URLSearchParams();
+    if (data.filters.rule) params.set("rule", data.filters.rule);
+    if (data.filters.verdict) params.set("verdict", data.filters.verdict);
+    return fetch(window.STUCK_ITEMS_URL + "?" + params.toString(), {headers: {Accept: "application/json"}})
+      .then(function (r) { return r.json(); })
+      .then(function (fresh) { data = fresh; renderAll(); });
+  }
+
+  function describeChanges(payload) {
+    const parts = [];
+    const became = payload.became_stuck || [];
+    const unstuck = payload.got_unstuck || [];
+    if (became.length) parts.push(became.length + " became stuck (" + became.slice(0, 5).map(function (i) { return i.key; }).join(", ") + ")");
+    if (unstuck.length) parts.push(unstuck.length + " got unstuck (" + unstuck.slice(0, 5).map(function (i) { return i.key; }).join(", ") + ")");
+    const run = payload.run;
+    const head = "Diagnosis #" + run.id + " of " + run.rule + " " + run.status + (run.error ? ": " + run.error : "");
+    setText("stuck-changes", head + (parts.length ? " — " + parts.join("; ") : ""));
+  }
+
+  window.AuditorLive.subscribe("stuck", function (event, payload) {
+    if (event !== "diagnosis") return;
+    if (data.filters.rule && payload.run.rule !== data.filters.rule) return;
+    describeChanges(payload);
+    refresh();
+  });
+
+  const form = document.getElementById("diagnose-now");
+  if (form) {
+    form.addEventListener("submit", function (e) {
+      e.preventDefault();
+      const state = document.getElementById("diagnose-state");
+      state.textContent = "queuing…";
+      fetch(form.action, {method: "POST", body: new FormData(form), headers: {Accept: "application/json"}})
+        .then(function (r) { return r.json(); })
+        .then(function (answer) { state.textContent = answer.message; })
+        .catch(function () { state.textContent = "Could not reach the server."; });
+    });
+  }
+
+  renderChart();
+  if (data.runs.length) document.body.dataset.stuckRun = String(data.runs[0].id);
+})();

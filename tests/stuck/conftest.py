@@ -1,0 +1,139 @@
+"""Fixtures of the stuck-item tests: a demo pipeline (its own tables, topics, group and
+ledgers) wired to a binding and a stuck rule in the test database."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
+from auditor.stuck.service import DiagnosisOptions, DiagnosisResult, diagnose_rule
+from tests.accounts.fixtures import client_as, role_users  # noqa: F401 - fixtures
+from tests.demo.conftest import DemoPipeline, make_pipeline, pipeline, source_url  # noqa: F401 - fixtures
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "integration: talks to the real Kafka, PostgreSQL, Redis or Spark")
+
+
+@dataclass
+class StuckSetup:
+    pipeline: DemoPipeline
+    rule: StuckRule
+
+    def options(self, engine: str = "python", **extra: Any) -> DiagnosisOptions:
+        ledgers = {
+            "producer_ledger_topic": self.pipeline.probes.producer_ledger,
+            "consumer_ledger_topic": self.pipeline.probes.consumer_ledger,
+        }
+        return DiagnosisOptions(engine=engine, **(ledgers | extra))
+
+
+def make_rule(
+    demo: DemoPipeline,
+    *,
+    bootstrap: str | None = None,
+    groups: list[str] | None = None,
+    older_than_seconds: int = 0,
+    record_key: str = "key",
+    name: str | None = None,
+) -> StuckRule:
+    suffix = uuid.uuid4().hex[:8]
+    cluster = Cluster.objects.create(name=f"stuck-{suffix}", bootstrap_servers=bootstrap or demo.bootstrap)
+    source = SourceDatabase.objects.create(name=f"stuck-{suffix}", url="${SOURCE_DATABASE_URL}")
+    binding = Binding.objects.create(
+        name=f"stuck-{suffix}",
+        cluster=cluster,
+        topic=demo.topic,
+        source=source,
+        table=demo.table,
+        key_column="ticket_id",
+        record_key=record_key,
+        created_column="created_at",
+        consumer_groups=[demo.group] if groups is None else groups,
+    )
+    return StuckRule.objects.create(
+        name=name or f"tickets-new-{suffix}",
+        binding=binding,
+        status_column="status",
+        stuck_values=["NEW"],
+        age_column="created_at",
+        older_than_seconds=older_than_seconds,
+    )
+
+
+@pytest.fixture
+def stuck(db: None, pipeline: DemoPipeline) -> StuckSetup:  # noqa: F811 - the demo's fixture
+    return StuckSetup(pipeline, make_rule(pipeline))
+
+
+@pytest.fixture
+def make_stuck(db: None, make_pipeline: Callable[..., DemoPipeline]) -> Callable[..., StuckSetup]:  # noqa: F811
+    def make(partitions: int = 1, **rule_options: Any) -> StuckSetup:
+        created = make_pipeline(partitions=partitions)
+        return StuckSetup(created, make_rule(created, **rule_options))
+
+    return make
+
+
+def verdicts_of(result: DiagnosisResult) -> dict[str, str]:
+    return {item.row.key: item.diagnosis.verdict for item in result.items}
+
+
+def diagnose_both(setup: StuckSetup, spark: Any) -> DiagnosisResult:
+    """Diagnose with the Python engine and with Spark; both must give the same verdicts and reasons."""
+    by_python = diagnose_rule(setup.rule, setup.options("python"))
+    by_spark = diagnose_rule(setup.rule, setup.options("spark", spark=spark))
+    assert by_python.engine == "python" or not by_python.items
+    assert by_spark.engine == "spark" or not by_spark.items
+    assert _comparable(by_spark) == _comparable(by_python)
+    return by_spark
+
+
+def _comparable(result: DiagnosisResult) -> dict[str, tuple[str, str]]:
+    # Durations (lag in time) move between the two diagnoses; everything else must agree.
+    return {
+        i.row.key: (i.diagnosis.verdict, re.sub(r"\d+(\.\d+)? (s|min|h)\b", "<t>", i.diagnosis.reason))
+        for i in result.items
+    }
+
+
+@pytest.fixture
+def plain_rule(db: None) -> StuckRule:
+    """A rule whose table does not exist: for tests that store verdicts built inline."""
+    suffix = uuid.uuid4().hex[:8]
+    cluster = Cluster.objects.create(name=f"plain-{suffix}", bootstrap_servers="127.0.0.1:9092")
+    source = SourceDatabase.objects.create(name=f"plain-{suffix}", url="${SOURCE_DATABASE_URL}")
+    binding = Binding.objects.create(
+        name=f"plain-{suffix}",
+        cluster=cluster,
+        topic=f"plain-{suffix}",
+        source=source,
+        table=f"missing_{suffix}",
+        key_column="ticket_id",
+        created_column="created_at",
+        consumer_groups=["ticket-processor"],
+    )
+    return StuckRule.objects.create(
+        name=f"plain-{suffix}", binding=binding, status_column="status", stuck_values=["NEW"], age_column="created_at"
+    )
+
+
+def fake_result(rule: StuckRule, verdicts: dict[str, str], *, degraded: bool = False) -> DiagnosisResult:
+    """A diagnosis result built inline: key -> verdict."""
+    from auditor.stuck.evidence import Diagnosis, StuckRow
+    from auditor.stuck.service import ItemVerdict
+
+    items = [
+        ItemVerdict(
+            StuckRow(key, "NEW", 900.0 + n),
+            Diagnosis(verdict, f"because {verdict}", {"topic": "t", "partition": 0, "offset": n, "records": []}),
+        )
+        for n, (key, verdict) in enumerate(verdicts.items())
+    ]
+    return DiagnosisResult(rule.name, items=items, engine="python", degraded=degraded)

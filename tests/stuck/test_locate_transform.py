@@ -1,0 +1,69 @@
+"""The Spark locate job's pure transforms, on tiny inline frames."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from pyspark.testing import assertDataFrameEqual
+
+from spark_jobs.binding import RecordKeySpec
+from spark_jobs.reconcile_transform import KAFKA_RAW_SCHEMA, PROCESSED_SCHEMA
+from spark_jobs.stuck_locate import (
+    transform_key_hits,
+    transform_keyed,
+    transform_mark_summary,
+    transform_partition_summary,
+)
+
+pytestmark = pytest.mark.integration
+
+T = datetime(2030, 1, 1, tzinfo=UTC)
+T_MS = int(T.timestamp() * 1000)
+
+
+def test_it_summarizes_partitions_and_keeps_only_the_stuck_keys_records(spark) -> None:
+    headers = [("audit-pid", b"s"), ("audit-seq", b"1")]
+    raw = spark.createDataFrame(
+        [
+            (b"TCK-1", b"{}", "t", 0, 0, T, 0, headers),
+            (b"TCK-2", b"{}", "t", 0, 1, T, 0, headers),
+            (None, b"{}", "t", 0, 2, T, 0, []),
+            (b"TCK-2", b"{}", "t", 1, 0, T, 0, None),
+            (b"TCK-3", b"{}", "t", 1, 1, T, 0, headers),
+        ],
+        KAFKA_RAW_SCHEMA,
+    )
+    keys = spark.createDataFrame([("TCK-2",), ("TCK-9",)], "key string")
+
+    actual = transform_partition_summary(transform_key_hits(transform_keyed(raw, RecordKeySpec("key")), keys))
+
+    expected = spark.createDataFrame(
+        [(0, 3, 2, [("TCK-2", 1, T_MS, "s", 1)]), (1, 2, 2, [("TCK-2", 0, T_MS, None, None)])],
+        "partition int, n long, keyed long, "
+        "matches array<struct<key:string, offset:long, ts_ms:long, session:string, seq:long>>",
+    )
+    assertDataFrameEqual(actual, expected, ignoreNullable=True)
+
+
+def test_it_summarizes_marks_per_group_and_partition(spark) -> None:
+    processed = spark.createDataFrame(
+        [
+            ("g", "c1", 0, 1, "TCK-1", 10),
+            ("g", "c1", 0, 4, "TCK-4", 11),
+            ("g", "c1", 0, 7, "TCK-7", 12),
+            ("h", "c2", 0, 7, "TCK-7", 13),
+        ],
+        PROCESSED_SCHEMA,
+    )
+    positions = spark.createDataFrame([(0, 7)], "partition int, offset long")
+    lows = spark.createDataFrame([(0, 5)], "partition int, low long")
+
+    actual = transform_mark_summary(processed, positions, lows)
+
+    expected = spark.createDataFrame(
+        [("g", 0, 3, 4, [(7, "c1", 12)]), ("h", 0, 1, None, [(7, "c2", 13)])],
+        "group string, partition int, n long, max_below_low long, "
+        "marks array<struct<offset:long, consumer_session:string, ts_ms:long>>",
+    )
+    assertDataFrameEqual(actual, expected, ignoreNullable=True)

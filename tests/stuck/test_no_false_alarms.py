@@ -1,0 +1,79 @@
+"""When the auditor cannot see something, items are `unknown` with the reason, never a failure verdict."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from auditor.demo.options import DeliveryMode, Faults
+from auditor.stuck.service import diagnose_rule
+
+from .conftest import StuckSetup, make_rule, verdicts_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once the socket is closed
+
+
+def test_it_says_unknown_with_the_reason_when_the_broker_is_unreachable(stuck: StuckSetup) -> None:
+    pipeline = stuck.pipeline
+    ids = pipeline.produce(6, Faults(drop_every=3))
+    rule = make_rule(pipeline, bootstrap=f"127.0.0.1:{_closed_port()}")
+    setup = StuckSetup(pipeline, rule)
+
+    result = diagnose_rule(rule, setup.options("python", timeout_s=2))
+
+    assert verdicts_of(result) == dict.fromkeys(ids, "unknown")
+    assert all("Kafka could not be read" in item.diagnosis.reason for item in result.items)
+    assert result.degraded and result.risks == []
+
+
+def test_it_says_unknown_when_the_producer_ledger_topic_is_missing(stuck: StuckSetup) -> None:
+    pipeline = stuck.pipeline
+    ids = pipeline.produce(6, Faults(drop_every=3))
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=4, timeout_s=60)
+
+    result = diagnose_rule(stuck.rule, stuck.options("python", producer_ledger_topic="no-such-ledger-topic"))
+
+    assert verdicts_of(result) == {ids[2]: "unknown", ids[5]: "unknown"}
+    assert all("no-such-ledger-topic does not exist" in i.diagnosis.reason for i in result.items)
+    assert result.degraded
+
+
+def test_it_says_unknown_not_skipped_when_the_consumer_ledger_is_missing(stuck: StuckSetup) -> None:
+    pipeline = stuck.pipeline
+    ids = pipeline.produce(20)
+    pipeline.consumer(DeliveryMode.AT_MOST_ONCE, Faults(crash_after=5)).run(max_records=20, timeout_s=60)
+
+    result = diagnose_rule(stuck.rule, stuck.options("python", consumer_ledger_topic="no-such-ledger-topic"))
+
+    verdicts = verdicts_of(result)
+    assert {verdicts[t] for t in ids[5:10]} == {"unknown"}  # committed past them: skipped cannot be proven
+    assert {verdicts[t] for t in ids[10:]} == {"waiting"}  # the committed offset alone shows these
+    assert "consumer ledger cannot be read" in next(i for i in result.items if i.row.key == ids[5]).diagnosis.reason
+
+
+def test_it_says_unknown_when_the_record_key_matches_nothing(make_stuck) -> None:
+    setup = make_stuck(record_key="header:no-such-header")
+    ids = setup.pipeline.produce(4, Faults(drop_every=2))
+
+    result = diagnose_rule(setup.rule, setup.options("python"))
+
+    assert verdicts_of(result) == dict.fromkeys(ids, "unknown")
+    assert "found no key in any of the 2 records" in result.items[0].diagnosis.reason
+
+
+def test_it_never_reports_healthy_tickets(stuck: StuckSetup) -> None:
+    pipeline = stuck.pipeline
+    pipeline.produce(8)
+    pipeline.consumer(DeliveryMode.EXACTLY_ONCE).run(max_records=8, timeout_s=60)
+    assert set(pipeline.statuses().values()) == {"DONE"}
+
+    result = diagnose_rule(stuck.rule, stuck.options("python"))
+
+    assert result.items == [] and not result.degraded

@@ -1,0 +1,126 @@
+"""Storing diagnoses: items tracked across runs, counts over time, live events after commit,
+alert problems per verdict, failed runs that change nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+
+from auditor.alerts.models import Alert, Channel
+from auditor.pipelines.models import StuckRule
+from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
+from auditor.stuck.service import DiagnosisBusy, diagnosis_lock, record_diagnosis, run_diagnosis, start_run
+from auditor.stuck.verdicts import VERDICTS
+
+from .conftest import fake_result
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_tracks_items_across_runs(plain_rule: StuckRule) -> None:
+    first = record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "waiting", "B": "skipped"}))
+    assert (first.status, first.total, first.became_stuck, first.got_unstuck) == ("ok", 2, 2, 0)
+    b_before = StuckItem.objects.open().get(rule=plain_rule, key="B")
+
+    second = record_diagnosis(
+        start_run(plain_rule, "cli"), fake_result(plain_rule, {"B": "processed-not-updated", "C": "never-produced"})
+    )
+
+    assert (second.became_stuck, second.got_unstuck, second.total) == (1, 1, 2)
+    open_items = {i.key: i for i in StuckItem.objects.open().filter(rule=plain_rule)}
+    assert {k: i.verdict for k, i in open_items.items()} == {"B": "processed-not-updated", "C": "never-produced"}
+    b_after = open_items["B"]
+    assert b_after.pk == b_before.pk and b_after.first_seen == b_before.first_seen
+    assert b_after.verdict_since > b_before.verdict_since and b_after.last_run == second
+    resolved = StuckItem.objects.get(rule=plain_rule, key="A")
+    assert resolved.resolved_at is not None and resolved.last_run == second
+    assert second.counts == dict.fromkeys(VERDICTS, 0) | {"processed-not-updated": 1, "never-produced": 1}
+    points = VerdictCount.objects.filter(run=second)
+    assert points.count() == len(VERDICTS) and points.get(verdict="never-produced").count == 1
+
+    # A key that gets stuck again opens a new item; the old one stays resolved.
+    record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "waiting"}))
+    assert StuckItem.objects.filter(rule=plain_rule, key="A").count() == 2
+    assert StuckItem.objects.open().get(rule=plain_rule, key="A").pk != resolved.pk
+
+
+def test_it_publishes_the_run_only_after_commit(
+    plain_rule: StuckRule, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    sent: list[tuple[str, str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        "auditor.lib.live.publish_now", lambda group, event, payload: sent.append((group, event, payload))
+    )
+    record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "waiting"}))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        run = record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"B": "skipped"}))
+        assert sent == []  # nothing before the commit
+
+    (event,) = [s for s in sent if s[0] == "stuck"]
+    group, name, payload = event
+    assert (group, name) == ("stuck", "diagnosis")
+    assert payload["run"]["id"] == run.pk and payload["run"]["counts"]["skipped"] == 1
+    assert payload["became_stuck"] == [{"key": "B", "verdict": "skipped", "reason": "because skipped"}]
+    assert payload["got_unstuck"] == [{"key": "A", "verdict": "waiting", "reason": "because waiting"}]
+
+
+def test_it_raises_and_resolves_one_problem_per_verdict(plain_rule: StuckRule) -> None:
+    Channel.objects.create(
+        name="oncall", url="https://hooks.example.invalid/x", secret="${X}", events={"stuck_verdicts": list(VERDICTS)}
+    )
+    record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "skipped", "B": "skipped"}))
+    alert = Alert.objects.get(fingerprint=f"stuck:{plain_rule.name}:skipped")
+    assert (alert.kind, alert.state, alert.details["count"]) == ("stuck:skipped", "open", 2)
+    assert alert.details["keys"] == ["A", "B"]
+
+    # Kafka unreadable: everything unknown, but nothing recovered, so nothing is resolved.
+    record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "unknown"}, degraded=True))
+    alert.refresh_from_db()
+    assert alert.state == "open"
+    assert Alert.objects.get(fingerprint=f"stuck:{plain_rule.name}:unknown").state == "open"
+
+    record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {}))
+    alert.refresh_from_db()
+    assert alert.state == "resolved"
+    assert not Alert.objects.filter(fingerprint__startswith=f"stuck:{plain_rule.name}:", state="open").exists()
+
+
+def test_it_stores_a_failed_run_and_keeps_the_last_good_items(plain_rule: StuckRule) -> None:
+    record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "waiting"}))
+
+    run = run_diagnosis(plain_rule, DiagnosisRun.CLI)  # its table does not exist
+
+    assert run.status == "failed" and plain_rule.binding.table in run.error
+    assert list(StuckItem.objects.open().filter(rule=plain_rule).values_list("key", flat=True)) == ["A"]
+
+
+def test_it_runs_one_diagnosis_of_a_rule_at_a_time(plain_rule: StuckRule) -> None:
+    cache.delete(f"stuck:diagnosis-running:{plain_rule.pk}")
+    with diagnosis_lock(plain_rule), pytest.raises(DiagnosisBusy):
+        run_diagnosis(plain_rule, DiagnosisRun.CLI)
+    assert not DiagnosisRun.objects.filter(rule=plain_rule).exists()
+    run_diagnosis(plain_rule, DiagnosisRun.CLI)  # the lock is released
+    assert DiagnosisRun.objects.filter(rule=plain_rule).count() == 1
+
+
+def test_it_drops_history_older_than_the_retention(plain_rule: StuckRule, settings: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.AUDITOR_STUCK_HISTORY_DAYS = 30
+    old = record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "waiting"}))
+    record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {}))  # A got unstuck
+    long_ago = timezone.now() - timedelta(days=31)
+    DiagnosisRun.objects.filter(pk=old.pk).update(started_at=long_ago)
+    StuckItem.objects.filter(rule=plain_rule, key="A").update(resolved_at=long_ago)
+
+    latest = record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"B": "skipped"}))
+
+    assert not DiagnosisRun.objects.filter(pk=old.pk).exists()
+    assert not VerdictCount.objects.filter(run_id=old.pk).exists()
+    assert list(StuckItem.objects.filter(rule=plain_rule).values_list("key", flat=True)) == ["B"]
+    assert DiagnosisRun.objects.filter(rule=plain_rule).count() == 2 and latest.status == "ok"

@@ -1,0 +1,121 @@
+"""The verdict rules on inline evidence: the paths the demo pipeline cannot reach on one broker
+(broker-side loss, acks=0), deletions after a skip, completeness of the topic and ledgers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from auditor.alerts.events import STUCK_VERDICTS
+from auditor.stuck.evidence import (
+    ClusterView,
+    GroupState,
+    LedgerEntry,
+    LedgerView,
+    LocatedRecord,
+    PartitionState,
+    ProcessedMark,
+    StuckRow,
+)
+from auditor.stuck.verdicts import VERDICTS, diagnose
+
+NOW_MS = 1_800_000_000_000
+CREATED = datetime.fromtimestamp((NOW_MS - 3600_000) / 1000, UTC)  # an hour ago
+ROW = StuckRow("TCK-7", "NEW", 3600.0, CREATED)
+
+
+def view(
+    low: int = 0, high: int = 10, stable: int | None = None, committed: int | None = None, **extra: object
+) -> ClusterView:
+    group = GroupState("g", committed={} if committed is None else {0: committed}, members=1, state="stable")
+    group.marks_on_topic = 5
+    cluster = ClusterView(
+        topic="tickets",
+        now_ms=NOW_MS,
+        partitions={
+            0: PartitionState(0, low, high if stable is None else stable, high, NOW_MS - 7200_000 if low else None)
+        },
+        groups={"g": group},
+        producer_ledger=LedgerView("pl", True, entries_for_topic=10),
+        consumer_ledger=LedgerView("cl", True),
+        records_scanned=high - low,
+        keyed_records=high - low,
+    )
+    for name, value in extra.items():
+        setattr(cluster, name, value)
+    return cluster
+
+
+def acked(offset: int, partition: int = 0) -> LedgerEntry:
+    return LedgerEntry("TCK-7", "s1", 7, "acked", partition, offset, None, "persisted", NOW_MS - 3500_000)
+
+
+def test_the_verdicts_match_the_alert_kinds() -> None:
+    assert VERDICTS == STUCK_VERDICTS
+
+
+def test_it_says_broker_lost_when_an_acked_offset_is_still_covered_but_the_key_is_gone() -> None:
+    d = diagnose(ROW, [], [acked(4)], {}, view())
+    assert d.verdict == "broker-lost" and "tickets/0@4" in d.reason
+    assert (d.evidence["partition"], d.evidence["offset"]) == (0, 4)
+
+
+def test_it_says_unknown_for_a_delivery_without_an_offset() -> None:
+    entry = LedgerEntry("TCK-7", "s1", 7, "acked", -1, -1, None, "persisted", NOW_MS)
+    assert diagnose(ROW, [], [entry], {}, view()).verdict == "unknown"
+
+
+def test_a_record_deleted_after_the_group_skipped_it_is_still_skipped() -> None:
+    cluster = view(low=8, high=10, committed=10)
+    cluster.groups["g"].max_mark_below_low = {0: 6}  # it processed offset 6 while it existed
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)
+    assert d.verdict == "skipped" and d.evidence["groups"][0]["processed_after_it"] == 6
+
+
+def test_a_processed_mark_wins_over_a_deletion() -> None:
+    mark = ProcessedMark("g", 0, 4, "c1", NOW_MS - 3000_000)
+    d = diagnose(ROW, [], [acked(4)], {("g", 0, 4): mark}, view(low=8, committed=10))
+    assert d.verdict == "processed-not-updated"
+
+
+def test_a_deleted_record_the_group_never_reached_is_expired_without_the_consumer_ledger() -> None:
+    cluster = view(low=8, committed=2, consumer_ledger=LedgerView("cl", False, "topic cl does not exist"))
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "expired"
+
+
+def test_it_waits_for_an_open_transaction() -> None:
+    record = LocatedRecord("TCK-7", 0, 9, NOW_MS, "open")
+    d = diagnose(ROW, [record], [], {}, view(stable=8, high=10, committed=5))
+    assert d.verdict == "waiting" and "last stable offset 8" in d.reason
+
+
+def test_a_committed_copy_wins_over_an_aborted_one() -> None:
+    records = [LocatedRecord("TCK-7", 0, 3, NOW_MS, "aborted"), LocatedRecord("TCK-7", 0, 6, NOW_MS, "committed")]
+    assert diagnose(ROW, records, [], {}, view(committed=2)).verdict == "waiting"
+
+
+def test_it_never_says_never_produced_when_the_topic_lost_records_that_old() -> None:
+    # The oldest remaining record is younger than the row: its record may have been deleted.
+    cluster = view(low=5, producer_ledger=LedgerView("pl", True, complete_since_ms=None, entries_for_topic=3))
+    cluster.partitions[0] = PartitionState(0, 5, 10, 10, NOW_MS - 60_000)
+    d = diagnose(ROW, [], [], {}, cluster)
+    assert d.verdict == "unknown" and "no longer holds records that old" in d.reason
+
+    # A producer ledger complete since before the row was created still proves it.
+    cluster.producer_ledger = LedgerView("pl", True, complete_since_ms=0, entries_for_topic=3)
+    assert diagnose(ROW, [], [], {}, cluster).verdict == "never-produced"
+
+
+def test_it_does_not_call_a_skip_when_the_group_is_not_probed() -> None:
+    cluster = view(committed=9)
+    cluster.groups["g"].marks_on_topic = 0
+    d = diagnose(ROW, [LocatedRecord("TCK-7", 0, 4, NOW_MS, "committed")], [], {}, cluster)
+    assert d.verdict == "unknown" and "not probed" in d.reason
+
+
+def test_processed_by_any_group_beats_waiting_in_another() -> None:
+    cluster = view(committed=9)
+    cluster.groups["h"] = GroupState("h", committed={0: 1}, members=0)
+    mark = ProcessedMark("g", 0, 4, "c1", NOW_MS)
+    d = diagnose(ROW, [LocatedRecord("TCK-7", 0, 4, NOW_MS)], [], {("g", 0, 4): mark}, cluster)
+    assert d.verdict == "processed-not-updated"
+    assert [g["outcome"] for g in d.evidence["groups"]] == ["processed", "waiting"]
