@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from auditor.accounts.roles import VIEWER, has_role
 from auditor.lib.live import LIVE_GROUPS
 
 
@@ -15,8 +17,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=4401)
+        # Same rule as the pages: logged in and holding at least the viewer role.
+        if user is None or not user.is_authenticated or not await database_sync_to_async(has_role)(user, VIEWER):
+            await self.close(code=4403)
             return
         self.groups_joined = []
         await self.accept()

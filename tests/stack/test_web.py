@@ -30,6 +30,7 @@ def test_it_serves_plotly_locally(client, admin_user):
 
 def _session_cookie(base_url: str, username: str, password: str) -> str:
     import re
+    import urllib.error
     import urllib.request
     from http.cookiejar import CookieJar
     from urllib.parse import urlencode
@@ -39,7 +40,10 @@ def _session_cookie(base_url: str, username: str, password: str) -> str:
     page = opener.open(f"{base_url}/login/").read().decode()
     token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
     data = urlencode({"username": username, "password": password, "csrfmiddlewaretoken": token}).encode()
-    opener.open(urllib.request.Request(f"{base_url}/login/", data=data, headers={"Referer": f"{base_url}/login/"}))
+    try:
+        opener.open(urllib.request.Request(f"{base_url}/login/", data=data, headers={"Referer": f"{base_url}/login/"}))
+    except urllib.error.HTTPError as exc:  # the page after login may refuse a user without a role
+        assert exc.code == 403
     cookies = {c.name: c.value for c in jar}
     assert "sessionid" in cookies, "login failed"
     return f"sessionid={cookies['sessionid']}"
@@ -91,3 +95,48 @@ def test_it_pushes_a_status_event_to_a_logged_in_websocket(asgi_server, admin_cr
         "event": "status",
         "payload": {"components": [], "checked_at": 1.0, "probe": "x"},
     }
+
+
+@pytest.fixture(scope="module")
+def role_users(django_db_setup, django_db_blocker) -> dict[str | None, tuple[str, str]]:
+    """Users committed outside the test transaction, so Daphne sees them: one per role and one without."""
+    from django.contrib.auth import get_user_model
+
+    from auditor.accounts.roles import grant_role
+
+    users = {}
+    with django_db_blocker.unblock():
+        for role in (None, "viewer", "operator", "admin"):
+            name = f"ws-{role or 'no-role'}"
+            user, _ = get_user_model().objects.get_or_create(username=name)
+            user.set_password("role-password-1")
+            user.save()
+            grant_role(user, role)
+            users[role] = (name, "role-password-1")
+    return users
+
+
+def test_it_refuses_a_websocket_of_a_user_without_a_role(asgi_server, role_users):
+    cookie = _session_cookie(asgi_server, *role_users[None])
+
+    async def attempt() -> None:
+        url = asgi_server.replace("http", "ws") + "/ws/live/"
+        async with websockets.connect(url, origin=asgi_server, additional_headers={"Cookie": cookie}) as ws:
+            await ws.recv()
+
+    with pytest.raises(websockets.exceptions.InvalidStatus) as info:
+        asyncio.run(attempt())
+    assert info.value.response.status_code == 403
+
+
+@pytest.mark.parametrize("role", ["viewer", "operator", "admin"])
+def test_it_accepts_a_websocket_for_every_role(asgi_server, role_users, role):
+    cookie = _session_cookie(asgi_server, *role_users[role])
+
+    async def subscribe() -> dict:
+        url = asgi_server.replace("http", "ws") + "/ws/live/"
+        async with websockets.connect(url, origin=asgi_server, additional_headers={"Cookie": cookie}) as ws:
+            await ws.send(json.dumps({"subscribe": "stuck"}))
+            return json.loads(await asyncio.wait_for(ws.recv(), 10))
+
+    assert asyncio.run(subscribe()) == {"subscribed": "stuck"}
