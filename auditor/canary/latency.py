@@ -49,7 +49,8 @@ class LatencyDigest:
         for value in sorted(self._counts):
             seen += self._counts[value]
             if seen >= rank:
-                return value
+                # A bucket may round up past the exact maximum; a percentile never exceeds it.
+                return min(value, self.max_ms) if self.max_ms is not None else value
         return self.max_ms  # unreachable: the counts add up to self.count
 
     def summary(self) -> dict[str, float | None]:

@@ -189,3 +189,11 @@ def test_it_keeps_latency_percentiles_close_in_bounded_memory():
     exact_p99 = values[int(0.99 * len(values)) - 1]
     assert digest.percentile(99) == pytest.approx(exact_p99, rel=0.005)
     assert digest.max_ms == 200.0
+
+
+def test_it_never_reports_a_percentile_above_the_maximum():
+    from auditor.canary.latency import LatencyDigest
+
+    digest = LatencyDigest()
+    digest.add(12.36)  # its 3-digit bucket, 12.4, lies above the value itself
+    assert digest.summary() == {"p50_ms": 12.36, "p99_ms": 12.36, "max_ms": 12.36}
