@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 import uuid
@@ -94,8 +95,10 @@ from spark_jobs.reconcile_transform import (
 )
 
 # Below this many new records the new side of a state join is broadcast, so state is
-# scanned once without a shuffle.
-BROADCAST_NEW_ROWS = 2_000_000
+# scanned once without a shuffle. A broadcast is built in the driver: the bound keeps its
+# memory small (a few MB of keys), and a run without earlier state never broadcasts (there
+# is nothing to spare a shuffle of, and a first run reads the whole topic).
+BROADCAST_NEW_ROWS = 200_000
 ROWS_PER_JDBC_PARTITION = 250_000
 NUMERIC_TYPES = {"smallint", "integer", "bigint", "int", "int2", "int4", "int8", "serial", "bigserial"}
 IDENTITY = ["kind", "key", "cause", "partition", "offset", "session", "seq", "group"]
@@ -427,7 +430,7 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
     plan: OffsetRange = kafka["topic"]
     for partition, lost in plan.skipped.items():
         warnings.append(f"{binding.topic}/{partition}: {lost} record(s) expired by retention before they were read")
-    broadcast_new = plan.total < BROADCAST_NEW_ROWS
+    broadcast_new = bool(meta.run_id) and plan.total < BROADCAST_NEW_ROWS
 
     # Topic records (committed view); where transactions are in use also the uncommitted
     # view, so records only in aborted transactions can be told apart.
@@ -662,6 +665,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--run-id")
     parser.add_argument("--output-json", help="write the run result to this file")
     parser.add_argument("--output-jdbc-url", help="append findings to PostgreSQL at this URL")
+    parser.add_argument(
+        "--output-jdbc-url-env",
+        metavar="NAME",
+        help="like --output-jdbc-url, read from this environment variable (keeps a password out of the process list)",
+    )
     parser.add_argument("--findings-table", default="reconcile_finding")
     parser.add_argument("--max-findings", type=int, default=10_000, help="findings listed in the JSON result")
     parser.add_argument("--master", help="Spark master (default $SPARK_MASTER or local[2])")
@@ -695,16 +703,21 @@ def binding_from_args(args: argparse.Namespace) -> Binding:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    output_jdbc_url = args.output_jdbc_url
+    if args.output_jdbc_url_env:
+        output_jdbc_url = os.environ.get(args.output_jdbc_url_env) or None
     options = RunOptions(
         state_dir=args.state_dir,
         full=args.full,
         run_id=args.run_id,
         max_findings=args.max_findings,
         output_json=args.output_json,
-        output_jdbc_url=args.output_jdbc_url,
+        output_jdbc_url=output_jdbc_url,
         findings_table=args.findings_table,
     )
     try:
+        if args.output_jdbc_url_env and not output_jdbc_url:
+            raise BindingError(f"--output-jdbc-url-env: environment variable {args.output_jdbc_url_env} is not set")
         binding = binding_from_args(args)
     except BindingError as exc:
         result = failed_result(f"BindingError: {exc}", None, options)

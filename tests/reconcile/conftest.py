@@ -2,14 +2,22 @@
 
 The SparkSession is the suite's single session-scoped `spark` fixture (tests/conftest.py,
 built by spark_jobs.common.build_spark_session): one JVM for the whole pytest session.
+The Django side's tests add users of every role, API tokens, bindings in the test
+database and a private state folder for the job.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+
+from tests.accounts.fixtures import client_as, role_users
+
+__all__ = ["client_as", "role_users"]
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -36,3 +44,50 @@ def source_database_url() -> str:
             pytest.fail("SOURCE_DATABASE_URL is not set under CI")
         pytest.skip("SOURCE_DATABASE_URL is not set")
     return url
+
+
+# --- the Django side (auditor/reconcile) ----------------------------------------------------
+
+
+@pytest.fixture
+def bearer(role_users) -> Callable[..., dict[str, str]]:
+    """Headers carrying a fresh API token of the user of ``role`` with ``scope``."""
+    from auditor.api.tokens import create_token
+
+    def make(role: str, scope: str = "read") -> dict[str, str]:
+        _, raw = create_token(role_users[role], f"{role}-{scope}", scope)
+        return {"Authorization": f"Bearer {raw}"}
+
+    return make
+
+
+@pytest.fixture
+def state_dir(settings, tmp_path: Path) -> Path:
+    """The job's incremental state in this test's own folder."""
+    folder = tmp_path / "reconcile-state"
+    settings.RECONCILE_STATE_DIR = str(folder)
+    return folder
+
+
+@pytest.fixture
+def make_binding(db, kafka_bootstrap: str) -> Iterator[Callable[..., object]]:
+    """Bindings in the test database; the source URL is stored as a ${ENV} reference, as users write it."""
+    from auditor.pipelines.models import Binding, Cluster, SourceDatabase
+
+    def make(name: str, topic: str, table: str, **fields: object) -> Binding:
+        bootstrap = str(fields.pop("bootstrap_servers", kafka_bootstrap))
+        cluster, _ = Cluster.objects.get_or_create(name=f"c-{name}"[:100], defaults={"bootstrap_servers": bootstrap})
+        source, _ = SourceDatabase.objects.get_or_create(
+            name=f"s-{name}"[:100], defaults={"url": str(fields.pop("source_url", "${SOURCE_DATABASE_URL}"))}
+        )
+        defaults = {
+            "key_column": "id",
+            "created_column": "created_at",
+            "record_key": "key",
+            "grace_seconds": 30,
+            "guarantee": "at-least-once",
+            "schedule_seconds": 300,
+        } | fields
+        return Binding.objects.create(name=name, cluster=cluster, topic=topic, source=source, table=table, **defaults)
+
+    yield make

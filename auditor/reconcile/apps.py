@@ -1,0 +1,12 @@
+from django.apps import AppConfig
+
+
+class ReconcileConfig(AppConfig):
+    name = "auditor.reconcile"
+    label = "reconcile"
+    verbose_name = "Reconciliation (topic against source table)"
+
+    def ready(self) -> None:
+        from auditor.reconcile import schedules
+
+        schedules.connect_signals()

@@ -1,0 +1,55 @@
+"""Reconciliation settings.
+
+Each is read from django.conf.settings when settings.py declares it, else from the
+same-named environment variable (strict helpers of auditor.lib.env), so the worker, the
+CLI and the web server agree. SPARK_MASTER and SPARK_JARS_DIR are project settings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from auditor.lib.env import envint, envstr
+
+STAGING_TABLE = "reconcile_finding_staging"
+
+
+def _setting(name: str, default: Any, read_env: Any) -> Any:
+    value = getattr(settings, name, None)
+    return read_env(name, default) if value is None else value
+
+
+def state_dir() -> Path:
+    """The job's incremental state, one folder per binding (a shared mount on a Spark cluster)."""
+    return Path(_setting("RECONCILE_STATE_DIR", str(settings.BASE_DIR / "var" / "reconcile-state"), envstr))
+
+
+def run_timeout_seconds() -> int:
+    """A run still going after this long is killed and marked failed."""
+    return int(_setting("RECONCILE_TIMEOUT_SECONDS", 3000, envint))
+
+
+def stale_after_seconds() -> int:
+    """A queued or running run older than this is taken for abandoned (its worker died)."""
+    return run_timeout_seconds() + 600
+
+
+def keep_finding_runs() -> int:
+    """Successful runs per binding whose findings are kept (older ones keep their counts only)."""
+    return max(1, int(_setting("RECONCILE_KEEP_FINDING_RUNS", 10, envint)))
+
+
+def driver_memory() -> str:
+    """spark-submit --driver-memory; empty: Spark's default."""
+    return str(_setting("RECONCILE_DRIVER_MEMORY", "", envstr))
+
+
+def spark_master() -> str:
+    return str(getattr(settings, "SPARK_MASTER", "local[*]"))
+
+
+def spark_jars_dir() -> Path:
+    return Path(getattr(settings, "SPARK_JARS_DIR", settings.BASE_DIR / ".cache" / "spark" / "jars"))

@@ -1,0 +1,293 @@
+"""The life of a reconciliation run: claim, run the job, publish its findings or its failure.
+
+    run = start_run(binding, ReconcileRun.CLI)       # claim: RunInProgress if one is active
+    run = execute_run(run)                           # queued → running → ok | failed
+
+Two runs of one binding never overlap: a run is claimed by inserting its queued row, and
+a unique partial index allows one queued-or-running row per binding. A queued run is
+taken by one worker only (conditional UPDATE queued → running). A run that cannot read
+something is marked failed with the error and publishes no findings; a successful run's
+findings move from the staging table into Finding in the transaction that marks it ok.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, Max, Q, QuerySet
+from django.utils import timezone
+
+from auditor.lib.live import publish
+from auditor.lib.secrets import MissingEnvError
+from auditor.lint.evidence import FINDING_CAUSES, FINDING_KINDS
+from auditor.pipelines.models import Binding
+from auditor.reconcile import conf, job
+from auditor.reconcile.models import Finding, FindingStaging, ReconcileRun
+
+log = logging.getLogger(__name__)
+
+LIVE_GROUP = "reconcile"
+FINDING_COLUMNS = (
+    "kind",
+    "key",
+    "cause",
+    "partition",
+    "offset",
+    "offsets",
+    "timestamp",
+    "session",
+    "seq",
+    "seq_end",
+    "group",
+    "evidence",
+)
+
+
+class RunInProgress(Exception):
+    """The binding has a queued or running run already."""
+
+    def __init__(self, binding: Binding, active: ReconcileRun | None) -> None:
+        which = (
+            f" (run #{active.pk}, {active.status} since {active.created_at:%Y-%m-%d %H:%M:%S} UTC)" if active else ""
+        )
+        super().__init__(f"binding {binding.name!r} has a reconciliation run in progress{which}")
+        self.binding = binding
+        self.active = active
+
+
+class LoadError(RuntimeError):
+    """The staged findings do not match what the job reported."""
+
+
+def _publish(run: ReconcileRun) -> None:
+    publish(LIVE_GROUP, "run", run.as_event())
+
+
+def _worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+# --- claiming ------------------------------------------------------------------------------
+
+
+def recover_stale_runs(binding: Binding) -> int:
+    """Fail the binding's queued/running runs older than any run may last (their worker died)."""
+    cutoff = timezone.now() - timedelta(seconds=conf.stale_after_seconds())
+    stale = list(ReconcileRun.objects.filter(binding=binding, status__in=ReconcileRun.ACTIVE, created_at__lt=cutoff))
+    for run in stale:
+        fail_run(run, f"abandoned: no result {conf.stale_after_seconds()}s after it was queued (its worker stopped?)")
+    return len(stale)
+
+
+def start_run(
+    binding: Binding, trigger: str, full: bool = False, requested_by: AbstractBaseUser | None = None
+) -> ReconcileRun:
+    """Claim the binding: create its queued run, or raise RunInProgress."""
+    recover_stale_runs(binding)
+    try:
+        with transaction.atomic():
+            run = ReconcileRun.objects.create(
+                binding=binding, trigger=trigger, full=full, requested_by=requested_by, status=ReconcileRun.QUEUED
+            )
+    except IntegrityError:
+        active = ReconcileRun.objects.filter(binding=binding, status__in=ReconcileRun.ACTIVE).first()
+        raise RunInProgress(binding, active) from None
+    _publish(run)
+    return run
+
+
+def claim_run(run: ReconcileRun) -> bool:
+    """queued → running, for one worker only (a task delivered twice runs once)."""
+    job_run_id = f"{timezone.now():%Y%m%dT%H%M%S}-{run.pk}-{uuid.uuid4().hex[:6]}"
+    claimed = ReconcileRun.objects.filter(pk=run.pk, status=ReconcileRun.QUEUED).update(
+        status=ReconcileRun.RUNNING, started_at=timezone.now(), claimed_by=_worker_name(), job_run_id=job_run_id
+    )
+    if claimed != 1:
+        return False
+    run.refresh_from_db()
+    _publish(run)
+    return True
+
+
+# --- running -------------------------------------------------------------------------------
+
+
+def execute_run(run: ReconcileRun, in_process: bool = False) -> ReconcileRun:
+    """Run a queued run to its end; never raises for a failed run (it is marked failed)."""
+    if not claim_run(run):
+        log.info("reconcile run %s was taken by another worker or finished", run.pk)
+        run.refresh_from_db()
+        return run
+    binding = Binding.objects.select_related("cluster", "source").get(pk=run.binding_id)
+    try:
+        job_input = job.job_input(binding)
+    except MissingEnvError as exc:
+        return fail_run(run, f"binding {binding.name!r}: {exc}")
+    try:
+        if in_process:
+            result = job.run_in_process(job_input, run.job_run_id, run.full)
+        else:
+            result = job.run_spark_submit(job_input, run.job_run_id, run.full)
+    except Exception as exc:  # any failure fails the run, with its error
+        log.exception("reconcile run %s crashed", run.pk)
+        result = job.failed(job_input.scrub(f"{type(exc).__name__}: {exc}"))
+    except BaseException:  # Ctrl-C on the CLI, a worker shutting down: do not leave it "running"
+        fail_run(run, "interrupted before the job finished")
+        raise
+    return finish_run(run, result)
+
+
+def _staged(run: ReconcileRun) -> QuerySet[FindingStaging]:
+    return FindingStaging.objects.filter(run_id=run.job_run_id)
+
+
+def _move_staged_findings(run: ReconcileRun) -> int:
+    """INSERT … SELECT the run's staged findings into Finding; returns how many."""
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(c) for c in FINDING_COLUMNS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {quote(Finding._meta.db_table)} (run_id, binding_id, {columns}, is_new) "
+            f"SELECT %s, %s, {columns}, coalesce(is_new, false) FROM {quote(FindingStaging._meta.db_table)} "
+            "WHERE run_id = %s",
+            [run.pk, run.binding_id, run.job_run_id],
+        )
+        moved = cursor.rowcount
+    _staged(run).delete()
+    return moved
+
+
+def _apply_result(run: ReconcileRun, result: dict[str, Any]) -> None:
+    run.finished_at = timezone.now()
+    duration = result.get("duration_s")
+    if duration is None and run.started_at:
+        duration = (run.finished_at - run.started_at).total_seconds()
+    run.duration_seconds = duration
+    run.mode = str(result.get("mode") or "")
+    run.window = result.get("window") or {}
+    run.offset_ranges = result.get("offset_ranges") or {}
+    run.records_read = int(result.get("records_read") or 0)
+    run.warnings = list(result.get("warnings") or [])
+    run.timings = result.get("timings") or {}
+
+
+def finish_run(run: ReconcileRun, result: dict[str, Any]) -> ReconcileRun:
+    """Publish a finished job's result: its findings appear at once, or the run fails."""
+    if result.get("status") != "ok":
+        return fail_run(run, str(result.get("error") or "the job failed without saying why"), result)
+    counts = {kind: int(n) for kind, n in (result.get("counts") or {}).items()}
+    try:
+        with transaction.atomic():
+            locked = ReconcileRun.objects.select_for_update().select_related("binding").get(pk=run.pk)
+            if locked.status != ReconcileRun.RUNNING:
+                _staged(locked).delete()
+                log.warning("reconcile run %s finished after it was marked %s", run.pk, locked.status)
+                return locked
+            moved = _move_staged_findings(locked)
+            if moved != sum(counts.values()):
+                raise LoadError(
+                    f"findings load incomplete: the job counted {sum(counts.values())}, the staging table held {moved}"
+                )
+            _apply_result(locked, result)
+            locked.status = ReconcileRun.OK
+            locked.counts = {kind: counts.get(kind, 0) for kind in FINDING_KINDS}
+            locked.new_findings = int(result.get("new_findings") or 0)
+            locked.save()
+            _publish(locked)
+    except LoadError as exc:
+        return fail_run(run, str(exc), result)
+    sync_problems(locked)
+    prune_findings(locked.binding)
+    return locked
+
+
+def fail_run(run: ReconcileRun, error: str, result: dict[str, Any] | None = None) -> ReconcileRun:
+    """Mark the run failed with ``error``; whatever it staged is discarded."""
+    with transaction.atomic():
+        locked = ReconcileRun.objects.select_for_update().select_related("binding").get(pk=run.pk)
+        if locked.job_run_id:
+            _staged(locked).delete()
+        if locked.status not in ReconcileRun.ACTIVE:
+            return locked
+        _apply_result(locked, result or {})
+        locked.status = ReconcileRun.FAILED
+        locked.error = error[:10_000]
+        locked.counts = {}
+        locked.save()
+        _publish(locked)
+    log.warning("reconcile run %s of %s failed: %s", locked.pk, locked.binding.name, locked.error)
+    return locked
+
+
+# --- after a run -----------------------------------------------------------------------------
+
+
+def problem_fingerprint(binding: Binding, kind: str, cause: str | None) -> str:
+    return f"finding:{binding.name}:{kind}" + (f":{cause}" if cause else "")
+
+
+def sync_problems(run: ReconcileRun) -> None:
+    """Open (or fold into) one problem per binding, kind and cause found; resolve the others.
+
+    Only a successful run speaks for its binding: a failed one leaves problems as they are.
+    """
+    from auditor.alerts.service import raise_problem, resolve_problem
+
+    binding = run.binding
+    found = {
+        (row["kind"], row["cause"]): (row["n"], row["new"])
+        for row in Finding.objects.filter(run=run)
+        .values("kind", "cause")
+        .annotate(n=Count("id"), new=Count("id", filter=Q(is_new=True)))
+    }
+    known = {(kind, None) for kind in FINDING_KINDS} | {
+        (kind, cause) for kind, causes in FINDING_CAUSES.items() for cause in causes
+    }
+    try:
+        for kind, cause in sorted(known | set(found), key=lambda kc: (kc[0], kc[1] or "")):
+            fingerprint = problem_fingerprint(binding, kind, cause)
+            if (kind, cause) in found:
+                count, new = found[(kind, cause)]
+                label = f"{kind} ({cause})" if cause else kind
+                raise_problem(
+                    f"finding:{kind}",
+                    fingerprint,
+                    binding,
+                    f"{count} {label} finding(s) on binding {binding.name} (run #{run.pk})",
+                    {"count": count, "new": new, "kind": kind, "cause": cause, "run_id": run.pk},
+                )
+            else:
+                resolve_problem(fingerprint)
+    except Exception:  # alerting trouble must not undo a published run
+        log.exception("could not update the alerts of reconcile run %s", run.pk)
+
+
+def prune_findings(binding: Binding) -> int:
+    """Delete the findings of all but the newest successful runs (their counts stay)."""
+    ids = list(
+        ReconcileRun.objects.filter(binding=binding, status=ReconcileRun.OK, findings_pruned=False)
+        .order_by("-id")
+        .values_list("id", flat=True)
+    )
+    old = ids[conf.keep_finding_runs() :]
+    if not old:
+        return 0
+    with transaction.atomic():
+        deleted, _ = Finding.objects.filter(run_id__in=old).delete()
+        ReconcileRun.objects.filter(id__in=old).update(findings_pruned=True)
+    return deleted
+
+
+def current_run_ids(binding: Binding | None = None) -> list[int]:
+    """The latest successful run of each binding: its findings are the binding's current ones."""
+    runs = ReconcileRun.objects.filter(status=ReconcileRun.OK)
+    if binding is not None:
+        runs = runs.filter(binding=binding)
+    return list(runs.values("binding").annotate(last=Max("id")).values_list("last", flat=True))

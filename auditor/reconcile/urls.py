@@ -1,0 +1,13 @@
+from django.urls import path
+
+from auditor.reconcile import views
+
+app_name = "reconcile"
+urlpatterns = [
+    path("", views.runs, name="index"),
+    path("runs/", views.runs, name="runs"),
+    path("runs/run/", views.run_now, name="run-now"),
+    path("findings/", views.findings, name="findings"),
+    path("findings/<int:finding_id>/", views.finding_detail, name="finding"),
+    path("keys/<slug:binding>/<path:key>/", views.key_page, name="key"),
+]

@@ -1,0 +1,284 @@
+"""Reconciliation pages: runs per binding (run now, chart, live), findings, a finding, a key."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import Max, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from auditor.accounts.roles import OPERATOR, has_role, require_role
+from auditor.lint.catalog import RULES_BY_ID
+from auditor.lint.evidence import FINDING_CAUSES, FINDING_KINDS, rules_explaining
+from auditor.lint.models import LintResultRow
+from auditor.lint.service import latest_scan
+from auditor.pipelines.models import Binding
+from auditor.reconcile import records
+from auditor.reconcile.models import Finding, ReconcileRun
+from auditor.reconcile.service import RunInProgress, current_run_ids
+
+log = logging.getLogger(__name__)
+
+RUNS_SHOWN = 50
+CHART_RUNS = 200
+FINDINGS_PER_PAGE = 50
+KEY_FINDINGS = 100
+ALL_CAUSES = sorted({cause for causes in FINDING_CAUSES.values() for cause in causes})
+
+
+def _binding_filter(request: HttpRequest) -> Binding | None:
+    name = request.GET.get("binding", "").strip()
+    if not name:
+        return None
+    return get_object_or_404(Binding, name=name)
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+
+def chart_points(binding: Binding | None) -> list[dict[str, Any]]:
+    """Successful runs, oldest first: when each finished and its findings per kind."""
+    runs = ReconcileRun.objects.filter(status=ReconcileRun.OK).select_related("binding")
+    if binding is not None:
+        runs = runs.filter(binding=binding)
+    latest = list(runs.order_by("-id")[:CHART_RUNS])
+    return [
+        {
+            "id": r.pk,
+            "binding": r.binding.name,
+            "finished_at": r.finished_at.isoformat(),
+            "counts": r.as_event()["counts"],
+        }
+        for r in reversed(latest)
+        if r.finished_at
+    ]
+
+
+@require_GET
+def runs(request: HttpRequest) -> HttpResponse:
+    binding = _binding_filter(request)
+    recent = ReconcileRun.objects.select_related("binding")
+    if binding is not None:
+        recent = recent.filter(binding=binding)
+    bindings = list(Binding.objects.all())
+    return render(
+        request,
+        "reconcile/runs.html",
+        {
+            "binding": binding,
+            "bindings": bindings,
+            "runs": list(recent[:RUNS_SHOWN]),
+            "kinds": FINDING_KINDS,
+            "can_run": has_role(request.user, OPERATOR),
+            "runs_page": {
+                "binding": binding.name if binding else None,
+                "kinds": list(FINDING_KINDS),
+                "points": chart_points(binding),
+                "findings_url": reverse("reconcile:findings"),
+            },
+        },
+    )
+
+
+@require_role(OPERATOR)
+@require_POST
+def run_now(request: HttpRequest) -> HttpResponse:
+    """Queue a run of one binding on the worker; the runs page shows it live."""
+    from auditor.reconcile.tasks import queue_run
+
+    wants_json = "application/json" in request.headers.get("Accept", "")
+    binding = Binding.objects.filter(name=request.POST.get("binding", "")).first()
+    if binding is None:
+        status, text, code = "invalid", "Unknown binding.", 400
+    else:
+        try:
+            run = queue_run(
+                binding, ReconcileRun.MANUAL, full=request.POST.get("full") == "1", requested_by=request.user
+            )
+        except RunInProgress as exc:
+            status, text, code = "busy", f"{exc}.", 409
+        else:
+            status, text, code = "queued", f"Run #{run.pk} of {binding.name} queued.", 202
+    if wants_json:
+        return JsonResponse({"status": status, "message": text}, status=code)
+    (messages.info if code == 202 else messages.error)(request, text)
+    target = reverse("reconcile:runs")
+    return redirect(f"{target}?binding={binding.name}" if binding and request.POST.get("back") == "binding" else target)
+
+
+# --- findings --------------------------------------------------------------------------------
+
+
+@dataclass
+class FindingFilters:
+    binding: Binding | None = None
+    kind: str = ""
+    cause: str = ""
+    key: str | None = None
+    run: ReconcileRun | None = None
+    new_only: bool = False
+
+    def as_query(self) -> dict[str, str]:
+        query = {
+            "binding": self.binding.name if self.binding else "",
+            "kind": self.kind,
+            "cause": self.cause,
+            "key": self.key or "",
+            "run": str(self.run.pk) if self.run else "",
+            "new": "1" if self.new_only else "",
+        }
+        return {k: v for k, v in query.items() if v}
+
+
+def finding_filters(request: HttpRequest) -> FindingFilters:
+    """Filters from the query string; unknown kinds and causes are ignored, unknown objects are 404."""
+    kind = request.GET.get("kind", "")
+    cause = request.GET.get("cause", "")
+    key = request.GET.get("key")
+    run_id = request.GET.get("run", "")
+    return FindingFilters(
+        binding=_binding_filter(request),
+        kind=kind if kind in FINDING_KINDS else "",
+        cause=cause if cause in ALL_CAUSES else "",
+        key=key if key else None,
+        run=get_object_or_404(ReconcileRun, pk=int(run_id)) if run_id.isdigit() else None,
+        new_only=request.GET.get("new") == "1",
+    )
+
+
+def filtered_findings(filters: FindingFilters) -> QuerySet[Finding]:
+    """The current findings (each binding's latest successful run) or one run's, filtered."""
+    findings = Finding.objects.select_related("binding", "run")
+    if filters.run is not None:
+        findings = findings.filter(run=filters.run)
+    else:
+        findings = findings.filter(run_id__in=current_run_ids(filters.binding))
+    if filters.binding is not None:
+        findings = findings.filter(binding=filters.binding)
+    if filters.kind:
+        findings = findings.filter(kind=filters.kind)
+    if filters.cause:
+        findings = findings.filter(cause=filters.cause)
+    if filters.key is not None:
+        findings = findings.filter(key=filters.key)
+    if filters.new_only:
+        findings = findings.filter(is_new=True)
+    return findings.order_by("binding__name", *Finding._meta.ordering)
+
+
+@require_GET
+def findings(request: HttpRequest) -> HttpResponse:
+    filters = finding_filters(request)
+    page = Paginator(filtered_findings(filters), FINDINGS_PER_PAGE).get_page(request.GET.get("page"))
+    latest_failed: list[ReconcileRun] = []
+    if filters.run is None:
+        finished = ReconcileRun.objects.exclude(status__in=ReconcileRun.ACTIVE)
+        if filters.binding is not None:
+            finished = finished.filter(binding=filters.binding)
+        last_ids = finished.values("binding").annotate(last=Max("id")).values_list("last", flat=True)
+        latest_failed = list(
+            ReconcileRun.objects.filter(id__in=list(last_ids), status=ReconcileRun.FAILED).select_related("binding")
+        )
+    return render(
+        request,
+        "reconcile/findings.html",
+        {
+            "filters": filters,
+            "query": filters.as_query(),
+            "page": page,
+            "bindings": Binding.objects.all(),
+            "kinds": FINDING_KINDS,
+            "causes": ALL_CAUSES,
+            "latest_failed": latest_failed,
+            "findings_page": {
+                "binding": filters.binding.name if filters.binding else None,
+                "pinned": bool(filters.run),
+            },
+        },
+    )
+
+
+def _lint_evidence(finding: Finding) -> dict[str, Any]:
+    """Lint rules whose setting can produce this finding, and the latest scan's results of them here."""
+    rule_ids = rules_explaining(finding.kind, finding.cause)
+    scan = latest_scan()
+    results: list[LintResultRow] = []
+    if scan is not None and rule_ids:
+        topic_subject = f"topic {finding.binding.topic}"
+        rows = scan.results.filter(rule__in=rule_ids, cluster=finding.binding.cluster.name).in_report_order()
+        results = [r for r in rows if r.target_kind != "topic" or r.subject == topic_subject]
+    return {
+        "rules": [RULES_BY_ID[r] for r in rule_ids if r in RULES_BY_ID],
+        "scan": scan,
+        "results": results,
+    }
+
+
+@require_GET
+def finding_detail(request: HttpRequest, finding_id: int) -> HttpResponse:
+    finding = get_object_or_404(Finding.objects.select_related("binding__cluster", "run"), pk=finding_id)
+    return render(
+        request,
+        "reconcile/finding.html",
+        {
+            "finding": finding,
+            "evidence_json": json.dumps(finding.evidence, indent=2, ensure_ascii=False),
+            "lint": _lint_evidence(finding),
+        },
+    )
+
+
+# --- a key -----------------------------------------------------------------------------------
+
+
+def _ledger_entries(findings: list[Finding]) -> list[dict[str, Any]]:
+    """Producer-ledger entries the findings carry as evidence (gap findings do)."""
+    entries = []
+    for finding in findings:
+        ledger = (finding.evidence or {}).get("ledger") if isinstance(finding.evidence, dict) else None
+        if ledger:
+            entries.append({"session": finding.session, "seq": finding.seq, "run": finding.run_id, **ledger})
+    return entries
+
+
+@require_GET
+def key_page(request: HttpRequest, binding: str, key: str) -> HttpResponse:
+    binding_obj = get_object_or_404(Binding.objects.select_related("cluster", "source"), name=binding)
+    if len(key) > 10_000:
+        raise Http404("key too long")
+    key_findings = list(
+        Finding.objects.filter(binding=binding_obj, key=key)
+        .select_related("run")
+        .order_by("-run_id", "kind")[:KEY_FINDINGS]
+    )
+    current = set(current_run_ids(binding_obj))
+    positions = sorted({p for f in key_findings for p in f.positions})
+    source = records.read_source_row(binding_obj, key)
+    created = source.created
+    if created is None:
+        created = next((f.timestamp for f in key_findings if f.kind == "missing" and f.timestamp), None)
+    lookup = records.find_records(binding_obj, key, positions, created)
+    aborted = {(f.partition, f.offset) for f in key_findings if f.kind == "aborted"}
+    for record in lookup.records:
+        record.aborted = (record.partition, record.offset) in aborted
+    return render(
+        request,
+        "reconcile/key.html",
+        {
+            "binding": binding_obj,
+            "key": key,
+            "source": source,
+            "lookup": lookup,
+            "findings": key_findings,
+            "current_runs": current,
+            "ledger": _ledger_entries(key_findings),
+        },
+    )

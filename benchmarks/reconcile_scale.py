@@ -1,0 +1,279 @@
+"""Reconciliation at scale: a full run and an incremental run against a raw scan of both sources.
+
+    .venv/bin/python benchmarks/reconcile_scale.py [--rows 10000000] [--partitions 4] [--driver-memory 4g]
+
+Builds a source table of N rows (PostgreSQL, generated server-side; indexed on its key and
+creation time, as a real table read by time window would be) and a topic of about N
+records written by Spark's Kafka sink, with audit headers. About 0.1% of the rows get no
+record (missing) and about 0.1% get two (duplicated: half producer retries, half
+application re-sends). Then, in one SparkSession:
+
+1. a raw scan: the same topic offsets and table rows read by the job's own extract
+   functions, only counted (the floor any reconciliation pays);
+2. a full reconciliation run (empty state), checked against the ground truth;
+3. 1% new rows and records (with their own missing and duplicated ones), and an
+   incremental run over them, checked too.
+
+Prints the timings, records/s, the driver's peak memory (the JVM's peak resident set,
+which in local mode includes the executors, its heap peak, and the Python driver's), and
+as its last line ``full_vs_scan=<x> incremental_vs_full=<y>``. The table, the topic and the
+state are removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psycopg
+from confluent_kafka.admin import AdminClient, NewTopic
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from auditor.lib.env import load_env_file
+from spark_jobs.binding import Binding, binding_from_dict
+from spark_jobs.common import build_spark_session
+from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_partitions
+from spark_jobs.reconcile import (
+    RunOptions,
+    extract_source,
+    extract_source_columns,
+    extract_topic,
+    plan_offsets,
+    run,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+MISSING_EVERY = 1000  # id % 1000 == 3: no record
+DUPLICATE_EVERY = 1000  # id % 1000 == 7: two records (odd thousands: same seq, even: a new seq)
+SESSION = "bench-session"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=10_000_000, help="source rows (default 10,000,000)")
+    parser.add_argument("--partitions", type=int, default=4, help="topic partitions (default 4)")
+    parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory (default 4g)")
+    parser.add_argument("--master", default=os.environ.get("SPARK_MASTER") or "local[*]")
+    parser.add_argument(
+        "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"), help="Kafka bootstrap"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the table, topic and state afterwards")
+    args = parser.parse_args()
+    if args.rows < 10_000:
+        parser.error("--rows must be at least 10,000 (0.1% of it must be a few rows)")
+    return args
+
+
+def expected_counts(first: int, last: int) -> dict[str, int]:
+    ids = range(first, last + 1)
+    return {
+        "missing": sum(1 for i in ids if i % MISSING_EVERY == 3),
+        "duplicate": sum(1 for i in ids if i % DUPLICATE_EVERY == 7),
+    }
+
+
+# --- data ---------------------------------------------------------------------------------
+
+
+def create_table(url: str, table: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint NOT NULL, created_at timestamptz NOT NULL, title text)")
+
+
+def insert_rows(url: str, table: str, first: int, last: int, age: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            f"INSERT INTO {table} SELECT g, now() - %s::interval, 'ticket ' || g FROM generate_series(%s, %s) g",
+            (age, first, last),
+        )
+
+
+def index_table(url: str, table: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE {table} ADD PRIMARY KEY (id)")
+        conn.execute(f"CREATE INDEX ON {table} (created_at)")
+        conn.execute(f"ANALYZE {table}")
+
+
+def records(spark: SparkSession, first: int, last: int) -> DataFrame:
+    """The topic's records for ids first..last: no record for missing ids, two for duplicated ones."""
+    ids = spark.range(first, last + 1).where(F.col("id") % MISSING_EVERY != 3)
+    dup_ids = ids.where(F.col("id") % DUPLICATE_EVERY == 7)
+    retry = dup_ids.where((F.col("id") / DUPLICATE_EVERY).cast("long") % 2 == 1).withColumn("seq", F.col("id"))
+    resend = dup_ids.where((F.col("id") / DUPLICATE_EVERY).cast("long") % 2 == 0).withColumn(
+        "seq", F.col("id") + F.lit(10 * (last + 1))
+    )
+    rows = ids.withColumn("seq", F.col("id")).unionByName(retry).unionByName(resend)
+    return rows.select(
+        F.col("id").cast("string").alias("key"),
+        F.to_json(F.struct(F.col("id").alias("ticket_id"), F.lit("x" * 40).alias("pad"))).alias("value"),
+        F.array(
+            F.struct(F.lit("audit-id").alias("key"), F.col("id").cast("string").cast("binary").alias("value")),
+            F.struct(F.lit("audit-pid").alias("key"), F.lit(SESSION).cast("binary").alias("value")),
+            F.struct(F.lit("audit-seq").alias("key"), F.col("seq").cast("string").cast("binary").alias("value")),
+        ).alias("headers"),
+    )
+
+
+def write_records(spark: SparkSession, bootstrap: str, topic: str, first: int, last: int) -> int:
+    frame = records(spark, first, last).cache()
+    count = frame.count()
+    (
+        frame.write.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("kafka.linger.ms", "20")
+        .option("kafka.batch.size", "262144")
+        .option("kafka.compression.type", "lz4")
+        .option("topic", topic)
+        .save()
+    )
+    frame.unpersist()
+    return count
+
+
+# --- measurements -------------------------------------------------------------------------
+
+
+def raw_scan(spark: SparkSession, binding: Binding) -> tuple[float, int, int]:
+    """The job's own reads of the whole topic and table, only counted."""
+    started = time.monotonic()
+    admin = admin_client(binding.bootstrap_servers)
+    offsets = partition_offsets(admin, binding.topic, topic_partitions(admin, binding.topic))
+    topic_count = extract_topic(spark, binding, plan_offsets(binding.topic, offsets, {})).count()
+    table, columns = extract_source_columns(spark, binding)
+    row_count = extract_source(spark, binding, table, columns, None, datetime.now(UTC)).count()
+    return time.monotonic() - started, topic_count, row_count
+
+
+def timed_run(spark: SparkSession, binding: Binding, state: Path) -> tuple[float, dict[str, Any]]:
+    started = time.monotonic()
+    result = run(spark, binding, RunOptions(state_dir=str(state), max_findings=0))
+    elapsed = time.monotonic() - started
+    if result["status"] != "ok":
+        raise SystemExit(f"the run failed: {result['error']}")
+    return elapsed, result
+
+
+def check(result: dict[str, Any], expected: dict[str, int], what: str) -> None:
+    got = {kind: result["counts"].get(kind, 0) for kind in ("missing", "duplicate")}
+    others = {k: v for k, v in result["counts"].items() if k not in expected and v}
+    if got != expected or others:
+        raise SystemExit(f"{what}: expected {expected} and nothing else, got {result['counts']}")
+
+
+def jvm_memory(spark: SparkSession) -> tuple[int, int, int]:
+    """(peak resident set of the driver JVM, its heap pools' peak use, max heap), in bytes."""
+    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    pid = int(jvm.java.lang.ProcessHandle.current().pid())
+    hwm = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            hwm = int(line.split()[1]) * 1024
+    factory = jvm.java.lang.management.ManagementFactory
+    heap_peak = sum(
+        int(pool.getPeakUsage().getUsed())
+        for pool in factory.getMemoryPoolMXBeans()
+        if str(pool.getType().toString()) == "Heap memory"
+    )
+    return hwm, heap_peak, int(factory.getMemoryMXBean().getHeapMemoryUsage().getMax())
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.0f} MiB"
+
+
+def main() -> int:
+    args = parse_args()
+    load_env_file(ROOT / ".env")
+    source_url = os.environ["SOURCE_DATABASE_URL"]
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory {args.driver_memory} pyspark-shell"
+    suffix = uuid.uuid4().hex[:8]
+    table, topic = f"bench_{suffix}", f"bench-reconcile-{suffix}"
+    state = Path(tempfile.mkdtemp(prefix="reconcile-bench-"))
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    n, extra = args.rows, max(args.rows // 100, 1000)
+
+    spark = build_spark_session("reconcile-scale", master=args.master)
+    try:
+        started = time.monotonic()
+        admin.create_topics([NewTopic(topic, args.partitions, 1)])[topic].result(timeout=30)
+        create_table(source_url, table)
+        insert_rows(source_url, table, 1, n, "1 hour")
+        index_table(source_url, table)
+        table_s = time.monotonic() - started
+        started = time.monotonic()
+        record_count = write_records(spark, args.bootstrap, topic, 1, n)
+        topic_s = time.monotonic() - started
+        expected = expected_counts(1, n)
+        print(
+            f"rows={n:,} records={record_count:,} (missing {expected['missing']:,}, "
+            f"duplicated {expected['duplicate']:,}) partitions={args.partitions} master={args.master} "
+            f"driver-memory={args.driver_memory}"
+        )
+        print(f"generate: table {table_s:.1f}s, topic {topic_s:.1f}s")
+
+        binding = binding_from_dict(
+            {
+                "name": f"bench-{suffix}",
+                "topic": topic,
+                "bootstrap_servers": args.bootstrap,
+                "source_url": source_url,
+                "table": table,
+                "key_column": "id",
+                "created_column": "created_at",
+                "record_key": "key",
+                "grace": "30s",
+                "producer_ledger_topic": f"_audit.bench-none-{suffix}",  # no probes' ledger: none read
+            }
+        )
+        scan_s, scanned_records, scanned_rows = raw_scan(spark, binding)
+        print(f"scan: {scan_s:.1f}s ({scanned_records:,} records, {scanned_rows:,} rows counted)")
+
+        full_s, full = timed_run(spark, binding, state)
+        check(full, expected, "full run")
+        print(
+            f"full: {full_s:.1f}s, {full['records_read'] / full_s:,.0f} records/s, "
+            f"{sum(full['counts'].values()):,} findings, phases {full['timings']}"
+        )
+
+        insert_rows(source_url, table, n + 1, n + extra, "1 minute")
+        new_records = write_records(spark, args.bootstrap, topic, n + 1, n + extra)
+        incremental_s, incremental = timed_run(spark, binding, state)
+        check(incremental, {k: expected[k] + v for k, v in expected_counts(n + 1, n + extra).items()}, "incremental")
+        print(
+            f"incremental: {incremental_s:.1f}s over {extra:,} new rows and {new_records:,} new records "
+            f"({incremental['records_read']:,} read, mode {incremental['mode']}), "
+            f"{sum(incremental['counts'].values()):,} findings"
+        )
+
+        hwm, heap_peak, heap_max = jvm_memory(spark)
+        python_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        print(
+            f"peak driver memory: JVM resident {mib(hwm)} (heap peak {mib(heap_peak)} of {mib(heap_max)} max; "
+            f"local mode: executors included), Python {mib(python_peak)}"
+        )
+        print(f"full_vs_scan={full_s / scan_s:.2f} incremental_vs_full={incremental_s / full_s:.3f}")
+        return 0
+    finally:
+        spark.stop()
+        if not args.keep:
+            shutil.rmtree(state, ignore_errors=True)
+            admin.delete_topics([topic])
+            with psycopg.connect(source_url, autocommit=True) as conn:
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""A key's page: its records read from Kafka beside its source row, its findings; hostile data escaped."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+from django.utils import timezone
+
+from auditor.reconcile.models import Finding, ReconcileRun
+
+pytestmark = [pytest.mark.django_db, pytest.mark.integration]
+
+HOSTILE_KEY = '<script>alert("key")</script>'
+HOSTILE_HEADER = b"<svg onload=alert(2)>"
+HOSTILE_VALUE = "<img src=x onerror=alert(3)>"
+
+
+@pytest.fixture
+def keyed(make_topic, make_binding, kafka_bootstrap: str, source_database_url: str) -> Iterator[dict[str, Any]]:
+    topic = make_topic("rkey", partitions=2)
+    table = f"keypage_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id text PRIMARY KEY, created_at timestamptz NOT NULL, title text)")
+        conn.execute(
+            f"INSERT INTO {table} VALUES ('T-1', now() - interval '2 minutes', '<b>first</b>'), "
+            f"(%s, now() - interval '2 minutes', 'hostile row')",
+            (HOSTILE_KEY,),
+        )
+    positions: dict[str, tuple[int, int]] = {}
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+
+    def send(label: str, ticket: str, partition: int, **extra: str) -> None:
+        def delivered(err: Any, msg: Any) -> None:
+            assert err is None, err
+            positions[label] = (msg.partition(), msg.offset())
+
+        headers = [("audit-pid", b"session-1"), ("audit-seq", str(len(positions)).encode()), ("x-note", HOSTILE_HEADER)]
+        value = json.dumps({"ticket_id": ticket, **extra}).encode()
+        producer.produce(topic, value=value, partition=partition, headers=headers, on_delivery=delivered)
+        assert producer.flush(30) == 0
+
+    send("first", "T-1", 0)
+    send("other", "T-2", 0)
+    send("again", "T-1", 1)
+    send("hostile", HOSTILE_KEY, 1, note=HOSTILE_VALUE)
+    binding = make_binding(
+        f"kp-{uuid.uuid4().hex[:6]}", topic, f"public.{table}", record_key="json:$.ticket_id", grace_seconds=30
+    )
+    yield {"binding": binding, "positions": positions, "table": table}
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def record_rows(html: str) -> list[str]:
+    return [part.split('"', 1)[0] for part in html.split('<tr data-position="')[1:]]
+
+
+def test_it_shows_every_record_of_a_key_beside_its_source_row(client_as, keyed) -> None:
+    binding, positions = keyed["binding"], keyed["positions"]
+    run = ReconcileRun.objects.create(
+        binding=binding, trigger="cli", status=ReconcileRun.OK, finished_at=timezone.now(), counts={"duplicate": 1}
+    )
+    offsets = [{"partition": p, "offset": o} for p, o in sorted([positions["first"], positions["again"]])]
+    Finding.objects.create(
+        run=run,
+        binding=binding,
+        kind="duplicate",
+        key="T-1",
+        cause="app-resend",
+        partition=offsets[0]["partition"],
+        offset=offsets[0]["offset"],
+        offsets=offsets,
+        session="session-1",
+        seq=0,
+        evidence={"count": 2},
+    )
+
+    response = client_as("viewer").get(f"/reconcile/keys/{binding.name}/T-1/")
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert record_rows(html) == [f"{p}@{o}" for p, o in sorted([positions["first"], positions["again"]])]
+    assert "audit-pid: session-1" in html
+    assert "&quot;ticket_id&quot;: &quot;T-1&quot;" in html  # the value preview
+    assert '<tr><th>title</th><td class="mono">&lt;b&gt;first&lt;/b&gt;</td></tr>' in html  # the source row
+    assert 'data-kind="duplicate"' in html and "(current)" in html
+    assert "not shown: finding them means scanning the ledger topics" in html
+    assert "Scanned each partition" in html
+
+
+def test_it_escapes_a_hostile_key_its_headers_and_value(client_as, keyed) -> None:
+    binding, positions = keyed["binding"], keyed["positions"]
+
+    response = client_as("viewer").get(f"/reconcile/keys/{binding.name}/{quote(HOSTILE_KEY, safe='')}/")
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert record_rows(html) == ["{}@{}".format(*positions["hostile"])]  # found by the scan around its row
+    for raw in (HOSTILE_KEY, HOSTILE_HEADER.decode(), HOSTILE_VALUE):
+        assert raw not in html
+    assert "&lt;script&gt;alert(&quot;key&quot;)&lt;/script&gt;" in html
+    assert "x-note: &lt;svg onload=alert(2)&gt;" in html
+    assert "&lt;img src=x onerror=alert(3)&gt;" in html
+    assert "hostile row" in html
+
+
+def test_it_says_when_there_is_no_source_row_and_no_record(client_as, keyed) -> None:
+    binding = keyed["binding"]
+    html = client_as("viewer").get(f"/reconcile/keys/{binding.name}/T-404/").content.decode()
+    assert 'id="source-none"' in html and "No record of this key found." in html
+    assert record_rows(html) == []

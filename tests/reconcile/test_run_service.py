@@ -1,0 +1,194 @@
+"""A run's life without Spark: claiming, overlap, abandoned runs, publishing or failing, alerts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from auditor.alerts.models import Alert, Channel
+from auditor.reconcile import service
+from auditor.reconcile.models import Finding, FindingStaging, ReconcileRun
+from auditor.reconcile.service import (
+    RunInProgress,
+    claim_run,
+    current_run_ids,
+    execute_run,
+    finish_run,
+    prune_findings,
+    start_run,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def binding(make_binding):
+    return make_binding("tickets", "tickets", "public.tickets")
+
+
+def staged(run: ReconcileRun, *rows: dict[str, Any]) -> None:
+    FindingStaging.objects.bulk_create(FindingStaging(run_id=run.job_run_id, **row) for row in rows)
+
+
+def staging_of(run: ReconcileRun) -> bool:
+    # Scoped to the run: Spark's JDBC writes in other tests commit outside the test transaction.
+    return FindingStaging.objects.filter(run_id=run.job_run_id).exists()
+
+
+def running(binding) -> ReconcileRun:
+    run = start_run(binding, ReconcileRun.SCHEDULE)
+    assert claim_run(run)
+    return run
+
+
+def ok_result(**counts: int) -> dict[str, Any]:
+    return {"status": "ok", "mode": "incremental", "counts": counts, "records_read": 10, "duration_s": 2.0}
+
+
+def test_it_refuses_a_second_run_while_one_is_queued_or_running(binding) -> None:
+    first = start_run(binding, ReconcileRun.SCHEDULE)
+    with pytest.raises(RunInProgress) as raised:
+        start_run(binding, ReconcileRun.MANUAL)
+    assert raised.value.active == first
+    assert claim_run(first)
+    with pytest.raises(RunInProgress):
+        start_run(binding, ReconcileRun.CLI)
+    assert ReconcileRun.objects.count() == 1
+
+
+def test_it_lets_one_worker_only_take_a_queued_run(binding) -> None:
+    run = start_run(binding, ReconcileRun.MANUAL)
+    assert claim_run(run) is True
+    again = ReconcileRun.objects.get(pk=run.pk)
+    assert claim_run(again) is False  # the task delivered twice
+    assert again.status == ReconcileRun.RUNNING and again.claimed_by and again.job_run_id
+
+
+def test_it_allows_a_new_run_once_the_previous_one_finished(binding) -> None:
+    run = running(binding)
+    finish_run(run, ok_result())
+    assert start_run(binding, ReconcileRun.SCHEDULE).status == ReconcileRun.QUEUED
+
+
+def test_it_fails_an_abandoned_run_instead_of_blocking_the_binding_forever(binding) -> None:
+    stuck = running(binding)
+    ReconcileRun.objects.filter(pk=stuck.pk).update(created_at=timezone.now() - timedelta(days=1))
+    staged(stuck, {"kind": "missing", "key": "1"})
+
+    fresh = start_run(binding, ReconcileRun.SCHEDULE)
+
+    stuck.refresh_from_db()
+    assert stuck.status == ReconcileRun.FAILED and stuck.error.startswith("abandoned")
+    assert not staging_of(stuck)
+    assert fresh.status == ReconcileRun.QUEUED
+
+
+def test_it_publishes_the_staged_findings_of_a_successful_run(binding, django_capture_on_commit_callbacks) -> None:
+    run = running(binding)
+    staged(
+        run,
+        {"kind": "missing", "key": "4", "evidence": {"created_ms": 1}, "is_new": True},
+        {"kind": "duplicate", "key": "1", "cause": "producer-retry", "partition": 0, "offset": 3},
+        {"kind": "orphan", "key": None, "cause": "no-key", "partition": 1, "offset": 7},
+    )
+    with django_capture_on_commit_callbacks() as published:
+        finished = finish_run(run, ok_result(missing=1, duplicate=1, orphan=1))
+
+    assert finished.status == ReconcileRun.OK
+    assert finished.counts == {
+        "missing": 1,
+        "duplicate": 1,
+        "orphan": 1,
+        "gap": 0,
+        "aborted": 0,
+        "unprocessed": 0,
+        "reprocessed": 0,
+    }
+    assert finished.records_read == 10 and finished.duration_seconds == 2.0 and finished.mode == "incremental"
+    rows = set(Finding.objects.filter(run=run).values_list("kind", "key", "cause", "is_new"))
+    assert rows == {
+        ("missing", "4", None, True),
+        ("duplicate", "1", "producer-retry", False),
+        ("orphan", None, "no-key", False),
+    }
+    assert not staging_of(run)
+    assert current_run_ids(binding) == [run.pk]
+    assert len(published) >= 1  # the live "run" event goes out after commit
+
+
+def test_it_fails_a_run_whose_job_failed_and_publishes_nothing(binding) -> None:
+    run = running(binding)
+    staged(run, {"kind": "missing", "key": "4"})  # written before the job failed
+
+    failed = finish_run(run, {"status": "failed", "error": "KafkaReadError: Kafka unreachable", "counts": {}})
+
+    assert failed.status == ReconcileRun.FAILED and failed.error == "KafkaReadError: Kafka unreachable"
+    assert failed.counts == {} and failed.finished_at is not None
+    assert not Finding.objects.exists() and not staging_of(run)
+    assert current_run_ids(binding) == []
+
+
+def test_it_fails_a_run_whose_staged_findings_do_not_match_its_counts(binding) -> None:
+    run = running(binding)
+    staged(run, {"kind": "missing", "key": "4"})
+
+    failed = finish_run(run, ok_result(missing=2))
+
+    assert failed.status == ReconcileRun.FAILED
+    assert "the job counted 2, the staging table held 1" in failed.error
+    assert not Finding.objects.exists() and not staging_of(run)
+
+
+def test_it_fails_a_run_whose_secret_cannot_be_resolved(make_binding, monkeypatch) -> None:
+    monkeypatch.delenv("RECONCILE_TEST_UNSET", raising=False)
+    binding = make_binding("nosecret", "t", "public.t", source_url="postgresql://app:${RECONCILE_TEST_UNSET}@h/db")
+    run = execute_run(start_run(binding, ReconcileRun.CLI))
+    assert run.status == ReconcileRun.FAILED
+    assert run.error == "binding 'nosecret': environment variable RECONCILE_TEST_UNSET is not set"
+
+
+def test_it_fails_a_run_when_the_job_crashes(binding, monkeypatch) -> None:
+    def crash(*args: Any) -> dict[str, Any]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(service.job, "run_spark_submit", crash)
+    run = execute_run(start_run(binding, ReconcileRun.CLI))
+    assert run.status == ReconcileRun.FAILED and run.error == "RuntimeError: boom"
+
+
+def test_it_opens_and_resolves_problems_per_binding_kind_and_cause(binding) -> None:
+    channel = Channel.objects.create(
+        name="ops", url="http://127.0.0.1:9/hook", secret="${X}", events={"finding_kinds": ["missing", "duplicate"]}
+    )
+    run = running(binding)
+    staged(run, {"kind": "missing", "key": "4"}, {"kind": "duplicate", "key": "1", "cause": "app-resend"})
+    finish_run(run, ok_result(missing=1, duplicate=1))
+    open_alerts = set(Alert.objects.filter(channel=channel, state=Alert.OPEN).values_list("fingerprint", flat=True))
+    assert open_alerts == {"finding:tickets:missing", "finding:tickets:duplicate:app-resend"}
+
+    second = running(binding)
+    staged(second, {"kind": "duplicate", "key": "1", "cause": "app-resend"})
+    finish_run(second, ok_result(duplicate=1))
+    alerts = dict(Alert.objects.filter(channel=channel).values_list("fingerprint", "state"))
+    assert alerts == {"finding:tickets:missing": Alert.RESOLVED, "finding:tickets:duplicate:app-resend": Alert.OPEN}
+    assert Alert.objects.get(fingerprint="finding:tickets:duplicate:app-resend").count == 2
+
+    third = running(binding)  # a failed run says nothing about what is still wrong
+    finish_run(third, {"status": "failed", "error": "down"})
+    assert Alert.objects.get(fingerprint="finding:tickets:duplicate:app-resend").state == Alert.OPEN
+
+
+def test_it_keeps_the_findings_of_the_latest_runs_only(binding, settings) -> None:
+    settings.RECONCILE_KEEP_FINDING_RUNS = 2
+    runs = []
+    for _ in range(3):
+        run = running(binding)
+        staged(run, {"kind": "missing", "key": "4"})
+        runs.append(finish_run(run, ok_result(missing=1)))
+    assert set(Finding.objects.values_list("run_id", flat=True)) == {runs[1].pk, runs[2].pk}
+    first = ReconcileRun.objects.get(pk=runs[0].pk)
+    assert first.findings_pruned and first.counts["missing"] == 1
+    assert prune_findings(binding) == 0
