@@ -199,6 +199,7 @@ def test_it_scrapes_in_a_fixed_number_of_queries(bearer, django_assert_max_num_q
     for i in range(20):
         _row(scan, "T001", "error", "topic", f"topic t{i}")
     headers = bearer("viewer")
-    # token, last-used, role, 2 savepoints x2 collectors, canary aggregate, latest scan, lint aggregate
-    with django_assert_max_num_queries(12):
+    # token, last-used, role, 2 savepoints x 4 collectors, canary aggregate, latest scan, lint aggregate,
+    # reconcile (last success, current runs, findings), stuck (open items)
+    with django_assert_max_num_queries(20):
         Client().get(URL, headers=headers)
