@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db import transaction
 from django.db.models.signals import post_delete, post_save
-from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from django_celery_beat.models import PeriodicTask
 
+from auditor.lib.beat import every_seconds, remove_task, upsert_task
 from auditor.pipelines.models import Binding
 
 TASK = "auditor.reconcile.tasks.reconcile_binding_task"
@@ -30,36 +30,23 @@ def task_kwargs(binding_id: int) -> str:
     return json.dumps({"binding_id": binding_id, "trigger": "schedule"})
 
 
-def sync_binding_schedule(binding: Binding) -> PeriodicTask | None:
+def sync_binding_schedule(binding: Binding) -> PeriodicTask:
     """Create or update the binding's PeriodicTask; only writes when something changed."""
-    kwargs = task_kwargs(binding.pk)
-    with transaction.atomic():
-        # A renamed binding: drop the task under its old name.
-        PeriodicTask.objects.filter(task=TASK, kwargs=kwargs).exclude(name=task_name(binding)).delete()
-        every = max(1, int(binding.schedule_seconds))
-        interval, _ = IntervalSchedule.objects.get_or_create(every=every, period=IntervalSchedule.SECONDS)
-        wanted: dict[str, Any] = {
-            "task": TASK,
-            "interval": interval,
-            "kwargs": kwargs,
-            "enabled": binding.schedule_seconds > 0,
-            # A run that waited a whole interval in the queue is superseded by the next one.
-            "expire_seconds": every,
-            "description": f"Reconcile topic {binding.topic} with {binding.table} (binding {binding.name}).",
-        }
-        task = PeriodicTask.objects.filter(name=task_name(binding)).first()
-        if task is None:
-            return PeriodicTask.objects.create(name=task_name(binding), **wanted)
-        changed = [name for name, value in wanted.items() if getattr(task, name) != value]
-        if changed:
-            for name in changed:
-                setattr(task, name, wanted[name])
-            task.save()
-        return task
+    every = max(1, int(binding.schedule_seconds))
+    return upsert_task(
+        name=task_name(binding),
+        task=TASK,
+        kwargs=task_kwargs(binding.pk),
+        schedule=every_seconds(every),
+        enabled=binding.schedule_seconds > 0,
+        description=f"Reconcile topic {binding.topic} with {binding.table} (binding {binding.name}).",
+        # A run that waited a whole interval in the queue is superseded by the next one.
+        expire_seconds=every,
+    )
 
 
 def remove_binding_schedule(binding_id: int) -> None:
-    PeriodicTask.objects.filter(task=TASK, kwargs=task_kwargs(binding_id)).delete()
+    remove_task(TASK, task_kwargs(binding_id))
 
 
 def _saved(sender: type[Binding], instance: Binding, raw: bool = False, **kwargs: Any) -> None:

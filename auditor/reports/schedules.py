@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db import transaction
 from django.db.models.signals import post_delete, post_save
-from django_celery_beat.models import CrontabSchedule, PeriodicTask, PeriodicTasks
+from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
+from auditor.lib.beat import prune_tasks, remove_task, upsert_task
 from auditor.reports.models import ReportSchedule
 from auditor.reports.periods import BUILD_HOUR_UTC, WEEKLY
 
@@ -49,36 +49,18 @@ def crontab_for(period: str) -> CrontabSchedule:
 
 def sync_schedule(schedule: ReportSchedule) -> PeriodicTask:
     """Create or update the schedule's PeriodicTask; writes only when something changed."""
-    kwargs = task_kwargs(schedule.pk)
-    name = task_name(schedule.name)
-    with transaction.atomic():
-        renamed = PeriodicTask.objects.filter(task=TASK, kwargs=kwargs).exclude(name=name)
-        if renamed.exists():
-            renamed.delete()
-            PeriodicTasks.update_changed()
-        wanted: dict[str, Any] = {
-            "task": TASK,
-            "crontab": crontab_for(schedule.period),
-            "interval": None,
-            "kwargs": kwargs,
-            "enabled": schedule.enabled,
-            "description": f"Build the {schedule.period} report {schedule.name} (from the report schedule).",
-        }
-        task = PeriodicTask.objects.filter(name=name).first()
-        if task is None:
-            return PeriodicTask.objects.create(name=name, **wanted)
-        changed = [field for field, value in wanted.items() if getattr(task, field) != value]
-        if changed:
-            for field in changed:
-                setattr(task, field, wanted[field])
-            task.save()  # bumps PeriodicTasks: beat reloads
-        return task
+    return upsert_task(
+        name=task_name(schedule.name),
+        task=TASK,
+        kwargs=task_kwargs(schedule.pk),
+        schedule={"crontab": crontab_for(schedule.period), "interval": None},
+        enabled=schedule.enabled,
+        description=f"Build the {schedule.period} report {schedule.name} (from the report schedule).",
+    )
 
 
 def remove_schedule(schedule_id: int) -> None:
-    deleted, _ = PeriodicTask.objects.filter(task=TASK, kwargs=task_kwargs(schedule_id)).delete()
-    if deleted:
-        PeriodicTasks.update_changed()
+    remove_task(TASK, task_kwargs(schedule_id))
 
 
 def sync_all_schedules() -> int:
@@ -86,10 +68,7 @@ def sync_all_schedules() -> int:
     schedules = list(ReportSchedule.objects.all())
     for schedule in schedules:
         sync_schedule(schedule)
-    wanted = {task_name(s.name) for s in schedules}
-    deleted, _ = PeriodicTask.objects.filter(task=TASK).exclude(name__in=wanted).delete()
-    if deleted:
-        PeriodicTasks.update_changed()
+    prune_tasks(TASK, {task_name(s.name) for s in schedules})
     return len(schedules)
 
 

@@ -35,50 +35,34 @@ def task_kwargs(rule_id: int) -> str:
 
 def sync_schedule(rule: Any) -> Any:
     """Create or update the rule's PeriodicTask; returns it."""
-    from django_celery_beat.models import IntervalSchedule, PeriodicTask, PeriodicTasks
+    from auditor.lib.beat import every_seconds, upsert_task
 
     seconds = int(rule.schedule_seconds or 0)
-    interval, _ = IntervalSchedule.objects.get_or_create(every=max(seconds, 1), period=IntervalSchedule.SECONDS)
-    kwargs = task_kwargs(rule.pk)
-    # A renamed rule: its old task goes (names are unique, the kwargs name the rule).
-    stale = PeriodicTask.objects.filter(task=TASK, kwargs=kwargs).exclude(name=task_name(rule.name))
-    if stale.exists():
-        stale.delete()
-        PeriodicTasks.update_changed()
-    task, _ = PeriodicTask.objects.update_or_create(
+    return upsert_task(
         name=task_name(rule.name),
-        defaults={
-            "task": TASK,
-            "interval": interval,
-            "kwargs": kwargs,
-            "enabled": seconds > 0,
-            "description": f"Diagnose the stuck items of rule {rule.name} (every {seconds} s; from the rule).",
-        },
+        task=TASK,
+        kwargs=task_kwargs(rule.pk),
+        schedule=every_seconds(seconds),
+        enabled=seconds > 0,
+        description=f"Diagnose the stuck items of rule {rule.name} (every {seconds} s; from the rule).",
     )
-    return task
 
 
 def remove_schedule(rule: Any) -> None:
-    from django_celery_beat.models import PeriodicTask, PeriodicTasks
+    from auditor.lib.beat import remove_task
 
-    deleted, _ = PeriodicTask.objects.filter(task=TASK, kwargs=task_kwargs(rule.pk)).delete()
-    if deleted:
-        PeriodicTasks.update_changed()
+    remove_task(TASK, task_kwargs(rule.pk))
 
 
 def sync_all_schedules() -> int:
     """A task for every rule and none for rules that are gone; returns the rules scheduled."""
-    from django_celery_beat.models import PeriodicTask, PeriodicTasks
-
+    from auditor.lib.beat import prune_tasks
     from auditor.pipelines.models import StuckRule
 
     rules = list(StuckRule.objects.all())
     for rule in rules:
         sync_schedule(rule)
-    wanted = {task_name(rule.name) for rule in rules}
-    deleted, _ = PeriodicTask.objects.filter(task=TASK).exclude(name__in=wanted).delete()
-    if deleted:
-        PeriodicTasks.update_changed()
+    prune_tasks(TASK, {task_name(rule.name) for rule in rules})
     return len(rules)
 
 
