@@ -20,6 +20,12 @@ command -v java >/dev/null 2>&1 || need_pkgs+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_pkgs+=(maven)
 [[ -x /usr/lib/postgresql/15/bin/postgres ]] || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need_pkgs+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
+command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+command -v runuser >/dev/null 2>&1 || need_pkgs+=(util-linux)
+PY="${PYTHON:-python3}"
+command -v "$PY" >/dev/null 2>&1 || need_pkgs+=(python3)
+# ensurepip is what Debian splits into python3-venv; without it `-m venv` fails half-way.
+"$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || need_pkgs+=(python3-venv)
 if [[ $WITH_BROWSER == 1 ]]; then
   command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
   # A compose client to check docker-compose.yml (no engine needed for `config`).
@@ -36,10 +42,10 @@ fi
 java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])' || die "Java 17 or newer is required (found: $(java -version 2>&1 | head -1))"
 
 # ---- Python virtualenv -----------------------------------------------------------
-PY="${PYTHON:-python3}"
-if [[ ! -x .venv/bin/python ]]; then
+if [[ ! -x .venv/bin/pip ]]; then
   say "creating .venv"
-  "$PY" -m venv .venv || die "python3 -m venv failed (install python3-venv)"
+  rm -rf .venv
+  "$PY" -m venv .venv || { rm -rf .venv; die "python3 -m venv failed (install python3-venv)"; }
 fi
 req_hash=$(sha256sum requirements.txt | cut -c1-16)
 if [[ "$(cat .venv/.requirements-hash 2>/dev/null)" != "$req_hash" ]]; then

@@ -151,11 +151,30 @@ kafka_down() {
 
 # ---------------------------------------------------------------- PostgreSQL ---
 pg_as() { runuser -u postgres -- "$@"; }
+# The cluster's files must be reachable by the postgres user. A checkout under a private
+# home (e.g. /root, mode 700) is not, so there the data lives under /var/lib and
+# var/<stack>/postgres is a link to it.
+pg_dir_prepare() {
+  [[ -e $VAR/postgres ]] && return 0
+  mkdir -p "$VAR"
+  if runuser -u postgres -- test -x "$VAR"; then
+    mkdir -p "$VAR/postgres"
+  else
+    local outside
+    outside="/var/lib/kafka-auditor/$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)-$STACK/postgres"
+    rm -rf "$outside"  # no link points at it: left over from a removed var/, not ours to reuse
+    mkdir -p "$outside"; chmod 755 "$(dirname "$(dirname "$outside")")"
+    ln -s "$outside" "$VAR/postgres"
+    say "PostgreSQL data in $outside (the postgres user cannot enter $VAR)"
+  fi
+}
 pg_up() {
   local data="$VAR/postgres/data" log="$VAR/postgres/postgres.log"
   [[ -n $PG_BIN ]] || fail "PostgreSQL server binaries not found under /usr/lib/postgresql (apt-get install postgresql)"
   id postgres >/dev/null 2>&1 || fail "the postgres OS user is missing (install the postgresql package)"
-  mkdir -p "$VAR/postgres"; chown postgres:postgres "$VAR/postgres"
+  [[ $(id -u) == 0 ]] || fail "PostgreSQL: the stack runs its own cluster as the postgres OS user, which needs root (run make as root)"
+  pg_dir_prepare
+  chown postgres:postgres "$VAR/postgres/"
   if [[ ! -f $data/PG_VERSION ]]; then
     say "initialising PostgreSQL cluster in $data"
     local pwfile="$VAR/postgres/.pw"

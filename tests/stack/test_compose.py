@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,13 @@ import yaml
 COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 # An empty env file, so a checkout's .env (with real secrets) never feeds the check.
 EMPTY_ENV = Path(__file__).resolve().parent / "empty.env"
+
+
+def _native_kafka_version() -> str:
+    pom = ET.parse(COMPOSE.parent / "stack" / "maven" / "kafka" / "pom.xml")
+    (version,) = [el.text for el in pom.iter() if el.tag.endswith("kafka.version")]
+    assert version
+    return version
 
 
 def test_it_describes_the_same_stack():
@@ -31,7 +39,10 @@ def test_it_describes_the_same_stack():
     } <= set(services)
     for name in ("kafka-1", "kafka-2", "kafka-3"):
         env = services[name]["environment"]
-        assert services[name]["image"].startswith("apache/kafka:4.")
+        assert services[name]["image"] == f"apache/kafka:{_native_kafka_version()}"
+        # the image's default log.dirs is /tmp inside the container: the volume must hold the data
+        assert env["KAFKA_LOG_DIRS"] == "/var/lib/kafka/data"
+        assert services[name]["volumes"] == [f"{name}:/var/lib/kafka/data"]
         assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
         assert env["KAFKA_MIN_INSYNC_REPLICAS"] == 2 and env["KAFKA_DEFAULT_REPLICATION_FACTOR"] == 3
     assert {str(services[n]["environment"]["KAFKA_NODE_ID"]) for n in ("kafka-1", "kafka-2", "kafka-3")} == {
