@@ -150,7 +150,8 @@ kafka_down() {
 }
 
 # ---------------------------------------------------------------- PostgreSQL ---
-pg_as() { runuser -u postgres -- "$@"; }
+pg_as() { (cd / && runuser -u postgres -- "$@"); }
+pg_dir() { readlink -f "$VAR/postgres"; }  # the real path: the postgres user may not enter $VAR
 # The cluster's files must be reachable by the postgres user. A checkout under a private
 # home (e.g. /root, mode 700) is not, so there the data lives under /var/lib and
 # var/<stack>/postgres is a link to it.
@@ -163,25 +164,28 @@ pg_dir_prepare() {
     local outside
     outside="/var/lib/kafka-auditor/$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)-$STACK/postgres"
     rm -rf "$outside"  # no link points at it: left over from a removed var/, not ours to reuse
-    mkdir -p "$outside"; chmod 755 "$(dirname "$(dirname "$outside")")"
+    mkdir -p "$outside"
     ln -s "$outside" "$VAR/postgres"
     say "PostgreSQL data in $outside (the postgres user cannot enter $VAR)"
   fi
 }
 pg_up() {
-  local data="$VAR/postgres/data" log="$VAR/postgres/postgres.log"
+  local data log
   [[ -n $PG_BIN ]] || fail "PostgreSQL server binaries not found under /usr/lib/postgresql (apt-get install postgresql)"
   id postgres >/dev/null 2>&1 || fail "the postgres OS user is missing (install the postgresql package)"
   [[ $(id -u) == 0 ]] || fail "PostgreSQL: the stack runs its own cluster as the postgres OS user, which needs root (run make as root)"
   pg_dir_prepare
-  chown postgres:postgres "$VAR/postgres/"
+  local dir; dir=$(pg_dir)
+  data="$dir/data"; log="$dir/postgres.log"
+  chown postgres:postgres "$dir"
+  [[ -L $VAR/postgres ]] && chmod 755 "$(dirname "$dir")" "$(dirname "$(dirname "$dir")")"
   if [[ ! -f $data/PG_VERSION ]]; then
     say "initialising PostgreSQL cluster in $data"
-    local pwfile="$VAR/postgres/.pw"
+    local pwfile="$dir/.pw"
     printf '%s\n' "$PG_SUPER_PASSWORD" >"$pwfile"; chown postgres "$pwfile"; chmod 600 "$pwfile"
     pg_as "$PG_BIN/initdb" -D "$data" -U postgres --pwfile="$pwfile" --auth-local=peer \
-      --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 >"$VAR/postgres/initdb.log" 2>&1 \
-      || fail "PostgreSQL initdb failed; see $VAR/postgres/initdb.log"
+      --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 \
+      || fail "PostgreSQL initdb failed; see $dir/initdb.log"
     rm -f "$pwfile"
   fi
   if ! pg_as "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1; then
@@ -204,7 +208,8 @@ SQL
 }
 pg_psql() { pg_as psql -h "$PG_SOCK" -p "$PG_PORT" -U postgres -d postgres "$@"; }
 pg_down() {
-  local data="$VAR/postgres/data"
+  [[ -e $VAR/postgres ]] || return 0
+  local data; data="$(pg_dir)/data"
   [[ -f $data/PG_VERSION ]] || return 0
   pg_as "$PG_BIN/pg_ctl" -D "$data" status >/dev/null 2>&1 || return 0
   pg_as "$PG_BIN/pg_ctl" -D "$data" -m fast -w stop >/dev/null || true

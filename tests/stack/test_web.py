@@ -19,6 +19,13 @@ def test_it_redirects_anonymous_pages_to_login(client, path):
     assert "/login/" in response["Location"]
 
 
+def test_it_opens_no_websocket_on_the_login_page(client, admin_user):
+    # an anonymous socket is refused anyway; the login page should not try (console errors, log noise)
+    assert b"js/live.js" not in client.get("/login/").content
+    client.force_login(admin_user)
+    assert b"js/live.js" in client.get("/status/").content
+
+
 def test_it_serves_plotly_locally(client, admin_user):
     client.force_login(admin_user)
     response = client.get("/static/vendor/plotly/plotly.min.js")
