@@ -10,11 +10,15 @@ on stdout (and written to --output-json) is
     {"status": "ok"|"failed", "error": str|null, "run_id", "binding", "mode": "full"|"incremental",
      "started_at", "finished_at", "duration_s", "counts": {kind: n}, "new_findings": n,
      "offset_ranges": {"topic"|"producer_ledger"|"consumer_ledger": {partition: [start, end]}},
-     "records_read": n, "window": {"lower", "upper", "cutoff"}, "warnings": [...],
+     "records_read": n, "window": {"lower", "upper", "cutoff", "unverifiable_until"}, "warnings": [...],
      "timings": {phase: seconds},
      "findings": [{"kind", "key", "cause", "evidence", "partition", "offset", "offsets",
                    "timestamp", "session", "seq", "seq_end", "group", "is_new"}],
      "findings_truncated": bool}
+
+`counts` also has `unverifiable`: source rows past grace without a record that cannot be
+judged because records that old were deleted (retention, delete_records) before the job read
+them; they are never reported `missing`.
 
 A run that cannot read something fails with the error, reports no findings and leaves the
 incremental state as it was.
@@ -66,6 +70,7 @@ from spark_jobs.reconcile_transform import (
     KEY_INDEX_SCHEMA,
     RECORD_SCHEMA,
     SOURCE_ROW_SCHEMA,
+    UNVERIFIABLE,
     WATERMARK_SCHEMA,
     conform,
     find_aborted,
@@ -92,6 +97,7 @@ from spark_jobs.reconcile_transform import (
     transform_source_rows,
     transform_unprocessed_candidates,
     union_findings,
+    unverifiable_rows,
 )
 
 # Below this many new records the new side of a state join is broadcast, so state is
@@ -114,7 +120,9 @@ class OffsetRange:
 
     topic: str
     ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
-    skipped: dict[int, int] = field(default_factory=dict)  # records lost to retention unread
+    # [wanted start, log start) per partition: records deleted (retention, delete_records)
+    # before this run could read them.
+    lost: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -130,18 +138,23 @@ class OffsetRange:
 def plan_offsets(
     topic: str, offsets: dict[int, PartitionOffsets], previous: dict[int, int], required: bool = True
 ) -> OffsetRange:
-    """From where the last run stopped (or the log start) up to the last stable offset."""
+    """From where the last run stopped up to the last stable offset.
+
+    A partition the state has not read yet is wanted from offset 0: when its log start is
+    past that (or past where the last run stopped), the records in between were deleted
+    unread and are recorded in `lost`; reading starts at the log start.
+    """
     plan = OffsetRange(topic)
     for partition, po in sorted(offsets.items()):
-        start = previous.get(partition, po.low)
-        if start > po.high:
+        wanted = previous.get(partition, 0)
+        if wanted > po.high:
             raise ReconcileError(
-                f"topic {topic!r} partition {partition}: the last run read up to offset {start} but the "
+                f"topic {topic!r} partition {partition}: the last run read up to offset {wanted} but the "
                 f"partition now ends at {po.high}; was the topic re-created? Run with --full"
             )
-        if start < po.low:
-            plan.skipped[partition] = po.low - start
-            start = po.low
+        if wanted < po.low:
+            plan.lost[partition] = (wanted, po.low)
+        start = max(wanted, po.low)
         plan.ranges[partition] = (start, max(start, po.stable))
     missing = set(previous) - set(offsets)
     if missing and required:
@@ -194,8 +207,9 @@ def extract_topic(
         .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in ranges.items()}}))
         .option("includeHeaders", "true")
         .option("kafka.isolation.level", isolation)
-        # Transaction markers and aborted records leave holes in read_committed offsets;
-        # real loss (retention, deletion) is checked in the driver against the log start.
+        # Transaction markers and aborted records leave holes in read_committed offsets, so
+        # the source must not fail on holes. Real loss is checked in the driver instead:
+        # before the read (plan_offsets: `lost`) and after it (check_nothing_deleted_while_read).
         .option("failOnDataLoss", "false")
     )
     if plan.total > 1_000_000:
@@ -235,6 +249,62 @@ def extract_topic_offsets(binding: Binding, meta: StateMeta) -> dict[str, Any]:
         "watermarks": offsets,
         "topic": plan_offsets(binding.topic, offsets, meta.topic_offsets),
     }
+
+
+def check_nothing_deleted_while_read(binding: Binding, plan: OffsetRange) -> None:
+    """Fail the run when a partition's log start moved past its planned start during the read.
+
+    The Kafka source skips records deleted under it (failOnDataLoss=false, see extract_topic),
+    so a read that raced retention or delete_records would look like records that were never
+    produced. Call it once every read of `plan` has been materialized.
+    """
+    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
+    now = partition_offsets(admin, plan.topic, sorted(plan.ranges))
+    moved = {
+        partition: (start, now[partition].low)
+        for partition, (start, end) in sorted(plan.ranges.items())
+        if end > start and now[partition].low > start
+    }
+    if moved:
+        where = ", ".join(
+            f"{plan.topic}/{p} from offset {start} (log start now {low})" for p, (start, low) in moved.items()
+        )
+        raise ReconcileError(
+            f"records were deleted while this run read them: {where}; the run is discarded (nothing was "
+            "reported, the incremental state is unchanged), run it again"
+        )
+
+
+def loss_horizon(records: DataFrame, plan: OffsetRange, upper: datetime, grace_seconds: float) -> datetime | None:
+    """The newest source `created` whose record may be among `plan.lost`; None when nothing was lost.
+
+    Records are appended in offset order, so every lost record came before the first record
+    still in its partition: a row created after that record's timestamp cannot have had its
+    record in the lost range. The binding's grace is added for producers whose timestamps
+    are a little out of order. A partition with no record left to read gives no bound: then
+    every row up to `upper` may have been lost.
+    """
+    if not plan.lost:
+        return None
+    first = (
+        records.where(F.col("partition").isin(sorted(plan.lost)))
+        .groupBy("partition")
+        .agg(F.unix_millis(F.min_by("timestamp", "offset")).alias("ts_ms"))
+        .collect()
+    )
+    first_ms = {row["partition"]: row["ts_ms"] for row in first if row["ts_ms"] is not None}
+    if set(first_ms) != set(plan.lost):
+        return upper
+    return datetime.fromtimestamp(max(first_ms.values()) / 1000, UTC) + timedelta(seconds=grace_seconds)
+
+
+def lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:
+    return [
+        f"{plan.topic}/{partition}: offsets {start}..{low - 1} ({low - start} record(s)) were deleted before they "
+        f"could be read; source rows created up to {horizon.isoformat()} without a record are counted "
+        f"{UNVERIFIABLE}, not missing"
+        for partition, (start, low) in sorted(plan.lost.items())
+    ]
 
 
 # ------------------------------------------------------------------ extract: JDBC -----
@@ -428,8 +498,6 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
         lower = binding.since
     cutoff = upper - timedelta(seconds=binding.grace_seconds)
     plan: OffsetRange = kafka["topic"]
-    for partition, lost in plan.skipped.items():
-        warnings.append(f"{binding.topic}/{partition}: {lost} record(s) expired by retention before they were read")
     broadcast_new = bool(meta.run_id) and plan.total < BROADCAST_NEW_ROWS
 
     # Topic records (committed view); where transactions are in use also the uncommitted
@@ -449,10 +517,19 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
     if read_uncommitted:
         uncommitted_raw = extract_topic(spark, binding, plan, "read_uncommitted")
         all_records = _persisted(transform_records(uncommitted_raw, binding.record_key))
+        all_records.count()  # read now, so the check below covers this read too
         new_aborted = transform_aborted(all_records, records)
     else:
         all_records = records
         new_aborted = spark.createDataFrame([], RECORD_SCHEMA)
+    check_nothing_deleted_while_read(binding, plan)
+    # Rows whose record may have been deleted unread can never be judged: the bound only
+    # grows until a --full run starts over.
+    horizon = loss_horizon(records, plan, upper, binding.grace_seconds)
+    if horizon is not None:
+        warnings += lost_warnings(plan, horizon)
+    earlier = datetime.fromisoformat(meta.unverifiable_until) if meta.unverifiable_until else None
+    unverifiable_until = max((h for h in (earlier, horizon) if h is not None), default=None)
 
     # Source rows of the window.
     lap("topic_read")
@@ -519,7 +596,7 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
     )
     findings = union_findings(
         [
-            find_missing(state["pending_source"], cutoff),
+            find_missing(state["pending_source"], cutoff, unverifiable_until),
             find_duplicates(state["duplicates"]),
             find_orphans(state["orphan_candidates"], cutoff),
             find_gaps(state["seq_coverage"], state["ledger_open"], state["ledger_bounds"], watermarks),
@@ -537,6 +614,12 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
     )
     counts_rows = current.groupBy("kind").count().collect()
     counts = {kind: 0 for kind in FINDING_KINDS} | {r["kind"]: r["count"] for r in counts_rows}
+    counts[UNVERIFIABLE] = unverifiable_rows(state["pending_source"], cutoff, unverifiable_until).count()
+    if counts[UNVERIFIABLE] and unverifiable_until is not None:
+        warnings.append(
+            f"{counts[UNVERIFIABLE]} source row(s) created up to {unverifiable_until.isoformat()} have no record "
+            "and cannot be checked: the topic no longer holds records that old"
+        )
     new_count = flagged.where("is_new").count()
     rows, truncated = findings_rows(flagged, options.max_findings)
 
@@ -551,6 +634,7 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
             producer_ledger_offsets={p: e for p, (_, e) in kafka["producer_ledger"].ranges.items()},
             consumer_ledger_offsets={p: e for p, (_, e) in kafka["consumer_ledger"].ranges.items()},
             window_upper=upper.isoformat(),
+            unverifiable_until=unverifiable_until.isoformat() if unverifiable_until else None,
             key_deltas=store.compact(spark, key_deltas, "keys", KEY_INDEX_SCHEMA),
             source_deltas=store.compact(spark, source_deltas, "source", SOURCE_ROW_SCHEMA),
             datasets=datasets,
@@ -572,6 +656,7 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
             "lower": lower.isoformat() if lower else None,
             "upper": upper.isoformat(),
             "cutoff": cutoff.isoformat(),
+            "unverifiable_until": unverifiable_until.isoformat() if unverifiable_until else None,
         },
         "warnings": warnings,
         "timings": timings,

@@ -68,6 +68,8 @@ class StateMeta:
     producer_ledger_offsets: dict[int, int] = field(default_factory=dict)
     consumer_ledger_offsets: dict[int, int] = field(default_factory=dict)
     window_upper: str | None = None
+    # Rows created up to here may have had their record deleted unread: never `missing`.
+    unverifiable_until: str | None = None
     key_deltas: list[str] = field(default_factory=list)
     source_deltas: list[str] = field(default_factory=list)
     datasets: dict[str, str] = field(default_factory=dict)
@@ -80,6 +82,7 @@ class StateMeta:
             "producer_ledger_offsets": {str(k): v for k, v in self.producer_ledger_offsets.items()},
             "consumer_ledger_offsets": {str(k): v for k, v in self.consumer_ledger_offsets.items()},
             "window_upper": self.window_upper,
+            "unverifiable_until": self.unverifiable_until,
             "key_deltas": self.key_deltas,
             "source_deltas": self.source_deltas,
             "datasets": self.datasets,
@@ -99,6 +102,7 @@ class StateMeta:
             producer_ledger_offsets=offsets("producer_ledger_offsets"),
             consumer_ledger_offsets=offsets("consumer_ledger_offsets"),
             window_upper=data.get("window_upper"),
+            unverifiable_until=data.get("unverifiable_until"),
             key_deltas=list(data.get("key_deltas") or []),
             source_deltas=list(data.get("source_deltas") or []),
             datasets=dict(data.get("datasets") or {}),

@@ -137,6 +137,8 @@ FINDING_SCHEMA = StructType(
     ]
 )
 FINDING_KINDS = ("missing", "duplicate", "orphan", "gap", "aborted", "unprocessed", "reprocessed")
+# Not a finding kind: a run count of source rows that could not be checked (unverifiable_rows).
+UNVERIFIABLE = "unverifiable"
 
 _LEDGER_JSON_SCHEMA = StructType(
     [
@@ -543,9 +545,11 @@ def _finding(df: DataFrame, kind: str, **columns: Column) -> DataFrame:
     return conform(selected, FINDING_SCHEMA)
 
 
-def find_missing(pending: DataFrame, cutoff: datetime) -> DataFrame:
-    """Source rows older than the grace cutoff with no record."""
+def find_missing(pending: DataFrame, cutoff: datetime, unverifiable_until: datetime | None) -> DataFrame:
+    """Source rows older than the grace cutoff with no record, except the unverifiable ones."""
     late = pending.where(F.col("created") <= F.lit(cutoff))
+    if unverifiable_until is not None:
+        late = late.where(F.col("created") > F.lit(unverifiable_until))
     return _finding(
         late,
         "missing",
@@ -553,6 +557,17 @@ def find_missing(pending: DataFrame, cutoff: datetime) -> DataFrame:
         timestamp=F.col("created"),
         evidence=F.to_json(F.struct(F.unix_millis("created").alias("created_ms"))),
     )
+
+
+def unverifiable_rows(pending: DataFrame, cutoff: datetime, unverifiable_until: datetime | None) -> DataFrame:
+    """Rows past grace with no record that may have had one among records deleted unread.
+
+    unverifiable_until: the newest `created` whose record may have been deleted before it
+    was read (None: nothing was lost). These rows are counted, never reported `missing`.
+    """
+    if unverifiable_until is None:
+        return pending.limit(0)
+    return pending.where((F.col("created") <= F.lit(cutoff)) & (F.col("created") <= F.lit(unverifiable_until)))
 
 
 def _occurrence_findings(grouped: DataFrame, kind: str, cause: Column) -> DataFrame:

@@ -59,6 +59,10 @@ def summary_lines(run: ReconcileRun) -> list[str]:
         return [head, f"error: {run.error}"]
     lines = [f"{head} ({run.mode}, {run.records_read:,} records read)"]
     lines += [f"  {kind:<12} {count:>8}" for kind, count in run.kind_counts()]
+    if run.unverifiable:
+        lines.append(
+            f"  {'unverifiable':<12} {run.unverifiable:>8}  (rows whose records were deleted before they were read)"
+        )
     lines += [f"warning: {warning}" for warning in run.warnings]
     shown = list(Finding.objects.filter(run=run).order_by(*Finding._meta.ordering)[:SHOWN_FINDINGS])
     if shown:

@@ -20,6 +20,10 @@ from django.urls import NoReverseMatch, reverse
 from auditor.lint.evidence import FINDING_KINDS
 from auditor.pipelines.models import Binding
 
+# The job's run count (not a finding kind) of source rows past grace without a record that
+# could not be checked: records that old were deleted from the topic before it read them.
+UNVERIFIABLE = "unverifiable"
+
 
 class ReconcileRun(models.Model):
     QUEUED, RUNNING, OK, FAILED = "queued", "running", "ok", "failed"
@@ -43,7 +47,7 @@ class ReconcileRun(models.Model):
     duration_seconds = models.FloatField(null=True, blank=True)
     window = models.JSONField(default=dict, blank=True, help_text="source rows read: lower, upper, grace cutoff")
     offset_ranges = models.JSONField(default=dict, blank=True, help_text="topic and ledgers: {partition: [start, end]}")
-    counts = models.JSONField(default=dict, blank=True, help_text="findings per kind")
+    counts = models.JSONField(default=dict, blank=True, help_text="findings per kind, and unverifiable rows")
     new_findings = models.PositiveIntegerField(default=0)
     records_read = models.BigIntegerField(default=0)
     error = models.TextField(blank=True, help_text="why the run failed (secrets masked)")
@@ -72,10 +76,15 @@ class ReconcileRun(models.Model):
 
     @property
     def total_findings(self) -> int:
-        return sum(int(v) for v in (self.counts or {}).values())
+        return sum(n for _, n in self.kind_counts())
 
     def kind_counts(self) -> list[tuple[str, int]]:
         return [(kind, int((self.counts or {}).get(kind, 0))) for kind in FINDING_KINDS]
+
+    @property
+    def unverifiable(self) -> int:
+        """Source rows this run could not check (never counted as findings)."""
+        return int((self.counts or {}).get(UNVERIFIABLE, 0))
 
     def as_event(self) -> dict[str, Any]:
         """The JSON shape of a run: live events, the JSON API and `audit reconcile --json`."""
@@ -90,7 +99,7 @@ class ReconcileRun(models.Model):
             "started_at": self.started_at.isoformat() if self.started_at else None,
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "duration_s": self.duration_seconds,
-            "counts": {kind: n for kind, n in self.kind_counts()} if self.status == self.OK else {},
+            "counts": dict(self.kind_counts()) | {UNVERIFIABLE: self.unverifiable} if self.status == self.OK else {},
             "total_findings": self.total_findings,
             "new_findings": self.new_findings,
             "records_read": self.records_read,

@@ -29,7 +29,7 @@ from auditor.lib.secrets import MissingEnvError
 from auditor.lint.evidence import FINDING_CAUSES, FINDING_KINDS
 from auditor.pipelines.models import Binding
 from auditor.reconcile import conf, job
-from auditor.reconcile.models import Finding, FindingStaging, ReconcileRun
+from auditor.reconcile.models import UNVERIFIABLE, Finding, FindingStaging, ReconcileRun
 
 log = logging.getLogger(__name__)
 
@@ -191,13 +191,12 @@ def finish_run(run: ReconcileRun, result: dict[str, Any]) -> ReconcileRun:
                 log.warning("reconcile run %s finished after it was marked %s", run.pk, locked.status)
                 return locked
             moved = _move_staged_findings(locked)
-            if moved != sum(counts.values()):
-                raise LoadError(
-                    f"findings load incomplete: the job counted {sum(counts.values())}, the staging table held {moved}"
-                )
+            expected = sum(counts.get(kind, 0) for kind in FINDING_KINDS)
+            if moved != expected:
+                raise LoadError(f"findings load incomplete: the job counted {expected}, the staging table held {moved}")
             _apply_result(locked, result)
             locked.status = ReconcileRun.OK
-            locked.counts = {kind: counts.get(kind, 0) for kind in FINDING_KINDS}
+            locked.counts = {kind: counts.get(kind, 0) for kind in (*FINDING_KINDS, UNVERIFIABLE)}
             locked.new_findings = int(result.get("new_findings") or 0)
             locked.save()
             _publish(locked)

@@ -7,8 +7,9 @@
   const tbody = document.querySelector("#runs tbody");
   const state = document.getElementById("run-state");
 
+  // Findings only: counts also carries "unverifiable", rows that could not be checked.
   function total(counts) {
-    return Object.values(counts || {}).reduce(function (a, b) { return a + b; }, 0);
+    return page.kinds.reduce(function (sum, kind) { return sum + ((counts || {})[kind] || 0); }, 0);
   }
 
   function drawChart() {
@@ -91,6 +92,8 @@
       const n = ok ? (run.counts[kind] || 0) : "";
       cell(tr, n, "num" + (n ? " nonzero" : ""));
     });
+    const unverifiable = ok ? (run.counts.unverifiable || 0) : "";
+    cell(tr, unverifiable, "num" + (unverifiable ? " nonzero" : ""));
     cell(tr, ok ? run.new_findings : "", "num");
     cell(tr, run.error, "error");
     return tr;

@@ -66,9 +66,11 @@ def test_it_plans_offsets_from_the_last_run_to_the_last_stable_offset():
     offsets = {0: PartitionOffsets(0, low=0, stable=10, high=12), 1: PartitionOffsets(1, low=50, stable=70, high=70)}
     plan = plan_offsets("t", offsets, {0: 4, 1: 20})
     assert plan.ranges == {0: (4, 10), 1: (50, 70)}
-    assert plan.skipped == {1: 30}  # expired by retention before this run could read them
+    assert plan.lost == {1: (20, 50)}  # deleted (retention, delete_records) before this run could read them
     assert plan.total == 26
-    assert plan_offsets("t", offsets, {}).ranges == {0: (0, 10), 1: (50, 70)}
+    first = plan_offsets("t", offsets, {})
+    assert first.ranges == {0: (0, 10), 1: (50, 70)}
+    assert first.lost == {1: (0, 50)}  # a first or --full run wants every record from offset 0
     assert OffsetRange("t", {0: (4, 10)}).to_json() == {"0": [4, 10]}
 
 

@@ -19,10 +19,18 @@ from typing import Any
 import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from spark_jobs.binding import Binding, binding_from_dict
-from spark_jobs.reconcile import RunOptions, run
+from spark_jobs.kafka_offsets import admin_client, partition_offsets
+from spark_jobs.reconcile import (
+    ReconcileError,
+    RunOptions,
+    check_nothing_deleted_while_read,
+    plan_offsets,
+    run,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -65,8 +73,9 @@ class World:
         partition: int = 0,
         session: str | None = None,
         producer: Producer | None = None,
+        age_s: int = 10 * 60,
     ) -> None:
-        """One record; seq None → no audit headers at all."""
+        """One record stamped `age_s` seconds ago; seq None → no audit headers at all."""
         value = json.dumps({"ticket_id": ticket} if ticket is not None else {"note": "no id"}).encode()
         headers = None
         if seq is not None:
@@ -83,7 +92,7 @@ class World:
 
         target = producer or self.producer
         # Records carry a creation time well past the grace period, like the rows they mirror.
-        created_ms = int(time.time() * 1000) - 10 * 60 * 1000
+        created_ms = int(time.time() * 1000) - age_s * 1000
         target.produce(
             self.topic, value=value, partition=partition, headers=headers, timestamp=created_ms, on_delivery=delivered
         )
@@ -268,7 +277,9 @@ def test_it_reports_the_exact_findings_on_a_full_run(spark: SparkSession, world:
         "aborted": 1,
         "unprocessed": 1,
         "reprocessed": 1,
+        "unverifiable": 0,
     }
+    assert not [w for w in result["warnings"] if "were deleted" in w]
     gap = next(f for f in result["findings"] if f["cause"] == "send-failed")
     assert (gap["session"], gap["seq"]) == (world.session, 7)
     assert gap["evidence"]["ledger"]["error"] == "Local: Message timed out"
@@ -317,6 +328,60 @@ def test_it_notices_aborted_transactions_without_being_told(spark: SparkSession,
         ("missing", "12", None, None, None),
         ("aborted", "12", None, *world.at("t12")),
     }
+
+
+def delete_records_before(admin: AdminClient, topic: str, partition: int, offset: int) -> None:
+    """AdminClient.delete_records: the partition's log start moves to `offset`, as retention would."""
+    for future in admin.delete_records([TopicPartition(topic, partition, offset)]).values():
+        future.result(timeout=30)
+
+
+def test_it_never_reports_rows_whose_records_were_deleted_unread_as_missing(
+    spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path
+):
+    # Partition 0 held tickets 1 and 2 (50 and 45 minutes old); both are deleted before the
+    # first run. Ticket 3 (20 minutes old) is the first record still there; the rest of
+    # the data is in partition 1.
+    world.produce("t1", 1, partition=0, age_s=50 * 60)
+    world.produce("t2", 2, partition=0, age_s=45 * 60)
+    world.produce("t3", 3, partition=0, age_s=20 * 60)
+    world.produce("t4", 4, partition=1, age_s=40 * 60)
+    delete_records_before(kafka_admin, world.topic, 0, world.at("t3")[1])
+    world.insert(1, 2, 3, 4, age="1 hour")
+    world.insert(5, age="55 minutes")  # no record, but as old as the deleted ones: cannot be told apart
+    world.insert(6, age="10 minutes")  # no record, created after every deleted record: really missing
+    binding = world.binding()
+
+    first = reconcile_once(spark, binding, tmp_path)
+    assert finding_set(first) == {("missing", "6", None, None, None)}
+    assert first["counts"]["unverifiable"] == 3  # rows 1, 2 and 5
+    assert first["counts"]["missing"] == 1
+    assert first["offset_ranges"]["topic"] == {"0": [2, 3], "1": [0, 1]}
+    lost = [w for w in first["warnings"] if "were deleted" in w]
+    assert len(lost) == 1 and lost[0].startswith(f"{world.topic}/0: offsets 0..1 (2 record(s)) were deleted"), lost
+    assert first["window"]["unverifiable_until"]
+
+    # Ticket 5's record turns up late: the row is no longer unverifiable. The bound holds
+    # across incremental runs although nothing new was lost.
+    world.produce("t5", 5, partition=1, age_s=60)
+    second = reconcile_once(spark, binding, tmp_path)
+    assert second["mode"] == "incremental"
+    assert finding_set(second) == {("missing", "6", None, None, None)}
+    assert second["counts"]["unverifiable"] == 2  # rows 1 and 2
+    assert not [w for w in second["warnings"] if "were deleted" in w]
+
+
+def test_it_fails_a_run_when_records_are_deleted_while_it_reads(world: World, kafka_admin: AdminClient):
+    world.produce("t1", 1, partition=0)
+    world.produce("t2", 2, partition=0)
+    world.produce("t3", 3, partition=1)
+    binding = world.binding()
+    plan = plan_offsets(world.topic, partition_offsets(admin_client(world.bootstrap), world.topic, [0, 1]), {})
+    check_nothing_deleted_while_read(binding, plan)  # nothing moved: the run goes on
+
+    delete_records_before(kafka_admin, world.topic, 0, 1)
+    with pytest.raises(ReconcileError, match=rf"{world.topic}/0 from offset 0 \(log start now 1\)"):
+        check_nothing_deleted_while_read(binding, plan)
 
 
 def closed_port() -> int:

@@ -131,6 +131,7 @@ def test_it_reconciles_through_spark_submit_then_incrementally(
         "aborted": 0,
         "unprocessed": 0,
         "reprocessed": 0,
+        "unverifiable": 0,
     }
     retry = next(f for f in first["findings"] if f["cause"] == "producer-retry")
     assert [(o["partition"], o["offset"]) for o in retry["offsets"]] == [(0, 0), (0, 1)]

@@ -46,6 +46,7 @@ from spark_jobs.reconcile_transform import (
     transform_reprocessed,
     transform_seq_coverage,
     transform_unprocessed_candidates,
+    unverifiable_rows,
     values_to_intervals,
 )
 from tests.reconcile.conftest import at, ms
@@ -136,13 +137,36 @@ def test_it_finds_missing_rows_older_than_grace(spark: SparkSession):
         pending, spark.createDataFrame([("e", at(5)), ("b", at(10)), ("d", at(100))], SOURCE_ROW_SCHEMA)
     )
 
-    actual = find_missing(pending, cutoff=at(50))
+    actual = find_missing(pending, cutoff=at(50), unverifiable_until=None)
     expected = findings(
         spark,
         finding("missing", key="e", timestamp=at(5), evidence=f'{{"created_ms":{ms(5)}}}'),
         finding("missing", key="b", timestamp=at(10), evidence=f'{{"created_ms":{ms(10)}}}'),
     )
     assertDataFrameEqual(actual, expected)
+
+
+def test_it_counts_rows_whose_records_may_have_been_deleted_as_unverifiable_not_missing(spark: SparkSession):
+    pending = spark.createDataFrame(
+        [("a", at(0)), ("b", at(10)), ("c", at(11)), ("d", at(30)), ("e", at(100))], SOURCE_ROW_SCHEMA
+    )
+    # Records of rows created up to at(10) may be among those deleted before they were read.
+    missing = find_missing(pending, cutoff=at(50), unverifiable_until=at(10))
+    assertDataFrameEqual(
+        missing,
+        findings(
+            spark,
+            finding("missing", key="c", timestamp=at(11), evidence=f'{{"created_ms":{ms(11)}}}'),
+            finding("missing", key="d", timestamp=at(30), evidence=f'{{"created_ms":{ms(30)}}}'),
+        ),
+    )
+    assertDataFrameEqual(
+        unverifiable_rows(pending, cutoff=at(50), unverifiable_until=at(10)),
+        spark.createDataFrame([("a", at(0)), ("b", at(10))], SOURCE_ROW_SCHEMA),
+    )
+    # Within grace a row is neither: "e" is not judged yet even though it is before the bound.
+    assert unverifiable_rows(pending, cutoff=at(50), unverifiable_until=at(200)).count() == 4
+    assert unverifiable_rows(pending, cutoff=at(50), unverifiable_until=None).count() == 0
 
 
 # ------------------------------------------------------------------ duplicates --------

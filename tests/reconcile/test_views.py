@@ -84,6 +84,18 @@ def test_it_lists_runs_with_status_duration_and_counts(client_as, world) -> None
     assert data["points"][1]["counts"]["duplicate"] == 2
 
 
+def test_it_shows_the_rows_a_run_could_not_check_beside_its_findings(client_as, world) -> None:
+    current = world["current"]
+    current.counts = current.counts | {"unverifiable": 7}
+    current.save()
+    html = client_as("viewer").get("/reconcile/runs/").content.decode()
+    row = html.split(f'<tr data-run="{current.pk}"')[1].split("</tr>")[0]
+    assert '<td class="num nonzero">7</td>' in row
+    data = json.loads(html.split('id="runs-page" type="application/json">')[1].split("</script>")[0])
+    assert data["points"][1]["counts"]["unverifiable"] == 7
+    assert current.total_findings == 4  # not findings
+
+
 def test_it_shows_one_bindings_runs_and_the_run_button_to_operators(client_as, world) -> None:
     html = client_as("operator").get("/reconcile/runs/?binding=orders").content.decode()
     assert rows(html, "run") == [str(world["failed"].pk)]
