@@ -59,6 +59,11 @@ def summary_lines(run: ReconcileRun) -> list[str]:
         return [head, f"error: {run.error}"]
     lines = [f"{head} ({run.mode}, {run.records_read:,} records read)"]
     lines += [f"  {kind:<12} {count:>8}" for kind, count in run.kind_counts()]
+    headers = dict(run.header_counts())
+    lines.append(
+        f"  records read without audit headers: {headers['records_without_headers']}, "
+        f"with malformed audit headers: {headers['records_malformed_headers']}"
+    )
     lines += [f"warning: {warning}" for warning in run.warnings]
     shown = list(Finding.objects.filter(run=run).order_by(*Finding._meta.ordering)[:SHOWN_FINDINGS])
     if shown:

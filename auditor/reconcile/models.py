@@ -20,6 +20,10 @@ from django.urls import NoReverseMatch, reverse
 from auditor.lint.evidence import FINDING_KINDS
 from auditor.pipelines.models import Binding
 
+# Counts a run reports beside its findings (spark_jobs/reconcile_transform.RECORD_COUNTS):
+# records it read without any audit header, and with audit headers it could not decode.
+HEADER_COUNTS = ("records_without_headers", "records_malformed_headers")
+
 
 class ReconcileRun(models.Model):
     QUEUED, RUNNING, OK, FAILED = "queued", "running", "ok", "failed"
@@ -43,6 +47,7 @@ class ReconcileRun(models.Model):
     duration_seconds = models.FloatField(null=True, blank=True)
     window = models.JSONField(default=dict, blank=True, help_text="source rows read: lower, upper, grace cutoff")
     offset_ranges = models.JSONField(default=dict, blank=True, help_text="topic and ledgers: {partition: [start, end]}")
+    # Also HEADER_COUNTS (records, not findings): read with kind_counts() / header_counts().
     counts = models.JSONField(default=dict, blank=True, help_text="findings per kind")
     new_findings = models.PositiveIntegerField(default=0)
     records_read = models.BigIntegerField(default=0)
@@ -72,10 +77,14 @@ class ReconcileRun(models.Model):
 
     @property
     def total_findings(self) -> int:
-        return sum(int(v) for v in (self.counts or {}).values())
+        return sum(n for _, n in self.kind_counts())
 
     def kind_counts(self) -> list[tuple[str, int]]:
         return [(kind, int((self.counts or {}).get(kind, 0))) for kind in FINDING_KINDS]
+
+    def header_counts(self) -> list[tuple[str, int]]:
+        """Records this run read without audit headers / with malformed ones (0 for older runs)."""
+        return [(name, int((self.counts or {}).get(name, 0))) for name in HEADER_COUNTS]
 
     def as_event(self) -> dict[str, Any]:
         """The JSON shape of a run: live events, the JSON API and `audit reconcile --json`."""
@@ -90,7 +99,7 @@ class ReconcileRun(models.Model):
             "started_at": self.started_at.isoformat() if self.started_at else None,
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "duration_s": self.duration_seconds,
-            "counts": {kind: n for kind, n in self.kind_counts()} if self.status == self.OK else {},
+            "counts": dict(self.kind_counts() + self.header_counts()) if self.status == self.OK else {},
             "total_findings": self.total_findings,
             "new_findings": self.new_findings,
             "records_read": self.records_read,

@@ -7,8 +7,9 @@
   const tbody = document.querySelector("#runs tbody");
   const state = document.getElementById("run-state");
 
+  // Findings only: counts also carry the header counts (page.header_counts), which are records.
   function total(counts) {
-    return Object.values(counts || {}).reduce(function (a, b) { return a + b; }, 0);
+    return page.kinds.reduce(function (a, kind) { return a + ((counts || {})[kind] || 0); }, 0);
   }
 
   function drawChart() {
@@ -83,6 +84,10 @@
     cell(tr, run.started_at ? shortTime(run.started_at) : shortTime(run.created_at) + " (queued)");
     cell(tr, run.duration_s === null || run.duration_s === undefined ? "" : run.duration_s.toFixed(1) + "s", "num");
     cell(tr, ok ? run.records_read : "", "num");
+    page.header_counts.forEach(function (name) {
+      const n = ok ? (run.counts[name] || 0) : "";
+      cell(tr, n, "num" + (n ? " nonzero" : "")).dataset.count = name;
+    });
     page.kinds.forEach(function (kind) {
       const n = ok ? (run.counts[kind] || 0) : "";
       cell(tr, n, "num" + (n ? " nonzero" : ""));
