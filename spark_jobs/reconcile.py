@@ -8,7 +8,8 @@ live in reconcile_transform, load_* write; main() only wires them. The run resul
 on stdout (and written to --output-json) is
 
     {"status": "ok"|"failed", "error": str|null, "run_id", "binding", "mode": "full"|"incremental",
-     "started_at", "finished_at", "duration_s", "counts": {kind: n}, "new_findings": n,
+     "started_at", "finished_at", "duration_s", "new_findings": n,
+     "counts": {kind: n, "records_without_headers": n, "records_malformed_headers": n},
      "offset_ranges": {"topic"|"producer_ledger"|"consumer_ledger": {partition: [start, end]}},
      "records_read": n, "window": {"lower", "upper", "cutoff", "unverifiable_until"}, "warnings": [...],
      "timings": {phase: seconds},
@@ -68,6 +69,7 @@ from spark_jobs.reconcile_transform import (
     FINDING_KINDS,
     KAFKA_RAW_SCHEMA,
     KEY_INDEX_SCHEMA,
+    RECORD_COUNTS,
     RECORD_SCHEMA,
     SOURCE_ROW_SCHEMA,
     UNVERIFIABLE,
@@ -80,6 +82,7 @@ from spark_jobs.reconcile_transform import (
     find_orphans,
     find_reprocessed,
     find_unprocessed,
+    header_problem_counts,
     transform_aborted,
     transform_consumer_ledger,
     transform_duplicate_records,
@@ -504,7 +507,7 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
     # view, so records only in aborted transactions can be told apart.
     committed_raw = extract_topic(spark, binding, plan, "read_committed")
     records = _persisted(transform_records(committed_raw, binding.record_key))
-    totals = records.agg(F.count("*").alias("n"), F.count("key").alias("keyed")).collect()[0]
+    totals = records.agg(F.count("*").alias("n"), F.count("key").alias("keyed"), *header_problem_counts()).collect()[0]
     if totals["n"] > 0 and totals["keyed"] == 0 and not meta.key_deltas:
         raise BindingError(
             f"binding {binding.name!r}: record_key {binding.record_key.describe()!r} matched nothing in "
@@ -620,6 +623,8 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
             f"{counts[UNVERIFIABLE]} source row(s) created up to {unverifiable_until.isoformat()} have no record "
             "and cannot be checked: the topic no longer holds records that old"
         )
+    # Not findings: the records this run read whose audit headers were absent or undecodable.
+    counts |= {name: int(totals[name]) for name in RECORD_COUNTS}
     new_count = flagged.where("is_new").count()
     rows, truncated = findings_rows(flagged, options.max_findings)
 

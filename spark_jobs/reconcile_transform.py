@@ -293,8 +293,63 @@ def interval_holes(coverage: DataFrame, bounds: DataFrame, keys: Sequence[str]) 
 # ------------------------------------------------------------------ parsing ----------
 
 
+# What transform_records says of a record's audit headers (docs/contracts.md).
+HEADERS_OK, HEADERS_MISSING, HEADERS_MALFORMED = "ok", "missing", "malformed"
+AUDIT_HEADERS = ("audit-id", "audit-pid", "audit-seq", "audit-ts")
+# The counts a run reports beside the findings per kind: records it read without any audit
+# header, and with audit headers it could not decode.
+RECORD_COUNTS = ("records_without_headers", "records_malformed_headers")
+
+
+def _header_values(name: str) -> Column:
+    """Every value of header `name` as text; an empty array when the record has none."""
+    matches = F.filter(F.coalesce(F.col("headers"), F.array()), lambda h: h["key"] == F.lit(name))
+    return F.transform(matches, lambda h: h["value"].cast("string"))
+
+
+def audit_header_status() -> Column:
+    """`ok`, `missing` (none of the audit headers) or `malformed` (some, but not a complete
+    decodable set), with the rules of auditor.probes.headers.parse_audit_headers: each of the
+    four present, repeated only with one value, audit-id non-empty, audit-pid 32 lowercase hex
+    digits, audit-seq and audit-ts decimal (audit-seq within a 64-bit integer)."""
+    values = {name: _header_values(name) for name in AUDIT_HEADERS}
+    present = [F.size(v) > 0 for v in values.values()]
+    single = [F.size(F.array_distinct(v)) == 1 for v in values.values()]
+    first = {name: F.get(v, 0) for name, v in values.items()}
+    decodable = [
+        F.length(first["audit-id"]) > 0,
+        first["audit-pid"].rlike("^[0-9a-f]{32}$"),
+        first["audit-seq"].rlike("^[0-9]{1,19}$") & first["audit-seq"].try_cast("long").isNotNull(),
+        first["audit-ts"].rlike("^[0-9]{1,20}$"),
+    ]
+    none_present = ~_any(present)
+    valid = F.coalesce(_all([*single, *decodable]), F.lit(False))
+    return (
+        F.when(none_present, F.lit(HEADERS_MISSING)).when(valid, F.lit(HEADERS_OK)).otherwise(F.lit(HEADERS_MALFORMED))
+    )
+
+
+def _any(conditions: Sequence[Column]) -> Column:
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = result | condition
+    return result
+
+
+def _all(conditions: Sequence[Column]) -> Column:
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = result & condition
+    return result
+
+
 def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
-    """Kafka source rows → RECORD_SCHEMA (key by the binding's rule, audit headers)."""
+    """Kafka source rows → RECORD_SCHEMA (key by the binding's rule, audit headers) plus
+    `header_status` (audit_header_status), which a run counts and the state does not keep.
+
+    Undecodable audit headers still become nulls here (such a record is audited by key
+    only), but they are counted, never silently dropped.
+    """
     seq = _header("audit-seq")
     return raw.select(
         record_key_expression(record_key).alias("key"),
@@ -303,7 +358,17 @@ def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
         F.col("timestamp"),
         _header("audit-pid").alias("session"),
         seq.try_cast("long").alias("seq"),
+        audit_header_status().alias("header_status"),
     )
+
+
+def header_problem_counts() -> list[Column]:
+    """Aggregates over transform_records output, named as in RECORD_COUNTS."""
+    status = F.col("header_status")
+    return [
+        F.count(F.when(status == HEADERS_MISSING, 1)).alias("records_without_headers"),
+        F.count(F.when(status == HEADERS_MALFORMED, 1)).alias("records_malformed_headers"),
+    ]
 
 
 def transform_source_rows(raw: DataFrame, key_column: str, created_column: str) -> DataFrame:
@@ -323,11 +388,20 @@ def _parse_ledger(raw: DataFrame) -> DataFrame:
     return raw.select(F.from_json(F.col("value").cast("string"), _LEDGER_JSON_SCHEMA).alias("m")).select("m.*")
 
 
+def _delivery_status(status: Column, offset: Column) -> Column:
+    """auditor.probes.codec.delivery_status: an `acked` entry without an offset (older probes
+    under acks=0) is `unconfirmed`, never broker-acked."""
+    return F.when((status == F.lit("acked")) & (F.coalesce(offset, F.lit(-1)) < 0), F.lit("unconfirmed")).otherwise(
+        status
+    )
+
+
 def transform_producer_ledger(raw: DataFrame, topic: str) -> tuple[DataFrame, DataFrame]:
     """Producer-ledger records → (entries for `topic` in LEDGER_ENTRY_SCHEMA, bounds per session).
 
     The bound of a session is the last sequence it ledgered for the topic (entries and a
-    clean session-end's last_seq); gaps are never inferred past it.
+    clean session-end's last_seq); gaps are never inferred past it. Statuses are `acked`
+    (with an offset), `unconfirmed` (sent with acks=0) or `failed`.
     """
     parsed = _parse_ledger(raw)
     batches = parsed.where((F.col("type") == "batch") & (F.col("topic") == topic))
@@ -342,7 +416,9 @@ def transform_producer_ledger(raw: DataFrame, topic: str) -> tuple[DataFrame, Da
         F.get(F.col("e"), 6).alias("audit_id"),
         F.get(F.col("e"), 7).try_cast("long").alias("ts_ms"),
     )
-    entries = entries.where(F.col("seq").isNotNull() & F.col("session").isNotNull())
+    entries = entries.where(F.col("seq").isNotNull() & F.col("session").isNotNull()).withColumn(
+        "status", _delivery_status(F.col("status"), F.col("offset"))
+    )
     ends = parsed.where(F.col("type") == "session-end").select(
         F.col("pid").alias("session"), F.col("last_seq")[topic].alias("last_seq")
     )
@@ -461,10 +537,15 @@ def transform_seq_coverage(old_coverage: DataFrame, records: DataFrame) -> DataF
 def transform_ledger_open(old_open: DataFrame, new_entries: DataFrame, coverage: DataFrame) -> DataFrame:
     """Ledger entries whose sequence is not (yet) in the topic: the only ones a gap needs.
 
-    One entry per (session, seq); an `acked` entry wins over a `failed` one.
+    One entry per (session, seq), the strongest: `acked` > `unconfirmed` > `failed`.
     """
     entries = conform(old_open, LEDGER_ENTRY_SCHEMA).unionByName(conform(new_entries, LEDGER_ENTRY_SCHEMA))
-    rank = F.when(F.col("status") == "acked", 2).when(F.col("status") == "failed", 1).otherwise(0)
+    rank = (
+        F.when(F.col("status") == "acked", 3)
+        .when(F.col("status") == "unconfirmed", 2)
+        .when(F.col("status") == "failed", 1)
+        .otherwise(0)
+    )
     best = entries.groupBy("session", "seq").agg(F.max_by(F.struct(*entries.columns), rank).alias("e")).select("e.*")
     return conform(_range_anti(best, coverage, ["session"], "seq"), LEDGER_ENTRY_SCHEMA)
 
@@ -636,7 +717,8 @@ def find_gaps(coverage: DataFrame, ledger_open: DataFrame, bounds: DataFrame, wa
     """Holes in producer sessions' sequences up to each session's last ledgered seq.
 
     A hole seq with a `failed` ledger entry → send-failed; with an `acked` entry → broker-lost;
-    no entry → never-sent, reported as one finding per contiguous range. An acked entry whose
+    with an `unconfirmed` one (acks=0: the broker never confirmed it) → send-unconfirmed, a
+    send that may have been dropped, never broker-lost; no entry → never-sent, reported as one finding per contiguous range. An acked entry whose
     offset is below the partition's log start (expired by retention) or not yet read by this
     run (at or past `end`, e.g. in an open transaction) counts as present and is not reported.
     """
@@ -650,7 +732,7 @@ def find_gaps(coverage: DataFrame, ledger_open: DataFrame, bounds: DataFrame, wa
     unverifiable = acked_at & (
         (F.col("offset") < F.coalesce(F.col("_low"), F.lit(0))) | (F.col("offset") >= F.col("_end"))
     )
-    explained = entries.where(F.col("status").isin("acked", "failed"))
+    explained = entries.where(F.col("status").isin("acked", "unconfirmed", "failed"))
     reported = explained.where(~F.coalesce(unverifiable, F.lit(False)))
     ledger_evidence = F.struct(
         F.col("status"), F.col("partition"), F.col("offset"), F.col("error"), F.col("persisted"), F.col("ts_ms")
@@ -659,7 +741,9 @@ def find_gaps(coverage: DataFrame, ledger_open: DataFrame, bounds: DataFrame, wa
         reported,
         "gap",
         key=F.col("audit_id"),
-        cause=F.when(F.col("status") == "failed", F.lit("send-failed")).otherwise(F.lit("broker-lost")),
+        cause=F.when(F.col("status") == "failed", F.lit("send-failed"))
+        .when(F.col("status") == "unconfirmed", F.lit("send-unconfirmed"))
+        .otherwise(F.lit("broker-lost")),
         partition=F.when(F.col("partition") >= 0, F.col("partition")),
         offset=F.when(F.col("offset") >= 0, F.col("offset")),
         timestamp=_ms_to_ts(F.col("ts_ms")),

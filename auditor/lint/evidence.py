@@ -16,7 +16,7 @@ from collections.abc import Mapping
 FINDING_KINDS = ("missing", "duplicate", "orphan", "gap", "aborted", "unprocessed", "reprocessed")
 FINDING_CAUSES: Mapping[str, tuple[str, ...]] = {
     "duplicate": ("producer-retry", "app-resend", "unknown"),
-    "gap": ("send-failed", "broker-lost", "never-sent"),
+    "gap": ("send-failed", "send-unconfirmed", "broker-lost", "never-sent"),
     "orphan": ("no-key",),
 }
 
@@ -28,7 +28,8 @@ _NEVER_STARTED: Explained = (("missing", None),)  # the producer refuses to star
 
 EXPLAINS: Mapping[str, Explained] = {
     # producer
-    "P001": _LOST_BY_BROKER,
+    # acks=1 loses acked writes on failover; acks=0 sends are never confirmed (send-unconfirmed).
+    "P001": (*_LOST_BY_BROKER, ("gap", "send-unconfirmed")),
     "P002": _SEND_FAILED,
     "P003": _SEND_FAILED,
     "P004": _SEND_FAILED,

@@ -18,6 +18,9 @@ from auditor.probes.config import mask_config
 LEDGER_VERSION = 1
 ACKED = "acked"
 FAILED = "failed"
+# Sent with acks=0: the broker never confirms, so the record may or may not be in the log.
+UNCONFIRMED = "unconfirmed"
+PRODUCER_STATUSES = (ACKED, FAILED, UNCONFIRMED)
 PERSISTED = "persisted"
 POSSIBLY_PERSISTED = "possibly"
 NOT_PERSISTED = "not"
@@ -31,7 +34,7 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode
 # --- buffered entry shapes (hot path) --------------------------------------------
 # The probes buffer each entry as a tuple that already is the contract's JSON row,
 # so a batch is encoded by one C-level json call with no per-entry Python work.
-# producer row: (seq, "acked"|"failed", partition, offset, error|None, persisted, audit_id|None, ts_ms)
+# producer row: (seq, "acked"|"failed"|"unconfirmed", partition, offset, error|None, persisted, audit_id|None, ts_ms)
 # consumer row: (topic, partition, offset, audit_id|None, ts_ms)
 ProducerRow = tuple[int, str, int, int, str | None, str, str | None, int]
 ConsumerRow = tuple[str, int, int, str | None, int]
@@ -41,7 +44,7 @@ ConsumerRow = tuple[str, int, int, str | None, int]
 @dataclass(frozen=True, slots=True)
 class ProducerEntry:
     seq: int
-    status: Literal["acked", "failed"]
+    status: Literal["acked", "failed", "unconfirmed"]
     partition: int
     offset: int
     error: str | None
@@ -87,14 +90,30 @@ class SessionStart:
 
 
 @dataclass(frozen=True, slots=True)
+class HeaderProblems:
+    """Records of one topic a consumer received without audit headers (missing) or with
+    audit headers it could not decode (malformed)."""
+
+    missing: int = 0
+    malformed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class SessionEnd:
-    """A probe session flushed or closed; ``last_seq`` is per topic (producers only)."""
+    """A probe session checkpointed or closed.
+
+    Producers: ``last_seq`` per topic. Consumers: ``last_offset`` per topic and partition
+    (the offset of the last record marked processed) and ``header_problems`` per topic
+    (counts since the session started). Both are empty in records of older probes.
+    """
 
     kind: Literal["producer", "consumer"]
     session: str
     ts_ms: int
     last_seq: Mapping[str, int] = field(default_factory=dict)
     group: str | None = None
+    last_offset: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    header_problems: Mapping[str, HeaderProblems] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +141,16 @@ class LedgerDecodeError:
 
 
 LedgerRecord = ProducerBatch | ConsumerBatch | SessionStart | SessionEnd | ClientRecord
+
+
+def delivery_status(status: str, offset: int) -> str:
+    """A producer entry's status as every reader must take it.
+
+    An ``acked`` entry without an offset is ``unconfirmed``: probes written before that
+    status existed ledgered acks=0 sends as acked with an invalid offset, and the broker
+    never confirmed those.
+    """
+    return UNCONFIRMED if status == ACKED and offset < 0 else status
 
 
 # --- encoders -----------------------------------------------------------------------
@@ -200,7 +229,11 @@ def encode_session_end(
     ts_ms: int,
     last_seq: Mapping[str, int] | None = None,
     group: str | None = None,
+    last_offset: Mapping[str, Mapping[int, int]] | None = None,
+    header_problems: Mapping[str, HeaderProblems] | None = None,
 ) -> bytes:
+    """A ``session-end``: producers carry ``last_seq``; consumers ``last_offset`` and
+    ``header_problems`` (JSON object keys are strings, so partitions become decimal text)."""
     if kind == "producer":
         record: dict[str, Any] = {
             "v": LEDGER_VERSION,
@@ -210,7 +243,21 @@ def encode_session_end(
             "last_seq": dict(last_seq or {}),
         }
     else:
-        record = {"v": LEDGER_VERSION, "type": "session-end", "sid": session, "group": group, "ts": ts_ms}
+        record = {
+            "v": LEDGER_VERSION,
+            "type": "session-end",
+            "sid": session,
+            "group": group,
+            "ts": ts_ms,
+            "last_offset": {
+                topic: {str(partition): offset for partition, offset in sorted(offsets.items())}
+                for topic, offsets in sorted((last_offset or {}).items())
+            },
+            "header_problems": {
+                topic: {"missing": counts.missing, "malformed": counts.malformed}
+                for topic, counts in sorted((header_problems or {}).items())
+            },
+        }
     return _dumps(record).encode("ascii")
 
 
@@ -287,8 +334,8 @@ def _producer_entry(row: Any, index: int) -> ProducerEntry:
         raise _Invalid(f"entry {index} should be a list of 8 values")
     seq, status, partition, offset, error, persisted, audit_id, ts_ms = row
     where = f"entry {index}"
-    if status not in (ACKED, FAILED):
-        raise _Invalid(f"{where}: status should be 'acked' or 'failed', got {status!r:.40}")
+    if status not in PRODUCER_STATUSES:
+        raise _Invalid(f"{where}: status should be one of {list(PRODUCER_STATUSES)}, got {status!r:.40}")
     if persisted not in PERSISTED_VALUES:
         raise _Invalid(f"{where}: persisted should be one of {sorted(PERSISTED_VALUES)}, got {persisted!r:.40}")
     if error is not None and not isinstance(error, str):
@@ -326,6 +373,33 @@ def _consumer_entry(row: Any, index: int) -> ConsumerEntry:
         audit_id=audit_id,
         ts_ms=_int(ts_ms, f"{where}: ts_ms"),
     )
+
+
+def _last_offsets(raw: Mapping[str, Any]) -> dict[str, dict[int, int]]:
+    result: dict[str, dict[int, int]] = {}
+    for topic, partitions in raw.items():
+        if not isinstance(partitions, dict):
+            raise _Invalid(f"last_offset[{topic!r}] should be an object of partition: offset")
+        offsets: dict[int, int] = {}
+        for partition, offset in partitions.items():
+            if not (isinstance(partition, str) and partition.isdecimal()):
+                raise _Invalid(f"last_offset[{topic!r}]: partition should be decimal text, got {partition!r:.20}")
+            offsets[int(partition)] = _int(offset, f"last_offset[{topic!r}][{partition}]")
+        result[topic] = offsets
+    return result
+
+
+def _header_problems(raw: Mapping[str, Any]) -> dict[str, HeaderProblems]:
+    result: dict[str, HeaderProblems] = {}
+    for topic, counts in raw.items():
+        if not isinstance(counts, dict):
+            raise _Invalid(f"header_problems[{topic!r}] should be an object with 'missing' and 'malformed'")
+        missing = _int(counts.get("missing", 0), f"header_problems[{topic!r}].missing")
+        malformed = _int(counts.get("malformed", 0), f"header_problems[{topic!r}].malformed")
+        if missing < 0 or malformed < 0:
+            raise _Invalid(f"header_problems[{topic!r}]: counts should be >= 0")
+        result[topic] = HeaderProblems(missing, malformed)
+    return result
 
 
 def _decode_object(obj: Mapping[str, Any]) -> LedgerRecord:
@@ -380,12 +454,14 @@ def _decode_object(obj: Mapping[str, Any]) -> LedgerRecord:
             raw_last = _req(obj, "last_seq", dict)
             for topic, seq in raw_last.items():
                 last_seq[topic] = _int(seq, f"last_seq[{topic!r}]")
+            return SessionEnd(kind, session, _req(obj, "ts", int), last_seq, _opt(obj, "group", str))
         return SessionEnd(
             kind=kind,
             session=session,
             ts_ms=_req(obj, "ts", int),
-            last_seq=last_seq,
             group=_opt(obj, "group", str),
+            last_offset=_last_offsets(_opt(obj, "last_offset", dict) or {}),
+            header_problems=_header_problems(_opt(obj, "header_problems", dict) or {}),
         )
     raise _Invalid(f"unknown record type {record_type!r:.40}")
 

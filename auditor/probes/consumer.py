@@ -17,6 +17,7 @@ from typing import Any, Literal
 from confluent_kafka import Consumer, Message, Producer, TopicPartition, libversion
 
 from auditor.probes.codec import (
+    HeaderProblems,
     consumer_batch_header,
     encode_client_record,
     encode_session_end,
@@ -66,7 +67,10 @@ class AuditedConsumer:
 
     ``stats()`` counts received records (poll/consume, errors and events
     excluded), processed marks, and records whose audit headers are missing or
-    malformed (see ``parse_audit_headers``). ``consumer_factory`` and
+    malformed (see ``parse_audit_headers``). The per-topic header counts and the
+    last processed offset per partition also go to the ledger in ``session-end``
+    records: a checkpoint every ``ledger_flush_interval_s`` when either changed,
+    on ``flush_ledger()``, and a final one on ``close()``. ``consumer_factory`` and
     ``producer_factory`` build the wrapped consumer and the ledger producer.
     """
 
@@ -97,6 +101,12 @@ class AuditedConsumer:
         self._processed = 0
         self._missing = 0
         self._malformed = 0
+        # topic -> [missing, malformed]; touched only for records with bad headers.
+        self._header_problems: dict[str, list[int]] = {}
+        # topic -> partition -> offset of the last record marked processed, learnt from
+        # the marks as the writer drains them (so it never runs ahead of the ledger).
+        self._last_offsets: dict[str, dict[int, int]] = {}
+        self._last_checkpoint: tuple[Any, Any] = ({}, {})
         self._last_msg: Message | None = None
         self._last_id: bytes | str | None = None
         self._closed = False
@@ -110,7 +120,7 @@ class AuditedConsumer:
             name=f"consumer-{self.session_id[:8]}",
             producer_factory=producer_factory,
         )
-        self._rows = self._ledger.stream(consumer_batch_header(self.session_id, self.group))
+        self._rows = self._ledger.stream(consumer_batch_header(self.session_id, self.group), self._observe_marks)
         self._batch_size = ledger_batch_size
         now_ms = _time_ns() // 1_000_000
         self._ledger.write(
@@ -129,18 +139,27 @@ class AuditedConsumer:
             ),
             topic=clients_topic,
         )
+        self._ledger.set_checkpoint(self._session_end)
 
     # --- receiving ---------------------------------------------------------------------
     def _inspect(self, msg: Message) -> None:
         status, audit_id = fast_audit_id(msg.headers())
         self._received += 1
         if status:
-            if status == 1:
-                self._missing += 1
-            else:
-                self._malformed += 1
+            self._count_bad_headers(msg, status)
         self._last_msg = msg
         self._last_id = audit_id
+
+    def _count_bad_headers(self, msg: Message, status: int) -> None:
+        counts = self._header_problems.get(msg.topic())
+        if counts is None:
+            counts = self._header_problems[msg.topic()] = [0, 0]
+        if status == 1:
+            self._missing += 1
+            counts[0] += 1
+        else:
+            self._malformed += 1
+            counts[1] += 1
 
     def poll(self, timeout: float | None = None) -> Message | None:
         msg = self._consumer.poll(-1 if timeout is None else timeout)
@@ -150,10 +169,7 @@ class AuditedConsumer:
         status, audit_id = fast_audit_id(msg.headers())
         self._received += 1
         if status:
-            if status == 1:
-                self._missing += 1
-            else:
-                self._malformed += 1
+            self._count_bad_headers(msg, status)
         self._last_msg = msg
         self._last_id = audit_id
         return msg
@@ -185,6 +201,41 @@ class AuditedConsumer:
     def processing(self, msg: Message) -> _Processing:
         """Context manager: marks ``msg`` processed when the block exits without an exception."""
         return _Processing(self, msg)
+
+    # --- session checkpoints ---------------------------------------------------------------
+    def _observe_marks(self, rows: list[Any]) -> None:
+        last = self._last_offsets
+        for topic, partition, offset, _, _ in rows:
+            offsets = last.get(topic)
+            if offsets is None:
+                offsets = last[topic] = {}
+            offsets[partition] = offset
+
+    def header_problems(self) -> dict[str, HeaderProblems]:
+        """Per topic: records received without audit headers / with malformed ones."""
+        # dict() copies in one C call: poll() may add a topic on another thread meanwhile.
+        return {topic: HeaderProblems(c[0], c[1]) for topic, c in dict(self._header_problems).items()}
+
+    def last_offsets(self) -> dict[str, dict[int, int]]:
+        """Per topic and partition, the offset of the last mark handed to the ledger."""
+        return {topic: dict(offsets) for topic, offsets in dict(self._last_offsets).items()}
+
+    def _session_end(self, force: bool) -> bytes | None:
+        # Runs under the ledger's write lock after its drain: last_offsets covers exactly
+        # the marks written before this record.
+        state = (self.last_offsets(), self.header_problems())
+        if not force and state == self._last_checkpoint:
+            return None
+        self._last_checkpoint = state
+        last_offset, problems = state
+        return encode_session_end(
+            "consumer",
+            self.session_id,
+            _time_ns() // 1_000_000,
+            group=self.group,
+            last_offset=last_offset,
+            header_problems=problems,
+        )
 
     # --- offsets ----------------------------------------------------------------------------
     def commit(
@@ -244,7 +295,9 @@ class AuditedConsumer:
 
     # --- lifecycle --------------------------------------------------------------------------
     def flush_ledger(self, timeout: float | None = None) -> int:
-        """Write buffered marks now and wait for them; returns ledger records still in flight."""
+        """Write buffered marks (and a session-end checkpoint if anything changed) now and
+        wait for them; returns ledger records still in flight."""
+        self._ledger.write_checkpoint()
         return self._ledger.flush(self._ledger_flush_timeout_s if timeout is None else timeout)
 
     def close(self) -> None:
@@ -258,8 +311,7 @@ class AuditedConsumer:
         try:
             self._consumer.close()
         finally:
-            end = encode_session_end("consumer", self.session_id, _time_ns() // 1_000_000, group=self.group)
-            self._ledger.write(end)
+            self._ledger.write_checkpoint(force=True)
             self._ledger.close(self._ledger_flush_timeout_s)
 
     def __enter__(self) -> AuditedConsumer:

@@ -15,17 +15,21 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from auditor.probes.codec import (
+    ACKED,
+    UNCONFIRMED,
     ConsumerBatch,
+    HeaderProblems,
     LedgerDecodeError,
     LedgerRecord,
     ProducerBatch,
     ProducerEntry,
     SessionEnd,
     SessionStart,
+    delivery_status,
 )
 from auditor.probes.headers import parse_audit_headers
 
-GapReason = Literal["acked-not-seen", "failed", "unledgered"]
+GapReason = Literal["acked-not-seen", "unconfirmed-not-seen", "failed", "unledgered"]
 
 
 # --- producer ledger --------------------------------------------------------------------
@@ -36,6 +40,8 @@ class TopicLedger:
     last_seq: int = -1
     acked: dict[int, tuple[int, int]] = field(default_factory=dict)  # seq -> (partition, offset)
     failed: dict[int, ProducerEntry] = field(default_factory=dict)
+    # Sent with acks=0: left the client, the broker never confirmed it.
+    unconfirmed: dict[int, ProducerEntry] = field(default_factory=dict)
 
     @property
     def acked_seqs(self) -> set[int]:
@@ -72,14 +78,31 @@ class ProducerSession:
         return ledger
 
 
+def _add_entry(ledger: TopicLedger, entry: ProducerEntry) -> None:
+    status = delivery_status(entry.status, entry.offset)
+    seq = entry.seq
+    if status == ACKED:
+        ledger.acked[seq] = (entry.partition, entry.offset)
+        ledger.unconfirmed.pop(seq, None)
+        ledger.failed.pop(seq, None)
+    elif seq in ledger.acked:
+        return
+    elif status == UNCONFIRMED:
+        ledger.unconfirmed[seq] = entry
+        ledger.failed.pop(seq, None)
+    elif seq not in ledger.unconfirmed:
+        ledger.failed[seq] = entry
+
+
 def summarize_producer_ledger(
     records: Iterable[LedgerRecord | LedgerDecodeError],
 ) -> dict[str, ProducerSession]:
     """Per producer session: last ledgered seq, acked and failed entries per topic.
 
     The last seq is the highest of any entry's seq and any session-end's
-    ``last_seq``. A seq both acked and failed (it cannot be in one ledger, but
-    merged ledgers can disagree) counts as acked: the record is in the log.
+    ``last_seq``. A seq with several entries (it cannot be in one ledger, but
+    merged ledgers can disagree) keeps the strongest: acked > unconfirmed > failed.
+    An ``acked`` entry without an offset counts as unconfirmed (``delivery_status``).
     Decode errors and consumer records are ignored.
     """
     sessions: dict[str, ProducerSession] = {}
@@ -97,11 +120,7 @@ def summarize_producer_ledger(
                 current.client_id = record.client_id
             ledger = current.topic(record.topic)
             for entry in record.entries:
-                if entry.status == "acked":
-                    ledger.acked[entry.seq] = (entry.partition, entry.offset)
-                    ledger.failed.pop(entry.seq, None)
-                elif entry.seq not in ledger.acked:
-                    ledger.failed[entry.seq] = entry
+                _add_entry(ledger, entry)
                 if entry.seq > ledger.last_seq:
                     ledger.last_seq = entry.seq
         elif isinstance(record, SessionStart) and record.kind == "producer":
@@ -175,7 +194,8 @@ def find_sequence_gaps(
     Only sessions in ``ledger`` are checked, and only up to each session's last
     ledgered seq per topic, so a crashed session's unflushed tail is never a gap.
     Reasons: ``acked-not-seen`` (broker acked it, the topic lacks it),
-    ``unledgered`` (inside the ledgered range but without an entry), and
+    ``unconfirmed-not-seen`` (sent with acks=0, never confirmed, the topic lacks
+    it: the send may have been dropped; never a broker-side loss), ``unledgered`` (inside the ledgered range but without an entry), and
     ``failed`` (the producer was told it failed; reported only with
     ``include_failed`` since the ledger already explains it).
     """
@@ -193,6 +213,8 @@ def find_sequence_gaps(
                 if seq not in seen_seqs:
                     if seq in topic_ledger.acked:
                         reason = "acked-not-seen"
+                    elif seq in topic_ledger.unconfirmed:
+                        reason = "unconfirmed-not-seen"
                     elif seq in topic_ledger.failed:
                         reason = "failed" if include_failed else None
                     else:
@@ -239,18 +261,23 @@ class ConsumerSession:
     client_id: str | None = None
     host: str | None = None
     started_ms: int | None = None
-    ended_ms: int | None = None
+    ended_ms: int | None = None  # the latest session-end (a checkpoint or close())
     processed: set[tuple[str, int, int]] = field(default_factory=set)  # (topic, partition, offset)
+    # From the latest session-end: where the session stopped, and its header counts.
+    last_offset: dict[tuple[str, int], int] = field(default_factory=dict)  # (topic, partition) -> offset
+    header_problems: dict[str, HeaderProblems] = field(default_factory=dict)
 
     @property
     def ended(self) -> bool:
+        """False for a session that crashed before any checkpoint or close() was ledgered."""
         return self.ended_ms is not None
 
 
 def summarize_consumer_ledger(
     records: Iterable[LedgerRecord | LedgerDecodeError],
 ) -> dict[str, ConsumerSession]:
-    """Per consumer session: group and the (topic, partition, offset) it marked processed."""
+    """Per consumer session: group, the (topic, partition, offset) it marked processed, and
+    from its latest session-end the last processed offset per partition and header counts."""
     sessions: dict[str, ConsumerSession] = {}
 
     def session(sid: str) -> ConsumerSession:
@@ -274,6 +301,12 @@ def summarize_consumer_ledger(
             current = session(record.session)
             if current.ended_ms is None or record.ts_ms >= current.ended_ms:
                 current.ended_ms = record.ts_ms
+                current.last_offset = {
+                    (topic, partition): offset
+                    for topic, offsets in record.last_offset.items()
+                    for partition, offset in offsets.items()
+                }
+                current.header_problems = dict(record.header_problems)
     return sessions
 
 

@@ -28,6 +28,8 @@ from auditor.probes.codec import (
     ACKED,
     FAILED,
     PERSISTED,
+    POSSIBLY_PERSISTED,
+    UNCONFIRMED,
     encode_client_record,
     encode_session_end,
     encode_session_start,
@@ -55,6 +57,14 @@ UserHeaders = Sequence[tuple[str, Any]] | Mapping[str, Any] | None
 
 _time_ns = time.time_ns
 _UUID_BATCH = 1024
+
+
+def _acks_zero(config: Mapping[str, Any]) -> bool:
+    """True when the producer sends fire-and-forget (acks=0 or its librdkafka alias)."""
+    for name in ("acks", "request.required.acks"):
+        if name in config:
+            return str(config[name]).strip() == "0"
+    return False
 
 
 def _truthy(value: Any) -> bool:
@@ -122,7 +132,8 @@ class AuditedProducer:
     or ``on_delivery`` in the config) is still called with the same (err, msg).
     The inner producer always reports every delivery (the ledger needs the
     acks); a configured ``delivery.report.only.error=true`` is honoured for the
-    application's callback only.
+    application's callback only. With ``acks=0`` the broker confirms nothing:
+    those reports are ledgered ``unconfirmed`` (partition, no offset), never ``acked``.
 
     Ledger: one row per delivery report, buffered and written in batches of
     ``ledger_batch_size`` or every ``ledger_flush_interval_s`` through a separate
@@ -152,6 +163,7 @@ class AuditedProducer:
         self._config = dict(config)
         self._default_on_delivery: DeliveryCallback | None = client_config.pop("on_delivery", None)
         self._only_error_reports = _truthy(client_config.pop("delivery.report.only.error", False))
+        self._unconfirmed_sends = _acks_zero(client_config)
         self._producer = producer_factory(client_config)
         self._key_fn = key_fn
         self._ledger_flush_timeout_s = ledger_flush_timeout_s
@@ -197,6 +209,9 @@ class AuditedProducer:
         batch_size = self._ledger.batch_size
         flush_entries = self._ledger.flush_entries
         only_errors = self._only_error_reports
+        # With acks=0 the broker answers nothing: a "successful" report only means the
+        # request left the client, so the entry is unconfirmed, never acked.
+        unconfirmed = self._unconfirmed_sends
         time_ns = _time_ns
 
         def on_delivery(
@@ -209,10 +224,15 @@ class AuditedProducer:
         ) -> None:
             if err is None:
                 offset = msg.offset()
-                rows.append(
-                    (seq, ACKED, msg.partition(), -1 if offset is None else offset, None, PERSISTED, audit_id,
-                     time_ns() // 1_000_000)
-                )  # fmt: skip
+                if unconfirmed or offset is None or offset < 0:
+                    rows.append(
+                        (seq, UNCONFIRMED, msg.partition(), -1, None, POSSIBLY_PERSISTED, audit_id,
+                         time_ns() // 1_000_000)
+                    )  # fmt: skip
+                else:
+                    rows.append(
+                        (seq, ACKED, msg.partition(), offset, None, PERSISTED, audit_id, time_ns() // 1_000_000)
+                    )
             else:
                 partition = msg.partition()
                 rows.append(

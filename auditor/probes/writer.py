@@ -25,6 +25,14 @@ from auditor.probes.headers import decode_audit_id
 
 logger = logging.getLogger(__name__)
 
+# Called, under the write lock, with each batch of a stream's rows once they were handed
+# to the ledger producer (the consumer learns its last processed offsets this way, off
+# its hot path).
+RowObserver = Callable[[list[Any]], None]
+# Builds the checkpoint record (under the write lock, after every buffered row was
+# drained); None when nothing changed since the last one, unless forced.
+Checkpoint = Callable[[bool], bytes | None]
+
 # How long a write keeps retrying when the ledger producer's local queue is full
 # before it gives up on a record (it is then counted in `records_dropped`).
 _QUEUE_FULL_RETRY_S = 10.0
@@ -65,7 +73,8 @@ class LedgerWriter:
         config = dict(producer_config)
         config.setdefault("error_cb", self._on_client_error)
         self._producer = producer_factory(config)
-        self._streams: list[tuple[dict[str, Any], deque[Any]]] = []
+        self._streams: list[tuple[dict[str, Any], deque[Any], RowObserver | None]] = []
+        self._checkpoint: Checkpoint | None = None
         self._write_lock = threading.Lock()
         self.records_written = 0
         self.records_acked = 0
@@ -76,12 +85,29 @@ class LedgerWriter:
         self._thread = threading.Thread(target=self._run, name=f"audit-ledger-{name}", daemon=True)
         self._thread.start()
 
-    def stream(self, header: Mapping[str, Any]) -> deque[Any]:
+    def stream(self, header: Mapping[str, Any], observe: RowObserver | None = None) -> deque[Any]:
         """A new buffer whose rows are written as records of ``header`` + entries."""
         rows: deque[Any] = deque()
         with self._write_lock:
-            self._streams.append((dict(header), rows))
+            self._streams.append((dict(header), rows, observe))
         return rows
+
+    def set_checkpoint(self, checkpoint: Checkpoint | None) -> None:
+        """Have the background flush also write ``checkpoint``'s record when it has one."""
+        self._checkpoint = checkpoint
+
+    def write_checkpoint(self, force: bool = False) -> bool:
+        """Drain the buffers, then write the checkpoint record if it has one (always if forced)."""
+        checkpoint = self._checkpoint
+        if checkpoint is None:
+            return False
+        with self._write_lock:
+            self._drain_locked()
+            value = checkpoint(force)
+            if value is None:
+                return False
+            self._produce_locked(self.topic, value)
+            return True
 
     # --- writing ---------------------------------------------------------------------
     def flush_entries(self) -> int:
@@ -120,11 +146,11 @@ class LedgerWriter:
         return 0
 
     def pending_count(self) -> int:
-        return sum(len(rows) for _, rows in self._streams)
+        return sum(len(rows) for _, rows, _ in self._streams)
 
     def _drain_locked(self) -> int:
         drained = 0
-        for header, rows in self._streams:
+        for header, rows, observe in self._streams:
             count = len(rows)
             if not count:
                 continue
@@ -143,6 +169,8 @@ class LedgerWriter:
                     continue
             for value in records:
                 self._produce_locked(self.topic, value)
+            if observe is not None:
+                observe(batch)
             drained += count
         return drained
 
@@ -166,6 +194,7 @@ class LedgerWriter:
         while not self._stop.wait(self.flush_interval_s):
             try:
                 self.flush_entries()
+                self.write_checkpoint()
                 self._producer.poll(0)
             except Exception:
                 logger.exception("audit ledger %s: background flush failed", self.topic)

@@ -63,6 +63,11 @@ def summary_lines(run: ReconcileRun) -> list[str]:
         lines.append(
             f"  {'unverifiable':<12} {run.unverifiable:>8}  (rows whose records were deleted before they were read)"
         )
+    headers = dict(run.header_counts())
+    lines.append(
+        f"  records read without audit headers: {headers['records_without_headers']}, "
+        f"with malformed audit headers: {headers['records_malformed_headers']}"
+    )
     lines += [f"warning: {warning}" for warning in run.warnings]
     shown = list(Finding.objects.filter(run=run).order_by(*Finding._meta.ordering)[:SHOWN_FINDINGS])
     if shown:

@@ -23,6 +23,9 @@ from auditor.pipelines.models import Binding
 # The job's run count (not a finding kind) of source rows past grace without a record that
 # could not be checked: records that old were deleted from the topic before it read them.
 UNVERIFIABLE = "unverifiable"
+# Counts a run reports beside its findings (spark_jobs/reconcile_transform.RECORD_COUNTS):
+# records it read without any audit header, and with audit headers it could not decode.
+HEADER_COUNTS = ("records_without_headers", "records_malformed_headers")
 
 
 class ReconcileRun(models.Model):
@@ -47,6 +50,8 @@ class ReconcileRun(models.Model):
     duration_seconds = models.FloatField(null=True, blank=True)
     window = models.JSONField(default=dict, blank=True, help_text="source rows read: lower, upper, grace cutoff")
     offset_ranges = models.JSONField(default=dict, blank=True, help_text="topic and ledgers: {partition: [start, end]}")
+    # Also UNVERIFIABLE (rows) and HEADER_COUNTS (records), which are not findings: read them
+    # with unverifiable / header_counts().
     counts = models.JSONField(default=dict, blank=True, help_text="findings per kind, and unverifiable rows")
     new_findings = models.PositiveIntegerField(default=0)
     records_read = models.BigIntegerField(default=0)
@@ -86,6 +91,10 @@ class ReconcileRun(models.Model):
         """Source rows this run could not check (never counted as findings)."""
         return int((self.counts or {}).get(UNVERIFIABLE, 0))
 
+    def header_counts(self) -> list[tuple[str, int]]:
+        """Records this run read without audit headers / with malformed ones (0 for older runs)."""
+        return [(name, int((self.counts or {}).get(name, 0))) for name in HEADER_COUNTS]
+
     def as_event(self) -> dict[str, Any]:
         """The JSON shape of a run: live events, the JSON API and `audit reconcile --json`."""
         return {
@@ -99,7 +108,11 @@ class ReconcileRun(models.Model):
             "started_at": self.started_at.isoformat() if self.started_at else None,
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "duration_s": self.duration_seconds,
-            "counts": dict(self.kind_counts()) | {UNVERIFIABLE: self.unverifiable} if self.status == self.OK else {},
+            "counts": (
+                dict(self.kind_counts()) | {UNVERIFIABLE: self.unverifiable} | dict(self.header_counts())
+                if self.status == self.OK
+                else {}
+            ),
             "total_findings": self.total_findings,
             "new_findings": self.new_findings,
             "records_read": self.records_read,

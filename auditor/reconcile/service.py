@@ -29,7 +29,7 @@ from auditor.lib.secrets import MissingEnvError
 from auditor.lint.evidence import FINDING_CAUSES, FINDING_KINDS
 from auditor.pipelines.models import Binding
 from auditor.reconcile import conf, job
-from auditor.reconcile.models import UNVERIFIABLE, Finding, FindingStaging, ReconcileRun
+from auditor.reconcile.models import HEADER_COUNTS, UNVERIFIABLE, Finding, FindingStaging, ReconcileRun
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,8 @@ def finish_run(run: ReconcileRun, result: dict[str, Any]) -> ReconcileRun:
     """Publish a finished job's result: its findings appear at once, or the run fails."""
     if result.get("status") != "ok":
         return fail_run(run, str(result.get("error") or "the job failed without saying why"), result)
-    counts = {kind: int(n) for kind, n in (result.get("counts") or {}).items()}
+    counts = {name: int(n) for name, n in (result.get("counts") or {}).items()}
+    total_findings = sum(counts.get(kind, 0) for kind in FINDING_KINDS)
     try:
         with transaction.atomic():
             locked = ReconcileRun.objects.select_for_update().select_related("binding").get(pk=run.pk)
@@ -191,12 +192,13 @@ def finish_run(run: ReconcileRun, result: dict[str, Any]) -> ReconcileRun:
                 log.warning("reconcile run %s finished after it was marked %s", run.pk, locked.status)
                 return locked
             moved = _move_staged_findings(locked)
-            expected = sum(counts.get(kind, 0) for kind in FINDING_KINDS)
-            if moved != expected:
-                raise LoadError(f"findings load incomplete: the job counted {expected}, the staging table held {moved}")
+            if moved != total_findings:
+                raise LoadError(
+                    f"findings load incomplete: the job counted {total_findings}, the staging table held {moved}"
+                )
             _apply_result(locked, result)
             locked.status = ReconcileRun.OK
-            locked.counts = {kind: counts.get(kind, 0) for kind in (*FINDING_KINDS, UNVERIFIABLE)}
+            locked.counts = {name: counts.get(name, 0) for name in (*FINDING_KINDS, UNVERIFIABLE, *HEADER_COUNTS)}
             locked.new_findings = int(result.get("new_findings") or 0)
             locked.save()
             _publish(locked)

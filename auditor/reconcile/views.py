@@ -22,7 +22,7 @@ from auditor.lint.models import LintResultRow
 from auditor.lint.service import latest_scan
 from auditor.pipelines.models import Binding
 from auditor.reconcile import records
-from auditor.reconcile.models import Finding, ReconcileRun
+from auditor.reconcile.models import HEADER_COUNTS, Finding, ReconcileRun
 from auditor.reconcile.service import RunInProgress, current_run_ids
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ def runs(request: HttpRequest) -> HttpResponse:
             "runs_page": {
                 "binding": binding.name if binding else None,
                 "kinds": list(FINDING_KINDS),
+                "header_counts": list(HEADER_COUNTS),
                 "points": chart_points(binding),
                 "findings_url": reverse("reconcile:findings"),
             },

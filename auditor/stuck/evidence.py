@@ -57,7 +57,7 @@ class LedgerEntry:
     audit_id: str
     session: str
     seq: int
-    status: str  # acked | failed
+    status: str  # acked | unconfirmed | failed (docs/contracts.md)
     partition: int
     offset: int
     error: str | None

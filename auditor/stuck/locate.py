@@ -31,7 +31,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from auditor.probes.codec import ConsumerBatch, ProducerBatch, decode_ledger_record
+from auditor.probes.codec import ConsumerBatch, ProducerBatch, decode_ledger_record, delivery_status
 from auditor.probes.headers import AUDIT_PID, AUDIT_SEQ
 from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark
 from auditor.stuck.kafka_view import ReadPlan, client_settings
@@ -370,7 +370,15 @@ def _locate_producer_ledger(
             if e.audit_id is not None and e.audit_id in keys:
                 result.ledger_entries.setdefault(e.audit_id, []).append(
                     LedgerEntry(
-                        e.audit_id, record.pid, e.seq, e.status, e.partition, e.offset, e.error, e.persisted, e.ts_ms
+                        e.audit_id,
+                        record.pid,
+                        e.seq,
+                        delivery_status(e.status, e.offset),
+                        e.partition,
+                        e.offset,
+                        e.error,
+                        e.persisted,
+                        e.ts_ms,
                     )
                 )
 

@@ -20,7 +20,9 @@ Decision, in order:
    acked at an offset the log still covers -> broker-lost; acked at an offset below the
    log start -> deleted: processed mark -> processed-not-updated; the group had not
    reached it, or moved past it without reading its neighbours while they existed ->
-   expired; it read its neighbours but not it -> skipped; a failed ledger entry and no
+   expired; it read its neighbours but not it -> skipped; sent unconfirmed (acks=0, the
+   broker never answers) and its partition still holds everything since the send ->
+   produce-failed (never broker-lost), else unknown; a failed ledger entry and no
    ack -> produce-failed; no ledger entry -> never-produced when the topic (or the
    ledger) still holds everything since the row was created, else unknown.
 """
@@ -31,6 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from auditor.probes.codec import ACKED, UNCONFIRMED, delivery_status
 from auditor.stuck.evidence import (
     ClusterView,
     Diagnosis,
@@ -268,17 +271,10 @@ def _not_in_topic(
             "never-produced, produce-failed and broker-lost cannot be told apart",
             evidence,
         )
-    acked = [e for e in entries if e.status == "acked"]
+    acked = [e for e in entries if delivery_status(e.status, e.offset) == ACKED]
     if acked:
         entry = acked[-1]
         state = view.partitions.get(entry.partition)
-        if entry.partition < 0 or entry.offset < 0:
-            return Diagnosis(
-                "unknown",
-                "the producer ledger says it was delivered, without an offset (acks=0?), and it is not in "
-                f"{view.topic}: the broker may never have written it",
-                evidence,
-            )
         if state is None:
             return Diagnosis(
                 "unknown",
@@ -295,6 +291,9 @@ def _not_in_topic(
                 evidence,
             )
         return _deleted(row, entry, state, marks, view, evidence)
+    unconfirmed = [e for e in entries if delivery_status(e.status, e.offset) == UNCONFIRMED]
+    if unconfirmed:
+        return _unconfirmed_absent(unconfirmed[-1], view, evidence)
     failed = [e for e in entries if e.status == "failed"]
     if failed:
         entry = failed[-1]
@@ -334,6 +333,34 @@ def _not_in_topic(
         "unknown",
         f"{view.topic} no longer holds records that old (oldest remaining record: "
         f"{ms_to_iso(topic_since) or 'unknown'}) and there is no ledger evidence for this key",
+        evidence,
+    )
+
+
+def _unconfirmed_absent(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any]) -> Diagnosis:
+    """Sent with acks=0 and not in the topic: a send that may have been dropped.
+
+    The broker never confirmed it, so its absence is never a broker-side loss. It is a
+    failed produce only while its partition still holds everything since it was sent:
+    otherwise retention could have removed it after it was written.
+    """
+    state = view.partitions.get(entry.partition)
+    where = f"{view.topic}/{entry.partition}" if entry.partition >= 0 else view.topic
+    sent = ms_to_iso(entry.ts_ms) or "an unknown time"
+    if state is not None and entry.ts_ms is not None:
+        oldest = 0 if state.low == 0 else state.low_timestamp_ms
+        if _complete(oldest, entry.ts_ms):
+            return Diagnosis(
+                "produce-failed",
+                f"sent with acks=0 at {sent} (fire-and-forget: the broker never confirmed it, and such sends are "
+                f"never retried) and {where} has no record with this key although it still holds everything "
+                "since then: the send was dropped before the broker wrote it",
+                evidence,
+            )
+    return Diagnosis(
+        "unknown",
+        f"sent with acks=0 at {sent}, never confirmed by the broker, and not in {where}; records that old are "
+        "no longer all there, so a dropped send and one written then deleted by retention cannot be told apart",
         evidence,
     )
 

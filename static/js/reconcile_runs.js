@@ -7,7 +7,8 @@
   const tbody = document.querySelector("#runs tbody");
   const state = document.getElementById("run-state");
 
-  // Findings only: counts also carries "unverifiable", rows that could not be checked.
+  // Findings only: counts also carry "unverifiable" (rows that could not be checked) and the
+  // header counts (page.header_counts), which count records.
   function total(counts) {
     return page.kinds.reduce(function (sum, kind) { return sum + ((counts || {})[kind] || 0); }, 0);
   }
@@ -88,6 +89,10 @@
     cell(tr, run.started_at ? shortTime(run.started_at) : shortTime(run.created_at) + " (queued)");
     cell(tr, run.duration_s === null || run.duration_s === undefined ? "" : run.duration_s.toFixed(1) + "s", "num");
     cell(tr, ok ? run.records_read : "", "num");
+    page.header_counts.forEach(function (name) {
+      const n = ok ? (run.counts[name] || 0) : "";
+      cell(tr, n, "num" + (n ? " nonzero" : "")).dataset.count = name;
+    });
     page.kinds.forEach(function (kind) {
       const n = ok ? (run.counts[kind] || 0) : "";
       cell(tr, n, "num" + (n ? " nonzero" : ""));

@@ -52,7 +52,10 @@ def test_it_finds_the_rules_that_explain_a_finding() -> None:
     assert rules_explaining("orphan") == []
 
 
-@pytest.mark.parametrize(("rule", "labels"), [("C004", ["reprocessed"]), ("P001", ["gap (broker-lost)", "missing"])])
+@pytest.mark.parametrize(
+    ("rule", "labels"),
+    [("C004", ["reprocessed"]), ("P001", ["gap (broker-lost)", "missing", "gap (send-unconfirmed)"])],
+)
 def test_it_names_the_findings_of_a_stored_result(rule: str, labels: list[str]) -> None:
     row = LintResultRow(rule=rule)
     assert row.explains() == explains(rule)

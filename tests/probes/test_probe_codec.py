@@ -11,6 +11,7 @@ from auditor.probes import (
     ClientRecord,
     ConsumerBatch,
     ConsumerEntry,
+    HeaderProblems,
     LedgerDecodeError,
     ProducerBatch,
     ProducerEntry,
@@ -18,6 +19,7 @@ from auditor.probes import (
     SessionStart,
     decode_ledger_record,
     decode_ledger_records,
+    delivery_status,
     encode_client_record,
     encode_consumer_batch,
     encode_producer_batch,
@@ -83,6 +85,67 @@ def test_it_round_trips_session_records_of_both_kinds() -> None:
     assert decode_ledger_record(consumer_start) == SessionStart("consumer", "s" * 32, "app", 12, "h", "g")
     consumer_end = encode_session_end("consumer", "s" * 32, 13, group="g")
     assert decode_ledger_record(consumer_end) == SessionEnd("consumer", "s" * 32, 13, {}, "g")
+
+
+def test_it_round_trips_an_unconfirmed_acks_0_entry() -> None:
+    [raw] = encode_producer_batch(PID, "app", "tickets", [(0, "unconfirmed", 3, -1, None, "possibly", "t-1", 7)])
+    assert json.loads(raw)["entries"] == [[0, "unconfirmed", 3, -1, None, "possibly", "t-1", 7]]
+    assert decode_ledger_record(raw) == ProducerBatch(
+        PID, "app", "tickets", (ProducerEntry(0, "unconfirmed", 3, -1, None, "possibly", "t-1", 7),)
+    )
+
+
+def test_it_reads_an_ack_without_an_offset_as_unconfirmed() -> None:
+    assert delivery_status("acked", -1001) == "unconfirmed"
+    assert delivery_status("acked", -1) == "unconfirmed"
+    assert delivery_status("acked", 0) == "acked"
+    assert delivery_status("failed", -1) == "failed"
+    assert delivery_status("unconfirmed", -1) == "unconfirmed"
+
+
+def test_it_writes_where_a_consumer_session_ended_and_its_header_counts() -> None:
+    raw = encode_session_end(
+        "consumer",
+        "s" * 32,
+        13,
+        group="g",
+        last_offset={"tickets": {1: 9, 0: 41}, "audit": {2: 0}},
+        header_problems={"tickets": HeaderProblems(missing=3, malformed=1)},
+    )
+    assert raw == (
+        b'{"v":1,"type":"session-end","sid":"' + b"s" * 32 + b'","group":"g","ts":13,'
+        b'"last_offset":{"audit":{"2":0},"tickets":{"0":41,"1":9}},'
+        b'"header_problems":{"tickets":{"missing":3,"malformed":1}}}'
+    )
+    assert decode_ledger_record(raw) == SessionEnd(
+        "consumer",
+        "s" * 32,
+        13,
+        group="g",
+        last_offset={"tickets": {0: 41, 1: 9}, "audit": {2: 0}},
+        header_problems={"tickets": HeaderProblems(3, 1)},
+    )
+
+
+def test_it_reads_consumer_session_ends_of_older_probes_as_empty() -> None:
+    old = b'{"v":1,"type":"session-end","sid":"s","group":"g","ts":13}'
+    assert decode_ledger_record(old) == SessionEnd("consumer", "s", 13, group="g")
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b'{"v":1,"type":"session-end","sid":"s","ts":1,"last_offset":{"t":{"x":1}}}', "partition should be decimal"),
+        (b'{"v":1,"type":"session-end","sid":"s","ts":1,"last_offset":{"t":{"0":"1"}}}', "last_offset['t'][0]"),
+        (b'{"v":1,"type":"session-end","sid":"s","ts":1,"last_offset":{"t":5}}', "last_offset['t'] should be"),
+        (b'{"v":1,"type":"session-end","sid":"s","ts":1,"header_problems":{"t":{"missing":-1}}}', ">= 0"),
+        (b'{"v":1,"type":"session-end","sid":"s","ts":1,"header_problems":{"t":{"malformed":"2"}}}', "malformed"),
+        (b'{"v":1,"type":"session-end","sid":"s","ts":1,"header_problems":[1]}', "should be dict"),
+    ],
+)
+def test_it_rejects_bad_consumer_session_ends(raw: bytes, reason: str) -> None:
+    result = decode_ledger_record(raw)
+    assert isinstance(result, LedgerDecodeError) and reason in result.reason
 
 
 def test_it_masks_the_config_of_a_client_record_whatever_the_caller_passes() -> None:

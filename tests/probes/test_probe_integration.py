@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,9 @@ from auditor.probes import (
     AuditedConsumer,
     AuditedProducer,
     ClientRecord,
+    HeaderProblems,
     ProducerBatch,
+    SequenceGap,
     SessionEnd,
     SessionStart,
     find_duplicate_sequences,
@@ -336,3 +339,88 @@ def test_it_never_reports_a_gap_past_a_crashed_sessions_ledger(
     assert find_duplicate_sequences(records) == []
     # Losing an acked record inside the ledgered range is still caught.
     assert [(g.first, g.last, g.reason) for g in find_sequence_gaps(records[1:], ledger)] == [(0, 0, "acked-not-seen")]
+
+
+def test_it_ledgers_acks_0_sends_as_unconfirmed_and_never_as_broker_acked(
+    probe_bootstrap: str, probe_topic: TopicFactory, audit_topics: AuditTopics, probe_admin: Any
+) -> None:
+    topic = probe_topic("acks0")
+    with audited_producer(probe_bootstrap, audit_topics, acks=0) as producer:
+        for i in range(5):
+            producer.produce(topic, b"v%d" % i, key=b"k%d" % i)
+        assert producer.flush(30) == 0
+        session = producer.session_id
+
+    [batch] = [r for r in read_ledger(audit_topics.producer_ledger) if isinstance(r, ProducerBatch)]
+    assert [(e.seq, e.status, e.partition, e.offset, e.error, e.persisted, e.audit_id) for e in batch.entries] == [
+        (seq, "unconfirmed", 0, -1, None, "possibly", f"k{seq}") for seq in range(5)
+    ]
+    assert len(read_topic(topic)) == 5  # the broker did write them; nobody told the producer
+    # Two of them disappear (as a dropped send would): they are unconfirmed sends not seen,
+    # never acked-not-seen (a broker-side loss).
+    probe_admin.delete_records([TopicPartition(topic, 0, 2)])[TopicPartition(topic, 0, 2)].result(timeout=30)
+    ledger = summarize_producer_ledger(read_ledger(audit_topics.producer_ledger))
+    assert not ledger[session].topics[topic].acked
+    assert find_sequence_gaps(seen_records(topic), ledger) == [
+        SequenceGap(session, topic, 0, 1, "unconfirmed-not-seen")
+    ]
+
+
+def test_it_says_where_a_consumer_session_ended_and_counts_its_bad_headers_in_the_ledger(
+    probe_bootstrap: str, probe_topic: TopicFactory, audit_topics: AuditTopics
+) -> None:
+    mixed, clean = probe_topic("mixed"), probe_topic("clean", partitions=2)
+    produce_plain(
+        mixed,
+        [
+            (b"no headers", None),
+            (b"other headers", [("trace", b"1")]),
+            (b"half audited", [("audit-id", b"x"), ("audit-seq", b"3")]),
+            (b"bad seq", [("audit-id", b"x"), ("audit-pid", b"f" * 32), ("audit-seq", b"three"), ("audit-ts", b"1")]),
+            (b"no headers again", None),
+        ],
+    )
+    with audited_producer(probe_bootstrap, audit_topics) as producer:
+        producer.produce(mixed, b"good", key=b"good")
+        for i in range(5):
+            producer.produce(clean, b"c%d" % i, key=b"c%d" % i, partition=i % 2)
+    consumer = AuditedConsumer(
+        {"bootstrap.servers": probe_bootstrap, "group.id": f"ends-{uuid.uuid4().hex[:8]}",
+         "enable.auto.commit": False},
+        ledger_topic=audit_topics.consumer_ledger,
+        clients_topic=audit_topics.clients,
+        ledger_flush_interval_s=0.2,
+    )  # fmt: skip
+    expected_problems = {mixed: HeaderProblems(missing=3, malformed=2)}
+    expected_last = {mixed: {0: 5}, clean: {0: 2, 1: 1}}
+    try:
+        consumer.assign([TopicPartition(mixed, 0, 0), TopicPartition(clean, 0, 0), TopicPartition(clean, 1, 0)])
+        got = 0
+        while got < 11:
+            msg = consumer.poll(10)
+            assert msg is not None
+            if msg.error() is None:
+                if msg.value() != b"bad seq":  # processed all but one: the ledger says so
+                    consumer.mark_processed(msg)
+                got += 1
+        sid = consumer.session_id
+
+        def checkpoint_says_it_all() -> bool:
+            ends = [r for r in read_ledger(audit_topics.consumer_ledger) if isinstance(r, SessionEnd)]
+            return bool(ends) and (ends[-1].last_offset, ends[-1].header_problems) == (expected_last, expected_problems)
+
+        # The background flush writes a checkpoint without being asked.
+        wait_for(checkpoint_says_it_all, 20, "a session-end checkpoint with the last offsets and header counts")
+        checkpoints = sum(isinstance(r, SessionEnd) for r in read_ledger(audit_topics.consumer_ledger))
+        time.sleep(1)  # five flush intervals with nothing new: no more checkpoints
+        assert sum(isinstance(r, SessionEnd) for r in read_ledger(audit_topics.consumer_ledger)) == checkpoints
+    finally:
+        consumer.close()
+
+    records = read_ledger(audit_topics.consumer_ledger)
+    final = records[-1]
+    assert isinstance(final, SessionEnd) and final.session == sid
+    assert (final.last_offset, final.header_problems) == (expected_last, expected_problems)
+    session = summarize_consumer_ledger(records)[sid]
+    assert session.last_offset == {(mixed, 0): 5, (clean, 0): 2, (clean, 1): 1}
+    assert (mixed, 0, 3) not in session.processed and len(session.processed) == 10

@@ -5,6 +5,7 @@ from __future__ import annotations
 from auditor.probes import (
     ConsumerBatch,
     ConsumerEntry,
+    HeaderProblems,
     LedgerDecodeError,
     ProducerBatch,
     ProducerEntry,
@@ -159,3 +160,39 @@ def test_it_summarizes_consumer_sessions_and_finds_reprocessing() -> None:
     assert (again.group, again.offset, again.times, again.sessions) == ("g", 1, 2, ("s1", "s2"))
     assert processed_offsets(records, group="g") == {("t", 0, 0), ("t", 0, 1), ("t", 0, 2)}
     assert processed_offsets(records) == processed_offsets(records, group="g")
+
+
+def unconfirmed(seq: int, partition: int = 0) -> ProducerEntry:
+    return ProducerEntry(seq, "unconfirmed", partition, -1, None, "possibly", f"id-{seq}", 1)
+
+
+def test_it_reports_absent_acks_0_sends_as_unconfirmed_never_as_acked() -> None:
+    legacy = ProducerEntry(3, "acked", 0, -1001, None, "persisted", "id-3", 1)  # acks=0 as older probes wrote it
+    ledger = summarize_producer_ledger(
+        [batch(P1, acked(0), unconfirmed(1), unconfirmed(2), legacy, acked(4, offset=-1), unconfirmed(5))]
+    )
+    topic = ledger[P1].topics["t"]
+    assert sorted(topic.unconfirmed) == [1, 2, 3, 4, 5] and sorted(topic.acked) == [0]
+    assert find_sequence_gaps(seen(P1, [0, 1, 5]), ledger) == [SequenceGap(P1, "t", 2, 4, "unconfirmed-not-seen")]
+
+
+def test_it_ranks_merged_entries_acked_then_unconfirmed_then_failed() -> None:
+    ledger = summarize_producer_ledger(
+        [batch(P1, failed(0), unconfirmed(1), acked(2)), batch(P1, unconfirmed(0), failed(1), unconfirmed(2))]
+    )
+    topic = ledger[P1].topics["t"]
+    assert (sorted(topic.acked), sorted(topic.unconfirmed), sorted(topic.failed)) == ([2], [0, 1], [])
+
+
+def test_it_keeps_where_a_consumer_session_ended_from_its_latest_session_end() -> None:
+    sid = "c" * 32
+    sessions = summarize_consumer_ledger(
+        [
+            SessionEnd("consumer", sid, 20, group="g", last_offset={"t": {0: 9, 1: 4}},
+                       header_problems={"t": HeaderProblems(2, 1)}),
+            SessionEnd("consumer", sid, 10, group="g", last_offset={"t": {0: 3}}),  # an older checkpoint, read late
+        ]
+    )  # fmt: skip
+    assert sessions[sid].ended_ms == 20
+    assert sessions[sid].last_offset == {("t", 0): 9, ("t", 1): 4}
+    assert sessions[sid].header_problems == {"t": HeaderProblems(missing=2, malformed=1)}

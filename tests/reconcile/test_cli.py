@@ -83,6 +83,8 @@ def test_it_runs_from_the_command_line_and_loads_findings(
             "unprocessed": 0,
             "reprocessed": 0,
             "unverifiable": 0,
+            "records_without_headers": 2,
+            "records_malformed_headers": 0,
         }
         assert sorted((f["kind"], f["key"], f["cause"]) for f in result["findings"]) == [
             ("duplicate", "1", "unknown"),

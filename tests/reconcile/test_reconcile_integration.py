@@ -278,6 +278,10 @@ def test_it_reports_the_exact_findings_on_a_full_run(spark: SparkSession, world:
         "unprocessed": 1,
         "reprocessed": 1,
         "unverifiable": 0,
+        # t8a, t8b, t9 and nokey carry no headers; t14's transactional producer writes
+        # audit-pid "txn-session", not a session id (t12, aborted, is not in this view).
+        "records_without_headers": 4,
+        "records_malformed_headers": 1,
     }
     assert not [w for w in result["warnings"] if "were deleted" in w]
     gap = next(f for f in result["findings"] if f["cause"] == "send-failed")
@@ -445,3 +449,43 @@ def test_it_rejects_bad_binding_config(
     assert message in result["error"], result["error"]
     assert binding.name in result["error"]
     assert result["findings"] == []
+
+
+def produce_with_headers(w: World, label: str, ticket: int, headers: list[tuple[str, bytes]] | None) -> None:
+    """One record with exactly `headers` (bad audit headers on purpose)."""
+
+    def delivered(err: Any, msg: Any) -> None:
+        assert err is None, err
+        w.offsets[label] = (msg.partition(), msg.offset())
+
+    value = json.dumps({"ticket_id": ticket}).encode()
+    created_ms = int(time.time() * 1000) - 10 * 60 * 1000
+    w.producer.produce(w.topic, value=value, headers=headers, timestamp=created_ms, on_delivery=delivered)
+    assert w.producer.flush(30) == 0
+
+
+def test_it_counts_records_without_and_with_malformed_audit_headers(spark: SparkSession, world: World, tmp_path: Path):
+    binding = world.binding()
+    world.insert(*range(1, 10))
+    good = [("audit-pid", world.session.encode()), ("audit-ts", b"1700000000000")]
+    world.produce("ok", 1, seq=0)
+    world.produce("bare", 2)  # no headers at all
+    produce_with_headers(world, "foreign", 3, [("trace-id", b"abc")])  # headers, none of them audit ones
+    produce_with_headers(world, "bad-seq", 4, [("audit-id", b"4"), *good, ("audit-seq", b"four")])
+    produce_with_headers(world, "partial", 5, [("audit-id", b"5"), ("audit-seq", b"2")])
+    produce_with_headers(world, "bad-pid", 6, [("audit-id", b"6"), ("audit-pid", b"p1"), ("audit-seq", b"3"),
+                                               ("audit-ts", b"1")])  # fmt: skip
+
+    first = reconcile_once(spark, binding, tmp_path)
+    assert first["status"] == "ok", first["error"]
+    assert first["counts"]["records_without_headers"] == 2
+    assert first["counts"]["records_malformed_headers"] == 3
+    # They are still audited by key: none of tickets 1-6 is missing.
+    assert {f["key"] for f in first["findings"] if f["kind"] == "missing"} == {"7", "8", "9"}
+
+    # Counts are of the records each run read: the second run reads two new records.
+    world.produce("ok2", 7, seq=1)
+    produce_with_headers(world, "dup-seq", 8, [("audit-id", b"8"), *good, ("audit-seq", b"4"), ("audit-seq", b"5")])
+    second = reconcile_once(spark, binding, tmp_path)
+    assert second["mode"] == "incremental" and second["records_read"] == 2
+    assert (second["counts"]["records_without_headers"], second["counts"]["records_malformed_headers"]) == (0, 1)

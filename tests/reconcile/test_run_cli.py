@@ -132,6 +132,8 @@ def test_it_reconciles_through_spark_submit_then_incrementally(
         "unprocessed": 0,
         "reprocessed": 0,
         "unverifiable": 0,
+        "records_without_headers": 2,  # the two records of key 2
+        "records_malformed_headers": 4,  # audit-pid "s-a" is no session id, and audit-ts is absent
     }
     retry = next(f for f in first["findings"] if f["cause"] == "producer-retry")
     assert [(o["partition"], o["offset"]) for o in retry["offsets"]] == [(0, 0), (0, 1)]

@@ -67,6 +67,27 @@ def test_it_lets_one_worker_only_take_a_queued_run(binding) -> None:
     assert again.status == ReconcileRun.RUNNING and again.claimed_by and again.job_run_id
 
 
+def test_it_keeps_the_header_counts_beside_the_findings_not_among_them(binding) -> None:
+    run = running(binding)
+    staged(run, {"kind": "missing", "key": "4"})
+
+    finished = finish_run(run, ok_result(missing=1, records_without_headers=5, records_malformed_headers=2))
+
+    assert finished.status == ReconcileRun.OK and finished.total_findings == 1
+    assert finished.header_counts() == [("records_without_headers", 5), ("records_malformed_headers", 2)]
+    assert finished.as_event()["counts"] == {
+        "missing": 1,
+        "duplicate": 0,
+        "orphan": 0,
+        "gap": 0,
+        "aborted": 0,
+        "unprocessed": 0,
+        "reprocessed": 0,
+        "records_without_headers": 5,
+        "records_malformed_headers": 2,
+    }
+
+
 def test_it_allows_a_new_run_once_the_previous_one_finished(binding) -> None:
     run = running(binding)
     finish_run(run, ok_result())
@@ -108,6 +129,8 @@ def test_it_publishes_the_staged_findings_of_a_successful_run(binding, django_ca
         "unprocessed": 0,
         "reprocessed": 0,
         "unverifiable": 2,
+        "records_without_headers": 0,
+        "records_malformed_headers": 0,
     }
     assert finished.total_findings == 3 and finished.as_event()["counts"]["unverifiable"] == 2
     assert finished.records_read == 10 and finished.duration_seconds == 2.0 and finished.mode == "incremental"

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from spark_jobs.binding import RecordKeySpec
@@ -31,6 +32,7 @@ from spark_jobs.reconcile_transform import (
     find_orphans,
     find_reprocessed,
     find_unprocessed,
+    header_problem_counts,
     interval_holes,
     merge_intervals,
     transform_aborted,
@@ -98,8 +100,13 @@ def raw_records(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame(rows, KAFKA_RAW_SCHEMA)
 
 
+def parsed_records(raw: DataFrame, spec: RecordKeySpec) -> DataFrame:
+    """transform_records without its header_status column (asserted on its own below)."""
+    return transform_records(raw, spec).select(*RECORD_SCHEMA.fieldNames())
+
+
 def test_it_finds_keys_by_record_key(spark: SparkSession):
-    actual = transform_records(raw_records(spark), RecordKeySpec("key"))
+    actual = parsed_records(raw_records(spark), RecordKeySpec("key"))
     expected = records(
         spark, ("1", 0, 0, at(1), "p1", 0), (None, 1, 5, at(2), None, None), ("3", 0, 1, at(3), "p2", None)
     )
@@ -107,7 +114,7 @@ def test_it_finds_keys_by_record_key(spark: SparkSession):
 
 
 def test_it_finds_keys_by_header(spark: SparkSession):
-    actual = transform_records(raw_records(spark), RecordKeySpec("header", "audit-id"))
+    actual = parsed_records(raw_records(spark), RecordKeySpec("header", "audit-id"))
     expected = records(
         spark, ("11", 0, 0, at(1), "p1", 0), (None, 1, 5, at(2), None, None), (None, 0, 1, at(3), "p2", None)
     )
@@ -115,11 +122,59 @@ def test_it_finds_keys_by_header(spark: SparkSession):
 
 
 def test_it_finds_keys_by_json_path(spark: SparkSession):
-    actual = transform_records(raw_records(spark), RecordKeySpec("json", "$.ticket_id"))
+    actual = parsed_records(raw_records(spark), RecordKeySpec("json", "$.ticket_id"))
     expected = records(
         spark, ("11", 0, 0, at(1), "p1", 0), (None, 1, 5, at(2), None, None), ("x", 0, 1, at(3), "p2", None)
     )
     assertDataFrameEqual(actual, expected)
+
+
+PID = "0123456789abcdef0123456789abcdef"
+
+
+def headered(offset: int, *headers: tuple[str, bytes | None]) -> tuple[Any, ...]:
+    return (b"k", b"{}", "t", 0, offset, at(offset), 0, list(headers))
+
+
+def test_it_tells_missing_and_malformed_audit_headers_apart(spark: SparkSession):
+    good = [("audit-id", b"k"), ("audit-pid", PID.encode()), ("audit-seq", b"7"), ("audit-ts", b"1700000000000")]
+    rows = [
+        headered(0, *good),
+        headered(1, *good, ("trace", b"x"), ("audit-seq", b"7")),  # repeated with the same value
+        (b"k", b"{}", "t", 0, 2, at(2), 0, None),  # no headers at all
+        headered(3, ("trace", b"x")),  # headers, none of them audit ones
+        headered(4, *good[:2], ("audit-seq", b"oops"), good[3]),  # audit-seq not an integer
+        headered(5, ("audit-id", b"k"), ("audit-pid", b"p1"), *good[2:]),  # audit-pid not a session id
+        headered(6, *good[:3]),  # audit-ts missing
+        headered(7, *good, ("audit-seq", b"8")),  # repeated with another value
+        headered(8, ("audit-id", b""), *good[1:]),  # empty audit-id
+        headered(9, *good[:2], ("audit-seq", b"99999999999999999999"), good[3]),  # beyond 64 bits
+        headered(10, *good[:3], ("audit-ts", None)),  # a null value
+    ]
+    actual = transform_records(spark.createDataFrame(rows, KAFKA_RAW_SCHEMA), RecordKeySpec("key")).select(
+        "offset", "header_status"
+    )
+    expected = spark.createDataFrame(
+        [
+            (0, "ok"),
+            (1, "ok"),
+            (2, "missing"),
+            (3, "missing"),
+            (4, "malformed"),
+            (5, "malformed"),
+            (6, "malformed"),
+            (7, "malformed"),
+            (8, "malformed"),
+            (9, "malformed"),
+            (10, "malformed"),
+        ],
+        "offset long, header_status string",
+    )
+    assertDataFrameEqual(actual, expected)
+    counts = transform_records(spark.createDataFrame(rows, KAFKA_RAW_SCHEMA), RecordKeySpec("key")).agg(
+        F.count("*").alias("n"), *header_problem_counts()
+    )
+    assert counts.collect()[0].asDict() == {"n": 11, "records_without_headers": 2, "records_malformed_headers": 7}
 
 
 # ------------------------------------------------------------------ missing -----------
@@ -405,6 +460,71 @@ def test_it_parses_the_producer_ledger(spark: SparkSession):
         ),
     )
     assertDataFrameEqual(bounds, spark.createDataFrame([("s1", 3)], LEDGER_BOUND_SCHEMA))
+
+
+def test_it_reads_acks_0_entries_as_unconfirmed_never_acked(spark: SparkSession):
+    raw = ledger_values(
+        spark,
+        batch(
+            "s1",
+            "t",
+            [0, "unconfirmed", 1, -1, None, "possibly", "k0", 1000],
+            # Older probes ledgered acks=0 sends as acked without an offset.
+            [1, "acked", 1, -1001, None, "persisted", "k1", 1001],
+            acked(2, 1, 20, "k2", 1002),
+        ),
+    )
+    entries, _ = transform_producer_ledger(raw, "t")
+    assertDataFrameEqual(
+        entries,
+        spark.createDataFrame(
+            [
+                ("s1", 0, "unconfirmed", 1, -1, None, "possibly", "k0", 1000),
+                ("s1", 1, "unconfirmed", 1, -1001, None, "persisted", "k1", 1001),
+                ("s1", 2, "acked", 1, 20, None, "persisted", "k2", 1002),
+            ],
+            LEDGER_ENTRY_SCHEMA,
+        ),
+    )
+
+
+def test_it_calls_an_absent_unconfirmed_send_unconfirmed_not_broker_lost(spark: SparkSession):
+    # s1 sent seqs 0..3 with acks=0; only 0 and 3 are in the topic.
+    topic_records = records(spark, ("k0", 1, 10, at(0), "s1", 0), ("k3", 1, 11, at(3), "s1", 3))
+    raw = ledger_values(
+        spark,
+        batch(
+            "s1",
+            "t",
+            *[[s, "unconfirmed", 1, -1, None, "possibly", f"k{s}", ms(s)] for s in (0, 1, 3)],
+            [2, "acked", 1, -1, None, "persisted", "k2", ms(2)],
+        ),
+        # A merged ledger that also says seq 1 failed: unconfirmed (it was sent) wins.
+        batch("s1", "t", [1, "failed", 1, -1, "Local: Message timed out", "possibly", "k1", ms(1)]),
+    )
+    entries, new_bounds = transform_producer_ledger(raw, "t")
+    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
+    ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
+    bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
+    watermarks = spark.createDataFrame([(1, 0, 12)], WATERMARK_SCHEMA)
+
+    actual = find_gaps(coverage, ledger_open, bounds, watermarks)
+
+    def unconfirmed_gap(seq: int, persisted: str) -> tuple[Any, ...]:
+        return finding(
+            "gap",
+            key=f"k{seq}",
+            cause="send-unconfirmed",
+            partition=1,
+            timestamp=at(seq),
+            session="s1",
+            seq=seq,
+            seq_end=seq,
+            evidence='{"count":1,"ledger":{"status":"unconfirmed","partition":1,"offset":-1,'
+            f'"persisted":"{persisted}","ts_ms":{ms(seq)}}}}}',
+        )
+
+    assertDataFrameEqual(actual, findings(spark, unconfirmed_gap(1, "possibly"), unconfirmed_gap(2, "persisted")))
 
 
 def test_it_attributes_sequence_gaps_from_the_ledger(spark: SparkSession):

@@ -21,7 +21,7 @@ HOSTILE = '<script>alert("k")</script>'
 
 
 def ok_run(binding: Binding, findings: list[dict[str, Any]], **fields: Any) -> ReconcileRun:
-    counts: dict[str, int] = {}
+    counts: dict[str, int] = dict(fields.pop("counts", {}))
     for f in findings:
         counts[f["kind"]] = counts.get(f["kind"], 0) + 1
     run = ReconcileRun.objects.create(
@@ -94,6 +94,17 @@ def test_it_shows_the_rows_a_run_could_not_check_beside_its_findings(client_as, 
     data = json.loads(html.split('id="runs-page" type="application/json">')[1].split("</script>")[0])
     assert data["points"][1]["counts"]["unverifiable"] == 7
     assert current.total_findings == 4  # not findings
+
+
+def test_it_shows_the_records_without_and_with_malformed_headers_of_a_run(client_as, world) -> None:
+    tickets = world["tickets"]
+    ok_run(tickets, [], counts={"records_without_headers": 7, "records_malformed_headers": 3})
+    html = client_as("viewer").get("/reconcile/runs/?binding=tickets").content.decode()
+    assert '<td class="num nonzero" data-count="records_without_headers">7</td>' in html
+    assert '<td class="num nonzero" data-count="records_malformed_headers">3</td>' in html
+    data = json.loads(html.split('id="runs-page" type="application/json">')[1].split("</script>")[0])
+    assert data["header_counts"] == ["records_without_headers", "records_malformed_headers"]
+    assert (data["points"][-1]["counts"]["records_without_headers"], data["points"][-1]["counts"]["missing"]) == (7, 0)
 
 
 def test_it_shows_one_bindings_runs_and_the_run_button_to_operators(client_as, world) -> None:

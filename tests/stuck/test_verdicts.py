@@ -119,3 +119,28 @@ def test_processed_by_any_group_beats_waiting_in_another() -> None:
     d = diagnose(ROW, [LocatedRecord("TCK-7", 0, 4, NOW_MS)], [], {("g", 0, 4): mark}, cluster)
     assert d.verdict == "processed-not-updated"
     assert [g["outcome"] for g in d.evidence["groups"]] == ["processed", "waiting"]
+
+
+def unconfirmed(partition: int = 0, sent_ms: int = NOW_MS - 3500_000, status: str = "unconfirmed") -> LedgerEntry:
+    return LedgerEntry("TCK-7", "s1", 7, status, partition, -1, None, "possibly", sent_ms)
+
+
+def test_an_absent_acks_0_send_is_a_failed_produce_never_broker_lost() -> None:
+    d = diagnose(ROW, [], [unconfirmed()], {}, view())
+    assert d.verdict == "produce-failed"
+    assert "acks=0" in d.reason and "tickets/0" in d.reason and "never confirmed" in d.reason
+
+
+def test_an_ack_without_an_offset_from_older_probes_is_read_as_unconfirmed() -> None:
+    legacy = LedgerEntry("TCK-7", "s1", 7, "acked", 0, -1001, None, "persisted", NOW_MS - 3500_000)
+    assert diagnose(ROW, [], [legacy], {}, view()).verdict == "produce-failed"
+
+
+def test_an_unconfirmed_send_older_than_the_log_is_unknown() -> None:
+    # The log starts at offset 8 with a record from two hours ago; the send was 3 hours ago.
+    d = diagnose(ROW, [], [unconfirmed(sent_ms=NOW_MS - 3 * 3600_000)], {}, view(low=8))
+    assert d.verdict == "unknown" and "retention" in d.reason
+
+
+def test_an_acked_entry_still_wins_over_an_unconfirmed_one() -> None:
+    assert diagnose(ROW, [], [unconfirmed(), acked(4)], {}, view()).verdict == "broker-lost"
