@@ -1,19 +1,30 @@
-"""Acknowledge, mute and withdraw: the only functions that change acknowledgements."""
+"""Acknowledge, mute and withdraw: the only functions that change acknowledgements.
+
+Every app acknowledges through these, naming what it acknowledges by (kind, key):
+``problem`` + an alert fingerprint (auditor/alerts), ``finding`` + a finding's identity
+(auditor/reconcile), ``stuck-item`` + a stuck item's id (auditor/stuck). The readers
+below attach the acknowledgement in force to the objects a page or the API shows.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
+from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from auditor.accounts.models import Acknowledgement
 from auditor.accounts.roles import OPERATOR, has_role
 
 MAX_REASON = 2000
+ATTRIBUTE = "acknowledgement"
+
+T = TypeVar("T")
 
 
 class AcknowledgementError(ValueError):
@@ -64,9 +75,11 @@ def withdraw(user: AbstractBaseUser | AnonymousUser, acknowledgement: Acknowledg
     """Withdraw an acknowledgement or mute; False when it was already withdrawn."""
     if not has_role(user, OPERATOR):
         raise PermissionDenied("withdrawing an acknowledgement needs the operator role")
-    updated = Acknowledgement.objects.filter(pk=acknowledgement.pk, withdrawn_at=None).update(
-        withdrawn_at=timezone.now(), withdrawn_by=user.get_username()
-    )
+    with transaction.atomic():
+        # Conditional: two operators withdrawing at once record one withdrawal.
+        updated = Acknowledgement.objects.filter(pk=acknowledgement.pk, withdrawn_at=None).update(
+            withdrawn_at=timezone.now(), withdrawn_by=user.get_username()
+        )
     acknowledgement.refresh_from_db()
     return updated == 1
 
@@ -100,3 +113,36 @@ def is_muted(kind: str, key: str, now: datetime | None = None) -> Acknowledgemen
     """The mute in force for kind:key, or None."""
     ack = current_acknowledgement(kind, key, now)
     return ack if ack is not None and ack.action == Acknowledgement.MUTE else None
+
+
+def mutes_in_force(kind: str, key_prefix: str = "", now: datetime | None = None) -> dict[str, Acknowledgement]:
+    """The mutes in force of ``kind`` (keys starting with ``key_prefix``), by key.
+
+    For callers that must leave muted things out of a large set (alerting on every finding
+    of a run): the query scales with the number of live mutes, not with the set.
+    """
+    now = now or timezone.now()
+    candidates = (
+        Acknowledgement.objects.filter(kind=kind, action=Acknowledgement.MUTE, withdrawn_at=None)
+        .filter(Q(mute_until=None) | Q(mute_until__gt=now))
+        .filter(key__startswith=key_prefix)
+        .values_list("key", flat=True)
+        .distinct()
+    )
+    current = current_acknowledgements(kind, list(candidates), now)
+    return {key: ack for key, ack in current.items() if ack.action == Acknowledgement.MUTE}
+
+
+def attach_acknowledgements(objects: Iterable[T], kind: str, key_of: Callable[[T], str]) -> list[T]:
+    """Set ``obj.acknowledgement`` of each object to the acknowledgement in force for it (one query)."""
+    objects = list(objects)
+    current = current_acknowledgements(kind, [key_of(obj) for obj in objects])
+    for obj in objects:
+        setattr(obj, ATTRIBUTE, current.get(key_of(obj)))
+    return objects
+
+
+def acknowledgement_json(obj: object) -> dict[str, Any] | None:
+    """The JSON of the acknowledgement attached to ``obj`` by attach_acknowledgements (None: none)."""
+    ack: Acknowledgement | None = getattr(obj, ATTRIBUTE, None)
+    return ack.as_dict() if ack is not None else None

@@ -4,26 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
-
-from auditor.accounts.acknowledgements import AcknowledgementError, acknowledge
+from auditor.accounts.acknowledgements import acknowledgement_json
 from auditor.accounts.roles import OPERATOR
 from auditor.alerts.models import Alert, Channel
 from auditor.alerts.service import PROBLEM_ACK_KIND
 from auditor.alerts.views import attach_acknowledgements
+from auditor.api.acknowledging import ACK_BODY, ACK_SCHEMA, acknowledge_for_api
 from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
 
-ACK_SCHEMA = {
-    "type": ["object", "null"],
-    "properties": {
-        "id": {"type": "integer"},
-        "action": {"type": "string", "enum": ["ack", "mute"]},
-        "reason": {"type": "string"},
-        "by": {"type": "string"},
-        "at": {"type": "string", "format": "date-time"},
-        "mute_until": {"type": ["string", "null"], "format": "date-time"},
-    },
-}
 ALERT_SCHEMA = {
     "type": "object",
     "properties": {
@@ -58,8 +46,7 @@ CHANNEL_SCHEMA = {
 
 
 def serialize_alert(alert: Alert) -> dict[str, Any]:
-    ack = getattr(alert, "acknowledgement", None)
-    return {**alert.as_dict(), "channel": alert.channel.name, "acknowledgement": ack.as_dict() if ack else None}
+    return {**alert.as_dict(), "channel": alert.channel.name, "acknowledgement": acknowledgement_json(alert)}
 
 
 @endpoint(
@@ -98,31 +85,14 @@ def list_alerts(call: ApiCall) -> dict[str, Any]:
     summary="Acknowledge or mute the problem of an alert (on every channel)",
     tag="alerts",
     role=OPERATOR,
-    body=[
-        Param("action", description="ack or mute", required=True, enum=("ack", "mute")),
-        Param("reason", description="why", required=True, max_length=2000),
-        Param("mute_until", "datetime", description="end of a mute (default: until withdrawn)"),
-    ],
+    body=ACK_BODY,
     item=ACK_SCHEMA,
 )
 def acknowledge_alert(call: ApiCall, alert_id: int) -> dict[str, Any]:
     alert = Alert.objects.filter(pk=alert_id).first()
     if alert is None:
         raise ApiError(404, f"alert {alert_id} does not exist")
-    try:
-        ack = acknowledge(
-            call.user,
-            PROBLEM_ACK_KIND,
-            alert.fingerprint,
-            action=call.body["action"],
-            reason=call.body["reason"],
-            mute_until=call.body["mute_until"],
-        )
-    except AcknowledgementError as exc:
-        raise ApiError(400, str(exc)) from None
-    except PermissionDenied as exc:
-        raise ApiError(403, str(exc)) from None
-    return ack.as_dict()
+    return acknowledge_for_api(call, PROBLEM_ACK_KIND, alert.fingerprint)
 
 
 def serialize_channel(channel: Channel) -> dict[str, Any]:

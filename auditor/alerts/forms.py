@@ -4,7 +4,6 @@ from typing import Any
 
 from django import forms
 
-from auditor.accounts.models import Acknowledgement
 from auditor.alerts import conf
 from auditor.alerts.config import check_secret, check_url
 from auditor.alerts.destinations import DestinationRefused, check_destination
@@ -99,11 +98,3 @@ class ChannelForm(forms.ModelForm):
             reports=data["reports"],
         ).as_json()
         return super().save(commit)
-
-
-class AcknowledgeForm(forms.Form):
-    action = forms.ChoiceField(choices=[(Acknowledgement.ACK, "acknowledge"), (Acknowledgement.MUTE, "mute")])
-    reason = forms.CharField(max_length=2000, widget=forms.TextInput(attrs={"placeholder": "why"}))
-    mute_hours = forms.IntegerField(
-        min_value=1, max_value=24 * 90, required=False, help_text="for a mute; empty: until withdrawn"
-    )

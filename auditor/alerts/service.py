@@ -8,12 +8,17 @@ Public API for the other apps::
 ``fingerprint`` identifies one problem (the caller chooses its granularity); it opens at
 most one alert per channel. Detections of an open problem fold into it (count, last
 seen, latest summary and details) without a delivery. Resolving sends ``resolved`` to
-the channels that were told about the opening. A problem muted by an operator
-(acknowledgement kind ``problem``, key = fingerprint) keeps being tracked, but its
-deliveries are recorded as suppressed. Each channel sends at most
-``rate_limit_per_minute()`` opened/notice deliveries a minute; the rest are recorded
-as suppressed (resolved events are exempt, so no receiver is left with a problem
-that looks open forever).
+the channels that were told about the opening (``Alert.notified``: its opened delivery
+was queued, not suppressed). A problem muted by an operator (acknowledgement kind
+``problem``, key = fingerprint) keeps being tracked, but its deliveries are recorded as
+suppressed. Each channel sends at most ``rate_limit_per_minute()`` opened/notice
+deliveries a minute; the rest are recorded as suppressed (resolved events are exempt,
+so no receiver is left with a problem that looks open forever).
+
+An opening held back (rate limited, or muted) is not lost: a later detection of the
+still-open problem sends it once the channel is under its limit and the problem is not
+muted, and from then on the alert counts as notified. While it is still held back, a
+detection adds no delivery row (the log shows the one suppressed opening).
 """
 
 from __future__ import annotations
@@ -89,6 +94,23 @@ def _mute_reason(mute: Acknowledgement) -> str:
     return f"muted by {mute.username} until {until}: {mute.reason}"
 
 
+def _rate_limit_reason(channel: Channel, now: datetime) -> str | None:
+    """Why the channel may send no more opened/notice deliveries this minute (None: it may).
+
+    Locks the channel row, so concurrent detections count the limit one at a time; call
+    it inside the transaction that records the delivery.
+    """
+    Channel.objects.select_for_update().filter(pk=channel.pk).first()
+    limit = conf.rate_limit_per_minute()
+    recent = (
+        Delivery.objects.filter(channel=channel, created_at__gte=now - timedelta(minutes=1))
+        .exclude(status=Delivery.SUPPRESSED)
+        .exclude(event=Delivery.RESOLVED)
+        .count()
+    )
+    return f"rate limit: {limit} deliveries per minute reached on this channel" if recent >= limit else None
+
+
 def _schedule(
     channel: Channel,
     event: str,
@@ -99,19 +121,9 @@ def _schedule(
     rate_limited: bool = True,
 ) -> Delivery:
     """Record a delivery; enqueue it after commit unless it is suppressed."""
-    # Lock the channel row so concurrent detections count the rate limit one at a time.
-    Channel.objects.select_for_update().filter(pk=channel.pk).first()
     now = timezone.now()
     if suppress is None and rate_limited:
-        limit = conf.rate_limit_per_minute()
-        recent = (
-            Delivery.objects.filter(channel=channel, created_at__gte=now - timedelta(minutes=1))
-            .exclude(status=Delivery.SUPPRESSED)
-            .exclude(event=Delivery.RESOLVED)
-            .count()
-        )
-        if recent >= limit:
-            suppress = f"rate limit: {limit} deliveries per minute reached on this channel"
+        suppress = _rate_limit_reason(channel, now)
     delivery = Delivery.objects.create(
         channel=channel,
         alert=alert,
@@ -200,18 +212,21 @@ def raise_problem(
         for channel in channels:
             alert, opened = _open_or_fold(channel, kind, fingerprint, binding_obj, summary, details, now)
             if opened:
-                delivery = _schedule(
-                    channel,
-                    Delivery.OPENED,
-                    _message(channel, Delivery.OPENED, alert),
-                    alert=alert,
-                    suppress=_mute_reason(mute) if mute else None,
-                )
-                alert.notified = delivery.status != Delivery.SUPPRESSED
-                alert.save(update_fields=["notified"])
+                _announce_opening(channel, alert, suppress=_mute_reason(mute) if mute else None)
                 _publish_alert(alert, channel)
+            elif not alert.notified and mute is None and _rate_limit_reason(channel, now) is None:
+                _announce_opening(channel, alert)  # the opening held back at first goes out now
             alerts.append(alert)
     return alerts
+
+
+def _announce_opening(channel: Channel, alert: Alert, suppress: str | None = None) -> None:
+    """Schedule the alert's opened delivery; the alert is notified unless it was suppressed."""
+    delivery = _schedule(
+        channel, Delivery.OPENED, _message(channel, Delivery.OPENED, alert), alert=alert, suppress=suppress
+    )
+    alert.notified = delivery.status != Delivery.SUPPRESSED
+    alert.save(update_fields=["notified"])
 
 
 def resolve_problem(fingerprint: str) -> list[Alert]:

@@ -12,10 +12,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from auditor.accounts.acknowledgements import AcknowledgementError, acknowledge, current_acknowledgements, withdraw
+from auditor.accounts import acknowledgements
+from auditor.accounts.forms import AcknowledgeForm
 from auditor.accounts.models import Acknowledgement
+from auditor.accounts.pages import acknowledge_from_post, withdraw_from_post
 from auditor.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require_role
-from auditor.alerts.forms import AcknowledgeForm, ChannelForm
+from auditor.alerts.forms import ChannelForm
 from auditor.alerts.models import Alert, Channel, Delivery
 from auditor.alerts.service import PROBLEM_ACK_KIND, send_test
 
@@ -28,13 +30,11 @@ def attach_acknowledgements(alerts: Iterable[Alert]) -> list[Alert]:
     An acknowledgement covers occurrences that started before it was made; a mute covers
     the fingerprint whenever it occurs, until it ends.
     """
-    alerts = list(alerts)
-    current = current_acknowledgements(PROBLEM_ACK_KIND, [a.fingerprint for a in alerts])
+    alerts = acknowledgements.attach_acknowledgements(alerts, PROBLEM_ACK_KIND, lambda a: a.fingerprint)
     for alert in alerts:
-        ack = current.get(alert.fingerprint)
+        ack: Acknowledgement | None = alert.acknowledgement  # type: ignore[attr-defined]
         if ack is not None and ack.action == Acknowledgement.ACK and ack.created_at < alert.first_seen:
-            ack = None
-        alert.acknowledgement = ack  # type: ignore[attr-defined]
+            alert.acknowledgement = None  # type: ignore[attr-defined]
     return alerts
 
 
@@ -126,28 +126,7 @@ def _back(request: HttpRequest, alert: Alert | None = None) -> HttpResponse:
 @require_role(OPERATOR)
 def alert_acknowledge(request: HttpRequest, alert_id: int) -> HttpResponse:
     alert = get_object_or_404(Alert, pk=alert_id)
-    form = AcknowledgeForm(request.POST)
-    if not form.is_valid():
-        errors = "; ".join(f"{field}: {' '.join(errs)}" for field, errs in form.errors.items())
-        messages.error(request, f"Not acknowledged: {errors}")
-        return _back(request, alert)
-    data = form.cleaned_data
-    mute_until = None
-    if data["action"] == Acknowledgement.MUTE and data["mute_hours"]:
-        mute_until = timezone.now() + timedelta(hours=data["mute_hours"])
-    try:
-        ack = acknowledge(
-            request.user,
-            PROBLEM_ACK_KIND,
-            alert.fingerprint,
-            action=data["action"],
-            reason=data["reason"],
-            mute_until=mute_until,
-        )
-    except AcknowledgementError as exc:
-        messages.error(request, f"Not acknowledged: {exc}")
-        return _back(request, alert)
-    messages.success(request, f"{ack.get_action_display().capitalize()} {alert.fingerprint}.")
+    acknowledge_from_post(request, PROBLEM_ACK_KIND, alert.fingerprint, alert.fingerprint)
     return _back(request, alert)
 
 
@@ -155,6 +134,5 @@ def alert_acknowledge(request: HttpRequest, alert_id: int) -> HttpResponse:
 @require_role(OPERATOR)
 def acknowledgement_withdraw(request: HttpRequest, ack_id: int) -> HttpResponse:
     ack = get_object_or_404(Acknowledgement, pk=ack_id, kind=PROBLEM_ACK_KIND)
-    if withdraw(request.user, ack):
-        messages.success(request, f"Withdrawn: {ack.get_action_display()} of {ack.key}.")
+    withdraw_from_post(request, ack, ack.key)
     return redirect("alerts:index")

@@ -6,11 +6,14 @@ from typing import Any
 
 from django.http import JsonResponse
 
+from auditor.accounts.acknowledgements import acknowledgement_json
+from auditor.api.acknowledging import ACK_BODY, ACK_SCHEMA, acknowledge_for_api
 from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
 from auditor.lint.evidence import FINDING_KINDS
 from auditor.pipelines.models import Binding
-from auditor.reconcile.models import Finding, ReconcileRun
+from auditor.reconcile.models import FINDING_ACK_KIND, Finding, ReconcileRun
 from auditor.reconcile.service import RunInProgress, current_run_ids
+from auditor.reconcile.views import attach_findings_acknowledgements
 
 RUN_SCHEMA = {
     "type": "object",
@@ -55,6 +58,7 @@ FINDING_SCHEMA = {
         "group": {"type": ["string", "null"]},
         "evidence": {"type": ["object", "null"]},
         "is_new": {"type": "boolean"},
+        "acknowledgement": ACK_SCHEMA,
     },
 }
 STATUS_NAMES = tuple(s for s, _ in ReconcileRun.STATUSES)
@@ -166,4 +170,45 @@ def list_findings(call: ApiCall) -> dict[str, Any]:
         findings = findings.filter(key=q["key"])
     if q["new"]:
         findings = findings.filter(is_new=True)
-    return paginate(call, findings.order_by("binding__name", *Finding._meta.ordering), Finding.as_dict)
+    page = paginate(call, findings.order_by("binding__name", *Finding._meta.ordering), lambda finding: finding)
+    page["results"] = [serialize_finding(f) for f in attach_findings_acknowledgements(page["results"])]
+    return page
+
+
+def serialize_finding(finding: Finding) -> dict[str, Any]:
+    """A finding with the acknowledgement attached by attach_findings_acknowledgements."""
+    return {**finding.as_dict(), "acknowledgement": acknowledgement_json(finding)}
+
+
+def _finding(finding_id: int) -> Finding:
+    finding = Finding.objects.select_related("binding").filter(pk=finding_id).first()
+    if finding is None:
+        raise ApiError(404, f"no finding {finding_id}")
+    return finding
+
+
+@endpoint(
+    "reconcile/findings/<int:finding_id>/",
+    name="reconcile-finding",
+    summary="One finding, with the acknowledgement or mute in force",
+    tag="reconcile",
+    item=FINDING_SCHEMA,
+)
+def get_finding(call: ApiCall, finding_id: int) -> dict[str, Any]:
+    [finding] = attach_findings_acknowledgements([_finding(finding_id)])
+    return serialize_finding(finding)
+
+
+@endpoint(
+    "reconcile/findings/<int:finding_id>/acknowledge/",
+    method="POST",
+    name="reconcile-finding-acknowledge",
+    summary="Acknowledge or mute a finding (it carries over to later runs reporting the same finding)",
+    tag="reconcile",
+    body=ACK_BODY,
+    item=ACK_SCHEMA,
+)
+def acknowledge_finding(call: ApiCall, finding_id: int) -> dict[str, Any]:
+    """A muted finding raises no alert while the mute lasts; an acknowledged one stays listed, marked."""
+    finding = _finding(finding_id)
+    return acknowledge_for_api(call, FINDING_ACK_KIND, finding.acknowledgement_key)

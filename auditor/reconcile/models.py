@@ -8,7 +8,9 @@ its counts.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
@@ -26,6 +28,20 @@ UNVERIFIABLE = "unverifiable"
 # Counts a run reports beside its findings (spark_jobs/reconcile_transform.RECORD_COUNTS):
 # records it read without any audit header, and with audit headers it could not decode.
 HEADER_COUNTS = ("records_without_headers", "records_malformed_headers")
+
+FINDING_ACK_KIND = "finding"
+# What makes two runs' findings the same finding: spark_jobs/reconcile.py IDENTITY (is_new).
+FINDING_IDENTITY = ("kind", "key", "cause", "partition", "offset", "session", "seq", "group")
+
+
+def finding_acknowledgement_key(binding_id: int, identity: Sequence[Any]) -> str:
+    """The acknowledgement key of a finding: its binding and a digest of its identity.
+
+    Stable across runs (each run stores its findings anew), short enough for any key,
+    and prefixed with the binding so its mutes can be looked up together.
+    """
+    digest = hashlib.sha256(json.dumps(list(identity), separators=(",", ":")).encode()).hexdigest()
+    return f"{binding_id}:{digest}"
 
 
 class ReconcileRun(models.Model):
@@ -170,6 +186,10 @@ class Finding(models.Model):
             return reverse("reconcile:key", args=[self.binding.name, self.key])
         except NoReverseMatch:
             return None
+
+    @property
+    def acknowledgement_key(self) -> str:
+        return finding_acknowledgement_key(self.binding_id, [getattr(self, field) for field in FINDING_IDENTITY])
 
     @property
     def evidence_text(self) -> str:

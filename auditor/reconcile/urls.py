@@ -9,5 +9,7 @@ urlpatterns = [
     path("runs/run/", views.run_now, name="run-now"),
     path("findings/", views.findings, name="findings"),
     path("findings/<int:finding_id>/", views.finding_detail, name="finding"),
+    path("findings/<int:finding_id>/acknowledge/", views.finding_acknowledge, name="finding-acknowledge"),
+    path("findings/<int:finding_id>/withdraw/", views.finding_withdraw, name="finding-withdraw"),
     path("keys/<slug:binding>/<path:key>/", views.key_page, name="key"),
 ]

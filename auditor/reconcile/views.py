@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from auditor.accounts.acknowledgements import attach_acknowledgements, current_acknowledgement
+from auditor.accounts.forms import AcknowledgeForm
+from auditor.accounts.pages import acknowledge_from_post, withdraw_from_post
 from auditor.accounts.roles import OPERATOR, has_role, require_role
 from auditor.lint.catalog import RULES_BY_ID
 from auditor.lint.evidence import FINDING_CAUSES, FINDING_KINDS, rules_explaining
@@ -22,7 +26,7 @@ from auditor.lint.models import LintResultRow
 from auditor.lint.service import latest_scan
 from auditor.pipelines.models import Binding
 from auditor.reconcile import records
-from auditor.reconcile.models import HEADER_COUNTS, Finding, ReconcileRun
+from auditor.reconcile.models import FINDING_ACK_KIND, HEADER_COUNTS, Finding, ReconcileRun
 from auditor.reconcile.service import RunInProgress, current_run_ids
 
 log = logging.getLogger(__name__)
@@ -179,6 +183,7 @@ def filtered_findings(filters: FindingFilters) -> QuerySet[Finding]:
 def findings(request: HttpRequest) -> HttpResponse:
     filters = finding_filters(request)
     page = Paginator(filtered_findings(filters), FINDINGS_PER_PAGE).get_page(request.GET.get("page"))
+    page.object_list = attach_findings_acknowledgements(page.object_list)
     latest_failed: list[ReconcileRun] = []
     if filters.run is None:
         finished = ReconcileRun.objects.exclude(status__in=ReconcileRun.ACTIVE)
@@ -199,6 +204,8 @@ def findings(request: HttpRequest) -> HttpResponse:
             "kinds": FINDING_KINDS,
             "causes": ALL_CAUSES,
             "latest_failed": latest_failed,
+            "can_operate": has_role(request.user, OPERATOR),
+            "ack_form": AcknowledgeForm(),
             "findings_page": {
                 "binding": filters.binding.name if filters.binding else None,
                 "pinned": bool(filters.run),
@@ -223,9 +230,15 @@ def _lint_evidence(finding: Finding) -> dict[str, Any]:
     }
 
 
+def attach_findings_acknowledgements(findings: Iterable[Finding]) -> list[Finding]:
+    """Set ``finding.acknowledgement`` (the acknowledgement or mute in force, or None) on each."""
+    return attach_acknowledgements(findings, FINDING_ACK_KIND, lambda f: f.acknowledgement_key)
+
+
 @require_GET
 def finding_detail(request: HttpRequest, finding_id: int) -> HttpResponse:
     finding = get_object_or_404(Finding.objects.select_related("binding__cluster", "run"), pk=finding_id)
+    [finding] = attach_findings_acknowledgements([finding])
     return render(
         request,
         "reconcile/finding.html",
@@ -233,8 +246,39 @@ def finding_detail(request: HttpRequest, finding_id: int) -> HttpResponse:
             "finding": finding,
             "evidence_json": json.dumps(finding.evidence, indent=2, ensure_ascii=False),
             "lint": _lint_evidence(finding),
+            "can_operate": has_role(request.user, OPERATOR),
+            "ack_form": AcknowledgeForm(),
         },
     )
+
+
+def _finding_label(finding: Finding) -> str:
+    return f"finding #{finding.pk} ({finding.kind} on {finding.binding.name})"
+
+
+def _back_from_finding(request: HttpRequest, finding: Finding) -> HttpResponse:
+    """To the finding's page when the form was posted from it, else to the current findings."""
+    if request.POST.get("next") == "finding":
+        return redirect("reconcile:finding", finding_id=finding.pk)
+    return redirect("reconcile:findings")
+
+
+@require_role(OPERATOR)
+@require_POST
+def finding_acknowledge(request: HttpRequest, finding_id: int) -> HttpResponse:
+    """Acknowledge or mute a finding: it carries over to later runs that report the same finding."""
+    finding = get_object_or_404(Finding.objects.select_related("binding"), pk=finding_id)
+    acknowledge_from_post(request, FINDING_ACK_KIND, finding.acknowledgement_key, _finding_label(finding))
+    return _back_from_finding(request, finding)
+
+
+@require_role(OPERATOR)
+@require_POST
+def finding_withdraw(request: HttpRequest, finding_id: int) -> HttpResponse:
+    finding = get_object_or_404(Finding.objects.select_related("binding"), pk=finding_id)
+    ack = current_acknowledgement(FINDING_ACK_KIND, finding.acknowledgement_key)
+    withdraw_from_post(request, ack, _finding_label(finding))
+    return _back_from_finding(request, finding)
 
 
 # --- a key -----------------------------------------------------------------------------------

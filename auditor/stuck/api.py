@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from auditor.api.acknowledging import ACK_BODY, ACK_SCHEMA, acknowledge_for_api
 from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
 from auditor.pipelines.models import StuckRule
-from auditor.stuck.models import DiagnosisRun, StuckItem
+from auditor.stuck.models import STUCK_ITEM_ACK_KIND, DiagnosisRun, StuckItem
 from auditor.stuck.verdicts import VERDICTS
+from auditor.stuck.views import attach_items_acknowledgements, item_json
 
 ITEM_SCHEMA = {
     "type": "object",
@@ -25,6 +27,7 @@ ITEM_SCHEMA = {
         "last_seen": {"type": "string", "format": "date-time"},
         "verdict_since": {"type": "string", "format": "date-time"},
         "resolved_at": {"type": ["string", "null"], "format": "date-time"},
+        "acknowledgement": ACK_SCHEMA,
     },
 }
 RUN_SCHEMA = {
@@ -66,7 +69,46 @@ def list_items(call: ApiCall) -> dict[str, Any]:
         items = items.filter(rule__name=call.query["rule"])
     if call.query["verdict"]:
         items = items.filter(verdict=call.query["verdict"])
-    return paginate(call, items, lambda item: item.as_dict())
+    page = paginate(call, items, lambda item: item)
+    page["results"] = [item_json(item) for item in attach_items_acknowledgements(page["results"])]
+    return page
+
+
+def _item(item_id: int) -> StuckItem:
+    item = StuckItem.objects.select_related("rule").filter(pk=item_id).first()
+    if item is None:
+        raise ApiError(404, f"stuck item {item_id} does not exist")
+    return item
+
+
+@endpoint(
+    "stuck/items/<int:item_id>/",
+    name="stuck-item",
+    summary="One stuck item (open or resolved), with the acknowledgement or mute in force",
+    tag="stuck",
+    item=ITEM_SCHEMA,
+)
+def get_item(call: ApiCall, item_id: int) -> dict[str, Any]:
+    [item] = attach_items_acknowledgements([_item(item_id)])
+    return item_json(item)
+
+
+@endpoint(
+    "stuck/items/<int:item_id>/acknowledge/",
+    method="POST",
+    name="stuck-item-acknowledge",
+    summary="Acknowledge or mute an open stuck item (a muted item raises no alert while the mute lasts)",
+    tag="stuck",
+    body=ACK_BODY,
+    item=ACK_SCHEMA,
+)
+def acknowledge_item(call: ApiCall, item_id: int) -> dict[str, Any]:
+    item = _item(item_id)
+    if item.resolved_at is not None:
+        raise ApiError(
+            409, f"stuck item {item_id} was resolved at {item.resolved_at.isoformat()}: nothing to acknowledge"
+        )
+    return acknowledge_for_api(call, STUCK_ITEM_ACK_KIND, item.acknowledgement_key)
 
 
 @endpoint(

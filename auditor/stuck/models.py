@@ -18,6 +18,7 @@ from auditor.pipelines.models import StuckRule
 from auditor.stuck.verdicts import VERDICTS
 
 VERDICT_CHOICES = [(v, v) for v in VERDICTS]
+STUCK_ITEM_ACK_KIND = "stuck-item"
 
 
 class DiagnosisRun(models.Model):
@@ -116,6 +117,11 @@ class StuckItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule_id}:{self.key} ({self.verdict})"
+
+    @property
+    def acknowledgement_key(self) -> str:
+        """An item is one stretch of being stuck: a key stuck again later is a new item, unacknowledged."""
+        return str(self.pk)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON shape of an item: CLI --json, the page's refresh, the API, live events."""

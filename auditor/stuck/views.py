@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
 from django.contrib import messages
 from django.db.models import Case, Count, IntegerField, Value, When
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from auditor.accounts.acknowledgements import acknowledgement_json, attach_acknowledgements, current_acknowledgement
+from auditor.accounts.forms import AcknowledgeForm
+from auditor.accounts.models import Acknowledgement
+from auditor.accounts.pages import acknowledge_from_post, withdraw_from_post
 from auditor.accounts.roles import OPERATOR, has_role, require_role
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.formatting import format_age, format_moment
-from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
+from auditor.stuck.models import STUCK_ITEM_ACK_KIND, DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.verdicts import VERDICTS
 
 log = logging.getLogger(__name__)
@@ -59,6 +65,16 @@ def _verdict_order() -> Case:
     )
 
 
+def attach_items_acknowledgements(items: Iterable[StuckItem]) -> list[StuckItem]:
+    """Set ``item.acknowledgement`` (the acknowledgement or mute in force, or None) on each."""
+    return attach_acknowledgements(items, STUCK_ITEM_ACK_KIND, lambda item: item.acknowledgement_key)
+
+
+def item_json(item: StuckItem) -> dict[str, Any]:
+    """An item with the acknowledgement attached by attach_items_acknowledgements: page and API."""
+    return {**item.as_dict(), "acknowledgement": acknowledgement_json(item)}
+
+
 def page_data(filters: dict[str, str]) -> dict[str, Any]:
     """Everything the page shows, as JSON-ready data (first render and live refreshes)."""
     scope = StuckItem.objects.open()
@@ -89,7 +105,7 @@ def page_data(filters: dict[str, str]) -> dict[str, Any]:
         "filters": filters,
         "counts": counts,
         "total": sum(counts.values()),
-        "items": [item.as_dict() for item in items],
+        "items": [item_json(item) for item in attach_items_acknowledgements(items)],
         "items_total": shown.count(),
         "items_limit": MAX_ITEMS_SHOWN,
         "runs": [run.as_event() for run in runs[:RECENT_RUNS]],
@@ -116,6 +132,9 @@ def index(request: HttpRequest) -> HttpResponse:
         }
         for v in DISPLAY_ORDER
     ]
+    # The rows show the acknowledgement as the shared template does, from the model.
+    acks = Acknowledgement.objects.in_bulk([i["acknowledgement"]["id"] for i in data["items"] if i["acknowledgement"]])
+    can_operate = has_role(request.user, OPERATOR)
     return render(
         request,
         "stuck/index.html",
@@ -135,12 +154,24 @@ def index(request: HttpRequest) -> HttpResponse:
                     "evidence": json.dumps(item["evidence"], indent=1),
                     "age": format_age(item["age_seconds"]),
                     "first_seen": format_moment(item["first_seen"]),
+                    "ack": acks.get(item["acknowledgement"]["id"]) if item["acknowledgement"] else None,
                 }
                 for item in data["items"]
             ],
-            "can_diagnose": has_role(request.user, OPERATOR),
+            "can_diagnose": can_operate,
+            "can_operate": can_operate,
+            "ack_form": AcknowledgeForm(),
             "verdicts": DISPLAY_ORDER,
-            "page": {"data": data, "help": VERDICT_HELP, "tones": VERDICT_TONE, "verdicts": list(DISPLAY_ORDER)},
+            "page": {
+                "data": data,
+                "help": VERDICT_HELP,
+                "tones": VERDICT_TONE,
+                "verdicts": list(DISPLAY_ORDER),
+                "can_operate": can_operate,
+                # The live redraw builds each row's forms from these (the id replaces the 0).
+                "ack_url": reverse("stuck:item-acknowledge", args=[0]),
+                "withdraw_url": reverse("stuck:item-withdraw", args=[0]),
+            },
         },
     )
 
@@ -193,3 +224,26 @@ def diagnose_now(request: HttpRequest) -> HttpResponse:
     if name and chosen:
         target["Location"] += f"?rule={name}"
     return target
+
+
+def _item_label(item: StuckItem) -> str:
+    return f"stuck item {item.key} ({item.rule.name})"
+
+
+@require_role(OPERATOR)
+@require_POST
+def item_acknowledge(request: HttpRequest, item_id: int) -> HttpResponse:
+    """Acknowledge or mute an open stuck item; a muted item raises no alert while the mute lasts."""
+    item = get_object_or_404(StuckItem.objects.open().select_related("rule"), pk=item_id)
+    acknowledge_from_post(request, STUCK_ITEM_ACK_KIND, item.acknowledgement_key, _item_label(item))
+    return redirect("stuck:index")
+
+
+@require_role(OPERATOR)
+@require_POST
+def item_withdraw(request: HttpRequest, item_id: int) -> HttpResponse:
+    item = get_object_or_404(StuckItem.objects.select_related("rule"), pk=item_id)
+    withdraw_from_post(
+        request, current_acknowledgement(STUCK_ITEM_ACK_KIND, item.acknowledgement_key), _item_label(item)
+    )
+    return redirect("stuck:index")

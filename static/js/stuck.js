@@ -56,6 +56,37 @@
     return evidence.topic + "/" + evidence.partition + "@" + evidence.offset;
   }
 
+  // The acknowledgement cell, as templates/accounts/_acknowledgement.html draws it. The forms are
+  // clones of the page's <template>s (they carry the CSRF token); only their action changes.
+  function formFor(templateId, urlPattern, itemId) {
+    const template = document.getElementById(templateId);
+    if (!page.can_operate || !template) return null;
+    const form = template.content.querySelector("form").cloneNode(true);
+    form.action = urlPattern.replace("/0/", "/" + encodeURIComponent(itemId) + "/");
+    return form;
+  }
+
+  function ackCell(item) {
+    const td = el("td", null, "ack");
+    const ack = item.acknowledgement;
+    if (!ack) {
+      const form = formFor("ack-form-template", page.ack_url, item.id);
+      td.appendChild(form || el("span", "—", "muted"));
+      return td;
+    }
+    td.appendChild(el("span", ack.action === "mute" ? "muted" : "acknowledged", "badge ack-" + ack.action));
+    td.appendChild(document.createTextNode(" by "));
+    td.appendChild(el("span", ack.by, "ack-by"));
+    td.appendChild(document.createTextNode(" "));
+    td.appendChild(el("span", moment(ack.at).slice(0, 16) + " UTC", "ack-at"));
+    td.appendChild(document.createTextNode(
+      (ack.mute_until ? " until " + moment(ack.mute_until).slice(0, 16) + " UTC" : "") + ": "));
+    td.appendChild(el("em", ack.reason, "ack-reason"));
+    const withdraw = formFor("withdraw-form-template", page.withdraw_url, item.id);
+    if (withdraw) td.appendChild(withdraw);
+    return td;
+  }
+
   function renderItems() {
     const tbody = document.querySelector("#stuck-items tbody");
     setText("items-shown", data.items_total > data.items_limit
@@ -63,7 +94,7 @@
     if (!data.items.length) {
       const tr = el("tr", null, "empty");
       const td = el("td", "No stuck items" + (data.filters.rule || data.filters.verdict ? " for these filters." : "."), "muted");
-      td.colSpan = 9;
+      td.colSpan = 10;
       tr.appendChild(td);
       tbody.replaceChildren(tr);
       return;
@@ -88,6 +119,9 @@
       evidence.appendChild(details);
       tr.appendChild(evidence);
       tr.appendChild(el("td", moment(item.first_seen)));
+      tr.appendChild(ackCell(item));
+      tr.dataset.item = String(item.id);
+      if (item.acknowledgement) tr.dataset.ack = item.acknowledgement.action;
       return tr;
     }));
   }

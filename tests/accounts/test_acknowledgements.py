@@ -11,9 +11,12 @@ from django.utils import timezone
 from auditor.accounts.acknowledgements import (
     AcknowledgementError,
     acknowledge,
+    acknowledgement_json,
+    attach_acknowledgements,
     current_acknowledgement,
     current_acknowledgements,
     is_muted,
+    mutes_in_force,
     withdraw,
 )
 from auditor.accounts.models import Acknowledgement
@@ -77,3 +80,29 @@ def test_it_withdraws_with_who_and_keeps_the_history(role_users):
     assert Acknowledgement.objects.count() == 1
     with pytest.raises(PermissionDenied):
         withdraw(role_users["viewer"], ack)
+
+
+def test_it_finds_only_the_mutes_in_force_under_a_key_prefix(role_users):
+    operator = role_users["operator"]
+    now = timezone.now()
+    live = acknowledge(operator, "finding", "7:a", action="mute", reason="live")
+    acknowledge(operator, "finding", "7:b", action="mute", reason="ends", mute_until=now + timedelta(minutes=5))
+    withdraw(operator, acknowledge(operator, "finding", "7:c", action="mute", reason="withdrawn"))
+    acknowledge(operator, "finding", "7:d", action="mute", reason="superseded")
+    acknowledge(operator, "finding", "7:d", action="ack", reason="an acknowledgement now")
+    acknowledge(operator, "finding", "8:a", action="mute", reason="other binding")
+    acknowledge(operator, "stuck-item", "7:a", action="mute", reason="other kind")
+    assert mutes_in_force("finding", key_prefix="7:") == {"7:a": live, "7:b": Acknowledgement.objects.get(key="7:b")}
+    assert set(mutes_in_force("finding", key_prefix="7:", now=now + timedelta(minutes=10))) == {"7:a"}
+    assert set(mutes_in_force("finding")) == {"7:a", "7:b", "8:a"}
+
+
+def test_it_attaches_the_acknowledgement_in_force_to_each_object(role_users, django_assert_num_queries):
+    class Thing:
+        def __init__(self, key: str) -> None:
+            self.key = key
+
+    ack = acknowledge(role_users["operator"], "stuck-item", "1", action="ack", reason="seen")
+    with django_assert_num_queries(1):
+        things = attach_acknowledgements([Thing("1"), Thing("2")], "stuck-item", lambda t: t.key)
+    assert [acknowledgement_json(t) for t in things] == [ack.as_dict(), None]

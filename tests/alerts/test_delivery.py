@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from auditor.accounts.acknowledgements import acknowledge
+from auditor.accounts.acknowledgements import acknowledge, withdraw
 from auditor.alerts.models import Alert, Channel, Delivery
 from auditor.alerts.service import deliver, raise_problem, requeue_stale_deliveries, resolve_problem, send_test
 from tests.alerts.conftest import SECRET_ENV
@@ -135,6 +135,70 @@ def test_it_rate_limits_each_channel(webhook_settings, make_channel, receiver):
     resolve_problem("a")  # resolved events are exempt from the limit
     assert Delivery.objects.filter(event="resolved", status="pending").count() == 1
     assert Delivery.objects.filter(event="resolved").count() == 1
+
+
+def test_it_sends_a_rate_limited_opening_once_the_channel_is_under_its_limit(webhook_settings, make_channel, receiver):
+    webhook_settings.AUDITOR_WEBHOOK_RATE_LIMIT_PER_MINUTE = 2
+    make_channel()
+    for fp in ("a", "b", "c"):
+        raise_problem("finding:missing", fp, None, fp)
+    raise_problem("finding:missing", "c", None, "c again")  # still over the limit: held back, nothing recorded
+    assert Delivery.objects.filter(alert__fingerprint="c").count() == 1
+    assert not Alert.objects.get(fingerprint="c").notified
+    deliver_pending()
+    assert len(receiver.received) == 2
+
+    Delivery.objects.update(created_at=timezone.now() - timedelta(minutes=2))  # the minute has passed
+    [alert] = raise_problem("finding:missing", "c", None, "c a third time")
+    assert alert.notified and alert.count == 3
+    deliver_pending()
+    raise_problem("finding:missing", "c", None, "c a fourth time")  # announced now: folds without a delivery
+    resolve_problem("c")
+    deliver_pending()
+    assert [(r.json()["fingerprint"], r.json()["event"]) for r in receiver.received] == [
+        ("a", "opened"),
+        ("b", "opened"),
+        ("c", "opened"),
+        ("c", "resolved"),
+    ]
+    assert receiver.received[2].json()["summary"] == "c a third time"
+    assert receiver.received[3].json()["alert"]["count"] == 4
+    assert all(r.signature_valid for r in receiver.received)
+    assert list(Delivery.objects.filter(alert__fingerprint="c").order_by("pk").values_list("event", "status")) == [
+        ("opened", "suppressed"),
+        ("opened", "delivered"),
+        ("resolved", "delivered"),
+    ]
+
+
+def test_it_sends_a_muted_opening_once_the_mute_is_withdrawn(webhook_settings, make_channel, receiver, role_users):
+    make_channel()
+    mute = acknowledge(role_users["operator"], "problem", "fp", action="mute", reason="deploy")
+    raise_problem("finding:missing", "fp", None, "missing")
+    raise_problem("finding:missing", "fp", None, "still missing")  # still muted: held back
+    assert list(Delivery.objects.values_list("event", "status")) == [("opened", "suppressed")]
+    withdraw(role_users["operator"], mute)
+    [alert] = raise_problem("finding:missing", "fp", None, "missing after the deploy")
+    assert alert.notified
+    deliver_pending()
+    resolve_problem("fp")
+    deliver_pending()
+    assert [r.json()["event"] for r in receiver.received] == ["opened", "resolved"]
+    assert receiver.received[0].json()["summary"] == "missing after the deploy"
+    assert Delivery.objects.count() == 3
+
+
+def test_it_never_sends_resolved_for_an_opening_that_was_never_sent(
+    webhook_settings, make_channel, receiver, role_users
+):
+    make_channel()
+    acknowledge(role_users["operator"], "problem", "fp", action="mute", reason="known")
+    raise_problem("finding:missing", "fp", None, "missing")
+    raise_problem("finding:missing", "fp", None, "missing")
+    resolve_problem("fp")
+    deliver_pending()
+    assert receiver.received == []
+    assert list(Delivery.objects.values_list("event", "status")) == [("opened", "suppressed")]
 
 
 def test_it_suppresses_deliveries_of_a_muted_problem(webhook_settings, make_channel, receiver, role_users):
