@@ -74,7 +74,9 @@ def _add_faults(parser: argparse.ArgumentParser, faults_default: str) -> None:
     parser.add_argument(
         "--faults",
         help="comma-separated: crash-after=N, drop-every=N, fail-update-every=N, slow-ms=N, fire-and-forget, "
-        f"no-idempotence, or none (default: $AUDITOR_DEMO_FAULTS or {faults_default})",
+        "no-idempotence, abort-every=N (the producer runs a transaction per ticket and aborts every Nth one "
+        "without producing it again: that ticket stays NEW), "
+        f"or none (default: $AUDITOR_DEMO_FAULTS or {faults_default})",
     )
 
 
@@ -230,6 +232,7 @@ def _produce(settings: DemoSettings, options: dict[str, Any], out: TextIO) -> in
         "failed": stats.failed_ids,
         "undelivered": undelivered,
         "dropped": [item.ticket_id for item in created if not item.produced],
+        "aborted": stats.aborted_ids,
         "first": created[0].ticket_id,
         "last": created[-1].ticket_id,
         "faults": str(faults),
@@ -240,7 +243,7 @@ def _produce(settings: DemoSettings, options: dict[str, Any], out: TextIO) -> in
         out.write(
             f"{summary['inserted']} tickets inserted ({summary['first']}..{summary['last']}), "
             f"{stats.produced} produced, {stats.acked} acked, {stats.failed} failed, "
-            f"{stats.dropped} never produced (faults: {faults})\n"
+            f"{stats.dropped} never produced, {len(stats.aborted_ids)} in aborted transactions (faults: {faults})\n"
         )
     return 1 if undelivered else 0
 

@@ -59,6 +59,16 @@ class Faults:
     slow_ms: int = 0
     # Consumer: every Nth record is processed and marked, but its status update is rolled back.
     fail_update_every: int | None = None
+    # Producer: run transactionally, one Kafka transaction per ticket, and abort every Nth
+    # ticket's transaction after its record reached the broker; it is never produced again,
+    # so read_committed consumers never see it and the ticket stays NEW.
+    abort_every: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.abort_every is not None and (self.fire_and_forget or self.no_idempotence):
+            # A transactional producer needs idempotence and acks=all: librdkafka refuses otherwise.
+            weakened = "fire-and-forget" if self.fire_and_forget else "no-idempotence"
+            raise DemoOptionError(f"abort-every needs a transactional producer and cannot be combined with {weakened}")
 
     def __str__(self) -> str:
         return format_faults(self)
@@ -68,7 +78,12 @@ class Faults:
         return self != Faults()
 
 
-_COUNTERS = {"crash-after": "crash_after", "drop-every": "drop_every", "fail-update-every": "fail_update_every"}
+_COUNTERS = {
+    "crash-after": "crash_after",
+    "drop-every": "drop_every",
+    "fail-update-every": "fail_update_every",
+    "abort-every": "abort_every",
+}
 _FLAGS = {"fire-and-forget": "fire_and_forget", "no-idempotence": "no_idempotence"}
 _DURATIONS = {"slow-ms": "slow_ms"}
 
@@ -103,7 +118,10 @@ def parse_faults(text: str | None, what: str = "faults") -> Faults:
         if number < minimum:
             raise DemoOptionError(f"{what}: '{part}' must be >= {minimum}")
         values[_COUNTERS.get(name) or _DURATIONS[name]] = number
-    return Faults(**values)  # type: ignore[arg-type]
+    try:
+        return Faults(**values)  # type: ignore[arg-type]
+    except DemoOptionError as exc:
+        raise DemoOptionError(f"{what}: {exc}") from None
 
 
 def format_faults(faults: Faults) -> str:

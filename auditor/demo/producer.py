@@ -3,6 +3,11 @@
 The database insert commits first and the produce follows, as in the user's
 story; nothing makes the two atomic, which is exactly the gap the auditor shows
 (``drop_every`` makes it visible on purpose).
+
+With a ``transactional_id`` (or the ``abort_every`` fault, which needs one) each ticket
+is produced in a Kafka transaction of its own, the producer side of an exactly-once
+pipeline; read_committed consumers (librdkafka's default, so every demo mode) see a
+ticket only once its transaction commits.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from auditor.demo.options import Faults, ProbeTopics
 from auditor.demo.store import Ticket, TicketStore
@@ -50,9 +55,16 @@ class ProducerStats:
     acked: int = 0
     failed: int = 0
     failed_ids: list[str] = field(default_factory=list)
+    aborted_ids: list[str] = field(default_factory=list)  # the abort fault's tickets
 
 
-def producer_config(kafka_config: Mapping[str, Any], faults: Faults, client_id: str) -> dict[str, Any]:
+# Attempts at one ticket's transaction when the broker asks for an abort (e.g. a leader moved).
+_TRANSACTION_ATTEMPTS = 3
+
+
+def producer_config(
+    kafka_config: Mapping[str, Any], faults: Faults, client_id: str, transactional_id: str | None = None
+) -> dict[str, Any]:
     """The demo producer's client config: durable by default, weakened only by fault switches."""
     config: dict[str, Any] = {
         "client.id": client_id,
@@ -61,6 +73,8 @@ def producer_config(kafka_config: Mapping[str, Any], faults: Faults, client_id: 
         "linger.ms": 5,
     }
     config.update(kafka_config)
+    if transactional_id is not None:
+        config["transactional.id"] = transactional_id
     if faults.no_idempotence:
         # Retries stay on (librdkafka's default) with a million requests in flight:
         # a retried batch can land twice or behind a later one.
@@ -90,6 +104,9 @@ class TicketProducer:
 
     ``faults.drop_every=N`` inserts every Nth ticket of this instance but never
     produces it; ``fire_and_forget`` and ``no_idempotence`` weaken the client.
+    ``transactional_id`` produces each ticket in a transaction of its own;
+    ``faults.abort_every=N`` does too (with ``<client_id>.<topic>`` unless an id is
+    given) and aborts every Nth ticket's transaction without producing it again.
     Call ``flush()`` to wait for the broker, ``close()`` at the end.
     """
 
@@ -102,19 +119,26 @@ class TicketProducer:
         faults: Faults | None = None,
         client_id: str = "ticket-producer",
         probe_topics: ProbeTopics | None = None,
+        transactional_id: str | None = None,
     ) -> None:
         self.store = store
         self.topic = topic
         self.faults = faults or Faults()
         self.stats = ProducerStats()
         probes = probe_topics or ProbeTopics()
-        self.config = producer_config(kafka_config, self.faults, client_id)
+        if transactional_id is None and self.faults.abort_every is not None:
+            transactional_id = f"{client_id}.{topic}"
+        self.transactional_id = transactional_id
+        self.config = producer_config(kafka_config, self.faults, client_id, transactional_id)
         self._producer = AuditedProducer(
             self.config,
             ledger_topic=probes.producer_ledger,
             clients_topic=probes.clients,
             ledger_flush_interval_s=probes.ledger_flush_interval_s,
         )
+        if transactional_id is not None:
+            # Fences an earlier instance with the same id and aborts the transaction it left open.
+            self._producer.init_transactions(30)
 
     @property
     def session_id(self) -> str:
@@ -129,8 +153,15 @@ class TicketProducer:
             self.stats.dropped += 1
             logger.info("fault drop-every=%d: %s inserted but never produced", drop_every, ticket.ticket_id)
             return ProducedTicket(ticket, produced=False)
-        self._produce(ticket)
+        if self.transactional_id is None:
+            self._produce(ticket)
+        else:
+            self._produce_in_transaction(ticket, abort=self._abort_fault_hits())
         return ProducedTicket(ticket, produced=True)
+
+    def _abort_fault_hits(self) -> bool:
+        every = self.faults.abort_every
+        return every is not None and self.stats.inserted % every == 0
 
     def create_tickets(self, count: int) -> list[ProducedTicket]:
         created = [self.create_ticket() for _ in range(count)]
@@ -148,6 +179,34 @@ class TicketProducer:
                 self._producer.poll(0.5)
         self.stats.produced += 1
         self._producer.poll(0)
+
+    def _produce_in_transaction(self, ticket: Ticket, *, abort: bool) -> None:
+        """One ticket, one transaction. The abort fault flushes first so the record is in the
+        log (acked, then aborted: invisible to read_committed), and never sends it again."""
+        for attempt in range(1, _TRANSACTION_ATTEMPTS + 1):
+            self._producer.begin_transaction()
+            try:
+                self._produce(ticket)
+                if abort:
+                    self._producer.flush(30)
+                    self._producer.abort_transaction(30)
+                    self.stats.aborted_ids.append(ticket.ticket_id)
+                    every = self.faults.abort_every
+                    logger.info("fault abort-every=%s: %s's transaction was aborted", every, ticket.ticket_id)
+                else:
+                    self._producer.commit_transaction(30)
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if (
+                    not (isinstance(error, KafkaError) and error.txn_requires_abort())
+                    or attempt == _TRANSACTION_ATTEMPTS
+                ):
+                    raise
+                # The transaction cannot complete (e.g. a partition leader moved): abort it
+                # and produce the ticket again in a new one, as an exactly-once producer must.
+                logger.warning("transaction for %s must abort (%s): producing it again", ticket.ticket_id, error.str())
+                self._producer.abort_transaction(30)
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is None:

@@ -32,6 +32,15 @@ def test_it_rejects_bad_fault_specs_by_name(text: str, message: str) -> None:
     assert str(raised.value).startswith("AUDITOR_DEMO_FAULTS")
 
 
+def test_it_parses_the_abort_fault_and_refuses_it_with_a_non_transactional_producer() -> None:
+    assert parse_faults("abort-every=3,drop-every=5") == Faults(abort_every=3, drop_every=5)
+    assert format_faults(Faults(abort_every=3)) == "abort-every=3"
+    with pytest.raises(DemoOptionError, match=r"^--faults: abort-every .* cannot be combined with fire-and-forget"):
+        parse_faults("abort-every=3,fire-and-forget", "--faults")
+    with pytest.raises(DemoOptionError, match="no-idempotence"):
+        Faults(abort_every=2, no_idempotence=True)
+
+
 def test_it_parses_modes() -> None:
     assert DeliveryMode.parse(" Exactly-Once ") is DeliveryMode.EXACTLY_ONCE
     with pytest.raises(DemoOptionError, match="'twice' is not a delivery mode"):

@@ -38,6 +38,27 @@ def test_it_never_produces_dropped_tickets_and_they_stay_new(pipeline: DemoPipel
     assert [ticket for ticket in ids if statuses[ticket] == "NEW"] == dropped
 
 
+@pytest.mark.integration
+def test_it_aborts_every_nth_tickets_transaction_and_never_sends_it_again(pipeline: DemoPipeline) -> None:
+    with pipeline.producer(Faults(abort_every=3)) as producer:
+        created = producer.create_tickets(6)
+        assert producer.flush(30) == 0
+    ids = [item.ticket_id for item in created]
+    aborted = [ids[2], ids[5]]
+    assert producer.stats.aborted_ids == aborted
+    assert producer.config["transactional.id"] == f"ticket-producer.{pipeline.topic}"
+
+    # Every ticket reached the log once; read_committed readers never see the aborted ones.
+    assert [record.key for record in read_topic(pipeline.bootstrap, pipeline.topic, "read_uncommitted")] == ids
+    committed = [ticket for ticket in ids if ticket not in aborted]
+    assert [record.key for record in read_topic(pipeline.bootstrap, pipeline.topic)] == committed
+
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=len(committed), idle_timeout_s=3, timeout_s=60)
+
+    statuses = pipeline.statuses()
+    assert [ticket for ticket in ids if statuses[ticket] == "NEW"] == aborted
+
+
 def test_it_weakens_the_producer_config_only_when_asked() -> None:
     base = {"bootstrap.servers": "127.0.0.1:9092"}
 

@@ -88,7 +88,7 @@ def test_it_lints_a_librdkafka_json_file_and_fails_on_an_error(
         "1",
         "all",
     )
-    assert first["explains"] == [["gap", "broker-lost"], ["missing", None]]
+    assert first["explains"] == [["gap", "broker-lost"], ["missing", None], ["gap", "send-unconfirmed"]]
     assert SECRET not in out + err
 
 

@@ -205,7 +205,7 @@ def test_it_exports_the_catalog(user_client: Client) -> None:
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     assert response["Content-Disposition"] == 'attachment; filename="lint-catalog.csv"'
     rows = {row["id"]: row for row in csv.DictReader(io.StringIO(response.content.decode()))}
-    assert rows["P001"]["explains"] == "gap:broker-lost missing"
+    assert rows["P001"]["explains"] == "gap:broker-lost missing gap:send-unconfirmed"
     assert len(rows) == len(RULES)
 
 

@@ -83,6 +83,7 @@ def test_it_keeps_the_header_counts_beside_the_findings_not_among_them(binding) 
         "aborted": 0,
         "unprocessed": 0,
         "reprocessed": 0,
+        "unverifiable": 0,
         "records_without_headers": 5,
         "records_malformed_headers": 2,
     }

@@ -6,13 +6,23 @@ The ticket topic has one partition unless said otherwise, so ``ids[i]`` sits at 
 
 from __future__ import annotations
 
-import pytest
+import threading
+from typing import Any
 
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from auditor.demo.consumer import ConsumeResult
 from auditor.demo.options import DeliveryMode, Faults
+from tests.conftest import wait_until
+from tests.demo.conftest import DemoPipeline
 
 from .conftest import StuckSetup, diagnose_both, verdicts_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+# Bound on waiting for the broker's retention check to delete a segment.
+RETENTION_WAIT_S = 60.0
 
 
 def test_it_says_never_produced_for_dropped_sends(stuck: StuckSetup, spark) -> None:
@@ -120,50 +130,43 @@ def test_it_says_processed_not_updated_when_the_update_failed_after_processing(s
     assert group["processed"]["consumer_session"] and group["committed"] == 10
 
 
-def test_it_says_aborted_for_a_ticket_only_in_an_aborted_transaction(stuck: StuckSetup, spark) -> None:
-    from auditor.demo.producer import ticket_value
-    from auditor.probes import AuditedProducer
-
+def test_it_says_aborted_for_the_tickets_whose_transaction_the_producer_aborted(stuck: StuckSetup, spark) -> None:
     pipeline = stuck.pipeline
-    with pipeline.store() as store:
-        tickets = [store.insert_ticket({"subject": f"t{i}"}) for i in range(3)]
-    producer = AuditedProducer(
-        {"bootstrap.servers": pipeline.bootstrap, "transactional.id": f"stuck-tx-{pipeline.group}"},
-        ledger_topic=pipeline.probes.producer_ledger,
-        clients_topic=pipeline.probes.clients,
-        ledger_flush_interval_s=0.2,
-    )
-    producer.init_transactions(30)
-    producer.begin_transaction()
-    for ticket in tickets[:2]:
-        producer.produce(pipeline.topic, ticket_value(ticket), ticket.ticket_id.encode())
-    producer.commit_transaction(30)
-    producer.begin_transaction()
-    producer.produce(pipeline.topic, ticket_value(tickets[2]), tickets[2].ticket_id.encode())
-    producer.flush(30)  # in the log (acked), then the transaction aborts
-    producer.abort_transaction(30)
-    producer.close(30)
-    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=2, idle_timeout_s=3, timeout_s=60)
+    ids = pipeline.produce(9, Faults(abort_every=3))
+    aborted = [ids[2], ids[5], ids[8]]
+    # read_committed (every demo mode) never delivers the aborted three.
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=6, idle_timeout_s=3, timeout_s=60)
+    statuses = pipeline.statuses()
+    assert [ticket for ticket in ids if statuses[ticket] == "NEW"] == aborted
 
     result = diagnose_both(stuck, spark)
 
-    assert verdicts_of(result) == {tickets[2].ticket_id: "aborted"}
-    (item,) = result.items
-    assert [r["state"] for r in item.diagnosis.evidence["records"]] == ["aborted"]
+    assert verdicts_of(result) == dict.fromkeys(aborted, "aborted")
+    item = next(i for i in result.items if i.row.key == ids[5])
+    evidence = item.diagnosis.evidence
+    # One transaction per ticket: each ticket's record is followed by its transaction marker.
+    assert [(r["partition"], r["offset"], r["state"]) for r in evidence["records"]] == [(0, 10, "aborted")]
+    assert [e["status"] for e in evidence["ledger"]] == ["acked"]  # the broker had it, then the abort
+    assert "aborted transactions" in item.diagnosis.reason
 
 
-def test_it_says_expired_when_records_were_deleted_before_the_group_reached_them(
+def test_it_says_expired_when_shortened_retention_deleted_records_before_the_group_reached_them(
     stuck: StuckSetup, spark, kafka_admin
 ) -> None:
-    from confluent_kafka import TopicPartition
-
     pipeline = stuck.pipeline
-    ids = pipeline.produce(10)
+    interval_ms = _longest_retention_check_interval_ms(kafka_admin)
+    # Not a dynamic broker setting: the test stack sets it in stack/stack.sh.
+    assert interval_ms <= RETENTION_WAIT_S * 1000 / 4, f"log.retention.check.interval.ms={interval_ms} is too long"
+    ids = pipeline.produce(6)
     pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=2, timeout_s=60)
     assert pipeline.committed_offsets() == {0: 2}
-    deleted = kafka_admin.delete_records([TopicPartition(pipeline.topic, 0, 6)])
-    for future in deleted.values():
-        future.result(timeout=30)
+
+    # Retention deletes whole segments; a short segment.ms lets the broker roll the tickets'
+    # segment so it can go once its newest record is older than retention.ms.
+    _alter_topic(kafka_admin, pipeline.topic, {"retention.ms": "1000", "segment.ms": "1000"})
+    _wait_for_log_start(pipeline, 6)
+    _alter_topic(kafka_admin, pipeline.topic, {"retention.ms": None, "segment.ms": None})  # keep what comes next
+    ids += pipeline.produce(4)
     # The group resumes at the new log start (its committed offset is out of range).
     pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=4, timeout_s=60)
     assert pipeline.committed_offsets() == {0: 10}
@@ -174,8 +177,38 @@ def test_it_says_expired_when_records_were_deleted_before_the_group_reached_them
     item = next(i for i in result.items if i.row.key == ids[3])
     evidence = item.diagnosis.evidence
     assert evidence["records"] == [] and (evidence["partition"], evidence["offset"]) == (0, 3)
-    assert evidence["log"]["log_start"] == 6
+    assert evidence["log"]["log_start"] == 6 and evidence["log"]["high_watermark"] == 10
     assert [e["status"] for e in evidence["ledger"]] == ["acked"]
+    assert [(g["committed"], g["outcome"]) for g in evidence["groups"]] == [(10, "expired")]
+
+
+def test_it_says_waiting_with_the_lag_behind_a_slow_consumer(stuck: StuckSetup, spark) -> None:
+    pipeline = stuck.pipeline
+    ids = pipeline.produce(20)
+    # 0.5 s per ticket, committing each one: far slower than the tickets arrived.
+    consumer = pipeline.consumer(DeliveryMode.AT_LEAST_ONCE, Faults(slow_ms=500), batch_size=1, commit_every=1)
+    stop = threading.Event()
+    runs: list[ConsumeResult] = []
+    worker = threading.Thread(target=lambda: runs.append(consumer.run(stop=stop, timeout_s=120)))
+    worker.start()
+    try:
+        wait_until(lambda: list(pipeline.statuses().values()).count("DONE") >= 3, 60, "3 tickets DONE")
+    finally:
+        stop.set()
+        worker.join(60)
+    (run,) = runs
+    done = len(run.handled)
+    assert run.ticket_ids() == ids[:done] and 3 <= done <= 5, run.ticket_ids()
+    assert pipeline.committed_offsets() == {0: done}
+
+    result = diagnose_both(stuck, spark)
+
+    assert verdicts_of(result) == dict.fromkeys(ids[done:], "waiting")
+    item = next(i for i in result.items if i.row.key == ids[-1])
+    (group,) = item.diagnosis.evidence["groups"]
+    assert (group["committed"], group["lag_records"], group["records_ahead"]) == (done, 20 - done, 19 - done)
+    assert group["lag_records"] > 0 and group["lag_seconds"] > 0
+    assert f"partition lag {20 - done} record(s)" in item.diagnosis.reason
 
 
 def test_it_runs_the_spark_job_in_its_own_process_as_the_worker_does(stuck: StuckSetup) -> None:
@@ -194,3 +227,43 @@ def test_it_runs_the_spark_job_in_its_own_process_as_the_worker_does(stuck: Stuc
         ids[4]: "waiting",
         ids[5]: "never-produced",
     }
+
+
+def _longest_retention_check_interval_ms(admin: Any) -> int:
+    """The broker setting that decides how soon a shortened retention takes effect."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    intervals = []
+    for broker in admin.list_topics(timeout=10).brokers:
+        resource = ConfigResource(ResourceType.BROKER, str(broker))
+        configs = admin.describe_configs([resource])[resource].result(timeout=30)
+        intervals.append(int(configs["log.retention.check.interval.ms"].value))
+    return max(intervals)
+
+
+def _alter_topic(admin: Any, topic: str, settings: dict[str, str | None]) -> None:
+    """Set the given topic configs; None deletes the override (back to the broker default)."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    entries = [
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        if value is not None
+        else ConfigEntry(name, "", incremental_operation=AlterConfigOpType.DELETE)
+        for name, value in settings.items()
+    ]
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+
+
+def _wait_for_log_start(pipeline: DemoPipeline, offset: int) -> None:
+    reader = Consumer({"bootstrap.servers": pipeline.bootstrap, "group.id": f"{pipeline.group}-watermarks"})
+    try:
+        partition = TopicPartition(pipeline.topic, 0)
+        wait_until(
+            lambda: reader.get_watermark_offsets(partition, timeout=10)[0] == offset,
+            RETENTION_WAIT_S,
+            f"retention to move the log start of {pipeline.topic} to {offset}",
+            interval=0.5,
+        )
+    finally:
+        reader.close()
