@@ -6,7 +6,8 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="status:index", permanent=False)),
+    # GET only, like every page: a POST here would otherwise be answered with a redirect.
+    path("", RedirectView.as_view(pattern_name="status:index", permanent=False, http_method_names=["get", "head"])),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

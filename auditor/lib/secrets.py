@@ -7,9 +7,26 @@ import re
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+# The probe library owns the list of secret keys (it must not import Django, so the
+# dependency points this way): one list, one rule, for probes, pages and lint.
+from auditor.probes.config import MASK, SECRET_KEY_MARKERS, is_secret_key
+
+__all__ = [
+    "ENV_REF",
+    "MASK",
+    "SECRET_KEY_MARKERS",
+    "MissingEnvError",
+    "env_refs",
+    "is_secret_key",
+    "mask_mapping",
+    "mask_text",
+    "mask_url",
+    "resolve_env",
+]
+
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-SECRET_KEY_PARTS = ("password", "secret", "token", "sasl.jaas.config", "sasl.oauthbearer.config", "ssl.key")
-MASK = "****"
+# scheme://user:password@host or scheme://token@host, anywhere in a text
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
 
 
 class MissingEnvError(KeyError):
@@ -38,11 +55,6 @@ def resolve_env(text: str, environ: dict[str, str] | None = None) -> str:
     return ENV_REF.sub(substitute, text)
 
 
-def is_secret_key(key: str) -> bool:
-    lowered = key.lower()
-    return any(part in lowered for part in SECRET_KEY_PARTS)
-
-
 def mask_url(url: str) -> str:
     """postgresql://user:pw@host/db -> postgresql://user:****@host/db (${ENV} refs kept)."""
     try:
@@ -53,6 +65,12 @@ def mask_url(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", f":{MASK}@", 1)
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def mask_text(text: str) -> str:
+    """Hide the user info of any URL inside ``text`` (user:password@ → ****@): for error
+    messages and other free text that may quote a URL."""
+    return _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
 
 
 def mask_mapping(config: dict[str, Any]) -> dict[str, Any]:

@@ -1,37 +1,20 @@
 """Masking of secrets in everything the lint engine prints, stores or raises.
 
-Builds on auditor.lib.secrets (the probes' rule) and widens it for pasted configs:
-keys are compared with '-' and '_' read as '.', so Spring's `ssl.key-store-password`
-and `sasl_jaas_config` are caught too, and basic-auth user info (`user:password`,
-whether in a `*.user.info` key or inside a URL) is hidden.
+Which keys are secret is the probes' rule (auditor.probes.config, the project's one
+list): keys are compared with '-' and '_' read as '.', so Spring's
+`ssl.key-store-password` and `sasl_jaas_config` are caught too. On top of it, the user
+info of any URL inside a value (`user:password@`, or a bare token) is hidden.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from auditor.lib.secrets import ENV_REF, MASK, SECRET_KEY_PARTS
+from auditor.lib.secrets import ENV_REF, MASK, mask_text
+from auditor.probes.config import is_secret_key
 
-_EXTRA_SECRET_KEY_PARTS = ("user.info", "userinfo", "credentials", "private.key", "api.key", "apikey")
-# scheme://user:password@host or scheme://token@host
-_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
-
-
-def _normalise_key(key: str) -> str:
-    return re.sub(r"[-_]", ".", key.lower())
-
-
-def is_secret_key(key: str) -> bool:
-    """True for a config key whose value is a credential."""
-    normalised = _normalise_key(str(key))
-    return any(part in normalised for part in SECRET_KEY_PARTS + _EXTRA_SECRET_KEY_PARTS)
-
-
-def mask_text(text: str) -> str:
-    """Hide the user info of any URL inside ``text`` (user:password@ → ****@)."""
-    return _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+__all__ = ["MASK", "is_secret_key", "mask_config", "mask_text", "mask_value"]
 
 
 def mask_value(key: str, value: Any) -> Any:

@@ -6,7 +6,8 @@ here ever holds a config as the user wrote it, so a secret cannot reach the data
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
@@ -16,6 +17,9 @@ from auditor.lint.catalog import RULES_BY_ID
 from auditor.lint.defaults import GUARANTEES, KINDS
 from auditor.lint.evidence import Explained, describe, explains
 from auditor.lint.model import SEVERITY_ORDER
+
+if TYPE_CHECKING:
+    from auditor.lint.links import FindingLink
 
 SEVERITIES = tuple(SEVERITY_ORDER)
 
@@ -101,6 +105,8 @@ class LintResultRow(models.Model):
     source = models.CharField(max_length=10, choices=SOURCES)
 
     objects = LintResultQuerySet.as_manager()
+    # Not stored: the pages set it (auditor.lint.links) to where the explained findings are listed.
+    finding_links: Sequence[FindingLink] = ()
 
     class Meta:
         ordering = ["id"]

@@ -19,6 +19,7 @@ from auditor.lint.catalog import RULES, catalog_as_csv, catalog_as_dicts
 from auditor.lint.defaults import CLIENTS, GUARANTEES, KINDS
 from auditor.lint.errors import LintInputError
 from auditor.lint.evidence import describe, explains
+from auditor.lint.links import BindingIndex, finding_links
 from auditor.lint.models import SEVERITIES, LintResultRow, LintScan
 from auditor.lint.parsers import FORMATS
 from auditor.lint.service import DEFAULT_GUARANTEE, latest_scan, lint_pasted, store_pasted
@@ -43,6 +44,14 @@ def _chosen_scan(request: HttpRequest) -> tuple[LintScan | None, bool]:
     return latest_scan(), False
 
 
+def with_finding_links(rows: list[LintResultRow]) -> list[LintResultRow]:
+    """The rows, each knowing the links to the findings its setting explains."""
+    index = BindingIndex.load()
+    for row in rows:
+        row.finding_links = finding_links(row.rule, row.cluster, row.target_kind, row.subject, index)
+    return rows
+
+
 def _rows(scan: LintScan | None, filters: dict[str, str]) -> list[LintResultRow]:
     if scan is None:
         return []
@@ -51,13 +60,16 @@ def _rows(scan: LintScan | None, filters: dict[str, str]) -> list[LintResultRow]
         rows = rows.filter(severity=filters["severity"])
     if filters["kind"]:
         rows = rows.filter(target_kind=filters["kind"])
-    return list(rows.in_report_order())
+    return with_finding_links(list(rows.in_report_order()))
 
 
 def _results_payload(scan: LintScan | None, rows: list[LintResultRow]) -> dict[str, Any]:
     return {
         "scan": scan.as_event() if scan else None,
-        "results": [{**row.as_dict(), "value": row.shown_value} for row in rows],
+        "results": [
+            {**row.as_dict(), "value": row.shown_value, "finding_links": [link.as_dict() for link in row.finding_links]}
+            for row in rows
+        ],
     }
 
 
@@ -205,7 +217,7 @@ def paste(request: HttpRequest) -> HttpResponse:
                     requested_by=request.user,
                 )
                 context["scan"] = scan
-                context["rows"] = list(scan.results.in_report_order())
+                context["rows"] = with_finding_links(list(scan.results.in_report_order()))
                 context["results_url"] = f"{reverse('lint:index')}?scan={scan.pk}"
         else:
             # the errors name the field (e.g. "too long"), never its value

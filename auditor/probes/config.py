@@ -8,8 +8,12 @@ from typing import Any
 
 MASK = "****"
 
-# docs/contracts.md names the first five; the rest also carry secrets in
-# practice (Java JAAS lines, schema-registry basic auth, credential blobs).
+# The one list of secret-looking key parts in the project: the probes, the dashboard
+# (auditor.lib.secrets) and the lint engine (auditor.lint.masking) all read it, so a key
+# masked in one place is masked everywhere. docs/contracts.md names the first five; the
+# rest also carry secrets in practice (Java JAAS lines, schema-registry basic auth
+# `user:password`, credential blobs, private keys, API keys). Keys are compared after
+# normalise_key, so Spring's `ssl.key-store-password` and `SASL_PASSWORD` match too.
 SECRET_KEY_MARKERS: tuple[str, ...] = (
     "password",
     "secret",
@@ -18,7 +22,11 @@ SECRET_KEY_MARKERS: tuple[str, ...] = (
     "token",
     "jaas",
     "user.info",
+    "userinfo",
     "credential",
+    "private.key",
+    "api.key",
+    "apikey",
 )
 
 _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/@\s]*):[^@/\s]*@")
@@ -53,9 +61,15 @@ _CONNECTION_KEYS = frozenset(
 _CONNECTION_PREFIXES: tuple[str, ...] = ("ssl.", "ssl_", "sasl.", "enable.ssl", "https.")
 
 
+def normalise_key(key: str) -> str:
+    """Lower case, with '-' and '_' read as '.': librdkafka, Java and Spring spellings compare equal."""
+    return re.sub(r"[-_]", ".", key.lower())
+
+
 def is_secret_key(key: str) -> bool:
-    lowered = key.lower()
-    return any(marker in lowered for marker in SECRET_KEY_MARKERS)
+    """True for a config key whose value is a credential (see ``SECRET_KEY_MARKERS``)."""
+    normalised = normalise_key(key)
+    return any(marker in normalised for marker in SECRET_KEY_MARKERS)
 
 
 def _describe(value: Any) -> Any:

@@ -17,6 +17,8 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 
+from auditor.lib.secrets import mask_text, mask_url
+
 BEAT_HEARTBEAT_KEY = "status:beat-heartbeat"
 BEAT_STALE_SECONDS = 30
 
@@ -67,12 +69,14 @@ def check_postgres() -> ComponentStatus:
 def check_redis() -> ComponentStatus:
     import redis
 
+    # REDIS_URL may carry a password (redis://:pw@host): the status page shows it masked.
+    shown = mask_url(settings.REDIS_URL)
     try:
         client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
         info = client.info("server")
-        return ComponentStatus("redis", True, f"redis {info['redis_version']} at {settings.REDIS_URL}")
+        return ComponentStatus("redis", True, f"redis {info['redis_version']} at {shown}")
     except Exception as exc:  # noqa: BLE001
-        return ComponentStatus("redis", False, str(exc))
+        return ComponentStatus("redis", False, f"{shown}: {exc}")
 
 
 def check_celery_workers() -> ComponentStatus:
@@ -134,8 +138,11 @@ CHECKS: list[Callable[[], ComponentStatus | list[ComponentStatus]]] = [
 
 
 def run_all_checks() -> list[ComponentStatus]:
+    """Every check's result; a URL quoted in any detail (an error message, say) is masked,
+    since the details are cached, pushed to browsers and shown on the status page."""
     results: list[ComponentStatus] = []
     for check in CHECKS:
         outcome = check()
-        results.extend(outcome if isinstance(outcome, list) else [outcome])
+        for status in outcome if isinstance(outcome, list) else [outcome]:
+            results.append(ComponentStatus(status.name, status.healthy, mask_text(status.detail)))
     return results

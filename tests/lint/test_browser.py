@@ -107,6 +107,14 @@ def test_it_scans_on_demand_and_updates_the_results_live(
         "unclean.leader.election.enable",
         "true",
     ]
+    # the rows built by the live refresh link to the findings the setting explains (the binding has the topic's name)
+    links = page.eval_on_selector_all(
+        f'{selector}[data-rule="T004"] td.explains a', "as => as.map(a => [a.getAttribute('href'), a.textContent])"
+    )
+    assert links == [
+        [f"/reconcile/findings/?binding={topic}&kind=gap&cause=broker-lost", "gap (broker-lost)"],
+        [f"/reconcile/findings/?binding={topic}&kind=missing", "missing"],
+    ]
     assert page.evaluate("window.__notReloaded") is True  # updated in place, not by a reload
     assert page.text_content("#scan-trigger") == "manual"
     assert int(page.text_content("#count-error")) >= 2

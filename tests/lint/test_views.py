@@ -22,6 +22,7 @@ from auditor.lint.catalog import RULES
 from auditor.lint.engine import lint
 from auditor.lint.models import LintResultRow, LintScan
 from auditor.lint.service import ScanResult, latest_scan, record_scan
+from auditor.pipelines.models import Binding, Cluster, SourceDatabase
 
 pytestmark = pytest.mark.django_db
 
@@ -110,6 +111,110 @@ def test_it_shows_a_chosen_scan_and_serves_results_as_json(user_client: Client) 
     ]
     assert body["results"][1]["value"] == "true"
     assert body["results"][1]["explains"] == [["gap", "broker-lost"], ["missing", None]]
+
+
+# --- links to the findings a result explains ------------------------------------------------
+
+
+@pytest.fixture
+def bound_cluster(db: None) -> dict[str, Binding]:
+    """Cluster "local" (make_scan's) with two bindings, and another cluster's binding."""
+    local = Cluster.objects.create(name="local", bootstrap_servers="127.0.0.1:9")
+    other = Cluster.objects.create(name="elsewhere", bootstrap_servers="127.0.0.1:9")
+    source = SourceDatabase.objects.create(name="src", url="postgresql://app@127.0.0.1/app")
+    common = {"source": source, "table": "public.t", "key_column": "id"}
+    return {
+        "tickets": Binding.objects.create(
+            name="tickets-b", cluster=local, topic="tickets", consumer_groups=["ticket-processor"], **common
+        ),
+        "orders": Binding.objects.create(
+            name="orders-b", cluster=local, topic="orders", consumer_groups=["billing"], **common
+        ),
+        "other": Binding.objects.create(name="other-b", cluster=other, topic="tickets", **common),
+    }
+
+
+def links_in_row(html: str, rule: str, subject: str) -> list[tuple[str, str]]:
+    """(href, text) of the links in a result row's "Explains findings" cell."""
+    row = html.split(f'<tr data-rule="{rule}" ', 1)[1].split("</tr>", 1)[0]
+    assert f'data-subject="{subject}"' in row
+    cell = row.split('<td class="explains">', 1)[1].split("</td>", 1)[0]
+    return [(part.split('"', 1)[0], part.split(">", 1)[1].split("</a>", 1)[0]) for part in cell.split('<a href="')[1:]]
+
+
+def test_it_links_a_topic_result_to_the_findings_of_that_topics_binding(
+    user_client: Client, bound_cluster: dict[str, Binding]
+) -> None:
+    make_scan(topic="tickets")
+    html = user_client.get("/lint/").content.decode()
+    # T004 (unclean leader election) explains broker-side loss: gaps of cause broker-lost, and missing items
+    assert links_in_row(html, "T004", "topic tickets") == [
+        ("/reconcile/findings/?binding=tickets-b&amp;kind=gap&amp;cause=broker-lost", "gap (broker-lost)"),
+        ("/reconcile/findings/?binding=tickets-b&amp;kind=missing", "missing"),
+    ]
+
+    body = user_client.get("/lint/api/results/", {"kind": "topic"}).json()  # the live refresh's data
+    t004 = next(r for r in body["results"] if r["rule"] == "T004")
+    assert t004["finding_links"] == [
+        {
+            "label": "gap (broker-lost)",
+            "url": "/reconcile/findings/?binding=tickets-b&kind=gap&cause=broker-lost",
+            "binding": "tickets-b",
+        },
+        {"label": "missing", "url": "/reconcile/findings/?binding=tickets-b&kind=missing", "binding": "tickets-b"},
+    ]
+
+
+def test_it_links_a_producer_result_to_every_binding_of_its_cluster(
+    user_client: Client, bound_cluster: dict[str, Binding]
+) -> None:
+    make_scan(topic="tickets")
+    html = user_client.get("/lint/").content.decode()
+    producer = "producer orders@host1 " + "a" * 32
+    # a producer does not say which topic it writes: both bindings of cluster "local", not the other cluster's
+    assert [text for _, text in links_in_row(html, "P001", producer)] == [
+        "gap (broker-lost) in orders-b",
+        "missing in orders-b",
+        "gap (broker-lost) in tickets-b",
+        "missing in tickets-b",
+    ]
+
+
+def test_it_links_a_consumer_result_to_the_bindings_of_its_group(
+    user_client: Client, bound_cluster: dict[str, Binding]
+) -> None:
+    results = lint({"enable.auto.commit": "true"}, client="java", kind="consumer", guarantee="at-least-once")
+    subject = "consumer billing-app@host2 " + "b" * 32 + " (group billing)"
+    record_scan(
+        [ScanResult(r, subject, "local") for r in results], trigger=LintScan.SCHEDULE, started_at=timezone.now()
+    )
+    body = user_client.get("/lint/api/results/").json()
+    links = [link for r in body["results"] for link in r["finding_links"]]
+    assert links and {link["binding"] for link in links} == {"orders-b"}
+    # auto commit on (C001) skips records: the unprocessed findings of the binding that declares the group
+    c001 = next(r for r in body["results"] if r["rule"] == "C001")
+    assert c001["finding_links"] == [
+        {"label": "unprocessed", "url": "/reconcile/findings/?binding=orders-b&kind=unprocessed", "binding": "orders-b"}
+    ]
+
+
+def test_it_links_a_pasted_result_to_the_findings_of_its_kind_only(
+    user_client: Client, bound_cluster: dict[str, Binding]
+) -> None:
+    html = user_client.post(
+        "/lint/paste/",
+        {
+            "config": "acks=1\n",
+            "format": "properties",
+            "client": "java",
+            "kind": "producer",
+            "guarantee": "at-least-once",
+        },
+    ).content.decode()
+    assert links_in_row(html, "P001", "producer (pasted config)") == [
+        ("/reconcile/findings/?kind=gap&amp;cause=broker-lost", "gap (broker-lost)"),
+        ("/reconcile/findings/?kind=missing", "missing"),
+    ]
 
 
 def test_it_says_when_there_is_no_scan_yet(user_client: Client) -> None:

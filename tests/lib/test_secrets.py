@@ -1,0 +1,70 @@
+"""One list of secret keys, read by the probes, the dashboard's helpers and the lint engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from auditor.lib import secrets as lib_secrets
+from auditor.lint import masking as lint_masking
+from auditor.probes import config as probe_config
+
+SECRET = "hunter2-Sup3rS3cret"
+
+# Keys whose values are credentials in librdkafka, Java, Spring or schema-registry configs.
+SECRET_KEYS = [
+    "sasl.password",
+    "SASL_PASSWORD",
+    "sasl.jaas.config",
+    "sasl.oauthbearer.config",
+    "sasl.oauthbearer.client.secret",
+    "ssl.key.password",
+    "ssl.key-store-password",
+    "ssl.keystore.password",
+    "ssl.key.pem",
+    "basic.auth.user.info",
+    "schema.registry.basic.auth.user.info",
+    "basic_auth_user_info",
+    "aws.credentials",
+    "google.application.credential",
+    "my.client_secret",
+    "access.token",
+    "custom.api.token",
+    "api.key",
+    "private.key",
+]
+ORDINARY_KEYS = ["acks", "bootstrap.servers", "sasl.username", "sasl.mechanism", "enable.idempotence"]
+
+
+def test_it_keeps_a_single_list_owned_by_the_probe_library() -> None:
+    assert lib_secrets.SECRET_KEY_MARKERS is probe_config.SECRET_KEY_MARKERS
+    assert lib_secrets.is_secret_key is probe_config.is_secret_key
+    assert lint_masking.is_secret_key is probe_config.is_secret_key
+    assert not hasattr(lib_secrets, "SECRET_KEY_PARTS")
+
+
+@pytest.mark.parametrize("key", SECRET_KEYS)
+def test_it_masks_a_secret_key_in_every_masking_helper(key: str) -> None:
+    assert probe_config.mask_config({key: SECRET}) == {key: "****"}
+    assert lib_secrets.mask_mapping({key: SECRET}) == {key: "****"}
+    assert lint_masking.mask_config({key: SECRET}) == {key: "****"}
+
+
+@pytest.mark.parametrize("key", ORDINARY_KEYS)
+def test_it_leaves_ordinary_keys_visible_in_every_masking_helper(key: str) -> None:
+    assert probe_config.mask_config({key: "plain"}) == {key: "plain"}
+    assert lib_secrets.mask_mapping({key: "plain"}) == {key: "plain"}
+    assert lint_masking.mask_config({key: "plain"}) == {key: "plain"}
+
+
+def test_it_masks_the_password_of_a_url_and_keeps_env_references() -> None:
+    assert lib_secrets.mask_url(f"redis://:{SECRET}@127.0.0.1:6379/0") == "redis://:****@127.0.0.1:6379/0"
+    assert lib_secrets.mask_url(f"postgresql://app:{SECRET}@db/x") == "postgresql://app:****@db/x"
+    assert lib_secrets.mask_url("postgresql://app:${DB_PASSWORD}@db/x") == "postgresql://app:${DB_PASSWORD}@db/x"
+    assert lib_secrets.mask_url("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+
+
+def test_it_masks_urls_quoted_in_free_text() -> None:
+    text = f"Error connecting to redis://:{SECRET}@10.0.0.1:6379/0 and https://u:{SECRET}@h/x"
+    masked = lib_secrets.mask_text(text)
+    assert SECRET not in masked
+    assert masked == "Error connecting to redis://****@10.0.0.1:6379/0 and https://****@h/x"

@@ -1,0 +1,36 @@
+"""Status checks never show a secret: REDIS_URL's password is masked on success and failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from auditor.status import checks
+from auditor.status.checks import ComponentStatus, check_redis, run_all_checks
+
+pytestmark = pytest.mark.integration
+
+SECRET = "hunter2-Sup3rS3cret"
+
+
+def test_it_shows_the_redis_url_it_reached(settings: Any) -> None:
+    status = check_redis()
+    assert status.healthy, status.detail
+    assert status.detail.endswith(f" at {settings.REDIS_URL}")  # the test stack's Redis has no password
+
+
+def test_it_masks_the_redis_password_when_redis_is_unreachable(settings: Any) -> None:
+    settings.REDIS_URL = f"redis://:{SECRET}@127.0.0.1:1/0"  # port 1: nothing listens
+    status = check_redis()
+    assert not status.healthy
+    assert SECRET not in status.detail
+    assert status.detail.startswith("redis://:****@127.0.0.1:1/0: ")
+
+
+def test_it_masks_a_url_quoted_in_any_check_detail(monkeypatch: pytest.MonkeyPatch) -> None:
+    def leaky_check() -> ComponentStatus:  # e.g. a driver error that quotes its DSN
+        return ComponentStatus("db", False, f"could not connect to postgresql://app:{SECRET}@db:5432/x")
+
+    monkeypatch.setattr(checks, "CHECKS", [leaky_check])
+    assert run_all_checks() == [ComponentStatus("db", False, "could not connect to postgresql://****@db:5432/x")]
