@@ -52,6 +52,9 @@ from auditor.api.tokens import create_token
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.reports.models import Report, ReportSchedule
+from auditor.stuck.evidence import Diagnosis, StuckRow
+from auditor.stuck.models import StuckItem
+from auditor.stuck.service import DiagnosisResult, ItemVerdict, record_diagnosis, start_run
 
 pytestmark = pytest.mark.django_db
 
@@ -89,10 +92,18 @@ PAGES: dict[str, dict[str, Access]] = {
     "reconcile/runs/run/": {"POST": Access(OPERATOR, 302, {"binding": "matrix"})},
     "reconcile/findings/": {"GET": Access(VIEWER, 200)},
     "reconcile/findings/<int:finding_id>/": {"GET": Access(VIEWER, 200)},
+    "reconcile/findings/<int:finding_id>/acknowledge/": {
+        "POST": Access(OPERATOR, 302, {"action": "ack", "reason": "looking into it"})
+    },
+    "reconcile/findings/<int:finding_id>/withdraw/": {"POST": Access(OPERATOR, 302)},
     "reconcile/keys/<slug:binding>/<path:key>/": {"GET": Access(VIEWER, 200)},
     "stuck/": {"GET": Access(VIEWER, 200)},
     "stuck/api/items/": {"GET": Access(VIEWER, 200)},
     "stuck/diagnose/": {"POST": Access(OPERATOR, 302, {"rule": "matrix"})},
+    "stuck/items/<int:item_id>/acknowledge/": {
+        "POST": Access(OPERATOR, 302, {"action": "mute", "reason": "known, fixing", "mute_hours": "2"})
+    },
+    "stuck/items/<int:item_id>/withdraw/": {"POST": Access(OPERATOR, 302)},
     "lint/": {"GET": Access(VIEWER, 200)},
     "lint/api/results/": {"GET": Access(VIEWER, 200)},
     "lint/scan/": {"POST": Access(OPERATOR, 302)},
@@ -151,6 +162,8 @@ API: dict[str, Access] = {
     "reconcile-runs-trigger": Access(OPERATOR, 202, {"binding": "matrix"}),
     "reconcile-run": Access(VIEWER, 200),
     "reconcile-findings-list": Access(VIEWER, 200),
+    "reconcile-finding": Access(VIEWER, 200),
+    "reconcile-finding-acknowledge": Access(OPERATOR, 200, {"action": "ack", "reason": "looking into it"}),
     "reports-list": Access(VIEWER, 200),
     "report": Access(VIEWER, 200),
     "report-csv": Access(VIEWER, 200),
@@ -158,6 +171,8 @@ API: dict[str, Access] = {
     "stuck-items-list": Access(VIEWER, 200),
     "stuck-runs-list": Access(VIEWER, 200),
     "stuck-diagnose": Access(OPERATOR, 200, {}),
+    "stuck-item": Access(VIEWER, 200),
+    "stuck-item-acknowledge": Access(OPERATOR, 200, {"action": "mute", "reason": "known, fixing"}),
 }
 
 
@@ -201,6 +216,7 @@ class World:
     users: dict[str, AbstractBaseUser]
     binding: Binding
     rule: StuckRule
+    item: StuckItem
     run: ReconcileRun
     finding: Finding
     channel: Channel
@@ -225,6 +241,7 @@ class World:
             "token_id": self.token_ids[owner],
             "run_id": self.run.pk,
             "name": self.rule.name,
+            "item_id": self.item.pk,
         }
         return {name: values[name] for name in values if f":{name}>" in route}
 
@@ -258,6 +275,15 @@ def world(role_users: dict[str, AbstractBaseUser], queued: list[tuple[Any, ...]]
     rule = StuckRule.objects.create(
         name="matrix", binding=binding, status_column="status", stuck_values=["NEW"], age_column="created_at"
     )
+    record_diagnosis(
+        start_run(rule, "schedule"),
+        DiagnosisResult(
+            rule.name,
+            items=[ItemVerdict(StuckRow("TCK-1", "NEW", 900.0), Diagnosis("skipped", "committed past it", {}))],
+            engine="python",
+        ),
+    )
+    item = StuckItem.objects.get(rule=rule, key="TCK-1")
     run = ReconcileRun.objects.create(binding=binding, trigger="schedule", status="ok", finished_at=timezone.now())
     finding = Finding.objects.create(run=run, binding=binding, kind="missing", key="TCK-1")
     channel = Channel.objects.create(name="matrix", url="https://hooks.example.com/x", secret="${MATRIX_SECRET}")
@@ -292,6 +318,7 @@ def world(role_users: dict[str, AbstractBaseUser], queued: list[tuple[Any, ...]]
         users=role_users,
         binding=binding,
         rule=rule,
+        item=item,
         run=run,
         finding=finding,
         channel=channel,
