@@ -175,8 +175,10 @@ def test_it_links_a_producer_result_to_every_binding_of_its_cluster(
     assert [text for _, text in links_in_row(html, "P001", producer)] == [
         "gap (broker-lost) in orders-b",
         "missing in orders-b",
+        "gap (send-unconfirmed) in orders-b",
         "gap (broker-lost) in tickets-b",
         "missing in tickets-b",
+        "gap (send-unconfirmed) in tickets-b",
     ]
 
 
@@ -214,6 +216,8 @@ def test_it_links_a_pasted_result_to_the_findings_of_its_kind_only(
     assert links_in_row(html, "P001", "producer (pasted config)") == [
         ("/reconcile/findings/?kind=gap&amp;cause=broker-lost", "gap (broker-lost)"),
         ("/reconcile/findings/?kind=missing", "missing"),
+        # the acks rule also explains acks=0's unconfirmed sends
+        ("/reconcile/findings/?kind=gap&amp;cause=send-unconfirmed", "gap (send-unconfirmed)"),
     ]
 
 
