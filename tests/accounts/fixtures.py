@@ -39,3 +39,15 @@ def client_as(role_users: dict[str, AbstractBaseUser]) -> Callable[[str], Client
         return client
 
     return make
+
+
+@pytest.fixture
+def bearer(role_users: dict[str, AbstractBaseUser]) -> Callable[..., dict[str, str]]:
+    """Headers carrying a fresh API token of the user of ``role`` with ``scope``."""
+    from auditor.api.tokens import create_token
+
+    def make(role: str, scope: str = "read") -> dict[str, str]:
+        _, raw = create_token(role_users[role], f"{role}-{scope}", scope)
+        return {"Authorization": f"Bearer {raw}"}
+
+    return make

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.accounts.fixtures import client_as, role_users
+from tests.accounts.fixtures import bearer, client_as, role_users
 
-__all__ = ["client_as", "role_users"]
+__all__ = ["bearer", "client_as", "role_users"]
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -47,18 +47,6 @@ def source_database_url() -> str:
 
 
 # --- the Django side (auditor/reconcile) ----------------------------------------------------
-
-
-@pytest.fixture
-def bearer(role_users) -> Callable[..., dict[str, str]]:
-    """Headers carrying a fresh API token of the user of ``role`` with ``scope``."""
-    from auditor.api.tokens import create_token
-
-    def make(role: str, scope: str = "read") -> dict[str, str]:
-        _, raw = create_token(role_users[role], f"{role}-{scope}", scope)
-        return {"Authorization": f"Bearer {raw}"}
-
-    return make
 
 
 @pytest.fixture

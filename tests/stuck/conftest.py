@@ -13,7 +13,7 @@ import pytest
 
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.stuck.service import DiagnosisOptions, DiagnosisResult, diagnose_rule
-from tests.accounts.fixtures import client_as, role_users  # noqa: F401 - fixtures
+from tests.accounts.fixtures import bearer, client_as, role_users  # noqa: F401 - fixtures
 from tests.demo.conftest import DemoPipeline, make_pipeline, pipeline, source_url  # noqa: F401 - fixtures
 
 

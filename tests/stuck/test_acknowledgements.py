@@ -7,13 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import AbstractBaseUser
 from django.test import Client
 
 from auditor.accounts.acknowledgements import acknowledge
 from auditor.accounts.models import Acknowledgement
 from auditor.alerts.models import Alert, Channel
-from auditor.api.tokens import create_token
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import StuckItem
 from auditor.stuck.service import record_diagnosis, start_run
@@ -35,15 +33,6 @@ def items(plain_rule: StuckRule) -> dict[str, StuckItem]:
         start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "skipped", "B": "skipped", "C": "waiting"})
     )
     return {item.key: item for item in StuckItem.objects.filter(rule=plain_rule)}
-
-
-@pytest.fixture
-def bearer(role_users: dict[str, AbstractBaseUser]) -> Callable[..., dict[str, str]]:
-    def make(role: str, scope: str = "read") -> dict[str, str]:
-        _, raw = create_token(role_users[role], f"{role}-{scope}", scope)
-        return {"Authorization": f"Bearer {raw}"}
-
-    return make
 
 
 def refused(response: Any, role: str) -> None:
