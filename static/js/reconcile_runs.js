@@ -49,10 +49,8 @@
       xaxis: {type: "date", hoverformat: "%Y-%m-%d %H:%M:%S"}, yaxis: {rangemode: "tozero"},
       legend: {orientation: "h"}, showlegend: true,
     };
-    if (!traces.length) {  // an empty date axis would show the year 2000
-      layout.xaxis.range = [new Date(Date.now() - 86400000), new Date()];
-      layout.annotations = [{text: "no finished runs yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}];
-    }
+    // An empty date axis would show the year 2000; #chart-empty already says there is no run.
+    if (!traces.length) layout.xaxis.range = [new Date(Date.now() - 86400000), new Date()];
     Plotly.react(div, traces, layout, {displaylogo: false, responsive: true});
   }
 
