@@ -9,6 +9,8 @@
 #
 # STACK=dev (default) uses ports 9092.. / 5433 / 6380 and writes .env;
 # STACK=test uses 19092.. / 15433 / 16380 and writes var/test/stack.env.
+# STACK_PORT_BASE=N moves every port of this checkout's stack by N instead (e.g. 20000 for a
+# second checkout's test stack beside the first); it is remembered in var/<stack>/port-base.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -19,11 +21,19 @@ case "$STACK" in
   *) echo "STACK must be dev or test, not '$STACK'" >&2; exit 2 ;;
 esac
 VAR="$ROOT/var/$STACK"
+if [[ -n ${STACK_PORT_BASE:-} ]]; then
+  [[ $STACK_PORT_BASE =~ ^[0-9]+$ && $STACK_PORT_BASE -le 50000 ]] \
+    || { echo "STACK_PORT_BASE must be a whole number up to 50000, not '$STACK_PORT_BASE'" >&2; exit 2; }
+  PORT_BASE=$STACK_PORT_BASE
+  mkdir -p "$VAR"; echo "$PORT_BASE" >"$VAR/port-base"
+elif [[ -f $VAR/port-base ]]; then
+  PORT_BASE=$(cat "$VAR/port-base")
+fi
 KAFKA_LIBS="$ROOT/.cache/kafka/libs"
 KAFKA_PORT=$((9092 + PORT_BASE)); CONTROLLER_PORT=$((9192 + PORT_BASE))
 PG_PORT=$((5433 + PORT_BASE)); REDIS_PORT=$((6380 + PORT_BASE))
 PG_BIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
-PG_SOCK="/tmp/auditor-pg-$STACK"
+PG_SOCK="/tmp/auditor-pg-$STACK-$PG_PORT"
 if [[ $STACK == dev ]]; then ENV_FILE="$ROOT/.env"; else ENV_FILE="$VAR/stack.env"; fi
 
 say() { printf '\033[1m[%s]\033[0m %s\n' "$STACK" "$*"; }
