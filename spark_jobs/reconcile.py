@@ -58,9 +58,11 @@ from spark_jobs.binding import (
 from spark_jobs.common import build_spark_session
 from spark_jobs.kafka_offsets import (
     PartitionOffsets,
+    RecordPrint,
     admin_client,
     committed_offsets,
     partition_offsets,
+    record_prints,
     topic_partitions,
 )
 from spark_jobs.reconcile_state import StateMeta, StateStore
@@ -69,6 +71,7 @@ from spark_jobs.reconcile_transform import (
     FINDING_KINDS,
     KAFKA_RAW_SCHEMA,
     KEY_INDEX_SCHEMA,
+    LOST_SIGHTING_SCHEMA,
     RECORD_COUNTS,
     RECORD_SCHEMA,
     SOURCE_ROW_SCHEMA,
@@ -89,11 +92,13 @@ from spark_jobs.reconcile_transform import (
     transform_key_delta,
     transform_ledger_bounds,
     transform_ledger_open,
+    transform_lost_sightings,
     transform_new_source_rows,
     transform_orphan_candidates,
     transform_pending_source,
     transform_processed_coverage,
     transform_producer_ledger,
+    transform_rebuild_memory,
     transform_records,
     transform_reprocessed,
     transform_seq_coverage,
@@ -139,13 +144,19 @@ class OffsetRange:
 
 
 def plan_offsets(
-    topic: str, offsets: dict[int, PartitionOffsets], previous: dict[int, int], required: bool = True
+    topic: str,
+    offsets: dict[int, PartitionOffsets],
+    previous: dict[int, int],
+    required: bool = True,
+    read_before: dict[int, int] | None = None,
 ) -> OffsetRange:
     """From where the last run stopped up to the last stable offset.
 
     A partition the state has not read yet is wanted from offset 0: when its log start is
     past that (or past where the last run stopped), the records in between were deleted
-    unread and are recorded in `lost`; reading starts at the log start.
+    unread and are recorded in `lost`; reading starts at the log start. read_before: where
+    earlier runs stopped when this run reads again from the start (a rebuild): what they
+    read was not lost unread.
     """
     plan = OffsetRange(topic)
     for partition, po in sorted(offsets.items()):
@@ -155,8 +166,9 @@ def plan_offsets(
                 f"topic {topic!r} partition {partition}: the last run read up to offset {wanted} but the "
                 f"partition now ends at {po.high}; was the topic re-created? Run with --full"
             )
-        if wanted < po.low:
-            plan.lost[partition] = (wanted, po.low)
+        unread_from = max(wanted, (read_before or {}).get(partition, 0))
+        if unread_from < po.low:
+            plan.lost[partition] = (unread_from, po.low)
         start = max(wanted, po.low)
         plan.ranges[partition] = (start, max(start, po.stable))
     missing = set(previous) - set(offsets)
@@ -220,7 +232,71 @@ def extract_topic(
     return reader.load()
 
 
-def extract_topic_offsets(binding: Binding, meta: StateMeta) -> dict[str, Any]:
+def find_rewritten_partitions(binding: Binding, meta: StateMeta) -> dict[int, str]:
+    """Partitions whose records already read were truncated or replaced since the last run.
+
+    An unclean leader election truncates the old leader's tail and new records take the same
+    offsets; a re-created topic starts again at 0. Trusting "offsets below X were read" would
+    then report the new records' rows missing and miss the lost ones. Two signs, per
+    partition: the log now ends before where the last run stopped, or the last record that
+    run read (state checkpoint) is no longer at its offset. An offset below the log start
+    cannot be checked (retention deleted it, which is no rewrite).
+    """
+    if not meta.topic_offsets:
+        return {}
+    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
+    offsets = partition_offsets(admin, binding.topic, topic_partitions(admin, binding.topic))
+    reasons: dict[int, str] = {}
+    to_check: dict[int, RecordPrint] = {}
+    for partition, po in sorted(offsets.items()):
+        read_to = meta.topic_offsets.get(partition)
+        if read_to is None:
+            continue
+        if po.high < read_to:
+            reasons[partition] = (
+                f"the log now ends at offset {po.high}, before offset {read_to} where run {meta.run_id} stopped reading"
+            )
+            continue
+        checkpoint = meta.checkpoints.get(partition)
+        if checkpoint is not None and checkpoint[0] >= po.low:
+            to_check[partition] = RecordPrint.from_json(checkpoint)
+    now = record_prints(
+        binding.bootstrap_servers, binding.kafka_config, binding.topic, {p: c.offset for p, c in to_check.items()}
+    )
+    for partition, checkpoint in to_check.items():
+        found = now.get(partition)
+        if found != checkpoint:
+            what = "no record any more" if found is None else "another record"
+            reasons[partition] = f"offset {checkpoint.offset}, read by run {meta.run_id}, now holds {what}"
+    return reasons
+
+
+def checkpoint_prints(binding: Binding, records: DataFrame, plan: OffsetRange) -> dict[int, list[int]]:
+    """The print of the last record this run read in each partition, read back from Kafka.
+
+    Its timestamp must be the one Spark read: otherwise the partition changed under the run.
+    """
+    last = (
+        records.groupBy("partition")
+        .agg(F.max_by(F.struct("offset", F.unix_millis("timestamp").alias("ts_ms")), "offset").alias("last"))
+        .collect()
+    )
+    read = {row["partition"]: (row["last"]["offset"], row["last"]["ts_ms"]) for row in last}
+    prints = record_prints(
+        binding.bootstrap_servers, binding.kafka_config, plan.topic, {p: o for p, (o, _) in read.items()}
+    )
+    changed = [p for p, (_, ts_ms) in read.items() if getattr(prints.get(p), "ts_ms", None) != ts_ms]
+    if changed:
+        raise ReconcileError(
+            f"{plan.topic} partition(s) {sorted(changed)} changed while this run read them (the last record read "
+            "is no longer at its offset); the run is discarded, run it again"
+        )
+    return {p: found.to_json() for p, found in prints.items() if found is not None}
+
+
+def extract_topic_offsets(
+    binding: Binding, meta: StateMeta, read_before: dict[int, int] | None = None
+) -> dict[str, Any]:
     """Every driver-side Kafka look-up, in the order that keeps the reads consistent.
 
     Committed offsets first, then the consumer ledger's end (a processed mark is written
@@ -250,7 +326,7 @@ def extract_topic_offsets(binding: Binding, meta: StateMeta) -> dict[str, Any]:
         "consumer_ledger": consumer_ledger,
         "producer_ledger": producer_ledger,
         "watermarks": offsets,
-        "topic": plan_offsets(binding.topic, offsets, meta.topic_offsets),
+        "topic": plan_offsets(binding.topic, offsets, meta.topic_offsets, read_before=read_before),
     }
 
 
@@ -483,6 +559,18 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
     store = StateStore(options.state_dir, binding.name, run_id)
     meta = StateMeta() if options.full else store.read_meta()
     warnings: list[str] = []
+    # Offsets already read that now hold other records: read everything again (a rebuild),
+    # keeping what earlier runs saw (`memory`) as evidence.
+    rewritten = find_rewritten_partitions(binding, meta)
+    memory: StateMeta | None = None
+    if rewritten:
+        memory = meta
+        meta = StateMeta(unverifiable_until=memory.unverifiable_until)
+        warnings += [
+            f"{binding.topic}/{p}: records already read were truncated or rewritten ({reason}); every partition "
+            "is read again from its log start"
+            for p, reason in sorted(rewritten.items())
+        ]
 
     timings: dict[str, float] = {}
     clock = [time.monotonic()]
@@ -492,7 +580,7 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
         timings[name] = round(timings.get(name, 0.0) + now - clock[0], 3)
         clock[0] = now
 
-    kafka = extract_topic_offsets(binding, meta)
+    kafka = extract_topic_offsets(binding, meta, read_before=memory.topic_offsets if memory else None)
     lap("kafka_offsets")
     upper = options.now or datetime.now(UTC)
     if meta.window_upper:
@@ -526,6 +614,8 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
         all_records = records
         new_aborted = spark.createDataFrame([], RECORD_SCHEMA)
     check_nothing_deleted_while_read(binding, plan)
+    # After a rebuild `meta` is empty: only this run's checkpoints count.
+    checkpoints = meta.checkpoints | checkpoint_prints(binding, records, plan)
     # Rows whose record may have been deleted unread can never be judged: the bound only
     # grows until a --full run starts over.
     horizon = loss_horizon(records, plan, upper, binding.grace_seconds)
@@ -556,6 +646,15 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
     committed = spark.createDataFrame(kafka["committed"], COMMITTED_SCHEMA)
     groups = spark.createDataFrame([(g,) for g in binding.consumer_groups], "group string")
 
+    lows = spark.createDataFrame([(p, o.low) for p, o in kafka["watermarks"].items()], "partition int, low long")
+    new_lost = spark.createDataFrame([], LOST_SIGHTING_SCHEMA)
+    if memory is not None:
+        # The rebuild starts from the part of the old index that the re-read cannot see again.
+        carried, new_lost = transform_rebuild_memory(
+            store.deltas(spark, memory.key_deltas, KEY_INDEX_SCHEMA), records, lows, sorted(rewritten), run_id
+        )
+        meta.key_deltas = [store.write_delta(carried, "keys", KEY_INDEX_SCHEMA, suffix="-carried")]
+
     # State updates: each new dataset is written under this run's id and read back.
     old_index = store.deltas(spark, meta.key_deltas, KEY_INDEX_SCHEMA)
     datasets: dict[str, str] = {}
@@ -569,6 +668,12 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
 
     def old(name: str) -> DataFrame:
         return store.dataset(spark, meta, name)
+
+    # Evidence that outlives a rebuild: lost sightings, and the findings is_new compares with.
+    kept_meta = memory or meta
+    keep(
+        "lost_sightings", transform_lost_sightings(store.dataset(spark, kept_meta, "lost_sightings"), new_lost, records)
+    )
 
     keep("duplicates", transform_duplicate_records(records, old_index, old("duplicates"), broadcast_new))
     keep(
@@ -589,7 +694,7 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
         "unprocessed_candidates",
         transform_unprocessed_candidates(old("unprocessed_candidates"), records, processed_cov, groups, committed),
     )
-    key_deltas = [*meta.key_deltas, store.write_delta(transform_key_delta(records), "keys", KEY_INDEX_SCHEMA)]
+    key_deltas = [*meta.key_deltas, store.write_delta(transform_key_delta(records, run_id), "keys", KEY_INDEX_SCHEMA)]
     source_deltas = [*meta.source_deltas, store.write_delta(new_source, "source", SOURCE_ROW_SCHEMA)]
     lap("state.deltas")
 
@@ -599,7 +704,7 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
     )
     findings = union_findings(
         [
-            find_missing(state["pending_source"], cutoff, unverifiable_until),
+            find_missing(state["pending_source"], cutoff, unverifiable_until, state["lost_sightings"]),
             find_duplicates(state["duplicates"]),
             find_orphans(state["orphan_candidates"], cutoff),
             find_gaps(state["seq_coverage"], state["ledger_open"], state["ledger_bounds"], watermarks),
@@ -609,7 +714,9 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
         ]
     )
     current = keep("findings", findings)
-    seen = old("findings").select(*[F.col(c).alias(f"_seen_{c}") for c in IDENTITY]).distinct()
+    seen = (
+        store.dataset(spark, kept_meta, "findings").select(*[F.col(c).alias(f"_seen_{c}") for c in IDENTITY]).distinct()
+    )
     flagged = (
         current.join(seen, [current[c].eqNullSafe(seen[f"_seen_{c}"]) for c in IDENTITY], "left")
         .withColumn("is_new", F.col("_seen_kind").isNull())
@@ -617,7 +724,9 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
     )
     counts_rows = current.groupBy("kind").count().collect()
     counts = {kind: 0 for kind in FINDING_KINDS} | {r["kind"]: r["count"] for r in counts_rows}
-    counts[UNVERIFIABLE] = unverifiable_rows(state["pending_source"], cutoff, unverifiable_until).count()
+    counts[UNVERIFIABLE] = unverifiable_rows(
+        state["pending_source"], cutoff, unverifiable_until, state["lost_sightings"]
+    ).count()
     if counts[UNVERIFIABLE] and unverifiable_until is not None:
         warnings.append(
             f"{counts[UNVERIFIABLE]} source row(s) created up to {unverifiable_until.isoformat()} have no record "
@@ -643,12 +752,14 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
             key_deltas=store.compact(spark, key_deltas, "keys", KEY_INDEX_SCHEMA),
             source_deltas=store.compact(spark, source_deltas, "source", SOURCE_ROW_SCHEMA),
             datasets=datasets,
+            checkpoints=checkpoints,
         )
     )
     return {
         "run_id": run_id,
         "binding": binding.name,
-        "mode": "full" if options.full or not meta.run_id else "incremental",
+        "mode": "rebuild" if memory else "full" if options.full or not meta.run_id else "incremental",
+        "rewritten": {str(p): reason for p, reason in sorted(rewritten.items())},
         "counts": counts,
         "new_findings": new_count,
         "offset_ranges": {
