@@ -671,9 +671,11 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
 
     # Evidence that outlives a rebuild: lost sightings, and the findings is_new compares with.
     kept_meta = memory or meta
-    keep(
-        "lost_sightings", transform_lost_sightings(store.dataset(spark, kept_meta, "lost_sightings"), new_lost, records)
-    )
+    old_lost = store.dataset(spark, kept_meta, "lost_sightings")
+    if memory is not None or not old_lost.isEmpty():
+        keep("lost_sightings", transform_lost_sightings(old_lost, new_lost, records))
+    else:  # nearly always: no pass over this run's records for nothing
+        state["lost_sightings"] = old_lost
 
     keep("duplicates", transform_duplicate_records(records, old_index, old("duplicates"), broadcast_new))
     keep(
