@@ -466,11 +466,21 @@ def transform_consumer_ledger(raw: DataFrame, topic: str, groups: Iterable[str])
 # ------------------------------------------------------------------ state updates ----
 
 
-def transform_key_delta(records: DataFrame, run_id: str) -> DataFrame:
-    """This run's per-key index delta: count and first record (lowest partition, offset)."""
+def transform_key_stats(records: DataFrame) -> DataFrame:
+    """Per key of this run's records: `n` and `first` (the record at the lowest partition,
+    offset). The one shuffle of the records by key that the state updates share (pass it as
+    `key_stats`; each computes it itself when not given)."""
     first = F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("first")
-    grouped = records.where(F.col("key").isNotNull()).groupBy("key").agg(F.count("*").alias("n"), first)
-    return grouped.select("key", "n", "first.*", F.lit(run_id).alias("run_id"))
+    return records.where(F.col("key").isNotNull()).groupBy("key").agg(F.count("*").alias("n"), first)
+
+
+def _stats(records: DataFrame, key_stats: DataFrame | None) -> DataFrame:
+    return key_stats if key_stats is not None else transform_key_stats(records)
+
+
+def transform_key_delta(records: DataFrame, run_id: str, key_stats: DataFrame | None = None) -> DataFrame:
+    """This run's per-key index delta: count and first record (lowest partition, offset)."""
+    return _stats(records, key_stats).select("key", "n", "first.*", F.lit(run_id).alias("run_id"))
 
 
 def transform_rebuild_memory(
@@ -508,7 +518,11 @@ def _maybe_broadcast(df: DataFrame, hint: bool) -> DataFrame:
 
 
 def transform_duplicate_records(
-    new_records: DataFrame, old_index: DataFrame, old_duplicates: DataFrame, broadcast_new: bool = False
+    new_records: DataFrame,
+    old_index: DataFrame,
+    old_duplicates: DataFrame,
+    broadcast_new: bool = False,
+    key_stats: DataFrame | None = None,
 ) -> DataFrame:
     """Every record of every key seen more than once so far (RECORD_SCHEMA).
 
@@ -516,7 +530,7 @@ def transform_duplicate_records(
     touched (a semi-join), so the cost follows the new data.
     """
     keyed = new_records.where(F.col("key").isNotNull())
-    new_counts = keyed.groupBy("key").agg(F.count("*").alias("n_new"))
+    new_counts = _stats(new_records, key_stats).select("key", F.col("n").alias("n_new"))
     touched = old_index.join(_maybe_broadcast(new_counts.select("key"), broadcast_new), "key", "left_semi")
     old_counts = touched.groupBy("key").agg(
         F.sum("n").alias("n_old"), F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("first")
@@ -545,9 +559,10 @@ def transform_pending_source(
     new_records: DataFrame,
     old_index: DataFrame,
     broadcast_new: bool = False,
+    key_stats: DataFrame | None = None,
 ) -> DataFrame:
     """Source rows with no record so far (SOURCE_ROW_SCHEMA); `missing` once past grace."""
-    new_keys = new_records.where(F.col("key").isNotNull()).select("key").distinct()
+    new_keys = _stats(new_records, key_stats).select("key")
     earlier = old_index.select("key").join(
         _maybe_broadcast(new_source.select("key"), broadcast_new), "key", "left_semi"
     )
@@ -562,13 +577,16 @@ def transform_orphan_candidates(
     old_source: DataFrame,
     new_source: DataFrame,
     broadcast_new: bool = False,
+    key_stats: DataFrame | None = None,
 ) -> DataFrame:
     """Records whose key has no source row so far, or no key at all (RECORD_SCHEMA)."""
-    new_keys = new_records.where(F.col("key").isNotNull()).select("key").distinct()
+    new_keys = _stats(new_records, key_stats).select("key")
     known = old_source.select("key").join(_maybe_broadcast(new_keys, broadcast_new), "key", "left_semi")
     known = known.unionByName(new_source.select("key"))
-    # left_anti keeps null keys: a record whose key cannot be found is always an orphan.
-    fresh = new_records.join(known, "key", "left_anti")
+    # Orphan keys are few: find them among the keys, then their records (a record whose key
+    # cannot be found is always an orphan).
+    orphan_keys = new_keys.join(known, "key", "left_anti")
+    fresh = new_records.where(F.col("key").isNull()).unionByName(new_records.join(orphan_keys, "key", "left_semi"))
     kept = old_candidates.join(new_source.select("key"), "key", "left_anti")
     return conform(kept, RECORD_SCHEMA).unionByName(conform(fresh, RECORD_SCHEMA))
 

@@ -39,6 +39,7 @@ from spark_jobs.reconcile_transform import (
     transform_aborted,
     transform_consumer_ledger,
     transform_duplicate_records,
+    transform_key_stats,
     transform_ledger_bounds,
     transform_ledger_open,
     transform_lost_sightings,
@@ -441,15 +442,19 @@ def test_it_finds_orphans_and_forgets_them_when_the_row_appears(spark: SparkSess
     new_source = spark.createDataFrame([("k1", at(0))], SOURCE_ROW_SCHEMA)
 
     candidates = transform_orphan_candidates(old_candidates, new_records, old_source, new_source)
+    expected_candidates = records(
+        spark,
+        ("k2", 0, 2, at(2), "p1", 0),
+        ("k4", 0, 4, at(4), "p1", 1),
+        (None, 0, 5, at(5), None, None),
+        ("k5", 0, 6, at(100), None, None),
+    )
+    assertDataFrameEqual(candidates, expected_candidates)
+    # The same with the run's shared key statistics.
+    shared = transform_key_stats(new_records)
     assertDataFrameEqual(
-        candidates,
-        records(
-            spark,
-            ("k2", 0, 2, at(2), "p1", 0),
-            ("k4", 0, 4, at(4), "p1", 1),
-            (None, 0, 5, at(5), None, None),
-            ("k5", 0, 6, at(100), None, None),
-        ),
+        transform_orphan_candidates(old_candidates, new_records, old_source, new_source, key_stats=shared),
+        expected_candidates,
     )
     expected = findings(
         spark,
