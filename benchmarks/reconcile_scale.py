@@ -45,14 +45,8 @@ from auditor.lib.env import load_env_file
 from spark_jobs.binding import Binding, binding_from_dict
 from spark_jobs.common import build_spark_session
 from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_partitions
-from spark_jobs.reconcile import (
-    RunOptions,
-    extract_source,
-    extract_source_columns,
-    extract_topic,
-    plan_offsets,
-    run,
-)
+from spark_jobs.reconcile import RunOptions, run
+from spark_jobs.reconcile_extract import extract_source, extract_source_columns, extract_topic, plan_offsets
 from spark_jobs.reconcile_transform import FINDING_KINDS, RECORD_COUNTS, UNVERIFIABLE
 
 ROOT = Path(__file__).resolve().parent.parent

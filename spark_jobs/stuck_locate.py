@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.binding import RecordKeySpec, parse_record_key
 from spark_jobs.common import build_spark_session
-from spark_jobs.reconcile import java_kafka_options
+from spark_jobs.kafka_options import java_kafka_options
 from spark_jobs.reconcile_transform import (
     KAFKA_RAW_SCHEMA,
     record_key_expression,

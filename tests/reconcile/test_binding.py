@@ -13,7 +13,8 @@ from spark_jobs.binding import (
     redact_url,
 )
 from spark_jobs.kafka_offsets import PartitionOffsets
-from spark_jobs.reconcile import OffsetRange, ReconcileError, java_kafka_options, plan_offsets
+from spark_jobs.kafka_options import java_kafka_options
+from spark_jobs.reconcile_extract import OffsetRange, ReconcileError, plan_offsets
 
 BASE = {
     "name": "tickets",

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from spark_jobs import reconcile
+from spark_jobs import reconcile_extract as reconcile
 from spark_jobs.binding import Binding, BindingError, binding_from_dict
 
 pytestmark = pytest.mark.integration

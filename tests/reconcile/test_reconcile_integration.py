@@ -24,13 +24,8 @@ from pyspark.sql import SparkSession
 
 from spark_jobs.binding import Binding, binding_from_dict
 from spark_jobs.kafka_offsets import admin_client, partition_offsets
-from spark_jobs.reconcile import (
-    ReconcileError,
-    RunOptions,
-    check_nothing_deleted_while_read,
-    plan_offsets,
-    run,
-)
+from spark_jobs.reconcile import RunOptions, run
+from spark_jobs.reconcile_extract import ReconcileError, check_nothing_deleted_while_read, plan_offsets
 
 pytestmark = pytest.mark.integration
 

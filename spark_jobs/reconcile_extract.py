@@ -1,0 +1,372 @@
+"""Extract phase of the reconciliation: driver-side offset plans and checks, the topic through
+Spark's Kafka source, the source table over JDBC."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.binding import (
+    Binding,
+    BindingError,
+    jdbc_url_and_properties,
+    redact_url,
+)
+from spark_jobs.kafka_offsets import (
+    PartitionOffsets,
+    RecordPrint,
+    admin_client,
+    committed_offsets,
+    partition_offsets,
+    record_prints,
+    topic_partitions,
+)
+from spark_jobs.kafka_options import java_kafka_options
+from spark_jobs.reconcile_state import StateMeta
+from spark_jobs.reconcile_transform import (
+    KAFKA_RAW_SCHEMA,
+    UNVERIFIABLE,
+)
+
+ROWS_PER_JDBC_PARTITION = 250_000
+
+
+NUMERIC_TYPES = {"smallint", "integer", "bigint", "int", "int2", "int4", "int8", "serial", "bigserial"}
+
+
+class ReconcileError(RuntimeError):
+    """The run cannot go on (offsets moved backwards, state unusable, …)."""
+
+
+@dataclass
+class OffsetRange:
+    """A topic's offsets to read this run, per partition [start, end)."""
+
+    topic: str
+    ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # [wanted start, log start) per partition: records deleted (retention, delete_records)
+    # before this run could read them.
+    lost: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(end - start for start, end in self.ranges.values())
+
+    def to_json(self) -> dict[str, list[int]]:
+        return {str(p): [s, e] for p, (s, e) in sorted(self.ranges.items())}
+
+
+def plan_offsets(
+    topic: str,
+    offsets: dict[int, PartitionOffsets],
+    previous: dict[int, int],
+    required: bool = True,
+    read_before: dict[int, int] | None = None,
+) -> OffsetRange:
+    """From where the last run stopped up to the last stable offset.
+
+    A partition the state has not read yet is wanted from offset 0: when its log start is
+    past that (or past where the last run stopped), the records in between were deleted
+    unread and are recorded in `lost`; reading starts at the log start. read_before: where
+    earlier runs stopped when this run reads again from the start (a rebuild): what they
+    read was not lost unread.
+    """
+    plan = OffsetRange(topic)
+    for partition, po in sorted(offsets.items()):
+        wanted = previous.get(partition, 0)
+        if wanted > po.high:
+            raise ReconcileError(
+                f"topic {topic!r} partition {partition}: the last run read up to offset {wanted} but the "
+                f"partition now ends at {po.high}; was the topic re-created? Run with --full"
+            )
+        unread_from = max(wanted, (read_before or {}).get(partition, 0))
+        if unread_from < po.low:
+            plan.lost[partition] = (unread_from, po.low)
+        start = max(wanted, po.low)
+        plan.ranges[partition] = (start, max(start, po.stable))
+    missing = set(previous) - set(offsets)
+    if missing and required:
+        raise ReconcileError(f"topic {topic!r} lost partition(s) {sorted(missing)} since the last run")
+    return plan
+
+
+def extract_topic(
+    spark: SparkSession, binding: Binding, plan: OffsetRange, isolation: str = "read_committed"
+) -> DataFrame:
+    """The records of `plan` through Spark's Kafka source in batch mode, with headers."""
+    ranges = {p: r for p, r in plan.ranges.items() if r[1] > r[0]}
+    if not ranges:
+        return spark.createDataFrame([], KAFKA_RAW_SCHEMA)
+    topic = plan.topic
+    parallelism = spark.sparkContext.defaultParallelism
+    reader = (
+        spark.read.format("kafka")
+        .options(**java_kafka_options(binding.bootstrap_servers, binding.kafka_config))
+        .option("assign", json.dumps({topic: sorted(ranges)}))
+        .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in ranges.items()}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in ranges.items()}}))
+        .option("includeHeaders", "true")
+        .option("kafka.isolation.level", isolation)
+        # Transaction markers and aborted records leave holes in read_committed offsets, so
+        # the source must not fail on holes. Real loss is checked in the driver instead:
+        # before the read (plan_offsets: `lost`) and after it (check_nothing_deleted_while_read).
+        .option("failOnDataLoss", "false")
+    )
+    if plan.total > 1_000_000:
+        reader = reader.option("minPartitions", str(max(parallelism * 2, len(ranges))))
+    return reader.load()
+
+
+def find_rewritten_partitions(binding: Binding, meta: StateMeta) -> dict[int, str]:
+    """Partitions whose records already read were truncated or replaced since the last run.
+
+    An unclean leader election truncates the old leader's tail and new records take the same
+    offsets; a re-created topic starts again at 0. Trusting "offsets below X were read" would
+    then report the new records' rows missing and miss the lost ones. Two signs, per
+    partition: the log now ends before where the last run stopped, or the last record that
+    run read (state checkpoint) is no longer at its offset. An offset below the log start
+    cannot be checked (retention deleted it, which is no rewrite).
+    """
+    if not meta.topic_offsets:
+        return {}
+    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
+    offsets = partition_offsets(admin, binding.topic, topic_partitions(admin, binding.topic))
+    reasons: dict[int, str] = {}
+    to_check: dict[int, RecordPrint] = {}
+    for partition, po in sorted(offsets.items()):
+        read_to = meta.topic_offsets.get(partition)
+        if read_to is None:
+            continue
+        if po.high < read_to:
+            reasons[partition] = (
+                f"the log now ends at offset {po.high}, before offset {read_to} where run {meta.run_id} stopped reading"
+            )
+            continue
+        checkpoint = meta.checkpoints.get(partition)
+        if checkpoint is not None and checkpoint[0] >= po.low:
+            to_check[partition] = RecordPrint.from_json(checkpoint)
+    now = record_prints(
+        binding.bootstrap_servers, binding.kafka_config, binding.topic, {p: c.offset for p, c in to_check.items()}
+    )
+    for partition, checkpoint in to_check.items():
+        found = now.get(partition)
+        if found != checkpoint:
+            what = "no record any more" if found is None else "another record"
+            reasons[partition] = f"offset {checkpoint.offset}, read by run {meta.run_id}, now holds {what}"
+    return reasons
+
+
+def checkpoint_prints(binding: Binding, records: DataFrame, plan: OffsetRange) -> dict[int, list[int]]:
+    """The print of the last record this run read in each partition, read back from Kafka.
+
+    Its timestamp must be the one Spark read: otherwise the partition changed under the run.
+    """
+    last = (
+        records.groupBy("partition")
+        .agg(F.max_by(F.struct("offset", F.unix_millis("timestamp").alias("ts_ms")), "offset").alias("last"))
+        .collect()
+    )
+    read = {row["partition"]: (row["last"]["offset"], row["last"]["ts_ms"]) for row in last}
+    prints = record_prints(
+        binding.bootstrap_servers, binding.kafka_config, plan.topic, {p: o for p, (o, _) in read.items()}
+    )
+    changed = [p for p, (_, ts_ms) in read.items() if getattr(prints.get(p), "ts_ms", None) != ts_ms]
+    if changed:
+        raise ReconcileError(
+            f"{plan.topic} partition(s) {sorted(changed)} changed while this run read them (the last record read "
+            "is no longer at its offset); the run is discarded, run it again"
+        )
+    return {p: found.to_json() for p, found in prints.items() if found is not None}
+
+
+def extract_topic_offsets(
+    binding: Binding, meta: StateMeta, read_before: dict[int, int] | None = None
+) -> dict[str, Any]:
+    """Every driver-side Kafka look-up, in the order that keeps the reads consistent.
+
+    Committed offsets first, then the consumer ledger's end (a processed mark is written
+    before its commit), then the producer ledger's end, then the topic's own ends (a ledger
+    entry acked at an offset is then always inside the topic range read).
+    """
+    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
+    partitions = topic_partitions(admin, binding.topic)
+    committed = committed_offsets(admin, binding.consumer_groups, binding.topic, partitions)
+
+    def ledger(topic: str, previous: dict[int, int]) -> OffsetRange:
+        # A ledger topic that never existed means the probes are not in use; one that
+        # disappeared after being read is a failure like any other unreadable input.
+        parts = topic_partitions(admin, topic, required=bool(previous))
+        return plan_offsets(topic, partition_offsets(admin, topic, parts), previous)
+
+    consumer_ledger = (
+        ledger(binding.consumer_ledger_topic, meta.consumer_ledger_offsets)
+        if binding.consumer_groups
+        else OffsetRange(binding.consumer_ledger_topic)
+    )
+    producer_ledger = ledger(binding.producer_ledger_topic, meta.producer_ledger_offsets)
+    offsets = partition_offsets(admin, binding.topic, partitions)
+    return {
+        "partitions": partitions,
+        "committed": committed,
+        "consumer_ledger": consumer_ledger,
+        "producer_ledger": producer_ledger,
+        "watermarks": offsets,
+        "topic": plan_offsets(binding.topic, offsets, meta.topic_offsets, read_before=read_before),
+    }
+
+
+def check_nothing_deleted_while_read(binding: Binding, plan: OffsetRange) -> None:
+    """Fail the run when a partition's log start moved past its planned start during the read.
+
+    The Kafka source skips records deleted under it (failOnDataLoss=false, see extract_topic),
+    so a read that raced retention or delete_records would look like records that were never
+    produced. Call it once every read of `plan` has been materialized.
+    """
+    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
+    now = partition_offsets(admin, plan.topic, sorted(plan.ranges))
+    moved = {
+        partition: (start, now[partition].low)
+        for partition, (start, end) in sorted(plan.ranges.items())
+        if end > start and now[partition].low > start
+    }
+    if moved:
+        where = ", ".join(
+            f"{plan.topic}/{p} from offset {start} (log start now {low})" for p, (start, low) in moved.items()
+        )
+        raise ReconcileError(
+            f"records were deleted while this run read them: {where}; the run is discarded (nothing was "
+            "reported, the incremental state is unchanged), run it again"
+        )
+
+
+def loss_horizon(records: DataFrame, plan: OffsetRange, upper: datetime, grace_seconds: float) -> datetime | None:
+    """The newest source `created` whose record may be among `plan.lost`; None when nothing was lost.
+
+    Records are appended in offset order, so every lost record came before the first record
+    still in its partition: a row created after that record's timestamp cannot have had its
+    record in the lost range. The binding's grace is added for producers whose timestamps
+    are a little out of order. A partition with no record left to read gives no bound: then
+    every row up to `upper` may have been lost.
+    """
+    if not plan.lost:
+        return None
+    first = (
+        records.where(F.col("partition").isin(sorted(plan.lost)))
+        .groupBy("partition")
+        .agg(F.unix_millis(F.min_by("timestamp", "offset")).alias("ts_ms"))
+        .collect()
+    )
+    first_ms = {row["partition"]: row["ts_ms"] for row in first if row["ts_ms"] is not None}
+    if set(first_ms) != set(plan.lost):
+        return upper
+    return datetime.fromtimestamp(max(first_ms.values()) / 1000, UTC) + timedelta(seconds=grace_seconds)
+
+
+def lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:
+    return [
+        f"{plan.topic}/{partition}: offsets {start}..{low - 1} ({low - start} record(s)) were deleted before they "
+        f"could be read; source rows created up to {horizon.isoformat()} without a record are counted "
+        f"{UNVERIFIABLE}, not missing"
+        for partition, (start, low) in sorted(plan.lost.items())
+    ]
+
+
+def _jdbc_query(spark: SparkSession, binding: Binding, sql: str) -> DataFrame:
+    url, props = jdbc_url_and_properties(binding.source_url)
+    return spark.read.format("jdbc").option("url", url).option("query", sql).options(**props).load()
+
+
+def extract_source_columns(spark: SparkSession, binding: Binding) -> tuple[str, dict[str, str]]:
+    """The table's qualified name and {column: type} as the database spells them.
+
+    Unknown tables and columns are configuration errors naming what is missing.
+    Identifiers are validated by the binding before they reach this SQL.
+    """
+    where = f"lower(table_name) = '{binding.table_name.lower()}'"
+    if binding.schema_name:
+        where += f" and lower(table_schema) = '{binding.schema_name.lower()}'"
+    rows = _jdbc_query(
+        spark,
+        binding,
+        "select table_schema, table_name, column_name, data_type from information_schema.columns "
+        f"where {where} order by ordinal_position",
+    ).collect()
+    schemas = sorted({(r["table_schema"], r["table_name"]) for r in rows})
+    if not schemas:
+        raise BindingError(
+            f"binding {binding.name!r}: unknown table {binding.table!r} in source {redact_url(binding.source_url)}"
+        )
+    if len(schemas) > 1:
+        public = [s for s in schemas if s[0] == "public"]
+        if not public:
+            raise BindingError(
+                f"binding {binding.name!r}: table {binding.table!r} exists in several schemas "
+                f"({', '.join(s for s, _ in schemas)}); qualify it as schema.table"
+            )
+        schemas = public
+    schema, table = schemas[0]
+    columns = {
+        r["column_name"]: r["data_type"] for r in rows if (r["table_schema"], r["table_name"]) == (schema, table)
+    }
+    for what, wanted in (("key_column", binding.key_column), ("created_column", binding.created_column)):
+        if not any(c.lower() == wanted.lower() for c in columns):
+            raise BindingError(
+                f"binding {binding.name!r}: unknown column {wanted!r} ({what}) in table {schema}.{table}; "
+                f"it has: {', '.join(columns)}"
+            )
+    return f'"{schema}"."{table}"', columns
+
+
+def _actual_column(columns: dict[str, str], wanted: str) -> str:
+    return next(c for c in columns if c.lower() == wanted.lower())
+
+
+def _ts_literal(moment: datetime) -> str:
+    return "'" + moment.astimezone(UTC).isoformat() + "'"
+
+
+def extract_source(
+    spark: SparkSession,
+    binding: Binding,
+    table: str,
+    columns: dict[str, str],
+    lower: datetime | None,
+    upper: datetime,
+) -> DataFrame:
+    """Rows created in (lower, upper]: columns audit_key and audit_created only.
+
+    A numeric key is read in parallel ranges of it (bounds from a min/max query).
+    """
+    key = _actual_column(columns, binding.key_column)
+    created = _actual_column(columns, binding.created_column)
+    predicate = f'"{created}" <= {_ts_literal(upper)}'
+    if lower is not None:
+        predicate += f' and "{created}" > {_ts_literal(lower)}'
+    stats = _jdbc_query(
+        spark,
+        binding,
+        f'select min("{key}") as lo, max("{key}") as hi, count(*) as n from {table} where {predicate}'
+        if columns[key].lower() in NUMERIC_TYPES
+        else f"select null as lo, null as hi, count(*) as n from {table} where {predicate}",
+    ).collect()[0]
+    url, props = jdbc_url_and_properties(binding.source_url)
+    subquery = f'(select "{key}" as audit_key, "{created}" as audit_created from {table} where {predicate}) audit_src'
+    reader = spark.read.format("jdbc").option("url", url).option("dbtable", subquery).option("fetchsize", "10000")
+    reader = reader.options(**props)
+    partitions = max(
+        1, min(math.ceil((stats["n"] or 0) / ROWS_PER_JDBC_PARTITION), spark.sparkContext.defaultParallelism * 4)
+    )
+    if partitions > 1 and stats["lo"] is not None and stats["hi"] is not None and stats["hi"] > stats["lo"]:
+        reader = (
+            reader.option("partitionColumn", "audit_key")
+            .option("lowerBound", str(stats["lo"]))
+            .option("upperBound", str(int(stats["hi"]) + 1))
+            .option("numPartitions", str(partitions))
+        )
+    return reader.load()

@@ -1,0 +1,427 @@
+"""The phases of one reconciliation run: plan_run → extract_inputs → update_state → find_all →
+flag_new / count_findings → commit_state. reconcile.py wires them and loads the result."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.binding import (
+    Binding,
+    BindingError,
+)
+from spark_jobs.reconcile_extract import (
+    OffsetRange,
+    check_nothing_deleted_while_read,
+    checkpoint_prints,
+    extract_source,
+    extract_source_columns,
+    extract_topic,
+    extract_topic_offsets,
+    find_rewritten_partitions,
+    loss_horizon,
+    lost_warnings,
+)
+from spark_jobs.reconcile_state import StateMeta, StateStore
+from spark_jobs.reconcile_transform import (
+    COMMITTED_SCHEMA,
+    FINDING_KINDS,
+    KEY_INDEX_SCHEMA,
+    LOST_SIGHTING_SCHEMA,
+    RECORD_COUNTS,
+    RECORD_SCHEMA,
+    SOURCE_ROW_SCHEMA,
+    UNVERIFIABLE,
+    WATERMARK_SCHEMA,
+    conform,
+    find_aborted,
+    find_duplicates,
+    find_gaps,
+    find_missing,
+    find_orphans,
+    find_reprocessed,
+    find_unprocessed,
+    header_problem_counts,
+    transform_aborted,
+    transform_consumer_ledger,
+    transform_duplicate_records,
+    transform_key_delta,
+    transform_key_stats,
+    transform_ledger_bounds,
+    transform_ledger_open,
+    transform_lost_sightings,
+    transform_new_source_rows,
+    transform_orphan_candidates,
+    transform_pending_source,
+    transform_processed_coverage,
+    transform_producer_ledger,
+    transform_rebuild_memory,
+    transform_records,
+    transform_reprocessed,
+    transform_seq_coverage,
+    transform_source_rows,
+    transform_unprocessed_candidates,
+    union_findings,
+    unverifiable_rows,
+)
+
+# Below this many new records the new side of a state join is broadcast, so state is
+# scanned once without a shuffle. A broadcast is built in the driver: the bound keeps its
+# memory small (a few MB of keys), and a run without earlier state never broadcasts (there
+# is nothing to spare a shuffle of, and a first run reads the whole topic).
+BROADCAST_NEW_ROWS = 200_000
+
+
+IDENTITY = ["kind", "key", "cause", "partition", "offset", "session", "seq", "group"]
+
+
+@dataclass
+class RunOptions:
+    state_dir: str
+    full: bool = False
+    run_id: str | None = None
+    max_findings: int = 10_000
+    output_json: str | None = None
+    output_jdbc_url: str | None = None
+    findings_table: str = "reconcile_finding"
+    now: datetime | None = None  # fixed clock for tests
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+class Laps:
+    """Seconds per phase of a run, for its result's `timings`."""
+
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self._clock = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        self.timings[name] = round(self.timings.get(name, 0.0) + now - self._clock, 3)
+        self._clock = now
+
+
+@dataclass
+class RunPlan:
+    """Phase 1: what the run builds on and what it reads (offsets, the source window)."""
+
+    run_id: str
+    store: StateStore
+    meta: StateMeta  # the state this run builds on: empty on a full run or a rebuild
+    memory: StateMeta | None  # rebuild only: the state earlier runs left, kept as evidence
+    rewritten: dict[int, str]  # partition → why its offsets already read are no longer trusted
+    kafka: dict[str, Any]  # extract_topic_offsets
+    lower: datetime | None
+    upper: datetime
+    cutoff: datetime
+    warnings: list[str]
+
+    @property
+    def topic(self) -> OffsetRange:
+        return self.kafka["topic"]
+
+    @property
+    def previous(self) -> StateMeta:
+        """The state the last run left (findings for is_new, lost sightings)."""
+        return self.memory or self.meta
+
+    @property
+    def broadcast_new(self) -> bool:
+        return bool(self.meta.run_id) and self.topic.total < BROADCAST_NEW_ROWS
+
+    @property
+    def mode(self) -> str:
+        return "rebuild" if self.memory else "incremental" if self.meta.run_id else "full"
+
+
+@dataclass
+class RunInputs:
+    """Phase 2: this run's new data, read and parsed."""
+
+    records: DataFrame  # committed records of the planned offsets (RECORD_SCHEMA + header_status)
+    all_records: DataFrame  # the same read_uncommitted where transactions are in use
+    new_aborted: DataFrame
+    totals: Any  # Row: n, keyed, RECORD_COUNTS
+    unverifiable_until: datetime | None
+    checkpoints: dict[int, list[int]]
+    old_source: DataFrame
+    new_source: DataFrame
+    producer_entries: DataFrame
+    producer_bounds: DataFrame
+    processed: DataFrame
+    committed: DataFrame
+    groups: DataFrame
+
+
+@dataclass
+class RunState:
+    """Phase 3: the state after this run (datasets written under its id and read back)."""
+
+    store: StateStore
+    laps: Laps
+    frames: dict[str, DataFrame] = field(default_factory=dict)
+    datasets: dict[str, str] = field(default_factory=dict)
+    key_deltas: list[str] = field(default_factory=list)
+    source_deltas: list[str] = field(default_factory=list)
+
+    def keep(self, name: str, df: DataFrame) -> DataFrame:
+        """Write a dataset of the new state; returns it read back."""
+        self.laps("prepare")
+        self.datasets[name], self.frames[name] = self.store.write_dataset(df, name)
+        self.laps(f"state.{name}")
+        return self.frames[name]
+
+
+def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
+    """Which state to build on (a rebuild when offsets already read were rewritten), which
+    offsets to read, and the source window."""
+    run_id = options.run_id or new_run_id()
+    store = StateStore(options.state_dir, binding.name, run_id)
+    meta = StateMeta() if options.full else store.read_meta()
+    warnings: list[str] = []
+    rewritten = find_rewritten_partitions(binding, meta)
+    memory: StateMeta | None = None
+    if rewritten:
+        memory = meta
+        meta = StateMeta(unverifiable_until=memory.unverifiable_until)
+        warnings += [
+            f"{binding.topic}/{p}: records already read were truncated or rewritten ({reason}); every partition "
+            "is read again from its log start"
+            for p, reason in sorted(rewritten.items())
+        ]
+    kafka = extract_topic_offsets(binding, meta, read_before=memory.topic_offsets if memory else None)
+    laps("kafka_offsets")
+    upper = options.now or datetime.now(UTC)
+    if meta.window_upper:
+        lower: datetime | None = datetime.fromisoformat(meta.window_upper) - timedelta(seconds=binding.lookback_seconds)
+    else:
+        lower = binding.since
+    cutoff = upper - timedelta(seconds=binding.grace_seconds)
+    return RunPlan(run_id, store, meta, memory, rewritten, kafka, lower, upper, cutoff, warnings)
+
+
+def extract_inputs(
+    spark: SparkSession, binding: Binding, plan: RunPlan, persist: Callable[[DataFrame], DataFrame], laps: Laps
+) -> RunInputs:
+    """Read the planned topic offsets (committed, and uncommitted where transactions are in
+    use), check nothing was deleted or rewritten under the read, then the source window and
+    both ledgers."""
+    meta, topic = plan.meta, plan.topic
+    records = persist(transform_records(extract_topic(spark, binding, topic, "read_committed"), binding.record_key))
+    totals = records.agg(F.count("*").alias("n"), F.count("key").alias("keyed"), *header_problem_counts()).collect()[0]
+    if totals["n"] > 0 and totals["keyed"] == 0 and not meta.key_deltas and plan.memory is None:
+        raise BindingError(
+            f"binding {binding.name!r}: record_key {binding.record_key.describe()!r} matched nothing in "
+            f"{totals['n']} record(s) of topic {binding.topic!r}"
+        )
+    if totals["keyed"] < totals["n"]:
+        plan.warnings.append(
+            f"{totals['n'] - totals['keyed']} record(s) without a key by {binding.record_key.describe()}"
+        )
+    # Offsets without a committed record are transaction markers or aborted records.
+    read_uncommitted = binding.transactions if binding.transactions is not None else totals["n"] < topic.total
+    if read_uncommitted:
+        all_records = persist(
+            transform_records(extract_topic(spark, binding, topic, "read_uncommitted"), binding.record_key)
+        )
+        all_records.count()  # read now, so the check below covers this read too
+        new_aborted = transform_aborted(all_records, records)
+    else:
+        all_records = records
+        new_aborted = spark.createDataFrame([], RECORD_SCHEMA)
+    check_nothing_deleted_while_read(binding, topic)
+    # After a rebuild `meta` is empty: only this run's checkpoints count.
+    checkpoints = meta.checkpoints | checkpoint_prints(binding, records, topic)
+    # Rows whose record may have been deleted unread can never be judged: the bound only
+    # grows until a --full run starts over.
+    horizon = loss_horizon(records, topic, plan.upper, binding.grace_seconds)
+    if horizon is not None:
+        plan.warnings.extend(lost_warnings(topic, horizon))
+    earlier = datetime.fromisoformat(meta.unverifiable_until) if meta.unverifiable_until else None
+    unverifiable_until = max((h for h in (earlier, horizon) if h is not None), default=None)
+    laps("topic_read")
+
+    table, columns = extract_source_columns(spark, binding)
+    window_rows = transform_source_rows(
+        extract_source(spark, binding, table, columns, plan.lower, plan.upper), "audit_key", "audit_created"
+    )
+    old_source = plan.store.deltas(spark, meta.source_deltas, SOURCE_ROW_SCHEMA)
+    new_source = persist(transform_new_source_rows(window_rows, old_source, plan.broadcast_new))
+    producer_entries, producer_bounds = transform_producer_ledger(
+        extract_topic(spark, binding, plan.kafka["producer_ledger"]), binding.topic
+    )
+    processed = persist(
+        transform_consumer_ledger(
+            extract_topic(spark, binding, plan.kafka["consumer_ledger"]), binding.topic, binding.consumer_groups
+        )
+    )
+    return RunInputs(
+        records=records,
+        all_records=all_records,
+        new_aborted=new_aborted,
+        totals=totals,
+        unverifiable_until=unverifiable_until,
+        checkpoints=checkpoints,
+        old_source=old_source,
+        new_source=new_source,
+        producer_entries=producer_entries,
+        producer_bounds=producer_bounds,
+        processed=processed,
+        committed=spark.createDataFrame(plan.kafka["committed"], COMMITTED_SCHEMA),
+        groups=spark.createDataFrame([(g,) for g in binding.consumer_groups], "group string"),
+    )
+
+
+def update_state(
+    spark: SparkSession, plan: RunPlan, inputs: RunInputs, persist: Callable[[DataFrame], DataFrame], laps: Laps
+) -> RunState:
+    """Previous state + this run's data → the next state, each dataset written under the
+    run's id and read back; the key index and source deltas appended."""
+    store, meta, records = plan.store, plan.meta, inputs.records
+    new = RunState(store, laps)
+    keep = new.keep
+
+    def old(name: str) -> DataFrame:
+        return store.dataset(spark, meta, name)
+
+    new_lost = spark.createDataFrame([], LOST_SIGHTING_SCHEMA)
+    if plan.memory is not None:
+        # A rebuild starts from the part of the old index that the re-read cannot see again.
+        lows = spark.createDataFrame(
+            [(p, o.low) for p, o in plan.kafka["watermarks"].items()], "partition int, low long"
+        )
+        carried, new_lost = transform_rebuild_memory(
+            store.deltas(spark, plan.memory.key_deltas, KEY_INDEX_SCHEMA),
+            records,
+            lows,
+            sorted(plan.rewritten),
+            plan.run_id,
+        )
+        meta.key_deltas = [store.write_delta(carried, "keys", KEY_INDEX_SCHEMA, suffix="-carried")]
+    old_index = store.deltas(spark, meta.key_deltas, KEY_INDEX_SCHEMA)
+
+    # Lost sightings outlive a rebuild; nearly always there are none and nothing is read.
+    old_lost = store.dataset(spark, plan.previous, "lost_sightings")
+    if plan.memory is not None or not old_lost.isEmpty():
+        keep("lost_sightings", transform_lost_sightings(old_lost, new_lost, records))
+    else:
+        new.frames["lost_sightings"] = old_lost
+
+    # This run's records grouped by key once, for every state update below that needs it.
+    key_stats = persist(transform_key_stats(records))
+    broadcast_new = plan.broadcast_new
+    keep("duplicates", transform_duplicate_records(records, old_index, old("duplicates"), broadcast_new, key_stats))
+    keep(
+        "pending_source",
+        transform_pending_source(
+            old("pending_source"), inputs.new_source, records, old_index, broadcast_new, key_stats
+        ),
+    )
+    keep(
+        "orphan_candidates",
+        transform_orphan_candidates(
+            old("orphan_candidates"), records, inputs.old_source, inputs.new_source, broadcast_new, key_stats
+        ),
+    )
+    keep("aborted", conform(old("aborted"), RECORD_SCHEMA).unionByName(conform(inputs.new_aborted, RECORD_SCHEMA)))
+    coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
+    keep("ledger_open", transform_ledger_open(old("ledger_open"), inputs.producer_entries, coverage))
+    keep("ledger_bounds", transform_ledger_bounds(old("ledger_bounds"), inputs.producer_bounds))
+    old_processed = old("processed_coverage")
+    keep("reprocessed", transform_reprocessed(old("reprocessed"), old_processed, inputs.processed))
+    processed_cov = keep("processed_coverage", transform_processed_coverage(old_processed, inputs.processed))
+    keep(
+        "unprocessed_candidates",
+        transform_unprocessed_candidates(
+            old("unprocessed_candidates"), records, processed_cov, inputs.groups, inputs.committed
+        ),
+    )
+    new.key_deltas = [
+        *meta.key_deltas,
+        store.write_delta(transform_key_delta(records, plan.run_id, key_stats), "keys", KEY_INDEX_SCHEMA),
+    ]
+    new.source_deltas = [*meta.source_deltas, store.write_delta(inputs.new_source, "source", SOURCE_ROW_SCHEMA)]
+    laps("state.deltas")
+    return new
+
+
+def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
+    """Every finding of the new state (FINDING_SCHEMA)."""
+    spark = inputs.records.sparkSession
+    watermarks = spark.createDataFrame(
+        [(p, o.low, plan.topic.ranges[p][1]) for p, o in plan.kafka["watermarks"].items()], WATERMARK_SCHEMA
+    )
+    s = new.frames
+    return union_findings(
+        [
+            find_missing(s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"]),
+            find_duplicates(s["duplicates"]),
+            find_orphans(s["orphan_candidates"], plan.cutoff),
+            find_gaps(s["seq_coverage"], s["ledger_open"], s["ledger_bounds"], watermarks),
+            find_aborted(s["aborted"]),
+            find_unprocessed(s["unprocessed_candidates"], inputs.committed, s["processed_coverage"]),
+            find_reprocessed(s["reprocessed"]),
+        ]
+    )
+
+
+def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFrame:
+    """`is_new`: the previous run did not report the same finding (IDENTITY)."""
+    seen = (
+        plan.store.dataset(spark, plan.previous, "findings")
+        .select(*[F.col(c).alias(f"_seen_{c}") for c in IDENTITY])
+        .distinct()
+    )
+    return (
+        current.join(seen, [current[c].eqNullSafe(seen[f"_seen_{c}"]) for c in IDENTITY], "left")
+        .withColumn("is_new", F.col("_seen_kind").isNull())
+        .drop(*[f"_seen_{c}" for c in IDENTITY])
+    )
+
+
+def count_findings(plan: RunPlan, inputs: RunInputs, new: RunState, current: DataFrame) -> dict[str, int]:
+    """Findings per kind, the rows that could not be checked, and the header counts."""
+    counts = {kind: 0 for kind in FINDING_KINDS} | {
+        r["kind"]: r["count"] for r in current.groupBy("kind").count().collect()
+    }
+    until = inputs.unverifiable_until
+    counts[UNVERIFIABLE] = unverifiable_rows(
+        new.frames["pending_source"], plan.cutoff, until, new.frames["lost_sightings"]
+    ).count()
+    if counts[UNVERIFIABLE] and until is not None:
+        plan.warnings.append(
+            f"{counts[UNVERIFIABLE]} source row(s) created up to {until.isoformat()} have no record "
+            "and cannot be checked: the topic no longer holds records that old"
+        )
+    # Not findings: the records this run read whose audit headers were absent or undecodable.
+    return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}
+
+
+def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: RunState) -> None:
+    """Point state.json at the new state: last, so a failed run leaves the old one."""
+    store, kafka = plan.store, plan.kafka
+    until = inputs.unverifiable_until
+    store.commit(
+        StateMeta(
+            run_id=plan.run_id,
+            topic_offsets={p: e for p, (_, e) in plan.topic.ranges.items()},
+            producer_ledger_offsets={p: e for p, (_, e) in kafka["producer_ledger"].ranges.items()},
+            consumer_ledger_offsets={p: e for p, (_, e) in kafka["consumer_ledger"].ranges.items()},
+            window_upper=plan.upper.isoformat(),
+            unverifiable_until=until.isoformat() if until else None,
+            key_deltas=store.compact(spark, new.key_deltas, "keys", KEY_INDEX_SCHEMA),
+            source_deltas=store.compact(spark, new.source_deltas, "source", SOURCE_ROW_SCHEMA),
+            datasets=new.datasets,
+            checkpoints=inputs.checkpoints,
+        )
+    )
