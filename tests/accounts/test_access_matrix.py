@@ -81,7 +81,7 @@ class Access:
 
 # The pages: route -> method -> access. A GET reads; a POST acts.
 PAGES: dict[str, dict[str, Access]] = {
-    "": {"GET": Access(VIEWER, 302)},  # redirects to the status page
+    "": {"GET": Access(VIEWER, 200)},  # the overview
     "status/": {"GET": Access(VIEWER, 200)},
     "status/api/": {"GET": Access(VIEWER, 200)},
     "pipelines/": {"GET": Access(VIEWER, 200)},
@@ -151,6 +151,7 @@ API: dict[str, Access] = {
     "me": Access(VIEWER, 200),
     "bindings-list": Access(VIEWER, 200),
     "openapi": Access(VIEWER, 200),
+    "overview": Access(VIEWER, 200),
     "alerts-list": Access(VIEWER, 200),
     "alert-channels-list": Access(VIEWER, 200),
     "alerts-acknowledge": Access(OPERATOR, 200, {"action": "ack", "reason": "looking into it"}),
