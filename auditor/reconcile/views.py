@@ -28,6 +28,8 @@ from auditor.pipelines.models import Binding
 from auditor.reconcile import records
 from auditor.reconcile.models import FINDING_ACK_KIND, HEADER_COUNTS, Finding, ReconcileRun
 from auditor.reconcile.service import RunInProgress, current_run_ids
+from auditor.reconcile.timeline import IN_TOPIC, UNKNOWN, Timeline
+from auditor.stuck.models import StuckItem
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,7 @@ RUNS_SHOWN = 50
 CHART_RUNS = 200
 FINDINGS_PER_PAGE = 50
 KEY_FINDINGS = 100
+KEY_STUCK_ITEMS = 5
 ALL_CAUSES = sorted({cause for causes in FINDING_CAUSES.values() for cause in causes})
 
 
@@ -294,6 +297,27 @@ def _ledger_entries(findings: list[Finding]) -> list[dict[str, Any]]:
     return entries
 
 
+def key_timeline(
+    binding: Binding,
+    key: str,
+    source: records.SourceLookup,
+    lookup: records.RecordLookup,
+    findings: list[Finding],
+    current_runs: set[int],
+    stuck_items: list[StuckItem],
+) -> Timeline:
+    """The key's delivery timeline from everything the key page read (see auditor/reconcile/timeline.py)."""
+    timeline = Timeline(binding=binding.name, key=key)
+    timeline.add_source_row(source.created, source.columns, source.rows)
+    timeline.add_records(lookup.records, binding.topic)
+    if lookup.error:
+        timeline.steps[IN_TOPIC].note(UNKNOWN, f"the topic could not be read: {lookup.error}", "topic read")
+    timeline.add_findings(findings, current_runs)
+    for item in stuck_items[:1]:  # the latest stretch of being stuck tells the current story
+        timeline.add_stuck_item(item, binding.topic)
+    return timeline
+
+
 @require_GET
 def key_page(request: HttpRequest, binding: str, key: str) -> HttpResponse:
     binding_obj = get_object_or_404(Binding.objects.select_related("cluster", "source"), name=binding)
@@ -314,6 +338,15 @@ def key_page(request: HttpRequest, binding: str, key: str) -> HttpResponse:
     aborted = {(f.partition, f.offset) for f in key_findings if f.kind == "aborted"}
     for record in lookup.records:
         record.aborted = (record.partition, record.offset) in aborted
+    stuck_items = list(
+        StuckItem.objects.filter(rule__binding=binding_obj, key=key)
+        .select_related("rule")
+        .order_by("-first_seen")[:KEY_STUCK_ITEMS]
+    )
+    timeline = key_timeline(binding_obj, key, source, lookup, key_findings, current, stuck_items)
+    permalink = request.build_absolute_uri(request.path)
+    if request.GET.get("format") == "text":
+        return HttpResponse(timeline.as_text(permalink), content_type="text/plain; charset=utf-8")
     return render(
         request,
         "reconcile/key.html",
@@ -325,5 +358,9 @@ def key_page(request: HttpRequest, binding: str, key: str) -> HttpResponse:
             "findings": key_findings,
             "current_runs": current,
             "ledger": _ledger_entries(key_findings),
+            "stuck_items": stuck_items,
+            "timeline": timeline,
+            "timeline_text": timeline.as_text(permalink),
+            "permalink": permalink,
         },
     )
