@@ -7,18 +7,20 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.db.models import Max, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from auditor.accounts.acknowledgements import attach_acknowledgements, current_acknowledgement
 from auditor.accounts.forms import AcknowledgeForm
-from auditor.accounts.pages import acknowledge_from_post, withdraw_from_post
+from auditor.accounts.pages import acknowledge_from_post, acknowledge_many_from_post, withdraw_from_post
 from auditor.accounts.roles import OPERATOR, has_role, require_role
 from auditor.lint.catalog import RULES_BY_ID
 from auditor.lint.evidence import FINDING_CAUSES, FINDING_KINDS, rules_explaining
@@ -26,7 +28,14 @@ from auditor.lint.models import LintResultRow
 from auditor.lint.service import latest_scan
 from auditor.pipelines.models import Binding
 from auditor.reconcile import records
-from auditor.reconcile.models import FINDING_ACK_KIND, HEADER_COUNTS, Finding, ReconcileRun
+from auditor.reconcile.models import (
+    FINDING_ACK_KIND,
+    FINDING_IDENTITY,
+    HEADER_COUNTS,
+    Finding,
+    ReconcileRun,
+    finding_acknowledgement_key,
+)
 from auditor.reconcile.service import RunInProgress, current_run_ids
 from auditor.reconcile.timeline import IN_TOPIC, UNKNOWN, Timeline
 from auditor.stuck.models import StuckItem
@@ -37,12 +46,14 @@ RUNS_SHOWN = 50
 CHART_RUNS = 200
 FINDINGS_PER_PAGE = 50
 KEY_FINDINGS = 100
+MAX_BULK = 10_000
+RUN_COUNT_CACHE_SECONDS = 7 * 24 * 3600
 KEY_STUCK_ITEMS = 5
 ALL_CAUSES = sorted({cause for causes in FINDING_CAUSES.values() for cause in causes})
 
 
-def _binding_filter(request: HttpRequest) -> Binding | None:
-    name = request.GET.get("binding", "").strip()
+def _binding_filter(request: HttpRequest, query: QueryDict | None = None) -> Binding | None:
+    name = (request.GET if query is None else query).get("binding", "").strip()
     if not name:
         return None
     return get_object_or_404(Binding, name=name)
@@ -146,19 +157,20 @@ class FindingFilters:
         return {k: v for k, v in query.items() if v}
 
 
-def finding_filters(request: HttpRequest) -> FindingFilters:
-    """Filters from the query string; unknown kinds and causes are ignored, unknown objects are 404."""
-    kind = request.GET.get("kind", "")
-    cause = request.GET.get("cause", "")
-    key = request.GET.get("key")
-    run_id = request.GET.get("run", "")
+def finding_filters(request: HttpRequest, query: QueryDict | None = None) -> FindingFilters:
+    """Filters from the query string (or ``query``); unknown kinds and causes are ignored, unknown objects are 404."""
+    query = request.GET if query is None else query
+    kind = query.get("kind", "")
+    cause = query.get("cause", "")
+    key = query.get("key")
+    run_id = query.get("run", "")
     return FindingFilters(
-        binding=_binding_filter(request),
+        binding=_binding_filter(request, query),
         kind=kind if kind in FINDING_KINDS else "",
         cause=cause if cause in ALL_CAUSES else "",
         key=key if key else None,
         run=get_object_or_404(ReconcileRun, pk=int(run_id)) if run_id.isdigit() else None,
-        new_only=request.GET.get("new") == "1",
+        new_only=query.get("new") == "1",
     )
 
 
@@ -182,10 +194,79 @@ def filtered_findings(filters: FindingFilters) -> QuerySet[Finding]:
     return findings.order_by("binding__name", *Finding._meta.ordering)
 
 
+class RunSlicedFindings:
+    """The current findings of several runs as one sequence a Paginator can page through.
+
+    A run's findings never change once it is published, so each run's count (for the
+    kind filter) is counted once and cached, and a page is read from the one or two runs
+    it covers through the (run, kind, id) index: the page costs the same with a million
+    findings as with a hundred, instead of sorting every current finding for each page.
+    """
+
+    def __init__(self, runs: list[ReconcileRun], kind: str) -> None:
+        self.kind = kind
+        self.runs = runs
+        self.sizes = [self._count(run) for run in runs]
+
+    def _query(self, run: ReconcileRun) -> QuerySet[Finding]:
+        findings = Finding.objects.filter(run=run).select_related("binding", "run")
+        return findings.filter(kind=self.kind) if self.kind else findings
+
+    def _count(self, run: ReconcileRun) -> int:
+        cache_key = f"findings:count:{run.pk}:{self.kind}"
+        n = cache.get(cache_key)
+        if n is None:
+            n = self._query(run).count()
+            cache.set(cache_key, n, timeout=RUN_COUNT_CACHE_SECONDS)
+        return int(n)
+
+    def count(self) -> int:
+        return sum(self.sizes)
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, window: slice) -> list[Finding]:
+        start, stop = window.start or 0, window.stop if window.stop is not None else self.count()
+        found: list[Finding] = []
+        offset = 0
+        for run, size in zip(self.runs, self.sizes, strict=True):
+            lo, hi = max(start - offset, 0), min(stop - offset, size)
+            if lo < hi:
+                found.extend(self._query(run).order_by("kind", "id")[lo:hi])
+            offset += size
+            if offset >= stop:
+                break
+        return found
+
+
+def paged_findings(filters: FindingFilters) -> QuerySet[Finding] | RunSlicedFindings:
+    """What the findings page pages through: by run when only binding, run and kind filter it."""
+    if filters.cause or filters.key is not None or filters.new_only:
+        return filtered_findings(filters)
+    if filters.run is not None:
+        runs = [filters.run]
+    else:
+        runs = list(
+            ReconcileRun.objects.filter(id__in=current_run_ids(filters.binding))
+            .select_related("binding")
+            .order_by("binding__name", "id")
+        )
+    return RunSlicedFindings(runs, filters.kind)
+
+
 @require_GET
 def findings(request: HttpRequest) -> HttpResponse:
     filters = finding_filters(request)
-    page = Paginator(filtered_findings(filters), FINDINGS_PER_PAGE).get_page(request.GET.get("page"))
+    paged = paged_findings(filters)
+    page = Paginator(paged, FINDINGS_PER_PAGE).get_page(request.GET.get("page"))
+    summary: list[tuple[str, int]] = []
+    if isinstance(paged, RunSlicedFindings) and not filters.kind:
+        totals = dict.fromkeys(FINDING_KINDS, 0)
+        for run in paged.runs:
+            for kind, n in run.kind_counts():
+                totals[kind] += n
+        summary = [(kind, n) for kind, n in totals.items() if n]
     page.object_list = attach_findings_acknowledgements(page.object_list)
     latest_failed: list[ReconcileRun] = []
     if filters.run is None:
@@ -207,6 +288,7 @@ def findings(request: HttpRequest) -> HttpResponse:
             "kinds": FINDING_KINDS,
             "causes": ALL_CAUSES,
             "latest_failed": latest_failed,
+            "summary": summary,
             "can_operate": has_role(request.user, OPERATOR),
             "ack_form": AcknowledgeForm(),
             "findings_page": {
@@ -273,6 +355,29 @@ def finding_acknowledge(request: HttpRequest, finding_id: int) -> HttpResponse:
     finding = get_object_or_404(Finding.objects.select_related("binding"), pk=finding_id)
     acknowledge_from_post(request, FINDING_ACK_KIND, finding.acknowledgement_key, _finding_label(finding))
     return _back_from_finding(request, finding)
+
+
+@require_role(OPERATOR)
+@require_POST
+def findings_acknowledge(request: HttpRequest) -> HttpResponse:
+    """Acknowledge or mute a selection of findings with one form: the rows ticked, or every
+    current finding matching the page's filters (at most MAX_BULK, all or none)."""
+    filters = finding_filters(request, request.POST)
+    if request.POST.get("scope") == "matching":
+        chosen = filtered_findings(filters)
+    else:
+        ids = [int(v) for v in request.POST.getlist("finding") if v.isdigit()]
+        chosen = Finding.objects.filter(pk__in=ids)
+    rows = list(chosen.order_by().values_list("binding_id", *FINDING_IDENTITY)[: MAX_BULK + 1])
+    target = reverse("reconcile:findings")
+    query = filters.as_query()
+    back = redirect(f"{target}?{urlencode(query)}" if query else target)
+    if len(rows) > MAX_BULK:
+        messages.error(request, f"Not acknowledged: more than {MAX_BULK} findings match; narrow the filters.")
+        return back
+    keys = [finding_acknowledgement_key(row[0], list(row[1:])) for row in rows]
+    acknowledge_many_from_post(request, FINDING_ACK_KIND, keys, "findings" if len(keys) != 1 else "finding")
+    return back
 
 
 @require_role(OPERATOR)

@@ -96,6 +96,9 @@ PAGES: dict[str, dict[str, Access]] = {
         "POST": Access(OPERATOR, 302, {"action": "ack", "reason": "looking into it"})
     },
     "reconcile/findings/<int:finding_id>/withdraw/": {"POST": Access(OPERATOR, 302)},
+    "reconcile/findings/acknowledge/": {
+        "POST": Access(OPERATOR, 302, {"scope": "matching", "action": "ack", "reason": "all of them"})
+    },
     "reconcile/keys/<slug:binding>/<path:key>/": {"GET": Access(VIEWER, 200)},
     "stuck/": {"GET": Access(VIEWER, 200)},
     "stuck/api/items/": {"GET": Access(VIEWER, 200)},

@@ -4,15 +4,16 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('alerts', '0001_initial'),
+        ("alerts", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='channel',
-            name='config_file',
-            field=models.CharField(blank=True, help_text='the YAML file that declares it (audit apply); empty: made here', max_length=1000),
+            model_name="channel",
+            name="config_file",
+            field=models.CharField(
+                blank=True, help_text="the YAML file that declares it (audit apply); empty: made here", max_length=1000
+            ),
         ),
     ]
