@@ -112,6 +112,15 @@ class StuckItem(models.Model):
         ]
         indexes = [
             models.Index(fields=["rule", "verdict"], condition=Q(resolved_at__isnull=True), name="stuck_item_open"),
+            # The page reads open items a verdict at a time, oldest first (with or without a rule).
+            models.Index(
+                fields=["verdict", "-age_seconds"], condition=Q(resolved_at__isnull=True), name="stuck_item_open_age"
+            ),
+            models.Index(
+                fields=["rule", "verdict", "-age_seconds"],
+                condition=Q(resolved_at__isnull=True),
+                name="stuck_item_open_rule_age",
+            ),
             models.Index(fields=["-resolved_at"], name="stuck_item_resolved"),
         ]
 

@@ -107,6 +107,9 @@ PAGES: dict[str, dict[str, Access]] = {
         "POST": Access(OPERATOR, 302, {"action": "mute", "reason": "known, fixing", "mute_hours": "2"})
     },
     "stuck/items/<int:item_id>/withdraw/": {"POST": Access(OPERATOR, 302)},
+    "stuck/items/acknowledge/": {
+        "POST": Access(OPERATOR, 302, {"scope": "matching", "action": "ack", "reason": "all of them"})
+    },
     "lint/": {"GET": Access(VIEWER, 200)},
     "lint/api/results/": {"GET": Access(VIEWER, 200)},
     "lint/scan/": {"POST": Access(OPERATOR, 302)},
