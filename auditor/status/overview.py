@@ -35,7 +35,7 @@ from auditor.canary.models import CanaryPoint
 from auditor.lint.evidence import rules_explaining
 from auditor.lint.models import LintResultRow
 from auditor.lint.service import latest_scan
-from auditor.pipelines.models import Binding
+from auditor.pipelines.models import Binding, StuckRule
 from auditor.reconcile.models import (
     FINDING_ACK_KIND,
     FINDING_IDENTITY,
@@ -43,7 +43,7 @@ from auditor.reconcile.models import (
     ReconcileRun,
     finding_acknowledgement_key,
 )
-from auditor.stuck.models import StuckItem
+from auditor.stuck.counts import open_counts
 from auditor.stuck.verdicts import VERDICTS
 
 KEPT, BROKEN, UNKNOWN = "kept", "broken", "unknown"
@@ -221,10 +221,12 @@ def _first_seen(pairs: list[tuple[int, str]]) -> dict[tuple[int, str], datetime]
 
 
 def _stuck_counts() -> dict[int, dict[str, int]]:
-    rows = StuckItem.objects.open().values("rule__binding_id", "verdict").annotate(n=Count("id"))
+    binding_of = dict(StuckRule.objects.values_list("id", "binding_id"))
     stuck: dict[int, dict[str, int]] = defaultdict(dict)
-    for row in rows:
-        stuck[row["rule__binding_id"]][row["verdict"]] = row["n"]
+    for (rule_id, verdict), n in open_counts().items():
+        if rule_id in binding_of:
+            per_binding = stuck[binding_of[rule_id]]
+            per_binding[verdict] = per_binding.get(verdict, 0) + n
     order = {v: i for i, v in enumerate(VERDICTS)}
     return {b: dict(sorted(v.items(), key=lambda kv: order.get(kv[0], 99))) for b, v in stuck.items()}
 

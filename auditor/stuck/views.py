@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib import messages
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, reverse
@@ -23,6 +23,7 @@ from auditor.accounts.pages import acknowledge_from_post, acknowledge_many_from_
 from auditor.accounts.roles import OPERATOR, has_role, require_role
 from auditor.lib.readable import readable_fields
 from auditor.pipelines.models import StuckRule
+from auditor.stuck.counts import open_counts
 from auditor.stuck.formatting import format_age, format_moment
 from auditor.stuck.models import STUCK_ITEM_ACK_KIND, DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.verdicts import VERDICTS
@@ -86,7 +87,7 @@ def _key_url(item: StuckItem) -> str | None:
 
 
 def _page_items(scope: QuerySet[StuckItem], counts: dict[str, int], verdict: str, start: int) -> list[StuckItem]:
-    """One page of items in display order (verdict, oldest first), read verdict by verdict.
+    """One page of items in display order (verdict, oldest first, then id), read verdict by verdict.
 
     The counts per verdict are known, so the page is found without sorting every open item:
     each verdict's slice is read through the (verdict, age) index of open items.
@@ -98,8 +99,10 @@ def _page_items(scope: QuerySet[StuckItem], counts: dict[str, int], verdict: str
         size = counts.get(v, 0)
         lo, hi = max(start - offset, 0), min(stop - offset, size)
         if lo < hi:
-            page = scope.filter(verdict=v).select_related("rule__binding").order_by("-age_seconds", "key")[lo:hi]
-            found.extend(page)
+            # Ids first (an index-only scan, however deep the page), then those rows.
+            ids = list(scope.filter(verdict=v).order_by("-age_seconds", "id").values_list("id", flat=True)[lo:hi])
+            rows = StuckItem.objects.select_related("rule__binding").order_by().in_bulk(ids)
+            found.extend(rows[i] for i in ids if i in rows)
         offset += size
         if offset >= stop:
             break
@@ -116,8 +119,10 @@ def page_data(filters: dict[str, str], page: int = 1) -> dict[str, Any]:
         runs = runs.filter(rule__name=filters["rule"])
         points = points.filter(rule__name=filters["rule"])
     counts = dict.fromkeys(VERDICTS, 0)
-    for row in scope.values("verdict").annotate(n=Count("id")):
-        counts[row["verdict"]] = row["n"]
+    rule_ids = {r.pk for r in StuckRule.objects.filter(name=filters["rule"])} if filters["rule"] else None
+    for (rule_id, verdict), n in open_counts().items():
+        if rule_ids is None or rule_id in rule_ids:
+            counts[verdict] = counts.get(verdict, 0) + n
     items_total = counts[filters["verdict"]] if filters["verdict"] else sum(counts.values())
     pages = max(1, -(-items_total // ITEMS_PER_PAGE))
     page = min(max(1, page), pages)
