@@ -213,7 +213,9 @@ class RunSlicedFindings:
         return findings.filter(kind=self.kind) if self.kind else findings
 
     def _count(self, run: ReconcileRun) -> int:
-        cache_key = f"findings:count:{run.pk}:{self.kind}"
+        # The run's job id and finish time too: a restored database may give another run this pk.
+        finished = run.finished_at.timestamp() if run.finished_at else ""
+        cache_key = f"findings:count:{run.pk}:{run.job_run_id}:{finished}:{self.kind}"
         n = cache.get(cache_key)
         if n is None:
             n = self._query(run).count()

@@ -188,7 +188,8 @@ def _unacknowledged(run: ReconcileRun, counts: dict[str, int], acked: set[str]) 
     if not acked or not counts:
         return dict(counts)
     digest = hashlib.sha256("\n".join(sorted(acked)).encode()).hexdigest()[:32]
-    cache_key = f"overview:unacked:{run.pk}:{digest}"
+    finished = run.finished_at.timestamp() if run.finished_at else ""
+    cache_key = f"overview:unacked:{run.pk}:{run.job_run_id}:{finished}:{digest}"
     cached = cache.get(cache_key)
     if cached is not None:
         return dict(cached)
