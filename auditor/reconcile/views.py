@@ -407,6 +407,17 @@ def _ledger_entries(findings: list[Finding]) -> list[dict[str, Any]]:
     return entries
 
 
+def _stuck_positions(items: list[StuckItem]) -> set[tuple[int, int]]:
+    """(partition, offset) of the records the items' diagnoses found (their evidence)."""
+    found = set()
+    for item in items:
+        evidence = item.evidence if isinstance(item.evidence, dict) else {}
+        for record in evidence.get("records") or []:
+            if isinstance(record.get("partition"), int) and isinstance(record.get("offset"), int):
+                found.add((record["partition"], record["offset"]))
+    return found
+
+
 def key_timeline(
     binding: Binding,
     key: str,
@@ -439,7 +450,13 @@ def key_page(request: HttpRequest, binding: str, key: str) -> HttpResponse:
         .order_by("-run_id", "kind")[:KEY_FINDINGS]
     )
     current = set(current_run_ids(binding_obj))
-    positions = sorted({p for f in key_findings for p in f.positions})
+    stuck_items = list(
+        StuckItem.objects.filter(rule__binding=binding_obj, key=key)
+        .select_related("rule")
+        .order_by("-first_seen")[:KEY_STUCK_ITEMS]
+    )
+    # Read back every position the findings and the stuck diagnoses name for this key.
+    positions = sorted({p for f in key_findings for p in f.positions} | _stuck_positions(stuck_items))
     source = records.read_source_row(binding_obj, key)
     created = source.created
     if created is None:
@@ -448,11 +465,6 @@ def key_page(request: HttpRequest, binding: str, key: str) -> HttpResponse:
     aborted = {(f.partition, f.offset) for f in key_findings if f.kind == "aborted"}
     for record in lookup.records:
         record.aborted = (record.partition, record.offset) in aborted
-    stuck_items = list(
-        StuckItem.objects.filter(rule__binding=binding_obj, key=key)
-        .select_related("rule")
-        .order_by("-first_seen")[:KEY_STUCK_ITEMS]
-    )
     timeline = key_timeline(binding_obj, key, source, lookup, key_findings, current, stuck_items)
     permalink = request.build_absolute_uri(request.path)
     if request.GET.get("format") == "text":

@@ -9,6 +9,7 @@ database that the live server reads.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -107,7 +108,8 @@ def test_the_overview_shows_a_broken_pipeline_and_turns_kept_when_acknowledged(
 
     name = pipeline["name"]
     row = f'#pipelines tr[data-binding="{name}"]'
-    overview = browser.new_page(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    overview = context.new_page()
     login(overview, asgi_server, admin_credentials, "/")
     overview.wait_for_selector("#live-state.ok", timeout=20000)
     overview.wait_for_function("document.body.dataset.live_reconcile === '1'", timeout=10000)
@@ -117,11 +119,22 @@ def test_the_overview_shows_a_broken_pipeline_and_turns_kept_when_acknowledged(
 
     saved = settings.RECONCILE_STATE_DIR if hasattr(settings, "RECONCILE_STATE_DIR") else None
     settings.RECONCILE_STATE_DIR = str(tmp_path / "state")
-    try:
+    outcome: dict[str, Any] = {}
+
+    def reconcile() -> None:
+        # Off Playwright's thread (its event loop would refuse the live publish), like a worker.
         with django_db_blocker.unblock(), closing_connection():
             run = execute_run(start_run(pipeline["binding"], ReconcileRun.CLI), in_process=True)
-            assert run.status == "ok", run.error
-            found = set(Finding.objects.filter(run=run, kind="missing").values_list("key", flat=True))
+            outcome["run"] = run
+            outcome["missing"] = set(Finding.objects.filter(run=run, kind="missing").values_list("key", flat=True))
+
+    try:
+        worker = threading.Thread(target=reconcile)
+        worker.start()
+        worker.join(600)
+        run = outcome["run"]
+        assert run.status == "ok", run.error
+        found = outcome["missing"]
     finally:
         if saved is None:
             del settings.RECONCILE_STATE_DIR
@@ -135,7 +148,7 @@ def test_the_overview_shows_a_broken_pipeline_and_turns_kept_when_acknowledged(
     assert overview.evaluate("window.__notReloaded") is True  # turned broken live, not by a reload
     overview.screenshot(path=str(SCREENSHOTS / "overview-broken-1280.png"), full_page=True)
 
-    findings = browser.new_page(viewport={"width": 1280, "height": 900})
+    findings = context.new_page()  # the same session
     findings.goto(f"{asgi_server}/reconcile/findings/?binding={name}&kind=missing")
     assert findings.locator("#findings tbody tr[data-finding]").count() == 2
     findings.check("#select-page")
@@ -153,8 +166,7 @@ def test_the_overview_shows_a_broken_pipeline_and_turns_kept_when_acknowledged(
     overview.screenshot(path=str(SCREENSHOTS / "overview-kept-1400.png"), full_page=True)
     width = overview.evaluate("document.documentElement.scrollWidth")
     assert width <= 1400
-    overview.close()
-    findings.close()
+    context.close()
 
 
 SCREENSHOTS = Path(settings.BASE_DIR) / "var" / "screenshots"
