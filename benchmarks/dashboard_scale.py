@@ -104,7 +104,7 @@ def fill(prefix: str, bindings: int, findings: int, stuck: int) -> list[Binding]
                     trigger="schedule",
                     status="ok",
                     finished_at=now - age * timezone.timedelta(minutes=5),
-                    counts={"missing": missing - age * 10, "duplicate": duplicates, "orphan": orphans},
+                    counts={"missing": max(0, missing - age * 10), "duplicate": duplicates, "orphan": orphans},
                     findings_pruned=True,
                 )
             run = ReconcileRun.objects.create(

@@ -177,7 +177,9 @@ class Timeline:
         for record in evidence.get("records") or []:
             where = f"{topic}/{record.get('partition')}@{record.get('offset')}"
             state = BROKEN if record.get("state") == "aborted" else OK
-            self.steps[IN_TOPIC].note(state, f"{where} ({record.get('state')})", source, at=record.get("timestamp"))
+            self.steps[IN_TOPIC].note(
+                state, f"the diagnosis found it at {where} ({record.get('state')})", source, at=record.get("timestamp")
+            )
         offset = evidence.get("offset")
         for group in evidence.get("groups") or []:
             committed = group.get("committed")
@@ -207,10 +209,10 @@ class Timeline:
     def _ledger_entry(self, entry: dict[str, Any], session: Any, seq: Any, source: str) -> None:
         status = entry.get("status")
         at = entry.get("at")
-        self.steps[SENT].note(OK, f"session {session} seq {seq}", source, at=at)
+        self.steps[SENT].note(OK, f"producer session {session} seq {seq}", source, at=at)
         where = f"{entry.get('partition')}@{entry.get('offset')}"
         if status == "acked":
-            self.steps[ACKED].note(OK, f"acked at {where}", source, where=where)
+            self.steps[ACKED].note(OK, f"the producer ledger says acked at {where}", source, where=where)
         elif status == "unconfirmed":
             self.steps[ACKED].note(PENDING, "sent with acks=0: never confirmed", source)
         elif status == "failed":

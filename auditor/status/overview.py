@@ -84,9 +84,12 @@ class PipelineView:
         """SVG polyline points (a 100 by 20 box) of ``trend``; empty with fewer than two runs."""
         if len(self.trend) < 2:
             return ""
-        top = max(self.trend) or 1
+        # Scaled between the lowest and highest count so a change shows; flat in the middle when none.
+        low, high = min(self.trend), max(self.trend)
         step = 100 / (len(self.trend) - 1)
-        return " ".join(f"{i * step:.1f},{20 - 18 * n / top:.1f}" for i, n in enumerate(self.trend))
+        if high == low:
+            return " ".join(f"{i * step:.1f},10.0" for i in range(len(self.trend)))
+        return " ".join(f"{i * step:.1f},{19 - 18 * (n - low) / (high - low):.1f}" for i, n in enumerate(self.trend))
 
     def as_dict(self) -> dict[str, Any]:
         """The API's shape (the issue's contract): binding, guarantee, verdict, reasons, counts, ..."""
