@@ -41,14 +41,19 @@ def _short(value: Any) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
 
 
-def readable_fields(evidence: Any) -> list[tuple[str, str]]:
-    """(label, short value) pairs of an evidence object: times in words, positions as p@o, lists cut short."""
+def readable_fields(evidence: Any, skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """(label, short value) pairs of an evidence object: times in words, positions as p@o, lists cut short.
+
+    ``skip``: top-level fields the page already shows in a column of its own.
+    """
     if evidence is None:
         return []
     if not isinstance(evidence, dict):
         return [("value", _short(evidence))]
     fields = []
     for name, value in evidence.items():
+        if name in skip:
+            continue
         if name.endswith("_ms") and isinstance(value, int | float) and name not in ("retention_ms",) and value > 1e11:
             shown = _time_ms(value)
         elif isinstance(value, list) and value and isinstance(value[0], dict):

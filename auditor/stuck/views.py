@@ -31,6 +31,8 @@ from auditor.stuck.verdicts import VERDICTS
 log = logging.getLogger(__name__)
 
 ITEMS_PER_PAGE = 50
+# Evidence fields the items table shows in its own Where column.
+SHOWN_APART = ("topic", "partition", "offset")
 RECENT_RUNS = 10
 CHART_HOURS = 24
 # What each verdict means, for the cards (the page an operator opens first).
@@ -140,7 +142,7 @@ def page_data(filters: dict[str, str], page: int = 1) -> dict[str, Any]:
         "counts": counts,
         "total": sum(counts.values()),
         "items": [
-            item_json(item) | {"evidence_fields": readable_fields(item.evidence), "key_url": _key_url(item)}
+            item_json(item) | {"evidence_fields": readable_fields(item.evidence, skip=SHOWN_APART), "key_url": _key_url(item)}
             for item in attach_items_acknowledgements(items)
         ],
         "items_total": items_total,
