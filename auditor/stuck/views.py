@@ -142,7 +142,8 @@ def page_data(filters: dict[str, str], page: int = 1) -> dict[str, Any]:
         "counts": counts,
         "total": sum(counts.values()),
         "items": [
-            item_json(item) | {"evidence_fields": readable_fields(item.evidence, skip=SHOWN_APART), "key_url": _key_url(item)}
+            item_json(item)
+            | {"evidence_fields": readable_fields(item.evidence, skip=SHOWN_APART), "key_url": _key_url(item)}
             for item in attach_items_acknowledgements(items)
         ],
         "items_total": items_total,

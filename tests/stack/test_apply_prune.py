@@ -127,3 +127,17 @@ def test_the_readable_dry_run_says_nothing_changed(tmp_path: Path) -> None:
     assert "would remove binding orders\n" in text
     assert "dry run: nothing changed; run again with --prune --yes to apply and remove" in text
     assert names(Binding) == ["orders", "tickets"]
+
+
+def test_the_pages_say_which_objects_come_from_a_file(tmp_path: Path, admin_client) -> None:
+    path = write(tmp_path, TWO)
+    audit_apply(path)
+    Cluster.objects.create(name="by-hand", bootstrap_servers="127.0.0.1:9")
+    pipelines = admin_client.get("/pipelines/").content.decode()
+    assert pipelines.count(f'<code title="{path.resolve()}">') == 5  # a cluster, a source, 2 bindings, a rule
+    assert pipelines.count("made here") >= 1
+    channel = Channel.objects.get(name="ops")
+    detail = admin_client.get(f"/alerts/channels/{channel.pk}/").content.decode()
+    assert f'<code title="{path.resolve()}">' in detail
+    admin = admin_client.get("/admin/pipelines/binding/").content.decode()
+    assert str(path.resolve())[:40] in admin
