@@ -6,9 +6,12 @@ is read by Spark executors.
 
 from __future__ import annotations
 
+import os
+import time
+import zlib
 from dataclasses import dataclass
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka._model import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
@@ -94,3 +97,86 @@ def committed_offsets(
             if tp.offset >= 0:
                 rows.append((group, tp.partition, tp.offset))
     return rows
+
+
+@dataclass(frozen=True)
+class RecordPrint:
+    """What identifies the record at one offset: a later read of the same offset holding
+    another print (or nothing) means the log was truncated and rewritten there."""
+
+    offset: int
+    ts_ms: int
+    crc: int  # CRC-32 of key and value
+
+    def to_json(self) -> list[int]:
+        return [self.offset, self.ts_ms, self.crc]
+
+    @classmethod
+    def from_json(cls, data: list[int]) -> RecordPrint:
+        offset, ts_ms, crc = (int(v) for v in data)
+        return cls(offset, ts_ms, crc)
+
+
+_CONSUMER_KEYS_PREFIXES = _ADMIN_KEYS_PREFIXES
+
+
+def record_prints(
+    bootstrap_servers: str,
+    config: dict[str, str] | None,
+    topic: str,
+    offsets: dict[int, int],
+    timeout_s: float = 10.0,
+) -> dict[int, RecordPrint | None]:
+    """The print of the record at each (partition, offset); None where that offset holds no
+    record any more (past the log end, or the next record has a higher offset).
+
+    Read with read_uncommitted: the offset's record is wanted whatever became of its
+    transaction. One short-lived consumer, no group, nothing committed.
+    """
+    if not offsets:
+        return {}
+    conf: dict[str, str | int | bool] = {
+        k: v for k, v in (config or {}).items() if k.startswith(_CONSUMER_KEYS_PREFIXES)
+    }
+    conf.update(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": f"_audit.reconcile-print-{os.getpid()}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_uncommitted",
+            "enable.partition.eof": True,
+            "socket.timeout.ms": int(timeout_s * 1000),
+        }
+    )
+    consumer = Consumer(conf)
+    found: dict[int, RecordPrint | None] = {}
+    try:
+        consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
+        deadline = time.monotonic() + timeout_s * 3
+        while len(found) < len(offsets):
+            if time.monotonic() > deadline:
+                waiting = sorted(set(offsets) - set(found))
+                raise KafkaReadError(f"reading back offsets of {topic} partition(s) {waiting} timed out")
+            msg = consumer.poll(0.5)
+            if msg is None or msg.partition() in found:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    found[msg.partition()] = None
+                    continue
+                raise KafkaReadError(f"reading back {topic}/{msg.partition()} failed: {err}")
+            offset = msg.offset()
+            wanted = offsets[msg.partition()]
+            if offset != wanted:
+                found[msg.partition()] = None
+                continue
+            found[msg.partition()] = RecordPrint(offset, msg.timestamp()[1], record_crc(msg.key(), msg.value()))
+    finally:
+        consumer.close()
+    return found
+
+
+def record_crc(key: bytes | None, value: bytes | None) -> int:
+    return zlib.crc32(value or b"", zlib.crc32(key or b""))

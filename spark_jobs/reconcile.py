@@ -34,6 +34,7 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -58,9 +59,11 @@ from spark_jobs.binding import (
 from spark_jobs.common import build_spark_session
 from spark_jobs.kafka_offsets import (
     PartitionOffsets,
+    RecordPrint,
     admin_client,
     committed_offsets,
     partition_offsets,
+    record_prints,
     topic_partitions,
 )
 from spark_jobs.reconcile_state import StateMeta, StateStore
@@ -69,6 +72,7 @@ from spark_jobs.reconcile_transform import (
     FINDING_KINDS,
     KAFKA_RAW_SCHEMA,
     KEY_INDEX_SCHEMA,
+    LOST_SIGHTING_SCHEMA,
     RECORD_COUNTS,
     RECORD_SCHEMA,
     SOURCE_ROW_SCHEMA,
@@ -87,13 +91,16 @@ from spark_jobs.reconcile_transform import (
     transform_consumer_ledger,
     transform_duplicate_records,
     transform_key_delta,
+    transform_key_stats,
     transform_ledger_bounds,
     transform_ledger_open,
+    transform_lost_sightings,
     transform_new_source_rows,
     transform_orphan_candidates,
     transform_pending_source,
     transform_processed_coverage,
     transform_producer_ledger,
+    transform_rebuild_memory,
     transform_records,
     transform_reprocessed,
     transform_seq_coverage,
@@ -139,13 +146,19 @@ class OffsetRange:
 
 
 def plan_offsets(
-    topic: str, offsets: dict[int, PartitionOffsets], previous: dict[int, int], required: bool = True
+    topic: str,
+    offsets: dict[int, PartitionOffsets],
+    previous: dict[int, int],
+    required: bool = True,
+    read_before: dict[int, int] | None = None,
 ) -> OffsetRange:
     """From where the last run stopped up to the last stable offset.
 
     A partition the state has not read yet is wanted from offset 0: when its log start is
     past that (or past where the last run stopped), the records in between were deleted
-    unread and are recorded in `lost`; reading starts at the log start.
+    unread and are recorded in `lost`; reading starts at the log start. read_before: where
+    earlier runs stopped when this run reads again from the start (a rebuild): what they
+    read was not lost unread.
     """
     plan = OffsetRange(topic)
     for partition, po in sorted(offsets.items()):
@@ -155,8 +168,9 @@ def plan_offsets(
                 f"topic {topic!r} partition {partition}: the last run read up to offset {wanted} but the "
                 f"partition now ends at {po.high}; was the topic re-created? Run with --full"
             )
-        if wanted < po.low:
-            plan.lost[partition] = (wanted, po.low)
+        unread_from = max(wanted, (read_before or {}).get(partition, 0))
+        if unread_from < po.low:
+            plan.lost[partition] = (unread_from, po.low)
         start = max(wanted, po.low)
         plan.ranges[partition] = (start, max(start, po.stable))
     missing = set(previous) - set(offsets)
@@ -220,7 +234,71 @@ def extract_topic(
     return reader.load()
 
 
-def extract_topic_offsets(binding: Binding, meta: StateMeta) -> dict[str, Any]:
+def find_rewritten_partitions(binding: Binding, meta: StateMeta) -> dict[int, str]:
+    """Partitions whose records already read were truncated or replaced since the last run.
+
+    An unclean leader election truncates the old leader's tail and new records take the same
+    offsets; a re-created topic starts again at 0. Trusting "offsets below X were read" would
+    then report the new records' rows missing and miss the lost ones. Two signs, per
+    partition: the log now ends before where the last run stopped, or the last record that
+    run read (state checkpoint) is no longer at its offset. An offset below the log start
+    cannot be checked (retention deleted it, which is no rewrite).
+    """
+    if not meta.topic_offsets:
+        return {}
+    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
+    offsets = partition_offsets(admin, binding.topic, topic_partitions(admin, binding.topic))
+    reasons: dict[int, str] = {}
+    to_check: dict[int, RecordPrint] = {}
+    for partition, po in sorted(offsets.items()):
+        read_to = meta.topic_offsets.get(partition)
+        if read_to is None:
+            continue
+        if po.high < read_to:
+            reasons[partition] = (
+                f"the log now ends at offset {po.high}, before offset {read_to} where run {meta.run_id} stopped reading"
+            )
+            continue
+        checkpoint = meta.checkpoints.get(partition)
+        if checkpoint is not None and checkpoint[0] >= po.low:
+            to_check[partition] = RecordPrint.from_json(checkpoint)
+    now = record_prints(
+        binding.bootstrap_servers, binding.kafka_config, binding.topic, {p: c.offset for p, c in to_check.items()}
+    )
+    for partition, checkpoint in to_check.items():
+        found = now.get(partition)
+        if found != checkpoint:
+            what = "no record any more" if found is None else "another record"
+            reasons[partition] = f"offset {checkpoint.offset}, read by run {meta.run_id}, now holds {what}"
+    return reasons
+
+
+def checkpoint_prints(binding: Binding, records: DataFrame, plan: OffsetRange) -> dict[int, list[int]]:
+    """The print of the last record this run read in each partition, read back from Kafka.
+
+    Its timestamp must be the one Spark read: otherwise the partition changed under the run.
+    """
+    last = (
+        records.groupBy("partition")
+        .agg(F.max_by(F.struct("offset", F.unix_millis("timestamp").alias("ts_ms")), "offset").alias("last"))
+        .collect()
+    )
+    read = {row["partition"]: (row["last"]["offset"], row["last"]["ts_ms"]) for row in last}
+    prints = record_prints(
+        binding.bootstrap_servers, binding.kafka_config, plan.topic, {p: o for p, (o, _) in read.items()}
+    )
+    changed = [p for p, (_, ts_ms) in read.items() if getattr(prints.get(p), "ts_ms", None) != ts_ms]
+    if changed:
+        raise ReconcileError(
+            f"{plan.topic} partition(s) {sorted(changed)} changed while this run read them (the last record read "
+            "is no longer at its offset); the run is discarded, run it again"
+        )
+    return {p: found.to_json() for p, found in prints.items() if found is not None}
+
+
+def extract_topic_offsets(
+    binding: Binding, meta: StateMeta, read_before: dict[int, int] | None = None
+) -> dict[str, Any]:
     """Every driver-side Kafka look-up, in the order that keeps the reads consistent.
 
     Committed offsets first, then the consumer ledger's end (a processed mark is written
@@ -250,7 +328,7 @@ def extract_topic_offsets(binding: Binding, meta: StateMeta) -> dict[str, Any]:
         "consumer_ledger": consumer_ledger,
         "producer_ledger": producer_ledger,
         "watermarks": offsets,
-        "topic": plan_offsets(binding.topic, offsets, meta.topic_offsets),
+        "topic": plan_offsets(binding.topic, offsets, meta.topic_offsets, read_before=read_before),
     }
 
 
@@ -474,197 +552,375 @@ def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dic
             df.unpersist()
 
 
-def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cached: list[DataFrame]) -> dict[str, Any]:
-    def _persisted(df: DataFrame) -> DataFrame:
-        cached.append(df.persist(StorageLevel.MEMORY_AND_DISK))
-        return df
+class Laps:
+    """Seconds per phase of a run, for its result's `timings`."""
 
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+        self._clock = time.monotonic()
+
+    def __call__(self, name: str) -> None:
+        now = time.monotonic()
+        self.timings[name] = round(self.timings.get(name, 0.0) + now - self._clock, 3)
+        self._clock = now
+
+
+@dataclass
+class RunPlan:
+    """Phase 1: what the run builds on and what it reads (offsets, the source window)."""
+
+    run_id: str
+    store: StateStore
+    meta: StateMeta  # the state this run builds on: empty on a full run or a rebuild
+    memory: StateMeta | None  # rebuild only: the state earlier runs left, kept as evidence
+    rewritten: dict[int, str]  # partition → why its offsets already read are no longer trusted
+    kafka: dict[str, Any]  # extract_topic_offsets
+    lower: datetime | None
+    upper: datetime
+    cutoff: datetime
+    warnings: list[str]
+
+    @property
+    def topic(self) -> OffsetRange:
+        return self.kafka["topic"]
+
+    @property
+    def previous(self) -> StateMeta:
+        """The state the last run left (findings for is_new, lost sightings)."""
+        return self.memory or self.meta
+
+    @property
+    def broadcast_new(self) -> bool:
+        return bool(self.meta.run_id) and self.topic.total < BROADCAST_NEW_ROWS
+
+    @property
+    def mode(self) -> str:
+        return "rebuild" if self.memory else "incremental" if self.meta.run_id else "full"
+
+
+@dataclass
+class RunInputs:
+    """Phase 2: this run's new data, read and parsed."""
+
+    records: DataFrame  # committed records of the planned offsets (RECORD_SCHEMA + header_status)
+    all_records: DataFrame  # the same read_uncommitted where transactions are in use
+    new_aborted: DataFrame
+    totals: Any  # Row: n, keyed, RECORD_COUNTS
+    unverifiable_until: datetime | None
+    checkpoints: dict[int, list[int]]
+    old_source: DataFrame
+    new_source: DataFrame
+    producer_entries: DataFrame
+    producer_bounds: DataFrame
+    processed: DataFrame
+    committed: DataFrame
+    groups: DataFrame
+
+
+@dataclass
+class RunState:
+    """Phase 3: the state after this run (datasets written under its id and read back)."""
+
+    store: StateStore
+    laps: Laps
+    frames: dict[str, DataFrame] = field(default_factory=dict)
+    datasets: dict[str, str] = field(default_factory=dict)
+    key_deltas: list[str] = field(default_factory=list)
+    source_deltas: list[str] = field(default_factory=list)
+
+    def keep(self, name: str, df: DataFrame) -> DataFrame:
+        """Write a dataset of the new state; returns it read back."""
+        self.laps("prepare")
+        self.datasets[name], self.frames[name] = self.store.write_dataset(df, name)
+        self.laps(f"state.{name}")
+        return self.frames[name]
+
+
+def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
+    """Which state to build on (a rebuild when offsets already read were rewritten), which
+    offsets to read, and the source window."""
     run_id = options.run_id or new_run_id()
     store = StateStore(options.state_dir, binding.name, run_id)
     meta = StateMeta() if options.full else store.read_meta()
     warnings: list[str] = []
-
-    timings: dict[str, float] = {}
-    clock = [time.monotonic()]
-
-    def lap(name: str) -> None:
-        now = time.monotonic()
-        timings[name] = round(timings.get(name, 0.0) + now - clock[0], 3)
-        clock[0] = now
-
-    kafka = extract_topic_offsets(binding, meta)
-    lap("kafka_offsets")
+    rewritten = find_rewritten_partitions(binding, meta)
+    memory: StateMeta | None = None
+    if rewritten:
+        memory = meta
+        meta = StateMeta(unverifiable_until=memory.unverifiable_until)
+        warnings += [
+            f"{binding.topic}/{p}: records already read were truncated or rewritten ({reason}); every partition "
+            "is read again from its log start"
+            for p, reason in sorted(rewritten.items())
+        ]
+    kafka = extract_topic_offsets(binding, meta, read_before=memory.topic_offsets if memory else None)
+    laps("kafka_offsets")
     upper = options.now or datetime.now(UTC)
     if meta.window_upper:
         lower: datetime | None = datetime.fromisoformat(meta.window_upper) - timedelta(seconds=binding.lookback_seconds)
     else:
         lower = binding.since
     cutoff = upper - timedelta(seconds=binding.grace_seconds)
-    plan: OffsetRange = kafka["topic"]
-    broadcast_new = bool(meta.run_id) and plan.total < BROADCAST_NEW_ROWS
+    return RunPlan(run_id, store, meta, memory, rewritten, kafka, lower, upper, cutoff, warnings)
 
-    # Topic records (committed view); where transactions are in use also the uncommitted
-    # view, so records only in aborted transactions can be told apart.
-    committed_raw = extract_topic(spark, binding, plan, "read_committed")
-    records = _persisted(transform_records(committed_raw, binding.record_key))
+
+def extract_inputs(
+    spark: SparkSession, binding: Binding, plan: RunPlan, persist: Callable[[DataFrame], DataFrame], laps: Laps
+) -> RunInputs:
+    """Read the planned topic offsets (committed, and uncommitted where transactions are in
+    use), check nothing was deleted or rewritten under the read, then the source window and
+    both ledgers."""
+    meta, topic = plan.meta, plan.topic
+    records = persist(transform_records(extract_topic(spark, binding, topic, "read_committed"), binding.record_key))
     totals = records.agg(F.count("*").alias("n"), F.count("key").alias("keyed"), *header_problem_counts()).collect()[0]
-    if totals["n"] > 0 and totals["keyed"] == 0 and not meta.key_deltas:
+    if totals["n"] > 0 and totals["keyed"] == 0 and not meta.key_deltas and plan.memory is None:
         raise BindingError(
             f"binding {binding.name!r}: record_key {binding.record_key.describe()!r} matched nothing in "
             f"{totals['n']} record(s) of topic {binding.topic!r}"
         )
     if totals["keyed"] < totals["n"]:
-        warnings.append(f"{totals['n'] - totals['keyed']} record(s) without a key by {binding.record_key.describe()}")
+        plan.warnings.append(
+            f"{totals['n'] - totals['keyed']} record(s) without a key by {binding.record_key.describe()}"
+        )
     # Offsets without a committed record are transaction markers or aborted records.
-    read_uncommitted = binding.transactions if binding.transactions is not None else totals["n"] < plan.total
+    read_uncommitted = binding.transactions if binding.transactions is not None else totals["n"] < topic.total
     if read_uncommitted:
-        uncommitted_raw = extract_topic(spark, binding, plan, "read_uncommitted")
-        all_records = _persisted(transform_records(uncommitted_raw, binding.record_key))
+        all_records = persist(
+            transform_records(extract_topic(spark, binding, topic, "read_uncommitted"), binding.record_key)
+        )
         all_records.count()  # read now, so the check below covers this read too
         new_aborted = transform_aborted(all_records, records)
     else:
         all_records = records
         new_aborted = spark.createDataFrame([], RECORD_SCHEMA)
-    check_nothing_deleted_while_read(binding, plan)
+    check_nothing_deleted_while_read(binding, topic)
+    # After a rebuild `meta` is empty: only this run's checkpoints count.
+    checkpoints = meta.checkpoints | checkpoint_prints(binding, records, topic)
     # Rows whose record may have been deleted unread can never be judged: the bound only
     # grows until a --full run starts over.
-    horizon = loss_horizon(records, plan, upper, binding.grace_seconds)
+    horizon = loss_horizon(records, topic, plan.upper, binding.grace_seconds)
     if horizon is not None:
-        warnings += lost_warnings(plan, horizon)
+        plan.warnings.extend(lost_warnings(topic, horizon))
     earlier = datetime.fromisoformat(meta.unverifiable_until) if meta.unverifiable_until else None
     unverifiable_until = max((h for h in (earlier, horizon) if h is not None), default=None)
+    laps("topic_read")
 
-    # Source rows of the window.
-    lap("topic_read")
     table, columns = extract_source_columns(spark, binding)
     window_rows = transform_source_rows(
-        extract_source(spark, binding, table, columns, lower, upper), "audit_key", "audit_created"
+        extract_source(spark, binding, table, columns, plan.lower, plan.upper), "audit_key", "audit_created"
     )
-    old_source = store.deltas(spark, meta.source_deltas, SOURCE_ROW_SCHEMA)
-    new_source = _persisted(transform_new_source_rows(window_rows, old_source, broadcast_new))
-
-    # Ledgers.
+    old_source = plan.store.deltas(spark, meta.source_deltas, SOURCE_ROW_SCHEMA)
+    new_source = persist(transform_new_source_rows(window_rows, old_source, plan.broadcast_new))
     producer_entries, producer_bounds = transform_producer_ledger(
-        extract_topic(spark, binding, kafka["producer_ledger"]), binding.topic
+        extract_topic(spark, binding, plan.kafka["producer_ledger"]), binding.topic
     )
-    processed = _persisted(
+    processed = persist(
         transform_consumer_ledger(
-            extract_topic(spark, binding, kafka["consumer_ledger"]), binding.topic, binding.consumer_groups
+            extract_topic(spark, binding, plan.kafka["consumer_ledger"]), binding.topic, binding.consumer_groups
         )
     )
+    return RunInputs(
+        records=records,
+        all_records=all_records,
+        new_aborted=new_aborted,
+        totals=totals,
+        unverifiable_until=unverifiable_until,
+        checkpoints=checkpoints,
+        old_source=old_source,
+        new_source=new_source,
+        producer_entries=producer_entries,
+        producer_bounds=producer_bounds,
+        processed=processed,
+        committed=spark.createDataFrame(plan.kafka["committed"], COMMITTED_SCHEMA),
+        groups=spark.createDataFrame([(g,) for g in binding.consumer_groups], "group string"),
+    )
 
-    committed = spark.createDataFrame(kafka["committed"], COMMITTED_SCHEMA)
-    groups = spark.createDataFrame([(g,) for g in binding.consumer_groups], "group string")
 
-    # State updates: each new dataset is written under this run's id and read back.
-    old_index = store.deltas(spark, meta.key_deltas, KEY_INDEX_SCHEMA)
-    datasets: dict[str, str] = {}
-    state: dict[str, DataFrame] = {}
-
-    def keep(name: str, df: DataFrame) -> DataFrame:
-        lap("prepare")
-        datasets[name], state[name] = store.write_dataset(df, name)
-        lap(f"state.{name}")
-        return state[name]
+def update_state(
+    spark: SparkSession, plan: RunPlan, inputs: RunInputs, persist: Callable[[DataFrame], DataFrame], laps: Laps
+) -> RunState:
+    """Previous state + this run's data → the next state, each dataset written under the
+    run's id and read back; the key index and source deltas appended."""
+    store, meta, records = plan.store, plan.meta, inputs.records
+    new = RunState(store, laps)
+    keep = new.keep
 
     def old(name: str) -> DataFrame:
         return store.dataset(spark, meta, name)
 
-    keep("duplicates", transform_duplicate_records(records, old_index, old("duplicates"), broadcast_new))
+    new_lost = spark.createDataFrame([], LOST_SIGHTING_SCHEMA)
+    if plan.memory is not None:
+        # A rebuild starts from the part of the old index that the re-read cannot see again.
+        lows = spark.createDataFrame(
+            [(p, o.low) for p, o in plan.kafka["watermarks"].items()], "partition int, low long"
+        )
+        carried, new_lost = transform_rebuild_memory(
+            store.deltas(spark, plan.memory.key_deltas, KEY_INDEX_SCHEMA),
+            records,
+            lows,
+            sorted(plan.rewritten),
+            plan.run_id,
+        )
+        meta.key_deltas = [store.write_delta(carried, "keys", KEY_INDEX_SCHEMA, suffix="-carried")]
+    old_index = store.deltas(spark, meta.key_deltas, KEY_INDEX_SCHEMA)
+
+    # Lost sightings outlive a rebuild; nearly always there are none and nothing is read.
+    old_lost = store.dataset(spark, plan.previous, "lost_sightings")
+    if plan.memory is not None or not old_lost.isEmpty():
+        keep("lost_sightings", transform_lost_sightings(old_lost, new_lost, records))
+    else:
+        new.frames["lost_sightings"] = old_lost
+
+    # This run's records grouped by key once, for every state update below that needs it.
+    key_stats = persist(transform_key_stats(records))
+    broadcast_new = plan.broadcast_new
+    keep("duplicates", transform_duplicate_records(records, old_index, old("duplicates"), broadcast_new, key_stats))
     keep(
-        "pending_source", transform_pending_source(old("pending_source"), new_source, records, old_index, broadcast_new)
+        "pending_source",
+        transform_pending_source(
+            old("pending_source"), inputs.new_source, records, old_index, broadcast_new, key_stats
+        ),
     )
     keep(
         "orphan_candidates",
-        transform_orphan_candidates(old("orphan_candidates"), records, old_source, new_source, broadcast_new),
+        transform_orphan_candidates(
+            old("orphan_candidates"), records, inputs.old_source, inputs.new_source, broadcast_new, key_stats
+        ),
     )
-    keep("aborted", conform(old("aborted"), RECORD_SCHEMA).unionByName(conform(new_aborted, RECORD_SCHEMA)))
-    coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), all_records))
-    keep("ledger_open", transform_ledger_open(old("ledger_open"), producer_entries, coverage))
-    keep("ledger_bounds", transform_ledger_bounds(old("ledger_bounds"), producer_bounds))
+    keep("aborted", conform(old("aborted"), RECORD_SCHEMA).unionByName(conform(inputs.new_aborted, RECORD_SCHEMA)))
+    coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
+    keep("ledger_open", transform_ledger_open(old("ledger_open"), inputs.producer_entries, coverage))
+    keep("ledger_bounds", transform_ledger_bounds(old("ledger_bounds"), inputs.producer_bounds))
     old_processed = old("processed_coverage")
-    keep("reprocessed", transform_reprocessed(old("reprocessed"), old_processed, processed))
-    processed_cov = keep("processed_coverage", transform_processed_coverage(old_processed, processed))
+    keep("reprocessed", transform_reprocessed(old("reprocessed"), old_processed, inputs.processed))
+    processed_cov = keep("processed_coverage", transform_processed_coverage(old_processed, inputs.processed))
     keep(
         "unprocessed_candidates",
-        transform_unprocessed_candidates(old("unprocessed_candidates"), records, processed_cov, groups, committed),
+        transform_unprocessed_candidates(
+            old("unprocessed_candidates"), records, processed_cov, inputs.groups, inputs.committed
+        ),
     )
-    key_deltas = [*meta.key_deltas, store.write_delta(transform_key_delta(records), "keys", KEY_INDEX_SCHEMA)]
-    source_deltas = [*meta.source_deltas, store.write_delta(new_source, "source", SOURCE_ROW_SCHEMA)]
-    lap("state.deltas")
+    new.key_deltas = [
+        *meta.key_deltas,
+        store.write_delta(transform_key_delta(records, plan.run_id, key_stats), "keys", KEY_INDEX_SCHEMA),
+    ]
+    new.source_deltas = [*meta.source_deltas, store.write_delta(inputs.new_source, "source", SOURCE_ROW_SCHEMA)]
+    laps("state.deltas")
+    return new
 
-    # Findings from the new state.
+
+def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
+    """Every finding of the new state (FINDING_SCHEMA)."""
+    spark = inputs.records.sparkSession
     watermarks = spark.createDataFrame(
-        [(p, o.low, plan.ranges[p][1]) for p, o in kafka["watermarks"].items()], WATERMARK_SCHEMA
+        [(p, o.low, plan.topic.ranges[p][1]) for p, o in plan.kafka["watermarks"].items()], WATERMARK_SCHEMA
     )
-    findings = union_findings(
+    s = new.frames
+    return union_findings(
         [
-            find_missing(state["pending_source"], cutoff, unverifiable_until),
-            find_duplicates(state["duplicates"]),
-            find_orphans(state["orphan_candidates"], cutoff),
-            find_gaps(state["seq_coverage"], state["ledger_open"], state["ledger_bounds"], watermarks),
-            find_aborted(state["aborted"]),
-            find_unprocessed(state["unprocessed_candidates"], committed, state["processed_coverage"]),
-            find_reprocessed(state["reprocessed"]),
+            find_missing(s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"]),
+            find_duplicates(s["duplicates"]),
+            find_orphans(s["orphan_candidates"], plan.cutoff),
+            find_gaps(s["seq_coverage"], s["ledger_open"], s["ledger_bounds"], watermarks),
+            find_aborted(s["aborted"]),
+            find_unprocessed(s["unprocessed_candidates"], inputs.committed, s["processed_coverage"]),
+            find_reprocessed(s["reprocessed"]),
         ]
     )
-    current = keep("findings", findings)
-    seen = old("findings").select(*[F.col(c).alias(f"_seen_{c}") for c in IDENTITY]).distinct()
-    flagged = (
+
+
+def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFrame:
+    """`is_new`: the previous run did not report the same finding (IDENTITY)."""
+    seen = (
+        plan.store.dataset(spark, plan.previous, "findings")
+        .select(*[F.col(c).alias(f"_seen_{c}") for c in IDENTITY])
+        .distinct()
+    )
+    return (
         current.join(seen, [current[c].eqNullSafe(seen[f"_seen_{c}"]) for c in IDENTITY], "left")
         .withColumn("is_new", F.col("_seen_kind").isNull())
         .drop(*[f"_seen_{c}" for c in IDENTITY])
     )
-    counts_rows = current.groupBy("kind").count().collect()
-    counts = {kind: 0 for kind in FINDING_KINDS} | {r["kind"]: r["count"] for r in counts_rows}
-    counts[UNVERIFIABLE] = unverifiable_rows(state["pending_source"], cutoff, unverifiable_until).count()
-    if counts[UNVERIFIABLE] and unverifiable_until is not None:
-        warnings.append(
-            f"{counts[UNVERIFIABLE]} source row(s) created up to {unverifiable_until.isoformat()} have no record "
+
+
+def count_findings(plan: RunPlan, inputs: RunInputs, new: RunState, current: DataFrame) -> dict[str, int]:
+    """Findings per kind, the rows that could not be checked, and the header counts."""
+    counts = {kind: 0 for kind in FINDING_KINDS} | {
+        r["kind"]: r["count"] for r in current.groupBy("kind").count().collect()
+    }
+    until = inputs.unverifiable_until
+    counts[UNVERIFIABLE] = unverifiable_rows(
+        new.frames["pending_source"], plan.cutoff, until, new.frames["lost_sightings"]
+    ).count()
+    if counts[UNVERIFIABLE] and until is not None:
+        plan.warnings.append(
+            f"{counts[UNVERIFIABLE]} source row(s) created up to {until.isoformat()} have no record "
             "and cannot be checked: the topic no longer holds records that old"
         )
     # Not findings: the records this run read whose audit headers were absent or undecodable.
-    counts |= {name: int(totals[name]) for name in RECORD_COUNTS}
-    new_count = flagged.where("is_new").count()
-    rows, truncated = findings_rows(flagged, options.max_findings)
+    return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}
 
-    if options.output_jdbc_url:
-        load_findings_jdbc(flagged, run_id, options.output_jdbc_url, options.findings_table)
 
-    lap("findings")
+def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: RunState) -> None:
+    """Point state.json at the new state: last, so a failed run leaves the old one."""
+    store, kafka = plan.store, plan.kafka
+    until = inputs.unverifiable_until
     store.commit(
         StateMeta(
-            run_id=run_id,
-            topic_offsets={p: e for p, (_, e) in plan.ranges.items()},
+            run_id=plan.run_id,
+            topic_offsets={p: e for p, (_, e) in plan.topic.ranges.items()},
             producer_ledger_offsets={p: e for p, (_, e) in kafka["producer_ledger"].ranges.items()},
             consumer_ledger_offsets={p: e for p, (_, e) in kafka["consumer_ledger"].ranges.items()},
-            window_upper=upper.isoformat(),
-            unverifiable_until=unverifiable_until.isoformat() if unverifiable_until else None,
-            key_deltas=store.compact(spark, key_deltas, "keys", KEY_INDEX_SCHEMA),
-            source_deltas=store.compact(spark, source_deltas, "source", SOURCE_ROW_SCHEMA),
-            datasets=datasets,
+            window_upper=plan.upper.isoformat(),
+            unverifiable_until=until.isoformat() if until else None,
+            key_deltas=store.compact(spark, new.key_deltas, "keys", KEY_INDEX_SCHEMA),
+            source_deltas=store.compact(spark, new.source_deltas, "source", SOURCE_ROW_SCHEMA),
+            datasets=new.datasets,
+            checkpoints=inputs.checkpoints,
         )
     )
+
+
+def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cached: list[DataFrame]) -> dict[str, Any]:
+    def persist(df: DataFrame) -> DataFrame:
+        cached.append(df.persist(StorageLevel.MEMORY_AND_DISK))
+        return df
+
+    laps = Laps()
+    plan = plan_run(binding, options, laps)
+    inputs = extract_inputs(spark, binding, plan, persist, laps)
+    new = update_state(spark, plan, inputs, persist, laps)
+    current = new.keep("findings", find_all(plan, inputs, new))
+    flagged = flag_new(spark, plan, current)
+    counts = count_findings(plan, inputs, new, current)
+    new_count = flagged.where("is_new").count()
+    rows, truncated = findings_rows(flagged, options.max_findings)
+    if options.output_jdbc_url:
+        load_findings_jdbc(flagged, plan.run_id, options.output_jdbc_url, options.findings_table)
+    laps("findings")
+    commit_state(spark, plan, inputs, new)
+    until = inputs.unverifiable_until
     return {
-        "run_id": run_id,
+        "run_id": plan.run_id,
         "binding": binding.name,
-        "mode": "full" if options.full or not meta.run_id else "incremental",
+        "mode": plan.mode,
+        "rewritten": {str(p): reason for p, reason in sorted(plan.rewritten.items())},
         "counts": counts,
         "new_findings": new_count,
         "offset_ranges": {
-            "topic": plan.to_json(),
-            "producer_ledger": kafka["producer_ledger"].to_json(),
-            "consumer_ledger": kafka["consumer_ledger"].to_json(),
+            "topic": plan.topic.to_json(),
+            "producer_ledger": plan.kafka["producer_ledger"].to_json(),
+            "consumer_ledger": plan.kafka["consumer_ledger"].to_json(),
         },
-        "records_read": plan.total,
+        "records_read": plan.topic.total,
         "window": {
-            "lower": lower.isoformat() if lower else None,
-            "upper": upper.isoformat(),
-            "cutoff": cutoff.isoformat(),
-            "unverifiable_until": unverifiable_until.isoformat() if unverifiable_until else None,
+            "lower": plan.lower.isoformat() if plan.lower else None,
+            "upper": plan.upper.isoformat(),
+            "cutoff": plan.cutoff.isoformat(),
+            "unverifiable_until": until.isoformat() if until else None,
         },
-        "warnings": warnings,
-        "timings": timings,
+        "warnings": plan.warnings,
+        "timings": laps.timings,
         "findings": rows,
         "findings_truncated": truncated,
     }

@@ -32,6 +32,7 @@ from spark_jobs.reconcile_transform import (
     INTERVAL_SCHEMA,
     LEDGER_BOUND_SCHEMA,
     LEDGER_ENTRY_SCHEMA,
+    LOST_SIGHTING_SCHEMA,
     PROCESSED_INTERVAL_SCHEMA,
     RECORD_SCHEMA,
     REPROCESSED_SCHEMA,
@@ -52,6 +53,7 @@ DATASETS: dict[str, StructType] = {
     "reprocessed": REPROCESSED_SCHEMA,
     "unprocessed_candidates": CANDIDATE_SCHEMA,
     "findings": FINDING_SCHEMA,
+    "lost_sightings": LOST_SIGHTING_SCHEMA,
 }
 
 
@@ -73,6 +75,10 @@ class StateMeta:
     key_deltas: list[str] = field(default_factory=list)
     source_deltas: list[str] = field(default_factory=list)
     datasets: dict[str, str] = field(default_factory=dict)
+    # Per topic partition, the last record read: [offset, timestamp ms, CRC-32 of key and
+    # value] (kafka_offsets.RecordPrint). A later run that finds another record there knows
+    # the offsets it read were truncated and rewritten.
+    checkpoints: dict[int, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +92,7 @@ class StateMeta:
             "key_deltas": self.key_deltas,
             "source_deltas": self.source_deltas,
             "datasets": self.datasets,
+            "checkpoints": {str(k): v for k, v in self.checkpoints.items()},
         }
 
     @classmethod
@@ -106,6 +113,7 @@ class StateMeta:
             key_deltas=list(data.get("key_deltas") or []),
             source_deltas=list(data.get("source_deltas") or []),
             datasets=dict(data.get("datasets") or {}),
+            checkpoints={int(k): [int(x) for x in v] for k, v in (data.get("checkpoints") or {}).items()},
         )
 
 
@@ -147,8 +155,8 @@ class StateStore:
         df.write.mode("overwrite").parquet(str(self.root / relative))
         return relative, self._read(df.sparkSession, relative, DATASETS[name])
 
-    def write_delta(self, df: DataFrame, kind: str, schema: StructType) -> str:
-        relative = f"{kind}/{self.run_id}"
+    def write_delta(self, df: DataFrame, kind: str, schema: StructType, suffix: str = "") -> str:
+        relative = f"{kind}/{self.run_id}{suffix}"
         df.select(*schema.fieldNames()).write.mode("overwrite").parquet(str(self.root / relative))
         return relative
 
@@ -162,7 +170,7 @@ class StateStore:
                 merged.groupBy("key")
                 .agg(
                     F.sum("n").alias("n"),
-                    F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("f"),
+                    F.min(F.struct("partition", "offset", "timestamp", "session", "seq", "run_id")).alias("f"),
                 )
                 .select("key", "n", "f.*")
             )

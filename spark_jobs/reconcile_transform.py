@@ -58,9 +58,26 @@ RECORD_SCHEMA = StructType(
         StructField("seq", LongType()),
     ]
 )
-# Per-key index entry: how many records a key has (in one state delta) and its first one.
+# Per-key index entry: how many records a key has (in one state delta), its first one, and
+# the run that read it (null in state written before runs were named here).
 KEY_INDEX_SCHEMA = StructType(
-    [StructField("key", StringType()), StructField("n", LongType()), *RECORD_SCHEMA.fields[1:]]
+    [
+        StructField("key", StringType()),
+        StructField("n", LongType()),
+        *RECORD_SCHEMA.fields[1:],
+        StructField("run_id", StringType()),
+    ]
+)
+# A key an earlier run saw at partition/offset whose record is gone from there although the
+# log still covers that offset (truncated and rewritten: unclean leader election, a topic
+# re-created). run_id saw it; detected_run noticed it was gone.
+LOST_SIGHTING_SCHEMA = StructType(
+    [
+        *KEY_INDEX_SCHEMA.fields[:1],
+        *RECORD_SCHEMA.fields[1:],
+        StructField("run_id", StringType()),
+        StructField("detected_run", StringType()),
+    ]
 )
 SOURCE_ROW_SCHEMA = StructType([StructField("key", StringType()), StructField("created", TimestampType())])
 INTERVAL_SCHEMA = StructType(
@@ -449,11 +466,51 @@ def transform_consumer_ledger(raw: DataFrame, topic: str, groups: Iterable[str])
 # ------------------------------------------------------------------ state updates ----
 
 
-def transform_key_delta(records: DataFrame) -> DataFrame:
-    """This run's per-key index delta: count and first record (lowest partition, offset)."""
+def transform_key_stats(records: DataFrame) -> DataFrame:
+    """Per key of this run's records: `n` and `first` (the record at the lowest partition,
+    offset). The one shuffle of the records by key that the state updates share (pass it as
+    `key_stats`; each computes it itself when not given)."""
     first = F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("first")
-    grouped = records.where(F.col("key").isNotNull()).groupBy("key").agg(F.count("*").alias("n"), first)
-    return grouped.select("key", "n", "first.*")
+    return records.where(F.col("key").isNotNull()).groupBy("key").agg(F.count("*").alias("n"), first)
+
+
+def _stats(records: DataFrame, key_stats: DataFrame | None) -> DataFrame:
+    return key_stats if key_stats is not None else transform_key_stats(records)
+
+
+def transform_key_delta(records: DataFrame, run_id: str, key_stats: DataFrame | None = None) -> DataFrame:
+    """This run's per-key index delta: count and first record (lowest partition, offset)."""
+    return _stats(records, key_stats).select("key", "n", "first.*", F.lit(run_id).alias("run_id"))
+
+
+def transform_rebuild_memory(
+    old_index: DataFrame, records: DataFrame, lows: DataFrame, rewritten: Sequence[int], run_id: str
+) -> tuple[DataFrame, DataFrame]:
+    """What a rebuild keeps of the key index when offsets already read were rewritten.
+
+    A rebuild reads every partition again from its log start. Of the earlier index it keeps
+    (1) entries below the log start: seen by an earlier run, deleted since (retention), still
+    delivered; (2) as lost sightings, entries of the rewritten partitions at offsets the log
+    still covers whose key is no longer at that offset: the broker lost them.
+
+    lows: partition, low (the log start of each partition).
+    """
+    indexed = conform(old_index, KEY_INDEX_SCHEMA).join(lows.select("partition", "low"), "partition", "left")
+    below = F.col("offset") < F.coalesce(F.col("low"), F.lit(0))
+    carried = indexed.where(below)
+    covered = indexed.where(~below & F.col("partition").isin(list(rewritten)))
+    still_there = records.where(F.col("key").isNotNull()).select("key", "partition", "offset")
+    lost = covered.join(still_there, ["key", "partition", "offset"], "left_anti").withColumn(
+        "detected_run", F.lit(run_id)
+    )
+    return conform(carried, KEY_INDEX_SCHEMA), conform(lost, LOST_SIGHTING_SCHEMA)
+
+
+def transform_lost_sightings(old_lost: DataFrame, new_lost: DataFrame, records: DataFrame) -> DataFrame:
+    """Lost sightings so far, less keys this run found a record of after all."""
+    found = records.where(F.col("key").isNotNull()).select("key").distinct()
+    lost = conform(old_lost, LOST_SIGHTING_SCHEMA).unionByName(conform(new_lost, LOST_SIGHTING_SCHEMA))
+    return lost.join(found, "key", "left_anti")
 
 
 def _maybe_broadcast(df: DataFrame, hint: bool) -> DataFrame:
@@ -461,7 +518,11 @@ def _maybe_broadcast(df: DataFrame, hint: bool) -> DataFrame:
 
 
 def transform_duplicate_records(
-    new_records: DataFrame, old_index: DataFrame, old_duplicates: DataFrame, broadcast_new: bool = False
+    new_records: DataFrame,
+    old_index: DataFrame,
+    old_duplicates: DataFrame,
+    broadcast_new: bool = False,
+    key_stats: DataFrame | None = None,
 ) -> DataFrame:
     """Every record of every key seen more than once so far (RECORD_SCHEMA).
 
@@ -469,7 +530,7 @@ def transform_duplicate_records(
     touched (a semi-join), so the cost follows the new data.
     """
     keyed = new_records.where(F.col("key").isNotNull())
-    new_counts = keyed.groupBy("key").agg(F.count("*").alias("n_new"))
+    new_counts = _stats(new_records, key_stats).select("key", F.col("n").alias("n_new"))
     touched = old_index.join(_maybe_broadcast(new_counts.select("key"), broadcast_new), "key", "left_semi")
     old_counts = touched.groupBy("key").agg(
         F.sum("n").alias("n_old"), F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("first")
@@ -498,9 +559,10 @@ def transform_pending_source(
     new_records: DataFrame,
     old_index: DataFrame,
     broadcast_new: bool = False,
+    key_stats: DataFrame | None = None,
 ) -> DataFrame:
     """Source rows with no record so far (SOURCE_ROW_SCHEMA); `missing` once past grace."""
-    new_keys = new_records.where(F.col("key").isNotNull()).select("key").distinct()
+    new_keys = _stats(new_records, key_stats).select("key")
     earlier = old_index.select("key").join(
         _maybe_broadcast(new_source.select("key"), broadcast_new), "key", "left_semi"
     )
@@ -515,13 +577,16 @@ def transform_orphan_candidates(
     old_source: DataFrame,
     new_source: DataFrame,
     broadcast_new: bool = False,
+    key_stats: DataFrame | None = None,
 ) -> DataFrame:
     """Records whose key has no source row so far, or no key at all (RECORD_SCHEMA)."""
-    new_keys = new_records.where(F.col("key").isNotNull()).select("key").distinct()
+    new_keys = _stats(new_records, key_stats).select("key")
     known = old_source.select("key").join(_maybe_broadcast(new_keys, broadcast_new), "key", "left_semi")
     known = known.unionByName(new_source.select("key"))
-    # left_anti keeps null keys: a record whose key cannot be found is always an orphan.
-    fresh = new_records.join(known, "key", "left_anti")
+    # Orphan keys are few: find them among the keys, then their records (a record whose key
+    # cannot be found is always an orphan).
+    orphan_keys = new_keys.join(known, "key", "left_anti")
+    fresh = new_records.where(F.col("key").isNull()).unionByName(new_records.join(orphan_keys, "key", "left_semi"))
     kept = old_candidates.join(new_source.select("key"), "key", "left_anti")
     return conform(kept, RECORD_SCHEMA).unionByName(conform(fresh, RECORD_SCHEMA))
 
@@ -626,29 +691,73 @@ def _finding(df: DataFrame, kind: str, **columns: Column) -> DataFrame:
     return conform(selected, FINDING_SCHEMA)
 
 
-def find_missing(pending: DataFrame, cutoff: datetime, unverifiable_until: datetime | None) -> DataFrame:
-    """Source rows older than the grace cutoff with no record, except the unverifiable ones."""
-    late = pending.where(F.col("created") <= F.lit(cutoff))
+def _first_sighting(lost_sightings: DataFrame) -> DataFrame:
+    """key, _seen: the earliest lost sighting of each key."""
+    seen = F.struct("partition", "offset", "timestamp", "session", "seq", "run_id", "detected_run")
+    return lost_sightings.groupBy("key").agg(F.min(seen).alias("_seen"))
+
+
+def find_missing(
+    pending: DataFrame,
+    cutoff: datetime,
+    unverifiable_until: datetime | None,
+    lost_sightings: DataFrame | None = None,
+) -> DataFrame:
+    """Source rows older than the grace cutoff with no record, except the unverifiable ones.
+
+    A row whose record an earlier run saw at an offset that now holds another record (or
+    lies past the log end) is missing with cause `broker-lost`, naming where and which run
+    saw it: that is known, not unverifiable.
+    """
+    if lost_sightings is None:
+        lost_sightings = pending.sparkSession.createDataFrame([], LOST_SIGHTING_SCHEMA)
+    late = pending.where(F.col("created") <= F.lit(cutoff)).join(_first_sighting(lost_sightings), "key", "left")
+    seen = F.col("_seen")
     if unverifiable_until is not None:
-        late = late.where(F.col("created") > F.lit(unverifiable_until))
+        late = late.where((F.col("created") > F.lit(unverifiable_until)) | seen.isNotNull())
+    evidence = F.struct(
+        F.unix_millis("created").alias("created_ms"),
+        F.when(
+            seen.isNotNull(),
+            F.struct(
+                seen["partition"].alias("partition"),
+                seen["offset"].alias("offset"),
+                F.unix_millis(seen["timestamp"]).alias("ts_ms"),
+                seen["session"].alias("session"),
+                seen["seq"].alias("seq"),
+                seen["run_id"].alias("run_id"),
+                seen["detected_run"].alias("detected_run"),
+            ),
+        ).alias("seen"),
+    )
     return _finding(
         late,
         "missing",
         key=F.col("key"),
+        cause=F.when(seen.isNotNull(), F.lit("broker-lost")),
+        partition=seen["partition"],
+        offset=seen["offset"],
         timestamp=F.col("created"),
-        evidence=F.to_json(F.struct(F.unix_millis("created").alias("created_ms"))),
+        evidence=F.to_json(evidence),
     )
 
 
-def unverifiable_rows(pending: DataFrame, cutoff: datetime, unverifiable_until: datetime | None) -> DataFrame:
+def unverifiable_rows(
+    pending: DataFrame,
+    cutoff: datetime,
+    unverifiable_until: datetime | None,
+    lost_sightings: DataFrame | None = None,
+) -> DataFrame:
     """Rows past grace with no record that may have had one among records deleted unread.
 
     unverifiable_until: the newest `created` whose record may have been deleted before it
     was read (None: nothing was lost). These rows are counted, never reported `missing`.
+    Rows with a lost sighting are known lost (find_missing), not unverifiable.
     """
     if unverifiable_until is None:
         return pending.limit(0)
-    return pending.where((F.col("created") <= F.lit(cutoff)) & (F.col("created") <= F.lit(unverifiable_until)))
+    rows = pending.where((F.col("created") <= F.lit(cutoff)) & (F.col("created") <= F.lit(unverifiable_until)))
+    return rows if lost_sightings is None else rows.join(lost_sightings.select("key"), "key", "left_anti")
 
 
 def _occurrence_findings(grouped: DataFrame, kind: str, cause: Column) -> DataFrame:

@@ -189,3 +189,60 @@ def ms_to_iso(ms: int | None) -> str | None:
 
 def iso_to_ms(value: datetime | None) -> int | None:
     return None if value is None else int(value.timestamp() * 1000)
+
+
+@dataclass(frozen=True)
+class Sighting:
+    """Where a reconciliation run saw a record with the item's key (the auditor's memory).
+
+    lost: a later run found that offset rewritten (truncated by the broker); detected_run
+    names that run.
+    """
+
+    partition: int
+    offset: int
+    ts_ms: int | None
+    run_id: str | None
+    lost: bool = False
+    detected_run: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp": ms_to_iso(self.ts_ms),
+            "seen_by_run": self.run_id,
+            "lost": self.lost,
+            "detected_by_run": self.detected_run,
+        }
+
+
+@dataclass(frozen=True)
+class MissingReport:
+    """A reconciliation run reported the item's row missing: no record while the topic held
+    everything since the row was created (the job never reports a row it cannot judge)."""
+
+    run_id: str
+    reported_at_ms: int  # the run's window upper bound: no record up to this instant
+    read_to: dict[int, int] = field(default_factory=dict)  # partition -> offset the run had read up to
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run_id,
+            "no_record_up_to": ms_to_iso(self.reported_at_ms),
+            "read_to": {str(p): o for p, o in sorted(self.read_to.items())},
+        }
+
+    def topic_complete_since(self, partitions: dict[int, PartitionState]) -> bool:
+        """Every record produced after the run is still in the log: no partition's log start
+        has moved past where the run stopped reading it."""
+        return bool(partitions) and all(state.low <= self.read_to.get(p, 0) for p, state in partitions.items())
+
+
+@dataclass
+class KeyMemory:
+    """What earlier reconciliation runs of the binding saw of the stuck keys."""
+
+    sightings: dict[str, Sighting] = field(default_factory=dict)
+    missing: dict[str, MissingReport] = field(default_factory=dict)
+    reason: str = ""  # why part of it could not be read ("" when all of it was)

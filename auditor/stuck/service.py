@@ -28,6 +28,7 @@ from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError
 from auditor.pipelines.models import StuckRule
 from auditor.probes.topics import CONSUMER_LEDGER_TOPIC, PRODUCER_LEDGER_TOPIC
+from auditor.reconcile.memory import recall
 from auditor.stuck.evidence import ClusterView, Diagnosis, StuckRow
 from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
@@ -204,11 +205,23 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         _apply_located(view, located)
     lap("locate")
 
+    # The auditor's memory, for keys the topic no longer shows.
+    unseen = [r.key for r in rows if not located.records.get(r.key)] if not view.kafka_error else []
+    memory = recall(binding, unseen)
+    if memory.reason:
+        result.notes.append(f"the reconciliation state could not be read: {memory.reason}")
+    lap("memory")
+
     verdicts = [
         ItemVerdict(
             row,
             diagnose(
-                row, located.records.get(row.key, ()), located.ledger_entries.get(row.key, ()), located.marks, view
+                row,
+                located.records.get(row.key, ()),
+                located.ledger_entries.get(row.key, ()),
+                located.marks,
+                view,
+                memory,
             ),
         )
         for row in rows

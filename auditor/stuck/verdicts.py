@@ -25,6 +25,12 @@ Decision, in order:
    produce-failed (never broker-lost), else unknown; a failed ledger entry and no
    ack -> produce-failed; no ledger entry -> never-produced when the topic (or the
    ledger) still holds everything since the row was created, else unknown.
+5. Without ledger evidence, the auditor's memory (what reconciliation runs saw, KeyMemory):
+   seen at an offset the log still covers but no longer there -> broker-lost; seen at an
+   offset since deleted -> decided as for an acked-then-deleted record (expired, ...);
+   reported missing by a run while the topic held everything since the row was created,
+   and the topic still holds everything since that run -> never-produced. Each names the
+   run.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from auditor.stuck.evidence import (
     ClusterView,
     Diagnosis,
     GroupState,
+    KeyMemory,
     LedgerEntry,
     LocatedRecord,
     PartitionState,
@@ -89,6 +96,7 @@ def diagnose(
     entries: Iterable[LedgerEntry],
     marks: MarkIndex,
     view: ClusterView,
+    memory: KeyMemory | None = None,
 ) -> Diagnosis:
     records = sorted(records, key=lambda r: (r.partition, r.offset))
     entries = sorted(entries, key=lambda e: (e.ts_ms or 0, e.session, e.seq))
@@ -128,7 +136,7 @@ def diagnose(
             "and it was not produced again",
             evidence,
         )
-    return _not_in_topic(row, entries, marks, view, evidence)
+    return _not_in_topic(row, entries, marks, view, evidence, memory or KeyMemory())
 
 
 # --- the record is in the topic -------------------------------------------------------------
@@ -253,7 +261,12 @@ def _visible_outcome(
 
 
 def _not_in_topic(
-    row: StuckRow, entries: list[LedgerEntry], marks: MarkIndex, view: ClusterView, evidence: dict[str, Any]
+    row: StuckRow,
+    entries: list[LedgerEntry],
+    marks: MarkIndex,
+    view: ClusterView,
+    evidence: dict[str, Any],
+    memory: KeyMemory,
 ) -> Diagnosis:
     if view.records_scanned > 0 and view.keyed_records == 0:
         return Diagnosis(
@@ -263,34 +276,26 @@ def _not_in_topic(
             evidence,
         )
     ledger = view.producer_ledger
-    if ledger is None or not ledger.available:
-        reason = ledger.reason if ledger else "no producer ledger"
-        return Diagnosis(
-            "unknown",
-            f"no record with this key in {view.topic}, and the producer ledger cannot be read ({reason}): "
-            "never-produced, produce-failed and broker-lost cannot be told apart",
-            evidence,
-        )
-    acked = [e for e in entries if delivery_status(e.status, e.offset) == ACKED]
+    ledger_readable = ledger is not None and ledger.available
+    acked = [e for e in entries if delivery_status(e.status, e.offset) == ACKED] if ledger_readable else []
     if acked:
         entry = acked[-1]
-        state = view.partitions.get(entry.partition)
-        if state is None:
-            return Diagnosis(
-                "unknown",
-                f"acked at {view.topic}/{entry.partition}@{entry.offset}, a partition the topic no longer has",
-                evidence,
-            )
-        _place(evidence, entry.partition, entry.offset, state, view)
-        if entry.offset >= state.low:
-            return Diagnosis(
-                "broker-lost",
-                f"acked by the broker at {view.topic}/{entry.partition}@{entry.offset}, but the log has no record "
-                f"with this key there (log start {state.low}, high watermark {state.high}): lost on the broker "
-                "side, e.g. truncated by an unclean leader election",
-                evidence,
-            )
-        return _deleted(row, entry, state, marks, view, evidence)
+        return _written_then_gone(row, entry.partition, entry.offset, "acked at", marks, view, evidence)
+    sighting = memory.sightings.get(row.key)
+    if sighting is not None:
+        evidence["seen"] = sighting.as_json()
+        run = f"reconciliation run {sighting.run_id}" if sighting.run_id else "a reconciliation run"
+        return _written_then_gone(row, sighting.partition, sighting.offset, f"seen by {run} at", marks, view, evidence)
+    if not ledger_readable:
+        reason = ledger.reason if ledger else "no producer ledger"
+        return _from_missing_report(
+            row,
+            view,
+            evidence,
+            memory,
+            f"no record with this key in {view.topic}, and the producer ledger cannot be read ({reason}): "
+            "never-produced, produce-failed and broker-lost cannot be told apart",
+        )
     unconfirmed = [e for e in entries if delivery_status(e.status, e.offset) == UNCONFIRMED]
     if unconfirmed:
         return _unconfirmed_absent(unconfirmed[-1], view, evidence)
@@ -329,12 +334,65 @@ def _not_in_topic(
             f"complete since then); {view.topic} itself no longer holds records that old",
             evidence,
         )
-    return Diagnosis(
-        "unknown",
+    return _from_missing_report(
+        row,
+        view,
+        evidence,
+        memory,
         f"{view.topic} no longer holds records that old (oldest remaining record: "
         f"{ms_to_iso(topic_since) or 'unknown'}) and there is no ledger evidence for this key",
-        evidence,
     )
+
+
+def _written_then_gone(
+    row: StuckRow,
+    partition: int,
+    offset: int,
+    how: str,
+    marks: MarkIndex,
+    view: ClusterView,
+    evidence: dict[str, Any],
+) -> Diagnosis:
+    """A record with the key was written at partition@offset (acked, or seen by a run) and is
+    not in the topic now: truncated where the log still covers the offset, else deleted."""
+    state = view.partitions.get(partition)
+    where = f"{view.topic}/{partition}@{offset}"
+    if state is None:
+        return Diagnosis("unknown", f"{how} {where}, a partition the topic no longer has", evidence)
+    _place(evidence, partition, offset, state, view)
+    if offset >= state.low:
+        return Diagnosis(
+            "broker-lost",
+            f"{how} {where}, but the log has no record with this key there (log start {state.low}, high "
+            f"watermark {state.high}): lost on the broker side, e.g. truncated by an unclean leader election",
+            evidence,
+        )
+    return _deleted(row, partition, offset, how, state, marks, view, evidence)
+
+
+def _from_missing_report(
+    row: StuckRow, view: ClusterView, evidence: dict[str, Any], memory: KeyMemory, otherwise: str
+) -> Diagnosis:
+    """No ledger evidence: never-produced when a reconciliation run reported the row missing
+    (it does so only while the topic held everything since the row was created) and the
+    topic still holds everything produced since that run; else unknown, saying `otherwise`."""
+    report = memory.missing.get(row.key)
+    if report is not None:
+        evidence["reported_missing"] = report.as_json()
+        if report.topic_complete_since(view.partitions):
+            return Diagnosis(
+                "never-produced",
+                f"reconciliation run {report.run_id} found no record with this key in {view.topic} up to "
+                f"{ms_to_iso(report.reported_at_ms)}, while the topic held everything since the row was created, "
+                "and no record has been deleted from the topic since that run",
+                evidence,
+            )
+        otherwise += (
+            f"; reconciliation run {report.run_id} reported it missing, but records written since have been deleted"
+        )
+    if memory.reason:
+        otherwise += f"; the reconciliation state could not be read ({memory.reason})"
+    return Diagnosis("unknown", otherwise, evidence)
 
 
 def _unconfirmed_absent(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any]) -> Diagnosis:
@@ -371,32 +429,34 @@ def _complete(since_ms: int | None, created_ms: int) -> bool:
 
 def _deleted(
     row: StuckRow,
-    entry: LedgerEntry,
+    partition: int,
+    offset: int,
+    how: str,
     state: PartitionState,
     marks: MarkIndex,
     view: ClusterView,
     evidence: dict[str, Any],
 ) -> Diagnosis:
-    """Acked at an offset below today's log start: retention or delete-records removed it."""
-    where = f"{view.topic}/{entry.partition}@{entry.offset}"
+    """Written at an offset below today's log start: retention or delete-records removed it."""
+    where = f"{view.topic}/{partition}@{offset}"
     if view.groups_error:
         return Diagnosis(
             "unknown",
-            f"acked at {where}, since deleted; the groups' offsets could not be read: {view.groups_error}",
+            f"{how} {where}, since deleted; the groups' offsets could not be read: {view.groups_error}",
             evidence,
         )
     if not view.groups:
         return Diagnosis(
             "unknown",
-            f"acked at {where}, since deleted (log start {state.low}); the binding names no consumer groups",
+            f"{how} {where}, since deleted (log start {state.low}); the binding names no consumer groups",
             evidence,
         )
     ledger = view.consumer_ledger
     outcomes = []
     for group in view.groups.values():
-        info = _group_info(group, entry.partition)
-        mark = marks.get((group.group, entry.partition, entry.offset))
-        committed = group.committed.get(entry.partition)
+        info = _group_info(group, partition)
+        mark = marks.get((group.group, partition, offset))
+        committed = group.committed.get(partition)
         if mark is not None:
             info["processed"] = mark.as_json()
             outcomes.append(
@@ -407,11 +467,11 @@ def _deleted(
                     info,
                 )
             )
-        elif committed is None or committed <= entry.offset:
+        elif committed is None or committed <= offset:
             outcomes.append(
                 _Outcome(
                     "expired",
-                    f"acked at {where}, deleted by retention or delete-records (log start now {state.low}) before "
+                    f"{how} {where}, deleted by retention or delete-records (log start now {state.low}) before "
                     f"group {group.group} reached it (committed {committed})",
                     info,
                 )
@@ -421,17 +481,17 @@ def _deleted(
             outcomes.append(
                 _Outcome(
                     "unknown",
-                    f"acked at {where}, since deleted; group {group.group} committed past it ({committed}) and whether "
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({committed}) and whether "
                     f"it processed it cannot be told ({why or 'no consumer ledger'})",
                     info,
                 )
             )
-        elif group.max_mark_below_low.get(entry.partition, -1) > entry.offset:
-            info["processed_after_it"] = group.max_mark_below_low[entry.partition]
+        elif group.max_mark_below_low.get(partition, -1) > offset:
+            info["processed_after_it"] = group.max_mark_below_low[partition]
             outcomes.append(
                 _Outcome(
                     "skipped",
-                    f"group {group.group} processed later records of partition {entry.partition} while they were in "
+                    f"group {group.group} processed later records of partition {partition} while they were in "
                     f"the log but not {where}, and committed past it: committed before processing (the record has "
                     "since been deleted)",
                     info,
@@ -441,7 +501,7 @@ def _deleted(
             outcomes.append(
                 _Outcome(
                     "expired",
-                    f"acked at {where}, deleted (log start now {state.low}); group {group.group} resumed past it "
+                    f"{how} {where}, deleted (log start now {state.low}); group {group.group} resumed past it "
                     f"(committed {committed}) without reading it: the log start moved past it before the group "
                     "reached it",
                     info,

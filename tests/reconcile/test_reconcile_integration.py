@@ -489,3 +489,104 @@ def test_it_counts_records_without_and_with_malformed_audit_headers(spark: Spark
     second = reconcile_once(spark, binding, tmp_path)
     assert second["mode"] == "incremental" and second["records_read"] == 2
     assert (second["counts"]["records_without_headers"], second["counts"]["records_malformed_headers"]) == (0, 1)
+
+
+def read_whole_topic(bootstrap: str, topic: str) -> dict[tuple[int, int], int | None]:
+    """Ground truth after a fault: every record of the topic, (partition, offset) → ticket."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"truth-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+        }
+    )
+    metadata = consumer.list_topics(topic, timeout=10)
+    partitions = sorted(metadata.topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    seen: dict[tuple[int, int], int | None] = {}
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 30
+    try:
+        while at_end != set(partitions):
+            assert time.monotonic() < deadline, "reading the whole topic timed out"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                at_end.add(msg.partition())
+                continue
+            seen[(msg.partition(), msg.offset())] = json.loads(msg.value()).get("ticket_id")
+    finally:
+        consumer.close()
+    return seen
+
+
+@pytest.mark.parametrize("rewritten", [4, 1], ids=["offsets-hold-other-records", "log-end-moved-back"])
+def test_it_notices_offsets_it_read_were_rewritten_and_names_what_the_broker_lost(
+    spark: SparkSession, world: World, kafka_admin, make_topic, tmp_path: Path, rewritten: int
+):
+    """Offsets already read are truncated and rewritten (here: the topic is re-created under
+    the same name, as an unclean leader election rewrites a partition's tail). The next
+    incremental run must neither report the new records' rows missing nor miss the records
+    that are gone: those are missing with cause broker-lost, at the offset a run saw them."""
+    binding = world.binding(consumer_groups=[], guarantee="at-least-once")
+    world.insert(1, 2, 3, 4, 5, 6)
+    for ticket in (1, 2, 3, 4):  # a plain producer: no audit headers, no ledger
+        world.produce(f"before-{ticket}", ticket)
+    first = reconcile_once(spark, binding, tmp_path)
+    assert finding_set(first) == {("missing", "5", None, None, None), ("missing", "6", None, None, None)}
+    before = {ticket: world.at(f"before-{ticket}") for ticket in (1, 2, 3, 4)}
+
+    kafka_admin.delete_topics([world.topic])[world.topic].result(timeout=30)
+    wait_for_topic_gone(kafka_admin, world.topic)
+    assert make_topic_named(kafka_admin, world.topic, partitions=2)
+    for ticket in (1, 2, 5, 6)[:rewritten]:
+        world.produce(f"after-{ticket}", ticket)
+
+    # Ground truth, without the auditor: the rows, a full read of the topic, and where the
+    # first producer's delivery reports put each record.
+    now_in_topic = read_whole_topic(world.bootstrap, world.topic)
+    present = {t for t in now_in_topic.values() if t is not None}
+    gone = {1, 2, 3, 4, 5, 6} - present
+    expected = {
+        ("missing", str(t), "broker-lost", *before[t])
+        if t in before and now_in_topic.get(before[t]) != t
+        else ("missing", str(t), None, None, None)
+        for t in gone
+    }
+
+    second = reconcile_once(spark, binding, tmp_path)
+    assert second["mode"] == "rebuild"
+    assert set(second["rewritten"]) == {"0"}
+    assert finding_set(second) == expected
+    lost = {f["key"]: f["evidence"] for f in second["findings"] if f["cause"] == "broker-lost"}
+    assert {key: ev["seen"]["run_id"] for key, ev in lost.items()} == dict.fromkeys(lost, first["run_id"])
+
+    # The next incremental run keeps what it knows and reports the same.
+    third = reconcile_once(spark, binding, tmp_path)
+    assert third["mode"] == "incremental"
+    assert finding_set(third) == expected
+
+
+def wait_for_topic_gone(admin: AdminClient, topic: str) -> None:
+    deadline = time.monotonic() + 30
+    while topic in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"topic {topic} still listed after deletion"
+        time.sleep(0.2)
+
+
+def make_topic_named(admin: AdminClient, topic: str, partitions: int) -> bool:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            admin.create_topics([NewTopic(topic, partitions)])[topic].result(timeout=30)
+            return True
+        except KafkaException:
+            # The deletion may still be under way on some broker.
+            assert time.monotonic() < deadline, f"could not re-create topic {topic}"
+            time.sleep(0.5)

@@ -45,13 +45,13 @@ def test_it_compacts_key_index_deltas(spark: SparkSession, tmp_path: Path):
     deltas = []
     for i in range(COMPACT_AFTER + 1):
         store = StateStore(tmp_path, "tickets", f"r{i}")
-        rows = [("a", 1, 0, i, at(i), "s", i), (f"k{i}", 2, 1, i, at(i), None, None)]
+        rows = [("a", 1, 0, i, at(i), "s", i, f"r{i}"), (f"k{i}", 2, 1, i, at(i), None, None, f"r{i}")]
         deltas.append(store.write_delta(spark.createDataFrame(rows, KEY_INDEX_SCHEMA), "keys", KEY_INDEX_SCHEMA))
     store = StateStore(tmp_path, "tickets", "last")
     compacted = store.compact(spark, deltas, "keys", KEY_INDEX_SCHEMA)
     assert compacted == ["keys/last-compacted"]
-    expected = [("a", COMPACT_AFTER + 1, 0, 0, at(0), "s", 0)] + [
-        (f"k{i}", 2, 1, i, at(i), None, None) for i in range(COMPACT_AFTER + 1)
+    expected = [("a", COMPACT_AFTER + 1, 0, 0, at(0), "s", 0, "r0")] + [
+        (f"k{i}", 2, 1, i, at(i), None, None, f"r{i}") for i in range(COMPACT_AFTER + 1)
     ]
     assertDataFrameEqual(
         store.deltas(spark, compacted, KEY_INDEX_SCHEMA), spark.createDataFrame(expected, KEY_INDEX_SCHEMA)

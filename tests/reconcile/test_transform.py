@@ -19,6 +19,7 @@ from spark_jobs.reconcile_transform import (
     KEY_INDEX_SCHEMA,
     LEDGER_BOUND_SCHEMA,
     LEDGER_ENTRY_SCHEMA,
+    LOST_SIGHTING_SCHEMA,
     PROCESSED_INTERVAL_SCHEMA,
     PROCESSED_SCHEMA,
     RECORD_SCHEMA,
@@ -38,12 +39,15 @@ from spark_jobs.reconcile_transform import (
     transform_aborted,
     transform_consumer_ledger,
     transform_duplicate_records,
+    transform_key_stats,
     transform_ledger_bounds,
     transform_ledger_open,
+    transform_lost_sightings,
     transform_orphan_candidates,
     transform_pending_source,
     transform_processed_coverage,
     transform_producer_ledger,
+    transform_rebuild_memory,
     transform_records,
     transform_reprocessed,
     transform_seq_coverage,
@@ -185,7 +189,7 @@ def test_it_finds_missing_rows_older_than_grace(spark: SparkSession):
     new_source = spark.createDataFrame([("b", at(10)), ("c", at(20)), ("d", at(100))], SOURCE_ROW_SCHEMA)
     # "a" gets its record this run; "c" had its record in an earlier run (key index).
     new_records = records(spark, ("a", 0, 7, at(30), None, None), ("x", 0, 8, at(30), None, None))
-    old_index = spark.createDataFrame([("c", 1, 0, 3, at(15), None, None)], KEY_INDEX_SCHEMA)
+    old_index = spark.createDataFrame([("c", 1, 0, 3, at(15), None, None, "r1")], KEY_INDEX_SCHEMA)
 
     pending = transform_pending_source(old_pending, new_source, new_records, old_index)
     assertDataFrameEqual(
@@ -222,6 +226,63 @@ def test_it_counts_rows_whose_records_may_have_been_deleted_as_unverifiable_not_
     # Within grace a row is neither: "e" is not judged yet even though it is before the bound.
     assert unverifiable_rows(pending, cutoff=at(50), unverifiable_until=at(200)).count() == 4
     assert unverifiable_rows(pending, cutoff=at(50), unverifiable_until=None).count() == 0
+
+
+def test_it_keeps_on_a_rebuild_what_the_re_read_cannot_see_again(spark: SparkSession):
+    # Partition 0 was rewritten from offset 5: "b" (offset 6) is gone, "a" (offset 2) and "c"
+    # (offset 7, now at the same place again) are still there; partition 1 lost offsets below
+    # 10 to retention: "d" (offset 4) was seen and expired, "e" (offset 12) is re-read.
+    old_index = spark.createDataFrame(
+        [
+            ("a", 1, 0, 2, at(1), None, None, "r1"),
+            ("b", 1, 0, 6, at(2), None, None, "r1"),
+            ("c", 1, 0, 7, at(3), None, None, "r2"),
+            ("d", 1, 1, 4, at(4), None, None, "r1"),
+            ("e", 1, 1, 12, at(5), None, None, "r2"),
+        ],
+        KEY_INDEX_SCHEMA,
+    )
+    re_read = records(
+        spark,
+        ("a", 0, 2, at(1), None, None),
+        ("x", 0, 6, at(9), None, None),
+        ("c", 0, 7, at(3), None, None),
+        ("e", 1, 12, at(5), None, None),
+    )
+    lows = spark.createDataFrame([(0, 0), (1, 10)], "partition int, low long")
+    carried, lost = transform_rebuild_memory(old_index, re_read, lows, [0], "r3")
+    assertDataFrameEqual(carried, spark.createDataFrame([("d", 1, 1, 4, at(4), None, None, "r1")], KEY_INDEX_SCHEMA))
+    assertDataFrameEqual(
+        lost, spark.createDataFrame([("b", 0, 6, at(2), None, None, "r1", "r3")], LOST_SIGHTING_SCHEMA)
+    )
+    # A lost key whose record turns up later is no longer lost.
+    later = records(spark, ("b", 1, 13, at(10), None, None))
+    assert transform_lost_sightings(lost, lost.limit(0), later).count() == 0
+    assert transform_lost_sightings(lost, lost.limit(0), re_read).count() == 1
+
+
+def test_it_reports_a_row_whose_record_an_earlier_run_saw_and_lost_as_broker_lost(spark: SparkSession):
+    pending = spark.createDataFrame([("b", at(0)), ("y", at(1))], SOURCE_ROW_SCHEMA)
+    lost = spark.createDataFrame([("b", 0, 6, at(2), "s1", 4, "r1", "r3")], LOST_SIGHTING_SCHEMA)
+    # Even below the unverifiable bound: the record was seen, so its loss is known.
+    actual = find_missing(pending, cutoff=at(50), unverifiable_until=at(10), lost_sightings=lost)
+    seen = (
+        f'"seen":{{"partition":0,"offset":6,"ts_ms":{ms(2)},"session":"s1","seq":4,"run_id":"r1","detected_run":"r3"}}'
+    )
+    expected = findings(
+        spark,
+        finding(
+            "missing",
+            key="b",
+            cause="broker-lost",
+            partition=0,
+            offset=6,
+            timestamp=at(0),
+            evidence=f'{{"created_ms":{ms(0)},{seen}}}',
+        ),
+    )
+    assertDataFrameEqual(actual, expected)
+    assert unverifiable_rows(pending, cutoff=at(50), unverifiable_until=at(10), lost_sightings=lost).count() == 1
 
 
 # ------------------------------------------------------------------ duplicates --------
@@ -335,9 +396,9 @@ def test_it_tells_producer_retries_from_app_resends_and_headerless_duplicates(sp
 def test_it_keeps_every_record_of_keys_duplicated_across_runs(spark: SparkSession):
     old_index = spark.createDataFrame(
         [
-            ("a", 1, 0, 1, at(1), "p1", 1),
-            ("b", 2, 0, 2, at(2), "p1", 2),
-            ("q", 1, 0, 9, at(9), "p1", 9),  # untouched this run
+            ("a", 1, 0, 1, at(1), "p1", 1, "r1"),
+            ("b", 2, 0, 2, at(2), "p1", 2, "r1"),
+            ("q", 1, 0, 9, at(9), "p1", 9, "r1"),  # untouched this run
         ],
         KEY_INDEX_SCHEMA,
     )
@@ -381,15 +442,19 @@ def test_it_finds_orphans_and_forgets_them_when_the_row_appears(spark: SparkSess
     new_source = spark.createDataFrame([("k1", at(0))], SOURCE_ROW_SCHEMA)
 
     candidates = transform_orphan_candidates(old_candidates, new_records, old_source, new_source)
+    expected_candidates = records(
+        spark,
+        ("k2", 0, 2, at(2), "p1", 0),
+        ("k4", 0, 4, at(4), "p1", 1),
+        (None, 0, 5, at(5), None, None),
+        ("k5", 0, 6, at(100), None, None),
+    )
+    assertDataFrameEqual(candidates, expected_candidates)
+    # The same with the run's shared key statistics.
+    shared = transform_key_stats(new_records)
     assertDataFrameEqual(
-        candidates,
-        records(
-            spark,
-            ("k2", 0, 2, at(2), "p1", 0),
-            ("k4", 0, 4, at(4), "p1", 1),
-            (None, 0, 5, at(5), None, None),
-            ("k5", 0, 6, at(100), None, None),
-        ),
+        transform_orphan_candidates(old_candidates, new_records, old_source, new_source, key_stats=shared),
+        expected_candidates,
     )
     expected = findings(
         spark,

@@ -1,0 +1,216 @@
+"""Stuck verdicts from the auditor's memory, for a pipeline without probes.
+
+A plain producer (no audit headers, no ledger) writes some of the rows' records; a real
+reconciliation run reads the topic; then the topic loses what the run saw (delete_records,
+standing in for retention; a re-created topic, standing in for a truncating unclean
+election). The topic alone can no longer tell what happened: the verdicts must come from
+what the run saw and reported, each naming the run.
+
+Ground truth comes from the producer's delivery reports, a full read of the topic after the
+fault and the table, never from the auditor.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
+from auditor.reconcile.models import ReconcileRun
+from auditor.reconcile.service import execute_run, start_run
+from auditor.stuck.service import DiagnosisOptions, diagnose_rule
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+
+@dataclass
+class PlainPipeline:
+    bootstrap: str
+    source_url: str
+    topic: str
+    table: str
+    group: str
+    delivered: dict[int, tuple[int, int]] = field(default_factory=dict)  # ticket → (partition, offset)
+
+    def insert(self, *tickets: int) -> None:
+        with psycopg.connect(self.source_url, autocommit=True) as conn:
+            for ticket in tickets:
+                conn.execute(
+                    f"INSERT INTO {self.table} (ticket_id, created_at, status) VALUES (%s, now() - interval '1 hour', 'NEW')",
+                    (ticket,),
+                )
+
+    def produce(self, partition: int, *tickets: int) -> None:
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0})
+
+        def report(err: Any, msg: Any) -> None:
+            assert err is None, err
+            self.delivered[int(msg.key())] = (msg.partition(), msg.offset())
+
+        stamp = int(time.time() * 1000) - 50 * 60 * 1000  # after the rows were created
+        for ticket in tickets:
+            producer.produce(
+                self.topic,
+                key=str(ticket).encode(),
+                value=b"{}",
+                partition=partition,
+                timestamp=stamp,
+                on_delivery=report,
+            )
+            producer.poll(0)
+        assert producer.flush(30) == 0
+
+    def topic_now(self) -> dict[tuple[int, int], int]:
+        """A full read of the topic: (partition, offset) → ticket."""
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"truth-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+            }
+        )
+        partitions = sorted(consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions)
+        consumer.assign([TopicPartition(self.topic, p, -2) for p in partitions])  # -2: the log start
+        seen: dict[tuple[int, int], int] = {}
+        ended: set[int] = set()
+        deadline = time.monotonic() + 30
+        try:
+            while ended != set(partitions):
+                assert time.monotonic() < deadline, "reading the topic timed out"
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    ended.add(msg.partition())
+                    continue
+                seen[(msg.partition(), msg.offset())] = int(msg.key())
+        finally:
+            consumer.close()
+        return seen
+
+
+@pytest.fixture
+def plain(kafka_bootstrap: str, make_topic, settings, tmp_path: Path) -> Iterator[PlainPipeline]:
+    import os
+
+    settings.RECONCILE_STATE_DIR = str(tmp_path / "state")
+    url = os.environ["SOURCE_DATABASE_URL"]
+    table = f"mem_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (ticket_id bigint PRIMARY KEY, created_at timestamptz, status text)")
+    yield PlainPipeline(kafka_bootstrap, url, make_topic("mem", partitions=2), table, f"g-{uuid.uuid4().hex[:8]}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def rule_for(p: PlainPipeline) -> StuckRule:
+    suffix = uuid.uuid4().hex[:8]
+    binding = Binding.objects.create(
+        name=f"mem-{suffix}",
+        cluster=Cluster.objects.create(name=f"mem-{suffix}", bootstrap_servers=p.bootstrap),
+        topic=p.topic,
+        source=SourceDatabase.objects.create(name=f"mem-{suffix}", url="${SOURCE_DATABASE_URL}"),
+        table=p.table,
+        key_column="ticket_id",
+        record_key="key",
+        created_column="created_at",
+        consumer_groups=[p.group],
+    )
+    return StuckRule.objects.create(
+        name=f"mem-{suffix}", binding=binding, status_column="status", stuck_values=["NEW"], age_column="created_at"
+    )
+
+
+def reconcile(rule: StuckRule) -> ReconcileRun:
+    run = execute_run(start_run(rule.binding, ReconcileRun.CLI), in_process=True)
+    assert run.status == ReconcileRun.OK, run.error
+    return run
+
+
+def diagnose(rule: StuckRule, spark: Any) -> dict[str, tuple[str, str]]:
+    """Verdicts by both engines, which must agree; key → (verdict, reason)."""
+    no_ledger = f"_audit.none-{uuid.uuid4().hex[:8]}"  # an unprobed pipeline: no ledgers at all
+    results = [
+        diagnose_rule(
+            rule,
+            DiagnosisOptions(
+                engine=engine, spark=spark, producer_ledger_topic=no_ledger, consumer_ledger_topic=no_ledger
+            ),
+        )
+        for engine in ("python", "spark")
+    ]
+    by_engine = [{i.row.key: (i.diagnosis.verdict, i.diagnosis.reason) for i in r.items} for r in results]
+    assert {k: v[0] for k, v in by_engine[0].items()} == {k: v[0] for k, v in by_engine[1].items()}
+    return by_engine[1]
+
+
+def test_it_names_expired_and_never_produced_items_from_what_a_run_saw(
+    plain: PlainPipeline, kafka_admin: AdminClient, spark
+) -> None:
+    plain.insert(*range(1, 7))
+    plain.produce(0, 1, 2, 3)
+    plain.produce(1, 4)  # tickets 5 and 6 are never produced
+    rule = rule_for(plain)
+    run = reconcile(rule)
+
+    # Retention, before the group (which never committed) read partition 0.
+    end = max(o for p, o in plain.delivered.values() if p == 0) + 1
+    kafka_admin.delete_records([TopicPartition(plain.topic, 0, end)])[TopicPartition(plain.topic, 0, end)].result(30)
+
+    # Ground truth: what was delivered and what the topic still holds.
+    now = plain.topic_now()
+    delivered_then_deleted = {t for t, at in plain.delivered.items() if at not in now}
+    never_sent = set(range(1, 7)) - set(plain.delivered)
+    in_topic = set(now.values())
+    assert delivered_then_deleted == {1, 2, 3} and never_sent == {5, 6} and in_topic == {4}
+
+    verdicts = diagnose(rule, spark)
+    assert {k: v for k, (v, _) in verdicts.items()} == (
+        dict.fromkeys(map(str, delivered_then_deleted), "expired")
+        | dict.fromkeys(map(str, never_sent), "never-produced")
+        | dict.fromkeys(map(str, in_topic), "waiting")
+    )
+    for ticket in delivered_then_deleted | never_sent:
+        assert run.job_run_id in verdicts[str(ticket)][1], verdicts[str(ticket)]
+
+
+def test_it_names_records_a_run_saw_and_the_broker_no_longer_has_broker_lost(
+    plain: PlainPipeline, kafka_admin: AdminClient, spark
+) -> None:
+    plain.insert(1, 2, 3)
+    plain.produce(0, 1, 2)
+    rule = rule_for(plain)
+    run = reconcile(rule)
+    seen_at = dict(plain.delivered)
+
+    # The partition is rewritten: re-created, and another record takes offset 0.
+    kafka_admin.delete_topics([plain.topic])[plain.topic].result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            kafka_admin.create_topics([NewTopic(plain.topic, 2)])[plain.topic].result(timeout=30)
+            break
+        except Exception:  # noqa: BLE001 - the deletion may still be under way
+            assert time.monotonic() < deadline, "could not re-create the topic"
+            time.sleep(0.5)
+    plain.produce(0, 3)
+
+    now = plain.topic_now()
+    lost = {t for t, at in seen_at.items() if now.get(at) != t}
+    assert lost == {1, 2} and set(now.values()) == {3}
+
+    verdicts = diagnose(rule, spark)
+    assert {k: v for k, (v, _) in verdicts.items()} == dict.fromkeys(map(str, lost), "broker-lost") | {"3": "waiting"}
+    for ticket in lost:
+        assert run.job_run_id in verdicts[str(ticket)][1], verdicts[str(ticket)]
