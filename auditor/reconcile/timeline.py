@@ -6,8 +6,8 @@ committed past it → processed (consumer ledger) → row updated.
 Built only from what the auditor already holds for the key: its source row, the records
 the key page read from the topic, the reconciliation findings of the key and the stuck
 items of its rules (whose evidence carries ledger entries, committed offsets and
-processed marks). Each source adds what it knows through ``add_*``; a later key index
-(one row per key written by reconciliation) becomes one more ``add_*``. A step nothing
+processed marks) and the key index reconciliation keeps (where a run saw the key's record).
+Each source adds what it knows through one ``add_*`` method. A step nothing
 speaks about stays ``unknown``: the timeline never guesses that a step happened or not.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from auditor.lint.catalog import RULES_BY_ID
@@ -164,6 +164,28 @@ class Timeline:
             ledger = (finding.evidence or {}).get("ledger") if isinstance(finding.evidence, dict) else None
             if isinstance(ledger, dict):
                 self._ledger_entry(ledger, finding.session, finding.seq, "reconciliation ledger")
+
+    def add_key_memory(self, sighting: Any, reason: str, topic: str) -> None:
+        """The key index reconciliation keeps (auditor/reconcile/memory.py): where a run first saw
+        a record with this key, and whether a later run found that offset rewritten."""
+        if reason:
+            self.steps[IN_TOPIC].note(UNKNOWN, f"the key index could not be read: {reason}", "key index")
+        if sighting is None:
+            return
+        where = f"{topic}/{sighting.partition}@{sighting.offset}"
+        at = datetime.fromtimestamp(sighting.ts_ms / 1000, UTC) if sighting.ts_ms else None
+        if sighting.lost:
+            detected = f" (found by run {sighting.detected_run})" if sighting.detected_run else ""
+            self.verdicts.append("broker-lost")
+            self.mark_break(
+                IN_TOPIC,
+                BROKEN,
+                f"run {sighting.run_id} saw it at {where}; later that offset was rewritten{detected}",
+                "key index",
+                ("gap", "broker-lost"),
+            )
+        else:
+            self.steps[IN_TOPIC].note(OK, f"run {sighting.run_id} saw it at {where}", "key index", at=at, where=where)
 
     def add_stuck_item(self, item: Any, topic: str) -> None:
         """A stuck item of the key: its verdict, and the ledgers and offsets its evidence holds."""

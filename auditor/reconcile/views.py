@@ -407,6 +407,16 @@ def _ledger_entries(findings: list[Finding]) -> list[dict[str, Any]]:
     return entries
 
 
+def _key_sighting(binding: Binding, key: str) -> tuple[Any, str]:
+    """Where reconciliation first saw this key (its key index), and why it could not tell if not."""
+    from auditor.reconcile import conf, memory
+
+    try:
+        return memory.read_sightings(conf.state_dir() / binding.name, [key]).get(key), ""
+    except memory.StateUnreadable as exc:
+        return None, str(exc)
+
+
 def _stuck_positions(items: list[StuckItem]) -> set[tuple[int, int]]:
     """(partition, offset) of the records the items' diagnoses found (their evidence)."""
     found = set()
@@ -455,8 +465,10 @@ def key_page(request: HttpRequest, binding: str, key: str) -> HttpResponse:
         .select_related("rule")
         .order_by("-first_seen")[:KEY_STUCK_ITEMS]
     )
-    # Read back every position the findings and the stuck diagnoses name for this key.
-    positions = sorted({p for f in key_findings for p in f.positions} | _stuck_positions(stuck_items))
+    sighting, memory_reason = _key_sighting(binding_obj, key)
+    # Read back every position the findings, the stuck diagnoses and the key index name for this key.
+    remembered = {(sighting.partition, sighting.offset)} if sighting is not None and not sighting.lost else set()
+    positions = sorted({p for f in key_findings for p in f.positions} | _stuck_positions(stuck_items) | remembered)
     source = records.read_source_row(binding_obj, key)
     created = source.created
     if created is None:
@@ -466,6 +478,7 @@ def key_page(request: HttpRequest, binding: str, key: str) -> HttpResponse:
     for record in lookup.records:
         record.aborted = (record.partition, record.offset) in aborted
     timeline = key_timeline(binding_obj, key, source, lookup, key_findings, current, stuck_items)
+    timeline.add_key_memory(sighting, memory_reason, binding_obj.topic)
     permalink = request.build_absolute_uri(request.path)
     if request.GET.get("format") == "text":
         return HttpResponse(timeline.as_text(permalink), content_type="text/plain; charset=utf-8")

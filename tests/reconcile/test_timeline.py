@@ -124,3 +124,22 @@ def test_a_failed_send_breaks_at_the_ack_step() -> None:
     timeline.add_stuck_item(stuck("produce-failed", {"ledger": [entry], "records": []}), "tickets")
     assert timeline.broken is timeline.steps["acked"]
     assert timeline.steps["sent"].state == "ok"
+
+
+def test_the_key_index_places_the_record_or_marks_it_lost() -> None:
+    from auditor.stuck.evidence import Sighting
+
+    seen = Timeline("tickets", "4711")
+    seen.add_key_memory(Sighting(2, 8812, 1_893_575_400_000, "run-a"), "", "tickets")
+    assert seen.steps["in-topic"].state == "ok" and seen.steps["in-topic"].where == "tickets/2@8812"
+    assert seen.broken is None
+
+    lost = Timeline("tickets", "4711")
+    lost.add_key_memory(Sighting(2, 8812, None, "run-a", lost=True, detected_run="run-b"), "", "tickets")
+    assert lost.broken is lost.steps["in-topic"]
+    assert "later that offset was rewritten (found by run run-b)" in lost.steps["in-topic"].details[0]
+    assert "P001" in lost.steps["in-topic"].rules
+
+    unreadable = Timeline("tickets", "4711")
+    unreadable.add_key_memory(None, "state.json is unreadable", "tickets")
+    assert unreadable.steps["in-topic"].state == "unknown"
