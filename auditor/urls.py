@@ -3,11 +3,11 @@ from pathlib import Path
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from django.views.generic import RedirectView
+
+from auditor.status.views import overview
 
 urlpatterns = [
-    # GET only, like every page: a POST here would otherwise be answered with a redirect.
-    path("", RedirectView.as_view(pattern_name="status:index", permanent=False, http_method_names=["get", "head"])),
+    path("", overview, name="overview"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from auditor.accounts.models import Acknowledgement
 from auditor.accounts.roles import OPERATOR, has_role
+from auditor.lib.live import publish
 
 MAX_REASON = 2000
 ATTRIBUTE = "acknowledgement"
@@ -29,6 +30,38 @@ T = TypeVar("T")
 
 class AcknowledgementError(ValueError):
     """The acknowledgement asked for is not valid (the message says which input and why)."""
+
+
+# The live group whose pages show each kind: they refresh when an acknowledgement changes.
+LIVE_GROUP_OF_KIND = {"finding": "reconcile", "stuck-item": "stuck", "problem": "alerts"}
+
+
+def _announce(kind: str, keys: list[str], action: str) -> None:
+    group = LIVE_GROUP_OF_KIND.get(kind)
+    if group is not None:
+        publish(group, "acknowledged", {"kind": kind, "count": len(keys), "action": action})
+
+
+def _validated_reason(
+    user: AbstractBaseUser | AnonymousUser, action: str, reason: str, mute_until: datetime | None
+) -> str:
+    if not has_role(user, OPERATOR):
+        raise PermissionDenied("acknowledging or muting needs the operator role")
+    if action not in (Acknowledgement.ACK, Acknowledgement.MUTE):
+        raise AcknowledgementError(f"action {action!r} must be 'ack' or 'mute'")
+    reason = (reason or "").strip()
+    if not reason:
+        raise AcknowledgementError("reason is required: say why")
+    if len(reason) > MAX_REASON:
+        raise AcknowledgementError(f"reason is longer than {MAX_REASON} characters")
+    if mute_until is not None:
+        if action != Acknowledgement.MUTE:
+            raise AcknowledgementError("mute_until only applies to action 'mute'")
+        if timezone.is_naive(mute_until):
+            raise AcknowledgementError("mute_until must carry a time zone (e.g. 2030-01-01T00:00:00Z)")
+        if mute_until <= timezone.now():
+            raise AcknowledgementError("mute_until is in the past")
+    return reason
 
 
 def acknowledge(
@@ -41,34 +74,41 @@ def acknowledge(
     mute_until: datetime | None = None,
 ) -> Acknowledgement:
     """Record that ``user`` acknowledged (action="ack") or muted (action="mute") kind:key."""
-    if not has_role(user, OPERATOR):
-        raise PermissionDenied("acknowledging or muting needs the operator role")
-    if action not in (Acknowledgement.ACK, Acknowledgement.MUTE):
-        raise AcknowledgementError(f"action {action!r} must be 'ack' or 'mute'")
-    reason = (reason or "").strip()
-    if not reason:
-        raise AcknowledgementError("reason is required: say why")
-    if len(reason) > MAX_REASON:
-        raise AcknowledgementError(f"reason is longer than {MAX_REASON} characters")
-    if not kind or not key:
+    [ack] = acknowledge_many(user, kind, [key], action=action, reason=reason, mute_until=mute_until)
+    return ack
+
+
+def acknowledge_many(
+    user: AbstractBaseUser | AnonymousUser,
+    kind: str,
+    keys: Iterable[str],
+    *,
+    action: str,
+    reason: str,
+    mute_until: datetime | None = None,
+) -> list[Acknowledgement]:
+    """Acknowledge or mute every kind:key with one reason, all or none (one transaction)."""
+    reason = _validated_reason(user, action, reason, mute_until)
+    keys = list(dict.fromkeys(keys))
+    if not kind or not keys or not all(keys):
         raise AcknowledgementError("kind and key are required")
-    if mute_until is not None:
-        if action != Acknowledgement.MUTE:
-            raise AcknowledgementError("mute_until only applies to action 'mute'")
-        if timezone.is_naive(mute_until):
-            raise AcknowledgementError("mute_until must carry a time zone (e.g. 2030-01-01T00:00:00Z)")
-        if mute_until <= timezone.now():
-            raise AcknowledgementError("mute_until is in the past")
     with transaction.atomic():
-        return Acknowledgement.objects.create(
-            kind=kind,
-            key=key,
-            action=action,
-            reason=reason,
-            user=user if user.is_authenticated else None,
-            username=user.get_username(),
-            mute_until=mute_until,
+        acks = Acknowledgement.objects.bulk_create(
+            [
+                Acknowledgement(
+                    kind=kind,
+                    key=key,
+                    action=action,
+                    reason=reason,
+                    user=user if user.is_authenticated else None,
+                    username=user.get_username(),
+                    mute_until=mute_until,
+                )
+                for key in keys
+            ]
         )
+        _announce(kind, keys, action)
+    return acks
 
 
 def withdraw(user: AbstractBaseUser | AnonymousUser, acknowledgement: Acknowledgement) -> bool:
@@ -80,6 +120,8 @@ def withdraw(user: AbstractBaseUser | AnonymousUser, acknowledgement: Acknowledg
         updated = Acknowledgement.objects.filter(pk=acknowledgement.pk, withdrawn_at=None).update(
             withdrawn_at=timezone.now(), withdrawn_by=user.get_username()
         )
+        if updated:
+            _announce(acknowledgement.kind, [acknowledgement.key], "withdrawn")
     acknowledgement.refresh_from_db()
     return updated == 1
 

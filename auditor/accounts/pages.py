@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest
 
-from auditor.accounts.acknowledgements import AcknowledgementError, acknowledge, withdraw
+from auditor.accounts.acknowledgements import AcknowledgementError, acknowledge, acknowledge_many, withdraw
 from auditor.accounts.forms import AcknowledgeForm
 from auditor.accounts.models import Acknowledgement
 
@@ -44,3 +44,33 @@ def withdraw_from_post(request: HttpRequest, ack: Acknowledgement | None, label:
         return False
     messages.success(request, f"Withdrawn: {ack.get_action_display()} of {label}.")
     return True
+
+
+def acknowledge_many_from_post(request: HttpRequest, kind: str, keys: list[str], label: str) -> int:
+    """Acknowledge or mute every kind:key of a page's selection with the one form in request.POST.
+
+    All or none; returns how many were recorded (0, with a message saying why, when refused).
+    """
+    form = AcknowledgeForm(request.POST)
+    if not form.is_valid():
+        errors = "; ".join(f"{field}: {' '.join(errs)}" for field, errs in form.errors.items())
+        messages.error(request, f"Not acknowledged: {errors}")
+        return 0
+    if not keys:
+        messages.error(request, f"Not acknowledged: no {label} selected")
+        return 0
+    try:
+        acks = acknowledge_many(
+            request.user,
+            kind,
+            keys,
+            action=form.cleaned_data["action"],
+            reason=form.cleaned_data["reason"],
+            mute_until=form.mute_until(),
+        )
+    except AcknowledgementError as exc:
+        messages.error(request, f"Not acknowledged: {exc}")
+        return 0
+    verb = "Muted" if form.cleaned_data["action"] == Acknowledgement.MUTE else "Acknowledged"
+    messages.success(request, f"{verb} {len(acks)} {label}.")
+    return len(acks)

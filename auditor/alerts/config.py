@@ -126,12 +126,14 @@ def parse_webhooks_section(data: Any, problem: Problem, known_bindings: Collecti
     return parsed
 
 
-def apply_webhooks(parsed: dict[str, dict[str, Any]]) -> list[tuple[str, bool]]:
-    """Create or update each channel by name (call inside the config's transaction);
-    returns (name, created) pairs."""
+def apply_webhooks(parsed: dict[str, dict[str, Any]], config_file: str = "") -> list[tuple[str, bool]]:
+    """Create or update each channel by name (call inside the config's transaction), recording
+    the file that declares it when given; returns (name, created) pairs."""
     results = []
     for name, values in parsed.items():
         defaults = {k: v for k, v in values.items() if k != "bindings"}
+        if config_file:
+            defaults["config_file"] = config_file
         channel, created = Channel.objects.update_or_create(name=name, defaults=defaults)
         channel.bindings.set(Binding.objects.filter(name__in=values["bindings"]))
         results.append((name, created))

@@ -31,6 +31,9 @@ class Channel(models.Model):
     bindings = models.ManyToManyField(
         Binding, blank=True, related_name="alert_channels", help_text="none selected: every binding"
     )
+    config_file = models.CharField(
+        max_length=1000, blank=True, help_text="the YAML file that declares it (audit apply); empty: made here"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     last_delivery_at = models.DateTimeField(null=True, blank=True)

@@ -6,6 +6,7 @@ from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
 
 NAV = [
+    ("Overview", "overview"),
     ("Status", "status:index"),
     ("Stuck items", "stuck:index"),
     ("Findings", "reconcile:findings"),
@@ -26,5 +27,6 @@ def navigation(request: HttpRequest) -> dict[str, object]:
             url = reverse(name)
         except NoReverseMatch:
             continue
-        items.append({"label": label, "url": url, "active": request.path.startswith(url)})
+        active = request.path == url if url == "/" else request.path.startswith(url)
+        items.append({"label": label, "url": url, "active": active})
     return {"nav_items": items}

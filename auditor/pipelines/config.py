@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 from django.db import transaction
+from django.db.models import Model, ProtectedError
 
 from auditor.lib.durations import parse_duration
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
@@ -318,36 +319,97 @@ def parse_config_file(path: str | Path) -> ParsedConfig:
 class ApplyResult:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    dry_run: bool = False
 
 
-def apply_config(parsed: ParsedConfig) -> ApplyResult:
-    """Create or update every object by name, all in one transaction."""
-    result = ApplyResult()
+def config_file_name(path: str | Path) -> str:
+    """How objects remember the file that declares them: its absolute path."""
+    return str(Path(path).resolve())
+
+
+def _prunable() -> list[tuple[str, type[Model], str]]:
+    """(label, model, section) in the order they can be deleted: dependents first."""
+    from auditor.alerts.models import Channel
+
+    return [
+        ("stuck rule", StuckRule, "stuck_rules"),
+        ("webhook", Channel, "webhooks"),
+        ("binding", Binding, "bindings"),
+        ("source", SourceDatabase, "sources"),
+        ("cluster", Cluster, "clusters"),
+    ]
+
+
+def _prune(parsed: ParsedConfig, config_file: str, result: ApplyResult) -> None:
+    """Delete what ``config_file`` declared before and declares no more (inside apply's transaction)."""
+    problems = []
+    for label, model, section in _prunable():
+        declared = set(getattr(parsed, section))
+        for obj in model.objects.filter(config_file=config_file).exclude(name__in=declared).order_by("name"):
+            # A binding takes its stuck rules with it, whoever made them: say so.
+            dependents = (
+                [f"stuck rule {r.name} (with binding {obj.name})" for r in StuckRule.objects.filter(binding=obj)]
+                if model is Binding
+                else []
+            )
+            try:
+                with transaction.atomic():
+                    obj.delete()
+            except ProtectedError as exc:
+                users = ", ".join(sorted(f"{o._meta.verbose_name} {o}" for o in exc.protected_objects))
+                problems.append(
+                    Problem(config_file, None, f"{section}.{obj.name}", f"cannot be removed: still used by {users}")
+                )
+                continue
+            result.removed.extend([*dependents, f"{label} {obj.name}"])
+    if problems:
+        raise ConfigError(problems)
+
+
+def apply_config(
+    parsed: ParsedConfig, *, config_file: str = "", prune: bool = False, dry_run: bool = False
+) -> ApplyResult:
+    """Create or update every object by name, all in one transaction.
+
+    ``config_file`` (config_file_name()) is recorded on every object the file declares.
+    With ``prune``, objects recorded as declared by that file that it no longer declares are
+    deleted in the same transaction (objects made in the UI or by another file are kept).
+    With ``dry_run`` everything is done and then rolled back: the result says what would be.
+    """
+    if prune and not config_file:
+        raise ValueError("pruning needs the config file's name")
+    result = ApplyResult(dry_run=dry_run)
+    owned = {"config_file": config_file} if config_file else {}
 
     def record(kind: str, name: str, created: bool) -> None:
         (result.created if created else result.updated).append(f"{kind} {name}")
 
     with transaction.atomic():
         for name, values in parsed.clusters.items():
-            _, created = Cluster.objects.update_or_create(name=name, defaults=values)
+            _, created = Cluster.objects.update_or_create(name=name, defaults=values | owned)
             record("cluster", name, created)
         for name, values in parsed.sources.items():
-            _, created = SourceDatabase.objects.update_or_create(name=name, defaults=values)
+            _, created = SourceDatabase.objects.update_or_create(name=name, defaults=values | owned)
             record("source", name, created)
         for name, values in parsed.bindings.items():
-            defaults = dict(values)
+            defaults = dict(values) | owned
             defaults["cluster"] = Cluster.objects.get(name=values["cluster"])
             defaults["source"] = SourceDatabase.objects.get(name=values["source"])
             _, created = Binding.objects.update_or_create(name=name, defaults=defaults)
             record("binding", name, created)
         for name, values in parsed.stuck_rules.items():
-            defaults = dict(values)
+            defaults = dict(values) | owned
             defaults["binding"] = Binding.objects.get(name=values["binding"])
             _, created = StuckRule.objects.update_or_create(name=name, defaults=defaults)
             record("stuck rule", name, created)
         if parsed.webhooks:
             from auditor.alerts.config import apply_webhooks
 
-            for name, created in apply_webhooks(parsed.webhooks):
+            for name, created in apply_webhooks(parsed.webhooks, config_file):
                 record("webhook", name, created)
+        if prune:
+            _prune(parsed, config_file, result)
+        if dry_run:
+            transaction.set_rollback(True)
     return result

@@ -23,6 +23,9 @@ class Cluster(models.Model):
     name = models.SlugField(max_length=100, unique=True)
     bootstrap_servers = models.CharField(max_length=1000)
     config = models.JSONField(default=dict, blank=True, help_text="extra librdkafka settings")
+    config_file = models.CharField(
+        max_length=1000, blank=True, help_text="the YAML file that declares it (audit apply); empty: made here"
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -43,6 +46,9 @@ class Cluster(models.Model):
 class SourceDatabase(models.Model):
     name = models.SlugField(max_length=100, unique=True)
     url = models.CharField(max_length=2000, help_text="postgresql:// URL; use ${ENV} for the password")
+    config_file = models.CharField(
+        max_length=1000, blank=True, help_text="the YAML file that declares it (audit apply); empty: made here"
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -71,6 +77,9 @@ class Binding(models.Model):
     guarantee = models.CharField(max_length=20, choices=GUARANTEES, default="at-least-once")
     consumer_groups = models.JSONField(default=list, blank=True)
     schedule_seconds = models.PositiveIntegerField(default=300)
+    config_file = models.CharField(
+        max_length=1000, blank=True, help_text="the YAML file that declares it (audit apply); empty: made here"
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -88,6 +97,9 @@ class StuckRule(models.Model):
     age_column = models.CharField(max_length=100)
     older_than_seconds = models.PositiveIntegerField(default=600)
     schedule_seconds = models.PositiveIntegerField(default=300)
+    config_file = models.CharField(
+        max_length=1000, blank=True, help_text="the YAML file that declares it (audit apply); empty: made here"
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

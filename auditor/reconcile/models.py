@@ -169,6 +169,10 @@ class Finding(models.Model):
         ordering = ["kind", "cause", "key", "partition", "offset", "id"]
         indexes = [
             models.Index(fields=["run", "kind", "cause"], name="reconcile_finding_run_kind"),
+            # The findings page reads a run's findings in (kind, id) order, a page at a time;
+            # the overview asks for the first record time of a run's findings of a kind.
+            models.Index(fields=["run", "kind", "id"], name="reconcile_finding_run_kind_id"),
+            models.Index(fields=["run", "kind", "timestamp"], name="reconcile_finding_run_kind_ts"),
             models.Index(fields=["binding", "kind", "cause"], name="reconcile_finding_binding_kind"),
             # Hash: keys are arbitrary text; a B-tree refuses entries over ~2.7 kB.
             HashIndex(fields=["key"], name="reconcile_finding_key"),
@@ -194,6 +198,13 @@ class Finding(models.Model):
     @property
     def evidence_text(self) -> str:
         return "" if self.evidence is None else json.dumps(self.evidence, ensure_ascii=False, separators=(",", ":"))
+
+    @property
+    def evidence_fields(self) -> list[tuple[str, str]]:
+        """The evidence as a few readable (label, value) pairs; pages show the raw JSON on demand."""
+        from auditor.lib.readable import readable_fields
+
+        return readable_fields(self.evidence)
 
     @property
     def positions(self) -> list[tuple[int, int]]:

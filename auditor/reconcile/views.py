@@ -7,18 +7,20 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.core.cache import cache
 from django.core.paginator import Paginator
 from django.db.models import Max, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from auditor.accounts.acknowledgements import attach_acknowledgements, current_acknowledgement
 from auditor.accounts.forms import AcknowledgeForm
-from auditor.accounts.pages import acknowledge_from_post, withdraw_from_post
+from auditor.accounts.pages import acknowledge_from_post, acknowledge_many_from_post, withdraw_from_post
 from auditor.accounts.roles import OPERATOR, has_role, require_role
 from auditor.lint.catalog import RULES_BY_ID
 from auditor.lint.evidence import FINDING_CAUSES, FINDING_KINDS, rules_explaining
@@ -26,8 +28,17 @@ from auditor.lint.models import LintResultRow
 from auditor.lint.service import latest_scan
 from auditor.pipelines.models import Binding
 from auditor.reconcile import records
-from auditor.reconcile.models import FINDING_ACK_KIND, HEADER_COUNTS, Finding, ReconcileRun
+from auditor.reconcile.models import (
+    FINDING_ACK_KIND,
+    FINDING_IDENTITY,
+    HEADER_COUNTS,
+    Finding,
+    ReconcileRun,
+    finding_acknowledgement_key,
+)
 from auditor.reconcile.service import RunInProgress, current_run_ids
+from auditor.reconcile.timeline import IN_TOPIC, UNKNOWN, Timeline
+from auditor.stuck.models import StuckItem
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +46,14 @@ RUNS_SHOWN = 50
 CHART_RUNS = 200
 FINDINGS_PER_PAGE = 50
 KEY_FINDINGS = 100
+MAX_BULK = 10_000
+RUN_COUNT_CACHE_SECONDS = 7 * 24 * 3600
+KEY_STUCK_ITEMS = 5
 ALL_CAUSES = sorted({cause for causes in FINDING_CAUSES.values() for cause in causes})
 
 
-def _binding_filter(request: HttpRequest) -> Binding | None:
-    name = request.GET.get("binding", "").strip()
+def _binding_filter(request: HttpRequest, query: QueryDict | None = None) -> Binding | None:
+    name = (request.GET if query is None else query).get("binding", "").strip()
     if not name:
         return None
     return get_object_or_404(Binding, name=name)
@@ -143,19 +157,20 @@ class FindingFilters:
         return {k: v for k, v in query.items() if v}
 
 
-def finding_filters(request: HttpRequest) -> FindingFilters:
-    """Filters from the query string; unknown kinds and causes are ignored, unknown objects are 404."""
-    kind = request.GET.get("kind", "")
-    cause = request.GET.get("cause", "")
-    key = request.GET.get("key")
-    run_id = request.GET.get("run", "")
+def finding_filters(request: HttpRequest, query: QueryDict | None = None) -> FindingFilters:
+    """Filters from the query string (or ``query``); unknown kinds and causes are ignored, unknown objects are 404."""
+    query = request.GET if query is None else query
+    kind = query.get("kind", "")
+    cause = query.get("cause", "")
+    key = query.get("key")
+    run_id = query.get("run", "")
     return FindingFilters(
-        binding=_binding_filter(request),
+        binding=_binding_filter(request, query),
         kind=kind if kind in FINDING_KINDS else "",
         cause=cause if cause in ALL_CAUSES else "",
         key=key if key else None,
         run=get_object_or_404(ReconcileRun, pk=int(run_id)) if run_id.isdigit() else None,
-        new_only=request.GET.get("new") == "1",
+        new_only=query.get("new") == "1",
     )
 
 
@@ -179,10 +194,84 @@ def filtered_findings(filters: FindingFilters) -> QuerySet[Finding]:
     return findings.order_by("binding__name", *Finding._meta.ordering)
 
 
+class RunSlicedFindings:
+    """The current findings of several runs as one sequence a Paginator can page through.
+
+    A run's findings never change once it is published, so each run's count (for the
+    kind filter) is counted once and cached, and a page is read from the one or two runs
+    it covers through the (run, kind, id) index: the page costs the same with a million
+    findings as with a hundred, instead of sorting every current finding for each page.
+    """
+
+    def __init__(self, runs: list[ReconcileRun], kind: str) -> None:
+        self.kind = kind
+        self.runs = runs
+        self.sizes = [self._count(run) for run in runs]
+
+    def _query(self, run: ReconcileRun) -> QuerySet[Finding]:
+        findings = Finding.objects.filter(run=run).select_related("binding", "run")
+        return findings.filter(kind=self.kind) if self.kind else findings
+
+    def _count(self, run: ReconcileRun) -> int:
+        # The run's job id and finish time too: a restored database may give another run this pk.
+        finished = run.finished_at.timestamp() if run.finished_at else ""
+        cache_key = f"findings:count:{run.pk}:{run.job_run_id}:{finished}:{self.kind}"
+        n = cache.get(cache_key)
+        if n is None:
+            n = self._query(run).count()
+            cache.set(cache_key, n, timeout=RUN_COUNT_CACHE_SECONDS)
+        return int(n)
+
+    def count(self) -> int:
+        return sum(self.sizes)
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, window: slice) -> list[Finding]:
+        start, stop = window.start or 0, window.stop if window.stop is not None else self.count()
+        found: list[Finding] = []
+        offset = 0
+        for run, size in zip(self.runs, self.sizes, strict=True):
+            lo, hi = max(start - offset, 0), min(stop - offset, size)
+            if lo < hi:
+                # Ids first (an index-only scan of (run, kind, id), however deep the page), then those rows.
+                ids = list(self._query(run).order_by("kind", "id").values_list("id", flat=True)[lo:hi])
+                rows = Finding.objects.select_related("binding", "run").order_by().in_bulk(ids)
+                found.extend(rows[i] for i in ids if i in rows)
+            offset += size
+            if offset >= stop:
+                break
+        return found
+
+
+def paged_findings(filters: FindingFilters) -> QuerySet[Finding] | RunSlicedFindings:
+    """What the findings page pages through: by run when only binding, run and kind filter it."""
+    if filters.cause or filters.key is not None or filters.new_only:
+        return filtered_findings(filters)
+    if filters.run is not None:
+        runs = [filters.run]
+    else:
+        runs = list(
+            ReconcileRun.objects.filter(id__in=current_run_ids(filters.binding))
+            .select_related("binding")
+            .order_by("binding__name", "id")
+        )
+    return RunSlicedFindings(runs, filters.kind)
+
+
 @require_GET
 def findings(request: HttpRequest) -> HttpResponse:
     filters = finding_filters(request)
-    page = Paginator(filtered_findings(filters), FINDINGS_PER_PAGE).get_page(request.GET.get("page"))
+    paged = paged_findings(filters)
+    page = Paginator(paged, FINDINGS_PER_PAGE).get_page(request.GET.get("page"))
+    summary: list[tuple[str, int]] = []
+    if isinstance(paged, RunSlicedFindings) and not filters.kind:
+        totals = dict.fromkeys(FINDING_KINDS, 0)
+        for run in paged.runs:
+            for kind, n in run.kind_counts():
+                totals[kind] += n
+        summary = [(kind, n) for kind, n in totals.items() if n]
     page.object_list = attach_findings_acknowledgements(page.object_list)
     latest_failed: list[ReconcileRun] = []
     if filters.run is None:
@@ -204,6 +293,7 @@ def findings(request: HttpRequest) -> HttpResponse:
             "kinds": FINDING_KINDS,
             "causes": ALL_CAUSES,
             "latest_failed": latest_failed,
+            "summary": summary,
             "can_operate": has_role(request.user, OPERATOR),
             "ack_form": AcknowledgeForm(),
             "findings_page": {
@@ -274,6 +364,29 @@ def finding_acknowledge(request: HttpRequest, finding_id: int) -> HttpResponse:
 
 @require_role(OPERATOR)
 @require_POST
+def findings_acknowledge(request: HttpRequest) -> HttpResponse:
+    """Acknowledge or mute a selection of findings with one form: the rows ticked, or every
+    current finding matching the page's filters (at most MAX_BULK, all or none)."""
+    filters = finding_filters(request, request.POST)
+    if request.POST.get("scope") == "matching":
+        chosen = filtered_findings(filters)
+    else:
+        ids = [int(v) for v in request.POST.getlist("finding") if v.isdigit()]
+        chosen = Finding.objects.filter(pk__in=ids)
+    rows = list(chosen.order_by().values_list("binding_id", *FINDING_IDENTITY)[: MAX_BULK + 1])
+    target = reverse("reconcile:findings")
+    query = filters.as_query()
+    back = redirect(f"{target}?{urlencode(query)}" if query else target)
+    if len(rows) > MAX_BULK:
+        messages.error(request, f"Not acknowledged: more than {MAX_BULK} findings match; narrow the filters.")
+        return back
+    keys = [finding_acknowledgement_key(row[0], list(row[1:])) for row in rows]
+    acknowledge_many_from_post(request, FINDING_ACK_KIND, keys, "findings" if len(keys) != 1 else "finding")
+    return back
+
+
+@require_role(OPERATOR)
+@require_POST
 def finding_withdraw(request: HttpRequest, finding_id: int) -> HttpResponse:
     finding = get_object_or_404(Finding.objects.select_related("binding"), pk=finding_id)
     ack = current_acknowledgement(FINDING_ACK_KIND, finding.acknowledgement_key)
@@ -294,6 +407,48 @@ def _ledger_entries(findings: list[Finding]) -> list[dict[str, Any]]:
     return entries
 
 
+def _key_sighting(binding: Binding, key: str) -> tuple[Any, str]:
+    """Where reconciliation first saw this key (its key index), and why it could not tell if not."""
+    from auditor.reconcile import conf, memory
+
+    try:
+        return memory.read_sightings(conf.state_dir() / binding.name, [key]).get(key), ""
+    except memory.StateUnreadable as exc:
+        return None, str(exc)
+
+
+def _stuck_positions(items: list[StuckItem]) -> set[tuple[int, int]]:
+    """(partition, offset) of the records the items' diagnoses found (their evidence)."""
+    found = set()
+    for item in items:
+        evidence = item.evidence if isinstance(item.evidence, dict) else {}
+        for record in evidence.get("records") or []:
+            if isinstance(record.get("partition"), int) and isinstance(record.get("offset"), int):
+                found.add((record["partition"], record["offset"]))
+    return found
+
+
+def key_timeline(
+    binding: Binding,
+    key: str,
+    source: records.SourceLookup,
+    lookup: records.RecordLookup,
+    findings: list[Finding],
+    current_runs: set[int],
+    stuck_items: list[StuckItem],
+) -> Timeline:
+    """The key's delivery timeline from everything the key page read (see auditor/reconcile/timeline.py)."""
+    timeline = Timeline(binding=binding.name, key=key)
+    timeline.add_source_row(source.created, source.columns, source.rows)
+    timeline.add_records(lookup.records, binding.topic)
+    if lookup.error:
+        timeline.steps[IN_TOPIC].note(UNKNOWN, f"the topic could not be read: {lookup.error}", "topic read")
+    timeline.add_findings(findings, current_runs)
+    for item in stuck_items[:1]:  # the latest stretch of being stuck tells the current story
+        timeline.add_stuck_item(item, binding.topic)
+    return timeline
+
+
 @require_GET
 def key_page(request: HttpRequest, binding: str, key: str) -> HttpResponse:
     binding_obj = get_object_or_404(Binding.objects.select_related("cluster", "source"), name=binding)
@@ -305,7 +460,15 @@ def key_page(request: HttpRequest, binding: str, key: str) -> HttpResponse:
         .order_by("-run_id", "kind")[:KEY_FINDINGS]
     )
     current = set(current_run_ids(binding_obj))
-    positions = sorted({p for f in key_findings for p in f.positions})
+    stuck_items = list(
+        StuckItem.objects.filter(rule__binding=binding_obj, key=key)
+        .select_related("rule")
+        .order_by("-first_seen")[:KEY_STUCK_ITEMS]
+    )
+    sighting, memory_reason = _key_sighting(binding_obj, key)
+    # Read back every position the findings, the stuck diagnoses and the key index name for this key.
+    remembered = {(sighting.partition, sighting.offset)} if sighting is not None and not sighting.lost else set()
+    positions = sorted({p for f in key_findings for p in f.positions} | _stuck_positions(stuck_items) | remembered)
     source = records.read_source_row(binding_obj, key)
     created = source.created
     if created is None:
@@ -314,6 +477,11 @@ def key_page(request: HttpRequest, binding: str, key: str) -> HttpResponse:
     aborted = {(f.partition, f.offset) for f in key_findings if f.kind == "aborted"}
     for record in lookup.records:
         record.aborted = (record.partition, record.offset) in aborted
+    timeline = key_timeline(binding_obj, key, source, lookup, key_findings, current, stuck_items)
+    timeline.add_key_memory(sighting, memory_reason, binding_obj.topic)
+    permalink = request.build_absolute_uri(request.path)
+    if request.GET.get("format") == "text":
+        return HttpResponse(timeline.as_text(permalink), content_type="text/plain; charset=utf-8")
     return render(
         request,
         "reconcile/key.html",
@@ -325,5 +493,9 @@ def key_page(request: HttpRequest, binding: str, key: str) -> HttpResponse:
             "findings": key_findings,
             "current_runs": current,
             "ledger": _ledger_entries(key_findings),
+            "stuck_items": stuck_items,
+            "timeline": timeline,
+            "timeline_text": timeline.as_text(permalink),
+            "permalink": permalink,
         },
     )

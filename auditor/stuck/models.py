@@ -52,7 +52,11 @@ class DiagnosisRun(models.Model):
 
     class Meta:
         ordering = ["-started_at", "-id"]
-        indexes = [models.Index(fields=["rule", "-started_at"], name="stuck_run_rule_started")]
+        indexes = [
+            models.Index(fields=["rule", "-started_at"], name="stuck_run_rule_started"),
+            # The newest finish names the state of the open items (auditor/stuck/counts.py).
+            models.Index(fields=["-finished_at"], name="stuck_run_finished"),
+        ]
 
     def __str__(self) -> str:
         return f"diagnosis {self.pk} of {self.rule_id} ({self.status})"
@@ -112,6 +116,17 @@ class StuckItem(models.Model):
         ]
         indexes = [
             models.Index(fields=["rule", "verdict"], condition=Q(resolved_at__isnull=True), name="stuck_item_open"),
+            # The page reads open items a verdict at a time, oldest first (with or without a rule).
+            models.Index(
+                fields=["verdict", "-age_seconds", "id"],
+                condition=Q(resolved_at__isnull=True),
+                name="stuck_item_open_age",
+            ),
+            models.Index(
+                fields=["rule", "verdict", "-age_seconds", "id"],
+                condition=Q(resolved_at__isnull=True),
+                name="stuck_item_open_rule_age",
+            ),
             models.Index(fields=["-resolved_at"], name="stuck_item_resolved"),
         ]
 

@@ -9,26 +9,30 @@ from datetime import timedelta
 from typing import Any
 
 from django.contrib import messages
-from django.db.models import Case, Count, IntegerField, Value, When
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from auditor.accounts.acknowledgements import acknowledgement_json, attach_acknowledgements, current_acknowledgement
 from auditor.accounts.forms import AcknowledgeForm
 from auditor.accounts.models import Acknowledgement
-from auditor.accounts.pages import acknowledge_from_post, withdraw_from_post
+from auditor.accounts.pages import acknowledge_from_post, acknowledge_many_from_post, withdraw_from_post
 from auditor.accounts.roles import OPERATOR, has_role, require_role
+from auditor.lib.readable import readable_fields
 from auditor.pipelines.models import StuckRule
+from auditor.stuck.counts import open_counts
 from auditor.stuck.formatting import format_age, format_moment
 from auditor.stuck.models import STUCK_ITEM_ACK_KIND, DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.verdicts import VERDICTS
 
 log = logging.getLogger(__name__)
 
-MAX_ITEMS_SHOWN = 200
+ITEMS_PER_PAGE = 50
+# Evidence fields the items table shows in its own Where column.
+SHOWN_APART = ("topic", "partition", "offset")
 RECENT_RUNS = 10
 CHART_HOURS = 24
 # What each verdict means, for the cards (the page an operator opens first).
@@ -49,20 +53,21 @@ DISPLAY_ORDER = (*(v for v in VERDICTS if VERDICT_TONE[v] == "bad"), "waiting", 
 
 
 def _filters(request: HttpRequest, rules: list[StuckRule]) -> dict[str, str]:
-    rule = request.GET.get("rule", "")
-    verdict = request.GET.get("verdict", "")
+    return _filters_from(request.GET, rules)
+
+
+def _filters_from(query: QueryDict, rules: list[StuckRule]) -> dict[str, str]:
+    rule = query.get("rule", "")
+    verdict = query.get("verdict", "")
     return {
         "rule": rule if rule in {r.name for r in rules} else "",
         "verdict": verdict if verdict in VERDICTS else "",
     }
 
 
-def _verdict_order() -> Case:
-    return Case(
-        *(When(verdict=v, then=Value(i)) for i, v in enumerate(DISPLAY_ORDER)),
-        default=Value(len(DISPLAY_ORDER)),
-        output_field=IntegerField(),
-    )
+def _page_number(request: HttpRequest) -> int:
+    raw = request.GET.get("page", "1")
+    return int(raw) if raw.isdigit() and len(raw) < 9 else 1
 
 
 def attach_items_acknowledgements(items: Iterable[StuckItem]) -> list[StuckItem]:
@@ -75,7 +80,38 @@ def item_json(item: StuckItem) -> dict[str, Any]:
     return {**item.as_dict(), "acknowledgement": acknowledgement_json(item)}
 
 
-def page_data(filters: dict[str, str]) -> dict[str, Any]:
+def _key_url(item: StuckItem) -> str | None:
+    """The item's key page (its delivery timeline); None for keys no URL can carry."""
+    try:
+        return reverse("reconcile:key", args=[item.rule.binding.name, item.key])
+    except NoReverseMatch:
+        return None
+
+
+def _page_items(scope: QuerySet[StuckItem], counts: dict[str, int], verdict: str, start: int) -> list[StuckItem]:
+    """One page of items in display order (verdict, oldest first, then id), read verdict by verdict.
+
+    The counts per verdict are known, so the page is found without sorting every open item:
+    each verdict's slice is read through the (verdict, age) index of open items.
+    """
+    order = [verdict] if verdict else list(DISPLAY_ORDER)
+    found: list[StuckItem] = []
+    offset, stop = 0, start + ITEMS_PER_PAGE
+    for v in order:
+        size = counts.get(v, 0)
+        lo, hi = max(start - offset, 0), min(stop - offset, size)
+        if lo < hi:
+            # Ids first (an index-only scan, however deep the page), then those rows.
+            ids = list(scope.filter(verdict=v).order_by("-age_seconds", "id").values_list("id", flat=True)[lo:hi])
+            rows = StuckItem.objects.select_related("rule__binding").order_by().in_bulk(ids)
+            found.extend(rows[i] for i in ids if i in rows)
+        offset += size
+        if offset >= stop:
+            break
+    return found
+
+
+def page_data(filters: dict[str, str], page: int = 1) -> dict[str, Any]:
     """Everything the page shows, as JSON-ready data (first render and live refreshes)."""
     scope = StuckItem.objects.open()
     runs = DiagnosisRun.objects.select_related("rule", "rule__binding")
@@ -85,14 +121,14 @@ def page_data(filters: dict[str, str]) -> dict[str, Any]:
         runs = runs.filter(rule__name=filters["rule"])
         points = points.filter(rule__name=filters["rule"])
     counts = dict.fromkeys(VERDICTS, 0)
-    for row in scope.values("verdict").annotate(n=Count("id")):
-        counts[row["verdict"]] = row["n"]
-    shown = scope.filter(verdict=filters["verdict"]) if filters["verdict"] else scope
-    items = (
-        shown.select_related("rule")
-        .annotate(verdict_rank=_verdict_order())
-        .order_by("verdict_rank", "-age_seconds", "key")[:MAX_ITEMS_SHOWN]
-    )
+    rule_ids = {r.pk for r in StuckRule.objects.filter(name=filters["rule"])} if filters["rule"] else None
+    for (rule_id, verdict), n in open_counts().items():
+        if rule_ids is None or rule_id in rule_ids:
+            counts[verdict] = counts.get(verdict, 0) + n
+    items_total = counts[filters["verdict"]] if filters["verdict"] else sum(counts.values())
+    pages = max(1, -(-items_total // ITEMS_PER_PAGE))
+    page = min(max(1, page), pages)
+    items = _page_items(scope, counts, filters["verdict"], (page - 1) * ITEMS_PER_PAGE)
     latest_ok: dict[int, DiagnosisRun] = {}
     for run in runs.filter(status=DiagnosisRun.OK).order_by("rule_id", "-started_at").distinct("rule_id"):
         latest_ok[run.rule_id] = run
@@ -105,9 +141,15 @@ def page_data(filters: dict[str, str]) -> dict[str, Any]:
         "filters": filters,
         "counts": counts,
         "total": sum(counts.values()),
-        "items": [item_json(item) for item in attach_items_acknowledgements(items)],
-        "items_total": shown.count(),
-        "items_limit": MAX_ITEMS_SHOWN,
+        "items": [
+            item_json(item)
+            | {"evidence_fields": readable_fields(item.evidence, skip=SHOWN_APART), "key_url": _key_url(item)}
+            for item in attach_items_acknowledgements(items)
+        ],
+        "items_total": items_total,
+        "items_limit": ITEMS_PER_PAGE,
+        "page": page,
+        "pages": pages,
         "runs": [run.as_event() for run in runs[:RECENT_RUNS]],
         "risks": risks,
         "points": [
@@ -121,7 +163,7 @@ def page_data(filters: dict[str, str]) -> dict[str, Any]:
 def index(request: HttpRequest) -> HttpResponse:
     rules = list(StuckRule.objects.select_related("binding").order_by("name"))
     filters = _filters(request, rules)
-    data = page_data(filters)
+    data = page_data(filters, _page_number(request))
     cards = [
         {
             "verdict": v,
@@ -155,6 +197,7 @@ def index(request: HttpRequest) -> HttpResponse:
                     "age": format_age(item["age_seconds"]),
                     "first_seen": format_moment(item["first_seen"]),
                     "ack": acks.get(item["acknowledgement"]["id"]) if item["acknowledgement"] else None,
+                    "key_url": item.get("key_url"),
                 }
                 for item in data["items"]
             ],
@@ -180,7 +223,7 @@ def index(request: HttpRequest) -> HttpResponse:
 def items_json(request: HttpRequest) -> JsonResponse:
     """The page's data for the current filters: its live refresh after each diagnosis."""
     rules = list(StuckRule.objects.all())
-    return JsonResponse(page_data(_filters(request, rules)))
+    return JsonResponse(page_data(_filters(request, rules), _page_number(request)))
 
 
 @require_role(OPERATOR)
@@ -247,3 +290,31 @@ def item_withdraw(request: HttpRequest, item_id: int) -> HttpResponse:
         request, current_acknowledgement(STUCK_ITEM_ACK_KIND, item.acknowledgement_key), _item_label(item)
     )
     return redirect("stuck:index")
+
+
+MAX_BULK = 10_000
+
+
+@require_role(OPERATOR)
+@require_POST
+def items_acknowledge(request: HttpRequest) -> HttpResponse:
+    """Acknowledge or mute a selection of open items with one form: the rows ticked, or every
+    open item matching the page's filters (at most MAX_BULK, all or none)."""
+    rules = list(StuckRule.objects.order_by("name"))
+    filters = _filters_from(request.POST, rules)
+    chosen = StuckItem.objects.open()
+    if request.POST.get("scope") == "matching":
+        if filters["rule"]:
+            chosen = chosen.filter(rule__name=filters["rule"])
+        if filters["verdict"]:
+            chosen = chosen.filter(verdict=filters["verdict"])
+    else:
+        chosen = chosen.filter(pk__in=[int(v) for v in request.POST.getlist("item") if v.isdigit()])
+    ids = list(chosen.order_by("id").values_list("id", flat=True)[: MAX_BULK + 1])
+    query = "&".join(f"{k}={v}" for k, v in filters.items() if v)
+    back = redirect(reverse("stuck:index") + (f"?{query}" if query else ""))
+    if len(ids) > MAX_BULK:
+        messages.error(request, f"Not acknowledged: more than {MAX_BULK} items match; narrow the filters.")
+        return back
+    acknowledge_many_from_post(request, STUCK_ITEM_ACK_KIND, [str(i) for i in ids], "stuck items")
+    return back

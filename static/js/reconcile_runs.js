@@ -91,13 +91,34 @@
       const n = ok ? (run.counts[name] || 0) : "";
       cell(tr, n, "num" + (n ? " nonzero" : "")).dataset.count = name;
     });
-    page.kinds.forEach(function (kind) {
-      const n = ok ? (run.counts[kind] || 0) : "";
-      cell(tr, n, "num" + (n ? " nonzero" : ""));
-    });
-    const unverifiable = ok ? (run.counts.unverifiable || 0) : "";
-    cell(tr, unverifiable, "num" + (unverifiable ? " nonzero" : ""));
-    cell(tr, ok ? run.new_findings : "", "num");
+    // Findings per kind in one cell (only those found), so the table fits the window.
+    const kinds = cell(tr, "", "kinds");
+    if (ok) {
+      let any = false;
+      page.kinds.concat(["unverifiable"]).forEach(function (kind) {
+        const n = run.counts[kind] || 0;
+        if (!n) return;
+        any = true;
+        const span = document.createElement("span");
+        span.className = "nonzero";
+        span.dataset.kind = kind;
+        span.textContent = n + " " + kind;
+        kinds.appendChild(span);
+        kinds.appendChild(document.createTextNode(" "));
+      });
+      if (run.new_findings) {
+        const span = document.createElement("span");
+        span.className = "muted";
+        span.textContent = "(" + run.new_findings + " new)";
+        kinds.appendChild(span);
+      }
+      if (!any) {
+        const none = document.createElement("span");
+        none.className = "muted";
+        none.textContent = "none";
+        kinds.appendChild(none);
+      }
+    }
     cell(tr, run.error, "error");
     return tr;
   }

@@ -70,8 +70,7 @@
     const td = el("td", null, "ack");
     const ack = item.acknowledgement;
     if (!ack) {
-      const form = formFor("ack-form-template", page.ack_url, item.id);
-      td.appendChild(form || el("span", "—", "muted"));
+      td.appendChild(el("span", "—", "muted"));  // acknowledged through the page's one form
       return td;
     }
     td.appendChild(el("span", ack.action === "mute" ? "muted" : "acknowledged", "badge ack-" + ack.action));
@@ -87,14 +86,54 @@
     return td;
   }
 
+  function evidenceCell(item) {
+    const td = el("td", null, "ev");
+    const fields = item.evidence_fields || [];
+    if (!fields.length) { td.appendChild(el("span", "—", "muted")); return td; }
+    const dl = el("dl", null, "evidence");
+    fields.forEach(function (f) { dl.appendChild(el("dt", f[0])); dl.appendChild(el("dd", f[1])); });
+    td.appendChild(dl);
+    const details = el("details", null, "raw");
+    details.appendChild(el("summary", "raw JSON"));
+    details.appendChild(el("pre", JSON.stringify(item.evidence, null, 1), "evidence"));
+    td.appendChild(details);
+    return td;
+  }
+
+  function pagerLink(text, number) {
+    const params = new URLSearchParams();
+    if (data.filters.rule) params.set("rule", data.filters.rule);
+    if (data.filters.verdict) params.set("verdict", data.filters.verdict);
+    params.set("page", String(number));
+    const a = el("a", text);
+    a.href = "?" + params.toString();
+    a.dataset.page = String(number);
+    return a;
+  }
+
+  function renderPager() {
+    const pager = document.getElementById("stuck-pager");
+    setText("items-shown", data.items_total + " item" + (data.items_total === 1 ? "" : "s") +
+      (data.pages > 1 ? ", page " + data.page + " of " + data.pages : ""));
+    setText("matching-count", String(data.items_total));
+    if (!pager) return;
+    const parts = [];
+    if (data.pages > 1) {
+      if (data.page > 1) parts.push(pagerLink("previous", data.page - 1));
+      parts.push(el("span", "page " + data.page + " of " + data.pages));
+      if (data.page < data.pages) parts.push(pagerLink("next", data.page + 1));
+    }
+    pager.replaceChildren(...parts);
+  }
+
   function renderItems() {
     const tbody = document.querySelector("#stuck-items tbody");
-    setText("items-shown", data.items_total > data.items_limit
-      ? "(the first " + data.items_limit + " of " + data.items_total + ")" : "");
+    renderPager();
+    const columns = page.can_operate ? 10 : 9;
     if (!data.items.length) {
       const tr = el("tr", null, "empty");
       const td = el("td", "No stuck items" + (data.filters.rule || data.filters.verdict ? " for these filters." : "."), "muted");
-      td.colSpan = 10;
+      td.colSpan = columns;
       tr.appendChild(td);
       tbody.replaceChildren(tr);
       return;
@@ -103,27 +142,41 @@
       const tr = document.createElement("tr");
       tr.dataset.key = item.key;
       tr.dataset.verdict = item.verdict;
-      tr.appendChild(el("td", item.key, "key"));
-      tr.appendChild(el("td", item.rule));
-      tr.appendChild(el("td", item.status));
+      if (page.can_operate) {
+        const sel = el("td", null, "sel");
+        if (!item.acknowledgement) {
+          const box = document.createElement("input");
+          box.type = "checkbox"; box.name = "item"; box.value = String(item.id);
+          box.setAttribute("form", "bulk-ack"); box.className = "ack-select";
+          box.setAttribute("aria-label", "select " + item.key);
+          sel.appendChild(box);
+        }
+        tr.appendChild(sel);
+      }
+      const keyCell = el("td", null, "key");
+      if (item.key_url) { const a = el("a", item.key); a.href = item.key_url; keyCell.appendChild(a); }
+      else keyCell.textContent = item.key;
+      tr.appendChild(keyCell);
+      const ruleCell = el("td", item.rule);
+      ruleCell.appendChild(el("div", item.status, "muted"));
+      tr.appendChild(ruleCell);
       const ageCell = el("td", age(item.age_seconds));
       ageCell.dataset.seconds = String(item.age_seconds);
       tr.appendChild(ageCell);
       tr.appendChild(el("td", item.verdict, "verdict tone-" + (TONES[item.verdict] || "muted")));
       tr.appendChild(el("td", item.reason, "why"));
       tr.appendChild(el("td", where(item.evidence)));
-      const evidence = document.createElement("td");
-      const details = document.createElement("details");
-      details.appendChild(el("summary", "evidence"));
-      details.appendChild(el("pre", JSON.stringify(item.evidence, null, 1), "evidence"));
-      evidence.appendChild(details);
-      tr.appendChild(evidence);
+      tr.appendChild(evidenceCell(item));
       tr.appendChild(el("td", moment(item.first_seen)));
       tr.appendChild(ackCell(item));
       tr.dataset.item = String(item.id);
       if (item.acknowledgement) tr.dataset.ack = item.acknowledgement.action;
       return tr;
     }));
+    const all = document.getElementById("select-page");
+    if (all) all.checked = false;
+    const count = document.getElementById("selected-count");
+    if (count) count.textContent = "0";
   }
 
   function renderRisks() {
@@ -205,6 +258,7 @@
     const params = new URLSearchParams();
     if (data.filters.rule) params.set("rule", data.filters.rule);
     if (data.filters.verdict) params.set("verdict", data.filters.verdict);
+    if (data.page > 1) params.set("page", String(data.page));
     return fetch(window.STUCK_ITEMS_URL + "?" + params.toString(), {headers: {Accept: "application/json"}})
       .then(function (r) { return r.json(); })
       .then(function (fresh) { data = fresh; renderAll(); });

@@ -81,7 +81,7 @@ class Access:
 
 # The pages: route -> method -> access. A GET reads; a POST acts.
 PAGES: dict[str, dict[str, Access]] = {
-    "": {"GET": Access(VIEWER, 302)},  # redirects to the status page
+    "": {"GET": Access(VIEWER, 200)},  # the overview
     "status/": {"GET": Access(VIEWER, 200)},
     "status/api/": {"GET": Access(VIEWER, 200)},
     "pipelines/": {"GET": Access(VIEWER, 200)},
@@ -96,6 +96,9 @@ PAGES: dict[str, dict[str, Access]] = {
         "POST": Access(OPERATOR, 302, {"action": "ack", "reason": "looking into it"})
     },
     "reconcile/findings/<int:finding_id>/withdraw/": {"POST": Access(OPERATOR, 302)},
+    "reconcile/findings/acknowledge/": {
+        "POST": Access(OPERATOR, 302, {"scope": "matching", "action": "ack", "reason": "all of them"})
+    },
     "reconcile/keys/<slug:binding>/<path:key>/": {"GET": Access(VIEWER, 200)},
     "stuck/": {"GET": Access(VIEWER, 200)},
     "stuck/api/items/": {"GET": Access(VIEWER, 200)},
@@ -104,6 +107,9 @@ PAGES: dict[str, dict[str, Access]] = {
         "POST": Access(OPERATOR, 302, {"action": "mute", "reason": "known, fixing", "mute_hours": "2"})
     },
     "stuck/items/<int:item_id>/withdraw/": {"POST": Access(OPERATOR, 302)},
+    "stuck/items/acknowledge/": {
+        "POST": Access(OPERATOR, 302, {"scope": "matching", "action": "ack", "reason": "all of them"})
+    },
     "lint/": {"GET": Access(VIEWER, 200)},
     "lint/api/results/": {"GET": Access(VIEWER, 200)},
     "lint/scan/": {"POST": Access(OPERATOR, 302)},
@@ -151,6 +157,7 @@ API: dict[str, Access] = {
     "me": Access(VIEWER, 200),
     "bindings-list": Access(VIEWER, 200),
     "openapi": Access(VIEWER, 200),
+    "overview": Access(VIEWER, 200),
     "alerts-list": Access(VIEWER, 200),
     "alert-channels-list": Access(VIEWER, 200),
     "alerts-acknowledge": Access(OPERATOR, 200, {"action": "ack", "reason": "looking into it"}),

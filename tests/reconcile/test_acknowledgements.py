@@ -74,9 +74,9 @@ def test_it_lets_operators_acknowledge_a_finding_from_its_page_and_shows_who_whe
     for html in (detail, listing):
         assert ESCAPED_REASON in html and REASON not in html
         assert f'<span class="ack-by">user-{role}</span>' in html and f"{when} UTC" in html
-    # Only the acknowledged finding is marked; the others keep their form.
+    # Only the acknowledged finding is marked; the others can still be ticked for the page's one form.
     assert listing.count('data-ack="ack"') == 1
-    assert listing.count('class="ack-form"') == 2
+    assert listing.count('class="ack-select"') == 2
 
 
 def test_it_shows_a_viewer_the_acknowledgement_but_no_form(client_as, findings, role_users) -> None:

@@ -90,7 +90,7 @@ def test_it_shows_the_rows_a_run_could_not_check_beside_its_findings(client_as, 
     current.save()
     html = client_as("viewer").get("/reconcile/runs/").content.decode()
     row = html.split(f'<tr data-run="{current.pk}"')[1].split("</tr>")[0]
-    assert '<td class="num nonzero">7</td>' in row
+    assert '<span class="nonzero" data-kind="unverifiable">7 unverifiable</span>' in row  # in the findings cell
     data = json.loads(html.split('id="runs-page" type="application/json">')[1].split("</script>")[0])
     assert data["points"][1]["counts"]["unverifiable"] == 7
     assert current.total_findings == 4  # not findings

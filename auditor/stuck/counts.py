@@ -1,0 +1,35 @@
+"""Open stuck items per (rule, verdict), cached until the next diagnosis is stored.
+
+Items only change inside record_diagnosis's transaction, which also marks its run
+finished, or when a rule is deleted: the newest finish time and the set of rules name
+the state the counts were taken in. Counting 100,000 open items on every page view
+would otherwise be most of the stuck page's and the overview's time.
+"""
+
+from __future__ import annotations
+
+from django.core.cache import cache
+from django.db.models import Count, Max
+
+from auditor.pipelines.models import StuckRule
+from auditor.stuck.models import DiagnosisRun, StuckItem
+
+CACHE_SECONDS = 3600
+
+
+def _version() -> str:
+    finished = DiagnosisRun.objects.exclude(status=DiagnosisRun.RUNNING).aggregate(last=Max("finished_at"))["last"]
+    rules = StuckRule.objects.aggregate(n=Count("id"), last=Max("id"))
+    return f"{finished.isoformat() if finished else '-'}:{rules['n']}:{rules['last']}"
+
+
+def open_counts() -> dict[tuple[int, str], int]:
+    """(rule id, verdict) -> open items; absent pairs have none."""
+    key = f"stuck:open-counts:{_version()}"
+    cached = cache.get(key)
+    if cached is not None:
+        return {(rule, verdict): n for rule, verdict, n in cached}
+    rows = StuckItem.objects.open().order_by().values_list("rule_id", "verdict").annotate(n=Count("id"))
+    counted = [(rule, verdict, n) for rule, verdict, n in rows]
+    cache.set(key, counted, timeout=CACHE_SECONDS)
+    return {(rule, verdict): n for rule, verdict, n in counted}
