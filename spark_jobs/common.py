@@ -3,27 +3,15 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_JARS_DIR = REPO_ROOT / ".cache" / "spark" / "jars"
+from spark_jobs.jars import local_jars
 
 
-def local_jars(jars_dir: str | os.PathLike[str] | None = None) -> list[str]:
-    """The jars Spark needs beyond PySpark (Kafka source, JDBC driver), cached by the stack.
-
-    Nothing is downloaded at run time: a missing folder is an error naming it.
-    """
-    folder = Path(jars_dir or os.environ.get("SPARK_JARS_DIR") or DEFAULT_JARS_DIR)
-    jars = sorted(str(p) for p in folder.glob("*.jar"))
-    if not jars:
-        raise FileNotFoundError(
-            f"no Spark jars in {folder} (SPARK_JARS_DIR): run the stack bootstrap to cache "
-            "spark-sql-kafka and the PostgreSQL JDBC driver"
-        )
-    return jars
+def launched_by_spark_submit() -> bool:
+    """True in a driver that spark-submit started: its JVM (and configuration) exists already."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def build_spark_session(
@@ -46,8 +34,12 @@ def build_spark_session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.jars", ",".join(local_jars()))
     )
+    if not launched_by_spark_submit():
+        # spark-submit --jars already ships them to the executors; naming the driver's local
+        # paths again in spark.jars replaces that list, and executors on a cluster then miss
+        # the Kafka source classes (ClassNotFoundException: KafkaSourceRDDPartition).
+        builder = builder.config("spark.jars", ",".join(local_jars()))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))
     return spark

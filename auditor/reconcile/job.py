@@ -32,6 +32,7 @@ from django.db import connections
 from auditor.lib.secrets import MASK, is_secret_key
 from auditor.pipelines.models import Binding
 from auditor.reconcile import conf
+from spark_jobs.jars import local_jars, package_archive
 
 log = logging.getLogger(__name__)
 
@@ -114,19 +115,12 @@ def spark_submit_path() -> Path:
     return Path(pyspark.__file__).parent / "bin" / "spark-submit"
 
 
-def spark_jars() -> list[str]:
-    folder = conf.spark_jars_dir()
-    jars = sorted(str(p) for p in folder.glob("*.jar"))
-    if not jars:
-        raise FileNotFoundError(
-            f"no Spark jars in {folder} (SPARK_JARS_DIR): run the stack bootstrap to cache "
-            "spark-sql-kafka and the PostgreSQL JDBC driver"
-        )
-    return jars
-
-
 def submit_command(binding_file: Path, output_json: Path, job_run_id: str, full: bool, binding_name: str) -> list[str]:
-    """The spark-submit command line: paths and names only, never a secret."""
+    """The spark-submit command line: paths and names only, never a secret.
+
+    The jars and the job's package (zipped beside the binding file) travel with the job, so a
+    cluster's executors need nothing installed but PySpark.
+    """
     master = conf.spark_master()
     command = [
         str(spark_submit_path()),
@@ -135,7 +129,9 @@ def submit_command(binding_file: Path, output_json: Path, job_run_id: str, full:
         "--name",
         f"reconcile-{binding_name}",
         "--jars",
-        ",".join(spark_jars()),
+        ",".join(local_jars(conf.spark_jars_dir())),
+        "--py-files",
+        str(package_archive(binding_file.parent)),
         "--conf",
         "spark.ui.enabled=false",
     ]

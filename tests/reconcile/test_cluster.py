@@ -1,0 +1,204 @@
+"""Reconciliation on a real Spark standalone cluster: a master and a worker from the pyspark
+distribution, the job handed over by spark-submit, executors in their own JVMs.
+
+Ground truth is what this test produced and inserted; the expected findings are derived from
+it here, not from the job.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from auditor.reconcile.job import auditor_jdbc_url, spark_submit_path
+from auditor.reconcile.models import Finding, ReconcileRun
+
+pytestmark = [pytest.mark.django_db, pytest.mark.integration]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _alive_workers(webui_port: int) -> int:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{webui_port}/json/", timeout=2) as answer:
+        state = json.load(answer)
+    return sum(1 for worker in state.get("workers", []) if worker.get("state") == "ALIVE")
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A standalone master and one worker (2 cores, 1 GiB), stopped after the module."""
+    home = spark_submit_path().parent.parent
+    work = tmp_path_factory.mktemp("spark-cluster")
+    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOG_DIR=str(work), SPARK_WORKER_DIR=str(work / "worker"))
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    port, ui, worker_ui = _free_port(), _free_port(), _free_port()
+    url = f"spark://127.0.0.1:{port}"
+    spark_class = str(home / "bin" / "spark-class")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        with open(work / "master.log", "wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        spark_class,
+                        "org.apache.spark.deploy.master.Master",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                        "--webui-port",
+                        str(ui),
+                    ],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        deadline = time.monotonic() + 90
+        while not (_listening(port) and _listening(ui)):
+            assert procs[0].poll() is None, (work / "master.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the Spark master did not start in 90 s"
+            time.sleep(0.5)
+        with open(work / "worker.log", "wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        spark_class,
+                        "org.apache.spark.deploy.worker.Worker",
+                        url,
+                        "--host",
+                        "127.0.0.1",
+                        "--cores",
+                        "2",
+                        "--memory",
+                        "1g",
+                        "--webui-port",
+                        str(worker_ui),
+                        "--work-dir",
+                        str(work / "worker"),
+                    ],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        while _alive_workers(ui) < 1:
+            assert procs[1].poll() is None, (work / "worker.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the Spark worker did not register in 90 s"
+            time.sleep(0.5)
+        yield url
+    finally:
+        for proc in reversed(procs):
+            try:
+                os.killpg(proc.pid, 15)
+                proc.wait(20)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                os.killpg(proc.pid, 9)
+
+
+@pytest.fixture(scope="module")
+def staged_runs(django_db_setup: None) -> Iterator[list[str]]:
+    """Staging rows Spark committed outside the test transaction, removed once it rolled back."""
+    job_run_ids: list[str] = []
+    yield job_run_ids
+    if job_run_ids:
+        with psycopg.connect(auditor_jdbc_url(), autocommit=True) as conn:
+            conn.execute("DELETE FROM reconcile_finding_staging WHERE run_id = ANY(%s)", (job_run_ids,))
+
+
+def reconcile(name: str, *args: str) -> tuple[int, dict[str, Any]]:
+    out = io.StringIO()
+    try:
+        call_command("audit", "reconcile", name, "--json", *args, stdout=out)
+        code = 0
+    except CommandError as exc:
+        code = exc.returncode
+    return code, json.loads(out.getvalue())
+
+
+def test_it_reconciles_exactly_on_a_standalone_cluster(
+    spark_cluster: str,
+    settings,
+    make_topic,
+    make_binding,
+    kafka_bootstrap: str,
+    source_database_url: str,
+    state_dir: Path,
+    staged_runs: list[str],
+) -> None:
+    settings.SPARK_MASTER = spark_cluster
+    # Two partitions so the Kafka source splits the read over executor tasks.
+    topic = make_topic("rcluster", partitions=2)
+    table = f"cluster_{uuid.uuid4().hex[:10]}"
+    rows = range(1, 41)
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, title text)")
+        for row_id in rows:
+            conn.execute(
+                f"INSERT INTO {table} (id, created_at, title) VALUES (%s, now() - interval '1 hour', %s)",
+                (row_id, f"ticket {row_id}"),
+            )
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    acked: list[str] = []
+    created_ms = int((time.time() - 600) * 1000)
+    sent = [str(i) for i in rows if i % 10 != 0] + ["7", "1000"]  # 10,20,30,40 never sent; 7 twice; 1000 no row
+
+    def report(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append(msg.key().decode())
+
+    for key in sent:
+        producer.produce(topic, key=key.encode(), value=b'{"v": 1}', timestamp=created_ms, on_delivery=report)
+    assert producer.flush(30) == 0
+    assert sorted(acked) == sorted(sent)
+    binding = make_binding(f"cluster-{uuid.uuid4().hex[:8]}", topic, f"public.{table}")
+    started = time.monotonic()
+    try:
+        code, result = reconcile(binding.name, "--full")
+    finally:
+        with psycopg.connect(source_database_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+    elapsed = time.monotonic() - started
+    print(f"cluster reconciliation: {elapsed:.1f} s")
+
+    run = ReconcileRun.objects.get(pk=result["run_id"])
+    staged_runs.append(run.job_run_id)
+    assert code == 0, result["error"]
+    in_topic = set(acked)
+    expected = (
+        {("missing", str(i)) for i in rows if str(i) not in in_topic}
+        | {("duplicate", k) for k in in_topic if acked.count(k) > 1}
+        | {("orphan", k) for k in in_topic if int(k) not in rows}
+    )
+    assert {(f["kind"], f["key"]) for f in result["findings"]} == expected
+    assert set(Finding.objects.filter(run=run).values_list("kind", "key")) == expected
+    assert run.records_read == len(acked) and result["mode"] == "full"
