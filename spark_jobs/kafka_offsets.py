@@ -180,3 +180,44 @@ def record_prints(
 
 def record_crc(key: bytes | None, value: bytes | None) -> int:
     return zlib.crc32(value or b"", zlib.crc32(key or b""))
+
+
+def rewritten_partitions(
+    bootstrap_servers: str,
+    config: dict[str, str] | None,
+    topic: str,
+    bounds: dict[int, tuple[int, int]],
+    read_to: dict[int, int],
+    checkpoints: dict[int, list[int]],
+    run_id: str | None,
+) -> dict[int, str]:
+    """Partitions whose records a run already read were truncated or replaced since, with why.
+
+    An unclean leader election truncates the old leader's tail and new records take the same
+    offsets; a re-created topic starts again at 0. Trusting "offsets below X were read" would
+    then miss the lost records and take the new ones for unseen. Two signs, per partition
+    (bounds: its current [log start, log end)): the log now ends before where the run stopped
+    reading, or the last record the run read (its checkpoint) is no longer at its offset. An
+    offset below the log start cannot be checked (retention deleted it, which is no rewrite).
+    """
+    reasons: dict[int, str] = {}
+    to_check: dict[int, RecordPrint] = {}
+    for partition, (low, high) in sorted(bounds.items()):
+        stopped = read_to.get(partition)
+        if stopped is None:
+            continue
+        if high < stopped:
+            reasons[partition] = (
+                f"the log now ends at offset {high}, before offset {stopped} where run {run_id} stopped reading"
+            )
+            continue
+        checkpoint = checkpoints.get(partition)
+        if checkpoint is not None and checkpoint[0] >= low:
+            to_check[partition] = RecordPrint.from_json(checkpoint)
+    now = record_prints(bootstrap_servers, config, topic, {p: c.offset for p, c in to_check.items()})
+    for partition, checkpoint in to_check.items():
+        found = now.get(partition)
+        if found != checkpoint:
+            what = "no record any more" if found is None else "another record"
+            reasons[partition] = f"offset {checkpoint.offset}, read by run {run_id}, now holds {what}"
+    return reasons

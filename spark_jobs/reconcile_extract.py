@@ -20,11 +20,11 @@ from spark_jobs.binding import (
 )
 from spark_jobs.kafka_offsets import (
     PartitionOffsets,
-    RecordPrint,
     admin_client,
     committed_offsets,
     partition_offsets,
     record_prints,
+    rewritten_partitions,
     topic_partitions,
 )
 from spark_jobs.kafka_options import java_kafka_options
@@ -124,42 +124,21 @@ def extract_topic(
 
 
 def find_rewritten_partitions(binding: Binding, meta: StateMeta) -> dict[int, str]:
-    """Partitions whose records already read were truncated or replaced since the last run.
-
-    An unclean leader election truncates the old leader's tail and new records take the same
-    offsets; a re-created topic starts again at 0. Trusting "offsets below X were read" would
-    then report the new records' rows missing and miss the lost ones. Two signs, per
-    partition: the log now ends before where the last run stopped, or the last record that
-    run read (state checkpoint) is no longer at its offset. An offset below the log start
-    cannot be checked (retention deleted it, which is no rewrite).
-    """
+    """Partitions whose records already read were truncated or replaced since the last run
+    (kafka_offsets.rewritten_partitions)."""
     if not meta.topic_offsets:
         return {}
     admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
     offsets = partition_offsets(admin, binding.topic, topic_partitions(admin, binding.topic))
-    reasons: dict[int, str] = {}
-    to_check: dict[int, RecordPrint] = {}
-    for partition, po in sorted(offsets.items()):
-        read_to = meta.topic_offsets.get(partition)
-        if read_to is None:
-            continue
-        if po.high < read_to:
-            reasons[partition] = (
-                f"the log now ends at offset {po.high}, before offset {read_to} where run {meta.run_id} stopped reading"
-            )
-            continue
-        checkpoint = meta.checkpoints.get(partition)
-        if checkpoint is not None and checkpoint[0] >= po.low:
-            to_check[partition] = RecordPrint.from_json(checkpoint)
-    now = record_prints(
-        binding.bootstrap_servers, binding.kafka_config, binding.topic, {p: c.offset for p, c in to_check.items()}
+    return rewritten_partitions(
+        binding.bootstrap_servers,
+        binding.kafka_config,
+        binding.topic,
+        {p: (po.low, po.high) for p, po in offsets.items()},
+        meta.topic_offsets,
+        meta.checkpoints,
+        meta.run_id,
     )
-    for partition, checkpoint in to_check.items():
-        found = now.get(partition)
-        if found != checkpoint:
-            what = "no record any more" if found is None else "another record"
-            reasons[partition] = f"offset {checkpoint.offset}, read by run {meta.run_id}, now holds {what}"
-    return reasons
 
 
 def checkpoint_prints(binding: Binding, records: DataFrame, plan: OffsetRange) -> dict[int, list[int]]:

@@ -12,6 +12,8 @@ records).
 
 Request: {"topic", "bootstrap_servers", "kafka_config", "record_key", "groups",
           "partitions": {p: [log_start, last_stable, high_watermark]},
+          "starts": {p: offset},   (optional: read the topic from here; the key index covers below)
+          "known_records": [[key, p, offset, ts_ms, state, session, seq]]  (optional: found below)
           "producer_ledger": {"topic", "ranges": {p: [start, end]}} | null,
           "consumer_ledger": {...} | null, "keys": [...] | "keys_path": "<jsonl of {"key": k}>"}
 Result:  {"records": [[key, p, offset, ts_ms, state, session, seq]], "records_scanned", "keyed_records",
@@ -169,11 +171,18 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     topic = request["topic"]
     spec = parse_record_key(request["record_key"], "stuck rule")
     partitions = {int(p): (int(v[0]), int(v[1]), int(v[2])) for p, v in request["partitions"].items()}
+    # Where reading starts: the key index stands in for what lies below (absent: the log start).
+    starts = {p: int((request.get("starts") or {}).get(str(p), low)) for p, (low, _, _) in partitions.items()}
     keys = extract_keys(spark, request).cache()
-    result: dict[str, Any] = {"records": [], "ledger_entries": [], "marks": [], "max_mark_below_low": []}
+    result: dict[str, Any] = {
+        "records": [list(r) for r in request.get("known_records") or []],
+        "ledger_entries": [],
+        "marks": [],
+        "max_mark_below_low": [],
+    }
 
     # The committed view, up to the last stable offset.
-    committed_ranges = {p: (low, stable) for p, (low, stable, _) in partitions.items()}
+    committed_ranges = {p: (starts[p], stable) for p, (_, stable, _) in partitions.items()}
     raw = extract_range(spark, request, topic, committed_ranges, "read_committed")
     summary = transform_partition_summary(transform_key_hits(transform_keyed(raw, spec), keys)).collect()
     counts = {row["partition"]: row["n"] for row in summary}
@@ -190,9 +199,9 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
 
     # The uncommitted view where transactions leave holes, or an open transaction.
     again: Ranges = {}
-    for p, (low, stable, high) in partitions.items():
-        if counts.get(p, 0) < stable - low:
-            again[p] = (low, high)
+    for p, (_, stable, high) in partitions.items():
+        if counts.get(p, 0) < stable - starts[p]:
+            again[p] = (starts[p], high)
         elif stable < high:
             again[p] = (stable, high)
     if again:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ from typing import Any
 from auditor.pipelines.models import Binding
 from auditor.reconcile import conf
 from auditor.reconcile.models import Finding, ReconcileRun
-from auditor.stuck.evidence import KeyMemory, MissingReport, Sighting
+from auditor.stuck.evidence import KeyMemory, LocatedRecord, MissingReport, PartitionState, Sighting
+from spark_jobs.kafka_offsets import KafkaReadError, rewritten_partitions
 
 CHUNK = 10_000  # keys per database query
 
@@ -77,12 +79,93 @@ def read_sightings(root: Path, keys: Iterable[str]) -> dict[str, Sighting]:
     return sightings
 
 
-def _rows(root: Path, relatives: list[str], keys: list[str]) -> list[dict[str, Any]]:
+@dataclass
+class IndexedTopic:
+    """The stuck keys' records the key index vouches for, and where reading must start.
+
+    starts: per partition, the offset up to which the last run read every record and the
+    log has not been rewritten since; readers read only from there. records: the keys'
+    records below those offsets still in the log. reason: why the index cannot stand in for
+    a read of the topic (then starts is empty and everything is read).
+    """
+
+    starts: dict[int, int] = field(default_factory=dict)
+    records: dict[str, list[LocatedRecord]] = field(default_factory=dict)
+    covered: int = 0  # records of the log the index stands in for
+    run_id: str | None = None
+    reason: str | None = None
+
+
+def indexed_records(
+    binding: Binding,
+    keys: Sequence[str],
+    partitions: dict[int, PartitionState],
+    kafka_config: dict[str, Any],
+    state_root: Path | None = None,
+) -> IndexedTopic:
+    """What the key index says of `keys` within the offsets the last run read, once the log
+    is checked not to have been rewritten there (kafka_offsets.rewritten_partitions).
+
+    Only an index that matches a full read exactly is used: a key with more than one record
+    in it (its other positions are not kept) makes the caller read everything.
+    """
+    root = state_root if state_root is not None else conf.state_dir() / binding.name
+    meta_path = root / "state.json"
+    if not meta_path.exists():
+        return IndexedTopic(reason="no reconciliation has read this topic yet")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as exc:
+        return IndexedTopic(reason=f"{meta_path} is unreadable: {exc}")
+    read_to = {int(p): int(o) for p, o in (meta.get("topic_offsets") or {}).items()}
+    checkpoints = {int(p): list(v) for p, v in (meta.get("checkpoints") or {}).items()}
+    run_id = meta.get("run_id")
+    if not read_to or set(read_to) != set(partitions):
+        return IndexedTopic(reason="the last reconciliation read other partitions than the topic has now")
+    bootstrap = str(kafka_config["bootstrap.servers"])
+    config = {str(k): str(v) for k, v in kafka_config.items() if k != "bootstrap.servers"}
+    bounds = {p: (s.low, s.high) for p, s in partitions.items()}
+    try:
+        rewritten = rewritten_partitions(bootstrap, config, binding.topic, bounds, read_to, checkpoints, run_id)
+    except KafkaReadError as exc:
+        return IndexedTopic(reason=f"the offsets the last run read could not be checked: {exc}")
+    if rewritten:
+        p, why = next(iter(sorted(rewritten.items())))
+        return IndexedTopic(reason=f"partition {p} was rewritten since the last reconciliation ({why})")
+    starts = {p: min(max(read_to[p], s.low), s.stable) for p, s in partitions.items()}
+    found = IndexedTopic(starts=starts, run_id=run_id, covered=sum(starts[p] - s.low for p, s in partitions.items()))
+    wanted = sorted(set(keys))
+    try:
+        rows = _rows(root, list(meta.get("key_deltas") or []), wanted, extra=["n", "session", "seq"])
+        aborted = meta.get("datasets", {}).get("aborted")
+        aborted_rows = _rows(root, [aborted] if aborted else [], wanted, extra=["session", "seq"])
+    except StateUnreadable as exc:
+        return IndexedTopic(reason=str(exc))
+    copies: dict[str, int] = {}
+    for row in rows:
+        copies[row["key"]] = copies.get(row["key"], 0) + int(row.get("n") or 1)
+    several = [k for k, n in copies.items() if n > 1]
+    if several:
+        return IndexedTopic(reason=f"{len(several)} stuck key(s) have several records (e.g. {several[0]})")
+    for state, source in (("committed", rows), ("aborted", aborted_rows)):
+        for row in source:
+            partition, offset = int(row["partition"]), int(row["offset"])
+            if partition not in partitions or not partitions[partition].low <= offset < starts[partition]:
+                continue  # deleted since (a read finds nothing there either), or read again below
+            found.records.setdefault(row["key"], []).append(
+                LocatedRecord(
+                    row["key"], partition, offset, _ms(row.get("timestamp")), state, row.get("session"), row.get("seq")
+                )
+            )
+    return found
+
+
+def _rows(root: Path, relatives: list[str], keys: list[str], extra: Sequence[str] = ()) -> list[dict[str, Any]]:
     if not relatives or not keys:
         return []
     import pyarrow.dataset as ds  # deferred: only diagnoses with a reconciliation state need it
 
-    wanted = ["key", "partition", "offset", "timestamp", "run_id", "detected_run"]
+    wanted = ["key", "partition", "offset", "timestamp", "run_id", "detected_run", *extra]
     rows: list[dict[str, Any]] = []
     try:
         for relative in relatives:

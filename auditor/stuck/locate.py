@@ -97,6 +97,21 @@ class LocateRequest:
     record_key: str
     keys: list[str]
     groups: list[str]
+    # Per partition, where to start reading the topic (the key index stands in for what lies
+    # below, memory.indexed_records); the log start where absent.
+    starts: dict[int, int] = field(default_factory=dict)
+    # The keys' records below those starts, as the index knows them: the engines count them
+    # found (their processed marks are read too).
+    known: dict[str, list[LocatedRecord]] = field(default_factory=dict)
+
+    def start(self, state: PartitionState) -> int:
+        return min(max(self.starts.get(state.partition, state.low), state.low), state.stable)
+
+    @property
+    def records_to_read(self) -> int:
+        """Topic and ledger records the engines will read."""
+        ledgers = [r.total for r in (self.plan.producer_ledger, self.plan.consumer_ledger) if r is not None]
+        return sum(s.high - self.start(s) for s in self.plan.partitions.values()) + sum(ledgers)
 
     def to_json(self, keys_path: str | None = None) -> dict[str, Any]:
         bootstrap, config = client_settings(self.kafka_config)
@@ -113,6 +128,12 @@ class LocateRequest:
             "record_key": self.record_key,
             "groups": self.groups,
             "partitions": {str(p): [s.low, s.stable, s.high] for p, s in self.plan.partitions.items()},
+            "starts": {str(p): self.start(s) for p, s in self.plan.partitions.items()},
+            "known_records": [
+                [r.key, r.partition, r.offset, r.timestamp_ms, r.state, r.session, r.seq]
+                for records in self.known.values()
+                for r in records
+            ],
             "producer_ledger": ledger(self.plan.producer_ledger),
             "consumer_ledger": ledger(self.plan.consumer_ledger),
         }
@@ -123,17 +144,17 @@ class LocateRequest:
         return data
 
 
-def choose_engine(engine: str, plan: ReadPlan) -> str:
+def choose_engine(engine: str, records_to_read: int) -> str:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine != "auto":
         return engine
     threshold = int(os.environ.get("AUDITOR_STUCK_SPARK_THRESHOLD", DEFAULT_SPARK_THRESHOLD))
-    return "spark" if plan.total > threshold else "python"
+    return "spark" if records_to_read > threshold else "python"
 
 
 def locate(request: LocateRequest, engine: str = "auto", spark: Any = None) -> LocateResult:
-    chosen = choose_engine(engine, request.plan)
+    chosen = choose_engine(engine, request.records_to_read)
     if not request.keys:
         return LocateResult(engine=chosen)
     if chosen == "python":
@@ -307,7 +328,8 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
 
     committed_positions: set[tuple[int, int]] = set()
     counts: dict[int, int] = {}
-    committed_ranges = {p: (s.low, s.stable) for p, s in plan.partitions.items()}
+    starts = {p: request.start(s) for p, s in plan.partitions.items()}
+    committed_ranges = {p: (starts[p], s.stable) for p, s in plan.partitions.items()}
     for msg in read_ranges(bootstrap, config, plan.topic, committed_ranges, "read_committed"):
         counts[msg.partition()] = counts.get(msg.partition(), 0) + 1
         result.records_scanned += 1
@@ -319,16 +341,22 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
         if found is not None:
             committed_positions.add((found.partition, found.offset))
             result.records.setdefault(found.key, []).append(found)
-    _locate_uncommitted(plan.partitions, counts, committed_positions, match, bootstrap, config, plan.topic, result)
+    _locate_uncommitted(
+        plan.partitions, starts, counts, committed_positions, match, bootstrap, config, plan.topic, result
+    )
 
 
-def uncommitted_ranges(partitions: dict[int, PartitionState], counts: dict[int, int]) -> dict[int, tuple[int, int]]:
-    """Ranges to read again with read_uncommitted: whole partitions with offset holes below
-    the last stable offset (markers or aborted records), else only the open-transaction tail."""
+def uncommitted_ranges(
+    partitions: dict[int, PartitionState], starts: dict[int, int], counts: dict[int, int]
+) -> dict[int, tuple[int, int]]:
+    """Ranges to read again with read_uncommitted: whole partitions (from their start) with
+    offset holes below the last stable offset (markers or aborted records), else only the
+    open-transaction tail."""
     ranges: dict[int, tuple[int, int]] = {}
     for p, state in partitions.items():
-        if counts.get(p, 0) < state.stable - state.low:
-            ranges[p] = (state.low, state.high)
+        start = starts.get(p, state.low)
+        if counts.get(p, 0) < state.stable - start:
+            ranges[p] = (start, state.high)
         elif state.stable < state.high:
             ranges[p] = (state.stable, state.high)
     return ranges
@@ -336,6 +364,7 @@ def uncommitted_ranges(partitions: dict[int, PartitionState], counts: dict[int, 
 
 def _locate_uncommitted(
     partitions: dict[int, PartitionState],
+    starts: dict[int, int],
     counts: dict[int, int],
     committed_positions: set[tuple[int, int]],
     match: Any,
@@ -344,7 +373,7 @@ def _locate_uncommitted(
     topic: str,
     result: LocateResult,
 ) -> None:
-    ranges = uncommitted_ranges(partitions, counts)
+    ranges = uncommitted_ranges(partitions, starts, counts)
     for msg in read_ranges(bootstrap, config, topic, ranges, "read_uncommitted"):
         if (msg.partition(), msg.offset()) in committed_positions:
             continue
@@ -421,7 +450,7 @@ def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str]
 
 def locate_with_python(request: LocateRequest) -> LocateResult:
     bootstrap, config = client_settings(request.kafka_config)
-    result = LocateResult(engine="python")
+    result = LocateResult(engine="python", records={k: list(v) for k, v in request.known.items()})
     started = time.monotonic()
     try:
         _locate_records(request, bootstrap, config, result)

@@ -28,7 +28,7 @@ from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError
 from auditor.pipelines.models import StuckRule
 from auditor.probes.topics import CONSUMER_LEDGER_TOPIC, PRODUCER_LEDGER_TOPIC
-from auditor.reconcile.memory import recall
+from auditor.reconcile.memory import IndexedTopic, indexed_records, recall
 from auditor.stuck.evidence import ClusterView, Diagnosis, StuckRow
 from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
@@ -57,6 +57,9 @@ class DiagnosisOptions:
     consumer_ledger_topic: str | None = None
     max_items: int = DEFAULT_MAX_ITEMS
     timeout_s: float = 10.0
+    # Look the stuck keys up in the reconciliation's key index and read only the topic's
+    # tail after it (False: read the whole topic).
+    use_index: bool = True
 
 
 @dataclass
@@ -193,13 +196,31 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
 
     located = LocateResult()
     if rows and not view.kafka_error:
+        keys = [r.key for r in rows]
+        indexed = IndexedTopic(reason="not asked to")
+        if options.use_index:
+            indexed = indexed_records(binding, keys, plan.partitions, binding.cluster.client_config())
+            lap("index")
         request = LocateRequest(
-            binding.cluster.client_config(), plan, binding.record_key, [r.key for r in rows], groups
+            binding.cluster.client_config(),
+            plan,
+            binding.record_key,
+            keys,
+            groups,
+            starts=indexed.starts,
+            known=indexed.records,
         )
         try:
             located = locate(request, options.engine, options.spark)
             result.engine = located.engine
             result.timings.update({f"locate.{k}": v for k, v in located.timings.items()})
+            located.records_scanned += indexed.covered
+            located.keyed_records += indexed.covered
+            if indexed.starts:
+                result.notes.append(
+                    f"the key index of reconciliation run {indexed.run_id} stood in for {indexed.covered} "
+                    f"record(s); {located.records_scanned - indexed.covered} later record(s) were read"
+                )
         except (LocateError, OSError) as exc:
             view.kafka_error = f"reading the records failed: {exc}"
         _apply_located(view, located)

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
+from auditor.reconcile.models import ReconcileRun
+from auditor.reconcile.service import execute_run, start_run
 from auditor.stuck.service import DiagnosisOptions, DiagnosisResult, diagnose_rule
 from tests.accounts.fixtures import bearer, client_as, role_users  # noqa: F401 - fixtures
 from tests.demo.conftest import DemoPipeline, make_pipeline, pipeline, source_url  # noqa: F401 - fixtures
@@ -68,12 +70,20 @@ def make_rule(
 
 
 @pytest.fixture
-def stuck(db: None, pipeline: DemoPipeline) -> StuckSetup:  # noqa: F811 - the demo's fixture
+def stuck(db: None, pipeline: DemoPipeline, settings: Any, tmp_path: Any) -> StuckSetup:  # noqa: F811 - the demo's fixture
+    settings.RECONCILE_STATE_DIR = str(tmp_path / "reconcile-state")
     return StuckSetup(pipeline, make_rule(pipeline))
 
 
 @pytest.fixture
-def make_stuck(db: None, make_pipeline: Callable[..., DemoPipeline]) -> Callable[..., StuckSetup]:  # noqa: F811
+def make_stuck(
+    db: None,
+    make_pipeline: Callable[..., DemoPipeline],  # noqa: F811
+    settings: Any,
+    tmp_path: Any,
+) -> Callable[..., StuckSetup]:
+    settings.RECONCILE_STATE_DIR = str(tmp_path / "reconcile-state")
+
     def make(partitions: int = 1, **rule_options: Any) -> StuckSetup:
         created = make_pipeline(partitions=partitions)
         return StuckSetup(created, make_rule(created, **rule_options))
@@ -85,14 +95,35 @@ def verdicts_of(result: DiagnosisResult) -> dict[str, str]:
     return {item.row.key: item.diagnosis.verdict for item in result.items}
 
 
-def diagnose_both(setup: StuckSetup, spark: Any) -> DiagnosisResult:
-    """Diagnose with the Python engine and with Spark; both must give the same verdicts and reasons."""
-    by_python = diagnose_rule(setup.rule, setup.options("python"))
-    by_spark = diagnose_rule(setup.rule, setup.options("spark", spark=spark))
+def diagnose_both(setup: StuckSetup, spark: Any, indexed: bool = False) -> DiagnosisResult:
+    """Diagnose with the Python engine and with Spark, reading the whole topic; both must
+    give the same verdicts and reasons.
+
+    indexed: a real reconciliation run reads the topic first, and both engines diagnose
+    again with its key index standing in for what it read: every verdict and reason must be
+    the same as from the full read.
+    """
+    by_python = diagnose_rule(setup.rule, setup.options("python", use_index=False))
+    by_spark = diagnose_rule(setup.rule, setup.options("spark", spark=spark, use_index=False))
     assert by_python.engine == "python" or not by_python.items
     assert by_spark.engine == "spark" or not by_spark.items
     assert _comparable(by_spark) == _comparable(by_python)
+    if indexed:
+        run = reconcile_now(setup.rule.binding)
+        for options in (setup.options("python"), setup.options("spark", spark=spark)):
+            from_index = diagnose_rule(setup.rule, options)
+            assert any(f"key index of reconciliation run {run.job_run_id}" in n for n in from_index.notes), (
+                from_index.notes
+            )
+            assert _comparable(from_index) == _comparable(by_python)
     return by_spark
+
+
+def reconcile_now(binding: Binding) -> ReconcileRun:
+    """A real reconciliation of the binding, in this process (its state under RECONCILE_STATE_DIR)."""
+    run = execute_run(start_run(binding, ReconcileRun.CLI), in_process=True)
+    assert run.status == ReconcileRun.OK, run.error
+    return run
 
 
 def _comparable(result: DiagnosisResult) -> dict[str, tuple[str, str]]:

@@ -30,7 +30,7 @@ def test_it_says_never_produced_for_dropped_sends(stuck: StuckSetup, spark) -> N
     dropped = [ids[2], ids[5], ids[8]]
     stuck.pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=6, timeout_s=60)
 
-    result = diagnose_both(stuck, spark)
+    result = diagnose_both(stuck, spark, indexed=True)
 
     assert verdicts_of(result) == dict.fromkeys(dropped, "never-produced")
 
@@ -42,7 +42,7 @@ def test_it_says_skipped_when_an_at_most_once_consumer_crashed_after_committing(
     assert crashed.crashed and pipeline.committed_offsets() == {0: 10}
     pipeline.consumer(DeliveryMode.AT_MOST_ONCE).run(max_records=10, timeout_s=60)
 
-    result = diagnose_both(stuck, spark)
+    result = diagnose_both(stuck, spark, indexed=True)
 
     assert verdicts_of(result) == dict.fromkeys(ids[5:10], "skipped")
     item = next(i for i in result.items if i.row.key == ids[7])
@@ -122,7 +122,7 @@ def test_it_says_processed_not_updated_when_the_update_failed_after_processing(s
     ids = pipeline.produce(10)
     pipeline.consumer(DeliveryMode.AT_LEAST_ONCE, Faults(fail_update_every=4)).run(max_records=10, timeout_s=60)
 
-    result = diagnose_both(stuck, spark)
+    result = diagnose_both(stuck, spark, indexed=True)
 
     assert verdicts_of(result) == {ids[3]: "processed-not-updated", ids[7]: "processed-not-updated"}
     item = next(i for i in result.items if i.row.key == ids[3])
@@ -139,7 +139,7 @@ def test_it_says_aborted_for_the_tickets_whose_transaction_the_producer_aborted(
     statuses = pipeline.statuses()
     assert [ticket for ticket in ids if statuses[ticket] == "NEW"] == aborted
 
-    result = diagnose_both(stuck, spark)
+    result = diagnose_both(stuck, spark, indexed=True)
 
     assert verdicts_of(result) == dict.fromkeys(aborted, "aborted")
     item = next(i for i in result.items if i.row.key == ids[5])
@@ -171,7 +171,7 @@ def test_it_says_expired_when_shortened_retention_deleted_records_before_the_gro
     pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=4, timeout_s=60)
     assert pipeline.committed_offsets() == {0: 10}
 
-    result = diagnose_both(stuck, spark)
+    result = diagnose_both(stuck, spark, indexed=True)
 
     assert verdicts_of(result) == dict.fromkeys(ids[2:6], "expired")
     item = next(i for i in result.items if i.row.key == ids[3])
@@ -267,3 +267,42 @@ def _wait_for_log_start(pipeline: DemoPipeline, offset: int) -> None:
         )
     finally:
         reader.close()
+
+
+def test_it_reads_only_what_came_after_the_key_index_and_gives_the_verdicts_of_a_full_read(
+    stuck: StuckSetup, spark
+) -> None:
+    from auditor.stuck.service import diagnose_rule
+
+    from .conftest import reconcile_now
+
+    pipeline = stuck.pipeline
+    ids = pipeline.produce(20)
+    crashed = pipeline.consumer(DeliveryMode.AT_MOST_ONCE, Faults(crash_after=5)).run(max_records=20, timeout_s=60)
+    assert crashed.crashed and pipeline.committed_offsets() == {0: 10}
+    pipeline.consumer(DeliveryMode.AT_MOST_ONCE).run(max_records=10, timeout_s=60)
+    run = reconcile_now(stuck.rule.binding)  # reads offsets 0..19
+    # After the run: 10 more tickets, every third send dropped; the group handles the first 4.
+    later = pipeline.produce(10, Faults(drop_every=3))
+    dropped = [later[2], later[5], later[8]]
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=4, timeout_s=60)
+    statuses = pipeline.statuses()
+    handled = [t for t in later if statuses[t] == "DONE"]
+    assert len(handled) == 4 and pipeline.committed_offsets() == {0: 24}
+
+    from_index = diagnose_rule(stuck.rule, stuck.options("python"))
+    full = diagnose_both(stuck, spark)
+
+    expected = (
+        dict.fromkeys(ids[5:10], "skipped")
+        | dict.fromkeys(dropped, "never-produced")
+        | dict.fromkeys([t for t in later if t not in handled and t not in dropped], "waiting")
+    )
+    assert verdicts_of(full) == expected
+    assert verdicts_of(from_index) == expected
+    assert any(
+        f"key index of reconciliation run {run.job_run_id} stood in for 20 record(s); 7 later record(s) were read" in n
+        for n in from_index.notes
+    ), from_index.notes
+    skipped = next(i for i in from_index.items if i.row.key == ids[7]).diagnosis.evidence
+    assert (skipped["partition"], skipped["offset"]) == (0, 7) and skipped["records"][0]["seq"] == 7
