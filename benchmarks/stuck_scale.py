@@ -2,7 +2,7 @@
 10,000,000), every row's record in a 4-partition topic except a tenth of the stuck ones.
 
     .venv/bin/python benchmarks/stuck_scale.py [--rows 10000000] [--stuck 100000] [--engine spark]
-        [--ledgers] [--store] [--keep | --reuse SUFFIX]
+        [--ledgers] [--store] [--no-index | --compare] [--keep | --reuse SUFFIX]
 
 Setup (not timed): a source table with --rows rows (every (rows/stuck)-th one NEW, the rest
 DONE, all an hour old) filled by generate_series; the topic with one record per produced row
@@ -12,23 +12,32 @@ every partition; a stuck rule and its binding (in memory; saved only with --stor
 and a consumer ledger in which the group processed the first half of every partition except
 the stuck rows (so those are skipped).
 
-Timed: ``diagnose_rule`` — select the stuck rows, read the cluster, locate their records (the
-Spark job joins the whole topic with the stuck keys; the driver only receives matches), judge,
-re-check the rows. The SparkSession is started before (a worker keeps one; its start time is
+Setup also runs a real reconciliation of the binding (full, in-process, not timed) so the stuck
+keys are looked up in its key index and only the records after it are read; ``--no-index``
+skips it (the whole topic is read), ``--compare`` also times a diagnosis that reads the whole
+topic, in the same run.
+
+Timed: ``diagnose_rule`` — select the stuck rows, read the cluster, locate their records (from
+the key index, then the Spark job joins the rest of the topic with the stuck keys; the driver
+only receives matches), judge, re-check the rows. The SparkSession is started before (a worker keeps one; its start time is
 printed apart). ``--store`` also times storing the run (items, counts, alerts). Everything
 created is removed at the end unless ``--keep`` (then ``--reuse SUFFIX`` skips the setup).
 
-The last line is always ``items_per_s=<x>`` (stuck items diagnosed per second of wall time).
+The last line is always ``items_per_s=<x>`` (stuck items diagnosed per second of wall time),
+with ``full_read_items_per_s=<y> vs_full_read=<x/y>`` after it under ``--compare``.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import sys
 import time
 import uuid
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +77,8 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="a probed pipeline: audit headers, a producer ledger entry per record, a consumer ledger",
     )
+    parser.add_argument("--no-index", action="store_true", help="no reconciliation first: read the whole topic")
+    parser.add_argument("--compare", action="store_true", help="also time a diagnosis reading the whole topic")
     parser.add_argument("--keep", action="store_true", help="keep the table, topics and rule for --reuse")
     parser.add_argument("--reuse", metavar="SUFFIX", help="reuse what a --keep run set up")
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
@@ -294,6 +305,32 @@ def make_rule(args: argparse.Namespace, n: dict[str, str], saved: bool) -> Stuck
     return rule
 
 
+def build_key_index(rule: StuckRule, spark: Any) -> None:
+    """A full reconciliation of the binding in this SparkSession, its state in a temporary
+    folder: the key index the diagnosis reads (not timed)."""
+    import tempfile
+
+    from django.conf import settings
+
+    from auditor.reconcile.job import job_input
+    from spark_jobs.binding import binding_from_dict
+    from spark_jobs.reconcile import RunOptions, run
+
+    if spark is None:
+        from spark_jobs.common import build_spark_session
+
+        spark = build_spark_session("stuck-bench-index")
+    settings.RECONCILE_STATE_DIR = tempfile.mkdtemp(prefix="stuck-bench-state-")
+    atexit.register(shutil.rmtree, settings.RECONCILE_STATE_DIR, True)
+    started = time.monotonic()
+    binding = binding_from_dict(job_input(rule.binding).payload)
+    options = RunOptions(state_dir=settings.RECONCILE_STATE_DIR, full=True, run_id="bench-index", max_findings=0)
+    result = run(spark, binding, options)
+    if result.get("status") != "ok":
+        raise RuntimeError(f"the reconciliation that builds the key index failed: {result.get('error')}")
+    print(f"setup: key index by reconciliation ({time.monotonic() - started:.1f} s)", flush=True)
+
+
 def teardown(args: argparse.Namespace, n: dict[str, str], url: str) -> None:
     try:
         StuckRule.objects.filter(name=n["rule"]).delete()
@@ -329,8 +366,11 @@ def main() -> int:
             started = time.monotonic()
             spark = build_spark_session("stuck-bench")
             print(f"spark session start: {time.monotonic() - started:.1f} s", flush=True)
+        if not args.no_index:
+            build_key_index(rule, spark)
         options = DiagnosisOptions(
             engine=args.engine,
+            use_index=not args.no_index,
             spark=spark,
             producer_ledger_topic=n["producer_ledger"],
             consumer_ledger_topic=n["consumer_ledger"],
@@ -351,12 +391,27 @@ def main() -> int:
             print(f"storing the run: {time.monotonic() - started:.1f} s")
         if len(result.items) != args.stuck:
             print(f"warning: expected {args.stuck} items", file=sys.stderr)
+        full_wall = None
+        if args.compare:
+            started = time.monotonic()
+            full = diagnose_rule(rule, replace(options, use_index=False))
+            full_wall = time.monotonic() - started
+            same = {i.row.key: i.diagnosis.verdict for i in full.items} == {
+                i.row.key: i.diagnosis.verdict for i in result.items
+            }
+            print(f"full read: {full_wall:.1f} s, phases {full.timings}; same verdicts: {same}")
+            if not same:
+                print("error: the index and the full read disagree", file=sys.stderr)
+                return 1
     finally:
         if args.keep:
             print(f"kept: --reuse {suffix}")
         else:
             teardown(args, n, url)
-    print(f"items_per_s={len(result.items) / wall:.1f}")
+    line = f"items_per_s={len(result.items) / wall:.1f}"
+    if full_wall:
+        line += f" full_read_items_per_s={len(result.items) / full_wall:.1f} vs_full_read={full_wall / wall:.2f}"
+    print(line)
     return 0
 
 
