@@ -331,12 +331,20 @@ def build_key_index(rule: StuckRule, spark: Any) -> None:
     print(f"setup: key index by reconciliation ({time.monotonic() - started:.1f} s)", flush=True)
 
 
+class _NothingStored(Exception):
+    """Without --store the rule and binding never reached the database."""
+
+
 def teardown(args: argparse.Namespace, n: dict[str, str], url: str) -> None:
     try:
+        if not (args.store or args.reuse):
+            raise _NothingStored
         StuckRule.objects.filter(name=n["rule"]).delete()
         Binding.objects.filter(name=n["rule"]).delete()
         Cluster.objects.filter(name=n["rule"]).delete()
         SourceDatabase.objects.filter(name=n["rule"]).delete()
+    except _NothingStored:
+        pass
     except django.db.Error as exc:
         print(f"warning: could not remove the rule and binding {n['rule']}: {exc}", file=sys.stderr)
     with psycopg.connect(url, autocommit=True) as conn:
