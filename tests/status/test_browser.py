@@ -47,6 +47,7 @@ def pipeline(
     """A committed binding over a real table (rows 1-4) and topic (records of 1 and 2)."""
     import os
 
+    from auditor.accounts.models import Acknowledgement
     from auditor.pipelines.models import Binding, Cluster, SourceDatabase
 
     name = f"ov-{uuid.uuid4().hex[:8]}"
@@ -62,6 +63,8 @@ def pipeline(
         producer.produce(name, key=key.encode(), value=b"{}", timestamp=created_ms)
     assert producer.flush(30) == 0
     with django_db_blocker.unblock(), closing_connection():
+        # The test acknowledges through the live server (committed): those go afterwards.
+        acks_before = set(Acknowledgement.objects.values_list("id", flat=True))
         cluster = Cluster.objects.create(name=name, bootstrap_servers=kafka_bootstrap)
         source = SourceDatabase.objects.create(name=name, url="${SOURCE_DATABASE_URL}")
         binding = Binding.objects.create(
@@ -78,6 +81,7 @@ def pipeline(
         )
     yield {"name": name, "binding": binding, "missing": {"3", "4"}}
     with django_db_blocker.unblock(), closing_connection():
+        Acknowledgement.objects.exclude(id__in=acks_before).delete()
         Binding.objects.filter(name=name).delete()
         cluster.delete()
         source.delete()
