@@ -35,15 +35,19 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_celery_beat",
+    # The auditor's apps, one per concern (the URLs each mounts: auditor/urls.py).
     "auditor.accounts",
     "auditor.pipelines",
     "auditor.status",
-]
-# Concern apps join INSTALLED_APPS once they have an apps module.
-INSTALLED_APPS += [
-    f"auditor.{app}"
-    for app in ("canary", "demo", "reconcile", "stuck", "lint", "alerts", "reports", "api", "metrics")
-    if (BASE_DIR / "auditor" / app / "apps.py").exists()
+    "auditor.canary",
+    "auditor.demo",
+    "auditor.reconcile",
+    "auditor.stuck",
+    "auditor.lint",
+    "auditor.alerts",
+    "auditor.reports",
+    "auditor.api",
+    "auditor.metrics",
 ]
 
 MIDDLEWARE = [

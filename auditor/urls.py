@@ -1,5 +1,3 @@
-from pathlib import Path
-
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -13,9 +11,12 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("status/", include("auditor.status.urls")),
     path("pipelines/", include("auditor.pipelines.urls")),
+    path("canary/", include("auditor.canary.urls")),
+    path("reconcile/", include("auditor.reconcile.urls")),
+    path("stuck/", include("auditor.stuck.urls")),
+    path("lint/", include("auditor.lint.urls")),
+    path("alerts/", include("auditor.alerts.urls")),
+    path("reports/", include("auditor.reports.urls")),
+    path("api/", include("auditor.api.urls")),
+    path("metrics/", include("auditor.metrics.urls")),
 ]
-
-# Concern apps mount themselves at /<app>/ once they have a urls module.
-for app in ("canary", "demo", "reconcile", "stuck", "lint", "alerts", "reports", "api", "accounts", "metrics"):
-    if (Path(__file__).parent / app / "urls.py").exists():
-        urlpatterns.append(path(f"{app}/", include(f"auditor.{app}.urls")))

@@ -14,19 +14,16 @@ say() { printf '\033[1m[run]\033[0m %s\n' "$*"; }
 fail() { printf '[run] ERROR: %s\n' "$*" >&2; exit 1; }
 pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
-# name -> command line; services added by later parts register here.
+# name -> command line. The demo traffic is optional: AUDITOR_DEMO=0 leaves it out.
 declare -A SERVICES=(
   [web]="$PY -m daphne -b 127.0.0.1 -p $WEB_PORT auditor.asgi:application"
   [worker]="$PY -m celery -A auditor worker --loglevel=INFO --concurrency=2 -n worker@%h"
   [beat]="$PY -m celery -A auditor beat --loglevel=INFO"
+  [canary]="$PY manage.py audit canary"
+  [demo]="$PY manage.py audit demo run"
 )
-ORDER=(web worker beat)
-if $PY -c "import auditor.canary" 2>/dev/null; then
-  SERVICES[canary]="$PY manage.py audit canary"; ORDER+=(canary)
-fi
-if $PY -c "import auditor.demo" 2>/dev/null; then
-  SERVICES[demo]="$PY manage.py audit demo run"; ORDER+=(demo)
-fi
+ORDER=(web worker beat canary)
+[[ ${AUDITOR_DEMO:-1} == 0 ]] || ORDER+=(demo)
 
 stop_one() {
   local name=$1 pidf="$RUN/$1.pid" pid
@@ -56,7 +53,7 @@ case "${1:-status}" in
     if [[ -f demo/auditor.yaml ]]; then
       $PY manage.py audit apply demo/auditor.yaml >"$RUN/apply.log" 2>&1 || fail "demo config did not apply; see $RUN/apply.log"
     fi
-    if $PY -c "import auditor.demo" 2>/dev/null; then
+    if [[ ${AUDITOR_DEMO:-1} != 0 ]]; then
       $PY manage.py audit demo setup >"$RUN/demo-setup.log" 2>&1 || fail "demo setup failed; see $RUN/demo-setup.log"
     fi
     if (exec 3<>"/dev/tcp/127.0.0.1/$WEB_PORT") 2>/dev/null && ! pid_alive "$RUN/web.pid"; then

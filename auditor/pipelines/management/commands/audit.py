@@ -6,32 +6,28 @@ run(options, out) -> exit code; this command only dispatches.
 
 from __future__ import annotations
 
-import importlib
+from types import ModuleType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-SUBCOMMANDS = {
-    "apply": "auditor.pipelines.cli",
-    "canary": "auditor.canary.cli",
-    "demo": "auditor.demo.cli",
-    "reconcile": "auditor.reconcile.cli",
-    "stuck": "auditor.stuck.cli",
-    "lint": "auditor.lint.cli",
-    "report": "auditor.reports.cli",
+from auditor.canary import cli as canary_cli
+from auditor.demo import cli as demo_cli
+from auditor.lint import cli as lint_cli
+from auditor.pipelines import cli as apply_cli
+from auditor.reconcile import cli as reconcile_cli
+from auditor.reports import cli as report_cli
+from auditor.stuck import cli as stuck_cli
+
+SUBCOMMANDS: dict[str, ModuleType] = {
+    "apply": apply_cli,
+    "canary": canary_cli,
+    "demo": demo_cli,
+    "reconcile": reconcile_cli,
+    "stuck": stuck_cli,
+    "lint": lint_cli,
+    "report": report_cli,
 }
-
-
-def _available() -> dict[str, Any]:
-    modules = {}
-    for name, path in SUBCOMMANDS.items():
-        try:
-            modules[name] = importlib.import_module(path)
-        except ModuleNotFoundError as exc:
-            if exc.name and path.startswith(exc.name):
-                continue  # that app is not part of this installation
-            raise
-    return modules
 
 
 class Command(BaseCommand):
@@ -39,12 +35,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         subparsers = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
-        for name, module in _available().items():
+        for name, module in SUBCOMMANDS.items():
             sub = subparsers.add_parser(name, help=module.HELP, description=module.HELP)
             module.add_arguments(sub)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        module = _available()[options["subcommand"]]
+        module = SUBCOMMANDS[options["subcommand"]]
         code = module.run(options, self.stdout)
         if code:
             raise CommandError(f"audit {options['subcommand']} exited with status {code}", returncode=code)
