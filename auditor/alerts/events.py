@@ -18,20 +18,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from auditor.lib.durations import parse_duration
+from auditor.vocabulary import FINDING_KINDS, STUCK_VERDICTS
 
-# The same names as spark_jobs/reconcile_transform.FINDING_KINDS (not imported: that module needs PySpark).
-FINDING_KINDS = ("missing", "duplicate", "orphan", "gap", "aborted", "unprocessed", "reprocessed")
-STUCK_VERDICTS = (
-    "never-produced",
-    "produce-failed",
-    "broker-lost",
-    "aborted",
-    "waiting",
-    "skipped",
-    "processed-not-updated",
-    "expired",
-    "unknown",
-)
 LINT_SEVERITIES = ("error", "warning", "info")  # most severe first
 CANARY_KINDS = ("loss", "latency")
 FAMILIES = ("finding", "stuck", "lint", "canary")

@@ -7,11 +7,12 @@ from django import forms
 from auditor.alerts import conf
 from auditor.alerts.config import check_secret, check_url
 from auditor.alerts.destinations import DestinationRefused, check_destination
-from auditor.alerts.events import FINDING_KINDS, LINT_SEVERITIES, STUCK_VERDICTS, EventFilter
+from auditor.alerts.events import LINT_SEVERITIES, EventFilter
 from auditor.alerts.models import Channel
 from auditor.alerts.retry import TransportError
 from auditor.lib.secrets import env_refs
 from auditor.pipelines.models import Binding
+from auditor.vocabulary import FINDING_KINDS, STUCK_VERDICTS
 
 
 def _collect(check: Any, value: Any) -> None:

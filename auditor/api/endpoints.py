@@ -7,6 +7,7 @@ from typing import Any
 from auditor.accounts.roles import ROLES, has_role, highest_role
 from auditor.api.registry import ApiCall, Param, build_openapi, endpoint, paginate, registry
 from auditor.pipelines.models import Binding
+from auditor.vocabulary import GUARANTEES
 
 ME_SCHEMA = {
     "type": "object",
@@ -30,7 +31,7 @@ BINDING_SCHEMA = {
         "record_key": {"type": "string"},
         "created_column": {"type": "string"},
         "grace_seconds": {"type": "integer"},
-        "guarantee": {"type": "string", "enum": ["at-most-once", "at-least-once", "exactly-once"]},
+        "guarantee": {"type": "string", "enum": list(GUARANTEES)},
         "consumer_groups": {"type": "array", "items": {"type": "string"}},
         "schedule_seconds": {"type": "integer"},
         "updated_at": {"type": "string", "format": "date-time"},

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from auditor.vocabulary import GUARANTEES
+
 CLIENTS = ("librdkafka", "java")
 KINDS = ("producer", "consumer", "topic", "broker", "streams")
-GUARANTEES = ("at-most-once", "at-least-once", "exactly-once")
 AT_MOST_ONCE, AT_LEAST_ONCE, EXACTLY_ONCE = GUARANTEES
 
 INT32_MAX = 2_147_483_647

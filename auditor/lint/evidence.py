@@ -1,7 +1,6 @@
 """Which reconciliation findings a lint rule's setting explains, and the other way round.
 
-A finding is named as the Spark job names it (spark_jobs/reconcile_transform.py:
-FINDING_KINDS, and the `cause` column): ("gap", "broker-lost") is an acked record that
+A finding is named by its kind and cause (auditor/vocabulary.py): ("gap", "broker-lost") is an acked record that
 is missing from the topic, ("duplicate", "producer-retry") one send written twice, and
 so on. A cause of None means any finding of that kind. The reconciliation pages use
 `explains` to link a lint result to its findings, and `rules_explaining` to show on a
@@ -11,14 +10,6 @@ finding's page the settings that allow it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-# The Spark job's vocabulary (a test keeps the two in step).
-FINDING_KINDS = ("missing", "duplicate", "orphan", "gap", "aborted", "unprocessed", "reprocessed")
-FINDING_CAUSES: Mapping[str, tuple[str, ...]] = {
-    "duplicate": ("producer-retry", "app-resend", "unknown"),
-    "gap": ("send-failed", "send-unconfirmed", "broker-lost", "never-sent"),
-    "orphan": ("no-key",),
-}
 
 Explained = tuple[tuple[str, str | None], ...]
 

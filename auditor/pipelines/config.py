@@ -19,13 +19,14 @@ from django.db.models import Model, ProtectedError
 from auditor.lib.durations import parse_duration
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
 from auditor.lib.secrets import MissingEnvError, env_refs, resolve_env
-from auditor.pipelines.models import GUARANTEES, Binding, Cluster, SourceDatabase, StuckRule
+from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
+from auditor.vocabulary import GUARANTEES
 
 SECTIONS = ("clusters", "sources", "bindings", "stuck_rules", "webhooks")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 RECORD_KEY_RE = re.compile(r"key|header:[^\s]+|json:\$(\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])+")
 TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
-GUARANTEE_VALUES = [value for value, _ in GUARANTEES]
+GUARANTEE_VALUES = list(GUARANTEES)
 
 
 @dataclass

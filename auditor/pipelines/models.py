@@ -11,12 +11,9 @@ from typing import Any
 from django.db import models
 
 from auditor.lib.secrets import mask_mapping, mask_url, resolve_env
+from auditor.vocabulary import GUARANTEES
 
-GUARANTEES = [
-    ("at-most-once", "at-most-once"),
-    ("at-least-once", "at-least-once"),
-    ("exactly-once", "exactly-once"),
-]
+GUARANTEE_CHOICES = [(g, g) for g in GUARANTEES]
 
 
 class Cluster(models.Model):
@@ -74,7 +71,7 @@ class Binding(models.Model):
     record_key = models.CharField(max_length=300, default="key")
     created_column = models.CharField(max_length=100, blank=True)
     grace_seconds = models.PositiveIntegerField(default=120)
-    guarantee = models.CharField(max_length=20, choices=GUARANTEES, default="at-least-once")
+    guarantee = models.CharField(max_length=20, choices=GUARANTEE_CHOICES, default="at-least-once")
     consumer_groups = models.JSONField(default=list, blank=True)
     schedule_seconds = models.PositiveIntegerField(default=300)
     config_file = models.CharField(

@@ -9,11 +9,11 @@ from django.http import JsonResponse
 from auditor.accounts.acknowledgements import acknowledgement_json
 from auditor.api.acknowledging import ACK_BODY, ACK_SCHEMA, acknowledge_for_api
 from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
-from auditor.lint.evidence import FINDING_KINDS
 from auditor.pipelines.models import Binding
 from auditor.reconcile.models import FINDING_ACK_KIND, Finding, ReconcileRun
 from auditor.reconcile.service import RunInProgress, current_run_ids
 from auditor.reconcile.views import attach_findings_acknowledgements
+from auditor.vocabulary import FINDING_KINDS
 
 RUN_SCHEMA = {
     "type": "object",

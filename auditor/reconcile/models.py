@@ -19,8 +19,8 @@ from django.db import models
 from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 
-from auditor.lint.evidence import FINDING_KINDS
 from auditor.pipelines.models import Binding
+from auditor.vocabulary import FINDING_KINDS
 
 # The job's run count (not a finding kind) of source rows past grace without a record that
 # could not be checked: records that old were deleted from the topic before it read them.

@@ -27,7 +27,6 @@ from django.utils import timezone
 from auditor.accounts.acknowledgements import mutes_in_force
 from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError
-from auditor.lint.evidence import FINDING_CAUSES, FINDING_KINDS
 from auditor.pipelines.models import Binding
 from auditor.reconcile import conf, job
 from auditor.reconcile.models import (
@@ -40,6 +39,7 @@ from auditor.reconcile.models import (
     ReconcileRun,
     finding_acknowledgement_key,
 )
+from auditor.vocabulary import FINDING_CAUSES, FINDING_KINDS
 
 log = logging.getLogger(__name__)
 

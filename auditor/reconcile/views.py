@@ -23,7 +23,7 @@ from auditor.accounts.forms import AcknowledgeForm
 from auditor.accounts.pages import acknowledge_from_post, acknowledge_many_from_post, withdraw_from_post
 from auditor.accounts.roles import OPERATOR, has_role, require_role
 from auditor.lint.catalog import RULES_BY_ID
-from auditor.lint.evidence import FINDING_CAUSES, FINDING_KINDS, rules_explaining
+from auditor.lint.evidence import rules_explaining
 from auditor.lint.models import LintResultRow
 from auditor.lint.service import latest_scan
 from auditor.pipelines.models import Binding
@@ -39,6 +39,7 @@ from auditor.reconcile.models import (
 from auditor.reconcile.service import RunInProgress, current_run_ids
 from auditor.reconcile.timeline import IN_TOPIC, UNKNOWN, Timeline
 from auditor.stuck.models import StuckItem
+from auditor.vocabulary import FINDING_CAUSES, FINDING_KINDS
 
 log = logging.getLogger(__name__)
 

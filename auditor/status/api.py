@@ -6,13 +6,14 @@ from typing import Any
 
 from auditor.api.registry import ApiCall, endpoint
 from auditor.status.overview import BROKEN, KEPT, UNKNOWN, overview_json
+from auditor.vocabulary import GUARANTEES
 
 _COUNTS = {"type": "object", "additionalProperties": {"type": "integer"}}
 PIPELINE_SCHEMA = {
     "type": "object",
     "properties": {
         "binding": {"type": "string"},
-        "guarantee": {"type": "string", "enum": ["at-most-once", "at-least-once", "exactly-once"]},
+        "guarantee": {"type": "string", "enum": list(GUARANTEES)},
         "verdict": {"type": "string", "enum": [KEPT, BROKEN, UNKNOWN]},
         "reasons": {"type": "array", "items": {"type": "string"}, "description": "why, in words"},
         "counts": {**_COUNTS, "description": "breaking findings of the latest successful run, per kind"},

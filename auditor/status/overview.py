@@ -44,7 +44,7 @@ from auditor.reconcile.models import (
     finding_acknowledgement_key,
 )
 from auditor.stuck.counts import open_counts
-from auditor.stuck.verdicts import VERDICTS
+from auditor.vocabulary import STUCK_VERDICTS
 
 KEPT, BROKEN, UNKNOWN = "kept", "broken", "unknown"
 # Findings that break a delivery promise. An orphan (a record whose key the table lacks)
@@ -231,7 +231,7 @@ def _stuck_counts() -> dict[int, dict[str, int]]:
         if rule_id in binding_of:
             per_binding = stuck[binding_of[rule_id]]
             per_binding[verdict] = per_binding.get(verdict, 0) + n
-    order = {v: i for i, v in enumerate(VERDICTS)}
+    order = {v: i for i, v in enumerate(STUCK_VERDICTS)}
     return {b: dict(sorted(v.items(), key=lambda kv: order.get(kv[0], 99))) for b, v in stuck.items()}
 
 

@@ -8,8 +8,8 @@ from auditor.api.acknowledging import ACK_BODY, ACK_SCHEMA, acknowledge_for_api
 from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import STUCK_ITEM_ACK_KIND, DiagnosisRun, StuckItem
-from auditor.stuck.verdicts import VERDICTS
 from auditor.stuck.views import attach_items_acknowledgements, item_json
+from auditor.vocabulary import STUCK_VERDICTS
 
 ITEM_SCHEMA = {
     "type": "object",
@@ -20,7 +20,7 @@ ITEM_SCHEMA = {
         "status": {"type": "string"},
         "age_seconds": {"type": "number"},
         "since": {"type": ["string", "null"], "format": "date-time"},
-        "verdict": {"type": "string", "enum": list(VERDICTS)},
+        "verdict": {"type": "string", "enum": list(STUCK_VERDICTS)},
         "reason": {"type": "string"},
         "evidence": {"type": "object"},
         "first_seen": {"type": "string", "format": "date-time"},
@@ -53,7 +53,7 @@ _RULE = Param("rule", description="stuck rule name", max_length=100)
     tag="stuck",
     query=[
         _RULE,
-        Param("verdict", description="verdict", enum=VERDICTS),
+        Param("verdict", description="verdict", enum=STUCK_VERDICTS),
         Param("state", description="open (default) or resolved", enum=("open", "resolved"), default="open"),
     ],
     item=ITEM_SCHEMA,

@@ -23,7 +23,7 @@ from auditor.stuck.service import (
     run_diagnosis,
 )
 from auditor.stuck.source import DEFAULT_MAX_ITEMS, SourceError
-from auditor.stuck.verdicts import VERDICTS
+from auditor.vocabulary import STUCK_VERDICTS
 
 HELP = "diagnose the items stuck in a status (e.g. NEW tickets): where did each one's delivery break?"
 
@@ -124,7 +124,7 @@ def _write(report: dict[str, Any], options: dict[str, Any], out: TextIO) -> int:
     counts = report["counts"]
     total = sum(counts.values())
     out.write(f"stuck rule {report['rule']} (binding {report['binding']}): {total} stuck item(s)\n")
-    shown = [f"{v} {counts[v]}" for v in VERDICTS if counts.get(v)]
+    shown = [f"{v} {counts[v]}" for v in STUCK_VERDICTS if counts.get(v)]
     if shown:
         out.write("  " + " · ".join(shown) + "\n")
     if report["items"]:

@@ -15,9 +15,9 @@ from django.db import models
 from django.db.models import Q
 
 from auditor.pipelines.models import StuckRule
-from auditor.stuck.verdicts import VERDICTS
+from auditor.vocabulary import STUCK_VERDICTS
 
-VERDICT_CHOICES = [(v, v) for v in VERDICTS]
+VERDICT_CHOICES = [(v, v) for v in STUCK_VERDICTS]
 STUCK_ITEM_ACK_KIND = "stuck-item"
 
 
@@ -74,7 +74,7 @@ class DiagnosisRun(models.Model):
             "duration_s": self.duration_s,
             "engine": self.engine,
             "total": self.total,
-            "counts": {v: int(self.counts.get(v, 0)) for v in VERDICTS},
+            "counts": {v: int(self.counts.get(v, 0)) for v in STUCK_VERDICTS},
             "became_stuck": self.became_stuck,
             "got_unstuck": self.got_unstuck,
             "truncated": self.truncated,

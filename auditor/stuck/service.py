@@ -35,7 +35,8 @@ from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locat
 from auditor.stuck.models import STUCK_ITEM_ACK_KIND, DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.risks import cluster_risks
 from auditor.stuck.source import DEFAULT_MAX_ITEMS, SourceError, StuckQuery, select_stuck_rows, still_stuck
-from auditor.stuck.verdicts import VERDICTS, diagnose
+from auditor.stuck.verdicts import diagnose
+from auditor.vocabulary import STUCK_VERDICTS
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class DiagnosisResult:
     timings: dict[str, float] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
-        counts = dict.fromkeys(VERDICTS, 0)
+        counts = dict.fromkeys(STUCK_VERDICTS, 0)
         for item in self.items:
             counts[item.diagnosis.verdict] += 1
         return counts

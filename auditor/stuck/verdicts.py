@@ -54,17 +54,6 @@ from auditor.stuck.evidence import (
     ms_to_iso,
 )
 
-VERDICTS = (
-    "never-produced",
-    "produce-failed",
-    "broker-lost",
-    "aborted",
-    "waiting",
-    "skipped",
-    "processed-not-updated",
-    "expired",
-    "unknown",
-)
 # Producer clocks drift: a record counts as "certainly still in the log" only this long
 # after the oldest remaining record.
 COMPLETENESS_SLACK_MS = 60_000

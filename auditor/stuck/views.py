@@ -26,7 +26,7 @@ from auditor.pipelines.models import StuckRule
 from auditor.stuck.counts import open_counts
 from auditor.stuck.formatting import format_age, format_moment
 from auditor.stuck.models import STUCK_ITEM_ACK_KIND, DiagnosisRun, StuckItem, VerdictCount
-from auditor.stuck.verdicts import VERDICTS
+from auditor.vocabulary import STUCK_VERDICTS
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +47,9 @@ VERDICT_HELP = {
     "expired": "deleted by retention before it was consumed",
     "unknown": "the auditor could not tell (see why)",
 }
-VERDICT_TONE = {verdict: "bad" for verdict in VERDICTS} | {"waiting": "warn", "unknown": "muted"}
+VERDICT_TONE = {verdict: "bad" for verdict in STUCK_VERDICTS} | {"waiting": "warn", "unknown": "muted"}
 # Cards and items: where delivery broke first, then what may still resolve itself.
-DISPLAY_ORDER = (*(v for v in VERDICTS if VERDICT_TONE[v] == "bad"), "waiting", "unknown")
+DISPLAY_ORDER = (*(v for v in STUCK_VERDICTS if VERDICT_TONE[v] == "bad"), "waiting", "unknown")
 
 
 def _filters(request: HttpRequest, rules: list[StuckRule]) -> dict[str, str]:
@@ -61,7 +61,7 @@ def _filters_from(query: QueryDict, rules: list[StuckRule]) -> dict[str, str]:
     verdict = query.get("verdict", "")
     return {
         "rule": rule if rule in {r.name for r in rules} else "",
-        "verdict": verdict if verdict in VERDICTS else "",
+        "verdict": verdict if verdict in STUCK_VERDICTS else "",
     }
 
 
@@ -120,7 +120,7 @@ def page_data(filters: dict[str, str], page: int = 1) -> dict[str, Any]:
         scope = scope.filter(rule__name=filters["rule"])
         runs = runs.filter(rule__name=filters["rule"])
         points = points.filter(rule__name=filters["rule"])
-    counts = dict.fromkeys(VERDICTS, 0)
+    counts = dict.fromkeys(STUCK_VERDICTS, 0)
     rule_ids = {r.pk for r in StuckRule.objects.filter(name=filters["rule"])} if filters["rule"] else None
     for (rule_id, verdict), n in open_counts().items():
         if rule_ids is None or rule_id in rule_ids:

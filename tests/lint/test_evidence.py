@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
 import pytest
 
 from auditor.lint.catalog import RULES
-from auditor.lint.evidence import EXPLAINS, FINDING_CAUSES, FINDING_KINDS, explains, rules_explaining
+from auditor.lint.evidence import EXPLAINS, explains, rules_explaining
 from auditor.lint.models import LintResultRow
-
-SPARK_TRANSFORM = Path(__file__).resolve().parents[2] / "spark_jobs" / "reconcile_transform.py"
+from auditor.vocabulary import FINDING_CAUSES, FINDING_KINDS
 
 
 def test_it_maps_every_rule_and_only_known_findings() -> None:
@@ -20,21 +16,6 @@ def test_it_maps_every_rule_and_only_known_findings() -> None:
         for kind, cause in pairs:
             assert kind in FINDING_KINDS
             assert cause is None or cause in FINDING_CAUSES[kind]
-
-
-def test_it_uses_the_reconciliation_jobs_vocabulary() -> None:
-    source = SPARK_TRANSFORM.read_text()
-    assigned = {
-        target.id: node.value
-        for node in ast.parse(source).body
-        if isinstance(node, ast.Assign)
-        for target in node.targets
-        if isinstance(target, ast.Name)
-    }
-    assert ast.literal_eval(assigned["FINDING_KINDS"]) == FINDING_KINDS
-    for causes in FINDING_CAUSES.values():
-        for cause in causes:
-            assert f'"{cause}"' in source
 
 
 def test_it_links_settings_to_the_findings_they_cause() -> None:

@@ -208,6 +208,20 @@ def test_it_opens_and_resolves_problems_per_binding_kind_and_cause(binding) -> N
     assert Alert.objects.get(fingerprint="finding:tickets:duplicate:app-resend").state == Alert.OPEN
 
 
+def test_it_resolves_the_problem_of_records_the_broker_lost_once_no_run_reports_them(binding) -> None:
+    channel = Channel.objects.create(
+        name="ops", url="http://127.0.0.1:9/hook", secret="${X}", events={"finding_kinds": ["missing"]}
+    )
+    run = running(binding)
+    staged(run, {"kind": "missing", "key": "4", "cause": "broker-lost"})
+    finish_run(run, ok_result(missing=1))
+    assert Alert.objects.get(channel=channel).fingerprint == "finding:tickets:missing:broker-lost"
+
+    finish_run(running(binding), ok_result())
+
+    assert Alert.objects.get(channel=channel).state == Alert.RESOLVED
+
+
 def test_it_keeps_the_findings_of_the_latest_runs_only(binding, settings) -> None:
     settings.RECONCILE_KEEP_FINDING_RUNS = 2
     runs = []

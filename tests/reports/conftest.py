@@ -18,7 +18,7 @@ from auditor.lint.models import LintResultRow, LintScan
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.stuck.models import DiagnosisRun, StuckItem
-from auditor.stuck.verdicts import VERDICTS
+from auditor.vocabulary import STUCK_VERDICTS
 from tests.accounts.fixtures import client_as, role_users
 
 __all__ = ["client_as", "role_users"]
@@ -60,7 +60,7 @@ def diagnosis(
         status=status,
         started_at=at(hours),
         finished_at=at(hours) + timedelta(seconds=30),
-        counts=dict.fromkeys(VERDICTS, 0) | (counts or {}),
+        counts=dict.fromkeys(STUCK_VERDICTS, 0) | (counts or {}),
         **f,
     )
 

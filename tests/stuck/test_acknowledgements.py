@@ -15,7 +15,7 @@ from auditor.alerts.models import Alert, Channel
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import StuckItem
 from auditor.stuck.service import record_diagnosis, start_run
-from auditor.stuck.verdicts import VERDICTS
+from auditor.vocabulary import STUCK_VERDICTS
 
 from .conftest import fake_result
 
@@ -207,7 +207,10 @@ def test_it_describes_the_item_endpoints_in_openapi(bearer) -> None:
 
 def test_it_leaves_muted_items_out_of_the_alerts(plain_rule, items, role_users) -> None:
     Channel.objects.create(
-        name="oncall", url="https://hooks.example.invalid/x", secret="${X}", events={"stuck_verdicts": list(VERDICTS)}
+        name="oncall",
+        url="https://hooks.example.invalid/x",
+        secret="${X}",
+        events={"stuck_verdicts": list(STUCK_VERDICTS)},
     )
     operator = role_users["operator"]
     acknowledge(operator, "stuck-item", str(items["A"].pk), action="mute", reason="retrying")

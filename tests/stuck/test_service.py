@@ -12,7 +12,7 @@ from auditor.alerts.models import Alert, Channel
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.service import DiagnosisBusy, diagnosis_lock, record_diagnosis, run_diagnosis, start_run
-from auditor.stuck.verdicts import VERDICTS
+from auditor.vocabulary import STUCK_VERDICTS
 
 from .conftest import fake_result
 
@@ -36,9 +36,9 @@ def test_it_tracks_items_across_runs(plain_rule: StuckRule) -> None:
     assert b_after.verdict_since > b_before.verdict_since and b_after.last_run == second
     resolved = StuckItem.objects.get(rule=plain_rule, key="A")
     assert resolved.resolved_at is not None and resolved.last_run == second
-    assert second.counts == dict.fromkeys(VERDICTS, 0) | {"processed-not-updated": 1, "never-produced": 1}
+    assert second.counts == dict.fromkeys(STUCK_VERDICTS, 0) | {"processed-not-updated": 1, "never-produced": 1}
     points = VerdictCount.objects.filter(run=second)
-    assert points.count() == len(VERDICTS) and points.get(verdict="never-produced").count == 1
+    assert points.count() == len(STUCK_VERDICTS) and points.get(verdict="never-produced").count == 1
 
     # A key that gets stuck again opens a new item; the old one stays resolved.
     record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "waiting"}))
@@ -69,7 +69,10 @@ def test_it_publishes_the_run_only_after_commit(
 
 def test_it_raises_and_resolves_one_problem_per_verdict(plain_rule: StuckRule) -> None:
     Channel.objects.create(
-        name="oncall", url="https://hooks.example.invalid/x", secret="${X}", events={"stuck_verdicts": list(VERDICTS)}
+        name="oncall",
+        url="https://hooks.example.invalid/x",
+        secret="${X}",
+        events={"stuck_verdicts": list(STUCK_VERDICTS)},
     )
     record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "skipped", "B": "skipped"}))
     alert = Alert.objects.get(fingerprint=f"stuck:{plain_rule.name}:skipped")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from auditor.alerts.events import STUCK_VERDICTS
 from auditor.stuck.evidence import (
     ClusterView,
     GroupState,
@@ -16,7 +15,7 @@ from auditor.stuck.evidence import (
     ProcessedMark,
     StuckRow,
 )
-from auditor.stuck.verdicts import VERDICTS, diagnose
+from auditor.stuck.verdicts import diagnose
 
 NOW_MS = 1_800_000_000_000
 CREATED = datetime.fromtimestamp((NOW_MS - 3600_000) / 1000, UTC)  # an hour ago
@@ -47,10 +46,6 @@ def view(
 
 def acked(offset: int, partition: int = 0) -> LedgerEntry:
     return LedgerEntry("TCK-7", "s1", 7, "acked", partition, offset, None, "persisted", NOW_MS - 3500_000)
-
-
-def test_the_verdicts_match_the_alert_kinds() -> None:
-    assert VERDICTS == STUCK_VERDICTS
 
 
 def test_it_says_broker_lost_when_an_acked_offset_is_still_covered_but_the_key_is_gone() -> None:

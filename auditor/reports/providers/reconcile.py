@@ -17,11 +17,11 @@ from typing import Any
 
 from django.db.models import Count
 
-from auditor.lint.evidence import FINDING_KINDS
 from auditor.pipelines.models import Binding
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.reports import charts, conf
 from auditor.reports.sections import SectionResult, Table, shown_time
+from auditor.vocabulary import FINDING_KINDS
 
 
 def _latest_ok(runs: list[ReconcileRun]) -> ReconcileRun | None:

@@ -19,7 +19,7 @@ from auditor.pipelines.models import Binding, StuckRule
 from auditor.reports import charts, conf
 from auditor.reports.sections import SectionResult, Table
 from auditor.stuck.models import DiagnosisRun, StuckItem
-from auditor.stuck.verdicts import VERDICTS
+from auditor.vocabulary import STUCK_VERDICTS
 
 
 def _items_stuck_at(
@@ -63,7 +63,7 @@ def stuck_section(bindings: Sequence[Binding], start: datetime, end: datetime) -
             "rules": [],
             "diagnoses": 0,
             "failed": 0,
-            "verdicts": dict.fromkeys(VERDICTS, 0),
+            "verdicts": dict.fromkeys(STUCK_VERDICTS, 0),
             "stuck_at_end": 0,
             "became_stuck": 0,
             "got_unstuck": 0,
@@ -81,7 +81,7 @@ def stuck_section(bindings: Sequence[Binding], start: datetime, end: datetime) -
         entry["got_unstuck"] += sum(r.got_unstuck for r in ok)
         if ok:
             latest = max(ok, key=lambda r: (r.finished_at or r.started_at, r.pk))
-            for verdict in VERDICTS:
+            for verdict in STUCK_VERDICTS:
                 entry["verdicts"][verdict] += int((latest.counts or {}).get(verdict, 0))
     totals = {"diagnoses": 0, "failed_diagnoses": 0, "stuck": 0, "became_stuck": 0, "got_unstuck": 0}
     for entry in per_binding.values():
@@ -120,8 +120,8 @@ def stuck_section(bindings: Sequence[Binding], start: datetime, end: datetime) -
     figure = charts.bars(
         "Stuck items per verdict",
         "items",
-        VERDICTS,
-        {name: [e["verdicts"][v] for v in VERDICTS] for name, e in with_items.items()},
+        STUCK_VERDICTS,
+        {name: [e["verdicts"][v] for v in STUCK_VERDICTS] for name, e in with_items.items()},
     )
     return {
         "summary": {"bindings": per_binding, "totals": totals},
