@@ -8,9 +8,10 @@ from typing import Any
 from django.http import JsonResponse
 
 from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
-from auditor.lint.defaults import GUARANTEES, KINDS
+from auditor.lint.defaults import KINDS
 from auditor.lint.models import SEVERITIES, LintResultRow, LintScan
 from auditor.lint.service import latest_scan
+from auditor.vocabulary import GUARANTEES
 
 log = logging.getLogger(__name__)
 

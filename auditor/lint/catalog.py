@@ -7,9 +7,10 @@ import io
 from typing import Any
 
 from auditor.lint import rules_cluster, rules_consumer, rules_producer, rules_streams
-from auditor.lint.defaults import CLIENTS, GUARANTEES
+from auditor.lint.defaults import CLIENTS
 from auditor.lint.evidence import explains
 from auditor.lint.model import Rule
+from auditor.vocabulary import GUARANTEES
 
 RULES: tuple[Rule, ...] = rules_producer.RULES + rules_consumer.RULES + rules_cluster.RULES + rules_streams.RULES
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}

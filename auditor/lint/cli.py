@@ -14,13 +14,14 @@ from typing import Any, TextIO
 
 from django.utils import timezone
 
-from auditor.lint.defaults import CLIENTS, GUARANTEES, KINDS
+from auditor.lint.defaults import CLIENTS, KINDS
 from auditor.lint.engine import exit_code
 from auditor.lint.errors import LintInputError
 from auditor.lint.evidence import explains
 from auditor.lint.models import LintScan
 from auditor.lint.parsers import FORMATS, guess_format
 from auditor.lint.service import DEFAULT_GUARANTEE, ScanResult, lint_pasted, scan_all
+from auditor.vocabulary import GUARANTEES
 
 HELP = (
     "lint client, topic and broker configs against the declared delivery guarantee; "

@@ -20,6 +20,7 @@ from auditor.lint.errors import LintInputError
 from auditor.lint.masking import MASK, is_secret_key, mask_text, mask_value
 from auditor.lint.model import Finding, LintContext, LintResult, Rule, Setting, Subject
 from auditor.lint.parsers import as_config, parse_text
+from auditor.vocabulary import GUARANTEES
 
 __all__ = [
     "LintContext",
@@ -81,7 +82,7 @@ def lint(
     """
     client = _choice("client", client, d.CLIENTS)
     kind = _choice("kind", kind, d.KINDS)
-    guarantee = _choice("guarantee", guarantee, d.GUARANTEES)
+    guarantee = _choice("guarantee", guarantee, GUARANTEES)
     context = context or LintContext()
     parsed = as_config(config, source=getattr(config, "source", "config"))
     java_version = _java_version(context) if client == "java" or kind == "streams" else d.DEFAULT_JAVA_VERSION

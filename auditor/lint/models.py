@@ -14,9 +14,10 @@ from django.db import models
 from django.db.models import Case, IntegerField, Value, When
 
 from auditor.lint.catalog import RULES_BY_ID
-from auditor.lint.defaults import GUARANTEES, KINDS
+from auditor.lint.defaults import KINDS
 from auditor.lint.evidence import Explained, describe, explains
 from auditor.lint.model import SEVERITY_ORDER
+from auditor.vocabulary import GUARANTEES
 
 if TYPE_CHECKING:
     from auditor.lint.links import FindingLink

@@ -6,8 +6,9 @@ from collections.abc import Iterator
 
 from auditor.lint import defaults as d
 from auditor.lint.model import REFUSES_TO_START, Check, Finding, Rule, Severity, Subject
+from auditor.vocabulary import GUARANTEES
 
-ALL = frozenset(d.GUARANTEES)
+ALL = frozenset(GUARANTEES)
 NOT_LOST = frozenset({d.AT_LEAST_ONCE, d.EXACTLY_ONCE})
 EOS = frozenset({d.EXACTLY_ONCE})
 REMOVED_GUARANTEES = ("exactly_once", "exactly_once_beta")

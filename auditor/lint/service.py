@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from auditor.lib.live import publish
 from auditor.lint.alerting import alert_on_scan_safely
-from auditor.lint.defaults import AT_LEAST_ONCE, GUARANTEES
+from auditor.lint.defaults import AT_LEAST_ONCE
 from auditor.lint.engine import lint, lint_text
 from auditor.lint.errors import LintInputError
 from auditor.lint.live import lint_live_cluster
@@ -40,6 +40,7 @@ from auditor.lint.parsers import guess_format
 from auditor.pipelines.models import Cluster
 from auditor.probes.codec import ClientRecord
 from auditor.probes.topics import CLIENTS_TOPIC
+from auditor.vocabulary import GUARANTEES
 
 log = logging.getLogger(__name__)
 

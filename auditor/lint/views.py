@@ -16,13 +16,14 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from auditor.accounts.roles import OPERATOR, require_role
 from auditor.lint.catalog import RULES, catalog_as_csv, catalog_as_dicts
-from auditor.lint.defaults import CLIENTS, GUARANTEES, KINDS
+from auditor.lint.defaults import CLIENTS, KINDS
 from auditor.lint.errors import LintInputError
 from auditor.lint.evidence import describe, explains
 from auditor.lint.links import BindingIndex, finding_links
 from auditor.lint.models import SEVERITIES, LintResultRow, LintScan
 from auditor.lint.parsers import FORMATS
 from auditor.lint.service import DEFAULT_GUARANTEE, latest_scan, lint_pasted, store_pasted
+from auditor.vocabulary import GUARANTEES
 
 log = logging.getLogger(__name__)
 

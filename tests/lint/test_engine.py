@@ -8,8 +8,9 @@ import json
 import re
 
 from auditor.lint.catalog import RULES, catalog_as_csv, catalog_as_dicts
-from auditor.lint.defaults import GUARANTEES, KINDS
+from auditor.lint.defaults import KINDS
 from auditor.lint.engine import exit_code, lint, results_to_json
+from auditor.vocabulary import GUARANTEES
 
 RESULT_KEYS = {
     "rule",
