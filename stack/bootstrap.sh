@@ -47,11 +47,11 @@ if [[ ! -x .venv/bin/pip ]]; then
   rm -rf .venv
   "$PY" -m venv .venv || { rm -rf .venv; die "python3 -m venv failed (install python3-venv)"; }
 fi
-req_hash=$(sha256sum requirements.txt | cut -c1-16)
+req_hash=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)
 if [[ "$(cat .venv/.requirements-hash 2>/dev/null)" != "$req_hash" ]]; then
-  say "installing Python packages (requirements.txt)"
+  say "installing Python packages (requirements-dev.txt: the runtime's and the tools')"
   .venv/bin/pip install -q --upgrade pip >"$CACHE/pip.log" 2>&1 || true
-  .venv/bin/pip install -q -r requirements.txt >>"$CACHE/pip.log" 2>&1 || die "pip install failed, see $CACHE/pip.log"
+  .venv/bin/pip install -q -r requirements-dev.txt >>"$CACHE/pip.log" 2>&1 || die "pip install failed, see $CACHE/pip.log"
   echo "$req_hash" > .venv/.requirements-hash
 fi
 
