@@ -19,7 +19,8 @@ from auditor.accounts.pages import acknowledge_from_post, withdraw_from_post
 from auditor.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require_role
 from auditor.alerts.forms import ChannelForm
 from auditor.alerts.models import Alert, Channel, Delivery
-from auditor.alerts.service import PROBLEM_ACK_KIND, send_test
+from auditor.alerts.outbox import send_test
+from auditor.alerts.problems import PROBLEM_ACK_KIND
 
 DELIVERY_LOG_SIZE = 50
 

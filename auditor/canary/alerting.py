@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from django.conf import settings
 
-from auditor.alerts.service import MAX_FINGERPRINT, raise_problem, resolve_problem
+from auditor.alerts.problems import MAX_FINGERPRINT, raise_problem, resolve_problem
 from auditor.canary.models import CanaryPoint
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from django.conf import settings
 
-from auditor.canary.service import DEFAULT_TOPIC, CanaryOptions, CanaryResult, CanaryService
+from auditor.canary.runner import DEFAULT_TOPIC, CanaryOptions, CanaryResult, CanaryService
 from auditor.canary.topic import CanaryError
 
 HELP = "produce to and consume from every partition of a canary topic; measure loss, duplicates and latency"

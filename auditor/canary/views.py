@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from auditor.canary.models import CanaryPoint
-from auditor.canary.service import DEFAULT_TOPIC
+from auditor.canary.runner import DEFAULT_TOPIC
 
 DEFAULT_WINDOW_MINUTES = 60
 MAX_WINDOW_MINUTES = 24 * 60

@@ -21,7 +21,7 @@ from confluent_kafka import KafkaException
 from auditor.demo.consumer import CRASH_EXIT_CODE, ConsumeResult
 from auditor.demo.options import DeliveryMode, DemoOptionError, Faults, parse_faults
 from auditor.demo.producer import TicketProducer
-from auditor.demo.service import ConsumerSpec, DemoService, DemoSettings, install_stop_handlers, setup_demo
+from auditor.demo.runner import ConsumerSpec, DemoService, DemoSettings, install_stop_handlers, setup_demo
 from auditor.demo.store import ApplyOutcome
 from auditor.lib.identifiers import IdentifierError, validate_table_name
 

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Iterable
 
 from auditor.alerts.models import Alert
-from auditor.alerts.service import MAX_FINGERPRINT, raise_problem, resolve_problem
+from auditor.alerts.problems import MAX_FINGERPRINT, raise_problem, resolve_problem
 from auditor.lint.models import LintResultRow, LintScan
 from auditor.pipelines.models import Binding
 

@@ -21,25 +21,22 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Max, QuerySet
 from django.utils import timezone
 
-from auditor.accounts.acknowledgements import mutes_in_force
 from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError
 from auditor.pipelines.models import Binding
 from auditor.reconcile import conf, job
+from auditor.reconcile.alerting import sync_problems
 from auditor.reconcile.models import (
-    FINDING_ACK_KIND,
-    FINDING_IDENTITY,
     HEADER_COUNTS,
     UNVERIFIABLE,
     Finding,
     FindingStaging,
     ReconcileRun,
-    finding_acknowledgement_key,
 )
-from auditor.vocabulary import FINDING_CAUSES, FINDING_KINDS
+from auditor.vocabulary import FINDING_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -238,69 +235,6 @@ def fail_run(run: ReconcileRun, error: str, result: dict[str, Any] | None = None
 
 
 # --- after a run -----------------------------------------------------------------------------
-
-
-def problem_fingerprint(binding: Binding, kind: str, cause: str | None) -> str:
-    return f"finding:{binding.name}:{kind}" + (f":{cause}" if cause else "")
-
-
-def muted_finding_counts(run: ReconcileRun) -> dict[tuple[str, str | None], tuple[int, int]]:
-    """(muted, muted and new) findings of the run per (kind, cause), from the mutes in force."""
-    mutes = mutes_in_force(FINDING_ACK_KIND, key_prefix=f"{run.binding_id}:")
-    counts: dict[tuple[str, str | None], tuple[int, int]] = {}
-    if not mutes:
-        return counts  # the usual case: no finding of this binding is muted, nothing to read
-    rows = Finding.objects.filter(run=run).values_list(*FINDING_IDENTITY, "is_new")
-    for *identity, is_new in rows.iterator(chunk_size=5000):
-        if finding_acknowledgement_key(run.binding_id, identity) in mutes:
-            kind, cause = identity[0], identity[2]
-            muted, muted_new = counts.get((kind, cause), (0, 0))
-            counts[(kind, cause)] = (muted + 1, muted_new + int(is_new))
-    return counts
-
-
-def sync_problems(run: ReconcileRun) -> None:
-    """Open (or fold into) one problem per binding, kind and cause found; resolve the others.
-
-    Only a successful run speaks for its binding: a failed one leaves problems as they are.
-    Muted findings do not count: a kind and cause whose findings are all muted raises
-    nothing, and resolves nothing either (the findings are still there).
-    """
-    from auditor.alerts.service import raise_problem, resolve_problem
-
-    binding = run.binding
-    found = {
-        (row["kind"], row["cause"]): (row["n"], row["new"])
-        for row in Finding.objects.filter(run=run)
-        .values("kind", "cause")
-        .annotate(n=Count("id"), new=Count("id", filter=Q(is_new=True)))
-    }
-    known = {(kind, None) for kind in FINDING_KINDS} | {
-        (kind, cause) for kind, causes in FINDING_CAUSES.items() for cause in causes
-    }
-    try:
-        muted = muted_finding_counts(run)
-        for kind, cause in sorted(known | set(found), key=lambda kc: (kc[0], kc[1] or "")):
-            fingerprint = problem_fingerprint(binding, kind, cause)
-            if (kind, cause) not in found:
-                resolve_problem(fingerprint)
-                continue
-            all_count, all_new = found[(kind, cause)]
-            muted_count, muted_new = muted.get((kind, cause), (0, 0))
-            count, new = all_count - muted_count, all_new - muted_new
-            if not count:
-                continue
-            label = f"{kind} ({cause})" if cause else kind
-            also_muted = f", {muted_count} more muted" if muted_count else ""
-            raise_problem(
-                f"finding:{kind}",
-                fingerprint,
-                binding,
-                f"{count} {label} finding(s) on binding {binding.name} (run #{run.pk}{also_muted})",
-                {"count": count, "new": new, "kind": kind, "cause": cause, "run_id": run.pk, "muted": muted_count},
-            )
-    except Exception:  # alerting trouble must not undo a published run
-        log.exception("could not update the alerts of reconcile run %s", run.pk)
 
 
 def prune_findings(binding: Binding) -> int:

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from auditor.alerts.formats import Message
 from auditor.alerts.models import Channel, Delivery
-from auditor.alerts.service import send_notice
+from auditor.alerts.outbox import schedule, send_notice
 from auditor.reports import conf
 from auditor.reports.links import report_links
 from auditor.reports.models import Report
@@ -61,11 +61,9 @@ def notice_details(report: Report) -> dict[str, Any]:
 def _notify_chosen(channels: list[Channel], summary: str, details: dict[str, Any]) -> list[Delivery]:
     # The alerts app's own scheduling (rate limit, delivery log, queued after commit);
     # send_notice offers no way to name channels.
-    from auditor.alerts.service import _schedule
-
     with transaction.atomic():
         return [
-            _schedule(
+            schedule(
                 channel,
                 Delivery.NOTICE,
                 Message(

@@ -23,16 +23,16 @@ from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
-from auditor.accounts.acknowledgements import mutes_in_force
 from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError
 from auditor.pipelines.models import StuckRule
 from auditor.probes.topics import CONSUMER_LEDGER_TOPIC, PRODUCER_LEDGER_TOPIC
 from auditor.reconcile.memory import IndexedTopic, indexed_records, recall
+from auditor.stuck.alerting import muted_keys, update_problems
 from auditor.stuck.evidence import ClusterView, Diagnosis, StuckRow
 from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
-from auditor.stuck.models import STUCK_ITEM_ACK_KIND, DiagnosisRun, StuckItem, VerdictCount
+from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.risks import cluster_risks
 from auditor.stuck.source import DEFAULT_MAX_ITEMS, SourceError, StuckQuery, select_stuck_rows, still_stuck
 from auditor.stuck.verdicts import diagnose
@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 
 LOCK_SECONDS = 3600
 LIVE_CHANGES_LISTED = 50  # became-stuck / got-unstuck items named in one live event
-ALERT_SAMPLE = 10
 WRITE_BATCH = 2000
 
 
@@ -390,7 +389,7 @@ def record_diagnosis(run: DiagnosisRun, result: DiagnosisResult) -> DiagnosisRun
                 "got_unstuck": [_brief(i) for i in resolved[:LIVE_CHANGES_LISTED]],
             },
         )
-        _update_problems(rule, result, counts, muted_keys([*created, *updated]))
+        update_problems(rule, result, counts, muted_keys([*created, *updated]))
         prune_history(rule, now)
     return run
 
@@ -403,45 +402,6 @@ def prune_history(rule: StuckRule, now: datetime) -> None:
     cutoff = now - timedelta(days=days)
     DiagnosisRun.objects.filter(rule=rule, started_at__lt=cutoff).delete()
     StuckItem.objects.filter(rule=rule, resolved_at__lt=cutoff).delete()
-
-
-def muted_keys(items: list[StuckItem]) -> set[str]:
-    """Keys of the items an operator muted (mutes in force), to leave out of alerts."""
-    mutes = mutes_in_force(STUCK_ITEM_ACK_KIND)
-    return {item.key for item in items if item.acknowledgement_key in mutes} if mutes else set()
-
-
-def _update_problems(rule: StuckRule, result: DiagnosisResult, counts: dict[str, int], muted: set[str]) -> None:
-    """One alert problem per (rule, verdict): raised while items have it, resolved when none do.
-
-    A degraded run (something unreadable) resolves nothing: its items went to unknown
-    because the auditor could not see, not because they recovered. Muted items do not
-    count: a verdict whose items are all muted raises nothing and resolves nothing.
-    """
-    from auditor.alerts.service import raise_problem, resolve_problem
-
-    for verdict, count in counts.items():
-        fingerprint = f"stuck:{rule.name}:{verdict}"
-        if count:
-            keys = [v.row.key for v in result.items if v.diagnosis.verdict == verdict and v.row.key not in muted]
-            if not keys:
-                continue
-            also_muted = f" ({count - len(keys)} more muted)" if count > len(keys) else ""
-            raise_problem(
-                f"stuck:{verdict}",
-                fingerprint,
-                rule.binding,
-                f"{len(keys)} item(s) of stuck rule {rule.name} are {verdict}{also_muted}",
-                {
-                    "rule": rule.name,
-                    "verdict": verdict,
-                    "count": len(keys),
-                    "keys": keys[:ALERT_SAMPLE],
-                    "muted": count - len(keys),
-                },
-            )
-        elif not result.degraded:
-            resolve_problem(fingerprint)
 
 
 def fail_run(run: DiagnosisRun, error: str) -> DiagnosisRun:

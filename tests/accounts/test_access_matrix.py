@@ -44,7 +44,7 @@ from pytest_django import DjangoDbBlocker
 from auditor.accounts.acknowledgements import acknowledge
 from auditor.accounts.roles import ADMIN, OPERATOR, ROLES, VIEWER, grant_role
 from auditor.alerts.models import Alert, Channel
-from auditor.alerts.service import PROBLEM_ACK_KIND
+from auditor.alerts.problems import PROBLEM_ACK_KIND
 from auditor.api.dispatch import discover
 from auditor.api.models import ApiToken
 from auditor.api.registry import registry

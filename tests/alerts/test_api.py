@@ -7,7 +7,7 @@ from django.test import Client
 
 from auditor.accounts.models import Acknowledgement
 from auditor.alerts.models import Alert
-from auditor.alerts.service import raise_problem, resolve_problem
+from auditor.alerts.problems import raise_problem, resolve_problem
 from auditor.api.tokens import create_token
 
 pytestmark = pytest.mark.django_db

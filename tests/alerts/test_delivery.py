@@ -8,8 +8,11 @@ import pytest
 from django.utils import timezone
 
 from auditor.accounts.acknowledgements import acknowledge, withdraw
+from auditor.alerts.delivery import deliver
 from auditor.alerts.models import Alert, Channel, Delivery
-from auditor.alerts.service import deliver, raise_problem, requeue_stale_deliveries, resolve_problem, send_test
+from auditor.alerts.outbox import send_test
+from auditor.alerts.problems import raise_problem, resolve_problem
+from auditor.alerts.tasks import requeue_stale_deliveries
 from tests.alerts.conftest import SECRET_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]

@@ -6,7 +6,7 @@ import pytest
 
 from auditor.alerts.events import EventFilter, parse_event_filter
 from auditor.alerts.models import Alert
-from auditor.alerts.service import raise_problem
+from auditor.alerts.problems import raise_problem
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase
 
 pytestmark = pytest.mark.django_db

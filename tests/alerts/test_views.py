@@ -6,7 +6,7 @@ import pytest
 
 from auditor.accounts.models import Acknowledgement
 from auditor.alerts.models import Alert, Channel, Delivery
-from auditor.alerts.service import raise_problem
+from auditor.alerts.problems import raise_problem
 
 pytestmark = pytest.mark.django_db
 

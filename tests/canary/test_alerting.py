@@ -12,13 +12,13 @@ from datetime import UTC, datetime
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from auditor.alerts.delivery import deliver
 from auditor.alerts.models import Alert, Delivery
-from auditor.alerts.service import deliver
 from auditor.canary.accounting import CanaryAccounting
 from auditor.canary.alerting import fingerprint
 from auditor.canary.models import CanaryPoint
 from auditor.canary.payload import CanaryRecord
-from auditor.canary.service import CanaryOptions, CanaryService
+from auditor.canary.runner import CanaryOptions, CanaryService
 from tests.alerts.conftest import make_channel, receiver, webhook_settings
 
 __all__ = ["make_channel", "receiver", "webhook_settings"]

@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
+from auditor.alerts.delivery import deliver
 from auditor.alerts.models import Alert, Delivery
-from auditor.alerts.service import deliver
 from auditor.lint import service
 from auditor.lint.alerting import fingerprint
 from auditor.lint.model import LintResult

@@ -12,8 +12,8 @@ from django.test import Client
 from auditor.accounts.acknowledgements import acknowledge
 from auditor.accounts.models import Acknowledgement
 from auditor.alerts.models import Alert, Channel
+from auditor.reconcile.alerting import sync_problems
 from auditor.reconcile.models import FINDING_IDENTITY, Finding
-from auditor.reconcile.service import sync_problems
 from tests.reconcile.test_views import ok_run
 
 pytestmark = pytest.mark.django_db

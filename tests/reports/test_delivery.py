@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.core import mail
 
+from auditor.alerts.delivery import deliver
 from auditor.alerts.models import Channel, Delivery
-from auditor.alerts.service import deliver
 from auditor.reports.delivery import deliver_report
 from auditor.reports.models import Report, ReportSchedule
 from auditor.reports.service import build_report, build_scheduled_report

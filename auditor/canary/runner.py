@@ -1,4 +1,4 @@
-"""The canary service: produce to every partition at a fixed rate, consume, account, store.
+"""The canary runner (a long-running process): produce to every partition at a fixed rate, consume, account, store.
 
 One thread does everything (produce what is due, consume what arrived, expire what
 is older than the SLA, close minutes), so the accounting needs no locks and the

@@ -1,0 +1,89 @@
+"""Recording deliveries: one row per message to a channel, handed to a worker after commit.
+
+Each channel sends at most ``rate_limit_per_minute()`` opened/notice deliveries a minute; the
+rest are recorded as suppressed (resolved events are exempt). Sending is delivery.py's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from auditor.alerts import conf
+from auditor.alerts.formats import Message, build_payload
+from auditor.alerts.models import Alert, Channel, Delivery
+from auditor.alerts.tasks import enqueue
+
+
+def rate_limit_reason(channel: Channel, now: datetime) -> str | None:
+    """Why the channel may send no more opened/notice deliveries this minute (None: it may).
+
+    Locks the channel row, so concurrent detections count the limit one at a time; call
+    it inside the transaction that records the delivery.
+    """
+    Channel.objects.select_for_update().filter(pk=channel.pk).first()
+    limit = conf.rate_limit_per_minute()
+    recent = (
+        Delivery.objects.filter(channel=channel, created_at__gte=now - timedelta(minutes=1))
+        .exclude(status=Delivery.SUPPRESSED)
+        .exclude(event=Delivery.RESOLVED)
+        .count()
+    )
+    return f"rate limit: {limit} deliveries per minute reached on this channel" if recent >= limit else None
+
+
+def schedule(
+    channel: Channel,
+    event: str,
+    message: Message,
+    *,
+    alert: Alert | None = None,
+    suppress: str | None = None,
+    rate_limited: bool = True,
+) -> Delivery:
+    """Record a delivery; enqueue it after commit unless it is suppressed."""
+    now = timezone.now()
+    if suppress is None and rate_limited:
+        suppress = rate_limit_reason(channel, now)
+    delivery = Delivery.objects.create(
+        channel=channel,
+        alert=alert,
+        event=event,
+        payload=build_payload(channel.format, message),
+        status=Delivery.SUPPRESSED if suppress else Delivery.PENDING,
+        last_error=suppress or "",
+        finished_at=now if suppress else None,
+    )
+    if suppress is None:
+        enqueue(delivery.pk)
+    return delivery
+
+
+def send_test(channel: Channel, user: AbstractBaseUser) -> Delivery:
+    """A test delivery (not rate limited), e.g. from the channel page's button."""
+    message = Message(
+        event=Delivery.TEST,
+        channel=channel.name,
+        kind="test",
+        summary=f"Test delivery from the Kafka delivery auditor, requested by {user.get_username()}",
+    )
+    with transaction.atomic():
+        return schedule(channel, Delivery.TEST, message, rate_limited=False)
+
+
+def send_notice(kind: str, summary: str, details: dict[str, Any] | None = None) -> list[Delivery]:
+    """A one-off notice (e.g. a finished report) to every enabled channel with ``reports`` on."""
+    with transaction.atomic():
+        return [
+            schedule(
+                channel,
+                Delivery.NOTICE,
+                Message(event=Delivery.NOTICE, channel=channel.name, kind=kind, summary=summary, details=details or {}),
+            )
+            for channel in Channel.objects.filter(enabled=True)
+            if channel.event_filter.reports
+        ]

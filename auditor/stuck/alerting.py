@@ -1,0 +1,53 @@
+"""Stuck-item problems for the webhook channels: one per rule and verdict, raised while items
+have it (muted ones left out), resolved when none do unless the run was degraded."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from auditor.accounts.acknowledgements import mutes_in_force
+from auditor.alerts.problems import raise_problem, resolve_problem
+from auditor.pipelines.models import StuckRule
+from auditor.stuck.models import STUCK_ITEM_ACK_KIND, StuckItem
+
+if TYPE_CHECKING:  # the service imports this module: the type only, for annotations
+    from auditor.stuck.service import DiagnosisResult
+
+ALERT_SAMPLE = 10  # keys listed in an alert's details
+
+
+def muted_keys(items: list[StuckItem]) -> set[str]:
+    """Keys of the items an operator muted (mutes in force), to leave out of alerts."""
+    mutes = mutes_in_force(STUCK_ITEM_ACK_KIND)
+    return {item.key for item in items if item.acknowledgement_key in mutes} if mutes else set()
+
+
+def update_problems(rule: StuckRule, result: DiagnosisResult, counts: dict[str, int], muted: set[str]) -> None:
+    """One alert problem per (rule, verdict): raised while items have it, resolved when none do.
+
+    A degraded run (something unreadable) resolves nothing: its items went to unknown
+    because the auditor could not see, not because they recovered. Muted items do not
+    count: a verdict whose items are all muted raises nothing and resolves nothing.
+    """
+    for verdict, count in counts.items():
+        fingerprint = f"stuck:{rule.name}:{verdict}"
+        if count:
+            keys = [v.row.key for v in result.items if v.diagnosis.verdict == verdict and v.row.key not in muted]
+            if not keys:
+                continue
+            also_muted = f" ({count - len(keys)} more muted)" if count > len(keys) else ""
+            raise_problem(
+                f"stuck:{verdict}",
+                fingerprint,
+                rule.binding,
+                f"{len(keys)} item(s) of stuck rule {rule.name} are {verdict}{also_muted}",
+                {
+                    "rule": rule.name,
+                    "verdict": verdict,
+                    "count": len(keys),
+                    "keys": keys[:ALERT_SAMPLE],
+                    "muted": count - len(keys),
+                },
+            )
+        elif not result.degraded:
+            resolve_problem(fingerprint)
