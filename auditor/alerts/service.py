@@ -29,7 +29,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -256,7 +256,7 @@ def resolve_problem(fingerprint: str) -> list[Alert]:
     return alerts
 
 
-def send_test(channel: Channel, user: AbstractBaseUser) -> Delivery:
+def send_test(channel: Channel, user: User) -> Delivery:
     """A test delivery (not rate limited), e.g. from the channel page's button."""
     message = Message(
         event=Delivery.TEST,

@@ -16,7 +16,7 @@ from auditor.accounts import acknowledgements
 from auditor.accounts.forms import AcknowledgeForm
 from auditor.accounts.models import Acknowledgement
 from auditor.accounts.pages import acknowledge_from_post, withdraw_from_post
-from auditor.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require_role
+from auditor.accounts.roles import ADMIN, OPERATOR, VIEWER, SignedInRequest, has_role, require_role
 from auditor.alerts.forms import ChannelForm
 from auditor.alerts.models import Alert, Channel, Delivery
 from auditor.alerts.service import PROBLEM_ACK_KIND, send_test
@@ -109,7 +109,7 @@ def channel_delete(request: HttpRequest, channel_id: int) -> HttpResponse:
 
 @require_POST
 @require_role(OPERATOR)
-def channel_send_test(request: HttpRequest, channel_id: int) -> HttpResponse:
+def channel_send_test(request: SignedInRequest, channel_id: int) -> HttpResponse:
     channel = get_object_or_404(Channel, pk=channel_id)
     delivery = send_test(channel, request.user)
     messages.success(request, f"Test delivery #{delivery.pk} queued; its result appears in the delivery log.")

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from auditor.accounts.acknowledgements import attach_acknowledgements, current_acknowledgement
 from auditor.accounts.forms import AcknowledgeForm
 from auditor.accounts.pages import acknowledge_from_post, acknowledge_many_from_post, withdraw_from_post
-from auditor.accounts.roles import OPERATOR, has_role, require_role
+from auditor.accounts.roles import OPERATOR, SignedInRequest, has_role, require_role
 from auditor.lint.catalog import RULES_BY_ID
 from auditor.lint.evidence import rules_explaining
 from auditor.lint.models import LintResultRow
@@ -110,7 +110,7 @@ def runs(request: HttpRequest) -> HttpResponse:
 
 @require_role(OPERATOR)
 @require_POST
-def run_now(request: HttpRequest) -> HttpResponse:
+def run_now(request: SignedInRequest) -> HttpResponse:
     """Queue a run of one binding on the worker; the runs page shows it live."""
     from auditor.reconcile.tasks import queue_run
 

@@ -56,7 +56,8 @@ class ScheduleForm(forms.ModelForm):
         fields = ["name", "period", "enabled", "all_bindings", "bindings", "channels", "email_recipients"]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()  # ModelForm's: returns cleaned_data (typed Optional) and turns on the unique checks
+        data = self.cleaned_data
         if not data.get("all_bindings") and not data.get("bindings"):
             self.add_error("bindings", "choose at least one binding, or report on all bindings")
         return data
