@@ -42,9 +42,7 @@ def _announce(kind: str, keys: list[str], action: str) -> None:
         publish(group, "acknowledged", {"kind": kind, "count": len(keys), "action": action})
 
 
-def _validated_reason(
-    user: User | AnonymousUser, action: str, reason: str, mute_until: datetime | None
-) -> str:
+def _validated_reason(user: User | AnonymousUser, action: str, reason: str, mute_until: datetime | None) -> str:
     if not has_role(user, OPERATOR):
         raise PermissionDenied("acknowledging or muting needs the operator role")
     if action not in (Acknowledgement.ACK, Acknowledgement.MUTE):
