@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 AUDIT_ID = "audit-id"
 AUDIT_PID = "audit-pid"
@@ -95,7 +95,7 @@ def _parse_decimal(raw: bytes | None) -> int | None:
     return int(raw)
 
 
-def _is_session_id(raw: bytes | None) -> bool:
+def _is_session_id(raw: bytes | None) -> TypeGuard[bytes]:
     return raw is not None and len(raw) == 32 and not raw.translate(None, _HEX_DIGITS)
 
 

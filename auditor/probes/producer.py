@@ -273,6 +273,7 @@ class AuditedProducer:
             id_pair = _audit_id_pair(self._key_fn(value, key))
         elif id_pair is None and key is not None:
             id_pair = _audit_id_pair(key)
+        header_id: bytes | str  # a generated id is text; a key's is its bytes or text
         if id_pair is None:
             try:
                 header_id = id_text = self._uuid_pool.pop()
