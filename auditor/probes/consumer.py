@@ -91,7 +91,7 @@ class AuditedConsumer:
         producer_factory: Callable[[dict[str, Any]], Any] = Producer,
     ) -> None:
         self._config = dict(config)
-        self._consumer = consumer_factory(dict(config))
+        self._consumer: Consumer = consumer_factory(dict(config))  # or a test double
         self.session_id = uuid.uuid4().hex
         group = self._config.get("group.id")
         self.group: str | None = None if group is None else str(group)
@@ -170,7 +170,7 @@ class AuditedConsumer:
         if msg is None or msg.error() is not None:
             return msg
         # _inspect() inlined: this runs once per consumed record.
-        status, audit_id = fast_audit_id(msg.headers())
+        status, audit_id = fast_audit_id(msg.headers())  # type: ignore[arg-type]  # a list: see _inspect
         self._received += 1
         if status:
             self._count_bad_headers(msg, status)
@@ -256,7 +256,8 @@ class AuditedConsumer:
             kwargs["message"] = message
         if offsets is not None:
             kwargs["offsets"] = offsets
-        return self._consumer.commit(**kwargs)
+        committed: list[TopicPartition] | None = self._consumer.commit(**kwargs)
+        return committed
 
     def store_offsets(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 AUDIT_ID = "audit-id"
 AUDIT_PID = "audit-pid"
@@ -99,7 +99,9 @@ def _is_session_id(raw: bytes | None) -> TypeGuard[bytes]:
     return raw is not None and len(raw) == 32 and not raw.translate(None, _HEX_DIGITS)
 
 
-def _iter_pairs(headers: Any) -> Iterable[tuple[object, object]]:
+def _iter_pairs(
+    headers: Iterable[tuple[str | bytes, HeaderValue]] | Mapping[str | bytes, HeaderValue],
+) -> Iterable[tuple[object, object]]:
     if isinstance(headers, Mapping):
         return headers.items()
     return headers

@@ -164,7 +164,7 @@ class AuditedProducer:
         self._default_on_delivery: DeliveryCallback | None = client_config.pop("on_delivery", None)
         self._only_error_reports = _truthy(client_config.pop("delivery.report.only.error", False))
         self._unconfirmed_sends = _acks_zero(client_config)
-        self._producer = producer_factory(client_config)
+        self._producer: Producer = producer_factory(client_config)  # or a test double
         self._key_fn = key_fn
         self._ledger_flush_timeout_s = ledger_flush_timeout_s
         self.session_id = uuid.uuid4().hex
@@ -290,7 +290,12 @@ class AuditedProducer:
             if stream is None:
                 stream = self._new_topic(topic)
             seq = stream.next_seq
-            record_headers = [(AUDIT_ID, header_id), self._pid_header, (AUDIT_SEQ, b"%d" % seq), ts_header]
+            record_headers: list[tuple[str, str | bytes | None]] = [
+                (AUDIT_ID, header_id),
+                self._pid_header,
+                (AUDIT_SEQ, b"%d" % seq),
+                ts_header,
+            ]
             if extra_headers:
                 record_headers.extend(extra_headers)
             report = partial(self._on_delivery, stream.rows, seq, id_text, user_callback)
