@@ -95,6 +95,8 @@ def require_role(role: str) -> Callable[[View], View]:
                 raise PermissionDenied(f"this page needs the {role} role")
             return view(request, *args, **kwargs)
 
+        # ignores: functions take attributes at runtime; wraps() keeps the view's signature,
+        # which mypy cannot see through the *args wrapper.
         wrapper.required_role = role  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 

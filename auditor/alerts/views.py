@@ -32,6 +32,7 @@ def attach_acknowledgements(alerts: Iterable[Alert]) -> list[Alert]:
     """
     alerts = acknowledgements.attach_acknowledgements(alerts, PROBLEM_ACK_KIND, lambda a: a.fingerprint)
     for alert in alerts:
+        # ignores: attach_acknowledgements sets this attribute; it is no model field.
         ack: Acknowledgement | None = alert.acknowledgement  # type: ignore[attr-defined]
         if ack is not None and ack.action == Acknowledgement.ACK and ack.created_at < alert.first_seen:
             alert.acknowledgement = None  # type: ignore[attr-defined]

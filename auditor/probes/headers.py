@@ -179,6 +179,7 @@ def fast_audit_id(headers: list[tuple[str, bytes | None]] | None) -> tuple[int, 
             and h2[0] == AUDIT_SEQ
             and h3[0] == AUDIT_TS
             and h0[1]
+            # ignores: a value may be None; len() and the methods then raise, caught below.
             and len(h1[1]) == 32  # type: ignore[arg-type]
             and not h1[1].translate(None, _HEX_DIGITS)  # type: ignore[union-attr]
             and 0 < len(h2[1]) <= 20  # type: ignore[arg-type]

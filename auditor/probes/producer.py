@@ -94,7 +94,7 @@ def _split_user_headers(headers: UserHeaders) -> tuple[list[tuple[str, Any]], Au
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     kept: list[tuple[str, Any]] = []
     supplied_id: AuditIdPair | None = None
-    for name, value in pairs:  # type: ignore[union-attr]
+    for name, value in pairs:  # type: ignore[union-attr]  # produce() calls this only with headers
         if name in AUDIT_HEADER_NAMES:
             if name == AUDIT_ID:
                 supplied_id = _audit_id_pair(value)

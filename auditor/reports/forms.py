@@ -19,7 +19,7 @@ class RecipientsField(forms.CharField):
 
     widget = forms.Textarea(attrs={"rows": 3})
 
-    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]  # a list field on a text widget
         text = super().to_python(value) or ""
         return [part for part in re.split(r"[\s,;]+", text) if part]
 
