@@ -33,7 +33,9 @@ class PartitionOffsets:
 
 
 def admin_client(bootstrap_servers: str, config: dict[str, str] | None = None, timeout_s: float = 10.0) -> AdminClient:
-    conf: dict[str, str | int] = {k: v for k, v in (config or {}).items() if k.startswith(_ADMIN_KEYS_PREFIXES)}
+    conf: dict[str, str | int | float | bool] = {
+        k: v for k, v in (config or {}).items() if k.startswith(_ADMIN_KEYS_PREFIXES)
+    }
     conf.update(
         {
             "bootstrap.servers": bootstrap_servers,
@@ -161,18 +163,20 @@ def record_prints(
             msg = consumer.poll(0.5)
             if msg is None or msg.partition() in found:
                 continue
+            partition = msg.partition()
             err = msg.error()
             if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    found[msg.partition()] = None
+                if err.code() == KafkaError._PARTITION_EOF and partition is not None:  # EOF names its partition
+                    found[partition] = None
                     continue
-                raise KafkaReadError(f"reading back {topic}/{msg.partition()} failed: {err}")
+                raise KafkaReadError(f"reading back {topic}/{partition} failed: {err}")
             offset = msg.offset()
-            wanted = offsets[msg.partition()]
+            assert partition is not None and offset is not None, "a record (not an error event) has both"
+            wanted = offsets[partition]
             if offset != wanted:
-                found[msg.partition()] = None
+                found[partition] = None
                 continue
-            found[msg.partition()] = RecordPrint(offset, msg.timestamp()[1], record_crc(msg.key(), msg.value()))
+            found[partition] = RecordPrint(offset, msg.timestamp()[1], record_crc(msg.key(), msg.value()))
     finally:
         consumer.close()
     return found
@@ -215,9 +219,9 @@ def rewritten_partitions(
         if checkpoint is not None and checkpoint[0] >= low:
             to_check[partition] = RecordPrint.from_json(checkpoint)
     now = record_prints(bootstrap_servers, config, topic, {p: c.offset for p, c in to_check.items()})
-    for partition, checkpoint in to_check.items():
+    for partition, printed in to_check.items():
         found = now.get(partition)
-        if found != checkpoint:
+        if found != printed:
             what = "no record any more" if found is None else "another record"
-            reasons[partition] = f"offset {checkpoint.offset}, read by run {run_id}, now holds {what}"
+            reasons[partition] = f"offset {printed.offset}, read by run {run_id}, now holds {what}"
     return reasons

@@ -128,7 +128,8 @@ class RunPlan:
 
     @property
     def topic(self) -> OffsetRange:
-        return self.kafka["topic"]
+        topic: OffsetRange = self.kafka["topic"]
+        return topic
 
     @property
     def previous(self) -> StateMeta:

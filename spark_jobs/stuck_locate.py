@@ -207,7 +207,7 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     if again:
         raw = extract_range(spark, request, topic, again, "read_uncommitted")
         hits = transform_key_hits(transform_keyed(raw, spec), keys).where("_hit")
-        columns = [
+        columns: list[Column | str] = [
             "key",
             "partition",
             "offset",

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Q
@@ -42,9 +42,7 @@ def _announce(kind: str, keys: list[str], action: str) -> None:
         publish(group, "acknowledged", {"kind": kind, "count": len(keys), "action": action})
 
 
-def _validated_reason(
-    user: AbstractBaseUser | AnonymousUser, action: str, reason: str, mute_until: datetime | None
-) -> str:
+def _validated_reason(user: User | AnonymousUser, action: str, reason: str, mute_until: datetime | None) -> str:
     if not has_role(user, OPERATOR):
         raise PermissionDenied("acknowledging or muting needs the operator role")
     if action not in (Acknowledgement.ACK, Acknowledgement.MUTE):
@@ -65,7 +63,7 @@ def _validated_reason(
 
 
 def acknowledge(
-    user: AbstractBaseUser | AnonymousUser,
+    user: User | AnonymousUser,
     kind: str,
     key: str,
     *,
@@ -79,7 +77,7 @@ def acknowledge(
 
 
 def acknowledge_many(
-    user: AbstractBaseUser | AnonymousUser,
+    user: User | AnonymousUser,
     kind: str,
     keys: Iterable[str],
     *,
@@ -111,7 +109,7 @@ def acknowledge_many(
     return acks
 
 
-def withdraw(user: AbstractBaseUser | AnonymousUser, acknowledgement: Acknowledgement) -> bool:
+def withdraw(user: User | AnonymousUser, acknowledgement: Acknowledgement) -> bool:
     """Withdraw an acknowledgement or mute; False when it was already withdrawn."""
     if not has_role(user, OPERATOR):
         raise PermissionDenied("withdrawing an acknowledgement needs the operator role")

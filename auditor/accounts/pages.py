@@ -18,7 +18,7 @@ def acknowledge_from_post(request: HttpRequest, kind: str, key: str, label: str)
     """Acknowledge or mute kind:key as the AcknowledgeForm in request.POST asks; None if refused (with why)."""
     form = AcknowledgeForm(request.POST)
     if not form.is_valid():
-        errors = "; ".join(f"{field}: {' '.join(errs)}" for field, errs in form.errors.items())
+        errors = "; ".join(f"{field}: {' '.join(map(str, errs))}" for field, errs in form.errors.items())
         messages.error(request, f"Not acknowledged: {errors}")
         return None
     try:
@@ -53,7 +53,7 @@ def acknowledge_many_from_post(request: HttpRequest, kind: str, keys: list[str],
     """
     form = AcknowledgeForm(request.POST)
     if not form.is_valid():
-        errors = "; ".join(f"{field}: {' '.join(errs)}" for field, errs in form.errors.items())
+        errors = "; ".join(f"{field}: {' '.join(map(str, errs))}" for field, errs in form.errors.items())
         messages.error(request, f"Not acknowledged: {errors}")
         return 0
     if not keys:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from django.contrib.auth.models import AnonymousUser, Group, User
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -26,7 +26,16 @@ _RANK = {role: rank for rank, role in enumerate(ROLES, start=1)}
 _CACHE_ATTR = "_auditor_role_rank"
 
 View = TypeVar("View", bound=Callable[..., HttpResponse])
-AnyUser = AbstractBaseUser | AnonymousUser
+AnyUser = User | AnonymousUser
+
+
+class SignedInRequest(HttpRequest):
+    """The request a view receives unless it is marked ``login_not_required``:
+    LoginRequiredMiddleware (and ``require_role``) turn anonymous users away first, so
+    ``user`` is a signed-in ``User``. An annotation for the type checker only; the
+    object is Django's own request."""
+
+    user: User
 
 
 def _check_role_name(role: str) -> int:
@@ -43,7 +52,7 @@ def _rank(user: AnyUser) -> int:
         return _RANK[ADMIN]
     cached = getattr(user, _CACHE_ATTR, None)
     if cached is None:
-        names = user.groups.filter(name__in=ROLES).values_list("name", flat=True)  # type: ignore[union-attr]
+        names = user.groups.filter(name__in=ROLES).values_list("name", flat=True)
         cached = max((_RANK[name] for name in names), default=0)
         setattr(user, _CACHE_ATTR, cached)
     return cached
@@ -60,12 +69,12 @@ def highest_role(user: AnyUser) -> str | None:
     return ROLES[rank - 1] if rank else None
 
 
-def grant_role(user: AbstractBaseUser, role: str | None) -> None:
+def grant_role(user: User, role: str | None) -> None:
     """Make ``role`` the user's only role group (None removes every role)."""
     if role is not None:
         _check_role_name(role)
     with transaction.atomic():
-        groups = user.groups  # type: ignore[attr-defined]
+        groups = user.groups
         groups.remove(*Group.objects.filter(name__in=ROLES))
         if role is not None:
             groups.add(Group.objects.get(name=role))
@@ -86,6 +95,8 @@ def require_role(role: str) -> Callable[[View], View]:
                 raise PermissionDenied(f"this page needs the {role} role")
             return view(request, *args, **kwargs)
 
+        # ignores: functions take attributes at runtime; wraps() keeps the view's signature,
+        # which mypy cannot see through the *args wrapper.
         wrapper.required_role = role  # type: ignore[attr-defined]
         return wrapper  # type: ignore[return-value]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -63,7 +63,7 @@ def schedule(
     return delivery
 
 
-def send_test(channel: Channel, user: AbstractBaseUser) -> Delivery:
+def send_test(channel: Channel, user: User) -> Delivery:
     """A test delivery (not rate limited), e.g. from the channel page's button."""
     message = Message(
         event=Delivery.TEST,

@@ -16,7 +16,7 @@ from auditor.accounts import acknowledgements
 from auditor.accounts.forms import AcknowledgeForm
 from auditor.accounts.models import Acknowledgement
 from auditor.accounts.pages import acknowledge_from_post, withdraw_from_post
-from auditor.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require_role
+from auditor.accounts.roles import ADMIN, OPERATOR, VIEWER, SignedInRequest, has_role, require_role
 from auditor.alerts.forms import ChannelForm
 from auditor.alerts.models import Alert, Channel, Delivery
 from auditor.alerts.outbox import send_test
@@ -33,6 +33,7 @@ def attach_acknowledgements(alerts: Iterable[Alert]) -> list[Alert]:
     """
     alerts = acknowledgements.attach_acknowledgements(alerts, PROBLEM_ACK_KIND, lambda a: a.fingerprint)
     for alert in alerts:
+        # ignores: attach_acknowledgements sets this attribute; it is no model field.
         ack: Acknowledgement | None = alert.acknowledgement  # type: ignore[attr-defined]
         if ack is not None and ack.action == Acknowledgement.ACK and ack.created_at < alert.first_seen:
             alert.acknowledgement = None  # type: ignore[attr-defined]
@@ -110,7 +111,7 @@ def channel_delete(request: HttpRequest, channel_id: int) -> HttpResponse:
 
 @require_POST
 @require_role(OPERATOR)
-def channel_send_test(request: HttpRequest, channel_id: int) -> HttpResponse:
+def channel_send_test(request: SignedInRequest, channel_id: int) -> HttpResponse:
     channel = get_object_or_404(Channel, pk=channel_id)
     delivery = send_test(channel, request.user)
     messages.success(request, f"Test delivery #{delivery.pk} queued; its result appears in the delivery log.")

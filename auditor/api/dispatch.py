@@ -43,7 +43,7 @@ def discover() -> None:
 
 
 class _CsrfCheck(CsrfViewMiddleware):
-    def _reject(self, request: HttpRequest, reason: str) -> str:  # type: ignore[override]
+    def _reject(self, request: HttpRequest, reason: str) -> str:
         return reason
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 from datetime import timedelta
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -22,7 +22,7 @@ class TokenError(ValueError):
     pass
 
 
-def create_token(user: AbstractBaseUser, name: str, scope: str) -> tuple[ApiToken, str]:
+def create_token(user: User, name: str, scope: str) -> tuple[ApiToken, str]:
     """A new token for ``user``: the stored row and the raw token (returned only here)."""
     name = (name or "").strip()
     if not name:

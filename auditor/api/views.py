@@ -8,13 +8,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from auditor.accounts.roles import ADMIN, VIEWER, has_role, require_role
+from auditor.accounts.roles import ADMIN, VIEWER, SignedInRequest, has_role, require_role
 from auditor.api.forms import TokenForm
 from auditor.api.models import ApiToken
 from auditor.api.tokens import create_token, revoke_token
 
 
-def _visible_tokens(request: HttpRequest) -> list[ApiToken]:
+def _visible_tokens(request: SignedInRequest) -> list[ApiToken]:
     tokens = ApiToken.objects.select_related("user")
     if not has_role(request.user, ADMIN):
         tokens = tokens.filter(user=request.user)
@@ -24,7 +24,7 @@ def _visible_tokens(request: HttpRequest) -> list[ApiToken]:
 @never_cache
 @require_http_methods(["GET", "POST"])
 @require_role(VIEWER)
-def tokens(request: HttpRequest) -> HttpResponse:
+def tokens(request: SignedInRequest) -> HttpResponse:
     new_token = None
     if request.method == "POST":
         form = TokenForm(request.POST)

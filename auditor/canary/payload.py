@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TypeGuard
 
 PAYLOAD_VERSION = 1
 
@@ -34,6 +35,10 @@ def encode_record(record: CanaryRecord) -> bytes:
     ).encode()
 
 
+def _is_count(x: object) -> TypeGuard[int]:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
 def decode_record(value: bytes | None) -> CanaryRecord | None:
     if not value:
         return None
@@ -46,7 +51,7 @@ def decode_record(value: bytes | None) -> CanaryRecord | None:
     session, partition, seq, ts = data.get("session"), data.get("partition"), data.get("seq"), data.get("ts")
     if not isinstance(session, str) or not session:
         return None
-    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (partition, seq)):
+    if not (_is_count(partition) and _is_count(seq)):
         return None
     if not isinstance(ts, int | float) or isinstance(ts, bool):
         return None

@@ -27,6 +27,7 @@ from auditor.canary.models import CanaryPoint
 from auditor.canary.payload import decode_record, encode_record
 from auditor.canary.store import record_minute
 from auditor.canary.topic import CanaryError, TopicLayout, ensure_canary_topic, read_leaders
+from auditor.probes.message import record_position
 
 log = logging.getLogger(__name__)
 # librdkafka's own log lines (broker down, reconnects), through logging rather than raw stderr.
@@ -290,7 +291,7 @@ class CanaryService:
                 if error.code() != KafkaError._PARTITION_EOF:
                     log.warning("canary consumer: %s", error.str())
                 continue
-            accounting.record_received(decode_record(msg.value()), msg.partition(), now_ms)
+            accounting.record_received(decode_record(msg.value()), record_position(msg)[1], now_ms)
 
     def _close_minute(
         self,

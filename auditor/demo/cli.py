@@ -267,7 +267,7 @@ def _consume(settings: DemoSettings, options: dict[str, Any], out: TextIO) -> in
 
 
 def _report_consume(result: ConsumeResult, spec: ConsumerSpec, as_json: bool, out: TextIO) -> None:
-    summary = {
+    summary: dict[str, Any] = {
         "session": result.session_id,
         "mode": str(spec.mode),
         "faults": str(spec.faults),

@@ -36,6 +36,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from auditor.demo.options import DeliveryMode, Faults, ProbeTopics
 from auditor.demo.store import ApplyOutcome, TicketStore
 from auditor.probes import AuditedConsumer, AuditedProducer
+from auditor.probes.message import record_position  # _receive() keeps error events out
 
 logger = logging.getLogger(__name__)
 
@@ -106,16 +107,18 @@ def _next_offsets(records: Sequence[Message]) -> list[TopicPartition]:
     """Per partition, the offset after the last of ``records`` (what a commit stores)."""
     highest: dict[tuple[str, int], int] = {}
     for msg in records:
-        key = (msg.topic(), msg.partition())
-        highest[key] = max(highest.get(key, -1), msg.offset())
+        topic, partition, offset = record_position(msg)
+        key = (topic, partition)
+        highest[key] = max(highest.get(key, -1), offset)
     return [TopicPartition(topic, partition, offset + 1) for (topic, partition), offset in sorted(highest.items())]
 
 
 def _first_offsets(records: Sequence[Message]) -> list[TopicPartition]:
     lowest: dict[tuple[str, int], int] = {}
     for msg in records:
-        key = (msg.topic(), msg.partition())
-        lowest[key] = min(lowest.get(key, msg.offset()), msg.offset())
+        topic, partition, offset = record_position(msg)
+        key = (topic, partition)
+        lowest[key] = min(lowest.get(key, offset), offset)
     return [TopicPartition(topic, partition, offset) for (topic, partition), offset in sorted(lowest.items())]
 
 
@@ -304,16 +307,14 @@ class TicketConsumer:
             time.sleep(self.faults.slow_ms / 1000)
         lose = self._should_lose_update()
         if self.mode is DeliveryMode.EXACTLY_ONCE:
-            outcome = self.store.apply_once(
-                self.group, ticket_id, msg.topic(), msg.partition(), msg.offset(), lose_update=lose
-            )
+            outcome = self.store.apply_once(self.group, ticket_id, *record_position(msg), lose_update=lose)
             if outcome is not ApplyOutcome.DUPLICATE:  # a skipped duplicate was not processed again
                 self._consumer.mark_processed(msg)
         else:
             with self._consumer.processing(msg):
                 outcome = self.store.mark_done(ticket_id, lose_update=lose)
         self._log_lost(outcome, ticket_id)
-        return HandledRecord(msg.topic(), msg.partition(), msg.offset(), ticket_id, outcome)
+        return HandledRecord(*record_position(msg), ticket_id, outcome)
 
     def _log_lost(self, outcome: ApplyOutcome, ticket_id: str) -> None:
         if outcome is ApplyOutcome.LOST:
@@ -321,7 +322,7 @@ class TicketConsumer:
             logger.warning("fault fail-update-every=%s: %s processed but its update was rolled back", every, ticket_id)
 
     def _describe(self, msg: Message, outcome: ApplyOutcome | None = None) -> HandledRecord:
-        return HandledRecord(msg.topic(), msg.partition(), msg.offset(), _ticket_id_of(msg), outcome)
+        return HandledRecord(*record_position(msg), _ticket_id_of(msg), outcome)
 
     # --- transactional consume-process-produce -----------------------------------------------
     def _handle_transaction(self, records: list[Message], result: ConsumeResult) -> None:
@@ -350,7 +351,7 @@ class TicketConsumer:
                         ).encode("utf-8"),
                         ticket_id.encode("utf-8"),
                     )  # fmt: skip
-                handled.append(HandledRecord(msg.topic(), msg.partition(), msg.offset(), ticket_id, outcome))
+                handled.append(HandledRecord(*record_position(msg), ticket_id, outcome))
                 self._count_and_maybe_crash()
             producer.send_offsets_to_transaction(_next_offsets(records), self._consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(30)

@@ -119,7 +119,7 @@ def parse_faults(text: str | None, what: str = "faults") -> Faults:
             raise DemoOptionError(f"{what}: '{part}' must be >= {minimum}")
         values[_COUNTERS.get(name) or _DURATIONS[name]] = number
     try:
-        return Faults(**values)  # type: ignore[arg-type]
+        return Faults(**values)  # type: ignore[arg-type]  # keys are Faults' field names, from the tables
     except DemoOptionError as exc:
         raise DemoOptionError(f"{what}: {exc}") from None
 

@@ -78,7 +78,7 @@ def finding_links(rule: str, cluster: str, target_kind: str, subject: str, index
     links = []
     for binding in bindings:
         for pair in pairs:
-            label = describe([pair])[0]
+            label = describe((pair,))[0]
             if len(bindings) > 1:
                 label = f"{label} in {binding}"
             links.append(FindingLink(label, findings_url(binding, *pair), binding))

@@ -28,6 +28,7 @@ from confluent_kafka.admin import (
 )
 
 from auditor.probes.codec import ClientRecord, decode_ledger_record
+from auditor.probes.message import record_position  # messages() yields records only
 
 _BROKER_SET = {
     ConfigSource.STATIC_BROKER_CONFIG.value,
@@ -98,7 +99,7 @@ class _PartitionReader:
                         continue
                     raise KafkaException(error)
                 yield message
-                if self.first_only or message.offset() >= self.starts[tp][1] - 1:
+                if self.first_only or record_position(message)[2] >= self.starts[tp][1] - 1:
                     self._done(tp)
         self.complete = not self.pending
 
@@ -202,7 +203,7 @@ def consumer_lag_seconds(
         for message in reader.messages(deadline):
             kind, ts_ms = message.timestamp()
             if kind != TIMESTAMP_NOT_AVAILABLE and ts_ms > 0:
-                topic = message.topic()
+                topic = record_position(message)[0]
                 lag[topic] = max(lag[topic], max(0, now_ms - ts_ms) / 1000)
     finally:
         consumer.close()

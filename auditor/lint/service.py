@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -225,7 +225,7 @@ def _summary(outcome: ScanOutcome, clusters: int) -> str:
 def scan_all(
     trigger: str = LintScan.SCHEDULE,
     *,
-    requested_by: AbstractBaseUser | None = None,
+    requested_by: User | None = None,
     clusters: Iterable[Cluster] | None = None,
     clients_topic: str = CLIENTS_TOPIC,
     timeout: float = 15.0,
@@ -278,7 +278,7 @@ def store_pasted(
     client: str,
     guarantee: str,
     started_at: datetime,
-    requested_by: AbstractBaseUser | None = None,
+    requested_by: User | None = None,
 ) -> LintScan:
     shown_client = "java" if fmt == "spring-yaml" else client
     return record_scan(
@@ -300,7 +300,7 @@ def record_scan(
     *,
     trigger: str,
     started_at: datetime,
-    requested_by: AbstractBaseUser | None = None,
+    requested_by: User | None = None,
     guarantee: str = "",
     summary: str = "",
     error: str = "",

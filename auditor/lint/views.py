@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.debug import sensitive_post_parameters, sensitive_variables
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from auditor.accounts.roles import OPERATOR, require_role
+from auditor.accounts.roles import OPERATOR, SignedInRequest, require_role
 from auditor.lint.catalog import RULES, catalog_as_csv, catalog_as_dicts
 from auditor.lint.defaults import CLIENTS, KINDS
 from auditor.lint.errors import LintInputError
@@ -189,7 +189,7 @@ def _blank_form(data: dict[str, Any] | None = None) -> PasteForm:
 @sensitive_post_parameters("config")
 @sensitive_variables("text", "form")
 @require_http_methods(["GET", "POST"])
-def paste(request: HttpRequest) -> HttpResponse:
+def paste(request: SignedInRequest) -> HttpResponse:
     context: dict[str, Any] = {"form": _blank_form()}
     if request.method == "POST":
         form = PasteForm(request.POST)
@@ -223,5 +223,5 @@ def paste(request: HttpRequest) -> HttpResponse:
         else:
             # the errors name the field (e.g. "too long"), never its value
             context["form"] = _blank_form({k: v for k, v in request.POST.items() if k in PasteForm.base_fields})
-            context["form_errors"] = [f"{name}: {' '.join(errs)}" for name, errs in form.errors.items()]
+            context["form_errors"] = [f"{name}: {' '.join(map(str, errs))}" for name, errs in form.errors.items()]
     return render(request, "lint/paste.html", context)

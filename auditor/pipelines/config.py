@@ -10,17 +10,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from django.db import transaction
-from django.db.models import Model, ProtectedError
+from django.db.models import ProtectedError
 
 from auditor.lib.durations import parse_duration
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
 from auditor.lib.secrets import MissingEnvError, env_refs, resolve_env
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.vocabulary import GUARANTEES
+
+if TYPE_CHECKING:
+    from auditor.alerts.models import Channel
 
 SECTIONS = ("clusters", "sources", "bindings", "stuck_rules", "webhooks")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
@@ -329,7 +332,7 @@ def config_file_name(path: str | Path) -> str:
     return str(Path(path).resolve())
 
 
-def _prunable() -> list[tuple[str, type[Model], str]]:
+def _prunable() -> list[tuple[str, type[StuckRule | Channel | Binding | SourceDatabase | Cluster], str]]:
     """(label, model, section) in the order they can be deleted: dependents first."""
     from auditor.alerts.models import Channel
 
@@ -351,7 +354,7 @@ def _prune(parsed: ParsedConfig, config_file: str, result: ApplyResult) -> None:
             # A binding takes its stuck rules with it, whoever made them: say so.
             dependents = (
                 [f"stuck rule {r.name} (with binding {obj.name})" for r in StuckRule.objects.filter(binding=obj)]
-                if model is Binding
+                if isinstance(obj, Binding)
                 else []
             )
             try:

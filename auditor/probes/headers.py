@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeGuard
 
 AUDIT_ID = "audit-id"
 AUDIT_PID = "audit-pid"
@@ -95,11 +95,13 @@ def _parse_decimal(raw: bytes | None) -> int | None:
     return int(raw)
 
 
-def _is_session_id(raw: bytes | None) -> bool:
+def _is_session_id(raw: bytes | None) -> TypeGuard[bytes]:
     return raw is not None and len(raw) == 32 and not raw.translate(None, _HEX_DIGITS)
 
 
-def _iter_pairs(headers: Any) -> Iterable[tuple[object, object]]:
+def _iter_pairs(
+    headers: Iterable[tuple[str | bytes, HeaderValue]] | Mapping[str | bytes, HeaderValue],
+) -> Iterable[tuple[object, object]]:
     if isinstance(headers, Mapping):
         return headers.items()
     return headers
@@ -177,6 +179,7 @@ def fast_audit_id(headers: list[tuple[str, bytes | None]] | None) -> tuple[int, 
             and h2[0] == AUDIT_SEQ
             and h3[0] == AUDIT_TS
             and h0[1]
+            # ignores: a value may be None; len() and the methods then raise, caught below.
             and len(h1[1]) == 32  # type: ignore[arg-type]
             and not h1[1].translate(None, _HEX_DIGITS)  # type: ignore[union-attr]
             and 0 < len(h2[1]) <= 20  # type: ignore[arg-type]

@@ -94,7 +94,7 @@ def _split_user_headers(headers: UserHeaders) -> tuple[list[tuple[str, Any]], Au
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     kept: list[tuple[str, Any]] = []
     supplied_id: AuditIdPair | None = None
-    for name, value in pairs:  # type: ignore[union-attr]
+    for name, value in pairs:  # type: ignore[union-attr]  # produce() calls this only with headers
         if name in AUDIT_HEADER_NAMES:
             if name == AUDIT_ID:
                 supplied_id = _audit_id_pair(value)
@@ -164,7 +164,7 @@ class AuditedProducer:
         self._default_on_delivery: DeliveryCallback | None = client_config.pop("on_delivery", None)
         self._only_error_reports = _truthy(client_config.pop("delivery.report.only.error", False))
         self._unconfirmed_sends = _acks_zero(client_config)
-        self._producer = producer_factory(client_config)
+        self._producer: Producer = producer_factory(client_config)  # or a test double
         self._key_fn = key_fn
         self._ledger_flush_timeout_s = ledger_flush_timeout_s
         self.session_id = uuid.uuid4().hex
@@ -273,6 +273,7 @@ class AuditedProducer:
             id_pair = _audit_id_pair(self._key_fn(value, key))
         elif id_pair is None and key is not None:
             id_pair = _audit_id_pair(key)
+        header_id: bytes | str  # a generated id is text; a key's is its bytes or text
         if id_pair is None:
             try:
                 header_id = id_text = self._uuid_pool.pop()
@@ -289,7 +290,12 @@ class AuditedProducer:
             if stream is None:
                 stream = self._new_topic(topic)
             seq = stream.next_seq
-            record_headers = [(AUDIT_ID, header_id), self._pid_header, (AUDIT_SEQ, b"%d" % seq), ts_header]
+            record_headers: list[tuple[str, str | bytes | None]] = [
+                (AUDIT_ID, header_id),
+                self._pid_header,
+                (AUDIT_SEQ, b"%d" % seq),
+                ts_header,
+            ]
             if extra_headers:
                 record_headers.extend(extra_headers)
             report = partial(self._on_delivery, stream.rows, seq, id_text, user_callback)

@@ -72,7 +72,7 @@ class LedgerWriter:
         self._key = key
         config = dict(producer_config)
         config.setdefault("error_cb", self._on_client_error)
-        self._producer = producer_factory(config)
+        self._producer: Producer = producer_factory(config)  # or a test double
         self._streams: list[tuple[dict[str, Any], deque[Any], RowObserver | None]] = []
         self._checkpoint: Checkpoint | None = None
         self._write_lock = threading.Lock()

@@ -10,7 +10,7 @@ from auditor.accounts.acknowledgements import acknowledgement_json
 from auditor.api.acknowledging import ACK_BODY, ACK_SCHEMA, acknowledge_for_api
 from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
 from auditor.pipelines.models import Binding
-from auditor.reconcile.models import FINDING_ACK_KIND, Finding, ReconcileRun
+from auditor.reconcile.models import FINDING_ACK_KIND, FINDING_ORDER, Finding, ReconcileRun
 from auditor.reconcile.service import RunInProgress, current_run_ids
 from auditor.reconcile.views import attach_findings_acknowledgements
 from auditor.vocabulary import FINDING_KINDS
@@ -170,7 +170,7 @@ def list_findings(call: ApiCall) -> dict[str, Any]:
         findings = findings.filter(key=q["key"])
     if q["new"]:
         findings = findings.filter(is_new=True)
-    page = paginate(call, findings.order_by("binding__name", *Finding._meta.ordering), lambda finding: finding)
+    page = paginate(call, findings.order_by("binding__name", *FINDING_ORDER), lambda finding: finding)
     page["results"] = [serialize_finding(f) for f in attach_findings_acknowledgements(page["results"])]
     return page
 

@@ -12,7 +12,7 @@ import sys
 from typing import Any, TextIO
 
 from auditor.pipelines.models import Binding
-from auditor.reconcile.models import Finding, ReconcileRun
+from auditor.reconcile.models import FINDING_ORDER, Finding, ReconcileRun
 from auditor.reconcile.service import RunInProgress, execute_run, start_run
 
 HELP = "reconcile a binding's topic with its source table now (Spark); exit 1 when the run fails"
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_json(run: ReconcileRun) -> dict[str, Any]:
     """The run and every finding it stored."""
-    findings = Finding.objects.filter(run=run).select_related("binding").order_by(*Finding._meta.ordering)
+    findings = Finding.objects.filter(run=run).select_related("binding").order_by(*FINDING_ORDER)
     return {
         "run_id": run.pk,
         **{k: v for k, v in run.as_event().items() if k != "id"},
@@ -69,7 +69,7 @@ def summary_lines(run: ReconcileRun) -> list[str]:
         f"with malformed audit headers: {headers['records_malformed_headers']}"
     )
     lines += [f"warning: {warning}" for warning in run.warnings]
-    shown = list(Finding.objects.filter(run=run).order_by(*Finding._meta.ordering)[:SHOWN_FINDINGS])
+    shown = list(Finding.objects.filter(run=run).order_by(*FINDING_ORDER)[:SHOWN_FINDINGS])
     if shown:
         lines.append(f"  {'kind':<12} {'cause':<15} {'key':<40} where")
         lines += [_finding_line(finding) for finding in shown]

@@ -24,7 +24,7 @@ from typing import Any
 from auditor.pipelines.models import Binding
 from auditor.reconcile import conf
 from auditor.reconcile.models import Finding, ReconcileRun
-from auditor.stuck.evidence import KeyMemory, LocatedRecord, MissingReport, PartitionState, Sighting
+from auditor.stuck.evidence import KeyMemory, LocatedRecord, MissingReport, PartitionState, RecordState, Sighting
 from spark_jobs.kafka_offsets import KafkaReadError, rewritten_partitions
 
 CHUNK = 10_000  # keys per database query
@@ -147,7 +147,8 @@ def indexed_records(
     several = [k for k, n in copies.items() if n > 1]
     if several:
         return IndexedTopic(reason=f"{len(several)} stuck key(s) have several records (e.g. {several[0]})")
-    for state, source in (("committed", rows), ("aborted", aborted_rows)):
+    sources: tuple[tuple[RecordState, list[dict[str, Any]]], ...] = (("committed", rows), ("aborted", aborted_rows))
+    for state, source in sources:
         for row in source:
             partition, offset = int(row["partition"]), int(row["offset"])
             if partition not in partitions or not partitions[partition].low <= offset < starts[partition]:

@@ -30,16 +30,16 @@ def collect() -> Iterator[Sample]:
                 {"binding": row["binding__name"]},
                 help="When the binding's last successful reconciliation finished",
             )
-    rows = (
+    open_counts = (
         Finding.objects.filter(run_id__in=current_run_ids())
         .values("binding__name", "kind")
         .annotate(n=Count("id"))
         .order_by("binding__name", "kind")
     )
-    for row in rows:
+    for count in open_counts:
         yield Sample(
             "auditor_findings_open",
-            row["n"],
-            {"binding": row["binding__name"], "kind": row["kind"]},
+            count["n"],
+            {"binding": count["binding__name"], "kind": count["kind"]},
             help="Findings of the binding's latest successful reconciliation, by kind",
         )

@@ -140,6 +140,10 @@ class ReconcileRun(models.Model):
         }
 
 
+# Findings' order (Finding.Meta.ordering), as a typed tuple for order_by() after other fields.
+FINDING_ORDER = ("kind", "cause", "key", "partition", "offset", "id")
+
+
 class Finding(models.Model):
     """One finding as the job reports it (spark_jobs/reconcile_transform.FINDING_SCHEMA).
 
@@ -166,7 +170,7 @@ class Finding(models.Model):
     is_new = models.BooleanField(default=False, help_text="the previous run did not report it")
 
     class Meta:
-        ordering = ["kind", "cause", "key", "partition", "offset", "id"]
+        ordering = list(FINDING_ORDER)
         indexes = [
             models.Index(fields=["run", "kind", "cause"], name="reconcile_finding_run_kind"),
             # The findings page reads a run's findings in (kind, id) order, a page at a time;

@@ -29,6 +29,7 @@ from psycopg import sql
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
 from auditor.lib.secrets import MASK, MissingEnvError
 from auditor.pipelines.models import Binding
+from auditor.probes.message import record_headers, record_position
 
 MAX_POSITIONS = 200
 SCAN_RECORDS_PER_PARTITION = 5000
@@ -109,7 +110,7 @@ def business_key(message: Message, record_key: str) -> str | None:
     """The record's key by the binding's rule (key | header:<name> | json:<path>), like the job."""
     if record_key.startswith("header:"):
         wanted = record_key[len("header:") :]
-        for name, value in message.headers() or []:
+        for name, value in record_headers(message):
             if name == wanted:
                 return None if value is None else value.decode("utf-8", errors="replace")
         return None
@@ -122,13 +123,14 @@ def business_key(message: Message, record_key: str) -> str | None:
 def _view(message: Message, record_key: str, found_by: str) -> RecordView:
     _ts_type, ts_ms = message.timestamp()
     value = message.value()
+    _topic, partition, offset = record_position(message)
     return RecordView(
-        partition=message.partition(),
-        offset=message.offset(),
+        partition=partition,
+        offset=offset,
         timestamp=datetime.fromtimestamp(ts_ms / 1000, UTC) if ts_ms and ts_ms > 0 else None,
         key=None if message.key() is None else _text(message.key(), HEADER_PREVIEW_CHARS),
         business_key=business_key(message, record_key),
-        headers=[(name, _text(v, HEADER_PREVIEW_CHARS)) for name, v in message.headers() or []],
+        headers=[(name, _text(v, HEADER_PREVIEW_CHARS)) for name, v in record_headers(message)],
         value_preview=_text(value, PREVIEW_CHARS),
         value_size=len(value or b""),
         found_by={found_by},

@@ -19,7 +19,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, QuerySet
 from django.utils import timezone
@@ -93,9 +93,7 @@ def recover_stale_runs(binding: Binding) -> int:
     return len(stale)
 
 
-def start_run(
-    binding: Binding, trigger: str, full: bool = False, requested_by: AbstractBaseUser | None = None
-) -> ReconcileRun:
+def start_run(binding: Binding, trigger: str, full: bool = False, requested_by: User | None = None) -> ReconcileRun:
     """Claim the binding: create its queued run, or raise RunInProgress."""
     recover_stale_runs(binding)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from auditor.pipelines.models import Binding
@@ -43,9 +43,7 @@ def execute_run_task(run_id: int) -> str | None:
     return execute_run(run).status
 
 
-def queue_run(
-    binding: Binding, trigger: str, full: bool = False, requested_by: AbstractBaseUser | None = None
-) -> ReconcileRun:
+def queue_run(binding: Binding, trigger: str, full: bool = False, requested_by: User | None = None) -> ReconcileRun:
     """Claim the binding now (RunInProgress if busy) and hand the run to a worker after commit."""
     run = start_run(binding, trigger, full=full, requested_by=requested_by)
 

@@ -19,7 +19,7 @@ class RecipientsField(forms.CharField):
 
     widget = forms.Textarea(attrs={"rows": 3})
 
-    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]  # a list field on a text widget
         text = super().to_python(value) or ""
         return [part for part in re.split(r"[\s,;]+", text) if part]
 
@@ -56,7 +56,8 @@ class ScheduleForm(forms.ModelForm):
         fields = ["name", "period", "enabled", "all_bindings", "bindings", "channels", "email_recipients"]
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        super().clean()  # ModelForm's: returns cleaned_data (typed Optional) and turns on the unique checks
+        data = self.cleaned_data
         if not data.get("all_bindings") and not data.get("bindings"):
             self.add_error("bindings", "choose at least one binding, or report on all bindings")
         return data

@@ -68,6 +68,9 @@ class SectionResult(TypedDict):
     csv_truncated: NotRequired[bool]
 
 
+# What a section that built nothing reads as (an empty summary, no tables), typed as a result.
+_NO_RESULT: SectionResult = {"summary": {}}
+
 Provider = Callable[[Sequence[Binding], datetime, datetime], SectionResult]
 
 
@@ -93,23 +96,23 @@ class BuiltSection:
 
     @property
     def tables(self) -> list[Table]:
-        return list((self.result or {}).get("tables") or [])
+        return list((self.result or _NO_RESULT).get("tables") or [])
 
     @property
     def figures(self) -> list[go.Figure]:
-        return list((self.result or {}).get("figures") or [])
+        return list((self.result or _NO_RESULT).get("figures") or [])
 
     @property
     def notes(self) -> list[str]:
-        return list((self.result or {}).get("notes") or [])
+        return list((self.result or _NO_RESULT).get("notes") or [])
 
     @property
     def csv_rows(self) -> list[dict[str, Any]]:
-        return list((self.result or {}).get("csv_rows") or [])
+        return list((self.result or _NO_RESULT).get("csv_rows") or [])
 
     @property
     def summary(self) -> dict[str, Any]:
-        return dict((self.result or {}).get("summary") or {})
+        return dict((self.result or _NO_RESULT).get("summary") or {})
 
 
 @dataclass

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -58,7 +58,7 @@ def start_report(
     *,
     trigger: str,
     schedule: ReportSchedule | None = None,
-    requested_by: AbstractBaseUser | None = None,
+    requested_by: User | None = None,
 ) -> Report:
     check_period(start, end)
     return Report.objects.create(
@@ -101,7 +101,7 @@ def _summary(report: Report, sections: Sequence[BuiltSection], csv_rows: int, tr
 def finish_report(report: Report, sections: Sequence[BuiltSection]) -> Report:
     limit = conf.max_csv_rows()
     rows = [row for section in sections for row in section.csv_rows]
-    truncated = len(rows) > limit or any((s.result or {}).get("csv_truncated") for s in sections)
+    truncated = len(rows) > limit or any(s.result and s.result.get("csv_truncated") for s in sections)
     rows = rows[:limit]
     summary = _summary(report, sections, len(rows), truncated)
     html = render_body(
@@ -138,7 +138,7 @@ def build_report(
     *,
     trigger: str,
     schedule: ReportSchedule | None = None,
-    requested_by: AbstractBaseUser | None = None,
+    requested_by: User | None = None,
 ) -> Report:
     """Build a report now (the page's "build now", the CLI); the caller decides on delivery."""
     report = start_report(bindings, start, end, trigger=trigger, schedule=schedule, requested_by=requested_by)
@@ -173,7 +173,7 @@ def build_now(
     schedule: ReportSchedule | None = None,
     binding_names: Iterable[str] | None = None,
     since_seconds: int | None = None,
-    requested_by: AbstractBaseUser | None = None,
+    requested_by: User | None = None,
     deliver: bool = False,
     now: datetime | None = None,
 ) -> Report:

@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from auditor.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, require_role
+from auditor.accounts.roles import ADMIN, OPERATOR, VIEWER, SignedInRequest, has_role, require_role
 from auditor.pipelines.models import Binding
 from auditor.reports.forms import BuildForm, ScheduleForm
 from auditor.reports.models import Report, ReportSchedule
@@ -55,7 +55,7 @@ def index(request: HttpRequest) -> HttpResponse:
         reports = reports.filter(schedule=selected)
     page = Paginator(reports, PAGE_SIZE).get_page(request.GET.get("page"))
     for report in page.object_list:
-        report.cards = headline(report.totals)  # type: ignore[attr-defined]
+        report.cards = headline(report.totals)  # type: ignore[attr-defined]  # for the template only
     return render(
         request,
         "reports/index.html",
@@ -99,10 +99,10 @@ def download_csv(request: HttpRequest, report_id: int) -> HttpResponse:
 
 @require_POST
 @require_role(OPERATOR)
-def build(request: HttpRequest) -> HttpResponse:
+def build(request: SignedInRequest) -> HttpResponse:
     form = BuildForm(request.POST)
     if not form.is_valid():
-        errors = "; ".join(f"{field}: {' '.join(errs)}" for field, errs in form.errors.items())
+        errors = "; ".join(f"{field}: {' '.join(map(str, errs))}" for field, errs in form.errors.items())
         messages.error(request, f"Not built: {errors}")
         return redirect("reports:index")
     data = form.cleaned_data

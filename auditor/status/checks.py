@@ -11,7 +11,7 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.cache import cache
@@ -73,7 +73,8 @@ def check_redis() -> ComponentStatus:
     shown = mask_url(settings.REDIS_URL)
     try:
         client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
-        info = client.info("server")
+        # cast: redis-py annotates the sync and asyncio clients alike; the sync one returns the dict.
+        info = cast(dict[str, Any], client.info("server"))
         return ComponentStatus("redis", True, f"redis {info['redis_version']} at {shown}")
     except Exception as exc:  # noqa: BLE001
         return ComponentStatus("redis", False, f"{shown}: {exc}")

@@ -148,7 +148,8 @@ def record_timestamps(
     )
     try:
         while pending:
-            round_targets: dict[tuple[str, int], Target] = {}
+            # Keyed as poll() reports a position: an error event may carry no topic or partition.
+            round_targets: dict[tuple[str | None, int | None], Target] = {}
             rest = []
             for target in pending:
                 if (target[0], target[1]) in round_targets:
@@ -163,12 +164,12 @@ def record_timestamps(
                 if msg is None:
                     continue
                 where = (msg.topic(), msg.partition())
-                target = round_targets.get(where)
-                if target is None:
+                hit = round_targets.get(where)
+                if hit is None:
                     continue
                 if msg.error() is None:
                     kind, value = msg.timestamp()
-                    found[target] = value if kind != 0 and value >= 0 else None
+                    found[hit] = value if kind != 0 and value >= 0 else None
                 round_targets.pop(where)  # a record, the end of the partition, or an error
             consumer.unassign()
     finally:
@@ -234,8 +235,8 @@ def read_cluster_view(
 
     targets: list[Target] = [(topic, p, o.low) for p, o in offsets.items() if 0 < o.low < o.high]
     targets += [(topic, p, o.stable) for p, o in offsets.items() if o.stable < o.high]
-    for group in view.groups.values():
-        targets += [(topic, p, c) for p, c in group.committed.items() if p in offsets and c < offsets[p].high]
+    for group_state in view.groups.values():
+        targets += [(topic, p, c) for p, c in group_state.committed.items() if p in offsets and c < offsets[p].high]
     for ledger_topic, lows in ((producer_ledger_topic, producer_lows), (consumer_ledger_topic, consumer_lows)):
         targets += [(ledger_topic, p, low) for p, (low, high) in lows.items() if 0 < low < high]
     try:
@@ -248,8 +249,8 @@ def read_cluster_view(
         for p, o in offsets.items()
     }
     plan.partitions = view.partitions
-    for group in view.groups.values():
-        group.committed_timestamp_ms = {p: stamps.get((topic, p, c)) for p, c in group.committed.items()}
+    for group_state in view.groups.values():
+        group_state.committed_timestamp_ms = {p: stamps.get((topic, p, c)) for p, c in group_state.committed.items()}
     if view.producer_ledger.available:
         view.producer_ledger.complete_since_ms = _complete_since(producer_lows, producer_ledger_topic, stamps)
     if view.consumer_ledger.available:

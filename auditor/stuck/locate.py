@@ -33,7 +33,8 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from auditor.probes.codec import ConsumerBatch, ProducerBatch, decode_ledger_record, delivery_status
 from auditor.probes.headers import AUDIT_PID, AUDIT_SEQ
-from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark
+from auditor.probes.message import record_headers, record_position  # read_ranges() yields records only
+from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark, RecordState
 from auditor.stuck.kafka_view import ReadPlan, client_settings
 from spark_jobs.binding import RecordKeySpec, parse_record_key
 from spark_jobs.kafka_offsets import KafkaReadError
@@ -242,11 +243,12 @@ def read_ranges(
                 if partition not in pending:
                     continue
                 end = wanted[partition][1]
-                if msg.offset() >= end:
+                offset = record_position(msg)[2]
+                if offset >= end:
                     pending.discard(partition)
                     continue
                 yield msg
-                if msg.offset() >= end - 1:
+                if offset >= end - 1:
                     pending.discard(partition)
     finally:
         consumer.close()
@@ -285,7 +287,7 @@ def record_key_of(msg: Message, spec: RecordKeySpec) -> str | None:
         key = msg.key()
         return None if key is None else key.decode("utf-8", "replace")
     if spec.source == "header":
-        for name, value in msg.headers() or []:
+        for name, value in record_headers(msg):
             if name == spec.argument:
                 return None if value is None else value.decode("utf-8", "replace")
         return None
@@ -300,7 +302,7 @@ def record_key_of(msg: Message, spec: RecordKeySpec) -> str | None:
 
 
 def _audit_header(msg: Message, name: str) -> str | None:
-    for header, value in msg.headers() or []:
+    for header, value in record_headers(msg):
         if header == name and value is not None:
             return value.decode("utf-8", "replace")
     return None
@@ -316,22 +318,22 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
     keys = set(request.keys)
     plan = request.plan
 
-    def match(msg: Message, state: str, key: str | None = None) -> LocatedRecord | None:
+    def match(msg: Message, state: RecordState, key: str | None = None) -> LocatedRecord | None:
         key = record_key_of(msg, spec) if key is None else key
         if key is None or key not in keys:
             return None
         seq_text = _audit_header(msg, AUDIT_SEQ)
         seq = int(seq_text) if seq_text and seq_text.isdigit() else None
-        return LocatedRecord(
-            key, msg.partition(), msg.offset(), _timestamp(msg), state, _audit_header(msg, AUDIT_PID), seq
-        )
+        _topic, partition, offset = record_position(msg)
+        return LocatedRecord(key, partition, offset, _timestamp(msg), state, _audit_header(msg, AUDIT_PID), seq)
 
     committed_positions: set[tuple[int, int]] = set()
     counts: dict[int, int] = {}
     starts = {p: request.start(s) for p, s in plan.partitions.items()}
     committed_ranges = {p: (starts[p], s.stable) for p, s in plan.partitions.items()}
     for msg in read_ranges(bootstrap, config, plan.topic, committed_ranges, "read_committed"):
-        counts[msg.partition()] = counts.get(msg.partition(), 0) + 1
+        partition = record_position(msg)[1]
+        counts[partition] = counts.get(partition, 0) + 1
         result.records_scanned += 1
         key = record_key_of(msg, spec)
         if key is None:
@@ -375,9 +377,10 @@ def _locate_uncommitted(
 ) -> None:
     ranges = uncommitted_ranges(partitions, starts, counts)
     for msg in read_ranges(bootstrap, config, topic, ranges, "read_uncommitted"):
-        if (msg.partition(), msg.offset()) in committed_positions:
+        _topic, partition, offset = record_position(msg)
+        if (partition, offset) in committed_positions:
             continue
-        state = "open" if msg.offset() >= partitions[msg.partition()].stable else "aborted"
+        state = "open" if offset >= partitions[partition].stable else "aborted"
         found = match(msg, state)
         if found is not None:
             result.records.setdefault(found.key, []).append(found)

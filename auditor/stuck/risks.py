@@ -73,7 +73,7 @@ def retention_lag(view: ClusterView) -> list[dict[str, Any]]:
         return []
     risks = []
     for group in view.groups.values():
-        worst: tuple[float, int] | None = None
+        worst: tuple[int, int] | None = None
         for partition, committed in group.committed.items():
             state = view.partitions.get(partition)
             oldest = group.committed_timestamp_ms.get(partition)

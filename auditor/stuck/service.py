@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
@@ -298,7 +298,7 @@ def diagnosis_running(rule: StuckRule) -> bool:
     return cache.get(f"stuck:diagnosis-running:{rule.pk}") is not None
 
 
-def start_run(rule: StuckRule, trigger: str, requested_by: AbstractBaseUser | None = None) -> DiagnosisRun:
+def start_run(rule: StuckRule, trigger: str, requested_by: User | None = None) -> DiagnosisRun:
     return DiagnosisRun.objects.create(rule=rule, trigger=trigger, started_at=timezone.now(), requested_by=requested_by)
 
 
@@ -419,7 +419,7 @@ def fail_run(run: DiagnosisRun, error: str) -> DiagnosisRun:
 def run_diagnosis(
     rule: StuckRule,
     trigger: str = DiagnosisRun.SCHEDULE,
-    requested_by: AbstractBaseUser | None = None,
+    requested_by: User | None = None,
     options: DiagnosisOptions | None = None,
 ) -> DiagnosisRun:
     """Diagnose and store, one run of a rule at a time (DiagnosisBusy otherwise).

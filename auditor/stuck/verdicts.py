@@ -275,7 +275,7 @@ def _not_in_topic(
         evidence["seen"] = sighting.as_json()
         run = f"reconciliation run {sighting.run_id}" if sighting.run_id else "a reconciliation run"
         return _written_then_gone(row, sighting.partition, sighting.offset, f"seen by {run} at", marks, view, evidence)
-    if not ledger_readable:
+    if ledger is None or not ledger.available:
         reason = ledger.reason if ledger else "no producer ledger"
         return _from_missing_report(
             row,

@@ -113,8 +113,9 @@ def lint_section(bindings: Sequence[Binding], start: datetime, end: datetime) ->
             for r in listed[:LISTED_RESULTS]
         ],
         "empty": "none",
-        **({"note": f"the first {LISTED_RESULTS} of {len(listed)}"} if len(listed) > LISTED_RESULTS else {}),
     }
+    if len(listed) > LISTED_RESULTS:
+        results_table["note"] = f"the first {LISTED_RESULTS} of {len(listed)}"
     notes = [] if scan.status == LintScan.OK else [f"The scan could not lint everything: {scan.error}"]
     return {
         "summary": {

@@ -90,7 +90,7 @@ def reconcile_section(bindings: Sequence[Binding], start: datetime, end: datetim
         binding_runs = runs_by_binding.get(binding.name, [])
         last = latest.get(binding.name)
         findings = dict(last.kind_counts()) if last else {kind: 0 for kind in FINDING_KINDS}
-        entry = {
+        entry: dict[str, Any] = {
             "runs": len(binding_runs),
             "ok": sum(r.status == ReconcileRun.OK for r in binding_runs),
             "failed": sum(r.status == ReconcileRun.FAILED for r in binding_runs),
@@ -100,7 +100,7 @@ def reconcile_section(bindings: Sequence[Binding], start: datetime, end: datetim
             "findings_total": sum(findings.values()),
             "new_findings": sum(r.new_findings for r in binding_runs if r.status == ReconcileRun.OK),
             "by_cause": causes.get(last.pk, []) if last else [],
-            "causes_available": bool(last) and not last.findings_pruned,
+            "causes_available": last is not None and not last.findings_pruned,
         }
         per_binding[binding.name] = entry
         totals["runs"] += entry["runs"]
