@@ -77,9 +77,14 @@ def extract_range(
 
 
 def extract_keys(spark: SparkSession, request: dict[str, Any]) -> DataFrame:
+    """The stuck keys as a DataFrame. A keys file is read here, on the driver: it sits in the
+    submitter's temporary folder, which executors on other hosts of a cluster cannot reach."""
     if "keys_path" in request:
-        return spark.read.schema("key string").json(request["keys_path"]).distinct()
-    return spark.createDataFrame([(k,) for k in request["keys"]], "key string").distinct()
+        with open(request["keys_path"], encoding="utf-8") as lines:
+            keys = [(json.loads(line)["key"],) for line in lines if line.strip()]
+    else:
+        keys = [(k,) for k in request["keys"]]
+    return spark.createDataFrame(keys, "key string").distinct()
 
 
 # ------------------------------------------------------------------ transforms -------

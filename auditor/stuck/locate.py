@@ -34,6 +34,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from auditor.probes.codec import ConsumerBatch, ProducerBatch, decode_ledger_record, delivery_status
 from auditor.probes.headers import AUDIT_PID, AUDIT_SEQ
 from auditor.probes.message import record_headers, record_position  # read_ranges() yields records only
+from auditor.reconcile import conf as reconcile_conf
 from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark, RecordState
 from auditor.stuck.kafka_view import ReadPlan, client_settings
 from spark_jobs.binding import RecordKeySpec, parse_record_key
@@ -180,7 +181,17 @@ def locate_with_spark_subprocess(request: LocateRequest, timeout_s: float = 3600
         env = dict(os.environ)
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         completed = subprocess.run(
-            [sys.executable, str(SPARK_JOB), "--request", str(request_path), "--output", str(output_path)],
+            [
+                sys.executable,
+                str(SPARK_JOB),
+                "--request",
+                str(request_path),
+                "--output",
+                str(output_path),
+                # the master reconciliation runs on: a Spark cluster serves the stuck engine too
+                "--master",
+                reconcile_conf.spark_master(),
+            ],
             cwd=REPO_ROOT,
             env=env,
             capture_output=True,
