@@ -11,6 +11,7 @@ from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
 from auditor.lint.defaults import KINDS
 from auditor.lint.models import SEVERITIES, LintResultRow, LintScan
 from auditor.lint.service import latest_scan
+from auditor.lint.tasks import scan_all_task, scan_running
 from auditor.vocabulary import GUARANTEES
 
 log = logging.getLogger(__name__)
@@ -102,8 +103,6 @@ def list_scans(call: ApiCall) -> dict[str, Any]:
     "the running scan's result is the one to wait for. 503 when the task queue is unreachable.",
 )
 def trigger_scan(call: ApiCall) -> JsonResponse:
-    from auditor.lint.tasks import scan_all_task, scan_running
-
     if scan_running():
         status, message = "running", "a lint scan is already running; its result will be the latest scan"
     else:

@@ -23,6 +23,7 @@ from auditor.lint.links import BindingIndex, finding_links
 from auditor.lint.models import SEVERITIES, LintResultRow, LintScan
 from auditor.lint.parsers import FORMATS
 from auditor.lint.service import DEFAULT_GUARANTEE, latest_scan, lint_pasted, store_pasted
+from auditor.lint.tasks import scan_all_task, scan_running
 from auditor.vocabulary import GUARANTEES
 
 log = logging.getLogger(__name__)
@@ -107,8 +108,6 @@ def results_json(request: HttpRequest) -> JsonResponse:
 @require_POST
 def scan_now(request: HttpRequest) -> HttpResponse:
     """Queue a scan on the worker; its result reaches open pages over the websocket."""
-    from auditor.lint.tasks import scan_all_task, scan_running
-
     wants_json = "application/json" in request.headers.get("Accept", "")
     if scan_running():
         status, text = "running", "A lint scan is already running; its results will show here when it finishes."
