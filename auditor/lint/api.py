@@ -8,7 +8,7 @@ from typing import Any
 from django.http import JsonResponse
 
 from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
-from auditor.lint.defaults import KINDS
+from auditor.lint.engine.defaults import KINDS
 from auditor.lint.models import SEVERITIES, LintResultRow, LintScan
 from auditor.lint.service import latest_scan
 from auditor.lint.tasks import scan_all_task, scan_running

@@ -15,13 +15,13 @@ from django.views.decorators.debug import sensitive_post_parameters, sensitive_v
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from auditor.accounts.roles import OPERATOR, SignedInRequest, require_role
-from auditor.lint.catalog import RULES, catalog_as_csv, catalog_as_dicts
-from auditor.lint.defaults import CLIENTS, KINDS
-from auditor.lint.errors import LintInputError
-from auditor.lint.evidence import describe, explains
+from auditor.lint.engine.catalog import RULES, catalog_as_csv, catalog_as_dicts
+from auditor.lint.engine.defaults import CLIENTS, KINDS
+from auditor.lint.engine.errors import LintInputError
+from auditor.lint.engine.evidence import describe, explains
+from auditor.lint.engine.parsers import FORMATS
 from auditor.lint.links import BindingIndex, finding_links
 from auditor.lint.models import SEVERITIES, LintResultRow, LintScan
-from auditor.lint.parsers import FORMATS
 from auditor.lint.service import DEFAULT_GUARANTEE, latest_scan, lint_pasted, store_pasted
 from auditor.lint.tasks import scan_all_task, scan_running
 from auditor.vocabulary import GUARANTEES

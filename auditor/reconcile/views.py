@@ -21,8 +21,8 @@ from auditor.accounts.acknowledgements import current_acknowledgement
 from auditor.accounts.forms import AcknowledgeForm
 from auditor.accounts.pages import acknowledge_from_post, acknowledge_many_from_post, withdraw_from_post
 from auditor.accounts.roles import OPERATOR, SignedInRequest, has_role, require_role
-from auditor.lint.catalog import RULES_BY_ID
-from auditor.lint.evidence import rules_explaining
+from auditor.lint.engine.catalog import RULES_BY_ID
+from auditor.lint.engine.evidence import rules_explaining
 from auditor.lint.models import LintResultRow
 from auditor.lint.service import latest_scan
 from auditor.pipelines.models import Binding

@@ -32,7 +32,7 @@ from auditor.accounts.acknowledgements import current_acknowledgements
 from auditor.accounts.models import Acknowledgement
 from auditor.alerts.models import Alert
 from auditor.canary.models import CanaryPoint
-from auditor.lint.evidence import rules_explaining
+from auditor.lint.engine.evidence import rules_explaining
 from auditor.lint.models import LintResultRow
 from auditor.lint.service import latest_scan
 from auditor.pipelines.models import Binding, StuckRule

@@ -16,7 +16,7 @@ from auditor.alerts.delivery import deliver
 from auditor.alerts.models import Alert, Delivery
 from auditor.lint import service
 from auditor.lint.alerting import fingerprint
-from auditor.lint.model import LintResult
+from auditor.lint.engine.terms import LintResult
 from auditor.lint.models import LintScan
 from auditor.lint.service import ScanOutcome, ScanResult, scan_all
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase

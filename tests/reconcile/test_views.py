@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from auditor.lint.engine import lint
+from auditor.lint.engine.linter import lint
 from auditor.lint.service import ScanResult, record_scan
 from auditor.pipelines.models import Binding
 from auditor.reconcile.models import Finding, ReconcileRun

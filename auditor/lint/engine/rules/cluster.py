@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from auditor.lint import defaults as d
-from auditor.lint.model import Check, Finding, Rule, Severity, Subject
+from auditor.lint.engine import defaults as d
+from auditor.lint.engine.terms import Check, Finding, Rule, Severity, Subject
 
 NOT_LOST = frozenset({d.AT_LEAST_ONCE, d.EXACTLY_ONCE})
 EOS = frozenset({d.EXACTLY_ONCE})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from auditor.lint import defaults as d
-from auditor.lint.model import REFUSES_TO_START, Check, Finding, Rule, Severity, Subject
+from auditor.lint.engine import defaults as d
+from auditor.lint.engine.terms import REFUSES_TO_START, Check, Finding, Rule, Severity, Subject
 from auditor.vocabulary import GUARANTEES
 
 ALL = frozenset(GUARANTEES)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from auditor.lint.defaults import CLIENTS
+from auditor.lint.engine.defaults import CLIENTS
 
 Source = Literal["explicit", "default"]
 Severity = Literal["error", "warning", "info"]
