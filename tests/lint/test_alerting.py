@@ -20,9 +20,6 @@ from auditor.lint.engine.terms import LintResult
 from auditor.lint.models import LintScan
 from auditor.lint.service import ScanOutcome, ScanResult, scan_all
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase
-from tests.alerts.conftest import make_channel, receiver, webhook_settings
-
-__all__ = ["make_channel", "receiver", "webhook_settings"]
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
