@@ -57,11 +57,6 @@ class ReportSchedule(models.Model):
         bindings = Binding.objects.all() if self.all_bindings else self.bindings.all()
         return list(bindings.select_related("cluster").order_by("name"))
 
-    def describe_bindings(self) -> str:
-        if self.all_bindings:
-            return "all bindings"
-        return ", ".join(b.name for b in self.bindings.all()) or "no binding (all removed)"
-
 
 class Report(models.Model):
     BUILDING, OK, PARTIAL, FAILED = "building", "ok", "partial", "failed"

@@ -76,10 +76,6 @@ class PipelineView:
         return self.last_run.finished_at if self.last_run else None
 
     @property
-    def stuck_total(self) -> int:
-        return sum(self.stuck.values())
-
-    @property
     def sparkline(self) -> str:
         """SVG polyline points (a 100 by 20 box) of ``trend``; empty with fewer than two runs."""
         if len(self.trend) < 2:
