@@ -17,16 +17,21 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from auditor.lib.env import load_env_file
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = [
+    "tests.support.fixtures.accounts",
+    "tests.support.fixtures.alerts",
+    "tests.support.fixtures.demo",
+]
+
 load_env_file(ROOT / ".env")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor.settings")
 # Playwright's sync API keeps an event loop running in the test thread; the test's own
@@ -40,15 +45,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,9 @@ from typing import Any
 
 from auditor.accounts.acknowledgements import acknowledgement_json
 from auditor.accounts.roles import OPERATOR
+from auditor.alerts.acknowledgements import attach_acknowledgements
 from auditor.alerts.models import Alert, Channel
 from auditor.alerts.problems import PROBLEM_ACK_KIND
-from auditor.alerts.views import attach_acknowledgements
 from auditor.api.acknowledging import ACK_BODY, ACK_SCHEMA, acknowledge_for_api
 from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
 

@@ -27,15 +27,6 @@ FAMILIES = ("finding", "stuck", "lint", "canary")
 Reporter = Callable[[str, str], None]
 
 
-def all_problem_kinds() -> list[str]:
-    return (
-        [f"finding:{k}" for k in FINDING_KINDS]
-        + [f"stuck:{v}" for v in STUCK_VERDICTS]
-        + [f"lint:{s}" for s in LINT_SEVERITIES]
-        + [f"canary:{c}" for c in CANARY_KINDS]
-    )
-
-
 def validate_problem_kind(kind: str) -> tuple[str, str]:
     """(family, name) of a problem kind; ValueError naming the accepted kinds otherwise."""
     family, _, name = kind.partition(":") if isinstance(kind, str) else ("", "", "")

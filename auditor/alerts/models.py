@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Q
 
 from auditor.alerts.events import EventFilter, event_filter_from_json
-from auditor.lib.secrets import ENV_REF, MASK, MissingEnvError, mask_url, resolve_env
+from auditor.lib.secrets import MASK, MissingEnvError, mask_url, resolve_env
 from auditor.pipelines.models import Binding
 
 
@@ -71,10 +71,6 @@ class Channel(models.Model):
 
     def resolved_secret(self) -> str:
         return resolve_env(self.secret)
-
-    @staticmethod
-    def is_env_reference(value: str) -> bool:
-        return bool(ENV_REF.fullmatch(value or ""))
 
 
 class Alert(models.Model):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import timedelta
 
 from django.contrib import messages
@@ -12,32 +11,17 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from auditor.accounts import acknowledgements
 from auditor.accounts.forms import AcknowledgeForm
 from auditor.accounts.models import Acknowledgement
 from auditor.accounts.pages import acknowledge_from_post, withdraw_from_post
 from auditor.accounts.roles import ADMIN, OPERATOR, VIEWER, SignedInRequest, has_role, require_role
+from auditor.alerts.acknowledgements import attach_acknowledgements
 from auditor.alerts.forms import ChannelForm
 from auditor.alerts.models import Alert, Channel, Delivery
 from auditor.alerts.outbox import send_test
 from auditor.alerts.problems import PROBLEM_ACK_KIND
 
 DELIVERY_LOG_SIZE = 50
-
-
-def attach_acknowledgements(alerts: Iterable[Alert]) -> list[Alert]:
-    """Set ``alert.acknowledgement`` to the acknowledgement or mute in force for its problem.
-
-    An acknowledgement covers occurrences that started before it was made; a mute covers
-    the fingerprint whenever it occurs, until it ends.
-    """
-    alerts = acknowledgements.attach_acknowledgements(alerts, PROBLEM_ACK_KIND, lambda a: a.fingerprint)
-    for alert in alerts:
-        # ignores: attach_acknowledgements sets this attribute; it is no model field.
-        ack: Acknowledgement | None = alert.acknowledgement  # type: ignore[attr-defined]
-        if ack is not None and ack.action == Acknowledgement.ACK and ack.created_at < alert.first_seen:
-            alert.acknowledgement = None  # type: ignore[attr-defined]
-    return alerts
 
 
 def _page_roles(request: HttpRequest) -> dict[str, bool]:

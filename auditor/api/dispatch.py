@@ -20,6 +20,7 @@ from django.urls import URLPattern, path
 from django.utils.module_loading import module_has_submodule
 from django.views.decorators.csrf import csrf_exempt
 
+import auditor.api.endpoints  # noqa: F401 - registers the core endpoints
 from auditor.accounts.roles import has_role
 from auditor.api.models import ApiToken
 from auditor.api.registry import ApiCall, ApiError, Operation, Registry, registry
@@ -30,12 +31,12 @@ _discovered = False
 
 
 def discover() -> None:
-    """Import ``auditor/<app>/api.py`` of every installed auditor app (once)."""
+    """Import ``auditor/<app>/api.py`` of every installed auditor app (once), as Django's admin does.
+
+    The core endpoints (auditor/api/endpoints.py) are imported with this module."""
     global _discovered
     if _discovered:
         return
-    import auditor.api.endpoints  # noqa: F401 - registers the core endpoints
-
     for config in apps.get_app_configs():
         if config.name.startswith("auditor.") and module_has_submodule(config.module, "api"):
             __import__(f"{config.name}.api")

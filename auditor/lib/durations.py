@@ -21,11 +21,3 @@ def parse_duration(value: object) -> int:
         if match:
             return int(int(match.group(1)) * _FACTORS[match.group(2)])
     raise ValueError(f"{value!r} is not a duration (expected e.g. 30s, 2m, 1h, 7d)")
-
-
-def format_duration(seconds: float) -> str:
-    seconds = int(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"

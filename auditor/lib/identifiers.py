@@ -27,12 +27,3 @@ def validate_table_name(name: str) -> tuple[str | None, str]:
     if len(parts) == 2:
         return validate_identifier(parts[0], "schema"), validate_identifier(parts[1], "table")
     raise IdentifierError(f"table {name!r} must be 'table' or 'schema.table'")
-
-
-def quote_identifier(name: str) -> str:
-    return '"' + validate_identifier(name) + '"'
-
-
-def quote_table(name: str) -> str:
-    schema, table = validate_table_name(name)
-    return f'"{schema}"."{table}"' if schema else f'"{table}"'

@@ -8,7 +8,8 @@ from typing import Any
 from django.http import JsonResponse
 
 from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
-from auditor.lint.defaults import KINDS
+from auditor.lint import tasks
+from auditor.lint.engine.defaults import KINDS
 from auditor.lint.models import SEVERITIES, LintResultRow, LintScan
 from auditor.lint.service import latest_scan
 from auditor.vocabulary import GUARANTEES
@@ -102,13 +103,11 @@ def list_scans(call: ApiCall) -> dict[str, Any]:
     "the running scan's result is the one to wait for. 503 when the task queue is unreachable.",
 )
 def trigger_scan(call: ApiCall) -> JsonResponse:
-    from auditor.lint.tasks import scan_all_task, scan_running
-
-    if scan_running():
+    if tasks.scan_running():
         status, message = "running", "a lint scan is already running; its result will be the latest scan"
     else:
         try:
-            scan_all_task.delay(LintScan.MANUAL, call.user.pk)
+            tasks.scan_all_task.delay(LintScan.MANUAL, call.user.pk)
         except Exception:  # the broker being down is the caller's answer, not a 500
             log.exception("could not queue a lint scan")
             raise ApiError(503, "could not queue the scan: the task queue is unreachable") from None

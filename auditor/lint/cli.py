@@ -14,12 +14,12 @@ from typing import Any, TextIO
 
 from django.utils import timezone
 
-from auditor.lint.defaults import CLIENTS, KINDS
-from auditor.lint.engine import exit_code
-from auditor.lint.errors import LintInputError
-from auditor.lint.evidence import explains
+from auditor.lint.engine.defaults import CLIENTS, KINDS
+from auditor.lint.engine.errors import LintInputError
+from auditor.lint.engine.evidence import explains
+from auditor.lint.engine.linter import exit_code
+from auditor.lint.engine.parsers import FORMATS, guess_format
 from auditor.lint.models import LintScan
-from auditor.lint.parsers import FORMATS, guess_format
 from auditor.lint.service import DEFAULT_GUARANTEE, ScanResult, lint_pasted, scan_all
 from auditor.vocabulary import GUARANTEES
 

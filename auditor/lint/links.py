@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 
 from django.urls import reverse
 
-from auditor.lint.evidence import describe, explains
+from auditor.lint.engine.evidence import describe, explains
 from auditor.pipelines.models import Binding
 
 _TOPIC_SUBJECT = re.compile(r"^topic (?P<topic>\S+)$")

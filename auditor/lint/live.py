@@ -7,9 +7,9 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
-from auditor.lint.engine import lint
-from auditor.lint.errors import LintInputError
-from auditor.lint.model import LintContext, LintResult
+from auditor.lint.engine.errors import LintInputError
+from auditor.lint.engine.linter import lint
+from auditor.lint.engine.terms import LintContext, LintResult
 
 
 def _described(admin: AdminClient, resources: list[ConfigResource], timeout: float) -> dict[str, dict[str, Any]]:

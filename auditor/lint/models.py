@@ -1,6 +1,6 @@
 """Lint scans and their results.
 
-Values and messages arrive masked from the engine (auditor/lint/masking.py); nothing
+Values and messages arrive masked from the engine (auditor/lint/engine/masking.py); nothing
 here ever holds a config as the user wrote it, so a secret cannot reach the database.
 """
 
@@ -13,10 +13,10 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Case, IntegerField, Value, When
 
-from auditor.lint.catalog import RULES_BY_ID
-from auditor.lint.defaults import KINDS
-from auditor.lint.evidence import Explained, describe, explains
-from auditor.lint.model import SEVERITY_ORDER
+from auditor.lint.engine.catalog import RULES_BY_ID
+from auditor.lint.engine.defaults import KINDS
+from auditor.lint.engine.evidence import Explained, describe, explains
+from auditor.lint.engine.terms import SEVERITY_ORDER
 from auditor.vocabulary import GUARANTEES
 
 if TYPE_CHECKING:

@@ -28,15 +28,15 @@ from django.utils import timezone
 
 from auditor.lib.live import publish
 from auditor.lint.alerting import alert_on_scan_safely
-from auditor.lint.defaults import AT_LEAST_ONCE
-from auditor.lint.engine import lint, lint_text
-from auditor.lint.errors import LintInputError
+from auditor.lint.engine.defaults import AT_LEAST_ONCE
+from auditor.lint.engine.errors import LintInputError
+from auditor.lint.engine.linter import lint, lint_text
+from auditor.lint.engine.masking import mask_text
+from auditor.lint.engine.parsers import guess_format
+from auditor.lint.engine.terms import LintContext, LintResult
 from auditor.lint.live import lint_live_cluster
-from auditor.lint.masking import mask_text
-from auditor.lint.model import LintContext, LintResult
 from auditor.lint.models import LintResultRow, LintScan
 from auditor.lint.observed import broker_configs, consumer_lag_seconds, read_reported_clients
-from auditor.lint.parsers import guess_format
 from auditor.pipelines.models import Cluster
 from auditor.probes.codec import ClientRecord
 from auditor.probes.topics import CLIENTS_TOPIC

@@ -15,13 +15,14 @@ from django.views.decorators.debug import sensitive_post_parameters, sensitive_v
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from auditor.accounts.roles import OPERATOR, SignedInRequest, require_role
-from auditor.lint.catalog import RULES, catalog_as_csv, catalog_as_dicts
-from auditor.lint.defaults import CLIENTS, KINDS
-from auditor.lint.errors import LintInputError
-from auditor.lint.evidence import describe, explains
+from auditor.lint import tasks
+from auditor.lint.engine.catalog import RULES, catalog_as_csv, catalog_as_dicts
+from auditor.lint.engine.defaults import CLIENTS, KINDS
+from auditor.lint.engine.errors import LintInputError
+from auditor.lint.engine.evidence import describe, explains
+from auditor.lint.engine.parsers import FORMATS
 from auditor.lint.links import BindingIndex, finding_links
 from auditor.lint.models import SEVERITIES, LintResultRow, LintScan
-from auditor.lint.parsers import FORMATS
 from auditor.lint.service import DEFAULT_GUARANTEE, latest_scan, lint_pasted, store_pasted
 from auditor.vocabulary import GUARANTEES
 
@@ -107,14 +108,12 @@ def results_json(request: HttpRequest) -> JsonResponse:
 @require_POST
 def scan_now(request: HttpRequest) -> HttpResponse:
     """Queue a scan on the worker; its result reaches open pages over the websocket."""
-    from auditor.lint.tasks import scan_all_task, scan_running
-
     wants_json = "application/json" in request.headers.get("Accept", "")
-    if scan_running():
+    if tasks.scan_running():
         status, text = "running", "A lint scan is already running; its results will show here when it finishes."
     else:
         try:
-            scan_all_task.delay(LintScan.MANUAL, request.user.pk)
+            tasks.scan_all_task.delay(LintScan.MANUAL, request.user.pk)
         except Exception:  # the broker being down is shown to the user
             log.exception("could not queue a lint scan")
             status, text = "failed", "Could not queue the scan: the task queue is unreachable."

@@ -10,20 +10,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 from django.db import transaction
 from django.db.models import ProtectedError
 
+from auditor.alerts.config import apply_webhooks, parse_webhooks_section
+from auditor.alerts.models import Channel
 from auditor.lib.durations import parse_duration
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
 from auditor.lib.secrets import MissingEnvError, env_refs, resolve_env
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.vocabulary import GUARANTEES
-
-if TYPE_CHECKING:
-    from auditor.alerts.models import Channel
 
 SECTIONS = ("clusters", "sources", "bindings", "stuck_rules", "webhooks")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
@@ -292,8 +291,6 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
         }
 
     if top.get("webhooks"):
-        from auditor.alerts.config import parse_webhooks_section
-
         parsed.webhooks = parse_webhooks_section(top["webhooks"], v.problem, known_bindings)
 
     if v.problems:
@@ -334,8 +331,6 @@ def config_file_name(path: str | Path) -> str:
 
 def _prunable() -> list[tuple[str, type[StuckRule | Channel | Binding | SourceDatabase | Cluster], str]]:
     """(label, model, section) in the order they can be deleted: dependents first."""
-    from auditor.alerts.models import Channel
-
     return [
         ("stuck rule", StuckRule, "stuck_rules"),
         ("webhook", Channel, "webhooks"),
@@ -408,8 +403,6 @@ def apply_config(
             _, created = StuckRule.objects.update_or_create(name=name, defaults=defaults)
             record("stuck rule", name, created)
         if parsed.webhooks:
-            from auditor.alerts.config import apply_webhooks
-
             for name, created in apply_webhooks(parsed.webhooks, config_file):
                 record("webhook", name, created)
         if prune:

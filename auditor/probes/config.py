@@ -9,7 +9,7 @@ from typing import Any
 MASK = "****"
 
 # The one list of secret-looking key parts in the project: the probes, the dashboard
-# (auditor.lib.secrets) and the lint engine (auditor.lint.masking) all read it, so a key
+# (auditor.lib.secrets) and the lint engine (auditor.lint.engine.masking) all read it, so a key
 # masked in one place is masked everywhere. docs/contracts.md names the first five; the
 # rest also carry secrets in practice (Java JAAS lines, schema-registry basic auth
 # `user:password`, credential blobs, private keys, API keys). Keys are compared after

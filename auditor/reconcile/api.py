@@ -10,9 +10,10 @@ from auditor.accounts.acknowledgements import acknowledgement_json
 from auditor.api.acknowledging import ACK_BODY, ACK_SCHEMA, acknowledge_for_api
 from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
 from auditor.pipelines.models import Binding
+from auditor.reconcile.acknowledgements import attach_findings_acknowledgements
 from auditor.reconcile.models import FINDING_ACK_KIND, FINDING_ORDER, Finding, ReconcileRun
 from auditor.reconcile.service import RunInProgress, current_run_ids
-from auditor.reconcile.views import attach_findings_acknowledgements
+from auditor.reconcile.tasks import queue_run
 from auditor.vocabulary import FINDING_KINDS
 
 RUN_SCHEMA = {
@@ -108,8 +109,6 @@ def list_runs(call: ApiCall) -> dict[str, Any]:
     item=RUN_SCHEMA,
 )
 def trigger_run(call: ApiCall) -> JsonResponse:
-    from auditor.reconcile.tasks import queue_run
-
     binding = _binding(call.body["binding"])
     if binding is None:
         raise ApiError(400, "field 'binding' is required")

@@ -7,6 +7,7 @@ class ReconcileConfig(AppConfig):
     verbose_name = "Reconciliation (topic against source table)"
 
     def ready(self) -> None:
+        # Imported once the app registry is ready: schedules.py imports models.
         from auditor.reconcile import schedules
 
         schedules.connect_signals()

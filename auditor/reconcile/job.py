@@ -110,7 +110,7 @@ def failed(error: str, **extra: Any) -> dict[str, Any]:
 
 
 def spark_submit_path() -> Path:
-    import pyspark
+    import pyspark  # deferred: only runs that start spark-submit need pyspark loaded
 
     return Path(pyspark.__file__).parent / "bin" / "spark-submit"
 
@@ -261,6 +261,7 @@ def run_spark_submit(job: JobInput, job_run_id: str, full: bool, timeout: float 
 
 def run_in_process(job: JobInput, job_run_id: str, full: bool) -> dict[str, Any]:
     """The same job in this process's SparkSession (built, or the running one joined)."""
+    # deferred: spark_jobs imports pyspark, which only in-process runs need
     from spark_jobs.binding import BindingError, binding_from_dict
     from spark_jobs.common import build_spark_session
     from spark_jobs.reconcile import run

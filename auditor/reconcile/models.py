@@ -19,6 +19,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import NoReverseMatch, reverse
 
+from auditor.lib.readable import readable_fields
 from auditor.pipelines.models import Binding
 from auditor.vocabulary import FINDING_KINDS
 
@@ -206,8 +207,6 @@ class Finding(models.Model):
     @property
     def evidence_fields(self) -> list[tuple[str, str]]:
         """The evidence as a few readable (label, value) pairs; pages show the raw JSON on demand."""
-        from auditor.lib.readable import readable_fields
-
         return readable_fields(self.evidence)
 
     @property

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from auditor.lint.catalog import RULES_BY_ID
-from auditor.lint.evidence import rules_explaining
+from auditor.lint.engine.catalog import RULES_BY_ID
+from auditor.lint.engine.evidence import rules_explaining
 
 CREATED, SENT, ACKED, IN_TOPIC, COMMITTED, PROCESSED, UPDATED = (
     "created",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -18,16 +17,17 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from auditor.accounts.acknowledgements import attach_acknowledgements, current_acknowledgement
+from auditor.accounts.acknowledgements import current_acknowledgement
 from auditor.accounts.forms import AcknowledgeForm
 from auditor.accounts.pages import acknowledge_from_post, acknowledge_many_from_post, withdraw_from_post
 from auditor.accounts.roles import OPERATOR, SignedInRequest, has_role, require_role
-from auditor.lint.catalog import RULES_BY_ID
-from auditor.lint.evidence import rules_explaining
+from auditor.lint.engine.catalog import RULES_BY_ID
+from auditor.lint.engine.evidence import rules_explaining
 from auditor.lint.models import LintResultRow
 from auditor.lint.service import latest_scan
 from auditor.pipelines.models import Binding
-from auditor.reconcile import records
+from auditor.reconcile import conf, memory, records
+from auditor.reconcile.acknowledgements import attach_findings_acknowledgements
 from auditor.reconcile.models import (
     FINDING_ACK_KIND,
     FINDING_IDENTITY,
@@ -38,6 +38,7 @@ from auditor.reconcile.models import (
     finding_acknowledgement_key,
 )
 from auditor.reconcile.service import RunInProgress, current_run_ids
+from auditor.reconcile.tasks import queue_run
 from auditor.reconcile.timeline import IN_TOPIC, UNKNOWN, Timeline
 from auditor.stuck.models import StuckItem
 from auditor.vocabulary import FINDING_CAUSES, FINDING_KINDS
@@ -113,8 +114,6 @@ def runs(request: HttpRequest) -> HttpResponse:
 @require_POST
 def run_now(request: SignedInRequest) -> HttpResponse:
     """Queue a run of one binding on the worker; the runs page shows it live."""
-    from auditor.reconcile.tasks import queue_run
-
     wants_json = "application/json" in request.headers.get("Accept", "")
     binding = Binding.objects.filter(name=request.POST.get("binding", "")).first()
     if binding is None:
@@ -324,11 +323,6 @@ def _lint_evidence(finding: Finding) -> dict[str, Any]:
     }
 
 
-def attach_findings_acknowledgements(findings: Iterable[Finding]) -> list[Finding]:
-    """Set ``finding.acknowledgement`` (the acknowledgement or mute in force, or None) on each."""
-    return attach_acknowledgements(findings, FINDING_ACK_KIND, lambda f: f.acknowledgement_key)
-
-
 @require_GET
 def finding_detail(request: HttpRequest, finding_id: int) -> HttpResponse:
     finding = get_object_or_404(Finding.objects.select_related("binding__cluster", "run"), pk=finding_id)
@@ -413,8 +407,6 @@ def _ledger_entries(findings: list[Finding]) -> list[dict[str, Any]]:
 
 def _key_sighting(binding: Binding, key: str) -> tuple[Any, str]:
     """Where reconciliation first saw this key (its key index), and why it could not tell if not."""
-    from auditor.reconcile import conf, memory
-
     try:
         return memory.read_sightings(conf.state_dir() / binding.name, [key]).get(key), ""
     except memory.StateUnreadable as exc:

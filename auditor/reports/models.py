@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import models
 from django.db.models import Q
@@ -22,8 +23,6 @@ from auditor.reports.periods import DAILY, PERIODS
 
 
 def validate_recipients(value: Any) -> None:
-    from django.core.exceptions import ValidationError
-
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValidationError("e-mail recipients must be a list of addresses")
     for address in value:
@@ -57,11 +56,6 @@ class ReportSchedule(models.Model):
     def chosen_bindings(self) -> list[Binding]:
         bindings = Binding.objects.all() if self.all_bindings else self.bindings.all()
         return list(bindings.select_related("cluster").order_by("name"))
-
-    def describe_bindings(self) -> str:
-        if self.all_bindings:
-            return "all bindings"
-        return ", ".join(b.name for b in self.bindings.all()) or "no binding (all removed)"
 
 
 class Report(models.Model):

@@ -20,6 +20,7 @@ from django.utils import timezone
 from auditor.pipelines.models import Binding
 from auditor.reports import conf
 from auditor.reports.csvexport import to_csv
+from auditor.reports.delivery import deliver_report
 from auditor.reports.models import Report, ReportSchedule
 from auditor.reports.periods import DAILY, check_period, last_full_period
 from auditor.reports.render import render_body
@@ -147,8 +148,6 @@ def build_report(
 
 def build_scheduled_report(schedule_id: int, now: datetime | None = None, deliver: bool = True) -> Report | None:
     """Beat's entry point: the schedule's report of the last whole period, built once, then delivered."""
-    from auditor.reports.delivery import deliver_report
-
     schedule = ReportSchedule.objects.filter(pk=schedule_id).first()
     if schedule is None:
         log.warning("report schedule #%s no longer exists; its beat task is stale", schedule_id)
@@ -180,8 +179,6 @@ def build_now(
     """A report built on demand: a schedule's bindings over its last whole period (or the last
     ``since_seconds``), or the named bindings (all when none) over the last ``since_seconds``
     (a day by default). Only a schedule's report can be delivered: it names the recipients."""
-    from auditor.reports.delivery import deliver_report
-
     now = now or timezone.now()
     if schedule is not None:
         if binding_names:

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
+import redis
+from confluent_kafka.admin import AdminClient
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 
+from auditor.celery import app
 from auditor.lib.secrets import mask_text, mask_url
 
 BEAT_HEARTBEAT_KEY = "status:beat-heartbeat"
@@ -35,8 +39,6 @@ class ComponentStatus:
 
 def check_kafka() -> list[ComponentStatus]:
     """One entry per broker the cluster metadata knows, plus the bootstrap list itself."""
-    from confluent_kafka.admin import AdminClient
-
     bootstrap = settings.KAFKA_BOOTSTRAP_SERVERS
     try:
         admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000})
@@ -67,8 +69,6 @@ def check_postgres() -> ComponentStatus:
 
 
 def check_redis() -> ComponentStatus:
-    import redis
-
     # REDIS_URL may carry a password (redis://:pw@host): the status page shows it masked.
     shown = mask_url(settings.REDIS_URL)
     try:
@@ -81,8 +81,6 @@ def check_redis() -> ComponentStatus:
 
 
 def check_celery_workers() -> ComponentStatus:
-    from auditor.celery import app
-
     try:
         replies = app.control.ping(timeout=1.0)
     except Exception as exc:  # noqa: BLE001
@@ -114,12 +112,10 @@ def check_spark() -> ComponentStatus:
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         return ComponentStatus("spark", False, "java not found")
     try:
-        import pyspark
+        import pyspark  # deferred: pyspark is heavy, and the check reports it missing rather than failing
     except ImportError as exc:
         return ComponentStatus("spark", False, f"pyspark not importable: {exc}")
     if master.startswith("spark://"):
-        import socket
-
         host, _, port = master.removeprefix("spark://").partition(":")
         try:
             socket.create_connection((host, int(port or 7077)), timeout=2).close()

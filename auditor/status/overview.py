@@ -32,7 +32,7 @@ from auditor.accounts.acknowledgements import current_acknowledgements
 from auditor.accounts.models import Acknowledgement
 from auditor.alerts.models import Alert
 from auditor.canary.models import CanaryPoint
-from auditor.lint.evidence import rules_explaining
+from auditor.lint.engine.evidence import rules_explaining
 from auditor.lint.models import LintResultRow
 from auditor.lint.service import latest_scan
 from auditor.pipelines.models import Binding, StuckRule
@@ -74,10 +74,6 @@ class PipelineView:
     @property
     def last_run_at(self) -> datetime | None:
         return self.last_run.finished_at if self.last_run else None
-
-    @property
-    def stuck_total(self) -> int:
-        return sum(self.stuck.values())
 
     @property
     def sparkline(self) -> str:

@@ -7,8 +7,10 @@ from typing import Any
 from auditor.api.acknowledging import ACK_BODY, ACK_SCHEMA, acknowledge_for_api
 from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
 from auditor.pipelines.models import StuckRule
+from auditor.stuck.acknowledgements import attach_items_acknowledgements, item_json
 from auditor.stuck.models import STUCK_ITEM_ACK_KIND, DiagnosisRun, StuckItem
-from auditor.stuck.views import attach_items_acknowledgements, item_json
+from auditor.stuck.service import diagnosis_running
+from auditor.stuck.tasks import diagnose_rule_task
 from auditor.vocabulary import STUCK_VERDICTS
 
 ITEM_SCHEMA = {
@@ -135,9 +137,6 @@ def list_runs(call: ApiCall) -> dict[str, Any]:
     method="POST",
 )
 def diagnose(call: ApiCall, name: str) -> dict[str, Any]:
-    from auditor.stuck.service import diagnosis_running
-    from auditor.stuck.tasks import diagnose_rule_task
-
     rule = StuckRule.objects.filter(name=name).first()
     if rule is None:
         raise ApiError(404, f"stuck rule {name!r} does not exist")

@@ -7,7 +7,8 @@ class StuckConfig(AppConfig):
     verbose_name = "Stuck items"
 
     def ready(self) -> None:
-        # Keeps one beat PeriodicTask per stuck rule in step with the rule (schedules.py).
+        # Keeps one beat PeriodicTask per stuck rule in step with the rule (schedules.py);
+        # imported once the app registry is ready, since schedules.py imports models.
         from auditor.stuck import schedules
 
         schedules.connect_signals()

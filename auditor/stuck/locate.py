@@ -162,7 +162,7 @@ def locate(request: LocateRequest, engine: str = "auto", spark: Any = None) -> L
     if chosen == "python":
         return locate_with_python(request)
     if spark is not None:
-        from spark_jobs.stuck_locate import locate_json
+        from spark_jobs.stuck_locate import locate_json  # deferred: it imports pyspark
 
         return LocateResult.from_json(locate_json(spark, request.to_json()))
     return locate_with_spark_subprocess(request)

@@ -169,6 +169,3 @@ class VerdictCount(models.Model):
     class Meta:
         ordering = ["at", "verdict"]
         indexes = [models.Index(fields=["rule", "at"], name="stuck_count_rule_at")]
-
-    def as_point(self) -> dict[str, Any]:
-        return {"rule": self.rule.name, "at": self.at.isoformat(), "verdict": self.verdict, "count": self.count}

@@ -21,6 +21,9 @@ from typing import Any
 
 from django.db.models.signals import post_delete, post_save
 
+from auditor.lib.beat import every_seconds, prune_tasks, remove_task, upsert_task
+from auditor.pipelines.models import StuckRule
+
 TASK = "auditor.stuck.tasks.diagnose_rule_task"
 NAME_PREFIX = "stuck: "
 
@@ -35,8 +38,6 @@ def task_kwargs(rule_id: int) -> str:
 
 def sync_schedule(rule: Any) -> Any:
     """Create or update the rule's PeriodicTask; returns it."""
-    from auditor.lib.beat import every_seconds, upsert_task
-
     seconds = int(rule.schedule_seconds or 0)
     return upsert_task(
         name=task_name(rule.name),
@@ -49,16 +50,11 @@ def sync_schedule(rule: Any) -> Any:
 
 
 def remove_schedule(rule: Any) -> None:
-    from auditor.lib.beat import remove_task
-
     remove_task(TASK, task_kwargs(rule.pk))
 
 
 def sync_all_schedules() -> int:
     """A task for every rule and none for rules that are gone; returns the rules scheduled."""
-    from auditor.lib.beat import prune_tasks
-    from auditor.pipelines.models import StuckRule
-
     rules = list(StuckRule.objects.all())
     for rule in rules:
         sync_schedule(rule)
@@ -76,7 +72,5 @@ def _deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
 
 
 def connect_signals() -> None:
-    from auditor.pipelines.models import StuckRule
-
     post_save.connect(_saved, sender=StuckRule, dispatch_uid="stuck-schedule-saved")
     post_delete.connect(_deleted, sender=StuckRule, dispatch_uid="stuck-schedule-deleted")

@@ -437,10 +437,3 @@ def run_diagnosis(
             log.exception("diagnosis of stuck rule %s failed", rule.name)
             return fail_run(run, f"{type(exc).__name__}: {exc}")
         return record_diagnosis(run, result)
-
-
-def latest_run(rule: StuckRule | None = None) -> DiagnosisRun | None:
-    runs = DiagnosisRun.objects.select_related("rule", "rule__binding").exclude(status=DiagnosisRun.RUNNING)
-    if rule is not None:
-        runs = runs.filter(rule=rule)
-    return runs.first()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -16,16 +15,19 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from auditor.accounts.acknowledgements import acknowledgement_json, attach_acknowledgements, current_acknowledgement
+from auditor.accounts.acknowledgements import current_acknowledgement
 from auditor.accounts.forms import AcknowledgeForm
 from auditor.accounts.models import Acknowledgement
 from auditor.accounts.pages import acknowledge_from_post, acknowledge_many_from_post, withdraw_from_post
 from auditor.accounts.roles import OPERATOR, has_role, require_role
 from auditor.lib.readable import readable_fields
 from auditor.pipelines.models import StuckRule
+from auditor.stuck.acknowledgements import attach_items_acknowledgements, item_json
 from auditor.stuck.counts import open_counts
 from auditor.stuck.formatting import format_age, format_moment
 from auditor.stuck.models import STUCK_ITEM_ACK_KIND, DiagnosisRun, StuckItem, VerdictCount
+from auditor.stuck.service import diagnosis_running
+from auditor.stuck.tasks import diagnose_rule_task
 from auditor.vocabulary import STUCK_VERDICTS
 
 log = logging.getLogger(__name__)
@@ -68,16 +70,6 @@ def _filters_from(query: QueryDict, rules: list[StuckRule]) -> dict[str, str]:
 def _page_number(request: HttpRequest) -> int:
     raw = request.GET.get("page", "1")
     return int(raw) if raw.isdigit() and len(raw) < 9 else 1
-
-
-def attach_items_acknowledgements(items: Iterable[StuckItem]) -> list[StuckItem]:
-    """Set ``item.acknowledgement`` (the acknowledgement or mute in force, or None) on each."""
-    return attach_acknowledgements(items, STUCK_ITEM_ACK_KIND, lambda item: item.acknowledgement_key)
-
-
-def item_json(item: StuckItem) -> dict[str, Any]:
-    """An item with the acknowledgement attached by attach_items_acknowledgements: page and API."""
-    return {**item.as_dict(), "acknowledgement": acknowledgement_json(item)}
 
 
 def _key_url(item: StuckItem) -> str | None:
@@ -230,9 +222,6 @@ def items_json(request: HttpRequest) -> JsonResponse:
 @require_POST
 def diagnose_now(request: HttpRequest) -> HttpResponse:
     """Queue a diagnosis of one rule (or every rule) on the worker; results arrive live."""
-    from auditor.stuck.service import diagnosis_running
-    from auditor.stuck.tasks import diagnose_rule_task
-
     wants_json = "application/json" in request.headers.get("Accept", "")
     name = request.POST.get("rule", "")
     rules = list(StuckRule.objects.order_by("name"))

@@ -8,7 +8,7 @@ import yaml
 from auditor.alerts.config import apply_webhooks, parse_webhooks_section
 from auditor.alerts.models import Channel
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase
-from tests.alerts.conftest import SECRET_ENV
+from tests.support.webhooks import SECRET_ENV
 
 pytestmark = pytest.mark.django_db
 

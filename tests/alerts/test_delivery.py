@@ -13,7 +13,7 @@ from auditor.alerts.models import Alert, Channel, Delivery
 from auditor.alerts.outbox import send_test
 from auditor.alerts.problems import raise_problem, resolve_problem
 from auditor.alerts.tasks import requeue_stale_deliveries
-from tests.alerts.conftest import SECRET_ENV
+from tests.support.webhooks import SECRET_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 

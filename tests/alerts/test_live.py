@@ -17,8 +17,7 @@ from django.contrib.auth import get_user_model
 
 from auditor.accounts.roles import grant_role
 from auditor.alerts.models import Channel, Delivery
-from tests.alerts.conftest import SECRET_ENV
-from tests.alerts.receiver import Receiver
+from tests.support.webhooks import SECRET_ENV, Receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 

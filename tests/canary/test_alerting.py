@@ -19,9 +19,6 @@ from auditor.canary.alerting import fingerprint
 from auditor.canary.models import CanaryPoint
 from auditor.canary.payload import CanaryRecord
 from auditor.canary.runner import CanaryOptions, CanaryService
-from tests.alerts.conftest import make_channel, receiver, webhook_settings
-
-__all__ = ["make_channel", "receiver", "webhook_settings"]
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 

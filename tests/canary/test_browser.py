@@ -5,27 +5,16 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from auditor.canary.models import CanaryPoint
 from auditor.lib.live import publish_now
+from tests.support.browser import closing_connection
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.django_db]
-
-
-@contextmanager
-def closing_connection() -> Iterator[None]:
-    # Playwright's greenlets give this code its own Django connection, which the test
-    # database teardown would not close (and then could not drop the database).
-    try:
-        yield
-    finally:
-        connection.close()
 
 
 @pytest.fixture(scope="module")

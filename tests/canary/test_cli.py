@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 
 from auditor.canary.models import CanaryPoint
 from auditor.canary.payload import decode_record
-from tests.conftest import wait_until
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 

@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from auditor.canary.models import CanaryPoint
-from tests.conftest import ROOT, wait_until
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

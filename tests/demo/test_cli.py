@@ -16,7 +16,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from auditor.demo.store import TicketStore
-from tests.conftest import ROOT, wait_until
+from tests.support.paths import ROOT
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 

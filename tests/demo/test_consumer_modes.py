@@ -15,8 +15,7 @@ import pytest
 from auditor.demo.options import DeliveryMode, Faults
 from auditor.demo.store import ApplyOutcome
 from auditor.probes import ConsumerBatch, find_reprocessed, processed_offsets
-
-from .conftest import DemoPipeline, read_topic
+from tests.support.demo import DemoPipeline, read_topic
 
 pytestmark = pytest.mark.integration
 

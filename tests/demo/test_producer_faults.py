@@ -9,8 +9,7 @@ import pytest
 from auditor.demo.options import DeliveryMode, Faults
 from auditor.demo.producer import producer_config
 from auditor.probes import AUDIT_ID, ProducerBatch
-
-from .conftest import DemoPipeline, read_topic
+from tests.support.demo import DemoPipeline, read_topic
 
 
 @pytest.mark.integration

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from auditor.lib import secrets as lib_secrets
-from auditor.lint import masking as lint_masking
+from auditor.lint.engine import masking as lint_masking
 from auditor.probes import config as probe_config
 
 SECRET = "hunter2-Sup3rS3cret"

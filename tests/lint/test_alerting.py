@@ -16,13 +16,10 @@ from auditor.alerts.delivery import deliver
 from auditor.alerts.models import Alert, Delivery
 from auditor.lint import service
 from auditor.lint.alerting import fingerprint
-from auditor.lint.model import LintResult
+from auditor.lint.engine.terms import LintResult
 from auditor.lint.models import LintScan
 from auditor.lint.service import ScanOutcome, ScanResult, scan_all
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase
-from tests.alerts.conftest import make_channel, receiver, webhook_settings
-
-__all__ = ["make_channel", "receiver", "webhook_settings"]
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 

@@ -4,30 +4,19 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from django.db import connection
 from pytest_django import DjangoDbBlocker
 
-from tests.conftest import wait_until
+from tests.support.browser import closing_connection
+from tests.support.waiting import wait_until
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.django_db]
-
-
-@contextmanager
-def closing_connection() -> Iterator[None]:
-    # Playwright's greenlets give this code its own Django connection, which the test
-    # database teardown would not close (and then could not drop the database).
-    try:
-        yield
-    finally:
-        connection.close()
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from auditor.lint.engine import lint
-from auditor.lint.model import LintContext
+from auditor.lint.engine.linter import lint
+from auditor.lint.engine.terms import LintContext
 
 ALO, AMO, EOS = "at-least-once", "at-most-once", "exactly-once"
 

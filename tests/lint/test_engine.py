@@ -7,9 +7,9 @@ import io
 import json
 import re
 
-from auditor.lint.catalog import RULES, catalog_as_csv, catalog_as_dicts
-from auditor.lint.defaults import KINDS
-from auditor.lint.engine import exit_code, lint, results_to_json
+from auditor.lint.engine.catalog import RULES, catalog_as_csv, catalog_as_dicts
+from auditor.lint.engine.defaults import KINDS
+from auditor.lint.engine.linter import exit_code, lint, results_to_json
 from auditor.vocabulary import GUARANTEES
 
 RESULT_KEYS = {

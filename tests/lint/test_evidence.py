@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from auditor.lint.catalog import RULES
-from auditor.lint.evidence import EXPLAINS, explains, rules_explaining
+from auditor.lint.engine.catalog import RULES
+from auditor.lint.engine.evidence import EXPLAINS, explains, rules_explaining
 from auditor.lint.models import LintResultRow
 from auditor.vocabulary import FINDING_CAUSES, FINDING_KINDS
 

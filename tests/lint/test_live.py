@@ -16,7 +16,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from auditor.lint.errors import LintInputError
+from auditor.lint.engine.errors import LintInputError
 from auditor.lint.live import lint_live_cluster
 
 pytestmark = pytest.mark.integration

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from auditor.lint.engine import lint, lint_text, results_to_json
-from auditor.lint.errors import LintInputError
-from auditor.lint.masking import is_secret_key, mask_config, mask_text, mask_value
-from auditor.lint.parsers import parse_librdkafka, parse_properties, parse_spring_yaml
+from auditor.lint.engine.errors import LintInputError
+from auditor.lint.engine.linter import lint, lint_text, results_to_json
+from auditor.lint.engine.masking import is_secret_key, mask_config, mask_text, mask_value
+from auditor.lint.engine.parsers import parse_librdkafka, parse_properties, parse_spring_yaml
 
 SECRET = "hunter2-Sup3rS3cret"
 

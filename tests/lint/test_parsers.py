@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from auditor.lint.engine import lint, lint_text
-from auditor.lint.errors import LintInputError
-from auditor.lint.parsers import guess_format, parse_librdkafka, parse_properties, parse_spring_yaml, parse_text
+from auditor.lint.engine.errors import LintInputError
+from auditor.lint.engine.linter import lint, lint_text
+from auditor.lint.engine.parsers import guess_format, parse_librdkafka, parse_properties, parse_spring_yaml, parse_text
 
 ALO, EOS = "at-least-once", "exactly-once"
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from auditor.lint.catalog import RULES
-from auditor.lint.engine import lint
-from auditor.lint.model import LintContext
+from auditor.lint.engine.catalog import RULES
+from auditor.lint.engine.linter import lint
+from auditor.lint.engine.terms import LintContext
 
 ALO, AMO, EOS = "at-least-once", "at-most-once", "exactly-once"
 RK, JAVA = "librdkafka", "java"

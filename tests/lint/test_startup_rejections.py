@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, libversion
 
-from auditor.lint.engine import lint
+from auditor.lint.engine.linter import lint
 
 REFUSING_PRODUCER_RULES = {"P101", "P102", "P103", "P104", "P105", "P106", "P108"}
 QUIET = {"bootstrap.servers": "127.0.0.1:1", "log_level": 0}

@@ -18,8 +18,8 @@ from django.test import Client
 from django.utils import timezone
 
 from auditor.accounts.roles import grant_role
-from auditor.lint.catalog import RULES
-from auditor.lint.engine import lint
+from auditor.lint.engine.catalog import RULES
+from auditor.lint.engine.linter import lint
 from auditor.lint.models import LintResultRow, LintScan
 from auditor.lint.service import ScanResult, latest_scan, record_scan
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase

@@ -9,7 +9,7 @@ import pytest
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.stuck.models import StuckItem
-from tests.metrics.test_views import scrape
+from tests.support.metrics import scrape
 
 pytestmark = pytest.mark.django_db
 

@@ -13,19 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from auditor.api.tokens import create_token, revoke_token
 from auditor.canary.models import CanaryPoint
 from auditor.lint.models import LintResultRow, LintScan
+from tests.support.metrics import URL, scrape
 
 pytestmark = pytest.mark.django_db
-
-URL = "/metrics/"
-
-
-def scrape(headers: dict[str, str]) -> list[str]:
-    response = Client().get(URL, headers=headers)
-    assert response.status_code == 200
-    assert response["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
-    text = response.content.decode()
-    list(text_string_to_metric_families(text))  # Prometheus' own parser accepts every line
-    return text.splitlines()
 
 
 def test_it_answers_401_to_anonymous_scrapers():

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.probes.kafka_helpers import TopicFactory, bootstrap_servers, broker_unreachable_reason
+from tests.probes.kafka_helpers import AuditTopics, TopicFactory, bootstrap_servers, broker_unreachable_reason
 
 
 @pytest.fixture
@@ -30,13 +29,6 @@ def probe_topic(probe_admin: AdminClient) -> Iterator[TopicFactory]:
     factory = TopicFactory(probe_admin)
     yield factory
     factory.delete_all()
-
-
-@dataclass(frozen=True)
-class AuditTopics:
-    producer_ledger: str
-    consumer_ledger: str
-    clients: str
 
 
 @pytest.fixture

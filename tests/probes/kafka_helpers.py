@@ -6,6 +6,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -120,3 +121,10 @@ def produce_plain(topic: str, records: Iterable[tuple[bytes, list[tuple[str, byt
     for value, headers in records:
         producer.produce(topic, value, headers=headers)
     assert producer.flush(30) == 0
+
+
+@dataclass(frozen=True)
+class AuditTopics:
+    producer_ledger: str
+    consumer_ledger: str
+    clients: str

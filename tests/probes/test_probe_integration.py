@@ -33,8 +33,8 @@ from auditor.probes import (
     summarize_consumer_ledger,
     summarize_producer_ledger,
 )
-from tests.probes.conftest import AuditTopics
 from tests.probes.kafka_helpers import (
+    AuditTopics,
     TopicFactory,
     integration_marks,
     produce_plain,

@@ -10,29 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from tests.accounts.fixtures import bearer, client_as, role_users
-
-__all__ = ["bearer", "client_as", "role_users"]
-
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
-
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: talks to the real Kafka, PostgreSQL, Redis or Spark")
-
-
-def at(seconds: float) -> datetime:
-    """A fixed instant: T0 plus `seconds` (test data never depends on the wall clock)."""
-    return T0 + timedelta(seconds=seconds)
-
-
-def ms(seconds: float) -> int:
-    return int(at(seconds).timestamp() * 1000)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from auditor.accounts.models import Acknowledgement
 from auditor.alerts.models import Alert, Channel
 from auditor.reconcile.alerting import sync_problems
 from auditor.reconcile.models import FINDING_IDENTITY, Finding
-from tests.reconcile.test_views import ok_run
+from tests.support.reconcile import ok_run
 
 pytestmark = pytest.mark.django_db
 

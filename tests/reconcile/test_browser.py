@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import pytest
-from django.db import connection
 from pytest_django import DjangoDbBlocker
+
+from tests.support.browser import closing_connection
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -22,16 +22,6 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.django_db]
 
 UNSET = "RECONCILE_BROWSER_TEST_NEVER_SET"
-
-
-@contextmanager
-def closing_connection() -> Iterator[None]:
-    # Playwright's greenlets give this code its own Django connection, which the test
-    # database teardown would not close (and then could not drop the database).
-    try:
-        yield
-    finally:
-        connection.close()
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from auditor.accounts.models import Acknowledgement
 from auditor.reconcile.models import Finding
 from auditor.status.overview import build_overview
-from tests.reconcile.test_views import ok_run
+from tests.support.reconcile import ok_run
 
 pytestmark = pytest.mark.django_db
 URL = "/reconcile/findings/acknowledge/"

@@ -11,7 +11,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from spark_jobs.reconcile_state import COMPACT_AFTER, StateError, StateMeta, StateStore
 from spark_jobs.reconcile_transform import KEY_INDEX_SCHEMA, RECORD_SCHEMA
-from tests.reconcile.conftest import at
+from tests.support.clock import at_second
 
 
 def test_it_reads_an_empty_state_when_nothing_was_committed(spark: SparkSession, tmp_path: Path):
@@ -23,7 +23,9 @@ def test_it_reads_an_empty_state_when_nothing_was_committed(spark: SparkSession,
 
 def test_it_commits_atomically_and_drops_datasets_of_abandoned_runs(spark: SparkSession, tmp_path: Path):
     first = StateStore(tmp_path, "tickets", "r1")
-    path, _ = first.write_dataset(spark.createDataFrame([("a", 0, 1, at(1), "s", 0)], RECORD_SCHEMA), "duplicates")
+    path, _ = first.write_dataset(
+        spark.createDataFrame([("a", 0, 1, at_second(1), "s", 0)], RECORD_SCHEMA), "duplicates"
+    )
     first.commit(StateMeta(run_id="r1", topic_offsets={0: 5}, datasets={"duplicates": path}))
 
     # A run that fails after writing its datasets never commits: the state stays r1's.
@@ -32,7 +34,8 @@ def test_it_commits_atomically_and_drops_datasets_of_abandoned_runs(spark: Spark
     meta = StateStore(tmp_path, "tickets", "r3").read_meta()
     assert (meta.run_id, meta.topic_offsets) == ("r1", {0: 5})
     assertDataFrameEqual(
-        first.dataset(spark, meta, "duplicates"), spark.createDataFrame([("a", 0, 1, at(1), "s", 0)], RECORD_SCHEMA)
+        first.dataset(spark, meta, "duplicates"),
+        spark.createDataFrame([("a", 0, 1, at_second(1), "s", 0)], RECORD_SCHEMA),
     )
 
     third = StateStore(tmp_path, "tickets", "r3")
@@ -45,13 +48,13 @@ def test_it_compacts_key_index_deltas(spark: SparkSession, tmp_path: Path):
     deltas = []
     for i in range(COMPACT_AFTER + 1):
         store = StateStore(tmp_path, "tickets", f"r{i}")
-        rows = [("a", 1, 0, i, at(i), "s", i, f"r{i}"), (f"k{i}", 2, 1, i, at(i), None, None, f"r{i}")]
+        rows = [("a", 1, 0, i, at_second(i), "s", i, f"r{i}"), (f"k{i}", 2, 1, i, at_second(i), None, None, f"r{i}")]
         deltas.append(store.write_delta(spark.createDataFrame(rows, KEY_INDEX_SCHEMA), "keys", KEY_INDEX_SCHEMA))
     store = StateStore(tmp_path, "tickets", "last")
     compacted = store.compact(spark, deltas, "keys", KEY_INDEX_SCHEMA)
     assert compacted == ["keys/last-compacted"]
-    expected = [("a", COMPACT_AFTER + 1, 0, 0, at(0), "s", 0, "r0")] + [
-        (f"k{i}", 2, 1, i, at(i), None, None, f"r{i}") for i in range(COMPACT_AFTER + 1)
+    expected = [("a", COMPACT_AFTER + 1, 0, 0, at_second(0), "s", 0, "r0")] + [
+        (f"k{i}", 2, 1, i, at_second(i), None, None, f"r{i}") for i in range(COMPACT_AFTER + 1)
     ]
     assertDataFrameEqual(
         store.deltas(spark, compacted, KEY_INDEX_SCHEMA), spark.createDataFrame(expected, KEY_INDEX_SCHEMA)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +18,9 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 from django.conf import settings
-from django.db import connection
 from pytest_django import DjangoDbBlocker
+
+from tests.support.browser import closing_connection
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -28,14 +28,6 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.django_db]
 SESSION = "ab" * 16
 SCREENSHOTS = Path(settings.BASE_DIR) / "var" / "screenshots"
-
-
-@contextmanager
-def closing_connection() -> Iterator[None]:
-    try:
-        yield
-    finally:
-        connection.close()
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ from spark_jobs.reconcile_transform import (
     unverifiable_rows,
     values_to_intervals,
 )
-from tests.reconcile.conftest import at, ms
+from tests.support.clock import at_second, ms_at_second
 
 FINDING_FIELDS = FINDING_SCHEMA.fieldNames()
 
@@ -77,7 +77,7 @@ def records(spark: SparkSession, *rows: tuple[Any, ...]) -> DataFrame:
 def ledger_values(spark: SparkSession, *messages: dict[str, Any]) -> DataFrame:
     """Audit-topic records as the Kafka source returns them: JSON bytes in `value`."""
     rows = [
-        (b"k", json.dumps(m, separators=(",", ":")).encode(), "_audit", 0, i, at(0), 0, [])
+        (b"k", json.dumps(m, separators=(",", ":")).encode(), "_audit", 0, i, at_second(0), 0, [])
         for i, m in enumerate(messages)
     ]
     return spark.createDataFrame(rows, KAFKA_RAW_SCHEMA)
@@ -94,12 +94,12 @@ def raw_records(spark: SparkSession) -> DataFrame:
             "t",
             0,
             0,
-            at(1),
+            at_second(1),
             0,
             [("audit-id", b"11"), ("audit-pid", b"p1"), ("audit-seq", b"0"), ("audit-ts", b"1")],
         ),
-        (None, b'{"other": 1}', "t", 1, 5, at(2), 0, []),
-        (b"3", b'{"ticket_id": "x"}', "t", 0, 1, at(3), 0, [("audit-pid", b"p2"), ("audit-seq", b"oops")]),
+        (None, b'{"other": 1}', "t", 1, 5, at_second(2), 0, []),
+        (b"3", b'{"ticket_id": "x"}', "t", 0, 1, at_second(3), 0, [("audit-pid", b"p2"), ("audit-seq", b"oops")]),
     ]
     return spark.createDataFrame(rows, KAFKA_RAW_SCHEMA)
 
@@ -112,7 +112,10 @@ def parsed_records(raw: DataFrame, spec: RecordKeySpec) -> DataFrame:
 def test_it_finds_keys_by_record_key(spark: SparkSession):
     actual = parsed_records(raw_records(spark), RecordKeySpec("key"))
     expected = records(
-        spark, ("1", 0, 0, at(1), "p1", 0), (None, 1, 5, at(2), None, None), ("3", 0, 1, at(3), "p2", None)
+        spark,
+        ("1", 0, 0, at_second(1), "p1", 0),
+        (None, 1, 5, at_second(2), None, None),
+        ("3", 0, 1, at_second(3), "p2", None),
     )
     assertDataFrameEqual(actual, expected)
 
@@ -120,7 +123,10 @@ def test_it_finds_keys_by_record_key(spark: SparkSession):
 def test_it_finds_keys_by_header(spark: SparkSession):
     actual = parsed_records(raw_records(spark), RecordKeySpec("header", "audit-id"))
     expected = records(
-        spark, ("11", 0, 0, at(1), "p1", 0), (None, 1, 5, at(2), None, None), (None, 0, 1, at(3), "p2", None)
+        spark,
+        ("11", 0, 0, at_second(1), "p1", 0),
+        (None, 1, 5, at_second(2), None, None),
+        (None, 0, 1, at_second(3), "p2", None),
     )
     assertDataFrameEqual(actual, expected)
 
@@ -128,7 +134,10 @@ def test_it_finds_keys_by_header(spark: SparkSession):
 def test_it_finds_keys_by_json_path(spark: SparkSession):
     actual = parsed_records(raw_records(spark), RecordKeySpec("json", "$.ticket_id"))
     expected = records(
-        spark, ("11", 0, 0, at(1), "p1", 0), (None, 1, 5, at(2), None, None), ("x", 0, 1, at(3), "p2", None)
+        spark,
+        ("11", 0, 0, at_second(1), "p1", 0),
+        (None, 1, 5, at_second(2), None, None),
+        ("x", 0, 1, at_second(3), "p2", None),
     )
     assertDataFrameEqual(actual, expected)
 
@@ -137,7 +146,7 @@ PID = "0123456789abcdef0123456789abcdef"
 
 
 def headered(offset: int, *headers: tuple[str, bytes | None]) -> tuple[Any, ...]:
-    return (b"k", b"{}", "t", 0, offset, at(offset), 0, list(headers))
+    return (b"k", b"{}", "t", 0, offset, at_second(offset), 0, list(headers))
 
 
 def test_it_tells_missing_and_malformed_audit_headers_apart(spark: SparkSession):
@@ -145,7 +154,7 @@ def test_it_tells_missing_and_malformed_audit_headers_apart(spark: SparkSession)
     rows = [
         headered(0, *good),
         headered(1, *good, ("trace", b"x"), ("audit-seq", b"7")),  # repeated with the same value
-        (b"k", b"{}", "t", 0, 2, at(2), 0, None),  # no headers at all
+        (b"k", b"{}", "t", 0, 2, at_second(2), 0, None),  # no headers at all
         headered(3, ("trace", b"x")),  # headers, none of them audit ones
         headered(4, *good[:2], ("audit-seq", b"oops"), good[3]),  # audit-seq not an integer
         headered(5, ("audit-id", b"k"), ("audit-pid", b"p1"), *good[2:]),  # audit-pid not a session id
@@ -185,47 +194,51 @@ def test_it_tells_missing_and_malformed_audit_headers_apart(spark: SparkSession)
 
 
 def test_it_finds_missing_rows_older_than_grace(spark: SparkSession):
-    old_pending = spark.createDataFrame([("a", at(0)), ("e", at(5))], SOURCE_ROW_SCHEMA)
-    new_source = spark.createDataFrame([("b", at(10)), ("c", at(20)), ("d", at(100))], SOURCE_ROW_SCHEMA)
+    old_pending = spark.createDataFrame([("a", at_second(0)), ("e", at_second(5))], SOURCE_ROW_SCHEMA)
+    new_source = spark.createDataFrame(
+        [("b", at_second(10)), ("c", at_second(20)), ("d", at_second(100))], SOURCE_ROW_SCHEMA
+    )
     # "a" gets its record this run; "c" had its record in an earlier run (key index).
-    new_records = records(spark, ("a", 0, 7, at(30), None, None), ("x", 0, 8, at(30), None, None))
-    old_index = spark.createDataFrame([("c", 1, 0, 3, at(15), None, None, "r1")], KEY_INDEX_SCHEMA)
+    new_records = records(spark, ("a", 0, 7, at_second(30), None, None), ("x", 0, 8, at_second(30), None, None))
+    old_index = spark.createDataFrame([("c", 1, 0, 3, at_second(15), None, None, "r1")], KEY_INDEX_SCHEMA)
 
     pending = transform_pending_source(old_pending, new_source, new_records, old_index)
     assertDataFrameEqual(
-        pending, spark.createDataFrame([("e", at(5)), ("b", at(10)), ("d", at(100))], SOURCE_ROW_SCHEMA)
+        pending,
+        spark.createDataFrame([("e", at_second(5)), ("b", at_second(10)), ("d", at_second(100))], SOURCE_ROW_SCHEMA),
     )
 
-    actual = find_missing(pending, cutoff=at(50), unverifiable_until=None)
+    actual = find_missing(pending, cutoff=at_second(50), unverifiable_until=None)
     expected = findings(
         spark,
-        finding("missing", key="e", timestamp=at(5), evidence=f'{{"created_ms":{ms(5)}}}'),
-        finding("missing", key="b", timestamp=at(10), evidence=f'{{"created_ms":{ms(10)}}}'),
+        finding("missing", key="e", timestamp=at_second(5), evidence=f'{{"created_ms":{ms_at_second(5)}}}'),
+        finding("missing", key="b", timestamp=at_second(10), evidence=f'{{"created_ms":{ms_at_second(10)}}}'),
     )
     assertDataFrameEqual(actual, expected)
 
 
 def test_it_counts_rows_whose_records_may_have_been_deleted_as_unverifiable_not_missing(spark: SparkSession):
     pending = spark.createDataFrame(
-        [("a", at(0)), ("b", at(10)), ("c", at(11)), ("d", at(30)), ("e", at(100))], SOURCE_ROW_SCHEMA
+        [("a", at_second(0)), ("b", at_second(10)), ("c", at_second(11)), ("d", at_second(30)), ("e", at_second(100))],
+        SOURCE_ROW_SCHEMA,
     )
-    # Records of rows created up to at(10) may be among those deleted before they were read.
-    missing = find_missing(pending, cutoff=at(50), unverifiable_until=at(10))
+    # Records of rows created up to at_second(10) may be among those deleted before they were read.
+    missing = find_missing(pending, cutoff=at_second(50), unverifiable_until=at_second(10))
     assertDataFrameEqual(
         missing,
         findings(
             spark,
-            finding("missing", key="c", timestamp=at(11), evidence=f'{{"created_ms":{ms(11)}}}'),
-            finding("missing", key="d", timestamp=at(30), evidence=f'{{"created_ms":{ms(30)}}}'),
+            finding("missing", key="c", timestamp=at_second(11), evidence=f'{{"created_ms":{ms_at_second(11)}}}'),
+            finding("missing", key="d", timestamp=at_second(30), evidence=f'{{"created_ms":{ms_at_second(30)}}}'),
         ),
     )
     assertDataFrameEqual(
-        unverifiable_rows(pending, cutoff=at(50), unverifiable_until=at(10)),
-        spark.createDataFrame([("a", at(0)), ("b", at(10))], SOURCE_ROW_SCHEMA),
+        unverifiable_rows(pending, cutoff=at_second(50), unverifiable_until=at_second(10)),
+        spark.createDataFrame([("a", at_second(0)), ("b", at_second(10))], SOURCE_ROW_SCHEMA),
     )
     # Within grace a row is neither: "e" is not judged yet even though it is before the bound.
-    assert unverifiable_rows(pending, cutoff=at(50), unverifiable_until=at(200)).count() == 4
-    assert unverifiable_rows(pending, cutoff=at(50), unverifiable_until=None).count() == 0
+    assert unverifiable_rows(pending, cutoff=at_second(50), unverifiable_until=at_second(200)).count() == 4
+    assert unverifiable_rows(pending, cutoff=at_second(50), unverifiable_until=None).count() == 0
 
 
 def test_it_keeps_on_a_rebuild_what_the_re_read_cannot_see_again(spark: SparkSession):
@@ -234,41 +247,41 @@ def test_it_keeps_on_a_rebuild_what_the_re_read_cannot_see_again(spark: SparkSes
     # 10 to retention: "d" (offset 4) was seen and expired, "e" (offset 12) is re-read.
     old_index = spark.createDataFrame(
         [
-            ("a", 1, 0, 2, at(1), None, None, "r1"),
-            ("b", 1, 0, 6, at(2), None, None, "r1"),
-            ("c", 1, 0, 7, at(3), None, None, "r2"),
-            ("d", 1, 1, 4, at(4), None, None, "r1"),
-            ("e", 1, 1, 12, at(5), None, None, "r2"),
+            ("a", 1, 0, 2, at_second(1), None, None, "r1"),
+            ("b", 1, 0, 6, at_second(2), None, None, "r1"),
+            ("c", 1, 0, 7, at_second(3), None, None, "r2"),
+            ("d", 1, 1, 4, at_second(4), None, None, "r1"),
+            ("e", 1, 1, 12, at_second(5), None, None, "r2"),
         ],
         KEY_INDEX_SCHEMA,
     )
     re_read = records(
         spark,
-        ("a", 0, 2, at(1), None, None),
-        ("x", 0, 6, at(9), None, None),
-        ("c", 0, 7, at(3), None, None),
-        ("e", 1, 12, at(5), None, None),
+        ("a", 0, 2, at_second(1), None, None),
+        ("x", 0, 6, at_second(9), None, None),
+        ("c", 0, 7, at_second(3), None, None),
+        ("e", 1, 12, at_second(5), None, None),
     )
     lows = spark.createDataFrame([(0, 0), (1, 10)], "partition int, low long")
     carried, lost = transform_rebuild_memory(old_index, re_read, lows, [0], "r3")
-    assertDataFrameEqual(carried, spark.createDataFrame([("d", 1, 1, 4, at(4), None, None, "r1")], KEY_INDEX_SCHEMA))
     assertDataFrameEqual(
-        lost, spark.createDataFrame([("b", 0, 6, at(2), None, None, "r1", "r3")], LOST_SIGHTING_SCHEMA)
+        carried, spark.createDataFrame([("d", 1, 1, 4, at_second(4), None, None, "r1")], KEY_INDEX_SCHEMA)
+    )
+    assertDataFrameEqual(
+        lost, spark.createDataFrame([("b", 0, 6, at_second(2), None, None, "r1", "r3")], LOST_SIGHTING_SCHEMA)
     )
     # A lost key whose record turns up later is no longer lost.
-    later = records(spark, ("b", 1, 13, at(10), None, None))
+    later = records(spark, ("b", 1, 13, at_second(10), None, None))
     assert transform_lost_sightings(lost, lost.limit(0), later).count() == 0
     assert transform_lost_sightings(lost, lost.limit(0), re_read).count() == 1
 
 
 def test_it_reports_a_row_whose_record_an_earlier_run_saw_and_lost_as_broker_lost(spark: SparkSession):
-    pending = spark.createDataFrame([("b", at(0)), ("y", at(1))], SOURCE_ROW_SCHEMA)
-    lost = spark.createDataFrame([("b", 0, 6, at(2), "s1", 4, "r1", "r3")], LOST_SIGHTING_SCHEMA)
+    pending = spark.createDataFrame([("b", at_second(0)), ("y", at_second(1))], SOURCE_ROW_SCHEMA)
+    lost = spark.createDataFrame([("b", 0, 6, at_second(2), "s1", 4, "r1", "r3")], LOST_SIGHTING_SCHEMA)
     # Even below the unverifiable bound: the record was seen, so its loss is known.
-    actual = find_missing(pending, cutoff=at(50), unverifiable_until=at(10), lost_sightings=lost)
-    seen = (
-        f'"seen":{{"partition":0,"offset":6,"ts_ms":{ms(2)},"session":"s1","seq":4,"run_id":"r1","detected_run":"r3"}}'
-    )
+    actual = find_missing(pending, cutoff=at_second(50), unverifiable_until=at_second(10), lost_sightings=lost)
+    seen = f'"seen":{{"partition":0,"offset":6,"ts_ms":{ms_at_second(2)},"session":"s1","seq":4,"run_id":"r1","detected_run":"r3"}}'
     expected = findings(
         spark,
         finding(
@@ -277,12 +290,15 @@ def test_it_reports_a_row_whose_record_an_earlier_run_saw_and_lost_as_broker_los
             cause="broker-lost",
             partition=0,
             offset=6,
-            timestamp=at(0),
-            evidence=f'{{"created_ms":{ms(0)},{seen}}}',
+            timestamp=at_second(0),
+            evidence=f'{{"created_ms":{ms_at_second(0)},{seen}}}',
         ),
     )
     assertDataFrameEqual(actual, expected)
-    assert unverifiable_rows(pending, cutoff=at(50), unverifiable_until=at(10), lost_sightings=lost).count() == 1
+    assert (
+        unverifiable_rows(pending, cutoff=at_second(50), unverifiable_until=at_second(10), lost_sightings=lost).count()
+        == 1
+    )
 
 
 # ------------------------------------------------------------------ duplicates --------
@@ -291,7 +307,7 @@ def test_it_reports_a_row_whose_record_an_earlier_run_saw_and_lost_as_broker_los
 def occurrences(*items: tuple[int, int, float, str | None, int | None]) -> str:
     parts = []
     for partition, offset, seconds, session, seq in items:
-        text = f'{{"partition":{partition},"offset":{offset},"ts_ms":{ms(seconds)}'
+        text = f'{{"partition":{partition},"offset":{offset},"ts_ms":{ms_at_second(seconds)}'
         if session is not None:
             text += f',"session":"{session}","seq":{seq}'
         parts.append(text + "}")
@@ -305,17 +321,17 @@ def offsets(*pairs: tuple[int, int]) -> list[tuple[int, int]]:
 def test_it_tells_producer_retries_from_app_resends_and_headerless_duplicates(spark: SparkSession):
     dups = records(
         spark,
-        ("a", 0, 1, at(1), "p1", 1),
-        ("a", 0, 2, at(2), "p1", 1),
-        ("b", 0, 3, at(3), "p1", 2),
-        ("b", 1, 4, at(4), "p2", 0),
-        ("c", 0, 5, at(5), None, None),
-        ("c", 1, 6, at(6), None, None),
-        ("d", 0, 7, at(7), "p1", 5),
-        ("d", 0, 8, at(8), "p1", 5),
-        ("d", 1, 9, at(9), "p3", 0),
-        ("e", 0, 10, at(10), "p1", 6),
-        ("e", 1, 11, at(11), None, None),
+        ("a", 0, 1, at_second(1), "p1", 1),
+        ("a", 0, 2, at_second(2), "p1", 1),
+        ("b", 0, 3, at_second(3), "p1", 2),
+        ("b", 1, 4, at_second(4), "p2", 0),
+        ("c", 0, 5, at_second(5), None, None),
+        ("c", 1, 6, at_second(6), None, None),
+        ("d", 0, 7, at_second(7), "p1", 5),
+        ("d", 0, 8, at_second(8), "p1", 5),
+        ("d", 1, 9, at_second(9), "p3", 0),
+        ("e", 0, 10, at_second(10), "p1", 6),
+        ("e", 1, 11, at_second(11), None, None),
     )
     expected = findings(
         spark,
@@ -326,7 +342,7 @@ def test_it_tells_producer_retries_from_app_resends_and_headerless_duplicates(sp
             partition=0,
             offset=1,
             offsets=offsets((0, 1), (0, 2)),
-            timestamp=at(1),
+            timestamp=at_second(1),
             session="p1",
             seq=1,
             evidence=occurrences((0, 1, 1, "p1", 1), (0, 2, 2, "p1", 1)),
@@ -338,7 +354,7 @@ def test_it_tells_producer_retries_from_app_resends_and_headerless_duplicates(sp
             partition=0,
             offset=3,
             offsets=offsets((0, 3), (1, 4)),
-            timestamp=at(3),
+            timestamp=at_second(3),
             session="p1",
             seq=2,
             evidence=occurrences((0, 3, 3, "p1", 2), (1, 4, 4, "p2", 0)),
@@ -350,7 +366,7 @@ def test_it_tells_producer_retries_from_app_resends_and_headerless_duplicates(sp
             partition=0,
             offset=5,
             offsets=offsets((0, 5), (1, 6)),
-            timestamp=at(5),
+            timestamp=at_second(5),
             evidence=occurrences((0, 5, 5, None, None), (1, 6, 6, None, None)),
         ),
         finding(
@@ -360,7 +376,7 @@ def test_it_tells_producer_retries_from_app_resends_and_headerless_duplicates(sp
             partition=0,
             offset=7,
             offsets=offsets((0, 7), (0, 8)),
-            timestamp=at(7),
+            timestamp=at_second(7),
             session="p1",
             seq=5,
             evidence=occurrences((0, 7, 7, "p1", 5), (0, 8, 8, "p1", 5)),
@@ -372,7 +388,7 @@ def test_it_tells_producer_retries_from_app_resends_and_headerless_duplicates(sp
             partition=0,
             offset=7,
             offsets=offsets((0, 7), (0, 8), (1, 9)),
-            timestamp=at(7),
+            timestamp=at_second(7),
             session="p1",
             seq=5,
             evidence=occurrences((0, 7, 7, "p1", 5), (0, 8, 8, "p1", 5), (1, 9, 9, "p3", 0)),
@@ -384,7 +400,7 @@ def test_it_tells_producer_retries_from_app_resends_and_headerless_duplicates(sp
             partition=0,
             offset=10,
             offsets=offsets((0, 10), (1, 11)),
-            timestamp=at(10),
+            timestamp=at_second(10),
             session="p1",
             seq=6,
             evidence=occurrences((0, 10, 10, "p1", 6), (1, 11, 11, None, None)),
@@ -396,32 +412,32 @@ def test_it_tells_producer_retries_from_app_resends_and_headerless_duplicates(sp
 def test_it_keeps_every_record_of_keys_duplicated_across_runs(spark: SparkSession):
     old_index = spark.createDataFrame(
         [
-            ("a", 1, 0, 1, at(1), "p1", 1, "r1"),
-            ("b", 2, 0, 2, at(2), "p1", 2, "r1"),
-            ("q", 1, 0, 9, at(9), "p1", 9, "r1"),  # untouched this run
+            ("a", 1, 0, 1, at_second(1), "p1", 1, "r1"),
+            ("b", 2, 0, 2, at_second(2), "p1", 2, "r1"),
+            ("q", 1, 0, 9, at_second(9), "p1", 9, "r1"),  # untouched this run
         ],
         KEY_INDEX_SCHEMA,
     )
-    old_dups = records(spark, ("b", 0, 2, at(2), "p1", 2), ("b", 0, 3, at(3), "p1", 3))
+    old_dups = records(spark, ("b", 0, 2, at_second(2), "p1", 2), ("b", 0, 3, at_second(3), "p1", 3))
     new = records(
         spark,
-        ("a", 0, 20, at(20), "p1", 1),
-        ("b", 0, 21, at(21), "p9", 0),
-        ("z", 0, 22, at(22), "p9", 1),
-        ("y", 0, 23, at(23), "p9", 2),
-        ("y", 1, 24, at(24), "p9", 3),
-        (None, 1, 25, at(25), None, None),
+        ("a", 0, 20, at_second(20), "p1", 1),
+        ("b", 0, 21, at_second(21), "p9", 0),
+        ("z", 0, 22, at_second(22), "p9", 1),
+        ("y", 0, 23, at_second(23), "p9", 2),
+        ("y", 1, 24, at_second(24), "p9", 3),
+        (None, 1, 25, at_second(25), None, None),
     )
     actual = transform_duplicate_records(new, old_index, old_dups, broadcast_new=True)
     expected = records(
         spark,
-        ("b", 0, 2, at(2), "p1", 2),
-        ("b", 0, 3, at(3), "p1", 3),
-        ("a", 0, 1, at(1), "p1", 1),
-        ("a", 0, 20, at(20), "p1", 1),
-        ("b", 0, 21, at(21), "p9", 0),
-        ("y", 0, 23, at(23), "p9", 2),
-        ("y", 1, 24, at(24), "p9", 3),
+        ("b", 0, 2, at_second(2), "p1", 2),
+        ("b", 0, 3, at_second(3), "p1", 3),
+        ("a", 0, 1, at_second(1), "p1", 1),
+        ("a", 0, 20, at_second(20), "p1", 1),
+        ("b", 0, 21, at_second(21), "p9", 0),
+        ("y", 0, 23, at_second(23), "p9", 2),
+        ("y", 1, 24, at_second(24), "p9", 3),
     )
     assertDataFrameEqual(actual, expected)
 
@@ -430,24 +446,24 @@ def test_it_keeps_every_record_of_keys_duplicated_across_runs(spark: SparkSessio
 
 
 def test_it_finds_orphans_and_forgets_them_when_the_row_appears(spark: SparkSession):
-    old_candidates = records(spark, ("k1", 0, 1, at(1), None, None), ("k2", 0, 2, at(2), "p1", 0))
+    old_candidates = records(spark, ("k1", 0, 1, at_second(1), None, None), ("k2", 0, 2, at_second(2), "p1", 0))
     new_records = records(
         spark,
-        ("k3", 0, 3, at(3), None, None),
-        ("k4", 0, 4, at(4), "p1", 1),
-        (None, 0, 5, at(5), None, None),
-        ("k5", 0, 6, at(100), None, None),
+        ("k3", 0, 3, at_second(3), None, None),
+        ("k4", 0, 4, at_second(4), "p1", 1),
+        (None, 0, 5, at_second(5), None, None),
+        ("k5", 0, 6, at_second(100), None, None),
     )
-    old_source = spark.createDataFrame([("k3", at(0))], SOURCE_ROW_SCHEMA)
-    new_source = spark.createDataFrame([("k1", at(0))], SOURCE_ROW_SCHEMA)
+    old_source = spark.createDataFrame([("k3", at_second(0))], SOURCE_ROW_SCHEMA)
+    new_source = spark.createDataFrame([("k1", at_second(0))], SOURCE_ROW_SCHEMA)
 
     candidates = transform_orphan_candidates(old_candidates, new_records, old_source, new_source)
     expected_candidates = records(
         spark,
-        ("k2", 0, 2, at(2), "p1", 0),
-        ("k4", 0, 4, at(4), "p1", 1),
-        (None, 0, 5, at(5), None, None),
-        ("k5", 0, 6, at(100), None, None),
+        ("k2", 0, 2, at_second(2), "p1", 0),
+        ("k4", 0, 4, at_second(4), "p1", 1),
+        (None, 0, 5, at_second(5), None, None),
+        ("k5", 0, 6, at_second(100), None, None),
     )
     assertDataFrameEqual(candidates, expected_candidates)
     # The same with the run's shared key statistics.
@@ -464,7 +480,7 @@ def test_it_finds_orphans_and_forgets_them_when_the_row_appears(spark: SparkSess
             partition=0,
             offset=2,
             offsets=offsets((0, 2)),
-            timestamp=at(2),
+            timestamp=at_second(2),
             session="p1",
             seq=0,
             evidence=occurrences((0, 2, 2, "p1", 0)),
@@ -475,7 +491,7 @@ def test_it_finds_orphans_and_forgets_them_when_the_row_appears(spark: SparkSess
             partition=0,
             offset=4,
             offsets=offsets((0, 4)),
-            timestamp=at(4),
+            timestamp=at_second(4),
             session="p1",
             seq=1,
             evidence=occurrences((0, 4, 4, "p1", 1)),
@@ -486,11 +502,11 @@ def test_it_finds_orphans_and_forgets_them_when_the_row_appears(spark: SparkSess
             partition=0,
             offset=5,
             offsets=offsets((0, 5)),
-            timestamp=at(5),
+            timestamp=at_second(5),
             evidence=occurrences((0, 5, 5, None, None)),
         ),
     )
-    assertDataFrameEqual(find_orphans(candidates, cutoff=at(50)), expected)
+    assertDataFrameEqual(find_orphans(candidates, cutoff=at_second(50)), expected)
 
 
 # ------------------------------------------------------------------ gaps --------------
@@ -555,17 +571,17 @@ def test_it_reads_acks_0_entries_as_unconfirmed_never_acked(spark: SparkSession)
 
 def test_it_calls_an_absent_unconfirmed_send_unconfirmed_not_broker_lost(spark: SparkSession):
     # s1 sent seqs 0..3 with acks=0; only 0 and 3 are in the topic.
-    topic_records = records(spark, ("k0", 1, 10, at(0), "s1", 0), ("k3", 1, 11, at(3), "s1", 3))
+    topic_records = records(spark, ("k0", 1, 10, at_second(0), "s1", 0), ("k3", 1, 11, at_second(3), "s1", 3))
     raw = ledger_values(
         spark,
         batch(
             "s1",
             "t",
-            *[[s, "unconfirmed", 1, -1, None, "possibly", f"k{s}", ms(s)] for s in (0, 1, 3)],
-            [2, "acked", 1, -1, None, "persisted", "k2", ms(2)],
+            *[[s, "unconfirmed", 1, -1, None, "possibly", f"k{s}", ms_at_second(s)] for s in (0, 1, 3)],
+            [2, "acked", 1, -1, None, "persisted", "k2", ms_at_second(2)],
         ),
         # A merged ledger that also says seq 1 failed: unconfirmed (it was sent) wins.
-        batch("s1", "t", [1, "failed", 1, -1, "Local: Message timed out", "possibly", "k1", ms(1)]),
+        batch("s1", "t", [1, "failed", 1, -1, "Local: Message timed out", "possibly", "k1", ms_at_second(1)]),
     )
     entries, new_bounds = transform_producer_ledger(raw, "t")
     coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
@@ -581,12 +597,12 @@ def test_it_calls_an_absent_unconfirmed_send_unconfirmed_not_broker_lost(spark: 
             key=f"k{seq}",
             cause="send-unconfirmed",
             partition=1,
-            timestamp=at(seq),
+            timestamp=at_second(seq),
             session="s1",
             seq=seq,
             seq_end=seq,
             evidence='{"count":1,"ledger":{"status":"unconfirmed","partition":1,"offset":-1,'
-            f'"persisted":"{persisted}","ts_ms":{ms(seq)}}}}}',
+            f'"persisted":"{persisted}","ts_ms":{ms_at_second(seq)}}}}}',
         )
 
     assertDataFrameEqual(actual, findings(spark, unconfirmed_gap(1, "possibly"), unconfirmed_gap(2, "persisted")))
@@ -595,28 +611,32 @@ def test_it_calls_an_absent_unconfirmed_send_unconfirmed_not_broker_lost(spark: 
 def test_it_attributes_sequence_gaps_from_the_ledger(spark: SparkSession):
     topic_records = records(
         spark,
-        *[("k", 0, 100 + s, at(s), "s1", s) for s in (0, 1, 2, 5, 7, 9)],
-        ("k", 0, 200, at(1), "s2", 0),
-        ("k", 0, 201, at(1), "s2", 1),
-        ("k", 0, 202, at(1), "s3", 0),
-        ("k", 0, 203, at(1), None, None),
+        *[("k", 0, 100 + s, at_second(s), "s1", s) for s in (0, 1, 2, 5, 7, 9)],
+        ("k", 0, 200, at_second(1), "s2", 0),
+        ("k", 0, 201, at_second(1), "s2", 1),
+        ("k", 0, 202, at_second(1), "s3", 0),
+        ("k", 0, 203, at_second(1), None, None),
     )
-    failed = [3, "failed", -1, -1, "Local: Message timed out", "not", "k3", ms(3)]
+    failed = [3, "failed", -1, -1, "Local: Message timed out", "not", "k3", ms_at_second(3)]
     raw = ledger_values(
         spark,
         # s1: 3 failed, 4 acked but absent, 6 never ledgered; 9 is past the last ledgered seq.
         batch(
-            "s1", "t", *[acked(s, 0, 100 + s, f"k{s}", ms(s)) for s in (0, 1, 2)], failed, acked(4, 0, 40, "k4", ms(4))
+            "s1",
+            "t",
+            *[acked(s, 0, 100 + s, f"k{s}", ms_at_second(s)) for s in (0, 1, 2)],
+            failed,
+            acked(4, 0, 40, "k4", ms_at_second(4)),
         ),
-        batch("s1", "t", acked(5, 0, 105, "k5", ms(5)), acked(7, 0, 107, "k7", ms(7))),
-        batch("s1", "other", acked(6, 0, 1, "elsewhere", ms(6))),
+        batch("s1", "t", acked(5, 0, 105, "k5", ms_at_second(5)), acked(7, 0, 107, "k7", ms_at_second(7))),
+        batch("s1", "other", acked(6, 0, 1, "elsewhere", ms_at_second(6))),
         # s2 crashed after its first batch: its record seq 1 raises no gap.
-        batch("s2", "t", acked(0, 0, 200, "k", ms(1))),
+        batch("s2", "t", acked(0, 0, 200, "k", ms_at_second(1))),
         # s3 ended cleanly after seq 2; seq 1 expired by retention, seq 2 was never sent.
-        batch("s3", "t", acked(0, 0, 202, "k", ms(1)), acked(1, 0, 3, "k", ms(1))),
+        batch("s3", "t", acked(0, 0, 202, "k", ms_at_second(1)), acked(1, 0, 3, "k", ms_at_second(1))),
         {"v": 1, "type": "session-end", "pid": "s3", "ts": 9, "last_seq": {"t": 2}},
         # s4's only record is in a transaction this run has not read yet.
-        batch("s4", "t", acked(0, 0, 150, "k", ms(1))),
+        batch("s4", "t", acked(0, 0, 150, "k", ms_at_second(1))),
     )
     entries, new_bounds = transform_producer_ledger(raw, "t")
     coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
@@ -641,12 +661,12 @@ def test_it_attributes_sequence_gaps_from_the_ledger(spark: SparkSession):
             "gap",
             key="k3",
             cause="send-failed",
-            timestamp=at(3),
+            timestamp=at_second(3),
             session="s1",
             seq=3,
             seq_end=3,
             evidence='{"count":1,"ledger":{"status":"failed","partition":-1,"offset":-1,'
-            f'"error":"Local: Message timed out","persisted":"not","ts_ms":{ms(3)}}}}}',
+            f'"error":"Local: Message timed out","persisted":"not","ts_ms":{ms_at_second(3)}}}}}',
         ),
         finding(
             "gap",
@@ -654,12 +674,12 @@ def test_it_attributes_sequence_gaps_from_the_ledger(spark: SparkSession):
             cause="broker-lost",
             partition=0,
             offset=40,
-            timestamp=at(4),
+            timestamp=at_second(4),
             session="s1",
             seq=4,
             seq_end=4,
             evidence='{"count":1,"ledger":{"status":"acked","partition":0,"offset":40,'
-            f'"persisted":"persisted","ts_ms":{ms(4)}}}}}',
+            f'"persisted":"persisted","ts_ms":{ms_at_second(4)}}}}}',
         ),
         finding("gap", cause="never-sent", session="s1", seq=6, seq_end=6, evidence='{"count":1}'),
         finding("gap", cause="never-sent", session="s3", seq=2, seq_end=2, evidence='{"count":1}'),
@@ -668,7 +688,7 @@ def test_it_attributes_sequence_gaps_from_the_ledger(spark: SparkSession):
 
 
 def test_it_merges_sequences_into_intervals_across_buckets(spark: SparkSession):
-    values = records(spark, *[("k", 0, s, at(0), "s", s) for s in (0, 1, 2, 3, 4, 5, 9, 10, 12)])
+    values = records(spark, *[("k", 0, s, at_second(0), "s", s) for s in (0, 1, 2, 3, 4, 5, 9, 10, 12)])
     actual = values_to_intervals(values, ["session"], "seq", bucket_size=4)
     assertDataFrameEqual(actual, spark.createDataFrame([("s", 0, 5), ("s", 9, 10), ("s", 12, 12)], INTERVAL_SCHEMA))
     merged = merge_intervals(
@@ -683,8 +703,13 @@ def test_it_merges_sequences_into_intervals_across_buckets(spark: SparkSession):
 
 
 def test_it_finds_records_only_in_aborted_transactions(spark: SparkSession):
-    uncommitted = records(spark, ("k1", 0, 0, at(0), "s", 0), ("k2", 0, 1, at(1), "s", 1), ("k3", 0, 3, at(3), "s", 2))
-    committed = records(spark, ("k1", 0, 0, at(0), "s", 0), ("k3", 0, 3, at(3), "s", 2))
+    uncommitted = records(
+        spark,
+        ("k1", 0, 0, at_second(0), "s", 0),
+        ("k2", 0, 1, at_second(1), "s", 1),
+        ("k3", 0, 3, at_second(3), "s", 2),
+    )
+    committed = records(spark, ("k1", 0, 0, at_second(0), "s", 0), ("k3", 0, 3, at_second(3), "s", 2))
     actual = find_aborted(transform_aborted(uncommitted, committed))
     expected = findings(
         spark,
@@ -693,10 +718,10 @@ def test_it_finds_records_only_in_aborted_transactions(spark: SparkSession):
             key="k2",
             partition=0,
             offset=1,
-            timestamp=at(1),
+            timestamp=at_second(1),
             session="s",
             seq=1,
-            evidence=f'{{"ts_ms":{ms(1)}}}',
+            evidence=f'{{"ts_ms":{ms_at_second(1)}}}',
         ),
     )
     assertDataFrameEqual(actual, expected)
@@ -711,15 +736,27 @@ def processed(group: str, sid: str, *entries: list[Any]) -> dict[str, Any]:
 
 def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark: SparkSession):
     empty_cov = spark.createDataFrame([], PROCESSED_INTERVAL_SCHEMA)
-    topic_records = records(spark, *[(f"k{o}", 0, o, at(o), None, None) for o in range(6)])
+    topic_records = records(spark, *[(f"k{o}", 0, o, at_second(o), None, None) for o in range(6)])
     committed = spark.createDataFrame([("g1", 0, 6), ("g2", 0, 6)], COMMITTED_SCHEMA)
     run1 = transform_consumer_ledger(
         ledger_values(
             spark,
             {"v": 1, "type": "session-start", "sid": "c1", "group": "g1", "ts": 1},
-            processed("g1", "c1", ["t", 0, 0, "k0", ms(10)], ["t", 0, 1, "k1", ms(11)], ["t", 0, 2, "k2", ms(12)]),
-            processed("g1", "c2", ["t", 0, 2, "k2", ms(20)], ["t", 0, 4, "k4", ms(21)], ["other", 0, 3, None, 1]),
-            processed("g3", "c9", ["t", 0, 3, "k3", ms(22)]),  # not a group of this binding
+            processed(
+                "g1",
+                "c1",
+                ["t", 0, 0, "k0", ms_at_second(10)],
+                ["t", 0, 1, "k1", ms_at_second(11)],
+                ["t", 0, 2, "k2", ms_at_second(12)],
+            ),
+            processed(
+                "g1",
+                "c2",
+                ["t", 0, 2, "k2", ms_at_second(20)],
+                ["t", 0, 4, "k4", ms_at_second(21)],
+                ["other", 0, 3, None, 1],
+            ),
+            processed("g3", "c9", ["t", 0, 3, "k3", ms_at_second(22)]),  # not a group of this binding
         ),
         "t",
         ["g1", "g2"],
@@ -728,11 +765,11 @@ def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark: SparkSe
         run1,
         spark.createDataFrame(
             [
-                ("g1", "c1", 0, 0, "k0", ms(10)),
-                ("g1", "c1", 0, 1, "k1", ms(11)),
-                ("g1", "c1", 0, 2, "k2", ms(12)),
-                ("g1", "c2", 0, 2, "k2", ms(20)),
-                ("g1", "c2", 0, 4, "k4", ms(21)),
+                ("g1", "c1", 0, 0, "k0", ms_at_second(10)),
+                ("g1", "c1", 0, 1, "k1", ms_at_second(11)),
+                ("g1", "c1", 0, 2, "k2", ms_at_second(12)),
+                ("g1", "c2", 0, 2, "k2", ms_at_second(20)),
+                ("g1", "c2", 0, 4, "k4", ms_at_second(21)),
             ],
             PROCESSED_SCHEMA,
         ),
@@ -755,7 +792,7 @@ def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark: SparkSe
             key=f"k{o}",
             partition=0,
             offset=o,
-            timestamp=at(o),
+            timestamp=at_second(o),
             group="g1",
             evidence='{"committed_offset":6}',
         )
@@ -771,9 +808,9 @@ def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark: SparkSe
                 key="k2",
                 partition=0,
                 offset=2,
-                timestamp=at(12),
+                timestamp=at_second(12),
                 group="g1",
-                evidence=f'{{"count":2,"consumer_sessions":["c1","c2"],"first_ms":{ms(12)},"last_ms":{ms(20)}}}',
+                evidence=f'{{"count":2,"consumer_sessions":["c1","c2"],"first_ms":{ms_at_second(12)},"last_ms":{ms_at_second(20)}}}',
             ),
         ),
     )
@@ -782,7 +819,13 @@ def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark: SparkSe
     run2 = transform_consumer_ledger(
         ledger_values(
             spark,
-            processed("g1", "c3", ["t", 0, 3, "k3", ms(30)], ["t", 0, 1, "k1", ms(31)], ["t", 0, 2, "k2", ms(32)]),
+            processed(
+                "g1",
+                "c3",
+                ["t", 0, 3, "k3", ms_at_second(30)],
+                ["t", 0, 1, "k1", ms_at_second(31)],
+                ["t", 0, 2, "k2", ms_at_second(32)],
+            ),
         ),
         "t",
         ["g1", "g2"],
@@ -800,18 +843,18 @@ def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark: SparkSe
                 key="k1",
                 partition=0,
                 offset=1,
-                timestamp=at(31),
+                timestamp=at_second(31),
                 group="g1",
-                evidence=f'{{"count":2,"consumer_sessions":["c3"],"first_ms":{ms(31)},"last_ms":{ms(31)}}}',
+                evidence=f'{{"count":2,"consumer_sessions":["c3"],"first_ms":{ms_at_second(31)},"last_ms":{ms_at_second(31)}}}',
             ),
             finding(
                 "reprocessed",
                 key="k2",
                 partition=0,
                 offset=2,
-                timestamp=at(12),
+                timestamp=at_second(12),
                 group="g1",
-                evidence=f'{{"count":3,"consumer_sessions":["c1","c2","c3"],"first_ms":{ms(12)},"last_ms":{ms(32)}}}',
+                evidence=f'{{"count":3,"consumer_sessions":["c1","c2","c3"],"first_ms":{ms_at_second(12)},"last_ms":{ms_at_second(32)}}}',
             ),
         ),
     )

@@ -10,34 +10,14 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from auditor.lint.engine import lint
+from auditor.lint.engine.linter import lint
 from auditor.lint.service import ScanResult, record_scan
-from auditor.pipelines.models import Binding
 from auditor.reconcile.models import Finding, ReconcileRun
+from tests.support.reconcile import ok_run
 
 pytestmark = pytest.mark.django_db
 
 HOSTILE = '<script>alert("k")</script>'
-
-
-def ok_run(binding: Binding, findings: list[dict[str, Any]], **fields: Any) -> ReconcileRun:
-    counts: dict[str, int] = dict(fields.pop("counts", {}))
-    for f in findings:
-        counts[f["kind"]] = counts.get(f["kind"], 0) + 1
-    run = ReconcileRun.objects.create(
-        binding=binding,
-        trigger=ReconcileRun.SCHEDULE,
-        status=ReconcileRun.OK,
-        mode="incremental",
-        started_at=timezone.now(),
-        finished_at=timezone.now(),
-        duration_seconds=12.5,
-        records_read=1234,
-        counts=counts,
-        **fields,
-    )
-    Finding.objects.bulk_create(Finding(run=run, binding=binding, **f) for f in findings)
-    return run
 
 
 @pytest.fixture

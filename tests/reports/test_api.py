@@ -9,7 +9,7 @@ from django.test import Client
 
 from auditor.reports.models import Report, ReportSchedule
 from auditor.reports.service import build_report
-from tests.reports.conftest import END, START, ReportData
+from tests.support.reports import END, START, ReportData
 
 pytestmark = pytest.mark.django_db
 

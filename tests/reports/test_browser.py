@@ -14,17 +14,16 @@ import io
 import os
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from django.db import connection
 from psycopg import sql
 from pytest_django import DjangoDbBlocker
 
-from tests.conftest import wait_until
+from tests.support.browser import closing_connection
+from tests.support.waiting import wait_until
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -33,16 +32,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.django_d
 
 HOSTILE = '<img src=x onerror="window.__xss=1">'
 CHARTS = ("chart-reconcile-1", "chart-stuck-1", "chart-canary-1")
-
-
-@contextmanager
-def closing_connection() -> Iterator[None]:
-    # Playwright's greenlets give this code its own Django connection, which the test
-    # database teardown would not close (and then could not drop the database).
-    try:
-        yield
-    finally:
-        connection.close()
 
 
 @dataclass

@@ -10,7 +10,7 @@ import pytest
 from auditor.reports.models import Report
 from auditor.reports.render import render_document
 from auditor.reports.service import build_report, resolve_bindings
-from tests.reports.conftest import END, FORMULA_KEY, HOSTILE, START, ReportData
+from tests.support.reports import END, FORMULA_KEY, HOSTILE, START, ReportData
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from auditor.reports.models import Report, ReportSchedule
-from tests.reports.conftest import ReportData
+from tests.support.reports import ReportData
 
 pytestmark = pytest.mark.django_db
 
@@ -33,7 +33,7 @@ def recent(report_data: ReportData) -> ReportData:
     from auditor.lint.models import LintScan
     from auditor.reconcile.models import ReconcileRun
     from auditor.stuck.models import DiagnosisRun, StuckItem
-    from tests.reports.conftest import START
+    from tests.support.reports import START
 
     shift = timezone.now() - timedelta(hours=23, minutes=30) - START
     ReconcileRun.objects.update(created_at=F("created_at") + shift, finished_at=F("finished_at") + shift)

@@ -14,11 +14,8 @@ from auditor.alerts.models import Channel, Delivery
 from auditor.reports.delivery import deliver_report
 from auditor.reports.models import Report, ReportSchedule
 from auditor.reports.service import build_report, build_scheduled_report
-from tests.alerts.conftest import make_channel, receiver, webhook_settings
-from tests.alerts.receiver import Receiver
-from tests.reports.conftest import END, START, ReportData
-
-__all__ = ["make_channel", "receiver", "webhook_settings"]
+from tests.support.reports import END, START, ReportData
+from tests.support.webhooks import Receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 

@@ -11,7 +11,7 @@ import pytest
 from auditor.reports.models import Report
 from auditor.reports.sections import SectionRegistry, SectionSpec, registry
 from auditor.reports.service import build_report
-from tests.reports.conftest import END, START, ReportData
+from tests.support.reports import END, START, ReportData
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from django_celery_beat.models import PeriodicTask
 
 from auditor.reports.models import Report, ReportSchedule
 from auditor.reports.service import build_report
-from tests.reports.conftest import END, HOSTILE, START, ReportData
+from tests.support.reports import END, HOSTILE, START, ReportData
 
 pytestmark = pytest.mark.django_db
 

@@ -13,51 +13,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
+from tests.support.apply_config import GOOD, write
 
-pytestmark = pytest.mark.django_db
-
-GOOD = """\
-clusters:
-  local:
-    bootstrap_servers: 127.0.0.1:9092
-    config:
-      sasl.password: ${TEST_KAFKA_SECRET}
-sources:
-  tickets_db:
-    url: postgresql://app:${TEST_APP_DB_PASSWORD}@127.0.0.1:5432/tickets
-bindings:
-  tickets:
-    cluster: local
-    topic: tickets
-    source: tickets_db
-    table: public.tickets
-    key_column: id
-    record_key: json:$.ticket_id
-    created_column: created_at
-    grace: 2m
-    guarantee: at-least-once
-    consumer_groups: [ticket-processor]
-    schedule: 5m
-stuck_rules:
-  tickets-new:
-    binding: tickets
-    status_column: status
-    stuck_values: [NEW]
-    age_column: created_at
-    older_than: 10m
-"""
-
-
-@pytest.fixture(autouse=True)
-def secrets_env(monkeypatch):
-    monkeypatch.setenv("TEST_KAFKA_SECRET", "kafka-s3cret")
-    monkeypatch.setenv("TEST_APP_DB_PASSWORD", "db-s3cret")
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "auditor.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("secrets_env")]
 
 
 def apply(path: Path) -> str:

@@ -18,9 +18,9 @@ from django_celery_beat.models import PeriodicTask
 from auditor.alerts.models import Channel
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.models import Finding, ReconcileRun
-from tests.stack.test_apply import GOOD, secrets_env, write  # noqa: F401 (the env fixture)
+from tests.support.apply_config import GOOD, write
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("secrets_env")]
 
 SECOND = """\
   orders:

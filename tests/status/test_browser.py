@@ -13,7 +13,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,22 +21,14 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 from django.conf import settings
-from django.db import connection
 from pytest_django import DjangoDbBlocker
+
+from tests.support.browser import closing_connection
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.django_db]
-
-
-@contextmanager
-def closing_connection() -> Iterator[None]:
-    # Playwright's greenlets give this code its own Django connection; close it for teardown.
-    try:
-        yield
-    finally:
-        connection.close()
 
 
 @pytest.fixture(scope="module")

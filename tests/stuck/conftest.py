@@ -3,74 +3,23 @@ ledgers) wired to a binding and a stuck rule in the test database."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
-from auditor.reconcile.models import ReconcileRun
-from auditor.reconcile.service import execute_run, start_run
-from auditor.stuck.service import DiagnosisOptions, DiagnosisResult, diagnose_rule
-from tests.accounts.fixtures import bearer, client_as, role_users  # noqa: F401 - fixtures
-from tests.demo.conftest import DemoPipeline, make_pipeline, pipeline, source_url  # noqa: F401 - fixtures
+from tests.support.demo import DemoPipeline
+from tests.support.stuck import StuckSetup, make_rule
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "integration: talks to the real Kafka, PostgreSQL, Redis or Spark")
 
 
-@dataclass
-class StuckSetup:
-    pipeline: DemoPipeline
-    rule: StuckRule
-
-    def options(self, engine: str = "python", **extra: Any) -> DiagnosisOptions:
-        ledgers = {
-            "producer_ledger_topic": self.pipeline.probes.producer_ledger,
-            "consumer_ledger_topic": self.pipeline.probes.consumer_ledger,
-        }
-        return DiagnosisOptions(engine=engine, **(ledgers | extra))
-
-
-def make_rule(
-    demo: DemoPipeline,
-    *,
-    bootstrap: str | None = None,
-    groups: list[str] | None = None,
-    older_than_seconds: int = 0,
-    record_key: str = "key",
-    name: str | None = None,
-) -> StuckRule:
-    suffix = uuid.uuid4().hex[:8]
-    cluster = Cluster.objects.create(name=f"stuck-{suffix}", bootstrap_servers=bootstrap or demo.bootstrap)
-    source = SourceDatabase.objects.create(name=f"stuck-{suffix}", url="${SOURCE_DATABASE_URL}")
-    binding = Binding.objects.create(
-        name=f"stuck-{suffix}",
-        cluster=cluster,
-        topic=demo.topic,
-        source=source,
-        table=demo.table,
-        key_column="ticket_id",
-        record_key=record_key,
-        created_column="created_at",
-        consumer_groups=[demo.group] if groups is None else groups,
-    )
-    return StuckRule.objects.create(
-        name=name or f"tickets-new-{suffix}",
-        binding=binding,
-        status_column="status",
-        stuck_values=["NEW"],
-        age_column="created_at",
-        older_than_seconds=older_than_seconds,
-    )
-
-
 @pytest.fixture
-def stuck(db: None, pipeline: DemoPipeline, settings: Any, tmp_path: Any) -> StuckSetup:  # noqa: F811 - the demo's fixture
+def stuck(db: None, pipeline: DemoPipeline, settings: Any, tmp_path: Any) -> StuckSetup:
     settings.RECONCILE_STATE_DIR = str(tmp_path / "reconcile-state")
     return StuckSetup(pipeline, make_rule(pipeline))
 
@@ -78,7 +27,7 @@ def stuck(db: None, pipeline: DemoPipeline, settings: Any, tmp_path: Any) -> Stu
 @pytest.fixture
 def make_stuck(
     db: None,
-    make_pipeline: Callable[..., DemoPipeline],  # noqa: F811
+    make_pipeline: Callable[..., DemoPipeline],
     settings: Any,
     tmp_path: Any,
 ) -> Callable[..., StuckSetup]:
@@ -89,49 +38,6 @@ def make_stuck(
         return StuckSetup(created, make_rule(created, **rule_options))
 
     return make
-
-
-def verdicts_of(result: DiagnosisResult) -> dict[str, str]:
-    return {item.row.key: item.diagnosis.verdict for item in result.items}
-
-
-def diagnose_both(setup: StuckSetup, spark: Any, indexed: bool = False) -> DiagnosisResult:
-    """Diagnose with the Python engine and with Spark, reading the whole topic; both must
-    give the same verdicts and reasons.
-
-    indexed: a real reconciliation run reads the topic first, and both engines diagnose
-    again with its key index standing in for what it read: every verdict and reason must be
-    the same as from the full read.
-    """
-    by_python = diagnose_rule(setup.rule, setup.options("python", use_index=False))
-    by_spark = diagnose_rule(setup.rule, setup.options("spark", spark=spark, use_index=False))
-    assert by_python.engine == "python" or not by_python.items
-    assert by_spark.engine == "spark" or not by_spark.items
-    assert _comparable(by_spark) == _comparable(by_python)
-    if indexed:
-        run = reconcile_now(setup.rule.binding)
-        for options in (setup.options("python"), setup.options("spark", spark=spark)):
-            from_index = diagnose_rule(setup.rule, options)
-            assert any(f"key index of reconciliation run {run.job_run_id}" in n for n in from_index.notes), (
-                from_index.notes
-            )
-            assert _comparable(from_index) == _comparable(by_python)
-    return by_spark
-
-
-def reconcile_now(binding: Binding) -> ReconcileRun:
-    """A real reconciliation of the binding, in this process (its state under RECONCILE_STATE_DIR)."""
-    run = execute_run(start_run(binding, ReconcileRun.CLI), in_process=True)
-    assert run.status == ReconcileRun.OK, run.error
-    return run
-
-
-def _comparable(result: DiagnosisResult) -> dict[str, tuple[str, str]]:
-    # Durations (lag in time) move between the two diagnoses; everything else must agree.
-    return {
-        i.row.key: (i.diagnosis.verdict, re.sub(r"\d+(\.\d+)? (s|min|h)\b", "<t>", i.diagnosis.reason))
-        for i in result.items
-    }
 
 
 @pytest.fixture
@@ -153,18 +59,3 @@ def plain_rule(db: None) -> StuckRule:
     return StuckRule.objects.create(
         name=f"plain-{suffix}", binding=binding, status_column="status", stuck_values=["NEW"], age_column="created_at"
     )
-
-
-def fake_result(rule: StuckRule, verdicts: dict[str, str], *, degraded: bool = False) -> DiagnosisResult:
-    """A diagnosis result built inline: key -> verdict."""
-    from auditor.stuck.evidence import Diagnosis, StuckRow
-    from auditor.stuck.service import ItemVerdict
-
-    items = [
-        ItemVerdict(
-            StuckRow(key, "NEW", 900.0 + n),
-            Diagnosis(verdict, f"because {verdict}", {"topic": "t", "partition": 0, "offset": n, "records": []}),
-        )
-        for n, (key, verdict) in enumerate(verdicts.items())
-    ]
-    return DiagnosisResult(rule.name, items=items, engine="python", degraded=degraded)

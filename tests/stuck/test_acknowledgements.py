@@ -16,8 +16,7 @@ from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import StuckItem
 from auditor.stuck.service import record_diagnosis, start_run
 from auditor.vocabulary import STUCK_VERDICTS
-
-from .conftest import fake_result
+from tests.support.stuck import fake_result
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,7 @@ from auditor.api.tokens import create_token
 from auditor.pipelines.models import StuckRule
 from auditor.stuck import tasks
 from auditor.stuck.service import record_diagnosis, start_run
-
-from .conftest import fake_result
+from tests.support.stuck import fake_result
 
 pytestmark = pytest.mark.django_db
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from django.db import connection
 from psycopg import sql
 from pytest_django import DjangoDbBlocker
 
-from tests.conftest import wait_until
+from tests.support.browser import closing_connection
+from tests.support.waiting import wait_until
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -21,16 +20,6 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.django_db]
 
 HOSTILE = '<img src=x onerror="window.__xss=1">'
-
-
-@contextmanager
-def closing_connection() -> Iterator[None]:
-    # Playwright's greenlets give this code its own Django connection, which the test
-    # database teardown would not close (and then could not drop the database).
-    try:
-        yield
-    finally:
-        connection.close()
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,7 @@ from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import StuckItem
 from auditor.stuck.service import record_diagnosis, start_run
 from auditor.stuck.views import ITEMS_PER_PAGE, page_data
-
-from .conftest import fake_result
+from tests.support.stuck import fake_result
 
 pytestmark = pytest.mark.django_db
 URL = "/stuck/items/acknowledge/"

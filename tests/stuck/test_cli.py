@@ -12,8 +12,7 @@ from django.core.management.base import CommandError
 from auditor.demo.options import DeliveryMode, Faults
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import DiagnosisRun, StuckItem
-
-from .conftest import StuckSetup
+from tests.support.stuck import StuckSetup
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,7 @@ import pytest
 
 from auditor.demo.options import DeliveryMode, Faults
 from auditor.stuck.service import diagnose_rule
-
-from .conftest import StuckSetup, make_rule, verdicts_of
+from tests.support.stuck import StuckSetup, make_rule, verdicts_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 

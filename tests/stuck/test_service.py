@@ -13,8 +13,7 @@ from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.service import DiagnosisBusy, diagnosis_lock, record_diagnosis, run_diagnosis, start_run
 from auditor.vocabulary import STUCK_VERDICTS
-
-from .conftest import fake_result
+from tests.support.stuck import fake_result
 
 pytestmark = pytest.mark.django_db
 

@@ -14,10 +14,9 @@ from confluent_kafka import Consumer, TopicPartition
 
 from auditor.demo.consumer import ConsumeResult
 from auditor.demo.options import DeliveryMode, Faults
-from tests.conftest import wait_until
-from tests.demo.conftest import DemoPipeline
-
-from .conftest import StuckSetup, diagnose_both, verdicts_of
+from tests.support.demo import DemoPipeline
+from tests.support.stuck import StuckSetup, diagnose_both, verdicts_of
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -273,8 +272,7 @@ def test_it_reads_only_what_came_after_the_key_index_and_gives_the_verdicts_of_a
     stuck: StuckSetup, spark
 ) -> None:
     from auditor.stuck.service import diagnose_rule
-
-    from .conftest import reconcile_now
+    from tests.support.stuck import reconcile_now
 
     pipeline = stuck.pipeline
     ids = pipeline.produce(20)

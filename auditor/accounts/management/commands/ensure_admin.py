@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -16,8 +17,6 @@ class Command(BaseCommand):
         parser.add_argument("--password-env", default="AUDITOR_ADMIN_PASSWORD")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        import os
-
         password = os.environ.get(options["password_env"])
         if not password:
             raise CommandError(f"environment variable {options['password_env']} is not set")

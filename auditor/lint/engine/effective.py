@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from auditor.lint import defaults as d
-from auditor.lint.errors import LintInputError
-from auditor.lint.masking import mask_value
-from auditor.lint.model import Setting
+from auditor.lint.engine import defaults as d
+from auditor.lint.engine.errors import LintInputError
+from auditor.lint.engine.masking import mask_value
+from auditor.lint.engine.terms import Setting
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}

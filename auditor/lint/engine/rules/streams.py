@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from auditor.lint import defaults as d
-from auditor.lint.model import REFUSES_TO_START, Check, Finding, Rule, Severity, Subject
+from auditor.lint.engine import defaults as d
+from auditor.lint.engine.terms import REFUSES_TO_START, Finding, Rule, RuleBook, Subject
 from auditor.vocabulary import GUARANTEES
 
 ALL = frozenset(GUARANTEES)
@@ -13,7 +13,18 @@ NOT_LOST = frozenset({d.AT_LEAST_ONCE, d.EXACTLY_ONCE})
 EOS = frozenset({d.EXACTLY_ONCE})
 REMOVED_GUARANTEES = ("exactly_once", "exactly_once_beta")
 
+# Kafka Streams is a Java library: its rules apply to the Java client only.
+streams_rules = RuleBook("streams", clients=frozenset({"java"}))
 
+
+@streams_rules.rule(
+    "S001",
+    "Streams app declared exactly-once runs at_least_once",
+    EOS,
+    "error",
+    why="a crash between output and commit re-processes input: duplicated output and state updates",
+    fix="set processing.guarantee=exactly_once_v2",
+)
 def check_guarantee_weaker(s: Subject) -> Iterator[Finding]:
     guarantee = s["processing.guarantee"]
     if guarantee.value == "at_least_once":
@@ -26,6 +37,14 @@ def check_guarantee_weaker(s: Subject) -> Iterator[Finding]:
         )
 
 
+@streams_rules.rule(
+    "S002",
+    "processing.guarantee exactly_once / exactly_once_beta",
+    ALL,
+    "error",
+    why="removed in Kafka Streams 4.0 (the app refuses to start); deprecated in 3.x",
+    fix="set processing.guarantee=exactly_once_v2 (brokers 2.5+)",
+)
 def check_guarantee_removed(s: Subject) -> Iterator[Finding]:
     guarantee = s["processing.guarantee"]
     if guarantee.value not in REMOVED_GUARANTEES:
@@ -48,6 +67,14 @@ def check_guarantee_removed(s: Subject) -> Iterator[Finding]:
         )
 
 
+@streams_rules.rule(
+    "S003",
+    "Streams internal topics replicated fewer than 3 times",
+    NOT_LOST,
+    "warning",
+    why="a broker failure loses changelog or repartition records",
+    fix="set replication.factor=3 (or -1 with the brokers' default.replication.factor=3)",
+)
 def check_internal_replication(s: Subject) -> Iterator[Finding]:
     rf = s["replication.factor"]
     effective = rf.value
@@ -63,38 +90,4 @@ def check_internal_replication(s: Subject) -> Iterator[Finding]:
         )
 
 
-def _rule(
-    id: str, title: str, guarantees: frozenset[str], severity: Severity, why: str, fix: str, check: Check
-) -> Rule:
-    return Rule(id, title, guarantees, "streams", severity, why, fix, check, frozenset({"java"}))
-
-
-RULES: tuple[Rule, ...] = (
-    _rule(
-        "S001",
-        "Streams app declared exactly-once runs at_least_once",
-        EOS,
-        "error",
-        "a crash between output and commit re-processes input: duplicated output and state updates",
-        "set processing.guarantee=exactly_once_v2",
-        check_guarantee_weaker,
-    ),
-    _rule(
-        "S002",
-        "processing.guarantee exactly_once / exactly_once_beta",
-        ALL,
-        "error",
-        "removed in Kafka Streams 4.0 (the app refuses to start); deprecated in 3.x",
-        "set processing.guarantee=exactly_once_v2 (brokers 2.5+)",
-        check_guarantee_removed,
-    ),
-    _rule(
-        "S003",
-        "Streams internal topics replicated fewer than 3 times",
-        NOT_LOST,
-        "warning",
-        "a broker failure loses changelog or repartition records",
-        "set replication.factor=3 (or -1 with the brokers' default.replication.factor=3)",
-        check_internal_replication,
-    ),
-)
+RULES: tuple[Rule, ...] = streams_rules.rules

@@ -6,13 +6,13 @@ import csv
 import io
 from typing import Any
 
-from auditor.lint import rules_cluster, rules_consumer, rules_producer, rules_streams
-from auditor.lint.defaults import CLIENTS
-from auditor.lint.evidence import explains
-from auditor.lint.model import Rule
+from auditor.lint.engine.defaults import CLIENTS
+from auditor.lint.engine.evidence import explains
+from auditor.lint.engine.rules import cluster, consumer, producer, streams
+from auditor.lint.engine.terms import Rule
 from auditor.vocabulary import GUARANTEES
 
-RULES: tuple[Rule, ...] = rules_producer.RULES + rules_consumer.RULES + rules_cluster.RULES + rules_streams.RULES
+RULES: tuple[Rule, ...] = producer.RULES + consumer.RULES + cluster.RULES + streams.RULES
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
 CATALOG_FIELDS = ("id", "title", "target", "severity", "guarantees", "clients", "why", "fix", "explains")
 

@@ -1,14 +1,11 @@
-"""Fixtures of the demo pipeline tests: each test gets its own tables, topics, group and ledgers."""
+"""The demo pipeline under test: its own tables, topics, group and ledgers; and reading a topic back."""
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from auditor.demo.consumer import TicketConsumer
@@ -142,57 +139,3 @@ class DemoPipeline:
         good, bad = decode_ledger_records(record.value for record in read_topic(self.bootstrap, topic))
         assert not bad, bad
         return good
-
-
-@pytest.fixture(scope="session")
-def source_url() -> str:
-    url = os.environ.get("SOURCE_DATABASE_URL")
-    if not url:
-        if os.environ.get("CI"):
-            pytest.fail("SOURCE_DATABASE_URL is not set under CI")
-        pytest.skip("SOURCE_DATABASE_URL is not set")
-    return url
-
-
-@pytest.fixture
-def make_pipeline(
-    kafka_bootstrap: str, kafka_admin: Any, make_topic: Callable[..., str], source_url: str
-) -> Iterator[Callable[..., DemoPipeline]]:
-    made: list[DemoPipeline] = []
-
-    def make(partitions: int = 1) -> DemoPipeline:
-        probes = ProbeTopics(
-            producer_ledger=make_topic("demo-pledger"),
-            consumer_ledger=make_topic("demo-cledger"),
-            clients=make_topic("demo-clients"),
-            ledger_flush_interval_s=0.2,
-        )
-        pipeline = DemoPipeline(
-            bootstrap=kafka_bootstrap,
-            source_url=source_url,
-            topic=make_topic("demo-tickets", partitions=partitions),
-            output_topic=make_topic("demo-processed", partitions=partitions),
-            group=f"demo-{uuid.uuid4().hex[:10]}",
-            probes=probes,
-        )
-        with pipeline.store() as store:
-            store.ensure_schema()
-        made.append(pipeline)
-        return pipeline
-
-    yield make
-    for pipeline in made:
-        with pipeline.store() as store:
-            store.drop_tables()
-    groups = [pipeline.group for pipeline in made]
-    if groups:
-        for future in kafka_admin.delete_consumer_groups(groups).values():
-            try:
-                future.result(timeout=20)
-            except Exception:  # noqa: BLE001 - a group that never committed does not exist
-                pass
-
-
-@pytest.fixture
-def pipeline(make_pipeline: Callable[..., DemoPipeline]) -> DemoPipeline:
-    return make_pipeline()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from auditor.lint import defaults as d
-from auditor.lint.model import REFUSES_TO_START, Check, Finding, Rule, Severity, Subject
-from auditor.lint.transactional_ids import unstable_part
+from auditor.lint.engine import defaults as d
+from auditor.lint.engine.terms import REFUSES_TO_START, Finding, Rule, RuleBook, Subject
+from auditor.lint.engine.transactional_ids import unstable_part
 from auditor.vocabulary import GUARANTEES
 
 ALL = frozenset(GUARANTEES)
@@ -15,12 +15,23 @@ EOS = frozenset({d.EXACTLY_ONCE})
 RK = frozenset({"librdkafka"})
 JAVA = frozenset({"java"})
 MIN_DELIVERY_TIMEOUT_MS = 30_000
+STARTUP_WHY = "the producer is never created, so nothing is sent"
+
+producer_rules = RuleBook("producer")
 
 
 def _ms(value: float) -> str:
     return f"{value:g} ms"
 
 
+@producer_rules.rule(
+    "P001",
+    "acks is not all",
+    NOT_LOST,
+    "error",
+    why="an acked write is lost when the leader fails over before a follower has copied it",
+    fix="set acks=all (with min.insync.replicas=2 on RF 3 topics)",
+)
 def check_acks(s: Subject) -> Iterator[Finding]:
     acks = s["acks"]
     if acks.value == "all":
@@ -38,6 +49,14 @@ def check_acks(s: Subject) -> Iterator[Finding]:
     yield Finding(acks, "all", message)
 
 
+@producer_rules.rule(
+    "P002",
+    "retries disabled",
+    NOT_LOST,
+    "error",
+    why="a transient broker error fails the send and the record is lost unless the app re-sends it",
+    fix="leave retries at its default and bound delivery with delivery.timeout.ms / message.timeout.ms",
+)
 def check_retries(s: Subject) -> Iterator[Finding]:
     retries = s["retries"]
     if retries.value < 1:
@@ -50,6 +69,14 @@ def check_retries(s: Subject) -> Iterator[Finding]:
         )
 
 
+@producer_rules.rule(
+    "P003",
+    "delivery timeout too short to ride out a failover",
+    NOT_LOST,
+    "warning",
+    why="records still queued or in flight expire during a leader election or broker restart",
+    fix=f"set delivery.timeout.ms (librdkafka: message.timeout.ms) >= {MIN_DELIVERY_TIMEOUT_MS}, e.g. the default",
+)
 def check_delivery_timeout_short(s: Subject) -> Iterator[Finding]:
     timeout = s["delivery.timeout.ms"]
     if timeout.value and timeout.value < MIN_DELIVERY_TIMEOUT_MS:
@@ -62,6 +89,14 @@ def check_delivery_timeout_short(s: Subject) -> Iterator[Finding]:
         )
 
 
+@producer_rules.rule(
+    "P004",
+    "linger.ms takes most of the delivery timeout",
+    NOT_LOST,
+    "warning",
+    why="records sit in their batch for most of their delivery budget, so a short hiccup expires them",
+    fix="keep linger.ms well below half of delivery.timeout.ms / message.timeout.ms",
+)
 def check_linger_share(s: Subject) -> Iterator[Finding]:
     timeout, linger = s["delivery.timeout.ms"], s["linger.ms"]
     if timeout.value and timeout.value / 2 < linger.value < timeout.value:
@@ -74,6 +109,15 @@ def check_linger_share(s: Subject) -> Iterator[Finding]:
         )
 
 
+@producer_rules.rule(
+    "P005",
+    "transaction.timeout.ms shorter than delivery.timeout.ms",
+    NOT_LOST,
+    "warning",
+    why="the coordinator aborts a transaction whose sends are still being retried",
+    fix="set transaction.timeout.ms >= delivery.timeout.ms",
+    clients=JAVA,
+)
 def check_transaction_timeout_vs_delivery(s: Subject) -> Iterator[Finding]:
     if not s.value("transactional.id"):
         return
@@ -91,6 +135,14 @@ def check_transaction_timeout_vs_delivery(s: Subject) -> Iterator[Finding]:
         )
 
 
+@producer_rules.rule(
+    "P006",
+    "idempotence disabled",
+    ALL,
+    "error",
+    why="a retried batch whose ack was lost is written twice: a duplicate",
+    fix="set enable.idempotence=true (librdkafka's default is false)",
+)
 def check_idempotence(s: Subject) -> Iterator[Finding]:
     idempotence = s["enable.idempotence"]
     if idempotence.value:
@@ -107,6 +159,14 @@ def check_idempotence(s: Subject) -> Iterator[Finding]:
     )
 
 
+@producer_rules.rule(
+    "P007",
+    "several requests in flight without idempotence",
+    NOT_LOST,
+    "warning",
+    why="a retried batch overtakes the batches sent after it: records are reordered in a partition",
+    fix="set enable.idempotence=true, or max.in.flight.requests.per.connection=1",
+)
 def check_reordering(s: Subject) -> Iterator[Finding]:
     mif = s["max.in.flight.requests.per.connection"]
     if s.value("enable.idempotence") or s.value("retries") < 1 or s.value("acks") == "0" or mif.value <= 1:
@@ -119,6 +179,14 @@ def check_reordering(s: Subject) -> Iterator[Finding]:
     )
 
 
+@producer_rules.rule(
+    "P008",
+    "exactly-once producer without a transactional.id",
+    EOS,
+    "error",
+    why="output and input offsets are not committed atomically, so a crash re-processes and duplicates",
+    fix="set a stable transactional.id and commit the input offsets through the transaction",
+)
 def check_transactional_id_missing(s: Subject) -> Iterator[Finding]:
     transactional_id = s["transactional.id"]
     if transactional_id.value:
@@ -142,6 +210,14 @@ def check_transactional_id_missing(s: Subject) -> Iterator[Finding]:
         )
 
 
+@producer_rules.rule(
+    "P009",
+    "transactional.id changes across restarts",
+    NOT_LOST,
+    "warning",
+    why="the old instance is not fenced and its open transaction stalls read_committed consumers",
+    fix="derive the id from something stable: the app name plus an instance ordinal",
+)
 def check_transactional_id_stable(s: Subject) -> Iterator[Finding]:
     transactional_id = s["transactional.id"]
     if not transactional_id.value:
@@ -157,6 +233,14 @@ def check_transactional_id_stable(s: Subject) -> Iterator[Finding]:
         )
 
 
+@producer_rules.rule(
+    "P010",
+    "transaction.timeout.ms above the broker's transaction.max.timeout.ms",
+    ALL,
+    "error",
+    why="InitProducerId fails with INVALID_TRANSACTION_TIMEOUT: no transaction can begin",
+    fix="lower transaction.timeout.ms or raise the brokers' transaction.max.timeout.ms",
+)
 def check_transaction_timeout_vs_broker(s: Subject) -> Iterator[Finding]:
     if not s.value("transactional.id"):
         return
@@ -183,6 +267,14 @@ def _java_idempotence_requested(s: Subject) -> bool:
     return bool(d.java_producer_defaults(s.java_version)["enable.idempotence"])
 
 
+@producer_rules.rule(
+    "P101",
+    "idempotence with acks other than all",
+    ALL,
+    "error",
+    why=STARTUP_WHY,
+    fix="set acks=all (or leave it unset)",
+)
 def check_startup_idempotence_acks(s: Subject) -> Iterator[Finding]:
     acks, idempotence = s["acks"], s["enable.idempotence"]
     if acks.value == "all":
@@ -199,6 +291,14 @@ def check_startup_idempotence_acks(s: Subject) -> Iterator[Finding]:
         )
 
 
+@producer_rules.rule(
+    "P102",
+    "idempotence with retries=0",
+    ALL,
+    "error",
+    why=STARTUP_WHY,
+    fix="leave retries unset",
+)
 def check_startup_idempotence_retries(s: Subject) -> Iterator[Finding]:
     retries, idempotence = s["retries"], s["enable.idempotence"]
     if retries.value >= 1:
@@ -215,6 +315,14 @@ def check_startup_idempotence_retries(s: Subject) -> Iterator[Finding]:
         )
 
 
+@producer_rules.rule(
+    "P103",
+    "idempotence with more than 5 requests in flight",
+    ALL,
+    "error",
+    why=STARTUP_WHY,
+    fix="set max.in.flight.requests.per.connection <= 5",
+)
 def check_startup_idempotence_in_flight(s: Subject) -> Iterator[Finding]:
     mif, idempotence = s["max.in.flight.requests.per.connection"], s["enable.idempotence"]
     if mif.value <= d.IDEMPOTENT_MAX_IN_FLIGHT:
@@ -234,6 +342,14 @@ def check_startup_idempotence_in_flight(s: Subject) -> Iterator[Finding]:
         )
 
 
+@producer_rules.rule(
+    "P104",
+    "transactional.id without idempotence",
+    ALL,
+    "error",
+    why=STARTUP_WHY,
+    fix="set enable.idempotence=true (and acks=all, retries > 0)",
+)
 def check_startup_transactional_without_idempotence(s: Subject) -> Iterator[Finding]:
     transactional_id, idempotence = s["transactional.id"], s["enable.idempotence"]
     if transactional_id.value and not idempotence.value:
@@ -244,6 +360,15 @@ def check_startup_transactional_without_idempotence(s: Subject) -> Iterator[Find
         )
 
 
+@producer_rules.rule(
+    "P105",
+    "message.timeout.ms above transaction.timeout.ms",
+    ALL,
+    "error",
+    why=STARTUP_WHY,
+    fix="leave message.timeout.ms unset (librdkafka then uses transaction.timeout.ms)",
+    clients=RK,
+)
 def check_startup_message_timeout_vs_transaction(s: Subject) -> Iterator[Finding]:
     timeout, transaction = s["delivery.timeout.ms"], s["transaction.timeout.ms"]
     if not (s.value("transactional.id") and s.value("enable.idempotence") and timeout.explicit):
@@ -256,6 +381,15 @@ def check_startup_message_timeout_vs_transaction(s: Subject) -> Iterator[Finding
         )
 
 
+@producer_rules.rule(
+    "P106",
+    "linger.ms not below message.timeout.ms",
+    ALL,
+    "error",
+    why=STARTUP_WHY,
+    fix="set linger.ms well below message.timeout.ms",
+    clients=RK,
+)
 def check_startup_linger_vs_message_timeout(s: Subject) -> Iterator[Finding]:
     timeout, linger = s["delivery.timeout.ms"], s["linger.ms"]
     if not (linger.explicit and timeout.value and timeout.value <= linger.value):
@@ -270,6 +404,15 @@ def check_startup_linger_vs_message_timeout(s: Subject) -> Iterator[Finding]:
     yield Finding(linger, f"< {timeout.name} ({timeout.value})", message)
 
 
+@producer_rules.rule(
+    "P107",
+    "delivery.timeout.ms below linger.ms + request.timeout.ms",
+    ALL,
+    "error",
+    why=STARTUP_WHY,
+    fix="set delivery.timeout.ms >= linger.ms + request.timeout.ms",
+    clients=JAVA,
+)
 def check_startup_java_delivery_timeout(s: Subject) -> Iterator[Finding]:
     timeout = s["delivery.timeout.ms"]
     floor = s.value("linger.ms") + s.value("request.timeout.ms")
@@ -282,6 +425,15 @@ def check_startup_java_delivery_timeout(s: Subject) -> Iterator[Finding]:
         )
 
 
+@producer_rules.rule(
+    "P108",
+    "socket.timeout.ms above transaction.timeout.ms + 100",
+    ALL,
+    "error",
+    why=STARTUP_WHY,
+    fix="leave socket.timeout.ms unset for a transactional producer",
+    clients=RK,
+)
 def check_startup_socket_timeout_vs_transaction(s: Subject) -> Iterator[Finding]:
     socket, transaction = s["socket.timeout.ms"], s["transaction.timeout.ms"]
     if s.value("transactional.id") and socket.explicit and socket.value > transaction.value + 100:
@@ -292,187 +444,4 @@ def check_startup_socket_timeout_vs_transaction(s: Subject) -> Iterator[Finding]
         )
 
 
-def _rule(
-    id: str,
-    title: str,
-    guarantees: frozenset[str],
-    severity: Severity,
-    why: str,
-    fix: str,
-    check: Check,
-    clients: frozenset[str] = frozenset(d.CLIENTS),
-) -> Rule:
-    return Rule(id, title, guarantees, "producer", severity, why, fix, check, clients)
-
-
-STARTUP_WHY = "the producer is never created, so nothing is sent"
-
-RULES: tuple[Rule, ...] = (
-    _rule(
-        "P001",
-        "acks is not all",
-        NOT_LOST,
-        "error",
-        "an acked write is lost when the leader fails over before a follower has copied it",
-        "set acks=all (with min.insync.replicas=2 on RF 3 topics)",
-        check_acks,
-    ),
-    _rule(
-        "P002",
-        "retries disabled",
-        NOT_LOST,
-        "error",
-        "a transient broker error fails the send and the record is lost unless the app re-sends it",
-        "leave retries at its default and bound delivery with delivery.timeout.ms / message.timeout.ms",
-        check_retries,
-    ),
-    _rule(
-        "P003",
-        "delivery timeout too short to ride out a failover",
-        NOT_LOST,
-        "warning",
-        "records still queued or in flight expire during a leader election or broker restart",
-        f"set delivery.timeout.ms (librdkafka: message.timeout.ms) >= {MIN_DELIVERY_TIMEOUT_MS}, e.g. the default",
-        check_delivery_timeout_short,
-    ),
-    _rule(
-        "P004",
-        "linger.ms takes most of the delivery timeout",
-        NOT_LOST,
-        "warning",
-        "records sit in their batch for most of their delivery budget, so a short hiccup expires them",
-        "keep linger.ms well below half of delivery.timeout.ms / message.timeout.ms",
-        check_linger_share,
-    ),
-    _rule(
-        "P005",
-        "transaction.timeout.ms shorter than delivery.timeout.ms",
-        NOT_LOST,
-        "warning",
-        "the coordinator aborts a transaction whose sends are still being retried",
-        "set transaction.timeout.ms >= delivery.timeout.ms",
-        check_transaction_timeout_vs_delivery,
-        JAVA,
-    ),
-    _rule(
-        "P006",
-        "idempotence disabled",
-        ALL,
-        "error",
-        "a retried batch whose ack was lost is written twice: a duplicate",
-        "set enable.idempotence=true (librdkafka's default is false)",
-        check_idempotence,
-    ),
-    _rule(
-        "P007",
-        "several requests in flight without idempotence",
-        NOT_LOST,
-        "warning",
-        "a retried batch overtakes the batches sent after it: records are reordered in a partition",
-        "set enable.idempotence=true, or max.in.flight.requests.per.connection=1",
-        check_reordering,
-    ),
-    _rule(
-        "P008",
-        "exactly-once producer without a transactional.id",
-        EOS,
-        "error",
-        "output and input offsets are not committed atomically, so a crash re-processes and duplicates",
-        "set a stable transactional.id and commit the input offsets through the transaction",
-        check_transactional_id_missing,
-    ),
-    _rule(
-        "P009",
-        "transactional.id changes across restarts",
-        NOT_LOST,
-        "warning",
-        "the old instance is not fenced and its open transaction stalls read_committed consumers",
-        "derive the id from something stable: the app name plus an instance ordinal",
-        check_transactional_id_stable,
-    ),
-    _rule(
-        "P010",
-        "transaction.timeout.ms above the broker's transaction.max.timeout.ms",
-        ALL,
-        "error",
-        "InitProducerId fails with INVALID_TRANSACTION_TIMEOUT: no transaction can begin",
-        "lower transaction.timeout.ms or raise the brokers' transaction.max.timeout.ms",
-        check_transaction_timeout_vs_broker,
-    ),
-    _rule(
-        "P101",
-        "idempotence with acks other than all",
-        ALL,
-        "error",
-        STARTUP_WHY,
-        "set acks=all (or leave it unset)",
-        check_startup_idempotence_acks,
-    ),
-    _rule(
-        "P102",
-        "idempotence with retries=0",
-        ALL,
-        "error",
-        STARTUP_WHY,
-        "leave retries unset",
-        check_startup_idempotence_retries,
-    ),
-    _rule(
-        "P103",
-        "idempotence with more than 5 requests in flight",
-        ALL,
-        "error",
-        STARTUP_WHY,
-        "set max.in.flight.requests.per.connection <= 5",
-        check_startup_idempotence_in_flight,
-    ),
-    _rule(
-        "P104",
-        "transactional.id without idempotence",
-        ALL,
-        "error",
-        STARTUP_WHY,
-        "set enable.idempotence=true (and acks=all, retries > 0)",
-        check_startup_transactional_without_idempotence,
-    ),
-    _rule(
-        "P105",
-        "message.timeout.ms above transaction.timeout.ms",
-        ALL,
-        "error",
-        STARTUP_WHY,
-        "leave message.timeout.ms unset (librdkafka then uses transaction.timeout.ms)",
-        check_startup_message_timeout_vs_transaction,
-        RK,
-    ),
-    _rule(
-        "P106",
-        "linger.ms not below message.timeout.ms",
-        ALL,
-        "error",
-        STARTUP_WHY,
-        "set linger.ms well below message.timeout.ms",
-        check_startup_linger_vs_message_timeout,
-        RK,
-    ),
-    _rule(
-        "P107",
-        "delivery.timeout.ms below linger.ms + request.timeout.ms",
-        ALL,
-        "error",
-        STARTUP_WHY,
-        "set delivery.timeout.ms >= linger.ms + request.timeout.ms",
-        check_startup_java_delivery_timeout,
-        JAVA,
-    ),
-    _rule(
-        "P108",
-        "socket.timeout.ms above transaction.timeout.ms + 100",
-        ALL,
-        "error",
-        STARTUP_WHY,
-        "leave socket.timeout.ms unset for a transactional producer",
-        check_startup_socket_timeout_vs_transaction,
-        RK,
-    ),
-)
+RULES: tuple[Rule, ...] = producer_rules.rules

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from auditor.lint.errors import LintInputError
-from auditor.lint.masking import mask_text
+from auditor.lint.engine.errors import LintInputError
+from auditor.lint.engine.masking import mask_text
 
 FORMATS = ("json", "properties", "spring-yaml")
 Scalar = str | int | float | bool | None

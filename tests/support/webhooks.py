@@ -1,8 +1,10 @@
-"""A real HTTP webhook receiver on loopback, for the delivery tests."""
+"""A real HTTP webhook receiver on loopback, and the secret test deliveries are signed with."""
 
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import threading
 import time
 from collections import deque
@@ -11,6 +13,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from auditor.alerts.signing import verify
+
+# Set before any live process starts (they copy this environment), so the Celery worker
+# and Daphne can sign test deliveries and reach the loopback receiver: the test settings
+# allow private destinations, as the issue asks; refusal is tested with it switched off.
+SECRET_ENV = "AUDITOR_TEST_WEBHOOK_SECRET"
+os.environ.setdefault(SECRET_ENV, secrets.token_hex(16))
+os.environ.setdefault("AUDITOR_WEBHOOK_ALLOW_PRIVATE", "true")
 
 
 @dataclass

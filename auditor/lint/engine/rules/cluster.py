@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from auditor.lint import defaults as d
-from auditor.lint.model import Check, Finding, Rule, Severity, Subject
+from auditor.lint.engine import defaults as d
+from auditor.lint.engine.terms import Finding, Rule, RuleBook, Severity, Subject
 
 NOT_LOST = frozenset({d.AT_LEAST_ONCE, d.EXACTLY_ONCE})
 EOS = frozenset({d.EXACTLY_ONCE})
 SAFE_REPLICATION = 3
 LAG_WARNING_SHARE = 0.5
+
+topic_rules = RuleBook("topic")
+broker_rules = RuleBook("broker")
 
 
 def _duration(ms: float) -> str:
@@ -23,6 +26,14 @@ def _duration(ms: float) -> str:
 # --- topic ------------------------------------------------------------------------------
 
 
+@topic_rules.rule(
+    "T001",
+    "replication factor below 3",
+    NOT_LOST,
+    "error",
+    why="acked records live on too few brokers: a failure loses them",
+    fix="recreate or reassign the topic with replication.factor=3",
+)
 def check_replication_factor(s: Subject) -> Iterator[Finding]:
     rf = s["replication.factor"]
     if rf.value < SAFE_REPLICATION:
@@ -35,6 +46,14 @@ def check_replication_factor(s: Subject) -> Iterator[Finding]:
         )
 
 
+@topic_rules.rule(
+    "T002",
+    "min.insync.replicas is 1",
+    NOT_LOST,
+    "error",
+    why="an acked write is lost when the leader fails over",
+    fix="set min.insync.replicas=2 (with RF 3)",
+)
 def check_min_insync_one(s: Subject) -> Iterator[Finding]:
     min_isr = s["min.insync.replicas"]
     if min_isr.value <= 1:
@@ -46,6 +65,14 @@ def check_min_insync_one(s: Subject) -> Iterator[Finding]:
         )
 
 
+@topic_rules.rule(
+    "T003",
+    "min.insync.replicas not below the replication factor",
+    NOT_LOST,
+    "error",
+    why="writes with acks=all fail while a replica is down (or always, when above RF)",
+    fix="set min.insync.replicas = replication.factor - 1",
+)
 def check_min_insync_vs_replication(s: Subject) -> Iterator[Finding]:
     min_isr, rf = s["min.insync.replicas"], s["replication.factor"]
     if rf.value <= 1 or min_isr.value < rf.value:
@@ -63,6 +90,14 @@ def check_min_insync_vs_replication(s: Subject) -> Iterator[Finding]:
     yield Finding(min_isr, f"< replication.factor ({rf.value}), e.g. {max(rf.value - 1, 1)}", message, severity)
 
 
+@topic_rules.rule(
+    "T004",
+    "unclean leader election enabled",
+    NOT_LOST,
+    "error",
+    why="an out-of-sync replica becomes leader and committed records are truncated",
+    fix="set unclean.leader.election.enable=false",
+)
 def check_unclean_election(s: Subject) -> Iterator[Finding]:
     unclean = s["unclean.leader.election.enable"]
     if unclean.value:
@@ -82,6 +117,14 @@ def _lag_seconds(s: Subject) -> float | None:
     return None if lag is None else float(lag)
 
 
+@topic_rules.rule(
+    "T005",
+    "retention shorter than the consumers' lag",
+    NOT_LOST,
+    "error",
+    why="records are deleted before the consumers reach them",
+    fix="raise retention.ms or fix the lag",
+)
 def check_retention_vs_lag(s: Subject) -> Iterator[Finding]:
     lag = _lag_seconds(s)
     retention = s["retention.ms"]
@@ -109,6 +152,14 @@ def check_retention_vs_lag(s: Subject) -> Iterator[Finding]:
 # --- broker -----------------------------------------------------------------------------
 
 
+@broker_rules.rule(
+    "B001",
+    "committed offsets expire too early",
+    NOT_LOST,
+    "warning",
+    why="an idle group loses its offsets and restarts at auto.offset.reset: skips or re-processes",
+    fix="set offsets.retention.minutes >= 10080 and >= the longest topic retention",
+)
 def check_offsets_retention(s: Subject) -> Iterator[Finding]:
     minutes = s["offsets.retention.minutes"]
     offsets_ms = minutes.value * 60_000
@@ -136,15 +187,54 @@ def check_offsets_retention(s: Subject) -> Iterator[Finding]:
         )
 
 
-def _replication_rule(key: str, what: str) -> Check:
-    def check(s: Subject) -> Iterator[Finding]:
-        rf = s[key]
-        if rf.value < SAFE_REPLICATION:
-            yield Finding(rf, f">= {SAFE_REPLICATION}", f"with {rf.describe()} {what}")
-
-    return check
+def _low_replication(s: Subject, key: str, what: str) -> Iterator[Finding]:
+    rf = s[key]
+    if rf.value < SAFE_REPLICATION:
+        yield Finding(rf, f">= {SAFE_REPLICATION}", f"with {rf.describe()} {what}")
 
 
+@broker_rules.rule(
+    "B002",
+    "__consumer_offsets replication below 3",
+    NOT_LOST,
+    "error",
+    why="a broker failure loses committed offsets and groups restart at auto.offset.reset",
+    fix="set offsets.topic.replication.factor=3 (before __consumer_offsets is created)",
+)
+def check_offsets_topic_replication(s: Subject) -> Iterator[Finding]:
+    yield from _low_replication(
+        s,
+        "offsets.topic.replication.factor",
+        "a broker failure can lose committed offsets: groups restart at auto.offset.reset, "
+        "skipping or re-processing records",
+    )
+
+
+@broker_rules.rule(
+    "B003",
+    "__transaction_state replication below 3",
+    EOS,
+    "error",
+    why="a broker failure loses transaction state: open transactions can neither commit nor abort",
+    fix="set transaction.state.log.replication.factor=3 (before __transaction_state is created)",
+)
+def check_transaction_state_replication(s: Subject) -> Iterator[Finding]:
+    yield from _low_replication(
+        s,
+        "transaction.state.log.replication.factor",
+        "a broker failure can lose __transaction_state: open transactions can neither commit "
+        "nor abort, and read_committed consumers stall",
+    )
+
+
+@broker_rules.rule(
+    "B004",
+    "__transaction_state min ISR unsafe",
+    EOS,
+    "error",
+    why="a transaction's outcome is acked by one replica only, or transactions stop with one broker down",
+    fix="set transaction.state.log.min.isr=2 with replication factor 3",
+)
 def check_transaction_log_min_isr(s: Subject) -> Iterator[Finding]:
     min_isr, rf = s["transaction.state.log.min.isr"], s["transaction.state.log.replication.factor"]
     if min_isr.value < 2:
@@ -165,6 +255,14 @@ def check_transaction_log_min_isr(s: Subject) -> Iterator[Finding]:
         )
 
 
+@broker_rules.rule(
+    "B005",
+    "transaction partition verification disabled",
+    EOS,
+    "warning",
+    why="a hanging transaction stalls read_committed consumers (KIP-890)",
+    fix="set transaction.partition.verification.enable=true (the default since 3.6)",
+)
 def check_partition_verification(s: Subject) -> Iterator[Finding]:
     verification = s["transaction.partition.verification.enable"]
     if not verification.value:
@@ -177,10 +275,26 @@ def check_partition_verification(s: Subject) -> Iterator[Finding]:
         )
 
 
+@broker_rules.rule(
+    "B006",
+    "unclean leader election enabled by default",
+    NOT_LOST,
+    "error",
+    why="topics without their own setting truncate acked records when an out-of-sync replica leads",
+    fix="set unclean.leader.election.enable=false",
+)
 def check_broker_unclean_election(s: Subject) -> Iterator[Finding]:
     yield from check_unclean_election(s)
 
 
+@broker_rules.rule(
+    "B007",
+    "default replication factor below 3",
+    NOT_LOST,
+    "warning",
+    why="topics created without an explicit replication factor can lose acked records",
+    fix="set default.replication.factor=3",
+)
 def check_default_replication(s: Subject) -> Iterator[Finding]:
     rf = s["default.replication.factor"]
     if rf.value < SAFE_REPLICATION:
@@ -192,6 +306,14 @@ def check_default_replication(s: Subject) -> Iterator[Finding]:
         )
 
 
+@broker_rules.rule(
+    "B008",
+    "default min.insync.replicas is 1",
+    NOT_LOST,
+    "warning",
+    why="topics without their own setting lose acked writes on failover",
+    fix="set min.insync.replicas=2",
+)
 def check_default_min_insync(s: Subject) -> Iterator[Finding]:
     min_isr = s["min.insync.replicas"]
     if min_isr.value <= 1:
@@ -203,142 +325,4 @@ def check_default_min_insync(s: Subject) -> Iterator[Finding]:
         )
 
 
-def _topic(
-    id: str, title: str, guarantees: frozenset[str], severity: Severity, why: str, fix: str, check: Check
-) -> Rule:
-    return Rule(id, title, guarantees, "topic", severity, why, fix, check)
-
-
-def _broker(
-    id: str, title: str, guarantees: frozenset[str], severity: Severity, why: str, fix: str, check: Check
-) -> Rule:
-    return Rule(id, title, guarantees, "broker", severity, why, fix, check)
-
-
-RULES: tuple[Rule, ...] = (
-    _topic(
-        "T001",
-        "replication factor below 3",
-        NOT_LOST,
-        "error",
-        "acked records live on too few brokers: a failure loses them",
-        "recreate or reassign the topic with replication.factor=3",
-        check_replication_factor,
-    ),
-    _topic(
-        "T002",
-        "min.insync.replicas is 1",
-        NOT_LOST,
-        "error",
-        "an acked write is lost when the leader fails over",
-        "set min.insync.replicas=2 (with RF 3)",
-        check_min_insync_one,
-    ),
-    _topic(
-        "T003",
-        "min.insync.replicas not below the replication factor",
-        NOT_LOST,
-        "error",
-        "writes with acks=all fail while a replica is down (or always, when above RF)",
-        "set min.insync.replicas = replication.factor - 1",
-        check_min_insync_vs_replication,
-    ),
-    _topic(
-        "T004",
-        "unclean leader election enabled",
-        NOT_LOST,
-        "error",
-        "an out-of-sync replica becomes leader and committed records are truncated",
-        "set unclean.leader.election.enable=false",
-        check_unclean_election,
-    ),
-    _topic(
-        "T005",
-        "retention shorter than the consumers' lag",
-        NOT_LOST,
-        "error",
-        "records are deleted before the consumers reach them",
-        "raise retention.ms or fix the lag",
-        check_retention_vs_lag,
-    ),
-    _broker(
-        "B001",
-        "committed offsets expire too early",
-        NOT_LOST,
-        "warning",
-        "an idle group loses its offsets and restarts at auto.offset.reset: skips or re-processes",
-        "set offsets.retention.minutes >= 10080 and >= the longest topic retention",
-        check_offsets_retention,
-    ),
-    _broker(
-        "B002",
-        "__consumer_offsets replication below 3",
-        NOT_LOST,
-        "error",
-        "a broker failure loses committed offsets and groups restart at auto.offset.reset",
-        "set offsets.topic.replication.factor=3 (before __consumer_offsets is created)",
-        _replication_rule(
-            "offsets.topic.replication.factor",
-            "a broker failure can lose committed offsets: groups restart at auto.offset.reset, "
-            "skipping or re-processing records",
-        ),
-    ),
-    _broker(
-        "B003",
-        "__transaction_state replication below 3",
-        EOS,
-        "error",
-        "a broker failure loses transaction state: open transactions can neither commit nor abort",
-        "set transaction.state.log.replication.factor=3 (before __transaction_state is created)",
-        _replication_rule(
-            "transaction.state.log.replication.factor",
-            "a broker failure can lose __transaction_state: open transactions can neither commit "
-            "nor abort, and read_committed consumers stall",
-        ),
-    ),
-    _broker(
-        "B004",
-        "__transaction_state min ISR unsafe",
-        EOS,
-        "error",
-        "a transaction's outcome is acked by one replica only, or transactions stop with one broker down",
-        "set transaction.state.log.min.isr=2 with replication factor 3",
-        check_transaction_log_min_isr,
-    ),
-    _broker(
-        "B005",
-        "transaction partition verification disabled",
-        EOS,
-        "warning",
-        "a hanging transaction stalls read_committed consumers (KIP-890)",
-        "set transaction.partition.verification.enable=true (the default since 3.6)",
-        check_partition_verification,
-    ),
-    _broker(
-        "B006",
-        "unclean leader election enabled by default",
-        NOT_LOST,
-        "error",
-        "topics without their own setting truncate acked records when an out-of-sync replica leads",
-        "set unclean.leader.election.enable=false",
-        check_broker_unclean_election,
-    ),
-    _broker(
-        "B007",
-        "default replication factor below 3",
-        NOT_LOST,
-        "warning",
-        "topics created without an explicit replication factor can lose acked records",
-        "set default.replication.factor=3",
-        check_default_replication,
-    ),
-    _broker(
-        "B008",
-        "default min.insync.replicas is 1",
-        NOT_LOST,
-        "warning",
-        "topics without their own setting lose acked writes on failover",
-        "set min.insync.replicas=2",
-        check_default_min_insync,
-    ),
-)
+RULES: tuple[Rule, ...] = topic_rules.rules + broker_rules.rules

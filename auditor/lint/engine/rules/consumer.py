@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from auditor.lint import defaults as d
-from auditor.lint.model import REFUSES_TO_START, Check, Finding, Rule, Severity, Subject
+from auditor.lint.engine import defaults as d
+from auditor.lint.engine.terms import REFUSES_TO_START, Finding, Rule, RuleBook, Subject
 from auditor.vocabulary import GUARANTEES
 
 ALL = frozenset(GUARANTEES)
@@ -16,7 +16,18 @@ RK = frozenset({"librdkafka"})
 MIN_MAX_POLL_INTERVAL_MS = 60_000
 LONG_AUTO_COMMIT_INTERVAL_MS = 60_000
 
+consumer_rules = RuleBook("consumer")
 
+
+@consumer_rules.rule(
+    "C001",
+    "offsets committed before the message is processed",
+    ALO,
+    "error",
+    why="a crash between the commit and the end of processing skips the message: it is never processed",
+    fix="librdkafka: enable.auto.offset.store=false and store_offsets(msg) after processing; "
+    "Java: enable.auto.commit=false and commitSync() after processing",
+)
 def check_commit_before_processing(s: Subject) -> Iterator[Finding]:
     auto_commit = s["enable.auto.commit"]
     if not auto_commit.value:
@@ -43,6 +54,14 @@ def check_commit_before_processing(s: Subject) -> Iterator[Finding]:
     )
 
 
+@consumer_rules.rule(
+    "C002",
+    "exactly-once consumer reads uncommitted records",
+    EOS,
+    "error",
+    why="records of aborted transactions are processed (Java's default is read_uncommitted)",
+    fix="set isolation.level=read_committed",
+)
 def check_isolation_level(s: Subject) -> Iterator[Finding]:
     isolation = s["isolation.level"]
     if isolation.value != "read_committed":
@@ -54,6 +73,14 @@ def check_isolation_level(s: Subject) -> Iterator[Finding]:
         )
 
 
+@consumer_rules.rule(
+    "C003",
+    "auto.offset.reset skips to the end",
+    NOT_LOST,
+    "warning",
+    why="a group without a committed offset skips everything written before it started",
+    fix="set auto.offset.reset=earliest",
+)
 def check_auto_offset_reset(s: Subject) -> Iterator[Finding]:
     reset = s["auto.offset.reset"]
     if reset.value in ("latest", "by_duration"):
@@ -66,6 +93,15 @@ def check_auto_offset_reset(s: Subject) -> Iterator[Finding]:
         )
 
 
+@consumer_rules.rule(
+    "C004",
+    "auto-commit re-delivers processed records",
+    frozenset({d.AT_MOST_ONCE, d.AT_LEAST_ONCE}),
+    "error",
+    why="after a crash the records processed since the last auto-commit are processed again",
+    fix="at-most-once: enable.auto.commit=false and commit before processing; "
+    "at-least-once: keep auto.commit.interval.ms short",
+)
 def check_auto_commit_redelivers(s: Subject) -> Iterator[Finding]:
     auto_commit, interval = s["enable.auto.commit"], s["auto.commit.interval.ms"]
     if not auto_commit.value:
@@ -89,6 +125,14 @@ def check_auto_commit_redelivers(s: Subject) -> Iterator[Finding]:
         )
 
 
+@consumer_rules.rule(
+    "C005",
+    "max.poll.interval.ms too short for the processing",
+    ALL,
+    "warning",
+    why="the consumer is removed from the group mid-batch, its commit fails, the batch is processed again",
+    fix="raise max.poll.interval.ms above the longest batch processing time, or poll smaller batches",
+)
 def check_max_poll_interval(s: Subject) -> Iterator[Finding]:
     interval = s["max.poll.interval.ms"]
     processing = s.context.max_processing_ms
@@ -111,6 +155,14 @@ def check_max_poll_interval(s: Subject) -> Iterator[Finding]:
         )
 
 
+@consumer_rules.rule(
+    "C006",
+    "offsets not committed in the transaction",
+    EOS,
+    "error",
+    why="input offsets and output are not atomic: a crash between them loses or duplicates records",
+    fix="enable.auto.commit=false and send the offsets with send_offsets_to_transaction()",
+)
 def check_offsets_in_transaction(s: Subject) -> Iterator[Finding]:
     auto_commit = s["enable.auto.commit"]
     step = "the consume-transform-produce step" if s.context.consume_transform_produce else "the consumer"
@@ -132,6 +184,15 @@ def check_offsets_in_transaction(s: Subject) -> Iterator[Finding]:
         )
 
 
+@consumer_rules.rule(
+    "C101",
+    "max.poll.interval.ms below session.timeout.ms",
+    ALL,
+    "error",
+    why="the consumer is never created, so nothing is consumed",
+    fix="set max.poll.interval.ms >= session.timeout.ms",
+    clients=RK,
+)
 def check_startup_poll_interval_vs_session(s: Subject) -> Iterator[Finding]:
     interval, session = s["max.poll.interval.ms"], s["session.timeout.ms"]
     if interval.value < session.value:
@@ -142,84 +203,4 @@ def check_startup_poll_interval_vs_session(s: Subject) -> Iterator[Finding]:
         )
 
 
-def _rule(
-    id: str,
-    title: str,
-    guarantees: frozenset[str],
-    severity: Severity,
-    why: str,
-    fix: str,
-    check: Check,
-    clients: frozenset[str] = frozenset(d.CLIENTS),
-) -> Rule:
-    return Rule(id, title, guarantees, "consumer", severity, why, fix, check, clients)
-
-
-RULES: tuple[Rule, ...] = (
-    _rule(
-        "C001",
-        "offsets committed before the message is processed",
-        ALO,
-        "error",
-        "a crash between the commit and the end of processing skips the message: it is never processed",
-        "librdkafka: enable.auto.offset.store=false and store_offsets(msg) after processing; "
-        "Java: enable.auto.commit=false and commitSync() after processing",
-        check_commit_before_processing,
-    ),
-    _rule(
-        "C002",
-        "exactly-once consumer reads uncommitted records",
-        EOS,
-        "error",
-        "records of aborted transactions are processed (Java's default is read_uncommitted)",
-        "set isolation.level=read_committed",
-        check_isolation_level,
-    ),
-    _rule(
-        "C003",
-        "auto.offset.reset skips to the end",
-        NOT_LOST,
-        "warning",
-        "a group without a committed offset skips everything written before it started",
-        "set auto.offset.reset=earliest",
-        check_auto_offset_reset,
-    ),
-    _rule(
-        "C004",
-        "auto-commit re-delivers processed records",
-        frozenset({d.AT_MOST_ONCE, d.AT_LEAST_ONCE}),
-        "error",
-        "after a crash the records processed since the last auto-commit are processed again",
-        "at-most-once: enable.auto.commit=false and commit before processing; "
-        "at-least-once: keep auto.commit.interval.ms short",
-        check_auto_commit_redelivers,
-    ),
-    _rule(
-        "C005",
-        "max.poll.interval.ms too short for the processing",
-        ALL,
-        "warning",
-        "the consumer is removed from the group mid-batch, its commit fails, the batch is processed again",
-        "raise max.poll.interval.ms above the longest batch processing time, or poll smaller batches",
-        check_max_poll_interval,
-    ),
-    _rule(
-        "C006",
-        "offsets not committed in the transaction",
-        EOS,
-        "error",
-        "input offsets and output are not atomic: a crash between them loses or duplicates records",
-        "enable.auto.commit=false and send the offsets with send_offsets_to_transaction()",
-        check_offsets_in_transaction,
-    ),
-    _rule(
-        "C101",
-        "max.poll.interval.ms below session.timeout.ms",
-        ALL,
-        "error",
-        "the consumer is never created, so nothing is consumed",
-        "set max.poll.interval.ms >= session.timeout.ms",
-        check_startup_poll_interval_vs_session,
-        RK,
-    ),
-)
+RULES: tuple[Rule, ...] = consumer_rules.rules

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from auditor.lint.defaults import CLIENTS
+from auditor.lint.engine.defaults import CLIENTS
 
 Source = Literal["explicit", "default"]
 Severity = Literal["error", "warning", "info"]
@@ -113,6 +113,51 @@ class Rule:
         if self.target != kind or guarantee not in self.guarantees:
             return False
         return kind not in ("producer", "consumer") or client in self.clients
+
+
+_C = TypeVar("_C", bound=Check)
+
+
+class RuleBook:
+    """The rules of one target, each declared by a decorator right above its check::
+
+        producer_rules = RuleBook("producer")
+
+        @producer_rules.rule("P001", "acks is not all", NOT_LOST, "error", why="...", fix="...")
+        def check_acks(s: Subject) -> Iterator[Finding]: ...
+
+    ``rules`` lists them in the order they are declared, which is the order of reports.
+    """
+
+    def __init__(self, target: str, clients: frozenset[str] = frozenset(CLIENTS)) -> None:
+        self.target = target  # producer | consumer | topic | broker | streams
+        self.clients = clients  # the clients a rule applies to unless it names its own
+        self._rules: list[Rule] = []
+
+    def rule(
+        self,
+        id: str,
+        title: str,
+        guarantees: frozenset[str],
+        severity: Severity,
+        *,
+        why: str,
+        fix: str,
+        clients: frozenset[str] | None = None,
+    ) -> Callable[[_C], _C]:
+        def declare(check: _C) -> _C:
+            if any(known.id == id for known in self._rules):
+                raise ValueError(f"rule {id} is declared twice")
+            chosen = self.clients if clients is None else clients
+            rule = Rule(id, title, guarantees, self.target, severity, why, fix, check, chosen)
+            self._rules.append(rule)
+            return check
+
+        return declare
+
+    @property
+    def rules(self) -> tuple[Rule, ...]:
+        return tuple(self._rules)
 
 
 @dataclass(frozen=True)

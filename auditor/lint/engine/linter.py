@@ -13,19 +13,16 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from auditor.lint import defaults as d
-from auditor.lint.catalog import RULES
-from auditor.lint.effective import effective_settings, read_explicit
-from auditor.lint.errors import LintInputError
-from auditor.lint.masking import MASK, is_secret_key, mask_text, mask_value
-from auditor.lint.model import Finding, LintContext, LintResult, Rule, Setting, Subject
-from auditor.lint.parsers import as_config, parse_text
+from auditor.lint.engine import defaults as d
+from auditor.lint.engine.catalog import RULES
+from auditor.lint.engine.effective import effective_settings, read_explicit
+from auditor.lint.engine.errors import LintInputError
+from auditor.lint.engine.masking import MASK, is_secret_key, mask_text, mask_value
+from auditor.lint.engine.parsers import as_config, parse_text
+from auditor.lint.engine.terms import Finding, LintContext, LintResult, Rule, Setting, Subject
 from auditor.vocabulary import GUARANTEES
 
 __all__ = [
-    "LintContext",
-    "LintInputError",
-    "LintResult",
     "exit_code",
     "lint",
     "lint_text",

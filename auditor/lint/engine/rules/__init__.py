@@ -1,0 +1,1 @@
+"""The rules, one module per target: each check declared with its rule's metadata above it."""

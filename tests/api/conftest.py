@@ -1,5 +1,0 @@
-from __future__ import annotations
-
-from tests.accounts.fixtures import bearer, client_as, role_users
-
-__all__ = ["bearer", "client_as", "role_users"]
