@@ -293,7 +293,17 @@ pg_tls() {  # data-dir
     install -o postgres -g postgres -m 600 "$TLS/server.key" "$data/server.key"
     install -o postgres -g postgres -m 644 "$TLS/server.pem" "$data/server.crt"
   fi
+  # auditor_tls (a member of auditor) may connect over TLS only: a source URL with it proves
+  # that a client really used TLS, as a production database that requires it would.
+  local hba="$data/pg_hba.conf"
+  if ! grep -q '^hostnossl all auditor_tls' "$hba"; then
+    { echo "hostnossl all auditor_tls 0.0.0.0/0 reject"; cat "$hba"; } >"$hba.new"
+    chown postgres:postgres "$hba.new"; chmod 600 "$hba.new"; mv "$hba.new" "$hba"
+  fi
   pg_psql -v ON_ERROR_STOP=1 -q -t -A <<SQL >/dev/null || fail "turning on TLS in PostgreSQL failed; see $(pg_dir)/postgres.log"
+SELECT 'CREATE ROLE auditor_tls LOGIN' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname='auditor_tls')\gexec
+ALTER ROLE auditor_tls WITH LOGIN PASSWORD '$APP_DB_PASSWORD';
+GRANT auditor TO auditor_tls;
 SELECT 'ALTER SYSTEM SET ssl = on' WHERE current_setting('ssl') <> 'on'\gexec
 SELECT pg_reload_conf();
 SQL
@@ -374,7 +384,7 @@ KAFKA_SASL_USERNAME=$SASL_USERNAME
 KAFKA_SASL_PASSWORD=$KAFKA_SASL_PASSWORD
 KAFKA_CA_LOCATION=$TLS/ca.pem
 # Quoted: the shell that sources this file would take & for a background job.
-SOURCE_DATABASE_TLS_URL='postgresql://auditor:$APP_DB_PASSWORD@127.0.0.1:$PG_PORT/auditor_source?sslmode=verify-full&sslrootcert=$TLS/ca.pem'
+SOURCE_DATABASE_TLS_URL='postgresql://auditor_tls:$APP_DB_PASSWORD@127.0.0.1:$PG_PORT/auditor_source?sslmode=verify-full&sslrootcert=$TLS/ca.pem'
 REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 DJANGO_SECRET_KEY=$DJANGO_SECRET_KEY
 AUDITOR_ADMIN_PASSWORD=$ADMIN_PASSWORD

@@ -346,7 +346,8 @@ def secured() -> Secured:
         pytest.fail(f"the stack's secured listener is not configured ({', '.join(missing)}): run stack/stack.sh up")
     source = urlsplit(os.environ["SOURCE_DATABASE_URL"])
     url = (
-        f"postgresql://{source.username}:${{APP_DB_PASSWORD}}@127.0.0.1:{source.port}{source.path}"
+        # auditor_tls may connect over TLS only (stack.sh): the source is really read over TLS.
+        f"postgresql://auditor_tls:${{APP_DB_PASSWORD}}@127.0.0.1:{source.port}{source.path}"
         "?sslmode=verify-full&sslrootcert=${KAFKA_CA_LOCATION}"
     )
     return Secured(
