@@ -1,0 +1,97 @@
+"""Stuck diagnosis of a pipeline on the stack's SASL_SSL listener with a TLS-only source, secrets
+as ${ENV} references: the Python and Spark engines give the verdicts the clients' ground truth
+calls for; a cluster that refuses the auditor fails the run with the reason and stores no item."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from auditor.demo.options import DeliveryMode
+from auditor.stuck.models import DiagnosisRun, StuckItem
+from auditor.stuck.service import run_diagnosis
+from tests.conftest import Secured
+
+from .conftest import StuckSetup, diagnose_both, verdicts_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+SECURED_CONFIG = {
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanisms": "SCRAM-SHA-512",
+    "sasl.username": "${KAFKA_SASL_USERNAME}",
+    "sasl.password": "${KAFKA_SASL_PASSWORD}",
+    "ssl.ca.location": "${KAFKA_CA_LOCATION}",
+}
+
+
+def secure(setup: StuckSetup, secured: Secured) -> StuckSetup:
+    """Point the rule's cluster at the SASL_SSL listener and its source at the TLS-only role."""
+    binding = setup.rule.binding
+    binding.cluster.bootstrap_servers = "${KAFKA_SECURE_BOOTSTRAP_SERVERS}"
+    binding.cluster.config = dict(SECURED_CONFIG)
+    binding.cluster.save()
+    binding.source.url = secured.source_url
+    binding.source.save()
+    return setup
+
+
+def test_it_diagnoses_a_secured_pipeline_with_both_engines(make_stuck: Any, secured: Secured, spark: Any) -> None:
+    setup = secure(make_stuck(partitions=1), secured)
+    ids = setup.pipeline.produce(8)
+    setup.pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=3, timeout_s=60)
+    # Ground truth from the clients: the group committed 3, the other 5 tickets wait.
+    assert setup.pipeline.committed_offsets() == {0: 3}
+    assert {t for t, s in setup.pipeline.statuses().items() if s == "NEW"} == set(ids[3:])
+
+    result = diagnose_both(setup, spark)  # the same verdicts from Python and Spark, or it fails
+
+    assert verdicts_of(result) == dict.fromkeys(ids[3:], "waiting")
+    assert secured.password not in repr([i.as_dict() for i in result.items]) + repr(result.notes)
+
+    run = run_diagnosis(setup.rule, DiagnosisRun.CLI, options=setup.options("python"))
+    assert run.status == DiagnosisRun.OK, run.error
+    assert set(StuckItem.objects.filter(rule=setup.rule).values_list("key", flat=True)) == set(ids[3:])
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        ({"sasl.password": "wrong-password-42"}, "authentication failed"),
+        ({"ssl.ca.location": "<untrusted>"}, "certificate not trusted"),
+        ({"sasl.mechanisms": "PLAIN"}, "SASL mechanism not enabled"),
+    ],
+)
+@pytest.mark.parametrize("engine", ["python", "spark"])
+def test_it_fails_the_diagnosis_of_a_cluster_that_refuses_the_auditor_and_stores_no_item(
+    make_stuck: Any, secured: Secured, untrusted_ca: str, config: dict[str, str], reason: str, engine: str
+) -> None:
+    setup = secure(make_stuck(partitions=1), secured)
+    setup.pipeline.produce(3)  # three NEW tickets nobody processed: stuck, were the cluster readable
+    cluster = setup.rule.binding.cluster
+    cluster.config |= {k: untrusted_ca if v == "<untrusted>" else v for k, v in config.items()}
+    cluster.save()
+
+    run = run_diagnosis(setup.rule, DiagnosisRun.CLI, options=setup.options(engine))
+
+    assert run.status == DiagnosisRun.FAILED
+    assert f"cluster {cluster.name}" in run.error and reason in run.error, run.error
+    assert "wrong-password-42" not in run.error and secured.password not in run.error
+    assert not StuckItem.objects.filter(rule=setup.rule).exists()
+
+
+def test_it_names_the_source_whose_certificate_is_not_trusted(
+    make_stuck: Any, secured: Secured, untrusted_ca: str
+) -> None:
+    setup = secure(make_stuck(partitions=1), secured)
+    setup.pipeline.produce(2)
+    source = setup.rule.binding.source
+    source.url = source.url.replace("${KAFKA_CA_LOCATION}", untrusted_ca)
+    source.save()
+
+    run = run_diagnosis(setup.rule, DiagnosisRun.CLI, options=setup.options("python"))
+
+    assert run.status == DiagnosisRun.FAILED
+    assert f"source {source.name}" in run.error and "certificate not trusted" in run.error, run.error
+    assert not StuckItem.objects.filter(rule=setup.rule).exists()
