@@ -107,7 +107,8 @@ def check_kafka(bootstrap_servers: str, config: dict[str, Any], timeout_s: float
     KafkaConnectionError saying why not. An authentication or TLS failure is reported as soon
     as the first broker refuses, not after the timeout."""
     collector = ErrorCollector()
-    admin = AdminClient({**admin_config(bootstrap_servers, config, timeout_s), "error_cb": collector})
+    settings: dict[str, Any] = {**admin_config(bootstrap_servers, config, timeout_s), "error_cb": collector}
+    admin = AdminClient(settings)
     deadline = time.monotonic() + timeout_s
     while True:
         try:
