@@ -95,3 +95,43 @@ def test_it_names_the_source_whose_certificate_is_not_trusted(
     assert run.status == DiagnosisRun.FAILED
     assert f"source {source.name}" in run.error and "certificate not trusted" in run.error, run.error
     assert not StuckItem.objects.filter(rule=setup.rule).exists()
+
+
+FAKE_LOCATE_JOB = """
+import json, os, stat, sys
+request = sys.argv[sys.argv.index("--request") + 1]
+mode = oct(stat.S_IMODE(os.stat(request).st_mode))
+password = json.load(open(request))["kafka_config"]["sasl.password"]
+sys.stderr.write(f"request mode {mode}\\n")
+sys.stderr.write(f"SaslAuthenticationException: login with password {password} was refused\\n")
+sys.exit(1)
+"""
+
+
+def test_it_hands_the_spark_locate_job_its_secrets_privately_and_scrubs_its_errors(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stand-in for spark_jobs/stuck_locate.py: the request file is the owner's alone, its
+    command line holds paths only, and a failure quoting the password comes back masked."""
+    from auditor.stuck import locate
+    from auditor.stuck.kafka_view import ReadPlan
+
+    script = tmp_path / "fake_locate.py"
+    script.write_text(FAKE_LOCATE_JOB)
+    monkeypatch.setattr(locate, "SPARK_JOB", script)
+    secret = "locate-s3cret-pw"
+    request = locate.LocateRequest(
+        {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_SSL", "sasl.password": secret},
+        ReadPlan("t"),
+        "key",
+        ["k1"],
+        [],
+    )
+
+    with pytest.raises(locate.LocateError) as raised:
+        locate.locate_with_spark_subprocess(request, timeout_s=60)
+
+    message = str(raised.value)
+    assert "request mode 0o600" in message
+    assert secret not in message and "password ****" in message
+    assert "authentication failed" in message
