@@ -174,8 +174,13 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         clock = now
 
     # A secured cluster that refuses the auditor fails the diagnosis (ConnectivityError): its
-    # items would all be `unknown` for a reason no waiting cures.
-    check_cluster(binding.cluster, spark=options.engine == "spark")
+    # items would all be `unknown` for a reason no waiting cures. One merely unreachable is
+    # left to the view below, which makes them `unknown` with the reason.
+    try:
+        check_cluster(binding.cluster, timeout_s=min(options.timeout_s, 10.0), spark=options.engine == "spark")
+    except ConnectivityError as exc:
+        if exc.security:
+            raise
     query = stuck_query(rule)
     url = _source_url(rule)
     try:

@@ -135,3 +135,19 @@ def test_it_hands_the_spark_locate_job_its_secrets_privately_and_scrubs_its_erro
     assert "request mode 0o600" in message
     assert secret not in message and "password ****" in message
     assert "authentication failed" in message
+
+
+def test_it_says_unknown_not_failed_when_a_secured_cluster_is_merely_unreachable(
+    make_stuck: Any, secured: Secured
+) -> None:
+    setup = secure(make_stuck(partitions=1), secured)
+    ids = setup.pipeline.produce(2)
+    cluster = setup.rule.binding.cluster
+    cluster.bootstrap_servers = "127.0.0.1:1"  # nothing listens: waiting may cure it
+    cluster.save()
+
+    run = run_diagnosis(setup.rule, DiagnosisRun.CLI, options=setup.options("python", timeout_s=2))
+
+    assert run.status == DiagnosisRun.OK, run.error
+    items = StuckItem.objects.filter(rule=setup.rule)
+    assert {i.key: i.verdict for i in items} == dict.fromkeys(ids, "unknown")
