@@ -7,6 +7,7 @@ import os
 from pyspark.sql import SparkSession
 
 from spark_jobs.jars import local_jars
+from spark_jobs.kafka_options import REDACTED_OPTIONS_REGEX
 
 
 def launched_by_spark_submit() -> bool:
@@ -34,6 +35,8 @@ def build_spark_session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "true")
+        # Kafka options carry a JAAS line and may carry a private key: redacted in plans and errors.
+        .config("spark.sql.redaction.options.regex", REDACTED_OPTIONS_REGEX)
     )
     if not launched_by_spark_submit():
         # spark-submit --jars already ships them to the executors; naming the driver's local

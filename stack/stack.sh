@@ -9,6 +9,9 @@
 #
 # STACK=dev (default) uses ports 9092.. / 5433 / 6380 and writes .env;
 # STACK=test uses 19092.. / 15433 / 16380 and writes var/test/stack.env.
+# Each broker also has a SASL_SSL listener (SCRAM-SHA-512) on 9392.. (19392.. for test), and
+# PostgreSQL accepts TLS: the CA, the server certificates and the SCRAM user are generated
+# at the first `up` with openssl and Kafka's admin API (nothing downloaded), under var/<stack>/tls.
 # STACK_PORT_BASE=N moves every port of this checkout's stack by N instead (e.g. 20000 for a
 # second checkout's test stack beside the first); it is remembered in var/<stack>/port-base.
 set -euo pipefail
@@ -30,7 +33,9 @@ elif [[ -f $VAR/port-base ]]; then
   PORT_BASE=$(cat "$VAR/port-base")
 fi
 KAFKA_LIBS="$ROOT/.cache/kafka/libs"
-KAFKA_PORT=$((9092 + PORT_BASE)); CONTROLLER_PORT=$((9192 + PORT_BASE))
+KAFKA_PORT=$((9092 + PORT_BASE)); CONTROLLER_PORT=$((9192 + PORT_BASE)); SECURE_PORT=$((9392 + PORT_BASE))
+TLS="$VAR/tls"
+SASL_USERNAME=auditor
 PG_PORT=$((5433 + PORT_BASE)); REDIS_PORT=$((6380 + PORT_BASE))
 PG_BIN="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
 PG_SOCK="/tmp/auditor-pg-$STACK-$PG_PORT"
@@ -61,11 +66,16 @@ kafka_conf() {  # id count
 process.roles=broker,controller
 node.id=$id
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://127.0.0.1:$((KAFKA_PORT + id - 1)),CONTROLLER://127.0.0.1:$((CONTROLLER_PORT + id - 1))
-advertised.listeners=PLAINTEXT://127.0.0.1:$((KAFKA_PORT + id - 1))
+listeners=PLAINTEXT://127.0.0.1:$((KAFKA_PORT + id - 1)),SASL_SSL://127.0.0.1:$((SECURE_PORT + id - 1)),CONTROLLER://127.0.0.1:$((CONTROLLER_PORT + id - 1))
+advertised.listeners=PLAINTEXT://127.0.0.1:$((KAFKA_PORT + id - 1)),SASL_SSL://127.0.0.1:$((SECURE_PORT + id - 1))
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PEM
+ssl.keystore.location=$TLS/broker-keystore.pem
+ssl.client.auth=none
 log.dirs=$VAR/kafka/$id/data
 num.partitions=1
 default.replication.factor=$rf
@@ -122,12 +132,32 @@ kafka_up() {
     done
     echo "$n" >"$VAR/kafka/brokers"
   fi
+  # A stack formatted before a setting was added (e.g. the SASL_SSL listener) keeps its data:
+  # only server.properties is rewritten, and a broker running with the old one is restarted.
+  for ((i = 1; i <= n; i++)); do
+    local props="$VAR/kafka/$i/server.properties"
+    kafka_conf "$i" "$n" >"$props.new"
+    if cmp -s "$props.new" "$props"; then rm -f "$props.new"; continue; fi
+    mv "$props.new" "$props"
+    if pid_alive "$VAR/kafka/$i/pid"; then
+      say "Kafka broker $i: configuration changed, restarting it"
+      kafka_stop_one "$i" TERM
+    fi
+  done
   for ((i = 1; i <= n; i++)); do kafka_start_one "$i"; done
   for ((i = 1; i <= n; i++)); do
     wait_for "Kafka broker $i" 90 "$VAR/kafka/$i/broker.log" kafka_ready "$i"
   done
   wait_for "Kafka cluster ($n brokers)" 90 "$VAR/kafka/1/broker.log" \
     "$ROOT/.venv/bin/python" "$ROOT/stack/ready.py" kafka "$(bootstrap_servers "$n")" "$n"
+  # The SCRAM user, through the admin API on the plaintext listener (the password travels in
+  # the environment, never on a command line); then a SASL_SSL client must get metadata.
+  "$ROOT/.venv/bin/python" "$ROOT/stack/ready.py" scram-user \
+    "$(bootstrap_servers "$n")" "$SASL_USERNAME" >>"$VAR/kafka/format.log" 2>&1 \
+    || fail "creating the SCRAM user $SASL_USERNAME failed; see $VAR/kafka/format.log"
+  wait_for "Kafka SASL_SSL listener" 60 "$VAR/kafka/1/broker.log" \
+    "$ROOT/.venv/bin/python" "$ROOT/stack/ready.py" kafka-secure "$(secure_bootstrap_servers "$n")" "$n" \
+    "$SASL_USERNAME" "$TLS/ca.pem"
 }
 
 kafka_ready() {  # id: process alive and port open
@@ -140,6 +170,43 @@ bootstrap_servers() {
   local n=$1 i s=""
   for ((i = 1; i <= n; i++)); do s+="${s:+,}127.0.0.1:$((KAFKA_PORT + i - 1))"; done
   echo "$s"
+}
+
+secure_bootstrap_servers() {
+  local n=$1 i s=""
+  for ((i = 1; i <= n; i++)); do s+="${s:+,}127.0.0.1:$((SECURE_PORT + i - 1))"; done
+  echo "$s"
+}
+
+# ---------------------------------------------------------------- TLS ----------
+# One CA per stack; one server certificate (127.0.0.1 and localhost) for the brokers' SASL_SSL
+# listeners and PostgreSQL. EC P-256 keys in PKCS#8, which Kafka's PEM keystore, PostgreSQL,
+# librdkafka, libpq and the JDBC driver all read. Files that exist are kept.
+tls_up() {
+  [[ -f $TLS/ca.pem && -f $TLS/server.pem && -f $TLS/broker-keystore.pem ]] && return 0
+  command -v openssl >/dev/null || fail "openssl not found (apt-get install openssl)"
+  local started; started=$(date +%s%N)
+  mkdir -p "$TLS"; chmod 755 "$TLS"
+  (
+    umask 077
+    cd "$TLS"
+    [[ -f ca.key ]] || openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out ca.key
+    [[ -f ca.pem ]] || openssl req -x509 -new -key ca.key -sha256 -days 3650 \
+      -subj "/CN=kafka-auditor $STACK stack CA" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" -out ca.pem
+    openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out server.key
+    openssl req -new -key server.key -subj "/CN=localhost" -out server.csr
+    printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost" "basicConstraints=CA:FALSE" \
+      "keyUsage=critical,digitalSignature,keyAgreement" "extendedKeyUsage=serverAuth" >server.ext
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -sha256 -days 825 \
+      -extfile server.ext -out server.pem
+    cat server.key server.pem >broker-keystore.pem.tmp && mv broker-keystore.pem.tmp broker-keystore.pem
+    rm -f server.csr server.ext
+    chmod 644 ca.pem server.pem
+  ) >"$VAR/tls.log" 2>&1 || fail "generating the stack's certificates failed; see $VAR/tls.log"
+  local ms=$(( ($(date +%s%N) - started) / 1000000 ))
+  echo "$ms" >"$TLS/generated-in-ms"
+  say "generated a CA and server certificates in ${ms} ms ($TLS)"
 }
 
 kafka_stop_one() {  # id signal
@@ -215,6 +282,37 @@ ALTER ROLE auditor WITH LOGIN CREATEDB PASSWORD '$APP_DB_PASSWORD';
 SELECT 'CREATE DATABASE auditor OWNER auditor' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname='auditor')\gexec
 SELECT 'CREATE DATABASE auditor_source OWNER auditor' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname='auditor_source')\gexec
 SQL
+  pg_tls "$data"
+}
+# TLS for clients that ask for it (sslmode=require/verify-full): the stack's server certificate,
+# copied into the data directory for the postgres user; ssl=on takes effect on reload, so a
+# cluster started before this existed gains it without a restart.
+pg_tls() {  # data-dir
+  local data=$1
+  if ! cmp -s "$TLS/server.pem" "$data/server.crt" 2>/dev/null; then
+    install -o postgres -g postgres -m 600 "$TLS/server.key" "$data/server.key"
+    install -o postgres -g postgres -m 644 "$TLS/server.pem" "$data/server.crt"
+  fi
+  # auditor_tls (a member of auditor) may connect over TLS only: a source URL with it proves
+  # that a client really used TLS, as a production database that requires it would.
+  local hba="$data/pg_hba.conf"
+  if ! grep -q '^hostnossl all auditor_tls' "$hba"; then
+    { echo "hostnossl all auditor_tls 0.0.0.0/0 reject"; cat "$hba"; } >"$hba.new"
+    chown postgres:postgres "$hba.new"; chmod 600 "$hba.new"; mv "$hba.new" "$hba"
+  fi
+  pg_psql -v ON_ERROR_STOP=1 -q -t -A <<SQL >/dev/null || fail "turning on TLS in PostgreSQL failed; see $(pg_dir)/postgres.log"
+SELECT 'CREATE ROLE auditor_tls LOGIN' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname='auditor_tls')\gexec
+ALTER ROLE auditor_tls WITH LOGIN PASSWORD '$APP_DB_PASSWORD';
+GRANT auditor TO auditor_tls;
+SELECT 'ALTER SYSTEM SET ssl = on' WHERE current_setting('ssl') <> 'on'\gexec
+SELECT pg_reload_conf();
+SQL
+  local tries
+  for tries in $(seq 1 20); do
+    [[ $(pg_psql -t -A -c "SHOW ssl") == on ]] && return 0
+    sleep 0.25
+  done
+  fail "PostgreSQL did not turn TLS on; see $(pg_dir)/postgres.log"
 }
 pg_psql() { pg_as psql -h "$PG_SOCK" -p "$PG_PORT" -U postgres -d postgres "$@"; }
 pg_down() {
@@ -260,8 +358,13 @@ load_credentials() {
       echo "ADMIN_PASSWORD=$(head -c 12 /dev/urandom | base64 | tr -dc 'A-Za-z0-9')"
     } >"$cred"
   fi
+  if ! grep -q '^KAFKA_SASL_PASSWORD=' "$cred"; then  # a stack from before the SASL listener
+    (umask 077; echo "KAFKA_SASL_PASSWORD=$(head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9')" >>"$cred")
+  fi
   # shellcheck disable=SC1090
   . "$cred"
+  # stack/ready.py reads it from the environment: a password never goes on a command line.
+  export KAFKA_SASL_PASSWORD
 }
 
 write_env() {
@@ -276,6 +379,12 @@ PG_SUPERUSER_DSN=postgresql://postgres:$PG_SUPER_PASSWORD@127.0.0.1:$PG_PORT/pos
 APP_DB_PASSWORD=$APP_DB_PASSWORD
 KAFKA_BOOTSTRAP_SERVERS=$(bootstrap_servers "$n")
 KAFKA_BROKERS=$n
+KAFKA_SECURE_BOOTSTRAP_SERVERS=$(secure_bootstrap_servers "$n")
+KAFKA_SASL_USERNAME=$SASL_USERNAME
+KAFKA_SASL_PASSWORD=$KAFKA_SASL_PASSWORD
+KAFKA_CA_LOCATION=$TLS/ca.pem
+# Quoted: the shell that sources this file would take & for a background job.
+SOURCE_DATABASE_TLS_URL='postgresql://auditor_tls:$APP_DB_PASSWORD@127.0.0.1:$PG_PORT/auditor_source?sslmode=verify-full&sslrootcert=$TLS/ca.pem'
 REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 DJANGO_SECRET_KEY=$DJANGO_SECRET_KEY
 AUDITOR_ADMIN_PASSWORD=$ADMIN_PASSWORD
@@ -293,7 +402,7 @@ status() {
   n=$(brokers_configured)
   for ((i = 1; i <= n; i++)); do
     if pid_alive "$VAR/kafka/$i/pid" && port_open $((KAFKA_PORT + i - 1)); then
-      echo "kafka-$i    up    127.0.0.1:$((KAFKA_PORT + i - 1))"
+      echo "kafka-$i    up    127.0.0.1:$((KAFKA_PORT + i - 1)) (SASL_SSL 127.0.0.1:$((SECURE_PORT + i - 1)))"
     else echo "kafka-$i    down  (log: $VAR/kafka/$i/broker.log)"; fi
   done
   ((n > 0)) || echo "kafka      not set up"
@@ -318,6 +427,7 @@ case "$cmd" in
     [[ $brokers == 1 || $brokers == 3 ]] || fail "--brokers must be 1 or 3, not $brokers"
     command -v java >/dev/null || fail "Java is not installed (Kafka needs Java 17+): run stack/bootstrap.sh"
     load_credentials
+    tls_up
     redis_up
     pg_up
     kafka_up "$brokers"

@@ -12,6 +12,7 @@ whose flush would delete the data those processes rely on).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -19,6 +20,8 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -284,3 +287,85 @@ def browser():
         )
         yield b
         b.close()
+
+
+# --- the stack's secured listener (SASL_SSL, SCRAM-SHA-512) and TLS database -----------------
+
+
+@dataclass(frozen=True)
+class Secured:
+    """The stack's SASL_SSL listener and TLS PostgreSQL, as a user configures them: the YAML
+    holds ${ENV} references, the environment holds the values (written by stack.sh)."""
+
+    bootstrap: str
+    username: str
+    password: str
+    ca_location: str
+    source_url: str  # the source database with sslmode=verify-full, password as ${APP_DB_PASSWORD}
+
+    def client_config(self, **overrides: str) -> dict[str, str]:
+        """librdkafka settings of the secured listener, resolved (for test clients)."""
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": self.username,
+            "sasl.password": self.password,
+            "ssl.ca.location": self.ca_location,
+            **overrides,
+        }
+
+    def yaml(self, name: str, topic: str, table: str, *, config: dict[str, str] | None = None, extra: str = "") -> str:
+        """An `audit apply` file: a SASL_SSL cluster and a TLS source with secrets as ${ENV}."""
+        settings = {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": "${KAFKA_SASL_USERNAME}",
+            "sasl.password": "${KAFKA_SASL_PASSWORD}",
+            "ssl.ca.location": "${KAFKA_CA_LOCATION}",
+        } | (config or {})
+        lines = "\n".join(f"      {key}: {json.dumps(value)}" for key, value in settings.items())
+        return (
+            f"clusters:\n  {name}:\n    bootstrap_servers: ${{KAFKA_SECURE_BOOTSTRAP_SERVERS}}\n    config:\n{lines}\n"
+            f"sources:\n  {name}:\n    url: {json.dumps(self.source_url)}\n"
+            f"bindings:\n  {name}:\n    cluster: {name}\n    topic: {topic}\n    source: {name}\n"
+            f"    table: public.{table}\n    key_column: id\n    created_column: created_at\n    grace: 30s\n"
+            f"{extra}"
+        )
+
+
+@pytest.fixture(scope="session")
+def secured() -> Secured:
+    names = ("KAFKA_SECURE_BOOTSTRAP_SERVERS", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "KAFKA_CA_LOCATION")
+    missing = [name for name in names if not os.environ.get(name)]
+    if missing:
+        pytest.fail(f"the stack's secured listener is not configured ({', '.join(missing)}): run stack/stack.sh up")
+    source = urlsplit(os.environ["SOURCE_DATABASE_URL"])
+    url = (
+        # auditor_tls may connect over TLS only (stack.sh): the source is really read over TLS.
+        f"postgresql://auditor_tls:${{APP_DB_PASSWORD}}@127.0.0.1:{source.port}{source.path}"
+        "?sslmode=verify-full&sslrootcert=${KAFKA_CA_LOCATION}"
+    )
+    return Secured(
+        os.environ["KAFKA_SECURE_BOOTSTRAP_SERVERS"],
+        os.environ["KAFKA_SASL_USERNAME"],
+        os.environ["KAFKA_SASL_PASSWORD"],
+        os.environ["KAFKA_CA_LOCATION"],
+        url,
+    )
+
+
+@pytest.fixture(scope="session")
+def untrusted_ca(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A CA certificate that signed nothing of the stack's: trusting only it must fail."""
+    folder = tmp_path_factory.mktemp("untrusted-ca")
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"),
+            *("-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=not the stack's CA", "-days", "2"),
+        ],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+    )
+    return str(folder / "ca.pem")

@@ -18,6 +18,9 @@ from django.conf import settings
 
 from auditor.canary.runner import DEFAULT_TOPIC, CanaryOptions, CanaryResult, CanaryService
 from auditor.canary.topic import CanaryError
+from auditor.lib.secrets import MissingEnvError
+from auditor.pipelines.connectivity import ConnectivityError, check_cluster
+from auditor.pipelines.models import Cluster
 
 HELP = "produce to and consume from every partition of a canary topic; measure loss, duplicates and latency"
 
@@ -68,6 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--bootstrap-servers", default=None, help="Kafka bootstrap servers (default: KAFKA_BOOTSTRAP_SERVERS)"
+    )
+    parser.add_argument(
+        "--cluster",
+        default=None,
+        help="a configured cluster (audit apply): its bootstrap servers and security settings, ${ENV} resolved",
     )
     parser.add_argument("--rate", type=_rate, default=10.0, help="records per second per partition (default 10)")
     parser.add_argument(
@@ -128,9 +136,32 @@ def _write_table(result: dict[str, Any], out: TextIO) -> None:
         out.write(f"brokers leading no canary partition: {result['brokers_leading_nothing']}\n")
 
 
+def _cluster_connection(name: str, timeout_s: float) -> tuple[str, dict[str, Any]]:
+    """A configured cluster's bootstrap servers and client settings, checked to accept us."""
+    cluster = Cluster.objects.filter(name=name).first()
+    if cluster is None:
+        known = ", ".join(Cluster.objects.values_list("name", flat=True)) or "none configured"
+        raise CanaryError(f"unknown cluster {name!r} (known: {known})")
+    try:
+        check_cluster(cluster, timeout_s=timeout_s)
+        config = cluster.client_config()
+    except (ConnectivityError, MissingEnvError) as exc:
+        raise CanaryError(str(exc)) from None
+    return str(config.pop("bootstrap.servers")), config
+
+
 def run(options: dict[str, Any], out: TextIO) -> int:
     bootstrap = options.get("bootstrap_servers") or settings.KAFKA_BOOTSTRAP_SERVERS
+    client_config: dict[str, Any] = {}
+    if options.get("cluster"):
+        try:
+            bootstrap, client_config = _cluster_connection(options["cluster"], options["connect_timeout"])
+        except CanaryError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            sys.stderr.write("the canary did not start; nothing was stored\n")
+            return 2
     canary_options = CanaryOptions(
+        client_config=client_config,
         bootstrap_servers=bootstrap,
         topic=options["topic"],
         rate=options["rate"],

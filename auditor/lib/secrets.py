@@ -55,22 +55,46 @@ def resolve_env(text: str, environ: dict[str, str] | None = None) -> str:
     return ENV_REF.sub(substitute, text)
 
 
+def _mask_query(query: str) -> str:
+    """?user=a&password=pw&sslmode=… → password=**** (libpq and JDBC take credentials there too)."""
+    if not query:
+        return query
+
+    def masked(pair: str) -> str:
+        key, sep, value = pair.partition("=")
+        if sep and is_secret_key(key) and not ENV_REF.fullmatch(value):
+            return f"{key}={MASK}"
+        return pair
+
+    return "&".join(masked(pair) for pair in query.split("&"))
+
+
 def mask_url(url: str) -> str:
-    """postgresql://user:pw@host/db -> postgresql://user:****@host/db (${ENV} refs kept)."""
+    """postgresql://user:pw@host/db?password=pw -> postgresql://user:****@host/db?password=****
+    (${ENV} refs kept)."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return MASK
+    parts = parts._replace(query=_mask_query(parts.query))
     if parts.password is None or ENV_REF.fullmatch(parts.password or ""):
-        return url
+        return urlunsplit(parts)
     netloc = parts.netloc.replace(f":{parts.password}@", f":{MASK}@", 1)
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+# password="pw" in a JAAS line, password=pw in a query string or a key=value dump
+_PASSWORD_ASSIGNMENT = re.compile(r"""(?i)\b(\w*password)(\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s,;&"')]+)""")
+
+
 def mask_text(text: str) -> str:
-    """Hide the user info of any URL inside ``text`` (user:password@ → ****@): for error
-    messages and other free text that may quote a URL."""
-    return _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    """Hide the user info of any URL inside ``text`` (user:password@ → ****@) and any
+    password=… assignment (a JAAS line, a query string): for error messages and other free
+    text that may quote a URL or a client setting."""
+    text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    return _PASSWORD_ASSIGNMENT.sub(
+        lambda m: m.group(0) if ENV_REF.fullmatch(m.group(3)) else f"{m.group(1)}{m.group(2)}{MASK}", text
+    )
 
 
 def mask_mapping(config: dict[str, Any]) -> dict[str, Any]:

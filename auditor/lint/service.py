@@ -37,6 +37,7 @@ from auditor.lint.engine.terms import LintContext, LintResult
 from auditor.lint.live import lint_live_cluster
 from auditor.lint.models import LintResultRow, LintScan
 from auditor.lint.observed import broker_configs, consumer_lag_seconds, read_reported_clients
+from auditor.pipelines.connectivity import ConnectivityError, check_cluster
 from auditor.pipelines.models import Cluster
 from auditor.probes.codec import ClientRecord
 from auditor.probes.topics import CLIENTS_TOPIC
@@ -107,6 +108,12 @@ def scan_cluster(cluster: Cluster, *, clients_topic: str = CLIENTS_TOPIC, timeou
             groups_by_topic[binding.topic].add(str(group))
             guarantees_by_group[str(group)].append(binding.guarantee)
 
+    try:
+        check_cluster(cluster, timeout_s=timeout)
+    except ConnectivityError as exc:
+        if exc.security:
+            outcome.problems.append(f"{exc}: nothing was linted")
+            return outcome
     try:
         connection = cluster.client_config()
         admin = AdminClient(connection)

@@ -33,6 +33,7 @@ from auditor.lib.secrets import MASK, is_secret_key
 from auditor.pipelines.models import Binding
 from auditor.reconcile import conf
 from spark_jobs.jars import local_jars, package_archive
+from spark_jobs.kafka_security import explain
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +252,7 @@ def run_spark_submit(job: JobInput, job_run_id: str, full: bool, timeout: float 
         elif code != 0 and result.get("status") == "ok":
             # The findings may be staged already; they are discarded with the run.
             result = failed(f"spark-submit exited with status {code} after reporting success")
-        result["error"] = job.scrub(result["error"]) if result.get("error") else result.get("error")
+        result["error"] = explain(job.scrub(result["error"])) if result.get("error") else result.get("error")
         result["exit_code"] = code
         return result
 
@@ -283,5 +284,5 @@ def run_in_process(job: JobInput, job_run_id: str, full: bool) -> dict[str, Any]
     )
     result = run(spark, binding, options)
     if result.get("error"):
-        result["error"] = job.scrub(result["error"])
+        result["error"] = explain(job.scrub(result["error"]))
     return result

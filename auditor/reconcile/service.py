@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError
+from auditor.pipelines.connectivity import ConnectivityError, check_cluster, check_source
 from auditor.pipelines.models import Binding
 from auditor.reconcile import conf, job
 from auditor.reconcile.alerting import sync_problems
@@ -135,6 +136,12 @@ def execute_run(run: ReconcileRun, in_process: bool = False) -> ReconcileRun:
         job_input = job.job_input(binding)
     except MissingEnvError as exc:
         return fail_run(run, f"binding {binding.name!r}: {exc}")
+    try:
+        check_cluster(binding.cluster, spark=True)
+        check_source(binding.source)
+    except ConnectivityError as exc:
+        if exc.security:  # otherwise the job reports what it meets (a broker down, a source away)
+            return fail_run(run, f"binding {binding.name!r}: {exc}")
     try:
         if in_process:
             result = job.run_in_process(job_input, run.job_run_id, run.full)

@@ -58,6 +58,26 @@ def check_kafka() -> list[ComponentStatus]:
     return statuses
 
 
+def check_secured_clusters() -> list[ComponentStatus]:
+    """One entry per configured cluster that authenticates or encrypts: does it accept the
+    auditor's credentials and trust its CA? (A wrong password shows here before a run fails.)"""
+    from auditor.pipelines.connectivity import ConnectivityError, check_cluster, is_secured
+    from auditor.pipelines.models import Cluster
+
+    statuses = []
+    for cluster in Cluster.objects.all():
+        if not is_secured(cluster.config):
+            continue
+        try:
+            check_cluster(cluster, timeout_s=3.0)
+        except ConnectivityError as exc:
+            statuses.append(ComponentStatus(f"cluster {cluster.name}", False, str(exc)))
+            continue
+        protocol = cluster.config.get("security.protocol")
+        statuses.append(ComponentStatus(f"cluster {cluster.name}", True, f"{protocol}: accepted the auditor"))
+    return statuses
+
+
 def check_postgres() -> ComponentStatus:
     try:
         with connection.cursor() as cursor:
@@ -126,6 +146,7 @@ def check_spark() -> ComponentStatus:
 
 CHECKS: list[Callable[[], ComponentStatus | list[ComponentStatus]]] = [
     check_kafka,
+    check_secured_clusters,
     check_postgres,
     check_redis,
     check_celery_workers,

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any, TextIO
 
+from auditor.pipelines.connectivity import ConnectivityError
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.formatting import format_age
 from auditor.stuck.locate import ENGINES
@@ -81,7 +82,7 @@ def run(options: dict[str, Any], out: TextIO) -> int:
     if options.get("no_store"):
         try:
             result = diagnose_rule(rule, diagnosis_options)
-        except SourceError as exc:
+        except (SourceError, ConnectivityError) as exc:
             sys.stderr.write(f"audit stuck {name}: {exc}\n")
             return 1
         report = {

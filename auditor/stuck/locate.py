@@ -32,6 +32,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from auditor.probes.codec import ConsumerBatch, ProducerBatch, decode_ledger_record, delivery_status
+from auditor.probes.config import MASK, is_secret_key
 from auditor.probes.headers import AUDIT_PID, AUDIT_SEQ
 from auditor.probes.message import record_headers, record_position  # read_ranges() yields records only
 from auditor.reconcile import conf as reconcile_conf
@@ -39,6 +40,7 @@ from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, P
 from auditor.stuck.kafka_view import ReadPlan, client_settings
 from spark_jobs.binding import RecordKeySpec, parse_record_key
 from spark_jobs.kafka_offsets import KafkaReadError
+from spark_jobs.kafka_security import explain
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 SPARK_JOB = REPO_ROOT / "spark_jobs" / "stuck_locate.py"
@@ -176,7 +178,10 @@ def locate_with_spark_subprocess(request: LocateRequest, timeout_s: float = 3600
             for key in request.keys:
                 out.write(json.dumps({"key": key}) + "\n")
         request_path = Path(folder) / "request.json"
-        request_path.write_text(json.dumps(request.to_json(str(keys_path))))
+        # The request carries the cluster's resolved secrets: readable by the owner only.
+        descriptor = os.open(request_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(json.dumps(request.to_json(str(keys_path))))
         output_path = Path(folder) / "result.json"
         env = dict(os.environ)
         env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -200,8 +205,11 @@ def locate_with_spark_subprocess(request: LocateRequest, timeout_s: float = 3600
             check=False,
         )
         if completed.returncode != 0 or not output_path.exists():
-            tail = (completed.stderr or completed.stdout or "").strip().splitlines()[-5:]
-            raise LocateError(f"the Spark locate job failed (exit {completed.returncode}): {' | '.join(tail)}")
+            tail = " | ".join((completed.stderr or completed.stdout or "").strip().splitlines()[-5:])
+            for key, value in request.kafka_config.items():
+                if is_secret_key(str(key)) and value:
+                    tail = tail.replace(str(value), MASK)
+            raise LocateError(f"the Spark locate job failed (exit {completed.returncode}): {explain(tail)}")
         return LocateResult.from_json(json.loads(output_path.read_text()))
 
 

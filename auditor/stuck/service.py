@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError
+from auditor.pipelines.connectivity import ConnectivityError, check_cluster
 from auditor.pipelines.models import StuckRule
 from auditor.probes.topics import CONSUMER_LEDGER_TOPIC, PRODUCER_LEDGER_TOPIC
 from auditor.reconcile.memory import IndexedTopic, indexed_records, recall
@@ -159,7 +160,8 @@ def _apply_located(view: ClusterView, located: LocateResult) -> None:
 
 def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> DiagnosisResult:
     """Every stuck row of the rule with its verdict; raises SourceError when the table
-    cannot be read (Kafka problems make items unknown instead)."""
+    cannot be read and ConnectivityError when a secured cluster refuses the auditor (other
+    Kafka problems make items unknown instead)."""
     options = options or DiagnosisOptions()
     binding = rule.binding
     result = DiagnosisResult(rule.name)
@@ -171,9 +173,20 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         result.timings[name] = round(now - clock, 3)
         clock = now
 
+    # A secured cluster that refuses the auditor fails the diagnosis (ConnectivityError): its
+    # items would all be `unknown` for a reason no waiting cures. One merely unreachable is
+    # left to the view below, which makes them `unknown` with the reason.
+    try:
+        check_cluster(binding.cluster, timeout_s=min(options.timeout_s, 10.0), spark=options.engine == "spark")
+    except ConnectivityError as exc:
+        if exc.security:
+            raise
     query = stuck_query(rule)
     url = _source_url(rule)
-    rows, result.truncated = select_stuck_rows(url, query, options.max_items)
+    try:
+        rows, result.truncated = select_stuck_rows(url, query, options.max_items)
+    except SourceError as exc:
+        raise SourceError(f"source {binding.source.name}: {exc}") from None
     if result.truncated:
         result.notes.append(
             f"more than {options.max_items} rows are stuck: the oldest {options.max_items} were diagnosed"
@@ -431,7 +444,7 @@ def run_diagnosis(
         run = start_run(rule, trigger, requested_by)
         try:
             result = diagnose_rule(rule, options)
-        except SourceError as exc:
+        except (SourceError, ConnectivityError) as exc:
             return fail_run(run, str(exc))
         except Exception as exc:
             log.exception("diagnosis of stuck rule %s failed", rule.name)

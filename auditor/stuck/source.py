@@ -15,6 +15,7 @@ from psycopg import sql
 
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
 from auditor.stuck.evidence import StuckRow
+from spark_jobs.kafka_security import explain
 
 DEFAULT_MAX_ITEMS = 200_000
 CHECK_CHUNK = 50_000
@@ -61,7 +62,7 @@ def _connect(url: str) -> psycopg.Connection:
     try:
         return psycopg.connect(url, autocommit=True, application_name="auditor-stuck", connect_timeout=10)
     except psycopg.Error as exc:
-        raise SourceError(f"the source database cannot be reached: {_first_line(exc)}") from None
+        raise SourceError(f"the source database cannot be reached: {explain(_first_line(exc))}") from None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -272,10 +272,39 @@ def queued(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
     return calls
 
 
+SECRETS = ("matrix-sasl-pw-1", "matrix-key-pw-2", "matrix-db-pw-3", "matrix-sslkey-pw-4")
+
+
+def assert_no_secret(content: bytes | str, where: str) -> None:
+    text = content.decode(errors="replace") if isinstance(content, bytes) else content
+    shown = [secret for secret in SECRETS if secret in text]
+    assert not shown, f"{where} shows secret(s) {shown}"
+
+
 @pytest.fixture
-def world(role_users: dict[str, AbstractBaseUser], queued: list[tuple[Any, ...]]) -> World:
-    cluster = Cluster.objects.create(name="matrix", bootstrap_servers="127.0.0.1:9")
-    source = SourceDatabase.objects.create(name="matrix", url="postgresql://app@127.0.0.1/app")
+def world(
+    role_users: dict[str, AbstractBaseUser], queued: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
+) -> World:
+    # A production-like configuration: a SASL_SSL cluster and a TLS source, with secrets both
+    # as ${ENV} references (resolved here) and written in literally. No page, API answer or
+    # webhook payload may show any of them.
+    monkeypatch.setenv("MATRIX_SASL_PASSWORD", SECRETS[0])
+    cluster = Cluster.objects.create(
+        name="matrix",
+        bootstrap_servers="127.0.0.1:9",
+        config={
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": "auditor",
+            "sasl.password": "${MATRIX_SASL_PASSWORD}",
+            "ssl.ca.location": "/etc/ca.pem",
+            "ssl.key.password": SECRETS[1],
+        },
+    )
+    source = SourceDatabase.objects.create(
+        name="matrix",
+        url=f"postgresql://app:{SECRETS[2]}@127.0.0.1/app?sslmode=verify-full&sslpassword={SECRETS[3]}",
+    )
     binding = Binding.objects.create(
         name="matrix", cluster=cluster, topic="matrix", source=source, table="public.t", key_column="id"
     )
@@ -359,6 +388,7 @@ def test_it_gives_each_role_its_pages_and_denies_the_others(world: World, route:
     access = PAGES[route][method]
     url = fill(route, world.kwargs_for(route, who))
     response = send(client_for(world, who), method, url, access.data)
+    assert_no_secret(response.content, f"{method} {url} for {who}")
 
     if who == ANONYMOUS:
         assert response.status_code == 302
@@ -426,6 +456,7 @@ def test_it_checks_token_scope_and_role_on_every_api_endpoint(
     else:
         response = client.post(url, json.dumps(access.data or {}), content_type="application/json", headers=headers)
 
+    assert_no_secret(response.content, f"{method} {url} for {credential}")
     if who == "no":
         assert response.status_code == 401
     elif how == ApiToken.READ and method != "GET":
@@ -483,3 +514,21 @@ def test_it_lets_only_roles_use_the_websocket(asgi_server: str, ws_cookies: dict
         assert outcome == 403  # closed before the handshake completes
     else:
         assert outcome == json.dumps({"subscribed": "status"})
+
+
+# --- secrets in what the auditor sends out ------------------------------------------------------
+
+
+def test_it_keeps_the_secrets_out_of_webhook_payloads_and_pipeline_listings(world: World) -> None:
+    from auditor.alerts.models import Delivery
+    from auditor.alerts.outbox import send_test
+    from auditor.reconcile.alerting import sync_problems
+
+    send_test(world.channel, world.users[ADMIN])
+    sync_problems(world.run)  # the world's missing finding, to every channel that hears of it
+    payloads = list(Delivery.objects.values_list("payload", flat=True))
+    assert payloads
+    assert_no_secret(json.dumps(payloads), "a webhook payload")
+    listing = client_for(world, ADMIN).get("/pipelines/")
+    assert b"${MATRIX_SASL_PASSWORD}" in listing.content  # the reference is shown, its value never
+    assert_no_secret(listing.content, "the pipelines page")

@@ -68,3 +68,22 @@ def test_it_masks_urls_quoted_in_free_text() -> None:
     masked = lib_secrets.mask_text(text)
     assert SECRET not in masked
     assert masked == "Error connecting to redis://****@10.0.0.1:6379/0 and https://****@h/x"
+
+
+def test_it_masks_passwords_in_url_queries_and_jaas_lines() -> None:
+    from auditor.lib.secrets import mask_text, mask_url
+
+    assert (
+        mask_url("postgresql://u:pw@h:5/db?sslmode=verify-full&sslpassword=kp&sslrootcert=/ca.pem")
+        == "postgresql://u:****@h:5/db?sslmode=verify-full&sslpassword=****&sslrootcert=/ca.pem"
+    )
+    assert mask_url("postgresql://h/db?user=a&password=${DB_PW}") == "postgresql://h/db?user=a&password=${DB_PW}"
+    jaas = 'ScramLoginModule required username="u" password="p w;x"; then'
+    assert mask_text(jaas) == 'ScramLoginModule required username="u" password=****; then'
+    assert mask_text("jdbc:postgresql://h/db?user=a&password=xyz&ssl=true") == (
+        "jdbc:postgresql://h/db?user=a&password=****&ssl=true"
+    )
+    # the reason of a refusal stays readable
+    assert mask_text('FATAL: password authentication failed for user "x"') == (
+        'FATAL: password authentication failed for user "x"'
+    )

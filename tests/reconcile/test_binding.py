@@ -13,7 +13,6 @@ from spark_jobs.binding import (
     redact_url,
 )
 from spark_jobs.kafka_offsets import PartitionOffsets
-from spark_jobs.kafka_options import java_kafka_options
 from spark_jobs.reconcile_extract import OffsetRange, ReconcileError, plan_offsets
 
 BASE = {
@@ -81,28 +80,6 @@ def test_it_refuses_offsets_that_went_backwards_or_lost_partitions():
         plan_offsets("t", offsets, {0: 9})
     with pytest.raises(ReconcileError, match=r"lost partition\(s\) \[1\]"):
         plan_offsets("t", offsets, {0: 1, 1: 5})
-
-
-def test_it_maps_client_security_settings_to_the_java_consumer():
-    options = java_kafka_options(
-        "b:9093",
-        {
-            "security.protocol": "SASL_SSL",
-            "sasl.mechanisms": "SCRAM-SHA-512",
-            "sasl.username": "u",
-            "sasl.password": 'p"w',
-            "ssl.ca.location": "/ca.pem",
-            "linger.ms": "5",
-        },
-    )
-    assert options["kafka.bootstrap.servers"] == "b:9093"
-    assert options["kafka.security.protocol"] == "SASL_SSL"
-    assert options["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
-    assert options["kafka.sasl.jaas.config"] == (
-        'org.apache.kafka.common.security.scram.ScramLoginModule required username="u" password="p\\"w";'
-    )
-    assert options["kafka.ssl.truststore.type"] == "PEM"
-    assert "kafka.linger.ms" not in options
 
 
 @pytest.mark.parametrize(

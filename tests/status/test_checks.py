@@ -34,3 +34,29 @@ def test_it_masks_a_url_quoted_in_any_check_detail(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(checks, "CHECKS", [leaky_check])
     assert run_all_checks() == [ComponentStatus("db", False, "could not connect to postgresql://****@db:5432/x")]
+
+
+@pytest.mark.django_db
+def test_it_shows_whether_each_secured_cluster_accepts_the_auditor(
+    secured: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from auditor.pipelines.models import Cluster
+
+    config = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "${KAFKA_SASL_USERNAME}",
+        "sasl.password": "${STATUS_TEST_SASL_PASSWORD}",
+        "ssl.ca.location": "${KAFKA_CA_LOCATION}",
+    }
+    Cluster.objects.create(name="status-good", bootstrap_servers="${KAFKA_SECURE_BOOTSTRAP_SERVERS}", config=config)
+    Cluster.objects.create(name="status-plain", bootstrap_servers="127.0.0.1:1")  # not contacted: nothing to explain
+    monkeypatch.setenv("STATUS_TEST_SASL_PASSWORD", secured.password)
+
+    assert checks.check_secured_clusters() == [
+        ComponentStatus("cluster status-good", True, "SASL_SSL: accepted the auditor")
+    ]
+    monkeypatch.setenv("STATUS_TEST_SASL_PASSWORD", SECRET)
+    (refused,) = checks.check_secured_clusters()
+    assert not refused.healthy and refused.detail.startswith("cluster status-good: authentication failed: ")
+    assert SECRET not in refused.detail and secured.password not in refused.detail

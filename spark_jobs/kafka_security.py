@@ -1,0 +1,127 @@
+"""Why a connection to a secured Kafka cluster or database failed, in words a user acts on.
+
+librdkafka reports authentication and TLS failures only through its error callback (a call
+then merely times out with "Broker transport failure"); the Java client and the database
+drivers put them in exception text. Both are read here into one of a few reasons, so every
+path (reconciliation, stuck diagnosis, lint scans, the canary) says the same thing:
+authentication failed, certificate not trusted, or SASL mechanism not enabled.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
+
+AUTHENTICATION_FAILED = "authentication failed"
+CERTIFICATE_NOT_TRUSTED = "certificate not trusted"
+MECHANISM_NOT_ENABLED = "SASL mechanism not enabled on the server"
+
+# Order matters: a mechanism refusal is also an authentication error to librdkafka.
+_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (MECHANISM_NOT_ENABLED, re.compile(r"Unsupported SASL mechanism|UnsupportedSaslMechanism", re.I)),
+    (
+        CERTIFICATE_NOT_TRUSTED,
+        re.compile(
+            r"certificate verify failed|PKIX path building failed|unable to find valid certification path"
+            r"|No subject alternative (names|DNS name|IP address)|certificate could not be verified"
+            r"|SslAuthenticationException|SSLHandshakeException",
+            re.I,
+        ),
+    ),
+    (
+        AUTHENTICATION_FAILED,
+        re.compile(
+            r"Authentication failed|SaslAuthenticationException|invalid credentials"
+            r"|password authentication failed|SASL authentication error",
+            re.I,
+        ),
+    ),
+)
+# librdkafka settings that matter to an AdminClient (the rest of a cluster's config may be
+# producer- or consumer-only and would be rejected or warned about).
+ADMIN_KEY_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.", "enable.ssl.")
+
+
+class KafkaConnectionError(RuntimeError):
+    """Kafka could not be reached; ``security`` is True when the cause is authentication or TLS
+    (a configuration error that waiting will not cure)."""
+
+    def __init__(self, message: str, security: bool) -> None:
+        super().__init__(message)
+        self.security = security
+
+
+def security_reason(text: str) -> str | None:
+    """authentication failed / certificate not trusted / SASL mechanism not enabled, or None."""
+    for reason, pattern in _REASONS:
+        if pattern.search(text):
+            return reason
+    return None
+
+
+def explain(text: str) -> str:
+    """``text`` led by its reason when it is a security failure (once), else unchanged."""
+    reason = security_reason(text)
+    if reason is None or text.startswith(reason):
+        return text
+    return f"{reason}: {text}"
+
+
+@dataclass
+class ErrorCollector:
+    """A librdkafka ``error_cb``: keeps what the client reported, for the error message."""
+
+    errors: list[str] = field(default_factory=list)
+
+    def __call__(self, error: KafkaError) -> None:
+        if len(self.errors) < 20:
+            self.errors.append(error.str())
+
+    def security_failure(self) -> str | None:
+        """The first authentication or TLS failure reported, led by its reason."""
+        for text in self.errors:
+            if security_reason(text):
+                return explain(text)
+        return None
+
+
+def admin_config(bootstrap_servers: str, config: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    conf: dict[str, Any] = {k: v for k, v in config.items() if k.startswith(ADMIN_KEY_PREFIXES)}
+    conf.update(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "socket.timeout.ms": int(timeout_s * 1000),
+            "socket.connection.setup.timeout.ms": int(timeout_s * 1000),
+        }
+    )
+    return conf
+
+
+def check_kafka(bootstrap_servers: str, config: dict[str, Any], timeout_s: float = 10.0) -> None:
+    """Get the cluster's metadata with the cluster's own security settings, or raise
+    KafkaConnectionError saying why not. An authentication or TLS failure is reported as soon
+    as the first broker refuses, not after the timeout."""
+    collector = ErrorCollector()
+    settings: dict[str, Any] = {**admin_config(bootstrap_servers, config, timeout_s), "error_cb": collector}
+    admin = AdminClient(settings)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+            return
+        except KafkaException as exc:
+            admin.poll(0)  # serves error_cb
+            failure = collector.security_failure()
+            if failure:
+                raise KafkaConnectionError(failure, security=True) from None
+            if time.monotonic() >= deadline:
+                last = f" (last error: {collector.errors[-1]})" if collector.errors else ""
+                detail = exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else str(exc)
+                raise KafkaConnectionError(
+                    f"cannot reach {bootstrap_servers}: {detail}{last}", security=False
+                ) from None
