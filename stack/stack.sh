@@ -216,6 +216,8 @@ kafka_stop_one() {  # id signal
   kill -"$sig" "$pid" 2>/dev/null || true
   for _ in $(seq 1 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
   kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+  # A killed JVM holds its listening ports until it is gone: a restart must not find them taken.
+  for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
   rm -f "$dir/pid"
 }
 

@@ -12,7 +12,6 @@ whose flush would delete the data those processes rely on).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -20,13 +19,13 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import pytest
 
 from auditor.lib.env import load_env_file
 from tests.support.paths import ROOT
+from tests.support.secured import Secured
 from tests.support.waiting import wait_until
 
 pytest_plugins = [
@@ -290,48 +289,6 @@ def browser():
 
 
 # --- the stack's secured listener (SASL_SSL, SCRAM-SHA-512) and TLS database -----------------
-
-
-@dataclass(frozen=True)
-class Secured:
-    """The stack's SASL_SSL listener and TLS PostgreSQL, as a user configures them: the YAML
-    holds ${ENV} references, the environment holds the values (written by stack.sh)."""
-
-    bootstrap: str
-    username: str
-    password: str
-    ca_location: str
-    source_url: str  # the source database with sslmode=verify-full, password as ${APP_DB_PASSWORD}
-
-    def client_config(self, **overrides: str) -> dict[str, str]:
-        """librdkafka settings of the secured listener, resolved (for test clients)."""
-        return {
-            "bootstrap.servers": self.bootstrap,
-            "security.protocol": "SASL_SSL",
-            "sasl.mechanisms": "SCRAM-SHA-512",
-            "sasl.username": self.username,
-            "sasl.password": self.password,
-            "ssl.ca.location": self.ca_location,
-            **overrides,
-        }
-
-    def yaml(self, name: str, topic: str, table: str, *, config: dict[str, str] | None = None, extra: str = "") -> str:
-        """An `audit apply` file: a SASL_SSL cluster and a TLS source with secrets as ${ENV}."""
-        settings = {
-            "security.protocol": "SASL_SSL",
-            "sasl.mechanisms": "SCRAM-SHA-512",
-            "sasl.username": "${KAFKA_SASL_USERNAME}",
-            "sasl.password": "${KAFKA_SASL_PASSWORD}",
-            "ssl.ca.location": "${KAFKA_CA_LOCATION}",
-        } | (config or {})
-        lines = "\n".join(f"      {key}: {json.dumps(value)}" for key, value in settings.items())
-        return (
-            f"clusters:\n  {name}:\n    bootstrap_servers: ${{KAFKA_SECURE_BOOTSTRAP_SERVERS}}\n    config:\n{lines}\n"
-            f"sources:\n  {name}:\n    url: {json.dumps(self.source_url)}\n"
-            f"bindings:\n  {name}:\n    cluster: {name}\n    topic: {topic}\n    source: {name}\n"
-            f"    table: public.{table}\n    key_column: id\n    created_column: created_at\n    grace: 30s\n"
-            f"{extra}"
-        )
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 
 from auditor.canary.models import CanaryPoint
 from auditor.pipelines.models import Cluster
-from tests.conftest import Secured
+from tests.support.secured import Secured
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 

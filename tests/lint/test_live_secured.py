@@ -12,7 +12,7 @@ import pytest
 from auditor.lint.models import LintScan
 from auditor.lint.service import scan_all
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase
-from tests.conftest import Secured
+from tests.support.secured import Secured
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 

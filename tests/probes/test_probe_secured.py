@@ -14,9 +14,8 @@ from auditor.probes import (
     summarize_consumer_ledger,
     summarize_producer_ledger,
 )
-from tests.conftest import Secured
-from tests.probes.conftest import AuditTopics
-from tests.probes.kafka_helpers import TopicFactory, integration_marks, read_ledger, read_topic
+from tests.probes.kafka_helpers import AuditTopics, TopicFactory, integration_marks, read_ledger, read_topic
+from tests.support.secured import Secured
 
 pytestmark = integration_marks()
 

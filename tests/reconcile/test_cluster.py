@@ -21,12 +21,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.job import auditor_jdbc_url, spark_submit_path
 from auditor.reconcile.models import Finding, ReconcileRun
+from auditor.stuck.service import DiagnosisOptions, diagnose_rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 
@@ -202,3 +204,86 @@ def test_it_reconciles_exactly_on_a_standalone_cluster(
     assert {(f["kind"], f["key"]) for f in result["findings"]} == expected
     assert set(Finding.objects.filter(run=run).values_list("kind", "key")) == expected
     assert run.records_read == len(acked) and result["mode"] == "full"
+
+
+def test_it_diagnoses_stuck_items_with_the_spark_engine_on_a_standalone_cluster(
+    spark_cluster: str,
+    settings,
+    make_topic,
+    kafka_bootstrap: str,
+    source_database_url: str,
+    state_dir: Path,
+    staged_runs: list[str],
+) -> None:
+    """The Spark stuck engine on the cluster, after a reconciliation there, gives the verdicts
+    the clients' own observations imply: acked records the group has not reached are
+    `waiting`; rows whose record was never sent, which the run reported missing while the
+    topic held everything since their creation, are `never-produced`."""
+    settings.SPARK_MASTER = spark_cluster
+    topic = make_topic("scluster", partitions=2)
+    table = f"scluster_{uuid.uuid4().hex[:10]}"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    rows = range(1, 13)
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, status text)")
+        for row_id in rows:
+            conn.execute(f"INSERT INTO {table} VALUES (%s, now() - interval '10 minutes', 'NEW')", (row_id,))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    acked: list[str] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append(msg.key().decode())
+
+    for row_id in rows:
+        if row_id % 4:  # 4, 8 and 12 are never sent
+            producer.produce(topic, key=str(row_id).encode(), value=b"{}", on_delivery=report)
+    assert producer.flush(30) == 0
+    # The group exists and has committed the start of each partition: it has read nothing.
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition(topic, p, 0) for p in (0, 1)], asynchronous=False)
+    consumer.close()
+
+    suffix = uuid.uuid4().hex[:8]
+    binding = Binding.objects.create(
+        name=f"scluster-{suffix}",
+        cluster=Cluster.objects.create(name=f"scluster-{suffix}", bootstrap_servers=kafka_bootstrap),
+        topic=topic,
+        source=SourceDatabase.objects.create(name=f"scluster-{suffix}", url="${SOURCE_DATABASE_URL}"),
+        table=f"public.{table}",
+        key_column="id",
+        record_key="key",
+        created_column="created_at",
+        consumer_groups=[group],
+    )
+    rule = StuckRule.objects.create(
+        name=f"scluster-{suffix}",
+        binding=binding,
+        status_column="status",
+        stuck_values=["NEW"],
+        age_column="created_at",
+    )
+    no_ledger = f"_audit.none-{suffix}"  # an unprobed pipeline
+    started = time.monotonic()
+    try:
+        code, run = reconcile(binding.name, "--full")
+        staged_runs.append(ReconcileRun.objects.get(pk=run["run_id"]).job_run_id)
+        assert code == 0, run["error"]
+        # A plain producer, so the run's own findings are the never-sent rows, nothing else.
+        assert {(f["kind"], f["key"]) for f in run["findings"]} == {
+            ("missing", str(i)) for i in rows if str(i) not in acked
+        }
+        result = diagnose_rule(
+            rule,
+            DiagnosisOptions(
+                engine="spark", use_index=False, producer_ledger_topic=no_ledger, consumer_ledger_topic=no_ledger
+            ),
+        )
+    finally:
+        with psycopg.connect(source_database_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+    print(f"cluster stuck diagnosis: {time.monotonic() - started:.1f} s")
+
+    assert result.engine == "spark"
+    expected = {str(i): ("waiting" if str(i) in acked else "never-produced") for i in rows}
+    assert {item.row.key: item.diagnosis.verdict for item in result.items} == expected

@@ -23,7 +23,7 @@ from auditor.pipelines.models import Binding, Cluster
 from auditor.reconcile import job
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.reconcile.service import execute_run, start_run
-from tests.conftest import Secured
+from tests.support.secured import Secured
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 

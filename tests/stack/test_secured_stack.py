@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from tests.conftest import Secured
+from tests.support.secured import Secured
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 from auditor.demo.options import DeliveryMode
 from auditor.stuck.models import DiagnosisRun, StuckItem
 from auditor.stuck.service import run_diagnosis
-from tests.conftest import Secured
+from tests.support.secured import Secured
 
 from .conftest import StuckSetup, diagnose_both, verdicts_of
 
