@@ -12,8 +12,7 @@ from auditor.demo.options import DeliveryMode
 from auditor.stuck.models import DiagnosisRun, StuckItem
 from auditor.stuck.service import run_diagnosis
 from tests.support.secured import Secured
-
-from .conftest import StuckSetup, diagnose_both, verdicts_of
+from tests.support.stuck import StuckSetup, diagnose_both, verdicts_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
