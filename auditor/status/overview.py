@@ -32,10 +32,11 @@ from auditor.accounts.acknowledgements import current_acknowledgements
 from auditor.accounts.models import Acknowledgement
 from auditor.alerts.models import Alert
 from auditor.canary.models import CanaryPoint
+from auditor.lib.secrets import MissingEnvError, resolve_env
 from auditor.lint.engine.evidence import rules_explaining
 from auditor.lint.models import LintResultRow
 from auditor.lint.service import latest_scan
-from auditor.pipelines.models import Binding, StuckRule
+from auditor.pipelines.models import Binding, Cluster, StuckRule
 from auditor.reconcile.models import (
     FINDING_ACK_KIND,
     FINDING_IDENTITY,
@@ -257,6 +258,15 @@ def _hosts(bootstrap: str) -> set[str]:
     return {part.strip().lower() for part in bootstrap.split(",") if part.strip()}
 
 
+def _cluster_hosts(cluster: Cluster) -> set[str]:
+    """The cluster's bootstrap hosts as clients see them: a file's ${ENV} reference resolved
+    (compared unresolved, it never matched the canary's), nothing when it cannot be."""
+    try:
+        return _hosts(resolve_env(cluster.bootstrap_servers))
+    except MissingEnvError:
+        return set()
+
+
 def canary_summary(now: datetime) -> dict[str, Any] | None:
     """Loss and latency of the canary over the metrics window, or None when it sent nothing."""
     minutes = int(getattr(settings, "AUDITOR_METRICS_CANARY_WINDOW_MINUTES", 15))
@@ -300,7 +310,7 @@ def build_overview(now: datetime | None = None) -> list[PipelineView]:
         view.stuck = stuck.get(binding.pk, {})
         view.alerts_open = alerts.get(binding.pk, 0)
         view.lint = lint.get(binding.pk, [])
-        if canary is not None and _hosts(binding.cluster.bootstrap_servers) & canary_hosts:
+        if canary is not None and _cluster_hosts(binding.cluster) & canary_hosts:
             view.canary = canary
         if view.last_run is not None:
             view.counts = _breaking_counts(view.last_run)

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from auditor.accounts.acknowledgements import acknowledge
 from auditor.alerts.models import Alert, Channel
+from auditor.canary.models import CanaryPoint
 from auditor.lint.models import LintResultRow, LintScan
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.models import FINDING_ACK_KIND, Finding, ReconcileRun
@@ -207,3 +208,46 @@ def test_the_page_shows_a_row_per_pipeline_and_its_reason(binding: Binding, clie
     assert "1 missing since" in html
     part = client_as("viewer").get("/?part=pipelines").content.decode()
     assert "<html" not in part and 'data-verdict="broken"' in part
+
+
+def test_it_shows_the_canary_of_a_cluster_declared_by_an_env_reference(binding: Binding, settings, monkeypatch) -> None:
+    # As demo/auditor.yaml declares it: the file holds ${KAFKA_BOOTSTRAP_SERVERS}, the
+    # canary runs against the same servers from the settings.
+    monkeypatch.setenv("OV_BOOTSTRAP", "127.0.0.1:9092")
+    settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:9092"
+    Cluster.objects.filter(pk=binding.cluster_id).update(bootstrap_servers="${OV_BOOTSTRAP}")
+    minute = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=2)
+    CanaryPoint.objects.create(
+        session="s",
+        topic="_audit.canary",
+        partition=0,
+        leader=1,
+        minute=minute,
+        sent=600,
+        received=597,
+        lost=3,
+        p50_ms=5,
+        p99_ms=40,
+    )
+    view = only(build_overview())
+    assert view.canary is not None
+    assert (view.canary["sent"], view.canary["lost"]) == (600, 3)
+
+
+def test_it_shows_no_canary_for_a_cluster_whose_env_reference_is_unset(binding: Binding, settings) -> None:
+    settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:9092"
+    Cluster.objects.filter(pk=binding.cluster_id).update(bootstrap_servers="${OV_NOT_SET_ANYWHERE}")
+    minute = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=2)
+    CanaryPoint.objects.create(
+        session="s",
+        topic="_audit.canary",
+        partition=0,
+        leader=1,
+        minute=minute,
+        sent=600,
+        received=600,
+        lost=0,
+        p50_ms=5,
+        p99_ms=40,
+    )
+    assert only(build_overview()).canary is None
