@@ -49,8 +49,8 @@
       xaxis: {type: "date", hoverformat: "%Y-%m-%d %H:%M:%S"}, yaxis: {rangemode: "tozero"},
       legend: {orientation: "h"}, showlegend: true,
     };
-    // An empty date axis would show the year 2000; #chart-empty already says there is no run.
-    if (!traces.length) layout.xaxis.range = [new Date(Date.now() - 86400000), new Date()];
+    // #chart-empty already says when there is no run; the axis still needs a sane range.
+    layout.xaxis.range = AuditorCharts.dateRange(list.map(function (p) { return Date.parse(p.finished_at); }));
     Plotly.react(div, traces, layout, {displaylogo: false, responsive: true});
   }
 

@@ -233,10 +233,7 @@
       };
     });
     const times = [...new Set(data.points.map(function (p) { return Date.parse(p.at); }))];
-    const xaxis = {type: "date"};
-    if (times.length === 1) xaxis.range = [new Date(times[0] - 1800000), new Date(times[0] + 1800000)];
-    // With no points Plotly's date axis defaults to the year 2000: show the last 24 hours instead.
-    if (!times.length) xaxis.range = [new Date(Date.now() - 86400000), new Date()];
+    const xaxis = {type: "date", range: AuditorCharts.dateRange(times)};
     const layout = {
       margin: {l: 50, r: 10, t: 10, b: 30}, xaxis: xaxis, yaxis: {rangemode: "tozero"},
       legend: {orientation: "h"}, showlegend: true,
