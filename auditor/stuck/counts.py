@@ -18,9 +18,14 @@ CACHE_SECONDS = 3600
 
 
 def _version() -> str:
+    """The state the counts describe. The newest item id is part of it: items stored by other
+    means than a finished diagnosis (a restored or re-created database, whose run times and
+    rule ids repeat an earlier one's) must not be served an earlier state's counts from Redis,
+    which outlives the database."""
     finished = DiagnosisRun.objects.exclude(status=DiagnosisRun.RUNNING).aggregate(last=Max("finished_at"))["last"]
     rules = StuckRule.objects.aggregate(n=Count("id"), last=Max("id"))
-    return f"{finished.isoformat() if finished else '-'}:{rules['n']}:{rules['last']}"
+    newest_item = StuckItem.objects.aggregate(last=Max("id"))["last"]
+    return f"{finished.isoformat() if finished else '-'}:{rules['n']}:{rules['last']}:{newest_item}"
 
 
 def open_counts() -> dict[tuple[int, str], int]:
