@@ -24,10 +24,12 @@ from urllib.parse import urlsplit
 
 import psycopg
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
 from auditor.lib.secrets import MASK, MissingEnvError
+from auditor.lint.observed import committed_offsets
 from auditor.pipelines.models import Binding
 from auditor.probes.message import record_headers, record_position
 
@@ -65,6 +67,10 @@ class RecordLookup:
     records: list[RecordView] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     error: str | None = None
+    # group → partition → its committed offset now, for the partitions holding the records;
+    # a group that could not be asked is named in committed_errors instead.
+    committed: dict[str, dict[int, int]] = field(default_factory=dict)
+    committed_errors: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -241,7 +247,20 @@ def find_records(binding: Binding, key: str, positions: list[tuple[int, int]], a
     finally:
         consumer.close()
     lookup.records = [by_position[p] for p in sorted(by_position)]
+    if lookup.records and binding.consumer_groups:
+        read_committed(binding, lookup)
     return lookup
+
+
+def read_committed(binding: Binding, lookup: RecordLookup) -> None:
+    """Where each of the binding's groups stands now on the partitions of the key's records."""
+    partitions = sorted({view.partition for view in lookup.records})
+    admin = AdminClient({**binding.cluster.client_config(), "log_level": 3})
+    for group in binding.consumer_groups:
+        try:
+            lookup.committed[group] = committed_offsets(admin, group, binding.topic, partitions, timeout=READ_TIMEOUT_S)
+        except (KafkaException, TimeoutError) as exc:
+            lookup.committed_errors[group] = f"its committed offsets could not be read: {exc}"
 
 
 def _shown(value: Any) -> str:

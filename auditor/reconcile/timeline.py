@@ -187,6 +187,28 @@ class Timeline:
         else:
             self.steps[IN_TOPIC].note(OK, f"run {sighting.run_id} saw it at {where}", "key index", at=at, where=where)
 
+    def add_committed(
+        self, records: Iterable[Any], committed: dict[str, dict[int, int]], errors: dict[str, str]
+    ) -> None:
+        """Where the groups stand now against each record the page read (not aborted ones)."""
+        source = "committed offsets now"
+        for group, reason in sorted(errors.items()):
+            self.steps[COMMITTED].note(UNKNOWN, f"group {group}: {reason}", source)
+        for record in records:
+            if getattr(record, "aborted", False):
+                continue
+            where = f"{record.partition}@{record.offset}"
+            for group, offsets in sorted(committed.items()):
+                at = offsets.get(record.partition)
+                if at is None:
+                    self.steps[COMMITTED].note(
+                        PENDING, f"group {group} has committed nothing on partition {record.partition}", source
+                    )
+                elif at > record.offset:
+                    self.steps[COMMITTED].note(OK, f"group {group} committed {at}, past {where}", source)
+                else:
+                    self.steps[COMMITTED].note(PENDING, f"group {group} committed {at}, not yet past {where}", source)
+
     def add_stuck_item(self, item: Any, topic: str) -> None:
         """A stuck item of the key: its verdict, and the ledgers and offsets its evidence holds."""
         evidence = item.evidence if isinstance(item.evidence, dict) else {}

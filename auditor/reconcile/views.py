@@ -439,6 +439,7 @@ def key_timeline(
     timeline.add_records(lookup.records, binding.topic)
     if lookup.error:
         timeline.steps[IN_TOPIC].note(UNKNOWN, f"the topic could not be read: {lookup.error}", "topic read")
+    timeline.add_committed(lookup.records, lookup.committed, lookup.committed_errors)
     timeline.add_findings(findings, current_runs)
     for item in stuck_items[:1]:  # the latest stretch of being stuck tells the current story
         timeline.add_stuck_item(item, binding.topic)

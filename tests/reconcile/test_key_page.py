@@ -10,7 +10,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from django.utils import timezone
 
 from auditor.reconcile.models import Finding, ReconcileRun
@@ -116,3 +116,24 @@ def test_it_says_when_there_is_no_source_row_and_no_record(client_as, keyed) -> 
     html = client_as("viewer").get(f"/reconcile/keys/{binding.name}/T-404/").content.decode()
     assert 'id="source-none"' in html and "No record of this key found." in html
     assert record_rows(html) == []
+
+
+def test_it_puts_where_the_groups_stand_now_into_the_timeline(client_as, keyed, kafka_bootstrap: str) -> None:
+    binding, positions = keyed["binding"], keyed["positions"]
+    group = f"kp-group-{uuid.uuid4().hex[:6]}"
+    (p_first, o_first), (p_again, o_again) = positions["first"], positions["again"]
+    # The group went past T-1's first copy (partition 0) and stopped right at its second one.
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer.commit(
+        offsets=[TopicPartition(binding.topic, p_first, o_first + 1), TopicPartition(binding.topic, p_again, o_again)],
+        asynchronous=False,
+    )
+    consumer.close()
+    binding.consumer_groups = [group]
+    binding.save(update_fields=["consumer_groups"])
+
+    html = client_as("viewer").get(f"/reconcile/keys/{binding.name}/T-1/").content.decode()
+
+    assert f"group {group} committed {o_first + 1}, past {p_first}@{o_first}" in html
+    assert f"group {group} committed {o_again}, not yet past {p_again}@{o_again}" in html
+    assert "committed offsets now" in html

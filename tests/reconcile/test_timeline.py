@@ -143,3 +143,35 @@ def test_the_key_index_places_the_record_or_marks_it_lost() -> None:
     unreadable = Timeline("tickets", "4711")
     unreadable.add_key_memory(None, "state.json is unreadable", "tickets")
     assert unreadable.steps["in-topic"].state == "unknown"
+
+
+def test_it_says_where_each_group_stands_now_against_each_record() -> None:
+    records = [
+        SimpleNamespace(partition=0, offset=5, aborted=False),
+        SimpleNamespace(partition=1, offset=7, aborted=False),
+        SimpleNamespace(partition=1, offset=9, aborted=True),  # only in an aborted transaction
+    ]
+    timeline = Timeline("tickets", "4711")
+    timeline.add_committed(records, {"processor": {0: 6, 1: 7}}, {})
+    step = timeline.steps["committed"]
+    assert step.state == "pending"
+    assert step.details == ["group processor committed 6, past 0@5", "group processor committed 7, not yet past 1@7"]
+
+    past = Timeline("tickets", "4711")
+    past.add_committed(
+        records[:1],
+        {"processor": {0: 6}, "audit": {}},
+        {"billing": "its committed offsets could not be read: timed out"},
+    )
+    assert past.steps["committed"].state == "pending"
+    assert past.steps["committed"].details == [
+        "group billing: its committed offsets could not be read: timed out",
+        "group audit has committed nothing on partition 0",
+        "group processor committed 6, past 0@5",
+    ]
+
+
+def test_it_marks_the_commit_step_ok_when_every_group_is_past_every_record() -> None:
+    timeline = Timeline("tickets", "4711")
+    timeline.add_committed([SimpleNamespace(partition=2, offset=8812, aborted=False)], {"processor": {2: 8900}}, {})
+    assert timeline.steps["committed"].state == "ok"
