@@ -130,6 +130,21 @@ class Timeline:
         elif created is not None:
             self.steps[CREATED].note(OK, "", "findings", at=created)
 
+    def add_row_status(self, rules: Iterable[Any], columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+        """The source row's status read now against each stuck rule of the binding: a status the
+        rule does not call stuck means the consumer's update reached the row."""
+        if len(rows) != 1:
+            return  # no row, or several: which one was updated cannot be told
+        for rule in rules:
+            if rule.status_column not in columns:
+                continue
+            status = rows[0][list(columns).index(rule.status_column)]
+            source = f"source row ({rule.name})"
+            if status in rule.stuck_values:
+                self.steps[UPDATED].note(PENDING, f"{rule.status_column} is still {status}", source)
+            else:
+                self.steps[UPDATED].note(OK, f"{rule.status_column} is {status}, not a stuck value", source)
+
     def add_records(self, records: Iterable[Any], topic: str) -> None:
         """Records of the key read from the topic now (key page lookup)."""
         for record in records:

@@ -436,6 +436,7 @@ def key_timeline(
     """The key's delivery timeline from everything the key page read (see auditor/reconcile/timeline.py)."""
     timeline = Timeline(binding=binding.name, key=key)
     timeline.add_source_row(source.created, source.columns, source.rows)
+    timeline.add_row_status(binding.stuck_rules.all(), source.columns, source.rows)
     timeline.add_records(lookup.records, binding.topic)
     if lookup.error:
         timeline.steps[IN_TOPIC].note(UNKNOWN, f"the topic could not be read: {lookup.error}", "topic read")

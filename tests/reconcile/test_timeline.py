@@ -175,3 +175,18 @@ def test_it_marks_the_commit_step_ok_when_every_group_is_past_every_record() -> 
     timeline = Timeline("tickets", "4711")
     timeline.add_committed([SimpleNamespace(partition=2, offset=8812, aborted=False)], {"processor": {2: 8900}}, {})
     assert timeline.steps["committed"].state == "ok"
+
+
+def test_it_reads_the_row_update_from_the_status_a_stuck_rule_watches() -> None:
+    rule = SimpleNamespace(name="tickets-new", status_column="status", stuck_values=["NEW", "RETRY"])
+    done = Timeline("tickets", "4711")
+    done.add_row_status([rule], ["id", "status"], [["4711", "DONE"]])
+    assert (done.steps["updated"].state, done.steps["updated"].details) == ("ok", ["status is DONE, not a stuck value"])
+
+    waiting = Timeline("tickets", "4711")
+    waiting.add_row_status([rule], ["id", "status"], [["4711", "RETRY"]])
+    assert (waiting.steps["updated"].state, waiting.steps["updated"].details) == ("pending", ["status is still RETRY"])
+
+    several = Timeline("tickets", "4711")
+    several.add_row_status([rule], ["id", "status"], [["4711", "DONE"], ["4711", "NEW"]])
+    assert several.steps["updated"].state == "unknown"
