@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from importlib import import_module
 from typing import Any
 
-from django.apps import apps
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.urls import URLPattern, path
-from django.utils.module_loading import module_has_submodule
 from django.views.decorators.csrf import csrf_exempt
 
 import auditor.api.endpoints  # noqa: F401 - registers the core endpoints
@@ -30,16 +29,27 @@ MAX_BODY_BYTES = 1_000_000
 _discovered = False
 
 
-def discover() -> None:
-    """Import ``auditor/<app>/api.py`` of every installed auditor app (once), as Django's admin does.
+# The apps' endpoint modules, listed here rather than found by file existence: a renamed or
+# broken module fails loudly instead of its endpoints silently disappearing.
+API_MODULES = (
+    "auditor.alerts.api",
+    "auditor.canary.api",
+    "auditor.lint.api",
+    "auditor.reconcile.api",
+    "auditor.reports.api",
+    "auditor.status.api",
+    "auditor.stuck.api",
+)
 
-    The core endpoints (auditor/api/endpoints.py) are imported with this module."""
+
+def discover() -> None:
+    """Import the apps' endpoint modules (once); the core endpoints (auditor/api/endpoints.py)
+    are imported with this module."""
     global _discovered
     if _discovered:
         return
-    for config in apps.get_app_configs():
-        if config.name.startswith("auditor.") and module_has_submodule(config.module, "api"):
-            __import__(f"{config.name}.api")
+    for name in API_MODULES:
+        import_module(name)
     _discovered = True
 
 

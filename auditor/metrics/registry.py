@@ -44,10 +44,8 @@ from functools import cache
 from importlib import import_module
 from typing import Literal
 
-from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
-from django.utils.module_loading import module_has_submodule
 
 log = logging.getLogger(__name__)
 
@@ -99,18 +97,21 @@ class Family:
     label_keys: set[tuple[tuple[str, str], ...]] = field(default_factory=set)
 
 
+# The apps' collectors, listed here rather than found by file existence: a renamed or broken
+# module fails loudly instead of its metrics silently disappearing.
+COLLECTOR_APPS = ("canary", "lint", "reconcile", "stuck")
+
+
 @cache
 def discovered_collectors() -> dict[str, Collector]:
-    """``{app label: collect}`` of every installed auditor app with a metrics module."""
+    """``{app label: collect}`` of the apps in COLLECTOR_APPS."""
     found: dict[str, Collector] = {}
-    for config in apps.get_app_configs():
-        if not config.name.startswith("auditor.") or not module_has_submodule(config.module, "metrics"):
-            continue
-        module = import_module(f"{config.name}.metrics")
+    for label in COLLECTOR_APPS:
+        module = import_module(f"auditor.{label}.metrics")
         collect = getattr(module, "collect", None)
         if not callable(collect):
-            raise ImproperlyConfigured(f"{config.name}.metrics must define collect() yielding Sample objects")
-        found[config.label] = collect
+            raise ImproperlyConfigured(f"auditor.{label}.metrics must define collect() yielding Sample objects")
+        found[label] = collect
     return found
 
 
