@@ -42,8 +42,11 @@ from spark_jobs.common import build_spark_session
 from spark_jobs.kafka_options import java_kafka_options
 from spark_jobs.reconcile_transform import (
     KAFKA_RAW_SCHEMA,
+    audit_seq,
+    audit_session,
     record_key_expression,
     transform_consumer_ledger,
+    transform_producer_failures,
     transform_producer_ledger,
 )
 
@@ -105,19 +108,14 @@ def transform_key_hits(keyed: DataFrame, keys: DataFrame) -> DataFrame:
     return keyed.join(F.broadcast(flagged), "key", "left").withColumn("_hit", F.coalesce("_hit", F.lit(False)))
 
 
-def _header(name: str) -> Column:
-    matches = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
-    return F.get(matches, 0)["value"].cast("string")
-
-
 def transform_partition_summary(hits: DataFrame) -> DataFrame:
     """Per partition: records read, records with a key, and the matching records."""
     match = F.struct(
         "key",
         "offset",
         F.unix_millis("timestamp").alias("ts_ms"),
-        _header("audit-pid").alias("session"),
-        _header("audit-seq").try_cast("long").alias("seq"),
+        audit_session().alias("session"),
+        audit_seq().alias("seq"),
     )
     return hits.groupBy("partition").agg(
         F.count("*").alias("n"),
@@ -212,8 +210,8 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
             "partition",
             "offset",
             F.unix_millis("timestamp").alias("ts"),
-            _header("audit-pid").alias("session"),
-            _header("audit-seq").try_cast("long").alias("seq"),
+            audit_session().alias("session"),
+            audit_seq().alias("seq"),
         ]
         for row in hits.select(*columns).collect():
             if (row["partition"], row["offset"]) in committed_positions:
@@ -228,9 +226,9 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     result["ledger_entries_for_topic"] = 0
     ledger = request.get("producer_ledger")
     if ledger and _has_records(ledger):
-        entries, _ = transform_producer_ledger(
-            extract_range(spark, request, ledger["topic"], _ranges(ledger["ranges"]), "read_uncommitted"), topic
-        )
+        raw_ledger = extract_range(spark, request, ledger["topic"], _ranges(ledger["ranges"]), "read_uncommitted")
+        entries, _ = transform_producer_ledger(raw_ledger, topic)
+        entries = entries.unionByName(transform_producer_failures(raw_ledger, topic))
         entry = F.struct("audit_id", "session", "seq", "status", "partition", "offset", "error", "persisted", "ts_ms")
         row = (
             transform_ledger_hits(entries, keys)
