@@ -237,6 +237,19 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         )
         result["ledger_entries_for_topic"] = row["n"]
         result["ledger_entries"] = [list(e) for e in row["hits"]]
+        # v2 range records name no keys: the latest instant they say records were produced.
+        latest = (
+            raw_ledger.select(
+                F.from_json(
+                    F.col("value").cast("string"), "type string, topic string, entries array<array<string>>"
+                ).alias("m")
+            )
+            .where((F.col("m.type") == "ranges") & (F.col("m.topic") == topic))
+            .select(F.explode("m.entries").alias("e"))
+            .agg(F.max(F.get(F.col("e"), 4).try_cast("long")).alias("to_ms"))
+            .collect()[0]["to_ms"]
+        )
+        result["unattributed_to_ms"] = latest
     lap("producer_ledger")
 
     # The consumer ledger: marks of the binding's groups at the records found or acked.

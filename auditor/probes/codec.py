@@ -15,10 +15,13 @@ from typing import Any, Literal
 
 from auditor.probes.config import mask_config
 
-# What the probes write (v2: range records); readers accept every version in LEDGER_VERSIONS.
-LEDGER_VERSION = 2
+# `v` is the version of a record's shape: the record types of contract version 1 (batch,
+# processed, session-start, session-end, clients) keep v=1, also when v2 probes write them;
+# the types v2 added (ranges, failures, processed-ranges) carry v=2. Readers accept both.
+LEDGER_VERSION = 1
+LEDGER_V2 = 2
 LEDGER_VERSIONS = (1, 2)
-CLIENT_RECORD_VERSION = 1  # the _audit.clients record did not change in v2
+CLIENT_RECORD_VERSION = LEDGER_VERSION
 ACKED = "acked"
 FAILED = "failed"
 # Sent with acks=0: the broker never confirms, so the record may or may not be in the log.
@@ -272,15 +275,15 @@ def consumer_batch_header(sid: str, group: str | None) -> dict[str, Any]:
 
 
 def producer_ranges_header(pid: str, client_id: str | None, topic: str) -> dict[str, Any]:
-    return {"v": LEDGER_VERSION, "type": "ranges", "pid": pid, "client_id": client_id, "topic": topic}
+    return {"v": LEDGER_V2, "type": "ranges", "pid": pid, "client_id": client_id, "topic": topic}
 
 
 def producer_failures_header(pid: str, client_id: str | None, topic: str) -> dict[str, Any]:
-    return {"v": LEDGER_VERSION, "type": "failures", "pid": pid, "client_id": client_id, "topic": topic}
+    return {"v": LEDGER_V2, "type": "failures", "pid": pid, "client_id": client_id, "topic": topic}
 
 
 def processed_ranges_header(sid: str, group: str | None) -> dict[str, Any]:
-    return {"v": LEDGER_VERSION, "type": "processed-ranges", "sid": sid, "group": group}
+    return {"v": LEDGER_V2, "type": "processed-ranges", "sid": sid, "group": group}
 
 
 def encode_producer_batch(

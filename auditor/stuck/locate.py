@@ -31,8 +31,16 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from auditor.probes.codec import ConsumerBatch, ProducerBatch, decode_ledger_record, delivery_status
-from auditor.probes.headers import AUDIT_PID, AUDIT_SEQ
+from auditor.probes.codec import (
+    ConsumerBatch,
+    ProcessedRanges,
+    ProducerBatch,
+    ProducerFailures,
+    ProducerRanges,
+    decode_ledger_record,
+    delivery_status,
+)
+from auditor.probes.headers import audit_position
 from auditor.probes.message import record_headers, record_position  # read_ranges() yields records only
 from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark, RecordState
 from auditor.stuck.kafka_view import ReadPlan, client_settings
@@ -58,6 +66,9 @@ class LocateResult:
     keyed_records: int = 0
     ledger_entries: dict[str, list[LedgerEntry]] = field(default_factory=dict)
     ledger_entries_for_topic: int = 0
+    # v2 ledgers resolve sequences in ranges that name no keys: the latest instant such a
+    # range says records were produced (None: no v2 range for the topic).
+    unattributed_to_ms: int | None = None
     marks: dict[tuple[str, int, int], ProcessedMark] = field(default_factory=dict)
     group_marks: dict[str, int] = field(default_factory=dict)
     max_mark_below_low: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -71,6 +82,7 @@ class LocateResult:
             records_scanned=int(data["records_scanned"]),
             keyed_records=int(data["keyed_records"]),
             ledger_entries_for_topic=int(data["ledger_entries_for_topic"]),
+            unattributed_to_ms=data.get("unattributed_to_ms"),
             group_marks={str(g): int(n) for g, n in data["group_marks"].items()},
             engine="spark",
             timings=dict(data.get("timings") or {}),
@@ -301,13 +313,6 @@ def record_key_of(msg: Message, spec: RecordKeySpec) -> str | None:
     return found if isinstance(found, str) else json.dumps(found, separators=(",", ":"))
 
 
-def _audit_header(msg: Message, name: str) -> str | None:
-    for header, value in record_headers(msg):
-        if header == name and value is not None:
-            return value.decode("utf-8", "replace")
-    return None
-
-
 def _timestamp(msg: Message) -> int | None:
     kind, value = msg.timestamp()
     return value if kind != 0 and value >= 0 else None
@@ -322,10 +327,9 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
         key = record_key_of(msg, spec) if key is None else key
         if key is None or key not in keys:
             return None
-        seq_text = _audit_header(msg, AUDIT_SEQ)
-        seq = int(seq_text) if seq_text and seq_text.isdigit() else None
+        session, seq = audit_position(record_headers(msg))  # either contract version
         _topic, partition, offset = record_position(msg)
-        return LocatedRecord(key, partition, offset, _timestamp(msg), state, _audit_header(msg, AUDIT_PID), seq)
+        return LocatedRecord(key, partition, offset, _timestamp(msg), state, session, seq)
 
     committed_positions: set[tuple[int, int]] = set()
     counts: dict[int, int] = {}
@@ -395,6 +399,20 @@ def _locate_producer_ledger(
     keys = set(request.keys)
     for msg in read_ranges(bootstrap, config, ledger.topic, ledger.ranges):
         record = decode_ledger_record(msg.value())
+        if isinstance(record, ProducerRanges) and record.topic == request.plan.topic:
+            result.ledger_entries_for_topic += sum(r.last - r.first + 1 for r in record.ranges)
+            latest = max(r.to_ms for r in record.ranges)
+            result.unattributed_to_ms = max(result.unattributed_to_ms or 0, latest)
+            continue
+        if isinstance(record, ProducerFailures) and record.topic == request.plan.topic:
+            for f in record.entries:
+                if f.audit_id is not None and f.audit_id in keys:
+                    result.ledger_entries.setdefault(f.audit_id, []).append(
+                        LedgerEntry(
+                            f.audit_id, record.pid, f.first, "failed", f.partition, -1, f.error, f.persisted, f.ts_ms
+                        )
+                    )
+            continue
         if not isinstance(record, ProducerBatch) or record.topic != request.plan.topic:
             continue
         result.ledger_entries_for_topic += len(record.entries)
@@ -433,6 +451,9 @@ def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str]
     positions = mark_positions(result)
     for msg in read_ranges(bootstrap, config, ledger.topic, ledger.ranges):
         record = decode_ledger_record(msg.value())
+        if isinstance(record, ProcessedRanges) and record.group in groups:
+            _range_marks(record, topic, lows, positions, result)
+            continue
         if not isinstance(record, ConsumerBatch) or record.group not in groups:
             continue
         group = record.group
@@ -448,6 +469,32 @@ def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str]
                 if current is None or e.ts_ms < (current.ts_ms or 0):
                     result.marks[(group, e.partition, e.offset)] = ProcessedMark(
                         group, e.partition, e.offset, record.sid, e.ts_ms
+                    )
+
+
+def _range_marks(
+    record: ProcessedRanges,
+    topic: str,
+    lows: dict[int, int],
+    positions: set[tuple[int, int]],
+    result: LocateResult,
+) -> None:
+    """v2 marks: ranges of consecutive processed offsets, read like one mark per offset."""
+    group = str(record.group)
+    for r in record.ranges:
+        if r.topic != topic:
+            continue
+        result.group_marks[group] = result.group_marks.get(group, 0) + r.last - r.first + 1
+        low = lows.get(r.partition, 0)
+        if r.first < low:
+            key = (group, r.partition)
+            result.max_mark_below_low[key] = max(result.max_mark_below_low.get(key, -1), min(r.last, low - 1))
+        for partition, offset in positions:
+            if partition == r.partition and r.first <= offset <= r.last:
+                current = result.marks.get((group, partition, offset))
+                if current is None or r.first_ms < (current.ts_ms or 0):
+                    result.marks[(group, partition, offset)] = ProcessedMark(
+                        group, partition, offset, record.sid, r.first_ms
                     )
 
 
