@@ -149,9 +149,7 @@ class AuditedConsumer:
         self._marks = self._ledger.stream(
             processed_ranges_header(self.session_id, self.group), self._observe_ranges, self._to_ranges
         )
-        # The hot path is the buffer's own append (no Python frame per mark): the writer
-        # drains it every ledger_flush_interval_s, and commit()/flush_ledger()/close() now.
-        self.mark_processed = self._marks.append
+        self._batch_size = ledger_batch_size
         self._ledger.write(
             encode_session_start("consumer", self.session_id, self.client_id, now_ms, self.host, self.group)
         )
@@ -171,9 +169,13 @@ class AuditedConsumer:
         self._ledger.set_checkpoint(self._session_end)
 
     # --- processed marks -------------------------------------------------------------------
-    def mark_processed(self, msg: Message) -> None:  # replaced per instance by the buffer's append
+    def mark_processed(self, msg: Message) -> None:
         """Record that the application finished processing ``msg`` (a record, not an event)."""
-        self._marks.append(msg)
+        marks = self._marks
+        marks.append(msg)
+        if len(marks) >= self._batch_size:
+            # Bounded batches: holding a second of Message objects costs more than draining.
+            self._ledger.flush_entries()
 
     def processing(self, msg: Message) -> _Processing:
         """Context manager: marks ``msg`` processed when the block exits without an exception."""
