@@ -108,6 +108,42 @@ def transform_key_hits(keyed: DataFrame, keys: DataFrame) -> DataFrame:
     return keyed.join(F.broadcast(flagged), "key", "left").withColumn("_hit", F.coalesce("_hit", F.lit(False)))
 
 
+def transform_unattributed(raw_ledger: DataFrame, topic: str, seen: DataFrame) -> DataFrame:
+    """One row, `to_ms`: the latest end of a v2 range of `topic` holding a sequence absent from
+    `seen` (session, seq of the records read), in a session with more absent sequences than
+    not-persisted failure reports (each of those is one certainly absent record); null when none.
+    The rule of auditor.stuck.locate.unattributed_until."""
+    parsed = raw_ledger.select(
+        F.from_json(
+            F.col("value").cast("string"), "type string, pid string, topic string, entries array<array<string>>"
+        ).alias("m")
+    ).where(F.col("m.topic") == topic)
+    ranges = (
+        parsed.where(F.col("m.type") == "ranges")
+        .select(F.col("m.pid").alias("session"), F.explode("m.entries").alias("e"))
+        .select(
+            "session",
+            F.get(F.col("e"), 4).try_cast("long").alias("to_ms"),
+            F.explode(F.sequence(F.get(F.col("e"), 0).try_cast("long"), F.get(F.col("e"), 1).try_cast("long"))).alias(
+                "seq"
+            ),
+        )
+    )
+    absent = ranges.join(seen.where(F.col("session").isNotNull()).distinct(), ["session", "seq"], "left_anti")
+    per_session = absent.groupBy("session").agg(F.count_distinct("seq").alias("absent"), F.max("to_ms").alias("to_ms"))
+    failures = (
+        parsed.where(F.col("m.type") == "failures")
+        .select(F.col("m.pid").alias("session"), F.explode("m.entries").alias("e"))
+        .where(F.get(F.col("e"), 4) == F.lit("not"))
+        .groupBy("session")
+        .agg(F.count("*").alias("failed"))
+    )
+    unexplained = per_session.join(failures, "session", "left").where(
+        F.col("absent") > F.coalesce(F.col("failed"), F.lit(0))
+    )
+    return unexplained.agg(F.max("to_ms").alias("to_ms"))
+
+
 def transform_partition_summary(hits: DataFrame) -> DataFrame:
     """Per partition: records read, records with a key, and the matching records."""
     match = F.struct(
@@ -202,9 +238,10 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
             again[p] = (starts[p], high)
         elif stable < high:
             again[p] = (stable, high)
+    uncommitted: DataFrame | None = None
     if again:
-        raw = extract_range(spark, request, topic, again, "read_uncommitted")
-        hits = transform_key_hits(transform_keyed(raw, spec), keys).where("_hit")
+        uncommitted = extract_range(spark, request, topic, again, "read_uncommitted")
+        hits = transform_key_hits(transform_keyed(uncommitted, spec), keys).where("_hit")
         columns: list[Column | str] = [
             "key",
             "partition",
@@ -237,19 +274,12 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         )
         result["ledger_entries_for_topic"] = row["n"]
         result["ledger_entries"] = [list(e) for e in row["hits"]]
-        # v2 range records name no keys: the latest instant they say records were produced.
-        latest = (
-            raw_ledger.select(
-                F.from_json(
-                    F.col("value").cast("string"), "type string, topic string, entries array<array<string>>"
-                ).alias("m")
-            )
-            .where((F.col("m.type") == "ranges") & (F.col("m.topic") == topic))
-            .select(F.explode("m.entries").alias("e"))
-            .agg(F.max(F.get(F.col("e"), 4).try_cast("long")).alias("to_ms"))
-            .collect()[0]["to_ms"]
-        )
-        result["unattributed_to_ms"] = latest
+        # v2 range records name no keys: the latest instant a range holding a sequence absent
+        # from the topic (and not explained by failure reports) says records were produced.
+        seen = raw.select(audit_session().alias("session"), audit_seq().alias("seq"))
+        if uncommitted is not None:
+            seen = seen.unionByName(uncommitted.select(audit_session().alias("session"), audit_seq().alias("seq")))
+        result["unattributed_to_ms"] = transform_unattributed(raw_ledger, topic, seen).collect()[0]["to_ms"]
     lap("producer_ledger")
 
     # The consumer ledger: marks of the binding's groups at the records found or acked.

@@ -32,15 +32,17 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from auditor.probes.codec import (
+    NOT_PERSISTED,
     ConsumerBatch,
     ProcessedRanges,
     ProducerBatch,
     ProducerFailures,
     ProducerRanges,
+    SeqRange,
     decode_ledger_record,
     delivery_status,
 )
-from auditor.probes.headers import audit_position
+from auditor.probes.headers import AUDIT, AUDIT_V2, AUDIT_V2_SIZE, AUDIT_VERSION, audit_position
 from auditor.probes.message import record_headers, record_position  # read_ranges() yields records only
 from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark, RecordState
 from auditor.stuck.kafka_view import ReadPlan, client_settings
@@ -66,9 +68,13 @@ class LocateResult:
     keyed_records: int = 0
     ledger_entries: dict[str, list[LedgerEntry]] = field(default_factory=dict)
     ledger_entries_for_topic: int = 0
-    # v2 ledgers resolve sequences in ranges that name no keys: the latest instant such a
-    # range says records were produced (None: no v2 range for the topic).
+    # v2 ledgers resolve sequences in ranges that name no keys: the latest instant a range
+    # with sequences absent from the topic (and not explained by failures) says records were
+    # produced; None when there is none. The Spark engine does not check presence: for it,
+    # every range counts.
     unattributed_to_ms: int | None = None
+    # python engine: per v2 session, the sequences found in the topic
+    v2_seen: dict[str, set[int]] = field(default_factory=dict)
     marks: dict[tuple[str, int, int], ProcessedMark] = field(default_factory=dict)
     group_marks: dict[str, int] = field(default_factory=dict)
     max_mark_below_low: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -335,7 +341,9 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
     counts: dict[int, int] = {}
     starts = {p: request.start(s) for p, s in plan.partitions.items()}
     committed_ranges = {p: (starts[p], s.stable) for p, s in plan.partitions.items()}
+    seen = result.v2_seen
     for msg in read_ranges(bootstrap, config, plan.topic, committed_ranges, "read_committed"):
+        _note_v2(msg, seen)
         partition = record_position(msg)[1]
         counts[partition] = counts.get(partition, 0) + 1
         result.records_scanned += 1
@@ -350,6 +358,39 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
     _locate_uncommitted(
         plan.partitions, starts, counts, committed_positions, match, bootstrap, config, plan.topic, result
     )
+
+
+def _note_v2(msg: Message, seen: dict[str, set[int]]) -> None:
+    """Remember the (session, seq) of a record with a valid version-2 header."""
+    for name, value in record_headers(msg):
+        if name == AUDIT:
+            if value is not None and len(value) >= AUDIT_V2_SIZE and value[0] == AUDIT_VERSION:
+                _, session, seq, _ = AUDIT_V2.unpack_from(value)
+                seen.setdefault(session.hex(), set()).add(seq)
+            return
+
+
+def unattributed_until(
+    ranges: dict[str, list[SeqRange]], failures: dict[str, int], seen: dict[str, set[int]]
+) -> int | None:
+    """The latest ``to_ms`` of a v2 range holding a sequence absent from the topic that no
+    failure explains; None when every such sequence is accounted for.
+
+    A failure report that says not persisted is one record of its session that is certainly
+    absent: a session whose absent sequences are no more than those failures is explained.
+    """
+    latest: int | None = None
+    for session, session_ranges in ranges.items():
+        found = seen.get(session, set())
+        absent: set[int] = set()
+        for r in session_ranges:
+            absent.update(s for s in range(r.first, r.last + 1) if s not in found)
+        if len(absent) <= failures.get(session, 0):
+            continue
+        for r in session_ranges:
+            if any(s in absent for s in range(r.first, r.last + 1)):
+                latest = r.to_ms if latest is None else max(latest, r.to_ms)
+    return latest
 
 
 def uncommitted_ranges(
@@ -384,6 +425,7 @@ def _locate_uncommitted(
         _topic, partition, offset = record_position(msg)
         if (partition, offset) in committed_positions:
             continue
+        _note_v2(msg, result.v2_seen)
         state = "open" if offset >= partitions[partition].stable else "aborted"
         found = match(msg, state)
         if found is not None:
@@ -397,14 +439,18 @@ def _locate_producer_ledger(
     if ledger is None:
         return
     keys = set(request.keys)
+    ranges: dict[str, list[SeqRange]] = {}
+    failures: dict[str, int] = {}
     for msg in read_ranges(bootstrap, config, ledger.topic, ledger.ranges):
         record = decode_ledger_record(msg.value())
         if isinstance(record, ProducerRanges) and record.topic == request.plan.topic:
             result.ledger_entries_for_topic += sum(r.last - r.first + 1 for r in record.ranges)
-            latest = max(r.to_ms for r in record.ranges)
-            result.unattributed_to_ms = max(result.unattributed_to_ms or 0, latest)
+            ranges.setdefault(record.pid, []).extend(record.ranges)
             continue
         if isinstance(record, ProducerFailures) and record.topic == request.plan.topic:
+            failures[record.pid] = failures.get(record.pid, 0) + sum(
+                1 for f in record.entries if f.persisted == NOT_PERSISTED
+            )
             for f in record.entries:
                 if f.audit_id is not None and f.audit_id in keys:
                     result.ledger_entries.setdefault(f.audit_id, []).append(
@@ -431,6 +477,7 @@ def _locate_producer_ledger(
                         e.ts_ms,
                     )
                 )
+    result.unattributed_to_ms = unattributed_until(ranges, failures, result.v2_seen)
 
 
 def mark_positions(result: LocateResult) -> set[tuple[int, int]]:

@@ -116,3 +116,20 @@ def test_it_says_when_there_is_no_source_row_and_no_record(client_as, keyed) -> 
     html = client_as("viewer").get(f"/reconcile/keys/{binding.name}/T-404/").content.decode()
     assert 'id="source-none"' in html and "No record of this key found." in html
     assert record_rows(html) == []
+
+
+def test_it_reads_the_packed_audit_header_of_contract_version_2(client_as, keyed, kafka_bootstrap: str) -> None:
+    from auditor.probes import AuditedProducer
+
+    binding = keyed["binding"]
+    producer = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap}, ledger_topic=binding.topic, clients_topic=binding.topic
+    )
+    producer.produce(binding.topic, json.dumps({"ticket_id": "T-1"}).encode(), b"T-1", partition=0)
+    assert producer.flush(30) == 0
+    producer.close(30)
+
+    html = client_as("viewer").get(f"/reconcile/keys/{binding.name}/T-1/").content.decode()
+
+    assert len(record_rows(html)) == 3
+    assert f"audit: v2 session={producer.session_id} seq=0 ts=" in html
