@@ -17,7 +17,7 @@ assign(). Arms run interleaved (plain/floor/audited/otel, twice) against the sam
 
 The OpenTelemetry arm is benchmark-only, never a runtime dependency of the auditor:
 
-    .venv/bin/pip install opentelemetry-sdk opentelemetry-instrumentation-confluent-kafka
+    .venv/bin/pip install -r requirements-bench.txt   # opentelemetry-sdk, opentelemetry-instrumentation-confluent-kafka
 
 Without it the arm is skipped with a message and ``otel_added_cpu_ratio`` is ``n/a``.
 Each run also prints the process CPU per message (all threads, librdkafka's included),
@@ -180,7 +180,8 @@ def otel_producer_factory() -> Callable[[dict[str, Any]], Any] | None:
     except ImportError as exc:
         print(
             f"otel arm skipped: {exc.name or exc} is not installed; for it run "
-            "`.venv/bin/pip install opentelemetry-sdk opentelemetry-instrumentation-confluent-kafka` "
+            "`.venv/bin/pip install -r requirements-bench.txt` (opentelemetry-sdk and "
+            "opentelemetry-instrumentation-confluent-kafka) "
             "(benchmark-only, not an auditor dependency)"
         )
         return None

@@ -14,10 +14,10 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from itertools import groupby
-from operator import itemgetter
+from itertools import groupby, repeat
+from operator import add, lshift, sub
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition, libversion
 
@@ -33,35 +33,42 @@ from auditor.probes.topics import CLIENTS_TOPIC, CONSUMER_LEDGER_TOPIC
 from auditor.probes.writer import LedgerWriter
 
 _time_ns = time.time_ns
-_topic_partition = itemgetter(0, 1)
+# Offsets stay far below 2**62 and partitions below 2**20 (Kafka allows far fewer): a shift
+# of 62 keeps "partition, offset - index" one exact integer.
+_PARTITION_SHIFT = 62
 
 
 def offset_ranges(messages: list[Message], first_ms: int, last_ms: int) -> list[ProcessedRangeRow]:
     """Consecutive offsets of one partition, in marking order, as ledger range rows.
 
-    A mark that does not extend the current run (another partition, a gap, a seek back)
-    starts a new one, so marking the same offset twice gives two ranges (reprocessing
+    A mark that does not extend the current run (another partition or topic, a gap, a seek
+    back) starts a new one, so marking the same offset twice gives two ranges (reprocessing
     stays visible). Error events are skipped: they are not records.
     """
     if any(map(Message.error, messages)):
         messages = [msg for msg in messages if msg.error() is None]
-    marks = zip(
-        map(Message.topic, messages), map(Message.partition, messages), map(Message.offset, messages), strict=True
-    )
+    if not messages:
+        return []
+    # casts: a record (not an event) always has its topic, partition and offset.
+    topics = cast(list[str], list(map(Message.topic, messages)))
+    partitions = cast(list[int], list(map(Message.partition, messages)))
+    offsets = cast(list[int], list(map(Message.offset, messages)))
+    if topics.count(topics[0]) != len(topics):
+        # Several topics in one batch: number them, so a change of topic breaks a run too.
+        numbers: dict[str, int] = {}
+        partitions = [numbers.setdefault(t, len(numbers)) << 20 | p for t, p in zip(topics, partitions, strict=True)]
+    # Within a run, partition and offset - index are both constant: one C-level pass finds
+    # the runs (no Python frame per mark).
+    runs = map(add, map(lshift, partitions, repeat(_PARTITION_SHIFT)), map(sub, offsets, range(len(offsets))))
     rows: list[ProcessedRangeRow] = []
-    for (topic, partition), group in groupby(marks, _topic_partition):
-        offsets = [mark[2] for mark in group]
-        start = offsets[0]
-        if offsets[-1] - start == len(offsets) - 1 and offsets == list(range(start, start + len(offsets))):
-            rows.append((topic, partition, start, offsets[-1], first_ms, last_ms))
-            continue
-        previous = start
-        for offset in offsets[1:]:
-            if offset != previous + 1:
-                rows.append((topic, partition, start, previous, first_ms, last_ms))
-                start = offset
-            previous = offset
-        rows.append((topic, partition, start, previous, first_ms, last_ms))
+    index = 0
+    for _, run in groupby(runs):
+        length = len(list(run))
+        end = index + length - 1
+        rows.append(
+            (topics[index], cast(int, messages[index].partition()), offsets[index], offsets[end], first_ms, last_ms)
+        )
+        index = end + 1
     return rows
 
 

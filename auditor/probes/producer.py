@@ -115,6 +115,11 @@ def _timeout_args(timeout: float | None) -> tuple[float, ...]:
     return () if timeout is None else (timeout,)
 
 
+def _returning_zero(call: Callable[..., None], *args: float) -> int:
+    call(*args)
+    return 0
+
+
 class _TopicStream:
     """One topic of one session: the sequence counter and what is resolved of it."""
 
@@ -514,12 +519,12 @@ class AuditedProducer:
         self._producer.begin_transaction()
 
     def commit_transaction(self, timeout: float | None = None) -> None:
-        self._serve(lambda *args: self._producer.commit_transaction(*args) or 0, *_timeout_args(timeout))
+        self._serve(partial(_returning_zero, self._producer.commit_transaction), *_timeout_args(timeout))
         self._resolve(boundary=True)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         # Aborted records were acked (and are filtered by read_committed readers), as in v1.
-        self._serve(lambda *args: self._producer.abort_transaction(*args) or 0, *_timeout_args(timeout))
+        self._serve(partial(_returning_zero, self._producer.abort_transaction), *_timeout_args(timeout))
         self._resolve(boundary=True)
 
     def send_offsets_to_transaction(
