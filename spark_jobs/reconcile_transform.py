@@ -255,6 +255,9 @@ def _range_anti(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value:
     return _range_join(df, intervals, keys, value, "left_anti")
 
 
+range_anti = _range_anti  # for other jobs (stuck_locate)
+
+
 def _range_semi(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
     """Rows of df whose `value` lies in some interval [start, end] of the same keys."""
     return _range_join(df, intervals, keys, value, "left_semi")

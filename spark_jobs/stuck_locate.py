@@ -44,6 +44,7 @@ from spark_jobs.reconcile_transform import (
     KAFKA_RAW_SCHEMA,
     audit_seq,
     audit_session,
+    range_anti,
     record_key_expression,
     transform_consumer_ledger,
     transform_producer_failures,
@@ -108,9 +109,12 @@ def transform_key_hits(keyed: DataFrame, keys: DataFrame) -> DataFrame:
     return keyed.join(F.broadcast(flagged), "key", "left").withColumn("_hit", F.coalesce("_hit", F.lit(False)))
 
 
-def transform_unattributed(raw_ledger: DataFrame, topic: str, seen: DataFrame) -> DataFrame:
+def transform_unattributed(
+    raw_ledger: DataFrame, topic: str, seen: DataFrame, seen_intervals: DataFrame | None = None
+) -> DataFrame:
     """One row, `to_ms`: the latest end of a v2 range of `topic` holding a sequence absent from
-    `seen` (session, seq of the records read), in a session with more absent sequences than
+    `seen` (session, seq of the records read) and from `seen_intervals` (session, start, end:
+    what reconciliation runs read below where this read started), in a session with more absent sequences than
     not-persisted failure reports (each of those is one certainly absent record); null when none.
     The rule of auditor.stuck.locate.unattributed_until."""
     parsed = raw_ledger.select(
@@ -130,6 +134,8 @@ def transform_unattributed(raw_ledger: DataFrame, topic: str, seen: DataFrame) -
         )
     )
     absent = ranges.join(seen.where(F.col("session").isNotNull()).distinct(), ["session", "seq"], "left_anti")
+    if seen_intervals is not None:
+        absent = range_anti(absent, seen_intervals, ["session"], "seq")
     per_session = absent.groupBy("session").agg(F.count_distinct("seq").alias("absent"), F.max("to_ms").alias("to_ms"))
     failures = (
         parsed.where(F.col("m.type") == "failures")
@@ -279,7 +285,9 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         seen = raw.select(audit_session().alias("session"), audit_seq().alias("seq"))
         if uncommitted is not None:
             seen = seen.unionByName(uncommitted.select(audit_session().alias("session"), audit_seq().alias("seq")))
-        result["unattributed_to_ms"] = transform_unattributed(raw_ledger, topic, seen).collect()[0]["to_ms"]
+        spans = request.get("seen_intervals") or []
+        intervals = spark.createDataFrame(spans, "session string, start long, end long") if spans else None
+        result["unattributed_to_ms"] = transform_unattributed(raw_ledger, topic, seen, intervals).collect()[0]["to_ms"]
     lap("producer_ledger")
 
     # The consumer ledger: marks of the binding's groups at the records found or acked.

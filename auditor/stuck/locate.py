@@ -122,6 +122,9 @@ class LocateRequest:
     # The keys' records below those starts, as the index knows them: the engines count them
     # found (their processed marks are read too).
     known: dict[str, list[LocatedRecord]] = field(default_factory=dict)
+    # Per producer session, the sequences reconciliation runs read below those starts (its
+    # seq coverage): records found in the topic then, for the v2 presence check.
+    seen_intervals: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     def start(self, state: PartitionState) -> int:
         return min(max(self.starts.get(state.partition, state.low), state.low), state.stable)
@@ -155,6 +158,9 @@ class LocateRequest:
             ],
             "producer_ledger": ledger(self.plan.producer_ledger),
             "consumer_ledger": ledger(self.plan.consumer_ledger),
+            "seen_intervals": [
+                [session, start, end] for session, spans in self.seen_intervals.items() for start, end in spans
+            ],
         }
         if keys_path is None:
             data["keys"] = self.keys
@@ -371,10 +377,14 @@ def _note_v2(msg: Message, seen: dict[str, set[int]]) -> None:
 
 
 def unattributed_until(
-    ranges: dict[str, list[SeqRange]], failures: dict[str, int], seen: dict[str, set[int]]
+    ranges: dict[str, list[SeqRange]],
+    failures: dict[str, int],
+    seen: dict[str, set[int]],
+    seen_intervals: dict[str, list[tuple[int, int]]] | None = None,
 ) -> int | None:
-    """The latest ``to_ms`` of a v2 range holding a sequence absent from the topic that no
-    failure explains; None when every such sequence is accounted for.
+    """The latest ``to_ms`` of a v2 range holding a sequence absent from the topic (not read
+    now, nor in ``seen_intervals``: what reconciliation runs read) that no failure explains;
+    None when every such sequence is accounted for.
 
     A failure report that says not persisted is one record of its session that is certainly
     absent: a session whose absent sequences are no more than those failures is explained.
@@ -382,9 +392,14 @@ def unattributed_until(
     latest: int | None = None
     for session, session_ranges in ranges.items():
         found = seen.get(session, set())
+        spans = (seen_intervals or {}).get(session, [])
         absent: set[int] = set()
         for r in session_ranges:
-            absent.update(s for s in range(r.first, r.last + 1) if s not in found)
+            absent.update(
+                s
+                for s in range(r.first, r.last + 1)
+                if s not in found and not any(start <= s <= end for start, end in spans)
+            )
         if len(absent) <= failures.get(session, 0):
             continue
         for r in session_ranges:
@@ -477,7 +492,7 @@ def _locate_producer_ledger(
                         e.ts_ms,
                     )
                 )
-    result.unattributed_to_ms = unattributed_until(ranges, failures, result.v2_seen)
+    result.unattributed_to_ms = unattributed_until(ranges, failures, result.v2_seen, request.seen_intervals)
 
 
 def mark_positions(result: LocateResult) -> set[tuple[int, int]]:

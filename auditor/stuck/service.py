@@ -210,6 +210,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
             groups,
             starts=indexed.starts,
             known=indexed.records,
+            seen_intervals=indexed.seq_coverage,
         )
         try:
             located = locate(request, options.engine, options.spark)

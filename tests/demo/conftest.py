@@ -160,12 +160,13 @@ def make_pipeline(
 ) -> Iterator[Callable[..., DemoPipeline]]:
     made: list[DemoPipeline] = []
 
-    def make(partitions: int = 1) -> DemoPipeline:
+    def make(partitions: int = 1, contract: int = 2) -> DemoPipeline:
         probes = ProbeTopics(
             producer_ledger=make_topic("demo-pledger"),
             consumer_ledger=make_topic("demo-cledger"),
             clients=make_topic("demo-clients"),
             ledger_flush_interval_s=0.2,
+            contract=contract,
         )
         pipeline = DemoPipeline(
             bootstrap=kafka_bootstrap,
@@ -194,5 +195,11 @@ def make_pipeline(
 
 
 @pytest.fixture
-def pipeline(make_pipeline: Callable[..., DemoPipeline]) -> DemoPipeline:
-    return make_pipeline()
+def contract() -> int:
+    """The record contract the pipeline's probes write; tests parametrize it to prove both."""
+    return 2
+
+
+@pytest.fixture
+def pipeline(make_pipeline: Callable[..., DemoPipeline], contract: int) -> DemoPipeline:
+    return make_pipeline(contract=contract)

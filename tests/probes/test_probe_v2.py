@@ -185,3 +185,49 @@ def test_it_ledgers_processed_offset_ranges_and_reads_v1_and_v2_records(
         for offset in range(r.first, r.last + 1)
     }
     assert marked == set(polled)
+
+
+def test_it_summarizes_v2_ledgers_and_finds_their_gaps_beside_v1_ones() -> None:
+    from auditor.probes import (
+        SeenRecord,
+        find_reprocessed,
+        find_sequence_gaps,
+        processed_offsets,
+        summarize_producer_ledger,
+    )
+    from auditor.probes.codec import (
+        LEDGER_V2,
+        FailureEntry,
+        OffsetRange,
+        ProducerBatch,
+        ProducerEntry,
+        SeqRange,
+        SessionEnd,
+    )
+
+    v2 = "2" * 32
+    records = [
+        ProducerRanges(v2, "app", "t", (SeqRange(0, 9, "unconfirmed", 1, 9),)),  # the tail, then resolved:
+        ProducerRanges(v2, "app", "t", (SeqRange(0, 5, "acked", 1, 5), SeqRange(6, 7, "unconfirmed", 1, 9))),
+        ProducerFailures(v2, "app", "t", (FailureEntry(6, 9, 0, "too large", "not", "k7", 9),)),
+        SessionEnd("producer", v2, 10, {"t": 9}),  # 8..9 never resolved: a crash
+        ProducerBatch("1" * 32, "app", "t", (ProducerEntry(0, "acked", 0, 40, None, "persisted", "a", 1),)),
+    ]
+    sessions = summarize_producer_ledger(records)
+    ledger = sessions[v2].topics["t"]
+    assert sorted(ledger.acked_ranges) == list(range(6)) and sorted(ledger.sent) == [6, 7, 8, 9]
+    assert [f.audit_id for f in ledger.failures] == ["k7"] and sessions[v2].last_seq("t") == 9
+    seen = [SeenRecord(v2, "t", seq) for seq in (0, 1, 2, 3, 5, 8)]
+    gaps = find_sequence_gaps(seen, sessions)
+    assert [(g.pid, g.first, g.last, g.reason) for g in gaps] == [
+        ("1" * 32, 0, 0, "acked-not-seen"),
+        (v2, 4, 4, "acked-not-seen"),
+        (v2, 6, 7, "unconfirmed-not-seen"),
+        (v2, 9, 9, "unconfirmed-not-seen"),
+    ]
+    marks = [
+        ProcessedRanges("c", "g", (OffsetRange("t", 0, 0, 4, 1, 2), OffsetRange("t", 0, 3, 3, 2, 2))),
+    ]
+    assert processed_offsets(marks, "g") == {("t", 0, o) for o in range(5)}
+    assert [(r.offset, r.times) for r in find_reprocessed(marks)] == [(3, 2)]
+    assert LEDGER_V2 == 2

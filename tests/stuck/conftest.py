@@ -70,9 +70,22 @@ def make_rule(
 
 
 @pytest.fixture
-def stuck(db: None, pipeline: DemoPipeline, settings: Any, tmp_path: Any) -> StuckSetup:  # noqa: F811 - the demo's fixture
+def contract() -> int:
+    """The record contract the pipeline's probes write; tests parametrize it to prove both."""
+    return 2
+
+
+@pytest.fixture
+def stuck(
+    db: None,
+    make_pipeline: Callable[..., DemoPipeline],  # noqa: F811 - the demo's fixture
+    contract: int,
+    settings: Any,
+    tmp_path: Any,
+) -> StuckSetup:
     settings.RECONCILE_STATE_DIR = str(tmp_path / "reconcile-state")
-    return StuckSetup(pipeline, make_rule(pipeline))
+    created = make_pipeline(contract=contract)
+    return StuckSetup(created, make_rule(created))
 
 
 @pytest.fixture
@@ -84,8 +97,8 @@ def make_stuck(
 ) -> Callable[..., StuckSetup]:
     settings.RECONCILE_STATE_DIR = str(tmp_path / "reconcile-state")
 
-    def make(partitions: int = 1, **rule_options: Any) -> StuckSetup:
-        created = make_pipeline(partitions=partitions)
+    def make(partitions: int = 1, contract: int = 2, **rule_options: Any) -> StuckSetup:
+        created = make_pipeline(partitions=partitions, contract=contract)
         return StuckSetup(created, make_rule(created, **rule_options))
 
     return make
