@@ -626,7 +626,7 @@ def test_it_reconciles_records_of_both_contract_versions_from_real_probes(
 
     assert result["status"] == "ok", result["error"]
     assert result["counts"]["records_without_headers"] == 0 and result["counts"]["records_malformed_headers"] == 0
-    found = sorted((f["kind"], f["key"], f["cause"], f["session"], f["seq"]) for f in result["findings"])
+    found = sorted(((f["kind"], f["key"], f["cause"], f["session"], f["seq"]) for f in result["findings"]), key=repr)
     assert found == sorted(
         [
             ("missing", "4", None, None, None),
@@ -634,5 +634,6 @@ def test_it_reconciles_records_of_both_contract_versions_from_real_probes(
             # v1: the failure names its sequence; v2: its window is unconfirmed, never acked.
             ("gap", "4", "send-failed", old.session_id, 3),
             ("gap", None, "send-unconfirmed", new.session_id, 3),
-        ]
+        ],
+        key=repr,
     )
