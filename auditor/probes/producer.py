@@ -238,41 +238,58 @@ class AuditedProducer:
             topic=clients_topic,
         )
         self._ledger.set_before_flush(self._background_resolve)
+        self.produce = self._make_produce()
 
     # --- the hot path --------------------------------------------------------------------
-    def produce(
-        self,
-        topic: str,
-        value: Any = None,
-        key: Any = None,
-        partition: int = -1,
-        on_delivery: DeliveryCallback | None = None,
-        timestamp: int = 0,
-        headers: UserHeaders = None,
-        *,
-        callback: DeliveryCallback | None = None,
-    ) -> None:
-        """Same contract as ``confluent_kafka.Producer.produce``, plus the ``audit`` header."""
-        if headers or on_delivery or callback or self._key_fn:
-            self._produce_with_options(topic, value, key, partition, on_delivery or callback, timestamp, headers)
-            return
-        # The common call, kept to the fewest steps: one time read, one lock, one pack.
-        ts_ms = _time_ns() // 1_000_000
-        with self._seq_lock:
-            stream = self._topics.get(topic) or self._new_topic(topic)
-            seq = stream.next_seq
-            # Positional on purpose (keywords cost ~0.5 us per call): slot 5 is `callback`.
-            self._inner_produce(
-                topic,
-                value,
-                key,
-                partition,
-                None,
-                None,
-                timestamp,
-                [(AUDIT, _pack(2, self._session_bytes, seq, ts_ms))],
-            )
-            stream.next_seq = seq + 1
+    # produce(topic, value=None, key=None, partition=-1, on_delivery=None, timestamp=0,
+    # headers=None, *, callback=None): the same contract as confluent_kafka.Producer.produce,
+    # plus the `audit` header. A closure bound per instance (see _make_produce).
+    produce: Callable[..., None]
+
+    def _make_produce(self) -> Callable[..., None]:
+        # Everything the common call needs is a closure variable: each attribute lookup on
+        # self would cost more than the lookup itself is worth on this path.
+        get_stream = self._topics.get
+        new_topic = self._new_topic
+        acquire = self._lock_acquire
+        release = self._lock_release
+        inner_produce = self._inner_produce
+        with_options = self._produce_with_options
+        key_fn = self._key_fn
+        session = self._session_bytes
+        pack = _pack
+        time_ns = _time_ns
+        name = AUDIT
+
+        def produce(
+            topic: str,
+            value: Any = None,
+            key: Any = None,
+            partition: int = -1,
+            on_delivery: DeliveryCallback | None = None,
+            timestamp: int = 0,
+            headers: UserHeaders = None,
+            *,
+            callback: DeliveryCallback | None = None,
+        ) -> None:
+            """Same contract as ``confluent_kafka.Producer.produce``, plus the ``audit`` header."""
+            if headers or on_delivery or callback or key_fn:
+                with_options(topic, value, key, partition, on_delivery or callback, timestamp, headers)
+                return
+            ts_ms = time_ns() // 1_000_000
+            acquire()
+            try:
+                stream = get_stream(topic) or new_topic(topic)
+                seq = stream.next_seq
+                # Positional on purpose (keywords cost ~0.5 us per call): slot 5 is `callback`.
+                inner_produce(
+                    topic, value, key, partition, None, None, timestamp, [(name, pack(2, session, seq, ts_ms))]
+                )
+                stream.next_seq = seq + 1
+            finally:
+                release()
+
+        return produce
 
     def _produce_with_options(
         self,
