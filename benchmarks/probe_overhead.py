@@ -1,21 +1,32 @@
-"""Throughput cost of the audit probes against plain confluent-kafka clients.
+"""Throughput cost of the audit probes against plain confluent-kafka clients, a floor
+and OpenTelemetry's confluent-kafka instrumentation.
 
-Producer: AuditedProducer vs Producer, same config, same loop (produce; on a full
-queue poll and retry; flush at the end, which for the audited arm includes writing
-and acking its ledger). Consumer: AuditedConsumer (poll + mark_processed per
-message, ledger flushed at the end) vs Consumer (poll), both reading the same
-audited records from the beginning with assign(). Arms run interleaved
-(A/B/A/B...) against the same broker; the ratios are audited/plain medians.
+Producer arms, same config, same loop (produce; on a full queue poll and retry; flush at
+the end, which for the audited arm includes resolving and acking its ledger):
+- plain: ``Producer``;
+- floor: the plain client plus one header of the size the contract writes (33 bytes, fixed
+  value), no callback, no ledger: what any probe carrying the audit fields must pay;
+- audited: ``AuditedProducer`` (contract version 2);
+- otel: ``Producer`` instrumented by ``opentelemetry-instrumentation-confluent-kafka``
+  with the OpenTelemetry SDK and an exporter that drops every span (the peer's cost).
+Consumer: ``AuditedConsumer`` (poll + mark_processed per message, ledger flushed at the
+end) vs ``Consumer`` (poll), both reading the same audited records from the beginning with
+assign(). Arms run interleaved (plain/floor/audited/otel, twice) against the same broker.
 
-    .venv/bin/python benchmarks/probe_overhead.py --records 200000 [--floor] [--keys]
+    .venv/bin/python benchmarks/probe_overhead.py --records 300000 [--keys]
 
-Each run also prints the process CPU per message (all threads, librdkafka's
-included), steadier than msgs/s on a shared machine. ``--floor`` adds a producer
-arm with only what the contract forces on any Python probe (four headers and a
-per-message delivery callback) to show how much of the cost is confluent-kafka's.
-Payloads (and keys) are generated before timing; every producer run writes to a
-fresh topic that is deleted afterwards. The last line is always
-``ratio producer=<x> consumer=<y>``.
+The OpenTelemetry arm is benchmark-only, never a runtime dependency of the auditor:
+
+    .venv/bin/pip install -r requirements-bench.txt   # opentelemetry-sdk, opentelemetry-instrumentation-confluent-kafka
+
+Without it the arm is skipped with a message and ``otel_added_cpu_ratio`` is ``n/a``.
+Each run also prints the process CPU per message (all threads, librdkafka's included),
+steadier than msgs/s on a shared machine. Payloads (and keys) are generated before timing;
+every producer run writes to a fresh topic (replication factor 1 unless told otherwise)
+that is deleted afterwards. The last line is always
+``ratio producer=<audited/plain> consumer=<audited/plain> producer_vs_floor=<audited/floor>
+otel_added_cpu_ratio=<(audited-plain)/(otel-plain) CPU per message>`` (throughput ratios
+for the first three).
 """
 
 from __future__ import annotations
@@ -28,7 +39,6 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from auditor.probes import AuditedConsumer, AuditedProducer
+from auditor.probes import AUDIT, AuditedConsumer, AuditedProducer, pack_audit_header
 
 
 def parse_args() -> argparse.Namespace:
@@ -47,11 +57,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--value-size", type=int, default=100, help="payload bytes (default 100)")
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--keys", action="store_true", help="give every record a key (else audit ids are UUIDs)")
-    parser.add_argument(
-        "--floor",
-        action="store_true",
-        help="add an arm with only the contract's headers and a per-message delivery callback",
-    )
+    parser.add_argument("--replication-factor", type=int, default=1, help="of the benchmark topics (default 1)")
     parser.add_argument(
         "--bootstrap",
         default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"),
@@ -66,13 +72,16 @@ def parse_args() -> argparse.Namespace:
 
 
 class Topics:
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, replication_factor: int) -> None:
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.rf = replication_factor
         self.created: list[str] = []
 
     def create(self, prefix: str, partitions: int) -> str:
         name = f"bench-{prefix}-{uuid.uuid4().hex[:8]}"
-        self.admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=-1)])[name].result(30)
+        self.admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=self.rf)])[name].result(
+            30
+        )
         deadline = time.monotonic() + 30
         while name not in self.admin.list_topics(timeout=5).topics:
             if time.monotonic() > deadline:
@@ -143,30 +152,52 @@ def consume_all(consumer: Any, topic: str, partitions: int, count: int, mark: bo
     return time.perf_counter() - started
 
 
-class ContractFloorProducer:
-    """What any Python probe pays for the contract on confluent-kafka before its own
-    logic: the four audit headers (fixed values) and a per-message delivery callback
-    that records one tuple. Shown with --floor, never part of the final ratio."""
+class FloorProducer:
+    """The physical floor of a probe: the plain client plus one header as large as the
+    contract's (fixed value), no callback, no ledger."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         self._producer = Producer(config)
-        self._headers = [("audit-id", b"0" * 32), ("audit-pid", b"0" * 32), ("audit-seq", b"1234567"),
-                         ("audit-ts", b"1700000000000")]  # fmt: skip
-        self.acks: list[tuple[int, int, int]] = []
-        self._seq = 0
-
-    def _on_delivery(self, seq: int, err: Any, msg: Any) -> None:
-        self.acks.append((seq, msg.partition(), msg.offset()))
+        self._headers = [(AUDIT, pack_audit_header(uuid.uuid4().bytes, 1234567, 1700000000000))]
 
     def produce(self, topic: str, value: bytes, key: bytes | None = None) -> None:
-        self._producer.produce(topic, value, key, -1, partial(self._on_delivery, self._seq), None, 0, self._headers)
-        self._seq += 1
+        self._producer.produce(topic, value, key, -1, None, None, 0, self._headers)
 
     def poll(self, timeout: float) -> int:
         return self._producer.poll(timeout)
 
     def flush(self, timeout: float) -> int:
         return self._producer.flush(timeout)
+
+
+def otel_producer_factory() -> Callable[[dict[str, Any]], Any] | None:
+    """A factory of instrumented producers, or None (with the reason printed) when the
+    OpenTelemetry packages are not installed."""
+    try:
+        from opentelemetry.instrumentation.confluent_kafka import ConfluentKafkaInstrumentor
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+    except ImportError as exc:
+        print(
+            f"otel arm skipped: {exc.name or exc} is not installed; for it run "
+            "`.venv/bin/pip install -r requirements-bench.txt` (opentelemetry-sdk and "
+            "opentelemetry-instrumentation-confluent-kafka) "
+            "(benchmark-only, not an auditor dependency)"
+        )
+        return None
+
+    class DropSpans(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(DropSpans()))
+    instrumentor = ConfluentKafkaInstrumentor()
+
+    def make(config: dict[str, Any]) -> Any:
+        return instrumentor.instrument_producer(Producer(config), tracer_provider=provider)
+
+    return make
 
 
 def cpu_seconds() -> float:
@@ -186,7 +217,7 @@ def report(results: dict[str, list[float]], cpu: dict[str, list[float]], arm: st
 
 def main() -> int:
     args = parse_args()
-    topics = Topics(args.bootstrap)
+    topics = Topics(args.bootstrap, args.replication_factor)
     ledger = {
         "ledger_topic": topics.create("ledger", 1),
         "clients_topic": topics.create("clients", 1),
@@ -197,13 +228,18 @@ def main() -> int:
     producer_config = {"bootstrap.servers": args.bootstrap, "linger.ms": 5}
     producer_arms: dict[str, Callable[[], Any]] = {
         "plain producer": lambda: Producer(producer_config),
+        "floor producer": lambda: FloorProducer(producer_config),
         "audited producer": lambda: AuditedProducer(producer_config, **ledger),
     }
-    if args.floor:
-        producer_arms["floor producer"] = lambda: ContractFloorProducer(producer_config)
+    make_otel = otel_producer_factory()
+    if make_otel is not None:
+        producer_arms["otel producer"] = lambda: make_otel(producer_config)
     results: dict[str, list[float]] = defaultdict(list)
     cpu: dict[str, list[float]] = defaultdict(list)
-    print(f"records={args.records} value_size={args.value_size} partitions={args.partitions} keys={args.keys}")
+    print(
+        f"records={args.records} value_size={args.value_size} partitions={args.partitions} keys={args.keys} "
+        f"replication_factor={args.replication_factor}"
+    )
     try:
         for round_no in range(args.rounds):
             for arm, make in producer_arms.items():
@@ -214,6 +250,7 @@ def main() -> int:
                 used_cpu = cpu_seconds() - cpu_before
                 if isinstance(client, AuditedProducer):
                     client.close()
+                del client  # an instrumented producer would otherwise outlive its topic
                 topics.delete([topic])  # keeps the broker's disk use to one run's worth
                 report(results, cpu, arm, round_no, args.records, elapsed, used_cpu)
 
@@ -239,14 +276,23 @@ def main() -> int:
         topics.delete_all()
 
     medians = {arm: statistics.median(rates) for arm, rates in results.items()}
+    cpu_medians = {arm: statistics.median(values) for arm, values in cpu.items()}
+    print("| arm | CPU per message | throughput |")
+    print("|---|---|---|")
     for arm, rate in medians.items():
-        print(f"median {arm}: {rate:,.0f} msgs/s, process CPU {statistics.median(cpu[arm]):.2f} us/msg")
-    if args.floor:
-        floor_ratio = medians["floor producer"] / medians["plain producer"]
-        print(f"floor producer/plain producer: {floor_ratio:.3f} (headers + per-message callback, no probe logic)")
+        print(f"| {arm} | {cpu_medians[arm]:.2f} us | {rate:,.0f} msgs/s |")
     producer_ratio = medians["audited producer"] / medians["plain producer"]
     consumer_ratio = medians["audited consumer"] / medians["plain consumer"]
-    print(f"ratio producer={producer_ratio:.3f} consumer={consumer_ratio:.3f}")
+    floor_ratio = medians["audited producer"] / medians["floor producer"]
+    otel_ratio = "n/a"
+    if "otel producer" in cpu_medians:
+        added = cpu_medians["audited producer"] - cpu_medians["plain producer"]
+        otel_added = cpu_medians["otel producer"] - cpu_medians["plain producer"]
+        otel_ratio = f"{added / otel_added:.3f}" if otel_added > 0 else "n/a"
+    print(
+        f"ratio producer={producer_ratio:.3f} consumer={consumer_ratio:.3f} producer_vs_floor={floor_ratio:.3f} "
+        f"otel_added_cpu_ratio={otel_ratio}"
+    )
     return 0
 
 

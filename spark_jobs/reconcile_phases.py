@@ -368,7 +368,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
             find_missing(s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"]),
             find_duplicates(s["duplicates"]),
             find_orphans(s["orphan_candidates"], plan.cutoff),
-            find_gaps(s["seq_coverage"], s["ledger_open"], s["ledger_bounds"], watermarks),
+            find_gaps(s["seq_coverage"], s["ledger_open"], s["ledger_bounds"], watermarks, inputs.unverifiable_until),
             find_aborted(s["aborted"]),
             find_unprocessed(s["unprocessed_candidates"], inputs.committed, s["processed_coverage"]),
             find_reprocessed(s["reprocessed"]),

@@ -153,6 +153,9 @@ FINDING_SCHEMA = StructType(
         StructField("evidence", StringType()),
     ]
 )
+# Ledger statuses of v2 range records, one per sequence (auditor.probes.codec).
+ACKED_RANGE = "acked-range"
+SENT = "sent"
 FINDING_KINDS = ("missing", "duplicate", "orphan", "gap", "aborted", "unprocessed", "reprocessed")
 # Not a finding kind: a run count of source rows that could not be checked (unverifiable_rows).
 UNVERIFIABLE = "unverifiable"
@@ -252,6 +255,9 @@ def _range_anti(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value:
     return _range_join(df, intervals, keys, value, "left_anti")
 
 
+range_anti = _range_anti  # for other jobs (stuck_locate)
+
+
 def _range_semi(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
     """Rows of df whose `value` lies in some interval [start, end] of the same keys."""
     return _range_join(df, intervals, keys, value, "left_semi")
@@ -324,11 +330,51 @@ def _header_values(name: str) -> Column:
     return F.transform(matches, lambda h: h["value"].cast("string"))
 
 
+# Contract version 2: one binary `audit` header (auditor.probes.headers.AUDIT_V2: a version
+# byte 2, the session's 16 bytes, seq and produce time as unsigned 64-bit big-endian).
+AUDIT_V2_HEADER = "audit"
+AUDIT_V2_SIZE = 33
+
+
+def _audit_v2_values() -> Column:
+    matches = F.filter(F.coalesce(F.col("headers"), F.array()), lambda h: h["key"] == F.lit(AUDIT_V2_HEADER))
+    return F.transform(matches, lambda h: h["value"])
+
+
+def _audit_v2_first() -> Column:
+    return F.get(_audit_v2_values(), 0)
+
+
+def _audit_v2_valid() -> Column:
+    value = _audit_v2_first()
+    return (
+        (F.size(F.array_distinct(_audit_v2_values())) == 1)
+        & (F.length(value) >= AUDIT_V2_SIZE)
+        & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x02")))
+    )
+
+
+def audit_session() -> Column:
+    """The producer session of a record: from a valid `audit` header (v2), else `audit-pid`."""
+    v2 = F.lower(F.hex(F.substring(_audit_v2_first(), 2, 16)))
+    return F.when(F.size(_audit_v2_values()) > 0, F.when(_audit_v2_valid(), v2)).otherwise(_header("audit-pid"))
+
+
+def audit_seq() -> Column:
+    """The record's sequence: from a valid `audit` header (v2), else `audit-seq` (long or null)."""
+    v2 = F.conv(F.hex(F.substring(_audit_v2_first(), 18, 8)), 16, 10).try_cast("long")
+    return F.when(F.size(_audit_v2_values()) > 0, F.when(_audit_v2_valid(), v2)).otherwise(
+        _header("audit-seq").try_cast("long")
+    )
+
+
 def audit_header_status() -> Column:
-    """`ok`, `missing` (none of the audit headers) or `malformed` (some, but not a complete
-    decodable set), with the rules of auditor.probes.headers.parse_audit_headers: each of the
-    four present, repeated only with one value, audit-id non-empty, audit-pid 32 lowercase hex
-    digits, audit-seq and audit-ts decimal (audit-seq within a 64-bit integer)."""
+    """`ok`, `missing` (no audit header of either version) or `malformed`: an `audit` header
+    (v2) repeated with different values, shorter than 33 bytes or of another version; else (v1)
+    with the rules of auditor.probes.headers.parse_audit_headers: each of the four present,
+    repeated only with one value, audit-id non-empty, audit-pid 32 lowercase hex digits,
+    audit-seq and audit-ts decimal (audit-seq within a 64-bit integer)."""
+    v2_present = F.size(_audit_v2_values()) > 0
     values = {name: _header_values(name) for name in AUDIT_HEADERS}
     present = [F.size(v) > 0 for v in values.values()]
     single = [F.size(F.array_distinct(v)) == 1 for v in values.values()]
@@ -342,7 +388,10 @@ def audit_header_status() -> Column:
     none_present = ~_any(present)
     valid = F.coalesce(_all([*single, *decodable]), F.lit(False))
     return (
-        F.when(none_present, F.lit(HEADERS_MISSING)).when(valid, F.lit(HEADERS_OK)).otherwise(F.lit(HEADERS_MALFORMED))
+        F.when(v2_present, F.when(_audit_v2_valid(), F.lit(HEADERS_OK)).otherwise(F.lit(HEADERS_MALFORMED)))
+        .when(none_present, F.lit(HEADERS_MISSING))
+        .when(valid, F.lit(HEADERS_OK))
+        .otherwise(F.lit(HEADERS_MALFORMED))
     )
 
 
@@ -367,14 +416,13 @@ def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
     Undecodable audit headers still become nulls here (such a record is audited by key
     only), but they are counted, never silently dropped.
     """
-    seq = _header("audit-seq")
     return raw.select(
         record_key_expression(record_key).alias("key"),
         F.col("partition").cast("int").alias("partition"),
         F.col("offset").cast("long").alias("offset"),
         F.col("timestamp"),
-        _header("audit-pid").alias("session"),
-        seq.try_cast("long").alias("seq"),
+        audit_session().alias("session"),
+        audit_seq().alias("seq"),
         audit_header_status().alias("header_status"),
     )
 
@@ -436,6 +484,24 @@ def transform_producer_ledger(raw: DataFrame, topic: str) -> tuple[DataFrame, Da
     entries = entries.where(F.col("seq").isNotNull() & F.col("session").isNotNull()).withColumn(
         "status", _delivery_status(F.col("status"), F.col("offset"))
     )
+    # v2 range records, one entry per sequence: acked without a position (`acked-range`), or
+    # sent and never confirmed (`sent`: acks=0, or the unresolved tail a crash leaves).
+    ranges = parsed.where((F.col("type") == "ranges") & (F.col("topic") == topic)).select(
+        F.col("pid").alias("session"), F.explode("entries").alias("e")
+    )
+    ranged = ranges.select(
+        "session",
+        F.explode(F.sequence(F.get(F.col("e"), 0).try_cast("long"), F.get(F.col("e"), 1).try_cast("long"))).alias(
+            "seq"
+        ),
+        F.when(F.get(F.col("e"), 2) == F.lit("acked"), F.lit(ACKED_RANGE)).otherwise(F.lit(SENT)).alias("status"),
+        F.lit(-1).alias("partition"),
+        F.lit(-1).cast("long").alias("offset"),
+        F.get(F.col("e"), 3).try_cast("long").alias("ts_ms"),
+    )
+    entries = conform(entries, LEDGER_ENTRY_SCHEMA).unionByName(
+        conform(ranged.where(F.col("session").isNotNull() & F.col("seq").isNotNull()), LEDGER_ENTRY_SCHEMA)
+    )
     ends = parsed.where(F.col("type") == "session-end").select(
         F.col("pid").alias("session"), F.col("last_seq")[topic].alias("last_seq")
     )
@@ -446,6 +512,28 @@ def transform_producer_ledger(raw: DataFrame, topic: str) -> tuple[DataFrame, Da
         .agg(F.max("last_seq").alias("last_seq"))
     )
     return conform(entries, LEDGER_ENTRY_SCHEMA), conform(bounds, LEDGER_BOUND_SCHEMA)
+
+
+def transform_producer_failures(raw: DataFrame, topic: str) -> DataFrame:
+    """v2 failure records of `topic` → LEDGER_ENTRY_SCHEMA, status `failed`, keyed by audit_id.
+
+    A failure report names no sequence (confluent-kafka hands it without headers): `seq` is
+    the first of the window it may belong to, which the range records ledger unconfirmed.
+    For look-ups by key (stuck items), never for sequence gaps.
+    """
+    parsed = _parse_ledger(raw).where((F.col("type") == "failures") & (F.col("topic") == topic))
+    failures = parsed.select(F.col("pid").alias("session"), F.explode("entries").alias("e")).select(
+        "session",
+        F.get(F.col("e"), 0).try_cast("long").alias("seq"),
+        F.lit("failed").alias("status"),
+        F.get(F.col("e"), 2).try_cast("int").alias("partition"),
+        F.lit(-1).cast("long").alias("offset"),
+        F.get(F.col("e"), 3).alias("error"),
+        F.get(F.col("e"), 4).alias("persisted"),
+        F.get(F.col("e"), 5).alias("audit_id"),
+        F.get(F.col("e"), 6).try_cast("long").alias("ts_ms"),
+    )
+    return conform(failures, LEDGER_ENTRY_SCHEMA)
 
 
 def transform_consumer_ledger(raw: DataFrame, topic: str, groups: Iterable[str]) -> DataFrame:
@@ -460,7 +548,24 @@ def transform_consumer_ledger(raw: DataFrame, topic: str, groups: Iterable[str])
         F.get(F.col("e"), 3).alias("audit_id"),
         F.get(F.col("e"), 4).try_cast("long").alias("ts_ms"),
     )
-    return conform(entries.where((F.col("topic") == topic) & F.col("offset").isNotNull()), PROCESSED_SCHEMA)
+    marks = conform(entries.where((F.col("topic") == topic) & F.col("offset").isNotNull()), PROCESSED_SCHEMA)
+    # v2: ranges of consecutive offsets, one row per offset.
+    ranged = (
+        _parse_ledger(raw)
+        .where((F.col("type") == "processed-ranges") & F.col("group").isin(list(groups)))
+        .select("group", F.col("sid").alias("consumer_session"), F.explode("entries").alias("e"))
+        .where(F.get(F.col("e"), 0) == F.lit(topic))
+        .select(
+            "group",
+            "consumer_session",
+            F.get(F.col("e"), 1).try_cast("int").alias("partition"),
+            F.explode(F.sequence(F.get(F.col("e"), 2).try_cast("long"), F.get(F.col("e"), 3).try_cast("long"))).alias(
+                "offset"
+            ),
+            F.get(F.col("e"), 4).try_cast("long").alias("ts_ms"),
+        )
+    )
+    return marks.unionByName(conform(ranged.where(F.col("offset").isNotNull()), PROCESSED_SCHEMA))
 
 
 # ------------------------------------------------------------------ state updates ----
@@ -602,13 +707,17 @@ def transform_seq_coverage(old_coverage: DataFrame, records: DataFrame) -> DataF
 def transform_ledger_open(old_open: DataFrame, new_entries: DataFrame, coverage: DataFrame) -> DataFrame:
     """Ledger entries whose sequence is not (yet) in the topic: the only ones a gap needs.
 
-    One entry per (session, seq), the strongest: `acked` > `unconfirmed` > `failed`.
+    One entry per (session, seq), the strongest: `acked` > `unconfirmed` > `failed` (v1;
+    merged ledgers can disagree) > `acked-range` > `sent` (v2: a resolved range overrides the
+    unresolved tail written before it).
     """
     entries = conform(old_open, LEDGER_ENTRY_SCHEMA).unionByName(conform(new_entries, LEDGER_ENTRY_SCHEMA))
     rank = (
-        F.when(F.col("status") == "acked", 3)
-        .when(F.col("status") == "unconfirmed", 2)
-        .when(F.col("status") == "failed", 1)
+        F.when(F.col("status") == "acked", 5)
+        .when(F.col("status") == "unconfirmed", 4)
+        .when(F.col("status") == "failed", 3)
+        .when(F.col("status") == ACKED_RANGE, 2)
+        .when(F.col("status") == SENT, 1)
         .otherwise(0)
     )
     best = entries.groupBy("session", "seq").agg(F.max_by(F.struct(*entries.columns), rank).alias("e")).select("e.*")
@@ -822,7 +931,13 @@ def find_duplicates(duplicates: DataFrame) -> DataFrame:
     )
 
 
-def find_gaps(coverage: DataFrame, ledger_open: DataFrame, bounds: DataFrame, watermarks: DataFrame) -> DataFrame:
+def find_gaps(
+    coverage: DataFrame,
+    ledger_open: DataFrame,
+    bounds: DataFrame,
+    watermarks: DataFrame,
+    unverifiable_until: datetime | None = None,
+) -> DataFrame:
     """Holes in producer sessions' sequences up to each session's last ledgered seq.
 
     A hole seq with a `failed` ledger entry → send-failed; with an `acked` entry → broker-lost;
@@ -830,6 +945,12 @@ def find_gaps(coverage: DataFrame, ledger_open: DataFrame, bounds: DataFrame, wa
     send that may have been dropped, never broker-lost; no entry → never-sent, reported as one finding per contiguous range. An acked entry whose
     offset is below the partition's log start (expired by retention) or not yet read by this
     run (at or past `end`, e.g. in an open transaction) counts as present and is not reported.
+
+    v2 ranges: `acked-range` (acked, position unknown) → broker-lost, unless it may have been
+    produced before `unverifiable_until` (its range's `ts_ms`, the earliest produce time,
+    is not after it: possibly deleted before any run read it); `sent` → send-unconfirmed. A
+    range is ledgered only once resolved, after the ledger end this run read was taken and
+    so before the topic's end offsets were: a resolved record is below `end`.
     """
     marks = watermarks.select("partition", F.col("low").alias("_low"), F.col("end").alias("_end"))
     entries = (
@@ -841,7 +962,12 @@ def find_gaps(coverage: DataFrame, ledger_open: DataFrame, bounds: DataFrame, wa
     unverifiable = acked_at & (
         (F.col("offset") < F.coalesce(F.col("_low"), F.lit(0))) | (F.col("offset") >= F.col("_end"))
     )
-    explained = entries.where(F.col("status").isin("acked", "unconfirmed", "failed"))
+    if unverifiable_until is not None:
+        until_ms = int(unverifiable_until.timestamp() * 1000)
+        unverifiable = unverifiable | (
+            (F.col("status") == ACKED_RANGE) & (F.coalesce(F.col("ts_ms"), F.lit(0)) <= F.lit(until_ms))
+        )
+    explained = entries.where(F.col("status").isin("acked", "unconfirmed", "failed", ACKED_RANGE, SENT))
     reported = explained.where(~F.coalesce(unverifiable, F.lit(False)))
     ledger_evidence = F.struct(
         F.col("status"), F.col("partition"), F.col("offset"), F.col("error"), F.col("persisted"), F.col("ts_ms")
@@ -851,7 +977,7 @@ def find_gaps(coverage: DataFrame, ledger_open: DataFrame, bounds: DataFrame, wa
         "gap",
         key=F.col("audit_id"),
         cause=F.when(F.col("status") == "failed", F.lit("send-failed"))
-        .when(F.col("status") == "unconfirmed", F.lit("send-unconfirmed"))
+        .when(F.col("status").isin("unconfirmed", SENT), F.lit("send-unconfirmed"))
         .otherwise(F.lit("broker-lost")),
         partition=F.when(F.col("partition") >= 0, F.col("partition")),
         offset=F.when(F.col("offset") >= 0, F.col("offset")),

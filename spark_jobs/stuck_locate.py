@@ -42,8 +42,12 @@ from spark_jobs.common import build_spark_session
 from spark_jobs.kafka_options import java_kafka_options
 from spark_jobs.reconcile_transform import (
     KAFKA_RAW_SCHEMA,
+    audit_seq,
+    audit_session,
+    range_anti,
     record_key_expression,
     transform_consumer_ledger,
+    transform_producer_failures,
     transform_producer_ledger,
 )
 
@@ -110,9 +114,45 @@ def transform_key_hits(keyed: DataFrame, keys: DataFrame) -> DataFrame:
     return keyed.join(F.broadcast(flagged), "key", "left").withColumn("_hit", F.coalesce("_hit", F.lit(False)))
 
 
-def _header(name: str) -> Column:
-    matches = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
-    return F.get(matches, 0)["value"].cast("string")
+def transform_unattributed(
+    raw_ledger: DataFrame, topic: str, seen: DataFrame, seen_intervals: DataFrame | None = None
+) -> DataFrame:
+    """One row, `to_ms`: the latest end of a v2 range of `topic` holding a sequence absent from
+    `seen` (session, seq of the records read) and from `seen_intervals` (session, start, end:
+    what reconciliation runs read below where this read started), in a session with more absent sequences than
+    not-persisted failure reports (each of those is one certainly absent record); null when none.
+    The rule of auditor.stuck.locate.unattributed_until."""
+    parsed = raw_ledger.select(
+        F.from_json(
+            F.col("value").cast("string"), "type string, pid string, topic string, entries array<array<string>>"
+        ).alias("m")
+    ).where(F.col("m.topic") == topic)
+    ranges = (
+        parsed.where(F.col("m.type") == "ranges")
+        .select(F.col("m.pid").alias("session"), F.explode("m.entries").alias("e"))
+        .select(
+            "session",
+            F.get(F.col("e"), 4).try_cast("long").alias("to_ms"),
+            F.explode(F.sequence(F.get(F.col("e"), 0).try_cast("long"), F.get(F.col("e"), 1).try_cast("long"))).alias(
+                "seq"
+            ),
+        )
+    )
+    absent = ranges.join(seen.where(F.col("session").isNotNull()).distinct(), ["session", "seq"], "left_anti")
+    if seen_intervals is not None:
+        absent = range_anti(absent, seen_intervals, ["session"], "seq")
+    per_session = absent.groupBy("session").agg(F.count_distinct("seq").alias("absent"), F.max("to_ms").alias("to_ms"))
+    failures = (
+        parsed.where(F.col("m.type") == "failures")
+        .select(F.col("m.pid").alias("session"), F.explode("m.entries").alias("e"))
+        .where(F.get(F.col("e"), 4) == F.lit("not"))
+        .groupBy("session")
+        .agg(F.count("*").alias("failed"))
+    )
+    unexplained = per_session.join(failures, "session", "left").where(
+        F.col("absent") > F.coalesce(F.col("failed"), F.lit(0))
+    )
+    return unexplained.agg(F.max("to_ms").alias("to_ms"))
 
 
 def transform_partition_summary(hits: DataFrame) -> DataFrame:
@@ -121,8 +161,8 @@ def transform_partition_summary(hits: DataFrame) -> DataFrame:
         "key",
         "offset",
         F.unix_millis("timestamp").alias("ts_ms"),
-        _header("audit-pid").alias("session"),
-        _header("audit-seq").try_cast("long").alias("seq"),
+        audit_session().alias("session"),
+        audit_seq().alias("seq"),
     )
     return hits.groupBy("partition").agg(
         F.count("*").alias("n"),
@@ -209,16 +249,17 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
             again[p] = (starts[p], high)
         elif stable < high:
             again[p] = (stable, high)
+    uncommitted: DataFrame | None = None
     if again:
-        raw = extract_range(spark, request, topic, again, "read_uncommitted")
-        hits = transform_key_hits(transform_keyed(raw, spec), keys).where("_hit")
+        uncommitted = extract_range(spark, request, topic, again, "read_uncommitted")
+        hits = transform_key_hits(transform_keyed(uncommitted, spec), keys).where("_hit")
         columns: list[Column | str] = [
             "key",
             "partition",
             "offset",
             F.unix_millis("timestamp").alias("ts"),
-            _header("audit-pid").alias("session"),
-            _header("audit-seq").try_cast("long").alias("seq"),
+            audit_session().alias("session"),
+            audit_seq().alias("seq"),
         ]
         for row in hits.select(*columns).collect():
             if (row["partition"], row["offset"]) in committed_positions:
@@ -233,9 +274,9 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     result["ledger_entries_for_topic"] = 0
     ledger = request.get("producer_ledger")
     if ledger and _has_records(ledger):
-        entries, _ = transform_producer_ledger(
-            extract_range(spark, request, ledger["topic"], _ranges(ledger["ranges"]), "read_uncommitted"), topic
-        )
+        raw_ledger = extract_range(spark, request, ledger["topic"], _ranges(ledger["ranges"]), "read_uncommitted")
+        entries, _ = transform_producer_ledger(raw_ledger, topic)
+        entries = entries.unionByName(transform_producer_failures(raw_ledger, topic))
         entry = F.struct("audit_id", "session", "seq", "status", "partition", "offset", "error", "persisted", "ts_ms")
         row = (
             transform_ledger_hits(entries, keys)
@@ -244,6 +285,14 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         )
         result["ledger_entries_for_topic"] = row["n"]
         result["ledger_entries"] = [list(e) for e in row["hits"]]
+        # v2 range records name no keys: the latest instant a range holding a sequence absent
+        # from the topic (and not explained by failure reports) says records were produced.
+        seen = raw.select(audit_session().alias("session"), audit_seq().alias("seq"))
+        if uncommitted is not None:
+            seen = seen.unionByName(uncommitted.select(audit_session().alias("session"), audit_seq().alias("seq")))
+        spans = request.get("seen_intervals") or []
+        intervals = spark.createDataFrame(spans, "session string, start long, end long") if spans else None
+        result["unattributed_to_ms"] = transform_unattributed(raw_ledger, topic, seen, intervals).collect()[0]["to_ms"]
     lap("producer_ledger")
 
     # The consumer ledger: marks of the binding's groups at the records found or acked.

@@ -34,8 +34,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from auditor.demo.options import DeliveryMode, Faults, ProbeTopics
+from auditor.demo.producer import audited_producer
 from auditor.demo.store import ApplyOutcome, TicketStore
-from auditor.probes import AuditedConsumer, AuditedProducer
+from auditor.probes import AuditedConsumer, AuditedConsumerV1, AuditedProducer, AuditedProducerV1
 from auditor.probes.message import record_position  # _receive() keeps error events out
 
 logger = logging.getLogger(__name__)
@@ -165,13 +166,14 @@ class TicketConsumer:
         self.crash_exits_process = crash_exits_process
         probes = probe_topics or ProbeTopics()
         self.config = consumer_config(kafka_config, group, client_id, mode)
-        self._consumer = AuditedConsumer(
+        consumer_class = AuditedConsumerV1 if probes.contract == 1 else AuditedConsumer
+        self._consumer: AuditedConsumer | AuditedConsumerV1 = consumer_class(
             self.config,
             ledger_topic=probes.consumer_ledger,
             clients_topic=probes.clients,
             ledger_flush_interval_s=probes.ledger_flush_interval_s,
         )
-        self._producer: AuditedProducer | None = None
+        self._producer: AuditedProducer | AuditedProducerV1 | None = None
         if mode is DeliveryMode.TRANSACTIONAL:
             self.transactional_id = transactional_id or f"{group}.{topic}.0"
             producer_config = {
@@ -180,12 +182,7 @@ class TicketConsumer:
                 "linger.ms": 5,
                 **{k: v for k, v in kafka_config.items() if not k.startswith(("group.", "isolation."))},
             }
-            self._producer = AuditedProducer(
-                producer_config,
-                ledger_topic=probes.producer_ledger,
-                clients_topic=probes.clients,
-                ledger_flush_interval_s=probes.ledger_flush_interval_s,
-            )
+            self._producer = audited_producer(producer_config, probes)
             # Fences an earlier incarnation with the same transactional.id and
             # aborts the transaction it left open.
             self._producer.init_transactions(30)

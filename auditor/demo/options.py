@@ -145,3 +145,5 @@ class ProbeTopics:
     consumer_ledger: str = CONSUMER_LEDGER_TOPIC
     clients: str = CLIENTS_TOPIC
     ledger_flush_interval_s: float = 1.0
+    # The record contract the probes write (docs/contracts.md): 2, or 1 for the old format.
+    contract: int = 2

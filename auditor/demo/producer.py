@@ -22,7 +22,7 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from auditor.demo.options import Faults, ProbeTopics
 from auditor.demo.store import Ticket, TicketStore
-from auditor.probes import AuditedProducer
+from auditor.probes import AuditedProducer, AuditedProducerV1
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,19 @@ class ProducerStats:
 
 # Attempts at one ticket's transaction when the broker asks for an abort (e.g. a leader moved).
 _TRANSACTION_ATTEMPTS = 3
+
+
+def audited_producer(config: dict[str, Any], probes: ProbeTopics) -> AuditedProducer | AuditedProducerV1:
+    """The probe of the contract version asked for. The demo counts acks in its own delivery
+    callback, so a version-2 producer keeps success reports for it."""
+    options: dict[str, Any] = {
+        "ledger_topic": probes.producer_ledger,
+        "clients_topic": probes.clients,
+        "ledger_flush_interval_s": probes.ledger_flush_interval_s,
+    }
+    if probes.contract == 1:
+        return AuditedProducerV1(config, **options)
+    return AuditedProducer(config, delivery_reports="all", **options)
 
 
 def producer_config(
@@ -130,12 +143,7 @@ class TicketProducer:
             transactional_id = f"{client_id}.{topic}"
         self.transactional_id = transactional_id
         self.config = producer_config(kafka_config, self.faults, client_id, transactional_id)
-        self._producer = AuditedProducer(
-            self.config,
-            ledger_topic=probes.producer_ledger,
-            clients_topic=probes.clients,
-            ledger_flush_interval_s=probes.ledger_flush_interval_s,
-        )
+        self._producer = audited_producer(self.config, probes)
         if transactional_id is not None:
             # Fences an earlier instance with the same id and aborts the transaction it left open.
             self._producer.init_transactions(30)

@@ -8,11 +8,17 @@ from auditor.probes.codec import (
     ClientRecord,
     ConsumerBatch,
     ConsumerEntry,
+    FailureEntry,
     HeaderProblems,
     LedgerDecodeError,
     LedgerRecord,
+    OffsetRange,
+    ProcessedRanges,
     ProducerBatch,
     ProducerEntry,
+    ProducerFailures,
+    ProducerRanges,
+    SeqRange,
     SessionEnd,
     SessionStart,
     decode_ledger_record,
@@ -27,13 +33,17 @@ from auditor.probes.codec import (
 )
 from auditor.probes.config import mask_config
 from auditor.probes.consumer import AuditedConsumer
+from auditor.probes.consumer_v1 import AuditedConsumerV1
 from auditor.probes.headers import (
+    AUDIT,
     AUDIT_HEADER_NAMES,
     AUDIT_ID,
     AUDIT_PID,
     AUDIT_SEQ,
     AUDIT_TS,
     AuditHeaders,
+    decode_audit_header,
+    pack_audit_header,
     parse_audit_headers,
 )
 from auditor.probes.ledger import (
@@ -54,6 +64,7 @@ from auditor.probes.ledger import (
 )
 from auditor.probes.persistence import classify_persistence
 from auditor.probes.producer import AuditedProducer
+from auditor.probes.producer_v1 import AuditedProducerV1
 from auditor.probes.topics import (
     AUDIT_TOPICS,
     CLIENTS_TOPIC,
@@ -63,6 +74,7 @@ from auditor.probes.topics import (
 )
 
 __all__ = [
+    "AUDIT",
     "AUDIT_HEADER_NAMES",
     "AUDIT_ID",
     "AUDIT_PID",
@@ -74,25 +86,34 @@ __all__ = [
     "PRODUCER_LEDGER_TOPIC",
     "AuditHeaders",
     "AuditedConsumer",
+    "AuditedConsumerV1",
     "AuditedProducer",
+    "AuditedProducerV1",
     "ClientRecord",
     "ConsumerBatch",
     "ConsumerEntry",
     "ConsumerSession",
     "DuplicateSequence",
+    "FailureEntry",
     "HeaderProblems",
     "LedgerDecodeError",
     "LedgerRecord",
+    "OffsetRange",
+    "ProcessedRanges",
     "ProducerBatch",
     "ProducerEntry",
+    "ProducerFailures",
+    "ProducerRanges",
     "ProducerSession",
     "Reprocessed",
     "SeenRecord",
+    "SeqRange",
     "SequenceGap",
     "SessionEnd",
     "SessionStart",
     "TopicLedger",
     "classify_persistence",
+    "decode_audit_header",
     "decode_ledger_record",
     "decode_ledger_records",
     "delivery_status",
@@ -107,6 +128,7 @@ __all__ = [
     "find_reprocessed",
     "find_sequence_gaps",
     "mask_config",
+    "pack_audit_header",
     "parse_audit_headers",
     "processed_offsets",
     "seen_record_from_message",

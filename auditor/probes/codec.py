@@ -1,4 +1,4 @@
-"""Encode and decode the audit topics' records (docs/contracts.md, v1).
+"""Encode and decode the audit topics' records (docs/contracts.md, v1 and v2).
 
 Encoders take plain tuples (what the probes buffer on their hot paths) and
 return compact JSON bytes. ``decode_ledger_record`` turns any record of the
@@ -15,12 +15,24 @@ from typing import Any, Literal
 
 from auditor.probes.config import mask_config
 
+# `v` is the version of a record's shape: the record types of contract version 1 (batch,
+# processed, session-start, session-end, clients) keep v=1, also when v2 probes write them;
+# the types v2 added (ranges, failures, processed-ranges) carry v=2. Readers accept both.
 LEDGER_VERSION = 1
+LEDGER_V2 = 2
+LEDGER_VERSIONS = (1, 2)
+CLIENT_RECORD_VERSION = LEDGER_VERSION
 ACKED = "acked"
 FAILED = "failed"
 # Sent with acks=0: the broker never confirms, so the record may or may not be in the log.
 UNCONFIRMED = "unconfirmed"
 PRODUCER_STATUSES = (ACKED, FAILED, UNCONFIRMED)
+RANGE_STATUSES = (ACKED, UNCONFIRMED)
+# How readers name a sequence known from a v2 range record, once expanded per seq: broker
+# confirmed, position unknown (ACKED_RANGE); sent, never confirmed (SENT: acks=0, or the
+# unresolved tail a checkpoint wrote, which a crash leaves as it is).
+ACKED_RANGE = "acked-range"
+SENT = "sent"
 PERSISTED = "persisted"
 POSSIBLY_PERSISTED = "possibly"
 NOT_PERSISTED = "not"
@@ -38,6 +50,10 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode
 # consumer row: (topic, partition, offset, audit_id|None, ts_ms)
 ProducerRow = tuple[int, str, int, int, str | None, str, str | None, int]
 ConsumerRow = tuple[str, int, int, str | None, int]
+# v2 producer range row: (first_seq, last_seq, "acked"|"unconfirmed", from_ms, to_ms)
+RangeRow = tuple[int, int, str, int, int]
+# v2 consumer range row: (topic, partition, first_offset, last_offset, first_ms, last_ms)
+ProcessedRangeRow = tuple[str, int, int, int, int, int]
 
 
 # --- typed decoded records --------------------------------------------------------
@@ -59,6 +75,71 @@ class ProducerBatch:
     client_id: str | None
     topic: str
     entries: tuple[ProducerEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SeqRange:
+    """v2: sequences ``first``..``last`` of one session and topic were resolved: ``acked``
+    (no delivery error was reported for any of them; a ``failed`` entry of the same session
+    and seq overrides) or ``unconfirmed`` (sent, never confirmed: acks=0, or the unresolved
+    tail at a checkpoint). Each was produced between ``from_ms`` and ``to_ms``."""
+
+    first: int
+    last: int
+    status: Literal["acked", "unconfirmed"]
+    from_ms: int
+    to_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerRanges:
+    pid: str
+    client_id: str | None
+    topic: str
+    ranges: tuple[SeqRange, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FailureEntry:
+    """v2: a failure report. It carries no headers, so its sequence is one of
+    ``first``..``last`` (the sequences unresolved when it came), all of which are ledgered
+    ``unconfirmed``; ``audit_id`` is from the report's key (or the key function)."""
+
+    first: int
+    last: int
+    partition: int
+    error: str | None
+    persisted: str
+    audit_id: str | None
+    ts_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerFailures:
+    pid: str
+    client_id: str | None
+    topic: str
+    entries: tuple[FailureEntry, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRange:
+    """v2: offsets ``first``..``last`` of one partition were marked processed, the first
+    mark at ``first_ms``, the last at ``last_ms``."""
+
+    topic: str
+    partition: int
+    first: int
+    last: int
+    first_ms: int
+    last_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessedRanges:
+    sid: str
+    group: str | None
+    ranges: tuple[OffsetRange, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +221,16 @@ class LedgerDecodeError:
         return False
 
 
-LedgerRecord = ProducerBatch | ConsumerBatch | SessionStart | SessionEnd | ClientRecord
+LedgerRecord = (
+    ProducerBatch
+    | ConsumerBatch
+    | ProducerRanges
+    | ProducerFailures
+    | ProcessedRanges
+    | SessionStart
+    | SessionEnd
+    | ClientRecord
+)
 
 
 def delivery_status(status: str, offset: int) -> str:
@@ -182,6 +272,18 @@ def producer_batch_header(pid: str, client_id: str | None, topic: str) -> dict[s
 
 def consumer_batch_header(sid: str, group: str | None) -> dict[str, Any]:
     return {"v": LEDGER_VERSION, "type": "processed", "sid": sid, "group": group}
+
+
+def producer_ranges_header(pid: str, client_id: str | None, topic: str) -> dict[str, Any]:
+    return {"v": LEDGER_V2, "type": "ranges", "pid": pid, "client_id": client_id, "topic": topic}
+
+
+def producer_failures_header(pid: str, client_id: str | None, topic: str) -> dict[str, Any]:
+    return {"v": LEDGER_V2, "type": "failures", "pid": pid, "client_id": client_id, "topic": topic}
+
+
+def processed_ranges_header(sid: str, group: str | None) -> dict[str, Any]:
+    return {"v": LEDGER_V2, "type": "processed-ranges", "sid": sid, "group": group}
 
 
 def encode_producer_batch(
@@ -273,7 +375,7 @@ def encode_client_record(
 ) -> bytes:
     """The ``_audit.clients`` record; ``config`` is masked here whatever the caller did."""
     record = {
-        "v": LEDGER_VERSION,
+        "v": CLIENT_RECORD_VERSION,
         "kind": kind,
         "session": session,
         "client_id": client_id,
@@ -375,6 +477,61 @@ def _consumer_entry(row: Any, index: int) -> ConsumerEntry:
     )
 
 
+def _seq_range(row: Any, index: int) -> SeqRange:
+    if not isinstance(row, list) or len(row) != 5:
+        raise _Invalid(f"range {index} should be a list of 5 values")
+    first, last, status, from_ms, to_ms = row
+    where = f"range {index}"
+    if status not in RANGE_STATUSES:
+        raise _Invalid(f"{where}: status should be one of {list(RANGE_STATUSES)}, got {status!r:.40}")
+    first = _int(first, f"{where}: first")
+    last = _int(last, f"{where}: last")
+    if first < 0 or last < first:
+        raise _Invalid(f"{where}: should have 0 <= first <= last, got {first}..{last}")
+    return SeqRange(first, last, status, _int(from_ms, f"{where}: from_ms"), _int(to_ms, f"{where}: to_ms"))
+
+
+def _failure_entry(row: Any, index: int) -> FailureEntry:
+    if not isinstance(row, list) or len(row) != 7:
+        raise _Invalid(f"entry {index} should be a list of 7 values")
+    first, last, partition, error, persisted, audit_id, ts_ms = row
+    where = f"entry {index}"
+    if persisted not in PERSISTED_VALUES:
+        raise _Invalid(f"{where}: persisted should be one of {sorted(PERSISTED_VALUES)}, got {persisted!r:.40}")
+    if error is not None and not isinstance(error, str):
+        raise _Invalid(f"{where}: error should be a string or null")
+    if audit_id is not None and not isinstance(audit_id, str):
+        raise _Invalid(f"{where}: audit_id should be a string or null")
+    first = _int(first, f"{where}: first")
+    last = _int(last, f"{where}: last")
+    if first < 0 or last < first:
+        raise _Invalid(f"{where}: should have 0 <= first <= last, got {first}..{last}")
+    return FailureEntry(
+        first, last, _int(partition, f"{where}: partition"), error, persisted, audit_id, _int(ts_ms, f"{where}: ts_ms")
+    )
+
+
+def _offset_range(row: Any, index: int) -> OffsetRange:
+    if not isinstance(row, list) or len(row) != 6:
+        raise _Invalid(f"range {index} should be a list of 6 values")
+    topic, partition, first, last, first_ms, last_ms = row
+    where = f"range {index}"
+    if not isinstance(topic, str) or not topic:
+        raise _Invalid(f"{where}: topic should be a non-empty string")
+    first = _int(first, f"{where}: first")
+    last = _int(last, f"{where}: last")
+    if first < 0 or last < first:
+        raise _Invalid(f"{where}: should have 0 <= first <= last, got {first}..{last}")
+    return OffsetRange(
+        topic,
+        _int(partition, f"{where}: partition"),
+        first,
+        last,
+        _int(first_ms, f"{where}: first_ms"),
+        _int(last_ms, f"{where}: last_ms"),
+    )
+
+
 def _last_offsets(raw: Mapping[str, Any]) -> dict[str, dict[int, int]]:
     result: dict[str, dict[int, int]] = {}
     for topic, partitions in raw.items():
@@ -404,8 +561,8 @@ def _header_problems(raw: Mapping[str, Any]) -> dict[str, HeaderProblems]:
 
 def _decode_object(obj: Mapping[str, Any]) -> LedgerRecord:
     version = obj.get("v")
-    if version != LEDGER_VERSION:
-        raise _Invalid(f"unsupported version v={version!r:.20} (this reader knows v={LEDGER_VERSION})")
+    if version not in LEDGER_VERSIONS or isinstance(version, bool):
+        raise _Invalid(f"unsupported version v={version!r:.20} (this reader knows v={list(LEDGER_VERSIONS)})")
     record_type = obj.get("type")
     if record_type is None and "kind" in obj:
         kind = obj["kind"]
@@ -429,6 +586,29 @@ def _decode_object(obj: Mapping[str, Any]) -> LedgerRecord:
             client_id=_opt(obj, "client_id", str),
             topic=_req(obj, "topic", str),
             entries=tuple(_producer_entry(row, i) for i, row in enumerate(entries)),
+        )
+    if record_type == "ranges":
+        ranges = _req(obj, "entries", list)
+        return ProducerRanges(
+            pid=_req(obj, "pid", str),
+            client_id=_opt(obj, "client_id", str),
+            topic=_req(obj, "topic", str),
+            ranges=tuple(_seq_range(row, i) for i, row in enumerate(ranges)),
+        )
+    if record_type == "failures":
+        entries = _req(obj, "entries", list)
+        return ProducerFailures(
+            pid=_req(obj, "pid", str),
+            client_id=_opt(obj, "client_id", str),
+            topic=_req(obj, "topic", str),
+            entries=tuple(_failure_entry(row, i) for i, row in enumerate(entries)),
+        )
+    if record_type == "processed-ranges":
+        ranges = _req(obj, "entries", list)
+        return ProcessedRanges(
+            sid=_req(obj, "sid", str),
+            group=_opt(obj, "group", str),
+            ranges=tuple(_offset_range(row, i) for i, row in enumerate(ranges)),
         )
     if record_type == "processed":
         entries = _req(obj, "entries", list)

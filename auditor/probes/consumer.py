@@ -1,8 +1,11 @@
-"""AuditedConsumer: a confluent_kafka.Consumer that checks audit headers and keeps
-a processed ledger (docs/contracts.md, ``_audit.consumer-ledger``).
+"""AuditedConsumer: a confluent_kafka.Consumer that keeps a processed ledger of offset
+ranges (record contract version 2, docs/contracts.md, ``_audit.consumer-ledger``).
 
-Bad or missing headers are counted, never raised: records from producers that
-are not audited are still consumed, just with fewer verdicts available.
+The poll path is the wrapped consumer's own: ``poll`` and ``consume`` are the inner
+client's bound methods, with no header parsing (reconciliation reads every record anyway
+and counts the ones without or with malformed audit headers). ``mark_processed`` only
+appends the message to a buffer; the ledger writer turns each batch into per-partition
+ranges of consecutive offsets, off the application's call where it can.
 """
 
 from __future__ import annotations
@@ -11,25 +14,62 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from itertools import groupby, repeat
+from operator import add, lshift, sub
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition, libversion
 
 from auditor.probes.codec import (
-    HeaderProblems,
-    consumer_batch_header,
+    ProcessedRangeRow,
     encode_client_record,
     encode_session_end,
     encode_session_start,
+    processed_ranges_header,
 )
 from auditor.probes.config import ledger_producer_config, mask_config
-from auditor.probes.headers import fast_audit_id
-from auditor.probes.message import record_position
 from auditor.probes.topics import CLIENTS_TOPIC, CONSUMER_LEDGER_TOPIC
 from auditor.probes.writer import LedgerWriter
 
 _time_ns = time.time_ns
+# Offsets stay far below 2**62 and partitions below 2**20 (Kafka allows far fewer): a shift
+# of 62 keeps "partition, offset - index" one exact integer.
+_PARTITION_SHIFT = 62
+
+
+def offset_ranges(messages: list[Message], first_ms: int, last_ms: int) -> list[ProcessedRangeRow]:
+    """Consecutive offsets of one partition, in marking order, as ledger range rows.
+
+    A mark that does not extend the current run (another partition or topic, a gap, a seek
+    back) starts a new one, so marking the same offset twice gives two ranges (reprocessing
+    stays visible). Error events are skipped: they are not records.
+    """
+    if any(map(Message.error, messages)):
+        messages = [msg for msg in messages if msg.error() is None]
+    if not messages:
+        return []
+    # casts: a record (not an event) always has its topic, partition and offset.
+    topics = cast(list[str], list(map(Message.topic, messages)))
+    partitions = cast(list[int], list(map(Message.partition, messages)))
+    offsets = cast(list[int], list(map(Message.offset, messages)))
+    if topics.count(topics[0]) != len(topics):
+        # Several topics in one batch: number them, so a change of topic breaks a run too.
+        numbers: dict[str, int] = {}
+        partitions = [numbers.setdefault(t, len(numbers)) << 20 | p for t, p in zip(topics, partitions, strict=True)]
+    # Within a run, partition and offset - index are both constant: one C-level pass finds
+    # the runs (no Python frame per mark).
+    runs = map(add, map(lshift, partitions, repeat(_PARTITION_SHIFT)), map(sub, offsets, range(len(offsets))))
+    rows: list[ProcessedRangeRow] = []
+    index = 0
+    for _, run in groupby(runs):
+        length = len(list(run))
+        end = index + length - 1
+        rows.append(
+            (topics[index], cast(int, messages[index].partition()), offsets[index], offsets[end], first_ms, last_ms)
+        )
+        index = end + 1
+    return rows
 
 
 class _Processing:
@@ -56,26 +96,20 @@ class _Processing:
 
 
 class AuditedConsumer:
-    """A confluent_kafka.Consumer with a processed ledger and header statistics.
+    """A confluent_kafka.Consumer with a processed ledger of offset ranges.
 
-    Call ``mark_processed(msg)`` (or use ``with consumer.processing(msg):``)
-    once the application has finished with a record. Marks are buffered and
-    written in batches to the consumer ledger; ``commit()`` first hands the
-    buffered marks to the ledger (and, for a synchronous commit, waits for them)
-    so a committed offset never runs ahead of its processed marks. Offsets
-    committed by ``enable.auto.commit`` cannot be ordered that way; audit-minded
-    consumers commit explicitly.
-
-    ``stats()`` counts received records (poll/consume, errors and events
-    excluded), processed marks, and records whose audit headers are missing or
-    malformed (see ``parse_audit_headers``). The per-topic header counts and the
-    last processed offset per partition also go to the ledger in ``session-end``
-    records: a checkpoint every ``ledger_flush_interval_s`` when either changed,
-    on ``flush_ledger()``, and a final one on ``close()``. ``consumer_factory`` and
-    ``producer_factory`` build the wrapped consumer and the ledger producer.
+    Call ``mark_processed(msg)`` (or use ``with consumer.processing(msg):``) once the
+    application has finished with a record. Marks are buffered and written in batches;
+    ``commit()`` first hands the buffered marks to the ledger (and, for a synchronous
+    commit, waits for them) so a committed offset never runs ahead of its processed marks.
+    Offsets committed by ``enable.auto.commit`` cannot be ordered that way; audit-minded
+    consumers commit explicitly. The last processed offset per partition goes to the
+    ledger in ``session-end`` checkpoints (every ``ledger_flush_interval_s`` when it
+    changed, on ``flush_ledger()``, and on ``close()``).
     """
 
     kind: Literal["consumer"] = "consumer"
+    contract_version = 2
 
     def __init__(
         self,
@@ -92,24 +126,20 @@ class AuditedConsumer:
     ) -> None:
         self._config = dict(config)
         self._consumer: Consumer = consumer_factory(dict(config))  # or a test double
+        # The poll path is the wrapped client's: no Python frame of ours per record.
+        self.poll = self._consumer.poll
+        self.consume = self._consumer.consume
         self.session_id = uuid.uuid4().hex
         group = self._config.get("group.id")
         self.group: str | None = None if group is None else str(group)
         self.client_id: str = str(self._config.get("client.id", "rdkafka"))
         self.host = socket.gethostname()
         self._ledger_flush_timeout_s = ledger_flush_timeout_s
-        self._received = 0
         self._processed = 0
-        self._missing = 0
-        self._malformed = 0
-        # topic -> [missing, malformed]; touched only for records with bad headers.
-        self._header_problems: dict[str, list[int]] = {}
         # topic -> partition -> offset of the last record marked processed, learnt from
         # the marks as the writer drains them (so it never runs ahead of the ledger).
         self._last_offsets: dict[str, dict[int, int]] = {}
-        self._last_checkpoint: tuple[Any, Any] = ({}, {})
-        self._last_msg: Message | None = None
-        self._last_id: bytes | str | None = None
+        self._last_checkpoint: dict[str, dict[int, int]] = {}
         self._closed = False
 
         self._ledger = LedgerWriter(
@@ -121,9 +151,12 @@ class AuditedConsumer:
             name=f"consumer-{self.session_id[:8]}",
             producer_factory=producer_factory,
         )
-        self._rows = self._ledger.stream(consumer_batch_header(self.session_id, self.group), self._observe_marks)
-        self._batch_size = ledger_batch_size
         now_ms = _time_ns() // 1_000_000
+        self._drained_ms = now_ms
+        self._marks = self._ledger.stream(
+            processed_ranges_header(self.session_id, self.group), self._observe_ranges, self._to_ranges
+        )
+        self._batch_size = ledger_batch_size
         self._ledger.write(
             encode_session_start("consumer", self.session_id, self.client_id, now_ms, self.host, self.group)
         )
@@ -142,83 +175,34 @@ class AuditedConsumer:
         )
         self._ledger.set_checkpoint(self._session_end)
 
-    # --- receiving ---------------------------------------------------------------------
-    def _inspect(self, msg: Message) -> None:
-        # ignore: a consumed record's headers are a list of pairs; the stub's union also
-        # covers the dict a producer may pass (a cast would cost a call per record).
-        status, audit_id = fast_audit_id(msg.headers())  # type: ignore[arg-type]
-        self._received += 1
-        if status:
-            self._count_bad_headers(msg, status)
-        self._last_msg = msg
-        self._last_id = audit_id
-
-    def _count_bad_headers(self, msg: Message, status: int) -> None:
-        topic = record_position(msg)[0]
-        counts = self._header_problems.get(topic)
-        if counts is None:
-            counts = self._header_problems[topic] = [0, 0]
-        if status == 1:
-            self._missing += 1
-            counts[0] += 1
-        else:
-            self._malformed += 1
-            counts[1] += 1
-
-    def poll(self, timeout: float | None = None) -> Message | None:
-        msg = self._consumer.poll(-1 if timeout is None else timeout)
-        if msg is None or msg.error() is not None:
-            return msg
-        # _inspect() inlined: this runs once per consumed record.
-        status, audit_id = fast_audit_id(msg.headers())  # type: ignore[arg-type]  # a list: see _inspect
-        self._received += 1
-        if status:
-            self._count_bad_headers(msg, status)
-        self._last_msg = msg
-        self._last_id = audit_id
-        return msg
-
-    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
-        messages = self._consumer.consume(num_messages, timeout)
-        for msg in messages:
-            if msg.error() is None:
-                self._inspect(msg)
-        return messages
-
     # --- processed marks -------------------------------------------------------------------
     def mark_processed(self, msg: Message) -> None:
-        """Record that the application finished processing ``msg``."""
-        if msg is self._last_msg:
-            audit_id = self._last_id
-        else:
-            if msg.error() is not None:
-                return  # an event or error, not a record: nothing was processed
-            audit_id = fast_audit_id(msg.headers())[1]  # type: ignore[arg-type]  # a list: see _inspect
-        if audit_id.__class__ is bytes:
-            audit_id = audit_id.decode("utf-8", "backslashreplace")
-        rows = self._rows
-        rows.append((msg.topic(), msg.partition(), msg.offset(), audit_id, _time_ns() // 1_000_000))
-        self._processed += 1
-        if len(rows) >= self._batch_size:
+        """Record that the application finished processing ``msg`` (a record, not an event)."""
+        marks = self._marks
+        marks.append(msg)
+        if len(marks) >= self._batch_size:
+            # Bounded batches: holding a second of Message objects costs more than draining.
             self._ledger.flush_entries()
 
     def processing(self, msg: Message) -> _Processing:
         """Context manager: marks ``msg`` processed when the block exits without an exception."""
         return _Processing(self, msg)
 
-    # --- session checkpoints ---------------------------------------------------------------
-    def _observe_marks(self, rows: list[Any]) -> None:
+    def _to_ranges(self, messages: list[Any]) -> list[Any]:
+        # Runs under the writer's lock: marks between the previous drain and now.
+        now_ms = _time_ns() // 1_000_000
+        rows = offset_ranges(messages, self._drained_ms, now_ms)
+        self._drained_ms = now_ms
+        return rows
+
+    def _observe_ranges(self, rows: list[Any]) -> None:
         last = self._last_offsets
-        for topic, partition, offset, _, _ in rows:
+        for topic, partition, _, offset, _, _ in rows:
             offsets = last.get(topic)
             if offsets is None:
                 offsets = last[topic] = {}
             offsets[partition] = offset
-
-    def header_problems(self) -> dict[str, HeaderProblems]:
-        """Per topic: records received without audit headers / with malformed ones."""
-        # dict() copies in one C call: poll() may add a topic on another thread meanwhile.
-        return {topic: HeaderProblems(c[0], c[1]) for topic, c in dict(self._header_problems).items()}
+            self._processed += 1
 
     def last_offsets(self) -> dict[str, dict[int, int]]:
         """Per topic and partition, the offset of the last mark handed to the ledger."""
@@ -227,18 +211,12 @@ class AuditedConsumer:
     def _session_end(self, force: bool) -> bytes | None:
         # Runs under the ledger's write lock after its drain: last_offsets covers exactly
         # the marks written before this record.
-        state = (self.last_offsets(), self.header_problems())
+        state = self.last_offsets()
         if not force and state == self._last_checkpoint:
             return None
         self._last_checkpoint = state
-        last_offset, problems = state
         return encode_session_end(
-            "consumer",
-            self.session_id,
-            _time_ns() // 1_000_000,
-            group=self.group,
-            last_offset=last_offset,
-            header_problems=problems,
+            "consumer", self.session_id, _time_ns() // 1_000_000, group=self.group, last_offset=state
         )
 
     # --- offsets ----------------------------------------------------------------------------
@@ -292,8 +270,7 @@ class AuditedConsumer:
         self._consumer.unassign()
 
     def __getattr__(self, name: str) -> Any:
-        # assignment, committed, position, seek, pause, resume, get_watermark_offsets,
-        # consumer_group_metadata, incremental_assign, list_topics, ...
+        # assignment, committed, position, seek, pause, resume, get_watermark_offsets, ...
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._consumer, name)
@@ -310,8 +287,7 @@ class AuditedConsumer:
         if self._closed:
             return
         self._closed = True
-        # Marks first, so the final auto-commit in Consumer.close() does not run
-        # ahead of them; then whatever its rebalance callbacks marked, then the end.
+        # Marks first, so the final auto-commit in Consumer.close() does not run ahead of them.
         self._ledger.flush(self._ledger_flush_timeout_s)
         try:
             self._consumer.close()
@@ -328,7 +304,7 @@ class AuditedConsumer:
     # --- introspection -------------------------------------------------------------------------
     @property
     def consumer(self) -> Consumer:
-        """The wrapped confluent_kafka.Consumer (messages polled on it directly are not counted)."""
+        """The wrapped confluent_kafka.Consumer."""
         return self._consumer
 
     def effective_config(self) -> dict[str, Any]:
@@ -336,10 +312,4 @@ class AuditedConsumer:
         return mask_config(self._config)
 
     def stats(self) -> dict[str, int]:
-        return {
-            "received": self._received,
-            "processed": self._processed,
-            "missing_headers": self._missing,
-            "malformed_headers": self._malformed,
-            **self._ledger.stats(),
-        }
+        return {"processed_ranges": self._processed, "marks_pending": len(self._marks), **self._ledger.stats()}

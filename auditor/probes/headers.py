@@ -1,5 +1,11 @@
 """The record audit headers (docs/contracts.md): names, parsing and id helpers.
 
+Two versions are read: version 2, one binary ``audit`` header (``AUDIT_V2``: a version
+byte, the session id's 16 bytes, the sequence and the produce time as unsigned 64-bit
+big-endian integers, then the audit-id only when it differs from the record key), and
+version 1, the four text headers ``audit-id``/``audit-pid``/``audit-seq``/``audit-ts``.
+A record with an ``audit`` header is read as version 2.
+
 Parsing never raises: a record written by someone else's producer, by an old
 client or by a buggy one must not take the consumer down. The result tells
 "missing" (no audit header at all) apart from "malformed" (some audit headers,
@@ -9,6 +15,7 @@ but not a complete valid set).
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeGuard
@@ -18,6 +25,13 @@ AUDIT_PID = "audit-pid"
 AUDIT_SEQ = "audit-seq"
 AUDIT_TS = "audit-ts"
 AUDIT_HEADER_NAMES: frozenset[str] = frozenset({AUDIT_ID, AUDIT_PID, AUDIT_SEQ, AUDIT_TS})
+# Contract version 2: one binary header.
+AUDIT = "audit"
+AUDIT_VERSION = 2
+AUDIT_V2 = struct.Struct(">B16sQQ")  # version, session id (16 bytes), seq, produce time (ms)
+AUDIT_V2_SIZE = AUDIT_V2.size  # 33; an audit-id follows when it differs from the record key
+# Every header name a producer reserves (user-supplied ones are dropped or taken as the id).
+RESERVED_HEADER_NAMES: frozenset[str] = AUDIT_HEADER_NAMES | {AUDIT}
 
 HeaderValue = bytes | str | None
 HeadersInput = Iterable[tuple[str | bytes, HeaderValue]] | Mapping[str | bytes, HeaderValue] | None
@@ -40,6 +54,7 @@ class AuditHeaders:
     seq: int | None
     ts_ms: int | None
     problem: str | None = None
+    version: int = 1
 
     @property
     def valid(self) -> bool:
@@ -107,13 +122,39 @@ def _iter_pairs(
     return headers
 
 
-def parse_audit_headers(headers: HeadersInput) -> AuditHeaders | None:
-    """Read the audit headers of one record; never raises.
+def pack_audit_header(session: bytes, seq: int, ts_ms: int, audit_id: bytes | None = None) -> bytes:
+    """The version-2 ``audit`` header value (``session``: the 16 bytes of the session id)."""
+    value = AUDIT_V2.pack(AUDIT_VERSION, session, seq, ts_ms)
+    return value + audit_id if audit_id else value
+
+
+def decode_audit_header(value: bytes | None, key: bytes | str | None = None) -> AuditHeaders:
+    """Read one version-2 ``audit`` header value; never raises.
+
+    The audit-id is the bytes after the fixed part, else the record ``key`` (None for a
+    record without either: (session, seq) then identify it).
+    """
+    if not isinstance(value, bytes) or len(value) < AUDIT_V2_SIZE:
+        size = len(value) if isinstance(value, bytes) else 0
+        return AuditHeaders(
+            None, None, None, None, f"{AUDIT} header has {size} bytes, at least {AUDIT_V2_SIZE} expected", 2
+        )
+    version, session, seq, ts_ms = AUDIT_V2.unpack_from(value)
+    if version != AUDIT_VERSION:
+        return AuditHeaders(None, None, None, None, f"{AUDIT} header has unknown version {version}", version)
+    raw_id = value[AUDIT_V2_SIZE:] or key
+    audit_id = decode_audit_id(raw_id) if raw_id else None
+    return AuditHeaders(audit_id, session.hex(), seq, ts_ms, None, 2)
+
+
+def parse_audit_headers(headers: HeadersInput, key: bytes | str | None = None) -> AuditHeaders | None:
+    """Read the audit headers of one record, either contract version; never raises.
 
     Returns None when the record carries none of the audit headers (missing),
     an ``AuditHeaders`` with ``problem`` set when they are incomplete, duplicated
     with different values or badly formed (malformed), else a valid result.
-    ``headers`` is what ``Message.headers()`` returns (list of pairs or None) or a dict.
+    ``headers`` is what ``Message.headers()`` returns (list of pairs or None) or a dict;
+    ``key`` is the record key (a version-2 header names the audit-id only when it differs).
     """
     if not headers:
         return None
@@ -126,7 +167,7 @@ def parse_audit_headers(headers: HeadersInput) -> AuditHeaders | None:
             except (TypeError, ValueError):
                 continue
             name = _as_name(raw_name)
-            if name not in AUDIT_HEADER_NAMES:
+            if name not in RESERVED_HEADER_NAMES:
                 continue
             value = _as_bytes(raw_value)
             if name in found and found[name] != value:
@@ -136,6 +177,11 @@ def parse_audit_headers(headers: HeadersInput) -> AuditHeaders | None:
         return None
     if not found:
         return None
+    if AUDIT in found:
+        parsed = decode_audit_header(found[AUDIT], key)
+        if problems and parsed.valid:
+            return AuditHeaders(parsed.audit_id, parsed.pid, parsed.seq, parsed.ts_ms, "; ".join(problems), 2)
+        return parsed
 
     raw_id = found.get(AUDIT_ID)
     raw_pid = found.get(AUDIT_PID)
@@ -158,6 +204,14 @@ def parse_audit_headers(headers: HeadersInput) -> AuditHeaders | None:
     if AUDIT_TS in found and ts_ms is None:
         problems.append(f"{AUDIT_TS} is not a decimal integer: {raw_ts!r:.60}")
     return AuditHeaders(audit_id, pid, seq, ts_ms, "; ".join(problems) if problems else None)
+
+
+def audit_position(headers: HeadersInput) -> tuple[str | None, int | None]:
+    """(session, seq) of a record, either version; (None, None) when not valid."""
+    parsed = parse_audit_headers(headers)
+    if parsed is None or not parsed.valid:
+        return None, None
+    return parsed.pid, parsed.seq
 
 
 def fast_audit_id(headers: list[tuple[str, bytes | None]] | None) -> tuple[int, bytes | str | None]:

@@ -18,11 +18,15 @@ from auditor.probes.codec import (
     ACKED,
     UNCONFIRMED,
     ConsumerBatch,
+    FailureEntry,
     HeaderProblems,
     LedgerDecodeError,
     LedgerRecord,
+    ProcessedRanges,
     ProducerBatch,
     ProducerEntry,
+    ProducerFailures,
+    ProducerRanges,
     SessionEnd,
     SessionStart,
     delivery_status,
@@ -42,6 +46,12 @@ class TopicLedger:
     failed: dict[int, ProducerEntry] = field(default_factory=dict)
     # Sent with acks=0: left the client, the broker never confirmed it.
     unconfirmed: dict[int, ProducerEntry] = field(default_factory=dict)
+    # Contract v2: sequences resolved in ranges, acked without a known position (seq ->
+    # (from_ms, to_ms)), or sent and never confirmed (acks=0, a failure's window, the
+    # unresolved tail); failure reports, which name a window of sequences, not one.
+    acked_ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
+    sent: dict[int, tuple[int, int]] = field(default_factory=dict)
+    failures: list[FailureEntry] = field(default_factory=list)
 
     @property
     def acked_seqs(self) -> set[int]:
@@ -123,6 +133,22 @@ def summarize_producer_ledger(
                 _add_entry(ledger, entry)
                 if entry.seq > ledger.last_seq:
                     ledger.last_seq = entry.seq
+        elif isinstance(record, ProducerRanges):
+            current = session(record.pid)
+            if current.client_id is None:
+                current.client_id = record.client_id
+            ledger = current.topic(record.topic)
+            for span in record.ranges:
+                target = ledger.acked_ranges if span.status == ACKED else ledger.sent
+                for seq in range(span.first, span.last + 1):
+                    target[seq] = (span.from_ms, span.to_ms)
+                if span.status == ACKED:
+                    for seq in range(span.first, span.last + 1):
+                        ledger.sent.pop(seq, None)
+                ledger.last_seq = max(ledger.last_seq, span.last)
+        elif isinstance(record, ProducerFailures):
+            ledger = session(record.pid).topic(record.topic)
+            ledger.failures.extend(record.entries)
         elif isinstance(record, SessionStart) and record.kind == "producer":
             current = session(record.session)
             current.started_ms = record.ts_ms
@@ -211,9 +237,9 @@ def find_sequence_gaps(
             for seq in range(topic_ledger.last_seq + 1):
                 reason: GapReason | None = None
                 if seq not in seen_seqs:
-                    if seq in topic_ledger.acked:
+                    if seq in topic_ledger.acked or seq in topic_ledger.acked_ranges:
                         reason = "acked-not-seen"
-                    elif seq in topic_ledger.unconfirmed:
+                    elif seq in topic_ledger.unconfirmed or seq in topic_ledger.sent:
                         reason = "unconfirmed-not-seen"
                     elif seq in topic_ledger.failed:
                         reason = "failed" if include_failed else None
@@ -291,6 +317,10 @@ def summarize_consumer_ledger(
             current = session(record.sid)
             current.group = record.group if record.group is not None else current.group
             current.processed.update((e.topic, e.partition, e.offset) for e in record.entries)
+        elif isinstance(record, ProcessedRanges):
+            current = session(record.sid)
+            current.group = record.group if record.group is not None else current.group
+            current.processed.update(_marks(record))
         elif isinstance(record, SessionStart) and record.kind == "consumer":
             current = session(record.session)
             current.started_ms = record.ts_ms
@@ -322,6 +352,13 @@ class Reprocessed:
     sessions: tuple[str, ...]
 
 
+def _marks(record: ProcessedRanges) -> Iterable[tuple[str, int, int]]:
+    """A v2 range record as one (topic, partition, offset) mark per offset, in order."""
+    for span in record.ranges:
+        for offset in range(span.first, span.last + 1):
+            yield span.topic, span.partition, offset
+
+
 def find_reprocessed(records: Iterable[LedgerRecord | LedgerDecodeError]) -> list[Reprocessed]:
     """Records a group processed more than once, across all of its sessions."""
     marks: dict[tuple[str | None, str, int, int], list[str]] = defaultdict(list)
@@ -329,6 +366,9 @@ def find_reprocessed(records: Iterable[LedgerRecord | LedgerDecodeError]) -> lis
         if isinstance(record, ConsumerBatch):
             for entry in record.entries:
                 marks[(record.group, entry.topic, entry.partition, entry.offset)].append(record.sid)
+        elif isinstance(record, ProcessedRanges):
+            for topic, partition, offset in _marks(record):
+                marks[(record.group, topic, partition, offset)].append(record.sid)
     ordered = sorted(marks.items(), key=lambda item: (item[0][0] or "", item[0][1:]))
     return [
         Reprocessed(group, topic, partition, offset, len(sids), tuple(sorted(set(sids))))
@@ -342,9 +382,12 @@ def processed_offsets(
     group: str | None = None,
 ) -> set[tuple[str, int, int]]:
     """Every (topic, partition, offset) marked processed (by ``group`` when given)."""
-    return {
-        (entry.topic, entry.partition, entry.offset)
-        for record in records
-        if isinstance(record, ConsumerBatch) and (group is None or record.group == group)
-        for entry in record.entries
-    }
+    marked: set[tuple[str, int, int]] = set()
+    for record in records:
+        if group is not None and getattr(record, "group", None) != group:
+            continue
+        if isinstance(record, ConsumerBatch):
+            marked.update((entry.topic, entry.partition, entry.offset) for entry in record.entries)
+        elif isinstance(record, ProcessedRanges):
+            marked.update(_marks(record))
+    return marked

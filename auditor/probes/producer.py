@@ -1,13 +1,23 @@
-"""AuditedProducer: a drop-in confluent_kafka.Producer that stamps audit headers
-and keeps a producer ledger (docs/contracts.md).
+"""AuditedProducer: a drop-in confluent_kafka.Producer that writes record contract
+version 2 (docs/contracts.md): one packed binary ``audit`` header per record, and a
+producer ledger of sequence *ranges* instead of one row per delivery report.
 
-Per produce() the hot path builds the header list and one functools.partial
-(the delivery report must know the record's sequence number: confluent-kafka
-hands delivery callbacks a message without headers). Per delivery report it
-appends one row tuple, already in the ledger's JSON shape, to a deque; encoding
-and writing the ledger happen in batches. What remains costly is confluent-kafka
-itself: record headers plus a per-message delivery callback cost several times a
-bare produce() (see benchmarks/probe_overhead.py --floor).
+Why this shape (measured in benchmarks/header_alternatives.py): confluent-kafka's cost
+per record header is paid per header, so one 33-byte header costs a fraction of four;
+and a Python delivery callback per message, even one confluent-kafka skips for successes
+under ``delivery.report.only.error``, costs more than the produce itself. So the hot path
+is: one ``struct.pack``, one lock, one ``produce()``; no callback object per message.
+
+Acks without a per-message call: the inner producer reports failures only (to a
+config-level callback). Sequences are *resolved* in ranges when the producer can prove
+every earlier delivery report was served: its out-queue is empty and no poll()/flush() is
+running (after flush(), and whenever the background flush sees it idle), or a poll() that
+started ``message.timeout.ms`` + ``socket.timeout.ms`` + slack after a sequence was
+produced has completed (librdkafka reports every message within that time). A resolved
+range is ``acked`` except where a failure was reported: a failure report carries no
+headers (confluent-kafka strips them), so it names the window of sequences it may belong
+to, and that window is ledgered ``unconfirmed``, never acked. Until resolved, the sent
+tail is ledgered ``unconfirmed`` at each background flush: a crash leaves it so.
 """
 
 from __future__ import annotations
@@ -26,25 +36,15 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer, Topic
 
 from auditor.probes.codec import (
     ACKED,
-    FAILED,
-    PERSISTED,
-    POSSIBLY_PERSISTED,
     UNCONFIRMED,
     encode_client_record,
     encode_session_end,
     encode_session_start,
-    producer_batch_header,
+    producer_failures_header,
+    producer_ranges_header,
 )
 from auditor.probes.config import ledger_producer_config, mask_config
-from auditor.probes.headers import (
-    AUDIT_HEADER_NAMES,
-    AUDIT_ID,
-    AUDIT_PID,
-    AUDIT_SEQ,
-    AUDIT_TS,
-    decode_audit_id,
-    new_uuid4_batch,
-)
+from auditor.probes.headers import AUDIT, AUDIT_ID, AUDIT_V2, RESERVED_HEADER_NAMES, decode_audit_id
 from auditor.probes.persistence import classify_persistence, describe_error
 from auditor.probes.topics import CLIENTS_TOPIC, PRODUCER_LEDGER_TOPIC
 from auditor.probes.writer import LedgerWriter
@@ -54,9 +54,20 @@ logger = logging.getLogger(__name__)
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 KeyFunction = Callable[[Any, Any], Any]
 UserHeaders = Sequence[tuple[str, Any]] | Mapping[str, Any] | None
+DeliveryReports = Literal["auto", "errors", "all"]
 
 _time_ns = time.time_ns
-_UUID_BATCH = 1024
+_pack = AUDIT_V2.pack  # headers.pack_audit_header, inlined on the hot path
+_monotonic = time.monotonic
+# librdkafka checks message timeouts about once a second; a little more for scheduling.
+_TIMEOUT_SLACK_S = 5.0
+
+
+def _setting(config: Mapping[str, Any], names: tuple[str, ...], default: int) -> int:
+    for name in names:
+        if name in config:
+            return int(str(config[name]))
+    return default
 
 
 def _acks_zero(config: Mapping[str, Any]) -> bool:
@@ -73,78 +84,84 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
-AuditIdPair = tuple[bytes | str, str]  # (header value, ledger text)
-
-
-def _audit_id_pair(value: Any) -> AuditIdPair | None:
-    """The audit-id header value and its ledger text for a key or key_fn result."""
+def _as_bytes(value: Any) -> bytes | None:
+    """An audit-id or key as the bytes the header carries; None when empty."""
     if value is None:
         return None
-    if isinstance(value, str):
-        return (value, value) if value else None
-    if isinstance(value, (bytes, bytearray, memoryview)):
+    if isinstance(value, bytes):
+        raw = value
+    elif isinstance(value, (bytearray, memoryview)):
         raw = bytes(value)
-        return (raw, decode_audit_id(raw)) if raw else None
-    text = str(value)
-    return (text, text) if text else None
+    else:
+        raw = str(value).encode("utf-8")
+    return raw or None
 
 
-def _split_user_headers(headers: UserHeaders) -> tuple[list[tuple[str, Any]], AuditIdPair | None]:
-    """User headers without reserved audit-* names, and a user-supplied audit-id if any."""
+def _split_user_headers(headers: UserHeaders) -> tuple[list[tuple[str, Any]], Any]:
+    """User headers without the reserved audit names, and a user-supplied audit-id if any."""
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     kept: list[tuple[str, Any]] = []
-    supplied_id: AuditIdPair | None = None
+    supplied_id: Any = None
     for name, value in pairs:  # type: ignore[union-attr]  # produce() calls this only with headers
-        if name in AUDIT_HEADER_NAMES:
+        if name in RESERVED_HEADER_NAMES:
             if name == AUDIT_ID:
-                supplied_id = _audit_id_pair(value)
+                supplied_id = value
             continue
         kept.append((name, value))
     return kept, supplied_id
-
-
-class _TopicStream:
-    """Sequence counter and buffered ledger rows of one topic in one session."""
-
-    __slots__ = ("next_seq", "rows")
-
-    def __init__(self, rows: deque[Any]) -> None:
-        self.next_seq = 0
-        self.rows = rows
 
 
 def _timeout_args(timeout: float | None) -> tuple[float, ...]:
     return () if timeout is None else (timeout,)
 
 
+def _returning_zero(call: Callable[..., None], *args: float) -> int:
+    call(*args)
+    return 0
+
+
+class _TopicStream:
+    """One topic of one session: the sequence counter and what is resolved of it."""
+
+    __slots__ = ("failure_rows", "failures", "next_seq", "resolved", "resolved_ms", "rows", "tail_written")
+
+    def __init__(self, rows: deque[Any], started_ms: int) -> None:
+        self.next_seq = 0
+        self.resolved = 0  # every seq below is resolved (ledgered acked or unconfirmed)
+        self.resolved_ms = started_ms  # seqs from `resolved` on were produced after this
+        self.tail_written = -1  # the highest seq ledgered as the unresolved tail
+        self.failures: list[tuple[int, int]] = []  # windows of seqs a failure report may name
+        self.rows = rows
+        self.failure_rows: deque[Any] | None = None
+
+
 class AuditedProducer:
-    """A confluent_kafka.Producer that stamps audit headers and keeps a ledger.
+    """A confluent_kafka.Producer that stamps the ``audit`` header and keeps a ledger.
 
-    Headers: ``audit-id`` comes from ``key_fn(value, key)`` if given, else a
-    user-supplied ``audit-id`` header, else the record key, else a UUID4 (32 hex
-    digits). Other user-supplied ``audit-*`` headers are replaced by this
-    session's; all other user headers follow the four audit headers unchanged.
-    ``audit-seq`` is per (session, topic), from 0, and is only used up when
-    produce() succeeds locally: BufferError or KafkaException leave it for the
-    next call. produce() is thread-safe, like Producer's.
+    Header: version 2, the session id, the per-(session, topic) sequence and the produce
+    time; the audit-id follows only when it differs from the record key: from
+    ``key_fn(value, key)`` if given, else a user-supplied ``audit-id`` header. A record
+    without key and id is identified by (session, seq). Other user-supplied reserved
+    names (``audit``, ``audit-pid``, ``audit-seq``, ``audit-ts``) are dropped; all other
+    user headers follow unchanged. A sequence is used up only when produce() succeeds
+    locally. produce() is thread-safe, like Producer's.
 
-    Delivery reports: the application's ``on_delivery``/``callback`` (per call
-    or ``on_delivery`` in the config) is still called with the same (err, msg).
-    The inner producer always reports every delivery (the ledger needs the
-    acks); a configured ``delivery.report.only.error=true`` is honoured for the
-    application's callback only. With ``acks=0`` the broker confirms nothing:
-    those reports are ledgered ``unconfirmed`` (partition, no offset), never ``acked``.
+    Delivery reports: with ``delivery_reports="errors"`` (the default unless the config
+    has an ``on_delivery`` without ``delivery.report.only.error``) the wrapped producer
+    reports failures only, and per-call callbacks see failures only; ``"all"`` keeps
+    success reports for applications that need them (the ledger is the same). With
+    ``acks=0`` resolved ranges are ``unconfirmed``, never ``acked``.
 
-    Ledger: one row per delivery report, buffered and written in batches of
-    ``ledger_batch_size`` or every ``ledger_flush_interval_s`` through a separate
-    acks=all idempotent producer (``ledger_config`` overrides its settings).
-    ``flush()`` and ``close()`` write the buffered rows plus a ``session-end``
-    with the last sequence per topic, and wait up to ``ledger_flush_timeout_s``
-    for the ledger to be acked. ``producer_factory`` builds both the wrapped and
-    the ledger producer (tests pass fakes; applications may pass a subclass).
+    Ledger: range records per topic, failure records, and ``session-end`` checkpoints
+    with the last sequence sent, written through a separate acks=all idempotent producer
+    in batches every ``ledger_flush_interval_s``. ``flush()`` and ``close()`` resolve
+    everything delivered and wait up to ``ledger_flush_timeout_s`` for the ledger. A
+    transactional producer resolves at ``commit_transaction()``/``abort_transaction()``
+    only (records of an open transaction are not readable yet).
     """
 
     kind: Literal["producer"] = "producer"
+    contract_version = 2
 
     def __init__(
         self,
@@ -158,24 +175,49 @@ class AuditedProducer:
         ledger_flush_timeout_s: float = 30.0,
         ledger_config: Mapping[str, Any] | None = None,
         producer_factory: Callable[[dict[str, Any]], Any] = Producer,
+        delivery_reports: DeliveryReports = "auto",
     ) -> None:
+        if delivery_reports not in ("auto", "errors", "all"):
+            raise ValueError(f"delivery_reports must be 'auto', 'errors' or 'all', got {delivery_reports!r}")
         client_config = dict(config)
         self._config = dict(config)
-        self._default_on_delivery: DeliveryCallback | None = client_config.pop("on_delivery", None)
-        self._only_error_reports = _truthy(client_config.pop("delivery.report.only.error", False))
-        self._unconfirmed_sends = _acks_zero(client_config)
+        self._app_on_delivery: DeliveryCallback | None = client_config.pop("on_delivery", None)
+        app_only_errors = _truthy(client_config.pop("delivery.report.only.error", False))
+        if delivery_reports == "auto":
+            delivery_reports = "all" if self._app_on_delivery is not None and not app_only_errors else "errors"
+        self._success_reports = delivery_reports == "all"
+        self._app_only_errors = app_only_errors or not self._success_reports
+        client_config["on_delivery"] = self._on_report
+        client_config["delivery.report.only.error"] = not self._success_reports
+        self._range_status = UNCONFIRMED if _acks_zero(client_config) else ACKED
+        self._transactional = "transactional.id" in client_config
+        message_timeout_ms = _setting(client_config, ("message.timeout.ms", "delivery.timeout.ms"), 300_000)
+        request_timeout_ms = _setting(client_config, ("socket.timeout.ms",), 60_000)
+        # No bound when messages never time out (message.timeout.ms=0): idle moments only.
+        self._report_bound_s: float | None = (
+            None if message_timeout_ms == 0 else (message_timeout_ms + request_timeout_ms) / 1000 + _TIMEOUT_SLACK_S
+        )
         self._producer: Producer = producer_factory(client_config)  # or a test double
+        self._inner_produce = self._producer.produce
         self._key_fn = key_fn
         self._ledger_flush_timeout_s = ledger_flush_timeout_s
-        self.session_id = uuid.uuid4().hex
+        session = uuid.uuid4()
+        self.session_id = session.hex
+        self._session_bytes = session.bytes
         self.client_id: str = str(client_config.get("client.id", "rdkafka"))
         self.host = socket.gethostname()
-        self._pid_header = (AUDIT_PID, self.session_id.encode("ascii"))
         self._topics: dict[str, _TopicStream] = {}
         self._seq_lock = threading.Lock()
-        self._uuid_pool: list[str] = []
+        self._lock_acquire = self._seq_lock.acquire
+        self._lock_release = self._seq_lock.release
+        self._resolve_lock = threading.Lock()
+        self._poll_lock = threading.Lock()
+        self._polls_active = 0
+        self._last_poll_started = 0.0  # monotonic start of the latest completed poll/flush
+        self._snapshots: deque[tuple[float, int, list[tuple[_TopicStream, int]]]] = deque()
         self._closed = False
         self._last_checkpoint: dict[str, int] | None = None
+        self.failures_reported = 0
 
         self._ledger = LedgerWriter(
             ledger_producer_config(client_config, self.client_id, ledger_config),
@@ -186,147 +228,265 @@ class AuditedProducer:
             name=f"producer-{self.session_id[:8]}",
             producer_factory=producer_factory,
         )
-        self._on_delivery = self._make_delivery_handler()
         now_ms = _time_ns() // 1_000_000
+        self._started_ms = now_ms
         self._ledger.write(encode_session_start("producer", self.session_id, self.client_id, now_ms, self.host))
         self._ledger.write(
             encode_client_record(
-                "producer",
-                self.session_id,
-                self.client_id,
-                None,
-                libversion()[0],
-                self._config,
-                self.host,
-                now_ms,
+                "producer", self.session_id, self.client_id, None, libversion()[0], self._config, self.host, now_ms
             ),
             topic=clients_topic,
         )
+        self._ledger.set_before_flush(self._background_resolve)
+        self.produce = self._make_produce()
 
-    def _make_delivery_handler(self) -> Callable[..., None]:
-        # A closure, not a method: local names are the cheapest lookups on the
-        # path that runs once per delivered message.
-        batch_size = self._ledger.batch_size
-        flush_entries = self._ledger.flush_entries
-        only_errors = self._only_error_reports
-        # With acks=0 the broker answers nothing: a "successful" report only means the
-        # request left the client, so the entry is unconfirmed, never acked.
-        unconfirmed = self._unconfirmed_sends
+    # --- the hot path --------------------------------------------------------------------
+    # produce(topic, value=None, key=None, partition=-1, on_delivery=None, timestamp=0,
+    # headers=None, *, callback=None): the same contract as confluent_kafka.Producer.produce,
+    # plus the `audit` header. A closure bound per instance (see _make_produce).
+    produce: Callable[..., None]
+
+    def _make_produce(self) -> Callable[..., None]:
+        # Everything the common call needs is a closure variable: each attribute lookup on
+        # self would cost more than the lookup itself is worth on this path.
+        get_stream = self._topics.get
+        new_topic = self._new_topic
+        acquire = self._lock_acquire
+        release = self._lock_release
+        inner_produce = self._inner_produce
+        with_options = self._produce_with_options
+        key_fn = self._key_fn
+        session = self._session_bytes
+        pack = _pack
         time_ns = _time_ns
+        name = AUDIT
 
-        def on_delivery(
-            rows: deque[Any],
-            seq: int,
-            audit_id: str,
-            user_callback: DeliveryCallback | None,
-            err: KafkaError | None,
-            msg: Message,
+        def produce(
+            topic: str,
+            value: Any = None,
+            key: Any = None,
+            partition: int = -1,
+            on_delivery: DeliveryCallback | None = None,
+            timestamp: int = 0,
+            headers: UserHeaders = None,
+            *,
+            callback: DeliveryCallback | None = None,
         ) -> None:
-            if err is None:
-                offset = msg.offset()
-                if unconfirmed or offset is None or offset < 0:
-                    rows.append(
-                        (seq, UNCONFIRMED, msg.partition(), -1, None, POSSIBLY_PERSISTED, audit_id,
-                         time_ns() // 1_000_000)
-                    )  # fmt: skip
-                else:
-                    rows.append(
-                        (seq, ACKED, msg.partition(), offset, None, PERSISTED, audit_id, time_ns() // 1_000_000)
-                    )
-            else:
-                partition = msg.partition()
-                rows.append(
-                    (seq, FAILED, -1 if partition is None or partition < 0 else partition, -1, describe_error(err),
-                     classify_persistence(err), audit_id, time_ns() // 1_000_000)
-                )  # fmt: skip
-            if len(rows) >= batch_size:
-                flush_entries()
-            if user_callback is not None and (err is not None or not only_errors):
-                user_callback(err, msg)
+            """Same contract as ``confluent_kafka.Producer.produce``, plus the ``audit`` header."""
+            if headers or on_delivery or callback or key_fn:
+                with_options(topic, value, key, partition, on_delivery or callback, timestamp, headers)
+                return
+            ts_ms = time_ns() // 1_000_000
+            acquire()
+            try:
+                stream = get_stream(topic) or new_topic(topic)
+                seq = stream.next_seq
+                # Positional on purpose (keywords cost ~0.5 us per call): slot 5 is `callback`.
+                inner_produce(
+                    topic, value, key, partition, None, None, timestamp, [(name, pack(2, session, seq, ts_ms))]
+                )
+                stream.next_seq = seq + 1
+            finally:
+                release()
 
-        return on_delivery
+        return produce
+
+    def _produce_with_options(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int,
+        user_callback: DeliveryCallback | None,
+        timestamp: int,
+        headers: UserHeaders,
+    ) -> None:
+        extra_headers: list[tuple[str, Any]] | None = None
+        audit_id: Any = None
+        if headers:
+            extra_headers, audit_id = _split_user_headers(headers)
+        if self._key_fn is not None:
+            audit_id = self._key_fn(value, key)
+        id_bytes = None
+        if audit_id is not None:
+            id_bytes = _as_bytes(audit_id)
+            if id_bytes is not None and id_bytes == _as_bytes(key):
+                id_bytes = None  # the key says it: readers take the key
+        report = None if user_callback is None else partial(self._on_report_then, user_callback)
+        ts_ms = _time_ns() // 1_000_000
+        with self._seq_lock:
+            stream = self._topics.get(topic) or self._new_topic(topic)
+            seq = stream.next_seq
+            audit = _pack(2, self._session_bytes, seq, ts_ms)
+            if id_bytes is not None:
+                audit += id_bytes
+            record_headers: list[tuple[str, Any]] = [(AUDIT, audit)]
+            if extra_headers:
+                record_headers.extend(extra_headers)
+            self._inner_produce(topic, value, key, partition, report, None, timestamp, record_headers)
+            stream.next_seq = seq + 1
 
     def _new_topic(self, topic: str) -> _TopicStream:
-        stream = _TopicStream(self._ledger.stream(producer_batch_header(self.session_id, self.client_id, topic)))
+        stream = _TopicStream(
+            self._ledger.stream(producer_ranges_header(self.session_id, self.client_id, topic)),
+            _time_ns() // 1_000_000,
+        )
         self._topics[topic] = stream
         return stream
 
-    # --- the hot path --------------------------------------------------------------------
-    def produce(
-        self,
-        topic: str,
-        value: Any = None,
-        key: Any = None,
-        partition: int = -1,
-        on_delivery: DeliveryCallback | None = None,
-        timestamp: int = 0,
-        headers: UserHeaders = None,
-        *,
-        callback: DeliveryCallback | None = None,
-    ) -> None:
-        """Same contract as ``confluent_kafka.Producer.produce``, plus audit headers."""
-        extra_headers: list[tuple[str, Any]] | None = None
-        id_pair: AuditIdPair | None = None
-        if headers:
-            extra_headers, id_pair = _split_user_headers(headers)
-        if self._key_fn is not None:
-            id_pair = _audit_id_pair(self._key_fn(value, key))
-        elif id_pair is None and key is not None:
-            id_pair = _audit_id_pair(key)
-        header_id: bytes | str  # a generated id is text; a key's is its bytes or text
-        if id_pair is None:
-            try:
-                header_id = id_text = self._uuid_pool.pop()
-            except IndexError:
-                self._uuid_pool.extend(new_uuid4_batch(_UUID_BATCH))
-                header_id = id_text = self._uuid_pool.pop()
-        else:
-            header_id, id_text = id_pair
-        ts_header = (AUDIT_TS, b"%d" % (_time_ns() // 1_000_000))
-        user_callback = on_delivery or callback or self._default_on_delivery
-        self._seq_lock.acquire()
+    # --- delivery reports (failures, unless success reports were asked for) -------------------
+    def _on_report(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._ledger_failure(err, msg)
+        app = self._app_on_delivery
+        if app is not None and (err is not None or not self._app_only_errors):
+            app(err, msg)
+
+    def _on_report_then(self, user_callback: DeliveryCallback, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._ledger_failure(err, msg)
+        if err is not None or not self._app_only_errors:
+            user_callback(err, msg)
+
+    def _ledger_failure(self, err: KafkaError, msg: Message) -> None:
+        topic = msg.topic() or ""
+        key = msg.key()
         try:
+            audit_id = self._key_fn(msg.value(), key) if self._key_fn is not None else key
+        except Exception:  # noqa: BLE001 - the application's key function must not break reporting
+            audit_id = key
+        with self._seq_lock:
             stream = self._topics.get(topic)
             if stream is None:
-                stream = self._new_topic(topic)
-            seq = stream.next_seq
-            record_headers: list[tuple[str, str | bytes | None]] = [
-                (AUDIT_ID, header_id),
-                self._pid_header,
-                (AUDIT_SEQ, b"%d" % seq),
-                ts_header,
+                return  # not a record of this session (cannot happen through produce())
+            # The report has no headers: the failed record is one of the unresolved sequences.
+            window = (stream.resolved, stream.next_seq - 1)
+            stream.failures.append(window)
+            if stream.failure_rows is None:
+                stream.failure_rows = self._ledger.stream(
+                    producer_failures_header(self.session_id, self.client_id, topic)
+                )
+            rows = stream.failure_rows
+        partition = msg.partition()
+        id_bytes = _as_bytes(audit_id)
+        rows.append(
+            (window[0], window[1], -1 if partition is None or partition < 0 else partition, describe_error(err),
+             classify_persistence(err), None if id_bytes is None else decode_audit_id(id_bytes),
+             _time_ns() // 1_000_000)
+        )  # fmt: skip
+        self.failures_reported += 1
+
+    # --- resolving ranges -----------------------------------------------------------------
+    def _snapshot(self) -> None:
+        with self._seq_lock:
+            snap = [(stream, stream.next_seq) for stream in self._topics.values()]
+        self._snapshots.append((_monotonic(), _time_ns() // 1_000_000, snap))
+
+    def _resolve(self, boundary: bool = False) -> None:
+        """Resolve every snapshot whose failure reports have all been served.
+
+        ``boundary``: a transaction just ended (a transactional producer resolves only then).
+        """
+        with self._resolve_lock:
+            self._snapshot()
+            if self._transactional and not boundary:
+                return
+            # Out-queue first, then running polls: an empty queue with no poll running means
+            # every report queued before was popped by a poll that has finished its callbacks.
+            idle = len(self._producer) == 0
+            if idle:
+                with self._poll_lock:
+                    idle = self._polls_active == 0
+            snapshots = self._snapshots
+            while snapshots:
+                taken_at, taken_ms, snap = snapshots[0]
+                if not idle and (
+                    self._report_bound_s is None or taken_at + self._report_bound_s > self._last_poll_started
+                ):
+                    break
+                snapshots.popleft()
+                for stream, upto in snap:
+                    self._resolve_stream(stream, upto, taken_ms)
+
+    def _resolve_stream(self, stream: _TopicStream, upto: int, taken_ms: int) -> None:
+        first, last = stream.resolved, upto - 1
+        if last < first:
+            return
+        with self._seq_lock:
+            windows = sorted(
+                (max(lo, first), min(hi, last)) for lo, hi in stream.failures if hi >= first and lo <= last
+            )
+            stream.failures = [(lo, hi) for lo, hi in stream.failures if hi > last]
+            stream.resolved, stream.resolved_ms, from_ms = upto, taken_ms, stream.resolved_ms
+        rows = stream.rows
+        position = first
+        for lo, hi in windows:
+            if hi < position:
+                continue
+            if lo > position:
+                rows.append((position, lo - 1, self._range_status, from_ms, taken_ms))
+            rows.append((max(lo, position), hi, UNCONFIRMED, from_ms, taken_ms))
+            position = hi + 1
+        if position <= last:
+            rows.append((position, last, self._range_status, from_ms, taken_ms))
+
+    def _write_unresolved_tail(self) -> None:
+        """Ledger the sent, unresolved sequences as unconfirmed: what a crash leaves."""
+        now_ms = _time_ns() // 1_000_000
+        with self._seq_lock:
+            tails = [
+                (stream, max(stream.resolved, stream.tail_written + 1), stream.next_seq - 1, stream.resolved_ms)
+                for stream in self._topics.values()
             ]
-            if extra_headers:
-                record_headers.extend(extra_headers)
-            report = partial(self._on_delivery, stream.rows, seq, id_text, user_callback)
-            # Positional on purpose (keywords cost ~0.5 us per call): slot 5 is
-            # `callback`, slot 6 `on_delivery`.
-            self._producer.produce(topic, value, key, partition, report, None, timestamp, record_headers)
-            stream.next_seq = seq + 1
+            for stream, _, last, _ in tails:
+                stream.tail_written = max(stream.tail_written, last)
+        for stream, first, last, from_ms in tails:
+            if first <= last:
+                stream.rows.append((first, last, UNCONFIRMED, from_ms, now_ms))
+
+    def _background_resolve(self) -> None:
+        self._resolve()
+        self._write_unresolved_tail()
+
+    # --- polling: tracked so resolution knows when reports have been served ----------------
+    def _serve(self, call: Callable[..., int], *args: float) -> int:
+        started = _monotonic()
+        with self._poll_lock:
+            self._polls_active += 1
+        try:
+            return call(*args)
         finally:
-            self._seq_lock.release()
+            with self._poll_lock:
+                self._polls_active -= 1
+                if started > self._last_poll_started:
+                    self._last_poll_started = started
 
     def poll(self, timeout: float | None = None) -> int:
-        return self._producer.poll(*_timeout_args(timeout))
+        return self._serve(self._producer.poll, *_timeout_args(timeout))
 
     def __len__(self) -> int:
         return len(self._producer)
 
     # --- ledger-aware lifecycle --------------------------------------------------------
     def flush(self, timeout: float | None = None) -> int:
-        """Flush the producer, then make the ledger durable up to this point.
+        """Flush the producer, resolve what was delivered, and make the ledger durable.
 
         Returns what ``Producer.flush`` returns: messages still in the queue.
         """
-        remaining = self._producer.flush(*_timeout_args(timeout))
+        remaining = self._serve(self._producer.flush, *_timeout_args(timeout))
+        self._resolve()
+        self._write_unresolved_tail()
         self._end_session_checkpoint()
         return remaining
 
     def close(self, timeout: float | None = None) -> int:
-        """Flush, write the final session-end, and close the ledger and the producer."""
+        """Flush, resolve, write the final session-end, and close the ledger and the producer."""
         if self._closed:
             return 0
-        remaining = self._producer.flush(*_timeout_args(timeout))
+        remaining = self._serve(self._producer.flush, *_timeout_args(timeout))
+        self._ledger.set_before_flush(None)
+        self._resolve(boundary=True)
+        self._write_unresolved_tail()
         self._end_session_checkpoint()
         self._ledger.close(self._ledger_timeout(timeout))
         self._closed = True
@@ -347,7 +507,6 @@ class AuditedProducer:
     def _end_session_checkpoint(self) -> None:
         last_seq = self.last_sequences()
         if last_seq == self._last_checkpoint and not self._ledger.pending_count():
-            # Nothing new since the last session-end: don't repeat it.
             self._ledger.flush(self._ledger_flush_timeout_s)
             return
         self._last_checkpoint = last_seq
@@ -367,7 +526,7 @@ class AuditedProducer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- plain delegation ----------------------------------------------------------------
+    # --- delegation ----------------------------------------------------------------------
     def produce_batch(
         self,
         topic: str,
@@ -407,10 +566,13 @@ class AuditedProducer:
         self._producer.begin_transaction()
 
     def commit_transaction(self, timeout: float | None = None) -> None:
-        self._producer.commit_transaction(*_timeout_args(timeout))
+        self._serve(partial(_returning_zero, self._producer.commit_transaction), *_timeout_args(timeout))
+        self._resolve(boundary=True)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
-        self._producer.abort_transaction(*_timeout_args(timeout))
+        # Aborted records were acked (and are filtered by read_committed readers), as in v1.
+        self._serve(partial(_returning_zero, self._producer.abort_transaction), *_timeout_args(timeout))
+        self._resolve(boundary=True)
 
     def send_offsets_to_transaction(
         self,
@@ -437,11 +599,23 @@ class AuditedProducer:
         return mask_config(self._config)
 
     def last_sequences(self) -> dict[str, int]:
-        """The last sequence number assigned per topic (-1 entries omitted)."""
+        """The last sequence number sent per topic (-1 entries omitted)."""
         with self._seq_lock:
             return {topic: stream.next_seq - 1 for topic, stream in self._topics.items() if stream.next_seq > 0}
+
+    def resolved_sequences(self) -> dict[str, int]:
+        """Per topic, the next sequence not yet resolved (everything below is ledgered)."""
+        with self._seq_lock:
+            return {topic: stream.resolved for topic, stream in self._topics.items()}
 
     def stats(self) -> dict[str, int]:
         with self._seq_lock:
             produced = sum(stream.next_seq for stream in self._topics.values())
-        return {"produced": produced, "in_queue": len(self._producer), **self._ledger.stats()}
+            unresolved = sum(stream.next_seq - stream.resolved for stream in self._topics.values())
+        return {
+            "produced": produced,
+            "unresolved": unresolved,
+            "failures_reported": self.failures_reported,
+            "in_queue": len(self._producer),
+            **self._ledger.stats(),
+        }

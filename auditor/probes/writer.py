@@ -32,6 +32,8 @@ RowObserver = Callable[[list[Any]], None]
 # Builds the checkpoint record (under the write lock, after every buffered row was
 # drained); None when nothing changed since the last one, unless forced.
 Checkpoint = Callable[[bool], bytes | None]
+# Turns a drained batch of buffered items into the rows written (under the write lock).
+RowTransform = Callable[[list[Any]], list[Any]]
 
 # How long a write keeps retrying when the ledger producer's local queue is full
 # before it gives up on a record (it is then counted in `records_dropped`).
@@ -73,8 +75,9 @@ class LedgerWriter:
         config = dict(producer_config)
         config.setdefault("error_cb", self._on_client_error)
         self._producer: Producer = producer_factory(config)  # or a test double
-        self._streams: list[tuple[dict[str, Any], deque[Any], RowObserver | None]] = []
+        self._streams: list[tuple[dict[str, Any], deque[Any], RowObserver | None, RowTransform | None]] = []
         self._checkpoint: Checkpoint | None = None
+        self._before_flush: Callable[[], None] | None = None
         self._write_lock = threading.Lock()
         self.records_written = 0
         self.records_acked = 0
@@ -85,16 +88,23 @@ class LedgerWriter:
         self._thread = threading.Thread(target=self._run, name=f"audit-ledger-{name}", daemon=True)
         self._thread.start()
 
-    def stream(self, header: Mapping[str, Any], observe: RowObserver | None = None) -> deque[Any]:
-        """A new buffer whose rows are written as records of ``header`` + entries."""
+    def stream(
+        self, header: Mapping[str, Any], observe: RowObserver | None = None, transform: RowTransform | None = None
+    ) -> deque[Any]:
+        """A new buffer whose rows (``transform``-ed, when given) are written as records of
+        ``header`` + entries."""
         rows: deque[Any] = deque()
         with self._write_lock:
-            self._streams.append((dict(header), rows, observe))
+            self._streams.append((dict(header), rows, observe, transform))
         return rows
 
     def set_checkpoint(self, checkpoint: Checkpoint | None) -> None:
         """Have the background flush also write ``checkpoint``'s record when it has one."""
         self._checkpoint = checkpoint
+
+    def set_before_flush(self, hook: Callable[[], None] | None) -> None:
+        """Have the background flush call ``hook`` first (it may append rows to streams)."""
+        self._before_flush = hook
 
     def write_checkpoint(self, force: bool = False) -> bool:
         """Drain the buffers, then write the checkpoint record if it has one (always if forced)."""
@@ -146,16 +156,18 @@ class LedgerWriter:
         return 0
 
     def pending_count(self) -> int:
-        return sum(len(rows) for _, rows, _ in self._streams)
+        return sum(len(stream[1]) for stream in self._streams)
 
     def _drain_locked(self) -> int:
         drained = 0
-        for header, rows, observe in self._streams:
+        for header, rows, observe, transform in self._streams:
             count = len(rows)
             if not count:
                 continue
             popleft = rows.popleft
             batch = [popleft() for _ in range(count)]
+            if transform is not None:
+                batch = transform(batch)
             try:
                 records = encode_batch(header, batch, self.batch_size)
             except (TypeError, ValueError):
@@ -193,6 +205,9 @@ class LedgerWriter:
     def _run(self) -> None:
         while not self._stop.wait(self.flush_interval_s):
             try:
+                hook = self._before_flush
+                if hook is not None:
+                    hook()
                 self.flush_entries()
                 self.write_checkpoint()
                 self._producer.poll(0)

@@ -92,6 +92,8 @@ class IndexedTopic:
     starts: dict[int, int] = field(default_factory=dict)
     records: dict[str, list[LocatedRecord]] = field(default_factory=dict)
     covered: int = 0  # records of the log the index stands in for
+    # per producer session, the sequences the runs read (the state's seq_coverage)
+    seq_coverage: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     run_id: str | None = None
     reason: str | None = None
 
@@ -141,6 +143,11 @@ def indexed_records(
         aborted_rows = _rows(root, [aborted] if aborted else [], wanted, extra=["session", "seq"])
     except StateUnreadable as exc:
         return IndexedTopic(reason=str(exc))
+    coverage = (meta.get("datasets") or {}).get("seq_coverage")
+    try:
+        found.seq_coverage = _seq_coverage(root, coverage) if coverage else {}
+    except StateUnreadable as exc:
+        return IndexedTopic(reason=str(exc))
     copies: dict[str, int] = {}
     for row in rows:
         copies[row["key"]] = copies.get(row["key"], 0) + int(row.get("n") or 1)
@@ -159,6 +166,21 @@ def indexed_records(
                 )
             )
     return found
+
+
+def _seq_coverage(root: Path, relative: str) -> dict[str, list[tuple[int, int]]]:
+    """The state's seq_coverage: per producer session, the merged sequence intervals read."""
+    import pyarrow.dataset as ds  # deferred, as in _rows
+
+    try:
+        table = ds.dataset(str(root / relative), format="parquet").to_table(columns=["session", "start", "end"])
+    except (OSError, ValueError) as exc:
+        raise StateUnreadable(f"the sequence coverage under {root} is unreadable: {exc}") from exc
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for row in table.to_pylist():
+        if row["session"] is not None and row["start"] is not None and row["end"] is not None:
+            spans.setdefault(row["session"], []).append((int(row["start"]), int(row["end"])))
+    return spans
 
 
 def _rows(root: Path, relatives: list[str], keys: list[str], extra: Sequence[str] = ()) -> list[dict[str, Any]]:

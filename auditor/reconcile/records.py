@@ -31,6 +31,7 @@ from auditor.lib.identifiers import IdentifierError, validate_identifier, valida
 from auditor.lib.secrets import MASK, MissingEnvError
 from auditor.lint.observed import committed_offsets
 from auditor.pipelines.models import Binding
+from auditor.probes.headers import AUDIT, AUDIT_V2_SIZE, decode_audit_header, parse_audit_headers
 from auditor.probes.message import record_headers, record_position
 
 MAX_POSITIONS = 200
@@ -56,9 +57,13 @@ class RecordView:
     value_size: int
     found_by: set[str] = field(default_factory=set)
     aborted: bool = False  # a finding says it is only in an aborted transaction
+    # The audit fields under their version-1 names, from either contract version's headers.
+    audit_fields: dict[str, str] = field(default_factory=dict)
 
     @property
     def audit(self) -> dict[str, str]:
+        if self.audit_fields:
+            return self.audit_fields
         return {name: value for name, value in self.headers if name.startswith("audit-")}
 
 
@@ -126,6 +131,28 @@ def business_key(message: Message, record_key: str) -> str | None:
     return None if key is None else key.decode("utf-8", errors="replace")
 
 
+def _audit_fields(message: Message) -> dict[str, str]:
+    """The record's audit fields named as in contract version 1, whichever version wrote them."""
+    parsed = parse_audit_headers(record_headers(message), message.key())
+    if parsed is None or not parsed.valid:
+        return {}
+    fields = {"audit-pid": str(parsed.pid), "audit-seq": str(parsed.seq), "audit-ts": str(parsed.ts_ms)}
+    if parsed.audit_id is not None:
+        fields["audit-id"] = parsed.audit_id
+    return fields
+
+
+def _header_text(name: str, value: bytes | None) -> str:
+    if name == AUDIT and value is not None:
+        parsed = decode_audit_header(value)
+        if parsed.valid:
+            named = value[AUDIT_V2_SIZE:]
+            tail = f" id={_text(named, HEADER_PREVIEW_CHARS)}" if named else ""
+            return f"v{parsed.version} session={parsed.pid} seq={parsed.seq} ts={parsed.ts_ms}{tail}"
+        return f"(undecodable: {parsed.problem})"
+    return _text(value, HEADER_PREVIEW_CHARS)
+
+
 def _view(message: Message, record_key: str, found_by: str) -> RecordView:
     _ts_type, ts_ms = message.timestamp()
     value = message.value()
@@ -136,10 +163,11 @@ def _view(message: Message, record_key: str, found_by: str) -> RecordView:
         timestamp=datetime.fromtimestamp(ts_ms / 1000, UTC) if ts_ms and ts_ms > 0 else None,
         key=None if message.key() is None else _text(message.key(), HEADER_PREVIEW_CHARS),
         business_key=business_key(message, record_key),
-        headers=[(name, _text(v, HEADER_PREVIEW_CHARS)) for name, v in record_headers(message)],
+        headers=[(name, _header_text(name, v)) for name, v in record_headers(message)],
         value_preview=_text(value, PREVIEW_CHARS),
         value_size=len(value or b""),
         found_by={found_by},
+        audit_fields=_audit_fields(message),
     )
 
 

@@ -134,6 +134,9 @@ class LedgerView:
     # the ledger holds every entry written since this instant (epoch ms); 0: since the start
     complete_since_ms: int | None = 0
     entries_for_topic: int = 0  # producer ledger: entries of the binding's topic
+    # producer ledger, contract v2: the latest instant a range record (which names no keys)
+    # says records of the topic were produced; None when there is none
+    unattributed_to_ms: int | None = None
 
 
 @dataclass

@@ -31,9 +31,19 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from auditor.probes.codec import ConsumerBatch, ProducerBatch, decode_ledger_record, delivery_status
+from auditor.probes.codec import (
+    NOT_PERSISTED,
+    ConsumerBatch,
+    ProcessedRanges,
+    ProducerBatch,
+    ProducerFailures,
+    ProducerRanges,
+    SeqRange,
+    decode_ledger_record,
+    delivery_status,
+)
 from auditor.probes.config import MASK, is_secret_key
-from auditor.probes.headers import AUDIT_PID, AUDIT_SEQ
+from auditor.probes.headers import AUDIT, AUDIT_V2, AUDIT_V2_SIZE, AUDIT_VERSION, audit_position
 from auditor.probes.message import record_headers, record_position  # read_ranges() yields records only
 from auditor.reconcile import conf as reconcile_conf
 from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark, RecordState
@@ -61,6 +71,13 @@ class LocateResult:
     keyed_records: int = 0
     ledger_entries: dict[str, list[LedgerEntry]] = field(default_factory=dict)
     ledger_entries_for_topic: int = 0
+    # v2 ledgers resolve sequences in ranges that name no keys: the latest instant a range
+    # with sequences absent from the topic (and not explained by failures) says records were
+    # produced; None when there is none. The Spark engine does not check presence: for it,
+    # every range counts.
+    unattributed_to_ms: int | None = None
+    # python engine: per v2 session, the sequences found in the topic
+    v2_seen: dict[str, set[int]] = field(default_factory=dict)
     marks: dict[tuple[str, int, int], ProcessedMark] = field(default_factory=dict)
     group_marks: dict[str, int] = field(default_factory=dict)
     max_mark_below_low: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -74,6 +91,7 @@ class LocateResult:
             records_scanned=int(data["records_scanned"]),
             keyed_records=int(data["keyed_records"]),
             ledger_entries_for_topic=int(data["ledger_entries_for_topic"]),
+            unattributed_to_ms=data.get("unattributed_to_ms"),
             group_marks={str(g): int(n) for g, n in data["group_marks"].items()},
             engine="spark",
             timings=dict(data.get("timings") or {}),
@@ -107,6 +125,9 @@ class LocateRequest:
     # The keys' records below those starts, as the index knows them: the engines count them
     # found (their processed marks are read too).
     known: dict[str, list[LocatedRecord]] = field(default_factory=dict)
+    # Per producer session, the sequences reconciliation runs read below those starts (its
+    # seq coverage): records found in the topic then, for the v2 presence check.
+    seen_intervals: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
 
     def start(self, state: PartitionState) -> int:
         return min(max(self.starts.get(state.partition, state.low), state.low), state.stable)
@@ -140,6 +161,9 @@ class LocateRequest:
             ],
             "producer_ledger": ledger(self.plan.producer_ledger),
             "consumer_ledger": ledger(self.plan.consumer_ledger),
+            "seen_intervals": [
+                [session, start, end] for session, spans in self.seen_intervals.items() for start, end in spans
+            ],
         }
         if keys_path is None:
             data["keys"] = self.keys
@@ -320,13 +344,6 @@ def record_key_of(msg: Message, spec: RecordKeySpec) -> str | None:
     return found if isinstance(found, str) else json.dumps(found, separators=(",", ":"))
 
 
-def _audit_header(msg: Message, name: str) -> str | None:
-    for header, value in record_headers(msg):
-        if header == name and value is not None:
-            return value.decode("utf-8", "replace")
-    return None
-
-
 def _timestamp(msg: Message) -> int | None:
     kind, value = msg.timestamp()
     return value if kind != 0 and value >= 0 else None
@@ -341,16 +358,17 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
         key = record_key_of(msg, spec) if key is None else key
         if key is None or key not in keys:
             return None
-        seq_text = _audit_header(msg, AUDIT_SEQ)
-        seq = int(seq_text) if seq_text and seq_text.isdigit() else None
+        session, seq = audit_position(record_headers(msg))  # either contract version
         _topic, partition, offset = record_position(msg)
-        return LocatedRecord(key, partition, offset, _timestamp(msg), state, _audit_header(msg, AUDIT_PID), seq)
+        return LocatedRecord(key, partition, offset, _timestamp(msg), state, session, seq)
 
     committed_positions: set[tuple[int, int]] = set()
     counts: dict[int, int] = {}
     starts = {p: request.start(s) for p, s in plan.partitions.items()}
     committed_ranges = {p: (starts[p], s.stable) for p, s in plan.partitions.items()}
+    seen = result.v2_seen
     for msg in read_ranges(bootstrap, config, plan.topic, committed_ranges, "read_committed"):
+        _note_v2(msg, seen)
         partition = record_position(msg)[1]
         counts[partition] = counts.get(partition, 0) + 1
         result.records_scanned += 1
@@ -365,6 +383,48 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
     _locate_uncommitted(
         plan.partitions, starts, counts, committed_positions, match, bootstrap, config, plan.topic, result
     )
+
+
+def _note_v2(msg: Message, seen: dict[str, set[int]]) -> None:
+    """Remember the (session, seq) of a record with a valid version-2 header."""
+    for name, value in record_headers(msg):
+        if name == AUDIT:
+            if value is not None and len(value) >= AUDIT_V2_SIZE and value[0] == AUDIT_VERSION:
+                _, session, seq, _ = AUDIT_V2.unpack_from(value)
+                seen.setdefault(session.hex(), set()).add(seq)
+            return
+
+
+def unattributed_until(
+    ranges: dict[str, list[SeqRange]],
+    failures: dict[str, int],
+    seen: dict[str, set[int]],
+    seen_intervals: dict[str, list[tuple[int, int]]] | None = None,
+) -> int | None:
+    """The latest ``to_ms`` of a v2 range holding a sequence absent from the topic (not read
+    now, nor in ``seen_intervals``: what reconciliation runs read) that no failure explains;
+    None when every such sequence is accounted for.
+
+    A failure report that says not persisted is one record of its session that is certainly
+    absent: a session whose absent sequences are no more than those failures is explained.
+    """
+    latest: int | None = None
+    for session, session_ranges in ranges.items():
+        found = seen.get(session, set())
+        spans = (seen_intervals or {}).get(session, [])
+        absent: set[int] = set()
+        for r in session_ranges:
+            absent.update(
+                s
+                for s in range(r.first, r.last + 1)
+                if s not in found and not any(start <= s <= end for start, end in spans)
+            )
+        if len(absent) <= failures.get(session, 0):
+            continue
+        for r in session_ranges:
+            if any(s in absent for s in range(r.first, r.last + 1)):
+                latest = r.to_ms if latest is None else max(latest, r.to_ms)
+    return latest
 
 
 def uncommitted_ranges(
@@ -399,6 +459,7 @@ def _locate_uncommitted(
         _topic, partition, offset = record_position(msg)
         if (partition, offset) in committed_positions:
             continue
+        _note_v2(msg, result.v2_seen)
         state = "open" if offset >= partitions[partition].stable else "aborted"
         found = match(msg, state)
         if found is not None:
@@ -412,8 +473,26 @@ def _locate_producer_ledger(
     if ledger is None:
         return
     keys = set(request.keys)
+    ranges: dict[str, list[SeqRange]] = {}
+    failures: dict[str, int] = {}
     for msg in read_ranges(bootstrap, config, ledger.topic, ledger.ranges):
         record = decode_ledger_record(msg.value())
+        if isinstance(record, ProducerRanges) and record.topic == request.plan.topic:
+            result.ledger_entries_for_topic += sum(r.last - r.first + 1 for r in record.ranges)
+            ranges.setdefault(record.pid, []).extend(record.ranges)
+            continue
+        if isinstance(record, ProducerFailures) and record.topic == request.plan.topic:
+            failures[record.pid] = failures.get(record.pid, 0) + sum(
+                1 for f in record.entries if f.persisted == NOT_PERSISTED
+            )
+            for f in record.entries:
+                if f.audit_id is not None and f.audit_id in keys:
+                    result.ledger_entries.setdefault(f.audit_id, []).append(
+                        LedgerEntry(
+                            f.audit_id, record.pid, f.first, "failed", f.partition, -1, f.error, f.persisted, f.ts_ms
+                        )
+                    )
+            continue
         if not isinstance(record, ProducerBatch) or record.topic != request.plan.topic:
             continue
         result.ledger_entries_for_topic += len(record.entries)
@@ -432,6 +511,7 @@ def _locate_producer_ledger(
                         e.ts_ms,
                     )
                 )
+    result.unattributed_to_ms = unattributed_until(ranges, failures, result.v2_seen, request.seen_intervals)
 
 
 def mark_positions(result: LocateResult) -> set[tuple[int, int]]:
@@ -452,6 +532,9 @@ def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str]
     positions = mark_positions(result)
     for msg in read_ranges(bootstrap, config, ledger.topic, ledger.ranges):
         record = decode_ledger_record(msg.value())
+        if isinstance(record, ProcessedRanges) and record.group in groups:
+            _range_marks(record, topic, lows, positions, result)
+            continue
         if not isinstance(record, ConsumerBatch) or record.group not in groups:
             continue
         group = record.group
@@ -467,6 +550,32 @@ def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str]
                 if current is None or e.ts_ms < (current.ts_ms or 0):
                     result.marks[(group, e.partition, e.offset)] = ProcessedMark(
                         group, e.partition, e.offset, record.sid, e.ts_ms
+                    )
+
+
+def _range_marks(
+    record: ProcessedRanges,
+    topic: str,
+    lows: dict[int, int],
+    positions: set[tuple[int, int]],
+    result: LocateResult,
+) -> None:
+    """v2 marks: ranges of consecutive processed offsets, read like one mark per offset."""
+    group = str(record.group)
+    for r in record.ranges:
+        if r.topic != topic:
+            continue
+        result.group_marks[group] = result.group_marks.get(group, 0) + r.last - r.first + 1
+        low = lows.get(r.partition, 0)
+        if r.first < low:
+            key = (group, r.partition)
+            result.max_mark_below_low[key] = max(result.max_mark_below_low.get(key, -1), min(r.last, low - 1))
+        for partition, offset in positions:
+            if partition == r.partition and r.first <= offset <= r.last:
+                current = result.marks.get((group, partition, offset))
+                if current is None or r.first_ms < (current.ts_ms or 0):
+                    result.marks[(group, partition, offset)] = ProcessedMark(
+                        group, partition, offset, record.sid, r.first_ms
                     )
 
 

@@ -153,6 +153,7 @@ def _apply_located(view: ClusterView, located: LocateResult) -> None:
     view.keyed_records = located.keyed_records
     if view.producer_ledger is not None and view.producer_ledger.available:
         view.producer_ledger.entries_for_topic = located.ledger_entries_for_topic
+        view.producer_ledger.unattributed_to_ms = located.unattributed_to_ms
     for name, group in view.groups.items():
         group.marks_on_topic = located.group_marks.get(name, 0)
         group.max_mark_below_low = {p: o for (g, p), o in located.max_mark_below_low.items() if g == name}
@@ -222,6 +223,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
             groups,
             starts=indexed.starts,
             known=indexed.records,
+            seen_intervals=indexed.seq_coverage,
         )
         try:
             located = locate(request, options.engine, options.spark)

@@ -46,6 +46,7 @@ from auditor.stuck.evidence import (
     GroupState,
     KeyMemory,
     LedgerEntry,
+    LedgerView,
     LocatedRecord,
     PartitionState,
     ProcessedMark,
@@ -300,6 +301,9 @@ def _not_in_topic(
     created_ms = iso_to_ms(row.since)
     if created_ms is None:
         created_ms = view.now_ms - int(row.age_seconds * 1000)
+    unattributed = _unattributed_since(ledger, created_ms)
+    if unattributed is not None:
+        return Diagnosis("unknown", unattributed, evidence)
     topic_since = view.topic_complete_since_ms()
     evidence["topic_complete_since"] = ms_to_iso(topic_since) if topic_since else None
     evidence["ledger_complete_since"] = ms_to_iso(ledger.complete_since_ms) if ledger.complete_since_ms else None
@@ -366,8 +370,14 @@ def _from_missing_report(
     (it does so only while the topic held everything since the row was created) and the
     topic still holds everything produced since that run; else unknown, saying `otherwise`."""
     report = memory.missing.get(row.key)
+    created_ms = iso_to_ms(row.since) or view.now_ms - int(row.age_seconds * 1000)
+    unattributed = _unattributed_since(view.producer_ledger, created_ms)
     if report is not None:
         evidence["reported_missing"] = report.as_json()
+        if unattributed is not None:
+            return Diagnosis(
+                "unknown", f"{unattributed}; reconciliation run {report.run_id} reported it missing", evidence
+            )
         if report.topic_complete_since(view.partitions):
             return Diagnosis(
                 "never-produced",
@@ -382,6 +392,24 @@ def _from_missing_report(
     if memory.reason:
         otherwise += f"; the reconciliation state could not be read ({memory.reason})"
     return Diagnosis("unknown", otherwise, evidence)
+
+
+def _unattributed_since(ledger: LedgerView | None, created_ms: int) -> str | None:
+    """Why "no ledger entry for this key" proves nothing, or None.
+
+    Contract-v2 producers ledger acks as sequence ranges without keys: when such a range
+    covers records produced since the row was created, one of them may have carried this
+    key and been lost by the broker after its ack, so never-produced cannot be concluded.
+    """
+    if ledger is None or ledger.unattributed_to_ms is None:
+        return None
+    if ledger.unattributed_to_ms + COMPLETENESS_SLACK_MS < created_ms:
+        return None
+    return (
+        f"no record with this key in the topic, but contract-v2 producers acked records there up to "
+        f"{ms_to_iso(ledger.unattributed_to_ms)} without naming their keys (the ledger {ledger.topic} keeps "
+        "sequence ranges): never-produced and broker-lost cannot be told apart"
+    )
 
 
 def _unconfirmed_absent(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any]) -> Diagnosis:

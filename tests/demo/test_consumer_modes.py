@@ -20,7 +20,8 @@ from tests.support.demo import DemoPipeline, read_topic
 pytestmark = pytest.mark.integration
 
 
-def test_it_leaves_the_committed_but_unprocessed_tail_new_at_most_once(pipeline: DemoPipeline) -> None:
+@pytest.mark.parametrize("contract", [1, 2])
+def test_it_leaves_the_committed_but_unprocessed_tail_new_at_most_once(pipeline: DemoPipeline, contract: int) -> None:
     ids = pipeline.produce(20)
 
     crashed = pipeline.consumer(DeliveryMode.AT_MOST_ONCE, Faults(crash_after=5)).run(max_records=20, timeout_s=60)
@@ -40,7 +41,8 @@ def test_it_leaves_the_committed_but_unprocessed_tail_new_at_most_once(pipeline:
     assert marked == {(pipeline.topic, 0, offset) for offset in [*range(5), *range(10, 20)]}
 
 
-def test_it_processes_again_after_a_crash_at_least_once(pipeline: DemoPipeline) -> None:
+@pytest.mark.parametrize("contract", [1, 2])
+def test_it_processes_again_after_a_crash_at_least_once(pipeline: DemoPipeline, contract: int) -> None:
     ids = pipeline.produce(20)
 
     crashed = pipeline.consumer(DeliveryMode.AT_LEAST_ONCE, Faults(crash_after=15)).run(max_records=20, timeout_s=60)
@@ -103,7 +105,8 @@ def test_it_writes_each_ticket_once_to_the_output_topic_in_transactions(pipeline
     assert pipeline.committed_offsets() == {0: 20}
 
 
-def test_it_leaves_processed_but_not_updated_tickets_new(pipeline: DemoPipeline) -> None:
+@pytest.mark.parametrize("contract", [1, 2])
+def test_it_leaves_processed_but_not_updated_tickets_new(pipeline: DemoPipeline, contract: int) -> None:
     ids = pipeline.produce(10)
 
     consumer = pipeline.consumer(DeliveryMode.AT_LEAST_ONCE, Faults(fail_update_every=4, slow_ms=30))
@@ -116,7 +119,15 @@ def test_it_leaves_processed_but_not_updated_tickets_new(pipeline: DemoPipeline)
     assert [ticket for ticket in ids if statuses[ticket] == "NEW"] == [ids[3], ids[7]]
     assert pipeline.committed_offsets() == {0: 10}  # nothing will bring them back
     ledger = pipeline.ledger(pipeline.probes.consumer_ledger)
-    marks = {
-        entry.offset: entry.audit_id for batch in ledger if isinstance(batch, ConsumerBatch) for entry in batch.entries
-    }
-    assert marks == {offset: ticket for offset, ticket in enumerate(ids)}
+    if contract == 1:
+        marks = {
+            entry.offset: entry.audit_id
+            for batch in ledger
+            if isinstance(batch, ConsumerBatch)
+            for entry in batch.entries
+        }
+        assert marks == {offset: ticket for offset, ticket in enumerate(ids)}
+    else:
+        # v2 marks are offset ranges without ids: every offset marked once.
+        assert processed_offsets(ledger, pipeline.group) == {(pipeline.topic, 0, offset) for offset in range(10)}
+        assert find_reprocessed(ledger) == []

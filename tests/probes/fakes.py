@@ -64,8 +64,13 @@ class FakeProducer:
             else:
                 msg = Message(topic=item.topic, partition=partition, key=item.key, value=item.value, error=error)
             self.delivered.append(item)
-            if item.callback is not None:
-                item.callback(error, msg)
+            # Like confluent-kafka: a per-message callback, else the config's on_delivery;
+            # delivery.report.only.error skips successes.
+            callback = item.callback or self.config.get("on_delivery")
+            if error is None and self.config.get("delivery.report.only.error") is True:
+                callback = None
+            if callback is not None:
+                callback(error, msg)
         return len(batch)
 
     def poll(self, timeout: float | None = None) -> int:

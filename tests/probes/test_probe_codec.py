@@ -181,7 +181,7 @@ def test_it_splits_batches_by_count_and_by_size() -> None:
         (b"{not json", "not JSON"),
         (b"\xff\xfe", "not JSON"),
         (b"[1,2]", "should be a JSON object"),
-        (b'{"v":2,"type":"batch"}', "unsupported version"),
+        (b'{"v":3,"type":"batch"}', "unsupported version"),
         (b'{"type":"batch"}', "unsupported version"),
         (b'{"v":1,"type":"mystery"}', "unknown record type"),
         (b'{"v":1,"type":"batch","pid":"p","topic":"t"}', "field 'entries' is missing"),

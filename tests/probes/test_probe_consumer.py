@@ -1,4 +1,4 @@
-"""AuditedConsumer without a broker: header statistics, processed marks, commit order."""
+"""AuditedConsumerV1 without a broker: header statistics, processed marks, commit order."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from auditor.probes import AuditedConsumer, decode_ledger_record
+from auditor.probes import AuditedConsumerV1, decode_ledger_record
 from auditor.probes.codec import ClientRecord, ConsumerBatch, SessionEnd, SessionStart
 from tests.probes.fakes import FactoryRecorder, FakeConsumer
 
@@ -33,7 +33,7 @@ class Harness:
             self.inner = FakeConsumer(config, list(messages))
             return self.inner
 
-        self.consumer = AuditedConsumer(
+        self.consumer = AuditedConsumerV1(
             {"bootstrap.servers": "fake:9092", "group.id": "processor", "sasl.password": "pw"},
             ledger_topic=LEDGER,
             clients_topic=CLIENTS,

@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka import OFFSET_STORED, KafkaError, KafkaException, TopicPartition
 
 from auditor.probes import (
-    AuditedConsumer,
-    AuditedProducer,
+    AuditedConsumerV1,
+    AuditedProducerV1,
     ClientRecord,
     HeaderProblems,
     ProducerBatch,
@@ -48,16 +48,16 @@ pytestmark = integration_marks()
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def audited_producer(bootstrap: str, topics: AuditTopics, **config: Any) -> AuditedProducer:
-    return AuditedProducer(
+def audited_producer(bootstrap: str, topics: AuditTopics, **config: Any) -> AuditedProducerV1:
+    return AuditedProducerV1(
         {"bootstrap.servers": bootstrap, "linger.ms": 5, **config},
         ledger_topic=topics.producer_ledger,
         clients_topic=topics.clients,
     )
 
 
-def audited_consumer(bootstrap: str, topics: AuditTopics, group: str, **config: Any) -> AuditedConsumer:
-    return AuditedConsumer(
+def audited_consumer(bootstrap: str, topics: AuditTopics, group: str, **config: Any) -> AuditedConsumerV1:
+    return AuditedConsumerV1(
         {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
          "auto.offset.reset": "earliest", **config},
         ledger_topic=topics.consumer_ledger,
@@ -283,8 +283,8 @@ CRASHING_PRODUCER = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {root!r})
-    from auditor.probes import AuditedProducer
-    producer = AuditedProducer(
+    from auditor.probes import AuditedProducerV1
+    producer = AuditedProducerV1(
         {{"bootstrap.servers": {bootstrap!r}}},
         ledger_topic={ledger!r}, clients_topic={clients!r},
         ledger_batch_size=10, ledger_flush_interval_s=3600,
@@ -384,7 +384,7 @@ def test_it_says_where_a_consumer_session_ended_and_counts_its_bad_headers_in_th
         producer.produce(mixed, b"good", key=b"good")
         for i in range(5):
             producer.produce(clean, b"c%d" % i, key=b"c%d" % i, partition=i % 2)
-    consumer = AuditedConsumer(
+    consumer = AuditedConsumerV1(
         {"bootstrap.servers": probe_bootstrap, "group.id": f"ends-{uuid.uuid4().hex[:8]}",
          "enable.auto.commit": False},
         ledger_topic=audit_topics.consumer_ledger,

@@ -1,4 +1,4 @@
-"""AuditedProducer without a broker: headers, sequences, callbacks and ledger rows."""
+"""AuditedProducerV1 without a broker: headers, sequences, callbacks and ledger rows."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from auditor.probes import AuditedProducer, decode_ledger_record, parse_audit_headers
+from auditor.probes import AuditedProducerV1, decode_ledger_record, parse_audit_headers
 from auditor.probes.codec import ClientRecord, ProducerBatch, SessionEnd, SessionStart
 from tests.probes.fakes import FactoryRecorder, FakeProducer
 
@@ -25,14 +25,14 @@ def factory() -> FactoryRecorder:
 
 
 @pytest.fixture
-def producer(factory: FactoryRecorder) -> Iterator[AuditedProducer]:
+def producer(factory: FactoryRecorder) -> Iterator[AuditedProducerV1]:
     audited = make_producer(factory)
     yield audited
     audited.close()
 
 
-def make_producer(factory: FactoryRecorder, config: dict[str, Any] | None = None, **kwargs: Any) -> AuditedProducer:
-    return AuditedProducer(
+def make_producer(factory: FactoryRecorder, config: dict[str, Any] | None = None, **kwargs: Any) -> AuditedProducerV1:
+    return AuditedProducerV1(
         {"bootstrap.servers": "fake:9092", "client.id": "app", **(config or {})},
         ledger_topic=LEDGER,
         clients_topic=CLIENTS,
@@ -56,7 +56,7 @@ def ledger_records(factory: FactoryRecorder, topic: str = LEDGER) -> list[Any]:
 
 
 def test_it_stamps_the_four_headers_with_contiguous_sequences_per_topic(
-    producer: AuditedProducer, factory: FactoryRecorder
+    producer: AuditedProducerV1, factory: FactoryRecorder
 ) -> None:
     before = time.time_ns() // 1_000_000
     for i in range(3):
@@ -89,7 +89,7 @@ def test_it_chooses_the_audit_id_by_precedence(factory: FactoryRecorder) -> None
     assert all(len(i) == 32 and i != ids[4] for i in ids[3:4]) and len(ids[4]) == 32
 
 
-def test_it_preserves_user_headers_in_list_or_dict_form(producer: AuditedProducer, factory: FactoryRecorder) -> None:
+def test_it_preserves_user_headers_in_list_or_dict_form(producer: AuditedProducerV1, factory: FactoryRecorder) -> None:
     producer.produce("t", b"v", headers=[("trace", b"1"), ("trace", b"2"), ("audit-seq", b"999")])
     producer.produce("t", b"v", headers={"trace": "x", "audit-pid": b"forged"})
     first, second = (item.headers for item in inner(factory).queued)
@@ -113,7 +113,7 @@ def test_it_does_not_consume_a_sequence_when_the_queue_is_full(factory: FactoryR
         assert seqs == [0, 1, 2]
 
 
-def test_it_keeps_sequences_contiguous_across_threads(producer: AuditedProducer, factory: FactoryRecorder) -> None:
+def test_it_keeps_sequences_contiguous_across_threads(producer: AuditedProducerV1, factory: FactoryRecorder) -> None:
     def send() -> None:
         for _ in range(300):
             producer.produce("t", b"v")
@@ -226,7 +226,7 @@ def test_it_masks_the_published_and_effective_config(factory: FactoryRecorder) -
     assert "hunter2" not in json.dumps(client.config)
 
 
-def test_it_delegates_the_rest_of_the_producer_api(producer: AuditedProducer, factory: FactoryRecorder) -> None:
+def test_it_delegates_the_rest_of_the_producer_api(producer: AuditedProducerV1, factory: FactoryRecorder) -> None:
     producer.produce("t", b"v")
     assert len(producer) == 1
     producer.purge()

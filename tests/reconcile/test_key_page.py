@@ -137,3 +137,20 @@ def test_it_puts_where_the_groups_stand_now_into_the_timeline(client_as, keyed, 
     assert f"group {group} committed {o_first + 1}, past {p_first}@{o_first}" in html
     assert f"group {group} committed {o_again}, not yet past {p_again}@{o_again}" in html
     assert "committed offsets now" in html
+
+
+def test_it_reads_the_packed_audit_header_of_contract_version_2(client_as, keyed, kafka_bootstrap: str) -> None:
+    from auditor.probes import AuditedProducer
+
+    binding = keyed["binding"]
+    producer = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap}, ledger_topic=binding.topic, clients_topic=binding.topic
+    )
+    producer.produce(binding.topic, json.dumps({"ticket_id": "T-1"}).encode(), b"T-1", partition=0)
+    assert producer.flush(30) == 0
+    producer.close(30)
+
+    html = client_as("viewer").get(f"/reconcile/keys/{binding.name}/T-1/").content.decode()
+
+    assert len(record_rows(html)) == 3
+    assert f"audit: v2 session={producer.session_id} seq=0 ts=" in html

@@ -587,3 +587,55 @@ def make_topic_named(admin: AdminClient, topic: str, partitions: int) -> bool:
             # The deletion may still be under way on some broker.
             assert time.monotonic() < deadline, f"could not re-create topic {topic}"
             time.sleep(0.5)
+
+
+def test_it_reconciles_records_of_both_contract_versions_from_real_probes(
+    spark: SparkSession, world: World, tmp_path: Path
+):
+    """A v1 probe and a v2 probe write the same topic and ledger. Ground truth: what each
+    produce() call and delivery report said, and a full read of the topic afterwards."""
+    from auditor.probes import AuditedProducer, AuditedProducerV1
+
+    binding = world.binding()
+    world.insert(*range(1, 9))
+    config = {"bootstrap.servers": world.bootstrap, "message.max.bytes": 10_000_000}
+    ledgers = {"ledger_topic": world.producer_ledger, "clients_topic": world.consumer_ledger}
+    created_ms = int(time.time() * 1000) - 10 * 60 * 1000
+    failed: list[str] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            failed.append(msg.key().decode())
+
+    def ticket(number: int, padding: int = 0) -> bytes:
+        return json.dumps({"ticket_id": number, "pad": "x" * padding}).encode()
+
+    with AuditedProducerV1(config, **ledgers) as old:
+        for number in (1, 2, 3):
+            old.produce(world.topic, ticket(number), str(number).encode(), 0, on_delivery=report, timestamp=created_ms)
+        old.produce(world.topic, ticket(4, 3_000_000), b"4", 0, on_delivery=report, timestamp=created_ms)  # refused
+        old.flush(30)
+    with AuditedProducer(config, **ledgers) as new:
+        for number in (5, 6, 7):
+            new.produce(world.topic, ticket(number), str(number).encode(), 0, on_delivery=report, timestamp=created_ms)
+        new.produce(world.topic, ticket(8, 3_000_000), b"8", 0, on_delivery=report, timestamp=created_ms)  # refused
+        new.flush(30)
+    assert sorted(failed) == ["4", "8"]
+    truth = read_whole_topic(world.bootstrap, world.topic)
+    assert sorted(truth.values()) == [1, 2, 3, 5, 6, 7]
+
+    result = reconcile_once(spark, binding, tmp_path)
+
+    assert result["status"] == "ok", result["error"]
+    assert result["counts"]["records_without_headers"] == 0 and result["counts"]["records_malformed_headers"] == 0
+    found = sorted(((f["kind"], f["key"], f["cause"], f["session"], f["seq"]) for f in result["findings"]), key=repr)
+    assert found == sorted(
+        [
+            ("missing", "4", None, None, None),
+            ("missing", "8", None, None, None),
+            # v1: the failure names its sequence; v2: its window is unconfirmed, never acked.
+            ("gap", "4", "send-failed", old.session_id, 3),
+            ("gap", None, "send-unconfirmed", new.session_id, 3),
+        ],
+        key=repr,
+    )

@@ -19,9 +19,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
-def stuck(db: None, pipeline: DemoPipeline, settings: Any, tmp_path: Any) -> StuckSetup:
+def stuck(
+    db: None, make_pipeline: Callable[..., DemoPipeline], contract: int, settings: Any, tmp_path: Any
+) -> StuckSetup:
     settings.RECONCILE_STATE_DIR = str(tmp_path / "reconcile-state")
-    return StuckSetup(pipeline, make_rule(pipeline))
+    created = make_pipeline(contract=contract)
+    return StuckSetup(created, make_rule(created))
 
 
 @pytest.fixture
@@ -33,8 +36,8 @@ def make_stuck(
 ) -> Callable[..., StuckSetup]:
     settings.RECONCILE_STATE_DIR = str(tmp_path / "reconcile-state")
 
-    def make(partitions: int = 1, **rule_options: Any) -> StuckSetup:
-        created = make_pipeline(partitions=partitions)
+    def make(partitions: int = 1, contract: int = 2, **rule_options: Any) -> StuckSetup:
+        created = make_pipeline(partitions=partitions, contract=contract)
         return StuckSetup(created, make_rule(created, **rule_options))
 
     return make

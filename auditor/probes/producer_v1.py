@@ -1,0 +1,447 @@
+"""AuditedProducerV1: a drop-in confluent_kafka.Producer that stamps the contract-1 audit headers
+and keeps a producer ledger (docs/contracts.md).
+
+Per produce() the hot path builds the header list and one functools.partial
+(the delivery report must know the record's sequence number: confluent-kafka
+hands delivery callbacks a message without headers). Per delivery report it
+appends one row tuple, already in the ledger's JSON shape, to a deque; encoding
+and writing the ledger happen in batches. What remains costly is confluent-kafka
+itself: record headers plus a per-message delivery callback cost several times a
+bare produce() (see benchmarks/probe_overhead.py --floor).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, Literal
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition, libversion
+
+from auditor.probes.codec import (
+    ACKED,
+    FAILED,
+    PERSISTED,
+    POSSIBLY_PERSISTED,
+    UNCONFIRMED,
+    encode_client_record,
+    encode_session_end,
+    encode_session_start,
+    producer_batch_header,
+)
+from auditor.probes.config import ledger_producer_config, mask_config
+from auditor.probes.headers import (
+    AUDIT_HEADER_NAMES,
+    AUDIT_ID,
+    AUDIT_PID,
+    AUDIT_SEQ,
+    AUDIT_TS,
+    decode_audit_id,
+    new_uuid4_batch,
+)
+from auditor.probes.persistence import classify_persistence, describe_error
+from auditor.probes.topics import CLIENTS_TOPIC, PRODUCER_LEDGER_TOPIC
+from auditor.probes.writer import LedgerWriter
+
+logger = logging.getLogger(__name__)
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+KeyFunction = Callable[[Any, Any], Any]
+UserHeaders = Sequence[tuple[str, Any]] | Mapping[str, Any] | None
+
+_time_ns = time.time_ns
+_UUID_BATCH = 1024
+
+
+def _acks_zero(config: Mapping[str, Any]) -> bool:
+    """True when the producer sends fire-and-forget (acks=0 or its librdkafka alias)."""
+    for name in ("acks", "request.required.acks"):
+        if name in config:
+            return str(config[name]).strip() == "0"
+    return False
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "on")
+    return bool(value)
+
+
+AuditIdPair = tuple[bytes | str, str]  # (header value, ledger text)
+
+
+def _audit_id_pair(value: Any) -> AuditIdPair | None:
+    """The audit-id header value and its ledger text for a key or key_fn result."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return (value, value) if value else None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raw = bytes(value)
+        return (raw, decode_audit_id(raw)) if raw else None
+    text = str(value)
+    return (text, text) if text else None
+
+
+def _split_user_headers(headers: UserHeaders) -> tuple[list[tuple[str, Any]], AuditIdPair | None]:
+    """User headers without reserved audit-* names, and a user-supplied audit-id if any."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    kept: list[tuple[str, Any]] = []
+    supplied_id: AuditIdPair | None = None
+    for name, value in pairs:  # type: ignore[union-attr]  # produce() calls this only with headers
+        if name in AUDIT_HEADER_NAMES:
+            if name == AUDIT_ID:
+                supplied_id = _audit_id_pair(value)
+            continue
+        kept.append((name, value))
+    return kept, supplied_id
+
+
+class _TopicStream:
+    """Sequence counter and buffered ledger rows of one topic in one session."""
+
+    __slots__ = ("next_seq", "rows")
+
+    def __init__(self, rows: deque[Any]) -> None:
+        self.next_seq = 0
+        self.rows = rows
+
+
+def _timeout_args(timeout: float | None) -> tuple[float, ...]:
+    return () if timeout is None else (timeout,)
+
+
+class AuditedProducerV1:
+    """A confluent_kafka.Producer that stamps audit headers and keeps a ledger.
+
+    Headers: ``audit-id`` comes from ``key_fn(value, key)`` if given, else a
+    user-supplied ``audit-id`` header, else the record key, else a UUID4 (32 hex
+    digits). Other user-supplied ``audit-*`` headers are replaced by this
+    session's; all other user headers follow the four audit headers unchanged.
+    ``audit-seq`` is per (session, topic), from 0, and is only used up when
+    produce() succeeds locally: BufferError or KafkaException leave it for the
+    next call. produce() is thread-safe, like Producer's.
+
+    Delivery reports: the application's ``on_delivery``/``callback`` (per call
+    or ``on_delivery`` in the config) is still called with the same (err, msg).
+    The inner producer always reports every delivery (the ledger needs the
+    acks); a configured ``delivery.report.only.error=true`` is honoured for the
+    application's callback only. With ``acks=0`` the broker confirms nothing:
+    those reports are ledgered ``unconfirmed`` (partition, no offset), never ``acked``.
+
+    Ledger: one row per delivery report, buffered and written in batches of
+    ``ledger_batch_size`` or every ``ledger_flush_interval_s`` through a separate
+    acks=all idempotent producer (``ledger_config`` overrides its settings).
+    ``flush()`` and ``close()`` write the buffered rows plus a ``session-end``
+    with the last sequence per topic, and wait up to ``ledger_flush_timeout_s``
+    for the ledger to be acked. ``producer_factory`` builds both the wrapped and
+    the ledger producer (tests pass fakes; applications may pass a subclass).
+    """
+
+    kind: Literal["producer"] = "producer"
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        key_fn: KeyFunction | None = None,
+        ledger_topic: str = PRODUCER_LEDGER_TOPIC,
+        clients_topic: str = CLIENTS_TOPIC,
+        ledger_batch_size: int = 1000,
+        ledger_flush_interval_s: float = 1.0,
+        ledger_flush_timeout_s: float = 30.0,
+        ledger_config: Mapping[str, Any] | None = None,
+        producer_factory: Callable[[dict[str, Any]], Any] = Producer,
+    ) -> None:
+        client_config = dict(config)
+        self._config = dict(config)
+        self._default_on_delivery: DeliveryCallback | None = client_config.pop("on_delivery", None)
+        self._only_error_reports = _truthy(client_config.pop("delivery.report.only.error", False))
+        self._unconfirmed_sends = _acks_zero(client_config)
+        self._producer: Producer = producer_factory(client_config)  # or a test double
+        self._key_fn = key_fn
+        self._ledger_flush_timeout_s = ledger_flush_timeout_s
+        self.session_id = uuid.uuid4().hex
+        self.client_id: str = str(client_config.get("client.id", "rdkafka"))
+        self.host = socket.gethostname()
+        self._pid_header = (AUDIT_PID, self.session_id.encode("ascii"))
+        self._topics: dict[str, _TopicStream] = {}
+        self._seq_lock = threading.Lock()
+        self._uuid_pool: list[str] = []
+        self._closed = False
+        self._last_checkpoint: dict[str, int] | None = None
+
+        self._ledger = LedgerWriter(
+            ledger_producer_config(client_config, self.client_id, ledger_config),
+            topic=ledger_topic,
+            key=self.session_id.encode("ascii"),
+            batch_size=ledger_batch_size,
+            flush_interval_s=ledger_flush_interval_s,
+            name=f"producer-{self.session_id[:8]}",
+            producer_factory=producer_factory,
+        )
+        self._on_delivery = self._make_delivery_handler()
+        now_ms = _time_ns() // 1_000_000
+        self._ledger.write(encode_session_start("producer", self.session_id, self.client_id, now_ms, self.host))
+        self._ledger.write(
+            encode_client_record(
+                "producer",
+                self.session_id,
+                self.client_id,
+                None,
+                libversion()[0],
+                self._config,
+                self.host,
+                now_ms,
+            ),
+            topic=clients_topic,
+        )
+
+    def _make_delivery_handler(self) -> Callable[..., None]:
+        # A closure, not a method: local names are the cheapest lookups on the
+        # path that runs once per delivered message.
+        batch_size = self._ledger.batch_size
+        flush_entries = self._ledger.flush_entries
+        only_errors = self._only_error_reports
+        # With acks=0 the broker answers nothing: a "successful" report only means the
+        # request left the client, so the entry is unconfirmed, never acked.
+        unconfirmed = self._unconfirmed_sends
+        time_ns = _time_ns
+
+        def on_delivery(
+            rows: deque[Any],
+            seq: int,
+            audit_id: str,
+            user_callback: DeliveryCallback | None,
+            err: KafkaError | None,
+            msg: Message,
+        ) -> None:
+            if err is None:
+                offset = msg.offset()
+                if unconfirmed or offset is None or offset < 0:
+                    rows.append(
+                        (seq, UNCONFIRMED, msg.partition(), -1, None, POSSIBLY_PERSISTED, audit_id,
+                         time_ns() // 1_000_000)
+                    )  # fmt: skip
+                else:
+                    rows.append(
+                        (seq, ACKED, msg.partition(), offset, None, PERSISTED, audit_id, time_ns() // 1_000_000)
+                    )
+            else:
+                partition = msg.partition()
+                rows.append(
+                    (seq, FAILED, -1 if partition is None or partition < 0 else partition, -1, describe_error(err),
+                     classify_persistence(err), audit_id, time_ns() // 1_000_000)
+                )  # fmt: skip
+            if len(rows) >= batch_size:
+                flush_entries()
+            if user_callback is not None and (err is not None or not only_errors):
+                user_callback(err, msg)
+
+        return on_delivery
+
+    def _new_topic(self, topic: str) -> _TopicStream:
+        stream = _TopicStream(self._ledger.stream(producer_batch_header(self.session_id, self.client_id, topic)))
+        self._topics[topic] = stream
+        return stream
+
+    # --- the hot path --------------------------------------------------------------------
+    def produce(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+        timestamp: int = 0,
+        headers: UserHeaders = None,
+        *,
+        callback: DeliveryCallback | None = None,
+    ) -> None:
+        """Same contract as ``confluent_kafka.Producer.produce``, plus audit headers."""
+        extra_headers: list[tuple[str, Any]] | None = None
+        id_pair: AuditIdPair | None = None
+        if headers:
+            extra_headers, id_pair = _split_user_headers(headers)
+        if self._key_fn is not None:
+            id_pair = _audit_id_pair(self._key_fn(value, key))
+        elif id_pair is None and key is not None:
+            id_pair = _audit_id_pair(key)
+        header_id: bytes | str  # a generated id is text; a key's is its bytes or text
+        if id_pair is None:
+            try:
+                header_id = id_text = self._uuid_pool.pop()
+            except IndexError:
+                self._uuid_pool.extend(new_uuid4_batch(_UUID_BATCH))
+                header_id = id_text = self._uuid_pool.pop()
+        else:
+            header_id, id_text = id_pair
+        ts_header = (AUDIT_TS, b"%d" % (_time_ns() // 1_000_000))
+        user_callback = on_delivery or callback or self._default_on_delivery
+        self._seq_lock.acquire()
+        try:
+            stream = self._topics.get(topic)
+            if stream is None:
+                stream = self._new_topic(topic)
+            seq = stream.next_seq
+            record_headers: list[tuple[str, str | bytes | None]] = [
+                (AUDIT_ID, header_id),
+                self._pid_header,
+                (AUDIT_SEQ, b"%d" % seq),
+                ts_header,
+            ]
+            if extra_headers:
+                record_headers.extend(extra_headers)
+            report = partial(self._on_delivery, stream.rows, seq, id_text, user_callback)
+            # Positional on purpose (keywords cost ~0.5 us per call): slot 5 is
+            # `callback`, slot 6 `on_delivery`.
+            self._producer.produce(topic, value, key, partition, report, None, timestamp, record_headers)
+            stream.next_seq = seq + 1
+        finally:
+            self._seq_lock.release()
+
+    def poll(self, timeout: float | None = None) -> int:
+        return self._producer.poll(*_timeout_args(timeout))
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+    # --- ledger-aware lifecycle --------------------------------------------------------
+    def flush(self, timeout: float | None = None) -> int:
+        """Flush the producer, then make the ledger durable up to this point.
+
+        Returns what ``Producer.flush`` returns: messages still in the queue.
+        """
+        remaining = self._producer.flush(*_timeout_args(timeout))
+        self._end_session_checkpoint()
+        return remaining
+
+    def close(self, timeout: float | None = None) -> int:
+        """Flush, write the final session-end, and close the ledger and the producer."""
+        if self._closed:
+            return 0
+        remaining = self._producer.flush(*_timeout_args(timeout))
+        self._end_session_checkpoint()
+        self._ledger.close(self._ledger_timeout(timeout))
+        self._closed = True
+        if remaining and timeout is not None:
+            # Producer.close() flushes without a bound; the caller asked for one.
+            logger.warning("audited producer %s: %d message(s) still queued at close", self.session_id, remaining)
+            return remaining
+        close = getattr(self._producer, "close", None)
+        if close is not None:
+            close()
+        return remaining
+
+    def _ledger_timeout(self, timeout: float | None) -> float:
+        if timeout is None:
+            return self._ledger_flush_timeout_s
+        return max(0.0, min(timeout, self._ledger_flush_timeout_s))
+
+    def _end_session_checkpoint(self) -> None:
+        last_seq = self.last_sequences()
+        if last_seq == self._last_checkpoint and not self._ledger.pending_count():
+            # Nothing new since the last session-end: don't repeat it.
+            self._ledger.flush(self._ledger_flush_timeout_s)
+            return
+        self._last_checkpoint = last_seq
+        self._ledger.write(encode_session_end("producer", self.session_id, _time_ns() // 1_000_000, last_seq))
+        remaining = self._ledger.flush(self._ledger_flush_timeout_s)
+        if remaining:
+            logger.error(
+                "audited producer %s: %d ledger record(s) not yet written to %s",
+                self.session_id,
+                remaining,
+                self._ledger.topic,
+            )
+
+    def __enter__(self) -> AuditedProducerV1:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- plain delegation ----------------------------------------------------------------
+    def produce_batch(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> int:
+        """Like ``Producer.produce_batch`` (which cannot carry headers): one audited
+        produce() per message; failed ones get an ``_error`` entry. Returns the count queued."""
+        queued = 0
+        for message in messages:
+            try:
+                self.produce(
+                    topic,
+                    message.get("value"),
+                    message.get("key"),
+                    message.get("partition", partition),
+                    on_delivery=message.get("callback") or on_delivery,
+                    timestamp=message.get("timestamp", 0),
+                    headers=message.get("headers"),
+                )
+                queued += 1
+            except (BufferError, KafkaException, TypeError, ValueError) as exc:  # per message, like produce_batch
+                message["_error"] = exc
+        return queued
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return self._producer.list_topics(topic, timeout)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        self._producer.purge(in_queue, in_flight, blocking)
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._producer.init_transactions(*_timeout_args(timeout))
+
+    def begin_transaction(self) -> None:
+        self._producer.begin_transaction()
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        self._producer.commit_transaction(*_timeout_args(timeout))
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        self._producer.abort_transaction(*_timeout_args(timeout))
+
+    def send_offsets_to_transaction(
+        self,
+        positions: list[TopicPartition],
+        group_metadata: Any,
+        timeout: float | None = None,
+    ) -> None:
+        self._producer.send_offsets_to_transaction(positions, group_metadata, *_timeout_args(timeout))
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything not wrapped above (cluster_id, set_sasl_credentials, ...).
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._producer, name)
+
+    # --- introspection -----------------------------------------------------------------
+    @property
+    def producer(self) -> Producer:
+        """The wrapped confluent_kafka.Producer (records produced on it directly are not audited)."""
+        return self._producer
+
+    def effective_config(self) -> dict[str, Any]:
+        """The configuration the application gave, secrets masked (as published to the clients topic)."""
+        return mask_config(self._config)
+
+    def last_sequences(self) -> dict[str, int]:
+        """The last sequence number assigned per topic (-1 entries omitted)."""
+        with self._seq_lock:
+            return {topic: stream.next_seq - 1 for topic, stream in self._topics.items() if stream.next_seq > 0}
+
+    def stats(self) -> dict[str, int]:
+        with self._seq_lock:
+            produced = sum(stream.next_seq for stream in self._topics.values())
+        return {"produced": produced, "in_queue": len(self._producer), **self._ledger.stats()}

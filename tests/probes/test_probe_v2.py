@@ -1,0 +1,233 @@
+"""Contract version 2 against the real broker: the packed header, range-resolved acks, the
+consumer's offset ranges, and readers that take records of both versions.
+
+Ground truth is what the clients observed: produce() calls that returned, a full read of
+the topic with a plain Consumer, and the offsets it returned.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from auditor.probes import (
+    AUDIT,
+    AuditedConsumer,
+    AuditedProducer,
+    AuditedProducerV1,
+    ProcessedRanges,
+    ProducerFailures,
+    ProducerRanges,
+    decode_ledger_record,
+    parse_audit_headers,
+)
+from auditor.probes.consumer import offset_ranges
+from auditor.probes.headers import decode_audit_header, pack_audit_header
+
+
+def test_it_packs_and_reads_the_v2_header_with_the_id_only_when_it_differs_from_the_key() -> None:
+    session = uuid.uuid4()
+    plain = pack_audit_header(session.bytes, 7, 1_700_000_000_123)
+    assert len(plain) == 33
+    read = decode_audit_header(plain, b"ticket-9")
+    assert (read.pid, read.seq, read.ts_ms, read.audit_id, read.valid) == (
+        session.hex,
+        7,
+        1_700_000_000_123,
+        "ticket-9",
+        True,
+    )
+    with_id = decode_audit_header(pack_audit_header(session.bytes, 8, 1, b"4711"), b"k")
+    assert with_id.audit_id == "4711"
+    assert decode_audit_header(plain[:20]).problem is not None
+    assert decode_audit_header(b"\x03" + plain[1:]).problem is not None
+    # Both versions through one reader; a v2 header wins over stray v1 names.
+    v1 = [("audit-id", b"a"), ("audit-pid", session.hex.encode()), ("audit-seq", b"3"), ("audit-ts", b"5")]
+    assert parse_audit_headers(v1).seq == 3
+    assert parse_audit_headers([*v1, (AUDIT, plain)], b"k").seq == 7
+    assert parse_audit_headers([(AUDIT, plain), (AUDIT, plain[:-1] + b"x")]).valid is False
+
+
+def test_it_turns_marks_into_ranges_keeping_repeats_visible() -> None:
+    from confluent_kafka import Message
+
+    msgs = [Message(topic="t", partition=p, offset=o) for p, o in [(0, 1), (0, 2), (0, 3), (1, 9), (0, 4), (0, 2)]]
+    assert offset_ranges(msgs, 10, 20) == [
+        ("t", 0, 1, 3, 10, 20),
+        ("t", 1, 9, 9, 10, 20),
+        ("t", 0, 4, 4, 10, 20),
+        ("t", 0, 2, 2, 10, 20),
+    ]
+
+
+@pytest.fixture
+def topics(kafka_bootstrap: str) -> Iterator[dict[str, str]]:
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    names = {name: f"h13-v2-{name}-{uuid.uuid4().hex[:8]}" for name in ("data", "pledger", "cledger", "clients")}
+    for future in admin.create_topics(
+        [NewTopic(n, num_partitions=2, replication_factor=1) for n in names.values()]
+    ).values():
+        future.result(30)
+    yield names
+    admin.delete_topics(list(names.values()))
+
+
+def read_all(bootstrap: str, topic: str, partitions: int = 2) -> list[Any]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out, idle = [], 0
+    while idle < 5:
+        msg = consumer.poll(1.0)
+        if msg is None:
+            idle += 1
+            continue
+        if msg.error() is None:
+            out.append(msg)
+    consumer.close()
+    return out
+
+
+def test_it_resolves_acks_in_ranges_and_leaves_failures_unconfirmed(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    producer = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 10_000_000},
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+    )
+    for i in range(50):
+        producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
+    assert producer.flush(30) == 0
+    producer.produce(topics["data"], b"x" * 3_000_000, b"bad-key")  # the broker refuses it (too large)
+    for i in range(50, 60):
+        producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
+    producer.close(30)
+
+    records = read_all(kafka_bootstrap, topics["data"])
+    seen = {parse_audit_headers(m.headers(), m.key()).seq: m.key() for m in records}
+    assert len(records) == 60 and set(seen) == set(range(61)) - {50}
+    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["pledger"], 2)]
+    ranges = [r for rec in ledger if isinstance(rec, ProducerRanges) for r in rec.ranges]
+    acked = {s for r in ranges if r.status == "acked" for s in range(r.first, r.last + 1)}
+    unconfirmed = {s for r in ranges if r.status == "unconfirmed" for s in range(r.first, r.last + 1)}
+    # Every seq of the first flush is acked; the failed one is never acked.
+    assert set(range(50)) <= acked
+    assert 50 not in acked and 50 in unconfirmed
+    failures = [f for rec in ledger if isinstance(rec, ProducerFailures) for f in rec.entries]
+    assert [f.audit_id for f in failures] == ["bad-key"] and failures[0].first <= 50 <= failures[0].last
+    assert failures[0].persisted == "not"
+
+
+def test_it_leaves_the_unresolved_tail_unconfirmed_when_the_producer_never_flushes(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    # A broker that never answers: every send stays unresolved, as at a crash.
+    producer = AuditedProducer(
+        {"bootstrap.servers": "127.0.0.1:1", "message.timeout.ms": 600000},
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+        ledger_config={"bootstrap.servers": kafka_bootstrap},
+        ledger_flush_interval_s=0.2,
+    )
+    for i in range(5):
+        producer.produce(topics["data"], b"v%d" % i)
+    import time
+
+    time.sleep(1.5)  # background flushes write the tail; nothing is resolved
+    producer._ledger.flush(10)
+    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["pledger"], 2)]
+    ranges = [r for rec in ledger if isinstance(rec, ProducerRanges) for r in rec.ranges]
+    assert ranges and all(r.status == "unconfirmed" for r in ranges)
+    assert {s for r in ranges for s in range(r.first, r.last + 1)} == set(range(5))
+    producer.purge()
+    producer._producer.flush(1)
+    producer._ledger.close(5)
+
+
+def test_it_ledgers_processed_offset_ranges_and_reads_v1_and_v2_records(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    config = {"bootstrap.servers": kafka_bootstrap}
+    with AuditedProducerV1(config, ledger_topic=topics["pledger"], clients_topic=topics["clients"]) as old:
+        for i in range(20):
+            old.produce(topics["data"], b"old%d" % i, b"o%d" % i)
+    with AuditedProducer(config, ledger_topic=topics["pledger"], clients_topic=topics["clients"]) as new:
+        for i in range(20):
+            new.produce(topics["data"], b"new%d" % i, b"n%d" % i)
+    consumer = AuditedConsumer(
+        {**config, "group.id": uuid.uuid4().hex, "enable.auto.commit": False},
+        ledger_topic=topics["cledger"],
+        clients_topic=topics["clients"],
+    )
+    consumer.assign([TopicPartition(topics["data"], p, OFFSET_BEGINNING) for p in range(2)])
+    polled: list[tuple[int, int]] = []
+    versions: set[int] = set()
+    while len(polled) < 40:
+        msg = consumer.poll(1.0)
+        if msg is None or msg.error() is not None:
+            continue
+        polled.append((msg.partition(), msg.offset()))
+        versions.add(parse_audit_headers(msg.headers(), msg.key()).version)
+        consumer.mark_processed(msg)
+    consumer.close()
+    assert versions == {1, 2}
+    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["cledger"], 2)]
+    marked = {
+        (r.partition, offset)
+        for rec in ledger
+        if isinstance(rec, ProcessedRanges)
+        for r in rec.ranges
+        for offset in range(r.first, r.last + 1)
+    }
+    assert marked == set(polled)
+
+
+def test_it_summarizes_v2_ledgers_and_finds_their_gaps_beside_v1_ones() -> None:
+    from auditor.probes import (
+        SeenRecord,
+        find_reprocessed,
+        find_sequence_gaps,
+        processed_offsets,
+        summarize_producer_ledger,
+    )
+    from auditor.probes.codec import (
+        LEDGER_V2,
+        FailureEntry,
+        OffsetRange,
+        ProducerBatch,
+        ProducerEntry,
+        SeqRange,
+        SessionEnd,
+    )
+
+    v2 = "2" * 32
+    records = [
+        ProducerRanges(v2, "app", "t", (SeqRange(0, 9, "unconfirmed", 1, 9),)),  # the tail, then resolved:
+        ProducerRanges(v2, "app", "t", (SeqRange(0, 5, "acked", 1, 5), SeqRange(6, 7, "unconfirmed", 1, 9))),
+        ProducerFailures(v2, "app", "t", (FailureEntry(6, 9, 0, "too large", "not", "k7", 9),)),
+        SessionEnd("producer", v2, 10, {"t": 9}),  # 8..9 never resolved: a crash
+        ProducerBatch("1" * 32, "app", "t", (ProducerEntry(0, "acked", 0, 40, None, "persisted", "a", 1),)),
+    ]
+    sessions = summarize_producer_ledger(records)
+    ledger = sessions[v2].topics["t"]
+    assert sorted(ledger.acked_ranges) == list(range(6)) and sorted(ledger.sent) == [6, 7, 8, 9]
+    assert [f.audit_id for f in ledger.failures] == ["k7"] and sessions[v2].last_seq("t") == 9
+    seen = [SeenRecord(v2, "t", seq) for seq in (0, 1, 2, 3, 5, 8)]
+    gaps = find_sequence_gaps(seen, sessions)
+    assert [(g.pid, g.first, g.last, g.reason) for g in gaps] == [
+        ("1" * 32, 0, 0, "acked-not-seen"),
+        (v2, 4, 4, "acked-not-seen"),
+        (v2, 6, 7, "unconfirmed-not-seen"),
+        (v2, 9, 9, "unconfirmed-not-seen"),
+    ]
+    marks = [
+        ProcessedRanges("c", "g", (OffsetRange("t", 0, 0, 4, 1, 2), OffsetRange("t", 0, 3, 3, 2, 2))),
+    ]
+    assert processed_offsets(marks, "g") == {("t", 0, o) for o in range(5)}
+    assert [(r.offset, r.times) for r in find_reprocessed(marks)] == [(3, 2)]
+    assert LEDGER_V2 == 2
