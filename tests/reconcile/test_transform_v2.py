@@ -33,7 +33,8 @@ from spark_jobs.reconcile_transform import (
     transform_records,
     transform_seq_coverage,
 )
-from tests.reconcile.conftest import at, ms
+from tests.support.clock import at_second as at
+from tests.support.clock import ms_at_second as ms
 
 SESSION = uuid.UUID("0123456789abcdef0123456789abcdef")
 V1_PID = "fedcba9876543210fedcba9876543210"
