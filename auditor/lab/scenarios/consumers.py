@@ -1,0 +1,104 @@
+"""Consumer crashes (seed 004): where the offset is committed decides what a crash costs."""
+
+from __future__ import annotations
+
+import time
+
+from auditor.lab.compare import Outcome
+from auditor.lab.registry import scenario
+from auditor.lab.workload import produce
+from auditor.lab.world import World
+
+TICKETS = list(range(1, 31))
+CRASH_AT = 11  # the 11th record received
+
+
+def _pipeline(world: World, probed: bool) -> None:
+    world.make_topic(replication=3, min_insync_replicas="2")
+    world.make_table()
+    world.make_binding(groups=[world.group])
+    world.make_rule(older_than_s=1)
+    world.insert(TICKETS)
+    reports = produce(world.cluster.bootstrap, world.topic, TICKETS, {"acks": "all"}, probed=probed)
+    if any(d.error for d in reports):
+        raise RuntimeError(f"the workload's sends failed: {[d.error for d in reports if d.error][:3]}")
+
+
+@scenario(
+    "crash-at-most-once",
+    "consumer commits a record's offset, then is killed -9 before processing it; restarted, it goes on "
+    "after it: skipped (AuditedConsumer)",
+)
+def crash_at_most_once(world: World) -> Outcome:
+    return _at_most_once(world, probed=True)
+
+
+@scenario(
+    "crash-at-most-once-plain",
+    "as crash-at-most-once with plain clients: no processed ledger, so the truthful verdict is unknown",
+)
+def crash_at_most_once_plain(world: World) -> Outcome:
+    return _at_most_once(world, probed=False)
+
+
+def _at_most_once(world: World, probed: bool) -> Outcome:
+    _pipeline(world, probed)
+    crashed = world.consume("at-most-once", crash_at=CRASH_AT, probed=probed)
+    injected_at = time.monotonic()
+    world.consume("at-most-once", probed=probed)
+    rows = world.rows()
+    processed = world.processed()
+    # Ground truth: rows still NEW that nobody processed although the group committed past them.
+    committed = world.cluster.committed(world.group, world.topic)
+    position = {r.key: r.offset for r in world.cluster.read_topic(world.topic)}
+    skipped = {
+        str(i)
+        for i, status in rows.items()
+        if status == "NEW" and not processed.get(i) and position.get(str(i), 1 << 62) < committed.get(0, -1)
+    }
+    world.notes.append(f"consumer exit {crashed}; committed {committed}; never processed: {sorted(skipped)}")
+    verdict = "stuck:skipped" if probed else "stuck:unknown"
+    expected = {key: {verdict} for key in skipped}
+    answer = world.stuck()
+    world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:5]
+    return Outcome(
+        injected=f"consumer killed -9 after committing record {CRASH_AT}, before processing it",
+        expected=expected,
+        got=answer.verdicts,
+        detect_s=answer.finished_monotonic - injected_at,
+    )
+
+
+@scenario(
+    "crash-at-least-once",
+    "consumer processes a record, is killed -9 before committing; restarted, it processes it again: "
+    "reprocessed (AuditedConsumer)",
+)
+def crash_at_least_once(world: World) -> Outcome:
+    return _at_least_once(world, probed=True)
+
+
+@scenario(
+    "crash-at-least-once-plain",
+    "as crash-at-least-once with plain clients: without a processed ledger nothing can be said",
+)
+def crash_at_least_once_plain(world: World) -> Outcome:
+    return _at_least_once(world, probed=False)
+
+
+def _at_least_once(world: World, probed: bool) -> Outcome:
+    _pipeline(world, probed)
+    crashed = world.consume("at-least-once", crash_at=CRASH_AT, probed=probed)
+    injected_at = time.monotonic()
+    world.consume("at-least-once", probed=probed)
+    processed = world.processed()
+    again = {str(i) for i, n in processed.items() if n > 1}
+    world.notes.append(f"consumer exit {crashed}; processed more than once: {sorted(again)}")
+    expected = {key: {"reprocessed"} for key in again} if probed else {}
+    answer = world.reconcile()
+    return Outcome(
+        injected=f"consumer killed -9 after processing record {CRASH_AT}, before committing it",
+        expected=expected,
+        got=answer.verdicts,
+        detect_s=(answer.finished_monotonic - injected_at) if expected else None,
+    )
