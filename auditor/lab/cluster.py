@@ -201,6 +201,15 @@ class Cluster:
         finally:
             consumer.close()
 
+    def watermarks(self, topic: str) -> dict[int, tuple[int, int]]:
+        """Per partition: (log start, log end) as the broker reports them now."""
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"lab-marks-{uuid.uuid4().hex[:8]}"})
+        try:
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(partitions)}
+        finally:
+            consumer.close()
+
     def committed(self, group: str, topic: str, partitions: int = 1) -> dict[int, int]:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, "enable.auto.commit": False})
         try:

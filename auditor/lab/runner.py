@@ -15,6 +15,7 @@ from auditor.lab.compare import score, verdict_counts
 from auditor.lab.models import LabResult, LabRun
 from auditor.lab.registry import Scenario
 from auditor.lab.world import Options, World
+from auditor.probes import ensure_audit_topics
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ def run_lab(
     """Needs three brokers (LabError otherwise, before anything is stored)."""
     cluster = cluster or Cluster(bootstrap_servers())
     cluster.require_three()
+    # The probed pipelines write their ledgers there, as an application set up for the auditor does.
+    ensure_audit_topics({"bootstrap.servers": cluster.bootstrap})
     lab_run = LabRun.objects.create(started_at=timezone.now(), command=command, bootstrap_servers=cluster.bootstrap)
     started = time.monotonic()
     status = LabRun.FAILED

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
 from auditor.probes import AuditedConsumer, AuditedProducer
 
@@ -68,7 +68,7 @@ def produce(
         settings = {"bootstrap.servers": bootstrap, "linger.ms": 0, **(config or {})}
         producer = AuditedProducer(settings) if probed else Producer(settings)
     for ticket in tickets:
-        producer.produce(topic, key=str(ticket).encode(), value=ticket_value(ticket), on_delivery=delivered)
+        _produce_one(producer, topic, ticket, delivered)
         producer.poll(0)
     producer.flush(flush_s)
     if own and probed:
@@ -76,14 +76,83 @@ def produce(
     return reports
 
 
+def _produce_one(producer: Any, topic: str, ticket: int, delivered: Any, patience_s: float = 30) -> None:
+    """produce(), waiting out what a just-created topic causes: a broker whose metadata has not
+    caught up yet answers "unknown topic", and a full queue while a broker is away."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            producer.produce(topic, key=str(ticket).encode(), value=ticket_value(ticket), on_delivery=delivered)
+            return
+        except BufferError:
+            pass
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._UNKNOWN_TOPIC:
+                raise
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"could not hand ticket {ticket} to the producer within {patience_s:.0f}s")
+        producer.poll(0.2)
+
+
 # --- consumers (a process of their own) --------------------------------------------------------
 
 
-def _process(conn: Any, table: str, ticket: int, session: str) -> None:
-    """The application's work: the row goes NEW → DONE, and the processing is logged."""
+def _process(conn: Any, table: str, ticket: int, session: str, update_fails: bool = False) -> None:
+    """The application's work: the row goes NEW → DONE, and the processing is logged.
+
+    With `update_fails` the work is done but the row update is lost (a failed write the
+    application does not notice): the processing is logged, the row stays NEW.
+    """
     with conn.transaction():
-        conn.execute(f"UPDATE {table} SET status = 'DONE' WHERE id = %s", (ticket,))
-        conn.execute(f"INSERT INTO {table}_processed (id, session) VALUES (%s, %s)", (ticket, session))
+        if not update_fails:
+            conn.execute(f"UPDATE {table} SET status = 'DONE' WHERE id = %s", (ticket,))
+        conn.execute(
+            f"INSERT INTO {table}_processed (id, session, updated) VALUES (%s, %s, %s)",
+            (ticket, session, not update_fails),
+        )
+
+
+class _KafkaPythonConsumer:
+    """kafka-python's KafkaConsumer behind the few calls the loop makes (one record per poll)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from kafka import KafkaConsumer
+
+        self._consumer = KafkaConsumer(
+            bootstrap_servers=args.bootstrap.split(","),
+            group_id=args.group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=args.mode == "auto",
+            auto_commit_interval_ms=args.auto_commit_ms,
+            max_poll_records=1,
+        )
+        self._pending: list[Any] = []
+
+    def subscribe(self, topics: list[str]) -> None:
+        self._consumer.subscribe(topics)
+
+    def poll(self, timeout: float) -> Any:
+        if not self._pending:
+            for records in self._consumer.poll(timeout_ms=int(timeout * 1000)).values():
+                self._pending.extend(records)
+        return _KafkaPythonRecord(self._pending.pop(0)) if self._pending else None
+
+    def commit(self, message: Any = None, asynchronous: bool = False) -> None:
+        self._consumer.commit()  # the position: just past the one record polled
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class _KafkaPythonRecord:
+    def __init__(self, record: Any) -> None:
+        self._record = record
+
+    def error(self) -> None:
+        return None
+
+    def key(self) -> bytes:
+        return bytes(self._record.key)
 
 
 def consume(args: argparse.Namespace) -> int:
@@ -108,7 +177,13 @@ def consume(args: argparse.Namespace) -> int:
         config["session.timeout.ms"] = 6000
     if args.mode == "auto":
         config["auto.commit.interval.ms"] = args.auto_commit_ms
-    consumer: Any = AuditedConsumer(config, ledger_flush_interval_s=0.2) if args.probed else Consumer(config)
+    consumer: Any
+    if args.client == "kafka-python":
+        consumer = _KafkaPythonConsumer(args)
+    elif args.probed:
+        consumer = AuditedConsumer(config, ledger_flush_interval_s=0.2)
+    else:
+        consumer = Consumer(config)
     session = getattr(consumer, "session_id", None) or f"plain-{os.getpid()}"
     consumer.subscribe([args.topic])
     received = 0
@@ -128,7 +203,7 @@ def consume(args: argparse.Namespace) -> int:
                 consumer.commit(message=msg, asynchronous=False)
                 if crash_here:
                     os.kill(os.getpid(), signal.SIGKILL)
-            _process(conn, args.table, ticket, session)
+            _process(conn, args.table, ticket, session, update_fails=received == args.fail_update_at)
             if args.probed:
                 consumer.mark_processed(msg)
             if args.mode == "at-least-once":
@@ -162,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic")
     c.add_argument("--auto-commit-ms", type=int, default=5000)
     c.add_argument("--slow-ms", type=int, default=0)
+    c.add_argument("--fail-update-at", type=int, default=0, help="the N-th record's row update is lost")
+    c.add_argument("--client", choices=("confluent-kafka", "kafka-python"), default="confluent-kafka")
     args = parser.parse_args(argv)
     args.source_url = os.environ["LAB_SOURCE_URL"]  # from the environment: never on a command line
     return consume(args)

@@ -86,7 +86,7 @@ class World:
             )
             conn.execute(
                 f"CREATE TABLE {self.table}_processed (id bigint NOT NULL, session text NOT NULL, "
-                "at timestamptz NOT NULL DEFAULT now())"
+                "updated boolean NOT NULL, at timestamptz NOT NULL DEFAULT now())"
             )
         self.table_made = True
 
@@ -111,6 +111,12 @@ class World:
         """Ground truth from the application's own log: id → times processed."""
         with psycopg.connect(self.source_url, autocommit=True) as conn:
             return dict(conn.execute(f"SELECT id, count(*) FROM {self.table}_processed GROUP BY id").fetchall())
+
+    def processed_not_updated(self) -> set[int]:
+        """Ground truth: ids the application processed whose row update was lost."""
+        with psycopg.connect(self.source_url, autocommit=True) as conn:
+            rows = conn.execute(f"SELECT DISTINCT id FROM {self.table}_processed WHERE NOT updated").fetchall()
+        return {row[0] for row in rows}
 
     def consume(
         self, mode: str, *, crash_at: int = 0, probed: bool = False, timeout_s: float = 120, **extra: object

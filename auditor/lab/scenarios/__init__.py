@@ -1,6 +1,6 @@
 """Scenario families, one module each (seeds 001, 003, 004). Importing a module registers its
 scenarios (auditor/lab/registry.py)."""
 
-from auditor.lab.scenarios import consumers, duplicates, replication
+from auditor.lab.scenarios import availability, consumers, duplicates, replication, retention
 
-FAMILIES = (replication, duplicates, consumers)
+FAMILIES = (replication, duplicates, availability, consumers, retention)

@@ -41,11 +41,29 @@ def crash_at_most_once_plain(world: World) -> Outcome:
     return _at_most_once(world, probed=False)
 
 
-def _at_most_once(world: World, probed: bool) -> Outcome:
+@scenario(
+    "crash-at-most-once-kafka-python",
+    "as crash-at-most-once with a kafka-python consumer (a client the probes do not wrap): unknown",
+)
+def crash_at_most_once_kafka_python(world: World) -> Outcome:
+    return _at_most_once(world, probed=False, client="kafka-python")
+
+
+@scenario(
+    "crash-at-most-once-kip848",
+    "as crash-at-most-once with group.protocol=consumer (KIP-848), whose group the classic "
+    "DescribeGroups reports as empty or dead: still skipped, never taken for an expiring group",
+)
+def crash_at_most_once_kip848(world: World) -> Outcome:
+    return _at_most_once(world, probed=True, group_protocol="consumer")
+
+
+def _at_most_once(world: World, probed: bool, **client: str) -> Outcome:
     _pipeline(world, probed)
-    crashed = world.consume("at-most-once", crash_at=CRASH_AT, probed=probed)
+    crashed = world.consume("at-most-once", crash_at=CRASH_AT, probed=probed, **client)
     injected_at = time.monotonic()
-    world.consume("at-most-once", probed=probed)
+    # The restarted member may wait for the dead one's session to end (KIP-848: 45 s on the broker).
+    world.consume("at-most-once", probed=probed, records=len(TICKETS) - CRASH_AT, idle_s=90, **client)
     rows = world.rows()
     processed = world.processed()
     # Ground truth: rows still NEW that nobody processed although the group committed past them.
@@ -61,8 +79,10 @@ def _at_most_once(world: World, probed: bool) -> Outcome:
     expected = {key: {verdict} for key in skipped}
     answer = world.stuck()
     world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:5]
+    protocol = f", group.protocol={client['group_protocol']}" if "group_protocol" in client else ""
+    library = f", {client['client']}" if "client" in client else ""
     return Outcome(
-        injected=f"consumer killed -9 after committing record {CRASH_AT}, before processing it",
+        injected=f"consumer killed -9 after committing record {CRASH_AT}, before processing it{protocol}{library}",
         expected=expected,
         got=answer.verdicts,
         detect_s=answer.finished_monotonic - injected_at,
@@ -101,4 +121,39 @@ def _at_least_once(world: World, probed: bool) -> Outcome:
         expected=expected,
         got=answer.verdicts,
         detect_s=(answer.finished_monotonic - injected_at) if expected else None,
+    )
+
+
+@scenario(
+    "processed-not-updated",
+    "the consumer processes a record and commits it, but the row update is lost: "
+    "processed-not-updated (AuditedConsumer)",
+)
+def processed_not_updated(world: World) -> Outcome:
+    return _not_updated(world, probed=True)
+
+
+@scenario(
+    "processed-not-updated-plain",
+    "as processed-not-updated with plain clients: was the committed record processed? unknown",
+)
+def processed_not_updated_plain(world: World) -> Outcome:
+    return _not_updated(world, probed=False)
+
+
+def _not_updated(world: World, probed: bool) -> Outcome:
+    _pipeline(world, probed)
+    world.consume("at-least-once", fail_update_at=CRASH_AT, probed=probed, records=len(TICKETS))
+    injected_at = time.monotonic()
+    rows = world.rows()
+    lost_updates = {str(i) for i in world.processed_not_updated() if rows.get(i) == "NEW"}
+    verdict = "stuck:processed-not-updated" if probed else "stuck:unknown"
+    expected = {key: {verdict} for key in lost_updates}
+    answer = world.stuck()
+    world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:5]
+    return Outcome(
+        injected=f"the row update of record {CRASH_AT} is lost after processing (the offset is committed)",
+        expected=expected,
+        got=answer.verdicts,
+        detect_s=answer.finished_monotonic - injected_at,
     )
