@@ -221,6 +221,31 @@ def consume(args: argparse.Namespace) -> int:
     return 0
 
 
+def transact(args: argparse.Namespace) -> int:
+    """A transactional producer: the first `--commit` tickets in one committed transaction, the
+    rest in a second one that the process never ends (SIGKILL after the records are written)."""
+    producer = Producer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "transactional.id": args.transactional_id,
+            "transaction.timeout.ms": args.transaction_timeout_ms,
+            "linger.ms": 0,
+        }
+    )
+    producer.init_transactions(30)
+    tickets = list(range(1, args.tickets + 1))
+    for batch, ends in ((tickets[: args.commit], True), (tickets[args.commit :], False)):
+        producer.begin_transaction()
+        for ticket in batch:
+            _produce_one(producer, args.topic, ticket, None)
+        producer.flush(30)  # written to the log, inside the open transaction
+        if not ends:
+            print(json.dumps({"open": batch}), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        producer.commit_transaction(30)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m auditor.lab.workload")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -239,7 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--slow-ms", type=int, default=0)
     c.add_argument("--fail-update-at", type=int, default=0, help="the N-th record's row update is lost")
     c.add_argument("--client", choices=("confluent-kafka", "kafka-python"), default="confluent-kafka")
+    t = sub.add_parser("transact")
+    t.add_argument("--bootstrap", required=True)
+    t.add_argument("--topic", required=True)
+    t.add_argument("--transactional-id", required=True)
+    t.add_argument("--tickets", type=int, required=True)
+    t.add_argument("--commit", type=int, required=True, help="tickets in the committed transaction")
+    t.add_argument("--transaction-timeout-ms", type=int, default=10000)
     args = parser.parse_args(argv)
+    if args.command == "transact":
+        return transact(args)
     args.source_url = os.environ["LAB_SOURCE_URL"]  # from the environment: never on a command line
     return consume(args)
 
