@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from auditor.lab.cluster import LabError
 from auditor.lab.compare import Outcome
 from auditor.lab.registry import scenario
 from auditor.lab.workload import produce
@@ -74,6 +75,8 @@ def _at_most_once(world: World, probed: bool, **client: str) -> Outcome:
         for i, status in rows.items()
         if status == "NEW" and not processed.get(i) and position.get(str(i), 1 << 62) < committed.get(0, -1)
     }
+    if not skipped:
+        raise LabError(f"the fault did not happen: every record was processed (consumer exit {crashed})")
     world.notes.append(f"consumer exit {crashed}; committed {committed}; never processed: {sorted(skipped)}")
     verdict = "stuck:skipped" if probed else "stuck:unknown"
     expected = {key: {verdict} for key in skipped}
@@ -110,9 +113,12 @@ def _at_least_once(world: World, probed: bool) -> Outcome:
     _pipeline(world, probed)
     crashed = world.consume("at-least-once", crash_at=CRASH_AT, probed=probed)
     injected_at = time.monotonic()
-    world.consume("at-least-once", probed=probed)
+    # The restarted member may wait for the dead one's session to end before it is assigned.
+    world.consume("at-least-once", probed=probed, records=len(TICKETS) - CRASH_AT + 1, idle_s=90)
     processed = world.processed()
     again = {str(i) for i, n in processed.items() if n > 1}
+    if not again:
+        raise LabError(f"the fault did not happen: nothing was processed twice (consumer exit {crashed})")
     world.notes.append(f"consumer exit {crashed}; processed more than once: {sorted(again)}")
     expected = {key: {"reprocessed"} for key in again} if probed else {}
     answer = world.reconcile()
