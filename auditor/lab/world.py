@@ -69,6 +69,7 @@ class World:
         self.topic_made = False
         self.table_made = False
         self.notes: list[str] = []
+        self.running: list[subprocess.Popen[str]] = []
 
     # --- setup -----------------------------------------------------------------------------
     def make_topic(self, partitions: int = 1, replication: int = 3, **config: str) -> str:
@@ -118,9 +119,60 @@ class World:
             rows = conn.execute(f"SELECT DISTINCT id FROM {self.table}_processed WHERE NOT updated").fetchall()
         return {row[0] for row in rows}
 
-    def consume(
-        self, mode: str, *, crash_at: int = 0, probed: bool = False, timeout_s: float = 120, **extra: object
-    ) -> int:
+    def run_worker(self, command: str, *args: str, timeout_s: float = 120) -> int:
+        """`python -m auditor.lab.workload COMMAND ARGS` as its own process; its exit status."""
+        done = subprocess.run(
+            [sys.executable, "-m", "auditor.lab.workload", command, *args],
+            env={**os.environ, "LAB_SOURCE_URL": self.source_url},
+            cwd=str(settings.BASE_DIR),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        if done.returncode not in (0, -signal.SIGKILL):
+            raise LabError(f"the lab's {command} worker exited with {done.returncode}: {done.stderr.strip()[-1500:]}")
+        return done.returncode
+
+    def start_consumer(self, mode: str, *, probed: bool = False, **extra: object) -> subprocess.Popen[str]:
+        """The ticket consumer left running (an application that stays up); stop_consumers ends it."""
+        args = [
+            sys.executable, "-m", "auditor.lab.workload", "consume",
+            "--bootstrap", self.cluster.bootstrap, "--topic", self.topic, "--group", self.group,
+            "--table", self.table, "--mode", mode, "--idle-s", "600",
+        ]  # fmt: skip
+        if probed:
+            args.append("--probed")
+        for name, value in extra.items():
+            args += [f"--{name.replace('_', '-')}", str(value)]
+        process = subprocess.Popen(
+            args,
+            env={**os.environ, "LAB_SOURCE_URL": self.source_url},
+            cwd=str(settings.BASE_DIR),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.running.append(process)
+        return process
+
+    def expected_group_risks(self) -> Verdicts:
+        """The truth about the group as the lab knows it: none of its consumer processes is running
+        and it has committed offsets, so they expire offsets.retention.minutes from now."""
+        if any(p.poll() is None for p in self.running) or not self.cluster.committed(self.group, self.topic):
+            return {}
+        return {f"risk {self.group}": {"risk:offsets-expiry"}}
+
+    def stop_consumers(self) -> None:
+        for process in self.running:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+        self.running.clear()
+
+    def consume(self, mode: str, *, crash_at: int = 0, probed: bool = False, **extra: object) -> int:
         """Run the ticket consumer as its own process (auditor/lab/workload.py); its exit status
         (-9 when it crashed on purpose)."""
         args = [
@@ -151,7 +203,7 @@ class World:
             cwd=str(settings.BASE_DIR),
             capture_output=True,
             text=True,
-            timeout=timeout_s,
+            timeout=180,
         )
         if done.returncode not in (0, -signal.SIGKILL):
             raise LabError(f"the ticket consumer exited with {done.returncode}: {done.stderr.strip()[-1500:]}")
@@ -222,6 +274,10 @@ class World:
         items = StuckItem.objects.open().filter(rule=self.rule)
         verdicts: Verdicts = {}
         reasons: dict[str, str] = {}
+        # Cluster-side risks count as verdicts on their subject (a group, a transaction): a risk
+        # the truth does not support is a false alarm like any other.
+        for risk in run.risks or []:
+            verdicts.setdefault(f"risk {risk.get('subject')}", set()).add(f"risk:{risk.get('kind')}")
         for item in items:
             verdicts.setdefault(item.key, set()).add(STUCK_PREFIX + item.verdict)
             reasons[item.key] = item.reason
@@ -229,6 +285,7 @@ class World:
 
     # --- cleanup ---------------------------------------------------------------------------
     def cleanup(self) -> None:
+        self.stop_consumers()
         if self.options.keep:
             return
         if self.topic_made:

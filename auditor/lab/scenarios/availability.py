@@ -68,6 +68,7 @@ def _replicas_down(world: World, probed: bool) -> Outcome:
     world.consume("at-least-once", probed=probed, records=len(TICKETS) - len(failed), idle_s=15)
     if probed:
         expected = {key: {"stuck:produce-failed"} for key in failed}
+        expected |= world.expected_group_risks()
         answer = world.stuck()
         world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:3]
     else:
@@ -117,6 +118,7 @@ def acks0_leader_killed(world: World) -> Outcome:
     world.consume("at-least-once", probed=True, records=len(tickets) - len(dropped), idle_s=15)
     rows = world.rows()
     expected = {key: {"stuck:produce-failed"} for key in dropped if rows.get(int(key)) == "NEW"}
+    expected |= world.expected_group_risks()
     answer = world.stuck()
     world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:3]
     return Outcome(

@@ -63,6 +63,7 @@ def _expired(world: World, probed: bool) -> Outcome:
     never = {str(i) for i in LATER if rows[i] == "NEW"}
     verdict = "stuck:expired" if probed else "stuck:unknown"
     expected = {key: {verdict} for key in never}
+    expected |= world.expected_group_risks()
     answer = world.stuck()
     world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:3]
     return Outcome(
