@@ -822,7 +822,13 @@ def find_duplicates(duplicates: DataFrame) -> DataFrame:
     )
 
 
-def find_gaps(coverage: DataFrame, ledger_open: DataFrame, bounds: DataFrame, watermarks: DataFrame) -> DataFrame:
+def find_gaps(
+    coverage: DataFrame,
+    ledger_open: DataFrame,
+    bounds: DataFrame,
+    watermarks: DataFrame,
+    delivered_keys: DataFrame | None = None,
+) -> DataFrame:
     """Holes in producer sessions' sequences up to each session's last ledgered seq.
 
     A hole seq with a `failed` ledger entry → send-failed; with an `acked` entry → broker-lost;
@@ -830,6 +836,11 @@ def find_gaps(coverage: DataFrame, ledger_open: DataFrame, bounds: DataFrame, wa
     send that may have been dropped, never broker-lost; no entry → never-sent, reported as one finding per contiguous range. An acked entry whose
     offset is below the partition's log start (expired by retention) or not yet read by this
     run (at or past `end`, e.g. in an open transaction) counts as present and is not reported.
+
+    `delivered_keys` (column `key`: keys with a record in the topic, any run): a failed or
+    unconfirmed send whose item another send delivered (the application sent it again) is no
+    gap: the item was produced, and the re-send shows as its own record (a duplicate when both
+    landed). A lost acked record stays broker-lost: the broker lost it whatever the item's fate.
     """
     marks = watermarks.select("partition", F.col("low").alias("_low"), F.col("end").alias("_end"))
     entries = (
@@ -843,6 +854,14 @@ def find_gaps(coverage: DataFrame, ledger_open: DataFrame, bounds: DataFrame, wa
     )
     explained = entries.where(F.col("status").isin("acked", "unconfirmed", "failed"))
     reported = explained.where(~F.coalesce(unverifiable, F.lit(False)))
+    if delivered_keys is not None:
+        delivered = delivered_keys.select(F.col("key").alias("_delivered")).distinct()
+        resent = F.col("status").isin("failed", "unconfirmed") & F.col("_delivered").isNotNull()
+        reported = (
+            reported.join(delivered, reported["audit_id"] == delivered["_delivered"], "left")
+            .where(~resent)
+            .drop("_delivered")
+        )
     ledger_evidence = F.struct(
         F.col("status"), F.col("partition"), F.col("offset"), F.col("error"), F.col("persisted"), F.col("ts_ms")
     )

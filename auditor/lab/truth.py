@@ -32,18 +32,22 @@ def producer_side(
     """Reconciliation's expected findings per ticket, from the final read of the topic.
 
     Absent: `missing`, with cause broker-lost when a read before the fault saw the record
-    (or a probed producer's delivery report acked it: the ledger holds that report). More than
+    (or a probed producer's delivery report acked it: the ledger holds that report, and the
+    acked send is also a hole in the producer's sequence: `gap` broker-lost). More than
     one copy: `duplicate` with the cause the evidence allows (producer-retry only when the
     records carry the probe's session and sequence; plain records cannot say which).
     """
     now = copies(final)
     before = copies(seen_before)
-    lost_evidence = set(before) | set(probed_acked)
+    acked_by_probe = set(probed_acked)
+    lost_evidence = set(before) | acked_by_probe
     expected: dict[str, set[str]] = {}
     for ticket in tickets:
         key = str(ticket)
         if now[key] == 0:
             expected[key] = {"missing/broker-lost" if key in lost_evidence else "missing"}
+            if key in acked_by_probe:
+                expected[key].add("gap/broker-lost")
         elif now[key] > 1:
             expected[key] = {f"duplicate/{duplicate_cause}"}
     return expected
