@@ -22,7 +22,7 @@ from auditor.lab.registry import scenario
 from auditor.lab.world import World
 
 SLA_S = 20
-LATE_MS = 5000.0  # a kill stalls a partition for the broker session timeout (9 s); a loaded machine may add 1–2 s
+LATE_MS = 5000.0  # a kill stalls a partition for the broker session timeout (9 s); a loaded machine may add 1 or 2 s
 WARM_UP_S = 15
 WATCH_S = 150
 
