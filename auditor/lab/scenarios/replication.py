@@ -8,7 +8,7 @@ import time
 from confluent_kafka import Producer
 
 from auditor.lab import truth
-from auditor.lab.cluster import LabError
+from auditor.lab.cluster import LabError, Record, wait_until
 from auditor.lab.compare import Outcome
 from auditor.lab.registry import scenario
 from auditor.lab.workload import produce
@@ -102,8 +102,16 @@ def _unclean(world: World, probed: bool) -> Outcome:
     cluster.broker("kill", follower)
     world.insert(b)
     reports += produce(cluster.bootstrap, world.topic, b, {**base, "acks": "1"}, probed=probed)
+    # B is readable once the high watermark passes it: after the controller has dropped the
+    # dead follower from the ISR (broker.session.timeout.ms). Only then can a run read A and B.
+    seen_before: list[Record] = []
+
+    def b_readable() -> bool:
+        seen_before[:] = cluster.read_topic(world.topic)
+        return {str(t) for t in b} <= set(truth.copies(seen_before))
+
+    wait_until(b_readable, 60, "B to be readable (the high watermark past it)")
     first = world.reconcile()  # reads A and B
-    seen_before = cluster.read_topic(world.topic)
 
     cluster.broker("kill", leader)
     injected_at = time.monotonic()
