@@ -31,6 +31,9 @@ from auditor.stuck.service import DiagnosisOptions, run_diagnosis
 
 Verdicts = dict[str, set[str]]  # key → the verdicts it has ("missing/broker-lost", "stuck:skipped", …)
 STUCK_PREFIX = "stuck:"
+# Rows of scenarios with a stuck rule are created this long ago: older than the rule's
+# threshold (make_rule), so "stuck" in the truth and in the rule mean the same rows.
+STUCK_AGE_S = 60
 
 
 @dataclass

@@ -11,7 +11,7 @@ from auditor.lab import truth
 from auditor.lab.compare import Outcome
 from auditor.lab.registry import scenario
 from auditor.lab.workload import Delivery, produce
-from auditor.lab.world import World
+from auditor.lab.world import STUCK_AGE_S, World
 from auditor.probes import AuditedProducer
 
 TICKETS = list(range(1, 31))
@@ -47,7 +47,7 @@ def _replicas_down(world: World, probed: bool) -> Outcome:
     world.make_table()
     world.make_binding(groups=[world.group])
     world.make_rule(older_than_s=1)
-    world.insert(TICKETS)
+    world.insert(TICKETS, age_s=STUCK_AGE_S)
     settings = {"bootstrap.servers": cluster.bootstrap, "acks": "all", **SHORT_TIMEOUT}
     producer: AuditedProducer | Producer = AuditedProducer(settings) if probed else Producer(settings)
     reports = produce(cluster.bootstrap, world.topic, TICKETS[:10], producer=producer)
@@ -94,7 +94,7 @@ def acks0_leader_killed(world: World) -> Outcome:
     world.make_binding(groups=[world.group])
     world.make_rule(older_than_s=1)
     tickets = list(range(1, 201))
-    world.insert(tickets)
+    world.insert(tickets, age_s=STUCK_AGE_S)
     producer = AuditedProducer(
         {"bootstrap.servers": cluster.bootstrap, "acks": "0", "linger.ms": 0, "message.timeout.ms": 10000}
     )

@@ -8,7 +8,7 @@ from auditor.lab.cluster import LabError, wait_until
 from auditor.lab.compare import Outcome
 from auditor.lab.registry import scenario
 from auditor.lab.workload import produce
-from auditor.lab.world import World
+from auditor.lab.world import STUCK_AGE_S, World
 
 TICKETS = list(range(1, 31))
 CRASH_AT = 11  # the 11th record received
@@ -19,7 +19,7 @@ def _pipeline(world: World, probed: bool) -> None:
     world.make_table()
     world.make_binding(groups=[world.group])
     world.make_rule(older_than_s=1)
-    world.insert(TICKETS)
+    world.insert(TICKETS, age_s=STUCK_AGE_S)
     reports = produce(world.cluster.bootstrap, world.topic, TICKETS, {"acks": "all"}, probed=probed)
     if any(d.error for d in reports):
         raise RuntimeError(f"the workload's sends failed: {[d.error for d in reports if d.error][:3]}")

@@ -10,7 +10,7 @@ from auditor.lab.cluster import wait_until
 from auditor.lab.compare import Outcome
 from auditor.lab.registry import scenario
 from auditor.lab.workload import produce
-from auditor.lab.world import World
+from auditor.lab.world import STUCK_AGE_S, World
 from auditor.probes import AuditedProducer
 
 FIRST, LATER = list(range(1, 6)), list(range(6, 16))
@@ -39,7 +39,7 @@ def _expired(world: World, probed: bool) -> Outcome:
     world.make_table()
     world.make_binding(groups=[world.group])
     world.make_rule(older_than_s=1)
-    world.insert(FIRST + LATER)
+    world.insert(FIRST + LATER, age_s=STUCK_AGE_S)
     settings = {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0}
     producer: AuditedProducer | Producer = AuditedProducer(settings) if probed else Producer(settings)
     produce(cluster.bootstrap, world.topic, FIRST, producer=producer)
