@@ -161,7 +161,7 @@ def consume(args: argparse.Namespace) -> int:
     Modes: at-most-once commits each record's offset before processing it; at-least-once
     processes, then commits; auto leaves commits to enable.auto.commit. `--crash-at N` kills
     the process with SIGKILL at the N-th record (1-based), after its commit in at-most-once,
-    after its processing in at-least-once.
+    after its processing in at-least-once, `--slow-ms` after it was polled in auto.
     """
     import psycopg
 
@@ -203,6 +203,10 @@ def consume(args: argparse.Namespace) -> int:
                 consumer.commit(message=msg, asynchronous=False)
                 if crash_here:
                     os.kill(os.getpid(), signal.SIGKILL)
+            if args.mode == "auto" and crash_here:
+                # Polled (its offset is stored for the next auto-commit), not yet processed.
+                time.sleep(args.slow_ms / 1000)
+                os.kill(os.getpid(), signal.SIGKILL)
             _process(conn, args.table, ticket, session, update_fails=received == args.fail_update_at)
             if args.probed:
                 consumer.mark_processed(msg)
@@ -212,8 +216,6 @@ def consume(args: argparse.Namespace) -> int:
                         consumer.flush_ledger(10)  # the mark is out; the commit never happens
                     os.kill(os.getpid(), signal.SIGKILL)
                 consumer.commit(message=msg, asynchronous=False)
-            if args.mode == "auto" and crash_here:
-                os.kill(os.getpid(), signal.SIGKILL)
             if args.slow_ms:
                 time.sleep(args.slow_ms / 1000)
     consumer.close()

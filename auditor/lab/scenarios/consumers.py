@@ -168,3 +168,39 @@ def _not_updated(world: World, probed: bool) -> Outcome:
         got=answer.verdicts,
         detect_s=answer.finished_monotonic - injected_at,
     )
+
+
+@scenario(
+    "crash-auto-commit",
+    "enable.auto.commit (1 s) with slow processing; killed -9 after polling a record, before processing "
+    "it: whatever really happened (skipped if the timer committed it, reprocessed if not) (AuditedConsumer)",
+)
+def crash_auto_commit(world: World) -> Outcome:
+    _pipeline(world, probed=True)
+    crashed = world.consume("auto", crash_at=CRASH_AT, probed=True, auto_commit_ms=1000, slow_ms=300)
+    injected_at = time.monotonic()
+    world.consume("auto", probed=True, auto_commit_ms=1000, idle_s=15)
+    rows, processed = world.rows(), world.processed()
+    committed = world.cluster.committed(world.group, world.topic)
+    position = {r.key: r.offset for r in world.cluster.read_topic(world.topic)}
+    expected: dict[str, set[str]] = {}
+    for ticket, status in rows.items():
+        key = str(ticket)
+        if processed.get(ticket, 0) > 1:
+            expected[key] = {"reprocessed"}
+        elif status == "NEW" and not processed.get(ticket) and position.get(key, 1 << 62) < committed.get(0, -1):
+            # The group committed past it and no consumer processed it.
+            expected[key] = {"stuck:skipped", "unprocessed"}
+    if not expected:
+        raise LabError(f"the fault did not happen: no record skipped or processed twice (exit {crashed})")
+    world.notes.append(f"consumer exit {crashed}; committed {committed}; truth {sorted(expected.items())[:5]}")
+    expected |= world.expected_group_risks()
+    found = world.reconcile()
+    stuck = world.stuck()
+    got = {k: found.verdicts.get(k, set()) | stuck.verdicts.get(k, set()) for k in {*found.verdicts, *stuck.verdicts}}
+    return Outcome(
+        injected=f"auto-commit every 1 s, 300 ms per record, killed -9 after polling record {CRASH_AT}",
+        expected=expected,
+        got=got,
+        detect_s=max(found.finished_monotonic, stuck.finished_monotonic) - injected_at,
+    )
