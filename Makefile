@@ -4,7 +4,7 @@ PY := .venv/bin/python
 BROKERS ?=
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help bootstrap up down status run stop test test-fast lint fmt broker-stop broker-kill broker-start bench
+.PHONY: help bootstrap up down status run stop test test-fast lint fmt lab broker-stop broker-kill broker-start broker-pause broker-resume bench
 
 help:
 	@echo "make run      set up and run the auditor (stack, migrations, demo pipeline, dashboard)"
@@ -13,7 +13,8 @@ help:
 	@echo "make down     stop the auditor and the backing services"
 	@echo "make stop     stop the auditor's own processes (web, worker, beat, canary, demo)"
 	@echo "make status   show what is running"
-	@echo "make broker-stop|broker-kill|broker-start ID=n   fault-inject one broker"
+	@echo "make broker-stop|broker-kill|broker-start|broker-pause|broker-resume ID=n   fault-inject one broker"
+	@echo "make lab      run the fault lab on the dev stack (needs 3 brokers: make up BROKERS=3); SCENARIOS=... to pick"
 
 bootstrap:
 	@stack/bootstrap.sh
@@ -52,7 +53,15 @@ lint:
 fmt:
 	@.venv/bin/ruff format .
 
-broker-stop broker-kill broker-start:
+# The fault lab kills, pauses and restarts the dev stack's brokers: it needs all three up.
+lab:
+	@[ -f .env ] || { echo "make lab needs a 3-broker stack: make up BROKERS=3" >&2; exit 2; }
+	@set -a; . ./.env; set +a; \
+	if [ "$${KAFKA_BROKERS:-1}" -lt 3 ] || [ "$$(STACK=dev stack/stack.sh status | grep -c '^kafka-[0-9] *up')" -lt 3 ]; then \
+	  echo "make lab needs a 3-broker stack: make up BROKERS=3 (fewer than 3 brokers are up)" >&2; exit 2; fi; \
+	$(PY) manage.py migrate --noinput -v0 && $(PY) manage.py audit lab $(SCENARIOS) $(LAB_ARGS)
+
+broker-stop broker-kill broker-start broker-pause broker-resume:
 	@STACK=$${STACK:-dev} stack/stack.sh broker $(subst broker-,,$@) $(ID)
 
 bench:

@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "auditor.reports",
     "auditor.api",
     "auditor.metrics",
+    "auditor.lab",
 ]
 
 MIDDLEWARE = [

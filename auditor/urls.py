@@ -19,4 +19,5 @@ urlpatterns = [
     path("reports/", include("auditor.reports.urls")),
     path("api/", include("auditor.api.urls")),
     path("metrics/", include("auditor.metrics.urls")),
+    path("lab/", include("auditor.lab.urls")),
 ]

@@ -937,6 +937,7 @@ def find_gaps(
     bounds: DataFrame,
     watermarks: DataFrame,
     unverifiable_until: datetime | None = None,
+    delivered_keys: DataFrame | None = None,
 ) -> DataFrame:
     """Holes in producer sessions' sequences up to each session's last ledgered seq.
 
@@ -951,6 +952,11 @@ def find_gaps(
     is not after it: possibly deleted before any run read it); `sent` → send-unconfirmed. A
     range is ledgered only once resolved, after the ledger end this run read was taken and
     so before the topic's end offsets were: a resolved record is below `end`.
+
+    `delivered_keys` (column `key`: keys with a record in the topic, any run): a failed or
+    unconfirmed send whose item another send delivered (the application sent it again) is no
+    gap: the item was produced, and the re-send shows as its own record (a duplicate when both
+    landed). A lost acked record stays broker-lost: the broker lost it whatever the item's fate.
     """
     marks = watermarks.select("partition", F.col("low").alias("_low"), F.col("end").alias("_end"))
     entries = (
@@ -969,6 +975,14 @@ def find_gaps(
         )
     explained = entries.where(F.col("status").isin("acked", "unconfirmed", "failed", ACKED_RANGE, SENT))
     reported = explained.where(~F.coalesce(unverifiable, F.lit(False)))
+    if delivered_keys is not None:
+        delivered = delivered_keys.select(F.col("key").alias("_delivered")).distinct()
+        resent = F.col("status").isin("failed", "unconfirmed") & F.col("_delivered").isNotNull()
+        reported = (
+            reported.join(delivered, reported["audit_id"] == delivered["_delivered"], "left")
+            .where(~resent)
+            .drop("_delivered")
+        )
     ledger_evidence = F.struct(
         F.col("status"), F.col("partition"), F.col("offset"), F.col("error"), F.col("persisted"), F.col("ts_ms")
     )

@@ -6,6 +6,8 @@
 #   stack/stack.sh down                   stop everything of this stack
 #   stack/stack.sh status                 one line per service
 #   stack/stack.sh broker stop|kill|start ID   stop (SIGTERM), kill -9 or restart one broker
+#   stack/stack.sh broker pause|resume ID      freeze (SIGSTOP) or thaw (SIGCONT) one broker
+#   stack/stack.sh broker pid ID               print one broker's process id (empty: not running)
 #
 # STACK=dev (default) uses ports 9092.. / 5433 / 6380 and writes .env;
 # STACK=test uses 19092.. / 15433 / 16380 and writes var/test/stack.env.
@@ -448,12 +450,19 @@ case "$cmd" in
     case "$action" in
       stop) kafka_stop_one "$id" TERM; say "broker $id stopped" ;;
       kill) kafka_stop_one "$id" KILL; say "broker $id killed (-9)" ;;
+      pause|resume)
+        # A frozen broker keeps its sockets open but answers nothing: clients time out
+        # (request.timeout.ms) instead of seeing a closed connection.
+        pid_alive "$VAR/kafka/$id/pid" || fail "broker $id is not running"
+        if [[ $action == pause ]]; then kill -STOP "$(cat "$VAR/kafka/$id/pid")"; say "broker $id paused (SIGSTOP)"
+        else kill -CONT "$(cat "$VAR/kafka/$id/pid")"; say "broker $id resumed (SIGCONT)"; fi ;;
+      pid) if pid_alive "$VAR/kafka/$id/pid"; then cat "$VAR/kafka/$id/pid"; fi ;;
       start)
         kafka_start_one "$id"
         wait_for "Kafka broker $id" 90 "$VAR/kafka/$id/broker.log" kafka_ready "$id"
         say "broker $id started" ;;
-      *) fail "usage: stack.sh broker stop|kill|start ID" ;;
+      *) fail "usage: stack.sh broker stop|kill|start|pause|resume|pid ID" ;;
     esac
     ;;
-  *) echo "usage: stack/stack.sh up [--brokers 1|3] | down | status | broker stop|kill|start ID" >&2; exit 2 ;;
+  *) echo "usage: stack/stack.sh up [--brokers 1|3] | down | status | broker stop|kill|start|pause|resume|pid ID" >&2; exit 2 ;;
 esac

@@ -15,6 +15,7 @@ NAV = [
     ("Lint", "lint:index"),
     ("Pipelines", "pipelines:index"),
     ("Reports", "reports:index"),
+    ("Lab", "lab:index"),
     ("Alerts", "alerts:index"),
     ("API tokens", "api:tokens"),
 ]

@@ -85,6 +85,7 @@ PAGES: dict[str, dict[str, Access]] = {
     "status/": {"GET": Access(VIEWER, 200)},
     "status/api/": {"GET": Access(VIEWER, 200)},
     "pipelines/": {"GET": Access(VIEWER, 200)},
+    "lab/": {"GET": Access(VIEWER, 200)},
     "canary/": {"GET": Access(VIEWER, 200)},
     "canary/api/points/": {"GET": Access(VIEWER, 200)},
     "reconcile/": {"GET": Access(VIEWER, 200)},

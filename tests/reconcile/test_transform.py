@@ -608,6 +608,38 @@ def test_it_calls_an_absent_unconfirmed_send_unconfirmed_not_broker_lost(spark: 
     assertDataFrameEqual(actual, findings(spark, unconfirmed_gap(1, "possibly"), unconfirmed_gap(2, "persisted")))
 
 
+def test_it_reports_no_gap_for_a_failed_send_the_application_sent_again(spark: SparkSession):
+    # s1: seq 1 (k1) failed and the application re-sent k1 as seq 2, which landed; seq 3 (k3)
+    # failed and was never re-sent; seq 4 (k4) was acked and is gone although k4 was re-sent.
+    topic_records = records(spark, ("k0", 0, 10, at_second(0), "s1", 0), ("k1", 0, 11, at_second(2), "s1", 2))
+    failed = [[s, "failed", -1, -1, "Local: Message timed out", "not", f"k{s}", ms_at_second(s)] for s in (1, 3)]
+    raw = ledger_values(
+        spark,
+        batch(
+            "s1",
+            "t",
+            acked(0, 0, 10, "k0", ms_at_second(0)),
+            *failed,
+            acked(2, 0, 11, "k1", ms_at_second(2)),
+            acked(4, 0, 12, "k4", ms_at_second(4)),
+        ),
+        {"v": 1, "type": "session-end", "pid": "s1", "ts": 9, "last_seq": {"t": 4}},
+    )
+    entries, new_bounds = transform_producer_ledger(raw, "t")
+    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
+    ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
+    bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
+    watermarks = spark.createDataFrame([(0, 0, 13)], WATERMARK_SCHEMA)
+    delivered = spark.createDataFrame([("k0",), ("k1",), ("k4",)], "key string")
+
+    actual = find_gaps(coverage, ledger_open, bounds, watermarks, delivered)
+
+    assert sorted((r["key"], r["cause"], r["seq"]) for r in actual.collect()) == [
+        ("k3", "send-failed", 3),
+        ("k4", "broker-lost", 4),
+    ]
+
+
 def test_it_attributes_sequence_gaps_from_the_ledger(spark: SparkSession):
     topic_records = records(
         spark,

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from auditor.canary import cli as canary_cli
 from auditor.demo import cli as demo_cli
+from auditor.lab import cli as lab_cli
 from auditor.lint import cli as lint_cli
 from auditor.pipelines import cli as apply_cli
 from auditor.reconcile import cli as reconcile_cli
@@ -27,6 +28,7 @@ SUBCOMMANDS: dict[str, ModuleType] = {
     "stuck": stuck_cli,
     "lint": lint_cli,
     "report": report_cli,
+    "lab": lab_cli,
 }
 
 

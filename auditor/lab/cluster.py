@@ -1,0 +1,226 @@
+"""The cluster side of the lab: faults through the stack's own commands, and plain reads.
+
+Faults go through `stack/stack.sh broker stop|kill|start|pause|resume ID` (the same script
+`make broker-kill` uses), so the lab injects exactly what an operator can. Reads use a plain
+confluent-kafka consumer and admin client: ground truth never passes through the auditor.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer, ElectionType, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from django.conf import settings
+
+STACK_SCRIPT = Path(settings.BASE_DIR) / "stack" / "stack.sh"
+NEEDS_THREE = "needs a 3-broker stack: make up BROKERS=3"
+
+
+class LabError(RuntimeError):
+    """The lab could not set up or inject what a scenario asked for."""
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.3) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise LabError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+class Cluster:
+    """One stack's brokers: its admin client, and the script that starts and stops them."""
+
+    def __init__(self, bootstrap: str, stack: str | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.stack = stack or os.environ.get("STACK", "dev")
+        self.admin = AdminClient({"bootstrap.servers": bootstrap})
+        self.expected_brokers: set[int] = set()
+
+    # --- brokers ---------------------------------------------------------------------------
+    def broker_ids(self) -> set[int]:
+        return set(self.admin.list_topics(timeout=10).brokers)
+
+    def require_three(self) -> None:
+        try:
+            ids = self.broker_ids()
+        except KafkaException as exc:
+            raise LabError(f"Kafka at {self.bootstrap} does not answer ({exc}); the lab {NEEDS_THREE}") from None
+        if len(ids) < 3:
+            raise LabError(f"{len(ids)} broker(s) up at {self.bootstrap}; the lab {NEEDS_THREE}")
+        self.expected_brokers = ids
+
+    def broker(self, action: str, broker_id: int) -> None:
+        """stop (SIGTERM) | kill (-9) | start | pause (SIGSTOP) | resume (SIGCONT)."""
+        done = subprocess.run(
+            [str(STACK_SCRIPT), "broker", action, str(broker_id)],
+            env={**os.environ, "STACK": self.stack},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        if done.returncode != 0:
+            raise LabError(f"stack.sh broker {action} {broker_id} failed: {(done.stderr or done.stdout).strip()}")
+
+    def broker_pid(self, broker_id: int) -> int | None:
+        done = subprocess.run(
+            [str(STACK_SCRIPT), "broker", "pid", str(broker_id)],
+            env={**os.environ, "STACK": self.stack},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        text = done.stdout.strip().splitlines()
+        return int(text[-1]) if done.returncode == 0 and text and text[-1].isdigit() else None
+
+    def heal(self) -> None:
+        """Every broker the lab found at the start is running and unfrozen again."""
+        for broker_id in sorted(self.expected_brokers):
+            pid = self.broker_pid(broker_id)
+            if pid is None:
+                self.broker("start", broker_id)
+            else:
+                self.broker("resume", broker_id)
+        if self.expected_brokers:
+            wait_until(lambda: self.broker_ids() >= self.expected_brokers, 90, "every broker back in the metadata")
+
+    # --- topics ----------------------------------------------------------------------------
+    def create_topic(self, topic: str, partitions: int, replication: int, config: dict[str, str]) -> None:
+        new = NewTopic(topic, partitions, replication, config=config)
+        self.admin.create_topics([new], operation_timeout=30)[topic].result(timeout=60)
+        wait_until(lambda: self._all_led(topic, partitions), 30, f"leaders for every partition of {topic}")
+
+    def _all_led(self, topic: str, partitions: int) -> bool:
+        meta = self.admin.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None or len(meta.partitions) != partitions:
+            return False
+        return all(p.leader >= 0 for p in meta.partitions.values())
+
+    def delete_topic(self, topic: str) -> None:
+        try:
+            self.admin.delete_topics([topic], operation_timeout=30)[topic].result(timeout=60)
+        except KafkaException:
+            pass  # already gone
+
+    def partition(self, topic: str, partition: int = 0) -> PartitionView:
+        meta = self.admin.list_topics(topic, timeout=10).topics[topic].partitions[partition]
+        return PartitionView(meta.leader, tuple(meta.replicas), tuple(meta.isrs))
+
+    def wait_for_leader(
+        self, topic: str, partition: int = 0, other_than: int | None = None, timeout: float = 60
+    ) -> int:
+        def led() -> bool:
+            leader = self.partition(topic, partition).leader
+            return leader >= 0 and leader != other_than
+
+        wait_until(led, timeout, f"a leader of {topic}/{partition}" + (f" other than {other_than}" * bool(other_than)))
+        return self.partition(topic, partition).leader
+
+    def wait_for_isr(self, topic: str, size: int, partition: int = 0, timeout: float = 90) -> None:
+        wait_until(lambda: len(self.partition(topic, partition).isr) >= size, timeout, f"{size} in-sync replicas")
+
+    def elect(self, topic: str, partition: int, unclean: bool) -> str:
+        """A leader election through the admin API; the broker's answer (or 'ok')."""
+        kind = ElectionType.UNCLEAN if unclean else ElectionType.PREFERRED
+        try:
+            results = self.admin.elect_leaders(kind, [TopicPartition(topic, partition)]).result(timeout=30)
+        except KafkaException as exc:
+            return str(exc.args[0])
+        errors = [str(error) for error in results.values() if error is not None]
+        return "; ".join(errors) or "ok"
+
+    def set_topic_config(self, topic: str, config: dict[str, str]) -> None:
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+        resource = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in config.items()
+            ],
+        )
+        for future in self.admin.incremental_alter_configs([resource]).values():
+            future.result(timeout=30)
+
+    # --- reads -----------------------------------------------------------------------------
+    def read_topic(self, topic: str, isolation: str = "read_uncommitted", timeout: float = 60) -> list[Record]:
+        """Every record of the topic, read to each partition's end with a plain consumer."""
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"lab-truth-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": isolation,
+            }
+        )
+        try:
+            meta = consumer.list_topics(topic, timeout=10).topics[topic]
+            partitions = sorted(meta.partitions)
+            starts = {}
+            for p in partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                if high > low:
+                    starts[p] = low
+            consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+            records: list[Record] = []
+            at_end: set[int] = set()
+            deadline = time.monotonic() + timeout
+            while at_end != set(starts):
+                if time.monotonic() > deadline:
+                    raise LabError(f"reading the whole of {topic} took longer than {timeout:.0f}s")
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    at_end.add(msg.partition() or 0)
+                    continue
+                key = msg.key()
+                records.append(
+                    Record(
+                        msg.partition() or 0,
+                        msg.offset() or 0,
+                        None if key is None else (key.decode() if isinstance(key, bytes) else str(key)),
+                    )
+                )
+            return records
+        finally:
+            consumer.close()
+
+    def watermarks(self, topic: str) -> dict[int, tuple[int, int]]:
+        """Per partition: (log start, log end) as the broker reports them now."""
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"lab-marks-{uuid.uuid4().hex[:8]}"})
+        try:
+            partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+            return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(partitions)}
+        finally:
+            consumer.close()
+
+    def committed(self, group: str, topic: str, partitions: int = 1) -> dict[int, int]:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, "enable.auto.commit": False})
+        try:
+            tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=15)
+            return {tp.partition: tp.offset for tp in tps if tp.offset >= 0}
+        finally:
+            consumer.close()
+
+
+@dataclass(frozen=True)
+class Record:
+    partition: int
+    offset: int
+    key: str | None

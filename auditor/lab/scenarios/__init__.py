@@ -1,0 +1,14 @@
+"""Scenario families, one module each (seeds 001, 003, 004). Importing a module registers its
+scenarios (auditor/lab/registry.py)."""
+
+from auditor.lab.scenarios import (
+    availability,
+    canary,
+    consumers,
+    duplicates,
+    replication,
+    retention,
+    transactions,
+)
+
+FAMILIES = (replication, duplicates, availability, consumers, retention, transactions, canary)

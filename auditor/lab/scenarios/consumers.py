@@ -1,0 +1,209 @@
+"""Consumer crashes (seed 004): where the offset is committed decides what a crash costs."""
+
+from __future__ import annotations
+
+import time
+
+from auditor.lab.cluster import LabError, wait_until
+from auditor.lab.compare import Outcome
+from auditor.lab.registry import scenario
+from auditor.lab.workload import produce
+from auditor.lab.world import STUCK_AGE_S, World
+
+TICKETS = list(range(1, 31))
+CRASH_AT = 11  # the 11th record received
+AUTO_CRASH_AT = 4
+
+
+def _pipeline(world: World, probed: bool) -> None:
+    world.make_topic(replication=3, min_insync_replicas="2")
+    world.make_table()
+    world.make_binding(groups=[world.group])
+    world.make_rule(older_than_s=1)
+    world.insert(TICKETS, age_s=STUCK_AGE_S)
+    reports = produce(world.cluster.bootstrap, world.topic, TICKETS, {"acks": "all"}, probed=probed)
+    if any(d.error for d in reports):
+        raise RuntimeError(f"the workload's sends failed: {[d.error for d in reports if d.error][:3]}")
+
+
+@scenario(
+    "crash-at-most-once",
+    "consumer commits a record's offset, then is killed -9 before processing it; restarted, it goes on "
+    "after it: skipped (AuditedConsumer)",
+)
+def crash_at_most_once(world: World) -> Outcome:
+    return _at_most_once(world, probed=True)
+
+
+@scenario(
+    "crash-at-most-once-plain",
+    "as crash-at-most-once with plain clients: no processed ledger, so the truthful verdict is unknown",
+)
+def crash_at_most_once_plain(world: World) -> Outcome:
+    return _at_most_once(world, probed=False)
+
+
+@scenario(
+    "crash-at-most-once-kafka-python",
+    "as crash-at-most-once with a kafka-python consumer (a client the probes do not wrap): unknown",
+)
+def crash_at_most_once_kafka_python(world: World) -> Outcome:
+    return _at_most_once(world, probed=False, client="kafka-python")
+
+
+@scenario(
+    "crash-at-most-once-kip848",
+    "as crash-at-most-once with group.protocol=consumer (KIP-848), whose group the classic "
+    "DescribeGroups reports as empty or dead: still skipped, never taken for an expiring group",
+)
+def crash_at_most_once_kip848(world: World) -> Outcome:
+    return _at_most_once(world, probed=True, group_protocol="consumer")
+
+
+def _at_most_once(world: World, probed: bool, **client: str) -> Outcome:
+    _pipeline(world, probed)
+    crashed = world.consume("at-most-once", crash_at=CRASH_AT, probed=probed, **client)
+    injected_at = time.monotonic()
+    # The application comes back and stays up; its group has a member while the auditor looks
+    # (a KIP-848 group must not be taken for an empty one whose offsets will expire). The new
+    # member may wait for the dead one's session to end (KIP-848: 45 s on the broker).
+    world.start_consumer("at-most-once", probed=probed, **client)
+    wait_until(lambda: len(world.processed()) >= len(TICKETS) - 1, 120, "the restarted consumer to catch up")
+    rows = world.rows()
+    processed = world.processed()
+    # Ground truth: rows still NEW that nobody processed although the group committed past them.
+    committed = world.cluster.committed(world.group, world.topic)
+    position = {r.key: r.offset for r in world.cluster.read_topic(world.topic)}
+    skipped = {
+        str(i)
+        for i, status in rows.items()
+        if status == "NEW" and not processed.get(i) and position.get(str(i), 1 << 62) < committed.get(0, -1)
+    }
+    if not skipped:
+        raise LabError(f"the fault did not happen: every record was processed (consumer exit {crashed})")
+    world.notes.append(f"consumer exit {crashed}; committed {committed}; never processed: {sorted(skipped)}")
+    verdict = "stuck:skipped" if probed else "stuck:unknown"
+    expected = {key: {verdict} for key in skipped}
+    expected |= world.expected_group_risks()
+    answer = world.stuck()
+    world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:5]
+    protocol = f", group.protocol={client['group_protocol']}" if "group_protocol" in client else ""
+    library = f", {client['client']}" if "client" in client else ""
+    return Outcome(
+        injected=f"consumer killed -9 after committing record {CRASH_AT}, before processing it{protocol}{library}",
+        expected=expected,
+        got=answer.verdicts,
+        detect_s=answer.finished_monotonic - injected_at,
+    )
+
+
+@scenario(
+    "crash-at-least-once",
+    "consumer processes a record, is killed -9 before committing; restarted, it processes it again: "
+    "reprocessed (AuditedConsumer)",
+)
+def crash_at_least_once(world: World) -> Outcome:
+    return _at_least_once(world, probed=True)
+
+
+@scenario(
+    "crash-at-least-once-plain",
+    "as crash-at-least-once with plain clients: without a processed ledger nothing can be said",
+)
+def crash_at_least_once_plain(world: World) -> Outcome:
+    return _at_least_once(world, probed=False)
+
+
+def _at_least_once(world: World, probed: bool) -> Outcome:
+    _pipeline(world, probed)
+    crashed = world.consume("at-least-once", crash_at=CRASH_AT, probed=probed)
+    injected_at = time.monotonic()
+    # The restarted member may wait for the dead one's session to end before it is assigned.
+    world.consume("at-least-once", probed=probed, records=len(TICKETS) - CRASH_AT + 1, idle_s=90)
+    processed = world.processed()
+    again = {str(i) for i, n in processed.items() if n > 1}
+    if not again:
+        raise LabError(f"the fault did not happen: nothing was processed twice (consumer exit {crashed})")
+    world.notes.append(f"consumer exit {crashed}; processed more than once: {sorted(again)}")
+    expected = {key: {"reprocessed"} for key in again} if probed else {}
+    answer = world.reconcile()
+    return Outcome(
+        injected=f"consumer killed -9 after processing record {CRASH_AT}, before committing it",
+        expected=expected,
+        got=answer.verdicts,
+        detect_s=(answer.finished_monotonic - injected_at) if expected else None,
+    )
+
+
+@scenario(
+    "processed-not-updated",
+    "the consumer processes a record and commits it, but the row update is lost: "
+    "processed-not-updated (AuditedConsumer)",
+)
+def processed_not_updated(world: World) -> Outcome:
+    return _not_updated(world, probed=True)
+
+
+@scenario(
+    "processed-not-updated-plain",
+    "as processed-not-updated with plain clients: was the committed record processed? unknown",
+)
+def processed_not_updated_plain(world: World) -> Outcome:
+    return _not_updated(world, probed=False)
+
+
+def _not_updated(world: World, probed: bool) -> Outcome:
+    _pipeline(world, probed)
+    world.consume("at-least-once", fail_update_at=CRASH_AT, probed=probed, records=len(TICKETS))
+    injected_at = time.monotonic()
+    rows = world.rows()
+    lost_updates = {str(i) for i in world.processed_not_updated() if rows.get(i) == "NEW"}
+    verdict = "stuck:processed-not-updated" if probed else "stuck:unknown"
+    expected = {key: {verdict} for key in lost_updates}
+    expected |= world.expected_group_risks()
+    answer = world.stuck()
+    world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:5]
+    return Outcome(
+        injected=f"the row update of record {CRASH_AT} is lost after processing (the offset is committed)",
+        expected=expected,
+        got=answer.verdicts,
+        detect_s=answer.finished_monotonic - injected_at,
+    )
+
+
+@scenario(
+    "crash-auto-commit",
+    "enable.auto.commit every 1 s, 1.5 s per record; killed -9 while processing a polled record: whatever "
+    "really happened (skipped when the timer committed it first, reprocessed when not) (AuditedConsumer)",
+)
+def crash_auto_commit(world: World) -> Outcome:
+    _pipeline(world, probed=True)
+    # Processing outlasts the commit interval: the timer commits a polled record's offset
+    # (enable.auto.offset.store) before its processing ends, as seed 004 describes.
+    crashed = world.consume("auto", crash_at=AUTO_CRASH_AT, probed=True, auto_commit_ms=1000, slow_ms=1500)
+    injected_at = time.monotonic()
+    world.consume("auto", probed=True, auto_commit_ms=1000, idle_s=15)
+    rows, processed = world.rows(), world.processed()
+    committed = world.cluster.committed(world.group, world.topic)
+    position = {r.key: r.offset for r in world.cluster.read_topic(world.topic)}
+    expected: dict[str, set[str]] = {}
+    for ticket, status in rows.items():
+        key = str(ticket)
+        if processed.get(ticket, 0) > 1:
+            expected[key] = {"reprocessed"}
+        elif status == "NEW" and not processed.get(ticket) and position.get(key, 1 << 62) < committed.get(0, -1):
+            # The group committed past it and no consumer processed it.
+            expected[key] = {"stuck:skipped", "unprocessed"}
+    if not expected:  # the timer committed exactly what was processed: a legitimate outcome
+        world.notes.append("the crash cost nothing this time: no record skipped or processed twice")
+    world.notes.append(f"consumer exit {crashed}; committed {committed}; truth {sorted(expected.items())[:5]}")
+    expected |= world.expected_group_risks()
+    found = world.reconcile()
+    stuck = world.stuck()
+    got = {k: found.verdicts.get(k, set()) | stuck.verdicts.get(k, set()) for k in {*found.verdicts, *stuck.verdicts}}
+    return Outcome(
+        injected=f"auto-commit every 1 s, 1.5 s per record, killed -9 while processing record {AUTO_CRASH_AT}",
+        expected=expected,
+        got=got,
+        detect_s=max(found.finished_monotonic, stuck.finished_monotonic) - injected_at,
+    )

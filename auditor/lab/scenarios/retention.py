@@ -1,0 +1,74 @@
+"""A consumer down longer than retention (seed 003): records deleted before they were read."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Producer
+
+from auditor.lab.cluster import wait_until
+from auditor.lab.compare import Outcome
+from auditor.lab.registry import scenario
+from auditor.lab.workload import produce
+from auditor.lab.world import STUCK_AGE_S, World
+from auditor.probes import AuditedProducer
+
+FIRST, LATER = list(range(1, 6)), list(range(6, 16))
+FILLER = 0  # no row has id 0: a record that only makes the segment holding the others roll
+
+
+@scenario(
+    "consumer-down-past-retention",
+    "the consumer stops; retention.ms=4s deletes ten records before it comes back: expired (AuditedProducer)",
+)
+def expired(world: World) -> Outcome:
+    return _expired(world, probed=True)
+
+
+@scenario(
+    "consumer-down-past-retention-plain",
+    "as consumer-down-past-retention with plain clients: no ledger says they were ever written: unknown",
+)
+def expired_plain(world: World) -> Outcome:
+    return _expired(world, probed=False)
+
+
+def _expired(world: World, probed: bool) -> Outcome:
+    cluster = world.cluster
+    world.make_topic(replication=3, min_insync_replicas="2", retention_ms="4000", segment_ms="1000")
+    world.make_table()
+    world.make_binding(groups=[world.group])
+    world.make_rule(older_than_s=1)
+    world.insert(FIRST + LATER, age_s=STUCK_AGE_S)
+    settings = {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0}
+    producer: AuditedProducer | Producer = AuditedProducer(settings) if probed else Producer(settings)
+    produce(cluster.bootstrap, world.topic, FIRST, producer=producer)
+    world.consume("at-least-once", probed=probed, records=len(FIRST))
+    # The consumer is down from here on.
+    injected_at = time.monotonic()
+    reports = produce(cluster.bootstrap, world.topic, LATER, producer=producer)
+    last = max(d.offset for d in reports)
+    time.sleep(1.5)  # past segment.ms: the next append rolls the segment that holds LATER
+    produce(cluster.bootstrap, world.topic, [FILLER], producer=producer)
+    if isinstance(producer, AuditedProducer):
+        producer.close(30)
+
+    def deleted() -> bool:
+        low = cluster.watermarks(world.topic)[0][0]
+        return low > last
+
+    wait_until(deleted, 90, f"retention to delete {world.topic} up to offset {last}")
+    world.consume("at-least-once", probed=probed, records=1, idle_s=10)  # back: only the filler is left
+    rows = world.rows()
+    never = {str(i) for i in LATER if rows[i] == "NEW"}
+    verdict = "stuck:expired" if probed else "stuck:unknown"
+    expected = {key: {verdict} for key in never}
+    expected |= world.expected_group_risks()
+    answer = world.stuck()
+    world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:3]
+    return Outcome(
+        injected="consumer stopped; retention.ms=4000 deleted 10 unread records; consumer restarted",
+        expected=expected,
+        got=answer.verdicts,
+        detect_s=answer.finished_monotonic - injected_at,
+    )

@@ -1,0 +1,53 @@
+"""Ground truth helpers: what the clients and a plain read of the topic say, never the auditor."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from auditor.lab.cluster import Record
+from auditor.lab.workload import Delivery
+
+
+def copies(records: Iterable[Record]) -> Counter[str]:
+    return Counter(r.key for r in records if r.key is not None)
+
+
+def acked(reports: Iterable[Delivery]) -> set[str]:
+    return {d.key for d in reports if d.error is None and d.offset >= 0}
+
+
+def failed(reports: Iterable[Delivery]) -> set[str]:
+    return {d.key for d in reports if d.error is not None}
+
+
+def producer_side(
+    tickets: Iterable[int],
+    final: Iterable[Record],
+    *,
+    seen_before: Iterable[Record] = (),
+    probed_acked: Iterable[str] = (),
+    duplicate_cause: str = "unknown",
+) -> dict[str, set[str]]:
+    """Reconciliation's expected findings per ticket, from the final read of the topic.
+
+    Absent: `missing`, with cause broker-lost when a read before the fault saw the record
+    (or a probed producer's delivery report acked it: the ledger holds that report, and the
+    acked send is also a hole in the producer's sequence: `gap` broker-lost). More than
+    one copy: `duplicate` with the cause the evidence allows (producer-retry only when the
+    records carry the probe's session and sequence; plain records cannot say which).
+    """
+    now = copies(final)
+    before = copies(seen_before)
+    acked_by_probe = set(probed_acked)
+    lost_evidence = set(before) | acked_by_probe
+    expected: dict[str, set[str]] = {}
+    for ticket in tickets:
+        key = str(ticket)
+        if now[key] == 0:
+            expected[key] = {"missing/broker-lost" if key in lost_evidence else "missing"}
+            if key in acked_by_probe:
+                expected[key].add("gap/broker-lost")
+        elif now[key] > 1:
+            expected[key] = {f"duplicate/{duplicate_cause}"}
+    return expected

@@ -1,0 +1,284 @@
+"""The lab's applications: ticket producers and consumers, probed or plain, no Django.
+
+Producers run in the lab's process and return what the client itself reported (delivery
+reports: error, partition, offset), which is ground truth. Consumers run as their own
+process (`python -m auditor.lab.workload consume …`) so a crash is a real one: the process
+kills itself with SIGKILL at the chosen point, with no close, no flush and no commit after.
+Every processing is written to the source database's `<table>_processed` log in the same
+transaction as the status update, so what was processed, and how often, is known without
+the auditor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+
+from auditor.probes import AuditedConsumer, AuditedProducer
+
+
+@dataclass
+class Delivery:
+    key: str
+    error: str | None
+    partition: int
+    offset: int
+
+
+def ticket_value(ticket: int) -> bytes:
+    return json.dumps({"ticket_id": ticket, "status": "NEW"}).encode()
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    tickets: Iterable[int],
+    config: dict[str, Any] | None = None,
+    probed: bool = False,
+    flush_s: float = 60,
+    producer: Any = None,
+    reports: list[Delivery] | None = None,
+) -> list[Delivery]:
+    """One produce() per ticket (key = the ticket id); every delivery report, in order, appended
+    to `reports` (reports that arrive after a short flush land there later)."""
+    reports = [] if reports is None else reports
+
+    def delivered(err: KafkaError | None, msg: Message) -> None:
+        key = msg.key()
+        reports.append(
+            Delivery(
+                key.decode() if isinstance(key, bytes) else str(key),
+                None if err is None else err.str(),
+                -1 if msg.partition() is None else int(msg.partition() or 0),
+                -1 if msg.offset() is None else int(msg.offset() or 0),
+            )
+        )
+
+    own = producer is None
+    if own:
+        settings = {"bootstrap.servers": bootstrap, "linger.ms": 0, **(config or {})}
+        producer = AuditedProducer(settings) if probed else Producer(settings)
+    for ticket in tickets:
+        _produce_one(producer, topic, ticket, delivered)
+        producer.poll(0)
+    producer.flush(flush_s)
+    if own and probed:
+        producer.close(30)
+    return reports
+
+
+def _produce_one(producer: Any, topic: str, ticket: int, delivered: Any, patience_s: float = 30) -> None:
+    """produce(), waiting out what a just-created topic causes: a broker whose metadata has not
+    caught up yet answers "unknown topic", and a full queue while a broker is away."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            producer.produce(topic, key=str(ticket).encode(), value=ticket_value(ticket), on_delivery=delivered)
+            return
+        except BufferError:
+            pass
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._UNKNOWN_TOPIC:
+                raise
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"could not hand ticket {ticket} to the producer within {patience_s:.0f}s")
+        producer.poll(0.2)
+
+
+# --- consumers (a process of their own) --------------------------------------------------------
+
+
+def _process(conn: Any, table: str, ticket: int, session: str, update_fails: bool = False) -> None:
+    """The application's work: the row goes NEW → DONE, and the processing is logged.
+
+    With `update_fails` the work is done but the row update is lost (a failed write the
+    application does not notice): the processing is logged, the row stays NEW.
+    """
+    with conn.transaction():
+        if not update_fails:
+            conn.execute(f"UPDATE {table} SET status = 'DONE' WHERE id = %s", (ticket,))
+        conn.execute(
+            f"INSERT INTO {table}_processed (id, session, updated) VALUES (%s, %s, %s)",
+            (ticket, session, not update_fails),
+        )
+
+
+class _KafkaPythonConsumer:
+    """kafka-python's KafkaConsumer behind the few calls the loop makes (one record per poll)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from kafka import KafkaConsumer
+
+        self._consumer = KafkaConsumer(
+            bootstrap_servers=args.bootstrap.split(","),
+            group_id=args.group,
+            auto_offset_reset="earliest",
+            enable_auto_commit=args.mode == "auto",
+            auto_commit_interval_ms=args.auto_commit_ms,
+            max_poll_records=1,
+        )
+        self._pending: list[Any] = []
+
+    def subscribe(self, topics: list[str]) -> None:
+        self._consumer.subscribe(topics)
+
+    def poll(self, timeout: float) -> Any:
+        if not self._pending:
+            for records in self._consumer.poll(timeout_ms=int(timeout * 1000)).values():
+                self._pending.extend(records)
+        return _KafkaPythonRecord(self._pending.pop(0)) if self._pending else None
+
+    def commit(self, message: Any = None, asynchronous: bool = False) -> None:
+        self._consumer.commit()  # the position: just past the one record polled
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class _KafkaPythonRecord:
+    def __init__(self, record: Any) -> None:
+        self._record = record
+
+    def error(self) -> None:
+        return None
+
+    def key(self) -> bytes:
+        return bytes(self._record.key)
+
+
+def consume(args: argparse.Namespace) -> int:
+    """Consume until `--records` were received or the topic is idle; crash on request.
+
+    Modes: at-most-once commits each record's offset before processing it; at-least-once
+    processes, then commits; auto leaves commits to enable.auto.commit. `--crash-at N` kills
+    the process with SIGKILL at the N-th record (1-based), after its commit in at-most-once,
+    after its processing in at-least-once, `--slow-ms` after it was polled in auto.
+    """
+    import psycopg
+
+    config: dict[str, Any] = {
+        "bootstrap.servers": args.bootstrap,
+        "group.id": args.group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": args.mode == "auto",
+    }
+    if args.group_protocol == "consumer":
+        config["group.protocol"] = "consumer"
+    else:
+        config["session.timeout.ms"] = 6000
+    if args.mode == "auto":
+        config["auto.commit.interval.ms"] = args.auto_commit_ms
+    consumer: Any
+    if args.client == "kafka-python":
+        consumer = _KafkaPythonConsumer(args)
+    elif args.probed:
+        consumer = AuditedConsumer(config, ledger_flush_interval_s=0.2)
+    else:
+        consumer = Consumer(config)
+    session = getattr(consumer, "session_id", None) or f"plain-{os.getpid()}"
+    consumer.subscribe([args.topic])
+    received = 0
+    idle_since = time.monotonic()
+    with psycopg.connect(args.source_url, autocommit=True) as conn:
+        while received < args.records and time.monotonic() - idle_since < args.idle_s:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                continue
+            idle_since = time.monotonic()
+            received += 1
+            ticket = int(msg.key())
+            crash_here = received == args.crash_at
+            if args.mode == "at-most-once":
+                consumer.commit(message=msg, asynchronous=False)
+                if crash_here:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            if args.mode == "auto" and crash_here:
+                # Polled (its offset is stored for the next auto-commit), not yet processed.
+                time.sleep(args.slow_ms / 1000)
+                os.kill(os.getpid(), signal.SIGKILL)
+            _process(conn, args.table, ticket, session, update_fails=received == args.fail_update_at)
+            if args.probed:
+                consumer.mark_processed(msg)
+            if args.mode == "at-least-once":
+                if crash_here:
+                    if args.probed:
+                        consumer.flush_ledger(10)  # the mark is out; the commit never happens
+                    os.kill(os.getpid(), signal.SIGKILL)
+                consumer.commit(message=msg, asynchronous=False)
+            if args.slow_ms:
+                time.sleep(args.slow_ms / 1000)
+    consumer.close()
+    print(json.dumps({"received": received}))
+    return 0
+
+
+def transact(args: argparse.Namespace) -> int:
+    """A transactional producer: the first `--commit` tickets in one committed transaction, the
+    rest in a second one that the process never ends (SIGKILL after the records are written)."""
+    producer = Producer(
+        {
+            "bootstrap.servers": args.bootstrap,
+            "transactional.id": args.transactional_id,
+            "transaction.timeout.ms": args.transaction_timeout_ms,
+            "linger.ms": 0,
+        }
+    )
+    producer.init_transactions(30)
+    tickets = list(range(1, args.tickets + 1))
+    for batch, ends in ((tickets[: args.commit], True), (tickets[args.commit :], False)):
+        producer.begin_transaction()
+        for ticket in batch:
+            _produce_one(producer, args.topic, ticket, None)
+        producer.flush(30)  # written to the log, inside the open transaction
+        if not ends:
+            print(json.dumps({"open": batch}), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        producer.commit_transaction(30)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m auditor.lab.workload")
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("consume")
+    c.add_argument("--bootstrap", required=True)
+    c.add_argument("--topic", required=True)
+    c.add_argument("--group", required=True)
+    c.add_argument("--table", required=True)
+    c.add_argument("--mode", choices=("at-most-once", "at-least-once", "auto"), required=True)
+    c.add_argument("--records", type=int, default=10**9)
+    c.add_argument("--crash-at", type=int, default=0)
+    c.add_argument("--idle-s", type=float, default=4.0)
+    c.add_argument("--probed", action="store_true")
+    c.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic")
+    c.add_argument("--auto-commit-ms", type=int, default=5000)
+    c.add_argument("--slow-ms", type=int, default=0)
+    c.add_argument("--fail-update-at", type=int, default=0, help="the N-th record's row update is lost")
+    c.add_argument("--client", choices=("confluent-kafka", "kafka-python"), default="confluent-kafka")
+    t = sub.add_parser("transact")
+    t.add_argument("--bootstrap", required=True)
+    t.add_argument("--topic", required=True)
+    t.add_argument("--transactional-id", required=True)
+    t.add_argument("--tickets", type=int, required=True)
+    t.add_argument("--commit", type=int, required=True, help="tickets in the committed transaction")
+    t.add_argument("--transaction-timeout-ms", type=int, default=10000)
+    args = parser.parse_args(argv)
+    if args.command == "transact":
+        return transact(args)
+    args.source_url = os.environ["LAB_SOURCE_URL"]  # from the environment: never on a command line
+    return consume(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""One scenario's world: its topic, source table, binding, stuck rule and consumer group.
+
+The world also runs the auditor the way its users do: a reconciliation through the run
+service (`audit reconcile BINDING`: spark-submit, or in this process with --in-process) and
+a stuck diagnosis through `run_diagnosis` (`audit stuck RULE`). What the auditor said is
+read back from what it stored (findings, stuck items), as the dashboard shows it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import psycopg
+from django.conf import settings
+
+from auditor.lab.cluster import Cluster, LabError
+from auditor.pipelines.models import Binding, SourceDatabase, StuckRule
+from auditor.pipelines.models import Cluster as ClusterModel
+from auditor.reconcile import conf as reconcile_conf
+from auditor.reconcile.models import Finding, ReconcileRun
+from auditor.reconcile.service import execute_run, start_run
+from auditor.stuck.models import DiagnosisRun, StuckItem
+from auditor.stuck.service import DiagnosisOptions, run_diagnosis
+
+Verdicts = dict[str, set[str]]  # key → the verdicts it has ("missing/broker-lost", "stuck:skipped", …)
+STUCK_PREFIX = "stuck:"
+# Rows of scenarios with a stuck rule are created this long ago: older than the rule's
+# threshold (make_rule), so "stuck" in the truth and in the rule mean the same rows.
+STUCK_AGE_S = 60
+
+
+@dataclass
+class Options:
+    in_process: bool = False  # reconciliation in this process's SparkSession (tests) or spark-submit
+    keep: bool = False
+    spark: object = None  # a SparkSession for in-process stuck diagnosis (tests)
+
+
+@dataclass
+class AuditorAnswer:
+    verdicts: Verdicts
+    finished_monotonic: float
+    detail: dict[str, object] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)  # stuck items: key → the verdict's reason
+
+
+class World:
+    """Names are unique per scenario run, so scenarios never see each other's data."""
+
+    def __init__(self, scenario: str, cluster: Cluster, options: Options) -> None:
+        suffix = uuid.uuid4().hex[:6]
+        slug = f"lab-{scenario}-{suffix}"
+        self.scenario = scenario
+        self.cluster = cluster
+        self.options = options
+        self.topic = slug
+        self.group = f"{slug}-app"
+        self.table = f"public.lab_{scenario.replace('-', '_')}_{suffix}"
+        self.name = slug
+        self.source_url = os.environ.get("SOURCE_DATABASE_URL", "")
+        if not self.source_url:
+            raise LabError("SOURCE_DATABASE_URL is not set: the lab writes its ticket tables there")
+        self.binding: Binding | None = None
+        self.rule: StuckRule | None = None
+        self.topic_made = False
+        self.table_made = False
+        self.notes: list[str] = []
+        self.running: list[subprocess.Popen[str]] = []
+
+    # --- setup -----------------------------------------------------------------------------
+    def make_topic(self, partitions: int = 1, replication: int = 3, **config: str) -> str:
+        self.cluster.create_topic(
+            self.topic, partitions, replication, {k.replace("_", "."): v for k, v in config.items()}
+        )
+        self.topic_made = True
+        return self.topic
+
+    def make_table(self) -> None:
+        with psycopg.connect(self.source_url, autocommit=True) as conn:
+            conn.execute(
+                f"CREATE TABLE {self.table} (id bigint PRIMARY KEY, status text NOT NULL DEFAULT 'NEW', "
+                "created_at timestamptz NOT NULL DEFAULT now())"
+            )
+            conn.execute(
+                f"CREATE TABLE {self.table}_processed (id bigint NOT NULL, session text NOT NULL, "
+                "updated boolean NOT NULL, at timestamptz NOT NULL DEFAULT now())"
+            )
+        self.table_made = True
+
+    def insert(self, ids: list[int], age_s: float = 0) -> None:
+        """Ticket rows, status NEW, created `age_s` seconds ago."""
+        with psycopg.connect(self.source_url, autocommit=True) as conn, conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {self.table} (id, created_at) VALUES (%s, now() - make_interval(secs => %s))",
+                [(i, age_s) for i in ids],
+            )
+
+    def set_status(self, ids: list[int], status: str = "DONE") -> None:
+        with psycopg.connect(self.source_url, autocommit=True) as conn:
+            conn.execute(f"UPDATE {self.table} SET status = %s WHERE id = ANY(%s)", (status, ids))
+
+    def rows(self) -> dict[int, str]:
+        """Ground truth from the database: id → status."""
+        with psycopg.connect(self.source_url, autocommit=True) as conn:
+            return dict(conn.execute(f"SELECT id, status FROM {self.table}").fetchall())
+
+    def processed(self) -> dict[int, int]:
+        """Ground truth from the application's own log: id → times processed."""
+        with psycopg.connect(self.source_url, autocommit=True) as conn:
+            return dict(conn.execute(f"SELECT id, count(*) FROM {self.table}_processed GROUP BY id").fetchall())
+
+    def processed_not_updated(self) -> set[int]:
+        """Ground truth: ids the application processed whose row update was lost."""
+        with psycopg.connect(self.source_url, autocommit=True) as conn:
+            rows = conn.execute(f"SELECT DISTINCT id FROM {self.table}_processed WHERE NOT updated").fetchall()
+        return {row[0] for row in rows}
+
+    def run_worker(self, command: str, *args: str, timeout_s: float = 120) -> int:
+        """`python -m auditor.lab.workload COMMAND ARGS` as its own process; its exit status."""
+        done = subprocess.run(
+            [sys.executable, "-m", "auditor.lab.workload", command, *args],
+            env={**os.environ, "LAB_SOURCE_URL": self.source_url},
+            cwd=str(settings.BASE_DIR),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        if done.returncode not in (0, -signal.SIGKILL):
+            raise LabError(f"the lab's {command} worker exited with {done.returncode}: {done.stderr.strip()[-1500:]}")
+        return done.returncode
+
+    def start_consumer(self, mode: str, *, probed: bool = False, **extra: object) -> subprocess.Popen[str]:
+        """The ticket consumer left running (an application that stays up); stop_consumers ends it."""
+        args = [
+            sys.executable, "-m", "auditor.lab.workload", "consume",
+            "--bootstrap", self.cluster.bootstrap, "--topic", self.topic, "--group", self.group,
+            "--table", self.table, "--mode", mode, "--idle-s", "600",
+        ]  # fmt: skip
+        if probed:
+            args.append("--probed")
+        for name, value in extra.items():
+            args += [f"--{name.replace('_', '-')}", str(value)]
+        process = subprocess.Popen(
+            args,
+            env={**os.environ, "LAB_SOURCE_URL": self.source_url},
+            cwd=str(settings.BASE_DIR),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.running.append(process)
+        return process
+
+    def expected_group_risks(self) -> Verdicts:
+        """The truth about the group as the lab knows it: none of its consumer processes is running
+        and it has committed offsets, so they expire offsets.retention.minutes from now."""
+        if any(p.poll() is None for p in self.running) or not self.cluster.committed(self.group, self.topic):
+            return {}
+        return {f"risk {self.group}": {"risk:offsets-expiry"}}
+
+    def stop_consumers(self) -> None:
+        for process in self.running:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+        self.running.clear()
+
+    def consume(self, mode: str, *, crash_at: int = 0, probed: bool = False, **extra: object) -> int:
+        """Run the ticket consumer as its own process (auditor/lab/workload.py); its exit status
+        (-9 when it crashed on purpose)."""
+        args = [
+            sys.executable,
+            "-m",
+            "auditor.lab.workload",
+            "consume",
+            "--bootstrap",
+            self.cluster.bootstrap,
+            "--topic",
+            self.topic,
+            "--group",
+            self.group,
+            "--table",
+            self.table,
+            "--mode",
+            mode,
+            "--crash-at",
+            str(crash_at),
+        ]
+        if probed:
+            args.append("--probed")
+        for name, value in extra.items():
+            args += [f"--{name.replace('_', '-')}", str(value)]
+        done = subprocess.run(
+            args,
+            env={**os.environ, "LAB_SOURCE_URL": self.source_url},
+            cwd=str(settings.BASE_DIR),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        if done.returncode not in (0, -signal.SIGKILL):
+            raise LabError(f"the ticket consumer exited with {done.returncode}: {done.stderr.strip()[-1500:]}")
+        return done.returncode
+
+    def make_binding(
+        self, groups: list[str] | None = None, guarantee: str = "at-least-once", grace_s: int = 1
+    ) -> Binding:
+        cluster, _ = ClusterModel.objects.get_or_create(
+            name=self.name, defaults={"bootstrap_servers": self.cluster.bootstrap}
+        )
+        source, _ = SourceDatabase.objects.get_or_create(name=self.name, defaults={"url": "${SOURCE_DATABASE_URL}"})
+        self.binding = Binding.objects.create(
+            name=self.name,
+            cluster=cluster,
+            topic=self.topic,
+            source=source,
+            table=self.table,
+            key_column="id",
+            record_key="key",
+            created_column="created_at",
+            grace_seconds=grace_s,
+            guarantee=guarantee,
+            consumer_groups=groups or [],
+            schedule_seconds=3600,
+        )
+        return self.binding
+
+    def make_rule(self, older_than_s: int = 1) -> StuckRule:
+        binding = self.binding or self.make_binding()
+        self.rule = StuckRule.objects.create(
+            name=self.name,
+            binding=binding,
+            status_column="status",
+            stuck_values=["NEW"],
+            age_column="created_at",
+            older_than_seconds=older_than_s,
+            schedule_seconds=3600,
+        )
+        return self.rule
+
+    # --- the auditor -----------------------------------------------------------------------
+    def reconcile(self, full: bool = False) -> AuditorAnswer:
+        """One reconciliation run, as `audit reconcile BINDING` runs it; its findings by key."""
+        if self.binding is None:
+            raise LabError("reconcile before make_binding")
+        run = execute_run(start_run(self.binding, ReconcileRun.CLI, full=full), in_process=self.options.in_process)
+        if run.status != ReconcileRun.OK:
+            raise LabError(f"reconciliation run #{run.pk} failed: {run.error}")
+        verdicts: Verdicts = {}
+        for finding in Finding.objects.filter(run=run):
+            key = finding.key if finding.key is not None else f"(seq {finding.seq})"
+            verdicts.setdefault(key, set()).add(finding.kind + (f"/{finding.cause}" if finding.cause else ""))
+        return AuditorAnswer(
+            verdicts,
+            time.monotonic(),
+            {"run": run.pk, "mode": run.mode, "warnings": run.warnings, "records_read": run.records_read},
+        )
+
+    def stuck(self) -> AuditorAnswer:
+        """One stuck diagnosis, as `audit stuck RULE` runs it; each open item's verdict by key."""
+        if self.rule is None:
+            raise LabError("stuck before make_rule")
+        options = DiagnosisOptions(spark=self.options.spark) if self.options.spark is not None else None
+        run = run_diagnosis(self.rule, DiagnosisRun.CLI, options=options)
+        if run.status != DiagnosisRun.OK:
+            raise LabError(f"stuck diagnosis of {self.rule.name} failed: {run.error}")
+        items = StuckItem.objects.open().filter(rule=self.rule)
+        verdicts: Verdicts = {}
+        reasons: dict[str, str] = {}
+        # Cluster-side risks count as verdicts on their subject (a group, a transaction): a risk
+        # the truth does not support is a false alarm like any other.
+        for risk in run.risks or []:
+            verdicts.setdefault(f"risk {risk.get('subject')}", set()).add(f"risk:{risk.get('kind')}")
+        for item in items:
+            verdicts.setdefault(item.key, set()).add(STUCK_PREFIX + item.verdict)
+            reasons[item.key] = item.reason
+        return AuditorAnswer(verdicts, time.monotonic(), {"notes": run.notes}, reasons)
+
+    # --- cleanup ---------------------------------------------------------------------------
+    def cleanup(self) -> None:
+        self.stop_consumers()
+        if self.options.keep:
+            return
+        if self.topic_made:
+            self.cluster.delete_topic(self.topic)
+        if self.table_made:
+            with psycopg.connect(self.source_url, autocommit=True) as conn:
+                conn.execute(f"DROP TABLE IF EXISTS {self.table}, {self.table}_processed")
+        if self.binding is not None:
+            Binding.objects.filter(pk=self.binding.pk).delete()
+            ClusterModel.objects.filter(name=self.name).delete()
+            SourceDatabase.objects.filter(name=self.name).delete()
+            shutil.rmtree(reconcile_conf.state_dir() / self.name, ignore_errors=True)

@@ -1,0 +1,34 @@
+"""Scoring a scenario: false alarms and misses per key, from expected and got verdicts."""
+
+from __future__ import annotations
+
+from auditor.lab.compare import score, verdict_counts
+
+
+def test_it_counts_nothing_when_the_auditor_says_what_the_truth_says() -> None:
+    judged = score({"1": {"missing"}}, {"1": {"missing"}})
+    assert (judged.false_alarms, judged.misses, judged.wrong) == (0, 0, [])
+
+
+def test_it_counts_a_verdict_without_truth_as_a_false_alarm_and_a_lacking_one_as_a_miss() -> None:
+    judged = score({"2": {"missing/broker-lost"}}, {"3": {"missing"}})
+    assert (judged.false_alarms, judged.misses) == (1, 1)
+    assert judged.wrong == [
+        {"key": "2", "expected": ["missing/broker-lost"], "got": []},
+        {"key": "3", "expected": [], "got": ["missing"]},
+    ]
+
+
+def test_it_counts_a_wrong_cause_as_both() -> None:
+    judged = score({"7": {"duplicate/producer-retry"}}, {"7": {"duplicate/unknown"}})
+    assert (judged.false_alarms, judged.misses) == (1, 1)
+
+
+def test_it_leaves_ignored_verdicts_out_unless_they_are_expected() -> None:
+    ignored = frozenset({"stuck:waiting"})
+    assert score({}, {"4": {"stuck:waiting"}}, ignored).false_alarms == 0
+    assert score({"4": {"stuck:waiting"}}, {}, ignored).misses == 1
+
+
+def test_it_counts_verdicts_over_keys() -> None:
+    assert verdict_counts({"1": {"missing"}, "2": {"missing", "stuck:unknown"}}) == {"missing": 2, "stuck:unknown": 1}
