@@ -186,6 +186,7 @@ class AuditedProducer:
         if delivery_reports == "auto":
             delivery_reports = "all" if self._app_on_delivery is not None and not app_only_errors else "errors"
         self._success_reports = delivery_reports == "all"
+        self._warned_failures_only = False
         self._app_only_errors = app_only_errors or not self._success_reports
         client_config["on_delivery"] = self._on_report
         client_config["delivery.report.only.error"] = not self._success_reports
@@ -312,7 +313,19 @@ class AuditedProducer:
             id_bytes = _as_bytes(audit_id)
             if id_bytes is not None and id_bytes == _as_bytes(key):
                 id_bytes = None  # the key says it: readers take the key
-        report = None if user_callback is None else partial(self._on_report_then, user_callback)
+        report = None
+        if user_callback is not None:
+            report = partial(self._on_report_then, user_callback)
+            if not self._success_reports and not self._warned_failures_only:
+                # A drop-in Producer calls a per-call callback for successes too; say once that
+                # this one will not, rather than let an application wait for reports in silence.
+                self._warned_failures_only = True
+                logger.warning(
+                    "AuditedProducer reports failures only (delivery_reports=%r): per-call delivery "
+                    "callbacks are not called for successful deliveries; pass delivery_reports='all' "
+                    "(or an on_delivery in the config) to receive them",
+                    "errors",
+                )
         ts_ms = _time_ns() // 1_000_000
         with self._seq_lock:
             stream = self._topics.get(topic) or self._new_topic(topic)

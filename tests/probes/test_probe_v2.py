@@ -231,3 +231,33 @@ def test_it_summarizes_v2_ledgers_and_finds_their_gaps_beside_v1_ones() -> None:
     assert processed_offsets(marks, "g") == {("t", 0, o) for o in range(5)}
     assert [(r.offset, r.times) for r in find_reprocessed(marks)] == [(3, 2)]
     assert LEDGER_V2 == 2
+
+
+def test_it_says_once_that_per_call_callbacks_see_failures_only_by_default(
+    kafka_bootstrap: str, topics: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    reports: list[Any] = []
+    producer = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap}, ledger_topic=topics["pledger"], clients_topic=topics["clients"]
+    )
+    with caplog.at_level("WARNING", logger="auditor.probes.producer"):
+        for i in range(3):
+            producer.produce(topics["data"], b"v", b"k%d" % i, on_delivery=lambda err, msg: reports.append(err))
+        assert producer.flush(30) == 0
+    producer.close(30)
+    warnings = [r.getMessage() for r in caplog.records if "failures only" in r.getMessage()]
+    assert len(warnings) == 1 and "delivery_reports='all'" in warnings[0]
+    assert reports == []  # all three were delivered: the callback saw no success
+
+    every = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap},
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+        delivery_reports="all",
+    )
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="auditor.probes.producer"):
+        every.produce(topics["data"], b"v", b"k9", on_delivery=lambda err, msg: reports.append(err))
+        assert every.flush(30) == 0
+    every.close(30)
+    assert reports == [None] and not [r for r in caplog.records if "failures only" in r.getMessage()]
