@@ -1,14 +1,11 @@
-"""Fixtures of the fault lab's tests: users of every role, and the lab against the test stack."""
+"""Fixtures of the fault lab's tests: the lab against the test stack (users of every role come
+from tests/support/fixtures, registered in the root conftest)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from tests.accounts.fixtures import client_as, role_users
-
-__all__ = ["client_as", "role_users"]
 
 
 @pytest.fixture
