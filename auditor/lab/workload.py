@@ -64,9 +64,10 @@ def produce(
         )
 
     own = producer is None
+    # The truth needs every delivery report: a probed producer gives successes only when asked.
     if own:
         settings = {"bootstrap.servers": bootstrap, "linger.ms": 0, **(config or {})}
-        producer = AuditedProducer(settings) if probed else Producer(settings)
+        producer = AuditedProducer(settings, delivery_reports="all") if probed else Producer(settings)
     for ticket in tickets:
         _produce_one(producer, topic, ticket, delivered)
         producer.poll(0)

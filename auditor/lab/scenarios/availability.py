@@ -49,7 +49,9 @@ def _replicas_down(world: World, probed: bool) -> Outcome:
     world.make_rule(older_than_s=1)
     world.insert(TICKETS, age_s=STUCK_AGE_S)
     settings = {"bootstrap.servers": cluster.bootstrap, "acks": "all", **SHORT_TIMEOUT}
-    producer: AuditedProducer | Producer = AuditedProducer(settings) if probed else Producer(settings)
+    producer: AuditedProducer | Producer = (
+        AuditedProducer(settings, delivery_reports="all") if probed else Producer(settings)
+    )
     reports = produce(cluster.bootstrap, world.topic, TICKETS[:10], producer=producer)
     only = cluster.partition(world.topic).leader
     cluster.broker("kill", only)
@@ -96,7 +98,8 @@ def acks0_leader_killed(world: World) -> Outcome:
     tickets = list(range(1, 201))
     world.insert(tickets, age_s=STUCK_AGE_S)
     producer = AuditedProducer(
-        {"bootstrap.servers": cluster.bootstrap, "acks": "0", "linger.ms": 0, "message.timeout.ms": 10000}
+        {"bootstrap.servers": cluster.bootstrap, "acks": "0", "linger.ms": 0, "message.timeout.ms": 10000},
+        delivery_reports="all",
     )
     reports: list[Delivery] = []
     leader = cluster.partition(world.topic).leader
@@ -150,7 +153,8 @@ def app_resend(world: World) -> Outcome:
             "request.timeout.ms": 1500,
             "message.timeout.ms": 2500,
             "linger.ms": 0,
-        }
+        },
+        delivery_reports="all",
     )
     reports = produce(cluster.bootstrap, world.topic, tickets[:10], producer=producer)
     layout = cluster.partition(world.topic)

@@ -50,7 +50,9 @@ def _retry(world: World, probed: bool) -> Outcome:
     tickets = list(range(1, 41))
     world.insert(tickets)
     settings = {"bootstrap.servers": cluster.bootstrap, **RETRYING_PRODUCER}
-    producer: AuditedProducer | Producer = AuditedProducer(settings) if probed else Producer(settings)
+    producer: AuditedProducer | Producer = (
+        AuditedProducer(settings, delivery_reports="all") if probed else Producer(settings)
+    )
     reports = produce(cluster.bootstrap, world.topic, tickets[:20], producer=producer)
     layout = cluster.partition(world.topic)
     follower = next(r for r in layout.replicas if r != layout.leader)

@@ -48,7 +48,9 @@ def _failover(world: World, probed: bool) -> Outcome:
     tickets = list(range(1, 61))
     world.insert(tickets)
     settings = {"bootstrap.servers": cluster.bootstrap, "linger.ms": 5, **SAFE_PRODUCER}
-    producer: AuditedProducer | Producer = AuditedProducer(settings) if probed else Producer(settings)
+    producer: AuditedProducer | Producer = (
+        AuditedProducer(settings, delivery_reports="all") if probed else Producer(settings)
+    )
     reports = produce(cluster.bootstrap, world.topic, tickets[:30], producer=producer)
     leader = cluster.partition(world.topic).leader
     cluster.broker("kill", leader)

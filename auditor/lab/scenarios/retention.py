@@ -41,7 +41,9 @@ def _expired(world: World, probed: bool) -> Outcome:
     world.make_rule(older_than_s=1)
     world.insert(FIRST + LATER, age_s=STUCK_AGE_S)
     settings = {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0}
-    producer: AuditedProducer | Producer = AuditedProducer(settings) if probed else Producer(settings)
+    producer: AuditedProducer | Producer = (
+        AuditedProducer(settings, delivery_reports="all") if probed else Producer(settings)
+    )
     produce(cluster.bootstrap, world.topic, FIRST, producer=producer)
     world.consume("at-least-once", probed=probed, records=len(FIRST))
     # The consumer is down from here on.
