@@ -936,6 +936,7 @@ def find_gaps(
     ledger_open: DataFrame,
     bounds: DataFrame,
     watermarks: DataFrame,
+    *,
     unverifiable_until: datetime | None = None,
     delivered_keys: DataFrame | None = None,
 ) -> DataFrame:

@@ -632,7 +632,7 @@ def test_it_reports_no_gap_for_a_failed_send_the_application_sent_again(spark: S
     watermarks = spark.createDataFrame([(0, 0, 13)], WATERMARK_SCHEMA)
     delivered = spark.createDataFrame([("k0",), ("k1",), ("k4",)], "key string")
 
-    actual = find_gaps(coverage, ledger_open, bounds, watermarks, delivered)
+    actual = find_gaps(coverage, ledger_open, bounds, watermarks, delivered_keys=delivered)
 
     assert sorted((r["key"], r["cause"], r["seq"]) for r in actual.collect()) == [
         ("k3", "send-failed", 3),
