@@ -179,11 +179,6 @@ _LEDGER_JSON_SCHEMA = StructType(
 # ------------------------------------------------------------------ helpers ----------
 
 
-def empty_frame(spark_df_source: DataFrame, schema: StructType) -> DataFrame:
-    """An empty frame of `schema` on the same session as `spark_df_source`."""
-    return spark_df_source.sparkSession.createDataFrame([], schema)
-
-
 def conform(df: DataFrame, schema: StructType) -> DataFrame:
     """Select and cast `df` to exactly `schema` (missing columns become typed nulls)."""
     present = set(df.columns)
