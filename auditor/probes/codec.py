@@ -9,7 +9,7 @@ what is wrong; it never raises on bad input.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -532,6 +532,19 @@ def _offset_range(row: Any, index: int) -> OffsetRange:
     )
 
 
+# type → (record class, its field of rows, row parser): the batch records share their envelope
+# (producer: pid, client_id, topic; consumer: sid, group) and differ in their rows.
+_PRODUCER_RECORDS: dict[str, tuple[Callable[..., LedgerRecord], str, Callable[[Any, int], Any]]] = {
+    "batch": (ProducerBatch, "entries", _producer_entry),
+    "ranges": (ProducerRanges, "ranges", _seq_range),
+    "failures": (ProducerFailures, "entries", _failure_entry),
+}
+_CONSUMER_RECORDS: dict[str, tuple[Callable[..., LedgerRecord], str, Callable[[Any, int], Any]]] = {
+    "processed": (ConsumerBatch, "entries", _consumer_entry),
+    "processed-ranges": (ProcessedRanges, "ranges", _offset_range),
+}
+
+
 def _last_offsets(raw: Mapping[str, Any]) -> dict[str, dict[int, int]]:
     result: dict[str, dict[int, int]] = {}
     for topic, partitions in raw.items():
@@ -579,43 +592,22 @@ def _decode_object(obj: Mapping[str, Any]) -> LedgerRecord:
             host=_opt(obj, "host", str),
             ts_ms=_req(obj, "ts", int),
         )
-    if record_type == "batch":
-        entries = _req(obj, "entries", list)
-        return ProducerBatch(
+    if record_type in _PRODUCER_RECORDS:
+        producer_cls, field, parse_row = _PRODUCER_RECORDS[record_type]
+        rows = _req(obj, "entries", list)
+        return producer_cls(
             pid=_req(obj, "pid", str),
             client_id=_opt(obj, "client_id", str),
             topic=_req(obj, "topic", str),
-            entries=tuple(_producer_entry(row, i) for i, row in enumerate(entries)),
+            **{field: tuple(parse_row(row, i) for i, row in enumerate(rows))},
         )
-    if record_type == "ranges":
-        ranges = _req(obj, "entries", list)
-        return ProducerRanges(
-            pid=_req(obj, "pid", str),
-            client_id=_opt(obj, "client_id", str),
-            topic=_req(obj, "topic", str),
-            ranges=tuple(_seq_range(row, i) for i, row in enumerate(ranges)),
-        )
-    if record_type == "failures":
-        entries = _req(obj, "entries", list)
-        return ProducerFailures(
-            pid=_req(obj, "pid", str),
-            client_id=_opt(obj, "client_id", str),
-            topic=_req(obj, "topic", str),
-            entries=tuple(_failure_entry(row, i) for i, row in enumerate(entries)),
-        )
-    if record_type == "processed-ranges":
-        ranges = _req(obj, "entries", list)
-        return ProcessedRanges(
+    if record_type in _CONSUMER_RECORDS:
+        consumer_cls, field, parse_row = _CONSUMER_RECORDS[record_type]
+        rows = _req(obj, "entries", list)
+        return consumer_cls(
             sid=_req(obj, "sid", str),
             group=_opt(obj, "group", str),
-            ranges=tuple(_offset_range(row, i) for i, row in enumerate(ranges)),
-        )
-    if record_type == "processed":
-        entries = _req(obj, "entries", list)
-        return ConsumerBatch(
-            sid=_req(obj, "sid", str),
-            group=_opt(obj, "group", str),
-            entries=tuple(_consumer_entry(row, i) for i, row in enumerate(entries)),
+            **{field: tuple(parse_row(row, i) for i, row in enumerate(rows))},
         )
     if record_type == "session-start":
         kind, session = _session_of(obj)
