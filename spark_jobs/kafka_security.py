@@ -9,6 +9,7 @@ authentication failed, certificate not trusted, or SASL mechanism not enabled.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -102,13 +103,42 @@ def admin_config(bootstrap_servers: str, config: dict[str, Any], timeout_s: floa
     return conf
 
 
+# librdkafka settings naming a file the client must read before it connects.
+FILE_KEYS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.keystore.location")
+
+
+def unreadable_files(config: dict[str, Any]) -> list[str]:
+    """``key path: reason`` for each TLS file the config names that cannot be read.
+    (ssl.ca.location may also be a directory or librdkafka's ``probe``.)"""
+    problems = []
+    for key in FILE_KEYS:
+        value = config.get(key)
+        if not value or (key == "ssl.ca.location" and str(value) == "probe"):
+            continue
+        path = str(value)
+        if key == "ssl.ca.location" and os.path.isdir(path):
+            continue
+        if not os.path.isfile(path):
+            problems.append(f"{key} {path}: no such file")
+        elif not os.access(path, os.R_OK):
+            problems.append(f"{key} {path}: not readable")
+    return problems
+
+
 def check_kafka(bootstrap_servers: str, config: dict[str, Any], timeout_s: float = 10.0) -> None:
     """Get the cluster's metadata with the cluster's own security settings, or raise
     KafkaConnectionError saying why not. An authentication or TLS failure is reported as soon
     as the first broker refuses, not after the timeout."""
+    problems = unreadable_files(config)
+    if problems:
+        raise KafkaConnectionError("cannot read the TLS files: " + "; ".join(problems), security=True)
     collector = ErrorCollector()
     settings: dict[str, Any] = {**admin_config(bootstrap_servers, config, timeout_s), "error_cb": collector}
-    admin = AdminClient(settings)
+    try:
+        admin = AdminClient(settings)
+    except KafkaException as exc:
+        detail = exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else str(exc)
+        raise KafkaConnectionError(f"the client settings were refused: {detail}", security=True) from None
     deadline = time.monotonic() + timeout_s
     while True:
         try:

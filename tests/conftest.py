@@ -43,6 +43,17 @@ os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_test_redis() -> None:
+    """The test stack's Redis outlives a run; a cached status snapshot or count from the
+    last run would hide what a fresh clone (CI) sees. Only the test stack's Redis is flushed."""
+    if os.environ.get("STACK") != "test":
+        return
+    import redis
+
+    redis.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=5).flushdb()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -160,7 +160,11 @@ def run_all_checks() -> list[ComponentStatus]:
     since the details are cached, pushed to browsers and shown on the status page."""
     results: list[ComponentStatus] = []
     for check in CHECKS:
-        outcome = check()
+        try:
+            outcome = check()
+        except Exception as exc:  # noqa: BLE001 - one broken check must not take the page down
+            name = check.__name__.removeprefix("check_").replace("_", " ")
+            outcome = ComponentStatus(name, False, f"the check itself failed: {type(exc).__name__}: {exc}")
         for status in outcome if isinstance(outcome, list) else [outcome]:
             results.append(ComponentStatus(status.name, status.healthy, mask_text(status.detail)))
     return results

@@ -60,3 +60,33 @@ def test_it_shows_whether_each_secured_cluster_accepts_the_auditor(
     (refused,) = checks.check_secured_clusters()
     assert not refused.healthy and refused.detail.startswith("cluster status-good: authentication failed: ")
     assert SECRET not in refused.detail and secured.password not in refused.detail
+
+
+@pytest.mark.django_db
+def test_it_names_a_tls_file_the_cluster_config_points_at_but_that_does_not_exist() -> None:
+    from auditor.pipelines.models import Cluster
+
+    config = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.username": "auditor",
+        "sasl.password": SECRET,
+        "ssl.ca.location": "/nonexistent/ca.pem",
+    }
+    Cluster.objects.create(name="status-no-ca", bootstrap_servers="127.0.0.1:9", config=config)
+
+    (status,) = checks.check_secured_clusters()
+    assert not status.healthy
+    assert status.detail == (
+        "cluster status-no-ca: cannot read the TLS files: ssl.ca.location /nonexistent/ca.pem: no such file"
+    )
+
+
+def test_it_reports_a_check_that_raises_instead_of_failing_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    def check_broken_thing() -> ComponentStatus:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(checks, "CHECKS", [check_broken_thing])
+    assert run_all_checks() == [
+        ComponentStatus("broken thing", False, "the check itself failed: ValueError: boom")
+    ]
