@@ -339,7 +339,12 @@ def update_state(
     keep("ledger_open", transform_ledger_open(old("ledger_open"), inputs.producer_entries, coverage))
     keep("ledger_bounds", transform_ledger_bounds(old("ledger_bounds"), inputs.producer_bounds))
     old_processed = old("processed_coverage")
-    keep("reprocessed", transform_reprocessed(old("reprocessed"), old_processed, inputs.processed))
+    keep(
+        "reprocessed",
+        transform_reprocessed(
+            old("reprocessed"), old_processed, inputs.processed, records, old("unprocessed_candidates")
+        ),
+    )
     processed_cov = keep("processed_coverage", transform_processed_coverage(old_processed, inputs.processed))
     keep(
         "unprocessed_candidates",

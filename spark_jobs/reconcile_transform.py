@@ -94,6 +94,8 @@ LEDGER_ENTRY_SCHEMA = StructType(
         StructField("persisted", StringType()),
         StructField("audit_id", StringType()),
         StructField("ts_ms", LongType()),
+        # v2: the end of the window the record was produced in (ts_ms is its start)
+        StructField("to_ms", LongType()),
     ]
 )
 LEDGER_BOUND_SCHEMA = StructType([StructField("session", StringType()), StructField("last_seq", LongType())])
@@ -156,6 +158,9 @@ FINDING_SCHEMA = StructType(
 # Ledger statuses of v2 range records, one per sequence (auditor.probes.codec).
 ACKED_RANGE = "acked-range"
 SENT = "sent"
+# v2 `keys` records: the audit id of a sequence, which the range entries of that (session,
+# seq) take on (it may come in another run's slice of the ledger); no status of its own.
+KEYED = "keyed"
 FINDING_KINDS = ("missing", "duplicate", "orphan", "gap", "aborted", "unprocessed", "reprocessed")
 # Not a finding kind: a run count of source rows that could not be checked (unverifiable_rows).
 UNVERIFIABLE = "unverifiable"
@@ -493,6 +498,7 @@ def transform_producer_ledger(raw: DataFrame, topic: str) -> tuple[DataFrame, Da
         F.lit(-1).alias("partition"),
         F.lit(-1).cast("long").alias("offset"),
         F.get(F.col("e"), 3).try_cast("long").alias("ts_ms"),
+        F.get(F.col("e"), 4).try_cast("long").alias("to_ms"),
     )
     entries = conform(entries, LEDGER_ENTRY_SCHEMA).unionByName(
         conform(ranged.where(F.col("session").isNotNull() & F.col("seq").isNotNull()), LEDGER_ENTRY_SCHEMA)
@@ -506,7 +512,66 @@ def transform_producer_ledger(raw: DataFrame, topic: str) -> tuple[DataFrame, Da
         .groupBy("session")
         .agg(F.max("last_seq").alias("last_seq"))
     )
-    return conform(entries, LEDGER_ENTRY_SCHEMA), conform(bounds, LEDGER_BOUND_SCHEMA)
+    keyed = transform_producer_keys(parsed, topic)
+    return (
+        attach_keys(conform(entries, LEDGER_ENTRY_SCHEMA).unionByName(keyed)),
+        conform(bounds, LEDGER_BOUND_SCHEMA),
+    )
+
+
+def transform_producer_keys(parsed: DataFrame, topic: str) -> DataFrame:
+    """v2 `keys` records of `topic` → one KEYED entry (LEDGER_ENTRY_SCHEMA) per sequence with an
+    audit id, with the window it was produced in (ts_ms..to_ms)."""
+    runs = (
+        parsed.where((F.col("type") == "keys") & (F.col("topic") == topic))
+        .select(F.col("pid").alias("session"), F.explode("entries").alias("e"))
+        .select(
+            "session",
+            F.get(F.col("e"), 0).try_cast("long").alias("first"),
+            F.from_json(F.get(F.col("e"), 1), "array<string>").alias("keys"),
+            F.get(F.col("e"), 2).try_cast("long").alias("ts_ms"),
+            F.get(F.col("e"), 3).try_cast("long").alias("to_ms"),
+        )
+    )
+    keyed = runs.select("session", "first", "ts_ms", "to_ms", F.posexplode("keys").alias("pos", "audit_id")).select(
+        "session",
+        (F.col("first") + F.col("pos")).alias("seq"),
+        F.lit(KEYED).alias("status"),
+        F.lit(-1).alias("partition"),
+        F.lit(-1).cast("long").alias("offset"),
+        "audit_id",
+        "ts_ms",
+        "to_ms",
+    )
+    return conform(
+        keyed.where(F.col("session").isNotNull() & F.col("first").isNotNull() & F.col("audit_id").isNotNull()),
+        LEDGER_ENTRY_SCHEMA,
+    )
+
+
+def attach_keys(entries: DataFrame) -> DataFrame:
+    """Entries (LEDGER_ENTRY_SCHEMA, KEYED ones among them) with each v2 range entry given the
+    audit id and the produce window of its (session, seq) from a KEYED entry; KEYED entries
+    stay (a later run's ranges take their key from them)."""
+    keys = entries.where(F.col("status") == KEYED).select(
+        "session",
+        "seq",
+        F.col("audit_id").alias("_key"),
+        F.col("ts_ms").alias("_key_from"),
+        F.col("to_ms").alias("_key_to"),
+    )
+    keys = keys.dropDuplicates(["session", "seq"])
+    ranged = F.col("status").isin(ACKED_RANGE, SENT)
+    joined = entries.join(keys, ["session", "seq"], "left")
+    return conform(
+        joined.select(
+            *[c for c in entries.columns if c not in ("audit_id", "ts_ms", "to_ms")],
+            F.when(ranged, F.coalesce("_key", "audit_id")).otherwise(F.col("audit_id")).alias("audit_id"),
+            F.when(ranged & F.col("_key").isNotNull(), F.col("_key_from")).otherwise(F.col("ts_ms")).alias("ts_ms"),
+            F.when(ranged & F.col("_key").isNotNull(), F.col("_key_to")).otherwise(F.col("to_ms")).alias("to_ms"),
+        ),
+        LEDGER_ENTRY_SCHEMA,
+    )
 
 
 def transform_producer_failures(raw: DataFrame, topic: str) -> DataFrame:
@@ -715,7 +780,22 @@ def transform_ledger_open(old_open: DataFrame, new_entries: DataFrame, coverage:
         .when(F.col("status") == SENT, 1)
         .otherwise(0)
     )
-    best = entries.groupBy("session", "seq").agg(F.max_by(F.struct(*entries.columns), rank).alias("e")).select("e.*")
+    # v2: the key of a (session, seq) may be on another entry than the strongest (a KEYED one,
+    # or the tail's `sent` entry a later `acked-range` one supersedes): it is kept.
+    keyed = F.col("status").isin(KEYED, ACKED_RANGE, SENT) & F.col("audit_id").isNotNull()
+    best = entries.groupBy("session", "seq").agg(
+        F.max_by(F.struct(*entries.columns), rank).alias("e"),
+        F.max_by(F.struct("audit_id", "ts_ms", "to_ms"), F.when(keyed, 1).otherwise(0)).alias("k"),
+    )
+    fill = F.col("e.status").isin(ACKED_RANGE, SENT) & F.col("e.audit_id").isNull() & F.col("k.audit_id").isNotNull()
+    best = best.select(
+        *[
+            F.when(fill, F.col(f"k.{name}")).otherwise(F.col(f"e.{name}")).alias(name)
+            if name in ("audit_id", "ts_ms", "to_ms")
+            else F.col(f"e.{name}")
+            for name in entries.columns
+        ]
+    )
     return conform(_range_anti(best, coverage, ["session"], "seq"), LEDGER_ENTRY_SCHEMA)
 
 
@@ -734,9 +814,34 @@ def transform_processed_coverage(old_coverage: DataFrame, processed: DataFrame) 
     return conform(merged, PROCESSED_INTERVAL_SCHEMA)
 
 
-def transform_reprocessed(old_reprocessed: DataFrame, old_coverage: DataFrame, processed: DataFrame) -> DataFrame:
-    """Offsets a group processed more than once so far (REPROCESSED_SCHEMA)."""
+def transform_reprocessed(
+    old_reprocessed: DataFrame,
+    old_coverage: DataFrame,
+    processed: DataFrame,
+    records: DataFrame | None = None,
+    old_candidates: DataFrame | None = None,
+) -> DataFrame:
+    """Offsets a group processed more than once so far (REPROCESSED_SCHEMA).
+
+    v2 marks are offset ranges without keys: the key of such an offset is taken from this
+    run's `records` (RECORD_SCHEMA) or, for a record an earlier run read, from the group's
+    `old_candidates` (CANDIDATE_SCHEMA: records it had not processed yet)."""
     keys = ["group", "partition", "offset"]
+    if records is not None or old_candidates is not None:
+        found: DataFrame | None = None
+        if records is not None:
+            found = processed.join(
+                records.where(F.col("key").isNotNull()).select("partition", "offset", F.col("key").alias("_r")),
+                ["partition", "offset"],
+                "left",
+            )
+        base = found if found is not None else processed.withColumn("_r", F.lit(None).cast("string"))
+        if old_candidates is not None:
+            candidates = conform(old_candidates, CANDIDATE_SCHEMA).select(*keys, F.col("key").alias("_c"))
+            base = base.join(candidates, keys, "left")
+        else:
+            base = base.withColumn("_c", F.lit(None).cast("string"))
+        processed = base.withColumn("audit_id", F.coalesce("audit_id", "_r", "_c")).drop("_r", "_c")
     new_counts = processed.groupBy(*keys).agg(
         F.count("*").alias("n_new"),
         F.array_sort(F.collect_set("consumer_session")).alias("new_sessions"),
@@ -973,7 +1078,7 @@ def find_gaps(
     reported = explained.where(~F.coalesce(unverifiable, F.lit(False)))
     if delivered_keys is not None:
         delivered = delivered_keys.select(F.col("key").alias("_delivered")).distinct()
-        resent = F.col("status").isin("failed", "unconfirmed") & F.col("_delivered").isNotNull()
+        resent = F.col("status").isin("failed", "unconfirmed", SENT) & F.col("_delivered").isNotNull()
         reported = (
             reported.join(delivered, reported["audit_id"] == delivered["_delivered"], "left")
             .where(~resent)

@@ -17,9 +17,10 @@ Request: {"topic", "bootstrap_servers", "kafka_config", "record_key", "groups",
           "producer_ledger": {"topic", "ranges": {p: [start, end]}} | null,
           "consumer_ledger": {...} | null, "keys": [...] | "keys_path": "<jsonl of {"key": k}>"}
 Result:  {"records": [[key, p, offset, ts_ms, state, session, seq]], "records_scanned", "keyed_records",
-          "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms]],
+          "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms, to_ms]],
           "ledger_entries_for_topic", "marks": [[group, p, offset, consumer_session, ts_ms]],
-          "group_marks": {group: n}, "max_mark_below_low": [[group, p, offset]], "timings": {...}}
+          "group_marks": {group: n}, "last_mark_ms": {group: ms}, "max_mark_below_low": [[group, p, offset]],
+          "timings": {...}}
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from spark_jobs.common import build_spark_session
 from spark_jobs.kafka_options import java_kafka_options
 from spark_jobs.reconcile_transform import (
     KAFKA_RAW_SCHEMA,
+    KEYED,
     audit_seq,
     audit_session,
     range_anti,
@@ -115,11 +117,16 @@ def transform_key_hits(keyed: DataFrame, keys: DataFrame) -> DataFrame:
 
 
 def transform_unattributed(
-    raw_ledger: DataFrame, topic: str, seen: DataFrame, seen_intervals: DataFrame | None = None
+    raw_ledger: DataFrame,
+    topic: str,
+    seen: DataFrame,
+    seen_intervals: DataFrame | None = None,
+    keyed: DataFrame | None = None,
 ) -> DataFrame:
     """One row, `to_ms`: the latest end of a v2 range of `topic` holding a sequence absent from
     `seen` (session, seq of the records read) and from `seen_intervals` (session, start, end:
-    what reconciliation runs read below where this read started), in a session with more absent sequences than
+    what reconciliation runs read below where this read started) and from `keyed` (session, seq: sequences
+    a `keys` record names, ledgered under their key), in a session with more absent sequences than
     not-persisted failure reports (each of those is one certainly absent record); null when none.
     The rule of auditor.stuck.locate.unattributed_until."""
     parsed = raw_ledger.select(
@@ -141,6 +148,8 @@ def transform_unattributed(
     absent = ranges.join(seen.where(F.col("session").isNotNull()).distinct(), ["session", "seq"], "left_anti")
     if seen_intervals is not None:
         absent = range_anti(absent, seen_intervals, ["session"], "seq")
+    if keyed is not None:
+        absent = absent.join(keyed.select("session", "seq").distinct(), ["session", "seq"], "left_anti")
     per_session = absent.groupBy("session").agg(F.count_distinct("seq").alias("absent"), F.max("to_ms").alias("to_ms"))
     failures = (
         parsed.where(F.col("m.type") == "failures")
@@ -187,6 +196,7 @@ def transform_mark_summary(processed: DataFrame, positions: DataFrame, lows: Dat
     mark = F.struct("offset", "consumer_session", "ts_ms")
     return joined.groupBy("group", "partition").agg(
         F.count("*").alias("n"),
+        F.max("ts_ms").alias("last_ms"),
         F.max(F.when(F.col("offset") < F.col("low"), F.col("offset"))).alias("max_below_low"),
         F.collect_list(F.when(F.col("_hit"), mark)).alias("marks"),
     )
@@ -275,9 +285,16 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     ledger = request.get("producer_ledger")
     if ledger and _has_records(ledger):
         raw_ledger = extract_range(spark, request, ledger["topic"], _ranges(ledger["ranges"]), "read_uncommitted")
-        entries, _ = transform_producer_ledger(raw_ledger, topic)
-        entries = entries.unionByName(transform_producer_failures(raw_ledger, topic))
-        entry = F.struct("audit_id", "session", "seq", "status", "partition", "offset", "error", "persisted", "ts_ms")
+        raw_ledger = raw_ledger.cache()
+        all_entries, _ = transform_producer_ledger(raw_ledger, topic)
+        all_entries = all_entries.cache()
+        keyed = all_entries.where(F.col("status") == KEYED)
+        entries = all_entries.where(F.col("status") != KEYED).unionByName(
+            transform_producer_failures(raw_ledger, topic)
+        )
+        entry = F.struct(
+            "audit_id", "session", "seq", "status", "partition", "offset", "error", "persisted", "ts_ms", "to_ms"
+        )
         row = (
             transform_ledger_hits(entries, keys)
             .agg(F.count("*").alias("n"), F.collect_list(F.when(F.col("_hit"), entry)).alias("hits"))
@@ -292,11 +309,16 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
             seen = seen.unionByName(uncommitted.select(audit_session().alias("session"), audit_seq().alias("seq")))
         spans = request.get("seen_intervals") or []
         intervals = spark.createDataFrame(spans, "session string, start long, end long") if spans else None
-        result["unattributed_to_ms"] = transform_unattributed(raw_ledger, topic, seen, intervals).collect()[0]["to_ms"]
+        result["unattributed_to_ms"] = transform_unattributed(raw_ledger, topic, seen, intervals, keyed).collect()[0][
+            "to_ms"
+        ]
+        all_entries.unpersist()
+        raw_ledger.unpersist()
     lap("producer_ledger")
 
     # The consumer ledger: marks of the binding's groups at the records found or acked.
     result["group_marks"] = {}
+    result["last_mark_ms"] = {}
     ledger = request.get("consumer_ledger")
     groups = list(request.get("groups") or [])
     if ledger and groups and _has_records(ledger):
@@ -312,6 +334,8 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         for row in transform_mark_summary(processed, positions_df, lows).collect():
             group, partition = row["group"], row["partition"]
             result["group_marks"][group] = result["group_marks"].get(group, 0) + row["n"]
+            if row["last_ms"] is not None:
+                result["last_mark_ms"][group] = max(result["last_mark_ms"].get(group, row["last_ms"]), row["last_ms"])
             if row["max_below_low"] is not None:
                 result["max_mark_below_low"].append([group, partition, row["max_below_low"]])
             for m in row["marks"]:

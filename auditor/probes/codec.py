@@ -100,6 +100,30 @@ class ProducerRanges:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyRun:
+    """v2: the audit ids of sequences ``first``, ``first``+1, ... of one session and topic, in
+    order (None: a record without key and audit id), all produced between ``from_ms`` and
+    ``to_ms`` (the probe writes the keys it took since its previous write, about every second)."""
+
+    first: int
+    keys: tuple[str | None, ...]
+    from_ms: int
+    to_ms: int
+
+    @property
+    def last(self) -> int:
+        return self.first + len(self.keys) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerKeys:
+    pid: str
+    client_id: str | None
+    topic: str
+    runs: tuple[KeyRun, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class FailureEntry:
     """v2: a failure report. It carries no headers, so its sequence is one of
     ``first``..``last`` (the sequences unresolved when it came), all of which are ledgered
@@ -225,6 +249,7 @@ LedgerRecord = (
     ProducerBatch
     | ConsumerBatch
     | ProducerRanges
+    | ProducerKeys
     | ProducerFailures
     | ProcessedRanges
     | SessionStart
@@ -276,6 +301,42 @@ def consumer_batch_header(sid: str, group: str | None) -> dict[str, Any]:
 
 def producer_ranges_header(pid: str, client_id: str | None, topic: str) -> dict[str, Any]:
     return {"v": LEDGER_V2, "type": "ranges", "pid": pid, "client_id": client_id, "topic": topic}
+
+
+def producer_keys_header(pid: str, client_id: str | None, topic: str) -> dict[str, Any]:
+    return {"v": LEDGER_V2, "type": "keys", "pid": pid, "client_id": client_id, "topic": topic}
+
+
+# Keys per `keys` row: a row is never split, so this bounds a record whatever the keys' size
+# (a few hundred bytes of key each stay far below MAX_RECORD_BYTES).
+KEYS_PER_ROW = 256
+
+
+def key_rows(first: int, keys: Sequence[Any], from_ms: int, to_ms: int) -> list[tuple[int, list[str | None], int, int]]:
+    """``keys`` (record keys or audit ids: bytes, str, other, None) of sequences ``first``...,
+    produced between ``from_ms`` and ``to_ms``, as ``keys`` rows of at most KEYS_PER_ROW ids in
+    their text form; runs of records without key are left out (readers: no key known)."""
+    rows: list[tuple[int, list[str | None], int, int]] = []
+    for start in range(0, len(keys), KEYS_PER_ROW):
+        texts = [
+            None
+            if k is None
+            else k
+            if k.__class__ is str
+            else k.decode("utf-8", "backslashreplace")
+            if k.__class__ is bytes
+            else _id_text(k)
+            for k in keys[start : start + KEYS_PER_ROW]
+        ]
+        if any(t is not None for t in texts):
+            rows.append((first + start, texts, from_ms, to_ms))
+    return rows
+
+
+def _id_text(value: Any) -> str | None:
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "backslashreplace") or None
+    return str(value) or None
 
 
 def producer_failures_header(pid: str, client_id: str | None, topic: str) -> dict[str, Any]:
@@ -491,6 +552,20 @@ def _seq_range(row: Any, index: int) -> SeqRange:
     return SeqRange(first, last, status, _int(from_ms, f"{where}: from_ms"), _int(to_ms, f"{where}: to_ms"))
 
 
+def _key_run(row: Any, index: int) -> KeyRun:
+    if not isinstance(row, list) or len(row) != 4:
+        raise _Invalid(f"run {index} should be a list of 4 values")
+    first, keys, from_ms, to_ms = row
+    first = _int(first, f"run {index}: first")
+    if first < 0:
+        raise _Invalid(f"run {index}: first should be >= 0, got {first}")
+    if not isinstance(keys, list) or not keys:
+        raise _Invalid(f"run {index}: keys should be a non-empty list")
+    if not all(k is None or isinstance(k, str) for k in keys):
+        raise _Invalid(f"run {index}: each key should be a string or null")
+    return KeyRun(first, tuple(keys), _int(from_ms, f"run {index}: from_ms"), _int(to_ms, f"run {index}: to_ms"))
+
+
 def _failure_entry(row: Any, index: int) -> FailureEntry:
     if not isinstance(row, list) or len(row) != 7:
         raise _Invalid(f"entry {index} should be a list of 7 values")
@@ -537,6 +612,7 @@ def _offset_range(row: Any, index: int) -> OffsetRange:
 _PRODUCER_RECORDS: dict[str, tuple[Callable[..., LedgerRecord], str, Callable[[Any, int], Any]]] = {
     "batch": (ProducerBatch, "entries", _producer_entry),
     "ranges": (ProducerRanges, "ranges", _seq_range),
+    "keys": (ProducerKeys, "runs", _key_run),
     "failures": (ProducerFailures, "entries", _failure_entry),
 }
 _CONSUMER_RECORDS: dict[str, tuple[Callable[..., LedgerRecord], str, Callable[[Any, int], Any]]] = {

@@ -40,7 +40,9 @@ from auditor.probes.codec import (
     encode_client_record,
     encode_session_end,
     encode_session_start,
+    key_rows,
     producer_failures_header,
+    producer_keys_header,
     producer_ranges_header,
 )
 from auditor.probes.config import ledger_producer_config, mask_config
@@ -123,10 +125,30 @@ def _returning_zero(call: Callable[..., None], *args: float) -> int:
 class _TopicStream:
     """One topic of one session: the sequence counter and what is resolved of it."""
 
-    __slots__ = ("failure_rows", "failures", "next_seq", "resolved", "resolved_ms", "rows", "tail_written")
+    __slots__ = (
+        "failure_rows",
+        "failures",
+        "key_rows",
+        "keys",
+        "keys_base",
+        "keys_ms",
+        "next_seq",
+        "resolved",
+        "resolved_ms",
+        "rows",
+        "tail_written",
+        "topic",
+    )
 
-    def __init__(self, rows: deque[Any], started_ms: int) -> None:
+    def __init__(self, topic: str, rows: deque[Any], started_ms: int) -> None:
+        self.topic = topic
         self.next_seq = 0
+        # The audit id (or record key) of each sequence from keys_base on, not yet ledgered:
+        # one list append per record; the background flush writes and empties it.
+        self.keys: list[Any] = []
+        self.keys_base = 0
+        self.keys_ms = started_ms  # the sequences in `keys` were produced after this
+        self.key_rows: deque[Any] | None = None
         self.resolved = 0  # every seq below is resolved (ledgered acked or unconfirmed)
         self.resolved_ms = started_ms  # seqs from `resolved` on were produced after this
         self.tail_written = -1  # the highest seq ledgered as the unresolved tail
@@ -287,6 +309,7 @@ class AuditedProducer:
                     topic, value, key, partition, None, None, timestamp, [(name, pack(2, session, seq, ts_ms))]
                 )
                 stream.next_seq = seq + 1
+                stream.keys.append(key)
             finally:
                 release()
 
@@ -338,9 +361,11 @@ class AuditedProducer:
                 record_headers.extend(extra_headers)
             self._inner_produce(topic, value, key, partition, report, None, timestamp, record_headers)
             stream.next_seq = seq + 1
+            stream.keys.append(key if audit_id is None else audit_id)
 
     def _new_topic(self, topic: str) -> _TopicStream:
         stream = _TopicStream(
+            topic,
             self._ledger.stream(producer_ranges_header(self.session_id, self.client_id, topic)),
             _time_ns() // 1_000_000,
         )
@@ -457,9 +482,30 @@ class AuditedProducer:
             if first <= last:
                 stream.rows.append((first, last, UNCONFIRMED, from_ms, now_ms))
 
+    def _write_keys(self) -> None:
+        """Ledger the audit id of every sequence sent since the last call (``keys`` records):
+        what lets readers name the item of a sequence the topic no longer has."""
+        now_ms = _time_ns() // 1_000_000
+        with self._seq_lock:
+            taken = []
+            for stream in self._topics.values():
+                if stream.keys:
+                    taken.append((stream, stream.keys_base, stream.keys, stream.keys_ms))
+                    stream.keys_base += len(stream.keys)
+                    stream.keys = []
+                    stream.keys_ms = now_ms
+        for stream, base, keys, from_ms in taken:
+            rows = stream.key_rows
+            if rows is None:
+                rows = stream.key_rows = self._ledger.stream(
+                    producer_keys_header(self.session_id, self.client_id, stream.topic)
+                )
+            rows.extend(key_rows(base, keys, from_ms, now_ms))
+
     def _background_resolve(self) -> None:
         self._resolve()
         self._write_unresolved_tail()
+        self._write_keys()
 
     # --- polling: tracked so resolution knows when reports have been served ----------------
     def _serve(self, call: Callable[..., int], *args: float) -> int:
@@ -489,6 +535,7 @@ class AuditedProducer:
         remaining = self._serve(self._producer.flush, *_timeout_args(timeout))
         self._resolve()
         self._write_unresolved_tail()
+        self._write_keys()
         self._end_session_checkpoint()
         return remaining
 
@@ -500,6 +547,7 @@ class AuditedProducer:
         self._ledger.set_before_flush(None)
         self._resolve(boundary=True)
         self._write_unresolved_tail()
+        self._write_keys()
         self._end_session_checkpoint()
         self._ledger.close(self._ledger_timeout(timeout))
         self._closed = True

@@ -57,15 +57,18 @@ class LedgerEntry:
     audit_id: str
     session: str
     seq: int
-    status: str  # acked | unconfirmed | failed (docs/contracts.md)
+    # acked | unconfirmed | failed (v1, docs/contracts.md); v2: failed, acked-range (acked,
+    # position unknown), sent (sent, never confirmed), from a `keys` record and the ranges
+    status: str
     partition: int
     offset: int
     error: str | None
     persisted: str | None
     ts_ms: int | None
+    to_ms: int | None = None  # v2: produced between ts_ms and to_ms
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "session": self.session,
             "seq": self.seq,
             "status": self.status,
@@ -75,6 +78,9 @@ class LedgerEntry:
             "persisted": self.persisted,
             "at": ms_to_iso(self.ts_ms),
         }
+        if self.to_ms is not None:
+            data["until"] = ms_to_iso(self.to_ms)
+        return data
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,7 @@ class GroupState:
     marks_on_topic: int = 0  # processed marks of this group on the topic in the consumer ledger
     # per partition: the highest marked offset below the partition's log start (None: none)
     max_mark_below_low: dict[int, int] = field(default_factory=dict)
+    last_mark_ms: int | None = None  # when the group's consumer last marked a record of the topic
 
 
 @dataclass

@@ -32,11 +32,14 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from auditor.probes.codec import (
+    ACKED_RANGE,
     NOT_PERSISTED,
+    SENT,
     ConsumerBatch,
     ProcessedRanges,
     ProducerBatch,
     ProducerFailures,
+    ProducerKeys,
     ProducerRanges,
     SeqRange,
     decode_ledger_record,
@@ -81,6 +84,7 @@ class LocateResult:
     marks: dict[tuple[str, int, int], ProcessedMark] = field(default_factory=dict)
     group_marks: dict[str, int] = field(default_factory=dict)
     max_mark_below_low: dict[tuple[str, int], int] = field(default_factory=dict)
+    last_mark_ms: dict[str, int] = field(default_factory=dict)  # per group: its latest mark on the topic
     engine: str = "python"
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -93,14 +97,15 @@ class LocateResult:
             ledger_entries_for_topic=int(data["ledger_entries_for_topic"]),
             unattributed_to_ms=data.get("unattributed_to_ms"),
             group_marks={str(g): int(n) for g, n in data["group_marks"].items()},
+            last_mark_ms={str(g): int(ms) for g, ms in (data.get("last_mark_ms") or {}).items()},
             engine="spark",
             timings=dict(data.get("timings") or {}),
         )
         for key, partition, offset, ts, state, session, seq in data["records"]:
             result.records.setdefault(key, []).append(LocatedRecord(key, partition, offset, ts, state, session, seq))
-        for audit_id, session, seq, status, partition, offset, error, persisted, ts in data["ledger_entries"]:
+        for audit_id, session, seq, status, partition, offset, error, persisted, ts, *rest in data["ledger_entries"]:
             result.ledger_entries.setdefault(audit_id, []).append(
-                LedgerEntry(audit_id, session, seq, status, partition, offset, error, persisted, ts)
+                LedgerEntry(audit_id, session, seq, status, partition, offset, error, persisted, ts, *rest[:1])
             )
         for group, partition, offset, session, ts in data["marks"]:
             mark = ProcessedMark(group, partition, offset, session, ts)
@@ -400,10 +405,13 @@ def unattributed_until(
     failures: dict[str, int],
     seen: dict[str, set[int]],
     seen_intervals: dict[str, list[tuple[int, int]]] | None = None,
+    keyed: dict[str, list[tuple[int, int]]] | None = None,
 ) -> int | None:
     """The latest ``to_ms`` of a v2 range holding a sequence absent from the topic (not read
-    now, nor in ``seen_intervals``: what reconciliation runs read) that no failure explains;
-    None when every such sequence is accounted for.
+    now, nor in ``seen_intervals``: what reconciliation runs read) that no failure explains
+    and whose key no ``keys`` record names (``keyed``: per session, spans of sequences with a
+    key: such a sequence is ledgered under its key); None when every such sequence is
+    accounted for.
 
     A failure report that says not persisted is one record of its session that is certainly
     absent: a session whose absent sequences are no more than those failures is explained.
@@ -411,7 +419,7 @@ def unattributed_until(
     latest: int | None = None
     for session, session_ranges in ranges.items():
         found = seen.get(session, set())
-        spans = (seen_intervals or {}).get(session, [])
+        spans = (seen_intervals or {}).get(session, []) + (keyed or {}).get(session, [])
         absent: set[int] = set()
         for r in session_ranges:
             absent.update(
@@ -475,8 +483,20 @@ def _locate_producer_ledger(
     keys = set(request.keys)
     ranges: dict[str, list[SeqRange]] = {}
     failures: dict[str, int] = {}
+    keyed: dict[str, list[tuple[int, int]]] = {}
+    hits: list[tuple[str, int, str, int, int]] = []  # session, seq, key, from_ms, to_ms
     for msg in read_ranges(bootstrap, config, ledger.topic, ledger.ranges):
         record = decode_ledger_record(msg.value())
+        if isinstance(record, ProducerKeys) and record.topic == request.plan.topic:
+            spans = keyed.setdefault(record.pid, [])
+            for run in record.runs:
+                spans.extend(key_spans(run.first, run.keys))
+                hits.extend(
+                    (record.pid, run.first + i, k, run.from_ms, run.to_ms)
+                    for i, k in enumerate(run.keys)
+                    if k is not None and k in keys
+                )
+            continue
         if isinstance(record, ProducerRanges) and record.topic == request.plan.topic:
             result.ledger_entries_for_topic += sum(r.last - r.first + 1 for r in record.ranges)
             ranges.setdefault(record.pid, []).extend(record.ranges)
@@ -511,7 +531,41 @@ def _locate_producer_ledger(
                         e.ts_ms,
                     )
                 )
-    result.unattributed_to_ms = unattributed_until(ranges, failures, result.v2_seen, request.seen_intervals)
+    for session, seq, key, from_ms, to_ms in hits:
+        status = range_status(ranges.get(session, []), seq)
+        if status is not None:
+            result.ledger_entries.setdefault(key, []).append(
+                LedgerEntry(key, session, seq, status, -1, -1, None, None, from_ms, to_ms)
+            )
+    result.unattributed_to_ms = unattributed_until(ranges, failures, result.v2_seen, request.seen_intervals, keyed)
+
+
+def key_spans(first: int, keys: tuple[str | None, ...]) -> list[tuple[int, int]]:
+    """The spans of sequences ``first``... whose key is known (None: a record without key)."""
+    spans: list[tuple[int, int]] = []
+    start = None
+    for i, key in enumerate(keys):
+        if key is not None and start is None:
+            start = i
+        elif key is None and start is not None:
+            spans.append((first + start, first + i - 1))
+            start = None
+    if start is not None:
+        spans.append((first + start, first + len(keys) - 1))
+    return spans
+
+
+def range_status(ranges: list[SeqRange], seq: int) -> str | None:
+    """A v2 sequence's status from its session's ranges, the strongest: acked-range (a range
+    resolved it acked) > sent (only unconfirmed ranges: acks=0 or the unresolved tail); None
+    when no range holds it yet."""
+    status = None
+    for r in ranges:
+        if r.first <= seq <= r.last:
+            if r.status == "acked":
+                return ACKED_RANGE
+            status = SENT
+    return status
 
 
 def mark_positions(result: LocateResult) -> set[tuple[int, int]]:
@@ -542,6 +596,8 @@ def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str]
             if e.topic != topic:
                 continue
             result.group_marks[group] = result.group_marks.get(group, 0) + 1
+            if e.ts_ms is not None and e.ts_ms > result.last_mark_ms.get(group, -1):
+                result.last_mark_ms[group] = e.ts_ms
             if e.offset < lows.get(e.partition, 0):
                 key = (group, e.partition)
                 result.max_mark_below_low[key] = max(result.max_mark_below_low.get(key, -1), e.offset)
@@ -566,6 +622,8 @@ def _range_marks(
         if r.topic != topic:
             continue
         result.group_marks[group] = result.group_marks.get(group, 0) + r.last - r.first + 1
+        if r.last_ms > result.last_mark_ms.get(group, -1):
+            result.last_mark_ms[group] = r.last_ms
         low = lows.get(r.partition, 0)
         if r.first < low:
             key = (group, r.partition)

@@ -25,6 +25,12 @@ Decision, in order:
    produce-failed (never broker-lost), else unknown; a failed ledger entry and no
    ack -> produce-failed; no ledger entry -> never-produced when the topic (or the
    ledger) still holds everything since the row was created, else unknown.
+   Contract v2 (acks in sequence ranges, keys in `keys` records, no position): acked ->
+   broker-lost when every partition still holds everything since it was produced; deleted
+   when no partition holds records that old: expired when no group could have read it (never
+   committed, or probed and marked nothing since it was produced while behind the log start),
+   else unknown; sent and never confirmed -> produce-failed when every partition holds
+   everything since, else unknown.
 5. Without ledger evidence, the auditor's memory (what reconciliation runs saw, KeyMemory):
    seen at an offset the log still covers but no longer there -> broker-lost; seen at an
    offset since deleted -> decided as for an acked-then-deleted record (expired, ...);
@@ -39,7 +45,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from auditor.probes.codec import ACKED, UNCONFIRMED, delivery_status
+from auditor.probes.codec import ACKED, ACKED_RANGE, SENT, UNCONFIRMED, delivery_status
 from auditor.stuck.evidence import (
     ClusterView,
     Diagnosis,
@@ -276,6 +282,9 @@ def _not_in_topic(
         evidence["seen"] = sighting.as_json()
         run = f"reconciliation run {sighting.run_id}" if sighting.run_id else "a reconciliation run"
         return _written_then_gone(row, sighting.partition, sighting.offset, f"seen by {run} at", marks, view, evidence)
+    ranged = [e for e in entries if e.status == ACKED_RANGE] if ledger_readable else []
+    if ranged:
+        return _acked_unplaced(ranged[-1], view, evidence)
     if ledger is None or not ledger.available:
         reason = ledger.reason if ledger else "no producer ledger"
         return _from_missing_report(
@@ -298,6 +307,9 @@ def _not_in_topic(
             f"reached {view.topic}",
             evidence,
         )
+    sent = [e for e in entries if e.status == SENT]
+    if sent:
+        return _sent_unplaced(sent[-1], view, evidence)
     created_ms = iso_to_ms(row.since)
     if created_ms is None:
         created_ms = view.now_ms - int(row.age_seconds * 1000)
@@ -436,6 +448,132 @@ def _unconfirmed_absent(entry: LedgerEntry, view: ClusterView, evidence: dict[st
         "unknown",
         f"sent with acks=0 at {sent}, never confirmed by the broker, and not in {where}; records that old are "
         "no longer all there, so a dropped send and one written then deleted by retention cannot be told apart",
+        evidence,
+    )
+
+
+def _window(entry: LedgerEntry) -> str:
+    start = ms_to_iso(entry.ts_ms) or "an unknown time"
+    end = ms_to_iso(entry.to_ms)
+    return f"between {start} and {end}" if end and end != start else f"at {start}"
+
+
+def _partitions_since(view: ClusterView, from_ms: int | None, to_ms: int | None) -> str:
+    """Where the topic's partitions stand against a record produced between from_ms and to_ms
+    whose partition is unknown: `complete` (every partition that ever had records still holds
+    everything since from_ms), `deleted` (none holds records that old: each has lost everything
+    up to past to_ms) or `mixed`."""
+    kinds = set()
+    for state in view.partitions.values():
+        if state.high == 0:
+            continue  # never had a record
+        oldest = 0 if state.low == 0 else state.low_timestamp_ms
+        if from_ms is not None and _complete(oldest, from_ms):
+            kinds.add("complete")
+        elif state.low > 0 and (
+            state.low >= state.high
+            or (
+                state.low_timestamp_ms is not None
+                and to_ms is not None
+                and state.low_timestamp_ms > to_ms + COMPLETENESS_SLACK_MS
+            )
+        ):
+            kinds.add("deleted")
+        else:
+            kinds.add("mixed")
+    if kinds == {"complete"} or not kinds:
+        return "complete"
+    return "deleted" if kinds == {"deleted"} else "mixed"
+
+
+def _acked_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any]) -> Diagnosis:
+    """Acked (contract v2: in a range, position unknown) and not in the topic."""
+    acked = (
+        f"acked {_window(entry)} (sequence {entry.seq} of producer session {entry.session}; contract v2 ledgers "
+        "no partition or offset)"
+    )
+    where = _partitions_since(view, entry.ts_ms, entry.to_ms if entry.to_ms is not None else entry.ts_ms)
+    evidence["acked_window"] = {"from": ms_to_iso(entry.ts_ms), "to": ms_to_iso(entry.to_ms)}
+    if where == "complete":
+        return Diagnosis(
+            "broker-lost",
+            f"{acked}, but no partition of {view.topic} has a record with this key although each still holds "
+            "everything produced since then: lost on the broker side, e.g. truncated by an unclean leader election",
+            evidence,
+        )
+    if where == "mixed":
+        return Diagnosis(
+            "unknown",
+            f"{acked} and not in {view.topic}; some partitions no longer hold records that old and the ledger does "
+            "not say which partition it went to: broker-lost and deleted by retention cannot be told apart",
+            evidence,
+        )
+    deleted = f"{acked}, since deleted: no partition of {view.topic} holds records that old any more"
+    if view.groups_error:
+        return Diagnosis("unknown", f"{deleted}; the groups' offsets could not be read: {view.groups_error}", evidence)
+    if not view.groups:
+        return Diagnosis("unknown", f"{deleted}; the binding names no consumer groups", evidence)
+    outcomes = [_unplaced_group_outcome(entry, group, view, deleted) for group in view.groups.values()]
+    return _combine(outcomes, evidence)
+
+
+def _unplaced_group_outcome(entry: LedgerEntry, group: GroupState, view: ClusterView, deleted: str) -> _Outcome:
+    """Did `group` read a record deleted before diagnosis whose partition and offset are unknown?
+    Expired only when it cannot have: it never committed an offset of the topic, or its probed
+    consumer marked nothing since the record was produced and it still stands at or behind
+    each partition's log start."""
+    info = {"group": group.group, "committed": dict(group.committed), "members": group.members}
+    committed = {p: c for p, c in group.committed.items() if c is not None}
+    if not committed:
+        return _Outcome("expired", f"{deleted}, and group {group.group} has never committed an offset of it", info)
+    ledger = view.consumer_ledger
+    behind = all(c <= view.partitions[p].low for p, c in committed.items() if p in view.partitions)
+    probed = ledger is not None and ledger.available and group.marks_on_topic > 0
+    complete = probed and ledger is not None and _complete(ledger.complete_since_ms, entry.ts_ms or 0)
+    if probed and complete and behind and entry.ts_ms is not None and (group.last_mark_ms or 0) < entry.ts_ms:
+        info["last_mark_at"] = ms_to_iso(group.last_mark_ms)
+        return _Outcome(
+            "expired",
+            f"{deleted} before group {group.group} reached it: its consumer has processed nothing of the topic "
+            f"since {ms_to_iso(group.last_mark_ms) or 'ever'}, before it was produced, and its committed offsets "
+            "are at or behind each partition's log start",
+            info,
+        )
+    why = (
+        "its consumer is not probed"
+        if not probed
+        else "it processed records after it was produced"
+        if (group.last_mark_ms or 0) >= (entry.ts_ms or 0)
+        else "its committed offsets are past the log start"
+        if not behind
+        else "the consumer ledger no longer holds marks that old"
+    )
+    return _Outcome(
+        "unknown",
+        f"{deleted}; whether group {group.group} read it before cannot be told ({why}, and contract v2 ledgers no "
+        "position)",
+        info,
+    )
+
+
+def _sent_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any]) -> Diagnosis:
+    """Sent (contract v2), never confirmed (acks=0, a failure window, or the unresolved tail a
+    crash leaves), partition unknown, and not in the topic."""
+    sent = (
+        f"sent {_window(entry)} (sequence {entry.seq} of producer session {entry.session}) and never confirmed by "
+        "the broker (acks=0, a failed send, or a producer that stopped before its reports came)"
+    )
+    if _partitions_since(view, entry.ts_ms, entry.to_ms) == "complete":
+        return Diagnosis(
+            "produce-failed",
+            f"{sent}; no partition of {view.topic} has a record with this key although each still holds everything "
+            "since then: the send never reached the log",
+            evidence,
+        )
+    return Diagnosis(
+        "unknown",
+        f"{sent}; not in {view.topic}, whose partitions no longer all hold records that old: a dropped send and "
+        "one written then deleted by retention cannot be told apart",
         evidence,
     )
 

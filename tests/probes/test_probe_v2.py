@@ -22,6 +22,7 @@ from auditor.probes import (
     AuditedProducerV1,
     ProcessedRanges,
     ProducerFailures,
+    ProducerKeys,
     ProducerRanges,
     decode_ledger_record,
     parse_audit_headers,
@@ -123,6 +124,37 @@ def test_it_resolves_acks_in_ranges_and_leaves_failures_unconfirmed(
     assert failures[0].persisted == "not"
 
 
+def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_topic_lost(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    producer = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap}, ledger_topic=topics["pledger"], clients_topic=topics["clients"]
+    )
+    for i in range(300):  # more than one `keys` row (256 ids each)
+        producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
+    producer.produce(topics["data"], b"no key")
+    producer.produce(topics["data"], b"v", b"kafka-key", headers={"audit-id": "TCK-9"})
+    producer.produce(topics["data"], "text value", "text-key")
+    producer.close(30)
+
+    # The truth: one thread, so the n-th send is sequence n; its id is the key or the header we gave.
+    truth: dict[int, str | None] = {i: f"k{i}" for i in range(300)} | {300: None, 301: "TCK-9", 302: "text-key"}
+    assert len(read_all(kafka_bootstrap, topics["data"])) == 303
+    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["pledger"], 2)]
+    named = {
+        run.first + i: key
+        for rec in ledger
+        if isinstance(rec, ProducerKeys) and rec.pid == producer.session_id
+        for run in rec.runs
+        for i, key in enumerate(run.keys)
+    }
+    assert {seq: key for seq, key in named.items() if key is not None} == {
+        seq: key for seq, key in truth.items() if key is not None
+    }
+    assert named.get(300) is None
+    assert max(len(run.keys) for rec in ledger if isinstance(rec, ProducerKeys) for run in rec.runs) <= 256
+
+
 def test_it_leaves_the_unresolved_tail_unconfirmed_when_the_producer_never_flushes(
     kafka_bootstrap: str, topics: dict[str, str]
 ) -> None:
@@ -135,7 +167,7 @@ def test_it_leaves_the_unresolved_tail_unconfirmed_when_the_producer_never_flush
         ledger_flush_interval_s=0.2,
     )
     for i in range(5):
-        producer.produce(topics["data"], b"v%d" % i)
+        producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
     import time
 
     time.sleep(1.5)  # background flushes write the tail; nothing is resolved
@@ -144,6 +176,9 @@ def test_it_leaves_the_unresolved_tail_unconfirmed_when_the_producer_never_flush
     ranges = [r for rec in ledger if isinstance(rec, ProducerRanges) for r in rec.ranges]
     assert ranges and all(r.status == "unconfirmed" for r in ranges)
     assert {s for r in ranges for s in range(r.first, r.last + 1)} == set(range(5))
+    # What a crash leaves names the keys of those sends too.
+    runs = [run for rec in ledger if isinstance(rec, ProducerKeys) for run in rec.runs]
+    assert {run.first + i: k for run in runs for i, k in enumerate(run.keys)} == {i: f"k{i}" for i in range(5)}
     producer.purge()
     producer._producer.flush(1)
     producer._ledger.close(5)

@@ -139,3 +139,57 @@ def test_an_unconfirmed_send_older_than_the_log_is_unknown() -> None:
 
 def test_an_acked_entry_still_wins_over_an_unconfirmed_one() -> None:
     assert diagnose(ROW, [], [unconfirmed(), acked(4)], {}, view()).verdict == "broker-lost"
+
+
+# --- contract v2: acks in sequence ranges, the key from a `keys` record, no position ---------
+
+
+def acked_range(from_ms: int, to_ms: int, status: str = "acked-range") -> LedgerEntry:
+    return LedgerEntry("TCK-7", "s2", 7, status, -1, -1, None, None, from_ms, to_ms)
+
+
+def test_a_v2_ack_missing_from_a_topic_that_holds_everything_since_is_broker_lost() -> None:
+    d = diagnose(ROW, [], [acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000)], {}, view())
+    assert d.verdict == "broker-lost"
+    assert "sequence 7 of producer session s2" in d.reason
+
+
+def test_a_v2_ack_older_than_every_partition_the_group_never_reached_is_expired() -> None:
+    # Produced 3500 s ago; every record that old is gone (the oldest left was written 60 s
+    # ago); the group stands behind the log start and its consumer marked nothing since an
+    # hour before the record was produced.
+    cluster = view(low=8, high=10, committed=2)
+    cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)
+    cluster.groups["g"].last_mark_ms = NOW_MS - 7200_000
+    d = diagnose(ROW, [], [acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000)], {}, cluster)
+    assert d.verdict == "expired", d.reason
+
+
+def test_a_v2_ack_deleted_after_the_group_processed_later_records_is_unknown() -> None:
+    cluster = view(low=8, high=10, committed=2)
+    cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)
+    cluster.groups["g"].last_mark_ms = NOW_MS - 1000_000  # after the record was produced
+    d = diagnose(ROW, [], [acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000)], {}, cluster)
+    assert d.verdict == "unknown" and "processed records after it was produced" in d.reason
+
+
+def test_a_v2_ack_is_unknown_when_only_some_partitions_lost_records_that_old() -> None:
+    cluster = view()
+    cluster.partitions[1] = PartitionState(1, 8, 10, 10, NOW_MS - 60_000)
+    d = diagnose(ROW, [], [acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000)], {}, cluster)
+    assert d.verdict == "unknown" and "cannot be told apart" in d.reason
+
+
+def test_a_v2_send_never_confirmed_is_a_failed_produce_only_while_the_topic_holds_everything() -> None:
+    entry = acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000, status="sent")
+    assert diagnose(ROW, [], [entry], {}, view()).verdict == "produce-failed"
+    cluster = view()
+    cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)
+    assert diagnose(ROW, [], [entry], {}, cluster).verdict == "unknown"
+
+
+def test_a_v2_failure_report_for_the_key_wins_over_its_unconfirmed_range() -> None:
+    failed = LedgerEntry("TCK-7", "s2", 7, "failed", 0, -1, "Message timed out", "not", NOW_MS - 3500_000)
+    sent = acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000, status="sent")
+    d = diagnose(ROW, [], [sent, failed], {}, view(low=8))
+    assert d.verdict == "produce-failed" and "Message timed out" in d.reason
