@@ -19,7 +19,7 @@ Request: {"topic", "bootstrap_servers", "kafka_config", "record_key", "groups",
 Result:  {"records": [[key, p, offset, ts_ms, state, session, seq]], "records_scanned", "keyed_records",
           "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms, to_ms]],
           "ledger_entries_for_topic", "marks": [[group, p, offset, consumer_session, ts_ms]],
-          "group_marks": {group: n}, "last_mark_ms": {group: ms}, "max_mark_below_low": [[group, p, offset]],
+          "group_marks": {group: n}, "last_mark_below_low_ms": {group: ms}, "max_mark_below_low": [[group, p, offset]],
           "timings": {...}}
 """
 
@@ -196,7 +196,7 @@ def transform_mark_summary(processed: DataFrame, positions: DataFrame, lows: Dat
     mark = F.struct("offset", "consumer_session", "ts_ms")
     return joined.groupBy("group", "partition").agg(
         F.count("*").alias("n"),
-        F.max("ts_ms").alias("last_ms"),
+        F.max(F.when(F.col("offset") < F.col("low"), F.col("ts_ms"))).alias("last_below_low_ms"),
         F.max(F.when(F.col("offset") < F.col("low"), F.col("offset"))).alias("max_below_low"),
         F.collect_list(F.when(F.col("_hit"), mark)).alias("marks"),
     )
@@ -318,7 +318,7 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
 
     # The consumer ledger: marks of the binding's groups at the records found or acked.
     result["group_marks"] = {}
-    result["last_mark_ms"] = {}
+    result["last_mark_below_low_ms"] = {}
     ledger = request.get("consumer_ledger")
     groups = list(request.get("groups") or [])
     if ledger and groups and _has_records(ledger):
@@ -334,8 +334,10 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         for row in transform_mark_summary(processed, positions_df, lows).collect():
             group, partition = row["group"], row["partition"]
             result["group_marks"][group] = result["group_marks"].get(group, 0) + row["n"]
-            if row["last_ms"] is not None:
-                result["last_mark_ms"][group] = max(result["last_mark_ms"].get(group, row["last_ms"]), row["last_ms"])
+            below_ms = row["last_below_low_ms"]
+            if below_ms is not None:
+                seen_ms = result["last_mark_below_low_ms"].get(group, below_ms)
+                result["last_mark_below_low_ms"][group] = max(seen_ms, below_ms)
             if row["max_below_low"] is not None:
                 result["max_mark_below_low"].append([group, partition, row["max_below_low"]])
             for m in row["marks"]:

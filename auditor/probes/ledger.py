@@ -26,6 +26,7 @@ from auditor.probes.codec import (
     ProducerBatch,
     ProducerEntry,
     ProducerFailures,
+    ProducerKeys,
     ProducerRanges,
     SessionEnd,
     SessionStart,
@@ -52,6 +53,7 @@ class TopicLedger:
     acked_ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
     sent: dict[int, tuple[int, int]] = field(default_factory=dict)
     failures: list[FailureEntry] = field(default_factory=list)
+    keys: dict[int, str] = field(default_factory=dict)  # v2 `keys` records: seq -> audit id
 
     @property
     def acked_seqs(self) -> set[int]:
@@ -149,6 +151,10 @@ def summarize_producer_ledger(
         elif isinstance(record, ProducerFailures):
             ledger = session(record.pid).topic(record.topic)
             ledger.failures.extend(record.entries)
+        elif isinstance(record, ProducerKeys):
+            keys = session(record.pid).topic(record.topic).keys
+            for run in record.runs:
+                keys.update((run.first + i, key) for i, key in enumerate(run.keys) if key is not None)
         elif isinstance(record, SessionStart) and record.kind == "producer":
             current = session(record.session)
             current.started_ms = record.ts_ms

@@ -128,7 +128,8 @@ class GroupState:
     marks_on_topic: int = 0  # processed marks of this group on the topic in the consumer ledger
     # per partition: the highest marked offset below the partition's log start (None: none)
     max_mark_below_low: dict[int, int] = field(default_factory=dict)
-    last_mark_ms: int | None = None  # when the group's consumer last marked a record of the topic
+    # when the group's consumer last marked a record now below its partition's log start
+    last_mark_below_low_ms: int | None = None
 
 
 @dataclass

@@ -84,7 +84,8 @@ class LocateResult:
     marks: dict[tuple[str, int, int], ProcessedMark] = field(default_factory=dict)
     group_marks: dict[str, int] = field(default_factory=dict)
     max_mark_below_low: dict[tuple[str, int], int] = field(default_factory=dict)
-    last_mark_ms: dict[str, int] = field(default_factory=dict)  # per group: its latest mark on the topic
+    # per group: when it last marked a record that is now below its partition's log start
+    last_mark_below_low_ms: dict[str, int] = field(default_factory=dict)
     engine: str = "python"
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -97,7 +98,7 @@ class LocateResult:
             ledger_entries_for_topic=int(data["ledger_entries_for_topic"]),
             unattributed_to_ms=data.get("unattributed_to_ms"),
             group_marks={str(g): int(n) for g, n in data["group_marks"].items()},
-            last_mark_ms={str(g): int(ms) for g, ms in (data.get("last_mark_ms") or {}).items()},
+            last_mark_below_low_ms={str(g): int(ms) for g, ms in (data.get("last_mark_below_low_ms") or {}).items()},
             engine="spark",
             timings=dict(data.get("timings") or {}),
         )
@@ -596,9 +597,9 @@ def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str]
             if e.topic != topic:
                 continue
             result.group_marks[group] = result.group_marks.get(group, 0) + 1
-            if e.ts_ms is not None and e.ts_ms > result.last_mark_ms.get(group, -1):
-                result.last_mark_ms[group] = e.ts_ms
             if e.offset < lows.get(e.partition, 0):
+                if e.ts_ms > result.last_mark_below_low_ms.get(group, -1):
+                    result.last_mark_below_low_ms[group] = e.ts_ms
                 key = (group, e.partition)
                 result.max_mark_below_low[key] = max(result.max_mark_below_low.get(key, -1), e.offset)
             if (e.partition, e.offset) in positions:
@@ -622,10 +623,10 @@ def _range_marks(
         if r.topic != topic:
             continue
         result.group_marks[group] = result.group_marks.get(group, 0) + r.last - r.first + 1
-        if r.last_ms > result.last_mark_ms.get(group, -1):
-            result.last_mark_ms[group] = r.last_ms
         low = lows.get(r.partition, 0)
         if r.first < low:
+            if r.last_ms > result.last_mark_below_low_ms.get(group, -1):
+                result.last_mark_below_low_ms[group] = r.last_ms
             key = (group, r.partition)
             result.max_mark_below_low[key] = max(result.max_mark_below_low.get(key, -1), min(r.last, low - 1))
         for partition, offset in positions:

@@ -27,9 +27,9 @@ Decision, in order:
    ledger) still holds everything since the row was created, else unknown.
    Contract v2 (acks in sequence ranges, keys in `keys` records, no position): acked ->
    broker-lost when every partition still holds everything since it was produced; deleted
-   when no partition holds records that old: expired when no group could have read it (never
-   committed, or probed and marked nothing since it was produced while behind the log start),
-   else unknown; sent and never confirmed -> produce-failed when every partition holds
+   when no partition holds records that old: expired when no group can have read it (never
+   committed, or probed and no mark below a log start is as recent as the record), else
+   unknown; sent and never confirmed -> produce-failed when every partition holds
    everything since, else unknown.
 5. Without ledger evidence, the auditor's memory (what reconciliation runs saw, KeyMemory):
    seen at an offset the log still covers but no longer there -> broker-lost; seen at an
@@ -518,40 +518,46 @@ def _acked_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, A
 
 
 def _unplaced_group_outcome(entry: LedgerEntry, group: GroupState, view: ClusterView, deleted: str) -> _Outcome:
-    """Did `group` read a record deleted before diagnosis whose partition and offset are unknown?
-    Expired only when it cannot have: it never committed an offset of the topic, or its probed
-    consumer marked nothing since the record was produced and it still stands at or behind
-    each partition's log start."""
-    info = {"group": group.group, "committed": dict(group.committed), "members": group.members}
-    committed = {p: c for p, c in group.committed.items() if c is not None}
-    if not committed:
+    """Did `group` read a record now deleted whose partition and offset are unknown?
+
+    Expired when it cannot have: it never committed an offset of the topic; or its consumer
+    is probed, the consumer ledger is complete since the record was produced, and no mark at
+    an offset now below its partition's log start is that recent (reading the record would
+    have left one: its offset is below the log start of whichever partition it went to)."""
+    info: dict[str, Any] = {"group": group.group, "committed": dict(group.committed), "members": group.members}
+    if not any(c is not None for c in group.committed.values()):
         return _Outcome("expired", f"{deleted}, and group {group.group} has never committed an offset of it", info)
     ledger = view.consumer_ledger
-    behind = all(c <= view.partitions[p].low for p, c in committed.items() if p in view.partitions)
-    probed = ledger is not None and ledger.available and group.marks_on_topic > 0
-    complete = probed and ledger is not None and _complete(ledger.complete_since_ms, entry.ts_ms or 0)
-    if probed and complete and behind and entry.ts_ms is not None and (group.last_mark_ms or 0) < entry.ts_ms:
-        info["last_mark_at"] = ms_to_iso(group.last_mark_ms)
+    if ledger is None or not ledger.available or group.marks_on_topic == 0:
+        why = ledger.reason if ledger is not None and not ledger.available else "its consumer is not probed"
         return _Outcome(
-            "expired",
-            f"{deleted} before group {group.group} reached it: its consumer has processed nothing of the topic "
-            f"since {ms_to_iso(group.last_mark_ms) or 'ever'}, before it was produced, and its committed offsets "
-            "are at or behind each partition's log start",
+            "unknown",
+            f"{deleted}; whether group {group.group} read it before cannot be told ({why or 'no consumer ledger'}, "
+            "and contract v2 ledgers no position)",
             info,
         )
-    why = (
-        "its consumer is not probed"
-        if not probed
-        else "it processed records after it was produced"
-        if (group.last_mark_ms or 0) >= (entry.ts_ms or 0)
-        else "its committed offsets are past the log start"
-        if not behind
-        else "the consumer ledger no longer holds marks that old"
-    )
+    produced = entry.ts_ms
+    if produced is None or not _complete(ledger.complete_since_ms, produced):
+        return _Outcome(
+            "unknown",
+            f"{deleted}; the consumer ledger {ledger.topic} no longer holds marks that old, so whether group "
+            f"{group.group} read it cannot be told",
+            info,
+        )
+    last = group.last_mark_below_low_ms
+    info["last_mark_below_log_start_at"] = ms_to_iso(last)
+    if last is None or last < produced:
+        since = f"since {ms_to_iso(last)}" if last is not None else "ever"
+        return _Outcome(
+            "expired",
+            f"{deleted} before group {group.group} read it: its consumer marked no record of the deleted part of "
+            f"any partition after it was produced (the last such mark: {since})",
+            info,
+        )
     return _Outcome(
         "unknown",
-        f"{deleted}; whether group {group.group} read it before cannot be told ({why}, and contract v2 ledgers no "
-        "position)",
+        f"{deleted}; group {group.group} processed records of the deleted part after it was produced "
+        f"(at {ms_to_iso(last)}), and contract v2 ledgers no position to tell whether it was one of them",
         info,
     )
 

@@ -156,21 +156,29 @@ def test_a_v2_ack_missing_from_a_topic_that_holds_everything_since_is_broker_los
 
 def test_a_v2_ack_older_than_every_partition_the_group_never_reached_is_expired() -> None:
     # Produced 3500 s ago; every record that old is gone (the oldest left was written 60 s
-    # ago); the group stands behind the log start and its consumer marked nothing since an
-    # hour before the record was produced.
-    cluster = view(low=8, high=10, committed=2)
+    # ago); the group resumed past the log start, and the last record it marked of the deleted
+    # part was processed an hour before this one was produced.
+    cluster = view(low=8, high=10, committed=10)
     cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)
-    cluster.groups["g"].last_mark_ms = NOW_MS - 7200_000
+    cluster.groups["g"].last_mark_below_low_ms = NOW_MS - 7200_000
     d = diagnose(ROW, [], [acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000)], {}, cluster)
     assert d.verdict == "expired", d.reason
 
 
-def test_a_v2_ack_deleted_after_the_group_processed_later_records_is_unknown() -> None:
-    cluster = view(low=8, high=10, committed=2)
+def test_a_v2_ack_deleted_after_the_group_processed_records_near_it_is_unknown() -> None:
+    cluster = view(low=8, high=10, committed=10)
     cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)
-    cluster.groups["g"].last_mark_ms = NOW_MS - 1000_000  # after the record was produced
+    cluster.groups["g"].last_mark_below_low_ms = NOW_MS - 1000_000  # after the record was produced
     d = diagnose(ROW, [], [acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000)], {}, cluster)
-    assert d.verdict == "unknown" and "processed records after it was produced" in d.reason
+    assert d.verdict == "unknown" and "processed records of the deleted part after it was produced" in d.reason
+
+
+def test_a_v2_ack_deleted_is_unknown_when_the_group_is_not_probed() -> None:
+    cluster = view(low=8, high=10, committed=10)
+    cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)
+    cluster.groups["g"].marks_on_topic = 0
+    d = diagnose(ROW, [], [acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000)], {}, cluster)
+    assert d.verdict == "unknown" and "not probed" in d.reason
 
 
 def test_a_v2_ack_is_unknown_when_only_some_partitions_lost_records_that_old() -> None:
