@@ -42,8 +42,10 @@ from spark_jobs.binding import RecordKeySpec, parse_record_key
 from spark_jobs.common import build_spark_session
 from spark_jobs.kafka_options import java_kafka_options
 from spark_jobs.reconcile_transform import (
+    ACKED_RANGE,
     KAFKA_RAW_SCHEMA,
     KEYED,
+    SENT,
     audit_seq,
     audit_session,
     range_anti,
@@ -202,11 +204,38 @@ def transform_mark_summary(processed: DataFrame, positions: DataFrame, lows: Dat
     )
 
 
+def transform_range_ends_below_low(raw_ledger: DataFrame, topic: str, groups: list[str], lows: DataFrame) -> DataFrame:
+    """Per group, `last_ms`: the latest end of a v2 processed range of `topic` that starts
+    below its partition's log start (auditor.stuck.locate._range_marks does the same)."""
+    parsed = raw_ledger.select(
+        F.from_json(F.col("value").cast("string"), "type string, group string, entries array<array<string>>").alias("m")
+    ).where((F.col("m.type") == "processed-ranges") & F.col("m.group").isin(groups))
+    ranges = parsed.select(F.col("m.group").alias("group"), F.explode("m.entries").alias("e")).where(
+        F.get(F.col("e"), 0) == F.lit(topic)
+    )
+    starts = ranges.select(
+        "group",
+        F.get(F.col("e"), 1).try_cast("int").alias("partition"),
+        F.get(F.col("e"), 2).try_cast("long").alias("first"),
+        F.get(F.col("e"), 5).try_cast("long").alias("last_ms"),
+    )
+    below = starts.join(F.broadcast(lows), "partition").where(F.col("first") < F.col("low"))
+    return below.groupBy("group").agg(F.max("last_ms").alias("last_ms")).where(F.col("last_ms").isNotNull())
+
+
 # ------------------------------------------------------------------ the job ----------
 
 
 def _ranges(data: dict[str, list[int]]) -> Ranges:
     return {int(p): (int(v[0]), int(v[1])) for p, v in data.items()}
+
+
+def strongest_v2(entries: list[list[Any]]) -> list[list[Any]]:
+    """Ledger entries with a v2 `sent` entry left out where the same (session, seq) is also
+    `acked-range` (a resolved range supersedes the unresolved tail), as the Python engine keeps
+    only the strongest."""
+    acked = {(e[1], e[2]) for e in entries if e[3] == ACKED_RANGE}
+    return [e for e in entries if not (e[3] == SENT and (e[1], e[2]) in acked)]
 
 
 def _has_records(ledger: dict[str, Any]) -> bool:
@@ -301,7 +330,7 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
             .collect()[0]
         )
         result["ledger_entries_for_topic"] = row["n"]
-        result["ledger_entries"] = [list(e) for e in row["hits"]]
+        result["ledger_entries"] = strongest_v2([list(e) for e in row["hits"]])
         # v2 range records name no keys: the latest instant a range holding a sequence absent
         # from the topic (and not explained by failure reports) says records were produced.
         seen = raw.select(audit_session().alias("session"), audit_seq().alias("seq"))
@@ -328,9 +357,14 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         }
         positions_df = spark.createDataFrame(sorted(positions), "partition int, offset long")
         lows = spark.createDataFrame([(p, v[0]) for p, v in partitions.items()], "partition int, low long")
-        processed = transform_consumer_ledger(
-            extract_range(spark, request, ledger["topic"], _ranges(ledger["ranges"]), "read_uncommitted"), topic, groups
-        )
+        raw_marks = extract_range(
+            spark, request, ledger["topic"], _ranges(ledger["ranges"]), "read_uncommitted"
+        ).cache()
+        processed = transform_consumer_ledger(raw_marks, topic, groups)
+        # A v2 range's marks carry its first mark's time; when it was last marked bounds them.
+        for row in transform_range_ends_below_low(raw_marks, topic, groups, lows).collect():
+            seen_ms = result["last_mark_below_low_ms"].get(row["group"], row["last_ms"])
+            result["last_mark_below_low_ms"][row["group"]] = max(seen_ms, row["last_ms"])
         for row in transform_mark_summary(processed, positions_df, lows).collect():
             group, partition = row["group"], row["partition"]
             result["group_marks"][group] = result["group_marks"].get(group, 0) + row["n"]
@@ -342,6 +376,7 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
                 result["max_mark_below_low"].append([group, partition, row["max_below_low"]])
             for m in row["marks"]:
                 result["marks"].append([group, partition, m["offset"], m["consumer_session"], m["ts_ms"]])
+        raw_marks.unpersist()
     lap("consumer_ledger")
     keys.unpersist()
     result["timings"] = timings

@@ -104,6 +104,8 @@ class PartitionState:
     stable: int  # last stable offset
     high: int  # high watermark
     low_timestamp_ms: int | None = None  # timestamp of the first record still in the log
+    # (producer session, seq) of that record when it has an audit header
+    low_audit: tuple[str, int] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {

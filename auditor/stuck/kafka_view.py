@@ -19,6 +19,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
+from auditor.probes.headers import parse_audit_headers
 from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
 from spark_jobs.kafka_offsets import (
     KafkaReadError,
@@ -124,12 +125,17 @@ def _configs(admin: AdminClient, topic: str, timeout_s: float) -> tuple[int | No
 
 
 def record_timestamps(
-    bootstrap: str, config: dict[str, str], targets: Iterable[Target], timeout_s: float = 10.0
+    bootstrap: str,
+    config: dict[str, str],
+    targets: Iterable[Target],
+    timeout_s: float = 10.0,
+    audit_of: dict[Target, tuple[str, int]] | None = None,
 ) -> dict[Target, int | None]:
     """The timestamp of the first record at or after each (topic, partition, offset).
 
     Reads one record per target (rounds of at most one offset per partition); a target
-    with no record there (deleted, past the end) maps to None.
+    with no record there (deleted, past the end) maps to None. ``audit_of``, when given,
+    receives the (session, seq) of each record found with a valid audit header.
     """
     pending = sorted(set(targets))
     found: dict[Target, int | None] = {t: None for t in pending}
@@ -170,6 +176,10 @@ def record_timestamps(
                 if msg.error() is None:
                     kind, value = msg.timestamp()
                     found[hit] = value if kind != 0 and value >= 0 else None
+                    if audit_of is not None:
+                        header = parse_audit_headers(msg.headers(), msg.key())
+                        if header is not None and header.valid and header.pid and header.seq is not None:
+                            audit_of[hit] = (header.pid, header.seq)
                 round_targets.pop(where)  # a record, the end of the partition, or an error
             consumer.unassign()
     finally:
@@ -239,13 +249,21 @@ def read_cluster_view(
         targets += [(topic, p, c) for p, c in group_state.committed.items() if p in offsets and c < offsets[p].high]
     for ledger_topic, lows in ((producer_ledger_topic, producer_lows), (consumer_ledger_topic, consumer_lows)):
         targets += [(ledger_topic, p, low) for p, (low, high) in lows.items() if 0 < low < high]
+    heads: dict[Target, tuple[str, int]] = {}
     try:
-        stamps = record_timestamps(bootstrap, config, targets, timeout_s)
+        stamps = record_timestamps(bootstrap, config, targets, timeout_s, heads)
     except KafkaException as exc:
         view.notes.append(f"record timestamps could not be read: {exc}")
         stamps = {}
     view.partitions = {
-        p: PartitionState(p, o.low, o.stable, o.high, stamps.get((topic, p, o.low)) if o.low else None)
+        p: PartitionState(
+            p,
+            o.low,
+            o.stable,
+            o.high,
+            stamps.get((topic, p, o.low)) if o.low else None,
+            heads.get((topic, p, o.low)) if o.low else None,
+        )
         for p, o in offsets.items()
     }
     plan.partitions = view.partitions

@@ -458,11 +458,14 @@ def _window(entry: LedgerEntry) -> str:
     return f"between {start} and {end}" if end and end != start else f"at {start}"
 
 
-def _partitions_since(view: ClusterView, from_ms: int | None, to_ms: int | None) -> str:
+def _partitions_since(
+    view: ClusterView, from_ms: int | None, to_ms: int | None, after: tuple[str, int] | None = None
+) -> str:
     """Where the topic's partitions stand against a record produced between from_ms and to_ms
     whose partition is unknown: `complete` (every partition that ever had records still holds
     everything since from_ms), `deleted` (none holds records that old: each has lost everything
-    up to past to_ms) or `mixed`."""
+    up to past to_ms, or its first record is a later sequence of `after`'s producer session,
+    which wrote its records to each partition in order) or `mixed`."""
     kinds = set()
     for state in view.partitions.values():
         if state.high == 0:
@@ -472,6 +475,7 @@ def _partitions_since(view: ClusterView, from_ms: int | None, to_ms: int | None)
             kinds.add("complete")
         elif state.low > 0 and (
             state.low >= state.high
+            or (after is not None and state.low_audit is not None and _later_of_session(state.low_audit, after))
             or (
                 state.low_timestamp_ms is not None
                 and to_ms is not None
@@ -486,13 +490,19 @@ def _partitions_since(view: ClusterView, from_ms: int | None, to_ms: int | None)
     return "deleted" if kinds == {"deleted"} else "mixed"
 
 
+def _later_of_session(head: tuple[str, int], record: tuple[str, int]) -> bool:
+    return head[0] == record[0] and head[1] > record[1]
+
+
 def _acked_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any]) -> Diagnosis:
     """Acked (contract v2: in a range, position unknown) and not in the topic."""
     acked = (
         f"acked {_window(entry)} (sequence {entry.seq} of producer session {entry.session}; contract v2 ledgers "
         "no partition or offset)"
     )
-    where = _partitions_since(view, entry.ts_ms, entry.to_ms if entry.to_ms is not None else entry.ts_ms)
+    where = _partitions_since(
+        view, entry.ts_ms, entry.to_ms if entry.to_ms is not None else entry.ts_ms, (entry.session, entry.seq)
+    )
     evidence["acked_window"] = {"from": ms_to_iso(entry.ts_ms), "to": ms_to_iso(entry.to_ms)}
     if where == "complete":
         return Diagnosis(

@@ -62,8 +62,8 @@ def test_it_summarizes_marks_per_group_and_partition(spark) -> None:
     actual = transform_mark_summary(processed, positions, lows)
 
     expected = spark.createDataFrame(
-        [("g", 0, 3, 4, [(7, "c1", 12)]), ("h", 0, 1, None, [(7, "c2", 13)])],
-        "group string, partition int, n long, max_below_low long, "
+        [("g", 0, 3, 11, 4, [(7, "c1", 12)]), ("h", 0, 1, None, None, [(7, "c2", 13)])],
+        "group string, partition int, n long, last_below_low_ms long, max_below_low long, "
         "marks array<struct<offset:long, consumer_session:string, ts_ms:long>>",
     )
     assertDataFrameEqual(actual, expected, ignoreNullable=True)

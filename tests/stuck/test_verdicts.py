@@ -201,3 +201,15 @@ def test_a_v2_failure_report_for_the_key_wins_over_its_unconfirmed_range() -> No
     sent = acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000, status="sent")
     d = diagnose(ROW, [], [sent, failed], {}, view(low=8))
     assert d.verdict == "produce-failed" and "Message timed out" in d.reason
+
+
+def test_a_v2_ack_is_deleted_where_each_partition_starts_at_a_later_sequence_of_its_session() -> None:
+    # The oldest record left is as recent as the ack's window (clocks cannot tell), but it is a
+    # later sequence of the same producer session: the acked record lay below it.
+    cluster = view(low=8, high=10, committed=10)
+    cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 3499_000, ("s2", 9))
+    cluster.groups["g"].last_mark_below_low_ms = NOW_MS - 7200_000
+    entry = acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000)
+    assert diagnose(ROW, [], [entry], {}, cluster).verdict == "expired"
+    cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 3499_000, ("other-session", 9))
+    assert diagnose(ROW, [], [entry], {}, cluster).verdict == "unknown"

@@ -54,8 +54,9 @@ def test_it_says_skipped_when_an_at_most_once_consumer_crashed_after_committing(
     assert evidence["records"][0]["session"] is not None and evidence["records"][0]["seq"] == 7
     assert [(g["group"], g["committed"], g["outcome"]) for g in evidence["groups"]] == [(pipeline.group, 20, "skipped")]
     assert evidence["log"]["high_watermark"] == 20 and evidence["log"]["log_start"] == 0
-    # v1 ledgers the ack per key; v2 acks in sequence ranges (the record itself is the evidence).
-    assert [e["status"] for e in evidence["ledger"]] == (["acked"] if contract == 1 else [])
+    # v1 ledgers the ack per key with its offset; v2 acks in a sequence range and names the key
+    # in a `keys` record.
+    assert [e["status"] for e in evidence["ledger"]] == (["acked"] if contract == 1 else ["acked-range"])
     assert "committed before processing" in item.diagnosis.reason
 
 
@@ -86,7 +87,11 @@ def test_it_says_produce_failed_when_the_ledger_saw_the_send_fail(stuck: StuckSe
 
     assert verdicts_of(result) == {big.ticket_id: "produce-failed"}
     (item,) = result.items
-    (entry,) = item.diagnosis.evidence["ledger"]
+    ledger = item.diagnosis.evidence["ledger"]
+    (entry,) = [e for e in ledger if e["status"] == "failed"]
+    # Contract v2: the failed send's sequence is also in an unconfirmed range (the failure
+    # report names no sequence); never acked.
+    assert sorted(e["status"] for e in ledger) == ["failed", "sent"]
     assert (entry["status"], entry["persisted"]) == ("failed", "not")
     assert "too large" in entry["error"].lower() and "too large" in item.diagnosis.reason.lower()
 
@@ -152,42 +157,55 @@ def test_it_says_aborted_for_the_tickets_whose_transaction_the_producer_aborted(
     evidence = item.diagnosis.evidence
     # One transaction per ticket: each ticket's record is followed by its transaction marker.
     assert [(r["partition"], r["offset"], r["state"]) for r in evidence["records"]] == [(0, 10, "aborted")]
-    # The broker had it, then the abort (v1 ledgers that ack per key, v2 in a sequence range).
-    assert [e["status"] for e in evidence["ledger"]] == (["acked"] if contract == 1 else [])
+    # The broker had it, then the abort (v1 ledgers the ack per key, v2 in a sequence range).
+    assert [e["status"] for e in evidence["ledger"]] == (["acked"] if contract == 1 else ["acked-range"])
     assert "aborted transactions" in item.diagnosis.reason
 
 
-@pytest.mark.parametrize("contract", [1])  # v2: no per-key ack position (docs/contracts.md)
+@pytest.mark.parametrize("contract", [1, 2])
 def test_it_says_expired_when_shortened_retention_deleted_records_before_the_group_reached_them(
-    stuck: StuckSetup, spark, kafka_admin
+    stuck: StuckSetup, spark, kafka_admin, contract: int
 ) -> None:
     pipeline = stuck.pipeline
     interval_ms = _longest_retention_check_interval_ms(kafka_admin)
     # Not a dynamic broker setting: the test stack sets it in stack/stack.sh.
     assert interval_ms <= RETENTION_WAIT_S * 1000 / 4, f"log.retention.check.interval.ms={interval_ms} is too long"
-    ids = pipeline.produce(6)
+    ids = pipeline.produce(2)
     pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=2, timeout_s=60)
     assert pipeline.committed_offsets() == {0: 2}
-
-    # Retention deletes whole segments; a short segment.ms lets the broker roll the tickets'
-    # segment so it can go once its newest record is older than retention.ms.
-    _alter_topic(kafka_admin, pipeline.topic, {"retention.ms": "1000", "segment.ms": "1000"})
-    _wait_for_log_start(pipeline, 6)
-    _alter_topic(kafka_admin, pipeline.topic, {"retention.ms": None, "segment.ms": None})  # keep what comes next
-    ids += pipeline.produce(4)
+    # One producer from here on, as an application keeps one: the records left after the
+    # deletion are later sequences of the session that wrote the deleted ones.
+    with pipeline.producer() as producer:
+        ids += [t.ticket_id for t in producer.create_tickets(4)]  # the group is down: never read
+        assert producer.flush(30) == 0
+        # Retention deletes whole segments; a short segment.ms lets the broker roll the tickets'
+        # segment so it can go once its newest record is older than retention.ms.
+        _alter_topic(kafka_admin, pipeline.topic, {"retention.ms": "1000", "segment.ms": "1000"})
+        _wait_for_log_start(pipeline, 6)
+        _alter_topic(kafka_admin, pipeline.topic, {"retention.ms": None, "segment.ms": None})  # keep what comes next
+        ids += [t.ticket_id for t in producer.create_tickets(4)]
+        assert producer.flush(30) == 0
     # The group resumes at the new log start (its committed offset is out of range).
     pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=4, timeout_s=60)
     assert pipeline.committed_offsets() == {0: 10}
 
     result = diagnose_both(stuck, spark, indexed=True)
 
-    assert verdicts_of(result) == dict.fromkeys(ids[2:6], "expired")
+    reasons = [i.diagnosis.reason for i in result.items]
+    assert verdicts_of(result) == dict.fromkeys(ids[2:6], "expired"), reasons
     item = next(i for i in result.items if i.row.key == ids[3])
     evidence = item.diagnosis.evidence
-    assert evidence["records"] == [] and (evidence["partition"], evidence["offset"]) == (0, 3)
-    assert evidence["log"]["log_start"] == 6 and evidence["log"]["high_watermark"] == 10
-    assert [e["status"] for e in evidence["ledger"]] == ["acked"]
-    assert [(g["committed"], g["outcome"]) for g in evidence["groups"]] == [(10, "expired")]
+    assert evidence["records"] == []
+    assert [(g["committed"], g["outcome"]) for g in evidence["groups"]] == [
+        ({0: 10} if contract == 2 else 10, "expired")
+    ]
+    if contract == 1:  # the ack names its offset
+        assert (evidence["partition"], evidence["offset"]) == (0, 3)
+        assert evidence["log"]["log_start"] == 6 and evidence["log"]["high_watermark"] == 10
+        assert [e["status"] for e in evidence["ledger"]] == ["acked"]
+    else:  # acked in a sequence range; the group's last mark of the deleted part came before it
+        assert [e["status"] for e in evidence["ledger"]] == ["acked-range"]
+        assert "marked no record of the deleted part" in item.diagnosis.reason
 
 
 def test_it_says_waiting_with_the_lag_behind_a_slow_consumer(stuck: StuckSetup, spark) -> None:
