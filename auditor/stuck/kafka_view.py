@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from auditor.probes.headers import parse_audit_headers
+from auditor.probes.message import record_headers
 from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
 from spark_jobs.kafka_offsets import (
     KafkaReadError,
@@ -177,7 +178,7 @@ def record_timestamps(
                     kind, value = msg.timestamp()
                     found[hit] = value if kind != 0 and value >= 0 else None
                     if audit_of is not None:
-                        header = parse_audit_headers(msg.headers(), msg.key())
+                        header = parse_audit_headers(record_headers(msg), msg.key())
                         if header is not None and header.valid and header.pid and header.seq is not None:
                             audit_of[hit] = (header.pid, header.seq)
                 round_targets.pop(where)  # a record, the end of the partition, or an error
