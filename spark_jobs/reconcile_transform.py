@@ -521,7 +521,7 @@ def transform_producer_ledger(raw: DataFrame, topic: str) -> tuple[DataFrame, Da
 
 def transform_producer_keys(parsed: DataFrame, topic: str) -> DataFrame:
     """v2 `keys` records of `topic` → one KEYED entry (LEDGER_ENTRY_SCHEMA) per sequence with an
-    audit id, with the window it was produced in (ts_ms..to_ms)."""
+    audit id, with when it was produced (ts_ms = to_ms)."""
     runs = (
         parsed.where((F.col("type") == "keys") & (F.col("topic") == topic))
         .select(F.col("pid").alias("session"), F.explode("entries").alias("e"))
@@ -529,19 +529,18 @@ def transform_producer_keys(parsed: DataFrame, topic: str) -> DataFrame:
             "session",
             F.get(F.col("e"), 0).try_cast("long").alias("first"),
             F.from_json(F.get(F.col("e"), 1), "array<string>").alias("keys"),
-            F.get(F.col("e"), 2).try_cast("long").alias("ts_ms"),
-            F.get(F.col("e"), 3).try_cast("long").alias("to_ms"),
+            F.from_json(F.get(F.col("e"), 2), "array<long>").alias("stamps"),
         )
     )
-    keyed = runs.select("session", "first", "ts_ms", "to_ms", F.posexplode("keys").alias("pos", "audit_id")).select(
+    keyed = runs.select("session", "first", "stamps", F.posexplode("keys").alias("pos", "audit_id")).select(
         "session",
         (F.col("first") + F.col("pos")).alias("seq"),
         F.lit(KEYED).alias("status"),
         F.lit(-1).alias("partition"),
         F.lit(-1).cast("long").alias("offset"),
         "audit_id",
-        "ts_ms",
-        "to_ms",
+        F.get(F.col("stamps"), F.col("pos")).alias("ts_ms"),
+        F.get(F.col("stamps"), F.col("pos")).alias("to_ms"),
     )
     return conform(
         keyed.where(F.col("session").isNotNull() & F.col("first").isNotNull() & F.col("audit_id").isNotNull()),

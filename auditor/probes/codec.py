@@ -102,13 +102,12 @@ class ProducerRanges:
 @dataclass(frozen=True, slots=True)
 class KeyRun:
     """v2: the audit ids of sequences ``first``, ``first``+1, ... of one session and topic, in
-    order (None: a record without key and audit id), all produced between ``from_ms`` and
-    ``to_ms`` (the probe writes the keys it took since its previous write, about every second)."""
+    order (None: a record without key and audit id), and when each was produced (``stamps``,
+    epoch ms: the header's ts)."""
 
     first: int
     keys: tuple[str | None, ...]
-    from_ms: int
-    to_ms: int
+    stamps: tuple[int, ...]
 
     @property
     def last(self) -> int:
@@ -312,11 +311,13 @@ def producer_keys_header(pid: str, client_id: str | None, topic: str) -> dict[st
 KEYS_PER_ROW = 256
 
 
-def key_rows(first: int, keys: Sequence[Any], from_ms: int, to_ms: int) -> list[tuple[int, list[str | None], int, int]]:
+def key_rows(
+    first: int, keys: Sequence[Any], stamps: Sequence[int]
+) -> list[tuple[int, list[str | None], Sequence[int]]]:
     """``keys`` (record keys or audit ids: bytes, str, other, None) of sequences ``first``...,
-    produced between ``from_ms`` and ``to_ms``, as ``keys`` rows of at most KEYS_PER_ROW ids in
-    their text form; runs of records without key are left out (readers: no key known)."""
-    rows: list[tuple[int, list[str | None], int, int]] = []
+    produced at ``stamps`` (epoch ms), as ``keys`` rows of at most KEYS_PER_ROW ids in their
+    text form; runs of records without key are left out (readers: no key known)."""
+    rows: list[tuple[int, list[str | None], Sequence[int]]] = []
     for start in range(0, len(keys), KEYS_PER_ROW):
         texts = [
             None
@@ -329,7 +330,7 @@ def key_rows(first: int, keys: Sequence[Any], from_ms: int, to_ms: int) -> list[
             for k in keys[start : start + KEYS_PER_ROW]
         ]
         if any(t is not None for t in texts):
-            rows.append((first + start, texts, from_ms, to_ms))
+            rows.append((first + start, texts, stamps[start : start + KEYS_PER_ROW]))
     return rows
 
 
@@ -553,9 +554,9 @@ def _seq_range(row: Any, index: int) -> SeqRange:
 
 
 def _key_run(row: Any, index: int) -> KeyRun:
-    if not isinstance(row, list) or len(row) != 4:
-        raise _Invalid(f"run {index} should be a list of 4 values")
-    first, keys, from_ms, to_ms = row
+    if not isinstance(row, list) or len(row) != 3:
+        raise _Invalid(f"run {index} should be a list of 3 values")
+    first, keys, stamps = row
     first = _int(first, f"run {index}: first")
     if first < 0:
         raise _Invalid(f"run {index}: first should be >= 0, got {first}")
@@ -563,7 +564,9 @@ def _key_run(row: Any, index: int) -> KeyRun:
         raise _Invalid(f"run {index}: keys should be a non-empty list")
     if not all(k is None or isinstance(k, str) for k in keys):
         raise _Invalid(f"run {index}: each key should be a string or null")
-    return KeyRun(first, tuple(keys), _int(from_ms, f"run {index}: from_ms"), _int(to_ms, f"run {index}: to_ms"))
+    if not isinstance(stamps, list) or len(stamps) != len(keys):
+        raise _Invalid(f"run {index}: stamps should be a list as long as keys")
+    return KeyRun(first, tuple(keys), tuple(_int(ts, f"run {index}: stamp") for ts in stamps))
 
 
 def _failure_entry(row: Any, index: int) -> FailureEntry:

@@ -131,11 +131,11 @@ class _TopicStream:
         "key_rows",
         "keys",
         "keys_base",
-        "keys_ms",
         "next_seq",
         "resolved",
         "resolved_ms",
         "rows",
+        "stamps",
         "tail_written",
         "topic",
     )
@@ -147,7 +147,7 @@ class _TopicStream:
         # one list append per record; the background flush writes and empties it.
         self.keys: list[Any] = []
         self.keys_base = 0
-        self.keys_ms = started_ms  # the sequences in `keys` were produced after this
+        self.stamps: list[int] = []  # the produce time of each of them (epoch ms)
         self.key_rows: deque[Any] | None = None
         self.resolved = 0  # every seq below is resolved (ledgered acked or unconfirmed)
         self.resolved_ms = started_ms  # seqs from `resolved` on were produced after this
@@ -310,6 +310,7 @@ class AuditedProducer:
                 )
                 stream.next_seq = seq + 1
                 stream.keys.append(key)
+                stream.stamps.append(ts_ms)
             finally:
                 release()
 
@@ -362,6 +363,7 @@ class AuditedProducer:
             self._inner_produce(topic, value, key, partition, report, None, timestamp, record_headers)
             stream.next_seq = seq + 1
             stream.keys.append(key if audit_id is None else audit_id)
+            stream.stamps.append(ts_ms)
 
     def _new_topic(self, topic: str) -> _TopicStream:
         stream = _TopicStream(
@@ -485,22 +487,21 @@ class AuditedProducer:
     def _write_keys(self) -> None:
         """Ledger the audit id of every sequence sent since the last call (``keys`` records):
         what lets readers name the item of a sequence the topic no longer has."""
-        now_ms = _time_ns() // 1_000_000
         with self._seq_lock:
             taken = []
             for stream in self._topics.values():
                 if stream.keys:
-                    taken.append((stream, stream.keys_base, stream.keys, stream.keys_ms))
+                    taken.append((stream, stream.keys_base, stream.keys, stream.stamps))
                     stream.keys_base += len(stream.keys)
                     stream.keys = []
-                    stream.keys_ms = now_ms
-        for stream, base, keys, from_ms in taken:
+                    stream.stamps = []
+        for stream, base, keys, stamps in taken:
             rows = stream.key_rows
             if rows is None:
                 rows = stream.key_rows = self._ledger.stream(
                     producer_keys_header(self.session_id, self.client_id, stream.topic)
                 )
-            rows.extend(key_rows(base, keys, from_ms, now_ms))
+            rows.extend(key_rows(base, keys, stamps))
 
     def _background_resolve(self) -> None:
         self._resolve()

@@ -493,7 +493,7 @@ def _locate_producer_ledger(
             for run in record.runs:
                 spans.extend(key_spans(run.first, run.keys))
                 hits.extend(
-                    (record.pid, run.first + i, k, run.from_ms, run.to_ms)
+                    (record.pid, run.first + i, k, run.stamps[i], run.stamps[i])
                     for i, k in enumerate(run.keys)
                     if k is not None and k in keys
                 )

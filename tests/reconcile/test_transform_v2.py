@@ -186,16 +186,16 @@ def test_it_names_the_key_of_a_v2_gap_from_the_keys_record_even_one_run_later(sp
     run1 = ledger_values(
         spark,
         {**ranges, "entries": [[0, 4, "unconfirmed", ms(0), ms(4)]]},
-        {**keys, "entries": [[0, ["k0", "k1", "k2"], ms(0), ms(2)]]},
+        {**keys, "entries": [[0, ["k0", "k1", "k2"], [ms(0), ms(1), ms(2)]]]},
         {**ranges, "entries": [[0, 1, "acked", ms(0), ms(5)]]},
-        {**keys, "topic": "other", "entries": [[0, ["x0", "x1", "x2", "x3", "x4"], ms(0), ms(2)]]},
+        {**keys, "topic": "other", "entries": [[0, ["x0", "x1", "x2", "x3", "x4"], [ms(0)] * 5]]},
     )
     entries1, bounds1 = transform_producer_ledger(run1, "t")
     open1 = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries1, coverage)
     # Run 2 reads the keys of 3..4 (4 has no key) and the acked range 2..4, which names none.
     run2 = ledger_values(
         spark,
-        {**keys, "entries": [[3, ["k3", None], ms(3), ms(4)]]},
+        {**keys, "entries": [[3, ["k3", None], [ms(3), ms(4)]]]},
         {**ranges, "entries": [[2, 4, "acked", ms(4), ms(6)]]},
         {"v": 1, "type": "session-end", "pid": s, "ts": ms(9), "last_seq": {"t": 4}},
     )
@@ -204,18 +204,18 @@ def test_it_names_the_key_of_a_v2_gap_from_the_keys_record_even_one_run_later(sp
     bounds = transform_ledger_bounds(bounds1, bounds2)
     assertDataFrameEqual(bounds, spark.createDataFrame([(s, 4)], LEDGER_BOUND_SCHEMA))
 
-    # 2..4 acked and absent: 2 keeps the key (and window) of run 1's keys record, 3 takes run 2's,
-    # 4 has none (its window is the range's).
+    # 2..4 acked and absent: 2 keeps the key (and time) of run 1's keys record, 3 takes run 2's,
+    # 4 has none (its time is the range's start).
     actual = find_gaps(coverage, open2, bounds, spark.createDataFrame([(0, 0, 20)], WATERMARK_SCHEMA))
     assertDataFrameEqual(
         actual.select("key", "cause", "seq", "timestamp"),
         spark.createDataFrame(
-            [("k2", "broker-lost", 2, at(0)), ("k3", "broker-lost", 3, at(3)), (None, "broker-lost", 4, at(4))],
+            [("k2", "broker-lost", 2, at(2)), ("k3", "broker-lost", 3, at(3)), (None, "broker-lost", 4, at(4))],
             "key string, cause string, seq long, timestamp timestamp",
         ),
     )
     kept = open2.where(F.col("seq") == 2).select("status", "audit_id", "ts_ms", "to_ms").collect()
-    assert [tuple(r) for r in kept] == [("acked-range", "k2", ms(0), ms(2))]
+    assert [tuple(r) for r in kept] == [("acked-range", "k2", ms(2), ms(2))]
 
 
 def test_a_reprocessed_v2_offset_takes_the_key_of_the_record_read(spark: SparkSession) -> None:

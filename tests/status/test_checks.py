@@ -87,6 +87,4 @@ def test_it_reports_a_check_that_raises_instead_of_failing_the_page(monkeypatch:
         raise ValueError("boom")
 
     monkeypatch.setattr(checks, "CHECKS", [check_broken_thing])
-    assert run_all_checks() == [
-        ComponentStatus("broken thing", False, "the check itself failed: ValueError: boom")
-    ]
+    assert run_all_checks() == [ComponentStatus("broken thing", False, "the check itself failed: ValueError: boom")]
