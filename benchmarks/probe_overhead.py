@@ -120,7 +120,8 @@ def produce_all(producer: Any, topic: str, values: list[bytes], keys: list[bytes
         for value, key in zip(values, keys, strict=True):
             while True:
                 try:
-                    produce(topic, value, key)
+                    # key by keyword in every arm: OpenTelemetry's wrapper misreads a positional key
+                    produce(topic, value, key=key)
                     break
                 except BufferError:
                     poll(0.05)

@@ -285,9 +285,12 @@ def _encode_chunk(record: dict[str, Any], rows: Sequence[Sequence[Any]], out: li
     if len(encoded) <= MAX_RECORD_BYTES or len(rows) <= 1:
         out.append(encoded)
         return
-    middle = len(rows) // 2
-    _encode_chunk(record, rows[:middle], out)
-    _encode_chunk(record, rows[middle:], out)
+    # Split in as many parts as the size says (with room for uneven rows), so big batches
+    # (`keys` rows are large) are encoded about twice, not once per halving.
+    parts = min(len(rows), -(-len(encoded) * 5 // (MAX_RECORD_BYTES * 4)))
+    step = -(-len(rows) // parts)
+    for start in range(0, len(rows), step):
+        _encode_chunk(record, rows[start : start + step], out)
 
 
 def producer_batch_header(pid: str, client_id: str | None, topic: str) -> dict[str, Any]:
@@ -319,19 +322,34 @@ def key_rows(
     text form; runs of records without key are left out (readers: no key known)."""
     rows: list[tuple[int, list[str | None], Sequence[int]]] = []
     for start in range(0, len(keys), KEYS_PER_ROW):
-        texts = [
-            None
-            if k is None
-            else k
-            if k.__class__ is str
-            else k.decode("utf-8", "backslashreplace")
-            if k.__class__ is bytes
-            else _id_text(k)
-            for k in keys[start : start + KEYS_PER_ROW]
-        ]
+        chunk = keys[start : start + KEYS_PER_ROW]
+        texts = _fast_texts(chunk)
+        if texts is None:
+            texts = [
+                None
+                if k is None
+                else k
+                if k.__class__ is str
+                else k.decode("utf-8", "backslashreplace")
+                if k.__class__ is bytes
+                else _id_text(k)
+                for k in chunk
+            ]
         if any(t is not None for t in texts):
             rows.append((first + start, texts, stamps[start : start + KEYS_PER_ROW]))
     return rows
+
+
+def _fast_texts(chunk: Sequence[Any]) -> list[str | None] | None:
+    """The common case in C-level calls: every key non-empty bytes without a NUL byte (one
+    join, one decode, one split); None when the chunk is anything else."""
+    if set(map(type, chunk)) != {bytes}:
+        return None
+    joined = b"\x00".join(chunk)
+    if len(joined) - len(chunk) + 1 != sum(map(len, chunk)) or b"\x00\x00" in joined or b"\x00" in joined[:1]:
+        return None
+    texts: list[str | None] = list(joined.decode("utf-8", "backslashreplace").split("\x00"))
+    return texts if len(texts) == len(chunk) else None
 
 
 def _id_text(value: Any) -> str | None:
