@@ -32,6 +32,7 @@ from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import (
     KAFKA_RAW_SCHEMA,
     UNVERIFIABLE,
+    empty_frame,
 )
 
 ROWS_PER_JDBC_PARTITION = 250_000
@@ -102,7 +103,7 @@ def extract_topic(
     """The records of `plan` through Spark's Kafka source in batch mode, with headers."""
     ranges = {p: r for p, r in plan.ranges.items() if r[1] > r[0]}
     if not ranges:
-        return spark.createDataFrame([], KAFKA_RAW_SCHEMA)
+        return empty_frame(spark, KAFKA_RAW_SCHEMA)
     topic = plan.topic
     parallelism = spark.sparkContext.defaultParallelism
     reader = (

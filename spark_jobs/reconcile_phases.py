@@ -29,7 +29,7 @@ from spark_jobs.reconcile_extract import (
     loss_horizon,
     lost_warnings,
 )
-from spark_jobs.reconcile_state import StateMeta, StateStore
+from spark_jobs.reconcile_state import DATASETS, StateMeta, StateStore
 from spark_jobs.reconcile_transform import (
     COMMITTED_SCHEMA,
     FINDING_KINDS,
@@ -41,6 +41,7 @@ from spark_jobs.reconcile_transform import (
     UNVERIFIABLE,
     WATERMARK_SCHEMA,
     conform,
+    empty_frame,
     find_aborted,
     find_duplicates,
     find_gaps,
@@ -49,6 +50,8 @@ from spark_jobs.reconcile_transform import (
     find_reprocessed,
     find_unprocessed,
     header_problem_counts,
+    is_empty_plan,
+    local_frame,
     transform_aborted,
     transform_consumer_ledger,
     transform_duplicate_records,
@@ -176,9 +179,16 @@ class RunState:
     source_deltas: list[str] = field(default_factory=list)
 
     def keep(self, name: str, df: DataFrame) -> DataFrame:
-        """Write a dataset of the new state; returns it read back."""
+        """Write a dataset of the new state; returns it read back.
+
+        A dataset the optimizer proves empty (its inputs were: no ledger, group or
+        transaction in this binding) is not written: an absent dataset reads as empty.
+        """
         self.laps("prepare")
-        self.datasets[name], self.frames[name] = self.store.write_dataset(df, name)
+        if is_empty_plan(df):
+            self.frames[name] = empty_frame(df.sparkSession, DATASETS[name])
+        else:
+            self.datasets[name], self.frames[name] = self.store.write_dataset(df, name)
         self.laps(f"state.{name}")
         return self.frames[name]
 
@@ -239,7 +249,7 @@ def extract_inputs(
         new_aborted = transform_aborted(all_records, records)
     else:
         all_records = records
-        new_aborted = spark.createDataFrame([], RECORD_SCHEMA)
+        new_aborted = empty_frame(spark, RECORD_SCHEMA)
     check_nothing_deleted_while_read(binding, topic)
     # After a rebuild `meta` is empty: only this run's checkpoints count.
     checkpoints = meta.checkpoints | checkpoint_prints(binding, records, topic)
@@ -278,8 +288,8 @@ def extract_inputs(
         producer_entries=producer_entries,
         producer_bounds=producer_bounds,
         processed=processed,
-        committed=spark.createDataFrame(plan.kafka["committed"], COMMITTED_SCHEMA),
-        groups=spark.createDataFrame([(g,) for g in binding.consumer_groups], "group string"),
+        committed=local_frame(spark, plan.kafka["committed"], COMMITTED_SCHEMA),
+        groups=local_frame(spark, [(g,) for g in binding.consumer_groups], "group string"),
     )
 
 
@@ -295,7 +305,7 @@ def update_state(
     def old(name: str) -> DataFrame:
         return store.dataset(spark, meta, name)
 
-    new_lost = spark.createDataFrame([], LOST_SIGHTING_SCHEMA)
+    new_lost = empty_frame(spark, LOST_SIGHTING_SCHEMA)
     if plan.memory is not None:
         # A rebuild starts from the part of the old index that the re-read cannot see again.
         lows = spark.createDataFrame(
@@ -313,7 +323,7 @@ def update_state(
 
     # Lost sightings outlive a rebuild; nearly always there are none and nothing is read.
     old_lost = store.dataset(spark, plan.previous, "lost_sightings")
-    if plan.memory is not None or not old_lost.isEmpty():
+    if plan.memory is not None or not (is_empty_plan(old_lost) or old_lost.isEmpty()):
         keep("lost_sightings", transform_lost_sightings(old_lost, new_lost, records))
     else:
         new.frames["lost_sightings"] = old_lost

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ArrayType,
@@ -182,6 +183,30 @@ _LEDGER_JSON_SCHEMA = StructType(
 )
 
 # ------------------------------------------------------------------ helpers ----------
+
+
+def local_frame(spark: SparkSession, rows: Sequence[Any], schema: StructType | str) -> DataFrame:
+    """A frame of driver-side rows; with none, one the optimizer knows is empty.
+
+    `createDataFrame([])` is an RDD Spark cannot see into: every join, aggregate and write
+    over it runs as if it had rows. An empty local relation (what `limit(0)` becomes) is
+    pruned from the plans built on it, so a binding without ledgers, groups or transactions
+    pays nothing for them (see is_empty_plan).
+    """
+    frame = spark.createDataFrame(list(rows), schema)
+    return frame if rows else frame.limit(0)
+
+
+def empty_frame(spark: SparkSession, schema: StructType | str) -> DataFrame:
+    return local_frame(spark, [], schema)
+
+
+def is_empty_plan(df: DataFrame) -> bool:
+    """True when the optimizer proved `df` has no rows (its plan became an empty local
+    relation, see local_frame); decided without running anything. False means "not proven",
+    not "has rows"."""
+    plan = df._jdf.queryExecution().optimizedPlan()
+    return bool(plan.getClass().getSimpleName() == "LocalRelation" and plan.data().isEmpty())
 
 
 def conform(df: DataFrame, schema: StructType) -> DataFrame:
@@ -533,13 +558,15 @@ def transform_producer_keys(parsed: DataFrame, topic: str) -> DataFrame:
             F.get(F.col("e"), 3).try_cast("long").alias("to_ms"),
         )
     )
-    keyed = runs.select("session", "first", "ts_ms", "to_ms", F.posexplode("keys").alias("pos", "audit_id")).select(
+    # explode, not posexplode: the optimizer prunes an explode of nothing (local_frame).
+    positioned = F.transform("keys", lambda key, pos: F.struct(pos.alias("pos"), key.alias("audit_id")))
+    keyed = runs.select("session", "first", "ts_ms", "to_ms", F.explode(positioned).alias("k")).select(
         "session",
-        (F.col("first") + F.col("pos")).alias("seq"),
+        (F.col("first") + F.col("k.pos")).alias("seq"),
         F.lit(KEYED).alias("status"),
         F.lit(-1).alias("partition"),
         F.lit(-1).cast("long").alias("offset"),
-        "audit_id",
+        F.col("k.audit_id").alias("audit_id"),
         "ts_ms",
         "to_ms",
     )
@@ -919,7 +946,7 @@ def find_missing(
     saw it: that is known, not unverifiable.
     """
     if lost_sightings is None:
-        lost_sightings = pending.sparkSession.createDataFrame([], LOST_SIGHTING_SCHEMA)
+        lost_sightings = empty_frame(pending.sparkSession, LOST_SIGHTING_SCHEMA)
     late = pending.where(F.col("created") <= F.lit(cutoff)).join(_first_sighting(lost_sightings), "key", "left")
     seen = F.col("_seen")
     if unverifiable_until is not None:
