@@ -366,31 +366,36 @@ def _audit_v2_values() -> Column:
     return F.transform(matches, lambda h: h["value"])
 
 
-def _audit_v2_first() -> Column:
-    return F.get(_audit_v2_values(), 0)
-
-
-def _audit_v2_valid() -> Column:
-    value = _audit_v2_first()
+def _v2_valid(v2: Column) -> Column:
+    """v2: the values of the record's `audit` headers (binary)."""
+    value = F.get(v2, 0)
     return (
-        (F.size(F.array_distinct(_audit_v2_values())) == 1)
+        (F.size(F.array_distinct(v2)) == 1)
         & (F.length(value) >= AUDIT_V2_SIZE)
         & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x02")))
     )
 
 
+def _session_of(v2: Column, pids: Column) -> Column:
+    """v2: `audit` header values; pids: `audit-pid` header values (text)."""
+    session = F.lower(F.hex(F.substring(F.get(v2, 0), 2, 16)))
+    return F.when(F.size(v2) > 0, F.when(_v2_valid(v2), session)).otherwise(F.get(pids, 0))
+
+
+def _seq_of(v2: Column, seqs: Column) -> Column:
+    """v2: `audit` header values; seqs: `audit-seq` header values (text)."""
+    seq = F.conv(F.hex(F.substring(F.get(v2, 0), 18, 8)), 16, 10).try_cast("long")
+    return F.when(F.size(v2) > 0, F.when(_v2_valid(v2), seq)).otherwise(F.get(seqs, 0).try_cast("long"))
+
+
 def audit_session() -> Column:
     """The producer session of a record: from a valid `audit` header (v2), else `audit-pid`."""
-    v2 = F.lower(F.hex(F.substring(_audit_v2_first(), 2, 16)))
-    return F.when(F.size(_audit_v2_values()) > 0, F.when(_audit_v2_valid(), v2)).otherwise(_header("audit-pid"))
+    return _session_of(_audit_v2_values(), _header_values("audit-pid"))
 
 
 def audit_seq() -> Column:
     """The record's sequence: from a valid `audit` header (v2), else `audit-seq` (long or null)."""
-    v2 = F.conv(F.hex(F.substring(_audit_v2_first(), 18, 8)), 16, 10).try_cast("long")
-    return F.when(F.size(_audit_v2_values()) > 0, F.when(_audit_v2_valid(), v2)).otherwise(
-        _header("audit-seq").try_cast("long")
-    )
+    return _seq_of(_audit_v2_values(), _header_values("audit-seq"))
 
 
 def audit_header_status() -> Column:
@@ -399,8 +404,11 @@ def audit_header_status() -> Column:
     with the rules of auditor.probes.headers.parse_audit_headers: each of the four present,
     repeated only with one value, audit-id non-empty, audit-pid 32 lowercase hex digits,
     audit-seq and audit-ts decimal (audit-seq within a 64-bit integer)."""
-    v2_present = F.size(_audit_v2_values()) > 0
-    values = {name: _header_values(name) for name in AUDIT_HEADERS}
+    return _header_status_of(_audit_v2_values(), {name: _header_values(name) for name in AUDIT_HEADERS})
+
+
+def _header_status_of(v2: Column, values: dict[str, Column]) -> Column:
+    """audit_header_status from the values of `audit` and of each of AUDIT_HEADERS."""
     present = [F.size(v) > 0 for v in values.values()]
     single = [F.size(F.array_distinct(v)) == 1 for v in values.values()]
     first = {name: F.get(v, 0) for name, v in values.items()}
@@ -413,7 +421,7 @@ def audit_header_status() -> Column:
     none_present = ~_any(present)
     valid = F.coalesce(_all([*single, *decodable]), F.lit(False))
     return (
-        F.when(v2_present, F.when(_audit_v2_valid(), F.lit(HEADERS_OK)).otherwise(F.lit(HEADERS_MALFORMED)))
+        F.when(F.size(v2) > 0, F.when(_v2_valid(v2), F.lit(HEADERS_OK)).otherwise(F.lit(HEADERS_MALFORMED)))
         .when(none_present, F.lit(HEADERS_MISSING))
         .when(valid, F.lit(HEADERS_OK))
         .otherwise(F.lit(HEADERS_MALFORMED))
@@ -441,14 +449,27 @@ def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
     Undecodable audit headers still become nulls here (such a record is audited by key
     only), but they are counted, never silently dropped.
     """
-    return raw.select(
+    # The headers are searched once per audit header name (a projection of its own: each
+    # array is used several times below, and Spark keeps a non-trivial expression used more
+    # than once in its own projection), not once per use.
+    found = raw.select(
         record_key_expression(record_key).alias("key"),
         F.col("partition").cast("int").alias("partition"),
         F.col("offset").cast("long").alias("offset"),
         F.col("timestamp"),
-        audit_session().alias("session"),
-        audit_seq().alias("seq"),
-        audit_header_status().alias("header_status"),
+        _audit_v2_values().alias("_v2"),
+        *[_header_values(name).alias(f"_{name}") for name in AUDIT_HEADERS],
+    )
+    v2 = F.col("_v2")
+    values = {name: F.col(f"_{name}") for name in AUDIT_HEADERS}
+    return found.select(
+        "key",
+        "partition",
+        "offset",
+        "timestamp",
+        _session_of(v2, values["audit-pid"]).alias("session"),
+        _seq_of(v2, values["audit-seq"]).alias("seq"),
+        _header_status_of(v2, values).alias("header_status"),
     )
 
 
