@@ -28,6 +28,7 @@ from spark_jobs.reconcile_extract import (
     find_rewritten_partitions,
     loss_horizon,
     lost_warnings,
+    summarize_partitions,
 )
 from spark_jobs.reconcile_state import DATASETS, StateMeta, StateStore
 from spark_jobs.reconcile_transform import (
@@ -49,7 +50,6 @@ from spark_jobs.reconcile_transform import (
     find_orphans,
     find_reprocessed,
     find_unprocessed,
-    header_problem_counts,
     is_empty_plan,
     local_frame,
     transform_aborted,
@@ -155,7 +155,7 @@ class RunInputs:
     records: DataFrame  # committed records of the planned offsets (RECORD_SCHEMA + header_status)
     all_records: DataFrame  # the same read_uncommitted where transactions are in use
     new_aborted: DataFrame
-    totals: Any  # Row: n, keyed, RECORD_COUNTS
+    totals: dict[str, int]  # n, keyed, RECORD_COUNTS
     unverifiable_until: datetime | None
     checkpoints: dict[int, list[int]]
     old_source: DataFrame
@@ -229,7 +229,12 @@ def extract_inputs(
     both ledgers."""
     meta, topic = plan.meta, plan.topic
     records = persist(transform_records(extract_topic(spark, binding, topic, "read_committed"), binding.record_key))
-    totals = records.agg(F.count("*").alias("n"), F.count("key").alias("keyed"), *header_problem_counts()).collect()[0]
+    summary = summarize_partitions(records)
+    totals = {
+        "n": sum(s.n for s in summary.values()),
+        "keyed": sum(s.keyed for s in summary.values()),
+        **{name: sum(s.counts[name] for s in summary.values()) for name in RECORD_COUNTS},
+    }
     if totals["n"] > 0 and totals["keyed"] == 0 and not meta.key_deltas and plan.memory is None:
         raise BindingError(
             f"binding {binding.name!r}: record_key {binding.record_key.describe()!r} matched nothing in "
@@ -252,10 +257,10 @@ def extract_inputs(
         new_aborted = empty_frame(spark, RECORD_SCHEMA)
     check_nothing_deleted_while_read(binding, topic)
     # After a rebuild `meta` is empty: only this run's checkpoints count.
-    checkpoints = meta.checkpoints | checkpoint_prints(binding, records, topic)
+    checkpoints = meta.checkpoints | checkpoint_prints(binding, summary, topic)
     # Rows whose record may have been deleted unread can never be judged: the bound only
     # grows until a --full run starts over.
-    horizon = loss_horizon(records, topic, plan.upper, binding.grace_seconds)
+    horizon = loss_horizon(summary, topic, plan.upper, binding.grace_seconds)
     if horizon is not None:
         plan.warnings.extend(lost_warnings(topic, horizon))
     earlier = datetime.fromisoformat(meta.unverifiable_until) if meta.unverifiable_until else None
@@ -412,22 +417,28 @@ def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFram
     )
 
 
-def count_findings(plan: RunPlan, inputs: RunInputs, new: RunState, current: DataFrame) -> dict[str, int]:
-    """Findings per kind, the rows that could not be checked, and the header counts."""
-    counts = {kind: 0 for kind in FINDING_KINDS} | {
-        r["kind"]: r["count"] for r in current.groupBy("kind").count().collect()
-    }
+def count_findings(plan: RunPlan, inputs: RunInputs, new: RunState, flagged: DataFrame) -> tuple[dict[str, int], int]:
+    """Findings per kind, the rows that could not be checked and the header counts; and how
+    many findings are new (flagged: flag_new's output)."""
+    counts = dict.fromkeys(FINDING_KINDS, 0)
+    new_count = 0
+    for row in flagged.groupBy("kind", "is_new").count().collect():
+        counts[row["kind"]] = counts.get(row["kind"], 0) + row["count"]
+        new_count += row["count"] if row["is_new"] else 0
     until = inputs.unverifiable_until
-    counts[UNVERIFIABLE] = unverifiable_rows(
-        new.frames["pending_source"], plan.cutoff, until, new.frames["lost_sightings"]
-    ).count()
+    # Nothing is unverifiable while no record was ever deleted unread (no job to say so).
+    counts[UNVERIFIABLE] = (
+        unverifiable_rows(new.frames["pending_source"], plan.cutoff, until, new.frames["lost_sightings"]).count()
+        if until is not None
+        else 0
+    )
     if counts[UNVERIFIABLE] and until is not None:
         plan.warnings.append(
             f"{counts[UNVERIFIABLE]} source row(s) created up to {until.isoformat()} have no record "
             "and cannot be checked: the topic no longer holds records that old"
         )
     # Not findings: the records this run read whose audit headers were absent or undecodable.
-    return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}
+    return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}, new_count
 
 
 def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: RunState) -> None:
