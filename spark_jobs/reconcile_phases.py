@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -35,7 +35,10 @@ from spark_jobs.reconcile_transform import (
     COMMITTED_SCHEMA,
     FINDING_KINDS,
     KEY_INDEX_SCHEMA,
+    LEDGER_BOUND_SCHEMA,
+    LEDGER_ENTRY_SCHEMA,
     LOST_SIGHTING_SCHEMA,
+    PROCESSED_SCHEMA,
     RECORD_COUNTS,
     RECORD_SCHEMA,
     SOURCE_ROW_SCHEMA,
@@ -179,18 +182,21 @@ class RunState:
     source_deltas: list[str] = field(default_factory=list)
 
     def keep(self, name: str, df: DataFrame) -> DataFrame:
-        """Write a dataset of the new state; returns it read back.
-
-        A dataset the optimizer proves empty (its inputs were: no ledger, group or
-        transaction in this binding) is not written: an absent dataset reads as empty.
-        """
+        """Write a dataset of the new state; returns it read back."""
         self.laps("prepare")
-        if is_empty_plan(df):
-            self.frames[name] = empty_frame(df.sparkSession, DATASETS[name])
-        else:
-            self.datasets[name], self.frames[name] = self.store.write_dataset(df, name)
+        self.datasets[name], self.frames[name] = self.store.write_dataset(df, name)
         self.laps(f"state.{name}")
         return self.frames[name]
+
+    def keep_unless_empty(self, name: str, inputs: Sequence[DataFrame], build: Callable[[], DataFrame]) -> DataFrame:
+        """keep(name, build()), where `inputs` are the frames without whose rows the dataset
+        has none: when the optimizer proves every one empty (no ledger, group or transaction
+        in this binding, see local_frame), nothing is built or written. An absent dataset
+        reads as empty."""
+        if all(is_empty_plan(df) for df in inputs):
+            self.frames[name] = empty_frame(inputs[0].sparkSession, DATASETS[name])
+            return self.frames[name]
+        return self.keep(name, build())
 
 
 def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
@@ -273,13 +279,20 @@ def extract_inputs(
     )
     old_source = plan.store.deltas(spark, meta.source_deltas, SOURCE_ROW_SCHEMA)
     new_source = persist(transform_new_source_rows(window_rows, old_source, plan.broadcast_new))
-    producer_entries, producer_bounds = transform_producer_ledger(
-        extract_topic(spark, binding, plan.kafka["producer_ledger"]), binding.topic
+    # A ledger with nothing to read gives empty frames, without building its parse plan.
+    producer_entries, producer_bounds = (
+        transform_producer_ledger(extract_topic(spark, binding, plan.kafka["producer_ledger"]), binding.topic)
+        if plan.kafka["producer_ledger"].total
+        else (empty_frame(spark, LEDGER_ENTRY_SCHEMA), empty_frame(spark, LEDGER_BOUND_SCHEMA))
     )
-    processed = persist(
-        transform_consumer_ledger(
-            extract_topic(spark, binding, plan.kafka["consumer_ledger"]), binding.topic, binding.consumer_groups
+    processed = (
+        persist(
+            transform_consumer_ledger(
+                extract_topic(spark, binding, plan.kafka["consumer_ledger"]), binding.topic, binding.consumer_groups
+            )
         )
+        if plan.kafka["consumer_ledger"].total
+        else empty_frame(spark, PROCESSED_SCHEMA)
     )
     return RunInputs(
         records=records,
@@ -349,22 +362,43 @@ def update_state(
             old("orphan_candidates"), records, inputs.old_source, inputs.new_source, broadcast_new, key_stats
         ),
     )
-    keep("aborted", conform(old("aborted"), RECORD_SCHEMA).unionByName(conform(inputs.new_aborted, RECORD_SCHEMA)))
-    coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
-    keep("ledger_open", transform_ledger_open(old("ledger_open"), inputs.producer_entries, coverage))
-    keep("ledger_bounds", transform_ledger_bounds(old("ledger_bounds"), inputs.producer_bounds))
-    old_processed = old("processed_coverage")
-    keep(
-        "reprocessed",
-        transform_reprocessed(
-            old("reprocessed"), old_processed, inputs.processed, records, old("unprocessed_candidates")
-        ),
+    # The datasets below are unions of the old one and this run's ledger entries, aborted
+    # records or groups' records, less what is settled: empty when both are.
+    old_aborted = old("aborted")
+    new.keep_unless_empty(
+        "aborted",
+        [old_aborted, inputs.new_aborted],
+        lambda: conform(old_aborted, RECORD_SCHEMA).unionByName(conform(inputs.new_aborted, RECORD_SCHEMA)),
     )
-    processed_cov = keep("processed_coverage", transform_processed_coverage(old_processed, inputs.processed))
-    keep(
+    coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
+    old_open, old_bounds = old("ledger_open"), old("ledger_bounds")
+    new.keep_unless_empty(
+        "ledger_open",
+        [old_open, inputs.producer_entries],
+        lambda: transform_ledger_open(old_open, inputs.producer_entries, coverage),
+    )
+    new.keep_unless_empty(
+        "ledger_bounds",
+        [old_bounds, inputs.producer_bounds],
+        lambda: transform_ledger_bounds(old_bounds, inputs.producer_bounds),
+    )
+    old_processed, old_reprocessed = old("processed_coverage"), old("reprocessed")
+    old_candidates = old("unprocessed_candidates")
+    new.keep_unless_empty(
+        "reprocessed",
+        [old_reprocessed, inputs.processed],
+        lambda: transform_reprocessed(old_reprocessed, old_processed, inputs.processed, records, old_candidates),
+    )
+    processed_cov = new.keep_unless_empty(
+        "processed_coverage",
+        [old_processed, inputs.processed],
+        lambda: transform_processed_coverage(old_processed, inputs.processed),
+    )
+    new.keep_unless_empty(
         "unprocessed_candidates",
-        transform_unprocessed_candidates(
-            old("unprocessed_candidates"), records, processed_cov, inputs.groups, inputs.committed
+        [old_candidates, inputs.groups],
+        lambda: transform_unprocessed_candidates(
+            old_candidates, records, processed_cov, inputs.groups, inputs.committed
         ),
     )
     new.key_deltas = [
@@ -383,12 +417,12 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
         [(p, o.low, plan.topic.ranges[p][1]) for p, o in plan.kafka["watermarks"].items()], WATERMARK_SCHEMA
     )
     s = new.frames
-    return union_findings(
-        [
-            find_missing(s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"]),
-            find_duplicates(s["duplicates"]),
-            find_orphans(s["orphan_candidates"], plan.cutoff),
-            find_gaps(
+    # Each finder below finds nothing in an empty dataset (gaps: none past a session's
+    # ledgered bound); proven empty, it is not built at all.
+    optional: list[tuple[DataFrame, Callable[[], DataFrame]]] = [
+        (
+            s["ledger_bounds"],
+            lambda: find_gaps(
                 s["seq_coverage"],
                 s["ledger_open"],
                 s["ledger_bounds"],
@@ -396,9 +430,20 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
                 unverifiable_until=inputs.unverifiable_until,
                 delivered_keys=plan.store.deltas(spark, new.key_deltas, KEY_INDEX_SCHEMA).select("key"),
             ),
-            find_aborted(s["aborted"]),
-            find_unprocessed(s["unprocessed_candidates"], inputs.committed, s["processed_coverage"]),
-            find_reprocessed(s["reprocessed"]),
+        ),
+        (s["aborted"], lambda: find_aborted(s["aborted"])),
+        (
+            s["unprocessed_candidates"],
+            lambda: find_unprocessed(s["unprocessed_candidates"], inputs.committed, s["processed_coverage"]),
+        ),
+        (s["reprocessed"], lambda: find_reprocessed(s["reprocessed"])),
+    ]
+    return union_findings(
+        [
+            find_missing(s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"]),
+            find_duplicates(s["duplicates"]),
+            find_orphans(s["orphan_candidates"], plan.cutoff),
+            *[build() for source, build in optional if not is_empty_plan(source)],
         ]
     )
 
