@@ -65,6 +65,7 @@ from spark_jobs.reconcile_phases import (
     plan_run,
     update_state,
 )
+from spark_jobs.reconcile_transform import is_empty_plan
 
 
 def findings_rows(findings: DataFrame, limit: int) -> tuple[list[dict[str, Any]], bool]:
@@ -117,6 +118,8 @@ def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dic
 
 def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cached: list[DataFrame]) -> dict[str, Any]:
     def persist(df: DataFrame) -> DataFrame:
+        if is_empty_plan(df):
+            return df  # cached, the optimizer could no longer prune what is built on it
         cached.append(df.persist(StorageLevel.MEMORY_AND_DISK))
         return df
 
@@ -126,8 +129,7 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
     new = update_state(spark, plan, inputs, persist, laps)
     current = new.keep("findings", find_all(plan, inputs, new))
     flagged = flag_new(spark, plan, current)
-    counts = count_findings(plan, inputs, new, current)
-    new_count = flagged.where("is_new").count()
+    counts, new_count = count_findings(plan, inputs, new, flagged)
     rows, truncated = findings_rows(flagged, options.max_findings)
     if options.output_jdbc_url:
         load_findings_jdbc(flagged, plan.run_id, options.output_jdbc_url, options.findings_table)

@@ -31,7 +31,10 @@ from spark_jobs.kafka_options import java_kafka_options
 from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import (
     KAFKA_RAW_SCHEMA,
+    RECORD_COUNTS,
     UNVERIFIABLE,
+    empty_frame,
+    header_problem_counts,
 )
 
 ROWS_PER_JDBC_PARTITION = 250_000
@@ -102,7 +105,7 @@ def extract_topic(
     """The records of `plan` through Spark's Kafka source in batch mode, with headers."""
     ranges = {p: r for p, r in plan.ranges.items() if r[1] > r[0]}
     if not ranges:
-        return spark.createDataFrame([], KAFKA_RAW_SCHEMA)
+        return empty_frame(spark, KAFKA_RAW_SCHEMA)
     topic = plan.topic
     parallelism = spark.sparkContext.defaultParallelism
     reader = (
@@ -141,17 +144,51 @@ def find_rewritten_partitions(binding: Binding, meta: StateMeta) -> dict[int, st
     )
 
 
-def checkpoint_prints(binding: Binding, records: DataFrame, plan: OffsetRange) -> dict[int, list[int]]:
+@dataclass
+class PartitionSummary:
+    """What a run needs to know of the records it read in one partition, from one pass."""
+
+    n: int
+    keyed: int
+    counts: dict[str, int]  # RECORD_COUNTS
+    last: tuple[int, int | None]  # the last record: offset, timestamp ms
+    first_ms: int | None  # the timestamp of the first record
+
+
+def summarize_partitions(records: DataFrame) -> dict[int, PartitionSummary]:
+    """Per partition of transform_records output: counts, its last and first record (one job
+    over the cached records for the totals, checkpoint_prints and loss_horizon)."""
+    rows = (
+        records.groupBy("partition")
+        .agg(
+            F.count("*").alias("n"),
+            F.count("key").alias("keyed"),
+            *header_problem_counts(),
+            F.max_by(F.struct("offset", F.unix_millis("timestamp").alias("ts_ms")), "offset").alias("last"),
+            F.unix_millis(F.min_by("timestamp", "offset")).alias("first_ms"),
+        )
+        .collect()
+    )
+    return {
+        row["partition"]: PartitionSummary(
+            row["n"],
+            row["keyed"],
+            {name: row[name] for name in RECORD_COUNTS},
+            (row["last"]["offset"], row["last"]["ts_ms"]),
+            row["first_ms"],
+        )
+        for row in rows
+    }
+
+
+def checkpoint_prints(
+    binding: Binding, summary: dict[int, PartitionSummary], plan: OffsetRange
+) -> dict[int, list[int]]:
     """The print of the last record this run read in each partition, read back from Kafka.
 
     Its timestamp must be the one Spark read: otherwise the partition changed under the run.
     """
-    last = (
-        records.groupBy("partition")
-        .agg(F.max_by(F.struct("offset", F.unix_millis("timestamp").alias("ts_ms")), "offset").alias("last"))
-        .collect()
-    )
-    read = {row["partition"]: (row["last"]["offset"], row["last"]["ts_ms"]) for row in last}
+    read = {p: s.last for p, s in summary.items()}
     prints = record_prints(
         binding.bootstrap_servers, binding.kafka_config, plan.topic, {p: o for p, (o, _) in read.items()}
     )
@@ -224,7 +261,9 @@ def check_nothing_deleted_while_read(binding: Binding, plan: OffsetRange) -> Non
         )
 
 
-def loss_horizon(records: DataFrame, plan: OffsetRange, upper: datetime, grace_seconds: float) -> datetime | None:
+def loss_horizon(
+    summary: dict[int, PartitionSummary], plan: OffsetRange, upper: datetime, grace_seconds: float
+) -> datetime | None:
     """The newest source `created` whose record may be among `plan.lost`; None when nothing was lost.
 
     Records are appended in offset order, so every lost record came before the first record
@@ -235,13 +274,7 @@ def loss_horizon(records: DataFrame, plan: OffsetRange, upper: datetime, grace_s
     """
     if not plan.lost:
         return None
-    first = (
-        records.where(F.col("partition").isin(sorted(plan.lost)))
-        .groupBy("partition")
-        .agg(F.unix_millis(F.min_by("timestamp", "offset")).alias("ts_ms"))
-        .collect()
-    )
-    first_ms = {row["partition"]: row["ts_ms"] for row in first if row["ts_ms"] is not None}
+    first_ms = {p: s.first_ms for p, s in summary.items() if p in plan.lost and s.first_ms is not None}
     if set(first_ms) != set(plan.lost):
         return upper
     return datetime.fromtimestamp(max(first_ms.values()) / 1000, UTC) + timedelta(seconds=grace_seconds)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -28,19 +28,24 @@ from spark_jobs.reconcile_extract import (
     find_rewritten_partitions,
     loss_horizon,
     lost_warnings,
+    summarize_partitions,
 )
-from spark_jobs.reconcile_state import StateMeta, StateStore
+from spark_jobs.reconcile_state import DATASETS, StateMeta, StateStore
 from spark_jobs.reconcile_transform import (
     COMMITTED_SCHEMA,
     FINDING_KINDS,
     KEY_INDEX_SCHEMA,
+    LEDGER_BOUND_SCHEMA,
+    LEDGER_ENTRY_SCHEMA,
     LOST_SIGHTING_SCHEMA,
+    PROCESSED_SCHEMA,
     RECORD_COUNTS,
     RECORD_SCHEMA,
     SOURCE_ROW_SCHEMA,
     UNVERIFIABLE,
     WATERMARK_SCHEMA,
     conform,
+    empty_frame,
     find_aborted,
     find_duplicates,
     find_gaps,
@@ -48,7 +53,8 @@ from spark_jobs.reconcile_transform import (
     find_orphans,
     find_reprocessed,
     find_unprocessed,
-    header_problem_counts,
+    is_empty_plan,
+    local_frame,
     transform_aborted,
     transform_consumer_ledger,
     transform_duplicate_records,
@@ -152,7 +158,7 @@ class RunInputs:
     records: DataFrame  # committed records of the planned offsets (RECORD_SCHEMA + header_status)
     all_records: DataFrame  # the same read_uncommitted where transactions are in use
     new_aborted: DataFrame
-    totals: Any  # Row: n, keyed, RECORD_COUNTS
+    totals: dict[str, int]  # n, keyed, RECORD_COUNTS
     unverifiable_until: datetime | None
     checkpoints: dict[int, list[int]]
     old_source: DataFrame
@@ -181,6 +187,16 @@ class RunState:
         self.datasets[name], self.frames[name] = self.store.write_dataset(df, name)
         self.laps(f"state.{name}")
         return self.frames[name]
+
+    def keep_unless_empty(self, name: str, inputs: Sequence[DataFrame], build: Callable[[], DataFrame]) -> DataFrame:
+        """keep(name, build()), where `inputs` are the frames without whose rows the dataset
+        has none: when the optimizer proves every one empty (no ledger, group or transaction
+        in this binding, see local_frame), nothing is built or written. An absent dataset
+        reads as empty."""
+        if all(is_empty_plan(df) for df in inputs):
+            self.frames[name] = empty_frame(inputs[0].sparkSession, DATASETS[name])
+            return self.frames[name]
+        return self.keep(name, build())
 
 
 def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
@@ -219,7 +235,12 @@ def extract_inputs(
     both ledgers."""
     meta, topic = plan.meta, plan.topic
     records = persist(transform_records(extract_topic(spark, binding, topic, "read_committed"), binding.record_key))
-    totals = records.agg(F.count("*").alias("n"), F.count("key").alias("keyed"), *header_problem_counts()).collect()[0]
+    summary = summarize_partitions(records)
+    totals = {
+        "n": sum(s.n for s in summary.values()),
+        "keyed": sum(s.keyed for s in summary.values()),
+        **{name: sum(s.counts[name] for s in summary.values()) for name in RECORD_COUNTS},
+    }
     if totals["n"] > 0 and totals["keyed"] == 0 and not meta.key_deltas and plan.memory is None:
         raise BindingError(
             f"binding {binding.name!r}: record_key {binding.record_key.describe()!r} matched nothing in "
@@ -239,13 +260,13 @@ def extract_inputs(
         new_aborted = transform_aborted(all_records, records)
     else:
         all_records = records
-        new_aborted = spark.createDataFrame([], RECORD_SCHEMA)
+        new_aborted = empty_frame(spark, RECORD_SCHEMA)
     check_nothing_deleted_while_read(binding, topic)
     # After a rebuild `meta` is empty: only this run's checkpoints count.
-    checkpoints = meta.checkpoints | checkpoint_prints(binding, records, topic)
+    checkpoints = meta.checkpoints | checkpoint_prints(binding, summary, topic)
     # Rows whose record may have been deleted unread can never be judged: the bound only
     # grows until a --full run starts over.
-    horizon = loss_horizon(records, topic, plan.upper, binding.grace_seconds)
+    horizon = loss_horizon(summary, topic, plan.upper, binding.grace_seconds)
     if horizon is not None:
         plan.warnings.extend(lost_warnings(topic, horizon))
     earlier = datetime.fromisoformat(meta.unverifiable_until) if meta.unverifiable_until else None
@@ -258,13 +279,20 @@ def extract_inputs(
     )
     old_source = plan.store.deltas(spark, meta.source_deltas, SOURCE_ROW_SCHEMA)
     new_source = persist(transform_new_source_rows(window_rows, old_source, plan.broadcast_new))
-    producer_entries, producer_bounds = transform_producer_ledger(
-        extract_topic(spark, binding, plan.kafka["producer_ledger"]), binding.topic
+    # A ledger with nothing to read gives empty frames, without building its parse plan.
+    producer_entries, producer_bounds = (
+        transform_producer_ledger(extract_topic(spark, binding, plan.kafka["producer_ledger"]), binding.topic)
+        if plan.kafka["producer_ledger"].total
+        else (empty_frame(spark, LEDGER_ENTRY_SCHEMA), empty_frame(spark, LEDGER_BOUND_SCHEMA))
     )
-    processed = persist(
-        transform_consumer_ledger(
-            extract_topic(spark, binding, plan.kafka["consumer_ledger"]), binding.topic, binding.consumer_groups
+    processed = (
+        persist(
+            transform_consumer_ledger(
+                extract_topic(spark, binding, plan.kafka["consumer_ledger"]), binding.topic, binding.consumer_groups
+            )
         )
+        if plan.kafka["consumer_ledger"].total
+        else empty_frame(spark, PROCESSED_SCHEMA)
     )
     return RunInputs(
         records=records,
@@ -278,8 +306,8 @@ def extract_inputs(
         producer_entries=producer_entries,
         producer_bounds=producer_bounds,
         processed=processed,
-        committed=spark.createDataFrame(plan.kafka["committed"], COMMITTED_SCHEMA),
-        groups=spark.createDataFrame([(g,) for g in binding.consumer_groups], "group string"),
+        committed=local_frame(spark, plan.kafka["committed"], COMMITTED_SCHEMA),
+        groups=local_frame(spark, [(g,) for g in binding.consumer_groups], "group string"),
     )
 
 
@@ -295,7 +323,7 @@ def update_state(
     def old(name: str) -> DataFrame:
         return store.dataset(spark, meta, name)
 
-    new_lost = spark.createDataFrame([], LOST_SIGHTING_SCHEMA)
+    new_lost = empty_frame(spark, LOST_SIGHTING_SCHEMA)
     if plan.memory is not None:
         # A rebuild starts from the part of the old index that the re-read cannot see again.
         lows = spark.createDataFrame(
@@ -313,7 +341,7 @@ def update_state(
 
     # Lost sightings outlive a rebuild; nearly always there are none and nothing is read.
     old_lost = store.dataset(spark, plan.previous, "lost_sightings")
-    if plan.memory is not None or not old_lost.isEmpty():
+    if plan.memory is not None or not (is_empty_plan(old_lost) or old_lost.isEmpty()):
         keep("lost_sightings", transform_lost_sightings(old_lost, new_lost, records))
     else:
         new.frames["lost_sightings"] = old_lost
@@ -334,22 +362,43 @@ def update_state(
             old("orphan_candidates"), records, inputs.old_source, inputs.new_source, broadcast_new, key_stats
         ),
     )
-    keep("aborted", conform(old("aborted"), RECORD_SCHEMA).unionByName(conform(inputs.new_aborted, RECORD_SCHEMA)))
-    coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
-    keep("ledger_open", transform_ledger_open(old("ledger_open"), inputs.producer_entries, coverage))
-    keep("ledger_bounds", transform_ledger_bounds(old("ledger_bounds"), inputs.producer_bounds))
-    old_processed = old("processed_coverage")
-    keep(
-        "reprocessed",
-        transform_reprocessed(
-            old("reprocessed"), old_processed, inputs.processed, records, old("unprocessed_candidates")
-        ),
+    # The datasets below are unions of the old one and this run's ledger entries, aborted
+    # records or groups' records, less what is settled: empty when both are.
+    old_aborted = old("aborted")
+    new.keep_unless_empty(
+        "aborted",
+        [old_aborted, inputs.new_aborted],
+        lambda: conform(old_aborted, RECORD_SCHEMA).unionByName(conform(inputs.new_aborted, RECORD_SCHEMA)),
     )
-    processed_cov = keep("processed_coverage", transform_processed_coverage(old_processed, inputs.processed))
-    keep(
+    coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
+    old_open, old_bounds = old("ledger_open"), old("ledger_bounds")
+    new.keep_unless_empty(
+        "ledger_open",
+        [old_open, inputs.producer_entries],
+        lambda: transform_ledger_open(old_open, inputs.producer_entries, coverage),
+    )
+    new.keep_unless_empty(
+        "ledger_bounds",
+        [old_bounds, inputs.producer_bounds],
+        lambda: transform_ledger_bounds(old_bounds, inputs.producer_bounds),
+    )
+    old_processed, old_reprocessed = old("processed_coverage"), old("reprocessed")
+    old_candidates = old("unprocessed_candidates")
+    new.keep_unless_empty(
+        "reprocessed",
+        [old_reprocessed, inputs.processed],
+        lambda: transform_reprocessed(old_reprocessed, old_processed, inputs.processed, records, old_candidates),
+    )
+    processed_cov = new.keep_unless_empty(
+        "processed_coverage",
+        [old_processed, inputs.processed],
+        lambda: transform_processed_coverage(old_processed, inputs.processed),
+    )
+    new.keep_unless_empty(
         "unprocessed_candidates",
-        transform_unprocessed_candidates(
-            old("unprocessed_candidates"), records, processed_cov, inputs.groups, inputs.committed
+        [old_candidates, inputs.groups],
+        lambda: transform_unprocessed_candidates(
+            old_candidates, records, processed_cov, inputs.groups, inputs.committed
         ),
     )
     new.key_deltas = [
@@ -368,12 +417,12 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
         [(p, o.low, plan.topic.ranges[p][1]) for p, o in plan.kafka["watermarks"].items()], WATERMARK_SCHEMA
     )
     s = new.frames
-    return union_findings(
-        [
-            find_missing(s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"]),
-            find_duplicates(s["duplicates"]),
-            find_orphans(s["orphan_candidates"], plan.cutoff),
-            find_gaps(
+    # Each finder below finds nothing in an empty dataset (gaps: none past a session's
+    # ledgered bound); proven empty, it is not built at all.
+    optional: list[tuple[DataFrame, Callable[[], DataFrame]]] = [
+        (
+            s["ledger_bounds"],
+            lambda: find_gaps(
                 s["seq_coverage"],
                 s["ledger_open"],
                 s["ledger_bounds"],
@@ -381,9 +430,20 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
                 unverifiable_until=inputs.unverifiable_until,
                 delivered_keys=plan.store.deltas(spark, new.key_deltas, KEY_INDEX_SCHEMA).select("key"),
             ),
-            find_aborted(s["aborted"]),
-            find_unprocessed(s["unprocessed_candidates"], inputs.committed, s["processed_coverage"]),
-            find_reprocessed(s["reprocessed"]),
+        ),
+        (s["aborted"], lambda: find_aborted(s["aborted"])),
+        (
+            s["unprocessed_candidates"],
+            lambda: find_unprocessed(s["unprocessed_candidates"], inputs.committed, s["processed_coverage"]),
+        ),
+        (s["reprocessed"], lambda: find_reprocessed(s["reprocessed"])),
+    ]
+    return union_findings(
+        [
+            find_missing(s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"]),
+            find_duplicates(s["duplicates"]),
+            find_orphans(s["orphan_candidates"], plan.cutoff),
+            *[build() for source, build in optional if not is_empty_plan(source)],
         ]
     )
 
@@ -402,22 +462,28 @@ def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFram
     )
 
 
-def count_findings(plan: RunPlan, inputs: RunInputs, new: RunState, current: DataFrame) -> dict[str, int]:
-    """Findings per kind, the rows that could not be checked, and the header counts."""
-    counts = {kind: 0 for kind in FINDING_KINDS} | {
-        r["kind"]: r["count"] for r in current.groupBy("kind").count().collect()
-    }
+def count_findings(plan: RunPlan, inputs: RunInputs, new: RunState, flagged: DataFrame) -> tuple[dict[str, int], int]:
+    """Findings per kind, the rows that could not be checked and the header counts; and how
+    many findings are new (flagged: flag_new's output)."""
+    counts = dict.fromkeys(FINDING_KINDS, 0)
+    new_count = 0
+    for row in flagged.groupBy("kind", "is_new").count().collect():
+        counts[row["kind"]] = counts.get(row["kind"], 0) + row["count"]
+        new_count += row["count"] if row["is_new"] else 0
     until = inputs.unverifiable_until
-    counts[UNVERIFIABLE] = unverifiable_rows(
-        new.frames["pending_source"], plan.cutoff, until, new.frames["lost_sightings"]
-    ).count()
+    # Nothing is unverifiable while no record was ever deleted unread (no job to say so).
+    counts[UNVERIFIABLE] = (
+        unverifiable_rows(new.frames["pending_source"], plan.cutoff, until, new.frames["lost_sightings"]).count()
+        if until is not None
+        else 0
+    )
     if counts[UNVERIFIABLE] and until is not None:
         plan.warnings.append(
             f"{counts[UNVERIFIABLE]} source row(s) created up to {until.isoformat()} have no record "
             "and cannot be checked: the topic no longer holds records that old"
         )
     # Not findings: the records this run read whose audit headers were absent or undecodable.
-    return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}
+    return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}, new_count
 
 
 def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: RunState) -> None:

@@ -37,6 +37,7 @@ from spark_jobs.reconcile_transform import (
     RECORD_SCHEMA,
     REPROCESSED_SCHEMA,
     SOURCE_ROW_SCHEMA,
+    empty_frame,
 )
 
 STATE_FORMAT = 1
@@ -138,7 +139,7 @@ class StateStore:
 
     def _read(self, spark: SparkSession, relative: str | None, schema: StructType) -> DataFrame:
         if not relative:
-            return spark.createDataFrame([], schema)
+            return empty_frame(spark, schema)
         return spark.read.schema(schema).parquet(str(self.root / relative))
 
     def dataset(self, spark: SparkSession, meta: StateMeta, name: str) -> DataFrame:
@@ -146,7 +147,7 @@ class StateStore:
 
     def deltas(self, spark: SparkSession, relatives: list[str], schema: StructType) -> DataFrame:
         if not relatives:
-            return spark.createDataFrame([], schema)
+            return empty_frame(spark, schema)
         return spark.read.schema(schema).parquet(*[str(self.root / r) for r in relatives])
 
     def write_dataset(self, df: DataFrame, name: str) -> tuple[str, DataFrame]:

@@ -534,8 +534,8 @@ def test_it_parses_the_producer_ledger(spark: SparkSession):
         entries,
         spark.createDataFrame(
             [
-                ("s1", 0, "acked", 0, 10, None, "persisted", "k0", 1000),
-                ("s1", 1, "failed", -1, -1, "timed out", "not", "k1", 1001),
+                ("s1", 0, "acked", 0, 10, None, "persisted", "k0", 1000, None),
+                ("s1", 1, "failed", -1, -1, "timed out", "not", "k1", 1001, None),
             ],
             LEDGER_ENTRY_SCHEMA,
         ),
@@ -560,9 +560,9 @@ def test_it_reads_acks_0_entries_as_unconfirmed_never_acked(spark: SparkSession)
         entries,
         spark.createDataFrame(
             [
-                ("s1", 0, "unconfirmed", 1, -1, None, "possibly", "k0", 1000),
-                ("s1", 1, "unconfirmed", 1, -1001, None, "persisted", "k1", 1001),
-                ("s1", 2, "acked", 1, 20, None, "persisted", "k2", 1002),
+                ("s1", 0, "unconfirmed", 1, -1, None, "possibly", "k0", 1000, None),
+                ("s1", 1, "unconfirmed", 1, -1001, None, "persisted", "k1", 1001, None),
+                ("s1", 2, "acked", 1, 20, None, "persisted", "k2", 1002, None),
             ],
             LEDGER_ENTRY_SCHEMA,
         ),

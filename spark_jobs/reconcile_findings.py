@@ -1,0 +1,311 @@
+"""Findings of the reconciliation: state → findings frames in FINDING_SCHEMA."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.reconcile_helpers import (
+    _ms_to_ts,
+    _occurrence,
+    conform,
+    empty_frame,
+    interval_holes,
+    merge_intervals,
+)
+from spark_jobs.reconcile_schemas import (
+    ACKED_RANGE,
+    FINDING_SCHEMA,
+    INTERVAL_SCHEMA,
+    LOST_SIGHTING_SCHEMA,
+    SENT,
+)
+
+
+def _finding(df: DataFrame, kind: str, **columns: Column) -> DataFrame:
+    selected = df.select(*[col.alias(name) for name, col in columns.items()]).withColumn("kind", F.lit(kind))
+    return conform(selected, FINDING_SCHEMA)
+
+
+def _first_sighting(lost_sightings: DataFrame) -> DataFrame:
+    """key, _seen: the earliest lost sighting of each key."""
+    seen = F.struct("partition", "offset", "timestamp", "session", "seq", "run_id", "detected_run")
+    return lost_sightings.groupBy("key").agg(F.min(seen).alias("_seen"))
+
+
+def find_missing(
+    pending: DataFrame,
+    cutoff: datetime,
+    unverifiable_until: datetime | None,
+    lost_sightings: DataFrame | None = None,
+) -> DataFrame:
+    """Source rows older than the grace cutoff with no record, except the unverifiable ones.
+
+    A row whose record an earlier run saw at an offset that now holds another record (or
+    lies past the log end) is missing with cause `broker-lost`, naming where and which run
+    saw it: that is known, not unverifiable.
+    """
+    if lost_sightings is None:
+        lost_sightings = empty_frame(pending.sparkSession, LOST_SIGHTING_SCHEMA)
+    late = pending.where(F.col("created") <= F.lit(cutoff)).join(_first_sighting(lost_sightings), "key", "left")
+    seen = F.col("_seen")
+    if unverifiable_until is not None:
+        late = late.where((F.col("created") > F.lit(unverifiable_until)) | seen.isNotNull())
+    evidence = F.struct(
+        F.unix_millis("created").alias("created_ms"),
+        F.when(
+            seen.isNotNull(),
+            F.struct(
+                seen["partition"].alias("partition"),
+                seen["offset"].alias("offset"),
+                F.unix_millis(seen["timestamp"]).alias("ts_ms"),
+                seen["session"].alias("session"),
+                seen["seq"].alias("seq"),
+                seen["run_id"].alias("run_id"),
+                seen["detected_run"].alias("detected_run"),
+            ),
+        ).alias("seen"),
+    )
+    return _finding(
+        late,
+        "missing",
+        key=F.col("key"),
+        cause=F.when(seen.isNotNull(), F.lit("broker-lost")),
+        partition=seen["partition"],
+        offset=seen["offset"],
+        timestamp=F.col("created"),
+        evidence=F.to_json(evidence),
+    )
+
+
+def unverifiable_rows(
+    pending: DataFrame,
+    cutoff: datetime,
+    unverifiable_until: datetime | None,
+    lost_sightings: DataFrame | None = None,
+) -> DataFrame:
+    """Rows past grace with no record that may have had one among records deleted unread.
+
+    unverifiable_until: the newest `created` whose record may have been deleted before it
+    was read (None: nothing was lost). These rows are counted, never reported `missing`.
+    Rows with a lost sighting are known lost (find_missing), not unverifiable.
+    """
+    if unverifiable_until is None:
+        return pending.limit(0)
+    rows = pending.where((F.col("created") <= F.lit(cutoff)) & (F.col("created") <= F.lit(unverifiable_until)))
+    return rows if lost_sightings is None else rows.join(lost_sightings.select("key"), "key", "left_anti")
+
+
+def _occurrence_findings(grouped: DataFrame, kind: str, cause: Column) -> DataFrame:
+    """grouped: key, occ (sorted array of occurrences) → one finding per row."""
+    first = F.get(F.col("occ"), 0)
+    return _finding(
+        grouped,
+        kind,
+        key=F.col("key"),
+        cause=cause,
+        partition=first["partition"],
+        offset=first["offset"],
+        offsets=F.transform("occ", lambda o: F.struct(o["partition"].alias("partition"), o["offset"].alias("offset"))),
+        timestamp=_ms_to_ts(first["ts_ms"]),
+        session=first["session"],
+        seq=first["seq"],
+        evidence=F.to_json(F.struct(F.size("occ").alias("count"), F.col("occ").alias("records"))),
+    )
+
+
+def find_orphans(candidates: DataFrame, cutoff: datetime) -> DataFrame:
+    """Records whose key has no source row (cause `no-key` when no key could be found)."""
+    old_enough = candidates.where(F.col("timestamp") <= F.lit(cutoff))
+    with_key = (
+        old_enough.where(F.col("key").isNotNull())
+        .groupBy("key")
+        .agg(F.array_sort(F.collect_list(_occurrence())).alias("occ"))
+    )
+    keyed = _occurrence_findings(with_key, "orphan", F.lit(None).cast("string"))
+    keyless = old_enough.where(F.col("key").isNull()).select("key", F.array(_occurrence()).alias("occ"))
+    return keyed.unionByName(_occurrence_findings(keyless, "orphan", F.lit("no-key")))
+
+
+def find_duplicates(duplicates: DataFrame) -> DataFrame:
+    """Keys with several records, one finding per cause.
+
+    producer-retry: one (session, seq) at several offsets; app-resend: several distinct
+    (session, seq) for the key; unknown: records without audit headers among them.
+    """
+    headered = duplicates.where(F.col("session").isNotNull() & F.col("seq").isNotNull())
+    retried = (
+        headered.groupBy("key", "session", "seq")
+        .agg(F.count("*").alias("n"), F.array_sort(F.collect_list(_occurrence())).alias("occ"))
+        .where(F.col("n") > 1)
+    )
+    per_key = duplicates.groupBy("key").agg(
+        F.count("*").alias("n"),
+        F.count_distinct(
+            F.when(F.col("session").isNotNull() & F.col("seq").isNotNull(), F.struct("session", "seq"))
+        ).alias("distinct_sends"),
+        F.sum(F.when(F.col("session").isNull() | F.col("seq").isNull(), 1).otherwise(0)).alias("headerless"),
+        F.array_sort(F.collect_list(_occurrence())).alias("occ"),
+    )
+    resent = per_key.where(F.col("distinct_sends") > 1).select(
+        "key", F.filter("occ", lambda o: o["session"].isNotNull() & o["seq"].isNotNull()).alias("occ")
+    )
+    unexplained = per_key.where((F.col("headerless") > 0) & (F.col("n") > 1)).select("key", "occ")
+    return (
+        _occurrence_findings(retried.select("key", "occ"), "duplicate", F.lit("producer-retry"))
+        .unionByName(_occurrence_findings(resent, "duplicate", F.lit("app-resend")))
+        .unionByName(_occurrence_findings(unexplained, "duplicate", F.lit("unknown")))
+    )
+
+
+def find_gaps(
+    coverage: DataFrame,
+    ledger_open: DataFrame,
+    bounds: DataFrame,
+    watermarks: DataFrame,
+    *,
+    unverifiable_until: datetime | None = None,
+    delivered_keys: DataFrame | None = None,
+) -> DataFrame:
+    """Holes in producer sessions' sequences up to each session's last ledgered seq.
+
+    A hole seq with a `failed` ledger entry → send-failed; with an `acked` entry → broker-lost;
+    with an `unconfirmed` one (acks=0: the broker never confirmed it) → send-unconfirmed, a
+    send that may have been dropped, never broker-lost; no entry → never-sent, reported as one finding per contiguous range. An acked entry whose
+    offset is below the partition's log start (expired by retention) or not yet read by this
+    run (at or past `end`, e.g. in an open transaction) counts as present and is not reported.
+
+    v2 ranges: `acked-range` (acked, position unknown) → broker-lost, unless it may have been
+    produced before `unverifiable_until` (its range's `ts_ms`, the earliest produce time,
+    is not after it: possibly deleted before any run read it); `sent` → send-unconfirmed. A
+    range is ledgered only once resolved, after the ledger end this run read was taken and
+    so before the topic's end offsets were: a resolved record is below `end`.
+
+    `delivered_keys` (column `key`: keys with a record in the topic, any run): a failed or
+    unconfirmed send whose item another send delivered (the application sent it again) is no
+    gap: the item was produced, and the re-send shows as its own record (a duplicate when both
+    landed). A lost acked record stays broker-lost: the broker lost it whatever the item's fate.
+    """
+    marks = watermarks.select("partition", F.col("low").alias("_low"), F.col("end").alias("_end"))
+    entries = (
+        ledger_open.join(bounds, "session", "inner")
+        .where(F.col("seq") <= F.col("last_seq"))
+        .join(marks, "partition", "left")
+    )
+    acked_at = (F.col("status") == "acked") & (F.col("offset") >= 0)
+    unverifiable = acked_at & (
+        (F.col("offset") < F.coalesce(F.col("_low"), F.lit(0))) | (F.col("offset") >= F.col("_end"))
+    )
+    if unverifiable_until is not None:
+        until_ms = int(unverifiable_until.timestamp() * 1000)
+        unverifiable = unverifiable | (
+            (F.col("status") == ACKED_RANGE) & (F.coalesce(F.col("ts_ms"), F.lit(0)) <= F.lit(until_ms))
+        )
+    explained = entries.where(F.col("status").isin("acked", "unconfirmed", "failed", ACKED_RANGE, SENT))
+    reported = explained.where(~F.coalesce(unverifiable, F.lit(False)))
+    if delivered_keys is not None:
+        delivered = delivered_keys.select(F.col("key").alias("_delivered")).distinct()
+        resent = F.col("status").isin("failed", "unconfirmed", SENT) & F.col("_delivered").isNotNull()
+        reported = (
+            reported.join(delivered, reported["audit_id"] == delivered["_delivered"], "left")
+            .where(~resent)
+            .drop("_delivered")
+        )
+    ledger_evidence = F.struct(
+        F.col("status"), F.col("partition"), F.col("offset"), F.col("error"), F.col("persisted"), F.col("ts_ms")
+    )
+    known = _finding(
+        reported,
+        "gap",
+        key=F.col("audit_id"),
+        cause=F.when(F.col("status") == "failed", F.lit("send-failed"))
+        .when(F.col("status").isin("unconfirmed", SENT), F.lit("send-unconfirmed"))
+        .otherwise(F.lit("broker-lost")),
+        partition=F.when(F.col("partition") >= 0, F.col("partition")),
+        offset=F.when(F.col("offset") >= 0, F.col("offset")),
+        timestamp=_ms_to_ts(F.col("ts_ms")),
+        session=F.col("session"),
+        seq=F.col("seq"),
+        seq_end=F.col("seq"),
+        evidence=F.to_json(F.struct(F.lit(1).alias("count"), ledger_evidence.alias("ledger"))),
+    )
+    points = explained.select("session", F.col("seq").alias("start"), F.col("seq").alias("end"))
+    covered = merge_intervals(conform(coverage, INTERVAL_SCHEMA).unionByName(points), ["session"])
+    holes = interval_holes(covered, bounds, ["session"])
+    never_sent = _finding(
+        holes,
+        "gap",
+        cause=F.lit("never-sent"),
+        session=F.col("session"),
+        seq=F.col("start"),
+        seq_end=F.col("end"),
+        evidence=F.to_json(F.struct((F.col("end") - F.col("start") + 1).alias("count"))),
+    )
+    return known.unionByName(never_sent)
+
+
+def find_aborted(aborted: DataFrame) -> DataFrame:
+    """Records present only in aborted transactions."""
+    return _finding(
+        aborted,
+        "aborted",
+        key=F.col("key"),
+        partition=F.col("partition"),
+        offset=F.col("offset"),
+        timestamp=F.col("timestamp"),
+        session=F.col("session"),
+        seq=F.col("seq"),
+        evidence=F.to_json(F.struct(F.unix_millis("timestamp").alias("ts_ms"))),
+    )
+
+
+def find_unprocessed(candidates: DataFrame, committed: DataFrame, processed_coverage: DataFrame) -> DataFrame:
+    """Records below a group's committed offset that the group's ledger never marked processed.
+
+    Only groups that keep a consumer ledger (any processed mark so far) are judged.
+    """
+    ledgered = processed_coverage.select("group").distinct()
+    below = (
+        candidates.join(ledgered, "group", "left_semi")
+        .join(committed, ["group", "partition"], "inner")
+        .where(F.col("offset") < F.col("committed"))
+    )
+    return _finding(
+        below,
+        "unprocessed",
+        key=F.col("key"),
+        partition=F.col("partition"),
+        offset=F.col("offset"),
+        timestamp=F.col("timestamp"),
+        session=F.col("session"),
+        seq=F.col("seq"),
+        group=F.col("group"),
+        evidence=F.to_json(F.struct(F.col("committed").alias("committed_offset"))),
+    )
+
+
+def find_reprocessed(reprocessed: DataFrame) -> DataFrame:
+    """Offsets a group processed more than once."""
+    return _finding(
+        reprocessed,
+        "reprocessed",
+        key=F.col("audit_id"),
+        partition=F.col("partition"),
+        offset=F.col("offset"),
+        timestamp=_ms_to_ts(F.col("first_ms")),
+        group=F.col("group"),
+        evidence=F.to_json(F.struct(F.col("count"), F.col("consumer_sessions"), F.col("first_ms"), F.col("last_ms"))),
+    )
+
+
+def union_findings(frames: Iterable[DataFrame]) -> DataFrame:
+    result: DataFrame | None = None
+    for frame in frames:
+        conformed = conform(frame, FINDING_SCHEMA)
+        result = conformed if result is None else result.unionByName(conformed)
+    if result is None:
+        raise ValueError("union_findings needs at least one frame")
+    return result

@@ -1,0 +1,169 @@
+"""Frame helpers of the reconciliation transforms: conforming to a schema, frames the optimizer
+can prove empty, record keys, and interval algebra (range joins, merged intervals, holes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    StructType,
+)
+
+from spark_jobs.binding import RecordKeySpec
+
+
+def local_frame(spark: SparkSession, rows: Sequence[Any], schema: StructType | str) -> DataFrame:
+    """A frame of driver-side rows; with none, one the optimizer knows is empty.
+
+    `createDataFrame([])` is an RDD Spark cannot see into: every join, aggregate and write
+    over it runs as if it had rows. An empty local relation (what `limit(0)` becomes) is
+    pruned from the plans built on it, so a binding without ledgers, groups or transactions
+    pays nothing for them (see is_empty_plan).
+    """
+    frame = spark.createDataFrame(list(rows), schema)
+    return frame if rows else frame.limit(0)
+
+
+def empty_frame(spark: SparkSession, schema: StructType | str) -> DataFrame:
+    return local_frame(spark, [], schema)
+
+
+def is_empty_plan(df: DataFrame) -> bool:
+    """True when the optimizer proved `df` has no rows (its plan became an empty local
+    relation, see local_frame); decided without running anything. False means "not proven",
+    not "has rows"."""
+    plan = df._jdf.queryExecution().optimizedPlan()
+    return bool(plan.getClass().getSimpleName() == "LocalRelation" and plan.data().isEmpty())
+
+
+def conform(df: DataFrame, schema: StructType) -> DataFrame:
+    """Select and cast `df` to exactly `schema` (missing columns become typed nulls)."""
+    present = set(df.columns)
+    return df.select(
+        *[(F.col(f.name) if f.name in present else F.lit(None)).cast(f.dataType).alias(f.name) for f in schema.fields]
+    )
+
+
+def _header(name: str) -> Column:
+    matches = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
+    return F.get(matches, 0)["value"].cast("string")
+
+
+def record_key_expression(spec: RecordKeySpec) -> Column:
+    """The Spark expression that finds a record's business key, as a string."""
+    if spec.source == "key":
+        return F.col("key").cast("string")
+    if spec.source == "header":
+        return _header(str(spec.argument))
+    if spec.source == "json":
+        return F.get_json_object(F.col("value").cast("string"), str(spec.argument))
+    raise ValueError(f"unknown record key source {spec.source!r}")
+
+
+def _occurrence() -> Column:
+    return F.struct(
+        F.col("partition"),
+        F.col("offset"),
+        F.unix_millis(F.col("timestamp")).alias("ts_ms"),
+        F.col("session"),
+        F.col("seq"),
+    )
+
+
+def _ms_to_ts(col: Column) -> Column:
+    return F.timestamp_millis(col)
+
+
+RANGE_BUCKET = 65536
+
+
+def _range_join(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value: str, how: str) -> DataFrame:
+    """Join rows to the intervals [start, end] of the same keys that contain `value`.
+
+    Both sides are also matched on a bucket of the value (intervals are repeated for each
+    bucket they span), so a session with millions of entries is never compared with every
+    interval of that session.
+    """
+    bucket_size = F.lit(RANGE_BUCKET)
+    iv = intervals.select(
+        *[F.col(k).alias(f"_iv_{k}") for k in keys],
+        F.col("start").alias("_iv_start"),
+        F.col("end").alias("_iv_end"),
+        F.explode(F.sequence(F.floor(F.col("start") / bucket_size), F.floor(F.col("end") / bucket_size))).alias(
+            "_iv_bucket"
+        ),
+    )
+    bucketed = df.withColumn("_bucket", F.floor(F.col(value) / bucket_size))
+    condition = [bucketed[k] == iv[f"_iv_{k}"] for k in keys] + [
+        bucketed["_bucket"] == iv["_iv_bucket"],
+        bucketed[value] >= iv["_iv_start"],
+        bucketed[value] <= iv["_iv_end"],
+    ]
+    return bucketed.join(iv, condition, how).drop("_bucket")
+
+
+def _range_anti(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
+    """Rows of df whose `value` lies in no interval [start, end] of the same keys."""
+    return _range_join(df, intervals, keys, value, "left_anti")
+
+
+range_anti = _range_anti  # for other jobs (stuck_locate)
+
+
+def _range_semi(df: DataFrame, intervals: DataFrame, keys: Sequence[str], value: str) -> DataFrame:
+    """Rows of df whose `value` lies in some interval [start, end] of the same keys."""
+    return _range_join(df, intervals, keys, value, "left_semi")
+
+
+def merge_intervals(intervals: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Merge overlapping or adjacent [start, end] intervals per keys."""
+    w = Window.partitionBy(*keys).orderBy("start", "end")
+    previous_end = F.max("end").over(w.rowsBetween(Window.unboundedPreceding, -1))
+    opens = F.when(previous_end.isNull() | (F.col("start") > previous_end + 1), 1).otherwise(0)
+    marked = intervals.withColumn("_opens", opens).withColumn(
+        "_island", F.sum("_opens").over(w.rowsBetween(Window.unboundedPreceding, 0))
+    )
+    return (
+        marked.groupBy(*keys, "_island").agg(F.min("start").alias("start"), F.max("end").alias("end")).drop("_island")
+    )
+
+
+def values_to_intervals(values: DataFrame, keys: Sequence[str], value: str, bucket_size: int = 4096) -> DataFrame:
+    """Distinct integer values per keys → merged [start, end] intervals.
+
+    Runs of consecutive values collapse first inside fixed-size buckets (parallel, bounded
+    windows), so one long producer session never lands in a single task.
+    """
+    distinct = values.select(*keys, F.col(value).cast("long").alias("_v")).where(F.col("_v").isNotNull()).distinct()
+    bucketed = distinct.withColumn("_bucket", F.floor(F.col("_v") / F.lit(bucket_size)))
+    w = Window.partitionBy(*keys, "_bucket").orderBy("_v")
+    runs = bucketed.withColumn("_run", F.col("_v") - F.row_number().over(w))
+    per_bucket = runs.groupBy(*keys, "_bucket", "_run").agg(F.min("_v").alias("start"), F.max("_v").alias("end"))
+    return merge_intervals(per_bucket.select(*keys, "start", "end"), keys)
+
+
+def interval_holes(coverage: DataFrame, bounds: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Per keys, the [start, end] ranges within [0, last_seq] not covered by `coverage`.
+
+    coverage: keys, start, end (merged); bounds: keys, last_seq.
+    """
+    w = Window.partitionBy(*keys).orderBy("start")
+    joined = coverage.join(bounds, list(keys), "inner")
+    interior = (
+        joined.withColumn("_hole_start", F.coalesce(F.lag("end").over(w) + 1, F.lit(0).cast("long")))
+        .withColumn("_hole_end", F.least(F.col("start") - 1, F.col("last_seq")))
+        .where(F.col("_hole_start") <= F.col("_hole_end"))
+        .select(*keys, F.col("_hole_start").alias("start"), F.col("_hole_end").alias("end"))
+    )
+    covered_to = coverage.groupBy(*keys).agg(F.max("end").alias("_max_end"))
+    tail = (
+        bounds.join(covered_to, list(keys), "left")
+        .withColumn("start", F.coalesce(F.col("_max_end") + 1, F.lit(0).cast("long")))
+        .where(F.col("start") <= F.col("last_seq"))
+        .select(*keys, "start", F.col("last_seq").alias("end"))
+    )
+    return interior.unionByName(tail)

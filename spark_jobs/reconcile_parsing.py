@@ -1,0 +1,361 @@
+"""Parsing of the reconciliation's inputs: topic records and their audit headers, source rows,
+the producer and consumer ledgers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.binding import RecordKeySpec
+from spark_jobs.reconcile_helpers import (
+    conform,
+    record_key_expression,
+)
+from spark_jobs.reconcile_schemas import (
+    _LEDGER_JSON_SCHEMA,
+    ACKED_RANGE,
+    KEYED,
+    LEDGER_BOUND_SCHEMA,
+    LEDGER_ENTRY_SCHEMA,
+    PROCESSED_SCHEMA,
+    SENT,
+)
+
+# What transform_records says of a record's audit headers (docs/contracts.md).
+HEADERS_OK, HEADERS_MISSING, HEADERS_MALFORMED = "ok", "missing", "malformed"
+AUDIT_HEADERS = ("audit-id", "audit-pid", "audit-seq", "audit-ts")
+# The counts a run reports beside the findings per kind: records it read without any audit
+# header, and with audit headers it could not decode.
+RECORD_COUNTS = ("records_without_headers", "records_malformed_headers")
+
+
+def _header_values(name: str) -> Column:
+    """Every value of header `name` as text; an empty array when the record has none."""
+    matches = F.filter(F.coalesce(F.col("headers"), F.array()), lambda h: h["key"] == F.lit(name))
+    return F.transform(matches, lambda h: h["value"].cast("string"))
+
+
+# Contract version 2: one binary `audit` header (auditor.probes.headers.AUDIT_V2: a version
+# byte 2, the session's 16 bytes, seq and produce time as unsigned 64-bit big-endian).
+AUDIT_V2_HEADER = "audit"
+AUDIT_V2_SIZE = 33
+
+
+def _audit_v2_values() -> Column:
+    matches = F.filter(F.coalesce(F.col("headers"), F.array()), lambda h: h["key"] == F.lit(AUDIT_V2_HEADER))
+    return F.transform(matches, lambda h: h["value"])
+
+
+def _v2_valid(v2: Column) -> Column:
+    """v2: the values of the record's `audit` headers (binary)."""
+    value = F.get(v2, 0)
+    return (
+        (F.size(F.array_distinct(v2)) == 1)
+        & (F.length(value) >= AUDIT_V2_SIZE)
+        & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x02")))
+    )
+
+
+def _session_of(v2: Column, pids: Column) -> Column:
+    """v2: `audit` header values; pids: `audit-pid` header values (text)."""
+    session = F.lower(F.hex(F.substring(F.get(v2, 0), 2, 16)))
+    return F.when(F.size(v2) > 0, F.when(_v2_valid(v2), session)).otherwise(F.get(pids, 0))
+
+
+def _seq_of(v2: Column, seqs: Column) -> Column:
+    """v2: `audit` header values; seqs: `audit-seq` header values (text)."""
+    seq = F.conv(F.hex(F.substring(F.get(v2, 0), 18, 8)), 16, 10).try_cast("long")
+    return F.when(F.size(v2) > 0, F.when(_v2_valid(v2), seq)).otherwise(F.get(seqs, 0).try_cast("long"))
+
+
+def audit_session() -> Column:
+    """The producer session of a record: from a valid `audit` header (v2), else `audit-pid`."""
+    return _session_of(_audit_v2_values(), _header_values("audit-pid"))
+
+
+def audit_seq() -> Column:
+    """The record's sequence: from a valid `audit` header (v2), else `audit-seq` (long or null)."""
+    return _seq_of(_audit_v2_values(), _header_values("audit-seq"))
+
+
+def audit_header_status() -> Column:
+    """`ok`, `missing` (no audit header of either version) or `malformed`: an `audit` header
+    (v2) repeated with different values, shorter than 33 bytes or of another version; else (v1)
+    with the rules of auditor.probes.headers.parse_audit_headers: each of the four present,
+    repeated only with one value, audit-id non-empty, audit-pid 32 lowercase hex digits,
+    audit-seq and audit-ts decimal (audit-seq within a 64-bit integer)."""
+    return _header_status_of(_audit_v2_values(), {name: _header_values(name) for name in AUDIT_HEADERS})
+
+
+def _header_status_of(v2: Column, values: dict[str, Column]) -> Column:
+    """audit_header_status from the values of `audit` and of each of AUDIT_HEADERS."""
+    present = [F.size(v) > 0 for v in values.values()]
+    single = [F.size(F.array_distinct(v)) == 1 for v in values.values()]
+    first = {name: F.get(v, 0) for name, v in values.items()}
+    decodable = [
+        F.length(first["audit-id"]) > 0,
+        first["audit-pid"].rlike("^[0-9a-f]{32}$"),
+        first["audit-seq"].rlike("^[0-9]{1,19}$") & first["audit-seq"].try_cast("long").isNotNull(),
+        first["audit-ts"].rlike("^[0-9]{1,20}$"),
+    ]
+    none_present = ~_any(present)
+    valid = F.coalesce(_all([*single, *decodable]), F.lit(False))
+    return (
+        F.when(F.size(v2) > 0, F.when(_v2_valid(v2), F.lit(HEADERS_OK)).otherwise(F.lit(HEADERS_MALFORMED)))
+        .when(none_present, F.lit(HEADERS_MISSING))
+        .when(valid, F.lit(HEADERS_OK))
+        .otherwise(F.lit(HEADERS_MALFORMED))
+    )
+
+
+def _any(conditions: Sequence[Column]) -> Column:
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = result | condition
+    return result
+
+
+def _all(conditions: Sequence[Column]) -> Column:
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = result & condition
+    return result
+
+
+def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
+    """Kafka source rows → RECORD_SCHEMA (key by the binding's rule, audit headers) plus
+    `header_status` (audit_header_status), which a run counts and the state does not keep.
+
+    Undecodable audit headers still become nulls here (such a record is audited by key
+    only), but they are counted, never silently dropped.
+    """
+    # The headers are searched once per audit header name (a projection of its own: each
+    # array is used several times below, and Spark keeps a non-trivial expression used more
+    # than once in its own projection), not once per use.
+    found = raw.select(
+        record_key_expression(record_key).alias("key"),
+        F.col("partition").cast("int").alias("partition"),
+        F.col("offset").cast("long").alias("offset"),
+        F.col("timestamp"),
+        _audit_v2_values().alias("_v2"),
+        *[_header_values(name).alias(f"_{name}") for name in AUDIT_HEADERS],
+    )
+    v2 = F.col("_v2")
+    values = {name: F.col(f"_{name}") for name in AUDIT_HEADERS}
+    return found.select(
+        "key",
+        "partition",
+        "offset",
+        "timestamp",
+        _session_of(v2, values["audit-pid"]).alias("session"),
+        _seq_of(v2, values["audit-seq"]).alias("seq"),
+        _header_status_of(v2, values).alias("header_status"),
+    )
+
+
+def header_problem_counts() -> list[Column]:
+    """Aggregates over transform_records output, named as in RECORD_COUNTS."""
+    status = F.col("header_status")
+    return [
+        F.count(F.when(status == HEADERS_MISSING, 1)).alias("records_without_headers"),
+        F.count(F.when(status == HEADERS_MALFORMED, 1)).alias("records_malformed_headers"),
+    ]
+
+
+def transform_source_rows(raw: DataFrame, key_column: str, created_column: str) -> DataFrame:
+    """Source table rows → SOURCE_ROW_SCHEMA; one row per key (earliest created wins)."""
+    rows = raw.select(
+        F.col(key_column).cast("string").alias("key"), F.col(created_column).cast("timestamp").alias("created")
+    ).where(F.col("key").isNotNull())
+    return rows.groupBy("key").agg(F.min("created").alias("created"))
+
+
+def transform_aborted(uncommitted: DataFrame, committed_positions: DataFrame) -> DataFrame:
+    """Records read with read_uncommitted that read_committed did not return: aborted."""
+    return uncommitted.join(committed_positions.select("partition", "offset"), ["partition", "offset"], "left_anti")
+
+
+def _parse_ledger(raw: DataFrame) -> DataFrame:
+    return raw.select(F.from_json(F.col("value").cast("string"), _LEDGER_JSON_SCHEMA).alias("m")).select("m.*")
+
+
+def _delivery_status(status: Column, offset: Column) -> Column:
+    """auditor.probes.codec.delivery_status: an `acked` entry without an offset (older probes
+    under acks=0) is `unconfirmed`, never broker-acked."""
+    return F.when((status == F.lit("acked")) & (F.coalesce(offset, F.lit(-1)) < 0), F.lit("unconfirmed")).otherwise(
+        status
+    )
+
+
+def transform_producer_ledger(raw: DataFrame, topic: str) -> tuple[DataFrame, DataFrame]:
+    """Producer-ledger records → (entries for `topic` in LEDGER_ENTRY_SCHEMA, bounds per session).
+
+    The bound of a session is the last sequence it ledgered for the topic (entries and a
+    clean session-end's last_seq); gaps are never inferred past it. Statuses are `acked`
+    (with an offset), `unconfirmed` (sent with acks=0) or `failed`.
+    """
+    parsed = _parse_ledger(raw)
+    batches = parsed.where((F.col("type") == "batch") & (F.col("topic") == topic))
+    entries = batches.select(F.col("pid").alias("session"), F.explode("entries").alias("e")).select(
+        "session",
+        F.get(F.col("e"), 0).try_cast("long").alias("seq"),
+        F.get(F.col("e"), 1).alias("status"),
+        F.get(F.col("e"), 2).try_cast("int").alias("partition"),
+        F.get(F.col("e"), 3).try_cast("long").alias("offset"),
+        F.get(F.col("e"), 4).alias("error"),
+        F.get(F.col("e"), 5).alias("persisted"),
+        F.get(F.col("e"), 6).alias("audit_id"),
+        F.get(F.col("e"), 7).try_cast("long").alias("ts_ms"),
+    )
+    entries = entries.where(F.col("seq").isNotNull() & F.col("session").isNotNull()).withColumn(
+        "status", _delivery_status(F.col("status"), F.col("offset"))
+    )
+    # v2 range records, one entry per sequence: acked without a position (`acked-range`), or
+    # sent and never confirmed (`sent`: acks=0, or the unresolved tail a crash leaves).
+    ranges = parsed.where((F.col("type") == "ranges") & (F.col("topic") == topic)).select(
+        F.col("pid").alias("session"), F.explode("entries").alias("e")
+    )
+    ranged = ranges.select(
+        "session",
+        F.explode(F.sequence(F.get(F.col("e"), 0).try_cast("long"), F.get(F.col("e"), 1).try_cast("long"))).alias(
+            "seq"
+        ),
+        F.when(F.get(F.col("e"), 2) == F.lit("acked"), F.lit(ACKED_RANGE)).otherwise(F.lit(SENT)).alias("status"),
+        F.lit(-1).alias("partition"),
+        F.lit(-1).cast("long").alias("offset"),
+        F.get(F.col("e"), 3).try_cast("long").alias("ts_ms"),
+        F.get(F.col("e"), 4).try_cast("long").alias("to_ms"),
+    )
+    entries = conform(entries, LEDGER_ENTRY_SCHEMA).unionByName(
+        conform(ranged.where(F.col("session").isNotNull() & F.col("seq").isNotNull()), LEDGER_ENTRY_SCHEMA)
+    )
+    ends = parsed.where(F.col("type") == "session-end").select(
+        F.col("pid").alias("session"), F.col("last_seq")[topic].alias("last_seq")
+    )
+    bounds = (
+        entries.select("session", F.col("seq").alias("last_seq"))
+        .unionByName(ends.where(F.col("last_seq").isNotNull()))
+        .groupBy("session")
+        .agg(F.max("last_seq").alias("last_seq"))
+    )
+    keyed = transform_producer_keys(parsed, topic)
+    return (
+        attach_keys(conform(entries, LEDGER_ENTRY_SCHEMA).unionByName(keyed)),
+        conform(bounds, LEDGER_BOUND_SCHEMA),
+    )
+
+
+def transform_producer_keys(parsed: DataFrame, topic: str) -> DataFrame:
+    """v2 `keys` records of `topic` → one KEYED entry (LEDGER_ENTRY_SCHEMA) per sequence with an
+    audit id, with when it was produced (ts_ms = to_ms)."""
+    runs = (
+        parsed.where((F.col("type") == "keys") & (F.col("topic") == topic))
+        .select(F.col("pid").alias("session"), F.explode("entries").alias("e"))
+        .select(
+            "session",
+            F.get(F.col("e"), 0).try_cast("long").alias("first"),
+            F.from_json(F.get(F.col("e"), 1), "array<string>").alias("keys"),
+            F.from_json(F.get(F.col("e"), 2), "array<long>").alias("stamps"),
+        )
+    )
+    # explode, not posexplode: the optimizer prunes an explode of nothing (local_frame).
+    positioned = F.transform(
+        "keys",
+        lambda key, pos: F.struct(pos.alias("pos"), key.alias("audit_id"), F.get(F.col("stamps"), pos).alias("ts_ms")),
+    )
+    keyed = runs.select("session", "first", F.explode(positioned).alias("k")).select(
+        "session",
+        (F.col("first") + F.col("k.pos")).alias("seq"),
+        F.lit(KEYED).alias("status"),
+        F.lit(-1).alias("partition"),
+        F.lit(-1).cast("long").alias("offset"),
+        F.col("k.audit_id").alias("audit_id"),
+        F.col("k.ts_ms").alias("ts_ms"),
+        F.col("k.ts_ms").alias("to_ms"),
+    )
+    return conform(
+        keyed.where(F.col("session").isNotNull() & F.col("first").isNotNull() & F.col("audit_id").isNotNull()),
+        LEDGER_ENTRY_SCHEMA,
+    )
+
+
+def attach_keys(entries: DataFrame) -> DataFrame:
+    """Entries (LEDGER_ENTRY_SCHEMA, KEYED ones among them) with each v2 range entry given the
+    audit id and the produce window of its (session, seq) from a KEYED entry; KEYED entries
+    stay (a later run's ranges take their key from them)."""
+    keys = entries.where(F.col("status") == KEYED).select(
+        "session",
+        "seq",
+        F.col("audit_id").alias("_key"),
+        F.col("ts_ms").alias("_key_from"),
+        F.col("to_ms").alias("_key_to"),
+    )
+    keys = keys.dropDuplicates(["session", "seq"])
+    ranged = F.col("status").isin(ACKED_RANGE, SENT)
+    joined = entries.join(keys, ["session", "seq"], "left")
+    return conform(
+        joined.select(
+            *[c for c in entries.columns if c not in ("audit_id", "ts_ms", "to_ms")],
+            F.when(ranged, F.coalesce("_key", "audit_id")).otherwise(F.col("audit_id")).alias("audit_id"),
+            F.when(ranged & F.col("_key").isNotNull(), F.col("_key_from")).otherwise(F.col("ts_ms")).alias("ts_ms"),
+            F.when(ranged & F.col("_key").isNotNull(), F.col("_key_to")).otherwise(F.col("to_ms")).alias("to_ms"),
+        ),
+        LEDGER_ENTRY_SCHEMA,
+    )
+
+
+def transform_producer_failures(raw: DataFrame, topic: str) -> DataFrame:
+    """v2 failure records of `topic` → LEDGER_ENTRY_SCHEMA, status `failed`, keyed by audit_id.
+
+    A failure report names no sequence (confluent-kafka hands it without headers): `seq` is
+    the first of the window it may belong to, which the range records ledger unconfirmed.
+    For look-ups by key (stuck items), never for sequence gaps.
+    """
+    parsed = _parse_ledger(raw).where((F.col("type") == "failures") & (F.col("topic") == topic))
+    failures = parsed.select(F.col("pid").alias("session"), F.explode("entries").alias("e")).select(
+        "session",
+        F.get(F.col("e"), 0).try_cast("long").alias("seq"),
+        F.lit("failed").alias("status"),
+        F.get(F.col("e"), 2).try_cast("int").alias("partition"),
+        F.lit(-1).cast("long").alias("offset"),
+        F.get(F.col("e"), 3).alias("error"),
+        F.get(F.col("e"), 4).alias("persisted"),
+        F.get(F.col("e"), 5).alias("audit_id"),
+        F.get(F.col("e"), 6).try_cast("long").alias("ts_ms"),
+    )
+    return conform(failures, LEDGER_ENTRY_SCHEMA)
+
+
+def transform_consumer_ledger(raw: DataFrame, topic: str, groups: Iterable[str]) -> DataFrame:
+    """Consumer-ledger `processed` records → PROCESSED_SCHEMA for `topic` and the binding's groups."""
+    parsed = _parse_ledger(raw).where((F.col("type") == "processed") & F.col("group").isin(list(groups)))
+    entries = parsed.select("group", F.col("sid").alias("consumer_session"), F.explode("entries").alias("e")).select(
+        "group",
+        "consumer_session",
+        F.get(F.col("e"), 0).alias("topic"),
+        F.get(F.col("e"), 1).try_cast("int").alias("partition"),
+        F.get(F.col("e"), 2).try_cast("long").alias("offset"),
+        F.get(F.col("e"), 3).alias("audit_id"),
+        F.get(F.col("e"), 4).try_cast("long").alias("ts_ms"),
+    )
+    marks = conform(entries.where((F.col("topic") == topic) & F.col("offset").isNotNull()), PROCESSED_SCHEMA)
+    # v2: ranges of consecutive offsets, one row per offset.
+    ranged = (
+        _parse_ledger(raw)
+        .where((F.col("type") == "processed-ranges") & F.col("group").isin(list(groups)))
+        .select("group", F.col("sid").alias("consumer_session"), F.explode("entries").alias("e"))
+        .where(F.get(F.col("e"), 0) == F.lit(topic))
+        .select(
+            "group",
+            "consumer_session",
+            F.get(F.col("e"), 1).try_cast("int").alias("partition"),
+            F.explode(F.sequence(F.get(F.col("e"), 2).try_cast("long"), F.get(F.col("e"), 3).try_cast("long"))).alias(
+                "offset"
+            ),
+            F.get(F.col("e"), 4).try_cast("long").alias("ts_ms"),
+        )
+    )
+    return marks.unionByName(conform(ranged.where(F.col("offset").isNotNull()), PROCESSED_SCHEMA))

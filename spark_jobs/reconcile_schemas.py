@@ -1,0 +1,166 @@
+"""The reconciliation job's schemas and vocabulary: Kafka rows, records, the state datasets
+(docs/contracts.md), findings.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+KAFKA_RAW_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+        StructField(
+            "headers",
+            ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+        ),
+    ]
+)
+
+RECORD_SCHEMA = StructType(
+    [
+        StructField("key", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("session", StringType()),
+        StructField("seq", LongType()),
+    ]
+)
+# Per-key index entry: how many records a key has (in one state delta), its first one, and
+# the run that read it (null in state written before runs were named here).
+KEY_INDEX_SCHEMA = StructType(
+    [
+        StructField("key", StringType()),
+        StructField("n", LongType()),
+        *RECORD_SCHEMA.fields[1:],
+        StructField("run_id", StringType()),
+    ]
+)
+# A key an earlier run saw at partition/offset whose record is gone from there although the
+# log still covers that offset (truncated and rewritten: unclean leader election, a topic
+# re-created). run_id saw it; detected_run noticed it was gone.
+LOST_SIGHTING_SCHEMA = StructType(
+    [
+        *KEY_INDEX_SCHEMA.fields[:1],
+        *RECORD_SCHEMA.fields[1:],
+        StructField("run_id", StringType()),
+        StructField("detected_run", StringType()),
+    ]
+)
+SOURCE_ROW_SCHEMA = StructType([StructField("key", StringType()), StructField("created", TimestampType())])
+INTERVAL_SCHEMA = StructType(
+    [StructField("session", StringType()), StructField("start", LongType()), StructField("end", LongType())]
+)
+LEDGER_ENTRY_SCHEMA = StructType(
+    [
+        StructField("session", StringType()),
+        StructField("seq", LongType()),
+        StructField("status", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("error", StringType()),
+        StructField("persisted", StringType()),
+        StructField("audit_id", StringType()),
+        StructField("ts_ms", LongType()),
+        # v2: the end of the window the record was produced in (ts_ms is its start)
+        StructField("to_ms", LongType()),
+    ]
+)
+LEDGER_BOUND_SCHEMA = StructType([StructField("session", StringType()), StructField("last_seq", LongType())])
+PROCESSED_SCHEMA = StructType(
+    [
+        StructField("group", StringType()),
+        StructField("consumer_session", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("audit_id", StringType()),
+        StructField("ts_ms", LongType()),
+    ]
+)
+PROCESSED_INTERVAL_SCHEMA = StructType(
+    [
+        StructField("group", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("start", LongType()),
+        StructField("end", LongType()),
+    ]
+)
+REPROCESSED_SCHEMA = StructType(
+    [
+        StructField("group", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("count", LongType()),
+        StructField("consumer_sessions", ArrayType(StringType())),
+        StructField("audit_id", StringType()),
+        StructField("first_ms", LongType()),
+        StructField("last_ms", LongType()),
+    ]
+)
+CANDIDATE_SCHEMA = StructType([StructField("group", StringType()), *RECORD_SCHEMA.fields])
+COMMITTED_SCHEMA = StructType(
+    [StructField("group", StringType()), StructField("partition", IntegerType()), StructField("committed", LongType())]
+)
+# Per partition of the topic: log start offset and the end of what this run has read.
+WATERMARK_SCHEMA = StructType(
+    [StructField("partition", IntegerType()), StructField("low", LongType()), StructField("end", LongType())]
+)
+
+OFFSET_STRUCT = StructType([StructField("partition", IntegerType()), StructField("offset", LongType())])
+FINDING_SCHEMA = StructType(
+    [
+        StructField("kind", StringType(), nullable=False),
+        StructField("key", StringType()),
+        StructField("cause", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("offsets", ArrayType(OFFSET_STRUCT)),
+        StructField("timestamp", TimestampType()),
+        StructField("session", StringType()),
+        StructField("seq", LongType()),
+        StructField("seq_end", LongType()),
+        StructField("group", StringType()),
+        StructField("evidence", StringType()),
+    ]
+)
+# Ledger statuses of v2 range records, one per sequence (auditor.probes.codec).
+ACKED_RANGE = "acked-range"
+SENT = "sent"
+# v2 `keys` records: the audit id of a sequence, which the range entries of that (session,
+# seq) take on (it may come in another run's slice of the ledger); no status of its own.
+KEYED = "keyed"
+FINDING_KINDS = ("missing", "duplicate", "orphan", "gap", "aborted", "unprocessed", "reprocessed")
+# Not a finding kind: a run count of source rows that could not be checked (unverifiable_rows).
+UNVERIFIABLE = "unverifiable"
+
+_LEDGER_JSON_SCHEMA = StructType(
+    [
+        StructField("v", IntegerType()),
+        StructField("type", StringType()),
+        StructField("pid", StringType()),
+        StructField("sid", StringType()),
+        StructField("group", StringType()),
+        StructField("topic", StringType()),
+        StructField("ts", LongType()),
+        # Entries are heterogeneous JSON arrays; a string-typed element keeps each value's
+        # JSON text, which is then cast per position.
+        StructField("entries", ArrayType(ArrayType(StringType()))),
+        StructField("last_seq", MapType(StringType(), LongType())),
+    ]
+)

@@ -1,0 +1,294 @@
+"""State updates of the reconciliation: (previous state, this run's new data) → next state. A
+full run is the same code with an empty previous state, so incremental and full runs agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from spark_jobs.reconcile_helpers import (
+    _range_anti,
+    _range_semi,
+    conform,
+    merge_intervals,
+    values_to_intervals,
+)
+from spark_jobs.reconcile_schemas import (
+    ACKED_RANGE,
+    CANDIDATE_SCHEMA,
+    INTERVAL_SCHEMA,
+    KEY_INDEX_SCHEMA,
+    KEYED,
+    LEDGER_BOUND_SCHEMA,
+    LEDGER_ENTRY_SCHEMA,
+    LOST_SIGHTING_SCHEMA,
+    PROCESSED_INTERVAL_SCHEMA,
+    RECORD_SCHEMA,
+    REPROCESSED_SCHEMA,
+    SENT,
+    SOURCE_ROW_SCHEMA,
+)
+
+
+def transform_key_stats(records: DataFrame) -> DataFrame:
+    """Per key of this run's records: `n` and `first` (the record at the lowest partition,
+    offset). The one shuffle of the records by key that the state updates share (pass it as
+    `key_stats`; each computes it itself when not given)."""
+    first = F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("first")
+    return records.where(F.col("key").isNotNull()).groupBy("key").agg(F.count("*").alias("n"), first)
+
+
+def _stats(records: DataFrame, key_stats: DataFrame | None) -> DataFrame:
+    return key_stats if key_stats is not None else transform_key_stats(records)
+
+
+def transform_key_delta(records: DataFrame, run_id: str, key_stats: DataFrame | None = None) -> DataFrame:
+    """This run's per-key index delta: count and first record (lowest partition, offset)."""
+    return _stats(records, key_stats).select("key", "n", "first.*", F.lit(run_id).alias("run_id"))
+
+
+def transform_rebuild_memory(
+    old_index: DataFrame, records: DataFrame, lows: DataFrame, rewritten: Sequence[int], run_id: str
+) -> tuple[DataFrame, DataFrame]:
+    """What a rebuild keeps of the key index when offsets already read were rewritten.
+
+    A rebuild reads every partition again from its log start. Of the earlier index it keeps
+    (1) entries below the log start: seen by an earlier run, deleted since (retention), still
+    delivered; (2) as lost sightings, entries of the rewritten partitions at offsets the log
+    still covers whose key is no longer at that offset: the broker lost them.
+
+    lows: partition, low (the log start of each partition).
+    """
+    indexed = conform(old_index, KEY_INDEX_SCHEMA).join(lows.select("partition", "low"), "partition", "left")
+    below = F.col("offset") < F.coalesce(F.col("low"), F.lit(0))
+    carried = indexed.where(below)
+    covered = indexed.where(~below & F.col("partition").isin(list(rewritten)))
+    still_there = records.where(F.col("key").isNotNull()).select("key", "partition", "offset")
+    lost = covered.join(still_there, ["key", "partition", "offset"], "left_anti").withColumn(
+        "detected_run", F.lit(run_id)
+    )
+    return conform(carried, KEY_INDEX_SCHEMA), conform(lost, LOST_SIGHTING_SCHEMA)
+
+
+def transform_lost_sightings(old_lost: DataFrame, new_lost: DataFrame, records: DataFrame) -> DataFrame:
+    """Lost sightings so far, less keys this run found a record of after all."""
+    found = records.where(F.col("key").isNotNull()).select("key").distinct()
+    lost = conform(old_lost, LOST_SIGHTING_SCHEMA).unionByName(conform(new_lost, LOST_SIGHTING_SCHEMA))
+    return lost.join(found, "key", "left_anti")
+
+
+def _maybe_broadcast(df: DataFrame, hint: bool) -> DataFrame:
+    return F.broadcast(df) if hint else df
+
+
+def transform_duplicate_records(
+    new_records: DataFrame,
+    old_index: DataFrame,
+    old_duplicates: DataFrame,
+    broadcast_new: bool = False,
+    key_stats: DataFrame | None = None,
+) -> DataFrame:
+    """Every record of every key seen more than once so far (RECORD_SCHEMA).
+
+    old_index: all key-index deltas of earlier runs; only entries of keys in this run are
+    touched (a semi-join), so the cost follows the new data.
+    """
+    keyed = new_records.where(F.col("key").isNotNull())
+    new_counts = _stats(new_records, key_stats).select("key", F.col("n").alias("n_new"))
+    touched = old_index.join(_maybe_broadcast(new_counts.select("key"), broadcast_new), "key", "left_semi")
+    old_counts = touched.groupBy("key").agg(
+        F.sum("n").alias("n_old"), F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("first")
+    )
+    counts = new_counts.join(old_counts, "key", "left")
+    duplicated = counts.where(F.col("n_new") + F.coalesce(F.col("n_old"), F.lit(0)) > 1)
+    added_new = keyed.join(duplicated.select("key"), "key", "left_semi")
+    # A key seen exactly once before is not in old_duplicates yet: bring its first record.
+    added_old = duplicated.where(F.col("n_old") == 1).select("key", "first.*")
+    return (
+        conform(old_duplicates, RECORD_SCHEMA)
+        .unionByName(conform(added_new, RECORD_SCHEMA))
+        .unionByName(conform(added_old, RECORD_SCHEMA))
+    )
+
+
+def transform_new_source_rows(new_rows: DataFrame, old_source: DataFrame, broadcast_new: bool = False) -> DataFrame:
+    """Rows of this window not already known (windows overlap by the look-back)."""
+    known = old_source.join(_maybe_broadcast(new_rows.select("key"), broadcast_new), "key", "left_semi")
+    return new_rows.join(known.select("key"), "key", "left_anti")
+
+
+def transform_pending_source(
+    old_pending: DataFrame,
+    new_source: DataFrame,
+    new_records: DataFrame,
+    old_index: DataFrame,
+    broadcast_new: bool = False,
+    key_stats: DataFrame | None = None,
+) -> DataFrame:
+    """Source rows with no record so far (SOURCE_ROW_SCHEMA); `missing` once past grace."""
+    new_keys = _stats(new_records, key_stats).select("key")
+    earlier = old_index.select("key").join(
+        _maybe_broadcast(new_source.select("key"), broadcast_new), "key", "left_semi"
+    )
+    matched = new_keys.unionByName(earlier)
+    pending = conform(old_pending, SOURCE_ROW_SCHEMA).unionByName(conform(new_source, SOURCE_ROW_SCHEMA))
+    return pending.join(matched, "key", "left_anti")
+
+
+def transform_orphan_candidates(
+    old_candidates: DataFrame,
+    new_records: DataFrame,
+    old_source: DataFrame,
+    new_source: DataFrame,
+    broadcast_new: bool = False,
+    key_stats: DataFrame | None = None,
+) -> DataFrame:
+    """Records whose key has no source row so far, or no key at all (RECORD_SCHEMA)."""
+    new_keys = _stats(new_records, key_stats).select("key")
+    known = old_source.select("key").join(_maybe_broadcast(new_keys, broadcast_new), "key", "left_semi")
+    known = known.unionByName(new_source.select("key"))
+    # Orphan keys are few: find them among the keys, then their records (a record whose key
+    # cannot be found is always an orphan).
+    orphan_keys = new_keys.join(known, "key", "left_anti")
+    fresh = new_records.where(F.col("key").isNull()).unionByName(new_records.join(orphan_keys, "key", "left_semi"))
+    kept = old_candidates.join(new_source.select("key"), "key", "left_anti")
+    return conform(kept, RECORD_SCHEMA).unionByName(conform(fresh, RECORD_SCHEMA))
+
+
+def transform_seq_coverage(old_coverage: DataFrame, records: DataFrame) -> DataFrame:
+    """Merged intervals of audit-seq values seen per producer session (INTERVAL_SCHEMA)."""
+    new_intervals = values_to_intervals(records.where(F.col("session").isNotNull()), ["session"], "seq")
+    return conform(
+        merge_intervals(conform(old_coverage, INTERVAL_SCHEMA).unionByName(new_intervals), ["session"]), INTERVAL_SCHEMA
+    )
+
+
+def transform_ledger_open(old_open: DataFrame, new_entries: DataFrame, coverage: DataFrame) -> DataFrame:
+    """Ledger entries whose sequence is not (yet) in the topic: the only ones a gap needs.
+
+    One entry per (session, seq), the strongest: `acked` > `unconfirmed` > `failed` (v1;
+    merged ledgers can disagree) > `acked-range` > `sent` (v2: a resolved range overrides the
+    unresolved tail written before it).
+    """
+    entries = conform(old_open, LEDGER_ENTRY_SCHEMA).unionByName(conform(new_entries, LEDGER_ENTRY_SCHEMA))
+    rank = (
+        F.when(F.col("status") == "acked", 5)
+        .when(F.col("status") == "unconfirmed", 4)
+        .when(F.col("status") == "failed", 3)
+        .when(F.col("status") == ACKED_RANGE, 2)
+        .when(F.col("status") == SENT, 1)
+        .otherwise(0)
+    )
+    # v2: the key of a (session, seq) may be on another entry than the strongest (a KEYED one,
+    # or the tail's `sent` entry a later `acked-range` one supersedes): it is kept.
+    keyed = F.col("status").isin(KEYED, ACKED_RANGE, SENT) & F.col("audit_id").isNotNull()
+    best = entries.groupBy("session", "seq").agg(
+        F.max_by(F.struct(*entries.columns), rank).alias("e"),
+        F.max_by(F.struct("audit_id", "ts_ms", "to_ms"), F.when(keyed, 1).otherwise(0)).alias("k"),
+    )
+    fill = F.col("e.status").isin(ACKED_RANGE, SENT) & F.col("e.audit_id").isNull() & F.col("k.audit_id").isNotNull()
+    best = best.select(
+        *[
+            F.when(fill, F.col(f"k.{name}")).otherwise(F.col(f"e.{name}")).alias(name)
+            if name in ("audit_id", "ts_ms", "to_ms")
+            else F.col(f"e.{name}")
+            for name in entries.columns
+        ]
+    )
+    return conform(_range_anti(best, coverage, ["session"], "seq"), LEDGER_ENTRY_SCHEMA)
+
+
+def transform_ledger_bounds(old_bounds: DataFrame, new_bounds: DataFrame) -> DataFrame:
+    union = conform(old_bounds, LEDGER_BOUND_SCHEMA).unionByName(conform(new_bounds, LEDGER_BOUND_SCHEMA))
+    return union.groupBy("session").agg(F.max("last_seq").alias("last_seq"))
+
+
+def transform_processed_coverage(old_coverage: DataFrame, processed: DataFrame) -> DataFrame:
+    """Merged intervals of processed offsets per (group, partition)."""
+    new_intervals = values_to_intervals(processed, ["group", "partition"], "offset")
+    merged = merge_intervals(
+        conform(old_coverage, PROCESSED_INTERVAL_SCHEMA).unionByName(conform(new_intervals, PROCESSED_INTERVAL_SCHEMA)),
+        ["group", "partition"],
+    )
+    return conform(merged, PROCESSED_INTERVAL_SCHEMA)
+
+
+def transform_reprocessed(
+    old_reprocessed: DataFrame,
+    old_coverage: DataFrame,
+    processed: DataFrame,
+    records: DataFrame | None = None,
+    old_candidates: DataFrame | None = None,
+) -> DataFrame:
+    """Offsets a group processed more than once so far (REPROCESSED_SCHEMA).
+
+    v2 marks are offset ranges without keys: the key of such an offset is taken from this
+    run's `records` (RECORD_SCHEMA) or, for a record an earlier run read, from the group's
+    `old_candidates` (CANDIDATE_SCHEMA: records it had not processed yet)."""
+    keys = ["group", "partition", "offset"]
+    if records is not None or old_candidates is not None:
+        found: DataFrame | None = None
+        if records is not None:
+            found = processed.join(
+                records.where(F.col("key").isNotNull()).select("partition", "offset", F.col("key").alias("_r")),
+                ["partition", "offset"],
+                "left",
+            )
+        base = found if found is not None else processed.withColumn("_r", F.lit(None).cast("string"))
+        if old_candidates is not None:
+            candidates = conform(old_candidates, CANDIDATE_SCHEMA).select(*keys, F.col("key").alias("_c"))
+            base = base.join(candidates, keys, "left")
+        else:
+            base = base.withColumn("_c", F.lit(None).cast("string"))
+        processed = base.withColumn("audit_id", F.coalesce("audit_id", "_r", "_c")).drop("_r", "_c")
+    new_counts = processed.groupBy(*keys).agg(
+        F.count("*").alias("n_new"),
+        F.array_sort(F.collect_set("consumer_session")).alias("new_sessions"),
+        F.max("audit_id").alias("new_audit_id"),
+        F.min("ts_ms").alias("new_first"),
+        F.max("ts_ms").alias("new_last"),
+    )
+    seen_before = _range_semi(new_counts.select(*keys), old_coverage, ["group", "partition"], "offset").withColumn(
+        "_seen", F.lit(1)
+    )
+    old = conform(old_reprocessed, REPROCESSED_SCHEMA)
+    combined = new_counts.join(seen_before, keys, "left").join(old, keys, "left")
+    prior = F.coalesce(F.col("count"), F.col("_seen").cast("long"), F.lit(0).cast("long"))
+    updated = combined.where(F.col("n_new") + prior > 1).select(
+        *keys,
+        (F.col("n_new") + prior).alias("count"),
+        F.array_sort(
+            F.array_distinct(F.concat(F.coalesce("consumer_sessions", F.array().cast("array<string>")), "new_sessions"))
+        ).alias("consumer_sessions"),
+        F.coalesce("audit_id", "new_audit_id").alias("audit_id"),
+        F.least("first_ms", "new_first").alias("first_ms"),
+        F.greatest("last_ms", "new_last").alias("last_ms"),
+    )
+    untouched = old.join(new_counts.select(*keys), keys, "left_anti")
+    return conform(untouched, REPROCESSED_SCHEMA).unionByName(conform(updated, REPROCESSED_SCHEMA))
+
+
+def transform_unprocessed_candidates(
+    old_candidates: DataFrame,
+    new_records: DataFrame,
+    processed_coverage: DataFrame,
+    groups: DataFrame,
+    committed: DataFrame,
+) -> DataFrame:
+    """Records each of the binding's groups has not (yet) marked processed (CANDIDATE_SCHEMA).
+
+    groups: the binding's consumer groups (one column `group`). A group whose consumer
+    ledger has no entry yet keeps only records it has not committed past: a ledger that
+    appears later cannot speak for records consumed before it existed, and this bounds the
+    state to the group's lag.
+    """
+    fresh = groups.select("group").distinct().crossJoin(conform(new_records, RECORD_SCHEMA))
+    candidates = conform(old_candidates, CANDIDATE_SCHEMA).unionByName(conform(fresh, CANDIDATE_SCHEMA))
+    open_candidates = _range_anti(candidates, processed_coverage, ["group", "partition"], "offset")
+    ledgered = processed_coverage.select("group").distinct().withColumn("_ledgered", F.lit(True))
+    judged = open_candidates.join(ledgered, "group", "left").join(committed, ["group", "partition"], "left")
+    keep = F.col("_ledgered").isNotNull() | F.col("committed").isNull() | (F.col("offset") >= F.col("committed"))
+    return conform(judged.where(keep), CANDIDATE_SCHEMA)
