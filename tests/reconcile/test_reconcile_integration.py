@@ -255,7 +255,8 @@ def expected_final(w: World) -> set[Finding]:
         ("gap", "13", "broker-lost", *w.at("nokey")),
         ("aborted", "12", None, *w.at("t12")),
         ("unprocessed", "3", None, *w.at("t3")),
-        ("reprocessed", None, None, *w.at("t2")),
+        # The consumer marks offsets (contract v2); the key is the record's at that offset.
+        ("reprocessed", "2", None, *w.at("t2")),
     }
 
 
@@ -633,9 +634,10 @@ def test_it_reconciles_records_of_both_contract_versions_from_real_probes(
         [
             ("missing", "4", None, None, None),
             ("missing", "8", None, None, None),
-            # v1: the failure names its sequence; v2: its window is unconfirmed, never acked.
+            # v1: the failure names its sequence; v2: its window is unconfirmed, never acked, and
+            # the key of each sequence comes from the `keys` record.
             ("gap", "4", "send-failed", old.session_id, 3),
-            ("gap", None, "send-unconfirmed", new.session_id, 3),
+            ("gap", "8", "send-unconfirmed", new.session_id, 3),
         ],
         key=repr,
     )
