@@ -35,6 +35,15 @@ class Score:
     wrong: list[dict[str, Any]]
 
 
+def merge(*parts: Verdicts) -> dict[str, set[str]]:
+    """One key → verdicts map from several auditor answers (or several parts of the truth)."""
+    merged: dict[str, set[str]] = {}
+    for part in parts:
+        for key, found in part.items():
+            merged.setdefault(key, set()).update(found)
+    return merged
+
+
 def verdict_counts(verdicts: Verdicts) -> dict[str, int]:
     counts: Counter[str] = Counter()
     for found in verdicts.values():

@@ -18,9 +18,13 @@ import uuid
 from dataclasses import dataclass, field
 
 import psycopg
+from confluent_kafka.admin import AdminClient
 from django.conf import settings
 
 from auditor.lab.cluster import Cluster, LabError
+from auditor.lint.engine.errors import LintInputError
+from auditor.lint.live import lint_live_cluster
+from auditor.lint.service import lint_pasted
 from auditor.pipelines.models import Binding, SourceDatabase, StuckRule
 from auditor.pipelines.models import Cluster as ClusterModel
 from auditor.reconcile import conf as reconcile_conf
@@ -286,6 +290,32 @@ class World:
             reasons[item.key] = item.reason
         return AuditorAnswer(verdicts, time.monotonic(), {"notes": run.notes}, reasons)
 
+    def lint(self, **clients: dict[str, object]) -> AuditorAnswer:
+        """Config lint at the binding's guarantee, as users run it: each client's config as pasted
+        into `audit lint` (``producer=…``, ``consumer=…``: what the scenario's clients ran with) and
+        the scenario's topic as the live cluster describes it. Errors only, one verdict per
+        setting: ``lint:<setting>`` on ``lint producer`` / ``lint consumer`` / ``lint topic``.
+        Warnings are advice (a default worth a look), not a claim that the guarantee can break,
+        so they are not scored; the broker-wide settings belong to the stack, not the scenario."""
+        if self.binding is None:
+            raise LabError("lint before make_binding")
+        guarantee = self.binding.guarantee
+        verdicts: Verdicts = {}
+        for kind, config in clients.items():
+            text = "\n".join(f"{name}={_property(value)}" for name, value in config.items())
+            try:
+                _fmt, results = lint_pasted(text, fmt="properties", client="librdkafka", guarantee=guarantee, kind=kind)
+            except LintInputError as exc:
+                raise LabError(f"the lint refused the {kind} config: {exc}") from exc
+            for scanned in results:
+                if scanned.result.severity == "error":
+                    verdicts.setdefault(f"lint {kind}", set()).add(f"lint:{scanned.result.config}")
+        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap})
+        for result in lint_live_cluster(admin, guarantee, topics=[self.topic]):
+            if result.target == "topic" and result.severity == "error":
+                verdicts.setdefault("lint topic", set()).add(f"lint:{result.config}")
+        return AuditorAnswer(verdicts, time.monotonic())
+
     # --- cleanup ---------------------------------------------------------------------------
     def cleanup(self) -> None:
         self.stop_consumers()
@@ -301,3 +331,7 @@ class World:
             ClusterModel.objects.filter(name=self.name).delete()
             SourceDatabase.objects.filter(name=self.name).delete()
             shutil.rmtree(reconcile_conf.state_dir() / self.name, ignore_errors=True)
+
+
+def _property(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -8,7 +8,7 @@ import time
 from confluent_kafka import Producer
 
 from auditor.lab import truth
-from auditor.lab.compare import Outcome
+from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
 from auditor.lab.workload import Delivery, produce
 from auditor.lab.world import STUCK_AGE_S, World
@@ -86,10 +86,22 @@ def _replicas_down(world: World, probed: bool) -> Outcome:
 
 @scenario(
     "acks0-leader-killed",
-    "acks=0 (fire-and-forget) while the leader is killed -9: sends the client called successful never "
-    "reached the log; the ledger says unconfirmed, the auditor says produce-failed (AuditedProducer)",
+    "acks=0 (fire-and-forget) while the leader is killed -9: sends the client called successful may never "
+    "reach the log; the ledger says unconfirmed, the auditor says produce-failed (AuditedProducer)",
 )
 def acks0_leader_killed(world: World) -> Outcome:
+    return _acks0(world, probed=True)
+
+
+@scenario(
+    "acks0-leader-killed-plain",
+    "as acks0-leader-killed with a plain producer: the rows whose record never reached the log: missing",
+)
+def acks0_leader_killed_plain(world: World) -> Outcome:
+    return _acks0(world, probed=False)
+
+
+def _acks0(world: World, probed: bool) -> Outcome:
     cluster = world.cluster
     world.make_topic(replication=3, min_insync_replicas="2")
     world.make_table()
@@ -97,9 +109,9 @@ def acks0_leader_killed(world: World) -> Outcome:
     world.make_rule(older_than_s=1)
     tickets = list(range(1, 201))
     world.insert(tickets, age_s=STUCK_AGE_S)
-    producer = AuditedProducer(
-        {"bootstrap.servers": cluster.bootstrap, "acks": "0", "linger.ms": 0, "message.timeout.ms": 10000},
-        delivery_reports="all",
+    settings = {"bootstrap.servers": cluster.bootstrap, "acks": "0", "linger.ms": 0, "message.timeout.ms": 10000}
+    producer: AuditedProducer | Producer = (
+        AuditedProducer(settings, delivery_reports="all") if probed else Producer(settings)
     )
     reports: list[Delivery] = []
     leader = cluster.partition(world.topic).leader
@@ -111,23 +123,31 @@ def acks0_leader_killed(world: World) -> Outcome:
             injected_at = time.monotonic()
         time.sleep(0.005)
     producer.flush(30)
-    producer.close(60)
+    if isinstance(producer, AuditedProducer):
+        producer.close(60)
     cluster.broker("start", leader)
     dropped = _absent(world, reports)
     world.notes.append(
         f"{len(reports)} delivery reports, {len(truth.failed(reports))} with an error; absent: "
         f"{sorted(dropped, key=int)[:20]}"
     )
-    world.consume("at-least-once", probed=True, records=len(tickets) - len(dropped), idle_s=15)
+    world.consume("at-least-once", probed=probed, records=len(tickets) - len(dropped), idle_s=15)
     rows = world.rows()
-    expected = {key: {"stuck:produce-failed"} for key in dropped if rows.get(int(key)) == "NEW"}
-    expected |= world.expected_group_risks()
-    answer = world.stuck()
-    world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:3]
+    lost = {key for key in dropped if rows.get(int(key)) == "NEW"}
+    # The setting that lets a send vanish with no error: acks=0 (the lint's job to say so).
+    lint_truth = {"lint producer": {"lint:acks"}}
+    if probed:
+        expected = {key: {"stuck:produce-failed"} for key in lost} | world.expected_group_risks()
+        answer = world.stuck()
+        world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:3]
+    else:
+        expected = {key: {"missing"} for key in lost}
+        answer = world.reconcile()
+    lint = world.lint(producer=settings)
     return Outcome(
         injected=f"acks=0, leader {leader} killed -9 after 100 of 200 sends",
-        expected=expected,
-        got=answer.verdicts,
+        expected=merge(expected, lint_truth),
+        got=merge(answer.verdicts, lint.verdicts),
         detect_s=(answer.finished_monotonic - injected_at) if expected else None,
     )
 
@@ -138,23 +158,35 @@ def acks0_leader_killed(world: World) -> Outcome:
     "sends them again; both copies land: duplicate by app-resend (AuditedProducer)",
 )
 def app_resend(world: World) -> Outcome:
+    return _app_resend(world, probed=True)
+
+
+@scenario(
+    "app-resend-plain",
+    "as app-resend with a plain producer: the copies are there, their cause unknown without audit headers",
+)
+def app_resend_plain(world: World) -> Outcome:
+    return _app_resend(world, probed=False)
+
+
+def _app_resend(world: World, probed: bool) -> Outcome:
     cluster = world.cluster
     world.make_topic(replication=3, min_insync_replicas="2")
     world.make_table()
     world.make_binding()
     tickets = list(range(1, 21))
     world.insert(tickets)
-    producer = AuditedProducer(
-        {
-            "bootstrap.servers": cluster.bootstrap,
-            "acks": "all",
-            "enable.idempotence": False,
-            "retries": 0,
-            "request.timeout.ms": 1500,
-            "message.timeout.ms": 2500,
-            "linger.ms": 0,
-        },
-        delivery_reports="all",
+    settings = {
+        "bootstrap.servers": cluster.bootstrap,
+        "acks": "all",
+        "enable.idempotence": False,
+        "retries": 0,
+        "request.timeout.ms": 1500,
+        "message.timeout.ms": 2500,
+        "linger.ms": 0,
+    }
+    producer: AuditedProducer | Producer = (
+        AuditedProducer(settings, delivery_reports="all") if probed else Producer(settings)
     )
     reports = produce(cluster.bootstrap, world.topic, tickets[:10], producer=producer)
     layout = cluster.partition(world.topic)
@@ -169,7 +201,8 @@ def app_resend(world: World) -> Outcome:
     producer.flush(30)
     resent = sorted(truth.failed(reports), key=int)
     produce(cluster.bootstrap, world.topic, [int(k) for k in resent], producer=producer, flush_s=30, reports=reports)
-    producer.close(60)
+    if isinstance(producer, AuditedProducer):
+        producer.close(60)
     sends: dict[str, int] = {}
     for d in reports:
         sends[d.key] = sends.get(d.key, 0) + 1
@@ -182,7 +215,10 @@ def app_resend(world: World) -> Outcome:
         elif now[key] > 1:
             # One copy per produce() call: the application sent it again. More copies than calls:
             # the client retried as well, which the records' sequence numbers show.
-            expected[key] = {"duplicate/app-resend" if now[key] == sends[key] else "duplicate/producer-retry"}
+            if not probed:  # without audit headers two copies are just two copies
+                expected[key] = {"duplicate/unknown"}
+            else:
+                expected[key] = {"duplicate/app-resend" if now[key] == sends[key] else "duplicate/producer-retry"}
     world.notes.append(f"re-sent by the application: {resent}")
     answer = world.reconcile()
     return Outcome(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 from auditor.lab.cluster import LabError, wait_until
-from auditor.lab.compare import Outcome
+from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
-from auditor.lab.workload import produce
+from auditor.lab.workload import consumer_config, produce
 from auditor.lab.world import STUCK_AGE_S, World
 
 TICKETS = list(range(1, 31))
@@ -198,12 +198,65 @@ def crash_auto_commit(world: World) -> Outcome:
         world.notes.append("the crash cost nothing this time: no record skipped or processed twice")
     world.notes.append(f"consumer exit {crashed}; committed {committed}; truth {sorted(expected.items())[:5]}")
     expected |= world.expected_group_risks()
+    # The config let it happen: auto-commit commits the offsets stored at poll time
+    # (enable.auto.offset.store=true, the default), processed or not.
+    expected["lint consumer"] = {"lint:enable.auto.offset.store"}
     found = world.reconcile()
     stuck = world.stuck()
-    got = {k: found.verdicts.get(k, set()) | stuck.verdicts.get(k, set()) for k in {*found.verdicts, *stuck.verdicts}}
+    lint = world.lint(consumer=consumer_config(world.cluster.bootstrap, world.group, "auto", auto_commit_ms=1000))
+    got = merge(found.verdicts, stuck.verdicts, lint.verdicts)
     return Outcome(
         injected=f"auto-commit every 1 s, 1.5 s per record, killed -9 while processing record {AUTO_CRASH_AT}",
         expected=expected,
         got=got,
         detect_s=max(found.finished_monotonic, stuck.finished_monotonic) - injected_at,
+    )
+
+
+BATCH, SLOW_MS, MAX_POLL_MS = 10, 1000, 6000
+
+
+@scenario(
+    "rebalance-mid-batch",
+    "a consumer processes a batch of 10 records at 1 s each (max.poll.interval.ms=6s) while a second member "
+    "joins: the group moves the partition mid-batch, the batch's commit fails and the new owner processes "
+    "it again: reprocessed (AuditedConsumer)",
+)
+def rebalance_mid_batch(world: World) -> Outcome:
+    return _rebalance(world, probed=True)
+
+
+@scenario(
+    "rebalance-mid-batch-plain",
+    "as rebalance-mid-batch with plain clients: without a processed ledger nothing can be said",
+)
+def rebalance_mid_batch_plain(world: World) -> Outcome:
+    return _rebalance(world, probed=False)
+
+
+def _rebalance(world: World, probed: bool) -> Outcome:
+    _pipeline(world, probed)
+    slow = world.start_consumer(
+        "at-least-once", probed=probed, batch=BATCH, slow_ms=SLOW_MS, max_poll_interval_ms=MAX_POLL_MS
+    )
+    wait_until(lambda: len(world.processed()) >= 1, 60, "the first consumer to start its batch")
+    injected_at = time.monotonic()
+    world.start_consumer("at-least-once", probed=probed)  # joins: the group rebalances mid-batch
+    wait_until(lambda: len(world.processed()) >= len(TICKETS), 180, "every ticket to be processed")
+    wait_until(lambda: all(v == "DONE" for v in world.rows().values()), 60, "every row to be DONE")
+    time.sleep(3)  # the last commits and the probes' ledger flushes
+    world.stop_consumers()
+    processed = world.processed()
+    again = {str(i) for i, n in processed.items() if n > 1}
+    if not again:
+        raise LabError(f"the fault did not happen: nothing was processed twice (first consumer {slow.returncode})")
+    world.notes.append(f"processed more than once: {sorted(again, key=int)}")
+    expected = {key: {"reprocessed"} for key in again} if probed else {}
+    answer = world.reconcile()
+    return Outcome(
+        injected=f"batch of {BATCH} at {SLOW_MS} ms per record, max.poll.interval.ms={MAX_POLL_MS}; a second member "
+        "joins mid-batch",
+        expected=expected,
+        got=answer.verdicts,
+        detect_s=(answer.finished_monotonic - injected_at) if expected else None,
     )

@@ -9,7 +9,7 @@ from confluent_kafka import Producer
 
 from auditor.lab import truth
 from auditor.lab.cluster import LabError, Record, wait_until
-from auditor.lab.compare import Outcome
+from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
 from auditor.lab.workload import produce
 from auditor.lab.world import World
@@ -67,10 +67,12 @@ def _failover(world: World, probed: bool) -> Outcome:
         tickets, final, probed_acked=truth.acked(reports) if probed else (), duplicate_cause="producer-retry"
     )
     answer = world.reconcile()
+    # A safe producer on RF=3, min.insync.replicas=2: the lint must find nothing to object to.
+    lint = world.lint(producer=settings)
     return Outcome(
         injected=f"kill -9 of leader {leader} after 30 of 60 sends (acks=all, idempotence, retries)",
         expected=expected,
-        got=answer.verdicts,
+        got=merge(answer.verdicts, lint.verdicts),
         detect_s=(answer.finished_monotonic - injected_at) if expected else None,
     )
 
@@ -138,10 +140,17 @@ def _unclean(world: World, probed: bool) -> Outcome:
         a + b + c, final, seen_before=seen_before, probed_acked=truth.acked(reports) if probed else ()
     )
     answer = world.reconcile()
+    # The settings this scenario weakened on purpose, each of which lets an acked record go:
+    # B's and C's producer (acks=1), the topic's unclean elections and its min.insync.replicas=1.
+    expected |= {
+        "lint producer": {"lint:acks"},
+        "lint topic": {"lint:unclean.leader.election.enable", "lint:min.insync.replicas"},
+    }
+    lint = world.lint(producer={"bootstrap.servers": cluster.bootstrap, "linger.ms": 0, **base, "acks": "1"})
     return Outcome(
         injected=f"RF=2: follower {follower} killed, B written acks=1, leader {leader} killed -9, "
         f"out-of-sync {follower} elected, C written, {leader} back (truncates B)",
         expected=expected,
-        got=answer.verdicts,
+        got=merge(answer.verdicts, lint.verdicts),
         detect_s=answer.finished_monotonic - injected_at,
     )
