@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from auditor.lab.compare import score, verdict_counts
+from auditor.lab.compare import merge, score, verdict_counts
 
 
 def test_it_counts_nothing_when_the_auditor_says_what_the_truth_says() -> None:
@@ -32,3 +32,8 @@ def test_it_leaves_ignored_verdicts_out_unless_they_are_expected() -> None:
 
 def test_it_counts_verdicts_over_keys() -> None:
     assert verdict_counts({"1": {"missing"}, "2": {"missing", "stuck:unknown"}}) == {"missing": 2, "stuck:unknown": 1}
+
+
+def test_it_merges_answers_key_by_key() -> None:
+    merged = merge({"1": {"missing"}, "lint topic": {"lint:acks"}}, {"1": {"stuck:waiting"}}, {})
+    assert merged == {"1": {"missing", "stuck:waiting"}, "lint topic": {"lint:acks"}}

@@ -37,7 +37,14 @@ def test_it_names_acked_records_an_unclean_election_truncated_and_not_the_record
 ) -> None:
     result = run_one("unclean-truncation", spark)
     # The truth: B's 20 acked keys are gone (a read before the fault saw them); C's are present.
-    assert result.expected == {"missing/broker-lost": 20}
+    # The lint names the three settings the scenario weakened (acks=1, unclean elections,
+    # min.insync.replicas=1), each on its subject.
+    assert result.expected == {
+        "missing/broker-lost": 20,
+        "lint:acks": 1,
+        "lint:unclean.leader.election.enable": 1,
+        "lint:min.insync.replicas": 1,
+    }
     assert result.got == result.expected
 
 
@@ -50,4 +57,12 @@ def test_it_names_duplicates_by_producer_retry_after_a_paused_replica(spark, lab
 def test_it_names_the_record_a_crashed_at_most_once_consumer_skipped(spark, lab_state) -> None:
     result = run_one("crash-at-most-once", spark)
     assert result.expected == {"stuck:skipped": 1}
+    assert result.got == result.expected
+
+
+def test_it_names_the_records_a_rebalance_mid_batch_had_processed_twice(spark, lab_state) -> None:
+    result = run_one("rebalance-mid-batch", spark)
+    # The truth is the application's own processing log: keys processed more than once.
+    assert result.expected.get("reprocessed", 0) > 0, result.notes
+    assert set(result.expected) == {"reprocessed"}
     assert result.got == result.expected
