@@ -136,19 +136,26 @@ def _acks0(world: World, probed: bool) -> Outcome:
     lost = {key for key in dropped if rows.get(int(key)) == "NEW"}
     # The setting that lets a send vanish with no error: acks=0 (the lint's job to say so).
     lint_truth = {"lint producer": {"lint:acks"}}
+    expected = {key: {"missing"} for key in lost}
+    got: list[dict[str, set[str]]] = []
     if probed:
-        expected = {key: {"stuck:produce-failed"} for key in lost} | world.expected_group_risks()
-        answer = world.stuck()
-        world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:3]
-    else:
-        expected = {key: {"missing"} for key in lost}
-        answer = world.reconcile()
+        # The producer's own report of each lost send: an error (send-failed), or success with
+        # no offset, which is all acks=0 ever gets (the broker never answers: send-unconfirmed).
+        report = {d.key: d for d in reports}
+        for key in lost:
+            cause = "send-failed" if report[key].error is not None else "send-unconfirmed"
+            expected[key] |= {f"gap/{cause}", "stuck:produce-failed"}
+        expected |= world.expected_group_risks()
+        stuck = world.stuck()
+        world.notes += [f"{key}: {reason}" for key, reason in sorted(stuck.reasons.items())][:3]
+        got.append(stuck.verdicts)
+    answer = world.reconcile()
     lint = world.lint(producer=settings)
     return Outcome(
         injected=f"acks=0, leader {leader} killed -9 after 100 of 200 sends",
         expected=merge(expected, lint_truth),
-        got=merge(answer.verdicts, lint.verdicts),
-        detect_s=(answer.finished_monotonic - injected_at) if expected else None,
+        got=merge(*got, answer.verdicts, lint.verdicts),
+        detect_s=(answer.finished_monotonic - injected_at) if lost else None,
     )
 
 
