@@ -40,13 +40,13 @@ from auditor.probes.codec import (
     encode_client_record,
     encode_session_end,
     encode_session_start,
-    key_rows,
     producer_failures_header,
     producer_keys_header,
     producer_ranges_header,
 )
 from auditor.probes.config import ledger_producer_config, mask_config
 from auditor.probes.headers import AUDIT, AUDIT_ID, AUDIT_V2, RESERVED_HEADER_NAMES, decode_audit_id
+from auditor.probes.key_entries import key_entries
 from auditor.probes.persistence import classify_persistence, describe_error
 from auditor.probes.topics import CLIENTS_TOPIC, PRODUCER_LEDGER_TOPIC
 from auditor.probes.writer import LedgerWriter
@@ -499,9 +499,9 @@ class AuditedProducer:
             rows = stream.key_rows
             if rows is None:
                 rows = stream.key_rows = self._ledger.stream(
-                    producer_keys_header(self.session_id, self.client_id, stream.topic)
+                    producer_keys_header(self.session_id, self.client_id, stream.topic), encoded=True
                 )
-            rows.extend(key_rows(base, keys, stamps))
+            rows.extend(key_entries(base, keys, stamps))
 
     def _background_resolve(self) -> None:
         self._resolve()

@@ -7,6 +7,8 @@ the topic with a plain Consumer, and the offsets it returned.
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -130,11 +132,13 @@ def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_t
     producer = AuditedProducer(
         {"bootstrap.servers": kafka_bootstrap}, ledger_topic=topics["pledger"], clients_topic=topics["clients"]
     )
+    before_ms = time.time_ns() // 1_000_000
     for i in range(300):  # more than one `keys` row (256 ids each)
         producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
     producer.produce(topics["data"], b"no key")
     producer.produce(topics["data"], b"v", b"kafka-key", headers={"audit-id": "TCK-9"})
     producer.produce(topics["data"], "text value", "text-key")
+    after_ms = time.time_ns() // 1_000_000
     producer.close(30)
 
     # The truth: one thread, so the n-th send is sequence n; its id is the key or the header we gave.
@@ -153,6 +157,30 @@ def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_t
     }
     assert named.get(300) is None
     assert max(len(run.keys) for rec in ledger if isinstance(rec, ProducerKeys) for run in rec.runs) <= 256
+    # Each id's stamp is its send's time (the header's ts: read back from the topic), written as
+    # runs of equal stamps.
+    stamps = {
+        run.first + i: ts
+        for rec in ledger
+        if isinstance(rec, ProducerKeys) and rec.pid == producer.session_id
+        for run in rec.runs
+        for i, ts in enumerate(run.stamps)
+    }
+    header_ts = {
+        parsed.seq: parsed.ts_ms
+        for parsed in (parse_audit_headers(m.headers(), m.key()) for m in read_all(kafka_bootstrap, topics["data"]))
+        if parsed is not None
+    }
+    assert {seq: stamps[seq] for seq in truth if truth[seq] is not None} == {
+        seq: header_ts[seq] for seq in truth if truth[seq] is not None
+    }
+    assert all(before_ms <= ts <= after_ms for ts in stamps.values())
+    raw_keys = [
+        json.loads(m.value())
+        for m in read_all(kafka_bootstrap, topics["pledger"], 2)
+        if json.loads(m.value()).get("type") == "keys"
+    ]
+    assert raw_keys and all(isinstance(entry[2][0], list) for rec in raw_keys for entry in rec["entries"])
 
 
 def test_it_leaves_the_unresolved_tail_unconfirmed_when_the_producer_never_flushes(
@@ -168,7 +196,6 @@ def test_it_leaves_the_unresolved_tail_unconfirmed_when_the_producer_never_flush
     )
     for i in range(5):
         producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
-    import time
 
     time.sleep(1.5)  # background flushes write the tail; nothing is resolved
     producer._ledger.flush(10)
