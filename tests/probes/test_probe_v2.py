@@ -183,6 +183,37 @@ def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_t
     assert raw_keys and all(isinstance(entry[2][0], list) for rec in raw_keys for entry in rec["entries"])
 
 
+def test_it_returns_from_poll_once_messages_were_delivered_though_successes_are_not_reported(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    producer = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 50},
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+    )
+    try:
+        for i in range(1000):
+            producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
+        queued = len(producer)
+        assert queued > 0
+        # A plain producer's poll(10) returns with its first delivery reports; so must this one
+        # (librdkafka still wakes a poll when only errors are reported: no slicing needed).
+        started = time.monotonic()
+        served = producer.poll(10)
+        assert time.monotonic() - started < 5
+        assert 0 < served <= queued and len(producer) <= queued - served
+        # Without a timeout too (it would otherwise wait for a failure that never comes).
+        while len(producer):
+            producer.poll()
+        # Nothing queued: it waits its timeout, as a plain producer does.
+        started = time.monotonic()
+        assert producer.poll(0.3) == 0
+        assert time.monotonic() - started >= 0.25
+    finally:
+        producer.close(30)
+    assert len(read_all(kafka_bootstrap, topics["data"])) == 1000
+
+
 def test_it_leaves_the_unresolved_tail_unconfirmed_when_the_producer_never_flushes(
     kafka_bootstrap: str, topics: dict[str, str]
 ) -> None:
