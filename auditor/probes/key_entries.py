@@ -7,14 +7,14 @@ the application's produce() loop, so its cost per key is part of the probe's. Me
 and encoding them with ``json`` cost ~0.4 us per key, half of it writing a 13-digit stamp per
 key. Here the ids of a row are one ``bytes.join`` and a few scans of it when they
 need no JSON escaping (the common case: text keys), and the stamps, equal for hundreds
-of consecutive sends, are written as runs of equal values.
+of consecutive sends, are kept as the points where they changed and written as runs of
+equal values.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from itertools import groupby
 from typing import Any
 
 # Keys per entry: an entry is never split, so this bounds a record whatever the keys' size
@@ -26,18 +26,47 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _CONTROL_BYTES = bytes(range(0x20))
 
 
-def key_entries(first: int, keys: Sequence[Any], stamps: Sequence[int]) -> list[bytes]:
-    """``keys`` (record keys or audit ids: bytes, str, other, None) of sequences ``first``...,
-    produced at ``stamps`` (epoch ms), as the JSON (ASCII bytes) of ``keys`` entries of at most
-    KEYS_PER_ROW ids in their text form (``decode_audit_id``'s); entries whose ids are all
-    null are left out (readers: no key known)."""
+def key_entries(first: int, keys: Sequence[Any], stamps: Sequence[tuple[int, int]]) -> list[bytes]:
+    """``keys`` (record keys or audit ids: bytes, str, other, None) of sequences ``first``...
+    as the JSON (ASCII bytes) of ``keys`` entries of at most KEYS_PER_ROW ids in their text
+    form (``decode_audit_id``'s); entries whose ids are all null are left out (readers: no
+    key known). ``stamps``: (seq, ts_ms) where the produce time changed, in ascending
+    seq, the first at or before ``first`` (of several for one seq, the last counts)."""
     entries: list[bytes] = []
+    changes = len(stamps)
+    at = 0  # index of the change in force at the row's first seq
     for start in range(0, len(keys), KEYS_PER_ROW):
-        ids = ids_json(keys[start : start + KEYS_PER_ROW])
-        if ids is not None:
-            stamps_json = stamp_runs_json(stamps[start : start + KEYS_PER_ROW])
-            entries.append(b"[%d,%b,%b]" % (first + start, ids, stamps_json))
+        chunk = keys[start : start + KEYS_PER_ROW]
+        ids = ids_json(chunk)
+        if ids is None:
+            continue
+        position, end = first + start, first + start + len(chunk)
+        runs: list[bytes] = []
+        last_ts, count = -1, 0
+        while position < end:
+            while at + 1 < changes and stamps[at + 1][0] <= position:
+                at += 1
+            ts = stamps[at][1]
+            upto = min(end, stamps[at + 1][0]) if at + 1 < changes else end
+            if ts == last_ts:
+                count += upto - position
+            else:
+                if count:
+                    runs.append(b"[%d,%d]" % (last_ts, count))
+                last_ts, count = ts, upto - position
+            position = upto
+        runs.append(b"[%d,%d]" % (last_ts, count))
+        entries.append(b"[%d,%b,[%b]]" % (first + start, ids, b",".join(runs)))
     return entries
+
+
+def stamp_changes(first: int, stamps: Sequence[int]) -> list[tuple[int, int]]:
+    """The changes ``key_entries`` takes, from one stamp per sequence from ``first`` on."""
+    changes: list[tuple[int, int]] = []
+    for offset, ts in enumerate(stamps):
+        if not changes or changes[-1][1] != ts:
+            changes.append((first + offset, ts))
+    return changes
 
 
 def ids_json(chunk: Sequence[Any]) -> bytes | None:
@@ -85,18 +114,6 @@ def _id_text(value: Any) -> str | None:
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value).decode("utf-8", "backslashreplace") or None
     return str(value) or None
-
-
-def stamp_runs_json(stamps: Sequence[int]) -> bytes:
-    """``[[ts_ms, count], ...]`` (ASCII bytes): consecutive equal stamps as one run, in order."""
-    if stamps.count(stamps[0]) == len(stamps):  # one run: the common case under load
-        return b"[[%d,%d]]" % (stamps[0], len(stamps))
-    return b"[" + b",".join(b"[%d,%d]" % (ts, len(list(run))) for ts, run in groupby(stamps)) + b"]"
-
-
-def stamp_runs(stamps: Sequence[int]) -> list[list[int]]:
-    """The runs ``stamp_runs_json`` writes, as lists (for tests and callers building rows)."""
-    return [[ts, len(list(run))] for ts, run in groupby(stamps)]
 
 
 def expand_stamp_runs(runs: Sequence[Sequence[int]]) -> list[int]:

@@ -131,6 +131,7 @@ class _TopicStream:
         "key_rows",
         "keys",
         "keys_base",
+        "last_ms",
         "next_seq",
         "resolved",
         "resolved_ms",
@@ -147,7 +148,11 @@ class _TopicStream:
         # one list append per record; the background flush writes and empties it.
         self.keys: list[Any] = []
         self.keys_base = 0
-        self.stamps: list[int] = []  # the produce time of each of them (epoch ms)
+        # When their produce time (epoch ms) changed: (first seq, ts_ms), ascending, the first
+        # at or before keys_base. Hundreds of sends share a millisecond under load, so this
+        # costs a comparison per send where a list of stamps cost an append.
+        self.stamps: list[tuple[int, int]] = [(0, 0)]
+        self.last_ms = 0  # the produce time of the latest send
         self.key_rows: deque[Any] | None = None
         self.resolved = 0  # every seq below is resolved (ledgered acked or unconfirmed)
         self.resolved_ms = started_ms  # seqs from `resolved` on were produced after this
@@ -310,7 +315,9 @@ class AuditedProducer:
                 )
                 stream.next_seq = seq + 1
                 stream.keys.append(key)
-                stream.stamps.append(ts_ms)
+                if ts_ms != stream.last_ms:
+                    stream.stamps.append((seq, ts_ms))
+                    stream.last_ms = ts_ms
             finally:
                 release()
 
@@ -363,7 +370,9 @@ class AuditedProducer:
             self._inner_produce(topic, value, key, partition, report, None, timestamp, record_headers)
             stream.next_seq = seq + 1
             stream.keys.append(key if audit_id is None else audit_id)
-            stream.stamps.append(ts_ms)
+            if ts_ms != stream.last_ms:
+                stream.stamps.append((seq, ts_ms))
+                stream.last_ms = ts_ms
 
     def _new_topic(self, topic: str) -> _TopicStream:
         stream = _TopicStream(
@@ -494,7 +503,7 @@ class AuditedProducer:
                     taken.append((stream, stream.keys_base, stream.keys, stream.stamps))
                     stream.keys_base += len(stream.keys)
                     stream.keys = []
-                    stream.stamps = []
+                    stream.stamps = [(stream.keys_base, stream.last_ms)]
         for stream, base, keys, stamps in taken:
             rows = stream.key_rows
             if rows is None:

@@ -9,13 +9,13 @@ import pytest
 
 from auditor.probes import KeyRun, LedgerDecodeError, ProducerKeys, decode_ledger_record
 from auditor.probes.codec import MAX_RECORD_BYTES, encode_encoded_batch, producer_keys_header
-from auditor.probes.key_entries import KEYS_PER_ROW, key_entries
+from auditor.probes.key_entries import KEYS_PER_ROW, key_entries, stamp_changes
 
 T = 1_700_000_000_000
 
 
 def entries_as_json(first: int, keys: list[object], stamps: list[int]) -> list[list[object]]:
-    return [json.loads(entry) for entry in key_entries(first, keys, stamps)]
+    return [json.loads(entry) for entry in key_entries(first, keys, stamp_changes(first, stamps))]
 
 
 @pytest.mark.parametrize(
@@ -58,6 +58,20 @@ def test_it_cuts_entries_at_the_row_size() -> None:
     stamps = [T] * KEYS_PER_ROW + [T + 1, T + 2]
     got = entries_as_json(5, keys, stamps)
     assert [(e[0], len(e[1]), e[2]) for e in got] == [(5, 256, [[T, 256]]), (261, 2, [[T + 1, 1], [T + 2, 1]])]
+
+
+def test_it_takes_the_stamp_changes_the_producer_keeps_across_rows_and_batches() -> None:
+    keys = [b"k%d" % i for i in range(KEYS_PER_ROW + 4)]
+    # A batch from seq 1000: the first change is the previous batch's last stamp, then the
+    # producer saw T + 1 from seq 1000 (same seq: the later counts) and T + 2 from 1000 + 257.
+    changes = [(1000, T), (1000, T + 1), (1000 + KEYS_PER_ROW + 1, T + 2)]
+    got = [json.loads(entry) for entry in key_entries(1000, keys, changes)]
+    assert [(e[0], e[2]) for e in got] == [
+        (1000, [[T + 1, KEYS_PER_ROW]]),
+        (1000 + KEYS_PER_ROW, [[T + 1, 1], [T + 2, 3]]),
+    ]
+    # No change in the batch: every send has the previous batch's last stamp.
+    assert [json.loads(e)[2] for e in key_entries(7, [b"a", b"b"], [(3, T)])] == [[[T, 2]]]
 
 
 def test_it_reads_stamps_as_runs_and_as_one_per_id() -> None:
