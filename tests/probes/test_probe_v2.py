@@ -280,6 +280,52 @@ def test_it_ledgers_processed_offset_ranges_and_reads_v1_and_v2_records(
     assert marked == set(polled)
 
 
+def test_it_ledgers_one_range_per_run_of_marks_across_batches_and_the_last_marks_of_an_idle_consumer(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    with AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap}, ledger_topic=topics["pledger"], clients_topic=topics["clients"]
+    ) as producer:
+        for i in range(700):
+            producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
+    consumer = AuditedConsumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False},
+        ledger_topic=topics["cledger"],
+        clients_topic=topics["clients"],
+        ledger_flush_interval_s=0.2,
+    )
+    consumer.assign([TopicPartition(topics["data"], p, OFFSET_BEGINNING) for p in range(2)])
+    polled: list[tuple[int, int]] = []
+    while len(polled) < 700:
+        msg = consumer.poll(1.0)
+        if msg is None or msg.error() is not None:
+            continue
+        polled.append((msg.partition(), msg.offset()))
+        consumer.mark_processed(msg)
+    # Marked again after a seek back: a range of its own (the truth keeps both).
+    again = [(p, o) for p, o in polled if p == polled[0][0]][:5]
+    consumer.seek(TopicPartition(topics["data"], again[0][0], again[0][1]))
+    while len(polled) < 705:
+        msg = consumer.poll(1.0)
+        if msg is None or msg.error() is not None:
+            continue
+        polled.append((msg.partition(), msg.offset()))
+        consumer.mark_processed(msg)
+    # Runs of the marking order, by hand: a mark continues a run when it is the next offset
+    # of the same partition.
+    runs: list[list[int]] = []
+    for partition, offset in polled:
+        if runs and runs[-1][0] == partition and runs[-1][2] == offset - 1:
+            runs[-1][2] = offset
+        else:
+            runs.append([partition, offset, offset])
+    time.sleep(1.5)  # idle: the background flush writes the marks held (fewer than a batch)
+    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["cledger"], 2)]
+    ranges = [(r.partition, r.first, r.last) for rec in ledger if isinstance(rec, ProcessedRanges) for r in rec.ranges]
+    assert ranges == [tuple(run) for run in runs]
+    consumer.close()
+
+
 def test_it_summarizes_v2_ledgers_and_finds_their_gaps_beside_v1_ones() -> None:
     from auditor.probes import (
         SeenRecord,
