@@ -19,10 +19,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from itertools import groupby, repeat, starmap
 from operator import add, lshift, sub
-from types import TracebackType
 from typing import Any, Literal, cast
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition, libversion
+from confluent_kafka import Consumer, Message, Producer, libversion
 
 from auditor.probes.codec import (
     ProcessedRangeRow,
@@ -31,8 +30,9 @@ from auditor.probes.codec import (
     encode_session_start,
     processed_ranges_header,
 )
-from auditor.probes.config import ledger_producer_config, mask_config
+from auditor.probes.config import ledger_producer_config
 from auditor.probes.topics import CLIENTS_TOPIC, CONSUMER_LEDGER_TOPIC
+from auditor.probes.wrapping import ConsumerWrapper
 from auditor.probes.writer import LedgerWriter
 
 _time_ns = time.time_ns
@@ -87,29 +87,6 @@ def offset_ranges(messages: list[Message], first_ms: int, last_ms: int) -> list[
     return rows
 
 
-class _Processing:
-    """``with consumer.processing(msg):`` marks the message only if the block succeeds."""
-
-    __slots__ = ("_consumer", "_msg")
-
-    def __init__(self, consumer: AuditedConsumer, msg: Message) -> None:
-        self._consumer = consumer
-        self._msg = msg
-
-    def __enter__(self) -> Message:
-        return self._msg
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> Literal[False]:
-        if exc_type is None:
-            self._consumer.mark_processed(self._msg)
-        return False
-
-
 def merge_ranges(chunks: list[list[ProcessedRangeRow]]) -> list[ProcessedRangeRow]:
     """Range rows of consecutive chunks of marks, in order, with a row that continues the
     previous one (same partition, the next offset) joined to it."""
@@ -126,7 +103,7 @@ def merge_ranges(chunks: list[list[ProcessedRangeRow]]) -> list[ProcessedRangeRo
     return merged
 
 
-class AuditedConsumer:
+class AuditedConsumer(ConsumerWrapper):
     """A confluent_kafka.Consumer with a processed ledger of offset ranges.
 
     Call ``mark_processed(msg)`` (or use ``with consumer.processing(msg):``) once the
@@ -234,6 +211,9 @@ class AuditedConsumer:
 
         return mark_processed
 
+    def _hand_marks_over(self) -> None:
+        self._compact()
+
     def _compact(self) -> None:
         """Turn the held marks into range rows for the ledger writer (marking thread or the
         background flush); hand them to the ledger when enough are waiting."""
@@ -252,10 +232,6 @@ class AuditedConsumer:
         if len(self._marks) >= self._chunks_per_record:
             # Bounded batches: holding a second of marks costs more than writing them.
             self._ledger.flush_entries()
-
-    def processing(self, msg: Message) -> _Processing:
-        """Context manager: marks ``msg`` processed when the block exits without an exception."""
-        return _Processing(self, msg)
 
     def _observe_ranges(self, rows: list[Any]) -> None:
         last = self._last_offsets
@@ -281,101 +257,6 @@ class AuditedConsumer:
             "consumer", self.session_id, _time_ns() // 1_000_000, group=self.group, last_offset=state
         )
 
-    # --- offsets ----------------------------------------------------------------------------
-    def commit(
-        self,
-        message: Message | None = None,
-        offsets: list[TopicPartition] | None = None,
-        asynchronous: bool = True,
-    ) -> list[TopicPartition] | None:
-        self._compact()
-        self._ledger.flush_entries()
-        if not asynchronous:
-            self._ledger.flush(self._ledger_flush_timeout_s)
-        kwargs: dict[str, Any] = {"asynchronous": asynchronous}
-        if message is not None:
-            kwargs["message"] = message
-        if offsets is not None:
-            kwargs["offsets"] = offsets
-        committed: list[TopicPartition] | None = self._consumer.commit(**kwargs)
-        return committed
-
-    def store_offsets(
-        self,
-        message: Message | None = None,
-        offsets: list[TopicPartition] | None = None,
-    ) -> None:
-        kwargs: dict[str, Any] = {}
-        if message is not None:
-            kwargs["message"] = message
-        if offsets is not None:
-            kwargs["offsets"] = offsets
-        self._consumer.store_offsets(**kwargs)
-
-    # --- assignment (plain delegation) -------------------------------------------------------
-    def subscribe(
-        self,
-        topics: list[str],
-        on_assign: Callable[..., None] | None = None,
-        on_revoke: Callable[..., None] | None = None,
-        on_lost: Callable[..., None] | None = None,
-    ) -> None:
-        callbacks = {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_lost}
-        self._consumer.subscribe(topics, **{k: v for k, v in callbacks.items() if v is not None})
-
-    def assign(self, partitions: list[TopicPartition]) -> None:
-        self._consumer.assign(partitions)
-
-    def unsubscribe(self) -> None:
-        self._consumer.unsubscribe()
-
-    def unassign(self) -> None:
-        self._consumer.unassign()
-
-    def __getattr__(self, name: str) -> Any:
-        # assignment, committed, position, seek, pause, resume, get_watermark_offsets, ...
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._consumer, name)
-
-    # --- lifecycle --------------------------------------------------------------------------
-    def flush_ledger(self, timeout: float | None = None) -> int:
-        """Write buffered marks (and a session-end checkpoint if anything changed) now and
-        wait for them; returns ledger records still in flight."""
-        self._compact()
-        self._ledger.write_checkpoint()
-        return self._ledger.flush(self._ledger_flush_timeout_s if timeout is None else timeout)
-
-    def close(self) -> None:
-        """Write the buffered marks and the session end, then close the consumer."""
-        if self._closed:
-            return
-        self._closed = True
-        # Marks first, so the final auto-commit in Consumer.close() does not run ahead of them.
-        self._compact()
-        self._ledger.set_before_flush(None)
-        self._ledger.flush(self._ledger_flush_timeout_s)
-        try:
-            self._consumer.close()
-        finally:
-            self._ledger.write_checkpoint(force=True)
-            self._ledger.close(self._ledger_flush_timeout_s)
-
-    def __enter__(self) -> AuditedConsumer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # --- introspection -------------------------------------------------------------------------
-    @property
-    def consumer(self) -> Consumer:
-        """The wrapped confluent_kafka.Consumer."""
-        return self._consumer
-
-    def effective_config(self) -> dict[str, Any]:
-        """The configuration the application gave, secrets masked (as published to the clients topic)."""
-        return mask_config(self._config)
-
     def stats(self) -> dict[str, int]:
         return {"processed_ranges": self._processed, "marks_pending": len(self._held), **self._ledger.stats()}
