@@ -258,7 +258,7 @@ def transform_producer_keys(parsed: DataFrame, topic: str) -> DataFrame:
             "session",
             F.get(F.col("e"), 0).try_cast("long").alias("first"),
             F.from_json(F.get(F.col("e"), 1), "array<string>").alias("keys"),
-            F.from_json(F.get(F.col("e"), 2), "array<long>").alias("stamps"),
+            _key_stamps(F.get(F.col("e"), 2)).alias("stamps"),
         )
     )
     # explode, not posexplode: the optimizer prunes an explode of nothing (local_frame).
@@ -280,6 +280,14 @@ def transform_producer_keys(parsed: DataFrame, topic: str) -> DataFrame:
         keyed.where(F.col("session").isNotNull() & F.col("first").isNotNull() & F.col("audit_id").isNotNull()),
         LEDGER_ENTRY_SCHEMA,
     )
+
+
+def _key_stamps(text: Column) -> Column:
+    """A `keys` entry's stamps (its JSON text) as one stamp per id: runs of equal stamps
+    `[[ts_ms, count], ...]` (current probes) or one stamp per id (earlier ones)."""
+    runs = F.from_json(text, "array<array<long>>")
+    expanded = F.flatten(F.transform(runs, lambda run: F.array_repeat(F.get(run, 0), F.get(run, 1).cast("int"))))
+    return F.when(text.rlike(r"^\s*\[\s*\["), expanded).otherwise(F.from_json(text, "array<long>"))
 
 
 def attach_keys(entries: DataFrame) -> DataFrame:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from auditor.probes.config import mask_config
+from auditor.probes.key_entries import expand_stamp_runs
 
 # `v` is the version of a record's shape: the record types of contract version 1 (batch,
 # processed, session-start, session-end, clients) keep v=1, also when v2 probes write them;
@@ -293,6 +294,27 @@ def _encode_chunk(record: dict[str, Any], rows: Sequence[Sequence[Any]], out: li
         _encode_chunk(record, rows[start : start + step], out)
 
 
+def encode_encoded_batch(header: Mapping[str, Any], entries: Sequence[bytes], max_entries: int = 1000) -> list[bytes]:
+    """Like ``encode_batch`` for entries already encoded (JSON, ASCII bytes): records of at
+    most ``max_entries`` entries and at most MAX_RECORD_BYTES each (an entry larger than
+    that is a record of its own), with nothing encoded twice."""
+    body = _dumps(dict(header)).encode("ascii")
+    head = body[:-1] + (b"," if len(body) > 2 else b"") + b'"entries":['
+    out: list[bytes] = []
+    chunk: list[bytes] = []
+    size = len(head) + 2
+    limit = max(1, max_entries)
+    for entry in entries:
+        if chunk and (len(chunk) >= limit or size + len(entry) + 1 > MAX_RECORD_BYTES):
+            out.append(head + b",".join(chunk) + b"]}")
+            chunk, size = [], len(head) + 2
+        chunk.append(entry)
+        size += len(entry) + 1
+    if chunk:
+        out.append(head + b",".join(chunk) + b"]}")
+    return out
+
+
 def producer_batch_header(pid: str, client_id: str | None, topic: str) -> dict[str, Any]:
     return {"v": LEDGER_VERSION, "type": "batch", "pid": pid, "client_id": client_id, "topic": topic}
 
@@ -307,55 +329,6 @@ def producer_ranges_header(pid: str, client_id: str | None, topic: str) -> dict[
 
 def producer_keys_header(pid: str, client_id: str | None, topic: str) -> dict[str, Any]:
     return {"v": LEDGER_V2, "type": "keys", "pid": pid, "client_id": client_id, "topic": topic}
-
-
-# Keys per `keys` row: a row is never split, so this bounds a record whatever the keys' size
-# (a few hundred bytes of key each stay far below MAX_RECORD_BYTES).
-KEYS_PER_ROW = 256
-
-
-def key_rows(
-    first: int, keys: Sequence[Any], stamps: Sequence[int]
-) -> list[tuple[int, list[str | None], Sequence[int]]]:
-    """``keys`` (record keys or audit ids: bytes, str, other, None) of sequences ``first``...,
-    produced at ``stamps`` (epoch ms), as ``keys`` rows of at most KEYS_PER_ROW ids in their
-    text form; runs of records without key are left out (readers: no key known)."""
-    rows: list[tuple[int, list[str | None], Sequence[int]]] = []
-    for start in range(0, len(keys), KEYS_PER_ROW):
-        chunk = keys[start : start + KEYS_PER_ROW]
-        texts = _fast_texts(chunk)
-        if texts is None:
-            texts = [
-                None
-                if k is None
-                else k
-                if k.__class__ is str
-                else k.decode("utf-8", "backslashreplace")
-                if k.__class__ is bytes
-                else _id_text(k)
-                for k in chunk
-            ]
-        if any(t is not None for t in texts):
-            rows.append((first + start, texts, stamps[start : start + KEYS_PER_ROW]))
-    return rows
-
-
-def _fast_texts(chunk: Sequence[Any]) -> list[str | None] | None:
-    """The common case in C-level calls: every key non-empty bytes without a NUL byte (one
-    join, one decode, one split); None when the chunk is anything else."""
-    if set(map(type, chunk)) != {bytes}:
-        return None
-    joined = b"\x00".join(chunk)
-    if len(joined) - len(chunk) + 1 != sum(map(len, chunk)) or b"\x00\x00" in joined or b"\x00" in joined[:1]:
-        return None
-    texts: list[str | None] = list(joined.decode("utf-8", "backslashreplace").split("\x00"))
-    return texts if len(texts) == len(chunk) else None
-
-
-def _id_text(value: Any) -> str | None:
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value).decode("utf-8", "backslashreplace") or None
-    return str(value) or None
 
 
 def producer_failures_header(pid: str, client_id: str | None, topic: str) -> dict[str, Any]:
@@ -582,7 +555,23 @@ def _key_run(row: Any, index: int) -> KeyRun:
         raise _Invalid(f"run {index}: keys should be a non-empty list")
     if not all(k is None or isinstance(k, str) for k in keys):
         raise _Invalid(f"run {index}: each key should be a string or null")
-    if not isinstance(stamps, list) or len(stamps) != len(keys):
+    if not isinstance(stamps, list) or not stamps:
+        raise _Invalid(f"run {index}: stamps should be a non-empty list")
+    if isinstance(stamps[0], list):
+        # Runs of equal stamps, [[ts_ms, count], ...] (what probes write).
+        runs = []
+        for n, pair in enumerate(stamps):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise _Invalid(f"run {index}: stamp run {n} should be a list [ts_ms, count]")
+            count = _int(pair[1], f"run {index}: stamp run {n}: count")
+            if count < 1:
+                raise _Invalid(f"run {index}: stamp run {n}: count should be >= 1, got {count}")
+            runs.append((_int(pair[0], f"run {index}: stamp run {n}: ts_ms"), count))
+        if sum(count for _, count in runs) != len(keys):
+            raise _Invalid(f"run {index}: stamp runs should count as many stamps as keys")
+        return KeyRun(first, tuple(keys), tuple(expand_stamp_runs(runs)))
+    # One stamp per key (probes before the runs form).
+    if len(stamps) != len(keys):
         raise _Invalid(f"run {index}: stamps should be a list as long as keys")
     return KeyRun(first, tuple(keys), tuple(_int(ts, f"run {index}: stamp") for ts in stamps))
 

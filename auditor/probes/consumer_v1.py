@@ -11,10 +11,9 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition, libversion
+from confluent_kafka import Consumer, Message, Producer, libversion
 
 from auditor.probes.codec import (
     HeaderProblems,
@@ -23,39 +22,17 @@ from auditor.probes.codec import (
     encode_session_end,
     encode_session_start,
 )
-from auditor.probes.config import ledger_producer_config, mask_config
+from auditor.probes.config import ledger_producer_config
 from auditor.probes.headers import fast_audit_id
 from auditor.probes.message import record_position
 from auditor.probes.topics import CLIENTS_TOPIC, CONSUMER_LEDGER_TOPIC
+from auditor.probes.wrapping import ConsumerWrapper
 from auditor.probes.writer import LedgerWriter
 
 _time_ns = time.time_ns
 
 
-class _Processing:
-    """``with consumer.processing(msg):`` marks the message only if the block succeeds."""
-
-    __slots__ = ("_consumer", "_msg")
-
-    def __init__(self, consumer: AuditedConsumerV1, msg: Message) -> None:
-        self._consumer = consumer
-        self._msg = msg
-
-    def __enter__(self) -> Message:
-        return self._msg
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> Literal[False]:
-        if exc_type is None:
-            self._consumer.mark_processed(self._msg)
-        return False
-
-
-class AuditedConsumerV1:
+class AuditedConsumerV1(ConsumerWrapper):
     """A confluent_kafka.Consumer with a processed ledger and header statistics.
 
     Call ``mark_processed(msg)`` (or use ``with consumer.processing(msg):``)
@@ -202,11 +179,6 @@ class AuditedConsumerV1:
         if len(rows) >= self._batch_size:
             self._ledger.flush_entries()
 
-    def processing(self, msg: Message) -> _Processing:
-        """Context manager: marks ``msg`` processed when the block exits without an exception."""
-        return _Processing(self, msg)
-
-    # --- session checkpoints ---------------------------------------------------------------
     def _observe_marks(self, rows: list[Any]) -> None:
         last = self._last_offsets
         for topic, partition, offset, _, _ in rows:
@@ -241,100 +213,7 @@ class AuditedConsumerV1:
             header_problems=problems,
         )
 
-    # --- offsets ----------------------------------------------------------------------------
-    def commit(
-        self,
-        message: Message | None = None,
-        offsets: list[TopicPartition] | None = None,
-        asynchronous: bool = True,
-    ) -> list[TopicPartition] | None:
-        self._ledger.flush_entries()
-        if not asynchronous:
-            self._ledger.flush(self._ledger_flush_timeout_s)
-        kwargs: dict[str, Any] = {"asynchronous": asynchronous}
-        if message is not None:
-            kwargs["message"] = message
-        if offsets is not None:
-            kwargs["offsets"] = offsets
-        committed: list[TopicPartition] | None = self._consumer.commit(**kwargs)
-        return committed
-
-    def store_offsets(
-        self,
-        message: Message | None = None,
-        offsets: list[TopicPartition] | None = None,
-    ) -> None:
-        kwargs: dict[str, Any] = {}
-        if message is not None:
-            kwargs["message"] = message
-        if offsets is not None:
-            kwargs["offsets"] = offsets
-        self._consumer.store_offsets(**kwargs)
-
-    # --- assignment (plain delegation) -------------------------------------------------------
-    def subscribe(
-        self,
-        topics: list[str],
-        on_assign: Callable[..., None] | None = None,
-        on_revoke: Callable[..., None] | None = None,
-        on_lost: Callable[..., None] | None = None,
-    ) -> None:
-        callbacks = {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_lost}
-        self._consumer.subscribe(topics, **{k: v for k, v in callbacks.items() if v is not None})
-
-    def assign(self, partitions: list[TopicPartition]) -> None:
-        self._consumer.assign(partitions)
-
-    def unsubscribe(self) -> None:
-        self._consumer.unsubscribe()
-
-    def unassign(self) -> None:
-        self._consumer.unassign()
-
-    def __getattr__(self, name: str) -> Any:
-        # assignment, committed, position, seek, pause, resume, get_watermark_offsets,
-        # consumer_group_metadata, incremental_assign, list_topics, ...
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._consumer, name)
-
-    # --- lifecycle --------------------------------------------------------------------------
-    def flush_ledger(self, timeout: float | None = None) -> int:
-        """Write buffered marks (and a session-end checkpoint if anything changed) now and
-        wait for them; returns ledger records still in flight."""
-        self._ledger.write_checkpoint()
-        return self._ledger.flush(self._ledger_flush_timeout_s if timeout is None else timeout)
-
-    def close(self) -> None:
-        """Write the buffered marks and the session end, then close the consumer."""
-        if self._closed:
-            return
-        self._closed = True
-        # Marks first, so the final auto-commit in Consumer.close() does not run
-        # ahead of them; then whatever its rebalance callbacks marked, then the end.
-        self._ledger.flush(self._ledger_flush_timeout_s)
-        try:
-            self._consumer.close()
-        finally:
-            self._ledger.write_checkpoint(force=True)
-            self._ledger.close(self._ledger_flush_timeout_s)
-
-    def __enter__(self) -> AuditedConsumerV1:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # --- introspection -------------------------------------------------------------------------
-    @property
-    def consumer(self) -> Consumer:
-        """The wrapped confluent_kafka.Consumer (messages polled on it directly are not counted)."""
-        return self._consumer
-
-    def effective_config(self) -> dict[str, Any]:
-        """The configuration the application gave, secrets masked (as published to the clients topic)."""
-        return mask_config(self._config)
-
     def stats(self) -> dict[str, int]:
         return {
             "received": self._received,

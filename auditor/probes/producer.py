@@ -32,23 +32,23 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition, libversion
+from confluent_kafka import KafkaError, Message, Producer, libversion
 
 from auditor.probes.codec import (
     ACKED,
     UNCONFIRMED,
     encode_client_record,
-    encode_session_end,
     encode_session_start,
-    key_rows,
     producer_failures_header,
     producer_keys_header,
     producer_ranges_header,
 )
-from auditor.probes.config import ledger_producer_config, mask_config
+from auditor.probes.config import ledger_producer_config
 from auditor.probes.headers import AUDIT, AUDIT_ID, AUDIT_V2, RESERVED_HEADER_NAMES, decode_audit_id
+from auditor.probes.key_entries import key_entries
 from auditor.probes.persistence import classify_persistence, describe_error
 from auditor.probes.topics import CLIENTS_TOPIC, PRODUCER_LEDGER_TOPIC
+from auditor.probes.wrapping import ProducerWrapper, acks_zero, timeout_args, truthy
 from auditor.probes.writer import LedgerWriter
 
 logger = logging.getLogger(__name__)
@@ -70,20 +70,6 @@ def _setting(config: Mapping[str, Any], names: tuple[str, ...], default: int) ->
         if name in config:
             return int(str(config[name]))
     return default
-
-
-def _acks_zero(config: Mapping[str, Any]) -> bool:
-    """True when the producer sends fire-and-forget (acks=0 or its librdkafka alias)."""
-    for name in ("acks", "request.required.acks"):
-        if name in config:
-            return str(config[name]).strip() == "0"
-    return False
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "on")
-    return bool(value)
 
 
 def _as_bytes(value: Any) -> bytes | None:
@@ -113,10 +99,6 @@ def _split_user_headers(headers: UserHeaders) -> tuple[list[tuple[str, Any]], An
     return kept, supplied_id
 
 
-def _timeout_args(timeout: float | None) -> tuple[float, ...]:
-    return () if timeout is None else (timeout,)
-
-
 def _returning_zero(call: Callable[..., None], *args: float) -> int:
     call(*args)
     return 0
@@ -131,6 +113,7 @@ class _TopicStream:
         "key_rows",
         "keys",
         "keys_base",
+        "last_ms",
         "next_seq",
         "resolved",
         "resolved_ms",
@@ -147,7 +130,11 @@ class _TopicStream:
         # one list append per record; the background flush writes and empties it.
         self.keys: list[Any] = []
         self.keys_base = 0
-        self.stamps: list[int] = []  # the produce time of each of them (epoch ms)
+        # When their produce time (epoch ms) changed: (first seq, ts_ms), ascending, the first
+        # at or before keys_base. Hundreds of sends share a millisecond under load, so this
+        # costs a comparison per send where a list of stamps cost an append.
+        self.stamps: list[tuple[int, int]] = [(0, 0)]
+        self.last_ms = 0  # the produce time of the latest send
         self.key_rows: deque[Any] | None = None
         self.resolved = 0  # every seq below is resolved (ledgered acked or unconfirmed)
         self.resolved_ms = started_ms  # seqs from `resolved` on were produced after this
@@ -157,7 +144,7 @@ class _TopicStream:
         self.failure_rows: deque[Any] | None = None
 
 
-class AuditedProducer:
+class AuditedProducer(ProducerWrapper):
     """A confluent_kafka.Producer that stamps the ``audit`` header and keeps a ledger.
 
     Header: version 2, the session id, the per-(session, topic) sequence and the produce
@@ -204,7 +191,7 @@ class AuditedProducer:
         client_config = dict(config)
         self._config = dict(config)
         self._app_on_delivery: DeliveryCallback | None = client_config.pop("on_delivery", None)
-        app_only_errors = _truthy(client_config.pop("delivery.report.only.error", False))
+        app_only_errors = truthy(client_config.pop("delivery.report.only.error", False))
         if delivery_reports == "auto":
             delivery_reports = "all" if self._app_on_delivery is not None and not app_only_errors else "errors"
         self._success_reports = delivery_reports == "all"
@@ -212,7 +199,7 @@ class AuditedProducer:
         self._app_only_errors = app_only_errors or not self._success_reports
         client_config["on_delivery"] = self._on_report
         client_config["delivery.report.only.error"] = not self._success_reports
-        self._range_status = UNCONFIRMED if _acks_zero(client_config) else ACKED
+        self._range_status = UNCONFIRMED if acks_zero(client_config) else ACKED
         self._transactional = "transactional.id" in client_config
         message_timeout_ms = _setting(client_config, ("message.timeout.ms", "delivery.timeout.ms"), 300_000)
         request_timeout_ms = _setting(client_config, ("socket.timeout.ms",), 60_000)
@@ -310,7 +297,9 @@ class AuditedProducer:
                 )
                 stream.next_seq = seq + 1
                 stream.keys.append(key)
-                stream.stamps.append(ts_ms)
+                if ts_ms != stream.last_ms:
+                    stream.stamps.append((seq, ts_ms))
+                    stream.last_ms = ts_ms
             finally:
                 release()
 
@@ -363,7 +352,9 @@ class AuditedProducer:
             self._inner_produce(topic, value, key, partition, report, None, timestamp, record_headers)
             stream.next_seq = seq + 1
             stream.keys.append(key if audit_id is None else audit_id)
-            stream.stamps.append(ts_ms)
+            if ts_ms != stream.last_ms:
+                stream.stamps.append((seq, ts_ms))
+                stream.last_ms = ts_ms
 
     def _new_topic(self, topic: str) -> _TopicStream:
         stream = _TopicStream(
@@ -494,14 +485,14 @@ class AuditedProducer:
                     taken.append((stream, stream.keys_base, stream.keys, stream.stamps))
                     stream.keys_base += len(stream.keys)
                     stream.keys = []
-                    stream.stamps = []
+                    stream.stamps = [(stream.keys_base, stream.last_ms)]
         for stream, base, keys, stamps in taken:
             rows = stream.key_rows
             if rows is None:
                 rows = stream.key_rows = self._ledger.stream(
-                    producer_keys_header(self.session_id, self.client_id, stream.topic)
+                    producer_keys_header(self.session_id, self.client_id, stream.topic), encoded=True
                 )
-            rows.extend(key_rows(base, keys, stamps))
+            rows.extend(key_entries(base, keys, stamps))
 
     def _background_resolve(self) -> None:
         self._resolve()
@@ -522,10 +513,7 @@ class AuditedProducer:
                     self._last_poll_started = started
 
     def poll(self, timeout: float | None = None) -> int:
-        return self._serve(self._producer.poll, *_timeout_args(timeout))
-
-    def __len__(self) -> int:
-        return len(self._producer)
+        return self._serve(self._producer.poll, *timeout_args(timeout))
 
     # --- ledger-aware lifecycle --------------------------------------------------------
     def flush(self, timeout: float | None = None) -> int:
@@ -533,7 +521,7 @@ class AuditedProducer:
 
         Returns what ``Producer.flush`` returns: messages still in the queue.
         """
-        remaining = self._serve(self._producer.flush, *_timeout_args(timeout))
+        remaining = self._serve(self._producer.flush, *timeout_args(timeout))
         self._resolve()
         self._write_unresolved_tail()
         self._write_keys()
@@ -544,7 +532,7 @@ class AuditedProducer:
         """Flush, resolve, write the final session-end, and close the ledger and the producer."""
         if self._closed:
             return 0
-        remaining = self._serve(self._producer.flush, *_timeout_args(timeout))
+        remaining = self._serve(self._producer.flush, *timeout_args(timeout))
         self._ledger.set_before_flush(None)
         self._resolve(boundary=True)
         self._write_unresolved_tail()
@@ -561,110 +549,17 @@ class AuditedProducer:
             close()
         return remaining
 
-    def _ledger_timeout(self, timeout: float | None) -> float:
-        if timeout is None:
-            return self._ledger_flush_timeout_s
-        return max(0.0, min(timeout, self._ledger_flush_timeout_s))
-
-    def _end_session_checkpoint(self) -> None:
-        last_seq = self.last_sequences()
-        if last_seq == self._last_checkpoint and not self._ledger.pending_count():
-            self._ledger.flush(self._ledger_flush_timeout_s)
-            return
-        self._last_checkpoint = last_seq
-        self._ledger.write(encode_session_end("producer", self.session_id, _time_ns() // 1_000_000, last_seq))
-        remaining = self._ledger.flush(self._ledger_flush_timeout_s)
-        if remaining:
-            logger.error(
-                "audited producer %s: %d ledger record(s) not yet written to %s",
-                self.session_id,
-                remaining,
-                self._ledger.topic,
-            )
-
-    def __enter__(self) -> AuditedProducer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # --- delegation ----------------------------------------------------------------------
-    def produce_batch(
-        self,
-        topic: str,
-        messages: list[dict[str, Any]],
-        partition: int = -1,
-        on_delivery: DeliveryCallback | None = None,
-    ) -> int:
-        """Like ``Producer.produce_batch`` (which cannot carry headers): one audited
-        produce() per message; failed ones get an ``_error`` entry. Returns the count queued."""
-        queued = 0
-        for message in messages:
-            try:
-                self.produce(
-                    topic,
-                    message.get("value"),
-                    message.get("key"),
-                    message.get("partition", partition),
-                    on_delivery=message.get("callback") or on_delivery,
-                    timestamp=message.get("timestamp", 0),
-                    headers=message.get("headers"),
-                )
-                queued += 1
-            except (BufferError, KafkaException, TypeError, ValueError) as exc:  # per message, like produce_batch
-                message["_error"] = exc
-        return queued
-
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
-        return self._producer.list_topics(topic, timeout)
-
-    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
-        self._producer.purge(in_queue, in_flight, blocking)
-
-    def init_transactions(self, timeout: float | None = None) -> None:
-        self._producer.init_transactions(*_timeout_args(timeout))
-
-    def begin_transaction(self) -> None:
-        self._producer.begin_transaction()
-
+    # --- transactions: resolved at their end ---------------------------------------------
     def commit_transaction(self, timeout: float | None = None) -> None:
-        self._serve(partial(_returning_zero, self._producer.commit_transaction), *_timeout_args(timeout))
+        self._serve(partial(_returning_zero, self._producer.commit_transaction), *timeout_args(timeout))
         self._resolve(boundary=True)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         # Aborted records were acked (and are filtered by read_committed readers), as in v1.
-        self._serve(partial(_returning_zero, self._producer.abort_transaction), *_timeout_args(timeout))
+        self._serve(partial(_returning_zero, self._producer.abort_transaction), *timeout_args(timeout))
         self._resolve(boundary=True)
 
-    def send_offsets_to_transaction(
-        self,
-        positions: list[TopicPartition],
-        group_metadata: Any,
-        timeout: float | None = None,
-    ) -> None:
-        self._producer.send_offsets_to_transaction(positions, group_metadata, *_timeout_args(timeout))
-
-    def __getattr__(self, name: str) -> Any:
-        # Anything not wrapped above (cluster_id, set_sasl_credentials, ...).
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._producer, name)
-
     # --- introspection -----------------------------------------------------------------
-    @property
-    def producer(self) -> Producer:
-        """The wrapped confluent_kafka.Producer (records produced on it directly are not audited)."""
-        return self._producer
-
-    def effective_config(self) -> dict[str, Any]:
-        """The configuration the application gave, secrets masked (as published to the clients topic)."""
-        return mask_config(self._config)
-
-    def last_sequences(self) -> dict[str, int]:
-        """The last sequence number sent per topic (-1 entries omitted)."""
-        with self._seq_lock:
-            return {topic: stream.next_seq - 1 for topic, stream in self._topics.items() if stream.next_seq > 0}
-
     def resolved_sequences(self) -> dict[str, int]:
         """Per topic, the next sequence not yet resolved (everything below is ledgered)."""
         with self._seq_lock:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition, libversion
+from confluent_kafka import KafkaError, Message, Producer, libversion
 
 from auditor.probes.codec import (
     ACKED,
@@ -31,11 +31,10 @@ from auditor.probes.codec import (
     POSSIBLY_PERSISTED,
     UNCONFIRMED,
     encode_client_record,
-    encode_session_end,
     encode_session_start,
     producer_batch_header,
 )
-from auditor.probes.config import ledger_producer_config, mask_config
+from auditor.probes.config import ledger_producer_config
 from auditor.probes.headers import (
     AUDIT_HEADER_NAMES,
     AUDIT_ID,
@@ -47,6 +46,7 @@ from auditor.probes.headers import (
 )
 from auditor.probes.persistence import classify_persistence, describe_error
 from auditor.probes.topics import CLIENTS_TOPIC, PRODUCER_LEDGER_TOPIC
+from auditor.probes.wrapping import ProducerWrapper, acks_zero, timeout_args, truthy
 from auditor.probes.writer import LedgerWriter
 
 logger = logging.getLogger(__name__)
@@ -57,20 +57,6 @@ UserHeaders = Sequence[tuple[str, Any]] | Mapping[str, Any] | None
 
 _time_ns = time.time_ns
 _UUID_BATCH = 1024
-
-
-def _acks_zero(config: Mapping[str, Any]) -> bool:
-    """True when the producer sends fire-and-forget (acks=0 or its librdkafka alias)."""
-    for name in ("acks", "request.required.acks"):
-        if name in config:
-            return str(config[name]).strip() == "0"
-    return False
-
-
-def _truthy(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes", "on")
-    return bool(value)
 
 
 AuditIdPair = tuple[bytes | str, str]  # (header value, ledger text)
@@ -113,11 +99,7 @@ class _TopicStream:
         self.rows = rows
 
 
-def _timeout_args(timeout: float | None) -> tuple[float, ...]:
-    return () if timeout is None else (timeout,)
-
-
-class AuditedProducerV1:
+class AuditedProducerV1(ProducerWrapper):
     """A confluent_kafka.Producer that stamps audit headers and keeps a ledger.
 
     Headers: ``audit-id`` comes from ``key_fn(value, key)`` if given, else a
@@ -162,8 +144,8 @@ class AuditedProducerV1:
         client_config = dict(config)
         self._config = dict(config)
         self._default_on_delivery: DeliveryCallback | None = client_config.pop("on_delivery", None)
-        self._only_error_reports = _truthy(client_config.pop("delivery.report.only.error", False))
-        self._unconfirmed_sends = _acks_zero(client_config)
+        self._only_error_reports = truthy(client_config.pop("delivery.report.only.error", False))
+        self._unconfirmed_sends = acks_zero(client_config)
         self._producer: Producer = producer_factory(client_config)  # or a test double
         self._key_fn = key_fn
         self._ledger_flush_timeout_s = ledger_flush_timeout_s
@@ -307,10 +289,7 @@ class AuditedProducerV1:
             self._seq_lock.release()
 
     def poll(self, timeout: float | None = None) -> int:
-        return self._producer.poll(*_timeout_args(timeout))
-
-    def __len__(self) -> int:
-        return len(self._producer)
+        return self._producer.poll(*timeout_args(timeout))
 
     # --- ledger-aware lifecycle --------------------------------------------------------
     def flush(self, timeout: float | None = None) -> int:
@@ -318,7 +297,7 @@ class AuditedProducerV1:
 
         Returns what ``Producer.flush`` returns: messages still in the queue.
         """
-        remaining = self._producer.flush(*_timeout_args(timeout))
+        remaining = self._producer.flush(*timeout_args(timeout))
         self._end_session_checkpoint()
         return remaining
 
@@ -326,7 +305,7 @@ class AuditedProducerV1:
         """Flush, write the final session-end, and close the ledger and the producer."""
         if self._closed:
             return 0
-        remaining = self._producer.flush(*_timeout_args(timeout))
+        remaining = self._producer.flush(*timeout_args(timeout))
         self._end_session_checkpoint()
         self._ledger.close(self._ledger_timeout(timeout))
         self._closed = True
@@ -339,108 +318,14 @@ class AuditedProducerV1:
             close()
         return remaining
 
-    def _ledger_timeout(self, timeout: float | None) -> float:
-        if timeout is None:
-            return self._ledger_flush_timeout_s
-        return max(0.0, min(timeout, self._ledger_flush_timeout_s))
-
-    def _end_session_checkpoint(self) -> None:
-        last_seq = self.last_sequences()
-        if last_seq == self._last_checkpoint and not self._ledger.pending_count():
-            # Nothing new since the last session-end: don't repeat it.
-            self._ledger.flush(self._ledger_flush_timeout_s)
-            return
-        self._last_checkpoint = last_seq
-        self._ledger.write(encode_session_end("producer", self.session_id, _time_ns() // 1_000_000, last_seq))
-        remaining = self._ledger.flush(self._ledger_flush_timeout_s)
-        if remaining:
-            logger.error(
-                "audited producer %s: %d ledger record(s) not yet written to %s",
-                self.session_id,
-                remaining,
-                self._ledger.topic,
-            )
-
-    def __enter__(self) -> AuditedProducerV1:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # --- plain delegation ----------------------------------------------------------------
-    def produce_batch(
-        self,
-        topic: str,
-        messages: list[dict[str, Any]],
-        partition: int = -1,
-        on_delivery: DeliveryCallback | None = None,
-    ) -> int:
-        """Like ``Producer.produce_batch`` (which cannot carry headers): one audited
-        produce() per message; failed ones get an ``_error`` entry. Returns the count queued."""
-        queued = 0
-        for message in messages:
-            try:
-                self.produce(
-                    topic,
-                    message.get("value"),
-                    message.get("key"),
-                    message.get("partition", partition),
-                    on_delivery=message.get("callback") or on_delivery,
-                    timestamp=message.get("timestamp", 0),
-                    headers=message.get("headers"),
-                )
-                queued += 1
-            except (BufferError, KafkaException, TypeError, ValueError) as exc:  # per message, like produce_batch
-                message["_error"] = exc
-        return queued
-
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
-        return self._producer.list_topics(topic, timeout)
-
-    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
-        self._producer.purge(in_queue, in_flight, blocking)
-
-    def init_transactions(self, timeout: float | None = None) -> None:
-        self._producer.init_transactions(*_timeout_args(timeout))
-
-    def begin_transaction(self) -> None:
-        self._producer.begin_transaction()
-
+    # --- transactions ----------------------------------------------------------------------
     def commit_transaction(self, timeout: float | None = None) -> None:
-        self._producer.commit_transaction(*_timeout_args(timeout))
+        self._producer.commit_transaction(*timeout_args(timeout))
 
     def abort_transaction(self, timeout: float | None = None) -> None:
-        self._producer.abort_transaction(*_timeout_args(timeout))
-
-    def send_offsets_to_transaction(
-        self,
-        positions: list[TopicPartition],
-        group_metadata: Any,
-        timeout: float | None = None,
-    ) -> None:
-        self._producer.send_offsets_to_transaction(positions, group_metadata, *_timeout_args(timeout))
-
-    def __getattr__(self, name: str) -> Any:
-        # Anything not wrapped above (cluster_id, set_sasl_credentials, ...).
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self._producer, name)
+        self._producer.abort_transaction(*timeout_args(timeout))
 
     # --- introspection -----------------------------------------------------------------
-    @property
-    def producer(self) -> Producer:
-        """The wrapped confluent_kafka.Producer (records produced on it directly are not audited)."""
-        return self._producer
-
-    def effective_config(self) -> dict[str, Any]:
-        """The configuration the application gave, secrets masked (as published to the clients topic)."""
-        return mask_config(self._config)
-
-    def last_sequences(self) -> dict[str, int]:
-        """The last sequence number assigned per topic (-1 entries omitted)."""
-        with self._seq_lock:
-            return {topic: stream.next_seq - 1 for topic, stream in self._topics.items() if stream.next_seq > 0}
-
     def stats(self) -> dict[str, int]:
         with self._seq_lock:
             produced = sum(stream.next_seq for stream in self._topics.values())

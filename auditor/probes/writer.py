@@ -20,7 +20,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from auditor.probes.codec import encode_batch
+from auditor.probes.codec import encode_batch, encode_encoded_batch
 from auditor.probes.headers import decode_audit_id
 
 logger = logging.getLogger(__name__)
@@ -75,7 +75,8 @@ class LedgerWriter:
         config = dict(producer_config)
         config.setdefault("error_cb", self._on_client_error)
         self._producer: Producer = producer_factory(config)  # or a test double
-        self._streams: list[tuple[dict[str, Any], deque[Any], RowObserver | None, RowTransform | None]] = []
+        # (header, buffer, observer, transform, whether the rows are already JSON text)
+        self._streams: list[tuple[dict[str, Any], deque[Any], RowObserver | None, RowTransform | None, bool]] = []
         self._checkpoint: Checkpoint | None = None
         self._before_flush: Callable[[], None] | None = None
         self._write_lock = threading.Lock()
@@ -89,13 +90,18 @@ class LedgerWriter:
         self._thread.start()
 
     def stream(
-        self, header: Mapping[str, Any], observe: RowObserver | None = None, transform: RowTransform | None = None
+        self,
+        header: Mapping[str, Any],
+        observe: RowObserver | None = None,
+        transform: RowTransform | None = None,
+        *,
+        encoded: bool = False,
     ) -> deque[Any]:
         """A new buffer whose rows (``transform``-ed, when given) are written as records of
-        ``header`` + entries."""
+        ``header`` + entries. ``encoded``: each row is already an entry's JSON (ASCII bytes)."""
         rows: deque[Any] = deque()
         with self._write_lock:
-            self._streams.append((dict(header), rows, observe, transform))
+            self._streams.append((dict(header), rows, observe, transform, encoded))
         return rows
 
     def set_checkpoint(self, checkpoint: Checkpoint | None) -> None:
@@ -160,7 +166,7 @@ class LedgerWriter:
 
     def _drain_locked(self) -> int:
         drained = 0
-        for header, rows, observe, transform in self._streams:
+        for header, rows, observe, transform, encoded in self._streams:
             count = len(rows)
             if not count:
                 continue
@@ -168,17 +174,20 @@ class LedgerWriter:
             batch = [popleft() for _ in range(count)]
             if transform is not None:
                 batch = transform(batch)
-            try:
-                records = encode_batch(header, batch, self.batch_size)
-            except (TypeError, ValueError):
-                # A value JSON cannot carry must cost one field, never the batch
-                # or the application's poll() (this can run inside it).
+            if encoded:
+                records = encode_encoded_batch(header, batch, self.batch_size)
+            else:
                 try:
-                    records = encode_batch(header, [_jsonable_row(row) for row in batch], self.batch_size)
+                    records = encode_batch(header, batch, self.batch_size)
                 except (TypeError, ValueError):
-                    logger.exception("audit ledger %s: dropped %d unencodable rows", self.topic, count)
-                    self.records_dropped += 1
-                    continue
+                    # A value JSON cannot carry must cost one field, never the batch
+                    # or the application's poll() (this can run inside it).
+                    try:
+                        records = encode_batch(header, [_jsonable_row(row) for row in batch], self.batch_size)
+                    except (TypeError, ValueError):
+                        logger.exception("audit ledger %s: dropped %d unencodable rows", self.topic, count)
+                        self.records_dropped += 1
+                        continue
             for value in records:
                 self._produce_locked(self.topic, value)
             if observe is not None:

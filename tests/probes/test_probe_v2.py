@@ -7,6 +7,8 @@ the topic with a plain Consumer, and the offsets it returned.
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -130,11 +132,13 @@ def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_t
     producer = AuditedProducer(
         {"bootstrap.servers": kafka_bootstrap}, ledger_topic=topics["pledger"], clients_topic=topics["clients"]
     )
+    before_ms = time.time_ns() // 1_000_000
     for i in range(300):  # more than one `keys` row (256 ids each)
         producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
     producer.produce(topics["data"], b"no key")
     producer.produce(topics["data"], b"v", b"kafka-key", headers={"audit-id": "TCK-9"})
     producer.produce(topics["data"], "text value", "text-key")
+    after_ms = time.time_ns() // 1_000_000
     producer.close(30)
 
     # The truth: one thread, so the n-th send is sequence n; its id is the key or the header we gave.
@@ -153,6 +157,61 @@ def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_t
     }
     assert named.get(300) is None
     assert max(len(run.keys) for rec in ledger if isinstance(rec, ProducerKeys) for run in rec.runs) <= 256
+    # Each id's stamp is its send's time (the header's ts: read back from the topic), written as
+    # runs of equal stamps.
+    stamps = {
+        run.first + i: ts
+        for rec in ledger
+        if isinstance(rec, ProducerKeys) and rec.pid == producer.session_id
+        for run in rec.runs
+        for i, ts in enumerate(run.stamps)
+    }
+    header_ts = {
+        parsed.seq: parsed.ts_ms
+        for parsed in (parse_audit_headers(m.headers(), m.key()) for m in read_all(kafka_bootstrap, topics["data"]))
+        if parsed is not None
+    }
+    assert {seq: stamps[seq] for seq in truth if truth[seq] is not None} == {
+        seq: header_ts[seq] for seq in truth if truth[seq] is not None
+    }
+    assert all(before_ms <= ts <= after_ms for ts in stamps.values())
+    raw_keys = [
+        json.loads(m.value())
+        for m in read_all(kafka_bootstrap, topics["pledger"], 2)
+        if json.loads(m.value()).get("type") == "keys"
+    ]
+    assert raw_keys and all(isinstance(entry[2][0], list) for rec in raw_keys for entry in rec["entries"])
+
+
+def test_it_returns_from_poll_once_messages_were_delivered_though_successes_are_not_reported(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    producer = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 50},
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+    )
+    try:
+        for i in range(1000):
+            producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
+        queued = len(producer)
+        assert queued > 0
+        # A plain producer's poll(10) returns with its first delivery reports; so must this one
+        # (librdkafka still wakes a poll when only errors are reported: no slicing needed).
+        started = time.monotonic()
+        served = producer.poll(10)
+        assert time.monotonic() - started < 5
+        assert 0 < served <= queued and len(producer) <= queued - served
+        # Without a timeout too (it would otherwise wait for a failure that never comes).
+        while len(producer):
+            producer.poll()
+        # Nothing queued: it waits its timeout, as a plain producer does.
+        started = time.monotonic()
+        assert producer.poll(0.3) == 0
+        assert time.monotonic() - started >= 0.25
+    finally:
+        producer.close(30)
+    assert len(read_all(kafka_bootstrap, topics["data"])) == 1000
 
 
 def test_it_leaves_the_unresolved_tail_unconfirmed_when_the_producer_never_flushes(
@@ -168,7 +227,6 @@ def test_it_leaves_the_unresolved_tail_unconfirmed_when_the_producer_never_flush
     )
     for i in range(5):
         producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
-    import time
 
     time.sleep(1.5)  # background flushes write the tail; nothing is resolved
     producer._ledger.flush(10)
@@ -220,6 +278,52 @@ def test_it_ledgers_processed_offset_ranges_and_reads_v1_and_v2_records(
         for offset in range(r.first, r.last + 1)
     }
     assert marked == set(polled)
+
+
+def test_it_ledgers_one_range_per_run_of_marks_across_batches_and_the_last_marks_of_an_idle_consumer(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    with AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap}, ledger_topic=topics["pledger"], clients_topic=topics["clients"]
+    ) as producer:
+        for i in range(700):
+            producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
+    consumer = AuditedConsumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False},
+        ledger_topic=topics["cledger"],
+        clients_topic=topics["clients"],
+        ledger_flush_interval_s=0.2,
+    )
+    consumer.assign([TopicPartition(topics["data"], p, OFFSET_BEGINNING) for p in range(2)])
+    polled: list[tuple[int, int]] = []
+    while len(polled) < 700:
+        msg = consumer.poll(1.0)
+        if msg is None or msg.error() is not None:
+            continue
+        polled.append((msg.partition(), msg.offset()))
+        consumer.mark_processed(msg)
+    # Marked again after a seek back: a range of its own (the truth keeps both).
+    again = [(p, o) for p, o in polled if p == polled[0][0]][:5]
+    consumer.seek(TopicPartition(topics["data"], again[0][0], again[0][1]))
+    while len(polled) < 705:
+        msg = consumer.poll(1.0)
+        if msg is None or msg.error() is not None:
+            continue
+        polled.append((msg.partition(), msg.offset()))
+        consumer.mark_processed(msg)
+    # Runs of the marking order, by hand: a mark continues a run when it is the next offset
+    # of the same partition.
+    runs: list[list[int]] = []
+    for partition, offset in polled:
+        if runs and runs[-1][0] == partition and runs[-1][2] == offset - 1:
+            runs[-1][2] = offset
+        else:
+            runs.append([partition, offset, offset])
+    time.sleep(1.5)  # idle: the background flush writes the marks held (fewer than a batch)
+    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["cledger"], 2)]
+    ranges = [(r.partition, r.first, r.last) for rec in ledger if isinstance(rec, ProcessedRanges) for r in rec.ranges]
+    assert ranges == [tuple(run) for run in runs]
+    consumer.close()
 
 
 def test_it_summarizes_v2_ledgers_and_finds_their_gaps_beside_v1_ones() -> None:

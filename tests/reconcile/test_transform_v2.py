@@ -218,6 +218,36 @@ def test_it_names_the_key_of_a_v2_gap_from_the_keys_record_even_one_run_later(sp
     assert [tuple(r) for r in kept] == [("acked-range", "k2", ms(2), ms(2))]
 
 
+def test_it_reads_the_stamps_of_keys_entries_as_runs_and_as_one_per_id(spark: SparkSession) -> None:
+    from spark_jobs.reconcile_transform import KEYED
+
+    s = SESSION.hex
+    keys = {"v": 2, "type": "keys", "pid": s, "client_id": "app", "topic": "t"}
+    raw = ledger_values(
+        spark,
+        # Current probes: runs of equal stamps.
+        {**keys, "entries": [[0, ["a0", "a1", None, "a3"], [[ms(1), 2], [ms(2), 1], [ms(3), 1]]]]},
+        # Earlier probes: one stamp per id.
+        {**keys, "entries": [[10, ["b10", "b11"], [ms(5), ms(6)]]]},
+        {**keys, "topic": "other", "entries": [[0, ["x0"], [[ms(0), 1]]]]},
+    )
+    entries, _ = transform_producer_ledger(raw, "t")
+    actual = entries.where(F.col("status") == KEYED).select("session", "seq", "audit_id", "ts_ms", "to_ms")
+    assertDataFrameEqual(
+        actual,
+        spark.createDataFrame(
+            [
+                (s, 0, "a0", ms(1), ms(1)),
+                (s, 1, "a1", ms(1), ms(1)),
+                (s, 3, "a3", ms(3), ms(3)),
+                (s, 10, "b10", ms(5), ms(5)),
+                (s, 11, "b11", ms(6), ms(6)),
+            ],
+            "session string, seq long, audit_id string, ts_ms long, to_ms long",
+        ),
+    )
+
+
 def test_a_reprocessed_v2_offset_takes_the_key_of_the_record_read(spark: SparkSession) -> None:
     from spark_jobs.reconcile_transform import (
         PROCESSED_INTERVAL_SCHEMA,

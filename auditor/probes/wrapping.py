@@ -1,0 +1,309 @@
+"""What the audited clients of both record contract versions share: configuration helpers,
+the session-end checkpoint, and the plain delegation to the wrapped confluent-kafka client.
+
+The version-specific parts (produce, delivery reports, marks, flush and close) stay in
+producer.py / producer_v1.py and consumer.py / consumer_v1.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, Literal, Protocol, Self
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from auditor.probes.codec import encode_session_end
+from auditor.probes.config import mask_config
+from auditor.probes.writer import LedgerWriter
+
+logger = logging.getLogger(__name__)
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+
+
+def acks_zero(config: Mapping[str, Any]) -> bool:
+    """True when the producer sends fire-and-forget (acks=0 or its librdkafka alias)."""
+    for name in ("acks", "request.required.acks"):
+        if name in config:
+            return str(config[name]).strip() == "0"
+    return False
+
+
+def truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "on")
+    return bool(value)
+
+
+def timeout_args(timeout: float | None) -> tuple[float, ...]:
+    return () if timeout is None else (timeout,)
+
+
+class _Stream(Protocol):
+    next_seq: int
+
+
+class ProducerWrapper:
+    """Delegation and the session-end checkpoint of an audited producer (either version)."""
+
+    _producer: Producer
+    _config: dict[str, Any]
+    _ledger: LedgerWriter
+    _ledger_flush_timeout_s: float
+    _seq_lock: threading.Lock
+    _topics: Mapping[str, _Stream]
+    _last_checkpoint: dict[str, int] | None
+    session_id: str
+    produce: Callable[..., None]
+
+    def close(self, timeout: float | None = None) -> int:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self._producer)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _ledger_timeout(self, timeout: float | None) -> float:
+        if timeout is None:
+            return self._ledger_flush_timeout_s
+        return max(0.0, min(timeout, self._ledger_flush_timeout_s))
+
+    def _end_session_checkpoint(self) -> None:
+        last_seq = self.last_sequences()
+        if last_seq == self._last_checkpoint and not self._ledger.pending_count():
+            # Nothing new since the last session-end: don't repeat it.
+            self._ledger.flush(self._ledger_flush_timeout_s)
+            return
+        self._last_checkpoint = last_seq
+        self._ledger.write(encode_session_end("producer", self.session_id, time.time_ns() // 1_000_000, last_seq))
+        remaining = self._ledger.flush(self._ledger_flush_timeout_s)
+        if remaining:
+            logger.error(
+                "audited producer %s: %d ledger record(s) not yet written to %s",
+                self.session_id,
+                remaining,
+                self._ledger.topic,
+            )
+
+    # --- delegation ----------------------------------------------------------------------
+    def produce_batch(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> int:
+        """Like ``Producer.produce_batch`` (which cannot carry headers): one audited
+        produce() per message; failed ones get an ``_error`` entry. Returns the count queued."""
+        queued = 0
+        for message in messages:
+            try:
+                self.produce(
+                    topic,
+                    message.get("value"),
+                    message.get("key"),
+                    message.get("partition", partition),
+                    on_delivery=message.get("callback") or on_delivery,
+                    timestamp=message.get("timestamp", 0),
+                    headers=message.get("headers"),
+                )
+                queued += 1
+            except (BufferError, KafkaException, TypeError, ValueError) as exc:  # per message, like produce_batch
+                message["_error"] = exc
+        return queued
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        return self._producer.list_topics(topic, timeout)
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        self._producer.purge(in_queue, in_flight, blocking)
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        self._producer.init_transactions(*timeout_args(timeout))
+
+    def begin_transaction(self) -> None:
+        self._producer.begin_transaction()
+
+    def send_offsets_to_transaction(
+        self,
+        positions: list[TopicPartition],
+        group_metadata: Any,
+        timeout: float | None = None,
+    ) -> None:
+        self._producer.send_offsets_to_transaction(positions, group_metadata, *timeout_args(timeout))
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything not wrapped (cluster_id, set_sasl_credentials, ...).
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._producer, name)
+
+    # --- introspection -----------------------------------------------------------------
+    @property
+    def producer(self) -> Producer:
+        """The wrapped confluent_kafka.Producer (records produced on it directly are not audited)."""
+        return self._producer
+
+    def effective_config(self) -> dict[str, Any]:
+        """The configuration the application gave, secrets masked (as published to the clients topic)."""
+        return mask_config(self._config)
+
+    def last_sequences(self) -> dict[str, int]:
+        """The last sequence number sent per topic (-1 entries omitted)."""
+        with self._seq_lock:
+            return {topic: stream.next_seq - 1 for topic, stream in self._topics.items() if stream.next_seq > 0}
+
+
+class _Marking(Protocol):
+    def mark_processed(self, msg: Message) -> None: ...
+
+
+class Processing:
+    """``with consumer.processing(msg):`` marks the message only if the block succeeds."""
+
+    __slots__ = ("_consumer", "_msg")
+
+    def __init__(self, consumer: _Marking, msg: Message) -> None:
+        self._consumer = consumer
+        self._msg = msg
+
+    def __enter__(self) -> Message:
+        return self._msg
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> Literal[False]:
+        if exc_type is None:
+            self._consumer.mark_processed(self._msg)
+        return False
+
+
+class ConsumerWrapper:
+    """Offsets, assignment, lifecycle and introspection of an audited consumer (either
+    version). ``_hand_marks_over`` lets a version move marks it still holds to the ledger
+    writer first (before a commit, a ledger flush or the close)."""
+
+    _consumer: Consumer
+    _config: dict[str, Any]
+    _ledger: LedgerWriter
+    _ledger_flush_timeout_s: float
+    _closed: bool
+    mark_processed: Callable[[Message], None]
+
+    def _hand_marks_over(self) -> None:
+        """Nothing to do where marks go straight to the ledger writer."""
+
+    def processing(self, msg: Message) -> Processing:
+        """Context manager: marks ``msg`` processed when the block exits without an exception."""
+        return Processing(self, msg)
+
+    # --- offsets ----------------------------------------------------------------------------
+    def commit(
+        self,
+        message: Message | None = None,
+        offsets: list[TopicPartition] | None = None,
+        asynchronous: bool = True,
+    ) -> list[TopicPartition] | None:
+        self._hand_marks_over()
+        self._ledger.flush_entries()
+        if not asynchronous:
+            self._ledger.flush(self._ledger_flush_timeout_s)
+        kwargs: dict[str, Any] = {"asynchronous": asynchronous}
+        if message is not None:
+            kwargs["message"] = message
+        if offsets is not None:
+            kwargs["offsets"] = offsets
+        committed: list[TopicPartition] | None = self._consumer.commit(**kwargs)
+        return committed
+
+    def store_offsets(
+        self,
+        message: Message | None = None,
+        offsets: list[TopicPartition] | None = None,
+    ) -> None:
+        kwargs: dict[str, Any] = {}
+        if message is not None:
+            kwargs["message"] = message
+        if offsets is not None:
+            kwargs["offsets"] = offsets
+        self._consumer.store_offsets(**kwargs)
+
+    # --- assignment (plain delegation) -------------------------------------------------------
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: Callable[..., None] | None = None,
+        on_revoke: Callable[..., None] | None = None,
+        on_lost: Callable[..., None] | None = None,
+    ) -> None:
+        callbacks = {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_lost}
+        self._consumer.subscribe(topics, **{k: v for k, v in callbacks.items() if v is not None})
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self._consumer.assign(partitions)
+
+    def unsubscribe(self) -> None:
+        self._consumer.unsubscribe()
+
+    def unassign(self) -> None:
+        self._consumer.unassign()
+
+    def __getattr__(self, name: str) -> Any:
+        # assignment, committed, position, seek, pause, resume, get_watermark_offsets,
+        # consumer_group_metadata, incremental_assign, list_topics, ...
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._consumer, name)
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def flush_ledger(self, timeout: float | None = None) -> int:
+        """Write buffered marks (and a session-end checkpoint if anything changed) now and
+        wait for them; returns ledger records still in flight."""
+        self._hand_marks_over()
+        self._ledger.write_checkpoint()
+        return self._ledger.flush(self._ledger_flush_timeout_s if timeout is None else timeout)
+
+    def close(self) -> None:
+        """Write the buffered marks and the session end, then close the consumer."""
+        if self._closed:
+            return
+        self._closed = True
+        # Marks first, so the final auto-commit in Consumer.close() does not run
+        # ahead of them; then whatever its rebalance callbacks marked, then the end.
+        self._hand_marks_over()
+        self._ledger.flush(self._ledger_flush_timeout_s)
+        try:
+            self._consumer.close()
+        finally:
+            self._hand_marks_over()
+            self._ledger.set_before_flush(None)
+            self._ledger.write_checkpoint(force=True)
+            self._ledger.close(self._ledger_flush_timeout_s)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- introspection -------------------------------------------------------------------------
+    @property
+    def consumer(self) -> Consumer:
+        """The wrapped confluent_kafka.Consumer."""
+        return self._consumer
+
+    def effective_config(self) -> dict[str, Any]:
+        """The configuration the application gave, secrets masked (as published to the clients topic)."""
+        return mask_config(self._config)
