@@ -190,12 +190,18 @@ def _delivery_status(status: Column, offset: Column) -> Column:
     )
 
 
-def transform_producer_ledger(raw: DataFrame, topic: str) -> tuple[DataFrame, DataFrame]:
+def transform_producer_ledger(
+    raw: DataFrame, topic: str, *, place_failures: bool = False
+) -> tuple[DataFrame, DataFrame]:
     """Producer-ledger records → (entries for `topic` in LEDGER_ENTRY_SCHEMA, bounds per session).
 
     The bound of a session is the last sequence it ledgered for the topic (entries and a
     clean session-end's last_seq); gaps are never inferred past it. Statuses are `acked`
     (with an offset), `unconfirmed` (sent with acks=0) or `failed`.
+
+    ``place_failures``: v2 failure reports that the `keys` records place on one sequence
+    become `failed` entries there (placed_failures); the range records ledger such a window
+    `sent`, which alone would call a send that failed unconfirmed.
     """
     parsed = _parse_ledger(raw)
     batches = parsed.where((F.col("type") == "batch") & (F.col("topic") == topic))
@@ -242,9 +248,69 @@ def transform_producer_ledger(raw: DataFrame, topic: str) -> tuple[DataFrame, Da
         .agg(F.max("last_seq").alias("last_seq"))
     )
     keyed = transform_producer_keys(parsed, topic)
-    return (
-        attach_keys(conform(entries, LEDGER_ENTRY_SCHEMA).unionByName(keyed)),
-        conform(bounds, LEDGER_BOUND_SCHEMA),
+    entries = conform(entries, LEDGER_ENTRY_SCHEMA).unionByName(keyed)
+    if place_failures:
+        entries = entries.unionByName(placed_failures(parsed, keyed, topic))
+    return attach_keys(entries), conform(bounds, LEDGER_BOUND_SCHEMA)
+
+
+def placed_failures(parsed: DataFrame, keyed: DataFrame, topic: str) -> DataFrame:
+    """v2 failure reports on their sequence (LEDGER_ENTRY_SCHEMA, status `failed`).
+
+    A report has no headers, only the record's key: it names the window of sequences that
+    were unresolved when it came. The `keys` records say which sequence of that window had
+    the report's id; when exactly one did, the failure is that sequence's. When the window
+    holds the id more than once (the item sent twice) or not at all (its keys not read yet),
+    the report stays unplaced and the window's `sent` entries say what is known.
+    """
+    reports = (
+        parsed.where((F.col("type") == "failures") & (F.col("topic") == topic))
+        .select(F.col("pid").alias("session"), F.explode("entries").alias("e"))
+        .select(
+            "session",
+            F.get(F.col("e"), 0).try_cast("long").alias("_lo"),
+            F.get(F.col("e"), 1).try_cast("long").alias("_hi"),
+            F.get(F.col("e"), 2).try_cast("int").alias("partition"),
+            F.get(F.col("e"), 3).alias("error"),
+            F.get(F.col("e"), 4).alias("persisted"),
+            F.get(F.col("e"), 5).alias("audit_id"),
+            F.get(F.col("e"), 6).try_cast("long").alias("ts_ms"),
+        )
+        .where(F.col("audit_id").isNotNull())
+        .dropDuplicates(["session", "_lo", "_hi", "audit_id"])
+    )
+    ids = keyed.select(F.col("session").alias("_s"), F.col("seq"), F.col("audit_id").alias("_id"))
+    candidates = reports.join(
+        ids,
+        (reports["session"] == ids["_s"])
+        & (reports["audit_id"] == ids["_id"])
+        & ids["seq"].between(F.col("_lo"), F.col("_hi")),
+    )
+    placed = (
+        candidates.groupBy("session", "_lo", "_hi", "audit_id")
+        .agg(
+            F.count("*").alias("_n"),
+            F.min("seq").alias("seq"),
+            F.first("partition").alias("partition"),
+            F.first("error").alias("error"),
+            F.first("persisted").alias("persisted"),
+            F.first("ts_ms").alias("ts_ms"),
+        )
+        .where(F.col("_n") == 1)
+    )
+    return conform(
+        placed.select(
+            "session",
+            "seq",
+            F.lit("failed").alias("status"),
+            "partition",
+            F.lit(-1).cast("long").alias("offset"),
+            "error",
+            "persisted",
+            "audit_id",
+            "ts_ms",
+        ),
+        LEDGER_ENTRY_SCHEMA,
     )
 
 

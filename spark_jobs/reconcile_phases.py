@@ -281,7 +281,9 @@ def extract_inputs(
     new_source = persist(transform_new_source_rows(window_rows, old_source, plan.broadcast_new))
     # A ledger with nothing to read gives empty frames, without building its parse plan.
     producer_entries, producer_bounds = (
-        transform_producer_ledger(extract_topic(spark, binding, plan.kafka["producer_ledger"]), binding.topic)
+        transform_producer_ledger(
+            extract_topic(spark, binding, plan.kafka["producer_ledger"]), binding.topic, place_failures=True
+        )
         if plan.kafka["producer_ledger"].total
         else (empty_frame(spark, LEDGER_ENTRY_SCHEMA), empty_frame(spark, LEDGER_BOUND_SCHEMA))
     )

@@ -267,3 +267,43 @@ def test_a_reprocessed_v2_offset_takes_the_key_of_the_record_read(spark: SparkSe
         records,
     )
     assert [(r["offset"], r["count"], r["audit_id"]) for r in actual.collect()] == [(11, 2, "TCK-11")]
+
+
+def test_it_places_a_v2_failure_on_the_one_sequence_of_its_window_the_keys_name(spark: SparkSession) -> None:
+    s = SESSION.hex
+    # The topic holds seqs 0..1; 2..5 were one failure window (ledgered unconfirmed), in which
+    # k3 failed once and k4 was sent twice (seqs 4 and 5) and failed once: which one failed is
+    # not known, so that report stays unplaced.
+    topic_records = spark.createDataFrame([(f"k{q}", 0, 10 + q, at(q), s, q) for q in (0, 1)], RECORD_SCHEMA)
+    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
+    raw = ledger_values(
+        spark,
+        {"v": 2, "type": "ranges", "pid": s, "client_id": "app", "topic": "t",
+         "entries": [[0, 1, "acked", ms(0), ms(1)], [2, 5, "unconfirmed", ms(2), ms(5)]]},
+        {"v": 2, "type": "keys", "pid": s, "client_id": "app", "topic": "t",
+         "entries": [[0, ["k0", "k1", "k2", "k3", "k4", "k4"], [[ms(0), 6]]]]},
+        {"v": 2, "type": "failures", "pid": s, "client_id": "app", "topic": "t",
+         "entries": [[2, 5, 0, "_MSG_TIMED_OUT: Local: Message timed out", "possibly", "k3", ms(7)],
+                     [2, 5, 0, "_MSG_TIMED_OUT: Local: Message timed out", "possibly", "k4", ms(7)]]},
+    )  # fmt: skip
+    entries, new_bounds = transform_producer_ledger(raw, "t", place_failures=True)
+    ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
+    bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
+    actual = find_gaps(coverage, ledger_open, bounds, spark.createDataFrame([(0, 0, 20)], WATERMARK_SCHEMA))
+    assertDataFrameEqual(
+        actual.select("key", "cause", "seq"),
+        spark.createDataFrame(
+            [
+                ("k2", "send-unconfirmed", 2),
+                ("k3", "send-failed", 3),
+                ("k4", "send-unconfirmed", 4),
+                ("k4", "send-unconfirmed", 5),
+            ],
+            "key string, cause string, seq long",
+        ),
+    )
+    # Without placing (the stuck engine looks failures up by key instead), all four are unconfirmed.
+    unplaced, _ = transform_producer_ledger(raw, "t")
+    open_unplaced = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), unplaced, coverage)
+    causes = find_gaps(coverage, open_unplaced, bounds, spark.createDataFrame([(0, 0, 20)], WATERMARK_SCHEMA))
+    assert {r.cause for r in causes.collect()} == {"send-unconfirmed"}
