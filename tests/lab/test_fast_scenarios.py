@@ -66,3 +66,13 @@ def test_it_names_the_records_a_rebalance_mid_batch_had_processed_twice(spark, l
     assert result.expected.get("reprocessed", 0) > 0, result.notes
     assert set(result.expected) == {"reprocessed"}
     assert result.got == result.expected
+
+
+def test_it_names_each_send_that_failed_while_every_replica_was_down(spark, lab_state) -> None:
+    result = run_one("replicas-down", spark)
+    # The truth: the producer's own failure reports for sends the topic does not hold. Each is
+    # a missing row, a failed send in the probed producer's sequence, and a produce-failed item.
+    failed = result.expected.get("gap/send-failed", 0)
+    assert failed > 0, result.notes
+    assert result.expected.get("missing") == failed and result.expected.get("stuck:produce-failed") == failed
+    assert result.got == result.expected
