@@ -264,18 +264,7 @@ def placed_failures(parsed: DataFrame, keyed: DataFrame, topic: str) -> DataFram
     the report stays unplaced and the window's `sent` entries say what is known.
     """
     reports = (
-        parsed.where((F.col("type") == "failures") & (F.col("topic") == topic))
-        .select(F.col("pid").alias("session"), F.explode("entries").alias("e"))
-        .select(
-            "session",
-            F.get(F.col("e"), 0).try_cast("long").alias("_lo"),
-            F.get(F.col("e"), 1).try_cast("long").alias("_hi"),
-            F.get(F.col("e"), 2).try_cast("int").alias("partition"),
-            F.get(F.col("e"), 3).alias("error"),
-            F.get(F.col("e"), 4).alias("persisted"),
-            F.get(F.col("e"), 5).alias("audit_id"),
-            F.get(F.col("e"), 6).try_cast("long").alias("ts_ms"),
-        )
+        _failure_reports(parsed, topic)
         .where(F.col("audit_id").isNotNull())
         .dropDuplicates(["session", "_lo", "_hi", "audit_id"])
     )
@@ -381,6 +370,25 @@ def attach_keys(entries: DataFrame) -> DataFrame:
     )
 
 
+def _failure_reports(parsed: DataFrame, topic: str) -> DataFrame:
+    """v2 `failures` entries of `topic`: session, the window `_lo`.. `_hi`, partition, error,
+    persisted, audit_id, ts_ms."""
+    return (
+        parsed.where((F.col("type") == "failures") & (F.col("topic") == topic))
+        .select(F.col("pid").alias("session"), F.explode("entries").alias("e"))
+        .select(
+            "session",
+            F.get(F.col("e"), 0).try_cast("long").alias("_lo"),
+            F.get(F.col("e"), 1).try_cast("long").alias("_hi"),
+            F.get(F.col("e"), 2).try_cast("int").alias("partition"),
+            F.get(F.col("e"), 3).alias("error"),
+            F.get(F.col("e"), 4).alias("persisted"),
+            F.get(F.col("e"), 5).alias("audit_id"),
+            F.get(F.col("e"), 6).try_cast("long").alias("ts_ms"),
+        )
+    )
+
+
 def transform_producer_failures(raw: DataFrame, topic: str) -> DataFrame:
     """v2 failure records of `topic` → LEDGER_ENTRY_SCHEMA, status `failed`, keyed by audit_id.
 
@@ -388,17 +396,16 @@ def transform_producer_failures(raw: DataFrame, topic: str) -> DataFrame:
     the first of the window it may belong to, which the range records ledger unconfirmed.
     For look-ups by key (stuck items), never for sequence gaps.
     """
-    parsed = _parse_ledger(raw).where((F.col("type") == "failures") & (F.col("topic") == topic))
-    failures = parsed.select(F.col("pid").alias("session"), F.explode("entries").alias("e")).select(
+    failures = _failure_reports(_parse_ledger(raw), topic).select(
         "session",
-        F.get(F.col("e"), 0).try_cast("long").alias("seq"),
+        F.col("_lo").alias("seq"),
         F.lit("failed").alias("status"),
-        F.get(F.col("e"), 2).try_cast("int").alias("partition"),
+        "partition",
         F.lit(-1).cast("long").alias("offset"),
-        F.get(F.col("e"), 3).alias("error"),
-        F.get(F.col("e"), 4).alias("persisted"),
-        F.get(F.col("e"), 5).alias("audit_id"),
-        F.get(F.col("e"), 6).try_cast("long").alias("ts_ms"),
+        "error",
+        "persisted",
+        "audit_id",
+        "ts_ms",
     )
     return conform(failures, LEDGER_ENTRY_SCHEMA)
 
