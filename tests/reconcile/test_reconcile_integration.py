@@ -634,10 +634,11 @@ def test_it_reconciles_records_of_both_contract_versions_from_real_probes(
         [
             ("missing", "4", None, None, None),
             ("missing", "8", None, None, None),
-            # v1: the failure names its sequence; v2: its window is unconfirmed, never acked, and
-            # the key of each sequence comes from the `keys` record.
+            # Both delivery reports were errors: send-failed. v1's failure names its sequence;
+            # v2's names only a window of sequences, and the `keys` record places it on the one
+            # whose id is the report's key.
             ("gap", "4", "send-failed", old.session_id, 3),
-            ("gap", "8", "send-unconfirmed", new.session_id, 3),
+            ("gap", "8", "send-failed", new.session_id, 3),
         ],
         key=repr,
     )
