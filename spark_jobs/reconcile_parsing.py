@@ -287,20 +287,7 @@ def placed_failures(parsed: DataFrame, keyed: DataFrame, topic: str) -> DataFram
         )
         .where(F.col("_n") == 1)
     )
-    return conform(
-        placed.select(
-            "session",
-            "seq",
-            F.lit("failed").alias("status"),
-            "partition",
-            F.lit(-1).cast("long").alias("offset"),
-            "error",
-            "persisted",
-            "audit_id",
-            "ts_ms",
-        ),
-        LEDGER_ENTRY_SCHEMA,
-    )
+    return _failed_entries(placed, F.col("seq"))
 
 
 def transform_producer_keys(parsed: DataFrame, topic: str) -> DataFrame:
@@ -396,18 +383,25 @@ def transform_producer_failures(raw: DataFrame, topic: str) -> DataFrame:
     the first of the window it may belong to, which the range records ledger unconfirmed.
     For look-ups by key (stuck items), never for sequence gaps.
     """
-    failures = _failure_reports(_parse_ledger(raw), topic).select(
-        "session",
-        F.col("_lo").alias("seq"),
-        F.lit("failed").alias("status"),
-        "partition",
-        F.lit(-1).cast("long").alias("offset"),
-        "error",
-        "persisted",
-        "audit_id",
-        "ts_ms",
+    return _failed_entries(_failure_reports(_parse_ledger(raw), topic), F.col("_lo"))
+
+
+def _failed_entries(reports: DataFrame, seq: Column) -> DataFrame:
+    """Failure reports as `failed` ledger entries (LEDGER_ENTRY_SCHEMA) at sequence `seq`."""
+    return conform(
+        reports.select(
+            "session",
+            seq.alias("seq"),
+            F.lit("failed").alias("status"),
+            "partition",
+            F.lit(-1).cast("long").alias("offset"),
+            "error",
+            "persisted",
+            "audit_id",
+            "ts_ms",
+        ),
+        LEDGER_ENTRY_SCHEMA,
     )
-    return conform(failures, LEDGER_ENTRY_SCHEMA)
 
 
 def transform_consumer_ledger(raw: DataFrame, topic: str, groups: Iterable[str]) -> DataFrame:
