@@ -22,10 +22,14 @@ command -v mvn >/dev/null 2>&1 || need_pkgs+=(maven)
 command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 command -v runuser >/dev/null 2>&1 || need_pkgs+=(util-linux)
+# The probes' native produce() hot path (auditor/probes/_hot_produce.c) is compiled here.
+command -v cc >/dev/null 2>&1 || need_pkgs+=(gcc)
 PY="${PYTHON:-python3}"
 command -v "$PY" >/dev/null 2>&1 || need_pkgs+=(python3)
 # ensurepip is what Debian splits into python3-venv; without it `-m venv` fails half-way.
 "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || need_pkgs+=(python3-venv)
+"$PY" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  2>/dev/null || need_pkgs+=(python3-dev)
 if [[ $WITH_BROWSER == 1 ]]; then
   command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)
   # A compose client to check docker-compose.yml (no engine needed for `config`).
@@ -54,6 +58,12 @@ if [[ "$(cat .venv/.requirements-hash 2>/dev/null)" != "$req_hash" ]]; then
   .venv/bin/pip install -q -r requirements-dev.txt >>"$CACHE/pip.log" 2>&1 || die "pip install failed, see $CACHE/pip.log"
   echo "$req_hash" > .venv/.requirements-hash
 fi
+
+# ---- The probes' native hot path ---------------------------------------------------
+# Optional for the probes (they fall back to pure Python), built here so the auditor and
+# the tests use it; the tests fail when it is missing. Rebuilt when its source changes.
+.venv/bin/python -m auditor.probes.build_native >"$CACHE/native.log" 2>&1 \
+  || die "could not build the probes' native hot path, see $CACHE/native.log (needs gcc and the Python headers)"
 
 # ---- Maven artifacts -------------------------------------------------------------
 fetch_maven() {  # name pom-dir output-dir

@@ -23,6 +23,7 @@ tail is ledgered ``unconfirmed`` at each background flush: a crash leaves it so.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import time
@@ -48,8 +49,13 @@ from auditor.probes.headers import AUDIT, AUDIT_ID, AUDIT_V2, RESERVED_HEADER_NA
 from auditor.probes.key_entries import key_entries
 from auditor.probes.persistence import classify_persistence, describe_error
 from auditor.probes.topics import CLIENTS_TOPIC, PRODUCER_LEDGER_TOPIC
-from auditor.probes.wrapping import ProducerWrapper, acks_zero, timeout_args, truthy
+from auditor.probes.wrapping import ProducerWrapper, SequenceLock, acks_zero, timeout_args, truthy
 from auditor.probes.writer import LedgerWriter
+
+try:  # built by auditor/probes/build_native.py (stack/bootstrap.sh does); optional
+    from auditor.probes._hot_produce import HotProduce, SeqLock
+except ImportError:  # pragma: no cover - depends on the build
+    HotProduce = SeqLock = None  # type: ignore[assignment,misc]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +69,12 @@ _pack = AUDIT_V2.pack  # headers.pack_audit_header, inlined on the hot path
 _monotonic = time.monotonic
 # librdkafka checks message timeouts about once a second; a little more for scheduling.
 _TIMEOUT_SLACK_S = 5.0
+
+
+def native_hot_path_available() -> bool:
+    """Whether new AuditedProducers use the native produce(): built, and not turned off with
+    AUDITOR_PROBES_NATIVE=0."""
+    return HotProduce is not None and os.environ.get("AUDITOR_PROBES_NATIVE", "1").strip() not in ("0", "false", "no")
 
 
 def _setting(config: Mapping[str, Any], names: tuple[str, ...], default: int) -> int:
@@ -185,6 +197,7 @@ class AuditedProducer(ProducerWrapper):
         ledger_config: Mapping[str, Any] | None = None,
         producer_factory: Callable[[dict[str, Any]], Any] = Producer,
         delivery_reports: DeliveryReports = "auto",
+        native: bool | None = None,
     ) -> None:
         if delivery_reports not in ("auto", "errors", "all"):
             raise ValueError(f"delivery_reports must be 'auto', 'errors' or 'all', got {delivery_reports!r}")
@@ -217,7 +230,14 @@ class AuditedProducer(ProducerWrapper):
         self.client_id: str = str(client_config.get("client.id", "rdkafka"))
         self.host = socket.gethostname()
         self._topics: dict[str, _TopicStream] = {}
-        self._seq_lock = threading.Lock()
+        self.native = native_hot_path_available() if native is None else native
+        if self.native and HotProduce is None:
+            raise RuntimeError(
+                "the native produce() hot path is not built: run `python -m auditor.probes.build_native`"
+            )
+        # The native hot path takes its own lock type without a method call; Python takes it
+        # like a threading.Lock.
+        self._seq_lock: SequenceLock = SeqLock() if self.native else threading.Lock()
         self._lock_acquire = self._seq_lock.acquire
         self._lock_release = self._seq_lock.release
         self._resolve_lock = threading.Lock()
@@ -248,13 +268,27 @@ class AuditedProducer(ProducerWrapper):
             topic=clients_topic,
         )
         self._ledger.set_before_flush(self._background_resolve)
-        self.produce = self._make_produce()
+        self.produce = self._make_native_produce() if self.native else self._make_produce()
 
     # --- the hot path --------------------------------------------------------------------
     # produce(topic, value=None, key=None, partition=-1, on_delivery=None, timestamp=0,
     # headers=None, *, callback=None): the same contract as confluent_kafka.Producer.produce,
     # plus the `audit` header. A closure bound per instance (see _make_produce).
     produce: Callable[..., None]
+
+    def _make_native_produce(self) -> Callable[..., None]:
+        # The same steps as _make_produce's closure, in C (auditor/probes/_hot_produce.c).
+        return HotProduce(
+            self._topics,
+            self._new_topic,
+            self._inner_produce,
+            self._produce_with_options,
+            self._seq_lock,
+            self._session_bytes,
+            AUDIT,
+            self._key_fn is not None,
+            _TopicStream,
+        )
 
     def _make_produce(self) -> Callable[..., None]:
         # Everything the common call needs is a closure variable: each attribute lookup on

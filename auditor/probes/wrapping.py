@@ -8,7 +8,6 @@ producer.py / producer_v1.py and consumer.py / consumer_v1.py.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -47,6 +46,16 @@ class _Stream(Protocol):
     next_seq: int
 
 
+class SequenceLock(Protocol):
+    """What a producer's sequence lock offers: threading.Lock, or the native SeqLock."""
+
+    def acquire(self, blocking: bool = ..., timeout: float = ...) -> bool: ...
+    def release(self) -> None: ...
+    def locked(self) -> bool: ...
+    def __enter__(self) -> bool: ...
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any, /) -> None: ...
+
+
 class ProducerWrapper:
     """Delegation and the session-end checkpoint of an audited producer (either version)."""
 
@@ -54,7 +63,7 @@ class ProducerWrapper:
     _config: dict[str, Any]
     _ledger: LedgerWriter
     _ledger_flush_timeout_s: float
-    _seq_lock: threading.Lock
+    _seq_lock: SequenceLock
     _topics: Mapping[str, _Stream]
     _last_checkpoint: dict[str, int] | None
     session_id: str

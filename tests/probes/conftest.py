@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from auditor.probes.producer import native_hot_path_available
 from tests.probes.kafka_helpers import AuditTopics, TopicFactory, bootstrap_servers, broker_unreachable_reason
 
 
@@ -35,3 +36,17 @@ def probe_topic(probe_admin: AdminClient) -> Iterator[TopicFactory]:
 def audit_topics(probe_topic: TopicFactory) -> AuditTopics:
     """Private audit topics per test, so assertions see only this test's ledgers."""
     return AuditTopics(probe_topic("pledger", 3), probe_topic("cledger", 3), probe_topic("clients"))
+
+
+@pytest.fixture(params=["native", "python"])
+def hot_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test once with each produce() hot path of AuditedProducer: the native one
+    (built by stack/bootstrap.sh; a test fails, never skips, when it is missing) and the
+    pure-Python one (AUDITOR_PROBES_NATIVE=0)."""
+    if request.param == "native":
+        monkeypatch.delenv("AUDITOR_PROBES_NATIVE", raising=False)
+        if not native_hot_path_available():
+            pytest.fail("the native hot path is not built: python -m auditor.probes.build_native")
+    else:
+        monkeypatch.setenv("AUDITOR_PROBES_NATIVE", "0")
+    return str(request.param)

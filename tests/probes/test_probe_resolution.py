@@ -6,12 +6,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaError
 
 from auditor.probes import AuditedProducer, ProducerFailures, ProducerRanges, decode_ledger_record
 from tests.probes.fakes import FactoryRecorder
 
 LEDGER = "ledger"
+# Every rule holds on both produce() hot paths (native and pure Python).
+pytestmark = pytest.mark.usefixtures("hot_path")
 
 
 def make(factory: FactoryRecorder, **config: Any) -> AuditedProducer:

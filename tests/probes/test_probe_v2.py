@@ -96,13 +96,14 @@ def read_all(bootstrap: str, topic: str, partitions: int = 2) -> list[Any]:
 
 
 def test_it_resolves_acks_in_ranges_and_leaves_failures_unconfirmed(
-    kafka_bootstrap: str, topics: dict[str, str]
+    kafka_bootstrap: str, topics: dict[str, str], hot_path: str
 ) -> None:
     producer = AuditedProducer(
         {"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 10_000_000},
         ledger_topic=topics["pledger"],
         clients_topic=topics["clients"],
     )
+    assert producer.native is (hot_path == "native")
     for i in range(50):
         producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
     assert producer.flush(30) == 0
@@ -127,11 +128,12 @@ def test_it_resolves_acks_in_ranges_and_leaves_failures_unconfirmed(
 
 
 def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_topic_lost(
-    kafka_bootstrap: str, topics: dict[str, str]
+    kafka_bootstrap: str, topics: dict[str, str], hot_path: str
 ) -> None:
     producer = AuditedProducer(
         {"bootstrap.servers": kafka_bootstrap}, ledger_topic=topics["pledger"], clients_topic=topics["clients"]
     )
+    assert producer.native is (hot_path == "native")
     before_ms = time.time_ns() // 1_000_000
     for i in range(300):  # more than one `keys` row (256 ids each)
         producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)

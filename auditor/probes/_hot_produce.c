@@ -1,0 +1,554 @@
+/* The AuditedProducer's produce() hot path in C: the same steps as the pure-Python closure
+ * in auditor/probes/producer.py (_make_produce), without the interpreter's cost per step.
+ *
+ * produce(topic, value=None, key=None, partition=-1, on_delivery=None, timestamp=0,
+ *         headers=None, *, callback=None)
+ *
+ * With headers, a per-call callback or a key function the call goes to the Python slow path
+ * unchanged. Otherwise, under the producer's sequence lock (the same threading.Lock the
+ * Python side takes): look the topic's stream up (or create it through new_topic), pack the
+ * 33-byte contract-v2 `audit` header (version 2, session id, seq, produce time in ms, all
+ * big-endian), call the wrapped confluent_kafka produce with it, and only when that
+ * succeeds advance stream.next_seq, append the key to stream.keys, and append
+ * (seq, ts_ms) to stream.stamps when the millisecond changed. Built by
+ * auditor/probes/build_native.py; auditor/probes/producer.py falls back to the Python
+ * closure when the module is not built.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <structmember.h>
+
+#define HEADER_SIZE 33
+#define N_PARAMS 8
+
+static PyObject *s_next_seq, *s_keys, *s_stamps, *s_last_ms;
+static const char *param_names[N_PARAMS] = {"topic",     "value",   "key",      "partition",
+                                           "on_delivery", "timestamp", "headers", "callback"};
+static PyObject *param_strs[N_PARAMS];
+static PyObject *minus_one, *zero;
+
+/* --- SeqLock: the producer's sequence lock, shareable with Python -----------------------
+ * A non-reentrant lock like threading.Lock (acquire(blocking=True, timeout=-1), release(),
+ * a context manager, locked()), whose raw lock HotProduce takes without a method call. */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    int held;
+} SeqLock;
+
+static PyTypeObject SeqLockType;
+
+static int seqlock_take(SeqLock *self, PY_TIMEOUT_T timeout_us) {
+    /* 1 taken, 0 timed out; the GIL is released only when the lock is contended. */
+    PyLockStatus status = PyThread_acquire_lock_timed(self->lock, 0, 0);
+    if (status != PY_LOCK_ACQUIRED && timeout_us != 0) {
+        Py_BEGIN_ALLOW_THREADS
+        status = PyThread_acquire_lock_timed(self->lock, timeout_us, 0);
+        Py_END_ALLOW_THREADS
+    }
+    if (status != PY_LOCK_ACQUIRED) return 0;
+    self->held = 1;
+    return 1;
+}
+
+static int seqlock_give(SeqLock *self) {
+    if (!self->held) {
+        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
+        return -1;
+    }
+    self->held = 0;
+    PyThread_release_lock(self->lock);
+    return 0;
+}
+
+static PyObject *seqlock_acquire(SeqLock *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"blocking", "timeout", NULL};
+    int blocking = 1;
+    double timeout = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|pd:acquire", kwlist, &blocking, &timeout)) return NULL;
+    PY_TIMEOUT_T timeout_us = -1;
+    if (!blocking) {
+        if (timeout != -1) {
+            PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+            return NULL;
+        }
+        timeout_us = 0;
+    } else if (timeout >= 0) {
+        timeout_us = (PY_TIMEOUT_T)(timeout * 1e6);
+    } else if (timeout != -1) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    }
+    return PyBool_FromLong(seqlock_take(self, timeout_us));
+}
+
+static PyObject *seqlock_enter(SeqLock *self, PyObject *Py_UNUSED(ignored)) {
+    seqlock_take(self, -1);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *seqlock_release(SeqLock *self, PyObject *Py_UNUSED(ignored)) {
+    if (seqlock_give(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *seqlock_exit(SeqLock *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (seqlock_give(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *seqlock_locked(SeqLock *self, PyObject *Py_UNUSED(ignored)) {
+    return PyBool_FromLong(self->held);
+}
+
+static PyObject *seqlock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "SeqLock() takes no arguments");
+        return NULL;
+    }
+    SeqLock *self = (SeqLock *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->lock = PyThread_allocate_lock();
+    if (self->lock == NULL) {
+        Py_DECREF(self);
+        PyErr_SetString(PyExc_MemoryError, "cannot allocate a lock");
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static void seqlock_dealloc(SeqLock *self) {
+    if (self->lock != NULL) {
+        if (self->held) PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef seqlock_methods[] = {
+    {"acquire", (PyCFunction)(void (*)(void))seqlock_acquire, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"release", (PyCFunction)seqlock_release, METH_NOARGS, NULL},
+    {"locked", (PyCFunction)seqlock_locked, METH_NOARGS, NULL},
+    {"__enter__", (PyCFunction)seqlock_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))seqlock_exit, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SeqLockType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "auditor.probes._hot_produce.SeqLock",
+    .tp_basicsize = sizeof(SeqLock),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The AuditedProducer's sequence lock (a threading.Lock that C code takes directly).",
+    .tp_new = seqlock_new,
+    .tp_dealloc = (destructor)seqlock_dealloc,
+    .tp_methods = seqlock_methods,
+};
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *streams;   /* dict: topic -> _TopicStream */
+    PyObject *new_topic; /* callable(topic) -> _TopicStream, called under the lock */
+    PyObject *inner;     /* the wrapped Producer.produce */
+    PyObject *slow;      /* callable(topic, value, key, partition, callback, timestamp, headers) */
+    PyObject *lock;      /* a SeqLock (taken directly) or any lock: its acquire and release */
+    PyObject *acquire;
+    PyObject *release;
+    PyObject *name;      /* "audit" */
+    int has_key_fn;
+    unsigned char session[16];
+    PyTypeObject *stream_type; /* _TopicStream: its slots are read at their offsets */
+    Py_ssize_t off_next_seq, off_keys, off_stamps, off_last_ms;
+} HotProduce;
+
+/* A field of a stream (new reference): read at its slot's offset when the stream is exactly
+ * stream_type (what the member descriptor does, without the attribute lookup), else the
+ * generic way. */
+static PyObject *get_field(HotProduce *self, PyObject *stream, Py_ssize_t off, PyObject *name) {
+    if (Py_TYPE(stream) == self->stream_type) {
+        PyObject *v = *(PyObject **)((char *)stream + off);
+        if (v == NULL) {
+            PyErr_SetObject(PyExc_AttributeError, name);
+            return NULL;
+        }
+        Py_INCREF(v);
+        return v;
+    }
+    return PyObject_GetAttr(stream, name);
+}
+
+static int set_field(HotProduce *self, PyObject *stream, Py_ssize_t off, PyObject *name, PyObject *value) {
+    if (Py_TYPE(stream) == self->stream_type) {
+        PyObject **slot = (PyObject **)((char *)stream + off);
+        PyObject *old = *slot;
+        Py_INCREF(value);
+        *slot = value;
+        Py_XDECREF(old);
+        return 0;
+    }
+    return PyObject_SetAttr(stream, name, value);
+}
+
+static int member_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset) {
+    PyObject *descr = PyDict_GetItemString(type->tp_dict, name); /* borrowed */
+    if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
+        ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, name);
+        return -1;
+    }
+    *offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+    return 0;
+}
+
+static void put_u64(unsigned char *out, uint64_t v) {
+    for (int i = 7; i >= 0; i--) {
+        out[i] = (unsigned char)(v & 0xff);
+        v >>= 8;
+    }
+}
+
+static int parse_args(PyObject *const *args, size_t nargsf, PyObject *kwnames, PyObject **slots) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    for (int i = 0; i < N_PARAMS; i++) slots[i] = NULL;
+    if (nargs > N_PARAMS - 1) {
+        PyErr_Format(PyExc_TypeError, "produce() takes at most %d positional arguments (%zd given)", N_PARAMS - 1,
+                     nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) slots[i] = args[i];
+    if (kwnames != NULL) {
+        Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+        for (Py_ssize_t k = 0; k < nkw; k++) {
+            PyObject *kw = PyTuple_GET_ITEM(kwnames, k);
+            int found = -1;
+            for (int i = 0; i < N_PARAMS; i++) {
+                if (kw == param_strs[i]) {
+                    found = i;
+                    break;
+                }
+            }
+            if (found < 0) {
+                for (int i = 0; i < N_PARAMS; i++) {
+                    int eq = PyUnicode_Compare(kw, param_strs[i]);
+                    if (eq == -1 && PyErr_Occurred()) return -1;
+                    if (eq == 0) {
+                        found = i;
+                        break;
+                    }
+                }
+            }
+            if (found < 0) {
+                PyErr_Format(PyExc_TypeError, "produce() got an unexpected keyword argument '%U'", kw);
+                return -1;
+            }
+            if (slots[found] != NULL) {
+                PyErr_Format(PyExc_TypeError, "produce() got multiple values for argument '%s'", param_names[found]);
+                return -1;
+            }
+            slots[found] = args[nargs + k];
+        }
+    }
+    if (slots[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "produce() missing 1 required positional argument: 'topic'");
+        return -1;
+    }
+    return 0;
+}
+
+/* Python's truth value of an optional argument: absent and None are false. */
+static int truth(PyObject *value) {
+    if (value == NULL || value == Py_None) return 0;
+    return PyObject_IsTrue(value);
+}
+
+static int append_stamp(HotProduce *self, PyObject *stream, long long seq, long long ts_ms) {
+    PyObject *last = get_field(self, stream, self->off_last_ms, s_last_ms);
+    if (last == NULL) return -1;
+    long long last_ms = PyLong_AsLongLong(last);
+    Py_DECREF(last);
+    if (last_ms == -1 && PyErr_Occurred()) return -1;
+    if (last_ms == ts_ms) return 0;
+    PyObject *ts = PyLong_FromLongLong(ts_ms);
+    if (ts == NULL) return -1;
+    PyObject *stamp = Py_BuildValue("(LO)", seq, ts);
+    if (stamp == NULL) {
+        Py_DECREF(ts);
+        return -1;
+    }
+    PyObject *stamps = get_field(self, stream, self->off_stamps, s_stamps);
+    int rc = stamps == NULL ? -1 : PyList_Append(stamps, stamp);
+    Py_XDECREF(stamps);
+    Py_DECREF(stamp);
+    if (rc == 0) rc = set_field(self, stream, self->off_last_ms, s_last_ms, ts);
+    Py_DECREF(ts);
+    return rc;
+}
+
+/* The locked part: returns 0 on success, -1 with an exception set. */
+static int produce_locked(HotProduce *self, PyObject **slots, long long ts_ms) {
+    PyObject *topic = slots[0];
+    PyObject *stream = PyDict_GetItemWithError(self->streams, topic); /* borrowed */
+    if (stream != NULL) {
+        Py_INCREF(stream);
+    } else {
+        if (PyErr_Occurred()) return -1;
+        stream = PyObject_CallOneArg(self->new_topic, topic);
+        if (stream == NULL) return -1;
+    }
+    int rc = -1;
+    PyObject *seq_obj = get_field(self, stream, self->off_next_seq, s_next_seq);
+    if (seq_obj == NULL) goto done;
+    long long seq = PyLong_AsLongLong(seq_obj);
+    Py_DECREF(seq_obj);
+    if (seq == -1 && PyErr_Occurred()) goto done;
+
+    unsigned char raw[HEADER_SIZE];
+    raw[0] = 2;
+    memcpy(raw + 1, self->session, 16);
+    put_u64(raw + 17, (uint64_t)seq);
+    put_u64(raw + 25, (uint64_t)ts_ms);
+    PyObject *value = PyBytes_FromStringAndSize((const char *)raw, HEADER_SIZE);
+    if (value == NULL) goto done;
+    PyObject *header = PyTuple_New(2);
+    if (header == NULL) {
+        Py_DECREF(value);
+        goto done;
+    }
+    Py_INCREF(self->name);
+    PyTuple_SET_ITEM(header, 0, self->name);
+    PyTuple_SET_ITEM(header, 1, value);
+    PyObject *headers = PyList_New(1);
+    if (headers == NULL) {
+        Py_DECREF(header);
+        goto done;
+    }
+    PyList_SET_ITEM(headers, 0, header);
+
+    /* Positional on purpose, as in the Python closure: slot 5 is `callback`. */
+    PyObject *call_args[8] = {topic,
+                              slots[1] ? slots[1] : Py_None,
+                              slots[2] ? slots[2] : Py_None,
+                              slots[3] ? slots[3] : minus_one,
+                              Py_None,
+                              Py_None,
+                              slots[5] ? slots[5] : zero,
+                              headers};
+    PyObject *result = PyObject_Vectorcall(self->inner, call_args, 8, NULL);
+    Py_DECREF(headers);
+    if (result == NULL) goto done; /* not produced: the sequence is not used up */
+    Py_DECREF(result);
+
+    PyObject *next = PyLong_FromLongLong(seq + 1);
+    if (next == NULL) goto done;
+    int set = set_field(self, stream, self->off_next_seq, s_next_seq, next);
+    Py_DECREF(next);
+    if (set < 0) goto done;
+    PyObject *keys = get_field(self, stream, self->off_keys, s_keys);
+    if (keys == NULL) goto done;
+    int appended = PyList_Append(keys, slots[2] ? slots[2] : Py_None);
+    Py_DECREF(keys);
+    if (appended < 0) goto done;
+    rc = append_stamp(self, stream, seq, ts_ms);
+done:
+    Py_DECREF(stream);
+    return rc;
+}
+
+static PyObject *hot_produce_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    HotProduce *self = (HotProduce *)callable;
+    PyObject *slots[N_PARAMS];
+    if (parse_args(args, nargsf, kwnames, slots) < 0) return NULL;
+
+    /* Python's `headers or on_delivery or callback or key_fn` */
+    int options = self->has_key_fn;
+    const int optional[3] = {6, 4, 7};
+    for (int i = 0; !options && i < 3; i++) {
+        options = truth(slots[optional[i]]);
+        if (options < 0) return NULL;
+    }
+    if (options) {
+        /* `on_delivery or callback` */
+        int t = truth(slots[4]);
+        if (t < 0) return NULL;
+        PyObject *cb = t ? slots[4] : (slots[7] ? slots[7] : Py_None);
+        PyObject *slow_args[7] = {slots[0],
+                                  slots[1] ? slots[1] : Py_None,
+                                  slots[2] ? slots[2] : Py_None,
+                                  slots[3] ? slots[3] : minus_one,
+                                  cb,
+                                  slots[5] ? slots[5] : zero,
+                                  slots[6] ? slots[6] : Py_None};
+        PyObject *result = PyObject_Vectorcall(self->slow, slow_args, 7, NULL);
+        if (result == NULL) return NULL;
+        Py_DECREF(result);
+        Py_RETURN_NONE;
+    }
+
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    long long ts_ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+
+    int native_lock = Py_IS_TYPE(self->lock, &SeqLockType);
+    if (native_lock) {
+        seqlock_take((SeqLock *)self->lock, -1);
+    } else {
+        PyObject *locked = PyObject_CallNoArgs(self->acquire);
+        if (locked == NULL) return NULL;
+        Py_DECREF(locked);
+    }
+    int rc = produce_locked(self, slots, ts_ms);
+    if (native_lock) {
+        seqlock_give((SeqLock *)self->lock);
+        return rc < 0 ? NULL : Py_NewRef(Py_None);
+    }
+    /* Release whatever happened, keeping a pending exception. */
+    PyObject *exc_type, *exc_value, *exc_tb;
+    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+    PyObject *released = PyObject_CallNoArgs(self->release);
+    if (released == NULL) {
+        Py_XDECREF(exc_type);
+        Py_XDECREF(exc_value);
+        Py_XDECREF(exc_tb);
+        return NULL;
+    }
+    Py_DECREF(released);
+    PyErr_Restore(exc_type, exc_value, exc_tb);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static int hot_traverse(HotProduce *self, visitproc visit, void *arg) {
+    Py_VISIT(self->streams);
+    Py_VISIT(self->new_topic);
+    Py_VISIT(self->inner);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->lock);
+    Py_VISIT(self->acquire);
+    Py_VISIT(self->release);
+    Py_VISIT(self->name);
+    Py_VISIT(self->stream_type);
+    return 0;
+}
+
+static int hot_clear(HotProduce *self) {
+    Py_CLEAR(self->streams);
+    Py_CLEAR(self->new_topic);
+    Py_CLEAR(self->inner);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->lock);
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->release);
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->stream_type);
+    return 0;
+}
+
+static void hot_dealloc(HotProduce *self) {
+    PyObject_GC_UnTrack(self);
+    hot_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"streams", "new_topic", "inner", "slow", "lock", "session", "name", "has_key_fn",
+                             "stream_type", NULL};
+    PyObject *streams, *new_topic, *inner, *slow, *lock, *name, *stream_type;
+    Py_buffer session;
+    int has_key_fn;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOOy*UpO!:HotProduce", kwlist, &PyDict_Type, &streams,
+                                     &new_topic, &inner, &slow, &lock, &session, &name, &has_key_fn,
+                                     &PyType_Type, &stream_type))
+        return NULL;
+    if (session.len != 16) {
+        PyBuffer_Release(&session);
+        PyErr_SetString(PyExc_ValueError, "session must be 16 bytes");
+        return NULL;
+    }
+    HotProduce *self = (HotProduce *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        PyBuffer_Release(&session);
+        return NULL;
+    }
+    memcpy(self->session, session.buf, 16);
+    PyBuffer_Release(&session);
+    Py_INCREF(stream_type);
+    self->stream_type = (PyTypeObject *)stream_type;
+    if (member_offset(self->stream_type, "next_seq", &self->off_next_seq) < 0 ||
+        member_offset(self->stream_type, "keys", &self->off_keys) < 0 ||
+        member_offset(self->stream_type, "stamps", &self->off_stamps) < 0 ||
+        member_offset(self->stream_type, "last_ms", &self->off_last_ms) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->vectorcall = hot_produce_call;
+    self->has_key_fn = has_key_fn;
+    Py_INCREF(lock);
+    self->lock = lock;
+    self->acquire = PyObject_GetAttrString(lock, "acquire");
+    self->release = PyObject_GetAttrString(lock, "release");
+    if (self->acquire == NULL || self->release == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    Py_INCREF(streams);
+    self->streams = streams;
+    Py_INCREF(new_topic);
+    self->new_topic = new_topic;
+    Py_INCREF(inner);
+    self->inner = inner;
+    Py_INCREF(slow);
+    self->slow = slow;
+    Py_INCREF(name);
+    self->name = name;
+    return (PyObject *)self;
+}
+
+static PyTypeObject HotProduceType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "auditor.probes._hot_produce.HotProduce",
+    .tp_basicsize = sizeof(HotProduce),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "produce() of an AuditedProducer (contract v2), in C.",
+    .tp_new = hot_new,
+    .tp_dealloc = (destructor)hot_dealloc,
+    .tp_traverse = (traverseproc)hot_traverse,
+    .tp_clear = (inquiry)hot_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(HotProduce, vectorcall),
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hot_produce",
+                                    "The AuditedProducer's produce() hot path in C.", -1, NULL};
+
+PyMODINIT_FUNC PyInit__hot_produce(void) {
+    s_next_seq = PyUnicode_InternFromString("next_seq");
+    s_keys = PyUnicode_InternFromString("keys");
+    s_stamps = PyUnicode_InternFromString("stamps");
+    s_last_ms = PyUnicode_InternFromString("last_ms");
+    minus_one = PyLong_FromLong(-1);
+    zero = PyLong_FromLong(0);
+    if (!s_next_seq || !s_keys || !s_stamps || !s_last_ms || !minus_one || !zero) return NULL;
+    for (int i = 0; i < N_PARAMS; i++) {
+        param_strs[i] = PyUnicode_InternFromString(param_names[i]);
+        if (param_strs[i] == NULL) return NULL;
+    }
+    if (PyType_Ready(&HotProduceType) < 0 || PyType_Ready(&SeqLockType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&HotProduceType);
+    if (PyModule_AddObject(m, "HotProduce", (PyObject *)&HotProduceType) < 0) {
+        Py_DECREF(&HotProduceType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&SeqLockType);
+    if (PyModule_AddObject(m, "SeqLock", (PyObject *)&SeqLockType) < 0) {
+        Py_DECREF(&SeqLockType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

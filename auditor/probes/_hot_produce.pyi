@@ -1,0 +1,41 @@
+from collections.abc import Callable
+from typing import Any
+
+from auditor.probes.wrapping import SequenceLock
+
+class HotProduce:
+    """produce() of an AuditedProducer (contract v2), in C (auditor/probes/_hot_produce.c)."""
+
+    def __init__(
+        self,
+        streams: dict[str, Any],
+        new_topic: Callable[[str], Any],
+        inner: Callable[..., Any],
+        slow: Callable[..., None],
+        lock: SequenceLock,
+        session: bytes,
+        name: str,
+        has_key_fn: bool,
+        stream_type: type,
+    ) -> None: ...
+    def __call__(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        on_delivery: Callable[..., None] | None = None,
+        timestamp: int = 0,
+        headers: Any = None,
+        *,
+        callback: Callable[..., None] | None = None,
+    ) -> None: ...
+
+class SeqLock:
+    """A lock like threading.Lock that the native hot path takes without a method call."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool: ...
+    def release(self) -> None: ...
+    def locked(self) -> bool: ...
+    def __enter__(self) -> bool: ...
+    def __exit__(self, *exc: object) -> None: ...

@@ -1,0 +1,246 @@
+"""The native produce() hot path (auditor/probes/_hot_produce.c) against the pure-Python one,
+without a broker: the same records handed to the client, the same sequence state, the same
+errors, the lock's semantics, and threads that never share a sequence.
+
+The truth is what the wrapped (fake) client received and the headers decoded from it with
+the contract's own struct, not what either hot path says about itself.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import weakref
+from typing import Any
+
+import pytest
+
+from auditor.probes import AUDIT, AuditedProducer
+from auditor.probes._hot_produce import SeqLock
+from auditor.probes.headers import AUDIT_V2
+from auditor.probes.producer import native_hot_path_available
+from tests.probes.fakes import FactoryRecorder, Produced
+
+
+@pytest.fixture(autouse=True)
+def native_built() -> None:
+    # Failed, never skipped: make test builds the module (stack/bootstrap.sh).
+    if not native_hot_path_available():
+        pytest.fail(
+            "the native hot path is not built (stack/bootstrap.sh builds it): python -m auditor.probes.build_native"
+        )
+
+
+def make(native: bool, factory: FactoryRecorder, **kwargs: Any) -> AuditedProducer:
+    producer = AuditedProducer(
+        {"bootstrap.servers": "fake:9092"},
+        ledger_topic="ledger",
+        clients_topic="clients",
+        producer_factory=factory,
+        ledger_flush_interval_s=3600,
+        native=native,
+        **kwargs,
+    )
+    assert producer.native is native
+    return producer
+
+
+def data(factory: FactoryRecorder) -> list[Produced]:
+    return [p for p in factory.producers[0].delivered + factory.producers[0].queued if p.topic != "ledger"]
+
+
+def decoded(item: Produced) -> tuple[int, bytes, int, int, bytes]:
+    assert item.headers is not None and item.headers[0][0] == AUDIT
+    value = item.headers[0][1]
+    version, session, seq, ts_ms = AUDIT_V2.unpack_from(value)
+    return version, session, seq, ts_ms, value[AUDIT_V2.size :]
+
+
+CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+    (("t", b"v0"), {}),
+    (("t", b"v1", b"k1"), {}),
+    (("t",), {"value": b"v2", "key": b"k2"}),
+    (("t", b"v3", "text-key", 2), {}),
+    (("u", b"v4"), {"key": b"k4", "partition": 1, "timestamp": 1_700_000_000_123}),
+    (("t", None, None, -1, None, 5), {}),
+    ((), {"topic": "u", "value": b"v6"}),
+    (("t", b"v7"), {"headers": None, "on_delivery": None, "callback": None}),
+]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_it_hands_the_client_the_record_and_a_v2_header_and_advances_the_sequence(native: bool) -> None:
+    factory = FactoryRecorder()
+    producer = make(native, factory)
+    before = time.time_ns() // 1_000_000
+    for args, kwargs in CALLS:
+        producer.produce(*args, **kwargs)
+    after = time.time_ns() // 1_000_000
+    sent = data(factory)
+    assert [(p.topic, p.value, p.key, p.partition, p.timestamp, p.callback) for p in sent] == [
+        ("t", b"v0", None, -1, 0, None),
+        ("t", b"v1", b"k1", -1, 0, None),
+        ("t", b"v2", b"k2", -1, 0, None),
+        ("t", b"v3", "text-key", 2, 0, None),
+        ("u", b"v4", b"k4", 1, 1_700_000_000_123, None),
+        ("t", None, None, -1, 5, None),
+        ("u", b"v6", None, -1, 0, None),
+        ("t", b"v7", None, -1, 0, None),
+    ]
+    headers = [decoded(p) for p in sent]
+    assert {h[0] for h in headers} == {2}
+    assert {h[1] for h in headers} == {bytes.fromhex(producer.session_id)}
+    # One sequence per topic, in call order; no audit-id appended (the key says it).
+    assert [(p.topic, h[2]) for p, h in zip(sent, headers, strict=True)] == [
+        ("t", 0), ("t", 1), ("t", 2), ("t", 3), ("u", 0), ("t", 4), ("u", 1), ("t", 5)
+    ]  # fmt: skip
+    assert all(before <= h[3] <= after for h in headers) and {h[4] for h in headers} == {b""}
+    streams = producer._topics
+    assert (streams["t"].next_seq, streams["u"].next_seq) == (6, 2)
+    assert streams["t"].keys == [None, b"k1", b"k2", "text-key", None, None]
+    assert streams["u"].keys == [b"k4", None]
+    # The stamps: where the produce time changed, each the header's time of that sequence.
+    header_ts = {(p.topic, h[2]): h[3] for p, h in zip(sent, headers, strict=True)}
+    for topic in ("t", "u"):
+        changes = streams[topic].stamps[1:]  # the first is the stream's start
+        assert changes and changes[0][0] == 0
+        assert all(header_ts[(topic, seq)] == ts for seq, ts in changes)
+        assert streams[topic].last_ms == header_ts[(topic, streams[topic].next_seq - 1)]
+    producer.close()
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_it_takes_the_options_path_for_headers_callbacks_and_a_key_function(native: bool) -> None:
+    factory = FactoryRecorder()
+    producer = make(native, factory)
+    calls: list[Any] = []
+    producer.produce("t", b"a", b"k", headers={"trace": b"1", "audit-id": "TCK-1"})
+    producer.produce("t", b"b", on_delivery=lambda err, msg: calls.append(err))
+    producer.produce("t", b"c", callback=lambda err, msg: calls.append(err))
+    sent = data(factory)
+    assert decoded(sent[0])[4] == b"TCK-1" and sent[0].headers is not None and sent[0].headers[1] == ("trace", b"1")
+    assert sent[1].callback is not None and sent[2].callback is not None
+    assert [decoded(p)[2] for p in sent] == [0, 1, 2]
+    assert producer._topics["t"].keys == ["TCK-1", None, None]
+    producer.close()
+
+    keyed = FactoryRecorder()
+    with_fn = make(native, keyed, key_fn=lambda value, key: value.decode())
+    with_fn.produce("t", b"id-7", b"k")
+    assert decoded(data(keyed)[0])[4] == b"id-7" and with_fn._topics["t"].keys == ["id-7"]
+    with_fn.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((), {}),
+        (("t", b"v", None, -1, None, 0, None, "extra"), {}),
+        (("t",), {"colour": "blue"}),
+        (("t", b"v"), {"value": b"again"}),
+    ],
+)
+def test_it_rejects_a_bad_call_as_the_python_one_does(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    errors = []
+    for native in (True, False):
+        factory = FactoryRecorder()
+        producer = make(native, factory)
+        with pytest.raises(TypeError) as raised:
+            producer.produce(*args, **kwargs)
+        errors.append(raised.type)
+        assert data(factory) == []
+        assert "t" not in producer._topics or producer._topics["t"].next_seq == 0
+        producer.close()
+    assert errors[0] is errors[1]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_it_does_not_use_up_a_sequence_when_the_client_refuses_the_record(native: bool) -> None:
+    factory = FactoryRecorder()
+    producer = make(native, factory)
+    factory.producers[0].max_queue = 2
+    producer.produce("t", b"a", b"ka")
+    producer.produce("t", b"b", b"kb")
+    with pytest.raises(BufferError):
+        producer.produce("t", b"c", b"kc")
+    assert producer._topics["t"].next_seq == 2 and producer._topics["t"].keys == [b"ka", b"kb"]
+    assert not producer._seq_lock.locked()  # released on the error path
+    factory.producers[0].deliver()
+    producer.produce("t", b"c", b"kc")
+    assert [decoded(p)[2] for p in data(factory)] == [0, 1, 2]
+    producer.close()
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_it_gives_concurrent_threads_distinct_sequences_each_with_its_own_key(native: bool) -> None:
+    factory = FactoryRecorder()
+    producer = make(native, factory)
+    threads_n, each = 4, 5000
+    start = threading.Barrier(threads_n)
+
+    def send(thread: int) -> None:
+        start.wait()
+        for i in range(each):
+            producer.produce("t", b"v", b"%d-%d" % (thread, i))
+
+    threads = [threading.Thread(target=send, args=(n,)) for n in range(threads_n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    sent = data(factory)
+    seqs = [decoded(p)[2] for p in sent]
+    assert sorted(seqs) == list(range(threads_n * each))
+    keys = producer._topics["t"].keys
+    assert all(keys[decoded(p)[2]] == p.key for p in sent)  # the keys list is in sequence order
+    producer.close()
+
+
+def test_the_native_lock_behaves_like_a_threading_lock() -> None:
+    lock = SeqLock()
+    assert lock.acquire() is True and lock.locked()
+    assert lock.acquire(blocking=False) is False
+    started = time.monotonic()
+    assert lock.acquire(timeout=0.05) is False and time.monotonic() - started >= 0.04
+    lock.release()
+    assert not lock.locked()
+    with pytest.raises(RuntimeError):
+        lock.release()
+    with pytest.raises(ValueError):
+        lock.acquire(blocking=False, timeout=1)
+    with lock:
+        assert lock.locked()
+    assert not lock.locked()
+
+    # A holder in another thread: acquire() waits (without holding the GIL) until it releases.
+    order: list[str] = []
+    holding = threading.Event()
+
+    def hold() -> None:
+        with lock:
+            holding.set()
+            time.sleep(0.1)
+            order.append("released")
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait(5)
+    with lock:
+        order.append("acquired")
+    holder.join()
+    assert order == ["released", "acquired"]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_closed_producer_is_collected(native: bool) -> None:
+    # produce() refers to the producer (its options path) and the producer to produce(): a
+    # cycle the collector must be able to walk through the native object too.
+    factory = FactoryRecorder()
+    producer = make(native, factory)
+    producer.produce("t", b"v")
+    producer.close()
+    ref = weakref.ref(producer)
+    del producer, factory  # the fake client keeps the config, whose on_delivery is the producer's
+    gc.collect()
+    assert ref() is None
