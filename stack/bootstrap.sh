@@ -22,7 +22,7 @@ command -v mvn >/dev/null 2>&1 || need_pkgs+=(maven)
 command -v redis-server >/dev/null 2>&1 || need_pkgs+=(redis-server)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 command -v runuser >/dev/null 2>&1 || need_pkgs+=(util-linux)
-# The probes' native produce() hot path (auditor/probes/_hot_produce.c) is compiled here.
+# The probes' native produce() hot path (auditor/probes/_hotpath.c) is compiled here.
 command -v cc >/dev/null 2>&1 || need_pkgs+=(gcc)
 PY="${PYTHON:-python3}"
 command -v "$PY" >/dev/null 2>&1 || need_pkgs+=(python3)

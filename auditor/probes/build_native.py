@@ -1,4 +1,4 @@
-"""Build the probes' native hot path (``_hot_produce.c``) next to its source.
+"""Build the probes' native hot path (``_hotpath.c``) next to its source.
 
     python -m auditor.probes.build_native [--force]
 
@@ -21,8 +21,8 @@ import sysconfig
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "_hot_produce.c"
-MODULE = "_hot_produce"
+SOURCE = HERE / "_hotpath.c"
+MODULE = "_hotpath"
 
 
 def target() -> Path:

@@ -31,6 +31,7 @@ from auditor.probes.codec import (
     processed_ranges_header,
 )
 from auditor.probes.config import ledger_producer_config
+from auditor.probes.native import RangeMarker, use_native
 from auditor.probes.topics import CLIENTS_TOPIC, CONSUMER_LEDGER_TOPIC
 from auditor.probes.wrapping import ConsumerWrapper
 from auditor.probes.writer import LedgerWriter
@@ -131,6 +132,7 @@ class AuditedConsumer(ConsumerWrapper):
         ledger_config: Mapping[str, Any] | None = None,
         consumer_factory: Callable[[dict[str, Any]], Any] = Consumer,
         producer_factory: Callable[[dict[str, Any]], Any] = Producer,
+        native: bool | None = None,
     ) -> None:
         self._config = dict(config)
         self._consumer: Consumer = consumer_factory(dict(config))  # or a test double
@@ -170,7 +172,10 @@ class AuditedConsumer(ConsumerWrapper):
             processed_ranges_header(self.session_id, self.group), self._observe_ranges, merge_ranges
         )
         self._chunks_per_record = max(1, ledger_batch_size // self._compact_every)
-        self.mark_processed = self._make_mark_processed()
+        self.native = use_native(native)
+        # The native marker keeps runs of offsets itself instead of holding messages.
+        self._marker = RangeMarker(self._compact_every, self._compact, Message) if self.native else None
+        self.mark_processed = self._marker if self._marker is not None else self._make_mark_processed()
         self._ledger.write(
             encode_session_start("consumer", self.session_id, self.client_id, now_ms, self.host, self.group)
         )
@@ -218,14 +223,22 @@ class AuditedConsumer(ConsumerWrapper):
         """Turn the held marks into range rows for the ledger writer (marking thread or the
         background flush); hand them to the ledger when enough are waiting."""
         with self._compact_lock:
-            held = self._held
-            count = len(held)
-            if not count:
-                return
-            # Pops exactly the marks counted, in order: marks appended meanwhile wait their turn.
-            messages = list(starmap(held.popleft, repeat((), count)))
-            now_ms = _time_ns() // 1_000_000
-            rows = offset_ranges(messages, self._compacted_ms, now_ms)
+            if self._marker is not None:
+                runs = self._marker.take()
+                if not runs:
+                    return
+                now_ms = _time_ns() // 1_000_000
+                first_ms = self._compacted_ms
+                rows = [(topic, partition, first, last, first_ms, now_ms) for topic, partition, first, last in runs]
+            else:
+                held = self._held
+                count = len(held)
+                if not count:
+                    return
+                # Pops exactly the marks counted, in order: marks appended meanwhile wait their turn.
+                messages = list(starmap(held.popleft, repeat((), count)))
+                now_ms = _time_ns() // 1_000_000
+                rows = offset_ranges(messages, self._compacted_ms, now_ms)
             self._compacted_ms = now_ms
             if rows:
                 self._marks.append(rows)
@@ -259,4 +272,5 @@ class AuditedConsumer(ConsumerWrapper):
 
     # --- introspection -------------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
-        return {"processed_ranges": self._processed, "marks_pending": len(self._held), **self._ledger.stats()}
+        pending = len(self._marker) if self._marker is not None else len(self._held)
+        return {"processed_ranges": self._processed, "marks_pending": pending, **self._ledger.stats()}

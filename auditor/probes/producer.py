@@ -23,7 +23,6 @@ tail is ledgered ``unconfirmed`` at each background flush: a crash leaves it so.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 import time
@@ -47,15 +46,11 @@ from auditor.probes.codec import (
 from auditor.probes.config import ledger_producer_config
 from auditor.probes.headers import AUDIT, AUDIT_ID, AUDIT_V2, RESERVED_HEADER_NAMES, decode_audit_id
 from auditor.probes.key_entries import key_entries
+from auditor.probes.native import HotProduce, SeqLock, use_native
 from auditor.probes.persistence import classify_persistence, describe_error
 from auditor.probes.topics import CLIENTS_TOPIC, PRODUCER_LEDGER_TOPIC
 from auditor.probes.wrapping import ProducerWrapper, SequenceLock, acks_zero, timeout_args, truthy
 from auditor.probes.writer import LedgerWriter
-
-try:  # built by auditor/probes/build_native.py (stack/bootstrap.sh does); optional
-    from auditor.probes._hot_produce import HotProduce, SeqLock
-except ImportError:  # pragma: no cover - depends on the build
-    HotProduce = SeqLock = None  # type: ignore[assignment,misc]
 
 logger = logging.getLogger(__name__)
 
@@ -69,12 +64,6 @@ _pack = AUDIT_V2.pack  # headers.pack_audit_header, inlined on the hot path
 _monotonic = time.monotonic
 # librdkafka checks message timeouts about once a second; a little more for scheduling.
 _TIMEOUT_SLACK_S = 5.0
-
-
-def native_hot_path_available() -> bool:
-    """Whether new AuditedProducers use the native produce(): built, and not turned off with
-    AUDITOR_PROBES_NATIVE=0."""
-    return HotProduce is not None and os.environ.get("AUDITOR_PROBES_NATIVE", "1").strip() not in ("0", "false", "no")
 
 
 def _setting(config: Mapping[str, Any], names: tuple[str, ...], default: int) -> int:
@@ -230,11 +219,7 @@ class AuditedProducer(ProducerWrapper):
         self.client_id: str = str(client_config.get("client.id", "rdkafka"))
         self.host = socket.gethostname()
         self._topics: dict[str, _TopicStream] = {}
-        self.native = native_hot_path_available() if native is None else native
-        if self.native and HotProduce is None:
-            raise RuntimeError(
-                "the native produce() hot path is not built: run `python -m auditor.probes.build_native`"
-            )
+        self.native = use_native(native)
         # The native hot path takes its own lock type without a method call; Python takes it
         # like a threading.Lock.
         self._seq_lock: SequenceLock = SeqLock() if self.native else threading.Lock()
@@ -277,7 +262,7 @@ class AuditedProducer(ProducerWrapper):
     produce: Callable[..., None]
 
     def _make_native_produce(self) -> Callable[..., None]:
-        # The same steps as _make_produce's closure, in C (auditor/probes/_hot_produce.c).
+        # The same steps as _make_produce's closure, in C (auditor/probes/_hotpath.c).
         return HotProduce(
             self._topics,
             self._new_topic,

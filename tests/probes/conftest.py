@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from auditor.probes.producer import native_hot_path_available
+from auditor.probes.native import native_hot_path_available
 from tests.probes.kafka_helpers import AuditTopics, TopicFactory, bootstrap_servers, broker_unreachable_reason
 
 

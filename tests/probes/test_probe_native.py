@@ -1,4 +1,4 @@
-"""The native produce() hot path (auditor/probes/_hot_produce.c) against the pure-Python one,
+"""The native produce() hot path (auditor/probes/_hotpath.c) against the pure-Python one,
 without a broker: the same records handed to the client, the same sequence state, the same
 errors, the lock's semantics, and threads that never share a sequence.
 
@@ -9,18 +9,20 @@ the contract's own struct, not what either hot path says about itself.
 from __future__ import annotations
 
 import gc
+import random
 import threading
 import time
 import weakref
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, Message
 
-from auditor.probes import AUDIT, AuditedProducer
-from auditor.probes._hot_produce import SeqLock
+from auditor.probes import AUDIT, AuditedConsumer, AuditedProducer, ProcessedRanges, decode_ledger_record
+from auditor.probes._hotpath import SeqLock
 from auditor.probes.headers import AUDIT_V2
-from auditor.probes.producer import native_hot_path_available
-from tests.probes.fakes import FactoryRecorder, Produced
+from auditor.probes.native import native_hot_path_available
+from tests.probes.fakes import FactoryRecorder, FakeConsumer, Produced
 
 
 @pytest.fixture(autouse=True)
@@ -244,3 +246,93 @@ def test_a_closed_producer_is_collected(native: bool) -> None:
     del producer, factory  # the fake client keeps the config, whose on_delivery is the producer's
     gc.collect()
     assert ref() is None
+
+
+def marks_sequence(rng: random.Random, count: int) -> list[Message]:
+    """Marks as an application makes them: mostly the next offset of the partition it is on,
+    sometimes another partition or topic, a repeat, a seek back, or an error event."""
+    position = {("a", 0): 0, ("a", 1): 0, ("b", 0): 0}
+    current = ("a", 0)
+    marks: list[Message] = []
+    for _ in range(count):
+        roll = rng.random()
+        if roll < 0.05:
+            marks.append(Message(topic=current[0], partition=current[1], error=KafkaError(KafkaError._PARTITION_EOF)))
+            continue
+        if roll < 0.15:
+            current = rng.choice(list(position))
+        elif roll < 0.18:
+            position[current] = max(0, position[current] - rng.randint(1, 3))  # a seek back: marks again
+        elif roll < 0.20:
+            position[current] += rng.randint(1, 3)  # a gap: records skipped
+        topic, partition = current
+        marks.append(Message(topic=topic, partition=partition, offset=position[current], value=b"v"))
+        position[current] += 1
+    return marks
+
+
+def runs_by_hand(marks: list[Message]) -> list[tuple[str, int, int, int]]:
+    runs: list[list[Any]] = []
+    for msg in marks:
+        if msg.error() is not None:
+            continue
+        if runs and runs[-1][:2] == [msg.topic(), msg.partition()] and runs[-1][3] == msg.offset() - 1:
+            runs[-1][3] = msg.offset()
+        else:
+            runs.append([msg.topic(), msg.partition(), msg.offset(), msg.offset()])
+    return [tuple(run) for run in runs]  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_it_ledgers_each_run_of_marks_of_a_consumer(native: bool, seed: int) -> None:
+    marks = marks_sequence(random.Random(seed), 3000)
+    producers = FactoryRecorder()
+    consumer = AuditedConsumer(
+        {"bootstrap.servers": "fake:9092", "group.id": "g"},
+        ledger_topic="cledger",
+        clients_topic="clients",
+        consumer_factory=lambda config: FakeConsumer(config, []),
+        producer_factory=producers,
+        ledger_flush_interval_s=3600,
+        native=native,
+    )
+    assert consumer.native is native
+    for msg in marks:
+        consumer.mark_processed(msg)
+    assert consumer.stats()["marks_pending"] < 128
+    consumer.close()
+    ledger = producers.ledger
+    records = [decode_ledger_record(i.value) for i in ledger.delivered + ledger.queued if i.topic == "cledger"]
+    ranges = [
+        (r.topic, r.partition, r.first, r.last)
+        for rec in records
+        if isinstance(rec, ProcessedRanges)
+        for r in rec.ranges
+    ]
+    truth = runs_by_hand(marks)
+    assert len(truth) > 100  # the sequence breaks runs often enough to matter
+    # Every mark in marking order, repeats included; a run may be split where the ledger
+    # wrote a record, never joined across a break.
+    expanded = [(t, p, o) for t, p, first, last in ranges for o in range(first, last + 1)]
+    assert expanded == [(m.topic(), m.partition(), m.offset()) for m in marks if m.error() is None]
+    ends = {(t, p, last) for t, p, _, last in truth}
+    assert {(t, p, last) for t, p, _, last in ranges} >= ends and len(ranges) <= len(truth) + len(records)
+
+
+def test_the_native_marker_rejects_a_call_without_one_message() -> None:
+    producers = FactoryRecorder()
+    consumer = AuditedConsumer(
+        {"bootstrap.servers": "fake:9092", "group.id": "g"},
+        ledger_topic="cledger",
+        clients_topic="clients",
+        consumer_factory=lambda config: FakeConsumer(config, []),
+        producer_factory=producers,
+        native=True,
+    )
+    mark: Any = consumer.mark_processed
+    with pytest.raises(TypeError):
+        mark()
+    with pytest.raises(AttributeError):
+        mark(object())  # not a message: no error() to call
+    consumer.close()

@@ -283,7 +283,7 @@ def test_it_ledgers_processed_offset_ranges_and_reads_v1_and_v2_records(
 
 
 def test_it_ledgers_one_range_per_run_of_marks_across_batches_and_the_last_marks_of_an_idle_consumer(
-    kafka_bootstrap: str, topics: dict[str, str]
+    kafka_bootstrap: str, topics: dict[str, str], hot_path: str
 ) -> None:
     with AuditedProducer(
         {"bootstrap.servers": kafka_bootstrap}, ledger_topic=topics["pledger"], clients_topic=topics["clients"]
@@ -296,6 +296,7 @@ def test_it_ledgers_one_range_per_run_of_marks_across_batches_and_the_last_marks
         clients_topic=topics["clients"],
         ledger_flush_interval_s=0.2,
     )
+    assert consumer.native is (hot_path == "native")
     consumer.assign([TopicPartition(topics["data"], p, OFFSET_BEGINNING) for p in range(2)])
     polled: list[tuple[int, int]] = []
     while len(polled) < 700:

@@ -1,4 +1,7 @@
-/* The AuditedProducer's produce() hot path in C: the same steps as the pure-Python closure
+/* The probes' hot paths in C: AuditedProducer.produce() (HotProduce, with its SeqLock) and
+ * AuditedConsumer.mark_processed() (RangeMarker).
+ *
+ * HotProduce, the AuditedProducer's produce() hot path: the same steps as the pure-Python closure
  * in auditor/probes/producer.py (_make_produce), without the interpreter's cost per step.
  *
  * produce(topic, value=None, key=None, partition=-1, on_delivery=None, timestamp=0,
@@ -139,7 +142,7 @@ static PyMethodDef seqlock_methods[] = {
 };
 
 static PyTypeObject SeqLockType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "auditor.probes._hot_produce.SeqLock",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "auditor.probes._hotpath.SeqLock",
     .tp_basicsize = sizeof(SeqLock),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "The AuditedProducer's sequence lock (a threading.Lock that C code takes directly).",
@@ -508,7 +511,7 @@ static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
 }
 
 static PyTypeObject HotProduceType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "auditor.probes._hot_produce.HotProduce",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "auditor.probes._hotpath.HotProduce",
     .tp_basicsize = sizeof(HotProduce),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "produce() of an AuditedProducer (contract v2), in C.",
@@ -520,10 +523,236 @@ static PyTypeObject HotProduceType = {
     .tp_vectorcall_offset = offsetof(HotProduce, vectorcall),
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hot_produce",
-                                    "The AuditedProducer's produce() hot path in C.", -1, NULL};
+/* --- RangeMarker: AuditedConsumer.mark_processed() ------------------------------------------
+ * marker(msg) skips an error event, else extends the current run of consecutive offsets of
+ * one topic-partition or starts a new one (a repeat, a gap, a seek back or another partition
+ * breaks a run: reprocessing stays visible), exactly as consumer.offset_ranges does with
+ * held messages. Every `every` marks it calls compact() (outside its lock), which takes the
+ * runs: take() returns [(topic, partition, first, last), ...] in marking order, the open run
+ * included, and starts afresh. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyThread_type_lock lock;
+    PyObject *runs;    /* list of closed runs */
+    PyObject *topic;   /* the open run's topic, NULL when none */
+    long long partition, first, last;
+    Py_ssize_t pending; /* marks since the last take() */
+    Py_ssize_t every;
+    PyObject *compact;
+    PyTypeObject *message_type;
+    PyObject *m_error, *m_topic, *m_partition, *m_offset; /* the Message methods (descriptors) */
+} RangeMarker;
 
-PyMODINIT_FUNC PyInit__hot_produce(void) {
+static PyObject *s_error, *s_topic, *s_partition, *s_offset;
+
+static PyObject *call_message(RangeMarker *self, PyObject *msg, PyObject *descr, PyObject *name) {
+    if (Py_IS_TYPE(msg, self->message_type)) {
+        PyObject *args[1] = {msg};
+        return PyObject_Vectorcall(descr, args, 1, NULL);
+    }
+    return PyObject_CallMethodNoArgs(msg, name);
+}
+
+static void marker_lock(RangeMarker *self) {
+    if (PyThread_acquire_lock_timed(self->lock, 0, 0) != PY_LOCK_ACQUIRED) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock_timed(self->lock, -1, 0);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+/* Close the open run into self->runs (under the lock). */
+static int close_run(RangeMarker *self) {
+    if (self->topic == NULL) return 0;
+    PyObject *run = Py_BuildValue("(OLLL)", self->topic, self->partition, self->first, self->last);
+    if (run == NULL) return -1;
+    int rc = PyList_Append(self->runs, run);
+    Py_DECREF(run);
+    if (rc < 0) return -1;
+    Py_CLEAR(self->topic);
+    return 0;
+}
+
+static PyObject *marker_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    RangeMarker *self = (RangeMarker *)callable;
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "mark_processed() takes exactly one argument (the message)");
+        return NULL;
+    }
+    PyObject *msg = args[0];
+    PyObject *error = call_message(self, msg, self->m_error, s_error);
+    if (error == NULL) return NULL;
+    int is_event = error != Py_None;
+    Py_DECREF(error);
+    if (is_event) Py_RETURN_NONE; /* an error event is not a record */
+    PyObject *topic = call_message(self, msg, self->m_topic, s_topic);
+    if (topic == NULL) return NULL;
+    PyObject *partition_obj = call_message(self, msg, self->m_partition, s_partition);
+    if (partition_obj == NULL) {
+        Py_DECREF(topic);
+        return NULL;
+    }
+    PyObject *offset_obj = call_message(self, msg, self->m_offset, s_offset);
+    if (offset_obj == NULL) {
+        Py_DECREF(topic);
+        Py_DECREF(partition_obj);
+        return NULL;
+    }
+    long long partition = PyLong_AsLongLong(partition_obj);
+    long long offset = PyLong_AsLongLong(offset_obj);
+    Py_DECREF(partition_obj);
+    Py_DECREF(offset_obj);
+    if (PyErr_Occurred()) {
+        Py_DECREF(topic);
+        return NULL;
+    }
+    int same_topic = 0;
+    marker_lock(self);
+    if (self->topic != NULL && self->partition == partition && self->last + 1 == offset) {
+        same_topic = self->topic == topic;
+        if (!same_topic) {
+            int eq = PyObject_RichCompareBool(self->topic, topic, Py_EQ);
+            if (eq < 0) {
+                PyThread_release_lock(self->lock);
+                Py_DECREF(topic);
+                return NULL;
+            }
+            same_topic = eq;
+        }
+    }
+    if (same_topic) {
+        self->last = offset;
+        Py_DECREF(topic);
+    } else {
+        if (close_run(self) < 0) {
+            PyThread_release_lock(self->lock);
+            Py_DECREF(topic);
+            return NULL;
+        }
+        self->topic = topic; /* the reference moves to the marker */
+        self->partition = partition;
+        self->first = self->last = offset;
+    }
+    Py_ssize_t pending = ++self->pending;
+    PyThread_release_lock(self->lock);
+    if (pending >= self->every) {
+        PyObject *done = PyObject_CallNoArgs(self->compact);
+        if (done == NULL) return NULL;
+        Py_DECREF(done);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *marker_take(RangeMarker *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *fresh = PyList_New(0);
+    if (fresh == NULL) return NULL;
+    marker_lock(self);
+    if (close_run(self) < 0) {
+        PyThread_release_lock(self->lock);
+        Py_DECREF(fresh);
+        return NULL;
+    }
+    PyObject *taken = self->runs;
+    self->runs = fresh;
+    self->pending = 0;
+    PyThread_release_lock(self->lock);
+    return taken;
+}
+
+static Py_ssize_t marker_len(RangeMarker *self) { return self->pending; }
+
+static int marker_traverse(RangeMarker *self, visitproc visit, void *arg) {
+    Py_VISIT(self->runs);
+    Py_VISIT(self->topic);
+    Py_VISIT(self->compact);
+    Py_VISIT(self->message_type);
+    Py_VISIT(self->m_error);
+    Py_VISIT(self->m_topic);
+    Py_VISIT(self->m_partition);
+    Py_VISIT(self->m_offset);
+    return 0;
+}
+
+static int marker_clear(RangeMarker *self) {
+    Py_CLEAR(self->runs);
+    Py_CLEAR(self->topic);
+    Py_CLEAR(self->compact);
+    Py_CLEAR(self->message_type);
+    Py_CLEAR(self->m_error);
+    Py_CLEAR(self->m_topic);
+    Py_CLEAR(self->m_partition);
+    Py_CLEAR(self->m_offset);
+    return 0;
+}
+
+static void marker_dealloc(RangeMarker *self) {
+    PyObject_GC_UnTrack(self);
+    marker_clear(self);
+    if (self->lock != NULL) PyThread_free_lock(self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"every", "compact", "message_type", NULL};
+    Py_ssize_t every;
+    PyObject *compact, *message_type;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "nOO!:RangeMarker", kwlist, &every, &compact, &PyType_Type,
+                                     &message_type))
+        return NULL;
+    if (every < 1) {
+        PyErr_SetString(PyExc_ValueError, "every must be at least 1");
+        return NULL;
+    }
+    RangeMarker *self = (RangeMarker *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = marker_call;
+    self->every = every;
+    self->lock = PyThread_allocate_lock();
+    self->runs = PyList_New(0);
+    Py_INCREF(compact);
+    self->compact = compact;
+    Py_INCREF(message_type);
+    self->message_type = (PyTypeObject *)message_type;
+    self->m_error = PyObject_GetAttr(message_type, s_error);
+    self->m_topic = PyObject_GetAttr(message_type, s_topic);
+    self->m_partition = PyObject_GetAttr(message_type, s_partition);
+    self->m_offset = PyObject_GetAttr(message_type, s_offset);
+    if (self->lock == NULL || self->runs == NULL || !self->m_error || !self->m_topic || !self->m_partition ||
+        !self->m_offset) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static PyMethodDef marker_methods[] = {
+    {"take", (PyCFunction)marker_take, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods marker_as_sequence = {.sq_length = (lenfunc)marker_len};
+
+static PyTypeObject RangeMarkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "auditor.probes._hotpath.RangeMarker",
+    .tp_basicsize = sizeof(RangeMarker),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "mark_processed() of an AuditedConsumer (contract v2), in C.",
+    .tp_new = marker_new,
+    .tp_dealloc = (destructor)marker_dealloc,
+    .tp_traverse = (traverseproc)marker_traverse,
+    .tp_clear = (inquiry)marker_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(RangeMarker, vectorcall),
+    .tp_methods = marker_methods,
+    .tp_as_sequence = &marker_as_sequence,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath",
+                                    "The probes' hot paths in C: produce() and mark_processed().", -1, NULL};
+
+PyMODINIT_FUNC PyInit__hotpath(void) {
     s_next_seq = PyUnicode_InternFromString("next_seq");
     s_keys = PyUnicode_InternFromString("keys");
     s_stamps = PyUnicode_InternFromString("stamps");
@@ -535,7 +764,13 @@ PyMODINIT_FUNC PyInit__hot_produce(void) {
         param_strs[i] = PyUnicode_InternFromString(param_names[i]);
         if (param_strs[i] == NULL) return NULL;
     }
-    if (PyType_Ready(&HotProduceType) < 0 || PyType_Ready(&SeqLockType) < 0) return NULL;
+    s_error = PyUnicode_InternFromString("error");
+    s_topic = PyUnicode_InternFromString("topic");
+    s_partition = PyUnicode_InternFromString("partition");
+    s_offset = PyUnicode_InternFromString("offset");
+    if (!s_error || !s_topic || !s_partition || !s_offset) return NULL;
+    if (PyType_Ready(&HotProduceType) < 0 || PyType_Ready(&SeqLockType) < 0 || PyType_Ready(&RangeMarkerType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&HotProduceType);
@@ -547,6 +782,12 @@ PyMODINIT_FUNC PyInit__hot_produce(void) {
     Py_INCREF(&SeqLockType);
     if (PyModule_AddObject(m, "SeqLock", (PyObject *)&SeqLockType) < 0) {
         Py_DECREF(&SeqLockType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&RangeMarkerType);
+    if (PyModule_AddObject(m, "RangeMarker", (PyObject *)&RangeMarkerType) < 0) {
+        Py_DECREF(&RangeMarkerType);
         Py_DECREF(m);
         return NULL;
     }
