@@ -13,7 +13,7 @@ import random
 import threading
 import time
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import KafkaError, Message
@@ -276,11 +276,12 @@ def runs_by_hand(marks: list[Message]) -> list[tuple[str, int, int, int]]:
     for msg in marks:
         if msg.error() is not None:
             continue
-        if runs and runs[-1][:2] == [msg.topic(), msg.partition()] and runs[-1][3] == msg.offset() - 1:
-            runs[-1][3] = msg.offset()
+        topic, partition, offset = msg.topic(), msg.partition(), cast(int, msg.offset())
+        if runs and runs[-1][:2] == [topic, partition] and runs[-1][3] == offset - 1:
+            runs[-1][3] = offset
         else:
-            runs.append([msg.topic(), msg.partition(), msg.offset(), msg.offset()])
-    return [tuple(run) for run in runs]  # type: ignore[misc]
+            runs.append([topic, partition, offset, offset])
+    return [(run[0], run[1], run[2], run[3]) for run in runs]
 
 
 @pytest.mark.parametrize("native", [True, False])
