@@ -248,6 +248,20 @@ def test_a_closed_producer_is_collected(native: bool) -> None:
     assert ref() is None
 
 
+def make_consumer(native: bool, producers: FactoryRecorder) -> AuditedConsumer:
+    consumer = AuditedConsumer(
+        {"bootstrap.servers": "fake:9092", "group.id": "g"},
+        ledger_topic="cledger",
+        clients_topic="clients",
+        consumer_factory=lambda config: FakeConsumer(config, []),
+        producer_factory=producers,
+        ledger_flush_interval_s=3600,  # the test decides when marks are written
+        native=native,
+    )
+    assert consumer.native is native
+    return consumer
+
+
 def marks_sequence(rng: random.Random, count: int) -> list[Message]:
     """Marks as an application makes them: mostly the next offset of the partition it is on,
     sometimes another partition or topic, a repeat, a seek back, or an error event."""
@@ -289,16 +303,7 @@ def runs_by_hand(marks: list[Message]) -> list[tuple[str, int, int, int]]:
 def test_it_ledgers_each_run_of_marks_of_a_consumer(native: bool, seed: int) -> None:
     marks = marks_sequence(random.Random(seed), 3000)
     producers = FactoryRecorder()
-    consumer = AuditedConsumer(
-        {"bootstrap.servers": "fake:9092", "group.id": "g"},
-        ledger_topic="cledger",
-        clients_topic="clients",
-        consumer_factory=lambda config: FakeConsumer(config, []),
-        producer_factory=producers,
-        ledger_flush_interval_s=3600,
-        native=native,
-    )
-    assert consumer.native is native
+    consumer = make_consumer(native, producers)
     for msg in marks:
         consumer.mark_processed(msg)
     assert consumer.stats()["marks_pending"] < 128
@@ -322,15 +327,7 @@ def test_it_ledgers_each_run_of_marks_of_a_consumer(native: bool, seed: int) -> 
 
 
 def test_the_native_marker_rejects_a_call_without_one_message() -> None:
-    producers = FactoryRecorder()
-    consumer = AuditedConsumer(
-        {"bootstrap.servers": "fake:9092", "group.id": "g"},
-        ledger_topic="cledger",
-        clients_topic="clients",
-        consumer_factory=lambda config: FakeConsumer(config, []),
-        producer_factory=producers,
-        native=True,
-    )
+    consumer = make_consumer(True, FactoryRecorder())
     mark: Any = consumer.mark_processed
     with pytest.raises(TypeError):
         mark()
