@@ -21,6 +21,8 @@ class StuckRow:
     status: str
     age_seconds: float
     since: datetime | None = None  # the age column's value
+    # where the row was read (PostgreSQL's ctid), for the re-check; None: no such address
+    row_id: str | None = None
 
 
 @dataclass(frozen=True)
