@@ -93,7 +93,7 @@ def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_
             ).format(key=key, status=status, age=age, table=table, values=query.status_list(), row_id=row_id)
             params = [*query.stuck_values, query.older_than_seconds, max_items + 1]
             conn.execute(sql.SQL("SET work_mem = {}").format(sql.Literal(SELECT_WORK_MEM)))
-            rows = conn.execute(statement, params).fetchall()
+            rows = conn.execute(statement, params, binary=True).fetchall()  # binary results: no text parsing
         except psycopg.Error as exc:
             raise SourceError(f"selecting stuck rows from {query.table} failed: {_first_line(exc)}") from None
     items = [StuckRow(str(k), str(s), float(a), since, rid) for k, s, a, since, rid in rows[:max_items]]
@@ -164,16 +164,17 @@ def _still_at_row_ids(
     if not by_key:
         return set()
     # The addresses go through a scalar subquery: shown the array itself, the planner prices
-    # that many TID look-ups above a scan of the whole table (or of the status index).
+    # that many TID look-ups above a scan of the whole table (or of the status index). They
+    # travel in binary (%b): no quoting of each one.
     statement = sql.SQL(
-        "SELECT t.ctid::text, t.{key}::text FROM {table} AS t WHERE t.ctid = ANY((SELECT %s::text[]::tid[])::tid[]) "
+        "SELECT t.ctid::text, t.{key}::text FROM {table} AS t WHERE t.ctid = ANY((SELECT %b::text[]::tid[])::tid[]) "
         "AND t.{status} IN ({values})"
     ).format(key=key, table=table, status=status, values=query.status_list())
     addresses = list(by_key.values())
     found: set[str] = set()
     for start in range(0, len(addresses), CHECK_CHUNK):
         chunk = addresses[start : start + CHECK_CHUNK]
-        for rid, k in conn.execute(statement, [chunk, *query.stuck_values]).fetchall():
+        for rid, k in conn.execute(statement, [chunk, *query.stuck_values], binary=True).fetchall():
             if by_key.get(k) == rid:
                 found.add(k)
     return found
