@@ -15,7 +15,7 @@ oldest records went.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -38,26 +38,38 @@ def recall(
     binding: Binding,
     keys: Sequence[str],
     state_root: Path | None = None,
-    sightings: Mapping[str, Sighting] | None = None,
+    index: IndexRows | None = None,
 ) -> KeyMemory:
     """What earlier runs of `binding` saw of `keys`. A part that cannot be read is named in
     `reason` and left empty: readers then say unknown, never guess.
 
-    sightings: those of a superset of `keys` already read from the index (IndexedTopic.sightings),
+    index: the key index's rows already read for a superset of `keys` (IndexedTopic.index),
     which is then not read again."""
     memory = KeyMemory()
     if not keys:
         return memory
-    if sightings is not None:
-        memory.sightings = {k: sightings[k] for k in keys if k in sightings}
-    else:
-        root = state_root if state_root is not None else conf.state_dir() / binding.name
-        try:
-            memory.sightings = read_sightings(root, keys)
-        except StateUnreadable as exc:
-            memory.reason = str(exc)
+    root = state_root if state_root is not None else conf.state_dir() / binding.name
+    try:
+        memory.sightings = index.sightings(keys) if index is not None else read_sightings(root, keys)
+    except StateUnreadable as exc:
+        memory.reason = str(exc)
     memory.missing = missing_reports(binding, keys)
     return memory
+
+
+@dataclass
+class IndexRows:
+    """Rows of the key index read for some keys, with the state.json they were read by."""
+
+    root: Path
+    meta: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+    def sightings(self, keys: Sequence[str]) -> dict[str, Sighting]:
+        """read_sightings() of `keys` (among those the rows were read for), without reading
+        the index again."""
+        wanted = set(keys)
+        return _sightings(self.root, self.meta, [r for r in self.rows if r["key"] in wanted], sorted(wanted))
 
 
 def read_sightings(root: Path, keys: Iterable[str]) -> dict[str, Sighting]:
@@ -113,8 +125,8 @@ class IndexedTopic:
     seq_coverage: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     run_id: str | None = None
     reason: str | None = None
-    # the keys' sightings (read_sightings), read with the records; None: not read
-    sightings: dict[str, Sighting] | None = None
+    # the index's rows of the keys, for recall(); None: not read
+    index: IndexRows | None = None
 
 
 def indexed_records(
@@ -160,7 +172,6 @@ def indexed_records(
         rows = _rows(root, list(meta.get("key_deltas") or []), wanted, extra=["n", "session", "seq"])
         aborted = meta.get("datasets", {}).get("aborted")
         aborted_rows = _rows(root, [aborted] if aborted else [], wanted, extra=["session", "seq"])
-        sightings = _sightings(root, meta, rows, wanted)
     except StateUnreadable as exc:
         return IndexedTopic(reason=str(exc))
     coverage = (meta.get("datasets") or {}).get("seq_coverage")
@@ -174,9 +185,10 @@ def indexed_records(
     several = [k for k, n in copies.items() if n > 1]
     if several:
         return IndexedTopic(
-            reason=f"{len(several)} stuck key(s) have several records (e.g. {several[0]})", sightings=sightings
+            reason=f"{len(several)} stuck key(s) have several records (e.g. {several[0]})",
+            index=IndexRows(root, meta, rows),
         )
-    found.sightings = sightings
+    found.index = IndexRows(root, meta, rows)
     sources: tuple[tuple[RecordState, list[dict[str, Any]]], ...] = (("committed", rows), ("aborted", aborted_rows))
     for state, source in sources:
         for row in source:

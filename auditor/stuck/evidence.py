@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Literal
 
 RecordState = Literal["committed", "aborted", "open"]
@@ -196,6 +197,7 @@ class Diagnosis:
     evidence: dict[str, Any]
 
 
+@lru_cache(maxsize=65536)  # records of one diagnosis share their instants (and each partition's)
 def ms_to_iso(ms: int | None) -> str | None:
     if ms is None or ms < 0:
         return None

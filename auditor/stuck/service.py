@@ -261,7 +261,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
 
     # The auditor's memory, for keys the topic no longer shows.
     unseen = [r.key for r in rows if not located.records.get(r.key)] if not view.kafka_error else []
-    memory = recall(binding, unseen, sightings=indexed.sightings)
+    memory = recall(binding, unseen, index=indexed.index)
     if memory.reason:
         result.notes.append(f"the reconciliation state could not be read: {memory.reason}")
     lap("memory")
