@@ -21,11 +21,11 @@ DEFAULT_MAX_ITEMS = 200_000
 CHECK_CHUNK = 50_000
 # The stuck rows are few but spread over most of a big table's pages: with PostgreSQL's
 # default 4MB the bitmap of those pages turns lossy (every row of them is checked again) and
-# the sort spills to disk, several times slower. Set for the auditor's own session only.
+# the sort spills to disk, several times slower. Set for the selecting statement only.
 SELECT_WORK_MEM = "64MB"
-# Tables whose rows have a stable physical address (ctid) between two statements unless
-# updated: ordinary and partitioned tables.
-_ROW_ID_KINDS = ("r", "p")
+# Tables whose rows keep their physical address (ctid) until updated: ordinary tables. (A
+# partitioned table's ctids repeat across partitions: each partition would be probed for all.)
+_ROW_ID_KINDS = ("r",)
 _PLAIN_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_ ]*(\(\d+(,\d+)?\))?")
 
 
@@ -92,8 +92,9 @@ def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_
                 "AND {key} IS NOT NULL ORDER BY {age}, {key} LIMIT %s"
             ).format(key=key, status=status, age=age, table=table, values=query.status_list(), row_id=row_id)
             params = [*query.stuck_values, query.older_than_seconds, max_items + 1]
-            conn.execute(sql.SQL("SET work_mem = {}").format(sql.Literal(SELECT_WORK_MEM)))
-            rows = conn.execute(statement, params, binary=True).fetchall()  # binary results: no text parsing
+            with conn.transaction():  # SET LOCAL: this statement only, also behind a pooler
+                conn.execute(sql.SQL("SET LOCAL work_mem = {}").format(sql.Literal(SELECT_WORK_MEM)))
+                rows = conn.execute(statement, params).fetchall()
         except psycopg.Error as exc:
             raise SourceError(f"selecting stuck rows from {query.table} failed: {_first_line(exc)}") from None
     items = [StuckRow(str(k), str(s), float(a), since, rid) for k, s, a, since, rid in rows[:max_items]]
@@ -101,7 +102,7 @@ def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_
 
 
 def _has_row_ids(conn: psycopg.Connection, table: sql.Identifier) -> bool:
-    """Whether ``table`` is an ordinary or partitioned table (views and foreign tables have no ctid)."""
+    """Whether ``table`` is an ordinary table (views and foreign tables have no ctid)."""
     row = conn.execute(
         "SELECT relkind::text FROM pg_class WHERE oid = %s::regclass", [table.as_string(conn)]
     ).fetchone()

@@ -78,3 +78,25 @@ def test_it_selects_and_rechecks_a_view_by_key(table: str) -> None:
     _change(table, "UPDATE {} SET status = 'DONE' WHERE ticket_id = 'T-2'")
     keys = [r.key for r in rows]
     assert still_stuck(url, _query(view), keys, {r.key: r.row_id for r in rows}) == set(keys) - {"T-2"}
+
+
+def test_it_rechecks_a_partitioned_table_by_key(table: str) -> None:
+    url = os.environ["SOURCE_DATABASE_URL"]
+    parted = f"{table}_p"
+    with psycopg.connect(url, autocommit=True) as conn:
+        ident = sql.Identifier(parted)
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (LIKE {}) PARTITION BY LIST (status)").format(ident, sql.Identifier(table))
+        )
+        for status in ("NEW", "DONE"):
+            part = sql.Identifier(f"{parted}_{status.lower()}")
+            conn.execute(sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(part, ident, status))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(ident, sql.Identifier(table)))
+    try:
+        rows, _ = select_stuck_rows(url, _query(parted))
+        assert len(rows) == 10 and all(r.row_id is None for r in rows)
+        _change(parted, "UPDATE {} SET status = 'DONE' WHERE ticket_id = 'T-2'")  # moves to the other partition
+        keys = [r.key for r in rows]
+        assert still_stuck(url, _query(parted), keys, {r.key: r.row_id for r in rows}) == set(keys) - {"T-2"}
+    finally:
+        _change(parted, "DROP TABLE {}")
