@@ -265,10 +265,15 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         "max_mark_below_low": [],
     }
 
-    # The committed view, up to the last stable offset.
+    # The committed view, up to the last stable offset. Nothing to read there (the key index
+    # stands in for all of it): no Spark job, the summary of no records is empty.
     committed_ranges = {p: (starts[p], stable) for p, (_, stable, _) in partitions.items()}
     raw = extract_range(spark, request, topic, committed_ranges, "read_committed")
-    summary = transform_partition_summary(transform_key_hits(transform_keyed(raw, spec), keys)).collect()
+    summary = (
+        transform_partition_summary(transform_key_hits(transform_keyed(raw, spec), keys)).collect()
+        if any(end > start for start, end in committed_ranges.values())
+        else []
+    )
     counts = {row["partition"]: row["n"] for row in summary}
     result["records_scanned"] = sum(row["n"] for row in summary)
     result["keyed_records"] = sum(row["keyed"] for row in summary)

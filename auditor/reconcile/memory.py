@@ -34,19 +34,42 @@ class StateUnreadable(RuntimeError):
     """The state could not be read."""
 
 
-def recall(binding: Binding, keys: Sequence[str], state_root: Path | None = None) -> KeyMemory:
+def recall(
+    binding: Binding,
+    keys: Sequence[str],
+    state_root: Path | None = None,
+    index: IndexRows | None = None,
+) -> KeyMemory:
     """What earlier runs of `binding` saw of `keys`. A part that cannot be read is named in
-    `reason` and left empty: readers then say unknown, never guess."""
+    `reason` and left empty: readers then say unknown, never guess.
+
+    index: the key index's rows already read for a superset of `keys` (IndexedTopic.index),
+    which is then not read again."""
     memory = KeyMemory()
     if not keys:
         return memory
     root = state_root if state_root is not None else conf.state_dir() / binding.name
     try:
-        memory.sightings = read_sightings(root, keys)
+        memory.sightings = index.sightings(keys) if index is not None else read_sightings(root, keys)
     except StateUnreadable as exc:
         memory.reason = str(exc)
     memory.missing = missing_reports(binding, keys)
     return memory
+
+
+@dataclass
+class IndexRows:
+    """Rows of the key index read for some keys, with the state.json they were read by."""
+
+    root: Path
+    meta: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+    def sightings(self, keys: Sequence[str]) -> dict[str, Sighting]:
+        """read_sightings() of `keys` (among those the rows were read for), without reading
+        the index again."""
+        wanted = set(keys)
+        return _sightings(self.root, self.meta, [r for r in self.rows if r["key"] in wanted], sorted(wanted))
 
 
 def read_sightings(root: Path, keys: Iterable[str]) -> dict[str, Sighting]:
@@ -60,8 +83,14 @@ def read_sightings(root: Path, keys: Iterable[str]) -> dict[str, Sighting]:
     except (OSError, ValueError) as exc:
         raise StateUnreadable(f"{meta_path} is unreadable: {exc}") from exc
     wanted = sorted(set(keys))
+    return _sightings(root, meta, _rows(root, list(meta.get("key_deltas") or []), wanted), wanted)
+
+
+def _sightings(root: Path, meta: dict[str, Any], rows: list[dict[str, Any]], wanted: list[str]) -> dict[str, Sighting]:
+    """Per key of the index `rows` (read for `wanted`), its first sighting; the lost sightings
+    of `wanted` override."""
     sightings: dict[str, Sighting] = {}
-    for row in _rows(root, list(meta.get("key_deltas") or []), wanted):
+    for row in rows:
         sighting = Sighting(row["partition"], row["offset"], _ms(row.get("timestamp")), row.get("run_id"))
         current = sightings.get(row["key"])
         if current is None or (sighting.partition, sighting.offset) < (current.partition, current.offset):
@@ -96,6 +125,8 @@ class IndexedTopic:
     seq_coverage: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     run_id: str | None = None
     reason: str | None = None
+    # the index's rows of the keys, for recall(); None: not read
+    index: IndexRows | None = None
 
 
 def indexed_records(
@@ -153,7 +184,11 @@ def indexed_records(
         copies[row["key"]] = copies.get(row["key"], 0) + int(row.get("n") or 1)
     several = [k for k, n in copies.items() if n > 1]
     if several:
-        return IndexedTopic(reason=f"{len(several)} stuck key(s) have several records (e.g. {several[0]})")
+        return IndexedTopic(
+            reason=f"{len(several)} stuck key(s) have several records (e.g. {several[0]})",
+            index=IndexRows(root, meta, rows),
+        )
+    found.index = IndexRows(root, meta, rows)
     sources: tuple[tuple[RecordState, list[dict[str, Any]]], ...] = (("committed", rows), ("aborted", aborted_rows))
     for state, source in sources:
         for row in source:
@@ -189,13 +224,20 @@ def _rows(root: Path, relatives: list[str], keys: list[str], extra: Sequence[str
     import pyarrow.dataset as ds  # deferred: only diagnoses with a reconciliation state need it
 
     wanted = ["key", "partition", "offset", "timestamp", "run_id", "detected_run", *extra]
+    # Run ids and sessions repeat across many rows: read as dictionaries, not one string each.
+    parquet = ds.ParquetFileFormat(
+        read_options=ds.ParquetReadOptions(dictionary_columns=["run_id", "detected_run", "session"])
+    )
+    found = ds.field("key").isin(keys) & ds.field("partition").is_valid() & ds.field("offset").is_valid()
     rows: list[dict[str, Any]] = []
     try:
         for relative in relatives:
-            dataset = ds.dataset(str(root / relative), format="parquet")
+            dataset = ds.dataset(str(root / relative), format=parquet)
             columns = [c for c in wanted if c in dataset.schema.names]
-            table = dataset.to_table(columns=columns, filter=ds.field("key").isin(keys))
-            rows.extend(r for r in table.to_pylist() if r["partition"] is not None and r["offset"] is not None)
+            table = dataset.to_table(columns=columns, filter=found)
+            # Column by column: much faster than Table.to_pylist() building each row's dict.
+            values = [table.column(c).to_pylist() for c in columns]
+            rows.extend(dict(zip(columns, row, strict=True)) for row in zip(*values, strict=True))
     except (OSError, ValueError) as exc:  # pyarrow raises ArrowInvalid (a ValueError) on bad files
         raise StateUnreadable(f"the key index under {root} is unreadable: {exc}") from exc
     return rows

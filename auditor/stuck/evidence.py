@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any, Literal
 
 RecordState = Literal["committed", "aborted", "open"]
@@ -21,6 +22,8 @@ class StuckRow:
     status: str
     age_seconds: float
     since: datetime | None = None  # the age column's value
+    # where the row was read (PostgreSQL's ctid), for the re-check; None: no such address
+    row_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +197,7 @@ class Diagnosis:
     evidence: dict[str, Any]
 
 
+@lru_cache(maxsize=65536)  # records of one diagnosis share their instants (and each partition's)
 def ms_to_iso(ms: int | None) -> str | None:
     if ms is None or ms < 0:
         return None

@@ -151,6 +151,11 @@ def record_timestamps(
             "isolation.level": "read_uncommitted",
             "enable.partition.eof": True,
             "socket.timeout.ms": int(timeout_s * 1000),
+            # One record per target is wanted: librdkafka would otherwise prefetch up to
+            # 100,000 records of each partition, and a partition answered first keeps
+            # delivering them while the others are awaited.
+            "queued.min.messages": 1,
+            "fetch.message.max.bytes": 65536,
         }
     )
     try:
@@ -164,7 +169,8 @@ def record_timestamps(
                 else:
                     round_targets[(target[0], target[1])] = target
             pending = rest
-            consumer.assign([TopicPartition(t, p, o) for t, p, o in round_targets.values()])
+            assigned = [TopicPartition(t, p, o) for t, p, o in round_targets.values()]
+            consumer.assign(assigned)
             deadline = time.monotonic() + timeout_s
             while round_targets and time.monotonic() < deadline:
                 msg = consumer.poll(0.2)
@@ -182,6 +188,9 @@ def record_timestamps(
                         if header is not None and header.valid and header.pid and header.seq is not None:
                             audit_of[hit] = (header.pid, header.seq)
                 round_targets.pop(where)  # a record, the end of the partition, or an error
+                if where[0] is not None and where[1] is not None:
+                    consumer.pause([TopicPartition(where[0], where[1])])  # its later records are not wanted
+            consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in assigned])  # for the next round
             consumer.unassign()
     finally:
         consumer.close()

@@ -191,6 +191,12 @@ def locate(request: LocateRequest, engine: str = "auto", spark: Any = None) -> L
     chosen = choose_engine(engine, request.records_to_read)
     if not request.keys:
         return LocateResult(engine=chosen)
+    if request.records_to_read == 0:
+        # The key index stands in for the whole topic and the ledgers are empty: nothing is
+        # read, so no engine (no Spark job, no JVM) has to start; the known records stand.
+        result = locate_with_python(request)
+        result.engine = chosen
+        return result
     if chosen == "python":
         return locate_with_python(request)
     if spark is not None:

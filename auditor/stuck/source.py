@@ -7,7 +7,7 @@ reaches SQL, and the stuck values and the threshold travel as parameters.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import psycopg
@@ -19,6 +19,13 @@ from spark_jobs.kafka_security import explain
 
 DEFAULT_MAX_ITEMS = 200_000
 CHECK_CHUNK = 50_000
+# The stuck rows are few but spread over most of a big table's pages: with PostgreSQL's
+# default 4MB the bitmap of those pages turns lossy (every row of them is checked again) and
+# the sort spills to disk, several times slower. Set for the selecting statement only.
+SELECT_WORK_MEM = "64MB"
+# Tables whose rows keep their physical address (ctid) until updated: ordinary tables. (A
+# partitioned table's ctids repeat across partitions: each partition would be probed for all.)
+_ROW_ID_KINDS = ("r",)
 _PLAIN_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_ ]*(\(\d+(,\d+)?\))?")
 
 
@@ -71,21 +78,35 @@ def _first_line(exc: BaseException) -> str:
 
 
 def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_ITEMS) -> tuple[list[StuckRow], bool]:
-    """The stuck rows, oldest first, at most ``max_items``; and whether there were more."""
+    """The stuck rows, oldest first, at most ``max_items``; and whether there were more.
+
+    Each row carries its physical address (``row_id``, the ctid) where the table has one, so
+    that still_stuck() can look it up there first."""
     table, key, status, age = query.identifiers()
-    statement = sql.SQL(
-        "SELECT {key}::text, {status}::text, EXTRACT(EPOCH FROM (now() - {age}))::float8, {age} "
-        "FROM {table} WHERE {status} IN ({values}) AND {age} < now() - make_interval(secs => %s) "
-        "AND {key} IS NOT NULL ORDER BY {age}, {key} LIMIT %s"
-    ).format(key=key, status=status, age=age, table=table, values=query.status_list())
-    params = [*query.stuck_values, query.older_than_seconds, max_items + 1]
     with _connect(url) as conn:
         try:
-            rows = conn.execute(statement, params).fetchall()
+            row_id = sql.SQL("ctid::text") if _has_row_ids(conn, table) else sql.SQL("NULL::text")
+            statement = sql.SQL(
+                "SELECT {key}::text, {status}::text, EXTRACT(EPOCH FROM (now() - {age}))::float8, {age}, {row_id} "
+                "FROM {table} WHERE {status} IN ({values}) AND {age} < now() - make_interval(secs => %s) "
+                "AND {key} IS NOT NULL ORDER BY {age}, {key} LIMIT %s"
+            ).format(key=key, status=status, age=age, table=table, values=query.status_list(), row_id=row_id)
+            params = [*query.stuck_values, query.older_than_seconds, max_items + 1]
+            with conn.transaction():  # SET LOCAL: this statement only, also behind a pooler
+                conn.execute(sql.SQL("SET LOCAL work_mem = {}").format(sql.Literal(SELECT_WORK_MEM)))
+                rows = conn.execute(statement, params).fetchall()
         except psycopg.Error as exc:
             raise SourceError(f"selecting stuck rows from {query.table} failed: {_first_line(exc)}") from None
-    items = [StuckRow(str(k), str(s), float(a), since) for k, s, a, since in rows[:max_items]]
+    items = [StuckRow(str(k), str(s), float(a), since, rid) for k, s, a, since, rid in rows[:max_items]]
     return items, len(rows) > max_items
+
+
+def _has_row_ids(conn: psycopg.Connection, table: sql.Identifier) -> bool:
+    """Whether ``table`` is an ordinary table (views and foreign tables have no ctid)."""
+    row = conn.execute(
+        "SELECT relkind::text FROM pg_class WHERE oid = %s::regclass", [table.as_string(conn)]
+    ).fetchone()
+    return row is not None and row[0] in _ROW_ID_KINDS
 
 
 def _column_type(conn: psycopg.Connection, table: sql.Identifier, column: str) -> str | None:
@@ -99,14 +120,23 @@ def _column_type(conn: psycopg.Connection, table: sql.Identifier, column: str) -
     return name if name and _PLAIN_TYPE.fullmatch(name) else None
 
 
-def still_stuck(url: str, query: StuckQuery, keys: Iterable[str]) -> set[str]:
+def still_stuck(
+    url: str, query: StuckQuery, keys: Iterable[str], row_ids: Mapping[str, str | None] | None = None
+) -> set[str]:
     """Of ``keys``, those whose row is still in a stuck status (a re-check after the evidence
-    was gathered: a ticket processed meanwhile is not reported)."""
+    was gathered: a ticket processed meanwhile is not reported).
+
+    ``row_ids`` (key -> the ctid select_stuck_rows() read it at): a row still there, with the
+    same key and a stuck status, is confirmed without its key's index; an updated row has
+    moved (a new version, a new ctid) and is looked up by key like the rest."""
     table, key, status, _ = query.identifiers()
     wanted = list(keys)
     found: set[str] = set()
     with _connect(url) as conn:
         try:
+            if row_ids:
+                found = _still_at_row_ids(conn, query, table, {k: row_ids.get(k) for k in wanted})
+                wanted = [k for k in wanted if k not in found]
             key_type = _column_type(conn, table, query.key_column)
             # Keys came out of the column as text; cast back to its type so its index is used.
             joined = sql.SQL("t.{key} = u.k::{type}").format(key=key, type=sql.SQL(key_type)) if key_type else None
@@ -123,4 +153,29 @@ def still_stuck(url: str, query: StuckQuery, keys: Iterable[str]) -> set[str]:
                 found.update(r[0] for r in conn.execute(statement, [chunk, *query.stuck_values]).fetchall())
         except psycopg.Error as exc:
             raise SourceError(f"re-checking stuck rows in {query.table} failed: {_first_line(exc)}") from None
+    return found
+
+
+def _still_at_row_ids(
+    conn: psycopg.Connection, query: StuckQuery, table: sql.Identifier, row_ids: dict[str, str | None]
+) -> set[str]:
+    """Keys whose row is still at its ctid with that key and a stuck status (a TID scan)."""
+    _, key, status, _ = query.identifiers()
+    by_key = {k: rid for k, rid in row_ids.items() if rid}
+    if not by_key:
+        return set()
+    # The addresses go through a scalar subquery: shown the array itself, the planner prices
+    # that many TID look-ups above a scan of the whole table (or of the status index). They
+    # travel in binary (%b): no quoting of each one.
+    statement = sql.SQL(
+        "SELECT t.ctid::text, t.{key}::text FROM {table} AS t WHERE t.ctid = ANY((SELECT %b::text[]::tid[])::tid[]) "
+        "AND t.{status} IN ({values})"
+    ).format(key=key, table=table, status=status, values=query.status_list())
+    addresses = list(by_key.values())
+    found: set[str] = set()
+    for start in range(0, len(addresses), CHECK_CHUNK):
+        chunk = addresses[start : start + CHECK_CHUNK]
+        for rid, k in conn.execute(statement, [chunk, *query.stuck_values], binary=True).fetchall():
+            if by_key.get(k) == rid:
+                found.add(k)
     return found

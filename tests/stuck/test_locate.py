@@ -1,0 +1,72 @@
+"""Locating without reading: when the key index stands in for the whole topic and the ledgers
+hold nothing, no engine starts; and the record timestamps of the cluster view are read one
+record per target."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Producer
+
+from auditor.stuck import locate as locate_module
+from auditor.stuck.evidence import LocatedRecord, PartitionState
+from auditor.stuck.kafka_view import LedgerRange, ReadPlan, record_timestamps
+from auditor.stuck.locate import LocateRequest, locate
+
+pytestmark = pytest.mark.integration
+
+
+def test_it_runs_no_engine_when_the_index_leaves_nothing_to_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_subprocess(request: LocateRequest, timeout_s: float = 0) -> None:
+        raise AssertionError("the Spark job was started with nothing to read")
+
+    monkeypatch.setattr(locate_module, "locate_with_spark_subprocess", no_subprocess)
+    known = LocatedRecord("TCK-1", 0, 3, 1_000, "committed", "s", 7)
+    plan = ReadPlan(
+        "tickets",
+        {0: PartitionState(0, 0, 10, 10), 1: PartitionState(1, 0, 5, 5)},
+        producer_ledger=LedgerRange("_audit.producer", {0: (4, 4)}),
+        consumer_ledger=LedgerRange("_audit.consumer", {0: (9, 9)}),
+    )
+    request = LocateRequest(
+        {"bootstrap.servers": "127.0.0.1:1"},  # nothing listens: any read would fail
+        plan,
+        "key",
+        ["TCK-1", "TCK-2"],
+        ["ticket-processor"],
+        starts={0: 10, 1: 5},
+        known={"TCK-1": [known]},
+    )
+
+    result = locate(request, "spark")
+
+    assert request.records_to_read == 0
+    assert result.engine == "spark" and result.records == {"TCK-1": [known]}
+    assert (result.records_scanned, result.keyed_records, result.ledger_entries, result.marks) == (0, 0, {}, {})
+    assert (result.unattributed_to_ms, result.group_marks, result.max_mark_below_low) == (None, {}, {})
+
+
+def test_it_reads_the_timestamp_of_each_target_even_several_in_one_partition(
+    make_topic: Callable[..., str], kafka_bootstrap: str
+) -> None:
+    topic = make_topic("stuck-stamps", partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    base = int(time.time() * 1000) - 60_000
+    for partition in (0, 1):
+        for offset in range(2000):
+            producer.produce(topic, b"v", b"k", partition=partition, timestamp=base + partition * 10_000 + offset)
+    assert producer.flush(30) == 0
+    targets = [(topic, 0, 2), (topic, 0, 1500), (topic, 1, 0), (topic, 1, 3), (topic, 1, 1999), (topic, 0, 2000)]
+
+    stamps = record_timestamps(kafka_bootstrap, {}, targets, timeout_s=10)
+
+    assert stamps == {
+        (topic, 0, 2): base + 2,
+        (topic, 0, 1500): base + 1500,
+        (topic, 1, 0): base + 10_000,
+        (topic, 1, 3): base + 10_003,
+        (topic, 1, 1999): base + 11_999,
+        (topic, 0, 2000): None,  # past the end: no record
+    }
