@@ -193,6 +193,21 @@ from spark_jobs.reconcile_schemas import (
     WATERMARK_SCHEMA as WATERMARK_SCHEMA,
 )
 from spark_jobs.reconcile_updates import (
+    duplicates_of as duplicates_of,
+)
+from spark_jobs.reconcile_updates import (
+    key_delta_of as key_delta_of,
+)
+from spark_jobs.reconcile_updates import (
+    new_source_of as new_source_of,
+)
+from spark_jobs.reconcile_updates import (
+    orphan_candidates_of as orphan_candidates_of,
+)
+from spark_jobs.reconcile_updates import (
+    pending_of as pending_of,
+)
+from spark_jobs.reconcile_updates import (
     transform_duplicate_records as transform_duplicate_records,
 )
 from spark_jobs.reconcile_updates import (
@@ -200,6 +215,9 @@ from spark_jobs.reconcile_updates import (
 )
 from spark_jobs.reconcile_updates import (
     transform_key_stats as transform_key_stats,
+)
+from spark_jobs.reconcile_updates import (
+    transform_key_table as transform_key_table,
 )
 from spark_jobs.reconcile_updates import (
     transform_ledger_bounds as transform_ledger_bounds,
