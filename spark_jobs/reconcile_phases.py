@@ -74,6 +74,7 @@ from spark_jobs.reconcile_transform import (
     transform_reprocessed,
     transform_seq_coverage,
     transform_source_rows,
+    transform_touched_keys,
     transform_unprocessed_candidates,
     union_findings,
     unverifiable_rows,
@@ -282,6 +283,7 @@ def extract_inputs(
     window_rows = transform_source_rows(
         extract_source(spark, binding, table, columns, plan.lower, plan.upper), "audit_key", "audit_created"
     )
+    laps("source_query")
     old_source = plan.store.deltas(spark, meta.source_deltas, SOURCE_ROW_SCHEMA)
     # A ledger with nothing to read gives empty frames, without building its parse plan.
     producer_entries, producer_bounds = (
@@ -354,11 +356,10 @@ def update_state(
 
     # Every key this run touched, joined once with what the state knew of it: the key-level
     # datasets and both deltas are filters of it.
-    keys = persist(
-        transform_key_table(
-            transform_key_stats(records), inputs.window_rows, old_index, inputs.old_source, plan.broadcast_new
-        )
-    )
+    touched = persist(transform_touched_keys(transform_key_stats(records), inputs.window_rows))
+    keys = transform_key_table(touched, old_index, inputs.old_source, plan.broadcast_new)
+    if not (is_empty_plan(old_index) and is_empty_plan(inputs.old_source)):
+        keys = persist(keys)  # else a projection of `touched`: nothing to spare by a second copy
     keep("duplicates", duplicates_of(keys, records, old("duplicates")))
     keep("pending_source", pending_of(keys, old("pending_source")))
     keep("orphan_candidates", orphan_candidates_of(keys, records, old("orphan_candidates")))

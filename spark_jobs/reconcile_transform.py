@@ -250,5 +250,8 @@ from spark_jobs.reconcile_updates import (
     transform_seq_coverage as transform_seq_coverage,
 )
 from spark_jobs.reconcile_updates import (
+    transform_touched_keys as transform_touched_keys,
+)
+from spark_jobs.reconcile_updates import (
     transform_unprocessed_candidates as transform_unprocessed_candidates,
 )

@@ -85,36 +85,36 @@ def _maybe_broadcast(df: DataFrame, hint: bool) -> DataFrame:
     return F.broadcast(df) if hint else df
 
 
+def transform_touched_keys(key_stats: DataFrame, window_rows: DataFrame) -> DataFrame:
+    """Every key this run touched (a record read, or a source row in its window): key, n and
+    first (this run's records, transform_key_stats), created (the window's source row)."""
+    return key_stats.select("key", "n", "first").join(window_rows.select("key", "created"), "key", "full")
+
+
 def transform_key_table(
-    key_stats: DataFrame,
-    window_rows: DataFrame,
+    touched: DataFrame,
     old_index: DataFrame,
     old_source: DataFrame,
     broadcast_new: bool = False,
 ) -> DataFrame:
-    """Every key this run touched (a record read, or a source row in its window), with what
-    the state knew of it: key, n and first (this run's records, transform_key_stats),
-    created (the window's source row), n_old and first_old (earlier runs' key index),
-    known_source (an earlier run saw its source row).
+    """The touched keys (transform_touched_keys) with what the state knew of them: n_old and
+    first_old (earlier runs' key index), known_source (an earlier run saw its source row).
 
     The key-level datasets (duplicates, pending rows, orphans, both deltas) are filters of
     this one table, so the state is read once, semi-joined with every new key together.
     On records and rows already partitioned by key the join needs no shuffle of its own.
     """
-    new = key_stats.select("key", "n", "first").join(window_rows.select("key", "created"), "key", "full")
-    touched = _maybe_broadcast(new.select("key"), broadcast_new)
+    keys = _maybe_broadcast(touched.select("key"), broadcast_new)
     old_counts = (
-        old_index.join(touched, "key", "left_semi")
+        old_index.join(keys, "key", "left_semi")
         .groupBy("key")
         .agg(
             F.sum("n").alias("n_old"),
             F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("first_old"),
         )
     )
-    known = (
-        old_source.select("key").join(touched, "key", "left_semi").distinct().withColumn("known_source", F.lit(True))
-    )
-    return new.join(old_counts, "key", "left").join(known, "key", "left")
+    known = old_source.select("key").join(keys, "key", "left_semi").distinct().withColumn("known_source", F.lit(True))
+    return touched.join(old_counts, "key", "left").join(known, "key", "left")
 
 
 def _key_table_of(
@@ -127,8 +127,10 @@ def _key_table_of(
 ) -> DataFrame:
     spark = new_records.sparkSession
     return transform_key_table(
-        _stats(new_records, key_stats),
-        window_rows if window_rows is not None else empty_frame(spark, SOURCE_ROW_SCHEMA),
+        transform_touched_keys(
+            _stats(new_records, key_stats),
+            window_rows if window_rows is not None else empty_frame(spark, SOURCE_ROW_SCHEMA),
+        ),
         old_index if old_index is not None else empty_frame(spark, KEY_INDEX_SCHEMA),
         old_source if old_source is not None else empty_frame(spark, SOURCE_ROW_SCHEMA),
         broadcast_new,
