@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -199,6 +200,23 @@ class RunState:
             self.frames[name] = empty_frame(inputs[0].sparkSession, DATASETS[name])
             return self.frames[name]
         return self.keep(name, build())
+
+
+@contextmanager
+def shuffle_partitions_for(spark: SparkSession, plan: RunPlan) -> Iterator[None]:
+    """A run that reads little new data (its new side is broadcast) shuffles it in as many
+    partitions as there are cores instead of the session's default: each partition is a
+    task per stage, and most of a small run's time is such fixed costs. Restored after."""
+    if not plan.broadcast_new:
+        yield
+        return
+    key = "spark.sql.shuffle.partitions"
+    before = spark.conf.get(key)
+    spark.conf.set(key, str(max(1, spark.sparkContext.defaultParallelism)))
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
 
 
 def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
