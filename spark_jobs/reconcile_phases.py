@@ -216,7 +216,10 @@ def shuffle_partitions_for(spark: SparkSession, plan: RunPlan) -> Iterator[None]
     try:
         yield
     finally:
-        spark.conf.set(key, before)
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
