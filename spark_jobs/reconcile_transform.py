@@ -211,9 +211,6 @@ from spark_jobs.reconcile_updates import (
     transform_duplicate_records as transform_duplicate_records,
 )
 from spark_jobs.reconcile_updates import (
-    transform_key_delta as transform_key_delta,
-)
-from spark_jobs.reconcile_updates import (
     transform_key_stats as transform_key_stats,
 )
 from spark_jobs.reconcile_updates import (
@@ -227,9 +224,6 @@ from spark_jobs.reconcile_updates import (
 )
 from spark_jobs.reconcile_updates import (
     transform_lost_sightings as transform_lost_sightings,
-)
-from spark_jobs.reconcile_updates import (
-    transform_new_source_rows as transform_new_source_rows,
 )
 from spark_jobs.reconcile_updates import (
     transform_orphan_candidates as transform_orphan_candidates,

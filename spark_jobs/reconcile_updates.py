@@ -46,11 +46,6 @@ def _stats(records: DataFrame, key_stats: DataFrame | None) -> DataFrame:
     return key_stats if key_stats is not None else transform_key_stats(records)
 
 
-def transform_key_delta(records: DataFrame, run_id: str, key_stats: DataFrame | None = None) -> DataFrame:
-    """This run's per-key index delta: count and first record (lowest partition, offset)."""
-    return _stats(records, key_stats).select("key", "n", "first.*", F.lit(run_id).alias("run_id"))
-
-
 def transform_rebuild_memory(
     old_index: DataFrame, records: DataFrame, lows: DataFrame, rewritten: Sequence[int], run_id: str
 ) -> tuple[DataFrame, DataFrame]:
@@ -117,6 +112,8 @@ def transform_key_table(
     return touched.join(old_counts, "key", "left").join(known, "key", "left")
 
 
+# The one-dataset forms below build their own key table; a run builds it once and filters
+# it for every dataset (reconcile_phases.update_state).
 def _key_table_of(
     new_records: DataFrame,
     key_stats: DataFrame | None,
@@ -204,12 +201,6 @@ def transform_duplicate_records(
     """
     table = _key_table_of(new_records, key_stats, old_index=old_index, broadcast_new=broadcast_new)
     return duplicates_of(table, new_records, old_duplicates)
-
-
-def transform_new_source_rows(new_rows: DataFrame, old_source: DataFrame, broadcast_new: bool = False) -> DataFrame:
-    """Rows of this window not already known (windows overlap by the look-back)."""
-    known = old_source.join(_maybe_broadcast(new_rows.select("key"), broadcast_new), "key", "left_semi")
-    return new_rows.join(known.select("key"), "key", "left_anti")
 
 
 def transform_pending_source(
