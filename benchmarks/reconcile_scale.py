@@ -264,7 +264,7 @@ def main() -> int:
         print(
             f"incremental: {incremental_s:.1f}s over {extra:,} new rows and {new_records:,} new records "
             f"({incremental['records_read']:,} read, mode {incremental['mode']}), "
-            f"{findings(incremental)}"
+            f"{findings(incremental)}, phases {incremental['timings']}"
         )
 
         hwm, heap_peak, heap_max = jvm_memory(spark)

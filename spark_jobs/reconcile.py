@@ -32,6 +32,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,6 +57,7 @@ from spark_jobs.common import build_spark_session
 from spark_jobs.reconcile_phases import (
     Laps,
     RunOptions,
+    RunPlan,
     commit_state,
     count_findings,
     extract_inputs,
@@ -63,6 +65,7 @@ from spark_jobs.reconcile_phases import (
     flag_new,
     new_run_id,
     plan_run,
+    shuffle_partitions_for,
     update_state,
 )
 from spark_jobs.reconcile_transform import is_empty_plan
@@ -125,6 +128,18 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
 
     laps = Laps()
     plan = plan_run(binding, options, laps)
+    with shuffle_partitions_for(spark, plan):
+        return _run_phases(spark, binding, options, plan, persist, laps)
+
+
+def _run_phases(
+    spark: SparkSession,
+    binding: Binding,
+    options: RunOptions,
+    plan: RunPlan,
+    persist: Callable[[DataFrame], DataFrame],
+    laps: Laps,
+) -> dict[str, Any]:
     inputs = extract_inputs(spark, binding, plan, persist, laps)
     new = update_state(spark, plan, inputs, persist, laps)
     current = new.keep("findings", find_all(plan, inputs, new))

@@ -132,18 +132,51 @@ def merge_intervals(intervals: DataFrame, keys: Sequence[str]) -> DataFrame:
     )
 
 
+WORD_BITS = 64
+
+
+def _set_bits(mask: str) -> Column:
+    """The positions (0..63) of the set bits of the long column `mask`, ascending."""
+    return F.expr(f"filter(sequence(0, {WORD_BITS - 1}), i -> (shiftrightunsigned(`{mask}`, i) & 1) = 1)")
+
+
 def values_to_intervals(values: DataFrame, keys: Sequence[str], value: str, bucket_size: int = 4096) -> DataFrame:
     """Distinct integer values per keys → merged [start, end] intervals.
 
-    Runs of consecutive values collapse first inside fixed-size buckets (parallel, bounded
-    windows), so one long producer session never lands in a single task.
+    The values are first folded into 64-bit words (a bit per value, OR-ed together: the
+    aggregation runs mostly before the shuffle, so only about one row per 64 values moves,
+    duplicates included); each word becomes its runs of set bits. Runs then merge inside
+    fixed-size buckets of values (parallel, bounded windows) and across buckets, so one
+    long producer session never lands in a single task.
     """
-    distinct = values.select(*keys, F.col(value).cast("long").alias("_v")).where(F.col("_v").isNotNull()).distinct()
-    bucketed = distinct.withColumn("_bucket", F.floor(F.col("_v") / F.lit(bucket_size)))
-    w = Window.partitionBy(*keys, "_bucket").orderBy("_v")
-    runs = bucketed.withColumn("_run", F.col("_v") - F.row_number().over(w))
-    per_bucket = runs.groupBy(*keys, "_bucket", "_run").agg(F.min("_v").alias("start"), F.max("_v").alias("end"))
-    return merge_intervals(per_bucket.select(*keys, "start", "end"), keys)
+    v = F.col(value).cast("long")
+    word = F.floor(v / F.lit(WORD_BITS))
+    words = (
+        values.where(v.isNotNull())
+        .withColumn("_bit", (v - word * WORD_BITS).cast("int"))
+        .groupBy(*keys, word.alias("_word"))
+        .agg(F.bit_or(F.expr("shiftleft(1L, _bit)")).alias("_m"))
+    )
+    mask = F.col("_m")
+    # A run starts at a set bit whose lower neighbour is clear, and ends at one whose upper
+    # neighbour is clear; a full word is one run.
+    words = words.select(
+        *keys,
+        "_word",
+        "_m",
+        mask.bitwiseAND(F.bitwise_not(F.shiftleft(mask, 1))).alias("_starts"),
+        mask.bitwiseAND(F.bitwise_not(F.shiftrightunsigned(mask, 1))).alias("_ends"),
+    )
+    starts, ends = _set_bits("_starts"), _set_bits("_ends")
+    runs = F.when(
+        mask == F.lit(-1).cast("long"), F.array(F.struct(F.lit(0).alias("s"), F.lit(WORD_BITS - 1).alias("e")))
+    ).otherwise(F.transform(starts, lambda start, i: F.struct(start.alias("s"), F.get(ends, i).alias("e"))))
+    base = F.col("_word") * WORD_BITS
+    per_word = words.select(*keys, base.alias("_base"), F.explode(runs).alias("_r")).select(
+        *keys, (F.col("_base") + F.col("_r.s")).alias("start"), (F.col("_base") + F.col("_r.e")).alias("end")
+    )
+    bucketed = per_word.withColumn("_bucket", F.floor(F.col("start") / F.lit(bucket_size)))
+    return merge_intervals(merge_intervals(bucketed, [*keys, "_bucket"]).drop("_bucket"), keys)
 
 
 def interval_holes(coverage: DataFrame, bounds: DataFrame, keys: Sequence[str]) -> DataFrame:

@@ -135,13 +135,31 @@ def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
     # The headers are searched once per audit header name (a projection of its own: each
     # array is used several times below, and Spark keeps a non-trivial expression used more
     # than once in its own projection), not once per use.
+    # Records as the probes write them (the four v1 headers in their order, or the one v2
+    # header, or none) are read by position; only others pay for searching the array.
+    headers = F.coalesce(F.col("headers"), F.array())
+    count = F.size(headers)
+    v1 = (count == len(AUDIT_HEADERS)) & _all(
+        [F.get(headers, i)["key"] == F.lit(name) for i, name in enumerate(AUDIT_HEADERS)]
+    )
+    v2 = (count == 1) & (F.get(headers, 0)["key"] == F.lit(AUDIT_V2_HEADER))
+    no_text = F.array().cast("array<string>")
     found = raw.select(
         record_key_expression(record_key).alias("key"),
         F.col("partition").cast("int").alias("partition"),
         F.col("offset").cast("long").alias("offset"),
         F.col("timestamp"),
-        _audit_v2_values().alias("_v2"),
-        *[_header_values(name).alias(f"_{name}") for name in AUDIT_HEADERS],
+        F.when(v2, F.array(F.get(headers, 0)["value"]))
+        .when(v1 | (count == 0), F.array().cast("array<binary>"))
+        .otherwise(_audit_v2_values())
+        .alias("_v2"),
+        *[
+            F.when(v1, F.array(F.get(headers, i)["value"].cast("string")))
+            .when(v2 | (count == 0), no_text)
+            .otherwise(_header_values(name))
+            .alias(f"_{name}")
+            for i, name in enumerate(AUDIT_HEADERS)
+        ],
     )
     v2 = F.col("_v2")
     values = {name: F.col(f"_{name}") for name in AUDIT_HEADERS}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -45,6 +46,7 @@ from spark_jobs.reconcile_transform import (
     UNVERIFIABLE,
     WATERMARK_SCHEMA,
     conform,
+    duplicates_of,
     empty_frame,
     find_aborted,
     find_duplicates,
@@ -54,18 +56,18 @@ from spark_jobs.reconcile_transform import (
     find_reprocessed,
     find_unprocessed,
     is_empty_plan,
+    key_delta_of,
     local_frame,
+    new_source_of,
+    orphan_candidates_of,
+    pending_of,
     transform_aborted,
     transform_consumer_ledger,
-    transform_duplicate_records,
-    transform_key_delta,
     transform_key_stats,
+    transform_key_table,
     transform_ledger_bounds,
     transform_ledger_open,
     transform_lost_sightings,
-    transform_new_source_rows,
-    transform_orphan_candidates,
-    transform_pending_source,
     transform_processed_coverage,
     transform_producer_ledger,
     transform_rebuild_memory,
@@ -73,6 +75,7 @@ from spark_jobs.reconcile_transform import (
     transform_reprocessed,
     transform_seq_coverage,
     transform_source_rows,
+    transform_touched_keys,
     transform_unprocessed_candidates,
     union_findings,
     unverifiable_rows,
@@ -162,7 +165,7 @@ class RunInputs:
     unverifiable_until: datetime | None
     checkpoints: dict[int, list[int]]
     old_source: DataFrame
-    new_source: DataFrame
+    window_rows: DataFrame  # the source rows of this run's window, one per key
     producer_entries: DataFrame
     producer_bounds: DataFrame
     processed: DataFrame
@@ -197,6 +200,26 @@ class RunState:
             self.frames[name] = empty_frame(inputs[0].sparkSession, DATASETS[name])
             return self.frames[name]
         return self.keep(name, build())
+
+
+@contextmanager
+def shuffle_partitions_for(spark: SparkSession, plan: RunPlan) -> Iterator[None]:
+    """A run that reads little new data (its new side is broadcast) shuffles it in as many
+    partitions as there are cores instead of the session's default: each partition is a
+    task per stage, and most of a small run's time is such fixed costs. Restored after."""
+    if not plan.broadcast_new:
+        yield
+        return
+    key = "spark.sql.shuffle.partitions"
+    before = spark.conf.get(key)
+    spark.conf.set(key, str(max(1, spark.sparkContext.defaultParallelism)))
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
@@ -234,7 +257,11 @@ def extract_inputs(
     use), check nothing was deleted or rewritten under the read, then the source window and
     both ledgers."""
     meta, topic = plan.meta, plan.topic
-    records = persist(transform_records(extract_topic(spark, binding, topic, "read_committed"), binding.record_key))
+    # Partitioned by key once: the key-level state below joins and groups by key without
+    # shuffling the records again.
+    records = persist(
+        transform_records(extract_topic(spark, binding, topic, "read_committed"), binding.record_key).repartition("key")
+    )
     summary = summarize_partitions(records)
     totals = {
         "n": sum(s.n for s in summary.values()),
@@ -277,8 +304,8 @@ def extract_inputs(
     window_rows = transform_source_rows(
         extract_source(spark, binding, table, columns, plan.lower, plan.upper), "audit_key", "audit_created"
     )
+    laps("source_query")
     old_source = plan.store.deltas(spark, meta.source_deltas, SOURCE_ROW_SCHEMA)
-    new_source = persist(transform_new_source_rows(window_rows, old_source, plan.broadcast_new))
     # A ledger with nothing to read gives empty frames, without building its parse plan.
     producer_entries, producer_bounds = (
         transform_producer_ledger(
@@ -304,7 +331,7 @@ def extract_inputs(
         unverifiable_until=unverifiable_until,
         checkpoints=checkpoints,
         old_source=old_source,
-        new_source=new_source,
+        window_rows=window_rows,
         producer_entries=producer_entries,
         producer_bounds=producer_bounds,
         processed=processed,
@@ -348,22 +375,15 @@ def update_state(
     else:
         new.frames["lost_sightings"] = old_lost
 
-    # This run's records grouped by key once, for every state update below that needs it.
-    key_stats = persist(transform_key_stats(records))
-    broadcast_new = plan.broadcast_new
-    keep("duplicates", transform_duplicate_records(records, old_index, old("duplicates"), broadcast_new, key_stats))
-    keep(
-        "pending_source",
-        transform_pending_source(
-            old("pending_source"), inputs.new_source, records, old_index, broadcast_new, key_stats
-        ),
-    )
-    keep(
-        "orphan_candidates",
-        transform_orphan_candidates(
-            old("orphan_candidates"), records, inputs.old_source, inputs.new_source, broadcast_new, key_stats
-        ),
-    )
+    # Every key this run touched, joined once with what the state knew of it: the key-level
+    # datasets and both deltas are filters of it.
+    touched = persist(transform_touched_keys(transform_key_stats(records), inputs.window_rows))
+    keys = transform_key_table(touched, old_index, inputs.old_source, plan.broadcast_new)
+    if not (is_empty_plan(old_index) and is_empty_plan(inputs.old_source)):
+        keys = persist(keys)  # else a projection of `touched`: nothing to spare by a second copy
+    keep("duplicates", duplicates_of(keys, records, old("duplicates")))
+    keep("pending_source", pending_of(keys, old("pending_source")))
+    keep("orphan_candidates", orphan_candidates_of(keys, records, old("orphan_candidates")))
     # The datasets below are unions of the old one and this run's ledger entries, aborted
     # records or groups' records, less what is settled: empty when both are.
     old_aborted = old("aborted")
@@ -405,9 +425,9 @@ def update_state(
     )
     new.key_deltas = [
         *meta.key_deltas,
-        store.write_delta(transform_key_delta(records, plan.run_id, key_stats), "keys", KEY_INDEX_SCHEMA),
+        store.write_delta(key_delta_of(keys, plan.run_id), "keys", KEY_INDEX_SCHEMA),
     ]
-    new.source_deltas = [*meta.source_deltas, store.write_delta(inputs.new_source, "source", SOURCE_ROW_SCHEMA)]
+    new.source_deltas = [*meta.source_deltas, store.write_delta(new_source_of(keys), "source", SOURCE_ROW_SCHEMA)]
     laps("state.deltas")
     return new
 

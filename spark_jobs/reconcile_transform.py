@@ -193,13 +193,28 @@ from spark_jobs.reconcile_schemas import (
     WATERMARK_SCHEMA as WATERMARK_SCHEMA,
 )
 from spark_jobs.reconcile_updates import (
+    duplicates_of as duplicates_of,
+)
+from spark_jobs.reconcile_updates import (
+    key_delta_of as key_delta_of,
+)
+from spark_jobs.reconcile_updates import (
+    new_source_of as new_source_of,
+)
+from spark_jobs.reconcile_updates import (
+    orphan_candidates_of as orphan_candidates_of,
+)
+from spark_jobs.reconcile_updates import (
+    pending_of as pending_of,
+)
+from spark_jobs.reconcile_updates import (
     transform_duplicate_records as transform_duplicate_records,
 )
 from spark_jobs.reconcile_updates import (
-    transform_key_delta as transform_key_delta,
+    transform_key_stats as transform_key_stats,
 )
 from spark_jobs.reconcile_updates import (
-    transform_key_stats as transform_key_stats,
+    transform_key_table as transform_key_table,
 )
 from spark_jobs.reconcile_updates import (
     transform_ledger_bounds as transform_ledger_bounds,
@@ -209,9 +224,6 @@ from spark_jobs.reconcile_updates import (
 )
 from spark_jobs.reconcile_updates import (
     transform_lost_sightings as transform_lost_sightings,
-)
-from spark_jobs.reconcile_updates import (
-    transform_new_source_rows as transform_new_source_rows,
 )
 from spark_jobs.reconcile_updates import (
     transform_orphan_candidates as transform_orphan_candidates,
@@ -230,6 +242,9 @@ from spark_jobs.reconcile_updates import (
 )
 from spark_jobs.reconcile_updates import (
     transform_seq_coverage as transform_seq_coverage,
+)
+from spark_jobs.reconcile_updates import (
+    transform_touched_keys as transform_touched_keys,
 )
 from spark_jobs.reconcile_updates import (
     transform_unprocessed_candidates as transform_unprocessed_candidates,

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_jobs.reconcile_helpers import (
     _range_anti,
     _range_semi,
     conform,
+    empty_frame,
     merge_intervals,
     values_to_intervals,
 )
@@ -43,11 +44,6 @@ def transform_key_stats(records: DataFrame) -> DataFrame:
 
 def _stats(records: DataFrame, key_stats: DataFrame | None) -> DataFrame:
     return key_stats if key_stats is not None else transform_key_stats(records)
-
-
-def transform_key_delta(records: DataFrame, run_id: str, key_stats: DataFrame | None = None) -> DataFrame:
-    """This run's per-key index delta: count and first record (lowest partition, offset)."""
-    return _stats(records, key_stats).select("key", "n", "first.*", F.lit(run_id).alias("run_id"))
 
 
 def transform_rebuild_memory(
@@ -84,6 +80,113 @@ def _maybe_broadcast(df: DataFrame, hint: bool) -> DataFrame:
     return F.broadcast(df) if hint else df
 
 
+def transform_touched_keys(key_stats: DataFrame, window_rows: DataFrame) -> DataFrame:
+    """Every key this run touched (a record read, or a source row in its window): key, n and
+    first (this run's records, transform_key_stats), created (the window's source row)."""
+    return key_stats.select("key", "n", "first").join(window_rows.select("key", "created"), "key", "full")
+
+
+def transform_key_table(
+    touched: DataFrame,
+    old_index: DataFrame,
+    old_source: DataFrame,
+    broadcast_new: bool = False,
+) -> DataFrame:
+    """The touched keys (transform_touched_keys) with what the state knew of them: n_old and
+    first_old (earlier runs' key index), known_source (an earlier run saw its source row).
+
+    The key-level datasets (duplicates, pending rows, orphans, both deltas) are filters of
+    this one table, so the state is read once, semi-joined with every new key together.
+    On records and rows already partitioned by key the join needs no shuffle of its own.
+    """
+    keys = _maybe_broadcast(touched.select("key"), broadcast_new)
+    old_counts = (
+        old_index.join(keys, "key", "left_semi")
+        .groupBy("key")
+        .agg(
+            F.sum("n").alias("n_old"),
+            F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("first_old"),
+        )
+    )
+    known = old_source.select("key").join(keys, "key", "left_semi").distinct().withColumn("known_source", F.lit(True))
+    return touched.join(old_counts, "key", "left").join(known, "key", "left")
+
+
+# The one-dataset forms below build their own key table; a run builds it once and filters
+# it for every dataset (reconcile_phases.update_state).
+def _key_table_of(
+    new_records: DataFrame,
+    key_stats: DataFrame | None,
+    window_rows: DataFrame | None = None,
+    old_index: DataFrame | None = None,
+    old_source: DataFrame | None = None,
+    broadcast_new: bool = False,
+) -> DataFrame:
+    spark = new_records.sparkSession
+    return transform_key_table(
+        transform_touched_keys(
+            _stats(new_records, key_stats),
+            window_rows if window_rows is not None else empty_frame(spark, SOURCE_ROW_SCHEMA),
+        ),
+        old_index if old_index is not None else empty_frame(spark, KEY_INDEX_SCHEMA),
+        old_source if old_source is not None else empty_frame(spark, SOURCE_ROW_SCHEMA),
+        broadcast_new,
+    )
+
+
+def _has_record() -> Column:
+    return F.col("n").isNotNull()
+
+
+def _new_row() -> Column:
+    return F.col("created").isNotNull() & F.col("known_source").isNull()
+
+
+def key_delta_of(table: DataFrame, run_id: str) -> DataFrame:
+    """This run's per-key index delta (KEY_INDEX_SCHEMA) from transform_key_table."""
+    return table.where(_has_record()).select("key", "n", "first.*", F.lit(run_id).alias("run_id"))
+
+
+def new_source_of(table: DataFrame) -> DataFrame:
+    """The window's rows no earlier run saw (SOURCE_ROW_SCHEMA: windows overlap by the look-back)."""
+    return table.where(_new_row()).select("key", "created")
+
+
+def duplicates_of(table: DataFrame, new_records: DataFrame, old_duplicates: DataFrame) -> DataFrame:
+    """Every record of every key seen more than once so far (RECORD_SCHEMA)."""
+    duplicated = table.where(_has_record() & (F.col("n") + F.coalesce(F.col("n_old"), F.lit(0)) > 1))
+    added_new = new_records.where(F.col("key").isNotNull()).join(duplicated.select("key"), "key", "left_semi")
+    # A key seen exactly once before is not in old_duplicates yet: bring its first record.
+    added_old = duplicated.where(F.col("n_old") == 1).select("key", "first_old.*")
+    return (
+        conform(old_duplicates, RECORD_SCHEMA)
+        .unionByName(conform(added_new, RECORD_SCHEMA))
+        .unionByName(conform(added_old, RECORD_SCHEMA))
+    )
+
+
+def pending_of(table: DataFrame, old_pending: DataFrame) -> DataFrame:
+    """Source rows with no record so far (SOURCE_ROW_SCHEMA); `missing` once past grace."""
+    resolved = conform(old_pending, SOURCE_ROW_SCHEMA).join(
+        table.where(_has_record()).select("key"), "key", "left_anti"
+    )
+    fresh = table.where(_new_row() & ~_has_record() & F.col("n_old").isNull())
+    return resolved.unionByName(conform(fresh, SOURCE_ROW_SCHEMA))
+
+
+def orphan_candidates_of(table: DataFrame, new_records: DataFrame, old_candidates: DataFrame) -> DataFrame:
+    """Records whose key has no source row so far, or no key at all (RECORD_SCHEMA)."""
+    # Orphan keys are few: found among the keys, then their records (a record whose key
+    # cannot be found is always an orphan).
+    orphan_keys = table.where(_has_record() & F.col("created").isNull() & F.col("known_source").isNull())
+    fresh = new_records.where(F.col("key").isNull()).unionByName(
+        new_records.join(orphan_keys.select("key"), "key", "left_semi")
+    )
+    rows = table.where(F.col("created").isNotNull()).select("key")
+    kept = conform(old_candidates, RECORD_SCHEMA).join(rows, "key", "left_anti")
+    return kept.unionByName(conform(fresh, RECORD_SCHEMA))
+
+
 def transform_duplicate_records(
     new_records: DataFrame,
     old_index: DataFrame,
@@ -96,28 +199,8 @@ def transform_duplicate_records(
     old_index: all key-index deltas of earlier runs; only entries of keys in this run are
     touched (a semi-join), so the cost follows the new data.
     """
-    keyed = new_records.where(F.col("key").isNotNull())
-    new_counts = _stats(new_records, key_stats).select("key", F.col("n").alias("n_new"))
-    touched = old_index.join(_maybe_broadcast(new_counts.select("key"), broadcast_new), "key", "left_semi")
-    old_counts = touched.groupBy("key").agg(
-        F.sum("n").alias("n_old"), F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("first")
-    )
-    counts = new_counts.join(old_counts, "key", "left")
-    duplicated = counts.where(F.col("n_new") + F.coalesce(F.col("n_old"), F.lit(0)) > 1)
-    added_new = keyed.join(duplicated.select("key"), "key", "left_semi")
-    # A key seen exactly once before is not in old_duplicates yet: bring its first record.
-    added_old = duplicated.where(F.col("n_old") == 1).select("key", "first.*")
-    return (
-        conform(old_duplicates, RECORD_SCHEMA)
-        .unionByName(conform(added_new, RECORD_SCHEMA))
-        .unionByName(conform(added_old, RECORD_SCHEMA))
-    )
-
-
-def transform_new_source_rows(new_rows: DataFrame, old_source: DataFrame, broadcast_new: bool = False) -> DataFrame:
-    """Rows of this window not already known (windows overlap by the look-back)."""
-    known = old_source.join(_maybe_broadcast(new_rows.select("key"), broadcast_new), "key", "left_semi")
-    return new_rows.join(known.select("key"), "key", "left_anti")
+    table = _key_table_of(new_records, key_stats, old_index=old_index, broadcast_new=broadcast_new)
+    return duplicates_of(table, new_records, old_duplicates)
 
 
 def transform_pending_source(
@@ -129,13 +212,8 @@ def transform_pending_source(
     key_stats: DataFrame | None = None,
 ) -> DataFrame:
     """Source rows with no record so far (SOURCE_ROW_SCHEMA); `missing` once past grace."""
-    new_keys = _stats(new_records, key_stats).select("key")
-    earlier = old_index.select("key").join(
-        _maybe_broadcast(new_source.select("key"), broadcast_new), "key", "left_semi"
-    )
-    matched = new_keys.unionByName(earlier)
-    pending = conform(old_pending, SOURCE_ROW_SCHEMA).unionByName(conform(new_source, SOURCE_ROW_SCHEMA))
-    return pending.join(matched, "key", "left_anti")
+    table = _key_table_of(new_records, key_stats, new_source, old_index, broadcast_new=broadcast_new)
+    return pending_of(table, old_pending)
 
 
 def transform_orphan_candidates(
@@ -147,15 +225,8 @@ def transform_orphan_candidates(
     key_stats: DataFrame | None = None,
 ) -> DataFrame:
     """Records whose key has no source row so far, or no key at all (RECORD_SCHEMA)."""
-    new_keys = _stats(new_records, key_stats).select("key")
-    known = old_source.select("key").join(_maybe_broadcast(new_keys, broadcast_new), "key", "left_semi")
-    known = known.unionByName(new_source.select("key"))
-    # Orphan keys are few: find them among the keys, then their records (a record whose key
-    # cannot be found is always an orphan).
-    orphan_keys = new_keys.join(known, "key", "left_anti")
-    fresh = new_records.where(F.col("key").isNull()).unionByName(new_records.join(orphan_keys, "key", "left_semi"))
-    kept = old_candidates.join(new_source.select("key"), "key", "left_anti")
-    return conform(kept, RECORD_SCHEMA).unionByName(conform(fresh, RECORD_SCHEMA))
+    table = _key_table_of(new_records, key_stats, new_source, old_source=old_source, broadcast_new=broadcast_new)
+    return orphan_candidates_of(table, new_records, old_candidates)
 
 
 def transform_seq_coverage(old_coverage: DataFrame, records: DataFrame) -> DataFrame:

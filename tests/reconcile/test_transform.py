@@ -731,6 +731,16 @@ def test_it_merges_sequences_into_intervals_across_buckets(spark: SparkSession):
     assertDataFrameEqual(holes, spark.createDataFrame([("s", 10, 10), ("s", 13, 20), ("t", 0, 1)], INTERVAL_SCHEMA))
 
 
+def test_it_merges_values_across_words_and_repeats(spark: SparkSession):
+    # Values are folded into 64-bit words: runs that cross word boundaries, full words,
+    # repeated values, a lone value far away and a negative one still give exact intervals.
+    seqs = [*range(0, 63), *range(64, 200), 130, 131, *range(201, 256), 1000, 2**40, -3, -2]
+    values = records(spark, *[("k", 0, i, at_second(0), "s", s) for i, s in enumerate(seqs)])
+    actual = values_to_intervals(values, ["session"], "seq", bucket_size=100)
+    expected = [("s", -3, -2), ("s", 0, 62), ("s", 64, 199), ("s", 201, 255), ("s", 1000, 1000), ("s", 2**40, 2**40)]
+    assertDataFrameEqual(actual, spark.createDataFrame(expected, INTERVAL_SCHEMA))
+
+
 # ------------------------------------------------------------------ aborted -----------
 
 
