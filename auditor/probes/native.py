@@ -14,17 +14,24 @@ try:
 except ImportError:  # pragma: no cover - depends on the build
     HotProduce = RangeMarker = SeqLock = None  # type: ignore[assignment,misc]
 
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
 __all__ = ["HotProduce", "RangeMarker", "SeqLock", "native_hot_path_available", "use_native"]
 
 
 def native_hot_path_available() -> bool:
     """Whether new audited clients take the native hot paths: built, and not turned off
-    with AUDITOR_PROBES_NATIVE=0."""
-    return HotProduce is not None and os.environ.get("AUDITOR_PROBES_NATIVE", "1").strip().lower() not in (
-        "0",
-        "false",
-        "no",
-    )
+    with AUDITOR_PROBES_NATIVE=0. Another value is an error that names it (the probes import
+    nothing of the auditor's, so not auditor.lib.env's envbool, whose words these are)."""
+    raw = os.environ.get("AUDITOR_PROBES_NATIVE")
+    wanted = True
+    if raw is not None:
+        lowered = raw.strip().lower()
+        if lowered not in _TRUE | _FALSE:
+            raise ValueError(f"AUDITOR_PROBES_NATIVE={raw!r} is not a boolean (use true/false)")
+        wanted = lowered in _TRUE
+    return HotProduce is not None and wanted
 
 
 def use_native(native: bool | None) -> bool:

@@ -334,3 +334,12 @@ def test_the_native_marker_rejects_a_call_without_one_message() -> None:
     with pytest.raises(AttributeError):
         mark(object())  # not a message: no error() to call
     consumer.close()
+
+
+def test_the_switch_takes_boolean_words_and_names_any_other_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AUDITOR_PROBES_NATIVE", "off")
+    assert native_hot_path_available() is False
+    assert make(False, FactoryRecorder()).native is False
+    monkeypatch.setenv("AUDITOR_PROBES_NATIVE", "maybe")
+    with pytest.raises(ValueError, match="AUDITOR_PROBES_NATIVE='maybe'"):
+        native_hot_path_available()
