@@ -158,9 +158,7 @@ typedef struct {
     PyObject *new_topic; /* callable(topic) -> _TopicStream, called under the lock */
     PyObject *inner;     /* the wrapped Producer.produce */
     PyObject *slow;      /* callable(topic, value, key, partition, callback, timestamp, headers) */
-    PyObject *lock;      /* a SeqLock (taken directly) or any lock: its acquire and release */
-    PyObject *acquire;
-    PyObject *release;
+    SeqLock *lock;       /* the producer's sequence lock, taken directly */
     PyObject *name;      /* "audit" */
     int has_key_fn;
     unsigned char session[16];
@@ -395,31 +393,9 @@ static PyObject *hot_produce_call(PyObject *callable, PyObject *const *args, siz
     clock_gettime(CLOCK_REALTIME, &now);
     long long ts_ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
 
-    int native_lock = Py_IS_TYPE(self->lock, &SeqLockType);
-    if (native_lock) {
-        seqlock_take((SeqLock *)self->lock, -1);
-    } else {
-        PyObject *locked = PyObject_CallNoArgs(self->acquire);
-        if (locked == NULL) return NULL;
-        Py_DECREF(locked);
-    }
+    seqlock_take(self->lock, -1);
     int rc = produce_locked(self, slots, ts_ms);
-    if (native_lock) {
-        seqlock_give((SeqLock *)self->lock);
-        return rc < 0 ? NULL : Py_NewRef(Py_None);
-    }
-    /* Release whatever happened, keeping a pending exception. */
-    PyObject *exc_type, *exc_value, *exc_tb;
-    PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
-    PyObject *released = PyObject_CallNoArgs(self->release);
-    if (released == NULL) {
-        Py_XDECREF(exc_type);
-        Py_XDECREF(exc_value);
-        Py_XDECREF(exc_tb);
-        return NULL;
-    }
-    Py_DECREF(released);
-    PyErr_Restore(exc_type, exc_value, exc_tb);
+    seqlock_give(self->lock); /* held here: cannot fail */
     if (rc < 0) return NULL;
     Py_RETURN_NONE;
 }
@@ -430,8 +406,6 @@ static int hot_traverse(HotProduce *self, visitproc visit, void *arg) {
     Py_VISIT(self->inner);
     Py_VISIT(self->slow);
     Py_VISIT(self->lock);
-    Py_VISIT(self->acquire);
-    Py_VISIT(self->release);
     Py_VISIT(self->name);
     Py_VISIT(self->stream_type);
     return 0;
@@ -443,8 +417,6 @@ static int hot_clear(HotProduce *self) {
     Py_CLEAR(self->inner);
     Py_CLEAR(self->slow);
     Py_CLEAR(self->lock);
-    Py_CLEAR(self->acquire);
-    Py_CLEAR(self->release);
     Py_CLEAR(self->name);
     Py_CLEAR(self->stream_type);
     return 0;
@@ -462,8 +434,8 @@ static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     PyObject *streams, *new_topic, *inner, *slow, *lock, *name, *stream_type;
     Py_buffer session;
     int has_key_fn;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOOy*UpO!:HotProduce", kwlist, &PyDict_Type, &streams,
-                                     &new_topic, &inner, &slow, &lock, &session, &name, &has_key_fn,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOO!y*UpO!:HotProduce", kwlist, &PyDict_Type, &streams,
+                                     &new_topic, &inner, &slow, &SeqLockType, &lock, &session, &name, &has_key_fn,
                                      &PyType_Type, &stream_type))
         return NULL;
     if (session.len != 16) {
@@ -490,13 +462,7 @@ static PyObject *hot_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     self->vectorcall = hot_produce_call;
     self->has_key_fn = has_key_fn;
     Py_INCREF(lock);
-    self->lock = lock;
-    self->acquire = PyObject_GetAttrString(lock, "acquire");
-    self->release = PyObject_GetAttrString(lock, "release");
-    if (self->acquire == NULL || self->release == NULL) {
-        Py_DECREF(self);
-        return NULL;
-    }
+    self->lock = (SeqLock *)lock;
     Py_INCREF(streams);
     self->streams = streams;
     Py_INCREF(new_topic);

@@ -1,8 +1,6 @@
 from collections.abc import Callable
 from typing import Any
 
-from auditor.probes.wrapping import SequenceLock
-
 class HotProduce:
     """produce() of an AuditedProducer (contract v2), in C (auditor/probes/_hotpath.c)."""
 
@@ -12,7 +10,7 @@ class HotProduce:
         new_topic: Callable[[str], Any],
         inner: Callable[..., Any],
         slow: Callable[..., None],
-        lock: SequenceLock,
+        lock: SeqLock,
         session: bytes,
         name: str,
         has_key_fn: bool,

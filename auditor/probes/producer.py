@@ -262,13 +262,16 @@ class AuditedProducer(ProducerWrapper):
     produce: Callable[..., None]
 
     def _make_native_produce(self) -> Callable[..., None]:
-        # The same steps as _make_produce's closure, in C (auditor/probes/_hotpath.c).
+        # The same steps as _make_produce's closure, in C (auditor/probes/_hotpath.c), under
+        # the SeqLock the native mode made (the C code takes it without a method call).
+        lock = self._seq_lock
+        assert isinstance(lock, SeqLock)
         return HotProduce(
             self._topics,
             self._new_topic,
             self._inner_produce,
             self._produce_with_options,
-            self._seq_lock,
+            lock,
             self._session_bytes,
             AUDIT,
             self._key_fn is not None,
