@@ -159,7 +159,7 @@ def values_to_intervals(values: DataFrame, keys: Sequence[str], value: str, buck
     )
     mask = F.col("_m")
     # A run starts at a set bit whose lower neighbour is clear, and ends at one whose upper
-    # neighbour is clear; a full word is one run.
+    # neighbour is clear (bit 0 has no lower one, bit 63 no upper one: a full word is [0, 63]).
     words = words.select(
         *keys,
         "_word",
@@ -168,9 +168,7 @@ def values_to_intervals(values: DataFrame, keys: Sequence[str], value: str, buck
         mask.bitwiseAND(F.bitwise_not(F.shiftrightunsigned(mask, 1))).alias("_ends"),
     )
     starts, ends = _set_bits("_starts"), _set_bits("_ends")
-    runs = F.when(
-        mask == F.lit(-1).cast("long"), F.array(F.struct(F.lit(0).alias("s"), F.lit(WORD_BITS - 1).alias("e")))
-    ).otherwise(F.transform(starts, lambda start, i: F.struct(start.alias("s"), F.get(ends, i).alias("e"))))
+    runs = F.transform(starts, lambda start, i: F.struct(start.alias("s"), F.get(ends, i).alias("e")))
     base = F.col("_word") * WORD_BITS
     per_word = words.select(*keys, base.alias("_base"), F.explode(runs).alias("_r")).select(
         *keys, (F.col("_base") + F.col("_r.s")).alias("start"), (F.col("_base") + F.col("_r.e")).alias("end")
