@@ -493,9 +493,20 @@ static PyTypeObject HotProduceType = {
  * marker(msg) skips an error event, else extends the current run of consecutive offsets of
  * one topic-partition or starts a new one (a repeat, a gap, a seek back or another partition
  * breaks a run: reprocessing stays visible), exactly as consumer.offset_ranges does with
- * held messages. Every `every` marks it calls compact() (outside its lock), which takes the
- * runs: take() returns [(topic, partition, first, last), ...] in marking order, the open run
- * included, and starts afresh. */
+ * held messages. Whenever `every` closed runs are waiting it calls compact() (outside its
+ * lock), which takes the runs: take() returns [(topic, partition, first, last), ...] in
+ * marking order, the open run included, and starts afresh. A run costs a tuple whatever
+ * its length, so consecutive marks never call back into Python; the consumer's background
+ * flush takes the runs every second.
+ *
+ * Reading a Message: confluent-kafka's Message methods each build a Python object (an int
+ * per partition and offset). The marker instead reads the four fields from the object's C
+ * struct when it can be sure where they are: at construction it builds two Messages with
+ * distinctive values through the type's own constructor and looks for each value in their
+ * memory; only fields found exactly once in both, at the same place, and not overlapping are
+ * used. When the calibration fails (another confluent-kafka layout, a type without that
+ * constructor), for a subclass, or for a field the methods would render as None (no topic,
+ * an unassigned partition, a negative offset) it calls the methods as before. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -504,7 +515,9 @@ typedef struct {
     PyObject *topic;   /* the open run's topic, NULL when none */
     long long partition, first, last;
     Py_ssize_t pending; /* marks since the last take() */
-    Py_ssize_t every;
+    Py_ssize_t every;   /* closed runs that make compact() run */
+    /* Where a Message keeps its fields (byte offsets into the object), -1 when unknown. */
+    Py_ssize_t at_topic, at_error, at_partition, at_offset;
     PyObject *compact;
     PyTypeObject *message_type;
     PyObject *m_error, *m_topic, *m_partition, *m_offset; /* the Message methods (descriptors) */
@@ -540,18 +553,33 @@ static int close_run(RangeMarker *self) {
     return 0;
 }
 
-static PyObject *marker_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    RangeMarker *self = (RangeMarker *)callable;
-    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
-        PyErr_SetString(PyExc_TypeError, "mark_processed() takes exactly one argument (the message)");
-        return NULL;
+/* The message's topic (a new reference), partition and offset, NULL for an error event
+ * (*is_event set) or a failure (an exception set). */
+static PyObject *read_message(RangeMarker *self, PyObject *msg, int *is_event, long long *partition,
+                              long long *offset) {
+    *is_event = 0;
+    if (self->at_topic >= 0 && Py_IS_TYPE(msg, self->message_type)) {
+        char *base = (char *)msg;
+        PyObject *error = *(PyObject **)(base + self->at_error);
+        if (error != NULL && error != Py_None) {
+            *is_event = 1;
+            return NULL;
+        }
+        PyObject *topic = *(PyObject **)(base + self->at_topic);
+        int32_t p = *(int32_t *)(base + self->at_partition);
+        int64_t o = *(int64_t *)(base + self->at_offset);
+        if (topic != NULL && p >= 0 && o >= 0) {
+            Py_INCREF(topic);
+            *partition = p;
+            *offset = o;
+            return topic;
+        }
     }
-    PyObject *msg = args[0];
     PyObject *error = call_message(self, msg, self->m_error, s_error);
     if (error == NULL) return NULL;
-    int is_event = error != Py_None;
+    *is_event = error != Py_None;
     Py_DECREF(error);
-    if (is_event) Py_RETURN_NONE; /* an error event is not a record */
+    if (*is_event) return NULL; /* an error event is not a record */
     PyObject *topic = call_message(self, msg, self->m_topic, s_topic);
     if (topic == NULL) return NULL;
     PyObject *partition_obj = call_message(self, msg, self->m_partition, s_partition);
@@ -565,12 +593,28 @@ static PyObject *marker_call(PyObject *callable, PyObject *const *args, size_t n
         Py_DECREF(partition_obj);
         return NULL;
     }
-    long long partition = PyLong_AsLongLong(partition_obj);
-    long long offset = PyLong_AsLongLong(offset_obj);
+    *partition = PyLong_AsLongLong(partition_obj);
+    *offset = PyLong_AsLongLong(offset_obj);
     Py_DECREF(partition_obj);
     Py_DECREF(offset_obj);
     if (PyErr_Occurred()) {
         Py_DECREF(topic);
+        return NULL;
+    }
+    return topic;
+}
+
+static PyObject *marker_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    RangeMarker *self = (RangeMarker *)callable;
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "mark_processed() takes exactly one argument (the message)");
+        return NULL;
+    }
+    int is_event;
+    long long partition, offset;
+    PyObject *topic = read_message(self, args[0], &is_event, &partition, &offset);
+    if (topic == NULL) {
+        if (is_event) Py_RETURN_NONE;
         return NULL;
     }
     int same_topic = 0;
@@ -600,9 +644,10 @@ static PyObject *marker_call(PyObject *callable, PyObject *const *args, size_t n
         self->partition = partition;
         self->first = self->last = offset;
     }
-    Py_ssize_t pending = ++self->pending;
+    self->pending++;
+    Py_ssize_t waiting = PyList_GET_SIZE(self->runs);
     PyThread_release_lock(self->lock);
-    if (pending >= self->every) {
+    if (waiting >= self->every) {
         PyObject *done = PyObject_CallNoArgs(self->compact);
         if (done == NULL) return NULL;
         Py_DECREF(done);
@@ -659,6 +704,81 @@ static void marker_dealloc(RangeMarker *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Looks for a Message's fields in its memory (see the RangeMarker comment); leaves the
+ * at_* fields -1 unless all four are found exactly once in two probe messages. */
+#define N_PROBES 2
+static int calibrate(RangeMarker *self) {
+    self->at_topic = self->at_error = self->at_partition = self->at_offset = -1;
+    PyTypeObject *type = self->message_type;
+    Py_ssize_t size = type->tp_basicsize;
+    const int32_t partitions[N_PROBES] = {0x2A5A1C3D, 0x13579BDF};
+    const int64_t offsets[N_PROBES] = {0x0123456789ABCDEFLL, 0x0FEDCBA987654321LL};
+    PyObject *messages[N_PROBES] = {NULL, NULL}, *topics[N_PROBES] = {NULL, NULL}, *errors[N_PROBES] = {NULL, NULL};
+    int ok = 1;
+    for (int i = 0; i < N_PROBES && ok; i++) {
+        topics[i] = PyUnicode_FromFormat("auditor-calibration-%d", i);
+        errors[i] = PyObject_CallNoArgs((PyObject *)&PyBaseObject_Type);
+        PyObject *kwargs = topics[i] && errors[i] ? Py_BuildValue("{sOsisLsO}", "topic", topics[i], "partition",
+                                                                   (int)partitions[i], "offset", (long long)offsets[i],
+                                                                   "error", errors[i])
+                                                  : NULL;
+        PyObject *empty = PyTuple_New(0);
+        if (kwargs != NULL && empty != NULL) messages[i] = PyObject_Call((PyObject *)type, empty, kwargs);
+        Py_XDECREF(kwargs);
+        Py_XDECREF(empty);
+        ok = messages[i] != NULL && Py_IS_TYPE(messages[i], type);
+    }
+    Py_ssize_t found[4] = {-1, -1, -1, -1};
+    int counts[4] = {0, 0, 0, 0};
+    Py_ssize_t start = sizeof(PyObject);
+    for (Py_ssize_t at = start; ok && at + 8 <= size; at += 4) {
+        int hits[4] = {1, 1, 1, 1};
+        for (int i = 0; i < N_PROBES; i++) {
+            char *base = (char *)messages[i];
+            int aligned = at % 8 == 0;
+            hits[0] &= aligned && *(PyObject **)(base + at) == topics[i];
+            hits[1] &= aligned && *(PyObject **)(base + at) == errors[i];
+            hits[2] &= *(int32_t *)(base + at) == partitions[i];
+            hits[3] &= aligned && *(int64_t *)(base + at) == offsets[i];
+        }
+        for (int f = 0; f < 4; f++)
+            if (hits[f]) {
+                found[f] = at;
+                counts[f]++;
+            }
+    }
+    if (ok && counts[0] == 1 && counts[1] == 1 && counts[2] == 1 && counts[3] == 1) {
+        /* the four fields must not overlap: each pointer and the offset take 8 bytes, the partition 4 */
+        Py_ssize_t widths[4] = {8, 8, 4, 8};
+        int overlap = 0;
+        for (int a = 0; a < 4; a++)
+            for (int b = a + 1; b < 4; b++)
+                if (found[a] < found[b] + widths[b] && found[b] < found[a] + widths[a]) overlap = 1;
+        if (!overlap) {
+            self->at_topic = found[0];
+            self->at_error = found[1];
+            self->at_partition = found[2];
+            self->at_offset = found[3];
+        }
+    }
+    for (int i = 0; i < N_PROBES; i++) {
+        Py_XDECREF(messages[i]);
+        Py_XDECREF(topics[i]);
+        Py_XDECREF(errors[i]);
+    }
+    /* A type that cannot be built this way just keeps the method calls. */
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_MemoryError)) PyErr_Clear();
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *marker_runs_waiting(RangeMarker *self, PyObject *Py_UNUSED(ignored)) {
+    return PyLong_FromSsize_t(PyList_GET_SIZE(self->runs));
+}
+
+static PyObject *marker_reads_fields(RangeMarker *self, PyObject *Py_UNUSED(ignored)) {
+    return PyBool_FromLong(self->at_topic >= 0);
+}
+
 static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *kwlist[] = {"every", "compact", "message_type", NULL};
     Py_ssize_t every;
@@ -690,11 +810,17 @@ static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         Py_DECREF(self);
         return NULL;
     }
+    if (calibrate(self) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
 static PyMethodDef marker_methods[] = {
     {"take", (PyCFunction)marker_take, METH_NOARGS, NULL},
+    {"reads_fields", (PyCFunction)marker_reads_fields, METH_NOARGS, NULL},
+    {"runs_waiting", (PyCFunction)marker_runs_waiting, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -173,7 +173,9 @@ class AuditedConsumer(ConsumerWrapper):
         )
         self._chunks_per_record = max(1, ledger_batch_size // self._compact_every)
         self.native = use_native(native)
-        # The native marker keeps runs of offsets itself instead of holding messages.
+        # The native marker keeps runs of offsets itself instead of holding messages, and calls
+        # _compact once _compact_every runs (not marks) wait: consecutive marks stay in C, and
+        # the background flush takes the open run every ledger_flush_interval_s.
         self._marker = RangeMarker(self._compact_every, self._compact, Message) if self.native else None
         self.mark_processed = self._marker if self._marker is not None else self._make_mark_processed()
         self._ledger.write(
@@ -272,5 +274,11 @@ class AuditedConsumer(ConsumerWrapper):
 
     # --- introspection -------------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
-        pending = len(self._marker) if self._marker is not None else len(self._held)
-        return {"processed_ranges": self._processed, "marks_pending": pending, **self._ledger.stats()}
+        if self._marker is None:
+            return {"processed_ranges": self._processed, "marks_pending": len(self._held), **self._ledger.stats()}
+        return {
+            "processed_ranges": self._processed,
+            "marks_pending": len(self._marker),
+            "runs_pending": self._marker.runs_waiting(),
+            **self._ledger.stats(),
+        }

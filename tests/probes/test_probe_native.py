@@ -306,7 +306,8 @@ def test_it_ledgers_each_run_of_marks_of_a_consumer(native: bool, seed: int) -> 
     consumer = make_consumer(native, producers)
     for msg in marks:
         consumer.mark_processed(msg)
-    assert consumer.stats()["marks_pending"] < 128
+    # Marks wait as messages (pure Python) or as closed runs (native) until a batch is full.
+    assert consumer.stats()["runs_pending" if native else "marks_pending"] < 128
     consumer.close()
     ledger = producers.ledger
     records = [decode_ledger_record(i.value) for i in ledger.delivered + ledger.queued if i.topic == "cledger"]
@@ -324,6 +325,63 @@ def test_it_ledgers_each_run_of_marks_of_a_consumer(native: bool, seed: int) -> 
     assert expanded == [(m.topic(), m.partition(), m.offset()) for m in marks if m.error() is None]
     ends = {(t, p, last) for t, p, _, last in truth}
     assert {(t, p, last) for t, p, _, last in ranges} >= ends and len(ranges) <= len(truth) + len(records)
+
+
+class SubMessage(Message):
+    """Not the exact Message type: the marker calls its methods instead of reading its fields."""
+
+
+def test_the_native_marker_reads_a_message_as_its_methods_do() -> None:
+    from auditor.probes._hotpath import RangeMarker
+
+    exact = RangeMarker(1_000_000, lambda: None, Message)
+    # The installed confluent-kafka's layout is found, so the fields path is what runs here.
+    assert exact.reads_fields() is True
+    by_methods = RangeMarker(1_000_000, lambda: None, Message)
+    marks = marks_sequence(random.Random(7), 2000)
+    for msg in marks:
+        exact(msg)
+        fields: dict[str, Any] = {
+            "topic": msg.topic(),
+            "partition": msg.partition(),
+            "offset": msg.offset(),
+            "error": msg.error(),
+            "value": msg.value(),
+        }
+        by_methods(SubMessage(**{k: v for k, v in fields.items() if v is not None}))
+    truth = runs_by_hand(marks)
+    assert exact.take() == truth
+    assert by_methods.take() == truth
+    # A field its method renders as None is not a record on either path.
+    for bad in (Message(topic="t", partition=0), Message(topic="t", offset=3)):
+        with pytest.raises(TypeError):
+            exact(bad)
+        with pytest.raises(TypeError):
+            by_methods(SubMessage(topic=bad.topic(), partition=bad.partition(), offset=bad.offset()))
+    # No topic: both paths take what topic() says.
+    exact(Message(partition=0, offset=3))
+    by_methods(SubMessage(partition=0, offset=3))
+    assert exact.take() == by_methods.take() == [(None, 0, 3, 3)]
+
+
+def test_consecutive_marks_stay_in_the_native_marker_until_runs_break() -> None:
+    from auditor.probes._hotpath import RangeMarker
+
+    calls: list[list[tuple[str, int, int, int]]] = []
+    marker: Any = None
+
+    def compact() -> None:
+        calls.append(marker.take())
+
+    marker = RangeMarker(2, compact, Message)
+    for offset in range(10_000):
+        marker(Message(topic="t", partition=0, offset=offset))
+    assert calls == [] and len(marker) == 10_000 and marker.runs_waiting() == 0
+    marker(Message(topic="t", partition=1, offset=0))  # closes run 1
+    assert calls == []
+    marker(Message(topic="t", partition=0, offset=0))  # closes run 2: a batch of runs is full
+    assert calls == [[("t", 0, 0, 9_999), ("t", 1, 0, 0), ("t", 0, 0, 0)]]
+    assert len(marker) == 0
 
 
 def test_the_native_marker_rejects_a_call_without_one_message() -> None:
