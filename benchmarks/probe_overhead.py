@@ -140,6 +140,19 @@ def wait_for_leaders(client: Any, topic: str, partitions: int) -> None:
         time.sleep(0.1)
 
 
+def wait_until_ready(client: Any, topic: str, partitions: int) -> None:
+    """Untimed, for every arm: the client knows the topic's leaders, and its flush() has
+    returned. For the audited producer that flush waits for the ledger's session-start,
+    so its ledger producer (idempotent) holds a producer id before the round starts: a
+    fresh one asked the broker for it while the round ran, and a broker answering "load in
+    progress" (its block of producer ids not yet fetched from the controller) made it retry
+    for up to ~0.55 s of a 0.4 s round. Plain, floor and OpenTelemetry clients have nothing
+    queued, so their flush returns at once."""
+    wait_for_leaders(client, topic, partitions)
+    if client.flush(30):
+        raise RuntimeError("a client did not get ready within 30 s")
+
+
 def produce_all(producer: Any, topic: str, values: list[bytes], keys: list[bytes] | None) -> float:
     """The same loop for both arms; returns seconds from first produce to flush()."""
     produce = producer.produce
@@ -284,7 +297,7 @@ def main() -> int:
             for arm, make in producer_arms.items():
                 topic = topics.create("p", args.partitions)
                 client = make()
-                wait_for_leaders(client, topic, args.partitions)  # not timed: every arm starts ready
+                wait_until_ready(client, topic, args.partitions)  # not timed: every arm starts ready
                 cpu_before = cpu_seconds()
                 elapsed = produce_all(client, topic, values, keys)
                 used_cpu = cpu_seconds() - cpu_before
@@ -308,6 +321,8 @@ def main() -> int:
                 }
                 audited = arm.startswith("audited")
                 consumer: Any = AuditedConsumer(config, **consumer_ledger) if audited else Consumer(config)
+                if audited:
+                    consumer.flush_ledger(30)  # not timed: its ledger producer holds a producer id (see above)
                 cpu_before = cpu_seconds()
                 elapsed = consume_all(consumer, source, args.partitions, args.records, mark=audited)
                 used_cpu = cpu_seconds() - cpu_before

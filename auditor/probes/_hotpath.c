@@ -164,6 +164,14 @@ typedef struct {
     unsigned char session[16];
     PyTypeObject *stream_type; /* _TopicStream: its slots are read at their offsets */
     Py_ssize_t off_next_seq, off_keys, off_stamps, off_last_ms;
+    /* The headers list of the previous call, [("audit", value)], refilled in place when
+     * nothing else kept it or its tuple (the client copies headers into its own message):
+     * no container is allocated per record, so records do not drive the cyclic GC. */
+    PyObject *headers;
+    /* last_ms as read the previous time (a held reference) and its value: the epoch ms do
+     * not fit one int digit, so converting them costs more than an identity check. */
+    PyObject *last_ms_obj;
+    long long last_ms_value;
 } HotProduce;
 
 /* A field of a stream (new reference): read at its slot's offset when the stream is exactly
@@ -269,9 +277,19 @@ static int truth(PyObject *value) {
 static int append_stamp(HotProduce *self, PyObject *stream, long long seq, long long ts_ms) {
     PyObject *last = get_field(self, stream, self->off_last_ms, s_last_ms);
     if (last == NULL) return -1;
-    long long last_ms = PyLong_AsLongLong(last);
-    Py_DECREF(last);
-    if (last_ms == -1 && PyErr_Occurred()) return -1;
+    long long last_ms;
+    if (last == self->last_ms_obj) {
+        last_ms = self->last_ms_value;
+        Py_DECREF(last);
+    } else {
+        last_ms = PyLong_AsLongLong(last);
+        if (last_ms == -1 && PyErr_Occurred()) {
+            Py_DECREF(last);
+            return -1;
+        }
+        Py_XSETREF(self->last_ms_obj, last); /* the reference moves to the cache */
+        self->last_ms_value = last_ms;
+    }
     if (last_ms == ts_ms) return 0;
     PyObject *ts = PyLong_FromLongLong(ts_ms);
     if (ts == NULL) return -1;
@@ -314,20 +332,36 @@ static int produce_locked(HotProduce *self, PyObject **slots, long long ts_ms) {
     put_u64(raw + 25, (uint64_t)ts_ms);
     PyObject *value = PyBytes_FromStringAndSize((const char *)raw, HEADER_SIZE);
     if (value == NULL) goto done;
-    PyObject *header = PyTuple_New(2);
-    if (header == NULL) {
-        Py_DECREF(value);
-        goto done;
+    PyObject *headers = self->headers;
+    /* Reused only as it was left: one item, our own tuple, nobody else holding either (a
+     * wrapper may have added headers to the list or kept it). */
+    PyObject *header = headers != NULL && Py_REFCNT(headers) == 1 && PyList_GET_SIZE(headers) == 1
+                           ? PyList_GET_ITEM(headers, 0)
+                           : NULL;
+    if (header != NULL && Py_REFCNT(header) == 1 && PyTuple_CheckExact(header) && PyTuple_GET_SIZE(header) == 2 &&
+        PyTuple_GET_ITEM(header, 0) == self->name) {
+        PyObject *old_value = PyTuple_GET_ITEM(header, 1);
+        PyTuple_SET_ITEM(header, 1, value);
+        Py_DECREF(old_value);
+        Py_INCREF(headers);
+    } else {
+        header = PyTuple_New(2);
+        if (header == NULL) {
+            Py_DECREF(value);
+            goto done;
+        }
+        Py_INCREF(self->name);
+        PyTuple_SET_ITEM(header, 0, self->name);
+        PyTuple_SET_ITEM(header, 1, value);
+        headers = PyList_New(1);
+        if (headers == NULL) {
+            Py_DECREF(header);
+            goto done;
+        }
+        PyList_SET_ITEM(headers, 0, header);
+        Py_INCREF(headers);
+        Py_XSETREF(self->headers, headers);
     }
-    Py_INCREF(self->name);
-    PyTuple_SET_ITEM(header, 0, self->name);
-    PyTuple_SET_ITEM(header, 1, value);
-    PyObject *headers = PyList_New(1);
-    if (headers == NULL) {
-        Py_DECREF(header);
-        goto done;
-    }
-    PyList_SET_ITEM(headers, 0, header);
 
     /* Positional on purpose, as in the Python closure: slot 5 is `callback`. */
     PyObject *call_args[8] = {topic,
@@ -408,10 +442,13 @@ static int hot_traverse(HotProduce *self, visitproc visit, void *arg) {
     Py_VISIT(self->lock);
     Py_VISIT(self->name);
     Py_VISIT(self->stream_type);
+    Py_VISIT(self->headers);
     return 0;
 }
 
 static int hot_clear(HotProduce *self) {
+    Py_CLEAR(self->headers);
+    Py_CLEAR(self->last_ms_obj);
     Py_CLEAR(self->streams);
     Py_CLEAR(self->new_topic);
     Py_CLEAR(self->inner);

@@ -22,7 +22,7 @@ from auditor.probes import AUDIT, AuditedConsumer, AuditedProducer, ProcessedRan
 from auditor.probes._hotpath import SeqLock
 from auditor.probes.headers import AUDIT_V2
 from auditor.probes.native import native_hot_path_available
-from tests.probes.fakes import FactoryRecorder, FakeConsumer, Produced
+from tests.probes.fakes import FactoryRecorder, FakeConsumer, FakeProducer, Produced
 
 
 @pytest.fixture(autouse=True)
@@ -110,6 +110,64 @@ def test_it_hands_the_client_the_record_and_a_v2_header_and_advances_the_sequenc
         assert all(header_ts[(topic, seq)] == ts for seq, ts in changes)
         assert streams[topic].last_ms == header_ts[(topic, streams[topic].next_seq - 1)]
     producer.close()
+
+
+class CopyingClient(FakeProducer):
+    """Keeps copies of what it was handed, as librdkafka does (the native path may then
+    refill the same list for the next record)."""
+
+    def produce(self, topic: str, value: Any = None, *args: Any, **kwargs: Any) -> None:
+        headers = kwargs.pop("headers", args[5] if len(args) > 5 else None)
+        copied = None if headers is None else [(name, bytes(v)) for name, v in headers]
+        super().produce(topic, value, *args[:5], headers=copied, **kwargs)
+
+
+class ExtendingClient(CopyingClient):
+    """Adds a header of its own to the list it was handed and keeps nothing (as a tracing
+    wrapper does), or keeps only the audit tuple."""
+
+    keep_tuple = False
+    kept: list[Any] = []
+
+    def produce(self, topic: str, value: Any = None, *args: Any, **kwargs: Any) -> None:
+        headers = kwargs.get("headers", args[5] if len(args) > 5 else None)
+        if headers is None or topic != "t":
+            pass
+        elif self.keep_tuple:
+            self.kept.append(headers[0])
+        else:
+            headers.append(("traceparent", b"00-x"))
+        super().produce(topic, value, *args, **kwargs)
+
+
+@pytest.mark.parametrize("client", [CopyingClient, ExtendingClient, "keep-tuple"])
+def test_each_record_gets_its_own_header_whatever_the_client_keeps(client: Any) -> None:
+    def factory(config: dict[str, Any]) -> FakeProducer:
+        if client == "keep-tuple":
+            inner = ExtendingClient(dict(config))
+            inner.keep_tuple, inner.kept = True, []
+            return inner
+        return cast(FakeProducer, client(dict(config)))
+
+    producer = AuditedProducer(
+        {"bootstrap.servers": "fake:9092"},
+        ledger_topic="ledger",
+        clients_topic="clients",
+        producer_factory=factory,
+        ledger_flush_interval_s=3600,
+        native=True,
+    )
+    for i in range(50):
+        producer.produce("t", b"v%d" % i)
+    inner = cast(FakeProducer, producer._producer)
+    sent = [p for p in inner.queued if p.topic == "t"]
+    extra = [("traceparent", b"00-x")] if client is ExtendingClient else []
+    assert [p.headers[1:] if p.headers else None for p in sent] == [extra] * 50
+    assert [decoded(p)[2] for p in sent] == list(range(50))
+    if client == "keep-tuple":
+        kept = cast(ExtendingClient, inner).kept
+        assert [AUDIT_V2.unpack_from(v)[2] for _, v in kept] == list(range(50))
+    producer._ledger.close(1)
 
 
 @pytest.mark.parametrize("native", [True, False])
