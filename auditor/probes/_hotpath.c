@@ -330,21 +330,33 @@ static int produce_locked(HotProduce *self, PyObject **slots, long long ts_ms) {
     memcpy(raw + 1, self->session, 16);
     put_u64(raw + 17, (uint64_t)seq);
     put_u64(raw + 25, (uint64_t)ts_ms);
-    PyObject *value = PyBytes_FromStringAndSize((const char *)raw, HEADER_SIZE);
-    if (value == NULL) goto done;
     PyObject *headers = self->headers;
     /* Reused only as it was left: one item, our own tuple, nobody else holding either (a
      * wrapper may have added headers to the list or kept it). */
     PyObject *header = headers != NULL && Py_REFCNT(headers) == 1 && PyList_GET_SIZE(headers) == 1
                            ? PyList_GET_ITEM(headers, 0)
                            : NULL;
+    PyObject *value;
     if (header != NULL && Py_REFCNT(header) == 1 && PyTuple_CheckExact(header) && PyTuple_GET_SIZE(header) == 2 &&
         PyTuple_GET_ITEM(header, 0) == self->name) {
         PyObject *old_value = PyTuple_GET_ITEM(header, 1);
-        PyTuple_SET_ITEM(header, 1, value);
-        Py_DECREF(old_value);
+        if (PyBytes_CheckExact(old_value) && Py_REFCNT(old_value) == 1 && PyBytes_GET_SIZE(old_value) == HEADER_SIZE) {
+            /* Only this tuple holds the previous value: nobody can see it change. */
+            memcpy(PyBytes_AS_STRING(old_value), raw, HEADER_SIZE);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+            ((PyBytesObject *)old_value)->ob_shash = -1; /* no stale cached hash */
+#pragma GCC diagnostic pop
+        } else {
+            value = PyBytes_FromStringAndSize((const char *)raw, HEADER_SIZE);
+            if (value == NULL) goto done;
+            PyTuple_SET_ITEM(header, 1, value);
+            Py_DECREF(old_value);
+        }
         Py_INCREF(headers);
     } else {
+        value = PyBytes_FromStringAndSize((const char *)raw, HEADER_SIZE);
+        if (value == NULL) goto done;
         header = PyTuple_New(2);
         if (header == NULL) {
             Py_DECREF(value);
