@@ -19,6 +19,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -559,7 +560,7 @@ static PyTypeObject HotProduceType = {
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    PyThread_type_lock lock;
+    int busy;          /* a marking or take() is between its reads and writes (see marker_lock) */
     PyObject *runs;    /* list of closed runs */
     PyObject *topic;   /* the open run's topic, NULL when none */
     long long partition, first, last;
@@ -582,13 +583,23 @@ static PyObject *call_message(RangeMarker *self, PyObject *msg, PyObject *descr,
     return PyObject_CallMethodNoArgs(msg, name);
 }
 
+#ifdef Py_GIL_DISABLED
+#error "RangeMarker's lock relies on the GIL"
+#endif
+/* The marker's state is only touched by C code holding the GIL, so a flag checked and set
+ * under the GIL excludes other markings and take()s; it is needed at all because building
+ * a run's tuple may run the cyclic GC, whose finalizers may let another thread run. A
+ * thread finding it set lets the holder finish (releasing the GIL) and looks again. */
 static void marker_lock(RangeMarker *self) {
-    if (PyThread_acquire_lock_timed(self->lock, 0, 0) != PY_LOCK_ACQUIRED) {
+    while (self->busy) {
         Py_BEGIN_ALLOW_THREADS
-        PyThread_acquire_lock_timed(self->lock, -1, 0);
+        sched_yield();
         Py_END_ALLOW_THREADS
     }
+    self->busy = 1;
 }
+
+static void marker_unlock(RangeMarker *self) { self->busy = 0; }
 
 /* Close the open run into self->runs (under the lock). */
 static int close_run(RangeMarker *self) {
@@ -670,10 +681,17 @@ static PyObject *marker_call(PyObject *callable, PyObject *const *args, size_t n
     marker_lock(self);
     if (self->topic != NULL && self->partition == partition && self->last + 1 == offset) {
         same_topic = self->topic == topic;
-        if (!same_topic) {
+        if (!same_topic && PyUnicode_CheckExact(topic) && PyUnicode_CheckExact(self->topic) &&
+            PyUnicode_IS_READY(topic) && PyUnicode_IS_READY(self->topic)) {
+            /* confluent-kafka makes a new str per message: compare the text, not via dispatch */
+            Py_ssize_t length = PyUnicode_GET_LENGTH(topic);
+            int kind = PyUnicode_KIND(topic);
+            same_topic = length == PyUnicode_GET_LENGTH(self->topic) && kind == PyUnicode_KIND(self->topic) &&
+                         memcmp(PyUnicode_DATA(topic), PyUnicode_DATA(self->topic), (size_t)length * kind) == 0;
+        } else if (!same_topic) {
             int eq = PyObject_RichCompareBool(self->topic, topic, Py_EQ);
             if (eq < 0) {
-                PyThread_release_lock(self->lock);
+                marker_unlock(self);
                 Py_DECREF(topic);
                 return NULL;
             }
@@ -685,7 +703,7 @@ static PyObject *marker_call(PyObject *callable, PyObject *const *args, size_t n
         Py_DECREF(topic);
     } else {
         if (close_run(self) < 0) {
-            PyThread_release_lock(self->lock);
+            marker_unlock(self);
             Py_DECREF(topic);
             return NULL;
         }
@@ -695,7 +713,7 @@ static PyObject *marker_call(PyObject *callable, PyObject *const *args, size_t n
     }
     self->pending++;
     Py_ssize_t waiting = PyList_GET_SIZE(self->runs);
-    PyThread_release_lock(self->lock);
+    marker_unlock(self);
     if (waiting >= self->every) {
         PyObject *done = PyObject_CallNoArgs(self->compact);
         if (done == NULL) return NULL;
@@ -709,14 +727,14 @@ static PyObject *marker_take(RangeMarker *self, PyObject *Py_UNUSED(ignored)) {
     if (fresh == NULL) return NULL;
     marker_lock(self);
     if (close_run(self) < 0) {
-        PyThread_release_lock(self->lock);
+        marker_unlock(self);
         Py_DECREF(fresh);
         return NULL;
     }
     PyObject *taken = self->runs;
     self->runs = fresh;
     self->pending = 0;
-    PyThread_release_lock(self->lock);
+    marker_unlock(self);
     return taken;
 }
 
@@ -749,7 +767,6 @@ static int marker_clear(RangeMarker *self) {
 static void marker_dealloc(RangeMarker *self) {
     PyObject_GC_UnTrack(self);
     marker_clear(self);
-    if (self->lock != NULL) PyThread_free_lock(self->lock);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -843,7 +860,6 @@ static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     if (self == NULL) return NULL;
     self->vectorcall = marker_call;
     self->every = every;
-    self->lock = PyThread_allocate_lock();
     self->runs = PyList_New(0);
     Py_INCREF(compact);
     self->compact = compact;
@@ -853,7 +869,7 @@ static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     self->m_topic = PyObject_GetAttr(message_type, s_topic);
     self->m_partition = PyObject_GetAttr(message_type, s_partition);
     self->m_offset = PyObject_GetAttr(message_type, s_offset);
-    if (self->lock == NULL || self->runs == NULL || !self->m_error || !self->m_topic || !self->m_partition ||
+    if (self->runs == NULL || !self->m_error || !self->m_topic || !self->m_partition ||
         !self->m_offset) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         Py_DECREF(self);

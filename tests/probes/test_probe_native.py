@@ -442,6 +442,47 @@ def test_consecutive_marks_stay_in_the_native_marker_until_runs_break() -> None:
     assert len(marker) == 0
 
 
+class SwitchesThreads:
+    """Garbage whose finalizer lets other threads run: the cyclic GC may call it while the
+    marker builds a run's tuple."""
+
+    def __init__(self) -> None:
+        self.cycle = self
+
+    def __del__(self) -> None:
+        time.sleep(0)
+
+
+def test_marks_and_takes_from_two_threads_lose_and_repeat_nothing() -> None:
+    from auditor.probes._hotpath import RangeMarker
+
+    marker = RangeMarker(1_000_000, lambda: None, Message)
+    messages = [Message(topic="t", partition=i % 3, offset=i // 3 + (i % 7 == 0)) for i in range(60_000)]
+    taken: list[tuple[str, int, int, int]] = []
+    done = threading.Event()
+
+    def take_all() -> None:
+        while not done.is_set():
+            taken.extend(marker.take())
+            time.sleep(0)
+        taken.extend(marker.take())
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(5)  # collections during marking, each running finalizers
+    taker = threading.Thread(target=take_all)
+    taker.start()
+    try:
+        for msg in messages:
+            SwitchesThreads()
+            marker(msg)
+    finally:
+        done.set()
+        taker.join()
+        gc.set_threshold(*thresholds)
+    expanded = sorted((t, p, o) for t, p, first, last in taken for o in range(first, last + 1))
+    assert expanded == sorted((m.topic(), m.partition(), m.offset()) for m in messages)
+
+
 def test_the_native_marker_rejects_a_call_without_one_message() -> None:
     consumer = make_consumer(True, FactoryRecorder())
     mark: Any = consumer.mark_processed
