@@ -2,7 +2,7 @@
 
 Layout (per binding):
 
-    <state_dir>/<binding>/
+    <state_dir>/<binding>/            state_dir: a path or a URI (spark_jobs/state_location.py)
       state.json                      the committed pointer, replaced atomically at the end
       keys/<run_id>/                  per-key index delta of each run (KEY_INDEX_SCHEMA)
       source/<run_id>/                source rows first seen in each run (SOURCE_ROW_SCHEMA)
@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -39,6 +37,7 @@ from spark_jobs.reconcile_transform import (
     SOURCE_ROW_SCHEMA,
     empty_frame,
 )
+from spark_jobs.state_location import StateLocation, StateLocationError
 
 STATE_FORMAT = 1
 COMPACT_AFTER = 8
@@ -119,28 +118,32 @@ class StateMeta:
 
 
 class StateStore:
-    """One binding's state dir."""
+    """One binding's state folder (a local path or a URI, see state_location)."""
 
     def __init__(self, state_dir: str | os.PathLike[str], binding: str, run_id: str) -> None:
-        self.root = Path(state_dir) / binding
+        try:
+            self.root = StateLocation(state_dir).join(binding)
+        except StateLocationError as exc:
+            raise StateError(str(exc)) from exc
         self.run_id = run_id
 
     @property
-    def meta_path(self) -> Path:
-        return self.root / "state.json"
+    def meta_location(self) -> StateLocation:
+        return self.root.join("state.json")
 
     def read_meta(self) -> StateMeta:
-        if not self.meta_path.exists():
-            return StateMeta()
+        meta = self.meta_location
         try:
-            return StateMeta.from_json(json.loads(self.meta_path.read_text()))
+            if not meta.exists():
+                return StateMeta()
+            return StateMeta.from_json(json.loads(meta.read_text()))
         except (OSError, ValueError) as exc:
-            raise StateError(f"state file {self.meta_path} is unreadable ({exc}); run with --full") from exc
+            raise StateError(f"state file {meta} is unreadable ({exc}); run with --full") from exc
 
     def _read(self, spark: SparkSession, relative: str | None, schema: StructType) -> DataFrame:
         if not relative:
             return empty_frame(spark, schema)
-        return spark.read.schema(schema).parquet(str(self.root / relative))
+        return spark.read.schema(schema).parquet(self.root.spark(relative))
 
     def dataset(self, spark: SparkSession, meta: StateMeta, name: str) -> DataFrame:
         return self._read(spark, meta.datasets.get(name), DATASETS[name])
@@ -148,17 +151,17 @@ class StateStore:
     def deltas(self, spark: SparkSession, relatives: list[str], schema: StructType) -> DataFrame:
         if not relatives:
             return empty_frame(spark, schema)
-        return spark.read.schema(schema).parquet(*[str(self.root / r) for r in relatives])
+        return spark.read.schema(schema).parquet(*[self.root.spark(r) for r in relatives])
 
     def write_dataset(self, df: DataFrame, name: str) -> tuple[str, DataFrame]:
         """Write a dataset of this run and return (relative path, the frame read back)."""
         relative = f"runs/{self.run_id}/{name}"
-        df.write.mode("overwrite").parquet(str(self.root / relative))
+        df.write.mode("overwrite").parquet(self.root.spark(relative))
         return relative, self._read(df.sparkSession, relative, DATASETS[name])
 
     def write_delta(self, df: DataFrame, kind: str, schema: StructType, suffix: str = "") -> str:
         relative = f"{kind}/{self.run_id}{suffix}"
-        df.select(*schema.fieldNames()).write.mode("overwrite").parquet(str(self.root / relative))
+        df.select(*schema.fieldNames()).write.mode("overwrite").parquet(self.root.spark(relative))
         return relative
 
     def compact(self, spark: SparkSession, relatives: list[str], kind: str, schema: StructType) -> list[str]:
@@ -178,24 +181,19 @@ class StateStore:
         else:
             merged = merged.groupBy("key").agg(F.min("created").alias("created"))
         relative = f"{kind}/{self.run_id}-compacted"
-        merged.select(*schema.fieldNames()).write.mode("overwrite").parquet(str(self.root / relative))
+        merged.select(*schema.fieldNames()).write.mode("overwrite").parquet(self.root.spark(relative))
         return [relative]
 
     def commit(self, meta: StateMeta) -> None:
         """Atomically point state.json at this run's datasets, then drop unreferenced ones."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.meta_path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(meta.to_json(), indent=1, sort_keys=True))
-        os.replace(tmp, self.meta_path)
+        self.meta_location.write_text_atomic(json.dumps(meta.to_json(), indent=1, sort_keys=True))
         self._remove_unreferenced(meta)
 
     def _remove_unreferenced(self, meta: StateMeta) -> None:
-        keep = {self.root / r for r in [*meta.key_deltas, *meta.source_deltas]}
-        keep |= {(self.root / r).parent for r in meta.datasets.values()}
+        keep = {*meta.key_deltas, *meta.source_deltas}
+        keep |= {r.rsplit("/", 1)[0] for r in meta.datasets.values()}  # runs/<run_id>
         for kind in ("keys", "source", "runs"):
-            folder = self.root / kind
-            if not folder.is_dir():
-                continue
-            for child in folder.iterdir():
-                if child not in keep:
-                    shutil.rmtree(child, ignore_errors=True)
+            folder = self.root.join(kind)
+            for name in folder.child_folders():
+                if f"{kind}/{name}" not in keep:
+                    folder.join(name).remove_tree()

@@ -9,7 +9,6 @@ read back from what it stored (findings, stuck items), as the dashboard shows it
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -330,7 +329,7 @@ class World:
             Binding.objects.filter(pk=self.binding.pk).delete()
             ClusterModel.objects.filter(name=self.name).delete()
             SourceDatabase.objects.filter(name=self.name).delete()
-            shutil.rmtree(reconcile_conf.state_dir() / self.name, ignore_errors=True)
+            reconcile_conf.state_location().join(self.name).remove_tree()
 
 
 def _property(value: object) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 
 from auditor.lib.env import envint, envstr
+from spark_jobs.state_location import StateLocation, StateLocationError
 
 STAGING_TABLE = "reconcile_finding_staging"
 
@@ -22,9 +23,16 @@ def _setting(name: str, default: Any, read_env: Any) -> Any:
     return read_env(name, default) if value is None else value
 
 
-def state_dir() -> Path:
-    """The job's incremental state, one folder per binding (a shared mount on a Spark cluster)."""
-    return Path(_setting("RECONCILE_STATE_DIR", str(settings.BASE_DIR / "var" / "reconcile-state"), envstr))
+def state_location() -> StateLocation:
+    """The job's incremental state, one folder per binding: a local path (local[*]), or where
+    a Spark cluster's driver and executors and this process all reach it (a shared mount, or
+    a URI such as s3a://bucket/reconcile-state; spark_jobs/state_location.py).
+    StateLocationError names a malformed or unsupported value."""
+    value = _setting("RECONCILE_STATE_DIR", str(settings.BASE_DIR / "var" / "reconcile-state"), envstr)
+    try:
+        return StateLocation(value)
+    except StateLocationError as exc:
+        raise StateLocationError(f"RECONCILE_STATE_DIR: {exc}") from exc
 
 
 def run_timeout_seconds() -> int:

@@ -34,6 +34,7 @@ from auditor.pipelines.models import Binding
 from auditor.reconcile import conf
 from spark_jobs.jars import local_jars, package_archive
 from spark_jobs.kafka_security import explain
+from spark_jobs.state_location import StateLocationError
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,15 @@ def failed(error: str, **extra: Any) -> dict[str, Any]:
     return {"status": "failed", "error": error, "counts": {}, "findings": [], **extra}
 
 
+def prepared_state_location() -> str:
+    """RECONCILE_STATE_DIR as the job takes it (a local folder is created; a URI's store
+    creates folders as they are written). StateLocationError names a bad value."""
+    location = conf.state_location()
+    if location.is_local:
+        Path(location.spark().removeprefix("file://")).mkdir(parents=True, exist_ok=True)
+    return location.spark()
+
+
 # --- spark-submit --------------------------------------------------------------------------
 
 
@@ -116,7 +126,9 @@ def spark_submit_path() -> Path:
     return Path(pyspark.__file__).parent / "bin" / "spark-submit"
 
 
-def submit_command(binding_file: Path, output_json: Path, job_run_id: str, full: bool, binding_name: str) -> list[str]:
+def submit_command(
+    binding_file: Path, output_json: Path, job_run_id: str, full: bool, binding_name: str, state: str
+) -> list[str]:
     """The spark-submit command line: paths and names only, never a secret.
 
     The jars and the job's package (zipped beside the binding file) travel with the job, so a
@@ -143,7 +155,7 @@ def submit_command(binding_file: Path, output_json: Path, job_run_id: str, full:
         "--binding-json",
         str(binding_file),
         "--state-dir",
-        str(conf.state_dir()),
+        state,
         "--run-id",
         job_run_id,
         "--output-json",
@@ -204,7 +216,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 def run_spark_submit(job: JobInput, job_run_id: str, full: bool, timeout: float | None = None) -> dict[str, Any]:
     """Run the job through spark-submit; its result JSON, or a failed result explaining why."""
     timeout = timeout or conf.run_timeout_seconds()
-    conf.state_dir().mkdir(parents=True, exist_ok=True)
+    try:
+        state = prepared_state_location()
+    except StateLocationError as exc:
+        return failed(str(exc))
     with tempfile.TemporaryDirectory(prefix="reconcile-") as tmp:  # mode 0700
         folder = Path(tmp)
         binding_file = folder / "binding.json"
@@ -212,7 +227,7 @@ def run_spark_submit(job: JobInput, job_run_id: str, full: bool, timeout: float 
         output = folder / "result.json"
         stdout_path, stderr_path = folder / "stdout.log", folder / "stderr.log"
         try:
-            command = submit_command(binding_file, output, job_run_id, full, job.payload["name"])
+            command = submit_command(binding_file, output, job_run_id, full, job.payload["name"], state)
         except (FileNotFoundError, ImportError) as exc:
             return failed(f"cannot start spark-submit: {exc}")
         log.info("reconcile %s: %s", job.payload["name"], " ".join(command))
@@ -272,10 +287,13 @@ def run_in_process(job: JobInput, job_run_id: str, full: bool) -> dict[str, Any]
         binding = binding_from_dict(job.payload)
     except BindingError as exc:
         return failed(job.scrub(f"BindingError: {exc}"), exit_code=BAD_BINDING_EXIT)
-    conf.state_dir().mkdir(parents=True, exist_ok=True)
+    try:
+        state = prepared_state_location()
+    except StateLocationError as exc:
+        return failed(str(exc))
     spark = build_spark_session(f"reconcile-{binding.name}", master=conf.spark_master())
     options = RunOptions(
-        state_dir=str(conf.state_dir()),
+        state_dir=state,
         full=full,
         run_id=job_run_id,
         max_findings=0,

@@ -18,7 +18,6 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from auditor.pipelines.models import Binding
@@ -26,6 +25,7 @@ from auditor.reconcile import conf
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.stuck.evidence import KeyMemory, LocatedRecord, MissingReport, PartitionState, RecordState, Sighting
 from spark_jobs.kafka_offsets import KafkaReadError, rewritten_partitions
+from spark_jobs.state_location import StateLocation, StateLocationError
 
 CHUNK = 10_000  # keys per database query
 
@@ -37,7 +37,7 @@ class StateUnreadable(RuntimeError):
 def recall(
     binding: Binding,
     keys: Sequence[str],
-    state_root: Path | None = None,
+    state_root: StateLocation | None = None,
     index: IndexRows | None = None,
 ) -> KeyMemory:
     """What earlier runs of `binding` saw of `keys`. A part that cannot be read is named in
@@ -48,10 +48,10 @@ def recall(
     memory = KeyMemory()
     if not keys:
         return memory
-    root = state_root if state_root is not None else conf.state_dir() / binding.name
     try:
+        root = state_root if state_root is not None else conf.state_location().join(binding.name)
         memory.sightings = index.sightings(keys) if index is not None else read_sightings(root, keys)
-    except StateUnreadable as exc:
+    except (StateUnreadable, StateLocationError) as exc:
         memory.reason = str(exc)
     memory.missing = missing_reports(binding, keys)
     return memory
@@ -61,7 +61,7 @@ def recall(
 class IndexRows:
     """Rows of the key index read for some keys, with the state.json they were read by."""
 
-    root: Path
+    root: StateLocation
     meta: dict[str, Any]
     rows: list[dict[str, Any]]
 
@@ -72,21 +72,34 @@ class IndexRows:
         return _sightings(self.root, self.meta, [r for r in self.rows if r["key"] in wanted], sorted(wanted))
 
 
-def read_sightings(root: Path, keys: Iterable[str]) -> dict[str, Sighting]:
+def read_meta(root: StateLocation) -> dict[str, Any] | None:
+    """The state's state.json, None when there is none (no run yet); StateUnreadable when it
+    or its location cannot be read."""
+    meta_file = root.join("state.json")
+    try:
+        if not meta_file.exists():
+            return None
+        meta = json.loads(meta_file.read_text())
+    except (OSError, ValueError) as exc:  # StateLocationError is a ValueError
+        raise StateUnreadable(f"{meta_file} is unreadable: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise StateUnreadable(f"{meta_file} is unreadable: not a JSON object")
+    return meta
+
+
+def read_sightings(root: StateLocation, keys: Iterable[str]) -> dict[str, Sighting]:
     """Per key, its first sighting in the key index; lost sightings override (the record seen
     there was truncated later). An absent state (no run yet) is an empty memory."""
-    meta_path = root / "state.json"
-    if not meta_path.exists():
+    meta = read_meta(root)
+    if meta is None:
         return {}
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise StateUnreadable(f"{meta_path} is unreadable: {exc}") from exc
     wanted = sorted(set(keys))
     return _sightings(root, meta, _rows(root, list(meta.get("key_deltas") or []), wanted), wanted)
 
 
-def _sightings(root: Path, meta: dict[str, Any], rows: list[dict[str, Any]], wanted: list[str]) -> dict[str, Sighting]:
+def _sightings(
+    root: StateLocation, meta: dict[str, Any], rows: list[dict[str, Any]], wanted: list[str]
+) -> dict[str, Sighting]:
     """Per key of the index `rows` (read for `wanted`), its first sighting; the lost sightings
     of `wanted` override."""
     sightings: dict[str, Sighting] = {}
@@ -134,7 +147,7 @@ def indexed_records(
     keys: Sequence[str],
     partitions: dict[int, PartitionState],
     kafka_config: dict[str, Any],
-    state_root: Path | None = None,
+    state_root: StateLocation | None = None,
 ) -> IndexedTopic:
     """What the key index says of `keys` within the offsets the last run read, once the log
     is checked not to have been rewritten there (kafka_offsets.rewritten_partitions).
@@ -142,14 +155,13 @@ def indexed_records(
     Only an index that matches a full read exactly is used: a key with more than one record
     in it (its other positions are not kept) makes the caller read everything.
     """
-    root = state_root if state_root is not None else conf.state_dir() / binding.name
-    meta_path = root / "state.json"
-    if not meta_path.exists():
-        return IndexedTopic(reason="no reconciliation has read this topic yet")
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as exc:
-        return IndexedTopic(reason=f"{meta_path} is unreadable: {exc}")
+        root = state_root if state_root is not None else conf.state_location().join(binding.name)
+        meta = read_meta(root)
+    except (StateUnreadable, StateLocationError) as exc:
+        return IndexedTopic(reason=str(exc))
+    if meta is None:
+        return IndexedTopic(reason="no reconciliation has read this topic yet")
     read_to = {int(p): int(o) for p, o in (meta.get("topic_offsets") or {}).items()}
     checkpoints = {int(p): list(v) for p, v in (meta.get("checkpoints") or {}).items()}
     run_id = meta.get("run_id")
@@ -203,12 +215,13 @@ def indexed_records(
     return found
 
 
-def _seq_coverage(root: Path, relative: str) -> dict[str, list[tuple[int, int]]]:
+def _seq_coverage(root: StateLocation, relative: str) -> dict[str, list[tuple[int, int]]]:
     """The state's seq_coverage: per producer session, the merged sequence intervals read."""
     import pyarrow.dataset as ds  # deferred, as in _rows
 
     try:
-        table = ds.dataset(str(root / relative), format="parquet").to_table(columns=["session", "start", "end"])
+        fs, path = root.join(relative).filesystem()
+        table = ds.dataset(path, filesystem=fs, format="parquet").to_table(columns=["session", "start", "end"])
     except (OSError, ValueError) as exc:
         raise StateUnreadable(f"the sequence coverage under {root} is unreadable: {exc}") from exc
     spans: dict[str, list[tuple[int, int]]] = {}
@@ -218,7 +231,9 @@ def _seq_coverage(root: Path, relative: str) -> dict[str, list[tuple[int, int]]]
     return spans
 
 
-def _rows(root: Path, relatives: list[str], keys: list[str], extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+def _rows(
+    root: StateLocation, relatives: list[str], keys: list[str], extra: Sequence[str] = ()
+) -> list[dict[str, Any]]:
     if not relatives or not keys:
         return []
     import pyarrow.dataset as ds  # deferred: only diagnoses with a reconciliation state need it
@@ -232,7 +247,8 @@ def _rows(root: Path, relatives: list[str], keys: list[str], extra: Sequence[str
     rows: list[dict[str, Any]] = []
     try:
         for relative in relatives:
-            dataset = ds.dataset(str(root / relative), format=parquet)
+            fs, path = root.join(relative).filesystem()
+            dataset = ds.dataset(path, filesystem=fs, format=parquet)
             columns = [c for c in wanted if c in dataset.schema.names]
             table = dataset.to_table(columns=columns, filter=found)
             # Column by column: much faster than Table.to_pylist() building each row's dict.

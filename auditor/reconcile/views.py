@@ -42,6 +42,7 @@ from auditor.reconcile.tasks import queue_run
 from auditor.reconcile.timeline import IN_TOPIC, UNKNOWN, Timeline
 from auditor.stuck.models import StuckItem
 from auditor.vocabulary import FINDING_CAUSES, FINDING_KINDS
+from spark_jobs.state_location import StateLocationError
 
 log = logging.getLogger(__name__)
 
@@ -408,8 +409,8 @@ def _ledger_entries(findings: list[Finding]) -> list[dict[str, Any]]:
 def _key_sighting(binding: Binding, key: str) -> tuple[Any, str]:
     """Where reconciliation first saw this key (its key index), and why it could not tell if not."""
     try:
-        return memory.read_sightings(conf.state_dir() / binding.name, [key]).get(key), ""
-    except memory.StateUnreadable as exc:
+        return memory.read_sightings(conf.state_location().join(binding.name), [key]).get(key), ""
+    except (memory.StateUnreadable, StateLocationError) as exc:
         return None, str(exc)
 
 

@@ -14,43 +14,54 @@ from spark_jobs.reconcile_transform import KEY_INDEX_SCHEMA, RECORD_SCHEMA
 from tests.support.clock import at_second
 
 
-def test_it_reads_an_empty_state_when_nothing_was_committed(spark: SparkSession, tmp_path: Path):
-    store = StateStore(tmp_path, "tickets", "r1")
+@pytest.fixture(params=["path", "file-uri"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
+    """The state dir given as a path or as a file:// URI (the URI path a cluster's shared
+    store takes): both name tmp_path, which the assertions inspect directly."""
+    return tmp_path if request.param == "path" else f"file://{tmp_path}"
+
+
+def test_it_reads_an_empty_state_when_nothing_was_committed(spark: SparkSession, root: str | Path):
+    store = StateStore(root, "tickets", "r1")
     meta = store.read_meta()
     assert meta == StateMeta()
     assert store.dataset(spark, meta, "duplicates").count() == 0
 
 
-def test_it_commits_atomically_and_drops_datasets_of_abandoned_runs(spark: SparkSession, tmp_path: Path):
-    first = StateStore(tmp_path, "tickets", "r1")
+def test_it_commits_atomically_and_drops_datasets_of_abandoned_runs(
+    spark: SparkSession, root: str | Path, tmp_path: Path
+):
+    first = StateStore(root, "tickets", "r1")
     path, _ = first.write_dataset(
         spark.createDataFrame([("a", 0, 1, at_second(1), "s", 0)], RECORD_SCHEMA), "duplicates"
     )
     first.commit(StateMeta(run_id="r1", topic_offsets={0: 5}, datasets={"duplicates": path}))
 
     # A run that fails after writing its datasets never commits: the state stays r1's.
-    failed = StateStore(tmp_path, "tickets", "r2")
+    failed = StateStore(root, "tickets", "r2")
     failed.write_dataset(spark.createDataFrame([], RECORD_SCHEMA), "duplicates")
-    meta = StateStore(tmp_path, "tickets", "r3").read_meta()
+    meta = StateStore(root, "tickets", "r3").read_meta()
     assert (meta.run_id, meta.topic_offsets) == ("r1", {0: 5})
     assertDataFrameEqual(
         first.dataset(spark, meta, "duplicates"),
         spark.createDataFrame([("a", 0, 1, at_second(1), "s", 0)], RECORD_SCHEMA),
     )
 
-    third = StateStore(tmp_path, "tickets", "r3")
+    third = StateStore(root, "tickets", "r3")
     path3, _ = third.write_dataset(spark.createDataFrame([], RECORD_SCHEMA), "duplicates")
     third.commit(StateMeta(run_id="r3", datasets={"duplicates": path3}))
     assert sorted(p.name for p in (tmp_path / "tickets" / "runs").iterdir()) == ["r3"]
+    assert json.loads((tmp_path / "tickets" / "state.json").read_text())["run_id"] == "r3"
+    assert [p.name for p in (tmp_path / "tickets").iterdir() if p.name.endswith(".tmp")] == []
 
 
-def test_it_compacts_key_index_deltas(spark: SparkSession, tmp_path: Path):
+def test_it_compacts_key_index_deltas(spark: SparkSession, root: str | Path):
     deltas = []
     for i in range(COMPACT_AFTER + 1):
-        store = StateStore(tmp_path, "tickets", f"r{i}")
+        store = StateStore(root, "tickets", f"r{i}")
         rows = [("a", 1, 0, i, at_second(i), "s", i, f"r{i}"), (f"k{i}", 2, 1, i, at_second(i), None, None, f"r{i}")]
         deltas.append(store.write_delta(spark.createDataFrame(rows, KEY_INDEX_SCHEMA), "keys", KEY_INDEX_SCHEMA))
-    store = StateStore(tmp_path, "tickets", "last")
+    store = StateStore(root, "tickets", "last")
     compacted = store.compact(spark, deltas, "keys", KEY_INDEX_SCHEMA)
     assert compacted == ["keys/last-compacted"]
     expected = [("a", COMPACT_AFTER + 1, 0, 0, at_second(0), "s", 0, "r0")] + [
@@ -67,3 +78,10 @@ def test_it_refuses_a_state_file_of_another_format(tmp_path: Path):
     (tmp_path / "tickets" / "state.json").write_text(json.dumps({"format": 99}))
     with pytest.raises(StateError, match="--full"):
         StateStore(tmp_path, "tickets", "r1").read_meta()
+
+
+def test_it_names_a_state_location_it_cannot_use():
+    with pytest.raises(StateError, match=r"unsupported scheme 'ftp'"):
+        StateStore("ftp://host/state", "tickets", "r1")
+    with pytest.raises(StateError, match=r"absolute path"):
+        StateStore("file://relative/state", "tickets", "r1")

@@ -101,10 +101,15 @@ class PlainPipeline:
 
 
 @pytest.fixture
-def plain(kafka_bootstrap: str, make_topic, settings, tmp_path: Path) -> Iterator[PlainPipeline]:
+def plain(
+    kafka_bootstrap: str, make_topic, settings, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[PlainPipeline]:
     import os
 
-    settings.RECONCILE_STATE_DIR = str(tmp_path / "state")
+    # The state as a path, or (parametrized) as a URI: the job writes it through Spark's
+    # filesystems and the verdicts read it through pyarrow's, as with an object store.
+    location = getattr(request, "param", "path")
+    settings.RECONCILE_STATE_DIR = str(tmp_path / "state") if location == "path" else f"file://{tmp_path}/state"
     url = os.environ["SOURCE_DATABASE_URL"]
     table = f"mem_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(url, autocommit=True) as conn:
@@ -155,6 +160,7 @@ def diagnose(rule: StuckRule, spark: Any) -> dict[str, tuple[str, str]]:
     return by_engine[1]
 
 
+@pytest.mark.parametrize("plain", ["path", "file-uri"], indirect=True)
 def test_it_names_expired_and_never_produced_items_from_what_a_run_saw(
     plain: PlainPipeline, kafka_admin: AdminClient, spark
 ) -> None:
