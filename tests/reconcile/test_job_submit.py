@@ -116,3 +116,15 @@ def test_it_writes_private_files_readable_by_the_owner_only(tmp_path: Path) -> N
     target = tmp_path / "binding.json"
     job._write_private(target, json.dumps({"a": 1}))
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o600
+
+
+@pytest.mark.parametrize("in_process", [False, True])
+def test_a_state_location_it_cannot_use_fails_the_run_naming_the_setting(
+    fake_submit: Path, secret_binding, settings, in_process: bool
+) -> None:
+    settings.RECONCILE_STATE_DIR = "ftp://files.example/state"
+    job_input = job.job_input(secret_binding)
+    result = (job.run_in_process if in_process else job.run_spark_submit)(job_input, "run-1", full=True)
+    assert result["status"] == "failed"
+    assert result["error"].startswith("RECONCILE_STATE_DIR: state location 'ftp://files.example/state'")
+    assert "unsupported scheme 'ftp'" in result["error"]
