@@ -13,6 +13,7 @@ import random
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -34,7 +35,7 @@ def native_built() -> None:
         )
 
 
-def make(native: bool, factory: FactoryRecorder, **kwargs: Any) -> AuditedProducer:
+def make(native: bool, factory: Callable[[dict[str, Any]], Any], **kwargs: Any) -> AuditedProducer:
     producer = AuditedProducer(
         {"bootstrap.servers": "fake:9092"},
         ledger_topic="ledger",
@@ -149,14 +150,7 @@ def test_each_record_gets_its_own_header_whatever_the_client_keeps(client: Any) 
             return inner
         return cast(FakeProducer, client(dict(config)))
 
-    producer = AuditedProducer(
-        {"bootstrap.servers": "fake:9092"},
-        ledger_topic="ledger",
-        clients_topic="clients",
-        producer_factory=factory,
-        ledger_flush_interval_s=3600,
-        native=True,
-    )
+    producer = make(True, factory)
     for i in range(50):
         producer.produce("t", b"v%d" % i)
     inner = cast(FakeProducer, producer._producer)
