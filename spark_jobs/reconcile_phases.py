@@ -378,7 +378,12 @@ def update_state(
     # Every key this run touched, joined once with what the state knew of it: the key-level
     # datasets and both deltas are filters of it.
     touched = persist(transform_touched_keys(transform_key_stats(records), inputs.window_rows))
-    keys = transform_key_table(touched, old_index, inputs.old_source, plan.broadcast_new)
+    key_range = None
+    if plan.broadcast_new and not (is_empty_plan(old_index) and is_empty_plan(inputs.old_source)):
+        # A small run against a large state: its keys' range lets the state scans skip row groups.
+        low, high = touched.agg(F.min("key"), F.max("key")).first() or (None, None)
+        key_range = (str(low), str(high)) if low is not None and high is not None else None
+    keys = transform_key_table(touched, old_index, inputs.old_source, plan.broadcast_new, key_range)
     if not (is_empty_plan(old_index) and is_empty_plan(inputs.old_source)):
         keys = persist(keys)  # else a projection of `touched`: nothing to spare by a second copy
     keep("duplicates", duplicates_of(keys, records, old("duplicates")))

@@ -117,6 +117,12 @@ class StateMeta:
         )
 
 
+def _sorted_by_key(df: DataFrame) -> DataFrame:
+    # Within each partition only: no shuffle, and free when the plan's output is already
+    # sorted by key (a sort-merge join's is; Spark drops the redundant sort).
+    return df.sortWithinPartitions("key")
+
+
 class StateStore:
     """One binding's state folder (a local path or a URI, see state_location)."""
 
@@ -160,8 +166,11 @@ class StateStore:
         return relative, self._read(df.sparkSession, relative, DATASETS[name])
 
     def write_delta(self, df: DataFrame, kind: str, schema: StructType, suffix: str = "") -> str:
+        """Write a key-level delta sorted by key within each file: its row groups' key ranges
+        then barely overlap, and a run looking up a range of keys skips the others
+        (transform_key_table's key_range)."""
         relative = f"{kind}/{self.run_id}{suffix}"
-        df.select(*schema.fieldNames()).write.mode("overwrite").parquet(self.root.spark(relative))
+        _sorted_by_key(df.select(*schema.fieldNames())).write.mode("overwrite").parquet(self.root.spark(relative))
         return relative
 
     def compact(self, spark: SparkSession, relatives: list[str], kind: str, schema: StructType) -> list[str]:
@@ -181,7 +190,7 @@ class StateStore:
         else:
             merged = merged.groupBy("key").agg(F.min("created").alias("created"))
         relative = f"{kind}/{self.run_id}-compacted"
-        merged.select(*schema.fieldNames()).write.mode("overwrite").parquet(self.root.spark(relative))
+        _sorted_by_key(merged.select(*schema.fieldNames())).write.mode("overwrite").parquet(self.root.spark(relative))
         return [relative]
 
     def commit(self, meta: StateMeta) -> None:

@@ -91,6 +91,7 @@ def transform_key_table(
     old_index: DataFrame,
     old_source: DataFrame,
     broadcast_new: bool = False,
+    key_range: tuple[str, str] | None = None,
 ) -> DataFrame:
     """The touched keys (transform_touched_keys) with what the state knew of them: n_old and
     first_old (earlier runs' key index), known_source (an earlier run saw its source row).
@@ -98,7 +99,16 @@ def transform_key_table(
     The key-level datasets (duplicates, pending rows, orphans, both deltas) are filters of
     this one table, so the state is read once, semi-joined with every new key together.
     On records and rows already partitioned by key the join needs no shuffle of its own.
+
+    key_range: the lowest and highest touched key, when known. The state's deltas are
+    written sorted by key (StateStore), so Parquet skips the row groups outside the range
+    before the join: new items mostly get new, increasing ids, and an incremental run then
+    reads a sliver of a large index instead of all of it. It only narrows what the joins
+    would keep anyway.
     """
+    if key_range is not None:
+        within = F.col("key").between(F.lit(key_range[0]), F.lit(key_range[1]))
+        old_index, old_source = old_index.where(within), old_source.where(within)
     keys = _maybe_broadcast(touched.select("key"), broadcast_new)
     old_counts = (
         old_index.join(keys, "key", "left_semi")

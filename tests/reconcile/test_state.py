@@ -85,3 +85,23 @@ def test_it_names_a_state_location_it_cannot_use():
         StateStore("ftp://host/state", "tickets", "r1")
     with pytest.raises(StateError, match=r"absolute path"):
         StateStore("file://relative/state", "tickets", "r1")
+
+
+def test_it_writes_deltas_sorted_by_key_in_each_file(spark: SparkSession, tmp_path: Path):
+    import random
+
+    import pyarrow.parquet as pq
+
+    keys = [f"k{i:05d}" for i in range(2000)]
+    random.Random(3).shuffle(keys)
+    rows = [(k, 1, 0, i, at_second(i % 50), "s", i, "r1") for i, k in enumerate(keys)]
+    frame = spark.createDataFrame(rows, KEY_INDEX_SCHEMA).repartition(3)
+    relative = StateStore(tmp_path, "tickets", "r1").write_delta(frame, "keys", KEY_INDEX_SCHEMA)
+    files = sorted((tmp_path / "tickets" / relative).glob("*.parquet"))
+    assert files
+    seen: list[str] = []
+    for file in files:
+        written = pq.read_table(file, columns=["key"]).column("key").to_pylist()
+        assert written == sorted(written), file.name
+        seen += written
+    assert sorted(seen) == sorted(keys)

@@ -442,6 +442,37 @@ def test_it_keeps_every_record_of_keys_duplicated_across_runs(spark: SparkSessio
     assertDataFrameEqual(actual, expected)
 
 
+def test_a_key_range_narrows_the_state_scans_without_changing_the_key_table(spark: SparkSession):
+    from spark_jobs.reconcile_transform import transform_key_table, transform_touched_keys
+
+    old_index = spark.createDataFrame(
+        [
+            ("a", 1, 0, 1, at_second(1), "p1", 1, "r1"),
+            ("b", 2, 0, 2, at_second(2), "p1", 2, "r1"),
+            ("d", 1, 1, 3, at_second(3), "p1", 3, "r1"),
+        ],
+        KEY_INDEX_SCHEMA,
+    )
+    old_source = spark.createDataFrame([("b", at_second(0)), ("e", at_second(0))], SOURCE_ROW_SCHEMA)
+    new = records(spark, ("b", 0, 20, at_second(20), "p9", 0), ("c", 1, 21, at_second(21), "p9", 1))
+    window = spark.createDataFrame([("c", at_second(5))], SOURCE_ROW_SCHEMA)
+    touched = transform_touched_keys(transform_key_stats(new), window)
+
+    def table(key_range: tuple[str, str] | None) -> list[tuple[Any, ...]]:
+        rows = transform_key_table(touched, old_index, old_source, True, key_range).collect()
+        return sorted(
+            (r["key"], r["n"], r["n_old"], r["first_old"]["offset"] if r["first_old"] else None, r["known_source"])
+            for r in rows
+        )
+
+    # By hand: b was indexed once before (2 records, first at offset 2) and its row seen; c is new.
+    expected = [("b", 1, 2, 2, True), ("c", 1, None, None, None)]
+    assert table(None) == expected
+    assert table(("b", "c")) == expected
+    # The range does filter the state: one that misses b loses what was known of it.
+    assert table(("c", "c")) == [("b", 1, None, None, None), ("c", 1, None, None, None)]
+
+
 # ------------------------------------------------------------------ orphans -----------
 
 
