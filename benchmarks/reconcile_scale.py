@@ -17,7 +17,8 @@ application re-sends). Then, in one SparkSession:
    incremental run over them, checked too.
 
 Prints the timings, records/s, the driver's peak memory (the JVM's peak resident set,
-which in local mode includes the executors, its heap peak, and the Python driver's), and
+which in local mode includes the executors, its heap pools' peaks summed (an upper bound of the
+heap's peak), and the Python driver's), and
 as its last line ``full_vs_scan=<x> incremental_vs_full=<y>``. The table, the topic and the
 state are removed at the end.
 """
@@ -185,7 +186,9 @@ def findings(result: dict[str, Any]) -> str:
 
 
 def jvm_memory(spark: SparkSession) -> tuple[int, int, int]:
-    """(peak resident set of the driver JVM, its heap pools' peak use, max heap), in bytes."""
+    """(peak resident set of the driver JVM, the sum of its heap pools' peak uses, max heap), in
+    bytes. The pools (eden, survivor, old) peak at different moments, so the sum bounds the
+    heap's peak from above and can exceed the maximum heap."""
     jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
     pid = int(jvm.java.lang.ProcessHandle.current().pid())
     hwm = 0
@@ -279,7 +282,8 @@ def main() -> int:
         hwm, heap_peak, heap_max = jvm_memory(spark)
         python_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         print(
-            f"peak driver memory: JVM resident {mib(hwm)} (heap peak {mib(heap_peak)} of {mib(heap_max)} max; "
+            f"peak driver memory: JVM resident {mib(hwm)} (heap pools' peaks summed {mib(heap_peak)}, an upper bound; "
+            f"max heap {mib(heap_max)}; "
             f"local mode: executors included), Python {mib(python_peak)}"
         )
         print(f"full_vs_scan={full_s / scan_s:.2f} incremental_vs_full={incremental_s / full_s:.3f}")
