@@ -68,7 +68,7 @@ from spark_jobs.reconcile_phases import (
     shuffle_partitions_for,
     update_state,
 )
-from spark_jobs.reconcile_transform import RECORD_COUNTS, UNVERIFIABLE, is_empty_plan
+from spark_jobs.reconcile_transform import is_empty_plan
 
 
 def findings_rows(findings: DataFrame, limit: int) -> tuple[list[dict[str, Any]], bool]:
@@ -144,10 +144,9 @@ def _run_phases(
     new = update_state(spark, plan, inputs, persist, laps)
     current = new.keep("findings", find_all(plan, inputs, new))
     flagged = flag_new(spark, plan, current)
-    counts, new_count = count_findings(plan, inputs, new, flagged)
-    # With no rows wanted (the worker loads findings through JDBC), the counts say whether
+    counts, new_count, found = count_findings(plan, inputs, new, flagged)
+    # With no rows wanted (the worker loads findings through JDBC), the count says whether
     # any were left out: no job to sort them.
-    found = sum(n for kind, n in counts.items() if kind not in RECORD_COUNTS and kind != UNVERIFIABLE)
     rows, truncated = findings_rows(flagged, options.max_findings) if options.max_findings > 0 else ([], found > 0)
     if options.output_jdbc_url:
         load_findings_jdbc(flagged, plan.run_id, options.output_jdbc_url, options.findings_table)

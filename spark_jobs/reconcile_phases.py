@@ -378,13 +378,14 @@ def update_state(
     # Every key this run touched, joined once with what the state knew of it: the key-level
     # datasets and both deltas are filters of it.
     touched = persist(transform_touched_keys(transform_key_stats(records), inputs.window_rows))
+    has_state = not (is_empty_plan(old_index) and is_empty_plan(inputs.old_source))
     key_range = None
-    if plan.broadcast_new and not (is_empty_plan(old_index) and is_empty_plan(inputs.old_source)):
+    if plan.broadcast_new and has_state:
         # A small run against a large state: its keys' range lets the state scans skip row groups.
         low, high = touched.agg(F.min("key"), F.max("key")).first() or (None, None)
         key_range = (str(low), str(high)) if low is not None and high is not None else None
     keys = transform_key_table(touched, old_index, inputs.old_source, plan.broadcast_new, key_range)
-    if not (is_empty_plan(old_index) and is_empty_plan(inputs.old_source)):
+    if has_state:
         keys = persist(keys)  # else a projection of `touched`: nothing to spare by a second copy
     keep("duplicates", duplicates_of(keys, records, old("duplicates")))
     keep("pending_source", pending_of(keys, old("pending_source")))
@@ -489,14 +490,17 @@ def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFram
     )
 
 
-def count_findings(plan: RunPlan, inputs: RunInputs, new: RunState, flagged: DataFrame) -> tuple[dict[str, int], int]:
-    """Findings per kind, the rows that could not be checked and the header counts; and how
-    many findings are new (flagged: flag_new's output)."""
+def count_findings(
+    plan: RunPlan, inputs: RunInputs, new: RunState, flagged: DataFrame
+) -> tuple[dict[str, int], int, int]:
+    """Findings per kind, the rows that could not be checked and the header counts; how many
+    findings are new, and how many there are (flagged: flag_new's output)."""
     counts = dict.fromkeys(FINDING_KINDS, 0)
-    new_count = 0
+    new_count = found = 0
     for row in flagged.groupBy("kind", "is_new").count().collect():
         counts[row["kind"]] = counts.get(row["kind"], 0) + row["count"]
         new_count += row["count"] if row["is_new"] else 0
+        found += row["count"]
     until = inputs.unverifiable_until
     # Nothing is unverifiable while no record was ever deleted unread (no job to say so).
     counts[UNVERIFIABLE] = (
@@ -510,7 +514,7 @@ def count_findings(plan: RunPlan, inputs: RunInputs, new: RunState, flagged: Dat
             "and cannot be checked: the topic no longer holds records that old"
         )
     # Not findings: the records this run read whose audit headers were absent or undecodable.
-    return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}, new_count
+    return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}, new_count, found
 
 
 def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: RunState) -> None:

@@ -52,15 +52,21 @@ class StateLocation:
             if match and not path.startswith("/"):
                 raise StateLocationError(f"state location {text!r}: a file:// URI needs an absolute path (file:///…)")
             self._local: Path | None = Path(path).absolute()
-            self.uri = str(self._local) if not match else f"file://{self._local}"
+            self._remote = ""
         elif self.scheme in ARROW_SCHEMES:
-            self._local = None
-            self.uri = text.rstrip("/")
+            self._local, self._remote = None, text.rstrip("/")
         else:
             raise StateLocationError(
                 f"state location {text!r}: unsupported scheme {self.scheme!r} "
                 f"(a path, file://, or one of {', '.join(sorted(ARROW_SCHEMES))})"
             )
+
+    @property
+    def uri(self) -> str:
+        """The location as given: a path, a file:// URI, or a store's URI."""
+        if self._local is None:
+            return self._remote
+        return f"file://{self._local}" if self.scheme == "file" else str(self._local)
 
     def __str__(self) -> str:
         return self.uri
@@ -69,20 +75,24 @@ class StateLocation:
         return f"StateLocation({self.uri!r})"
 
     @property
+    def local_path(self) -> Path | None:
+        """The folder on this machine, None for a store."""
+        return self._local
+
+    @property
     def is_local(self) -> bool:
         return self._local is not None
 
     def join(self, *parts: str) -> StateLocation:
         """The location of `parts` below this one (relative names, '/'-separated)."""
         child = StateLocation.__new__(StateLocation)
-        child.scheme = self.scheme
         relative = "/".join(p.strip("/") for p in parts if p.strip("/"))
-        if self._local is not None:
-            child._local = self._local / relative if relative else self._local
-            child.uri = str(child._local) if self.scheme == "" else f"file://{child._local}"
-        else:
-            child._local = None
-            child.uri = f"{self.uri}/{relative}" if relative else self.uri
+        child.scheme, child._local, child._remote = self.scheme, self._local, self._remote
+        if relative:
+            if self._local is not None:
+                child._local = self._local / relative
+            else:
+                child._remote = f"{self._remote}/{relative}"
         return child
 
     def spark(self, relative: str = "") -> str:

@@ -274,11 +274,8 @@ class AuditedConsumer(ConsumerWrapper):
 
     # --- introspection -------------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
-        if self._marker is None:
-            return {"processed_ranges": self._processed, "marks_pending": len(self._held), **self._ledger.stats()}
-        return {
-            "processed_ranges": self._processed,
-            "marks_pending": len(self._marker),
-            "runs_pending": self._marker.runs_waiting(),
-            **self._ledger.stats(),
-        }
+        marker = self._marker
+        pending = {"marks_pending": len(self._held)} if marker is None else {
+            "marks_pending": len(marker), "runs_pending": marker.runs_waiting()
+        }  # fmt: skip
+        return {"processed_ranges": self._processed, **pending, **self._ledger.stats()}

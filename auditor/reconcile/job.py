@@ -112,9 +112,9 @@ def prepared_state_location() -> str:
     """RECONCILE_STATE_DIR as the job takes it (a local folder is created; a URI's store
     creates folders as they are written). StateLocationError names a bad value."""
     location = conf.state_location()
-    if location.is_local:
-        Path(location.spark().removeprefix("file://")).mkdir(parents=True, exist_ok=True)
-    return location.spark()
+    if location.local_path is not None:
+        location.local_path.mkdir(parents=True, exist_ok=True)
+    return location.uri
 
 
 # --- spark-submit --------------------------------------------------------------------------
