@@ -335,6 +335,31 @@ def extract_source_columns(spark: SparkSession, binding: Binding) -> tuple[str, 
     return f'"{schema}"."{table}"', columns
 
 
+def source_key_unique(spark: SparkSession, binding: Binding, table: str, columns: dict[str, str]) -> bool:
+    """True when PostgreSQL guarantees one row per key: a valid unique index (a primary key or
+    a unique constraint or index) on exactly the key column, without predicate or expression.
+
+    Then the source rows need no grouping by key: a window read by key ranges returns each key
+    at most once. Read from pg_catalog, which any user may read (information_schema shows
+    constraints only to a table's owner). Any other database, or a key the catalog cannot
+    vouch for, answers False and the rows are grouped as before.
+    """
+    url, _ = jdbc_url_and_properties(binding.source_url)
+    if not url.startswith("jdbc:postgresql:"):
+        return False
+    key = _actual_column(columns, binding.key_column).replace("'", "''")
+    quoted = table.replace("'", "''")  # '"schema"."table"' from extract_source_columns
+    row = _jdbc_query(
+        spark,
+        binding,
+        "select count(*) as n from pg_catalog.pg_index i join pg_catalog.pg_attribute a "
+        "on a.attrelid = i.indrelid and a.attnum = i.indkey[0] "
+        f"where i.indrelid = '{quoted}'::regclass and i.indisunique and i.indisvalid "
+        f"and i.indnkeyatts = 1 and i.indpred is null and i.indexprs is null and a.attname = '{key}'",
+    ).collect()[0]
+    return bool(row["n"])
+
+
 def _actual_column(columns: dict[str, str], wanted: str) -> str:
     return next(c for c in columns if c.lower() == wanted.lower())
 

@@ -29,6 +29,7 @@ from spark_jobs.reconcile_extract import (
     find_rewritten_partitions,
     loss_horizon,
     lost_warnings,
+    source_key_unique,
     summarize_partitions,
 )
 from spark_jobs.reconcile_state import DATASETS, StateMeta, StateStore
@@ -302,7 +303,10 @@ def extract_inputs(
 
     table, columns = extract_source_columns(spark, binding)
     window_rows = transform_source_rows(
-        extract_source(spark, binding, table, columns, plan.lower, plan.upper), "audit_key", "audit_created"
+        extract_source(spark, binding, table, columns, plan.lower, plan.upper),
+        "audit_key",
+        "audit_created",
+        unique=source_key_unique(spark, binding, table, columns),
     )
     laps("source_query")
     old_source = plan.store.deltas(spark, meta.source_deltas, SOURCE_ROW_SCHEMA)

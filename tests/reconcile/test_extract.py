@@ -73,3 +73,57 @@ def test_it_names_a_missing_column_and_lists_the_real_ones(spark: SparkSession, 
         match=r"unknown column 'ticket_no' \(key_column\) in table public\.ext_\w+; it has: id, createdAt, note",
     ):
         reconcile.extract_source_columns(spark, broken)
+
+
+@pytest.mark.parametrize(
+    ("ddl", "unique"),
+    [
+        ("ALTER TABLE {t} ADD PRIMARY KEY (id)", True),
+        ("ALTER TABLE {t} ADD CONSTRAINT {t}_u UNIQUE (id)", True),
+        ("CREATE UNIQUE INDEX ON {t} (id)", True),
+        ("CREATE INDEX ON {t} (id)", False),  # not unique
+        ("CREATE UNIQUE INDEX ON {t} (id, note)", False),  # unique only with another column
+        ("CREATE UNIQUE INDEX ON {t} (id) WHERE note = 'x'", False),  # partial
+        ("CREATE UNIQUE INDEX ON {t} ((id + 0))", False),  # an expression, not the column
+        ("ALTER TABLE {t} ADD PRIMARY KEY (note)", False),  # another column
+        (None, False),
+    ],
+)
+def test_the_catalog_vouches_for_one_row_per_key_only_through_a_unique_index_on_the_key_alone(
+    spark: SparkSession, source_database_url: str, ddl: str | None, unique: bool
+):
+    table = f"uniq_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f'CREATE TABLE {table} (id bigint, "createdAt" timestamptz, note text NOT NULL)')
+        if ddl:
+            conn.execute(ddl.format(t=table))
+    binding = binding_from_dict(
+        {
+            "name": "uniq",
+            "topic": "t",
+            "bootstrap_servers": "127.0.0.1:1",
+            "source_url": source_database_url,
+            "table": table,
+            "key_column": "ID",  # matched as the database spells it
+            "created_column": "createdAt",
+        }
+    )
+    try:
+        table_name, columns = reconcile.extract_source_columns(spark, binding)
+        assert reconcile.source_key_unique(spark, binding, table_name, columns) is unique
+    finally:
+        with psycopg.connect(source_database_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE {table}")
+
+
+def test_rows_the_catalog_does_not_vouch_for_are_grouped_by_key(spark: SparkSession):
+    from spark_jobs.reconcile_parsing import transform_source_rows
+
+    t0 = datetime(2024, 1, 1)
+    raw = spark.createDataFrame(
+        [(1, t0 + timedelta(minutes=2)), (1, t0), (2, t0), (None, t0)], "audit_key long, audit_created timestamp"
+    )
+    grouped = sorted(tuple(r) for r in transform_source_rows(raw, "audit_key", "audit_created").collect())
+    assert grouped == [("1", t0), ("2", t0)]  # the earliest row of a repeated key, no null key
+    vouched = transform_source_rows(raw.where("audit_key = 2"), "audit_key", "audit_created", unique=True)
+    assert [tuple(r) for r in vouched.collect()] == [("2", t0)]
