@@ -150,3 +150,9 @@ def test_it_never_puts_the_password_anywhere_but_the_jaas_line() -> None:
         {"security.protocol": "SASL_SSL", "sasl.mechanisms": "PLAIN", "sasl.username": "u", "sasl.password": "pw-42"},
     )
     assert [key for key, value in options.items() if "pw-42" in value] == ["kafka.sasl.jaas.config"]
+
+
+def test_bounded_reads_do_not_let_the_broker_hold_a_fetch_at_the_log_end() -> None:
+    # The job's reads end at offsets it chose; a fetch there waiting for new records (the
+    # client's 500 ms default) only delays each task.
+    assert java_kafka_options("b:1", {})["kafka.fetch.max.wait.ms"] == "10"
