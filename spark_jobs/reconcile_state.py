@@ -143,8 +143,15 @@ class StateStore:
             if not meta.exists():
                 return StateMeta()
             return StateMeta.from_json(json.loads(meta.read_text()))
-        except (OSError, ValueError) as exc:
-            raise StateError(f"state file {meta} is unreadable ({exc}); run with --full") from exc
+        except OSError as exc:
+            # Unreachable (an object store or mount down, no permission): the state is likely
+            # intact, and --full would throw away the memory earlier runs built.
+            raise StateError(
+                f"state file {meta} cannot be read ({exc}); the state was left as it is: make the state "
+                "location reachable to this driver and run again"
+            ) from exc
+        except ValueError as exc:
+            raise StateError(f"state file {meta} is corrupt ({exc}); run with --full to start over") from exc
 
     def _read(self, spark: SparkSession, relative: str | None, schema: StructType) -> DataFrame:
         if not relative:

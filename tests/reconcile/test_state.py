@@ -80,6 +80,16 @@ def test_it_refuses_a_state_file_of_another_format(tmp_path: Path):
         StateStore(tmp_path, "tickets", "r1").read_meta()
 
 
+def test_a_state_it_cannot_reach_is_not_called_corrupt_nor_given_up(root: str | Path, tmp_path: Path):
+    # state.json a directory: reading it fails with an I/O error, as an unreachable store or
+    # mount does. Starting over (--full) would throw away what earlier runs saw.
+    (tmp_path / "tickets" / "state.json").mkdir(parents=True)
+    with pytest.raises(StateError, match=r"cannot be read .*left as it is") as caught:
+        StateStore(root, "tickets", "r1").read_meta()
+    assert "--full" not in str(caught.value)
+    assert (tmp_path / "tickets" / "state.json").is_dir()
+
+
 def test_it_names_a_state_location_it_cannot_use():
     with pytest.raises(StateError, match=r"unsupported scheme 'ftp'"):
         StateStore("ftp://host/state", "tickets", "r1")
