@@ -127,3 +127,29 @@ def test_rows_the_catalog_does_not_vouch_for_are_grouped_by_key(spark: SparkSess
     assert grouped == [("1", t0), ("2", t0)]  # the earliest row of a repeated key, no null key
     vouched = transform_source_rows(raw.where("audit_key = 2"), "audit_key", "audit_created", unique=True)
     assert [tuple(r) for r in vouched.collect()] == [("2", t0)]
+
+
+def test_it_summarizes_each_partition_from_its_records(spark: SparkSession):
+    at = [datetime(2024, 1, 1, 0, 0, s) for s in range(6)]
+    records = spark.createDataFrame(
+        [
+            # partition 0: offsets out of order, the last one's timestamp earlier than another's
+            ("a", 0, 7, at[3], "ok"),
+            ("b", 0, 5, at[1], "missing"),
+            (None, 0, 9, at[2], "malformed"),
+            ("c", 0, 8, at[5], "ok"),
+            # partition 3: one record
+            ("d", 3, 0, at[4], "ok"),
+        ],
+        "key string, partition int, offset long, timestamp timestamp, header_status string",
+    )
+    summary = reconcile.summarize_partitions(records)
+    ms = [int(moment.replace(tzinfo=UTC).timestamp() * 1000) for moment in at]
+    assert summary == {
+        0: reconcile.PartitionSummary(
+            4, 3, {"records_without_headers": 1, "records_malformed_headers": 1}, (9, ms[2]), ms[1]
+        ),
+        3: reconcile.PartitionSummary(
+            1, 1, {"records_without_headers": 0, "records_malformed_headers": 0}, (0, ms[4]), ms[4]
+        ),
+    }
