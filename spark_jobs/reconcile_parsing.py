@@ -49,26 +49,29 @@ def _audit_v2_values() -> Column:
     return F.transform(matches, lambda h: h["value"])
 
 
+def _v2_value_ok(value: Column) -> Column:
+    """v2: one `audit` header value (binary) of this version and at least its size."""
+    return (F.length(value) >= AUDIT_V2_SIZE) & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x02")))
+
+
 def _v2_valid(v2: Column) -> Column:
     """v2: the values of the record's `audit` headers (binary)."""
-    value = F.get(v2, 0)
-    return (
-        (F.size(F.array_distinct(v2)) == 1)
-        & (F.length(value) >= AUDIT_V2_SIZE)
-        & (F.substring(value, 1, 1) == F.lit(bytearray(b"\x02")))
-    )
+    return (F.size(F.array_distinct(v2)) == 1) & _v2_value_ok(F.get(v2, 0))
 
 
-def _session_of(v2: Column, pids: Column) -> Column:
-    """v2: `audit` header values; pids: `audit-pid` header values (text)."""
+def _session_of(v2: Column, pids: Column, valid: Column | None = None) -> Column:
+    """v2: `audit` header values; pids: `audit-pid` header values (text); valid: _v2_valid(v2)
+    when the caller has it already."""
     session = F.lower(F.hex(F.substring(F.get(v2, 0), 2, 16)))
-    return F.when(F.size(v2) > 0, F.when(_v2_valid(v2), session)).otherwise(F.get(pids, 0))
+    valid = _v2_valid(v2) if valid is None else valid
+    return F.when(F.size(v2) > 0, F.when(valid, session)).otherwise(F.get(pids, 0))
 
 
-def _seq_of(v2: Column, seqs: Column) -> Column:
-    """v2: `audit` header values; seqs: `audit-seq` header values (text)."""
+def _seq_of(v2: Column, seqs: Column, valid: Column | None = None) -> Column:
+    """v2: `audit` header values; seqs: `audit-seq` header values (text); valid: as _session_of."""
     seq = F.conv(F.hex(F.substring(F.get(v2, 0), 18, 8)), 16, 10).try_cast("long")
-    return F.when(F.size(v2) > 0, F.when(_v2_valid(v2), seq)).otherwise(F.get(seqs, 0).try_cast("long"))
+    valid = _v2_valid(v2) if valid is None else valid
+    return F.when(F.size(v2) > 0, F.when(valid, seq)).otherwise(F.get(seqs, 0).try_cast("long"))
 
 
 def audit_session() -> Column:
@@ -169,16 +172,24 @@ def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
             .alias(f"_{name}")
             for i, name in enumerate(AUDIT_HEADERS)
         ],
-        F.when(v1, 1).when(count == 0, 0).otherwise(-1).alias("_form"),
+        F.when(v1, 1).when(v2, 2).when(count == 0, 0).otherwise(-1).alias("_form"),
     )
     v2 = F.col("_v2")
     values = {name: F.col(f"_{name}") for name in AUDIT_HEADERS}
-    # The status of a record read by position needs no check of repeated headers: each array
-    # holds one value. Only other records pay for the general rules (~2 s per 10M here).
+    # A record read by position needs no check of repeated headers: each array holds one
+    # value. Only other records pay for the general rules (~2 s per 10M records each of v1's
+    # status and v2's session, seq and status here).
+    form = F.col("_form")
     first = {name: F.get(v, 0) for name, v in values.items()}
+    v2_valid = F.when(form == 2, _v2_value_ok(F.get(v2, 0))).otherwise(_v2_valid(v2))
+    ok_or_malformed = {
+        1: F.when(_v1_decodable(first), F.lit(HEADERS_OK)).otherwise(F.lit(HEADERS_MALFORMED)),
+        2: F.when(v2_valid, F.lit(HEADERS_OK)).otherwise(F.lit(HEADERS_MALFORMED)),
+    }
     status = (
-        F.when(F.col("_form") == 1, F.when(_v1_decodable(first), F.lit(HEADERS_OK)).otherwise(F.lit(HEADERS_MALFORMED)))
-        .when(F.col("_form") == 0, F.lit(HEADERS_MISSING))
+        F.when(form == 1, ok_or_malformed[1])
+        .when(form == 2, ok_or_malformed[2])
+        .when(form == 0, F.lit(HEADERS_MISSING))
         .otherwise(_header_status_of(v2, values))
     )
     return found.select(
@@ -186,8 +197,8 @@ def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
         "partition",
         "offset",
         "timestamp",
-        _session_of(v2, values["audit-pid"]).alias("session"),
-        _seq_of(v2, values["audit-seq"]).alias("seq"),
+        _session_of(v2, values["audit-pid"], v2_valid).alias("session"),
+        _seq_of(v2, values["audit-seq"], v2_valid).alias("seq"),
         status.alias("header_status"),
     )
 
