@@ -99,13 +99,16 @@ def _header_status_of(v2: Column, values: dict[str, Column]) -> Column:
     single = [F.size(F.array_distinct(v)) == 1 for v in values.values()]
     first = {name: F.get(v, 0) for name, v in values.items()}
     none_present = ~_any(present)
-    valid = F.coalesce(_all([*single, _v1_decodable(first)]), F.lit(False))
     return (
-        F.when(F.size(v2) > 0, F.when(_v2_valid(v2), F.lit(HEADERS_OK)).otherwise(F.lit(HEADERS_MALFORMED)))
+        F.when(F.size(v2) > 0, _ok_if(_v2_valid(v2)))
         .when(none_present, F.lit(HEADERS_MISSING))
-        .when(valid, F.lit(HEADERS_OK))
-        .otherwise(F.lit(HEADERS_MALFORMED))
+        .otherwise(_ok_if(_all([*single, _v1_decodable(first)])))
     )
+
+
+def _ok_if(valid: Column) -> Column:
+    """`ok` where valid holds, else (false or null) `malformed`."""
+    return F.when(valid, F.lit(HEADERS_OK)).otherwise(F.lit(HEADERS_MALFORMED))
 
 
 def _v1_decodable(first: dict[str, Column]) -> Column:
@@ -135,6 +138,11 @@ def _all(conditions: Sequence[Column]) -> Column:
     for condition in conditions[1:]:
         result = result & condition
     return result
+
+
+# How transform_records found a record's audit headers: the four v1 headers in order, the one
+# v2 header, none at all, or any other way (searched for by name).
+_FORM_V1, _FORM_V2, _FORM_NONE, _FORM_OTHER = 1, 2, 0, -1
 
 
 def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
@@ -172,7 +180,7 @@ def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
             .alias(f"_{name}")
             for i, name in enumerate(AUDIT_HEADERS)
         ],
-        F.when(v1, 1).when(v2, 2).when(count == 0, 0).otherwise(-1).alias("_form"),
+        F.when(v1, _FORM_V1).when(v2, _FORM_V2).when(count == 0, _FORM_NONE).otherwise(_FORM_OTHER).alias("_form"),
     )
     v2 = F.col("_v2")
     values = {name: F.col(f"_{name}") for name in AUDIT_HEADERS}
@@ -181,15 +189,11 @@ def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
     # status and v2's session, seq and status here).
     form = F.col("_form")
     first = {name: F.get(v, 0) for name, v in values.items()}
-    v2_valid = F.when(form == 2, _v2_value_ok(F.get(v2, 0))).otherwise(_v2_valid(v2))
-    ok_or_malformed = {
-        1: F.when(_v1_decodable(first), F.lit(HEADERS_OK)).otherwise(F.lit(HEADERS_MALFORMED)),
-        2: F.when(v2_valid, F.lit(HEADERS_OK)).otherwise(F.lit(HEADERS_MALFORMED)),
-    }
+    v2_valid = F.when(form == _FORM_V2, _v2_value_ok(F.get(v2, 0))).otherwise(_v2_valid(v2))
     status = (
-        F.when(form == 1, ok_or_malformed[1])
-        .when(form == 2, ok_or_malformed[2])
-        .when(form == 0, F.lit(HEADERS_MISSING))
+        F.when(form == _FORM_V1, _ok_if(_v1_decodable(first)))
+        .when(form == _FORM_V2, _ok_if(v2_valid))
+        .when(form == _FORM_NONE, F.lit(HEADERS_MISSING))
         .otherwise(_header_status_of(v2, values))
     )
     return found.select(

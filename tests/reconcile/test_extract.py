@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs import reconcile_extract as reconcile
 from spark_jobs.binding import Binding, BindingError, binding_from_dict
+from spark_jobs.reconcile_parsing import transform_source_rows
 
 pytestmark = pytest.mark.integration
 
@@ -117,8 +118,6 @@ def test_the_catalog_vouches_for_one_row_per_key_only_through_a_unique_index_on_
 
 
 def test_rows_the_catalog_does_not_vouch_for_are_grouped_by_key(spark: SparkSession):
-    from spark_jobs.reconcile_parsing import transform_source_rows
-
     t0 = datetime(2024, 1, 1)
     raw = spark.createDataFrame(
         [(1, t0 + timedelta(minutes=2)), (1, t0), (2, t0), (None, t0)], "audit_key long, audit_created timestamp"
