@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, ResourceType
 
 from auditor.lint.engine.errors import LintInputError
 from auditor.lint.engine.linter import lint
-from auditor.lint.engine.terms import LintContext, LintResult
+from auditor.lint.engine.terms import LintContext, LintResult, Overtaken
 
 
 def _described(admin: AdminClient, resources: list[ConfigResource], timeout: float) -> dict[str, dict[str, Any]]:
@@ -67,6 +67,7 @@ def lint_live_cluster(
     topics: Iterable[str] | None = None,
     consumer_lag_seconds: float | Mapping[str, float] | None = None,
     *,
+    overtaken: Mapping[str, Sequence[Overtaken]] | None = None,
     timeout: float = 15.0,
 ) -> list[LintResult]:
     """Lint every broker and the given topics (default: all but internal `__*` topics).
@@ -74,7 +75,8 @@ def lint_live_cluster(
     Broker settings are those set in server.properties or dynamically; topic settings are
     the topic's own overrides, the rest inherit the brokers' values (as the broker does).
     The replication factor is read from the partitions' replica lists (the smallest one).
-    ``consumer_lag_seconds`` (one number, or per topic) enables the retention-vs-lag rule.
+    ``consumer_lag_seconds`` (one number, or per topic) enables the retention-vs-lag rule, and
+    ``overtaken`` (per topic, groups whose committed offset the log start passed) gives it proof.
     """
     metadata = admin.list_topics(timeout=timeout)
     broker_ids = sorted(metadata.brokers)
@@ -112,7 +114,9 @@ def lint_live_cluster(
         )
     results.extend(_merge_broker_results(per_broker))
     for name in names:
-        context = LintContext(broker_configs=first_broker, consumer_lag_seconds=consumer_lag_seconds)
+        context = LintContext(
+            broker_configs=first_broker, consumer_lag_seconds=consumer_lag_seconds, overtaken=overtaken or {}
+        )
         results.extend(
             lint(topic_configs[name], client="java", kind="topic", guarantee=guarantee, context=context, subject=name)
         )

@@ -27,6 +27,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from auditor.lint.engine.terms import Overtaken
 from auditor.probes.codec import ClientRecord, decode_ledger_record
 from auditor.probes.message import record_position  # messages() yields records only
 
@@ -161,7 +162,16 @@ def committed_offsets(
     return {tp.partition: tp.offset for tp in answer.topic_partitions if tp.error is None and tp.offset >= 0}
 
 
-def consumer_lag_seconds(
+@dataclass(frozen=True)
+class ConsumerLag:
+    """How far behind the consumer groups are, per topic: in time, and where the log start
+    has already passed a group's committed offset."""
+
+    seconds: dict[str, float]
+    overtaken: dict[str, list[Overtaken]]
+
+
+def consumer_lag(
     admin: AdminClient,
     connection: Mapping[str, Any],
     metadata: ClusterMetadata,
@@ -169,17 +179,18 @@ def consumer_lag_seconds(
     *,
     timeout: float = 15.0,
     now_ms: int | None = None,
-) -> dict[str, float]:
+) -> ConsumerLag:
     """Per topic, how far behind in time its slowest consumer group is.
 
     The lag of a partition is the age of the first record the group has not consumed
-    (the record at its committed offset, or the oldest one left when retention already
-    deleted that); 0 when the group is at the end. A topic none of whose groups has
-    committed an offset is left out: its lag is unknown.
+    (the record at its committed offset, or the oldest one left when the log start has
+    passed that: then the group is also listed as overtaken); 0 when the group is at the
+    end. A topic none of whose groups has committed an offset is left out: its lag is unknown.
     """
     deadline = time.monotonic() + timeout
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     lag: dict[str, float] = {}
+    overtaken: dict[str, list[Overtaken]] = {}
     consumer = _reader(connection)
     try:
         wanted: dict[tuple[str, int], int] = {}
@@ -196,7 +207,9 @@ def consumer_lag_seconds(
                         ends[tp] = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
                     low, high = ends[tp]
                     lag.setdefault(topic, 0.0)
-                    if offset < high:
+                    if offset < low:
+                        overtaken.setdefault(topic, []).append(Overtaken(group, partition, offset, low))
+                    if max(offset, low) < high:
                         first = max(offset, low)
                         wanted[tp] = min(wanted.get(tp, first), first)
         reader = _PartitionReader(consumer, {tp: (first, ends[tp][1]) for tp, first in wanted.items()}, first_only=True)
@@ -207,7 +220,7 @@ def consumer_lag_seconds(
                 lag[topic] = max(lag[topic], max(0, now_ms - ts_ms) / 1000)
     finally:
         consumer.close()
-    return lag
+    return ConsumerLag(lag, overtaken)
 
 
 def broker_configs(admin: AdminClient, broker_id: int, *, timeout: float = 15.0) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from auditor.lint.engine.parsers import guess_format
 from auditor.lint.engine.terms import LintContext, LintResult
 from auditor.lint.live import lint_live_cluster
 from auditor.lint.models import LintResultRow, LintScan
-from auditor.lint.observed import broker_configs, consumer_lag_seconds, read_reported_clients
+from auditor.lint.observed import ConsumerLag, broker_configs, consumer_lag, read_reported_clients
 from auditor.pipelines.connectivity import ConnectivityError, check_cluster
 from auditor.pipelines.models import Cluster
 from auditor.probes.codec import ClientRecord
@@ -131,7 +131,7 @@ def scan_cluster(cluster: Cluster, *, clients_topic: str = CLIENTS_TOPIC, timeou
             by_guarantee[strictest(guarantees)].append(topic)
 
     try:
-        lag = consumer_lag_seconds(
+        lag = consumer_lag(
             admin,
             connection,
             metadata,
@@ -139,7 +139,7 @@ def scan_cluster(cluster: Cluster, *, clients_topic: str = CLIENTS_TOPIC, timeou
             timeout=timeout,
         )
     except Exception as exc:  # noqa: BLE001 - the lag only enables T005; the rest of the scan goes on
-        lag = {}
+        lag = ConsumerLag({}, {})
         outcome.notes.append(f"cluster {cluster.name}: consumer lag unknown: {_describe_error(exc)}")
 
     try:
@@ -147,7 +147,14 @@ def scan_cluster(cluster: Cluster, *, clients_topic: str = CLIENTS_TOPIC, timeou
         guarantees = [cluster_guarantee, *sorted(set(by_guarantee) - {cluster_guarantee})]
         for guarantee in guarantees:
             topics = by_guarantee.get(guarantee, [])
-            for result in lint_live_cluster(admin, guarantee, topics=topics, consumer_lag_seconds=lag, timeout=timeout):
+            for result in lint_live_cluster(
+                admin,
+                guarantee,
+                topics=topics,
+                consumer_lag_seconds=lag.seconds,
+                overtaken=lag.overtaken,
+                timeout=timeout,
+            ):
                 if result.target == "topic":
                     outcome.results.append(ScanResult(result, f"topic {result.subject}", cluster.name))
                 elif guarantee == cluster_guarantee:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from auditor.lint.engine.linter import lint
-from auditor.lint.engine.terms import LintContext
+from auditor.lint.engine.terms import LintContext, Overtaken
 
 ALO, AMO, EOS = "at-least-once", "at-most-once", "exactly-once"
 
@@ -116,3 +116,18 @@ def test_it_reads_per_topic_lag_for_the_named_topic() -> None:
         r.rule for r in lint(topic, client="java", kind="topic", guarantee=ALO, context=context, subject="orders")
     ] == ["T005"]
     assert lint(topic, client="java", kind="topic", guarantee=ALO, context=context, subject="audit") == []
+
+
+def test_it_calls_a_group_the_log_start_overtook_an_error_whatever_its_lag_in_time() -> None:
+    overtaken = {"orders": [Overtaken("audit-g", 0, 5, 7), Overtaken("billing", 2, 10, 50)]}
+    context = LintContext(consumer_lag_seconds={"orders": 60, "audit": 60}, overtaken=overtaken)
+    topic = {"replication.factor": 3, "min.insync.replicas": 2, "retention.ms": 3_600_000}
+    (t005,) = lint(topic, client="java", kind="topic", guarantee=ALO, context=context, subject="orders")
+    assert (t005.rule, t005.severity, t005.expected) == ("T005", "error", "> 2 x the consumers' lag (2 min)")
+    assert t005.message == (
+        "group billing committed offset 10 on partition 2 but the log now starts at 50: 40 records were deleted "
+        "before the group committed them (1 more group partitions likewise); retention.ms=3600000 keeps records 1 h"
+    )
+    assert lint(topic, client="java", kind="topic", guarantee=ALO, context=context, subject="audit") == []
+    compacted = {**topic, "cleanup.policy": "compact"}
+    assert lint(compacted, client="java", kind="topic", guarantee=ALO, context=context, subject="orders") == []

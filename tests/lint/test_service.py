@@ -144,34 +144,70 @@ def test_it_lints_bound_topics_brokers_and_reported_clients(
     assert SECRET not in stored
 
 
-def test_it_measures_consumer_lag_in_time_for_the_retention_rule(
-    kafka_bootstrap: str, kafka_brokers: int, make_topic: MakeTopic, cluster: Cluster, bind: Bind
-) -> None:
+def _waiting_group(kafka_bootstrap: str, topic: str, records: int, age_ms: int) -> str:
+    """Writes `records` records `age_ms` old and a group that committed offset 0: all wait."""
     group = f"lint-lag-{uuid.uuid4().hex[:8]}"
-    replicas = min(3, kafka_brokers)
-    topic = make_topic(
-        "lint-lag",
-        replication_factor=replicas,
-        config={"retention.ms": "3600000", **({"min.insync.replicas": "2"} if replicas == 3 else {})},
-    )
-    bind(topic, "at-least-once", [group])
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    two_hours_ago = int(time.time() * 1000) - 2 * 3600 * 1000
-    for i in range(3):
-        producer.produce(topic, value=f"r{i}".encode(), timestamp=two_hours_ago + i)
+    then = int(time.time() * 1000) - age_ms
+    for i in range(records):
+        producer.produce(topic, value=f"r{i}".encode(), partition=0, timestamp=then + i)
     assert producer.flush(30) == 0
-    # the group committed offset 0: every record is waiting, the oldest for two hours
     committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
         committer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
     finally:
         committer.close()
+    return group
+
+
+def _lag_topic(make_topic: MakeTopic, kafka_brokers: int, retention_ms: int) -> str:
+    replicas = min(3, kafka_brokers)
+    isr = {"min.insync.replicas": "2"} if replicas == 3 else {}
+    return make_topic(
+        "lint-lag", partitions=1, replication_factor=replicas, config={"retention.ms": str(retention_ms), **isr}
+    )
+
+
+def test_it_measures_consumer_lag_in_time_for_the_retention_rule(
+    kafka_bootstrap: str, kafka_brokers: int, make_topic: MakeTopic, cluster: Cluster, bind: Bind
+) -> None:
+    # records 2 h old under a 3 h retention: they stay, and the group is past half of it
+    topic = _lag_topic(make_topic, kafka_brokers, 3 * 3600 * 1000)
+    group = _waiting_group(kafka_bootstrap, topic, 3, 2 * 3600 * 1000)
+    bind(topic, "at-least-once", [group])
+
+    scan = scan_all(LintScan.MANUAL, clusters=[cluster])
+    assert scan.status == "ok", scan.error
+    t005 = on(scan, f"topic {topic}")["T005"]
+    assert (t005.severity, t005.shown_value, t005.source) == ("warning", "10800000", "explicit")
+    assert t005.message.startswith("the consumers are 2 h behind, more than half of retention.ms=10800000")
+
+
+def test_it_reports_records_retention_deleted_before_the_group_committed_them(
+    kafka_bootstrap: str, kafka_brokers: int, make_topic: MakeTopic, cluster: Cluster, bind: Bind
+) -> None:
+    # records 2 h old under a 1 h retention: the brokers (log.retention.check.interval.ms=5000)
+    # delete them, and what is left of the group's lag is its committed offset below the log start
+    topic = _lag_topic(make_topic, kafka_brokers, 3600 * 1000)
+    group = _waiting_group(kafka_bootstrap, topic, 3, 2 * 3600 * 1000)
+    bind(topic, "at-least-once", [group])
+    watcher = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"{group}-watch"})
+    try:
+        deadline = time.monotonic() + 90
+        while watcher.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) != (3, 3):
+            assert time.monotonic() < deadline, "retention did not delete the records in 90 s"
+            time.sleep(1)
+    finally:
+        watcher.close()
 
     scan = scan_all(LintScan.MANUAL, clusters=[cluster])
     assert scan.status == "ok", scan.error
     t005 = on(scan, f"topic {topic}")["T005"]
     assert (t005.severity, t005.shown_value, t005.source) == ("error", "3600000", "explicit")
-    assert t005.message.startswith("the consumers are 2 h behind")
+    assert t005.message == (
+        f"group {group} committed offset 0 on partition 0 but the log now starts at 3: 3 records were deleted "
+        "before the group committed them; retention.ms=3600000 keeps records 1 h"
+    )
 
 
 def test_it_reports_an_unreachable_cluster_as_a_failed_scan() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -41,6 +41,21 @@ class Setting:
 
 
 @dataclass(frozen=True)
+class Overtaken:
+    """A group whose committed offset lies below its partition's log start: the records
+    between them were deleted (retention, delete-records) before the group committed them."""
+
+    group: str
+    partition: int
+    committed: int
+    log_start: int
+
+    @property
+    def records(self) -> int:
+        return self.log_start - self.committed
+
+
+@dataclass(frozen=True)
 class LintContext:
     """Facts from outside the linted object that some rules need.
 
@@ -48,6 +63,7 @@ class LintContext:
     topic_configs: per topic name, the topic's settings (retention.ms, ...).
     consumer_lag_seconds: how far behind (in time) the consumers of the linted topic are,
         one number or per topic name.
+    overtaken: per topic name, the groups whose committed offset the log start has passed.
     consume_transform_produce: the app reads, transforms and writes back to Kafka.
     offsets_in_transaction: observed (e.g. by the probes) whether the app's offsets are
         committed through the producer's transaction; None when unknown.
@@ -58,6 +74,7 @@ class LintContext:
     broker_configs: Mapping[str, Any] = field(default_factory=dict)
     topic_configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     consumer_lag_seconds: float | Mapping[str, float] | None = None
+    overtaken: Mapping[str, Sequence[Overtaken]] = field(default_factory=dict)
     consume_transform_produce: bool = False
     offsets_in_transaction: bool | None = None
     max_processing_ms: int | None = None

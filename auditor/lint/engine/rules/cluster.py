@@ -127,11 +127,26 @@ def _lag_seconds(s: Subject) -> float | None:
 )
 def check_retention_vs_lag(s: Subject) -> Iterator[Finding]:
     lag = _lag_seconds(s)
+    overtaken = sorted(s.context.overtaken.get(s.name or "", ()), key=lambda o: (-o.records, o.group, o.partition))
     retention = s["retention.ms"]
     policy = str(s.value("cleanup.policy") or "delete")
-    if lag is None or retention.value is None or retention.value < 0 or "delete" not in policy:
+    if retention.value is None or retention.value < 0 or "delete" not in policy:
         return
-    lag_ms = lag * 1000
+    lag_ms = None if lag is None else lag * 1000
+    expected = "> 2 x the consumers' lag" + ("" if not lag_ms else f" ({_duration(2 * lag_ms)})")
+    if overtaken:
+        # seen, not inferred: the log start has passed offsets the group never committed
+        worst = overtaken[0]
+        more = f" ({len(overtaken) - 1} more group partitions likewise)" if len(overtaken) > 1 else ""
+        message = (
+            f"group {worst.group} committed offset {worst.committed} on partition {worst.partition} but the log "
+            f"now starts at {worst.log_start}: {worst.records} records were deleted before the group committed them{more}; "
+            f"{retention.describe()} keeps records {_duration(retention.value)}"
+        )
+        yield Finding(retention, expected, message, "error")
+        return
+    if lag_ms is None:
+        return
     if lag_ms >= retention.value:
         severity: Severity = "error"
         message = (
@@ -146,7 +161,7 @@ def check_retention_vs_lag(s: Subject) -> Iterator[Finding]:
         )
     else:
         return
-    yield Finding(retention, f"> 2 x the consumers' lag ({_duration(2 * lag_ms)})", message, severity)
+    yield Finding(retention, expected, message, severity)
 
 
 # --- broker -----------------------------------------------------------------------------
