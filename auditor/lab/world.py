@@ -23,6 +23,7 @@ from django.conf import settings
 from auditor.lab.cluster import Cluster, LabError
 from auditor.lint.engine.errors import LintInputError
 from auditor.lint.live import lint_live_cluster
+from auditor.lint.observed import consumer_lag
 from auditor.lint.service import lint_pasted
 from auditor.pipelines.models import Binding, SourceDatabase, StuckRule
 from auditor.pipelines.models import Cluster as ClusterModel
@@ -310,7 +311,14 @@ class World:
                 if scanned.result.severity == "error":
                     verdicts.setdefault(f"lint {kind}", set()).add(f"lint:{scanned.result.config}")
         admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap})
-        for result in lint_live_cluster(admin, guarantee, topics=[self.topic]):
+        connection = {"bootstrap.servers": self.cluster.bootstrap}
+        # the binding's groups as the scan service measures them: their lag and whether the
+        # log start has passed their committed offsets
+        groups = {self.topic: self.binding.consumer_groups} if self.binding.consumer_groups else {}
+        lag = consumer_lag(admin, connection, admin.list_topics(timeout=15), groups)
+        for result in lint_live_cluster(
+            admin, guarantee, topics=[self.topic], consumer_lag_seconds=lag.seconds, overtaken=lag.overtaken
+        ):
             if result.target == "topic" and result.severity == "error":
                 verdicts.setdefault("lint topic", set()).add(f"lint:{result.config}")
         return AuditorAnswer(verdicts, time.monotonic())
