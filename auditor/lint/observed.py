@@ -197,14 +197,19 @@ def consumer_lag(
         ends: dict[tuple[str, int], tuple[int, int]] = {}
         for topic, groups in groups_by_topic.items():
             described = metadata.topics.get(topic)
-            if described is None:
+            groups = list(groups)
+            if described is None or not groups:
                 continue
             partitions = list(described.partitions)
+            # The log start before the committed offsets: a group that commits past it in
+            # between is then not taken for one the log start overtook.
+            for partition in partitions:
+                ends[(topic, partition)] = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=timeout
+                )
             for group in groups:
                 for partition, offset in committed_offsets(admin, group, topic, partitions, timeout=timeout).items():
                     tp = (topic, partition)
-                    if tp not in ends:
-                        ends[tp] = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
                     low, high = ends[tp]
                     lag.setdefault(topic, 0.0)
                     if offset < low:
