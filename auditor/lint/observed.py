@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import (
@@ -169,6 +169,7 @@ class ConsumerLag:
 
     seconds: dict[str, float]
     overtaken: dict[str, list[Overtaken]]
+    unknown: dict[str, str] = field(default_factory=dict)  # topic → why its lag is not known
 
 
 def consumer_lag(
@@ -178,6 +179,7 @@ def consumer_lag(
     groups_by_topic: Mapping[str, Iterable[str]],
     *,
     timeout: float = 15.0,
+    read_timeout: float | None = None,
     now_ms: int | None = None,
 ) -> ConsumerLag:
     """Per topic, how far behind in time its slowest consumer group is.
@@ -186,6 +188,9 @@ def consumer_lag(
     (the record at its committed offset, or the oldest one left when the log start has
     passed that: then the group is also listed as overtaken); 0 when the group is at the
     end. A topic none of whose groups has committed an offset is left out: its lag is unknown.
+    So is a topic whose first unread records were not all read within the time left of
+    ``timeout`` (or ``read_timeout``): it is listed in ``unknown`` with the reason, never
+    measured from the partitions that answered.
     """
     deadline = time.monotonic() + timeout
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -218,6 +223,8 @@ def consumer_lag(
                         first = max(offset, low)
                         wanted[tp] = min(wanted.get(tp, first), first)
         reader = _PartitionReader(consumer, {tp: (first, ends[tp][1]) for tp, first in wanted.items()}, first_only=True)
+        if read_timeout is not None:
+            deadline = min(deadline, time.monotonic() + read_timeout)
         for message in reader.messages(deadline):
             kind, ts_ms = message.timestamp()
             if kind != TIMESTAMP_NOT_AVAILABLE and ts_ms > 0:
@@ -225,7 +232,14 @@ def consumer_lag(
                 lag[topic] = max(lag[topic], max(0, now_ms - ts_ms) / 1000)
     finally:
         consumer.close()
-    return ConsumerLag(lag, overtaken)
+    unread: dict[str, list[int]] = {}
+    for topic, partition in sorted(reader.pending):
+        unread.setdefault(topic, []).append(partition)
+    unknown = {
+        topic: f"the first unread record of partition(s) {', '.join(map(str, partitions))} was not read in time"
+        for topic, partitions in unread.items()
+    }
+    return ConsumerLag({t: v for t, v in lag.items() if t not in unknown}, overtaken, unknown)
 
 
 def broker_configs(admin: AdminClient, broker_id: int, *, timeout: float = 15.0) -> dict[str, Any]:

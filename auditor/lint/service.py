@@ -141,6 +141,8 @@ def scan_cluster(cluster: Cluster, *, clients_topic: str = CLIENTS_TOPIC, timeou
     except Exception as exc:  # noqa: BLE001 - the lag only enables T005; the rest of the scan goes on
         lag = ConsumerLag({}, {})
         outcome.notes.append(f"cluster {cluster.name}: consumer lag unknown: {_describe_error(exc)}")
+    for topic, reason in sorted(lag.unknown.items()):
+        outcome.notes.append(f"cluster {cluster.name}: topic {topic}: consumer lag unknown: {reason}")
 
     try:
         # brokers once, at the cluster's strictest guarantee; topics at their own

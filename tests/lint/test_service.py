@@ -10,9 +10,11 @@ from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from django.core.management import CommandError, call_command
 
 from auditor.lint.models import LintResultRow, LintScan
+from auditor.lint.observed import consumer_lag
 from auditor.lint.service import scan_all
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase
 from auditor.probes.topics import CLIENTS_TOPIC, ensure_audit_topics
@@ -208,6 +210,24 @@ def test_it_reports_records_retention_deleted_before_the_group_committed_them(
         f"group {group} committed offset 0 on partition 0 but the log now starts at 3: 3 records were deleted "
         "before the group committed them; retention.ms=3600000 keeps records 1 h"
     )
+
+
+def test_it_says_the_lag_is_unknown_when_the_first_unread_records_are_not_read_in_time(
+    kafka_bootstrap: str, kafka_brokers: int, make_topic: MakeTopic, kafka_admin: AdminClient
+) -> None:
+    topic = _lag_topic(make_topic, kafka_brokers, 3 * 3600 * 1000)
+    group = _waiting_group(kafka_bootstrap, topic, 3, 2 * 3600 * 1000)
+    connection = {"bootstrap.servers": kafka_bootstrap}
+    metadata = kafka_admin.list_topics(timeout=10)
+
+    measured = consumer_lag(kafka_admin, connection, metadata, {topic: [group]})
+    assert 2 * 3600 - 60 < measured.seconds[topic] < 2 * 3600 + 60
+    assert measured.unknown == {}
+
+    # no time left to read the record at the committed offset: unknown, not 0
+    unread = consumer_lag(kafka_admin, connection, metadata, {topic: [group]}, read_timeout=0)
+    assert topic not in unread.seconds
+    assert unread.unknown == {topic: "the first unread record of partition(s) 0 was not read in time"}
 
 
 def test_it_reports_an_unreachable_cluster_as_a_failed_scan() -> None:
