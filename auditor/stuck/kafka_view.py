@@ -24,6 +24,7 @@ from auditor.probes.message import record_headers
 from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
 from spark_jobs.kafka_offsets import (
     KafkaReadError,
+    PartitionOffsets,
     admin_client,
     committed_offsets,
     partition_offsets,
@@ -211,6 +212,35 @@ def _complete_since(
     return bound
 
 
+def _confirm_overtaken(
+    admin: AdminClient,
+    view: ClusterView,
+    topic: str,
+    partitions: list[int],
+    offsets: dict[int, PartitionOffsets],
+    timeout_s: float,
+) -> None:
+    """Groups whose committed offset lies below the partition's log start, read again after
+    the log start: the first read came before it, and the group may have committed past the
+    log start in between. Only an offset still below it proves that records were deleted
+    before the group committed them."""
+    suspects = {
+        g.group: {p for p, c in g.committed.items() if p in offsets and c < offsets[p].low}
+        for g in view.groups.values()
+    }
+    suspects = {group: ps for group, ps in suspects.items() if ps}
+    if not suspects:
+        return
+    try:
+        rows = committed_offsets(admin, sorted(suspects), topic, partitions, timeout_s)
+    except KafkaReadError as exc:
+        view.notes.append(f"committed offsets below the log start could not be confirmed: {exc}")
+        return
+    for group, partition, committed in rows:
+        if partition in suspects.get(group, ()) and committed < offsets[partition].low:
+            view.groups[group].overtaken[partition] = (committed, offsets[partition].low)
+
+
 def read_cluster_view(
     kafka_config: dict[str, Any],
     topic: str,
@@ -252,6 +282,7 @@ def read_cluster_view(
         return view, plan
     view.retention_ms, view.offsets_retention_minutes, notes = _configs(admin, topic, timeout_s)
     view.notes.extend(notes)
+    _confirm_overtaken(admin, view, topic, partitions, offsets, timeout_s)
 
     targets: list[Target] = [(topic, p, o.low) for p, o in offsets.items() if 0 < o.low < o.high]
     targets += [(topic, p, o.stable) for p, o in offsets.items() if o.stable < o.high]

@@ -67,12 +67,47 @@ def open_transactions(view: ClusterView) -> list[dict[str, Any]]:
     return risks
 
 
+def overtaken_groups(view: ClusterView) -> list[dict[str, Any]]:
+    """Groups the log start has passed: records were deleted (retention, delete-records)
+    before the group committed them. Seen, not inferred from a lag in time."""
+    risks = []
+    for group in view.groups.values():
+        if not group.overtaken:
+            continue
+        partition, (committed, low) = max(group.overtaken.items(), key=lambda item: item[1][1] - item[1][0])
+        more = len(group.overtaken) - 1
+        risks.append(
+            {
+                "kind": "retention-lag",
+                "severity": "error",
+                "subject": group.group,
+                "message": (
+                    f"group {group.group} is losing data now: it committed offset {committed} on "
+                    f"{view.topic}/{partition} but the log starts at {low}: {low - committed} record(s) were "
+                    "deleted before it committed them" + (f" ({more} more partition(s) likewise)" if more else "")
+                ),
+                "details": {
+                    "group": group.group,
+                    "partition": partition,
+                    "committed": committed,
+                    "log_start": low,
+                    "deleted_uncommitted": low - committed,
+                    "partitions": sorted(group.overtaken),
+                    "retention_ms": view.retention_ms,
+                },
+            }
+        )
+    return risks
+
+
 def retention_lag(view: ClusterView) -> list[dict[str, Any]]:
     retention = view.retention_ms
     if retention is None or retention <= 0:
         return []
     risks = []
     for group in view.groups.values():
+        if group.overtaken:
+            continue  # overtaken_groups says more than a lag in time could
         worst: tuple[int, int] | None = None
         for partition, committed in group.committed.items():
             state = view.partitions.get(partition)
@@ -151,4 +186,4 @@ def offsets_expiry(view: ClusterView, previous: Iterable[dict[str, Any]]) -> lis
 def cluster_risks(view: ClusterView, previous: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     if view.kafka_error:
         return []
-    return open_transactions(view) + retention_lag(view) + offsets_expiry(view, list(previous))
+    return open_transactions(view) + overtaken_groups(view) + retention_lag(view) + offsets_expiry(view, list(previous))

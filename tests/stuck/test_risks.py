@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
 from auditor.stuck.evidence import ClusterView, GroupState, PartitionState
+from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.risks import cluster_risks
 
 NOW = 1_800_000_000_000
@@ -54,3 +61,59 @@ def test_it_counts_down_the_committed_offsets_of_an_empty_group() -> None:
 
 def test_it_reports_nothing_when_kafka_could_not_be_read() -> None:
     assert cluster_risks(ClusterView(topic="t", now_ms=NOW, kafka_error="down")) == []
+
+
+def test_it_says_a_group_the_log_start_overtook_is_losing_data_now() -> None:
+    view = ClusterView(topic="tickets", now_ms=NOW, retention_ms=24 * HOUR)
+    view.partitions = {0: PartitionState(0, 50, 100, 100), 1: PartitionState(1, 30, 100, 100)}
+    # its lag in time is an hour (the oldest record left): the deleted ones are what count
+    gone = GroupState("gone", committed={0: 10, 1: 20}, members=0, committed_timestamp_ms={0: None, 1: NOW - HOUR})
+    gone.overtaken = {0: (10, 50), 1: (20, 30)}
+    view.groups = {"gone": gone}
+
+    (risk,) = cluster_risks(view)
+
+    assert (risk["kind"], risk["subject"], risk["severity"]) == ("retention-lag", "gone", "error")
+    assert risk["message"] == (
+        "group gone is losing data now: it committed offset 10 on tickets/0 but the log starts at 50: "
+        "40 record(s) were deleted before it committed them (1 more partition(s) likewise)"
+    )
+    assert risk["details"] == {
+        "group": "gone",
+        "partition": 0,
+        "committed": 10,
+        "log_start": 50,
+        "deleted_uncommitted": 40,
+        "partitions": [0, 1],
+        "retention_ms": 24 * HOUR,
+    }
+
+
+def test_it_confirms_a_committed_offset_below_the_log_start_against_the_real_cluster(
+    kafka_bootstrap: str, make_topic: Callable[..., str], kafka_admin: AdminClient
+) -> None:
+    topic = make_topic("risk-overtaken", partitions=2, replication_factor=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(5):
+        producer.produce(topic, value=f"r{i}".encode(), partition=0)
+        producer.produce(topic, value=f"r{i}".encode(), partition=1)
+    assert producer.flush(30) == 0
+    behind, caught_up = f"behind-{uuid.uuid4().hex[:6]}", f"caught-up-{uuid.uuid4().hex[:6]}"
+    for group, offset in ((behind, 1), (caught_up, 4)):
+        committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+        try:
+            committer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+        finally:
+            committer.close()
+    # the log start of partition 0 moves to 3: behind (at 1) never committed 1 and 2
+    deleted = TopicPartition(topic, 0, 3)
+    kafka_admin.delete_records([deleted])[deleted].result(30)
+
+    view, _ = read_cluster_view(
+        {"bootstrap.servers": kafka_bootstrap}, topic, [behind, caught_up], "_none-p", "_none-c"
+    )
+
+    assert view.groups[behind].overtaken == {0: (1, 3)}
+    assert view.groups[caught_up].overtaken == {}
+    (risk,) = [r for r in cluster_risks(view) if r["kind"] == "retention-lag"]
+    assert (risk["subject"], risk["severity"], risk["details"]["deleted_uncommitted"]) == (behind, "error", 2)
