@@ -77,9 +77,13 @@ def partition_offsets(
             raise KafkaReadError(f"listing offsets of topic {topic!r} failed: {exc}") from exc
 
     low = query(OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED)
-    stable = query(OffsetSpec.latest(), IsolationLevel.READ_COMMITTED)
+    # The high watermark before the last stable offset: a record appended between the two
+    # reads then raises the stable offset to the high watermark or past it (clamped), and is
+    # never taken for an open transaction holding the stable offset back. A transaction open
+    # since before the high watermark's read still holds it below.
     high = query(OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED)
-    return {p: PartitionOffsets(p, low[p], stable[p], high[p]) for p in partitions}
+    stable = query(OffsetSpec.latest(), IsolationLevel.READ_COMMITTED)
+    return {p: PartitionOffsets(p, low[p], min(stable[p], high[p]), high[p]) for p in partitions}
 
 
 def committed_offsets(

@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient
 from auditor.stuck.evidence import ClusterView, GroupState, PartitionState
 from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.risks import cluster_risks
+from spark_jobs.kafka_offsets import partition_offsets
 
 NOW = 1_800_000_000_000
 HOUR = 3600_000
@@ -117,3 +118,29 @@ def test_it_confirms_a_committed_offset_below_the_log_start_against_the_real_clu
     assert view.groups[caught_up].overtaken == {}
     (risk,) = [r for r in cluster_risks(view) if r["kind"] == "retention-lag"]
     assert (risk["subject"], risk["severity"], risk["details"]["deleted_uncommitted"]) == (behind, "error", 2)
+
+
+def test_it_reads_an_open_transaction_below_the_high_watermark_and_nothing_else(
+    kafka_bootstrap: str, make_topic: Callable[..., str], kafka_admin: AdminClient
+) -> None:
+    topic = make_topic("risk-lso", partitions=2, replication_factor=1)
+    plain = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(4):
+        plain.produce(topic, value=f"p{i}".encode(), partition=1)
+    assert plain.flush(30) == 0
+    txn = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"risk-lso-{uuid.uuid4().hex[:6]}"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    try:
+        for i in range(3):
+            txn.produce(topic, value=f"t{i}".encode(), partition=0)
+        assert txn.flush(30) == 0
+
+        offsets = partition_offsets(kafka_admin, topic, [0, 1])
+
+        # partition 0: the open transaction holds the stable offset at its first record
+        assert (offsets[0].low, offsets[0].stable, offsets[0].high) == (0, 0, 3)
+        # partition 1: no transaction, nothing held back
+        assert (offsets[1].low, offsets[1].stable, offsets[1].high) == (0, 4, 4)
+    finally:
+        txn.abort_transaction(30)
