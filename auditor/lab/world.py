@@ -164,10 +164,20 @@ class World:
 
     def expected_group_risks(self) -> Verdicts:
         """The truth about the group as the lab knows it: none of its consumer processes is running
-        and it has committed offsets, so they expire offsets.retention.minutes from now."""
-        if any(p.poll() is None for p in self.running) or not self.cluster.committed(self.group, self.topic):
+        and it has committed offsets, so they expire offsets.retention.minutes from now. Where the
+        log start has passed an offset it committed, records were deleted before it committed them
+        (retention-lag). Read before the diagnosis: with no consumer running the committed offsets
+        stay, and a log start only grows, so what holds now holds when the auditor looks."""
+        if any(p.poll() is None for p in self.running):
             return {}
-        return {f"risk {self.group}": {"risk:offsets-expiry"}}
+        marks = self.cluster.watermarks(self.topic)
+        committed = self.cluster.committed(self.group, self.topic, partitions=len(marks))
+        if not committed:
+            return {}
+        risks = {"risk:offsets-expiry"}
+        if any(offset < marks[p][0] for p, offset in committed.items()):
+            risks.add("risk:retention-lag")
+        return {f"risk {self.group}": risks}
 
     def stop_consumers(self) -> None:
         for process in self.running:
