@@ -90,15 +90,19 @@ def test_it_says_a_group_the_log_start_overtook_is_losing_data_now() -> None:
     }
 
 
+def _produce(producer: Producer, topic: str, counts: dict[int, int]) -> None:
+    """`counts[p]` records into each partition p, all delivered."""
+    for partition, n in counts.items():
+        for i in range(n):
+            producer.produce(topic, value=f"r{i}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+
+
 def test_it_confirms_a_committed_offset_below_the_log_start_against_the_real_cluster(
     kafka_bootstrap: str, make_topic: Callable[..., str], kafka_admin: AdminClient
 ) -> None:
     topic = make_topic("risk-overtaken", partitions=2, replication_factor=1)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    for i in range(5):
-        producer.produce(topic, value=f"r{i}".encode(), partition=0)
-        producer.produce(topic, value=f"r{i}".encode(), partition=1)
-    assert producer.flush(30) == 0
+    _produce(Producer({"bootstrap.servers": kafka_bootstrap}), topic, {0: 5, 1: 5})
     behind, caught_up = f"behind-{uuid.uuid4().hex[:6]}", f"caught-up-{uuid.uuid4().hex[:6]}"
     for group, offset in ((behind, 1), (caught_up, 4)):
         committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
@@ -124,17 +128,12 @@ def test_it_reads_an_open_transaction_below_the_high_watermark_and_nothing_else(
     kafka_bootstrap: str, make_topic: Callable[..., str], kafka_admin: AdminClient
 ) -> None:
     topic = make_topic("risk-lso", partitions=2, replication_factor=1)
-    plain = Producer({"bootstrap.servers": kafka_bootstrap})
-    for i in range(4):
-        plain.produce(topic, value=f"p{i}".encode(), partition=1)
-    assert plain.flush(30) == 0
+    _produce(Producer({"bootstrap.servers": kafka_bootstrap}), topic, {1: 4})
     txn = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"risk-lso-{uuid.uuid4().hex[:6]}"})
     txn.init_transactions(30)
     txn.begin_transaction()
     try:
-        for i in range(3):
-            txn.produce(topic, value=f"t{i}".encode(), partition=0)
-        assert txn.flush(30) == 0
+        _produce(txn, topic, {0: 3})
 
         offsets = partition_offsets(kafka_admin, topic, [0, 1])
 
