@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, Literal
 
+from auditor.lint.engine.terms import Overtaken
+
 RecordState = Literal["committed", "aborted", "open"]
 
 
@@ -135,9 +137,9 @@ class GroupState:
     max_mark_below_low: dict[int, int] = field(default_factory=dict)
     # when the group's consumer last marked a record now below its partition's log start
     last_mark_below_low_ms: int | None = None
-    # per partition: (committed offset, log start) where the log start has passed the offset
-    # the group committed, confirmed by a read of the committed offsets after the log start's
-    overtaken: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # per partition, where the log start has passed the offset the group committed, confirmed
+    # by a read of the committed offsets after the log start's
+    overtaken: dict[int, Overtaken] = field(default_factory=dict)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
+from auditor.lint.engine.terms import Overtaken
 from auditor.probes.headers import parse_audit_headers
 from auditor.probes.message import record_headers
 from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
@@ -224,11 +225,11 @@ def _confirm_overtaken(
     the log start: the first read came before it, and the group may have committed past the
     log start in between. Only an offset still below it proves that records were deleted
     before the group committed them."""
-    suspects = {
-        g.group: {p for p, c in g.committed.items() if p in offsets and c < offsets[p].low}
-        for g in view.groups.values()
-    }
-    suspects = {group: ps for group, ps in suspects.items() if ps}
+    suspects: dict[str, set[int]] = {}
+    for g in view.groups.values():
+        for p, c in g.committed.items():
+            if p in offsets and c < offsets[p].low:
+                suspects.setdefault(g.group, set()).add(p)
     if not suspects:
         return
     try:
@@ -238,7 +239,7 @@ def _confirm_overtaken(
         return
     for group, partition, committed in rows:
         if partition in suspects.get(group, ()) and committed < offsets[partition].low:
-            view.groups[group].overtaken[partition] = (committed, offsets[partition].low)
+            view.groups[group].overtaken[partition] = Overtaken(group, partition, committed, offsets[partition].low)
 
 
 def read_cluster_view(

@@ -74,7 +74,7 @@ def overtaken_groups(view: ClusterView) -> list[dict[str, Any]]:
     for group in view.groups.values():
         if not group.overtaken:
             continue
-        partition, (committed, low) = max(group.overtaken.items(), key=lambda item: item[1][1] - item[1][0])
+        worst = max(group.overtaken.values(), key=lambda o: o.records)
         more = len(group.overtaken) - 1
         risks.append(
             {
@@ -82,16 +82,17 @@ def overtaken_groups(view: ClusterView) -> list[dict[str, Any]]:
                 "severity": "error",
                 "subject": group.group,
                 "message": (
-                    f"group {group.group} is losing data now: it committed offset {committed} on "
-                    f"{view.topic}/{partition} but the log starts at {low}: {low - committed} record(s) were "
-                    "deleted before it committed them" + (f" ({more} more partition(s) likewise)" if more else "")
+                    f"group {group.group} is losing data now: it committed offset {worst.committed} on "
+                    f"{view.topic}/{worst.partition} but the log starts at {worst.log_start}: {worst.records} "
+                    "record(s) were deleted before it committed them"
+                    + (f" ({more} more partition(s) likewise)" if more else "")
                 ),
                 "details": {
                     "group": group.group,
-                    "partition": partition,
-                    "committed": committed,
-                    "log_start": low,
-                    "deleted_uncommitted": low - committed,
+                    "partition": worst.partition,
+                    "committed": worst.committed,
+                    "log_start": worst.log_start,
+                    "deleted_uncommitted": worst.records,
                     "partitions": sorted(group.overtaken),
                     "retention_ms": view.retention_ms,
                 },

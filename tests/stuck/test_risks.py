@@ -8,6 +8,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from auditor.lint.engine.terms import Overtaken
 from auditor.stuck.evidence import ClusterView, GroupState, PartitionState
 from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.risks import cluster_risks
@@ -69,7 +70,7 @@ def test_it_says_a_group_the_log_start_overtook_is_losing_data_now() -> None:
     view.partitions = {0: PartitionState(0, 50, 100, 100), 1: PartitionState(1, 30, 100, 100)}
     # its lag in time is an hour (the oldest record left): the deleted ones are what count
     gone = GroupState("gone", committed={0: 10, 1: 20}, members=0, committed_timestamp_ms={0: None, 1: NOW - HOUR})
-    gone.overtaken = {0: (10, 50), 1: (20, 30)}
+    gone.overtaken = {0: Overtaken("gone", 0, 10, 50), 1: Overtaken("gone", 1, 20, 30)}
     view.groups = {"gone": gone}
 
     (risk,) = cluster_risks(view)
@@ -118,7 +119,7 @@ def test_it_confirms_a_committed_offset_below_the_log_start_against_the_real_clu
         {"bootstrap.servers": kafka_bootstrap}, topic, [behind, caught_up], "_none-p", "_none-c"
     )
 
-    assert view.groups[behind].overtaken == {0: (1, 3)}
+    assert view.groups[behind].overtaken == {0: Overtaken(behind, 0, 1, 3)}
     assert view.groups[caught_up].overtaken == {}
     (risk,) = [r for r in cluster_risks(view) if r["kind"] == "retention-lag"]
     assert (risk["subject"], risk["severity"], risk["details"]["deleted_uncommitted"]) == (behind, "error", 2)
