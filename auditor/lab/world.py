@@ -163,21 +163,26 @@ class World:
         return process
 
     def expected_group_risks(self) -> Verdicts:
-        """The truth about the group as the lab knows it: none of its consumer processes is running
-        and it has committed offsets, so they expire offsets.retention.minutes from now. Where the
-        log start has passed an offset it committed, records were deleted before it committed them
-        (retention-lag). Read before the diagnosis: with no consumer running the committed offsets
-        stay, and a log start only grows, so what holds now holds when the auditor looks."""
+        """The truth about the group as the lab knows it: none of its consumer processes is running.
+        Where it has committed offsets, they expire offsets.retention.minutes from now; where a
+        partition holds records and it has committed nothing, its next consumer starts there from
+        auto.offset.reset (no-committed-offset). Where the log start has passed an offset it
+        committed, records were deleted before it committed them (retention-lag). Read before the
+        diagnosis: with no consumer running the committed offsets stay, and a log start only
+        grows, so what holds now holds when the auditor looks (records a producer appends later
+        only add partitions that hold records, which the lab's scenarios do not do)."""
         if any(p.poll() is None for p in self.running):
             return {}
         marks = self.cluster.watermarks(self.topic)
         committed = self.cluster.committed(self.group, self.topic, partitions=len(marks))
-        if not committed:
-            return {}
-        risks = {"risk:offsets-expiry"}
+        risks = set()
+        if committed:
+            risks.add("risk:offsets-expiry")
+        if any(p not in committed and high > low for p, (low, high) in marks.items()):
+            risks.add("risk:no-committed-offset")
         if any(offset < marks[p][0] for p, offset in committed.items()):
             risks.add("risk:retention-lag")
-        return {f"risk {self.group}": risks}
+        return {f"risk {self.group}": risks} if risks else {}
 
     def stop_consumers(self) -> None:
         for process in self.running:

@@ -130,6 +130,9 @@ class GroupState:
     committed: dict[int, int] = field(default_factory=dict)  # partition -> committed offset
     members: int | None = None  # None: could not be described
     state: str | None = None
+    # a simple consumer group: its consumers commit without joining (assign(), Flink's
+    # KafkaSource), so it always reads as Empty with no members; None: could not be described
+    simple: bool | None = None
     # timestamp of the record at the committed offset (the oldest record the group still has to read)
     committed_timestamp_ms: dict[int, int | None] = field(default_factory=dict)
     marks_on_topic: int = 0  # processed marks of this group on the topic in the consumer ledger

@@ -84,23 +84,27 @@ def _ledger_view(
     return LedgerView(topic, True), LedgerRange(topic, ranges), ranges
 
 
-def _describe_groups(
-    admin: AdminClient, groups: list[str], timeout_s: float
-) -> dict[str, tuple[int | None, str | None]]:
+Described = tuple[int | None, str | None, bool | None]  # members, state, simple
+
+
+def _describe_groups(admin: AdminClient, groups: list[str], timeout_s: float) -> dict[str, Described]:
     if not groups:
         return {}
-    described: dict[str, tuple[int | None, str | None]] = {}
+    described: dict[str, Described] = {}
     try:
         futures = admin.describe_consumer_groups(groups, request_timeout=timeout_s)
     except KafkaException:
-        return {g: (None, None) for g in groups}
+        return {g: (None, None, None) for g in groups}
     for group, future in futures.items():
         try:
             result = future.result()
             state = getattr(result.state, "name", str(result.state)).lower()
-            described[group] = (len(result.members or []), state)
+            # a group that does not exist reads as Dead with no protocol, which the client also
+            # calls simple: it is not a group that commits without joining
+            simple = bool(result.is_simple_consumer_group) and state != "dead"
+            described[group] = (len(result.members or []), state, simple)
         except KafkaException:
-            described[group] = (None, None)
+            described[group] = (None, None, None)
     return described
 
 
@@ -269,8 +273,8 @@ def read_cluster_view(
         rows = []
     described = _describe_groups(admin, groups, timeout_s) if groups and not view.groups_error else {}
     for group in groups:
-        members, state = described.get(group, (None, None))
-        view.groups[group] = GroupState(group, members=members, state=state)
+        members, state, simple = described.get(group, (None, None, None))
+        view.groups[group] = GroupState(group, members=members, state=state, simple=simple)
     for group, partition, offset in rows:
         view.groups[group].committed[partition] = offset
 

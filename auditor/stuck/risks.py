@@ -5,10 +5,17 @@
 - consumer groups whose lag in time approaches the topic's retention.ms: records will be
   deleted before the group reads them ("group X will lose data in N hours");
 - groups with no active members: their committed offsets expire offsets.retention.minutes
-  after the group became empty, and the group then restarts from auto.offset.reset.
+  after the group became empty, and the group then restarts from auto.offset.reset;
+- groups with no active members and no committed offset on a partition that holds records
+  (offsets expired, never committed, a partition added while they were away, a wrong group
+  name): their next consumer starts there from auto.offset.reset.
 
 Kafka does not say since when a group is empty; the first diagnosis that saw it empty is
-used (carried over from the previous run's risks).
+used (carried over from the previous run's risks). A simple consumer group (consumers that
+commit without joining: assign(), Flink's KafkaSource) is always empty; Kafka expires its
+offsets a retention after each one's last commit, which no API shows, so it gets no
+countdown. When Kafka or the committed offsets could not be read, the group risks are
+``unknown`` with the reason, never an empty list that would read as "no risk".
 """
 
 from __future__ import annotations
@@ -147,19 +154,46 @@ def retention_lag(view: ClusterView) -> list[dict[str, Any]]:
     return risks
 
 
+def _empty_since(previous: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """When each group was first seen empty, from the previous run's risks (also carried
+    through a run that could not read the groups)."""
+    since: dict[str, int] = {}
+    for risk in previous:
+        details = risk.get("details")
+        if not isinstance(details, dict):
+            continue
+        if risk.get("kind") == "offsets-expiry" and isinstance(details.get("empty_since_ms"), int):
+            since[str(risk.get("subject"))] = details["empty_since_ms"]
+        elif risk.get("kind") == "risks-unknown" and isinstance(details.get("empty_since_ms"), dict):
+            since.update({str(g): ms for g, ms in details["empty_since_ms"].items() if isinstance(ms, int)})
+    return since
+
+
 def offsets_expiry(view: ClusterView, previous: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     minutes = view.offsets_retention_minutes
     if not minutes or minutes <= 0:
         return []
-    empty_since = {
-        r["subject"]: r["details"].get("empty_since_ms")
-        for r in previous
-        if r.get("kind") == "offsets-expiry" and isinstance(r.get("details"), dict)
-    }
+    empty_since = _empty_since(previous)
     retention_ms = minutes * 60_000
     risks = []
     for group in view.groups.values():
         if group.members != 0 or not group.committed:
+            continue
+        if group.simple:
+            risks.append(
+                {
+                    "kind": "offsets-expiry",
+                    "severity": "info",
+                    "subject": group.group,
+                    "message": (
+                        f"group {group.group} commits without joining (a simple consumer group: assign(), Flink's "
+                        f"KafkaSource): Kafka expires each of its committed offsets {_hours(retention_ms)} "
+                        f"(offsets.retention.minutes={minutes}) after its last commit, which no Kafka API shows, "
+                        "so the auditor gives no countdown"
+                    ),
+                    "details": {"group": group.group, "simple": True, "offsets_retention_minutes": minutes},
+                }
+            )
             continue
         since = empty_since.get(group.group) or view.now_ms
         left = retention_ms - (view.now_ms - since)
@@ -184,7 +218,68 @@ def offsets_expiry(view: ClusterView, previous: Iterable[dict[str, Any]]) -> lis
     return risks
 
 
+def uncommitted_partitions(view: ClusterView) -> list[dict[str, Any]]:
+    """Groups with no active members and no committed offset on partitions that hold records.
+    An active group is left out: its consumers chose their position when they joined and
+    commit as they read."""
+    risks = []
+    for group in view.groups.values():
+        if group.members != 0 or group.simple is not False:
+            continue  # active, not described, or a simple group (it may read a subset on purpose)
+        bare = {
+            p: state.high - state.low
+            for p, state in sorted(view.partitions.items())
+            if p not in group.committed and state.high > state.low
+        }
+        if not bare:
+            continue
+        where = ", ".join(f"{view.topic}/{p}" for p in bare)
+        records = sum(bare.values())
+        risks.append(
+            {
+                "kind": "no-committed-offset",
+                "severity": "warning",
+                "subject": group.group,
+                "message": (
+                    f"group {group.group} has no active members and no committed offset on {where} "
+                    f"({records} record(s) there): its next consumer starts there from auto.offset.reset "
+                    "(latest skips them, earliest reads them all); "
+                    + (
+                        "it has committed nothing on this topic: it never ran, its offsets expired, or the group "
+                        "name is wrong"
+                        if not group.committed
+                        else "its offsets there expired, were never committed, or the partitions were added "
+                        "while it was away"
+                    )
+                ),
+                "details": {"group": group.group, "partitions": list(bare), "records": records},
+            }
+        )
+    return risks
+
+
+def _unassessed(view: ClusterView, reason: str, previous: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "kind": "risks-unknown",
+        "severity": "unknown",
+        "subject": view.topic,
+        "message": f"the consumer groups' risks on {view.topic} are unknown: {reason}",
+        # the offsets-expiry countdowns go on from when each group was first seen empty
+        "details": {"reason": reason, "empty_since_ms": _empty_since(previous)},
+    }
+
+
 def cluster_risks(view: ClusterView, previous: Iterable[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    before = list(previous)
     if view.kafka_error:
-        return []
-    return open_transactions(view) + overtaken_groups(view) + retention_lag(view) + offsets_expiry(view, list(previous))
+        return [_unassessed(view, f"Kafka could not be read: {view.kafka_error}", before)]
+    risks = open_transactions(view)
+    if view.groups_error:
+        return [*risks, _unassessed(view, f"committed offsets could not be read: {view.groups_error}", before)]
+    return (
+        risks
+        + overtaken_groups(view)
+        + retention_lag(view)
+        + offsets_expiry(view, before)
+        + uncommitted_partitions(view)
+    )

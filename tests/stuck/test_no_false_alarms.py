@@ -29,7 +29,10 @@ def test_it_says_unknown_with_the_reason_when_the_broker_is_unreachable(stuck: S
 
     assert verdicts_of(result) == dict.fromkeys(ids, "unknown")
     assert all("Kafka could not be read" in item.diagnosis.reason for item in result.items)
-    assert result.degraded and result.risks == []
+    assert result.degraded
+    # no risk could be assessed: said so, never an empty list that reads as "no risk"
+    assert [(r["kind"], r["severity"]) for r in result.risks] == [("risks-unknown", "unknown")]
+    assert result.risks[0]["message"].startswith(f"the consumer groups' risks on {rule.binding.topic} are unknown: Kafka")
 
 
 def test_it_says_unknown_when_the_producer_ledger_topic_is_missing(stuck: StuckSetup) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 
@@ -61,8 +62,68 @@ def test_it_counts_down_the_committed_offsets_of_an_empty_group() -> None:
     assert "12.0 hours" in later["message"]
 
 
-def test_it_reports_nothing_when_kafka_could_not_be_read() -> None:
-    assert cluster_risks(ClusterView(topic="t", now_ms=NOW, kafka_error="down")) == []
+def test_it_says_the_group_risks_are_unknown_when_kafka_could_not_be_read_and_keeps_the_countdown() -> None:
+    view = ClusterView(topic="tickets", now_ms=NOW, offsets_retention_minutes=10080)
+    view.partitions = {0: PartitionState(0, 0, 10, 10)}
+    view.groups = {"idle": GroupState("idle", committed={0: 10}, members=0, simple=False)}
+    (first,) = cluster_risks(view)
+
+    down = ClusterView(topic="tickets", now_ms=NOW + HOUR, kafka_error="broker transport failure")
+    (unknown,) = cluster_risks(down, [first])
+    assert (unknown["kind"], unknown["severity"], unknown["subject"]) == ("risks-unknown", "unknown", "tickets")
+    assert unknown["message"] == (
+        "the consumer groups' risks on tickets are unknown: Kafka could not be read: broker transport failure"
+    )
+    # the group was seen empty before the failed read: the next run counts from then, not from now
+    view.now_ms = NOW + 2 * HOUR
+    (later,) = cluster_risks(view, [unknown])
+    assert later["details"]["empty_since_ms"] == NOW
+
+
+def test_it_says_the_group_risks_are_unknown_when_the_committed_offsets_could_not_be_read() -> None:
+    view = ClusterView(topic="tickets", now_ms=NOW, groups_error="coordinator not available")
+    view.partitions = {0: PartitionState(0, 0, 10, 10)}
+    # what the read left: no committed offset at all, which must not read as "nothing committed"
+    view.groups = {"g": GroupState("g", members=0, simple=False)}
+
+    assert [(r["kind"], r["severity"]) for r in cluster_risks(view)] == [("risks-unknown", "unknown")]
+
+
+def test_a_simple_consumer_group_gets_no_countdown() -> None:
+    view = ClusterView(topic="tickets", now_ms=NOW, offsets_retention_minutes=10080)
+    view.partitions = {0: PartitionState(0, 0, 10, 10), 1: PartitionState(1, 0, 10, 10)}
+    # Flink's KafkaSource: commits without joining, so it always reads as empty; it reads
+    # partition 0 only, on purpose
+    view.groups = {"flink": GroupState("flink", committed={0: 10}, members=0, state="empty", simple=True)}
+
+    (risk,) = cluster_risks(view, [])
+    assert (risk["kind"], risk["severity"], risk["subject"]) == ("offsets-expiry", "info", "flink")
+    assert "no countdown" in risk["message"] and "expire" not in risk["message"].split("commits")[0]
+    view.now_ms = NOW + 7 * 24 * HOUR  # a week later it is still no error
+    assert [r["severity"] for r in cluster_risks(view, [risk])] == ["info"]
+
+
+def test_it_names_partitions_where_an_idle_group_has_no_committed_offset() -> None:
+    view = ClusterView(topic="tickets", now_ms=NOW)
+    view.partitions = {0: PartitionState(0, 0, 10, 10), 1: PartitionState(1, 2, 7, 7), 2: PartitionState(2, 4, 4, 4)}
+    view.groups = {
+        "half": GroupState("half", committed={0: 10}, members=0, simple=False),
+        "nobody": GroupState("nobody", members=0, state="dead", simple=False),
+        "busy": GroupState("busy", committed={0: 3}, members=2, simple=False),  # chose its position on joining
+        "unread": GroupState("unread", members=None),  # could not be described: nothing claimed
+    }
+
+    risks = {r["subject"]: r for r in cluster_risks(view) if r["kind"] == "no-committed-offset"}
+
+    assert sorted(risks) == ["half", "nobody"]
+    assert risks["half"]["severity"] == "warning"
+    # partition 2 holds no record: nothing to skip or reread there
+    assert risks["half"]["details"] == {"group": "half", "partitions": [1], "records": 5}
+    assert risks["half"]["message"].startswith(
+        "group half has no active members and no committed offset on tickets/1 (5 record(s) there): "
+    )
+    assert risks["nobody"]["details"]["partitions"] == [0, 1]
+    assert "it has committed nothing on this topic" in risks["nobody"]["message"]
 
 
 def test_it_says_a_group_the_log_start_overtook_is_losing_data_now() -> None:
@@ -123,6 +184,59 @@ def test_it_confirms_a_committed_offset_below_the_log_start_against_the_real_clu
     assert view.groups[caught_up].overtaken == {}
     (risk,) = [r for r in cluster_risks(view) if r["kind"] == "retention-lag"]
     assert (risk["subject"], risk["severity"], risk["details"]["deleted_uncommitted"]) == (behind, "error", 2)
+
+
+def test_it_tells_a_simple_group_from_an_idle_one_and_a_missing_one_on_the_real_cluster(
+    kafka_bootstrap: str, make_topic: Callable[..., str]
+) -> None:
+    topic = make_topic("risk-groups", partitions=2, replication_factor=1)
+    _produce(Producer({"bootstrap.servers": kafka_bootstrap}), topic, {0: 3, 1: 3})
+    simple, idle, missing = (f"{name}-{uuid.uuid4().hex[:6]}" for name in ("simple", "idle", "missing"))
+    # simple: commits without joining, as assign()-only applications do
+    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": simple, "enable.auto.commit": False})
+    try:
+        committer.commit(offsets=[TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 3)], asynchronous=False)
+    finally:
+        committer.close()
+    # idle: subscribed, read partition 0 only, committed it and left
+    reader = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": idle,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        reader.subscribe([topic])
+        seen: set[int] = set()
+        deadline = time.monotonic() + 30
+        while 0 not in seen and time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is not None and message.error() is None:
+                seen.add(message.partition())
+        reader.commit(offsets=[TopicPartition(topic, 0, 3)], asynchronous=False)
+    finally:
+        reader.close()
+
+    view, _ = read_cluster_view(
+        {"bootstrap.servers": kafka_bootstrap}, topic, [simple, idle, missing], "_none-p", "_none-c"
+    )
+
+    assert (view.groups[simple].simple, view.groups[simple].members) == (True, 0)
+    assert (view.groups[idle].simple, view.groups[idle].members, view.groups[idle].committed) == (False, 0, {0: 3})
+    assert (view.groups[missing].simple, view.groups[missing].state, view.groups[missing].committed) == (
+        False,
+        "dead",
+        {},
+    )
+    kinds = {(r["subject"], r["kind"], r["severity"]) for r in cluster_risks(view)}
+    assert (simple, "offsets-expiry", "info") in kinds
+    assert (idle, "offsets-expiry", "warning") in kinds
+    assert (idle, "no-committed-offset", "warning") in kinds
+    assert (missing, "no-committed-offset", "warning") in kinds
+    assert not [k for k in kinds if k[0] == simple and k[1] != "offsets-expiry"]
+    assert not [k for k in kinds if k[0] == missing and k[1] != "no-committed-offset"]
 
 
 def test_it_reads_an_open_transaction_below_the_high_watermark_and_nothing_else(
