@@ -13,7 +13,6 @@ from typing import Any
 from confluent_kafka import (
     TIMESTAMP_NOT_AVAILABLE,
     Consumer,
-    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Message,
@@ -30,6 +29,7 @@ from confluent_kafka.admin import (
 from auditor.lint.engine.terms import Overtaken
 from auditor.probes.codec import ClientRecord, decode_ledger_record
 from auditor.probes.message import record_position  # messages() yields records only
+from spark_jobs.kafka_offsets import committed_offsets
 
 _BROKER_SET = {
     ConfigSource.STATIC_BROKER_CONFIG.value,
@@ -152,16 +152,6 @@ def read_reported_clients(connection: Mapping[str, Any], topic: str, *, timeout:
     return ReportedClients(clients, undecodable=undecodable, complete=complete)
 
 
-def committed_offsets(
-    admin: AdminClient, group: str, topic: str, partitions: Iterable[int], *, timeout: float
-) -> dict[int, int]:
-    """partition → the group's committed offset (partitions without one are left out)."""
-    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])
-    futures = admin.list_consumer_group_offsets([request], request_timeout=timeout)
-    answer = futures[group].result(timeout=timeout)
-    return {tp.partition: tp.offset for tp in answer.topic_partitions if tp.error is None and tp.offset >= 0}
-
-
 @dataclass(frozen=True)
 class ConsumerLag:
     """How far behind the consumer groups are, per topic: in time, and where the log start
@@ -213,7 +203,8 @@ def consumer_lag(
                     TopicPartition(topic, partition), timeout=timeout
                 )
             for group in groups:
-                for partition, offset in committed_offsets(admin, group, topic, partitions, timeout=timeout).items():
+                # a partition whose committed offset could not be read raises: never a lag of 0
+                for _, partition, offset in committed_offsets(admin, [group], topic, partitions, timeout):
                     tp = (topic, partition)
                     low, high = ends[tp]
                     lag.setdefault(topic, 0.0)

@@ -29,10 +29,10 @@ from psycopg import sql
 
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
 from auditor.lib.secrets import MASK, MissingEnvError
-from auditor.lint.observed import committed_offsets
 from auditor.pipelines.models import Binding
 from auditor.probes.headers import AUDIT, AUDIT_V2_SIZE, decode_audit_header, parse_audit_headers
 from auditor.probes.message import record_headers, record_position
+from spark_jobs.kafka_offsets import KafkaReadError, committed_offsets
 
 MAX_POSITIONS = 200
 SCAN_RECORDS_PER_PARTITION = 5000
@@ -286,8 +286,9 @@ def read_committed(binding: Binding, lookup: RecordLookup) -> None:
     admin = AdminClient({**binding.cluster.client_config(), "log_level": 3})
     for group in binding.consumer_groups:
         try:
-            lookup.committed[group] = committed_offsets(admin, group, binding.topic, partitions, timeout=READ_TIMEOUT_S)
-        except (KafkaException, TimeoutError) as exc:
+            rows = committed_offsets(admin, [group], binding.topic, partitions, READ_TIMEOUT_S)
+            lookup.committed[group] = {partition: offset for _, partition, offset in rows}
+        except (KafkaException, KafkaReadError, TimeoutError) as exc:
             lookup.committed_errors[group] = f"its committed offsets could not be read: {exc}"
 
 
