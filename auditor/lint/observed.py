@@ -48,7 +48,9 @@ class ReportedClients:
     complete: bool = True  # False when the timeout hit before the end of the topic
 
 
-def _reader(connection: Mapping[str, Any]) -> Consumer:
+def _reader(connection: Mapping[str, Any], isolation: str = "read_uncommitted") -> Consumer:
+    """A reader that never joins or commits; read_uncommitted (the default) for timestamps and
+    configs, so that an open transaction does not hold it back."""
     return Consumer(
         {
             **connection,
@@ -57,8 +59,7 @@ def _reader(connection: Mapping[str, Any]) -> Consumer:
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
-            # timestamps and configs only: an open transaction must not hold the reader back
-            "isolation.level": "read_uncommitted",
+            "isolation.level": isolation,
         }
     )
 
@@ -186,7 +187,10 @@ def consumer_lag(
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     lag: dict[str, float] = {}
     overtaken: dict[str, list[Overtaken]] = {}
-    consumer = _reader(connection)
+    # read_committed: an aborted transaction right after a caught-up group's committed offset
+    # holds no record the group will read (its CreateTime would read as a growing lag); the
+    # ends it reads are the last stable offsets, where a read_committed group stops too
+    consumer = _reader(connection, "read_committed")
     try:
         wanted: dict[tuple[str, int], int] = {}
         ends: dict[tuple[str, int], tuple[int, int]] = {}

@@ -137,12 +137,14 @@ def record_timestamps(
     targets: Iterable[Target],
     timeout_s: float = 10.0,
     audit_of: dict[Target, tuple[str, int]] | None = None,
+    isolation: str = "read_uncommitted",
 ) -> dict[Target, int | None]:
     """The timestamp of the first record at or after each (topic, partition, offset).
 
     Reads one record per target (rounds of at most one offset per partition); a target
     with no record there (deleted, past the end) maps to None. ``audit_of``, when given,
     receives the (session, seq) of each record found with a valid audit header.
+    ``isolation`` read_committed skips aborted records and ends at the last stable offset.
     """
     pending = sorted(set(targets))
     found: dict[Target, int | None] = {t: None for t in pending}
@@ -154,7 +156,7 @@ def record_timestamps(
             "bootstrap.servers": bootstrap,
             "group.id": f"auditor-stuck-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
-            "isolation.level": "read_uncommitted",
+            "isolation.level": isolation,
             "enable.partition.eof": True,
             "socket.timeout.ms": int(timeout_s * 1000),
             # One record per target is wanted: librdkafka would otherwise prefetch up to
@@ -291,16 +293,24 @@ def read_cluster_view(
 
     targets: list[Target] = [(topic, p, o.low) for p, o in offsets.items() if 0 < o.low < o.high]
     targets += [(topic, p, o.stable) for p, o in offsets.items() if o.stable < o.high]
-    for group_state in view.groups.values():
-        targets += [(topic, p, c) for p, c in group_state.committed.items() if p in offsets and c < offsets[p].high]
     for ledger_topic, lows in ((producer_ledger_topic, producer_lows), (consumer_ledger_topic, consumer_lows)):
         targets += [(ledger_topic, p, low) for p, (low, high) in lows.items() if 0 < low < high]
+    # A group's oldest unread record is read as read_committed: an aborted transaction right
+    # after a caught-up group's committed offset is no record it will ever read, and its
+    # CreateTime, growing older, would read as a lag nearing retention.
+    unread: list[Target] = [
+        (topic, p, c)
+        for group_state in view.groups.values()
+        for p, c in group_state.committed.items()
+        if p in offsets and c < offsets[p].high
+    ]
     heads: dict[Target, tuple[str, int]] = {}
     try:
         stamps = record_timestamps(bootstrap, config, targets, timeout_s, heads)
+        unread_stamps = record_timestamps(bootstrap, config, unread, timeout_s, isolation="read_committed")
     except KafkaException as exc:
         view.notes.append(f"record timestamps could not be read: {exc}")
-        stamps = {}
+        stamps, unread_stamps = {}, {}
     view.partitions = {
         p: PartitionState(
             p,
@@ -314,7 +324,9 @@ def read_cluster_view(
     }
     plan.partitions = view.partitions
     for group_state in view.groups.values():
-        group_state.committed_timestamp_ms = {p: stamps.get((topic, p, c)) for p, c in group_state.committed.items()}
+        group_state.committed_timestamp_ms = {
+            p: unread_stamps.get((topic, p, c)) for p, c in group_state.committed.items()
+        }
     if view.producer_ledger.available:
         view.producer_ledger.complete_since_ms = _complete_since(producer_lows, producer_ledger_topic, stamps)
     if view.consumer_ledger.available:

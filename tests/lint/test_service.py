@@ -18,6 +18,7 @@ from auditor.lint.observed import consumer_lag
 from auditor.lint.service import scan_all
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase
 from auditor.probes.topics import CLIENTS_TOPIC, ensure_audit_topics
+from tests.support.transactions import caught_up_before_an_aborted_tail
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -228,6 +229,20 @@ def test_it_says_the_lag_is_unknown_when_the_first_unread_records_are_not_read_i
     unread = consumer_lag(kafka_admin, connection, metadata, {topic: [group]}, read_timeout=0)
     assert topic not in unread.seconds
     assert unread.unknown == {topic: "the first unread record of partition(s) 0 was not read in time"}
+
+
+def test_an_aborted_transaction_after_a_caught_up_group_is_no_lag(
+    kafka_bootstrap: str, kafka_brokers: int, make_topic: MakeTopic, kafka_admin: AdminClient
+) -> None:
+    topic = _lag_topic(make_topic, kafka_brokers, 3 * 3600 * 1000)
+    # the aborted records are 2 h old: read as the group's first unread record, that is its lag
+    caught_up, behind = caught_up_before_an_aborted_tail(kafka_bootstrap, topic, 2 * 3600 * 1000)
+    connection = {"bootstrap.servers": kafka_bootstrap}
+    metadata = kafka_admin.list_topics(timeout=10)
+
+    assert consumer_lag(kafka_admin, connection, metadata, {topic: [caught_up]}).seconds == {topic: 0.0}
+    # the group at 0 has the 3 fresh committed records to read: seconds, not hours
+    assert consumer_lag(kafka_admin, connection, metadata, {topic: [behind]}).seconds[topic] < 300
 
 
 def test_it_reports_an_unreachable_cluster_as_a_failed_scan() -> None:

@@ -14,6 +14,7 @@ from auditor.stuck.evidence import ClusterView, GroupState, PartitionState
 from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.risks import cluster_risks
 from spark_jobs.kafka_offsets import partition_offsets
+from tests.support.transactions import caught_up_before_an_aborted_tail
 
 NOW = 1_800_000_000_000
 HOUR = 3600_000
@@ -237,6 +238,23 @@ def test_it_tells_a_simple_group_from_an_idle_one_and_a_missing_one_on_the_real_
     assert (missing, "no-committed-offset", "warning") in kinds
     assert not [k for k in kinds if k[0] == simple and k[1] != "offsets-expiry"]
     assert not [k for k in kinds if k[0] == missing and k[1] != "no-committed-offset"]
+
+
+def test_an_aborted_transaction_after_a_caught_up_group_is_no_unread_record(
+    kafka_bootstrap: str, make_topic: Callable[..., str], kafka_admin: AdminClient
+) -> None:
+    topic = make_topic("risk-aborted", partitions=1, replication_factor=1, config={"retention.ms": str(3 * HOUR)})
+    caught_up, behind = caught_up_before_an_aborted_tail(kafka_bootstrap, topic, 2 * HOUR)
+
+    view, _ = read_cluster_view(
+        {"bootstrap.servers": kafka_bootstrap}, topic, [caught_up, behind], "_none-p", "_none-c"
+    )
+
+    assert view.partitions[0].high == 6  # 3 records, 2 aborted, the abort marker
+    # the aborted records (2 h of a 3 h retention) are nothing the caught-up group will read
+    assert view.groups[caught_up].committed_timestamp_ms == {0: None}
+    assert view.now_ms - (view.groups[behind].committed_timestamp_ms[0] or 0) < 300_000
+    assert not [r for r in cluster_risks(view) if r["kind"] == "retention-lag"]
 
 
 def test_it_reads_an_open_transaction_below_the_high_watermark_and_nothing_else(
