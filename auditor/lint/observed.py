@@ -178,10 +178,10 @@ def consumer_lag(
     The lag of a partition is the age of the first record the group has not consumed
     (the record at its committed offset, or the oldest one left when the log start has
     passed that: then the group is also listed as overtaken); 0 when the group is at the
-    end. A topic none of whose groups has committed an offset is left out: its lag is unknown.
-    So is a topic whose first unread records were not all read within the time left of
-    ``timeout`` (or ``read_timeout``): it is listed in ``unknown`` with the reason, never
-    measured from the partitions that answered.
+    end. Listed in ``unknown`` with the reason instead: a topic none of whose groups has
+    committed an offset, and one whose first unread records were not all read within the
+    time left of ``timeout`` (or ``read_timeout``), never measured from the partitions that
+    answered.
     """
     deadline = time.monotonic() + timeout
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -191,6 +191,7 @@ def consumer_lag(
     # holds no record the group will read (its CreateTime would read as a growing lag); the
     # ends it reads are the last stable offsets, where a read_committed group stops too
     consumer = _reader(connection, "read_committed")
+    uncommitted: dict[str, list[str]] = {}  # topics none of whose groups has committed an offset
     try:
         wanted: dict[tuple[str, int], int] = {}
         ends: dict[tuple[str, int], tuple[int, int]] = {}
@@ -217,6 +218,8 @@ def consumer_lag(
                     if max(offset, low) < high:
                         first = max(offset, low)
                         wanted[tp] = min(wanted.get(tp, first), first)
+            if topic not in lag:
+                uncommitted[topic] = groups
         reader = _PartitionReader(consumer, {tp: (first, ends[tp][1]) for tp, first in wanted.items()}, first_only=True)
         if read_timeout is not None:
             deadline = min(deadline, time.monotonic() + read_timeout)
@@ -234,6 +237,8 @@ def consumer_lag(
         topic: f"the first unread record of partition(s) {', '.join(map(str, partitions))} was not read in time"
         for topic, partitions in unread.items()
     }
+    for topic, groups in uncommitted.items():
+        unknown[topic] = f"none of its groups ({', '.join(groups)}) has committed an offset on it"
     return ConsumerLag({t: v for t, v in lag.items() if t not in unknown}, overtaken, unknown)
 
 

@@ -245,6 +245,19 @@ def test_an_aborted_transaction_after_a_caught_up_group_is_no_lag(
     assert consumer_lag(kafka_admin, connection, metadata, {topic: [behind]}).seconds[topic] < 300
 
 
+def test_it_says_the_lag_is_unknown_when_no_group_has_committed(
+    kafka_bootstrap: str, kafka_brokers: int, make_topic: MakeTopic, kafka_admin: AdminClient
+) -> None:
+    topic = _lag_topic(make_topic, kafka_brokers, 3 * 3600 * 1000)
+    _waiting_group(kafka_bootstrap, topic, 3, 2 * 3600 * 1000)  # records 2 h old, and a group that is not bound
+    metadata = kafka_admin.list_topics(timeout=10)
+
+    lag = consumer_lag(kafka_admin, {"bootstrap.servers": kafka_bootstrap}, metadata, {topic: ["never-ran", "typo"]})
+
+    assert topic not in lag.seconds
+    assert lag.unknown == {topic: "none of its groups (never-ran, typo) has committed an offset on it"}
+
+
 def test_it_reports_an_unreachable_cluster_as_a_failed_scan() -> None:
     dead = Cluster.objects.create(
         name=f"dead-{uuid.uuid4().hex[:6]}",
