@@ -105,6 +105,21 @@ def committed_offsets(
     return rows
 
 
+def deleted_while_read(
+    admin: AdminClient, topic: str, ranges: dict[int, tuple[int, int]], timeout_s: float = 10.0
+) -> dict[int, tuple[int, int]]:
+    """Partitions of `topic` whose log start moved past the start of the range [start, end)
+    read from them: partition → (start, log start now). Records of the range may have been
+    deleted (retention, delete_records) before the read reached them, and a reader that skips
+    deleted records (the Kafka source with failOnDataLoss=false, a consumer resetting its
+    offset) then saw less than the range without a word. Call it once the reads are done."""
+    wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
+    if not wanted:
+        return {}
+    now = partition_offsets(admin, topic, sorted(wanted), timeout_s)
+    return {p: (start, now[p].low) for p, (start, _) in sorted(wanted.items()) if now[p].low > start}
+
+
 @dataclass(frozen=True)
 class RecordPrint:
     """What identifies the record at one offset: a later read of the same offset holding

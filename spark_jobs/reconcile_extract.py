@@ -22,6 +22,7 @@ from spark_jobs.kafka_offsets import (
     PartitionOffsets,
     admin_client,
     committed_offsets,
+    deleted_while_read,
     partition_offsets,
     record_prints,
     rewritten_partitions,
@@ -248,12 +249,7 @@ def check_nothing_deleted_while_read(binding: Binding, plan: OffsetRange) -> Non
     produced. Call it once every read of `plan` has been materialized.
     """
     admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
-    now = partition_offsets(admin, plan.topic, sorted(plan.ranges))
-    moved = {
-        partition: (start, now[partition].low)
-        for partition, (start, end) in sorted(plan.ranges.items())
-        if end > start and now[partition].low > start
-    }
+    moved = deleted_while_read(admin, plan.topic, plan.ranges)
     if moved:
         where = ", ".join(
             f"{plan.topic}/{p} from offset {start} (log start now {low})" for p, (start, low) in moved.items()

@@ -28,6 +28,7 @@ from spark_jobs.kafka_offsets import (
     PartitionOffsets,
     admin_client,
     committed_offsets,
+    deleted_while_read,
     partition_offsets,
     topic_partitions,
 )
@@ -129,6 +130,22 @@ def _configs(admin: AdminClient, topic: str, timeout_s: float) -> tuple[int | No
     except (KafkaException, ValueError) as exc:
         notes.append(f"offsets.retention.minutes could not be read: {exc}")
     return retention_ms, offsets_minutes, notes
+
+
+def deletions_under_read(
+    kafka_config: dict[str, Any], reads: dict[str, dict[int, tuple[int, int]]], timeout_s: float = 10.0
+) -> str | None:
+    """Why the ranges read (topic → partition → [start, end)) are not all that was there:
+    partitions whose log start moved past the start read while the diagnosis read them; None
+    when nothing was deleted under the read. Raises KafkaReadError when it cannot tell."""
+    bootstrap, config = client_settings(kafka_config)
+    admin = admin_client(bootstrap, config, timeout_s)
+    moved = [
+        f"{topic}/{p} from offset {start} (log start now {low})"
+        for topic, ranges in reads.items()
+        for p, (start, low) in deleted_while_read(admin, topic, ranges, timeout_s).items()
+    ]
+    return f"records were deleted while the diagnosis read them: {', '.join(moved)}" if moved else None
 
 
 def record_timestamps(

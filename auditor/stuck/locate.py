@@ -261,6 +261,9 @@ def _reader(bootstrap: str, config: dict[str, str], isolation: str) -> Consumer:
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "isolation.level": isolation,
+            # a start offset deleted under the read (retention, delete_records) is an error:
+            # librdkafka's default (latest) would skip silently to the end of the partition
+            "auto.offset.reset": "error",
         }
     )
 

@@ -27,18 +27,19 @@ from django.utils import timezone
 from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError
 from auditor.pipelines.connectivity import ConnectivityError, check_cluster
-from auditor.pipelines.models import StuckRule
+from auditor.pipelines.models import Binding, StuckRule
 from auditor.probes.topics import CONSUMER_LEDGER_TOPIC, PRODUCER_LEDGER_TOPIC
 from auditor.reconcile.memory import IndexedTopic, indexed_records, recall
 from auditor.stuck.alerting import muted_keys, update_problems
 from auditor.stuck.evidence import ClusterView, Diagnosis, StuckRow
-from auditor.stuck.kafka_view import read_cluster_view
+from auditor.stuck.kafka_view import deletions_under_read, read_cluster_view
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.risks import cluster_risks
 from auditor.stuck.source import DEFAULT_MAX_ITEMS, SourceError, StuckQuery, select_stuck_rows, still_stuck
 from auditor.stuck.verdicts import diagnose
 from auditor.vocabulary import STUCK_VERDICTS
+from spark_jobs.kafka_offsets import KafkaReadError
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,22 @@ def _source_url(rule: StuckRule) -> str:
         raise SourceError(f"source {rule.binding.source.name}: {exc}") from None
 
 
+def _deleted_under_read(binding: Binding, request: LocateRequest) -> str | None:
+    """Whether retention or delete_records removed records while the locate step read them:
+    then what it did not find may still have been there, and every verdict that needs the
+    records is unknown (as a reconciliation run is discarded), never lost or never produced."""
+    plan = request.plan
+    reads = {plan.topic: {p: (request.start(s), s.high) for p, s in plan.partitions.items()}}
+    for ledger in (plan.producer_ledger, plan.consumer_ledger):
+        if ledger is not None:
+            reads[ledger.topic] = ledger.ranges
+    try:
+        deleted = deletions_under_read(binding.cluster.client_config(), reads)
+    except KafkaReadError as exc:
+        return f"whether records were deleted while the diagnosis read them could not be checked: {exc}"
+    return f"{deleted}; run the diagnosis again" if deleted else None
+
+
 def _apply_located(view: ClusterView, located: LocateResult) -> None:
     view.records_scanned = located.records_scanned
     view.keyed_records = located.keyed_records
@@ -254,6 +271,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
                     f"the key index of reconciliation run {indexed.run_id} stood in for {indexed.covered} "
                     f"record(s); {located.records_scanned - indexed.covered} later record(s) were read"
                 )
+            view.kafka_error = _deleted_under_read(binding, request)
         except (LocateError, OSError) as exc:
             view.kafka_error = f"reading the records failed: {exc}"
         _apply_located(view, located)

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import socket
+import uuid
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from auditor.demo.options import DeliveryMode, Faults
+from auditor.stuck import service
+from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.service import diagnose_rule
 from tests.support.stuck import StuckSetup, make_rule, verdicts_of
 
@@ -32,7 +39,9 @@ def test_it_says_unknown_with_the_reason_when_the_broker_is_unreachable(stuck: S
     assert result.degraded
     # no risk could be assessed: said so, never an empty list that reads as "no risk"
     assert [(r["kind"], r["severity"]) for r in result.risks] == [("risks-unknown", "unknown")]
-    assert result.risks[0]["message"].startswith(f"the consumer groups' risks on {rule.binding.topic} are unknown: Kafka")
+    assert result.risks[0]["message"].startswith(
+        f"the consumer groups' risks on {rule.binding.topic} are unknown: Kafka"
+    )
 
 
 def test_it_says_unknown_when_the_producer_ledger_topic_is_missing(stuck: StuckSetup) -> None:
@@ -79,3 +88,42 @@ def test_it_never_reports_healthy_tickets(stuck: StuckSetup) -> None:
     result = diagnose_rule(stuck.rule, stuck.options("python"))
 
     assert result.items == [] and not result.degraded
+
+
+@pytest.mark.parametrize("engine", ["python", "spark"])
+def test_records_deleted_while_the_diagnosis_reads_them_are_unknown_never_lost(
+    make_stuck: Callable[..., StuckSetup],
+    kafka_admin: AdminClient,
+    kafka_bootstrap: str,
+    monkeypatch: pytest.MonkeyPatch,
+    spark: Any,
+    engine: str,
+) -> None:
+    setup = make_stuck(partitions=1)
+    topic = setup.pipeline.topic
+    ids = setup.pipeline.produce(20)  # all acked at offsets 0-19, none consumed: all wait
+
+    def then_delete(*args: Any, **kwargs: Any) -> Any:
+        # retention deletes the first 10 records after the offsets were listed, before the read
+        answer = read_cluster_view(*args, **kwargs)
+        cut = TopicPartition(topic, 0, 10)
+        kafka_admin.delete_records([cut])[cut].result(30)
+        return answer
+
+    monkeypatch.setattr(service, "read_cluster_view", then_delete)
+    options = setup.options(engine, use_index=False, **({"spark": spark} if engine == "spark" else {}))
+    result = diagnose_rule(setup.rule, options)
+
+    # the truth: offsets 10-19 are still in the log, 0-9 were deleted unread; nothing was lost
+    # by the broker and everything was produced
+    reader = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"truth-{uuid.uuid4().hex[:6]}"})
+    try:
+        assert reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10) == (10, 20)
+    finally:
+        reader.close()
+    verdicts = verdicts_of(result)
+    assert set(verdicts) == set(ids)
+    assert set(verdicts.values()) == {"unknown"}, verdicts
+    reason = result.items[0].diagnosis.reason
+    assert reason.startswith("Kafka could not be read: "), reason
+    assert result.degraded

@@ -54,6 +54,18 @@ def test_it_says_broker_lost_when_an_acked_offset_is_still_covered_but_the_key_i
     assert (d.evidence["partition"], d.evidence["offset"]) == (0, 4)
 
 
+def test_an_ack_past_the_high_watermark_the_diagnosis_read_is_unknown_never_broker_lost() -> None:
+    # acked (or seen by a reconciliation run) after this diagnosis listed the offsets, or acked
+    # by a leader whose high watermark has not reached it yet: newer than the view, not lost
+    for offset in (10, 15):
+        d = diagnose(ROW, [], [acked(offset)], {}, view(high=10))
+        assert d.verdict == "unknown", (offset, d.reason)
+        assert d.reason == (
+            f"acked at tickets/0@{offset}, at or past the high watermark 10 this diagnosis read: newer than its "
+            "view of the topic, the next diagnosis will see it"
+        )
+
+
 def test_it_says_unknown_for_a_delivery_without_an_offset() -> None:
     entry = LedgerEntry("TCK-7", "s1", 7, "acked", -1, -1, None, "persisted", NOW_MS)
     assert diagnose(ROW, [], [entry], {}, view()).verdict == "unknown"
