@@ -261,6 +261,17 @@ def find_records(binding: Binding, key: str, positions: list[tuple[int, int]], a
                     "(expired by retention, compacted, a transaction marker, or a timeout)."
                 )
                 continue
+            held = business_key(message, binding.record_key)
+            if held != key:
+                # a position remembered for this key (a finding, the key index, stuck evidence)
+                # that holds another record now: the log was truncated and rewritten there (an
+                # unclean leader election) or the topic was re-created; never shown as this key's
+                lookup.notes.append(
+                    f"{binding.topic}/{partition}@{offset}: holds a record of "
+                    + (f"another key ({_text(held.encode(), HEADER_PREVIEW_CHARS)})" if held else "no key")
+                    + " now, not this key's: the log was truncated and rewritten there, or the topic was re-created."
+                )
+                continue
             by_position[(partition, offset)] = _view(message, binding.record_key, "finding")
         if around is not None:
             for view in _scan(consumer, binding, key, around, deadline, lookup):

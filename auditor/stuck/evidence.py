@@ -177,6 +177,10 @@ class ClusterView:
     # per partition whose last stable offset is behind the high watermark: when the first
     # record of the open transaction was written
     open_transaction_since_ms: dict[int, int | None] = field(default_factory=dict)
+    # per partition, the high watermark read again after the auditor's memory was read (None:
+    # not read): an offset remembered at or past `high` and below this was written after the
+    # view was taken; at or past this too, it lies beyond the log end: truncated
+    high_after: dict[int, int] | None = None
     records_scanned: int = 0
     keyed_records: int = 0  # records whose key the binding's record_key found
     record_key: str = "key"

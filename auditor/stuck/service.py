@@ -32,14 +32,14 @@ from auditor.probes.topics import CONSUMER_LEDGER_TOPIC, PRODUCER_LEDGER_TOPIC
 from auditor.reconcile.memory import IndexedTopic, indexed_records, recall
 from auditor.stuck.alerting import muted_keys, update_problems
 from auditor.stuck.evidence import ClusterView, Diagnosis, StuckRow
-from auditor.stuck.kafka_view import deletions_under_read, read_cluster_view
+from auditor.stuck.kafka_view import client_settings, deletions_under_read, read_cluster_view
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.risks import cluster_risks
 from auditor.stuck.source import DEFAULT_MAX_ITEMS, SourceError, StuckQuery, select_stuck_rows, still_stuck
 from auditor.stuck.verdicts import diagnose
 from auditor.vocabulary import STUCK_VERDICTS
-from spark_jobs.kafka_offsets import KafkaReadError
+from spark_jobs.kafka_offsets import KafkaReadError, admin_client, partition_offsets
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,18 @@ def _deleted_under_read(binding: Binding, request: LocateRequest) -> str | None:
     return f"{deleted}; run the diagnosis again" if deleted else None
 
 
+def _log_ends_now(binding: Binding, view: ClusterView) -> dict[int, int] | None:
+    """The topic's high watermarks read after the memory: a sighting past the ones the view
+    read is a record written since (unknown) only if the log has grown past it, else the log
+    was truncated (broker-lost). None when they cannot be read: such sightings stay unknown."""
+    bootstrap, config = client_settings(binding.cluster.client_config())
+    try:
+        offsets = partition_offsets(admin_client(bootstrap, config), view.topic, sorted(view.partitions))
+    except KafkaReadError:
+        return None
+    return {p: o.high for p, o in offsets.items()}
+
+
 def _apply_located(view: ClusterView, located: LocateResult) -> None:
     view.records_scanned = located.records_scanned
     view.keyed_records = located.keyed_records
@@ -280,6 +292,8 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     # The auditor's memory, for keys the topic no longer shows.
     unseen = [r.key for r in rows if not located.records.get(r.key)] if not view.kafka_error else []
     memory = recall(binding, unseen, index=indexed.index)
+    if unseen:  # an ack or a sighting of theirs past the view's high watermarks needs the log ends now
+        view.high_after = _log_ends_now(binding, view)
     if memory.reason:
         result.notes.append(f"the reconciliation state could not be read: {memory.reason}")
     lap("memory")

@@ -365,13 +365,15 @@ def _written_then_gone(
     if state is None:
         return Diagnosis("unknown", f"{how} {where}, a partition the topic no longer has", evidence)
     _place(evidence, partition, offset, state, view)
-    if offset >= state.high:
-        # written (or acked by a leader that has not replicated it yet) past what this diagnosis
-        # read: nothing says it is lost, only that it is newer than this view
+    end_now = (view.high_after or {}).get(partition)
+    if offset >= state.high and (end_now is None or offset < end_now):
+        # written (or acked by a leader whose high watermark had not reached it) after this
+        # diagnosis read the topic: nothing says it is lost, only that it is newer than the view
         return Diagnosis(
             "unknown",
-            f"{how} {where}, at or past the high watermark {state.high} this diagnosis read: newer than its "
-            "view of the topic, the next diagnosis will see it",
+            f"{how} {where}, at or past the high watermark {state.high} this diagnosis read"
+            + (", and the log has grown past it since" if end_now is not None else "")
+            + ": newer than its view of the topic, the next diagnosis will see it",
             evidence,
         )
     if offset >= state.low:

@@ -95,6 +95,39 @@ def test_it_shows_every_record_of_a_key_beside_its_source_row(client_as, keyed) 
     assert "Scanned each partition" in html
 
 
+def test_a_remembered_position_that_holds_another_key_now_is_not_shown_as_this_keys(client_as, keyed) -> None:
+    binding, positions = keyed["binding"], keyed["positions"]
+    run = ReconcileRun.objects.create(
+        binding=binding, trigger="cli", status=ReconcileRun.OK, finished_at=timezone.now(), counts={"duplicate": 1}
+    )
+    # a run saw T-1 at the position T-2's record holds now: as after an unclean leader
+    # election truncated the log there and other records were written in its place
+    partition, offset = positions["other"]
+    Finding.objects.create(
+        run=run,
+        binding=binding,
+        kind="duplicate",
+        key="T-1",
+        cause="app-resend",
+        partition=partition,
+        offset=offset,
+        offsets=[{"partition": partition, "offset": offset}],
+        session="session-1",
+        seq=0,
+        evidence={"count": 2},
+    )
+
+    html = client_as("viewer").get(f"/reconcile/keys/{binding.name}/T-1/").content.decode()
+    text = client_as("viewer").get(f"/reconcile/keys/{binding.name}/T-1/?format=text").content.decode()
+
+    # T-1's own records (found by the scan) and not T-2's
+    assert record_rows(html) == [f"{p}@{o}" for p, o in sorted([positions["first"], positions["again"]])]
+    note = f"{binding.topic}/{partition}@{offset}: holds a record of another key (T-2) now, not this key&#x27;s"
+    assert note in html
+    assert f"read at {binding.topic}/{partition}@{offset}" not in text  # the timeline's "in the topic"
+    assert f"read at {binding.topic}/{positions['first'][0]}@{positions['first'][1]}" in text
+
+
 def test_it_escapes_a_hostile_key_its_headers_and_value(client_as, keyed) -> None:
     binding, positions = keyed["binding"], keyed["positions"]
 

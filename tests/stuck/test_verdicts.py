@@ -54,16 +54,19 @@ def test_it_says_broker_lost_when_an_acked_offset_is_still_covered_but_the_key_i
     assert (d.evidence["partition"], d.evidence["offset"]) == (0, 4)
 
 
-def test_an_ack_past_the_high_watermark_the_diagnosis_read_is_unknown_never_broker_lost() -> None:
+def test_an_ack_past_the_high_watermark_the_diagnosis_read_is_unknown_until_the_log_end_proves_it_lost() -> None:
     # acked (or seen by a reconciliation run) after this diagnosis listed the offsets, or acked
-    # by a leader whose high watermark has not reached it yet: newer than the view, not lost
-    for offset in (10, 15):
-        d = diagnose(ROW, [], [acked(offset)], {}, view(high=10))
+    # by a leader whose high watermark had not reached it: newer than the view, not lost
+    for offset, end_now, grown in ((10, None, ""), (15, None, ""), (15, 20, ", and the log has grown past it since")):
+        d = diagnose(ROW, [], [acked(offset)], {}, view(high=10, high_after=None if end_now is None else {0: end_now}))
         assert d.verdict == "unknown", (offset, d.reason)
         assert d.reason == (
-            f"acked at tickets/0@{offset}, at or past the high watermark 10 this diagnosis read: newer than its "
-            "view of the topic, the next diagnosis will see it"
+            f"acked at tickets/0@{offset}, at or past the high watermark 10 this diagnosis read{grown}: newer than "
+            "its view of the topic, the next diagnosis will see it"
         )
+    # the log end read after the memory is still below it: beyond the log end, truncated
+    d = diagnose(ROW, [], [acked(15)], {}, view(high=10, high_after={0: 10}))
+    assert d.verdict == "broker-lost" and "tickets/0@15" in d.reason
 
 
 def test_it_says_unknown_for_a_delivery_without_an_offset() -> None:
