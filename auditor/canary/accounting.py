@@ -1,13 +1,23 @@
 """Per-partition delivery accounting of one canary session (pure: no Kafka, no clock).
 
-The sender registers every sequence it hands to the producer; the receiver reports
+The sender registers every sequence it hands to the producer, then the producer's
+delivery report for it (acknowledged by the broker, or failed); the receiver reports
 every record it reads. For each partition:
 
 - a sequence seen for the first time is *received* (and *out of order* when a higher
-  sequence was already received);
+  sequence was already received), whether or not its delivery report came yet;
 - a sequence seen again is *duplicated*;
-- a sequence not received within the SLA is *lost* (never earlier: a restart or a slow
-  consumer within the SLA raises nothing); if it turns up after that it is *late*;
+- a sequence the broker acknowledged and that is not received within the SLA is *lost*
+  (never earlier: a restart or a slow consumer within the SLA raises nothing); if it
+  turns up after that it is *late*. The SLA runs from the send, or from the
+  acknowledgement when that came later: after a partition had no leader for a while, the
+  acknowledgements of the records held back arrive together, and the consumer gets the
+  SLA to read them before any is called lost;
+- a sequence whose delivery failed counts as a *produce error* and is no longer expected:
+  the broker never took it, so it is never lost (a copy read anyway counts as received);
+- a sequence without a delivery report is never lost (librdkafka reports every record
+  within message.timeout.ms); when its SLA runs out unacknowledged it counts once as
+  *unacked*, and stays expected until its report comes;
 - records of other sessions (an earlier run, another canary) are ignored, only counted.
 
 Counts are attributed to the window in which they are observed (a loss to the window in
@@ -17,17 +27,19 @@ Sequences still pending when the session ends are reported as pending, not lost.
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from auditor.canary.latency import LatencyDigest
 from auditor.canary.payload import CanaryRecord
 
-# How many lost sequences per partition are remembered so that a late arrival is told
-# apart from a duplicate; older ones are forgotten (a record later than that counts as a duplicate).
+# How many lost (and failed) sequences per partition are remembered so that a late arrival
+# is told apart from a duplicate; older ones are forgotten (a record later than that counts
+# as a duplicate).
 LOST_MEMORY = 100_000
 
-COUNT_FIELDS = ("sent", "received", "lost", "duplicated", "out_of_order", "late", "produce_errors")
+COUNT_FIELDS = ("sent", "received", "lost", "duplicated", "out_of_order", "late", "produce_errors", "unacked")
 
 
 @dataclass
@@ -39,6 +51,7 @@ class DeliveryCounts:
     out_of_order: int = 0
     late: int = 0
     produce_errors: int = 0
+    unacked: int = 0
     latency: LatencyDigest = field(default_factory=LatencyDigest)
 
     def merge(self, other: DeliveryCounts) -> None:
@@ -54,8 +67,14 @@ class DeliveryCounts:
 class _PartitionState:
     next_seq: int = 0
     highest_received: int = -1
-    pending: OrderedDict[int, float] = field(default_factory=OrderedDict)  # seq -> sent_ms, in seq order
+    pending: dict[int, float] = field(default_factory=dict)  # seq -> sent_ms: sent, not read, not failed
+    # Pending sequences without a delivery report whose SLA has not run out yet, in seq order.
+    unacked: OrderedDict[int, float] = field(default_factory=OrderedDict)
+    # (deadline_ms, seq) of acknowledged sequences; entries of sequences read since are skipped.
+    read_deadlines: list[tuple[float, int]] = field(default_factory=list)
+    acked_seqs: set[int] = field(default_factory=set)  # pending sequences the broker acknowledged
     lost_seqs: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    failed_seqs: OrderedDict[int, float] = field(default_factory=OrderedDict)  # seq -> sent_ms
     window: DeliveryCounts = field(default_factory=DeliveryCounts)
     total: DeliveryCounts = field(default_factory=DeliveryCounts)
 
@@ -94,13 +113,33 @@ class CanaryAccounting:
             raise ValueError(f"partition {record.partition}: sent seq {record.seq}, expected {state.next_seq}")
         state.next_seq += 1
         state.pending[record.seq] = record.sent_ms
+        state.unacked[record.seq] = record.sent_ms
         for counts in self._counts(state):
             counts.sent += 1
 
-    def record_produce_error(self, partition: int) -> None:
-        """The producer reported a delivery failure; the record stays expected (lost after the SLA)."""
-        for counts in self._counts(self._partitions[partition]):
+    def record_acked(self, partition: int, seq: int, now_ms: float) -> None:
+        """The broker acknowledged ``seq`` at ``now_ms``: from now on it can be lost."""
+        state = self._partitions[partition]
+        sent_ms = state.pending.get(seq)
+        if sent_ms is None or seq in state.acked_seqs:
+            return  # already read (the consumer can beat the delivery report), or a repeated report
+        state.unacked.pop(seq, None)
+        state.acked_seqs.add(seq)
+        heapq.heappush(state.read_deadlines, (max(sent_ms, now_ms) + self.sla_ms, seq))
+
+    def record_produce_error(self, partition: int, seq: int) -> None:
+        """The producer reported that ``seq`` failed: the broker never took it, it is no longer expected."""
+        state = self._partitions[partition]
+        for counts in self._counts(state):
             counts.produce_errors += 1
+        sent_ms = state.pending.pop(seq, None)
+        if sent_ms is None:
+            return  # read already (a timed-out send can still have been written), or never sent
+        state.unacked.pop(seq, None)
+        state.acked_seqs.discard(seq)
+        state.failed_seqs[seq] = sent_ms
+        if len(state.failed_seqs) > LOST_MEMORY:
+            state.failed_seqs.popitem(last=False)
 
     # -- the receiving side ----------------------------------------------------------
 
@@ -118,6 +157,11 @@ class CanaryAccounting:
             return
         sent_ms = state.pending.pop(record.seq, None)
         if sent_ms is not None:
+            state.unacked.pop(record.seq, None)
+            state.acked_seqs.discard(record.seq)
+        else:
+            sent_ms = state.failed_seqs.pop(record.seq, None)  # reported failed, yet written
+        if sent_ms is not None:
             out_of_order = record.seq < state.highest_received
             state.highest_received = max(state.highest_received, record.seq)
             for counts in self._counts(state):
@@ -134,16 +178,28 @@ class CanaryAccounting:
                 counts.duplicated += 1
 
     def expire(self, now_ms: float) -> int:
-        """Declare lost every pending record older than the SLA; returns how many."""
+        """Declare lost every acknowledged record not read within its SLA; returns how many.
+
+        Records whose SLA ran out without a delivery report are counted unacked (once),
+        not lost: they stay pending until their report comes.
+        """
         expired = 0
-        deadline = now_ms - self.sla_ms
         for state in self._partitions.values():
-            pending = state.pending
-            while pending:
-                seq, sent_ms = next(iter(pending.items()))
-                if sent_ms >= deadline:
+            unacked = state.unacked
+            while unacked:
+                seq, sent_ms = next(iter(unacked.items()))
+                if sent_ms + self.sla_ms >= now_ms:
                     break  # sequences are sent in order, so every later one is younger
-                pending.popitem(last=False)
+                unacked.popitem(last=False)
+                for counts in self._counts(state):
+                    counts.unacked += 1
+            deadlines = state.read_deadlines
+            while deadlines and deadlines[0][0] < now_ms:
+                _deadline, seq = heapq.heappop(deadlines)
+                if seq not in state.acked_seqs:
+                    continue  # read in time
+                state.acked_seqs.remove(seq)
+                del state.pending[seq]
                 state.lost_seqs[seq] = None
                 if len(state.lost_seqs) > LOST_MEMORY:
                     state.lost_seqs.popitem(last=False)

@@ -1,13 +1,14 @@
 """Canary problems for the webhook channels, judged on each stored minute, per topic partition.
 
-- ``canary:loss``: raised when the minute lost records; resolved by a later minute that
-  received records and lost none.
+- ``canary:loss``: raised when the minute lost records (acknowledged by the broker and not
+  read within the SLA: records the broker rejected or has not acknowledged never count);
+  resolved by a later minute that received records and lost none.
 - ``canary:latency``: raised when the minute's p99 is above ``AUDITOR_CANARY_LATENCY_ALERT_MS``
   (default 5000); resolved by a later minute whose p99 is at or below it.
 
 A minute in which the canary observed nothing on a partition (nothing received, nothing
-lost: the cluster did not take records, or the canary just started) is no evidence
-either way and changes nothing. Each channel applies its own thresholds on top
+lost: the cluster did not take records, only produce errors or unacked ones, or the
+canary just started) is no evidence either way and changes nothing. Each channel applies its own thresholds on top
 (``canary_loss``, ``canary_latency`` in its events).
 """
 

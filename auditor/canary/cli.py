@@ -79,7 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--rate", type=_rate, default=10.0, help="records per second per partition (default 10)")
     parser.add_argument(
-        "--sla", type=parse_seconds, default=20.0, help="a record not received within this is lost (default 20s)"
+        "--sla",
+        type=parse_seconds,
+        default=20.0,
+        help="a record the broker acknowledged and that is not received within this is lost (default 20s)",
     )
     parser.add_argument(
         "--duration", type=parse_seconds, default=None, help="stop after this long (default: run until stopped)"
@@ -123,14 +126,17 @@ def _fmt_ms(value: object) -> str:
 
 
 def _write_table(result: dict[str, Any], out: TextIO) -> None:
-    columns = ("sent", "received", "lost", "duplicated", "out_of_order", "late", "pending")
+    columns = ("sent", "received", "lost", "duplicated", "out_of_order", "late", "produce_errors", "unacked", "pending")
     out.write(f"canary session {result['session']} on {result['topic']} ({result['elapsed_s']:.1f}s)\n")
-    header = f"{'partition':>9} {'leader':>6} " + " ".join(f"{c:>12}" for c in columns)
+    widths = {c: max(12, len(c)) for c in columns}
+    header = f"{'partition':>9} {'leader':>6} " + " ".join(f"{c:>{widths[c]}}" for c in columns)
     out.write(header + f" {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}\n")
     rows = [(key, value) for key, value in result["partitions"].items()] + [("total", result["totals"])]
     for key, value in rows:
         leader = value.get("leader")
-        line = f"{key:>9} {'' if leader is None else leader:>6} " + " ".join(f"{value[c]:>12}" for c in columns)
+        line = f"{key:>9} {'' if leader is None else leader:>6} " + " ".join(
+            f"{value[c]:>{widths[c]}}" for c in columns
+        )
         out.write(line + " " + " ".join(f"{_fmt_ms(value[k]):>8}" for k in ("p50_ms", "p99_ms", "max_ms")) + "\n")
     if result["brokers_leading_nothing"]:
         out.write(f"brokers leading no canary partition: {result['brokers_leading_nothing']}\n")

@@ -28,14 +28,16 @@ COUNTS = {
     "duplicated": "auditor_canary_duplicated_records",
     "out_of_order": "auditor_canary_out_of_order_records",
     "produce_errors": "auditor_canary_produce_errors",
+    "unacked": "auditor_canary_unacked_records",
 }
 HELP = {
     "sent": "Canary records sent in the window",
     "received": "Canary records received within the SLA in the window",
-    "lost": "Canary records not received within the SLA in the window",
+    "lost": "Canary records the broker acknowledged and that were not received within the SLA in the window",
     "duplicated": "Canary records received more than once in the window",
     "out_of_order": "Canary records received after a later one of the same partition in the window",
-    "produce_errors": "Canary records the producer reported as failed in the window",
+    "produce_errors": "Canary records the producer reported as failed (never counted lost) in the window",
+    "unacked": "Canary records without a delivery report when their SLA ran out (not a loss) in the window",
 }
 
 

@@ -8,8 +8,9 @@ from django.db import models
 class CanaryPoint(models.Model):
     """What one canary session observed on one partition during one minute.
 
-    Counts are of events observed in that minute (a loss counts in the minute its SLA
-    ran out). A minute in which the canary restarted has one row per session.
+    Counts are of events observed in that minute (a loss, or an unacknowledged record,
+    counts in the minute its SLA ran out). A minute in which the canary restarted has one
+    row per session.
     """
 
     session = models.CharField(max_length=32)
@@ -19,11 +20,18 @@ class CanaryPoint(models.Model):
     leader = models.IntegerField(null=True, blank=True, help_text="leader broker id when the minute closed")
     sent = models.PositiveIntegerField(default=0)
     received = models.PositiveIntegerField(default=0)
-    lost = models.PositiveIntegerField(default=0)
+    lost = models.PositiveIntegerField(
+        default=0, help_text="acknowledged by the broker and not received within the SLA"
+    )
     duplicated = models.PositiveIntegerField(default=0)
     out_of_order = models.PositiveIntegerField(default=0)
     late = models.PositiveIntegerField(default=0, help_text="received after the SLA (already counted lost)")
-    produce_errors = models.PositiveIntegerField(default=0)
+    produce_errors = models.PositiveIntegerField(
+        default=0, help_text="delivery failed: the broker never took the record (never counted lost)"
+    )
+    unacked = models.PositiveIntegerField(
+        default=0, help_text="no delivery report yet when the SLA ran out (not a loss; counted once)"
+    )
     p50_ms = models.FloatField(null=True, blank=True)
     p99_ms = models.FloatField(null=True, blank=True)
     max_ms = models.FloatField(null=True, blank=True)
@@ -55,6 +63,7 @@ class CanaryPoint(models.Model):
             "out_of_order": self.out_of_order,
             "late": self.late,
             "produce_errors": self.produce_errors,
+            "unacked": self.unacked,
             "p50_ms": self.p50_ms,
             "p99_ms": self.p99_ms,
             "max_ms": self.max_ms,

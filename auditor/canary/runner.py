@@ -1,7 +1,7 @@
 """The canary runner (a long-running process): produce to every partition at a fixed rate, consume, account, store.
 
-One thread does everything (produce what is due, consume what arrived, expire what
-is older than the SLA, close minutes), so the accounting needs no locks and the
+One thread does everything (produce what is due, serve delivery reports, consume what
+arrived, expire what the broker acknowledged but was not read within the SLA, close minutes), so the accounting needs no locks and the
 database is only touched from the thread that owns the connection.
 """
 
@@ -181,7 +181,7 @@ class CanaryService:
                 "group.id": f"_audit.canary.{self.session}",  # assign() only: the group never joins or commits
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
-                "auto.offset.reset": "earliest",  # deleted records are skipped, then counted lost
+                "auto.offset.reset": "earliest",  # deleted records are skipped, then counted lost (they were acked)
                 "fetch.wait.max.ms": 100,
             }
         )
@@ -261,12 +261,17 @@ class CanaryService:
             self._next_send[partition] = due
 
     def _produce_one(self, producer: Producer, accounting: CanaryAccounting, partition: int) -> bool:
-        def delivered(err: KafkaError | None, _msg: Message) -> None:
-            if err is not None:
-                accounting.record_produce_error(partition)
-                log.warning("canary record to %s/%d failed: %s", self.options.topic, partition, err.str())
-
         record = accounting.next_record(partition, self._clock() * 1000)
+
+        # Delivery reports are served by producer.poll()/flush() on this thread, after
+        # record_sent below: the accounting needs no lock.
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is None:
+                accounting.record_acked(partition, record.seq, self._clock() * 1000)
+                return
+            accounting.record_produce_error(partition, record.seq)
+            log.warning("canary record to %s/%d failed: %s", self.options.topic, partition, err.str())
+
         try:
             producer.produce(
                 self.options.topic, value=encode_record(record), partition=partition, on_delivery=delivered
@@ -311,8 +316,11 @@ class CanaryService:
         lost = sum(c.lost for c in counts.values())
         duplicated = sum(c.duplicated for c in counts.values())
         out_of_order = sum(c.out_of_order for c in counts.values())
+        produce_errors = sum(c.produce_errors for c in counts.values())
+        unacked = sum(c.unacked for c in counts.values())
         log.info(
-            "minute %s%s %s: sent %d received %d lost %d duplicated %d out of order %d",
+            "minute %s%s %s: sent %d received %d lost %d duplicated %d out of order %d "
+            "produce errors %d unacked past the SLA %d",
             f"{minute:%H:%M}",
             " (partial)" if partial else "",
             self.options.topic,
@@ -321,6 +329,8 @@ class CanaryService:
             lost,
             duplicated,
             out_of_order,
+            produce_errors,
+            unacked,
         )
         if not self.options.store_points:
             return
@@ -379,7 +389,8 @@ class CanaryService:
         """Stop sending, wait a little for what is in flight, store the last (partial) minute.
 
         Records still in flight afterwards are reported as pending, not lost: their SLA
-        has not run out, and the next session does not count them at all.
+        has not run out or the broker has not acknowledged them, and the next session does
+        not count them at all.
         """
         opts = self.options
         deadline = self._monotonic() + min(opts.drain_s, opts.sla_s)

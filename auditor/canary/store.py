@@ -40,6 +40,7 @@ def record_minute(
                 out_of_order=c.out_of_order,
                 late=c.late,
                 produce_errors=c.produce_errors,
+                unacked=c.unacked,
                 p50_ms=latency["p50_ms"],
                 p99_ms=latency["p99_ms"],
                 max_ms=latency["max_ms"],

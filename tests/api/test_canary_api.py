@@ -75,6 +75,7 @@ def test_it_lists_points_newest_minute_first(bearer, topic):
         "out_of_order": 0,
         "late": 0,
         "produce_errors": 0,
+        "unacked": 0,
         "p50_ms": None,
         "p99_ms": 30.0,
         "max_ms": None,

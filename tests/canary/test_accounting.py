@@ -12,9 +12,12 @@ SESSION = "a" * 32
 SLA_MS = 2000.0
 
 
-def send(accounting: CanaryAccounting, partition: int, at_ms: float) -> CanaryRecord:
+def send(accounting: CanaryAccounting, partition: int, at_ms: float, acked: bool = True) -> CanaryRecord:
+    """Send a record; by default the broker acknowledges it at once (the healthy case)."""
     record = accounting.next_record(partition, at_ms)
     accounting.record_sent(record)
+    if acked:
+        accounting.record_acked(partition, record.seq, at_ms)
     return record
 
 
@@ -97,6 +100,91 @@ def test_it_counts_a_record_after_its_sla_as_late_then_further_copies_as_duplica
     assert (result["lost"], result["late"], result["received"], result["duplicated"]) == (1, 1, 0, 0)
     accounting.record_received(record, 0, 1000 + SLA_MS + 60)
     assert counts(accounting, 0)["duplicated"] == 1
+
+
+def test_it_declares_an_acknowledged_record_not_read_within_the_sla_lost(accounting):
+    record = send(accounting, 0, 1000, acked=False)
+    accounting.record_acked(0, record.seq, 1005)
+    assert accounting.expire(1005 + SLA_MS) == 0
+    assert accounting.expire(1005 + SLA_MS + 1) == 1
+    result = counts(accounting, 0)
+    assert (result["lost"], result["received"], result["produce_errors"], result["pending"]) == (1, 0, 0, 0)
+
+
+def test_it_counts_a_failed_delivery_as_a_produce_error_never_as_lost(accounting):
+    failed = send(accounting, 0, 1000, acked=False)
+    kept = send(accounting, 0, 1001, acked=False)
+    accounting.record_produce_error(0, failed.seq)
+    accounting.record_acked(0, kept.seq, 1002)
+    accounting.record_received(kept, 0, 1010)
+    assert accounting.expire(1000 + 100 * SLA_MS) == 0
+    result = counts(accounting, 0)
+    assert (result["sent"], result["produce_errors"], result["lost"], result["received"]) == (2, 1, 0, 1)
+    assert (result["pending"], result["unacked"]) == (0, 0)  # no longer expected
+
+
+def test_it_counts_a_copy_of_a_failed_record_read_anyway_as_received_not_lost_or_late(accounting):
+    record = send(accounting, 0, 1000, acked=False)
+    accounting.record_produce_error(0, record.seq)  # e.g. timed out, yet written
+    accounting.expire(1000 + 10 * SLA_MS)
+    accounting.record_received(record, 0, 1000 + 10 * SLA_MS + 1)
+    accounting.record_received(record, 0, 1000 + 10 * SLA_MS + 2)
+    result = counts(accounting, 0)
+    assert (result["produce_errors"], result["received"], result["duplicated"]) == (1, 1, 1)
+    assert (result["lost"], result["late"]) == (0, 0)
+
+
+def test_it_never_declares_a_record_without_a_delivery_report_lost(accounting):
+    record = send(accounting, 0, 1000, acked=False)
+    assert accounting.expire(1000 + SLA_MS + 1) == 0
+    assert accounting.expire(1000 + 50 * SLA_MS) == 0
+    result = counts(accounting, 0)
+    assert (result["lost"], result["pending"]) == (0, 1)
+    assert result["unacked"] == 1  # counted once, when its SLA ran out
+    assert record.seq == 0
+
+
+def test_it_declares_a_record_acknowledged_after_its_sla_lost_if_still_unread_an_sla_after_the_ack(accounting):
+    record = send(accounting, 0, 1000, acked=False)
+    accounting.expire(1000 + 3 * SLA_MS)
+    assert counts(accounting, 0)["lost"] == 0
+    acked_ms = 1000 + 3 * SLA_MS + 10  # the partition had a leader again
+    accounting.record_acked(0, record.seq, acked_ms)
+    # The consumer gets the SLA to read what was held back and acknowledged all at once.
+    assert accounting.expire(acked_ms + 1) == 0
+    assert accounting.expire(acked_ms + SLA_MS) == 0
+    assert accounting.expire(acked_ms + SLA_MS + 1) == 1
+    result = counts(accounting, 0)
+    assert (result["lost"], result["unacked"], result["pending"]) == (1, 1, 0)
+
+
+def test_it_counts_a_record_acknowledged_late_and_read_in_time_as_received(accounting):
+    record = send(accounting, 0, 1000, acked=False)
+    accounting.expire(1000 + 3 * SLA_MS)
+    accounting.record_acked(0, record.seq, 1000 + 3 * SLA_MS + 10)
+    accounting.record_received(record, 0, 1000 + 3 * SLA_MS + 50)
+    accounting.expire(1000 + 10 * SLA_MS)
+    result = counts(accounting, 0)
+    assert (result["received"], result["lost"], result["late"], result["unacked"]) == (1, 0, 0, 1)
+    assert result["max_ms"] == pytest.approx(3 * SLA_MS + 50, rel=0.01)  # latency runs from the send
+
+
+def test_it_counts_an_acknowledged_record_that_is_read_as_received(accounting):
+    record = send(accounting, 0, 1000, acked=False)
+    accounting.record_acked(0, record.seq, 1004)
+    accounting.record_received(record, 0, 1020)
+    accounting.expire(1000 + 10 * SLA_MS)
+    result = counts(accounting, 0)
+    assert (result["received"], result["lost"], result["pending"], result["p50_ms"]) == (1, 0, 0, 20)
+
+
+def test_it_counts_a_record_read_before_its_delivery_report_as_received(accounting):
+    record = send(accounting, 0, 1000, acked=False)
+    accounting.record_received(record, 0, 1003)  # the consumer beat the producer's poll
+    accounting.record_acked(0, record.seq, 1005)
+    accounting.expire(1000 + 10 * SLA_MS)
+    result = counts(accounting, 0)
+    assert (result["received"], result["lost"], result["duplicated"], result["pending"]) == (1, 0, 0, 0)
 
 
 def test_it_reports_records_in_flight_at_the_end_as_pending_not_lost(accounting):

@@ -47,6 +47,7 @@ class Minutes:
         for i in range(sent):
             record = self.accounting.next_record(partition, base + i)
             self.accounting.record_sent(record)
+            self.accounting.record_acked(partition, record.seq, record.sent_ms)
             records.append(record)
         for record in records[:received]:
             self.accounting.record_received(record, partition, record.sent_ms + latency_ms)

@@ -11,6 +11,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from django.core.management import CommandError, call_command
 
+from auditor.alerts.models import Alert
+from auditor.canary.alerting import fingerprint
 from auditor.canary.models import CanaryPoint
 from auditor.canary.payload import decode_record
 from tests.support.waiting import wait_until
@@ -141,6 +143,35 @@ def test_it_reports_deleted_records_as_lost_and_an_injected_copy_as_a_duplicate(
     points = CanaryPoint.objects.filter(topic=topic, session=result["session"])
     assert sum(p.lost for p in points if p.partition == 0) == deleted
     assert sum(p.duplicated for p in points if p.partition == 1) == 1
+
+
+def test_it_counts_records_the_broker_rejected_as_produce_errors_not_as_lost(
+    run_canary, make_topic, make_channel, kafka_brokers
+):
+    # Every canary record is larger than the topic accepts: the broker never takes one,
+    # so nothing can have been lost by Kafka, however long the SLA has run out.
+    channel = make_channel(events={"canary_loss": 1})
+    partitions = max(3, kafka_brokers)
+    topic = make_topic(
+        "canary-rejected",
+        partitions=partitions,
+        replication_factor=min(3, kafka_brokers),
+        config={"max.message.bytes": "60"},
+    )
+
+    result = run_canary(topic, "--duration", "4", "--rate", "20", "--sla", "1")
+
+    totals = result["totals"]
+    assert totals["sent"] > 0
+    assert (totals["lost"], totals["received"], totals["late"]) == (0, 0, 0), totals
+    assert totals["produce_errors"] == totals["sent"], totals
+    assert totals["pending"] == 0
+    points = CanaryPoint.objects.filter(topic=topic, session=result["session"])
+    assert sum(p.lost for p in points) == 0
+    assert sum(p.produce_errors for p in points) == totals["sent"]
+    open_loss = Alert.objects.filter(channel=channel, kind="canary:loss", state=Alert.OPEN)
+    assert not open_loss.exists(), [a.summary for a in open_loss]
+    assert fingerprint("loss", topic, 0) not in {a.fingerprint for a in Alert.objects.filter(channel=channel)}
 
 
 def test_it_raises_no_false_alarm_after_a_restart(run_canary, canary_topic, kafka_bootstrap):
