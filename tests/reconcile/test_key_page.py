@@ -62,12 +62,12 @@ def record_rows(html: str) -> list[str]:
     return [part.split('"', 1)[0] for part in html.split('<tr data-position="')[1:]]
 
 
-def test_it_shows_every_record_of_a_key_beside_its_source_row(client_as, keyed) -> None:
-    binding, positions = keyed["binding"], keyed["positions"]
+def duplicate_of_t1(binding: Any, at: list[tuple[int, int]]) -> None:
+    """A run's duplicate finding of T-1 naming the positions `at`."""
     run = ReconcileRun.objects.create(
         binding=binding, trigger="cli", status=ReconcileRun.OK, finished_at=timezone.now(), counts={"duplicate": 1}
     )
-    offsets = [{"partition": p, "offset": o} for p, o in sorted([positions["first"], positions["again"]])]
+    offsets = [{"partition": p, "offset": o} for p, o in sorted(at)]
     Finding.objects.create(
         run=run,
         binding=binding,
@@ -81,6 +81,11 @@ def test_it_shows_every_record_of_a_key_beside_its_source_row(client_as, keyed) 
         seq=0,
         evidence={"count": 2},
     )
+
+
+def test_it_shows_every_record_of_a_key_beside_its_source_row(client_as, keyed) -> None:
+    binding, positions = keyed["binding"], keyed["positions"]
+    duplicate_of_t1(binding, [positions["first"], positions["again"]])
 
     response = client_as("viewer").get(f"/reconcile/keys/{binding.name}/T-1/")
 
@@ -97,25 +102,10 @@ def test_it_shows_every_record_of_a_key_beside_its_source_row(client_as, keyed) 
 
 def test_a_remembered_position_that_holds_another_key_now_is_not_shown_as_this_keys(client_as, keyed) -> None:
     binding, positions = keyed["binding"], keyed["positions"]
-    run = ReconcileRun.objects.create(
-        binding=binding, trigger="cli", status=ReconcileRun.OK, finished_at=timezone.now(), counts={"duplicate": 1}
-    )
     # a run saw T-1 at the position T-2's record holds now: as after an unclean leader
     # election truncated the log there and other records were written in its place
     partition, offset = positions["other"]
-    Finding.objects.create(
-        run=run,
-        binding=binding,
-        kind="duplicate",
-        key="T-1",
-        cause="app-resend",
-        partition=partition,
-        offset=offset,
-        offsets=[{"partition": partition, "offset": offset}],
-        session="session-1",
-        seq=0,
-        evidence={"count": 2},
-    )
+    duplicate_of_t1(binding, [(partition, offset)])
 
     html = client_as("viewer").get(f"/reconcile/keys/{binding.name}/T-1/").content.decode()
     text = client_as("viewer").get(f"/reconcile/keys/{binding.name}/T-1/?format=text").content.decode()

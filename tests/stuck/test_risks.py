@@ -14,7 +14,7 @@ from auditor.stuck.evidence import ClusterView, GroupState, PartitionState
 from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.risks import cluster_risks
 from spark_jobs.kafka_offsets import partition_offsets
-from tests.support.transactions import caught_up_before_an_aborted_tail
+from tests.support.transactions import caught_up_before_an_aborted_tail, commit_offsets
 
 NOW = 1_800_000_000_000
 HOUR = 3600_000
@@ -168,11 +168,7 @@ def test_it_confirms_a_committed_offset_below_the_log_start_against_the_real_clu
     _produce(Producer({"bootstrap.servers": kafka_bootstrap}), topic, {0: 5, 1: 5})
     behind, caught_up = f"behind-{uuid.uuid4().hex[:6]}", f"caught-up-{uuid.uuid4().hex[:6]}"
     for group, offset in ((behind, 1), (caught_up, 4)):
-        committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
-        try:
-            committer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
-        finally:
-            committer.close()
+        commit_offsets(kafka_bootstrap, group, [TopicPartition(topic, 0, offset)])
     # the log start of partition 0 moves to 3: behind (at 1) never committed 1 and 2
     deleted = TopicPartition(topic, 0, 3)
     kafka_admin.delete_records([deleted])[deleted].result(30)
@@ -194,11 +190,7 @@ def test_it_tells_a_simple_group_from_an_idle_one_and_a_missing_one_on_the_real_
     _produce(Producer({"bootstrap.servers": kafka_bootstrap}), topic, {0: 3, 1: 3})
     simple, idle, missing = (f"{name}-{uuid.uuid4().hex[:6]}" for name in ("simple", "idle", "missing"))
     # simple: commits without joining, as assign()-only applications do
-    committer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": simple, "enable.auto.commit": False})
-    try:
-        committer.commit(offsets=[TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 3)], asynchronous=False)
-    finally:
-        committer.close()
+    commit_offsets(kafka_bootstrap, simple, [TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 3)])
     # idle: subscribed, read partition 0 only, committed it and left
     reader = Consumer(
         {

@@ -1,4 +1,4 @@
-"""An aborted transaction after a group's committed offset, for the lag readers' tests."""
+"""Committed offsets and an aborted transaction after them, for the lag readers' tests."""
 
 from __future__ import annotations
 
@@ -26,10 +26,15 @@ def caught_up_before_an_aborted_tail(bootstrap: str, topic: str, aborted_age_ms:
     assert txn.flush(30) == 0
     txn.abort_transaction(30)
     caught_up, behind = (f"{name}-{uuid.uuid4().hex[:6]}" for name in ("caught-up", "behind"))
-    for group, offset in ((caught_up, 3), (behind, 0)):
-        committer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-        try:
-            committer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
-        finally:
-            committer.close()
+    commit_offsets(bootstrap, caught_up, [TopicPartition(topic, 0, 3)])
+    commit_offsets(bootstrap, behind, [TopicPartition(topic, 0, 0)])
     return caught_up, behind
+
+
+def commit_offsets(bootstrap: str, group: str, offsets: list[TopicPartition]) -> None:
+    """`group` commits `offsets` without joining (as assign()-only consumers do)."""
+    committer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        committer.commit(offsets=offsets, asynchronous=False)
+    finally:
+        committer.close()
