@@ -14,6 +14,18 @@ class CanaryPoint(models.Model):
     """
 
     session = models.CharField(max_length=32)
+    cluster = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="the configured cluster it ran against (audit canary --cluster); empty: bootstrap servers only",
+    )
+    bootstrap_servers = models.CharField(
+        max_length=1000,
+        blank=True,
+        default="",
+        help_text="the bootstrap servers it ran against; empty on rows stored before they were recorded",
+    )
     topic = models.CharField(max_length=249)
     minute = models.DateTimeField(help_text="start of the minute (UTC)")
     partition = models.PositiveIntegerField()
@@ -53,6 +65,8 @@ class CanaryPoint(models.Model):
         """The JSON shape pushed to browsers and embedded in the dashboard."""
         return {
             "session": self.session,
+            "cluster": self.cluster,
+            "bootstrap_servers": self.bootstrap_servers,
             "minute": self.minute.isoformat(),
             "partition": self.partition,
             "leader": self.leader,

@@ -44,6 +44,7 @@ MAX_SCHEDULE_LAG_S = 1.0
 class CanaryOptions:
     bootstrap_servers: str
     topic: str = DEFAULT_TOPIC
+    cluster: str = ""  # the configured cluster (--cluster) the bootstrap servers are of; "" when none was named
     rate: float = 10.0  # records per second per partition
     sla_s: float = 20.0
     duration_s: float | None = None  # None: until stopped
@@ -72,6 +73,7 @@ class CanaryResult:
         return {
             "session": self.session,
             "topic": self.options.topic,
+            "cluster": self.options.cluster or None,
             "bootstrap_servers": self.options.bootstrap_servers,
             "rate": self.options.rate,
             "sla_s": self.options.sla_s,
@@ -337,7 +339,16 @@ class CanaryService:
         if not connection.in_atomic_block:
             close_old_connections()  # a long-running process outlives database restarts
         try:
-            points = record_minute(self.session, self.options.topic, minute, counts, leaders, partial=partial)
+            points = record_minute(
+                self.session,
+                self.options.topic,
+                minute,
+                counts,
+                leaders,
+                partial=partial,
+                cluster=self.options.cluster,
+                bootstrap_servers=self.options.bootstrap_servers,
+            )
             self._minutes_stored += 1
         except DatabaseError:
             log.exception("could not store the canary points of minute %s", f"{minute:%H:%M}")

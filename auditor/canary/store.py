@@ -21,6 +21,8 @@ def record_minute(
     counts: dict[int, DeliveryCounts],
     leaders: dict[int, int],
     partial: bool = False,
+    cluster: str = "",
+    bootstrap_servers: str = "",
 ) -> list[CanaryPoint]:
     points = []
     for partition, c in sorted(counts.items()):
@@ -29,6 +31,8 @@ def record_minute(
         points.append(
             CanaryPoint(
                 session=session,
+                cluster=cluster,
+                bootstrap_servers=bootstrap_servers,
                 topic=topic,
                 minute=minute,
                 partition=partition,
