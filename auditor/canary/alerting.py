@@ -73,11 +73,21 @@ def _cluster_text(point: CanaryPoint) -> str:
     return "an unrecorded cluster"
 
 
-def _where(point: CanaryPoint) -> str:
-    leader = f", leader broker {point.leader}" if point.leader is not None else ""
+def _where(point: CanaryPoint, with_leader: bool = True) -> str:
+    leader = f", leader broker {point.leader}" if with_leader and point.leader is not None else ""
     return (
         f"{point.topic}/{point.partition} of {_cluster_text(point)} in minute {point.minute:%Y-%m-%d %H:%M} UTC{leader}"
     )
+
+
+def _sent_to(point: CanaryPoint) -> str:
+    """Which leader brokers the lost records were sent to (not who leads now: a failover's successor)."""
+    if not point.lost_leaders:
+        return ""
+    brokers = sorted(point.lost_leaders.items(), key=lambda item: int(item[0]))
+    if len(brokers) == 1:
+        return f" sent to leader broker {brokers[0][0]}"
+    return " sent to leader brokers " + ", ".join(f"{broker} ({n})" for broker, n in brokers)
 
 
 def _details(point: CanaryPoint) -> dict[str, object]:
@@ -92,6 +102,7 @@ def _details(point: CanaryPoint) -> dict[str, object]:
         "sent": point.sent,
         "received": point.received,
         "lost": point.lost,
+        "lost_leaders": point.lost_leaders,
         "p99_ms": point.p99_ms,
     }
 
@@ -104,7 +115,8 @@ def judge_point(point: CanaryPoint, latency_threshold_ms: float) -> None:
             "canary:loss",
             loss,
             None,
-            f"canary lost {point.lost} record(s) on {_where(point)}",
+            # The leader when the minute closed is named only when the senders' leader is unknown.
+            f"canary lost {point.lost} record(s){_sent_to(point)} on {_where(point, not point.lost_leaders)}",
             _details(point),
         )
     elif point.received > 0:

@@ -26,6 +26,12 @@ POINT_SCHEMA = {
         "sent": {"type": "integer"},
         "received": {"type": "integer"},
         "lost": {"type": "integer", "description": "acknowledged by the broker and not received within the SLA"},
+        "lost_leaders": {
+            "type": "object",
+            "additionalProperties": {"type": "integer"},
+            "description": "lost records per leader broker id they were sent to (the leader when the minute "
+            "closed can be a successor)",
+        },
         "duplicated": {"type": "integer"},
         "out_of_order": {"type": "integer"},
         "late": {"type": "integer", "description": "received after the SLA (already counted lost)"},

@@ -35,6 +35,11 @@ class CanaryPoint(models.Model):
     lost = models.PositiveIntegerField(
         default=0, help_text="acknowledged by the broker and not received within the SLA"
     )
+    lost_leaders = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="lost records per leader broker id they were sent to (as the canary knew the leader then)",
+    )
     duplicated = models.PositiveIntegerField(default=0)
     out_of_order = models.PositiveIntegerField(default=0)
     late = models.PositiveIntegerField(default=0, help_text="received after the SLA (already counted lost)")
@@ -73,6 +78,7 @@ class CanaryPoint(models.Model):
             "sent": self.sent,
             "received": self.received,
             "lost": self.lost,
+            "lost_leaders": self.lost_leaders,
             "duplicated": self.duplicated,
             "out_of_order": self.out_of_order,
             "late": self.late,

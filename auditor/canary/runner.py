@@ -110,6 +110,9 @@ class CanaryService:
         self._monotonic = monotonic
         self._stop = threading.Event()
         self._next_send: dict[int, float] = {}
+        # partition -> leader broker as last read (set up in run(), refreshed in place): records
+        # remember the leader they were sent to, so a loss found later is not blamed on its successor.
+        self._leaders: dict[int, int] = {}
         self._minutes_stored = 0
 
     def stop(self) -> None:
@@ -164,7 +167,8 @@ class CanaryService:
             }
         )
         layout = ensure_canary_topic(admin, opts.bootstrap_servers, opts.topic, timeout=opts.connect_timeout_s)
-        leaders = dict(layout.leaders)
+        leaders = self._leaders
+        leaders.update(layout.leaders)
         accounting = CanaryAccounting(self.session, layout.partitions, sla_ms=opts.sla_s * 1000)
         producer = Producer(
             {
@@ -281,7 +285,7 @@ class CanaryService:
         except BufferError:
             log.warning("the producer's queue is full: the cluster does not take canary records")
             return False
-        accounting.record_sent(record)
+        accounting.record_sent(record, self._leaders.get(partition))
         return True
 
     def _consume(self, consumer: Consumer, accounting: CanaryAccounting, timeout: float) -> None:

@@ -40,6 +40,7 @@ def record_minute(
                 sent=c.sent,
                 received=c.received,
                 lost=c.lost,
+                lost_leaders={str(broker): n for broker, n in sorted(c.lost_by_leader.items())},
                 duplicated=c.duplicated,
                 out_of_order=c.out_of_order,
                 late=c.late,

@@ -73,6 +73,7 @@ def test_it_lists_points_newest_minute_first(bearer, topic):
         "sent": 600,
         "received": 598,
         "lost": 2,
+        "lost_leaders": {},
         "duplicated": 0,
         "out_of_order": 0,
         "late": 0,

@@ -48,12 +48,14 @@ class Minutes:
         self.accounting = CanaryAccounting(self.service.session, list(range(partitions)), sla_ms=1000)
         self.minute = 0
 
-    def traffic(self, partition: int, sent: int, received: int, latency_ms: float = 5.0) -> None:
+    def traffic(
+        self, partition: int, sent: int, received: int, latency_ms: float = 5.0, leader: int | None = None
+    ) -> None:
         base = START_S * 1000 + self.minute * MINUTE_MS
         records: list[CanaryRecord] = []
         for i in range(sent):
             record = self.accounting.next_record(partition, base + i)
-            self.accounting.record_sent(record)
+            self.accounting.record_sent(record, leader)
             self.accounting.record_acked(partition, record.seq, record.sent_ms)
             records.append(record)
         for record in records[:received]:
@@ -198,3 +200,16 @@ def test_it_tells_unnamed_canaries_apart_by_their_bootstrap_servers(channel, rec
         (f"canary:loss:{topic}/0", "open"),  # the default cluster's, as before clusters were told apart
         (f"canary:loss:servers=kafka-1:9092,kafka-2:9092:{topic}/0", "open"),
     ]
+
+
+def test_it_names_the_leader_the_lost_records_were_sent_to_not_the_one_at_minute_close(channel, receiver, topic):
+    minutes = Minutes(topic, partitions=1)
+    minutes.traffic(0, sent=5, received=2, leader=3)  # broker 3 took them; broker 1 leads when the minute closes
+    [point] = minutes.close()
+    assert (point.leader, point.lost, point.lost_leaders) == (1, 3, {"3": 3})
+    [alert] = Alert.objects.filter(channel=channel)
+    assert alert.summary == (
+        f"canary lost 3 record(s) sent to leader broker 3 on {topic}/0 of {settings.KAFKA_BOOTSTRAP_SERVERS} "
+        "in minute 2031-01-01 09:00 UTC"
+    )
+    assert alert.details["lost_leaders"] == {"3": 3}
