@@ -20,6 +20,10 @@ every record it reads. For each partition:
   *unacked*, and stays expected until its report comes;
 - records of other sessions (an earlier run, another canary) are ignored, only counted.
 
+A lost record is also counted under the leader broker the sender knew for its partition
+when it sent it (``lost_by_leader``): the broker that took it, not the one leading when
+its SLA ran out (after a failover, the healthy new leader).
+
 Counts are attributed to the window in which they are observed (a loss to the window in
 which its SLA ran out), so a window can be closed as soon as the clock passes its end.
 Sequences still pending when the session ends are reported as pending, not lost.
@@ -53,11 +57,15 @@ class DeliveryCounts:
     produce_errors: int = 0
     unacked: int = 0
     latency: LatencyDigest = field(default_factory=LatencyDigest)
+    # lost records per leader broker they were sent to (records sent with no known leader are left out)
+    lost_by_leader: dict[int, int] = field(default_factory=dict)
 
     def merge(self, other: DeliveryCounts) -> None:
         for name in COUNT_FIELDS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.latency.merge(other.latency)
+        for leader, lost in other.lost_by_leader.items():
+            self.lost_by_leader[leader] = self.lost_by_leader.get(leader, 0) + lost
 
     def as_dict(self) -> dict[str, int | float | None]:
         return {**{name: getattr(self, name) for name in COUNT_FIELDS}, **self.latency.summary()}
@@ -68,6 +76,7 @@ class _PartitionState:
     next_seq: int = 0
     highest_received: int = -1
     pending: dict[int, float] = field(default_factory=dict)  # seq -> sent_ms: sent, not read, not failed
+    sent_to: dict[int, int] = field(default_factory=dict)  # pending seq -> leader broker known when it was sent
     # Pending sequences without a delivery report whose SLA has not run out yet, in seq order.
     unacked: OrderedDict[int, float] = field(default_factory=OrderedDict)
     # (deadline_ms, seq) of acknowledged sequences; entries of sequences read since are skipped.
@@ -107,12 +116,15 @@ class CanaryAccounting:
         """The record to send next on ``partition`` (registered by record_sent once handed over)."""
         return CanaryRecord(self.session, partition, self._partitions[partition].next_seq, now_ms)
 
-    def record_sent(self, record: CanaryRecord) -> None:
+    def record_sent(self, record: CanaryRecord, leader: int | None = None) -> None:
+        """``record`` was handed to the producer while ``leader`` led its partition (None: unknown)."""
         state = self._partitions[record.partition]
         if record.seq != state.next_seq:
             raise ValueError(f"partition {record.partition}: sent seq {record.seq}, expected {state.next_seq}")
         state.next_seq += 1
         state.pending[record.seq] = record.sent_ms
+        if leader is not None and leader >= 0:
+            state.sent_to[record.seq] = leader
         state.unacked[record.seq] = record.sent_ms
         for counts in self._counts(state):
             counts.sent += 1
@@ -137,6 +149,7 @@ class CanaryAccounting:
             return  # read already (a timed-out send can still have been written), or never sent
         state.unacked.pop(seq, None)
         state.acked_seqs.discard(seq)
+        state.sent_to.pop(seq, None)
         state.failed_seqs[seq] = sent_ms
         if len(state.failed_seqs) > LOST_MEMORY:
             state.failed_seqs.popitem(last=False)
@@ -159,6 +172,7 @@ class CanaryAccounting:
         if sent_ms is not None:
             state.unacked.pop(record.seq, None)
             state.acked_seqs.discard(record.seq)
+            state.sent_to.pop(record.seq, None)
         else:
             sent_ms = state.failed_seqs.pop(record.seq, None)  # reported failed, yet written
         if sent_ms is not None:
@@ -200,11 +214,14 @@ class CanaryAccounting:
                     continue  # read in time
                 state.acked_seqs.remove(seq)
                 del state.pending[seq]
+                leader = state.sent_to.pop(seq, None)
                 state.lost_seqs[seq] = None
                 if len(state.lost_seqs) > LOST_MEMORY:
                     state.lost_seqs.popitem(last=False)
                 for counts in self._counts(state):
                     counts.lost += 1
+                    if leader is not None:
+                        counts.lost_by_leader[leader] = counts.lost_by_leader.get(leader, 0) + 1
                 expired += 1
         return expired
 

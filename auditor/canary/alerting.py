@@ -1,4 +1,7 @@
-"""Canary problems for the webhook channels, judged on each stored minute, per topic partition.
+"""Canary problems for the webhook channels, judged on each stored minute, per cluster and topic partition.
+
+Canaries on different clusters (they all default to the same topic) never raise or
+resolve each other's problems: the fingerprint names the cluster (see ``cluster_scope``).
 
 - ``canary:loss``: raised when the minute lost records (acknowledged by the broker and not
   read within the SLA: records the broker rejected or has not acknowledged never count);
@@ -32,22 +35,65 @@ def latency_alert_ms() -> float:
     return float(getattr(settings, "AUDITOR_CANARY_LATENCY_ALERT_MS", DEFAULT_LATENCY_ALERT_MS))
 
 
-def fingerprint(kind: str, topic: str, partition: int) -> str:
-    """``canary:<kind>:<topic>/<partition>``; a topic too long for that is shortened with its hash."""
-    text = f"canary:{kind}:{topic}/{partition}"
+def _hosts(bootstrap: str) -> set[str]:
+    return {part.strip().lower() for part in bootstrap.split(",") if part.strip()}
+
+
+def cluster_scope(cluster: str, bootstrap_servers: str) -> str:
+    """What tells a canary's cluster apart in its fingerprints.
+
+    The configured cluster's name (``--cluster``, a slug); without one, ``servers=<hosts>``
+    for bootstrap servers other than KAFKA_BOOTSTRAP_SERVERS; nothing for the default
+    servers (or points that did not record them), whose fingerprints stay as they were.
+    """
+    if cluster:
+        return cluster
+    hosts = _hosts(bootstrap_servers)
+    if not hosts or hosts == _hosts(str(getattr(settings, "KAFKA_BOOTSTRAP_SERVERS", ""))):
+        return ""
+    return "servers=" + ",".join(sorted(hosts))
+
+
+def fingerprint(kind: str, topic: str, partition: int, scope: str = "") -> str:
+    """``canary:<kind>:<topic>/<partition>``, or ``canary:<kind>:<scope>:<topic>/<partition>``
+    for another cluster (topics hold no ':'); too long for that, shortened with a hash."""
+    where = f"{scope}:{topic}" if scope else topic
+    text = f"canary:{kind}:{where}/{partition}"
     if len(text) <= MAX_FINGERPRINT:
         return text
-    digest = hashlib.sha256(topic.encode()).hexdigest()[:16]
-    return f"canary:{kind}:{topic[:120]}~{digest}/{partition}"
+    digest = hashlib.sha256(where.encode()).hexdigest()[:16]
+    return f"canary:{kind}:{where[:120]}~{digest}/{partition}"
 
 
-def _where(point: CanaryPoint) -> str:
-    leader = f", leader broker {point.leader}" if point.leader is not None else ""
-    return f"{point.topic}/{point.partition} in minute {point.minute:%Y-%m-%d %H:%M} UTC{leader}"
+def _cluster_text(point: CanaryPoint) -> str:
+    if point.cluster:
+        return f"cluster {point.cluster}"
+    if point.bootstrap_servers:
+        return point.bootstrap_servers
+    return "an unrecorded cluster"
+
+
+def _where(point: CanaryPoint, with_leader: bool = True) -> str:
+    leader = f", leader broker {point.leader}" if with_leader and point.leader is not None else ""
+    return (
+        f"{point.topic}/{point.partition} of {_cluster_text(point)} in minute {point.minute:%Y-%m-%d %H:%M} UTC{leader}"
+    )
+
+
+def _sent_to(point: CanaryPoint) -> str:
+    """Which leader brokers the lost records were sent to (not who leads now: a failover's successor)."""
+    if not point.lost_leaders:
+        return ""
+    brokers = sorted(point.lost_leaders.items(), key=lambda item: int(item[0]))
+    if len(brokers) == 1:
+        return f" sent to leader broker {brokers[0][0]}"
+    return " sent to leader brokers " + ", ".join(f"{broker} ({n})" for broker, n in brokers)
 
 
 def _details(point: CanaryPoint) -> dict[str, object]:
     return {
+        "cluster": point.cluster,
+        "bootstrap_servers": point.bootstrap_servers,
         "topic": point.topic,
         "partition": point.partition,
         "minute": point.minute.isoformat(),
@@ -56,24 +102,27 @@ def _details(point: CanaryPoint) -> dict[str, object]:
         "sent": point.sent,
         "received": point.received,
         "lost": point.lost,
+        "lost_leaders": point.lost_leaders,
         "p99_ms": point.p99_ms,
     }
 
 
 def judge_point(point: CanaryPoint, latency_threshold_ms: float) -> None:
-    loss = fingerprint("loss", point.topic, point.partition)
+    scope = cluster_scope(point.cluster, point.bootstrap_servers)
+    loss = fingerprint("loss", point.topic, point.partition, scope)
     if point.lost > 0:
         raise_problem(
             "canary:loss",
             loss,
             None,
-            f"canary lost {point.lost} record(s) on {_where(point)}",
+            # The leader when the minute closed is named only when the senders' leader is unknown.
+            f"canary lost {point.lost} record(s){_sent_to(point)} on {_where(point, not point.lost_leaders)}",
             _details(point),
         )
     elif point.received > 0:
         resolve_problem(loss)
 
-    latency = fingerprint("latency", point.topic, point.partition)
+    latency = fingerprint("latency", point.topic, point.partition, scope)
     if point.p99_ms is None:
         return
     if point.p99_ms > latency_threshold_ms:

@@ -14,10 +14,24 @@ POINT_SCHEMA = {
         "partition": {"type": "integer"},
         "minute": {"type": "string", "format": "date-time", "description": "start of the minute (UTC)"},
         "session": {"type": "string", "description": "the canary run that measured it"},
+        "cluster": {
+            "type": "string",
+            "description": "the configured cluster it ran against (audit canary --cluster); empty when none was named",
+        },
+        "bootstrap_servers": {
+            "type": "string",
+            "description": "the bootstrap servers it ran against; empty on points stored before they were recorded",
+        },
         "leader": {"type": ["integer", "null"], "description": "leader broker id when the minute closed"},
         "sent": {"type": "integer"},
         "received": {"type": "integer"},
         "lost": {"type": "integer", "description": "acknowledged by the broker and not received within the SLA"},
+        "lost_leaders": {
+            "type": "object",
+            "additionalProperties": {"type": "integer"},
+            "description": "lost records per leader broker id they were sent to (the leader when the minute "
+            "closed can be a successor)",
+        },
         "duplicated": {"type": "integer"},
         "out_of_order": {"type": "integer"},
         "late": {"type": "integer", "description": "received after the SLA (already counted lost)"},

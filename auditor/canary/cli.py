@@ -169,6 +169,7 @@ def run(options: dict[str, Any], out: TextIO) -> int:
     canary_options = CanaryOptions(
         client_config=client_config,
         bootstrap_servers=bootstrap,
+        cluster=options.get("cluster") or "",
         topic=options["topic"],
         rate=options["rate"],
         sla_s=options["sla"],

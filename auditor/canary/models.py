@@ -14,6 +14,18 @@ class CanaryPoint(models.Model):
     """
 
     session = models.CharField(max_length=32)
+    cluster = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        help_text="the configured cluster it ran against (audit canary --cluster); empty: bootstrap servers only",
+    )
+    bootstrap_servers = models.CharField(
+        max_length=1000,
+        blank=True,
+        default="",
+        help_text="the bootstrap servers it ran against; empty on rows stored before they were recorded",
+    )
     topic = models.CharField(max_length=249)
     minute = models.DateTimeField(help_text="start of the minute (UTC)")
     partition = models.PositiveIntegerField()
@@ -22,6 +34,11 @@ class CanaryPoint(models.Model):
     received = models.PositiveIntegerField(default=0)
     lost = models.PositiveIntegerField(
         default=0, help_text="acknowledged by the broker and not received within the SLA"
+    )
+    lost_leaders = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="lost records per leader broker id they were sent to (as the canary knew the leader then)",
     )
     duplicated = models.PositiveIntegerField(default=0)
     out_of_order = models.PositiveIntegerField(default=0)
@@ -53,12 +70,15 @@ class CanaryPoint(models.Model):
         """The JSON shape pushed to browsers and embedded in the dashboard."""
         return {
             "session": self.session,
+            "cluster": self.cluster,
+            "bootstrap_servers": self.bootstrap_servers,
             "minute": self.minute.isoformat(),
             "partition": self.partition,
             "leader": self.leader,
             "sent": self.sent,
             "received": self.received,
             "lost": self.lost,
+            "lost_leaders": self.lost_leaders,
             "duplicated": self.duplicated,
             "out_of_order": self.out_of_order,
             "late": self.late,

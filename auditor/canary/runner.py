@@ -44,6 +44,7 @@ MAX_SCHEDULE_LAG_S = 1.0
 class CanaryOptions:
     bootstrap_servers: str
     topic: str = DEFAULT_TOPIC
+    cluster: str = ""  # the configured cluster (--cluster) the bootstrap servers are of; "" when none was named
     rate: float = 10.0  # records per second per partition
     sla_s: float = 20.0
     duration_s: float | None = None  # None: until stopped
@@ -72,6 +73,7 @@ class CanaryResult:
         return {
             "session": self.session,
             "topic": self.options.topic,
+            "cluster": self.options.cluster or None,
             "bootstrap_servers": self.options.bootstrap_servers,
             "rate": self.options.rate,
             "sla_s": self.options.sla_s,
@@ -108,6 +110,9 @@ class CanaryService:
         self._monotonic = monotonic
         self._stop = threading.Event()
         self._next_send: dict[int, float] = {}
+        # partition -> leader broker as last read (set up in run(), refreshed in place): records
+        # remember the leader they were sent to, so a loss found later is not blamed on its successor.
+        self._leaders: dict[int, int] = {}
         self._minutes_stored = 0
 
     def stop(self) -> None:
@@ -162,7 +167,8 @@ class CanaryService:
             }
         )
         layout = ensure_canary_topic(admin, opts.bootstrap_servers, opts.topic, timeout=opts.connect_timeout_s)
-        leaders = dict(layout.leaders)
+        leaders = self._leaders
+        leaders.update(layout.leaders)
         accounting = CanaryAccounting(self.session, layout.partitions, sla_ms=opts.sla_s * 1000)
         producer = Producer(
             {
@@ -279,7 +285,7 @@ class CanaryService:
         except BufferError:
             log.warning("the producer's queue is full: the cluster does not take canary records")
             return False
-        accounting.record_sent(record)
+        accounting.record_sent(record, self._leaders.get(partition))
         return True
 
     def _consume(self, consumer: Consumer, accounting: CanaryAccounting, timeout: float) -> None:
@@ -337,7 +343,16 @@ class CanaryService:
         if not connection.in_atomic_block:
             close_old_connections()  # a long-running process outlives database restarts
         try:
-            points = record_minute(self.session, self.options.topic, minute, counts, leaders, partial=partial)
+            points = record_minute(
+                self.session,
+                self.options.topic,
+                minute,
+                counts,
+                leaders,
+                partial=partial,
+                cluster=self.options.cluster,
+                bootstrap_servers=self.options.bootstrap_servers,
+            )
             self._minutes_stored += 1
         except DatabaseError:
             log.exception("could not store the canary points of minute %s", f"{minute:%H:%M}")

@@ -21,6 +21,8 @@ def record_minute(
     counts: dict[int, DeliveryCounts],
     leaders: dict[int, int],
     partial: bool = False,
+    cluster: str = "",
+    bootstrap_servers: str = "",
 ) -> list[CanaryPoint]:
     points = []
     for partition, c in sorted(counts.items()):
@@ -29,6 +31,8 @@ def record_minute(
         points.append(
             CanaryPoint(
                 session=session,
+                cluster=cluster,
+                bootstrap_servers=bootstrap_servers,
                 topic=topic,
                 minute=minute,
                 partition=partition,
@@ -36,6 +40,7 @@ def record_minute(
                 sent=c.sent,
                 received=c.received,
                 lost=c.lost,
+                lost_leaders={str(broker): n for broker, n in sorted(c.lost_by_leader.items())},
                 duplicated=c.duplicated,
                 out_of_order=c.out_of_order,
                 late=c.late,

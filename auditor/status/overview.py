@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Count, Max, Min, Sum
+from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
 from auditor.accounts.acknowledgements import current_acknowledgements
@@ -267,23 +267,45 @@ def _cluster_hosts(cluster: Cluster) -> set[str]:
         return set()
 
 
-def canary_summary(now: datetime) -> dict[str, Any] | None:
-    """Loss and latency of the canary over the metrics window, or None when it sent nothing."""
-    minutes = int(getattr(settings, "AUDITOR_METRICS_CANARY_WINDOW_MINUTES", 15))
-    since = now - timedelta(minutes=minutes)
-    totals = CanaryPoint.objects.filter(minute__gte=since).aggregate(
-        sent=Sum("sent"), lost=Sum("lost"), p99=Max("p99_ms"), p50=Min("p50_ms")
+def _canary_groups(now: datetime) -> list[dict[str, Any]]:
+    """The canary's sums over the metrics window, one row per cluster it ran against."""
+    since = now - timedelta(minutes=canary_window_minutes())
+    rows = (
+        CanaryPoint.objects.filter(minute__gte=since)
+        .values("cluster", "bootstrap_servers")
+        .annotate(sent=Sum("sent"), lost=Sum("lost"), p99=Max("p99_ms"))
+        .order_by("cluster", "bootstrap_servers")
     )
-    sent = int(totals["sent"] or 0)
+    return [dict(row) for row in rows]
+
+
+def canary_window_minutes() -> int:
+    return int(getattr(settings, "AUDITOR_METRICS_CANARY_WINDOW_MINUTES", 15))
+
+
+def canary_measured_on(group: dict[str, Any], cluster: Cluster) -> bool:
+    """Whether canary points measured ``cluster``: named after it (--cluster), or run against its
+    bootstrap servers without a name. Points that recorded neither (stored before the
+    canary recorded its cluster) belong to no cluster."""
+    if group["cluster"]:
+        return bool(group["cluster"] == cluster.name)
+    return bool(_hosts(group["bootstrap_servers"]) & _cluster_hosts(cluster))
+
+
+def canary_summary(groups: list[dict[str, Any]], cluster: Cluster) -> dict[str, Any] | None:
+    """Loss and latency of the canary on ``cluster`` over the metrics window, or None when it sent nothing there."""
+    mine = [g for g in groups if canary_measured_on(g, cluster)]
+    sent = sum(int(g["sent"] or 0) for g in mine)
     if not sent:
         return None
-    lost = int(totals["lost"] or 0)
+    lost = sum(int(g["lost"] or 0) for g in mine)
+    p99s = [g["p99"] for g in mine if g["p99"] is not None]
     return {
-        "window_minutes": minutes,
+        "window_minutes": canary_window_minutes(),
         "sent": sent,
         "lost": lost,
         "loss_pct": round(100.0 * lost / sent, 3),
-        "p99_ms": totals["p99"],
+        "p99_ms": max(p99s) if p99s else None,
     }
 
 
@@ -298,8 +320,7 @@ def build_overview(now: datetime | None = None) -> list[PipelineView]:
     alerts = _open_alerts()
     lint = _lint_errors(bindings)
     acks = _finding_acks_by_binding(ids)
-    canary = canary_summary(now)
-    canary_hosts = _hosts(str(getattr(settings, "KAFKA_BOOTSTRAP_SERVERS", "")))
+    canary_groups = _canary_groups(now)
 
     views = []
     for binding in bindings:
@@ -310,8 +331,7 @@ def build_overview(now: datetime | None = None) -> list[PipelineView]:
         view.stuck = stuck.get(binding.pk, {})
         view.alerts_open = alerts.get(binding.pk, 0)
         view.lint = lint.get(binding.pk, [])
-        if canary is not None and _cluster_hosts(binding.cluster) & canary_hosts:
-            view.canary = canary
+        view.canary = canary_summary(canary_groups, binding.cluster)
         if view.last_run is not None:
             view.counts = _breaking_counts(view.last_run)
             view.unacknowledged = _unacknowledged(view.last_run, view.counts, acks.get(binding.pk, set()))

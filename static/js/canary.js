@@ -27,12 +27,20 @@
   // series key -> minute -> merged values
   function grouped(by) {
     const series = new Map();
-    for (const p of points.values()) {
-      const key = by === "leader" ? (p.leader === null ? "none" : String(p.leader)) : String(p.partition);
+    function into(key, p) {
       if (!series.has(key)) series.set(key, new Map());
       const minutes = series.get(key);
       if (!minutes.has(p.minute)) minutes.set(p.minute, {});
       merge(minutes.get(p.minute), p);
+    }
+    for (const p of points.values()) {
+      if (by !== "leader") { into(String(p.partition), p); continue; }
+      // Losses go to the broker each record was sent to, not the leader when the minute
+      // closed (after a failover, its healthy successor); the rest stays with that leader.
+      const sentTo = Object.entries(p.lost_leaders || {});
+      const attributed = sentTo.reduce(function (sum, e) { return sum + e[1]; }, 0);
+      into(p.leader === null ? "none" : String(p.leader), Object.assign({}, p, {lost: (p.lost || 0) - attributed}));
+      sentTo.forEach(function (e) { into(e[0], {minute: p.minute, lost: e[1]}); });
     }
     return series;
   }

@@ -285,3 +285,28 @@ def test_it_never_reports_a_percentile_above_the_maximum():
     digest = LatencyDigest()
     digest.add(12.36)  # its 3-digit bucket, 12.4, lies above the value itself
     assert digest.summary() == {"p50_ms": 12.36, "p99_ms": 12.36, "max_ms": 12.36}
+
+
+def test_it_counts_a_loss_under_the_leader_the_record_was_sent_to(accounting):
+    # Broker 1 led when these were sent and acknowledged them, then died; broker 2 leads
+    # when their SLA runs out. The loss is broker 1's; read records count for nobody.
+    sent_to_1 = []
+    for i in range(3):
+        record = accounting.next_record(0, 1000 + i)
+        accounting.record_sent(record, leader=1)
+        accounting.record_acked(0, record.seq, record.sent_ms)
+        sent_to_1.append(record)
+    accounting.record_received(sent_to_1[0], 0, 1010)
+    after = accounting.next_record(0, 1500)
+    accounting.record_sent(after, leader=2)
+    accounting.record_acked(0, after.seq, 1500)
+    unknown = accounting.next_record(0, 1600)
+    accounting.record_sent(unknown)  # no leader known: lost, but under no broker
+    accounting.record_acked(0, unknown.seq, 1600)
+    accounting.record_received(after, 0, 1520)
+
+    assert accounting.expire(1000 + SLA_MS + 1000) == 3
+    window = accounting.close_window()[0]
+    assert (window.lost, window.lost_by_leader) == (3, {1: 2})
+    assert accounting.totals()[0].lost_by_leader == {1: 2}
+    assert accounting.close_window()[0].lost_by_leader == {}

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from django.conf import settings
 
 from auditor.alerts.delivery import deliver
 from auditor.alerts.models import Alert, Delivery
@@ -36,17 +37,25 @@ class NoMetadata:
 class Minutes:
     """Drives one canary session minute by minute; times are ms into the session."""
 
-    def __init__(self, topic: str, partitions: int = 2) -> None:
-        self.service = CanaryService(CanaryOptions(bootstrap_servers="127.0.0.1:1", topic=topic, sla_s=1.0))
+    def __init__(self, topic: str, partitions: int = 2, cluster: str = "", bootstrap_servers: str = "") -> None:
+        options = CanaryOptions(
+            bootstrap_servers=bootstrap_servers or settings.KAFKA_BOOTSTRAP_SERVERS,
+            topic=topic,
+            sla_s=1.0,
+            cluster=cluster,
+        )
+        self.service = CanaryService(options)
         self.accounting = CanaryAccounting(self.service.session, list(range(partitions)), sla_ms=1000)
         self.minute = 0
 
-    def traffic(self, partition: int, sent: int, received: int, latency_ms: float = 5.0) -> None:
+    def traffic(
+        self, partition: int, sent: int, received: int, latency_ms: float = 5.0, leader: int | None = None
+    ) -> None:
         base = START_S * 1000 + self.minute * MINUTE_MS
         records: list[CanaryRecord] = []
         for i in range(sent):
             record = self.accounting.next_record(partition, base + i)
-            self.accounting.record_sent(record)
+            self.accounting.record_sent(record, leader)
             self.accounting.record_acked(partition, record.seq, record.sent_ms)
             records.append(record)
         for record in records[:received]:
@@ -89,7 +98,10 @@ def test_it_opens_one_alert_for_a_lossy_partition_and_resolves_it_on_a_clean_min
 
     [alert] = Alert.objects.filter(channel=channel)
     assert (alert.kind, alert.fingerprint, alert.state) == ("canary:loss", f"canary:loss:{topic}/0", "open")
-    assert alert.summary == f"canary lost 3 record(s) on {topic}/0 in minute 2031-01-01 09:00 UTC, leader broker 1"
+    assert alert.summary == (
+        f"canary lost 3 record(s) on {topic}/0 of {settings.KAFKA_BOOTSTRAP_SERVERS} "
+        "in minute 2031-01-01 09:00 UTC, leader broker 1"
+    )
     deliver_pending()
     [opened] = receiver.received
     body = opened.json()
@@ -153,3 +165,51 @@ def test_it_shortens_the_fingerprint_of_a_very_long_topic():
     key = fingerprint("loss", long_topic, 7)
     assert len(key) <= 200 and key.startswith("canary:loss:ttt") and key.endswith("/7")
     assert key != fingerprint("loss", long_topic[:-1] + "u", 7)
+    scoped = fingerprint("loss", long_topic, 7, "c" * 100)
+    assert len(scoped) <= 200 and scoped != fingerprint("loss", long_topic, 7, "c" * 99 + "d")
+
+
+def test_it_keeps_canaries_on_different_clusters_apart(channel, receiver, topic):
+    on_a = Minutes(topic, partitions=1, cluster="cluster-a", bootstrap_servers="127.0.0.1:1")
+    on_b = Minutes(topic, partitions=1, cluster="cluster-b", bootstrap_servers="127.0.0.1:2")
+    on_a.traffic(0, sent=5, received=2)
+    on_a.close()
+    on_b.traffic(0, sent=5, received=5)  # a clean minute on another cluster is no evidence about a
+    on_b.close()
+
+    [alert] = Alert.objects.filter(channel=channel)
+    assert (alert.fingerprint, alert.state) == (f"canary:loss:cluster-a:{topic}/0", "open")
+    assert f"{topic}/0 of cluster cluster-a in minute" in alert.summary
+    assert (alert.details["cluster"], alert.details["bootstrap_servers"]) == ("cluster-a", "127.0.0.1:1")
+
+    on_a.traffic(0, sent=5, received=5)
+    on_a.close()
+    alert.refresh_from_db()
+    assert alert.state == "resolved"
+
+
+def test_it_tells_unnamed_canaries_apart_by_their_bootstrap_servers(channel, receiver, topic):
+    default = Minutes(topic, partitions=1)
+    other = Minutes(topic, partitions=1, bootstrap_servers="Kafka-2:9092, kafka-1:9092")
+    default.traffic(0, sent=5, received=2)
+    default.close()
+    other.traffic(0, sent=5, received=1)
+    other.close()
+    alerts = Alert.objects.filter(channel=channel).order_by("pk")
+    assert [(a.fingerprint, a.state) for a in alerts] == [
+        (f"canary:loss:{topic}/0", "open"),  # the default cluster's, as before clusters were told apart
+        (f"canary:loss:servers=kafka-1:9092,kafka-2:9092:{topic}/0", "open"),
+    ]
+
+
+def test_it_names_the_leader_the_lost_records_were_sent_to_not_the_one_at_minute_close(channel, receiver, topic):
+    minutes = Minutes(topic, partitions=1)
+    minutes.traffic(0, sent=5, received=2, leader=3)  # broker 3 took them; broker 1 leads when the minute closes
+    [point] = minutes.close()
+    assert (point.leader, point.lost, point.lost_leaders) == (1, 3, {"3": 3})
+    [alert] = Alert.objects.filter(channel=channel)
+    assert alert.summary == (
+        f"canary lost 3 record(s) sent to leader broker 3 on {topic}/0 of {settings.KAFKA_BOOTSTRAP_SERVERS} "
+        "in minute 2031-01-01 09:00 UTC"
+    )
+    assert alert.details["lost_leaders"] == {"3": 3}

@@ -219,6 +219,7 @@ def test_it_shows_the_canary_of_a_cluster_declared_by_an_env_reference(binding: 
     minute = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=2)
     CanaryPoint.objects.create(
         session="s",
+        bootstrap_servers="127.0.0.1:9092",
         topic="_audit.canary",
         partition=0,
         leader=1,
@@ -240,6 +241,7 @@ def test_it_shows_no_canary_for_a_cluster_whose_env_reference_is_unset(binding: 
     minute = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=2)
     CanaryPoint.objects.create(
         session="s",
+        bootstrap_servers="127.0.0.1:9092",
         topic="_audit.canary",
         partition=0,
         leader=1,
@@ -251,3 +253,27 @@ def test_it_shows_no_canary_for_a_cluster_whose_env_reference_is_unset(binding: 
         p99_ms=40,
     )
     assert only(build_overview()).canary is None
+
+
+def canary_minute(**fields: object) -> CanaryPoint:
+    minute = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=2)
+    defaults: dict[str, object] = {"session": "s", "topic": "_audit.canary", "partition": 0, "minute": minute}
+    return CanaryPoint.objects.create(**{**defaults, **fields})
+
+
+def test_it_shows_each_cluster_only_its_own_canary(binding: Binding, settings) -> None:
+    settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:9"  # the default cluster is the binding's
+    other = Cluster.objects.create(name="ov-other", bootstrap_servers="127.0.0.1:19")
+    other_binding = Binding.objects.create(
+        name="ov-2", cluster=other, topic="t", source=binding.source, table="public.t", key_column="id"
+    )
+    canary_minute(session="a", bootstrap_servers="127.0.0.1:9", sent=100, received=100, p99_ms=10)
+    canary_minute(session="b", cluster="ov-other", bootstrap_servers="127.0.0.1:19", sent=50, lost=5, p99_ms=90)
+    canary_minute(session="c", cluster="nowhere", bootstrap_servers="127.0.0.1:9", sent=7, lost=7)
+    canary_minute(session="old", sent=1000, lost=1000)  # stored before the cluster was recorded
+
+    views = {view.binding.pk: view for view in build_overview()}
+    mine, theirs = views[binding.pk].canary, views[other_binding.pk].canary
+    assert mine is not None and theirs is not None
+    assert (mine["sent"], mine["lost"], mine["p99_ms"]) == (100, 0, 10)
+    assert (theirs["sent"], theirs["lost"], theirs["p99_ms"]) == (50, 5, 90)
