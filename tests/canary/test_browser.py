@@ -6,8 +6,10 @@ import threading
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 
 from auditor.canary.models import CanaryPoint
@@ -15,6 +17,8 @@ from auditor.lib.live import publish_now
 from tests.support.browser import closing_connection
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.django_db]
+
+SCREENSHOTS = Path(settings.BASE_DIR) / "var" / "screenshots"
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +37,8 @@ def committed_points(django_db_setup, django_db_blocker) -> Iterator[str]:
                 sent=600,
                 received=600,
                 lost=int(m == 1 and p == 2),
+                # the lost record was sent to broker 1, which then failed over to broker 3
+                lost_leaders={"1": 1} if m == 1 and p == 2 else {},
                 p50_ms=1.5,
                 p99_ms=8.0,
                 max_ms=30.0,
@@ -63,6 +69,14 @@ def test_it_draws_the_charts_and_updates_the_latest_minute_live(
     rows = page.eval_on_selector_all("#canary-latest tbody tr", "trs => trs.map(tr => tr.dataset.partition)")
     assert rows == ["0", "1", "2"]
     assert page.text_content("[data-total=lost]") == "1"
+    # the loss is drawn under the broker the record was sent to, not the leader at minute close
+    lost_by_broker = page.evaluate(
+        "() => Object.fromEntries(document.getElementById('chart-broker-lost').data"
+        ".map(t => [t.name, t.y.reduce((a, b) => a + (b || 0), 0)]))"
+    )
+    assert lost_by_broker == {"broker 1": 1, "broker 2": 0, "broker 3": 0}
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "canary.png"), full_page=True)
 
     # A minute closing in the canary reaches the open page over the websocket.
     page.wait_for_selector("#live-state.ok", timeout=20000)
