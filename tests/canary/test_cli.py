@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from django.core.management import CommandError, call_command
 
 from auditor.alerts.models import Alert
 from auditor.canary.alerting import fingerprint
 from auditor.canary.models import CanaryPoint
 from auditor.canary.payload import decode_record
+from tests.support.canary import Background, high_watermark, watermark_reader
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -22,40 +22,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 def assert_clean(counts: dict[str, Any]) -> None:
     assert (counts["lost"], counts["duplicated"], counts["out_of_order"], counts["late"]) == (0, 0, 0, 0), counts
-
-
-def high_watermark(consumer: Consumer, topic: str, partition: int) -> int:
-    """The partition's end offset; -1 while a new topic's leader does not serve it yet."""
-    try:
-        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5)[1]
-    except KafkaException:
-        return -1
-
-
-def watermark_reader(bootstrap: str) -> Consumer:
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}", "log_level": 0})
-
-
-class Background(threading.Thread):
-    """Runs a fault-injecting function next to the canary; re-raises its failure in join_checked."""
-
-    def __init__(self, target: Any) -> None:
-        super().__init__(daemon=True)
-        self._target_fn = target
-        self.error: BaseException | None = None
-        self.result: Any = None
-
-    def run(self) -> None:
-        try:
-            self.result = self._target_fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            self.error = exc
-
-    def join_checked(self, timeout: float = 30) -> Any:
-        self.join(timeout)
-        if self.error is not None:
-            raise self.error
-        return self.result
 
 
 def test_it_reports_no_loss_or_duplicates_on_a_healthy_cluster(run_canary, canary_topic, kafka_brokers):

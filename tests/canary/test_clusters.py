@@ -16,7 +16,7 @@ from django.core.management import call_command
 from auditor.alerts.models import Alert
 from auditor.canary.models import CanaryPoint
 from auditor.pipelines.models import Cluster
-from tests.canary.test_cli import Background, high_watermark, watermark_reader
+from tests.support.canary import Background, high_watermark, watermark_reader
 from tests.support.secured import Secured
 from tests.support.waiting import wait_until
 
