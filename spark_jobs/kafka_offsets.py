@@ -105,19 +105,24 @@ def committed_offsets(
     return rows
 
 
+def starts_passed(ranges: dict[int, tuple[int, int]], now: dict[int, PartitionOffsets]) -> dict[int, tuple[int, int]]:
+    """Partitions whose log start (in ``now``, read after the read) moved past the start of the
+    non-empty range [start, end) read from them: partition → (start, log start now). Records of
+    the range may have been deleted (retention, delete_records) before the read reached them,
+    and a reader that skips deleted records (the Kafka source with failOnDataLoss=false, a
+    consumer resetting its offset) then saw less than the range without a word."""
+    return {p: (start, now[p].low) for p, (start, end) in sorted(ranges.items()) if end > start and now[p].low > start}
+
+
 def deleted_while_read(
     admin: AdminClient, topic: str, ranges: dict[int, tuple[int, int]], timeout_s: float = 10.0
 ) -> dict[int, tuple[int, int]]:
-    """Partitions of `topic` whose log start moved past the start of the range [start, end)
-    read from them: partition → (start, log start now). Records of the range may have been
-    deleted (retention, delete_records) before the read reached them, and a reader that skips
-    deleted records (the Kafka source with failOnDataLoss=false, a consumer resetting its
-    offset) then saw less than the range without a word. Call it once the reads are done."""
+    """starts_passed() of the ranges read from `topic`, its log starts read now. Call it once
+    the reads are done."""
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
     if not wanted:
         return {}
-    now = partition_offsets(admin, topic, sorted(wanted), timeout_s)
-    return {p: (start, now[p].low) for p, (start, _) in sorted(wanted.items()) if now[p].low > start}
+    return starts_passed(wanted, partition_offsets(admin, topic, sorted(wanted), timeout_s))
 
 
 @dataclass(frozen=True)

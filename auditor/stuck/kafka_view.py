@@ -28,8 +28,8 @@ from spark_jobs.kafka_offsets import (
     PartitionOffsets,
     admin_client,
     committed_offsets,
-    deleted_while_read,
     partition_offsets,
+    starts_passed,
     topic_partitions,
 )
 
@@ -132,20 +132,30 @@ def _configs(admin: AdminClient, topic: str, timeout_s: float) -> tuple[int | No
     return retention_ms, offsets_minutes, notes
 
 
-def deletions_under_read(
-    kafka_config: dict[str, Any], reads: dict[str, dict[int, tuple[int, int]]], timeout_s: float = 10.0
-) -> str | None:
-    """Why the ranges read (topic → partition → [start, end)) are not all that was there:
-    partitions whose log start moved past the start read while the diagnosis read them; None
-    when nothing was deleted under the read. Raises KafkaReadError when it cannot tell."""
+def read_after_locate(
+    kafka_config: dict[str, Any], topic: str, reads: dict[str, dict[int, tuple[int, int]]], timeout_s: float = 10.0
+) -> tuple[str | None, dict[int, int]]:
+    """One read of the offsets once the records were located and the memory recalled.
+
+    Returns why the ranges read (topic → partition → [start, end)) are not all that was
+    there (partitions whose log start moved past the start read; None when nothing was
+    deleted under the read), and `topic`'s high watermarks now (an offset remembered past
+    the view's ones and below these was written since; at or past these, it is beyond the
+    log end). Raises KafkaReadError when it cannot tell."""
     bootstrap, config = client_settings(kafka_config)
     admin = admin_client(bootstrap, config, timeout_s)
-    moved = [
-        f"{topic}/{p} from offset {start} (log start now {low})"
-        for topic, ranges in reads.items()
-        for p, (start, low) in deleted_while_read(admin, topic, ranges, timeout_s).items()
-    ]
-    return f"records were deleted while the diagnosis read them: {', '.join(moved)}" if moved else None
+    moved: list[str] = []
+    highs: dict[int, int] = {}
+    for read_topic, ranges in reads.items():
+        now = partition_offsets(admin, read_topic, sorted(ranges), timeout_s)
+        if read_topic == topic:
+            highs = {p: o.high for p, o in now.items()}
+        moved += [
+            f"{read_topic}/{p} from offset {start} (log start now {low})"
+            for p, (start, low) in starts_passed(ranges, now).items()
+        ]
+    deleted = f"records were deleted while the diagnosis read them: {', '.join(moved)}" if moved else None
+    return deleted, highs
 
 
 def record_timestamps(

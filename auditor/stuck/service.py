@@ -32,14 +32,14 @@ from auditor.probes.topics import CONSUMER_LEDGER_TOPIC, PRODUCER_LEDGER_TOPIC
 from auditor.reconcile.memory import IndexedTopic, indexed_records, recall
 from auditor.stuck.alerting import muted_keys, update_problems
 from auditor.stuck.evidence import ClusterView, Diagnosis, StuckRow
-from auditor.stuck.kafka_view import client_settings, deletions_under_read, read_cluster_view
+from auditor.stuck.kafka_view import read_after_locate, read_cluster_view
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.risks import cluster_risks
 from auditor.stuck.source import DEFAULT_MAX_ITEMS, SourceError, StuckQuery, select_stuck_rows, still_stuck
 from auditor.stuck.verdicts import diagnose
 from auditor.vocabulary import STUCK_VERDICTS
-from spark_jobs.kafka_offsets import KafkaReadError, admin_client, partition_offsets
+from spark_jobs.kafka_offsets import KafkaReadError
 
 log = logging.getLogger(__name__)
 
@@ -150,32 +150,29 @@ def _source_url(rule: StuckRule) -> str:
         raise SourceError(f"source {rule.binding.source.name}: {exc}") from None
 
 
-def _deleted_under_read(binding: Binding, request: LocateRequest) -> str | None:
-    """Whether retention or delete_records removed records while the locate step read them:
-    then what it did not find may still have been there, and every verdict that needs the
-    records is unknown (as a reconciliation run is discarded), never lost or never produced."""
+def _ranges_read(request: LocateRequest) -> dict[str, dict[int, tuple[int, int]]]:
+    """Topic → partition → [start, end) the locate step read: the topic from where the key
+    index stops standing in, both ledgers whole."""
     plan = request.plan
     reads = {plan.topic: {p: (request.start(s), s.high) for p, s in plan.partitions.items()}}
     for ledger in (plan.producer_ledger, plan.consumer_ledger):
         if ledger is not None:
             reads[ledger.topic] = ledger.ranges
+    return reads
+
+
+def _check_after_read(binding: Binding, view: ClusterView, reads: dict[str, dict[int, tuple[int, int]]]) -> None:
+    """Retention or delete_records removing records while the locate step read them makes
+    every verdict that needs the records unknown (as a reconciliation run is discarded), never
+    lost or never produced; the log ends read at the same time tell a sighting past the view's
+    high watermarks written since (unknown) from one beyond the log end (truncated)."""
     try:
-        deleted = deletions_under_read(binding.cluster.client_config(), reads)
+        deleted, view.high_after = read_after_locate(binding.cluster.client_config(), view.topic, reads)
     except KafkaReadError as exc:
-        return f"whether records were deleted while the diagnosis read them could not be checked: {exc}"
-    return f"{deleted}; run the diagnosis again" if deleted else None
-
-
-def _log_ends_now(binding: Binding, view: ClusterView) -> dict[int, int] | None:
-    """The topic's high watermarks read after the memory: a sighting past the ones the view
-    read is a record written since (unknown) only if the log has grown past it, else the log
-    was truncated (broker-lost). None when they cannot be read: such sightings stay unknown."""
-    bootstrap, config = client_settings(binding.cluster.client_config())
-    try:
-        offsets = partition_offsets(admin_client(bootstrap, config), view.topic, sorted(view.partitions))
-    except KafkaReadError:
-        return None
-    return {p: o.high for p, o in offsets.items()}
+        view.kafka_error = f"whether records were deleted while the diagnosis read them could not be checked: {exc}"
+        return
+    if deleted:
+        view.kafka_error = f"{deleted}; run the diagnosis again"
 
 
 def _apply_located(view: ClusterView, located: LocateResult) -> None:
@@ -257,6 +254,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
 
     located = LocateResult()
     indexed = IndexedTopic(reason="not asked to")
+    reads: dict[str, dict[int, tuple[int, int]]] | None = None  # what the locate step read, once it succeeded
     if rows and not view.kafka_error:
         keys = [r.key for r in rows]
         if options.use_index:
@@ -283,7 +281,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
                     f"the key index of reconciliation run {indexed.run_id} stood in for {indexed.covered} "
                     f"record(s); {located.records_scanned - indexed.covered} later record(s) were read"
                 )
-            view.kafka_error = _deleted_under_read(binding, request)
+            reads = _ranges_read(request)
         except (LocateError, OSError) as exc:
             view.kafka_error = f"reading the records failed: {exc}"
         _apply_located(view, located)
@@ -292,8 +290,8 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     # The auditor's memory, for keys the topic no longer shows.
     unseen = [r.key for r in rows if not located.records.get(r.key)] if not view.kafka_error else []
     memory = recall(binding, unseen, index=indexed.index)
-    if unseen:  # an ack or a sighting of theirs past the view's high watermarks needs the log ends now
-        view.high_after = _log_ends_now(binding, view)
+    if reads is not None and not view.kafka_error:
+        _check_after_read(binding, view, reads)  # after the memory: a sighting it holds is older than these ends
     if memory.reason:
         result.notes.append(f"the reconciliation state could not be read: {memory.reason}")
     lap("memory")

@@ -14,7 +14,7 @@ from auditor.alerts.models import Alert
 from auditor.canary.alerting import fingerprint
 from auditor.canary.models import CanaryPoint
 from auditor.canary.payload import decode_record
-from tests.support.canary import Background, high_watermark, watermark_reader
+from tests.support.canary import Background, delete_first_records, high_watermark, watermark_reader
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -56,18 +56,6 @@ def test_it_reports_deleted_records_as_lost_and_an_injected_copy_as_a_duplicate(
 ):
     topic = make_topic("canary-faults", partitions=max(3, kafka_brokers), replication_factor=min(3, kafka_brokers))
 
-    def delete_first_records_of_partition_0() -> int:
-        # Before the canary's consumer starts (--consumer-delay), its first records vanish.
-        reader = watermark_reader(kafka_bootstrap)
-        try:
-            wait_until(lambda: high_watermark(reader, topic, 0) >= 5, 10, "canary records on partition 0", 0.05)
-            upto = high_watermark(reader, topic, 0)
-            tp = TopicPartition(topic, 0, upto)
-            kafka_admin.delete_records([tp])[tp].result(timeout=10)
-            return upto
-        finally:
-            reader.close()
-
     def inject_a_copy_on_partition_1() -> None:
         reader = Consumer(
             {"bootstrap.servers": kafka_bootstrap, "group.id": f"t-{uuid.uuid4().hex}", "auto.offset.reset": "earliest"}
@@ -86,7 +74,7 @@ def test_it_reports_deleted_records_as_lost_and_an_injected_copy_as_a_duplicate(
         finally:
             reader.close()
 
-    deleter = Background(delete_first_records_of_partition_0)
+    deleter = Background(lambda: delete_first_records(kafka_bootstrap, kafka_admin, topic))
     injector = Background(inject_a_copy_on_partition_1)
     deleter.start()
     injector.start()

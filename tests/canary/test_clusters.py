@@ -10,15 +10,13 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
 from django.core.management import call_command
 
 from auditor.alerts.models import Alert
 from auditor.canary.models import CanaryPoint
 from auditor.pipelines.models import Cluster
-from tests.support.canary import Background, high_watermark, watermark_reader
+from tests.support.canary import Background, delete_first_records, sasl_cluster
 from tests.support.secured import Secured
-from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -39,32 +37,11 @@ def test_a_clean_canary_on_another_cluster_leaves_the_loss_alert_open(
     channel = make_channel(events={"canary_loss": 1})
     suffix = uuid.uuid4().hex[:6]
     plain = Cluster.objects.create(name=f"canary-plain-{suffix}", bootstrap_servers=kafka_bootstrap)
-    sasl = Cluster.objects.create(
-        name=f"canary-sasl-{suffix}",
-        bootstrap_servers="${KAFKA_SECURE_BOOTSTRAP_SERVERS}",
-        config={
-            "security.protocol": "SASL_SSL",
-            "sasl.mechanisms": "SCRAM-SHA-512",
-            "sasl.username": "${KAFKA_SASL_USERNAME}",
-            "sasl.password": "${KAFKA_SASL_PASSWORD}",
-            "ssl.ca.location": "${KAFKA_CA_LOCATION}",
-        },
-    )
+    sasl = sasl_cluster(f"canary-sasl-{suffix}")
     topic = make_topic("canary-clusters", partitions=max(3, kafka_brokers), replication_factor=min(3, kafka_brokers))
 
-    def delete_first_records_of_partition_0() -> int:
-        # Before the first canary's consumer starts (--consumer-delay), its first records vanish.
-        reader = watermark_reader(kafka_bootstrap)
-        try:
-            wait_until(lambda: high_watermark(reader, topic, 0) >= 5, 10, "canary records on partition 0", 0.05)
-            upto = high_watermark(reader, topic, 0)
-            tp = TopicPartition(topic, 0, upto)
-            kafka_admin.delete_records([tp])[tp].result(timeout=10)
-            return upto
-        finally:
-            reader.close()
-
-    deleter = Background(delete_first_records_of_partition_0)
+    # before the first canary's consumer starts (--consumer-delay), its first records vanish
+    deleter = Background(lambda: delete_first_records(kafka_bootstrap, kafka_admin, topic))
     deleter.start()
     lossy = run_on(plain, topic, "--duration", "7", "--rate", "50", "--sla", "4", "--consumer-delay", "3")
     deleted = deleter.join_checked()

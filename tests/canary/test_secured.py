@@ -13,6 +13,7 @@ from django.core.management import CommandError, call_command
 
 from auditor.canary.models import CanaryPoint
 from auditor.pipelines.models import Cluster
+from tests.support.canary import sasl_cluster
 from tests.support.secured import Secured
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -20,17 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 @pytest.fixture
 def secured_cluster() -> Cluster:
-    return Cluster.objects.create(
-        name=f"canary-sec-{uuid.uuid4().hex[:6]}",
-        bootstrap_servers="${KAFKA_SECURE_BOOTSTRAP_SERVERS}",
-        config={
-            "security.protocol": "SASL_SSL",
-            "sasl.mechanisms": "SCRAM-SHA-512",
-            "sasl.username": "${KAFKA_SASL_USERNAME}",
-            "sasl.password": "${KAFKA_SASL_PASSWORD}",
-            "ssl.ca.location": "${KAFKA_CA_LOCATION}",
-        },
-    )
+    return sasl_cluster(f"canary-sec-{uuid.uuid4().hex[:6]}")
 
 
 def test_it_runs_over_the_secured_listener_of_a_configured_cluster(

@@ -7,6 +7,10 @@ import uuid
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from auditor.pipelines.models import Cluster
+from tests.support.waiting import wait_until
 
 
 def high_watermark(consumer: Consumer, topic: str, partition: int) -> int:
@@ -41,3 +45,32 @@ class Background(threading.Thread):
         if self.error is not None:
             raise self.error
         return self.result
+
+
+def delete_first_records(bootstrap: str, admin: AdminClient, topic: str, partition: int = 0) -> int:
+    """Once a running canary wrote at least 5 records to the partition, delete every record
+    there (before its consumer starts: --consumer-delay); returns how many."""
+    reader = watermark_reader(bootstrap)
+    try:
+        wait_until(lambda: high_watermark(reader, topic, partition) >= 5, 10, "canary records", 0.05)
+        upto = high_watermark(reader, topic, partition)
+        tp = TopicPartition(topic, partition, upto)
+        admin.delete_records([tp])[tp].result(timeout=10)
+        return upto
+    finally:
+        reader.close()
+
+
+def sasl_cluster(name: str) -> Cluster:
+    """A configured cluster on the test stack's SASL_SSL listener (secrets as ${ENV} references)."""
+    return Cluster.objects.create(
+        name=name,
+        bootstrap_servers="${KAFKA_SECURE_BOOTSTRAP_SERVERS}",
+        config={
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": "${KAFKA_SASL_USERNAME}",
+            "sasl.password": "${KAFKA_SASL_PASSWORD}",
+            "ssl.ca.location": "${KAFKA_CA_LOCATION}",
+        },
+    )
