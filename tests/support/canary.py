@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -23,6 +24,18 @@ def high_watermark(consumer: Consumer, topic: str, partition: int) -> int:
 
 def watermark_reader(bootstrap: str) -> Consumer:
     return Consumer({"bootstrap.servers": bootstrap, "group.id": f"t-{uuid.uuid4().hex}", "log_level": 0})
+
+
+def start_early_in_a_minute(seconds_needed: float) -> None:
+    """Wait for the next minute when fewer than ``seconds_needed`` are left of this one.
+
+    The canary resolves a loss alert at the next minute that received records and lost none, so
+    a run whose loss must still be open at its end has to close all its minutes before a
+    boundary: a clean partial minute after the boundary would (rightly) resolve it.
+    """
+    left = 60 - time.time() % 60
+    if left < seconds_needed:
+        time.sleep(left + 0.2)
 
 
 class Background(threading.Thread):
