@@ -2,7 +2,11 @@
 the last ``AUDITOR_METRICS_CANARY_WINDOW_MINUTES`` (default 15) minutes of stored points.
 
 Counts are sums over the window (all sessions), so they are gauges, not counters: a
-restart of the canary does not reset them. The latency is the highest per-minute p99
+restart of the canary does not reset them. Canaries on different clusters (which default to
+the same topic) are separate series: a ``cluster`` label carries the cluster's name (``audit
+canary --cluster``) or ``servers=<hosts>`` for other bootstrap servers, as in the alerts'
+fingerprints (``cluster_scope``); the default cluster's series have no such label. Summed,
+a stopped canary on one cluster would be hidden by another's fresh minutes. The latency is the highest per-minute p99
 of the window (the minutes' records are gone, so the window's exact p99 is not known);
 partitions that received nothing in the window have no latency sample.
 """
@@ -17,6 +21,7 @@ from django.conf import settings
 from django.db.models import Max, Sum
 from django.utils import timezone
 
+from auditor.canary.alerting import cluster_scope
 from auditor.canary.models import CanaryPoint
 from auditor.metrics.registry import Sample
 
@@ -55,30 +60,55 @@ def collect() -> Iterator[Sample]:
         "list[dict[str, Any]]",
         list(
             CanaryPoint.objects.filter(minute__gte=since)
-            .values("topic", "partition")
+            .values("cluster", "bootstrap_servers", "topic", "partition")
             .annotate(**{name: Sum(name) for name in COUNTS}, p99_ms=Max("p99_ms"), newest=Max("minute"))
-            .order_by("topic", "partition")
         ),
     )
+    series = _per_cluster(rows)
     for name, metric in COUNTS.items():
-        for row in rows:
-            labels = {"topic": row["topic"], "partition": str(row["partition"])}
-            yield Sample(metric, row[name], labels, help=HELP[name])
-    for row in rows:
+        for (scope, topic, partition), row in series.items():
+            yield Sample(metric, row[name], _labels(scope, topic, partition), help=HELP[name])
+    for (scope, topic, partition), row in series.items():
         if row["p99_ms"] is not None:
             yield Sample(
                 "auditor_canary_latency_p99_seconds",
                 row["p99_ms"] / 1000,
-                {"topic": row["topic"], "partition": str(row["partition"])},
+                _labels(scope, topic, partition),
                 help="Highest per-minute p99 of the produce-to-consume latency in the window",
             )
-    newest: dict[str, float] = {}
-    for row in rows:
-        newest[row["topic"]] = max(newest.get(row["topic"], 0.0), row["newest"].timestamp())
-    for topic, timestamp in newest.items():
+    newest: dict[tuple[str, str], float] = {}
+    for (scope, topic, _), row in series.items():
+        newest[scope, topic] = max(newest.get((scope, topic), 0.0), row["newest"].timestamp())
+    for (scope, topic), timestamp in newest.items():
         yield Sample(
             "auditor_canary_last_minute_timestamp_seconds",
             timestamp,
-            {"topic": topic},
+            _labels(scope, topic),
             help="Start of the newest minute the canary stored (a stopped canary stops advancing it)",
         )
+
+
+def _per_cluster(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """Rows per (cluster scope, topic, partition), sorted: points that recorded the same cluster
+    differently (name, servers, nothing for the default) add up under one scope."""
+    series: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for row in rows:
+        key = (cluster_scope(row["cluster"], row["bootstrap_servers"]), row["topic"], row["partition"])
+        merged = series.get(key)
+        if merged is None:
+            series[key] = dict(row)
+            continue
+        for name in COUNTS:
+            merged[name] += row[name]
+        for name in ("p99_ms", "newest"):
+            values = [v for v in (merged[name], row[name]) if v is not None]
+            merged[name] = max(values) if values else None
+    return dict(sorted(series.items(), key=lambda item: (item[0][1], item[0][2], item[0][0])))
+
+
+def _labels(scope: str, topic: str, partition: int | None = None) -> dict[str, str]:
+    labels = {"cluster": scope} if scope else {}
+    labels["topic"] = topic
+    if partition is not None:
+        labels["partition"] = str(partition)
+    return labels

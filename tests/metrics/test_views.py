@@ -106,6 +106,34 @@ def test_it_exposes_canary_sums_over_the_window_per_partition(bearer, settings):
     assert "# TYPE auditor_canary_lost_records gauge" in lines
 
 
+def test_it_keeps_canaries_on_different_clusters_apart(bearer, settings):
+    # Both canaries use one topic name; the one on cluster "east" stopped 6 minutes ago.
+    settings.AUDITOR_METRICS_CANARY_WINDOW_MINUTES = 10
+    topic = f"canary-c-{uuid.uuid4().hex[:6]}"
+    stopped, recent = _minute(6), _minute(1)
+    _point(topic, stopped, 0, cluster="east", sent=600, received=590, lost=10, p99_ms=20.0)
+    _point(topic, recent, 0, sent=600, received=600, p99_ms=5.0)  # the default cluster, servers not recorded
+    _point(topic, recent, 0, session="b" * 32, bootstrap_servers=settings.KAFKA_BOOTSTRAP_SERVERS, sent=60, received=60)
+    _point(topic, recent, 0, session="c" * 32, bootstrap_servers="Other-1:9092, other-2:9092", sent=6, received=6)
+
+    lines = scrape(bearer("viewer"))
+    mine = [line for line in lines if f'topic="{topic}"' in line and ("_records{" in line or "timestamp" in line)]
+    east, other = 'cluster="east",', 'cluster="servers=other-1:9092,other-2:9092",'
+    assert [line for line in mine if "sent_records" in line or "lost_records" in line] == [
+        f'auditor_canary_sent_records{{topic="{topic}",partition="0"}} 660',
+        f'auditor_canary_sent_records{{{east}topic="{topic}",partition="0"}} 600',
+        f'auditor_canary_sent_records{{{other}topic="{topic}",partition="0"}} 6',
+        f'auditor_canary_lost_records{{topic="{topic}",partition="0"}} 0',
+        f'auditor_canary_lost_records{{{east}topic="{topic}",partition="0"}} 10',
+        f'auditor_canary_lost_records{{{other}topic="{topic}",partition="0"}} 0',
+    ]
+    assert [line for line in mine if "timestamp" in line] == [
+        f'auditor_canary_last_minute_timestamp_seconds{{topic="{topic}"}} {recent.timestamp()!r}',
+        f'auditor_canary_last_minute_timestamp_seconds{{{east}topic="{topic}"}} {stopped.timestamp()!r}',
+        f'auditor_canary_last_minute_timestamp_seconds{{{other}topic="{topic}"}} {recent.timestamp()!r}',
+    ]
+
+
 def test_it_escapes_a_hostile_topic_name(bearer):
     hostile = f'evil"}} auditor_up{{x="1"}} 0\n\\{uuid.uuid4().hex[:6]}'
     _point(hostile, _minute(1), 0, sent=10, received=9, lost=1)
