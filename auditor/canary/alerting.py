@@ -1,7 +1,7 @@
 """Canary problems for the webhook channels, judged on each stored minute, per cluster and topic partition.
 
 Canaries on different clusters (they all default to the same topic) never raise or
-resolve each other's problems: the fingerprint names the cluster (see ``cluster_scope``).
+resolve each other's problems: the fingerprint names the cluster (see ``scope.cluster_scope``).
 
 - ``canary:loss``: raised when the minute lost records (acknowledged by the broker and not
   read within the SLA: records the broker rejected or has not acknowledged never count);
@@ -25,6 +25,7 @@ from django.conf import settings
 
 from auditor.alerts.problems import MAX_FINGERPRINT, raise_problem, resolve_problem
 from auditor.canary.models import CanaryPoint
+from auditor.canary.scope import cluster_scope
 
 log = logging.getLogger(__name__)
 
@@ -33,25 +34,6 @@ DEFAULT_LATENCY_ALERT_MS = 5000
 
 def latency_alert_ms() -> float:
     return float(getattr(settings, "AUDITOR_CANARY_LATENCY_ALERT_MS", DEFAULT_LATENCY_ALERT_MS))
-
-
-def _hosts(bootstrap: str) -> set[str]:
-    return {part.strip().lower() for part in bootstrap.split(",") if part.strip()}
-
-
-def cluster_scope(cluster: str, bootstrap_servers: str) -> str:
-    """What tells a canary's cluster apart in its fingerprints.
-
-    The configured cluster's name (``--cluster``, a slug); without one, ``servers=<hosts>``
-    for bootstrap servers other than KAFKA_BOOTSTRAP_SERVERS; nothing for the default
-    servers (or points that did not record them), whose fingerprints stay as they were.
-    """
-    if cluster:
-        return cluster
-    hosts = _hosts(bootstrap_servers)
-    if not hosts or hosts == _hosts(str(getattr(settings, "KAFKA_BOOTSTRAP_SERVERS", ""))):
-        return ""
-    return "servers=" + ",".join(sorted(hosts))
 
 
 def fingerprint(kind: str, topic: str, partition: int, scope: str = "") -> str:

@@ -22,6 +22,12 @@ POINT_SCHEMA = {
             "type": "string",
             "description": "the bootstrap servers it ran against; empty on points stored before they were recorded",
         },
+        "scope": {
+            "type": "string",
+            "description": "what tells its cluster apart from canaries on other clusters (same as the alerts' "
+            "fingerprints and the metrics' cluster label): the cluster's name, servers=<hosts> for other "
+            "bootstrap servers, empty for the default cluster",
+        },
         "leader": {"type": ["integer", "null"], "description": "leader broker id when the minute closed"},
         "sent": {"type": "integer"},
         "received": {"type": "integer"},

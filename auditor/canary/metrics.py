@@ -21,8 +21,8 @@ from django.conf import settings
 from django.db.models import Max, Sum
 from django.utils import timezone
 
-from auditor.canary.alerting import cluster_scope
 from auditor.canary.models import CanaryPoint
+from auditor.canary.scope import cluster_scope
 from auditor.metrics.registry import Sample
 
 DEFAULT_WINDOW_MINUTES = 15

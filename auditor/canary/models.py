@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from auditor.canary.scope import cluster_scope
+
 
 class CanaryPoint(models.Model):
     """What one canary session observed on one partition during one minute.
@@ -66,12 +68,18 @@ class CanaryPoint(models.Model):
     def __str__(self) -> str:
         return f"{self.topic}/{self.partition} @ {self.minute:%Y-%m-%d %H:%M}"
 
+    @property
+    def scope(self) -> str:
+        """Its cluster as the alerts, metrics and page tell clusters apart (scope.cluster_scope)."""
+        return cluster_scope(self.cluster, self.bootstrap_servers)
+
     def as_event(self) -> dict[str, object]:
         """The JSON shape pushed to browsers and embedded in the dashboard."""
         return {
             "session": self.session,
             "cluster": self.cluster,
             "bootstrap_servers": self.bootstrap_servers,
+            "scope": self.scope,
             "minute": self.minute.isoformat(),
             "partition": self.partition,
             "leader": self.leader,

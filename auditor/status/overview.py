@@ -32,6 +32,7 @@ from auditor.accounts.acknowledgements import current_acknowledgements
 from auditor.accounts.models import Acknowledgement
 from auditor.alerts.models import Alert
 from auditor.canary.models import CanaryPoint
+from auditor.canary.scope import bootstrap_hosts
 from auditor.lib.secrets import MissingEnvError, resolve_env
 from auditor.lint.engine.evidence import rules_explaining
 from auditor.lint.models import LintResultRow
@@ -254,15 +255,11 @@ def _lint_errors(bindings: list[Binding]) -> dict[int, list[LintResultRow]]:
     return found
 
 
-def _hosts(bootstrap: str) -> set[str]:
-    return {part.strip().lower() for part in bootstrap.split(",") if part.strip()}
-
-
 def _cluster_hosts(cluster: Cluster) -> set[str]:
     """The cluster's bootstrap hosts as clients see them: a file's ${ENV} reference resolved
     (compared unresolved, it never matched the canary's), nothing when it cannot be."""
     try:
-        return _hosts(resolve_env(cluster.bootstrap_servers))
+        return bootstrap_hosts(resolve_env(cluster.bootstrap_servers))
     except MissingEnvError:
         return set()
 
@@ -289,7 +286,7 @@ def canary_measured_on(group: dict[str, Any], cluster: Cluster) -> bool:
     canary recorded its cluster) belong to no cluster."""
     if group["cluster"]:
         return bool(group["cluster"] == cluster.name)
-    return bool(_hosts(group["bootstrap_servers"]) & _cluster_hosts(cluster))
+    return bool(bootstrap_hosts(group["bootstrap_servers"]) & _cluster_hosts(cluster))
 
 
 def canary_summary(groups: list[dict[str, Any]], cluster: Cluster) -> dict[str, Any] | None:

@@ -4,6 +4,7 @@
 (function () {
   const data = JSON.parse(document.getElementById("canary-data").textContent);
   const topic = data.topic;
+  const cluster = data.cluster || "";
   const windowMs = data.minutes * 60000;
   const points = new Map();  // "session|minute|partition" -> point
   const COUNTS = ["sent", "received", "lost", "duplicated", "out_of_order", "late", "produce_errors", "unacked"];
@@ -124,7 +125,8 @@
   render();
   AuditorLive.subscribe("canary", function (event, payload) {
     if (event !== "points" || payload.topic !== topic) return;
-    add(payload.points);
+    // canaries on other clusters share the topic name: only this cluster's points
+    add(payload.points.filter(function (p) { return (p.scope || "") === cluster; }));
     render();
   });
 })();

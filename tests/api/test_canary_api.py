@@ -67,6 +67,7 @@ def test_it_lists_points_newest_minute_first(bearer, topic):
         "session": "s" * 32,
         "cluster": "",
         "bootstrap_servers": "",
+        "scope": "",
         "minute": "2031-05-01T12:02:00+00:00",
         "partition": 0,
         "leader": 1,

@@ -22,11 +22,12 @@ pytestmark = pytest.mark.django_db
 HOSTILE = '<img src=x onerror="alert(1)">'
 
 
-def make_points(topic: str, minutes: int = 3, partitions: int = 3, session: str = "s" * 32) -> datetime:
+def make_points(topic: str, minutes: int = 3, partitions: int = 3, session: str = "s" * 32, **where: str) -> datetime:
     now = timezone.now().replace(second=0, microsecond=0)
     for m in range(minutes):
         for p in range(partitions):
             CanaryPoint.objects.create(
+                **where,
                 session=session,
                 topic=topic,
                 minute=now - timedelta(minutes=minutes - m),
@@ -82,6 +83,40 @@ def test_it_embeds_the_points_of_the_chosen_topic_and_window(user_client):
 
     wide = embedded_data(user_client.get("/canary/", {"topic": "canary-a", "minutes": "240"}))
     assert len(wide["points"]) == 10
+
+
+def test_it_shows_one_cluster_of_a_topic_at_a_time(user_client, settings):
+    # Three canaries on one topic name: the default cluster (servers recorded or not), a named
+    # cluster and other servers; each loses one record per minute on partition 0.
+    topic = f"canary-{uuid.uuid4().hex[:6]}"
+    make_points(topic, session="a" * 32)
+    make_points(topic, session="b" * 32, bootstrap_servers=settings.KAFKA_BOOTSTRAP_SERVERS)
+    make_points(topic, session="c" * 32, cluster="east", bootstrap_servers="east-1:9092")
+    make_points(topic, session="d" * 32, bootstrap_servers="West-1:9092")
+
+    default = embedded_data(user_client.get("/canary/", {"topic": topic}))
+    assert default["cluster"] == ""
+    assert {p["session"] for p in default["points"]} == {"a" * 32, "b" * 32}
+    assert sum(p["lost"] for p in default["points"]) == 6
+
+    response = user_client.get("/canary/", {"topic": topic, "cluster": "east"})
+    east = embedded_data(response)
+    assert (east["cluster"], {p["session"] for p in east["points"]}) == ("east", {"c" * 32})
+    assert {p["scope"] for p in east["points"]} == {"east"}
+    html = response.content.decode()
+    for scope in ("east", "servers=west-1:9092"):
+        assert f'<option value="{scope}"' in html
+    assert '<option value="east" selected>' in html
+
+    west = user_client.get("/canary/api/points/", {"topic": topic, "cluster": "servers=west-1:9092"}).json()
+    assert {p["session"] for p in west["points"]} == {"d" * 32}
+    assert embedded_data(user_client.get("/canary/", {"topic": topic, "cluster": "nowhere"}))["points"] == []
+
+
+def test_it_shows_the_cluster_that_ran_on_the_topic_by_default(user_client):
+    topic = f"canary-{uuid.uuid4().hex[:6]}"
+    make_points(topic, cluster="east")
+    assert embedded_data(user_client.get("/canary/", {"topic": topic}))["cluster"] == "east"
 
 
 def test_it_shows_the_most_recent_topic_by_default(user_client):

@@ -10,7 +10,7 @@ import pytest
 from auditor.reports.models import Report
 from auditor.reports.render import render_document
 from auditor.reports.service import build_report, resolve_bindings
-from tests.support.reports import END, FORMULA_KEY, HOSTILE, START, ReportData
+from tests.support.reports import CANARY_TOPIC, END, FORMULA_KEY, HOSTILE, START, ReportData, canary_point
 
 pytestmark = pytest.mark.django_db
 
@@ -86,6 +86,29 @@ def test_it_reports_exact_stuck_lint_and_canary_numbers(report_data: ReportData)
         "canary_duplicated": 1,
         "canary_p99_ms_max": 55.5,
     }
+
+
+def test_it_reports_canaries_on_other_clusters_apart(report_data: ReportData, settings) -> None:
+    # Same topic name, another cluster (named, then by its servers) in the same minutes.
+    canary_point(0.5, 0, session="e1", cluster="east", sent=100, received=90, lost=10, p99_ms=500.0)
+    canary_point(0.7, 0, session="w1", bootstrap_servers="west-1:9092", sent=20, received=20)
+    # The default cluster with its servers recorded: still the default canary.
+    canary_point(0.6, 1, session="d1", bootstrap_servers=settings.KAFKA_BOOTSTRAP_SERVERS, sent=5, received=5)
+    section = build(report_data).summary["sections"]["canary"]
+
+    topics = section["topics"]
+    assert list(topics) == [CANARY_TOPIC, f"{CANARY_TOPIC} on east", f"{CANARY_TOPIC} on servers=west-1:9092"]
+    default, east, west = topics.values()
+    assert (default["sent"], default["lost"], default["minutes"], default["p99_ms_max"]) == (255, 3, 2, 55.5)
+    assert (east["cluster"], east["sent"], east["lost"], east["minutes"], east["p99_ms_max"]) == (
+        "east",
+        100,
+        10,
+        1,
+        500.0,
+    )
+    assert (west["sent"], west["lost"], west["loss_ratio"]) == (20, 0, 0.0)
+    assert section["totals"]["canary_lost"] == 13
 
 
 def test_it_writes_the_findings_and_stuck_items_to_the_csv(report_data: ReportData) -> None:

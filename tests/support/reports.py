@@ -108,7 +108,11 @@ def lint_scan(hours: float, results: list[tuple[str, str, str, str]], trigger: s
 
 def canary_point(hours: float, partition: int, **counts: Any) -> CanaryPoint:
     return CanaryPoint.objects.create(
-        session="s1", topic=counts.pop("topic", CANARY_TOPIC), minute=at_hour(hours), partition=partition, **counts
+        session=counts.pop("session", "s1"),
+        topic=counts.pop("topic", CANARY_TOPIC),
+        minute=at_hour(hours),
+        partition=partition,
+        **counts,
     )
 
 
