@@ -27,6 +27,7 @@ from auditor.canary.models import CanaryPoint
 from auditor.canary.payload import decode_record, encode_record
 from auditor.canary.store import record_minute
 from auditor.canary.topic import CanaryError, TopicLayout, ensure_canary_topic, read_leaders
+from auditor.lib.throttled_log import ThrottledLog
 from auditor.probes.message import record_position
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,9 @@ class CanaryService:
         # remember the leader they were sent to, so a loss found later is not blamed on its successor.
         self._leaders: dict[int, int] = {}
         self._minutes_stored = 0
+        # While a cluster refuses records every send fails: one line a minute per partition and
+        # error, not one per record (delivery reports and consumer errors come on the loop's thread).
+        self._warnings = ThrottledLog(log, clock=monotonic)
 
     def stop(self) -> None:
         """Ask the loop to finish (safe from a signal handler or another thread)."""
@@ -276,14 +280,20 @@ class CanaryService:
                 accounting.record_acked(partition, record.seq, self._clock() * 1000)
                 return
             accounting.record_produce_error(partition, record.seq)
-            log.warning("canary record to %s/%d failed: %s", self.options.topic, partition, err.str())
+            self._warnings.warning(
+                ("send", partition, err.code()),
+                "canary record to %s/%d failed: %s",
+                self.options.topic,
+                partition,
+                err.str(),
+            )
 
         try:
             producer.produce(
                 self.options.topic, value=encode_record(record), partition=partition, on_delivery=delivered
             )
         except BufferError:
-            log.warning("the producer's queue is full: the cluster does not take canary records")
+            self._warnings.warning("queue", "the producer's queue is full: the cluster does not take canary records")
             return False
         accounting.record_sent(record, self._leaders.get(partition))
         return True
@@ -300,7 +310,7 @@ class CanaryService:
             error = msg.error()
             if error is not None:
                 if error.code() != KafkaError._PARTITION_EOF:
-                    log.warning("canary consumer: %s", error.str())
+                    self._warnings.warning(("consume", error.code()), "canary consumer: %s", error.str())
                 continue
             accounting.record_received(decode_record(msg.value()), record_position(msg)[1], now_ms)
 
@@ -417,4 +427,5 @@ class CanaryService:
             producer.poll(0)
             accounting.expire(self._clock() * 1000)
         accounting.expire(self._clock() * 1000)
+        self._warnings.flush()
         self._close_minute(admin, accounting, leaders, minute_start, partial=True)

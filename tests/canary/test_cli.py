@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Any
@@ -100,7 +101,7 @@ def test_it_reports_deleted_records_as_lost_and_an_injected_copy_as_a_duplicate(
 
 
 def test_it_counts_records_the_broker_rejected_as_produce_errors_not_as_lost(
-    run_canary, make_topic, make_channel, kafka_brokers
+    run_canary, make_topic, make_channel, kafka_brokers, caplog
 ):
     # Every canary record is larger than the topic accepts: the broker never takes one,
     # so nothing can have been lost by Kafka, however long the SLA has run out.
@@ -113,6 +114,7 @@ def test_it_counts_records_the_broker_rejected_as_produce_errors_not_as_lost(
         config={"max.message.bytes": "60"},
     )
 
+    caplog.set_level(logging.WARNING, logger="auditor.canary.runner")
     result = run_canary(topic, "--duration", "4", "--rate", "20", "--sla", "1")
 
     totals = result["totals"]
@@ -126,6 +128,12 @@ def test_it_counts_records_the_broker_rejected_as_produce_errors_not_as_lost(
     open_loss = Alert.objects.filter(channel=channel, kind="canary:loss", state=Alert.OPEN)
     assert not open_loss.exists(), [a.summary for a in open_loss]
     assert fingerprint("loss", topic, 0) not in {a.fingerprint for a in Alert.objects.filter(channel=channel)}
+    # Every send failed, but the log says so once per partition (and once more at the end, with the count).
+    failed = [r.getMessage() for r in caplog.records if "failed:" in r.getMessage()]
+    assert len(failed) <= 2 * partitions < totals["sent"], failed
+    assert {f"canary record to {topic}/{p} failed" for p in range(partitions)} <= {m.split(":")[0] for m in failed}
+    left_out = sum(int(m.split("(after ")[1].split()[0]) for m in failed if "(after " in m)
+    assert len(failed) + left_out == totals["produce_errors"]
 
 
 def test_it_raises_no_false_alarm_after_a_restart(run_canary, canary_topic, kafka_bootstrap):
