@@ -133,6 +133,9 @@ class GroupState:
     # a simple consumer group: its consumers commit without joining (assign(), Flink's
     # KafkaSource), so it always reads as Empty with no members; None: could not be described
     simple: bool | None = None
+    # the topic's partitions assigned to its members (None: not described, or an assignment
+    # the client could not read)
+    assigned: frozenset[int] | None = None
     # timestamp of the record at the committed offset (the oldest record the group still has to read)
     committed_timestamp_ms: dict[int, int | None] = field(default_factory=dict)
     marks_on_topic: int = 0  # processed marks of this group on the topic in the consumer ledger

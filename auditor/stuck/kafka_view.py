@@ -85,17 +85,29 @@ def _ledger_view(
     return LedgerView(topic, True), LedgerRange(topic, ranges), ranges
 
 
-Described = tuple[int | None, str | None, bool | None]  # members, state, simple
+# members, state, simple, the topic's partitions assigned to its members (None: unknown)
+Described = tuple[int | None, str | None, bool | None, frozenset[int] | None]
+UNDESCRIBED: Described = (None, None, None, None)
 
 
-def _describe_groups(admin: AdminClient, groups: list[str], timeout_s: float) -> dict[str, Described]:
+def _assigned(members: list[Any], topic: str) -> frozenset[int] | None:
+    partitions: set[int] = set()
+    for member in members:
+        assignment = getattr(member, "assignment", None)
+        if assignment is None:
+            return None
+        partitions.update(tp.partition for tp in assignment.topic_partitions or [] if tp.topic == topic)
+    return frozenset(partitions)
+
+
+def _describe_groups(admin: AdminClient, groups: list[str], topic: str, timeout_s: float) -> dict[str, Described]:
     if not groups:
         return {}
     described: dict[str, Described] = {}
     try:
         futures = admin.describe_consumer_groups(groups, request_timeout=timeout_s)
     except KafkaException:
-        return {g: (None, None, None) for g in groups}
+        return dict.fromkeys(groups, UNDESCRIBED)
     for group, future in futures.items():
         try:
             result = future.result()
@@ -103,9 +115,10 @@ def _describe_groups(admin: AdminClient, groups: list[str], timeout_s: float) ->
             # a group that does not exist reads as Dead with no protocol, which the client also
             # calls simple: it is not a group that commits without joining
             simple = bool(result.is_simple_consumer_group) and state != "dead"
-            described[group] = (len(result.members or []), state, simple)
+            members = list(result.members or [])
+            described[group] = (len(members), state, simple, _assigned(members, topic))
         except KafkaException:
-            described[group] = (None, None, None)
+            described[group] = UNDESCRIBED
     return described
 
 
@@ -300,10 +313,10 @@ def read_cluster_view(
     except KafkaReadError as exc:
         view.groups_error = str(exc)
         rows = []
-    described = _describe_groups(admin, groups, timeout_s) if groups and not view.groups_error else {}
+    described = _describe_groups(admin, groups, topic, timeout_s) if groups and not view.groups_error else {}
     for group in groups:
-        members, state, simple = described.get(group, (None, None, None))
-        view.groups[group] = GroupState(group, members=members, state=state, simple=simple)
+        members, state, simple, assigned = described.get(group, UNDESCRIBED)
+        view.groups[group] = GroupState(group, members=members, state=state, simple=simple, assigned=assigned)
     for group, partition, offset in rows:
         view.groups[group].committed[partition] = offset
 

@@ -8,7 +8,11 @@
   after the group became empty, and the group then restarts from auto.offset.reset;
 - groups with no active members and no committed offset on a partition that holds records
   (offsets expired, never committed, a partition added while they were away, a wrong group
-  name): their next consumer starts there from auto.offset.reset.
+  name): their next consumer starts there from auto.offset.reset;
+- active groups with no committed offset on a partition assigned to their members that holds
+  records: where their consumers are is not visible, and with auto.offset.reset=latest (a
+  partition added while they ran, offsets that expired) they started past those records
+  and will never read them; a consumer reading from earliest commits within seconds.
 
 Kafka does not say since when a group is empty; the first diagnosis that saw it empty is
 used (carried over from the previous run's risks). A simple consumer group (consumers that
@@ -219,40 +223,52 @@ def offsets_expiry(view: ClusterView, previous: Iterable[dict[str, Any]]) -> lis
 
 
 def uncommitted_partitions(view: ClusterView) -> list[dict[str, Any]]:
-    """Groups with no active members and no committed offset on partitions that hold records.
-    An active group is left out: its consumers chose their position when they joined and
-    commit as they read."""
+    """Groups with no committed offset on partitions that hold records: idle groups on any
+    partition, active ones on the partitions assigned to their members. Simple groups are
+    left out (they may read a subset on purpose), and so are groups that could not be described."""
     risks = []
     for group in view.groups.values():
-        if group.members != 0 or group.simple is not False:
-            continue  # active, not described, or a simple group (it may read a subset on purpose)
+        if group.members is None or group.simple is not False:
+            continue
+        active = group.members > 0
+        if active and group.assigned is None:
+            continue  # which partitions its members read is not known
         bare = {
             p: state.high - state.low
             for p, state in sorted(view.partitions.items())
-            if p not in group.committed and state.high > state.low
+            if p not in group.committed and state.high > state.low and (not active or p in (group.assigned or ()))
         }
         if not bare:
             continue
         where = ", ".join(f"{view.topic}/{p}" for p in bare)
         records = sum(bare.values())
+        if active:
+            message = (
+                f"group {group.group} is active ({group.members} member(s)) but has no committed offset on {where}, "
+                f"assigned to its members ({records} record(s) there): where its consumers are is not visible; with "
+                "auto.offset.reset=latest (a partition added while they ran, offsets that expired) they started "
+                "past these records and will never read them, with earliest they read and commit within seconds"
+            )
+        else:
+            message = (
+                f"group {group.group} has no active members and no committed offset on {where} "
+                f"({records} record(s) there): its next consumer starts there from auto.offset.reset "
+                "(latest skips them, earliest reads them all); "
+                + (
+                    "it has committed nothing on this topic: it never ran, its offsets expired, or the group "
+                    "name is wrong"
+                    if not group.committed
+                    else "its offsets there expired, were never committed, or the partitions were added "
+                    "while it was away"
+                )
+            )
         risks.append(
             {
                 "kind": "no-committed-offset",
                 "severity": "warning",
                 "subject": group.group,
-                "message": (
-                    f"group {group.group} has no active members and no committed offset on {where} "
-                    f"({records} record(s) there): its next consumer starts there from auto.offset.reset "
-                    "(latest skips them, earliest reads them all); "
-                    + (
-                        "it has committed nothing on this topic: it never ran, its offsets expired, or the group "
-                        "name is wrong"
-                        if not group.committed
-                        else "its offsets there expired, were never committed, or the partitions were added "
-                        "while it was away"
-                    )
-                ),
-                "details": {"group": group.group, "partitions": list(bare), "records": records},
+                "message": message,
+                "details": {"group": group.group, "partitions": list(bare), "records": records, "active": active},
             }
         )
     return risks

@@ -214,10 +214,18 @@ def _visible_outcome(
             info["waiting_seconds"] = round(max(0, view.now_ms - record.timestamp_ms) / 1000, 1)
         position = f"committed offset {committed}" if committed is not None else "no committed offset"
         idle = ", no active members" if group.members == 0 else ""
+        # An active group that never committed here: its consumers' position is not visible.
+        unseen = (
+            "; its members are active there but where they are is not visible: with auto.offset.reset=latest "
+            "they started past this record and will not read it (see the group's risks)"
+            if committed is None and group.members and group.assigned is not None and record.partition in group.assigned
+            else ""
+        )
         return _Outcome(
             "waiting",
             f"waiting at {where}: group {group.group} has {position}{idle}; {info['records_ahead']} record(s) "
-            f"before it, partition lag {info.get('lag_records', '?')} record(s) / {_duration(info.get('lag_seconds'))}",
+            f"before it, partition lag {info.get('lag_records', '?')} record(s) / {_duration(info.get('lag_seconds'))}"
+            f"{unseen}",
             info,
         )
     # The group committed past it and has no mark for it.

@@ -110,16 +110,26 @@ def test_it_names_partitions_where_an_idle_group_has_no_committed_offset() -> No
     view.groups = {
         "half": GroupState("half", committed={0: 10}, members=0, simple=False),
         "nobody": GroupState("nobody", members=0, state="dead", simple=False),
-        "busy": GroupState("busy", committed={0: 3}, members=2, simple=False),  # chose its position on joining
+        # active, its assignment unknown: nothing claimed
+        "busy": GroupState("busy", committed={0: 3}, members=2, simple=False),
+        # active on partitions 0 and 2, never committed there: where its consumers are is not visible
+        "latest": GroupState("latest", committed={1: 7}, members=1, simple=False, assigned=frozenset({0, 2})),
+        # active on partition 1 only, committed there (partition 0's records are another member's business)
+        "reading": GroupState("reading", committed={1: 2}, members=1, simple=False, assigned=frozenset({1})),
         "unread": GroupState("unread", members=None),  # could not be described: nothing claimed
     }
 
     risks = {r["subject"]: r for r in cluster_risks(view) if r["kind"] == "no-committed-offset"}
 
-    assert sorted(risks) == ["half", "nobody"]
+    assert sorted(risks) == ["half", "latest", "nobody"]
     assert risks["half"]["severity"] == "warning"
     # partition 2 holds no record: nothing to skip or reread there
-    assert risks["half"]["details"] == {"group": "half", "partitions": [1], "records": 5}
+    assert risks["half"]["details"] == {"group": "half", "partitions": [1], "records": 5, "active": False}
+    assert risks["latest"]["details"] == {"group": "latest", "partitions": [0], "records": 10, "active": True}
+    assert risks["latest"]["message"].startswith(
+        "group latest is active (1 member(s)) but has no committed offset on tickets/0, assigned to its members "
+        "(10 record(s) there): where its consumers are is not visible; with auto.offset.reset=latest"
+    )
     assert risks["half"]["message"].startswith(
         "group half has no active members and no committed offset on tickets/1 (5 record(s) there): "
     )
@@ -230,6 +240,53 @@ def test_it_tells_a_simple_group_from_an_idle_one_and_a_missing_one_on_the_real_
     assert (missing, "no-committed-offset", "warning") in kinds
     assert not [k for k in kinds if k[0] == simple and k[1] != "offsets-expiry"]
     assert not [k for k in kinds if k[0] == missing and k[1] != "no-committed-offset"]
+
+
+def test_it_warns_of_an_active_group_that_never_committed_on_a_partition_on_the_real_cluster(
+    kafka_bootstrap: str, make_topic: Callable[..., str]
+) -> None:
+    # Records wait on both partitions; the application joins with auto.offset.reset=latest, so it
+    # starts past them and, no record coming, never commits. Partition 0 it committed earlier.
+    topic = make_topic("risk-latest", partitions=2, replication_factor=1)
+    _produce(Producer({"bootstrap.servers": kafka_bootstrap}), topic, {0: 3, 1: 4})
+    group = f"latest-{uuid.uuid4().hex[:6]}"
+    commit_offsets(kafka_bootstrap, group, [TopicPartition(topic, 0, 3)])
+    app = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": group,
+            "enable.auto.commit": True,
+            "auto.commit.interval.ms": 200,
+            "auto.offset.reset": "latest",
+        }
+    )
+    try:
+        app.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while len(app.assignment()) < 2 and time.monotonic() < deadline:
+            assert app.poll(0.2) is None  # nothing new comes
+        assert {tp.partition for tp in app.assignment()} == {0, 1}
+        for _ in range(10):  # two seconds of auto-commits: nothing read on partition 1, nothing committed
+            assert app.poll(0.2) is None
+
+        view, _ = read_cluster_view({"bootstrap.servers": kafka_bootstrap}, topic, [group], "_none-p", "_none-c")
+
+        # Ground truth from the client: the next record on partition 1 is the first it gets (it is
+        # past the 4 there and will never read them).
+        _produce(Producer({"bootstrap.servers": kafka_bootstrap}), topic, {1: 1})
+        first = None
+        while first is None and time.monotonic() < deadline + 30:
+            message = app.poll(0.2)
+            first = message if message is not None and message.error() is None else None
+        assert first is not None and (first.partition(), first.offset()) == (1, 4)
+    finally:
+        app.close()
+
+    state = view.groups[group]
+    assert (state.members, state.assigned, state.committed) == (1, frozenset({0, 1}), {0: 3})
+    (risk,) = [r for r in cluster_risks(view) if r["kind"] == "no-committed-offset"]
+    assert (risk["subject"], risk["severity"]) == (group, "warning")
+    assert risk["details"] == {"group": group, "partitions": [1], "records": 4, "active": True}
 
 
 def test_an_aborted_transaction_after_a_caught_up_group_is_no_unread_record(

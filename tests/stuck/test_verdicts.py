@@ -228,3 +228,20 @@ def test_a_v2_ack_is_deleted_where_each_partition_starts_at_a_later_sequence_of_
     assert diagnose(ROW, [], [entry], {}, cluster).verdict == "expired"
     cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 3499_000, ("other-session", 9))
     assert diagnose(ROW, [], [entry], {}, cluster).verdict == "unknown"
+
+
+def test_waiting_says_when_an_active_group_never_committed_where_the_record_is() -> None:
+    located = [LocatedRecord("TCK-7", 0, 4, NOW_MS, "committed")]
+    cluster = view()  # the group has no committed offset on partition 0
+    cluster.groups["g"].assigned = frozenset({0})  # and its member reads partition 0
+    d = diagnose(ROW, located, [], {}, cluster)
+    assert d.verdict == "waiting"
+    assert (
+        "no committed offset" in d.reason and "with auto.offset.reset=latest they started past this record" in d.reason
+    )
+    # where it committed, or where its members do not read, the position is known or not its members'
+    for committed, assigned in ((2, frozenset({0})), (None, frozenset({1})), (None, None)):
+        cluster = view(committed=committed)
+        cluster.groups["g"].assigned = assigned
+        reason = diagnose(ROW, located, [], {}, cluster).reason
+        assert "auto.offset.reset" not in reason, (committed, assigned, reason)
