@@ -26,7 +26,7 @@ from auditor.canary.alerting import alert_on_minute
 from auditor.canary.models import CanaryPoint
 from auditor.canary.payload import decode_record, encode_record
 from auditor.canary.store import record_minute
-from auditor.canary.topic import CanaryError, TopicLayout, ensure_canary_topic, read_leaders
+from auditor.canary.topic import CanaryError, TopicLayout, ensure_canary_topic, leaders_from_stats, read_leaders
 from auditor.lib.throttled_log import ThrottledLog
 from auditor.probes.message import record_position
 
@@ -111,13 +111,17 @@ class CanaryService:
         self._monotonic = monotonic
         self._stop = threading.Event()
         self._next_send: dict[int, float] = {}
-        # partition -> leader broker as last read (set up in run(), refreshed in place): records
+        # partition -> leader broker as last read (set up in run(), refreshed in place by the producer's
+        # statistics each second and the metadata at each minute close and topic check): records
         # remember the leader they were sent to, so a loss found later is not blamed on its successor.
         self._leaders: dict[int, int] = {}
         self._minutes_stored = 0
         # While a cluster refuses records every send fails: one line a minute per partition and
         # error, not one per record (delivery reports and consumer errors come on the loop's thread).
         self._warnings = ThrottledLog(log, clock=monotonic)
+
+    def _producer_stats(self, stats_json: str) -> None:
+        self._leaders.update(leaders_from_stats(stats_json, self.options.topic))
 
     def stop(self) -> None:
         """Ask the loop to finish (safe from a signal handler or another thread)."""
@@ -182,6 +186,10 @@ class CanaryService:
                 "enable.idempotence": True,  # a duplicate or reordering seen is then the cluster's doing
                 "acks": "all",
                 "linger.ms": 0,
+                # Each second, the leaders the producer sends to (served by poll() on this thread):
+                # a record is blamed on the broker it went to, within a second of a failover.
+                "statistics.interval.ms": 1000,
+                "stats_cb": self._producer_stats,
             }
         )
         consumer = Consumer(

@@ -10,6 +10,7 @@ Brokers still leading nothing afterwards are reported, never silently ignored.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -206,3 +207,23 @@ def read_leaders(admin: AdminClient, topic: str, timeout: float = 5.0) -> dict[i
     except KafkaException:
         return None
     return None if infos is None else {p.partition: p.leader for p in infos}
+
+
+def leaders_from_stats(stats_json: str, topic: str) -> dict[int, int]:
+    """The partition leaders a librdkafka client is using for ``topic``, from its statistics
+    (``statistics.interval.ms``): for a producer, the brokers its records go to right now.
+    Partitions without a leader, the unassigned pseudo-partition and unreadable JSON are left out."""
+    try:
+        stats = json.loads(stats_json)
+        partitions = stats["topics"][topic]["partitions"]
+    except (ValueError, KeyError, TypeError):
+        return {}
+    leaders: dict[int, int] = {}
+    for name, partition in partitions.items():
+        try:
+            number, leader = int(name), int(partition.get("leader", -1))
+        except (ValueError, TypeError, AttributeError):
+            continue
+        if number >= 0 and leader >= 0:
+            leaders[number] = leader
+    return leaders

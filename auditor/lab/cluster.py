@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import Consumer, ElectionType, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from django.conf import settings
 
 STACK_SCRIPT = Path(settings.BASE_DIR) / "stack" / "stack.sh"
@@ -103,6 +103,11 @@ class Cluster:
         new = NewTopic(topic, partitions, replication, config=config)
         self.admin.create_topics([new], operation_timeout=30)[topic].result(timeout=60)
         wait_until(lambda: self._all_led(topic, partitions), 30, f"leaders for every partition of {topic}")
+
+    def add_partitions(self, topic: str, total: int) -> None:
+        """Grow the topic to `total` partitions (what an operator does to scale a topic out)."""
+        self.admin.create_partitions([NewPartitions(topic, total)], operation_timeout=30)[topic].result(timeout=60)
+        wait_until(lambda: self._all_led(topic, total), 30, f"leaders for the {total} partitions of {topic}")
 
     def _all_led(self, topic: str, partitions: int) -> bool:
         meta = self.admin.list_topics(topic, timeout=10).topics.get(topic)

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from auditor.canary.topic import CanaryError, PartitionInfo, ensure_canary_topic, plan_leadership
+from auditor.canary.topic import (
+    CanaryError,
+    PartitionInfo,
+    ensure_canary_topic,
+    leaders_from_stats,
+    plan_leadership,
+    read_leaders,
+)
 
 
 def test_it_plans_nothing_when_every_broker_leads_a_partition():
@@ -62,3 +73,37 @@ def test_it_names_the_bootstrap_servers_when_the_cluster_is_unreachable():
     admin = AdminClient({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
     with pytest.raises(CanaryError, match=r"cannot reach Kafka at 127\.0\.0\.1:1"):
         ensure_canary_topic(admin, "127.0.0.1:1", "_audit.canary", timeout=1.5)
+
+
+def test_it_reads_the_leaders_a_client_sends_to_from_its_statistics():
+    stats = {
+        "topics": {
+            "t": {"partitions": {"-1": {"leader": -1}, "0": {"leader": 2}, "1": {"leader": -1}, "2": {"leader": 3}}},
+            "other": {"partitions": {"0": {"leader": 1}}},
+        }
+    }
+    assert leaders_from_stats(json.dumps(stats), "t") == {0: 2, 2: 3}  # partition 1 has no leader now
+    assert leaders_from_stats(json.dumps(stats), "absent") == {}
+    assert leaders_from_stats("not json", "t") == {}
+
+
+@pytest.mark.integration
+def test_the_leaders_in_a_real_producers_statistics_are_the_clusters(
+    kafka_admin, kafka_bootstrap, kafka_brokers, make_topic
+):
+    topic = make_topic("canary-stats", partitions=max(3, kafka_brokers), replication_factor=min(3, kafka_brokers))
+    seen: list[dict[int, int]] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "statistics.interval.ms": 100,
+            "stats_cb": lambda text: seen.append(leaders_from_stats(text, topic)),
+        }
+    )
+    for partition in range(max(3, kafka_brokers)):
+        producer.produce(topic, b"x", partition=partition)
+    assert producer.flush(30) == 0
+    deadline = time.monotonic() + 10
+    while not (seen and len(seen[-1]) == max(3, kafka_brokers)) and time.monotonic() < deadline:
+        producer.poll(0.1)
+    assert seen and seen[-1] == read_leaders(kafka_admin, topic)

@@ -76,3 +76,14 @@ def test_it_names_each_send_that_failed_while_every_replica_was_down(spark, lab_
     assert failed > 0, result.notes
     assert result.expected.get("missing") == failed and result.expected.get("stuck:produce-failed") == failed
     assert result.got == result.expected
+
+
+def test_it_warns_of_the_group_that_never_reads_a_partition_added_while_it_was_away(spark, lab_state) -> None:
+    result = run_one("partition-added-latest", spark)
+    # The truth: tickets the producer's reports put on the new partition, never processed, where
+    # the group (back with auto.offset.reset=latest) has committed nothing: they wait for ever,
+    # and the group's risk says why.
+    assert result.expected.get("stuck:waiting", 0) > 0, result.notes
+    assert set(result.expected) == {"stuck:waiting", "risk:no-committed-offset"}
+    assert result.expected["risk:no-committed-offset"] == 1
+    assert result.got == result.expected

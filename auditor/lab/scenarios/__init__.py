@@ -6,9 +6,10 @@ from auditor.lab.scenarios import (
     canary,
     consumers,
     duplicates,
+    partitions,
     replication,
     retention,
     transactions,
 )
 
-FAMILIES = (replication, duplicates, availability, consumers, retention, transactions, canary)
+FAMILIES = (replication, duplicates, availability, consumers, partitions, retention, transactions, canary)
