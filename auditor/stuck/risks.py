@@ -247,7 +247,8 @@ def uncommitted_partitions(view: ClusterView) -> list[dict[str, Any]]:
                 f"group {group.group} is active ({group.members} member(s)) but has no committed offset on {where}, "
                 f"assigned to its members ({records} record(s) there): where its consumers are is not visible; with "
                 "auto.offset.reset=latest (a partition added while they ran, offsets that expired) they started "
-                "past these records and will never read them (a consumer that reads them commits its position as it goes, unless it commits only every so many records)"
+                "past these records and will never read them (a consumer that reads them commits its position as it "
+                "goes, unless it commits only every so many records)"
             )
         else:
             message = (
