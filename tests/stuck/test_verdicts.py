@@ -245,3 +245,16 @@ def test_waiting_says_when_an_active_group_never_committed_where_the_record_is()
         cluster.groups["g"].assigned = assigned
         reason = diagnose(ROW, located, [], {}, cluster).reason
         assert "auto.offset.reset" not in reason, (committed, assigned, reason)
+
+
+def test_a_lag_whose_oldest_record_has_no_known_time_is_unknown_not_zero() -> None:
+    located = [LocatedRecord("TCK-7", 0, 4, NOW_MS, "committed")]
+    cluster = view()  # no committed offset; the log start's record time was not read
+    d = diagnose(ROW, located, [], {}, cluster)
+    assert d.verdict == "waiting"
+    assert "partition lag 10 record(s) / ? s" in d.reason
+    [group] = d.evidence["groups"]
+    assert (group["lag_records"], group["lag_seconds"]) == (10, None)
+    dated = view(low=2)  # the log start's record is two hours old: that is the lag in time
+    [group] = diagnose(ROW, located, [], {}, dated).evidence["groups"]
+    assert (group["lag_records"], group["lag_seconds"]) == (8, 7200.0)
