@@ -204,6 +204,10 @@ def record_timestamps(
             # delivering them while the others are awaited.
             "queued.min.messages": 1,
             "fetch.message.max.bytes": 65536,
+            # With a record queued, librdkafka waits fetch.queue.backoff.ms (1 s by default)
+            # before fetching that partition again: a round whose partitions answer one fetch
+            # apart stalled for a second.
+            "fetch.queue.backoff.ms": 10,
         }
     )
     try:
