@@ -147,6 +147,16 @@ class GroupState:
     # by a read of the committed offsets after the log start's
     overtaken: dict[int, Overtaken] = field(default_factory=dict)
 
+    def unseen_position(self, partition: int) -> bool:
+        """Its members read the partition but it has never committed there: where they are is
+        not visible (with auto.offset.reset=latest they started at its end)."""
+        return (
+            bool(self.members)
+            and self.assigned is not None
+            and partition in self.assigned
+            and (partition not in self.committed)
+        )
+
 
 @dataclass
 class LedgerView:

@@ -12,7 +12,7 @@
 - active groups with no committed offset on a partition assigned to their members that holds
   records: where their consumers are is not visible, and with auto.offset.reset=latest (a
   partition added while they ran, offsets that expired) they started past those records
-  and will never read them; a consumer reading from earliest commits within seconds.
+  and will never read them.
 
 Kafka does not say since when a group is empty; the first diagnosis that saw it empty is
 used (carried over from the previous run's risks). A simple consumer group (consumers that
@@ -230,13 +230,11 @@ def uncommitted_partitions(view: ClusterView) -> list[dict[str, Any]]:
     for group in view.groups.values():
         if group.members is None or group.simple is not False:
             continue
-        active = group.members > 0
-        if active and group.assigned is None:
-            continue  # which partitions its members read is not known
+        active = group.members > 0  # then only partitions its members read (assignment known) count
         bare = {
             p: state.high - state.low
             for p, state in sorted(view.partitions.items())
-            if p not in group.committed and state.high > state.low and (not active or p in (group.assigned or ()))
+            if state.high > state.low and (group.unseen_position(p) if active else p not in group.committed)
         }
         if not bare:
             continue

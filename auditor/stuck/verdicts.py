@@ -217,7 +217,7 @@ def _visible_outcome(
         unseen = (
             "; its members are active there but where they are is not visible: with auto.offset.reset=latest "
             "they started past this record and will not read it (see the group's risks)"
-            if committed is None and group.members and group.assigned is not None and record.partition in group.assigned
+            if group.unseen_position(record.partition)
             else ""
         )
         return _Outcome(
