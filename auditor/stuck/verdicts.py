@@ -180,9 +180,10 @@ def _lag(group: GroupState, state: PartitionState | None, partition: int, now_ms
     if oldest_ms is None and committed is None:
         oldest_ms = state.low_timestamp_ms
     lag_records = max(0, state.stable - position)
-    # Records behind with no known time of the oldest one: the lag in time is unknown, not 0.
-    seconds = None if lag_records and oldest_ms is None else round(max(0, now_ms - (oldest_ms or now_ms)) / 1000, 1)
-    return {"lag_records": lag_records, "lag_seconds": seconds if lag_records else 0}
+    seconds: float | None = 0
+    if lag_records:  # records behind with no known time of the oldest one: the lag in time is unknown, not 0
+        seconds = None if oldest_ms is None else round(max(0, now_ms - oldest_ms) / 1000, 1)
+    return {"lag_records": lag_records, "lag_seconds": seconds}
 
 
 def _visible_outcome(
