@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka._model import ConsumerGroupTopicPartitions
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, ListOffsetsResultInfo, OffsetSpec
 
 # librdkafka settings that are meaningful to the AdminClient (the rest of a cluster's
 # config may be producer- or consumer-only and would be rejected or warned about).
@@ -30,6 +30,9 @@ class PartitionOffsets:
     low: int  # log start offset (earlier records are gone: retention or deletion)
     stable: int  # last stable offset: read_committed readers stop here
     high: int  # high watermark
+    # the partition's current leader epoch (0: the leader it was created with; None: the broker
+    # did not say). Every leader change raises it.
+    leader_epoch: int | None = None
 
 
 def admin_client(bootstrap_servers: str, config: dict[str, str] | None = None, timeout_s: float = 10.0) -> AdminClient:
@@ -61,6 +64,18 @@ def topic_partitions(admin: AdminClient, topic: str, timeout_s: float = 10.0, re
     return sorted(info.partitions)
 
 
+# ListOffsets answers while the partition's leadership moves: the client asked the old leader,
+# or named an epoch the new one has passed (or not reached yet)
+_LEADER_MOVED = frozenset(
+    {
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+    }
+)
+
+
 def partition_offsets(
     admin: AdminClient, topic: str, partitions: list[int], timeout_s: float = 10.0
 ) -> dict[int, PartitionOffsets]:
@@ -69,12 +84,27 @@ def partition_offsets(
         return {}
     tps = [TopicPartition(topic, p) for p in partitions]
 
-    def query(spec: OffsetSpec, isolation: IsolationLevel) -> dict[int, int]:
-        try:
-            futures = admin.list_offsets({tp: spec for tp in tps}, isolation_level=isolation, request_timeout=timeout_s)
-            return {tp.partition: future.result().offset for tp, future in futures.items()}
-        except KafkaException as exc:
-            raise KafkaReadError(f"listing offsets of topic {topic!r} failed: {exc}") from exc
+    deadline = time.monotonic() + timeout_s
+
+    def query(spec: OffsetSpec, isolation: IsolationLevel) -> dict[int, ListOffsetsResultInfo]:
+        while True:
+            try:
+                futures = admin.list_offsets(
+                    {tp: spec for tp in tps}, isolation_level=isolation, request_timeout=timeout_s
+                )
+                return {tp.partition: future.result() for tp, future in futures.items()}
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                moved = error is not None and (error.code() in _LEADER_MOVED or error.retriable())
+                if not moved or time.monotonic() > deadline:
+                    raise KafkaReadError(f"listing offsets of topic {topic!r} failed: {exc}") from exc
+            # Right after a leader change the client's metadata still names the old leader or
+            # epoch ("Leader epoch is older than broker epoch"): refresh it and ask again.
+            time.sleep(0.2)
+            try:
+                admin.list_topics(topic, timeout=max(deadline - time.monotonic(), 1.0))
+            except KafkaException:
+                pass  # the next attempt says what is wrong
 
     low = query(OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED)
     # The high watermark before the last stable offset: a record appended between the two
@@ -83,7 +113,21 @@ def partition_offsets(
     # since before the high watermark's read still holds it below.
     high = query(OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED)
     stable = query(OffsetSpec.latest(), IsolationLevel.READ_COMMITTED)
-    return {p: PartitionOffsets(p, low[p], min(stable[p], high[p]), high[p]) for p in partitions}
+    return {
+        p: PartitionOffsets(
+            p,
+            low[p].offset,
+            min(stable[p].offset, high[p].offset),
+            high[p].offset,
+            _epoch(high[p]),  # the latest offset's answer carries the leader's current epoch
+        )
+        for p in partitions
+    }
+
+
+def _epoch(info: ListOffsetsResultInfo) -> int | None:
+    epoch = info.leader_epoch
+    return epoch if epoch is not None and epoch >= 0 else None
 
 
 def committed_offsets(

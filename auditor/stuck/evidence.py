@@ -111,6 +111,11 @@ class PartitionState:
     low_timestamp_ms: int | None = None  # timestamp of the first record still in the log
     # (producer session, seq) of that record when it has an audit header
     low_audit: tuple[str, int] | None = None
+    # the leader's epoch (0: the partition has had one leader since it was created; None: not
+    # known), and when the first record the current leader appended was written (None: none
+    # yet, or not read). Every leader change came before that record.
+    leader_epoch: int | None = None
+    leader_since_ms: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +124,8 @@ class PartitionState:
             "last_stable": self.stable,
             "high_watermark": self.high,
             "oldest_record_at": ms_to_iso(self.low_timestamp_ms),
+            "leader_epoch": self.leader_epoch,
+            "current_leader_first_record_at": ms_to_iso(self.leader_since_ms),
         }
 
 

@@ -11,18 +11,15 @@ is always inside the range read).
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from auditor.lint.engine.terms import Overtaken
-from auditor.probes.headers import parse_audit_headers
-from auditor.probes.message import record_headers
 from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
+from auditor.stuck.record_reader import RecordReader, Target, leader_epoch_starts, record_timestamps
 from spark_jobs.kafka_offsets import (
     KafkaReadError,
     PartitionOffsets,
@@ -32,8 +29,6 @@ from spark_jobs.kafka_offsets import (
     starts_passed,
     topic_partitions,
 )
-
-Target = tuple[str, int, int]  # topic, partition, offset
 
 
 @dataclass
@@ -171,84 +166,6 @@ def read_after_locate(
     return deleted, highs
 
 
-def record_timestamps(
-    bootstrap: str,
-    config: dict[str, str],
-    targets: Iterable[Target],
-    timeout_s: float = 10.0,
-    audit_of: dict[Target, tuple[str, int]] | None = None,
-    isolation: str = "read_uncommitted",
-) -> dict[Target, int | None]:
-    """The timestamp of the first record at or after each (topic, partition, offset).
-
-    Reads one record per target (rounds of at most one offset per partition); a target
-    with no record there (deleted, past the end) maps to None. ``audit_of``, when given,
-    receives the (session, seq) of each record found with a valid audit header.
-    ``isolation`` read_committed skips aborted records and ends at the last stable offset.
-    """
-    pending = sorted(set(targets))
-    found: dict[Target, int | None] = {t: None for t in pending}
-    if not pending:
-        return found
-    consumer = Consumer(
-        {
-            **{k: v for k, v in config.items() if k.startswith(("security.", "sasl.", "ssl.", "client."))},
-            "bootstrap.servers": bootstrap,
-            "group.id": f"auditor-stuck-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "isolation.level": isolation,
-            "enable.partition.eof": True,
-            "socket.timeout.ms": int(timeout_s * 1000),
-            # One record per target is wanted: librdkafka would otherwise prefetch up to
-            # 100,000 records of each partition, and a partition answered first keeps
-            # delivering them while the others are awaited.
-            "queued.min.messages": 1,
-            "fetch.message.max.bytes": 65536,
-            # With a record queued, librdkafka waits fetch.queue.backoff.ms (1 s by default)
-            # before fetching that partition again: a round whose partitions answer one fetch
-            # apart stalled for a second.
-            "fetch.queue.backoff.ms": 10,
-        }
-    )
-    try:
-        while pending:
-            # Keyed as poll() reports a position: an error event may carry no topic or partition.
-            round_targets: dict[tuple[str | None, int | None], Target] = {}
-            rest = []
-            for target in pending:
-                if (target[0], target[1]) in round_targets:
-                    rest.append(target)
-                else:
-                    round_targets[(target[0], target[1])] = target
-            pending = rest
-            assigned = [TopicPartition(t, p, o) for t, p, o in round_targets.values()]
-            consumer.assign(assigned)
-            deadline = time.monotonic() + timeout_s
-            while round_targets and time.monotonic() < deadline:
-                msg = consumer.poll(0.2)
-                if msg is None:
-                    continue
-                where = (msg.topic(), msg.partition())
-                hit = round_targets.get(where)
-                if hit is None:
-                    continue
-                if msg.error() is None:
-                    kind, value = msg.timestamp()
-                    found[hit] = value if kind != 0 and value >= 0 else None
-                    if audit_of is not None:
-                        header = parse_audit_headers(record_headers(msg), msg.key())
-                        if header is not None and header.valid and header.pid and header.seq is not None:
-                            audit_of[hit] = (header.pid, header.seq)
-                round_targets.pop(where)  # a record, the end of the partition, or an error
-                if where[0] is not None and where[1] is not None:
-                    consumer.pause([TopicPartition(where[0], where[1])])  # its later records are not wanted
-            consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in assigned])  # for the next round
-            consumer.unassign()
-    finally:
-        consumer.close()
-    return found
-
-
 def _complete_since(
     low_offsets: dict[int, tuple[int, int]], topic: str, stamps: dict[Target, int | None]
 ) -> int | None:
@@ -349,8 +266,13 @@ def read_cluster_view(
         if p in offsets and c < offsets[p].high
     ]
     heads: dict[Target, tuple[str, int]] = {}
+    epoch_starts: dict[int, int | None] = {}
     try:
-        stamps = record_timestamps(bootstrap, config, targets, timeout_s, heads)
+        with RecordReader(bootstrap, config, timeout_s) as reader:
+            found = reader.read(targets)
+            epoch_starts = leader_epoch_starts(reader, topic, offsets)
+        heads = {t: r.audit for t, r in found.items() if r is not None and r.audit is not None}
+        stamps = {t: None if r is None else r.timestamp_ms for t, r in found.items()}
         unread_stamps = record_timestamps(bootstrap, config, unread, timeout_s, isolation="read_committed")
     except KafkaException as exc:
         view.notes.append(f"record timestamps could not be read: {exc}")
@@ -363,6 +285,8 @@ def read_cluster_view(
             o.high,
             stamps.get((topic, p, o.low)) if o.low else None,
             heads.get((topic, p, o.low)) if o.low else None,
+            o.leader_epoch,
+            epoch_starts.get(p),
         )
         for p, o in offsets.items()
     }

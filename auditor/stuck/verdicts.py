@@ -24,7 +24,9 @@ Decision, in order:
    broker never answers) and its partition still holds everything since the send ->
    produce-failed (never broker-lost), else unknown; a failed ledger entry and no
    ack -> produce-failed; no ledger entry -> never-produced when the topic (or the
-   ledger) still holds everything since the row was created, else unknown.
+   ledger) still holds everything since the row was created, else unknown; when the
+   ledger has no entries for the topic at all (the producer is not probed), only if no
+   partition can have changed leader since the row was created either.
    Contract v2 (acks in sequence ranges, keys in `keys` records, no position): acked ->
    broker-lost when every partition still holds everything since it was produced; deleted
    when no partition holds records that old: expired when no group can have read it (never
@@ -35,8 +37,9 @@ Decision, in order:
    seen at an offset the log still covers but no longer there -> broker-lost; seen at an
    offset since deleted -> decided as for an acked-then-deleted record (expired, ...);
    reported missing by a run while the topic held everything since the row was created,
-   and the topic still holds everything since that run -> never-produced. Each names the
-   run.
+   the topic still holds everything since that run, and no partition can have changed
+   leader since the row was created (a leader change loses acks=1 records without a
+   trace) -> never-produced. Each names the run.
 """
 
 from __future__ import annotations
@@ -334,6 +337,15 @@ def _not_in_topic(
             else f" (the producer ledger has no entries for {view.topic} at all: its producer is not probed, "
             "so a failed send would look the same)"
         )
+        # a probed producer's ledger would hold the ack of a record lost since; without one, the
+        # topic's completeness is all there is, and a leader change leaves no trace in it
+        changed = None if ledger.entries_for_topic else _leader_changed_since(view, created_ms, evidence)
+        if changed is not None:
+            return Diagnosis(
+                "unknown",
+                f"no record with this key in {view.topic} and no producer-ledger entry{note}, but {changed}",
+                evidence,
+            )
         return Diagnosis(
             "never-produced",
             f"no record with this key in {view.topic}, which still holds everything produced since before the "
@@ -409,6 +421,14 @@ def _from_missing_report(
             return Diagnosis(
                 "unknown", f"{unattributed}; reconciliation run {report.run_id} reported it missing", evidence
             )
+        changed = _leader_changed_since(view, created_ms, evidence)
+        if changed is not None:
+            return Diagnosis(
+                "unknown",
+                f"reconciliation run {report.run_id} found no record with this key in {view.topic} up to "
+                f"{ms_to_iso(report.reported_at_ms)}, but {changed}",
+                evidence,
+            )
         if report.topic_complete_since(view.partitions):
             return Diagnosis(
                 "never-produced",
@@ -423,6 +443,45 @@ def _from_missing_report(
     if memory.reason:
         otherwise += f"; the reconciliation state could not be read ({memory.reason})"
     return Diagnosis("unknown", otherwise, evidence)
+
+
+def _leader_changed_since(view: ClusterView, created_ms: int, evidence: dict[str, Any]) -> str | None:
+    """Why "no record with this key" does not prove the row was never produced, or None.
+
+    A leader change can lose acknowledged records without a trace in the log: those a leader
+    acked alone (acks=1) before its followers fetched them, or all since the new leader fell
+    out of sync (an unclean election). The new leader then writes over their offsets, and
+    whether the row's record was among them cannot be told. So never-produced needs every
+    partition to have kept its leader since the row was created: leader epoch 0, or a first
+    record of the current leader older than the row (every leader change came before it)."""
+    for p in sorted(view.partitions):
+        state = view.partitions[p]
+        if state.leader_epoch == 0:
+            continue
+        if state.leader_since_ms is not None and state.leader_since_ms + COMPLETENESS_SLACK_MS <= created_ms:
+            continue
+        evidence["leader_change"] = {
+            "partition": p,
+            "leader_epoch": state.leader_epoch,
+            "current_leader_first_record_at": ms_to_iso(state.leader_since_ms),
+        }
+        if state.leader_epoch is None:
+            return (
+                f"the leader epoch of {view.topic}/{p} could not be read, so whether a leader change since the row "
+                "was created lost its record (acked by a leader alone with acks=1, or written before an unclean "
+                "election) cannot be told: never-produced and broker-lost cannot be told apart"
+            )
+        when = (
+            "its current leader has appended no record yet"
+            if state.leader_since_ms is None
+            else f"its current leader's first record is from {ms_to_iso(state.leader_since_ms)}"
+        )
+        return (
+            f"{view.topic}/{p} has changed leader (leader epoch {state.leader_epoch}) and may have done so after the "
+            f"row was created ({when}): a leader change loses records a leader acked alone (acks=1) or wrote "
+            "before an unclean election, without a trace, so never-produced and broker-lost cannot be told apart"
+        )
+    return None
 
 
 def _unattributed_since(ledger: LedgerView | None, created_ms: int) -> str | None:

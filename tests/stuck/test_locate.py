@@ -12,8 +12,9 @@ from confluent_kafka import Producer
 
 from auditor.stuck import locate as locate_module
 from auditor.stuck.evidence import LocatedRecord, PartitionState
-from auditor.stuck.kafka_view import LedgerRange, ReadPlan, record_timestamps
+from auditor.stuck.kafka_view import LedgerRange, ReadPlan
 from auditor.stuck.locate import LocateRequest, locate
+from auditor.stuck.record_reader import record_timestamps
 
 pytestmark = pytest.mark.integration
 

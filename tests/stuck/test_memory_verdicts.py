@@ -24,10 +24,13 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from auditor.lab.cluster import Cluster as LabCluster
+from auditor.lab.cluster import wait_until
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.models import ReconcileRun
 from auditor.reconcile.service import execute_run, start_run
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
+from spark_jobs.kafka_offsets import partition_offsets
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -41,22 +44,23 @@ class PlainPipeline:
     group: str
     delivered: dict[int, tuple[int, int]] = field(default_factory=dict)  # ticket → (partition, offset)
 
-    def insert(self, *tickets: int) -> None:
+    def insert(self, *tickets: int, minutes_ago: int = 60, status: str = "NEW") -> None:
         with psycopg.connect(self.source_url, autocommit=True) as conn:
             for ticket in tickets:
                 conn.execute(
-                    f"INSERT INTO {self.table} (ticket_id, created_at, status) VALUES (%s, now() - interval '1 hour', 'NEW')",
-                    (ticket,),
+                    f"INSERT INTO {self.table} (ticket_id, created_at, status) "
+                    "VALUES (%s, now() - make_interval(mins => %s), %s)",
+                    (ticket, minutes_ago, status),
                 )
 
-    def produce(self, partition: int, *tickets: int) -> None:
+    def produce(self, partition: int, *tickets: int, minutes_ago: int = 50) -> None:
         producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0})
 
         def report(err: Any, msg: Any) -> None:
             assert err is None, err
             self.delivered[int(msg.key())] = (msg.partition(), msg.offset())
 
-        stamp = int(time.time() * 1000) - 50 * 60 * 1000  # after the rows were created
+        stamp = int(time.time() * 1000) - minutes_ago * 60 * 1000  # by default after the rows were created
         for ticket in tickets:
             producer.produce(
                 self.topic,
@@ -220,3 +224,63 @@ def test_it_names_records_a_run_saw_and_the_broker_no_longer_has_broker_lost(
     assert {k: v for k, (v, _) in verdicts.items()} == dict.fromkeys(map(str, lost), "broker-lost") | {"3": "waiting"}
     for ticket in lost:
         assert run.job_run_id in verdicts[str(ticket)][1], verdicts[str(ticket)]
+
+
+def test_a_leader_change_after_the_row_was_created_leaves_never_produced_unknown(
+    plain: PlainPipeline, kafka_admin: AdminClient, spark
+) -> None:
+    """A leader change loses records a leader acked alone (acks=1) without a trace, so a row
+    created before one is never called never-produced on a run's word alone (the lab's
+    acks1-clean-failover scenario loses such records for real). Here nothing is lost: the
+    leader of partition 0 is stopped (a controlled shutdown moves its leadership), started
+    again and made leader again, so both leader changes are real and the records are intact.
+
+    Timeline, by record and row timestamps (as the diagnosis sees it): rows 1-4 an hour ago,
+    records 1 and 2, the leader changes, each partition's first record of its current leader
+    (the fillers, 30 minutes ago), rows 5 and 6 (20 minutes ago). Tickets 3-6 were never sent."""
+    cluster = LabCluster(plain.bootstrap)
+    topic = plain.topic
+    plain.insert(1, 2, 3, 4, minutes_ago=60)
+    plain.produce(0, 1)
+    plain.produce(1, 2)
+
+    def leader(partition: int) -> int:
+        return cluster.partition(topic, partition).leader
+
+    epochs_before = partition_offsets(kafka_admin, topic, [0, 1])
+    first_leader = leader(0)
+    cluster.broker("stop", first_leader)
+    try:
+        cluster.wait_for_leader(topic, 0, other_than=first_leader, timeout=60)
+    finally:
+        cluster.broker("start", first_leader)
+    for partition in (0, 1):
+        cluster.wait_for_isr(topic, 3, partition, timeout=90)
+    # back to the preferred leaders, so the brokers' own rebalancing changes nothing later
+    for partition in (0, 1):
+        cluster.elect(topic, partition, unclean=False)  # "not needed" where it already is
+    wait_until(lambda: leader(0) == first_leader, 30, "the first leader of partition 0 to lead it again")
+    epochs = partition_offsets(kafka_admin, topic, [0, 1])
+    assert (epochs_before[0].leader_epoch, epochs[0].leader_epoch >= 2) == (0, True), (epochs_before, epochs)
+
+    plain.insert(1000, 1001, minutes_ago=40, status="DONE")
+    plain.produce(0, 1000, minutes_ago=30)
+    plain.produce(1, 1001, minutes_ago=30)
+    plain.insert(5, 6, minutes_ago=20)
+    rule = rule_for(plain)
+    run = reconcile(rule)
+
+    # Ground truth: what the producers delivered, and a full read of the topic.
+    now = plain.topic_now()
+    assert set(now.values()) == {1, 2, 1000, 1001} and set(plain.delivered) == {1, 2, 1000, 1001}
+    verdicts = diagnose(rule, spark)
+    assert {k: v for k, (v, _) in verdicts.items()} == (
+        {"1": "waiting", "2": "waiting"}
+        | dict.fromkeys(["3", "4"], "unknown")  # created before the leader changed
+        | dict.fromkeys(["5", "6"], "never-produced")  # created after each partition's current leader wrote
+    )
+    for ticket in ("3", "4"):
+        reason = verdicts[ticket][1]
+        assert run.job_run_id in reason and f"{topic}/0 has changed leader (leader epoch" in reason, reason
+    for ticket in ("5", "6"):
+        assert run.job_run_id in verdicts[ticket][1], verdicts[ticket]

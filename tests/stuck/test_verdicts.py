@@ -8,9 +8,11 @@ from datetime import UTC, datetime
 from auditor.stuck.evidence import (
     ClusterView,
     GroupState,
+    KeyMemory,
     LedgerEntry,
     LedgerView,
     LocatedRecord,
+    MissingReport,
     PartitionState,
     ProcessedMark,
     StuckRow,
@@ -258,3 +260,48 @@ def test_a_lag_whose_oldest_record_has_no_known_time_is_unknown_not_zero() -> No
     dated = view(low=2)  # the log start's record is two hours old: that is the lag in time
     [group] = diagnose(ROW, located, [], {}, dated).evidence["groups"]
     assert (group["lag_records"], group["lag_seconds"]) == (8, 7200.0)
+
+
+def _reported_missing(state: PartitionState) -> str:
+    """The verdict on a row a run reported missing, with no ledger, for one partition state."""
+    cluster = view(producer_ledger=None, consumer_ledger=None)
+    cluster.partitions = {0: state}
+    memory = KeyMemory(missing={"TCK-7": MissingReport("run-1", NOW_MS - 600_000, {0: 10})})
+    d = diagnose(ROW, [], [], {}, cluster, memory)
+    return f"{d.verdict}: {d.reason}"
+
+
+def test_a_run_s_missing_report_is_never_produced_only_if_no_leader_can_have_changed_since_the_row() -> None:
+    # the row was created an hour ago; a partition whose leader changed may have lost its record
+    # (acked by the leader alone, acks=1) without a trace
+    kept = PartitionState(0, 0, 10, 10, leader_epoch=0)
+    before = PartitionState(0, 0, 10, 10, leader_epoch=3, leader_since_ms=NOW_MS - 7200_000)
+    just_before = PartitionState(0, 0, 10, 10, leader_epoch=3, leader_since_ms=NOW_MS - 3630_000)
+    after = PartitionState(0, 0, 10, 10, leader_epoch=3, leader_since_ms=NOW_MS - 1800_000)
+    nothing_yet = PartitionState(0, 0, 10, 10, leader_epoch=4)
+    not_known = PartitionState(0, 0, 10, 10)
+    assert _reported_missing(kept).startswith("never-produced: reconciliation run run-1")
+    assert _reported_missing(before).startswith("never-produced")
+    # within the clock margin (60 s) of the row's creation: not certainly before it
+    assert _reported_missing(just_before).startswith("unknown")
+    assert "tickets/0 has changed leader (leader epoch 3)" in _reported_missing(after)
+    assert "run run-1" in _reported_missing(after)
+    assert "has appended no record yet" in _reported_missing(nothing_yet)
+    assert "the leader epoch of tickets/0 could not be read" in _reported_missing(not_known)
+
+
+def test_an_unprobed_producer_s_row_is_never_produced_only_if_no_leader_can_have_changed_since() -> None:
+    # the ledger is readable but holds nothing for the topic: its completeness says nothing
+    changed = PartitionState(0, 0, 10, 10, leader_epoch=2, leader_since_ms=NOW_MS - 1800_000)
+    for entries_for_topic, state, verdict in (
+        (0, PartitionState(0, 0, 10, 10, leader_epoch=0), "never-produced"),
+        (0, changed, "unknown"),
+        (10, changed, "never-produced"),  # a probed producer's ledger would hold the lost record's ack
+    ):
+        cluster = view(producer_ledger=LedgerView("pl", True, entries_for_topic=entries_for_topic))
+        cluster.partitions = {0: state}
+        d = diagnose(ROW, [], [], {}, cluster)
+        assert d.verdict == verdict, (entries_for_topic, state, d.reason)
+        if verdict == "unknown":
+            assert "its producer is not probed" in d.reason and "tickets/0 has changed leader" in d.reason
+            assert d.evidence["leader_change"]["leader_epoch"] == 2

@@ -12,7 +12,7 @@ from auditor.lab.cluster import LabError, Record, wait_until
 from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
 from auditor.lab.workload import produce
-from auditor.lab.world import World
+from auditor.lab.world import STUCK_AGE_S, World
 from auditor.probes import AuditedProducer
 
 SAFE_PRODUCER = {
@@ -153,4 +153,93 @@ def _unclean(world: World, probed: bool) -> Outcome:
         expected=expected,
         got=merge(answer.verdicts, lint.verdicts),
         detect_s=answer.finished_monotonic - injected_at,
+    )
+
+
+@scenario(
+    "acks1-clean-failover",
+    "RF=2, clean elections only, plain producer with acks=1: the follower frozen (still in sync) while B is "
+    "acked by the leader alone, the leader killed -9, the follower elected cleanly without B",
+)
+def acks1_clean_failover(world: World) -> Outcome:
+    """The loss acks=1 allows with unclean elections off (seed 003's "leader fails over with
+    acks=1"). The follower is SIGSTOPped, so it stays in the ISR (replica.lag.time.max.ms and the
+    controller's session timeout have not run out) but fetches nothing: the leader alone holds B
+    and acks it, and the high watermark stays before B, so no reader ever sees B. The leader is
+    killed -9 and the follower resumed: the controller fences the dead leader and elects the
+    follower, an in-sync replica, cleanly; it has no B, and the old leader truncates B when it
+    comes back. Nothing in the log says B existed: without a ledger the auditor must not call
+    B's rows never-produced (the producer had its acks).
+
+    No probed variant: with an AuditedProducer running, the leader dropped the frozen follower
+    from the ISR within a second or two of the freeze every time it was tried (6 times; with a
+    plain producer it stayed in the ISR every time), so the partition went offline instead of
+    failing over (cause not found). The probed verdict on acked-then-truncated records
+    (broker-lost) is covered by unclean-truncation-probed."""
+    cluster = world.cluster
+    world.make_topic(replication=2, min_insync_replicas="1")
+    world.make_table()
+    world.make_binding(groups=[world.group])
+    world.make_rule(older_than_s=1)
+    start = cluster.partition(world.topic)
+    leader, follower = start.leader, next(r for r in start.replicas if r != start.leader)
+    base = {"message.timeout.ms": 60000, "request.timeout.ms": 5000, "enable.idempotence": False, "acks": "1"}
+    a, b, c = list(range(1, 21)), list(range(21, 41)), list(range(41, 61))
+    world.insert(a + b + c, age_s=STUCK_AGE_S)
+
+    settings = {"bootstrap.servers": cluster.bootstrap, "linger.ms": 0, **base}
+    producer = Producer(settings)
+    reports = produce(cluster.bootstrap, world.topic, a, producer=producer)
+    # A is on both replicas: the high watermark passes a record once every in-sync replica has it
+    wait_until(lambda: cluster.watermarks(world.topic)[0][1] >= len(a), 30, "the follower to have A")
+    world.notes.append(f"before the fault: {cluster.partition(world.topic)}")
+    cluster.broker("pause", follower)
+    try:
+        # The follower's last fetch request may still wait at the leader (replica.fetch.wait.max.ms,
+        # 500 ms): a record appended meanwhile would be sent to the frozen follower's socket and
+        # be read when it thaws. Once that request has expired, the frozen follower asks for nothing.
+        time.sleep(1.0)
+        produce(cluster.bootstrap, world.topic, b, producer=producer, flush_s=5, reports=reports)
+        b_acked = len(truth.acked(reports)) - len(a)  # no metadata call here: the frozen broker may be asked
+        cluster.broker("kill", leader)
+        injected_at = time.monotonic()
+    finally:
+        cluster.broker("resume", follower)
+    world.notes.append(f"B acked while the follower was frozen: {b_acked} of {len(b)}")
+    cluster.wait_for_leader(world.topic, other_than=leader, timeout=60)
+    world.notes.append(
+        f"{time.monotonic() - injected_at:.1f}s after the kill: {cluster.partition(world.topic)}, "
+        f"offsets {cluster.watermarks(world.topic)}"
+    )
+    produce(cluster.bootstrap, world.topic, c, producer=producer, flush_s=90, reports=reports)
+    cluster.broker("start", leader)
+    cluster.wait_for_isr(world.topic, 2)
+    final = cluster.read_topic(world.topic)
+    lost = truth.acked(reports) - set(truth.copies(final))
+    if not lost:
+        raise LabError("the fault lost nothing: the follower had B when it became leader")
+    world.notes.append(f"acked and truncated by a clean election: {len(lost)} record(s)")
+    world.consume("at-least-once", records=len(truth.copies(final)), idle_s=15)
+    rows = world.rows()
+    stuck_keys = {str(k) for k, status in rows.items() if status == "NEW"}
+    if stuck_keys != lost:
+        raise LabError(f"rows still NEW {sorted(stuck_keys, key=int)} are not the lost records")
+    expected = truth.producer_side(a + b + c, final)
+    # Stuck items: nothing the auditor can read says whether B was ever produced: unknown, never
+    # never-produced (the producer had its acks).
+    for key in lost:
+        expected[key].add("stuck:unknown")
+    expected |= world.expected_group_risks()
+    # The settings this scenario weakened on purpose: acks=1, and min.insync.replicas=1.
+    expected |= {"lint producer": {"lint:acks"}, "lint topic": {"lint:min.insync.replicas"}}
+    answer = world.reconcile()
+    stuck = world.stuck()
+    world.notes += [f"{key}: {reason}" for key, reason in sorted(stuck.reasons.items())][:3]
+    lint = world.lint(producer=settings)
+    return Outcome(
+        injected=f"RF=2: follower {follower} SIGSTOPped, B written acks=1, leader {leader} killed -9, "
+        f"follower resumed and elected cleanly, C written, {leader} back (truncates B)",
+        expected=expected,
+        got=merge(answer.verdicts, stuck.verdicts, lint.verdicts),
+        detect_s=stuck.finished_monotonic - injected_at,
     )
