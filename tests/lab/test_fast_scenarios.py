@@ -48,6 +48,18 @@ def test_it_names_acked_records_an_unclean_election_truncated_and_not_the_record
     assert result.got == result.expected
 
 
+def test_it_never_calls_records_acked_with_acks1_and_lost_in_a_clean_failover_never_produced(spark, lab_state) -> None:
+    result = run_one("acks1-clean-failover", spark)
+    # The truth: the producer's acks for B, and a final read without B (the follower, frozen in
+    # the ISR, was elected cleanly without it). Nothing the auditor can read shows B existed:
+    # its rows are missing, and their stuck items unknown (never never-produced).
+    lost = result.expected.get("missing", 0)
+    assert lost > 0, result.notes
+    assert result.expected.get("stuck:unknown") == lost and "stuck:never-produced" not in result.expected
+    assert result.expected.get("lint:acks") == 1 and "lint:unclean.leader.election.enable" not in result.expected
+    assert result.got == result.expected
+
+
 def test_it_names_duplicates_by_producer_retry_after_a_paused_replica(spark, lab_state) -> None:
     result = run_one("producer-retry", spark)
     assert result.expected.get("duplicate/producer-retry", 0) > 0, result.notes
