@@ -165,7 +165,8 @@ class AuditedProducer(ProducerWrapper):
     Ledger: range records per topic, failure records, and ``session-end`` checkpoints
     with the last sequence sent, written through a separate acks=all idempotent producer
     in batches every ``ledger_flush_interval_s``. ``flush()`` and ``close()`` resolve
-    everything delivered and wait up to ``ledger_flush_timeout_s`` for the ledger. A
+    everything delivered and wait up to ``ledger_flush_timeout_s`` for the ledger (given a
+    timeout, ``flush(t)``/``close(t)`` return within it, ledger included). A
     transactional producer resolves at ``commit_transaction()``/``abort_transaction()``
     only (records of an open transaction are not readable yet).
     """
@@ -543,24 +544,26 @@ class AuditedProducer(ProducerWrapper):
 
         Returns what ``Producer.flush`` returns: messages still in the queue.
         """
+        started = time.monotonic()
         remaining = self._serve(self._producer.flush, *timeout_args(timeout))
         self._resolve()
         self._write_unresolved_tail()
         self._write_keys()
-        self._end_session_checkpoint()
+        self._end_session_checkpoint(self._ledger_timeout(timeout, started))
         return remaining
 
     def close(self, timeout: float | None = None) -> int:
         """Flush, resolve, write the final session-end, and close the ledger and the producer."""
         if self._closed:
             return 0
+        started = time.monotonic()
         remaining = self._serve(self._producer.flush, *timeout_args(timeout))
         self._ledger.set_before_flush(None)
         self._resolve(boundary=True)
         self._write_unresolved_tail()
         self._write_keys()
-        self._end_session_checkpoint()
-        self._ledger.close(self._ledger_timeout(timeout))
+        self._end_session_checkpoint(self._ledger_timeout(timeout, started))
+        self._ledger.close(self._ledger_timeout(timeout, started))
         self._closed = True
         if remaining and timeout is not None:
             # Producer.close() flushes without a bound; the caller asked for one.

@@ -297,17 +297,19 @@ class AuditedProducerV1(ProducerWrapper):
 
         Returns what ``Producer.flush`` returns: messages still in the queue.
         """
+        started = time.monotonic()
         remaining = self._producer.flush(*timeout_args(timeout))
-        self._end_session_checkpoint()
+        self._end_session_checkpoint(self._ledger_timeout(timeout, started))
         return remaining
 
     def close(self, timeout: float | None = None) -> int:
         """Flush, write the final session-end, and close the ledger and the producer."""
         if self._closed:
             return 0
+        started = time.monotonic()
         remaining = self._producer.flush(*timeout_args(timeout))
-        self._end_session_checkpoint()
-        self._ledger.close(self._ledger_timeout(timeout))
+        self._end_session_checkpoint(self._ledger_timeout(timeout, started))
+        self._ledger.close(self._ledger_timeout(timeout, started))
         self._closed = True
         if remaining and timeout is not None:
             # Producer.close() flushes without a bound; the caller asked for one.

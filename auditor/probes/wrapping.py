@@ -81,20 +81,26 @@ class ProducerWrapper:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _ledger_timeout(self, timeout: float | None) -> float:
+    def _ledger_timeout(self, timeout: float | None, started: float | None = None) -> float:
+        """How long the ledger may be waited for: ledger_flush_timeout_s, and within a call
+        given a timeout (flush(5), close(5)) no longer than what is left of it: an outage
+        that holds up the ledger's acks=all writes must not hold up the application longer
+        than it asked for (the ledger keeps writing in the background)."""
         if timeout is None:
             return self._ledger_flush_timeout_s
-        return max(0.0, min(timeout, self._ledger_flush_timeout_s))
+        left = timeout - (time.monotonic() - started) if started is not None else timeout
+        return max(0.0, min(left, self._ledger_flush_timeout_s))
 
-    def _end_session_checkpoint(self) -> None:
+    def _end_session_checkpoint(self, ledger_timeout: float | None = None) -> None:
+        wait = self._ledger_flush_timeout_s if ledger_timeout is None else ledger_timeout
         last_seq = self.last_sequences()
         if last_seq == self._last_checkpoint and not self._ledger.pending_count():
             # Nothing new since the last session-end: don't repeat it.
-            self._ledger.flush(self._ledger_flush_timeout_s)
+            self._ledger.flush(wait)
             return
         self._last_checkpoint = last_seq
         self._ledger.write(encode_session_end("producer", self.session_id, time.time_ns() // 1_000_000, last_seq))
-        remaining = self._ledger.flush(self._ledger_flush_timeout_s)
+        remaining = self._ledger.flush(wait)
         if remaining:
             logger.error(
                 "audited producer %s: %d ledger record(s) not yet written to %s",

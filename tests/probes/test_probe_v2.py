@@ -403,3 +403,29 @@ def test_it_says_once_that_per_call_callbacks_see_failures_only_by_default(
         assert every.flush(30) == 0
     every.close(30)
     assert reports == [None] and not [r for r in caplog.records if "failures only" in r.getMessage()]
+
+
+@pytest.mark.parametrize("version", ["v2", "v1"])
+def test_flush_and_close_with_a_timeout_return_within_it_when_the_ledger_cannot_be_written(
+    kafka_bootstrap: str, topics: dict[str, str], version: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The ledger's writes wait: its topic does not exist and the broker creates none (as when
+    # the brokers that would take its acks=all writes are down). The application's own record
+    # is delivered; a flush(2) must not hold the application for ledger_flush_timeout_s.
+    cls = AuditedProducer if version == "v2" else AuditedProducerV1
+    producer = cls(
+        {"bootstrap.servers": kafka_bootstrap},
+        ledger_topic=f"_audit.absent-{uuid.uuid4().hex[:8]}",
+        clients_topic=topics["clients"],
+        ledger_flush_timeout_s=20,
+    )
+    producer.produce(topics["data"], b"v", b"k")
+    started = time.monotonic()
+    assert producer.flush(2) == 0
+    flushed_s = time.monotonic() - started
+    started = time.monotonic()
+    producer.close(2)
+    closed_s = time.monotonic() - started
+    assert flushed_s < 4 and closed_s < 4, (flushed_s, closed_s)  # was ~20 s each: ledger_flush_timeout_s
+    assert [m.key() for m in read_all(kafka_bootstrap, topics["data"])] == [b"k"]
+    assert "not yet written" in caplog.text  # the ledger's lag is said, not hidden
