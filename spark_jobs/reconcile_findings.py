@@ -7,6 +7,7 @@ from datetime import datetime
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from spark_jobs.reconcile_helpers import (
     _ms_to_ts,
@@ -36,24 +37,42 @@ def _first_sighting(lost_sightings: DataFrame) -> DataFrame:
     return lost_sightings.groupBy("key").agg(F.min(seen).alias("_seen"))
 
 
+_ACKED_FIELDS = ("timestamp", "session", "seq", "partition", "offset")
+# the type of _first_lost_ack's `_acked`, for runs with no ledger to join
+_ACKED_TYPE = StructType([FINDING_SCHEMA[name] for name in _ACKED_FIELDS])
+
+
+def _first_lost_ack(lost_acks: DataFrame) -> DataFrame:
+    """key, _acked: the earliest acked-then-lost ledger entry of each key (gap findings)."""
+    acked = F.struct(*_ACKED_FIELDS)
+    return lost_acks.where(F.col("key").isNotNull()).groupBy("key").agg(F.min(acked).alias("_acked"))
+
+
 def find_missing(
     pending: DataFrame,
     cutoff: datetime,
     unverifiable_until: datetime | None,
     lost_sightings: DataFrame | None = None,
+    lost_acks: DataFrame | None = None,
 ) -> DataFrame:
     """Source rows older than the grace cutoff with no record, except the unverifiable ones.
 
     A row whose record an earlier run saw at an offset that now holds another record (or
     lies past the log end) is missing with cause `broker-lost`, naming where and which run
-    saw it: that is known, not unverifiable.
+    saw it: that is known, not unverifiable. So is a row whose key a probed producer's
+    ledger acked and the topic no longer holds (`lost_acks`: the `gap` findings with cause
+    broker-lost, FINDING_SCHEMA), naming the producer session and sequence.
     """
     if lost_sightings is None:
         lost_sightings = empty_frame(pending.sparkSession, LOST_SIGHTING_SCHEMA)
     late = pending.where(F.col("created") <= F.lit(cutoff)).join(_first_sighting(lost_sightings), "key", "left")
-    seen = F.col("_seen")
+    if lost_acks is None:
+        late = late.withColumn("_acked", F.lit(None).cast(_ACKED_TYPE))
+    else:
+        late = late.join(_first_lost_ack(lost_acks), "key", "left")
+    seen, acked = F.col("_seen"), F.col("_acked")
     if unverifiable_until is not None:
-        late = late.where((F.col("created") > F.lit(unverifiable_until)) | seen.isNotNull())
+        late = late.where((F.col("created") > F.lit(unverifiable_until)) | seen.isNotNull() | acked.isNotNull())
     evidence = F.struct(
         F.unix_millis("created").alias("created_ms"),
         F.when(
@@ -68,14 +87,24 @@ def find_missing(
                 seen["detected_run"].alias("detected_run"),
             ),
         ).alias("seen"),
+        F.when(
+            acked.isNotNull(),
+            F.struct(
+                acked["session"].alias("session"),
+                acked["seq"].alias("seq"),
+                F.unix_millis(acked["timestamp"]).alias("ts_ms"),
+                acked["partition"].alias("partition"),
+                acked["offset"].alias("offset"),
+            ),
+        ).alias("acked"),
     )
     return _finding(
         late,
         "missing",
         key=F.col("key"),
-        cause=F.when(seen.isNotNull(), F.lit("broker-lost")),
-        partition=seen["partition"],
-        offset=seen["offset"],
+        cause=F.when(seen.isNotNull() | acked.isNotNull(), F.lit("broker-lost")),
+        partition=F.coalesce(seen["partition"], acked["partition"]),
+        offset=F.coalesce(seen["offset"], acked["offset"]),
         timestamp=F.col("created"),
         evidence=F.to_json(evidence),
     )

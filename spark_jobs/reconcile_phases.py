@@ -451,18 +451,21 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
     s = new.frames
     # Each finder below finds nothing in an empty dataset (gaps: none past a session's
     # ledgered bound); proven empty, it is not built at all.
-    optional: list[tuple[DataFrame, Callable[[], DataFrame]]] = [
-        (
+    gaps = (
+        None
+        if is_empty_plan(s["ledger_bounds"])
+        else find_gaps(
+            s["seq_coverage"],
+            s["ledger_open"],
             s["ledger_bounds"],
-            lambda: find_gaps(
-                s["seq_coverage"],
-                s["ledger_open"],
-                s["ledger_bounds"],
-                watermarks,
-                unverifiable_until=inputs.unverifiable_until,
-                delivered_keys=plan.store.deltas(spark, new.key_deltas, KEY_INDEX_SCHEMA).select("key"),
-            ),
-        ),
+            watermarks,
+            unverifiable_until=inputs.unverifiable_until,
+            delivered_keys=plan.store.deltas(spark, new.key_deltas, KEY_INDEX_SCHEMA).select("key"),
+        )
+    )
+    # a key the ledger acked and the topic lost: its row is missing because the broker lost it
+    lost_acks = None if gaps is None else gaps.where(F.col("cause") == "broker-lost")
+    optional: list[tuple[DataFrame, Callable[[], DataFrame]]] = [
         (s["aborted"], lambda: find_aborted(s["aborted"])),
         (
             s["unprocessed_candidates"],
@@ -472,9 +475,10 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
     ]
     return union_findings(
         [
-            find_missing(s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"]),
+            find_missing(s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"], lost_acks),
             find_duplicates(s["duplicates"]),
             find_orphans(s["orphan_candidates"], plan.cutoff),
+            *([] if gaps is None else [gaps]),
             *[build() for source, build in optional if not is_empty_plan(source)],
         ]
     )

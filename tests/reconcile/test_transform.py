@@ -301,6 +301,54 @@ def test_it_reports_a_row_whose_record_an_earlier_run_saw_and_lost_as_broker_los
     )
 
 
+def test_it_reports_a_row_whose_key_the_ledger_acked_and_the_topic_lost_as_broker_lost(spark: SparkSession):
+    # the gap finder's answer for a probed producer: k4 acked at 0@40 (v1) and k5 acked in a
+    # range (v2: no position); neither is in the topic. No run ever saw them.
+    pending = spark.createDataFrame(
+        [("k4", at_second(0)), ("k5", at_second(1)), ("y", at_second(20))], SOURCE_ROW_SCHEMA
+    )
+    lost_acks = findings(
+        spark,
+        finding(
+            "gap",
+            key="k4",
+            cause="broker-lost",
+            partition=0,
+            offset=40,
+            timestamp=at_second(4),
+            session="s1",
+            seq=4,
+            seq_end=4,
+        ),
+        finding("gap", key="k5", cause="broker-lost", timestamp=at_second(5), session="s2", seq=9, seq_end=9),
+        finding("gap", cause="never-sent", session="s1", seq=6, seq_end=6),
+    )
+    # Even below the unverifiable bound: the ledger's ack makes the loss known.
+    actual = find_missing(pending, cutoff=at_second(50), unverifiable_until=at_second(10), lost_acks=lost_acks)
+    expected = findings(
+        spark,
+        finding(
+            "missing",
+            key="k4",
+            cause="broker-lost",
+            partition=0,
+            offset=40,
+            timestamp=at_second(0),
+            evidence=f'{{"created_ms":{ms_at_second(0)},"acked":{{"session":"s1","seq":4,"ts_ms":{ms_at_second(4)},'
+            '"partition":0,"offset":40}}',
+        ),
+        finding(
+            "missing",
+            key="k5",
+            cause="broker-lost",
+            timestamp=at_second(1),
+            evidence=f'{{"created_ms":{ms_at_second(1)},"acked":{{"session":"s2","seq":9,"ts_ms":{ms_at_second(5)}}}}}',
+        ),
+        finding("missing", key="y", timestamp=at_second(20), evidence=f'{{"created_ms":{ms_at_second(20)}}}'),
+    )
+    assertDataFrameEqual(actual, expected)
+
+
 # ------------------------------------------------------------------ duplicates --------
 
 

@@ -162,6 +162,18 @@ def _unclean(world: World, probed: bool) -> Outcome:
     "acked by the leader alone, the leader killed -9, the follower elected cleanly without B",
 )
 def acks1_clean_failover(world: World) -> Outcome:
+    return _acks1_failover(world, probed=False)
+
+
+@scenario(
+    "acks1-clean-failover-probed",
+    "as acks1-clean-failover with AuditedProducer: the ledger holds B's acks, so its rows are broker-lost",
+)
+def acks1_clean_failover_probed(world: World) -> Outcome:
+    return _acks1_failover(world, probed=True)
+
+
+def _acks1_failover(world: World, probed: bool) -> Outcome:
     """The loss acks=1 allows with unclean elections off (seed 003's "leader fails over with
     acks=1"). The follower is SIGSTOPped, so it stays in the ISR (replica.lag.time.max.ms and the
     controller's session timeout have not run out) but fetches nothing: the leader alone holds B
@@ -169,13 +181,11 @@ def acks1_clean_failover(world: World) -> Outcome:
     killed -9 and the follower resumed: the controller fences the dead leader and elects the
     follower, an in-sync replica, cleanly; it has no B, and the old leader truncates B when it
     comes back. Nothing in the log says B existed: without a ledger the auditor must not call
-    B's rows never-produced (the producer had its acks).
+    B's rows never-produced (the producer had its acks); with one, they are broker-lost.
 
-    No probed variant: with an AuditedProducer running, the leader dropped the frozen follower
-    from the ISR within a second or two of the freeze every time it was tried (6 times; with a
-    plain producer it stayed in the ISR every time), so the partition went offline instead of
-    failing over (cause not found). The probed verdict on acked-then-truncated records
-    (broker-lost) is covered by unclean-truncation-probed."""
+    The freeze must stay short (seconds): AuditedProducer.flush(5) once waited 30 s for its
+    ledger, whose acks=all writes the frozen broker held up, and the follower, frozen that
+    long, left the ISR, so the partition went offline instead of failing over."""
     cluster = world.cluster
     world.make_topic(replication=2, min_insync_replicas="1")
     world.make_table()
@@ -188,7 +198,9 @@ def acks1_clean_failover(world: World) -> Outcome:
     world.insert(a + b + c, age_s=STUCK_AGE_S)
 
     settings = {"bootstrap.servers": cluster.bootstrap, "linger.ms": 0, **base}
-    producer = Producer(settings)
+    producer: AuditedProducer | Producer = (
+        AuditedProducer(settings, delivery_reports="all") if probed else Producer(settings)
+    )
     reports = produce(cluster.bootstrap, world.topic, a, producer=producer)
     # A is on both replicas: the high watermark passes a record once every in-sync replica has it
     wait_until(lambda: cluster.watermarks(world.topic)[0][1] >= len(a), 30, "the follower to have A")
@@ -199,7 +211,7 @@ def acks1_clean_failover(world: World) -> Outcome:
         # 500 ms): a record appended meanwhile would be sent to the frozen follower's socket and
         # be read when it thaws. Once that request has expired, the frozen follower asks for nothing.
         time.sleep(1.0)
-        produce(cluster.bootstrap, world.topic, b, producer=producer, flush_s=5, reports=reports)
+        produce(cluster.bootstrap, world.topic, b, producer=producer, flush_s=2, reports=reports)
         b_acked = len(truth.acked(reports)) - len(a)  # no metadata call here: the frozen broker may be asked
         cluster.broker("kill", leader)
         injected_at = time.monotonic()
@@ -212,6 +224,8 @@ def acks1_clean_failover(world: World) -> Outcome:
         f"offsets {cluster.watermarks(world.topic)}"
     )
     produce(cluster.bootstrap, world.topic, c, producer=producer, flush_s=90, reports=reports)
+    if isinstance(producer, AuditedProducer):
+        producer.close(60)
     cluster.broker("start", leader)
     cluster.wait_for_isr(world.topic, 2)
     final = cluster.read_topic(world.topic)
@@ -219,16 +233,16 @@ def acks1_clean_failover(world: World) -> Outcome:
     if not lost:
         raise LabError("the fault lost nothing: the follower had B when it became leader")
     world.notes.append(f"acked and truncated by a clean election: {len(lost)} record(s)")
-    world.consume("at-least-once", records=len(truth.copies(final)), idle_s=15)
+    world.consume("at-least-once", probed=probed, records=len(truth.copies(final)), idle_s=15)
     rows = world.rows()
     stuck_keys = {str(k) for k, status in rows.items() if status == "NEW"}
     if stuck_keys != lost:
         raise LabError(f"rows still NEW {sorted(stuck_keys, key=int)} are not the lost records")
-    expected = truth.producer_side(a + b + c, final)
-    # Stuck items: nothing the auditor can read says whether B was ever produced: unknown, never
-    # never-produced (the producer had its acks).
+    expected = truth.producer_side(a + b + c, final, probed_acked=truth.acked(reports) if probed else ())
+    # Stuck items: a probed producer's ledger holds B's acks (broker-lost); without it nothing the
+    # auditor can read says whether B was ever produced: unknown, never never-produced.
     for key in lost:
-        expected[key].add("stuck:unknown")
+        expected[key].add("stuck:broker-lost" if probed else "stuck:unknown")
     expected |= world.expected_group_risks()
     # The settings this scenario weakened on purpose: acks=1, and min.insync.replicas=1.
     expected |= {"lint producer": {"lint:acks"}, "lint topic": {"lint:min.insync.replicas"}}
