@@ -11,7 +11,7 @@ from auditor.lab import truth
 from auditor.lab.cluster import LabError, Record, wait_until
 from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
-from auditor.lab.workload import produce
+from auditor.lab.workload import Delivery, produce
 from auditor.lab.world import STUCK_AGE_S, World
 from auditor.probes import AuditedProducer
 
@@ -77,6 +77,19 @@ def _failover(world: World, probed: bool) -> Outcome:
     )
 
 
+def _old_leader_back(world: World, leader: int, reports: list[Delivery], why_not: str) -> tuple[list[Record], set[str]]:
+    """The killed leader started again (it truncates what the new leader does not have), then
+    the truth: a plain read of the topic, and the acked keys it no longer holds (the fault
+    must have lost some, else LabError saying `why_not`)."""
+    world.cluster.broker("start", leader)
+    world.cluster.wait_for_isr(world.topic, 2)
+    final = world.cluster.read_topic(world.topic)
+    lost = truth.acked(reports) - set(truth.copies(final))
+    if not lost:
+        raise LabError(f"the fault lost nothing: {why_not}")
+    return final, lost
+
+
 @scenario(
     "unclean-truncation",
     "RF=2, unclean.leader.election.enable=true, plain producer: B acked with acks=1 then truncated by an "
@@ -129,12 +142,7 @@ def _unclean(world: World, probed: bool) -> Outcome:
         cluster.wait_for_leader(world.topic, other_than=leader, timeout=30)
     world.insert(c)
     reports += produce(cluster.bootstrap, world.topic, c, {**base, "acks": "1"}, probed=probed, flush_s=90)
-    cluster.broker("start", leader)
-    cluster.wait_for_isr(world.topic, 2)
-    final = cluster.read_topic(world.topic)
-    lost = truth.acked(reports) - set(truth.copies(final))
-    if not lost:
-        raise LabError("the fault lost nothing: the follower was not behind when it became leader")
+    final, lost = _old_leader_back(world, leader, reports, "the follower was not behind when it became leader")
     world.notes.append(f"{how}; acked and truncated: {len(lost)} record(s); first run #{first.detail['run']}")
     expected = truth.producer_side(
         a + b + c, final, seen_before=seen_before, probed_acked=truth.acked(reports) if probed else ()
@@ -226,12 +234,7 @@ def _acks1_failover(world: World, probed: bool) -> Outcome:
     produce(cluster.bootstrap, world.topic, c, producer=producer, flush_s=90, reports=reports)
     if isinstance(producer, AuditedProducer):
         producer.close(60)
-    cluster.broker("start", leader)
-    cluster.wait_for_isr(world.topic, 2)
-    final = cluster.read_topic(world.topic)
-    lost = truth.acked(reports) - set(truth.copies(final))
-    if not lost:
-        raise LabError("the fault lost nothing: the follower had B when it became leader")
+    final, lost = _old_leader_back(world, leader, reports, "the follower had B when it became leader")
     world.notes.append(f"acked and truncated by a clean election: {len(lost)} record(s)")
     world.consume("at-least-once", probed=probed, records=len(truth.copies(final)), idle_s=15)
     rows = world.rows()
