@@ -91,8 +91,9 @@ class ProducerWrapper:
         left = timeout - (time.monotonic() - started) if started is not None else timeout
         return max(0.0, min(left, self._ledger_flush_timeout_s))
 
-    def _end_session_checkpoint(self, ledger_timeout: float | None = None) -> None:
-        wait = self._ledger_flush_timeout_s if ledger_timeout is None else ledger_timeout
+    def _end_session_checkpoint(self, wait: float) -> None:
+        """Write a session-end (unless nothing changed since the last) and wait up to `wait`
+        seconds for the ledger (_ledger_timeout: what the caller's timeout leaves)."""
         last_seq = self.last_sequences()
         if last_seq == self._last_checkpoint and not self._ledger.pending_count():
             # Nothing new since the last session-end: don't repeat it.
