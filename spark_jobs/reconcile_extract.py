@@ -18,6 +18,7 @@ from spark_jobs.binding import (
     jdbc_url_and_properties,
     redact_url,
 )
+from spark_jobs.kafka_cleanup import TopicCleanup, absent_keys_explained, read_topic_cleanup
 from spark_jobs.kafka_offsets import (
     PartitionOffsets,
     admin_client,
@@ -127,7 +128,12 @@ def extract_topic(
     return reader.load()
 
 
-def find_rewritten_partitions(binding: Binding, meta: StateMeta) -> dict[int, str]:
+def extract_topic_cleanup(binding: Binding) -> TopicCleanup:
+    """The topic's cleanup.policy and compaction lag (kafka_cleanup)."""
+    return read_topic_cleanup(admin_client(binding.bootstrap_servers, binding.kafka_config), binding.topic)
+
+
+def find_rewritten_partitions(binding: Binding, meta: StateMeta, compacted: bool = False) -> dict[int, str]:
     """Partitions whose records already read were truncated or replaced since the last run
     (kafka_offsets.rewritten_partitions)."""
     if not meta.topic_offsets:
@@ -142,6 +148,7 @@ def find_rewritten_partitions(binding: Binding, meta: StateMeta) -> dict[int, st
         meta.topic_offsets,
         meta.checkpoints,
         meta.run_id,
+        compacted,
     )
 
 
@@ -186,17 +193,23 @@ def summarize_partitions(records: DataFrame) -> dict[int, PartitionSummary]:
 
 
 def checkpoint_prints(
-    binding: Binding, summary: dict[int, PartitionSummary], plan: OffsetRange
+    binding: Binding, summary: dict[int, PartitionSummary], plan: OffsetRange, compacted: bool = False
 ) -> dict[int, list[int]]:
     """The print of the last record this run read in each partition, read back from Kafka.
 
     Its timestamp must be the one Spark read: otherwise the partition changed under the run.
+    On a compacted topic the cleaner may have removed it since (a later record has its key):
+    that partition then keeps no checkpoint.
     """
     read = {p: s.last for p, s in summary.items()}
     prints = record_prints(
         binding.bootstrap_servers, binding.kafka_config, plan.topic, {p: o for p, (o, _) in read.items()}
     )
-    changed = [p for p, (_, ts_ms) in read.items() if getattr(prints.get(p), "ts_ms", None) != ts_ms]
+    changed = [
+        p
+        for p, (_, ts_ms) in read.items()
+        if getattr(prints.get(p), "ts_ms", None) != ts_ms and not (compacted and prints.get(p) is None)
+    ]
     if changed:
         raise ReconcileError(
             f"{plan.topic} partition(s) {sorted(changed)} changed while this run read them (the last record read "
@@ -277,6 +290,32 @@ def loss_horizon(
     if set(first_ms) != set(plan.lost):
         return upper
     return datetime.fromtimestamp(max(first_ms.values()) / 1000, UTC) + timedelta(seconds=grace_seconds)
+
+
+def compaction_horizon(
+    binding: Binding, cleanup: TopicCleanup, upper: datetime
+) -> tuple[datetime | None, datetime | None, list[str]]:
+    """On a compacted topic: up to when acked records may have been removed by the cleaner
+    (find_gaps' `compacted_until`), up to when source rows without any record cannot be
+    called missing (only when the binding's key is not the record key), and the run's
+    warnings saying so. (None, None, []) for a topic that is not compacted."""
+    until_ms = cleanup.horizon_ms(int(upper.timestamp() * 1000))
+    if until_ms is None:
+        return None, None, []
+    until = datetime.fromtimestamp(until_ms / 1000, UTC)
+    if not absent_keys_explained(binding.record_key.source):
+        return until, None, []
+    return (
+        until,
+        until,
+        [
+            f"{binding.topic} is compacted ({cleanup.describe()}) and the binding's key "
+            f"({binding.record_key.describe()}) is not the record key: the log cleaner removes a record once a later "
+            "record has the same record key, so source rows created up to "
+            f"{until.isoformat()} without a record are counted {UNVERIFIABLE}, not missing (raise "
+            "min.compaction.lag.ms to keep records long enough to be audited)"
+        ],
+    )
 
 
 def lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:

@@ -198,6 +198,8 @@ def find_gaps(
     *,
     unverifiable_until: datetime | None = None,
     delivered_keys: DataFrame | None = None,
+    compacted_until: datetime | None = None,
+    absent_keys_compacted: bool = False,
 ) -> DataFrame:
     """Holes in producer sessions' sequences up to each session's last ledgered seq.
 
@@ -216,7 +218,12 @@ def find_gaps(
     `delivered_keys` (column `key`: keys with a record in the topic, any run): a failed or
     unconfirmed send whose item another send delivered (the application sent it again) is no
     gap: the item was produced, and the re-send shows as its own record (a duplicate when both
-    landed). A lost acked record stays broker-lost: the broker lost it whatever the item's fate.
+    landed). A lost acked record stays broker-lost: the broker lost it whatever the item's fate,
+    except on a compacted topic (kafka_cleanup): an acked record produced up to
+    `compacted_until` may have been removed by the log cleaner, which it does once a later
+    record has the same record key. It is unverifiable when its item has a record in the topic
+    (superseded), when `absent_keys_compacted` (the binding's key is not the record key, so
+    the cleaner may remove every record of an item), or when its ack names no key (v2 ranges).
     """
     marks = watermarks.select("partition", F.col("low").alias("_low"), F.col("end").alias("_end"))
     entries = (
@@ -235,12 +242,24 @@ def find_gaps(
         )
     explained = entries.where(F.col("status").isin("acked", "unconfirmed", "failed", ACKED_RANGE, SENT))
     reported = explained.where(~F.coalesce(unverifiable, F.lit(False)))
-    if delivered_keys is not None:
-        delivered = delivered_keys.select(F.col("key").alias("_delivered")).distinct()
-        resent = F.col("status").isin("failed", "unconfirmed", SENT) & F.col("_delivered").isNotNull()
+    if delivered_keys is not None or compacted_until is not None:
+        delivered = (
+            delivered_keys.select(F.col("key").alias("_delivered")).distinct()
+            if delivered_keys is not None
+            else empty_frame(entries.sparkSession, "_delivered string")
+        )
+        has_record = F.col("_delivered").isNotNull()
+        dropped = F.col("status").isin("failed", "unconfirmed", SENT) & has_record
+        if compacted_until is not None:
+            until_ms = int(compacted_until.timestamp() * 1000)
+            dropped = dropped | (
+                F.col("status").isin("acked", ACKED_RANGE)
+                & (F.coalesce(F.col("ts_ms"), F.lit(0)) <= F.lit(until_ms))
+                & (has_record | F.lit(absent_keys_compacted) | F.col("audit_id").isNull())
+            )
         reported = (
             reported.join(delivered, reported["audit_id"] == delivered["_delivered"], "left")
-            .where(~resent)
+            .where(~dropped)
             .drop("_delivered")
         )
     ledger_evidence = F.struct(
@@ -291,10 +310,18 @@ def find_aborted(aborted: DataFrame) -> DataFrame:
     )
 
 
-def find_unprocessed(candidates: DataFrame, committed: DataFrame, processed_coverage: DataFrame) -> DataFrame:
+def find_unprocessed(
+    candidates: DataFrame,
+    committed: DataFrame,
+    processed_coverage: DataFrame,
+    compacted_until: datetime | None = None,
+) -> DataFrame:
     """Records below a group's committed offset that the group's ledger never marked processed.
 
-    Only groups that keep a consumer ledger (any processed mark so far) are judged.
+    Only groups that keep a consumer ledger (any processed mark so far) are judged. On a
+    compacted topic a record written up to `compacted_until` may have been removed by the
+    log cleaner before the group got there (a later record has its record key): the group
+    then never received it, and passing it is no skip; such records are not judged.
     """
     ledgered = processed_coverage.select("group").distinct()
     below = (
@@ -302,6 +329,8 @@ def find_unprocessed(candidates: DataFrame, committed: DataFrame, processed_cove
         .join(committed, ["group", "partition"], "inner")
         .where(F.col("offset") < F.col("committed"))
     )
+    if compacted_until is not None:
+        below = below.where(F.col("timestamp") > F.lit(compacted_until))
     return _finding(
         below,
         "unprocessed",

@@ -18,13 +18,16 @@ from spark_jobs.binding import (
     Binding,
     BindingError,
 )
+from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.reconcile_extract import (
     OffsetRange,
     check_nothing_deleted_while_read,
     checkpoint_prints,
+    compaction_horizon,
     extract_source,
     extract_source_columns,
     extract_topic,
+    extract_topic_cleanup,
     extract_topic_offsets,
     find_rewritten_partitions,
     loss_horizon,
@@ -135,6 +138,7 @@ class RunPlan:
     upper: datetime
     cutoff: datetime
     warnings: list[str]
+    cleanup: TopicCleanup
 
     @property
     def topic(self) -> OffsetRange:
@@ -164,6 +168,8 @@ class RunInputs:
     new_aborted: DataFrame
     totals: dict[str, int]  # n, keyed, RECORD_COUNTS
     unverifiable_until: datetime | None
+    compacted_until: datetime | None  # compacted topic: acked records up to here may be cleaned away
+    absent_keys_compacted: bool  # ... and so may every record of an item (its key is not the record key)
     checkpoints: dict[int, list[int]]
     old_source: DataFrame
     window_rows: DataFrame  # the source rows of this run's window, one per key
@@ -230,7 +236,8 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     store = StateStore(options.state_dir, binding.name, run_id)
     meta = StateMeta() if options.full else store.read_meta()
     warnings: list[str] = []
-    rewritten = find_rewritten_partitions(binding, meta)
+    cleanup = extract_topic_cleanup(binding)
+    rewritten = find_rewritten_partitions(binding, meta, cleanup.compacted)
     memory: StateMeta | None = None
     if rewritten:
         memory = meta
@@ -248,7 +255,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     else:
         lower = binding.since
     cutoff = upper - timedelta(seconds=binding.grace_seconds)
-    return RunPlan(run_id, store, meta, memory, rewritten, kafka, lower, upper, cutoff, warnings)
+    return RunPlan(run_id, store, meta, memory, rewritten, kafka, lower, upper, cutoff, warnings, cleanup)
 
 
 def extract_inputs(
@@ -291,14 +298,16 @@ def extract_inputs(
         new_aborted = empty_frame(spark, RECORD_SCHEMA)
     check_nothing_deleted_while_read(binding, topic)
     # After a rebuild `meta` is empty: only this run's checkpoints count.
-    checkpoints = meta.checkpoints | checkpoint_prints(binding, summary, topic)
+    checkpoints = meta.checkpoints | checkpoint_prints(binding, summary, topic, plan.cleanup.compacted)
     # Rows whose record may have been deleted unread can never be judged: the bound only
     # grows until a --full run starts over.
     horizon = loss_horizon(summary, topic, plan.upper, binding.grace_seconds)
     if horizon is not None:
         plan.warnings.extend(lost_warnings(topic, horizon))
+    compacted_until, compacted_rows_until, compaction_warnings = compaction_horizon(binding, plan.cleanup, plan.upper)
+    plan.warnings.extend(compaction_warnings)
     earlier = datetime.fromisoformat(meta.unverifiable_until) if meta.unverifiable_until else None
-    unverifiable_until = max((h for h in (earlier, horizon) if h is not None), default=None)
+    unverifiable_until = max((h for h in (earlier, horizon, compacted_rows_until) if h is not None), default=None)
     laps("topic_read")
 
     table, columns = extract_source_columns(spark, binding)
@@ -333,6 +342,8 @@ def extract_inputs(
         new_aborted=new_aborted,
         totals=totals,
         unverifiable_until=unverifiable_until,
+        compacted_until=compacted_until,
+        absent_keys_compacted=compacted_rows_until is not None,
         checkpoints=checkpoints,
         old_source=old_source,
         window_rows=window_rows,
@@ -461,6 +472,8 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
             watermarks,
             unverifiable_until=inputs.unverifiable_until,
             delivered_keys=plan.store.deltas(spark, new.key_deltas, KEY_INDEX_SCHEMA).select("key"),
+            compacted_until=inputs.compacted_until,
+            absent_keys_compacted=inputs.absent_keys_compacted,
         )
     )
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it
@@ -469,7 +482,9 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
         (s["aborted"], lambda: find_aborted(s["aborted"])),
         (
             s["unprocessed_candidates"],
-            lambda: find_unprocessed(s["unprocessed_candidates"], inputs.committed, s["processed_coverage"]),
+            lambda: find_unprocessed(
+                s["unprocessed_candidates"], inputs.committed, s["processed_coverage"], inputs.compacted_until
+            ),
         ),
         (s["reprocessed"], lambda: find_reprocessed(s["reprocessed"])),
     ]

@@ -91,6 +91,7 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 delete.topic.enable=true
 log.retention.check.interval.ms=5000
+log.cleaner.backoff.ms=2000
 log.segment.delete.delay.ms=1000
 CONF
 }

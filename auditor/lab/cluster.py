@@ -200,6 +200,7 @@ class Cluster:
                         msg.partition() or 0,
                         msg.offset() or 0,
                         None if key is None else (key.decode() if isinstance(key, bytes) else str(key)),
+                        msg.value(),
                     )
                 )
             return records
@@ -229,3 +230,4 @@ class Record:
     partition: int
     offset: int
     key: str | None
+    value: bytes | None = None

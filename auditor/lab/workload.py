@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,13 @@ def ticket_value(ticket: int) -> bytes:
     return json.dumps({"ticket_id": ticket, "status": "NEW"}).encode()
 
 
+def ticket_of(msg: Any) -> int:
+    """The ticket a record carries: its value's ticket_id (every producer of the lab writes
+    it), whatever the record key is."""
+    value = msg.value()
+    return int(json.loads(value)["ticket_id"]) if value else int(msg.key())
+
+
 def produce(
     bootstrap: str,
     topic: str,
@@ -47,16 +54,18 @@ def produce(
     flush_s: float = 60,
     producer: Any = None,
     reports: list[Delivery] | None = None,
+    key: Callable[[int], str] = str,
 ) -> list[Delivery]:
-    """One produce() per ticket (key = the ticket id); every delivery report, in order, appended
-    to `reports` (reports that arrive after a short flush land there later)."""
+    """One produce() per ticket (record key `key(ticket)`, by default the ticket id; the value
+    names the ticket either way); every delivery report, in order, appended to `reports`
+    (reports that arrive after a short flush land there later). A report's `key` is the
+    ticket id."""
     reports = [] if reports is None else reports
 
     def delivered(err: KafkaError | None, msg: Message) -> None:
-        key = msg.key()
         reports.append(
             Delivery(
-                key.decode() if isinstance(key, bytes) else str(key),
+                str(ticket_of(msg)),
                 None if err is None else err.str(),
                 -1 if msg.partition() is None else int(msg.partition() or 0),
                 -1 if msg.offset() is None else int(msg.offset() or 0),
@@ -69,7 +78,7 @@ def produce(
         settings = {"bootstrap.servers": bootstrap, "linger.ms": 0, **(config or {})}
         producer = AuditedProducer(settings, delivery_reports="all") if probed else Producer(settings)
     for ticket in tickets:
-        _produce_one(producer, topic, ticket, delivered)
+        _produce_one(producer, topic, ticket, delivered, key=key(ticket))
         producer.poll(0)
     producer.flush(flush_s)
     if own and probed:
@@ -77,13 +86,20 @@ def produce(
     return reports
 
 
-def _produce_one(producer: Any, topic: str, ticket: int, delivered: Any, patience_s: float = 30) -> None:
+def _produce_one(
+    producer: Any, topic: str, ticket: int, delivered: Any, patience_s: float = 30, key: str | None = None
+) -> None:
     """produce(), waiting out what a just-created topic causes: a broker whose metadata has not
     caught up yet answers "unknown topic", and a full queue while a broker is away."""
     deadline = time.monotonic() + patience_s
     while True:
         try:
-            producer.produce(topic, key=str(ticket).encode(), value=ticket_value(ticket), on_delivery=delivered)
+            producer.produce(
+                topic,
+                key=(str(ticket) if key is None else key).encode(),
+                value=ticket_value(ticket),
+                on_delivery=delivered,
+            )
             return
         except BufferError:
             pass
@@ -154,6 +170,9 @@ class _KafkaPythonRecord:
 
     def key(self) -> bytes:
         return bytes(self._record.key)
+
+    def value(self) -> bytes | None:
+        return None if self._record.value is None else bytes(self._record.value)
 
 
 def consumer_config(
@@ -233,7 +252,7 @@ def consume(args: argparse.Namespace) -> int:
                 idle_since = time.monotonic()
                 continue
             received += 1
-            ticket = int(msg.key())
+            ticket = ticket_of(msg)
             crash_here = received == args.crash_at
             if args.mode == "at-most-once":
                 consumer.commit(message=msg, asynchronous=False)
@@ -266,7 +285,7 @@ def _process_batch(consumer: Any, conn: Any, args: argparse.Namespace, batch: li
     """Process a polled batch, then commit its end; 1 when the commit failed (the group took the
     partitions away meanwhile: a rebalance mid-batch), else 0."""
     for msg in batch:
-        _process(conn, args.table, int(msg.key()), session)
+        _process(conn, args.table, ticket_of(msg), session)
         if args.probed:
             consumer.mark_processed(msg)
         if args.slow_ms:

@@ -232,7 +232,11 @@ class World:
         return done.returncode
 
     def make_binding(
-        self, groups: list[str] | None = None, guarantee: str = "at-least-once", grace_s: int = 1
+        self,
+        groups: list[str] | None = None,
+        guarantee: str = "at-least-once",
+        grace_s: int = 1,
+        record_key: str = "key",
     ) -> Binding:
         cluster, _ = ClusterModel.objects.get_or_create(
             name=self.name, defaults={"bootstrap_servers": self.cluster.bootstrap}
@@ -245,7 +249,7 @@ class World:
             source=source,
             table=self.table,
             key_column="id",
-            record_key="key",
+            record_key=record_key,
             created_column="created_at",
             grace_seconds=grace_s,
             guarantee=guarantee,

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from auditor.lint.engine.terms import Overtaken
+from spark_jobs.kafka_cleanup import TopicCleanup
 
 RecordState = Literal["committed", "aborted", "open"]
 
@@ -193,6 +194,8 @@ class ClusterView:
     producer_ledger: LedgerView | None = None
     consumer_ledger: LedgerView | None = None
     retention_ms: int | None = None  # the topic's retention.ms (-1: forever)
+    cleanup: TopicCleanup | None = None  # the topic's cleanup.policy (None: not read, see cleanup_error)
+    cleanup_error: str | None = None
     offsets_retention_minutes: int | None = None  # the brokers' offsets.retention.minutes
     # per partition whose last stable offset is behind the high watermark: when the first
     # record of the open transaction was written

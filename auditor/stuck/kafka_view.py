@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from auditor.lint.engine.terms import Overtaken
 from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
 from auditor.stuck.record_reader import RecordReader, Target, leader_epoch_starts, record_timestamps
+from spark_jobs.kafka_cleanup import read_topic_cleanup
 from spark_jobs.kafka_offsets import (
     KafkaReadError,
     PartitionOffsets,
@@ -117,17 +118,17 @@ def _describe_groups(admin: AdminClient, groups: list[str], topic: str, timeout_
     return described
 
 
-def _configs(admin: AdminClient, topic: str, timeout_s: float) -> tuple[int | None, int | None, list[str]]:
-    notes: list[str] = []
-    retention_ms: int | None = None
+def _configs(admin: AdminClient, view: ClusterView, timeout_s: float) -> None:
+    """The topic's cleanup settings and the brokers' offsets.retention.minutes, into `view`;
+    what could not be read goes to its notes."""
+    topic = view.topic
     offsets_minutes: int | None = None
     try:
-        futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=timeout_s)
-        for future in futures.values():
-            entry = future.result(timeout=timeout_s).get("retention.ms")
-            retention_ms = int(entry.value) if entry is not None and entry.value is not None else None
-    except (KafkaException, ValueError) as exc:
-        notes.append(f"retention.ms of {topic} could not be read: {exc}")
+        view.cleanup = read_topic_cleanup(admin, topic, timeout_s)
+        view.retention_ms = view.cleanup.retention_ms
+    except KafkaReadError as exc:
+        view.cleanup_error = str(exc)
+        view.notes.append(f"retention.ms and cleanup.policy of {topic} could not be read: {exc}")
     try:
         brokers = sorted(admin.list_topics(timeout=timeout_s).brokers)
         if brokers:
@@ -136,8 +137,8 @@ def _configs(admin: AdminClient, topic: str, timeout_s: float) -> tuple[int | No
                 entry = future.result(timeout=timeout_s).get("offsets.retention.minutes")
                 offsets_minutes = int(entry.value) if entry is not None and entry.value is not None else None
     except (KafkaException, ValueError) as exc:
-        notes.append(f"offsets.retention.minutes could not be read: {exc}")
-    return retention_ms, offsets_minutes, notes
+        view.notes.append(f"offsets.retention.minutes could not be read: {exc}")
+    view.offsets_retention_minutes = offsets_minutes
 
 
 def read_after_locate(
@@ -248,8 +249,7 @@ def read_cluster_view(
     except KafkaReadError as exc:
         view.kafka_error = str(exc)
         return view, plan
-    view.retention_ms, view.offsets_retention_minutes, notes = _configs(admin, topic, timeout_s)
-    view.notes.extend(notes)
+    _configs(admin, view, timeout_s)
     _confirm_overtaken(admin, view, topic, partitions, offsets, timeout_s)
 
     targets: list[Target] = [(topic, p, o.low) for p, o in offsets.items() if 0 < o.low < o.high]

@@ -257,9 +257,18 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     reads: dict[str, dict[int, tuple[int, int]]] | None = None  # what the locate step read, once it succeeded
     if rows and not view.kafka_error:
         keys = [r.key for r in rows]
-        if options.use_index:
+        if options.use_index and view.cleanup is not None and not view.cleanup.compacted:
             indexed = indexed_records(binding, keys, plan.partitions, binding.cluster.client_config())
             lap("index")
+        elif options.use_index:
+            # The index says where runs saw each key; on a compacted topic the cleaner may have
+            # removed a record since, and its offset would still count as found: read it all.
+            indexed = IndexedTopic(
+                reason=f"{binding.topic} is compacted ({view.cleanup.describe()})"
+                if view.cleanup is not None
+                else f"the cleanup.policy of {binding.topic} could not be read"
+            )
+            result.notes.append(f"the key index was not used: {indexed.reason}; the whole topic was read")
         request = LocateRequest(
             binding.cluster.client_config(),
             plan,

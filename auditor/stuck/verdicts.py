@@ -63,6 +63,7 @@ from auditor.stuck.evidence import (
     iso_to_ms,
     ms_to_iso,
 )
+from spark_jobs.kafka_cleanup import absent_keys_explained
 
 # Producer clocks drift: a record counts as "certainly still in the log" only this long
 # after the oldest remaining record.
@@ -287,12 +288,14 @@ def _not_in_topic(
     acked = [e for e in entries if delivery_status(e.status, e.offset) == ACKED] if ledger_readable else []
     if acked:
         entry = acked[-1]
-        return _written_then_gone(row, entry.partition, entry.offset, "acked at", marks, view, evidence)
+        return _written_then_gone(row, entry.partition, entry.offset, "acked at", marks, view, evidence, entry.ts_ms)
     sighting = memory.sightings.get(row.key)
     if sighting is not None:
         evidence["seen"] = sighting.as_json()
         run = f"reconciliation run {sighting.run_id}" if sighting.run_id else "a reconciliation run"
-        return _written_then_gone(row, sighting.partition, sighting.offset, f"seen by {run} at", marks, view, evidence)
+        return _written_then_gone(
+            row, sighting.partition, sighting.offset, f"seen by {run} at", marks, view, evidence, sighting.ts_ms
+        )
     ranged = [e for e in entries if e.status == ACKED_RANGE] if ledger_readable else []
     if ranged:
         return _acked_unplaced(ranged[-1], view, evidence)
@@ -339,7 +342,11 @@ def _not_in_topic(
         )
         # a probed producer's ledger would hold the ack of a record lost since; without one, the
         # topic's completeness is all there is, and a leader change leaves no trace in it
-        changed = None if ledger.entries_for_topic else _leader_changed_since(view, created_ms, evidence)
+        changed = (
+            None
+            if ledger.entries_for_topic
+            else _leader_changed_since(view, created_ms, evidence) or _compacted_since(view, created_ms, evidence)
+        )
         if changed is not None:
             return Diagnosis(
                 "unknown",
@@ -377,6 +384,7 @@ def _written_then_gone(
     marks: MarkIndex,
     view: ClusterView,
     evidence: dict[str, Any],
+    written_ms: int | None,
 ) -> Diagnosis:
     """A record with the key was written at partition@offset (acked, or seen by a run) and is
     not in the topic now: truncated where the log still covers the offset, else deleted."""
@@ -397,6 +405,14 @@ def _written_then_gone(
             evidence,
         )
     if offset >= state.low:
+        compacted = _compacted_since(view, written_ms, evidence)
+        if compacted is not None:
+            return Diagnosis(
+                "unknown",
+                f"{how} {where} and not in the topic now; {compacted}: broker-lost and compacted away cannot be told "
+                "apart",
+                evidence,
+            )
         return Diagnosis(
             "broker-lost",
             f"{how} {where}, but the log has no record with this key there (log start {state.low}, high "
@@ -421,7 +437,7 @@ def _from_missing_report(
             return Diagnosis(
                 "unknown", f"{unattributed}; reconciliation run {report.run_id} reported it missing", evidence
             )
-        changed = _leader_changed_since(view, created_ms, evidence)
+        changed = _leader_changed_since(view, created_ms, evidence) or _compacted_since(view, created_ms, evidence)
         if changed is not None:
             return Diagnosis(
                 "unknown",
@@ -484,6 +500,39 @@ def _leader_changed_since(view: ClusterView, created_ms: int, evidence: dict[str
     return None
 
 
+def _compacted_since(view: ClusterView, written_ms: int | None, evidence: dict[str, Any]) -> str | None:
+    """Why a record with the item's key, written at `written_ms` (None: unknown) and absent
+    now, may have been delivered and then removed by log compaction; None when it cannot have.
+
+    The log cleaner removes a record once a later record has the same record key. When the
+    binding's key is the record key, an item with no record at all was never compacted away
+    (the cleaner keeps each record key's last record); otherwise every record of an item may
+    be, unless it is younger than min.compaction.lag.ms (kafka_cleanup)."""
+    if not absent_keys_explained(view.record_key.split(":", 1)[0]):
+        return None
+    if view.cleanup is None:
+        if view.cleanup_error is None:
+            return None
+        return (
+            f"the cleanup.policy of {view.topic} could not be read ({view.cleanup_error}) and the binding's key "
+            f"({view.record_key}) is not the record key: if the topic is compacted, the log cleaner may have removed "
+            "the record after it was delivered"
+        )
+    horizon = view.cleanup.horizon_ms(view.now_ms)
+    if horizon is None or (written_ms is not None and written_ms > horizon):
+        return None
+    evidence["compaction"] = {
+        "cleanup_policy": view.cleanup.policy,
+        "min_compaction_lag_ms": view.cleanup.compaction_lag_ms,
+        "compactable_up_to": ms_to_iso(horizon),
+    }
+    return (
+        f"{view.topic} is compacted ({view.cleanup.describe()}) and the binding's key ({view.record_key}) is not the "
+        "record key: the log cleaner removes a record once a later record has the same record key, so this item's "
+        "record may have been delivered and compacted away"
+    )
+
+
 def _unattributed_since(ledger: LedgerView | None, created_ms: int) -> str | None:
     """Why "no ledger entry for this key" proves nothing, or None.
 
@@ -512,6 +561,11 @@ def _unconfirmed_absent(entry: LedgerEntry, view: ClusterView, evidence: dict[st
     state = view.partitions.get(entry.partition)
     where = f"{view.topic}/{entry.partition}" if entry.partition >= 0 else view.topic
     sent = ms_to_iso(entry.ts_ms) or "an unknown time"
+    compacted = _compacted_since(view, entry.ts_ms, evidence)
+    if compacted is not None:
+        return Diagnosis(
+            "unknown", f"sent with acks=0 at {sent}, never confirmed, and not in {where}; {compacted}", evidence
+        )
     if state is not None and entry.ts_ms is not None:
         oldest = 0 if state.low == 0 else state.low_timestamp_ms
         if _complete(oldest, entry.ts_ms):
@@ -582,6 +636,13 @@ def _acked_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, A
         view, entry.ts_ms, entry.to_ms if entry.to_ms is not None else entry.ts_ms, (entry.session, entry.seq)
     )
     evidence["acked_window"] = {"from": ms_to_iso(entry.ts_ms), "to": ms_to_iso(entry.to_ms)}
+    compacted = _compacted_since(view, entry.to_ms if entry.to_ms is not None else entry.ts_ms, evidence)
+    if where == "complete" and compacted is not None:
+        return Diagnosis(
+            "unknown",
+            f"{acked} and not in {view.topic}; {compacted}: broker-lost and compacted away cannot be told apart",
+            evidence,
+        )
     if where == "complete":
         return Diagnosis(
             "broker-lost",
@@ -657,6 +718,9 @@ def _sent_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, An
         f"sent {_window(entry)} (sequence {entry.seq} of producer session {entry.session}) and never confirmed by "
         "the broker (acks=0, a failed send, or a producer that stopped before its reports came)"
     )
+    compacted = _compacted_since(view, entry.to_ms if entry.to_ms is not None else entry.ts_ms, evidence)
+    if compacted is not None:
+        return Diagnosis("unknown", f"{sent}; not in {view.topic}; {compacted}", evidence)
     if _partitions_since(view, entry.ts_ms, entry.to_ms) == "complete":
         return Diagnosis(
             "produce-failed",

@@ -4,6 +4,7 @@ scenarios (auditor/lab/registry.py)."""
 from auditor.lab.scenarios import (
     availability,
     canary,
+    compaction,
     consumers,
     duplicates,
     partitions,
@@ -12,4 +13,4 @@ from auditor.lab.scenarios import (
     transactions,
 )
 
-FAMILIES = (replication, duplicates, availability, consumers, partitions, retention, transactions, canary)
+FAMILIES = (replication, duplicates, availability, consumers, partitions, retention, compaction, transactions, canary)
