@@ -40,6 +40,10 @@ Decision, in order:
    the topic still holds everything since that run, and no partition can have changed
    leader since the row was created (a leader change loses acks=1 records without a
    trace) -> never-produced. Each names the run.
+6. On a compacted topic whose record key is not the binding's key, a record with the item's
+   key absent now may have been removed by the log cleaner after delivery: wherever the
+   rules above would conclude broker-lost, never-produced or produce-failed from such an
+   absence (for records older than min.compaction.lag.ms), the verdict is unknown.
 """
 
 from __future__ import annotations

@@ -99,3 +99,14 @@ def test_it_warns_of_the_group_that_never_reads_a_partition_added_while_it_was_a
     assert set(result.expected) == {"stuck:waiting", "risk:no-committed-offset"}
     assert result.expected["risk:no-committed-offset"] == 1
     assert result.got == result.expected
+
+
+def test_records_the_log_cleaner_removed_are_not_lost_missing_skipped_or_never_produced(spark, lab_state) -> None:
+    result = run_one("compacted-shared-key-seen", spark)
+    # The truth: six tickets acked (delivery reports) and gone from a plain read of the compacted
+    # topic (their record key, the customer, was written again), their rows still NEW. A run saw
+    # them before the cleaner ran, and the probed group committed past where they were without
+    # receiving them: nothing says whether they were lost, so unknown, never broker-lost,
+    # missing, unprocessed or never-produced.
+    assert result.expected.get("stuck:unknown") == 6, result.notes
+    assert result.got == result.expected

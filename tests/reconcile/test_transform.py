@@ -719,6 +719,44 @@ def test_it_reports_no_gap_for_a_failed_send_the_application_sent_again(spark: S
     ]
 
 
+def test_on_a_compacted_topic_an_acked_record_the_cleaner_may_have_removed_is_no_gap(spark: SparkSession):
+    # s1 acked seqs 0..4 at offsets 10..14; only seq 3 (k1 again: it superseded seq 1's record)
+    # is still in the topic. Seq 2 (k2) and seq 4 (k4) have no record at all; seq 4 was acked
+    # after the compaction horizon (younger than min.compaction.lag.ms).
+    topic_records = records(spark, ("k1", 0, 13, at_second(3), "s1", 3))
+    raw = ledger_values(
+        spark,
+        batch(
+            "s1",
+            "t",
+            acked(0, 0, 10, "k0", ms_at_second(0)),
+            acked(1, 0, 11, "k1", ms_at_second(1)),
+            acked(2, 0, 12, "k2", ms_at_second(2)),
+            acked(3, 0, 13, "k1", ms_at_second(3)),
+            acked(4, 0, 14, "k4", ms_at_second(4)),
+        ),
+        {"v": 1, "type": "session-end", "pid": "s1", "ts": 9, "last_seq": {"t": 4}},
+    )
+    entries, new_bounds = transform_producer_ledger(raw, "t")
+    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
+    ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
+    bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
+    watermarks = spark.createDataFrame([(0, 0, 15)], WATERMARK_SCHEMA)
+    delivered = spark.createDataFrame([("k0",), ("k1",)], "key string")  # k0 seen by an earlier run
+    horizon = at_second(3.5)
+
+    def gaps(**compaction: Any) -> list[tuple[str, str, int]]:
+        found = find_gaps(coverage, ledger_open, bounds, watermarks, delivered_keys=delivered, **compaction)
+        return sorted((r["key"], r["cause"], r["seq"]) for r in found.collect())
+
+    lost = [("k0", "broker-lost", 0), ("k1", "broker-lost", 1), ("k2", "broker-lost", 2), ("k4", "broker-lost", 4)]
+    assert gaps() == lost  # not compacted: every acked record that is gone was lost
+    # keyed by the record key: the cleaner removes a record only when its key has a later one
+    assert gaps(compacted_until=horizon) == [("k2", "broker-lost", 2), ("k4", "broker-lost", 4)]
+    # keyed otherwise: any record up to the horizon may have been cleaned
+    assert gaps(compacted_until=horizon, absent_keys_compacted=True) == [("k4", "broker-lost", 4)]
+
+
 def test_it_attributes_sequence_gaps_from_the_ledger(spark: SparkSession):
     topic_records = records(
         spark,

@@ -15,9 +15,11 @@ from auditor.stuck.evidence import (
     MissingReport,
     PartitionState,
     ProcessedMark,
+    Sighting,
     StuckRow,
 )
 from auditor.stuck.verdicts import diagnose
+from spark_jobs.kafka_cleanup import TopicCleanup
 
 NOW_MS = 1_800_000_000_000
 CREATED = datetime.fromtimestamp((NOW_MS - 3600_000) / 1000, UTC)  # an hour ago
@@ -305,3 +307,57 @@ def test_an_unprobed_producer_s_row_is_never_produced_only_if_no_leader_can_have
         if verdict == "unknown":
             assert "its producer is not probed" in d.reason and "tickets/0 has changed leader" in d.reason
             assert d.evidence["leader_change"]["leader_epoch"] == 2
+
+
+COMPACTED = TopicCleanup("compact", compaction_lag_ms=0)
+
+
+def _absent(record_key: str, cleanup: TopicCleanup | None, **extra: object) -> tuple[str, str]:
+    """The verdict on a row whose key is nowhere in the topic, for a binding key and cleanup."""
+    cluster = view(record_key=record_key, cleanup=cleanup, **extra)
+    cluster.partitions = {0: PartitionState(0, 0, 10, 10, leader_epoch=0)}
+    d = diagnose(ROW, [], [], {}, cluster)
+    return d.verdict, d.reason
+
+
+def test_an_item_absent_from_a_compacted_topic_keyed_otherwise_is_unknown_not_never_produced() -> None:
+    # the producer is not probed: the topic's completeness is all there is, and the log cleaner
+    # removes an item's record once a later record has the same record key (another item's)
+    plain = {"producer_ledger": LedgerView("pl", True, entries_for_topic=0)}
+    verdict, reason = _absent("json:$.ticket_id", COMPACTED, **plain)
+    assert verdict == "unknown"
+    assert "is compacted (cleanup.policy=compact, min.compaction.lag.ms=0)" in reason
+    assert "json:$.ticket_id" in reason
+    # keyed by the record key, the cleaner keeps the key's last record: absence still counts
+    assert _absent("key", COMPACTED, **plain)[0] == "never-produced"
+    # not compacted, or the row younger than min.compaction.lag.ms (less the clock margin)
+    assert _absent("json:$.ticket_id", TopicCleanup("delete"), **plain)[0] == "never-produced"
+    assert _absent("json:$.ticket_id", TopicCleanup("compact", compaction_lag_ms=7200_000), **plain)[0] == (
+        "never-produced"
+    )
+    assert _absent("json:$.ticket_id", TopicCleanup("compact,delete", compaction_lag_ms=3600_000), **plain)[0] == (
+        "unknown"
+    )
+    # the policy could not be read: it may be compacted
+    verdict, reason = _absent("header:id", None, cleanup_error="DescribeConfigs denied", **plain)
+    assert verdict == "unknown" and "DescribeConfigs denied" in reason
+
+
+def test_a_record_seen_or_acked_then_gone_from_a_compacted_topic_is_not_broker_lost() -> None:
+    seen = KeyMemory(sightings={"TCK-7": Sighting(0, 4, NOW_MS - 3500_000, "run-1")})
+    for cleanup, record_key, verdict in (
+        (COMPACTED, "json:$.ticket_id", "unknown"),
+        (COMPACTED, "key", "broker-lost"),  # its key's last record cannot have been cleaned
+        (TopicCleanup("delete"), "json:$.ticket_id", "broker-lost"),
+    ):
+        cluster = view(record_key=record_key, cleanup=cleanup, producer_ledger=None)
+        d = diagnose(ROW, [], [], {}, cluster, seen)
+        assert d.verdict == verdict, (cleanup, record_key, d.reason)
+        if verdict == "unknown":
+            assert "seen by reconciliation run run-1 at tickets/0@4" in d.reason and "compacted" in d.reason
+            assert d.evidence["compaction"]["cleanup_policy"] == "compact"
+        d = diagnose(ROW, [], [acked(4)], {}, view(record_key=record_key, cleanup=cleanup))
+        assert d.verdict == verdict, (cleanup, record_key, d.reason)
+    # an acks=0 send absent from a compacted topic keyed otherwise: not a failed produce either
+    d = diagnose(ROW, [], [unconfirmed()], {}, view(record_key="json:$.id", cleanup=COMPACTED))
+    assert d.verdict == "unknown" and "compacted" in d.reason
