@@ -27,12 +27,10 @@ def test_only_an_item_keyed_other_than_by_its_record_key_can_lose_every_record_t
 
 @pytest.mark.integration
 def test_it_reads_the_policy_and_lag_from_the_broker_and_names_an_unreadable_topic(make_topic, kafka_admin) -> None:
-    compacted = make_topic(
-        "compacted", config={"cleanup.policy": "compact,delete", "min.compaction.lag.ms": "60000"}
-    )
+    compacted = make_topic("compacted", config={"cleanup.policy": "compact,delete", "min.compaction.lag.ms": "60000"})
     plain = make_topic("plain", config={"retention.ms": "3600000"})
     read = read_topic_cleanup(kafka_admin, compacted)
     assert (read.compacted, read.policy.replace(" ", ""), read.compaction_lag_ms) == (True, "compact,delete", 60000)
     assert read_topic_cleanup(kafka_admin, plain) == TopicCleanup("delete", 0, 3600000)
-    with pytest.raises(KafkaReadError, match="no-such-topic-cleanup.*cleanup.policy"):
+    with pytest.raises(KafkaReadError, match=r"no-such-topic-cleanup.*cleanup\.policy"):
         read_topic_cleanup(kafka_admin, "no-such-topic-cleanup", timeout_s=5)
