@@ -335,8 +335,14 @@ class World:
         # log start has passed their committed offsets
         groups = {self.topic: self.binding.consumer_groups} if self.binding.consumer_groups else {}
         lag = consumer_lag(admin, connection, admin.list_topics(timeout=15), groups)
+        item_keys = {self.topic: self.binding.record_key} if self.binding.record_key != "key" else {}
         for result in lint_live_cluster(
-            admin, guarantee, topics=[self.topic], consumer_lag_seconds=lag.seconds, overtaken=lag.overtaken
+            admin,
+            guarantee,
+            topics=[self.topic],
+            consumer_lag_seconds=lag.seconds,
+            overtaken=lag.overtaken,
+            item_keys=item_keys,
         ):
             if result.target == "topic" and result.severity == "error":
                 verdicts.setdefault("lint topic", set()).add(f"lint:{result.config}")

@@ -68,6 +68,7 @@ def lint_live_cluster(
     consumer_lag_seconds: float | Mapping[str, float] | None = None,
     *,
     overtaken: Mapping[str, Sequence[Overtaken]] | None = None,
+    item_keys: Mapping[str, str] | None = None,
     timeout: float = 15.0,
 ) -> list[LintResult]:
     """Lint every broker and the given topics (default: all but internal `__*` topics).
@@ -77,6 +78,8 @@ def lint_live_cluster(
     The replication factor is read from the partitions' replica lists (the smallest one).
     ``consumer_lag_seconds`` (one number, or per topic) enables the retention-vs-lag rule, and
     ``overtaken`` (per topic, groups whose committed offset the log start passed) gives it proof.
+    ``item_keys`` (per topic, the bindings' record_key where it is not the record key) enables
+    the compaction rule.
     """
     metadata = admin.list_topics(timeout=timeout)
     broker_ids = sorted(metadata.brokers)
@@ -115,7 +118,10 @@ def lint_live_cluster(
     results.extend(_merge_broker_results(per_broker))
     for name in names:
         context = LintContext(
-            broker_configs=first_broker, consumer_lag_seconds=consumer_lag_seconds, overtaken=overtaken or {}
+            broker_configs=first_broker,
+            consumer_lag_seconds=consumer_lag_seconds,
+            overtaken=overtaken or {},
+            item_keys=item_keys or {},
         )
         results.extend(
             lint(topic_configs[name], client="java", kind="topic", guarantee=guarantee, context=context, subject=name)

@@ -102,8 +102,11 @@ def scan_cluster(cluster: Cluster, *, clients_topic: str = CLIENTS_TOPIC, timeou
     topic_guarantees: dict[str, list[str]] = defaultdict(list)
     groups_by_topic: dict[str, set[str]] = defaultdict(set)
     guarantees_by_group: dict[str, list[str]] = defaultdict(list)
+    item_keys: dict[str, str] = {}  # topics some binding keys otherwise than by the record key
     for binding in bindings:
         topic_guarantees[binding.topic].append(binding.guarantee)
+        if binding.record_key and binding.record_key != "key":
+            item_keys.setdefault(binding.topic, binding.record_key)
         for group in binding.consumer_groups or []:
             groups_by_topic[binding.topic].add(str(group))
             guarantees_by_group[str(group)].append(binding.guarantee)
@@ -155,6 +158,7 @@ def scan_cluster(cluster: Cluster, *, clients_topic: str = CLIENTS_TOPIC, timeou
                 topics=topics,
                 consumer_lag_seconds=lag.seconds,
                 overtaken=lag.overtaken,
+                item_keys=item_keys,
                 timeout=timeout,
             ):
                 if result.target == "topic":

@@ -109,4 +109,6 @@ def test_records_the_log_cleaner_removed_are_not_lost_missing_skipped_or_never_p
     # receiving them: nothing says whether they were lost, so unknown, never broker-lost,
     # missing, unprocessed or never-produced.
     assert result.expected.get("stuck:unknown") == 6, result.notes
+    # and the setting that let it happen, on the topic: the lint's T006
+    assert result.expected.get("lint:cleanup.policy") == 1
     assert result.got == result.expected

@@ -36,7 +36,7 @@ def cluster(kafka_bootstrap: str) -> Cluster:
 def bind(cluster: Cluster) -> Callable[..., Binding]:
     source = SourceDatabase.objects.create(name=f"src-{uuid.uuid4().hex[:8]}", url="postgresql://app@127.0.0.1/app")
 
-    def create(topic: str, guarantee: str, groups: list[str] | None = None) -> Binding:
+    def create(topic: str, guarantee: str, groups: list[str] | None = None, record_key: str = "key") -> Binding:
         return Binding.objects.create(
             name=f"b-{uuid.uuid4().hex[:8]}",
             cluster=cluster,
@@ -44,6 +44,7 @@ def bind(cluster: Cluster) -> Callable[..., Binding]:
             source=source,
             table="public.items",
             key_column="id",
+            record_key=record_key,
             guarantee=guarantee,
             consumer_groups=groups or [],
         )
@@ -289,3 +290,22 @@ def test_it_scans_the_configured_clusters_from_the_cli(make_topic: MakeTopic, cl
     mine = [r for r in body["results"] if r["subject"] == f"topic {topic}"]
     assert {r["rule"] for r in mine} >= {"T004"}
     assert {"rule", "severity", "target", "config", "value", "expected", "message"} <= set(mine[0])
+
+
+def test_it_flags_a_compacted_topic_whose_bindings_tell_items_apart_by_other_than_the_record_key(
+    kafka_brokers: int, make_topic: MakeTopic, cluster: Cluster, bind: Bind
+) -> None:
+    replicas = min(3, kafka_brokers)
+    isr = {"min.insync.replicas": "2"} if replicas == 3 else {}
+    by_value = make_topic("lint-compact", replication_factor=replicas, config={"cleanup.policy": "compact", **isr})
+    by_key = make_topic("lint-compact", replication_factor=replicas, config={"cleanup.policy": "compact", **isr})
+    bind(by_value, "at-least-once", record_key="json:$.ticket_id")
+    bind(by_key, "at-least-once")
+
+    scan = scan_all(LintScan.MANUAL, clusters=[cluster])
+    assert scan.status == "ok", scan.error
+    t006 = on(scan, f"topic {by_value}")["T006"]
+    assert (t006.severity, t006.shown_value, t006.source) == ("error", "compact", "explicit")
+    assert "told apart by json:$.ticket_id, not by the record key" in t006.message
+    # keyed by the item itself, the cleaner only removes copies a later record superseded
+    assert "T006" not in on(scan, f"topic {by_key}")

@@ -60,6 +60,7 @@ KEY_TYPES: Mapping[str, str] = {
     "unclean.leader.election.enable": "bool",
     "retention.ms": "int",
     "cleanup.policy": "str",
+    "min.compaction.lag.ms": "int",
     # broker
     "offsets.retention.minutes": "int",
     "offsets.topic.replication.factor": "int",
@@ -140,12 +141,15 @@ TOPIC: Mapping[str, Any] = {
     "unclean.leader.election.enable": False,
     "retention.ms": 604_800_000,
     "cleanup.policy": "delete",
+    "min.compaction.lag.ms": 0,
 }
 # Topic settings that inherit a broker-wide default, and the broker key holding it.
 TOPIC_FROM_BROKER: Mapping[str, str] = {
     "replication.factor": "default.replication.factor",
     "min.insync.replicas": "min.insync.replicas",
     "unclean.leader.election.enable": "unclean.leader.election.enable",
+    "cleanup.policy": "log.cleanup.policy",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
 }
 
 DEFAULT_JAVA_VERSION = (4, 0, 0)

@@ -52,6 +52,7 @@ EXPLAINS: Mapping[str, Explained] = {
     "T003": _SEND_FAILED,
     "T004": _LOST_BY_BROKER,
     "T005": (("missing", None),),  # expired by retention before it was consumed
+    "T006": (("missing", None),),  # compacted away before it was consumed
     # broker
     "B001": (("reprocessed", None), ("unprocessed", None)),  # the group restarts from auto.offset.reset
     "B002": (("reprocessed", None), ("unprocessed", None)),

@@ -69,6 +69,8 @@ class LintContext:
         committed through the producer's transaction; None when unknown.
     max_processing_ms: the longest observed time between two polls of the consumer.
     client_version: the Java client's version ("3.9.2"); its defaults changed over time.
+    item_keys: per topic name, how the bindings on it find an item's key in a record when it
+        is not the record key ("json:$.ticket_id", "header:id"); absent: the record key.
     """
 
     broker_configs: Mapping[str, Any] = field(default_factory=dict)
@@ -79,6 +81,7 @@ class LintContext:
     offsets_in_transaction: bool | None = None
     max_processing_ms: int | None = None
     client_version: str | None = None
+    item_keys: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

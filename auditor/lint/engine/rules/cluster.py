@@ -164,6 +164,45 @@ def check_retention_vs_lag(s: Subject) -> Iterator[Finding]:
     yield Finding(retention, expected, message, severity)
 
 
+@topic_rules.rule(
+    "T006",
+    "compaction removes items that share a record key",
+    NOT_LOST,
+    "error",
+    why="the log cleaner keeps one record per record key: items keyed otherwise replace each other",
+    fix="key each record by its item (or bind by the record key), or use cleanup.policy=delete",
+)
+def check_compaction_vs_item_key(s: Subject) -> Iterator[Finding]:
+    policy = s["cleanup.policy"]
+    if "compact" not in {p.strip() for p in str(policy.value or "").split(",")}:
+        return
+    item_key = s.context.item_keys.get(s.name or "")
+    if not item_key or item_key == "key":
+        return
+    lag = s["min.compaction.lag.ms"]
+    removed = (
+        f"{policy.describe()} removes a record once a later record has the same record key, but the items of "
+        f"this topic are told apart by {item_key}, not by the record key: items that share a record key replace "
+        "each other"
+    )
+    if not lag.value or lag.value <= 0:
+        yield Finding(
+            policy,
+            "delete, or records keyed by their item",
+            f"{removed}, and a consumer that falls behind the cleaner ({lag.describe()}) never receives the "
+            "earlier ones: they are delivered, then gone",
+            "error",
+        )
+        return
+    yield Finding(
+        policy,
+        "delete, or records keyed by their item",
+        f"{removed}; {lag.describe()} keeps them {_duration(lag.value)}: a consumer further behind never "
+        "receives the earlier ones",
+        "warning",
+    )
+
+
 # --- broker -----------------------------------------------------------------------------
 
 
