@@ -65,10 +65,11 @@ def read_topic_cleanup(admin: AdminClient, topic: str, timeout_s: float = 10.0) 
     try:
         futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=timeout_s)
         configs = next(iter(futures.values())).result(timeout=timeout_s)
-    except KafkaException as exc:
+    except (KafkaException, TimeoutError) as exc:
         raise KafkaReadError(
-            f"the configuration of topic {topic!r} could not be read (DescribeConfigs): {exc}; the auditor needs its "
-            "cleanup.policy to tell records removed by log compaction from lost ones"
+            f"the configuration of topic {topic!r} could not be read from Kafka (DescribeConfigs): "
+            f"{exc or type(exc).__name__}; the auditor needs its cleanup.policy to tell records removed by log "
+            "compaction from lost ones"
         ) from exc
 
     def value(name: str) -> str | None:

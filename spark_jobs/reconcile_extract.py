@@ -129,8 +129,11 @@ def extract_topic(
 
 
 def extract_topic_cleanup(binding: Binding) -> TopicCleanup:
-    """The topic's cleanup.policy and compaction lag (kafka_cleanup)."""
-    return read_topic_cleanup(admin_client(binding.bootstrap_servers, binding.kafka_config), binding.topic)
+    """The topic's cleanup.policy and compaction lag (kafka_cleanup), once the topic is known
+    to exist (an unreachable cluster or a missing topic fails as every other read does)."""
+    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
+    topic_partitions(admin, binding.topic)
+    return read_topic_cleanup(admin, binding.topic)
 
 
 def find_rewritten_partitions(binding: Binding, meta: StateMeta, compacted: bool = False) -> dict[int, str]:

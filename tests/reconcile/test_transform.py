@@ -648,6 +648,18 @@ def test_it_reads_acks_0_entries_as_unconfirmed_never_acked(spark: SparkSession)
     )
 
 
+def first_run_gap_inputs(
+    spark: SparkSession, raw: DataFrame, topic_records: DataFrame
+) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """find_gaps' seq coverage, open ledger entries and session bounds after a first run that
+    read `raw` (producer-ledger values of topic "t") and `topic_records`."""
+    entries, new_bounds = transform_producer_ledger(raw, "t")
+    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
+    ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
+    bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
+    return coverage, ledger_open, bounds
+
+
 def test_it_calls_an_absent_unconfirmed_send_unconfirmed_not_broker_lost(spark: SparkSession):
     # s1 sent seqs 0..3 with acks=0; only 0 and 3 are in the topic.
     topic_records = records(spark, ("k0", 1, 10, at_second(0), "s1", 0), ("k3", 1, 11, at_second(3), "s1", 3))
@@ -662,10 +674,7 @@ def test_it_calls_an_absent_unconfirmed_send_unconfirmed_not_broker_lost(spark: 
         # A merged ledger that also says seq 1 failed: unconfirmed (it was sent) wins.
         batch("s1", "t", [1, "failed", 1, -1, "Local: Message timed out", "possibly", "k1", ms_at_second(1)]),
     )
-    entries, new_bounds = transform_producer_ledger(raw, "t")
-    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
-    ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
-    bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
+    coverage, ledger_open, bounds = first_run_gap_inputs(spark, raw, topic_records)
     watermarks = spark.createDataFrame([(1, 0, 12)], WATERMARK_SCHEMA)
 
     actual = find_gaps(coverage, ledger_open, bounds, watermarks)
@@ -704,10 +713,7 @@ def test_it_reports_no_gap_for_a_failed_send_the_application_sent_again(spark: S
         ),
         {"v": 1, "type": "session-end", "pid": "s1", "ts": 9, "last_seq": {"t": 4}},
     )
-    entries, new_bounds = transform_producer_ledger(raw, "t")
-    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
-    ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
-    bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
+    coverage, ledger_open, bounds = first_run_gap_inputs(spark, raw, topic_records)
     watermarks = spark.createDataFrame([(0, 0, 13)], WATERMARK_SCHEMA)
     delivered = spark.createDataFrame([("k0",), ("k1",), ("k4",)], "key string")
 
@@ -737,10 +743,7 @@ def test_on_a_compacted_topic_an_acked_record_the_cleaner_may_have_removed_is_no
         ),
         {"v": 1, "type": "session-end", "pid": "s1", "ts": 9, "last_seq": {"t": 4}},
     )
-    entries, new_bounds = transform_producer_ledger(raw, "t")
-    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
-    ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
-    bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
+    coverage, ledger_open, bounds = first_run_gap_inputs(spark, raw, topic_records)
     watermarks = spark.createDataFrame([(0, 0, 15)], WATERMARK_SCHEMA)
     delivered = spark.createDataFrame([("k0",), ("k1",)], "key string")  # k0 seen by an earlier run
     horizon = at_second(3.5)
