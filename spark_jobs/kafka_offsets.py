@@ -76,6 +76,15 @@ _LEADER_MOVED = frozenset(
 )
 
 
+_COORDINATOR_MOVED = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+    }
+)
+
+
 def partition_offsets(
     admin: AdminClient, topic: str, partitions: list[int], timeout_s: float = 10.0
 ) -> dict[int, PartitionOffsets]:
@@ -135,12 +144,22 @@ def committed_offsets(
 ) -> list[tuple[str, int, int]]:
     """(group, partition, committed offset) for partitions where the group has committed."""
     rows: list[tuple[str, int, int]] = []
+    deadline = time.monotonic() + timeout_s
     for group in groups:
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
-        try:
-            result = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group].result()
-        except KafkaException as exc:
-            raise KafkaReadError(f"reading committed offsets of group {group!r} failed: {exc}") from exc
+        while True:
+            try:
+                result = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group].result()
+                break
+            except KafkaException as exc:
+                # Right after a broker restart the group's coordinator is still loading its
+                # offsets ("Coordinator load in progress") or has moved: ask again within the
+                # timeout, as the clients themselves do.
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                again = error is not None and (error.code() in _COORDINATOR_MOVED or error.retriable())
+                if not again or time.monotonic() > deadline:
+                    raise KafkaReadError(f"reading committed offsets of group {group!r} failed: {exc}") from exc
+                time.sleep(0.5)
         for tp in result.topic_partitions:
             if tp.error is not None:
                 raise KafkaReadError(f"committed offset of group {group!r} on {topic}/{tp.partition}: {tp.error}")
