@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka._model import ConsumerGroupTopicPartitions
@@ -18,6 +20,9 @@ from confluent_kafka.admin import AdminClient, ListOffsetsResultInfo, OffsetSpec
 # librdkafka settings that are meaningful to the AdminClient (the rest of a cluster's
 # config may be producer- or consumer-only and would be rejected or warned about).
 _ADMIN_KEYS_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.")
+
+
+T = TypeVar("T")
 
 
 class KafkaReadError(RuntimeError):
@@ -95,25 +100,20 @@ def partition_offsets(
 
     deadline = time.monotonic() + timeout_s
 
+    def refresh() -> None:
+        # Right after a leader change the client's metadata still names the old leader or
+        # epoch ("Leader epoch is older than broker epoch"): refresh it before asking again.
+        try:
+            admin.list_topics(topic, timeout=max(deadline - time.monotonic(), 1.0))
+        except KafkaException:
+            pass  # the next attempt says what is wrong
+
     def query(spec: OffsetSpec, isolation: IsolationLevel) -> dict[int, ListOffsetsResultInfo]:
-        while True:
-            try:
-                futures = admin.list_offsets(
-                    {tp: spec for tp in tps}, isolation_level=isolation, request_timeout=timeout_s
-                )
-                return {tp.partition: future.result() for tp, future in futures.items()}
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-                moved = error is not None and (error.code() in _LEADER_MOVED or error.retriable())
-                if not moved or time.monotonic() > deadline:
-                    raise KafkaReadError(f"listing offsets of topic {topic!r} failed: {exc}") from exc
-            # Right after a leader change the client's metadata still names the old leader or
-            # epoch ("Leader epoch is older than broker epoch"): refresh it and ask again.
-            time.sleep(0.2)
-            try:
-                admin.list_topics(topic, timeout=max(deadline - time.monotonic(), 1.0))
-            except KafkaException:
-                pass  # the next attempt says what is wrong
+        def ask() -> dict[int, ListOffsetsResultInfo]:
+            futures = admin.list_offsets({tp: spec for tp in tps}, isolation_level=isolation, request_timeout=timeout_s)
+            return {tp.partition: future.result() for tp, future in futures.items()}
+
+        return _asking_again(ask, _LEADER_MOVED, deadline, f"listing offsets of topic {topic!r}", 0.2, refresh)
 
     low = query(OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED)
     # The high watermark before the last stable offset: a record appended between the two
@@ -134,6 +134,30 @@ def partition_offsets(
     }
 
 
+def _asking_again(
+    ask: Callable[[], T],
+    moved: frozenset[int],
+    deadline: float,
+    what: str,
+    pause_s: float,
+    before_again: Callable[[], None] | None = None,
+) -> T:
+    """ask(), asked again until `deadline` while Kafka answers with one of the `moved` codes
+    or another retriable error (leadership or a coordinator moving); any other error, or one
+    past the deadline, is a KafkaReadError naming `what`."""
+    while True:
+        try:
+            return ask()
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            again = error is not None and (error.code() in moved or error.retriable())
+            if not again or time.monotonic() > deadline:
+                raise KafkaReadError(f"{what} failed: {exc}") from exc
+        time.sleep(pause_s)
+        if before_again is not None:
+            before_again()
+
+
 def _epoch(info: ListOffsetsResultInfo) -> int | None:
     epoch = info.leader_epoch
     return epoch if epoch is not None and epoch >= 0 else None
@@ -147,19 +171,17 @@ def committed_offsets(
     deadline = time.monotonic() + timeout_s
     for group in groups:
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
-        while True:
-            try:
-                result = admin.list_consumer_group_offsets(request, request_timeout=timeout_s)[group].result()
-                break
-            except KafkaException as exc:
-                # Right after a broker restart the group's coordinator is still loading its
-                # offsets ("Coordinator load in progress") or has moved: ask again within the
-                # timeout, as the clients themselves do.
-                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-                again = error is not None and (error.code() in _COORDINATOR_MOVED or error.retriable())
-                if not again or time.monotonic() > deadline:
-                    raise KafkaReadError(f"reading committed offsets of group {group!r} failed: {exc}") from exc
-                time.sleep(0.5)
+        # Right after a broker restart the group's coordinator is still loading its offsets
+        # ("Coordinator load in progress") or has moved: asked again within the timeout.
+        result = _asking_again(
+            lambda request=request, group=group: admin.list_consumer_group_offsets(  # type: ignore[misc]
+                request, request_timeout=timeout_s
+            )[group].result(),
+            _COORDINATOR_MOVED,
+            deadline,
+            f"reading committed offsets of group {group!r}",
+            0.5,
+        )
         for tp in result.topic_partitions:
             if tp.error is not None:
                 raise KafkaReadError(f"committed offset of group {group!r} on {topic}/{tp.partition}: {tp.error}")

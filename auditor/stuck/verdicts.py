@@ -640,14 +640,14 @@ def _acked_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, A
         view, entry.ts_ms, entry.to_ms if entry.to_ms is not None else entry.ts_ms, (entry.session, entry.seq)
     )
     evidence["acked_window"] = {"from": ms_to_iso(entry.ts_ms), "to": ms_to_iso(entry.to_ms)}
-    compacted = _compacted_since(view, entry.to_ms if entry.to_ms is not None else entry.ts_ms, evidence)
-    if where == "complete" and compacted is not None:
-        return Diagnosis(
-            "unknown",
-            f"{acked} and not in {view.topic}; {compacted}: broker-lost and compacted away cannot be told apart",
-            evidence,
-        )
     if where == "complete":
+        compacted = _compacted_since(view, entry.to_ms if entry.to_ms is not None else entry.ts_ms, evidence)
+        if compacted is not None:
+            return Diagnosis(
+                "unknown",
+                f"{acked} and not in {view.topic}; {compacted}: broker-lost and compacted away cannot be told apart",
+                evidence,
+            )
         return Diagnosis(
             "broker-lost",
             f"{acked}, but no partition of {view.topic} has a record with this key although each still holds "

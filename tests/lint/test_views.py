@@ -300,7 +300,14 @@ def test_it_renders_the_catalog_with_every_rule(user_client: Client) -> None:
     assert "reprocessed" in html.split('<tr id="C004"', 1)[1].split("</tr>", 1)[0]
 
     topics = user_client.get("/lint/catalog/", {"target": "topic", "guarantee": "exactly-once"}).content.decode()
-    assert [part.split('"', 1)[0] for part in topics.split('<tr id="')[1:]] == ["T001", "T002", "T003", "T004", "T005", "T006"]
+    assert [part.split('"', 1)[0] for part in topics.split('<tr id="')[1:]] == [
+        "T001",
+        "T002",
+        "T003",
+        "T004",
+        "T005",
+        "T006",
+    ]
 
 
 def test_it_exports_the_catalog(user_client: Client) -> None:
