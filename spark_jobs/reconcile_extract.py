@@ -164,6 +164,7 @@ class PartitionSummary:
     counts: dict[str, int]  # RECORD_COUNTS
     last: tuple[int, int | None]  # the last record: offset, timestamp ms
     first_ms: int | None  # the timestamp of the first record
+    tombstones: int = 0  # records without a value
 
 
 def summarize_partitions(records: DataFrame) -> dict[int, PartitionSummary]:
@@ -175,11 +176,13 @@ def summarize_partitions(records: DataFrame) -> dict[int, PartitionSummary]:
         records.groupBy("partition")
         .agg(
             F.count("*").alias("n"),
-            F.count("key").alias("keyed"),
+            # a tombstone on a JSON path has no key, and needs none: it is no item's record
+            F.count(F.when(F.col("key").isNotNull() | F.col("tombstone"), 1)).alias("keyed"),
             *header_problem_counts(),
             F.max("offset").alias("last_offset"),
             F.max_by(F.unix_millis("timestamp"), "offset").alias("last_ms"),
             F.min_by(F.unix_millis("timestamp"), "offset").alias("first_ms"),
+            F.count(F.when(F.col("tombstone"), 1)).alias("tombstones"),
         )
         .collect()
     )
@@ -190,6 +193,7 @@ def summarize_partitions(records: DataFrame) -> dict[int, PartitionSummary]:
             {name: row[name] for name in RECORD_COUNTS},
             (row["last_offset"], row["last_ms"]),
             row["first_ms"],
+            row["tombstones"],
         )
         for row in rows
     }

@@ -200,6 +200,7 @@ def find_gaps(
     delivered_keys: DataFrame | None = None,
     compacted_until: datetime | None = None,
     absent_keys_compacted: bool = False,
+    deleted_keys: DataFrame | None = None,
 ) -> DataFrame:
     """Holes in producer sessions' sequences up to each session's last ledgered seq.
 
@@ -222,8 +223,10 @@ def find_gaps(
     except on a compacted topic (kafka_cleanup): an acked record produced up to
     `compacted_until` may have been removed by the log cleaner, which it does once a later
     record has the same record key. It is unverifiable when its item has a record in the topic
-    (superseded), when `absent_keys_compacted` (the binding's key is not the record key, so
-    the cleaner may remove every record of an item), or when its ack names no key (v2 ranges).
+    (superseded), or a tombstone in `deleted_keys` (column `key`: the application deleted the
+    item, and the cleaner removes every record before a tombstone), when `absent_keys_compacted`
+    (the binding's key is not the record key, so the cleaner may remove every record of an
+    item), or when its ack names no key (v2 ranges).
     """
     marks = watermarks.select("partition", F.col("low").alias("_low"), F.col("end").alias("_end"))
     entries = (
@@ -250,18 +253,20 @@ def find_gaps(
         )
         has_record = F.col("_delivered").isNotNull()
         dropped = F.col("status").isin("failed", "unconfirmed", SENT) & has_record
+        reported = reported.join(delivered, reported["audit_id"] == delivered["_delivered"], "left")
         if compacted_until is not None:
             until_ms = int(compacted_until.timestamp() * 1000)
+            superseded = has_record
+            if deleted_keys is not None:
+                deleted = deleted_keys.select(F.col("key").alias("_deleted")).distinct()
+                reported = reported.join(deleted, reported["audit_id"] == deleted["_deleted"], "left")
+                superseded = superseded | F.col("_deleted").isNotNull()
             dropped = dropped | (
                 F.col("status").isin("acked", ACKED_RANGE)
                 & (F.coalesce(F.col("ts_ms"), F.lit(0)) <= F.lit(until_ms))
-                & (has_record | F.lit(absent_keys_compacted) | F.col("audit_id").isNull())
+                & (superseded | F.lit(absent_keys_compacted) | F.col("audit_id").isNull())
             )
-        reported = (
-            reported.join(delivered, reported["audit_id"] == delivered["_delivered"], "left")
-            .where(~dropped)
-            .drop("_delivered")
-        )
+        reported = reported.where(~dropped).drop("_delivered", "_deleted")
     ledger_evidence = F.struct(
         F.col("status"), F.col("partition"), F.col("offset"), F.col("error"), F.col("persisted"), F.col("ts_ms")
     )

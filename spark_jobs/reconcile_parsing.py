@@ -147,7 +147,9 @@ _FORM_V1, _FORM_V2, _FORM_NONE, _FORM_OTHER = 1, 2, 0, -1
 
 def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
     """Kafka source rows → RECORD_SCHEMA (key by the binding's rule, audit headers) plus
-    `header_status` (audit_header_status), which a run counts and the state does not keep.
+    `header_status` (audit_header_status), which a run counts and the state does not keep,
+    and `tombstone`: the record has no value, an application's deletion of its record key
+    (compacted topics), no delivery of an item (see transform_key_stats).
 
     Undecodable audit headers still become nulls here (such a record is audited by key
     only), but they are counted, never silently dropped.
@@ -169,6 +171,7 @@ def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
         F.col("partition").cast("int").alias("partition"),
         F.col("offset").cast("long").alias("offset"),
         F.col("timestamp"),
+        F.col("value").isNull().alias("tombstone"),
         F.when(v2, F.array(F.get(headers, 0)["value"]))
         .when(v1 | (count == 0), F.array().cast("array<binary>"))
         .otherwise(_audit_v2_values())
@@ -204,6 +207,7 @@ def transform_records(raw: DataFrame, record_key: RecordKeySpec) -> DataFrame:
         _session_of(v2, values["audit-pid"], v2_valid).alias("session"),
         _seq_of(v2, values["audit-seq"], v2_valid).alias("seq"),
         status.alias("header_status"),
+        "tombstone",
     )
 
 

@@ -274,6 +274,7 @@ def extract_inputs(
     totals = {
         "n": sum(s.n for s in summary.values()),
         "keyed": sum(s.keyed for s in summary.values()),
+        "tombstones": sum(s.tombstones for s in summary.values()),
         **{name: sum(s.counts[name] for s in summary.values()) for name in RECORD_COUNTS},
     }
     if totals["n"] > 0 and totals["keyed"] == 0 and not meta.key_deltas and plan.memory is None:
@@ -444,6 +445,18 @@ def update_state(
             old_candidates, records, processed_cov, inputs.groups, inputs.committed
         ),
     )
+    old_tombstones = store.dataset(spark, plan.previous, "tombstones")
+    if inputs.totals["tombstones"]:
+        fresh = conform(records.where(F.col("tombstone") & F.col("key").isNotNull()), RECORD_SCHEMA)
+        # a rebuild reads again what an earlier run read: one entry per record
+        keep(
+            "tombstones",
+            conform(old_tombstones, RECORD_SCHEMA).unionByName(fresh).dropDuplicates(["partition", "offset"]),
+        )
+    elif plan.previous.datasets.get("tombstones"):
+        new.datasets["tombstones"], new.frames["tombstones"] = plan.previous.datasets["tombstones"], old_tombstones
+    else:
+        new.frames["tombstones"] = old_tombstones
     new.key_deltas = [
         *meta.key_deltas,
         store.write_delta(key_delta_of(keys, plan.run_id), "keys", KEY_INDEX_SCHEMA),
@@ -472,6 +485,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
             watermarks,
             unverifiable_until=inputs.unverifiable_until,
             delivered_keys=plan.store.deltas(spark, new.key_deltas, KEY_INDEX_SCHEMA).select("key"),
+            deleted_keys=None if is_empty_plan(s["tombstones"]) else s["tombstones"].select("key"),
             compacted_until=inputs.compacted_until,
             absent_keys_compacted=inputs.absent_keys_compacted,
         )

@@ -54,6 +54,8 @@ DATASETS: dict[str, StructType] = {
     "unprocessed_candidates": CANDIDATE_SCHEMA,
     "findings": FINDING_SCHEMA,
     "lost_sightings": LOST_SIGHTING_SCHEMA,
+    # tombstones (records without a value) of keys, read by any run: the items deleted
+    "tombstones": RECORD_SCHEMA,
 }
 
 

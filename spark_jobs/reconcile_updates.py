@@ -34,12 +34,31 @@ from spark_jobs.reconcile_schemas import (
 )
 
 
+def _tombstone(records: DataFrame) -> Column:
+    """transform_records' `tombstone` (frames built without it hold none)."""
+    return F.col("tombstone") if "tombstone" in records.columns else F.lit(False)
+
+
+def items_of(records: DataFrame) -> DataFrame:
+    """The records that deliver an item: all but tombstones."""
+    return records.where(~_tombstone(records)) if "tombstone" in records.columns else records
+
+
 def transform_key_stats(records: DataFrame) -> DataFrame:
     """Per key of this run's records: `n` and `first` (the record at the lowest partition,
-    offset). The one shuffle of the records by key that the state updates share (pass it as
-    `key_stats`; each computes it itself when not given)."""
-    first = F.min(F.struct("partition", "offset", "timestamp", "session", "seq")).alias("first")
-    return records.where(F.col("key").isNotNull()).groupBy("key").agg(F.count("*").alias("n"), first)
+    offset), and `deleted`: a tombstone of the key was read. A tombstone (no value) is an
+    application deleting its item from a compacted topic, not a copy of it: n and first count
+    the other records (n null when a key has tombstones only). The one shuffle of the records
+    by key that the state updates share (pass it as `key_stats`; each computes it itself when
+    not given)."""
+    tombstone = _tombstone(records)
+    item = F.when(~tombstone, F.struct("partition", "offset", "timestamp", "session", "seq"))
+    n = F.count(item)
+    return (
+        records.where(F.col("key").isNotNull())
+        .groupBy("key")
+        .agg(F.when(n > 0, n).alias("n"), F.min(item).alias("first"), F.max(tombstone).alias("deleted"))
+    )
 
 
 def _stats(records: DataFrame, key_stats: DataFrame | None) -> DataFrame:
@@ -81,9 +100,10 @@ def _maybe_broadcast(df: DataFrame, hint: bool) -> DataFrame:
 
 
 def transform_touched_keys(key_stats: DataFrame, window_rows: DataFrame) -> DataFrame:
-    """Every key this run touched (a record read, or a source row in its window): key, n and
-    first (this run's records, transform_key_stats), created (the window's source row)."""
-    return key_stats.select("key", "n", "first").join(window_rows.select("key", "created"), "key", "full")
+    """Every key this run touched (a record read, or a source row in its window): key, n,
+    first and deleted (this run's records, transform_key_stats), created (the window's source
+    row)."""
+    return key_stats.select("key", "n", "first", "deleted").join(window_rows.select("key", "created"), "key", "full")
 
 
 def transform_key_table(
@@ -152,6 +172,11 @@ def _new_row() -> Column:
     return F.col("created").isNotNull() & F.col("known_source").isNull()
 
 
+def _deleted() -> Column:
+    """A tombstone of the key was read this run: its item was produced, then deleted."""
+    return F.coalesce(F.col("deleted"), F.lit(False))
+
+
 def key_delta_of(table: DataFrame, run_id: str) -> DataFrame:
     """This run's per-key index delta (KEY_INDEX_SCHEMA) from transform_key_table."""
     return table.where(_has_record()).select("key", "n", "first.*", F.lit(run_id).alias("run_id"))
@@ -165,7 +190,7 @@ def new_source_of(table: DataFrame) -> DataFrame:
 def duplicates_of(table: DataFrame, new_records: DataFrame, old_duplicates: DataFrame) -> DataFrame:
     """Every record of every key seen more than once so far (RECORD_SCHEMA)."""
     duplicated = table.where(_has_record() & (F.col("n") + F.coalesce(F.col("n_old"), F.lit(0)) > 1))
-    added_new = new_records.where(F.col("key").isNotNull()).join(duplicated.select("key"), "key", "left_semi")
+    added_new = items_of(new_records).where(F.col("key").isNotNull()).join(duplicated.select("key"), "key", "left_semi")
     # A key seen exactly once before is not in old_duplicates yet: bring its first record.
     added_old = duplicated.where(F.col("n_old") == 1).select("key", "first_old.*")
     return (
@@ -176,23 +201,25 @@ def duplicates_of(table: DataFrame, new_records: DataFrame, old_duplicates: Data
 
 
 def pending_of(table: DataFrame, old_pending: DataFrame) -> DataFrame:
-    """Source rows with no record so far (SOURCE_ROW_SCHEMA); `missing` once past grace."""
+    """Source rows with no record so far (SOURCE_ROW_SCHEMA); `missing` once past grace. A
+    row whose key has a tombstone is not: its item was produced and deleted (its record may
+    be compacted away)."""
     resolved = conform(old_pending, SOURCE_ROW_SCHEMA).join(
-        table.where(_has_record()).select("key"), "key", "left_anti"
+        table.where(_has_record() | _deleted()).select("key"), "key", "left_anti"
     )
-    fresh = table.where(_new_row() & ~_has_record() & F.col("n_old").isNull())
+    fresh = table.where(_new_row() & ~_has_record() & ~_deleted() & F.col("n_old").isNull())
     return resolved.unionByName(conform(fresh, SOURCE_ROW_SCHEMA))
 
 
 def orphan_candidates_of(table: DataFrame, new_records: DataFrame, old_candidates: DataFrame) -> DataFrame:
-    """Records whose key has no source row so far, or no key at all (RECORD_SCHEMA)."""
+    """Records whose key has no source row so far, or no key at all (RECORD_SCHEMA). A key
+    with a tombstone has none because its item was deleted: no orphan (nor is a tombstone)."""
     # Orphan keys are few: found among the keys, then their records (a record whose key
     # cannot be found is always an orphan).
-    orphan_keys = table.where(_has_record() & F.col("created").isNull() & F.col("known_source").isNull())
-    fresh = new_records.where(F.col("key").isNull()).unionByName(
-        new_records.join(orphan_keys.select("key"), "key", "left_semi")
-    )
-    rows = table.where(F.col("created").isNotNull()).select("key")
+    orphan_keys = table.where(_has_record() & F.col("created").isNull() & F.col("known_source").isNull() & ~_deleted())
+    items = items_of(new_records)
+    fresh = items.where(F.col("key").isNull()).unionByName(items.join(orphan_keys.select("key"), "key", "left_semi"))
+    rows = table.where(F.col("created").isNotNull() | _deleted()).select("key")
     kept = conform(old_candidates, RECORD_SCHEMA).join(rows, "key", "left_anti")
     return kept.unionByName(conform(fresh, RECORD_SCHEMA))
 

@@ -55,9 +55,11 @@ def produce(
     producer: Any = None,
     reports: list[Delivery] | None = None,
     key: Callable[[int], str] = str,
+    tombstones: bool = False,
 ) -> list[Delivery]:
     """One produce() per ticket (record key `key(ticket)`, by default the ticket id; the value
-    names the ticket either way); every delivery report, in order, appended to `reports`
+    names the ticket either way, or, with `tombstones`, there is none: the application deleting
+    the ticket from a compacted topic); every delivery report, in order, appended to `reports`
     (reports that arrive after a short flush land there later). A report's `key` is the
     ticket id."""
     reports = [] if reports is None else reports
@@ -78,7 +80,7 @@ def produce(
         settings = {"bootstrap.servers": bootstrap, "linger.ms": 0, **(config or {})}
         producer = AuditedProducer(settings, delivery_reports="all") if probed else Producer(settings)
     for ticket in tickets:
-        _produce_one(producer, topic, ticket, delivered, key=key(ticket))
+        _produce_one(producer, topic, ticket, delivered, key=key(ticket), tombstone=tombstones)
         producer.poll(0)
     producer.flush(flush_s)
     if own and probed:
@@ -87,7 +89,13 @@ def produce(
 
 
 def _produce_one(
-    producer: Any, topic: str, ticket: int, delivered: Any, patience_s: float = 30, key: str | None = None
+    producer: Any,
+    topic: str,
+    ticket: int,
+    delivered: Any,
+    patience_s: float = 30,
+    key: str | None = None,
+    tombstone: bool = False,
 ) -> None:
     """produce(), waiting out what a just-created topic causes: a broker whose metadata has not
     caught up yet answers "unknown topic", and a full queue while a broker is away."""
@@ -97,7 +105,7 @@ def _produce_one(
             producer.produce(
                 topic,
                 key=(str(ticket) if key is None else key).encode(),
-                value=ticket_value(ticket),
+                value=None if tombstone else ticket_value(ticket),
                 on_delivery=delivered,
             )
             return

@@ -106,6 +106,11 @@ class World:
                 [(i, age_s) for i in ids],
             )
 
+    def delete(self, ids: list[int]) -> None:
+        """The application deletes ticket rows."""
+        with psycopg.connect(self.source_url, autocommit=True) as conn:
+            conn.execute(f"DELETE FROM {self.table} WHERE id = ANY(%s)", (ids,))
+
     def set_status(self, ids: list[int], status: str = "DONE") -> None:
         with psycopg.connect(self.source_url, autocommit=True) as conn:
             conn.execute(f"UPDATE {self.table} SET status = %s WHERE id = ANY(%s)", (status, ids))

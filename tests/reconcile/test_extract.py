@@ -133,20 +133,22 @@ def test_it_summarizes_each_partition_from_its_records(spark: SparkSession):
     records = spark.createDataFrame(
         [
             # partition 0: offsets out of order, the last one's timestamp earlier than another's
-            ("a", 0, 7, at[3], "ok"),
-            ("b", 0, 5, at[1], "missing"),
-            (None, 0, 9, at[2], "malformed"),
-            ("c", 0, 8, at[5], "ok"),
+            ("a", 0, 7, at[3], "ok", False),
+            ("b", 0, 5, at[1], "missing", False),
+            (None, 0, 9, at[2], "malformed", False),
+            ("c", 0, 8, at[5], "ok", False),
+            # a tombstone on a JSON path: no key, and none needed (no item's record)
+            (None, 0, 4, at[0], "missing", True),
             # partition 3: one record
-            ("d", 3, 0, at[4], "ok"),
+            ("d", 3, 0, at[4], "ok", False),
         ],
-        "key string, partition int, offset long, timestamp timestamp, header_status string",
+        "key string, partition int, offset long, timestamp timestamp, header_status string, tombstone boolean",
     )
     summary = reconcile.summarize_partitions(records)
     ms = [int(moment.replace(tzinfo=UTC).timestamp() * 1000) for moment in at]
     assert summary == {
         0: reconcile.PartitionSummary(
-            4, 3, {"records_without_headers": 1, "records_malformed_headers": 1}, (9, ms[2]), ms[1]
+            5, 4, {"records_without_headers": 2, "records_malformed_headers": 1}, (9, ms[2]), ms[0], tombstones=1
         ),
         3: reconcile.PartitionSummary(
             1, 1, {"records_without_headers": 0, "records_malformed_headers": 0}, (0, ms[4]), ms[4]

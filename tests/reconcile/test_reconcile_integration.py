@@ -491,6 +491,49 @@ def test_it_counts_records_without_and_with_malformed_audit_headers(spark: Spark
     assert (second["counts"]["records_without_headers"], second["counts"]["records_malformed_headers"]) == (0, 1)
 
 
+def produce_keyed(w: World, label: str, key: str, ticket: int | None) -> None:
+    """One record with record key `key`; ticket None writes a tombstone (no value), as an
+    application that deletes its item from a compacted topic does."""
+
+    def delivered(err: Any, msg: Any) -> None:
+        assert err is None, err
+        w.offsets[label] = (msg.partition(), msg.offset())
+
+    value = None if ticket is None else json.dumps({"ticket_id": ticket}).encode()
+    created_ms = int(time.time() * 1000) - 10 * 60 * 1000
+    w.producer.produce(w.topic, key=key.encode(), value=value, timestamp=created_ms, on_delivery=delivered)
+    assert w.producer.flush(30) == 0
+
+
+@pytest.mark.parametrize("record_key", ["key", "json:$.ticket_id"])
+def test_tombstones_are_deletions_not_copies_or_orphans(
+    spark: SparkSession, world: World, tmp_path: Path, record_key: str
+):
+    # Ticket 3's item was deleted (its row is gone, a tombstone follows its record); ticket 4's
+    # topic item was deleted while its row stays; key 7's tombstone deletes a record this topic
+    # no longer shows. A tombstone is no delivery of an item: no copy, no orphan, no key.
+    binding = world.binding(record_key=record_key, guarantee="exactly-once", consumer_groups=[])
+    world.insert(1, 2, 4)
+    for ticket in (1, 2, 3, 4):
+        produce_keyed(world, f"t{ticket}", str(ticket), ticket)
+    first = reconcile_once(spark, binding, tmp_path)
+    # The truth before the tombstones: record 3's item has no row (the auditor cannot know yet
+    # it was deleted).
+    assert finding_set(first) == {("orphan", "3", None, *world.at("t3"))}
+
+    produce_keyed(world, "x3", "3", None)
+    produce_keyed(world, "x4", "4", None)
+    produce_keyed(world, "x7", "7", None)
+    second = reconcile_once(spark, binding, tmp_path)
+    assert second["mode"] == "incremental" and second["records_read"] == 3
+    # A tombstone on the record key names the deleted item: record 3 is no orphan any more.
+    # On a JSON path the tombstone names no item (no value): record 3 stays an orphan.
+    assert finding_set(second) == (set() if record_key == "key" else {("orphan", "3", None, *world.at("t3"))})
+    # Read at once, the same answer.
+    full = reconcile_once(spark, binding, tmp_path / "full", full=True)
+    assert finding_set(full) == finding_set(second)
+
+
 def read_whole_topic(bootstrap: str, topic: str) -> dict[tuple[int, int], int | None]:
     """Ground truth after a fault: every record of the topic, (partition, offset) → ticket."""
     consumer = Consumer(

@@ -756,6 +756,11 @@ def test_on_a_compacted_topic_an_acked_record_the_cleaner_may_have_removed_is_no
     assert gaps() == lost  # not compacted: every acked record that is gone was lost
     # keyed by the record key: the cleaner removes a record only when its key has a later one
     assert gaps(compacted_until=horizon) == [("k2", "broker-lost", 2), ("k4", "broker-lost", 4)]
+    # a tombstone of k2 (the application deleted it) lets the cleaner remove k2's record; none
+    # outside the compaction horizon
+    tombstones = spark.createDataFrame([("k2",), ("k4",)], "key string")
+    assert gaps(compacted_until=horizon, deleted_keys=tombstones) == [("k4", "broker-lost", 4)]
+    assert gaps(deleted_keys=tombstones) == lost
     # keyed otherwise: any record up to the horizon may have been cleaned
     assert gaps(compacted_until=horizon, absent_keys_compacted=True) == [("k4", "broker-lost", 4)]
 

@@ -53,9 +53,10 @@ def _ticket(record: Record) -> int | None:
 
 
 def _orphans(world: World, final: list[Record], key_of: str) -> dict[str, set[str]]:
-    """The truth about records whose item has no row (the segment-closing filler): orphans."""
+    """The truth about records whose item has no row (the segment-closing filler): orphans. A
+    tombstone (no value) is the deletion of its key's item, no record of one."""
     rows = world.rows()
-    keys = {r.key if key_of == "key" else str(_ticket(r)) for r in final}
+    keys = {r.key if key_of == "key" else str(_ticket(r)) for r in final if r.value is not None}
     return {k: {"orphan"} for k in keys if k is not None and (not k.isdigit() or int(k) not in rows)}
 
 
@@ -185,6 +186,66 @@ def _shared_key(world: World, seen_first: bool) -> Outcome:
     return Outcome(
         injected="compacted topic keyed by customer: 9 tickets sent, the cleaner kept each customer's last"
         + (" (a run read the first six before)" if seen_first else ""),
+        expected=expected,
+        got=merge(run.verdicts, answer.verdicts, lint.verdicts),
+        detect_s=answer.finished_monotonic - injected_at,
+    )
+
+
+@scenario(
+    "compacted-tombstones",
+    "compacted topic keyed by ticket id, AuditedProducer: tickets 1-10 sent and read by a reconciliation run; the "
+    "application then deletes tickets 3 and 4 and ticket 11 (created and deleted between two runs) and writes their "
+    "tombstones; the cleaner removes their records. A tombstone is a deletion: no duplicate, no orphan",
+)
+def compacted_tombstones(world: World) -> Outcome:
+    cluster = world.cluster
+    _make_compacted_topic(world)
+    world.make_table()
+    world.make_binding(groups=[world.group])
+    world.make_rule(older_than_s=1)
+    first, deleted, between = list(range(1, 11)), [3, 4], 11
+    world.insert(first, age_s=STUCK_AGE_S)
+    producer = AuditedProducer(
+        {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0}, delivery_reports="all"
+    )
+    reports: list[Delivery] = produce(cluster.bootstrap, world.topic, first, producer=producer)
+    # the auditor's schedule: a run reads tickets 1-10, each has its row
+    seen = world.reconcile()
+    wrong = {k: v for k, v in seen.verdicts.items() if k in {str(t) for t in first}}
+    if wrong:
+        raise LabError(f"the run before the deletions should find nothing about tickets {first}, it found {wrong}")
+    world.insert([between], age_s=STUCK_AGE_S)
+    reports += produce(cluster.bootstrap, world.topic, [between], producer=producer)
+    time.sleep(1.5)  # the tombstones in a segment of their own
+    world.delete([*deleted, between])
+    tombstones = produce(cluster.bootstrap, world.topic, [*deleted, between], producer=producer, tombstones=True)
+    injected_at = time.monotonic()
+    removed = {(d.partition, d.offset) for d in reports if int(d.key) in {*deleted, between}}
+    _close_segment_and_compact(world, producer, removed, "filler")
+    producer.close(30)
+    final = cluster.read_topic(world.topic)
+    left = {r.key for r in final if r.value is None}
+    if left != {str(t) for t in (*deleted, between)} or any(d.error for d in tombstones):
+        raise LabError(f"the topic should hold the tombstones of {[*deleted, between]}, it holds tombstones {left}")
+    world.consume("at-least-once", probed=True, records=len(final))
+    rows = world.rows()
+    # The truth: every row left was acked (delivery reports) and is in the topic once (a plain
+    # read); the deleted tickets have no row and a tombstone, their records were delivered.
+    expected: dict[str, set[str]] = {}
+    for t, status in rows.items():
+        if status == "NEW":
+            raise LabError(f"ticket {t} is in the topic and was not processed")
+    expected |= _orphans(world, final, "key") | world.expected_group_risks()
+    world.notes.append(
+        f"acked {len(acked(reports))} sends of {len(first) + 1} tickets, tombstones for {[*deleted, between]}; "
+        f"compaction removed offsets {sorted(o for _p, o in removed)}"
+    )
+    run = world.reconcile()
+    answer = world.stuck()
+    lint = world.lint()
+    return Outcome(
+        injected="compacted topic: tickets 3, 4 and 11 deleted (rows and tombstones), the cleaner removed their records",
         expected=expected,
         got=merge(run.verdicts, answer.verdicts, lint.verdicts),
         detect_s=answer.finished_monotonic - injected_at,
