@@ -546,9 +546,12 @@ def count_findings(
         else 0
     )
     if counts[UNVERIFIABLE] and until is not None:
+        why = "the topic no longer holds records that old"
+        if inputs.absent_keys_compacted:
+            why += " or the log cleaner may have removed them (compacted topic, items not keyed by the record key)"
         plan.warnings.append(
             f"{counts[UNVERIFIABLE]} source row(s) created up to {until.isoformat()} have no record "
-            "and cannot be checked: the topic no longer holds records that old"
+            f"and cannot be checked: {why}"
         )
     # Not findings: the records this run read whose audit headers were absent or undecodable.
     return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}, new_count, found

@@ -524,11 +524,18 @@ def test_tombstones_are_deletions_not_copies_or_orphans(
     produce_keyed(world, "x3", "3", None)
     produce_keyed(world, "x4", "4", None)
     produce_keyed(world, "x7", "7", None)
+    # Ticket 5's row (past grace) has only a tombstone: its item was deleted (on a compacted
+    # topic its record may be gone): not missing.
+    world.insert(5, age="2 minutes")
+    produce_keyed(world, "x5", "5", None)
     second = reconcile_once(spark, binding, tmp_path)
-    assert second["mode"] == "incremental" and second["records_read"] == 3
+    assert second["mode"] == "incremental" and second["records_read"] == 4
     # A tombstone on the record key names the deleted item: record 3 is no orphan any more.
-    # On a JSON path the tombstone names no item (no value): record 3 stays an orphan.
-    assert finding_set(second) == (set() if record_key == "key" else {("orphan", "3", None, *world.at("t3"))})
+    # On a JSON path a tombstone names no item (no value): record 3 stays an orphan, row 5 is
+    # missing.
+    assert finding_set(second) == (
+        set() if record_key == "key" else {("orphan", "3", None, *world.at("t3")), ("missing", "5", None, None, None)}
+    )
     # Read at once, the same answer.
     full = reconcile_once(spark, binding, tmp_path / "full", full=True)
     assert finding_set(full) == finding_set(second)
