@@ -35,6 +35,20 @@ def _make_compacted_topic(world: World) -> None:
     )
 
 
+def _set_up(world: World, **binding: str) -> None:
+    """A compacted topic, the ticket table, a binding (record key by default) and a stuck rule."""
+    _make_compacted_topic(world)
+    world.make_table()
+    world.make_binding(groups=[world.group], **binding)
+    world.make_rule(older_than_s=1)
+
+
+def _audited_producer(world: World) -> AuditedProducer:
+    return AuditedProducer(
+        {"bootstrap.servers": world.cluster.bootstrap, "acks": "all", "linger.ms": 0}, delivery_reports="all"
+    )
+
+
 def _close_segment_and_compact(world: World, producer: object, removed: set[tuple[int, int]], key: str) -> None:
     """One more record closes the active segment (past segment.ms); then wait for the cleaner to
     remove the records at `removed` (partition, offset)."""
@@ -60,6 +74,22 @@ def _orphans(world: World, final: list[Record], key_of: str) -> dict[str, set[st
     return {k: {"orphan"} for k in keys if k is not None and (not k.isdigit() or int(k) not in rows)}
 
 
+def _score(world: World, injected: str, expected: dict[str, set[str]], injected_at: float) -> Outcome:
+    """The auditor's answers (a reconciliation run, a stuck diagnosis, the lint) against the truth."""
+    run = world.reconcile()
+    answer = world.stuck()
+    lint = world.lint()
+    warnings = run.detail.get("warnings")
+    world.notes += [str(w) for w in warnings][:2] if isinstance(warnings, list) else []
+    world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:1]
+    return Outcome(
+        injected=injected,
+        expected=expected,
+        got=merge(run.verdicts, answer.verdicts, lint.verdicts),
+        detect_s=answer.finished_monotonic - injected_at,
+    )
+
+
 @scenario(
     "compacted-resend",
     "compacted topic keyed by ticket id, AuditedProducer: the application sends tickets 1-10, then 1-5 again; "
@@ -67,15 +97,10 @@ def _orphans(world: World, final: list[Record], key_of: str) -> dict[str, set[st
 )
 def compacted_resend(world: World) -> Outcome:
     cluster = world.cluster
-    _make_compacted_topic(world)
-    world.make_table()
-    world.make_binding(groups=[world.group])
-    world.make_rule(older_than_s=1)
+    _set_up(world)
     first, again = list(range(1, 11)), list(range(1, 6))
     world.insert(first, age_s=STUCK_AGE_S)
-    producer = AuditedProducer(
-        {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0}, delivery_reports="all"
-    )
+    producer = _audited_producer(world)
     reports: list[Delivery] = produce(cluster.bootstrap, world.topic, first, producer=producer)
     time.sleep(1.5)  # the re-sends start a segment of their own
     reports += produce(cluster.bootstrap, world.topic, again, producer=producer)
@@ -96,15 +121,12 @@ def compacted_resend(world: World) -> Outcome:
         f"acked {len(acked(reports))} sends of {len(first)} tickets; compaction removed offsets "
         f"{sorted(o for _p, o in superseded)}"
     )
-    run = world.reconcile()
-    answer = world.stuck()
     # keyed by the item itself, compaction only removes superseded copies: no lint error
-    lint = world.lint()
-    return Outcome(
-        injected="compacted topic: tickets 1-10 sent, 1-5 sent again, the cleaner removed the first 1-5",
-        expected=expected,
-        got=merge(run.verdicts, answer.verdicts, lint.verdicts),
-        detect_s=answer.finished_monotonic - injected_at,
+    return _score(
+        world,
+        "compacted topic: tickets 1-10 sent, 1-5 sent again, the cleaner removed the first 1-5",
+        expected,
+        injected_at,
     )
 
 
@@ -133,10 +155,7 @@ def _shared_key(world: World, seen_first: bool) -> Outcome:
     probed (a probed group that committed past a position the index still names would be
     called skipped)."""
     cluster = world.cluster
-    _make_compacted_topic(world)
-    world.make_table()
-    world.make_binding(groups=[world.group], record_key="json:$.ticket_id")
-    world.make_rule(older_than_s=1)
+    _set_up(world, record_key="json:$.ticket_id")
     first, later = list(range(1, 7)), list(range(7, 10))
     world.insert(first + later, age_s=STUCK_AGE_S)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0})
@@ -177,18 +196,12 @@ def _shared_key(world: World, seen_first: bool) -> Outcome:
     world.notes.append(f"acked {len(acked(reports))}, compacted away before the consumer ran: {sorted(gone, key=int)}")
     # the topic's setting that let the cleaner remove delivered items: the lint's T006
     expected["lint topic"] = {"lint:cleanup.policy"}
-    run = world.reconcile()
-    answer = world.stuck()
-    lint = world.lint()
-    warnings = run.detail.get("warnings")
-    world.notes += [str(w) for w in warnings][:2] if isinstance(warnings, list) else []
-    world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:1]
-    return Outcome(
-        injected="compacted topic keyed by customer: 9 tickets sent, the cleaner kept each customer's last"
+    return _score(
+        world,
+        "compacted topic keyed by customer: 9 tickets sent, the cleaner kept each customer's last"
         + (" (a run read the first six before)" if seen_first else ""),
-        expected=expected,
-        got=merge(run.verdicts, answer.verdicts, lint.verdicts),
-        detect_s=answer.finished_monotonic - injected_at,
+        expected,
+        injected_at,
     )
 
 
@@ -200,15 +213,10 @@ def _shared_key(world: World, seen_first: bool) -> Outcome:
 )
 def compacted_tombstones(world: World) -> Outcome:
     cluster = world.cluster
-    _make_compacted_topic(world)
-    world.make_table()
-    world.make_binding(groups=[world.group])
-    world.make_rule(older_than_s=1)
+    _set_up(world)
     first, deleted, between = list(range(1, 11)), [3, 4], 11
     world.insert(first, age_s=STUCK_AGE_S)
-    producer = AuditedProducer(
-        {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0}, delivery_reports="all"
-    )
+    producer = _audited_producer(world)
     reports: list[Delivery] = produce(cluster.bootstrap, world.topic, first, producer=producer)
     # the auditor's schedule: a run reads tickets 1-10, each has its row
     seen = world.reconcile()
@@ -241,12 +249,9 @@ def compacted_tombstones(world: World) -> Outcome:
         f"acked {len(acked(reports))} sends of {len(first) + 1} tickets, tombstones for {[*deleted, between]}; "
         f"compaction removed offsets {sorted(o for _p, o in removed)}"
     )
-    run = world.reconcile()
-    answer = world.stuck()
-    lint = world.lint()
-    return Outcome(
-        injected="compacted topic: tickets 3, 4 and 11 deleted (rows and tombstones), the cleaner removed their records",
-        expected=expected,
-        got=merge(run.verdicts, answer.verdicts, lint.verdicts),
-        detect_s=answer.finished_monotonic - injected_at,
+    return _score(
+        world,
+        "compacted topic: tickets 3, 4 and 11 deleted (rows and tombstones), the cleaner removed their records",
+        expected,
+        injected_at,
     )
