@@ -530,15 +530,24 @@ def test_tombstones_are_deletions_not_copies_or_orphans(
     produce_keyed(world, "x5", "5", None)
     second = reconcile_once(spark, binding, tmp_path)
     assert second["mode"] == "incremental" and second["records_read"] == 4
+    second_state = json.loads((tmp_path / binding.name / "state.json").read_text())
+    assert second_state["datasets"]["tombstones"].startswith(f"runs/{second['run_id']}/")
     # A tombstone on the record key names the deleted item: record 3 is no orphan any more.
     # On a JSON path a tombstone names no item (no value): record 3 stays an orphan, row 5 is
     # missing.
     assert finding_set(second) == (
         set() if record_key == "key" else {("orphan", "3", None, *world.at("t3")), ("missing", "5", None, None, None)}
     )
+    # A run that reads no tombstone keeps those read before.
+    world.insert(8, age="2 minutes")
+    produce_keyed(world, "t8", "8", 8)
+    third = reconcile_once(spark, binding, tmp_path)
+    assert third["records_read"] == 1 and finding_set(third) == finding_set(second)
+    state = json.loads((tmp_path / binding.name / "state.json").read_text())
+    assert state["datasets"]["tombstones"] == second_state["datasets"]["tombstones"]
     # Read at once, the same answer.
     full = reconcile_once(spark, binding, tmp_path / "full", full=True)
-    assert finding_set(full) == finding_set(second)
+    assert finding_set(full) == finding_set(third)
 
 
 def read_whole_topic(bootstrap: str, topic: str) -> dict[tuple[int, int], int | None]:
