@@ -35,11 +35,11 @@ def _make_compacted_topic(world: World) -> None:
     )
 
 
-def _set_up(world: World, **binding: str) -> None:
-    """A compacted topic, the ticket table, a binding (record key by default) and a stuck rule."""
+def _set_up(world: World, record_key: str = "key") -> None:
+    """A compacted topic, the ticket table, a binding (keyed by `record_key`) and a stuck rule."""
     _make_compacted_topic(world)
     world.make_table()
-    world.make_binding(groups=[world.group], **binding)
+    world.make_binding(groups=[world.group], record_key=record_key)
     world.make_rule(older_than_s=1)
 
 
