@@ -453,10 +453,10 @@ def update_state(
             "tombstones",
             conform(old_tombstones, RECORD_SCHEMA).unionByName(fresh).dropDuplicates(["partition", "offset"]),
         )
-    elif plan.previous.datasets.get("tombstones"):
-        new.datasets["tombstones"], new.frames["tombstones"] = plan.previous.datasets["tombstones"], old_tombstones
-    else:
+    else:  # nothing new: the earlier run's dataset stands, by reference
         new.frames["tombstones"] = old_tombstones
+        if "tombstones" in plan.previous.datasets:
+            new.datasets["tombstones"] = plan.previous.datasets["tombstones"]
     new.key_deltas = [
         *meta.key_deltas,
         store.write_delta(key_delta_of(keys, plan.run_id), "keys", KEY_INDEX_SCHEMA),

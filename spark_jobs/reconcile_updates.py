@@ -41,7 +41,7 @@ def _tombstone(records: DataFrame) -> Column:
 
 def items_of(records: DataFrame) -> DataFrame:
     """The records that deliver an item: all but tombstones."""
-    return records.where(~_tombstone(records)) if "tombstone" in records.columns else records
+    return records.where(~F.col("tombstone")) if "tombstone" in records.columns else records
 
 
 def transform_key_stats(records: DataFrame) -> DataFrame:
