@@ -6,8 +6,9 @@ import time
 
 from confluent_kafka import Producer
 
-from auditor.lab.cluster import wait_until
-from auditor.lab.compare import Outcome, merge
+from auditor.lab import truth
+from auditor.lab.cluster import LabError, wait_until
+from auditor.lab.compare import Outcome, Verdicts, merge
 from auditor.lab.registry import scenario
 from auditor.lab.workload import produce
 from auditor.lab.world import STUCK_AGE_S, World
@@ -33,9 +34,23 @@ def expired_plain(world: World) -> Outcome:
     return _expired(world, probed=False)
 
 
-def _expired(world: World, probed: bool) -> Outcome:
+@scenario(
+    "consumer-down-past-retention-seen",
+    "as consumer-down-past-retention-plain, but a reconciliation run read the ten records before retention "
+    "deleted them: expired, from the auditor's memory",
+)
+def expired_seen(world: World) -> Outcome:
+    return _expired(world, probed=False, seen=True)
+
+
+def _expired(world: World, probed: bool, seen: bool = False) -> Outcome:
     cluster = world.cluster
-    world.make_topic(replication=3, min_insync_replicas="2", retention_ms="4000", segment_ms="1000")
+    # With a run to read the records first, retention is lowered to 4 s only after it (the
+    # records would otherwise go before spark-submit has started: retention rolls and deletes
+    # the active segment too once all of it is older than retention.ms).
+    world.make_topic(
+        replication=3, min_insync_replicas="2", retention_ms="3600000" if seen else "4000", segment_ms="1000"
+    )
     world.make_table()
     world.make_binding(groups=[world.group])
     world.make_rule(older_than_s=1)
@@ -50,6 +65,15 @@ def _expired(world: World, probed: bool) -> Outcome:
     injected_at = time.monotonic()
     reports = produce(cluster.bootstrap, world.topic, LATER, producer=producer)
     last = max(d.offset for d in reports)
+    found: Verdicts = {}
+    if seen:
+        # The records sit in the active segment, which retention never deletes, until the
+        # filler below rolls it: a run now reads all of them (a plain read checks they are there).
+        there = truth.copies(cluster.read_topic(world.topic))
+        if not {str(i) for i in LATER} <= set(there):
+            raise LabError(f"the later records are not all readable before the run: {sorted(there)}")
+        found = world.reconcile().verdicts  # nothing is wrong yet: any finding is a false alarm
+        cluster.set_topic_config(world.topic, {"retention.ms": "4000"})
     time.sleep(1.5)  # past segment.ms: the next append rolls the segment that holds LATER
     produce(cluster.bootstrap, world.topic, [FILLER], producer=producer)
     if isinstance(producer, AuditedProducer):
@@ -60,23 +84,32 @@ def _expired(world: World, probed: bool) -> Outcome:
         return low > last
 
     wait_until(deleted, 90, f"retention to delete {world.topic} up to offset {last}")
+    # Expired where the producer's ledger or a run saw a record before retention deleted it and
+    # the group had not reached it (its committed offset while it was down is at or before it).
+    committed = cluster.committed(world.group, world.topic, partitions=1).get(0, 0)
+    if any(d.offset < committed for d in reports):
+        raise LabError(f"the group committed {committed}, past records it should never have read")
     # While the group is down its committed offset lies below the log start: the topic's
     # retention deleted records the group never committed, the lint's T005 to say.
     lint = world.lint()
-    # back: only the filler is left, unless retention deleted it too (then it reads and commits
-    # nothing, and its committed offset stays below the log start: expected_group_risks)
-    world.consume("at-least-once", probed=probed, records=1, idle_s=10)
+    if not seen:
+        # back: only the filler is left, unless retention deleted it too (then it reads and commits
+        # nothing, and its committed offset stays below the log start: expected_group_risks)
+        world.consume("at-least-once", probed=probed, records=1, idle_s=10)
+    # else diagnosed while the group is still down: once a plain consumer has committed past the
+    # deleted records, nothing tells whether it read them before they went.
     rows = world.rows()
     never = {str(i) for i in LATER if rows[i] == "NEW"}
-    verdict = "stuck:expired" if probed else "stuck:unknown"
-    expected = {key: {verdict} for key in never}
+    verdict = "stuck:expired" if probed or seen else "stuck:unknown"
+    expected: dict[str, set[str]] = {key: {verdict} for key in never}
     expected |= world.expected_group_risks()
     expected["lint topic"] = {"lint:retention.ms"}
     answer = world.stuck()
     world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:3]
     return Outcome(
-        injected="consumer stopped; retention.ms=4000 deleted 10 unread records; consumer restarted",
+        injected="consumer stopped; retention.ms=4000 deleted 10 unread records"
+        + ("; a run read them before" if seen else "; consumer restarted"),
         expected=expected,
-        got=merge(answer.verdicts, lint.verdicts),
+        got=merge(found, answer.verdicts, lint.verdicts),
         detect_s=answer.finished_monotonic - injected_at,
     )
