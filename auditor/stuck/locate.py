@@ -276,7 +276,12 @@ def read_ranges(
     isolation: str = "read_uncommitted",
     idle_timeout_s: float = 30.0,
 ) -> Iterator[Message]:
-    """Every record of ``topic`` in [start, end) per partition, in partition order per partition."""
+    """Every record of ``topic`` in [start, end) per partition, in partition order per partition.
+
+    The range is read whole or not at all: a partition whose end of log comes before `end`
+    (its log end moved back since the range was planned: a leader whose high watermark has
+    not caught up with its predecessor's, or a truncation) raises LocateError, never a read
+    that silently stopped short (its records would look absent: never produced, or lost)."""
     wanted = {p: (s, e) for p, (s, e) in ranges.items() if e > s}
     if not wanted:
         return
@@ -294,6 +299,14 @@ def read_ranges(
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
+                        at = msg.offset()
+                        end = wanted[partition][1]
+                        if partition in pending and at is not None and 0 <= at < end:
+                            raise LocateError(
+                                f"reading {topic}/{partition} reached the end of its log at offset {at}, before "
+                                f"offset {end} where it ended when the read was planned: its log end moved back "
+                                "(a leader change or a truncation under the read); diagnose again"
+                            )
                         pending.discard(partition)
                         continue
                     raise LocateError(f"reading {topic}/{partition} failed: {error.str()}")

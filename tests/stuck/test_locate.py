@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from auditor.stuck import locate as locate_module
 from auditor.stuck.evidence import LocatedRecord, PartitionState
 from auditor.stuck.kafka_view import LedgerRange, ReadPlan
-from auditor.stuck.locate import LocateRequest, locate
+from auditor.stuck.locate import LocateError, LocateRequest, locate, read_ranges
 from auditor.stuck.record_reader import record_timestamps
 
 pytestmark = pytest.mark.integration
@@ -71,3 +71,34 @@ def test_it_reads_the_timestamp_of_each_target_even_several_in_one_partition(
         (topic, 1, 1999): base + 11_999,
         (topic, 0, 2000): None,  # past the end: no record
     }
+
+
+def test_a_read_that_ends_before_its_planned_end_fails_instead_of_stopping_short(
+    make_topic: Callable[..., str], kafka_bootstrap: str
+) -> None:
+    """After a leader change the new leader's high watermark can lag its predecessor's for a
+    moment, and a truncation moves it back for good: the log then ends before where the plan
+    said. Records past that end would look absent (never produced, or lost) if the read just
+    stopped there. Planned here as a range past the log's real end."""
+    topic = make_topic("stuck-short-read")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(10):
+        producer.produce(topic, f"v{i}".encode(), f"TCK-{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+
+    whole = [m.offset() for m in read_ranges(kafka_bootstrap, {}, topic, {0: (0, 10)}, idle_timeout_s=10)]
+    assert whole == list(range(10))
+    with pytest.raises(LocateError, match=rf"{topic}/0 reached the end of its log at offset 10, before offset 15"):
+        list(read_ranges(kafka_bootstrap, {}, topic, {0: (0, 15)}, idle_timeout_s=10))
+
+    # The diagnosis's python engine: the locate step fails (its items become unknown), rather
+    # than reporting TCK-12 (planned, never read) as having no record.
+    request = LocateRequest(
+        {"bootstrap.servers": kafka_bootstrap},
+        ReadPlan(topic, {0: PartitionState(0, 0, 15, 15)}),
+        "key",
+        ["TCK-3", "TCK-12"],
+        [],
+    )
+    with pytest.raises(LocateError, match="before offset 15"):
+        locate(request, "python")
