@@ -300,8 +300,8 @@ def read_ranges(
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
                         at = msg.offset()
-                        end = wanted[partition][1]
-                        if partition in pending and at is not None and 0 <= at < end:
+                        end = wanted[partition][1] if partition is not None and partition in pending else None
+                        if end is not None and at is not None and 0 <= at < end:
                             raise LocateError(
                                 f"reading {topic}/{partition} reached the end of its log at offset {at}, before "
                                 f"offset {end} where it ended when the read was planned: its log end moved back "

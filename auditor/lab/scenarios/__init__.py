@@ -2,6 +2,7 @@
 scenarios (auditor/lab/registry.py)."""
 
 from auditor.lab.scenarios import (
+    auditing,
     availability,
     canary,
     compaction,
@@ -13,4 +14,15 @@ from auditor.lab.scenarios import (
     transactions,
 )
 
-FAMILIES = (replication, duplicates, availability, consumers, partitions, retention, compaction, transactions, canary)
+FAMILIES = (
+    replication,
+    duplicates,
+    availability,
+    consumers,
+    partitions,
+    retention,
+    compaction,
+    transactions,
+    canary,
+    auditing,
+)

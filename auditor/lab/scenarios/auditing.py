@@ -1,0 +1,70 @@
+"""The auditor itself under a fault: a broker killed -9 just before it looks. Nothing was lost
+(acks=all, RF=3, min.insync.replicas=2); every answer it gives must still be the truth, or
+unknown, which counts as a miss here, never as a finding."""
+
+from __future__ import annotations
+
+import time
+
+from auditor.lab.cluster import LabError
+from auditor.lab.compare import Outcome, merge
+from auditor.lab.registry import scenario
+from auditor.lab.workload import produce
+from auditor.lab.world import STUCK_AGE_S, AuditorAnswer, World
+
+TICKETS = list(range(1, 61))
+PARTITIONS = 3
+
+
+@scenario(
+    "broker-killed-while-auditing",
+    "3 partitions, RF=3, acks=all; half the tickets processed; the leader of partition 0 killed -9 right "
+    "before a stuck diagnosis and a reconciliation run: the rest waiting, nothing missing",
+)
+def broker_killed_while_auditing(world: World) -> Outcome:
+    cluster = world.cluster
+    world.make_topic(partitions=PARTITIONS, replication=3, min_insync_replicas="2")
+    world.make_table()
+    world.make_binding(groups=[world.group])
+    world.make_rule(older_than_s=1)
+    world.insert(TICKETS, age_s=STUCK_AGE_S)
+    reports = produce(cluster.bootstrap, world.topic, TICKETS, {"acks": "all", "enable.idempotence": True})
+    if any(d.error for d in reports):
+        raise LabError(f"the workload's sends failed: {[d.error for d in reports if d.error][:3]}")
+    world.consume("at-least-once", records=len(TICKETS) // 2)  # processes and commits half, then stops
+
+    # Ground truth before the fault, from the table, the application's log and the group's
+    # committed offsets: an unprocessed ticket whose record lies at or past its partition's
+    # committed offset waits for the group (its consumer is stopped).
+    rows, processed = world.rows(), world.processed()
+    committed = cluster.committed(world.group, world.topic, partitions=PARTITIONS)
+    waiting = {
+        d.key
+        for d in reports
+        if rows[int(d.key)] == "NEW" and not processed.get(int(d.key)) and d.offset >= committed.get(d.partition, 0)
+    }
+    if not waiting:
+        raise LabError("the consumer processed every ticket: nothing is left to wait")
+    expected: dict[str, set[str]] = {key: {"stuck:waiting"} for key in waiting}
+    expected |= world.expected_group_risks()
+
+    victim = cluster.partition(world.topic, 0).leader
+    cluster.broker("kill", victim)
+    try:
+        diagnosis = world.stuck()
+        try:
+            run = world.reconcile()
+        except LabError as exc:  # a run that fails publishes nothing: honest, and no finding
+            world.notes.append(f"the reconciliation run failed under the fault: {exc}")
+            run = AuditorAnswer({}, time.monotonic())
+    finally:
+        cluster.broker("start", victim)
+    cluster.wait_for_isr(world.topic, 3)
+    world.notes.append(f"broker {victim} (leader of partition 0) killed -9; {len(waiting)} ticket(s) waiting")
+    world.notes += [f"{key}: {reason}" for key, reason in sorted(diagnosis.reasons.items())][:2]
+    return Outcome(
+        injected=f"kill -9 of broker {victim}, leader of partition 0, right before the diagnosis and the run",
+        expected=expected,
+        got=merge(diagnosis.verdicts, run.verdicts),
+        detect_s=None,
+    )
