@@ -294,12 +294,28 @@ class World:
             {"run": run.pk, "mode": run.mode, "warnings": run.warnings, "records_read": run.records_read},
         )
 
-    def stuck(self) -> AuditorAnswer:
-        """One stuck diagnosis, as `audit stuck RULE` runs it; each open item's verdict by key."""
+    def stuck(self, own_process: bool = False) -> AuditorAnswer:
+        """One stuck diagnosis, as `audit stuck RULE` runs it; each open item's verdict by key.
+
+        own_process: run that command as a process of its own, so that a crash of the Kafka
+        client under a fault ends this scenario (an error naming the exit status), not the lab."""
         if self.rule is None:
             raise LabError("stuck before make_rule")
-        options = DiagnosisOptions(spark=self.options.spark) if self.options.spark is not None else None
-        run = run_diagnosis(self.rule, DiagnosisRun.CLI, options=options)
+        if own_process:
+            done = subprocess.run(
+                [sys.executable, "manage.py", "audit", "stuck", self.rule.name],
+                cwd=str(settings.BASE_DIR),
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            if done.returncode != 0:
+                tail = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("%"))[-600:]
+                raise LabError(f"`audit stuck {self.rule.name}` exited with status {done.returncode}: {tail.strip()}")
+            run = DiagnosisRun.objects.filter(rule=self.rule).latest("id")
+        else:
+            options = DiagnosisOptions(spark=self.options.spark) if self.options.spark is not None else None
+            run = run_diagnosis(self.rule, DiagnosisRun.CLI, options=options)
         if run.status != DiagnosisRun.OK:
             raise LabError(f"stuck diagnosis of {self.rule.name} failed: {run.error}")
         items = StuckItem.objects.open().filter(rule=self.rule)
