@@ -37,10 +37,12 @@ def test_it_names_acked_records_an_unclean_election_truncated_and_not_the_record
 ) -> None:
     result = run_one("unclean-truncation", spark)
     # The truth: B's 20 acked keys are gone (a read before the fault saw them); C's are present.
-    # The lint names the three settings the scenario weakened (acks=1, unclean elections,
-    # min.insync.replicas=1), each on its subject.
+    # B's rows, stuck, are broker-lost from the first run's memory before the second run and
+    # after it. The lint names the three settings the scenario weakened (acks=1, unclean
+    # elections, min.insync.replicas=1), each on its subject.
     assert result.expected == {
         "missing/broker-lost": 20,
+        "stuck:broker-lost": 20,
         "lint:acks": 1,
         "lint:unclean.leader.election.enable": 1,
         "lint:min.insync.replicas": 1,
