@@ -9,7 +9,7 @@ from auditor.api.registry import ApiCall, ApiError, Param, endpoint, paginate
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.acknowledgements import attach_items_acknowledgements, item_json
 from auditor.stuck.models import STUCK_ITEM_ACK_KIND, DiagnosisRun, StuckItem
-from auditor.stuck.service import diagnosis_running
+from auditor.stuck.runlock import diagnosis_running
 from auditor.stuck.tasks import diagnose_rule_task
 from auditor.vocabulary import STUCK_VERDICTS
 

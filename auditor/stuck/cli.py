@@ -16,9 +16,9 @@ from auditor.pipelines.models import StuckRule
 from auditor.stuck.formatting import format_age
 from auditor.stuck.locate import ENGINES
 from auditor.stuck.models import DiagnosisRun, StuckItem
+from auditor.stuck.runlock import DiagnosisBusy
 from auditor.stuck.schedules import sync_all_schedules
 from auditor.stuck.service import (
-    DiagnosisBusy,
     DiagnosisOptions,
     diagnose_rule,
     run_diagnosis,

@@ -20,7 +20,6 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -36,6 +35,7 @@ from auditor.stuck.kafka_view import read_after_locate, read_cluster_view
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.risks import cluster_risks
+from auditor.stuck.runlock import diagnosis_lock
 from auditor.stuck.source import DEFAULT_MAX_ITEMS, SourceError, StuckQuery, select_stuck_rows, still_stuck
 from auditor.stuck.verdicts import diagnose
 from auditor.vocabulary import STUCK_VERDICTS
@@ -43,13 +43,8 @@ from spark_jobs.kafka_offsets import KafkaReadError
 
 log = logging.getLogger(__name__)
 
-LOCK_SECONDS = 3600
 LIVE_CHANGES_LISTED = 50  # became-stuck / got-unstuck items named in one live event
 WRITE_BATCH = 2000
-
-
-class DiagnosisBusy(RuntimeError):
-    """Another diagnosis of the same rule is running."""
 
 
 @dataclass
@@ -355,21 +350,6 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
 # --- storing a run --------------------------------------------------------------------------
 
 
-@contextmanager
-def diagnosis_lock(rule: StuckRule) -> Iterator[None]:
-    key = f"stuck:diagnosis-running:{rule.pk}"
-    if not cache.add(key, "1", timeout=LOCK_SECONDS):
-        raise DiagnosisBusy(f"a diagnosis of rule {rule.name} is already running")
-    try:
-        yield
-    finally:
-        cache.delete(key)
-
-
-def diagnosis_running(rule: StuckRule) -> bool:
-    return cache.get(f"stuck:diagnosis-running:{rule.pk}") is not None
-
-
 def start_run(rule: StuckRule, trigger: str, requested_by: User | None = None) -> DiagnosisRun:
     return DiagnosisRun.objects.create(rule=rule, trigger=trigger, started_at=timezone.now(), requested_by=requested_by)
 
@@ -494,12 +474,17 @@ def run_diagnosis(
     requested_by: User | None = None,
     options: DiagnosisOptions | None = None,
 ) -> DiagnosisRun:
-    """Diagnose and store, one run of a rule at a time (DiagnosisBusy otherwise).
+    """Diagnose and store, one run of a rule at a time (DiagnosisBusy otherwise; runlock.py).
 
     A failed run (the source table unreadable, an unexpected error) is stored with its
     error and changes nothing else: the items and alerts of the last good run stay.
     """
-    with diagnosis_lock(rule):
+    with diagnosis_lock(rule) as taken_over:
+        # Holding the lock, no other run of the rule is alive: one still marked running ended
+        # without a result (its process was killed or crashed).
+        who = f"its process ({taken_over})" if taken_over else "its process"
+        for orphan in DiagnosisRun.objects.filter(rule=rule, status=DiagnosisRun.RUNNING):
+            fail_run(orphan, f"ended without a result: {who} stopped before finishing (killed or crashed)")
         run = start_run(rule, trigger, requested_by)
         try:
             result = diagnose_rule(rule, options)

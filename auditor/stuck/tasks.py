@@ -9,7 +9,8 @@ from django.contrib.auth import get_user_model
 
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import DiagnosisRun
-from auditor.stuck.service import DiagnosisBusy, run_diagnosis
+from auditor.stuck.runlock import DiagnosisBusy
+from auditor.stuck.service import run_diagnosis
 
 log = logging.getLogger(__name__)
 

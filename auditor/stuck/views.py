@@ -26,7 +26,7 @@ from auditor.stuck.acknowledgements import attach_items_acknowledgements, item_j
 from auditor.stuck.counts import open_counts
 from auditor.stuck.formatting import format_age, format_moment
 from auditor.stuck.models import STUCK_ITEM_ACK_KIND, DiagnosisRun, StuckItem, VerdictCount
-from auditor.stuck.service import diagnosis_running
+from auditor.stuck.runlock import diagnosis_running
 from auditor.stuck.tasks import diagnose_rule_task
 from auditor.vocabulary import STUCK_VERDICTS
 

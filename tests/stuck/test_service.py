@@ -3,6 +3,11 @@ alert problems per verdict, failed runs that change nothing."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -11,7 +16,8 @@ from django.core.cache import cache
 from auditor.alerts.models import Alert, Channel
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
-from auditor.stuck.service import DiagnosisBusy, diagnosis_lock, record_diagnosis, run_diagnosis, start_run
+from auditor.stuck.runlock import DiagnosisBusy, diagnosis_lock, diagnosis_running
+from auditor.stuck.service import record_diagnosis, run_diagnosis, start_run
 from auditor.vocabulary import STUCK_VERDICTS
 from tests.support.stuck import fake_result
 
@@ -106,6 +112,35 @@ def test_it_runs_one_diagnosis_of_a_rule_at_a_time(plain_rule: StuckRule) -> Non
     assert not DiagnosisRun.objects.filter(rule=plain_rule).exists()
     run_diagnosis(plain_rule, DiagnosisRun.CLI)  # the lock is released
     assert DiagnosisRun.objects.filter(rule=plain_rule).count() == 1
+
+
+def test_a_diagnosis_takes_over_from_one_whose_process_ended(plain_rule: StuckRule) -> None:
+    """A worker killed, or aborted by its Kafka client (librdkafka#4605), in the middle of a
+    diagnosis leaves the rule's lock and a run marked running. The next diagnosis fails that
+    run naming the process and goes on, instead of refusing the rule for an hour."""
+    key = f"stuck:diagnosis-running:{plain_rule.pk}"
+    ended = subprocess.Popen([sys.executable, "-c", "import os; os.abort()"], stderr=subprocess.DEVNULL)
+    assert ended.wait(30) == -signal.SIGABRT
+    cache.set(key, f"{socket.gethostname()}:{ended.pid}:t", timeout=3600)
+    orphan = start_run(plain_rule, DiagnosisRun.SCHEDULE)
+    assert not diagnosis_running(plain_rule)  # the pages do not show it running
+
+    run = run_diagnosis(plain_rule, DiagnosisRun.CLI)
+
+    orphan.refresh_from_db()
+    assert orphan.status == "failed" and orphan.finished_at is not None
+    assert f"its process (pid {ended.pid} on {socket.gethostname()}) stopped before finishing" in orphan.error
+    assert run.pk != orphan.pk and run.status == "failed" and plain_rule.binding.table in run.error  # it ran
+    assert cache.get(key) is None  # and released the lock
+
+    # A holder that runs, or one on another host (which cannot be checked), is waited for.
+    for holder in (f"{socket.gethostname()}:{os.getpid()}:t", "another-host:1:t"):
+        cache.set(key, holder, timeout=3600)
+        assert diagnosis_running(plain_rule)
+        with pytest.raises(DiagnosisBusy):
+            run_diagnosis(plain_rule, DiagnosisRun.CLI)
+    cache.delete(key)
+    assert DiagnosisRun.objects.filter(rule=plain_rule, status="running").count() == 0
 
 
 def test_it_drops_history_older_than_the_retention(plain_rule: StuckRule, settings: Any) -> None:
