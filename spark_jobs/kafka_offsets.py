@@ -111,7 +111,20 @@ def partition_offsets(
     def query(spec: OffsetSpec, isolation: IsolationLevel) -> dict[int, ListOffsetsResultInfo]:
         def ask() -> dict[int, ListOffsetsResultInfo]:
             futures = admin.list_offsets({tp: spec for tp in tps}, isolation_level=isolation, request_timeout=timeout_s)
-            return {tp.partition: future.result() for tp, future in futures.items()}
+            answers = {tp.partition: future.result() for tp, future in futures.items()}
+            # A partition whose leader did not answer in time (frozen, not yet fenced) comes back
+            # without an error but with offset -1001 (librdkafka 2.16): no offset at all, never
+            # a log start or end. Asked again until the deadline, then a KafkaReadError.
+            silent = sorted(p for p, info in answers.items() if info.offset < 0)
+            if silent:
+                raise KafkaException(
+                    KafkaError(
+                        KafkaError._TIMED_OUT,
+                        f"no offset for partition(s) {silent} (their leader did not answer)",
+                        retriable=True,
+                    )
+                )
+            return answers
 
         return _asking_again(ask, _LEADER_MOVED, deadline, f"listing offsets of topic {topic!r}", 0.2, refresh)
 

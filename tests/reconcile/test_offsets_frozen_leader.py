@@ -1,0 +1,72 @@
+"""Offsets read while a partition's leader is frozen (SIGSTOP): its connections hang, and the
+controller fences it only after broker.session.timeout.ms. librdkafka's ListOffsets then
+answers that partition without an error but with offset -1001; taken for a log start or end,
+it would plan a reconciliation's read and a diagnosis's view from nothing."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from auditor.lab.cluster import Cluster
+
+pytestmark = pytest.mark.integration
+
+# In a process of its own: librdkafka's admin client can abort the process while a broker is
+# frozen (upstream confluentinc/librdkafka#4605).
+PROBE = """
+import json, sys
+from spark_jobs.kafka_offsets import KafkaReadError, admin_client, partition_offsets
+admin = admin_client(sys.argv[1], {}, 3.0)
+try:
+    offsets = partition_offsets(admin, sys.argv[2], [0, 1, 2], 3.0)
+    print(json.dumps({"offsets": {p: [o.low, o.stable, o.high] for p, o in offsets.items()}}))
+except KafkaReadError as exc:
+    print(json.dumps({"error": str(exc)}))
+"""
+
+
+def _probe(bootstrap: str, topic: str) -> dict[str, Any]:
+    for _ in range(3):
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE, bootstrap, topic], capture_output=True, text=True, timeout=60
+        )
+        if done.returncode != -signal.SIGABRT:
+            assert done.returncode == 0, done.stderr[-2000:]
+            answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+            return answer
+    raise AssertionError("the probe aborted three times (librdkafka#4605)")
+
+
+def test_a_partition_whose_leader_does_not_answer_has_no_offsets_not_minus_1001(
+    make_topic: Callable[..., str], kafka_bootstrap: str, kafka_brokers: int
+) -> None:
+    if kafka_brokers < 3:
+        pytest.skip("needs the 3-broker test stack")
+    topic = make_topic("frozen-leader", partitions=3, replication_factor=3)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for partition in range(3):
+        for i in range(5):
+            producer.produce(topic, b"v", f"k{i}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    cluster = Cluster(kafka_bootstrap)
+    assert _probe(kafka_bootstrap, topic) == {"offsets": {str(p): [0, 5, 5] for p in range(3)}}
+
+    victim = cluster.partition(topic, 0).leader
+    cluster.broker("pause", victim)
+    try:
+        answer = _probe(kafka_bootstrap, topic)  # ~3 s, well before the controller fences it
+    finally:
+        cluster.broker("resume", victim)
+        for partition in range(3):
+            cluster.wait_for_isr(topic, 3, partition, timeout=90)
+
+    assert "offsets" not in answer, answer
+    assert "no offset for partition(s) [0" in answer["error"] and "did not answer" in answer["error"], answer
