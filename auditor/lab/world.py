@@ -303,14 +303,15 @@ class World:
             raise LabError("stuck before make_rule")
         if own_process:
             done = subprocess.run(
-                [sys.executable, "manage.py", "audit", "stuck", self.rule.name],
+                # faulthandler: a crash inside a C extension still names the Python call it was in
+                [sys.executable, "-X", "faulthandler", "manage.py", "audit", "stuck", self.rule.name],
                 cwd=str(settings.BASE_DIR),
                 capture_output=True,
                 text=True,
                 timeout=600,
             )
             if done.returncode != 0:
-                tail = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("%"))[-600:]
+                tail = "\n".join(line for line in done.stderr.splitlines() if not line.startswith("%"))[-1500:]
                 raise LabError(f"`audit stuck {self.rule.name}` exited with status {done.returncode}: {tail.strip()}")
             run = DiagnosisRun.objects.filter(rule=self.rule).latest("id")
         else:
