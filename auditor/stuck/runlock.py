@@ -55,23 +55,29 @@ def ended_holder(value: object) -> str | None:
     return None
 
 
+def _acquire(rule: StuckRule, key: str, me: str) -> str | None:
+    """Take the lock as `me`; the ended holder taken over, or None when it was free."""
+    if cache.add(key, me, timeout=LOCK_SECONDS):
+        return None
+    current = cache.get(key)
+    if current is None:  # it expired meanwhile
+        if cache.add(key, me, timeout=LOCK_SECONDS):
+            return None
+        raise DiagnosisBusy(f"a diagnosis of rule {rule.name} is already running")
+    ended = ended_holder(current)
+    # Only one process may take over from a given ended holder: the first to add this key.
+    if ended is None or not cache.add(f"{key}:takeover:{current}", me, timeout=TAKEOVER_SECONDS):
+        raise DiagnosisBusy(f"a diagnosis of rule {rule.name} is already running")
+    cache.set(key, me, timeout=LOCK_SECONDS)
+    return ended
+
+
 @contextmanager
 def diagnosis_lock(rule: StuckRule) -> Iterator[str | None]:
     """Hold the rule's lock; yields the ended holder it took over (None when it was free).
     DiagnosisBusy when a live (or unknowable) holder has it."""
     key, me = _key(rule), _holder()
-    taken_over = None
-    current: object = me
-    if not cache.add(key, me, timeout=LOCK_SECONDS):
-        current = cache.get(key)
-        if current is None and cache.add(key, me, timeout=LOCK_SECONDS):  # it expired meanwhile
-            current = me
-    if current != me:
-        taken_over = ended_holder(current) if current is not None else None
-        # Only one process may take over from a given ended holder: the first to add this key.
-        if taken_over is None or not cache.add(f"{key}:takeover:{current}", me, timeout=TAKEOVER_SECONDS):
-            raise DiagnosisBusy(f"a diagnosis of rule {rule.name} is already running")
-        cache.set(key, me, timeout=LOCK_SECONDS)
+    taken_over = _acquire(rule, key, me)
     try:
         yield taken_over
     finally:
