@@ -67,8 +67,8 @@ def _expired(world: World, probed: bool, seen: bool = False) -> Outcome:
     last = max(d.offset for d in reports)
     found: Verdicts = {}
     if seen:
-        # The records sit in the active segment, which retention never deletes, until the
-        # filler below rolls it: a run now reads all of them (a plain read checks they are there).
+        # Retention is still an hour: a run now reads all of them (a plain read checks they are
+        # there), and only then is it lowered to 4 s.
         there = truth.copies(cluster.read_topic(world.topic))
         if not {str(i) for i in LATER} <= set(there):
             raise LabError(f"the later records are not all readable before the run: {sorted(there)}")
