@@ -9,9 +9,10 @@ from __future__ import annotations
 import os
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka._model import ConsumerGroupTopicPartitions
@@ -23,6 +24,7 @@ _ADMIN_KEYS_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "socket.", "bro
 
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 class KafkaReadError(RuntimeError):
@@ -40,10 +42,12 @@ class PartitionOffsets:
     leader_epoch: int | None = None
 
 
-def admin_client(bootstrap_servers: str, config: dict[str, str] | None = None, timeout_s: float = 10.0) -> AdminClient:
-    conf: dict[str, str | int | float | bool] = {
-        k: v for k, v in (config or {}).items() if k.startswith(_ADMIN_KEYS_PREFIXES)
-    }
+def admin_config(
+    bootstrap_servers: str, config: Mapping[str, Any] | None = None, timeout_s: float = 10.0
+) -> dict[str, Any]:
+    """The settings of an admin client of these servers: the admin-meaningful part of a
+    cluster's client config, socket timeouts of `timeout_s`."""
+    conf: dict[str, Any] = {k: v for k, v in (config or {}).items() if k.startswith(_ADMIN_KEYS_PREFIXES)}
     conf.update(
         {
             "bootstrap.servers": bootstrap_servers,
@@ -51,7 +55,47 @@ def admin_client(bootstrap_servers: str, config: dict[str, str] | None = None, t
             "socket.connection.setup.timeout.ms": int(timeout_s * 1000),
         }
     )
-    return AdminClient(conf)
+    return conf
+
+
+def admin_client(
+    bootstrap_servers: str, config: Mapping[str, Any] | None = None, timeout_s: float = 10.0
+) -> AdminClient:
+    return AdminClient(admin_config(bootstrap_servers, config, timeout_s))
+
+
+def coordinator_request(
+    connection: Mapping[str, Any], request: Callable[[AdminClient], Mapping[K, Future[Any]]]
+) -> dict[K, Any]:
+    """The answers (a result, or the KafkaException it failed with) to request(client)'s
+    futures, asked on an admin client of its own that is destroyed once they are answered.
+
+    For every request a group coordinator answers (committed offsets, group descriptions).
+    librdkafka 2.16 aborts the whole process (`rd_kafka_enq_once_del_source_return: Assertion
+    'eonce->refcnt > 0'`, confluentinc/librdkafka#4605) when such a request times out while its
+    client still waits for the coordinator (frozen, or not yet replaced) and the client later
+    finds one: the lookup passes the timed-out request's freed state on. A client destroyed
+    right after the timeout fails the pending lookup cleanly instead.
+
+    The client must really be gone: no exception is raised while it is in scope (an exception
+    a future raises keeps the frames that hold the client alive, in a cycle only the garbage
+    collector breaks); answers are read with Future.exception()."""
+    admin = AdminClient(dict(connection))
+    failure: tuple[Any, ...] | None = None
+    try:
+        futures = dict(request(admin))
+    except KafkaException as exc:
+        failure = exc.args
+    else:
+        wait(list(futures.values()))
+    del admin
+    if failure is not None:
+        raise KafkaException(*failure)
+    answers: dict[K, Any] = {}
+    for key, future in futures.items():
+        error = future.exception()
+        answers[key] = error if error is not None else future.result()
+    return answers
 
 
 def topic_partitions(admin: AdminClient, topic: str, timeout_s: float = 10.0, required: bool = True) -> list[int]:
@@ -177,9 +221,15 @@ def _epoch(info: ListOffsetsResultInfo) -> int | None:
 
 
 def committed_offsets(
-    admin: AdminClient, groups: list[str] | tuple[str, ...], topic: str, partitions: list[int], timeout_s: float = 10.0
+    connection: Mapping[str, Any],
+    groups: list[str] | tuple[str, ...],
+    topic: str,
+    partitions: list[int],
+    timeout_s: float = 10.0,
 ) -> list[tuple[str, int, int]]:
-    """(group, partition, committed offset) for partitions where the group has committed."""
+    """(group, partition, committed offset) for partitions where the group has committed.
+    `connection`: an admin client's settings; every request gets a client of its own
+    (coordinator_request)."""
     rows: list[tuple[str, int, int]] = []
     deadline = time.monotonic() + timeout_s
     for group in groups:
@@ -187,9 +237,11 @@ def committed_offsets(
         # Right after a broker restart the group's coordinator is still loading its offsets
         # ("Coordinator load in progress") or has moved: asked again within the timeout.
         result = _asking_again(
-            lambda request=request, group=group: admin.list_consumer_group_offsets(  # type: ignore[misc]
-                request, request_timeout=timeout_s
-            )[group].result(),
+            lambda request=request, group=group: _answer(  # type: ignore[misc]
+                coordinator_request(
+                    connection, lambda admin: admin.list_consumer_group_offsets(request, request_timeout=timeout_s)
+                )[group]
+            ),
             _COORDINATOR_MOVED,
             deadline,
             f"reading committed offsets of group {group!r}",
@@ -201,6 +253,13 @@ def committed_offsets(
             if tp.offset >= 0:
                 rows.append((group, tp.partition, tp.offset))
     return rows
+
+
+def _answer(answer: Any) -> Any:
+    """A coordinator_request() answer's result; its KafkaException raised."""
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer
 
 
 def starts_passed(ranges: dict[int, tuple[int, int]], now: dict[int, PartitionOffsets]) -> dict[int, tuple[int, int]]:

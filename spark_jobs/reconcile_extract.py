@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -22,6 +23,7 @@ from spark_jobs.kafka_cleanup import TopicCleanup, absent_keys_explained, read_t
 from spark_jobs.kafka_offsets import (
     PartitionOffsets,
     admin_client,
+    admin_config,
     committed_offsets,
     deleted_while_read,
     partition_offsets,
@@ -234,9 +236,10 @@ def extract_topic_offsets(
     before its commit), then the producer ledger's end, then the topic's own ends (a ledger
     entry acked at an offset is then always inside the topic range read).
     """
-    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
+    connection = admin_config(binding.bootstrap_servers, binding.kafka_config)
+    admin = AdminClient(connection)
     partitions = topic_partitions(admin, binding.topic)
-    committed = committed_offsets(admin, binding.consumer_groups, binding.topic, partitions)
+    committed = committed_offsets(connection, binding.consumer_groups, binding.topic, partitions)
 
     def ledger(topic: str, previous: dict[int, int]) -> OffsetRange:
         # A ledger topic that never existed means the probes are not in use; one that

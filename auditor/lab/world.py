@@ -356,7 +356,7 @@ class World:
         # the binding's groups as the scan service measures them: their lag and whether the
         # log start has passed their committed offsets
         groups = {self.topic: self.binding.consumer_groups} if self.binding.consumer_groups else {}
-        lag = consumer_lag(admin, connection, admin.list_topics(timeout=15), groups)
+        lag = consumer_lag(connection, admin.list_topics(timeout=15), groups)
         item_keys = {self.topic: self.binding.record_key} if self.binding.record_key != "key" else {}
         for result in lint_live_cluster(
             admin,

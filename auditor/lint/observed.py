@@ -164,7 +164,6 @@ class ConsumerLag:
 
 
 def consumer_lag(
-    admin: AdminClient,
     connection: Mapping[str, Any],
     metadata: ClusterMetadata,
     groups_by_topic: Mapping[str, Iterable[str]],
@@ -209,7 +208,7 @@ def consumer_lag(
                 )
             for group in groups:
                 # a partition whose committed offset could not be read raises: never a lag of 0
-                for _, partition, offset in committed_offsets(admin, [group], topic, partitions, timeout):
+                for _, partition, offset in committed_offsets(connection, [group], topic, partitions, timeout):
                     tp = (topic, partition)
                     low, high = ends[tp]
                     lag.setdefault(topic, 0.0)

@@ -135,7 +135,6 @@ def scan_cluster(cluster: Cluster, *, clients_topic: str = CLIENTS_TOPIC, timeou
 
     try:
         lag = consumer_lag(
-            admin,
             connection,
             metadata,
             {t: sorted(g) for t, g in groups_by_topic.items() if t not in missing},

@@ -24,7 +24,6 @@ from urllib.parse import urlsplit
 
 import psycopg
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
@@ -294,10 +293,10 @@ def find_records(binding: Binding, key: str, positions: list[tuple[int, int]], a
 def read_committed(binding: Binding, lookup: RecordLookup) -> None:
     """Where each of the binding's groups stands now on the partitions of the key's records."""
     partitions = sorted({view.partition for view in lookup.records})
-    admin = AdminClient({**binding.cluster.client_config(), "log_level": 3})
+    connection = {**binding.cluster.client_config(), "log_level": 3}
     for group in binding.consumer_groups:
         try:
-            rows = committed_offsets(admin, [group], binding.topic, partitions, READ_TIMEOUT_S)
+            rows = committed_offsets(connection, [group], binding.topic, partitions, READ_TIMEOUT_S)
             lookup.committed[group] = {partition: offset for _, partition, offset in rows}
         except (KafkaException, KafkaReadError, TimeoutError) as exc:
             lookup.committed_errors[group] = f"its committed offsets could not be read: {exc}"

@@ -25,7 +25,9 @@ from spark_jobs.kafka_offsets import (
     KafkaReadError,
     PartitionOffsets,
     admin_client,
+    admin_config,
     committed_offsets,
+    coordinator_request,
     partition_offsets,
     starts_passed,
     topic_partitions,
@@ -96,25 +98,30 @@ def _assigned(members: list[Any], topic: str) -> frozenset[int] | None:
     return frozenset(partitions)
 
 
-def _describe_groups(admin: AdminClient, groups: list[str], topic: str, timeout_s: float) -> dict[str, Described]:
+def _describe_groups(
+    connection: dict[str, Any], groups: list[str], topic: str, timeout_s: float
+) -> dict[str, Described]:
     if not groups:
         return {}
-    described: dict[str, Described] = {}
+
     try:
-        futures = admin.describe_consumer_groups(groups, request_timeout=timeout_s)
+        answers = coordinator_request(
+            connection, lambda admin: admin.describe_consumer_groups(groups, request_timeout=timeout_s)
+        )
     except KafkaException:
         return dict.fromkeys(groups, UNDESCRIBED)
-    for group, future in futures.items():
-        try:
-            result = future.result()
-            state = getattr(result.state, "name", str(result.state)).lower()
-            # a group that does not exist reads as Dead with no protocol, which the client also
-            # calls simple: it is not a group that commits without joining
-            simple = bool(result.is_simple_consumer_group) and state != "dead"
-            members = list(result.members or [])
-            described[group] = (len(members), state, simple, _assigned(members, topic))
-        except KafkaException:
+    described: dict[str, Described] = {}
+    for group in groups:
+        result = answers.get(group)
+        if result is None or isinstance(result, BaseException):
             described[group] = UNDESCRIBED
+            continue
+        state = getattr(result.state, "name", str(result.state)).lower()
+        # a group that does not exist reads as Dead with no protocol, which the client also
+        # calls simple: it is not a group that commits without joining
+        simple = bool(result.is_simple_consumer_group) and state != "dead"
+        members = list(result.members or [])
+        described[group] = (len(members), state, simple, _assigned(members, topic))
     return described
 
 
@@ -182,7 +189,7 @@ def _complete_since(
 
 
 def _confirm_overtaken(
-    admin: AdminClient,
+    connection: dict[str, Any],
     view: ClusterView,
     topic: str,
     partitions: list[int],
@@ -201,7 +208,7 @@ def _confirm_overtaken(
     if not suspects:
         return
     try:
-        rows = committed_offsets(admin, sorted(suspects), topic, partitions, timeout_s)
+        rows = committed_offsets(connection, sorted(suspects), topic, partitions, timeout_s)
     except KafkaReadError as exc:
         view.notes.append(f"committed offsets below the log start could not be confirmed: {exc}")
         return
@@ -224,18 +231,19 @@ def read_cluster_view(
     view = ClusterView(topic=topic, now_ms=now_ms, record_key=record_key)
     plan = ReadPlan(topic)
     bootstrap, config = client_settings(kafka_config)
-    admin = admin_client(bootstrap, config, timeout_s)
+    connection = admin_config(bootstrap, config, timeout_s)
+    admin = AdminClient(connection)
     try:
         partitions = topic_partitions(admin, topic, timeout_s)
     except KafkaReadError as exc:
         view.kafka_error = str(exc)
         return view, plan
     try:
-        rows = committed_offsets(admin, groups, topic, partitions, timeout_s)
+        rows = committed_offsets(connection, groups, topic, partitions, timeout_s)
     except KafkaReadError as exc:
         view.groups_error = str(exc)
         rows = []
-    described = _describe_groups(admin, groups, topic, timeout_s) if groups and not view.groups_error else {}
+    described = _describe_groups(connection, groups, topic, timeout_s) if groups and not view.groups_error else {}
     for group in groups:
         members, state, simple, assigned = described.get(group, UNDESCRIBED)
         view.groups[group] = GroupState(group, members=members, state=state, simple=simple, assigned=assigned)
@@ -250,7 +258,7 @@ def read_cluster_view(
         view.kafka_error = str(exc)
         return view, plan
     _configs(admin, view, timeout_s)
-    _confirm_overtaken(admin, view, topic, partitions, offsets, timeout_s)
+    _confirm_overtaken(connection, view, topic, partitions, offsets, timeout_s)
 
     targets: list[Target] = [(topic, p, o.low) for p, o in offsets.items() if 0 < o.low < o.high]
     targets += [(topic, p, o.stable) for p, o in offsets.items() if o.stable < o.high]

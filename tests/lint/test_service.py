@@ -222,12 +222,12 @@ def test_it_says_the_lag_is_unknown_when_the_first_unread_records_are_not_read_i
     connection = {"bootstrap.servers": kafka_bootstrap}
     metadata = kafka_admin.list_topics(timeout=10)
 
-    measured = consumer_lag(kafka_admin, connection, metadata, {topic: [group]})
+    measured = consumer_lag(connection, metadata, {topic: [group]})
     assert 2 * 3600 - 60 < measured.seconds[topic] < 2 * 3600 + 60
     assert measured.unknown == {}
 
     # no time left to read the record at the committed offset: unknown, not 0
-    unread = consumer_lag(kafka_admin, connection, metadata, {topic: [group]}, read_timeout=0)
+    unread = consumer_lag(connection, metadata, {topic: [group]}, read_timeout=0)
     assert topic not in unread.seconds
     assert unread.unknown == {topic: "the first unread record of partition(s) 0 was not read in time"}
 
@@ -241,9 +241,9 @@ def test_an_aborted_transaction_after_a_caught_up_group_is_no_lag(
     connection = {"bootstrap.servers": kafka_bootstrap}
     metadata = kafka_admin.list_topics(timeout=10)
 
-    assert consumer_lag(kafka_admin, connection, metadata, {topic: [caught_up]}).seconds == {topic: 0.0}
+    assert consumer_lag(connection, metadata, {topic: [caught_up]}).seconds == {topic: 0.0}
     # the group at 0 has the 3 fresh committed records to read: seconds, not hours
-    assert consumer_lag(kafka_admin, connection, metadata, {topic: [behind]}).seconds[topic] < 300
+    assert consumer_lag(connection, metadata, {topic: [behind]}).seconds[topic] < 300
 
 
 def test_it_says_the_lag_is_unknown_when_no_group_has_committed(
@@ -253,7 +253,7 @@ def test_it_says_the_lag_is_unknown_when_no_group_has_committed(
     _waiting_group(kafka_bootstrap, topic, 3, 2 * 3600 * 1000)  # records 2 h old, and a group that is not bound
     metadata = kafka_admin.list_topics(timeout=10)
 
-    lag = consumer_lag(kafka_admin, {"bootstrap.servers": kafka_bootstrap}, metadata, {topic: ["never-ran", "typo"]})
+    lag = consumer_lag({"bootstrap.servers": kafka_bootstrap}, metadata, {topic: ["never-ran", "typo"]})
 
     assert topic not in lag.seconds
     assert lag.unknown == {topic: "none of its groups (never-ran, typo) has committed an offset on it"}

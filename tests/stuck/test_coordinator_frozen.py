@@ -1,0 +1,86 @@
+"""The diagnosis's view of the cluster while the group's coordinator is frozen (SIGSTOP).
+
+librdkafka 2.16 aborted the whole process (`rd_kafka_enq_once_del_source_return: Assertion
+'eonce->refcnt > 0'`, upstream confluentinc/librdkafka#4605) when a committed-offsets request
+timed out while its client still waited for the frozen coordinator, and the same client found
+the coordinator's replacement afterwards. A diagnosis in a Celery worker or behind the
+dashboard died with it. Each coordinator request now has a client of its own, destroyed as
+soon as it is answered (spark_jobs.kafka_offsets.coordinator_request)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from auditor.lab.cluster import Cluster
+
+pytestmark = pytest.mark.integration
+
+# The views are read in a process of their own: on the old code the process aborted. It reads
+# for 25 s with the diagnosis's default timeout (10 s), past broker.session.timeout.ms (9 s),
+# when the controller fences the frozen broker and the group's coordinator moves, which the
+# pending look-up then finds.
+PROBE = """
+import json, sys, time
+from auditor.stuck.kafka_view import read_cluster_view
+bootstrap, topic, group = sys.argv[1:4]
+started, views = time.monotonic(), []
+while time.monotonic() - started < 25:
+    view, _ = read_cluster_view({"bootstrap.servers": bootstrap}, topic, [group], topic + "-pl", topic + "-cl", timeout_s=10.0)
+    views.append({"groups_error": view.groups_error, "committed": view.groups[group].committed})
+    time.sleep(1)
+print(json.dumps(views))
+"""
+
+
+def test_a_frozen_group_coordinator_does_not_abort_the_diagnosis(
+    make_topic: Callable[..., str], kafka_bootstrap: str, kafka_brokers: int
+) -> None:
+    if kafka_brokers < 3:
+        pytest.skip("needs the 3-broker test stack")
+    topic = make_topic("frozen-coordinator", partitions=3, replication_factor=3)
+    group = f"frozen-coordinator-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for partition in range(3):
+        for i in range(5):
+            producer.produce(topic, b"v", f"k{i}".encode(), partition=partition)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
+    truth = {0: 2, 1: 3, 2: 4}  # what the group committed, from the client's own call
+    consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in truth.items()], asynchronous=False)
+    consumer.close()
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    coordinator = admin.describe_consumer_groups([group])[group].result(timeout=30).coordinator.id
+
+    cluster = Cluster(kafka_bootstrap)
+    cluster.broker("pause", coordinator)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-X", "faulthandler", "-c", PROBE, kafka_bootstrap, topic, group],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        cluster.broker("resume", coordinator)
+        for partition in range(3):
+            cluster.wait_for_isr(topic, 3, partition, timeout=90)
+
+    assert done.returncode != -signal.SIGABRT, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-3000:]
+    views = json.loads(done.stdout.strip().splitlines()[-1])
+    # Frozen, the coordinator does not answer: the view says so and guesses no offset.
+    first = views[0]
+    assert first["groups_error"] and group in first["groups_error"], first
+    assert first["committed"] == {}, first
+    # Once the coordinator has moved, the view reads what the group committed.
+    last = views[-1]
+    assert last["groups_error"] is None and {int(p): o for p, o in last["committed"].items()} == truth, views
