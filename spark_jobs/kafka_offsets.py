@@ -134,15 +134,29 @@ _COORDINATOR_MOVED = frozenset(
 )
 
 
+# How long a partition whose leader does not answer (killed, frozen) is asked again: the
+# controller fences a broker that stops heartbeating after broker.session.timeout.ms (9 s by
+# default) and elects a new leader from the ISR, so a read that started right after the fault
+# gets its answer within this instead of failing (measured in the lab: a diagnosis started
+# right after a kill -9 of a leader called every item unknown with the 10-s deadline alone).
+LEADER_FAILOVER_S = 30.0
+
+
 def partition_offsets(
-    admin: AdminClient, topic: str, partitions: list[int], timeout_s: float = 10.0
+    admin: AdminClient,
+    topic: str,
+    partitions: list[int],
+    timeout_s: float = 10.0,
+    failover_s: float = LEADER_FAILOVER_S,
 ) -> dict[int, PartitionOffsets]:
-    """Log start, last stable and high watermark offsets of each partition."""
+    """Log start, last stable and high watermark offsets of each partition: each request
+    within `timeout_s`, asked again for up to max(timeout_s, failover_s) while leaders move
+    or do not answer."""
     if not partitions:
         return {}
     tps = [TopicPartition(topic, p) for p in partitions]
 
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + max(timeout_s, failover_s)
 
     def refresh() -> None:
         # Right after a leader change the client's metadata still names the old leader or
@@ -226,23 +240,27 @@ def committed_offsets(
     topic: str,
     partitions: list[int],
     timeout_s: float = 10.0,
+    failover_s: float = LEADER_FAILOVER_S,
 ) -> list[tuple[str, int, int]]:
     """(group, partition, committed offset) for partitions where the group has committed.
     `connection`: an admin client's settings; every request gets a client of its own
-    (coordinator_request)."""
+    (coordinator_request), within `timeout_s`; asked again for up to max(timeout_s,
+    failover_s) while the coordinator moves or does not answer."""
     rows: list[tuple[str, int, int]] = []
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + max(timeout_s, failover_s)
     for group in groups:
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
         # Right after a broker restart the group's coordinator is still loading its offsets
-        # ("Coordinator load in progress") or has moved: asked again within the timeout.
+        # ("Coordinator load in progress") or has moved; a coordinator that died or froze does
+        # not answer (timed out) until the controller fences it and the group's offsets
+        # partition gets a new leader: asked again, on a new client each time.
         result = _asking_again(
             lambda request=request, group=group: _answer(  # type: ignore[misc]
                 coordinator_request(
                     connection, lambda admin: admin.list_consumer_group_offsets(request, request_timeout=timeout_s)
                 )[group]
             ),
-            _COORDINATOR_MOVED,
+            _COORDINATOR_MOVED | {KafkaError._TIMED_OUT},
             deadline,
             f"reading committed offsets of group {group!r}",
             0.5,

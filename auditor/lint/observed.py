@@ -101,7 +101,8 @@ class _PartitionReader:
                         # after a leader change can lag the end planned for a moment (and a
                         # truncated log never reaches it): only the planned end finishes a
                         # partition; short of it, the deadline calls the read incomplete
-                        if message.offset() >= self.starts[tp][1]:
+                        end = message.offset()
+                        if end is not None and end >= self.starts[tp][1]:
                             self._done(tp)
                         continue
                     raise KafkaException(error)

@@ -296,7 +296,7 @@ def read_committed(binding: Binding, lookup: RecordLookup) -> None:
     connection = {**binding.cluster.client_config(), "log_level": 3}
     for group in binding.consumer_groups:
         try:
-            rows = committed_offsets(connection, [group], binding.topic, partitions, READ_TIMEOUT_S)
+            rows = committed_offsets(connection, [group], binding.topic, partitions, READ_TIMEOUT_S, failover_s=0)
             lookup.committed[group] = {partition: offset for _, partition, offset in rows}
         except (KafkaException, KafkaReadError, TimeoutError) as exc:
             lookup.committed_errors[group] = f"its committed offsets could not be read: {exc}"

@@ -77,10 +77,9 @@ def test_a_frozen_group_coordinator_does_not_abort_the_diagnosis(
     assert done.returncode != -signal.SIGABRT, done.stderr[-3000:]
     assert done.returncode == 0, done.stderr[-3000:]
     views = json.loads(done.stdout.strip().splitlines()[-1])
-    # Frozen, the coordinator does not answer: the view says so and guesses no offset.
-    first = views[0]
-    assert first["groups_error"] and group in first["groups_error"], first
-    assert first["committed"] == {}, first
-    # Once the coordinator has moved, the view reads what the group committed.
-    last = views[-1]
-    assert last["groups_error"] is None and {int(p): o for p, o in last["committed"].items()} == truth, views
+    # Frozen, the coordinator does not answer until the controller fences it and its offsets
+    # partition gets a new leader; the view asks again on a new client meanwhile and reads
+    # what the group committed, from the first view on.
+    for view in views:
+        assert view["groups_error"] is None, views
+        assert {int(p): o for p, o in view["committed"].items()} == truth, views
