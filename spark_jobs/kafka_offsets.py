@@ -121,6 +121,8 @@ _LEADER_MOVED = frozenset(
         KafkaError.UNKNOWN_LEADER_EPOCH,
         KafkaError.NOT_LEADER_FOR_PARTITION,
         KafkaError.LEADER_NOT_AVAILABLE,
+        # a leader elected a moment ago whose high watermark has not caught up yet (KIP-207)
+        KafkaError.OFFSET_NOT_AVAILABLE,
     }
 )
 
