@@ -251,17 +251,12 @@ def committed_offsets(
     rows: list[tuple[str, int, int]] = []
     deadline = time.monotonic() + max(timeout_s, failover_s)
     for group in groups:
-        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
         # Right after a broker restart the group's coordinator is still loading its offsets
         # ("Coordinator load in progress") or has moved; a coordinator that died or froze does
         # not answer (timed out) until the controller fences it and the group's offsets
         # partition gets a new leader: asked again, on a new client each time.
         result = _asking_again(
-            lambda request=request, group=group: _answer(  # type: ignore[misc]
-                coordinator_request(
-                    connection, lambda admin: admin.list_consumer_group_offsets(request, request_timeout=timeout_s)
-                )[group]
-            ),
+            lambda group=group: _group_offsets(connection, group, topic, partitions, timeout_s),  # type: ignore[misc]
             _COORDINATOR_MOVED | {KafkaError._TIMED_OUT},
             deadline,
             f"reading committed offsets of group {group!r}",
@@ -275,8 +270,15 @@ def committed_offsets(
     return rows
 
 
-def _answer(answer: Any) -> Any:
-    """A coordinator_request() answer's result; its KafkaException raised."""
+def _group_offsets(
+    connection: Mapping[str, Any], group: str, topic: str, partitions: list[int], timeout_s: float
+) -> Any:
+    """One ListConsumerGroupOffsets of `group` on `topic`'s partitions (coordinator_request);
+    raises the KafkaException it failed with."""
+    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
+    answer = coordinator_request(
+        connection, lambda admin: admin.list_consumer_group_offsets(request, request_timeout=timeout_s)
+    )[group]
     if isinstance(answer, BaseException):
         raise answer
     return answer

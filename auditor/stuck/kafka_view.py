@@ -103,7 +103,6 @@ def _describe_groups(
 ) -> dict[str, Described]:
     if not groups:
         return {}
-
     try:
         answers = coordinator_request(
             connection, lambda admin: admin.describe_consumer_groups(groups, request_timeout=timeout_s)
