@@ -113,6 +113,37 @@ def topic_partitions(admin: AdminClient, topic: str, timeout_s: float = 10.0, re
     return sorted(info.partitions)
 
 
+def live_bootstrap_servers(
+    bootstrap_servers: str, config: Mapping[str, Any] | None, topic: str, timeout_s: float = 10.0
+) -> str:
+    """The brokers the cluster's metadata names now, as a bootstrap list for the Java clients of
+    Spark's Kafka source; the configured list when the metadata cannot be read.
+
+    Every Spark read makes fresh Java clients (an admin on the driver, a consumer per task),
+    and each bootstraps from one address of its list, picked at random. A frozen broker's
+    kernel still accepts connections, so a client that picks it waits a request timeout for
+    an answer that never comes (lab: Spark's reconciliation failed under every frozen broker,
+    `Timed out waiting for a node assignment. Call: listNodes`). The controller leaves a fenced
+    broker out of the metadata, so after broker.session.timeout.ms these addresses lead only to
+    brokers that answer. They are the brokers' advertised addresses for the listener the
+    configured servers lead to, which every Kafka client connects to after its bootstrap anyway.
+    """
+    for _ in range(2):  # librdkafka may have asked the frozen broker itself: a new client asks again
+        try:
+            metadata = admin_client(bootstrap_servers, config, timeout_s).list_topics(topic, timeout=timeout_s)
+            break
+        except KafkaException:
+            continue
+    else:
+        return bootstrap_servers  # the Spark read then fails or succeeds on its own
+    addresses = []
+    for _, broker in sorted(metadata.brokers.items()):
+        host = broker.host or ""
+        if host:  # an IPv6 address is bracketed, as the Java client reads it
+            addresses.append(f"[{host}]:{broker.port}" if ":" in host else f"{host}:{broker.port}")
+    return ",".join(addresses) or bootstrap_servers
+
+
 # ListOffsets answers while the partition's leadership moves: the client asked the old leader,
 # or named an epoch the new one has passed (or not reached yet)
 _LEADER_MOVED = frozenset(

@@ -127,7 +127,13 @@ def java_kafka_options(bootstrap_servers: str, config: dict[str, str]) -> dict[s
     """Kafka source options from the cluster's librdkafka-style config."""
     options = {
         "kafka.bootstrap.servers": bootstrap_servers,
-        "kafka.request.timeout.ms": "30000",
+        # How long a client waits on a broker that accepted its connection but does not answer
+        # (frozen, overloaded) before it asks another. The Java admin of Spark's source gives up
+        # on such a node only after one or two of these (lab: with Kafka's 30 s it stayed on a
+        # frozen broker for the whole 60-s call, and the run failed `Timed out waiting for a
+        # node assignment`); at 10 s it moves on within the call. Each task's fetch is at most
+        # one partition's max.partition.fetch.bytes (1 MiB), answered well within this.
+        "kafka.request.timeout.ms": "10000",
         "kafka.default.api.timeout.ms": "60000",
         # Every read is bounded and most end at the log end, where a fetch has nothing to
         # return: with the default 500 ms the broker holds it, and each task waited that long
