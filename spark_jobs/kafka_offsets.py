@@ -18,6 +18,8 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka._model import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient, ListOffsetsResultInfo, OffsetSpec
 
+from spark_jobs.kafka_options import java_kafka_options
+
 # librdkafka settings that are meaningful to the AdminClient (the rest of a cluster's
 # config may be producer- or consumer-only and would be rejected or warned about).
 _ADMIN_KEYS_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.")
@@ -142,6 +144,12 @@ def live_bootstrap_servers(
         if host:  # an IPv6 address is bracketed, as the Java client reads it
             addresses.append(f"[{host}]:{broker.port}" if ":" in host else f"{host}:{broker.port}")
     return ",".join(addresses) or bootstrap_servers
+
+
+def spark_source_options(bootstrap_servers: str, config: Mapping[str, Any], topic: str) -> dict[str, str]:
+    """The Kafka source options of one Spark read of `topic`: the Java client's settings
+    (kafka_options.java_kafka_options), bootstrapped from the brokers that answer now."""
+    return java_kafka_options(live_bootstrap_servers(bootstrap_servers, config, topic), dict(config))
 
 
 # ListOffsets answers while the partition's leadership moves: the client asked the old leader,

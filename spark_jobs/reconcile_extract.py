@@ -26,13 +26,12 @@ from spark_jobs.kafka_offsets import (
     admin_config,
     committed_offsets,
     deleted_while_read,
-    live_bootstrap_servers,
     partition_offsets,
     record_prints,
     rewritten_partitions,
+    spark_source_options,
     topic_partitions,
 )
-from spark_jobs.kafka_options import java_kafka_options
 from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import (
     KAFKA_RAW_SCHEMA,
@@ -112,11 +111,10 @@ def extract_topic(
     if not ranges:
         return empty_frame(spark, KAFKA_RAW_SCHEMA)
     topic = plan.topic
-    config = binding.kafka_config
     parallelism = spark.sparkContext.defaultParallelism
     reader = (
         spark.read.format("kafka")
-        .options(**java_kafka_options(live_bootstrap_servers(binding.bootstrap_servers, config, topic), config))
+        .options(**spark_source_options(binding.bootstrap_servers, binding.kafka_config, topic))
         .option("assign", json.dumps({topic: sorted(ranges)}))
         .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in ranges.items()}}))
         .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in ranges.items()}}))

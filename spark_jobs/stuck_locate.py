@@ -40,8 +40,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.binding import RecordKeySpec, parse_record_key
 from spark_jobs.common import build_spark_session
-from spark_jobs.kafka_offsets import live_bootstrap_servers
-from spark_jobs.kafka_options import java_kafka_options
+from spark_jobs.kafka_offsets import spark_source_options
 from spark_jobs.reconcile_transform import (
     ACKED_RANGE,
     KAFKA_RAW_SCHEMA,
@@ -69,10 +68,9 @@ def extract_range(
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
     if not wanted:
         return spark.createDataFrame([], KAFKA_RAW_SCHEMA)
-    config = request.get("kafka_config") or {}
     reader = (
         spark.read.format("kafka")
-        .options(**java_kafka_options(live_bootstrap_servers(request["bootstrap_servers"], config, topic), config))
+        .options(**spark_source_options(request["bootstrap_servers"], request.get("kafka_config") or {}, topic))
         .option("assign", json.dumps({topic: sorted(wanted)}))
         .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in wanted.items()}}))
         .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in wanted.items()}}))
