@@ -286,7 +286,15 @@ def committed_offsets(
     """(group, partition, committed offset) for partitions where the group has committed.
     `connection`: an admin client's settings; every request gets a client of its own
     (coordinator_request), within `timeout_s`; asked again for up to max(timeout_s,
-    failover_s) while the coordinator moves or does not answer."""
+    failover_s) while the coordinator moves or does not answer, or while a transaction
+    holds offsets of the group not yet committed or aborted.
+
+    Asked as a read_committed consumer asks where to resume (require_stable, KIP-447): the
+    coordinator answers from everything its offsets partition holds, once that is committed.
+    Without it, Kafka 4's group coordinator answers from the partition's high watermark:
+    a coordinator elected a moment ago whose high watermark has not caught up (its followers
+    not fetched yet, or fewer in sync than min.insync.replicas) answers the group's
+    previous commit (or none) as if it were the current one, with no error."""
     rows: list[tuple[str, int, int]] = []
     deadline = time.monotonic() + max(timeout_s, failover_s)
     for group in groups:
@@ -296,7 +304,7 @@ def committed_offsets(
         # partition gets a new leader: asked again, on a new client each time.
         result = _asking_again(
             lambda group=group: _group_offsets(connection, group, topic, partitions, timeout_s),  # type: ignore[misc]
-            _COORDINATOR_MOVED | {KafkaError._TIMED_OUT},
+            _COORDINATOR_MOVED | {KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT},
             deadline,
             f"reading committed offsets of group {group!r}",
             0.5,
@@ -312,14 +320,21 @@ def committed_offsets(
 def _group_offsets(
     connection: Mapping[str, Any], group: str, topic: str, partitions: list[int], timeout_s: float
 ) -> Any:
-    """One ListConsumerGroupOffsets of `group` on `topic`'s partitions (coordinator_request);
-    raises the KafkaException it failed with."""
+    """One stable ListConsumerGroupOffsets of `group` on `topic`'s partitions
+    (coordinator_request); raises the KafkaException it failed with, and the partition's
+    error when a transaction holds offsets not yet committed (UNSTABLE_OFFSET_COMMIT: asked
+    again, as a read_committed consumer does)."""
     request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
     answer = coordinator_request(
-        connection, lambda admin: admin.list_consumer_group_offsets(request, request_timeout=timeout_s)
+        connection,
+        lambda admin: admin.list_consumer_group_offsets(request, require_stable=True, request_timeout=timeout_s),
     )[group]
     if isinstance(answer, BaseException):
         raise answer
+    for tp in answer.topic_partitions:
+        if tp.error is not None and tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT:
+            reason = f"{topic}/{tp.partition}: an open transaction holds offsets not yet committed or aborted"
+            raise KafkaException(KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT, reason))
     return answer
 
 

@@ -465,5 +465,13 @@ case "$cmd" in
       *) fail "usage: stack.sh broker stop|kill|start|pause|resume|pid ID" ;;
     esac
     ;;
-  *) echo "usage: stack/stack.sh up [--brokers 1|3] | down | status | broker stop|kill|start|pause|resume|pid ID" >&2; exit 2 ;;
+  reassign)
+    # Move one partition to these replicas (the first preferred as leader) and wait until done:
+    # the lab and tests shape a replica set before a fault with it (stack/kafka/Reassign.java).
+    topic=${1:-}; partition=${2:-}; replicas=${3:-}
+    [[ -n $topic && $partition =~ ^[0-9]+$ && $replicas =~ ^[0-9]+(,[0-9]+)*$ ]] \
+      || fail "usage: stack.sh reassign TOPIC PARTITION BROKER[,BROKER...]"
+    kafka_java "$ROOT/stack/kafka/Reassign.java" "$(bootstrap_servers "$(brokers_configured)")" \
+      "$topic" "$partition" "$replicas" 2>&1 | grep -v '^SLF4J' ;;
+  *) echo "usage: stack/stack.sh up [--brokers 1|3] | down | status | broker stop|kill|start|pause|resume|pid ID | reassign TOPIC PARTITION BROKERS" >&2; exit 2 ;;
 esac

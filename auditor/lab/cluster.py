@@ -66,24 +66,24 @@ class Cluster:
 
     def broker(self, action: str, broker_id: int) -> None:
         """stop (SIGTERM) | kill (-9) | start | pause (SIGSTOP) | resume (SIGCONT)."""
+        self._stack_script(180, "broker", action, str(broker_id))
+
+    def _stack_script(self, timeout: float, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """stack.sh with these arguments on this cluster's stack; a LabError naming them when it
+        fails (unless not `check`)."""
         done = subprocess.run(
-            [str(STACK_SCRIPT), "broker", action, str(broker_id)],
+            [str(STACK_SCRIPT), *args],
             env={**os.environ, "STACK": self.stack},
             capture_output=True,
             text=True,
-            timeout=180,
+            timeout=timeout,
         )
-        if done.returncode != 0:
-            raise LabError(f"stack.sh broker {action} {broker_id} failed: {(done.stderr or done.stdout).strip()}")
+        if check and done.returncode != 0:
+            raise LabError(f"stack.sh {' '.join(args)} failed: {(done.stderr or done.stdout).strip()}")
+        return done
 
     def broker_pid(self, broker_id: int) -> int | None:
-        done = subprocess.run(
-            [str(STACK_SCRIPT), "broker", "pid", str(broker_id)],
-            env={**os.environ, "STACK": self.stack},
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        done = self._stack_script(30, "broker", "pid", str(broker_id), check=False)
         text = done.stdout.strip().splitlines()
         return int(text[-1]) if done.returncode == 0 and text and text[-1].isdigit() else None
 
@@ -147,6 +147,11 @@ class Cluster:
             return str(exc.args[0])
         errors = [str(error) for error in results.values() if error is not None]
         return "; ".join(errors) or "ok"
+
+    def reassign(self, topic: str, partition: int, replicas: list[int]) -> None:
+        """Move the partition to `replicas` (the first preferred as leader); returns once the
+        move is complete and every one of them is in sync (stack.sh reassign)."""
+        self._stack_script(120, "reassign", topic, str(partition), ",".join(str(r) for r in replicas))
 
     def set_topic_config(self, topic: str, config: dict[str, str]) -> None:
         from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
