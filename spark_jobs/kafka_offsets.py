@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
-from confluent_kafka._model import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient, ListOffsetsResultInfo, OffsetSpec
 
 from spark_jobs.kafka_options import java_kafka_options
@@ -285,7 +284,7 @@ def committed_offsets(
 ) -> list[tuple[str, int, int]]:
     """(group, partition, committed offset) for partitions where the group has committed.
     `connection`: an admin client's settings; every request gets a client of its own
-    (coordinator_request), within `timeout_s`; asked again for up to max(timeout_s,
+    (_group_offsets), within `timeout_s`; asked again for up to max(timeout_s,
     failover_s) while the coordinator moves or does not answer, or while a transaction
     holds offsets of the group not yet committed or aborted.
 
@@ -302,14 +301,17 @@ def committed_offsets(
         # ("Coordinator load in progress") or has moved; a coordinator that died or froze does
         # not answer (timed out) until the controller fences it and the group's offsets
         # partition gets a new leader: asked again, on a new client each time.
-        result = _asking_again(
-            lambda group=group: _group_offsets(connection, group, topic, partitions, timeout_s),  # type: ignore[misc]
-            _COORDINATOR_MOVED | {KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT},
-            deadline,
-            f"reading committed offsets of group {group!r}",
-            0.5,
-        )
-        for tp in result.topic_partitions:
+        try:
+            result = _asking_again(
+                lambda group=group: _group_offsets(connection, group, topic, partitions, timeout_s),  # type: ignore[misc]
+                _COORDINATOR_MOVED | {KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT},
+                deadline,
+                f"reading committed offsets of group {group!r}",
+                0.5,
+            )
+        except KafkaReadError as exc:
+            raise KafkaReadError(f"{exc}{_why_unstable(connection, group, topic, partitions)}") from exc
+        for tp in result:
             if tp.error is not None:
                 raise KafkaReadError(f"committed offset of group {group!r} on {topic}/{tp.partition}: {tp.error}")
             if tp.offset >= 0:
@@ -317,21 +319,56 @@ def committed_offsets(
     return rows
 
 
+def _why_unstable(connection: Mapping[str, Any], group: str, topic: str, partitions: list[int]) -> str:
+    """Why a stable fetch got no answer, when the coordinator does answer an unstable one
+    (from its high watermark, open transactions left out); '' when it does not answer that
+    either (frozen, unreachable, moving)."""
+    try:
+        _group_offsets(connection, group, topic, partitions, 5.0, stable=False)
+    except KafkaException:
+        return ""
+    return (
+        "; the coordinator answers, but cannot yet say what the group committed: a transaction holds"
+        " offsets of the group open (UNSTABLE_OFFSET_COMMIT), or its offsets partition has fewer replicas"
+        " in sync than min.insync.replicas"
+    )
+
+
 def _group_offsets(
-    connection: Mapping[str, Any], group: str, topic: str, partitions: list[int], timeout_s: float
-) -> Any:
-    """One stable ListConsumerGroupOffsets of `group` on `topic`'s partitions
-    (coordinator_request); raises the KafkaException it failed with, and the partition's
-    error when a transaction holds offsets not yet committed (UNSTABLE_OFFSET_COMMIT: asked
-    again, as a read_committed consumer does)."""
-    request = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in partitions])]
-    answer = coordinator_request(
-        connection,
-        lambda admin: admin.list_consumer_group_offsets(request, require_stable=True, request_timeout=timeout_s),
-    )[group]
-    if isinstance(answer, BaseException):
-        raise answer
-    for tp in answer.topic_partitions:
+    connection: Mapping[str, Any],
+    group: str,
+    topic: str,
+    partitions: list[int],
+    timeout_s: float,
+    stable: bool = True,
+) -> list[TopicPartition]:
+    """One stable OffsetFetch of `group` on `topic`'s partitions; raises the KafkaException it
+    failed with, and the partition's error when a transaction holds offsets not yet committed
+    (UNSTABLE_OFFSET_COMMIT: asked again, as a read_committed consumer does).
+
+    Asked by a consumer with the group's id that never joins the group (no subscription,
+    nothing committed, closed at once), not by the AdminClient: librdkafka (2.16, still so
+    upstream) answers an admin OffsetFetch that the coordinator refuses with NOT_COORDINATOR
+    or COORDINATOR_NOT_AVAILABLE by asking the client's consumer group, which an AdminClient
+    has none of, to look its coordinator up: a NULL dereference that kills the whole process
+    (SIGSEGV in rd_kafka_cgrp_op, confluentinc/librdkafka#5040). Kafka 4's coordinator answers
+    a stable fetch it could not serve within offsets.commit.timeout.ms with NOT_COORDINATOR:
+    4 diagnoses in 25 under a frozen coordinator died so. A consumer has its group handle
+    and looks the coordinator up again instead."""
+    settings = {
+        **connection,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        # read_committed sends require_stable (KIP-447)
+        "isolation.level": "read_committed" if stable else "read_uncommitted",
+    }
+    consumer = Consumer(settings)
+    try:
+        answer = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
+    finally:
+        consumer.close()
+    for tp in answer:
         if tp.error is not None and tp.error.code() == KafkaError.UNSTABLE_OFFSET_COMMIT:
             reason = f"{topic}/{tp.partition}: an open transaction holds offsets not yet committed or aborted"
             raise KafkaException(KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT, reason))

@@ -148,6 +148,17 @@ class Cluster:
         errors = [str(error) for error in results.values() if error is not None]
         return "; ".join(errors) or "ok"
 
+    def offsets_partition(self, group: str) -> int:
+        """The __consumer_offsets partition holding `group`'s offsets, which its coordinator
+        leads: Kafka's Utils.abs(group.hashCode()) % the topic's partition count."""
+        offsets = self.admin.list_topics("__consumer_offsets", timeout=10).topics["__consumer_offsets"]
+        units = group.encode("utf-16-be")  # Java's String.hashCode runs over UTF-16 code units
+        code = 0
+        for i in range(0, len(units), 2):
+            code = (31 * code + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
+        code = code - (1 << 32) if code >= 1 << 31 else code
+        return (0 if code == -(1 << 31) else abs(code)) % len(offsets.partitions)
+
     def reassign(self, topic: str, partition: int, replicas: list[int]) -> None:
         """Move the partition to `replicas` (the first preferred as leader); returns once the
         move is complete and every one of them is in sync (stack.sh reassign)."""

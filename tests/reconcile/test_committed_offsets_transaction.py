@@ -3,8 +3,8 @@
 The auditor reads a group's committed offsets as a read_committed consumer reads where to
 resume (require_stable, KIP-447): offsets sent to an open transaction are neither the group's
 position yet nor forgotten; the answer waits for the transaction's end (asked again), and a
-transaction that stays open past the read's deadline is a named error, never the offsets from
-before it presented as current."""
+transaction that stays open past the read's deadline is an error naming it as a cause, never
+the offsets from before it presented as current."""
 
 from __future__ import annotations
 
@@ -80,4 +80,4 @@ def test_a_transaction_open_past_the_deadline_is_a_named_error(
         producer.abort_transaction(30)
         consumer.close()
     message = str(raised.value)
-    assert group in message and "UNSTABLE_OFFSET_COMMIT" in message and "open transaction" in message, message
+    assert group in message and "UNSTABLE_OFFSET_COMMIT" in message and "transaction holds" in message, message

@@ -3,7 +3,12 @@
 unknown, which counts as a miss here, never as a false alarm. The frozen variant runs the
 diagnosis as its own process (`manage.py audit stuck`, as a user would): librdkafka 2.16.0's
 admin client aborted the process there (upstream confluentinc/librdkafka#4605, avoided since
-by spark_jobs.kafka_offsets.coordinator_request); a crash fails this scenario, not the lab."""
+by spark_jobs.kafka_offsets.coordinator_request); a crash fails this scenario, not the lab.
+
+coordinator-paused-after-commit freezes the group's coordinator instead, right after the
+group's last commit: Kafka 4's coordinator elected in its place answers committed offsets from
+its high watermark, which had not caught up, and answered the group's earlier commit as the
+current one (CI, stop 30) until the auditor asked as a read_committed consumer does."""
 
 from __future__ import annotations
 
@@ -88,5 +93,74 @@ def _while_auditing(world: World, fault: tuple[str, str]) -> Outcome:
         # Where the fault keeps the auditor from reading (a frozen leader's partition before the
         # controller fences it) `unknown` is its honest answer, for an item or for the groups'
         # risks: a miss of what was expected, never an alarm.
+        ignored=frozenset({"stuck:unknown", "risk:risks-unknown"}),
+    )
+
+
+CRASH_AT = 11  # the at-most-once consumer commits the 11th record, then is killed -9
+
+
+@scenario(
+    "coordinator-paused-after-commit",
+    "at-most-once consumer killed -9 after committing record 11, before processing it; the group's "
+    "coordinator (its offsets partition on 2 replicas) frozen right after that commit while the auditor "
+    "looks, then resumed: never the group's earlier commit taken for its position; exact once healed",
+)
+def coordinator_paused_after_commit(world: World) -> Outcome:
+    cluster = world.cluster
+    world.make_topic(replication=3, min_insync_replicas="2")
+    world.make_table()
+    world.make_binding(groups=[world.group])
+    world.make_rule(older_than_s=1)
+    world.insert(TICKETS[:30], age_s=STUCK_AGE_S)
+    reports = produce(cluster.bootstrap, world.topic, TICKETS[:30], {"acks": "all"}, probed=True)
+    if any(d.error for d in reports):
+        raise LabError(f"the workload's sends failed: {[d.error for d in reports if d.error][:3]}")
+    # Two replicas: once the frozen coordinator is fenced, its follower leads alone, below
+    # min.insync.replicas (2); its high watermark cannot advance (KIP-966) until the
+    # coordinator is back, so what it had not learned was committed stays above it.
+    offsets_partition = cluster.offsets_partition(world.group)
+    placed = cluster.partition("__consumer_offsets", offsets_partition)
+    coordinator = placed.leader
+    kept = [coordinator, next(r for r in placed.replicas if r != coordinator)]
+    cluster.reassign("__consumer_offsets", offsets_partition, kept)
+    try:
+        crashed = world.consume("at-most-once", crash_at=CRASH_AT, probed=True)
+        cluster.broker("pause", coordinator)  # within the follower's fetch wait (500 ms) of the commit
+        try:
+            during = world.stuck(own_process=True)
+        finally:
+            cluster.broker("resume", coordinator)
+        cluster.wait_for_isr("__consumer_offsets", 2, offsets_partition)
+        cluster.wait_for_isr(world.topic, 3)
+        healed = world.stuck()
+    finally:
+        cluster.reassign(
+            "__consumer_offsets", offsets_partition, sorted(cluster.expected_brokers or cluster.broker_ids())
+        )
+
+    # Ground truth once healed, from the table, the application's log, a full read of the
+    # topic and the group's committed offsets (the lab's own read_committed consumer).
+    rows, processed = world.rows(), world.processed()
+    committed = cluster.committed(world.group, world.topic).get(0, -1)
+    position = {r.key: r.offset for r in cluster.read_topic(world.topic)}
+    unprocessed = {str(i) for i, status in rows.items() if status == "NEW" and not processed.get(i)}
+    skipped = {key for key in unprocessed if position.get(key, 1 << 62) < committed}
+    if not skipped:
+        raise LabError(f"the fault did not happen: nothing was skipped (consumer exit {crashed})")
+    expected: dict[str, set[str]] = {key: {"stuck:skipped"} for key in skipped}
+    expected |= {key: {"stuck:waiting"} for key in unprocessed - skipped}
+    expected |= world.expected_group_risks()
+    world.notes.append(
+        f"consumer exit {crashed}; committed {committed}; skipped {sorted(skipped)}; coordinator {coordinator} "
+        f"frozen, __consumer_offsets/{offsets_partition} on {kept}"
+    )
+    world.notes += [f"while frozen, {key}: {reason}" for key, reason in sorted(during.reasons.items())][:2]
+    return Outcome(
+        injected=f"group coordinator {coordinator} frozen (SIGSTOP) right after the group committed record {CRASH_AT}",
+        expected=expected,
+        # both answers count: the one while frozen may only be unknown, the one after must be exact
+        got=merge(during.verdicts, healed.verdicts),
+        detect_s=None,
         ignored=frozenset({"stuck:unknown", "risk:risks-unknown"}),
     )
