@@ -19,12 +19,12 @@ from spark_jobs.binding import (
     jdbc_url_and_properties,
     redact_url,
 )
+from spark_jobs.group_offsets import committed_offsets
 from spark_jobs.kafka_cleanup import TopicCleanup, absent_keys_explained, read_topic_cleanup
 from spark_jobs.kafka_offsets import (
     PartitionOffsets,
     admin_client,
     admin_config,
-    committed_offsets,
     deleted_while_read,
     partition_offsets,
     record_prints,

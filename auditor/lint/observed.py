@@ -29,7 +29,7 @@ from confluent_kafka.admin import (
 from auditor.lint.engine.terms import Overtaken
 from auditor.probes.codec import ClientRecord, decode_ledger_record
 from auditor.probes.message import record_position  # messages() yields records only
-from spark_jobs.kafka_offsets import committed_offsets
+from spark_jobs.group_offsets import committed_offsets
 
 _BROKER_SET = {
     ConfigSource.STATIC_BROKER_CONFIG.value,

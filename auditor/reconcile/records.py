@@ -31,7 +31,8 @@ from auditor.lib.secrets import MASK, MissingEnvError
 from auditor.pipelines.models import Binding
 from auditor.probes.headers import AUDIT, AUDIT_V2_SIZE, decode_audit_header, parse_audit_headers
 from auditor.probes.message import record_headers, record_position
-from spark_jobs.kafka_offsets import KafkaReadError, committed_offsets
+from spark_jobs.group_offsets import committed_offsets
+from spark_jobs.kafka_offsets import KafkaReadError
 
 MAX_POSITIONS = 200
 SCAN_RECORDS_PER_PARTITION = 5000

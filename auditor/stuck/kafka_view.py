@@ -20,14 +20,13 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 from auditor.lint.engine.terms import Overtaken
 from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
 from auditor.stuck.record_reader import RecordReader, Target, leader_epoch_starts, record_timestamps
+from spark_jobs.group_offsets import committed_offsets, coordinator_request
 from spark_jobs.kafka_cleanup import read_topic_cleanup
 from spark_jobs.kafka_offsets import (
     KafkaReadError,
     PartitionOffsets,
     admin_client,
     admin_config,
-    committed_offsets,
-    coordinator_request,
     partition_offsets,
     starts_passed,
     topic_partitions,

@@ -16,7 +16,8 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from spark_jobs.kafka_offsets import KafkaReadError, admin_config, committed_offsets
+from spark_jobs.group_offsets import committed_offsets
+from spark_jobs.kafka_offsets import KafkaReadError, admin_config
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ librdkafka 2.16 aborted the whole process (`rd_kafka_enq_once_del_source_return:
 timed out while its client still waited for the frozen coordinator, and the same client found
 the coordinator's replacement afterwards. A diagnosis in a Celery worker or behind the
 dashboard died with it. Each coordinator request now has a client of its own, destroyed as
-soon as it is answered (spark_jobs.kafka_offsets.coordinator_request).
+soon as it is answered (spark_jobs.group_offsets.coordinator_request).
 
 Kafka 4's group coordinator answers a committed-offsets request from its offsets partition's
 high watermark. A coordinator elected after its predecessor froze, whose high watermark had not

@@ -3,7 +3,7 @@
 unknown, which counts as a miss here, never as a false alarm. The frozen variant runs the
 diagnosis as its own process (`manage.py audit stuck`, as a user would): librdkafka 2.16.0's
 admin client aborted the process there (upstream confluentinc/librdkafka#4605, avoided since
-by spark_jobs.kafka_offsets.coordinator_request); a crash fails this scenario, not the lab.
+by spark_jobs.group_offsets.coordinator_request); a crash fails this scenario, not the lab.
 
 coordinator-paused-after-commit freezes the group's coordinator instead, right after the
 group's last commit: Kafka 4's coordinator elected in its place answers committed offsets from
