@@ -22,6 +22,11 @@ from auditor.lab.world import STUCK_AGE_S, AuditorAnswer, World
 
 TICKETS = list(range(1, 61))
 PARTITIONS = 3
+# Where the fault keeps the auditor from reading (a frozen leader's partition before the
+# controller fences it, a coordinator that cannot say what is committed) `unknown` is its
+# honest answer, for an item or for the groups' risks: a miss of what was expected, never an
+# alarm.
+UNREADABLE = frozenset({"stuck:unknown", "risk:risks-unknown"})
 
 
 @scenario(
@@ -90,10 +95,7 @@ def _while_auditing(world: World, fault: tuple[str, str]) -> Outcome:
         expected=expected,
         got=merge(diagnosis.verdicts, run.verdicts),
         detect_s=None,
-        # Where the fault keeps the auditor from reading (a frozen leader's partition before the
-        # controller fences it) `unknown` is its honest answer, for an item or for the groups'
-        # risks: a miss of what was expected, never an alarm.
-        ignored=frozenset({"stuck:unknown", "risk:risks-unknown"}),
+        ignored=UNREADABLE,
     )
 
 
@@ -162,5 +164,5 @@ def coordinator_paused_after_commit(world: World) -> Outcome:
         # both answers count: the one while frozen may only be unknown, the one after must be exact
         got=merge(during.verdicts, healed.verdicts),
         detect_s=None,
-        ignored=frozenset({"stuck:unknown", "risk:risks-unknown"}),
+        ignored=UNREADABLE,
     )
