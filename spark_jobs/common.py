@@ -1,13 +1,23 @@
-"""Shared Spark helpers: one way to build a SparkSession for every job and test."""
+"""Shared Spark helpers: one way to build a SparkSession for every job and test, and one
+way to read offset ranges of a topic."""
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Mapping
+from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.jars import local_jars
+from spark_jobs.kafka_offsets import spark_source_options
 from spark_jobs.kafka_options import REDACTED_OPTIONS_REGEX
+from spark_jobs.reconcile_helpers import empty_frame
+from spark_jobs.reconcile_schemas import KAFKA_RAW_SCHEMA
+
+# Above this many records a read is split finer than one task per Kafka partition.
+SPLIT_READS_OVER = 1_000_000
 
 
 def launched_by_spark_submit() -> bool:
@@ -46,3 +56,39 @@ def build_spark_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))
     return spark
+
+
+def read_kafka_ranges(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    ranges: Mapping[int, tuple[int, int]],
+    isolation: str,
+    tasks_per_core: int = 2,
+) -> DataFrame:
+    """The records of `topic` in [start, end) per partition through Spark's Kafka source in
+    batch mode, with headers (KAFKA_RAW_SCHEMA). Every Spark job reads the topic and the
+    ledgers through this one reader."""
+    wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
+    if not wanted:
+        return empty_frame(spark, KAFKA_RAW_SCHEMA)
+    reader = (
+        spark.read.format("kafka")
+        .options(**spark_source_options(bootstrap_servers, kafka_config, topic))
+        .option("assign", json.dumps({topic: sorted(wanted)}))
+        .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in wanted.items()}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in wanted.items()}}))
+        .option("includeHeaders", "true")
+        .option("kafka.isolation.level", isolation)
+        # Transaction markers and aborted records leave holes in read_committed offsets, so
+        # the source must not fail on holes. Real loss is checked by the callers instead
+        # (reconcile_extract: plan_offsets' `lost` before the read,
+        # check_nothing_deleted_while_read after it).
+        .option("failOnDataLoss", "false")
+    )
+    if sum(e - s for s, e in wanted.values()) > SPLIT_READS_OVER:
+        # one task per Kafka partition is too coarse for big partitions
+        parallelism = spark.sparkContext.defaultParallelism
+        reader = reader.option("minPartitions", str(max(parallelism * tasks_per_core, len(wanted))))
+    return reader.load()

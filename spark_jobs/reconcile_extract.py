@@ -3,7 +3,6 @@ Spark's Kafka source, the source table over JDBC."""
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -19,6 +18,7 @@ from spark_jobs.binding import (
     jdbc_url_and_properties,
     redact_url,
 )
+from spark_jobs.common import read_kafka_ranges
 from spark_jobs.group_offsets import committed_offsets
 from spark_jobs.kafka_cleanup import TopicCleanup, absent_keys_explained, read_topic_cleanup
 from spark_jobs.kafka_offsets import (
@@ -29,15 +29,12 @@ from spark_jobs.kafka_offsets import (
     partition_offsets,
     record_prints,
     rewritten_partitions,
-    spark_source_options,
     topic_partitions,
 )
 from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import (
-    KAFKA_RAW_SCHEMA,
     RECORD_COUNTS,
     UNVERIFIABLE,
-    empty_frame,
     header_problem_counts,
 )
 
@@ -107,27 +104,7 @@ def extract_topic(
     spark: SparkSession, binding: Binding, plan: OffsetRange, isolation: str = "read_committed"
 ) -> DataFrame:
     """The records of `plan` through Spark's Kafka source in batch mode, with headers."""
-    ranges = {p: r for p, r in plan.ranges.items() if r[1] > r[0]}
-    if not ranges:
-        return empty_frame(spark, KAFKA_RAW_SCHEMA)
-    topic = plan.topic
-    parallelism = spark.sparkContext.defaultParallelism
-    reader = (
-        spark.read.format("kafka")
-        .options(**spark_source_options(binding.bootstrap_servers, binding.kafka_config, topic))
-        .option("assign", json.dumps({topic: sorted(ranges)}))
-        .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in ranges.items()}}))
-        .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in ranges.items()}}))
-        .option("includeHeaders", "true")
-        .option("kafka.isolation.level", isolation)
-        # Transaction markers and aborted records leave holes in read_committed offsets, so
-        # the source must not fail on holes. Real loss is checked in the driver instead:
-        # before the read (plan_offsets: `lost`) and after it (check_nothing_deleted_while_read).
-        .option("failOnDataLoss", "false")
-    )
-    if plan.total > 1_000_000:
-        reader = reader.option("minPartitions", str(max(parallelism * 2, len(ranges))))
-    return reader.load()
+    return read_kafka_ranges(spark, binding.bootstrap_servers, binding.kafka_config, plan.topic, plan.ranges, isolation)
 
 
 def extract_topic_cleanup(binding: Binding) -> TopicCleanup:

@@ -39,11 +39,9 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.binding import RecordKeySpec, parse_record_key
-from spark_jobs.common import build_spark_session
-from spark_jobs.kafka_offsets import spark_source_options
+from spark_jobs.common import build_spark_session, read_kafka_ranges
 from spark_jobs.reconcile_transform import (
     ACKED_RANGE,
-    KAFKA_RAW_SCHEMA,
     KEYED,
     SENT,
     audit_seq,
@@ -65,23 +63,9 @@ def extract_range(
     spark: SparkSession, request: dict[str, Any], topic: str, ranges: Ranges, isolation: str
 ) -> DataFrame:
     """Records of `topic` in [start, end) per partition, through Spark's Kafka source (batch)."""
-    wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
-    if not wanted:
-        return spark.createDataFrame([], KAFKA_RAW_SCHEMA)
-    reader = (
-        spark.read.format("kafka")
-        .options(**spark_source_options(request["bootstrap_servers"], request.get("kafka_config") or {}, topic))
-        .option("assign", json.dumps({topic: sorted(wanted)}))
-        .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in wanted.items()}}))
-        .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in wanted.items()}}))
-        .option("includeHeaders", "true")
-        .option("kafka.isolation.level", isolation)
-        .option("failOnDataLoss", "false")  # holes are transaction markers / aborted records
+    return read_kafka_ranges(
+        spark, request["bootstrap_servers"], request.get("kafka_config") or {}, topic, ranges, isolation, 4
     )
-    total = sum(e - s for s, e in wanted.values())
-    if total > 1_000_000:  # one task per Kafka partition is too coarse for big partitions
-        reader = reader.option("minPartitions", str(max(spark.sparkContext.defaultParallelism * 4, len(wanted))))
-    return reader.load()
 
 
 def extract_keys(spark: SparkSession, request: dict[str, Any]) -> DataFrame:
