@@ -1,6 +1,7 @@
 """The auditor itself under a fault: a broker killed -9 or frozen just before it looks. Nothing was lost
 (acks=all, RF=3, min.insync.replicas=2); every answer it gives must still be the truth, or
-unknown, which counts as a miss here, never as a false alarm. The frozen variant runs the
+unknown, which counts as a miss here, never as a false alarm, and the reconciliation run must
+finish (it failed under a frozen leader until lab run #24; a failed run is a miss). The frozen variant runs the
 diagnosis as its own process (`manage.py audit stuck`, as a user would): librdkafka 2.16.0's
 admin client aborted the process there (upstream confluentinc/librdkafka#4605, avoided since
 by spark_jobs.group_offsets.coordinator_request); a crash fails this scenario, not the lab.
@@ -27,6 +28,8 @@ PARTITIONS = 3
 # honest answer, for an item or for the groups' risks: a miss of what was expected, never an
 # alarm.
 UNREADABLE = frozenset({"stuck:unknown", "risk:risks-unknown"})
+# The reconciliation run's own outcome, scored as one more answer
+RUN, RUN_FINISHED = "reconciliation", "run:finished"
 
 
 @scenario(
@@ -74,6 +77,10 @@ def _while_auditing(world: World, fault: tuple[str, str]) -> Outcome:
         raise LabError("the consumer processed every ticket: nothing is left to wait")
     expected: dict[str, set[str]] = {key: {"stuck:waiting"} for key in waiting}
     expected |= world.expected_group_risks()
+    # Every partition keeps a leader through the fault (RF=3): the run asks again through the
+    # failover and must finish. A failed run publishes nothing, so it is no false alarm, but it
+    # is an answer the auditor did not give: a miss.
+    expected[RUN] = {RUN_FINISHED}
 
     victim = cluster.partition(world.topic, 0).leader
     cluster.broker(inject, victim)
@@ -81,9 +88,10 @@ def _while_auditing(world: World, fault: tuple[str, str]) -> Outcome:
         diagnosis = world.stuck(own_process=inject == "pause")
         try:
             run = world.reconcile()
-        except LabError as exc:  # a run that fails publishes nothing: honest, and no finding
+            finished = {RUN: {RUN_FINISHED}}
+        except LabError as exc:
             world.notes.append(f"the reconciliation run failed under the fault: {exc}")
-            run = AuditorAnswer({}, time.monotonic())
+            run, finished = AuditorAnswer({}, time.monotonic()), {}
     finally:
         cluster.broker(heal, victim)
     cluster.wait_for_isr(world.topic, 3)
@@ -93,7 +101,7 @@ def _while_auditing(world: World, fault: tuple[str, str]) -> Outcome:
     return Outcome(
         injected=f"broker {victim}, leader of partition 0, {how} right before the diagnosis and the run",
         expected=expected,
-        got=merge(diagnosis.verdicts, run.verdicts),
+        got=merge(diagnosis.verdicts, run.verdicts, finished),
         detect_s=None,
         ignored=UNREADABLE,
     )
