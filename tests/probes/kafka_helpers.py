@@ -73,11 +73,11 @@ class TopicFactory:
                     raise
 
 
-def read_topic(topic: str, timeout: float = 30) -> list[Message]:
+def read_topic(topic: str, timeout: float = 30, bootstrap: str | None = None) -> list[Message]:
     """Every record of ``topic`` from the beginning to its current end, in partition order."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap_servers(),
+            "bootstrap.servers": bootstrap or bootstrap_servers(),
             "group.id": f"probe-reader-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from auditor.probes import (
@@ -31,6 +31,8 @@ from auditor.probes import (
 )
 from auditor.probes.consumer import offset_ranges
 from auditor.probes.headers import decode_audit_header, pack_audit_header
+from tests.probes.kafka_helpers import read_topic
+from tests.support.waiting import wait_until
 
 
 def test_it_packs_and_reads_the_v2_header_with_the_id_only_when_it_differs_from_the_key() -> None:
@@ -80,19 +82,9 @@ def topics(kafka_bootstrap: str) -> Iterator[dict[str, str]]:
     admin.delete_topics(list(names.values()))
 
 
-def read_all(bootstrap: str, topic: str, partitions: int = 2) -> list[Any]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    out, idle = [], 0
-    while idle < 5:
-        msg = consumer.poll(1.0)
-        if msg is None:
-            idle += 1
-            continue
-        if msg.error() is None:
-            out.append(msg)
-    consumer.close()
-    return out
+def read_all(bootstrap: str, topic: str) -> list[Any]:
+    """Every record of `topic` to its end, by partition EOF (an idle read waited 5 s each)."""
+    return read_topic(topic, bootstrap=bootstrap)
 
 
 def test_it_resolves_acks_in_ranges_and_leaves_failures_unconfirmed(
@@ -115,7 +107,7 @@ def test_it_resolves_acks_in_ranges_and_leaves_failures_unconfirmed(
     records = read_all(kafka_bootstrap, topics["data"])
     seen = {parse_audit_headers(m.headers(), m.key()).seq: m.key() for m in records}
     assert len(records) == 60 and set(seen) == set(range(61)) - {50}
-    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["pledger"], 2)]
+    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["pledger"])]
     ranges = [r for rec in ledger if isinstance(rec, ProducerRanges) for r in rec.ranges]
     acked = {s for r in ranges if r.status == "acked" for s in range(r.first, r.last + 1)}
     unconfirmed = {s for r in ranges if r.status == "unconfirmed" for s in range(r.first, r.last + 1)}
@@ -146,7 +138,7 @@ def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_t
     # The truth: one thread, so the n-th send is sequence n; its id is the key or the header we gave.
     truth: dict[int, str | None] = {i: f"k{i}" for i in range(300)} | {300: None, 301: "TCK-9", 302: "text-key"}
     assert len(read_all(kafka_bootstrap, topics["data"])) == 303
-    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["pledger"], 2)]
+    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["pledger"])]
     named = {
         run.first + i: key
         for rec in ledger
@@ -179,7 +171,7 @@ def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_t
     assert all(before_ms <= ts <= after_ms for ts in stamps.values())
     raw_keys = [
         json.loads(m.value())
-        for m in read_all(kafka_bootstrap, topics["pledger"], 2)
+        for m in read_all(kafka_bootstrap, topics["pledger"])
         if json.loads(m.value()).get("type") == "keys"
     ]
     assert raw_keys and all(isinstance(entry[2][0], list) for rec in raw_keys for entry in rec["entries"])
@@ -232,7 +224,7 @@ def test_it_leaves_the_unresolved_tail_unconfirmed_when_the_producer_never_flush
 
     time.sleep(1.5)  # background flushes write the tail; nothing is resolved
     producer._ledger.flush(10)
-    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["pledger"], 2)]
+    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["pledger"])]
     ranges = [r for rec in ledger if isinstance(rec, ProducerRanges) for r in rec.ranges]
     assert ranges and all(r.status == "unconfirmed" for r in ranges)
     assert {s for r in ranges for s in range(r.first, r.last + 1)} == set(range(5))
@@ -271,7 +263,7 @@ def test_it_ledgers_processed_offset_ranges_and_reads_v1_and_v2_records(
         consumer.mark_processed(msg)
     consumer.close()
     assert versions == {1, 2}
-    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["cledger"], 2)]
+    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["cledger"])]
     marked = {
         (r.partition, offset)
         for rec in ledger
@@ -322,10 +314,19 @@ def test_it_ledgers_one_range_per_run_of_marks_across_batches_and_the_last_marks
             runs[-1][2] = offset
         else:
             runs.append([partition, offset, offset])
-    time.sleep(1.5)  # idle: the background flush writes the marks held (fewer than a batch)
-    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["cledger"], 2)]
-    ranges = [(r.partition, r.first, r.last) for rec in ledger if isinstance(rec, ProcessedRanges) for r in rec.ranges]
-    assert ranges == [tuple(run) for run in runs]
+    expected = [tuple(run) for run in runs]
+    seen: list[list[tuple[int, int, int]]] = [[]]
+
+    def ledgered() -> bool:
+        ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["cledger"])]
+        seen[0] = [
+            (r.partition, r.first, r.last) for rec in ledger if isinstance(rec, ProcessedRanges) for r in rec.ranges
+        ]
+        return len(seen[0]) >= len(expected)
+
+    # idle: the background flush (every 0.2 s) writes the marks held, fewer than a batch
+    wait_until(ledgered, 10, "the consumer ledger's ranges")
+    assert seen[0] == expected
     consumer.close()
 
 
