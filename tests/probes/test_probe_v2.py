@@ -82,11 +82,6 @@ def topics(kafka_bootstrap: str) -> Iterator[dict[str, str]]:
     admin.delete_topics(list(names.values()))
 
 
-def read_all(bootstrap: str, topic: str) -> list[Any]:
-    """Every record of `topic` to its end, by partition EOF (an idle read waited 5 s each)."""
-    return read_topic(topic, bootstrap=bootstrap)
-
-
 def test_it_resolves_acks_in_ranges_and_leaves_failures_unconfirmed(
     kafka_bootstrap: str, topics: dict[str, str], hot_path: str
 ) -> None:
@@ -104,10 +99,10 @@ def test_it_resolves_acks_in_ranges_and_leaves_failures_unconfirmed(
         producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
     producer.close(30)
 
-    records = read_all(kafka_bootstrap, topics["data"])
+    records = read_topic(topics["data"], bootstrap=kafka_bootstrap)
     seen = {parse_audit_headers(m.headers(), m.key()).seq: m.key() for m in records}
     assert len(records) == 60 and set(seen) == set(range(61)) - {50}
-    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["pledger"])]
+    ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)]
     ranges = [r for rec in ledger if isinstance(rec, ProducerRanges) for r in rec.ranges]
     acked = {s for r in ranges if r.status == "acked" for s in range(r.first, r.last + 1)}
     unconfirmed = {s for r in ranges if r.status == "unconfirmed" for s in range(r.first, r.last + 1)}
@@ -137,8 +132,8 @@ def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_t
 
     # The truth: one thread, so the n-th send is sequence n; its id is the key or the header we gave.
     truth: dict[int, str | None] = {i: f"k{i}" for i in range(300)} | {300: None, 301: "TCK-9", 302: "text-key"}
-    assert len(read_all(kafka_bootstrap, topics["data"])) == 303
-    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["pledger"])]
+    assert len(read_topic(topics["data"], bootstrap=kafka_bootstrap)) == 303
+    ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)]
     named = {
         run.first + i: key
         for rec in ledger
@@ -162,7 +157,9 @@ def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_t
     }
     header_ts = {
         parsed.seq: parsed.ts_ms
-        for parsed in (parse_audit_headers(m.headers(), m.key()) for m in read_all(kafka_bootstrap, topics["data"]))
+        for parsed in (
+            parse_audit_headers(m.headers(), m.key()) for m in read_topic(topics["data"], bootstrap=kafka_bootstrap)
+        )
         if parsed is not None
     }
     assert {seq: stamps[seq] for seq in truth if truth[seq] is not None} == {
@@ -171,7 +168,7 @@ def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_t
     assert all(before_ms <= ts <= after_ms for ts in stamps.values())
     raw_keys = [
         json.loads(m.value())
-        for m in read_all(kafka_bootstrap, topics["pledger"])
+        for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)
         if json.loads(m.value()).get("type") == "keys"
     ]
     assert raw_keys and all(isinstance(entry[2][0], list) for rec in raw_keys for entry in rec["entries"])
@@ -205,7 +202,7 @@ def test_it_returns_from_poll_once_messages_were_delivered_though_successes_are_
         assert time.monotonic() - started >= 0.25
     finally:
         producer.close(30)
-    assert len(read_all(kafka_bootstrap, topics["data"])) == 1000
+    assert len(read_topic(topics["data"], bootstrap=kafka_bootstrap)) == 1000
 
 
 def test_it_leaves_the_unresolved_tail_unconfirmed_when_the_producer_never_flushes(
@@ -224,7 +221,7 @@ def test_it_leaves_the_unresolved_tail_unconfirmed_when_the_producer_never_flush
 
     time.sleep(1.5)  # background flushes write the tail; nothing is resolved
     producer._ledger.flush(10)
-    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["pledger"])]
+    ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)]
     ranges = [r for rec in ledger if isinstance(rec, ProducerRanges) for r in rec.ranges]
     assert ranges and all(r.status == "unconfirmed" for r in ranges)
     assert {s for r in ranges for s in range(r.first, r.last + 1)} == set(range(5))
@@ -263,7 +260,7 @@ def test_it_ledgers_processed_offset_ranges_and_reads_v1_and_v2_records(
         consumer.mark_processed(msg)
     consumer.close()
     assert versions == {1, 2}
-    ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["cledger"])]
+    ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["cledger"], bootstrap=kafka_bootstrap)]
     marked = {
         (r.partition, offset)
         for rec in ledger
@@ -314,19 +311,16 @@ def test_it_ledgers_one_range_per_run_of_marks_across_batches_and_the_last_marks
             runs[-1][2] = offset
         else:
             runs.append([partition, offset, offset])
-    expected = [tuple(run) for run in runs]
-    seen: list[list[tuple[int, int, int]]] = [[]]
 
-    def ledgered() -> bool:
-        ledger = [decode_ledger_record(m.value()) for m in read_all(kafka_bootstrap, topics["cledger"])]
-        seen[0] = [
+    def ledgered() -> list[tuple[int, int, int]]:
+        ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["cledger"], bootstrap=kafka_bootstrap)]
+        return [
             (r.partition, r.first, r.last) for rec in ledger if isinstance(rec, ProcessedRanges) for r in rec.ranges
         ]
-        return len(seen[0]) >= len(expected)
 
     # idle: the background flush (every 0.2 s) writes the marks held, fewer than a batch
-    wait_until(ledgered, 10, "the consumer ledger's ranges")
-    assert seen[0] == expected
+    wait_until(lambda: len(ledgered()) >= len(runs), 10, "the consumer ledger's ranges")
+    assert ledgered() == [tuple(run) for run in runs]
     consumer.close()
 
 
@@ -428,5 +422,5 @@ def test_flush_and_close_with_a_timeout_return_within_it_when_the_ledger_cannot_
     producer.close(2)
     closed_s = time.monotonic() - started
     assert flushed_s < 4 and closed_s < 4, (flushed_s, closed_s)  # was ~20 s each: ledger_flush_timeout_s
-    assert [m.key() for m in read_all(kafka_bootstrap, topics["data"])] == [b"k"]
+    assert [m.key() for m in read_topic(topics["data"], bootstrap=kafka_bootstrap)] == [b"k"]
     assert "not yet written" in caplog.text  # the ledger's lag is said, not hidden

@@ -1,10 +1,11 @@
 """The auditor itself under a fault: a broker killed -9 or frozen just before it looks. Nothing was lost
 (acks=all, RF=3, min.insync.replicas=2); every answer it gives must still be the truth, or
 unknown, which counts as a miss here, never as a false alarm, and the reconciliation run must
-finish (it failed under a frozen leader until lab run #24; a failed run is a miss). The frozen variant runs the
-diagnosis as its own process (`manage.py audit stuck`, as a user would): librdkafka 2.16.0's
-admin client aborted the process there (upstream confluentinc/librdkafka#4605, avoided since
-by spark_jobs.group_offsets.coordinator_request); a crash fails this scenario, not the lab.
+finish (it failed under a frozen leader until lab run #24; a failed run is a miss). The frozen
+variant runs the diagnosis as its own process (`manage.py audit stuck`, as a user would):
+librdkafka 2.16.0's admin client aborted the process there (upstream
+confluentinc/librdkafka#4605, avoided since by spark_jobs.group_offsets.coordinator_request); a
+crash fails this scenario, not the lab.
 
 coordinator-paused-after-commit freezes the group's coordinator instead, right after the
 group's last commit: Kafka 4's coordinator elected in its place answers committed offsets from
