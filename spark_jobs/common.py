@@ -45,6 +45,14 @@ def build_spark_session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "true")
+        # One JVM runs many jobs (the test session, a driver's repeated runs): a reconciliation
+        # alone generates more classes than the default 100 cached, so each run compiled
+        # them again.
+        .config("spark.sql.codegen.cache.maxEntries", "2000")
+        # Else every DataFrame call from Python makes ~5 more calls into the JVM to record its
+        # Python call site for error messages (a tenth of a small run's driver time); the
+        # job's errors name the failed phase and the JVM's message instead.
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         # Kafka options carry a JAAS line and may carry a private key: redacted in plans and errors.
         .config("spark.sql.redaction.options.regex", REDACTED_OPTIONS_REGEX)
     )

@@ -12,7 +12,7 @@ on stdout (and written to --output-json) is
      "counts": {kind: n, "records_without_headers": n, "records_malformed_headers": n},
      "offset_ranges": {"topic"|"producer_ledger"|"consumer_ledger": {partition: [start, end]}},
      "records_read": n, "window": {"lower", "upper", "cutoff", "unverifiable_until"}, "warnings": [...],
-     "timings": {phase: seconds},
+     "timings": {phase: seconds}, "spark_settings": {conf: value set for this run only},
      "findings": [{"kind", "key", "cause", "evidence", "partition", "offset", "offsets",
                    "timestamp", "session", "seq", "seq_end", "group", "is_new"}],
      "findings_truncated": bool}
@@ -65,7 +65,7 @@ from spark_jobs.reconcile_phases import (
     flag_new,
     new_run_id,
     plan_run,
-    shuffle_partitions_for,
+    run_settings_applied,
     update_state,
 )
 from spark_jobs.reconcile_transform import is_empty_plan
@@ -128,8 +128,8 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
 
     laps = Laps()
     plan = plan_run(binding, options, laps)
-    with shuffle_partitions_for(spark, plan):
-        return _run_phases(spark, binding, options, plan, persist, laps)
+    with run_settings_applied(spark, plan) as settings:
+        return _run_phases(spark, binding, options, plan, persist, laps) | {"spark_settings": settings}
 
 
 def _run_phases(

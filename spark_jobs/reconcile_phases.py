@@ -155,6 +155,15 @@ class RunPlan:
         return bool(self.meta.run_id) and self.topic.total < BROADCAST_NEW_ROWS
 
     @property
+    def records_seen(self) -> int:
+        """Records of the topic and both ledgers that the state holds and this run reads, at
+        most: earlier runs' end offsets count from offset 0."""
+        previous = self.previous
+        before = (previous.topic_offsets, previous.producer_ledger_offsets, previous.consumer_ledger_offsets)
+        now = (self.topic, self.kafka["producer_ledger"], self.kafka["consumer_ledger"])
+        return sum(sum(offsets.values()) for offsets in before) + sum(r.total for r in now)
+
+    @property
     def mode(self) -> str:
         return "rebuild" if self.memory else "incremental" if self.meta.run_id else "full"
 
@@ -209,24 +218,41 @@ class RunState:
         return self.keep(name, build())
 
 
+# A run whose state and input are smaller than this (in records) is all fixed cost: its
+# expressions are interpreted instead of compiled to Java first (Janino compiling the
+# generated code is most of such a run's executor time, and the first run of a JVM, which
+# every spark-submit run is, compiles all of it). Above it, compiled code pays for itself.
+SMALL_RUN_RECORDS = 100_000
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
+def run_settings(spark: SparkSession, plan: RunPlan) -> dict[str, str]:
+    """The session settings of this run that differ from the job's defaults."""
+    settings: dict[str, str] = {}
+    if plan.broadcast_new:
+        # Little new data: shuffle it in as many partitions as there are cores instead of
+        # the session's default; each partition is a task per stage.
+        settings["spark.sql.shuffle.partitions"] = str(max(1, spark.sparkContext.defaultParallelism))
+    if plan.records_seen < SMALL_RUN_RECORDS:
+        settings |= INTERPRETED
+    return settings
+
+
 @contextmanager
-def shuffle_partitions_for(spark: SparkSession, plan: RunPlan) -> Iterator[None]:
-    """A run that reads little new data (its new side is broadcast) shuffles it in as many
-    partitions as there are cores instead of the session's default: each partition is a
-    task per stage, and most of a small run's time is such fixed costs. Restored after."""
-    if not plan.broadcast_new:
-        yield
-        return
-    key = "spark.sql.shuffle.partitions"
-    before = spark.conf.get(key)
-    spark.conf.set(key, str(max(1, spark.sparkContext.defaultParallelism)))
+def run_settings_applied(spark: SparkSession, plan: RunPlan) -> Iterator[dict[str, str]]:
+    """run_settings() set on the session for the run's duration, then restored."""
+    settings = run_settings(spark, plan)
+    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
-        yield
+        yield settings
     finally:
-        if before is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, before)
+        for key, earlier in before.items():
+            if earlier is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, earlier)
 
 
 def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:

@@ -22,6 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
+from spark_jobs import reconcile_phases
 from spark_jobs.binding import Binding, binding_from_dict
 from spark_jobs.kafka_offsets import admin_client, partition_offsets
 from spark_jobs.reconcile import RunOptions, run
@@ -261,11 +262,21 @@ def expected_final(w: World) -> set[Finding]:
     }
 
 
-def test_it_reports_the_exact_findings_on_a_full_run(spark: SparkSession, world: World, tmp_path: Path):
+@pytest.mark.parametrize("compiled", [False, True], ids=["interpreted", "compiled"])
+def test_it_reports_the_exact_findings_on_a_full_run(
+    spark: SparkSession, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compiled: bool
+):
+    # A run this small interprets its expressions; a large one compiles them. Both must agree.
+    if compiled:
+        monkeypatch.setattr(reconcile_phases, "SMALL_RUN_RECORDS", 0)
     build_phase_one(world)
     build_phase_two(world)
+    factory_mode = spark.conf.get("spark.sql.codegen.factoryMode", None)
     result = reconcile_once(spark, world.binding(), tmp_path, full=True)
     assert finding_set(result) == expected_final(world)
+    interpreted = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+    assert (result["spark_settings"] == {}) if compiled else (result["spark_settings"] == interpreted)
+    assert spark.conf.get("spark.sql.codegen.factoryMode", None) == factory_mode  # the run's own setting only
     assert result["counts"] == {
         "missing": 4,
         "duplicate": 3,
