@@ -261,22 +261,39 @@ def check_nothing_deleted_while_read(binding: Binding, plan: OffsetRange) -> Non
 
 
 def loss_horizon(
-    summary: dict[int, PartitionSummary], plan: OffsetRange, upper: datetime, grace_seconds: float
+    first_ms: dict[int, int | None], plan: OffsetRange, upper: datetime, grace_seconds: float
 ) -> datetime | None:
-    """The newest source `created` whose record may be among `plan.lost`; None when nothing was lost.
+    """The newest time a record among `plan.lost` may carry; None when nothing was lost.
 
-    Records are appended in offset order, so every lost record came before the first record
-    still in its partition: a row created after that record's timestamp cannot have had its
-    record in the lost range. The binding's grace is added for producers whose timestamps
-    are a little out of order. A partition with no record left to read gives no bound: then
-    every row up to `upper` may have been lost.
+    first_ms: per partition, the timestamp of the first record read. Records are appended in
+    offset order, so every lost record came before the first record still in its partition:
+    a row created after that record's timestamp cannot have had its record in the lost range.
+    The binding's grace is added for producers whose timestamps are a little out of order. A
+    partition with no record left to read gives no bound: then everything up to `upper` may
+    have been lost.
     """
     if not plan.lost:
         return None
-    first_ms = {p: s.first_ms for p, s in summary.items() if p in plan.lost and s.first_ms is not None}
-    if set(first_ms) != set(plan.lost):
+    firsts = {p: ms for p, ms in first_ms.items() if p in plan.lost and ms is not None}
+    if set(firsts) != set(plan.lost):
         return upper
-    return datetime.fromtimestamp(max(first_ms.values()) / 1000, UTC) + timedelta(seconds=grace_seconds)
+    return datetime.fromtimestamp(max(firsts.values()) / 1000, UTC) + timedelta(seconds=grace_seconds)
+
+
+def first_record_ms(raw: DataFrame) -> dict[int, int | None]:
+    """Per partition of a Kafka read, the timestamp of its first record (one job)."""
+    rows = raw.groupBy("partition").agg(F.min_by(F.unix_millis("timestamp"), "offset").alias("first_ms")).collect()
+    return {row["partition"]: row["first_ms"] for row in rows}
+
+
+def marks_lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:
+    """What a consumer ledger deleted before it was read leaves unjudged."""
+    return [
+        f"consumer ledger {plan.topic}/{partition}: offsets {start}..{low - 1} ({low - start} record(s)) were "
+        "deleted before they could be read; records written up to "
+        f"{horizon.isoformat()} are not judged unprocessed (their processed marks may have been among them)"
+        for partition, (start, low) in sorted(plan.lost.items())
+    ]
 
 
 def compaction_horizon(

@@ -319,14 +319,15 @@ def find_unprocessed(
     candidates: DataFrame,
     committed: DataFrame,
     processed_coverage: DataFrame,
-    compacted_until: datetime | None = None,
+    unjudged_until: datetime | None = None,
 ) -> DataFrame:
     """Records below a group's committed offset that the group's ledger never marked processed.
 
-    Only groups that keep a consumer ledger (any processed mark so far) are judged. On a
-    compacted topic a record written up to `compacted_until` may have been removed by the
-    log cleaner before the group got there (a later record has its record key): the group
-    then never received it, and passing it is no skip; such records are not judged.
+    Only groups that keep a consumer ledger (any processed mark so far) are judged. Records
+    written up to `unjudged_until` are not: on a compacted topic the log cleaner may have
+    removed such a record before the group got there (a later record has its record key),
+    and passing it is no skip; or the consumer ledger deleted records before any run read
+    them, and the record's processed mark may have been among them.
     """
     ledgered = processed_coverage.select("group").distinct()
     below = (
@@ -334,8 +335,8 @@ def find_unprocessed(
         .join(committed, ["group", "partition"], "inner")
         .where(F.col("offset") < F.col("committed"))
     )
-    if compacted_until is not None:
-        below = below.where(F.col("timestamp") > F.lit(compacted_until))
+    if unjudged_until is not None:
+        below = below.where(F.col("timestamp") > F.lit(unjudged_until))
     return _finding(
         below,
         "unprocessed",

@@ -30,8 +30,10 @@ from spark_jobs.reconcile_extract import (
     extract_topic_cleanup,
     extract_topic_offsets,
     find_rewritten_partitions,
+    first_record_ms,
     loss_horizon,
     lost_warnings,
+    marks_lost_warnings,
     source_key_unique,
     summarize_partitions,
 )
@@ -177,6 +179,7 @@ class RunInputs:
     new_aborted: DataFrame
     totals: dict[str, int]  # n, keyed, RECORD_COUNTS
     unverifiable_until: datetime | None
+    marks_lost_until: datetime | None  # records written up to here are never `unprocessed`
     compacted_until: datetime | None  # compacted topic: acked records up to here may be cleaned away
     absent_keys_compacted: bool  # ... and so may every record of an item (its key is not the record key)
     checkpoints: dict[int, list[int]]
@@ -267,7 +270,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     memory: StateMeta | None = None
     if rewritten:
         memory = meta
-        meta = StateMeta(unverifiable_until=memory.unverifiable_until)
+        meta = StateMeta(unverifiable_until=memory.unverifiable_until, marks_lost_until=memory.marks_lost_until)
         warnings += [
             f"{binding.topic}/{p}: records already read were truncated or rewritten ({reason}); every partition "
             "is read again from its log start"
@@ -328,7 +331,8 @@ def extract_inputs(
     checkpoints = meta.checkpoints | checkpoint_prints(binding, summary, topic, plan.cleanup.compacted)
     # Rows whose record may have been deleted unread can never be judged: the bound only
     # grows until a --full run starts over.
-    horizon = loss_horizon(summary, topic, plan.upper, binding.grace_seconds)
+    first_ms = {p: s.first_ms for p, s in summary.items()}
+    horizon = loss_horizon(first_ms, topic, plan.upper, binding.grace_seconds)
     if horizon is not None:
         plan.warnings.extend(lost_warnings(topic, horizon))
     compacted_until, compacted_rows_until, compaction_warnings = compaction_horizon(binding, plan.cleanup, plan.upper)
@@ -347,28 +351,38 @@ def extract_inputs(
     laps("source_query")
     old_source = plan.store.deltas(spark, meta.source_deltas, SOURCE_ROW_SCHEMA)
     # A ledger with nothing to read gives empty frames, without building its parse plan.
+    # Each ledger's parse reads its records in several branches (entries, ranges, session
+    # ends, keys, failure reports): the read is cached, so Kafka is read once per ledger and
+    # every branch sees the same records.
     producer_entries, producer_bounds = (
         transform_producer_ledger(
-            extract_topic(spark, binding, plan.kafka["producer_ledger"]), binding.topic, place_failures=True
+            persist(extract_topic(spark, binding, plan.kafka["producer_ledger"])), binding.topic, place_failures=True
         )
         if plan.kafka["producer_ledger"].total
         else (empty_frame(spark, LEDGER_ENTRY_SCHEMA), empty_frame(spark, LEDGER_BOUND_SCHEMA))
     )
-    processed = (
-        persist(
-            transform_consumer_ledger(
-                extract_topic(spark, binding, plan.kafka["consumer_ledger"]), binding.topic, binding.consumer_groups
-            )
-        )
-        if plan.kafka["consumer_ledger"].total
-        else empty_frame(spark, PROCESSED_SCHEMA)
-    )
+    marks_lost_until = datetime.fromisoformat(meta.marks_lost_until) if meta.marks_lost_until else None
+    processed = empty_frame(spark, PROCESSED_SCHEMA)
+    consumer_ledger: OffsetRange = plan.kafka["consumer_ledger"]
+    ledger_first_ms: dict[int, int | None] = {}
+    if consumer_ledger.total:
+        ledger_records = persist(extract_topic(spark, binding, consumer_ledger))
+        ledger_first_ms = first_record_ms(ledger_records)  # reads the ledger into the cache
+        check_nothing_deleted_while_read(binding, consumer_ledger)
+        processed = persist(transform_consumer_ledger(ledger_records, binding.topic, binding.consumer_groups))
+    # Processed marks deleted before any run read them: a record they marked would look
+    # unprocessed. It was written before it was processed, so before the first mark left.
+    lost_marks = loss_horizon(ledger_first_ms, consumer_ledger, plan.upper, binding.grace_seconds)
+    if lost_marks is not None:
+        plan.warnings.extend(marks_lost_warnings(consumer_ledger, lost_marks))
+        marks_lost_until = max(lost_marks, marks_lost_until or lost_marks)
     return RunInputs(
         records=records,
         all_records=all_records,
         new_aborted=new_aborted,
         totals=totals,
         unverifiable_until=unverifiable_until,
+        marks_lost_until=marks_lost_until,
         compacted_until=compacted_until,
         absent_keys_compacted=compacted_rows_until is not None,
         checkpoints=checkpoints,
@@ -523,7 +537,10 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
         (
             s["unprocessed_candidates"],
             lambda: find_unprocessed(
-                s["unprocessed_candidates"], inputs.committed, s["processed_coverage"], inputs.compacted_until
+                s["unprocessed_candidates"],
+                inputs.committed,
+                s["processed_coverage"],
+                max((t for t in (inputs.compacted_until, inputs.marks_lost_until) if t is not None), default=None),
             ),
         ),
         (s["reprocessed"], lambda: find_reprocessed(s["reprocessed"])),
@@ -595,6 +612,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             consumer_ledger_offsets={p: e for p, (_, e) in kafka["consumer_ledger"].ranges.items()},
             window_upper=plan.upper.isoformat(),
             unverifiable_until=until.isoformat() if until else None,
+            marks_lost_until=inputs.marks_lost_until.isoformat() if inputs.marks_lost_until else None,
             key_deltas=store.compact(spark, new.key_deltas, "keys", KEY_INDEX_SCHEMA),
             source_deltas=store.compact(spark, new.source_deltas, "source", SOURCE_ROW_SCHEMA),
             datasets=new.datasets,

@@ -74,6 +74,9 @@ class StateMeta:
     window_upper: str | None = None
     # Rows created up to here may have had their record deleted unread: never `missing`.
     unverifiable_until: str | None = None
+    # Records written up to here may have had their processed marks deleted from the consumer
+    # ledger unread: never `unprocessed`.
+    marks_lost_until: str | None = None
     key_deltas: list[str] = field(default_factory=list)
     source_deltas: list[str] = field(default_factory=list)
     datasets: dict[str, str] = field(default_factory=dict)
@@ -91,6 +94,7 @@ class StateMeta:
             "consumer_ledger_offsets": {str(k): v for k, v in self.consumer_ledger_offsets.items()},
             "window_upper": self.window_upper,
             "unverifiable_until": self.unverifiable_until,
+            "marks_lost_until": self.marks_lost_until,
             "key_deltas": self.key_deltas,
             "source_deltas": self.source_deltas,
             "datasets": self.datasets,
@@ -112,6 +116,7 @@ class StateMeta:
             consumer_ledger_offsets=offsets("consumer_ledger_offsets"),
             window_upper=data.get("window_upper"),
             unverifiable_until=data.get("unverifiable_until"),
+            marks_lost_until=data.get("marks_lost_until"),
             key_deltas=list(data.get("key_deltas") or []),
             source_deltas=list(data.get("source_deltas") or []),
             datasets=dict(data.get("datasets") or {}),

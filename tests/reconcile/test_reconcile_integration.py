@@ -124,12 +124,21 @@ class World:
         assert self.producer.flush(30) == 0
         self.ledger_entries = []
 
-    def processed(self, *labels: str) -> None:
-        """Consumer-ledger `processed` marks for the group."""
+    def processed(self, *labels: str, age_s: int | None = None) -> int:
+        """Consumer-ledger `processed` marks for the group, in one ledger record written `age_s`
+        seconds ago (now by default); returns its offset."""
         entries = [[self.topic, *self.offsets[label], None, 1700000000000] for label in labels]
         message = {"v": 1, "type": "processed", "sid": "consumer-1", "group": self.group, "entries": entries}
-        self.producer.produce(self.consumer_ledger, key=b"consumer-1", value=json.dumps(message).encode())
-        assert self.producer.flush(30) == 0
+        written: list[int] = []
+        self.producer.produce(
+            self.consumer_ledger,
+            key=b"consumer-1",
+            value=json.dumps(message).encode(),
+            timestamp=0 if age_s is None else int(time.time() * 1000) - age_s * 1000,
+            on_delivery=lambda err, msg: written.append(msg.offset()) if err is None else None,
+        )
+        assert self.producer.flush(30) == 0 and len(written) == 1
+        return written[0]
 
     def commit(self, partition: int, offset: int) -> None:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group, "enable.auto.commit": False})
@@ -384,6 +393,51 @@ def test_it_never_reports_rows_whose_records_were_deleted_unread_as_missing(
     assert finding_set(second) == {("missing", "6", None, None, None)}
     assert second["counts"]["unverifiable"] == 2  # rows 1 and 2
     assert not [w for w in second["warnings"] if "were deleted" in w]
+
+
+def test_it_never_calls_records_unprocessed_whose_marks_the_consumer_ledger_deleted_unread(
+    spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path
+):
+    # What the consumer did: it processed tickets 1-3, marking each in its own ledger record
+    # after the record was written, and committed past ticket 4, which it never processed.
+    world.produce("t1", 1, partition=0, age_s=40 * 60)
+    world.produce("t2", 2, partition=0, age_s=35 * 60)
+    world.produce("t3", 3, partition=0, age_s=5 * 60)
+    world.produce("t4", 4, partition=0, age_s=60)
+    world.processed("t1", age_s=39 * 60)
+    world.processed("t2", age_s=34 * 60)
+    third_mark = world.processed("t3", age_s=4 * 60)
+    world.commit(0, world.at("t4")[1] + 1)
+    world.insert(1, 2, 3, 4)
+    # Retention on the consumer ledger deletes the marks of tickets 1 and 2 before any run
+    # reads them; ticket 3's mark (written 4 minutes ago) is the first one left.
+    delete_records_before(kafka_admin, world.consumer_ledger, 0, third_mark)
+    binding = world.binding()
+
+    first = reconcile_once(spark, binding, tmp_path)
+    # Tickets 1 and 2 were processed: their marks are gone, not missing. Ticket 4 was written
+    # after the first mark left (plus the 30 s grace): its mark would be there. It is not.
+    assert finding_set(first) == {("unprocessed", "4", None, *world.at("t4"))}
+    lost = [w for w in first["warnings"] if w.startswith("consumer ledger")]
+    assert len(lost) == 1 and lost[0].startswith(
+        f"consumer ledger {world.consumer_ledger}/0: offsets 0..{third_mark - 1} ({third_mark} record(s)) were deleted"
+    ), first["warnings"]
+    assert first["window"]["marks_lost_until"]
+
+    # The bound holds across runs. Ticket 3's mark, read by the first run, may go too: that
+    # is no loss. Ticket 5 comes after every deleted mark and is committed past, unprocessed.
+    world.produce("t5", 5, partition=0, age_s=0)
+    world.insert(5)
+    world.commit(0, world.at("t5")[1] + 1)
+    delete_records_before(kafka_admin, world.consumer_ledger, 0, third_mark + 1)
+    second = reconcile_once(spark, binding, tmp_path)
+    assert second["mode"] == "incremental"
+    assert finding_set(second) == {
+        ("unprocessed", "4", None, *world.at("t4")),
+        ("unprocessed", "5", None, *world.at("t5")),
+    }
+    assert not [w for w in second["warnings"] if w.startswith("consumer ledger")], second["warnings"]
+    assert second["window"]["marks_lost_until"] == first["window"]["marks_lost_until"]
 
 
 def test_it_fails_a_run_when_records_are_deleted_while_it_reads(world: World, kafka_admin: AdminClient):
