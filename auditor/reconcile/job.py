@@ -30,6 +30,7 @@ from django.conf import settings
 from django.db import connections
 
 from auditor.lib.secrets import MASK, is_secret_key
+from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding
 from auditor.reconcile import conf
 from spark_jobs.jars import local_jars, package_archive
@@ -101,6 +102,8 @@ def job_input(binding: Binding) -> JobInput:
         "guarantee": binding.guarantee,
         "consumer_groups": list(binding.consumer_groups or []),
     }
+    # The ledgers the stuck diagnosis reads for this binding, so both signals read the same.
+    payload["producer_ledger_topic"], payload["consumer_ledger_topic"] = ledger_topics(binding)
     return JobInput(payload=payload, output_jdbc_url=auditor_jdbc_url(), secrets=secrets)
 
 

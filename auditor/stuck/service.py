@@ -26,8 +26,8 @@ from django.utils import timezone
 from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError
 from auditor.pipelines.connectivity import ConnectivityError, check_cluster
+from auditor.pipelines.ledgers import ledger_topics as binding_ledger_topics
 from auditor.pipelines.models import Binding, StuckRule
-from auditor.probes.topics import CONSUMER_LEDGER_TOPIC, PRODUCER_LEDGER_TOPIC
 from auditor.reconcile.memory import IndexedTopic, indexed_records, recall
 from auditor.stuck.alerting import muted_keys, update_problems
 from auditor.stuck.evidence import ClusterView, Diagnosis, StuckRow
@@ -96,34 +96,9 @@ class DiagnosisResult:
 
 
 def ledger_topics(rule: StuckRule, options: DiagnosisOptions) -> tuple[str, str]:
-    """The producer and consumer ledger topics: the options, else the binding's own fields
-    when it has them, else AUDITOR_PRODUCER_LEDGER_TOPIC / AUDITOR_CONSUMER_LEDGER_TOPIC,
-    else the probes' defaults."""
-    binding = rule.binding
-
-    def pick(explicit: str | None, attribute: str, env: str, default: str) -> str:
-        return (
-            explicit
-            or getattr(binding, attribute, None)
-            or getattr(settings, env, None)
-            or os.environ.get(env)
-            or default
-        )
-
-    return (
-        pick(
-            options.producer_ledger_topic,
-            "producer_ledger_topic",
-            "AUDITOR_PRODUCER_LEDGER_TOPIC",
-            PRODUCER_LEDGER_TOPIC,
-        ),
-        pick(
-            options.consumer_ledger_topic,
-            "consumer_ledger_topic",
-            "AUDITOR_CONSUMER_LEDGER_TOPIC",
-            CONSUMER_LEDGER_TOPIC,
-        ),
-    )
+    """The producer and consumer ledger topics: the options', else the binding's
+    (auditor.pipelines.ledgers)."""
+    return binding_ledger_topics(rule.binding, options.producer_ledger_topic, options.consumer_ledger_topic)
 
 
 def stuck_query(rule: StuckRule) -> StuckQuery:
