@@ -286,6 +286,17 @@ def first_record_ms(raw: DataFrame) -> dict[int, int | None]:
     return {row["partition"]: row["first_ms"] for row in rows}
 
 
+def entries_lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:
+    """What a producer ledger deleted before it was read leaves unjudged."""
+    return [
+        f"producer ledger {plan.topic}/{partition}: offsets {start}..{low - 1} ({low - start} record(s)) were "
+        "deleted before they could be read; sequence numbers produced up to "
+        f"{horizon.isoformat()} without a record or a ledger entry are not reported never-sent where the topic "
+        "no longer holds records that old either"
+        for partition, (start, low) in sorted(plan.lost.items())
+    ]
+
+
 def marks_lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:
     """What a consumer ledger deleted before it was read leaves unjudged."""
     return [

@@ -23,6 +23,7 @@ from spark_jobs.reconcile_schemas import (
     INTERVAL_SCHEMA,
     LOST_SIGHTING_SCHEMA,
     SENT,
+    SEQ_TIME_BUCKET,
 )
 
 
@@ -201,6 +202,8 @@ def find_gaps(
     compacted_until: datetime | None = None,
     absent_keys_compacted: bool = False,
     deleted_keys: DataFrame | None = None,
+    entries_lost_until: datetime | None = None,
+    seq_times: DataFrame | None = None,
 ) -> DataFrame:
     """Holes in producer sessions' sequences up to each session's last ledgered seq.
 
@@ -227,6 +230,13 @@ def find_gaps(
     item, and the cleaner removes every record before a tombstone), when `absent_keys_compacted`
     (the binding's key is not the record key, so the cleaner may remove every record of an
     item), or when its ack names no key (v2 ranges).
+
+    A hole without any ledger entry is `never-sent` unless its sequences may have been
+    produced up to both `unverifiable_until` (the topic deleted records before any run read
+    them) and `entries_lost_until` (so did the producer ledger, with their entries): then
+    nothing is left to tell. `seq_times` (SEQ_TIMES_SCHEMA) bounds when a hole was produced
+    from below, by the newest record of any lower block of its session; a hole with no lower
+    block, or whose lower blocks are not newer than both bounds, is not reported.
     """
     marks = watermarks.select("partition", F.col("low").alias("_low"), F.col("end").alias("_end"))
     entries = (
@@ -288,6 +298,8 @@ def find_gaps(
     points = explained.select("session", F.col("seq").alias("start"), F.col("seq").alias("end"))
     covered = merge_intervals(conform(coverage, INTERVAL_SCHEMA).unionByName(points), ["session"])
     holes = interval_holes(covered, bounds, ["session"])
+    if unverifiable_until is not None and entries_lost_until is not None:
+        holes = _produced_after(holes, seq_times, min(unverifiable_until, entries_lost_until))
     never_sent = _finding(
         holes,
         "gap",
@@ -298,6 +310,22 @@ def find_gaps(
         evidence=F.to_json(F.struct((F.col("end") - F.col("start") + 1).alias("count"))),
     )
     return known.unionByName(never_sent)
+
+
+def _produced_after(holes: DataFrame, seq_times: DataFrame | None, until: datetime) -> DataFrame:
+    """The holes (session, start, end) surely produced after `until`: some record of a lower
+    block of their session is newer."""
+    if seq_times is None:
+        return holes.limit(0)
+    times = seq_times.select(F.col("session").alias("_s"), "bucket", "max_ms")
+    lower = holes.join(
+        times,
+        (holes["session"] == times["_s"])
+        & (times["bucket"] < F.floor(holes["start"] / F.lit(SEQ_TIME_BUCKET)))
+        & (times["max_ms"] > F.lit(int(until.timestamp() * 1000))),
+        "left_semi",
+    )
+    return lower
 
 
 def find_aborted(aborted: DataFrame) -> DataFrame:

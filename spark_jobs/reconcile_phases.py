@@ -24,6 +24,7 @@ from spark_jobs.reconcile_extract import (
     check_nothing_deleted_while_read,
     checkpoint_prints,
     compaction_horizon,
+    entries_lost_warnings,
     extract_source,
     extract_source_columns,
     extract_topic,
@@ -80,6 +81,7 @@ from spark_jobs.reconcile_transform import (
     transform_records,
     transform_reprocessed,
     transform_seq_coverage,
+    transform_seq_times,
     transform_source_rows,
     transform_touched_keys,
     transform_unprocessed_candidates,
@@ -180,6 +182,7 @@ class RunInputs:
     totals: dict[str, int]  # n, keyed, RECORD_COUNTS
     unverifiable_until: datetime | None
     marks_lost_until: datetime | None  # records written up to here are never `unprocessed`
+    entries_lost_until: datetime | None  # producer-ledger entries up to here may be gone unread
     compacted_until: datetime | None  # compacted topic: acked records up to here may be cleaned away
     absent_keys_compacted: bool  # ... and so may every record of an item (its key is not the record key)
     checkpoints: dict[int, list[int]]
@@ -270,7 +273,11 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     memory: StateMeta | None = None
     if rewritten:
         memory = meta
-        meta = StateMeta(unverifiable_until=memory.unverifiable_until, marks_lost_until=memory.marks_lost_until)
+        meta = StateMeta(
+            unverifiable_until=memory.unverifiable_until,
+            marks_lost_until=memory.marks_lost_until,
+            entries_lost_until=memory.entries_lost_until,
+        )
         warnings += [
             f"{binding.topic}/{p}: records already read were truncated or rewritten ({reason}); every partition "
             "is read again from its log start"
@@ -285,6 +292,37 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         lower = binding.since
     cutoff = upper - timedelta(seconds=binding.grace_seconds)
     return RunPlan(run_id, store, meta, memory, rewritten, kafka, lower, upper, cutoff, warnings, cleanup)
+
+
+@dataclass
+class LedgerRead:
+    """One ledger's read of this run: its records (cached: its parse reads them in several
+    branches, so Kafka is read once and every branch sees the same records; None when there
+    is nothing to read) and the timestamp of the first record of each partition read."""
+
+    plan: OffsetRange
+    records: DataFrame | None
+    first_ms: dict[int, int | None]
+
+    def lost_until(self, earlier: str | None, upper: datetime, grace_seconds: float) -> datetime | None:
+        """The newest time a record the ledger deleted before any run read it may carry
+        (loss_horizon), never earlier than the state's bound: the bound only grows."""
+        before = datetime.fromisoformat(earlier) if earlier else None
+        now = loss_horizon(self.first_ms, self.plan, upper, grace_seconds)
+        return max((t for t in (before, now) if t is not None), default=None)
+
+
+def read_ledger(
+    spark: SparkSession, binding: Binding, plan: OffsetRange, persist: Callable[[DataFrame], DataFrame]
+) -> LedgerRead:
+    """Read a ledger's planned offsets into the cache, then check nothing was deleted under
+    the read (as the topic's reads are checked)."""
+    if not plan.total:
+        return LedgerRead(plan, None, {})
+    records = persist(extract_topic(spark, binding, plan))
+    first_ms = first_record_ms(records)  # reads the ledger into the cache
+    check_nothing_deleted_while_read(binding, plan)
+    return LedgerRead(plan, records, first_ms)
 
 
 def extract_inputs(
@@ -354,28 +392,27 @@ def extract_inputs(
     # Each ledger's parse reads its records in several branches (entries, ranges, session
     # ends, keys, failure reports): the read is cached, so Kafka is read once per ledger and
     # every branch sees the same records.
-    producer_entries, producer_bounds = (
-        transform_producer_ledger(
-            persist(extract_topic(spark, binding, plan.kafka["producer_ledger"])), binding.topic, place_failures=True
+    producer_entries = empty_frame(spark, LEDGER_ENTRY_SCHEMA)
+    producer_bounds = empty_frame(spark, LEDGER_BOUND_SCHEMA)
+    producer_ledger = read_ledger(spark, binding, plan.kafka["producer_ledger"], persist)
+    if producer_ledger.records is not None:
+        producer_entries, producer_bounds = transform_producer_ledger(
+            producer_ledger.records, binding.topic, place_failures=True
         )
-        if plan.kafka["producer_ledger"].total
-        else (empty_frame(spark, LEDGER_ENTRY_SCHEMA), empty_frame(spark, LEDGER_BOUND_SCHEMA))
-    )
-    marks_lost_until = datetime.fromisoformat(meta.marks_lost_until) if meta.marks_lost_until else None
+    # Entries deleted before any run read them: a hole of their sequences is no longer
+    # explained, and is not called never-sent where the topic lost the records too.
+    entries_lost_until = producer_ledger.lost_until(meta.entries_lost_until, plan.upper, binding.grace_seconds)
+    if producer_ledger.plan.lost and entries_lost_until is not None:
+        plan.warnings.extend(entries_lost_warnings(producer_ledger.plan, entries_lost_until))
     processed = empty_frame(spark, PROCESSED_SCHEMA)
-    consumer_ledger: OffsetRange = plan.kafka["consumer_ledger"]
-    ledger_first_ms: dict[int, int | None] = {}
-    if consumer_ledger.total:
-        ledger_records = persist(extract_topic(spark, binding, consumer_ledger))
-        ledger_first_ms = first_record_ms(ledger_records)  # reads the ledger into the cache
-        check_nothing_deleted_while_read(binding, consumer_ledger)
-        processed = persist(transform_consumer_ledger(ledger_records, binding.topic, binding.consumer_groups))
+    consumer_ledger = read_ledger(spark, binding, plan.kafka["consumer_ledger"], persist)
+    if consumer_ledger.records is not None:
+        processed = persist(transform_consumer_ledger(consumer_ledger.records, binding.topic, binding.consumer_groups))
     # Processed marks deleted before any run read them: a record they marked would look
     # unprocessed. It was written before it was processed, so before the first mark left.
-    lost_marks = loss_horizon(ledger_first_ms, consumer_ledger, plan.upper, binding.grace_seconds)
-    if lost_marks is not None:
-        plan.warnings.extend(marks_lost_warnings(consumer_ledger, lost_marks))
-        marks_lost_until = max(lost_marks, marks_lost_until or lost_marks)
+    marks_lost_until = consumer_ledger.lost_until(meta.marks_lost_until, plan.upper, binding.grace_seconds)
+    if consumer_ledger.plan.lost and marks_lost_until is not None:
+        plan.warnings.extend(marks_lost_warnings(consumer_ledger.plan, marks_lost_until))
     return RunInputs(
         records=records,
         all_records=all_records,
@@ -383,6 +420,7 @@ def extract_inputs(
         totals=totals,
         unverifiable_until=unverifiable_until,
         marks_lost_until=marks_lost_until,
+        entries_lost_until=entries_lost_until,
         compacted_until=compacted_until,
         absent_keys_compacted=compacted_rows_until is not None,
         checkpoints=checkpoints,
@@ -466,6 +504,13 @@ def update_state(
         [old_bounds, inputs.producer_bounds],
         lambda: transform_ledger_bounds(old_bounds, inputs.producer_bounds),
     )
+    # Only gaps read it, and there are gaps only where a producer ledger was ever read.
+    old_times = old("seq_times")
+    new.keep_unless_empty(
+        "seq_times",
+        [old_times, old_bounds, inputs.producer_bounds],
+        lambda: transform_seq_times(old_times, inputs.all_records),
+    )
     old_processed, old_reprocessed = old("processed_coverage"), old("reprocessed")
     old_candidates = old("unprocessed_candidates")
     new.keep_unless_empty(
@@ -528,6 +573,8 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
             deleted_keys=None if is_empty_plan(s["tombstones"]) else s["tombstones"].select("key"),
             compacted_until=inputs.compacted_until,
             absent_keys_compacted=inputs.absent_keys_compacted,
+            entries_lost_until=inputs.entries_lost_until,
+            seq_times=s["seq_times"],
         )
     )
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it
@@ -613,6 +660,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             window_upper=plan.upper.isoformat(),
             unverifiable_until=until.isoformat() if until else None,
             marks_lost_until=inputs.marks_lost_until.isoformat() if inputs.marks_lost_until else None,
+            entries_lost_until=inputs.entries_lost_until.isoformat() if inputs.entries_lost_until else None,
             key_deltas=store.compact(spark, new.key_deltas, "keys", KEY_INDEX_SCHEMA),
             source_deltas=store.compact(spark, new.source_deltas, "source", SOURCE_ROW_SCHEMA),
             datasets=new.datasets,

@@ -67,6 +67,12 @@ SOURCE_ROW_SCHEMA = StructType([StructField("key", StringType()), StructField("c
 INTERVAL_SCHEMA = StructType(
     [StructField("session", StringType()), StructField("start", LongType()), StructField("end", LongType())]
 )
+# Per producer session and block of SEQ_TIME_BUCKET sequence numbers, the newest timestamp
+# of its records read by any run: a lower bound on when a later sequence was produced.
+SEQ_TIME_BUCKET = 1024
+SEQ_TIMES_SCHEMA = StructType(
+    [StructField("session", StringType()), StructField("bucket", LongType()), StructField("max_ms", LongType())]
+)
 LEDGER_ENTRY_SCHEMA = StructType(
     [
         StructField("session", StringType()),

@@ -34,6 +34,7 @@ from spark_jobs.reconcile_transform import (
     PROCESSED_INTERVAL_SCHEMA,
     RECORD_SCHEMA,
     REPROCESSED_SCHEMA,
+    SEQ_TIMES_SCHEMA,
     SOURCE_ROW_SCHEMA,
     empty_frame,
 )
@@ -47,6 +48,7 @@ DATASETS: dict[str, StructType] = {
     "duplicates": RECORD_SCHEMA,
     "aborted": RECORD_SCHEMA,
     "seq_coverage": INTERVAL_SCHEMA,
+    "seq_times": SEQ_TIMES_SCHEMA,
     "ledger_open": LEDGER_ENTRY_SCHEMA,
     "ledger_bounds": LEDGER_BOUND_SCHEMA,
     "processed_coverage": PROCESSED_INTERVAL_SCHEMA,
@@ -77,6 +79,8 @@ class StateMeta:
     # Records written up to here may have had their processed marks deleted from the consumer
     # ledger unread: never `unprocessed`.
     marks_lost_until: str | None = None
+    # Sequences produced up to here may have had their producer-ledger entries deleted unread.
+    entries_lost_until: str | None = None
     key_deltas: list[str] = field(default_factory=list)
     source_deltas: list[str] = field(default_factory=list)
     datasets: dict[str, str] = field(default_factory=dict)
@@ -95,6 +99,7 @@ class StateMeta:
             "window_upper": self.window_upper,
             "unverifiable_until": self.unverifiable_until,
             "marks_lost_until": self.marks_lost_until,
+            "entries_lost_until": self.entries_lost_until,
             "key_deltas": self.key_deltas,
             "source_deltas": self.source_deltas,
             "datasets": self.datasets,
@@ -117,6 +122,7 @@ class StateMeta:
             window_upper=data.get("window_upper"),
             unverifiable_until=data.get("unverifiable_until"),
             marks_lost_until=data.get("marks_lost_until"),
+            entries_lost_until=data.get("entries_lost_until"),
             key_deltas=list(data.get("key_deltas") or []),
             source_deltas=list(data.get("source_deltas") or []),
             datasets=dict(data.get("datasets") or {}),

@@ -184,6 +184,9 @@ from spark_jobs.reconcile_schemas import (
     SENT as SENT,
 )
 from spark_jobs.reconcile_schemas import (
+    SEQ_TIMES_SCHEMA as SEQ_TIMES_SCHEMA,
+)
+from spark_jobs.reconcile_schemas import (
     SOURCE_ROW_SCHEMA as SOURCE_ROW_SCHEMA,
 )
 from spark_jobs.reconcile_schemas import (
@@ -242,6 +245,9 @@ from spark_jobs.reconcile_updates import (
 )
 from spark_jobs.reconcile_updates import (
     transform_seq_coverage as transform_seq_coverage,
+)
+from spark_jobs.reconcile_updates import (
+    transform_seq_times as transform_seq_times,
 )
 from spark_jobs.reconcile_updates import (
     transform_touched_keys as transform_touched_keys,

@@ -30,6 +30,8 @@ from spark_jobs.reconcile_schemas import (
     RECORD_SCHEMA,
     REPROCESSED_SCHEMA,
     SENT,
+    SEQ_TIME_BUCKET,
+    SEQ_TIMES_SCHEMA,
     SOURCE_ROW_SCHEMA,
 )
 
@@ -272,6 +274,21 @@ def transform_seq_coverage(old_coverage: DataFrame, records: DataFrame) -> DataF
     return conform(
         merge_intervals(conform(old_coverage, INTERVAL_SCHEMA).unionByName(new_intervals), ["session"]), INTERVAL_SCHEMA
     )
+
+
+def transform_seq_times(old_times: DataFrame, records: DataFrame) -> DataFrame:
+    """SEQ_TIMES_SCHEMA: per producer session and block of SEQ_TIME_BUCKET sequence numbers,
+    the newest record timestamp (ms) of any run. A sequence hole was produced after every
+    record of a lower block (a session numbers its sends in order), so find_gaps can tell a
+    hole produced after the records and ledger entries deleted unread from one that may have
+    been among them."""
+    new_times = (
+        records.where(F.col("session").isNotNull() & F.col("seq").isNotNull())
+        .groupBy("session", F.floor(F.col("seq") / F.lit(SEQ_TIME_BUCKET)).cast("long").alias("bucket"))
+        .agg(F.max(F.unix_millis("timestamp")).alias("max_ms"))
+    )
+    merged = conform(old_times, SEQ_TIMES_SCHEMA).unionByName(conform(new_times, SEQ_TIMES_SCHEMA))
+    return conform(merged.groupBy("session", "bucket").agg(F.max("max_ms").alias("max_ms")), SEQ_TIMES_SCHEMA)
 
 
 def transform_ledger_open(old_open: DataFrame, new_entries: DataFrame, coverage: DataFrame) -> DataFrame:

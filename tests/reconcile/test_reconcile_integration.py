@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-from spark_jobs import reconcile_phases
+from spark_jobs import reconcile_findings, reconcile_phases, reconcile_updates
 from spark_jobs.binding import Binding, binding_from_dict
 from spark_jobs.kafka_offsets import admin_client, partition_offsets
 from spark_jobs.reconcile import RunOptions, run
@@ -102,7 +102,7 @@ class World:
         persisted = "persisted" if status == "acked" else "not"
         self.ledger_entries.append([seq, status, partition, offset, error, persisted, str(ticket), 1700000000000 + seq])
 
-    def flush_ledger(self, end_seq: int | None = None) -> None:
+    def flush_ledger(self, end_seq: int | None = None, age_s: int | None = None) -> None:
         messages: list[dict[str, Any]] = []
         if self.ledger_entries:
             messages.append(
@@ -119,8 +119,11 @@ class World:
             messages.append(
                 {"v": 1, "type": "session-end", "pid": self.session, "ts": 1, "last_seq": {self.topic: end_seq}}
             )
+        timestamp = 0 if age_s is None else int(time.time() * 1000) - age_s * 1000  # 0: now
         for message in messages:
-            self.producer.produce(self.producer_ledger, key=self.session.encode(), value=json.dumps(message).encode())
+            self.producer.produce(
+                self.producer_ledger, key=self.session.encode(), value=json.dumps(message).encode(), timestamp=timestamp
+            )
         assert self.producer.flush(30) == 0
         self.ledger_entries = []
 
@@ -438,6 +441,39 @@ def test_it_never_calls_records_unprocessed_whose_marks_the_consumer_ledger_dele
     }
     assert not [w for w in second["warnings"] if w.startswith("consumer ledger")], second["warnings"]
     assert second["window"]["marks_lost_until"] == first["window"]["marks_lost_until"]
+
+
+def test_it_never_calls_sequences_never_sent_whose_records_and_ledger_entries_were_deleted_unread(
+    spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    # A block per sequence number, so that these few records stand for a long session's blocks.
+    monkeypatch.setattr(reconcile_findings, "SEQ_TIME_BUCKET", 1)
+    monkeypatch.setattr(reconcile_updates, "SEQ_TIME_BUCKET", 1)
+    # What the producer did: sequences 0-3 and 5 sent and acked, each ledgered in a ledger
+    # record of its own soon after; sequence 4 never sent at all.
+    sent = {0: 40 * 60, 1: 38 * 60, 2: 5 * 60, 3: 60, 5: 0}  # seq → age in seconds
+    for seq, age_s in sent.items():
+        world.produce(f"t{seq}", 100 + seq, seq=seq, partition=0, age_s=age_s)
+        world.ledger(seq, "acked", 100 + seq, label=f"t{seq}")
+        world.flush_ledger(age_s=max(0, age_s - 30))
+    world.insert(102, 103, 105)
+    # Retention deletes sequences 0 and 1 from the topic and from the producer ledger before any
+    # run reads them.
+    delete_records_before(kafka_admin, world.topic, 0, world.at("t2")[1])
+    delete_records_before(kafka_admin, world.producer_ledger, 0, 2)
+
+    result = reconcile_once(spark, world.binding(), tmp_path)
+
+    gaps = sorted((f["cause"], f["seq"], f["seq_end"]) for f in result["findings"] if f["kind"] == "gap")
+    # Sequence 4 came after sequence 3, written after both deletions: nothing deleted could
+    # have held it. Nothing is left to tell whether 0 and 1 were sent: not reported.
+    assert gaps == [("never-sent", 4, 4)], gaps
+    assert result["counts"]["gap"] == 1
+    deleted = [w for w in result["warnings"] if w.startswith("producer ledger")]
+    assert len(deleted) == 1 and deleted[0].startswith(
+        f"producer ledger {world.producer_ledger}/0: offsets 0..1 (2 record(s)) were deleted"
+    ), result["warnings"]
+    assert result["window"]["entries_lost_until"] and result["window"]["unverifiable_until"]
 
 
 def test_it_fails_a_run_when_records_are_deleted_while_it_reads(world: World, kafka_admin: AdminClient):
