@@ -286,25 +286,34 @@ def first_record_ms(raw: DataFrame) -> dict[int, int | None]:
     return {row["partition"]: row["first_ms"] for row in rows}
 
 
-def entries_lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:
-    """What a producer ledger deleted before it was read leaves unjudged."""
+def deleted_unread_warnings(plan: OffsetRange, consequence: str, what: str = "") -> list[str]:
+    """One warning per partition of `plan.lost` (records deleted before any run read them),
+    naming the offsets and the consequence; `what` names the ledger ("" for the topic)."""
     return [
-        f"producer ledger {plan.topic}/{partition}: offsets {start}..{low - 1} ({low - start} record(s)) were "
-        "deleted before they could be read; sequence numbers produced up to "
-        f"{horizon.isoformat()} without a record or a ledger entry are not reported never-sent where the topic "
-        "no longer holds records that old either"
+        f"{what}{plan.topic}/{partition}: offsets {start}..{low - 1} ({low - start} record(s)) were deleted before "
+        f"they could be read; {consequence}"
         for partition, (start, low) in sorted(plan.lost.items())
     ]
+
+
+def entries_lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:
+    """What a producer ledger deleted before it was read leaves unjudged."""
+    return deleted_unread_warnings(
+        plan,
+        f"sequence numbers produced up to {horizon.isoformat()} without a record or a ledger entry are not "
+        "reported never-sent where the topic no longer holds records that old either",
+        "producer ledger ",
+    )
 
 
 def marks_lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:
     """What a consumer ledger deleted before it was read leaves unjudged."""
-    return [
-        f"consumer ledger {plan.topic}/{partition}: offsets {start}..{low - 1} ({low - start} record(s)) were "
-        "deleted before they could be read; records written up to "
-        f"{horizon.isoformat()} are not judged unprocessed (their processed marks may have been among them)"
-        for partition, (start, low) in sorted(plan.lost.items())
-    ]
+    return deleted_unread_warnings(
+        plan,
+        f"records written up to {horizon.isoformat()} are not judged unprocessed (their processed marks may have "
+        "been among them)",
+        "consumer ledger ",
+    )
 
 
 def compaction_horizon(
@@ -334,12 +343,11 @@ def compaction_horizon(
 
 
 def lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:
-    return [
-        f"{plan.topic}/{partition}: offsets {start}..{low - 1} ({low - start} record(s)) were deleted before they "
-        f"could be read; source rows created up to {horizon.isoformat()} without a record are counted "
-        f"{UNVERIFIABLE}, not missing"
-        for partition, (start, low) in sorted(plan.lost.items())
-    ]
+    """What the topic deleted before it was read leaves unverifiable."""
+    return deleted_unread_warnings(
+        plan,
+        f"source rows created up to {horizon.isoformat()} without a record are counted {UNVERIFIABLE}, not missing",
+    )
 
 
 def _jdbc_query(spark: SparkSession, binding: Binding, sql: str) -> DataFrame:

@@ -26,7 +26,7 @@ from django.utils import timezone
 from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError
 from auditor.pipelines.connectivity import ConnectivityError, check_cluster
-from auditor.pipelines.ledgers import ledger_topics as binding_ledger_topics
+from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding, StuckRule
 from auditor.reconcile.memory import IndexedTopic, indexed_records, recall
 from auditor.stuck.alerting import muted_keys, update_problems
@@ -93,12 +93,6 @@ class DiagnosisResult:
         for item in self.items:
             counts[item.diagnosis.verdict] += 1
         return counts
-
-
-def ledger_topics(rule: StuckRule, options: DiagnosisOptions) -> tuple[str, str]:
-    """The producer and consumer ledger topics: the options', else the binding's
-    (auditor.pipelines.ledgers)."""
-    return binding_ledger_topics(rule.binding, options.producer_ledger_topic, options.consumer_ledger_topic)
 
 
 def stuck_query(rule: StuckRule) -> StuckQuery:
@@ -208,7 +202,9 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         )
     lap("source")
 
-    producer_ledger, consumer_ledger = ledger_topics(rule, options)
+    producer_ledger, consumer_ledger = ledger_topics(
+        rule.binding, options.producer_ledger_topic, options.consumer_ledger_topic
+    )
     groups = [str(g) for g in binding.consumer_groups or []]
     view, plan = read_cluster_view(
         binding.cluster.client_config(),
