@@ -6,6 +6,7 @@ from typing import Any
 
 from auditor.accounts.roles import ROLES, has_role, highest_role
 from auditor.api.registry import ApiCall, Param, build_openapi, endpoint, paginate, registry
+from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding
 from auditor.vocabulary import GUARANTEES
 
@@ -34,6 +35,8 @@ BINDING_SCHEMA = {
         "guarantee": {"type": "string", "enum": list(GUARANTEES)},
         "consumer_groups": {"type": "array", "items": {"type": "string"}},
         "schedule_seconds": {"type": "integer"},
+        "producer_ledger_topic": {"type": "string", "description": "the probes' producer ledger"},
+        "consumer_ledger_topic": {"type": "string", "description": "the probes' consumer ledger"},
         "updated_at": {"type": "string", "format": "date-time"},
     },
 }
@@ -64,6 +67,7 @@ def serialize_binding(binding: Binding) -> dict[str, Any]:
         "guarantee": binding.guarantee,
         "consumer_groups": binding.consumer_groups,
         "schedule_seconds": binding.schedule_seconds,
+        **dict(zip(("producer_ledger_topic", "consumer_ledger_topic"), ledger_topics(binding), strict=True)),
         "updated_at": binding.updated_at.isoformat(),
     }
 

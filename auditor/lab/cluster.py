@@ -121,6 +121,13 @@ class Cluster:
         except KafkaException:
             pass  # already gone
 
+    def delete_records(self, topic: str, before: dict[int, int]) -> None:
+        """Move each partition's log start to `before[p]` (kafka-delete-records.sh's request):
+        what retention does to the oldest segments, at a chosen offset."""
+        points = [TopicPartition(topic, p, offset) for p, offset in before.items()]
+        for future in self.admin.delete_records(points, operation_timeout=30).values():
+            future.result(timeout=60)
+
     def partition(self, topic: str, partition: int = 0) -> PartitionView:
         meta = self.admin.list_topics(topic, timeout=10).topics[topic].partitions[partition]
         return PartitionView(meta.leader, tuple(meta.replicas), tuple(meta.isrs))

@@ -233,7 +233,8 @@ def consume(args: argparse.Namespace) -> int:
     if args.client == "kafka-python":
         consumer = _KafkaPythonConsumer(args)
     elif args.probed:
-        consumer = AuditedConsumer(config, ledger_flush_interval_s=0.2)
+        ledger = {"ledger_topic": args.consumer_ledger} if args.consumer_ledger else {}
+        consumer = AuditedConsumer(config, ledger_flush_interval_s=0.2, **ledger)
     else:
         consumer = Consumer(config)
     session = getattr(consumer, "session_id", None) or f"plain-{os.getpid()}"
@@ -343,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--crash-at", type=int, default=0)
     c.add_argument("--idle-s", type=float, default=4.0)
     c.add_argument("--probed", action="store_true")
+    c.add_argument("--consumer-ledger", default="", help="the probe's ledger topic (default: the contract's)")
     c.add_argument("--group-protocol", choices=("classic", "consumer"), default="classic")
     c.add_argument("--auto-commit-ms", type=int, default=5000)
     c.add_argument("--slow-ms", type=int, default=0)

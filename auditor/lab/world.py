@@ -27,6 +27,7 @@ from auditor.lint.observed import consumer_lag
 from auditor.lint.service import lint_pasted
 from auditor.pipelines.models import Binding, SourceDatabase, StuckRule
 from auditor.pipelines.models import Cluster as ClusterModel
+from auditor.probes import ensure_audit_topics
 from auditor.reconcile import conf as reconcile_conf
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.reconcile.service import execute_run, start_run
@@ -73,6 +74,11 @@ class World:
             raise LabError("SOURCE_DATABASE_URL is not set: the lab writes its ticket tables there")
         self.binding: Binding | None = None
         self.rule: StuckRule | None = None
+        # the ledgers this world's probes write, when it has its own (make_ledgers): the
+        # deployment's shared ones otherwise
+        self.producer_ledger = f"{slug}.producer-ledger"
+        self.consumer_ledger = f"{slug}.consumer-ledger"
+        self.ledgers_made = False
         self.topic_made = False
         self.table_made = False
         self.notes: list[str] = []
@@ -85,6 +91,17 @@ class World:
         )
         self.topic_made = True
         return self.topic
+
+    def make_ledgers(self, partitions: int = 1) -> tuple[str, str]:
+        """Ledger topics of this world's own (as ensure_audit_topics makes them: 3 replicas,
+        min.insync.replicas 2), which its binding names and its probes write (--probed
+        consumers; a producer given ledger_topic=world.producer_ledger): a fault may delete
+        their records without touching another scenario's. Call before make_binding."""
+        ensure_audit_topics(
+            {"bootstrap.servers": self.cluster.bootstrap}, (self.producer_ledger, self.consumer_ledger), partitions
+        )
+        self.ledgers_made = True
+        return self.producer_ledger, self.consumer_ledger
 
     def make_table(self) -> None:
         with psycopg.connect(self.source_url, autocommit=True) as conn:
@@ -152,8 +169,7 @@ class World:
             "--bootstrap", self.cluster.bootstrap, "--topic", self.topic, "--group", self.group,
             "--table", self.table, "--mode", mode, "--idle-s", "600",
         ]  # fmt: skip
-        if probed:
-            args.append("--probed")
+        args += self._probe_args(probed)
         for name, value in extra.items():
             args += [f"--{name.replace('_', '-')}", str(value)]
         process = subprocess.Popen(
@@ -166,6 +182,11 @@ class World:
         )
         self.running.append(process)
         return process
+
+    def _probe_args(self, probed: bool) -> list[str]:
+        if not probed:
+            return []
+        return ["--probed", "--consumer-ledger", self.consumer_ledger] if self.ledgers_made else ["--probed"]
 
     def expected_group_risks(self) -> Verdicts:
         """The truth about the group as the lab knows it: none of its consumer processes is running.
@@ -220,8 +241,7 @@ class World:
             "--crash-at",
             str(crash_at),
         ]
-        if probed:
-            args.append("--probed")
+        args += self._probe_args(probed)
         for name, value in extra.items():
             args += [f"--{name.replace('_', '-')}", str(value)]
         done = subprocess.run(
@@ -260,6 +280,8 @@ class World:
             guarantee=guarantee,
             consumer_groups=groups or [],
             schedule_seconds=3600,
+            producer_ledger_topic=self.producer_ledger if self.ledgers_made else "",
+            consumer_ledger_topic=self.consumer_ledger if self.ledgers_made else "",
         )
         return self.binding
 
@@ -377,6 +399,9 @@ class World:
             return
         if self.topic_made:
             self.cluster.delete_topic(self.topic)
+        if self.ledgers_made:
+            self.cluster.delete_topic(self.producer_ledger)
+            self.cluster.delete_topic(self.consumer_ledger)
         if self.table_made:
             with psycopg.connect(self.source_url, autocommit=True) as conn:
                 conn.execute(f"DROP TABLE IF EXISTS {self.table}, {self.table}_processed")

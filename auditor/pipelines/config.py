@@ -211,6 +211,8 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
         "guarantee",
         "consumer_groups",
         "schedule",
+        "producer_ledger_topic",
+        "consumer_ledger_topic",
     }
     for name, item in sections["bindings"].items():
         path = f"bindings.{name}"
@@ -249,6 +251,12 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
         if not isinstance(groups, list) or not all(isinstance(g, str) and g for g in groups):
             v.problem(f"{path}.consumer_groups", "must be a list of consumer group ids")
             groups = []
+        ledgers = {}
+        for field_name in ("producer_ledger_topic", "consumer_ledger_topic"):
+            ledger = v.string(item, field_name, path, required=False) or ""
+            if ledger and not TOPIC_RE.fullmatch(ledger):
+                v.problem(f"{path}.{field_name}", f"'{ledger}' is not a valid Kafka topic name")
+            ledgers[field_name] = ledger
         parsed.bindings[name] = {
             "cluster": cluster,
             "source": source,
@@ -261,6 +269,7 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
             "guarantee": guarantee,
             "consumer_groups": groups,
             "schedule_seconds": v.duration(item, "schedule", path, 300),
+            **ledgers,
         }
 
     known_bindings = set(parsed.bindings) | set(Binding.objects.values_list("name", flat=True))

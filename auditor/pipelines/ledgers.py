@@ -13,19 +13,13 @@ from auditor.probes.topics import CONSUMER_LEDGER_TOPIC, PRODUCER_LEDGER_TOPIC
 
 def ledger_topics(binding: Binding, producer: str | None = None, consumer: str | None = None) -> tuple[str, str]:
     """(producer ledger, consumer ledger): the explicit names, else the binding's own fields
-    when it has them, else AUDITOR_PRODUCER_LEDGER_TOPIC / AUDITOR_CONSUMER_LEDGER_TOPIC (a
+    (producer_ledger_topic / consumer_ledger_topic) when set, else AUDITOR_PRODUCER_LEDGER_TOPIC / AUDITOR_CONSUMER_LEDGER_TOPIC (a
     Django setting or the environment), else the probes' defaults."""
 
-    def pick(explicit: str | None, attribute: str, name: str, default: str) -> str:
-        return (
-            explicit
-            or getattr(binding, attribute, None)
-            or getattr(settings, name, None)
-            or os.environ.get(name)
-            or default
-        )
+    def pick(explicit: str | None, own: str, name: str, default: str) -> str:
+        return explicit or own or getattr(settings, name, None) or os.environ.get(name) or default
 
     return (
-        pick(producer, "producer_ledger_topic", "AUDITOR_PRODUCER_LEDGER_TOPIC", PRODUCER_LEDGER_TOPIC),
-        pick(consumer, "consumer_ledger_topic", "AUDITOR_CONSUMER_LEDGER_TOPIC", CONSUMER_LEDGER_TOPIC),
+        pick(producer, binding.producer_ledger_topic, "AUDITOR_PRODUCER_LEDGER_TOPIC", PRODUCER_LEDGER_TOPIC),
+        pick(consumer, binding.consumer_ledger_topic, "AUDITOR_CONSUMER_LEDGER_TOPIC", CONSUMER_LEDGER_TOPIC),
     )

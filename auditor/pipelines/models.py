@@ -74,6 +74,10 @@ class Binding(models.Model):
     guarantee = models.CharField(max_length=20, choices=GUARANTEE_CHOICES, default="at-least-once")
     consumer_groups = models.JSONField(default=list, blank=True)
     schedule_seconds = models.PositiveIntegerField(default=300)
+    # The ledger topics this pipeline's probes write (AuditedProducer/AuditedConsumer's
+    # ledger_topic=); empty: the deployment's (auditor.pipelines.ledgers.ledger_topics).
+    producer_ledger_topic = models.CharField(max_length=249, blank=True, default="")
+    consumer_ledger_topic = models.CharField(max_length=249, blank=True, default="")
     config_file = models.CharField(
         max_length=1000, blank=True, help_text="the YAML file that declares it (audit apply); empty: made here"
     )

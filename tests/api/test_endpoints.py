@@ -104,3 +104,11 @@ def test_it_answers_405_to_a_method_an_endpoint_lacks(bearer):
     response = Client().delete("/api/me/", headers=bearer("admin", "write"))
     assert response.status_code == 405
     assert response["Allow"] == "GET"
+
+
+def test_it_names_the_ledgers_a_binding_is_audited_from(bearer, bindings):
+    Binding.objects.filter(name="b1").update(consumer_ledger_topic="b1.processed")
+    body = Client().get("/api/pipelines/bindings/?page_size=3", headers=bearer("viewer")).json()
+    ledgers = {b["name"]: (b["producer_ledger_topic"], b["consumer_ledger_topic"]) for b in body["results"]}
+    assert ledgers["b0"] == ("_audit.producer-ledger", "_audit.consumer-ledger")
+    assert ledgers["b1"] == ("_audit.producer-ledger", "b1.processed")

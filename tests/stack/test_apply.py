@@ -46,6 +46,35 @@ def test_it_creates_then_updates_by_name(tmp_path):
     assert Binding.objects.count() == 1
 
 
+def test_a_bindings_own_ledger_topics_come_before_the_deployments(tmp_path, settings, admin_client):
+    from auditor.pipelines.ledgers import ledger_topics
+
+    settings.AUDITOR_PRODUCER_LEDGER_TOPIC = "deployment.producer-ledger"
+    settings.AUDITOR_CONSUMER_LEDGER_TOPIC = "deployment.consumer-ledger"
+    path = write(tmp_path, GOOD)
+    apply(path)
+    assert ledger_topics(Binding.objects.get(name="tickets")) == (
+        "deployment.producer-ledger",
+        "deployment.consumer-ledger",
+    )
+    own = (
+        "    schedule: 5m\n    producer_ledger_topic: tickets.produced\n    consumer_ledger_topic: tickets.processed\n"
+    )
+    path.write_text(GOOD.replace("    schedule: 5m\n", own, 1))
+    assert "binding tickets" in json.loads(apply(path))["updated"]
+    binding = Binding.objects.get(name="tickets")
+    assert (binding.producer_ledger_topic, binding.consumer_ledger_topic) == ("tickets.produced", "tickets.processed")
+    assert ledger_topics(binding) == ("tickets.produced", "tickets.processed")
+    page = admin_client.get("/pipelines/").content.decode()
+    assert "<code>tickets.produced</code>, <code>tickets.processed</code>" in page
+    # only one named: the other is still the deployment's
+    path.write_text(
+        GOOD.replace("    schedule: 5m\n", "    schedule: 5m\n    consumer_ledger_topic: tickets.processed\n", 1)
+    )
+    apply(path)
+    assert ledger_topics(Binding.objects.get(name="tickets")) == ("deployment.producer-ledger", "tickets.processed")
+
+
 def test_it_keeps_secrets_as_env_references(tmp_path):
     apply(write(tmp_path, GOOD))
     source = SourceDatabase.objects.get(name="tickets_db")
@@ -78,6 +107,10 @@ def test_it_keeps_secrets_as_env_references(tmp_path):
         (GOOD.replace("  local:\n", "  local:\n   bad: [\n", 1), ":5: (syntax): not valid YAML"),
         ("- just\n- a list\n", ":1: (top level): must be a mapping"),
         (GOOD + "webhoks: {}\n", ":29: webhoks: unknown field"),
+        (
+            GOOD.replace("    schedule: 5m\n", "    schedule: 5m\n    consumer_ledger_topic: no/slashes\n", 1),
+            ":22: bindings.tickets.consumer_ledger_topic: 'no/slashes' is not a valid Kafka topic name",
+        ),
     ],
 )
 def test_it_rejects_bad_files_naming_line_and_field(tmp_path, capsys, text, expected):
