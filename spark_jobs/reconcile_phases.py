@@ -261,6 +261,21 @@ def run_settings_applied(spark: SparkSession, plan: RunPlan) -> Iterator[dict[st
                 spark.conf.set(key, earlier)
 
 
+def forget_renamed_ledgers(binding: Binding, meta: StateMeta) -> list[str]:
+    """Where the binding now names another ledger topic than the one the state's offsets are
+    of, those offsets mean nothing there: the new ledger is read from its start (records it
+    deleted before that count as lost, as on a first run). What the old ledger said stays in
+    the state's datasets. Returns a warning per ledger changed."""
+    warnings = []
+    for kind, named in (("producer", binding.producer_ledger_topic), ("consumer", binding.consumer_ledger_topic)):
+        read = getattr(meta, f"{kind}_ledger_topic")
+        offsets: dict[int, int] = getattr(meta, f"{kind}_ledger_offsets")
+        if read is not None and read != named and offsets:
+            setattr(meta, f"{kind}_ledger_offsets", {})
+            warnings.append(f"the {kind} ledger is now {named} (earlier runs read {read}): it is read from its start")
+    return warnings
+
+
 def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     """Which state to build on (a rebuild when offsets already read were rewritten), which
     offsets to read, and the source window."""
@@ -283,6 +298,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             "is read again from its log start"
             for p, reason in sorted(rewritten.items())
         ]
+    warnings += forget_renamed_ledgers(binding, meta)
     kafka = extract_topic_offsets(binding, meta, read_before=memory.topic_offsets if memory else None)
     laps("kafka_offsets")
     upper = options.now or datetime.now(UTC)
@@ -657,6 +673,8 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             topic_offsets={p: e for p, (_, e) in plan.topic.ranges.items()},
             producer_ledger_offsets={p: e for p, (_, e) in kafka["producer_ledger"].ranges.items()},
             consumer_ledger_offsets={p: e for p, (_, e) in kafka["consumer_ledger"].ranges.items()},
+            producer_ledger_topic=kafka["producer_ledger"].topic,
+            consumer_ledger_topic=kafka["consumer_ledger"].topic,
             window_upper=plan.upper.isoformat(),
             unverifiable_until=until.isoformat() if until else None,
             marks_lost_until=inputs.marks_lost_until.isoformat() if inputs.marks_lost_until else None,

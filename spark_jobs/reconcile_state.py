@@ -73,6 +73,9 @@ class StateMeta:
     topic_offsets: dict[int, int] = field(default_factory=dict)
     producer_ledger_offsets: dict[int, int] = field(default_factory=dict)
     consumer_ledger_offsets: dict[int, int] = field(default_factory=dict)
+    # The ledger topics those offsets are of (None: a state written before they were kept).
+    producer_ledger_topic: str | None = None
+    consumer_ledger_topic: str | None = None
     window_upper: str | None = None
     # Rows created up to here may have had their record deleted unread: never `missing`.
     unverifiable_until: str | None = None
@@ -96,6 +99,8 @@ class StateMeta:
             "topic_offsets": {str(k): v for k, v in self.topic_offsets.items()},
             "producer_ledger_offsets": {str(k): v for k, v in self.producer_ledger_offsets.items()},
             "consumer_ledger_offsets": {str(k): v for k, v in self.consumer_ledger_offsets.items()},
+            "producer_ledger_topic": self.producer_ledger_topic,
+            "consumer_ledger_topic": self.consumer_ledger_topic,
             "window_upper": self.window_upper,
             "unverifiable_until": self.unverifiable_until,
             "marks_lost_until": self.marks_lost_until,
@@ -119,6 +124,8 @@ class StateMeta:
             topic_offsets=offsets("topic_offsets"),
             producer_ledger_offsets=offsets("producer_ledger_offsets"),
             consumer_ledger_offsets=offsets("consumer_ledger_offsets"),
+            producer_ledger_topic=data.get("producer_ledger_topic"),
+            consumer_ledger_topic=data.get("consumer_ledger_topic"),
             window_upper=data.get("window_upper"),
             unverifiable_until=data.get("unverifiable_until"),
             marks_lost_until=data.get("marks_lost_until"),

@@ -443,6 +443,53 @@ def test_it_never_calls_records_unprocessed_whose_marks_the_consumer_ledger_dele
     assert second["window"]["marks_lost_until"] == first["window"]["marks_lost_until"]
 
 
+def another_applications_marks(w: World, ledger: str, count: int) -> None:
+    """Ledger records of another application (its own topic and group) sharing `ledger`."""
+    message = {"v": 1, "type": "processed", "sid": "elsewhere", "group": "elsewhere", "entries": []}
+    for i in range(count):
+        message["entries"] = [["elsewhere", 0, i, None, 1700000000000]]
+        w.producer.produce(ledger, key=b"elsewhere", value=json.dumps(message).encode())
+    assert w.producer.flush(30) == 0
+
+
+@pytest.mark.parametrize("new_ledger", ["longer", "shorter"])
+def test_a_binding_that_names_another_consumer_ledger_has_it_read_from_its_start(
+    spark: SparkSession, world: World, make_topic, tmp_path: Path, new_ledger: str
+):
+    # The consumer processed tickets 1-3 and marked them in the ledger the first run reads.
+    for ticket in (1, 2, 3):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=10 * 60)
+        world.processed(f"t{ticket}", age_s=9 * 60)
+    another_applications_marks(world, world.consumer_ledger, 5 if new_ledger == "shorter" else 0)
+    world.commit(0, world.at("t3")[1] + 1)
+    world.insert(1, 2, 3)
+    first = reconcile_once(spark, world.binding(), tmp_path)
+    assert finding_set(first) == set()
+
+    # The deployment moves its probes to another ledger (a binding's consumer_ledger_topic, or
+    # AUDITOR_CONSUMER_LEDGER_TOPIC). Tickets 4-6 are processed and marked there, at its first
+    # offsets; it then holds more records than the old one (another application's) or fewer.
+    old_ledger, world.consumer_ledger = world.consumer_ledger, make_topic("_audit.consumer-ledger")
+    for ticket in (4, 5, 6):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=5 * 60)
+        world.processed(f"t{ticket}", age_s=4 * 60)
+    another_applications_marks(world, world.consumer_ledger, 5 if new_ledger == "longer" else 0)
+    world.commit(0, world.at("t6")[1] + 1)
+    world.insert(4, 5, 6)
+    # Ticket 7: committed past and never processed, the one real skip.
+    world.produce("t7", 7, partition=0, age_s=3 * 60)
+    world.commit(0, world.at("t7")[1] + 1)
+    world.insert(7)
+
+    second = reconcile_once(spark, world.binding(), tmp_path)
+    # Every mark of 1-6 was read, from both ledgers: only 7 is unprocessed.
+    assert finding_set(second) == {("unprocessed", "7", None, *world.at("t7"))}
+    assert second["mode"] == "incremental"
+    assert [w for w in second["warnings"] if "ledger is now" in w] == [
+        f"the consumer ledger is now {world.consumer_ledger} (earlier runs read {old_ledger}): it is read from its start"
+    ]
+
+
 def test_it_never_calls_sequences_never_sent_whose_records_and_ledger_entries_were_deleted_unread(
     spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
