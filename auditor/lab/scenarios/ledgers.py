@@ -85,12 +85,13 @@ def ledgers_deleted_unread(world: World) -> Outcome:
         raise LabError("an old ticket was not processed before the deletion")
     expected |= world.expected_group_risks()
     world.notes.append(
-        f"consumer exit {crashed}; committed {committed}; log starts {[(t, m) for t, m in marks.items()]}; "
+        f"consumer exit {crashed}; committed {committed}; log starts {marks}; "
         f"truth {sorted(expected.items())[:4]}"
     )
     found = world.reconcile()
     stuck = world.stuck()
-    world.notes += [w for w in found.detail.get("warnings") or [] if isinstance(w, str)][:3]
+    warnings = found.detail.get("warnings")
+    world.notes += [str(w) for w in warnings][:3] if isinstance(warnings, list) else []
     return Outcome(
         injected=f"delete_records: topic offsets < {offsets[OLD[GONE]]}, both ledgers entirely (the old tickets' "
         f"entries and marks); at-most-once consumer killed -9 after committing record {CRASH_AT} of the later ones",
