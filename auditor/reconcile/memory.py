@@ -23,7 +23,15 @@ from typing import Any
 from auditor.pipelines.models import Binding
 from auditor.reconcile import conf
 from auditor.reconcile.models import Finding, ReconcileRun
-from auditor.stuck.evidence import KeyMemory, LocatedRecord, MissingReport, PartitionState, RecordState, Sighting
+from auditor.stuck.evidence import (
+    KeyMemory,
+    LocatedRecord,
+    MissingReport,
+    PartitionState,
+    ProcessedMark,
+    RecordState,
+    Sighting,
+)
 from spark_jobs.kafka_offsets import KafkaReadError, rewritten_partitions
 from spark_jobs.state_location import StateLocation, StateLocationError
 
@@ -213,6 +221,44 @@ def indexed_records(
                 )
             )
     return found
+
+
+def recall_marks(
+    indexed: IndexedTopic, groups: Sequence[str], positions: Iterable[tuple[int, int]]
+) -> dict[tuple[str, int, int], ProcessedMark]:
+    """The processed marks earlier runs read at `positions` (partition, offset) of the topic,
+    from the state's processed_coverage: a consumer ledger's retention deletes marks, what a
+    run read of them stays. Only below where the key index vouches that the log was not
+    rewritten since that run (`indexed.starts`): there an offset still means the record the
+    run saw. Positive evidence only: a position no run saw marked is left to the ledger."""
+    if indexed.index is None or indexed.reason is not None or not groups:
+        return {}
+    wanted: dict[int, set[int]] = {}
+    for partition, offset in positions:
+        if offset < indexed.starts.get(partition, -1):
+            wanted.setdefault(partition, set()).add(offset)
+    relative = (indexed.index.meta.get("datasets") or {}).get("processed_coverage")
+    if not wanted or not relative:
+        return {}
+    import pyarrow.dataset as ds  # deferred, as in _rows
+
+    try:
+        fs, path = indexed.index.root.join(relative).filesystem()
+        table = ds.dataset(path, filesystem=fs, format="parquet").to_table(
+            columns=["group", "partition", "start", "end"],
+            filter=ds.field("group").isin(list(groups)) & ds.field("partition").isin(sorted(wanted)),
+        )
+    except (OSError, ValueError) as exc:
+        raise StateUnreadable(f"the processed coverage under {indexed.index.root} is unreadable: {exc}") from exc
+    marks: dict[tuple[str, int, int], ProcessedMark] = {}
+    columns = [table.column(c).to_pylist() for c in ("group", "partition", "start", "end")]
+    for group, partition, start, end in zip(*columns, strict=True):
+        for offset in wanted.get(partition, ()):
+            if start <= offset <= end:
+                marks[(group, partition, offset)] = ProcessedMark(
+                    group, partition, offset, None, None, seen_by_run=indexed.run_id
+                )
+    return marks
 
 
 def _seq_coverage(root: StateLocation, relative: str) -> dict[str, list[tuple[int, int]]]:

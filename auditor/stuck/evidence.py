@@ -98,9 +98,21 @@ class ProcessedMark:
     offset: int
     consumer_session: str | None
     ts_ms: int | None
+    # the reconciliation run that read it, when it is known from the auditor's memory only
+    # (the consumer ledger deleted it since: recall_marks)
+    seen_by_run: str | None = None
 
     def as_json(self) -> dict[str, Any]:
+        if self.seen_by_run is not None:
+            return {"seen_by_run": self.seen_by_run}
         return {"consumer_session": self.consumer_session, "at": ms_to_iso(self.ts_ms)}
+
+    def describe(self, with_time: bool = True) -> str:
+        if self.seen_by_run is not None:
+            return (
+                f"marked in the consumer ledger, as reconciliation run {self.seen_by_run} read; deleted from it since"
+            )
+        return f"consumer session {self.consumer_session}" + (f", {ms_to_iso(self.ts_ms)}" if with_time else "")
 
 
 @dataclass(frozen=True)

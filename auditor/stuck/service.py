@@ -28,9 +28,9 @@ from auditor.lib.secrets import MissingEnvError
 from auditor.pipelines.connectivity import ConnectivityError, check_cluster
 from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding, StuckRule
-from auditor.reconcile.memory import IndexedTopic, indexed_records, recall
+from auditor.reconcile.memory import IndexedTopic, StateUnreadable, indexed_records, recall, recall_marks
 from auditor.stuck.alerting import muted_keys, update_problems
-from auditor.stuck.evidence import ClusterView, Diagnosis, StuckRow
+from auditor.stuck.evidence import ClusterView, Diagnosis, KeyMemory, StuckRow
 from auditor.stuck.kafka_view import read_after_locate, read_cluster_view
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
@@ -137,6 +137,28 @@ def _check_after_read(binding: Binding, view: ClusterView, reads: dict[str, dict
         return
     if deleted:
         view.kafka_error = f"{deleted}; run the diagnosis again"
+
+
+def _recall_marks(
+    result: DiagnosisResult, located: LocateResult, indexed: IndexedTopic, groups: list[str], memory: KeyMemory
+) -> None:
+    """Processed marks the consumer ledger deleted after a run read them, for the positions
+    the verdicts look up (the stuck keys' records, acked ledger entries, sightings)."""
+    positions = {(r.partition, r.offset) for found in located.records.values() for r in found}
+    positions |= {(e.partition, e.offset) for found in located.ledger_entries.values() for e in found if e.offset >= 0}
+    positions |= {(s.partition, s.offset) for s in memory.sightings.values()}
+    try:
+        recalled = recall_marks(indexed, groups, positions)
+    except StateUnreadable as exc:
+        result.notes.append(f"the reconciliation state could not be read: {exc}")
+        return
+    added = {k: m for k, m in recalled.items() if k not in located.marks}
+    located.marks.update(added)
+    if added:
+        result.notes.append(
+            f"{len(added)} processed mark(s) the consumer ledger no longer holds were recalled from reconciliation "
+            f"run {indexed.run_id}"
+        )
 
 
 def _apply_located(view: ClusterView, located: LocateResult) -> None:
@@ -269,6 +291,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         _check_after_read(binding, view, reads)  # after the memory: a sighting it holds is older than these ends
     if memory.reason:
         result.notes.append(f"the reconciliation state could not be read: {memory.reason}")
+    _recall_marks(result, located, indexed, groups, memory)
     lap("memory")
 
     verdicts = [

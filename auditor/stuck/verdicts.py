@@ -210,8 +210,8 @@ def _visible_outcome(
         info["processed"] = mark.as_json()
         return _Outcome(
             "processed",
-            f"processed by group {group.group} from {where} (consumer session {mark.consumer_session}, "
-            f"{ms_to_iso(mark.ts_ms)}) but the row is still {row.status}: the update after processing failed",
+            f"processed by group {group.group} from {where} ({mark.describe()}) but the row is still {row.status}: "
+            "the update after processing failed",
             info,
         )
     if committed is None or committed <= record.offset:
@@ -779,7 +779,7 @@ def _deleted(
             outcomes.append(
                 _Outcome(
                     "processed",
-                    f"processed by group {group.group} from {where} (consumer session {mark.consumer_session}) but the "
+                    f"processed by group {group.group} from {where} ({mark.describe(with_time=False)}) but the "
                     f"row is still {row.status}: the update after processing failed",
                     info,
                 )

@@ -85,8 +85,7 @@ def ledgers_deleted_unread(world: World) -> Outcome:
         raise LabError("an old ticket was not processed before the deletion")
     expected |= world.expected_group_risks()
     world.notes.append(
-        f"consumer exit {crashed}; committed {committed}; log starts {marks}; "
-        f"truth {sorted(expected.items())[:4]}"
+        f"consumer exit {crashed}; committed {committed}; log starts {marks}; truth {sorted(expected.items())[:4]}"
     )
     found = world.reconcile()
     stuck = world.stuck()

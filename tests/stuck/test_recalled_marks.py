@@ -1,0 +1,72 @@
+"""Processed marks the consumer ledger deleted after a reconciliation read them: the stuck
+verdict recalls them from the run's state instead of losing the evidence (real Kafka,
+PostgreSQL and Spark)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from auditor.demo.options import DeliveryMode, Faults
+from auditor.stuck.service import diagnose_rule
+from tests.support.stuck import StuckSetup, reconcile_now, verdicts_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+
+def test_a_mark_the_ledger_deleted_after_a_run_read_it_still_says_processed(
+    make_stuck: Any, kafka_admin: AdminClient, spark: Any
+) -> None:
+    stuck: StuckSetup = make_stuck()
+    pipeline = stuck.pipeline
+    binding = stuck.rule.binding
+    binding.producer_ledger_topic = pipeline.probes.producer_ledger
+    binding.consumer_ledger_topic = pipeline.probes.consumer_ledger
+    binding.save()
+    ids = pipeline.produce(10)
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE, Faults(fail_update_every=4)).run(max_records=10, timeout_s=60)
+    # The truth, from the application's tables: every ticket was processed once; the 4th and
+    # 8th stayed NEW (their update was rolled back after processing). One partition: ids[i] is
+    # at offset i.
+    with pipeline.store() as store:
+        processed = store.processed_keys(pipeline.group)
+        statuses = store.statuses()
+    new = {key for key, status in statuses.items() if status == "NEW"}
+    assert new == {ids[3], ids[7]}
+    assert len(processed) == 10
+
+    run = reconcile_now(binding)  # reads the topic and both ledgers
+    # Retention on the consumer ledger (delete_records standing in) removes every mark after
+    # the run read them: the ledger is empty, its log start past 0.
+    ledger = pipeline.probes.consumer_ledger
+    ends = {p: high for p, (_, high) in _watermarks(pipeline.bootstrap, ledger).items()}
+    assert any(ends.values())
+    points = [TopicPartition(ledger, p, high) for p, high in ends.items()]
+    for future in kafka_admin.delete_records(points).values():
+        future.result(timeout=30)
+
+    for engine in ("python", "spark"):
+        result = diagnose_rule(stuck.rule, stuck.options(engine, spark=spark))
+        assert verdicts_of(result) == dict.fromkeys(new, "processed-not-updated"), (engine, result.notes)
+        item = next(i for i in result.items if i.row.key == ids[3])
+        assert f"as reconciliation run {run.job_run_id} read" in item.diagnosis.reason
+        (group,) = item.diagnosis.evidence["groups"]
+        assert group["processed"] == {"seen_by_run": run.job_run_id}
+        assert any("recalled from reconciliation run" in n for n in result.notes), result.notes
+
+    # Not asked to use the auditor's memory (use_index=False), nothing is recalled: the
+    # evidence is gone, and the verdict says so instead of guessing.
+    without = diagnose_rule(stuck.rule, stuck.options("python", use_index=False))
+    assert set(verdicts_of(without).values()) == {"unknown"}
+
+
+def _watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "marks-reader"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(partitions)}
+    finally:
+        consumer.close()
