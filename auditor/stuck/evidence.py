@@ -161,6 +161,9 @@ class GroupState:
     marks_on_topic: int = 0  # processed marks of this group on the topic in the consumer ledger
     # per partition: the highest marked offset below the partition's log start (None: none)
     max_mark_below_low: dict[int, int] = field(default_factory=dict)
+    # per partition: the lowest offset its consumer marked processed (absent: none). Below
+    # it the group may have read records before its consumer was probed.
+    first_mark: dict[int, int] = field(default_factory=dict)
     # when the group's consumer last marked a record now below its partition's log start
     last_mark_below_low_ms: int | None = None
     # per partition, where the log start has passed the offset the group committed, confirmed

@@ -84,6 +84,8 @@ class LocateResult:
     marks: dict[tuple[str, int, int], ProcessedMark] = field(default_factory=dict)
     group_marks: dict[str, int] = field(default_factory=dict)
     max_mark_below_low: dict[tuple[str, int], int] = field(default_factory=dict)
+    # per (group, partition): the lowest offset the group marked processed
+    first_mark: dict[tuple[str, int], int] = field(default_factory=dict)
     # per group: when it last marked a record that is now below its partition's log start
     last_mark_below_low_ms: dict[str, int] = field(default_factory=dict)
     engine: str = "python"
@@ -115,6 +117,8 @@ class LocateResult:
                 result.marks[(group, partition, offset)] = mark
         for group, partition, offset in data["max_mark_below_low"]:
             result.max_mark_below_low[(group, partition)] = offset
+        for group, partition, offset in data.get("first_mark") or []:
+            result.first_mark[(group, partition)] = offset
         return result
 
 
@@ -619,6 +623,7 @@ def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str]
             if e.topic != topic:
                 continue
             result.group_marks[group] = result.group_marks.get(group, 0) + 1
+            _first_mark(result, group, e.partition, e.offset)
             if e.offset < lows.get(e.partition, 0):
                 if e.ts_ms > result.last_mark_below_low_ms.get(group, -1):
                     result.last_mark_below_low_ms[group] = e.ts_ms
@@ -630,6 +635,12 @@ def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str]
                     result.marks[(group, e.partition, e.offset)] = ProcessedMark(
                         group, e.partition, e.offset, record.sid, e.ts_ms
                     )
+
+
+def _first_mark(result: LocateResult, group: str, partition: int, offset: int) -> None:
+    key = (group, partition)
+    if offset < result.first_mark.get(key, offset + 1):
+        result.first_mark[key] = offset
 
 
 def _range_marks(
@@ -645,6 +656,7 @@ def _range_marks(
         if r.topic != topic:
             continue
         result.group_marks[group] = result.group_marks.get(group, 0) + r.last - r.first + 1
+        _first_mark(result, group, r.partition, r.first)
         low = lows.get(r.partition, 0)
         if r.first < low:
             if r.last_ms > result.last_mark_below_low_ms.get(group, -1):

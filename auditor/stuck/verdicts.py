@@ -12,15 +12,20 @@ Decision, in order:
    record and consumer group: a processed mark -> processed (the row update failed);
    the group's committed offset at or before the record -> waiting (with the lag); the
    group committed past it without a mark -> skipped (only when the group's consumer is
-   probed; otherwise unknown). Across records and groups: processed > waiting > unknown
-   > skipped.
+   probed, the consumer ledger holds every mark since the record was written, and the
+   record is not below the group's first processed mark on its partition, below which the
+   application may have read it before it was probed; otherwise unknown). A mark the
+   ledger deleted after a reconciliation run read it counts (recalled from the run's
+   state). Across records and groups: processed > waiting > unknown > skipped.
 3. Only in a transaction still open (past the last stable offset) -> waiting; only in
    aborted transactions -> aborted.
 4. Not in the topic at all (needs the producer ledger, else unknown):
    acked at an offset the log still covers -> broker-lost; acked at an offset below the
    log start -> deleted: processed mark -> processed-not-updated; the group had not
-   reached it, or moved past it without reading its neighbours while they existed ->
-   expired; it read its neighbours but not it -> skipped; sent unconfirmed (acks=0, the
+   reached it -> expired; committed past it: unknown when the consumer ledger no longer
+   holds marks as old as the record or the record is below the group's first mark on its
+   partition, else moved past it without reading its neighbours while they existed ->
+   expired, read its neighbours but not it -> skipped; sent unconfirmed (acks=0, the
    broker never answers) and its partition still holds everything since the send ->
    produce-failed (never broker-lost), else unknown; a failed ledger entry and no
    ack -> produce-failed; no ledger entry -> never-produced when the topic (or the
@@ -261,6 +266,14 @@ def _visible_outcome(
             f"group {group.group} committed past {where}, but the consumer ledger no longer holds marks that old",
             info,
         )
+    unprobed = _unprobed_below(group, view.topic, record.partition, record.offset)
+    if unprobed:
+        return _Outcome(
+            "unknown",
+            f"group {group.group} committed past {where} (committed {committed}), but {unprobed}: processed or "
+            "skipped cannot be told apart",
+            info,
+        )
     return _Outcome(
         "skipped",
         f"group {group.group} committed past it ({view.topic}/{record.partition}: committed {committed} > offset "
@@ -423,7 +436,7 @@ def _written_then_gone(
             f"watermark {state.high}): lost on the broker side, e.g. truncated by an unclean leader election",
             evidence,
         )
-    return _deleted(row, partition, offset, how, state, marks, view, evidence)
+    return _deleted(row, partition, offset, how, state, marks, view, evidence, written_ms)
 
 
 def _from_missing_report(
@@ -740,6 +753,22 @@ def _sent_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, An
     )
 
 
+def _unprobed_below(group: GroupState, topic: str, partition: int, offset: int) -> str | None:
+    """Why the group may have read `offset` before its consumer was probed (no processed mark
+    there to expect), or None: records below the group's first processed mark on a partition
+    may have been consumed by the application before it was wrapped (the auditor adopted on a
+    running pipeline), and a plain consumer leaves no mark."""
+    first = group.first_mark.get(partition)
+    if first is None:
+        return f"its consumer marked no record of {topic}/{partition} processed (it may not be probed there)"
+    if offset < first:
+        return (
+            f"its first processed mark on {topic}/{partition} is at offset {first}: it may have read the records "
+            "below that before its consumer was probed"
+        )
+    return None
+
+
 def _complete(since_ms: int | None, created_ms: int) -> bool:
     return since_ms is not None and (since_ms == 0 or since_ms + COMPLETENESS_SLACK_MS <= created_ms)
 
@@ -753,6 +782,7 @@ def _deleted(
     marks: MarkIndex,
     view: ClusterView,
     evidence: dict[str, Any],
+    written_ms: int | None,
 ) -> Diagnosis:
     """Written at an offset below today's log start: retention or delete-records removed it."""
     where = f"{view.topic}/{partition}@{offset}"
@@ -800,6 +830,26 @@ def _deleted(
                     "unknown",
                     f"{how} {where}, since deleted; group {group.group} committed past it ({committed}) and whether "
                     f"it processed it cannot be told ({why or 'no consumer ledger'})",
+                    info,
+                )
+            )
+        elif written_ms is None or not _complete(ledger.complete_since_ms, written_ms):
+            # its mark may have gone with the ledger's oldest records, the later ones' not
+            outcomes.append(
+                _Outcome(
+                    "unknown",
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({committed}), and the "
+                    f"consumer ledger {ledger.topic} no longer holds marks that old: whether it processed it cannot "
+                    "be told",
+                    info,
+                )
+            )
+        elif unprobed := _unprobed_below(group, view.topic, partition, offset):
+            outcomes.append(
+                _Outcome(
+                    "unknown",
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({committed}), but "
+                    f"{unprobed}: whether it processed it cannot be told",
                     info,
                 )
             )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -15,7 +17,7 @@ from auditor.demo.options import DeliveryMode, Faults
 from auditor.stuck import service
 from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.service import diagnose_rule
-from tests.support.stuck import StuckSetup, make_rule, verdicts_of
+from tests.support.stuck import StuckSetup, diagnose_both, make_rule, verdicts_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -127,3 +129,93 @@ def test_records_deleted_while_the_diagnosis_reads_them_are_unknown_never_lost(
     reason = result.items[0].diagnosis.reason
     assert reason.startswith("Kafka could not be read: "), reason
     assert result.degraded
+
+
+def _watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"marks-{uuid.uuid4().hex[:6]}"})
+    try:
+        partitions = reader.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(partitions)}
+    finally:
+        reader.close()
+
+
+def test_records_the_group_consumed_before_its_consumer_was_probed_are_not_called_skipped(
+    make_stuck: Callable[..., StuckSetup], spark: Any
+) -> None:
+    """The auditor adopted on a running pipeline: its consumer was plain before (no processed
+    marks), then wrapped. A row left NEW from before cannot be called skipped."""
+    setup = make_stuck(partitions=1)
+    pipeline = setup.pipeline
+    ids = pipeline.produce(10)
+    # The consumer as it ran before the probes: a plain Consumer that processes all ten and
+    # commits past them; the status update of the 4th and the 8th is lost.
+    plain = Consumer(
+        {
+            "bootstrap.servers": pipeline.bootstrap,
+            "group.id": pipeline.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    got: list[Any] = []
+    try:
+        plain.subscribe([pipeline.topic])
+        deadline = time.monotonic() + 60
+        while len(got) < 10 and time.monotonic() < deadline:
+            msg = plain.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got.append(msg)
+        assert len(got) == 10
+        with pipeline.store() as store:
+            for i, msg in enumerate(got):
+                store.mark_done(json.loads(msg.value())["ticket_id"], lose_update=i in (3, 7))
+        plain.commit(message=got[-1], asynchronous=False)
+    finally:
+        plain.close()
+    # Then the consumer is probed (AuditedConsumer) and processes five more tickets.
+    pipeline.produce(5)
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=5, timeout_s=60)
+    # The truth: the plain consumer processed every one of the ten; two rows stayed NEW.
+    new = {key for key, status in pipeline.statuses().items() if status == "NEW"}
+    assert new == {ids[3], ids[7]}
+
+    result = diagnose_both(setup, spark)
+
+    assert verdicts_of(result) == dict.fromkeys(new, "unknown")
+    reason = next(i for i in result.items if i.row.key == ids[3]).diagnosis.reason
+    assert "first processed mark" in reason, reason
+
+
+def test_a_deleted_record_whose_mark_the_ledger_deleted_too_is_not_called_skipped(
+    make_stuck: Callable[..., StuckSetup], kafka_admin: AdminClient, spark: Any
+) -> None:
+    """Retention took both the record and, from the consumer ledger, its processed mark; the
+    marks of later records are still there. Whether it was processed cannot be told."""
+    setup = make_stuck(partitions=1)
+    pipeline = setup.pipeline
+    ids = pipeline.produce(10)
+    # Two consumer instances in turn: the first processes 4 tickets (the 4th's update is lost),
+    # the second the other 6; each commits what it processed.
+    first = pipeline.consumer(DeliveryMode.AT_LEAST_ONCE, Faults(fail_update_every=4), batch_size=4, commit_every=4)
+    first.run(max_records=4, timeout_s=60)
+    ledger = pipeline.probes.consumer_ledger
+    first_marks = {p: high for p, (_, high) in _watermarks(pipeline.bootstrap, ledger).items()}
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE, batch_size=6, commit_every=6).run(max_records=6, timeout_s=60)
+    # The truth: all ten processed once, ids[3] left NEW, the group committed past all ten.
+    assert {k for k, s in pipeline.statuses().items() if s == "NEW"} == {ids[3]}
+    with pipeline.store() as store:
+        assert len(store.processed_keys(pipeline.group)) == 10
+    assert pipeline.committed_offsets() == {0: 10}
+    # Retention (delete_records standing in): the first instance's ledger records, then every
+    # record of the topic.
+    cuts = [TopicPartition(ledger, p, high) for p, high in first_marks.items() if high]
+    cuts.append(TopicPartition(pipeline.topic, 0, 10))
+    for future in kafka_admin.delete_records(cuts).values():
+        future.result(timeout=30)
+
+    result = diagnose_both(setup, spark)
+
+    assert verdicts_of(result) == {ids[3]: "unknown"}
+    reason = result.items[0].diagnosis.reason
+    assert "no longer holds marks that old" in reason, reason
