@@ -475,11 +475,11 @@ def test_a_binding_that_names_another_consumer_ledger_has_it_read_from_its_start
         world.processed(f"t{ticket}", age_s=4 * 60)
     another_applications_marks(world, world.consumer_ledger, 5 if new_ledger == "longer" else 0)
     world.commit(0, world.at("t6")[1] + 1)
-    world.insert(4, 5, 6)
+    world.insert(4, 5, 6, age="2 minutes")  # inside the incremental run's window
     # Ticket 7: committed past and never processed, the one real skip.
     world.produce("t7", 7, partition=0, age_s=3 * 60)
     world.commit(0, world.at("t7")[1] + 1)
-    world.insert(7)
+    world.insert(7, age="2 minutes")
 
     second = reconcile_once(spark, world.binding(), tmp_path)
     # Every mark of 1-6 was read, from both ledgers: only 7 is unprocessed.
