@@ -20,7 +20,7 @@ Result:  {"records": [[key, p, offset, ts_ms, state, session, seq]], "records_sc
           "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms, to_ms]],
           "ledger_entries_for_topic", "marks": [[group, p, offset, consumer_session, ts_ms]],
           "group_marks": {group: n}, "last_mark_below_low_ms": {group: ms}, "max_mark_below_low": [[group, p, offset]],
-          "first_mark": [[group, p, offset]], "timings": {...}}
+          "first_mark": [[group, p, offset]], "first_mark_ms": {group: ms}, "timings": {...}}
 """
 
 from __future__ import annotations
@@ -173,8 +173,9 @@ def transform_ledger_hits(entries: DataFrame, keys: DataFrame) -> DataFrame:
 
 
 def transform_mark_summary(processed: DataFrame, positions: DataFrame, lows: DataFrame) -> DataFrame:
-    """Per (group, partition): marks counted, the lowest marked offset, the highest marked
-    offset below the log start, and the marks at `positions` (partition, offset)."""
+    """Per (group, partition): marks counted, the lowest marked offset and the earliest mark's
+    time, the highest marked offset below the log start, and the marks at `positions`
+    (partition, offset)."""
     flagged = positions.select("partition", "offset", F.lit(True).alias("_hit"))
     joined = processed.join(F.broadcast(flagged), ["partition", "offset"], "left").join(
         F.broadcast(lows), "partition", "left"
@@ -183,6 +184,7 @@ def transform_mark_summary(processed: DataFrame, positions: DataFrame, lows: Dat
     return joined.groupBy("group", "partition").agg(
         F.count("*").alias("n"),
         F.min("offset").alias("first_mark"),
+        F.min("ts_ms").alias("first_ms"),
         F.max(F.when(F.col("offset") < F.col("low"), F.col("ts_ms"))).alias("last_below_low_ms"),
         F.max(F.when(F.col("offset") < F.col("low"), F.col("offset"))).alias("max_below_low"),
         F.collect_list(F.when(F.col("_hit"), mark)).alias("marks"),
@@ -249,6 +251,7 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         "marks": [],
         "max_mark_below_low": [],
         "first_mark": [],
+        "first_mark_ms": {},
     }
 
     # The committed view, up to the last stable offset. Nothing to read there (the key index
@@ -364,6 +367,9 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
                 seen_ms = result["last_mark_below_low_ms"].get(group, below_ms)
                 result["last_mark_below_low_ms"][group] = max(seen_ms, below_ms)
             result["first_mark"].append([group, partition, row["first_mark"]])
+            if row["first_ms"] is not None:
+                seen_ms = result["first_mark_ms"].get(group, row["first_ms"])
+                result["first_mark_ms"][group] = min(seen_ms, row["first_ms"])
             if row["max_below_low"] is not None:
                 result["max_mark_below_low"].append([group, partition, row["max_below_low"]])
             for m in row["marks"]:

@@ -164,6 +164,8 @@ class GroupState:
     # per partition: the lowest offset its consumer marked processed (absent: none). Below
     # it the group may have read records before its consumer was probed.
     first_mark: dict[int, int] = field(default_factory=dict)
+    # when its consumer first marked a record of the topic processed (None: never)
+    first_mark_ms: int | None = None
     # when the group's consumer last marked a record now below its partition's log start
     last_mark_below_low_ms: int | None = None
     # per partition, where the log start has passed the offset the group committed, confirmed

@@ -86,6 +86,8 @@ class LocateResult:
     max_mark_below_low: dict[tuple[str, int], int] = field(default_factory=dict)
     # per (group, partition): the lowest offset the group marked processed
     first_mark: dict[tuple[str, int], int] = field(default_factory=dict)
+    # per group: when it first marked a record of the topic processed
+    first_mark_ms: dict[str, int] = field(default_factory=dict)
     # per group: when it last marked a record that is now below its partition's log start
     last_mark_below_low_ms: dict[str, int] = field(default_factory=dict)
     engine: str = "python"
@@ -119,6 +121,7 @@ class LocateResult:
             result.max_mark_below_low[(group, partition)] = offset
         for group, partition, offset in data.get("first_mark") or []:
             result.first_mark[(group, partition)] = offset
+        result.first_mark_ms = {str(g): int(ms) for g, ms in (data.get("first_mark_ms") or {}).items()}
         return result
 
 
@@ -623,7 +626,7 @@ def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str]
             if e.topic != topic:
                 continue
             result.group_marks[group] = result.group_marks.get(group, 0) + 1
-            _first_mark(result, group, e.partition, e.offset)
+            _first_mark(result, group, e.partition, e.offset, e.ts_ms)
             if e.offset < lows.get(e.partition, 0):
                 if e.ts_ms > result.last_mark_below_low_ms.get(group, -1):
                     result.last_mark_below_low_ms[group] = e.ts_ms
@@ -637,10 +640,12 @@ def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str]
                     )
 
 
-def _first_mark(result: LocateResult, group: str, partition: int, offset: int) -> None:
+def _first_mark(result: LocateResult, group: str, partition: int, offset: int, ts_ms: int) -> None:
     key = (group, partition)
     if offset < result.first_mark.get(key, offset + 1):
         result.first_mark[key] = offset
+    if ts_ms < result.first_mark_ms.get(group, ts_ms + 1):
+        result.first_mark_ms[group] = ts_ms
 
 
 def _range_marks(
@@ -656,7 +661,7 @@ def _range_marks(
         if r.topic != topic:
             continue
         result.group_marks[group] = result.group_marks.get(group, 0) + r.last - r.first + 1
-        _first_mark(result, group, r.partition, r.first)
+        _first_mark(result, group, r.partition, r.first, r.first_ms)
         low = lows.get(r.partition, 0)
         if r.first < low:
             if r.last_ms > result.last_mark_below_low_ms.get(group, -1):

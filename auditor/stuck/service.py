@@ -171,6 +171,7 @@ def _apply_located(view: ClusterView, located: LocateResult) -> None:
         group.marks_on_topic = located.group_marks.get(name, 0)
         group.max_mark_below_low = {p: o for (g, p), o in located.max_mark_below_low.items() if g == name}
         group.first_mark = {p: o for (g, p), o in located.first_mark.items() if g == name}
+        group.first_mark_ms = located.first_mark_ms.get(name)
         group.last_mark_below_low_ms = located.last_mark_below_low_ms.get(name)
 
 

@@ -35,8 +35,8 @@ Decision, in order:
    Contract v2 (acks in sequence ranges, keys in `keys` records, no position): acked ->
    broker-lost when every partition still holds everything since it was produced; deleted
    when no partition holds records that old: expired when no group can have read it (never
-   committed, or probed and no mark below a log start is as recent as the record), else
-   unknown; sent and never confirmed -> produce-failed when every partition holds
+   committed, or probed since before the record was produced and no mark below a log start
+   is as recent as the record), else unknown; sent and never confirmed -> produce-failed when every partition holds
    everything since, else unknown.
 5. Without ledger evidence, the auditor's memory (what reconciliation runs saw, KeyMemory):
    seen at an offset the log still covers but no longer there -> broker-lost; seen at an
@@ -708,6 +708,14 @@ def _unplaced_group_outcome(entry: LedgerEntry, group: GroupState, view: Cluster
             "unknown",
             f"{deleted}; the consumer ledger {ledger.topic} no longer holds marks that old, so whether group "
             f"{group.group} read it cannot be told",
+            info,
+        )
+    first = group.first_mark_ms
+    if first is None or first > produced:
+        return _Outcome(
+            "unknown",
+            f"{deleted}; group {group.group} first marked a record of {view.topic} processed at {ms_to_iso(first)}, "
+            "after it was produced: it may have read it before its consumer was probed",
             info,
         )
     last = group.last_mark_below_low_ms

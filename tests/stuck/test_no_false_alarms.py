@@ -18,6 +18,7 @@ from auditor.demo.store import ApplyOutcome
 from auditor.stuck import service
 from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.service import diagnose_rule
+from tests.support.demo import DemoPipeline
 from tests.support.stuck import StuckSetup, diagnose_both, make_rule, verdicts_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -141,16 +142,10 @@ def _watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
         reader.close()
 
 
-def test_records_the_group_consumed_before_its_consumer_was_probed_are_not_called_skipped(
-    make_stuck: Callable[..., StuckSetup], spark: Any
-) -> None:
-    """The auditor adopted on a running pipeline: its consumer was plain before (no processed
-    marks), then wrapped. A row left NEW from before cannot be called skipped."""
-    setup = make_stuck(partitions=1)
-    pipeline = setup.pipeline
-    ids = pipeline.produce(10)
-    # The consumer as it ran before the probes: a plain Consumer that processes all ten and
-    # commits past them; the status update of the 4th and the 8th is lost.
+def _consume_plain(pipeline: DemoPipeline, count: int, lose: tuple[int, ...]) -> None:
+    """The application's consumer as it ran before it was probed: a plain Consumer that
+    processes `count` records and commits past them; the status update of the records at
+    the indexes in `lose` is lost."""
     plain = Consumer(
         {
             "bootstrap.servers": pipeline.bootstrap,
@@ -163,29 +158,46 @@ def test_records_the_group_consumed_before_its_consumer_was_probed_are_not_calle
     try:
         plain.subscribe([pipeline.topic])
         deadline = time.monotonic() + 60
-        while len(got) < 10 and time.monotonic() < deadline:
+        while len(got) < count and time.monotonic() < deadline:
             msg = plain.poll(1.0)
             if msg is not None and msg.error() is None:
                 got.append(msg)
-        assert len(got) == 10
+        assert len(got) == count
         with pipeline.store() as store:
             for i, msg in enumerate(got):
-                store.mark_done(json.loads(msg.value())["ticket_id"], lose_update=i in (3, 7))
+                store.mark_done(json.loads(msg.value())["ticket_id"], lose_update=i in lose)
         plain.commit(message=got[-1], asynchronous=False)
     finally:
         plain.close()
+
+
+@pytest.mark.parametrize("record", ["in the log", "deleted"])
+def test_records_the_group_consumed_before_its_consumer_was_probed_are_not_called_skipped_or_expired(
+    make_stuck: Callable[..., StuckSetup], kafka_admin: AdminClient, spark: Any, record: str
+) -> None:
+    """The auditor adopted on a running pipeline: its consumer was plain before (no processed
+    marks), then wrapped. A row left NEW from before cannot be called skipped, nor, once
+    retention took its record, expired."""
+    setup = make_stuck(partitions=1)
+    pipeline = setup.pipeline
+    ids = pipeline.produce(10)  # a probed producer (contract v2: acks name no offset)
+    _consume_plain(pipeline, 10, lose=(3, 7))
     # Then the consumer is probed (AuditedConsumer) and processes five more tickets.
     pipeline.produce(5)
     pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=5, timeout_s=60)
     # The truth: the plain consumer processed every one of the ten; two rows stayed NEW.
     new = {key for key, status in pipeline.statuses().items() if status == "NEW"}
     assert new == {ids[3], ids[7]}
+    assert pipeline.committed_offsets() == {0: 15}
+    if record == "deleted":  # retention (delete_records standing in) takes the first ten
+        cut = TopicPartition(pipeline.topic, 0, 10)
+        kafka_admin.delete_records([cut])[cut].result(30)
 
     result = diagnose_both(setup, spark)
 
     assert verdicts_of(result) == dict.fromkeys(new, "unknown")
     reason = next(i for i in result.items if i.row.key == ids[3]).diagnosis.reason
-    assert "first processed mark" in reason, reason
+    assert "before its consumer was probed" in reason, reason
 
 
 @pytest.mark.parametrize("contract", [1, 2])
