@@ -31,6 +31,7 @@ def view(
 ) -> ClusterView:
     group = GroupState("g", committed={} if committed is None else {0: committed}, members=1, state="stable")
     group.marks_on_topic = 5
+    group.first_mark, group.first_mark_ms = {0: 0}, NOW_MS - 36_000_000  # probed for ten hours
     cluster = ClusterView(
         topic="tickets",
         now_ms=NOW_MS,
@@ -361,3 +362,50 @@ def test_a_record_seen_or_acked_then_gone_from_a_compacted_topic_is_not_broker_l
     # an acks=0 send absent from a compacted topic keyed otherwise: not a failed produce either
     d = diagnose(ROW, [], [unconfirmed()], {}, view(record_key="json:$.id", cleanup=COMPACTED))
     assert d.verdict == "unknown" and "compacted" in d.reason
+
+
+# --- a consumer probed later, a consumer ledger that lost marks --------------------------
+
+
+def test_a_record_below_the_groups_first_mark_is_unknown_not_skipped() -> None:
+    # The application read offsets 0-5 before its consumer was wrapped: its first mark is at 6.
+    cluster = view(committed=10)
+    cluster.groups["g"].first_mark = {0: 6}
+    d = diagnose(ROW, [LocatedRecord("TCK-7", 0, 4, NOW_MS - 3500_000)], [], {}, cluster)
+    assert d.verdict == "unknown" and "first processed mark on tickets/0 is at offset 6" in d.reason
+    cluster.groups["g"].first_mark = {0: 3}
+    assert diagnose(ROW, [LocatedRecord("TCK-7", 0, 4, NOW_MS - 3500_000)], [], {}, cluster).verdict == "skipped"
+
+
+def test_a_deleted_record_below_the_groups_first_mark_is_unknown_not_skipped() -> None:
+    cluster = view(low=8, high=10, committed=10)
+    cluster.groups["g"].max_mark_below_low = {0: 6}
+    cluster.groups["g"].first_mark = {0: 5}
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)
+    assert d.verdict == "unknown" and "before its consumer was probed" in d.reason
+
+
+def test_a_deleted_record_whose_mark_may_have_gone_with_the_ledger_is_unknown() -> None:
+    # The consumer ledger's oldest record left was written after this record was produced.
+    cluster = view(low=8, high=10, committed=10, consumer_ledger=LedgerView("cl", True, complete_since_ms=NOW_MS))
+    cluster.groups["g"].max_mark_below_low = {0: 6}
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)
+    assert d.verdict == "unknown" and "no longer holds marks that old" in d.reason
+
+
+def test_a_v2_ack_deleted_before_the_group_was_probed_is_unknown_not_expired() -> None:
+    cluster = view(low=8, high=10, committed=10)
+    cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)
+    cluster.groups["g"].last_mark_below_low_ms = None
+    cluster.groups["g"].first_mark_ms = NOW_MS - 1000_000  # first marked after it was produced
+    d = diagnose(ROW, [], [acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000)], {}, cluster)
+    assert d.verdict == "unknown" and "before its consumer was probed" in d.reason
+
+
+def test_a_mark_recalled_from_a_run_says_processed_and_names_the_run() -> None:
+    mark = ProcessedMark("g", 0, 4, None, None, seen_by_run="run-1")
+    d = diagnose(ROW, [LocatedRecord("TCK-7", 0, 4, NOW_MS - 3500_000)], [], {("g", 0, 4): mark}, view(committed=10))
+    assert d.verdict == "processed-not-updated"
+    assert "as reconciliation run run-1 read" in d.reason and d.evidence["groups"][0]["processed"] == {
+        "seen_by_run": "run-1"
+    }
