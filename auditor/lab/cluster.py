@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import Consumer, ElectionType, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from django.conf import settings
 
@@ -125,8 +125,19 @@ class Cluster:
         """Move each partition's log start to `before[p]` (kafka-delete-records.sh's request):
         what retention does to the oldest segments, at a chosen offset."""
         points = [TopicPartition(topic, p, offset) for p, offset in before.items()]
-        for future in self.admin.delete_records(points, operation_timeout=30).values():
-            future.result(timeout=60)
+        deadline = time.monotonic() + 30
+        while True:
+            # The request goes to each partition's leader, from the client's metadata: a topic
+            # made a moment ago may not be in it yet ("No leaders found"); asking refreshes it.
+            self.admin.list_topics(topic, timeout=10)
+            try:
+                for future in self.admin.delete_records(points, operation_timeout=30).values():
+                    future.result(timeout=60)
+                return
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._NOENT or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     def partition(self, topic: str, partition: int = 0) -> PartitionView:
         meta = self.admin.list_topics(topic, timeout=10).topics[topic].partitions[partition]
