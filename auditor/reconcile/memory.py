@@ -15,6 +15,7 @@ oldest records went.
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -250,11 +251,19 @@ def recall_marks(
         )
     except (OSError, ValueError) as exc:
         raise StateUnreadable(f"the processed coverage under {indexed.index.root} is unreadable: {exc}") from exc
-    marks: dict[tuple[str, int, int], ProcessedMark] = {}
+    # Per (group, partition), the merged intervals by start: each wanted offset is looked up
+    # by bisection (a stuck diagnosis may ask about 100,000 offsets, a coverage hold many gaps).
+    intervals: dict[tuple[str, int], list[tuple[int, int]]] = {}
     columns = [table.column(c).to_pylist() for c in ("group", "partition", "start", "end")]
     for group, partition, start, end in zip(*columns, strict=True):
+        intervals.setdefault((group, partition), []).append((start, end))
+    marks: dict[tuple[str, int, int], ProcessedMark] = {}
+    for (group, partition), spans in intervals.items():
+        spans.sort()
+        starts = [start for start, _ in spans]
         for offset in wanted.get(partition, ()):
-            if start <= offset <= end:
+            i = bisect_right(starts, offset) - 1
+            if i >= 0 and offset <= spans[i][1]:
                 marks[(group, partition, offset)] = ProcessedMark(
                     group, partition, offset, None, None, seen_by_run=indexed.run_id
                 )

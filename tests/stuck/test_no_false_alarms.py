@@ -133,15 +133,6 @@ def test_records_deleted_while_the_diagnosis_reads_them_are_unknown_never_lost(
     assert result.degraded
 
 
-def _watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
-    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"marks-{uuid.uuid4().hex[:6]}"})
-    try:
-        partitions = reader.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(partitions)}
-    finally:
-        reader.close()
-
-
 def _consume_plain(pipeline: DemoPipeline, count: int, lose: tuple[int, ...]) -> None:
     """The application's consumer as it ran before it was probed: a plain Consumer that
     processes `count` records and commits past them; the status update of the records at
@@ -212,7 +203,7 @@ def test_a_deleted_record_whose_mark_the_ledger_deleted_too_is_not_called_skippe
     first = pipeline.consumer(DeliveryMode.AT_LEAST_ONCE, Faults(fail_update_every=4), batch_size=4, commit_every=4)
     handled = first.run(max_records=4, timeout_s=60).handled
     ledger = pipeline.probes.consumer_ledger
-    first_marks = {p: high for p, (_, high) in _watermarks(pipeline.bootstrap, ledger).items()}
+    first_marks = {p: high for p, (_, high) in pipeline.watermarks(ledger).items()}
     second = pipeline.consumer(DeliveryMode.AT_LEAST_ONCE, batch_size=6, commit_every=6)
     handled += second.run(max_records=6, timeout_s=60).handled
     # The truth, from the consumers' own account: all ten processed once, ids[3]'s update

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from auditor.demo.options import DeliveryMode, Faults
@@ -43,7 +43,7 @@ def test_a_mark_the_ledger_deleted_after_a_run_read_it_still_says_processed(
     # Retention on the consumer ledger (delete_records standing in) removes every mark after
     # the run read them: the ledger is empty, its log start past 0.
     ledger = pipeline.probes.consumer_ledger
-    ends = {p: high for p, (_, high) in _watermarks(pipeline.bootstrap, ledger).items()}
+    ends = {p: high for p, (_, high) in pipeline.watermarks(ledger).items()}
     assert any(ends.values())
     points = [TopicPartition(ledger, p, high) for p, high in ends.items()]
     for future in kafka_admin.delete_records(points).values():
@@ -62,12 +62,3 @@ def test_a_mark_the_ledger_deleted_after_a_run_read_it_still_says_processed(
     # evidence is gone, and the verdict says so instead of guessing.
     without = diagnose_rule(stuck.rule, stuck.options("python", use_index=False))
     assert set(verdicts_of(without).values()) == {"unknown"}
-
-
-def _watermarks(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "marks-reader"})
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(partitions)}
-    finally:
-        consumer.close()

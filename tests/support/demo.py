@@ -125,6 +125,15 @@ class DemoPipeline:
         with self.store() as store:
             return store.statuses()
 
+    def watermarks(self, topic: str) -> dict[int, tuple[int, int]]:
+        """Per partition of `topic` (its own or one of its ledgers): (log start, log end) now."""
+        reader = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"marks-{uuid.uuid4().hex[:6]}"})
+        try:
+            partitions = reader.list_topics(topic, timeout=10).topics[topic].partitions
+            return {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(partitions)}
+        finally:
+            reader.close()
+
     def committed_offsets(self) -> dict[int, int]:
         """partition -> the group's committed offset (-1001 when none)."""
         reader = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.group})
