@@ -61,9 +61,10 @@ def test_it_summarizes_marks_per_group_and_partition(spark) -> None:
 
     actual = transform_mark_summary(processed, positions, lows)
 
+    # g first marked offset 1 at 10 ms; h only offset 7 at 13 ms
     expected = spark.createDataFrame(
-        [("g", 0, 3, 11, 4, [(7, "c1", 12)]), ("h", 0, 1, None, None, [(7, "c2", 13)])],
-        "group string, partition int, n long, last_below_low_ms long, max_below_low long, "
-        "marks array<struct<offset:long, consumer_session:string, ts_ms:long>>",
+        [("g", 0, 3, 1, 10, 11, 4, [(7, "c1", 12)]), ("h", 0, 1, 7, 13, None, None, [(7, "c2", 13)])],
+        "group string, partition int, n long, first_mark long, first_ms long, last_below_low_ms long, "
+        "max_below_low long, marks array<struct<offset:long, consumer_session:string, ts_ms:long>>",
     )
     assertDataFrameEqual(actual, expected, ignoreNullable=True)
