@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from auditor.lab.cluster import Record
+from auditor.lab.cluster import LabError, Record
 from auditor.lab.workload import Delivery
 
 
@@ -19,6 +19,14 @@ def acked(reports: Iterable[Delivery]) -> set[str]:
 
 def failed(reports: Iterable[Delivery]) -> set[str]:
     return {d.key for d in reports if d.error is not None}
+
+
+def all_sent(reports: list[Delivery]) -> list[Delivery]:
+    """`reports`, once none of them is a failure: a scenario's set-up sends must all succeed."""
+    errors = [d.error for d in reports if d.error]
+    if errors:
+        raise LabError(f"the workload's sends failed: {errors[:3]}")
+    return reports
 
 
 def producer_side(

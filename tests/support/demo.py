@@ -13,6 +13,7 @@ from auditor.demo.options import DeliveryMode, Faults, ProbeTopics
 from auditor.demo.producer import TicketProducer
 from auditor.demo.store import TicketStore
 from auditor.probes import LedgerRecord, decode_ledger_records
+from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_partitions
 
 
 @dataclass(frozen=True)
@@ -127,12 +128,9 @@ class DemoPipeline:
 
     def watermarks(self, topic: str) -> dict[int, tuple[int, int]]:
         """Per partition of `topic` (its own or one of its ledgers): (log start, log end) now."""
-        reader = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"marks-{uuid.uuid4().hex[:6]}"})
-        try:
-            partitions = reader.list_topics(topic, timeout=10).topics[topic].partitions
-            return {p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(partitions)}
-        finally:
-            reader.close()
+        admin = admin_client(self.bootstrap)
+        offsets = partition_offsets(admin, topic, topic_partitions(admin, topic))
+        return {p: (o.low, o.high) for p, o in sorted(offsets.items())}
 
     def committed_offsets(self) -> dict[int, int]:
         """partition -> the group's committed offset (-1001 when none)."""

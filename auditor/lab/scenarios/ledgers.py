@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import time
 
+from auditor.lab import truth
 from auditor.lab.cluster import LabError
 from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
-from auditor.lab.workload import Delivery, produce
+from auditor.lab.workload import produce
 from auditor.lab.world import STUCK_AGE_S, World
 from auditor.probes import AuditedProducer
 
@@ -42,7 +43,7 @@ def ledgers_deleted_unread(world: World) -> Outcome:
     )
     try:
         world.insert(OLD, age_s=STUCK_AGE_S)
-        old = _sent(produce(cluster.bootstrap, world.topic, OLD, producer=producer))
+        old = truth.all_sent(produce(cluster.bootstrap, world.topic, OLD, producer=producer))
         world.consume("at-least-once", probed=True, records=len(OLD))
         # The fault: retention reached the old segments (one broker request per topic).
         offsets = {int(d.key): d.offset for d in old}
@@ -56,10 +57,10 @@ def ledgers_deleted_unread(world: World) -> Outcome:
             raise LabError(f"the topic's log start is not the sixth old record's offset: {marks[world.topic]}")
         # The pipeline goes on: new marks first, then, past the binding's grace, a crash.
         world.insert(NEW_FIRST + NEW_LATER)
-        _sent(produce(cluster.bootstrap, world.topic, NEW_FIRST, producer=producer))
+        truth.all_sent(produce(cluster.bootstrap, world.topic, NEW_FIRST, producer=producer))
         world.consume("at-least-once", probed=True, records=len(NEW_FIRST))
         time.sleep(binding.grace_seconds + 1.0)
-        _sent(produce(cluster.bootstrap, world.topic, NEW_LATER, producer=producer))
+        truth.all_sent(produce(cluster.bootstrap, world.topic, NEW_LATER, producer=producer))
     finally:
         producer.close(30)
     crashed = world.consume("at-most-once", crash_at=CRASH_AT, probed=True)
@@ -98,9 +99,3 @@ def ledgers_deleted_unread(world: World) -> Outcome:
         got=merge(found.verdicts, stuck.verdicts),
         detect_s=max(found.finished_monotonic, stuck.finished_monotonic) - injected_at,
     )
-
-
-def _sent(reports: list[Delivery]) -> list[Delivery]:
-    if any(d.error for d in reports):
-        raise LabError(f"the workload's sends failed: {[d.error for d in reports if d.error][:3]}")
-    return reports
