@@ -234,12 +234,14 @@ def recall_marks(
     run saw. Positive evidence only: a position no run saw marked is left to the ledger."""
     if indexed.index is None or indexed.reason is not None or not groups:
         return {}
+    relative = (indexed.index.meta.get("datasets") or {}).get("processed_coverage")
+    if not relative:  # no probed consumer so far: nothing to recall, positions left unread
+        return {}
     wanted: dict[int, set[int]] = {}
     for partition, offset in positions:
         if offset < indexed.starts.get(partition, -1):
             wanted.setdefault(partition, set()).add(offset)
-    relative = (indexed.index.meta.get("datasets") or {}).get("processed_coverage")
-    if not wanted or not relative:
+    if not wanted:
         return {}
     import pyarrow.dataset as ds  # deferred, as in _rows
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import chain
 from typing import Any
 
 from django.conf import settings
@@ -144,9 +145,12 @@ def _recall_marks(
 ) -> None:
     """Processed marks the consumer ledger deleted after a run read them, for the positions
     the verdicts look up (the stuck keys' records, acked ledger entries, sightings)."""
-    positions = {(r.partition, r.offset) for found in located.records.values() for r in found}
-    positions |= {(e.partition, e.offset) for found in located.ledger_entries.values() for e in found if e.offset >= 0}
-    positions |= {(s.partition, s.offset) for s in memory.sightings.values()}
+    # generators: recall_marks reads none of them when the state has no processed coverage
+    positions = chain(
+        ((r.partition, r.offset) for found in located.records.values() for r in found),
+        ((e.partition, e.offset) for found in located.ledger_entries.values() for e in found if e.offset >= 0),
+        ((s.partition, s.offset) for s in memory.sightings.values()),
+    )
     try:
         recalled = recall_marks(indexed, groups, positions)
     except StateUnreadable as exc:
