@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, ListOffsetsResultInfo, OffsetSpec
 
 from spark_jobs.kafka_options import java_kafka_options
@@ -77,6 +77,22 @@ def topic_partitions(admin: AdminClient, topic: str, timeout_s: float = 10.0, re
         reason = info.error if info is not None else "not found"
         raise KafkaReadError(f"topic {topic!r} cannot be read: {reason}")
     return sorted(info.partitions)
+
+
+# The id of a topic made before topic ids existed (Kafka < 2.8), as the client prints it.
+NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def topic_id(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> str | None:
+    """The topic's id: Kafka gives every topic one when it is created, and a topic deleted and
+    created again under the same name gets another. None when the cluster gives none."""
+    try:
+        future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+        description = future.result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise KafkaReadError(f"topic {topic!r} cannot be described: {exc}") from exc
+    found = str(description.topic_id) if description.topic_id is not None else ""
+    return found if found and found != NO_TOPIC_ID else None
 
 
 def live_bootstrap_servers(

@@ -11,7 +11,7 @@ on stdout (and written to --output-json) is
      "started_at", "finished_at", "duration_s", "new_findings": n,
      "counts": {kind: n, "records_without_headers": n, "records_malformed_headers": n},
      "offset_ranges": {"topic"|"producer_ledger"|"consumer_ledger": {partition: [start, end]}},
-     "records_read": n, "window": {"lower", "upper", "cutoff", "unverifiable_until", "marks_lost_until",
+     "records_read": n, "topic_id": "<id>"|null, "window": {"lower", "upper", "cutoff", "unverifiable_until", "marks_lost_until",
      "entries_lost_until"}, "warnings": [...],
      "timings": {phase: seconds}, "spark_settings": {conf: value set for this run only},
      "findings": [{"kind", "key", "cause", "evidence", "partition", "offset", "offsets",
@@ -167,6 +167,7 @@ def _run_phases(
             "consumer_ledger": plan.kafka["consumer_ledger"].to_json(),
         },
         "records_read": plan.topic.total,
+        "topic_id": plan.topic_id,
         "window": {
             "lower": plan.lower.isoformat() if plan.lower else None,
             "upper": plan.upper.isoformat(),

@@ -29,6 +29,7 @@ from spark_jobs.kafka_offsets import (
     partition_offsets,
     record_prints,
     rewritten_partitions,
+    topic_id,
     topic_partitions,
 )
 from spark_jobs.reconcile_state import StateMeta
@@ -113,6 +114,11 @@ def extract_topic_cleanup(binding: Binding) -> TopicCleanup:
     admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
     topic_partitions(admin, binding.topic)
     return read_topic_cleanup(admin, binding.topic)
+
+
+def extract_topic_id(binding: Binding) -> str | None:
+    """The topic's id now (kafka_offsets.topic_id)."""
+    return topic_id(admin_client(binding.bootstrap_servers, binding.kafka_config), binding.topic)
 
 
 def find_rewritten_partitions(binding: Binding, meta: StateMeta, compacted: bool = False) -> dict[int, str]:
@@ -274,8 +280,16 @@ def loss_horizon(
     """
     if not plan.lost:
         return None
-    firsts = {p: ms for p, ms in first_ms.items() if p in plan.lost and ms is not None}
-    if set(firsts) != set(plan.lost):
+    return before_first_records(first_ms, set(plan.lost), upper, grace_seconds)
+
+
+def before_first_records(
+    first_ms: dict[int, int | None], partitions: set[int], upper: datetime, grace_seconds: float
+) -> datetime:
+    """The newest time a record that came before the first record read in each of `partitions`
+    may carry (loss_horizon); `upper` when one of them had no record read."""
+    firsts = {p: ms for p, ms in first_ms.items() if p in partitions and ms is not None}
+    if set(firsts) != partitions:
         return upper
     return datetime.fromtimestamp(max(firsts.values()) / 1000, UTC) + timedelta(seconds=grace_seconds)
 

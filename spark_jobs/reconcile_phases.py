@@ -21,6 +21,7 @@ from spark_jobs.binding import (
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.reconcile_extract import (
     OffsetRange,
+    before_first_records,
     check_nothing_deleted_while_read,
     checkpoint_prints,
     compaction_horizon,
@@ -29,6 +30,7 @@ from spark_jobs.reconcile_extract import (
     extract_source_columns,
     extract_topic,
     extract_topic_cleanup,
+    extract_topic_id,
     extract_topic_offsets,
     find_rewritten_partitions,
     first_record_ms,
@@ -143,6 +145,10 @@ class RunPlan:
     cutoff: datetime
     warnings: list[str]
     cleanup: TopicCleanup
+    topic_id: str | None = None  # the topic's id now
+    # Why every record earlier runs read is gone: the topic was deleted and created again
+    # (its id changed). None: it was not.
+    recreated: str | None = None
 
     @property
     def topic(self) -> OffsetRange:
@@ -284,7 +290,16 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     meta = StateMeta() if options.full else store.read_meta()
     warnings: list[str] = []
     cleanup = extract_topic_cleanup(binding)
-    rewritten = find_rewritten_partitions(binding, meta, cleanup.compacted)
+    current_id = extract_topic_id(binding)
+    recreated = None
+    if meta.topic_id and current_id and meta.topic_id != current_id:
+        recreated = (
+            f"topic {binding.topic} was deleted and created again since run {meta.run_id} (topic id {meta.topic_id}, "
+            f"now {current_id})"
+        )
+        rewritten = dict.fromkeys(meta.topic_offsets or [0], recreated)
+    else:
+        rewritten = find_rewritten_partitions(binding, meta, cleanup.compacted)
     memory: StateMeta | None = None
     if rewritten:
         memory = meta
@@ -293,6 +308,14 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             marks_lost_until=memory.marks_lost_until,
             entries_lost_until=memory.entries_lost_until,
         )
+    if recreated:
+        # Nothing was lost by the broker: what earlier runs saw was delivered, and went with
+        # the old topic as if retention had deleted it (the rebuild keeps all of it).
+        warnings.append(
+            f"{recreated}: its records went with it; the key index keeps what earlier runs saw of them "
+            "(delivered, not missing), and the new topic is read from its start"
+        )
+    else:
         warnings += [
             f"{binding.topic}/{p}: records already read were truncated or rewritten ({reason}); every partition "
             "is read again from its log start"
@@ -307,7 +330,9 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     else:
         lower = binding.since
     cutoff = upper - timedelta(seconds=binding.grace_seconds)
-    return RunPlan(run_id, store, meta, memory, rewritten, kafka, lower, upper, cutoff, warnings, cleanup)
+    return RunPlan(
+        run_id, store, meta, memory, rewritten, kafka, lower, upper, cutoff, warnings, cleanup, current_id, recreated
+    )
 
 
 @dataclass
@@ -389,6 +414,15 @@ def extract_inputs(
     horizon = loss_horizon(first_ms, topic, plan.upper, binding.grace_seconds)
     if horizon is not None:
         plan.warnings.extend(lost_warnings(topic, horizon))
+    if plan.recreated is not None:
+        # Records the old topic held that no run read (produced after the last run) went with
+        # it, unread: rows created before the new topic's first records are not judged.
+        gone = before_first_records(first_ms, set(topic.ranges), plan.upper, binding.grace_seconds)
+        horizon = gone if horizon is None else max(horizon, gone)
+        plan.warnings.append(
+            f"rows created up to {gone.isoformat()} may have had their record in the deleted topic, unread: they "
+            "are not reported missing"
+        )
     compacted_until, compacted_rows_until, compaction_warnings = compaction_horizon(binding, plan.cleanup, plan.upper)
     plan.warnings.extend(compaction_warnings)
     earlier = datetime.fromisoformat(meta.unverifiable_until) if meta.unverifiable_until else None
@@ -474,6 +508,7 @@ def update_state(
             lows,
             sorted(plan.rewritten),
             plan.run_id,
+            all_deleted=plan.recreated is not None,
         )
         meta.key_deltas = [store.write_delta(carried, "keys", KEY_INDEX_SCHEMA, suffix="-carried")]
     old_index = store.deltas(spark, meta.key_deltas, KEY_INDEX_SCHEMA)
@@ -675,6 +710,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             consumer_ledger_offsets={p: e for p, (_, e) in kafka["consumer_ledger"].ranges.items()},
             producer_ledger_topic=kafka["producer_ledger"].topic,
             consumer_ledger_topic=kafka["consumer_ledger"].topic,
+            topic_id=plan.topic_id,
             window_upper=plan.upper.isoformat(),
             unverifiable_until=until.isoformat() if until else None,
             marks_lost_until=inputs.marks_lost_until.isoformat() if inputs.marks_lost_until else None,

@@ -76,6 +76,9 @@ class StateMeta:
     # The ledger topics those offsets are of (None: a state written before they were kept).
     producer_ledger_topic: str | None = None
     consumer_ledger_topic: str | None = None
+    # The id of the topic the offsets are of (None: not known, a state written before it was
+    # kept or a cluster without topic ids). Another id now: the topic was re-created.
+    topic_id: str | None = None
     window_upper: str | None = None
     # Rows created up to here may have had their record deleted unread: never `missing`.
     unverifiable_until: str | None = None
@@ -101,6 +104,7 @@ class StateMeta:
             "consumer_ledger_offsets": {str(k): v for k, v in self.consumer_ledger_offsets.items()},
             "producer_ledger_topic": self.producer_ledger_topic,
             "consumer_ledger_topic": self.consumer_ledger_topic,
+            "topic_id": self.topic_id,
             "window_upper": self.window_upper,
             "unverifiable_until": self.unverifiable_until,
             "marks_lost_until": self.marks_lost_until,
@@ -126,6 +130,7 @@ class StateMeta:
             consumer_ledger_offsets=offsets("consumer_ledger_offsets"),
             producer_ledger_topic=data.get("producer_ledger_topic"),
             consumer_ledger_topic=data.get("consumer_ledger_topic"),
+            topic_id=data.get("topic_id"),
             window_upper=data.get("window_upper"),
             unverifiable_until=data.get("unverifiable_until"),
             marks_lost_until=data.get("marks_lost_until"),

@@ -68,7 +68,12 @@ def _stats(records: DataFrame, key_stats: DataFrame | None) -> DataFrame:
 
 
 def transform_rebuild_memory(
-    old_index: DataFrame, records: DataFrame, lows: DataFrame, rewritten: Sequence[int], run_id: str
+    old_index: DataFrame,
+    records: DataFrame,
+    lows: DataFrame,
+    rewritten: Sequence[int],
+    run_id: str,
+    all_deleted: bool = False,
 ) -> tuple[DataFrame, DataFrame]:
     """What a rebuild keeps of the key index when offsets already read were rewritten.
 
@@ -77,10 +82,11 @@ def transform_rebuild_memory(
     delivered; (2) as lost sightings, entries of the rewritten partitions at offsets the log
     still covers whose key is no longer at that offset: the broker lost them.
 
-    lows: partition, low (the log start of each partition).
+    lows: partition, low (the log start of each partition). all_deleted: the topic was deleted
+    and created again, so every entry is of a record deleted since (1), none lost (2).
     """
     indexed = conform(old_index, KEY_INDEX_SCHEMA).join(lows.select("partition", "low"), "partition", "left")
-    below = F.col("offset") < F.coalesce(F.col("low"), F.lit(0))
+    below = F.lit(True) if all_deleted else F.col("offset") < F.coalesce(F.col("low"), F.lit(0))
     carried = indexed.where(below)
     covered = indexed.where(~below & F.col("partition").isin(list(rewritten)))
     still_there = records.where(F.col("key").isNotNull()).select("key", "partition", "offset")

@@ -108,3 +108,30 @@ class StuckRule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class TopicIncarnation(models.Model):
+    """A topic id the auditor saw a cluster's topic under, and when.
+
+    Kafka gives a topic a new id when it is deleted and created again under the same name;
+    its records (and the groups' committed offsets) went with the old id, and its offsets
+    start again at 0. The broker keeps no trace of the old topic, so the auditor keeps one:
+    every diagnosis and reconciliation run records the id it saw (observe_topic_id). A topic
+    seen under two ids was re-created in between, and no partition of it holds records
+    produced before the new id was first seen (recreation()).
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="topic_incarnations")
+    topic = models.CharField(max_length=249)
+    topic_id = models.CharField(max_length=64)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "topic", "topic_id"], name="topic_incarnation_unique"),
+        ]
+        ordering = ["cluster", "topic", "first_seen"]
+
+    def __str__(self) -> str:
+        return f"{self.topic} ({self.topic_id})"

@@ -27,6 +27,7 @@ from django.utils import timezone
 from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError
 from auditor.pipelines.connectivity import ConnectivityError, check_cluster, check_source
+from auditor.pipelines.incarnations import observe_topic_id
 from auditor.pipelines.models import Binding
 from auditor.reconcile import conf, job
 from auditor.reconcile.alerting import sync_problems
@@ -216,6 +217,9 @@ def finish_run(run: ReconcileRun, result: dict[str, Any]) -> ReconcileRun:
             _publish(locked)
     except LoadError as exc:
         return fail_run(run, str(exc), result)
+    if result.get("topic_id") and locked.started_at:
+        # the id the job read before its reads: what later diagnoses compare theirs with
+        observe_topic_id(locked.binding.cluster, locked.binding.topic, str(result["topic_id"]), locked.started_at)
     sync_problems(locked)
     prune_findings(locked.binding)
     return locked

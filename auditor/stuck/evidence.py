@@ -225,20 +225,30 @@ class ClusterView:
     keyed_records: int = 0  # records whose key the binding's record_key found
     record_key: str = "key"
     notes: list[str] = field(default_factory=list)
+    topic_id: str | None = None  # the topic's id now (None: the cluster gives none, or not read)
+    # The topic was deleted and created again (auditor.pipelines.incarnations): records
+    # produced up to this instant may have been in the deleted topic. None: no re-creation seen.
+    recreated_until_ms: int | None = None
+    recreated_reason: str = ""
+
+    def partition_complete_since_ms(self, state: PartitionState) -> int | None:
+        """The partition holds every record produced since this instant (0: since the topic was
+        created, and it was never seen re-created). None when it lost records (retention,
+        deletion) and the timestamp of its oldest remaining record is unknown."""
+        since = 0 if state.low == 0 else state.low_timestamp_ms
+        if since is None or self.recreated_until_ms is None:
+            return since
+        return max(since, self.recreated_until_ms)
 
     def topic_complete_since_ms(self) -> int | None:
-        """The topic holds every record produced since this instant (0: since it was created).
-
-        None when some partition lost records (retention, deletion) and the timestamp of its
-        oldest remaining record is unknown.
-        """
-        bound = 0
+        """The topic holds every record produced since this instant (partition_complete_since_ms
+        of every partition)."""
+        bound = 0 if self.recreated_until_ms is None else self.recreated_until_ms
         for state in self.partitions.values():
-            if state.low == 0:
-                continue
-            if state.low_timestamp_ms is None:  # all deleted, or the oldest record unreadable
+            since = self.partition_complete_since_ms(state)
+            if since is None:  # all deleted, or the oldest record unreadable
                 return None
-            bound = max(bound, state.low_timestamp_ms)
+            bound = max(bound, since)
         return bound
 
 
@@ -302,9 +312,13 @@ class MissingReport:
             "read_to": {str(p): o for p, o in sorted(self.read_to.items())},
         }
 
-    def topic_complete_since(self, partitions: dict[int, PartitionState]) -> bool:
+    def topic_complete_since(self, view: ClusterView) -> bool:
         """Every record produced after the run is still in the log: no partition's log start
-        has moved past where the run stopped reading it."""
+        has moved past where the run stopped reading it, and the topic was not seen re-created
+        since the run."""
+        if view.recreated_until_ms is not None and view.recreated_until_ms >= self.reported_at_ms:
+            return False
+        partitions = view.partitions
         return bool(partitions) and all(state.low <= self.read_to.get(p, 0) for p, state in partitions.items())
 
 

@@ -29,6 +29,7 @@ from spark_jobs.kafka_offsets import (
     admin_config,
     partition_offsets,
     starts_passed,
+    topic_id,
     topic_partitions,
 )
 
@@ -236,6 +237,10 @@ def read_cluster_view(
     except KafkaReadError as exc:
         view.kafka_error = str(exc)
         return view, plan
+    try:
+        view.topic_id = topic_id(admin, topic, timeout_s)
+    except KafkaReadError as exc:  # then no re-creation can be seen: said, not guessed
+        view.notes.append(f"the topic's id could not be read, so a re-creation of it would go unseen: {exc}")
     try:
         rows = committed_offsets(connection, groups, topic, partitions, timeout_s)
     except KafkaReadError as exc:

@@ -27,6 +27,7 @@ from django.utils import timezone
 from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError
 from auditor.pipelines.connectivity import ConnectivityError, check_cluster
+from auditor.pipelines.incarnations import observe_topic_id
 from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding, StuckRule
 from auditor.reconcile.memory import IndexedTopic, StateUnreadable, indexed_records, recall, recall_marks
@@ -243,6 +244,11 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         timeout_s=options.timeout_s,
         record_key=binding.record_key,
     )
+    if view.topic_id is not None:
+        recreation = observe_topic_id(binding.cluster, binding.topic, view.topic_id, timezone.now())
+        if recreation is not None:
+            view.recreated_until_ms, view.recreated_reason = recreation.until_ms, recreation.describe()
+            view.notes.append(recreation.describe())
     result.notes.extend(view.notes)
     lap("kafka")
 

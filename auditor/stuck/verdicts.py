@@ -409,6 +409,14 @@ def _written_then_gone(
     where = f"{view.topic}/{partition}@{offset}"
     if state is None:
         return Diagnosis("unknown", f"{how} {where}, a partition the topic no longer has", evidence)
+    if view.recreated_until_ms is not None and not _complete(view.recreated_until_ms, written_ms or 0):
+        # That offset may be of the deleted topic: what it holds now says nothing of the record.
+        evidence["topic_recreated"] = view.recreated_reason
+        return Diagnosis(
+            "unknown",
+            f"{how} {where}, but {view.recreated_reason}: lost, deleted with the topic, consumed or not cannot be told",
+            evidence,
+        )
     _place(evidence, partition, offset, state, view)
     end_now = (view.high_after or {}).get(partition)
     if offset >= state.high and (end_now is None or offset < end_now):
@@ -462,7 +470,7 @@ def _from_missing_report(
                 f"{ms_to_iso(report.reported_at_ms)}, but {changed}",
                 evidence,
             )
-        if report.topic_complete_since(view.partitions):
+        if report.topic_complete_since(view):
             return Diagnosis(
                 "never-produced",
                 f"reconciliation run {report.run_id} found no record with this key in {view.topic} up to "
@@ -473,6 +481,8 @@ def _from_missing_report(
         otherwise += (
             f"; reconciliation run {report.run_id} reported it missing, but records written since have been deleted"
         )
+        if view.recreated_until_ms is not None and view.recreated_until_ms >= report.reported_at_ms:
+            otherwise += f" ({view.recreated_reason})"
     if memory.reason:
         otherwise += f"; the reconciliation state could not be read ({memory.reason})"
     return Diagnosis("unknown", otherwise, evidence)
@@ -584,7 +594,7 @@ def _unconfirmed_absent(entry: LedgerEntry, view: ClusterView, evidence: dict[st
             "unknown", f"sent with acks=0 at {sent}, never confirmed, and not in {where}; {compacted}", evidence
         )
     if state is not None and entry.ts_ms is not None:
-        oldest = 0 if state.low == 0 else state.low_timestamp_ms
+        oldest = view.partition_complete_since_ms(state)
         if _complete(oldest, entry.ts_ms):
             return Diagnosis(
                 "produce-failed",
@@ -619,7 +629,7 @@ def _partitions_since(
     for state in view.partitions.values():
         if state.high == 0:
             continue  # never had a record
-        oldest = 0 if state.low == 0 else state.low_timestamp_ms
+        oldest = view.partition_complete_since_ms(state)
         if from_ms is not None and _complete(oldest, from_ms):
             kinds.add("complete")
         elif state.low > 0 and (

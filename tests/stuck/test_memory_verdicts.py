@@ -12,6 +12,7 @@ fault and the table, never from the auditor.
 
 from __future__ import annotations
 
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,10 +28,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from auditor.lab.cluster import Cluster as LabCluster
 from auditor.lab.cluster import wait_until
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
-from auditor.reconcile.models import ReconcileRun
+from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.reconcile.service import execute_run, start_run
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
-from spark_jobs.kafka_offsets import partition_offsets
+from spark_jobs.kafka_offsets import partition_offsets, topic_id
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -198,13 +201,59 @@ def test_it_names_expired_and_never_produced_items_from_what_a_run_saw(
 def test_it_names_records_a_run_saw_and_the_broker_no_longer_has_broker_lost(
     plain: PlainPipeline, kafka_admin: AdminClient, spark
 ) -> None:
+    """A broker that lost its disk: the partition's only replica starts again empty, under
+    the same topic id, and another record takes offset 0. The run saw tickets 1 and 2 there."""
+    cluster = LabCluster(plain.bootstrap)
+    broker = max(cluster.broker_ids())
+    topic = f"mem-disk-{uuid.uuid4().hex[:8]}"
+    kafka_admin.create_topics([NewTopic(topic, 2, replica_assignment=[[broker], [broker]])])[topic].result(30)
+    wait_until(lambda: topic in kafka_admin.list_topics(timeout=5).topics, 20, f"topic {topic}")
+    plain.topic = topic
+    try:
+        plain.insert(1, 2, 3)
+        plain.produce(0, 1, 2)
+        rule = rule_for(plain)
+        run = reconcile(rule)
+        seen_at = dict(plain.delivered)
+        id_before = topic_id(kafka_admin, topic)
+
+        cluster.broker("stop", broker)
+        try:
+            shutil.rmtree(REPO / "var" / cluster.stack / "kafka" / str(broker) / "data" / f"{topic}-0")
+        finally:
+            cluster.broker("start", broker)
+        wait_until(lambda: cluster.watermarks(topic)[0] == (0, 0), 60, "the emptied partition to lead again")
+        plain.produce(0, 3)
+
+        # Ground truth: the same topic (its id), and a full read of it.
+        assert topic_id(kafka_admin, topic) == id_before is not None
+        now = plain.topic_now()
+        lost = {t for t, at in seen_at.items() if now.get(at) != t}
+        assert lost == {1, 2} and set(now.values()) == {3}
+
+        verdicts = diagnose(rule, spark)
+        assert {k: v for k, (v, _) in verdicts.items()} == dict.fromkeys(map(str, lost), "broker-lost") | {
+            "3": "waiting"
+        }
+        for ticket in lost:
+            assert run.job_run_id in verdicts[str(ticket)][1], verdicts[str(ticket)]
+    finally:
+        kafka_admin.delete_topics([topic])
+
+
+def test_records_of_a_topic_deleted_and_created_again_are_not_called_broker_lost(
+    plain: PlainPipeline, kafka_admin: AdminClient, spark
+) -> None:
+    """An operator deletes the topic and creates it again; another record takes offset 0. The
+    broker lost nothing: tickets 1 and 2 went with the deleted topic (consumed or not, nobody
+    can tell now), and the reconciliation that saw them does not report them missing either."""
     plain.insert(1, 2, 3)
     plain.produce(0, 1, 2)
     rule = rule_for(plain)
-    run = reconcile(rule)
+    reconcile(rule)
     seen_at = dict(plain.delivered)
+    id_before = topic_id(kafka_admin, plain.topic)
 
-    # The partition is rewritten: re-created, and another record takes offset 0.
     kafka_admin.delete_topics([plain.topic])[plain.topic].result(timeout=30)
     deadline = time.monotonic() + 60
     while True:
@@ -216,14 +265,21 @@ def test_it_names_records_a_run_saw_and_the_broker_no_longer_has_broker_lost(
             time.sleep(0.5)
     plain.produce(0, 3)
 
+    # Ground truth: another topic under the same name (its id), and a full read of it.
+    assert topic_id(kafka_admin, plain.topic) not in (id_before, None)
     now = plain.topic_now()
-    lost = {t for t, at in seen_at.items() if now.get(at) != t}
-    assert lost == {1, 2} and set(now.values()) == {3}
+    gone = {t for t, at in seen_at.items() if now.get(at) != t}
+    assert gone == {1, 2} and set(now.values()) == {3}
 
     verdicts = diagnose(rule, spark)
-    assert {k: v for k, (v, _) in verdicts.items()} == dict.fromkeys(map(str, lost), "broker-lost") | {"3": "waiting"}
-    for ticket in lost:
-        assert run.job_run_id in verdicts[str(ticket)][1], verdicts[str(ticket)]
+    assert {k: v for k, (v, _) in verdicts.items()} == dict.fromkeys(map(str, gone), "unknown") | {"3": "waiting"}
+    for ticket in gone:
+        assert "deleted and created again" in verdicts[str(ticket)][1], verdicts[str(ticket)]
+
+    again = reconcile(rule)
+    missing = set(Finding.objects.filter(run=again, kind="missing").values_list("key", flat=True))
+    assert missing == set(), missing
+    assert any("deleted and created again" in w for w in again.warnings), again.warnings
 
 
 def test_a_leader_change_after_the_row_was_created_leaves_never_produced_unknown(
