@@ -280,18 +280,21 @@ def loss_horizon(
     """
     if not plan.lost:
         return None
-    return before_first_records(first_ms, set(plan.lost), upper, grace_seconds)
-
-
-def before_first_records(
-    first_ms: dict[int, int | None], partitions: set[int], upper: datetime, grace_seconds: float
-) -> datetime:
-    """The newest time a record that came before the first record read in each of `partitions`
-    may carry (loss_horizon); `upper` when one of them had no record read."""
-    firsts = {p: ms for p, ms in first_ms.items() if p in partitions and ms is not None}
-    if set(firsts) != partitions:
+    firsts = {p: ms for p, ms in first_ms.items() if p in plan.lost and ms is not None}
+    if set(firsts) != set(plan.lost):
         return upper
     return datetime.fromtimestamp(max(firsts.values()) / 1000, UTC) + timedelta(seconds=grace_seconds)
+
+
+def recreation_horizon(first_ms: dict[int, int | None], upper: datetime, grace_seconds: float) -> datetime:
+    """The newest time a record of a deleted topic may carry, read in the topic created again
+    under its name: the old topic was gone before the new one was made, so before the first
+    record of any of its partitions (first_ms, per partition), give or take the binding's
+    grace; `upper` when the new topic has no record yet."""
+    firsts = [ms for ms in first_ms.values() if ms is not None]
+    if not firsts:
+        return upper
+    return datetime.fromtimestamp(min(firsts) / 1000, UTC) + timedelta(seconds=grace_seconds)
 
 
 def first_record_ms(raw: DataFrame) -> dict[int, int | None]:

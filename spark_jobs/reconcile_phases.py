@@ -21,7 +21,6 @@ from spark_jobs.binding import (
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.reconcile_extract import (
     OffsetRange,
-    before_first_records,
     check_nothing_deleted_while_read,
     checkpoint_prints,
     compaction_horizon,
@@ -37,6 +36,7 @@ from spark_jobs.reconcile_extract import (
     loss_horizon,
     lost_warnings,
     marks_lost_warnings,
+    recreation_horizon,
     source_key_unique,
     summarize_partitions,
 )
@@ -308,9 +308,19 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             marks_lost_until=memory.marks_lost_until,
             entries_lost_until=memory.entries_lost_until,
         )
-    if recreated:
+    if recreated and memory is not None:
         # Nothing was lost by the broker: what earlier runs saw was delivered, and went with
-        # the old topic as if retention had deleted it (the rebuild keeps all of it).
+        # the old topic as if retention had deleted it (the rebuild keeps all of it). The
+        # ledgers are not read again: the marks and entries earlier runs read are of the old
+        # topic's offsets, which the new topic's records take again.
+        meta.producer_ledger_offsets, meta.consumer_ledger_offsets = (
+            memory.producer_ledger_offsets,
+            memory.consumer_ledger_offsets,
+        )
+        meta.producer_ledger_topic, meta.consumer_ledger_topic = (
+            memory.producer_ledger_topic,
+            memory.consumer_ledger_topic,
+        )
         warnings.append(
             f"{recreated}: its records went with it; the key index keeps what earlier runs saw of them "
             "(delivered, not missing), and the new topic is read from its start"
@@ -414,14 +424,17 @@ def extract_inputs(
     horizon = loss_horizon(first_ms, topic, plan.upper, binding.grace_seconds)
     if horizon is not None:
         plan.warnings.extend(lost_warnings(topic, horizon))
+    # Records the old topic held that no run read (produced after the last run) went with it,
+    # unread: rows created before the new topic's first records are not judged. Processed
+    # marks up to then may be of the old topic's records at the same offsets: left out, and
+    # the records they could have marked are never called unprocessed.
+    recreated_until = None
     if plan.recreated is not None:
-        # Records the old topic held that no run read (produced after the last run) went with
-        # it, unread: rows created before the new topic's first records are not judged.
-        gone = before_first_records(first_ms, set(topic.ranges), plan.upper, binding.grace_seconds)
-        horizon = gone if horizon is None else max(horizon, gone)
+        recreated_until = recreation_horizon(first_ms, plan.upper, binding.grace_seconds)
+        horizon = recreated_until if horizon is None else max(horizon, recreated_until)
         plan.warnings.append(
-            f"rows created up to {gone.isoformat()} may have had their record in the deleted topic, unread: they "
-            "are not reported missing"
+            f"rows created up to {recreated_until.isoformat()} may have had their record in the deleted topic, "
+            "unread: they are not reported missing, nor their records unprocessed"
         )
     compacted_until, compacted_rows_until, compaction_warnings = compaction_horizon(binding, plan.cleanup, plan.upper)
     plan.warnings.extend(compaction_warnings)
@@ -461,6 +474,9 @@ def extract_inputs(
     # Processed marks deleted before any run read them: a record they marked would look
     # unprocessed. It was written before it was processed, so before the first mark left.
     marks_lost_until = consumer_ledger.lost_until(meta.marks_lost_until, plan.upper, binding.grace_seconds)
+    if recreated_until is not None:
+        processed = processed.where(F.col("ts_ms") > F.lit(int(recreated_until.timestamp() * 1000)))
+        marks_lost_until = max(t for t in (marks_lost_until, recreated_until) if t is not None)
     if consumer_ledger.plan.lost and marks_lost_until is not None:
         plan.warnings.extend(marks_lost_warnings(consumer_ledger.plan, marks_lost_until))
     return RunInputs(

@@ -8,6 +8,7 @@ confluent-kafka consumer and admin client: ground truth never passes through the
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 import uuid
@@ -97,6 +98,33 @@ class Cluster:
                 self.broker("resume", broker_id)
         if self.expected_brokers:
             wait_until(lambda: self.broker_ids() >= self.expected_brokers, 90, "every broker back in the metadata")
+
+    def lose_disk(self, broker_id: int, topic: str, partition: int) -> None:
+        """The broker loses the partition's log (a disk replaced): stopped, its log folder of the
+        partition removed, started again. A partition whose only replica is there starts over
+        empty at offset 0, under the same topic id, and new records take the lost offsets."""
+        folder = (
+            Path(settings.BASE_DIR) / "var" / self.stack / "kafka" / str(broker_id) / "data" / f"{topic}-{partition}"
+        )
+        self.broker("stop", broker_id)
+        try:
+            shutil.rmtree(folder)
+        finally:
+            self.broker("start", broker_id)
+
+        def empty_and_led() -> bool:
+            try:
+                return self.watermarks(topic).get(partition) == (0, 0)
+            except KafkaException:  # its leader not back yet
+                return False
+
+        wait_until(empty_and_led, 90, f"{topic}/{partition} led again, empty")
+
+    def create_topic_on(self, topic: str, broker_id: int, partitions: int) -> None:
+        """A topic whose partitions' one replica is on `broker_id`."""
+        new = NewTopic(topic, partitions, replica_assignment=[[broker_id]] * partitions)
+        self.admin.create_topics([new], operation_timeout=30)[topic].result(timeout=60)
+        wait_until(lambda: self._all_led(topic, partitions), 30, f"leaders for every partition of {topic}")
 
     # --- topics ----------------------------------------------------------------------------
     def create_topic(self, topic: str, partitions: int, replication: int, config: dict[str, str]) -> None:

@@ -22,9 +22,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
+from auditor.lab.cluster import Cluster as LabCluster
 from spark_jobs import reconcile_findings, reconcile_phases, reconcile_updates
 from spark_jobs.binding import Binding, binding_from_dict
-from spark_jobs.kafka_offsets import admin_client, partition_offsets
+from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_id
 from spark_jobs.reconcile import RunOptions, run
 from spark_jobs.reconcile_extract import ReconcileError, check_nothing_deleted_while_read, plan_offsets
 
@@ -127,10 +128,10 @@ class World:
         assert self.producer.flush(30) == 0
         self.ledger_entries = []
 
-    def processed(self, *labels: str, age_s: int | None = None) -> int:
-        """Consumer-ledger `processed` marks for the group, in one ledger record written `age_s`
-        seconds ago (now by default); returns its offset."""
-        entries = [[self.topic, *self.offsets[label], None, 1700000000000] for label in labels]
+    def processed(self, *labels: str, age_s: int | None = None, mark_ms: int = 1700000000000) -> int:
+        """Consumer-ledger `processed` marks for the group, each processed at `mark_ms`, in one
+        ledger record written `age_s` seconds ago (now by default); returns its offset."""
+        entries = [[self.topic, *self.offsets[label], None, mark_ms] for label in labels]
         message = {"v": 1, "type": "processed", "sid": "consumer-1", "group": self.group, "entries": entries}
         written: list[int] = []
         self.producer.produce(
@@ -734,10 +735,15 @@ def read_whole_topic(bootstrap: str, topic: str) -> dict[tuple[int, int], int | 
 def test_it_notices_offsets_it_read_were_rewritten_and_names_what_the_broker_lost(
     spark: SparkSession, world: World, kafka_admin, make_topic, tmp_path: Path, rewritten: int
 ):
-    """Offsets already read are truncated and rewritten (here: the topic is re-created under
-    the same name, as an unclean leader election rewrites a partition's tail). The next
-    incremental run must neither report the new records' rows missing nor miss the records
-    that are gone: those are missing with cause broker-lost, at the offset a run saw them."""
+    """Offsets already read are truncated and rewritten (here: the broker holding the
+    partition's only replica loses its disk and starts it over empty, as an unclean leader
+    election rewrites a partition's tail). The next incremental run must neither report the
+    new records' rows missing nor miss the records that are gone: those are missing with
+    cause broker-lost, at the offset a run saw them."""
+    cluster = LabCluster(world.bootstrap)
+    broker = max(cluster.broker_ids())
+    world.topic = f"rec-disk-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic_on(world.topic, broker, partitions=2)
     binding = world.binding(consumer_groups=[], guarantee="at-least-once")
     world.insert(1, 2, 3, 4, 5, 6)
     for ticket in (1, 2, 3, 4):  # a plain producer: no audit headers, no ledger
@@ -745,10 +751,10 @@ def test_it_notices_offsets_it_read_were_rewritten_and_names_what_the_broker_los
     first = reconcile_once(spark, binding, tmp_path)
     assert finding_set(first) == {("missing", "5", None, None, None), ("missing", "6", None, None, None)}
     before = {ticket: world.at(f"before-{ticket}") for ticket in (1, 2, 3, 4)}
+    id_before = topic_id(kafka_admin, world.topic)
 
-    kafka_admin.delete_topics([world.topic])[world.topic].result(timeout=30)
-    wait_for_topic_gone(kafka_admin, world.topic)
-    assert make_topic_named(kafka_admin, world.topic, partitions=2)
+    cluster.lose_disk(broker, world.topic, 0)
+    assert topic_id(kafka_admin, world.topic) == id_before is not None  # the same topic
     for ticket in (1, 2, 5, 6)[:rewritten]:
         world.produce(f"after-{ticket}", ticket)
 
@@ -775,6 +781,7 @@ def test_it_notices_offsets_it_read_were_rewritten_and_names_what_the_broker_los
     third = reconcile_once(spark, binding, tmp_path)
     assert third["mode"] == "incremental"
     assert finding_set(third) == expected
+    cluster.delete_topic(world.topic)
 
 
 def wait_for_topic_gone(admin: AdminClient, topic: str) -> None:
@@ -851,3 +858,43 @@ def test_it_reconciles_records_of_both_contract_versions_from_real_probes(
         ],
         key=repr,
     )
+
+
+def test_a_topic_deleted_and_created_again_is_read_anew_and_nothing_it_held_is_reported(
+    spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path
+):
+    # Tickets 1-3 produced, processed and committed; the first run finds nothing wrong.
+    for ticket in (1, 2, 3):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=20 * 60)
+    world.processed("t1", "t2", "t3", age_s=19 * 60)
+    world.commit(0, world.at("t3")[1] + 1)
+    world.insert(1, 2, 3)
+    first = reconcile_once(spark, world.binding(), tmp_path)
+    assert finding_set(first) == set()
+    id_before = topic_id(kafka_admin, world.topic)
+
+    # An operator deletes the topic and creates it again. Tickets 4 and 5 take offsets 0 and 1
+    # of partition 0 again and are processed; 6 is committed past and never processed.
+    kafka_admin.delete_topics([world.topic])[world.topic].result(timeout=30)
+    wait_for_topic_gone(kafka_admin, world.topic)
+    assert make_topic_named(kafka_admin, world.topic, partitions=2)
+    for ticket in (4, 5):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=5 * 60)
+    world.processed("t4", "t5", age_s=4 * 60)
+    world.produce("t6", 6, partition=0, age_s=3 * 60)
+    # 7 is processed a minute ago, well after the new topic's first record: a mark of the new
+    # topic for certain.
+    world.produce("t7", 7, partition=0, age_s=2 * 60)
+    world.processed("t7", mark_ms=int(time.time() * 1000) - 60_000)
+    world.commit(0, world.at("t7")[1] + 1)
+    world.insert(4, 5, 6, 7, age="2 minutes")
+
+    # Ground truth: another topic under the name, where 4 and 5 sit where 1 and 2 were.
+    assert topic_id(kafka_admin, world.topic) not in (id_before, None)
+    assert [world.at(f"t{ticket}") for ticket in (4, 5, 6, 7)] == [(0, 0), (0, 1), (0, 2), (0, 3)]
+
+    second = reconcile_once(spark, world.binding(), tmp_path)
+    # Nothing of 1-3 is missing (they were delivered), 4, 5 and 7 were processed once each: only
+    # 6 is unprocessed.
+    assert finding_set(second) == {("unprocessed", "6", None, *world.at("t6"))}
+    assert any("deleted and created again" in w for w in second["warnings"]), second["warnings"]

@@ -12,7 +12,6 @@ fault and the table, never from the auditor.
 
 from __future__ import annotations
 
-import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,8 +31,6 @@ from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.reconcile.service import execute_run, start_run
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
 from spark_jobs.kafka_offsets import partition_offsets, topic_id
-
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -206,8 +203,7 @@ def test_it_names_records_a_run_saw_and_the_broker_no_longer_has_broker_lost(
     cluster = LabCluster(plain.bootstrap)
     broker = max(cluster.broker_ids())
     topic = f"mem-disk-{uuid.uuid4().hex[:8]}"
-    kafka_admin.create_topics([NewTopic(topic, 2, replica_assignment=[[broker], [broker]])])[topic].result(30)
-    wait_until(lambda: topic in kafka_admin.list_topics(timeout=5).topics, 20, f"topic {topic}")
+    cluster.create_topic_on(topic, broker, partitions=2)
     plain.topic = topic
     try:
         plain.insert(1, 2, 3)
@@ -217,12 +213,7 @@ def test_it_names_records_a_run_saw_and_the_broker_no_longer_has_broker_lost(
         seen_at = dict(plain.delivered)
         id_before = topic_id(kafka_admin, topic)
 
-        cluster.broker("stop", broker)
-        try:
-            shutil.rmtree(REPO / "var" / cluster.stack / "kafka" / str(broker) / "data" / f"{topic}-0")
-        finally:
-            cluster.broker("start", broker)
-        wait_until(lambda: cluster.watermarks(topic)[0] == (0, 0), 60, "the emptied partition to lead again")
+        cluster.lose_disk(broker, topic, 0)
         plain.produce(0, 3)
 
         # Ground truth: the same topic (its id), and a full read of it.
