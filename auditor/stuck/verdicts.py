@@ -49,6 +49,12 @@ Decision, in order:
    key absent now may have been removed by the log cleaner after delivery: wherever the
    rules above would conclude broker-lost, never-produced or produce-failed from such an
    absence (for records older than min.compaction.lag.ms), the verdict is unknown.
+7. A topic deleted and created again under its name (its topic id changed since the auditor
+   last saw it, auditor.pipelines.incarnations) took its records with it, and its offsets
+   start again at 0: the topic is complete only since the new id was first seen, so a
+   record acked or seen at an offset and produced before then is unknown (not broker-lost,
+   not expired), and never-produced needs a row created after it (or a complete producer
+   ledger).
 """
 
 from __future__ import annotations
