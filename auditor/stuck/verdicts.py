@@ -217,6 +217,11 @@ def _visible_outcome(
     where = f"{view.topic}/{record.partition}@{record.offset}"
     mark = marks.get((group.group, record.partition, record.offset))
     committed = group.committed.get(record.partition)
+    # Written before the topic's new id was first seen: a mark at its offset made then may be
+    # of the deleted topic's record there (offsets start again at 0), and none may be missing.
+    recreated = view.recreated_until_ms is not None and not _complete(view.recreated_until_ms, record.timestamp_ms or 0)
+    if recreated and mark is not None and not _complete(view.recreated_until_ms, mark.ts_ms or 0):
+        mark = None
     if mark is not None:
         info["processed"] = mark.as_json()
         return _Outcome(
@@ -270,6 +275,14 @@ def _visible_outcome(
         return _Outcome(
             "unknown",
             f"group {group.group} committed past {where}, but the consumer ledger no longer holds marks that old",
+            info,
+        )
+    if recreated:
+        return _Outcome(
+            "unknown",
+            f"group {group.group} committed past {where} (committed {committed}), but {view.recreated_reason}, and "
+            "this record came before the new topic was first seen: a mark of it and one of the deleted topic's record "
+            "at the same offset cannot be told apart",
             info,
         )
     unprobed = _unprobed_below(group, view.topic, record.partition, record.offset)

@@ -409,3 +409,39 @@ def test_a_mark_recalled_from_a_run_says_processed_and_names_the_run() -> None:
     assert "as reconciliation run run-1 read" in d.reason and d.evidence["groups"][0]["processed"] == {
         "seen_by_run": "run-1"
     }
+
+
+def test_marks_and_their_absence_before_a_topic_was_created_again_decide_nothing() -> None:
+    """The topic was deleted and created again; the new id was first seen 10 minutes ago.
+    Offsets started again at 0, so a mark at a record's offset made before then may be the
+    deleted topic's record's. After it, marks and commits of the new topic decide as usual."""
+    until = NOW_MS - 600_000
+    recreated = {"recreated_until_ms": until, "recreated_reason": "topic tickets was deleted and created again"}
+    old_mark = {("g", 0, 4): ProcessedMark("g", 0, 4, "old-session", NOW_MS - 3_000_000)}
+    new_mark = {("g", 0, 4): ProcessedMark("g", 0, 4, "new-session", NOW_MS - 60_000)}
+    early = [LocatedRecord("TCK-7", 0, 4, until - 120_000, "committed")]
+    late = [LocatedRecord("TCK-7", 0, 4, NOW_MS - 120_000, "committed")]
+
+    # the old mark is not taken for this record's: it is waiting, or unknown once committed past
+    assert diagnose(ROW, early, [], old_mark, view(committed=2, **recreated)).verdict == "waiting"
+    d = diagnose(ROW, early, [], old_mark, view(committed=6, **recreated))
+    assert d.verdict == "unknown" and "deleted and created again" in d.reason, d.reason
+    assert diagnose(ROW, early, [], {}, view(committed=6, **recreated)).verdict == "unknown"
+    # a mark made after the new id was seen is the new record's
+    assert diagnose(ROW, early, [], new_mark, view(committed=6, **recreated)).verdict == "processed-not-updated"
+    # records written after it are judged as ever
+    assert diagnose(ROW, late, [], {}, view(committed=6, **recreated)).verdict == "skipped"
+    assert diagnose(ROW, late, [], new_mark, view(committed=6, **recreated)).verdict == "processed-not-updated"
+    # without the re-creation, the same evidence is what it says
+    assert diagnose(ROW, early, [], old_mark, view(committed=6)).verdict == "processed-not-updated"
+    assert diagnose(ROW, early, [], {}, view(committed=6)).verdict == "skipped"
+
+
+def test_an_ack_or_sighting_of_a_record_produced_before_the_topic_was_created_again_is_not_broker_lost() -> None:
+    until = NOW_MS - 600_000
+    recreated = {"recreated_until_ms": until, "recreated_reason": "topic tickets was deleted and created again"}
+    d = diagnose(ROW, [], [acked(4)], {}, view(**recreated))
+    assert d.verdict == "unknown" and "deleted and created again" in d.reason, d.reason
+    seen = KeyMemory(sightings={"TCK-7": Sighting(0, 4, NOW_MS - 3500_000, "run-1")})
+    assert diagnose(ROW, [], [], {}, view(**recreated), seen).verdict == "unknown"
+    assert diagnose(ROW, [], [], {}, view(), seen).verdict == "broker-lost"
