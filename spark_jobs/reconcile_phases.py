@@ -149,6 +149,8 @@ class RunPlan:
     # Why every record earlier runs read is gone: the topic was deleted and created again
     # (its id changed). None: it was not.
     recreated: str | None = None
+    # state.json's topic_records_since: set when this run finds the topic created again
+    topic_records_since: datetime | None = None
 
     @property
     def topic(self) -> OffsetRange:
@@ -431,6 +433,7 @@ def extract_inputs(
     recreated_until = None
     if plan.recreated is not None:
         recreated_until = recreation_horizon(first_ms, plan.upper, binding.grace_seconds)
+        plan.topic_records_since = recreation_horizon(first_ms, plan.upper, 0)
         horizon = recreated_until if horizon is None else max(horizon, recreated_until)
         plan.warnings.append(
             f"rows created up to {recreated_until.isoformat()} may have had their record in the deleted topic, "
@@ -727,6 +730,9 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             producer_ledger_topic=kafka["producer_ledger"].topic,
             consumer_ledger_topic=kafka["consumer_ledger"].topic,
             topic_id=plan.topic_id,
+            topic_records_since=(
+                plan.topic_records_since.isoformat() if plan.topic_records_since else plan.previous.topic_records_since
+            ),
             window_upper=plan.upper.isoformat(),
             unverifiable_until=until.isoformat() if until else None,
             marks_lost_until=inputs.marks_lost_until.isoformat() if inputs.marks_lost_until else None,

@@ -79,6 +79,9 @@ class StateMeta:
     # The id of the topic the offsets are of (None: not known, a state written before it was
     # kept or a cluster without topic ids). Another id now: the topic was re-created.
     topic_id: str | None = None
+    # The topic was created again (another topic_id): every record it holds was written at or
+    # after this instant, and key-index entries older than it are of the deleted topic.
+    topic_records_since: str | None = None
     window_upper: str | None = None
     # Rows created up to here may have had their record deleted unread: never `missing`.
     unverifiable_until: str | None = None
@@ -105,6 +108,7 @@ class StateMeta:
             "producer_ledger_topic": self.producer_ledger_topic,
             "consumer_ledger_topic": self.consumer_ledger_topic,
             "topic_id": self.topic_id,
+            "topic_records_since": self.topic_records_since,
             "window_upper": self.window_upper,
             "unverifiable_until": self.unverifiable_until,
             "marks_lost_until": self.marks_lost_until,
@@ -131,6 +135,7 @@ class StateMeta:
             producer_ledger_topic=data.get("producer_ledger_topic"),
             consumer_ledger_topic=data.get("consumer_ledger_topic"),
             topic_id=data.get("topic_id"),
+            topic_records_since=data.get("topic_records_since"),
             window_upper=data.get("window_upper"),
             unverifiable_until=data.get("unverifiable_until"),
             marks_lost_until=data.get("marks_lost_until"),

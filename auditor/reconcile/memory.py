@@ -211,15 +211,18 @@ def indexed_records(
         )
     found.index = IndexRows(root, meta, rows)
     sources: tuple[tuple[RecordState, list[dict[str, Any]]], ...] = (("committed", rows), ("aborted", aborted_rows))
+    since = meta.get("topic_records_since")  # the topic was created again: older entries are of the deleted one
+    since_ms = int(datetime.fromisoformat(since).timestamp() * 1000) if since else None
     for state, source in sources:
         for row in source:
             partition, offset = int(row["partition"]), int(row["offset"])
             if partition not in partitions or not partitions[partition].low <= offset < starts[partition]:
                 continue  # deleted since (a read finds nothing there either), or read again below
+            stamp = _ms(row.get("timestamp"))
+            if since_ms is not None and (stamp is None or stamp < since_ms):
+                continue  # the deleted topic's record at an offset the new one took again
             found.records.setdefault(row["key"], []).append(
-                LocatedRecord(
-                    row["key"], partition, offset, _ms(row.get("timestamp")), state, row.get("session"), row.get("seq")
-                )
+                LocatedRecord(row["key"], partition, offset, stamp, state, row.get("session"), row.get("seq"))
             )
     return found
 

@@ -314,3 +314,16 @@ def read_cluster_view(
         p: stamps.get((topic, p, o.stable)) for p, o in offsets.items() if o.stable < o.high
     }
     return view, plan
+
+
+def first_record_ms(kafka_config: dict[str, Any], view: ClusterView, timeout_s: float = 10.0) -> int | None:
+    """The timestamp of the oldest first record of the view's partitions (None: no record, or
+    none could be read). A topic created again holds nothing written before it was created."""
+    bootstrap, config = client_settings(kafka_config)
+    targets: list[Target] = [(view.topic, p, s.low) for p, s in view.partitions.items() if s.low < s.high]
+    try:
+        stamps = record_timestamps(bootstrap, config, targets, timeout_s)
+    except KafkaException:
+        return None
+    found = [ms for ms in stamps.values() if ms is not None]
+    return min(found) if found else None

@@ -33,7 +33,7 @@ from auditor.pipelines.models import Binding, StuckRule
 from auditor.reconcile.memory import IndexedTopic, StateUnreadable, indexed_records, recall, recall_marks
 from auditor.stuck.alerting import muted_keys, update_problems
 from auditor.stuck.evidence import ClusterView, Diagnosis, KeyMemory, StuckRow
-from auditor.stuck.kafka_view import read_after_locate, read_cluster_view
+from auditor.stuck.kafka_view import first_record_ms, read_after_locate, read_cluster_view
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.risks import cluster_risks
@@ -247,7 +247,11 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     if view.topic_id is not None:
         recreation = observe_topic_id(binding.cluster, binding.topic, view.topic_id, timezone.now())
         if recreation is not None:
-            view.recreated_until_ms, view.recreated_reason = recreation.until_ms, recreation.describe()
+            # Every record the new topic holds was written after it was created: after the
+            # deleted topic's last record, which may be well before the auditor saw the new id.
+            first = first_record_ms(binding.cluster.client_config(), view, options.timeout_s)
+            until = recreation.until_ms if first is None else min(recreation.until_ms, first)
+            view.recreated_until_ms, view.recreated_reason = until, recreation.describe()
             view.notes.append(recreation.describe())
     result.notes.extend(view.notes)
     lap("kafka")
