@@ -19,6 +19,7 @@ from spark_jobs.binding import (
     BindingError,
 )
 from spark_jobs.kafka_cleanup import TopicCleanup
+from spark_jobs.kafka_offsets import KafkaReadError
 from spark_jobs.reconcile_extract import (
     OffsetRange,
     check_nothing_deleted_while_read,
@@ -292,7 +293,11 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     meta = StateMeta() if options.full else store.read_meta()
     warnings: list[str] = []
     cleanup = extract_topic_cleanup(binding)
-    current_id = extract_topic_id(binding)
+    try:
+        current_id = extract_topic_id(binding)
+    except KafkaReadError as exc:  # then a re-creation goes unseen this run (the checkpoints still see most)
+        current_id = None
+        warnings.append(f"the topic's id could not be read, so a re-creation of it would go unseen: {exc}")
     recreated = None
     if meta.topic_id and current_id and meta.topic_id != current_id:
         recreated = (
@@ -729,7 +734,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             consumer_ledger_offsets={p: e for p, (_, e) in kafka["consumer_ledger"].ranges.items()},
             producer_ledger_topic=kafka["producer_ledger"].topic,
             consumer_ledger_topic=kafka["consumer_ledger"].topic,
-            topic_id=plan.topic_id,
+            topic_id=plan.topic_id or plan.previous.topic_id,  # unread this run: the last one known
             topic_records_since=(
                 plan.topic_records_since.isoformat() if plan.topic_records_since else plan.previous.topic_records_since
             ),
