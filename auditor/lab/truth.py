@@ -29,6 +29,24 @@ def all_sent(reports: list[Delivery]) -> list[Delivery]:
     return reports
 
 
+def probed_consumer_side(
+    tickets: Iterable[int], rows: dict[int, str], processed: dict[int, int], committed: int, position: dict[str, int]
+) -> dict[str, set[str]]:
+    """The findings and stuck verdicts a probed consumer's tickets call for, from the table
+    (`rows`: id → status), the application's own log (`processed`: id → times processed), the
+    group's committed offset and a plain read of the topic (`position`: key → offset):
+    processed more than once → `reprocessed`; still NEW, never processed and below the commit
+    → skipped (`stuck:skipped`, `unprocessed`). One partition."""
+    expected: dict[str, set[str]] = {}
+    for ticket in tickets:
+        key = str(ticket)
+        if processed.get(ticket, 0) > 1:
+            expected[key] = {"reprocessed"}
+        elif rows[ticket] == "NEW" and not processed.get(ticket) and position.get(key, 1 << 62) < committed:
+            expected[key] = {"stuck:skipped", "unprocessed"}
+    return expected
+
+
 def producer_side(
     tickets: Iterable[int],
     final: Iterable[Record],
