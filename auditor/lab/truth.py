@@ -30,7 +30,11 @@ def all_sent(reports: list[Delivery]) -> list[Delivery]:
 
 
 def probed_consumer_side(
-    tickets: Iterable[int], rows: dict[int, str], processed: dict[int, int], committed: int, position: dict[str, int]
+    tickets: Iterable[int],
+    rows: dict[int, str],
+    processed: dict[int, int],
+    committed: int,
+    position: dict[str | None, int],
 ) -> dict[str, set[str]]:
     """The findings and stuck verdicts a probed consumer's tickets call for, from the table
     (`rows`: id → status), the application's own log (`processed`: id → times processed), the
