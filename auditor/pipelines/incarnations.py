@@ -48,7 +48,11 @@ class Recreation:
 
 
 def observe_topic_id(cluster: Cluster, topic: str, topic_id: str, now: datetime) -> Recreation | None:
-    """Record that `topic` has id `topic_id` at `now`; the latest re-creation seen, if any."""
+    """Record that `topic` has id `topic_id` at `now`; the latest re-creation seen, if any.
+    A cluster that is not stored (a binding built for one diagnosis, as the benchmarks do)
+    has nowhere to keep it: None."""
+    if cluster.pk is None:
+        return None
     with transaction.atomic():
         seen, created = TopicIncarnation.objects.get_or_create(
             cluster=cluster, topic=topic, topic_id=topic_id, defaults={"first_seen": now, "last_seen": now}

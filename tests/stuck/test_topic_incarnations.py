@@ -36,6 +36,9 @@ def test_a_topic_seen_under_two_ids_was_recreated_between_the_sightings() -> Non
     assert again is not None and again.new_first_seen == T0 + timedelta(minutes=10)
     assert "deleted and created again" in again.describe()
     assert TopicIncarnation.objects.filter(cluster=cluster, topic="tickets").count() == 2
+    # a cluster that is not stored keeps nothing, and sees no re-creation
+    assert observe_topic_id(Cluster(name="unsaved", bootstrap_servers="k:9092"), "tickets", "C", T0) is None
+    assert TopicIncarnation.objects.count() == 4
 
 
 def test_a_recreation_bounds_how_far_back_the_topic_is_complete() -> None:
