@@ -38,14 +38,6 @@ class Recreation:
             f"{self.new_id}): its records from before went with it"
         )
 
-    def as_json(self) -> dict[str, str]:
-        return {
-            "old_topic_id": self.old_id,
-            "topic_id": self.new_id,
-            "old_id_last_seen": self.old_last_seen.isoformat(),
-            "topic_id_first_seen": self.new_first_seen.isoformat(),
-        }
-
 
 def observe_topic_id(cluster: Cluster, topic: str, topic_id: str, now: datetime) -> Recreation | None:
     """Record that `topic` has id `topic_id` at `now`; the latest re-creation seen, if any.
