@@ -91,6 +91,8 @@ def topic_id(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> str | N
         description = future.result(timeout=timeout_s)
     except KafkaException as exc:
         raise KafkaReadError(f"topic {topic!r} cannot be described: {exc}") from exc
+    except TimeoutError:  # the future's own wait: a frozen broker never answers (lab, CI)
+        raise KafkaReadError(f"topic {topic!r} cannot be described: no answer within {timeout_s:g} s") from None
     found = str(description.topic_id) if description.topic_id is not None else ""
     return found if found and found != NO_TOPIC_ID else None
 

@@ -132,6 +132,8 @@ def _create_topic(admin: AdminClient, topic: str, broker_count: int, timeout: fl
     except KafkaException as exc:
         if exc.args[0].code() != exc.args[0].TOPIC_ALREADY_EXISTS:  # another canary won the race
             raise CanaryError(f"cannot create the canary topic {topic}: {exc.args[0].str()}") from None
+    except TimeoutError:
+        raise CanaryError(f"cannot create the canary topic {topic}: no answer within {timeout:g} s") from None
     return f"created topic {topic} with {partitions} partitions, replication factor {replication_factor}"
 
 
@@ -145,6 +147,9 @@ def _apply_plan(
             results = admin.elect_leaders(ElectionType.PREFERRED, tps, request_timeout=timeout).result(timeout=timeout)
         except KafkaException as exc:
             log.warning("preferred leader election on %s failed: %s", topic, exc.args[0].str())
+            results = {}
+        except TimeoutError:
+            log.warning("preferred leader election on %s: no answer within %g s", topic, timeout)
             results = {}
         for tp, error in results.items():
             if error is None:
@@ -162,6 +167,8 @@ def _apply_plan(
             actions.append(f"added {len(plan.new_partitions)} partition(s) to {topic} led by broker(s) {leaders}")
         except KafkaException as exc:
             log.warning("could not add partitions to %s: %s", topic, exc.args[0].str())
+        except TimeoutError:
+            log.warning("could not add partitions to %s: no answer within %g s", topic, timeout)
     return actions
 
 

@@ -144,6 +144,8 @@ def _configs(admin: AdminClient, view: ClusterView, timeout_s: float) -> None:
                 offsets_minutes = int(entry.value) if entry is not None and entry.value is not None else None
     except (KafkaException, ValueError) as exc:
         view.notes.append(f"offsets.retention.minutes could not be read: {exc}")
+    except TimeoutError:
+        view.notes.append(f"offsets.retention.minutes could not be read: no answer within {timeout_s:g} s")
     view.offsets_retention_minutes = offsets_minutes
 
 

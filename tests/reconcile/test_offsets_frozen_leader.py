@@ -79,3 +79,46 @@ def test_a_partition_whose_leader_does_not_answer_has_no_offsets_until_the_failo
     assert "no offset for partition(s) [0" in unanswered["error"] and "did not answer" in unanswered["error"]
     # the truth: the five acked records of each partition (acks=all), no transaction
     assert failed_over == {"offsets": {str(p): [0, 5, 5] for p in range(3)}}, failed_over
+
+
+TOPIC_ID_PROBE = """
+import json, sys, time
+from spark_jobs.kafka_offsets import KafkaReadError, admin_client, topic_id
+admin = admin_client(sys.argv[1], {}, 3.0)
+started = time.monotonic()
+try:
+    print(json.dumps({"id": topic_id(admin, sys.argv[2], 3.0)}))
+except KafkaReadError as exc:
+    print(json.dumps({"error": str(exc), "seconds": time.monotonic() - started}))
+"""
+
+
+def test_a_topic_id_no_broker_answers_for_is_a_read_error_not_a_crash(
+    make_topic: Callable[..., str], kafka_bootstrap: str, kafka_brokers: int
+) -> None:
+    """The diagnosis reads the topic's id before the groups' commits. A frozen broker's kernel
+    still accepts the connection, so the admin client's answer never comes and the future's own
+    wait ends first: that TimeoutError once crashed a diagnosis under a frozen coordinator (CI,
+    stop 36). It is a read error the caller can note, like any other."""
+    if kafka_brokers < 3:
+        pytest.skip("needs the 3-broker test stack")
+    topic = make_topic("frozen-topic-id", partitions=1, replication_factor=3)
+    cluster = Cluster(kafka_bootstrap)
+    victim = cluster.partition(topic, 0).leader
+    broker = cluster.admin.list_topics(timeout=10).brokers[victim]
+    alone = f"{broker.host}:{broker.port}"  # the frozen broker is all this client knows
+    cluster.broker("pause", victim)
+    try:
+        for _ in range(3):
+            done = subprocess.run(
+                [sys.executable, "-c", TOPIC_ID_PROBE, alone, topic], capture_output=True, text=True, timeout=60
+            )
+            if done.returncode != -signal.SIGABRT:  # librdkafka#4605: asked again
+                break
+    finally:
+        cluster.broker("resume", victim)
+        cluster.wait_for_isr(topic, 3, 0, timeout=90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert f"topic {topic!r} cannot be described" in answer["error"], answer
+    assert answer["seconds"] < 10, answer
