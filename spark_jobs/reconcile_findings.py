@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from pyspark.sql import Column, DataFrame
@@ -17,6 +17,7 @@ from spark_jobs.reconcile_helpers import (
     interval_holes,
     merge_intervals,
 )
+from spark_jobs.reconcile_rewrites import MarkRule, judged_despite_rewrites
 from spark_jobs.reconcile_schemas import (
     ACKED_RANGE,
     FINDING_SCHEMA,
@@ -348,6 +349,7 @@ def find_unprocessed(
     committed: DataFrame,
     processed_coverage: DataFrame,
     unjudged_until: datetime | None = None,
+    mark_rules: Sequence[MarkRule] = (),
 ) -> DataFrame:
     """Records below a group's committed offset that the group's ledger never marked processed.
 
@@ -355,7 +357,8 @@ def find_unprocessed(
     written up to `unjudged_until` are not: on a compacted topic the log cleaner may have
     removed such a record before the group got there (a later record has its record key),
     and passing it is no skip; or the consumer ledger deleted records before any run read
-    them, and the record's processed mark may have been among them.
+    them, and the record's processed mark may have been among them. Nor records where and
+    when `mark_rules` say a mark of a record the broker lost may be taken for theirs.
     """
     ledgered = processed_coverage.select("group").distinct()
     below = (
@@ -365,6 +368,7 @@ def find_unprocessed(
     )
     if unjudged_until is not None:
         below = below.where(F.col("timestamp") > F.lit(unjudged_until))
+    below = judged_despite_rewrites(below, mark_rules)  # a lost record's mark may be taken for theirs
     return _finding(
         below,
         "unprocessed",

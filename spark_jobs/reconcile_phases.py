@@ -41,6 +41,13 @@ from spark_jobs.reconcile_extract import (
     source_key_unique,
     summarize_partitions,
 )
+from spark_jobs.reconcile_rewrites import (
+    MarkRule,
+    find_mark_rules,
+    rules_from_json,
+    rules_to_json,
+    without_rewritten_marks,
+)
 from spark_jobs.reconcile_state import DATASETS, StateMeta, StateStore
 from spark_jobs.reconcile_transform import (
     COMMITTED_SCHEMA,
@@ -191,6 +198,7 @@ class RunInputs:
     totals: dict[str, int]  # n, keyed, RECORD_COUNTS
     unverifiable_until: datetime | None
     marks_lost_until: datetime | None  # records written up to here are never `unprocessed`
+    mark_rules: list[MarkRule]  # where and when marks may be of records the broker lost (reconcile_rewrites)
     entries_lost_until: datetime | None  # producer-ledger entries up to here may be gone unread
     compacted_until: datetime | None  # compacted topic: acked records up to here may be cleaned away
     absent_keys_compacted: bool  # ... and so may every record of an item (its key is not the record key)
@@ -314,6 +322,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             unverifiable_until=memory.unverifiable_until,
             marks_lost_until=memory.marks_lost_until,
             entries_lost_until=memory.entries_lost_until,
+            marks_rewritten=memory.marks_rewritten,
         )
     if recreated and memory is not None:
         # Nothing was lost by the broker: what earlier runs saw was delivered, and went with
@@ -444,6 +453,21 @@ def extract_inputs(
             f"rows created up to {recreated_until.isoformat()} may have had their record in the deleted topic, "
             "unread: they are not reported missing, nor their records unprocessed"
         )
+    mark_rules = rules_from_json(meta.marks_rewritten)
+    if plan.memory is not None and plan.recreated is None:
+        # Offsets already read were truncated and rewritten: the marks of the lost records
+        # are still in the consumer ledger at the offsets the new records took.
+        fresh_rules = find_mark_rules(
+            records,
+            plan.store.deltas(spark, plan.memory.key_deltas, KEY_INDEX_SCHEMA),
+            plan.rewritten,
+            {p: o.low for p, o in plan.kafka["watermarks"].items()},
+            datetime.fromisoformat(plan.memory.window_upper) if plan.memory.window_upper else None,
+            plan.upper,
+            binding.grace_seconds,
+        )
+        plan.warnings.extend(rule.describe(binding.topic) for rule in fresh_rules)
+        mark_rules += fresh_rules
     compacted_until, compacted_rows_until, compaction_warnings = compaction_horizon(binding, plan.cleanup, plan.upper)
     plan.warnings.extend(compaction_warnings)
     earlier = datetime.fromisoformat(meta.unverifiable_until) if meta.unverifiable_until else None
@@ -478,7 +502,11 @@ def extract_inputs(
     processed = empty_frame(spark, PROCESSED_SCHEMA)
     consumer_ledger = read_ledger(spark, binding, plan.kafka["consumer_ledger"], persist)
     if consumer_ledger.records is not None:
-        processed = persist(transform_consumer_ledger(consumer_ledger.records, binding.topic, binding.consumer_groups))
+        processed = persist(
+            without_rewritten_marks(
+                transform_consumer_ledger(consumer_ledger.records, binding.topic, binding.consumer_groups), mark_rules
+            )
+        )
     # Processed marks deleted before any run read them: a record they marked would look
     # unprocessed. It was written before it was processed, so before the first mark left.
     marks_lost_until = consumer_ledger.lost_until(meta.marks_lost_until, plan.upper, binding.grace_seconds)
@@ -494,6 +522,7 @@ def extract_inputs(
         totals=totals,
         unverifiable_until=unverifiable_until,
         marks_lost_until=marks_lost_until,
+        mark_rules=mark_rules,
         entries_lost_until=entries_lost_until,
         compacted_until=compacted_until,
         absent_keys_compacted=compacted_rows_until is not None,
@@ -663,6 +692,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
                 inputs.committed,
                 s["processed_coverage"],
                 max((t for t in (inputs.compacted_until, inputs.marks_lost_until) if t is not None), default=None),
+                inputs.mark_rules,
             ),
         ),
         (s["reprocessed"], lambda: find_reprocessed(s["reprocessed"])),
@@ -746,5 +776,6 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             source_deltas=store.compact(spark, new.source_deltas, "source", SOURCE_ROW_SCHEMA),
             datasets=new.datasets,
             checkpoints=inputs.checkpoints,
+            marks_rewritten=rules_to_json(inputs.mark_rules),
         )
     )

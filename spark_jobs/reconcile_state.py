@@ -97,6 +97,9 @@ class StateMeta:
     # value] (kafka_offsets.RecordPrint). A later run that finds another record there knows
     # the offsets it read were truncated and rewritten.
     checkpoints: dict[int, list[int]] = field(default_factory=dict)
+    # Per partition, where and until when processed marks may be of records the broker lost
+    # ({"<partition>": [[after_offset, until_ms], ...]}: reconcile_rewrites). Only grows.
+    marks_rewritten: dict[str, list[list[int]]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,6 +120,7 @@ class StateMeta:
             "source_deltas": self.source_deltas,
             "datasets": self.datasets,
             "checkpoints": {str(k): v for k, v in self.checkpoints.items()},
+            "marks_rewritten": self.marks_rewritten,
         }
 
     @classmethod
@@ -144,6 +148,9 @@ class StateMeta:
             source_deltas=list(data.get("source_deltas") or []),
             datasets=dict(data.get("datasets") or {}),
             checkpoints={int(k): [int(x) for x in v] for k, v in (data.get("checkpoints") or {}).items()},
+            marks_rewritten={
+                str(k): [[int(x) for x in pair] for pair in v] for k, v in (data.get("marks_rewritten") or {}).items()
+            },
         )
 
 

@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -898,3 +899,58 @@ def test_a_topic_deleted_and_created_again_is_read_anew_and_nothing_it_held_is_r
     # 6 is unprocessed.
     assert finding_set(second) == {("unprocessed", "6", None, *world.at("t6"))}
     assert any("deleted and created again" in w for w in second["warnings"]), second["warnings"]
+
+
+def test_marks_of_records_the_broker_lost_are_not_taken_for_the_records_now_at_their_offsets(
+    spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path
+):
+    """The broker holding a partition's only replica loses its disk: tickets 1-3 are gone, and
+    new records take offsets 0, 1, 2 again (as after an unclean leader election). The consumer
+    ledger still holds the marks of 1-3 at those offsets. They are not marks of the new records:
+    not a second processing of 4 and 5, and no proof that 6 was processed."""
+    cluster = LabCluster(world.bootstrap)
+    broker = max(cluster.broker_ids())
+    world.topic = f"rec-disk-marks-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic_on(world.topic, broker, partitions=2)
+    binding = world.binding(guarantee="at-least-once")
+    now_ms = int(time.time() * 1000)
+    # The story, in the past: 1-3 written 40 minutes ago and processed, the first run ten
+    # minutes ago, the disk lost after it and 4-7 written in the last five minutes.
+    for ticket in (1, 2, 3):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=40 * 60)
+    world.processed("t1", "t2", "t3", age_s=39 * 60, mark_ms=now_ms - 39 * 60_000)
+    world.commit(0, world.at("t3")[1] + 1)
+    world.insert(1, 2, 3, age="40 minutes")
+    first = run(spark, binding, RunOptions(state_dir=str(tmp_path), now=datetime.now(UTC) - timedelta(minutes=10)))
+    assert finding_set(first) == set()
+    lost_at = {ticket: world.at(f"t{ticket}") for ticket in (1, 2, 3)}
+    id_before = topic_id(kafka_admin, world.topic)
+
+    cluster.lose_disk(broker, world.topic, 0)
+    assert topic_id(kafka_admin, world.topic) == id_before is not None  # the same topic
+    # 4 and 5 are processed; 6 is committed past and never processed; 7 is processed.
+    for ticket in (4, 5):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=5 * 60)
+    world.processed("t4", "t5", age_s=4 * 60, mark_ms=now_ms - 4 * 60_000)
+    world.produce("t6", 6, partition=0, age_s=3 * 60)
+    world.produce("t7", 7, partition=0, age_s=2 * 60)
+    world.processed("t7", mark_ms=now_ms - 60_000)
+    world.commit(0, world.at("t7")[1] + 1)
+    world.insert(4, 5, 6, 7, age="5 minutes")
+
+    # Ground truth: a full read of the topic (1-3 are gone, 4-7 sit where 1-3 were and after),
+    # the marks this test wrote for the consumer, and the group's commit.
+    truth = read_whole_topic(world.bootstrap, world.topic)
+    assert {o: t for (p, o), t in truth.items() if p == 0} == {0: 4, 1: 5, 2: 6, 3: 7}
+    assert [lost_at[t] for t in (1, 2, 3)] == [(0, 0), (0, 1), (0, 2)]
+    expected = {("missing", str(t), "broker-lost", *lost_at[t]) for t in (1, 2, 3)} | {
+        ("unprocessed", "6", None, *world.at("t6"))
+    }
+
+    second = reconcile_once(spark, binding, tmp_path)
+    assert second["mode"] == "rebuild"
+    assert finding_set(second) == expected
+    third = reconcile_once(spark, binding, tmp_path)
+    assert third["mode"] == "incremental"
+    assert finding_set(third) == expected
+    cluster.delete_topic(world.topic)
