@@ -9,6 +9,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from spark_jobs.mark_rules import MarkRule
 from spark_jobs.reconcile_helpers import (
     _ms_to_ts,
     _occurrence,
@@ -17,7 +18,7 @@ from spark_jobs.reconcile_helpers import (
     interval_holes,
     merge_intervals,
 )
-from spark_jobs.reconcile_rewrites import MarkRule, judged_despite_rewrites
+from spark_jobs.reconcile_rewrites import judged_despite_rewrites
 from spark_jobs.reconcile_schemas import (
     ACKED_RANGE,
     FINDING_SCHEMA,

@@ -20,6 +20,7 @@ from spark_jobs.binding import (
 )
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.kafka_offsets import KafkaReadError
+from spark_jobs.mark_rules import MarkRule, rules_from_json, rules_to_json
 from spark_jobs.reconcile_extract import (
     OffsetRange,
     check_nothing_deleted_while_read,
@@ -41,13 +42,7 @@ from spark_jobs.reconcile_extract import (
     source_key_unique,
     summarize_partitions,
 )
-from spark_jobs.reconcile_rewrites import (
-    MarkRule,
-    find_mark_rules,
-    rules_from_json,
-    rules_to_json,
-    without_rewritten_marks,
-)
+from spark_jobs.reconcile_rewrites import find_mark_rules, without_rewritten_marks
 from spark_jobs.reconcile_state import DATASETS, StateMeta, StateStore
 from spark_jobs.reconcile_transform import (
     COMMITTED_SCHEMA,

@@ -21,47 +21,14 @@ record's mark may reach the ledger late) and by the stuck diagnosis.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from spark_jobs.mark_rules import RECORD_SLACK_MS, MarkRule
 from spark_jobs.reconcile_helpers import conform
 from spark_jobs.reconcile_schemas import KEY_INDEX_SCHEMA
-
-
-@dataclass(frozen=True)
-class MarkRule:
-    """Past `after` on `partition`, marks made and records written up to `until_ms` may be of
-    records the broker lost (marks) or be taken for them (records)."""
-
-    partition: int
-    after: int  # the last offset known to hold the record an earlier run saw there
-    until_ms: int
-
-    def as_json(self) -> list[int]:
-        return [self.after, self.until_ms]
-
-    def describe(self, topic: str) -> str:
-        until = datetime.fromtimestamp(self.until_ms / 1000, UTC).isoformat()
-        return (
-            f"{topic}/{self.partition}: records past offset {self.after} were truncated and rewritten; processed marks "
-            f"made there up to {until} may be of the lost records and are left out, and records written there up to "
-            "then are not judged unprocessed"
-        )
-
-
-def rules_from_json(data: Mapping[str, Iterable[Sequence[int]]] | None) -> list[MarkRule]:
-    """state.json's `marks_rewritten`: {"<partition>": [[after, until_ms], ...]}."""
-    return [MarkRule(int(p), int(after), int(until)) for p, pairs in (data or {}).items() for after, until in pairs]
-
-
-def rules_to_json(rules: Iterable[MarkRule]) -> dict[str, list[list[int]]]:
-    out: dict[str, list[list[int]]] = {}
-    for rule in sorted(set(rules), key=lambda r: (r.partition, r.after, r.until_ms)):
-        out.setdefault(str(rule.partition), []).append(rule.as_json())
-    return out
 
 
 def find_mark_rules(
@@ -108,11 +75,13 @@ def find_mark_rules(
     return rules
 
 
-def _within(rules: Sequence[MarkRule], time_ms: Column) -> Column:
+def _within(rules: Sequence[MarkRule], time_ms: Column, slack_ms: int = 0) -> Column:
     hit = F.lit(False)
     for rule in rules:
         hit = hit | (
-            (F.col("partition") == rule.partition) & (F.col("offset") > rule.after) & (time_ms <= rule.until_ms)
+            (F.col("partition") == rule.partition)
+            & (F.col("offset") > rule.after)
+            & (time_ms <= rule.until_ms + slack_ms)
         )
     return hit
 
@@ -124,5 +93,6 @@ def without_rewritten_marks(processed: DataFrame, rules: Sequence[MarkRule]) -> 
 
 def judged_despite_rewrites(records: DataFrame, rules: Sequence[MarkRule]) -> DataFrame:
     """Records (with partition, offset, timestamp) less those written where and when a lost
-    record's mark could be taken for theirs."""
-    return records.where(~_within(rules, F.unix_millis("timestamp"))) if rules else records
+    record's mark could be taken for theirs (up to the bound, and RECORD_SLACK_MS after it: their
+    own mark, by the consumer's clock, may be no later than the bound)."""
+    return records.where(~_within(rules, F.unix_millis("timestamp"), RECORD_SLACK_MS)) if rules else records

@@ -34,6 +34,7 @@ from auditor.stuck.evidence import (
     Sighting,
 )
 from spark_jobs.kafka_offsets import KafkaReadError, rewritten_partitions
+from spark_jobs.mark_rules import MarkRule, rules_from_json
 from spark_jobs.state_location import StateLocation, StateLocationError
 
 CHUNK = 10_000  # keys per database query
@@ -79,6 +80,19 @@ class IndexRows:
         the index again."""
         wanted = set(keys)
         return _sightings(self.root, self.meta, [r for r in self.rows if r["key"] in wanted], sorted(wanted))
+
+
+def rewritten_mark_rules(binding: Binding, index: IndexRows | None = None) -> list[MarkRule]:
+    """Where and when processed marks may be of records the broker lost, as the binding's
+    reconciliation found them (state.json `marks_rewritten`; none before its first run).
+    index: rows already read, whose state.json is used. StateUnreadable when it cannot be read."""
+    try:
+        meta = index.meta if index is not None else read_meta(conf.state_location().join(binding.name))
+        return rules_from_json((meta or {}).get("marks_rewritten"))
+    except StateLocationError as exc:
+        raise StateUnreadable(str(exc)) from exc
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise StateUnreadable(f"marks_rewritten of the state of {binding.name} is malformed: {exc}") from exc
 
 
 def read_meta(root: StateLocation) -> dict[str, Any] | None:

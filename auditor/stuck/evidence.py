@@ -6,13 +6,14 @@ Nothing here does I/O; kafka_view.py and locate.py fill these in, verdicts.py ju
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, Literal
 
 from auditor.lint.engine.terms import Overtaken
 from spark_jobs.kafka_cleanup import TopicCleanup
+from spark_jobs.mark_rules import MarkRule, covering
 
 RecordState = Literal["committed", "aborted", "open"]
 
@@ -101,6 +102,26 @@ class ProcessedMark:
     # the reconciliation run that read it, when it is known from the auditor's memory only
     # (the consumer ledger deleted it since: recall_marks)
     seen_by_run: str | None = None
+    # The latest other mark at the same position, when there is one (processed again, or a
+    # mark of another record that held the offset before the broker rewrote it).
+    latest_ms: int | None = None
+    latest_session: str | None = None
+
+    def merged(self, other: ProcessedMark) -> ProcessedMark:
+        """The earliest of the two marks, carrying the latest one's time and session."""
+        first = other if (other.ts_ms or 0) < (self.ts_ms or 0) else self
+        times = [(self.latest_ms, self.latest_session), (other.latest_ms, other.latest_session)]
+        times += [(self.ts_ms, self.consumer_session), (other.ts_ms, other.consumer_session)]
+        latest_ms, latest_session = max(((ms, s) for ms, s in times if ms is not None), default=(None, None))
+        if latest_ms == first.ts_ms:
+            return replace(first, latest_ms=None, latest_session=None)
+        return replace(first, latest_ms=latest_ms, latest_session=latest_session)
+
+    def latest(self) -> ProcessedMark:
+        """The latest mark at this position, as a mark of its own."""
+        if self.latest_ms is None:
+            return self
+        return replace(self, consumer_session=self.latest_session, ts_ms=self.latest_ms, latest_ms=None)
 
     def as_json(self) -> dict[str, Any]:
         if self.seen_by_run is not None:
@@ -230,6 +251,23 @@ class ClusterView:
     # produced up to this instant may have been in the deleted topic. None: no re-creation seen.
     recreated_until_ms: int | None = None
     recreated_reason: str = ""
+    # Where and when processed marks may be of records the broker lost (truncated and
+    # rewritten partitions, found by a reconciliation rebuild: spark_jobs.mark_rules).
+    mark_rules: list[MarkRule] = field(default_factory=list)
+
+    def marks_unclear_until(self, partition: int, offset: int) -> tuple[int | None, str]:
+        """Up to when a processed mark at (partition, offset), and a record written there,
+        may be of a record that is gone (the deleted topic's, or one the broker lost), and why;
+        (None, "") when every mark there is of the record there now."""
+        until, why = self.recreated_until_ms, self.recreated_reason
+        for rule in covering(self.mark_rules, partition, offset):
+            if until is None or rule.until_ms > until:
+                until = rule.until_ms
+                why = (
+                    f"{self.topic}/{partition} was truncated and rewritten past offset {rule.after} (found by "
+                    "reconciliation)"
+                )
+        return until, why
 
     def partition_complete_since_ms(self, state: PartitionState) -> int | None:
         """The partition holds every record produced since this instant (0: since the topic was

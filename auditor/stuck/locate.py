@@ -93,6 +93,12 @@ class LocateResult:
     engine: str = "python"
     timings: dict[str, float] = field(default_factory=dict)
 
+    def add_mark(self, mark: ProcessedMark) -> None:
+        """Keep the earliest mark of each position, with the latest one's time (merged)."""
+        key = (mark.group, mark.partition, mark.offset)
+        current = self.marks.get(key)
+        self.marks[key] = mark if current is None else current.merged(mark)
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LocateResult:
         """The Spark job's output (spark_jobs/stuck_locate.py) as a LocateResult."""
@@ -113,10 +119,7 @@ class LocateResult:
                 LedgerEntry(audit_id, session, seq, status, partition, offset, error, persisted, ts, *rest[:1])
             )
         for group, partition, offset, session, ts in data["marks"]:
-            mark = ProcessedMark(group, partition, offset, session, ts)
-            current = result.marks.get((group, partition, offset))
-            if current is None or (ts or 0) < (current.ts_ms or 0):
-                result.marks[(group, partition, offset)] = mark
+            result.add_mark(ProcessedMark(group, partition, offset, session, ts))
         for group, partition, offset in data["max_mark_below_low"]:
             result.max_mark_below_low[(group, partition)] = offset
         for group, partition, offset in data.get("first_mark") or []:
@@ -633,11 +636,7 @@ def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str]
                 key = (group, e.partition)
                 result.max_mark_below_low[key] = max(result.max_mark_below_low.get(key, -1), e.offset)
             if (e.partition, e.offset) in positions:
-                current = result.marks.get((group, e.partition, e.offset))
-                if current is None or e.ts_ms < (current.ts_ms or 0):
-                    result.marks[(group, e.partition, e.offset)] = ProcessedMark(
-                        group, e.partition, e.offset, record.sid, e.ts_ms
-                    )
+                result.add_mark(ProcessedMark(group, e.partition, e.offset, record.sid, e.ts_ms))
 
 
 def _first_mark(result: LocateResult, group: str, partition: int, offset: int, ts_ms: int) -> None:
@@ -670,11 +669,7 @@ def _range_marks(
             result.max_mark_below_low[key] = max(result.max_mark_below_low.get(key, -1), min(r.last, low - 1))
         for partition, offset in positions:
             if partition == r.partition and r.first <= offset <= r.last:
-                current = result.marks.get((group, partition, offset))
-                if current is None or r.first_ms < (current.ts_ms or 0):
-                    result.marks[(group, partition, offset)] = ProcessedMark(
-                        group, partition, offset, record.sid, r.first_ms
-                    )
+                result.add_mark(ProcessedMark(group, partition, offset, record.sid, r.first_ms))
 
 
 def locate_with_python(request: LocateRequest) -> LocateResult:

@@ -30,7 +30,14 @@ from auditor.pipelines.connectivity import ConnectivityError, check_cluster
 from auditor.pipelines.incarnations import observe_topic_id
 from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding, StuckRule
-from auditor.reconcile.memory import IndexedTopic, StateUnreadable, indexed_records, recall, recall_marks
+from auditor.reconcile.memory import (
+    IndexedTopic,
+    StateUnreadable,
+    indexed_records,
+    recall,
+    recall_marks,
+    rewritten_mark_rules,
+)
 from auditor.stuck.alerting import muted_keys, update_problems
 from auditor.stuck.evidence import ClusterView, Diagnosis, KeyMemory, StuckRow
 from auditor.stuck.kafka_view import first_record_ms, read_after_locate, read_cluster_view
@@ -308,6 +315,13 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     if memory.reason:
         result.notes.append(f"the reconciliation state could not be read: {memory.reason}")
     _recall_marks(result, located, indexed, groups, memory)
+    try:
+        view.mark_rules = rewritten_mark_rules(binding, indexed.index)
+    except StateUnreadable as exc:
+        result.notes.append(
+            f"where the broker rewrote partitions is not known (the reconciliation state could not be read: {exc}): "
+            "a processed mark at a rewritten offset may be of the record the broker lost"
+        )
     lap("memory")
 
     verdicts = [

@@ -217,11 +217,15 @@ def _visible_outcome(
     where = f"{view.topic}/{record.partition}@{record.offset}"
     mark = marks.get((group.group, record.partition, record.offset))
     committed = group.committed.get(record.partition)
-    # Written before the topic's new id was first seen: a mark at its offset made then may be
-    # of the deleted topic's record there (offsets start again at 0), and none may be missing.
-    recreated = view.recreated_until_ms is not None and not _complete(view.recreated_until_ms, record.timestamp_ms or 0)
-    if recreated and mark is not None and not _complete(view.recreated_until_ms, mark.ts_ms or 0):
-        mark = None
+    # Written before the topic's new id was first seen, or where the broker truncated and
+    # rewrote the partition: a mark at its offset made then may be of the gone record that
+    # held the offset (the deleted topic's, or a lost one), and none may be missing.
+    # The earliest mark there may be of it; a later one made after the bound counts.
+    unclear_until, unclear_why = view.marks_unclear_until(record.partition, record.offset)
+    if unclear_until is not None and mark is not None and (mark.ts_ms or 0) <= unclear_until:
+        later = mark.latest()
+        mark = later if (later.ts_ms or 0) > unclear_until else None
+    unclear = unclear_until is not None and not _complete(unclear_until, record.timestamp_ms or 0)
     if mark is not None:
         info["processed"] = mark.as_json()
         return _Outcome(
@@ -277,12 +281,12 @@ def _visible_outcome(
             f"group {group.group} committed past {where}, but the consumer ledger no longer holds marks that old",
             info,
         )
-    if recreated:
+    if unclear:
         return _Outcome(
             "unknown",
-            f"group {group.group} committed past {where} (committed {committed}), but {view.recreated_reason}, and "
-            "this record came before the new topic was first seen: a mark of it and one of the deleted topic's record "
-            "at the same offset cannot be told apart",
+            f"group {group.group} committed past {where} (committed {committed}), but {unclear_why}, and this record "
+            f"was written before {ms_to_iso(unclear_until)}: a mark of it and one of the gone record that held the "
+            "same offset cannot be told apart",
             info,
         )
     unprobed = _unprobed_below(group, view.topic, record.partition, record.offset)

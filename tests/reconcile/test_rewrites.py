@@ -8,14 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.reconcile_rewrites import (
-    MarkRule,
-    find_mark_rules,
-    judged_despite_rewrites,
-    rules_from_json,
-    rules_to_json,
-    without_rewritten_marks,
-)
+from spark_jobs.mark_rules import RECORD_SLACK_MS, MarkRule, rules_from_json, rules_to_json
+from spark_jobs.reconcile_rewrites import find_mark_rules, judged_despite_rewrites, without_rewritten_marks
 from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import KEY_INDEX_SCHEMA, PROCESSED_SCHEMA, RECORD_SCHEMA
 
@@ -91,10 +85,11 @@ def test_the_rules_leave_out_marks_and_records_only_past_the_offset_and_up_to_th
         [
             ("a", 0, 1, at(1000), None, None),
             ("b", 0, 2, at(5000), None, None),
-            ("c", 0, 3, at(6000), None, None),
+            ("c", 0, 3, at(5000 + RECORD_SLACK_MS), None, None),  # within the slack for clocks: unjudged
+            ("e", 0, 3, at(5001 + RECORD_SLACK_MS), None, None),
             ("d", 1, 3, at(1000), None, None),
         ],
         RECORD_SCHEMA,
     )
-    assert {r["key"] for r in judged_despite_rewrites(records, rules).collect()} == {"a", "c", "d"}
-    assert judged_despite_rewrites(records, []).count() == 4
+    assert {r["key"] for r in judged_despite_rewrites(records, rules).collect()} == {"a", "d", "e"}
+    assert judged_despite_rewrites(records, []).count() == 5

@@ -12,6 +12,7 @@ fault and the table, never from the auditor.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -331,3 +332,89 @@ def test_a_leader_change_after_the_row_was_created_leaves_never_produced_unknown
         assert run.job_run_id in reason and f"{topic}/0 has changed leader (leader epoch" in reason, reason
     for ticket in ("5", "6"):
         assert run.job_run_id in verdicts[ticket][1], verdicts[ticket]
+
+
+def test_a_mark_of_a_record_the_broker_lost_is_not_taken_for_the_record_now_at_its_offset(
+    plain: PlainPipeline, kafka_admin: AdminClient, make_topic, spark
+) -> None:
+    """A probed consumer processed tickets 1-3 (its ledger marks offsets 0-2), then the broker
+    holding the partition's only replica lost its disk. Tickets 4-6 take offsets 0-2 again:
+    4 and 5 are processed (their rows stay NEW: the update failed), 6 is committed past and
+    never processed. The mark at offset 2 is ticket 3's, not 6's."""
+    cluster = LabCluster(plain.bootstrap)
+    broker = max(cluster.broker_ids())
+    topic = f"mem-disk-marks-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic_on(topic, broker, partitions=2)
+    plain.topic = topic
+    ledger = make_topic("_audit.consumer-ledger")
+    writer = Producer({"bootstrap.servers": plain.bootstrap, "linger.ms": 0})
+
+    def marks(*offsets: int, at_ms: int) -> None:
+        entries = [[topic, 0, offset, None, at_ms] for offset in offsets]
+        message = {"v": 1, "type": "processed", "sid": "consumer-1", "group": plain.group, "entries": entries}
+        writer.produce(ledger, key=b"consumer-1", value=json.dumps(message).encode())
+        assert writer.flush(30) == 0
+
+    def commit(offset: int) -> None:
+        consumer = Consumer(
+            {"bootstrap.servers": plain.bootstrap, "group.id": plain.group, "enable.auto.commit": False}
+        )
+        try:
+            consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+        finally:
+            consumer.close()
+
+    try:
+        plain.insert(1, 2, 3, minutes_ago=60, status="DONE")
+        plain.produce(0, 1, 2, 3, minutes_ago=40)
+        marks(0, 1, 2, at_ms=int(time.time() * 1000) - 39 * 60_000)
+        commit(3)
+        rule = rule_for(plain)
+        Binding.objects.filter(pk=rule.binding.pk).update(consumer_ledger_topic=ledger, grace_seconds=1)
+        rule.refresh_from_db()
+        first = reconcile(rule)
+        assert set(Finding.objects.filter(run=first).values_list("kind", flat=True)) == set()
+
+        cluster.lose_disk(broker, topic, 0)
+        plain.insert(4, 5, 6, minutes_ago=30)
+        # The new records' story runs a few minutes ahead of the clock, so that it outlasts the
+        # grace (1 s) and the diagnosis's slack for producer clocks (60 s) without a test that
+        # waits: 4 and 5 written now and processed two minutes later, 6 written a minute after.
+        plain.produce(0, 4, 5, minutes_ago=0)
+        marks(0, 1, at_ms=int(time.time() * 1000) + 2 * 60_000)
+        plain.produce(0, 6, minutes_ago=-3)
+        commit(3)
+
+        # Ground truth: the partition now holds 4-6 at offsets 0-2 (a full read), the marks this
+        # test wrote for the consumer, and the group's commit.
+        assert {at: t for at, t in plain.topic_now().items() if at[0] == 0} == {(0, 0): 4, (0, 1): 5, (0, 2): 6}
+        second = reconcile(rule)  # a rebuild: it finds where the broker rewrote partition 0
+        assert second.mode == "rebuild", second.mode
+        unprocessed = set(Finding.objects.filter(run=second, kind="unprocessed").values_list("key", flat=True))
+        assert unprocessed == {"6"}, unprocessed
+
+        verdicts = diagnose_with_ledger(rule, spark, ledger)
+        assert {k: v for k, (v, _) in verdicts.items()} == {
+            "4": "processed-not-updated",
+            "5": "processed-not-updated",
+            "6": "skipped",
+        }, verdicts
+    finally:
+        kafka_admin.delete_topics([topic])
+
+
+def diagnose_with_ledger(rule: StuckRule, spark: Any, consumer_ledger: str) -> dict[str, tuple[str, str]]:
+    """Verdicts by both engines, which must agree, with the pipeline's consumer ledger."""
+    no_ledger = f"_audit.none-{uuid.uuid4().hex[:8]}"
+    results = [
+        diagnose_rule(
+            rule,
+            DiagnosisOptions(
+                engine=engine, spark=spark, producer_ledger_topic=no_ledger, consumer_ledger_topic=consumer_ledger
+            ),
+        )
+        for engine in ("python", "spark")
+    ]
+    by_engine = [{i.row.key: (i.diagnosis.verdict, i.diagnosis.reason) for i in r.items} for r in results]
+    assert {k: v[0] for k, v in by_engine[0].items()} == {k: v[0] for k, v in by_engine[1].items()}
+    return by_engine[1]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from auditor.stuck.evidence import (
@@ -20,6 +21,7 @@ from auditor.stuck.evidence import (
 )
 from auditor.stuck.verdicts import diagnose
 from spark_jobs.kafka_cleanup import TopicCleanup
+from spark_jobs.mark_rules import MarkRule
 
 NOW_MS = 1_800_000_000_000
 CREATED = datetime.fromtimestamp((NOW_MS - 3600_000) / 1000, UTC)  # an hour ago
@@ -445,3 +447,43 @@ def test_an_ack_or_sighting_of_a_record_produced_before_the_topic_was_created_ag
     seen = KeyMemory(sightings={"TCK-7": Sighting(0, 4, NOW_MS - 3500_000, "run-1")})
     assert diagnose(ROW, [], [], {}, view(**recreated), seen).verdict == "unknown"
     assert diagnose(ROW, [], [], {}, view(), seen).verdict == "broker-lost"
+
+
+def test_marks_past_where_the_broker_rewrote_a_partition_are_judged_by_their_time() -> None:
+    """Reconciliation found partition 0 truncated and rewritten past offset 1, its first new
+    record written 10 minutes ago (the rule's bound). The mark made at offset 4 before then is
+    the lost record's; a record written there after the bound is judged without it."""
+    until = NOW_MS - 600_000
+    rules = {"mark_rules": [MarkRule(0, 1, until)]}
+    old = ProcessedMark("g", 0, 4, "old-session", NOW_MS - 3_000_000)
+    new = ProcessedMark("g", 0, 4, "new-session", NOW_MS - 60_000)
+    early = [LocatedRecord("TCK-7", 0, 4, until - 120_000, "committed")]
+    late = [LocatedRecord("TCK-7", 0, 4, NOW_MS - 120_000, "committed")]
+
+    # the lost record's mark is nobody's proof: a later record committed past without its own is skipped
+    assert diagnose(ROW, late, [], {("g", 0, 4): old}, view(committed=6, **rules)).verdict == "skipped"
+    # one written before the bound cannot be judged without a mark made after it ...
+    d = diagnose(ROW, early, [], {("g", 0, 4): old}, view(committed=6, **rules))
+    assert d.verdict == "unknown" and "truncated and rewritten past offset 1" in d.reason, d.reason
+    # ... which counts, even behind the lost record's earlier one at the same offset
+    both = {("g", 0, 4): old.merged(new)}
+    d = diagnose(ROW, early, [], both, view(committed=6, **rules))
+    assert d.verdict == "processed-not-updated" and "new-session" in d.reason, d.reason
+    # at or below the offset the rule proved, marks are what they say
+    below = [LocatedRecord("TCK-7", 0, 1, until - 120_000, "committed")]
+    assert diagnose(ROW, below, [], {("g", 0, 1): replace(old, offset=1)}, view(committed=6, **rules)).verdict == (
+        "processed-not-updated"
+    )
+    # without the rule, the same evidence is what it says
+    assert diagnose(ROW, late, [], {("g", 0, 4): old}, view(committed=6)).verdict == "processed-not-updated"
+
+
+def test_marks_at_one_position_keep_the_first_and_the_latest() -> None:
+    a = ProcessedMark("g", 0, 4, "a", 1000)
+    b = ProcessedMark("g", 0, 4, "b", 3000)
+    c = ProcessedMark("g", 0, 4, "c", 2000)
+    merged = a.merged(b).merged(c)
+    assert (merged.consumer_session, merged.ts_ms, merged.latest_session, merged.latest_ms) == ("a", 1000, "b", 3000)
+    assert c.merged(b).merged(a) == merged  # in any order
+    assert (merged.latest().consumer_session, merged.latest().ts_ms) == ("b", 3000)
+    assert a.merged(a) == a and a.latest() == a
