@@ -55,6 +55,12 @@ Decision, in order:
    record acked or seen at an offset and produced before then is unknown (not broker-lost,
    not expired), and never-produced needs a row created after it (or a complete producer
    ledger).
+8. Where offsets were reused (7, or a partition a reconciliation rebuild found truncated
+   and rewritten past an offset: state.json `marks_rewritten`, spark_jobs.mark_rules), a
+   processed mark made up to the bound may be of the gone record that held the offset: it
+   is not taken for the record there now (a later mark at the same position counts), and
+   a record written up to the bound (plus the slack for clocks) committed past without a
+   later mark is unknown, not skipped.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from auditor.lab.scenarios import (
     replication,
     retention,
     transactions,
+    truncation,
 )
 
 FAMILIES = (
@@ -25,6 +26,7 @@ FAMILIES = (
     retention,
     ledgers,
     recreation,
+    truncation,
     compaction,
     transactions,
     canary,

@@ -37,7 +37,7 @@ def topic_recreated(world: World) -> Outcome:
     binding = world.make_binding(groups=[world.group])
     world.make_rule(older_than_s=1)
     world.insert(OLD, age_s=STUCK_AGE_S)
-    _produce(world, producer_ledger, OLD)
+    produce_probed(world, producer_ledger, OLD)
     world.consume("at-least-once", probed=True, records=OLD_CONSUMED)
     world.reconcile()  # the auditor sees the first topic (and its id)
 
@@ -58,10 +58,10 @@ def topic_recreated(world: World) -> Outcome:
     # new topic's first record is old enough that nothing written after it can be the deleted
     # topic's, give or take the reconciliation's grace and the diagnosis's clock slack.
     world.insert(NEW_FIRST + NEW_LATER)
-    _produce(world, producer_ledger, NEW_FIRST)
+    produce_probed(world, producer_ledger, NEW_FIRST)
     world.consume("at-least-once", probed=True, records=len(NEW_FIRST))
     time.sleep(max(binding.grace_seconds, COMPLETENESS_SLACK_MS / 1000) + 2.0)
-    _produce(world, producer_ledger, NEW_LATER)
+    produce_probed(world, producer_ledger, NEW_LATER)
     crashed = world.consume("at-most-once", crash_at=CRASH_AT, probed=True)
     world.consume("at-most-once", probed=True, idle_s=30, records=len(NEW_LATER) - CRASH_AT)
 
@@ -98,7 +98,7 @@ def topic_recreated(world: World) -> Outcome:
     )
 
 
-def _produce(world: World, ledger: str, tickets: list[int]) -> None:
+def produce_probed(world: World, ledger: str, tickets: list[int]) -> None:
     """A probed producer session of its own per batch (a session that spanned the deletion
     would see its sends to the deleted topic fail: that is not this scenario's fault)."""
     producer = AuditedProducer(
