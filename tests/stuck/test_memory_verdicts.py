@@ -148,14 +148,18 @@ def reconcile(rule: StuckRule) -> ReconcileRun:
     return run
 
 
-def diagnose(rule: StuckRule, spark: Any) -> dict[str, tuple[str, str]]:
-    """Verdicts by both engines, which must agree; key → (verdict, reason)."""
-    no_ledger = f"_audit.none-{uuid.uuid4().hex[:8]}"  # an unprobed pipeline: no ledgers at all
+def diagnose(rule: StuckRule, spark: Any, consumer_ledger: str | None = None) -> dict[str, tuple[str, str]]:
+    """Verdicts by both engines, which must agree; key → (verdict, reason). Without ledgers (an
+    unprobed pipeline), or with the pipeline's consumer ledger."""
+    no_ledger = f"_audit.none-{uuid.uuid4().hex[:8]}"
     results = [
         diagnose_rule(
             rule,
             DiagnosisOptions(
-                engine=engine, spark=spark, producer_ledger_topic=no_ledger, consumer_ledger_topic=no_ledger
+                engine=engine,
+                spark=spark,
+                producer_ledger_topic=no_ledger,
+                consumer_ledger_topic=consumer_ledger or no_ledger,
             ),
         )
         for engine in ("python", "spark")
@@ -393,7 +397,7 @@ def test_a_mark_of_a_record_the_broker_lost_is_not_taken_for_the_record_now_at_i
         unprocessed = set(Finding.objects.filter(run=second, kind="unprocessed").values_list("key", flat=True))
         assert unprocessed == {"6"}, unprocessed
 
-        verdicts = diagnose_with_ledger(rule, spark, ledger)
+        verdicts = diagnose(rule, spark, consumer_ledger=ledger)
         assert {k: v for k, (v, _) in verdicts.items()} == {
             "4": "processed-not-updated",
             "5": "processed-not-updated",
@@ -401,20 +405,3 @@ def test_a_mark_of_a_record_the_broker_lost_is_not_taken_for_the_record_now_at_i
         }, verdicts
     finally:
         kafka_admin.delete_topics([topic])
-
-
-def diagnose_with_ledger(rule: StuckRule, spark: Any, consumer_ledger: str) -> dict[str, tuple[str, str]]:
-    """Verdicts by both engines, which must agree, with the pipeline's consumer ledger."""
-    no_ledger = f"_audit.none-{uuid.uuid4().hex[:8]}"
-    results = [
-        diagnose_rule(
-            rule,
-            DiagnosisOptions(
-                engine=engine, spark=spark, producer_ledger_topic=no_ledger, consumer_ledger_topic=consumer_ledger
-            ),
-        )
-        for engine in ("python", "spark")
-    ]
-    by_engine = [{i.row.key: (i.diagnosis.verdict, i.diagnosis.reason) for i in r.items} for r in results]
-    assert {k: v[0] for k, v in by_engine[0].items()} == {k: v[0] for k, v in by_engine[1].items()}
-    return by_engine[1]

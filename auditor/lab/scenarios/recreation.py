@@ -54,26 +54,8 @@ def topic_recreated(world: World) -> Outcome:
 
     wait_until(created, 60, "the topic to be created again", interval=1.0)
     injected_at = time.monotonic()
-    # The pipeline goes on: new marks at the old marks' offsets first, then a crash, once the
-    # new topic's first record is old enough that nothing written after it can be the deleted
-    # topic's, give or take the reconciliation's grace and the diagnosis's clock slack.
-    world.insert(NEW_FIRST + NEW_LATER)
-    produce_probed(world, producer_ledger, NEW_FIRST)
-    world.consume("at-least-once", probed=True, records=len(NEW_FIRST))
-    time.sleep(max(binding.grace_seconds, COMPLETENESS_SLACK_MS / 1000) + 2.0)
-    produce_probed(world, producer_ledger, NEW_LATER)
-    crashed = world.consume("at-most-once", crash_at=CRASH_AT, probed=True)
-    world.consume("at-most-once", probed=True, idle_s=30, records=len(NEW_LATER) - CRASH_AT)
-
-    # Ground truth: the table, the application's own log of what it processed, the group's
-    # commit and a plain read of the (new) topic.
-    rows, processed = world.rows(), world.processed()
-    committed = cluster.committed(world.group, world.topic).get(0, -1)
-    position = {r.key: r.offset for r in cluster.read_topic(world.topic)}
-    if any(str(t) in position for t in OLD):
-        raise LabError("an old ticket's record is in the new topic")
-    if sorted(t for t in OLD if processed.get(t)) != OLD[:OLD_CONSUMED]:
-        raise LabError(f"the old tickets processed are not the first {OLD_CONSUMED}: {sorted(processed)}")
+    crashed = go_on_at_reused_offsets(world, producer_ledger, binding.grace_seconds, NEW_FIRST, NEW_LATER, CRASH_AT)
+    rows, processed, committed, position = consumer_truth(world, OLD, OLD_CONSUMED)
     expected: dict[str, set[str]] = {}
     for ticket in OLD[OLD_CONSUMED:]:
         # deleted unread with the topic: nobody can tell now whether it was consumed
@@ -110,3 +92,38 @@ def produce_probed(world: World, ledger: str, tickets: list[int]) -> None:
         truth.all_sent(produce(world.cluster.bootstrap, world.topic, tickets, producer=producer))
     finally:
         producer.close(30)
+
+
+def go_on_at_reused_offsets(
+    world: World, ledger: str, grace_s: float, first: list[int], later: list[int], crash_at: int
+) -> int:
+    """The pipeline goes on where new records took the old ones' offsets: `first` produced and
+    processed (new marks at the old marks' offsets), then, once the first new record is old
+    enough that nothing written after it can be taken for an old one (the reconciliation's
+    grace and the diagnosis's clock slack), `later`, whose at-most-once consumer is killed -9
+    after committing its `crash_at`-th record; the consumer's exit status."""
+    world.insert(first + later)
+    produce_probed(world, ledger, first)
+    world.consume("at-least-once", probed=True, records=len(first))
+    time.sleep(max(grace_s, COMPLETENESS_SLACK_MS / 1000) + 2.0)
+    produce_probed(world, ledger, later)
+    crashed = world.consume("at-most-once", crash_at=crash_at, probed=True)
+    world.consume("at-most-once", probed=True, idle_s=30, records=len(later) - crash_at)
+    return crashed
+
+
+def consumer_truth(
+    world: World, old: list[int], old_consumed: int
+) -> tuple[dict[int, str], dict[int, int], int, dict[str | None, int]]:
+    """Ground truth, without the auditor: the table, the application's own log of what it
+    processed, the group's commit and a plain read of the topic (key → offset); a LabError
+    unless the old tickets are gone from the topic and exactly the first `old_consumed` of
+    them were processed."""
+    rows, processed = world.rows(), world.processed()
+    committed = world.cluster.committed(world.group, world.topic).get(0, -1)
+    position = {r.key: r.offset for r in world.cluster.read_topic(world.topic)}
+    if any(str(t) in position for t in old):
+        raise LabError("an old ticket's record is still in the topic")
+    if sorted(t for t in old if processed.get(t)) != old[:old_consumed]:
+        raise LabError(f"the old tickets processed are not the first {old_consumed}: {sorted(processed)}")
+    return rows, processed, committed, position

@@ -9,9 +9,8 @@ from auditor.lab import truth
 from auditor.lab.cluster import LabError
 from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
-from auditor.lab.scenarios.recreation import produce_probed
+from auditor.lab.scenarios.recreation import consumer_truth, go_on_at_reused_offsets, produce_probed
 from auditor.lab.world import STUCK_AGE_S, World
-from auditor.stuck.verdicts import COMPLETENESS_SLACK_MS
 
 OLD = list(range(1, 13))  # acked, then lost with the disk
 OLD_CONSUMED = 10  # processed before the loss: marks at offsets 0-9
@@ -49,25 +48,13 @@ def disk_lost_consumed(world: World) -> Outcome:
     # starts again at the log start (auto.offset.reset=earliest) and processes the first new
     # records; later ones once the first is old enough that nothing after it can be taken for
     # a lost record's, give or take the reconciliation's grace and the diagnosis's clock slack.
-    world.insert(NEW_FIRST + NEW_LATER)
-    produce_probed(world, producer_ledger, NEW_FIRST)
-    world.consume("at-least-once", probed=True, records=len(NEW_FIRST))
-    time.sleep(max(binding.grace_seconds, COMPLETENESS_SLACK_MS / 1000) + 2.0)
-    produce_probed(world, producer_ledger, NEW_LATER)
-    crashed = world.consume("at-most-once", crash_at=CRASH_AT, probed=True)
-    world.consume("at-most-once", probed=True, idle_s=30, records=len(NEW_LATER) - CRASH_AT)
+    crashed = go_on_at_reused_offsets(world, producer_ledger, binding.grace_seconds, NEW_FIRST, NEW_LATER, CRASH_AT)
 
     # Ground truth: the probed producer's delivery reports (all acked), reads of the topic
     # before and after the fault, the table, the application's own log of what it processed
     # and the group's commit.
     final = cluster.read_topic(world.topic)
-    rows, processed = world.rows(), world.processed()
-    committed = cluster.committed(world.group, world.topic).get(0, -1)
-    position = {r.key: r.offset for r in final}
-    if any(str(t) in position for t in OLD):
-        raise LabError("an old ticket's record survived the disk loss")
-    if sorted(t for t in OLD if processed.get(t)) != OLD[:OLD_CONSUMED]:
-        raise LabError(f"the old tickets processed are not the first {OLD_CONSUMED}: {sorted(processed)}")
+    rows, processed, committed, position = consumer_truth(world, OLD, OLD_CONSUMED)
     expected = truth.producer_side(OLD, final, seen_before=seen_before, probed_acked=[str(t) for t in OLD])
     for ticket in OLD[OLD_CONSUMED:]:  # acked at an offset another record holds now, never processed
         expected[str(ticket)].add("stuck:broker-lost")
