@@ -79,6 +79,9 @@ def topic_partitions(admin: AdminClient, topic: str, timeout_s: float = 10.0, re
     return sorted(info.partitions)
 
 
+# How much longer than an admin request's own timeout its future is waited for.
+FUTURE_MARGIN_S = 5.0
+
 # The id of a topic made before topic ids existed (Kafka < 2.8), as the client prints it.
 NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
@@ -88,10 +91,12 @@ def topic_id(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> str | N
     created again under the same name gets another. None when the cluster gives none."""
     try:
         future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
-        description = future.result(timeout=timeout_s)
+        # librdkafka ends the request at request_timeout; the wait is a backstop past it, so a
+        # request is not left in flight when the caller drops the client (librdkafka#4605)
+        description = future.result(timeout=timeout_s + FUTURE_MARGIN_S)
     except KafkaException as exc:
         raise KafkaReadError(f"topic {topic!r} cannot be described: {exc}") from exc
-    except TimeoutError:  # the future's own wait: a frozen broker never answers (lab, CI)
+    except TimeoutError:  # no answer at all (a frozen broker's connection: CI of stop 36)
         raise KafkaReadError(f"topic {topic!r} cannot be described: no answer within {timeout_s:g} s") from None
     found = str(description.topic_id) if description.topic_id is not None else ""
     return found if found and found != NO_TOPIC_ID else None

@@ -23,6 +23,7 @@ from auditor.stuck.record_reader import RecordReader, Target, leader_epoch_start
 from spark_jobs.group_offsets import committed_offsets, coordinator_request
 from spark_jobs.kafka_cleanup import read_topic_cleanup
 from spark_jobs.kafka_offsets import (
+    FUTURE_MARGIN_S,
     KafkaReadError,
     PartitionOffsets,
     admin_client,
@@ -140,7 +141,7 @@ def _configs(admin: AdminClient, view: ClusterView, timeout_s: float) -> None:
         if brokers:
             resource = ConfigResource(ResourceType.BROKER, str(brokers[0]))
             for future in admin.describe_configs([resource], request_timeout=timeout_s).values():
-                entry = future.result(timeout=timeout_s).get("offsets.retention.minutes")
+                entry = future.result(timeout=timeout_s + FUTURE_MARGIN_S).get("offsets.retention.minutes")
                 offsets_minutes = int(entry.value) if entry is not None and entry.value is not None else None
     except (KafkaException, ValueError) as exc:
         view.notes.append(f"offsets.retention.minutes could not be read: {exc}")

@@ -97,9 +97,9 @@ def test_a_topic_id_no_broker_answers_for_is_a_read_error_not_a_crash(
     make_topic: Callable[..., str], kafka_bootstrap: str, kafka_brokers: int
 ) -> None:
     """The diagnosis reads the topic's id before the groups' commits. A frozen broker's kernel
-    still accepts the connection, so the admin client's answer never comes and the future's own
-    wait ends first: that TimeoutError once crashed a diagnosis under a frozen coordinator (CI,
-    stop 36). It is a read error the caller can note, like any other."""
+    still accepts the connection, so no answer comes: the request times out, or the wait for its
+    future does (that TimeoutError once crashed a diagnosis under a frozen coordinator: CI, stop
+    36). Either is a read error the caller can note, like any other, within the timeout."""
     if kafka_brokers < 3:
         pytest.skip("needs the 3-broker test stack")
     topic = make_topic("frozen-topic-id", partitions=1, replication_factor=3)
