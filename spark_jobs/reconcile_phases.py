@@ -43,7 +43,7 @@ from spark_jobs.reconcile_extract import (
     summarize_partitions,
 )
 from spark_jobs.reconcile_rewrites import find_mark_rules, without_rewritten_marks
-from spark_jobs.reconcile_state import DATASETS, StateMeta, StateStore
+from spark_jobs.reconcile_state import DATASETS, StateError, StateMeta, StateStore
 from spark_jobs.reconcile_transform import (
     COMMITTED_SCHEMA,
     FINDING_KINDS,
@@ -295,6 +295,14 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     store = StateStore(options.state_dir, binding.name, run_id)
     meta = StateMeta() if options.full else store.read_meta()
     warnings: list[str] = []
+    if options.full:
+        # A full run starts over, but where the broker rewrote partitions is the topic's
+        # history, not the state's: its records cannot tell it again, and the lost records'
+        # marks are still in the consumer ledger it reads from its start.
+        try:
+            meta.marks_rewritten = store.read_meta().marks_rewritten
+        except StateError:  # the state it starts over from is unreadable: nothing known
+            warnings.append("the reconciliation state could not be read: where partitions were rewritten is not known")
     cleanup = extract_topic_cleanup(binding)
     try:
         current_id = extract_topic_id(binding)

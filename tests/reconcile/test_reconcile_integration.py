@@ -953,4 +953,10 @@ def test_marks_of_records_the_broker_lost_are_not_taken_for_the_records_now_at_t
     third = reconcile_once(spark, binding, tmp_path)
     assert third["mode"] == "incremental"
     assert finding_set(third) == expected
+    # A full run starts over without the key index (1-3 are then plain missing), and still
+    # knows where the broker rewrote the partition.
+    full = reconcile_once(spark, binding, tmp_path, full=True)
+    assert finding_set(full) == {("missing", str(t), None, None, None) for t in (1, 2, 3)} | {
+        ("unprocessed", "6", None, *world.at("t6"))
+    }
     cluster.delete_topic(world.topic)
