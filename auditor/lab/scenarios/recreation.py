@@ -13,6 +13,7 @@ from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
 from auditor.lab.workload import produce
 from auditor.lab.world import STUCK_AGE_S, World
+from auditor.pipelines.models import Binding
 from auditor.probes import AuditedProducer
 from auditor.stuck.verdicts import COMPLETENESS_SLACK_MS
 
@@ -32,13 +33,7 @@ CRASH_AT = 3  # the third record of NEW_LATER: committed, then the consumer is k
 def topic_recreated(world: World) -> Outcome:
     cluster = world.cluster
     world.make_topic(replication=3, min_insync_replicas="2")
-    producer_ledger, _ = world.make_ledgers()
-    world.make_table()
-    binding = world.make_binding(groups=[world.group])
-    world.make_rule(older_than_s=1)
-    world.insert(OLD, age_s=STUCK_AGE_S)
-    produce_probed(world, producer_ledger, OLD)
-    world.consume("at-least-once", probed=True, records=OLD_CONSUMED)
+    producer_ledger, binding = probed_pipeline(world, OLD, OLD_CONSUMED)
     world.reconcile()  # the auditor sees the first topic (and its id)
 
     # The fault: the topic is deleted and created again, as kafka-topics.sh --delete / --create do.
@@ -92,6 +87,20 @@ def produce_probed(world: World, ledger: str, tickets: list[int]) -> None:
         truth.all_sent(produce(world.cluster.bootstrap, world.topic, tickets, producer=producer))
     finally:
         producer.close(30)
+
+
+def probed_pipeline(world: World, old: list[int], consumed: int) -> tuple[str, Binding]:
+    """On the world's topic: ledgers, table, a binding naming the group, a stuck rule; `old`
+    produced by a probed producer and the first `consumed` of them processed by a probed
+    consumer. The producer ledger and the binding."""
+    producer_ledger, _ = world.make_ledgers()
+    world.make_table()
+    binding = world.make_binding(groups=[world.group])
+    world.make_rule(older_than_s=1)
+    world.insert(old, age_s=STUCK_AGE_S)
+    produce_probed(world, producer_ledger, old)
+    world.consume("at-least-once", probed=True, records=consumed)
+    return producer_ledger, binding
 
 
 def go_on_at_reused_offsets(

@@ -9,8 +9,8 @@ from auditor.lab import truth
 from auditor.lab.cluster import LabError
 from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
-from auditor.lab.scenarios.recreation import consumer_truth, go_on_at_reused_offsets, produce_probed
-from auditor.lab.world import STUCK_AGE_S, World
+from auditor.lab.scenarios.recreation import consumer_truth, go_on_at_reused_offsets, probed_pipeline
+from auditor.lab.world import World
 
 OLD = list(range(1, 13))  # acked, then lost with the disk
 OLD_CONSUMED = 10  # processed before the loss: marks at offsets 0-9
@@ -30,13 +30,7 @@ def disk_lost_consumed(world: World) -> Outcome:
     cluster = world.cluster
     world.make_topic(replication=1, min_insync_replicas="1")
     broker = cluster.partition(world.topic).leader
-    producer_ledger, _ = world.make_ledgers()
-    world.make_table()
-    binding = world.make_binding(groups=[world.group])
-    world.make_rule(older_than_s=1)
-    world.insert(OLD, age_s=STUCK_AGE_S)
-    produce_probed(world, producer_ledger, OLD)
-    world.consume("at-least-once", probed=True, records=OLD_CONSUMED)
+    producer_ledger, binding = probed_pipeline(world, OLD, OLD_CONSUMED)
     seen_before = cluster.read_topic(world.topic)
     world.reconcile()  # the auditor sees the old records
 
