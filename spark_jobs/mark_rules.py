@@ -25,12 +25,14 @@ class MarkRule:
     def as_json(self) -> list[int]:
         return [self.after, self.until_ms]
 
+    def cause(self, topic: str) -> str:
+        return f"{topic}/{self.partition} was truncated and rewritten past offset {self.after}"
+
     def describe(self, topic: str) -> str:
         until = datetime.fromtimestamp(self.until_ms / 1000, UTC).isoformat()
         return (
-            f"{topic}/{self.partition}: records past offset {self.after} were truncated and rewritten; processed marks "
-            f"made there up to {until} may be of the lost records and are left out, and records written there up to "
-            "then are not judged unprocessed"
+            f"{self.cause(topic)}: processed marks made there up to {until} may be of the lost records and are left "
+            "out, and records written there up to then are not judged unprocessed"
         )
 
 

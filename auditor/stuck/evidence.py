@@ -263,10 +263,7 @@ class ClusterView:
         for rule in covering(self.mark_rules, partition, offset):
             if until is None or rule.until_ms > until:
                 until = rule.until_ms
-                why = (
-                    f"{self.topic}/{partition} was truncated and rewritten past offset {rule.after} (found by "
-                    "reconciliation)"
-                )
+                why = f"{rule.cause(self.topic)} (found by reconciliation)"
         return until, why
 
     def partition_complete_since_ms(self, state: PartitionState) -> int | None:
