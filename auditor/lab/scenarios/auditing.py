@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import time
 
+from confluent_kafka import KafkaException
+
 from auditor.lab import truth
 from auditor.lab.cluster import LabError
 from auditor.lab.compare import Outcome, merge
@@ -83,6 +85,18 @@ def _while_auditing(world: World, fault: tuple[str, str]) -> Outcome:
     # is an answer the auditor did not give: a miss.
     expected[RUN] = {RUN_FINISHED}
 
+    # The group's offsets stay readable through the fault only if their partition keeps
+    # min.insync.replicas (2) in sync without the victim: with one follower out of sync, its
+    # coordinator cannot commit a write (KIP-966), and a stable fetch is one. The lab waits
+    # for all three, as it does for the topic, and notes where the coordinator was.
+    offsets_partition = cluster.offsets_partition(world.group)
+    waited = time.monotonic()
+    cluster.wait_for_isr("__consumer_offsets", 3, partition=offsets_partition)
+    before = cluster.partition("__consumer_offsets", offsets_partition)
+    world.notes.append(
+        f"the group's offsets partition __consumer_offsets-{offsets_partition} before the fault: leader"
+        f" {before.leader}, in sync {list(before.isr)} (waited {time.monotonic() - waited:.1f} s for 3)"
+    )
     victim = cluster.partition(world.topic, 0).leader
     cluster.broker(inject, victim)
     try:
@@ -94,7 +108,15 @@ def _while_auditing(world: World, fault: tuple[str, str]) -> Outcome:
             world.notes.append(f"the reconciliation run failed under the fault: {exc}")
             run, finished = AuditorAnswer({}, time.monotonic()), {}
     finally:
+        try:
+            during = cluster.partition("__consumer_offsets", offsets_partition)
+            placed = f"leader {during.leader}, in sync {list(during.isr)}"
+        except KafkaException as exc:  # a note only: the broker must come back whatever happens
+            placed = f"not read ({exc})"
         cluster.broker(heal, victim)
+    world.notes.append(
+        f"__consumer_offsets-{offsets_partition} after the diagnosis and the run, before the broker came back: {placed}"
+    )
     cluster.wait_for_isr(world.topic, 3)
     how = "killed -9" if inject == "kill" else "frozen (SIGSTOP)"
     world.notes.append(f"broker {victim} (leader of partition 0) {how}; {len(waiting)} ticket(s) waiting")
