@@ -60,7 +60,10 @@ Decision, in order:
    processed mark made up to the bound may be of the gone record that held the offset: it
    is not taken for the record there now (a later mark at the same position counts), and
    a record written up to the bound (plus the slack for clocks) committed past without a
-   later mark is unknown, not skipped.
+   later mark is unknown, not skipped. The same holds for a record acked or seen at such an
+   offset that is now below the log start (4, 5): written up to the bound, it may have been
+   lost with the rewritten part or kept and deleted since -> unknown; written after it, its
+   marks are judged as above, and marks past it prove no skip (they may be of lost records).
 """
 
 from __future__ import annotations
@@ -228,9 +231,7 @@ def _visible_outcome(
     # held the offset (the deleted topic's, or a lost one), and none may be missing.
     # The earliest mark there may be of it; a later one made after the bound counts.
     unclear_until, unclear_why = view.marks_unclear_until(record.partition, record.offset)
-    if unclear_until is not None and mark is not None and (mark.ts_ms or 0) <= unclear_until:
-        later = mark.latest()
-        mark = later if (later.ts_ms or 0) > unclear_until else None
+    mark = _counted_mark(mark, unclear_until)
     unclear = unclear_until is not None and not _complete(unclear_until, record.timestamp_ms or 0)
     if mark is not None:
         info["processed"] = mark.as_json()
@@ -473,7 +474,18 @@ def _written_then_gone(
             f"watermark {state.high}): lost on the broker side, e.g. truncated by an unclean leader election",
             evidence,
         )
-    return _deleted(row, partition, offset, how, state, marks, view, evidence, written_ms)
+    unclear_until, unclear_why = view.marks_unclear_until(partition, offset)
+    if unclear_until is not None and not _complete(unclear_until, written_ms or 0):
+        # Past where reconciliation proved the partition survived a truncation, written before
+        # the rewrite: lost with the rewritten part, or kept and deleted since.
+        evidence["marks_unclear"] = unclear_why
+        return Diagnosis(
+            "unknown",
+            f"{how} {where}, now below the log start {state.low}; but {unclear_why}, and it was written before "
+            f"{ms_to_iso(unclear_until)}: lost with the rewritten part or deleted since cannot be told",
+            evidence,
+        )
+    return _deleted(row, partition, offset, how, state, marks, view, evidence, written_ms, unclear_until, unclear_why)
 
 
 def _from_missing_report(
@@ -830,8 +842,12 @@ def _deleted(
     view: ClusterView,
     evidence: dict[str, Any],
     written_ms: int | None,
+    unclear_until: int | None = None,
+    unclear_why: str = "",
 ) -> Diagnosis:
-    """Written at an offset below today's log start: retention or delete-records removed it."""
+    """Written at an offset below today's log start: retention or delete-records removed it.
+    Past `unclear_until` (marks_unclear_until: the record was written after it), marks made
+    up to then at its partition's rewritten offsets may be of records the broker lost."""
     where = f"{view.topic}/{partition}@{offset}"
     if view.groups_error:
         return Diagnosis(
@@ -849,7 +865,7 @@ def _deleted(
     outcomes = []
     for group in view.groups.values():
         info = _group_info(group, partition)
-        mark = marks.get((group.group, partition, offset))
+        mark = _counted_mark(marks.get((group.group, partition, offset)), unclear_until)
         committed = group.committed.get(partition)
         if mark is not None:
             info["processed"] = mark.as_json()
@@ -900,6 +916,15 @@ def _deleted(
                     info,
                 )
             )
+        elif group.max_mark_below_low.get(partition, -1) > offset and unclear_until is not None:
+            outcomes.append(
+                _Outcome(
+                    "unknown",
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({committed}) and marked "
+                    f"records past it processed, but {unclear_why}: those marks may be of records the broker lost",
+                    info,
+                )
+            )
         elif group.max_mark_below_low.get(partition, -1) > offset:
             info["processed_after_it"] = group.max_mark_below_low[partition]
             outcomes.append(
@@ -925,6 +950,16 @@ def _deleted(
 
 
 # --- helpers --------------------------------------------------------------------------------
+
+
+def _counted_mark(mark: ProcessedMark | None, unclear_until: int | None) -> ProcessedMark | None:
+    """The mark at a position that is of the record there now: where marks up to
+    `unclear_until` may be of a gone record that held the offset (marks_unclear_until), the
+    latest mark there if it was made after that, else none."""
+    if unclear_until is None or mark is None or (mark.ts_ms or 0) > unclear_until:
+        return mark
+    later = mark.latest()
+    return later if (later.ts_ms or 0) > unclear_until else None
 
 
 def _combine(outcomes: list[_Outcome], evidence: dict[str, Any]) -> Diagnosis:

@@ -487,3 +487,44 @@ def test_marks_at_one_position_keep_the_first_and_the_latest() -> None:
     assert c.merged(b).merged(a) == merged  # in any order
     assert (merged.latest().consumer_session, merged.latest().ts_ms) == ("b", 3000)
     assert a.merged(a) == a and a.latest() == a
+
+
+def test_a_deleted_record_at_a_rewritten_offset_is_judged_by_the_time_of_its_marks() -> None:
+    """Reconciliation found partition 0 truncated and rewritten past offset 1 (its first new
+    record written 10 minutes ago, the bound); retention has since moved the log start to 8.
+    A mark at offset 4 made before the bound may be a lost record's, and so may marks past 4."""
+    until = NOW_MS - 600_000
+    rules = {"mark_rules": [MarkRule(0, 1, until)]}
+    old = ProcessedMark("g", 0, 4, "old-session", NOW_MS - 3_000_000)
+    new = ProcessedMark("g", 0, 4, "new-session", NOW_MS - 60_000)
+    before = acked(4)  # acked 58 minutes ago, before the rewrite
+    after = replace(acked(4), ts_ms=NOW_MS - 300_000)  # acked 5 minutes ago, at a rewritten offset
+
+    def deleted(**extra: object) -> ClusterView:
+        return view(low=8, high=10, committed=10, **extra)
+
+    # acked before the bound past the proven offset: lost with the rewritten part, or kept and
+    # deleted since, cannot be told, whatever marks say
+    for marks in ({}, {("g", 0, 4): old}, {("g", 0, 4): old.merged(new)}):
+        d = diagnose(ROW, [], [before], marks, deleted(**rules))
+        assert d.verdict == "unknown" and "truncated and rewritten past offset 1" in d.reason, d.reason
+    # acked after it: the lost record's mark is not its own ...
+    cluster = deleted(**rules)
+    d = diagnose(ROW, [], [after], {("g", 0, 4): old}, cluster)
+    assert d.verdict == "expired", d.reason
+    # ... a mark made after the bound is
+    d = diagnose(ROW, [], [after], {("g", 0, 4): old.merged(new)}, cluster)
+    assert d.verdict == "processed-not-updated" and "new-session" in d.reason, d.reason
+    # and marks past it may be lost records': no proof that the group skipped it
+    cluster.groups["g"].max_mark_below_low = {0: 6}
+    d = diagnose(ROW, [], [after], {("g", 0, 4): old}, cluster)
+    assert d.verdict == "unknown" and "may be of records the broker lost" in d.reason, d.reason
+    # without the rule, the same evidence is what it says
+    assert diagnose(ROW, [], [before], {("g", 0, 4): old}, deleted()).verdict == "processed-not-updated"
+    plain = deleted()
+    plain.groups["g"].max_mark_below_low = {0: 6}
+    assert diagnose(ROW, [], [after], {}, plain).verdict == "skipped"
+    # below the proven offset a deleted record is judged as ever
+    assert diagnose(ROW, [], [acked(1)], {("g", 0, 1): replace(old, offset=1)}, deleted(**rules)).verdict == (
+        "processed-not-updated"
+    )
