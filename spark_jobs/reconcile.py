@@ -56,19 +56,14 @@ from spark_jobs.binding import (
 )
 from spark_jobs.common import build_spark_session
 from spark_jobs.reconcile_phases import (
-    Laps,
-    RunOptions,
-    RunPlan,
     commit_state,
     count_findings,
     extract_inputs,
     find_all,
     flag_new,
-    new_run_id,
-    plan_run,
-    run_settings_applied,
     update_state,
 )
+from spark_jobs.reconcile_plan import Laps, RunOptions, RunPlan, new_run_id, plan_run, run_settings_applied
 from spark_jobs.reconcile_transform import is_empty_plan
 
 

@@ -1,15 +1,12 @@
-"""The phases of one reconciliation run: plan_run → extract_inputs → update_state → find_all →
-flag_new / count_findings → commit_state. reconcile.py wires them and loads the result."""
+"""The phases of one reconciliation run after plan_run (reconcile_plan.py): extract_inputs →
+update_state → find_all → flag_new / count_findings → commit_state. reconcile.py wires them
+and loads the result."""
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -18,9 +15,7 @@ from spark_jobs.binding import (
     Binding,
     BindingError,
 )
-from spark_jobs.kafka_cleanup import TopicCleanup
-from spark_jobs.kafka_offsets import KafkaReadError
-from spark_jobs.mark_rules import MarkRule, rules_from_json, rules_to_json
+from spark_jobs.mark_rules import rules_from_json, rules_to_json
 from spark_jobs.reconcile_extract import (
     OffsetRange,
     check_nothing_deleted_while_read,
@@ -30,10 +25,6 @@ from spark_jobs.reconcile_extract import (
     extract_source,
     extract_source_columns,
     extract_topic,
-    extract_topic_cleanup,
-    extract_topic_id,
-    extract_topic_offsets,
-    find_rewritten_partitions,
     first_record_ms,
     loss_horizon,
     lost_warnings,
@@ -42,8 +33,9 @@ from spark_jobs.reconcile_extract import (
     source_key_unique,
     summarize_partitions,
 )
+from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_rewrites import find_mark_rules, without_rewritten_marks
-from spark_jobs.reconcile_state import DATASETS, StateError, StateMeta, StateStore
+from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import (
     COMMITTED_SCHEMA,
     FINDING_KINDS,
@@ -94,274 +86,8 @@ from spark_jobs.reconcile_transform import (
     unverifiable_rows,
 )
 
-# Below this many new records the new side of a state join is broadcast, so state is
-# scanned once without a shuffle. A broadcast is built in the driver: the bound keeps its
-# memory small (a few MB of keys), and a run without earlier state never broadcasts (there
-# is nothing to spare a shuffle of, and a first run reads the whole topic).
-BROADCAST_NEW_ROWS = 200_000
-
-
+# What makes two runs' findings the same finding (flag_new: is_new).
 IDENTITY = ["kind", "key", "cause", "partition", "offset", "session", "seq", "group"]
-
-
-@dataclass
-class RunOptions:
-    state_dir: str
-    full: bool = False
-    run_id: str | None = None
-    max_findings: int = 10_000
-    output_json: str | None = None
-    output_jdbc_url: str | None = None
-    findings_table: str = "reconcile_finding"
-    now: datetime | None = None  # fixed clock for tests
-
-
-def new_run_id() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
-
-
-class Laps:
-    """Seconds per phase of a run, for its result's `timings`."""
-
-    def __init__(self) -> None:
-        self.timings: dict[str, float] = {}
-        self._clock = time.monotonic()
-
-    def __call__(self, name: str) -> None:
-        now = time.monotonic()
-        self.timings[name] = round(self.timings.get(name, 0.0) + now - self._clock, 3)
-        self._clock = now
-
-
-@dataclass
-class RunPlan:
-    """Phase 1: what the run builds on and what it reads (offsets, the source window)."""
-
-    run_id: str
-    store: StateStore
-    meta: StateMeta  # the state this run builds on: empty on a full run or a rebuild
-    memory: StateMeta | None  # rebuild only: the state earlier runs left, kept as evidence
-    rewritten: dict[int, str]  # partition → why its offsets already read are no longer trusted
-    kafka: dict[str, Any]  # extract_topic_offsets
-    lower: datetime | None
-    upper: datetime
-    cutoff: datetime
-    warnings: list[str]
-    cleanup: TopicCleanup
-    topic_id: str | None = None  # the topic's id now
-    # Why every record earlier runs read is gone: the topic was deleted and created again
-    # (its id changed). None: it was not.
-    recreated: str | None = None
-    # state.json's topic_records_since: set when this run finds the topic created again
-    topic_records_since: datetime | None = None
-
-    @property
-    def topic(self) -> OffsetRange:
-        topic: OffsetRange = self.kafka["topic"]
-        return topic
-
-    @property
-    def previous(self) -> StateMeta:
-        """The state the last run left (findings for is_new, lost sightings)."""
-        return self.memory or self.meta
-
-    @property
-    def broadcast_new(self) -> bool:
-        return bool(self.meta.run_id) and self.topic.total < BROADCAST_NEW_ROWS
-
-    @property
-    def records_seen(self) -> int:
-        """Records of the topic and both ledgers that the state holds and this run reads, at
-        most: earlier runs' end offsets count from offset 0."""
-        previous = self.previous
-        before = (previous.topic_offsets, previous.producer_ledger_offsets, previous.consumer_ledger_offsets)
-        now = (self.topic, self.kafka["producer_ledger"], self.kafka["consumer_ledger"])
-        return sum(sum(offsets.values()) for offsets in before) + sum(r.total for r in now)
-
-    @property
-    def mode(self) -> str:
-        return "rebuild" if self.memory else "incremental" if self.meta.run_id else "full"
-
-
-@dataclass
-class RunInputs:
-    """Phase 2: this run's new data, read and parsed."""
-
-    records: DataFrame  # committed records of the planned offsets (RECORD_SCHEMA + header_status)
-    all_records: DataFrame  # the same read_uncommitted where transactions are in use
-    new_aborted: DataFrame
-    totals: dict[str, int]  # n, keyed, RECORD_COUNTS
-    unverifiable_until: datetime | None
-    marks_lost_until: datetime | None  # records written up to here are never `unprocessed`
-    mark_rules: list[MarkRule]  # where and when marks may be of records the broker lost (reconcile_rewrites)
-    entries_lost_until: datetime | None  # producer-ledger entries up to here may be gone unread
-    compacted_until: datetime | None  # compacted topic: acked records up to here may be cleaned away
-    absent_keys_compacted: bool  # ... and so may every record of an item (its key is not the record key)
-    checkpoints: dict[int, list[int]]
-    old_source: DataFrame
-    window_rows: DataFrame  # the source rows of this run's window, one per key
-    producer_entries: DataFrame
-    producer_bounds: DataFrame
-    processed: DataFrame
-    committed: DataFrame
-    groups: DataFrame
-
-
-@dataclass
-class RunState:
-    """Phase 3: the state after this run (datasets written under its id and read back)."""
-
-    store: StateStore
-    laps: Laps
-    frames: dict[str, DataFrame] = field(default_factory=dict)
-    datasets: dict[str, str] = field(default_factory=dict)
-    key_deltas: list[str] = field(default_factory=list)
-    source_deltas: list[str] = field(default_factory=list)
-
-    def keep(self, name: str, df: DataFrame) -> DataFrame:
-        """Write a dataset of the new state; returns it read back."""
-        self.laps("prepare")
-        self.datasets[name], self.frames[name] = self.store.write_dataset(df, name)
-        self.laps(f"state.{name}")
-        return self.frames[name]
-
-    def keep_unless_empty(self, name: str, inputs: Sequence[DataFrame], build: Callable[[], DataFrame]) -> DataFrame:
-        """keep(name, build()), where `inputs` are the frames without whose rows the dataset
-        has none: when the optimizer proves every one empty (no ledger, group or transaction
-        in this binding, see local_frame), nothing is built or written. An absent dataset
-        reads as empty."""
-        if all(is_empty_plan(df) for df in inputs):
-            self.frames[name] = empty_frame(inputs[0].sparkSession, DATASETS[name])
-            return self.frames[name]
-        return self.keep(name, build())
-
-
-# A run whose state and input are smaller than this (in records) is all fixed cost: its
-# expressions are interpreted instead of compiled to Java first (Janino compiling the
-# generated code is most of such a run's executor time, and the first run of a JVM, which
-# every spark-submit run is, compiles all of it). Above it, compiled code pays for itself.
-SMALL_RUN_RECORDS = 100_000
-INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-
-
-def run_settings(spark: SparkSession, plan: RunPlan) -> dict[str, str]:
-    """The session settings of this run that differ from the job's defaults."""
-    settings: dict[str, str] = {}
-    if plan.broadcast_new:
-        # Little new data: shuffle it in as many partitions as there are cores instead of
-        # the session's default; each partition is a task per stage.
-        settings["spark.sql.shuffle.partitions"] = str(max(1, spark.sparkContext.defaultParallelism))
-    if plan.records_seen < SMALL_RUN_RECORDS:
-        settings |= INTERPRETED
-    return settings
-
-
-@contextmanager
-def run_settings_applied(spark: SparkSession, plan: RunPlan) -> Iterator[dict[str, str]]:
-    """run_settings() set on the session for the run's duration, then restored."""
-    settings = run_settings(spark, plan)
-    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield settings
-    finally:
-        for key, earlier in before.items():
-            if earlier is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, earlier)
-
-
-def forget_renamed_ledgers(binding: Binding, meta: StateMeta) -> list[str]:
-    """Where the binding now names another ledger topic than the one the state's offsets are
-    of, those offsets mean nothing there: the new ledger is read from its start (records it
-    deleted before that count as lost, as on a first run). What the old ledger said stays in
-    the state's datasets. Returns a warning per ledger changed."""
-    warnings = []
-    for kind, named in (("producer", binding.producer_ledger_topic), ("consumer", binding.consumer_ledger_topic)):
-        read = getattr(meta, f"{kind}_ledger_topic")
-        offsets: dict[int, int] = getattr(meta, f"{kind}_ledger_offsets")
-        if read is not None and read != named and offsets:
-            setattr(meta, f"{kind}_ledger_offsets", {})
-            warnings.append(f"the {kind} ledger is now {named} (earlier runs read {read}): it is read from its start")
-    return warnings
-
-
-def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
-    """Which state to build on (a rebuild when offsets already read were rewritten), which
-    offsets to read, and the source window."""
-    run_id = options.run_id or new_run_id()
-    store = StateStore(options.state_dir, binding.name, run_id)
-    meta = StateMeta() if options.full else store.read_meta()
-    warnings: list[str] = []
-    if options.full:
-        # A full run starts over, but where the broker rewrote partitions is the topic's
-        # history, not the state's: its records cannot tell it again, and the lost records'
-        # marks are still in the consumer ledger it reads from its start.
-        try:
-            meta.marks_rewritten = store.read_meta().marks_rewritten
-        except StateError:  # the state it starts over from is unreadable: nothing known
-            warnings.append("the reconciliation state could not be read: where partitions were rewritten is not known")
-    cleanup = extract_topic_cleanup(binding)
-    try:
-        current_id = extract_topic_id(binding)
-    except KafkaReadError as exc:  # then a re-creation goes unseen this run (the checkpoints still see most)
-        current_id = None
-        warnings.append(f"the topic's id could not be read, so a re-creation of it would go unseen: {exc}")
-    recreated = None
-    if meta.topic_id and current_id and meta.topic_id != current_id:
-        recreated = (
-            f"topic {binding.topic} was deleted and created again since run {meta.run_id} (topic id {meta.topic_id}, "
-            f"now {current_id})"
-        )
-        rewritten = dict.fromkeys(meta.topic_offsets or [0], recreated)
-    else:
-        rewritten = find_rewritten_partitions(binding, meta, cleanup.compacted)
-    memory: StateMeta | None = None
-    if rewritten:
-        memory = meta
-        meta = StateMeta(
-            unverifiable_until=memory.unverifiable_until,
-            marks_lost_until=memory.marks_lost_until,
-            entries_lost_until=memory.entries_lost_until,
-            marks_rewritten=memory.marks_rewritten,
-        )
-    if recreated and memory is not None:
-        # Nothing was lost by the broker: what earlier runs saw was delivered, and went with
-        # the old topic as if retention had deleted it (the rebuild keeps all of it). The
-        # ledgers are not read again: the marks and entries earlier runs read are of the old
-        # topic's offsets, which the new topic's records take again.
-        meta.producer_ledger_offsets, meta.consumer_ledger_offsets = (
-            memory.producer_ledger_offsets,
-            memory.consumer_ledger_offsets,
-        )
-        meta.producer_ledger_topic, meta.consumer_ledger_topic = (
-            memory.producer_ledger_topic,
-            memory.consumer_ledger_topic,
-        )
-        warnings.append(
-            f"{recreated}: its records went with it; the key index keeps what earlier runs saw of them "
-            "(delivered, not missing), and the new topic is read from its start"
-        )
-    else:
-        warnings += [
-            f"{binding.topic}/{p}: records already read were truncated or rewritten ({reason}); every partition "
-            "is read again from its log start"
-            for p, reason in sorted(rewritten.items())
-        ]
-    warnings += forget_renamed_ledgers(binding, meta)
-    kafka = extract_topic_offsets(binding, meta, read_before=memory.topic_offsets if memory else None)
-    laps("kafka_offsets")
-    upper = options.now or datetime.now(UTC)
-    if meta.window_upper:
-        lower: datetime | None = datetime.fromisoformat(meta.window_upper) - timedelta(seconds=binding.lookback_seconds)
-    else:
-        lower = binding.since
-    cutoff = upper - timedelta(seconds=binding.grace_seconds)
-    return RunPlan(
-        run_id, store, meta, memory, rewritten, kafka, lower, upper, cutoff, warnings, cleanup, current_id, recreated
-    )
 
 
 @dataclass

@@ -284,7 +284,7 @@ def run_in_process(job: JobInput, job_run_id: str, full: bool) -> dict[str, Any]
     from spark_jobs.binding import BindingError, binding_from_dict
     from spark_jobs.common import build_spark_session
     from spark_jobs.reconcile import run
-    from spark_jobs.reconcile_phases import RunOptions
+    from spark_jobs.reconcile_plan import RunOptions
 
     try:
         binding = binding_from_dict(job.payload)
