@@ -15,7 +15,7 @@ from auditor.lab.workload import produce
 from auditor.lab.world import STUCK_AGE_S, World
 from auditor.pipelines.models import Binding
 from auditor.probes import AuditedProducer
-from auditor.stuck.verdicts import COMPLETENESS_SLACK_MS
+from auditor.stuck.verdict_outcomes import COMPLETENESS_SLACK_MS
 
 OLD = list(range(1, 11))  # produced into the first topic
 OLD_CONSUMED = 7  # the consumer processes the first seven; three are still unread when it goes

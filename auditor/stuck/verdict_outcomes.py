@@ -1,0 +1,162 @@
+"""What the verdict rules (verdicts.py) share: one (record, group) outcome and how outcomes
+combine into a diagnosis, completeness of a log since an instant, where an item sits, and
+the evidence helpers every rule uses."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from auditor.stuck.evidence import (
+    ClusterView,
+    Diagnosis,
+    GroupState,
+    PartitionState,
+    ProcessedMark,
+    ms_to_iso,
+)
+from spark_jobs.kafka_cleanup import absent_keys_explained
+
+# Producer clocks drift: a record counts as "certainly still in the log" only this long
+# after the oldest remaining record.
+COMPLETENESS_SLACK_MS = 60_000
+
+
+MAX_LISTED = 5  # records / ledger entries listed per item
+
+
+MarkIndex = Mapping[tuple[str, int, int], ProcessedMark]
+
+
+# Outcomes of one (record, group) pair, most telling first.
+PRIORITY = ("processed", "waiting", "unknown", "expired", "skipped")
+
+
+VERDICT_OF = {
+    "processed": "processed-not-updated",
+    "waiting": "waiting",
+    "unknown": "unknown",
+    "expired": "expired",
+    "skipped": "skipped",
+}
+
+
+@dataclass
+class Outcome:
+    kind: str
+    reason: str
+    group: dict[str, Any]
+
+
+def combine(outcomes: list[Outcome], evidence: dict[str, Any]) -> Diagnosis:
+    evidence["groups"] = [o.group | {"outcome": o.kind} for o in outcomes]
+    best = min(outcomes, key=lambda o: PRIORITY.index(o.kind))
+    return Diagnosis(VERDICT_OF[best.kind], best.reason, evidence)
+
+
+def complete(since_ms: int | None, created_ms: int) -> bool:
+    return since_ms is not None and (since_ms == 0 or since_ms + COMPLETENESS_SLACK_MS <= created_ms)
+
+
+def counted_mark(mark: ProcessedMark | None, unclear_until: int | None) -> ProcessedMark | None:
+    """The mark at a position that is of the record there now: where marks up to
+    `unclear_until` may be of a gone record that held the offset (marks_unclear_until), the
+    latest mark there if it was made after that, else none."""
+    if unclear_until is None or mark is None or (mark.ts_ms or 0) > unclear_until:
+        return mark
+    later = mark.latest()
+    return later if (later.ts_ms or 0) > unclear_until else None
+
+
+def group_info(group: GroupState, partition: int) -> dict[str, Any]:
+    return {
+        "group": group.group,
+        "committed": group.committed.get(partition),
+        "members": group.members,
+        "group_state": group.state,
+    }
+
+
+def lag(group: GroupState, state: PartitionState | None, partition: int, now_ms: int) -> dict[str, Any]:
+    committed = group.committed.get(partition)
+    if state is None:
+        return {}
+    position = committed if committed is not None else state.low
+    oldest_ms = group.committed_timestamp_ms.get(partition)
+    if oldest_ms is None and committed is None:
+        oldest_ms = state.low_timestamp_ms
+    lag_records = max(0, state.stable - position)
+    seconds: float | None = 0
+    if lag_records:  # records behind with no known time of the oldest one: the lag in time is unknown, not 0
+        seconds = None if oldest_ms is None else round(max(0, now_ms - oldest_ms) / 1000, 1)
+    return {"lag_records": lag_records, "lag_seconds": seconds}
+
+
+def place(
+    evidence: dict[str, Any], partition: int, offset: int, state: PartitionState | None, view: ClusterView
+) -> None:
+    evidence["partition"] = partition
+    evidence["offset"] = offset
+    if state is not None:
+        evidence["log"] = state.as_json()
+    evidence["retention_ms"] = view.retention_ms
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "? s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def unprobed_below(group: GroupState, topic: str, partition: int, offset: int) -> str | None:
+    """Why the group may have read `offset` before its consumer was probed (no processed mark
+    there to expect), or None: records below the group's first processed mark on a partition
+    may have been consumed by the application before it was wrapped (the auditor adopted on a
+    running pipeline), and a plain consumer leaves no mark."""
+    first = group.first_mark.get(partition)
+    if first is None:
+        return f"its consumer marked no record of {topic}/{partition} processed (it may not be probed there)"
+    if offset < first:
+        return (
+            f"its first processed mark on {topic}/{partition} is at offset {first}: it may have read the records "
+            "below that before its consumer was probed"
+        )
+    return None
+
+
+def compacted_since(view: ClusterView, written_ms: int | None, evidence: dict[str, Any]) -> str | None:
+    """Why a record with the item's key, written at `written_ms` (None: unknown) and absent
+    now, may have been delivered and then removed by log compaction; None when it cannot have.
+
+    The log cleaner removes a record once a later record has the same record key. When the
+    binding's key is the record key, an item with no record at all was never compacted away
+    (the cleaner keeps each record key's last record); otherwise every record of an item may
+    be, unless it is younger than min.compaction.lag.ms (kafka_cleanup)."""
+    if not absent_keys_explained(view.record_key.split(":", 1)[0]):
+        return None
+    if view.cleanup is None:
+        if view.cleanup_error is None:
+            return None
+        return (
+            f"the cleanup.policy of {view.topic} could not be read ({view.cleanup_error}) and the binding's key "
+            f"({view.record_key}) is not the record key: if the topic is compacted, the log cleaner may have removed "
+            "the record after it was delivered"
+        )
+    horizon = view.cleanup.horizon_ms(view.now_ms)
+    if horizon is None or (written_ms is not None and written_ms > horizon):
+        return None
+    evidence["compaction"] = {
+        "cleanup_policy": view.cleanup.policy,
+        "min_compaction_lag_ms": view.cleanup.compaction_lag_ms,
+        "compactable_up_to": ms_to_iso(horizon),
+    }
+    return (
+        f"{view.topic} is compacted ({view.cleanup.describe()}) and the binding's key ({view.record_key}) is not the "
+        "record key: the log cleaner removes a record once a later record has the same record key, so this item's "
+        "record may have been delivered and compacted away"
+    )

@@ -1,0 +1,453 @@
+"""Verdict rules 4-8 (verdicts.py) when no record with the item's key is in the topic: what the
+producer ledger, the auditor's memory and the topic's history say happened to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from auditor.probes.codec import ACKED, ACKED_RANGE, SENT, UNCONFIRMED, delivery_status
+from auditor.stuck.evidence import (
+    ClusterView,
+    Diagnosis,
+    KeyMemory,
+    LedgerEntry,
+    LedgerView,
+    PartitionState,
+    StuckRow,
+    iso_to_ms,
+    ms_to_iso,
+)
+from auditor.stuck.verdict_outcomes import (
+    COMPLETENESS_SLACK_MS,
+    MarkIndex,
+    Outcome,
+    combine,
+    compacted_since,
+    complete,
+    counted_mark,
+    group_info,
+    place,
+    unprobed_below,
+)
+from auditor.stuck.verdicts_unplaced import acked_unplaced, sent_unplaced
+
+
+def not_in_topic(
+    row: StuckRow,
+    entries: list[LedgerEntry],
+    marks: MarkIndex,
+    view: ClusterView,
+    evidence: dict[str, Any],
+    memory: KeyMemory,
+) -> Diagnosis:
+    if view.records_scanned > 0 and view.keyed_records == 0:
+        return Diagnosis(
+            "unknown",
+            f"record_key {view.record_key} found no key in any of the {view.records_scanned} records of "
+            f"{view.topic}: is the binding's record_key right?",
+            evidence,
+        )
+    ledger = view.producer_ledger
+    ledger_readable = ledger is not None and ledger.available
+    acked = [e for e in entries if delivery_status(e.status, e.offset) == ACKED] if ledger_readable else []
+    if acked:
+        entry = acked[-1]
+        return _written_then_gone(row, entry.partition, entry.offset, "acked at", marks, view, evidence, entry.ts_ms)
+    sighting = memory.sightings.get(row.key)
+    if sighting is not None:
+        evidence["seen"] = sighting.as_json()
+        run = f"reconciliation run {sighting.run_id}" if sighting.run_id else "a reconciliation run"
+        return _written_then_gone(
+            row, sighting.partition, sighting.offset, f"seen by {run} at", marks, view, evidence, sighting.ts_ms
+        )
+    ranged = [e for e in entries if e.status == ACKED_RANGE] if ledger_readable else []
+    if ranged:
+        return acked_unplaced(ranged[-1], view, evidence)
+    if ledger is None or not ledger.available:
+        reason = ledger.reason if ledger else "no producer ledger"
+        return _from_missing_report(
+            row,
+            view,
+            evidence,
+            memory,
+            f"no record with this key in {view.topic}, and the producer ledger cannot be read ({reason}): "
+            "never-produced, produce-failed and broker-lost cannot be told apart",
+        )
+    unconfirmed = [e for e in entries if delivery_status(e.status, e.offset) == UNCONFIRMED]
+    if unconfirmed:
+        return _unconfirmed_absent(unconfirmed[-1], view, evidence)
+    failed = [e for e in entries if e.status == "failed"]
+    if failed:
+        entry = failed[-1]
+        return Diagnosis(
+            "produce-failed",
+            f"the send failed ({entry.error or 'no error text'}; persisted: {entry.persisted}) and no retry "
+            f"reached {view.topic}",
+            evidence,
+        )
+    sent = [e for e in entries if e.status == SENT]
+    if sent:
+        return sent_unplaced(sent[-1], view, evidence)
+    created_ms = iso_to_ms(row.since)
+    if created_ms is None:
+        created_ms = view.now_ms - int(row.age_seconds * 1000)
+    unattributed = _unattributed_since(ledger, created_ms)
+    if unattributed is not None:
+        return Diagnosis("unknown", unattributed, evidence)
+    topic_since = view.topic_complete_since_ms()
+    evidence["topic_complete_since"] = ms_to_iso(topic_since) if topic_since else None
+    evidence["ledger_complete_since"] = ms_to_iso(ledger.complete_since_ms) if ledger.complete_since_ms else None
+    if complete(topic_since, created_ms):
+        note = (
+            ""
+            if ledger.entries_for_topic
+            else f" (the producer ledger has no entries for {view.topic} at all: its producer is not probed, "
+            "so a failed send would look the same)"
+        )
+        # a probed producer's ledger would hold the ack of a record lost since; without one, the
+        # topic's completeness is all there is, and a leader change leaves no trace in it
+        changed = (
+            None
+            if ledger.entries_for_topic
+            else _leader_changed_since(view, created_ms, evidence) or compacted_since(view, created_ms, evidence)
+        )
+        if changed is not None:
+            return Diagnosis(
+                "unknown",
+                f"no record with this key in {view.topic} and no producer-ledger entry{note}, but {changed}",
+                evidence,
+            )
+        return Diagnosis(
+            "never-produced",
+            f"no record with this key in {view.topic}, which still holds everything produced since before the "
+            f"row was created, and no producer-ledger entry{note}",
+            evidence,
+        )
+    if ledger.entries_for_topic and complete(ledger.complete_since_ms, created_ms):
+        return Diagnosis(
+            "never-produced",
+            f"no producer-ledger entry for this key since the row was created (the ledger {ledger.topic} is "
+            f"complete since then); {view.topic} itself no longer holds records that old",
+            evidence,
+        )
+    return _from_missing_report(
+        row,
+        view,
+        evidence,
+        memory,
+        f"{view.topic} no longer holds records that old (oldest remaining record: "
+        f"{ms_to_iso(topic_since) or 'unknown'}) and there is no ledger evidence for this key",
+    )
+
+
+def _written_then_gone(
+    row: StuckRow,
+    partition: int,
+    offset: int,
+    how: str,
+    marks: MarkIndex,
+    view: ClusterView,
+    evidence: dict[str, Any],
+    written_ms: int | None,
+) -> Diagnosis:
+    """A record with the key was written at partition@offset (acked, or seen by a run) and is
+    not in the topic now: truncated where the log still covers the offset, else deleted."""
+    state = view.partitions.get(partition)
+    where = f"{view.topic}/{partition}@{offset}"
+    if state is None:
+        return Diagnosis("unknown", f"{how} {where}, a partition the topic no longer has", evidence)
+    if view.recreated_until_ms is not None and not complete(view.recreated_until_ms, written_ms or 0):
+        # That offset may be of the deleted topic: what it holds now says nothing of the record.
+        evidence["topic_recreated"] = view.recreated_reason
+        return Diagnosis(
+            "unknown",
+            f"{how} {where}, but {view.recreated_reason}: lost, deleted with the topic, consumed or not cannot be told",
+            evidence,
+        )
+    place(evidence, partition, offset, state, view)
+    end_now = (view.high_after or {}).get(partition)
+    if offset >= state.high and (end_now is None or offset < end_now):
+        # written (or acked by a leader whose high watermark had not reached it) after this
+        # diagnosis read the topic: nothing says it is lost, only that it is newer than the view
+        return Diagnosis(
+            "unknown",
+            f"{how} {where}, at or past the high watermark {state.high} this diagnosis read"
+            + (", and the log has grown past it since" if end_now is not None else "")
+            + ": newer than its view of the topic, the next diagnosis will see it",
+            evidence,
+        )
+    if offset >= state.low:
+        compacted = compacted_since(view, written_ms, evidence)
+        if compacted is not None:
+            return Diagnosis(
+                "unknown",
+                f"{how} {where} and not in the topic now; {compacted}: broker-lost and compacted away cannot be told "
+                "apart",
+                evidence,
+            )
+        return Diagnosis(
+            "broker-lost",
+            f"{how} {where}, but the log has no record with this key there (log start {state.low}, high "
+            f"watermark {state.high}): lost on the broker side, e.g. truncated by an unclean leader election",
+            evidence,
+        )
+    unclear_until, unclear_why = view.marks_unclear_until(partition, offset)
+    if unclear_until is not None and not complete(unclear_until, written_ms or 0):
+        # Past where reconciliation proved the partition survived a truncation, written before
+        # the rewrite: lost with the rewritten part, or kept and deleted since.
+        evidence["marks_unclear"] = unclear_why
+        return Diagnosis(
+            "unknown",
+            f"{how} {where}, now below the log start {state.low}; but {unclear_why}, and it was written before "
+            f"{ms_to_iso(unclear_until)}: lost with the rewritten part or deleted since cannot be told",
+            evidence,
+        )
+    return _deleted(row, partition, offset, how, state, marks, view, evidence, written_ms, unclear_until, unclear_why)
+
+
+def _from_missing_report(
+    row: StuckRow, view: ClusterView, evidence: dict[str, Any], memory: KeyMemory, otherwise: str
+) -> Diagnosis:
+    """No ledger evidence: never-produced when a reconciliation run reported the row missing
+    (it does so only while the topic held everything since the row was created) and the
+    topic still holds everything produced since that run; else unknown, saying `otherwise`."""
+    report = memory.missing.get(row.key)
+    created_ms = iso_to_ms(row.since) or view.now_ms - int(row.age_seconds * 1000)
+    unattributed = _unattributed_since(view.producer_ledger, created_ms)
+    if report is not None:
+        evidence["reported_missing"] = report.as_json()
+        if unattributed is not None:
+            return Diagnosis(
+                "unknown", f"{unattributed}; reconciliation run {report.run_id} reported it missing", evidence
+            )
+        changed = _leader_changed_since(view, created_ms, evidence) or compacted_since(view, created_ms, evidence)
+        if changed is not None:
+            return Diagnosis(
+                "unknown",
+                f"reconciliation run {report.run_id} found no record with this key in {view.topic} up to "
+                f"{ms_to_iso(report.reported_at_ms)}, but {changed}",
+                evidence,
+            )
+        if report.topic_complete_since(view):
+            return Diagnosis(
+                "never-produced",
+                f"reconciliation run {report.run_id} found no record with this key in {view.topic} up to "
+                f"{ms_to_iso(report.reported_at_ms)}, while the topic held everything since the row was created, "
+                "and no record has been deleted from the topic since that run",
+                evidence,
+            )
+        otherwise += (
+            f"; reconciliation run {report.run_id} reported it missing, but records written since have been deleted"
+        )
+        if view.recreated_until_ms is not None and view.recreated_until_ms >= report.reported_at_ms:
+            otherwise += f" ({view.recreated_reason})"
+    if memory.reason:
+        otherwise += f"; the reconciliation state could not be read ({memory.reason})"
+    return Diagnosis("unknown", otherwise, evidence)
+
+
+def _leader_changed_since(view: ClusterView, created_ms: int, evidence: dict[str, Any]) -> str | None:
+    """Why "no record with this key" does not prove the row was never produced, or None.
+
+    A leader change can lose acknowledged records without a trace in the log: those a leader
+    acked alone (acks=1) before its followers fetched them, or all since the new leader fell
+    out of sync (an unclean election). The new leader then writes over their offsets, and
+    whether the row's record was among them cannot be told. So never-produced needs every
+    partition to have kept its leader since the row was created: leader epoch 0, or a first
+    record of the current leader older than the row (every leader change came before it)."""
+    for p in sorted(view.partitions):
+        state = view.partitions[p]
+        if state.leader_epoch == 0:
+            continue
+        if state.leader_since_ms is not None and state.leader_since_ms + COMPLETENESS_SLACK_MS <= created_ms:
+            continue
+        evidence["leader_change"] = {
+            "partition": p,
+            "leader_epoch": state.leader_epoch,
+            "current_leader_first_record_at": ms_to_iso(state.leader_since_ms),
+        }
+        if state.leader_epoch is None:
+            return (
+                f"the leader epoch of {view.topic}/{p} could not be read, so whether a leader change since the row "
+                "was created lost its record (acked by a leader alone with acks=1, or written before an unclean "
+                "election) cannot be told: never-produced and broker-lost cannot be told apart"
+            )
+        when = (
+            "its current leader has appended no record yet"
+            if state.leader_since_ms is None
+            else f"its current leader's first record is from {ms_to_iso(state.leader_since_ms)}"
+        )
+        return (
+            f"{view.topic}/{p} has changed leader (leader epoch {state.leader_epoch}) and may have done so after the "
+            f"row was created ({when}): a leader change loses records a leader acked alone (acks=1) or wrote "
+            "before an unclean election, without a trace, so never-produced and broker-lost cannot be told apart"
+        )
+    return None
+
+
+def _unattributed_since(ledger: LedgerView | None, created_ms: int) -> str | None:
+    """Why "no ledger entry for this key" proves nothing, or None.
+
+    Contract-v2 producers ledger acks as sequence ranges without keys: when such a range
+    covers records produced since the row was created, one of them may have carried this
+    key and been lost by the broker after its ack, so never-produced cannot be concluded.
+    """
+    if ledger is None or ledger.unattributed_to_ms is None:
+        return None
+    if ledger.unattributed_to_ms + COMPLETENESS_SLACK_MS < created_ms:
+        return None
+    return (
+        f"no record with this key in the topic, but contract-v2 producers acked records there up to "
+        f"{ms_to_iso(ledger.unattributed_to_ms)} without naming their keys (the ledger {ledger.topic} keeps "
+        "sequence ranges): never-produced and broker-lost cannot be told apart"
+    )
+
+
+def _unconfirmed_absent(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any]) -> Diagnosis:
+    """Sent with acks=0 and not in the topic: a send that may have been dropped.
+
+    The broker never confirmed it, so its absence is never a broker-side loss. It is a
+    failed produce only while its partition still holds everything since it was sent:
+    otherwise retention could have removed it after it was written.
+    """
+    state = view.partitions.get(entry.partition)
+    where = f"{view.topic}/{entry.partition}" if entry.partition >= 0 else view.topic
+    sent = ms_to_iso(entry.ts_ms) or "an unknown time"
+    compacted = compacted_since(view, entry.ts_ms, evidence)
+    if compacted is not None:
+        return Diagnosis(
+            "unknown", f"sent with acks=0 at {sent}, never confirmed, and not in {where}; {compacted}", evidence
+        )
+    if state is not None and entry.ts_ms is not None:
+        oldest = view.partition_complete_since_ms(state)
+        if complete(oldest, entry.ts_ms):
+            return Diagnosis(
+                "produce-failed",
+                f"sent with acks=0 at {sent} (fire-and-forget: the broker never confirmed it, and such sends are "
+                f"never retried) and {where} has no record with this key although it still holds everything "
+                "since then: the send was dropped before the broker wrote it",
+                evidence,
+            )
+    return Diagnosis(
+        "unknown",
+        f"sent with acks=0 at {sent}, never confirmed by the broker, and not in {where}; records that old are "
+        "no longer all there, so a dropped send and one written then deleted by retention cannot be told apart",
+        evidence,
+    )
+
+
+def _deleted(
+    row: StuckRow,
+    partition: int,
+    offset: int,
+    how: str,
+    state: PartitionState,
+    marks: MarkIndex,
+    view: ClusterView,
+    evidence: dict[str, Any],
+    written_ms: int | None,
+    unclear_until: int | None = None,
+    unclear_why: str = "",
+) -> Diagnosis:
+    """Written at an offset below today's log start: retention or delete-records removed it.
+    Past `unclear_until` (marks_unclear_until: the record was written after it), marks made
+    up to then at its partition's rewritten offsets may be of records the broker lost."""
+    where = f"{view.topic}/{partition}@{offset}"
+    if view.groups_error:
+        return Diagnosis(
+            "unknown",
+            f"{how} {where}, since deleted; the groups' offsets could not be read: {view.groups_error}",
+            evidence,
+        )
+    if not view.groups:
+        return Diagnosis(
+            "unknown",
+            f"{how} {where}, since deleted (log start {state.low}); the binding names no consumer groups",
+            evidence,
+        )
+    ledger = view.consumer_ledger
+    outcomes = []
+    for group in view.groups.values():
+        info = group_info(group, partition)
+        mark = counted_mark(marks.get((group.group, partition, offset)), unclear_until)
+        committed = group.committed.get(partition)
+        if mark is not None:
+            info["processed"] = mark.as_json()
+            outcomes.append(
+                Outcome(
+                    "processed",
+                    f"processed by group {group.group} from {where} ({mark.describe(with_time=False)}) but the "
+                    f"row is still {row.status}: the update after processing failed",
+                    info,
+                )
+            )
+        elif committed is None or committed <= offset:
+            outcomes.append(
+                Outcome(
+                    "expired",
+                    f"{how} {where}, deleted by retention or delete-records (log start now {state.low}) before "
+                    f"group {group.group} reached it (committed {committed})",
+                    info,
+                )
+            )
+        elif ledger is None or not ledger.available or group.marks_on_topic == 0:
+            why = ledger.reason if ledger is not None and not ledger.available else "its consumer is not probed"
+            outcomes.append(
+                Outcome(
+                    "unknown",
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({committed}) and whether "
+                    f"it processed it cannot be told ({why or 'no consumer ledger'})",
+                    info,
+                )
+            )
+        elif written_ms is None or not complete(ledger.complete_since_ms, written_ms):
+            # its mark may have gone with the ledger's oldest records, the later ones' not
+            outcomes.append(
+                Outcome(
+                    "unknown",
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({committed}), and the "
+                    f"consumer ledger {ledger.topic} no longer holds marks that old: whether it processed it cannot "
+                    "be told",
+                    info,
+                )
+            )
+        elif unprobed := unprobed_below(group, view.topic, partition, offset):
+            outcomes.append(
+                Outcome(
+                    "unknown",
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({committed}), but "
+                    f"{unprobed}: whether it processed it cannot be told",
+                    info,
+                )
+            )
+        elif group.max_mark_below_low.get(partition, -1) > offset and unclear_until is not None:
+            outcomes.append(
+                Outcome(
+                    "unknown",
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({committed}) and marked "
+                    f"records past it processed, but {unclear_why}: those marks may be of records the broker lost",
+                    info,
+                )
+            )
+        elif group.max_mark_below_low.get(partition, -1) > offset:
+            info["processed_after_it"] = group.max_mark_below_low[partition]
+            outcomes.append(
+                Outcome(
+                    "skipped",
+                    f"group {group.group} processed later records of partition {partition} while they were in "
+                    f"the log but not {where}, and committed past it: committed before processing (the record has "
+                    "since been deleted)",
+                    info,
+                )
+            )
+        else:
+            outcomes.append(
+                Outcome(
+                    "expired",
+                    f"{how} {where}, deleted (log start now {state.low}); group {group.group} resumed past it "
+                    f"(committed {committed}) without reading it: the log start moved past it before the group "
+                    "reached it",
+                    info,
+                )
+            )
+    return combine(outcomes, evidence)
