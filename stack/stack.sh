@@ -107,6 +107,9 @@ kafka_start_one() {  # id
   if pid_alive "$dir/pid"; then return 0; fi
   if port_open "$port"; then fail "Kafka broker $id: port $port is already taken by another process"; fi
   say "starting Kafka broker $id on 127.0.0.1:$port (log: $dir/broker.log)"
+  if [[ -f $dir/broker.log ]] && (($(stat -c %s "$dir/broker.log") > 50 * 1024 * 1024)); then
+    mv -f "$dir/broker.log" "$dir/broker.log.1"  # one earlier file kept, not an ever-growing one
+  fi
   nohup java -Xms128m -Xmx768m -XX:+UseG1GC \
     -Dlog4j2.configurationFile="$ROOT/stack/kafka/log4j2.properties" \
     -cp "$KAFKA_LIBS/*" kafka.Kafka "$dir/server.properties" >>"$dir/broker.log" 2>&1 &
