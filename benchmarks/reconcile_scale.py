@@ -48,8 +48,9 @@ from auditor.lib.env import load_env_file
 from spark_jobs.binding import Binding, binding_from_dict
 from spark_jobs.common import build_spark_session
 from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_partitions
-from spark_jobs.reconcile import RunOptions, run
+from spark_jobs.reconcile import run
 from spark_jobs.reconcile_extract import extract_source, extract_source_columns, extract_topic, plan_offsets
+from spark_jobs.reconcile_plan import RunOptions
 from spark_jobs.reconcile_transform import FINDING_KINDS, RECORD_COUNTS, UNVERIFIABLE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,7 +190,8 @@ def jvm_memory(spark: SparkSession) -> tuple[int, int, int]:
     """(peak resident set of the driver JVM, the sum of its heap pools' peak uses, max heap), in
     bytes. The pools (eden, survivor, old) peak at different moments, so the sum bounds the
     heap's peak from above and can exceed the maximum heap."""
-    jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None, "the session's JVM gateway is gone"
     pid = int(jvm.java.lang.ProcessHandle.current().pid())
     hwm = 0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -2,7 +2,7 @@
 10,000,000), every row's record in a 4-partition topic except a tenth of the stuck ones.
 
     .venv/bin/python benchmarks/stuck_scale.py [--rows 10000000] [--stuck 100000] [--engine spark]
-        [--ledgers] [--store] [--no-index | --compare] [--keep | --reuse SUFFIX]
+        [--ledgers] [--store] [--no-index | --compare] [--keep | --reuse SUFFIX] [--driver-memory 2g]
 
 Setup (not timed): a source table with --rows rows (every (rows/stuck)-th one NEW, the rest
 DONE, all an hour old) filled by generate_series; the topic with one record per produced row
@@ -82,6 +82,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the table, topics and rule for --reuse")
     parser.add_argument("--reuse", metavar="SUFFIX", help="reuse what a --keep run set up")
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    parser.add_argument(
+        "--driver-memory",
+        default="2g",
+        help="spark.driver.memory of the session (default 2g): the untimed set-up reconciles the whole topic in it, "
+        "which failed with OutOfMemoryError at Spark's 1g in some runs of 10,000,000 records",
+    )
     args = parser.parse_args()
     if not 0 < args.stuck <= args.rows:
         parser.error("--stuck must be between 1 and --rows")
@@ -314,17 +320,19 @@ def build_key_index(rule: StuckRule, spark: Any) -> None:
 
     from auditor.reconcile.job import job_input
     from spark_jobs.binding import binding_from_dict
-    from spark_jobs.reconcile import RunOptions, run
+    from spark_jobs.reconcile import run
+    from spark_jobs.reconcile_plan import RunOptions
 
     if spark is None:
         from spark_jobs.common import build_spark_session
 
         spark = build_spark_session("stuck-bench-index")
-    settings.RECONCILE_STATE_DIR = tempfile.mkdtemp(prefix="stuck-bench-state-")
-    atexit.register(shutil.rmtree, settings.RECONCILE_STATE_DIR, True)
+    state_dir = tempfile.mkdtemp(prefix="stuck-bench-state-")
+    settings.RECONCILE_STATE_DIR = state_dir  # type: ignore[misc]  # where the diagnosis looks for the index
+    atexit.register(shutil.rmtree, state_dir, True)
     started = time.monotonic()
     binding = binding_from_dict(job_input(rule.binding).payload)
-    options = RunOptions(state_dir=settings.RECONCILE_STATE_DIR, full=True, run_id="bench-index", max_findings=0)
+    options = RunOptions(state_dir=state_dir, full=True, run_id="bench-index", max_findings=0)
     result = run(spark, binding, options)
     if result.get("status") != "ok":
         raise RuntimeError(f"the reconciliation that builds the key index failed: {result.get('error')}")
@@ -371,8 +379,10 @@ def main() -> int:
         if args.engine != "python":
             from spark_jobs.common import build_spark_session
 
+            os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory {args.driver_memory} pyspark-shell"
             started = time.monotonic()
             spark = build_spark_session("stuck-bench")
+            print(f"driver memory: {args.driver_memory}", flush=True)
             print(f"spark session start: {time.monotonic() - started:.1f} s", flush=True)
         if not args.no_index:
             build_key_index(rule, spark)

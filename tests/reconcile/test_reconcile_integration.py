@@ -27,8 +27,9 @@ from auditor.lab.cluster import Cluster as LabCluster
 from spark_jobs import reconcile_findings, reconcile_plan, reconcile_updates
 from spark_jobs.binding import Binding, binding_from_dict
 from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_id
-from spark_jobs.reconcile import RunOptions, run
+from spark_jobs.reconcile import run
 from spark_jobs.reconcile_extract import ReconcileError, check_nothing_deleted_while_read, plan_offsets
+from spark_jobs.reconcile_plan import RunOptions
 
 pytestmark = pytest.mark.integration
 
