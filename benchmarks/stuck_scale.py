@@ -328,7 +328,7 @@ def build_key_index(rule: StuckRule, spark: Any) -> None:
 
         spark = build_spark_session("stuck-bench-index")
     state_dir = tempfile.mkdtemp(prefix="stuck-bench-state-")
-    settings.RECONCILE_STATE_DIR = state_dir  # type: ignore[misc]  # where the diagnosis looks for the index
+    settings.RECONCILE_STATE_DIR = state_dir  # where the diagnosis looks for the key index
     atexit.register(shutil.rmtree, state_dir, True)
     started = time.monotonic()
     binding = binding_from_dict(job_input(rule.binding).payload)
