@@ -21,18 +21,12 @@ from spark_jobs.kafka_cleanup import absent_keys_explained
 # Producer clocks drift: a record counts as "certainly still in the log" only this long
 # after the oldest remaining record.
 COMPLETENESS_SLACK_MS = 60_000
-
-
 MAX_LISTED = 5  # records / ledger entries listed per item
-
 
 MarkIndex = Mapping[tuple[str, int, int], ProcessedMark]
 
-
 # Outcomes of one (record, group) pair, most telling first.
 PRIORITY = ("processed", "waiting", "unknown", "expired", "skipped")
-
-
 VERDICT_OF = {
     "processed": "processed-not-updated",
     "waiting": "waiting",
@@ -56,6 +50,8 @@ def combine(outcomes: list[Outcome], evidence: dict[str, Any]) -> Diagnosis:
 
 
 def complete(since_ms: int | None, created_ms: int) -> bool:
+    """Does a log (or ledger) complete since `since_ms` (0: since its start) certainly hold
+    what was written at `created_ms`?"""
     return since_ms is not None and (since_ms == 0 or since_ms + COMPLETENESS_SLACK_MS <= created_ms)
 
 
