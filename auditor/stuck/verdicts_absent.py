@@ -191,18 +191,7 @@ def _written_then_gone(
             f"watermark {state.high}): lost on the broker side, e.g. truncated by an unclean leader election",
             evidence,
         )
-    unclear_until, unclear_why = view.marks_unclear_until(partition, offset)
-    if unclear_until is not None and not complete(unclear_until, written_ms or 0):
-        # Past where reconciliation proved the partition survived a truncation, written before
-        # the rewrite: lost with the rewritten part, or kept and deleted since.
-        evidence["marks_unclear"] = unclear_why
-        return Diagnosis(
-            "unknown",
-            f"{how} {where}, now below the log start {state.low}; but {unclear_why}, and it was written before "
-            f"{ms_to_iso(unclear_until)}: lost with the rewritten part or deleted since cannot be told",
-            evidence,
-        )
-    return _deleted(row, partition, offset, how, state, marks, view, evidence, written_ms, unclear_until, unclear_why)
+    return _deleted(row, partition, offset, how, state, marks, view, evidence, written_ms)
 
 
 def _from_missing_report(
@@ -346,13 +335,23 @@ def _deleted(
     view: ClusterView,
     evidence: dict[str, Any],
     written_ms: int | None,
-    unclear_until: int | None = None,
-    unclear_why: str = "",
 ) -> Diagnosis:
     """Written at an offset below today's log start: retention or delete-records removed it.
-    Past `unclear_until` (marks_unclear_until: the record was written after it), marks made
-    up to then at its partition's rewritten offsets may be of records the broker lost."""
+    Where the offset was reused (marks_unclear_until), written before the bound it may have
+    been lost instead; written after it, marks made up to the bound at its partition's
+    rewritten offsets may be of records the broker lost."""
     where = f"{view.topic}/{partition}@{offset}"
+    unclear_until, unclear_why = view.marks_unclear_until(partition, offset)
+    if unclear_until is not None and not complete(unclear_until, written_ms or 0):
+        # Past where reconciliation proved the partition survived a truncation, written before
+        # the rewrite: lost with the rewritten part, or kept and deleted since.
+        evidence["marks_unclear"] = unclear_why
+        return Diagnosis(
+            "unknown",
+            f"{how} {where}, now below the log start {state.low}; but {unclear_why}, and it was written before "
+            f"{ms_to_iso(unclear_until)}: lost with the rewritten part or deleted since cannot be told",
+            evidence,
+        )
     if view.groups_error:
         return Diagnosis(
             "unknown",
