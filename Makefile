@@ -48,7 +48,7 @@ lint:
 	@if [ -f var/test/stack.env ]; then set -a; . var/test/stack.env; set +a; fi; \
 	DJANGO_SECRET_KEY="$${DJANGO_SECRET_KEY:-type-checking-only}" \
 	DATABASE_URL="$${DATABASE_URL:-postgresql://type-checking@127.0.0.1/type_checking_only}" \
-	.venv/bin/mypy auditor spark_jobs
+	.venv/bin/mypy auditor spark_jobs benchmarks
 
 fmt:
 	@.venv/bin/ruff format .

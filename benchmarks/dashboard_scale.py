@@ -33,6 +33,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +50,7 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
+from django.contrib.auth.models import User  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.utils import timezone  # noqa: E402
@@ -103,7 +105,7 @@ def fill(prefix: str, bindings: int, findings: int, stuck: int) -> list[Binding]
                     binding=binding,
                     trigger="schedule",
                     status="ok",
-                    finished_at=now - age * timezone.timedelta(minutes=5),
+                    finished_at=now - age * timedelta(minutes=5),
                     counts={"missing": max(0, missing - age * 10), "duplicate": duplicates, "orphan": orphans},
                     findings_pruned=True,
                 )
@@ -111,7 +113,7 @@ def fill(prefix: str, bindings: int, findings: int, stuck: int) -> list[Binding]
                 binding=binding,
                 trigger="schedule",
                 status="ok",
-                finished_at=now - timezone.timedelta(minutes=1),
+                finished_at=now - timedelta(minutes=1),
                 counts={"missing": missing, "duplicate": duplicates, "orphan": orphans},
             )
             with connection.cursor() as cursor:
@@ -191,7 +193,7 @@ def fill(prefix: str, bindings: int, findings: int, stuck: int) -> list[Binding]
     return made
 
 
-def acknowledge_some(prefix: str, user: object) -> None:
+def acknowledge_some(prefix: str, user: User) -> None:
     binding = Binding.objects.filter(name__startswith=f"{prefix}-").order_by("name").first()
     findings = Finding.objects.filter(binding=binding, kind="missing").order_by("id")[:ACKED]
     acknowledge_many(

@@ -65,7 +65,7 @@ def run_arm(config: dict[str, Any], topic: str, values: list[bytes], arm: str) -
     produce = producer.produce
     time_ns = time.time_ns
     audit_id = uuid.uuid4().hex.encode()
-    build: Callable[[int], list[tuple[str, bytes]] | None]
+    build: Callable[[int], list[tuple[str, str | bytes | None]] | None]
     if arm == "plain":
         build = lambda seq: None  # noqa: E731
     elif arm == "v1-4-headers":

@@ -215,7 +215,9 @@ class FloorProducer:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self._producer = Producer(config)
-        self._headers = [(AUDIT, pack_audit_header(uuid.uuid4().bytes, 1234567, 1700000000000))]
+        self._headers: list[tuple[str, str | bytes | None]] = [
+            (AUDIT, pack_audit_header(uuid.uuid4().bytes, 1234567, 1700000000000))
+        ]
 
     def produce(self, topic: str, value: bytes, key: bytes | None = None) -> None:
         self._producer.produce(topic, value, key, -1, None, None, 0, self._headers)
@@ -280,11 +282,14 @@ def report(results: dict[str, list[float]], cpu: dict[str, list[float]], arm: st
 def main() -> int:
     args = parse_args()
     topics = Topics(args.bootstrap, args.replication_factor)
-    ledger = {
+    ledger: dict[str, Any] = {
         "ledger_topic": topics.create("ledger", 1),
         "clients_topic": topics.create("clients", 1),
     }
-    consumer_ledger = {"ledger_topic": topics.create("cledger", 1), "clients_topic": ledger["clients_topic"]}
+    consumer_ledger: dict[str, Any] = {
+        "ledger_topic": topics.create("cledger", 1),
+        "clients_topic": ledger["clients_topic"],
+    }
     values = [os.urandom(args.value_size // 2).hex().encode()[: args.value_size] for _ in range(args.records)]
     keys = [b"item-%08d" % i for i in range(args.records)] if args.keys else None
     producer_config = {"bootstrap.servers": args.bootstrap, "linger.ms": 5}
