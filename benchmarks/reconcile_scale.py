@@ -1,6 +1,11 @@
 """Reconciliation at scale: a full run and an incremental run against a raw scan of both sources.
 
     .venv/bin/python benchmarks/reconcile_scale.py [--rows 10000000] [--partitions 4] [--driver-memory 4g]
+        [--master spark://127.0.0.1:7077 --executor-memory 4g]
+
+On a cluster master (a standalone one as the README starts it) the driver JVM holds no
+executor, so its memory printed is the driver's alone: runs at two sizes tell whether it
+grows with the topic.
 
 Builds a source table of N rows (PostgreSQL, generated server-side; indexed on its key and
 creation time, as a real table read by time window would be) and a topic of about N
@@ -17,8 +22,8 @@ application re-sends). Then, in one SparkSession:
    incremental run over them, checked too.
 
 Prints the timings, records/s, the driver's peak memory (the JVM's peak resident set,
-which in local mode includes the executors, its heap pools' peaks summed (an upper bound of the
-heap's peak), and the Python driver's), and
+which in local mode includes the executors, each heap pool's peak (their sum bounds the heap's
+peak from above), and the Python driver's), and
 as its last line ``full_vs_scan=<x> incremental_vs_full=<y>``. The table, the topic and the
 state are removed at the end.
 """
@@ -65,6 +70,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=4, help="topic partitions (default 4)")
     parser.add_argument("--driver-memory", default="4g", help="spark.driver.memory (default 4g)")
     parser.add_argument("--master", default=os.environ.get("SPARK_MASTER") or "local[*]")
+    parser.add_argument(
+        "--executor-memory",
+        default=None,
+        help="spark.executor.memory on a cluster master (Spark's default: 1g); local mode has no executors of its own",
+    )
     parser.add_argument(
         "--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"), help="Kafka bootstrap"
     )
@@ -186,10 +196,11 @@ def findings(result: dict[str, Any]) -> str:
     return f"{sum(counts.get(kind, 0) for kind in FINDING_KINDS):,} findings ({headers})"
 
 
-def jvm_memory(spark: SparkSession) -> tuple[int, int, int]:
-    """(peak resident set of the driver JVM, the sum of its heap pools' peak uses, max heap), in
-    bytes. The pools (eden, survivor, old) peak at different moments, so the sum bounds the
-    heap's peak from above and can exceed the maximum heap."""
+def jvm_memory(spark: SparkSession) -> tuple[int, dict[str, int], int]:
+    """(peak resident set of the driver JVM, each heap pool's peak use, max heap), in bytes.
+    The pools (eden, survivor, old) peak at different moments, so their sum bounds the heap's
+    peak from above and can exceed the maximum heap. The old generation's peak is the one that
+    grows with what the driver keeps: the young pools peak at their size whatever is kept."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None, "the session's JVM gateway is gone"
     pid = int(jvm.java.lang.ProcessHandle.current().pid())
@@ -198,12 +209,12 @@ def jvm_memory(spark: SparkSession) -> tuple[int, int, int]:
         if line.startswith("VmHWM:"):
             hwm = int(line.split()[1]) * 1024
     factory = jvm.java.lang.management.ManagementFactory
-    heap_peak = sum(
-        int(pool.getPeakUsage().getUsed())
+    pools = {
+        str(pool.getName()): int(pool.getPeakUsage().getUsed())
         for pool in factory.getMemoryPoolMXBeans()
         if str(pool.getType().toString()) == "Heap memory"
-    )
-    return hwm, heap_peak, int(factory.getMemoryMXBean().getHeapMemoryUsage().getMax())
+    }
+    return hwm, pools, int(factory.getMemoryMXBean().getHeapMemoryUsage().getMax())
 
 
 def mib(n: float) -> str:
@@ -214,7 +225,8 @@ def main() -> int:
     args = parse_args()
     load_env_file(ROOT / ".env")
     source_url = os.environ["SOURCE_DATABASE_URL"]
-    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory {args.driver_memory} pyspark-shell"
+    executor = f"--executor-memory {args.executor_memory} " if args.executor_memory else ""
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory {args.driver_memory} {executor}pyspark-shell"
     suffix = uuid.uuid4().hex[:8]
     table, topic = f"bench_{suffix}", f"bench-reconcile-{suffix}"
     state = Path(tempfile.mkdtemp(prefix="reconcile-bench-"))
@@ -281,12 +293,13 @@ def main() -> int:
             f"{findings(incremental)}, phases {incremental['timings']}"
         )
 
-        hwm, heap_peak, heap_max = jvm_memory(spark)
+        hwm, pools, heap_max = jvm_memory(spark)
         python_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        where = "local mode: executors included" if args.master.startswith("local") else "the driver alone"
+        peaks = ", ".join(f"{name} {mib(peak)}" for name, peak in pools.items())
         print(
-            f"peak driver memory: JVM resident {mib(hwm)} (heap pools' peaks summed {mib(heap_peak)}, an upper bound; "
-            f"max heap {mib(heap_max)}; "
-            f"local mode: executors included), Python {mib(python_peak)}"
+            f"peak driver memory: JVM resident {mib(hwm)} (heap pools' peaks: {peaks}; summed "
+            f"{mib(sum(pools.values()))}, an upper bound; max heap {mib(heap_max)}; {where}), Python {mib(python_peak)}"
         )
         print(f"full_vs_scan={full_s / scan_s:.2f} incremental_vs_full={incremental_s / full_s:.3f}")
         return 0
