@@ -336,6 +336,10 @@ def test_it_finds_the_same_across_two_incremental_runs(spark: SparkSession, worl
     build_phase_two(world)
     second = reconcile_once(spark, binding, tmp_path)
     assert second["mode"] == "incremental"
+    # Little new data: few shuffle partitions and no adaptive execution, for this run only.
+    assert second["spark_settings"]["spark.sql.adaptive.enabled"] == "false"
+    assert second["spark_settings"]["spark.sql.shuffle.partitions"] == str(spark.sparkContext.defaultParallelism)
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
     # Only what was produced since the first run was read.
     for partition, (start, _end) in second["offset_ranges"]["topic"].items():
         assert start == first["offset_ranges"]["topic"][partition][1]
