@@ -160,6 +160,9 @@ def extract_inputs(
     else:
         all_records = records
         new_aborted = empty_frame(spark, RECORD_SCHEMA)
+    # A record without any audit header has no session or sequence (transform_records); one
+    # read uncommitted is not counted.
+    sequenced = read_uncommitted or totals["records_without_headers"] < totals["n"]
     check_nothing_deleted_while_read(binding, topic)
     # After a rebuild `meta` is empty: only this run's checkpoints count.
     checkpoints = meta.checkpoints | checkpoint_prints(binding, summary, topic, plan.cleanup.compacted)
@@ -249,6 +252,7 @@ def extract_inputs(
         all_records=all_records,
         new_aborted=new_aborted,
         totals=totals,
+        sequenced=sequenced,
         unverifiable_until=unverifiable_until,
         marks_lost_until=marks_lost_until,
         mark_rules=mark_rules,
@@ -325,7 +329,10 @@ def update_state(
         [old_aborted, inputs.new_aborted],
         lambda: conform(old_aborted, RECORD_SCHEMA).unionByName(conform(inputs.new_aborted, RECORD_SCHEMA)),
     )
-    coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
+    if inputs.sequenced:
+        coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
+    else:  # no record read carries a sequence: the coverage is what it was
+        coverage = new.keep_previous(spark, "seq_coverage", meta)
     old_open, old_bounds = old("ledger_open"), old("ledger_bounds")
     new.keep_unless_empty(
         "ledger_open",
@@ -372,9 +379,7 @@ def update_state(
             conform(old_tombstones, RECORD_SCHEMA).unionByName(fresh).dropDuplicates(["partition", "offset"]),
         )
     else:  # nothing new: the earlier run's dataset stands, by reference
-        new.frames["tombstones"] = old_tombstones
-        if "tombstones" in plan.previous.datasets:
-            new.datasets["tombstones"] = plan.previous.datasets["tombstones"]
+        new.keep_previous(spark, "tombstones", plan.previous)
     new.key_deltas = [
         *meta.key_deltas,
         store.write_delta(key_delta_of(keys, plan.run_id), "keys", KEY_INDEX_SCHEMA),

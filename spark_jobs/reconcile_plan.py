@@ -123,6 +123,7 @@ class RunInputs:
     all_records: DataFrame  # the same read_uncommitted where transactions are in use
     new_aborted: DataFrame
     totals: dict[str, int]  # n, keyed, RECORD_COUNTS
+    sequenced: bool  # a record read may carry an audit session and sequence
     unverifiable_until: datetime | None
     marks_lost_until: datetime | None  # records written up to here are never `unprocessed`
     mark_rules: list[MarkRule]  # where and when marks may be of records the broker lost (reconcile_rewrites)
@@ -155,6 +156,14 @@ class RunState:
         self.laps("prepare")
         self.datasets[name], self.frames[name] = self.store.write_dataset(df, name)
         self.laps(f"state.{name}")
+        return self.frames[name]
+
+    def keep_previous(self, spark: SparkSession, name: str, meta: StateMeta) -> DataFrame:
+        """The dataset stands as `meta`'s run wrote it: referenced, not written again (an
+        absent one reads as empty and stays absent)."""
+        self.frames[name] = self.store.dataset(spark, meta, name)
+        if name in meta.datasets:
+            self.datasets[name] = meta.datasets[name]
         return self.frames[name]
 
     def keep_unless_empty(self, name: str, inputs: Sequence[DataFrame], build: Callable[[], DataFrame]) -> DataFrame:

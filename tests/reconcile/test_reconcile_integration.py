@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -701,6 +702,52 @@ def test_tombstones_are_deletions_not_copies_or_orphans(
     state = json.loads((tmp_path / binding.name / "state.json").read_text())
     assert state["datasets"]["tombstones"] == second_state["datasets"]["tombstones"]
     # Read at once, the same answer.
+    full = reconcile_once(spark, binding, tmp_path / "full", full=True)
+    assert finding_set(full) == finding_set(third)
+
+
+def test_a_run_of_records_without_audit_headers_keeps_the_sequence_coverage_by_reference(
+    spark: SparkSession, world: World, tmp_path: Path
+):
+    # What the test produced: the probe's session wrote sequences 0-5 (and 6 below); the
+    # transaction's session 0 (aborted) and 1 (committed).
+    # At least once: transactions are noticed where the topic has them (an exactly-once
+    # binding reads every run's records uncommitted too, where aborted ones carry sequences).
+    binding = world.binding(guarantee="at-least-once")
+    build_phase_one(world)
+    first = reconcile_once(spark, binding, tmp_path)
+    assert first["mode"] == "full"
+    state_file = tmp_path / binding.name / "state.json"
+    first_state = json.loads(state_file.read_text())
+    coverage = tmp_path / binding.name / first_state["datasets"]["seq_coverage"]
+    expected = {(world.session, 0, 5), ("txn-session", 0, 1)}
+    assert {tuple(r.values()) for r in pq.read_table(coverage).to_pylist()} == expected
+
+    # Only records without audit headers: no sequence to add, the dataset is not written again.
+    world.insert(20, 21, age="1 minute")
+    world.produce("t20", 20)
+    world.produce("t21", 21, partition=1)
+    second = reconcile_once(spark, binding, tmp_path)
+    assert second["mode"] == "incremental" and second["records_read"] == 2
+    assert second["counts"]["records_without_headers"] == 2
+    second_state = json.loads(state_file.read_text())
+    assert second_state["datasets"]["seq_coverage"] == first_state["datasets"]["seq_coverage"]
+    assert coverage.exists()
+    # Lost coverage would show as gaps: the ledger acked sequences 0-5.
+    assert finding_set(second) == finding_set(first)
+
+    # A probed record again: written anew, with its sequence.
+    world.insert(22, age="1 minute")
+    world.produce("t22", 22, seq=6)
+    third = reconcile_once(spark, binding, tmp_path)
+    third_state = json.loads(state_file.read_text())
+    assert third_state["datasets"]["seq_coverage"].startswith(f"runs/{third['run_id']}/")
+    written = tmp_path / binding.name / third_state["datasets"]["seq_coverage"]
+    assert {tuple(r.values()) for r in pq.read_table(written).to_pylist()} == {
+        (world.session, 0, 6),
+        ("txn-session", 0, 1),
+    }
+    assert finding_set(third) == finding_set(first)
     full = reconcile_once(spark, binding, tmp_path / "full", full=True)
     assert finding_set(full) == finding_set(third)
 
