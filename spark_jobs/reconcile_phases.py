@@ -370,9 +370,9 @@ def update_state(
             old_candidates, records, processed_cov, inputs.groups, inputs.committed
         ),
     )
-    old_tombstones = store.dataset(spark, plan.previous, "tombstones")
     if inputs.totals["tombstones"]:
         fresh = conform(records.where(F.col("tombstone") & F.col("key").isNotNull()), RECORD_SCHEMA)
+        old_tombstones = store.dataset(spark, plan.previous, "tombstones")
         # a rebuild reads again what an earlier run read: one entry per record
         keep(
             "tombstones",
