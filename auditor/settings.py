@@ -141,6 +141,8 @@ CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 60
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# RECONCILE_RUNNER=resident sends reconciliations to the reconciler worker's queue.
+CELERY_TASK_ROUTES = ("auditor.reconcile.conf.route_task",)
 
 KAFKA_BOOTSTRAP_SERVERS = envstr("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
 SPARK_MASTER = envstr("SPARK_MASTER", "local[*]")
@@ -171,7 +173,8 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": envstr("AUDITOR_LOG_LEVEL", "INFO")},
-    "loggers": {"kafka": {"level": "WARNING"}},
+    # py4j logs every connection it closes at INFO (hundreds when a Spark driver goes away)
+    "loggers": {"kafka": {"level": "WARNING"}, "py4j": {"level": "WARNING"}},
 }
 
 # Static schedules; django-celery-beat copies them into its tables, where per-binding

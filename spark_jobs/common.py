@@ -29,11 +29,13 @@ def build_spark_session(
     app_name: str,
     master: str | None = None,
     shuffle_partitions: int | None = None,
+    driver_memory: str | None = None,
 ) -> SparkSession:
     """Build (or join) the SparkSession for a job.
 
     master: explicit, else $SPARK_MASTER, else local[2]. shuffle_partitions: explicit, else
-    $SPARK_SHUFFLE_PARTITIONS, else 8 (adaptive execution coalesces further).
+    $SPARK_SHUFFLE_PARTITIONS, else 8 (adaptive execution coalesces further). driver_memory:
+    the driver JVM's heap (`4g`) where this process launches that JVM, else Spark's default.
     """
     resolved_master = master or os.environ.get("SPARK_MASTER") or "local[2]"
     partitions = shuffle_partitions or int(os.environ.get("SPARK_SHUFFLE_PARTITIONS", "8"))
@@ -61,6 +63,8 @@ def build_spark_session(
         # paths again in spark.jars replaces that list, and executors on a cluster then miss
         # the Kafka source classes (ClassNotFoundException: KafkaSourceRDDPartition).
         builder = builder.config("spark.jars", ",".join(local_jars()))
+    if driver_memory and not launched_by_spark_submit():
+        builder = builder.config("spark.driver.memory", driver_memory)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))
     return spark

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the auditor's own processes against the dev stack (make up first):
-# web (Daphne), Celery worker, Celery beat, the canary and the demo pipeline.
+# web (Daphne), Celery worker, Celery beat, the canary and the demo pipeline, and with
+# RECONCILE_RUNNER=resident the reconciler (a Celery worker with one resident Spark driver
+# that runs reconciliations one at a time: auditor/reconcile/resident.py).
 #   stack/run.sh start | stop | status
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -9,6 +11,8 @@ RUN="$ROOT/var/dev/run"
 PY="$ROOT/.venv/bin/python"
 WEB_PORT="${AUDITOR_WEB_PORT:-8000}"
 mkdir -p "$RUN"
+if [[ -f .env ]]; then set -a; . ./.env; set +a; fi
+RECONCILE_QUEUE="${AUDITOR_CELERY_QUEUE:-celery}.reconcile"
 
 say() { printf '\033[1m[run]\033[0m %s\n' "$*"; }
 fail() { printf '[run] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -18,11 +22,18 @@ pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 declare -A SERVICES=(
   [web]="$PY -m daphne -b 127.0.0.1 -p $WEB_PORT auditor.asgi:application"
   [worker]="$PY -m celery -A auditor worker --loglevel=INFO --concurrency=2 -n worker@%h"
+  [reconciler]="$PY -m celery -A auditor worker --loglevel=INFO --pool=solo --concurrency=1 -n reconciler@%h -Q $RECONCILE_QUEUE"
   [beat]="$PY -m celery -A auditor beat --loglevel=INFO"
   [canary]="$PY manage.py audit canary"
   [demo]="$PY manage.py audit demo run"
 )
-ORDER=(web worker beat canary)
+ORDER=(web worker)
+case "${RECONCILE_RUNNER:-submit}" in
+  resident) ORDER+=(reconciler) ;;
+  submit) ;;
+  *) fail "RECONCILE_RUNNER: '${RECONCILE_RUNNER}' is not one of submit, resident" ;;
+esac
+ORDER+=(beat canary)
 [[ ${AUDITOR_DEMO:-1} == 0 ]] || ORDER+=(demo)
 
 stop_one() {
@@ -45,7 +56,6 @@ start_one() {
 case "${1:-status}" in
   start)
     [[ -f .env ]] || fail ".env is missing: run 'make up' first"
-    set -a; . ./.env; set +a
     say "migrating the database"
     $PY manage.py migrate --noinput >"$RUN/migrate.log" 2>&1 || fail "migrations failed; see $RUN/migrate.log"
     $PY manage.py collectstatic --noinput >"$RUN/collectstatic.log" 2>&1 || fail "collectstatic failed; see $RUN/collectstatic.log"
@@ -72,7 +82,7 @@ case "${1:-status}" in
     say "stop it with: make stop (app only) or make down (everything)"
     ;;
   stop)
-    for name in demo canary beat worker web; do stop_one "$name"; done
+    for name in demo canary beat reconciler worker web; do stop_one "$name"; done
     say "auditor processes stopped"
     ;;
   status)

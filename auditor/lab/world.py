@@ -303,7 +303,10 @@ class World:
         """One reconciliation run, as `audit reconcile BINDING` runs it; its findings by key."""
         if self.binding is None:
             raise LabError("reconcile before make_binding")
-        run = execute_run(start_run(self.binding, ReconcileRun.CLI, full=full), in_process=self.options.in_process)
+        run = execute_run(
+            start_run(self.binding, ReconcileRun.CLI, full=full),
+            reconcile_conf.IN_PROCESS if self.options.in_process else reconcile_conf.SUBMIT,
+        )
         if run.status != ReconcileRun.OK:
             raise LabError(f"reconciliation run #{run.pk} failed: {run.error}")
         verdicts: Verdicts = {}

@@ -12,6 +12,7 @@ import sys
 from typing import Any, TextIO
 
 from auditor.pipelines.models import Binding
+from auditor.reconcile import conf
 from auditor.reconcile.models import FINDING_ORDER, Finding, ReconcileRun
 from auditor.reconcile.service import RunInProgress, execute_run, start_run
 
@@ -90,7 +91,7 @@ def run(options: dict[str, Any], out: TextIO) -> int:
     except RunInProgress as exc:
         sys.stderr.write(f"error: {exc}; nothing started\n")
         return EXIT_BUSY
-    reconcile_run = execute_run(reconcile_run, in_process=options["in_process"])
+    reconcile_run = execute_run(reconcile_run, conf.IN_PROCESS if options["in_process"] else conf.SUBMIT)
     if options["json"]:
         out.write(json.dumps(run_json(reconcile_run), ensure_ascii=False) + "\n")
     else:

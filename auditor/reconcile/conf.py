@@ -11,11 +11,19 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from auditor.lib.env import envint, envstr
 from spark_jobs.state_location import StateLocation, StateLocationError
 
 STAGING_TABLE = "reconcile_finding_staging"
+
+# How a run's Spark job is run (execute_run): a fresh spark-submit per run, in the calling
+# process's SparkSession (the CLI's --in-process, tests), or in the reconciler worker's
+# resident session (resident.py).
+SUBMIT, IN_PROCESS, RESIDENT = "submit", "in-process", "resident"
+WORKER_RUNNERS = (SUBMIT, RESIDENT)
+RECONCILE_TASKS = ("auditor.reconcile.tasks.reconcile_binding_task", "auditor.reconcile.tasks.execute_run_task")
 
 
 def _setting(name: str, default: Any, read_env: Any) -> Any:
@@ -61,3 +69,26 @@ def spark_master() -> str:
 
 def spark_jars_dir() -> Path:
     return Path(getattr(settings, "SPARK_JARS_DIR", settings.BASE_DIR / ".cache" / "spark" / "jars"))
+
+
+def runner() -> str:
+    """RECONCILE_RUNNER: how the worker runs reconciliations. `submit` (default): a fresh
+    spark-submit per run, each its own driver JVM. `resident`: on the reconciler worker, one
+    SparkSession kept across runs (resident.py); stack/run.sh starts that worker."""
+    value = str(_setting("RECONCILE_RUNNER", SUBMIT, envstr)).strip()
+    if value not in WORKER_RUNNERS:
+        raise ImproperlyConfigured(f"RECONCILE_RUNNER: {value!r} is not one of {', '.join(WORKER_RUNNERS)}")
+    return value
+
+
+def reconciler_queue() -> str:
+    """The queue the reconciler worker takes, beside this checkout's default queue."""
+    return f"{settings.CELERY_TASK_DEFAULT_QUEUE}.reconcile"
+
+
+def route_task(name: str, args: Any, kwargs: Any, options: Any, task: Any = None, **_: Any) -> dict[str, str] | None:
+    """Celery router (CELERY_TASK_ROUTES): reconciliations go to the reconciler's queue when
+    they run resident; everything else to the default queue."""
+    if name in RECONCILE_TASKS and runner() == RESIDENT:
+        return {"queue": reconciler_queue()}
+    return None

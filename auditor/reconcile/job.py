@@ -21,9 +21,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
 from django.conf import settings
@@ -36,6 +37,9 @@ from auditor.reconcile import conf
 from spark_jobs.jars import local_jars, package_archive
 from spark_jobs.kafka_security import explain
 from spark_jobs.state_location import StateLocationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -280,9 +284,21 @@ def run_spark_submit(job: JobInput, job_run_id: str, full: bool, timeout: float 
 
 def run_in_process(job: JobInput, job_run_id: str, full: bool) -> dict[str, Any]:
     """The same job in this process's SparkSession (built, or the running one joined)."""
+    from spark_jobs.common import build_spark_session  # deferred: only in-process runs load pyspark
+
+    return run_in_session(
+        lambda: build_spark_session(f"reconcile-{job.payload['name']}", master=conf.spark_master()),
+        job,
+        job_run_id,
+        full,
+    )
+
+
+def run_in_session(session: Callable[[], SparkSession], job: JobInput, job_run_id: str, full: bool) -> dict[str, Any]:
+    """The job in the SparkSession `session()` gives (called once the binding and the state
+    location are known good); its error text scrubbed of secrets."""
     # deferred: spark_jobs imports pyspark, which only in-process runs need
     from spark_jobs.binding import BindingError, binding_from_dict
-    from spark_jobs.common import build_spark_session
     from spark_jobs.reconcile import run
     from spark_jobs.reconcile_plan import RunOptions
 
@@ -294,7 +310,6 @@ def run_in_process(job: JobInput, job_run_id: str, full: bool) -> dict[str, Any]
         state = prepared_state_location()
     except StateLocationError as exc:
         return failed(str(exc))
-    spark = build_spark_session(f"reconcile-{binding.name}", master=conf.spark_master())
     options = RunOptions(
         state_dir=state,
         full=full,
@@ -303,7 +318,7 @@ def run_in_process(job: JobInput, job_run_id: str, full: bool) -> dict[str, Any]
         output_jdbc_url=job.output_jdbc_url,
         findings_table=conf.STAGING_TABLE,
     )
-    result = run(spark, binding, options)
+    result = run(session(), binding, options)
     if result.get("error"):
         result["error"] = explain(job.scrub(result["error"]))
     return result

@@ -126,8 +126,9 @@ def claim_run(run: ReconcileRun) -> bool:
 # --- running -------------------------------------------------------------------------------
 
 
-def execute_run(run: ReconcileRun, in_process: bool = False) -> ReconcileRun:
-    """Run a queued run to its end; never raises for a failed run (it is marked failed)."""
+def execute_run(run: ReconcileRun, runner: str = conf.SUBMIT) -> ReconcileRun:
+    """Run a queued run to its end, its job run by `runner` (conf.SUBMIT, IN_PROCESS or
+    RESIDENT); never raises for a failed run (it is marked failed)."""
     if not claim_run(run):
         log.info("reconcile run %s was taken by another worker or finished", run.pk)
         run.refresh_from_db()
@@ -144,7 +145,11 @@ def execute_run(run: ReconcileRun, in_process: bool = False) -> ReconcileRun:
         if exc.security:  # otherwise the job reports what it meets (a broker down, a source away)
             return fail_run(run, f"binding {binding.name!r}: {exc}")
     try:
-        if in_process:
+        if runner == conf.RESIDENT:
+            from auditor.reconcile.resident import run_resident  # deferred: loads pyspark
+
+            result = run_resident(job_input, run.job_run_id, run.full)
+        elif runner == conf.IN_PROCESS:
             result = job.run_in_process(job_input, run.job_run_id, run.full)
         else:
             result = job.run_spark_submit(job_input, run.job_run_id, run.full)

@@ -31,7 +31,7 @@ def reconcile_binding_task(binding_id: int, trigger: str = ReconcileRun.SCHEDULE
     except RunInProgress as exc:
         log.info("reconcile skipped: %s", exc)
         return None
-    return execute_run(run).pk
+    return execute_run(run, conf.runner()).pk
 
 
 @shared_task(time_limit=TASK_TIME_LIMIT, soft_time_limit=TASK_TIME_LIMIT - 60)
@@ -40,7 +40,7 @@ def execute_run_task(run_id: int) -> str | None:
     run = ReconcileRun.objects.filter(pk=run_id).first()
     if run is None:
         return None
-    return execute_run(run).status
+    return execute_run(run, conf.runner()).status
 
 
 def queue_run(binding: Binding, trigger: str, full: bool = False, requested_by: User | None = None) -> ReconcileRun:

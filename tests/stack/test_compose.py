@@ -54,6 +54,23 @@ def test_it_describes_the_same_stack():
     assert services["worker"]["environment"]["KAFKA_BOOTSTRAP_SERVERS"].count("kafka-") == 3
 
 
+def test_its_reconciler_takes_the_queue_resident_runs_are_sent_to():
+    from django.test import override_settings
+
+    from auditor.reconcile import conf
+
+    reconciler = yaml.safe_load(COMPOSE.read_text())["services"]["reconciler"]
+    command = reconciler["command"]
+    # one run at a time, in the worker's main thread: the resident driver is not shared
+    assert "--pool=solo" in command and "--concurrency=1" in command
+    with override_settings(CELERY_TASK_DEFAULT_QUEUE="celery", RECONCILE_RUNNER="resident"):
+        route = conf.route_task("auditor.reconcile.tasks.execute_run_task", (), {}, {})
+    assert route == {"queue": command[command.index("-Q") + 1]}
+    native = (COMPOSE.parent / "stack" / "run.sh").read_text()
+    assert "--pool=solo --concurrency=1 -n reconciler@%h -Q $RECONCILE_QUEUE" in native
+    assert 'RECONCILE_QUEUE="${AUDITOR_CELERY_QUEUE:-celery}.reconcile"' in native
+
+
 def _compose_command() -> list[str] | None:
     """`docker compose` (plugin) or Debian's `docker-compose`; neither needs a running engine."""
     if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:

@@ -98,6 +98,7 @@ def test_the_overview_shows_a_broken_pipeline_and_turns_kept_when_acknowledged(
     django_db_blocker: DjangoDbBlocker,
     tmp_path: Path,
 ) -> None:
+    from auditor.reconcile.conf import IN_PROCESS
     from auditor.reconcile.models import Finding, ReconcileRun
     from auditor.reconcile.service import execute_run, start_run
 
@@ -119,7 +120,7 @@ def test_the_overview_shows_a_broken_pipeline_and_turns_kept_when_acknowledged(
     def reconcile() -> None:
         # Off Playwright's thread (its event loop would refuse the live publish), like a worker.
         with django_db_blocker.unblock(), closing_connection():
-            run = execute_run(start_run(pipeline["binding"], ReconcileRun.CLI), in_process=True)
+            run = execute_run(start_run(pipeline["binding"], ReconcileRun.CLI), IN_PROCESS)
             outcome["run"] = run
             outcome["missing"] = set(Finding.objects.filter(run=run, kind="missing").values_list("key", flat=True))
 

@@ -28,6 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from auditor.lab.cluster import Cluster as LabCluster
 from auditor.lab.cluster import wait_until
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
+from auditor.reconcile.conf import IN_PROCESS
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.reconcile.service import execute_run, start_run
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
@@ -143,7 +144,7 @@ def rule_for(p: PlainPipeline) -> StuckRule:
 
 
 def reconcile(rule: StuckRule) -> ReconcileRun:
-    run = execute_run(start_run(rule.binding, ReconcileRun.CLI), in_process=True)
+    run = execute_run(start_run(rule.binding, ReconcileRun.CLI), IN_PROCESS)
     assert run.status == ReconcileRun.OK, run.error
     return run
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
+from auditor.reconcile.conf import IN_PROCESS
 from auditor.reconcile.models import ReconcileRun
 from auditor.reconcile.service import execute_run, start_run
 from auditor.stuck.evidence import Diagnosis, StuckRow
@@ -91,7 +92,7 @@ def diagnose_both(setup: StuckSetup, spark: Any, indexed: bool = False) -> Diagn
 
 def reconcile_now(binding: Binding) -> ReconcileRun:
     """A real reconciliation of the binding, in this process (its state under RECONCILE_STATE_DIR)."""
-    run = execute_run(start_run(binding, ReconcileRun.CLI), in_process=True)
+    run = execute_run(start_run(binding, ReconcileRun.CLI), IN_PROCESS)
     assert run.status == ReconcileRun.OK, run.error
     return run
 

@@ -1,0 +1,267 @@
+"""The resident runner (RECONCILE_RUNNER=resident): one Spark driver kept across runs.
+
+Against the real broker, PostgreSQL, Redis and Spark. The expected findings come from what
+the test inserted and produced: rows 1-4 created an hour ago, records for 1 (sent twice with
+one sequence: a producer retry), 2 and 3, so row 4 is missing and 1 duplicated.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+from django.test import override_settings
+from pytest_django import DjangoDbBlocker
+
+from auditor.reconcile import conf, resident
+from auditor.reconcile.job import auditor_jdbc_url
+from auditor.reconcile.models import Finding, ReconcileRun
+from auditor.reconcile.service import execute_run, start_run
+from tests.conftest import LiveProcesses
+from tests.support.browser import closing_connection
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+SESSION = "c0ffee00" * 4  # an audit session id as the contract spells it
+EXPECTED = {("missing", "4", None), ("duplicate", "1", "producer-retry")}
+
+
+@dataclass
+class Source:
+    topic: str
+    table: str
+    url: str
+
+    def insert(self, *ids: int, age: str = "1 hour") -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            for row_id in ids:
+                conn.execute(
+                    f"INSERT INTO {self.table} (id, created_at) VALUES (%s, now() - %s::interval)", (row_id, age)
+                )
+
+    def produce(self, bootstrap: str, *records: tuple[str, int]) -> None:
+        producer = Producer({"bootstrap.servers": bootstrap})
+        created_ms = int((time.time() - 600) * 1000)  # well before the grace period, like the rows
+        for key, seq in records:
+            headers = [("audit-id", key.encode()), ("audit-pid", SESSION.encode()), ("audit-seq", str(seq).encode())]
+            producer.produce(self.topic, key=key.encode(), value=b"{}", headers=headers, timestamp=created_ms)
+        assert producer.flush(30) == 0
+
+
+@pytest.fixture
+def source(make_topic: Callable[..., str], kafka_bootstrap: str, source_database_url: str) -> Iterator[Source]:
+    table = f"resident_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
+    made = Source(make_topic("resident"), table, source_database_url)
+    made.insert(1, 2, 3, 4)
+    made.produce(kafka_bootstrap, ("1", 0), ("1", 0), ("2", 1), ("3", 2))
+    yield made
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+@pytest.fixture(scope="module")
+def staging_cleaned(django_db_setup: None) -> Iterator[list[str]]:
+    """Job run ids whose staging rows Spark's executors committed outside the test's transaction.
+
+    Removed after the module, once the test's transaction (which deleted them too, holding
+    their row locks until its rollback) is gone.
+    """
+    job_run_ids: list[str] = []
+    yield job_run_ids
+    if not job_run_ids:
+        return
+    with psycopg.connect(auditor_jdbc_url(), autocommit=True) as conn:
+        conn.execute("DELETE FROM reconcile_finding_staging WHERE run_id = ANY(%s)", (job_run_ids,))
+
+
+def found(run: ReconcileRun) -> set[tuple[str, str | None, str | None]]:
+    return set(Finding.objects.filter(run=run).values_list("kind", "key", "cause"))
+
+
+@pytest.mark.django_db
+def test_a_run_past_its_deadline_is_cancelled_commits_nothing_and_the_driver_runs_the_next(
+    spark, source: Source, make_binding, state_dir: Path, settings, monkeypatch, staging_cleaned: list[str]
+) -> None:
+    monkeypatch.setattr(resident, "_session", spark)  # the suite's session stands for the resident one
+    binding = make_binding(f"res-{uuid.uuid4().hex[:8]}", source.topic, f"public.{source.table}")
+    settings.RECONCILE_TIMEOUT_SECONDS = 1
+
+    late = execute_run(start_run(binding, ReconcileRun.CLI), conf.RESIDENT)
+
+    staging_cleaned.append(late.job_run_id)
+    assert late.status == ReconcileRun.FAILED
+    assert late.error.startswith("the run went on longer than 1s (RECONCILE_TIMEOUT_SECONDS)"), late.error
+    assert not (state_dir / binding.name / "state.json").exists()  # nothing committed
+    assert not Finding.objects.filter(binding=binding).exists()
+    assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None
+
+    settings.RECONCILE_TIMEOUT_SECONDS = 3000
+    run = execute_run(start_run(binding, ReconcileRun.CLI), conf.RESIDENT)
+
+    staging_cleaned.append(run.job_run_id)
+    assert run.status == ReconcileRun.OK, run.error
+    assert run.mode == "full"  # the cancelled run left no state to build on
+    assert found(run) == EXPECTED
+    assert "driver_start" not in run.timings  # the session was alive: nothing was started
+    assert (state_dir / binding.name / "state.json").exists()
+
+
+# --- the reconciler worker --------------------------------------------------------------------
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            tree.setdefault(parent, []).append(int(entry))
+    return tree
+
+
+def driver_jvms(worker_pid: int) -> list[int]:
+    """The java processes below the worker: its Spark drivers."""
+    tree, found_pids, todo = _children(), [], [worker_pid]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            todo.append(child)
+            try:
+                command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue
+            if command.endswith(b"java"):
+                found_pids.append(child)
+    return found_pids
+
+
+@pytest.fixture(scope="module")
+def reconciler(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveProcesses]:
+    """A reconciler worker as stack/run.sh starts it, on this session's reconcile queue."""
+    from auditor.celery import app
+
+    procs = LiveProcesses(
+        live_env
+        | {
+            "RECONCILE_RUNNER": "resident",
+            "RECONCILE_STATE_DIR": str(tmp_path_factory.mktemp("resident-state")),
+            "RECONCILE_DRIVER_MEMORY": "1g",
+            "SPARK_MASTER": "local[2]",
+        }
+    )
+    name = f"reconciler-{uuid.uuid4().hex[:6]}@test"
+    queue = f"{live_env['AUDITOR_CELERY_QUEUE']}.reconcile"
+    procs.start(
+        "reconciler",
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "auditor",
+            "worker",
+            "--pool=solo",
+            "--concurrency=1",
+            "-n",
+            name,
+            "--loglevel=INFO",
+            "--without-mingle",
+            "--without-gossip",
+            "-Q",
+            queue,
+        ],
+    )
+    try:
+        wait_until(lambda: bool(app.control.ping([name], timeout=0.5)), 60, "the reconciler to answer a ping")
+    except AssertionError:
+        procs.stop()
+        raise AssertionError("the reconciler did not start:\n" + procs.log_text("reconciler")) from None
+    yield procs
+    procs.stop()
+
+
+@pytest.fixture
+def committed_binding(
+    django_db_setup: None, django_db_blocker: DjangoDbBlocker, source: Source, kafka_bootstrap: str
+) -> Iterator[str]:
+    """A binding the worker sees (committed), removed with its runs and findings afterwards."""
+    from auditor.pipelines.models import Binding, Cluster, SourceDatabase
+
+    name = f"resident-{uuid.uuid4().hex[:8]}"
+    with django_db_blocker.unblock(), closing_connection():
+        cluster = Cluster.objects.create(name=name, bootstrap_servers=kafka_bootstrap)
+        database = SourceDatabase.objects.create(name=name, url="${SOURCE_DATABASE_URL}")
+        Binding.objects.create(
+            name=name, cluster=cluster, topic=source.topic, source=database, table=f"public.{source.table}",
+            key_column="id", created_column="created_at", record_key="key", grace_seconds=30, schedule_seconds=0,
+        )  # fmt: skip
+    yield name
+    with django_db_blocker.unblock(), closing_connection():
+        Binding.objects.filter(name=name).delete()
+        cluster.delete()
+        database.delete()
+
+
+def test_the_reconciler_keeps_one_driver_across_runs_and_replaces_one_killed(
+    reconciler: LiveProcesses, committed_binding: str, django_db_blocker: DjangoDbBlocker, source: Source,
+    kafka_bootstrap: str,
+) -> None:  # fmt: skip
+    from auditor.pipelines.models import Binding
+    from auditor.reconcile.tasks import queue_run
+
+    worker = reconciler.procs["reconciler"]
+
+    def run_on_the_reconciler() -> ReconcileRun:
+        with django_db_blocker.unblock(), closing_connection(), override_settings(RECONCILE_RUNNER="resident"):
+            queued = queue_run(Binding.objects.get(name=committed_binding), ReconcileRun.MANUAL)
+
+            def finished() -> bool:
+                queued.refresh_from_db()
+                return queued.status in (ReconcileRun.OK, ReconcileRun.FAILED)
+
+            wait_until(finished, 180, f"run {queued.pk} on the reconciler", 0.5)
+            return queued
+
+    first = run_on_the_reconciler()
+    assert first.status == ReconcileRun.OK, first.error + reconciler.log_text("reconciler")
+    assert first.claimed_by.endswith(f":{worker.pid}")  # the reconciler took it, not another worker
+    with django_db_blocker.unblock(), closing_connection():
+        assert found(first) == EXPECTED
+    assert "driver_start" in first.timings  # the worker's first run started its driver
+    (driver,) = driver_jvms(worker.pid)
+
+    source.produce(kafka_bootstrap, ("4", 3))  # row 4's record arrives late
+    second = run_on_the_reconciler()
+
+    assert second.status == ReconcileRun.OK, second.error
+    assert second.mode == "incremental" and "driver_start" not in second.timings
+    assert driver_jvms(worker.pid) == [driver]  # the same JVM ran it
+    with django_db_blocker.unblock(), closing_connection():
+        assert found(second) == {("duplicate", "1", "producer-retry")}
+
+    os.kill(driver, signal.SIGKILL)  # the driver dies between runs (the OOM killer, an operator)
+    wait_until(lambda: driver not in driver_jvms(worker.pid), 30, "the killed driver to be gone")
+    third = run_on_the_reconciler()
+
+    assert third.status == ReconcileRun.OK, third.error + reconciler.log_text("reconciler")
+    assert "driver_start" in third.timings
+    (replacement,) = driver_jvms(worker.pid)
+    assert replacement != driver
+    assert worker.poll() is None  # the worker itself lived on
+    with django_db_blocker.unblock(), closing_connection():
+        assert third.mode == "incremental"  # the state on disk stood
+        assert found(third) == {("duplicate", "1", "producer-retry")}
