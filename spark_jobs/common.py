@@ -29,13 +29,14 @@ def build_spark_session(
     app_name: str,
     master: str | None = None,
     shuffle_partitions: int | None = None,
-    driver_memory: str | None = None,
+    settings: Mapping[str, str] | None = None,
 ) -> SparkSession:
     """Build (or join) the SparkSession for a job.
 
     master: explicit, else $SPARK_MASTER, else local[2]. shuffle_partitions: explicit, else
-    $SPARK_SHUFFLE_PARTITIONS, else 8 (adaptive execution coalesces further). driver_memory:
-    the driver JVM's heap (`4g`) where this process launches that JVM, else Spark's default.
+    $SPARK_SHUFFLE_PARTITIONS, else 8 (adaptive execution coalesces further). settings: more
+    Spark settings for a session this process starts (`spark.driver.memory` among them, which
+    only a JVM not yet running can take); a driver spark-submit started has its own.
     """
     resolved_master = master or os.environ.get("SPARK_MASTER") or "local[2]"
     partitions = shuffle_partitions or int(os.environ.get("SPARK_SHUFFLE_PARTITIONS", "8"))
@@ -63,8 +64,9 @@ def build_spark_session(
         # paths again in spark.jars replaces that list, and executors on a cluster then miss
         # the Kafka source classes (ClassNotFoundException: KafkaSourceRDDPartition).
         builder = builder.config("spark.jars", ",".join(local_jars()))
-    if driver_memory and not launched_by_spark_submit():
-        builder = builder.config("spark.driver.memory", driver_memory)
+    if not launched_by_spark_submit():
+        for key, value in (settings or {}).items():
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))
     return spark

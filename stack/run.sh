@@ -22,7 +22,7 @@ pid_alive() { [[ -f $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 declare -A SERVICES=(
   [web]="$PY -m daphne -b 127.0.0.1 -p $WEB_PORT auditor.asgi:application"
   [worker]="$PY -m celery -A auditor worker --loglevel=INFO --concurrency=2 -n worker@%h"
-  [reconciler]="$PY -m celery -A auditor worker --loglevel=INFO --pool=solo --concurrency=1 -n reconciler@%h -Q $RECONCILE_QUEUE"
+  [reconciler]="$PY -m celery -A auditor worker --loglevel=INFO --pool=solo --concurrency=1 --without-gossip --without-mingle -n reconciler@%h -Q $RECONCILE_QUEUE"
   [beat]="$PY -m celery -A auditor beat --loglevel=INFO"
   [canary]="$PY manage.py audit canary"
   [demo]="$PY manage.py audit demo run"
@@ -86,6 +86,8 @@ case "${1:-status}" in
     say "auditor processes stopped"
     ;;
   status)
+    # a reconciler started under another RECONCILE_RUNNER is still shown
+    [[ " ${ORDER[*]} " == *" reconciler "* ]] || ! pid_alive "$RUN/reconciler.pid" || ORDER+=(reconciler)
     for name in "${ORDER[@]}"; do
       if pid_alive "$RUN/$name.pid"; then echo "$name   up    (log: var/dev/run/$name.log)"; else echo "$name   down"; fi
     done

@@ -243,6 +243,9 @@ def test_the_reconciler_keeps_one_driver_across_runs_and_replaces_one_killed(
         assert found(first) == EXPECTED
     assert "driver_start" in first.timings  # the worker's first run started its driver
     (driver,) = driver_jvms(worker.pid)
+    arguments = Path(f"/proc/{driver}/cmdline").read_bytes().split(b"\0")
+    assert b"-Xmx1g" in arguments  # RECONCILE_DRIVER_MEMORY reached the JVM
+    assert b"spark.sql.ui.retainedExecutions=50" in arguments  # what it keeps of past runs is bounded
 
     source.produce(kafka_bootstrap, ("4", 3))  # row 4's record arrives late
     second = run_on_the_reconciler()

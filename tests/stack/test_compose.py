@@ -67,7 +67,9 @@ def test_its_reconciler_takes_the_queue_resident_runs_are_sent_to():
         route = conf.route_task("auditor.reconcile.tasks.execute_run_task", (), {}, {})
     assert route == {"queue": command[command.index("-Q") + 1]}
     native = (COMPOSE.parent / "stack" / "run.sh").read_text()
-    assert "--pool=solo --concurrency=1 -n reconciler@%h -Q $RECONCILE_QUEUE" in native
+    assert (
+        "--pool=solo --concurrency=1 --without-gossip --without-mingle -n reconciler@%h -Q $RECONCILE_QUEUE" in native
+    )
     assert 'RECONCILE_QUEUE="${AUDITOR_CELERY_QUEUE:-celery}.reconcile"' in native
 
 
