@@ -9,6 +9,7 @@ import plotly
 from auditor.lib.env import (
     database_from_url,
     envbool,
+    envchoice,
     envint,
     envlist,
     envsecret,
@@ -146,6 +147,8 @@ CELERY_TASK_ROUTES = ("auditor.reconcile.conf.route_task",)
 
 KAFKA_BOOTSTRAP_SERVERS = envstr("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
 SPARK_MASTER = envstr("SPARK_MASTER", "local[*]")
+# How the worker runs reconciliations (auditor/reconcile/conf.py runner()).
+RECONCILE_RUNNER = envchoice("RECONCILE_RUNNER", ("submit", "resident"), "submit")
 SPARK_JARS_DIR = Path(envstr("SPARK_JARS_DIR", str(BASE_DIR / ".cache" / "spark" / "jars")))
 STATUS_REFRESH_SECONDS = envint("AUDITOR_STATUS_REFRESH_SECONDS", 5)
 

@@ -44,6 +44,16 @@ def envint(name: str, default: int) -> int:
         raise SettingError(f"{name}={raw!r} is not an integer") from None
 
 
+def envchoice(name: str, choices: tuple[str, ...], default: str) -> str:
+    """One of `choices` (surrounding blanks ignored); unset or empty: `default`."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    if raw.strip() not in choices:
+        raise SettingError(f"{name}={raw!r} is not one of {', '.join(choices)}")
+    return raw.strip()
+
+
 def envlist(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:

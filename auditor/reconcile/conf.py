@@ -75,8 +75,8 @@ def runner() -> str:
     """RECONCILE_RUNNER: how the worker runs reconciliations. `submit` (default): a fresh
     spark-submit per run, each its own driver JVM. `resident`: on the reconciler worker, one
     SparkSession kept across runs (resident.py); stack/run.sh starts that worker."""
-    value = str(_setting("RECONCILE_RUNNER", SUBMIT, envstr)).strip()
-    if value not in WORKER_RUNNERS:
+    value = str(getattr(settings, "RECONCILE_RUNNER", SUBMIT)).strip()
+    if value not in WORKER_RUNNERS:  # settings.py reads the environment strictly; this is an override
         raise ImproperlyConfigured(f"RECONCILE_RUNNER: {value!r} is not one of {', '.join(WORKER_RUNNERS)}")
     return value
 
