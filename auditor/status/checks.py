@@ -111,6 +111,38 @@ def check_celery_workers() -> ComponentStatus:
     return ComponentStatus("celery workers", True, f"{len(names)} worker(s): {', '.join(names)}")
 
 
+def check_reconciler() -> list[ComponentStatus]:
+    """With RECONCILE_RUNNER=resident: is a worker taking the reconcile queue? (Without one,
+    reconciliations wait there unrun.) A reconciler in the middle of a run cannot answer (one
+    run at a time, in its main thread): a running run stands for it."""
+    from auditor.reconcile import conf as reconcile_conf  # deferred: the reconcile app loads after status
+    from auditor.reconcile.models import ReconcileRun
+
+    if reconcile_conf.runner() != reconcile_conf.RESIDENT:
+        return []
+    queue = reconcile_conf.reconciler_queue()
+    try:
+        answers = app.control.inspect(timeout=1.0).active_queues() or {}
+    except Exception as exc:  # noqa: BLE001
+        return [ComponentStatus("reconciler", False, str(exc))]
+    takers = sorted(worker for worker, queues in answers.items() if any(q.get("name") == queue for q in queues))
+    if takers:
+        return [ComponentStatus("reconciler", True, f"{', '.join(takers)} takes {queue}")]
+    running = ReconcileRun.objects.filter(status=ReconcileRun.RUNNING).order_by("-started_at").first()
+    if running is not None:
+        return [
+            ComponentStatus("reconciler", True, f"busy: run #{running.pk} is running (claimed by {running.claimed_by})")
+        ]
+    return [
+        ComponentStatus(
+            "reconciler",
+            False,
+            f"RECONCILE_RUNNER=resident, but no worker takes queue {queue}: reconciliations wait there unrun "
+            "(make run starts the reconciler)",
+        )
+    ]
+
+
 def check_beat() -> ComponentStatus:
     last = cache.get(BEAT_HEARTBEAT_KEY)
     if last is None:
@@ -150,6 +182,7 @@ CHECKS: list[Callable[[], ComponentStatus | list[ComponentStatus]]] = [
     check_postgres,
     check_redis,
     check_celery_workers,
+    check_reconciler,
     check_beat,
     check_spark,
 ]

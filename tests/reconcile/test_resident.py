@@ -268,3 +268,25 @@ def test_the_reconciler_keeps_one_driver_across_runs_and_replaces_one_killed(
     with django_db_blocker.unblock(), closing_connection():
         assert third.mode == "incremental"  # the state on disk stood
         assert found(third) == {("duplicate", "1", "producer-retry")}
+
+
+def test_the_status_check_names_the_reconciler_taking_the_queue(reconciler: LiveProcesses) -> None:
+    from auditor.status.checks import check_reconciler
+
+    with override_settings(RECONCILE_RUNNER="resident"):
+        (status,) = check_reconciler()
+    assert status.healthy, status.detail
+    assert status.detail.endswith(f"takes {conf.reconciler_queue()}") and "reconciler-" in status.detail
+
+
+@pytest.mark.django_db
+def test_the_status_check_says_when_no_worker_takes_resident_runs(celery_worker_process: LiveProcesses) -> None:
+    from auditor.status.checks import check_reconciler
+
+    assert check_reconciler() == []  # spark-submit per run: no reconciler to look for
+    ReconcileRun.objects.filter(status=ReconcileRun.RUNNING).update(status=ReconcileRun.FAILED)  # none busy
+    queue = f"nobody-{uuid.uuid4().hex[:8]}"
+    with override_settings(RECONCILE_RUNNER="resident", CELERY_TASK_DEFAULT_QUEUE=queue):
+        (status,) = check_reconciler()
+    assert not status.healthy
+    assert status.detail.startswith(f"RECONCILE_RUNNER=resident, but no worker takes queue {queue}.reconcile")
