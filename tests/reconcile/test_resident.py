@@ -26,8 +26,8 @@ from auditor.reconcile import conf, resident
 from auditor.reconcile.job import auditor_jdbc_url
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.reconcile.service import execute_run, start_run
-from tests.conftest import LiveProcesses
 from tests.support.browser import closing_connection
+from tests.support.live import LiveProcesses
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
