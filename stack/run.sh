@@ -28,11 +28,7 @@ declare -A SERVICES=(
   [demo]="$PY manage.py audit demo run"
 )
 ORDER=(web worker)
-case "${RECONCILE_RUNNER:-submit}" in
-  resident) ORDER+=(reconciler) ;;
-  submit) ;;
-  *) fail "RECONCILE_RUNNER: '${RECONCILE_RUNNER}' is not one of submit, resident" ;;
-esac
+[[ ${RECONCILE_RUNNER:-submit} != resident ]] || ORDER+=(reconciler)
 ORDER+=(beat canary)
 [[ ${AUDITOR_DEMO:-1} == 0 ]] || ORDER+=(demo)
 
@@ -56,6 +52,10 @@ start_one() {
 case "${1:-status}" in
   start)
     [[ -f .env ]] || fail ".env is missing: run 'make up' first"
+    case "${RECONCILE_RUNNER:-submit}" in
+      submit | resident) ;;
+      *) fail "RECONCILE_RUNNER: '${RECONCILE_RUNNER}' is not one of submit, resident" ;;
+    esac
     say "migrating the database"
     $PY manage.py migrate --noinput >"$RUN/migrate.log" 2>&1 || fail "migrations failed; see $RUN/migrate.log"
     $PY manage.py collectstatic --noinput >"$RUN/collectstatic.log" 2>&1 || fail "collectstatic failed; see $RUN/collectstatic.log"
