@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from auditor.lib.env import load_env_file
-from tests.support.live import LiveProcesses
+from tests.support.live import LiveProcesses, start_celery_worker
 from tests.support.paths import ROOT
 from tests.support.secured import Secured
 from tests.support.waiting import wait_until
@@ -156,34 +156,7 @@ def live_env(django_db_setup, django_db_blocker) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def celery_worker_process(live_env) -> Iterator[LiveProcesses]:
     procs = LiveProcesses(live_env)
-    name = f"test-{uuid.uuid4().hex[:6]}@%h"
-    procs.start(
-        "worker",
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "auditor",
-            "worker",
-            "--pool=threads",
-            "--concurrency=4",
-            "-n",
-            name,
-            "--loglevel=INFO",
-            "--without-mingle",
-            "--without-gossip",
-            "-Q",
-            _session_namespace(),
-        ],
-    )
-    from auditor.celery import app
-
-    try:
-        wait_until(lambda: bool(app.control.ping(timeout=0.5)), 60, "the Celery worker to answer a ping")
-    except AssertionError:
-        procs.stop()
-        raise AssertionError("Celery worker did not start:\n" + procs.log_text("worker")) from None
+    start_celery_worker(procs, "worker", f"test-{uuid.uuid4().hex[:6]}@test", _session_namespace(), "threads", 4)
     yield procs
     procs.stop()
 

@@ -63,3 +63,21 @@ def make_binding(db, kafka_bootstrap: str) -> Iterator[Callable[..., object]]:
         return Binding.objects.create(name=name, cluster=cluster, topic=topic, source=source, table=table, **defaults)
 
     yield make
+
+
+@pytest.fixture(scope="module")
+def staged_runs(django_db_setup: None) -> Iterator[list[str]]:
+    """Job run ids whose staging rows Spark committed outside the test transaction.
+
+    Removed after the module, once each test's transaction (which deleted them too, holding
+    their row locks until its rollback) is gone.
+    """
+    import psycopg
+
+    from auditor.reconcile.job import auditor_jdbc_url
+
+    job_run_ids: list[str] = []
+    yield job_run_ids
+    if job_run_ids:
+        with psycopg.connect(auditor_jdbc_url(), autocommit=True) as conn:
+            conn.execute("DELETE FROM reconcile_finding_staging WHERE run_id = ANY(%s)", (job_run_ids,))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,11 +22,10 @@ from django.test import override_settings
 from pytest_django import DjangoDbBlocker
 
 from auditor.reconcile import conf, resident
-from auditor.reconcile.job import auditor_jdbc_url
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.reconcile.service import execute_run, start_run
 from tests.support.browser import closing_connection
-from tests.support.live import LiveProcesses
+from tests.support.live import LiveProcesses, start_celery_worker
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -71,28 +69,13 @@ def source(make_topic: Callable[..., str], kafka_bootstrap: str, source_database
         conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 
-@pytest.fixture(scope="module")
-def staging_cleaned(django_db_setup: None) -> Iterator[list[str]]:
-    """Job run ids whose staging rows Spark's executors committed outside the test's transaction.
-
-    Removed after the module, once the test's transaction (which deleted them too, holding
-    their row locks until its rollback) is gone.
-    """
-    job_run_ids: list[str] = []
-    yield job_run_ids
-    if not job_run_ids:
-        return
-    with psycopg.connect(auditor_jdbc_url(), autocommit=True) as conn:
-        conn.execute("DELETE FROM reconcile_finding_staging WHERE run_id = ANY(%s)", (job_run_ids,))
-
-
 def found(run: ReconcileRun) -> set[tuple[str, str | None, str | None]]:
     return set(Finding.objects.filter(run=run).values_list("kind", "key", "cause"))
 
 
 @pytest.mark.django_db
 def test_a_run_past_its_deadline_is_cancelled_commits_nothing_and_the_driver_runs_the_next(
-    spark, source: Source, make_binding, state_dir: Path, settings, monkeypatch, staging_cleaned: list[str]
+    spark, source: Source, make_binding, state_dir: Path, settings, monkeypatch, staged_runs: list[str]
 ) -> None:
     monkeypatch.setattr(resident, "_session", spark)  # the suite's session stands for the resident one
     binding = make_binding(f"res-{uuid.uuid4().hex[:8]}", source.topic, f"public.{source.table}")
@@ -100,7 +83,7 @@ def test_a_run_past_its_deadline_is_cancelled_commits_nothing_and_the_driver_run
 
     late = execute_run(start_run(binding, ReconcileRun.CLI), conf.RESIDENT)
 
-    staging_cleaned.append(late.job_run_id)
+    staged_runs.append(late.job_run_id)
     assert late.status == ReconcileRun.FAILED
     assert late.error.startswith("the run went on longer than 1s (RECONCILE_TIMEOUT_SECONDS)"), late.error
     assert not (state_dir / binding.name / "state.json").exists()  # nothing committed
@@ -110,7 +93,7 @@ def test_a_run_past_its_deadline_is_cancelled_commits_nothing_and_the_driver_run
     settings.RECONCILE_TIMEOUT_SECONDS = 3000
     run = execute_run(start_run(binding, ReconcileRun.CLI), conf.RESIDENT)
 
-    staging_cleaned.append(run.job_run_id)
+    staged_runs.append(run.job_run_id)
     assert run.status == ReconcileRun.OK, run.error
     assert run.mode == "full"  # the cancelled run left no state to build on
     assert found(run) == EXPECTED
@@ -152,7 +135,6 @@ def driver_jvms(worker_pid: int) -> list[int]:
 @pytest.fixture(scope="module")
 def reconciler(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveProcesses]:
     """A reconciler worker as stack/run.sh starts it, on this session's reconcile queue."""
-    from auditor.celery import app
 
     procs = LiveProcesses(
         live_env
@@ -163,33 +145,8 @@ def reconciler(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactor
             "SPARK_MASTER": "local[2]",
         }
     )
-    name = f"reconciler-{uuid.uuid4().hex[:6]}@test"
-    queue = f"{live_env['AUDITOR_CELERY_QUEUE']}.reconcile"
-    procs.start(
-        "reconciler",
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "auditor",
-            "worker",
-            "--pool=solo",
-            "--concurrency=1",
-            "-n",
-            name,
-            "--loglevel=INFO",
-            "--without-mingle",
-            "--without-gossip",
-            "-Q",
-            queue,
-        ],
-    )
-    try:
-        wait_until(lambda: bool(app.control.ping([name], timeout=0.5)), 60, "the reconciler to answer a ping")
-    except AssertionError:
-        procs.stop()
-        raise AssertionError("the reconciler did not start:\n" + procs.log_text("reconciler")) from None
+    node = f"reconciler-{uuid.uuid4().hex[:6]}@test"
+    start_celery_worker(procs, "reconciler", node, f"{live_env['AUDITOR_CELERY_QUEUE']}.reconcile", "solo", 1)
     yield procs
     procs.stop()
 

@@ -23,7 +23,6 @@ from confluent_kafka import Producer
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from auditor.reconcile.job import auditor_jdbc_url
 from auditor.reconcile.models import Finding, FindingStaging, ReconcileRun
 from auditor.reconcile.service import current_run_ids
 
@@ -65,20 +64,6 @@ def pipeline(make_topic, kafka_bootstrap: str, source_database_url: str) -> Iter
     yield Pipeline(make_topic("rcli"), table, source_database_url, Producer({"bootstrap.servers": kafka_bootstrap}))
     with psycopg.connect(source_database_url, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
-
-
-@pytest.fixture(scope="module")
-def staged_runs(django_db_setup: None) -> Iterator[list[str]]:
-    """Job run ids whose staging rows Spark committed outside the test transaction.
-
-    Removed after the module, once each test's transaction (which deleted them too, holding
-    their row locks until its rollback) is gone.
-    """
-    job_run_ids: list[str] = []
-    yield job_run_ids
-    if job_run_ids:
-        with psycopg.connect(auditor_jdbc_url(), autocommit=True) as conn:
-            conn.execute("DELETE FROM reconcile_finding_staging WHERE run_id = ANY(%s)", (job_run_ids,))
 
 
 def reconcile(name: str, *args: str) -> tuple[int, dict[str, Any]]:

@@ -4,8 +4,10 @@ logging to var/test-logs/<name>.log."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 from tests.support.paths import ROOT
+from tests.support.waiting import wait_until
 
 
 class LiveProcesses:
@@ -32,3 +34,20 @@ class LiveProcesses:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def start_celery_worker(procs: LiveProcesses, name: str, node: str, queue: str, pool: str, concurrency: int) -> None:
+    """An auditor Celery worker taking `queue`, started as `name` and waited for until its node
+    answers a ping (else stopped, and an AssertionError carries its log)."""
+    from auditor.celery import app
+
+    procs.start(
+        name,
+        [sys.executable, "-m", "celery", "-A", "auditor", "worker", f"--pool={pool}", f"--concurrency={concurrency}",
+         "-n", node, "--loglevel=INFO", "--without-mingle", "--without-gossip", "-Q", queue],
+    )  # fmt: skip
+    try:
+        wait_until(lambda: bool(app.control.ping([node], timeout=0.5)), 60, f"the {name} to answer a ping")
+    except AssertionError:
+        procs.stop()
+        raise AssertionError(f"the {name} did not start:\n" + procs.log_text(name)) from None
