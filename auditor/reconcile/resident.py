@@ -95,11 +95,12 @@ def session() -> tuple[SparkSession, bool]:
     from spark_jobs.common import build_spark_session
 
     with _lock:
-        if _session is not None and _jvm_alive() and not _session.sparkContext._jsc.sc().isStopped():
-            return _session, False
         if _session is not None:
+            alive = _jvm_alive()
+            if alive and not _session.sparkContext._jsc.sc().isStopped():
+                return _session, False
             log.warning("reconciler: the resident Spark driver is gone; starting a new one")
-            if _jvm_alive():
+            if alive:
                 _session.stop()
             else:
                 _forget_dead_driver()
