@@ -167,9 +167,21 @@ class Cluster:
                     raise
                 time.sleep(0.5)
 
-    def partition(self, topic: str, partition: int = 0) -> PartitionView:
-        meta = self.admin.list_topics(topic, timeout=10).topics[topic].partitions[partition]
-        return PartitionView(meta.leader, tuple(meta.replicas), tuple(meta.isrs))
+    def partition(self, topic: str, partition: int = 0, timeout: float = 20) -> PartitionView:
+        """The partition's leader, replicas and ISR as the metadata says. A topic made a moment ago
+        may not be in the answering broker's metadata yet (KRaft brokers learn it from the
+        controller each at their own pace: CI, stop 41): it is asked again until it is."""
+        found: dict[str, PartitionView] = {}
+
+        def known() -> bool:
+            topics = self.admin.list_topics(topic, timeout=10).topics
+            meta = topics[topic].partitions.get(partition) if topic in topics else None
+            if meta is not None:
+                found["view"] = PartitionView(meta.leader, tuple(meta.replicas), tuple(meta.isrs))
+            return meta is not None
+
+        wait_until(known, timeout, f"{topic}/{partition} in the cluster's metadata")
+        return found["view"]
 
     def wait_for_leader(
         self, topic: str, partition: int = 0, other_than: int | None = None, timeout: float = 60
