@@ -85,6 +85,8 @@ def make_topic(kafka_admin) -> Iterator[Callable[..., str]]:
     """Create uniquely named topics; they are deleted after the test."""
     from confluent_kafka.admin import NewTopic
 
+    from auditor.lab.cluster import all_led
+
     created: list[str] = []
 
     def create(prefix: str = "t", partitions: int = 1, replication_factor: int = -1, config: dict | None = None) -> str:
@@ -94,7 +96,7 @@ def make_topic(kafka_admin) -> Iterator[Callable[..., str]]:
         )
         futures[name].result(timeout=30)
         created.append(name)
-        wait_until(lambda: _led(kafka_admin, name, partitions), 20, f"topic {name} with a leader for each partition")
+        wait_until(lambda: all_led(kafka_admin, name, partitions), 20, f"topic {name} with a leader for each partition")
         return name
 
     yield create
@@ -104,15 +106,6 @@ def make_topic(kafka_admin) -> Iterator[Callable[..., str]]:
                 future.result(timeout=30)
             except Exception:  # noqa: BLE001 - a test may have deleted it itself
                 pass
-
-
-def _led(kafka_admin, name: str, partitions: int) -> bool:
-    """The topic is in the metadata with every partition led (not only its name known)."""
-    topics = kafka_admin.list_topics(name, timeout=5).topics
-    meta = topics.get(name)
-    if meta is None or meta.error is not None or len(meta.partitions) < partitions:
-        return False
-    return all(p.leader >= 0 for p in meta.partitions.values())
 
 
 @pytest.fixture(scope="session")

@@ -36,6 +36,15 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interva
         time.sleep(interval)
 
 
+def all_led(admin: AdminClient, topic: str, partitions: int) -> bool:
+    """The answering broker's metadata has `topic` with its `partitions` partitions, each led
+    (a topic made a moment ago may be known by name before, or not at all yet)."""
+    meta = admin.list_topics(topic, timeout=10).topics.get(topic)
+    if meta is None or meta.error is not None or len(meta.partitions) != partitions:
+        return False
+    return all(p.leader >= 0 for p in meta.partitions.values())
+
+
 @dataclass(frozen=True)
 class PartitionView:
     leader: int
@@ -138,10 +147,7 @@ class Cluster:
         wait_until(lambda: self._all_led(topic, total), 30, f"leaders for the {total} partitions of {topic}")
 
     def _all_led(self, topic: str, partitions: int) -> bool:
-        meta = self.admin.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None or len(meta.partitions) != partitions:
-            return False
-        return all(p.leader >= 0 for p in meta.partitions.values())
+        return all_led(self.admin, topic, partitions)
 
     def delete_topic(self, topic: str) -> None:
         try:
