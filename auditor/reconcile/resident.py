@@ -34,10 +34,10 @@ log = logging.getLogger(__name__)
 
 APP_NAME = "auditor-reconciler"
 CANCEL_EVERY_SECONDS = 1.0
-# A driver that lives for days keeps what its status store retains of past jobs, stages and
+# Settings of a driver that lives for days. Its status store retains past jobs, stages and
 # SQL executions (a reconciliation runs some 20-45 jobs, and Spark keeps 1,000 of each by
-# default): a few runs' worth is enough for anyone looking, and keeps its heap flat.
-RETAINED = {
+# default): a few runs' worth is enough for anyone looking.
+SESSION_SETTINGS = {
     "spark.ui.retainedJobs": "200",
     "spark.ui.retainedStages": "200",
     "spark.sql.ui.retainedExecutions": "50",
@@ -113,7 +113,7 @@ def session() -> tuple[SparkSession, bool]:
             else:
                 _forget_dead_driver()
         memory = {"spark.driver.memory": conf.driver_memory()} if conf.driver_memory() else {}
-        _session = build_spark_session(APP_NAME, master=conf.spark_master(), settings=RETAINED | memory)
+        _session = build_spark_session(APP_NAME, master=conf.spark_master(), settings=SESSION_SETTINGS | memory)
         return _session, True
 
 
