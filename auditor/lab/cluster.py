@@ -45,6 +45,25 @@ def all_led(admin: AdminClient, topic: str, partitions: int) -> bool:
     return all(p.leader >= 0 for p in meta.partitions.values())
 
 
+def delete_records(admin: AdminClient, points: list[TopicPartition], timeout: float = 30) -> None:
+    """Move each partition's log start to its point's offset (DeleteRecords). The request goes
+    to each partition's leader, from the client's metadata: a topic made a moment ago, or not
+    asked about for a while, may not be in it ("No leaders found": CI, stop 42); asking for
+    the topics' metadata refreshes it, and the request is sent again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for topic in {point.topic for point in points}:
+            admin.list_topics(topic, timeout=10)
+        try:
+            for future in admin.delete_records(points, operation_timeout=30).values():
+                future.result(timeout=60)
+            return
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NOENT or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 @dataclass(frozen=True)
 class PartitionView:
     leader: int
@@ -158,20 +177,7 @@ class Cluster:
     def delete_records(self, topic: str, before: dict[int, int]) -> None:
         """Move each partition's log start to `before[p]` (kafka-delete-records.sh's request):
         what retention does to the oldest segments, at a chosen offset."""
-        points = [TopicPartition(topic, p, offset) for p, offset in before.items()]
-        deadline = time.monotonic() + 30
-        while True:
-            # The request goes to each partition's leader, from the client's metadata: a topic
-            # made a moment ago may not be in it yet ("No leaders found"); asking refreshes it.
-            self.admin.list_topics(topic, timeout=10)
-            try:
-                for future in self.admin.delete_records(points, operation_timeout=30).values():
-                    future.result(timeout=60)
-                return
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError._NOENT or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        delete_records(self.admin, [TopicPartition(topic, p, offset) for p, offset in before.items()])
 
     def partition(self, topic: str, partition: int = 0, timeout: float = 20) -> PartitionView:
         """The partition's leader, replicas and ISR as the metadata says. A topic made a moment ago

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_STORED, KafkaError, KafkaException, TopicPartition
 
+from auditor.lab.cluster import delete_records
 from auditor.probes import (
     AuditedConsumerV1,
     AuditedProducerV1,
@@ -358,7 +359,7 @@ def test_it_ledgers_acks_0_sends_as_unconfirmed_and_never_as_broker_acked(
     assert len(read_topic(topic)) == 5  # the broker did write them; nobody told the producer
     # Two of them disappear (as a dropped send would): they are unconfirmed sends not seen,
     # never acked-not-seen (a broker-side loss).
-    probe_admin.delete_records([TopicPartition(topic, 0, 2)])[TopicPartition(topic, 0, 2)].result(timeout=30)
+    delete_records(probe_admin, [TopicPartition(topic, 0, 2)])
     ledger = summarize_producer_ledger(read_ledger(audit_topics.producer_ledger))
     assert not ledger[session].topics[topic].acked
     assert find_sequence_gaps(seen_records(topic), ledger) == [

@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from auditor.lab.cluster import Cluster as LabCluster
+from auditor.lab.cluster import delete_records
 from spark_jobs import reconcile_findings, reconcile_plan, reconcile_updates
 from spark_jobs.binding import Binding, binding_from_dict
 from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_id
@@ -367,8 +368,7 @@ def test_it_notices_aborted_transactions_without_being_told(spark: SparkSession,
 
 def delete_records_before(admin: AdminClient, topic: str, partition: int, offset: int) -> None:
     """AdminClient.delete_records: the partition's log start moves to `offset`, as retention would."""
-    for future in admin.delete_records([TopicPartition(topic, partition, offset)]).values():
-        future.result(timeout=30)
+    delete_records(admin, [TopicPartition(topic, partition, offset)])
 
 
 def test_it_never_reports_rows_whose_records_were_deleted_unread_as_missing(

@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from auditor.lab.cluster import Cluster as LabCluster
-from auditor.lab.cluster import wait_until
+from auditor.lab.cluster import delete_records, wait_until
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.conf import IN_PROCESS
 from auditor.reconcile.models import Finding, ReconcileRun
@@ -182,7 +182,7 @@ def test_it_names_expired_and_never_produced_items_from_what_a_run_saw(
 
     # Retention, before the group (which never committed) read partition 0.
     end = max(o for p, o in plain.delivered.values() if p == 0) + 1
-    kafka_admin.delete_records([TopicPartition(plain.topic, 0, end)])[TopicPartition(plain.topic, 0, end)].result(30)
+    delete_records(kafka_admin, [TopicPartition(plain.topic, 0, end)])
 
     # Ground truth: what was delivered and what the topic still holds.
     now = plain.topic_now()

@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from auditor.demo.options import DeliveryMode, Faults
 from auditor.demo.store import ApplyOutcome
+from auditor.lab.cluster import delete_records
 from auditor.stuck import service
 from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.service import diagnose_rule
@@ -111,7 +112,7 @@ def test_records_deleted_while_the_diagnosis_reads_them_are_unknown_never_lost(
         # retention deletes the first 10 records after the offsets were listed, before the read
         answer = read_cluster_view(*args, **kwargs)
         cut = TopicPartition(topic, 0, 10)
-        kafka_admin.delete_records([cut])[cut].result(30)
+        delete_records(kafka_admin, [cut])
         return answer
 
     monkeypatch.setattr(service, "read_cluster_view", then_delete)
@@ -217,8 +218,7 @@ def test_a_deleted_record_whose_mark_the_ledger_deleted_too_is_not_called_skippe
     # record of the topic.
     cuts = [TopicPartition(ledger, p, high) for p, high in first_marks.items() if high]
     cuts.append(TopicPartition(pipeline.topic, 0, 10))
-    for future in kafka_admin.delete_records(cuts).values():
-        future.result(timeout=30)
+    delete_records(kafka_admin, cuts)
 
     result = diagnose_both(setup, spark)
 

@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient
 
 from auditor.demo.options import DeliveryMode, Faults
 from auditor.demo.store import ApplyOutcome
+from auditor.lab.cluster import delete_records
 from auditor.stuck.service import diagnose_rule
 from tests.support.stuck import StuckSetup, reconcile_now, verdicts_of
 
@@ -46,8 +47,7 @@ def test_a_mark_the_ledger_deleted_after_a_run_read_it_still_says_processed(
     ends = {p: high for p, (_, high) in pipeline.watermarks(ledger).items()}
     assert any(ends.values())
     points = [TopicPartition(ledger, p, high) for p, high in ends.items()]
-    for future in kafka_admin.delete_records(points).values():
-        future.result(timeout=30)
+    delete_records(kafka_admin, points)
 
     for engine in ("python", "spark"):
         result = diagnose_rule(stuck.rule, stuck.options(engine, spark=spark))

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from auditor.lab.cluster import delete_records
 from auditor.lint.engine.terms import Overtaken
 from auditor.stuck.evidence import ClusterView, GroupState, PartitionState
 from auditor.stuck.kafka_view import read_cluster_view
@@ -181,7 +182,7 @@ def test_it_confirms_a_committed_offset_below_the_log_start_against_the_real_clu
         commit_offsets(kafka_bootstrap, group, [TopicPartition(topic, 0, offset)])
     # the log start of partition 0 moves to 3: behind (at 1) never committed 1 and 2
     deleted = TopicPartition(topic, 0, 3)
-    kafka_admin.delete_records([deleted])[deleted].result(30)
+    delete_records(kafka_admin, [deleted])
 
     view, _ = read_cluster_view(
         {"bootstrap.servers": kafka_bootstrap}, topic, [behind, caught_up], "_none-p", "_none-c"

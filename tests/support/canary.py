@@ -10,6 +10,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from auditor.lab.cluster import delete_records
 from auditor.pipelines.models import Cluster
 from tests.support.waiting import wait_until
 
@@ -68,7 +69,7 @@ def delete_first_records(bootstrap: str, admin: AdminClient, topic: str, partiti
         wait_until(lambda: high_watermark(reader, topic, partition) >= 5, 10, "canary records", 0.05)
         upto = high_watermark(reader, topic, partition)
         tp = TopicPartition(topic, partition, upto)
-        admin.delete_records([tp])[tp].result(timeout=10)
+        delete_records(admin, [tp])
         return upto
     finally:
         reader.close()
