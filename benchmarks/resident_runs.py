@@ -44,6 +44,7 @@ from auditor.lib.env import load_env_file  # noqa: E402 - after the path is set
 
 load_env_file(ROOT / ".env")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor.settings")
+os.environ.setdefault("RECONCILE_RESIDENT_MAX_RUNS", "0")  # one driver throughout: its heap is what is measured
 
 import django  # noqa: E402
 

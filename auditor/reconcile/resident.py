@@ -13,11 +13,16 @@ its main thread) runs each job here, in the same session:
 * A session whose JVM died (killed, out of memory) is found dead before the next run and
   built again; the run that was going fails with the error its driver saw.
 * The session's cache is cleared after every run.
+* A driver that has run RECONCILE_RESIDENT_MAX_RUNS runs (default 500) is stopped, its JVM
+  with it, before the next run, which starts a new one: the driver's heap after GC still
+  rises slowly over hundreds of runs (benchmarks/resident_runs.py --soak), like Celery's
+  max-tasks-per-child, which the reconciler's solo pool does not honour.
 """
 
 from __future__ import annotations
 
 import logging
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -53,6 +58,8 @@ SESSION_SETTINGS = {
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
+_runs = 0  # runs the current session has run
+JVM_EXIT_SECONDS = 30.0
 
 
 def _jvm_alive() -> bool:
@@ -97,23 +104,55 @@ def _forget_dead_driver() -> None:
     SQLContext._instantiatedContext = None
 
 
+def _retire(spark: SparkSession) -> None:
+    """Stop the session and the driver JVM PySpark launched for it, then drop PySpark's
+    handles, so that the next session launches a new JVM with an empty heap."""
+    from pyspark import SparkContext
+
+    spark.stop()
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if proc is not None:
+        # PySpark's gateway JVM exits when its stdin closes (it reads it until end of file).
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            proc.wait(JVM_EXIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            log.warning("reconciler: the retired driver JVM (pid %s) did not exit; killing it", proc.pid)
+            proc.kill()
+            proc.wait(JVM_EXIT_SECONDS)
+    _forget_dead_driver()
+
+
 def session() -> tuple[SparkSession, bool]:
-    """The resident session, built when there is none or its driver died; (session, built now)."""
-    global _session
+    """The resident session for the next run, built when there is none, its driver died or it
+    has run RECONCILE_RESIDENT_MAX_RUNS runs; (session, built now)."""
+    global _session, _runs
     from spark_jobs.common import build_spark_session
 
     with _lock:
         if _session is not None:
             alive = _jvm_alive()
+            limit = conf.resident_max_runs()
             if alive and not _session.sparkContext._jsc.sc().isStopped():
-                return _session, False
-            log.warning("reconciler: the resident Spark driver is gone; starting a new one")
-            if alive:
-                _session.stop()
+                if not limit or _runs < limit:
+                    return _session, False
+                log.info(
+                    "reconciler: the resident Spark driver ran %d runs (RECONCILE_RESIDENT_MAX_RUNS); starting a new one",
+                    _runs,
+                )
+                _retire(_session)
             else:
-                _forget_dead_driver()
+                log.warning("reconciler: the resident Spark driver is gone; starting a new one")
+                if alive:
+                    _session.stop()
+                else:
+                    _forget_dead_driver()
+            _session = None
         memory = {"spark.driver.memory": conf.driver_memory()} if conf.driver_memory() else {}
         _session = build_spark_session(APP_NAME, master=conf.spark_master(), settings=SESSION_SETTINGS | memory)
+        _runs = 0
         return _session, True
 
 
@@ -151,10 +190,12 @@ def deadline(spark: SparkSession, group: str, seconds: float) -> Iterator[thread
 
 def run_resident(job: JobInput, job_run_id: str, full: bool, timeout: float | None = None) -> dict[str, Any]:
     """The job in the resident session, stopped at `timeout` (RECONCILE_TIMEOUT_SECONDS)."""
+    global _runs
     timeout = timeout or conf.run_timeout_seconds()
     started = time.monotonic()
     spark, built = session()
     driver_start = time.monotonic() - started
+    _runs += 1
     with deadline(spark, job_run_id, timeout) as passed:
         result = run_in_session(lambda: spark, job, job_run_id, full)
     if passed.is_set() and result.get("status") != "ok":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.integration
 
 SESSION = "c0ffee00" * 4  # an audit session id as the contract spells it
+MAX_RUNS = 3  # the reconciler's RECONCILE_RESIDENT_MAX_RUNS
 EXPECTED = {("missing", "4", None), ("duplicate", "1", "producer-retry")}
 
 
@@ -101,6 +103,38 @@ def test_a_run_past_its_deadline_is_cancelled_commits_nothing_and_the_driver_run
     assert (state_dir / binding.name / "state.json").exists()
 
 
+def live_sessions(spark) -> int:
+    """SparkSession objects alive in the driver's JVM after a full GC (jcmd's class histogram)."""
+    pid = spark._jvm.java.lang.ProcessHandle.current().pid()
+    histogram = subprocess.run(["jcmd", str(pid), "GC.class_histogram"], capture_output=True, text=True, check=True)
+    for line in histogram.stdout.splitlines():
+        if line.endswith(" org.apache.spark.sql.classic.SparkSession"):
+            return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.django_db
+def test_runs_in_the_resident_driver_leave_no_spark_session_behind(
+    spark, source: Source, make_binding, state_dir: Path, monkeypatch, staged_runs: list[str]
+) -> None:
+    # Spark 4.0.0 clones the session to plan each cached query and never frees the clone
+    # (SPARK-54753): a driver kept for days grew by some three sessions a run.
+    monkeypatch.setattr(resident, "_session", spark)
+    binding = make_binding(f"res-{uuid.uuid4().hex[:8]}", source.topic, f"public.{source.table}")
+    first = execute_run(start_run(binding, ReconcileRun.CLI), conf.RESIDENT)
+    staged_runs.append(first.job_run_id)
+    assert first.status == ReconcileRun.OK, first.error
+    before = live_sessions(spark)
+
+    again = execute_run(start_run(binding, ReconcileRun.CLI, full=True), conf.RESIDENT)
+
+    staged_runs.append(again.job_run_id)
+    assert again.status == ReconcileRun.OK, again.error
+    assert again.mode == "full" and found(again) == EXPECTED  # it cached what a full run caches
+    assert live_sessions(spark) <= before
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"  # the session's own settings are back
+
+
 # --- the reconciler worker --------------------------------------------------------------------
 
 
@@ -142,6 +176,7 @@ def reconciler(live_env: dict[str, str], tmp_path_factory: pytest.TempPathFactor
             "RECONCILE_RUNNER": "resident",
             "RECONCILE_STATE_DIR": str(tmp_path_factory.mktemp("resident-state")),
             "RECONCILE_DRIVER_MEMORY": "1g",
+            "RECONCILE_RESIDENT_MAX_RUNS": str(MAX_RUNS),
             "SPARK_MASTER": "local[2]",
         }
     )
@@ -173,7 +208,7 @@ def committed_binding(
         database.delete()
 
 
-def test_the_reconciler_keeps_one_driver_across_runs_and_replaces_one_killed(
+def test_the_reconciler_keeps_one_driver_across_runs_retires_it_after_its_runs_and_replaces_one_killed(
     reconciler: LiveProcesses, committed_binding: str, django_db_blocker: DjangoDbBlocker, source: Source,
     kafka_bootstrap: str,
 ) -> None:  # fmt: skip
@@ -193,11 +228,14 @@ def test_the_reconciler_keeps_one_driver_across_runs_and_replaces_one_killed(
             wait_until(finished, 180, f"run {queued.pk} on the reconciler", 0.5)
             return queued
 
+    def findings(run: ReconcileRun) -> set[tuple[str, str | None, str | None]]:
+        with django_db_blocker.unblock(), closing_connection():
+            return found(run)
+
     first = run_on_the_reconciler()
     assert first.status == ReconcileRun.OK, first.error + reconciler.log_text("reconciler")
     assert first.claimed_by.endswith(f":{worker.pid}")  # the reconciler took it, not another worker
-    with django_db_blocker.unblock(), closing_connection():
-        assert found(first) == EXPECTED
+    assert findings(first) == EXPECTED
     assert "driver_start" in first.timings  # the worker's first run started its driver
     (driver,) = driver_jvms(worker.pid)
     arguments = Path(f"/proc/{driver}/cmdline").read_bytes().split(b"\0")
@@ -205,26 +243,35 @@ def test_the_reconciler_keeps_one_driver_across_runs_and_replaces_one_killed(
     assert b"spark.sql.ui.retainedExecutions=50" in arguments  # what it keeps of past runs is bounded
 
     source.produce(kafka_bootstrap, ("4", 3))  # row 4's record arrives late
-    second = run_on_the_reconciler()
+    later = [run_on_the_reconciler() for _ in range(MAX_RUNS - 1)]
 
-    assert second.status == ReconcileRun.OK, second.error
-    assert second.mode == "incremental" and "driver_start" not in second.timings
-    assert driver_jvms(worker.pid) == [driver]  # the same JVM ran it
-    with django_db_blocker.unblock(), closing_connection():
-        assert found(second) == {("duplicate", "1", "producer-retry")}
+    for run in later:
+        assert run.status == ReconcileRun.OK, run.error
+        assert run.mode == "incremental" and "driver_start" not in run.timings
+        assert findings(run) == {("duplicate", "1", "producer-retry")}
+    assert driver_jvms(worker.pid) == [driver]  # the same JVM ran them all
 
-    os.kill(driver, signal.SIGKILL)  # the driver dies between runs (the OOM killer, an operator)
-    wait_until(lambda: driver not in driver_jvms(worker.pid), 30, "the killed driver to be gone")
-    third = run_on_the_reconciler()
+    retired = run_on_the_reconciler()  # the driver has run MAX_RUNS runs: a new one runs this
 
-    assert third.status == ReconcileRun.OK, third.error + reconciler.log_text("reconciler")
-    assert "driver_start" in third.timings
+    assert retired.status == ReconcileRun.OK, retired.error + reconciler.log_text("reconciler")
+    assert "driver_start" in retired.timings
+    (successor,) = driver_jvms(worker.pid)  # the old JVM exited, not left beside the new one
+    assert successor != driver
+    whole_log = (reconciler.logs / "reconciler.log").read_text(errors="replace")
+    assert f"ran {MAX_RUNS} runs (RECONCILE_RESIDENT_MAX_RUNS); starting a new one" in whole_log
+    assert retired.mode == "incremental" and findings(retired) == {("duplicate", "1", "producer-retry")}
+
+    os.kill(successor, signal.SIGKILL)  # the driver dies between runs (the OOM killer, an operator)
+    wait_until(lambda: successor not in driver_jvms(worker.pid), 30, "the killed driver to be gone")
+    replaced = run_on_the_reconciler()
+
+    assert replaced.status == ReconcileRun.OK, replaced.error + reconciler.log_text("reconciler")
+    assert "driver_start" in replaced.timings
     (replacement,) = driver_jvms(worker.pid)
-    assert replacement != driver
+    assert replacement not in (driver, successor)
     assert worker.poll() is None  # the worker itself lived on
-    with django_db_blocker.unblock(), closing_connection():
-        assert third.mode == "incremental"  # the state on disk stood
-        assert found(third) == {("duplicate", "1", "producer-retry")}
+    assert replaced.mode == "incremental"  # the state on disk stood
+    assert findings(replaced) == {("duplicate", "1", "producer-retry")}
 
 
 def test_the_status_check_names_the_reconciler_taking_the_queue(reconciler: LiveProcesses) -> None:
