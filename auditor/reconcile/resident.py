@@ -14,8 +14,9 @@ its main thread) runs each job here, in the same session:
   built again; the run that was going fails with the error its driver saw.
 * The session's cache is cleared after every run.
 * A driver that has run RECONCILE_RESIDENT_MAX_RUNS runs (default 500) is stopped, its JVM
-  with it, before the next run, which starts a new one: the driver's heap after GC still
-  rises slowly over hundreds of runs (benchmarks/resident_runs.py --soak), like Celery's
+  with it, before the next run, which starts a new one: a safety net against whatever a
+  long-lived JVM accumulates (its heap's low points were flat over a 100-run soak once Spark
+  stopped cloning a session per cached query, spark_jobs.common.persist_frame), like Celery's
   max-tasks-per-child, which the reconciler's solo pool does not honour.
 """
 
