@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.jars import local_jars
@@ -20,16 +18,6 @@ from spark_jobs.reconcile_schemas import KAFKA_RAW_SCHEMA
 
 # Above this many records a read is split finer than one task per Kafka partition.
 SPLIT_READS_OVER = 1_000_000
-# Spark plans a query it caches with these off. When one is on in the session, it clones the
-# session to plan the query (CacheManager.getOrCloneSessionWithConfigsOff), and Spark 4.0.0
-# never frees such a clone: its ArtifactManager's cleaner holds it (SPARK-54753, fixed in later
-# 4.0 releases). A resident driver kept about three more sessions per reconciliation, each with
-# its own function registry, caches and file listings: what its heap after GC grew by (stop 43).
-# Set so around persist(), the session plans the cached query itself: the same plan, no clone.
-CACHE_PLANNING_SETTINGS = {
-    "spark.sql.sources.bucketing.autoBucketedScan.enabled": "false",
-    "spark.sql.adaptive.applyFinalStageShuffleOptimizations": "false",
-}
 
 
 def launched_by_spark_submit() -> bool:
@@ -82,36 +70,6 @@ def build_spark_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))
     return spark
-
-
-@contextmanager
-def settings_applied(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
-    """`settings` set on the session for the block; then each back to what it was (or unset)."""
-    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, earlier in before.items():
-            if earlier is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, earlier)
-
-
-def persist_frame(df: DataFrame, level: StorageLevel = StorageLevel.MEMORY_AND_DISK) -> DataFrame:
-    """df.persist(level) without cloning the session (CACHE_PLANNING_SETTINGS): every job
-    caches through this."""
-    with settings_applied(df.sparkSession, CACHE_PLANNING_SETTINGS):
-        return df.persist(level)
-
-
-def unpersist_frame(df: DataFrame) -> None:
-    """df.unpersist() without cloning the session: Spark plans again the cached queries built
-    on `df` that were not computed yet, as it planned them when they were cached."""
-    with settings_applied(df.sparkSession, CACHE_PLANNING_SETTINGS):
-        df.unpersist()
 
 
 def read_kafka_ranges(

@@ -42,6 +42,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script by spark-submit
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -53,7 +54,7 @@ from spark_jobs.binding import (
     jdbc_url_and_properties,
     load_binding_json,
 )
-from spark_jobs.common import build_spark_session, persist_frame, unpersist_frame
+from spark_jobs.common import build_spark_session
 from spark_jobs.reconcile_phases import (
     commit_state,
     count_findings,
@@ -111,14 +112,14 @@ def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dic
         return _reconcile(spark, binding, options, cached)
     finally:
         for df in cached:
-            unpersist_frame(df)
+            df.unpersist()
 
 
 def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cached: list[DataFrame]) -> dict[str, Any]:
     def persist(df: DataFrame) -> DataFrame:
         if is_empty_plan(df):
             return df  # cached, the optimizer could no longer prune what is built on it
-        cached.append(persist_frame(df))
+        cached.append(df.persist(StorageLevel.MEMORY_AND_DISK))
         return df
 
     laps = Laps()

@@ -16,7 +16,6 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.binding import Binding
-from spark_jobs.common import settings_applied
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.kafka_offsets import KafkaReadError
 from spark_jobs.mark_rules import MarkRule
@@ -207,8 +206,17 @@ def run_settings(spark: SparkSession, plan: RunPlan) -> dict[str, str]:
 def run_settings_applied(spark: SparkSession, plan: RunPlan) -> Iterator[dict[str, str]]:
     """run_settings() set on the session for the run's duration, then restored."""
     settings = run_settings(spark, plan)
-    with settings_applied(spark, settings):
+    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
         yield settings
+    finally:
+        for key, earlier in before.items():
+            if earlier is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, earlier)
 
 
 def forget_renamed_ledgers(binding: Binding, meta: StateMeta) -> list[str]:

@@ -35,12 +35,11 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.binding import RecordKeySpec, parse_record_key
-from spark_jobs.common import build_spark_session, persist_frame, read_kafka_ranges, unpersist_frame
+from spark_jobs.common import build_spark_session, read_kafka_ranges
 from spark_jobs.reconcile_transform import (
     ACKED_RANGE,
     KEYED,
@@ -58,11 +57,6 @@ Ranges = dict[int, tuple[int, int]]
 
 
 # ------------------------------------------------------------------ extract ----------
-
-
-def cached(df: DataFrame) -> DataFrame:
-    """df.cache() (memory, then disk, deserialized) without cloning the session (persist_frame)."""
-    return persist_frame(df, StorageLevel.MEMORY_AND_DISK_DESER)
 
 
 def extract_range(
@@ -250,7 +244,7 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     partitions = {int(p): (int(v[0]), int(v[1]), int(v[2])) for p, v in request["partitions"].items()}
     # Where reading starts: the key index stands in for what lies below (absent: the log start).
     starts = {p: int((request.get("starts") or {}).get(str(p), low)) for p, (low, _, _) in partitions.items()}
-    keys = cached(extract_keys(spark, request))
+    keys = extract_keys(spark, request).cache()
     result: dict[str, Any] = {
         "records": [list(r) for r in request.get("known_records") or []],
         "ledger_entries": [],
@@ -314,9 +308,9 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     ledger = request.get("producer_ledger")
     if ledger and _has_records(ledger):
         raw_ledger = extract_range(spark, request, ledger["topic"], _ranges(ledger["ranges"]), "read_uncommitted")
-        raw_ledger = cached(raw_ledger)
+        raw_ledger = raw_ledger.cache()
         all_entries, _ = transform_producer_ledger(raw_ledger, topic)
-        all_entries = cached(all_entries)
+        all_entries = all_entries.cache()
         keyed = all_entries.where(F.col("status") == KEYED)
         entries = all_entries.where(F.col("status") != KEYED).unionByName(
             transform_producer_failures(raw_ledger, topic)
@@ -341,8 +335,8 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         result["unattributed_to_ms"] = transform_unattributed(raw_ledger, topic, seen, intervals, keyed).collect()[0][
             "to_ms"
         ]
-        unpersist_frame(all_entries)
-        unpersist_frame(raw_ledger)
+        all_entries.unpersist()
+        raw_ledger.unpersist()
     lap("producer_ledger")
 
     # The consumer ledger: marks of the binding's groups at the records found or acked.
@@ -357,9 +351,9 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         }
         positions_df = spark.createDataFrame(sorted(positions), "partition int, offset long")
         lows = spark.createDataFrame([(p, v[0]) for p, v in partitions.items()], "partition int, low long")
-        raw_marks = cached(
-            extract_range(spark, request, ledger["topic"], _ranges(ledger["ranges"]), "read_uncommitted")
-        )
+        raw_marks = extract_range(
+            spark, request, ledger["topic"], _ranges(ledger["ranges"]), "read_uncommitted"
+        ).cache()
         processed = transform_consumer_ledger(raw_marks, topic, groups)
         # A v2 range's marks carry its first mark's time; when it was last marked bounds them.
         for row in transform_range_ends_below_low(raw_marks, topic, groups, lows).collect():
@@ -380,9 +374,9 @@ def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
                 result["max_mark_below_low"].append([group, partition, row["max_below_low"]])
             for m in row["marks"]:
                 result["marks"].append([group, partition, m["offset"], m["consumer_session"], m["ts_ms"]])
-        unpersist_frame(raw_marks)
+        raw_marks.unpersist()
     lap("consumer_ledger")
-    unpersist_frame(keys)
+    keys.unpersist()
     result["timings"] = timings
     return result
 

@@ -65,7 +65,8 @@ def driver_memory() -> str:
 
 def resident_max_runs() -> int:
     """RECONCILE_RESIDENT_MAX_RUNS: runs one resident driver runs before it is stopped and a
-    new one started for the next run (its heap grows slowly over hundreds of runs); 0: never."""
+    new one started for the next run (a safety net against what a long-lived JVM gathers); 0:
+    never."""
     value = int(_setting("RECONCILE_RESIDENT_MAX_RUNS", 500, envint))
     if value < 0:
         raise ImproperlyConfigured(f"RECONCILE_RESIDENT_MAX_RUNS: {value} is negative (0 keeps one driver for good)")

@@ -16,7 +16,7 @@ its main thread) runs each job here, in the same session:
 * A driver that has run RECONCILE_RESIDENT_MAX_RUNS runs (default 500) is stopped, its JVM
   with it, before the next run, which starts a new one: a safety net against whatever a
   long-lived JVM accumulates (its heap's low points were flat over a 100-run soak once Spark
-  stopped cloning a session per cached query, spark_jobs.common.persist_frame), like Celery's
+  stopped cloning a session per cached query, SESSION_SETTINGS), like Celery's
   max-tasks-per-child, which the reconciler's solo pool does not honour.
 """
 
@@ -55,6 +55,15 @@ SESSION_SETTINGS = {
     "spark.kafka.consumer.cache.evictorThreadRunInterval": "10s",
     "spark.kafka.consumer.fetchedData.cache.timeout": "20s",
     "spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval": "10s",
+    # Spark plans a query it caches with these two off: when either is on in the session, it
+    # clones the session to plan it (CacheManager.getOrCloneSessionWithConfigsOff), and Spark
+    # 4.0.0 never frees the clone, its ArtifactManager's cleaner holds it (SPARK-54753, fixed
+    # in 4.0.2 and 4.1.1). This driver kept three more sessions a run (each reconciliation
+    # caches some frames), which is what its heap after GC grew by (stop 43). Off for good in
+    # this session, the cached queries are planned as in the clones, and no clone is made. For
+    # a query it does not cache, AQE then leaves the last stage's partitions uncoalesced.
+    "spark.sql.sources.bucketing.autoBucketedScan.enabled": "false",
+    "spark.sql.adaptive.applyFinalStageShuffleOptimizations": "false",
 }
 
 _lock = threading.Lock()
@@ -110,7 +119,10 @@ def _retire(spark: SparkSession) -> None:
     handles, so that the next session launches a new JVM with an empty heap."""
     from pyspark import SparkContext
 
-    spark.stop()
+    try:
+        spark.stop()
+    except Exception:  # noqa: BLE001 - its JVM is ended below all the same
+        log.warning("reconciler: stopping the retired session failed", exc_info=True)
     gateway = SparkContext._gateway
     proc = getattr(gateway, "proc", None)
     if proc is not None:
