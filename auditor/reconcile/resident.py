@@ -145,9 +145,9 @@ def session() -> tuple[SparkSession, bool]:
     from spark_jobs.common import build_spark_session
 
     with _lock:
+        limit = conf.resident_max_runs()  # read before every run: a bad value fails each one
         if _session is not None:
             alive = _jvm_alive()
-            limit = conf.resident_max_runs()
             if alive and not _session.sparkContext._jsc.sc().isStopped():
                 if not limit or _runs < limit:
                     return _session, False

@@ -103,6 +103,22 @@ def test_a_run_past_its_deadline_is_cancelled_commits_nothing_and_the_driver_run
     assert (state_dir / binding.name / "state.json").exists()
 
 
+@pytest.mark.django_db
+def test_a_negative_run_limit_fails_the_run_naming_it(
+    spark, source: Source, make_binding, state_dir: Path, settings, monkeypatch
+) -> None:
+    monkeypatch.setattr(resident, "_session", spark)  # a driver is running: the limit is what fails
+    binding = make_binding(f"res-{uuid.uuid4().hex[:8]}", source.topic, f"public.{source.table}")
+    settings.RECONCILE_RESIDENT_MAX_RUNS = -1
+
+    run = execute_run(start_run(binding, ReconcileRun.CLI), conf.RESIDENT)
+
+    assert run.status == ReconcileRun.FAILED
+    assert "RECONCILE_RESIDENT_MAX_RUNS: -1 is negative" in run.error, run.error
+    assert not (state_dir / binding.name / "state.json").exists()
+    assert resident._session is spark  # the running driver was left alone
+
+
 # --- the reconciler worker --------------------------------------------------------------------
 
 
