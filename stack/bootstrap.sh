@@ -71,11 +71,14 @@ fetch_maven() {  # name pom-dir output-dir
   h=$(sha256sum "$dir/pom.xml" stack/maven/settings.xml | sha256sum | cut -c1-16)
   if [[ "$(cat "$out/.pom-hash" 2>/dev/null)" != "$h" ]]; then
     say "resolving $name from Maven Central into $out"
-    rm -rf "$out"; mkdir -p "$out"
+    # Resolved beside the cache and swapped in whole: a pom naming something the repository
+    # does not serve fails here and leaves the jars that worked where they were.
+    rm -rf "$out.new"; mkdir -p "$out.new"
     (cd "$dir" && mvn -q -B -s "$ROOT/stack/maven/settings.xml" dependency:copy-dependencies \
-        -DoutputDirectory="$out" -DincludeScope=runtime) >"$CACHE/mvn-$name.log" 2>&1 \
-      || die "Maven could not resolve $name, see $CACHE/mvn-$name.log"
-    echo "$h" > "$out/.pom-hash"
+        -DoutputDirectory="$out.new" -DincludeScope=runtime) >"$CACHE/mvn-$name.log" 2>&1 \
+      || { rm -rf "$out.new"; die "Maven could not resolve $name, see $CACHE/mvn-$name.log ($out is as it was)"; }
+    echo "$h" > "$out.new/.pom-hash"
+    rm -rf "$out"; mv "$out.new" "$out"
   fi
 }
 fetch_maven kafka stack/maven/kafka "$CACHE/kafka/libs"
