@@ -147,24 +147,24 @@ def session() -> tuple[SparkSession, bool]:
     with _lock:
         limit = conf.resident_max_runs()  # read before every run: a bad value fails each one
         if _session is not None:
-            alive = _jvm_alive()
-            if alive and not _session.sparkContext._jsc.sc().isStopped():
-                if not limit or _runs < limit:
-                    return _session, False
+            if not _jvm_alive():
+                log.warning("reconciler: the resident Spark driver is gone; starting a new one")
+                _forget_dead_driver()
+            elif _session.sparkContext._jsc.sc().isStopped():
+                log.warning("reconciler: the resident Spark driver is gone; starting a new one")
+                _session.stop()
+            elif limit and _runs >= limit:
                 log.info(
                     "reconciler: the resident Spark driver ran %d runs (RECONCILE_RESIDENT_MAX_RUNS); starting a new one",
                     _runs,
                 )
                 _retire(_session)
             else:
-                log.warning("reconciler: the resident Spark driver is gone; starting a new one")
-                if alive:
-                    _session.stop()
-                else:
-                    _forget_dead_driver()
+                return _session, False
             _session = None
-        memory = {"spark.driver.memory": conf.driver_memory()} if conf.driver_memory() else {}
-        _session = build_spark_session(APP_NAME, master=conf.spark_master(), settings=SESSION_SETTINGS | memory)
+        memory = conf.driver_memory()
+        settings = SESSION_SETTINGS | ({"spark.driver.memory": memory} if memory else {})
+        _session = build_spark_session(APP_NAME, master=conf.spark_master(), settings=settings)
         _runs = 0
         return _session, True
 
