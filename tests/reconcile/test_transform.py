@@ -652,12 +652,15 @@ def first_run_gap_inputs(
     spark: SparkSession, raw: DataFrame, topic_records: DataFrame
 ) -> tuple[DataFrame, DataFrame, DataFrame]:
     """find_gaps' seq coverage, open ledger entries and session bounds after a first run that
-    read `raw` (producer-ledger values of topic "t") and `topic_records`."""
+    read `raw` (producer-ledger values of topic "t") and `topic_records`.
+
+    Materialized, as a run reads them back from its state: else each find_gaps that a test
+    calls parses the ledger again, several times over (~6-10 s a call against ~1.5 s)."""
     entries, new_bounds = transform_producer_ledger(raw, "t")
-    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
+    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records).localCheckpoint()
     ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
     bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
-    return coverage, ledger_open, bounds
+    return coverage, ledger_open.localCheckpoint(), bounds.localCheckpoint()
 
 
 def test_it_calls_an_absent_unconfirmed_send_unconfirmed_not_broker_lost(spark: SparkSession):
@@ -941,15 +944,18 @@ def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark: SparkSe
             PROCESSED_SCHEMA,
         ),
     )
+    # Each run's state is materialized, as a run writes it and the next reads it back: else
+    # run 2's frames would compute run 1's again for every use.
     reprocessed1 = transform_reprocessed(spark.createDataFrame([], REPROCESSED_SCHEMA), empty_cov, run1)
-    coverage1 = transform_processed_coverage(empty_cov, run1)
+    reprocessed1 = reprocessed1.localCheckpoint()
+    coverage1 = transform_processed_coverage(empty_cov, run1).localCheckpoint()
     assertDataFrameEqual(
         coverage1, spark.createDataFrame([("g1", 0, 0, 2), ("g1", 0, 4, 4)], PROCESSED_INTERVAL_SCHEMA)
     )
     groups = spark.createDataFrame([("g1",), ("g2",)], "group string")
     candidates1 = transform_unprocessed_candidates(
         spark.createDataFrame([], CANDIDATE_SCHEMA), topic_records, coverage1, groups, committed
-    )
+    ).localCheckpoint()
     # g2 keeps no consumer ledger: nothing is said about it, and it keeps no candidates it
     # has committed past (a ledger appearing later cannot speak for them).
     assert candidates1.where("group = 'g2'").count() == 0

@@ -1,6 +1,8 @@
 """The reconciliation transforms on records and ledgers of contract version 2 (one packed
 `audit` header, range records), beside version-1 ones. Expected frames are written by hand
-from the inputs, never computed by the code under test."""
+from the inputs, never computed by the code under test. Frames a run writes to its state are
+materialized (localCheckpoint), as the next step reads them back: else every find_gaps parses
+the ledger again, several times over."""
 
 from __future__ import annotations
 
@@ -109,8 +111,10 @@ def test_it_attributes_gaps_of_v2_ranges_without_calling_an_unacked_send_broker_
         {"v": 1, "type": "session-end", "pid": s, "ts": ms(9), "last_seq": {"t": 9}},
     )  # fmt: skip
     entries, new_bounds = transform_producer_ledger(raw, "t")
-    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
-    ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
+    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records).localCheckpoint()
+    ledger_open = transform_ledger_open(
+        spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage
+    ).localCheckpoint()
     bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
     assertDataFrameEqual(bounds, spark.createDataFrame([(s, 9)], LEDGER_BOUND_SCHEMA))
     watermarks = spark.createDataFrame([(0, 0, 20)], WATERMARK_SCHEMA)
@@ -179,7 +183,7 @@ def test_it_reads_processed_marks_from_v1_entries_and_v2_ranges(spark: SparkSess
 def test_it_names_the_key_of_a_v2_gap_from_the_keys_record_even_one_run_later(spark: SparkSession) -> None:
     s = SESSION.hex
     topic_records = spark.createDataFrame([(f"k{q}", 0, 10 + q, at(q), s, q) for q in (0, 1)], RECORD_SCHEMA)
-    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
+    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records).localCheckpoint()
     ranges = {"v": 2, "type": "ranges", "pid": s, "client_id": "app", "topic": "t"}
     keys = {"v": 2, "type": "keys", "pid": s, "client_id": "app", "topic": "t"}
     # Run 1 reads the tail (0..4 sent), the keys of 0..2 and an acked range 0..1.
@@ -191,7 +195,7 @@ def test_it_names_the_key_of_a_v2_gap_from_the_keys_record_even_one_run_later(sp
         {**keys, "topic": "other", "entries": [[0, ["x0", "x1", "x2", "x3", "x4"], [ms(0)] * 5]]},
     )
     entries1, bounds1 = transform_producer_ledger(run1, "t")
-    open1 = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries1, coverage)
+    open1 = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries1, coverage).localCheckpoint()
     # Run 2 reads the keys of 3..4 (4 has no key) and the acked range 2..4, which names none.
     run2 = ledger_values(
         spark,
@@ -200,7 +204,7 @@ def test_it_names_the_key_of_a_v2_gap_from_the_keys_record_even_one_run_later(sp
         {"v": 1, "type": "session-end", "pid": s, "ts": ms(9), "last_seq": {"t": 4}},
     )
     entries2, bounds2 = transform_producer_ledger(run2, "t")
-    open2 = transform_ledger_open(open1, entries2, coverage)
+    open2 = transform_ledger_open(open1, entries2, coverage).localCheckpoint()
     bounds = transform_ledger_bounds(bounds1, bounds2)
     assertDataFrameEqual(bounds, spark.createDataFrame([(s, 4)], LEDGER_BOUND_SCHEMA))
 
@@ -275,7 +279,7 @@ def test_it_places_a_v2_failure_on_the_one_sequence_of_its_window_the_keys_name(
     # k3 failed once and k4 was sent twice (seqs 4 and 5) and failed once: which one failed is
     # not known, so that report stays unplaced.
     topic_records = spark.createDataFrame([(f"k{q}", 0, 10 + q, at(q), s, q) for q in (0, 1)], RECORD_SCHEMA)
-    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records)
+    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records).localCheckpoint()
     raw = ledger_values(
         spark,
         {"v": 2, "type": "ranges", "pid": s, "client_id": "app", "topic": "t",
@@ -287,7 +291,9 @@ def test_it_places_a_v2_failure_on_the_one_sequence_of_its_window_the_keys_name(
                      [2, 5, 0, "_MSG_TIMED_OUT: Local: Message timed out", "possibly", "k4", ms(7)]]},
     )  # fmt: skip
     entries, new_bounds = transform_producer_ledger(raw, "t", place_failures=True)
-    ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
+    ledger_open = transform_ledger_open(
+        spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage
+    ).localCheckpoint()
     bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
     actual = find_gaps(coverage, ledger_open, bounds, spark.createDataFrame([(0, 0, 20)], WATERMARK_SCHEMA))
     assertDataFrameEqual(
