@@ -56,6 +56,7 @@ from spark_jobs.reconcile_transform import (
     values_to_intervals,
 )
 from tests.support.clock import at_second, ms_at_second
+from tests.support.gaps import first_run_gap_inputs
 
 FINDING_FIELDS = FINDING_SCHEMA.fieldNames()
 
@@ -646,21 +647,6 @@ def test_it_reads_acks_0_entries_as_unconfirmed_never_acked(spark: SparkSession)
             LEDGER_ENTRY_SCHEMA,
         ),
     )
-
-
-def first_run_gap_inputs(
-    spark: SparkSession, raw: DataFrame, topic_records: DataFrame
-) -> tuple[DataFrame, DataFrame, DataFrame]:
-    """find_gaps' seq coverage, open ledger entries and session bounds after a first run that
-    read `raw` (producer-ledger values of topic "t") and `topic_records`.
-
-    Materialized, as a run reads them back from its state: else each find_gaps that a test
-    calls parses the ledger again, several times over (~6-10 s a call against ~1.5 s)."""
-    entries, new_bounds = transform_producer_ledger(raw, "t")
-    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records).localCheckpoint()
-    ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
-    bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
-    return coverage, ledger_open.localCheckpoint(), bounds.localCheckpoint()
 
 
 def test_it_calls_an_absent_unconfirmed_send_unconfirmed_not_broker_lost(spark: SparkSession):

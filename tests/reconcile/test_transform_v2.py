@@ -37,6 +37,7 @@ from spark_jobs.reconcile_transform import (
 )
 from tests.support.clock import at_second as at
 from tests.support.clock import ms_at_second as ms
+from tests.support.gaps import first_run_gap_inputs
 
 SESSION = uuid.UUID("0123456789abcdef0123456789abcdef")
 V1_PID = "fedcba9876543210fedcba9876543210"
@@ -110,12 +111,7 @@ def test_it_attributes_gaps_of_v2_ranges_without_calling_an_unacked_send_broker_
         {**ranges, "topic": "other", "entries": [[0, 50, "acked", ms(0), ms(9)]]},
         {"v": 1, "type": "session-end", "pid": s, "ts": ms(9), "last_seq": {"t": 9}},
     )  # fmt: skip
-    entries, new_bounds = transform_producer_ledger(raw, "t")
-    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records).localCheckpoint()
-    ledger_open = transform_ledger_open(
-        spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage
-    ).localCheckpoint()
-    bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
+    coverage, ledger_open, bounds = first_run_gap_inputs(spark, raw, topic_records)
     assertDataFrameEqual(bounds, spark.createDataFrame([(s, 9)], LEDGER_BOUND_SCHEMA))
     watermarks = spark.createDataFrame([(0, 0, 20)], WATERMARK_SCHEMA)
 
@@ -279,7 +275,6 @@ def test_it_places_a_v2_failure_on_the_one_sequence_of_its_window_the_keys_name(
     # k3 failed once and k4 was sent twice (seqs 4 and 5) and failed once: which one failed is
     # not known, so that report stays unplaced.
     topic_records = spark.createDataFrame([(f"k{q}", 0, 10 + q, at(q), s, q) for q in (0, 1)], RECORD_SCHEMA)
-    coverage = transform_seq_coverage(spark.createDataFrame([], INTERVAL_SCHEMA), topic_records).localCheckpoint()
     raw = ledger_values(
         spark,
         {"v": 2, "type": "ranges", "pid": s, "client_id": "app", "topic": "t",
@@ -290,11 +285,7 @@ def test_it_places_a_v2_failure_on_the_one_sequence_of_its_window_the_keys_name(
          "entries": [[2, 5, 0, "_MSG_TIMED_OUT: Local: Message timed out", "possibly", "k3", ms(7)],
                      [2, 5, 0, "_MSG_TIMED_OUT: Local: Message timed out", "possibly", "k4", ms(7)]]},
     )  # fmt: skip
-    entries, new_bounds = transform_producer_ledger(raw, "t", place_failures=True)
-    ledger_open = transform_ledger_open(
-        spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage
-    ).localCheckpoint()
-    bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
+    coverage, ledger_open, bounds = first_run_gap_inputs(spark, raw, topic_records, place_failures=True)
     actual = find_gaps(coverage, ledger_open, bounds, spark.createDataFrame([(0, 0, 20)], WATERMARK_SCHEMA))
     assertDataFrameEqual(
         actual.select("key", "cause", "seq"),
