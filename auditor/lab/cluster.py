@@ -64,6 +64,36 @@ def delete_records(admin: AdminClient, points: list[TopicPartition], timeout: fl
             time.sleep(0.5)
 
 
+# get_watermark_offsets is answered with these while a partition's leadership moves: the
+# client's metadata, or the broker it asked, still names the old leader (CI, stop 44: a
+# consumer made right after a failover was told NOT_LEADER_FOR_PARTITION). The client refreshes
+# its metadata on them, and the new leader answers when asked again.
+_LEADER_MOVING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError._TRANSPORT,
+    }
+)
+
+
+def watermark_offsets(consumer: Consumer, topic: str, partition: int, timeout: float = 30) -> tuple[int, int]:
+    """(log start, log end) of one partition, asked again for up to `timeout` s while its
+    leadership moves."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            return low, high
+        except KafkaException as exc:
+            if exc.args[0].code() not in _LEADER_MOVING or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+            consumer.list_topics(topic, timeout=10)
+
+
 @dataclass(frozen=True)
 class PartitionView:
     leader: int
@@ -264,7 +294,7 @@ class Cluster:
             partitions = sorted(meta.partitions)
             starts = {}
             for p in partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                low, high = watermark_offsets(consumer, topic, p)
                 if high > low:
                     starts[p] = low
             consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
@@ -298,7 +328,7 @@ class Cluster:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"lab-marks-{uuid.uuid4().hex[:8]}"})
         try:
             partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-            return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in sorted(partitions)}
+            return {p: watermark_offsets(consumer, topic, p) for p in sorted(partitions)}
         finally:
             consumer.close()
 
