@@ -79,6 +79,17 @@ _LEADER_MOVING = frozenset(
 )
 
 
+# What a consumer reports, and gets over by itself, while it reconnects to brokers it lost or
+# waits for a topic made a moment ago to reach every broker's metadata.
+_TRANSIENT = _LEADER_MOVING | {
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._TIMED_OUT,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION,
+}
+
+
 def watermark_offsets(consumer: Consumer, topic: str, partition: int, timeout: float = 30) -> tuple[int, int]:
     """(log start, log end) of one partition, asked again for up to `timeout` s while its
     leadership moves."""
@@ -307,8 +318,17 @@ class Cluster:
                 msg = consumer.poll(0.5)
                 if msg is None:
                     continue
-                if msg.error() is not None:
-                    at_end.add(msg.partition() or 0)
+                error = msg.error()
+                if error is not None:
+                    # Only a partition's end ends its read. The client also reports a broker it
+                    # lost meanwhile (restarted, failed over) as an error, and reconnects: taken
+                    # for an end, that would cut the truth short (and an error without a
+                    # partition ended partition 0's). Those are waited out until the deadline;
+                    # anything else is raised.
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(msg.partition() or 0)
+                    elif error.fatal() or not (error.retriable() or error.code() in _TRANSIENT):
+                        raise LabError(f"reading the whole of {topic}: {error}")
                     continue
                 key = msg.key()
                 records.append(
