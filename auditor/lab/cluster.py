@@ -102,7 +102,10 @@ def watermark_offsets(consumer: Consumer, topic: str, partition: int, timeout: f
             if exc.args[0].code() not in _LEADER_MOVING or time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
-            consumer.list_topics(topic, timeout=10)
+            try:
+                consumer.list_topics(topic, timeout=10)
+            except KafkaException:
+                pass  # the next attempt says what is wrong
 
 
 @dataclass(frozen=True)
