@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
@@ -45,23 +46,39 @@ def all_led(admin: AdminClient, topic: str, partitions: int) -> bool:
     return all(p.leader >= 0 for p in meta.partitions.values())
 
 
+T = TypeVar("T")
+
+
+def _asked_again(ask: Callable[[], T], codes: frozenset[int], timeout: float, refresh: Callable[[], None]) -> T:
+    """ask(), asked again every half second, after refresh(), while Kafka answers with one of
+    `codes`, for up to `timeout` s; any other error, or one past the deadline, is raised."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return ask()
+        except KafkaException as exc:
+            if exc.args[0].code() not in codes or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+            refresh()
+
+
 def delete_records(admin: AdminClient, points: list[TopicPartition], timeout: float = 30) -> None:
     """Move each partition's log start to its point's offset (DeleteRecords). The request goes
     to each partition's leader, from the client's metadata: a topic made a moment ago, or not
     asked about for a while, may not be in it ("No leaders found": CI, stop 42); asking for
     the topics' metadata refreshes it, and the request is sent again."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def refresh() -> None:
         for topic in {point.topic for point in points}:
             admin.list_topics(topic, timeout=10)
-        try:
-            for future in admin.delete_records(points, operation_timeout=30).values():
-                future.result(timeout=60)
-            return
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError._NOENT or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+
+    def ask() -> None:
+        for future in admin.delete_records(points, operation_timeout=30).values():
+            future.result(timeout=60)
+
+    refresh()
+    _asked_again(ask, frozenset({KafkaError._NOENT}), timeout, refresh)
 
 
 # get_watermark_offsets is answered with these while a partition's leadership moves: the
@@ -93,19 +110,18 @@ _TRANSIENT = _LEADER_MOVING | {
 def watermark_offsets(consumer: Consumer, topic: str, partition: int, timeout: float = 30) -> tuple[int, int]:
     """(log start, log end) of one partition, asked again for up to `timeout` s while its
     leadership moves."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def refresh() -> None:
         try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            return low, high
-        except KafkaException as exc:
-            if exc.args[0].code() not in _LEADER_MOVING or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-            try:
-                consumer.list_topics(topic, timeout=10)
-            except KafkaException:
-                pass  # the next attempt says what is wrong
+            consumer.list_topics(topic, timeout=10)
+        except KafkaException:
+            pass  # the next attempt says what is wrong
+
+    def ask() -> tuple[int, int]:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        return low, high
+
+    return _asked_again(ask, _LEADER_MOVING, timeout, refresh)
 
 
 @dataclass(frozen=True)

@@ -932,8 +932,9 @@ def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark: SparkSe
     )
     # Each run's state is materialized, as a run writes it and the next reads it back: else
     # run 2's frames would compute run 1's again for every use.
-    reprocessed1 = transform_reprocessed(spark.createDataFrame([], REPROCESSED_SCHEMA), empty_cov, run1)
-    reprocessed1 = reprocessed1.localCheckpoint()
+    reprocessed1 = transform_reprocessed(
+        spark.createDataFrame([], REPROCESSED_SCHEMA), empty_cov, run1
+    ).localCheckpoint()
     coverage1 = transform_processed_coverage(empty_cov, run1).localCheckpoint()
     assertDataFrameEqual(
         coverage1, spark.createDataFrame([("g1", 0, 0, 2), ("g1", 0, 4, 4)], PROCESSED_INTERVAL_SCHEMA)
