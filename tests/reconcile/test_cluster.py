@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
+from auditor.pipelines.models import StuckRule
 from auditor.reconcile.job import auditor_jdbc_url, spark_submit_path
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
@@ -151,7 +151,7 @@ def reconcile(name: str, *args: str) -> tuple[int, dict[str, Any]]:
     return code, json.loads(out.getvalue())
 
 
-def test_it_reconciles_exactly_on_a_standalone_cluster(
+def test_it_reconciles_and_diagnoses_stuck_items_on_a_standalone_cluster(
     spark_cluster: str,
     settings,
     make_topic,
@@ -161,21 +161,25 @@ def test_it_reconciles_exactly_on_a_standalone_cluster(
     state_dir: Path,
     staged_runs: list[str],
 ) -> None:
+    """A full reconciliation through spark-submit on the cluster names exactly the findings the
+    clients' own observations imply; then the Spark stuck engine there gives each stuck row
+    the verdict they imply: acked records the group has not reached are `waiting`; rows whose
+    record was never sent, which the run reported missing while the topic held everything
+    since their creation, are `never-produced`. One application each: every one launched on
+    the cluster starts a driver and executors of its own (~30 s here)."""
     settings.SPARK_MASTER = spark_cluster
     # Two partitions so the Kafka source splits the read over executor tasks.
     topic = make_topic("rcluster", partitions=2)
     table = f"cluster_{uuid.uuid4().hex[:10]}"
+    group = f"g-{uuid.uuid4().hex[:8]}"
     rows = range(1, 41)
     with psycopg.connect(source_database_url, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, title text)")
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, status text)")
         for row_id in rows:
-            conn.execute(
-                f"INSERT INTO {table} (id, created_at, title) VALUES (%s, now() - interval '1 hour', %s)",
-                (row_id, f"ticket {row_id}"),
-            )
+            conn.execute(f"INSERT INTO {table} VALUES (%s, now() - interval '20 minutes', 'NEW')", (row_id,))
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
     acked: list[str] = []
-    created_ms = int((time.time() - 600) * 1000)
+    created_ms = int((time.time() - 600) * 1000)  # older than the grace: key 1000 can be called an orphan
     sent = [str(i) for i in rows if i % 10 != 0] + ["7", "1000"]  # 10,20,30,40 never sent; 7 twice; 1000 no row
 
     def report(err: Any, msg: Any) -> None:
@@ -186,108 +190,44 @@ def test_it_reconciles_exactly_on_a_standalone_cluster(
         producer.produce(topic, key=key.encode(), value=b'{"v": 1}', timestamp=created_ms, on_delivery=report)
     assert producer.flush(30) == 0
     assert sorted(acked) == sorted(sent)
-    binding = make_binding(f"cluster-{uuid.uuid4().hex[:8]}", topic, f"public.{table}")
-    started = time.monotonic()
-    try:
-        code, result = reconcile(binding.name, "--full")
-    finally:
-        with psycopg.connect(source_database_url, autocommit=True) as conn:
-            conn.execute(f"DROP TABLE IF EXISTS {table}")
-    elapsed = time.monotonic() - started
-    print(f"cluster reconciliation: {elapsed:.1f} s")
-
-    run = ReconcileRun.objects.get(pk=result["run_id"])
-    staged_runs.append(run.job_run_id)
-    assert code == 0, result["error"]
-    in_topic = set(acked)
-    expected = (
-        {("missing", str(i)) for i in rows if str(i) not in in_topic}
-        | {("duplicate", k) for k in in_topic if acked.count(k) > 1}
-        | {("orphan", k) for k in in_topic if int(k) not in rows}
-    )
-    assert {(f["kind"], f["key"]) for f in result["findings"]} == expected
-    assert set(Finding.objects.filter(run=run).values_list("kind", "key")) == expected
-    assert run.records_read == len(acked) and result["mode"] == "full"
-
-
-def test_it_diagnoses_stuck_items_with_the_spark_engine_on_a_standalone_cluster(
-    spark_cluster: str,
-    settings,
-    make_topic,
-    kafka_bootstrap: str,
-    source_database_url: str,
-    state_dir: Path,
-    staged_runs: list[str],
-) -> None:
-    """The Spark stuck engine on the cluster, after a reconciliation there, gives the verdicts
-    the clients' own observations imply: acked records the group has not reached are
-    `waiting`; rows whose record was never sent, which the run reported missing while the
-    topic held everything since their creation, are `never-produced`."""
-    settings.SPARK_MASTER = spark_cluster
-    topic = make_topic("scluster", partitions=2)
-    table = f"scluster_{uuid.uuid4().hex[:10]}"
-    group = f"g-{uuid.uuid4().hex[:8]}"
-    rows = range(1, 13)
-    with psycopg.connect(source_database_url, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, status text)")
-        for row_id in rows:
-            conn.execute(f"INSERT INTO {table} VALUES (%s, now() - interval '10 minutes', 'NEW')", (row_id,))
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
-    acked: list[str] = []
-
-    def report(err: Any, msg: Any) -> None:
-        if err is None:
-            acked.append(msg.key().decode())
-
-    for row_id in rows:
-        if row_id % 4:  # 4, 8 and 12 are never sent
-            producer.produce(topic, key=str(row_id).encode(), value=b"{}", on_delivery=report)
-    assert producer.flush(30) == 0
     # The group exists and has committed the start of each partition: it has read nothing.
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group, "enable.auto.commit": False})
     consumer.commit(offsets=[TopicPartition(topic, p, 0) for p in (0, 1)], asynchronous=False)
     consumer.close()
-
-    suffix = uuid.uuid4().hex[:8]
-    binding = Binding.objects.create(
-        name=f"scluster-{suffix}",
-        cluster=Cluster.objects.create(name=f"scluster-{suffix}", bootstrap_servers=kafka_bootstrap),
-        topic=topic,
-        source=SourceDatabase.objects.create(name=f"scluster-{suffix}", url="${SOURCE_DATABASE_URL}"),
-        table=f"public.{table}",
-        key_column="id",
-        record_key="key",
-        created_column="created_at",
-        consumer_groups=[group],
-    )
+    binding = make_binding(f"cluster-{uuid.uuid4().hex[:8]}", topic, f"public.{table}", consumer_groups=[group])
     rule = StuckRule.objects.create(
-        name=f"scluster-{suffix}",
-        binding=binding,
-        status_column="status",
-        stuck_values=["NEW"],
-        age_column="created_at",
+        name=binding.name, binding=binding, status_column="status", stuck_values=["NEW"], age_column="created_at"
     )
-    no_ledger = f"_audit.none-{suffix}"  # an unprobed pipeline
-    started = time.monotonic()
+    no_ledger = f"_audit.none-{uuid.uuid4().hex[:8]}"  # an unprobed pipeline
     try:
-        code, run = reconcile(binding.name, "--full")
-        staged_runs.append(ReconcileRun.objects.get(pk=run["run_id"]).job_run_id)
-        assert code == 0, run["error"]
-        # A plain producer, so the run's own findings are the never-sent rows, nothing else.
-        assert {(f["kind"], f["key"]) for f in run["findings"]} == {
-            ("missing", str(i)) for i in rows if str(i) not in acked
-        }
-        result = diagnose_rule(
+        started = time.monotonic()
+        code, result = reconcile(binding.name, "--full")
+        print(f"cluster reconciliation: {time.monotonic() - started:.1f} s")
+        run = ReconcileRun.objects.get(pk=result["run_id"])
+        staged_runs.append(run.job_run_id)
+        assert code == 0, result["error"]
+        in_topic = set(acked)
+        expected = (
+            {("missing", str(i)) for i in rows if str(i) not in in_topic}
+            | {("duplicate", k) for k in in_topic if acked.count(k) > 1}
+            | {("orphan", k) for k in in_topic if int(k) not in rows}
+        )
+        assert {(f["kind"], f["key"]) for f in result["findings"]} == expected
+        assert set(Finding.objects.filter(run=run).values_list("kind", "key")) == expected
+        assert run.records_read == len(acked) and result["mode"] == "full"
+
+        started = time.monotonic()
+        diagnosis = diagnose_rule(
             rule,
             DiagnosisOptions(
                 engine="spark", use_index=False, producer_ledger_topic=no_ledger, consumer_ledger_topic=no_ledger
             ),
         )
+        print(f"cluster stuck diagnosis: {time.monotonic() - started:.1f} s")
     finally:
         with psycopg.connect(source_database_url, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {table}")
-    print(f"cluster stuck diagnosis: {time.monotonic() - started:.1f} s")
 
-    assert result.engine == "spark"
-    expected = {str(i): ("waiting" if str(i) in acked else "never-produced") for i in rows}
-    assert {item.row.key: item.diagnosis.verdict for item in result.items} == expected
+    assert diagnosis.engine == "spark"
+    verdicts = {str(i): ("waiting" if str(i) in in_topic else "never-produced") for i in rows}
+    assert {item.row.key: item.diagnosis.verdict for item in diagnosis.items} == verdicts
