@@ -110,9 +110,13 @@ def make_topic(kafka_admin) -> Iterator[Callable[..., str]]:
 
 @pytest.fixture(scope="session")
 def spark():
+    from auditor.reconcile.resident import KAFKA_POOL_SETTINGS
     from spark_jobs.common import build_spark_session
 
-    session = build_spark_session("auditor-tests", shuffle_partitions=2)
+    # One JVM reads many topics, as the resident reconciler's does, and its Kafka consumer
+    # pool is set as that driver's: idle consumers of earlier tests' reads are evicted, and
+    # never closed inside a later read's task (test_spark_read_frozen_broker).
+    session = build_spark_session("auditor-tests", shuffle_partitions=2, settings=KAFKA_POOL_SETTINGS)
     yield session
     session.stop()
 

@@ -40,6 +40,18 @@ log = logging.getLogger(__name__)
 
 APP_NAME = "auditor-reconciler"
 CANCEL_EVERY_SECONDS = 1.0
+# Each run's Kafka reads use a group id of their own, so no later run reuses the consumers
+# (and fetched records) Spark's pool keeps idle for 5 minutes by default: a run every few
+# seconds filled it past its soft limit (warned 95 times in a 250-run soak) and the heap
+# after GC rose with it. Evicted after 20 s idle, the soak's heap rose less (stop 42). A full
+# pool also closes its oldest idle consumers inside the task that borrows the next one, and
+# closing one that fetched from a frozen broker waits a request timeout there.
+KAFKA_POOL_SETTINGS = {
+    "spark.kafka.consumer.cache.timeout": "20s",
+    "spark.kafka.consumer.cache.evictorThreadRunInterval": "10s",
+    "spark.kafka.consumer.fetchedData.cache.timeout": "20s",
+    "spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval": "10s",
+}
 # Settings of a driver that lives for days. Its status store retains past jobs, stages and
 # SQL executions (a reconciliation runs some 20-45 jobs, and Spark keeps 1,000 of each by
 # default): a few runs' worth is enough for anyone looking.
@@ -47,14 +59,7 @@ SESSION_SETTINGS = {
     "spark.ui.retainedJobs": "200",
     "spark.ui.retainedStages": "200",
     "spark.sql.ui.retainedExecutions": "50",
-    # Each run's Kafka reads use a group id of their own, so no later run reuses the consumers
-    # (and fetched records) the pool keeps idle for 5 minutes by default: a run every few
-    # seconds filled it past its soft limit (warned 95 times in a 250-run soak) and the heap
-    # after GC rose with it. Evicted after 20 s idle, the soak's heap rose less (stop 42).
-    "spark.kafka.consumer.cache.timeout": "20s",
-    "spark.kafka.consumer.cache.evictorThreadRunInterval": "10s",
-    "spark.kafka.consumer.fetchedData.cache.timeout": "20s",
-    "spark.kafka.consumer.fetchedData.cache.evictorThreadRunInterval": "10s",
+    **KAFKA_POOL_SETTINGS,
     # Spark plans a query it caches with these two off: when either is on in the session, it
     # clones the session to plan it (CacheManager.getOrCloneSessionWithConfigsOff), and Spark
     # 4.0.0 never frees the clone, its ArtifactManager's cleaner holds it (SPARK-54753, fixed
