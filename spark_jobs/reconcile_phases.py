@@ -276,7 +276,9 @@ def update_state(
     """Previous state + this run's data → the next state, each dataset written under the
     run's id and read back; the key index and source deltas appended."""
     store, meta, records = plan.store, plan.meta, inputs.records
-    new = RunState(store, laps)
+    # A small run writes each dataset in no more partitions than there are cores (a run with
+    # little new data may still carry many findings: never fewer tasks than cores).
+    new = RunState(store, laps, partitions=spark.sparkContext.defaultParallelism if plan.small else None)
     keep = new.keep
 
     def old(name: str) -> DataFrame:

@@ -111,6 +111,11 @@ class RunPlan:
         return sum(sum(offsets.values()) for offsets in before) + sum(r.total for r in now)
 
     @property
+    def small(self) -> bool:
+        """Little new data, or little data at all: the run is mostly fixed cost per task and job."""
+        return self.broadcast_new or self.records_seen < SMALL_RUN_RECORDS
+
+    @property
     def mode(self) -> str:
         return "rebuild" if self.memory else "incremental" if self.meta.run_id else "full"
 
@@ -146,6 +151,12 @@ class RunState:
 
     store: StateStore
     laps: Laps
+    # At most this many partitions (and files) per dataset written, or None: as the plan
+    # gives them. A small run's datasets are unions of several finders' or branches'
+    # outputs, each in its own partitions (22 tasks and files for the findings of a
+    # handful of records), and each task and file is fixed cost in the write and every
+    # read after it.
+    partitions: int | None = None
     frames: dict[str, DataFrame] = field(default_factory=dict)
     datasets: dict[str, str] = field(default_factory=dict)
     key_deltas: list[str] = field(default_factory=list)
@@ -154,6 +165,8 @@ class RunState:
     def keep(self, name: str, df: DataFrame) -> DataFrame:
         """Write a dataset of the new state; returns it read back."""
         self.laps("prepare")
+        if self.partitions is not None:
+            df = df.coalesce(self.partitions)
         self.datasets[name], self.frames[name] = self.store.write_dataset(df, name)
         self.laps(f"state.{name}")
         return self.frames[name]
