@@ -173,12 +173,14 @@ def resolve_problem(fingerprint: str) -> list[Alert]:
     _check_fingerprint(fingerprint)
     with transaction.atomic():
         now = timezone.now()
-        mute = is_muted(PROBLEM_ACK_KIND, fingerprint, now)
         alerts = list(
             Alert.objects.select_for_update(of=("self",))
             .select_related("channel", "binding")
             .filter(fingerprint=fingerprint, state=Alert.OPEN)
         )
+        # Most calls find nothing open (every run resolves each problem it did not see):
+        # the mute is looked up only for alerts to resolve.
+        mute = is_muted(PROBLEM_ACK_KIND, fingerprint, now) if alerts else None
         for alert in alerts:
             alert.state, alert.resolved_at = Alert.RESOLVED, now
             alert.save(update_fields=["state", "resolved_at"])
