@@ -201,14 +201,18 @@ INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.facto
 def run_settings(spark: SparkSession, plan: RunPlan) -> dict[str, str]:
     """The session settings of this run that differ from the job's defaults."""
     settings: dict[str, str] = {}
-    if plan.broadcast_new:
-        # Little new data: shuffle it in as many partitions as there are cores instead of
-        # the session's default; each partition is a task per stage.
+    if plan.small:
+        # Little new data (or little data at all): shuffle it in as many partitions as there
+        # are cores instead of the session's default; each partition is a task per stage.
         settings["spark.sql.shuffle.partitions"] = str(max(1, spark.sparkContext.defaultParallelism))
         # With so few partitions adaptive execution has nothing to coalesce, and the joins
         # with the new keys are broadcast by hint; it would only run each query's stages as
         # jobs of their own (43 jobs against 20 in an incremental run at 1M keys, which then
-        # took 7.0 s against 7.9 s: the median of five rounds each, interleaved).
+        # took 7.0 s against 7.9 s: the median of five rounds each, interleaved). The same
+        # holds for a first or full run of a few records: its findings were 20 jobs, 6
+        # without (nine reconciliation tests, two rounds each: 222.6 and 224.9 s against
+        # 236.5 and 236.3 s). The source table's size is not known before it is read: a
+        # small topic against a large table is joined without adaptive execution too.
         settings["spark.sql.adaptive.enabled"] = "false"
     if plan.records_seen < SMALL_RUN_RECORDS:
         settings |= INTERPRETED

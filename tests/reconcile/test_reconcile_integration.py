@@ -291,8 +291,14 @@ def test_it_reports_the_exact_findings_on_a_full_run(
     factory_mode = spark.conf.get("spark.sql.codegen.factoryMode", None)
     result = reconcile_once(spark, world.binding(), tmp_path, full=True)
     assert finding_set(result) == expected_final(world)
-    interpreted = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-    assert (result["spark_settings"] == {}) if compiled else (result["spark_settings"] == interpreted)
+    # A small run also shuffles in as many partitions as there are cores, without adaptive execution.
+    small = {
+        "spark.sql.codegen.wholeStage": "false",
+        "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+        "spark.sql.shuffle.partitions": str(spark.sparkContext.defaultParallelism),
+        "spark.sql.adaptive.enabled": "false",
+    }
+    assert (result["spark_settings"] == {}) if compiled else (result["spark_settings"] == small)
     assert spark.conf.get("spark.sql.codegen.factoryMode", None) == factory_mode  # the run's own setting only
     assert result["counts"] == {
         "missing": 4,
