@@ -278,7 +278,7 @@ def update_state(
     store, meta, records = plan.store, plan.meta, inputs.records
     # A small run writes each dataset in no more partitions than there are cores (a run with
     # little new data may still carry many findings: never fewer tasks than cores).
-    new = RunState(store, laps, partitions=spark.sparkContext.defaultParallelism if plan.small else None)
+    new = RunState(store, laps, partitions=plan.small_partitions(spark))
     keep = new.keep
 
     def old(name: str) -> DataFrame:

@@ -115,6 +115,11 @@ class RunPlan:
         """Little new data, or little data at all: the run is mostly fixed cost per task and job."""
         return self.broadcast_new or self.records_seen < SMALL_RUN_RECORDS
 
+    def small_partitions(self, spark: SparkSession) -> int | None:
+        """A small run's shuffles and written datasets: as many partitions as there are
+        cores (run_settings, RunState.partitions). None: as the session and plan give them."""
+        return max(1, spark.sparkContext.defaultParallelism) if self.small else None
+
     @property
     def mode(self) -> str:
         return "rebuild" if self.memory else "incremental" if self.meta.run_id else "full"
@@ -201,10 +206,11 @@ INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.facto
 def run_settings(spark: SparkSession, plan: RunPlan) -> dict[str, str]:
     """The session settings of this run that differ from the job's defaults."""
     settings: dict[str, str] = {}
-    if plan.small:
+    partitions = plan.small_partitions(spark)
+    if partitions is not None:
         # Little new data (or little data at all): shuffle it in as many partitions as there
         # are cores instead of the session's default; each partition is a task per stage.
-        settings["spark.sql.shuffle.partitions"] = str(max(1, spark.sparkContext.defaultParallelism))
+        settings["spark.sql.shuffle.partitions"] = str(partitions)
         # With so few partitions adaptive execution has nothing to coalesce, and the joins
         # with the new keys are broadcast by hint; it would only run each query's stages as
         # jobs of their own (43 jobs against 20 in an incremental run at 1M keys, which then
