@@ -154,6 +154,14 @@ class StateLocation:
         infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
         return sorted(Path(i.path).name for i in infos if i.type == pafs.FileType.Directory)
 
+    def size(self) -> int:
+        """Bytes in the files below this location (0 when it is absent)."""
+        import pyarrow.fs as pafs
+
+        fs, path = self.filesystem()
+        infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+        return sum(i.size or 0 for i in infos if i.type == pafs.FileType.File)
+
     def remove_tree(self) -> None:
         """Delete this folder and everything below it; absent is fine."""
         fs, path = self.filesystem()

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from spark_jobs.reconcile_state import COMPACT_AFTER, StateError, StateMeta, StateStore
+from spark_jobs.reconcile_state import COMPACT_AFTER, StateError, StateMeta, StateStore, deltas_to_merge
 from spark_jobs.reconcile_transform import KEY_INDEX_SCHEMA, RECORD_SCHEMA
 from tests.support.clock import at_second
 
@@ -71,6 +71,58 @@ def test_it_compacts_key_index_deltas(spark: SparkSession, root: str | Path):
         store.deltas(spark, compacted, KEY_INDEX_SCHEMA), spark.createDataFrame(expected, KEY_INDEX_SCHEMA)
     )
     assert store.compact(spark, compacted, "keys", KEY_INDEX_SCHEMA) == compacted
+
+
+def test_it_merges_only_the_increments_and_leaves_a_full_runs_large_delta_alone(
+    spark: SparkSession, root: str | Path, tmp_path: Path
+):
+    # A full run's delta of many keys, then more small incremental deltas than the limit.
+    base_rows = [(f"b{i:05d}", 1, i % 2, i, at_second(i), "s", i, "r0") for i in range(20_000)]
+    base = StateStore(root, "tickets", "r0").write_delta(
+        spark.createDataFrame(base_rows, KEY_INDEX_SCHEMA), "keys", KEY_INDEX_SCHEMA
+    )
+    small_rows = {
+        i: [
+            ("b00007", 1, 1, 100 + i, at_second(100 + i), "s", 100 + i, f"r{i}"),
+            (f"n{i}", 1, 0, i, at_second(i), None, None, f"r{i}"),
+        ]
+        for i in range(1, COMPACT_AFTER + 1)
+    }
+    small = [
+        StateStore(root, "tickets", f"r{i}").write_delta(
+            spark.createDataFrame(rows, KEY_INDEX_SCHEMA), "keys", KEY_INDEX_SCHEMA
+        )
+        for i, rows in small_rows.items()
+    ]
+    base_files = sorted(p.name for p in (tmp_path / "tickets" / "keys" / "r0").iterdir())
+    compacted = StateStore(root, "tickets", "last").compact(spark, [base, *small], "keys", KEY_INDEX_SCHEMA)
+    # The large delta stands as written; the increments became one delta, last.
+    assert compacted == [base, "keys/last-compacted"]
+    assert sorted(p.name for p in (tmp_path / "tickets" / "keys" / "r0").iterdir()) == base_files
+    # b00007, seen again by every increment, keeps its first sighting among them and their count.
+    merged = [("b00007", COMPACT_AFTER, 1, 101, at_second(101), "s", 101, "r1")] + [
+        (f"n{i}", 1, 0, i, at_second(i), None, None, f"r{i}") for i in range(1, COMPACT_AFTER + 1)
+    ]
+    assertDataFrameEqual(
+        StateStore(root, "tickets", "x").deltas(spark, ["keys/last-compacted"], KEY_INDEX_SCHEMA),
+        spark.createDataFrame(merged, KEY_INDEX_SCHEMA),
+    )
+
+
+@pytest.mark.parametrize(
+    ("sizes", "expected"),
+    [
+        ([5] * COMPACT_AFTER, 0),  # within the limit: nothing merged
+        ([5] * (COMPACT_AFTER + 1), COMPACT_AFTER + 1),  # equals: all of them
+        ([1000] + [5] * COMPACT_AFTER, COMPACT_AFTER),  # a large one first: the small ones after it
+        ([1000, 40] + [5] * (COMPACT_AFTER - 1), COMPACT_AFTER - 1),  # tiers: 40 outweighs the 5s after it
+        ([1000, 40] + [5] * 7 + [200], 9),  # a heavy newest delta pulls in the tier before it
+        ([10**7, 10**6, 10**5, 10**4, 10**3, 100, 10, 1, 1], 2),  # steep tiers: the two newest
+        ([10**k for k in range(10, 0, -1)] + [1, 1], 5),  # but enough to leave no more than the limit
+    ],
+)
+def test_it_picks_the_newest_deltas_to_merge_by_size_tier(sizes: list[int], expected: int):
+    assert deltas_to_merge(sizes, COMPACT_AFTER) == expected
 
 
 def test_it_refuses_a_state_file_of_another_format(tmp_path: Path):
