@@ -22,7 +22,8 @@ application re-sends). Then, in one SparkSession:
    incremental run over them, checked too;
 4. --incrementals more such rounds (default 2), each 1% more: the runs a resident driver
    (RECONCILE_RUNNER=resident) makes once it has run the incremental plans before, where the
-   first incremental run above still compiles them.
+   first incremental run above still compiles them. Each names the key index deltas it
+   leaves; with --incrementals 7 or more, one run merges them (reconcile_state.COMPACT_AFTER).
 
 Prints the timings, records/s, the driver's peak memory (the JVM's peak resident set,
 which in local mode includes the executors, each heap pool's peak (their sum bounds the heap's
@@ -35,6 +36,7 @@ is the first incremental run's, z the median of the later ones (absent with
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -185,6 +187,12 @@ def timed_run(spark: SparkSession, binding: Binding, state: Path) -> tuple[float
     return elapsed, result
 
 
+def key_deltas(state: Path, binding: Binding) -> int:
+    """How many key index deltas the committed state names."""
+    meta = state / binding.name / "state.json"
+    return len(json.loads(meta.read_text()).get("key_deltas") or []) if meta.exists() else 0
+
+
 def check(result: dict[str, Any], expected: dict[str, int], what: str) -> None:
     got = {kind: result["counts"].get(kind, 0) for kind in ("missing", "duplicate")}
     # findings of other kinds, or rows it could not check, would mean a wrong result; the
@@ -294,7 +302,9 @@ def main() -> int:
             first, last = n + round_no * extra + 1, n + (round_no + 1) * extra
             insert_rows(source_url, table, first, last, "1 minute")
             new_records = write_records(spark, args.bootstrap, topic, first, last)
+            deltas_before = key_deltas(state, binding)
             incremental_s, incremental = timed_run(spark, binding, state)
+            deltas_after = key_deltas(state, binding)
             for kind, count in expected_counts(first, last).items():
                 expected[kind] += count
             check(incremental, expected, f"incremental {round_no + 1}")
@@ -302,7 +312,8 @@ def main() -> int:
             print(
                 f"incremental {round_no + 1}: {incremental_s:.1f}s over {extra:,} new rows and {new_records:,} "
                 f"new records ({incremental['records_read']:,} read, mode {incremental['mode']}), "
-                f"{findings(incremental)}, phases {incremental['timings']}"
+                f"{findings(incremental)}, key index deltas {deltas_after}"
+                f"{' (merged)' if deltas_after <= deltas_before else ''}, phases {incremental['timings']}"
             )
 
         hwm, pools, heap_max = jvm_memory(spark)
