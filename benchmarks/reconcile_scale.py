@@ -36,7 +36,6 @@ is the first incremental run's, z the median of the later ones (absent with
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import shutil
@@ -63,6 +62,7 @@ from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_part
 from spark_jobs.reconcile import run
 from spark_jobs.reconcile_extract import extract_source, extract_source_columns, extract_topic, plan_offsets
 from spark_jobs.reconcile_plan import RunOptions
+from spark_jobs.reconcile_state import StateStore
 from spark_jobs.reconcile_transform import FINDING_KINDS, RECORD_COUNTS, UNVERIFIABLE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,8 +189,7 @@ def timed_run(spark: SparkSession, binding: Binding, state: Path) -> tuple[float
 
 def key_deltas(state: Path, binding: Binding) -> int:
     """How many key index deltas the committed state names."""
-    meta = state / binding.name / "state.json"
-    return len(json.loads(meta.read_text()).get("key_deltas") or []) if meta.exists() else 0
+    return len(StateStore(state, binding.name, "").read_meta().key_deltas)
 
 
 def check(result: dict[str, Any], expected: dict[str, int], what: str) -> None:

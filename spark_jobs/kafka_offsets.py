@@ -298,6 +298,17 @@ class RecordPrint:
 
 _CONSUMER_KEYS_PREFIXES = _ADMIN_KEYS_PREFIXES
 
+# Consumer settings for reading one record per partition (pause each partition once it has
+# answered): librdkafka would otherwise prefetch up to 100,000 records of each partition,
+# and a partition answered first keeps delivering them while the others are awaited. With a
+# record queued, it waits fetch.queue.backoff.ms (1 s by default) before fetching that
+# partition again: a round whose partitions answer one fetch apart stalled for a second.
+SINGLE_RECORD_FETCH: dict[str, str | int | bool] = {
+    "queued.min.messages": 1,
+    "fetch.message.max.bytes": 65536,
+    "fetch.queue.backoff.ms": 10,
+}
+
 
 def record_prints(
     bootstrap_servers: str,
@@ -326,12 +337,9 @@ def record_prints(
             "isolation.level": "read_uncommitted",
             "enable.partition.eof": True,
             "socket.timeout.ms": int(timeout_s * 1000),
-            # One record per partition is wanted: fetch little ahead of it (the first
-            # batch is returned whatever its size), not the default 1 MiB per partition
-            # and 64 MiB of queue, which an incremental run's new records behind each
-            # offset filled (75,000 records polled and dropped for 4 offsets at 10M).
-            "max.partition.fetch.bytes": 65536,
-            "queued.max.messages.kbytes": 1024,
+            # an incremental run's new records behind each offset: 75,000 polled and dropped
+            # for 4 offsets at 10M before
+            **SINGLE_RECORD_FETCH,
         }
     )
     consumer = Consumer(conf)

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from auditor.probes.headers import parse_audit_headers
 from auditor.probes.message import record_headers
-from spark_jobs.kafka_offsets import PartitionOffsets
+from spark_jobs.kafka_offsets import SINGLE_RECORD_FETCH, PartitionOffsets
 
 Target = tuple[str, int, int]  # topic, partition, offset
 
@@ -48,15 +48,7 @@ class RecordReader:
                 "isolation.level": isolation,
                 "enable.partition.eof": True,
                 "socket.timeout.ms": int(timeout_s * 1000),
-                # One record per target is wanted: librdkafka would otherwise prefetch up to
-                # 100,000 records of each partition, and a partition answered first keeps
-                # delivering them while the others are awaited.
-                "queued.min.messages": 1,
-                "fetch.message.max.bytes": 65536,
-                # With a record queued, librdkafka waits fetch.queue.backoff.ms (1 s by default)
-                # before fetching that partition again: a round whose partitions answer one fetch
-                # apart stalled for a second.
-                "fetch.queue.backoff.ms": 10,
+                **SINGLE_RECORD_FETCH,  # one record per target is wanted
             }
         )
 
