@@ -25,10 +25,10 @@ application re-sends). Then, in one SparkSession:
    first incremental run above still compiles them. Each names the key index deltas it
    leaves; with --incrementals 7 or more, one run merges them (reconcile_state.COMPACT_AFTER).
 
-Prints the timings, records/s, the driver's peak memory (the JVM's peak resident set,
-which in local mode includes the executors, each heap pool's peak (their sum bounds the heap's
-peak from above), and the Python driver's), and
-as its last line ``full_vs_scan=<x> incremental_vs_full=<y> warm_incremental_vs_full=<z>``: y
+Prints the timings, records/s, the time the JVM's JIT compilers and garbage collectors spent
+during each run (CPU the run competes with on a small machine), the driver's peak memory (the
+JVM's peak resident set, which in local mode includes the executors, each heap pool's peak
+(their sum bounds the heap's peak from above), and the Python driver's), and as its last line ``full_vs_scan=<x> incremental_vs_full=<y> warm_incremental_vs_full=<z>``: y
 is the first incremental run's, z the median of the later ones (absent with
 --incrementals 0). The table, the topic and the state are removed at the end.
 """
@@ -178,13 +178,28 @@ def raw_scan(spark: SparkSession, binding: Binding) -> tuple[float, int, int]:
     return time.monotonic() - started, topic_count, row_count
 
 
-def timed_run(spark: SparkSession, binding: Binding, state: Path) -> tuple[float, dict[str, Any]]:
+def jvm_cpu_spent(spark: SparkSession) -> tuple[float, float]:
+    """(seconds the driver JVM's JIT compilers have spent, seconds its collectors have spent)
+    since it started. In local mode the executors run in that JVM too."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None, "the session's JVM gateway is gone"
+    factory = jvm.java.lang.management.ManagementFactory
+    collected = sum(int(bean.getCollectionTime()) for bean in factory.getGarbageCollectorMXBeans())
+    return int(factory.getCompilationMXBean().getTotalCompilationTime()) / 1000, collected / 1000
+
+
+def timed_run(spark: SparkSession, binding: Binding, state: Path) -> tuple[float, dict[str, Any], str]:
+    """(seconds, the run's result, what the JVM's JIT compilers and collectors spent meanwhile).
+    On two cores the JIT's compiler threads compete with the run: a run early in a JVM's life
+    pays for compiling the code paths it is the first to take."""
+    jit_before, gc_before = jvm_cpu_spent(spark)
     started = time.monotonic()
     result = run(spark, binding, RunOptions(state_dir=str(state), max_findings=0))
     elapsed = time.monotonic() - started
+    jit_after, gc_after = jvm_cpu_spent(spark)
     if result["status"] != "ok":
         raise SystemExit(f"the run failed: {result['error']}")
-    return elapsed, result
+    return elapsed, result, f"JIT compiling {jit_after - jit_before:.1f}s, GC {gc_after - gc_before:.1f}s"
 
 
 def key_deltas(state: Path, binding: Binding) -> int:
@@ -289,11 +304,11 @@ def main() -> int:
             f"the first, untimed scan of the session took {warm_s:.1f}s)"
         )
 
-        full_s, full = timed_run(spark, binding, state)
+        full_s, full, full_jvm = timed_run(spark, binding, state)
         check(full, expected, "full run")
         print(
             f"full: {full_s:.1f}s, {full['records_read'] / full_s:,.0f} records/s, "
-            f"{findings(full)}, phases {full['timings']}"
+            f"{findings(full)}, {full_jvm}, phases {full['timings']}"
         )
 
         incrementals: list[float] = []
@@ -302,7 +317,7 @@ def main() -> int:
             insert_rows(source_url, table, first, last, "1 minute")
             new_records = write_records(spark, args.bootstrap, topic, first, last)
             deltas_before = key_deltas(state, binding)
-            incremental_s, incremental = timed_run(spark, binding, state)
+            incremental_s, incremental, incremental_jvm = timed_run(spark, binding, state)
             deltas_after = key_deltas(state, binding)
             for kind, count in expected_counts(first, last).items():
                 expected[kind] += count
@@ -312,7 +327,8 @@ def main() -> int:
                 f"incremental {round_no + 1}: {incremental_s:.1f}s over {extra:,} new rows and {new_records:,} "
                 f"new records ({incremental['records_read']:,} read, mode {incremental['mode']}), "
                 f"{findings(incremental)}, key index deltas {deltas_after}"
-                f"{' (merged)' if deltas_after <= deltas_before else ''}, phases {incremental['timings']}"
+                f"{' (merged)' if deltas_after <= deltas_before else ''}, {incremental_jvm}, "
+                f"phases {incremental['timings']}"
             )
 
         hwm, pools, heap_max = jvm_memory(spark)
