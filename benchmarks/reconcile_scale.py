@@ -28,9 +28,10 @@ application re-sends). Then, in one SparkSession:
 Prints the timings, records/s, the time the JVM's JIT compilers and garbage collectors spent
 during each run (CPU the run competes with on a small machine), the driver's peak memory (the
 JVM's peak resident set, which in local mode includes the executors, each heap pool's peak
-(their sum bounds the heap's peak from above), and the Python driver's), and as its last line ``full_vs_scan=<x> incremental_vs_full=<y> warm_incremental_vs_full=<z>``: y
-is the first incremental run's, z the median of the later ones (absent with
---incrementals 0). The table, the topic and the state are removed at the end.
+(their sum bounds the heap's peak from above), and the Python driver's), and as its last line
+``full_vs_scan=<x> incremental_vs_full=<y> warm_incremental_vs_full=<z>``: y is the first
+incremental run's, z the median of the later ones (absent with --incrementals 0). The table,
+the topic and the state are removed at the end.
 """
 
 from __future__ import annotations
