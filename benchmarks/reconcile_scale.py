@@ -179,12 +179,16 @@ def raw_scan(spark: SparkSession, binding: Binding) -> tuple[float, int, int]:
     return time.monotonic() - started, topic_count, row_count
 
 
+def driver_jvm(spark: SparkSession) -> Any:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None, "the session's JVM gateway is gone"
+    return jvm
+
+
 def jvm_cpu_spent(spark: SparkSession) -> tuple[float, float]:
     """(seconds the driver JVM's JIT compilers have spent, seconds its collectors have spent)
     since it started. In local mode the executors run in that JVM too."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None, "the session's JVM gateway is gone"
-    factory = jvm.java.lang.management.ManagementFactory
+    factory = driver_jvm(spark).java.lang.management.ManagementFactory
     collected = sum(int(bean.getCollectionTime()) for bean in factory.getGarbageCollectorMXBeans())
     return int(factory.getCompilationMXBean().getTotalCompilationTime()) / 1000, collected / 1000
 
@@ -200,7 +204,7 @@ def timed_run(spark: SparkSession, binding: Binding, state: Path) -> tuple[float
     jit_after, gc_after = jvm_cpu_spent(spark)
     if result["status"] != "ok":
         raise SystemExit(f"the run failed: {result['error']}")
-    return elapsed, result, f"JIT compiling {jit_after - jit_before:.1f}s, GC {gc_after - gc_before:.1f}s"
+    return elapsed, result, f"driver JVM's JIT compiling {jit_after - jit_before:.1f}s, GC {gc_after - gc_before:.1f}s"
 
 
 def key_deltas(state: Path, binding: Binding) -> int:
@@ -230,8 +234,7 @@ def jvm_memory(spark: SparkSession) -> tuple[int, dict[str, int], int]:
     The pools (eden, survivor, old) peak at different moments, so their sum bounds the heap's
     peak from above and can exceed the maximum heap. The old generation's peak is the one that
     grows with what the driver keeps: the young pools peak at their size whatever is kept."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None, "the session's JVM gateway is gone"
+    jvm = driver_jvm(spark)
     pid = int(jvm.java.lang.ProcessHandle.current().pid())
     hwm = 0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
