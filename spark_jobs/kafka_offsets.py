@@ -18,11 +18,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ListOffsetsResultInfo, OffsetSpec
 
 from spark_jobs.kafka_options import java_kafka_options
-
-# librdkafka settings that are meaningful to the AdminClient (the rest of a cluster's
-# config may be producer- or consumer-only and would be rejected or warned about).
-_ADMIN_KEYS_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.")
-
+from spark_jobs.kafka_security import admin_config, connection_settings
 
 T = TypeVar("T")
 
@@ -40,22 +36,6 @@ class PartitionOffsets:
     # the partition's current leader epoch (0: the leader it was created with; None: the broker
     # did not say). Every leader change raises it.
     leader_epoch: int | None = None
-
-
-def admin_config(
-    bootstrap_servers: str, config: Mapping[str, Any] | None = None, timeout_s: float = 10.0
-) -> dict[str, Any]:
-    """The settings of an admin client of these servers: the admin-meaningful part of a
-    cluster's client config, socket timeouts of `timeout_s`."""
-    conf: dict[str, Any] = {k: v for k, v in (config or {}).items() if k.startswith(_ADMIN_KEYS_PREFIXES)}
-    conf.update(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "socket.timeout.ms": int(timeout_s * 1000),
-            "socket.connection.setup.timeout.ms": int(timeout_s * 1000),
-        }
-    )
-    return conf
 
 
 def admin_client(
@@ -296,8 +276,6 @@ class RecordPrint:
         return cls(offset, ts_ms, crc)
 
 
-_CONSUMER_KEYS_PREFIXES = _ADMIN_KEYS_PREFIXES
-
 # Consumer settings for reading one record per partition (pause each partition once it has
 # answered): librdkafka would otherwise prefetch up to 100,000 records of each partition,
 # and a partition answered first keeps delivering them while the others are awaited. With a
@@ -308,6 +286,25 @@ SINGLE_RECORD_FETCH: dict[str, str | int | bool] = {
     "fetch.message.max.bytes": 65536,
     "fetch.queue.backoff.ms": 10,
 }
+
+
+def single_record_reader_config(
+    bootstrap_servers: str, config: Mapping[str, Any] | None, group_id: str, isolation: str, timeout_s: float
+) -> dict[str, Any]:
+    """A short-lived consumer that reads a few records by offset: the cluster's connection
+    settings, no group membership or commit (assign() only), EOF reported per partition,
+    one record fetched at a time."""
+    return {
+        **connection_settings(config),
+        "bootstrap.servers": bootstrap_servers,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": isolation,
+        "enable.partition.eof": True,
+        "socket.timeout.ms": int(timeout_s * 1000),
+        **SINGLE_RECORD_FETCH,
+    }
 
 
 def record_prints(
@@ -325,24 +322,13 @@ def record_prints(
     """
     if not offsets:
         return {}
-    conf: dict[str, str | int | bool] = {
-        k: v for k, v in (config or {}).items() if k.startswith(_CONSUMER_KEYS_PREFIXES)
-    }
-    conf.update(
-        {
-            "bootstrap.servers": bootstrap_servers,
-            "group.id": f"_audit.reconcile-print-{os.getpid()}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "isolation.level": "read_uncommitted",
-            "enable.partition.eof": True,
-            "socket.timeout.ms": int(timeout_s * 1000),
-            # an incremental run's new records behind each offset: 75,000 polled and dropped
-            # for 4 offsets at 10M before
-            **SINGLE_RECORD_FETCH,
-        }
+    # an incremental run's new records behind each offset: 75,000 polled and dropped for 4
+    # offsets at 10M before single-record fetching
+    consumer = Consumer(
+        single_record_reader_config(
+            bootstrap_servers, config, f"_audit.reconcile-print-{os.getpid()}", "read_uncommitted", timeout_s
+        )
     )
-    consumer = Consumer(conf)
     found: dict[int, RecordPrint | None] = {}
     try:
         consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])

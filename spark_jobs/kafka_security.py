@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,9 +44,31 @@ _REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
 )
-# librdkafka settings that matter to an AdminClient (the rest of a cluster's config may be
-# producer- or consumer-only and would be rejected or warned about).
-ADMIN_KEY_PREFIXES = ("security.", "sasl.", "ssl.", "client.", "socket.", "broker.", "enable.ssl.")
+# The librdkafka settings of a cluster's config that say how to reach it (network, TLS, SASL):
+# every client the auditor makes of its own (admin clients, the one-off readers of the stuck
+# diagnosis and of reconciliation) keeps these and nothing else. The rest of a cluster's
+# config may be producer- or consumer-only and would be rejected or warned about.
+# enable.ssl.certificate.verification and enable.sasl.oauthbearer.unsecure.jwt are here: a
+# client that dropped them would fail where the pre-check (check_kafka) connected.
+CONNECTION_KEY_PREFIXES = (
+    "security.",
+    "sasl.",
+    "ssl.",
+    "enable.ssl.",
+    "enable.sasl.",
+    "https.",  # the OIDC token endpoint's TLS
+    "client.",
+    "socket.",
+    "broker.",
+    "reconnect.",
+    "connections.max.idle.ms",
+    "api.version.",
+)
+
+
+def connection_settings(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The settings of a cluster's client config that say how to reach the cluster."""
+    return {k: v for k, v in (config or {}).items() if k.startswith(CONNECTION_KEY_PREFIXES)}
 
 
 class KafkaConnectionError(RuntimeError):
@@ -91,8 +114,12 @@ class ErrorCollector:
         return None
 
 
-def admin_config(bootstrap_servers: str, config: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    conf: dict[str, Any] = {k: v for k, v in config.items() if k.startswith(ADMIN_KEY_PREFIXES)}
+def admin_config(
+    bootstrap_servers: str, config: Mapping[str, Any] | None = None, timeout_s: float = 10.0
+) -> dict[str, Any]:
+    """The settings of an admin client of these servers: the cluster's connection settings,
+    socket timeouts of `timeout_s`."""
+    conf = connection_settings(config)
     conf.update(
         {
             "bootstrap.servers": bootstrap_servers,

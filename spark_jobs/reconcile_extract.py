@@ -24,7 +24,6 @@ from spark_jobs.kafka_cleanup import TopicCleanup, absent_keys_explained, read_t
 from spark_jobs.kafka_offsets import (
     PartitionOffsets,
     admin_client,
-    admin_config,
     deleted_while_read,
     partition_offsets,
     record_prints,
@@ -32,6 +31,7 @@ from spark_jobs.kafka_offsets import (
     topic_id,
     topic_partitions,
 )
+from spark_jobs.kafka_security import admin_config
 from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import (
     RECORD_COUNTS,

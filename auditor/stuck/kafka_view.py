@@ -27,12 +27,12 @@ from spark_jobs.kafka_offsets import (
     KafkaReadError,
     PartitionOffsets,
     admin_client,
-    admin_config,
     partition_offsets,
     starts_passed,
     topic_id,
     topic_partitions,
 )
+from spark_jobs.kafka_security import admin_config
 
 
 @dataclass

@@ -53,7 +53,7 @@ from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, P
 from auditor.stuck.kafka_view import ReadPlan, client_settings
 from spark_jobs.binding import RecordKeySpec, parse_record_key
 from spark_jobs.kafka_offsets import KafkaReadError
-from spark_jobs.kafka_security import explain
+from spark_jobs.kafka_security import connection_settings, explain
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 SPARK_JOB = REPO_ROOT / "spark_jobs" / "stuck_locate.py"
@@ -265,7 +265,7 @@ def locate_with_spark_subprocess(request: LocateRequest, timeout_s: float = 3600
 def _reader(bootstrap: str, config: dict[str, str], isolation: str) -> Consumer:
     return Consumer(
         {
-            **{k: v for k, v in config.items() if k.startswith(("security.", "sasl.", "ssl.", "client."))},
+            **connection_settings(config),
             "bootstrap.servers": bootstrap,
             "group.id": f"auditor-stuck-{uuid.uuid4().hex}",
             "enable.auto.commit": False,

@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from auditor.probes.headers import parse_audit_headers
 from auditor.probes.message import record_headers
-from spark_jobs.kafka_offsets import SINGLE_RECORD_FETCH, PartitionOffsets
+from spark_jobs.kafka_offsets import PartitionOffsets, single_record_reader_config
 
 Target = tuple[str, int, int]  # topic, partition, offset
 
@@ -40,16 +40,7 @@ class RecordReader:
     ) -> None:
         self.timeout_s = timeout_s
         self.consumer = Consumer(
-            {
-                **{k: v for k, v in config.items() if k.startswith(("security.", "sasl.", "ssl.", "client."))},
-                "bootstrap.servers": bootstrap,
-                "group.id": f"auditor-stuck-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "isolation.level": isolation,
-                "enable.partition.eof": True,
-                "socket.timeout.ms": int(timeout_s * 1000),
-                **SINGLE_RECORD_FETCH,  # one record per target is wanted
-            }
+            single_record_reader_config(bootstrap, config, f"auditor-stuck-{uuid.uuid4().hex}", isolation, timeout_s)
         )
 
     def __enter__(self) -> RecordReader:

@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from spark_jobs.group_offsets import committed_offsets
-from spark_jobs.kafka_offsets import KafkaReadError, admin_config
+from spark_jobs.kafka_offsets import KafkaReadError
+from spark_jobs.kafka_security import admin_config
 
 pytestmark = pytest.mark.integration
 

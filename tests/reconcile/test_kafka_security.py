@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from spark_jobs.kafka_offsets import single_record_reader_config
 from spark_jobs.kafka_security import (
     AUTHENTICATION_FAILED,
     CERTIFICATE_NOT_TRUSTED,
     MECHANISM_NOT_ENABLED,
+    admin_config,
+    connection_settings,
     explain,
     security_reason,
 )
@@ -63,3 +66,57 @@ def test_it_leads_the_text_with_its_reason_once() -> None:
     assert explain(text) == f"{AUTHENTICATION_FAILED}: {text}"
     assert explain(explain(text)) == explain(text)
     assert explain("broker down") == "broker down"
+
+
+def test_it_keeps_every_setting_of_how_to_reach_the_cluster_and_nothing_else() -> None:
+    config = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "SCRAM-SHA-512",
+        "sasl.password": "s3cret",
+        "ssl.ca.location": "/ca.pem",
+        "enable.ssl.certificate.verification": "false",
+        "enable.sasl.oauthbearer.unsecure.jwt": "true",
+        "https.ca.location": "/oidc-ca.pem",
+        "broker.address.family": "v4",
+        "socket.keepalive.enable": "true",
+        "client.dns.lookup": "use_all_dns_ips",
+        "reconnect.backoff.max.ms": "5000",
+        # an application's producer and consumer settings: none of them is the auditor's
+        "acks": "all",
+        "enable.idempotence": "true",
+        "enable.auto.commit": "true",
+        "group.id": "the-app",
+        "auto.offset.reset": "latest",
+        "isolation.level": "read_committed",
+    }
+
+    kept = connection_settings(config)
+
+    assert set(kept) == {
+        "security.protocol",
+        "sasl.mechanisms",
+        "sasl.password",
+        "ssl.ca.location",
+        "enable.ssl.certificate.verification",
+        "enable.sasl.oauthbearer.unsecure.jwt",
+        "https.ca.location",
+        "broker.address.family",
+        "socket.keepalive.enable",
+        "client.dns.lookup",
+        "reconnect.backoff.max.ms",
+    }
+    assert all(kept[k] == config[k] for k in kept)
+
+
+def test_every_client_of_its_own_reaches_the_cluster_the_same_way() -> None:
+    config = {"security.protocol": "SSL", "enable.ssl.certificate.verification": "false", "group.id": "the-app"}
+
+    admin = admin_config("b:9093", config, timeout_s=3)
+    reader = single_record_reader_config("b:9093", config, "auditor-x", "read_committed", timeout_s=3)
+
+    for settings in (admin, reader):
+        assert settings["bootstrap.servers"] == "b:9093"
+        assert settings["enable.ssl.certificate.verification"] == "false"
+        assert settings["socket.timeout.ms"] == 3000
+    assert reader["group.id"] == "auditor-x" and reader["isolation.level"] == "read_committed"
+    assert reader["enable.auto.commit"] is False and "group.id" not in admin

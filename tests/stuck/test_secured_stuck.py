@@ -150,3 +150,36 @@ def test_it_says_unknown_not_failed_when_a_secured_cluster_is_merely_unreachable
     assert run.status == DiagnosisRun.OK, run.error
     items = StuckItem.objects.filter(rule=setup.rule)
     assert {i.key: i.verdict for i in items} == dict.fromkeys(ids, "unknown")
+
+
+@pytest.mark.parametrize("engine", ["python", "spark"])
+def test_it_reads_a_cluster_whose_certificate_the_user_chose_not_to_verify_with_every_client(
+    make_stuck: Any, secured: Secured, engine: str
+) -> None:
+    """enable.ssl.certificate.verification=false and no CA (a self-signed broker): every one of
+    the Python engine's clients (the admin, the record reader, the range reader) must keep the
+    setting that the pre-check connected with. The Java client has no such setting: the Spark
+    engine refuses the cluster, naming it, and stores nothing."""
+    setup = secure(make_stuck(partitions=1), secured)
+    ids = setup.pipeline.produce(6)
+    setup.pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=2, timeout_s=60)
+    # Ground truth from the clients: the group committed 2, the other 4 tickets wait.
+    assert setup.pipeline.committed_offsets() == {0: 2}
+    assert {t for t, s in setup.pipeline.statuses().items() if s == "NEW"} == set(ids[2:])
+    cluster = setup.rule.binding.cluster
+    cluster.config = {k: v for k, v in cluster.config.items() if k != "ssl.ca.location"} | {
+        "enable.ssl.certificate.verification": "false"
+    }
+    cluster.save()
+
+    run = run_diagnosis(setup.rule, DiagnosisRun.CLI, options=setup.options(engine))
+
+    items = StuckItem.objects.filter(rule=setup.rule)
+    if engine == "spark":
+        assert run.status == DiagnosisRun.FAILED
+        assert f"cluster {cluster.name}" in run.error, run.error
+        assert "enable.ssl.certificate.verification=false has no Java client equivalent" in run.error
+        assert not items.exists()
+    else:
+        assert run.status == DiagnosisRun.OK, run.error
+        assert {i.key: i.verdict for i in items} == dict.fromkeys(ids[2:], "waiting")
