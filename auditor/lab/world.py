@@ -56,6 +56,20 @@ class AuditorAnswer:
     reasons: dict[str, str] = field(default_factory=dict)  # stuck items: key → the verdict's reason
 
 
+# The auditor's view of the stack through its SASL_SSL listener (SCRAM-SHA-512 over TLS), as a
+# user declares a secured cluster: ${ENV} references that stack.sh's environment resolves.
+# The scenario's own clients keep the plaintext listener: only the auditor's reads are secured.
+SECURED_BOOTSTRAP = "${KAFKA_SECURE_BOOTSTRAP_SERVERS}"
+SECURED_CONFIG = {
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanisms": "SCRAM-SHA-512",
+    "sasl.username": "${KAFKA_SASL_USERNAME}",
+    "sasl.password": "${KAFKA_SASL_PASSWORD}",
+    "ssl.ca.location": "${KAFKA_CA_LOCATION}",
+}
+SECURED_ENV = ("KAFKA_SECURE_BOOTSTRAP_SERVERS", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "KAFKA_CA_LOCATION")
+
+
 class World:
     """Names are unique per scenario run, so scenarios never see each other's data."""
 
@@ -262,10 +276,19 @@ class World:
         guarantee: str = "at-least-once",
         grace_s: int = 1,
         record_key: str = "key",
+        secured: bool = False,
     ) -> Binding:
-        cluster, _ = ClusterModel.objects.get_or_create(
-            name=self.name, defaults={"bootstrap_servers": self.cluster.bootstrap}
-        )
+        """secured: the auditor reads the cluster through its SASL_SSL listener."""
+        defaults: dict[str, object] = {"bootstrap_servers": self.cluster.bootstrap}
+        if secured:
+            missing = [name for name in SECURED_ENV if not os.environ.get(name)]
+            if missing:
+                raise LabError(
+                    f"the stack's SASL_SSL listener is not configured ({', '.join(missing)} unset): "
+                    "start the stack with stack/stack.sh up, which writes them to .env"
+                )
+            defaults = {"bootstrap_servers": SECURED_BOOTSTRAP, "config": dict(SECURED_CONFIG)}
+        cluster, _ = ClusterModel.objects.get_or_create(name=self.name, defaults=defaults)
         source, _ = SourceDatabase.objects.get_or_create(name=self.name, defaults={"url": "${SOURCE_DATABASE_URL}"})
         self.binding = Binding.objects.create(
             name=self.name,
@@ -376,8 +399,9 @@ class World:
             for scanned in results:
                 if scanned.result.severity == "error":
                     verdicts.setdefault(f"lint {kind}", set()).add(f"lint:{scanned.result.config}")
-        admin = AdminClient({"bootstrap.servers": self.cluster.bootstrap})
-        connection = {"bootstrap.servers": self.cluster.bootstrap}
+        # the cluster as the binding declares it (its SASL_SSL listener in a secured scenario)
+        connection = self.binding.cluster.client_config()
+        admin = AdminClient(connection)
         # the binding's groups as the scan service measures them: their lag and whether the
         # log start has passed their committed offsets
         groups = {self.topic: self.binding.consumer_groups} if self.binding.consumer_groups else {}

@@ -104,11 +104,20 @@ def unclean_truncation_probed(world: World) -> Outcome:
     return _unclean(world, probed=True)
 
 
-def _unclean(world: World, probed: bool) -> Outcome:
+@scenario(
+    "unclean-truncation-secured",
+    "as unclean-truncation, with the auditor reading the cluster through its SASL_SSL listener "
+    "(SCRAM-SHA-512 over TLS, secrets as ${ENV} references)",
+)
+def unclean_truncation_secured(world: World) -> Outcome:
+    return _unclean(world, probed=False, secured=True)
+
+
+def _unclean(world: World, probed: bool, secured: bool = False) -> Outcome:
     cluster = world.cluster
     world.make_topic(replication=2, min_insync_replicas="1", unclean_leader_election_enable="true")
     world.make_table()
-    world.make_binding()
+    world.make_binding(secured=secured)
     # B's rows are old enough to be stuck (no consumer reads this topic), A's and C's are not:
     # the stuck verdicts score what the auditor remembers of B after the truncation.
     world.make_rule(older_than_s=STUCK_AGE_S * 30)

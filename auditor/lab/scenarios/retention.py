@@ -43,7 +43,16 @@ def expired_seen(world: World) -> Outcome:
     return _expired(world, probed=False, seen=True)
 
 
-def _expired(world: World, probed: bool, seen: bool = False) -> Outcome:
+@scenario(
+    "consumer-down-past-retention-seen-secured",
+    "as consumer-down-past-retention-seen, with the auditor reading the cluster (the group's committed "
+    "offsets too) through its SASL_SSL listener",
+)
+def expired_seen_secured(world: World) -> Outcome:
+    return _expired(world, probed=False, seen=True, secured=True)
+
+
+def _expired(world: World, probed: bool, seen: bool = False, secured: bool = False) -> Outcome:
     cluster = world.cluster
     # With a run to read the records first, retention is lowered to 4 s only after it (the
     # records would otherwise go before spark-submit has started: retention rolls and deletes
@@ -52,7 +61,7 @@ def _expired(world: World, probed: bool, seen: bool = False) -> Outcome:
         replication=3, min_insync_replicas="2", retention_ms="3600000" if seen else "4000", segment_ms="1000"
     )
     world.make_table()
-    world.make_binding(groups=[world.group])
+    world.make_binding(groups=[world.group], secured=secured)
     world.make_rule(older_than_s=1)
     world.insert(FIRST + LATER, age_s=STUCK_AGE_S)
     settings = {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0}
