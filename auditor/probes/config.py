@@ -34,31 +34,35 @@ _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/
 # Settings a ledger producer copies from the application's client so it reaches
 # the same cluster the same way (network, TLS, SASL) and logs the same way.
 # Everything else (acks, batching, consumer settings, delivery callbacks) stays
-# the probe's own.
+# the probe's own. The prefixes are those of the auditor's own clients
+# (spark_jobs.kafka_security.CONNECTION_KEY_PREFIXES; the probes import nothing outside
+# this package, a test keeps the two the same), plus the callables and log settings an
+# application hands its clients.
 _CONNECTION_KEYS = frozenset(
     {
         "bootstrap.servers",
         "metadata.broker.list",
-        "security.protocol",
-        "client.dns.lookup",
-        "broker.address.family",
-        "broker.address.ttl",
-        "client.rack",
-        "socket.timeout.ms",
-        "socket.keepalive.enable",
-        "socket.nagle.disable",
-        "socket.connection.setup.timeout.ms",
-        "connections.max.idle.ms",
-        "reconnect.backoff.ms",
-        "reconnect.backoff.max.ms",
-        "api.version.request",
-        "broker.version.fallback",
         "oauth_cb",
         "log_level",
         "logger",
     }
 )
-_CONNECTION_PREFIXES: tuple[str, ...] = ("ssl.", "ssl_", "sasl.", "enable.ssl", "https.")
+_CONNECTION_PREFIXES: tuple[str, ...] = (
+    "security.",
+    "sasl.",
+    "ssl.",
+    "ssl_",
+    "enable.ssl.",
+    "enable.sasl.",
+    "https.",
+    "client.dns.",
+    "client.rack",
+    "socket.",
+    "broker.",
+    "reconnect.",
+    "connections.max.idle.ms",
+    "api.version.",
+)
 
 
 def normalise_key(key: str) -> str:

@@ -10,6 +10,7 @@ from confluent_kafka import KafkaError
 from auditor.probes import classify_persistence, mask_config
 from auditor.probes.config import ledger_producer_config
 from auditor.probes.persistence import describe_error
+from spark_jobs.kafka_security import connection_settings
 
 
 @pytest.mark.parametrize(
@@ -117,3 +118,34 @@ def test_it_classifies_persistence_conservatively(code: int, persisted: str) -> 
 
 def test_it_describes_errors_by_stable_name_first() -> None:
     assert describe_error(KafkaError(KafkaError._MSG_TIMED_OUT)) == "_MSG_TIMED_OUT: Local: Message timed out"
+
+
+def test_the_ledger_producer_reaches_the_cluster_as_the_auditors_own_clients_do() -> None:
+    """One rule for what says how to reach a cluster: the ledger producer keeps what the
+    auditor's own clients keep (spark_jobs.kafka_security), except the client's name, which
+    is the ledger's own."""
+    settings = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanisms": "OAUTHBEARER",
+        "sasl.oauthbearer.method": "oidc",
+        "enable.sasl.oauthbearer.unsecure.jwt": "true",
+        "enable.ssl.certificate.verification": "false",
+        "ssl.endpoint.identification.algorithm": "none",
+        "https.ca.location": "/oidc-ca.pem",
+        "client.dns.lookup": "use_all_dns_ips",
+        "socket.keepalive.enable": "true",
+        "socket.send.buffer.bytes": "1048576",
+        "broker.address.family": "v4",
+        "reconnect.backoff.max.ms": "5000",
+        "connections.max.idle.ms": "60000",
+        "api.version.request.timeout.ms": "5000",
+        "acks": "1",
+        "group.id": "processor",
+        "enable.idempotence": "false",
+    }
+
+    ledger = ledger_producer_config({"bootstrap.servers": "b:9092", **settings}, "app")
+    auditor = connection_settings(settings)
+
+    copied = {k for k, v in settings.items() if ledger.get(k) == v}  # acks, idempotence: the ledger's own
+    assert copied == set(auditor) == set(settings) - {"acks", "group.id", "enable.idempotence"}
