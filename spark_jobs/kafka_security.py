@@ -45,9 +45,11 @@ _REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
 )
 # The librdkafka settings of a cluster's config that say how to reach it (network, TLS, SASL):
-# every client the auditor makes of its own (admin clients, the one-off readers of the stuck
-# diagnosis and of reconciliation) keeps these and nothing else. The rest of a cluster's
-# config may be producer- or consumer-only and would be rejected or warned about.
+# every client the auditor makes of a cluster keeps these and nothing else (Cluster.client_config
+# takes these alone; the Spark jobs' admin clients and one-off readers filter again, as they are
+# handed a binding's config). The rest of a cluster's config may be producer- or consumer-only
+# and would be rejected or warned about, or change what the client does (a transactional.id).
+# The probes' ledger producers copy the same prefixes (auditor.probes.config).
 # enable.ssl.certificate.verification and enable.sasl.oauthbearer.unsecure.jwt are here: a
 # client that dropped them would fail where the pre-check (check_kafka) connected.
 CONNECTION_KEY_PREFIXES = (

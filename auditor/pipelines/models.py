@@ -12,6 +12,7 @@ from django.db import models
 
 from auditor.lib.secrets import mask_mapping, mask_url, resolve_env
 from auditor.vocabulary import GUARANTEES
+from spark_jobs.kafka_security import connection_settings
 
 GUARANTEE_CHOICES = [(g, g) for g in GUARANTEES]
 
@@ -32,8 +33,11 @@ class Cluster(models.Model):
         return self.name
 
     def client_config(self) -> dict[str, Any]:
-        """librdkafka settings with ${ENV} references resolved (for clients, never for display)."""
-        resolved = {k: resolve_env(v) if isinstance(v, str) else v for k, v in self.config.items()}
+        """The librdkafka settings of every client the auditor makes of this cluster, with ${ENV}
+        references resolved (for clients, never for display): the bootstrap servers and the
+        config's settings of how to reach the cluster (connection_settings). Others (a
+        producer's acks, a consumer's group.id) are each client's own, and not taken here."""
+        resolved = {k: resolve_env(v) if isinstance(v, str) else v for k, v in connection_settings(self.config).items()}
         return {"bootstrap.servers": resolve_env(self.bootstrap_servers), **resolved}
 
     def masked_config(self) -> dict[str, Any]:

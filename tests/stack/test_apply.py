@@ -85,6 +85,27 @@ def test_it_keeps_secrets_as_env_references(tmp_path):
     assert cluster.client_config()["sasl.password"] == "kafka-s3cret"
 
 
+def test_its_clients_take_the_settings_of_how_to_reach_the_cluster_and_nothing_else(tmp_path):
+    apply(write(tmp_path, GOOD))
+    cluster = Cluster.objects.get(name="local")
+    cluster.config |= {
+        "enable.ssl.certificate.verification": "false",
+        "broker.address.family": "v4",
+        # an application's settings pasted in: not the auditor's clients' to take
+        "acks": "1",
+        "group.id": "${NOT_SET_ANYWHERE}",
+        "transactional.id": "app-tx",
+    }
+    cluster.save()
+
+    assert cluster.client_config() == {
+        "bootstrap.servers": "127.0.0.1:9092",
+        "sasl.password": "kafka-s3cret",
+        "enable.ssl.certificate.verification": "false",
+        "broker.address.family": "v4",
+    }
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
