@@ -12,7 +12,8 @@ Outcomes checked for each URL and method:
 - API (and /metrics/): no token -> 401; a token or session without a role -> 403; a
   read-scope token on a write endpoint -> 403 even for admins; a role below the table's
   -> 403; the table's role and above -> the table's status;
-- the websocket: anonymous and no-role connections are refused, every role is accepted.
+- the websocket (test_access_matrix_ws): anonymous and no-role connections are refused,
+  every role is accepted.
 
 Skipped URL patterns (``SKIPPED``): Django's admin (its own is_staff check, tested by
 Django), login and logout (public by design: they are how one gets a session), and the
@@ -22,20 +23,17 @@ are walked from the OpenAPI registry instead of the pages table.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import pytest
-import websockets
-import websockets.exceptions
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
@@ -55,6 +53,7 @@ from auditor.reports.models import Report, ReportSchedule
 from auditor.stuck.evidence import Diagnosis, StuckRow
 from auditor.stuck.models import StuckItem
 from auditor.stuck.service import DiagnosisResult, ItemVerdict, record_diagnosis, start_run
+from tests.support.fixtures.accounts import ROLE_NAMES
 
 pytestmark = pytest.mark.django_db
 
@@ -282,14 +281,10 @@ def assert_no_secret(content: bytes | str, where: str) -> None:
     assert not shown, f"{where} shows secret(s) {shown}"
 
 
-@pytest.fixture
-def world(
-    role_users: dict[str, AbstractBaseUser], queued: list[tuple[Any, ...]], monkeypatch: pytest.MonkeyPatch
-) -> World:
+def make_world(users: dict[str, AbstractBaseUser]) -> World:
     # A production-like configuration: a SASL_SSL cluster and a TLS source, with secrets both
     # as ${ENV} references (resolved here) and written in literally. No page, API answer or
     # webhook payload may show any of them.
-    monkeypatch.setenv("MATRIX_SASL_PASSWORD", SECRETS[0])
     cluster = Cluster.objects.create(
         name="matrix",
         bootstrap_servers="127.0.0.1:9",
@@ -333,7 +328,7 @@ def world(
         first_seen=now,
         last_seen=now,
     )
-    ack = acknowledge(role_users[ADMIN], PROBLEM_ACK_KIND, "missing:matrix", action="ack", reason="known")
+    ack = acknowledge(users[ADMIN], PROBLEM_ACK_KIND, "missing:matrix", action="ack", reason="known")
     report = Report.objects.create(
         title="matrix",
         trigger="manual",
@@ -346,13 +341,13 @@ def world(
     schedule = ReportSchedule.objects.create(name="matrix")
     tokens = {}
     token_ids = {}
-    for who, user in role_users.items():
+    for who, user in users.items():
         for scope in (ApiToken.READ, ApiToken.WRITE):
             token, raw = create_token(user, f"{who}-{scope}", scope)
             tokens[(who, scope)] = raw
             token_ids[who] = token.pk
     return World(
-        users=role_users,
+        users=users,
         binding=binding,
         rule=rule,
         item=item,
@@ -366,6 +361,28 @@ def world(
         tokens=tokens,
         token_ids=token_ids,
     )
+
+
+@pytest.fixture(scope="module")
+def module_world(django_db_setup: None, django_db_blocker: DjangoDbBlocker) -> Iterator[World]:
+    """The world, made once for the module in a transaction that is never committed (as
+    Django's setUpTestData does): each test runs in a savepoint of it, so what a test's POST
+    changes is rolled back after it as before, and the module's end rolls the world back."""
+    with pytest.MonkeyPatch.context() as patch, django_db_blocker.unblock(), transaction.atomic():
+        patch.setenv("MATRIX_SASL_PASSWORD", SECRETS[0])
+        users: dict[str, AbstractBaseUser] = {}
+        for name in ROLE_NAMES:
+            user = get_user_model().objects.create_user(username=f"user-{name}")  # no password: no hashing
+            grant_role(user, None if name == NO_ROLE else name)
+            users[name] = user
+        yield make_world(users)
+        transaction.set_rollback(True)
+
+
+@pytest.fixture
+def world(module_world: World, db: None, queued: list[tuple[Any, ...]]) -> World:
+    """The module's world, in this test's savepoint, with the views' Celery tasks kept here."""
+    return module_world
 
 
 def client_for(world: World, who: str) -> Client:
@@ -466,55 +483,6 @@ def test_it_checks_token_scope_and_role_on_every_api_endpoint(
         assert response.status_code == 403, f"{credential} must not {method} {url}"
     else:
         assert response.status_code == access.status, f"{credential} {method} {url}: {response.content[:300]!r}"
-
-
-# --- the websocket ----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def ws_cookies(django_db_setup: None, django_db_blocker: DjangoDbBlocker) -> Iterator[dict[str, str]]:
-    """Session cookies of users committed for Daphne to see: one per role, one without."""
-    suffix = uuid.uuid4().hex[:6]
-    cookies = {}
-    with django_db_blocker.unblock():
-        users = []
-        for who in (NO_ROLE, *ROLES):
-            user = get_user_model().objects.create_user(username=f"matrix-ws-{who}-{suffix}")
-            grant_role(user, None if who == NO_ROLE else who)
-            client = Client()
-            client.force_login(user)
-            cookies[who] = f"sessionid={client.cookies['sessionid'].value}"
-            users.append(user)
-    yield cookies
-    with django_db_blocker.unblock():
-        for user in users:
-            user.delete()
-
-
-def websocket_outcome(base_url: str, cookie: str | None) -> int | str:
-    """The HTTP status of a refused upgrade, or the answer to a subscription."""
-
-    async def attempt() -> int | str:
-        url = base_url.replace("http", "ws") + "/ws/live/"
-        headers = {"Cookie": cookie} if cookie else {}
-        try:
-            async with websockets.connect(url, origin=base_url, additional_headers=headers) as ws:
-                await ws.send(json.dumps({"subscribe": "status"}))
-                return str(await asyncio.wait_for(ws.recv(), 10))
-        except websockets.exceptions.InvalidStatus as refused:
-            return refused.response.status_code
-
-    return asyncio.run(attempt())
-
-
-@pytest.mark.integration
-@pytest.mark.parametrize("who", WHO)
-def test_it_lets_only_roles_use_the_websocket(asgi_server: str, ws_cookies: dict[str, str], who: str) -> None:
-    outcome = websocket_outcome(asgi_server, ws_cookies.get(who))
-    if who in (ANONYMOUS, NO_ROLE):
-        assert outcome == 403  # closed before the handshake completes
-    else:
-        assert outcome == json.dumps({"subscribed": "status"})
 
 
 # --- secrets in what the auditor sends out ------------------------------------------------------
