@@ -53,13 +53,11 @@ from auditor.reports.models import Report, ReportSchedule
 from auditor.stuck.evidence import Diagnosis, StuckRow
 from auditor.stuck.models import StuckItem
 from auditor.stuck.service import DiagnosisResult, ItemVerdict, record_diagnosis, start_run
+from tests.support.access import ANONYMOUS, NO_ROLE, RANK, WHO
 from tests.support.fixtures.accounts import ROLE_NAMES
 
 pytestmark = pytest.mark.django_db
 
-ANONYMOUS, NO_ROLE = "anonymous", "none"
-WHO = (ANONYMOUS, NO_ROLE, *ROLES)
-RANK = {NO_ROLE: 0, VIEWER: 1, OPERATOR: 2, ADMIN: 3}
 
 # Route prefixes (as the resolver spells them) that this module does not walk, and why.
 SKIPPED = {

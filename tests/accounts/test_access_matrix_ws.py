@@ -19,7 +19,7 @@ from django.test import Client
 from pytest_django import DjangoDbBlocker
 
 from auditor.accounts.roles import ROLES, grant_role
-from tests.accounts.test_access_matrix import ANONYMOUS, NO_ROLE, WHO
+from tests.support.access import ANONYMOUS, NO_ROLE, WHO
 
 pytestmark = pytest.mark.django_db
 
