@@ -56,9 +56,9 @@ class AuditorAnswer:
     reasons: dict[str, str] = field(default_factory=dict)  # stuck items: key → the verdict's reason
 
 
-# The auditor's view of the stack through its SASL_SSL listener (SCRAM-SHA-512 over TLS), as a
-# user declares a secured cluster: ${ENV} references that stack.sh's environment resolves.
-# The scenario's own clients keep the plaintext listener: only the auditor's reads are secured.
+# The stack's SASL_SSL listener (SCRAM-SHA-512 over TLS) as a user declares a secured cluster:
+# ${ENV} references that stack.sh's environment resolves (the secured-cluster tests use it too).
+# A secured scenario's own clients keep the plaintext listener: only the auditor's reads are secured.
 SECURED_BOOTSTRAP = "${KAFKA_SECURE_BOOTSTRAP_SERVERS}"
 SECURED_CONFIG = {
     "security.protocol": "SASL_SSL",

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from auditor.lab.world import SECURED_BOOTSTRAP, SECURED_CONFIG
 from auditor.lint.models import LintScan
 from auditor.lint.service import scan_all
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase
@@ -16,20 +17,11 @@ from tests.support.secured import Secured
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
-SECURED_CONFIG = {
-    "security.protocol": "SASL_SSL",
-    "sasl.mechanisms": "SCRAM-SHA-512",
-    "sasl.username": "${KAFKA_SASL_USERNAME}",
-    "sasl.password": "${KAFKA_SASL_PASSWORD}",
-    "ssl.ca.location": "${KAFKA_CA_LOCATION}",
-}
-
-
 @pytest.fixture
 def secured_cluster(make_topic: Callable[..., str]) -> tuple[Cluster, str]:
     cluster = Cluster.objects.create(
         name=f"lint-sec-{uuid.uuid4().hex[:6]}",
-        bootstrap_servers="${KAFKA_SECURE_BOOTSTRAP_SERVERS}",
+        bootstrap_servers=SECURED_BOOTSTRAP,
         config=dict(SECURED_CONFIG),
     )
     topic = make_topic("lint-sec", config={"unclean.leader.election.enable": "true"})

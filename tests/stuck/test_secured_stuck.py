@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from auditor.demo.options import DeliveryMode
+from auditor.lab.world import SECURED_BOOTSTRAP, SECURED_CONFIG
 from auditor.stuck.models import DiagnosisRun, StuckItem
 from auditor.stuck.service import run_diagnosis
 from tests.support.secured import Secured
@@ -16,19 +17,10 @@ from tests.support.stuck import StuckSetup, diagnose_both, verdicts_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
-SECURED_CONFIG = {
-    "security.protocol": "SASL_SSL",
-    "sasl.mechanisms": "SCRAM-SHA-512",
-    "sasl.username": "${KAFKA_SASL_USERNAME}",
-    "sasl.password": "${KAFKA_SASL_PASSWORD}",
-    "ssl.ca.location": "${KAFKA_CA_LOCATION}",
-}
-
-
 def secure(setup: StuckSetup, secured: Secured) -> StuckSetup:
     """Point the rule's cluster at the SASL_SSL listener and its source at the TLS-only role."""
     binding = setup.rule.binding
-    binding.cluster.bootstrap_servers = "${KAFKA_SECURE_BOOTSTRAP_SERVERS}"
+    binding.cluster.bootstrap_servers = SECURED_BOOTSTRAP
     binding.cluster.config = dict(SECURED_CONFIG)
     binding.cluster.save()
     binding.source.url = secured.source_url
