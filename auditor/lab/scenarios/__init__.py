@@ -13,6 +13,7 @@ from auditor.lab.scenarios import (
     recreation,
     replication,
     retention,
+    timestamps,
     transactions,
     truncation,
 )
@@ -24,6 +25,7 @@ FAMILIES = (
     consumers,
     partitions,
     retention,
+    timestamps,
     ledgers,
     recreation,
     truncation,

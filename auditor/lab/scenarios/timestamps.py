@@ -1,0 +1,95 @@
+"""Record timestamps that do not follow the log: a replay (a mirror catching up, a job
+re-sending old events with their original times) writes records stamped an hour ago into a
+topic that live producers write too, and retention then deletes live records no group read.
+
+Every bound the auditor draws from "the oldest record still in the log" assumes timestamps
+grow with offsets (CreateTime within a small slack). Here the oldest remaining record is a
+replayed one, stamped long before the deleted live records were written: taken at its word,
+the topic "still holds everything since an hour ago", and the rows of the deleted records
+read as never produced."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Producer
+
+from auditor.lab import truth
+from auditor.lab.cluster import LabError
+from auditor.lab.compare import Outcome, merge
+from auditor.lab.registry import scenario
+from auditor.lab.workload import produce
+from auditor.lab.world import STUCK_AGE_S, World
+
+FIRST, LATER = list(range(1, 6)), list(range(6, 16))
+REPLAYED = list(range(1001, 1006))  # events of another system, not rows of the table
+FILLER = 0  # no row has id 0
+REPLAY_AGE_S = 3600
+
+
+@scenario(
+    "replayed-timestamps-past-retention",
+    "a run reads the first records; ten live records follow, then replayed ones stamped an hour ago; "
+    "retention (delete_records) takes the live ten unread: not missing, not never-produced (plain clients: "
+    "unknown)",
+)
+def replayed_past_retention(world: World) -> Outcome:
+    cluster = world.cluster
+    world.make_topic(replication=3, min_insync_replicas="2")
+    world.make_table()
+    binding = world.make_binding(groups=[world.group])
+    world.make_rule(older_than_s=1)
+    settings = {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0}
+    world.insert(FIRST, age_s=STUCK_AGE_S)
+    truth.all_sent(produce(cluster.bootstrap, world.topic, FIRST, config=settings))
+    world.consume("at-least-once", records=len(FIRST))
+    first = world.reconcile()  # everything is fine so far: any finding is a false alarm
+    # The consumer is down from here on. Rows created after the first run, past the binding's grace.
+    world.insert(LATER)
+    time.sleep(binding.grace_seconds + 1.0)
+    later = truth.all_sent(produce(cluster.bootstrap, world.topic, LATER, config=settings))
+    # The replay: records with the times of the events they carry, an hour old.
+    replayer = Producer(settings)
+    stamped = int(time.time() * 1000) - REPLAY_AGE_S * 1000
+    replayed: list[tuple[int, int]] = []
+
+    def delivered(err: object, msg: object) -> None:
+        if err is None:
+            replayed.append((msg.offset(), msg.timestamp()[1]))  # type: ignore[attr-defined]
+
+    for i, event in enumerate(REPLAYED):
+        replayer.produce(
+            world.topic, key=str(event), value=f"event {event}", timestamp=stamped + i, on_delivery=delivered
+        )
+    if replayer.flush(30) or len(replayed) != len(REPLAYED):
+        raise LabError(f"the replayed records were not all written: {replayed}")
+    truth.all_sent(produce(cluster.bootstrap, world.topic, [FILLER], config=settings))
+    injected_at = time.monotonic()
+    # Retention reaches the segment of the live ten: the log starts at the first replayed record.
+    start = min(offset for offset, _ in replayed)
+    cluster.delete_records(world.topic, {0: start})
+    low = cluster.watermarks(world.topic)[0][0]
+    if low != start or any(d.offset >= start for d in later):
+        raise LabError(f"the log starts at {low}, not at the first replayed record {start}")
+    remaining = cluster.read_topic(world.topic)
+    world.notes.append(f"live records at {[d.offset for d in later]}, deleted; log start {low}: {remaining[0].key}")
+    # Truth: the delivery reports say the ten were written; the read says they are gone; the
+    # group never read them. Plain clients leave nothing saying they were written, and no run
+    # saw them: unknown, never missing or never-produced. The records left whose key is no row
+    # (the replayed events, the filler) are orphans.
+    rows = world.rows()
+    expected: dict[str, set[str]] = {str(t): {"stuck:unknown"} for t in LATER if rows[t] == "NEW"}
+    expected |= {key: {"orphan"} for key in truth.copies(remaining) if int(key) not in rows}
+    expected |= world.expected_group_risks()
+    second = world.reconcile()
+    stuck = world.stuck()
+    warnings = second.detail.get("warnings")
+    world.notes += [str(w) for w in warnings][:2] if isinstance(warnings, list) else []
+    world.notes += [f"{key}: {reason}" for key, reason in sorted(stuck.reasons.items())][:1]
+    return Outcome(
+        injected=f"plain producer; 10 live records, then {len(REPLAYED)} replayed ones stamped {REPLAY_AGE_S} s "
+        "ago; delete_records took the live ten unread",
+        expected=expected,
+        got=merge(first.verdicts, second.verdicts, stuck.verdicts),
+        detect_s=max(second.finished_monotonic, stuck.finished_monotonic) - injected_at,
+    )
