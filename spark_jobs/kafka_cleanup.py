@@ -33,6 +33,9 @@ class TopicCleanup:
     policy: str  # cleanup.policy as the broker reports it: delete, compact or compact,delete
     compaction_lag_ms: int = 0  # min.compaction.lag.ms
     retention_ms: int | None = None  # retention.ms (-1: forever)
+    # message.timestamp.before.max.ms: the broker refuses records stamped longer ago than
+    # this (None: no limit; record_times.stamp_lag_ms)
+    timestamp_before_max_ms: int | None = None
 
     @property
     def compacted(self) -> bool:
@@ -79,6 +82,12 @@ def read_topic_cleanup(admin: AdminClient, topic: str, timeout_s: float = 10.0) 
     try:
         lag = int(value("min.compaction.lag.ms") or 0)
         retention = value("retention.ms")
-        return TopicCleanup(value("cleanup.policy") or "delete", lag, None if retention is None else int(retention))
+        before_max = value("message.timestamp.before.max.ms")
+        return TopicCleanup(
+            value("cleanup.policy") or "delete",
+            lag,
+            None if retention is None else int(retention),
+            None if before_max is None else int(before_max),
+        )
     except ValueError as exc:
         raise KafkaReadError(f"topic {topic!r} reports an unreadable cleanup setting: {exc}") from exc

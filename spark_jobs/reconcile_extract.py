@@ -150,6 +150,7 @@ class PartitionSummary:
     last: tuple[int, int | None]  # the last record: offset, timestamp ms
     first_ms: int | None  # the timestamp of the first record
     tombstones: int = 0  # records without a value
+    oldest: tuple[int | None, int | None] = (None, None)  # the smallest timestamp ms, and its record's offset
 
 
 def summarize_partitions(records: DataFrame) -> dict[int, PartitionSummary]:
@@ -168,6 +169,8 @@ def summarize_partitions(records: DataFrame) -> dict[int, PartitionSummary]:
             F.max_by(F.unix_millis("timestamp"), "offset").alias("last_ms"),
             F.min_by(F.unix_millis("timestamp"), "offset").alias("first_ms"),
             F.count(F.when(F.col("tombstone"), 1)).alias("tombstones"),
+            F.min(F.unix_millis("timestamp")).alias("oldest_ms"),
+            F.min_by("offset", F.unix_millis("timestamp")).alias("oldest_offset"),
         )
         .collect()
     )
@@ -179,6 +182,7 @@ def summarize_partitions(records: DataFrame) -> dict[int, PartitionSummary]:
             (row["last_offset"], row["last_ms"]),
             row["first_ms"],
             row["tombstones"],
+            (row["oldest_ms"], row["oldest_offset"]),
         )
         for row in rows
     }
@@ -267,34 +271,46 @@ def check_nothing_deleted_while_read(binding: Binding, plan: OffsetRange) -> Non
 
 
 def loss_horizon(
-    first_ms: dict[int, int | None], plan: OffsetRange, upper: datetime, grace_seconds: float
+    first_ms: dict[int, int | None],
+    plan: OffsetRange,
+    upper: datetime,
+    grace_seconds: float,
+    stamp_lag_ms: int | None = 0,
 ) -> datetime | None:
     """The newest time a record among `plan.lost` may carry; None when nothing was lost.
 
     first_ms: per partition, the timestamp of the first record read. Records are appended in
     offset order, so every lost record came before the first record still in its partition:
     a row created after that record's timestamp cannot have had its record in the lost range.
-    The binding's grace is added for producers whose timestamps are a little out of order. A
+    The binding's grace is added for producers whose timestamps are a little out of order,
+    and `stamp_lag_ms` for those known to stamp records earlier than they write them
+    (record_times.stamp_lag_ms; None: no limit, then no timestamp bounds the loss). A
     partition with no record left to read gives no bound: then everything up to `upper` may
     have been lost.
     """
     if not plan.lost:
         return None
     firsts = {p: ms for p, ms in first_ms.items() if p in plan.lost and ms is not None}
-    if set(firsts) != set(plan.lost):
+    if set(firsts) != set(plan.lost) or stamp_lag_ms is None:
         return upper
-    return datetime.fromtimestamp(max(firsts.values()) / 1000, UTC) + timedelta(seconds=grace_seconds)
+    return _after(max(firsts.values()), grace_seconds, stamp_lag_ms)
 
 
-def recreation_horizon(first_ms: dict[int, int | None], upper: datetime, grace_seconds: float) -> datetime:
+def recreation_horizon(
+    first_ms: dict[int, int | None], upper: datetime, grace_seconds: float, stamp_lag_ms: int | None = 0
+) -> datetime:
     """The newest time a record of a deleted topic may carry, read in the topic created again
     under its name: the old topic was gone before the new one was made, so before the first
     record of any of its partitions (first_ms, per partition), give or take the binding's
-    grace; `upper` when the new topic has no record yet."""
+    grace and `stamp_lag_ms` (as loss_horizon's); `upper` when the new topic has no record yet."""
     firsts = [ms for ms in first_ms.values() if ms is not None]
-    if not firsts:
+    if not firsts or stamp_lag_ms is None:
         return upper
-    return datetime.fromtimestamp(min(firsts) / 1000, UTC) + timedelta(seconds=grace_seconds)
+    return _after(min(firsts), grace_seconds, stamp_lag_ms)
+
+
+def _after(ms: int, grace_seconds: float, stamp_lag_ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC) + timedelta(seconds=grace_seconds, milliseconds=stamp_lag_ms)
 
 
 def first_record_ms(raw: DataFrame) -> dict[int, int | None]:

@@ -18,6 +18,7 @@ from spark_jobs.binding import (
 from spark_jobs.mark_rules import rules_from_json, rules_to_json
 from spark_jobs.reconcile_extract import (
     OffsetRange,
+    PartitionSummary,
     check_nothing_deleted_while_read,
     checkpoint_prints,
     compaction_horizon,
@@ -85,6 +86,7 @@ from spark_jobs.reconcile_transform import (
     union_findings,
     unverifiable_rows,
 )
+from spark_jobs.record_times import Backdated, find_backdated, stamp_lag_ms
 
 # What makes two runs' findings the same finding (flag_new: is_new).
 IDENTITY = ["kind", "key", "cause", "partition", "offset", "session", "seq", "group"]
@@ -119,6 +121,24 @@ def read_ledger(
     first_ms = first_record_ms(records)  # reads the ledger into the cache
     check_nothing_deleted_while_read(binding, plan)
     return LedgerRead(plan, records, first_ms)
+
+
+def record_stamps(plan: RunPlan, binding: Binding, summary: dict[int, PartitionSummary]) -> Backdated | None:
+    """Whether the topic's producers stamp records well before writing them (record_times):
+    the state's proof, else one among this run's records. Records past the high watermarks
+    the last run read were written after that read; in a topic created again, all of them (the old
+    topic still stood when it was read)."""
+    known = Backdated.from_json(plan.meta.backdated)
+    if known is not None:
+        return known
+    earlier = plan.previous
+    read_to = dict.fromkeys(plan.topic.ranges, 0) if plan.recreated else earlier.read_highs
+    found = find_backdated(
+        binding.topic, {p: s.oldest for p, s in summary.items()}, read_to, earlier.read_at_ms, earlier.run_id
+    )
+    if found is not None:
+        plan.warnings.append(f"record timestamps out of step with the log: {found.describe()}")
+    return found
 
 
 def extract_inputs(
@@ -169,17 +189,25 @@ def extract_inputs(
     # Rows whose record may have been deleted unread can never be judged: the bound only
     # grows until a --full run starts over.
     first_ms = {p: s.first_ms for p, s in summary.items()}
-    horizon = loss_horizon(first_ms, topic, plan.upper, binding.grace_seconds)
+    backdated = record_stamps(plan, binding, summary)
+    stamp_lag = stamp_lag_ms(backdated, plan.cleanup.timestamp_before_max_ms)
+    horizon = loss_horizon(first_ms, topic, plan.upper, binding.grace_seconds, stamp_lag)
     if horizon is not None:
         plan.warnings.extend(lost_warnings(topic, horizon))
+        if stamp_lag is None and backdated is not None:
+            plan.warnings.append(
+                f"the deleted records' rows are judged by no record's timestamp: {backdated.describe()} (set "
+                "message.timestamp.before.max.ms on the topic to limit how old a record's timestamp may be, or "
+                "message.timestamp.type=LogAppendTime)"
+            )
     # Records the old topic held that no run read (produced after the last run) went with it,
     # unread: rows created before the new topic's first records are not judged. Processed
     # marks up to then may be of the old topic's records at the same offsets: left out, and
     # the records they could have marked are never called unprocessed.
     recreated_until = None
     if plan.recreated is not None:
-        recreated_until = recreation_horizon(first_ms, plan.upper, binding.grace_seconds)
-        plan.topic_records_since = recreation_horizon(first_ms, plan.upper, 0)
+        recreated_until = recreation_horizon(first_ms, plan.upper, binding.grace_seconds, stamp_lag)
+        plan.topic_records_since = recreation_horizon(first_ms, plan.upper, 0, stamp_lag)
         horizon = recreated_until if horizon is None else max(horizon, recreated_until)
         plan.warnings.append(
             f"rows created up to {recreated_until.isoformat()} may have had their record in the deleted topic, "
@@ -260,6 +288,7 @@ def extract_inputs(
         compacted_until=compacted_until,
         absent_keys_compacted=compacted_rows_until is not None,
         checkpoints=checkpoints,
+        backdated=backdated,
         old_source=old_source,
         window_rows=window_rows,
         producer_entries=producer_entries,
@@ -513,5 +542,8 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             datasets=new.datasets,
             checkpoints=inputs.checkpoints,
             marks_rewritten=rules_to_json(inputs.mark_rules),
+            read_at_ms=plan.read_at_ms,
+            read_highs={p: o.high for p, o in kafka["watermarks"].items()},
+            backdated=inputs.backdated.to_json() if inputs.backdated else None,
         )
     )

@@ -28,6 +28,7 @@ from spark_jobs.reconcile_extract import (
 )
 from spark_jobs.reconcile_state import DATASETS, StateError, StateMeta, StateStore
 from spark_jobs.reconcile_transform import empty_frame, is_empty_plan
+from spark_jobs.record_times import Backdated
 
 # Below this many new records the new side of a state join is broadcast, so state is
 # scanned once without a shuffle. A broadcast is built in the driver: the bound keeps its
@@ -86,6 +87,7 @@ class RunPlan:
     recreated: str | None = None
     # state.json's topic_records_since: set when this run finds the topic created again
     topic_records_since: datetime | None = None
+    read_at_ms: int | None = None  # state.json's read_at_ms: before this run asked for the log ends
 
     @property
     def topic(self) -> OffsetRange:
@@ -148,6 +150,8 @@ class RunInputs:
     processed: DataFrame
     committed: DataFrame
     groups: DataFrame
+    # the topic's producers stamp records well before writing them (record_times); kept in state.json
+    backdated: Backdated | None = None
 
 
 @dataclass
@@ -269,7 +273,8 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         # history, not the state's: its records cannot tell it again, and the lost records'
         # marks are still in the consumer ledger it reads from its start.
         try:
-            meta.marks_rewritten = store.read_meta().marks_rewritten
+            earlier = store.read_meta()
+            meta.marks_rewritten, meta.backdated = earlier.marks_rewritten, earlier.backdated
         except StateError:  # the state it starts over from is unreadable: nothing known
             warnings.append("the reconciliation state could not be read: where partitions were rewritten is not known")
     cleanup = extract_topic_cleanup(binding)
@@ -295,6 +300,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             marks_lost_until=memory.marks_lost_until,
             entries_lost_until=memory.entries_lost_until,
             marks_rewritten=memory.marks_rewritten,
+            backdated=memory.backdated,
         )
     if recreated and memory is not None:
         # Nothing was lost by the broker: what earlier runs saw was delivered, and went with
@@ -320,6 +326,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             for p, reason in sorted(rewritten.items())
         ]
     warnings += forget_renamed_ledgers(binding, meta)
+    read_at_ms = int(time.time() * 1000)  # the real clock, never options.now: records are written by it
     kafka = extract_topic_offsets(binding, meta, read_before=memory.topic_offsets if memory else None)
     laps("kafka_offsets")
     upper = options.now or datetime.now(UTC)
@@ -329,5 +336,18 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         lower = binding.since
     cutoff = upper - timedelta(seconds=binding.grace_seconds)
     return RunPlan(
-        run_id, store, meta, memory, rewritten, kafka, lower, upper, cutoff, warnings, cleanup, current_id, recreated
+        run_id,
+        store,
+        meta,
+        memory,
+        rewritten,
+        kafka,
+        lower,
+        upper,
+        cutoff,
+        warnings,
+        cleanup,
+        current_id,
+        recreated,
+        read_at_ms=read_at_ms,
     )

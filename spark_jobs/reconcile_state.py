@@ -102,6 +102,16 @@ class StateMeta:
     # Per partition, where and until when processed marks may be of records the broker lost
     # ({"<partition>": [[after_offset, until_ms], ...]}: reconcile_rewrites). Only grows.
     marks_rewritten: dict[str, list[list[int]]] = field(default_factory=dict)
+    # When this run began to read the topic's log ends (epoch ms, the driver's clock, taken
+    # before it asked), and the high watermarks it read: every record at or past them was
+    # written after that instant. (Not `topic_offsets`: a transaction open then may hold
+    # records written long before, past the last stable offset.)
+    read_at_ms: int | None = None
+    read_highs: dict[int, int] = field(default_factory=dict)
+    # A record proven stamped well before it was written (record_times.Backdated), the first
+    # one seen; kept by every later run, full ones too: the topic's record timestamps no
+    # longer bound when deleted records were written.
+    backdated: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -123,6 +133,9 @@ class StateMeta:
             "datasets": self.datasets,
             "checkpoints": {str(k): v for k, v in self.checkpoints.items()},
             "marks_rewritten": self.marks_rewritten,
+            "read_at_ms": self.read_at_ms,
+            "read_highs": {str(k): v for k, v in self.read_highs.items()},
+            "backdated": self.backdated,
         }
 
     @classmethod
@@ -153,6 +166,9 @@ class StateMeta:
             marks_rewritten={
                 str(k): [[int(x) for x in pair] for pair in v] for k, v in (data.get("marks_rewritten") or {}).items()
             },
+            read_at_ms=None if data.get("read_at_ms") is None else int(data["read_at_ms"]),
+            read_highs=offsets("read_highs"),
+            backdated=dict(data["backdated"]) if data.get("backdated") else None,
         )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -35,6 +35,7 @@ from auditor.stuck.evidence import (
 )
 from spark_jobs.kafka_offsets import KafkaReadError, rewritten_partitions
 from spark_jobs.mark_rules import MarkRule, rules_from_json
+from spark_jobs.record_times import Backdated, find_backdated
 from spark_jobs.state_location import StateLocation, StateLocationError
 
 CHUNK = 10_000  # keys per database query
@@ -93,6 +94,35 @@ def rewritten_mark_rules(binding: Binding, index: IndexRows | None = None) -> li
         raise StateUnreadable(str(exc)) from exc
     except (TypeError, ValueError, AttributeError) as exc:
         raise StateUnreadable(f"marks_rewritten of the state of {binding.name} is malformed: {exc}") from exc
+
+
+def recalled_stamps(
+    binding: Binding, partitions: Mapping[int, PartitionState], index: IndexRows | None = None
+) -> Backdated | None:
+    """Whether the topic's producers stamp records well before writing them
+    (spark_jobs.record_times): as a reconciliation run proved it (state.json `backdated`), or
+    as the oldest record of a partition proves it now, written after the last run read that
+    partition's high watermark and stamped well before. None before the first run.
+    index: rows already read, whose state.json is used. StateUnreadable when it cannot be read."""
+    try:
+        meta = index.meta if index is not None else read_meta(conf.state_location().join(binding.name))
+        if not meta:
+            return None
+        known = Backdated.from_json(meta.get("backdated"))
+        if known is not None:
+            return known
+        highs = {int(p): int(o) for p, o in (meta.get("read_highs") or {}).items()}
+        read_at = meta.get("read_at_ms")
+        oldest = {p: (s.low_timestamp_ms, s.low) for p, s in partitions.items() if s.low < s.high}
+        return find_backdated(
+            binding.topic, oldest, highs, None if read_at is None else int(read_at), meta.get("run_id")
+        )
+    except StateLocationError as exc:
+        raise StateUnreadable(str(exc)) from exc
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise StateUnreadable(
+            f"the record timestamps kept in the state of {binding.name} are malformed: {exc}"
+        ) from exc
 
 
 def read_meta(root: StateLocation) -> dict[str, Any] | None:

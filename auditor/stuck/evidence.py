@@ -254,6 +254,12 @@ class ClusterView:
     # Where and when processed marks may be of records the broker lost (truncated and
     # rewritten partitions, found by a reconciliation rebuild: spark_jobs.mark_rules).
     mark_rules: list[MarkRule] = field(default_factory=list)
+    # How long before its write a record of the topic may be stamped beyond the usual slack
+    # (spark_jobs.record_times.stamp_lag_ms): 0 unless its producers were seen stamping records
+    # well before writing them (`backdated` says where); None: without limit, and then no
+    # record's timestamp says when the records deleted before it were written.
+    stamp_lag_ms: int | None = 0
+    backdated: str | None = None
 
     def marks_unclear_until(self, partition: int, offset: int) -> tuple[int | None, str]:
         """Up to when a processed mark at (partition, offset), and a record written there,
@@ -269,8 +275,12 @@ class ClusterView:
     def partition_complete_since_ms(self, state: PartitionState) -> int | None:
         """The partition holds every record produced since this instant (0: since the topic was
         created, and it was never seen re-created). None when it lost records (retention,
-        deletion) and the timestamp of its oldest remaining record is unknown."""
+        deletion) and the timestamp of its oldest remaining record is unknown, or says nothing
+        of when it was written (stamp_lag_ms None)."""
         since = 0 if state.low == 0 else state.low_timestamp_ms
+        if since and self.stamp_lag_ms != 0:
+            # the oldest record may have been written up to stamp_lag_ms after its timestamp
+            since = None if self.stamp_lag_ms is None else since + self.stamp_lag_ms
         if since is None or self.recreated_until_ms is None:
             return since
         return max(since, self.recreated_until_ms)

@@ -36,6 +36,7 @@ from auditor.reconcile.memory import (
     indexed_records,
     recall,
     recall_marks,
+    recalled_stamps,
     rewritten_mark_rules,
 )
 from auditor.stuck.alerting import muted_keys, update_problems
@@ -49,6 +50,7 @@ from auditor.stuck.source import DEFAULT_MAX_ITEMS, SourceError, StuckQuery, sel
 from auditor.stuck.verdicts import diagnose
 from auditor.vocabulary import STUCK_VERDICTS
 from spark_jobs.kafka_offsets import KafkaReadError
+from spark_jobs.record_times import stamp_lag_ms
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +134,25 @@ def _ranges_read(request: LocateRequest) -> dict[str, dict[int, tuple[int, int]]
         if ledger is not None:
             reads[ledger.topic] = ledger.ranges
     return reads
+
+
+def _recall_stamps(result: DiagnosisResult, binding: Binding, view: ClusterView, indexed: IndexedTopic) -> None:
+    """Where the topic's producers were seen stamping records well before writing them, the
+    oldest record's timestamp bounds the deleted records only within the topic's
+    message.timestamp.before.max.ms (view.stamp_lag_ms)."""
+    try:
+        backdated = recalled_stamps(binding, view.partitions, indexed.index)
+    except StateUnreadable as exc:
+        result.notes.append(
+            f"whether the topic's producers stamp records before writing them is not known (the reconciliation "
+            f"state could not be read: {exc}): the oldest record's timestamp is taken as when it was written"
+        )
+        return
+    if backdated is None:
+        return
+    view.backdated = backdated.describe()
+    view.stamp_lag_ms = stamp_lag_ms(backdated, view.cleanup.timestamp_before_max_ms if view.cleanup else None)
+    result.notes.append(view.backdated)
 
 
 def _check_after_read(binding: Binding, view: ClusterView, reads: dict[str, dict[int, tuple[int, int]]]) -> None:
@@ -322,6 +343,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
             f"where the broker rewrote partitions is not known (the reconciliation state could not be read: {exc}): "
             "a processed mark at a rewritten offset may be of the record the broker lost"
         )
+    _recall_stamps(result, binding, view, indexed)
     lap("memory")
 
     verdicts = [

@@ -135,8 +135,13 @@ def not_in_topic(
         view,
         evidence,
         memory,
-        f"{view.topic} no longer holds records that old (oldest remaining record: "
-        f"{ms_to_iso(topic_since) or 'unknown'}) and there is no ledger evidence for this key",
+        (
+            f"{view.topic} has deleted records, and when they were written is not known: {view.backdated}"
+            if view.backdated and view.stamp_lag_ms is None
+            else f"{view.topic} no longer holds records that old (oldest remaining record: "
+            f"{ms_to_iso(topic_since) or 'unknown'})"
+        )
+        + " and there is no ledger evidence for this key",
     )
 
 

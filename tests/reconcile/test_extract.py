@@ -148,9 +148,15 @@ def test_it_summarizes_each_partition_from_its_records(spark: SparkSession):
     ms = [int(moment.replace(tzinfo=UTC).timestamp() * 1000) for moment in at]
     assert summary == {
         0: reconcile.PartitionSummary(
-            5, 4, {"records_without_headers": 2, "records_malformed_headers": 1}, (9, ms[2]), ms[0], tombstones=1
+            5,
+            4,
+            {"records_without_headers": 2, "records_malformed_headers": 1},
+            (9, ms[2]),
+            ms[0],
+            tombstones=1,
+            oldest=(ms[0], 4),
         ),
         3: reconcile.PartitionSummary(
-            1, 1, {"records_without_headers": 0, "records_malformed_headers": 0}, (0, ms[4]), ms[4]
+            1, 1, {"records_without_headers": 0, "records_malformed_headers": 0}, (0, ms[4]), ms[4], oldest=(ms[4], 0)
         ),
     }

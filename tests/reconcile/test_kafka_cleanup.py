@@ -29,8 +29,11 @@ def test_only_an_item_keyed_other_than_by_its_record_key_can_lose_every_record_t
 def test_it_reads_the_policy_and_lag_from_the_broker_and_names_an_unreadable_topic(make_topic, kafka_admin) -> None:
     compacted = make_topic("compacted", config={"cleanup.policy": "compact,delete", "min.compaction.lag.ms": "60000"})
     plain = make_topic("plain", config={"retention.ms": "3600000"})
+    limited = make_topic("limited", config={"message.timestamp.before.max.ms": "7200000"})
     read = read_topic_cleanup(kafka_admin, compacted)
     assert (read.compacted, read.policy.replace(" ", ""), read.compaction_lag_ms) == (True, "compact,delete", 60000)
-    assert read_topic_cleanup(kafka_admin, plain) == TopicCleanup("delete", 0, 3600000)
+    # no limit on how old a record's timestamp may be: the broker's default, Long.MAX_VALUE
+    assert read_topic_cleanup(kafka_admin, plain) == TopicCleanup("delete", 0, 3600000, (1 << 63) - 1)
+    assert read_topic_cleanup(kafka_admin, limited).timestamp_before_max_ms == 7200000
     with pytest.raises(KafkaReadError, match=r"no-such-topic-cleanup.*cleanup\.policy"):
         read_topic_cleanup(kafka_admin, "no-such-topic-cleanup", timeout_s=5)

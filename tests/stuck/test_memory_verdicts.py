@@ -406,3 +406,56 @@ def test_a_mark_of_a_record_the_broker_lost_is_not_taken_for_the_record_now_at_i
         }, verdicts
     finally:
         kafka_admin.delete_topics([topic])
+
+
+@pytest.mark.parametrize("replay_minutes_ago", [0, 60], ids=["stamped-when-written", "stamped-an-hour-before"])
+def test_records_stamped_before_they_were_written_bound_no_deletion(
+    plain: PlainPipeline, kafka_admin: AdminClient, spark, replay_minutes_ago: int
+) -> None:
+    """After a run, live records of tickets 3 and 4 are written, then a replayed event (1001),
+    then retention (delete_records) takes 3 and 4 unread; tickets 5 and 6 are created after
+    that and never sent. The oldest record left is the replayed one. Stamped when it was
+    written, it bounds the deletion: 5 and 6 are missing and never-produced, 3 and 4 cannot be
+    told (unknown). Stamped an hour before (a replay with the events' own times), it bounds
+    nothing: read at its word, 3 and 4 (written after it and deleted) would be missing and
+    never-produced too."""
+    plain.insert(1, 2, minutes_ago=60, status="DONE")
+    plain.produce(0, 1, minutes_ago=59)
+    plain.produce(1, 2, minutes_ago=59)
+    rule = rule_for(plain)
+    Binding.objects.filter(pk=rule.binding.pk).update(grace_seconds=1)
+    StuckRule.objects.filter(pk=rule.pk).update(older_than_seconds=1)
+    rule.refresh_from_db()
+    reconcile(rule)
+
+    plain.insert(3, 4, minutes_ago=0)
+    plain.produce(0, 3, 4, minutes_ago=0)
+    plain.produce(0, 1001, minutes_ago=replay_minutes_ago)
+    delete_records(kafka_admin, [TopicPartition(plain.topic, 0, plain.delivered[1001][1])])
+    time.sleep(2.5)  # past the grace (1 s), by the database's clock too
+    plain.insert(5, 6, minutes_ago=0)
+    time.sleep(1.5)
+
+    # Ground truth: the delivery reports and a full read of the topic.
+    now = plain.topic_now()
+    deleted = {t for t, at in plain.delivered.items() if at not in now}
+    never_sent = {3, 4, 5, 6} - set(plain.delivered)
+    assert deleted == {1, 3, 4} and never_sent == {5, 6}, (deleted, plain.delivered, now)
+
+    if replay_minutes_ago:
+        # Before any run read the replayed record, the diagnosis finds it past the high watermark
+        # the first run read, and stamped long before that read.
+        before = {k: v for k, (v, _) in diagnose(rule, spark).items()}
+        assert before == dict.fromkeys(["3", "4", "5", "6"], "unknown"), before
+    run = reconcile(rule)
+    missing = set(Finding.objects.filter(run=run, kind="missing").values_list("key", flat=True))
+    verdicts = diagnose(rule, spark)
+    got = {k: v for k, (v, _) in verdicts.items()}
+    if replay_minutes_ago == 0:
+        assert missing == {"5", "6"}, missing
+        assert got == {"3": "unknown", "4": "unknown", "5": "never-produced", "6": "never-produced"}, verdicts
+        return
+    assert missing == set(), missing
+    assert got == dict.fromkeys(["3", "4", "5", "6"], "unknown"), verdicts
+    stamp = plain.delivered[1001]
+    assert any(f"{plain.topic}/{stamp[0]}@{stamp[1]} carries the timestamp" in w for w in run.warnings), run.warnings
