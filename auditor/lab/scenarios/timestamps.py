@@ -20,6 +20,7 @@ from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
 from auditor.lab.workload import produce
 from auditor.lab.world import STUCK_AGE_S, World
+from auditor.probes import AuditedProducer
 
 FIRST, LATER = list(range(1, 6)), list(range(6, 16))
 REPLAYED = list(range(1001, 1006))  # events of another system, not rows of the table
@@ -34,6 +35,19 @@ REPLAY_AGE_S = 3600
     "unknown)",
 )
 def replayed_past_retention(world: World) -> Outcome:
+    return _replayed(world, probed=False)
+
+
+@scenario(
+    "replayed-timestamps-past-retention-probed",
+    "as replayed-timestamps-past-retention, the live records sent by an AuditedProducer and read by an "
+    "AuditedConsumer: its ledger says they were acked, so expired",
+)
+def replayed_past_retention_probed(world: World) -> Outcome:
+    return _replayed(world, probed=True)
+
+
+def _replayed(world: World, probed: bool) -> Outcome:
     cluster = world.cluster
     world.make_topic(replication=3, min_insync_replicas="2")
     world.make_table()
@@ -41,13 +55,16 @@ def replayed_past_retention(world: World) -> Outcome:
     world.make_rule(older_than_s=1)
     settings = {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0}
     world.insert(FIRST, age_s=STUCK_AGE_S)
-    truth.all_sent(produce(cluster.bootstrap, world.topic, FIRST, config=settings))
-    world.consume("at-least-once", records=len(FIRST))
+    live: AuditedProducer | Producer = (
+        AuditedProducer(settings, delivery_reports="all") if probed else Producer(settings)
+    )
+    truth.all_sent(produce(cluster.bootstrap, world.topic, FIRST, producer=live))
+    world.consume("at-least-once", probed=probed, records=len(FIRST))
     first = world.reconcile()  # everything is fine so far: any finding is a false alarm
     # The consumer is down from here on. Rows created after the first run, past the binding's grace.
     world.insert(LATER)
     time.sleep(binding.grace_seconds + 1.0)
-    later = truth.all_sent(produce(cluster.bootstrap, world.topic, LATER, config=settings))
+    later = truth.all_sent(produce(cluster.bootstrap, world.topic, LATER, producer=live))
     # The replay: records with the times of the events they carry, an hour old.
     replayer = Producer(settings)
     stamped = int(time.time() * 1000) - REPLAY_AGE_S * 1000
@@ -63,7 +80,9 @@ def replayed_past_retention(world: World) -> Outcome:
         )
     if replayer.flush(30) or len(replayed) != len(REPLAYED):
         raise LabError(f"the replayed records were not all written: {replayed}")
-    truth.all_sent(produce(cluster.bootstrap, world.topic, [FILLER], config=settings))
+    truth.all_sent(produce(cluster.bootstrap, world.topic, [FILLER], producer=live))
+    if isinstance(live, AuditedProducer):
+        live.close(30)  # its ledger entries flushed
     injected_at = time.monotonic()
     # Retention reaches the segment of the live ten: the log starts at the first replayed record.
     start = min(offset for offset, _ in replayed)
@@ -74,11 +93,16 @@ def replayed_past_retention(world: World) -> Outcome:
     remaining = cluster.read_topic(world.topic)
     world.notes.append(f"live records at {[d.offset for d in later]}, deleted; log start {low}: {remaining[0].key}")
     # Truth: the delivery reports say the ten were written; the read says they are gone; the
-    # group never read them. Plain clients leave nothing saying they were written, and no run
-    # saw them: unknown, never missing or never-produced. The records left whose key is no row
-    # (the replayed events, the filler) are orphans.
+    # group never read them (its commit is below them). Plain clients leave nothing saying
+    # they were written, and no run saw them: unknown, never missing or never-produced; a
+    # probed producer's ledger says they were acked: expired. The records left whose key is
+    # no row (the replayed events, the filler) are orphans.
+    committed = cluster.committed(world.group, world.topic).get(0, 0)
+    if committed > min(d.offset for d in later):
+        raise LabError(f"the group committed {committed}, past records it never read")
     rows = world.rows()
-    expected: dict[str, set[str]] = {str(t): {"stuck:unknown"} for t in LATER if rows[t] == "NEW"}
+    verdict = "stuck:expired" if probed else "stuck:unknown"
+    expected: dict[str, set[str]] = {str(t): {verdict} for t in LATER if rows[t] == "NEW"}
     expected |= {key: {"orphan"} for key in truth.copies(remaining) if int(key) not in rows}
     expected |= world.expected_group_risks()
     second = world.reconcile()
@@ -87,7 +111,7 @@ def replayed_past_retention(world: World) -> Outcome:
     world.notes += [str(w) for w in warnings][:2] if isinstance(warnings, list) else []
     world.notes += [f"{key}: {reason}" for key, reason in sorted(stuck.reasons.items())][:1]
     return Outcome(
-        injected=f"plain producer; 10 live records, then {len(REPLAYED)} replayed ones stamped {REPLAY_AGE_S} s "
+        injected=f"{'AuditedProducer' if probed else 'plain producer'}; 10 live records, then {len(REPLAYED)} replayed ones stamped {REPLAY_AGE_S} s "
         "ago; delete_records took the live ten unread",
         expected=expected,
         got=merge(first.verdicts, second.verdicts, stuck.verdicts),
