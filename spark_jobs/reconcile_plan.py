@@ -326,7 +326,8 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             for p, reason in sorted(rewritten.items())
         ]
     warnings += forget_renamed_ledgers(binding, meta)
-    read_at_ms = int(time.time() * 1000)  # the real clock, never options.now: records are written by it
+    # the run's clock (a test's fixed `now` included: the story it tells is then one timeline)
+    read_at_ms = int((options.now.timestamp() if options.now else time.time()) * 1000)
     kafka = extract_topic_offsets(binding, meta, read_before=memory.topic_offsets if memory else None)
     laps("kafka_offsets")
     upper = options.now or datetime.now(UTC)
