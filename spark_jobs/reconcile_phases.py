@@ -134,7 +134,12 @@ def record_stamps(plan: RunPlan, binding: Binding, summary: dict[int, PartitionS
     earlier = plan.previous
     read_to = dict.fromkeys(plan.topic.ranges, 0) if plan.recreated else earlier.read_highs
     found = find_backdated(
-        binding.topic, {p: s.oldest for p, s in summary.items()}, read_to, earlier.read_at_ms, earlier.run_id
+        binding.topic,
+        {p: s.oldest for p, s in summary.items()},
+        read_to,
+        earlier.read_at_ms,
+        earlier.run_id,
+        int(binding.grace_seconds * 1000),
     )
     if found is not None:
         plan.warnings.append(f"record timestamps out of step with the log: {found.describe()}")

@@ -28,8 +28,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 # Records a run's read of the log end did not include may still have been written shortly
-# before it (appended to the leader, not yet replicated), and clocks differ: a timestamp
-# counts as older than its write only past this margin.
+# before it (appended to the leader, not yet replicated), clocks differ, and a producer
+# retrying a send writes a record up to its delivery.timeout.ms after stamping it: a
+# timestamp counts as older than its write only past this margin, and past the binding's
+# grace, the margin every bound drawn from timestamps already allows.
 SLACK_MS = 60_000
 # message.timestamp.before.max.ms at or above this is no limit (the default is Long.MAX_VALUE).
 UNLIMITED_MS = 1 << 62
@@ -90,12 +92,13 @@ def find_backdated(
     read_to: Mapping[int, int],
     read_at_ms: int | None,
     run_id: str | None,
+    grace_ms: int = 0,
 ) -> Backdated | None:
     """The first proof of backdating among `oldest` (per partition, the smallest timestamp
     among records read and its offset), against an earlier run `run_id` that read each
     partition's high watermark (`read_to`) at `read_at_ms` (taken before it asked). Only
     records at or past it count: they were written after the read (or, not yet replicated,
-    shortly before: within SLACK_MS). None without one
+    shortly before), stamped more than SLACK_MS and `grace_ms` before it. None without one
     (or without the earlier read's time: a state written before it was kept)."""
     if read_at_ms is None or run_id is None:
         return None
@@ -103,7 +106,7 @@ def find_backdated(
         end = read_to.get(partition)
         if end is None or timestamp_ms is None or offset is None or offset < end:
             continue
-        if timestamp_ms + SLACK_MS < read_at_ms:
+        if timestamp_ms + max(SLACK_MS, grace_ms) < read_at_ms:
             return Backdated(topic, partition, offset, timestamp_ms, read_at_ms, run_id)
     return None
 

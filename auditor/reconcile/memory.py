@@ -115,7 +115,12 @@ def recalled_stamps(
         read_at = meta.get("read_at_ms")
         oldest = {p: (s.low_timestamp_ms, s.low) for p, s in partitions.items() if s.low < s.high}
         return find_backdated(
-            binding.topic, oldest, highs, None if read_at is None else int(read_at), meta.get("run_id")
+            binding.topic,
+            oldest,
+            highs,
+            None if read_at is None else int(read_at),
+            meta.get("run_id"),
+            binding.grace_seconds * 1000,
         )
     except StateLocationError as exc:
         raise StateUnreadable(str(exc)) from exc

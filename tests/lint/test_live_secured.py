@@ -17,6 +17,7 @@ from tests.support.secured import Secured
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
+
 @pytest.fixture
 def secured_cluster(make_topic: Callable[..., str]) -> tuple[Cluster, str]:
     cluster = Cluster.objects.create(

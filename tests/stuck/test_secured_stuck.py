@@ -17,6 +17,7 @@ from tests.support.stuck import StuckSetup, diagnose_both, verdicts_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
+
 def secure(setup: StuckSetup, secured: Secured) -> StuckSetup:
     """Point the rule's cluster at the SASL_SSL listener and its source at the TLS-only role."""
     binding = setup.rule.binding

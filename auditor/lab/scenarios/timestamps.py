@@ -41,7 +41,7 @@ def replayed_past_retention(world: World) -> Outcome:
 @scenario(
     "replayed-timestamps-past-retention-probed",
     "as replayed-timestamps-past-retention, the live records sent by an AuditedProducer and read by an "
-    "AuditedConsumer: its ledger says they were acked, so expired",
+    "AuditedConsumer: its ledger says they were acked, not where, so never broker-lost (unknown)",
 )
 def replayed_past_retention_probed(world: World) -> Outcome:
     return _replayed(world, probed=True)
@@ -94,15 +94,17 @@ def _replayed(world: World, probed: bool) -> Outcome:
     world.notes.append(f"live records at {[d.offset for d in later]}, deleted; log start {low}: {remaining[0].key}")
     # Truth: the delivery reports say the ten were written; the read says they are gone; the
     # group never read them (its commit is below them). Plain clients leave nothing saying
-    # they were written, and no run saw them: unknown, never missing or never-produced; a
-    # probed producer's ledger says they were acked: expired. The records left whose key is
-    # no row (the replayed events, the filler) are orphans.
+    # they were written, and no run saw them: unknown, never missing or never-produced. A
+    # probed producer's ledger says they were acked, but (contract v2: acked sequence ranges)
+    # not at which offsets: below the log start (deleted) or past it and gone (lost by the
+    # broker), only timestamps could tell, and the oldest record's is an hour before its
+    # write: unknown too, never broker-lost. The records left whose key is no row (the
+    # replayed events, the filler) are orphans.
     committed = cluster.committed(world.group, world.topic).get(0, 0)
     if committed > min(d.offset for d in later):
         raise LabError(f"the group committed {committed}, past records it never read")
     rows = world.rows()
-    verdict = "stuck:expired" if probed else "stuck:unknown"
-    expected: dict[str, set[str]] = {str(t): {verdict} for t in LATER if rows[t] == "NEW"}
+    expected: dict[str, set[str]] = {str(t): {"stuck:unknown"} for t in LATER if rows[t] == "NEW"}
     expected |= {key: {"orphan"} for key in truth.copies(remaining) if int(key) not in rows}
     expected |= world.expected_group_risks()
     second = world.reconcile()
