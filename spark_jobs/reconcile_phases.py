@@ -212,7 +212,9 @@ def extract_inputs(
     recreated_until = None
     if plan.recreated is not None:
         recreated_until = recreation_horizon(first_ms, plan.upper, binding.grace_seconds, stamp_lag)
-        plan.topic_records_since = recreation_horizon(first_ms, plan.upper, 0, stamp_lag)
+        # not widened by stamp_lag: it tells the new topic's key-index entries (stamped since
+        # its first records) from the deleted one's, and a later instant would hide the new ones
+        plan.topic_records_since = recreation_horizon(first_ms, plan.upper, 0)
         horizon = recreated_until if horizon is None else max(horizon, recreated_until)
         plan.warnings.append(
             f"rows created up to {recreated_until.isoformat()} may have had their record in the deleted topic, "

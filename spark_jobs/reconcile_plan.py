@@ -276,7 +276,10 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             earlier = store.read_meta()
             meta.marks_rewritten, meta.backdated = earlier.marks_rewritten, earlier.backdated
         except StateError:  # the state it starts over from is unreadable: nothing known
-            warnings.append("the reconciliation state could not be read: where partitions were rewritten is not known")
+            warnings.append(
+                "the reconciliation state could not be read: where partitions were rewritten, and whether the "
+                "topic's producers were seen stamping records before writing them, is not known"
+            )
     cleanup = extract_topic_cleanup(binding)
     try:
         current_id = extract_topic_id(binding)

@@ -40,6 +40,7 @@ from spark_jobs.reconcile_transform import (
     SOURCE_ROW_SCHEMA,
     empty_frame,
 )
+from spark_jobs.record_times import Backdated
 from spark_jobs.state_location import StateLocation, StateLocationError
 
 STATE_FORMAT = 1
@@ -168,8 +169,17 @@ class StateMeta:
             },
             read_at_ms=None if data.get("read_at_ms") is None else int(data["read_at_ms"]),
             read_highs=offsets("read_highs"),
-            backdated=dict(data["backdated"]) if data.get("backdated") else None,
+            backdated=_backdated(data.get("backdated")),
         )
+
+
+def _backdated(data: Any) -> dict[str, Any] | None:
+    """state.json's `backdated`, checked to be a whole record_times.Backdated."""
+    try:
+        found = Backdated.from_json(data)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise StateError(f"state.json's backdated is malformed ({exc!r}); run with --full") from exc
+    return None if found is None else found.to_json()
 
 
 def _sorted_by_key(df: DataFrame) -> DataFrame:

@@ -29,10 +29,10 @@ from typing import Any
 
 # Records a run's read of the log end did not include may still have been written shortly
 # before it (appended to the leader, not yet replicated), clocks differ, and a producer
-# retrying a send writes a record up to its delivery.timeout.ms after stamping it: a
-# timestamp counts as older than its write only past this margin, and past the binding's
-# grace, the margin every bound drawn from timestamps already allows.
-SLACK_MS = 60_000
+# retrying a send writes a record up to its delivery.timeout.ms (120 s by default) after
+# stamping it: a timestamp counts as older than its write only past this margin, and past
+# the binding's grace, the margin every bound drawn from timestamps already allows.
+SLACK_MS = 120_000
 # message.timestamp.before.max.ms at or above this is no limit (the default is Long.MAX_VALUE).
 UNLIMITED_MS = 1 << 62
 

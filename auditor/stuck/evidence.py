@@ -256,10 +256,10 @@ class ClusterView:
     mark_rules: list[MarkRule] = field(default_factory=list)
     # How long before its write a record of the topic may be stamped beyond the usual slack
     # (spark_jobs.record_times.stamp_lag_ms): 0 unless its producers were seen stamping records
-    # well before writing them (`backdated` says where); None: without limit, and then no
+    # well before writing them (`backdated_reason` says where); None: without limit, and then no
     # record's timestamp says when the records deleted before it were written.
     stamp_lag_ms: int | None = 0
-    backdated: str | None = None
+    backdated_reason: str | None = None
 
     def marks_unclear_until(self, partition: int, offset: int) -> tuple[int | None, str]:
         """Up to when a processed mark at (partition, offset), and a record written there,

@@ -136,12 +136,12 @@ def _ranges_read(request: LocateRequest) -> dict[str, dict[int, tuple[int, int]]
     return reads
 
 
-def _recall_stamps(result: DiagnosisResult, binding: Binding, view: ClusterView, indexed: IndexedTopic) -> None:
+def _recall_stamps(result: DiagnosisResult, binding: Binding, view: ClusterView) -> None:
     """Where the topic's producers were seen stamping records well before writing them, the
     oldest record's timestamp bounds the deleted records only within the topic's
     message.timestamp.before.max.ms (view.stamp_lag_ms)."""
     try:
-        backdated = recalled_stamps(binding, view.partitions, indexed.index)
+        backdated = recalled_stamps(binding, view.partitions)
     except StateUnreadable as exc:
         result.notes.append(
             f"whether the topic's producers stamp records before writing them is not known (the reconciliation "
@@ -150,9 +150,9 @@ def _recall_stamps(result: DiagnosisResult, binding: Binding, view: ClusterView,
         return
     if backdated is None:
         return
-    view.backdated = backdated.describe()
+    view.backdated_reason = backdated.describe()
     view.stamp_lag_ms = stamp_lag_ms(backdated, view.cleanup.timestamp_before_max_ms if view.cleanup else None)
-    result.notes.append(view.backdated)
+    result.notes.append(view.backdated_reason)
 
 
 def _check_after_read(binding: Binding, view: ClusterView, reads: dict[str, dict[int, tuple[int, int]]]) -> None:
@@ -272,13 +272,16 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         timeout_s=options.timeout_s,
         record_key=binding.record_key,
     )
+    _recall_stamps(result, binding, view)
     if view.topic_id is not None:
         recreation = observe_topic_id(binding.cluster, binding.topic, view.topic_id, timezone.now())
         if recreation is not None:
             # Every record the new topic holds was written after it was created: after the
-            # deleted topic's last record, which may be well before the auditor saw the new id.
+            # deleted topic's last record, which may be well before the auditor saw the new id
+            # (its first record's timestamp says when, within stamp_lag_ms).
             first = first_record_ms(binding.cluster.client_config(), view, options.timeout_s)
-            until = recreation.until_ms if first is None else min(recreation.until_ms, first)
+            lag = view.stamp_lag_ms
+            until = recreation.until_ms if first is None or lag is None else min(recreation.until_ms, first + lag)
             view.recreated_until_ms, view.recreated_reason = until, recreation.describe()
             view.notes.append(recreation.describe())
     result.notes.extend(view.notes)
@@ -343,7 +346,6 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
             f"where the broker rewrote partitions is not known (the reconciliation state could not be read: {exc}): "
             "a processed mark at a rewritten offset may be of the record the broker lost"
         )
-    _recall_stamps(result, binding, view, indexed)
     lap("memory")
 
     verdicts = [

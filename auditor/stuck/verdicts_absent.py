@@ -136,8 +136,8 @@ def not_in_topic(
         evidence,
         memory,
         (
-            f"{view.topic} has deleted records, and when they were written is not known: {view.backdated}"
-            if view.backdated and view.stamp_lag_ms is None
+            f"{view.topic} has deleted records, and when they were written is not known: {view.backdated_reason}"
+            if view.backdated_reason and view.stamp_lag_ms is None
             else f"{view.topic} no longer holds records that old (oldest remaining record: "
             f"{ms_to_iso(topic_since) or 'unknown'})"
         )

@@ -132,6 +132,16 @@ def test_it_refuses_a_state_file_of_another_format(tmp_path: Path):
         StateStore(tmp_path, "tickets", "r1").read_meta()
 
 
+def test_it_keeps_a_proof_of_backdated_records_whole_or_refuses_it():
+    proof = {"topic": "t", "partition": 0, "offset": 7, "timestamp_ms": 1, "written_after_ms": 2, "run_id": "r1"}
+    meta = StateMeta.from_json({"format": StateMeta().to_json()["format"], "backdated": proof, "read_highs": {"0": 7}})
+    assert (meta.backdated, meta.read_highs, meta.read_at_ms) == (proof, {0: 7}, None)
+    assert StateMeta.from_json(meta.to_json()) == meta
+    assert StateMeta.from_json({"format": meta.to_json()["format"]}).backdated is None  # an older state
+    with pytest.raises(StateError, match="backdated is malformed"):
+        StateMeta.from_json({"format": meta.to_json()["format"], "backdated": {"topic": "t"}})
+
+
 def test_a_state_it_cannot_reach_is_not_called_corrupt_nor_given_up(root: str | Path, tmp_path: Path):
     # state.json a directory: reading it fails with an I/O error, as an unreachable store or
     # mount does. Starting over (--full) would throw away what earlier runs saw.
