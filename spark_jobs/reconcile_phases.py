@@ -86,7 +86,7 @@ from spark_jobs.reconcile_transform import (
     union_findings,
     unverifiable_rows,
 )
-from spark_jobs.record_times import Backdated, find_backdated, stamp_lag_ms
+from spark_jobs.record_times import Backdated, backdating, stamp_lag_ms
 
 # What makes two runs' findings the same finding (flag_new: is_new).
 IDENTITY = ["kind", "key", "cause", "partition", "offset", "session", "seq", "group"]
@@ -128,12 +128,10 @@ def record_stamps(plan: RunPlan, binding: Binding, summary: dict[int, PartitionS
     the state's proof, else one among this run's records. Records past the high watermarks
     the last run read were written after that read; in a topic created again, all of them (the old
     topic still stood when it was read)."""
-    known = Backdated.from_json(plan.meta.backdated)
-    if known is not None:
-        return known
     earlier = plan.previous
     read_to = dict.fromkeys(plan.topic.ranges, 0) if plan.recreated else earlier.read_highs
-    found = find_backdated(
+    found = backdating(
+        plan.meta.backdated,
         binding.topic,
         {p: s.oldest for p, s in summary.items()},
         read_to,
@@ -141,7 +139,7 @@ def record_stamps(plan: RunPlan, binding: Binding, summary: dict[int, PartitionS
         earlier.run_id,
         int(binding.grace_seconds * 1000),
     )
-    if found is not None:
+    if found is not None and not plan.meta.backdated:
         plan.warnings.append(f"record timestamps out of step with the log: {found.describe()}")
     return found
 

@@ -111,6 +111,20 @@ def find_backdated(
     return None
 
 
+def backdating(
+    known: Mapping[str, Any] | None,
+    topic: str,
+    oldest: Mapping[int, tuple[int | None, int | None]],
+    read_to: Mapping[int, int],
+    read_at_ms: int | None,
+    run_id: str | None,
+    grace_ms: int = 0,
+) -> Backdated | None:
+    """The proof a state kept (state.json `backdated`, `known`), else find_backdated's among
+    `oldest` against that state's last read."""
+    return Backdated.from_json(known) or find_backdated(topic, oldest, read_to, read_at_ms, run_id, grace_ms)
+
+
 def stamp_lag_ms(backdated: Backdated | None, before_max_ms: int | None) -> int | None:
     """How long before its write a record of the topic may be stamped, beyond the usual
     clock slack: 0 while no backdating was seen; the topic's message.timestamp.before.max.ms

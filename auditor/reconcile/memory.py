@@ -35,7 +35,7 @@ from auditor.stuck.evidence import (
 )
 from spark_jobs.kafka_offsets import KafkaReadError, rewritten_partitions
 from spark_jobs.mark_rules import MarkRule, rules_from_json
-from spark_jobs.record_times import Backdated, find_backdated
+from spark_jobs.record_times import Backdated, backdating
 from spark_jobs.state_location import StateLocation, StateLocationError
 
 CHUNK = 10_000  # keys per database query
@@ -97,37 +97,38 @@ def rewritten_mark_rules(binding: Binding, index: IndexRows | None = None) -> li
 
 
 def recalled_stamps(
-    binding: Binding, partitions: Mapping[int, PartitionState], index: IndexRows | None = None
+    binding: Binding, partitions: Mapping[int, PartitionState], meta: dict[str, Any] | None
 ) -> Backdated | None:
     """Whether the topic's producers stamp records well before writing them
     (spark_jobs.record_times): as a reconciliation run proved it (state.json `backdated`), or
     as the oldest record of a partition proves it now, written after the last run read that
-    partition's high watermark and stamped well before. None before the first run.
-    index: rows already read, whose state.json is used. StateUnreadable when it cannot be read."""
+    partition's high watermark and stamped well before. None before the first run (`meta`:
+    the state.json read_meta gave). StateUnreadable when what it keeps is malformed."""
+    if not meta:
+        return None
     try:
-        meta = index.meta if index is not None else read_meta(conf.state_location().join(binding.name))
-        if not meta:
-            return None
-        known = Backdated.from_json(meta.get("backdated"))
-        if known is not None:
-            return known
-        highs = {int(p): int(o) for p, o in (meta.get("read_highs") or {}).items()}
         read_at = meta.get("read_at_ms")
-        oldest = {p: (s.low_timestamp_ms, s.low) for p, s in partitions.items() if s.low < s.high}
-        return find_backdated(
+        return backdating(
+            meta.get("backdated"),
             binding.topic,
-            oldest,
-            highs,
+            {p: (s.low_timestamp_ms, s.low) for p, s in partitions.items() if s.low < s.high},
+            {int(p): int(o) for p, o in (meta.get("read_highs") or {}).items()},
             None if read_at is None else int(read_at),
             meta.get("run_id"),
             binding.grace_seconds * 1000,
         )
-    except StateLocationError as exc:
-        raise StateUnreadable(str(exc)) from exc
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise StateUnreadable(
             f"the record timestamps kept in the state of {binding.name} are malformed: {exc}"
         ) from exc
+
+
+def read_state_meta(binding: Binding) -> dict[str, Any] | None:
+    """The binding's state.json (read_meta) at the configured state location."""
+    try:
+        return read_meta(conf.state_location().join(binding.name))
+    except StateLocationError as exc:
+        raise StateUnreadable(str(exc)) from exc
 
 
 def read_meta(root: StateLocation) -> dict[str, Any] | None:
@@ -206,16 +207,18 @@ def indexed_records(
     partitions: dict[int, PartitionState],
     kafka_config: dict[str, Any],
     state_root: StateLocation | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> IndexedTopic:
     """What the key index says of `keys` within the offsets the last run read, once the log
     is checked not to have been rewritten there (kafka_offsets.rewritten_partitions).
+    meta: its state.json already read (read_state_meta), else it is read here.
 
     Only an index that matches a full read exactly is used: a key with more than one record
     in it (its other positions are not kept) makes the caller read everything.
     """
     try:
         root = state_root if state_root is not None else conf.state_location().join(binding.name)
-        meta = read_meta(root)
+        meta = meta if meta is not None else read_meta(root)
     except (StateUnreadable, StateLocationError) as exc:
         return IndexedTopic(reason=str(exc))
     if meta is None:

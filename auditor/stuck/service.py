@@ -34,6 +34,7 @@ from auditor.reconcile.memory import (
     IndexedTopic,
     StateUnreadable,
     indexed_records,
+    read_state_meta,
     recall,
     recall_marks,
     recalled_stamps,
@@ -136,23 +137,25 @@ def _ranges_read(request: LocateRequest) -> dict[str, dict[int, tuple[int, int]]
     return reads
 
 
-def _recall_stamps(result: DiagnosisResult, binding: Binding, view: ClusterView) -> None:
+def _recall_stamps(result: DiagnosisResult, binding: Binding, view: ClusterView) -> dict[str, Any] | None:
     """Where the topic's producers were seen stamping records well before writing them, the
     oldest record's timestamp bounds the deleted records only within the topic's
-    message.timestamp.before.max.ms (view.stamp_lag_ms)."""
+    message.timestamp.before.max.ms (view.stamp_lag_ms). Returns the state.json it read
+    (None: none, or unreadable), which the key index look-up then uses."""
     try:
-        backdated = recalled_stamps(binding, view.partitions)
+        meta = read_state_meta(binding)
+        backdated = recalled_stamps(binding, view.partitions, meta)
     except StateUnreadable as exc:
         result.notes.append(
             f"whether the topic's producers stamp records before writing them is not known (the reconciliation "
             f"state could not be read: {exc}): the oldest record's timestamp is taken as when it was written"
         )
-        return
-    if backdated is None:
-        return
-    view.backdated_reason = backdated.describe()
-    view.stamp_lag_ms = stamp_lag_ms(backdated, view.cleanup.timestamp_before_max_ms if view.cleanup else None)
-    result.notes.append(view.backdated_reason)
+        return None
+    if backdated is not None:
+        view.backdated_reason = backdated.describe()
+        view.stamp_lag_ms = stamp_lag_ms(backdated, view.cleanup.timestamp_before_max_ms if view.cleanup else None)
+        result.notes.append(view.backdated_reason)
+    return meta
 
 
 def _check_after_read(binding: Binding, view: ClusterView, reads: dict[str, dict[int, tuple[int, int]]]) -> None:
@@ -272,7 +275,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         timeout_s=options.timeout_s,
         record_key=binding.record_key,
     )
-    _recall_stamps(result, binding, view)
+    state_meta = _recall_stamps(result, binding, view)
     if view.topic_id is not None:
         recreation = observe_topic_id(binding.cluster, binding.topic, view.topic_id, timezone.now())
         if recreation is not None:
@@ -293,7 +296,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     if rows and not view.kafka_error:
         keys = [r.key for r in rows]
         if options.use_index and view.cleanup is not None and not view.cleanup.compacted:
-            indexed = indexed_records(binding, keys, plan.partitions, binding.cluster.client_config())
+            indexed = indexed_records(binding, keys, plan.partitions, binding.cluster.client_config(), meta=state_meta)
             lap("index")
         elif options.use_index:
             # The index says where runs saw each key; on a compacted topic the cleaner may have
