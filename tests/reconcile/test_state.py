@@ -177,3 +177,79 @@ def test_it_writes_deltas_sorted_by_key_in_each_file(spark: SparkSession, tmp_pa
         assert written == sorted(written), file.name
         seen += written
     assert sorted(seen) == sorted(keys)
+
+
+def _slow(spark: SparkSession, seconds: float):
+    """RECORD_SCHEMA's one row, computed by a task that sleeps first."""
+    import time
+
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType
+
+    @F.udf(LongType())
+    def after_a_while(offset: int) -> int:
+        time.sleep(seconds)
+        return offset
+
+    row = spark.createDataFrame([("a", 0, 1, at_second(1), "s", 0)], RECORD_SCHEMA)
+    return row.withColumn("offset", after_a_while("offset")).select(*RECORD_SCHEMA.fieldNames())
+
+
+def test_the_states_datasets_are_written_at_once_and_read_back_each_when_written(spark: SparkSession, tmp_path: Path):
+    from spark_jobs.reconcile_plan import Laps, RunState
+
+    new = RunState(StateStore(tmp_path, "tickets", "r1"), Laps(), partitions=1)
+    new.keep("duplicates", _slow(spark, 2.0))
+    new.keep("aborted", spark.createDataFrame([], RECORD_SCHEMA))
+
+    assert set(new.writing) == {"duplicates", "aborted"}  # keep() returned before either ended
+    assert new.frame("aborted").count() == 0
+    new.settle()
+
+    assert new.writing == {}
+    assert new.datasets == {"duplicates": "runs/r1/duplicates", "aborted": "runs/r1/aborted"}
+    assertDataFrameEqual(
+        new.frames["duplicates"], spark.createDataFrame([("a", 0, 1, at_second(1), "s", 0)], RECORD_SCHEMA)
+    )
+    assert new.laps.timings["state.duplicates"] >= 2.0
+
+
+def test_a_failed_write_is_raised_once_every_other_write_has_ended(spark: SparkSession, tmp_path: Path):
+    from pyspark.sql import functions as F
+
+    from spark_jobs.reconcile_plan import Laps, RunState
+
+    new = RunState(StateStore(tmp_path, "tickets", "r1"), Laps(), partitions=1)
+    broken = spark.createDataFrame([("a", 0, 1, at_second(1), "s", 0)], RECORD_SCHEMA)
+    new.keep("aborted", broken.withColumn("key", F.raise_error(F.lit("no such key")).cast("string")))
+    new.keep("duplicates", _slow(spark, 3.0))  # still writing when the first write fails
+
+    with pytest.raises(Exception, match="no such key"):
+        new.settle()
+
+    # The slow write had finished when the failure was raised: nothing of the run still writes.
+    assert (tmp_path / "tickets" / "runs" / "r1" / "duplicates" / "_SUCCESS").exists()
+    assert new.writing == {}
+
+
+def test_cancelling_the_runs_job_group_cancels_the_writes_under_way(spark: SparkSession, tmp_path: Path):
+    import threading
+    import time
+
+    from spark_jobs.reconcile_plan import Laps, RunState
+
+    context = spark.sparkContext
+    context.setJobGroup("a-run", "the resident driver's run", interruptOnCancel=True)
+    try:
+        new = RunState(StateStore(tmp_path, "tickets", "r1"), Laps(), partitions=1)
+        new.keep("duplicates", _slow(spark, 60.0))
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    threading.Timer(2.0, context.cancelJobGroup, ["a-run"]).start()
+    started = time.monotonic()
+
+    with pytest.raises(Exception, match="cancel"):
+        new.settle()
+
+    assert time.monotonic() - started < 30  # cancelled, not waited out
+    assert not (tmp_path / "tickets" / "runs" / "r1" / "duplicates" / "_SUCCESS").exists()
