@@ -138,7 +138,7 @@ def _run_phases(
 ) -> dict[str, Any]:
     inputs = extract_inputs(spark, binding, plan, persist, laps)
     new = update_state(spark, plan, inputs, persist, laps)
-    current = new.keep_now("findings", find_all(plan, inputs, new))
+    current = new.keep("findings", find_all(plan, inputs, new))
     flagged = flag_new(spark, plan, current)
     counts, new_count, found = count_findings(plan, inputs, new, flagged)
     # With no rows wanted (the worker loads findings through JDBC), the count says whether

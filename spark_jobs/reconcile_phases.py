@@ -308,26 +308,11 @@ def update_state(
     spark: SparkSession, plan: RunPlan, inputs: RunInputs, persist: Callable[[DataFrame], DataFrame], laps: Laps
 ) -> RunState:
     """Previous state + this run's data → the next state, each dataset written under the
-    run's id and read back; the key index and source deltas appended. The datasets are
-    written at once (RunState.keep); on a failure, none is still being written when this
-    raises."""
+    run's id and read back; the key index and source deltas appended."""
+    store, meta, records = plan.store, plan.meta, inputs.records
     # A small run writes each dataset in no more partitions than there are cores (a run with
     # little new data may still carry many findings: never fewer tasks than cores).
-    new = RunState(plan.store, laps, partitions=plan.small_partitions(spark))
-    try:
-        _update_state(spark, plan, inputs, persist, new)
-        new.settle()
-    except BaseException:
-        new.abandon()
-        raise
-    laps("state")
-    return new
-
-
-def _update_state(
-    spark: SparkSession, plan: RunPlan, inputs: RunInputs, persist: Callable[[DataFrame], DataFrame], new: RunState
-) -> None:
-    store, meta, records = plan.store, plan.meta, inputs.records
+    new = RunState(store, laps, partitions=plan.small_partitions(spark))
     keep = new.keep
 
     def old(name: str) -> DataFrame:
@@ -381,10 +366,15 @@ def _update_state(
         lambda: conform(old_aborted, RECORD_SCHEMA).unionByName(conform(inputs.new_aborted, RECORD_SCHEMA)),
     )
     if inputs.sequenced:
-        keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
+        coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
     else:  # no record read carries a sequence: the coverage is what it was
-        new.keep_previous(spark, "seq_coverage", meta)
+        coverage = new.keep_previous(spark, "seq_coverage", meta)
     old_open, old_bounds = old("ledger_open"), old("ledger_bounds")
+    new.keep_unless_empty(
+        "ledger_open",
+        [old_open, inputs.producer_entries],
+        lambda: transform_ledger_open(old_open, inputs.producer_entries, coverage),
+    )
     new.keep_unless_empty(
         "ledger_bounds",
         [old_bounds, inputs.producer_bounds],
@@ -404,10 +394,17 @@ def _update_state(
         [old_reprocessed, inputs.processed],
         lambda: transform_reprocessed(old_reprocessed, old_processed, inputs.processed, records, old_candidates),
     )
-    new.keep_unless_empty(
+    processed_cov = new.keep_unless_empty(
         "processed_coverage",
         [old_processed, inputs.processed],
         lambda: transform_processed_coverage(old_processed, inputs.processed),
+    )
+    new.keep_unless_empty(
+        "unprocessed_candidates",
+        [old_candidates, inputs.groups],
+        lambda: transform_unprocessed_candidates(
+            old_candidates, records, processed_cov, inputs.groups, inputs.committed
+        ),
     )
     if inputs.totals["tombstones"]:
         fresh = conform(records.where(F.col("tombstone") & F.col("key").isNotNull()), RECORD_SCHEMA)
@@ -419,25 +416,13 @@ def _update_state(
         )
     else:  # nothing new: the earlier run's dataset stands, by reference
         new.keep_previous(spark, "tombstones", plan.previous)
-    # The two datasets built on another one of this run wait for it to be written: started
-    # last, after everything that can be written meanwhile.
-    new.keep_unless_empty(
-        "ledger_open",
-        [old_open, inputs.producer_entries],
-        lambda: transform_ledger_open(old_open, inputs.producer_entries, new.frame("seq_coverage")),
-    )
-    new.keep_unless_empty(
-        "unprocessed_candidates",
-        [old_candidates, inputs.groups],
-        lambda: transform_unprocessed_candidates(
-            old_candidates, records, new.frame("processed_coverage"), inputs.groups, inputs.committed
-        ),
-    )
     new.key_deltas = [
         *meta.key_deltas,
         store.write_delta(key_delta_of(keys, plan.run_id), "keys", KEY_INDEX_SCHEMA),
     ]
     new.source_deltas = [*meta.source_deltas, store.write_delta(new_source_of(keys), "source", SOURCE_ROW_SCHEMA)]
+    laps("state.deltas")
+    return new
 
 
 def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:

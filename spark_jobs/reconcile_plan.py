@@ -8,14 +8,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.util import inheritable_thread_target
 
 from spark_jobs.binding import Binding
 from spark_jobs.kafka_cleanup import TopicCleanup
@@ -156,20 +154,9 @@ class RunInputs:
     backdated: Backdated | None = None
 
 
-# Datasets of the new state written at once. A small run's write is mostly fixed cost
-# outside its tasks (job set-up, the parquet writers' start, the output commit), which
-# several writes overlap; a large run's tasks share the executors' cores either way.
-CONCURRENT_WRITES = 4
-
-
 @dataclass
 class RunState:
-    """Phase 3: the state after this run (datasets written under its id and read back).
-
-    keep() starts a dataset's write on a thread of its own and returns at once; frame()
-    waits for that write and reads the dataset back, settle() waits for all of them. Each
-    write's own seconds go to the run's timings as state.<name>: they overlap, so they add
-    up to more than the phase took ("state")."""
+    """Phase 3: the state after this run (datasets written under its id and read back)."""
 
     store: StateStore
     laps: Laps
@@ -183,56 +170,15 @@ class RunState:
     datasets: dict[str, str] = field(default_factory=dict)
     key_deltas: list[str] = field(default_factory=list)
     source_deltas: list[str] = field(default_factory=list)
-    writing: dict[str, Future[tuple[str, DataFrame, float]]] = field(default_factory=dict)
-    _writers: ThreadPoolExecutor | None = None
 
-    def keep(self, name: str, df: DataFrame) -> None:
-        """Start writing a dataset of the new state (frame(name) is it, read back)."""
+    def keep(self, name: str, df: DataFrame) -> DataFrame:
+        """Write a dataset of the new state; returns it read back."""
+        self.laps("prepare")
         if self.partitions is not None:
             df = df.coalesce(self.partitions)
-        if self._writers is None:
-            self._writers = ThreadPoolExecutor(CONCURRENT_WRITES, thread_name_prefix="state-write")
-
-        def write() -> tuple[str, DataFrame, float]:
-            started = time.monotonic()
-            relative, written = self.store.write_dataset(df, name)
-            return relative, written, time.monotonic() - started
-
-        # The write's jobs belong to the run's job group (inheritable_thread_target copies
-        # the caller's local properties and tags): cancelling the run cancels them too.
-        self.writing[name] = self._writers.submit(inheritable_thread_target(df.sparkSession)(write))
-
-    def frame(self, name: str) -> DataFrame:
-        """The dataset of the new state, once written; raises what its write raised."""
-        if name in self.writing:
-            relative, written, seconds = self.writing.pop(name).result()
-            self.datasets[name], self.frames[name] = relative, written
-            self.laps.timings[f"state.{name}"] = round(seconds, 3)
+        self.datasets[name], self.frames[name] = self.store.write_dataset(df, name)
+        self.laps(f"state.{name}")
         return self.frames[name]
-
-    def keep_now(self, name: str, df: DataFrame) -> DataFrame:
-        """keep(name, df), and wait for every write: the dataset read back."""
-        self.keep(name, df)
-        self.settle()
-        return self.frames[name]
-
-    def settle(self) -> None:
-        """Wait for every write started; the first failure is raised once all have ended,
-        so nothing of the run is still writing (or reading its cached inputs) after it."""
-        try:
-            for name in list(self.writing):
-                self.frame(name)
-        finally:
-            self.abandon()
-
-    def abandon(self) -> None:
-        """Wait for the writes still running and forget them (a failed run: its datasets
-        are never committed, and the next commit removes them)."""
-        wait(self.writing.values())
-        self.writing.clear()
-        if self._writers is not None:
-            self._writers.shutdown()
-            self._writers = None
 
     def keep_previous(self, spark: SparkSession, name: str, meta: StateMeta) -> DataFrame:
         """The dataset stands as `meta`'s run wrote it: referenced, not written again (an
@@ -242,15 +188,15 @@ class RunState:
             self.datasets[name] = meta.datasets[name]
         return self.frames[name]
 
-    def keep_unless_empty(self, name: str, inputs: Sequence[DataFrame], build: Callable[[], DataFrame]) -> None:
+    def keep_unless_empty(self, name: str, inputs: Sequence[DataFrame], build: Callable[[], DataFrame]) -> DataFrame:
         """keep(name, build()), where `inputs` are the frames without whose rows the dataset
         has none: when the optimizer proves every one empty (no ledger, group or transaction
         in this binding, see local_frame), nothing is built or written. An absent dataset
         reads as empty."""
         if all(is_empty_plan(df) for df in inputs):
             self.frames[name] = empty_frame(inputs[0].sparkSession, DATASETS[name])
-            return
-        self.keep(name, build())
+            return self.frames[name]
+        return self.keep(name, build())
 
 
 # A run whose state and input are smaller than this (in records) is all fixed cost: its
