@@ -123,18 +123,24 @@ def read_ledger(
     return LedgerRead(plan, records, first_ms)
 
 
+def written_after_last_read(plan: RunPlan) -> dict[int, int]:
+    """Per partition, the offset from which records were written after the last run's read:
+    the high watermarks it read; in a topic created again, every offset (the old topic still
+    stood when it was read)."""
+    return dict.fromkeys(plan.topic.ranges, 0) if plan.recreated else dict(plan.previous.read_highs)
+
+
 def record_stamps(plan: RunPlan, binding: Binding, summary: dict[int, PartitionSummary]) -> Backdated | None:
     """Whether the topic's producers stamp records well before writing them (record_times):
-    the state's proof, else one among this run's records. Records past the high watermarks
-    the last run read were written after that read; in a topic created again, all of them (the old
-    topic still stood when it was read)."""
+    the state's proof, else one among this run's records written after the last run's read
+    (the summary's `oldest` is among those only, so an older record re-read below them cannot
+    hide them)."""
     earlier = plan.previous
-    read_to = dict.fromkeys(plan.topic.ranges, 0) if plan.recreated else earlier.read_highs
     found = backdating(
         plan.meta.backdated,
         binding.topic,
         {p: s.oldest for p, s in summary.items()},
-        read_to,
+        written_after_last_read(plan),
         earlier.read_at_ms,
         earlier.run_id,
         int(binding.grace_seconds * 1000),
@@ -156,7 +162,7 @@ def extract_inputs(
     records = persist(
         transform_records(extract_topic(spark, binding, topic, "read_committed"), binding.record_key).repartition("key")
     )
-    summary = summarize_partitions(records)
+    summary = summarize_partitions(records, written_after_last_read(plan))
     totals = {
         "n": sum(s.n for s in summary.values()),
         "keyed": sum(s.keyed for s in summary.values()),

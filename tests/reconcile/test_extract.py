@@ -160,3 +160,32 @@ def test_it_summarizes_each_partition_from_its_records(spark: SparkSession):
             1, 1, {"records_without_headers": 0, "records_malformed_headers": 0}, (0, ms[4]), ms[4], oldest=(ms[4], 0)
         ),
     }
+
+
+def test_it_takes_the_oldest_record_only_among_those_written_after_the_last_read(spark: SparkSession):
+    """An old record re-read below the last read's log end (a rebuild reading again, an open
+    transaction's records) must not hide a record past it stamped before that read."""
+    at = [datetime(2024, 1, 1, 0, 0, s) for s in range(6)]
+    records = spark.createDataFrame(
+        [
+            ("a", 0, 5, at[0], "ok", False),  # re-read: below the last read's log end, 7
+            ("b", 0, 6, at[1], "ok", False),
+            ("c", 0, 7, at[4], "ok", False),
+            ("d", 0, 8, at[2], "ok", False),  # past it, and stamped before its neighbours
+            ("e", 0, 9, at[5], "ok", False),
+            ("f", 1, 3, at[3], "ok", False),  # partition 1 was not read before: all of it counts
+            ("g", 2, 0, at[1], "ok", False),  # partition 2: nothing past 4 was read
+        ],
+        "key string, partition int, offset long, timestamp timestamp, header_status string, tombstone boolean",
+    )
+    ms = [int(moment.replace(tzinfo=UTC).timestamp() * 1000) for moment in at]
+
+    summary = reconcile.summarize_partitions(records, {0: 7, 2: 4})
+
+    assert {p: s.oldest for p, s in summary.items()} == {0: (ms[2], 8), 1: (ms[3], 3), 2: (None, None)}
+    assert summary[0].first_ms == ms[0] and summary[0].n == 5  # the other aggregates take every record
+    assert {p: s.oldest for p, s in reconcile.summarize_partitions(records).items()} == {
+        0: (ms[0], 5),
+        1: (ms[3], 3),
+        2: (ms[1], 0),
+    }
