@@ -95,7 +95,7 @@ def find_backdated(
     grace_ms: int = 0,
 ) -> Backdated | None:
     """The first proof of backdating among `oldest` (per partition, the smallest timestamp
-    among records read and its offset), against an earlier run `run_id` that read each
+    among the records read at or past `read_to`, and its offset), against an earlier run `run_id` that read each
     partition's high watermark (`read_to`) at `read_at_ms` (taken before it asked). Only
     records at or past it count: they were written after the read (or, not yet replicated,
     shortly before), stamped more than SLACK_MS and `grace_ms` before it. None without one

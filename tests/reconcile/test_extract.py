@@ -184,6 +184,8 @@ def test_it_takes_the_oldest_record_only_among_those_written_after_the_last_read
 
     assert {p: s.oldest for p, s in summary.items()} == {0: (ms[2], 8), 1: (ms[3], 3), 2: (None, None)}
     assert summary[0].first_ms == ms[0] and summary[0].n == 5  # the other aggregates take every record
+    # an offset past 2^31 makes the bounds' map one of longs
+    assert reconcile.summarize_partitions(records, {0: 7, 1: 2**31})[1].oldest == (None, None)
     assert {p: s.oldest for p, s in reconcile.summarize_partitions(records).items()} == {
         0: (ms[0], 5),
         1: (ms[3], 3),
