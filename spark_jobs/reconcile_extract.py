@@ -162,9 +162,10 @@ def summarize_partitions(records: DataFrame, since: Mapping[int, int] | None = N
     oldest record among those at or past `since` (partition → offset; every record of a
     partition it does not name) for record_times."""
     # The bound per partition, as a literal map: the records are not shuffled for it.
-    bounds = [F.lit(x) for p, offset in sorted((since or {}).items()) for x in (p, offset)]
-    bound = F.coalesce(F.element_at(F.create_map(*bounds), F.col("partition")), F.lit(0)) if bounds else F.lit(0)
-    past = F.when(F.col("offset") >= bound, F.unix_millis("timestamp"))
+    past = F.unix_millis("timestamp")
+    if since:
+        bounds = F.create_map(*[F.lit(x) for p, offset in sorted(since.items()) for x in (p, offset)])
+        past = F.when(F.col("offset") >= F.coalesce(F.element_at(bounds, F.col("partition")), F.lit(0)), past)
     # Only fixed-width aggregates (no struct): Spark then hashes by partition instead of
     # sorting every record by it (SortAggregate, not code-generated: ~4 s at 10M records).
     rows = (

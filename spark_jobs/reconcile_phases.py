@@ -86,7 +86,7 @@ from spark_jobs.reconcile_transform import (
     union_findings,
     unverifiable_rows,
 )
-from spark_jobs.record_times import Backdated, backdating, stamp_lag_ms
+from spark_jobs.record_times import Backdated, find_backdated, stamp_lag_ms
 
 # What makes two runs' findings the same finding (flag_new: is_new).
 IDENTITY = ["kind", "key", "cause", "partition", "offset", "session", "seq", "group"]
@@ -130,20 +130,22 @@ def written_after_last_read(plan: RunPlan) -> dict[int, int]:
     return dict.fromkeys(plan.topic.ranges, 0) if plan.recreated else dict(plan.previous.read_highs)
 
 
-def record_stamps(plan: RunPlan, binding: Binding, summary: dict[int, PartitionSummary]) -> Backdated | None:
+def record_stamps(
+    plan: RunPlan, binding: Binding, summary: dict[int, PartitionSummary], read_to: dict[int, int]
+) -> Backdated | None:
     """Whether the topic's producers stamp records well before writing them (record_times):
     the state's proof, else one among this run's records written after the last run's read
-    (the summary's `oldest` is among those only, so an older record re-read below them cannot
-    hide them)."""
+    (read_to, written_after_last_read; the summary's `oldest` is among those only, so an older
+    record re-read below them cannot hide them)."""
     earlier = plan.previous
-    found = backdating(
-        plan.meta.backdated,
+    found = find_backdated(
         binding.topic,
         {p: s.oldest for p, s in summary.items()},
-        written_after_last_read(plan),
+        read_to,
         earlier.read_at_ms,
         earlier.run_id,
         int(binding.grace_seconds * 1000),
+        known=plan.meta.backdated,
     )
     if found is not None and not plan.meta.backdated:
         plan.warnings.append(f"record timestamps out of step with the log: {found.describe()}")
@@ -164,8 +166,10 @@ def extract_inputs(
     )
     # Only a partition whose read began below the last read's high watermark holds records
     # that were not written after it; most runs begin at it, and nothing is looked up per record.
-    since = {p: h for p, h in written_after_last_read(plan).items() if topic.ranges.get(p, (h, h))[0] < h}
-    summary = summarize_partitions(records, since)
+    read_to = written_after_last_read(plan)
+    summary = summarize_partitions(
+        records, {p: h for p, h in read_to.items() if p in topic.ranges and topic.ranges[p][0] < h}
+    )
     totals = {
         "n": sum(s.n for s in summary.values()),
         "keyed": sum(s.keyed for s in summary.values()),
@@ -201,7 +205,7 @@ def extract_inputs(
     # Rows whose record may have been deleted unread can never be judged: the bound only
     # grows until a --full run starts over.
     first_ms = {p: s.first_ms for p, s in summary.items()}
-    backdated = record_stamps(plan, binding, summary)
+    backdated = record_stamps(plan, binding, summary, read_to)
     stamp_lag = stamp_lag_ms(backdated, plan.cleanup.timestamp_before_max_ms)
     horizon = loss_horizon(first_ms, topic, plan.upper, binding.grace_seconds, stamp_lag)
     if horizon is not None:

@@ -93,15 +93,18 @@ def find_backdated(
     read_at_ms: int | None,
     run_id: str | None,
     grace_ms: int = 0,
+    known: Mapping[str, Any] | None = None,
 ) -> Backdated | None:
-    """The first proof of backdating among `oldest` (per partition, the smallest timestamp
-    among the records read at or past `read_to`, and its offset), against an earlier run `run_id` that read each
+    """The proof a state kept (state.json `backdated`, `known`), else the first proof of
+    backdating among `oldest` (per partition, the smallest timestamp among the records read
+    at or past `read_to`, and its offset), against an earlier run `run_id` that read each
     partition's high watermark (`read_to`) at `read_at_ms` (taken before it asked). Only
     records at or past it count: they were written after the read (or, not yet replicated,
     shortly before), stamped more than SLACK_MS and `grace_ms` before it. None without one
     (or without the earlier read's time: a state written before it was kept)."""
-    if read_at_ms is None or run_id is None:
-        return None
+    proven = Backdated.from_json(known)
+    if proven is not None or read_at_ms is None or run_id is None:
+        return proven
     for partition, (timestamp_ms, offset) in sorted(oldest.items()):
         end = read_to.get(partition)
         if end is None or timestamp_ms is None or offset is None or offset < end:
@@ -109,20 +112,6 @@ def find_backdated(
         if timestamp_ms + max(SLACK_MS, grace_ms) < read_at_ms:
             return Backdated(topic, partition, offset, timestamp_ms, read_at_ms, run_id)
     return None
-
-
-def backdating(
-    known: Mapping[str, Any] | None,
-    topic: str,
-    oldest: Mapping[int, tuple[int | None, int | None]],
-    read_to: Mapping[int, int],
-    read_at_ms: int | None,
-    run_id: str | None,
-    grace_ms: int = 0,
-) -> Backdated | None:
-    """The proof a state kept (state.json `backdated`, `known`), else find_backdated's among
-    `oldest` against that state's last read."""
-    return Backdated.from_json(known) or find_backdated(topic, oldest, read_to, read_at_ms, run_id, grace_ms)
 
 
 def stamp_lag_ms(backdated: Backdated | None, before_max_ms: int | None) -> int | None:

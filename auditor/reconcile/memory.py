@@ -35,7 +35,7 @@ from auditor.stuck.evidence import (
 )
 from spark_jobs.kafka_offsets import KafkaReadError, rewritten_partitions
 from spark_jobs.mark_rules import MarkRule, rules_from_json
-from spark_jobs.record_times import Backdated, backdating
+from spark_jobs.record_times import Backdated, find_backdated
 from spark_jobs.state_location import StateLocation, StateLocationError
 
 CHUNK = 10_000  # keys per database query
@@ -108,14 +108,14 @@ def recalled_stamps(
         return None
     try:
         read_at = meta.get("read_at_ms")
-        return backdating(
-            meta.get("backdated"),
+        return find_backdated(
             binding.topic,
             {p: (s.low_timestamp_ms, s.low) for p, s in partitions.items() if s.low < s.high},
             {int(p): int(o) for p, o in (meta.get("read_highs") or {}).items()},
             None if read_at is None else int(read_at),
             meta.get("run_id"),
             binding.grace_seconds * 1000,
+            known=meta.get("backdated"),
         )
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise StateUnreadable(
