@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -18,6 +19,55 @@ from spark_jobs.reconcile_schemas import KAFKA_RAW_SCHEMA
 
 # Above this many records a read is split finer than one task per Kafka partition.
 SPLIT_READS_OVER = 1_000_000
+
+# A job whose input (and state) is smaller than this (in records) is all fixed cost: its
+# expressions are interpreted instead of compiled to Java first (Janino compiling the
+# generated code is most of such a job's executor time, and a fresh JVM, which every
+# spark-submit run is, compiles all of it). Above it, compiled code pays for itself.
+SMALL_RUN_RECORDS = 100_000
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
+
+
+def is_small(records: int) -> bool:
+    """Whether a job over this many records is all fixed cost (SMALL_RUN_RECORDS)."""
+    return records < SMALL_RUN_RECORDS
+
+
+def small_job_settings(spark: SparkSession, records: int, little_new: bool = False) -> dict[str, str]:
+    """The session settings of a job over `records` records that differ from the session's:
+    none for a large job. little_new: the job's new data is small even if what it reads is not."""
+    settings: dict[str, str] = {}
+    if little_new or is_small(records):
+        # Little new data (or little data at all): shuffle it in as many partitions as there
+        # are cores instead of the session's default; each partition is a task per stage.
+        settings["spark.sql.shuffle.partitions"] = str(max(1, spark.sparkContext.defaultParallelism))
+        # With so few partitions adaptive execution has nothing to coalesce, and the joins
+        # with small data are broadcast by hint; it would only run each query's stages as
+        # jobs of their own (43 jobs against 20 in an incremental reconciliation at 1M keys,
+        # which then took 7.0 s against 7.9 s: the median of five rounds each, interleaved).
+        # The same holds for a first or full run of a few records: its findings were 20
+        # jobs, 6 without (nine reconciliation tests, two rounds each: 222.6 and 224.9 s
+        # against 236.5 and 236.3 s).
+        settings["spark.sql.adaptive.enabled"] = "false"
+    if is_small(records):
+        settings |= INTERPRETED
+    return settings
+
+
+@contextmanager
+def settings_applied(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """`settings` set on the session for the block's duration, then restored."""
+    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield dict(settings)
+    finally:
+        for key, earlier in before.items():
+            if earlier is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, earlier)
 
 
 def launched_by_spark_submit() -> bool:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.binding import Binding
+from spark_jobs.common import is_small, settings_applied, small_job_settings
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.kafka_offsets import KafkaReadError
 from spark_jobs.mark_rules import MarkRule
@@ -115,7 +116,7 @@ class RunPlan:
     @property
     def small(self) -> bool:
         """Little new data, or little data at all: the run is mostly fixed cost per task and job."""
-        return self.broadcast_new or self.records_seen < SMALL_RUN_RECORDS
+        return self.broadcast_new or is_small(self.records_seen)
 
     def small_partitions(self, spark: SparkSession) -> int | None:
         """A small run's shuffles and written datasets: as many partitions as there are
@@ -199,51 +200,16 @@ class RunState:
         return self.keep(name, build())
 
 
-# A run whose state and input are smaller than this (in records) is all fixed cost: its
-# expressions are interpreted instead of compiled to Java first (Janino compiling the
-# generated code is most of such a run's executor time, and the first run of a JVM, which
-# every spark-submit run is, compiles all of it). Above it, compiled code pays for itself.
-SMALL_RUN_RECORDS = 100_000
-INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
-
-
 def run_settings(spark: SparkSession, plan: RunPlan) -> dict[str, str]:
-    """The session settings of this run that differ from the job's defaults."""
-    settings: dict[str, str] = {}
-    partitions = plan.small_partitions(spark)
-    if partitions is not None:
-        # Little new data (or little data at all): shuffle it in as many partitions as there
-        # are cores instead of the session's default; each partition is a task per stage.
-        settings["spark.sql.shuffle.partitions"] = str(partitions)
-        # With so few partitions adaptive execution has nothing to coalesce, and the joins
-        # with the new keys are broadcast by hint; it would only run each query's stages as
-        # jobs of their own (43 jobs against 20 in an incremental run at 1M keys, which then
-        # took 7.0 s against 7.9 s: the median of five rounds each, interleaved). The same
-        # holds for a first or full run of a few records: its findings were 20 jobs, 6
-        # without (nine reconciliation tests, two rounds each: 222.6 and 224.9 s against
-        # 236.5 and 236.3 s). The source table's size is not known before it is read: a
-        # small topic against a large table is joined without adaptive execution too.
-        settings["spark.sql.adaptive.enabled"] = "false"
-    if plan.records_seen < SMALL_RUN_RECORDS:
-        settings |= INTERPRETED
-    return settings
+    """The session settings of this run that differ from the job's defaults. The source
+    table's size is not known before it is read: a small topic against a large table is
+    read interpreted and joined without adaptive execution too."""
+    return small_job_settings(spark, plan.records_seen, little_new=plan.broadcast_new)
 
 
-@contextmanager
-def run_settings_applied(spark: SparkSession, plan: RunPlan) -> Iterator[dict[str, str]]:
+def run_settings_applied(spark: SparkSession, plan: RunPlan) -> AbstractContextManager[dict[str, str]]:
     """run_settings() set on the session for the run's duration, then restored."""
-    settings = run_settings(spark, plan)
-    before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield settings
-    finally:
-        for key, earlier in before.items():
-            if earlier is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, earlier)
+    return settings_applied(spark, run_settings(spark, plan))
 
 
 def forget_renamed_ledgers(binding: Binding, meta: StateMeta) -> list[str]:

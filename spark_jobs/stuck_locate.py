@@ -20,7 +20,8 @@ Result:  {"records": [[key, p, offset, ts_ms, state, session, seq]], "records_sc
           "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms, to_ms]],
           "ledger_entries_for_topic", "marks": [[group, p, offset, consumer_session, ts_ms]],
           "group_marks": {group: n}, "last_mark_below_low_ms": {group: ms}, "max_mark_below_low": [[group, p, offset]],
-          "first_mark": [[group, p, offset]], "first_mark_ms": {group: ms}, "timings": {...}}
+          "first_mark": [[group, p, offset]], "first_mark_ms": {group: ms}, "timings": {...},
+          "spark_settings": {conf: value set for this locate only}}
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.binding import RecordKeySpec, parse_record_key
-from spark_jobs.common import build_spark_session, read_kafka_ranges
+from spark_jobs.common import build_spark_session, read_kafka_ranges, settings_applied, small_job_settings
 from spark_jobs.reconcile_transform import (
     ACKED_RANGE,
     KEYED,
@@ -229,8 +230,26 @@ def _has_records(ledger: dict[str, Any]) -> bool:
     return any(end > start for start, end in _ranges(ledger["ranges"]).values())
 
 
+def records_to_read(request: dict[str, Any]) -> int:
+    """At most how many records of the topic and the ledgers the request reads."""
+    starts = request.get("starts") or {}
+    total = sum(int(high) - int(starts.get(str(p), low)) for p, (low, _, high) in request["partitions"].items())
+    for kind in ("producer_ledger", "consumer_ledger"):
+        ledger = request.get(kind)
+        if ledger:
+            total += sum(end - start for start, end in _ranges(ledger["ranges"]).values())
+    return total
+
+
 def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
-    """Run the located reads; the result is JSON-ready (see the module docstring)."""
+    """Run the located reads; the result is JSON-ready (see the module docstring). A small
+    read runs with a small job's settings (spark_jobs.common.small_job_settings), named in
+    the result's `spark_settings`."""
+    with settings_applied(spark, small_job_settings(spark, records_to_read(request))) as settings:
+        return _locate(spark, request) | {"spark_settings": settings}
+
+
+def _locate(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     timings: dict[str, float] = {}
     clock = [time.monotonic()]
 

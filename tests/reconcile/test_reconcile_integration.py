@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from auditor.lab.cluster import Cluster as LabCluster
 from auditor.lab.cluster import delete_records
-from spark_jobs import reconcile_findings, reconcile_plan, reconcile_updates
+from spark_jobs import common, reconcile_findings, reconcile_updates
 from spark_jobs.binding import Binding, binding_from_dict
 from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_id
 from spark_jobs.reconcile import run
@@ -285,7 +285,7 @@ def test_it_reports_the_exact_findings_on_a_full_run(
 ):
     # A run this small interprets its expressions; a large one compiles them. Both must agree.
     if compiled:
-        monkeypatch.setattr(reconcile_plan, "SMALL_RUN_RECORDS", 0)
+        monkeypatch.setattr(common, "SMALL_RUN_RECORDS", 0)
     build_phase_one(world)
     build_phase_two(world)
     factory_mode = spark.conf.get("spark.sql.codegen.factoryMode", None)

@@ -7,9 +7,12 @@ from datetime import UTC, datetime
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
+from spark_jobs import common
 from spark_jobs.binding import RecordKeySpec
 from spark_jobs.reconcile_transform import KAFKA_RAW_SCHEMA, PROCESSED_SCHEMA
 from spark_jobs.stuck_locate import (
+    locate_json,
+    records_to_read,
     transform_key_hits,
     transform_keyed,
     transform_mark_summary,
@@ -68,3 +71,31 @@ def test_it_summarizes_marks_per_group_and_partition(spark) -> None:
         "max_below_low long, marks array<struct<offset:long, consumer_session:string, ts_ms:long>>",
     )
     assertDataFrameEqual(actual, expected, ignoreNullable=True)
+
+
+def test_a_small_read_runs_with_a_small_jobs_settings_for_the_locate_only(spark, monkeypatch) -> None:
+    request = {
+        "topic": "t",
+        "bootstrap_servers": "127.0.0.1:1",
+        "record_key": "key",
+        "partitions": {"0": [5, 9, 10], "1": [0, 0, 4]},
+        "starts": {"0": 7},  # the key index stands in for offsets 5 and 6
+        "producer_ledger": {"topic": "p", "ranges": {"0": [2, 6]}},
+        "consumer_ledger": {"topic": "c", "ranges": {"0": [3, 3]}},
+        "keys": [],
+    }
+    assert records_to_read(request) == 3 + 4 + 4  # up to the high watermarks, and the ledgers' ranges
+    before = {key: spark.conf.get(key, None) for key in ("spark.sql.codegen.factoryMode", "spark.sql.adaptive.enabled")}
+    nothing_to_read = {**request, "partitions": {}, "producer_ledger": None, "consumer_ledger": None}
+
+    small = locate_json(spark, nothing_to_read)["spark_settings"]
+
+    assert small == {
+        "spark.sql.codegen.wholeStage": "false",
+        "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+        "spark.sql.shuffle.partitions": str(spark.sparkContext.defaultParallelism),
+        "spark.sql.adaptive.enabled": "false",
+    }
+    assert {key: spark.conf.get(key, None) for key in before} == before  # restored after the locate
+    monkeypatch.setattr(common, "SMALL_RUN_RECORDS", 0)
+    assert locate_json(spark, nothing_to_read)["spark_settings"] == {}  # a large read: the session's own

@@ -6,6 +6,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
+from unittest import mock
 
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.conf import IN_PROCESS
@@ -13,6 +14,7 @@ from auditor.reconcile.models import ReconcileRun
 from auditor.reconcile.service import execute_run, start_run
 from auditor.stuck.evidence import Diagnosis, StuckRow
 from auditor.stuck.service import DiagnosisOptions, DiagnosisResult, ItemVerdict, diagnose_rule
+from spark_jobs import common
 from tests.support.demo import DemoPipeline
 
 
@@ -66,9 +68,13 @@ def verdicts_of(result: DiagnosisResult) -> dict[str, str]:
     return {item.row.key: item.diagnosis.verdict for item in result.items}
 
 
-def diagnose_both(setup: StuckSetup, spark: Any, indexed: bool = False) -> DiagnosisResult:
+def diagnose_both(setup: StuckSetup, spark: Any, indexed: bool = False, compiled: bool = False) -> DiagnosisResult:
     """Diagnose with the Python engine and with Spark, reading the whole topic; both must
     give the same verdicts and reasons.
+
+    compiled: Spark diagnoses once more as if the read were large (its expressions compiled,
+    not interpreted as a small read's are: spark_jobs.common.small_job_settings), with the
+    same verdicts and reasons.
 
     indexed: a real reconciliation run reads the topic first, and both engines diagnose
     again with its key index standing in for what it read: every verdict and reason must be
@@ -79,6 +85,10 @@ def diagnose_both(setup: StuckSetup, spark: Any, indexed: bool = False) -> Diagn
     assert by_python.engine == "python" or not by_python.items
     assert by_spark.engine == "spark" or not by_spark.items
     assert _comparable(by_spark) == _comparable(by_python)
+    if compiled:
+        with mock.patch.object(common, "SMALL_RUN_RECORDS", 0):
+            by_compiled = diagnose_rule(setup.rule, setup.options("spark", spark=spark, use_index=False))
+        assert _comparable(by_compiled) == _comparable(by_python)
     if indexed:
         run = reconcile_now(setup.rule.binding)
         for options in (setup.options("python"), setup.options("spark", spark=spark)):
