@@ -86,7 +86,7 @@ from spark_jobs.reconcile_transform import (
     union_findings,
     unverifiable_rows,
 )
-from spark_jobs.record_times import Backdated, find_backdated, stamp_lag_ms
+from spark_jobs.record_times import Backdated, find_backdated, stamp_lag_ms, written_after_read
 
 # What makes two runs' findings the same finding (flag_new: is_new).
 IDENTITY = ["kind", "key", "cause", "partition", "offset", "session", "seq", "group"]
@@ -125,9 +125,11 @@ def read_ledger(
 
 def written_after_last_read(plan: RunPlan) -> dict[int, int]:
     """Per partition, the offset from which records were written after the last run's read:
-    the high watermarks it read; in a topic created again, every offset (the old topic still
-    stood when it was read)."""
-    return dict.fromkeys(plan.topic.ranges, 0) if plan.recreated else dict(plan.previous.read_highs)
+    the high watermarks it read, the start of a partition added since (written_after_read);
+    in a topic created again, every offset (the old topic still stood when it was read)."""
+    if plan.recreated:
+        return dict.fromkeys(plan.topic.ranges, 0)
+    return written_after_read(plan.previous.read_highs, plan.topic.ranges)
 
 
 def record_stamps(

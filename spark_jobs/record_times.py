@@ -22,7 +22,7 @@ a record: with no such limit (the default), not at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -84,6 +84,17 @@ class Backdated:
             int(data["written_after_ms"]),
             str(data["run_id"]),
         )
+
+
+def written_after_read(read_highs: Mapping[int, int], partitions: Iterable[int]) -> dict[int, int]:
+    """Per partition, the offset from which its records were written after a read of the log
+    ends `read_highs` (a run's high watermarks, one for every partition the topic had): that
+    high watermark, and in each of `partitions` the read did not see, its start (0): the
+    partition was added after the read. Nothing without the read's watermarks (no run yet, or
+    a state written before they were kept)."""
+    if not read_highs:
+        return {}
+    return {int(p): int(o) for p, o in read_highs.items()} | {p: 0 for p in partitions if p not in read_highs}
 
 
 def find_backdated(

@@ -35,7 +35,7 @@ from auditor.stuck.evidence import (
 )
 from spark_jobs.kafka_offsets import KafkaReadError, rewritten_partitions
 from spark_jobs.mark_rules import MarkRule, rules_from_json
-from spark_jobs.record_times import Backdated, find_backdated
+from spark_jobs.record_times import Backdated, find_backdated, written_after_read
 from spark_jobs.state_location import StateLocation, StateLocationError
 
 CHUNK = 10_000  # keys per database query
@@ -111,7 +111,7 @@ def recalled_stamps(
         return find_backdated(
             binding.topic,
             {p: (s.low_timestamp_ms, s.low) for p, s in partitions.items() if s.low < s.high},
-            {int(p): int(o) for p, o in (meta.get("read_highs") or {}).items()},
+            written_after_read({int(p): int(o) for p, o in (meta.get("read_highs") or {}).items()}, partitions),
             None if read_at is None else int(read_at),
             meta.get("run_id"),
             binding.grace_seconds * 1000,

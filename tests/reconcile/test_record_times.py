@@ -8,7 +8,14 @@ from datetime import UTC, datetime, timedelta
 
 from auditor.stuck.evidence import ClusterView, PartitionState
 from spark_jobs.reconcile_extract import OffsetRange, loss_horizon, recreation_horizon
-from spark_jobs.record_times import SLACK_MS, UNLIMITED_MS, Backdated, find_backdated, stamp_lag_ms
+from spark_jobs.record_times import (
+    SLACK_MS,
+    UNLIMITED_MS,
+    Backdated,
+    find_backdated,
+    stamp_lag_ms,
+    written_after_read,
+)
 
 READ_AT = 1_800_000_000_000  # when the earlier run began to read the log ends
 
@@ -30,6 +37,18 @@ def test_only_a_record_past_the_high_watermark_read_proves_a_timestamp_older_tha
     # a state from before the read's time was kept proves nothing
     assert find_backdated("t", oldest, {0: 10}, None, "run-1") is None
     assert Backdated.from_json(found.to_json()) == found and Backdated.from_json(None) is None
+
+
+def test_every_record_of_a_partition_added_after_the_read_was_written_after_it():
+    # The read saw partitions 0 and 1 (a run's high watermarks name every partition it had).
+    read_to = written_after_read({0: 10, 1: 0}, [0, 1, 2])
+    assert read_to == {0: 10, 1: 0, 2: 0}
+    oldest = {2: (READ_AT - 3_600_000, 0)}  # partition 2, added since, at its first offset
+    assert find_backdated("t", oldest, read_to, READ_AT, "run-1") == Backdated(
+        "t", 2, 0, *oldest[2][:1], READ_AT, "run-1"
+    )
+    # without the read's watermarks (no run yet, an older state) nothing is known to be written after it
+    assert written_after_read({}, [0, 1, 2]) == {}
 
 
 def test_once_backdating_is_seen_only_the_brokers_limit_on_a_timestamps_age_bounds_it():

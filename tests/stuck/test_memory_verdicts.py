@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from auditor.lab.cluster import Cluster as LabCluster
 from auditor.lab.cluster import delete_records, wait_until
@@ -459,3 +459,51 @@ def test_records_stamped_before_they_were_written_bound_no_deletion(
     assert got == dict.fromkeys(["3", "4", "5", "6"], "unknown"), verdicts
     stamp = plain.delivered[1001]
     assert any(f"{plain.topic}/{stamp[0]}@{stamp[1]} carries the timestamp" in w for w in run.warnings), run.warnings
+
+
+def test_a_record_stamped_before_it_was_written_in_a_partition_added_after_the_run_bounds_no_deletion(
+    plain: PlainPipeline, kafka_admin: AdminClient, spark
+) -> None:
+    """The replay of the test above, in partition 2, added after the first run read the topic:
+    every record there was written after that read, so its oldest, stamped an hour before the
+    read, proves backdating as a record past a read high watermark does. Read at its word, it
+    would bound the deletion of 3 and 4 (written after it): missing and never-produced."""
+    plain.insert(1, 2, minutes_ago=60, status="DONE")
+    plain.produce(0, 1, minutes_ago=59)
+    plain.produce(1, 2, minutes_ago=59)
+    rule = rule_for(plain)
+    Binding.objects.filter(pk=rule.binding.pk).update(grace_seconds=1)
+    StuckRule.objects.filter(pk=rule.pk).update(older_than_seconds=1)
+    rule.refresh_from_db()
+    reconcile(rule)  # reads partitions 0 and 1, the topic's only ones
+
+    kafka_admin.create_partitions([NewPartitions(plain.topic, 3)])[plain.topic].result(timeout=30)
+    wait_until(
+        lambda: len(kafka_admin.list_topics(plain.topic, timeout=10).topics[plain.topic].partitions) == 3,
+        30,
+        "partition 2",
+    )
+    plain.insert(3, 4, minutes_ago=0)
+    plain.produce(2, 3, 4, minutes_ago=0)
+    plain.produce(2, 1001, minutes_ago=60)
+    delete_records(kafka_admin, [TopicPartition(plain.topic, 2, plain.delivered[1001][1])])
+    time.sleep(2.5)  # past the grace (1 s), by the database's clock too
+    plain.insert(5, 6, minutes_ago=0)
+    time.sleep(1.5)
+
+    # Ground truth: the delivery reports and a full read of the topic.
+    now = plain.topic_now()
+    deleted = {t for t, at in plain.delivered.items() if at not in now}
+    assert deleted == {3, 4} and {5, 6}.isdisjoint(plain.delivered), (deleted, plain.delivered, now)
+    assert plain.delivered[1001][0] == 2 and min(o for p, o in now if p == 2) == plain.delivered[1001][1]
+
+    # 3 and 4 were sent and deleted, 5 and 6 never sent: nothing the auditor reads tells them apart.
+    before = {k: v for k, (v, _) in diagnose(rule, spark).items()}
+    assert before == dict.fromkeys(["3", "4", "5", "6"], "unknown"), before
+    run = reconcile(rule)
+    missing = set(Finding.objects.filter(run=run, kind="missing").values_list("key", flat=True))
+    assert missing == set(), missing
+    after = {k: v for k, (v, _) in diagnose(rule, spark).items()}
+    assert after == dict.fromkeys(["3", "4", "5", "6"], "unknown"), after
+    stamp = plain.delivered[1001]
+    assert any(f"{plain.topic}/2@{stamp[1]} carries the timestamp" in w for w in run.warnings), run.warnings
