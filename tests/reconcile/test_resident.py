@@ -32,7 +32,7 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.integration
 
 SESSION = "c0ffee00" * 4  # an audit session id as the contract spells it
-MAX_RUNS = 3  # the reconciler's RECONCILE_RESIDENT_MAX_RUNS
+MAX_RUNS = 2  # the reconciler's RECONCILE_RESIDENT_MAX_RUNS
 EXPECTED = {("missing", "4", None), ("duplicate", "1", "producer-retry")}
 
 
