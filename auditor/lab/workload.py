@@ -56,12 +56,14 @@ def produce(
     reports: list[Delivery] | None = None,
     key: Callable[[int], str] = str,
     tombstones: bool = False,
+    partition: int | None = None,
 ) -> list[Delivery]:
     """One produce() per ticket (record key `key(ticket)`, by default the ticket id; the value
     names the ticket either way, or, with `tombstones`, there is none: the application deleting
     the ticket from a compacted topic); every delivery report, in order, appended to `reports`
     (reports that arrive after a short flush land there later). A report's `key` is the
-    ticket id."""
+    ticket id. `partition`: every record to that partition, else as the producer's partitioner
+    places it."""
     reports = [] if reports is None else reports
 
     def delivered(err: KafkaError | None, msg: Message) -> None:
@@ -80,7 +82,7 @@ def produce(
         settings = {"bootstrap.servers": bootstrap, "linger.ms": 0, **(config or {})}
         producer = AuditedProducer(settings, delivery_reports="all") if probed else Producer(settings)
     for ticket in tickets:
-        _produce_one(producer, topic, ticket, delivered, key=key(ticket), tombstone=tombstones)
+        _produce_one(producer, topic, ticket, delivered, key=key(ticket), tombstone=tombstones, partition=partition)
         producer.poll(0)
     producer.flush(flush_s)
     if own and probed:
@@ -96,6 +98,7 @@ def _produce_one(
     patience_s: float = 30,
     key: str | None = None,
     tombstone: bool = False,
+    partition: int | None = None,
 ) -> None:
     """produce(), waiting out what a just-created topic causes: a broker whose metadata has not
     caught up yet answers "unknown topic", and a full queue while a broker is away."""
@@ -107,6 +110,7 @@ def _produce_one(
                 key=(str(ticket) if key is None else key).encode(),
                 value=None if tombstone else ticket_value(ticket),
                 on_delivery=delivered,
+                **({} if partition is None else {"partition": partition}),
             )
             return
         except BufferError:

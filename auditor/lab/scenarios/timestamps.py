@@ -47,7 +47,18 @@ def replayed_past_retention_probed(world: World) -> Outcome:
     return _replayed(world, probed=True)
 
 
-def _replayed(world: World, probed: bool) -> Outcome:
+@scenario(
+    "replayed-timestamps-in-added-partition",
+    "as replayed-timestamps-past-retention, but the live, replayed and filler records go to a partition "
+    "added after the first run read the topic: every record there was written after that read",
+)
+def replayed_in_added_partition(world: World) -> Outcome:
+    return _replayed(world, probed=False, added=True)
+
+
+def _replayed(world: World, probed: bool, added: bool = False) -> Outcome:
+    """added: the topic gets a second partition after the first run, and everything after it
+    goes there (`into`); else everything goes to its one partition."""
     cluster = world.cluster
     world.make_topic(replication=3, min_insync_replicas="2")
     world.make_table()
@@ -62,9 +73,13 @@ def _replayed(world: World, probed: bool) -> Outcome:
     world.consume("at-least-once", probed=probed, records=len(FIRST))
     first = world.reconcile()  # everything is fine so far: any finding is a false alarm
     # The consumer is down from here on. Rows created after the first run, past the binding's grace.
+    into = 0
+    if added:
+        cluster.add_partitions(world.topic, 2)  # an operator scales the topic out
+        into = 1
     world.insert(LATER)
     time.sleep(binding.grace_seconds + 1.0)
-    later = truth.all_sent(produce(cluster.bootstrap, world.topic, LATER, producer=live))
+    later = truth.all_sent(produce(cluster.bootstrap, world.topic, LATER, producer=live, partition=into))
     # The replay: records with the times of the events they carry, an hour old.
     replayer = Producer(settings)
     stamped = int(time.time() * 1000) - REPLAY_AGE_S * 1000
@@ -76,19 +91,24 @@ def _replayed(world: World, probed: bool) -> Outcome:
 
     for i, event in enumerate(REPLAYED):
         replayer.produce(
-            world.topic, key=str(event), value=f"event {event}", timestamp=stamped + i, on_delivery=delivered
+            world.topic,
+            key=str(event),
+            value=f"event {event}",
+            partition=into,
+            timestamp=stamped + i,
+            on_delivery=delivered,
         )
     if replayer.flush(30) or len(replayed) != len(REPLAYED):
         raise LabError(f"the replayed records were not all written: {replayed}")
-    truth.all_sent(produce(cluster.bootstrap, world.topic, [FILLER], producer=live))
+    truth.all_sent(produce(cluster.bootstrap, world.topic, [FILLER], producer=live, partition=into))
     if isinstance(live, AuditedProducer):
         live.close(30)  # its ledger entries flushed
     injected_at = time.monotonic()
     # Retention reaches the segment of the live ten: the log starts at the first replayed record.
     start = min(offset for offset, _ in replayed)
-    cluster.delete_records(world.topic, {0: start})
-    low = cluster.watermarks(world.topic)[0][0]
-    if low != start or any(d.offset >= start for d in later):
+    cluster.delete_records(world.topic, {into: start})
+    low = cluster.watermarks(world.topic)[into][0]
+    if low != start or any(d.offset >= start or d.partition != into for d in later):
         raise LabError(f"the log starts at {low}, not at the first replayed record {start}")
     remaining = cluster.read_topic(world.topic)
     world.notes.append(f"live records at {[d.offset for d in later]}, deleted; log start {low}: {remaining[0].key}")
@@ -100,7 +120,7 @@ def _replayed(world: World, probed: bool) -> Outcome:
     # broker), only timestamps could tell, and the oldest record's is an hour before its
     # write: unknown too, never broker-lost. The records left whose key is no row (the
     # replayed events, the filler) are orphans.
-    committed = cluster.committed(world.group, world.topic).get(0, 0)
+    committed = cluster.committed(world.group, world.topic, partitions=into + 1).get(into, 0)
     if committed > min(d.offset for d in later):
         raise LabError(f"the group committed {committed}, past records it never read")
     rows = world.rows()
