@@ -33,14 +33,19 @@ def is_small(records: int) -> bool:
     return records < SMALL_RUN_RECORDS
 
 
+def cores(spark: SparkSession) -> int:
+    """As many partitions as a small job shuffles into and writes: the cores Spark has."""
+    return max(1, spark.sparkContext.defaultParallelism)
+
+
 def small_job_settings(spark: SparkSession, records: int, little_new: bool = False) -> dict[str, str]:
-    """The session settings of a job over `records` records that differ from the session's:
-    none for a large job. little_new: the job's new data is small even if what it reads is not."""
+    """The settings a job over `records` records runs with instead of the session's: none for
+    a large job. little_new: the job's new data is small even if what it reads is not."""
     settings: dict[str, str] = {}
     if little_new or is_small(records):
         # Little new data (or little data at all): shuffle it in as many partitions as there
         # are cores instead of the session's default; each partition is a task per stage.
-        settings["spark.sql.shuffle.partitions"] = str(max(1, spark.sparkContext.defaultParallelism))
+        settings["spark.sql.shuffle.partitions"] = str(cores(spark))
         # With so few partitions adaptive execution has nothing to coalesce, and the joins
         # with small data are broadcast by hint; it would only run each query's stages as
         # jobs of their own (43 jobs against 20 in an incremental reconciliation at 1M keys,
@@ -58,9 +63,9 @@ def small_job_settings(spark: SparkSession, records: int, little_new: bool = Fal
 def settings_applied(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[dict[str, str]]:
     """`settings` set on the session for the block's duration, then restored."""
     before: dict[str, str | None] = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
     try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
         yield dict(settings)
     finally:
         for key, earlier in before.items():

@@ -127,9 +127,7 @@ def written_after_last_read(plan: RunPlan) -> dict[int, int]:
     """Per partition, the offset from which records were written after the last run's read:
     the high watermarks it read, the start of a partition added since (written_after_read);
     in a topic created again, every offset (the old topic still stood when it was read)."""
-    if plan.recreated:
-        return dict.fromkeys(plan.topic.ranges, 0)
-    return written_after_read(plan.previous.read_highs, plan.topic.ranges)
+    return written_after_read(plan.previous.read_highs, plan.topic.ranges, recreated=bool(plan.recreated))
 
 
 def record_stamps(

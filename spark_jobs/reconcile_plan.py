@@ -16,7 +16,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.binding import Binding
-from spark_jobs.common import is_small, settings_applied, small_job_settings
+from spark_jobs.common import cores, is_small, settings_applied, small_job_settings
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.kafka_offsets import KafkaReadError
 from spark_jobs.mark_rules import MarkRule
@@ -121,7 +121,7 @@ class RunPlan:
     def small_partitions(self, spark: SparkSession) -> int | None:
         """A small run's shuffles and written datasets: as many partitions as there are
         cores (run_settings, RunState.partitions). None: as the session and plan give them."""
-        return max(1, spark.sparkContext.defaultParallelism) if self.small else None
+        return cores(spark) if self.small else None
 
     @property
     def mode(self) -> str:

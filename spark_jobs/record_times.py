@@ -86,15 +86,21 @@ class Backdated:
         )
 
 
-def written_after_read(read_highs: Mapping[int, int], partitions: Iterable[int]) -> dict[int, int]:
+def written_after_read(
+    read_highs: Mapping[Any, Any], partitions: Iterable[int], recreated: bool = False
+) -> dict[int, int]:
     """Per partition, the offset from which its records were written after a read of the log
     ends `read_highs` (a run's high watermarks, one for every partition the topic had): that
     high watermark, and in each of `partitions` the read did not see, its start (0): the
-    partition was added after the read. Nothing without the read's watermarks (no run yet, or
-    a state written before they were kept)."""
-    if not read_highs:
+    partition was added after the read. In a topic `recreated` since (another topic id), every
+    partition from its start: the old topic still stood when it was read. Nothing without the
+    read's watermarks (no run yet, or a state written before they were kept)."""
+    if recreated:
+        return dict.fromkeys((int(p) for p in partitions), 0)
+    highs = {int(p): int(o) for p, o in read_highs.items()}
+    if not highs:
         return {}
-    return {int(p): int(o) for p, o in read_highs.items()} | {p: 0 for p in partitions if p not in read_highs}
+    return highs | {int(p): 0 for p in partitions if int(p) not in highs}
 
 
 def find_backdated(
@@ -108,9 +114,9 @@ def find_backdated(
 ) -> Backdated | None:
     """The proof a state kept (state.json `backdated`, `known`), else the first proof of
     backdating among `oldest` (per partition, the smallest timestamp among the records read
-    at or past `read_to`, and its offset), against an earlier run `run_id` that read each
-    partition's high watermark (`read_to`) at `read_at_ms` (taken before it asked). Only
-    records at or past it count: they were written after the read (or, not yet replicated,
+    at or past `read_to`, and its offset), against an earlier run `run_id` that read the log
+    ends at `read_at_ms` (taken before it asked); `read_to` (written_after_read) is where each
+    partition's records written after that read begin. Only records at or past it count: they were written after the read (or, not yet replicated,
     shortly before), stamped more than SLACK_MS and `grace_ms` before it. None without one
     (or without the earlier read's time: a state written before it was kept)."""
     proven = Backdated.from_json(known)

@@ -15,7 +15,8 @@ Request: {"topic", "bootstrap_servers", "kafka_config", "record_key", "groups",
           "starts": {p: offset},   (optional: read the topic from here; the key index covers below)
           "known_records": [[key, p, offset, ts_ms, state, session, seq]]  (optional: found below)
           "producer_ledger": {"topic", "ranges": {p: [start, end]}} | null,
-          "consumer_ledger": {...} | null, "keys": [...] | "keys_path": "<jsonl of {"key": k}>"}
+          "consumer_ledger": {...} | null, "keys": [...] | "keys_path": "<jsonl of {"key": k}>",
+          "records_to_read": n}  (optional: topic and ledger records read, at most; absent: a large read)
 Result:  {"records": [[key, p, offset, ts_ms, state, session, seq]], "records_scanned", "keyed_records",
           "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms, to_ms]],
           "ledger_entries_for_topic", "marks": [[group, p, offset, consumer_session, ts_ms]],
@@ -230,22 +231,13 @@ def _has_records(ledger: dict[str, Any]) -> bool:
     return any(end > start for start, end in _ranges(ledger["ranges"]).values())
 
 
-def records_to_read(request: dict[str, Any]) -> int:
-    """At most how many records of the topic and the ledgers the request reads."""
-    starts = request.get("starts") or {}
-    total = sum(int(high) - int(starts.get(str(p), low)) for p, (low, _, high) in request["partitions"].items())
-    for kind in ("producer_ledger", "consumer_ledger"):
-        ledger = request.get(kind)
-        if ledger:
-            total += sum(end - start for start, end in _ranges(ledger["ranges"]).values())
-    return total
-
-
 def locate_json(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
-    """Run the located reads; the result is JSON-ready (see the module docstring). A small
-    read runs with a small job's settings (spark_jobs.common.small_job_settings), named in
-    the result's `spark_settings`."""
-    with settings_applied(spark, small_job_settings(spark, records_to_read(request))) as settings:
+    """Run the located reads; the result is JSON-ready (see the module docstring). A read of
+    few records (the request's `records_to_read`) runs with a small job's settings
+    (spark_jobs.common.small_job_settings), named in the result's `spark_settings`."""
+    records = request.get("records_to_read")
+    small = {} if records is None else small_job_settings(spark, int(records))
+    with settings_applied(spark, small) as settings:
         return _locate(spark, request) | {"spark_settings": settings}
 
 

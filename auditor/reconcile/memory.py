@@ -97,21 +97,24 @@ def rewritten_mark_rules(binding: Binding, index: IndexRows | None = None) -> li
 
 
 def recalled_stamps(
-    binding: Binding, partitions: Mapping[int, PartitionState], meta: dict[str, Any] | None
+    binding: Binding, partitions: Mapping[int, PartitionState], meta: dict[str, Any] | None, topic_id: str | None
 ) -> Backdated | None:
     """Whether the topic's producers stamp records well before writing them
     (spark_jobs.record_times): as a reconciliation run proved it (state.json `backdated`), or
-    as the oldest record of a partition proves it now, written after the last run read that
-    partition's high watermark and stamped well before. None before the first run (`meta`:
-    the state.json read_meta gave). StateUnreadable when what it keeps is malformed."""
+    as the oldest record of a partition proves it now, written after the last run's read
+    (past the high watermark it read, in a partition added since, or anywhere in a topic
+    created again since: `topic_id` now, None when unknown) and stamped well before. None
+    before the first run (`meta`: the state.json read_meta gave). StateUnreadable when what it
+    keeps is malformed."""
     if not meta:
         return None
     try:
         read_at = meta.get("read_at_ms")
+        recreated = bool(meta.get("topic_id") and topic_id and meta["topic_id"] != topic_id)
         return find_backdated(
             binding.topic,
             {p: (s.low_timestamp_ms, s.low) for p, s in partitions.items() if s.low < s.high},
-            written_after_read({int(p): int(o) for p, o in (meta.get("read_highs") or {}).items()}, partitions),
+            written_after_read(meta.get("read_highs") or {}, partitions, recreated=recreated),
             None if read_at is None else int(read_at),
             meta.get("run_id"),
             binding.grace_seconds * 1000,

@@ -92,6 +92,8 @@ class LocateResult:
     last_mark_below_low_ms: dict[str, int] = field(default_factory=dict)
     engine: str = "python"
     timings: dict[str, float] = field(default_factory=dict)
+    # the Spark engine's session settings for this locate only (a small read's)
+    spark_settings: dict[str, str] = field(default_factory=dict)
 
     def add_mark(self, mark: ProcessedMark) -> None:
         """Keep the earliest mark of each position, with the latest one's time (merged)."""
@@ -111,6 +113,7 @@ class LocateResult:
             last_mark_below_low_ms={str(g): int(ms) for g, ms in (data.get("last_mark_below_low_ms") or {}).items()},
             engine="spark",
             timings=dict(data.get("timings") or {}),
+            spark_settings=dict(data.get("spark_settings") or {}),
         )
         for key, partition, offset, ts, state, session, seq in data["records"]:
             result.records.setdefault(key, []).append(LocatedRecord(key, partition, offset, ts, state, session, seq))
@@ -180,6 +183,7 @@ class LocateRequest:
             "seen_intervals": [
                 [session, start, end] for session, spans in self.seen_intervals.items() for start, end in spans
             ],
+            "records_to_read": self.records_to_read,
         }
         if keys_path is None:
             data["keys"] = self.keys

@@ -144,7 +144,7 @@ def _recall_stamps(result: DiagnosisResult, binding: Binding, view: ClusterView)
     (None: none, or unreadable), which the key index look-up then uses."""
     try:
         meta = read_state_meta(binding)
-        backdated = recalled_stamps(binding, view.partitions, meta)
+        backdated = recalled_stamps(binding, view.partitions, meta, view.topic_id)
     except StateUnreadable as exc:
         result.notes.append(
             f"whether the topic's producers stamp records before writing them is not known (the reconciliation "

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from spark_jobs import common
+from spark_jobs import common, stuck_locate
 from spark_jobs.binding import RecordKeySpec
 from spark_jobs.reconcile_transform import KAFKA_RAW_SCHEMA, PROCESSED_SCHEMA
 from spark_jobs.stuck_locate import (
     locate_json,
-    records_to_read,
     transform_key_hits,
     transform_keyed,
     transform_mark_summary,
@@ -73,29 +73,43 @@ def test_it_summarizes_marks_per_group_and_partition(spark) -> None:
     assertDataFrameEqual(actual, expected, ignoreNullable=True)
 
 
+SMALL_JOB_KEYS = (
+    "spark.sql.codegen.wholeStage",
+    "spark.sql.codegen.factoryMode",
+    "spark.sql.shuffle.partitions",
+    "spark.sql.adaptive.enabled",
+)
+
+
 def test_a_small_read_runs_with_a_small_jobs_settings_for_the_locate_only(spark, monkeypatch) -> None:
-    request = {
-        "topic": "t",
-        "bootstrap_servers": "127.0.0.1:1",
-        "record_key": "key",
-        "partitions": {"0": [5, 9, 10], "1": [0, 0, 4]},
-        "starts": {"0": 7},  # the key index stands in for offsets 5 and 6
-        "producer_ledger": {"topic": "p", "ranges": {"0": [2, 6]}},
-        "consumer_ledger": {"topic": "c", "ranges": {"0": [3, 3]}},
-        "keys": [],
-    }
-    assert records_to_read(request) == 3 + 4 + 4  # up to the high watermarks, and the ledgers' ranges
-    before = {key: spark.conf.get(key, None) for key in ("spark.sql.codegen.factoryMode", "spark.sql.adaptive.enabled")}
-    nothing_to_read = {**request, "partitions": {}, "producer_ledger": None, "consumer_ledger": None}
+    request = {"records_to_read": 11, "topic": "t", "partitions": {}}
+    during: list[dict[str, str | None]] = []
 
-    small = locate_json(spark, nothing_to_read)["spark_settings"]
+    def spied(spark_: Any, request_: dict[str, Any]) -> dict[str, Any]:
+        during.append({key: spark_.conf.get(key, None) for key in SMALL_JOB_KEYS})
+        if request_.get("fail"):
+            raise RuntimeError("the locate failed")
+        return {}
 
-    assert small == {
+    monkeypatch.setattr(stuck_locate, "_locate", spied)
+    before = {key: spark.conf.get(key, None) for key in SMALL_JOB_KEYS}
+    small = {
         "spark.sql.codegen.wholeStage": "false",
         "spark.sql.codegen.factoryMode": "NO_CODEGEN",
         "spark.sql.shuffle.partitions": str(spark.sparkContext.defaultParallelism),
         "spark.sql.adaptive.enabled": "false",
     }
-    assert {key: spark.conf.get(key, None) for key in before} == before  # restored after the locate
-    monkeypatch.setattr(common, "SMALL_RUN_RECORDS", 0)
-    assert locate_json(spark, nothing_to_read)["spark_settings"] == {}  # a large read: the session's own
+
+    assert locate_json(spark, request)["spark_settings"] == small
+    assert during[-1] == small  # set on the session while it read
+    assert {key: spark.conf.get(key, None) for key in SMALL_JOB_KEYS} == before  # and only then
+    with pytest.raises(RuntimeError, match="the locate failed"):
+        locate_json(spark, {**request, "fail": True})
+    assert during[-1] == small
+    assert {key: spark.conf.get(key, None) for key in SMALL_JOB_KEYS} == before  # restored after a failure too
+    # A large read (or a request that does not say) runs with the session's own settings.
+    assert locate_json(spark, {**request, "records_to_read": 100_000})["spark_settings"] == {}
+    assert locate_json(spark, {"topic": "t", "partitions": {}})["spark_settings"] == {}
+    assert during[-1] == before
+    monkeypatch.setattr(common, "SMALL_RUN_RECORDS", 12)
+    assert locate_json(spark, request)["spark_settings"] == small

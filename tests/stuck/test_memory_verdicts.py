@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from auditor.lab.cluster import Cluster as LabCluster
-from auditor.lab.cluster import delete_records, wait_until
+from auditor.lab.cluster import all_led, delete_records, wait_until
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.conf import IN_PROCESS
 from auditor.reconcile.models import Finding, ReconcileRun
@@ -461,13 +461,15 @@ def test_records_stamped_before_they_were_written_bound_no_deletion(
     assert any(f"{plain.topic}/{stamp[0]}@{stamp[1]} carries the timestamp" in w for w in run.warnings), run.warnings
 
 
+@pytest.mark.parametrize("replay_minutes_ago", [0, 60], ids=["stamped-when-written", "stamped-an-hour-before"])
 def test_a_record_stamped_before_it_was_written_in_a_partition_added_after_the_run_bounds_no_deletion(
-    plain: PlainPipeline, kafka_admin: AdminClient, spark
+    plain: PlainPipeline, kafka_admin: AdminClient, spark, replay_minutes_ago: int
 ) -> None:
-    """The replay of the test above, in partition 2, added after the first run read the topic:
-    every record there was written after that read, so its oldest, stamped an hour before the
-    read, proves backdating as a record past a read high watermark does. Read at its word, it
-    would bound the deletion of 3 and 4 (written after it): missing and never-produced."""
+    """The test above in partition 2, added after the first run read the topic: every record
+    there was written after that read, so its oldest, stamped an hour before the read, proves
+    backdating as a record past a read high watermark does. Read at its word, it would bound
+    the deletion of 3 and 4 (written after it): missing and never-produced. Stamped when
+    written, it bounds the deletion: 5 and 6, never sent, are missing and never-produced."""
     plain.insert(1, 2, minutes_ago=60, status="DONE")
     plain.produce(0, 1, minutes_ago=59)
     plain.produce(1, 2, minutes_ago=59)
@@ -478,14 +480,10 @@ def test_a_record_stamped_before_it_was_written_in_a_partition_added_after_the_r
     reconcile(rule)  # reads partitions 0 and 1, the topic's only ones
 
     kafka_admin.create_partitions([NewPartitions(plain.topic, 3)])[plain.topic].result(timeout=30)
-    wait_until(
-        lambda: len(kafka_admin.list_topics(plain.topic, timeout=10).topics[plain.topic].partitions) == 3,
-        30,
-        "partition 2",
-    )
+    wait_until(lambda: all_led(kafka_admin, plain.topic, 3), 30, "a leader for partition 2")
     plain.insert(3, 4, minutes_ago=0)
     plain.produce(2, 3, 4, minutes_ago=0)
-    plain.produce(2, 1001, minutes_ago=60)
+    plain.produce(2, 1001, minutes_ago=replay_minutes_ago)
     delete_records(kafka_admin, [TopicPartition(plain.topic, 2, plain.delivered[1001][1])])
     time.sleep(2.5)  # past the grace (1 s), by the database's clock too
     plain.insert(5, 6, minutes_ago=0)
@@ -494,16 +492,25 @@ def test_a_record_stamped_before_it_was_written_in_a_partition_added_after_the_r
     # Ground truth: the delivery reports and a full read of the topic.
     now = plain.topic_now()
     deleted = {t for t, at in plain.delivered.items() if at not in now}
-    assert deleted == {3, 4} and {5, 6}.isdisjoint(plain.delivered), (deleted, plain.delivered, now)
+    never_sent = {3, 4, 5, 6} - set(plain.delivered)
+    assert deleted == {3, 4} and never_sent == {5, 6}, (deleted, plain.delivered, now)
     assert plain.delivered[1001][0] == 2 and min(o for p, o in now if p == 2) == plain.delivered[1001][1]
+    # Records sent and deleted unread: nothing the auditor reads says whether they were written.
+    expected = dict.fromkeys(map(str, deleted), "unknown")
 
-    # 3 and 4 were sent and deleted, 5 and 6 never sent: nothing the auditor reads tells them apart.
-    before = {k: v for k, (v, _) in diagnose(rule, spark).items()}
-    assert before == dict.fromkeys(["3", "4", "5", "6"], "unknown"), before
+    if replay_minutes_ago:
+        # Before any run read the replayed record, the diagnosis finds it in the added partition,
+        # stamped long before the first run's read: it proves nothing about when 3-6's records went.
+        before = diagnose(rule, spark)
+        assert {k: v for k, (v, _) in before.items()} == expected | dict.fromkeys(map(str, never_sent), "unknown")
     run = reconcile(rule)
     missing = set(Finding.objects.filter(run=run, kind="missing").values_list("key", flat=True))
-    assert missing == set(), missing
     after = {k: v for k, (v, _) in diagnose(rule, spark).items()}
-    assert after == dict.fromkeys(["3", "4", "5", "6"], "unknown"), after
+    if replay_minutes_ago == 0:
+        assert missing == set(map(str, never_sent)), missing
+        assert after == expected | dict.fromkeys(map(str, never_sent), "never-produced"), after
+        return
+    assert missing == set(), missing
+    assert after == expected | dict.fromkeys(map(str, never_sent), "unknown"), after
     stamp = plain.delivered[1001]
     assert any(f"{plain.topic}/2@{stamp[1]} carries the timestamp" in w for w in run.warnings), run.warnings

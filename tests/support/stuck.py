@@ -12,7 +12,9 @@ from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.conf import IN_PROCESS
 from auditor.reconcile.models import ReconcileRun
 from auditor.reconcile.service import execute_run, start_run
+from auditor.stuck import service as stuck_service
 from auditor.stuck.evidence import Diagnosis, StuckRow
+from auditor.stuck.locate import LocateRequest, LocateResult, locate
 from auditor.stuck.service import DiagnosisOptions, DiagnosisResult, ItemVerdict, diagnose_rule
 from spark_jobs import common
 from tests.support.demo import DemoPipeline
@@ -86,8 +88,16 @@ def diagnose_both(setup: StuckSetup, spark: Any, indexed: bool = False, compiled
     assert by_spark.engine == "spark" or not by_spark.items
     assert _comparable(by_spark) == _comparable(by_python)
     if compiled:
-        with mock.patch.object(common, "SMALL_RUN_RECORDS", 0):
+        settings: list[dict[str, str]] = []
+
+        def spied(request: LocateRequest, engine: str = "auto", spark: Any = None) -> LocateResult:
+            located = locate(request, engine, spark)
+            settings.append(located.spark_settings)
+            return located
+
+        with mock.patch.object(common, "SMALL_RUN_RECORDS", 0), mock.patch.object(stuck_service, "locate", spied):
             by_compiled = diagnose_rule(setup.rule, setup.options("spark", spark=spark, use_index=False))
+        assert settings == [{}]  # one Spark locate, with the session's own settings: compiled
         assert _comparable(by_compiled) == _comparable(by_python)
     if indexed:
         run = reconcile_now(setup.rule.binding)
