@@ -560,7 +560,10 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             datasets=new.datasets,
             checkpoints=inputs.checkpoints,
             marks_rewritten=rules_to_json(inputs.mark_rules),
-            read_at_ms=plan.read_at_ms,
+            # Only with the id of the topic read: a run that could not read it keeps the last one,
+            # which may be of a topic deleted since; its read would then seem to be of that one,
+            # and every record of the new topic to have been written after it.
+            read_at_ms=plan.read_at_ms if plan.topic_id or not plan.previous.topic_id else None,
             read_highs={p: o.high for p, o in kafka["watermarks"].items()},
             backdated=inputs.backdated.to_json() if inputs.backdated else None,
         )

@@ -247,6 +247,10 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
                 "topic's producers were seen stamping records before writing them, is not known"
             )
     cleanup = extract_topic_cleanup(binding)
+    # When the run began to read the topic (its id, then its log ends): the run's clock (a
+    # test's fixed `now` included: the story it tells is then one timeline). Taken before the
+    # id, so a topic created again after it asked is never taken for the one read.
+    read_at_ms = int((options.now.timestamp() if options.now else time.time()) * 1000)
     try:
         current_id = extract_topic_id(binding)
     except KafkaReadError as exc:  # then a re-creation goes unseen this run (the checkpoints still see most)
@@ -295,8 +299,6 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             for p, reason in sorted(rewritten.items())
         ]
     warnings += forget_renamed_ledgers(binding, meta)
-    # the run's clock (a test's fixed `now` included: the story it tells is then one timeline)
-    read_at_ms = int((options.now.timestamp() if options.now else time.time()) * 1000)
     kafka = extract_topic_offsets(binding, meta, read_before=memory.topic_offsets if memory else None)
     laps("kafka_offsets")
     upper = options.now or datetime.now(UTC)

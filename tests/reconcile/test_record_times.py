@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from auditor.pipelines.models import Binding
+from auditor.reconcile.memory import recalled_stamps
 from auditor.stuck.evidence import ClusterView, PartitionState
 from spark_jobs.reconcile_extract import OffsetRange, loss_horizon, recreation_horizon
 from spark_jobs.record_times import (
@@ -49,6 +51,24 @@ def test_every_record_of_a_partition_added_after_the_read_was_written_after_it()
     )
     # without the read's watermarks (no run yet, an older state) nothing is known to be written after it
     assert written_after_read({}, [0, 1, 2]) == {}
+    # state.json's keys are strings: partition 0 is the one read, not one added since
+    assert written_after_read({"0": "10"}, [0, 1]) == {0: 10, 1: 0}
+    # a topic created again since the read (another id): every record of it came after
+    assert written_after_read({0: 10, 1: 4}, [0, 1], recreated=True) == {0: 0, 1: 0}
+    assert written_after_read({}, [0], recreated=True) == {0: 0}
+
+
+def test_the_diagnosis_takes_the_topic_created_again_since_the_read_from_its_start():
+    binding = Binding(topic="t", grace_seconds=1)
+    old = READ_AT - 3_600_000  # partition 0's oldest record now, at offset 2: below the read's 10
+    partitions = {0: PartitionState(0, 2, 12, 12, low_timestamp_ms=old)}
+    meta = {"run_id": "run-1", "read_at_ms": READ_AT, "read_highs": {"0": 10}, "topic_id": "A"}
+    assert recalled_stamps(binding, partitions, meta, "A") is None  # the topic read: below its watermark
+    assert recalled_stamps(binding, partitions, meta, None) is None  # its id unknown now: as read
+    assert recalled_stamps(binding, partitions, meta | {"topic_id": None}, "B") is None  # the read's unknown
+    # Another topic now: every record of it was written after the read, so one stamped an hour
+    # before the read proves its producers backdate.
+    assert recalled_stamps(binding, partitions, meta, "B") == Backdated("t", 0, 2, old, READ_AT, "run-1")
 
 
 def test_once_backdating_is_seen_only_the_brokers_limit_on_a_timestamps_age_bounds_it():

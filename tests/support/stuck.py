@@ -92,6 +92,7 @@ def diagnose_both(setup: StuckSetup, spark: Any, indexed: bool = False, compiled
 
         def spied(request: LocateRequest, engine: str = "auto", spark: Any = None) -> LocateResult:
             located = locate(request, engine, spark)
+            assert "topic_committed" in located.timings  # the Spark job read (not a locate that reads nothing)
             settings.append(located.spark_settings)
             return located
 

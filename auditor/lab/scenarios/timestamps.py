@@ -77,6 +77,10 @@ def _replayed(world: World, probed: bool, added: bool = False) -> Outcome:
     if added:
         cluster.add_partitions(world.topic, 2)  # an operator scales the topic out
         into = 1
+        # A producer knows the partitions its topic had when it last asked (librdkafka asks
+        # every 5 minutes): one made now sends to the new one.
+        live.flush(30)
+        live = Producer(settings)
     world.insert(LATER)
     time.sleep(binding.grace_seconds + 1.0)
     later = truth.all_sent(produce(cluster.bootstrap, world.topic, LATER, producer=live, partition=into))
@@ -109,9 +113,15 @@ def _replayed(world: World, probed: bool, added: bool = False) -> Outcome:
     cluster.delete_records(world.topic, {into: start})
     low = cluster.watermarks(world.topic)[into][0]
     if low != start or any(d.offset >= start or d.partition != into for d in later):
-        raise LabError(f"the log starts at {low}, not at the first replayed record {start}")
+        raise LabError(
+            f"partition {into}'s log starts at {low}, not at the first replayed record {start}, or live records "
+            f"are elsewhere: {[(d.partition, d.offset) for d in later]}"
+        )
     remaining = cluster.read_topic(world.topic)
-    world.notes.append(f"live records at {[d.offset for d in later]}, deleted; log start {low}: {remaining[0].key}")
+    first_left = next(r for r in remaining if r.partition == into)
+    world.notes.append(
+        f"live records at {into}@{[d.offset for d in later]}, deleted; log start {low}: {first_left.key}"
+    )
     # Truth: the delivery reports say the ten were written; the read says they are gone; the
     # group never read them (its commit is below them). Plain clients leave nothing saying
     # they were written, and no run saw them: unknown, never missing or never-produced. A
@@ -133,8 +143,10 @@ def _replayed(world: World, probed: bool, added: bool = False) -> Outcome:
     world.notes += [str(w) for w in warnings][:2] if isinstance(warnings, list) else []
     world.notes += [f"{key}: {reason}" for key, reason in sorted(stuck.reasons.items())][:1]
     return Outcome(
-        injected=f"{'AuditedProducer' if probed else 'plain producer'}; 10 live records, then {len(REPLAYED)} replayed ones stamped {REPLAY_AGE_S} s "
-        "ago; delete_records took the live ten unread",
+        injected=f"{'AuditedProducer' if probed else 'plain producer'}; "
+        f"{'partition 1 added after the first run; ' if added else ''}10 live records, then {len(REPLAYED)} "
+        f"replayed ones stamped {REPLAY_AGE_S} s ago{' (all in partition 1)' if added else ''}; "
+        "delete_records took the live ten unread",
         expected=expected,
         got=merge(first.verdicts, second.verdicts, stuck.verdicts),
         detect_s=max(second.finished_monotonic, stuck.finished_monotonic) - injected_at,
