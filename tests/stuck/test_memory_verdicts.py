@@ -408,6 +408,35 @@ def test_a_mark_of_a_record_the_broker_lost_is_not_taken_for_the_record_now_at_i
         kafka_admin.delete_topics([topic])
 
 
+def first_run_of_two_done_tickets(plain: PlainPipeline) -> StuckRule:
+    """Tickets 1 and 2, done, their records in partitions 0 and 1, and a run that read them;
+    the binding's grace and the rule's age 1 s."""
+    plain.insert(1, 2, minutes_ago=60, status="DONE")
+    plain.produce(0, 1, minutes_ago=59)
+    plain.produce(1, 2, minutes_ago=59)
+    rule = rule_for(plain)
+    Binding.objects.filter(pk=rule.binding.pk).update(grace_seconds=1)
+    StuckRule.objects.filter(pk=rule.pk).update(older_than_seconds=1)
+    rule.refresh_from_db()
+    reconcile(rule)
+    return rule
+
+
+def replay_then_retention(
+    plain: PlainPipeline, kafka_admin: AdminClient, partition: int, replay_minutes_ago: int
+) -> None:
+    """Live records of tickets 3 and 4 written to `partition`, then a replayed event (1001)
+    stamped `replay_minutes_ago` before; retention (delete_records) takes 3 and 4 unread;
+    tickets 5 and 6 are created after that and never sent."""
+    plain.insert(3, 4, minutes_ago=0)
+    plain.produce(partition, 3, 4, minutes_ago=0)
+    plain.produce(partition, 1001, minutes_ago=replay_minutes_ago)
+    delete_records(kafka_admin, [TopicPartition(plain.topic, partition, plain.delivered[1001][1])])
+    time.sleep(2.5)  # past the grace (1 s), by the database's clock too
+    plain.insert(5, 6, minutes_ago=0)
+    time.sleep(1.5)
+
+
 @pytest.mark.parametrize("replay_minutes_ago", [0, 60], ids=["stamped-when-written", "stamped-an-hour-before"])
 def test_records_stamped_before_they_were_written_bound_no_deletion(
     plain: PlainPipeline, kafka_admin: AdminClient, spark, replay_minutes_ago: int
@@ -419,22 +448,8 @@ def test_records_stamped_before_they_were_written_bound_no_deletion(
     told (unknown). Stamped an hour before (a replay with the events' own times), it bounds
     nothing: read at its word, 3 and 4 (written after it and deleted) would be missing and
     never-produced too."""
-    plain.insert(1, 2, minutes_ago=60, status="DONE")
-    plain.produce(0, 1, minutes_ago=59)
-    plain.produce(1, 2, minutes_ago=59)
-    rule = rule_for(plain)
-    Binding.objects.filter(pk=rule.binding.pk).update(grace_seconds=1)
-    StuckRule.objects.filter(pk=rule.pk).update(older_than_seconds=1)
-    rule.refresh_from_db()
-    reconcile(rule)
-
-    plain.insert(3, 4, minutes_ago=0)
-    plain.produce(0, 3, 4, minutes_ago=0)
-    plain.produce(0, 1001, minutes_ago=replay_minutes_ago)
-    delete_records(kafka_admin, [TopicPartition(plain.topic, 0, plain.delivered[1001][1])])
-    time.sleep(2.5)  # past the grace (1 s), by the database's clock too
-    plain.insert(5, 6, minutes_ago=0)
-    time.sleep(1.5)
+    rule = first_run_of_two_done_tickets(plain)
+    replay_then_retention(plain, kafka_admin, 0, replay_minutes_ago)
 
     # Ground truth: the delivery reports and a full read of the topic.
     now = plain.topic_now()
@@ -470,24 +485,11 @@ def test_a_record_stamped_before_it_was_written_in_a_partition_added_after_the_r
     backdating as a record past a read high watermark does. Read at its word, it would bound
     the deletion of 3 and 4 (written after it): missing and never-produced. Stamped when
     written, it bounds the deletion: 5 and 6, never sent, are missing and never-produced."""
-    plain.insert(1, 2, minutes_ago=60, status="DONE")
-    plain.produce(0, 1, minutes_ago=59)
-    plain.produce(1, 2, minutes_ago=59)
-    rule = rule_for(plain)
-    Binding.objects.filter(pk=rule.binding.pk).update(grace_seconds=1)
-    StuckRule.objects.filter(pk=rule.pk).update(older_than_seconds=1)
-    rule.refresh_from_db()
-    reconcile(rule)  # reads partitions 0 and 1, the topic's only ones
+    rule = first_run_of_two_done_tickets(plain)  # it reads partitions 0 and 1, the topic's only ones
 
     kafka_admin.create_partitions([NewPartitions(plain.topic, 3)])[plain.topic].result(timeout=30)
     wait_until(lambda: all_led(kafka_admin, plain.topic, 3), 30, "a leader for partition 2")
-    plain.insert(3, 4, minutes_ago=0)
-    plain.produce(2, 3, 4, minutes_ago=0)
-    plain.produce(2, 1001, minutes_ago=replay_minutes_ago)
-    delete_records(kafka_admin, [TopicPartition(plain.topic, 2, plain.delivered[1001][1])])
-    time.sleep(2.5)  # past the grace (1 s), by the database's clock too
-    plain.insert(5, 6, minutes_ago=0)
-    time.sleep(1.5)
+    replay_then_retention(plain, kafka_admin, 2, replay_minutes_ago)
 
     # Ground truth: the delivery reports and a full read of the topic.
     now = plain.topic_now()
