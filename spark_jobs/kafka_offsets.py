@@ -66,6 +66,12 @@ FUTURE_MARGIN_S = 5.0
 NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 
+def another_topic(read_id: str | None, now_id: str | None) -> bool:
+    """Whether a topic read with id `read_id` has been deleted and created again: its id now
+    is another. False when either is not known (a state or a cluster without ids)."""
+    return bool(read_id and now_id and read_id != now_id)
+
+
 def topic_id(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> str | None:
     """The topic's id: Kafka gives every topic one when it is created, and a topic deleted and
     created again under the same name gets another. None when the cluster gives none."""

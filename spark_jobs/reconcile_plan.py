@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_jobs.binding import Binding
 from spark_jobs.common import cores, is_small, settings_applied, small_job_settings
 from spark_jobs.kafka_cleanup import TopicCleanup
-from spark_jobs.kafka_offsets import KafkaReadError
+from spark_jobs.kafka_offsets import KafkaReadError, another_topic
 from spark_jobs.mark_rules import MarkRule
 from spark_jobs.reconcile_extract import (
     OffsetRange,
@@ -257,7 +257,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         current_id = None
         warnings.append(f"the topic's id could not be read, so a re-creation of it would go unseen: {exc}")
     recreated = None
-    if meta.topic_id and current_id and meta.topic_id != current_id:
+    if another_topic(meta.topic_id, current_id):
         recreated = (
             f"topic {binding.topic} was deleted and created again since run {meta.run_id} (topic id {meta.topic_id}, "
             f"now {current_id})"

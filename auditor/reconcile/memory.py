@@ -33,7 +33,7 @@ from auditor.stuck.evidence import (
     RecordState,
     Sighting,
 )
-from spark_jobs.kafka_offsets import KafkaReadError, rewritten_partitions
+from spark_jobs.kafka_offsets import KafkaReadError, another_topic, rewritten_partitions
 from spark_jobs.mark_rules import MarkRule, rules_from_json
 from spark_jobs.record_times import Backdated, find_backdated, written_after_read
 from spark_jobs.state_location import StateLocation, StateLocationError
@@ -110,11 +110,12 @@ def recalled_stamps(
         return None
     try:
         read_at = meta.get("read_at_ms")
-        recreated = bool(meta.get("topic_id") and topic_id and meta["topic_id"] != topic_id)
         return find_backdated(
             binding.topic,
             {p: (s.low_timestamp_ms, s.low) for p, s in partitions.items() if s.low < s.high},
-            written_after_read(meta.get("read_highs") or {}, partitions, recreated=recreated),
+            written_after_read(
+                meta.get("read_highs") or {}, partitions, recreated=another_topic(meta.get("topic_id"), topic_id)
+            ),
             None if read_at is None else int(read_at),
             meta.get("run_id"),
             binding.grace_seconds * 1000,
