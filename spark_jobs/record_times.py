@@ -116,9 +116,10 @@ def find_backdated(
     backdating among `oldest` (per partition, the smallest timestamp among the records read
     at or past `read_to`, and its offset), against an earlier run `run_id` that read the log
     ends at `read_at_ms` (taken before it asked); `read_to` (written_after_read) is where each
-    partition's records written after that read begin. Only records at or past it count: they were written after the read (or, not yet replicated,
-    shortly before), stamped more than SLACK_MS and `grace_ms` before it. None without one
-    (or without the earlier read's time: a state written before it was kept)."""
+    partition's records written after that read begin. Only records at or past it count:
+    they were written after the read (or, not yet replicated, shortly before), stamped more
+    than SLACK_MS and `grace_ms` before it. None without one (or without the earlier read's
+    time: a state written before it was kept)."""
     proven = Backdated.from_json(known)
     if proven is not None or read_at_ms is None or run_id is None:
         return proven
