@@ -116,7 +116,7 @@ def transform_unattributed(
     what reconciliation runs read below where this read started) and from `keyed` (session, seq: sequences
     a `keys` record names, ledgered under their key), in a session with more absent sequences than
     not-persisted failure reports (each of those is one certainly absent record); null when none.
-    The rule of auditor.stuck.locate.unattributed_until."""
+    The rule of auditor.stuck.locate_python.unattributed_until."""
     parsed = raw_ledger.select(
         F.from_json(
             F.col("value").cast("string"), "type string, pid string, topic string, entries array<array<string>>"
@@ -195,7 +195,7 @@ def transform_mark_summary(processed: DataFrame, positions: DataFrame, lows: Dat
 
 def transform_range_ends_below_low(raw_ledger: DataFrame, topic: str, groups: list[str], lows: DataFrame) -> DataFrame:
     """Per group, `last_ms`: the latest end of a v2 processed range of `topic` that starts
-    below its partition's log start (auditor.stuck.locate._range_marks does the same)."""
+    below its partition's log start (auditor.stuck.locate_python._range_marks does the same)."""
     parsed = raw_ledger.select(
         F.from_json(F.col("value").cast("string"), "type string, group string, entries array<array<string>>").alias("m")
     ).where((F.col("m.type") == "processed-ranges") & F.col("m.group").isin(groups))

@@ -13,7 +13,8 @@ from confluent_kafka import Producer
 from auditor.stuck import locate as locate_module
 from auditor.stuck.evidence import LocatedRecord, PartitionState
 from auditor.stuck.kafka_view import LedgerRange, ReadPlan
-from auditor.stuck.locate import LocateError, LocateRequest, locate, read_ranges
+from auditor.stuck.locate import LocateError, LocateRequest, locate
+from auditor.stuck.locate_python import read_ranges
 from auditor.stuck.record_reader import record_timestamps
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,462 @@
+"""The stuck locate's Python engine: confluent-kafka consumers stream the planned ranges of
+the topic and both ledgers, and keep only what concerns the stuck keys, so memory follows the
+stuck items, never the topic (auditor/stuck/locate.py chooses the engine)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from auditor.probes.codec import (
+    ACKED_RANGE,
+    NOT_PERSISTED,
+    SENT,
+    ConsumerBatch,
+    ProcessedRanges,
+    ProducerBatch,
+    ProducerFailures,
+    ProducerKeys,
+    ProducerRanges,
+    SeqRange,
+    decode_ledger_record,
+    delivery_status,
+)
+from auditor.probes.headers import AUDIT, AUDIT_V2, AUDIT_V2_SIZE, AUDIT_VERSION, audit_position
+from auditor.probes.message import record_headers, record_position  # read_ranges() yields records only
+from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark, RecordState
+from auditor.stuck.kafka_view import client_settings
+from auditor.stuck.locate_request import LocateError, LocateRequest, LocateResult
+from spark_jobs.binding import RecordKeySpec, parse_record_key
+from spark_jobs.kafka_offsets import KafkaReadError
+from spark_jobs.kafka_security import connection_settings
+
+
+def _reader(bootstrap: str, config: dict[str, str], isolation: str) -> Consumer:
+    return Consumer(
+        {
+            **connection_settings(config),
+            "bootstrap.servers": bootstrap,
+            "group.id": f"auditor-stuck-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+            # a start offset deleted under the read (retention, delete_records) is an error:
+            # librdkafka's default (latest) would skip silently to the end of the partition
+            "auto.offset.reset": "error",
+        }
+    )
+
+
+def read_ranges(
+    bootstrap: str,
+    config: dict[str, str],
+    topic: str,
+    ranges: dict[int, tuple[int, int]],
+    isolation: str = "read_uncommitted",
+    idle_timeout_s: float = 30.0,
+) -> Iterator[Message]:
+    """Every record of ``topic`` in [start, end) per partition, in partition order per partition.
+
+    The range is read whole or not at all: a partition whose end of log comes before `end`
+    (its log end moved back since the range was planned: a leader whose high watermark has
+    not caught up with its predecessor's, or a truncation) raises LocateError, never a read
+    that silently stopped short (its records would look absent: never produced, or lost)."""
+    wanted = {p: (s, e) for p, (s, e) in ranges.items() if e > s}
+    if not wanted:
+        return
+    consumer = _reader(bootstrap, config, isolation)
+    try:
+        consumer.assign([TopicPartition(topic, p, s) for p, (s, _) in wanted.items()])
+        pending = set(wanted)
+        last_progress = time.monotonic()
+        while pending:
+            batch = consumer.consume(1000, 0.5)
+            if not batch and time.monotonic() - last_progress > idle_timeout_s:
+                raise LocateError(f"reading {topic} stalled: partitions {sorted(pending)} did not reach their end")
+            for msg in batch:
+                partition = msg.partition()
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        at = msg.offset()
+                        end = wanted[partition][1] if partition is not None and partition in pending else None
+                        if end is not None and at is not None and 0 <= at < end:
+                            raise LocateError(
+                                f"reading {topic}/{partition} reached the end of its log at offset {at}, before "
+                                f"offset {end} where it ended when the read was planned: its log end moved back "
+                                "(a leader change or a truncation under the read); diagnose again"
+                            )
+                        pending.discard(partition)
+                        continue
+                    raise LocateError(f"reading {topic}/{partition} failed: {error.str()}")
+                last_progress = time.monotonic()
+                if partition not in pending:
+                    continue
+                end = wanted[partition][1]
+                offset = record_position(msg)[2]
+                if offset >= end:
+                    pending.discard(partition)
+                    continue
+                yield msg
+                if offset >= end - 1:
+                    pending.discard(partition)
+    finally:
+        consumer.close()
+
+
+def _json_path(document: Any, path: str) -> Any:
+    """get_json_object's subset the bindings allow: $.name and [index] steps."""
+    current = document
+    index = 1
+    while index < len(path):
+        if path[index] == ".":
+            end = index + 1
+            while end < len(path) and path[end] not in ".[":
+                end += 1
+            if not isinstance(current, dict):
+                return None
+            current = current.get(path[index + 1 : end])
+            index = end
+        elif path[index] == "[":
+            end = path.index("]", index)
+            position = int(path[index + 1 : end])
+            if not isinstance(current, list) or position >= len(current):
+                return None
+            current = current[position]
+            index = end + 1
+        else:
+            return None
+        if current is None:
+            return None
+    return current
+
+
+def record_key_of(msg: Message, spec: RecordKeySpec) -> str | None:
+    """The business key as Spark's record_key_expression finds it (both engines agree)."""
+    if spec.source == "key":
+        key = msg.key()
+        return None if key is None else key.decode("utf-8", "replace")
+    if spec.source == "header":
+        for name, value in record_headers(msg):
+            if name == spec.argument:
+                return None if value is None else value.decode("utf-8", "replace")
+        return None
+    try:
+        document = json.loads(msg.value() or b"")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    found = _json_path(document, str(spec.argument))
+    if found is None:
+        return None
+    return found if isinstance(found, str) else json.dumps(found, separators=(",", ":"))
+
+
+def _timestamp(msg: Message) -> int | None:
+    kind, value = msg.timestamp()
+    return value if kind != 0 and value >= 0 else None
+
+
+def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, str], result: LocateResult) -> None:
+    spec = parse_record_key(request.record_key, "stuck rule")
+    keys = set(request.keys)
+    plan = request.plan
+
+    def match(msg: Message, state: RecordState, key: str | None = None) -> LocatedRecord | None:
+        key = record_key_of(msg, spec) if key is None else key
+        if key is None or key not in keys:
+            return None
+        session, seq = audit_position(record_headers(msg))  # either contract version
+        _topic, partition, offset = record_position(msg)
+        return LocatedRecord(key, partition, offset, _timestamp(msg), state, session, seq)
+
+    committed_positions: set[tuple[int, int]] = set()
+    counts: dict[int, int] = {}
+    starts = {p: request.start(s) for p, s in plan.partitions.items()}
+    committed_ranges = {p: (starts[p], s.stable) for p, s in plan.partitions.items()}
+    seen = result.v2_seen
+    for msg in read_ranges(bootstrap, config, plan.topic, committed_ranges, "read_committed"):
+        _note_v2(msg, seen)
+        partition = record_position(msg)[1]
+        counts[partition] = counts.get(partition, 0) + 1
+        result.records_scanned += 1
+        key = record_key_of(msg, spec)
+        if key is None:
+            continue
+        result.keyed_records += 1
+        found = match(msg, "committed", key)
+        if found is not None:
+            committed_positions.add((found.partition, found.offset))
+            result.records.setdefault(found.key, []).append(found)
+    _locate_uncommitted(
+        plan.partitions, starts, counts, committed_positions, match, bootstrap, config, plan.topic, result
+    )
+
+
+def _note_v2(msg: Message, seen: dict[str, set[int]]) -> None:
+    """Remember the (session, seq) of a record with a valid version-2 header."""
+    for name, value in record_headers(msg):
+        if name == AUDIT:
+            if value is not None and len(value) >= AUDIT_V2_SIZE and value[0] == AUDIT_VERSION:
+                _, session, seq, _ = AUDIT_V2.unpack_from(value)
+                seen.setdefault(session.hex(), set()).add(seq)
+            return
+
+
+def unattributed_until(
+    ranges: dict[str, list[SeqRange]],
+    failures: dict[str, int],
+    seen: dict[str, set[int]],
+    seen_intervals: dict[str, list[tuple[int, int]]] | None = None,
+    keyed: dict[str, list[tuple[int, int]]] | None = None,
+) -> int | None:
+    """The latest ``to_ms`` of a v2 range holding a sequence absent from the topic (not read
+    now, nor in ``seen_intervals``: what reconciliation runs read) that no failure explains
+    and whose key no ``keys`` record names (``keyed``: per session, spans of sequences with a
+    key: such a sequence is ledgered under its key); None when every such sequence is
+    accounted for.
+
+    A failure report that says not persisted is one record of its session that is certainly
+    absent: a session whose absent sequences are no more than those failures is explained.
+    """
+    latest: int | None = None
+    for session, session_ranges in ranges.items():
+        found = seen.get(session, set())
+        spans = (seen_intervals or {}).get(session, []) + (keyed or {}).get(session, [])
+        absent: set[int] = set()
+        for r in session_ranges:
+            absent.update(
+                s
+                for s in range(r.first, r.last + 1)
+                if s not in found and not any(start <= s <= end for start, end in spans)
+            )
+        if len(absent) <= failures.get(session, 0):
+            continue
+        for r in session_ranges:
+            if any(s in absent for s in range(r.first, r.last + 1)):
+                latest = r.to_ms if latest is None else max(latest, r.to_ms)
+    return latest
+
+
+def uncommitted_ranges(
+    partitions: dict[int, PartitionState], starts: dict[int, int], counts: dict[int, int]
+) -> dict[int, tuple[int, int]]:
+    """Ranges to read again with read_uncommitted: whole partitions (from their start) with
+    offset holes below the last stable offset (markers or aborted records), else only the
+    open-transaction tail."""
+    ranges: dict[int, tuple[int, int]] = {}
+    for p, state in partitions.items():
+        start = starts.get(p, state.low)
+        if counts.get(p, 0) < state.stable - start:
+            ranges[p] = (start, state.high)
+        elif state.stable < state.high:
+            ranges[p] = (state.stable, state.high)
+    return ranges
+
+
+def _locate_uncommitted(
+    partitions: dict[int, PartitionState],
+    starts: dict[int, int],
+    counts: dict[int, int],
+    committed_positions: set[tuple[int, int]],
+    match: Any,
+    bootstrap: str,
+    config: dict[str, str],
+    topic: str,
+    result: LocateResult,
+) -> None:
+    ranges = uncommitted_ranges(partitions, starts, counts)
+    for msg in read_ranges(bootstrap, config, topic, ranges, "read_uncommitted"):
+        _topic, partition, offset = record_position(msg)
+        if (partition, offset) in committed_positions:
+            continue
+        _note_v2(msg, result.v2_seen)
+        state = "open" if offset >= partitions[partition].stable else "aborted"
+        found = match(msg, state)
+        if found is not None:
+            result.records.setdefault(found.key, []).append(found)
+
+
+def _locate_producer_ledger(
+    request: LocateRequest, bootstrap: str, config: dict[str, str], result: LocateResult
+) -> None:
+    ledger = request.plan.producer_ledger
+    if ledger is None:
+        return
+    keys = set(request.keys)
+    ranges: dict[str, list[SeqRange]] = {}
+    failures: dict[str, int] = {}
+    keyed: dict[str, list[tuple[int, int]]] = {}
+    hits: list[tuple[str, int, str, int, int]] = []  # session, seq, key, from_ms, to_ms
+    for msg in read_ranges(bootstrap, config, ledger.topic, ledger.ranges):
+        record = decode_ledger_record(msg.value())
+        if isinstance(record, ProducerKeys) and record.topic == request.plan.topic:
+            spans = keyed.setdefault(record.pid, [])
+            for run in record.runs:
+                spans.extend(key_spans(run.first, run.keys))
+                hits.extend(
+                    (record.pid, run.first + i, k, run.stamps[i], run.stamps[i])
+                    for i, k in enumerate(run.keys)
+                    if k is not None and k in keys
+                )
+            continue
+        if isinstance(record, ProducerRanges) and record.topic == request.plan.topic:
+            result.ledger_entries_for_topic += sum(r.last - r.first + 1 for r in record.ranges)
+            ranges.setdefault(record.pid, []).extend(record.ranges)
+            continue
+        if isinstance(record, ProducerFailures) and record.topic == request.plan.topic:
+            failures[record.pid] = failures.get(record.pid, 0) + sum(
+                1 for f in record.entries if f.persisted == NOT_PERSISTED
+            )
+            for f in record.entries:
+                if f.audit_id is not None and f.audit_id in keys:
+                    result.ledger_entries.setdefault(f.audit_id, []).append(
+                        LedgerEntry(
+                            f.audit_id, record.pid, f.first, "failed", f.partition, -1, f.error, f.persisted, f.ts_ms
+                        )
+                    )
+            continue
+        if not isinstance(record, ProducerBatch) or record.topic != request.plan.topic:
+            continue
+        result.ledger_entries_for_topic += len(record.entries)
+        for e in record.entries:
+            if e.audit_id is not None and e.audit_id in keys:
+                result.ledger_entries.setdefault(e.audit_id, []).append(
+                    LedgerEntry(
+                        e.audit_id,
+                        record.pid,
+                        e.seq,
+                        delivery_status(e.status, e.offset),
+                        e.partition,
+                        e.offset,
+                        e.error,
+                        e.persisted,
+                        e.ts_ms,
+                    )
+                )
+    for session, seq, key, from_ms, to_ms in hits:
+        status = range_status(ranges.get(session, []), seq)
+        if status is not None:
+            result.ledger_entries.setdefault(key, []).append(
+                LedgerEntry(key, session, seq, status, -1, -1, None, None, from_ms, to_ms)
+            )
+    result.unattributed_to_ms = unattributed_until(ranges, failures, result.v2_seen, request.seen_intervals, keyed)
+
+
+def key_spans(first: int, keys: tuple[str | None, ...]) -> list[tuple[int, int]]:
+    """The spans of sequences ``first``... whose key is known (None: a record without key)."""
+    spans: list[tuple[int, int]] = []
+    start = None
+    for i, key in enumerate(keys):
+        if key is not None and start is None:
+            start = i
+        elif key is None and start is not None:
+            spans.append((first + start, first + i - 1))
+            start = None
+    if start is not None:
+        spans.append((first + start, first + len(keys) - 1))
+    return spans
+
+
+def range_status(ranges: list[SeqRange], seq: int) -> str | None:
+    """A v2 sequence's status from its session's ranges, the strongest: acked-range (a range
+    resolved it acked) > sent (only unconfirmed ranges: acks=0 or the unresolved tail); None
+    when no range holds it yet."""
+    status = None
+    for r in ranges:
+        if r.first <= seq <= r.last:
+            if r.status == "acked":
+                return ACKED_RANGE
+            status = SENT
+    return status
+
+
+def mark_positions(result: LocateResult) -> set[tuple[int, int]]:
+    """(partition, offset) whose processed marks matter: the records found, and acked offsets."""
+    positions = {(r.partition, r.offset) for records in result.records.values() for r in records}
+    for entries in result.ledger_entries.values():
+        positions.update((e.partition, e.offset) for e in entries if e.status == "acked" and e.offset >= 0)
+    return positions
+
+
+def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str], result: LocateResult) -> None:
+    ledger = request.plan.consumer_ledger
+    if ledger is None or not request.groups:
+        return
+    groups = set(request.groups)
+    topic = request.plan.topic
+    lows = {p: s.low for p, s in request.plan.partitions.items()}
+    positions = mark_positions(result)
+    for msg in read_ranges(bootstrap, config, ledger.topic, ledger.ranges):
+        record = decode_ledger_record(msg.value())
+        if isinstance(record, ProcessedRanges) and record.group in groups:
+            _range_marks(record, topic, lows, positions, result)
+            continue
+        if not isinstance(record, ConsumerBatch) or record.group not in groups:
+            continue
+        group = record.group
+        for e in record.entries:
+            if e.topic != topic:
+                continue
+            result.group_marks[group] = result.group_marks.get(group, 0) + 1
+            _first_mark(result, group, e.partition, e.offset, e.ts_ms)
+            if e.offset < lows.get(e.partition, 0):
+                if e.ts_ms > result.last_mark_below_low_ms.get(group, -1):
+                    result.last_mark_below_low_ms[group] = e.ts_ms
+                key = (group, e.partition)
+                result.max_mark_below_low[key] = max(result.max_mark_below_low.get(key, -1), e.offset)
+            if (e.partition, e.offset) in positions:
+                result.add_mark(ProcessedMark(group, e.partition, e.offset, record.sid, e.ts_ms))
+
+
+def _first_mark(result: LocateResult, group: str, partition: int, offset: int, ts_ms: int) -> None:
+    key = (group, partition)
+    if offset < result.first_mark.get(key, offset + 1):
+        result.first_mark[key] = offset
+    if ts_ms < result.first_mark_ms.get(group, ts_ms + 1):
+        result.first_mark_ms[group] = ts_ms
+
+
+def _range_marks(
+    record: ProcessedRanges,
+    topic: str,
+    lows: dict[int, int],
+    positions: set[tuple[int, int]],
+    result: LocateResult,
+) -> None:
+    """v2 marks: ranges of consecutive processed offsets, read like one mark per offset."""
+    group = str(record.group)
+    for r in record.ranges:
+        if r.topic != topic:
+            continue
+        result.group_marks[group] = result.group_marks.get(group, 0) + r.last - r.first + 1
+        _first_mark(result, group, r.partition, r.first, r.first_ms)
+        low = lows.get(r.partition, 0)
+        if r.first < low:
+            if r.last_ms > result.last_mark_below_low_ms.get(group, -1):
+                result.last_mark_below_low_ms[group] = r.last_ms
+            key = (group, r.partition)
+            result.max_mark_below_low[key] = max(result.max_mark_below_low.get(key, -1), min(r.last, low - 1))
+        for partition, offset in positions:
+            if partition == r.partition and r.first <= offset <= r.last:
+                result.add_mark(ProcessedMark(group, partition, offset, record.sid, r.first_ms))
+
+
+def locate_with_python(request: LocateRequest) -> LocateResult:
+    bootstrap, config = client_settings(request.kafka_config)
+    result = LocateResult(engine="python", records={k: list(v) for k, v in request.known.items()})
+    started = time.monotonic()
+    try:
+        _locate_records(request, bootstrap, config, result)
+        result.timings["topic"] = round(time.monotonic() - started, 3)
+        _locate_producer_ledger(request, bootstrap, config, result)
+        result.timings["producer_ledger"] = round(time.monotonic() - started - result.timings["topic"], 3)
+        _locate_marks(request, bootstrap, config, result)
+    except KafkaReadError as exc:
+        raise LocateError(str(exc)) from exc
+    result.timings["total"] = round(time.monotonic() - started, 3)
+    return result
