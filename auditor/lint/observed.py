@@ -27,7 +27,8 @@ from confluent_kafka.admin import (
 )
 
 from auditor.lint.engine.terms import Overtaken
-from auditor.probes.codec import ClientRecord, decode_ledger_record
+from auditor.probes.codec import ClientRecord
+from auditor.probes.codec_decode import decode_ledger_record
 from auditor.probes.message import record_position  # messages() yields records only
 from spark_jobs.group_offsets import committed_offsets
 

@@ -23,8 +23,6 @@ from auditor.probes.codec import (
     SeqRange,
     SessionEnd,
     SessionStart,
-    decode_ledger_record,
-    decode_ledger_records,
     delivery_status,
     encode_batch,
     encode_client_record,
@@ -33,6 +31,7 @@ from auditor.probes.codec import (
     encode_session_end,
     encode_session_start,
 )
+from auditor.probes.codec_decode import decode_ledger_record, decode_ledger_records
 from auditor.probes.config import mask_config
 from auditor.probes.consumer import AuditedConsumer
 from auditor.probes.consumer_v1 import AuditedConsumerV1

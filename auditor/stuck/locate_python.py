@@ -23,9 +23,9 @@ from auditor.probes.codec import (
     ProducerKeys,
     ProducerRanges,
     SeqRange,
-    decode_ledger_record,
     delivery_status,
 )
+from auditor.probes.codec_decode import decode_ledger_record
 from auditor.probes.headers import AUDIT, AUDIT_V2, AUDIT_V2_SIZE, AUDIT_VERSION, audit_position
 from auditor.probes.message import record_headers, record_position  # read_ranges() yields records only
 from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark, RecordState
