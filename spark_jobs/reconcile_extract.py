@@ -4,6 +4,8 @@ Spark's Kafka source, the source table over JDBC."""
 from __future__ import annotations
 
 import math
+import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -41,6 +43,30 @@ from spark_jobs.reconcile_transform import (
 )
 
 ROWS_PER_JDBC_PARTITION = 250_000
+
+# How long a processed mark may trail its commit. The probes hand marks to their ledger before
+# an explicit commit, but not before one auto-commit makes of offsets stored with
+# store_offsets (the consumer configuration lint C001 advises), nor do they wait for an
+# asynchronous commit's marks to be acked: those marks reach the ledger at the probe's next
+# background flush (ledger_flush_interval_s, 1 s by default) plus a produce. The consumer
+# ledger's end is read this long after the committed offsets, so every mark of a committed
+# record that a live probe will write is inside it.
+MARK_SETTLE_SECONDS = 3.0
+
+
+def mark_settle_seconds() -> float:
+    """MARK_SETTLE_SECONDS, or $RECONCILE_MARK_SETTLE_SECONDS (probes that flush their ledger
+    less often need more)."""
+    raw = os.environ.get("RECONCILE_MARK_SETTLE_SECONDS")
+    if raw is None:
+        return MARK_SETTLE_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BindingError(f"RECONCILE_MARK_SETTLE_SECONDS must be a number of seconds, got {raw!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise BindingError(f"RECONCILE_MARK_SETTLE_SECONDS must be 0 or more seconds, got {raw!r}")
+    return value
 
 
 NUMERIC_TYPES = {"smallint", "integer", "bigint", "int", "int2", "int4", "int8", "serial", "bigserial"}
@@ -229,23 +255,26 @@ def extract_topic_offsets(
 ) -> dict[str, Any]:
     """Every driver-side Kafka look-up, in the order that keeps the reads consistent.
 
-    Committed offsets first, then the consumer ledger's end (a processed mark is written
-    before its commit), then the producer ledger's end, then the topic's own ends (a ledger
+    Committed offsets first, then the consumer ledger's end, MARK_SETTLE_SECONDS later where
+    a group has committed (a processed mark may trail its commit by the probe's flush), then the producer ledger's end, then the topic's own ends (a ledger
     entry acked at an offset is then always inside the topic range read).
     """
     connection = admin_config(binding.bootstrap_servers, binding.kafka_config)
     admin = AdminClient(connection)
     partitions = topic_partitions(admin, binding.topic)
     committed = committed_offsets(connection, binding.consumer_groups, binding.topic, partitions)
+    settled = time.monotonic() + (mark_settle_seconds() if committed else 0.0)
 
-    def ledger(topic: str, previous: dict[int, int]) -> OffsetRange:
+    def ledger(topic: str, previous: dict[int, int], settle: bool = False) -> OffsetRange:
         # A ledger topic that never existed means the probes are not in use; one that
         # disappeared after being read is a failure like any other unreadable input.
         parts = topic_partitions(admin, topic, required=bool(previous))
+        if settle and parts:
+            time.sleep(max(0.0, settled - time.monotonic()))  # MARK_SETTLE_SECONDS
         return plan_offsets(topic, partition_offsets(admin, topic, parts), previous)
 
     consumer_ledger = (
-        ledger(binding.consumer_ledger_topic, meta.consumer_ledger_offsets)
+        ledger(binding.consumer_ledger_topic, meta.consumer_ledger_offsets, settle=True)
         if binding.consumer_groups
         else OffsetRange(binding.consumer_ledger_topic)
     )

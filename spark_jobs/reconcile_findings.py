@@ -354,16 +354,21 @@ def find_unprocessed(
 ) -> DataFrame:
     """Records below a group's committed offset that the group's ledger never marked processed.
 
-    Only groups that keep a consumer ledger (any processed mark so far) are judged. Records
+    Only where the group's consumer is probed: in a partition where the group marked records
+    processed, from the first offset it marked there on. Below it (the probe came later, on
+    a pipeline already running) and in partitions it never marked (instances without the
+    probe) the group's consumer may have processed records without a ledger. Records
     written up to `unjudged_until` are not: on a compacted topic the log cleaner may have
     removed such a record before the group got there (a later record has its record key),
     and passing it is no skip; or the consumer ledger deleted records before any run read
     them, and the record's processed mark may have been among them. Nor records where and
     when `mark_rules` say a mark of a record the broker lost may be taken for theirs.
     """
-    ledgered = processed_coverage.select("group").distinct()
+    first_marks = processed_coverage.groupBy("group", "partition").agg(F.min("start").alias("first_mark"))
     below = (
-        candidates.join(ledgered, "group", "left_semi")
+        candidates.join(first_marks, ["group", "partition"], "inner")
+        .where(F.col("offset") >= F.col("first_mark"))
+        .drop("first_mark")
         .join(committed, ["group", "partition"], "inner")
         .where(F.col("offset") < F.col("committed"))
     )

@@ -249,6 +249,17 @@ def _delivery_status(status: Column, offset: Column) -> Column:
     )
 
 
+def transform_producer_session_starts(raw: DataFrame) -> DataFrame:
+    """Producer-ledger records → (session, started_ms): when each producer session began (its
+    session-start record)."""
+    return (
+        _parse_ledger(raw)
+        .where((F.col("type") == "session-start") & F.col("pid").isNotNull())
+        .groupBy(F.col("pid").alias("session"))
+        .agg(F.min("ts").alias("started_ms"))
+    )
+
+
 def transform_producer_ledger(
     raw: DataFrame, topic: str, *, place_failures: bool = False
 ) -> tuple[DataFrame, DataFrame]:

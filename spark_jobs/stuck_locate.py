@@ -19,7 +19,7 @@ Request: {"topic", "bootstrap_servers", "kafka_config", "record_key", "groups",
           "records_to_read": n}  (optional: topic and ledger records read, at most; absent: a large read)
 Result:  {"records": [[key, p, offset, ts_ms, state, session, seq]], "records_scanned", "keyed_records",
           "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms, to_ms]],
-          "ledger_entries_for_topic", "marks": [[group, p, offset, consumer_session, ts_ms]],
+          "ledger_entries_for_topic", "ledger_covers_from_ms", "marks": [[group, p, offset, consumer_session, ts_ms]],
           "group_marks": {group: n}, "last_mark_below_low_ms": {group: ms}, "max_mark_below_low": [[group, p, offset]],
           "first_mark": [[group, p, offset]], "first_mark_ms": {group: ms}, "timings": {...},
           "spark_settings": {conf: value set for this locate only}}
@@ -53,6 +53,7 @@ from spark_jobs.reconcile_transform import (
     transform_consumer_ledger,
     transform_producer_failures,
     transform_producer_ledger,
+    transform_producer_session_starts,
 )
 
 Ranges = dict[int, tuple[int, int]]
@@ -335,6 +336,13 @@ def _locate(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
             .collect()[0]
         )
         result["ledger_entries_for_topic"] = row["n"]
+        # From when the ledger speaks for the topic (auditor.stuck.locate_python.ledger_covers_from).
+        first = entries.groupBy("session").agg(F.min("ts_ms").alias("first_ms"))
+        result["ledger_covers_from_ms"] = (
+            first.join(transform_producer_session_starts(raw_ledger), "session", "left")
+            .agg(F.min(F.least("started_ms", "first_ms")).alias("covers_from_ms"))
+            .collect()[0]["covers_from_ms"]
+        )
         result["ledger_entries"] = strongest_v2([list(e) for e in row["hits"]])
         # v2 range records name no keys: the latest instant a range holding a sequence absent
         # from the topic (and not explained by failure reports) says records were produced.

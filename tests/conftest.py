@@ -37,6 +37,11 @@ pytest_plugins = [
 
 load_env_file(ROOT / ".env")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor.settings")
+# Reconciliation reads the consumer ledger's end MARK_SETTLE_SECONDS (3 s) after the committed
+# offsets, for marks a live probe writes at its next flush. The suite's consumers flush their
+# ledgers before a run reads them (they commit synchronously or close), and its runs wait
+# 0.5 s; test_marks_that_trail_an_auto_commit_are_waited_for_not_called_unprocessed sets its own.
+os.environ.setdefault("RECONCILE_MARK_SETTLE_SECONDS", "0.5")
 # Playwright's sync API keeps an event loop running in the test thread; the test's own
 # ORM calls are still synchronous (pytest-django's documented setting for this case).
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"

@@ -214,6 +214,10 @@ class LedgerView:
     # the ledger holds every entry written since this instant (epoch ms); 0: since the start
     complete_since_ms: int | None = 0
     entries_for_topic: int = 0  # producer ledger: entries of the binding's topic
+    # producer ledger: from when it speaks for the topic, the earliest start of a probed
+    # producer session that ledgered records of it (None: no session did). A row created
+    # before it may have been produced before any producer was probed.
+    covers_topic_from_ms: int | None = None
     # producer ledger, contract v2: the latest instant a range record (which names no keys)
     # says records of the topic were produced; None when there is none
     unattributed_to_ms: int | None = None

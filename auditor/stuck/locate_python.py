@@ -23,6 +23,7 @@ from auditor.probes.codec import (
     ProducerKeys,
     ProducerRanges,
     SeqRange,
+    SessionStart,
     delivery_status,
 )
 from auditor.probes.codec_decode import decode_ledger_record
@@ -292,8 +293,17 @@ def _locate_producer_ledger(
     failures: dict[str, int] = {}
     keyed: dict[str, list[tuple[int, int]]] = {}
     hits: list[tuple[str, int, str, int, int]] = []  # session, seq, key, from_ms, to_ms
+    started: dict[str, int] = {}  # producer session → its session-start's time
+    first_ms: dict[str, int] = {}  # producer session → its earliest entry of the topic
+
+    def entered(session: str, ts_ms: int) -> None:
+        first_ms[session] = min(ts_ms, first_ms.get(session, ts_ms))
+
     for msg in read_ranges(bootstrap, config, ledger.topic, ledger.ranges):
         record = decode_ledger_record(msg.value())
+        if isinstance(record, SessionStart) and record.kind == "producer":
+            started[record.session] = min(record.ts_ms, started.get(record.session, record.ts_ms))
+            continue
         if isinstance(record, ProducerKeys) and record.topic == request.plan.topic:
             spans = keyed.setdefault(record.pid, [])
             for run in record.runs:
@@ -307,12 +317,15 @@ def _locate_producer_ledger(
         if isinstance(record, ProducerRanges) and record.topic == request.plan.topic:
             result.ledger_entries_for_topic += sum(r.last - r.first + 1 for r in record.ranges)
             ranges.setdefault(record.pid, []).extend(record.ranges)
+            for r in record.ranges:
+                entered(record.pid, r.from_ms)
             continue
         if isinstance(record, ProducerFailures) and record.topic == request.plan.topic:
             failures[record.pid] = failures.get(record.pid, 0) + sum(
                 1 for f in record.entries if f.persisted == NOT_PERSISTED
             )
             for f in record.entries:
+                entered(record.pid, f.ts_ms)
                 if f.audit_id is not None and f.audit_id in keys:
                     result.ledger_entries.setdefault(f.audit_id, []).append(
                         LedgerEntry(
@@ -324,6 +337,7 @@ def _locate_producer_ledger(
             continue
         result.ledger_entries_for_topic += len(record.entries)
         for e in record.entries:
+            entered(record.pid, e.ts_ms)
             if e.audit_id is not None and e.audit_id in keys:
                 result.ledger_entries.setdefault(e.audit_id, []).append(
                     LedgerEntry(
@@ -345,6 +359,14 @@ def _locate_producer_ledger(
                 LedgerEntry(key, session, seq, status, -1, -1, None, None, from_ms, to_ms)
             )
     result.unattributed_to_ms = unattributed_until(ranges, failures, result.v2_seen, request.seen_intervals, keyed)
+    result.ledger_covers_from_ms = ledger_covers_from(started, first_ms)
+
+
+def ledger_covers_from(started: dict[str, int], first_ms: dict[str, int]) -> int | None:
+    """From when the producer ledger speaks for the topic: the earliest start of a probed
+    producer session that ledgered records of it (its first entry where its session-start
+    is not in the ledger read). None when no session ledgered any."""
+    return min((min(started.get(session, first), first) for session, first in first_ms.items()), default=None)
 
 
 def key_spans(first: int, keys: tuple[str | None, ...]) -> list[tuple[int, int]]:

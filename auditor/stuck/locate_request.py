@@ -27,6 +27,10 @@ class LocateResult:
     # produced; None when there is none. The Spark engine does not check presence: for it,
     # every range counts.
     unattributed_to_ms: int | None = None
+    # the earliest start of a probed producer session that ledgered records of the topic
+    # (locate_python.ledger_covers_from): rows created before it may have been produced
+    # before any producer was probed. None when the ledger holds no entry of the topic.
+    ledger_covers_from_ms: int | None = None
     # python engine: per v2 session, the sequences found in the topic
     v2_seen: dict[str, set[int]] = field(default_factory=dict)
     marks: dict[tuple[str, int, int], ProcessedMark] = field(default_factory=dict)
@@ -57,6 +61,7 @@ class LocateResult:
             keyed_records=int(data["keyed_records"]),
             ledger_entries_for_topic=int(data["ledger_entries_for_topic"]),
             unattributed_to_ms=data.get("unattributed_to_ms"),
+            ledger_covers_from_ms=data.get("ledger_covers_from_ms"),
             group_marks={str(g): int(n) for g, n in data["group_marks"].items()},
             last_mark_below_low_ms={str(g): int(ms) for g, ms in (data.get("last_mark_below_low_ms") or {}).items()},
             engine="spark",

@@ -202,6 +202,7 @@ def _apply_located(view: ClusterView, located: LocateResult) -> None:
     view.keyed_records = located.keyed_records
     if view.producer_ledger is not None and view.producer_ledger.available:
         view.producer_ledger.entries_for_topic = located.ledger_entries_for_topic
+        view.producer_ledger.covers_topic_from_ms = located.ledger_covers_from_ms
         view.producer_ledger.unattributed_to_ms = located.unattributed_to_ms
     for name, group in view.groups.items():
         group.marks_on_topic = located.group_marks.get(name, 0)

@@ -97,18 +97,22 @@ def not_in_topic(
     topic_since = view.topic_complete_since_ms()
     evidence["topic_complete_since"] = ms_to_iso(topic_since) if topic_since else None
     evidence["ledger_complete_since"] = ms_to_iso(ledger.complete_since_ms) if ledger.complete_since_ms else None
+    probed = bool(ledger.entries_for_topic) and complete(ledger.covers_topic_from_ms, created_ms)
     if complete(topic_since, created_ms):
         note = (
             ""
-            if ledger.entries_for_topic
+            if probed
             else f" (the producer ledger has no entries for {view.topic} at all: its producer is not probed, "
             "so a failed send would look the same)"
+            if not ledger.entries_for_topic
+            else f" (the producer ledger speaks for {view.topic} only since "
+            f"{ms_to_iso(ledger.covers_topic_from_ms)}: the row's producer may not have been probed)"
         )
         # a probed producer's ledger would hold the ack of a record lost since; without one, the
         # topic's completeness is all there is, and a leader change leaves no trace in it
         changed = (
             None
-            if ledger.entries_for_topic
+            if probed
             else _leader_changed_since(view, created_ms, evidence) or compacted_since(view, created_ms, evidence)
         )
         if changed is not None:
@@ -123,11 +127,15 @@ def not_in_topic(
             f"row was created, and no producer-ledger entry{note}",
             evidence,
         )
-    if ledger.entries_for_topic and complete(ledger.complete_since_ms, created_ms):
+    evidence["ledger_covers_topic_from"] = ms_to_iso(ledger.covers_topic_from_ms)
+    # The ledger's silence speaks only for rows created once a probed producer of the topic
+    # ran: one created before may have been produced, and deleted since, unprobed.
+    if probed and complete(ledger.complete_since_ms, created_ms):
         return Diagnosis(
             "never-produced",
             f"no producer-ledger entry for this key since the row was created (the ledger {ledger.topic} is "
-            f"complete since then); {view.topic} itself no longer holds records that old",
+            f"complete since then, and a probed producer of the topic ran since "
+            f"{ms_to_iso(ledger.covers_topic_from_ms)}); {view.topic} itself no longer holds records that old",
             evidence,
         )
     return _from_missing_report(

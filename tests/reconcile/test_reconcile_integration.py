@@ -457,6 +457,134 @@ def test_it_never_calls_records_unprocessed_whose_marks_the_consumer_ledger_dele
     assert second["window"]["marks_lost_until"] == first["window"]["marks_lost_until"]
 
 
+def test_marks_that_trail_an_auto_commit_are_waited_for_not_called_unprocessed(
+    spark: SparkSession, world: World, make_topic, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The consumer configuration lint C001 advises (enable.auto.offset.store=false,
+    store_offsets after processing, auto-commit): auto-commit commits stored offsets at once,
+    and the probe writes their marks only at its next background ledger flush."""
+    from auditor.probes import AuditedConsumer
+
+    for ticket in (1, 2, 3):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    world.insert(1, 2, 3)
+    flush_interval_s = 8.0  # this probe flushes its ledger every 8 s; the run waits 10 s for marks
+    monkeypatch.setenv("RECONCILE_MARK_SETTLE_SECONDS", "10")
+    consumer = AuditedConsumer(
+        {
+            "bootstrap.servers": world.bootstrap,
+            "group.id": world.group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+            "auto.commit.interval.ms": 100,
+            "enable.auto.offset.store": False,
+        },
+        ledger_topic=world.consumer_ledger,
+        clients_topic=make_topic("_audit.clients"),
+        ledger_flush_interval_s=flush_interval_s,
+    )
+    try:
+        consumer.subscribe([world.topic])
+        processed: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(processed) < 3 and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            consumer.mark_processed(msg)
+            consumer.store_offsets(msg)
+            processed.append(msg.offset())
+        marked_at = time.monotonic()
+        assert processed == [0, 1, 2]
+        committed = 0
+        while committed < 3 and time.monotonic() < deadline:
+            committed = consumer.committed([TopicPartition(world.topic, 0)], 10)[0].offset
+        assert committed == 3
+        # What the consumer ledger holds when the run starts: the marks are not in it yet.
+        assert marked_at + flush_interval_s > time.monotonic() + 2, "the probe's flush came too soon to tell"
+
+        result = reconcile_once(spark, world.binding(), tmp_path)
+
+        # Every record was processed (the consumer marked each one) and committed: nothing to report.
+        assert finding_set(result) == set()
+    finally:
+        consumer.close()
+    marks = {
+        (entry[0], entry[1], offset)
+        for record in read_whole_ledger(world.bootstrap, world.consumer_ledger)
+        if record["type"] == "processed-ranges"  # rows: topic, partition, first, last offset, first, last ms
+        for entry in record["entries"]
+        for offset in range(entry[2], entry[3] + 1)
+    }
+    assert marks == {(world.topic, 0, 0), (world.topic, 0, 1), (world.topic, 0, 2)}
+
+
+def consume(consumer: Any, topic: str, partition: int, start: int, count: int) -> list[Any]:
+    """`count` records of topic/partition from `start`, by a consumer assigned to it."""
+    consumer.assign([TopicPartition(topic, partition, start)])
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and not msg.error():
+            got.append(msg)
+    assert [m.offset() for m in got] == list(range(start, start + count))
+    return got
+
+
+def test_records_a_group_processed_before_its_consumer_was_probed_are_not_called_unprocessed(
+    spark: SparkSession, world: World, make_topic, tmp_path: Path
+):
+    """The auditor adopted on a running pipeline: the group's plain consumer processed and
+    committed records before the probed one took over, and one instance (partition 1) still
+    runs without the probe. Only what the probed consumer passed without marking is unprocessed."""
+    from auditor.probes import AuditedConsumer
+
+    for ticket in range(1, 7):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    for ticket in (7, 8):
+        world.produce(f"t{ticket}", ticket, partition=1, age_s=120)
+    world.insert(*range(1, 9))
+    settings = {"bootstrap.servers": world.bootstrap, "group.id": world.group, "enable.auto.commit": False}
+    plain = Consumer(settings)
+    try:  # before the probe: tickets 1 and 2 processed and committed; partition 1 never probed
+        plain.commit(message=consume(plain, world.topic, 0, 0, 2)[-1], asynchronous=False)
+        plain.commit(message=consume(plain, world.topic, 1, 0, 2)[-1], asynchronous=False)
+    finally:
+        plain.close()
+    probed = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=make_topic("_audit.clients"))
+    try:  # the probed consumer processes tickets 3-5, then commits past ticket 6 unprocessed
+        for msg in consume(probed, world.topic, 0, 2, 4)[:3]:
+            probed.mark_processed(msg)
+        probed.commit(offsets=[TopicPartition(world.topic, 0, 6)], asynchronous=False)
+    finally:
+        probed.close()
+
+    result = reconcile_once(spark, world.binding(), tmp_path)
+
+    assert finding_set(result) == {("unprocessed", "6", None, *world.at("t6"))}
+
+
+def read_whole_ledger(bootstrap: str, topic: str) -> list[dict[str, Any]]:
+    """Every JSON record of a ledger topic's partition 0, read from its start to its end."""
+    reader = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex}", "enable.auto.commit": False}
+    )
+    try:
+        _low, high = reader.get_watermark_offsets(TopicPartition(topic, 0), 10)
+        reader.assign([TopicPartition(topic, 0, 0)])
+        records: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 30
+        while len(records) < high and time.monotonic() < deadline:
+            msg = reader.poll(0.5)
+            if msg is not None and not msg.error():
+                records.append(json.loads(msg.value()))
+        assert len(records) == high
+        return records
+    finally:
+        reader.close()
+
+
 def another_applications_marks(w: World, ledger: str, count: int) -> None:
     """Ledger records of another application (its own topic and group) sharing `ledger`."""
     message = {"v": 1, "type": "processed", "sid": "elsewhere", "group": "elsewhere", "entries": []}

@@ -332,3 +332,42 @@ def test_it_reads_only_what_came_after_the_key_index_and_gives_the_verdicts_of_a
     ), from_index.notes
     skipped = next(i for i in from_index.items if i.row.key == ids[7]).diagnosis.evidence
     assert (skipped["partition"], skipped["offset"]) == (0, 7) and skipped["records"][0]["seq"] == 7
+
+
+def test_a_row_produced_before_the_producer_was_probed_is_not_called_never_produced(
+    stuck: StuckSetup, spark, kafka_admin
+) -> None:
+    """The auditor adopted on a running pipeline: tickets produced by the producer before it
+    was probed, then deleted (retention), have no ledger entry; that says nothing of them."""
+    from confluent_kafka import Producer
+
+    from auditor.demo.producer import ticket_value
+    from auditor.lab.cluster import delete_records
+
+    pipeline = stuck.pipeline
+    delivered: list[tuple[str, int]] = []
+    plain = Producer(pipeline.kafka_config | {"acks": "all"})
+    with pipeline.store() as store:
+        for _ in range(2):
+            ticket = store.insert_ticket({"title": "before the probe"})
+            plain.produce(
+                pipeline.topic,
+                ticket_value(ticket),
+                ticket.ticket_id.encode(),
+                on_delivery=lambda err, msg: delivered.append((msg.key().decode(), msg.offset())) if not err else None,
+            )
+    assert plain.flush(30) == 0
+    before = [key for key, _ in delivered]
+    assert sorted(offset for _, offset in delivered) == [0, 1]  # both written: the producer's delivery reports
+    delete_records(kafka_admin, [TopicPartition(pipeline.topic, 0, 2)])  # retention's stand-in
+    after = pipeline.produce(2)  # the probed producer from here on
+
+    result = diagnose_both(stuck, spark)
+
+    verdicts = verdicts_of(result)
+    assert {key: verdicts[key] for key in before} == dict.fromkeys(before, "unknown"), [
+        i.diagnosis.reason for i in result.items
+    ]
+    assert {key: verdicts[key] for key in after} == dict.fromkeys(after, "waiting")
+    item = next(i for i in result.items if i.row.key == before[0])
+    assert item.diagnosis.evidence["ledger_covers_topic_from"] is not None
