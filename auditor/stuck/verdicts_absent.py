@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from auditor.probes.codec import ACKED, ACKED_RANGE, SENT, UNCONFIRMED, delivery_status
+from auditor.probes.codec import ACKED, ACKED_RANGE, NOT_PERSISTED, SENT, UNCONFIRMED, delivery_status
 from auditor.stuck.evidence import (
     ClusterView,
     Diagnosis,
@@ -79,12 +79,14 @@ def not_in_topic(
     failed = [e for e in entries if e.status == "failed"]
     if failed:
         entry = failed[-1]
-        return Diagnosis(
-            "produce-failed",
-            f"the send failed ({entry.error or 'no error text'}; persisted: {entry.persisted}) and no retry "
-            f"reached {view.topic}",
-            evidence,
-        )
+        why = f"the send failed ({entry.error or 'no error text'}; persisted: {entry.persisted})"
+        if entry.persisted != NOT_PERSISTED:
+            # the broker may have written it (an ack lost, a timeout after the write): absent now
+            # proves no failure unless nothing that old was deleted
+            gone = _written_maybe_deleted(entry, view, evidence)
+            if gone is not None:
+                return Diagnosis("unknown", f"{why}, and the broker may have written it; {gone}", evidence)
+        return Diagnosis("produce-failed", f"{why} and no retry reached {view.topic}", evidence)
     sent = [e for e in entries if e.status == SENT]
     if sent:
         return sent_unplaced(sent[-1], view, evidence)
@@ -303,6 +305,21 @@ def _unattributed_since(ledger: LedgerView | None, created_ms: int) -> str | Non
         f"{ms_to_iso(ledger.unattributed_to_ms)} without naming their keys (the ledger {ledger.topic} keeps "
         "sequence ranges): never-produced and broker-lost cannot be told apart"
     )
+
+
+def _written_maybe_deleted(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any]) -> str | None:
+    """Why a record the broker may have written when `entry` was sent can be gone without a
+    trace (compaction, or its partition, the whole topic where the entry names none, no
+    longer holding everything since then); None when it cannot."""
+    compacted = compacted_since(view, entry.ts_ms, evidence)
+    if compacted is not None:
+        return compacted
+    state = view.partitions.get(entry.partition)
+    since = view.partition_complete_since_ms(state) if state is not None else view.topic_complete_since_ms()
+    if entry.ts_ms is not None and complete(since, entry.ts_ms):
+        return None
+    where = f"{view.topic}/{entry.partition}" if state is not None else view.topic
+    return f"{where} no longer holds everything since it was sent, so retention may have deleted it"
 
 
 def _unconfirmed_absent(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any]) -> Diagnosis:

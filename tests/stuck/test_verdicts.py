@@ -26,6 +26,7 @@ from spark_jobs.mark_rules import MarkRule
 NOW_MS = 1_800_000_000_000
 CREATED = datetime.fromtimestamp((NOW_MS - 3600_000) / 1000, UTC)  # an hour ago
 ROW = StuckRow("TCK-7", "NEW", 3600.0, CREATED)
+PROBED_SINCE_MS = NOW_MS - 36_000_000  # the producer probed for ten hours
 
 
 def view(
@@ -41,7 +42,7 @@ def view(
             0: PartitionState(0, low, high if stable is None else stable, high, NOW_MS - 7200_000 if low else None)
         },
         groups={"g": group},
-        producer_ledger=LedgerView("pl", True, entries_for_topic=10),
+        producer_ledger=LedgerView("pl", True, entries_for_topic=10, covers_topic_from_ms=PROBED_SINCE_MS),
         consumer_ledger=LedgerView("cl", True),
         records_scanned=high - low,
         keyed_records=high - low,
@@ -118,8 +119,17 @@ def test_it_never_says_never_produced_when_the_topic_lost_records_that_old() -> 
     assert d.verdict == "unknown" and "no longer holds records that old" in d.reason
 
     # A producer ledger complete since before the row was created still proves it.
-    cluster.producer_ledger = LedgerView("pl", True, complete_since_ms=0, entries_for_topic=3)
+    cluster.producer_ledger = LedgerView(
+        "pl", True, complete_since_ms=0, entries_for_topic=3, covers_topic_from_ms=PROBED_SINCE_MS
+    )
     assert diagnose(ROW, [], [], {}, cluster).verdict == "never-produced"
+
+    # Unless its producer was probed only after the row was created (the auditor adopted on a
+    # running pipeline): the row may have been produced unprobed, and its record deleted since.
+    cluster.producer_ledger.covers_topic_from_ms = NOW_MS - 3600_000 - 30_000  # 30 s before the row: the clock margin
+    d = diagnose(ROW, [], [], {}, cluster)
+    assert d.verdict == "unknown" and "no ledger evidence" in d.reason
+    assert d.evidence["ledger_covers_topic_from"] is not None
 
 
 def test_it_does_not_call_a_skip_when_the_group_is_not_probed() -> None:
@@ -298,17 +308,21 @@ def test_a_run_s_missing_report_is_never_produced_only_if_no_leader_can_have_cha
 def test_an_unprobed_producer_s_row_is_never_produced_only_if_no_leader_can_have_changed_since() -> None:
     # the ledger is readable but holds nothing for the topic: its completeness says nothing
     changed = PartitionState(0, 0, 10, 10, leader_epoch=2, leader_since_ms=NOW_MS - 1800_000)
-    for entries_for_topic, state, verdict in (
-        (0, PartitionState(0, 0, 10, 10, leader_epoch=0), "never-produced"),
-        (0, changed, "unknown"),
-        (10, changed, "never-produced"),  # a probed producer's ledger would hold the lost record's ack
+    adopted_ms = NOW_MS - 1800_000  # probed from half an hour ago, after the row was created
+    for entries_for_topic, covers_ms, state, verdict in (
+        (0, None, PartitionState(0, 0, 10, 10, leader_epoch=0), "never-produced"),
+        (0, None, changed, "unknown"),
+        (10, PROBED_SINCE_MS, changed, "never-produced"),  # a probed producer's ledger would hold the lost ack
+        (10, adopted_ms, changed, "unknown"),  # not if the row's producer may not have been probed then
     ):
-        cluster = view(producer_ledger=LedgerView("pl", True, entries_for_topic=entries_for_topic))
+        ledger = LedgerView("pl", True, entries_for_topic=entries_for_topic, covers_topic_from_ms=covers_ms)
+        cluster = view(producer_ledger=ledger)
         cluster.partitions = {0: state}
         d = diagnose(ROW, [], [], {}, cluster)
         assert d.verdict == verdict, (entries_for_topic, state, d.reason)
         if verdict == "unknown":
-            assert "its producer is not probed" in d.reason and "tickets/0 has changed leader" in d.reason
+            assert "tickets/0 has changed leader" in d.reason
+            assert ("its producer is not probed" if not entries_for_topic else "may not have been probed") in d.reason
             assert d.evidence["leader_change"]["leader_epoch"] == 2
 
 
@@ -528,3 +542,16 @@ def test_a_deleted_record_at_a_rewritten_offset_is_judged_by_the_time_of_its_mar
     assert diagnose(ROW, [], [acked(1)], {("g", 0, 1): replace(old, offset=1)}, deleted(**rules)).verdict == (
         "processed-not-updated"
     )
+
+
+def test_a_failed_send_the_broker_may_have_written_is_produce_failed_only_while_nothing_that_old_was_deleted() -> None:
+    # A timeout after the broker wrote the record: librdkafka reports it possibly persisted.
+    possibly = LedgerEntry("TCK-7", "s1", 7, "failed", 0, -1, "Message timed out", "possibly", NOW_MS - 3500_000)
+    assert diagnose(ROW, [], [possibly], {}, view()).verdict == "produce-failed"  # the log holds all since
+    cluster = view()
+    cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)  # its oldest record a minute old
+    d = diagnose(ROW, [], [possibly], {}, cluster)
+    assert d.verdict == "unknown" and "may have written it" in d.reason and "retention" in d.reason
+    # One the broker certainly did not write stays a failed produce, whatever was deleted since.
+    certain = LedgerEntry("TCK-7", "s1", 7, "failed", 0, -1, "Message timed out", "not", NOW_MS - 3500_000)
+    assert diagnose(ROW, [], [certain], {}, cluster).verdict == "produce-failed"
