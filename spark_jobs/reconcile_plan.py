@@ -22,6 +22,7 @@ from spark_jobs.kafka_offsets import KafkaReadError, another_topic
 from spark_jobs.mark_rules import MarkRule
 from spark_jobs.reconcile_extract import (
     OffsetRange,
+    ReconcileError,
     extract_topic_cleanup,
     extract_topic_id,
     extract_topic_offsets,
@@ -251,10 +252,11 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     # test's fixed `now` included: the story it tells is then one timeline). Taken before the
     # id, so a topic created again after it asked is never taken for the one read.
     read_at_ms = int((options.now.timestamp() if options.now else time.time()) * 1000)
+    id_error: KafkaReadError | None = None
     try:
         current_id = extract_topic_id(binding)
     except KafkaReadError as exc:  # then a re-creation goes unseen this run (the checkpoints still see most)
-        current_id = None
+        current_id, id_error = None, exc
         warnings.append(f"the topic's id could not be read, so a re-creation of it would go unseen: {exc}")
     recreated = None
     if another_topic(meta.topic_id, current_id):
@@ -265,6 +267,13 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         rewritten = dict.fromkeys(meta.topic_offsets or [0], recreated)
     else:
         rewritten = find_rewritten_partitions(binding, meta, cleanup.compacted)
+        if rewritten and id_error is not None and meta.topic_id:
+            # A truncation makes what earlier runs saw lost by the broker; a topic deleted and
+            # created again does not. Only the id tells them apart: publish nothing.
+            raise ReconcileError(
+                f"records of topic {binding.topic!r} that earlier runs read are gone or rewritten, and its id "
+                f"could not be read to tell a re-created topic from a truncation: {id_error}"
+            )
     memory: StateMeta | None = None
     if rewritten:
         memory = meta
