@@ -156,3 +156,24 @@ def compacted_since(view: ClusterView, written_ms: int | None, evidence: dict[st
         "record key: the log cleaner removes a record once a later record has the same record key, so this item's "
         "record may have been delivered and compacted away"
     )
+
+
+def no_commit(group: GroupState, partition: int | None, written_ms: int | None, view: ClusterView) -> str | None:
+    """Why a group without a committed offset may have read a record written at `written_ms`
+    all the same; None when it cannot have.
+
+    Kafka deletes an empty group's committed offsets offsets.retention.minutes after it
+    became empty, and it became empty after any commit past the record, so after the
+    record was written: a record younger than that retention was never committed past.
+    """
+    minutes = view.offsets_retention_minutes
+    if written_ms is not None and minutes is not None:
+        if view.now_ms - written_ms + COMPLETENESS_SLACK_MS < minutes * 60_000:
+            return None
+    where = "the topic" if partition is None else f"partition {partition}"
+    retention = "unknown" if minutes is None else f"{minutes} min"
+    return (
+        f"group {group.group} has no committed offset on {where}: it never read that far, or the offsets it "
+        f"committed expired since (offsets.retention.minutes: {retention}) or are kept outside Kafka; which "
+        "cannot be told"
+    )

@@ -26,6 +26,7 @@ from auditor.stuck.verdict_outcomes import (
     complete,
     counted_mark,
     group_info,
+    no_commit,
     place,
     unprobed_below,
 )
@@ -410,6 +411,8 @@ def _deleted(
                     info,
                 )
             )
+        elif committed is None and (unsure := no_commit(group, partition, written_ms, view)) is not None:
+            outcomes.append(Outcome("unknown", f"{how} {where}, since deleted; {unsure}", info))
         elif committed is None or committed <= offset:
             outcomes.append(
                 Outcome(

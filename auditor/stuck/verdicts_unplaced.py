@@ -12,7 +12,7 @@ from auditor.stuck.evidence import (
     LedgerEntry,
     ms_to_iso,
 )
-from auditor.stuck.verdict_outcomes import COMPLETENESS_SLACK_MS, Outcome, combine, compacted_since, complete
+from auditor.stuck.verdict_outcomes import COMPLETENESS_SLACK_MS, Outcome, combine, compacted_since, complete, no_commit
 
 
 def _window(entry: LedgerEntry) -> str:
@@ -100,12 +100,16 @@ def acked_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, An
 def _unplaced_group_outcome(entry: LedgerEntry, group: GroupState, view: ClusterView, deleted: str) -> Outcome:
     """Did `group` read a record now deleted whose partition and offset are unknown?
 
-    Expired when it cannot have: it never committed an offset of the topic; or its consumer
-    is probed, the consumer ledger is complete since the record was produced, and no mark at
+    Expired when it cannot have: it never committed an offset of the topic, and the record is
+    younger than the offsets a group commits are kept (verdict_outcomes.no_commit); or its
+    consumer is probed, the consumer ledger is complete since the record was produced, and no mark at
     an offset now below its partition's log start is that recent (reading the record would
     have left one: its offset is below the log start of whichever partition it went to)."""
     info: dict[str, Any] = {"group": group.group, "committed": dict(group.committed), "members": group.members}
     if not any(c is not None for c in group.committed.values()):
+        unsure = no_commit(group, None, entry.ts_ms, view)
+        if unsure is not None:
+            return Outcome("unknown", f"{deleted}; {unsure}", info)
         return Outcome("expired", f"{deleted}, and group {group.group} has never committed an offset of it", info)
     ledger = view.consumer_ledger
     if ledger is None or not ledger.available or group.marks_on_topic == 0:

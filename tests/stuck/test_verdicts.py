@@ -555,3 +555,17 @@ def test_a_failed_send_the_broker_may_have_written_is_produce_failed_only_while_
     # One the broker certainly did not write stays a failed produce, whatever was deleted since.
     certain = LedgerEntry("TCK-7", "s1", 7, "failed", 0, -1, "Message timed out", "not", NOW_MS - 3500_000)
     assert diagnose(ROW, [], [certain], {}, cluster).verdict == "produce-failed"
+
+
+def test_a_deleted_record_of_a_group_without_a_committed_offset_is_expired_only_while_no_commit_can_have_expired() -> (
+    None
+):
+    # Acked an hour ago at offset 4, now below the log start; the group has no committed offset.
+    cluster = view(low=8, consumer_ledger=LedgerView("cl", False, "topic cl does not exist"))
+    cluster.offsets_retention_minutes = 7 * 24 * 60  # Kafka's default: a commit past it would still be there
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "expired"
+    cluster.offsets_retention_minutes = 30  # an empty group's offsets go after 30 minutes: they may have
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)
+    assert d.verdict == "unknown" and "offsets.retention.minutes: 30 min" in d.reason
+    cluster.offsets_retention_minutes = None  # not readable
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "unknown"
