@@ -308,16 +308,25 @@ def _unattributed_since(ledger: LedgerView | None, created_ms: int) -> str | Non
     )
 
 
+# librdkafka's default message.timeout.ms (300 s) + request.timeout.ms (30 s) + a minute: how
+# long before its failed delivery report a send may have been written (docs/known-gaps.md:
+# producers configured with longer timeouts)
+FAILED_REPORT_LAG_MS = 390_000
+
+
 def _written_maybe_deleted(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any]) -> str | None:
     """Why a record the broker may have written when `entry` was sent can be gone without a
     trace (compaction, or its partition, the whole topic where the entry names none, no
     longer holding everything since then); None when it cannot."""
-    compacted = compacted_since(view, entry.ts_ms, evidence)
+    # a failed entry's time is its delivery report's, up to a message timeout after the send
+    # (and the write): judge from that much earlier
+    written_from = None if entry.ts_ms is None else entry.ts_ms - FAILED_REPORT_LAG_MS
+    compacted = compacted_since(view, written_from, evidence)
     if compacted is not None:
         return compacted
     state = view.partitions.get(entry.partition)
     since = view.partition_complete_since_ms(state) if state is not None else view.topic_complete_since_ms()
-    if entry.ts_ms is not None and complete(since, entry.ts_ms):
+    if written_from is not None and complete(since, written_from):
         return None
     where = f"{view.topic}/{entry.partition}" if state is not None else view.topic
     return f"{where} no longer holds everything since it was sent, so retention may have deleted it"

@@ -552,6 +552,13 @@ def test_a_failed_send_the_broker_may_have_written_is_produce_failed_only_while_
     cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)  # its oldest record a minute old
     d = diagnose(ROW, [], [possibly], {}, cluster)
     assert d.verdict == "unknown" and "may have written it" in d.reason and "retention" in d.reason
+    # The report comes up to a message timeout (300 s by default) after the write: a log whose
+    # oldest record is 2 minutes older than the report may have lost a record written before it.
+    late = replace(possibly, ts_ms=NOW_MS - 10_000)
+    cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 130_000)
+    assert diagnose(ROW, [], [late], {}, cluster).verdict == "unknown"
+    cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 600_000)  # ten minutes: holds it all
+    assert diagnose(ROW, [], [late], {}, cluster).verdict == "produce-failed"
     # One the broker certainly did not write stays a failed produce, whatever was deleted since.
     certain = LedgerEntry("TCK-7", "s1", 7, "failed", 0, -1, "Message timed out", "not", NOW_MS - 3500_000)
     assert diagnose(ROW, [], [certain], {}, cluster).verdict == "produce-failed"
