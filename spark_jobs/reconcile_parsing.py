@@ -260,6 +260,36 @@ def transform_producer_session_starts(raw: DataFrame) -> DataFrame:
     )
 
 
+def producer_ledger_covers_from(raw: DataFrame, topic: str) -> int | None:
+    """From when the producer ledger speaks for `topic` (auditor.stuck.locate_python.
+    ledger_covers_from): the earliest start of a session that ledgered records of it, its
+    first entry (a batch entry's time, a range's from, a failure report's time) where its
+    session-start is not in `raw`. None when no session ledgered any."""
+    parsed = _parse_ledger(raw).where(F.col("topic") == topic)
+    first = (
+        parsed.where(F.col("type").isin("batch", "ranges", "failures"))
+        .select(F.col("pid").alias("session"), "type", F.explode("entries").alias("e"))
+        .select(
+            "session",
+            F.when(F.col("type") == "batch", F.get(F.col("e"), 7))
+            .when(F.col("type") == "ranges", F.get(F.col("e"), 3))
+            .otherwise(F.get(F.col("e"), 6))
+            .try_cast("long")
+            .alias("ts_ms"),
+        )
+        .where(F.col("session").isNotNull())
+        .groupBy("session")
+        .agg(F.min("ts_ms").alias("first_ms"))
+    )
+    row = (
+        first.join(transform_producer_session_starts(raw), "session", "left")
+        .agg(F.min(F.least("started_ms", "first_ms")).alias("covers_from_ms"))
+        .collect()[0]
+    )
+    covers: int | None = row["covers_from_ms"]
+    return covers
+
+
 def transform_producer_ledger(
     raw: DataFrame, topic: str, *, place_failures: bool = False
 ) -> tuple[DataFrame, DataFrame]:

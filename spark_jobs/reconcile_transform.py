@@ -124,9 +124,6 @@ from spark_jobs.reconcile_parsing import (
     transform_producer_ledger as transform_producer_ledger,
 )
 from spark_jobs.reconcile_parsing import (
-    transform_producer_session_starts as transform_producer_session_starts,
-)
-from spark_jobs.reconcile_parsing import (
     transform_records as transform_records,
 )
 from spark_jobs.reconcile_parsing import (

@@ -42,6 +42,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.binding import RecordKeySpec, parse_record_key
 from spark_jobs.common import build_spark_session, read_kafka_ranges, settings_applied, small_job_settings
+from spark_jobs.reconcile_parsing import producer_ledger_covers_from
 from spark_jobs.reconcile_transform import (
     ACKED_RANGE,
     KEYED,
@@ -53,7 +54,6 @@ from spark_jobs.reconcile_transform import (
     transform_consumer_ledger,
     transform_producer_failures,
     transform_producer_ledger,
-    transform_producer_session_starts,
 )
 
 Ranges = dict[int, tuple[int, int]]
@@ -336,13 +336,7 @@ def _locate(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
             .collect()[0]
         )
         result["ledger_entries_for_topic"] = row["n"]
-        # From when the ledger speaks for the topic (auditor.stuck.locate_python.ledger_covers_from).
-        first = entries.groupBy("session").agg(F.min("ts_ms").alias("first_ms"))
-        result["ledger_covers_from_ms"] = (
-            first.join(transform_producer_session_starts(raw_ledger), "session", "left")
-            .agg(F.min(F.least("started_ms", "first_ms")).alias("covers_from_ms"))
-            .collect()[0]["covers_from_ms"]
-        )
+        result["ledger_covers_from_ms"] = producer_ledger_covers_from(raw_ledger, topic)
         result["ledger_entries"] = strongest_v2([list(e) for e in row["hits"]])
         # v2 range records name no keys: the latest instant a range holding a sequence absent
         # from the topic (and not explained by failure reports) says records were produced.
