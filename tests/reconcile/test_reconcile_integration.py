@@ -465,11 +465,12 @@ def test_marks_that_trail_an_auto_commit_are_waited_for_not_called_unprocessed(
     and the probe writes their marks only at its next background ledger flush."""
     from auditor.probes import AuditedConsumer
 
-    for ticket in (1, 2, 3):
+    for ticket in range(1, 7):
         world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
-    world.insert(1, 2, 3)
+    world.insert(1, 2, 3, 4, 5, 6)
     flush_interval_s = 8.0  # this probe flushes its ledger every 8 s; the run waits 10 s for marks
     monkeypatch.setenv("RECONCILE_MARK_SETTLE_SECONDS", "10")
+    started = time.monotonic()  # the probe's background flushes come at started + 8 s, + 16 s, ...
     consumer = AuditedConsumer(
         {
             "bootstrap.servers": world.bootstrap,
@@ -483,25 +484,36 @@ def test_marks_that_trail_an_auto_commit_are_waited_for_not_called_unprocessed(
         clients_topic=make_topic("_audit.clients"),
         ledger_flush_interval_s=flush_interval_s,
     )
-    try:
-        consumer.subscribe([world.topic])
-        processed: list[int] = []
-        deadline = time.monotonic() + 30
-        while len(processed) < 3 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 30
+
+    def process(count: int) -> list[int]:
+        done: list[int] = []
+        while len(done) < count and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is None or msg.error():
                 continue
             consumer.mark_processed(msg)
             consumer.store_offsets(msg)
-            processed.append(msg.offset())
-        marked_at = time.monotonic()
-        assert processed == [0, 1, 2]
+            done.append(msg.offset())
+        return done
+
+    def committed_reaches(offset: int) -> int:
         committed = 0
-        while committed < 3 and time.monotonic() < deadline:
+        while committed < offset and time.monotonic() < deadline:
             committed = consumer.committed([TopicPartition(world.topic, 0)], 10)[0].offset
-        assert committed == 3
-        # What the consumer ledger holds when the run starts: the marks are not in it yet.
-        assert marked_at + flush_interval_s > time.monotonic() + 2, "the probe's flush came too soon to tell"
+        return committed
+
+    try:
+        consumer.subscribe([world.topic])
+        # Records 0-2 processed, committed and their marks flushed: the group is probed from 0.
+        assert process(3) == [0, 1, 2]
+        assert committed_reaches(3) == 3
+        consumer.flush_ledger(10)
+        # Records 3-5 processed and committed; their marks wait for the next background flush.
+        assert process(3) == [3, 4, 5]
+        assert committed_reaches(6) == 6
+        # What the consumer ledger holds when the run starts: those marks are not in it yet.
+        assert time.monotonic() + 2 < started + flush_interval_s, "the probe's flush came too soon to tell"
 
         result = reconcile_once(spark, world.binding(), tmp_path)
 
@@ -516,7 +528,7 @@ def test_marks_that_trail_an_auto_commit_are_waited_for_not_called_unprocessed(
         for entry in record["entries"]
         for offset in range(entry[2], entry[3] + 1)
     }
-    assert marks == {(world.topic, 0, 0), (world.topic, 0, 1), (world.topic, 0, 2)}
+    assert marks == {(world.topic, 0, offset) for offset in range(6)}
 
 
 def consume(consumer: Any, topic: str, partition: int, start: int, count: int) -> list[Any]:
