@@ -411,15 +411,22 @@ def transform_unprocessed_candidates(
 ) -> DataFrame:
     """Records each of the binding's groups has not (yet) marked processed (CANDIDATE_SCHEMA).
 
-    groups: the binding's consumer groups (one column `group`). A group whose consumer
-    ledger has no entry yet keeps only records it has not committed past: a ledger that
-    appears later cannot speak for records consumed before it existed, and this bounds the
-    state to the group's lag.
+    groups: the binding's consumer groups (one column `group`). A record the group has
+    committed past is kept only from the group's first mark in its partition on (what
+    find_unprocessed judges): a ledger that appears later cannot speak for records consumed
+    before it, nor instances without the probe for their partitions, and this bounds the
+    state to the group's lag and its probed records.
     """
     fresh = groups.select("group").distinct().crossJoin(conform(new_records, RECORD_SCHEMA))
     candidates = conform(old_candidates, CANDIDATE_SCHEMA).unionByName(conform(fresh, CANDIDATE_SCHEMA))
     open_candidates = _range_anti(candidates, processed_coverage, ["group", "partition"], "offset")
-    ledgered = processed_coverage.select("group").distinct().withColumn("_ledgered", F.lit(True))
-    judged = open_candidates.join(ledgered, "group", "left").join(committed, ["group", "partition"], "left")
-    keep = F.col("_ledgered").isNotNull() | F.col("committed").isNull() | (F.col("offset") >= F.col("committed"))
+    first_marks = processed_coverage.groupBy("group", "partition").agg(F.min("start").alias("_first_mark"))
+    judged = open_candidates.join(first_marks, ["group", "partition"], "left").join(
+        committed, ["group", "partition"], "left"
+    )
+    keep = (
+        F.col("committed").isNull()
+        | (F.col("offset") >= F.col("committed"))
+        | (F.col("_first_mark").isNotNull() & (F.col("offset") >= F.col("_first_mark")))
+    )
     return conform(judged.where(keep), CANDIDATE_SCHEMA)

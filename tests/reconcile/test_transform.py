@@ -890,6 +890,22 @@ def processed(group: str, sid: str, *entries: list[Any]) -> dict[str, Any]:
     return {"v": 1, "type": "processed", "sid": sid, "group": group, "entries": list(entries)}
 
 
+def test_candidates_a_group_committed_past_before_its_first_mark_are_not_kept(spark: SparkSession):
+    """Records below a group's first mark in a partition (the probe came later) or in a
+    partition it never marked (an instance without the probe) are never judged unprocessed
+    once committed past, so the state does not keep them."""
+    topic_records = records(spark, *[("k", p, o, at_second(o), "s", o) for p in (0, 1) for o in range(6)])
+    coverage = spark.createDataFrame([("g1", 0, 3, 3)], PROCESSED_INTERVAL_SCHEMA)  # marked 3 only, in 0
+    committed = spark.createDataFrame([("g1", 0, 5), ("g1", 1, 4)], COMMITTED_SCHEMA)
+    groups = spark.createDataFrame([("g1",)], "group string")
+    kept = transform_unprocessed_candidates(
+        spark.createDataFrame([], CANDIDATE_SCHEMA), topic_records, coverage, groups, committed
+    )
+    # partition 0: 0-2 below the first mark, 3 marked; 4 passed unmarked, 5 not committed past.
+    # partition 1: never marked; only 4 and 5, not committed past, wait for a mark.
+    assert sorted((r.partition, r.offset) for r in kept.collect()) == [(0, 4), (0, 5), (1, 4), (1, 5)]
+
+
 def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark: SparkSession):
     empty_cov = spark.createDataFrame([], PROCESSED_INTERVAL_SCHEMA)
     topic_records = records(spark, *[(f"k{o}", 0, o, at_second(o), None, None) for o in range(6)])
