@@ -304,3 +304,29 @@ def test_it_places_a_v2_failure_on_the_one_sequence_of_its_window_the_keys_name(
     open_unplaced = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), unplaced, coverage)
     causes = find_gaps(coverage, open_unplaced, bounds, spark.createDataFrame([(0, 0, 20)], WATERMARK_SCHEMA))
     assert {r.cause for r in causes.collect()} == {"send-unconfirmed"}
+
+
+def test_the_producer_ledger_speaks_from_its_sessions_first_entries_not_their_key_stamps(spark: SparkSession) -> None:
+    """Where the stuck diagnosis's producer-ledger silence starts (the Spark engine; the
+    Python engine's locate_python.ledger_covers_from reads the same fields): the earliest
+    session-start of a session that ledgered records of the topic, else its first entry."""
+    from spark_jobs.reconcile_parsing import producer_ledger_covers_from
+
+    b, d, e, f = (uuid.uuid4().hex for _ in range(4))
+    raw = ledger_values(
+        spark,
+        # b: no session-start read; its range starts at 5, its keys were stamped at 7.
+        {"v": 2, "type": "ranges", "pid": b, "client_id": "app", "topic": "t", "entries": [[0, 1, "acked", ms(5), ms(6)]]},
+        {"v": 2, "type": "keys", "pid": b, "client_id": "app", "topic": "t", "entries": [[0, ["b0", "b1"], [ms(7), ms(7)]]]},
+        # d: started at 8, a version-1 entry at 9.
+        {"v": 1, "type": "session-start", "pid": d, "client_id": "app", "ts": ms(8), "host": "h"},
+        {"v": 1, "type": "batch", "pid": d, "topic": "t", "entries": [[0, "acked", 0, 3, None, "persisted", "d0", ms(9)]]},
+        # e: started at 1, but ledgered only another topic; a consumer session started at 0.
+        {"v": 1, "type": "session-start", "pid": e, "client_id": "app", "ts": ms(1), "host": "h"},
+        {"v": 2, "type": "ranges", "pid": e, "client_id": "app", "topic": "other", "entries": [[0, 0, "acked", ms(1), ms(1)]]},
+        {"v": 1, "type": "session-start", "sid": uuid.uuid4().hex, "group": "g", "ts": ms(0), "host": "h"},
+        # f: a failure report at 6.
+        {"v": 2, "type": "failures", "pid": f, "client_id": "app", "topic": "t", "entries": [[0, 0, -1, "err", "not", "f0", ms(6)]]},
+    )  # fmt: skip
+    assert producer_ledger_covers_from(raw, "t") == ms(5)
+    assert producer_ledger_covers_from(raw, "nothing") is None
