@@ -206,6 +206,7 @@ def find_gaps(
     deleted_keys: DataFrame | None = None,
     entries_lost_until: datetime | None = None,
     seq_times: DataFrame | None = None,
+    sent_judged_until_ms: int | None = None,
 ) -> DataFrame:
     """Holes in producer sessions' sequences up to each session's last ledgered seq.
 
@@ -233,6 +234,11 @@ def find_gaps(
     (the binding's key is not the record key, so the cleaner may remove every record of an
     item), or when its ack names no key (v2 ranges).
 
+    An `unconfirmed` or `sent` sequence last sent after `sent_judged_until_ms` (the run's read
+    of the topic less SEND_OUTCOME_MS: the unresolved tail of a live producer, a record its
+    retries through a leader failover may still write, an acks=0 request still on its way) is
+    not judged yet: it stays open for a later run, and its sequence is no `never-sent` hole.
+
     A hole without any ledger entry is `never-sent` unless its sequences may have been
     produced up to both `unverifiable_until` (the topic deleted records before any run read
     them) and `entries_lost_until` (so did the producer ledger, with their entries): then
@@ -254,6 +260,11 @@ def find_gaps(
         until_ms = int(unverifiable_until.timestamp() * 1000)
         unverifiable = unverifiable | (
             (F.col("status") == ACKED_RANGE) & (F.coalesce(F.col("ts_ms"), F.lit(0)) <= F.lit(until_ms))
+        )
+    if sent_judged_until_ms is not None:
+        last_sent = F.coalesce(F.col("to_ms"), F.col("ts_ms"))
+        unverifiable = unverifiable | (
+            F.col("status").isin("unconfirmed", SENT) & (last_sent.isNull() | (last_sent > F.lit(sent_judged_until_ms)))
         )
     explained = entries.where(F.col("status").isin("acked", "unconfirmed", "failed", ACKED_RANGE, SENT))
     reported = explained.where(~F.coalesce(unverifiable, F.lit(False)))

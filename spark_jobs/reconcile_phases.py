@@ -4,6 +4,7 @@ and loads the result."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,6 +16,7 @@ from spark_jobs.binding import (
     Binding,
     BindingError,
 )
+from spark_jobs.kafka_offsets import SEND_OUTCOME_MS
 from spark_jobs.mark_rules import rules_from_json, rules_to_json
 from spark_jobs.reconcile_extract import (
     OffsetRange,
@@ -462,6 +464,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
             absent_keys_compacted=inputs.absent_keys_compacted,
             entries_lost_until=inputs.entries_lost_until,
             seq_times=s["seq_times"],
+            sent_judged_until_ms=(plan.read_at_ms or int(time.time() * 1000)) - SEND_OUTCOME_MS,
         )
     )
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it

@@ -30,7 +30,8 @@ from auditor.stuck.verdict_outcomes import (
     place,
     unprobed_below,
 )
-from auditor.stuck.verdicts_unplaced import acked_unplaced, sent_unplaced
+from auditor.stuck.verdicts_unplaced import IN_FLIGHT, acked_unplaced, may_be_in_flight, sent_unplaced
+from spark_jobs.kafka_offsets import SEND_OUTCOME_MS
 
 
 def not_in_topic(
@@ -308,19 +309,13 @@ def _unattributed_since(ledger: LedgerView | None, created_ms: int) -> str | Non
     )
 
 
-# librdkafka's default message.timeout.ms (300 s) + request.timeout.ms (30 s) + a minute: how
-# long before its failed delivery report a send may have been written (docs/known-gaps.md:
-# producers configured with longer timeouts)
-FAILED_REPORT_LAG_MS = 390_000
-
-
 def _written_maybe_deleted(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any]) -> str | None:
     """Why a record the broker may have written when `entry` was sent can be gone without a
     trace (compaction, or its partition, the whole topic where the entry names none, no
     longer holding everything since then); None when it cannot."""
     # a failed entry's time is its delivery report's, up to a message timeout after the send
     # (and the write): judge from that much earlier
-    written_from = None if entry.ts_ms is None else entry.ts_ms - FAILED_REPORT_LAG_MS
+    written_from = None if entry.ts_ms is None else entry.ts_ms - SEND_OUTCOME_MS
     compacted = compacted_since(view, written_from, evidence)
     if compacted is not None:
         return compacted
@@ -342,6 +337,8 @@ def _unconfirmed_absent(entry: LedgerEntry, view: ClusterView, evidence: dict[st
     state = view.partitions.get(entry.partition)
     where = f"{view.topic}/{entry.partition}" if entry.partition >= 0 else view.topic
     sent = ms_to_iso(entry.ts_ms) or "an unknown time"
+    if may_be_in_flight(entry.ts_ms, view):
+        return Diagnosis("unknown", f"sent with acks=0 at {sent} and not in {where} yet, but {IN_FLIGHT}", evidence)
     compacted = compacted_since(view, entry.ts_ms, evidence)
     if compacted is not None:
         return Diagnosis(

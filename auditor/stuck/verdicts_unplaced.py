@@ -13,6 +13,19 @@ from auditor.stuck.evidence import (
     ms_to_iso,
 )
 from auditor.stuck.verdict_outcomes import COMPLETENESS_SLACK_MS, Outcome, combine, compacted_since, complete, no_commit
+from spark_jobs.kafka_offsets import SEND_OUTCOME_MS
+
+
+def may_be_in_flight(last_sent_ms: int | None, view: ClusterView) -> bool:
+    """Whether a send never confirmed may still be written: sent less than SEND_OUTCOME_MS
+    ago (a producer retries it, through a leader failover, for up to its message timeout)."""
+    return last_sent_ms is None or last_sent_ms + SEND_OUTCOME_MS > view.now_ms
+
+
+IN_FLIGHT = (
+    f"a send that recent may still be written (a producer retries it for up to its message timeout, "
+    f"{SEND_OUTCOME_MS // 1000} s with librdkafka's defaults)"
+)
 
 
 def _window(entry: LedgerEntry) -> str:
@@ -161,7 +174,10 @@ def sent_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any
         f"sent {_window(entry)} (sequence {entry.seq} of producer session {entry.session}) and never confirmed by "
         "the broker (acks=0, a failed send, or a producer that stopped before its reports came)"
     )
-    compacted = compacted_since(view, entry.to_ms if entry.to_ms is not None else entry.ts_ms, evidence)
+    last_sent_ms = entry.to_ms if entry.to_ms is not None else entry.ts_ms
+    if may_be_in_flight(last_sent_ms, view):
+        return Diagnosis("unknown", f"{sent}; not in {view.topic} yet, but {IN_FLIGHT}", evidence)
+    compacted = compacted_since(view, last_sent_ms, evidence)
     if compacted is not None:
         return Diagnosis("unknown", f"{sent}; not in {view.topic}; {compacted}", evidence)
     if _partitions_since(view, entry.ts_ms, entry.to_ms) == "complete":

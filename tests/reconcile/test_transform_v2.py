@@ -139,6 +139,14 @@ def test_it_attributes_gaps_of_v2_ranges_without_calling_an_unacked_send_broker_
     later = find_gaps(coverage, ledger_open, bounds, watermarks, unverifiable_until=at(4))
     assertDataFrameEqual(later, spark.createDataFrame(expected[1:], FINDING_SCHEMA))
 
+    # 6..7 were last sent at 9 (the failure's window): a run judging sends only up to 8 leaves
+    # them open (they may still be written), and they are no never-sent hole either; up to 9,
+    # they are judged.
+    in_flight = find_gaps(coverage, ledger_open, bounds, watermarks, sent_judged_until_ms=ms(8))
+    assertDataFrameEqual(in_flight, spark.createDataFrame([expected[0], expected[3]], FINDING_SCHEMA))
+    settled = find_gaps(coverage, ledger_open, bounds, watermarks, sent_judged_until_ms=ms(9))
+    assertDataFrameEqual(settled, spark.createDataFrame(expected, FINDING_SCHEMA))
+
     # Failures are looked up by key (stuck items), never turned into sequence gaps.
     failures = transform_producer_failures(raw, "t").select("session", "seq", "status", "audit_id", "persisted")
     assertDataFrameEqual(

@@ -228,6 +228,20 @@ def test_a_v2_send_never_confirmed_is_a_failed_produce_only_while_the_topic_hold
     assert diagnose(ROW, [], [entry], {}, cluster).verdict == "unknown"
 
 
+def test_a_v2_send_never_confirmed_may_still_be_in_flight_for_a_message_timeout() -> None:
+    # Sent a minute ago and not confirmed yet (a leader failover's retries): it may still land.
+    recent = acked_range(NOW_MS - 61_000, NOW_MS - 60_000, status="sent")
+    d = diagnose(ROW, [], [recent], {}, view())
+    assert d.verdict == "unknown" and "may still be written" in d.reason
+    # Six and a half minutes ago: past librdkafka's default message and socket timeouts.
+    old = acked_range(NOW_MS - 391_000, NOW_MS - 390_000, status="sent")
+    assert diagnose(ROW, [], [old], {}, view()).verdict == "produce-failed"
+    # Version 1's acks=0 entries name their partition; the same holds for them.
+    d = diagnose(ROW, [], [unconfirmed(sent_ms=NOW_MS - 60_000)], {}, view())
+    assert d.verdict == "unknown" and "may still be written" in d.reason
+    assert diagnose(ROW, [], [unconfirmed(sent_ms=NOW_MS - 390_000)], {}, view()).verdict == "produce-failed"
+
+
 def test_a_v2_failure_report_for_the_key_wins_over_its_unconfirmed_range() -> None:
     failed = LedgerEntry("TCK-7", "s2", 7, "failed", 0, -1, "Message timed out", "not", NOW_MS - 3500_000)
     sent = acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000, status="sent")
