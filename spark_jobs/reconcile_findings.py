@@ -15,6 +15,7 @@ from spark_jobs.reconcile_helpers import (
     _occurrence,
     conform,
     empty_frame,
+    first_marks,
     interval_holes,
     merge_intervals,
 )
@@ -362,11 +363,13 @@ def find_unprocessed(
     processed_coverage: DataFrame,
     unjudged_until: datetime | None = None,
     mark_rules: Sequence[MarkRule] = (),
+    earlier_first_marks: DataFrame | None = None,
 ) -> DataFrame:
     """Records below a group's committed offset that the group's ledger never marked processed.
 
     Only where the group's consumer is probed: in a partition where the group marked records
-    processed, from the first offset it marked there on. Below it (the probe came later, on
+    processed, from the first offset it marked there on (reconcile_helpers.first_marks, with
+    `earlier_first_marks`). Below it (the probe came later, on
     a pipeline already running) and in partitions it never marked (instances without the
     probe) the group's consumer may have processed records without a ledger. Records
     written up to `unjudged_until` are not: on a compacted topic the log cleaner may have
@@ -375,9 +378,8 @@ def find_unprocessed(
     them, and the record's processed mark may have been among them. Nor records where and
     when `mark_rules` say a mark of a record the broker lost may be taken for theirs.
     """
-    first_marks = processed_coverage.groupBy("group", "partition").agg(F.min("start").alias("first_mark"))
     below = (
-        candidates.join(first_marks, ["group", "partition"], "inner")
+        candidates.join(first_marks(processed_coverage, earlier_first_marks), ["group", "partition"], "inner")
         .where(F.col("offset") >= F.col("first_mark"))
         .drop("first_mark")
         .join(committed, ["group", "partition"], "inner")

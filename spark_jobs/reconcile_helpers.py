@@ -227,3 +227,17 @@ def interval_holes(coverage: DataFrame, bounds: DataFrame, keys: Sequence[str]) 
         .select(*keys, "start", F.col("last_seq").alias("end"))
     )
     return interior.unionByName(tail)
+
+
+FIRST_MARK_SCHEMA = "group string, partition int, first_mark long"
+
+
+def first_marks(processed_coverage: DataFrame, earlier: DataFrame | None = None) -> DataFrame:
+    """(group, partition, first_mark): the lowest offset each group marked processed in each
+    partition, from the coverage and from `earlier` (FIRST_MARK_SCHEMA: every mark any run
+    read, those the coverage leaves out as possibly of another record included: they still
+    show the group's consumer was probed there)."""
+    lows = processed_coverage.select("group", "partition", F.col("start").alias("first_mark"))
+    if earlier is not None:
+        lows = lows.unionByName(earlier.select("group", "partition", "first_mark"))
+    return lows.groupBy("group", "partition").agg(F.min("first_mark").alias("first_mark"))

@@ -36,6 +36,7 @@ from spark_jobs.reconcile_extract import (
     source_key_unique,
     summarize_partitions,
 )
+from spark_jobs.reconcile_helpers import FIRST_MARK_SCHEMA
 from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_rewrites import find_mark_rules, without_rewritten_marks
 from spark_jobs.reconcile_state import StateMeta
@@ -280,13 +281,15 @@ def extract_inputs(
     if producer_ledger.plan.lost and entries_lost_until is not None:
         plan.warnings.extend(entries_lost_warnings(producer_ledger.plan, entries_lost_until))
     processed = empty_frame(spark, PROCESSED_SCHEMA)
+    first_marks = {group: dict(marks) for group, marks in meta.first_marks.items()}
     consumer_ledger = read_ledger(spark, binding, plan.kafka["consumer_ledger"], persist)
     if consumer_ledger.records is not None:
-        processed = persist(
-            without_rewritten_marks(
-                transform_consumer_ledger(consumer_ledger.records, binding.topic, binding.consumer_groups), mark_rules
-            )
-        )
+        marks = persist(transform_consumer_ledger(consumer_ledger.records, binding.topic, binding.consumer_groups))
+        # Every mark read shows where the group's consumer was probed, those left out below too.
+        for row in marks.groupBy("group", "partition").agg(F.min("offset").alias("low")).collect():
+            held = first_marks.setdefault(row["group"], {})
+            held[row["partition"]] = min(row["low"], held.get(row["partition"], row["low"]))
+        processed = persist(without_rewritten_marks(marks, mark_rules))
     # Processed marks deleted before any run read them: a record they marked would look
     # unprocessed. It was written before it was processed, so before the first mark left.
     marks_lost_until = consumer_ledger.lost_until(meta.marks_lost_until, plan.upper, binding.grace_seconds)
@@ -303,6 +306,7 @@ def extract_inputs(
         sequenced=sequenced,
         unverifiable_until=unverifiable_until,
         marks_lost_until=marks_lost_until,
+        first_marks=first_marks,
         mark_rules=mark_rules,
         entries_lost_until=entries_lost_until,
         compacted_until=compacted_until,
@@ -418,7 +422,7 @@ def update_state(
         "unprocessed_candidates",
         [old_candidates, inputs.groups],
         lambda: transform_unprocessed_candidates(
-            old_candidates, records, processed_cov, inputs.groups, inputs.committed
+            old_candidates, records, processed_cov, inputs.groups, inputs.committed, first_marks_frame(spark, inputs)
         ),
     )
     if inputs.totals["tombstones"]:
@@ -438,6 +442,12 @@ def update_state(
     new.source_deltas = [*meta.source_deltas, store.write_delta(new_source_of(keys), "source", SOURCE_ROW_SCHEMA)]
     laps("state.deltas")
     return new
+
+
+def first_marks_frame(spark: SparkSession, inputs: RunInputs) -> DataFrame:
+    """RunInputs.first_marks as a frame (FIRST_MARK_SCHEMA): a row per group and partition."""
+    rows = [(group, p, low) for group, marks in inputs.first_marks.items() for p, low in marks.items()]
+    return local_frame(spark, rows, FIRST_MARK_SCHEMA)
 
 
 def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
@@ -479,6 +489,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
                 s["processed_coverage"],
                 max((t for t in (inputs.compacted_until, inputs.marks_lost_until) if t is not None), default=None),
                 inputs.mark_rules,
+                first_marks_frame(spark, inputs),
             ),
         ),
         (s["reprocessed"], lambda: find_reprocessed(s["reprocessed"])),
@@ -563,6 +574,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             datasets=new.datasets,
             checkpoints=inputs.checkpoints,
             marks_rewritten=rules_to_json(inputs.mark_rules),
+            first_marks=inputs.first_marks,
             # Only with the id of the topic read: a run that could not read it keeps the last one,
             # which may be of a topic deleted since; its read would then seem to be of that one,
             # and every record of the new topic to have been written after it.

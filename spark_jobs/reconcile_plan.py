@@ -140,6 +140,7 @@ class RunInputs:
     sequenced: bool  # a record read may carry an audit session and sequence
     unverifiable_until: datetime | None
     marks_lost_until: datetime | None  # records written up to here are never `unprocessed`
+    first_marks: dict[str, dict[int, int]]  # StateMeta.first_marks, with this run's marks
     mark_rules: list[MarkRule]  # where and when marks may be of records the broker lost (reconcile_rewrites)
     entries_lost_until: datetime | None  # producer-ledger entries up to here may be gone unread
     compacted_until: datetime | None  # compacted topic: acked records up to here may be cleaned away
@@ -283,6 +284,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             entries_lost_until=memory.entries_lost_until,
             marks_rewritten=memory.marks_rewritten,
             backdated=memory.backdated,
+            first_marks=memory.first_marks,  # the consumer was probed there, whatever the records
         )
     if recreated and memory is not None:
         # Nothing was lost by the broker: what earlier runs saw was delivered, and went with

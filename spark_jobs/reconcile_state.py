@@ -113,6 +113,10 @@ class StateMeta:
     # one seen; kept by every later run, full ones too: the topic's record timestamps no
     # longer bound when deleted records were written.
     backdated: dict[str, Any] | None = None
+    # Per consumer group and partition, the lowest offset it marked processed in any consumer
+    # ledger record a run read (marks the coverage leaves out included): the group's consumer
+    # is judged from there on (find_unprocessed). Kept across rebuilds after a rewrite.
+    first_marks: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -137,6 +141,7 @@ class StateMeta:
             "read_at_ms": self.read_at_ms,
             "read_highs": {str(k): v for k, v in self.read_highs.items()},
             "backdated": self.backdated,
+            "first_marks": {g: {str(p): o for p, o in marks.items()} for g, marks in self.first_marks.items()},
         }
 
     @classmethod
@@ -170,6 +175,10 @@ class StateMeta:
             read_at_ms=None if data.get("read_at_ms") is None else int(data["read_at_ms"]),
             read_highs=offsets("read_highs"),
             backdated=_backdated(data.get("backdated")),
+            first_marks={
+                str(g): {int(p): int(o) for p, o in marks.items()}
+                for g, marks in (data.get("first_marks") or {}).items()
+            },
         )
 
 

@@ -14,6 +14,7 @@ from spark_jobs.reconcile_helpers import (
     _range_semi,
     conform,
     empty_frame,
+    first_marks,
     merge_intervals,
     values_to_intervals,
 )
@@ -408,6 +409,7 @@ def transform_unprocessed_candidates(
     processed_coverage: DataFrame,
     groups: DataFrame,
     committed: DataFrame,
+    earlier_first_marks: DataFrame | None = None,
 ) -> DataFrame:
     """Records each of the binding's groups has not (yet) marked processed (CANDIDATE_SCHEMA).
 
@@ -420,10 +422,8 @@ def transform_unprocessed_candidates(
     fresh = groups.select("group").distinct().crossJoin(conform(new_records, RECORD_SCHEMA))
     candidates = conform(old_candidates, CANDIDATE_SCHEMA).unionByName(conform(fresh, CANDIDATE_SCHEMA))
     open_candidates = _range_anti(candidates, processed_coverage, ["group", "partition"], "offset")
-    first_marks = processed_coverage.groupBy("group", "partition").agg(F.min("start").alias("_first_mark"))
-    judged = open_candidates.join(first_marks, ["group", "partition"], "left").join(
-        committed, ["group", "partition"], "left"
-    )
+    lows = first_marks(processed_coverage, earlier_first_marks).withColumnRenamed("first_mark", "_first_mark")
+    judged = open_candidates.join(lows, ["group", "partition"], "left").join(committed, ["group", "partition"], "left")
     keep = (
         F.col("committed").isNull()
         | (F.col("offset") >= F.col("committed"))

@@ -142,6 +142,13 @@ def test_it_keeps_a_proof_of_backdated_records_whole_or_refuses_it():
         StateMeta.from_json({"format": meta.to_json()["format"], "backdated": {"topic": "t"}})
 
 
+def test_it_keeps_each_groups_first_marks_through_the_state_file():
+    meta = StateMeta(first_marks={"g": {0: 4, 3: 0}})
+    again = StateMeta.from_json(json.loads(json.dumps(meta.to_json())))  # keys become text and back
+    assert again.first_marks == {"g": {0: 4, 3: 0}}
+    assert StateMeta.from_json({"format": meta.to_json()["format"]}).first_marks == {}  # an older state
+
+
 def test_a_state_it_cannot_reach_is_not_called_corrupt_nor_given_up(root: str | Path, tmp_path: Path):
     # state.json a directory: reading it fails with an I/O error, as an unreachable store or
     # mount does. Starting over (--full) would throw away what earlier runs saw.

@@ -8,6 +8,7 @@ import time
 from confluent_kafka import Producer
 
 from auditor.lab import truth
+from auditor.lab.cluster import wait_until
 from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
 from auditor.lab.workload import Delivery, produce
@@ -240,4 +241,64 @@ def _app_resend(world: World, probed: bool) -> Outcome:
         expected=expected,
         got=answer.verdicts,
         detect_s=(answer.finished_monotonic - injected_at) if expected else None,
+    )
+
+
+@scenario(
+    "in-flight-while-auditing",
+    "acks=all sends held back while a run reads the topic (min.insync.replicas=3, a follower paused out of "
+    "the ISR: the producer retries NOT_ENOUGH_REPLICAS), then the follower resumed and every send "
+    "delivered: records in flight are not yet unconfirmed, nothing to report (AuditedProducer)",
+)
+def in_flight_while_auditing(world: World) -> Outcome:
+    cluster = world.cluster
+    world.make_topic(replication=3, min_insync_replicas="3")
+    world.make_table()
+    world.make_binding(grace_s=600)  # the rows stay pending while their records are in flight
+    tickets = list(range(1, 11))
+    world.insert(tickets)
+    settings = {
+        "bootstrap.servers": cluster.bootstrap,
+        "acks": "all",
+        "enable.idempotence": True,
+        "message.timeout.ms": 180_000,
+        "linger.ms": 0,
+    }
+    producer = AuditedProducer(settings, delivery_reports="all")
+    reports = produce(cluster.bootstrap, world.topic, tickets[:3], producer=producer)
+    layout = cluster.partition(world.topic)
+    follower = next(r for r in layout.replicas if r != layout.leader)
+    cluster.broker("pause", follower)
+    injected_at = time.monotonic()
+    try:
+        # The leader drops the frozen follower from the ISR after replica.lag.time.max.ms; from
+        # then on the topic refuses acks=all writes (2 < min.insync.replicas) and the ledger,
+        # at min.insync.replicas=2, still takes them.
+        wait_until(lambda: follower not in cluster.partition(world.topic).isr, 90, f"broker {follower} out of the ISR")
+        produce(cluster.bootstrap, world.topic, tickets[3:], producer=producer, flush_s=0, reports=reports)
+        producer.poll(4)  # the probe's ledger flushes: the sends are ledgered, unresolved
+        held = set(truth.copies(cluster.read_topic(world.topic)))
+        world.notes.append(f"in the topic while the run read it: {sorted(held, key=int)}")
+        during = world.reconcile()
+    finally:
+        cluster.broker("resume", follower)
+    producer.flush(180)
+    producer.close(60)
+    after = world.reconcile()
+    now = truth.copies(cluster.read_topic(world.topic))
+    failed = truth.failed(reports)
+    expected: dict[str, set[str]] = {}
+    for ticket in tickets:
+        key = str(ticket)
+        if key in failed:  # a send the producer gave up on: its own report says so
+            expected[key] = {"gap/send-failed"}
+        elif now.get(key, 0) > 1:
+            expected[key] = {"duplicate/producer-retry"}
+    world.notes.append(f"delivery reports: {len(reports)}, failed: {sorted(failed, key=int)}")
+    return Outcome(
+        injected=f"follower {follower} SIGSTOPped past replica.lag.time.max.ms under min.insync.replicas=3; "
+        "a run while 7 sends were held back",
+        expected=expected,
+        got=merge(during.verdicts, after.verdicts),
+        detect_s=(after.finished_monotonic - injected_at) if expected else None,
     )
