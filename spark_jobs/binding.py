@@ -62,6 +62,10 @@ class Binding:
     since: datetime | None = None
     lookback_seconds: float = 300.0
 
+    def identity(self) -> dict[str, str]:
+        """What the binding's reconciliation state is of (state_identity)."""
+        return state_identity(self.topic, self.record_key.describe(), self.table, self.key_column)
+
     @property
     def schema_name(self) -> str | None:
         return self.table.split(".", 1)[0] if "." in self.table else None
@@ -69,6 +73,31 @@ class Binding:
     @property
     def table_name(self) -> str:
         return self.table.rsplit(".", 1)[-1]
+
+
+def state_identity(topic: str, record_key: str, table: str, key_column: str) -> dict[str, str]:
+    """What a binding's reconciliation state is of: the topic read, how a record's key is
+    found, and the source table and its key column (record_key as parse_record_key reads it).
+
+    A state of another identity says nothing of the binding as it is now: its sightings,
+    offsets and pending rows are of another topic, key or table. Reconciliation then starts
+    over, and the stuck diagnosis recalls nothing from it (identity_changes).
+    """
+    return {
+        "topic": topic,
+        "record_key": parse_record_key(record_key, "state identity").describe(),
+        "table": table,
+        "key_column": key_column,
+    }
+
+
+def identity_changes(kept: dict[str, str] | None, now: dict[str, str]) -> list[str]:
+    """Where the identity a state was built for (state.json `identity`) differs from the
+    binding's now, one `name 'then' → 'now'` each; none when it is the same, or not known (a
+    state written before it was kept)."""
+    if not isinstance(kept, dict):
+        return []
+    return [f"{name} {kept[name]!r} → {value!r}" for name, value in now.items() if kept.get(name, value) != value]
 
 
 def parse_duration(value: Any, what: str) -> float:

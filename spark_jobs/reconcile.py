@@ -12,7 +12,7 @@ on stdout (and written to --output-json) is
      "counts": {kind: n, "records_without_headers": n, "records_malformed_headers": n},
      "offset_ranges": {"topic"|"producer_ledger"|"consumer_ledger": {partition: [start, end]}},
      "records_read": n, "topic_id": "<id>"|null, "window": {"lower", "upper", "cutoff", "unverifiable_until", "marks_lost_until",
-     "entries_lost_until"}, "warnings": [...],
+     "entries_lost_until", "identity"}, "warnings": [...],
      "timings": {phase: seconds}, "spark_settings": {conf: value set for this run only},
      "findings": [{"kind", "key", "cause", "evidence", "partition", "offset", "offsets",
                    "timestamp", "session", "seq", "seq_end", "group", "is_new"}],
@@ -170,6 +170,8 @@ def _run_phases(
             "unverifiable_until": until.isoformat() if until else None,
             "marks_lost_until": inputs.marks_lost_until.isoformat() if inputs.marks_lost_until else None,
             "entries_lost_until": inputs.entries_lost_until.isoformat() if inputs.entries_lost_until else None,
+            # what the rows and records read are of: the topic, key, table (binding.state_identity)
+            "identity": plan.identity,
         },
         "warnings": plan.warnings,
         "timings": laps.timings,

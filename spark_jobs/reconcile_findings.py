@@ -58,8 +58,11 @@ def find_missing(
     unverifiable_until: datetime | None,
     lost_sightings: DataFrame | None = None,
     lost_acks: DataFrame | None = None,
+    held: DataFrame | None = None,
 ) -> DataFrame:
-    """Source rows older than the grace cutoff with no record, except the unverifiable ones.
+    """Source rows older than the grace cutoff with no record, except the unverifiable ones
+    and those whose key has a record in `held` (column `key`: records behind an open
+    transaction, which the run read up to; a later run reads them).
 
     A row whose record an earlier run saw at an offset that now holds another record (or
     lies past the log end) is missing with cause `broker-lost`, naming where and which run
@@ -69,6 +72,8 @@ def find_missing(
     """
     if lost_sightings is None:
         lost_sightings = empty_frame(pending.sparkSession, LOST_SIGHTING_SCHEMA)
+    if held is not None:
+        pending = pending.join(held.where(F.col("key").isNotNull()).select("key").distinct(), "key", "left_anti")
     late = pending.where(F.col("created") <= F.lit(cutoff)).join(_first_sighting(lost_sightings), "key", "left")
     if lost_acks is None:
         late = late.withColumn("_acked", F.lit(None).cast(_ACKED_TYPE))
@@ -208,6 +213,7 @@ def find_gaps(
     entries_lost_until: datetime | None = None,
     seq_times: DataFrame | None = None,
     sent_judged_until_ms: int | None = None,
+    held: DataFrame | None = None,
 ) -> DataFrame:
     """Holes in producer sessions' sequences up to each session's last ledgered seq.
 
@@ -240,6 +246,11 @@ def find_gaps(
     retries through a leader failover may still write, an acks=0 request still on its way) is
     not judged yet: it stays open for a later run, and its sequence is no `never-sent` hole.
 
+    `held` (columns `session`, `seq`): records past the last stable offset the run read to,
+    behind another producer's open transaction. A sequence among them was written: it is not
+    judged this run (its entry stays open; the run that reads the record covers it) and is no
+    hole. A v2 range has no offset to tell that it lies past the end read.
+
     A hole without any ledger entry is `never-sent` unless its sequences may have been
     produced up to both `unverifiable_until` (the topic deleted records before any run read
     them) and `entries_lost_until` (so did the producer ledger, with their entries): then
@@ -253,10 +264,21 @@ def find_gaps(
         .where(F.col("seq") <= F.col("last_seq"))
         .join(marks, "partition", "left")
     )
+    held_seqs = (
+        None
+        if held is None
+        else held.where(F.col("session").isNotNull() & F.col("seq").isNotNull())
+        .select("session", "seq", F.lit(True).alias("_held"))
+        .distinct()
+    )
+    if held_seqs is not None:
+        entries = entries.join(held_seqs, ["session", "seq"], "left")
     acked_at = (F.col("status") == "acked") & (F.col("offset") >= 0)
     unverifiable = acked_at & (
         (F.col("offset") < F.coalesce(F.col("_low"), F.lit(0))) | (F.col("offset") >= F.col("_end"))
     )
+    if held_seqs is not None:
+        unverifiable = unverifiable | F.col("_held").isNotNull()
     if unverifiable_until is not None:
         until_ms = int(unverifiable_until.timestamp() * 1000)
         unverifiable = unverifiable | (
@@ -310,6 +332,8 @@ def find_gaps(
         evidence=F.to_json(F.struct(F.lit(1).alias("count"), ledger_evidence.alias("ledger"))),
     )
     points = explained.select("session", F.col("seq").alias("start"), F.col("seq").alias("end"))
+    if held_seqs is not None:
+        points = points.unionByName(held_seqs.select("session", F.col("seq").alias("start"), F.col("seq").alias("end")))
     covered = merge_intervals(conform(coverage, INTERVAL_SCHEMA).unionByName(points), ["session"])
     holes = interval_holes(covered, bounds, ["session"])
     if unverifiable_until is not None and entries_lost_until is not None:

@@ -4,7 +4,6 @@ and loads the result."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -126,6 +125,40 @@ def read_ledger(
     return LedgerRead(plan, records, first_ms)
 
 
+def read_held(
+    spark: SparkSession, binding: Binding, plan: RunPlan, persist: Callable[[DataFrame], DataFrame]
+) -> DataFrame | None:
+    """The records behind an open transaction (key, session, seq), read_uncommitted: in each
+    partition whose last stable offset, where the run's read stops, lies below its high
+    watermark, from there up to it. None: no partition is held.
+
+    A non-transactional producer's records among them are acked and in the log, but no
+    read_committed reader gets them until the transaction ends: their rows are not judged
+    missing, nor their sequences lost, by this run. Nothing of them enters the state: the
+    run that reads them past the stable offset does.
+    """
+    ends = plan.topic.ranges
+    tail = {
+        p: (ends[p][1], offsets.high)
+        for p, offsets in plan.kafka["watermarks"].items()
+        if p in ends and ends[p][1] < offsets.high
+    }
+    if not tail:
+        return None
+    held = persist(
+        transform_records(
+            extract_topic(spark, binding, OffsetRange(binding.topic, tail), "read_uncommitted"), binding.record_key
+        ).select("key", "session", "seq")
+    )
+    count = held.count()
+    spans = ", ".join(f"{binding.topic}/{p} [{start}, {end})" for p, (start, end) in sorted(tail.items()))
+    plan.warnings.append(
+        f"{count} record(s) lie behind an open transaction, past the last stable offset ({spans}): the rows and "
+        "producer sequences they hold are judged by a later run"
+    )
+    return held
+
+
 def written_after_last_read(plan: RunPlan) -> dict[int, int]:
     """Per partition, the offset from which records were written after the last run's read:
     the high watermarks it read, the start of a partition added since (written_after_read);
@@ -203,6 +236,7 @@ def extract_inputs(
     # read uncommitted is not counted.
     sequenced = read_uncommitted or totals["records_without_headers"] < totals["n"]
     check_nothing_deleted_while_read(binding, topic)
+    behind_open = read_held(spark, binding, plan, persist)
     # After a rebuild `meta` is empty: only this run's checkpoints count.
     checkpoints = meta.checkpoints | checkpoint_prints(binding, summary, topic, plan.cleanup.compacted)
     # Rows whose record may have been deleted unread can never be judged: the bound only
@@ -307,6 +341,9 @@ def extract_inputs(
         unverifiable_until=unverifiable_until,
         marks_lost_until=marks_lost_until,
         first_marks=first_marks,
+        first_marks_frame=local_frame(
+            spark, [(g, p, low) for g, marks in first_marks.items() for p, low in marks.items()], FIRST_MARK_SCHEMA
+        ),
         mark_rules=mark_rules,
         entries_lost_until=entries_lost_until,
         compacted_until=compacted_until,
@@ -320,6 +357,7 @@ def extract_inputs(
         processed=processed,
         committed=local_frame(spark, plan.kafka["committed"], COMMITTED_SCHEMA),
         groups=local_frame(spark, [(g,) for g in binding.consumer_groups], "group string"),
+        held=behind_open,
     )
 
 
@@ -422,7 +460,7 @@ def update_state(
         "unprocessed_candidates",
         [old_candidates, inputs.groups],
         lambda: transform_unprocessed_candidates(
-            old_candidates, records, processed_cov, inputs.groups, inputs.committed, first_marks_frame(spark, inputs)
+            old_candidates, records, processed_cov, inputs.groups, inputs.committed, inputs.first_marks_frame
         ),
     )
     if inputs.totals["tombstones"]:
@@ -442,12 +480,6 @@ def update_state(
     new.source_deltas = [*meta.source_deltas, store.write_delta(new_source_of(keys), "source", SOURCE_ROW_SCHEMA)]
     laps("state.deltas")
     return new
-
-
-def first_marks_frame(spark: SparkSession, inputs: RunInputs) -> DataFrame:
-    """RunInputs.first_marks as a frame (FIRST_MARK_SCHEMA): a row per group and partition."""
-    rows = [(group, p, low) for group, marks in inputs.first_marks.items() for p, low in marks.items()]
-    return local_frame(spark, rows, FIRST_MARK_SCHEMA)
 
 
 def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
@@ -474,7 +506,8 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
             absent_keys_compacted=inputs.absent_keys_compacted,
             entries_lost_until=inputs.entries_lost_until,
             seq_times=s["seq_times"],
-            sent_judged_until_ms=(plan.read_at_ms or int(time.time() * 1000)) - SEND_OUTCOME_MS,
+            sent_judged_until_ms=plan.read_at_ms - SEND_OUTCOME_MS,
+            held=inputs.held,
         )
     )
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it
@@ -489,14 +522,16 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
                 s["processed_coverage"],
                 max((t for t in (inputs.compacted_until, inputs.marks_lost_until) if t is not None), default=None),
                 inputs.mark_rules,
-                first_marks_frame(spark, inputs),
+                inputs.first_marks_frame,
             ),
         ),
         (s["reprocessed"], lambda: find_reprocessed(s["reprocessed"])),
     ]
     return union_findings(
         [
-            find_missing(s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"], lost_acks),
+            find_missing(
+                s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"], lost_acks, inputs.held
+            ),
             find_duplicates(s["duplicates"]),
             find_orphans(s["orphan_candidates"], plan.cutoff),
             *([] if gaps is None else [gaps]),
@@ -575,6 +610,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             checkpoints=inputs.checkpoints,
             marks_rewritten=rules_to_json(inputs.mark_rules),
             first_marks=inputs.first_marks,
+            identity=plan.identity,
             # Only with the id of the topic read: a run that could not read it keeps the last one,
             # which may be of a topic deleted since; its read would then seem to be of that one,
             # and every record of the new topic to have been written after it.

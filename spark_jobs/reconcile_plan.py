@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.binding import Binding
+from spark_jobs.binding import Binding, identity_changes
 from spark_jobs.common import cores, is_small, settings_applied, small_job_settings
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.kafka_offsets import KafkaReadError, another_topic
@@ -83,13 +83,14 @@ class RunPlan:
     cutoff: datetime
     warnings: list[str]
     cleanup: TopicCleanup
+    read_at_ms: int  # state.json's read_at_ms: the run's clock before it asked for the log ends
     topic_id: str | None = None  # the topic's id now
     # Why every record earlier runs read is gone: the topic was deleted and created again
     # (its id changed). None: it was not.
     recreated: str | None = None
     # state.json's topic_records_since: set when this run finds the topic created again
     topic_records_since: datetime | None = None
-    read_at_ms: int | None = None  # state.json's read_at_ms: before this run asked for the log ends
+    identity: dict[str, str] = field(default_factory=dict)  # state.json's identity: the binding's
 
     @property
     def topic(self) -> OffsetRange:
@@ -141,6 +142,7 @@ class RunInputs:
     unverifiable_until: datetime | None
     marks_lost_until: datetime | None  # records written up to here are never `unprocessed`
     first_marks: dict[str, dict[int, int]]  # StateMeta.first_marks, with this run's marks
+    first_marks_frame: DataFrame  # the same, a row per group and partition (FIRST_MARK_SCHEMA)
     mark_rules: list[MarkRule]  # where and when marks may be of records the broker lost (reconcile_rewrites)
     entries_lost_until: datetime | None  # producer-ledger entries up to here may be gone unread
     compacted_until: datetime | None  # compacted topic: acked records up to here may be cleaned away
@@ -155,6 +157,8 @@ class RunInputs:
     groups: DataFrame
     # the topic's producers stamp records well before writing them (record_times); kept in state.json
     backdated: Backdated | None = None
+    # records past the last stable offset, behind an open transaction (reconcile_phases.read_held)
+    held: DataFrame | None = None
 
 
 @dataclass
@@ -236,13 +240,25 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     store = StateStore(options.state_dir, binding.name, run_id)
     meta = StateMeta() if options.full else store.read_meta()
     warnings: list[str] = []
-    if options.full:
+    changed = [] if options.full else identity_changes(meta.identity, binding.identity())
+    if changed:
+        # The state is of another topic, key or table: nothing in it is of this binding's
+        # records or rows (its sightings would be taken for lost records, its pending rows
+        # for missing ones). The run starts over, as a full one.
+        warnings.append(
+            f"the binding changed since its state was built ({'; '.join(changed)}): the run starts over from the "
+            "topic's and the ledgers' starts, as a --full run"
+        )
+    if options.full or changed:
         # A full run starts over, but where the broker rewrote partitions is the topic's
         # history, not the state's: its records cannot tell it again, and the lost records'
-        # marks are still in the consumer ledger it reads from its start.
+        # marks are still in the consumer ledger it reads from its start. Of another topic's
+        # state, nothing is kept.
         try:
             earlier = store.read_meta()
-            meta.marks_rewritten, meta.backdated = earlier.marks_rewritten, earlier.backdated
+            meta = StateMeta()
+            if earlier.identity.get("topic", binding.topic) == binding.topic:
+                meta.marks_rewritten, meta.backdated = earlier.marks_rewritten, earlier.backdated
         except StateError:  # the state it starts over from is unreadable: nothing known
             warnings.append(
                 "the reconciliation state could not be read: where partitions were rewritten, and whether the "
@@ -330,7 +346,8 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         cutoff,
         warnings,
         cleanup,
+        read_at_ms,
         current_id,
         recreated,
-        read_at_ms=read_at_ms,
+        identity=binding.identity(),
     )

@@ -117,6 +117,9 @@ class StateMeta:
     # ledger record a run read (marks the coverage leaves out included): the group's consumer
     # is judged from there on (find_unprocessed). Kept across rebuilds after a rewrite.
     first_marks: dict[str, dict[int, int]] = field(default_factory=dict)
+    # What the state is of (binding.state_identity): the topic, record key, table and key
+    # column it was built from. Empty: a state written before it was kept.
+    identity: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -142,6 +145,7 @@ class StateMeta:
             "read_highs": {str(k): v for k, v in self.read_highs.items()},
             "backdated": self.backdated,
             "first_marks": {g: {str(p): o for p, o in marks.items()} for g, marks in self.first_marks.items()},
+            "identity": self.identity,
         }
 
     @classmethod
@@ -179,6 +183,7 @@ class StateMeta:
                 str(g): {int(p): int(o) for p, o in marks.items()}
                 for g, marks in (data.get("first_marks") or {}).items()
             },
+            identity={str(k): str(v) for k, v in (data.get("identity") or {}).items()},
         )
 
 

@@ -33,6 +33,7 @@ from auditor.stuck.evidence import (
     RecordState,
     Sighting,
 )
+from spark_jobs.binding import identity_changes, state_identity
 from spark_jobs.kafka_offsets import KafkaReadError, another_topic, rewritten_partitions
 from spark_jobs.mark_rules import MarkRule, rules_from_json
 from spark_jobs.record_times import Backdated, find_backdated, written_after_read
@@ -61,7 +62,7 @@ def recall(
         return memory
     try:
         root = state_root if state_root is not None else conf.state_location().join(binding.name)
-        memory.sightings = index.sightings(keys) if index is not None else read_sightings(root, keys)
+        memory.sightings = index.sightings(keys) if index is not None else read_sightings(root, keys, binding)
     except (StateUnreadable, StateLocationError) as exc:
         memory.reason = str(exc)
     memory.missing = missing_reports(binding, keys)
@@ -88,7 +89,7 @@ def rewritten_mark_rules(binding: Binding, index: IndexRows | None = None) -> li
     reconciliation found them (state.json `marks_rewritten`; none before its first run).
     index: rows already read, whose state.json is used. StateUnreadable when it cannot be read."""
     try:
-        meta = index.meta if index is not None else read_meta(conf.state_location().join(binding.name))
+        meta = index.meta if index is not None else read_meta(conf.state_location().join(binding.name), binding)
         return rules_from_json((meta or {}).get("marks_rewritten"))
     except StateLocationError as exc:
         raise StateUnreadable(str(exc)) from exc
@@ -130,14 +131,21 @@ def recalled_stamps(
 def read_state_meta(binding: Binding) -> dict[str, Any] | None:
     """The binding's state.json (read_meta) at the configured state location."""
     try:
-        return read_meta(conf.state_location().join(binding.name))
+        return read_meta(conf.state_location().join(binding.name), binding)
     except StateLocationError as exc:
         raise StateUnreadable(str(exc)) from exc
 
 
-def read_meta(root: StateLocation) -> dict[str, Any] | None:
-    """The state's state.json, None when there is none (no run yet); StateUnreadable when it
-    or its location cannot be read."""
+def identity_of(binding: Binding) -> dict[str, str]:
+    """What the binding's reconciliation state must be of (spark_jobs.binding.state_identity)."""
+    return state_identity(binding.topic, binding.record_key, binding.table, binding.key_column)
+
+
+def read_meta(root: StateLocation, binding: Binding) -> dict[str, Any] | None:
+    """The state's state.json, None when there is none (no run yet) or when it is of another
+    topic, record key or table than the binding's now (the binding was edited since: nothing
+    earlier runs saw is of its records or rows); StateUnreadable when it or its location
+    cannot be read."""
     meta_file = root.join("state.json")
     try:
         if not meta_file.exists():
@@ -147,13 +155,14 @@ def read_meta(root: StateLocation) -> dict[str, Any] | None:
         raise StateUnreadable(f"{meta_file} is unreadable: {exc}") from exc
     if not isinstance(meta, dict):
         raise StateUnreadable(f"{meta_file} is unreadable: not a JSON object")
-    return meta
+    return None if identity_changes(meta.get("identity"), identity_of(binding)) else meta
 
 
-def read_sightings(root: StateLocation, keys: Iterable[str]) -> dict[str, Sighting]:
+def read_sightings(root: StateLocation, keys: Iterable[str], binding: Binding) -> dict[str, Sighting]:
     """Per key, its first sighting in the key index; lost sightings override (the record seen
-    there was truncated later). An absent state (no run yet) is an empty memory."""
-    meta = read_meta(root)
+    there was truncated later). An absent state (no run yet, or of the binding before an
+    edit) is an empty memory."""
+    meta = read_meta(root, binding)
     if meta is None:
         return {}
     wanted = sorted(set(keys))
@@ -222,11 +231,11 @@ def indexed_records(
     """
     try:
         root = state_root if state_root is not None else conf.state_location().join(binding.name)
-        meta = meta if meta is not None else read_meta(root)
+        meta = meta if meta is not None else read_meta(root, binding)
     except (StateUnreadable, StateLocationError) as exc:
         return IndexedTopic(reason=str(exc))
     if meta is None:
-        return IndexedTopic(reason="no reconciliation has read this topic yet")
+        return IndexedTopic(reason="no reconciliation has read this topic, by this record key, yet")
     read_to = {int(p): int(o) for p, o in (meta.get("topic_offsets") or {}).items()}
     checkpoints = {int(p): list(v) for p, v in (meta.get("checkpoints") or {}).items()}
     run_id = meta.get("run_id")
@@ -389,9 +398,10 @@ def missing_reports(binding: Binding, keys: Sequence[str]) -> dict[str, MissingR
         .order_by("-finished_at", "-id")
         .first()
     )
-    upper = (run.window or {}).get("upper") if run else None
-    if run is None or not upper:
-        return {}
+    window = (run.window or {}) if run else {}
+    upper = window.get("upper")
+    if run is None or not upper or identity_changes(window.get("identity"), identity_of(binding)):
+        return {}  # no run, or a run of the binding before an edit (another topic, key or table)
     upper_ms = int(datetime.fromisoformat(upper).timestamp() * 1000)
     reports: dict[str, MissingReport] = {}
     label = run.job_run_id or str(run.pk)

@@ -409,7 +409,7 @@ def _ledger_entries(findings: list[Finding]) -> list[dict[str, Any]]:
 def _key_sighting(binding: Binding, key: str) -> tuple[Any, str]:
     """Where reconciliation first saw this key (its key index), and why it could not tell if not."""
     try:
-        return memory.read_sightings(conf.state_location().join(binding.name), [key]).get(key), ""
+        return memory.read_sightings(conf.state_location().join(binding.name), [key], binding).get(key), ""
     except (memory.StateUnreadable, StateLocationError) as exc:
         return None, str(exc)
 

@@ -8,6 +8,7 @@ from spark_jobs.binding import (
     BindingError,
     RecordKeySpec,
     binding_from_dict,
+    identity_changes,
     jdbc_url_and_properties,
     parse_duration,
     redact_url,
@@ -35,6 +36,23 @@ def test_it_reads_a_binding_with_defaults():
     assert binding.transactions is None  # decided per run from the offsets
     assert binding_from_dict(BASE | {"guarantee": "exactly-once"}).transactions is True
     assert binding_from_dict(BASE | {"transactions": False, "guarantee": "exactly-once"}).transactions is False
+
+
+def test_a_state_built_for_another_topic_key_or_table_is_told_apart_and_an_older_state_is_not():
+    def identity(**fields: str) -> dict[str, str]:
+        return binding_from_dict(BASE | {"record_key": "json:$.ticket_id"} | fields).identity()
+
+    kept = identity()
+    assert kept == {"topic": "tickets", "record_key": "json:$.ticket_id", "table": "public.tickets", "key_column": "id"}
+    assert identity_changes(kept, identity(record_key=" json:$.ticket_id", grace="5m")) == []
+    assert identity_changes(kept, identity(topic="tickets-v2")) == ["topic 'tickets' → 'tickets-v2'"]
+    assert identity_changes(kept, identity(record_key="key", key_column="ref")) == [
+        "record_key 'json:$.ticket_id' → 'key'",
+        "key_column 'id' → 'ref'",
+    ]
+    assert identity_changes(kept, identity(table="public.orders")) == ["table 'public.tickets' → 'public.orders'"]
+    # a state written before the identity was kept: nothing to tell, nothing changed
+    assert identity_changes({}, kept) == identity_changes(None, kept) == []
 
 
 @pytest.mark.parametrize(

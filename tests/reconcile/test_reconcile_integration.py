@@ -900,7 +900,9 @@ def test_a_run_of_records_without_audit_headers_keeps_the_sequence_coverage_by_r
     assert finding_set(full) == finding_set(third)
 
 
-def read_whole_topic(bootstrap: str, topic: str) -> dict[tuple[int, int], int | None]:
+def read_whole_topic(
+    bootstrap: str, topic: str, isolation: str = "read_committed"
+) -> dict[tuple[int, int], int | None]:
     """Ground truth after a fault: every record of the topic, (partition, offset) → ticket."""
     consumer = Consumer(
         {
@@ -909,6 +911,7 @@ def read_whole_topic(bootstrap: str, topic: str) -> dict[tuple[int, int], int | 
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": True,
+            "isolation.level": isolation,
         }
     )
     metadata = consumer.list_topics(topic, timeout=10)
@@ -1059,6 +1062,101 @@ def test_it_reconciles_records_of_both_contract_versions_from_real_probes(
         ],
         key=repr,
     )
+
+
+def test_records_acked_behind_another_producers_open_transaction_are_neither_missing_nor_lost(
+    spark: SparkSession, world: World, tmp_path: Path
+):
+    """A transactional producer leaves a transaction open in partition 0, which holds the
+    partition's last stable offset back; a probed, non-transactional producer (contract v2)
+    then writes three records there, every one acked. A run reads up to the stable offset and
+    cannot see them yet: their rows are not `missing` and their acked sequences not
+    `broker-lost`. Once the transaction commits, the next run reads all four and finds
+    nothing. Ground truth: the delivery reports and flush() results, the partition's offsets,
+    and a read_uncommitted read of the whole topic."""
+    from auditor.probes import AuditedProducer
+
+    binding = world.binding(consumer_groups=[])
+    world.insert(1, 2, 3, 99)
+    created_ms = int(time.time() * 1000) - 10 * 60 * 1000
+    txn = Producer({"bootstrap.servers": world.bootstrap, "transactional.id": f"held-{uuid.uuid4().hex[:8]}"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(world.topic, json.dumps({"ticket_id": 99}).encode(), b"99", partition=0, timestamp=created_ms)
+    assert txn.flush(30) == 0  # written, and the transaction left open
+    failed: list[str] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is not None:
+            failed.append(msg.key().decode())
+
+    ledgers = {"ledger_topic": world.producer_ledger, "clients_topic": world.consumer_ledger}
+    with AuditedProducer({"bootstrap.servers": world.bootstrap}, **ledgers) as probe:
+        for number in (1, 2, 3):
+            value = json.dumps({"ticket_id": number}).encode()
+            probe.produce(world.topic, value, str(number).encode(), 0, on_delivery=report, timestamp=created_ms)
+        assert probe.flush(30) == 0
+    assert failed == []
+    held = partition_offsets(admin_client(world.bootstrap, None), world.topic, [0])[0]
+    assert (held.stable, held.high) == (0, 4)  # everything past the open transaction's first record
+    assert sorted(read_whole_topic(world.bootstrap, world.topic, "read_uncommitted").values()) == [1, 2, 3, 99]
+
+    first = reconcile_once(spark, binding, tmp_path)
+
+    assert finding_set(first) == set()
+    assert any("behind an open transaction" in w and f"{world.topic}/0 [0, 4)" in w for w in first["warnings"])
+
+    txn.commit_transaction(30)
+    assert sorted(read_whole_topic(world.bootstrap, world.topic).values()) == [1, 2, 3, 99]
+    second = reconcile_once(spark, binding, tmp_path)
+
+    assert finding_set(second) == set()
+    assert second["records_read"] == 5  # offsets read: the four records and the commit marker
+    assert not any("behind an open transaction" in w for w in second["warnings"])
+
+
+def test_a_binding_edited_to_read_another_topic_starts_over_and_nothing_recalls_the_old_topic(
+    spark: SparkSession, world: World, make_topic, tmp_path: Path
+):
+    """A binding reads topic A (tickets 1, 2, 3), then is edited, under the same name and
+    state folder, to read topic B, where only ticket 1 was ever produced. What the state knew
+    of A is not B's: rows 2 and 3 are missing, and the stuck diagnosis' memory recalls no
+    sighting of them. Ground truth: what was produced to each topic, and the table."""
+    from auditor.pipelines.models import Binding as BindingModel
+    from auditor.reconcile.memory import read_sightings
+    from spark_jobs.state_location import StateLocation
+
+    world.insert(1, 2, 3)
+    for ticket in (1, 2, 3):
+        world.produce(f"a{ticket}", ticket)
+    binding = world.binding(consumer_groups=[])
+    assert finding_set(reconcile_once(spark, binding, tmp_path)) == set()
+    other = make_topic("rec-b")
+    producer = Producer({"bootstrap.servers": world.bootstrap})
+    producer.produce(other, json.dumps({"ticket_id": 1}).encode(), timestamp=int(time.time() * 1000) - 600_000)
+    assert producer.flush(30) == 0
+    edited = world.binding(consumer_groups=[], topic=other)
+    assert edited.name == binding.name
+    root = StateLocation(str(tmp_path)).join(binding.name)
+
+    def model(topic: str) -> BindingModel:  # the stuck diagnosis' binding, as the dashboard saves it
+        return BindingModel(
+            name=binding.name, topic=topic, table=binding.table, key_column="id", record_key="json:$.ticket_id"
+        )
+
+    assert sorted(read_sightings(root, ["1", "2", "3"], model(world.topic))) == ["1", "2", "3"]
+    assert read_sightings(root, ["1", "2", "3"], model(other)) == {}  # A's state is no memory of B
+
+    result = reconcile_once(spark, edited, tmp_path)
+
+    assert finding_set(result) == {("missing", "2", None, None, None), ("missing", "3", None, None, None)}
+    assert any(
+        "the binding changed since its state was built" in w and f"topic {world.topic!r} → {other!r}" in w
+        for w in result["warnings"]
+    )
+    assert result["window"]["identity"]["topic"] == other
+    assert sorted(read_sightings(root, ["1", "2", "3"], model(other))) == ["1"]
+    assert read_sightings(root, ["1", "2", "3"], model(world.topic)) == {}
 
 
 def test_a_topic_deleted_and_created_again_is_read_anew_and_nothing_it_held_is_reported(

@@ -149,6 +149,13 @@ def test_it_keeps_each_groups_first_marks_through_the_state_file():
     assert StateMeta.from_json({"format": meta.to_json()["format"]}).first_marks == {}  # an older state
 
 
+def test_it_keeps_what_the_state_is_of_through_the_state_file():
+    identity = {"topic": "t", "record_key": "key", "table": "public.x", "key_column": "id"}
+    again = StateMeta.from_json(json.loads(json.dumps(StateMeta(identity=identity).to_json())))
+    assert again.identity == identity
+    assert StateMeta.from_json({"format": again.to_json()["format"]}).identity == {}  # an older state
+
+
 def test_a_state_it_cannot_reach_is_not_called_corrupt_nor_given_up(root: str | Path, tmp_path: Path):
     # state.json a directory: reading it fails with an I/O error, as an unreachable store or
     # mount does. Starting over (--full) would throw away what earlier runs saw.
