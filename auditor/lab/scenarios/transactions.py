@@ -8,7 +8,9 @@ import time
 from auditor.lab.cluster import LabError, wait_until
 from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
+from auditor.lab.workload import produce
 from auditor.lab.world import STUCK_AGE_S, Verdicts, World
+from auditor.probes import AuditedProducer
 from auditor.stuck.risks import OPEN_TRANSACTION_WARN_MS
 
 TICKETS, COMMITTED = 20, 10
@@ -99,4 +101,66 @@ def _txn_killed(world: World, probed: bool) -> Outcome:
         expected=merge(while_open, after_stuck, after),
         got=merge(first.verdicts, second.verdicts, answer.verdicts),
         detect_s=first.finished_monotonic - injected_at,
+    )
+
+
+BEHIND = 20  # records a non-transactional producer writes behind the open transaction
+# The open transaction must outlast the reconciliation run made while it holds the partition.
+HELD_TIMEOUT_MS = 90_000
+
+
+@scenario(
+    "open-transaction-while-auditing",
+    "a transactional producer killed -9 with a transaction open (one record); an AuditedProducer "
+    f"(not transactional) then writes {BEHIND} acked records behind it, and a reconciliation runs while the "
+    "transaction holds the last stable offset: none of them is missing or gap/broker-lost; after the "
+    "coordinator's abort the open transaction's ticket is missing and aborted",
+)
+def open_transaction_while_auditing(world: World) -> Outcome:
+    cluster = world.cluster
+    world.make_topic(replication=3, min_insync_replicas="2")
+    world.make_table()
+    world.make_binding()
+    tickets = list(range(1, BEHIND + 2))  # ticket 1: the open transaction's record
+    world.insert(tickets, age_s=STUCK_AGE_S)
+    world.run_worker(
+        "transact",
+        "--bootstrap", cluster.bootstrap, "--topic", world.topic, "--transactional-id", f"{world.name}-tx",
+        "--tickets", "1", "--commit", "0", "--transaction-timeout-ms", str(HELD_TIMEOUT_MS),
+    )  # fmt: skip
+    injected_at = time.monotonic()
+    probe = AuditedProducer(
+        {"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0}, delivery_reports="all"
+    )
+    reports = produce(cluster.bootstrap, world.topic, tickets[1:], producer=probe)
+    probe.close(60)
+    acked = {d.key for d in reports if d.error is None}
+    if acked != {str(t) for t in tickets[1:]}:
+        raise LabError(f"the probed producer's sends were not all acked: {sorted(set(map(str, tickets[1:])) - acked)}")
+    everything = {r.key for r in cluster.read_topic(world.topic) if r.key is not None}
+    visible = {r.key for r in cluster.read_topic(world.topic, isolation="read_committed", timeout=8) if r.key}
+    world.notes.append(f"while open: read_uncommitted got {len(everything)} records, read_committed {len(visible)}")
+    if visible or everything != {str(t) for t in tickets}:
+        raise LabError(f"the open transaction did not hold the partition: visible {sorted(visible)}")
+
+    while_open = world.reconcile()  # every acked record is in the log: nothing to report
+
+    if cluster.watermarks(world.topic)[0][1] > len(tickets):  # an abort marker: it ended too soon
+        raise LabError("the coordinator ended the transaction before the reconciliation while open ended")
+    wait_until(
+        lambda: cluster.watermarks(world.topic)[0][1] > len(tickets),
+        HELD_TIMEOUT_MS / 1000 + 60,
+        "the coordinator to abort the open transaction",
+    )
+    committed = {r.key for r in cluster.read_topic(world.topic, isolation="read_committed") if r.key}
+    # Ground truth from the two plain reads: the open transaction's record was aborted, so its
+    # row has no delivered record (missing) and its only record is aborted.
+    expected = {key: {"missing", "aborted"} for key in everything - committed}
+    after = world.reconcile()
+    return Outcome(
+        injected=f"transactional producer killed -9 with a transaction open, {BEHIND} acked records written "
+        f"behind it (transaction.timeout.ms={HELD_TIMEOUT_MS})",
+        expected=expected,
+        got=merge(while_open.verdicts, after.verdicts),
+        detect_s=after.finished_monotonic - injected_at,
     )
