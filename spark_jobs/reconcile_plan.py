@@ -238,9 +238,18 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     offsets to read, and the source window."""
     run_id = options.run_id or new_run_id()
     store = StateStore(options.state_dir, binding.name, run_id)
-    meta = StateMeta() if options.full else store.read_meta()
     warnings: list[str] = []
-    changed = [] if options.full else identity_changes(meta.identity, binding.identity())
+    try:
+        earlier: StateMeta | None = store.read_meta()
+    except StateError:
+        if not options.full:
+            raise  # an incremental run cannot build on it
+        earlier = None  # the state a full run starts over from is unreadable: nothing known
+        warnings.append(
+            "the reconciliation state could not be read: where partitions were rewritten, and whether the "
+            "topic's producers were seen stamping records before writing them, is not known"
+        )
+    changed = [] if options.full or earlier is None else identity_changes(earlier.identity, binding.identity())
     if changed:
         # The state is of another topic, key or table: nothing in it is of this binding's
         # records or rows (its sightings would be taken for lost records, its pending rows
@@ -249,21 +258,16 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             f"the binding changed since its state was built ({'; '.join(changed)}): the run starts over from the "
             "topic's and the ledgers' starts, as a --full run"
         )
-    if options.full or changed:
+    if options.full or changed or earlier is None:
         # A full run starts over, but where the broker rewrote partitions is the topic's
         # history, not the state's: its records cannot tell it again, and the lost records'
         # marks are still in the consumer ledger it reads from its start. Of another topic's
         # state, nothing is kept.
-        try:
-            earlier = store.read_meta()
-            meta = StateMeta()
-            if earlier.identity.get("topic", binding.topic) == binding.topic:
-                meta.marks_rewritten, meta.backdated = earlier.marks_rewritten, earlier.backdated
-        except StateError:  # the state it starts over from is unreadable: nothing known
-            warnings.append(
-                "the reconciliation state could not be read: where partitions were rewritten, and whether the "
-                "topic's producers were seen stamping records before writing them, is not known"
-            )
+        meta = StateMeta()
+        if earlier is not None and earlier.identity.get("topic", binding.topic) == binding.topic:
+            meta.marks_rewritten, meta.backdated = earlier.marks_rewritten, earlier.backdated
+    else:
+        meta = earlier
     cleanup = extract_topic_cleanup(binding)
     # When the run began to read the topic (its id, then its log ends): the run's clock (a
     # test's fixed `now` included: the story it tells is then one timeline). Taken before the
