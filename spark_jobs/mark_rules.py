@@ -4,9 +4,23 @@ stuck diagnosis read: without Spark."""
 
 from __future__ import annotations
 
+import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from spark_jobs.binding import BindingError
+
+# How long a processed mark may trail its commit. The probes hand marks to their ledger before
+# an explicit commit, but not before one auto-commit makes of offsets stored with
+# store_offsets (the consumer configuration lint C001 advises), nor do they wait for an
+# asynchronous commit's marks to be acked: those marks reach the ledger at the probe's next
+# background flush (ledger_flush_interval_s, 1 s by default) plus a produce. Reconciliation
+# reads the consumer ledger's end this long after the committed offsets, and the stuck
+# diagnosis reads it again this long after them before it calls a record skipped, so every
+# mark of a committed record that a live probe will write is inside what they read.
+MARK_SETTLE_SECONDS = 3.0
 
 # A record is written before it is processed, but by another host's clock: a record written up
 # to this long after a rule's bound is not judged by the marks made after it either.
@@ -51,3 +65,18 @@ def rules_to_json(rules: Iterable[MarkRule]) -> dict[str, list[list[int]]]:
 def covering(rules: Iterable[MarkRule], partition: int, offset: int) -> list[MarkRule]:
     """The rules under which a record or mark at (partition, offset) falls."""
     return [r for r in rules if r.partition == partition and offset > r.after]
+
+
+def mark_settle_seconds() -> float:
+    """MARK_SETTLE_SECONDS, or $RECONCILE_MARK_SETTLE_SECONDS (probes that flush their ledger
+    less often need more)."""
+    raw = os.environ.get("RECONCILE_MARK_SETTLE_SECONDS")
+    if raw is None:
+        return MARK_SETTLE_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BindingError(f"RECONCILE_MARK_SETTLE_SECONDS must be a number of seconds, got {raw!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise BindingError(f"RECONCILE_MARK_SETTLE_SECONDS must be 0 or more seconds, got {raw!r}")
+    return value

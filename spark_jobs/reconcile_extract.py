@@ -4,7 +4,6 @@ Spark's Kafka source, the source table over JDBC."""
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from spark_jobs.kafka_offsets import (
     topic_partitions,
 )
 from spark_jobs.kafka_security import admin_config
+from spark_jobs.mark_rules import mark_settle_seconds
 from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import (
     RECORD_COUNTS,
@@ -43,31 +43,6 @@ from spark_jobs.reconcile_transform import (
 )
 
 ROWS_PER_JDBC_PARTITION = 250_000
-
-# How long a processed mark may trail its commit. The probes hand marks to their ledger before
-# an explicit commit, but not before one auto-commit makes of offsets stored with
-# store_offsets (the consumer configuration lint C001 advises), nor do they wait for an
-# asynchronous commit's marks to be acked: those marks reach the ledger at the probe's next
-# background flush (ledger_flush_interval_s, 1 s by default) plus a produce. The consumer
-# ledger's end is read this long after the committed offsets, so every mark of a committed
-# record that a live probe will write is inside it.
-MARK_SETTLE_SECONDS = 3.0
-
-
-def mark_settle_seconds() -> float:
-    """MARK_SETTLE_SECONDS, or $RECONCILE_MARK_SETTLE_SECONDS (probes that flush their ledger
-    less often need more)."""
-    raw = os.environ.get("RECONCILE_MARK_SETTLE_SECONDS")
-    if raw is None:
-        return MARK_SETTLE_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        raise BindingError(f"RECONCILE_MARK_SETTLE_SECONDS must be a number of seconds, got {raw!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise BindingError(f"RECONCILE_MARK_SETTLE_SECONDS must be 0 or more seconds, got {raw!r}")
-    return value
-
 
 NUMERIC_TYPES = {"smallint", "integer", "bigint", "int", "int2", "int4", "int8", "serial", "bigserial"}
 

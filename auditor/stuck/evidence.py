@@ -233,6 +233,8 @@ class ClusterView:
     partitions: dict[int, PartitionState] = field(default_factory=dict)
     groups: dict[str, GroupState] = field(default_factory=dict)
     groups_error: str | None = None  # committed offsets could not be read
+    # time.monotonic() once the committed offsets were read (trailing_marks waits from it)
+    committed_read_at: float | None = None
     producer_ledger: LedgerView | None = None
     consumer_ledger: LedgerView | None = None
     retention_ms: int | None = None  # the topic's retention.ms (-1: forever)

@@ -70,7 +70,7 @@ def client_settings(kafka_config: dict[str, Any]) -> tuple[str, dict[str, str]]:
     return config.pop("bootstrap.servers"), config
 
 
-def _ledger_view(
+def ledger_view(
     admin: AdminClient, topic: str, timeout_s: float
 ) -> tuple[LedgerView, LedgerRange | None, dict[int, tuple[int, int]]]:
     try:
@@ -255,9 +255,10 @@ def read_cluster_view(
         view.groups[group] = GroupState(group, members=members, state=state, simple=simple, assigned=assigned)
     for group, partition, offset in rows:
         view.groups[group].committed[partition] = offset
+    view.committed_read_at = time.monotonic()
 
-    view.consumer_ledger, plan.consumer_ledger, consumer_lows = _ledger_view(admin, consumer_ledger_topic, timeout_s)
-    view.producer_ledger, plan.producer_ledger, producer_lows = _ledger_view(admin, producer_ledger_topic, timeout_s)
+    view.consumer_ledger, plan.consumer_ledger, consumer_lows = ledger_view(admin, consumer_ledger_topic, timeout_s)
+    view.producer_ledger, plan.producer_ledger, producer_lows = ledger_view(admin, producer_ledger_topic, timeout_s)
     try:
         offsets = partition_offsets(admin, topic, partitions, timeout_s)
     except KafkaReadError as exc:

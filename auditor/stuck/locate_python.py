@@ -405,14 +405,21 @@ def mark_positions(result: LocateResult) -> set[tuple[int, int]]:
     return positions
 
 
-def _locate_marks(request: LocateRequest, bootstrap: str, config: dict[str, str], result: LocateResult) -> None:
+def _locate_marks(
+    request: LocateRequest,
+    bootstrap: str,
+    config: dict[str, str],
+    result: LocateResult,
+    positions: set[tuple[int, int]] | None = None,
+) -> None:
     ledger = request.plan.consumer_ledger
     if ledger is None or not request.groups:
         return
     groups = set(request.groups)
     topic = request.plan.topic
     lows = {p: s.low for p, s in request.plan.partitions.items()}
-    positions = mark_positions(result)
+    if positions is None:
+        positions = mark_positions(result)
     for msg in read_ranges(bootstrap, config, ledger.topic, ledger.ranges):
         record = decode_ledger_record(msg.value())
         if isinstance(record, ProcessedRanges) and record.group in groups:
@@ -481,4 +488,16 @@ def locate_with_python(request: LocateRequest) -> LocateResult:
     except KafkaReadError as exc:
         raise LocateError(str(exc)) from exc
     result.timings["total"] = round(time.monotonic() - started, 3)
+    return result
+
+
+def read_marks(request: LocateRequest, positions: set[tuple[int, int]]) -> LocateResult:
+    """The processed marks at `positions` in the request's consumer ledger ranges (its topic
+    ranges are not read): a look at a ledger's tail."""
+    bootstrap, config = client_settings(request.kafka_config)
+    result = LocateResult(engine="python")
+    try:
+        _locate_marks(request, bootstrap, config, result, positions)
+    except KafkaReadError as exc:
+        raise LocateError(str(exc)) from exc
     return result

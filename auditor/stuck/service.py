@@ -42,15 +42,17 @@ from auditor.reconcile.memory import (
 )
 from auditor.stuck.alerting import muted_keys, update_problems
 from auditor.stuck.evidence import ClusterView, Diagnosis, KeyMemory, StuckRow
-from auditor.stuck.kafka_view import first_record_ms, read_after_locate, read_cluster_view
+from auditor.stuck.kafka_view import ReadPlan, first_record_ms, read_after_locate, read_cluster_view
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.risks import cluster_risks
 from auditor.stuck.runlock import diagnosis_lock
 from auditor.stuck.source import DEFAULT_MAX_ITEMS, SourceError, StuckQuery, select_stuck_rows, still_stuck
+from auditor.stuck.trailing_marks import read_trailing_marks
 from auditor.stuck.verdicts import diagnose
 from auditor.vocabulary import STUCK_VERDICTS
 from spark_jobs.kafka_offsets import KafkaReadError
+from spark_jobs.mark_rules import mark_settle_seconds
 from spark_jobs.record_times import stamp_lag_ms
 
 log = logging.getLogger(__name__)
@@ -172,19 +174,97 @@ def _check_after_read(binding: Binding, view: ClusterView, reads: dict[str, dict
         view.kafka_error = f"{deleted}; run the diagnosis again"
 
 
+def _verdict_positions(
+    located: LocateResult, memory: KeyMemory, keys: set[str] | None = None
+) -> Iterator[tuple[int, int]]:
+    """(partition, offset) whose processed marks the verdicts of `keys` (None: every key) look
+    up: the keys' records, their acked ledger entries, their sightings. A generator:
+    recall_marks reads none of them when the state has no processed coverage."""
+
+    def wanted(items: dict[str, Any]) -> Iterator[Any]:
+        return iter(items.values()) if keys is None else (v for k, v in items.items() if k in keys)
+
+    return chain(
+        ((r.partition, r.offset) for found in wanted(located.records) for r in found),
+        ((e.partition, e.offset) for found in wanted(located.ledger_entries) for e in found if e.offset >= 0),
+        ((s.partition, s.offset) for s in wanted(memory.sightings)),
+    )
+
+
+def _look_again_before_skipped(
+    verdicts: list[ItemVerdict],
+    result: DiagnosisResult,
+    located: LocateResult,
+    view: ClusterView,
+    plan: ReadPlan,
+    memory: KeyMemory,
+    binding: Binding,
+    options: DiagnosisOptions,
+) -> list[ItemVerdict]:
+    """`skipped` verdicts diagnosed again once the consumer ledger's tail has been read
+    MARK_SETTLE_SECONDS after the committed offsets (trailing_marks): a mark that trailed the
+    group's commit makes the record processed; a tail that cannot be read makes it unknown."""
+    keys = {v.row.key for v in verdicts if v.diagnosis.verdict == "skipped"}
+    if not keys or view.committed_read_at is None:
+        return verdicts
+    groups = [str(g) for g in binding.consumer_groups or []]
+    try:
+        marks = read_trailing_marks(
+            binding.cluster.client_config(),
+            plan,
+            binding.record_key,
+            groups,
+            set(_verdict_positions(located, memory, keys)),
+            view.committed_read_at + mark_settle_seconds(),
+            options.timeout_s,
+        )
+    except (LocateError, OSError) as exc:
+        return [
+            ItemVerdict(
+                v.row,
+                Diagnosis(
+                    "unknown",
+                    f"{v.diagnosis.reason}; but whether a processed mark trailed the commit could not be read: {exc}",
+                    v.diagnosis.evidence,
+                ),
+            )
+            if v.row.key in keys
+            else v
+            for v in verdicts
+        ]
+    trailing = [m for k, m in marks.items() if k not in located.marks]
+    for mark in marks.values():
+        located.add_mark(mark)
+    if trailing:
+        result.notes.append(
+            f"{len(trailing)} processed mark(s) reached the consumer ledger after their group's commit: read "
+            "again before calling any record skipped"
+        )
+    return [
+        ItemVerdict(
+            v.row,
+            diagnose(
+                v.row,
+                located.records.get(v.row.key, ()),
+                located.ledger_entries.get(v.row.key, ()),
+                located.marks,
+                view,
+                memory,
+            ),
+        )
+        if v.row.key in keys
+        else v
+        for v in verdicts
+    ]
+
+
 def _recall_marks(
     result: DiagnosisResult, located: LocateResult, indexed: IndexedTopic, groups: list[str], memory: KeyMemory
 ) -> None:
     """Processed marks the consumer ledger deleted after a run read them, for the positions
     the verdicts look up (the stuck keys' records, acked ledger entries, sightings)."""
-    # generators: recall_marks reads none of them when the state has no processed coverage
-    positions = chain(
-        ((r.partition, r.offset) for found in located.records.values() for r in found),
-        ((e.partition, e.offset) for found in located.ledger_entries.values() for e in found if e.offset >= 0),
-        ((s.partition, s.offset) for s in memory.sightings.values()),
-    )
     try:
-        recalled = recall_marks(indexed, groups, positions)
+        recalled = recall_marks(indexed, groups, _verdict_positions(located, memory))
     except StateUnreadable as exc:
         result.notes.append(f"the reconciliation state could not be read: {exc}")
         return
@@ -367,6 +447,9 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         for row in rows
     ]
     lap("verdicts")
+    if any(v.diagnosis.verdict == "skipped" for v in verdicts):
+        verdicts = _look_again_before_skipped(verdicts, result, located, view, plan, memory, binding, options)
+        lap("second_look")
     # Rows updated while the evidence was read are healthy: never report them.
     if verdicts:
         current = still_stuck(url, query, [v.row.key for v in verdicts], {v.row.key: v.row.row_id for v in verdicts})

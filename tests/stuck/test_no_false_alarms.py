@@ -16,11 +16,13 @@ from confluent_kafka.admin import AdminClient
 from auditor.demo.options import DeliveryMode, Faults
 from auditor.demo.store import ApplyOutcome
 from auditor.lab.cluster import delete_records
+from auditor.probes import AuditedConsumer
 from auditor.stuck import service
 from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.service import diagnose_rule
 from tests.support.demo import DemoPipeline
 from tests.support.stuck import StuckSetup, diagnose_both, make_rule, verdicts_of
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -225,3 +227,67 @@ def test_a_deleted_record_whose_mark_the_ledger_deleted_too_is_not_called_skippe
     assert verdicts_of(result) == {ids[3]: "unknown"}
     reason = result.items[0].diagnosis.reason
     assert "no longer holds marks that old" in reason, reason
+
+
+def test_a_processed_mark_that_trails_the_groups_auto_commit_is_read_before_calling_the_record_skipped(
+    make_stuck: Callable[..., StuckSetup], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An auto-committing, probed consumer processes ten tickets; the status update of one is
+    lost. librdkafka's auto-commit reaches the broker first; the probe's marks of the last
+    five records reach the consumer ledger only after the diagnosis has read the committed
+    offsets and the ledger's end (the flush is made to happen right then). The truth, from
+    the consumer itself: it processed every record, so the ticket left NEW was processed and
+    its update lost: `processed-not-updated`, never `skipped`."""
+    setup = make_stuck(partitions=1)
+    pipeline = setup.pipeline
+    ids = pipeline.produce(10)
+    consumer = AuditedConsumer(
+        {
+            "bootstrap.servers": pipeline.bootstrap,
+            "group.id": pipeline.group,
+            "enable.auto.commit": True,
+            "auto.commit.interval.ms": 100,
+            "auto.offset.reset": "earliest",
+        },
+        ledger_topic=pipeline.probes.consumer_ledger,
+        clients_topic=pipeline.probes.clients,
+        ledger_flush_interval_s=3600,  # marks leave only when flushed below
+    )
+    lost = ids[7]
+    try:
+        consumer.subscribe([pipeline.topic])
+        processed: list[str] = []
+        deadline = time.monotonic() + 60
+        with pipeline.store() as store:
+            while len(processed) < 10 and time.monotonic() < deadline:
+                msg = consumer.poll(1.0)
+                if msg is None or msg.error() is not None:
+                    continue
+                ticket = json.loads(msg.value())["ticket_id"]
+                store.mark_done(ticket, lose_update=ticket == lost)
+                consumer.mark_processed(msg)
+                processed.append(ticket)
+                if len(processed) == 5:
+                    assert consumer.flush_ledger(30) == 0  # the first five marks are in the ledger
+        assert processed == ids
+        wait_until(lambda: pipeline.committed_offsets() == {0: 10}, timeout=30, what="the auto-commit of offset 10")
+        assert {k for k, s in pipeline.statuses().items() if s == "NEW"} == {lost}
+
+        flushed: list[int] = []
+
+        def view_then_flush(*args: Any, **kwargs: Any) -> Any:
+            read = read_cluster_view(*args, **kwargs)
+            flushed.append(consumer.flush_ledger(30))  # the marks of records 5-9 arrive now
+            return read
+
+        monkeypatch.setattr(service, "read_cluster_view", view_then_flush)
+        result = diagnose_rule(setup.rule, setup.options("python", use_index=False))
+    finally:
+        consumer.close()
+
+    assert flushed == [0]
+    assert verdicts_of(result) == {lost: "processed-not-updated"}
+    (item,) = result.items
+    assert item.diagnosis.evidence["groups"][0]["outcome"] == "processed"
+    assert any("after their group's commit" in note for note in result.notes), result.notes
+    assert "second_look" in result.timings
