@@ -137,17 +137,32 @@ def _configs(admin: AdminClient, view: ClusterView, timeout_s: float) -> None:
         view.cleanup_error = str(exc)
         view.notes.append(f"retention.ms and cleanup.policy of {topic} could not be read: {exc}")
     try:
+        # Each group's coordinator applies its own broker's setting: the shortest one bounds
+        # them all, and one broker that does not answer leaves it unknown.
+        # librdkafka takes one broker resource per DescribeConfigs call.
         brokers = sorted(admin.list_topics(timeout=timeout_s).brokers)
-        if brokers:
-            resource = ConfigResource(ResourceType.BROKER, str(brokers[0]))
-            for future in admin.describe_configs([resource], request_timeout=timeout_s).values():
-                entry = future.result(timeout=timeout_s + FUTURE_MARGIN_S).get("offsets.retention.minutes")
-                offsets_minutes = int(entry.value) if entry is not None and entry.value is not None else None
+        answers = [
+            future
+            for b in brokers
+            for future in admin.describe_configs(
+                [ConfigResource(ResourceType.BROKER, str(b))], request_timeout=timeout_s
+            ).values()
+        ]
+        settings = [f.result(timeout=timeout_s + FUTURE_MARGIN_S).get("offsets.retention.minutes") for f in answers]
+        offsets_minutes = shortest_minutes([None if e is None else e.value for e in settings], len(brokers))
     except (KafkaException, ValueError) as exc:
         view.notes.append(f"offsets.retention.minutes could not be read: {exc}")
     except TimeoutError:
         view.notes.append(f"offsets.retention.minutes could not be read: no answer within {timeout_s:g} s")
     view.offsets_retention_minutes = offsets_minutes
+
+
+def shortest_minutes(values: list[str | None], brokers: int) -> int | None:
+    """The shortest of the brokers' offsets.retention.minutes; None unless every one of the
+    `brokers` gave it."""
+    if not values or len(values) != brokers or any(v is None for v in values):
+        return None
+    return min(int(v) for v in values if v is not None)
 
 
 def read_after_locate(
