@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 QUALIFIED_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
@@ -61,6 +62,9 @@ class Binding:
     transactions: bool | None = None
     since: datetime | None = None
     lookback_seconds: float = 300.0
+    # The time zone the table's `timestamp without time zone` columns hold (an IANA name):
+    # their values are read as instants in it. Columns with a time zone need none.
+    timestamp_zone: str = "UTC"
 
     def identity(self) -> dict[str, str]:
         """What the binding's reconciliation state is of (state_identity)."""
@@ -140,6 +144,33 @@ def check_identifier(value: Any, what: str, binding: str, qualified: bool = Fals
     return value
 
 
+# IANA zone names: letters, digits and _+-/ only (never a quote), e.g. Europe/Paris, Etc/GMT+5.
+ZONE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+)*")
+NAIVE_TIMESTAMP_TYPES = frozenset({"timestamp without time zone", "timestamp"})
+
+
+def check_zone(value: Any, where: str) -> str:
+    """An IANA time zone name this machine knows (zoneinfo), e.g. UTC or Europe/Paris."""
+    text = str(value or "UTC")
+    if not ZONE_NAME.fullmatch(text):
+        raise BindingError(f"{where}: timestamp_zone must be an IANA time zone name such as Europe/Paris, got {text!r}")
+    try:
+        ZoneInfo(text)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise BindingError(
+            f"{where}: timestamp_zone {text!r} is not a known time zone (IANA names: Europe/Paris, UTC)"
+        ) from None
+    return text
+
+
+def is_naive_timestamp(data_type: str | None) -> bool:
+    """Whether a column of this PostgreSQL type (information_schema or format_type spelling,
+    a precision allowed) holds timestamps without a time zone."""
+    if not data_type:
+        return False
+    return " ".join(re.sub(r"\(\d+\)", " ", data_type.lower()).split()) in NAIVE_TIMESTAMP_TYPES
+
+
 def _parse_since(value: Any, binding: str) -> datetime | None:
     if value in (None, ""):
         return None
@@ -190,6 +221,7 @@ def binding_from_dict(data: dict[str, Any]) -> Binding:
         transactions=(True if guarantee == "exactly-once" else None) if transactions is None else bool(transactions),
         since=_parse_since(data.get("since"), name),
         lookback_seconds=parse_duration(data.get("lookback", "5m"), f"binding {name!r}: lookback"),
+        timestamp_zone=check_zone(data.get("timestamp_zone"), f"binding {name!r}"),
     )
 
 

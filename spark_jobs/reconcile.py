@@ -244,6 +244,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     single.add_argument("--table")
     single.add_argument("--key-column")
     single.add_argument("--created-column")
+    single.add_argument(
+        "--timestamp-zone", default="UTC", help="the IANA zone a created column without a time zone holds"
+    )
     single.add_argument("--record-key", default="key")
     single.add_argument("--grace", default="2m")
     single.add_argument("--guarantee", default="at-least-once")
@@ -281,6 +284,7 @@ def binding_from_args(args: argparse.Namespace) -> Binding:
             "table": args.table,
             "key_column": args.key_column,
             "created_column": args.created_column,
+            "timestamp_zone": args.timestamp_zone,
             "record_key": args.record_key,
             "grace": args.grace,
             "guarantee": args.guarantee,

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from spark_jobs.binding import (
     Binding,
     BindingError,
+    is_naive_timestamp,
     jdbc_url_and_properties,
     redact_url,
 )
@@ -490,9 +491,20 @@ def extract_source(
     """
     key = _actual_column(columns, binding.key_column)
     created = _actual_column(columns, binding.created_column)
-    predicate = f'"{created}" <= {_ts_literal(upper)}'
+    bound, created_value = _ts_literal, f'"{created}"'
+    if is_naive_timestamp(columns[created]):
+        # A column without a time zone holds wall-clock times in binding.timestamp_zone:
+        # compare it with the window's bounds as wall-clock times there (its index stays
+        # usable) and read it as instants.
+        zone = "'" + binding.timestamp_zone + "'"  # check_zone: never a quote
+
+        def bound(moment: datetime) -> str:
+            return f"({_ts_literal(moment)}::timestamptz at time zone {zone})"
+
+        created_value = f'("{created}" at time zone {zone})'
+    predicate = f'"{created}" <= {bound(upper)}'
     if lower is not None:
-        predicate += f' and "{created}" > {_ts_literal(lower)}'
+        predicate += f' and "{created}" > {bound(lower)}'
     stats = _jdbc_query(
         spark,
         binding,
@@ -501,7 +513,9 @@ def extract_source(
         else f"select null as lo, null as hi, count(*) as n from {table} where {predicate}",
     ).collect()[0]
     url, props = jdbc_url_and_properties(binding.source_url)
-    subquery = f'(select "{key}" as audit_key, "{created}" as audit_created from {table} where {predicate}) audit_src'
+    subquery = (
+        f'(select "{key}" as audit_key, {created_value} as audit_created from {table} where {predicate}) audit_src'
+    )
     reader = spark.read.format("jdbc").option("url", url).option("dbtable", subquery).option("fetchsize", "10000")
     reader = reader.options(**props)
     partitions = max(

@@ -23,6 +23,7 @@ from auditor.lib.identifiers import IdentifierError, validate_identifier, valida
 from auditor.lib.secrets import MissingEnvError, env_refs, resolve_env
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.vocabulary import GUARANTEES
+from spark_jobs.binding import BindingError, check_zone
 
 SECTIONS = ("clusters", "sources", "bindings", "stuck_rules", "webhooks")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
@@ -207,6 +208,7 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
         "key_column",
         "record_key",
         "created_column",
+        "timestamp_zone",
         "grace",
         "guarantee",
         "consumer_groups",
@@ -238,6 +240,11 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
         v.identifier(key_column, f"{path}.key_column", "key_column")
         created = v.string(item, "created_column", path, required=False)
         v.identifier(created, f"{path}.created_column", "created_column")
+        zone = v.string(item, "timestamp_zone", path, required=False) or "UTC"
+        try:
+            check_zone(zone, f"{path}.timestamp_zone")
+        except BindingError as exc:
+            v.problem(f"{path}.timestamp_zone", str(exc).split(": ", 1)[1])
         record_key = v.string(item, "record_key", path, required=False) or "key"
         if not RECORD_KEY_RE.fullmatch(record_key):
             v.problem(
@@ -265,6 +272,7 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
             "key_column": key_column,
             "record_key": record_key,
             "created_column": created or "",
+            "timestamp_zone": zone,
             "grace_seconds": v.duration(item, "grace", path, 120),
             "guarantee": guarantee,
             "consumer_groups": groups,

@@ -74,6 +74,9 @@ class Binding(models.Model):
     key_column = models.CharField(max_length=100)
     record_key = models.CharField(max_length=300, default="key")
     created_column = models.CharField(max_length=100, blank=True)
+    # The IANA time zone the table's timestamp-without-time-zone columns hold (its created
+    # column, its stuck rules' age column): their wall-clock values are read in it.
+    timestamp_zone = models.CharField(max_length=64, default="UTC")
     grace_seconds = models.PositiveIntegerField(default=120)
     guarantee = models.CharField(max_length=20, choices=GUARANTEE_CHOICES, default="at-least-once")
     consumer_groups = models.JSONField(default=list, blank=True)

@@ -101,6 +101,7 @@ def job_input(binding: Binding) -> JobInput:
         "table": binding.table,
         "key_column": binding.key_column,
         "created_column": binding.created_column,
+        "timestamp_zone": binding.timestamp_zone,
         "record_key": binding.record_key,
         "grace": binding.grace_seconds,
         "guarantee": binding.guarantee,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo
 
 import psycopg
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
@@ -348,5 +349,5 @@ def read_source_row(binding: Binding, key: str) -> SourceLookup:
     if rows and created_column in lookup.columns:
         value = rows[0][lookup.columns.index(created_column)]
         if isinstance(value, datetime):
-            lookup.created = value if value.tzinfo else value.replace(tzinfo=UTC)
+            lookup.created = value if value.tzinfo else value.replace(tzinfo=ZoneInfo(binding.timestamp_zone))
     return lookup

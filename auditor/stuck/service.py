@@ -118,6 +118,7 @@ def stuck_query(rule: StuckRule) -> StuckQuery:
         age_column=rule.age_column,
         stuck_values=tuple(str(v) for v in rule.stuck_values),
         older_than_seconds=int(rule.older_than_seconds),
+        timestamp_zone=binding.timestamp_zone,
     )
 
 

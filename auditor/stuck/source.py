@@ -43,6 +43,8 @@ class StuckQuery:
     age_column: str
     stuck_values: tuple[str, ...]
     older_than_seconds: int
+    # the zone an age column without a time zone holds (Binding.timestamp_zone)
+    timestamp_zone: str = "UTC"
 
     def identifiers(self) -> tuple[sql.Identifier, sql.Identifier, sql.Identifier, sql.Identifier]:
         try:
@@ -86,11 +88,21 @@ def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_
     with _connect(url) as conn:
         try:
             row_id = sql.SQL("ctid::text") if _has_row_ids(conn, table) else sql.SQL("NULL::text")
+            since, threshold = _age_terms(conn, table, age, query)
             statement = sql.SQL(
-                "SELECT {key}::text, {status}::text, EXTRACT(EPOCH FROM (now() - {age}))::float8, {age}, {row_id} "
-                "FROM {table} WHERE {status} IN ({values}) AND {age} < now() - make_interval(secs => %s) "
+                "SELECT {key}::text, {status}::text, EXTRACT(EPOCH FROM (now() - {since}))::float8, {since}, {row_id} "
+                "FROM {table} WHERE {status} IN ({values}) AND {age} < {threshold} "
                 "AND {key} IS NOT NULL ORDER BY {age}, {key} LIMIT %s"
-            ).format(key=key, status=status, age=age, table=table, values=query.status_list(), row_id=row_id)
+            ).format(
+                key=key,
+                status=status,
+                age=age,
+                since=since,
+                threshold=threshold,
+                table=table,
+                values=query.status_list(),
+                row_id=row_id,
+            )
             params = [*query.stuck_values, query.older_than_seconds, max_items + 1]
             with conn.transaction():  # SET LOCAL: this statement only, also behind a pooler
                 conn.execute(sql.SQL("SET LOCAL work_mem = {}").format(sql.Literal(SELECT_WORK_MEM)))
@@ -99,6 +111,28 @@ def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_
             raise SourceError(f"selecting stuck rows from {query.table} failed: {_first_line(exc)}") from None
     items = [StuckRow(str(k), str(s), float(a), since, rid) for k, s, a, since, rid in rows[:max_items]]
     return items, len(rows) > max_items
+
+
+def _age_terms(
+    conn: psycopg.Connection, table: sql.Identifier, age: sql.Identifier, query: StuckQuery
+) -> tuple[sql.Composable, sql.Composable]:
+    """(the age column as an instant, the instant rows must be older than, in the column's
+    own type). A column without a time zone holds wall-clock times in the binding's
+    timestamp_zone: it is read as instants there, and compared with the threshold as a
+    wall-clock time there (so an index on it stays usable). Neither depends on the session's
+    TimeZone."""
+    threshold = sql.SQL("now() - make_interval(secs => %s)")
+    row = conn.execute(
+        "SELECT atttypid = 'timestamp'::regtype FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s",
+        [table.as_string(conn), query.age_column],
+    ).fetchone()
+    if not (row and row[0]):
+        return age, threshold
+    zone = sql.Literal(query.timestamp_zone)
+    return (
+        sql.SQL("({} AT TIME ZONE {})").format(age, zone),
+        sql.SQL("(({}) AT TIME ZONE {})").format(threshold, zone),
+    )
 
 
 def _has_row_ids(conn: psycopg.Connection, table: sql.Identifier) -> bool:

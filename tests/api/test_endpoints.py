@@ -112,3 +112,10 @@ def test_it_names_the_ledgers_a_binding_is_audited_from(bearer, bindings):
     ledgers = {b["name"]: (b["producer_ledger_topic"], b["consumer_ledger_topic"]) for b in body["results"]}
     assert ledgers["b0"] == ("_audit.producer-ledger", "_audit.consumer-ledger")
     assert ledgers["b1"] == ("_audit.producer-ledger", "b1.processed")
+
+
+def test_it_names_the_zone_a_bindings_timestamps_without_one_are_read_in(bearer, bindings):
+    Binding.objects.filter(name="b1").update(timestamp_zone="Asia/Tokyo")
+    body = Client().get("/api/pipelines/bindings/?page_size=3", headers=bearer("viewer")).json()
+    zones = {b["name"]: b["timestamp_zone"] for b in body["results"]}
+    assert (zones["b0"], zones["b1"]) == ("UTC", "Asia/Tokyo")

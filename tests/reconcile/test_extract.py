@@ -191,3 +191,79 @@ def test_it_takes_the_oldest_record_only_among_those_written_after_the_last_read
         1: (ms[3], 3),
         2: (ms[1], 0),
     }
+
+
+@pytest.mark.parametrize("zone", ["Asia/Tokyo", "America/New_York"])
+def test_a_created_column_without_a_time_zone_is_read_in_the_bindings_zone(
+    spark: SparkSession, source_database_url: str, zone: str
+) -> None:
+    """The application writes wall-clock times of `zone` into a `timestamp` column. Ground
+    truth: the instants 2024-01-01 00:00 UTC + g minutes it wrote. The window (00:05, 00:15]
+    UTC holds rows 6-15, read as those instants."""
+    table = f"ext_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, created_at timestamp without time zone)")
+        conn.execute(
+            f"INSERT INTO {table} SELECT g, "
+            f"(timestamptz '2024-01-01 00:00:00+00' + g * interval '1 minute') AT TIME ZONE '{zone}' "
+            "FROM generate_series(1, 20) g"
+        )
+    try:
+        binding = binding_from_dict(
+            {
+                "name": "ext",
+                "topic": "t",
+                "bootstrap_servers": "127.0.0.1:1",
+                "source_url": source_database_url,
+                "table": table,
+                "key_column": "id",
+                "created_column": "created_at",
+                "timestamp_zone": zone,
+            }
+        )
+        t0 = datetime(2024, 1, 1, tzinfo=UTC)
+        found, columns = reconcile.extract_source_columns(spark, binding)
+        rows = reconcile.extract_source(
+            spark, binding, found, columns, t0 + timedelta(minutes=5), t0 + timedelta(minutes=15)
+        )
+        assert sorted((r.audit_key, r.audit_created) for r in rows.collect()) == [
+            (i, datetime(2024, 1, 1) + timedelta(minutes=i)) for i in range(6, 16)
+        ]
+        # Read as UTC (the default), the window would hold other rows or none.
+        as_utc = binding_from_dict(
+            {
+                **binding.__dict__,
+                "record_key": "key",
+                "grace": 0,
+                "lookback": 0,
+                "consumer_groups": [],
+                "since": None,
+                "timestamp_zone": None,
+            }
+        )
+        assert as_utc.timestamp_zone == "UTC"
+        shifted = reconcile.extract_source(
+            spark, as_utc, found, columns, t0 + timedelta(minutes=5), t0 + timedelta(minutes=15)
+        )
+        assert sorted(r.audit_key for r in shifted.collect()) != list(range(6, 16))
+    finally:
+        with psycopg.connect(source_database_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE {table}")
+
+
+def test_a_timestamp_zone_must_be_a_known_iana_name(source_database_url: str) -> None:
+    base = {
+        "name": "ext",
+        "topic": "t",
+        "bootstrap_servers": "127.0.0.1:1",
+        "source_url": source_database_url,
+        "table": "t",
+        "key_column": "id",
+        "created_column": "created_at",
+    }
+    assert binding_from_dict(base).timestamp_zone == "UTC"
+    assert binding_from_dict(base | {"timestamp_zone": "Europe/Paris"}).timestamp_zone == "Europe/Paris"
+    with pytest.raises(BindingError, match=r"timestamp_zone 'Mars/Olympus' is not a known time zone"):
+        binding_from_dict(base | {"timestamp_zone": "Mars/Olympus"})
+    with pytest.raises(BindingError, match=r"must be an IANA time zone name"):
+        binding_from_dict(base | {"timestamp_zone": "UTC'; drop table t; --"})

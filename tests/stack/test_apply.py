@@ -44,6 +44,11 @@ def test_it_creates_then_updates_by_name(tmp_path):
     assert "binding tickets" in result["updated"]
     assert Binding.objects.get(name="tickets").grace_seconds == 30
     assert Binding.objects.count() == 1
+    assert Binding.objects.get(name="tickets").timestamp_zone == "UTC"  # the default
+
+    path.write_text(GOOD.replace("    schedule: 5m\n", "    schedule: 5m\n    timestamp_zone: Europe/Paris\n", 1))
+    apply(path)
+    assert Binding.objects.get(name="tickets").timestamp_zone == "Europe/Paris"
 
 
 def test_a_bindings_own_ledger_topics_come_before_the_deployments(tmp_path, settings, admin_client):
@@ -131,6 +136,10 @@ def test_its_clients_take_the_settings_of_how_to_reach_the_cluster_and_nothing_e
         (
             GOOD.replace("    schedule: 5m\n", "    schedule: 5m\n    consumer_ledger_topic: no/slashes\n", 1),
             ":22: bindings.tickets.consumer_ledger_topic: 'no/slashes' is not a valid Kafka topic name",
+        ),
+        (
+            GOOD.replace("    schedule: 5m\n", "    schedule: 5m\n    timestamp_zone: Mars/Olympus\n", 1),
+            ":22: bindings.tickets.timestamp_zone: timestamp_zone 'Mars/Olympus' is not a known time zone",
         ),
     ],
 )

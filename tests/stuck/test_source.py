@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -100,3 +101,40 @@ def test_it_rechecks_a_partitioned_table_by_key(table: str) -> None:
         assert still_stuck(url, _query(parted), keys, {r.key: r.row_id for r in rows}) == set(keys) - {"T-2"}
     finally:
         _change(parted, "DROP TABLE {}")
+
+
+@pytest.mark.parametrize("session_zone", ["UTC", "America/New_York"])
+def test_an_age_column_without_a_time_zone_is_read_in_the_bindings_zone(session_zone: str) -> None:
+    """The application writes Tokyo wall-clock times into a `timestamp` column. Ground truth:
+    the instants it wrote (now() less 30 min and less 2 min, as the database's own clock). Read
+    in Asia/Tokyo, the older row is stuck (older than 10 min) and its age is 30 min, whatever
+    the database session's TimeZone; read as UTC (the default, and the only reading before),
+    both rows lie nine hours in the future and neither is stuck."""
+    url = os.environ["SOURCE_DATABASE_URL"]
+    name = f"stuck_naive_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (ticket_id text, status text, created_at timestamp(3) NOT NULL)").format(
+                sql.Identifier(name)
+            )
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} VALUES ('T-old', 'NEW', (now() - interval '30 minutes') AT TIME ZONE 'Asia/Tokyo'), "
+                "('T-new', 'NEW', (now() - interval '2 minutes') AT TIME ZONE 'Asia/Tokyo')"
+            ).format(sql.Identifier(name))
+        )
+    session_url = f"{url}{'&' if '?' in url else '?'}options=-c%20TimeZone%3D{session_zone.replace('/', '%2F')}"
+    try:
+        tokyo = StuckQuery(name, "ticket_id", "status", "created_at", ("NEW",), 600, timestamp_zone="Asia/Tokyo")
+        rows, _ = select_stuck_rows(session_url, tokyo)
+        assert [r.key for r in rows] == ["T-old"]
+        assert 30 * 60 - 5 < rows[0].age_seconds < 30 * 60 + 60
+        assert rows[0].since is not None and rows[0].since.tzinfo is not None
+        assert abs(datetime.now(UTC) - timedelta(minutes=30) - rows[0].since) < timedelta(seconds=60)
+
+        as_utc = StuckQuery(name, "ticket_id", "status", "created_at", ("NEW",), 600)
+        assert select_stuck_rows(session_url, as_utc)[0] == []
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
