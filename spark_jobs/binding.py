@@ -16,6 +16,8 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED
+
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 QUALIFIED_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 HEADER_NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -65,6 +67,9 @@ class Binding:
     # The time zone the table's `timestamp without time zone` columns hold (an IANA name):
     # their values are read as instants in it. Columns with a time zone need none.
     timestamp_zone: str = "UTC"
+    # How long a send's outcome can stay open, in ms (spark_jobs.send_outcome: the longest the
+    # cluster's probed producers reported; 0: one retries without limit).
+    send_outcome_ms: int = SEND_OUTCOME_MS
 
     def identity(self) -> dict[str, str]:
         """What the binding's reconciliation state is of (state_identity)."""
@@ -171,6 +176,16 @@ def is_naive_timestamp(data_type: str | None) -> bool:
     return " ".join(re.sub(r"\(\d+\)", " ", data_type.lower()).split()) in NAIVE_TIMESTAMP_TYPES
 
 
+def _send_outcome(value: Any, binding: str) -> int:
+    if value in (None, ""):
+        return SEND_OUTCOME_MS
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BindingError(
+            f"binding {binding!r}: send_outcome_ms must be a whole number of ms, 0 or more, got {value!r}"
+        )
+    return value if value == UNBOUNDED else max(value, SEND_OUTCOME_MS)
+
+
 def _parse_since(value: Any, binding: str) -> datetime | None:
     if value in (None, ""):
         return None
@@ -222,6 +237,7 @@ def binding_from_dict(data: dict[str, Any]) -> Binding:
         since=_parse_since(data.get("since"), name),
         lookback_seconds=parse_duration(data.get("lookback", "5m"), f"binding {name!r}: lookback"),
         timestamp_zone=check_zone(data.get("timestamp_zone"), f"binding {name!r}"),
+        send_outcome_ms=_send_outcome(data.get("send_outcome_ms"), name),
     )
 
 

@@ -145,10 +145,6 @@ _LEADER_MOVED = frozenset(
 # gets its answer within this instead of failing (measured in the lab: a diagnosis started
 # right after a kill -9 of a leader called every item unknown with the 10-s deadline alone).
 LEADER_FAILOVER_S = 30.0
-# How long a send's outcome can stay open (librdkafka's defaults: message.timeout.ms 300 s +
-# socket.timeout.ms 60 s, and 5 s: auditor.probes.producer's report bound). A record sent
-# this recently may still be written; a failure may be reported this long after a write.
-SEND_OUTCOME_MS = 365_000
 
 
 def partition_offsets(

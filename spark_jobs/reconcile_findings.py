@@ -242,7 +242,7 @@ def find_gaps(
     item), or when its ack names no key (v2 ranges).
 
     An `unconfirmed` or `sent` sequence last sent after `sent_judged_until_ms` (the run's read
-    of the topic less SEND_OUTCOME_MS: the unresolved tail of a live producer, a record its
+    of the topic less the send outcome bound, spark_jobs.send_outcome: the unresolved tail of a live producer, a record its
     retries through a leader failover may still write, an acks=0 request still on its way) is
     not judged yet: it stays open for a later run, and its sequence is no `never-sent` hole.
 

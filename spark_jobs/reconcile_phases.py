@@ -15,7 +15,6 @@ from spark_jobs.binding import (
     Binding,
     BindingError,
 )
-from spark_jobs.kafka_offsets import SEND_OUTCOME_MS
 from spark_jobs.mark_rules import rules_from_json, rules_to_json
 from spark_jobs.reconcile_extract import (
     OffsetRange,
@@ -89,6 +88,7 @@ from spark_jobs.reconcile_transform import (
     unverifiable_rows,
 )
 from spark_jobs.record_times import Backdated, find_backdated, stamp_lag_ms, written_after_read
+from spark_jobs.send_outcome import judged_until_ms
 
 # What makes two runs' findings the same finding (flag_new: is_new).
 IDENTITY = ["kind", "key", "cause", "partition", "offset", "session", "seq", "group"]
@@ -506,7 +506,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
             absent_keys_compacted=inputs.absent_keys_compacted,
             entries_lost_until=inputs.entries_lost_until,
             seq_times=s["seq_times"],
-            sent_judged_until_ms=plan.read_at_ms - SEND_OUTCOME_MS,
+            sent_judged_until_ms=judged_until_ms(plan.read_at_ms, plan.send_outcome_ms),
             held=inputs.held,
         )
     )

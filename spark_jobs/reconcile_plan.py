@@ -31,6 +31,7 @@ from spark_jobs.reconcile_extract import (
 from spark_jobs.reconcile_state import DATASETS, StateError, StateMeta, StateStore
 from spark_jobs.reconcile_transform import empty_frame, is_empty_plan
 from spark_jobs.record_times import Backdated
+from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED, describe
 
 # Below this many new records the new side of a state join is broadcast, so state is
 # scanned once without a shuffle. A broadcast is built in the driver: the bound keeps its
@@ -91,6 +92,8 @@ class RunPlan:
     # state.json's topic_records_since: set when this run finds the topic created again
     topic_records_since: datetime | None = None
     identity: dict[str, str] = field(default_factory=dict)  # state.json's identity: the binding's
+    # how long a send's outcome can stay open (spark_jobs.send_outcome; 0: without limit)
+    send_outcome_ms: int = SEND_OUTCOME_MS
 
     @property
     def topic(self) -> OffsetRange:
@@ -330,6 +333,10 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             for p, reason in sorted(rewritten.items())
         ]
     warnings += forget_renamed_ledgers(binding, meta)
+    if binding.send_outcome_ms == UNBOUNDED:
+        warnings.append(f"{describe(UNBOUNDED)}: no send never confirmed is judged")
+    elif binding.send_outcome_ms != SEND_OUTCOME_MS:
+        warnings.append(f"a send never confirmed is judged {describe(binding.send_outcome_ms)} after it was sent")
     kafka = extract_topic_offsets(binding, meta, read_before=memory.topic_offsets if memory else None)
     laps("kafka_offsets")
     upper = options.now or datetime.now(UTC)
@@ -354,4 +361,5 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         current_id,
         recreated,
         identity=binding.identity(),
+        send_outcome_ms=binding.send_outcome_ms,
     )

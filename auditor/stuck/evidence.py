@@ -14,6 +14,7 @@ from typing import Any, Literal
 from auditor.lint.engine.terms import Overtaken
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.mark_rules import MarkRule, covering
+from spark_jobs.send_outcome import SEND_OUTCOME_MS
 
 RecordState = Literal["committed", "aborted", "open"]
 
@@ -241,6 +242,8 @@ class ClusterView:
     cleanup: TopicCleanup | None = None  # the topic's cleanup.policy (None: not read, see cleanup_error)
     cleanup_error: str | None = None
     offsets_retention_minutes: int | None = None  # the brokers' offsets.retention.minutes
+    # how long a send's outcome can stay open (spark_jobs.send_outcome; 0: without limit)
+    send_outcome_ms: int = SEND_OUTCOME_MS
     # per partition whose last stable offset is behind the high watermark: when the first
     # record of the open transaction was written
     open_transaction_since_ms: dict[int, int | None] = field(default_factory=dict)

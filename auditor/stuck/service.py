@@ -30,6 +30,7 @@ from auditor.pipelines.connectivity import ConnectivityError, check_cluster
 from auditor.pipelines.incarnations import observe_topic_id
 from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding, StuckRule
+from auditor.pipelines.producers import observed_send_outcome
 from auditor.reconcile.memory import (
     IndexedTopic,
     StateUnreadable,
@@ -357,6 +358,12 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         timeout_s=options.timeout_s,
         record_key=binding.record_key,
     )
+    if not view.kafka_error:
+        view.send_outcome_ms, outcome_note = observed_send_outcome(
+            binding.cluster.client_config(), timeout_s=min(options.timeout_s, 5.0)
+        )
+        if outcome_note:
+            result.notes.append(outcome_note)
     state_meta = _recall_stamps(result, binding, view)
     if view.topic_id is not None:
         recreation = observe_topic_id(binding.cluster, binding.topic, view.topic_id, timezone.now())

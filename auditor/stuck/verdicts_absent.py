@@ -30,8 +30,8 @@ from auditor.stuck.verdict_outcomes import (
     place,
     unprobed_below,
 )
-from auditor.stuck.verdicts_unplaced import IN_FLIGHT, acked_unplaced, may_be_in_flight, sent_unplaced
-from spark_jobs.kafka_offsets import SEND_OUTCOME_MS
+from auditor.stuck.verdicts_unplaced import acked_unplaced, in_flight, may_be_in_flight, sent_unplaced
+from spark_jobs.send_outcome import UNBOUNDED
 
 
 def not_in_topic(
@@ -315,7 +315,8 @@ def _written_maybe_deleted(entry: LedgerEntry, view: ClusterView, evidence: dict
     longer holding everything since then); None when it cannot."""
     # a failed entry's time is its delivery report's, up to a message timeout after the send
     # (and the write): judge from that much earlier
-    written_from = None if entry.ts_ms is None else entry.ts_ms - SEND_OUTCOME_MS
+    outcome = view.send_outcome_ms
+    written_from = None if entry.ts_ms is None or outcome == UNBOUNDED else entry.ts_ms - outcome
     compacted = compacted_since(view, written_from, evidence)
     if compacted is not None:
         return compacted
@@ -338,7 +339,9 @@ def _unconfirmed_absent(entry: LedgerEntry, view: ClusterView, evidence: dict[st
     where = f"{view.topic}/{entry.partition}" if entry.partition >= 0 else view.topic
     sent = ms_to_iso(entry.ts_ms) or "an unknown time"
     if may_be_in_flight(entry.ts_ms, view):
-        return Diagnosis("unknown", f"sent with acks=0 at {sent} and not in {where} yet, but {IN_FLIGHT}", evidence)
+        return Diagnosis(
+            "unknown", f"sent with acks=0 at {sent} and not in {where} yet, but {in_flight(view)}", evidence
+        )
     compacted = compacted_since(view, entry.ts_ms, evidence)
     if compacted is not None:
         return Diagnosis(

@@ -13,19 +13,21 @@ from auditor.stuck.evidence import (
     ms_to_iso,
 )
 from auditor.stuck.verdict_outcomes import COMPLETENESS_SLACK_MS, Outcome, combine, compacted_since, complete, no_commit
-from spark_jobs.kafka_offsets import SEND_OUTCOME_MS
+from spark_jobs import send_outcome
 
 
 def may_be_in_flight(last_sent_ms: int | None, view: ClusterView) -> bool:
-    """Whether a send never confirmed may still be written: sent less than SEND_OUTCOME_MS
-    ago (a producer retries it, through a leader failover, for up to its message timeout)."""
-    return last_sent_ms is None or last_sent_ms + SEND_OUTCOME_MS > view.now_ms
+    """Whether a send never confirmed may still be written: sent less than the send outcome
+    bound ago (a producer retries it, through a leader failover, for up to its message
+    timeout: view.send_outcome_ms)."""
+    return last_sent_ms is None or last_sent_ms > send_outcome.judged_until_ms(view.now_ms, view.send_outcome_ms)
 
 
-IN_FLIGHT = (
-    f"a send that recent may still be written (a producer retries it for up to its message timeout, "
-    f"{SEND_OUTCOME_MS // 1000} s with librdkafka's defaults)"
-)
+def in_flight(view: ClusterView) -> str:
+    return (
+        "a send that recent may still be written (a producer retries it for up to its message timeout: "
+        f"{send_outcome.describe(view.send_outcome_ms)})"
+    )
 
 
 def _window(entry: LedgerEntry) -> str:
@@ -176,7 +178,7 @@ def sent_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any
     )
     last_sent_ms = entry.to_ms if entry.to_ms is not None else entry.ts_ms
     if may_be_in_flight(last_sent_ms, view):
-        return Diagnosis("unknown", f"{sent}; not in {view.topic} yet, but {IN_FLIGHT}", evidence)
+        return Diagnosis("unknown", f"{sent}; not in {view.topic} yet, but {in_flight(view)}", evidence)
     compacted = compacted_since(view, last_sent_ms, evidence)
     if compacted is not None:
         return Diagnosis("unknown", f"{sent}; not in {view.topic}; {compacted}", evidence)

@@ -35,6 +35,7 @@ from spark_jobs.reconcile_transform import (
     transform_records,
     transform_seq_coverage,
 )
+from spark_jobs.send_outcome import UNBOUNDED, judged_until_ms
 from tests.support.clock import at_second as at
 from tests.support.clock import ms_at_second as ms
 from tests.support.gaps import first_run_gap_inputs
@@ -146,6 +147,11 @@ def test_it_attributes_gaps_of_v2_ranges_without_calling_an_unacked_send_broker_
     assertDataFrameEqual(in_flight, spark.createDataFrame([expected[0], expected[3]], FINDING_SCHEMA))
     settled = find_gaps(coverage, ledger_open, bounds, watermarks, sent_judged_until_ms=ms(9))
     assertDataFrameEqual(settled, spark.createDataFrame(expected, FINDING_SCHEMA))
+    # A producer that retries without limit (message.timeout.ms=0): no send is judged, ever.
+    never = find_gaps(
+        coverage, ledger_open, bounds, watermarks, sent_judged_until_ms=judged_until_ms(ms(10**6), UNBOUNDED)
+    )
+    assertDataFrameEqual(never, spark.createDataFrame([expected[0], expected[3]], FINDING_SCHEMA))
 
     # Failures are looked up by key (stuck items), never turned into sequence gaps.
     failures = transform_producer_failures(raw, "t").select("session", "seq", "status", "audit_id", "persisted")

@@ -22,6 +22,7 @@ from auditor.stuck.evidence import (
 from auditor.stuck.verdicts import diagnose
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.mark_rules import MarkRule
+from spark_jobs.send_outcome import producer_outcome_ms
 
 NOW_MS = 1_800_000_000_000
 CREATED = datetime.fromtimestamp((NOW_MS - 3600_000) / 1000, UTC)  # an hour ago
@@ -240,6 +241,26 @@ def test_a_v2_send_never_confirmed_may_still_be_in_flight_for_a_message_timeout(
     d = diagnose(ROW, [], [unconfirmed(sent_ms=NOW_MS - 60_000)], {}, view())
     assert d.verdict == "unknown" and "may still be written" in d.reason
     assert diagnose(ROW, [], [unconfirmed(sent_ms=NOW_MS - 390_000)], {}, view()).verdict == "produce-failed"
+
+
+def test_a_producer_that_retries_longer_keeps_its_sends_in_flight_longer() -> None:
+    """The cluster's probed producers reported message.timeout.ms=900000 (15 min): a send
+    six and a half minutes old may still land; twenty minutes old it is judged. With
+    message.timeout.ms=0 (retries without limit) none ever is."""
+    patient = view()
+    patient.send_outcome_ms = producer_outcome_ms({"message.timeout.ms": "900000"})
+    for entry in (
+        acked_range(NOW_MS - 391_000, NOW_MS - 390_000, status="sent"),
+        unconfirmed(sent_ms=NOW_MS - 390_000),
+    ):
+        d = diagnose(ROW, [], [entry], {}, patient)
+        assert d.verdict == "unknown" and "may still be written" in d.reason and "965 s" in d.reason
+    old = acked_range(NOW_MS - 1_201_000, NOW_MS - 1_200_000, status="sent")
+    assert diagnose(ROW, [], [old], {}, patient).verdict == "produce-failed"
+    forever = view()
+    forever.send_outcome_ms = producer_outcome_ms({"message.timeout.ms": "0"})
+    d = diagnose(ROW, [], [acked_range(NOW_MS - 3500_000, NOW_MS - 3499_000, status="sent")], {}, forever)
+    assert d.verdict == "unknown" and "without a time limit" in d.reason
 
 
 def test_a_v2_failure_report_for_the_key_wins_over_its_unconfirmed_range() -> None:
