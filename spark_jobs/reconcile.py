@@ -247,6 +247,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     single.add_argument(
         "--timestamp-zone", default="UTC", help="the IANA zone a created column without a time zone holds"
     )
+    single.add_argument(
+        "--send-outcome-ms",
+        type=int,
+        help="how long the topic's producers retry a send (message.timeout.ms + socket.timeout.ms + 5 s; "
+        "0: without limit); never less than librdkafka's defaults' 365000",
+    )
     single.add_argument("--record-key", default="key")
     single.add_argument("--grace", default="2m")
     single.add_argument("--guarantee", default="at-least-once")
@@ -285,6 +291,7 @@ def binding_from_args(args: argparse.Namespace) -> Binding:
             "key_column": args.key_column,
             "created_column": args.created_column,
             "timestamp_zone": args.timestamp_zone,
+            "send_outcome_ms": args.send_outcome_ms,
             "record_key": args.record_key,
             "grace": args.grace,
             "guarantee": args.guarantee,

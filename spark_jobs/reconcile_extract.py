@@ -473,6 +473,11 @@ def _actual_column(columns: dict[str, str], wanted: str) -> str:
     return next(c for c in columns if c.lower() == wanted.lower())
 
 
+# More than any zone's clock change (summer time, Antarctica/Troll's two hours, a zone's
+# offset redrawn): how far a wall-clock time can move against the instant it was at.
+ZONE_SHIFT = "3 hours"
+
+
 def _ts_literal(moment: datetime) -> str:
     return "'" + moment.astimezone(UTC).isoformat() + "'"
 
@@ -491,20 +496,24 @@ def extract_source(
     """
     key = _actual_column(columns, binding.key_column)
     created = _actual_column(columns, binding.created_column)
-    bound, created_value = _ts_literal, f'"{created}"'
-    if is_naive_timestamp(columns[created]):
-        # A column without a time zone holds wall-clock times in binding.timestamp_zone:
-        # compare it with the window's bounds as wall-clock times there (its index stays
-        # usable) and read it as instants.
-        zone = "'" + binding.timestamp_zone + "'"  # check_zone: never a quote
-
-        def bound(moment: datetime) -> str:
-            return f"({_ts_literal(moment)}::timestamptz at time zone {zone})"
-
-        created_value = f'("{created}" at time zone {zone})'
-    predicate = f'"{created}" <= {bound(upper)}'
+    created_value = f'"{created}"'
+    predicate = f"{created_value} <= {_ts_literal(upper)}"
     if lower is not None:
-        predicate += f' and "{created}" > {bound(lower)}'
+        predicate += f" and {created_value} > {_ts_literal(lower)}"
+    if is_naive_timestamp(columns[created]):
+        # A column without a time zone holds wall-clock times in binding.timestamp_zone: it is
+        # read, and judged against the window, as instants there. The bare column is also
+        # held to the window's bounds as wall-clock times there, widened by more than any
+        # zone's clock change, so that an index on it serves; the instants decide.
+        zone = "'" + binding.timestamp_zone + "'"  # check_zone: never a quote
+        created_value = f'("{created}" at time zone {zone})'
+
+        def wall(moment: datetime, shift: str) -> str:
+            return f"(({_ts_literal(moment)}::timestamptz at time zone {zone}) {shift} interval '{ZONE_SHIFT}')"
+
+        predicate = f"{created_value} <= {_ts_literal(upper)} and \"{created}\" <= {wall(upper, '+')}"
+        if lower is not None:
+            predicate += f" and {created_value} > {_ts_literal(lower)} and \"{created}\" > {wall(lower, '-')}"
     stats = _jdbc_query(
         spark,
         binding,

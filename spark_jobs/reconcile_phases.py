@@ -611,6 +611,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             marks_rewritten=rules_to_json(inputs.mark_rules),
             first_marks=inputs.first_marks,
             identity=plan.identity,
+            timestamp_zone=plan.timestamp_zone,
             # Only with the id of the topic read: a run that could not read it keeps the last one,
             # which may be of a topic deleted since; its read would then seem to be of that one,
             # and every record of the new topic to have been written after it.

@@ -92,6 +92,7 @@ class RunPlan:
     # state.json's topic_records_since: set when this run finds the topic created again
     topic_records_since: datetime | None = None
     identity: dict[str, str] = field(default_factory=dict)  # state.json's identity: the binding's
+    timestamp_zone: str = "UTC"  # the binding's: state.json keeps it
     # how long a send's outcome can stay open (spark_jobs.send_outcome; 0: without limit)
     send_outcome_ms: int = SEND_OUTCOME_MS
 
@@ -253,10 +254,15 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             "topic's producers were seen stamping records before writing them, is not known"
         )
     changed = [] if options.full or earlier is None else identity_changes(earlier.identity, binding.identity())
+    if not options.full and earlier is not None and earlier.timestamp_zone not in (None, binding.timestamp_zone):
+        # A created column without a time zone is read in it: the window's earlier bounds,
+        # taken in the old zone, no longer say which rows were read.
+        changed.append(f"timestamp_zone {earlier.timestamp_zone!r} → {binding.timestamp_zone!r}")
     if changed:
         # The state is of another topic, key or table: nothing in it is of this binding's
         # records or rows (its sightings would be taken for lost records, its pending rows
-        # for missing ones). The run starts over, as a full one.
+        # for missing ones); or its rows were read in another zone. The run starts over, as
+        # a full one.
         warnings.append(
             f"the binding changed since its state was built ({'; '.join(changed)}): the run starts over from the "
             "topic's and the ledgers' starts, as a --full run"
@@ -362,4 +368,5 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         recreated,
         identity=binding.identity(),
         send_outcome_ms=binding.send_outcome_ms,
+        timestamp_zone=binding.timestamp_zone,
     )

@@ -120,6 +120,9 @@ class StateMeta:
     # What the state is of (binding.state_identity): the topic, record key, table and key
     # column it was built from. Empty: a state written before it was kept.
     identity: dict[str, str] = field(default_factory=dict)
+    # The zone the source's created column was read in when it has none (binding
+    # timestamp_zone); None: a state written before it was kept.
+    timestamp_zone: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -146,6 +149,7 @@ class StateMeta:
             "backdated": self.backdated,
             "first_marks": {g: {str(p): o for p, o in marks.items()} for g, marks in self.first_marks.items()},
             "identity": self.identity,
+            "timestamp_zone": self.timestamp_zone,
         }
 
     @classmethod
@@ -184,6 +188,7 @@ class StateMeta:
                 for g, marks in (data.get("first_marks") or {}).items()
             },
             identity={str(k): str(v) for k, v in (data.get("identity") or {}).items()},
+            timestamp_zone=str(data["timestamp_zone"]) if data.get("timestamp_zone") else None,
         )
 
 

@@ -246,7 +246,12 @@ class Cluster:
         found: dict[str, PartitionView] = {}
 
         def known() -> bool:
-            topics = self.admin.list_topics(topic, timeout=10).topics
+            try:
+                topics = self.admin.list_topics(topic, timeout=10).topics
+            except KafkaException:
+                # the request went to a broker the scenario paused or killed: ask again
+                # (lab run #23: a follower under SIGSTOP timed the whole scenario out)
+                return False
             meta = topics[topic].partitions.get(partition) if topic in topics else None
             if meta is not None:
                 found["view"] = PartitionView(meta.leader, tuple(meta.replicas), tuple(meta.isrs))

@@ -240,11 +240,12 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
         v.identifier(key_column, f"{path}.key_column", "key_column")
         created = v.string(item, "created_column", path, required=False)
         v.identifier(created, f"{path}.created_column", "created_column")
-        zone = v.string(item, "timestamp_zone", path, required=False) or "UTC"
-        try:
-            check_zone(zone, f"{path}.timestamp_zone")
-        except BindingError as exc:
-            v.problem(f"{path}.timestamp_zone", str(exc).split(": ", 1)[1])
+        zone = v.string(item, "timestamp_zone", path, required=False) or ""
+        if zone:
+            try:
+                check_zone(zone, f"{path}.timestamp_zone")
+            except BindingError as exc:
+                v.problem(f"{path}.timestamp_zone", str(exc).split(": ", 1)[1])
         record_key = v.string(item, "record_key", path, required=False) or "key"
         if not RECORD_KEY_RE.fullmatch(record_key):
             v.problem(

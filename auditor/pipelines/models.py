@@ -8,11 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from auditor.lib.secrets import mask_mapping, mask_url, resolve_env
 from auditor.vocabulary import GUARANTEES
+from spark_jobs.binding import BindingError, check_zone
 from spark_jobs.kafka_security import connection_settings
+
+
+def validate_zone(value: str) -> None:
+    """An IANA time zone name this machine knows, or "" (the database's own)."""
+    if value:
+        try:
+            check_zone(value, "binding")
+        except BindingError as exc:
+            raise ValidationError(str(exc).split(": ", 1)[1]) from None
+
 
 GUARANTEE_CHOICES = [(g, g) for g in GUARANTEES]
 
@@ -25,6 +37,13 @@ class Cluster(models.Model):
         max_length=1000, blank=True, help_text="the YAML file that declares it (audit apply); empty: made here"
     )
     updated_at = models.DateTimeField(auto_now=True)
+    # The longest a send's outcome stayed open for any probed producer of the cluster, as
+    # they reported it (auditor.pipelines.producers; 0: one retries without limit). Kept
+    # because the clients topic's retention forgets a long-running producer's report; clear
+    # it to start again from what the producers report now.
+    send_outcome_ms = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="the longest send outcome its producers reported, in ms (0: no limit)"
+    )
 
     class Meta:
         ordering = ["name"]
@@ -75,8 +94,9 @@ class Binding(models.Model):
     record_key = models.CharField(max_length=300, default="key")
     created_column = models.CharField(max_length=100, blank=True)
     # The IANA time zone the table's timestamp-without-time-zone columns hold (its created
-    # column, its stuck rules' age column): their wall-clock values are read in it.
-    timestamp_zone = models.CharField(max_length=64, default="UTC")
+    # column, its stuck rules' age column): their wall-clock values are read in it. Empty:
+    # the source database's own TimeZone setting.
+    timestamp_zone = models.CharField(max_length=64, blank=True, default="", validators=[validate_zone])
     grace_seconds = models.PositiveIntegerField(default=120)
     guarantee = models.CharField(max_length=20, choices=GUARANTEE_CHOICES, default="at-least-once")
     consumer_groups = models.JSONField(default=list, blank=True)

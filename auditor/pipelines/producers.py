@@ -10,6 +10,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from auditor.lint.observed import read_reported_clients
+from auditor.pipelines.models import Cluster
 from auditor.probes.topics import CLIENTS_TOPIC
 from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED, describe, send_outcome_ms
 
@@ -37,3 +38,37 @@ def observed_send_outcome(
             f"{clients_topic} was not read to its end within {timeout_s:g} s: a producer that retries longer may be unseen"
         )
     return bound, "; ".join(notes) or None
+
+
+def widest(kept: int | None, seen: int) -> int:
+    """The wider of two send outcome bounds (UNBOUNDED is the widest; None: nothing kept)."""
+    if kept is None:
+        return seen
+    if UNBOUNDED in (kept, seen):
+        return UNBOUNDED
+    return max(kept, seen)
+
+
+def cluster_send_outcome(
+    cluster: Cluster, *, read: bool = True, clients_topic: str = CLIENTS_TOPIC, timeout_s: float = 5.0
+) -> tuple[int, str | None]:
+    """The send outcome bound for the cluster: the widest its probed producers report now
+    (read: False, the cluster is known to be unreachable: none read) or reported to an
+    earlier run (Cluster.send_outcome_ms, which this widens)."""
+    seen, note = (
+        observed_send_outcome(cluster.client_config(), timeout_s=timeout_s) if read else (SEND_OUTCOME_MS, None)
+    )
+    bound = widest(cluster.send_outcome_ms, seen)
+    if bound != cluster.send_outcome_ms:
+        Cluster.objects.filter(pk=cluster.pk).update(send_outcome_ms=bound)
+        cluster.send_outcome_ms = bound
+    if bound != seen:
+        earlier = (
+            f"{describe(bound)}: no send it never saw confirmed is judged"
+            if bound == UNBOUNDED
+            else f"a send never confirmed is judged {describe(bound)} after it was sent"
+        )
+        note = f"{earlier} (as an earlier run saw it; the clients topic no longer shows it)" + (
+            f"; {note}" if note else ""
+        )
+    return bound, note

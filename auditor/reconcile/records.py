@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import psycopg
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
@@ -312,6 +312,16 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
+def _in_zone(wall: datetime, zone_name: str) -> datetime | None:
+    """A wall-clock time of `zone_name` as an instant; in a repeated hour, the later one (as
+    PostgreSQL's AT TIME ZONE reads it); None when Python does not know the zone."""
+    try:
+        zone = ZoneInfo(zone_name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+    return wall.replace(tzinfo=zone, fold=1)
+
+
 def read_source_row(binding: Binding, key: str) -> SourceLookup:
     """The binding's source row(s) whose key column equals ``key`` (every column, as text)."""
     lookup = SourceLookup()
@@ -335,6 +345,7 @@ def read_source_row(binding: Binding, key: str) -> SourceLookup:
             cursor = conn.execute(query, [key])
             lookup.columns = [column.name for column in cursor.description or []]
             rows = cursor.fetchall()
+            zone_name = binding.timestamp_zone or str(conn.execute("SHOW TimeZone").fetchone()[0])  # type: ignore[index]
     except psycopg.errors.DataError:
         lookup.error = f"{key!r} is not a valid value of column {key_column}: no row can have it"
         return lookup
@@ -349,5 +360,5 @@ def read_source_row(binding: Binding, key: str) -> SourceLookup:
     if rows and created_column in lookup.columns:
         value = rows[0][lookup.columns.index(created_column)]
         if isinstance(value, datetime):
-            lookup.created = value if value.tzinfo else value.replace(tzinfo=ZoneInfo(binding.timestamp_zone))
+            lookup.created = value if value.tzinfo else _in_zone(value, zone_name)
     return lookup

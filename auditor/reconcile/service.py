@@ -29,7 +29,8 @@ from auditor.lib.secrets import MissingEnvError
 from auditor.pipelines.connectivity import ConnectivityError, check_cluster, check_source
 from auditor.pipelines.incarnations import observe_topic_id
 from auditor.pipelines.models import Binding
-from auditor.pipelines.producers import observed_send_outcome
+from auditor.pipelines.producers import cluster_send_outcome
+from auditor.pipelines.source_zone import source_zone
 from auditor.reconcile import conf, job
 from auditor.reconcile.alerting import sync_problems
 from auditor.reconcile.models import (
@@ -145,11 +146,17 @@ def execute_run(run: ReconcileRun, runner: str = conf.SUBMIT) -> ReconcileRun:
     except ConnectivityError as exc:
         if exc.security:  # otherwise the job reports what it meets (a broker down, a source away)
             return fail_run(run, f"binding {binding.name!r}: {exc}")
+        reachable = False
     else:
-        # How long the cluster's probed producers retry a send: the job judges none sooner.
-        job_input.payload["send_outcome_ms"], note = observed_send_outcome(binding.cluster.client_config())
-        if note:
-            log.info("reconcile run %s of %s: %s", run.pk, binding.name, note)
+        reachable = True
+    # How long the cluster's probed producers retry a send: the job judges none sooner.
+    job_input.payload["send_outcome_ms"], note = cluster_send_outcome(binding.cluster, read=reachable)
+    if note:
+        log.info("reconcile run %s of %s: %s", run.pk, binding.name, note)
+    # A created column without a time zone is read in the binding's zone or the database's.
+    job_input.payload["timestamp_zone"], zone_note = source_zone(binding)
+    if zone_note:
+        log.warning("reconcile run %s of %s: %s", run.pk, binding.name, zone_note)
     try:
         if runner == conf.RESIDENT:
             from auditor.reconcile.resident import run_resident  # deferred: loads pyspark

@@ -30,7 +30,7 @@ from auditor.pipelines.connectivity import ConnectivityError, check_cluster
 from auditor.pipelines.incarnations import observe_topic_id
 from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding, StuckRule
-from auditor.pipelines.producers import observed_send_outcome
+from auditor.pipelines.producers import cluster_send_outcome
 from auditor.reconcile.memory import (
     IndexedTopic,
     StateUnreadable,
@@ -45,6 +45,7 @@ from auditor.stuck.alerting import muted_keys, update_problems
 from auditor.stuck.evidence import ClusterView, Diagnosis, KeyMemory, StuckRow
 from auditor.stuck.kafka_view import ReadPlan, first_record_ms, read_after_locate, read_cluster_view
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
+from auditor.stuck.locate_python import mark_positions
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.risks import cluster_risks
 from auditor.stuck.runlock import diagnosis_lock
@@ -102,6 +103,8 @@ class DiagnosisResult:
     degraded: bool = False
     notes: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    # the consumer ledger could not be read again before a skipped or expired verdict (_look_again)
+    ledger_unread: bool = False
 
     def counts(self) -> dict[str, int]:
         counts = dict.fromkeys(STUCK_VERDICTS, 0)
@@ -119,7 +122,7 @@ def stuck_query(rule: StuckRule) -> StuckQuery:
         age_column=rule.age_column,
         stuck_values=tuple(str(v) for v in rule.stuck_values),
         older_than_seconds=int(rule.older_than_seconds),
-        timestamp_zone=binding.timestamp_zone,
+        timestamp_zone=binding.timestamp_zone,  # "": the database session's TimeZone
     )
 
 
@@ -193,7 +196,7 @@ def _verdict_positions(
     )
 
 
-def _look_again_before_skipped(
+def _look_again(
     verdicts: list[ItemVerdict],
     result: DiagnosisResult,
     located: LocateResult,
@@ -203,30 +206,47 @@ def _look_again_before_skipped(
     binding: Binding,
     options: DiagnosisOptions,
 ) -> list[ItemVerdict]:
-    """`skipped` verdicts diagnosed again once the consumer ledger's tail has been read
-    MARK_SETTLE_SECONDS after the committed offsets (trailing_marks): a mark that trailed the
-    group's commit makes the record processed; a tail that cannot be read makes it unknown."""
-    keys = {v.row.key for v in verdicts if v.diagnosis.verdict == "skipped"}
-    if not keys or view.committed_read_at is None:
+    """`skipped` and `expired` verdicts diagnosed again after a second look at the consumer
+    ledger (trailing_marks), for marks the first read could not hold:
+
+    - a mark that trailed its group's commit: for `skipped`, the ledger's tail is read
+      MARK_SETTLE_SECONDS after the committed offsets were;
+    - a mark at a position the first read did not look up: a record deleted since a
+      reconciliation run saw it (a sighting), whose mark came after that run read the ledger;
+      for those, the ledger is read from the start the first read took.
+
+    A mark found makes the record processed; a ledger that cannot be read makes the verdict
+    unknown."""
+    skipped = {v.row.key for v in verdicts if v.diagnosis.verdict == "skipped"}
+    judged = skipped | {v.row.key for v in verdicts if v.diagnosis.verdict == "expired"}
+    if not judged or view.committed_read_at is None:
         return verdicts
-    groups = [str(g) for g in binding.consumer_groups or []]
+    positions = set(_verdict_positions(located, memory, judged))
+    unlooked = positions - mark_positions(located)
+    if not skipped and not unlooked:
+        return verdicts
+    keys = skipped | {k for k in judged if set(_verdict_positions(located, memory, {k})) & unlooked}
     try:
         marks = read_trailing_marks(
             binding.cluster.client_config(),
             plan,
             binding.record_key,
-            groups,
-            set(_verdict_positions(located, memory, keys)),
-            view.committed_read_at + mark_settle_seconds(),
+            [str(g) for g in binding.consumer_groups or []],
+            positions,
+            view.committed_read_at + mark_settle_seconds() if skipped else 0.0,
             options.timeout_s,
+            from_start=bool(unlooked),
         )
-    except (LocateError, OSError) as exc:
+    except (LocateError, OSError, ValueError) as exc:  # ValueError: a bad RECONCILE_MARK_SETTLE_SECONDS
+        result.notes.append(f"the consumer ledger could not be read again for processed marks: {exc}")
+        result.ledger_unread = True
         return [
             ItemVerdict(
                 v.row,
                 Diagnosis(
                     "unknown",
-                    f"{v.diagnosis.reason}; but whether a processed mark trailed the commit could not be read: {exc}",
+                    f"{v.diagnosis.reason}; but the consumer ledger could not be read again for a processed mark "
+                    f"of it: {exc}",
                     v.diagnosis.evidence,
                 ),
             )
@@ -234,13 +254,13 @@ def _look_again_before_skipped(
             else v
             for v in verdicts
         ]
-    trailing = [m for k, m in marks.items() if k not in located.marks]
+    found = [m for k, m in marks.items() if k not in located.marks]
     for mark in marks.values():
         located.add_mark(mark)
-    if trailing:
+    if found:
         result.notes.append(
-            f"{len(trailing)} processed mark(s) reached the consumer ledger after their group's commit: read "
-            "again before calling any record skipped"
+            f"{len(found)} processed mark(s) found on a second look at the consumer ledger (marks that trailed "
+            "their group's commit, or of records deleted since a reconciliation run saw them)"
         )
     return [
         ItemVerdict(
@@ -359,8 +379,8 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         record_key=binding.record_key,
     )
     if not view.kafka_error:
-        view.send_outcome_ms, outcome_note = observed_send_outcome(
-            binding.cluster.client_config(), timeout_s=min(options.timeout_s, 5.0)
+        view.send_outcome_ms, outcome_note = cluster_send_outcome(
+            binding.cluster, timeout_s=min(options.timeout_s, 5.0)
         )
         if outcome_note:
             result.notes.append(outcome_note)
@@ -455,8 +475,8 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         for row in rows
     ]
     lap("verdicts")
-    if any(v.diagnosis.verdict == "skipped" for v in verdicts):
-        verdicts = _look_again_before_skipped(verdicts, result, located, view, plan, memory, binding, options)
+    if any(v.diagnosis.verdict in ("skipped", "expired") for v in verdicts):
+        verdicts = _look_again(verdicts, result, located, view, plan, memory, binding, options)
         lap("second_look")
     # Rows updated while the evidence was read are healthy: never report them.
     if verdicts:
@@ -481,7 +501,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         or (groups and view.consumer_ledger is not None and not view.consumer_ledger.available)
     )
     # Degraded: something was unreadable and some item is unknown for it; alerts then stay open.
-    result.degraded = unreadable and any(v.diagnosis.verdict == "unknown" for v in verdicts)
+    result.degraded = (unreadable or result.ledger_unread) and any(v.diagnosis.verdict == "unknown" for v in verdicts)
     if view.kafka_error:
         result.notes.append(f"Kafka could not be read: {view.kafka_error}")
     for ledger in (view.producer_ledger, view.consumer_ledger):

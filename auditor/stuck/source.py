@@ -43,8 +43,9 @@ class StuckQuery:
     age_column: str
     stuck_values: tuple[str, ...]
     older_than_seconds: int
-    # the zone an age column without a time zone holds (Binding.timestamp_zone)
-    timestamp_zone: str = "UTC"
+    # the zone an age column without a time zone holds (Binding.timestamp_zone); "": the
+    # database session's TimeZone
+    timestamp_zone: str = ""
 
     def identifiers(self) -> tuple[sql.Identifier, sql.Identifier, sql.Identifier, sql.Identifier]:
         try:
@@ -88,22 +89,22 @@ def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_
     with _connect(url) as conn:
         try:
             row_id = sql.SQL("ctid::text") if _has_row_ids(conn, table) else sql.SQL("NULL::text")
-            since, threshold = _age_terms(conn, table, age, query)
+            since, older = _age_terms(conn, table, age, query)
             statement = sql.SQL(
                 "SELECT {key}::text, {status}::text, EXTRACT(EPOCH FROM (now() - {since}))::float8, {since}, {row_id} "
-                "FROM {table} WHERE {status} IN ({values}) AND {age} < {threshold} "
+                "FROM {table} WHERE {status} IN ({values}) AND {older} "
                 "AND {key} IS NOT NULL ORDER BY {age}, {key} LIMIT %s"
             ).format(
                 key=key,
                 status=status,
                 age=age,
                 since=since,
-                threshold=threshold,
+                older=older,
                 table=table,
                 values=query.status_list(),
                 row_id=row_id,
             )
-            params = [*query.stuck_values, query.older_than_seconds, max_items + 1]
+            params = [*query.stuck_values, max_items + 1]
             with conn.transaction():  # SET LOCAL: this statement only, also behind a pooler
                 conn.execute(sql.SQL("SET LOCAL work_mem = {}").format(sql.Literal(SELECT_WORK_MEM)))
                 rows = conn.execute(statement, params).fetchall()
@@ -113,25 +114,32 @@ def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_
     return items, len(rows) > max_items
 
 
+# More than any zone's clock change: how far a wall-clock time can move against its instant
+# (spark_jobs.reconcile_extract.ZONE_SHIFT).
+ZONE_SHIFT = sql.SQL("interval '3 hours'")
+
+
 def _age_terms(
     conn: psycopg.Connection, table: sql.Identifier, age: sql.Identifier, query: StuckQuery
 ) -> tuple[sql.Composable, sql.Composable]:
-    """(the age column as an instant, the instant rows must be older than, in the column's
-    own type). A column without a time zone holds wall-clock times in the binding's
-    timestamp_zone: it is read as instants there, and compared with the threshold as a
-    wall-clock time there (so an index on it stays usable). Neither depends on the session's
-    TimeZone."""
-    threshold = sql.SQL("now() - make_interval(secs => %s)")
+    """(the age column as an instant, the condition that the row is older than the rule's
+    threshold). A column without a time zone (or a domain over one) holds wall-clock times in
+    the binding's timestamp_zone, or the database session's TimeZone when it names none: it
+    is read, and judged, as instants there. The bare column is also held to the threshold as
+    a wall-clock time there, widened by more than any clock change, so that an index on it
+    serves; the instant decides."""
+    threshold = sql.SQL("(now() - make_interval(secs => {}))").format(sql.Literal(int(query.older_than_seconds)))
     row = conn.execute(
-        "SELECT atttypid = 'timestamp'::regtype FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s",
+        "SELECT coalesce(nullif(t.typbasetype, 0), t.oid) = 'timestamp'::regtype FROM pg_attribute a "
+        "JOIN pg_type t ON t.oid = a.atttypid WHERE a.attrelid = %s::regclass AND a.attname = %s",
         [table.as_string(conn), query.age_column],
     ).fetchone()
     if not (row and row[0]):
-        return age, threshold
-    zone = sql.Literal(query.timestamp_zone)
-    return (
-        sql.SQL("({} AT TIME ZONE {})").format(age, zone),
-        sql.SQL("(({}) AT TIME ZONE {})").format(threshold, zone),
+        return age, sql.SQL("{} < {}").format(age, threshold)
+    zone = sql.Literal(query.timestamp_zone) if query.timestamp_zone else sql.SQL("current_setting('TimeZone')")
+    since = sql.SQL("({} AT TIME ZONE {})").format(age, zone)
+    return since, sql.SQL("{since} < {threshold} AND {age} < ({threshold} AT TIME ZONE {zone}) + {shift}").format(
+        since=since, threshold=threshold, age=age, zone=zone, shift=ZONE_SHIFT
     )
 
 

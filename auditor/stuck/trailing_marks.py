@@ -8,6 +8,12 @@ offsets and the consumer ledger's end within that time sees the commit without t
 Rather than wait on every diagnosis, the diagnosis reads the ledger's tail again only when a
 verdict would be `skipped`: MARK_SETTLE_SECONDS after the committed offsets were read, from
 the ends the first read stopped at to the ends now, for the positions those verdicts look up.
+
+The same second look serves marks the first read did not look for: the first read looks up
+the positions of the records it found and of acked ledger entries; a record deleted since a
+reconciliation run saw it is known only by that sighting, after the read. When a `skipped`
+or `expired` verdict rests on such a position, the ledger is read again from the first
+read's starts (`from_start`).
 """
 
 from __future__ import annotations
@@ -45,10 +51,12 @@ def read_trailing_marks(
     positions: set[tuple[int, int]],
     settle_until: float,
     timeout_s: float,
+    from_start: bool = False,
 ) -> dict[MarkKey, ProcessedMark]:
     """The groups' processed marks at `positions` written to the consumer ledger after the
-    plan's ends, read once `settle_until` (a time.monotonic() instant) has passed. Raises
-    LocateError when the ledger cannot be read."""
+    plan's ends (from_start: since the starts the plan read from too), read once
+    `settle_until` (a time.monotonic() instant) has passed. Raises LocateError when the ledger
+    cannot be read."""
     old = plan.consumer_ledger
     if old is None or not groups or not positions:
         return {}
@@ -59,6 +67,12 @@ def read_trailing_marks(
     if now is None:
         raise LocateError(f"the consumer ledger {old.topic} could not be read again: {seen.reason}")
     tail = ledger_tail(old, now)
+    if from_start:
+        # the plan's ranges and the tail, as one range a partition
+        for partition, (first, last) in old.ranges.items():
+            low, high = now.ranges.get(partition, (first, first))
+            if last > first and high > max(first, low):
+                tail[partition] = (max(first, low), high)
     if not tail:
         return {}
     request = LocateRequest(

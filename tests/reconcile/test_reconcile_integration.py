@@ -1159,6 +1159,22 @@ def test_a_binding_edited_to_read_another_topic_starts_over_and_nothing_recalls_
     assert read_sightings(root, ["1", "2", "3"], model(world.topic)) == {}
 
 
+def test_a_binding_whose_timestamp_zone_changes_starts_over(spark: SparkSession, world: World, tmp_path: Path):
+    """The window's bounds were taken in the old zone: a run in another one cannot build on
+    them (rows would be skipped or read twice), so it starts over as a full run."""
+    world.insert(1, 2)
+    for ticket in (1, 2):
+        world.produce(f"t{ticket}", ticket)
+    binding = world.binding(consumer_groups=[])
+    assert finding_set(reconcile_once(spark, binding, tmp_path)) == set()
+    same = reconcile_once(spark, binding, tmp_path)
+    assert same["window"]["lower"] is not None  # incremental: built on the first run's window
+    moved = reconcile_once(spark, world.binding(consumer_groups=[], timestamp_zone="Asia/Tokyo"), tmp_path)
+    assert finding_set(moved) == set()
+    assert moved["window"]["lower"] is None  # a full run
+    assert any("timestamp_zone 'UTC' → 'Asia/Tokyo'" in w for w in moved["warnings"]), moved["warnings"]
+
+
 def test_a_topic_deleted_and_created_again_is_read_anew_and_nothing_it_held_is_reported(
     spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path
 ):

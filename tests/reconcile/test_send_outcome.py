@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from auditor.pipelines.producers import observed_send_outcome
+from auditor.pipelines.models import Cluster
+from auditor.pipelines.producers import cluster_send_outcome, observed_send_outcome, widest
 from auditor.probes import AuditedProducer
 from spark_jobs.binding import BindingError, binding_from_dict
 from spark_jobs.send_outcome import (
@@ -29,6 +30,12 @@ def test_a_producer_that_retries_longer_widens_the_bound_and_one_that_retries_le
     assert producer_outcome_ms({"delivery.timeout.ms": 600000, "request.timeout.ms": 90000}) == 695_000
     assert send_outcome_ms([{}, {"message.timeout.ms": "900000"}, {"message.timeout.ms": "30000"}]) == 965_000
     assert send_outcome_ms([{"message.timeout.ms": "30000"}]) == SEND_OUTCOME_MS
+
+
+def test_the_widest_of_two_bounds_is_kept() -> None:
+    assert widest(None, SEND_OUTCOME_MS) == SEND_OUTCOME_MS
+    assert widest(965_000, SEND_OUTCOME_MS) == 965_000
+    assert widest(965_000, UNBOUNDED) == UNBOUNDED == widest(UNBOUNDED, 965_000)
 
 
 def test_a_producer_that_retries_without_limit_leaves_every_send_unjudged() -> None:
@@ -86,3 +93,24 @@ def test_a_clients_topic_that_cannot_be_read_leaves_the_defaults_and_says_so() -
     bound, note = observed_send_outcome({"bootstrap.servers": "127.0.0.1:1"}, timeout_s=1)
     assert bound == SEND_OUTCOME_MS
     assert note is not None and "could not be read" in note
+
+
+@pytest.mark.integration
+@pytest.mark.django_db
+def test_the_cluster_keeps_the_widest_bound_once_the_clients_topic_forgot_the_producer(
+    kafka_bootstrap: str, make_topic
+) -> None:
+    cluster = Cluster.objects.create(name=f"c-{uuid.uuid4().hex[:6]}", bootstrap_servers=kafka_bootstrap)
+    clients = make_topic("_audit.clients")
+    config = {"bootstrap.servers": kafka_bootstrap, "message.timeout.ms": "900000"}
+    with AuditedProducer(config, ledger_topic=make_topic("_audit.producer-ledger"), clients_topic=clients) as producer:
+        producer.flush(30)
+
+    assert cluster_send_outcome(cluster, clients_topic=clients, timeout_s=15)[0] == 965_000
+    assert Cluster.objects.get(pk=cluster.pk).send_outcome_ms == 965_000
+    # Retention deleted the producer's report (an empty clients topic stands in): the bound stays.
+    bound, note = cluster_send_outcome(cluster, clients_topic=make_topic("_audit.clients"), timeout_s=15)
+    assert bound == 965_000
+    assert note is not None and "earlier run" in note
+    # Unreachable: nothing read, the kept bound stands.
+    assert cluster_send_outcome(cluster, read=False)[0] == 965_000

@@ -154,6 +154,9 @@ def test_it_keeps_what_the_state_is_of_through_the_state_file():
     again = StateMeta.from_json(json.loads(json.dumps(StateMeta(identity=identity).to_json())))
     assert again.identity == identity
     assert StateMeta.from_json({"format": again.to_json()["format"]}).identity == {}  # an older state
+    zoned = StateMeta.from_json(json.loads(json.dumps(StateMeta(timestamp_zone="Asia/Tokyo").to_json())))
+    assert zoned.timestamp_zone == "Asia/Tokyo"
+    assert StateMeta.from_json({"format": again.to_json()["format"]}).timestamp_zone is None  # an older state
 
 
 def test_a_state_it_cannot_reach_is_not_called_corrupt_nor_given_up(root: str | Path, tmp_path: Path):

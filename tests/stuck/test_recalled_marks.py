@@ -62,3 +62,36 @@ def test_a_mark_the_ledger_deleted_after_a_run_read_it_still_says_processed(
     # evidence is gone, and the verdict says so instead of guessing.
     without = diagnose_rule(stuck.rule, stuck.options("python", use_index=False))
     assert set(verdicts_of(without).values()) == {"unknown"}
+
+
+def test_a_mark_made_after_a_run_read_the_ledger_of_a_record_deleted_since_says_processed(
+    make_stuck: Any, kafka_admin: AdminClient, spark: Any
+) -> None:
+    """A reconciliation run sees the records; only then does the consumer process them all,
+    losing the update of the 4th and 8th; then retention (delete_records standing in) deletes
+    every record. The marks are in the consumer ledger, not in the run's state. The truth,
+    from the consumer's own account and the table: both rows were processed and their updates
+    lost: `processed-not-updated`, never `skipped` or `expired`."""
+    stuck: StuckSetup = make_stuck()
+    pipeline = stuck.pipeline
+    binding = stuck.rule.binding
+    binding.producer_ledger_topic = pipeline.probes.producer_ledger
+    binding.consumer_ledger_topic = pipeline.probes.consumer_ledger
+    binding.save()
+    ids = pipeline.produce(10)
+    reconcile_now(binding)  # sees every record; no mark exists yet
+    consumed = pipeline.consumer(DeliveryMode.AT_LEAST_ONCE, Faults(fail_update_every=4)).run(
+        max_records=10, timeout_s=60
+    )
+    assert consumed.ticket_ids() == ids
+    new = set(consumed.ticket_ids(ApplyOutcome.LOST))
+    assert new == {ids[3], ids[7]}
+    assert {key for key, status in pipeline.statuses().items() if status == "NEW"} == new
+    assert pipeline.committed_offsets() == {0: 10}
+    delete_records(kafka_admin, [TopicPartition(pipeline.topic, 0, 10)])
+    assert pipeline.watermarks(pipeline.topic) == {0: (10, 10)}
+
+    for engine in ("python", "spark"):
+        result = diagnose_rule(stuck.rule, stuck.options(engine, spark=spark))
+        assert verdicts_of(result) == dict.fromkeys(new, "processed-not-updated"), (engine, result.notes)
+        assert any("second look at the consumer ledger" in n for n in result.notes), result.notes

@@ -103,7 +103,7 @@ def test_it_rechecks_a_partitioned_table_by_key(table: str) -> None:
         _change(parted, "DROP TABLE {}")
 
 
-@pytest.mark.parametrize("session_zone", ["UTC", "America/New_York"])
+@pytest.mark.parametrize("session_zone", ["UTC", "America/New_York", "Asia/Tokyo"])
 def test_an_age_column_without_a_time_zone_is_read_in_the_bindings_zone(session_zone: str) -> None:
     """The application writes Tokyo wall-clock times into a `timestamp` column. Ground truth:
     the instants it wrote (now() less 30 min and less 2 min, as the database's own clock). Read
@@ -133,8 +133,15 @@ def test_an_age_column_without_a_time_zone_is_read_in_the_bindings_zone(session_
         assert rows[0].since is not None and rows[0].since.tzinfo is not None
         assert abs(datetime.now(UTC) - timedelta(minutes=30) - rows[0].since) < timedelta(seconds=60)
 
-        as_utc = StuckQuery(name, "ticket_id", "status", "created_at", ("NEW",), 600)
+        as_utc = StuckQuery(name, "ticket_id", "status", "created_at", ("NEW",), 600, timestamp_zone="UTC")
         assert select_stuck_rows(session_url, as_utc)[0] == []
+
+        # A binding that names no zone reads them in the database session's TimeZone, as
+        # PostgreSQL itself does (the only reading before the setting existed).
+        unnamed = StuckQuery(name, "ticket_id", "status", "created_at", ("NEW",), 600)
+        rows, _ = select_stuck_rows(session_url, unnamed)
+        # (Tokyo wall-clock times read in UTC or New York time lie hours in the future)
+        assert [r.key for r in rows] == (["T-old"] if session_zone == "Asia/Tokyo" else [])
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
