@@ -187,7 +187,7 @@ def _verdict_positions(
     recall_marks reads none of them when the state has no processed coverage."""
 
     def wanted(items: dict[str, Any]) -> Iterator[Any]:
-        return iter(items.values()) if keys is None else (v for k, v in items.items() if k in keys)
+        return iter(items.values()) if keys is None else (items[k] for k in keys if k in items)
 
     return chain(
         ((r.partition, r.offset) for found in wanted(located.records) for r in found),
@@ -225,7 +225,7 @@ def _look_again(
     unlooked = positions - mark_positions(located)
     if not skipped and not unlooked:
         return verdicts
-    keys = skipped | {k for k in judged if set(_verdict_positions(located, memory, {k})) & unlooked}
+    keys = skipped | {k for k in judged - skipped if not unlooked.isdisjoint(_verdict_positions(located, memory, {k}))}
     try:
         marks = read_trailing_marks(
             binding.cluster.client_config(),
