@@ -511,9 +511,9 @@ def extract_source(
         def wall(moment: datetime, shift: str) -> str:
             return f"(({_ts_literal(moment)}::timestamptz at time zone {zone}) {shift} interval '{ZONE_SHIFT}')"
 
-        predicate = f"{created_value} <= {_ts_literal(upper)} and \"{created}\" <= {wall(upper, '+')}"
+        predicate = f'{created_value} <= {_ts_literal(upper)} and "{created}" <= {wall(upper, "+")}'
         if lower is not None:
-            predicate += f" and {created_value} > {_ts_literal(lower)} and \"{created}\" > {wall(lower, '-')}"
+            predicate += f' and {created_value} > {_ts_literal(lower)} and "{created}" > {wall(lower, "-")}'
     stats = _jdbc_query(
         spark,
         binding,

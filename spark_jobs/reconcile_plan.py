@@ -254,10 +254,12 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             "topic's producers were seen stamping records before writing them, is not known"
         )
     changed = [] if options.full or earlier is None else identity_changes(earlier.identity, binding.identity())
-    if not options.full and earlier is not None and earlier.timestamp_zone not in (None, binding.timestamp_zone):
-        # A created column without a time zone is read in it: the window's earlier bounds,
-        # taken in the old zone, no longer say which rows were read.
-        changed.append(f"timestamp_zone {earlier.timestamp_zone!r} → {binding.timestamp_zone!r}")
+    # A created column without a time zone is read in the binding's zone: the window's earlier
+    # bounds, taken in another zone, no longer say which rows were read. A state from before
+    # the zone was kept read such a column as UTC.
+    earlier_zone = (earlier.timestamp_zone or "UTC") if earlier is not None else binding.timestamp_zone
+    if not options.full and earlier_zone != binding.timestamp_zone:
+        changed.append(f"timestamp_zone {earlier_zone!r} → {binding.timestamp_zone!r}")
     if changed:
         # The state is of another topic, key or table: nothing in it is of this binding's
         # records or rows (its sightings would be taken for lost records, its pending rows

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException
+from django.db.models import Q
 
 from auditor.lint.observed import read_reported_clients
 from auditor.pipelines.models import Cluster
@@ -58,10 +59,17 @@ def cluster_send_outcome(
     seen, note = (
         observed_send_outcome(cluster.client_config(), timeout_s=timeout_s) if read else (SEND_OUTCOME_MS, None)
     )
-    bound = widest(cluster.send_outcome_ms, seen)
-    if bound != cluster.send_outcome_ms:
-        Cluster.objects.filter(pk=cluster.pk).update(send_outcome_ms=bound)
-        cluster.send_outcome_ms = bound
+    # Widened in one statement: a run that saw less never narrows what another one stored.
+    stored = Cluster.objects.filter(pk=cluster.pk)
+    if seen == UNBOUNDED:
+        stored.exclude(send_outcome_ms=UNBOUNDED).update(send_outcome_ms=UNBOUNDED)
+    else:
+        stored.filter(
+            Q(send_outcome_ms__isnull=True) | Q(send_outcome_ms__gt=UNBOUNDED, send_outcome_ms__lt=seen)
+        ).update(send_outcome_ms=seen)
+    kept = stored.values_list("send_outcome_ms", flat=True).first() if cluster.pk is not None else None
+    cluster.send_outcome_ms = widest(kept if kept is not None else cluster.send_outcome_ms, seen)
+    bound = cluster.send_outcome_ms
     if bound != seen:
         earlier = (
             f"{describe(bound)}: no send it never saw confirmed is judged"

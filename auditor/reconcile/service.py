@@ -30,7 +30,7 @@ from auditor.pipelines.connectivity import ConnectivityError, check_cluster, che
 from auditor.pipelines.incarnations import observe_topic_id
 from auditor.pipelines.models import Binding
 from auditor.pipelines.producers import cluster_send_outcome
-from auditor.pipelines.source_zone import source_zone
+from auditor.pipelines.source_zone import SourceZoneError, source_zone
 from auditor.reconcile import conf, job
 from auditor.reconcile.alerting import sync_problems
 from auditor.reconcile.models import (
@@ -154,9 +154,10 @@ def execute_run(run: ReconcileRun, runner: str = conf.SUBMIT) -> ReconcileRun:
     if note:
         log.info("reconcile run %s of %s: %s", run.pk, binding.name, note)
     # A created column without a time zone is read in the binding's zone or the database's.
-    job_input.payload["timestamp_zone"], zone_note = source_zone(binding)
-    if zone_note:
-        log.warning("reconcile run %s of %s: %s", run.pk, binding.name, zone_note)
+    try:
+        job_input.payload["timestamp_zone"] = source_zone(binding)
+    except SourceZoneError as exc:
+        return fail_run(run, str(exc))
     try:
         if runner == conf.RESIDENT:
             from auditor.reconcile.resident import run_resident  # deferred: loads pyspark

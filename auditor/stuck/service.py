@@ -225,7 +225,7 @@ def _look_again(
     unlooked = positions - mark_positions(located)
     if not skipped and not unlooked:
         return verdicts
-    keys = skipped | {k for k in judged - skipped if not unlooked.isdisjoint(_verdict_positions(located, memory, {k}))}
+    keys = judged  # a mark the second look finds may be of any of them
     try:
         marks = read_trailing_marks(
             binding.cluster.client_config(),
