@@ -69,5 +69,5 @@ def describe(outcome_ms: int) -> str:
     if outcome_ms == UNBOUNDED:
         return "a producer retries sends without a time limit (message.timeout.ms=0)"
     if outcome_ms == SEND_OUTCOME_MS:
-        return f"{SEND_OUTCOME_MS // 1000} s with librdkafka's defaults"
-    return f"{outcome_ms // 1000} s with the longest message timeout a producer reported"
+        return f"{SEND_OUTCOME_MS // 1000} s (librdkafka's defaults)"
+    return f"{outcome_ms // 1000} s (the longest message timeout a producer reported)"

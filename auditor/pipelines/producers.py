@@ -57,7 +57,7 @@ def cluster_send_outcome(
     (read: False, the cluster is known to be unreachable: none read) or reported to an
     earlier run (Cluster.send_outcome_ms, which this widens)."""
     seen, note = (
-        observed_send_outcome(cluster.client_config(), timeout_s=timeout_s) if read else (SEND_OUTCOME_MS, None)
+        observed_send_outcome(cluster.client_config(), clients_topic, timeout_s) if read else (SEND_OUTCOME_MS, None)
     )
     # Widened in one statement: a run that saw less never narrows what another one stored.
     stored = Cluster.objects.filter(pk=cluster.pk)

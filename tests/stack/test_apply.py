@@ -44,7 +44,7 @@ def test_it_creates_then_updates_by_name(tmp_path):
     assert "binding tickets" in result["updated"]
     assert Binding.objects.get(name="tickets").grace_seconds == 30
     assert Binding.objects.count() == 1
-    assert Binding.objects.get(name="tickets").timestamp_zone == "UTC"  # the default
+    assert Binding.objects.get(name="tickets").timestamp_zone == ""  # the default: the database's own
 
     path.write_text(GOOD.replace("    schedule: 5m\n", "    schedule: 5m\n    timestamp_zone: Europe/Paris\n", 1))
     apply(path)

@@ -289,5 +289,5 @@ def test_a_processed_mark_that_trails_the_groups_auto_commit_is_read_before_call
     assert verdicts_of(result) == {lost: "processed-not-updated"}
     (item,) = result.items
     assert item.diagnosis.evidence["groups"][0]["outcome"] == "processed"
-    assert any("after their group's commit" in note for note in result.notes), result.notes
+    assert any("1 processed mark(s) found on a second look" in note for note in result.notes), result.notes
     assert "second_look" in result.timings
