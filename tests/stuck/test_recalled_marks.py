@@ -19,15 +19,20 @@ from tests.support.stuck import StuckSetup, reconcile_now, verdicts_of
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 
+def _reading_its_own_ledgers(stuck: StuckSetup) -> Any:
+    """The rule's binding, named the pipeline's own ledger topics (as the probes write them)."""
+    binding = stuck.rule.binding
+    binding.producer_ledger_topic = stuck.pipeline.probes.producer_ledger
+    binding.consumer_ledger_topic = stuck.pipeline.probes.consumer_ledger
+    binding.save()
+    return binding
+
+
 def test_a_mark_the_ledger_deleted_after_a_run_read_it_still_says_processed(
     make_stuck: Any, kafka_admin: AdminClient, spark: Any
 ) -> None:
     stuck: StuckSetup = make_stuck()
-    pipeline = stuck.pipeline
-    binding = stuck.rule.binding
-    binding.producer_ledger_topic = pipeline.probes.producer_ledger
-    binding.consumer_ledger_topic = pipeline.probes.consumer_ledger
-    binding.save()
+    pipeline, binding = stuck.pipeline, _reading_its_own_ledgers(stuck)
     ids = pipeline.produce(10)
     consumed = pipeline.consumer(DeliveryMode.AT_LEAST_ONCE, Faults(fail_update_every=4)).run(
         max_records=10, timeout_s=60
@@ -73,11 +78,7 @@ def test_a_mark_made_after_a_run_read_the_ledger_of_a_record_deleted_since_says_
     from the consumer's own account and the table: both rows were processed and their updates
     lost: `processed-not-updated`, never `skipped` or `expired`."""
     stuck: StuckSetup = make_stuck()
-    pipeline = stuck.pipeline
-    binding = stuck.rule.binding
-    binding.producer_ledger_topic = pipeline.probes.producer_ledger
-    binding.consumer_ledger_topic = pipeline.probes.consumer_ledger
-    binding.save()
+    pipeline, binding = stuck.pipeline, _reading_its_own_ledgers(stuck)
     ids = pipeline.produce(10)
     reconcile_now(binding)  # sees every record; no mark exists yet
     consumed = pipeline.consumer(DeliveryMode.AT_LEAST_ONCE, Faults(fail_update_every=4)).run(
