@@ -151,6 +151,10 @@ def check_identifier(value: Any, what: str, binding: str, qualified: bool = Fals
 
 # IANA zone names: letters, digits and _+-/ only (never a quote), e.g. Europe/Paris, Etc/GMT+5.
 ZONE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+)*")
+# More than any zone's clock change (summer time, Antarctica/Troll's two hours, a zone's offset
+# redrawn): how far a wall-clock time can move against the instant it was at. A naive column
+# is held to wall-clock bounds widened by this (for its index) and judged on instants.
+ZONE_SHIFT = "3 hours"
 NAIVE_TIMESTAMP_TYPES = frozenset({"timestamp without time zone", "timestamp"})
 
 

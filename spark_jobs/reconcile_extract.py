@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.binding import (
+    ZONE_SHIFT,
     Binding,
     BindingError,
     is_naive_timestamp,
@@ -471,11 +472,6 @@ def source_key_unique(spark: SparkSession, binding: Binding, table: str, columns
 
 def _actual_column(columns: dict[str, str], wanted: str) -> str:
     return next(c for c in columns if c.lower() == wanted.lower())
-
-
-# More than any zone's clock change (summer time, Antarctica/Troll's two hours, a zone's
-# offset redrawn): how far a wall-clock time can move against the instant it was at.
-ZONE_SHIFT = "3 hours"
 
 
 def _ts_literal(moment: datetime) -> str:

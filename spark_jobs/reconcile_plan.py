@@ -31,7 +31,7 @@ from spark_jobs.reconcile_extract import (
 from spark_jobs.reconcile_state import DATASETS, StateError, StateMeta, StateStore
 from spark_jobs.reconcile_transform import empty_frame, is_empty_plan
 from spark_jobs.record_times import Backdated
-from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED, describe
+from spark_jobs.send_outcome import SEND_OUTCOME_MS, judging
 
 # Below this many new records the new side of a state join is broadcast, so state is
 # scanned once without a shuffle. A broadcast is built in the driver: the bound keeps its
@@ -341,10 +341,8 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             for p, reason in sorted(rewritten.items())
         ]
     warnings += forget_renamed_ledgers(binding, meta)
-    if binding.send_outcome_ms == UNBOUNDED:
-        warnings.append(f"{describe(UNBOUNDED)}: no send never confirmed is judged")
-    elif binding.send_outcome_ms != SEND_OUTCOME_MS:
-        warnings.append(f"a send never confirmed is judged {describe(binding.send_outcome_ms)} after it was sent")
+    if judged := judging(binding.send_outcome_ms):
+        warnings.append(judged)
     kafka = extract_topic_offsets(binding, meta, read_before=memory.topic_offsets if memory else None)
     laps("kafka_offsets")
     upper = options.now or datetime.now(UTC)

@@ -65,6 +65,15 @@ def judged_until_ms(now_ms: int, outcome_ms: int) -> int:
     return NOTHING_JUDGED_MS if outcome_ms == UNBOUNDED else now_ms - outcome_ms
 
 
+def judging(outcome_ms: int) -> str | None:
+    """What a run or a diagnosis says of a bound other than librdkafka's defaults'."""
+    if outcome_ms == UNBOUNDED:
+        return f"{describe(UNBOUNDED)}: no send never confirmed is judged"
+    if outcome_ms == SEND_OUTCOME_MS:
+        return None
+    return f"a send never confirmed is judged {describe(outcome_ms)} after it was sent"
+
+
 def describe(outcome_ms: int) -> str:
     if outcome_ms == UNBOUNDED:
         return "a producer retries sends without a time limit (message.timeout.ms=0)"

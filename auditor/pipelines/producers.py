@@ -13,7 +13,7 @@ from django.db.models import Q
 from auditor.lint.observed import read_reported_clients
 from auditor.pipelines.models import Cluster
 from auditor.probes.topics import CLIENTS_TOPIC
-from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED, describe, send_outcome_ms
+from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED, describe, judging, send_outcome_ms
 
 
 def observed_send_outcome(
@@ -29,11 +29,7 @@ def observed_send_outcome(
             f"{describe(SEND_OUTCOME_MS)} assumed"
         )
     bound = send_outcome_ms(c.config for c in reported.clients if c.kind == "producer")
-    notes = []
-    if bound == UNBOUNDED:
-        notes.append(f"{describe(bound)}: no send it never saw confirmed is judged")
-    elif bound != SEND_OUTCOME_MS:
-        notes.append(f"a send never confirmed is judged {describe(bound)} after it was sent")
+    notes = [judged] if (judged := judging(bound)) else []
     if not reported.complete:
         notes.append(
             f"{clients_topic} was not read to its end within {timeout_s:g} s: a producer that retries longer may be unseen"
@@ -71,12 +67,7 @@ def cluster_send_outcome(
     cluster.send_outcome_ms = widest(kept if kept is not None else cluster.send_outcome_ms, seen)
     bound = cluster.send_outcome_ms
     if bound != seen:
-        earlier = (
-            f"{describe(bound)}: no send it never saw confirmed is judged"
-            if bound == UNBOUNDED
-            else f"a send never confirmed is judged {describe(bound)} after it was sent"
-        )
-        note = f"{earlier} (as an earlier run saw it; the clients topic no longer shows it)" + (
+        note = f"{judging(bound)} (as an earlier run saw it; the clients topic no longer shows it)" + (
             f"; {note}" if note else ""
         )
     return bound, note

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import psycopg
 
+from auditor.lib.columns import holds_wall_clock_times
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
 from auditor.pipelines.models import Binding
 from spark_jobs.binding import BindingError, check_zone
@@ -32,12 +33,7 @@ def source_zone(binding: Binding, timeout_s: float = 10.0) -> str:
         with psycopg.connect(
             binding.source.resolved_url(), connect_timeout=max(1, int(timeout_s)), application_name="auditor-zone"
         ) as conn:
-            naive = conn.execute(
-                "SELECT coalesce(nullif(t.typbasetype, 0), t.oid) = 'timestamp'::regtype FROM pg_attribute a "
-                "JOIN pg_type t ON t.oid = a.atttypid WHERE a.attrelid = to_regclass(%s) AND a.attname = %s",
-                [f'"{schema}"."{table}"' if schema else f'"{table}"', column],
-            ).fetchone()
-            if not (naive and naive[0]):
+            if not holds_wall_clock_times(conn, f'"{schema}"."{table}"' if schema else f'"{table}"', column):
                 return NOT_NEEDED  # an instant, or a column the job will find missing
             if binding.timestamp_zone:
                 return binding.timestamp_zone

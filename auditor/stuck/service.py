@@ -179,6 +179,20 @@ def _check_after_read(binding: Binding, view: ClusterView, reads: dict[str, dict
         view.kafka_error = f"{deleted}; run the diagnosis again"
 
 
+def _diagnosed(row: StuckRow, located: LocateResult, view: ClusterView, memory: KeyMemory) -> ItemVerdict:
+    return ItemVerdict(
+        row,
+        diagnose(
+            row,
+            located.records.get(row.key, ()),
+            located.ledger_entries.get(row.key, ()),
+            located.marks,
+            view,
+            memory,
+        ),
+    )
+
+
 def _verdict_positions(
     located: LocateResult, memory: KeyMemory, keys: set[str] | None = None
 ) -> Iterator[tuple[int, int]]:
@@ -225,7 +239,6 @@ def _look_again(
     unlooked = positions - mark_positions(located)
     if not skipped and not unlooked:
         return verdicts
-    keys = judged  # a mark the second look finds may be of any of them
     try:
         marks = read_trailing_marks(
             binding.cluster.client_config(),
@@ -250,7 +263,7 @@ def _look_again(
                     v.diagnosis.evidence,
                 ),
             )
-            if v.row.key in keys
+            if v.row.key in judged  # a mark the second look looked for may be of any of them
             else v
             for v in verdicts
         ]
@@ -262,22 +275,7 @@ def _look_again(
             f"{len(found)} processed mark(s) found on a second look at the consumer ledger (marks that trailed "
             "their group's commit, or of records deleted since a reconciliation run saw them)"
         )
-    return [
-        ItemVerdict(
-            v.row,
-            diagnose(
-                v.row,
-                located.records.get(v.row.key, ()),
-                located.ledger_entries.get(v.row.key, ()),
-                located.marks,
-                view,
-                memory,
-            ),
-        )
-        if v.row.key in keys
-        else v
-        for v in verdicts
-    ]
+    return [_diagnosed(v.row, located, view, memory) if v.row.key in judged else v for v in verdicts]
 
 
 def _recall_marks(
@@ -460,20 +458,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         )
     lap("memory")
 
-    verdicts = [
-        ItemVerdict(
-            row,
-            diagnose(
-                row,
-                located.records.get(row.key, ()),
-                located.ledger_entries.get(row.key, ()),
-                located.marks,
-                view,
-                memory,
-            ),
-        )
-        for row in rows
-    ]
+    verdicts = [_diagnosed(row, located, view, memory) for row in rows]
     lap("verdicts")
     if any(v.diagnosis.verdict in ("skipped", "expired") for v in verdicts):
         verdicts = _look_again(verdicts, result, located, view, plan, memory, binding, options)

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from auditor.lib.columns import holds_wall_clock_times
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
 from auditor.stuck.evidence import StuckRow
+from spark_jobs.binding import ZONE_SHIFT
 from spark_jobs.kafka_security import explain
 
 DEFAULT_MAX_ITEMS = 200_000
@@ -114,9 +116,7 @@ def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_
     return items, len(rows) > max_items
 
 
-# More than any zone's clock change: how far a wall-clock time can move against its instant
-# (spark_jobs.reconcile_extract.ZONE_SHIFT).
-ZONE_SHIFT = sql.SQL("interval '3 hours'")
+SHIFT = sql.SQL("interval {}").format(sql.Literal(ZONE_SHIFT))
 
 
 def _age_terms(
@@ -129,17 +129,12 @@ def _age_terms(
     a wall-clock time there, widened by more than any clock change, so that an index on it
     serves; the instant decides."""
     threshold = sql.SQL("(now() - make_interval(secs => {}))").format(sql.Literal(int(query.older_than_seconds)))
-    row = conn.execute(
-        "SELECT coalesce(nullif(t.typbasetype, 0), t.oid) = 'timestamp'::regtype FROM pg_attribute a "
-        "JOIN pg_type t ON t.oid = a.atttypid WHERE a.attrelid = %s::regclass AND a.attname = %s",
-        [table.as_string(conn), query.age_column],
-    ).fetchone()
-    if not (row and row[0]):
+    if not holds_wall_clock_times(conn, table.as_string(conn), query.age_column):
         return age, sql.SQL("{} < {}").format(age, threshold)
     zone = sql.Literal(query.timestamp_zone) if query.timestamp_zone else sql.SQL("current_setting('TimeZone')")
     since = sql.SQL("({} AT TIME ZONE {})").format(age, zone)
     return since, sql.SQL("{since} < {threshold} AND {age} < ({threshold} AT TIME ZONE {zone}) + {shift}").format(
-        since=since, threshold=threshold, age=age, zone=zone, shift=ZONE_SHIFT
+        since=since, threshold=threshold, age=age, zone=zone, shift=SHIFT
     )
 
 
