@@ -137,7 +137,7 @@ def _run_phases(
     laps: Laps,
 ) -> dict[str, Any]:
     inputs = extract_inputs(spark, binding, plan, persist, laps)
-    new = update_state(spark, plan, inputs, persist, laps)
+    new = update_state(spark, binding, plan, inputs, persist, laps)
     current = new.keep("findings", find_all(plan, inputs, new))
     flagged = flag_new(spark, plan, current)
     counts, new_count, found = count_findings(plan, inputs, new, flagged)

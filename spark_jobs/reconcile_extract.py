@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.binding import (
@@ -39,6 +39,7 @@ from spark_jobs.kafka_security import admin_config
 from spark_jobs.mark_rules import mark_settle_seconds
 from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import (
+    HEADERS_MISSING,
     RECORD_COUNTS,
     UNVERIFIABLE,
     header_problem_counts,
@@ -157,6 +158,8 @@ class PartitionSummary:
     # the smallest timestamp ms among the records at or past summarize_partitions' `since`,
     # and its record's offset
     oldest: tuple[int | None, int | None] = (None, None)
+    # the latest timestamp ms of a record without any audit header (an unprobed producer's)
+    unprobed_ms: int | None = None
 
 
 def summarize_partitions(records: DataFrame, since: Mapping[int, int] | None = None) -> dict[int, PartitionSummary]:
@@ -184,6 +187,7 @@ def summarize_partitions(records: DataFrame, since: Mapping[int, int] | None = N
             F.count(F.when(F.col("tombstone"), 1)).alias("tombstones"),
             F.min(past).alias("oldest_ms"),
             F.min_by("offset", past).alias("oldest_offset"),
+            F.max(F.when(F.col("header_status") == HEADERS_MISSING, F.unix_millis("timestamp"))).alias("unprobed_ms"),
         )
         .collect()
     )
@@ -196,6 +200,7 @@ def summarize_partitions(records: DataFrame, since: Mapping[int, int] | None = N
             row["first_ms"],
             row["tombstones"],
             (row["oldest_ms"], row["oldest_offset"]),
+            row["unprobed_ms"],
         )
         for row in rows
     }
@@ -478,19 +483,11 @@ def _ts_literal(moment: datetime) -> str:
     return "'" + moment.astimezone(UTC).isoformat() + "'"
 
 
-def extract_source(
-    spark: SparkSession,
-    binding: Binding,
-    table: str,
-    columns: dict[str, str],
-    lower: datetime | None,
-    upper: datetime,
-) -> DataFrame:
-    """Rows created in (lower, upper]: columns audit_key and audit_created only.
-
-    A numeric key is read in parallel ranges of it (bounds from a min/max query).
-    """
-    key = _actual_column(columns, binding.key_column)
+def source_window(
+    binding: Binding, columns: dict[str, str], lower: datetime | None, upper: datetime
+) -> tuple[str, str]:
+    """(the created column's value as an instant, the SQL predicate of rows created in
+    (lower, upper]) for the source table whose columns extract_source_columns gave."""
     created = _actual_column(columns, binding.created_column)
     created_value = f'"{created}"'
     predicate = f"{created_value} <= {_ts_literal(upper)}"
@@ -510,6 +507,29 @@ def extract_source(
         predicate = f'{created_value} <= {_ts_literal(upper)} and "{created}" <= {wall(upper, "+")}'
         if lower is not None:
             predicate += f' and {created_value} > {_ts_literal(lower)} and "{created}" > {wall(lower, "-")}'
+    return created_value, predicate
+
+
+def source_reader(spark: SparkSession, binding: Binding) -> DataFrameReader:
+    """A JDBC reader of the binding's source database."""
+    url, props = jdbc_url_and_properties(binding.source_url)
+    return spark.read.format("jdbc").option("url", url).option("fetchsize", "10000").options(**props)
+
+
+def extract_source(
+    spark: SparkSession,
+    binding: Binding,
+    table: str,
+    columns: dict[str, str],
+    lower: datetime | None,
+    upper: datetime,
+) -> DataFrame:
+    """Rows created in (lower, upper]: columns audit_key and audit_created only.
+
+    A numeric key is read in parallel ranges of it (bounds from a min/max query).
+    """
+    key = _actual_column(columns, binding.key_column)
+    created_value, predicate = source_window(binding, columns, lower, upper)
     stats = _jdbc_query(
         spark,
         binding,
@@ -517,12 +537,10 @@ def extract_source(
         if columns[key].lower() in NUMERIC_TYPES
         else f"select null as lo, null as hi, count(*) as n from {table} where {predicate}",
     ).collect()[0]
-    url, props = jdbc_url_and_properties(binding.source_url)
     subquery = (
         f'(select "{key}" as audit_key, {created_value} as audit_created from {table} where {predicate}) audit_src'
     )
-    reader = spark.read.format("jdbc").option("url", url).option("dbtable", subquery).option("fetchsize", "10000")
-    reader = reader.options(**props)
+    reader = source_reader(spark, binding).option("dbtable", subquery)
     partitions = max(
         1, min(math.ceil((stats["n"] or 0) / ROWS_PER_JDBC_PARTITION), spark.sparkContext.defaultParallelism * 4)
     )

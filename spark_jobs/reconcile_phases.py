@@ -15,6 +15,7 @@ from spark_jobs.binding import (
     Binding,
     BindingError,
 )
+from spark_jobs.late_rows import SourceTable, late_rows
 from spark_jobs.mark_rules import rules_from_json, rules_to_json
 from spark_jobs.reconcile_extract import (
     OffsetRange,
@@ -290,11 +291,12 @@ def extract_inputs(
     laps("topic_read")
 
     table, columns = extract_source_columns(spark, binding)
+    source = SourceTable(table, columns, source_key_unique(spark, binding, table, columns))
     window_rows = transform_source_rows(
         extract_source(spark, binding, table, columns, plan.lower, plan.upper),
         "audit_key",
         "audit_created",
-        unique=source_key_unique(spark, binding, table, columns),
+        unique=source.unique,
     )
     laps("source_query")
     old_source = plan.store.deltas(spark, meta.source_deltas, SOURCE_ROW_SCHEMA)
@@ -358,11 +360,21 @@ def extract_inputs(
         committed=local_frame(spark, plan.kafka["committed"], COMMITTED_SCHEMA),
         groups=local_frame(spark, [(g,) for g in binding.consumer_groups], "group string"),
         held=behind_open,
+        source=source,
+        unprobed_record_ms=max(
+            (ms for ms in (meta.unprobed_record_ms, *(s.unprobed_ms for s in summary.values())) if ms is not None),
+            default=None,
+        ),
     )
 
 
 def update_state(
-    spark: SparkSession, plan: RunPlan, inputs: RunInputs, persist: Callable[[DataFrame], DataFrame], laps: Laps
+    spark: SparkSession,
+    binding: Binding,
+    plan: RunPlan,
+    inputs: RunInputs,
+    persist: Callable[[DataFrame], DataFrame],
+    laps: Laps,
 ) -> RunState:
     """Previous state + this run's data → the next state, each dataset written under the
     run's id and read back; the key index and source deltas appended."""
@@ -413,7 +425,18 @@ def update_state(
         keys = persist(keys)  # else a projection of `touched`: nothing to spare by a second copy
     keep("duplicates", duplicates_of(keys, records, old("duplicates")))
     keep("pending_source", pending_of(keys, old("pending_source")))
-    keep("orphan_candidates", orphan_candidates_of(keys, records, old("orphan_candidates")))
+    candidates = orphan_candidates_of(keys, records, old("orphan_candidates"))
+    late = None
+    if plan.lower is not None and inputs.source is not None:
+        # Rows visible only after the windows that could have held them were read: their
+        # records are no orphans (late_rows).
+        candidates = persist(candidates)
+        late = late_rows(spark, binding, inputs.source, candidates, plan.upper)
+        if late is not None:
+            late = persist(late)
+            candidates = candidates.join(late.select("key"), "key", "left_anti")
+        laps("late_rows")
+    keep("orphan_candidates", candidates)
     # The datasets below are unions of the old one and this run's ledger entries, aborted
     # records or groups' records, less what is settled: empty when both are.
     old_aborted = old("aborted")
@@ -477,7 +500,8 @@ def update_state(
         *meta.key_deltas,
         store.write_delta(key_delta_of(keys, plan.run_id), "keys", KEY_INDEX_SCHEMA),
     ]
-    new.source_deltas = [*meta.source_deltas, store.write_delta(new_source_of(keys), "source", SOURCE_ROW_SCHEMA)]
+    fresh_rows = new_source_of(keys) if late is None else new_source_of(keys).unionByName(late)
+    new.source_deltas = [*meta.source_deltas, store.write_delta(fresh_rows, "source", SOURCE_ROW_SCHEMA)]
     laps("state.deltas")
     return new
 
@@ -618,5 +642,6 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             read_at_ms=plan.read_at_ms if plan.topic_id or not plan.previous.topic_id else None,
             read_highs={p: o.high for p, o in kafka["watermarks"].items()},
             backdated=inputs.backdated.to_json() if inputs.backdated else None,
+            unprobed_record_ms=inputs.unprobed_record_ms,
         )
     )

@@ -19,6 +19,7 @@ from spark_jobs.binding import Binding, identity_changes
 from spark_jobs.common import cores, is_small, settings_applied, small_job_settings
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.kafka_offsets import KafkaReadError, another_topic
+from spark_jobs.late_rows import SourceTable
 from spark_jobs.mark_rules import MarkRule
 from spark_jobs.reconcile_extract import (
     OffsetRange,
@@ -163,6 +164,10 @@ class RunInputs:
     backdated: Backdated | None = None
     # records past the last stable offset, behind an open transaction (reconcile_phases.read_held)
     held: DataFrame | None = None
+    # the source table the window was read from: orphan candidates' keys are looked up in it (late_rows)
+    source: SourceTable | None = None
+    # StateMeta.unprobed_record_ms with this run's records
+    unprobed_record_ms: int | None = None
 
 
 @dataclass
@@ -277,6 +282,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         meta = StateMeta()
         if earlier is not None and earlier.identity.get("topic", binding.topic) == binding.topic:
             meta.marks_rewritten, meta.backdated = earlier.marks_rewritten, earlier.backdated
+            meta.unprobed_record_ms = earlier.unprobed_record_ms
     else:
         meta = earlier
     cleanup = extract_topic_cleanup(binding)
@@ -315,6 +321,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             entries_lost_until=memory.entries_lost_until,
             marks_rewritten=memory.marks_rewritten,
             backdated=memory.backdated,
+            unprobed_record_ms=memory.unprobed_record_ms,
             first_marks=memory.first_marks,  # the consumer was probed there, whatever the records
         )
     if recreated and memory is not None:

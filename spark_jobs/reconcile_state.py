@@ -123,6 +123,10 @@ class StateMeta:
     # The zone the source's created column was read in when it has none (binding
     # timestamp_zone); None: a state written before it was kept.
     timestamp_zone: str | None = None
+    # The latest timestamp (ms) of a record without any audit header a run read: a producer
+    # that is not probed writes to the topic, and the producer ledger's silence does not speak
+    # for its records (the stuck diagnosis). Kept by every later run, full ones too.
+    unprobed_record_ms: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -150,6 +154,7 @@ class StateMeta:
             "first_marks": {g: {str(p): o for p, o in marks.items()} for g, marks in self.first_marks.items()},
             "identity": self.identity,
             "timestamp_zone": self.timestamp_zone,
+            "unprobed_record_ms": self.unprobed_record_ms,
         }
 
     @classmethod
@@ -189,6 +194,7 @@ class StateMeta:
             },
             identity={str(k): str(v) for k, v in (data.get("identity") or {}).items()},
             timestamp_zone=str(data["timestamp_zone"]) if data.get("timestamp_zone") else None,
+            unprobed_record_ms=None if data.get("unprobed_record_ms") is None else int(data["unprobed_record_ms"]),
         )
 
 

@@ -18,6 +18,7 @@ Request: {"topic", "bootstrap_servers", "kafka_config", "record_key", "groups",
           "consumer_ledger": {...} | null, "keys": [...] | "keys_path": "<jsonl of {"key": k}>",
           "records_to_read": n}  (optional: topic and ledger records read, at most; absent: a large read)
 Result:  {"records": [[key, p, offset, ts_ms, state, session, seq]], "records_scanned", "keyed_records",
+          "unprobed_record_ms" (the latest record read without any audit header, or null),
           "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms, to_ms]],
           "ledger_entries_for_topic", "ledger_covers_from_ms", "marks": [[group, p, offset, consumer_session, ts_ms]],
           "group_marks": {group: n}, "last_mark_below_low_ms": {group: ms}, "max_mark_below_low": [[group, p, offset]],
@@ -42,7 +43,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.binding import RecordKeySpec, parse_record_key
 from spark_jobs.common import build_spark_session, read_kafka_ranges, settings_applied, small_job_settings
-from spark_jobs.reconcile_parsing import producer_ledger_covers_from
+from spark_jobs.reconcile_parsing import AUDIT_HEADERS, AUDIT_V2_HEADER, producer_ledger_covers_from
 from spark_jobs.reconcile_transform import (
     ACKED_RANGE,
     KEYED,
@@ -162,10 +163,13 @@ def transform_partition_summary(hits: DataFrame) -> DataFrame:
         audit_session().alias("session"),
         audit_seq().alias("seq"),
     )
+    unprobed = ~F.coalesce(F.exists("headers", lambda h: h["key"].isin(*AUDIT_HEADERS, AUDIT_V2_HEADER)), F.lit(False))
     return hits.groupBy("partition").agg(
         F.count("*").alias("n"),
         F.count("key").alias("keyed"),
         F.collect_list(F.when(F.col("_hit"), match)).alias("matches"),
+        # the latest record without any audit header: a producer that is not probed
+        F.max(F.when(unprobed, F.unix_millis("timestamp"))).alias("unprobed_ms"),
     )
 
 
@@ -278,6 +282,9 @@ def _locate(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     counts = {row["partition"]: row["n"] for row in summary}
     result["records_scanned"] = sum(row["n"] for row in summary)
     result["keyed_records"] = sum(row["keyed"] for row in summary)
+    result["unprobed_record_ms"] = max(
+        (row["unprobed_ms"] for row in summary if row["unprobed_ms"] is not None), default=None
+    )
     committed_positions = set()
     for row in summary:
         for m in row["matches"]:

@@ -128,6 +128,17 @@ def recalled_stamps(
         ) from exc
 
 
+def recalled_unprobed(meta: dict[str, Any] | None) -> int | None:
+    """The latest timestamp of a record without any audit header a reconciliation run read
+    (state.json `unprobed_record_ms`); None when none was. StateUnreadable when malformed."""
+    found = (meta or {}).get("unprobed_record_ms")
+    if found is None:
+        return None
+    if isinstance(found, bool) or not isinstance(found, int):
+        raise StateUnreadable(f"state.json's unprobed_record_ms is not a timestamp: {found!r}")
+    return found
+
+
 def read_state_meta(binding: Binding) -> dict[str, Any] | None:
     """The binding's state.json (read_meta) at the configured state location."""
     try:

@@ -269,6 +269,10 @@ class ClusterView:
     # record's timestamp says when the records deleted before it were written.
     stamp_lag_ms: int | None = 0
     backdated_reason: str | None = None
+    # The latest timestamp (ms) of a record of the topic without any audit header, as this
+    # diagnosis read them or a reconciliation run did (state.json): a producer that is not
+    # probed writes to the topic. None: none seen.
+    unprobed_record_ms: int | None = None
 
     def marks_unclear_until(self, partition: int, offset: int) -> tuple[int | None, str]:
         """Up to when a processed mark at (partition, offset), and a record written there,

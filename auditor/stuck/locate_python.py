@@ -27,7 +27,14 @@ from auditor.probes.codec import (
     delivery_status,
 )
 from auditor.probes.codec_decode import decode_ledger_record
-from auditor.probes.headers import AUDIT, AUDIT_V2, AUDIT_V2_SIZE, AUDIT_VERSION, audit_position
+from auditor.probes.headers import (
+    AUDIT,
+    AUDIT_V2,
+    AUDIT_V2_SIZE,
+    AUDIT_VERSION,
+    RESERVED_HEADER_NAMES,
+    audit_position,
+)
 from auditor.probes.message import record_headers, record_position  # read_ranges() yields records only
 from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark, RecordState
 from auditor.stuck.kafka_view import client_settings
@@ -182,6 +189,7 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
     seen = result.v2_seen
     for msg in read_ranges(bootstrap, config, plan.topic, committed_ranges, "read_committed"):
         _note_v2(msg, seen)
+        _note_unprobed(msg, result)
         partition = record_position(msg)[1]
         counts[partition] = counts.get(partition, 0) + 1
         result.records_scanned += 1
@@ -196,6 +204,15 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
     _locate_uncommitted(
         plan.partitions, starts, counts, committed_positions, match, bootstrap, config, plan.topic, result
     )
+
+
+def _note_unprobed(msg: Message, result: LocateResult) -> None:
+    """Remember the latest timestamp of a record without any audit header."""
+    if any(name in RESERVED_HEADER_NAMES for name, _ in record_headers(msg)):
+        return
+    ts = _timestamp(msg)
+    if ts is not None and (result.unprobed_record_ms is None or ts > result.unprobed_record_ms):
+        result.unprobed_record_ms = ts
 
 
 def _note_v2(msg: Message, seen: dict[str, set[int]]) -> None:

@@ -31,6 +31,8 @@ class LocateResult:
     # (locate_python.ledger_covers_from): rows created before it may have been produced
     # before any producer was probed. None when the ledger holds no entry of the topic.
     ledger_covers_from_ms: int | None = None
+    # the latest timestamp of a record read without any audit header (None: none read)
+    unprobed_record_ms: int | None = None
     # python engine: per v2 session, the sequences found in the topic
     v2_seen: dict[str, set[int]] = field(default_factory=dict)
     marks: dict[tuple[str, int, int], ProcessedMark] = field(default_factory=dict)
@@ -62,6 +64,7 @@ class LocateResult:
             ledger_entries_for_topic=int(data["ledger_entries_for_topic"]),
             unattributed_to_ms=data.get("unattributed_to_ms"),
             ledger_covers_from_ms=data.get("ledger_covers_from_ms"),
+            unprobed_record_ms=data.get("unprobed_record_ms"),
             group_marks={str(g): int(n) for g, n in data["group_marks"].items()},
             last_mark_below_low_ms={str(g): int(ms) for g, ms in (data.get("last_mark_below_low_ms") or {}).items()},
             engine="spark",

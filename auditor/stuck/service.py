@@ -39,6 +39,7 @@ from auditor.reconcile.memory import (
     recall,
     recall_marks,
     recalled_stamps,
+    recalled_unprobed,
     rewritten_mark_rules,
 )
 from auditor.stuck.alerting import muted_keys, update_problems
@@ -162,6 +163,12 @@ def _recall_stamps(result: DiagnosisResult, binding: Binding, view: ClusterView)
         view.backdated_reason = backdated.describe()
         view.stamp_lag_ms = stamp_lag_ms(backdated, view.cleanup.timestamp_before_max_ms if view.cleanup else None)
         result.notes.append(view.backdated_reason)
+    try:
+        view.unprobed_record_ms = recalled_unprobed(meta)
+    except StateUnreadable as exc:
+        # Whether an unprobed producer writes to the topic is not known: as if one did now.
+        view.unprobed_record_ms = view.now_ms
+        result.notes.append(f"whether a producer that is not probed writes to the topic is not known: {exc}")
     return meta
 
 
@@ -300,6 +307,8 @@ def _recall_marks(
 def _apply_located(view: ClusterView, located: LocateResult) -> None:
     view.records_scanned = located.records_scanned
     view.keyed_records = located.keyed_records
+    if located.unprobed_record_ms is not None:
+        view.unprobed_record_ms = max(view.unprobed_record_ms or 0, located.unprobed_record_ms)
     if view.producer_ledger is not None and view.producer_ledger.available:
         view.producer_ledger.entries_for_topic = located.ledger_entries_for_topic
         view.producer_ledger.covers_topic_from_ms = located.ledger_covers_from_ms

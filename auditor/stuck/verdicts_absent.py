@@ -101,7 +101,8 @@ def not_in_topic(
     topic_since = view.topic_complete_since_ms()
     evidence["topic_complete_since"] = ms_to_iso(topic_since) if topic_since else None
     evidence["ledger_complete_since"] = ms_to_iso(ledger.complete_since_ms) if ledger.complete_since_ms else None
-    probed = bool(ledger.entries_for_topic) and complete(ledger.covers_topic_from_ms, created_ms)
+    unprobed = _unprobed_producer(view, ledger.covers_topic_from_ms, evidence)
+    probed = bool(ledger.entries_for_topic) and complete(ledger.covers_topic_from_ms, created_ms) and not unprobed
     if complete(topic_since, created_ms):
         note = (
             ""
@@ -109,6 +110,8 @@ def not_in_topic(
             else f" (the producer ledger has no entries for {view.topic} at all: its producer is not probed, "
             "so a failed send would look the same)"
             if not ledger.entries_for_topic
+            else f" ({unprobed}, so the row's may be among them)"
+            if unprobed
             else f" (the producer ledger speaks for {view.topic} only since "
             f"{ms_to_iso(ledger.covers_topic_from_ms)}: the row's producer may not have been probed)"
         )
@@ -147,13 +150,28 @@ def not_in_topic(
         view,
         evidence,
         memory,
-        (
+        (f"{unprobed}, whose records leave no ledger entry; " if unprobed else "")
+        + (
             f"{view.topic} has deleted records, and when they were written is not known: {view.backdated_reason}"
             if view.backdated_reason and view.stamp_lag_ms is None
             else f"{view.topic} no longer holds records that old (oldest remaining record: "
             f"{ms_to_iso(topic_since) or 'unknown'})"
         )
         + " and there is no ledger evidence for this key",
+    )
+
+
+def _unprobed_producer(view: ClusterView, probed_from_ms: int | None, evidence: dict[str, Any]) -> str | None:
+    """Why the producer ledger's silence does not speak for every producer of the topic: a
+    record without any audit header was written since its first probed producer ran (or
+    shortly before: timestamps are the producers' clocks). None when none was seen."""
+    seen = view.unprobed_record_ms
+    if seen is None or probed_from_ms is None or seen + COMPLETENESS_SLACK_MS < probed_from_ms:
+        return None
+    evidence["unprobed_record"] = ms_to_iso(seen)
+    return (
+        f"records without audit headers were written to {view.topic} since its probed producer started (the "
+        f"latest stamped {ms_to_iso(seen)}): a producer that is not probed writes to it too"
     )
 
 

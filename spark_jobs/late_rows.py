@@ -1,0 +1,102 @@
+"""Source rows that became visible outside the windows a binding's runs read.
+
+A run reads the rows created in its window (lower, upper], and the next run's window starts
+`lookback` before this one's upper bound. A row that becomes visible later than that with
+an earlier creation time is never in any window: a transaction that commits more than
+`lookback` after its `created_at`, a read replica lagging by more, a backfill with
+historical times. Its record would then stay an orphan candidate, and be reported `orphan`
+on every run, although its row exists.
+
+Before the orphan candidates are kept, their keys are looked up in the whole table up to the
+window's upper bound: by value when they are few and the key column is an integer or text
+(an IN list per query, its index serves), else by reading the table's key column up to the
+upper bound once. A key found there has a row: its candidates are dropped, and the row joins
+the source delta, so that the key's later records are not orphans either.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.binding import Binding, jdbc_url_and_properties
+from spark_jobs.reconcile_extract import NUMERIC_TYPES, _actual_column, extract_source, source_window
+from spark_jobs.reconcile_parsing import transform_source_rows
+
+# Up to this many candidate keys are looked up by value; more read the key column whole (the
+# driver holds at most this many keys).
+LOOKUP_KEYS = 10_000
+KEYS_PER_QUERY = 1_000
+TEXT_TYPES = {"text", "character varying", "varchar", "character", "char", "bpchar", "citext", "name"}
+# bigint's text form, as Spark casts the column (transform_source_rows): only such keys can match
+_CANONICAL_INTEGER = re.compile(r"^(0|-?[1-9][0-9]{0,18})$")
+
+
+@dataclass(frozen=True)
+class SourceTable:
+    """The binding's source table as extract_source_columns found it."""
+
+    name: str  # '"schema"."table"'
+    columns: dict[str, str]  # column → data type
+    unique: bool  # one row per key (extract.source_key_unique)
+
+
+def key_literals(keys: list[str], data_type: str) -> list[str] | None:
+    """SQL literals of the keys that a key column of this type can hold (the others cannot
+    match its text form), or None: the type is neither integer nor text, so keys are not
+    looked up by value."""
+    kind = data_type.lower()
+    if kind in NUMERIC_TYPES:
+        return [k for k in keys if _CANONICAL_INTEGER.match(k) and -(2**63) <= int(k) < 2**63]
+    if kind in TEXT_TYPES:
+        # An escape string, whatever standard_conforming_strings says: a backslash and a quote
+        # are doubled. A NUL cannot be in a PostgreSQL text value: a key holding one has no row.
+        return ["E'" + k.replace("\\", "\\\\").replace("'", "''") + "'" for k in keys if "\x00" not in k]
+    return None
+
+
+def rows_by_value(
+    spark: SparkSession, binding: Binding, source: SourceTable, literals: list[str], upper: datetime
+) -> DataFrame:
+    """The source rows created up to `upper` whose key is one of the literals, one query per
+    KEYS_PER_QUERY of them (a partition each)."""
+    key = _actual_column(source.columns, binding.key_column)
+    created_value, predicate = source_window(binding, source.columns, None, upper)
+    subquery = f'(select "{key}" as audit_key, {created_value} as audit_created from {source.name} where {predicate}) audit_src'
+    predicates = [
+        f"audit_key in ({', '.join(literals[i : i + KEYS_PER_QUERY])})" for i in range(0, len(literals), KEYS_PER_QUERY)
+    ]
+    url, props = jdbc_url_and_properties(binding.source_url)
+    return spark.read.jdbc(url, subquery, predicates=predicates, properties={**props, "fetchsize": "10000"})
+
+
+def late_rows(
+    spark: SparkSession, binding: Binding, source: SourceTable, candidates: DataFrame, upper: datetime
+) -> DataFrame | None:
+    """The source rows (SOURCE_ROW_SCHEMA) of the candidates' keys created up to `upper`, or
+    None when no candidate has a key that could have one. Rows of the window itself are
+    among them only if the window's read missed them."""
+    keyed = candidates.where(F.col("key").isNotNull()).select("key").distinct()
+    keys = [row["key"] for row in keyed.limit(LOOKUP_KEYS + 1).collect()]
+    if not keys:
+        return None
+    literals = (
+        key_literals(keys, source.columns[_actual_column(source.columns, binding.key_column)])
+        if len(keys) <= LOOKUP_KEYS
+        else None
+    )
+    if literals == []:
+        return None
+    raw = (
+        rows_by_value(spark, binding, source, literals, upper)
+        if literals is not None
+        else extract_source(spark, binding, source.name, source.columns, None, upper)
+    )
+    rows = transform_source_rows(raw, "audit_key", "audit_created", unique=source.unique)
+    # The query's equality is the database's (a numeric key matches '15' and '015' alike);
+    # the run's is the text form Spark gives the column: keep only rows equal to it.
+    return rows.join(F.broadcast(keyed) if literals is not None else keyed, "key", "left_semi")
