@@ -47,14 +47,23 @@ def widest(kept: int | None, seen: int) -> int:
 
 
 def cluster_send_outcome(
-    cluster: Cluster, *, read: bool = True, clients_topic: str = CLIENTS_TOPIC, timeout_s: float = 5.0
+    cluster: Cluster,
+    *,
+    read: bool = True,
+    clients_topic: str = CLIENTS_TOPIC,
+    timeout_s: float = 5.0,
+    observed: tuple[int, str | None] | None = None,
 ) -> tuple[int, str | None]:
     """The send outcome bound for the cluster: the widest its probed producers report now
-    (read: False, the cluster is known to be unreachable: none read) or reported to an
-    earlier run (Cluster.send_outcome_ms, which this widens)."""
-    seen, note = (
-        observed_send_outcome(cluster.client_config(), clients_topic, timeout_s) if read else (SEND_OUTCOME_MS, None)
-    )
+    (observed_send_outcome, or `observed` when the caller read it already; read: False, the
+    cluster is known to be unreachable: none read) or reported to an earlier run
+    (Cluster.send_outcome_ms, which this widens)."""
+    if observed is not None:
+        seen, note = observed
+    elif read:
+        seen, note = observed_send_outcome(cluster.client_config(), clients_topic, timeout_s)
+    else:
+        seen, note = SEND_OUTCOME_MS, None
     # Widened in one statement: a run that saw less never narrows what another one stored.
     stored = Cluster.objects.filter(pk=cluster.pk)
     if seen == UNBOUNDED:

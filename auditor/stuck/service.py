@@ -13,6 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -30,7 +31,7 @@ from auditor.pipelines.connectivity import ConnectivityError, check_cluster
 from auditor.pipelines.incarnations import observe_topic_id
 from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding, StuckRule
-from auditor.pipelines.producers import cluster_send_outcome
+from auditor.pipelines.producers import cluster_send_outcome, observed_send_outcome
 from auditor.reconcile.memory import (
     IndexedTopic,
     StateUnreadable,
@@ -360,6 +361,12 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     except ConnectivityError as exc:
         if exc.security:
             raise
+    # The producers' send timeouts (the clients topic) are read while the source is queried.
+    reading = ThreadPoolExecutor(max_workers=1, thread_name_prefix="send-outcome")
+    outcome = reading.submit(
+        observed_send_outcome, binding.cluster.client_config(), timeout_s=min(options.timeout_s, 5.0)
+    )
+    reading.shutdown(wait=False)
     query = stuck_query(rule)
     url = _source_url(rule)
     try:
@@ -386,9 +393,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         record_key=binding.record_key,
     )
     if not view.kafka_error:
-        view.send_outcome_ms, outcome_note = cluster_send_outcome(
-            binding.cluster, timeout_s=min(options.timeout_s, 5.0)
-        )
+        view.send_outcome_ms, outcome_note = cluster_send_outcome(binding.cluster, observed=outcome.result())
         if outcome_note:
             result.notes.append(outcome_note)
     state_meta = _recall_stamps(result, binding, view)

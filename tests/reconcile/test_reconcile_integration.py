@@ -793,6 +793,23 @@ def test_it_counts_records_without_and_with_malformed_audit_headers(spark: Spark
     second = reconcile_once(spark, binding, tmp_path)
     assert second["mode"] == "incremental" and second["records_read"] == 2
     assert (second["counts"]["records_without_headers"], second["counts"]["records_malformed_headers"]) == (0, 1)
+    # The latest record without any audit header (an unprobed producer's) stays in the state,
+    # for the stuck diagnosis: as the broker stamped "bare" and "foreign".
+    headerless = [record_timestamp_ms(world, label) for label in ("bare", "foreign")]
+    assert json.loads((tmp_path / binding.name / "state.json").read_text())["unprobed_record_ms"] == max(headerless)
+
+
+def record_timestamp_ms(w: World, label: str) -> int:
+    """The timestamp the broker holds for the record at `label`'s offset."""
+    partition, offset = w.at(label)
+    consumer = Consumer({"bootstrap.servers": w.bootstrap, "group.id": f"read-{uuid.uuid4().hex[:8]}"})
+    try:
+        consumer.assign([TopicPartition(w.topic, partition, offset)])
+        msg = consumer.poll(30)
+        assert msg is not None and msg.error() is None and msg.offset() == offset
+        return int(msg.timestamp()[1])
+    finally:
+        consumer.close()
 
 
 def produce_keyed(w: World, label: str, key: str, ticket: int | None) -> None:

@@ -159,6 +159,12 @@ def test_it_keeps_what_the_state_is_of_through_the_state_file():
     assert StateMeta.from_json({"format": again.to_json()["format"]}).timestamp_zone is None  # an older state
 
 
+def test_it_keeps_the_latest_record_of_an_unprobed_producer_through_the_state_file():
+    again = StateMeta.from_json(json.loads(json.dumps(StateMeta(unprobed_record_ms=1_700_000_000_123).to_json())))
+    assert again.unprobed_record_ms == 1_700_000_000_123
+    assert StateMeta.from_json({"format": again.to_json()["format"]}).unprobed_record_ms is None  # an older state
+
+
 def test_a_state_it_cannot_reach_is_not_called_corrupt_nor_given_up(root: str | Path, tmp_path: Path):
     # state.json a directory: reading it fails with an I/O error, as an unreachable store or
     # mount does. Starting over (--full) would throw away what earlier runs saw.

@@ -371,3 +371,60 @@ def test_a_row_produced_before_the_producer_was_probed_is_not_called_never_produ
     assert {key: verdicts[key] for key in after} == dict.fromkeys(after, "waiting")
     item = next(i for i in result.items if i.row.key == before[0])
     assert item.diagnosis.evidence["ledger_covers_topic_from"] is not None
+
+
+def test_a_row_of_a_second_unprobed_producer_whose_record_was_deleted_is_not_called_never_produced(
+    stuck: StuckSetup, spark, kafka_admin
+) -> None:
+    """The topic has a probed producer and a second one that is not probed. A record of the
+    second, deleted (retention) before anyone read it, has no producer-ledger entry: the
+    ledger's silence speaks only for the probed producer. Records without audit headers show
+    the second producer: read by the diagnosis (a rule whose binding never reconciled), or
+    by an earlier reconciliation run only (all of them deleted since)."""
+    import time
+
+    from confluent_kafka import Producer
+
+    from auditor.demo.producer import ticket_value
+    from auditor.lab.cluster import delete_records
+    from tests.support.stuck import make_rule, reconcile_now
+
+    pipeline = stuck.pipeline
+    assert len(pipeline.produce(2)) == 2  # the probed producer runs first: offsets 0 and 1
+    # The ledger's silence speaks for rows created a minute after the probed producer started
+    # (verdict_outcomes.COMPLETENESS_SLACK_MS): the old rule called `lost` never-produced.
+    time.sleep(61)
+    plain = Producer(pipeline.kafka_config | {"acks": "all"})
+    delivered: dict[str, int] = {}
+
+    def send_unprobed(title: str) -> str:
+        with pipeline.store() as store:
+            ticket = store.insert_ticket({"title": title})
+        plain.produce(
+            pipeline.topic,
+            ticket_value(ticket),
+            ticket.ticket_id.encode(),
+            on_delivery=lambda err, msg: delivered.__setitem__(msg.key().decode(), msg.offset()) if not err else None,
+        )
+        assert plain.flush(30) == 0
+        return str(ticket.ticket_id)
+
+    seen = send_unprobed("read by reconciliation")
+    reconcile_now(stuck.rule.binding)  # the state of the stuck rule's binding: it read `seen`
+    lost = send_unprobed("deleted unread")
+    later = send_unprobed("still in the topic")
+    assert [delivered[k] for k in (seen, lost, later)] == [2, 3, 4]  # the producer's delivery reports
+
+    def lost_verdict(setup: StuckSetup, **both: Any) -> Any:
+        item = next(i for i in diagnose_both(setup, spark, **both).items if i.row.key == lost)
+        assert item.diagnosis.verdict == "unknown", item.diagnosis.reason
+        assert "a producer that is not probed writes to it too" in item.diagnosis.reason
+        return item.diagnosis.evidence["unprobed_record"]
+
+    # Retention's stand-in up to `later`, which the diagnosis of a binding without state reads.
+    delete_records(kafka_admin, [TopicPartition(pipeline.topic, 0, 4)])
+    assert lost_verdict(StuckSetup(pipeline, make_rule(pipeline)), indexed=True) is not None
+    # Then `later` too: only the stuck rule's reconciliation state saw such a record.
+    delete_records(kafka_admin, [TopicPartition(pipeline.topic, 0, 5)])
+    pipeline.produce(1)  # the probed producer again
+    assert lost_verdict(stuck) is not None
