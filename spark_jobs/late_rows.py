@@ -29,11 +29,15 @@ from spark_jobs.reconcile_parsing import transform_source_rows
 
 # Up to this many candidate keys are looked up by value; more read the key column whole (the
 # driver holds at most this many keys).
-LOOKUP_KEYS = 10_000
+LOOKUP_KEYS = 100_000
 KEYS_PER_QUERY = 1_000
-TEXT_TYPES = {"text", "character varying", "varchar", "character", "char", "bpchar", "citext", "name"}
+# A longer text key is not sent in a query: the key column is read whole instead.
+MAX_KEY_CHARS = 1_000
+TEXT_TYPES = {"text", "character varying", "character"}
 # bigint's text form, as Spark casts the column (transform_source_rows): only such keys can match
 _CANONICAL_INTEGER = re.compile(r"^(0|-?[1-9][0-9]{0,18})$")
+# a uuid column's text form (PostgreSQL's, which the JDBC read gives)
+_CANONICAL_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 @dataclass(frozen=True)
@@ -47,12 +51,14 @@ class SourceTable:
 
 def key_literals(keys: list[str], data_type: str) -> list[str] | None:
     """SQL literals of the keys that a key column of this type can hold (the others cannot
-    match its text form), or None: the type is neither integer nor text, so keys are not
-    looked up by value."""
+    match its text form), or None: they are not looked up by value (another type, or a text
+    key too long to send)."""
     kind = data_type.lower()
     if kind in NUMERIC_TYPES:
         return [k for k in keys if _CANONICAL_INTEGER.match(k) and -(2**63) <= int(k) < 2**63]
-    if kind in TEXT_TYPES:
+    if kind == "uuid":
+        return [f"'{k}'::uuid" for k in keys if _CANONICAL_UUID.match(k)]
+    if kind in TEXT_TYPES and all(len(k) <= MAX_KEY_CHARS for k in keys):
         # An escape string, whatever standard_conforming_strings says: a backslash and a quote
         # are doubled. A NUL cannot be in a PostgreSQL text value: a key holding one has no row.
         return ["E'" + k.replace("\\", "\\\\").replace("'", "''") + "'" for k in keys if "\x00" not in k]
@@ -78,10 +84,11 @@ def late_rows(
     spark: SparkSession, binding: Binding, source: SourceTable, candidates: DataFrame, upper: datetime
 ) -> DataFrame | None:
     """The source rows (SOURCE_ROW_SCHEMA) of the candidates' keys created up to `upper`, or
-    None when no candidate has a key that could have one. Rows of the window itself are
-    among them only if the window's read missed them."""
-    keyed = candidates.where(F.col("key").isNotNull()).select("key").distinct()
-    keys = [row["key"] for row in keyed.limit(LOOKUP_KEYS + 1).collect()]
+    None when none has one. Rows of the window itself are among them only if the window's
+    read missed them."""
+    # No distinct (a shuffle on every run): a key's repeated records count towards the bound.
+    keyed = candidates.where(F.col("key").isNotNull()).select("key")
+    keys = sorted({row["key"] for row in keyed.limit(LOOKUP_KEYS + 1).collect()})
     if not keys:
         return None
     literals = (
@@ -91,12 +98,30 @@ def late_rows(
     )
     if literals == []:
         return None
-    raw = (
-        rows_by_value(spark, binding, source, literals, upper)
-        if literals is not None
-        else extract_source(spark, binding, source.name, source.columns, None, upper)
+    if literals is not None:
+        try:
+            read = transform_source_rows(
+                rows_by_value(spark, binding, source, literals, upper), "audit_key", "audit_created", unique=True
+            )
+            found = read.select("key", F.unix_micros("created").alias("micros")).collect()
+        except Exception:  # noqa: BLE001 - the database refused the query (a key it cannot hold): read the column
+            pass
+        else:
+            # The query's equality is the database's (a numeric key matches '15' and '015'
+            # alike); the run's is the text form Spark gives the column: keep only rows equal to it.
+            wanted = set(keys)
+            rows = [(r["key"], r["micros"]) for r in found if r["key"] in wanted]
+            if not rows:
+                return None
+            return transform_source_rows(
+                spark.createDataFrame(rows, "key string, micros long").select(
+                    "key", F.timestamp_micros("micros").alias("created")
+                ),
+                "key",
+                "created",
+                unique=source.unique,
+            )
+    rows_now = extract_source(spark, binding, source.name, source.columns, None, upper)
+    return transform_source_rows(rows_now, "audit_key", "audit_created", unique=source.unique).join(
+        keyed, "key", "left_semi"
     )
-    rows = transform_source_rows(raw, "audit_key", "audit_created", unique=source.unique)
-    # The query's equality is the database's (a numeric key matches '15' and '015' alike);
-    # the run's is the text form Spark gives the column: keep only rows equal to it.
-    return rows.join(F.broadcast(keyed) if literals is not None else keyed, "key", "left_semi")

@@ -248,15 +248,17 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     run_id = options.run_id or new_run_id()
     store = StateStore(options.state_dir, binding.name, run_id)
     warnings: list[str] = []
+    unreadable = False
     try:
         earlier: StateMeta | None = store.read_meta()
     except StateError:
         if not options.full:
             raise  # an incremental run cannot build on it
-        earlier = None  # the state a full run starts over from is unreadable: nothing known
+        earlier, unreadable = None, True  # the state a full run starts over from is unreadable: nothing known
         warnings.append(
-            "the reconciliation state could not be read: where partitions were rewritten, and whether the "
-            "topic's producers were seen stamping records before writing them, is not known"
+            "the reconciliation state could not be read: where partitions were rewritten, whether the topic's "
+            "producers were seen stamping records before writing them, and whether earlier runs read records of a "
+            "producer that is not probed, is not known"
         )
     changed = [] if options.full or earlier is None else identity_changes(earlier.identity, binding.identity())
     # A created column without a time zone is read in the binding's zone: the window's earlier
@@ -290,6 +292,9 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     # test's fixed `now` included: the story it tells is then one timeline). Taken before the
     # id, so a topic created again after it asked is never taken for the one read.
     read_at_ms = int((options.now.timestamp() if options.now else time.time()) * 1000)
+    if unreadable:
+        # Earlier runs may have read records without audit headers: as if one was written now.
+        meta.unprobed_record_ms = read_at_ms
     id_error: KafkaReadError | None = None
     try:
         current_id = extract_topic_id(binding)

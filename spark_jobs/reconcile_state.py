@@ -42,6 +42,7 @@ from spark_jobs.reconcile_transform import (
 )
 from spark_jobs.record_times import Backdated
 from spark_jobs.state_location import StateLocation, StateLocationError
+from spark_jobs.unprobed import unprobed_of
 
 STATE_FORMAT = 1
 COMPACT_AFTER = 8
@@ -194,8 +195,15 @@ class StateMeta:
             },
             identity={str(k): str(v) for k, v in (data.get("identity") or {}).items()},
             timestamp_zone=str(data["timestamp_zone"]) if data.get("timestamp_zone") else None,
-            unprobed_record_ms=None if data.get("unprobed_record_ms") is None else int(data["unprobed_record_ms"]),
+            unprobed_record_ms=_unprobed(data),
         )
+
+
+def _unprobed(data: dict[str, Any]) -> int | None:
+    try:
+        return unprobed_of(data)
+    except ValueError as exc:
+        raise StateError(f"{exc}; run with --full") from exc
 
 
 def _backdated(data: Any) -> dict[str, Any] | None:

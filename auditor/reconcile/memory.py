@@ -38,6 +38,7 @@ from spark_jobs.kafka_offsets import KafkaReadError, another_topic, rewritten_pa
 from spark_jobs.mark_rules import MarkRule, rules_from_json
 from spark_jobs.record_times import Backdated, find_backdated, written_after_read
 from spark_jobs.state_location import StateLocation, StateLocationError
+from spark_jobs.unprobed import unprobed_of
 
 CHUNK = 10_000  # keys per database query
 
@@ -130,13 +131,12 @@ def recalled_stamps(
 
 def recalled_unprobed(meta: dict[str, Any] | None) -> int | None:
     """The latest timestamp of a record without any audit header a reconciliation run read
-    (state.json `unprobed_record_ms`); None when none was. StateUnreadable when malformed."""
-    found = (meta or {}).get("unprobed_record_ms")
-    if found is None:
-        return None
-    if isinstance(found, bool) or not isinstance(found, int):
-        raise StateUnreadable(f"state.json's unprobed_record_ms is not a timestamp: {found!r}")
-    return found
+    (state.json `unprobed_record_ms`; a state from before it was kept: its last read); None
+    when none was, or no run has. StateUnreadable when malformed."""
+    try:
+        return unprobed_of(meta) if meta else None
+    except ValueError as exc:
+        raise StateUnreadable(str(exc)) from exc
 
 
 def read_state_meta(binding: Binding) -> dict[str, Any] | None:

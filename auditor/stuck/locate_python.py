@@ -188,8 +188,7 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
     committed_ranges = {p: (starts[p], s.stable) for p, s in plan.partitions.items()}
     seen = result.v2_seen
     for msg in read_ranges(bootstrap, config, plan.topic, committed_ranges, "read_committed"):
-        _note_v2(msg, seen)
-        _note_unprobed(msg, result)
+        _note_headers(msg, seen, result)
         partition = record_position(msg)[1]
         counts[partition] = counts.get(partition, 0) + 1
         result.records_scanned += 1
@@ -206,23 +205,23 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
     )
 
 
-def _note_unprobed(msg: Message, result: LocateResult) -> None:
-    """Remember the latest timestamp of a record without any audit header."""
-    if any(name in RESERVED_HEADER_NAMES for name, _ in record_headers(msg)):
-        return
-    ts = _timestamp(msg)
-    if ts is not None and (result.unprobed_record_ms is None or ts > result.unprobed_record_ms):
-        result.unprobed_record_ms = ts
-
-
-def _note_v2(msg: Message, seen: dict[str, set[int]]) -> None:
-    """Remember the (session, seq) of a record with a valid version-2 header."""
+def _note_headers(msg: Message, seen: dict[str, set[int]], unprobed: LocateResult | None = None) -> None:
+    """Remember the (session, seq) of a record with a valid version-2 header and, in
+    `unprobed` (a committed read's result), the latest timestamp of a record without any
+    audit header: one pass over its headers."""
+    audited = False
     for name, value in record_headers(msg):
         if name == AUDIT:
             if value is not None and len(value) >= AUDIT_V2_SIZE and value[0] == AUDIT_VERSION:
                 _, session, seq, _ = AUDIT_V2.unpack_from(value)
                 seen.setdefault(session.hex(), set()).add(seq)
             return
+        audited = audited or name in RESERVED_HEADER_NAMES
+    if audited or unprobed is None:
+        return
+    ts = _timestamp(msg)
+    if ts is not None and (unprobed.unprobed_record_ms is None or ts > unprobed.unprobed_record_ms):
+        unprobed.unprobed_record_ms = ts
 
 
 def unattributed_until(
@@ -292,7 +291,7 @@ def _locate_uncommitted(
         _topic, partition, offset = record_position(msg)
         if (partition, offset) in committed_positions:
             continue
-        _note_v2(msg, result.v2_seen)
+        _note_headers(msg, result.v2_seen)
         state = "open" if offset >= partitions[partition].stable else "aborted"
         found = match(msg, state)
         if found is not None:

@@ -149,10 +149,22 @@ def _ranges_read(request: LocateRequest) -> dict[str, dict[int, tuple[int, int]]
 def _recall_stamps(result: DiagnosisResult, binding: Binding, view: ClusterView) -> dict[str, Any] | None:
     """Where the topic's producers were seen stamping records well before writing them, the
     oldest record's timestamp bounds the deleted records only within the topic's
-    message.timestamp.before.max.ms (view.stamp_lag_ms). Returns the state.json it read
-    (None: none, or unreadable), which the key index look-up then uses."""
+    message.timestamp.before.max.ms (view.stamp_lag_ms); and whether a reconciliation run read
+    records of a producer that is not probed (view.unprobed_record_ms). Returns the state.json
+    it read (None: none, or unreadable), which the key index look-up then uses."""
     try:
         meta = read_state_meta(binding)
+        view.unprobed_record_ms = recalled_unprobed(meta)
+    except StateUnreadable as exc:
+        # What earlier runs read is not known: as if a record of an unprobed producer was written now.
+        view.unprobed_record_ms = view.now_ms
+        result.notes.append(
+            f"the reconciliation state could not be read ({exc}): whether the topic's producers stamp records "
+            "before writing them, and whether one that is not probed writes to it, is not known; the oldest "
+            "record's timestamp is taken as when it was written"
+        )
+        return None
+    try:
         backdated = recalled_stamps(binding, view.partitions, meta, view.topic_id)
     except StateUnreadable as exc:
         result.notes.append(
@@ -164,12 +176,6 @@ def _recall_stamps(result: DiagnosisResult, binding: Binding, view: ClusterView)
         view.backdated_reason = backdated.describe()
         view.stamp_lag_ms = stamp_lag_ms(backdated, view.cleanup.timestamp_before_max_ms if view.cleanup else None)
         result.notes.append(view.backdated_reason)
-    try:
-        view.unprobed_record_ms = recalled_unprobed(meta)
-    except StateUnreadable as exc:
-        # Whether an unprobed producer writes to the topic is not known: as if one did now.
-        view.unprobed_record_ms = view.now_ms
-        result.notes.append(f"whether a producer that is not probed writes to the topic is not known: {exc}")
     return meta
 
 

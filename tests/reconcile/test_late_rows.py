@@ -106,12 +106,14 @@ def reconcile(spark: SparkSession, binding: Binding, state: Path, full: bool = F
     return run(spark, binding, RunOptions(state_dir=str(state), full=full))
 
 
-@pytest.mark.parametrize("lookup", ["by-value", "whole-key-column"])
+@pytest.mark.parametrize("lookup", ["by-value", "whole-key-column", "by-value-refused"])
 def test_a_row_that_becomes_visible_below_the_window_leaves_no_orphan(
     spark: SparkSession, tickets: Pipeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lookup: str
 ):
     if lookup == "whole-key-column":  # more candidate keys than are looked up by value
         monkeypatch.setattr(late_rows, "LOOKUP_KEYS", 0)
+    if lookup == "by-value-refused":  # a key the database refuses in a query: the column is read instead
+        monkeypatch.setattr(late_rows, "key_literals", lambda keys, data_type: ["'x'::no_such_type"])
     tickets.insert(1, "5 minutes")
     landed = tickets.produce(1, 2, 3)
     binding = tickets.binding()
@@ -120,7 +122,10 @@ def test_a_row_that_becomes_visible_below_the_window_leaves_no_orphan(
     # Row 2 commits now with a creation time two hours back: below the next window (lookback 1m).
     tickets.insert(2, "2 hours")
     assert orphans(reconcile(spark, binding, tmp_path)) == {"3": landed["3"]}
-    # The row found late is known from then on: a later record of key 2 is no orphan either.
+    # The row found late is known from then on: a later record of key 2 is no orphan either,
+    # even once the row is gone from the table (as for any row a run saw).
+    with psycopg.connect(tickets.source_url, autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {tickets.table} WHERE id = 2")
     again = tickets.produce(2, 4)
     assert orphans(reconcile(spark, binding, tmp_path)) == {"3": landed["3"], "4": again["4"]}
 
@@ -138,4 +143,7 @@ def test_text_keys_are_looked_up_by_value_whatever_they_hold(spark: SparkSession
 def test_key_literals_keep_only_keys_the_column_can_hold():
     assert late_rows.key_literals(["15", "015", "-3", "x", "9" * 30, "0"], "bigint") == ["15", "-3", "0"]
     assert late_rows.key_literals(["a'b", "c\\d", "e\x00"], "text") == ["E'a''b'", "E'c\\\\d'"]
-    assert late_rows.key_literals(["x"], "uuid") is None
+    uuid_key = "0b7c1b1e-8f4e-4c8a-9d55-2f3b1c2d3e4f"
+    assert late_rows.key_literals([uuid_key, uuid_key.upper(), "x"], "uuid") == [f"'{uuid_key}'::uuid"]
+    assert late_rows.key_literals(["1.5"], "numeric") is None  # read the key column instead
+    assert late_rows.key_literals(["a", "b" * 1001], "text") is None  # too long to send

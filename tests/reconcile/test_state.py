@@ -162,7 +162,15 @@ def test_it_keeps_what_the_state_is_of_through_the_state_file():
 def test_it_keeps_the_latest_record_of_an_unprobed_producer_through_the_state_file():
     again = StateMeta.from_json(json.loads(json.dumps(StateMeta(unprobed_record_ms=1_700_000_000_123).to_json())))
     assert again.unprobed_record_ms == 1_700_000_000_123
-    assert StateMeta.from_json({"format": again.to_json()["format"]}).unprobed_record_ms is None  # an older state
+    assert StateMeta.from_json({"format": again.to_json()["format"]}).unprobed_record_ms is None  # no run yet
+    # A state from before it was kept: its runs may have read such records, up to its last read.
+    older = {"format": again.to_json()["format"], "run_id": "r1", "read_at_ms": 1_700_000_500_000}
+    assert StateMeta.from_json(older).unprobed_record_ms == 1_700_000_500_000
+    del older["read_at_ms"]
+    older["window_upper"] = "2023-11-14T22:13:20+00:00"
+    assert StateMeta.from_json(older).unprobed_record_ms == 1_700_000_000_000
+    with pytest.raises(StateError, match="unprobed_record_ms is not a timestamp"):
+        StateMeta.from_json({"format": again.to_json()["format"], "unprobed_record_ms": "soon"})
 
 
 def test_a_state_it_cannot_reach_is_not_called_corrupt_nor_given_up(root: str | Path, tmp_path: Path):
