@@ -155,6 +155,7 @@ def test_it_summarizes_each_partition_from_its_records(spark: SparkSession):
             ms[0],
             tombstones=1,
             oldest=(ms[0], 4),
+            unprobed_ms=ms[1],  # the latest record without any audit header: "b"
         ),
         3: reconcile.PartitionSummary(
             1, 1, {"records_without_headers": 0, "records_malformed_headers": 0}, (0, ms[4]), ms[4], oldest=(ms[4], 0)

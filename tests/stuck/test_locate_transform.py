@@ -41,10 +41,11 @@ def test_it_summarizes_partitions_and_keeps_only_the_stuck_keys_records(spark) -
 
     actual = transform_partition_summary(transform_key_hits(transform_keyed(raw, RecordKeySpec("key")), keys))
 
+    # unprobed_ms: the latest record without any audit header (empty or no headers)
     expected = spark.createDataFrame(
-        [(0, 3, 2, [("TCK-2", 1, T_MS, "s", 1)]), (1, 2, 2, [("TCK-2", 0, T_MS, None, None)])],
+        [(0, 3, 2, [("TCK-2", 1, T_MS, "s", 1)], T_MS), (1, 2, 2, [("TCK-2", 0, T_MS, None, None)], T_MS)],
         "partition int, n long, keyed long, "
-        "matches array<struct<key:string, offset:long, ts_ms:long, session:string, seq:long>>",
+        "matches array<struct<key:string, offset:long, ts_ms:long, session:string, seq:long>>, unprobed_ms long",
     )
     assertDataFrameEqual(actual, expected, ignoreNullable=True)
 
