@@ -48,6 +48,11 @@ import django  # noqa: E402
 
 django.setup()
 
+from django.core.management import call_command  # noqa: E402
+
+# `make up` leaves a new stack's auditor database unmigrated: the rule and cluster need their tables.
+call_command("migrate", interactive=False, verbosity=0)
+
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402

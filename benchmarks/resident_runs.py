@@ -49,6 +49,11 @@ os.environ.setdefault("RECONCILE_RESIDENT_MAX_RUNS", "0")  # one driver througho
 import django  # noqa: E402
 
 django.setup()
+
+from django.core.management import call_command  # noqa: E402
+
+# `make up` leaves a new stack's auditor database unmigrated: the rule and cluster need their tables.
+call_command("migrate", interactive=False, verbosity=0)
 logging.getLogger("auditor.reconcile.job").setLevel(logging.WARNING)  # not each spark-submit command line
 
 import psycopg  # noqa: E402

@@ -54,6 +54,11 @@ import django.db  # noqa: E402
 
 django.setup()
 
+from django.core.management import call_command  # noqa: E402
+
+# `make up` leaves a new stack's auditor database unmigrated: the rule and cluster need their tables.
+call_command("migrate", interactive=False, verbosity=0)
+
 import psycopg  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
