@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.binding import Binding, jdbc_url_and_properties
-from spark_jobs.reconcile_extract import NUMERIC_TYPES, _actual_column, extract_source, source_window
+from spark_jobs.reconcile_extract import NUMERIC_TYPES, actual_column, extract_source, source_subquery
 from spark_jobs.reconcile_parsing import transform_source_rows
 
 # Up to this many candidate keys are looked up by value; more read the key column whole (the
@@ -70,9 +70,7 @@ def rows_by_value(
 ) -> DataFrame:
     """The source rows created up to `upper` whose key is one of the literals, one query per
     KEYS_PER_QUERY of them (a partition each)."""
-    key = _actual_column(source.columns, binding.key_column)
-    created_value, predicate = source_window(binding, source.columns, None, upper)
-    subquery = f'(select "{key}" as audit_key, {created_value} as audit_created from {source.name} where {predicate}) audit_src'
+    subquery = source_subquery(binding, source.name, source.columns, None, upper)
     predicates = [
         f"audit_key in ({', '.join(literals[i : i + KEYS_PER_QUERY])})" for i in range(0, len(literals), KEYS_PER_QUERY)
     ]
@@ -92,7 +90,7 @@ def late_rows(
     if not keys:
         return None
     literals = (
-        key_literals(keys, source.columns[_actual_column(source.columns, binding.key_column)])
+        key_literals(keys, source.columns[actual_column(source.columns, binding.key_column)])
         if len(keys) <= LOOKUP_KEYS
         else None
     )

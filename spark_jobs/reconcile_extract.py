@@ -462,7 +462,7 @@ def source_key_unique(spark: SparkSession, binding: Binding, table: str, columns
     url, _ = jdbc_url_and_properties(binding.source_url)
     if not url.startswith("jdbc:postgresql:"):
         return False
-    key = _actual_column(columns, binding.key_column).replace("'", "''")
+    key = actual_column(columns, binding.key_column).replace("'", "''")
     quoted = table.replace("'", "''")  # '"schema"."table"' from extract_source_columns
     row = _jdbc_query(
         spark,
@@ -475,7 +475,7 @@ def source_key_unique(spark: SparkSession, binding: Binding, table: str, columns
     return bool(row["n"])
 
 
-def _actual_column(columns: dict[str, str], wanted: str) -> str:
+def actual_column(columns: dict[str, str], wanted: str) -> str:
     return next(c for c in columns if c.lower() == wanted.lower())
 
 
@@ -488,7 +488,7 @@ def source_window(
 ) -> tuple[str, str]:
     """(the created column's value as an instant, the SQL predicate of rows created in
     (lower, upper]) for the source table whose columns extract_source_columns gave."""
-    created = _actual_column(columns, binding.created_column)
+    created = actual_column(columns, binding.created_column)
     created_value = f'"{created}"'
     predicate = f"{created_value} <= {_ts_literal(upper)}"
     if lower is not None:
@@ -510,6 +510,15 @@ def source_window(
     return created_value, predicate
 
 
+def source_subquery(
+    binding: Binding, table: str, columns: dict[str, str], lower: datetime | None, upper: datetime
+) -> str:
+    """The rows created in (lower, upper] as a JDBC `dbtable` subquery: audit_key, audit_created."""
+    created_value, predicate = source_window(binding, columns, lower, upper)
+    key = actual_column(columns, binding.key_column)
+    return f'(select "{key}" as audit_key, {created_value} as audit_created from {table} where {predicate}) audit_src'
+
+
 def source_reader(spark: SparkSession, binding: Binding) -> DataFrameReader:
     """A JDBC reader of the binding's source database."""
     url, props = jdbc_url_and_properties(binding.source_url)
@@ -528,8 +537,8 @@ def extract_source(
 
     A numeric key is read in parallel ranges of it (bounds from a min/max query).
     """
-    key = _actual_column(columns, binding.key_column)
-    created_value, predicate = source_window(binding, columns, lower, upper)
+    key = actual_column(columns, binding.key_column)
+    _, predicate = source_window(binding, columns, lower, upper)
     stats = _jdbc_query(
         spark,
         binding,
@@ -537,10 +546,7 @@ def extract_source(
         if columns[key].lower() in NUMERIC_TYPES
         else f"select null as lo, null as hi, count(*) as n from {table} where {predicate}",
     ).collect()[0]
-    subquery = (
-        f'(select "{key}" as audit_key, {created_value} as audit_created from {table} where {predicate}) audit_src'
-    )
-    reader = source_reader(spark, binding).option("dbtable", subquery)
+    reader = source_reader(spark, binding).option("dbtable", source_subquery(binding, table, columns, lower, upper))
     partitions = max(
         1, min(math.ceil((stats["n"] or 0) / ROWS_PER_JDBC_PARTITION), spark.sparkContext.defaultParallelism * 4)
     )
