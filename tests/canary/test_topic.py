@@ -52,7 +52,14 @@ def test_it_creates_a_missing_canary_topic_sized_to_the_cluster(
 ):
     layout = ensure_canary_topic(kafka_admin, kafka_bootstrap, canary_topic)
     assert len(layout.partitions) == max(3, kafka_brokers)
-    described = kafka_admin.list_topics(topic=canary_topic, timeout=10).topics[canary_topic]
+    # Each broker learns a new topic from the controller on its own: the broker this metadata
+    # request reaches may not hold its partitions yet (CI saw an empty list once).
+    deadline = time.monotonic() + 10
+    while True:
+        described = kafka_admin.list_topics(topic=canary_topic, timeout=10).topics[canary_topic]
+        if len(described.partitions) == len(layout.partitions) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
     assert {len(p.replicas) for p in described.partitions.values()} == {min(3, kafka_brokers)}
     assert set(layout.leaders.values()) == set(layout.brokers)
     assert layout.leading_nothing == []
