@@ -390,16 +390,17 @@ def update_state(
     new_lost = empty_frame(spark, LOST_SIGHTING_SCHEMA)
     if plan.memory is not None:
         # A rebuild starts from the part of the old index that the re-read cannot see again.
-        lows = spark.createDataFrame(
-            [(p, o.low) for p, o in plan.kafka["watermarks"].items()], "partition int, low long"
+        bounds = spark.createDataFrame(
+            [(p, o.low, o.high) for p, o in plan.kafka["watermarks"].items()], "partition int, low long, high long"
         )
         carried, new_lost = transform_rebuild_memory(
             store.deltas(spark, plan.memory.key_deltas, KEY_INDEX_SCHEMA),
             records,
-            lows,
+            bounds,
             sorted(plan.rewritten),
             plan.run_id,
             all_deleted=plan.recreated is not None,
+            compacted=plan.cleanup.compacted,
         )
         meta.key_deltas = [store.write_delta(carried, "keys", KEY_INDEX_SCHEMA, suffix="-carried")]
     old_index = store.deltas(spark, meta.key_deltas, KEY_INDEX_SCHEMA)

@@ -71,29 +71,52 @@ def _stats(records: DataFrame, key_stats: DataFrame | None) -> DataFrame:
 def transform_rebuild_memory(
     old_index: DataFrame,
     records: DataFrame,
-    lows: DataFrame,
+    bounds: DataFrame,
     rewritten: Sequence[int],
     run_id: str,
     all_deleted: bool = False,
+    compacted: bool = False,
 ) -> tuple[DataFrame, DataFrame]:
     """What a rebuild keeps of the key index when offsets already read were rewritten.
 
     A rebuild reads every partition again from its log start. Of the earlier index it keeps
     (1) entries below the log start: seen by an earlier run, deleted since (retention), still
-    delivered; (2) as lost sightings, entries of the rewritten partitions at offsets the log
-    still covers whose key is no longer at that offset: the broker lost them.
+    delivered; (2) entries of keys the re-read holds no record of, where the broker rewrote
+    nothing: in a partition not rewritten, the log cleaner removed them (a compacted topic, a
+    tombstone's key); delivered as well; (3) as lost sightings, entries of the rewritten
+    partitions at offsets the log still covers whose key is no longer at that offset: the
+    broker lost them. On a compacted topic an offset with no record any more is no proof (the
+    cleaner leaves such holes): only another record at it, or a log that now ends at or before
+    it, is; otherwise the entry is kept as in (2) when the re-read has no record of its key.
 
-    lows: partition, low (the log start of each partition). all_deleted: the topic was deleted
-    and created again, so every entry is of a record deleted since (1), none lost (2).
+    bounds: partition, low (log start), high (log end). all_deleted: the topic was deleted and
+    created again, so every entry is of a record deleted since (1), none lost (3).
     """
-    indexed = conform(old_index, KEY_INDEX_SCHEMA).join(lows.select("partition", "low"), "partition", "left")
+    indexed = conform(old_index, KEY_INDEX_SCHEMA).join(bounds.select("partition", "low", "high"), "partition", "left")
     below = F.lit(True) if all_deleted else F.col("offset") < F.coalesce(F.col("low"), F.lit(0))
-    carried = indexed.where(below)
-    covered = indexed.where(~below & F.col("partition").isin(list(rewritten)))
-    still_there = records.where(F.col("key").isNotNull()).select("key", "partition", "offset")
-    lost = covered.join(still_there, ["key", "partition", "offset"], "left_anti").withColumn(
-        "detected_run", F.lit(run_id)
+    in_rewritten = F.col("partition").isin(list(rewritten))
+    keyed = records.where(F.col("key").isNotNull())
+    still_there = keyed.select("key", "partition", "offset")
+    gone = indexed.where(~below & in_rewritten).join(still_there, ["key", "partition", "offset"], "left_anti")
+    if compacted:
+        # any record at the offset now, keyed or not
+        now_at = records.select("partition", "offset", F.lit(True).alias("_taken")).dropDuplicates(
+            ["partition", "offset"]
+        )
+        gone = gone.join(now_at, ["partition", "offset"], "left")
+        proven = F.col("_taken").isNotNull() | (F.col("offset") >= F.coalesce(F.col("high"), F.lit(0)))
+        lost, unproven = gone.where(proven), gone.where(~proven)
+    else:
+        lost, unproven = gone, gone.limit(0)
+    # Only keys the re-read holds no record of (tombstones aside): no copy is counted twice.
+    re_read_keys = items_of(keyed).select("key")
+    cleaned = (
+        indexed.where(~below & ~in_rewritten)
+        .unionByName(unproven.drop("_taken"))
+        .join(re_read_keys, "key", "left_anti")
     )
+    carried = indexed.where(below).unionByName(cleaned)
+    lost = lost.withColumn("detected_run", F.lit(run_id))
     return conform(carried, KEY_INDEX_SCHEMA), conform(lost, LOST_SIGHTING_SCHEMA)
 
 

@@ -21,11 +21,11 @@ import psycopg
 import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
 from auditor.lab.cluster import Cluster as LabCluster
-from auditor.lab.cluster import delete_records
+from auditor.lab.cluster import all_led, delete_records, wait_until
 from spark_jobs import common, reconcile_findings, reconcile_updates
 from spark_jobs.binding import Binding, binding_from_dict
 from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_id
@@ -812,9 +812,10 @@ def record_timestamp_ms(w: World, label: str) -> int:
         consumer.close()
 
 
-def produce_keyed(w: World, label: str, key: str, ticket: int | None) -> None:
-    """One record with record key `key`; ticket None writes a tombstone (no value), as an
-    application that deletes its item from a compacted topic does."""
+def produce_keyed(w: World, label: str, key: str, ticket: int | None, partition: int | None = None) -> None:
+    """One record with record key `key` (into `partition`, else the producer's choice); ticket
+    None writes a tombstone (no value), as an application that deletes its item from a
+    compacted topic does."""
 
     def delivered(err: Any, msg: Any) -> None:
         assert err is None, err
@@ -822,7 +823,8 @@ def produce_keyed(w: World, label: str, key: str, ticket: int | None) -> None:
 
     value = None if ticket is None else json.dumps({"ticket_id": ticket}).encode()
     created_ms = int(time.time() * 1000) - 10 * 60 * 1000
-    w.producer.produce(w.topic, key=key.encode(), value=value, timestamp=created_ms, on_delivery=delivered)
+    where = {} if partition is None else {"partition": partition}
+    w.producer.produce(w.topic, key=key.encode(), value=value, timestamp=created_ms, on_delivery=delivered, **where)
     assert w.producer.flush(30) == 0
 
 
@@ -1002,6 +1004,61 @@ def test_it_notices_offsets_it_read_were_rewritten_and_names_what_the_broker_los
     third = reconcile_once(spark, binding, tmp_path)
     assert third["mode"] == "incremental"
     assert finding_set(third) == expected
+    cluster.delete_topic(world.topic)
+
+
+def test_a_rebuild_keeps_a_record_the_log_cleaner_removed_as_delivered(
+    spark: SparkSession, world: World, kafka_admin, tmp_path: Path
+):
+    """A compacted topic. Item 1's record is read by a run; then the application deletes the
+    item (a tombstone; its row stays, as a soft delete), and the log cleaner removes the record
+    and the tombstone before any run reads the tombstone. Then the broker loses the other
+    partition's log, and the next run rebuilds. Item 1 was delivered: no `missing`."""
+    cluster = LabCluster(world.bootstrap)
+    broker = max(cluster.broker_ids())
+    world.topic = f"rec-cmp-{uuid.uuid4().hex[:8]}"
+    config = {
+        "cleanup.policy": "compact",
+        "segment.ms": "1000",
+        "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "0",
+    }
+    created = kafka_admin.create_topics([NewTopic(world.topic, replica_assignment=[[broker]] * 2, config=config)])
+    created[world.topic].result(timeout=60)
+    wait_until(lambda: all_led(kafka_admin, world.topic, 2), 30, f"leaders for {world.topic}")
+    binding = world.binding(record_key="key", consumer_groups=[], guarantee="at-least-once")
+    world.insert(1, 2)
+    produce_keyed(world, "t1", "1", 1, partition=1)
+    produce_keyed(world, "t2", "2", 2, partition=0)
+    first = reconcile_once(spark, binding, tmp_path)
+    assert finding_set(first) == set()
+
+    produce_keyed(world, "x1", "1", None, partition=1)
+
+    def cleaned() -> bool:
+        # Another tombstone (no item's) rolls the segment and dirties the log again: the
+        # cleaner removes record 1 on one pass and its tombstone on a later one.
+        time.sleep(1.1)
+        produce_keyed(world, "filler", "filler", None, partition=1)
+        return not any(r.key == "1" for r in cluster.read_topic(world.topic))
+
+    wait_until(cleaned, 120, f"the log cleaner to remove item 1's record and tombstone from {world.topic}")
+    cluster.lose_disk(broker, world.topic, 0)
+
+    # Ground truth, without the auditor: item 1's record was acked (its delivery report) in a
+    # partition whose log was never cut (its end only grew: the cleaner removed it); item 2's
+    # record was acked in the partition whose log the broker lost, now empty.
+    left = cluster.read_topic(world.topic)
+    assert not any(r.key in {"1", "2"} for r in left)
+    assert all(r.partition == 1 for r in left)
+    assert cluster.watermarks(world.topic)[1][1] > world.offsets["x1"][1]
+    expected = {("missing", "2", "broker-lost", *world.at("t2"))}
+
+    second = reconcile_once(spark, binding, tmp_path)
+    assert second["mode"] == "rebuild" and set(second["rewritten"]) == {"0"}
+    assert finding_set(second) == expected
+    third = reconcile_once(spark, binding, tmp_path)
+    assert third["mode"] == "incremental" and finding_set(third) == expected
     cluster.delete_topic(world.topic)
 
 

@@ -263,8 +263,8 @@ def test_it_keeps_on_a_rebuild_what_the_re_read_cannot_see_again(spark: SparkSes
         ("c", 0, 7, at_second(3), None, None),
         ("e", 1, 12, at_second(5), None, None),
     )
-    lows = spark.createDataFrame([(0, 0), (1, 10)], "partition int, low long")
-    carried, lost = transform_rebuild_memory(old_index, re_read, lows, [0], "r3")
+    bounds = spark.createDataFrame([(0, 0, 8), (1, 10, 13)], "partition int, low long, high long")
+    carried, lost = transform_rebuild_memory(old_index, re_read, bounds, [0], "r3")
     assertDataFrameEqual(
         carried, spark.createDataFrame([("d", 1, 1, 4, at_second(4), None, None, "r1")], KEY_INDEX_SCHEMA)
     )
@@ -275,6 +275,42 @@ def test_it_keeps_on_a_rebuild_what_the_re_read_cannot_see_again(spark: SparkSes
     later = records(spark, ("b", 1, 13, at_second(10), None, None))
     assert transform_lost_sightings(lost, lost.limit(0), later).count() == 0
     assert transform_lost_sightings(lost, lost.limit(0), re_read).count() == 1
+
+
+def test_a_rebuild_keeps_what_the_log_cleaner_removed_and_calls_lost_only_what_was_rewritten(spark: SparkSession):
+    # A compacted topic. Partition 1 was not rewritten: "t" (offset 3) is gone, its tombstone
+    # with it (the cleaner), "k" (offset 5) has a later copy at 9. Partition 0 was truncated at
+    # 6 and rewritten: "h" (offset 4) left a hole the cleaner made, "o" (offset 6) is where "x"
+    # now is, "p" (offset 11) lies past the log end (10).
+    old_index = spark.createDataFrame(
+        [
+            ("t", 1, 1, 3, at_second(1), None, None, "r1"),
+            ("k", 1, 1, 5, at_second(2), None, None, "r1"),
+            ("h", 1, 0, 4, at_second(3), None, None, "r1"),
+            ("o", 1, 0, 6, at_second(4), None, None, "r1"),
+            ("p", 1, 0, 11, at_second(5), None, None, "r2"),
+        ],
+        KEY_INDEX_SCHEMA,
+    )
+    re_read = records(
+        spark,
+        ("x", 0, 6, at_second(9), None, None),
+        ("k", 1, 9, at_second(6), None, None),
+    )
+    bounds = spark.createDataFrame([(0, 0, 10), (1, 0, 10)], "partition int, low long, high long")
+
+    def keys(frame):
+        return sorted(r["key"] for r in frame.collect())
+
+    carried, lost = transform_rebuild_memory(old_index, re_read, bounds, [0], "r3", compacted=True)
+    # "t" was delivered: the broker rewrote nothing in its partition. "h" may be the cleaner's
+    # hole: delivered as far as can be told, never lost. "k" is re-read: not carried twice.
+    assert keys(carried) == ["h", "t"]
+    assert keys(lost) == ["o", "p"]
+    # On a topic the cleaner does not compact, a hole in a rewritten partition is a loss too.
+    carried, lost = transform_rebuild_memory(old_index, re_read, bounds, [0], "r3")
+    assert keys(carried) == ["t"]
+    assert keys(lost) == ["h", "o", "p"]
 
 
 def test_it_reports_a_row_whose_record_an_earlier_run_saw_and_lost_as_broker_lost(spark: SparkSession):
