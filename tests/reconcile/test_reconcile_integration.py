@@ -1023,7 +1023,7 @@ def test_a_rebuild_keeps_a_record_the_log_cleaner_removed_as_delivered(
         "min.cleanable.dirty.ratio": "0.01",
         "delete.retention.ms": "0",
     }
-    created = kafka_admin.create_topics([NewTopic(world.topic, replica_assignment=[[broker]] * 2, config=config)])
+    created = kafka_admin.create_topics([NewTopic(world.topic, 2, replica_assignment=[[broker]] * 2, config=config)])
     created[world.topic].result(timeout=60)
     wait_until(lambda: all_led(kafka_admin, world.topic, 2), 30, f"leaders for {world.topic}")
     binding = world.binding(record_key="key", consumer_groups=[], guarantee="at-least-once")
