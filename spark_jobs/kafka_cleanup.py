@@ -8,8 +8,11 @@ topic "no record at that offset" or "no record with this key" is not evidence of
 unless compaction cannot have removed it:
 
 - the cleaner keeps every record key's last record, so when the binding's key is the record
-  key, a key with no record at all was not compacted away (tombstones aside: an application
-  that deletes its items writes them);
+  key, a key with no record at all was not compacted away, unless its last record was a
+  tombstone: the cleaner removes a tombstone delete.retention.ms after it cleaned it, and
+  with it every trace of the key. Only records written up to now - min.compaction.lag.ms -
+  delete.retention.ms can have gone that way (emptied_horizon_ms), and a run or diagnosis
+  that read the tombstone remembers it;
 - the cleaner leaves records younger than min.compaction.lag.ms alone (by record timestamp),
   so records produced after now - min.compaction.lag.ms are all still there.
 """
@@ -36,6 +39,9 @@ class TopicCleanup:
     # message.timestamp.before.max.ms: the broker refuses records stamped longer ago than
     # this (None: no limit; record_times.stamp_lag_ms)
     timestamp_before_max_ms: int | None = None
+    # delete.retention.ms: how long the cleaner keeps a tombstone after it cleaned it (Kafka's
+    # default, a day)
+    delete_retention_ms: int = 86_400_000
 
     @property
     def compacted(self) -> bool:
@@ -55,6 +61,17 @@ class TopicCleanup:
         if not self.compacted:
             return None
         return now_ms - self.compaction_lag_ms + CLOCK_SLACK_MS
+
+    def emptied_horizon_ms(self, now_ms: int) -> int | None:
+        """Records written at or before this instant may have lost every record of their
+        record key, a tombstone after them included (None: the topic is not compacted).
+
+        The cleaner removes a record once a later one has its key (a tombstone included, once
+        the tombstone is min.compaction.lag.ms old), and the tombstone delete.retention.ms after
+        it cleaned it: a key whose tombstone was written after this instant keeps a trace."""
+        if not self.compacted:
+            return None
+        return now_ms - self.compaction_lag_ms - self.delete_retention_ms + CLOCK_SLACK_MS
 
 
 def absent_keys_explained(record_key_source: str) -> bool:
@@ -83,11 +100,13 @@ def read_topic_cleanup(admin: AdminClient, topic: str, timeout_s: float = 10.0) 
         lag = int(value("min.compaction.lag.ms") or 0)
         retention = value("retention.ms")
         before_max = value("message.timestamp.before.max.ms")
+        delete_retention = value("delete.retention.ms")
         return TopicCleanup(
             value("cleanup.policy") or "delete",
             lag,
             None if retention is None else int(retention),
             None if before_max is None else int(before_max),
+            86_400_000 if delete_retention is None else int(delete_retention),
         )
     except ValueError as exc:
         raise KafkaReadError(f"topic {topic!r} reports an unreadable cleanup setting: {exc}") from exc

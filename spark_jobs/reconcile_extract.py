@@ -371,18 +371,42 @@ def marks_lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:
 
 
 def compaction_horizon(
-    binding: Binding, cleanup: TopicCleanup, upper: datetime
+    binding: Binding, cleanup: TopicCleanup, upper: datetime, last_read_ms: int | None = None
 ) -> tuple[datetime | None, datetime | None, list[str]]:
     """On a compacted topic: up to when acked records may have been removed by the cleaner
-    (find_gaps' `compacted_until`), up to when source rows without any record cannot be
-    called missing (only when the binding's key is not the record key), and the run's
-    warnings saying so. (None, None, []) for a topic that is not compacted."""
-    until_ms = cleanup.horizon_ms(int(upper.timestamp() * 1000))
+    (find_gaps' `compacted_until`), up to when an item may have lost every record (source
+    rows without any record created up to it cannot be called missing, nor acked records gone
+    without a trace be gaps), and the run's warnings saying so. (None, None, []) for a topic
+    that is not compacted.
+
+    When the binding's key is not the record key, the cleaner may remove every record of an
+    item once a later record has the same record key. When it is, only a tombstone written
+    after the item's records, then removed delete.retention.ms after it was cleaned, takes
+    every trace of it: a record written up to `emptied_horizon_ms`, and only if no run read
+    the topic after that instant (`last_read_ms`, when the previous run began to read: it saw
+    every record written before, and a run that reads a tombstone remembers it)."""
+    now_ms = int(upper.timestamp() * 1000)
+    until_ms = cleanup.horizon_ms(now_ms)
     if until_ms is None:
         return None, None, []
     until = datetime.fromtimestamp(until_ms / 1000, UTC)
     if not absent_keys_explained(binding.record_key.source):
-        return until, None, []
+        emptied_ms = cleanup.emptied_horizon_ms(now_ms)
+        if emptied_ms is None or (last_read_ms is not None and last_read_ms > emptied_ms):
+            return until, None, []
+        emptied = datetime.fromtimestamp(emptied_ms / 1000, UTC)
+        return (
+            until,
+            emptied,
+            [
+                f"{binding.topic} is compacted ({cleanup.describe()}, delete.retention.ms="
+                f"{cleanup.delete_retention_ms}) and "
+                + ("no earlier run" if last_read_ms is None else "no run since " + _iso_ms(last_read_ms))
+                + " read it: an item deleted with a tombstone loses every record once the cleaner removes the "
+                f"tombstone, so source rows created up to {emptied.isoformat()} without a record are counted "
+                f"{UNVERIFIABLE}, not missing (runs closer together than delete.retention.ms leave nothing unjudged)"
+            ],
+        )
     return (
         until,
         until,
@@ -394,6 +418,10 @@ def compaction_horizon(
             "min.compaction.lag.ms to keep records long enough to be audited)"
         ],
     )
+
+
+def _iso_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
 
 
 def lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:

@@ -208,7 +208,7 @@ def find_gaps(
     unverifiable_until: datetime | None = None,
     delivered_keys: DataFrame | None = None,
     compacted_until: datetime | None = None,
-    absent_keys_compacted: bool = False,
+    keys_emptied_until: datetime | None = None,
     deleted_keys: DataFrame | None = None,
     entries_lost_until: datetime | None = None,
     seq_times: DataFrame | None = None,
@@ -237,9 +237,9 @@ def find_gaps(
     `compacted_until` may have been removed by the log cleaner, which it does once a later
     record has the same record key. It is unverifiable when its item has a record in the topic
     (superseded), or a tombstone in `deleted_keys` (column `key`: the application deleted the
-    item, and the cleaner removes every record before a tombstone), when `absent_keys_compacted`
-    (the binding's key is not the record key, so the cleaner may remove every record of an
-    item), or when its ack names no key (v2 ranges).
+    item, and the cleaner removes every record before a tombstone), when it was produced up to
+    `keys_emptied_until` (the cleaner may have removed every record of its item:
+    reconcile_extract.compaction_horizon), or when its ack names no key (v2 ranges).
 
     An `unconfirmed` or `sent` sequence last sent after `sent_judged_until_ms` (the run's read
     of the topic less the send outcome bound, spark_jobs.send_outcome: the unresolved tail of a live producer, a record its
@@ -307,10 +307,16 @@ def find_gaps(
                 deleted = deleted_keys.select(F.col("key").alias("_deleted")).distinct()
                 reported = reported.join(deleted, reported["audit_id"] == deleted["_deleted"], "left")
                 superseded = superseded | F.col("_deleted").isNotNull()
+            produced = F.coalesce(F.col("ts_ms"), F.lit(0))
+            emptied = (
+                F.lit(False)
+                if keys_emptied_until is None
+                else produced <= F.lit(int(keys_emptied_until.timestamp() * 1000))
+            )
             dropped = dropped | (
                 F.col("status").isin("acked", ACKED_RANGE)
-                & (F.coalesce(F.col("ts_ms"), F.lit(0)) <= F.lit(until_ms))
-                & (superseded | F.lit(absent_keys_compacted) | F.col("audit_id").isNull())
+                & (produced <= F.lit(until_ms))
+                & (superseded | emptied | F.col("audit_id").isNull())
             )
         reported = reported.where(~dropped).drop("_delivered", "_deleted")
     ledger_evidence = F.struct(

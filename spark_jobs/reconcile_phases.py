@@ -284,7 +284,9 @@ def extract_inputs(
         )
         plan.warnings.extend(rule.describe(binding.topic) for rule in fresh_rules)
         mark_rules += fresh_rules
-    compacted_until, compacted_rows_until, compaction_warnings = compaction_horizon(binding, plan.cleanup, plan.upper)
+    compacted_until, compacted_rows_until, compaction_warnings = compaction_horizon(
+        binding, plan.cleanup, plan.upper, plan.previous.read_at_ms
+    )
     plan.warnings.extend(compaction_warnings)
     earlier = datetime.fromisoformat(meta.unverifiable_until) if meta.unverifiable_until else None
     unverifiable_until = max((h for h in (earlier, horizon, compacted_rows_until) if h is not None), default=None)
@@ -349,7 +351,7 @@ def extract_inputs(
         mark_rules=mark_rules,
         entries_lost_until=entries_lost_until,
         compacted_until=compacted_until,
-        absent_keys_compacted=compacted_rows_until is not None,
+        keys_emptied_until=compacted_rows_until,
         checkpoints=checkpoints,
         backdated=backdated,
         old_source=old_source,
@@ -528,7 +530,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
             delivered_keys=plan.store.deltas(spark, new.key_deltas, KEY_INDEX_SCHEMA).select("key"),
             deleted_keys=None if is_empty_plan(s["tombstones"]) else s["tombstones"].select("key"),
             compacted_until=inputs.compacted_until,
-            absent_keys_compacted=inputs.absent_keys_compacted,
+            keys_emptied_until=inputs.keys_emptied_until,
             entries_lost_until=inputs.entries_lost_until,
             seq_times=s["seq_times"],
             sent_judged_until_ms=judged_until_ms(plan.read_at_ms, plan.send_outcome_ms),
@@ -599,8 +601,8 @@ def count_findings(
     )
     if counts[UNVERIFIABLE] and until is not None:
         why = "the topic no longer holds records that old"
-        if inputs.absent_keys_compacted:
-            why += " or the log cleaner may have removed them (compacted topic, items not keyed by the record key)"
+        if inputs.keys_emptied_until is not None:
+            why += " or the log cleaner may have removed every record of their items (compacted topic)"
         plan.warnings.append(
             f"{counts[UNVERIFIABLE]} source row(s) created up to {until.isoformat()} have no record "
             f"and cannot be checked: {why}"

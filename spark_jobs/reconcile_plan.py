@@ -151,7 +151,8 @@ class RunInputs:
     mark_rules: list[MarkRule]  # where and when marks may be of records the broker lost (reconcile_rewrites)
     entries_lost_until: datetime | None  # producer-ledger entries up to here may be gone unread
     compacted_until: datetime | None  # compacted topic: acked records up to here may be cleaned away
-    absent_keys_compacted: bool  # ... and so may every record of an item (its key is not the record key)
+    # ... and every record of an item written up to here (compaction_horizon)
+    keys_emptied_until: datetime | None
     checkpoints: dict[int, list[int]]
     old_source: DataFrame
     window_rows: DataFrame  # the source rows of this run's window, one per key

@@ -125,32 +125,55 @@ def unprobed_below(group: GroupState, topic: str, partition: int, offset: int) -
     return None
 
 
-def compacted_since(view: ClusterView, written_ms: int | None, evidence: dict[str, Any]) -> str | None:
+def compacted_since(
+    view: ClusterView, written_ms: int | None, evidence: dict[str, Any], unseen_until_ms: int | None = None
+) -> str | None:
     """Why a record with the item's key, written at `written_ms` (None: unknown) and absent
     now, may have been delivered and then removed by log compaction; None when it cannot have.
 
     The log cleaner removes a record once a later record has the same record key. When the
-    binding's key is the record key, an item with no record at all was never compacted away
-    (the cleaner keeps each record key's last record); otherwise every record of an item may
-    be, unless it is younger than min.compaction.lag.ms (kafka_cleanup)."""
-    if not absent_keys_explained(view.record_key.split(":", 1)[0]):
-        return None
+    binding's key is not the record key, every record of an item may be gone, unless it is
+    younger than min.compaction.lag.ms (kafka_cleanup). When it is, the cleaner keeps each
+    record key's last record, unless that is a tombstone: it removes the tombstone too,
+    delete.retention.ms after cleaning it, so a record written up to the topic's
+    `emptied_horizon_ms` may have left no trace. `unseen_until_ms`: a reconciliation run
+    found no record with the key up to then (it reports a row missing only when the cleaner
+    cannot have emptied its key unread), so such a record was written after it."""
+    keyed = not absent_keys_explained(view.record_key.split(":", 1)[0])
     if view.cleanup is None:
         if view.cleanup_error is None:
             return None
-        return (
-            f"the cleanup.policy of {view.topic} could not be read ({view.cleanup_error}) and the binding's key "
-            f"({view.record_key}) is not the record key: if the topic is compacted, the log cleaner may have removed "
-            "the record after it was delivered"
+        how = (
+            "a tombstone the log cleaner removed after delete.retention.ms may have taken the record with it"
+            if keyed
+            else f"the binding's key ({view.record_key}) is not the record key: if the topic is compacted, the log "
+            "cleaner may have removed the record after it was delivered"
         )
-    horizon = view.cleanup.horizon_ms(view.now_ms)
-    if horizon is None or (written_ms is not None and written_ms > horizon):
+        return f"the cleanup.policy of {view.topic} could not be read ({view.cleanup_error}) and {how}"
+    if keyed:
+        written = max((t for t in (written_ms, unseen_until_ms) if t is not None), default=None)
+        horizon = view.cleanup.emptied_horizon_ms(view.now_ms)
+    else:
+        written = written_ms
+        horizon = view.cleanup.horizon_ms(view.now_ms)
+    if horizon is None or (written is not None and written > horizon):
         return None
     evidence["compaction"] = {
         "cleanup_policy": view.cleanup.policy,
         "min_compaction_lag_ms": view.cleanup.compaction_lag_ms,
-        "compactable_up_to": ms_to_iso(horizon),
+        "compactable_up_to": ms_to_iso(view.cleanup.horizon_ms(view.now_ms)),
     }
+    if keyed:
+        evidence["compaction"] |= {
+            "delete_retention_ms": view.cleanup.delete_retention_ms,
+            "emptied_up_to": ms_to_iso(horizon),
+        }
+        return (
+            f"{view.topic} is compacted ({view.cleanup.describe()}, delete.retention.ms="
+            f"{view.cleanup.delete_retention_ms}): an item deleted with a tombstone loses every record once the log "
+            f"cleaner removes the tombstone, so this item's record, written up to {ms_to_iso(horizon)}, may have "
+            "been delivered and cleaned away with its tombstone unread"
+        )
     return (
         f"{view.topic} is compacted ({view.cleanup.describe()}) and the binding's key ({view.record_key}) is not the "
         "record key: the log cleaner removes a record once a later record has the same record key, so this item's "

@@ -244,7 +244,9 @@ def _from_missing_report(
             return Diagnosis(
                 "unknown", f"{unattributed}; reconciliation run {report.run_id} reported it missing", evidence
             )
-        changed = _leader_changed_since(view, created_ms, evidence) or compacted_since(view, created_ms, evidence)
+        changed = _leader_changed_since(view, created_ms, evidence) or compacted_since(
+            view, created_ms, evidence, report.reported_at_ms
+        )
         if changed is not None:
             return Diagnosis(
                 "unknown",

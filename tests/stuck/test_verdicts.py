@@ -395,6 +395,31 @@ def test_an_item_absent_from_a_compacted_topic_keyed_otherwise_is_unknown_not_ne
     assert verdict == "unknown" and "DescribeConfigs denied" in reason
 
 
+def test_an_item_keyed_by_the_record_key_may_have_lost_every_record_to_a_cleaned_tombstone() -> None:
+    # the row is an hour old and nothing read the topic in between: a tombstone written after
+    # its record, cleaned and then removed delete.retention.ms later, leaves no trace
+    plain = {"producer_ledger": LedgerView("pl", True, entries_for_topic=0)}
+    short = TopicCleanup("compact", delete_retention_ms=1_800_000)
+    verdict, reason = _absent("key", short, **plain)
+    assert verdict == "unknown"
+    assert "delete.retention.ms=1800000" in reason and "cleaned away with its tombstone" in reason
+    # Kafka's default keeps a tombstone a day: an hour-old item cannot have been emptied
+    assert _absent("key", COMPACTED, **plain)[0] == "never-produced"
+    # a run found no record with the key ten minutes ago: a record written since cannot be gone
+    # with its tombstone unless delete.retention.ms is shorter than that
+    cluster = view(record_key="key", cleanup=short, producer_ledger=None, consumer_ledger=None)
+    cluster.partitions = {0: PartitionState(0, 0, 10, 10, leader_epoch=0)}
+    memory = KeyMemory(missing={"TCK-7": MissingReport("run-1", NOW_MS - 600_000, {0: 10})})
+    assert diagnose(ROW, [], [], {}, cluster, memory).verdict == "never-produced"
+    cluster.cleanup = TopicCleanup("compact", delete_retention_ms=300_000)
+    d = diagnose(ROW, [], [], {}, cluster, memory)
+    assert d.verdict == "unknown" and "reconciliation run run-1" in d.reason
+    assert d.evidence["compaction"]["delete_retention_ms"] == 300_000
+    # the policy could not be read: it may be compacted, and its tombstones cleaned
+    verdict, reason = _absent("key", None, cleanup_error="DescribeConfigs denied", **plain)
+    assert verdict == "unknown" and "tombstone" in reason
+
+
 def test_a_record_seen_or_acked_then_gone_from_a_compacted_topic_is_not_broker_lost() -> None:
     seen = KeyMemory(sightings={"TCK-7": Sighting(0, 4, NOW_MS - 3500_000, "run-1")})
     for cleanup, record_key, verdict in (
