@@ -114,3 +114,14 @@ def test_records_the_log_cleaner_removed_are_not_lost_missing_skipped_or_never_p
     # and the setting that let it happen, on the topic: the lint's T006
     assert result.expected.get("lint:cleanup.policy") == 1
     assert result.got == result.expected
+
+
+def test_an_item_whose_record_and_tombstone_the_cleaner_removed_unread_is_not_missing_or_never_produced(
+    spark, lab_state
+) -> None:
+    result = run_one("compacted-tombstones-unread", spark)
+    # The truth: tickets 2 and 3 acked, then deleted with acked tombstones, and a plain read holds
+    # no trace of either; ticket 3's row is still NEW. The old code said missing for both rows
+    # and never-produced for ticket 3.
+    assert result.expected.get("stuck:unknown") == 1, result.notes
+    assert result.got == result.expected

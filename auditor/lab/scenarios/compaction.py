@@ -255,3 +255,71 @@ def compacted_tombstones(world: World) -> Outcome:
         expected,
         injected_at,
     )
+
+
+@scenario(
+    "compacted-tombstones-unread",
+    "compacted topic keyed by ticket id, delete.retention.ms=0, plain producer: tickets 1-6 sent; the application "
+    "deletes tickets 2 and 3 with tombstones (soft deletes: ticket 2's row marked DELETED, ticket 3's left NEW), and "
+    "the cleaner removes their records and tombstones before the auditor's first run: produced, so neither missing "
+    "nor never-produced",
+)
+def compacted_tombstones_unread(world: World) -> Outcome:
+    cluster = world.cluster
+    world.make_topic(
+        replication=3,
+        cleanup_policy="compact",
+        segment_ms="1000",
+        min_cleanable_dirty_ratio="0.01",
+        min_insync_replicas="2",
+        delete_retention_ms="0",
+    )
+    world.make_table()
+    world.make_binding(groups=[world.group], record_key="key")
+    world.make_rule(older_than_s=1)
+    tickets, deleted = list(range(1, 7)), [2, 3]
+    world.insert(tickets, age_s=STUCK_AGE_S)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0})
+    reports: list[Delivery] = produce(cluster.bootstrap, world.topic, tickets, producer=producer)
+    time.sleep(1.5)  # the tombstones in a segment of their own
+    world.set_status([2], "DELETED")
+    tombstones = produce(cluster.bootstrap, world.topic, deleted, producer=producer, tombstones=True)
+    injected_at = time.monotonic()
+
+    def cleaned() -> bool:
+        # a tombstone of no item closes the segment and dirties the log again: the cleaner
+        # removes the records on one pass, the tombstones (delete.retention.ms=0) on a later one
+        time.sleep(1.1)
+        produce(cluster.bootstrap, world.topic, [FILLER], producer=producer, key=lambda _t: "filler", tombstones=True)
+        return not any(r.key in {str(t) for t in deleted} for r in cluster.read_topic(world.topic))
+
+    wait_until(cleaned, 180, f"the log cleaner to remove the records and tombstones of {deleted} from {world.topic}")
+    producer.flush(30)
+    final = cluster.read_topic(world.topic)
+    if acked(reports) != {str(t) for t in tickets} or acked(tombstones) != {str(t) for t in deleted}:
+        raise LabError(
+            f"every record and tombstone should be acked: records {sorted(acked(reports))}, "
+            f"tombstones {sorted(acked(tombstones))}"
+        )
+    world.consume("at-least-once", probed=True, records=len(final))
+    rows = world.rows()
+    # The truth: every ticket was acked (delivery reports); a plain read holds no trace of 2 and
+    # 3 any more. Ticket 3's row is NEW: produced and deleted, never consumed. No one can tell
+    # that from the topic now, so the auditor must not say missing or never-produced: unknown.
+    expected: dict[str, set[str]] = {}
+    for t, status in rows.items():
+        if status == "NEW" and t != 3:
+            raise LabError(f"ticket {t} is in the topic and was not processed")
+    if rows.get(3) == "NEW":
+        expected["3"] = {"stuck:unknown"}
+    expected |= _orphans(world, final, "key") | world.expected_group_risks()
+    world.notes.append(
+        f"acked {len(acked(reports))} sends and {len(acked(tombstones))} tombstones; the cleaner removed the records "
+        f"and tombstones of {deleted} before any run"
+    )
+    return _score(
+        world,
+        "compacted topic: tickets 2 and 3 deleted with tombstones (rows kept), both removed by the cleaner unread",
+        expected,
+        injected_at,
+    )
