@@ -287,10 +287,10 @@ def compacted_tombstones_unread(world: World) -> Outcome:
     injected_at = time.monotonic()
 
     def cleaned() -> bool:
-        # a tombstone of no item closes the segment and dirties the log again: the cleaner
-        # removes the records on one pass, the tombstones (delete.retention.ms=0) on a later one
+        # a tombstone of no item (ticket 0) closes the segment and dirties the log again: the
+        # cleaner removes the records on one pass, the tombstones (delete.retention.ms=0) on a later one
         time.sleep(1.1)
-        produce(cluster.bootstrap, world.topic, [FILLER], producer=producer, key=lambda _t: "filler", tombstones=True)
+        produce(cluster.bootstrap, world.topic, [FILLER], producer=producer, tombstones=True)
         return not any(r.key in {str(t) for t in deleted} for r in cluster.read_topic(world.topic))
 
     wait_until(cleaned, 180, f"the log cleaner to remove the records and tombstones of {deleted} from {world.topic}")
