@@ -1007,6 +1007,16 @@ def test_it_notices_offsets_it_read_were_rewritten_and_names_what_the_broker_los
     cluster.delete_topic(world.topic)
 
 
+# A compacted topic whose cleaner removes superseded records, then tombstones, within seconds
+# (a segment closes after 1 s; any dirt is worth a pass; tombstones are kept for no time).
+CLEANED_AT_ONCE = {
+    "cleanup.policy": "compact",
+    "segment.ms": "1000",
+    "min.cleanable.dirty.ratio": "0.01",
+    "delete.retention.ms": "0",
+}
+
+
 def test_a_rebuild_keeps_a_record_the_log_cleaner_removed_as_delivered(
     spark: SparkSession, world: World, kafka_admin, tmp_path: Path
 ):
@@ -1017,13 +1027,9 @@ def test_a_rebuild_keeps_a_record_the_log_cleaner_removed_as_delivered(
     cluster = LabCluster(world.bootstrap)
     broker = max(cluster.broker_ids())
     world.topic = f"rec-cmp-{uuid.uuid4().hex[:8]}"
-    config = {
-        "cleanup.policy": "compact",
-        "segment.ms": "1000",
-        "min.cleanable.dirty.ratio": "0.01",
-        "delete.retention.ms": "0",
-    }
-    created = kafka_admin.create_topics([NewTopic(world.topic, 2, replica_assignment=[[broker]] * 2, config=config)])
+    created = kafka_admin.create_topics(
+        [NewTopic(world.topic, 2, replica_assignment=[[broker]] * 2, config=CLEANED_AT_ONCE)]
+    )
     created[world.topic].result(timeout=60)
     wait_until(lambda: all_led(kafka_admin, world.topic, 2), 30, f"leaders for {world.topic}")
     binding = world.binding(record_key="key", consumer_groups=[], guarantee="at-least-once")
@@ -1074,13 +1080,7 @@ def test_a_first_run_does_not_call_missing_an_item_whose_record_and_tombstone_th
     cleaner could remove since, and a new row without a record is `missing` again."""
     cluster = LabCluster(world.bootstrap)
     world.topic = f"rec-tomb-{uuid.uuid4().hex[:8]}"
-    config = {
-        "cleanup.policy": "compact",
-        "segment.ms": "1000",
-        "min.cleanable.dirty.ratio": "0.01",
-        "delete.retention.ms": "0",
-    }
-    kafka_admin.create_topics([NewTopic(world.topic, 1, 1, config=config)])[world.topic].result(timeout=60)
+    kafka_admin.create_topics([NewTopic(world.topic, 1, 1, config=CLEANED_AT_ONCE)])[world.topic].result(timeout=60)
     wait_until(lambda: all_led(kafka_admin, world.topic, 1), 30, f"a leader for {world.topic}")
     binding = world.binding(record_key="key", consumer_groups=[], guarantee="at-least-once")
     world.insert(1, 2, 3)
