@@ -10,9 +10,8 @@ unless compaction cannot have removed it:
 - the cleaner keeps every record key's last record, so when the binding's key is the record
   key, a key with no record at all was not compacted away, unless its last record was a
   tombstone: the cleaner removes a tombstone delete.retention.ms after it cleaned it, and
-  with it every trace of the key. Only records written up to now - min.compaction.lag.ms -
-  delete.retention.ms can have gone that way (emptied_horizon_ms), and a run or diagnosis
-  that read the tombstone remembers it;
+  with it every trace of the key. Only records written up to now - delete.retention.ms can
+  have gone that way (emptied_horizon_ms), and a run that read the tombstone remembers it;
 - the cleaner leaves records younger than min.compaction.lag.ms alone (by record timestamp),
   so records produced after now - min.compaction.lag.ms are all still there.
 """
@@ -66,12 +65,14 @@ class TopicCleanup:
         """Records written at or before this instant may have lost every record of their
         record key, a tombstone after them included (None: the topic is not compacted).
 
-        The cleaner removes a record once a later one has its key (a tombstone included, once
-        the tombstone is min.compaction.lag.ms old), and the tombstone delete.retention.ms after
-        it cleaned it: a key whose tombstone was written after this instant keeps a trace."""
+        The cleaner removes a record once a later one has its key, a tombstone included, and
+        the tombstone delete.retention.ms after it cleaned it, which it does no sooner than
+        it was written: a key whose tombstone was written after this instant keeps a trace.
+        min.compaction.lag.ms is not counted: it holds a tombstone back by its timestamp,
+        which a producer may have backdated."""
         if not self.compacted:
             return None
-        return now_ms - self.compaction_lag_ms - self.delete_retention_ms + CLOCK_SLACK_MS
+        return now_ms - self.delete_retention_ms + CLOCK_SLACK_MS
 
 
 def absent_keys_explained(record_key_source: str) -> bool:

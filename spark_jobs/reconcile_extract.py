@@ -371,7 +371,11 @@ def marks_lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:
 
 
 def compaction_horizon(
-    binding: Binding, cleanup: TopicCleanup, upper: datetime, last_read_ms: int | None = None
+    binding: Binding,
+    cleanup: TopicCleanup,
+    upper: datetime,
+    last_read_ms: int | None = None,
+    read_end: datetime | None = None,
 ) -> tuple[datetime | None, datetime | None, list[str]]:
     """On a compacted topic: up to when acked records may have been removed by the cleaner
     (find_gaps' `compacted_until`), up to when an item may have lost every record (source
@@ -382,29 +386,35 @@ def compaction_horizon(
     When the binding's key is not the record key, the cleaner may remove every record of an
     item once a later record has the same record key. When it is, only a tombstone written
     after the item's records, then removed delete.retention.ms after it was cleaned, takes
-    every trace of it: a record written up to `emptied_horizon_ms`, and only if no run read
-    the topic after that instant (`last_read_ms`, when the previous run began to read: it saw
-    every record written before, and a run that reads a tombstone remembers it)."""
+    every trace of it: a record written up to `emptied_horizon_ms` of when this run's read
+    was over (`read_end`, else `upper`), and only if no run began to read the topic after that
+    instant (`last_read_ms`, when the previous run began to read, None when no run's read
+    vouches for it: that run saw every record written before, and a run that reads a
+    tombstone remembers it)."""
     now_ms = int(upper.timestamp() * 1000)
     until_ms = cleanup.horizon_ms(now_ms)
     if until_ms is None:
         return None, None, []
     until = datetime.fromtimestamp(until_ms / 1000, UTC)
     if not absent_keys_explained(binding.record_key.source):
-        emptied_ms = cleanup.emptied_horizon_ms(now_ms)
+        emptied_ms = cleanup.emptied_horizon_ms(int((read_end or upper).timestamp() * 1000))
         if emptied_ms is None or (last_read_ms is not None and last_read_ms > emptied_ms):
             return until, None, []
         emptied = datetime.fromtimestamp(emptied_ms / 1000, UTC)
+        read = (
+            "no earlier run is known to have read it"
+            if last_read_ms is None
+            else f"the last run began to read it at {_iso_ms(last_read_ms)}, longer ago than that"
+        )
         return (
             until,
             emptied,
             [
                 f"{binding.topic} is compacted ({cleanup.describe()}, delete.retention.ms="
-                f"{cleanup.delete_retention_ms}) and "
-                + ("no earlier run" if last_read_ms is None else "no run since " + _iso_ms(last_read_ms))
-                + " read it: an item deleted with a tombstone loses every record once the cleaner removes the "
-                f"tombstone, so source rows created up to {emptied.isoformat()} without a record are counted "
-                f"{UNVERIFIABLE}, not missing (runs closer together than delete.retention.ms leave nothing unjudged)"
+                f"{cleanup.delete_retention_ms}) and {read}: an item deleted with a tombstone loses every record once "
+                f"the cleaner removes the tombstone, so source rows created up to {emptied.isoformat()} without a "
+                f"record are counted {UNVERIFIABLE}, not missing (runs that begin less than delete.retention.ms "
+                "apart, their reads included, leave nothing unjudged)"
             ],
         )
     return (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -284,12 +284,24 @@ def extract_inputs(
         )
         plan.warnings.extend(rule.describe(binding.topic) for rule in fresh_rules)
         mark_rules += fresh_rules
+    # A tombstone the cleaner removed while this run read the topic was not seen either: the
+    # emptied horizon is taken when the read is over. A state written before runs tracked it
+    # vouches for no read: its runs may have left emptied keys unjudged.
+    previous = plan.previous
+    last_read_ms = previous.read_at_ms if previous.emptied_tracked else None
+    if previous.run_id and not previous.emptied_tracked and plan.cleanup.compacted:
+        plan.warnings.append(
+            "the state was written before runs tracked what the log cleaner may empty (a tombstone removed with "
+            "every record of its key): this run judges as if no run had read the topic before"
+        )
     compacted_until, compacted_rows_until, compaction_warnings = compaction_horizon(
-        binding, plan.cleanup, plan.upper, plan.previous.read_at_ms
+        binding, plan.cleanup, plan.upper, last_read_ms, datetime.now(UTC)
     )
     plan.warnings.extend(compaction_warnings)
     earlier = datetime.fromisoformat(meta.unverifiable_until) if meta.unverifiable_until else None
     unverifiable_until = max((h for h in (earlier, horizon, compacted_rows_until) if h is not None), default=None)
+    emptied_before = datetime.fromisoformat(meta.keys_emptied_until) if meta.keys_emptied_until else None
+    keys_emptied_until = max((h for h in (emptied_before, compacted_rows_until) if h is not None), default=None)
     laps("topic_read")
 
     table, columns = extract_source_columns(spark, binding)
@@ -351,7 +363,7 @@ def extract_inputs(
         mark_rules=mark_rules,
         entries_lost_until=entries_lost_until,
         compacted_until=compacted_until,
-        keys_emptied_until=compacted_rows_until,
+        keys_emptied_until=keys_emptied_until,
         checkpoints=checkpoints,
         backdated=backdated,
         old_source=old_source,
@@ -631,6 +643,8 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             unverifiable_until=until.isoformat() if until else None,
             marks_lost_until=inputs.marks_lost_until.isoformat() if inputs.marks_lost_until else None,
             entries_lost_until=inputs.entries_lost_until.isoformat() if inputs.entries_lost_until else None,
+            keys_emptied_until=inputs.keys_emptied_until.isoformat() if inputs.keys_emptied_until else None,
+            emptied_tracked=True,
             key_deltas=store.compact(spark, new.key_deltas, "keys", KEY_INDEX_SCHEMA),
             source_deltas=store.compact(spark, new.source_deltas, "source", SOURCE_ROW_SCHEMA),
             datasets=new.datasets,

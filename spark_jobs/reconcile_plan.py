@@ -325,6 +325,8 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             unverifiable_until=memory.unverifiable_until,
             marks_lost_until=memory.marks_lost_until,
             entries_lost_until=memory.entries_lost_until,
+            keys_emptied_until=memory.keys_emptied_until,
+            emptied_tracked=memory.emptied_tracked,
             marks_rewritten=memory.marks_rewritten,
             backdated=memory.backdated,
             unprobed_record_ms=memory.unprobed_record_ms,

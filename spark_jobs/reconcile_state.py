@@ -94,6 +94,13 @@ class StateMeta:
     marks_lost_until: str | None = None
     # Sequences produced up to here may have had their producer-ledger entries deleted unread.
     entries_lost_until: str | None = None
+    # Compacted topic: items whose records were written up to here may have lost every one of
+    # them to the log cleaner unread (reconcile_extract.compaction_horizon): an acked record of
+    # theirs that is gone is no gap. Only grows, kept by rebuilds; a --full run starts over.
+    keys_emptied_until: str | None = None
+    # Written by a run that tracks keys_emptied_until. A state without it was written before:
+    # its runs may have left keys the cleaner emptied (a tombstone removed) unjudged.
+    emptied_tracked: bool = False
     key_deltas: list[str] = field(default_factory=list)
     source_deltas: list[str] = field(default_factory=list)
     datasets: dict[str, str] = field(default_factory=dict)
@@ -144,6 +151,8 @@ class StateMeta:
             "unverifiable_until": self.unverifiable_until,
             "marks_lost_until": self.marks_lost_until,
             "entries_lost_until": self.entries_lost_until,
+            "keys_emptied_until": self.keys_emptied_until,
+            "emptied_tracked": self.emptied_tracked,
             "key_deltas": self.key_deltas,
             "source_deltas": self.source_deltas,
             "datasets": self.datasets,
@@ -179,6 +188,8 @@ class StateMeta:
             unverifiable_until=data.get("unverifiable_until"),
             marks_lost_until=data.get("marks_lost_until"),
             entries_lost_until=data.get("entries_lost_until"),
+            keys_emptied_until=data.get("keys_emptied_until"),
+            emptied_tracked=bool(data.get("emptied_tracked")),
             key_deltas=list(data.get("key_deltas") or []),
             source_deltas=list(data.get("source_deltas") or []),
             datasets=dict(data.get("datasets") or {}),

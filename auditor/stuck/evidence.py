@@ -251,6 +251,9 @@ class ClusterView:
     # not read): an offset remembered at or past `high` and below this was written after the
     # view was taken; at or past this too, it lies beyond the log end: truncated
     high_after: dict[int, int] | None = None
+    # epoch ms once the diagnosis had read the records (None: not known): the log cleaner may
+    # have removed a tombstone until then (verdict_outcomes.compacted_since)
+    read_done_ms: int | None = None
     records_scanned: int = 0
     keyed_records: int = 0  # records whose key the binding's record_key found
     record_key: str = "key"

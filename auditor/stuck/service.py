@@ -184,6 +184,7 @@ def _check_after_read(binding: Binding, view: ClusterView, reads: dict[str, dict
     every verdict that needs the records unknown (as a reconciliation run is discarded), never
     lost or never produced; the log ends read at the same time tell a sighting past the view's
     high watermarks written since (unknown) from one beyond the log end (truncated)."""
+    view.read_done_ms = int(time.time() * 1000)
     try:
         deleted, view.high_after = read_after_locate(binding.cluster.client_config(), view.topic, reads)
     except KafkaReadError as exc:

@@ -152,7 +152,8 @@ def compacted_since(
         return f"the cleanup.policy of {view.topic} could not be read ({view.cleanup_error}) and {how}"
     if keyed:
         written = max((t for t in (written_ms, unseen_until_ms) if t is not None), default=None)
-        horizon = view.cleanup.emptied_horizon_ms(view.now_ms)
+        # a tombstone removed while the diagnosis read the records went unseen too
+        horizon = view.cleanup.emptied_horizon_ms(max(view.now_ms, view.read_done_ms or 0))
     else:
         written = written_ms
         horizon = view.cleanup.horizon_ms(view.now_ms)

@@ -1068,24 +1068,38 @@ def test_a_rebuild_keeps_a_record_the_log_cleaner_removed_as_delivered(
     cluster.delete_topic(world.topic)
 
 
-def test_a_first_run_does_not_call_missing_an_item_whose_record_and_tombstone_the_cleaner_removed_unread(
+def test_an_item_whose_record_and_tombstone_the_cleaner_removed_unread_is_neither_missing_nor_a_gap(
     spark: SparkSession, world: World, kafka_admin, tmp_path: Path
 ):
-    """A compacted topic keyed by the item id, with delete.retention.ms=0 while it is written.
-    Item 1's record, then its tombstone (the application deleted the item; its row stays, a
-    soft delete), are acked, and the log cleaner removes both before any run reads the topic.
-    Item 2 has its record; item 3 was never produced. A first run cannot tell item 1 from
-    item 3: neither is `missing`, both are counted unverifiable. delete.retention.ms is then
-    raised to 30 minutes: a run reading the topic again within that time saw every tombstone the
-    cleaner could remove since, and a new row without a record is `missing` again."""
+    """A compacted topic keyed by the item id, with delete.retention.ms=0. A v1 probe (its
+    ledger names each acked record's key) sends items 1 and 2; the application then deletes
+    item 1 with a tombstone (its row stays, a soft delete), and the log cleaner removes the
+    record and the tombstone before any run reads the topic. Item 3 was never sent. Nothing
+    left tells item 1's fate: a first run reports neither a `missing` row nor a `gap` for its
+    acked record, and counts rows 1 and 3 unverifiable. delete.retention.ms is then raised to
+    30 minutes: the next run, minutes after the first, has no new horizon of its own, and
+    still reports no gap for that acked record."""
+    from auditor.probes import AuditedProducerV1
+
     cluster = LabCluster(world.bootstrap)
     world.topic = f"rec-tomb-{uuid.uuid4().hex[:8]}"
     kafka_admin.create_topics([NewTopic(world.topic, 1, 1, config=CLEANED_AT_ONCE)])[world.topic].result(timeout=60)
     wait_until(lambda: all_led(kafka_admin, world.topic, 1), 30, f"a leader for {world.topic}")
     binding = world.binding(record_key="key", consumer_groups=[], guarantee="at-least-once")
     world.insert(1, 2, 3)
-    produce_keyed(world, "t1", "1", 1)
-    produce_keyed(world, "t2", "2", 2)
+    config = {"bootstrap.servers": world.bootstrap}
+    ledgers = {"ledger_topic": world.producer_ledger, "clients_topic": world.consumer_ledger}
+    acked: dict[str, tuple[int, int]] = {}
+
+    def report(err: Any, msg: Any) -> None:
+        assert err is None, err
+        acked[msg.key().decode()] = (msg.partition(), msg.offset())
+
+    with AuditedProducerV1(config, **ledgers) as probe:
+        for item in (1, 2):
+            value = json.dumps({"ticket_id": item}).encode()
+            probe.produce(world.topic, value, str(item).encode(), 0, on_delivery=report)
+        probe.flush(30)
     produce_keyed(world, "x1", "1", None)
 
     def cleaned() -> bool:
@@ -1094,25 +1108,26 @@ def test_a_first_run_does_not_call_missing_an_item_whose_record_and_tombstone_th
         return not any(r.key == "1" for r in cluster.read_topic(world.topic))
 
     wait_until(cleaned, 120, f"the log cleaner to remove item 1's record and tombstone from {world.topic}")
-    cluster.set_topic_config(world.topic, {"delete.retention.ms": "1800000"})
     # Ground truth, without the auditor: item 1's record and tombstone were acked (delivery
     # reports) and a full read holds neither; item 2's record is there; item 3 was never sent.
-    assert {"t1", "x1", "t2"} <= set(world.offsets)
+    assert set(acked) == {"1", "2"} and "x1" in world.offsets
     left = cluster.read_topic(world.topic)
     assert not any(r.key in {"1", "3"} for r in left) and any(r.key == "2" for r in left)
 
     first = reconcile_once(spark, binding, tmp_path)
     assert first["mode"] == "full"
-    assert finding_set(first) == set()  # the old code: ('missing', '1') and ('missing', '3')
+    # the old code: a broker-lost gap for item 1's acked record, and rows 1 and 3 missing
+    assert finding_set(first) == set()
     assert first["counts"]["unverifiable"] == 2
-    assert any("delete.retention.ms=1800000" in w and "no earlier run" in w for w in first["warnings"])
+    assert any("delete.retention.ms=0" in w and "no earlier run" in w for w in first["warnings"])
 
-    world.insert(4, age="5 minutes")
+    cluster.set_topic_config(world.topic, {"delete.retention.ms": "1800000"})
     second = reconcile_once(spark, binding, tmp_path)
     assert second["mode"] == "incremental"
-    assert finding_set(second) == {("missing", "4", None, None, None)}
+    # the first run's horizon is kept: without it, the gap (and row 1 broker-lost) came back
+    assert finding_set(second) == set()
     assert second["counts"]["unverifiable"] == 2
-    assert not any("delete.retention.ms" in w for w in second["warnings"])
+    assert not any("delete.retention.ms=" in w for w in second["warnings"])
     cluster.delete_topic(world.topic)
 
 

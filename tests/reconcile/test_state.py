@@ -208,3 +208,12 @@ def test_it_writes_deltas_sorted_by_key_in_each_file(spark: SparkSession, tmp_pa
         assert written == sorted(written), file.name
         seen += written
     assert sorted(seen) == sorted(keys)
+
+
+def test_it_keeps_how_far_the_cleaner_may_have_emptied_keys_through_the_state_file():
+    meta = StateMeta(keys_emptied_until="2027-01-15T11:01:00+00:00", emptied_tracked=True)
+    again = StateMeta.from_json(json.loads(json.dumps(meta.to_json())))
+    assert (again.keys_emptied_until, again.emptied_tracked) == ("2027-01-15T11:01:00+00:00", True)
+    # a state from before runs tracked it vouches for no read of a compacted topic
+    older = StateMeta.from_json({"format": again.to_json()["format"], "run_id": "r1", "read_at_ms": 1})
+    assert (older.keys_emptied_until, older.emptied_tracked) == (None, False)

@@ -405,6 +405,11 @@ def test_an_item_keyed_by_the_record_key_may_have_lost_every_record_to_a_cleaned
     assert "delete.retention.ms=1800000" in reason and "cleaned away with its tombstone" in reason
     # Kafka's default keeps a tombstone a day: an hour-old item cannot have been emptied
     assert _absent("key", COMPACTED, **plain)[0] == "never-produced"
+    # ... nor, with a little more than an hour, one the diagnosis read as it was taken; but a
+    # tombstone removed while it read the records went unseen: its read's end counts
+    longer = TopicCleanup("compact", delete_retention_ms=3_700_000)
+    assert _absent("key", longer, **plain)[0] == "never-produced"
+    assert _absent("key", longer, read_done_ms=NOW_MS + 60_000, **plain)[0] == "unknown"
     # a run found no record with the key ten minutes ago: a record written since cannot be gone
     # with its tombstone unless delete.retention.ms is shorter than that
     cluster = view(record_key="key", cleanup=short, producer_ledger=None, consumer_ledger=None)
