@@ -1095,10 +1095,13 @@ def test_an_item_whose_record_and_tombstone_the_cleaner_removed_unread_is_neithe
         assert err is None, err
         acked[msg.key().decode()] = (msg.partition(), msg.offset())
 
+    # stamped as produce_keyed stamps the tombstones after them: a segment rolls on the record
+    # timestamps (a later one segment.ms past its first), and an earlier stamp never rolls it
+    stamp = int(time.time() * 1000) - 10 * 60 * 1000
     with AuditedProducerV1(config, **ledgers) as probe:
         for item in (1, 2):
             value = json.dumps({"ticket_id": item}).encode()
-            probe.produce(world.topic, value, str(item).encode(), 0, on_delivery=report)
+            probe.produce(world.topic, value, str(item).encode(), 0, on_delivery=report, timestamp=stamp)
         probe.flush(30)
     produce_keyed(world, "x1", "1", None)
 
