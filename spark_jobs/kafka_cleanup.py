@@ -28,6 +28,8 @@ from spark_jobs.kafka_offsets import KafkaReadError
 # Record timestamps come from producers' clocks (CreateTime): the same margin as the stuck
 # diagnosis's completeness checks.
 CLOCK_SLACK_MS = 60_000
+# Kafka's default delete.retention.ms (log.cleaner.delete.retention.ms): a day
+DEFAULT_DELETE_RETENTION_MS = 86_400_000
 
 
 @dataclass(frozen=True)
@@ -38,9 +40,8 @@ class TopicCleanup:
     # message.timestamp.before.max.ms: the broker refuses records stamped longer ago than
     # this (None: no limit; record_times.stamp_lag_ms)
     timestamp_before_max_ms: int | None = None
-    # delete.retention.ms: how long the cleaner keeps a tombstone after it cleaned it (Kafka's
-    # default, a day)
-    delete_retention_ms: int = 86_400_000
+    # delete.retention.ms: how long the cleaner keeps a tombstone after it cleaned it
+    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
 
     @property
     def compacted(self) -> bool:
@@ -107,7 +108,7 @@ def read_topic_cleanup(admin: AdminClient, topic: str, timeout_s: float = 10.0) 
             lag,
             None if retention is None else int(retention),
             None if before_max is None else int(before_max),
-            86_400_000 if delete_retention is None else int(delete_retention),
+            DEFAULT_DELETE_RETENTION_MS if delete_retention is None else int(delete_retention),
         )
     except ValueError as exc:
         raise KafkaReadError(f"topic {topic!r} reports an unreadable cleanup setting: {exc}") from exc

@@ -44,6 +44,7 @@ from spark_jobs.reconcile_transform import (
     UNVERIFIABLE,
     header_problem_counts,
 )
+from spark_jobs.record_times import iso_ms
 
 ROWS_PER_JDBC_PARTITION = 250_000
 
@@ -404,7 +405,7 @@ def compaction_horizon(
         read = (
             "no earlier run is known to have read it"
             if last_read_ms is None
-            else f"the last run began to read it at {_iso_ms(last_read_ms)}, longer ago than that"
+            else f"the last run began to read it at {iso_ms(last_read_ms)}, longer ago than that"
         )
         return (
             until,
@@ -428,10 +429,6 @@ def compaction_horizon(
             "min.compaction.lag.ms to keep records long enough to be audited)"
         ],
     )
-
-
-def _iso_ms(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat()
 
 
 def lost_warnings(plan: OffsetRange, horizon: datetime) -> list[str]:

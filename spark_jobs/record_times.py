@@ -37,7 +37,8 @@ SLACK_MS = 120_000
 UNLIMITED_MS = 1 << 62
 
 
-def _iso(ms: int) -> str:
+def iso_ms(ms: int) -> str:
+    """An epoch-ms instant as ISO 8601 (UTC, to the second), for messages."""
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
 
 
@@ -55,8 +56,8 @@ class Backdated:
 
     def describe(self) -> str:
         return (
-            f"{self.topic}/{self.partition}@{self.offset} carries the timestamp {_iso(self.timestamp_ms)} but was "
-            f"written after {_iso(self.written_after_ms)}, when reconciliation run {self.run_id} read the log end "
+            f"{self.topic}/{self.partition}@{self.offset} carries the timestamp {iso_ms(self.timestamp_ms)} but was "
+            f"written after {iso_ms(self.written_after_ms)}, when reconciliation run {self.run_id} read the log end "
             f"below it: its producer stamps records {(self.written_after_ms - self.timestamp_ms) / 1000:.0f} s or "
             "more before they are written (a replay, a mirror, event time), so the oldest record's timestamp does not "
             "say when the records deleted before it were written"
