@@ -15,6 +15,7 @@ from spark_jobs.binding import (
     Binding,
     BindingError,
 )
+from spark_jobs.group_commits import remember
 from spark_jobs.late_rows import SourceTable, late_rows
 from spark_jobs.mark_rules import rules_from_json, rules_to_json
 from spark_jobs.reconcile_extract import (
@@ -660,5 +661,12 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             read_highs={p: o.high for p, o in kafka["watermarks"].items()},
             backdated=inputs.backdated.to_json() if inputs.backdated else None,
             unprobed_record_ms=inputs.unprobed_record_ms,
+            group_commits=remember(
+                plan.meta.group_commits,
+                kafka["committed"],
+                {p: o.low for p, o in kafka["watermarks"].items()},
+                plan.run_id,
+                plan.read_at_ms,
+            ),
         )
     )

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.binding import Binding, identity_changes
 from spark_jobs.common import cores, is_small, settings_applied, small_job_settings
+from spark_jobs.group_commits import forget
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.kafka_offsets import KafkaReadError, another_topic
 from spark_jobs.late_rows import SourceTable
@@ -331,6 +332,8 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             backdated=memory.backdated,
             unprobed_record_ms=memory.unprobed_record_ms,
             first_marks=memory.first_marks,  # the consumer was probed there, whatever the records
+            # offsets of rewritten partitions (all of a re-created topic) now hold other records
+            group_commits={} if recreated else forget(memory.group_commits, rewritten),
         )
     if recreated and memory is not None:
         # Nothing was lost by the broker: what earlier runs saw was delivered, and went with

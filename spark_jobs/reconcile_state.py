@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from spark_jobs.group_commits import GroupCommits, commits_from_json, commits_to_json
 from spark_jobs.reconcile_transform import (
     CANDIDATE_SCHEMA,
     FINDING_SCHEMA,
@@ -135,6 +136,10 @@ class StateMeta:
     # that is not probed writes to the topic, and the producer ledger's silence does not speak
     # for its records (the stuck diagnosis). Kept by every later run, full ones too.
     unprobed_record_ms: int | None = None
+    # Per consumer group and partition, the highest offset a run saw it commit, which run,
+    # when, and the log start then (group_commits): a group whose offset was deleted or moved
+    # back since did read that far. A rebuild forgets rewritten partitions.
+    group_commits: GroupCommits = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -165,6 +170,7 @@ class StateMeta:
             "identity": self.identity,
             "timestamp_zone": self.timestamp_zone,
             "unprobed_record_ms": self.unprobed_record_ms,
+            "group_commits": commits_to_json(self.group_commits),
         }
 
     @classmethod
@@ -207,7 +213,15 @@ class StateMeta:
             identity={str(k): str(v) for k, v in (data.get("identity") or {}).items()},
             timestamp_zone=str(data["timestamp_zone"]) if data.get("timestamp_zone") else None,
             unprobed_record_ms=_unprobed(data),
+            group_commits=_group_commits(data),
         )
+
+
+def _group_commits(data: dict[str, Any]) -> GroupCommits:
+    try:
+        return commits_from_json(data.get("group_commits"))
+    except ValueError as exc:
+        raise StateError(f"{exc}; run with --full") from exc
 
 
 def _unprobed(data: dict[str, Any]) -> int | None:

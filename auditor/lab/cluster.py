@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from confluent_kafka import Consumer, ElectionType, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    ElectionType,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from django.conf import settings
 
@@ -375,6 +382,17 @@ class Cluster:
             return {p: watermark_offsets(consumer, topic, p) for p in sorted(partitions)}
         finally:
             consumer.close()
+
+    def reset_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """Commit `offsets` for the group, which must have no member: the request
+        kafka-consumer-groups.sh --reset-offsets --execute sends (AlterConsumerGroupOffsets),
+        what an operator does to move a group past records, or back over them."""
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p, o) for p, o in offsets.items()])
+        for future in self.admin.alter_consumer_group_offsets([request]).values():
+            answer = future.result(timeout=30)
+            failed = [tp for tp in answer.topic_partitions if tp.error is not None]
+            if failed:
+                raise LabError(f"resetting {group}'s offsets failed: {failed[0].error}")
 
     def committed(self, group: str, topic: str, partitions: int = 1) -> dict[int, int]:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, "enable.auto.commit": False})

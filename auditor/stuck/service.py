@@ -38,6 +38,7 @@ from auditor.reconcile.memory import (
     indexed_records,
     read_state_meta,
     recall,
+    recall_commits,
     recall_marks,
     recalled_stamps,
     recalled_unprobed,
@@ -312,6 +313,18 @@ def _recall_marks(
         )
 
 
+def _recall_commits(result: DiagnosisResult, view: ClusterView, indexed: IndexedTopic, groups: list[str]) -> None:
+    """The highest offsets reconciliation runs saw the groups commit (GroupState.seen)."""
+    try:
+        recalled = recall_commits(indexed, groups)
+    except StateUnreadable as exc:
+        result.notes.append(f"the offsets reconciliation runs saw the groups commit could not be read: {exc}")
+        return
+    for name, seen in recalled.items():
+        if name in view.groups:
+            view.groups[name].seen = seen
+
+
 def _apply_located(view: ClusterView, located: LocateResult) -> None:
     view.records_scanned = located.records_scanned
     view.keyed_records = located.keyed_records
@@ -470,6 +483,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     if memory.reason:
         result.notes.append(f"the reconciliation state could not be read: {memory.reason}")
     _recall_marks(result, located, indexed, groups, memory)
+    _recall_commits(result, view, indexed, groups)
     try:
         view.mark_rules = rewritten_mark_rules(binding, indexed.index)
     except StateUnreadable as exc:

@@ -16,6 +16,7 @@ from auditor.stuck.evidence import (
     ProcessedMark,
     ms_to_iso,
 )
+from spark_jobs.group_commits import SeenCommit
 from spark_jobs.kafka_cleanup import absent_keys_explained
 
 # Producer clocks drift: a record counts as "certainly still in the log" only this long
@@ -72,6 +73,46 @@ def group_info(group: GroupState, partition: int) -> dict[str, Any]:
         "members": group.members,
         "group_state": group.state,
     }
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where the verdicts take a group to stand on a partition: its committed offset now, or,
+    where that is gone or not past a record, the higher one a reconciliation run saw it commit
+    (GroupState.seen): it had read past the record then."""
+
+    committed: int | None
+    seen: SeenCommit | None = None  # set when the run's sighting stands in for the committed offset
+
+    def describe(self) -> str:
+        if self.seen is None:
+            return f"committed {self.committed}"
+        return f"committed {self.seen.offset} when reconciliation run {self.seen.run_id} read it at " + str(
+            ms_to_iso(self.seen.seen_ms)
+        )
+
+
+def standing(group: GroupState, partition: int, offset: int, present: bool) -> Position:
+    """The group's position for the record at `offset`, and the evidence naming a run's
+    sighting when it stands in. For a record still in the log only a committed offset that
+    is gone is replaced (one moved back below the record means the group will read it
+    again); for a deleted record one moved back is too (it cannot be read again)."""
+    committed = group.committed.get(partition)
+    seen = group.seen.get(partition)
+    if seen is None or not seen.passed(offset) or (committed is not None and committed > offset):
+        return Position(committed)
+    if present and committed is not None:
+        return Position(committed)
+    return Position(seen.offset, seen)
+
+
+def remembered(info: dict[str, Any], at: Position) -> str:
+    """The evidence and the words for a run's sighting standing in for the committed offset."""
+    if at.seen is None:
+        return ""
+    info["seen_commit"] = at.seen.to_json()
+    now = "it has no committed offset there now" if info.get("committed") is None else f"now {info['committed']}"
+    return f" ({now}: deleted, expired or moved back since)"
 
 
 def lag(group: GroupState, state: PartitionState | None, partition: int, now_ms: int) -> dict[str, Any]:

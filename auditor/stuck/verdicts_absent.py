@@ -28,6 +28,8 @@ from auditor.stuck.verdict_outcomes import (
     group_info,
     no_commit,
     place,
+    remembered,
+    standing,
     unprobed_below,
 )
 from auditor.stuck.verdicts_unplaced import acked_unplaced, in_flight, may_be_in_flight, sent_unplaced
@@ -429,7 +431,12 @@ def _deleted(
     for group in view.groups.values():
         info = group_info(group, partition)
         mark = counted_mark(marks.get((group.group, partition, offset)), unclear_until)
-        committed = group.committed.get(partition)
+        at = standing(group, partition, offset, present=False)
+        committed = at.committed
+        # a run saw the group commit past it while it was still in the log: it was not deleted unread
+        seen = group.seen.get(partition)
+        read_in_log = seen is not None and seen.passed_in_log(offset)
+        past = f"{at.describe()}{remembered(info, at)}"
         if mark is not None:
             info["processed"] = mark.as_json()
             outcomes.append(
@@ -456,7 +463,7 @@ def _deleted(
             outcomes.append(
                 Outcome(
                     "unknown",
-                    f"{how} {where}, since deleted; group {group.group} committed past it ({committed}) and whether "
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({past}) and whether "
                     f"it processed it cannot be told ({why or 'no consumer ledger'})",
                     info,
                 )
@@ -466,7 +473,7 @@ def _deleted(
             outcomes.append(
                 Outcome(
                     "unknown",
-                    f"{how} {where}, since deleted; group {group.group} committed past it ({committed}), and the "
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({past}), and the "
                     f"consumer ledger {ledger.topic} no longer holds marks that old: whether it processed it cannot "
                     "be told",
                     info,
@@ -476,7 +483,7 @@ def _deleted(
             outcomes.append(
                 Outcome(
                     "unknown",
-                    f"{how} {where}, since deleted; group {group.group} committed past it ({committed}), but "
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({past}), but "
                     f"{unprobed}: whether it processed it cannot be told",
                     info,
                 )
@@ -485,7 +492,7 @@ def _deleted(
             outcomes.append(
                 Outcome(
                     "unknown",
-                    f"{how} {where}, since deleted; group {group.group} committed past it ({committed}) and marked "
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({past}) and marked "
                     f"records past it processed, but {unclear_why}: those marks may be of records the broker lost",
                     info,
                 )
@@ -501,12 +508,24 @@ def _deleted(
                     info,
                 )
             )
+        elif read_in_log and seen is not None:
+            info["seen_commit"] = seen.to_json()
+            outcomes.append(
+                Outcome(
+                    "skipped",
+                    f"reconciliation run {seen.run_id} saw group {group.group} commit {seen.offset} on partition "
+                    f"{partition} at {ms_to_iso(seen.seen_ms)}, while {where} was still in the log (log start "
+                    f"{seen.log_start}), and no consumer of the group processed it: the offset was committed before "
+                    "processing (the record has since been deleted)",
+                    info,
+                )
+            )
         else:
             outcomes.append(
                 Outcome(
                     "expired",
                     f"{how} {where}, deleted (log start now {state.low}); group {group.group} resumed past it "
-                    f"(committed {committed}) without reading it: the log start moved past it before the group "
+                    f"({past}) without reading it: the log start moved past it before the group "
                     "reached it",
                     info,
                 )

@@ -24,6 +24,8 @@ from auditor.stuck.verdict_outcomes import (
     group_info,
     lag,
     place,
+    remembered,
+    standing,
     unprobed_below,
 )
 
@@ -63,7 +65,8 @@ def _visible_outcome(
     info = group_info(group, record.partition)
     where = f"{view.topic}/{record.partition}@{record.offset}"
     mark = marks.get((group.group, record.partition, record.offset))
-    committed = group.committed.get(record.partition)
+    at = standing(group, record.partition, record.offset, present=True)
+    committed = at.committed
     # Written before the topic's new id was first seen, or where the broker truncated and
     # rewrote the partition: a mark at its offset made then may be of the gone record that
     # held the offset (the deleted topic's, or a lost one), and none may be missing.
@@ -101,21 +104,22 @@ def _visible_outcome(
             f"{unseen}",
             info,
         )
-    # The group committed past it and has no mark for it.
+    # The group committed past it (now, or as a run saw) and has no mark for it.
+    past = at.describe() + remembered(info, at)
     ledger = view.consumer_ledger
     if ledger is None or not ledger.available:
         reason = ledger.reason if ledger else "no consumer ledger"
         return Outcome(
             "unknown",
-            f"group {group.group} committed past {where} (committed {committed}), but the consumer ledger cannot "
-            f"be read ({reason}): processed or skipped cannot be told apart",
+            f"group {group.group} committed past {where} ({past}), but the consumer ledger cannot be read "
+            f"({reason}): processed or skipped cannot be told apart",
             info,
         )
     if group.marks_on_topic == 0:
         return Outcome(
             "unknown",
-            f"group {group.group} committed past {where} (committed {committed}), but it has no processed marks "
-            f"in the consumer ledger {ledger.topic}: its consumer is not probed",
+            f"group {group.group} committed past {where} ({past}), but it has no processed marks in the consumer "
+            f"ledger {ledger.topic}: its consumer is not probed",
             info,
         )
     if ledger.complete_since_ms is None or (
@@ -123,13 +127,14 @@ def _visible_outcome(
     ):
         return Outcome(
             "unknown",
-            f"group {group.group} committed past {where}, but the consumer ledger no longer holds marks that old",
+            f"group {group.group} committed past {where} ({past}), but the consumer ledger no longer holds marks "
+            "that old",
             info,
         )
     if unclear:
         return Outcome(
             "unknown",
-            f"group {group.group} committed past {where} (committed {committed}), but {unclear_why}, and this record "
+            f"group {group.group} committed past {where} ({past}), but {unclear_why}, and this record "
             f"was written before {ms_to_iso(unclear_until)}: a mark of it and one of the gone record that held the "
             "same offset cannot be told apart",
             info,
@@ -138,13 +143,13 @@ def _visible_outcome(
     if unprobed:
         return Outcome(
             "unknown",
-            f"group {group.group} committed past {where} (committed {committed}), but {unprobed}: processed or "
-            "skipped cannot be told apart",
+            f"group {group.group} committed past {where} ({past}), but {unprobed}: processed or skipped cannot be "
+            "told apart",
             info,
         )
     return Outcome(
         "skipped",
-        f"group {group.group} committed past it ({view.topic}/{record.partition}: committed {committed} > offset "
-        f"{record.offset}) but no consumer processed it: the offset was committed before processing",
+        f"group {group.group} committed past it ({view.topic}/{record.partition}: {past} > offset {record.offset}) "
+        "but no consumer processed it: the offset was committed before processing",
         info,
     )

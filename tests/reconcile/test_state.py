@@ -9,6 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
+from spark_jobs.group_commits import SeenCommit, forget, remember
 from spark_jobs.reconcile_state import COMPACT_AFTER, StateError, StateMeta, StateStore, deltas_to_merge
 from spark_jobs.reconcile_transform import KEY_INDEX_SCHEMA, RECORD_SCHEMA
 from tests.support.clock import at_second
@@ -147,6 +148,27 @@ def test_it_keeps_each_groups_first_marks_through_the_state_file():
     again = StateMeta.from_json(json.loads(json.dumps(meta.to_json())))  # keys become text and back
     assert again.first_marks == {"g": {0: 4, 3: 0}}
     assert StateMeta.from_json({"format": meta.to_json()["format"]}).first_marks == {}  # an older state
+
+
+def test_it_keeps_the_highest_offset_each_group_was_seen_to_commit_and_forgets_rewritten_partitions():
+    first = remember({}, [("g", 0, 10), ("g", 1, 3), ("h", 0, 7)], {0: 2, 1: 5}, "r1", 1_000)
+    assert first == {
+        "g": {0: SeenCommit(10, 1_000, "r1", 2), 1: SeenCommit(3, 1_000, "r1", 3)},  # log start past it: capped
+        "h": {0: SeenCommit(7, 1_000, "r1", 2)},
+    }
+    # a later run: g moved back on 0 (kept as seen), forward on 1 (replaced); h's offsets gone (kept)
+    later = remember(first, [("g", 0, 4), ("g", 1, 9)], {0: 6, 1: 6}, "r2", 2_000)
+    assert later["g"] == {0: SeenCommit(10, 1_000, "r1", 2), 1: SeenCommit(9, 2_000, "r2", 6)}
+    assert later["h"] == first["h"]
+    assert forget(later, [0]) == {"g": {1: SeenCommit(9, 2_000, "r2", 6)}}  # h had partition 0 only
+    again = StateMeta.from_json(json.loads(json.dumps(StateMeta(group_commits=later).to_json())))
+    assert again.group_commits == later
+    assert StateMeta.from_json({"format": again.to_json()["format"]}).group_commits == {}  # an older state
+    with pytest.raises(StateError, match="group_commits is malformed"):
+        StateMeta.from_json({"format": again.to_json()["format"], "group_commits": {"g": {"0": {"offset": 1}}}})
+    proof = SeenCommit(10, 1_000, "r1", 2)
+    assert [proof.passed(o) for o in (1, 9, 10)] == [True, True, False]
+    assert [proof.passed_in_log(o) for o in (1, 2, 9, 10)] == [False, True, True, False]
 
 
 def test_it_keeps_what_the_state_is_of_through_the_state_file():

@@ -20,6 +20,7 @@ from auditor.stuck.evidence import (
     StuckRow,
 )
 from auditor.stuck.verdicts import diagnose
+from spark_jobs.group_commits import SeenCommit
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.mark_rules import MarkRule
 from spark_jobs.send_outcome import producer_outcome_ms
@@ -641,3 +642,71 @@ def test_a_deleted_record_of_a_group_without_a_committed_offset_is_expired_only_
     assert d.verdict == "unknown" and "offsets.retention.minutes: 30 min" in d.reason
     cluster.offsets_retention_minutes = None  # not readable
     assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "unknown"
+
+
+SEEN_MS = NOW_MS - 1800_000  # a reconciliation run read the group's offsets half an hour ago
+
+
+def _seen(offset: int, log_start: int = 0) -> dict[int, SeenCommit]:
+    return {0: SeenCommit(offset, SEEN_MS, "run-7", log_start)}
+
+
+def test_a_record_a_run_saw_the_group_commit_past_is_not_waiting_once_its_offset_is_gone() -> None:
+    # The group's offsets were deleted (kafka-consumer-groups --delete-offsets) after a run saw
+    # it commit 6, past the record at offset 4; nobody marked it processed.
+    record = LocatedRecord("TCK-7", 0, 4, NOW_MS - 3500_000, "committed")
+    cluster = view(offsets_retention_minutes=7 * 24 * 60)
+    assert diagnose(ROW, [record], [], {}, cluster).verdict == "waiting"  # what the cluster alone says
+    cluster.groups["g"].seen = _seen(6)
+    d = diagnose(ROW, [record], [], {}, cluster)
+    assert d.verdict == "skipped", d.reason
+    assert "run run-7" in d.reason and "no committed offset there now" in d.reason
+    assert d.evidence["groups"][0]["seen_commit"] == {
+        "offset": 6,
+        "seen_ms": SEEN_MS,
+        "run_id": "run-7",
+        "log_start": 0,
+    }
+    # without a processed ledger: committed past, processed or skipped cannot be told
+    cluster.groups["g"].marks_on_topic = 0
+    assert diagnose(ROW, [record], [], {}, cluster).verdict == "unknown"
+    # a sighting not past the record changes nothing
+    cluster.groups["g"].seen = _seen(4)
+    assert diagnose(ROW, [record], [], {}, cluster).verdict == "waiting"
+
+
+def test_a_record_whose_group_moved_back_below_it_waits_to_be_read_again() -> None:
+    record = LocatedRecord("TCK-7", 0, 4, NOW_MS - 3500_000, "committed")
+    cluster = view(committed=2)  # reset to 2 (a replay): the group reads offset 4 again
+    cluster.groups["g"].seen = _seen(6)
+    assert diagnose(ROW, [record], [], {}, cluster).verdict == "waiting"
+
+
+def test_a_deleted_record_a_run_saw_the_group_commit_past_in_the_log_is_skipped_not_expired() -> None:
+    cluster = view(low=8, committed=10, offsets_retention_minutes=7 * 24 * 60)
+    # the cluster alone: committed past, no mark, no later record processed: the log start
+    # may have moved past it before the group reached it
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "expired"
+    cluster.groups["g"].seen = _seen(6, log_start=0)  # a run saw the group past it while it was in the log
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)
+    assert d.verdict == "skipped" and "still in the log (log start 0)" in d.reason, d.reason
+    # seen past it only once the log start had passed it: nothing proves it was read in time
+    cluster.groups["g"].seen = _seen(6, log_start=5)
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "expired"
+
+
+def test_a_deleted_record_is_not_expired_unread_when_a_run_saw_the_group_past_it_before_its_offset_went() -> None:
+    # no committed offset now, and young enough that no commit can have expired: the cluster
+    # alone says the group never reached it
+    cluster = view(low=8, offsets_retention_minutes=7 * 24 * 60)
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "expired"
+    cluster.groups["g"].seen = _seen(6)
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)
+    assert d.verdict == "skipped", d.reason
+    # moved back below it since (a reset to replay): the record cannot be read again, the sighting stands
+    cluster.groups["g"].committed = {0: 3}
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "skipped"
+    # a plain consumer: processed or skipped cannot be told
+    cluster.groups["g"].marks_on_topic = 0
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)
+    assert d.verdict == "unknown" and "run run-7" in d.reason and "now 3" in d.reason, d.reason

@@ -15,7 +15,9 @@ CRASH_AT = 11  # the 11th record received
 AUTO_CRASH_AT = 4
 
 
-def _pipeline(world: World, probed: bool) -> None:
+def ticket_pipeline(world: World, probed: bool) -> None:
+    """A 3-replica topic with TICKETS produced (acks=all), their rows NEW and stuck-aged, a
+    binding naming the world's group and a stuck rule."""
     world.make_topic(replication=3, min_insync_replicas="2")
     world.make_table()
     world.make_binding(groups=[world.group])
@@ -61,7 +63,7 @@ def crash_at_most_once_kip848(world: World) -> Outcome:
 
 
 def _at_most_once(world: World, probed: bool, **client: str) -> Outcome:
-    _pipeline(world, probed)
+    ticket_pipeline(world, probed)
     crashed = world.consume("at-most-once", crash_at=CRASH_AT, probed=probed, **client)
     injected_at = time.monotonic()
     # The application comes back and stays up; its group has a member while the auditor looks
@@ -115,7 +117,7 @@ def crash_at_least_once_plain(world: World) -> Outcome:
 
 
 def _at_least_once(world: World, probed: bool) -> Outcome:
-    _pipeline(world, probed)
+    ticket_pipeline(world, probed)
     crashed = world.consume("at-least-once", crash_at=CRASH_AT, probed=probed)
     injected_at = time.monotonic()
     # The restarted member may wait for the dead one's session to end before it is assigned.
@@ -153,7 +155,7 @@ def processed_not_updated_plain(world: World) -> Outcome:
 
 
 def _not_updated(world: World, probed: bool) -> Outcome:
-    _pipeline(world, probed)
+    ticket_pipeline(world, probed)
     world.consume("at-least-once", fail_update_at=CRASH_AT, probed=probed, records=len(TICKETS))
     injected_at = time.monotonic()
     rows = world.rows()
@@ -190,7 +192,7 @@ def crash_auto_commit_plain(world: World) -> Outcome:
 
 
 def _auto_commit(world: World, probed: bool) -> Outcome:
-    _pipeline(world, probed)
+    ticket_pipeline(world, probed)
     # Processing outlasts the commit interval: the timer commits a polled record's offset
     # (enable.auto.offset.store) before its processing ends, as seed 004 describes.
     crashed = world.consume("auto", crash_at=AUTO_CRASH_AT, probed=probed, auto_commit_ms=1000, slow_ms=1500)
@@ -250,7 +252,7 @@ def rebalance_mid_batch_plain(world: World) -> Outcome:
 
 
 def _rebalance(world: World, probed: bool) -> Outcome:
-    _pipeline(world, probed)
+    ticket_pipeline(world, probed)
     slow = world.start_consumer(
         "at-least-once", probed=probed, batch=BATCH, slow_ms=SLOW_MS, max_poll_interval_ms=MAX_POLL_MS
     )

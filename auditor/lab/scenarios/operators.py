@@ -1,0 +1,118 @@
+"""An operator moves a consumer group's committed offsets (seed 004's offset management):
+`kafka-consumer-groups.sh --reset-offsets --execute` while the group has no member. Forward,
+the records jumped over are never processed although nothing crashed; back, every record
+after the new offset is processed again."""
+
+from __future__ import annotations
+
+import time
+
+from auditor.lab.cluster import LabError, wait_until
+from auditor.lab.compare import Outcome, merge
+from auditor.lab.registry import scenario
+from auditor.lab.scenarios.consumers import TICKETS, ticket_pipeline
+from auditor.lab.workload import produce
+from auditor.lab.world import World
+
+FIRST = 10  # tickets processed before the reset
+LATER = list(range(31, 36))  # produced after it, processed by the restarted consumer
+
+
+@scenario(
+    "offsets-reset-to-latest",
+    "the consumer processes 10 of 30 records and stops; an operator resets the group's offsets to the log "
+    "end (to get past a backlog); restarted, it processes only what comes after: the 20 jumped over are "
+    "skipped, and unprocessed for reconciliation (AuditedConsumer)",
+)
+def offsets_reset_to_latest(world: World) -> Outcome:
+    return _to_latest(world, probed=True)
+
+
+@scenario(
+    "offsets-reset-to-latest-plain",
+    "as offsets-reset-to-latest with plain clients: was a committed record processed? unknown",
+)
+def offsets_reset_to_latest_plain(world: World) -> Outcome:
+    return _to_latest(world, probed=False)
+
+
+def _to_latest(world: World, probed: bool) -> Outcome:
+    ticket_pipeline(world, probed)
+    world.consume("at-least-once", probed=probed, records=FIRST)
+    before = world.reconcile()  # the auditor has read the pipeline before the operator acts
+    ends = {p: high for p, (_, high) in world.cluster.watermarks(world.topic).items()}
+    world.cluster.reset_offsets(world.group, world.topic, ends)
+    injected_at = time.monotonic()
+    # The application goes on with new tickets, which it processes: only the jumped-over are stuck.
+    world.insert(LATER)
+    reports = produce(world.cluster.bootstrap, world.topic, LATER, {"acks": "all"}, probed=probed)
+    if any(d.error for d in reports):
+        raise RuntimeError(f"the workload's sends failed: {[d.error for d in reports if d.error][:3]}")
+    world.start_consumer("at-least-once", probed=probed)
+    wait_until(lambda: all(world.processed().get(t) for t in LATER), 120, "the restarted consumer to process")
+    rows, processed = world.rows(), world.processed()
+    committed = world.cluster.committed(world.group, world.topic)
+    position = {r.key: r.offset for r in world.cluster.read_topic(world.topic)}
+    # Ground truth: rows still NEW that nobody processed although the group committed past them.
+    skipped = {
+        str(i)
+        for i, status in rows.items()
+        if status == "NEW" and not processed.get(i) and position.get(str(i), 1 << 62) < committed.get(0, -1)
+    }
+    if not skipped:
+        raise LabError(f"the fault did not happen: nothing was jumped over (committed {committed})")
+    world.notes.append(f"reset to {ends}; committed {committed}; never processed: {len(skipped)} tickets")
+    verdicts = {"stuck:skipped", "unprocessed"} if probed else {"stuck:unknown"}
+    expected = {key: set(verdicts) for key in skipped}
+    expected |= world.expected_group_risks()  # none: the consumer is running
+    found = world.reconcile()
+    stuck = world.stuck()
+    world.notes += [f"{key}: {reason}" for key, reason in sorted(stuck.reasons.items())][:3]
+    return Outcome(
+        injected=f"group offsets reset to the log end {ends} after {FIRST} of {len(TICKETS)} records"
+        + ("" if probed else ", plain clients"),
+        expected=expected,
+        got=merge(before.verdicts, found.verdicts, stuck.verdicts),
+        detect_s=max(found.finished_monotonic, stuck.finished_monotonic) - injected_at,
+    )
+
+
+@scenario(
+    "offsets-reset-to-earliest",
+    "the consumer processes all 30 records; an operator resets the group's offsets to the log start (to "
+    "replay); restarted, it processes every record again: reprocessed (AuditedConsumer)",
+)
+def offsets_reset_to_earliest(world: World) -> Outcome:
+    return _to_earliest(world, probed=True)
+
+
+@scenario(
+    "offsets-reset-to-earliest-plain",
+    "as offsets-reset-to-earliest with plain clients: without a processed ledger a replay leaves no trace",
+)
+def offsets_reset_to_earliest_plain(world: World) -> Outcome:
+    return _to_earliest(world, probed=False)
+
+
+def _to_earliest(world: World, probed: bool) -> Outcome:
+    ticket_pipeline(world, probed)
+    world.consume("at-least-once", probed=probed, records=len(TICKETS))
+    before = world.reconcile()  # every record processed once, seen so by the auditor
+    starts = {p: low for p, (low, _) in world.cluster.watermarks(world.topic).items()}
+    world.cluster.reset_offsets(world.group, world.topic, starts)
+    injected_at = time.monotonic()
+    world.consume("at-least-once", probed=probed, records=len(TICKETS))
+    processed = world.processed()
+    again = {str(i) for i, n in processed.items() if n > 1}
+    if not again:
+        raise LabError(f"the fault did not happen: nothing was processed twice ({processed})")
+    world.notes.append(f"reset to {starts}; processed twice: {len(again)} tickets")
+    expected = {key: {"reprocessed"} for key in again} if probed else {}
+    found = world.reconcile()
+    return Outcome(
+        injected=f"group offsets reset to the log start {starts} after every record was processed"
+        + ("" if probed else ", plain clients"),
+        expected=expected,
+        got=merge(before.verdicts, found.verdicts),
+        detect_s=(found.finished_monotonic - injected_at) if expected else None,
+    )
