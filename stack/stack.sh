@@ -476,5 +476,13 @@ case "$cmd" in
       || fail "usage: stack.sh reassign TOPIC PARTITION BROKER[,BROKER...]"
     kafka_java "$ROOT/stack/kafka/Reassign.java" "$(bootstrap_servers "$(brokers_configured)")" \
       "$topic" "$partition" "$replicas" 2>&1 | grep -v '^SLF4J' ;;
-  *) echo "usage: stack/stack.sh up [--brokers 1|3] | down | status | broker stop|kill|start|pause|resume|pid ID | reassign TOPIC PARTITION BROKERS" >&2; exit 2 ;;
+  delete-offsets)
+    # Delete a group's committed offsets (kafka-consumer-groups.sh --delete-offsets): the lab's
+    # operator deleting them while the group has no member (stack/kafka/DeleteOffsets.java).
+    group=${1:-}; topic=${2:-}; partitions=${3:-}
+    [[ -n $group && -n $topic && $partitions =~ ^[0-9]+(,[0-9]+)*$ ]] \
+      || fail "usage: stack.sh delete-offsets GROUP TOPIC PARTITION[,PARTITION...]"
+    kafka_java "$ROOT/stack/kafka/DeleteOffsets.java" "$(bootstrap_servers "$(brokers_configured)")" \
+      "$group" "$topic" "$partitions" 2>&1 | grep -v '^SLF4J' ;;
+  *) echo "usage: stack/stack.sh up [--brokers 1|3] | down | status | broker stop|kill|start|pause|resume|pid ID | reassign TOPIC PARTITION BROKERS | delete-offsets GROUP TOPIC PARTITIONS" >&2; exit 2 ;;
 esac

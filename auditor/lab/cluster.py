@@ -394,6 +394,12 @@ class Cluster:
             if failed:
                 raise LabError(f"resetting {group}'s offsets failed: {failed[0].error}")
 
+    def delete_offsets(self, group: str, topic: str, partitions: list[int]) -> None:
+        """Delete the group's committed offsets of these partitions (kafka-consumer-groups.sh
+        --delete-offsets; stack.sh delete-offsets), once no member of the group is subscribed to
+        the topic (one killed -9 stays until its session times out)."""
+        self._stack_script(120, "delete-offsets", group, topic, ",".join(str(p) for p in partitions))
+
     def committed(self, group: str, topic: str, partitions: int = 1) -> dict[int, int]:
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, "enable.auto.commit": False})
         try:

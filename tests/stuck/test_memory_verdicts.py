@@ -238,6 +238,49 @@ def test_it_names_records_a_run_saw_and_the_broker_no_longer_has_broker_lost(
         kafka_admin.delete_topics([topic])
 
 
+def test_records_a_run_saw_the_group_commit_past_are_neither_waiting_nor_expired_once_its_offsets_are_deleted(
+    plain: PlainPipeline, kafka_admin: AdminClient, spark
+) -> None:
+    """A plain consumer read tickets 1-3 and committed past them, but their rows stay NEW; a
+    run reads the pipeline; an operator deletes the group's offsets (kafka-consumer-groups
+    --delete-offsets) and retention deletes tickets 1 and 2. The cluster alone shows a group
+    that never read anything: tickets 1-2 expired unread, 3 waiting. The run saw it commit past
+    them: processed or skipped, which a plain consumer cannot tell (unknown), naming the run."""
+    plain.insert(*range(1, 7))
+    plain.produce(0, *range(1, 7))
+    consumer = Consumer({"bootstrap.servers": plain.bootstrap, "group.id": plain.group, "enable.auto.commit": False})
+    try:
+        past = plain.delivered[3][1] + 1  # the consumer's commit after ticket 3
+        consumer.commit(offsets=[TopicPartition(plain.topic, 0, past)], asynchronous=False)
+    finally:
+        consumer.close()
+    rule = rule_for(plain)
+    run = reconcile(rule)
+
+    LabCluster(plain.bootstrap).delete_offsets(plain.group, plain.topic, [0])
+    delete_records(kafka_admin, [TopicPartition(plain.topic, 0, plain.delivered[3][1])])
+
+    # Ground truth: the commit made above, the group's offsets now, a full read of the topic.
+    check = Consumer({"bootstrap.servers": plain.bootstrap, "group.id": plain.group})
+    try:
+        assert check.committed([TopicPartition(plain.topic, 0)], timeout=10)[0].offset < 0  # none any more
+    finally:
+        check.close()
+    now = plain.topic_now()
+    in_topic = set(now.values())
+    deleted = set(plain.delivered) - in_topic
+    passed = {t for t, (_, offset) in plain.delivered.items() if offset < past}
+    assert deleted == {1, 2} and passed == {1, 2, 3} and in_topic == {3, 4, 5, 6}
+
+    verdicts = diagnose(rule, spark)
+    assert {k: v for k, (v, _) in verdicts.items()} == (
+        dict.fromkeys(map(str, passed), "unknown") | dict.fromkeys(map(str, in_topic - passed), "waiting")
+    )
+    for ticket in passed:
+        reason = verdicts[str(ticket)][1]
+        assert f"reconciliation run {run.job_run_id}" in reason and "no committed offset there now" in reason, reason
+
+
 def test_records_of_a_topic_deleted_and_created_again_are_not_called_broker_lost(
     plain: PlainPipeline, kafka_admin: AdminClient, spark
 ) -> None:

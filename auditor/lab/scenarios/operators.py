@@ -1,7 +1,8 @@
-"""An operator moves a consumer group's committed offsets (seed 004's offset management):
-`kafka-consumer-groups.sh --reset-offsets --execute` while the group has no member. Forward,
-the records jumped over are never processed although nothing crashed; back, every record
-after the new offset is processed again."""
+"""An operator moves or deletes a consumer group's committed offsets (seed 004's offset
+management): `kafka-consumer-groups.sh --reset-offsets --execute` or `--delete-offsets` while
+the group has no member. Forward, the records jumped over are never processed although
+nothing crashed; back, every record after the new offset is processed again; deleted, the
+cluster no longer shows how far the group had read."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 from auditor.lab.cluster import LabError, wait_until
 from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
-from auditor.lab.scenarios.consumers import TICKETS, ticket_pipeline
+from auditor.lab.scenarios.consumers import CRASH_AT, TICKETS, ticket_pipeline
 from auditor.lab.workload import produce
 from auditor.lab.world import World
 
@@ -115,4 +116,67 @@ def _to_earliest(world: World, probed: bool) -> Outcome:
         expected=expected,
         got=merge(before.verdicts, found.verdicts),
         detect_s=(found.finished_monotonic - injected_at) if expected else None,
+    )
+
+
+DELETED_BELOW = 13  # retention standing in: the first 13 records deleted
+
+
+@scenario(
+    "offsets-deleted",
+    "an at-most-once consumer commits record 11 and is killed -9 before processing it; a run reads the "
+    "pipeline; an operator deletes the group's offsets and retention deletes records 1-13: record 11 is "
+    "skipped (a run saw the group commit past it), 12-13 expired, the rest waiting (AuditedConsumer)",
+)
+def offsets_deleted(world: World) -> Outcome:
+    return _deleted(world, probed=True)
+
+
+@scenario(
+    "offsets-deleted-plain",
+    "as offsets-deleted with plain clients: record 11, committed past and unprocessed, is unknown (no "
+    "processed ledger), never expired",
+)
+def offsets_deleted_plain(world: World) -> Outcome:
+    return _deleted(world, probed=False)
+
+
+def _deleted(world: World, probed: bool) -> Outcome:
+    ticket_pipeline(world, probed)
+    crashed = world.consume("at-most-once", crash_at=CRASH_AT, probed=probed)
+    committed = world.cluster.committed(world.group, world.topic)
+    position = {r.key: r.offset for r in world.cluster.read_topic(world.topic)}
+    before = world.reconcile()  # a run sees the group's committed offset
+    world.cluster.delete_offsets(world.group, world.topic, [0])  # once the killed member's session ended
+    world.cluster.delete_records(world.topic, {0: DELETED_BELOW})
+    injected_at = time.monotonic()
+    rows, processed = world.rows(), world.processed()
+    if world.cluster.committed(world.group, world.topic):
+        raise LabError("the fault did not happen: the group still has committed offsets")
+    # Ground truth: the client's commit before the fault, the topic read then, the database.
+    skipped = verdict = "stuck:skipped" if probed else "stuck:unknown"
+    expected: dict[str, set[str]] = {}
+    for ticket, status in rows.items():
+        key, offset = str(ticket), position.get(str(ticket))
+        if status != "NEW" or processed.get(ticket) or offset is None:
+            continue
+        if offset < committed.get(0, -1):  # committed past, never processed
+            expected[key] = {skipped, "unprocessed"} if probed else {verdict}
+        elif offset < DELETED_BELOW:  # deleted before the group reached it
+            expected[key] = {"stuck:expired"}
+        else:
+            expected[key] = {"stuck:waiting"}
+    if not any(skipped in v for v in expected.values()):
+        raise LabError(f"the fault did not happen: no record was committed past unprocessed (exit {crashed})")
+    world.notes.append(f"consumer exit {crashed}; committed {committed} before the offsets were deleted")
+    expected |= world.expected_group_risks()
+    found = world.reconcile()
+    stuck = world.stuck()
+    world.notes += [f"{key}: {reason}" for key, reason in sorted(stuck.reasons.items())][:3]
+    return Outcome(
+        injected=f"at-most-once consumer killed -9 after committing record {CRASH_AT}; a run; the group's offsets "
+        f"deleted; records below offset {DELETED_BELOW} deleted" + ("" if probed else ", plain clients"),
+        expected=expected,
+        got=merge(before.verdicts, found.verdicts, stuck.verdicts),
+        detect_s=stuck.finished_monotonic - injected_at,
     )
