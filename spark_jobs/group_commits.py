@@ -5,7 +5,7 @@ A group's committed offset only says where it stands now. An operator can delete
 expires it once the group has been empty long enough. After that, nothing in the cluster
 shows that the group once read past a record. The state keeps, per group and partition, the
 highest offset a run saw the group commit, which run saw it and when, and where the
-partition's log started then. The stuck diagnosis reads it (state.json `group_commits`):
+partition's log started then. The stuck diagnosis and the runs' `unprocessed` findings read it (state.json `group_commits`):
 - a group with no committed offset now, seen past a record, did read that far (it is not
   waiting for the record);
 - a group seen past a deleted record while the record was still in the log reached it
@@ -67,6 +67,22 @@ def remember(
             low = min(log_starts.get(partition, 0), offset)
             kept[group][partition] = SeenCommit(int(offset), seen_ms, run_id, low)
     return kept
+
+
+def standing_in(
+    committed: Iterable[tuple[str, int, int]], commits: Mapping[str, Mapping[int, SeenCommit]], groups: Iterable[str]
+) -> list[tuple[str, int, int]]:
+    """The committed offsets a run judges `unprocessed` by: each of `groups`' offsets now, and
+    where a group has none now on a partition, the highest a run saw it commit there (deleted
+    or expired since: the group had read that far). An offset moved back stays as it is: the
+    group reads those records again."""
+    rows = list(committed)
+    now = {(group, partition) for group, partition, _ in rows}
+    for group in groups:
+        for partition, seen in sorted(commits.get(group, {}).items()):
+            if (group, partition) not in now:
+                rows.append((group, partition, seen.offset))
+    return rows
 
 
 def forget(commits: Mapping[str, Mapping[int, SeenCommit]], partitions: Iterable[int]) -> GroupCommits:

@@ -15,7 +15,7 @@ from spark_jobs.binding import (
     Binding,
     BindingError,
 )
-from spark_jobs.group_commits import remember
+from spark_jobs.group_commits import remember, standing_in
 from spark_jobs.late_rows import SourceTable, late_rows
 from spark_jobs.mark_rules import rules_from_json, rules_to_json
 from spark_jobs.reconcile_extract import (
@@ -372,7 +372,12 @@ def extract_inputs(
         producer_entries=producer_entries,
         producer_bounds=producer_bounds,
         processed=processed,
-        committed=local_frame(spark, plan.kafka["committed"], COMMITTED_SCHEMA),
+        # a group whose offsets were deleted since a run saw them had read that far
+        committed=local_frame(
+            spark,
+            standing_in(plan.kafka["committed"], plan.meta.group_commits, binding.consumer_groups),
+            COMMITTED_SCHEMA,
+        ),
         groups=local_frame(spark, [(g,) for g in binding.consumer_groups], "group string"),
         held=behind_open,
         source=source,

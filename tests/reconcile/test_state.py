@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from spark_jobs.group_commits import SeenCommit, forget, remember
+from spark_jobs.group_commits import SeenCommit, forget, remember, standing_in
 from spark_jobs.reconcile_state import COMPACT_AFTER, StateError, StateMeta, StateStore, deltas_to_merge
 from spark_jobs.reconcile_transform import KEY_INDEX_SCHEMA, RECORD_SCHEMA
 from tests.support.clock import at_second
@@ -166,6 +166,9 @@ def test_it_keeps_the_highest_offset_each_group_was_seen_to_commit_and_forgets_r
     assert StateMeta.from_json({"format": again.to_json()["format"]}).group_commits == {}  # an older state
     with pytest.raises(StateError, match="group_commits is malformed"):
         StateMeta.from_json({"format": again.to_json()["format"], "group_commits": {"g": {"0": {"offset": 1}}}})
+    # unprocessed is judged by a group's offset now, or where it has none, by the one seen
+    assert standing_in([("g", 0, 4)], later, ["g", "h", "x"]) == [("g", 0, 4), ("g", 1, 9), ("h", 0, 7)]
+    assert standing_in([("g", 0, 4)], later, ["g"]) == [("g", 0, 4), ("g", 1, 9)]  # h is not the binding's now
     proof = SeenCommit(10, 1_000, "r1", 2)
     assert [proof.passed(o) for o in (1, 9, 10)] == [True, True, False]
     assert [proof.passed_in_log(o) for o in (1, 2, 9, 10)] == [False, True, True, False]
