@@ -428,7 +428,10 @@ def find_unprocessed(
         session=F.col("session"),
         seq=F.col("seq"),
         group=F.col("group"),
-        evidence=F.to_json(F.struct(F.col("committed").alias("committed_offset"))),
+        # seen_by (a run that saw the offset, gone since) is left out of the JSON when null
+        evidence=F.to_json(
+            F.struct(F.col("committed").alias("committed_offset"), F.col("seen_by").alias("seen_by_run"))
+        ),
     )
 
 

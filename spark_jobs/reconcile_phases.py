@@ -669,7 +669,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             group_commits=remember(
                 plan.meta.group_commits,
                 kafka["committed"],
-                {p: o.low for p, o in kafka["watermarks"].items()},
+                {p: (o.low, o.high) for p, o in kafka["watermarks"].items()},
                 plan.run_id,
                 plan.read_at_ms,
             ),

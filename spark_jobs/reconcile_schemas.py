@@ -120,8 +120,15 @@ REPROCESSED_SCHEMA = StructType(
     ]
 )
 CANDIDATE_SCHEMA = StructType([StructField("group", StringType()), *RECORD_SCHEMA.fields])
+# A group's committed offset a run judges by: the group's now (seen_by null), or, where it has
+# none now, the highest a run saw it commit (seen_by: that run; spark_jobs/group_commits).
 COMMITTED_SCHEMA = StructType(
-    [StructField("group", StringType()), StructField("partition", IntegerType()), StructField("committed", LongType())]
+    [
+        StructField("group", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("committed", LongType()),
+        StructField("seen_by", StringType()),
+    ]
 )
 # Per partition of the topic: log start offset and the end of what this run has read.
 WATERMARK_SCHEMA = StructType(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -34,7 +34,7 @@ from auditor.stuck.evidence import (
     Sighting,
 )
 from spark_jobs.binding import identity_changes, state_identity
-from spark_jobs.group_commits import SeenCommit, commits_from_json
+from spark_jobs.group_commits import SeenCommits, commits_from_json
 from spark_jobs.kafka_offsets import KafkaReadError, another_topic, rewritten_partitions
 from spark_jobs.mark_rules import MarkRule, rules_from_json
 from spark_jobs.record_times import Backdated, find_backdated, written_after_read
@@ -304,25 +304,31 @@ def indexed_records(
     return found
 
 
-def recall_commits(indexed: IndexedTopic, groups: Sequence[str]) -> dict[str, dict[int, SeenCommit]]:
-    """The highest offset reconciliation runs saw each of `groups` commit per partition
+def recall_commits(
+    indexed: IndexedTopic, groups: Sequence[str], topic_id: str | None
+) -> dict[str, dict[int, SeenCommits]]:
+    """What reconciliation runs saw of `groups`' committed offsets per partition
     (spark_jobs.group_commits), where the key index vouches that the log was not rewritten
-    since (`indexed.starts`): there an offset still means the record the run saw. Capped at
-    that bound. StateUnreadable when the state's entry is malformed."""
+    since the last run (`indexed.starts`): there an offset still means the record the run
+    saw. Cut at that bound. Nothing when the topic's id (`topic_id`, read by the diagnosis)
+    is not the one the last run read: the topic was created again, and its offsets hold
+    other records. StateUnreadable when the state's entry is malformed."""
     if indexed.index is None or indexed.reason is not None or not groups:
         return {}
+    meta = indexed.index.meta
+    if another_topic(meta.get("topic_id"), topic_id):
+        return {}
     try:
-        seen = commits_from_json(indexed.index.meta.get("group_commits"))
+        seen = commits_from_json(meta.get("group_commits"))
     except ValueError as exc:
         raise StateUnreadable(str(exc)) from exc
-    recalled: dict[str, dict[int, SeenCommit]] = {}
+    recalled: dict[str, dict[int, SeenCommits]] = {}
     for group in groups:
-        for partition, commit in seen.get(group, {}).items():
+        for partition, commits in seen.get(group, {}).items():
             bound = indexed.starts.get(partition)
-            if bound is None:
-                continue
-            capped = replace(commit, offset=min(commit.offset, bound), log_start=min(commit.log_start, bound))
-            recalled.setdefault(group, {})[partition] = capped
+            kept = commits.below(bound) if bound is not None else None
+            if kept is not None:
+                recalled.setdefault(group, {})[partition] = kept
     return recalled
 
 

@@ -12,7 +12,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from auditor.lint.engine.terms import Overtaken
-from spark_jobs.group_commits import SeenCommit
+from spark_jobs.group_commits import SeenCommits
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.mark_rules import MarkRule, covering
 from spark_jobs.send_outcome import SEND_OUTCOME_MS
@@ -194,10 +194,11 @@ class GroupState:
     # per partition, where the log start has passed the offset the group committed, confirmed
     # by a read of the committed offsets after the log start's
     overtaken: dict[int, Overtaken] = field(default_factory=dict)
-    # per partition, the highest offset a reconciliation run saw the group commit, where the
-    # log was not rewritten since (memory.recall_commits): it had read that far, whatever its
-    # committed offset says now (deleted or moved back since)
-    seen: dict[int, SeenCommit] = field(default_factory=dict)
+    # per partition, what reconciliation runs saw of its committed offset, where the log was
+    # not rewritten since (memory.recall_commits): it had gone that far, whatever its committed
+    # offset says now (deleted or moved back since), and past which records while they were
+    # in the log
+    seen: dict[int, SeenCommits] = field(default_factory=dict)
 
     def unseen_position(self, partition: int) -> bool:
         """Its members read the partition but it has never committed there: where they are is

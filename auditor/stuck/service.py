@@ -314,9 +314,9 @@ def _recall_marks(
 
 
 def _recall_commits(result: DiagnosisResult, view: ClusterView, indexed: IndexedTopic, groups: list[str]) -> None:
-    """The highest offsets reconciliation runs saw the groups commit (GroupState.seen)."""
+    """What reconciliation runs saw of the groups' committed offsets (GroupState.seen)."""
     try:
-        recalled = recall_commits(indexed, groups)
+        recalled = recall_commits(indexed, groups, view.topic_id)
     except StateUnreadable as exc:
         result.notes.append(f"the offsets reconciliation runs saw the groups commit could not be read: {exc}")
         return

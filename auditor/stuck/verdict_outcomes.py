@@ -16,7 +16,7 @@ from auditor.stuck.evidence import (
     ProcessedMark,
     ms_to_iso,
 )
-from spark_jobs.group_commits import SeenCommit
+from spark_jobs.group_commits import SeenCommits
 from spark_jobs.kafka_cleanup import absent_keys_explained
 
 # Producer clocks drift: a record counts as "certainly still in the log" only this long
@@ -78,41 +78,49 @@ def group_info(group: GroupState, partition: int) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Position:
     """Where the verdicts take a group to stand on a partition: its committed offset now, or,
-    where that is gone or not past a record, the higher one a reconciliation run saw it commit
-    (GroupState.seen): it had read past the record then."""
+    where that is gone (or, for a deleted record, not past it), the highest offset
+    reconciliation runs saw it commit (GroupState.seen): it had gone past the record then."""
 
     committed: int | None
-    seen: SeenCommit | None = None  # set when the run's sighting stands in for the committed offset
+    seen: SeenCommits | None = None  # set when the runs' sighting stands in for the committed offset
 
     def describe(self) -> str:
         if self.seen is None:
             return f"committed {self.committed}"
-        return f"committed {self.seen.offset} when reconciliation run {self.seen.run_id} read it at " + str(
-            ms_to_iso(self.seen.seen_ms)
+        latest = self.seen.latest
+        return f"committed {self.seen.offset} when reconciliation run {latest.last_run} read it at " + str(
+            ms_to_iso(latest.seen_ms)
         )
 
 
 def standing(group: GroupState, partition: int, offset: int, present: bool) -> Position:
-    """The group's position for the record at `offset`, and the evidence naming a run's
-    sighting when it stands in. For a record still in the log only a committed offset that
-    is gone is replaced (one moved back below the record means the group will read it
-    again); for a deleted record one moved back is too (it cannot be read again)."""
+    """The group's position for the record at `offset`. For a deleted record (not `present`),
+    a committed offset gone or not past it is replaced by a run's sighting past it: the record
+    cannot be read again. For a record still in the log only a committed offset that is gone
+    is, and only while no member of the group may be reading the partition: one moved back, or
+    members replaying from auto.offset.reset, read it again."""
     committed = group.committed.get(partition)
     seen = group.seen.get(partition)
     if seen is None or not seen.passed(offset) or (committed is not None and committed > offset):
         return Position(committed)
-    if present and committed is not None:
-        return Position(committed)
+    if present:
+        maybe_reading = group.members is None or (
+            group.members > 0 and (group.assigned is None or partition in group.assigned)
+        )
+        if committed is not None or maybe_reading:
+            return Position(committed)
     return Position(seen.offset, seen)
 
 
-def remembered(info: dict[str, Any], at: Position) -> str:
-    """The evidence and the words for a run's sighting standing in for the committed offset."""
+def judged_by(info: dict[str, Any], at: Position) -> str:
+    """How a verdict that rests on the group's position names it, with the runs' sighting in
+    the evidence (`seen_commits`) where it stands in for the committed offset now
+    (`info["committed"]`)."""
     if at.seen is None:
-        return ""
-    info["seen_commit"] = at.seen.to_json()
+        return at.describe()
+    info["seen_commits"] = at.seen.to_json()
     now = "it has no committed offset there now" if info.get("committed") is None else f"now {info['committed']}"
-    return f" ({now}: deleted, expired or moved back since)"
+    return f"{at.describe()} ({now}: deleted, expired or moved back since)"
 
 
 def lag(group: GroupState, state: PartitionState | None, partition: int, now_ms: int) -> dict[str, Any]:

@@ -16,7 +16,10 @@ Decision, in order:
    record is not below the group's first processed mark on its partition, below which the
    application may have read it before it was probed; otherwise unknown). A mark the
    ledger deleted after a reconciliation run read it counts (recalled from the run's
-   state). Across records and groups: processed > waiting > unknown > skipped.
+   state). A group with no committed offset now that reconciliation runs saw commit past the
+   record (state.json `group_commits`: deleted or expired since), and no member of it that
+   may be reading the partition, is judged as committed past it.
+   Across records and groups: processed > waiting > unknown > skipped.
 3. Only in a transaction still open (past the last stable offset) -> waiting; only in
    aborted transactions -> aborted.
 4. Not in the topic at all (needs the producer ledger, else unknown):
@@ -25,7 +28,9 @@ Decision, in order:
    reached it -> expired; committed past it: unknown when the consumer ledger no longer
    holds marks as old as the record or the record is below the group's first mark on its
    partition, else moved past it without reading its neighbours while they existed ->
-   expired, read its neighbours but not it -> skipped; sent unconfirmed (acks=0, the
+   expired, read its neighbours but not it, or a run saw its committed offset pass the
+   record while the record was in the log -> skipped (a group whose offset is gone, or moved
+   back below the record, is judged by the runs' sighting where it passed it); sent unconfirmed (acks=0, the
    broker never answers) and its partition still holds everything since the send ->
    produce-failed (never broker-lost), else unknown; a failed ledger entry and no
    ack -> produce-failed; no ledger entry -> never-produced when the topic (or the
@@ -35,7 +40,7 @@ Decision, in order:
    Contract v2 (acks in sequence ranges, keys in `keys` records, no position): acked ->
    broker-lost when every partition still holds everything since it was produced; deleted
    when no partition holds records that old: expired when no group can have read it (never
-   committed, or probed since before the record was produced and no mark below a log start
+   committed, and no run saw it commit either, or probed since before the record was produced and no mark below a log start
    is as recent as the record), else unknown; sent and never confirmed -> produce-failed when every partition holds
    everything since, else unknown.
 5. Without ledger evidence, the auditor's memory (what reconciliation runs saw, KeyMemory):

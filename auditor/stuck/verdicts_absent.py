@@ -26,9 +26,9 @@ from auditor.stuck.verdict_outcomes import (
     complete,
     counted_mark,
     group_info,
+    judged_by,
     no_commit,
     place,
-    remembered,
     standing,
     unprobed_below,
 )
@@ -433,10 +433,10 @@ def _deleted(
         mark = counted_mark(marks.get((group.group, partition, offset)), unclear_until)
         at = standing(group, partition, offset, present=False)
         committed = at.committed
-        # a run saw the group commit past it while it was still in the log: it was not deleted unread
+        # a run saw the group's committed offset pass it while it was still in the log: not deleted unread
         seen = group.seen.get(partition)
-        read_in_log = seen is not None and seen.passed_in_log(offset)
-        past = f"{at.describe()}{remembered(info, at)}"
+        read_in_log = seen.passed_in_log(offset) if seen is not None else None
+        past = judged_by(info, at) if mark is None else ""  # (a processed mark needs no position)
         if mark is not None:
             info["processed"] = mark.as_json()
             outcomes.append(
@@ -508,15 +508,15 @@ def _deleted(
                     info,
                 )
             )
-        elif read_in_log and seen is not None:
-            info["seen_commit"] = seen.to_json()
+        elif read_in_log is not None:
+            info["passed_in_log"] = read_in_log.to_json()
             outcomes.append(
                 Outcome(
                     "skipped",
-                    f"reconciliation run {seen.run_id} saw group {group.group} commit {seen.offset} on partition "
-                    f"{partition} at {ms_to_iso(seen.seen_ms)}, while {where} was still in the log (log start "
-                    f"{seen.log_start}), and no consumer of the group processed it: the offset was committed before "
-                    "processing (the record has since been deleted)",
+                    f"{read_in_log.describe()} of partition {partition} of group {group.group} while they were in "
+                    f"the log, {where} among them (the last at {ms_to_iso(read_in_log.seen_ms)}), and no consumer of "
+                    "the group processed it: the offset was committed before processing (the record has since been "
+                    "deleted)",
                     info,
                 )
             )

@@ -22,9 +22,9 @@ from auditor.stuck.verdict_outcomes import (
     counted_mark,
     duration,
     group_info,
+    judged_by,
     lag,
     place,
-    remembered,
     standing,
     unprobed_below,
 )
@@ -105,7 +105,7 @@ def _visible_outcome(
             info,
         )
     # The group committed past it (now, or as a run saw) and has no mark for it.
-    past = at.describe() + remembered(info, at)
+    past = judged_by(info, at)
     ledger = view.consumer_ledger
     if ledger is None or not ledger.available:
         reason = ledger.reason if ledger else "no consumer ledger"

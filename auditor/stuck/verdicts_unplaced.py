@@ -122,6 +122,16 @@ def _unplaced_group_outcome(entry: LedgerEntry, group: GroupState, view: Cluster
     have left one: its offset is below the log start of whichever partition it went to)."""
     info: dict[str, Any] = {"group": group.group, "committed": dict(group.committed), "members": group.members}
     if not any(c is not None for c in group.committed.values()):
+        if group.seen:  # it had committed offsets of the topic, gone since
+            info["seen_commits"] = {str(p): seen.to_json() for p, seen in sorted(group.seen.items())}
+            return Outcome(
+                "unknown",
+                f"{deleted}; group {group.group} has no committed offset of it now, but reconciliation runs saw it "
+                f"commit on partition(s) {', '.join(str(p) for p in sorted(group.seen))} (deleted or expired since), "
+                "and the ledger does not say which partition the record went to: whether the group read it cannot "
+                "be told",
+                info,
+            )
         unsure = no_commit(group, None, entry.ts_ms, view)
         if unsure is not None:
             return Outcome("unknown", f"{deleted}; {unsure}", info)

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from spark_jobs.group_commits import SeenCommit, forget, remember, standing_in
+from spark_jobs.group_commits import SeenCommits, Span, forget, remember, standing_in
 from spark_jobs.reconcile_state import COMPACT_AFTER, StateError, StateMeta, StateStore, deltas_to_merge
 from spark_jobs.reconcile_transform import KEY_INDEX_SCHEMA, RECORD_SCHEMA
 from tests.support.clock import at_second
@@ -150,28 +150,41 @@ def test_it_keeps_each_groups_first_marks_through_the_state_file():
     assert StateMeta.from_json({"format": meta.to_json()["format"]}).first_marks == {}  # an older state
 
 
-def test_it_keeps_the_highest_offset_each_group_was_seen_to_commit_and_forgets_rewritten_partitions():
-    first = remember({}, [("g", 0, 10), ("g", 1, 3), ("h", 0, 7)], {0: 2, 1: 5}, "r1", 1_000)
+def test_it_keeps_the_offsets_each_group_was_seen_to_commit_past_in_the_log_and_forgets_rewritten_partitions():
+    marks = {0: (2, 20), 1: (5, 20)}  # (log start, log end) as the run read them
+    first = remember({}, [("g", 0, 10), ("g", 1, 3), ("h", 0, 7), ("h", 1, 50)], marks, "r1", 1_000)
+    # g on 1 committed below the log start, h on 1 past the log end (set by hand): nothing proven
     assert first == {
-        "g": {0: SeenCommit(10, 1_000, "r1", 2), 1: SeenCommit(3, 1_000, "r1", 3)},  # log start past it: capped
-        "h": {0: SeenCommit(7, 1_000, "r1", 2)},
+        "g": {0: SeenCommits((Span(2, 10, "r1", "r1", 1_000),))},
+        "h": {0: SeenCommits((Span(2, 7, "r1", "r1", 1_000),))},
     }
-    # a later run: g moved back on 0 (kept as seen), forward on 1 (replaced); h's offsets gone (kept)
-    later = remember(first, [("g", 0, 4), ("g", 1, 9)], {0: 6, 1: 6}, "r2", 2_000)
-    assert later["g"] == {0: SeenCommit(10, 1_000, "r1", 2), 1: SeenCommit(9, 2_000, "r2", 6)}
-    assert later["h"] == first["h"]
-    assert forget(later, [0]) == {"g": {1: SeenCommit(9, 2_000, "r2", 6)}}  # h had partition 0 only
-    again = StateMeta.from_json(json.loads(json.dumps(StateMeta(group_commits=later).to_json())))
-    assert again.group_commits == later
+    # r2: g moved back on 0 (nothing added), h went on while the log start stayed behind it (one
+    # span), g on 1 now past the log start
+    later = remember(first, [("g", 0, 4), ("h", 0, 12), ("g", 1, 9)], {0: (6, 30), 1: (6, 30)}, "r2", 2_000)
+    assert later["g"] == {0: first["g"][0], 1: SeenCommits((Span(6, 9, "r2", "r2", 2_000),))}
+    assert later["h"] == {0: SeenCommits((Span(2, 12, "r1", "r2", 2_000),))}
+    # r3: retention passed h's offset before the group did: a second span, the first one kept
+    third = remember(later, [("h", 0, 25)], {0: (15, 40)}, "r3", 3_000)
+    spans = third["h"][0]
+    assert spans == SeenCommits((Span(2, 12, "r1", "r2", 2_000), Span(15, 25, "r3", "r3", 3_000)))
+    assert spans.offset == 25 and [spans.passed(o) for o in (24, 25)] == [True, False]
+    assert [spans.passed_in_log(o) is not None for o in (1, 2, 11, 12, 14, 15, 24, 25)] == [
+        False, True, True, False, False, True, True, False,
+    ]  # fmt: skip
+    assert spans.below(20) == SeenCommits((Span(2, 12, "r1", "r2", 2_000), Span(15, 20, "r3", "r3", 3_000)))
+    assert spans.below(2) is None
+    assert forget(third, [0]) == {"g": {1: later["g"][1]}}  # h had partition 0 only
+    again = StateMeta.from_json(json.loads(json.dumps(StateMeta(group_commits=third).to_json())))
+    assert again.group_commits == third
     assert StateMeta.from_json({"format": again.to_json()["format"]}).group_commits == {}  # an older state
-    with pytest.raises(StateError, match="group_commits is malformed"):
-        StateMeta.from_json({"format": again.to_json()["format"], "group_commits": {"g": {"0": {"offset": 1}}}})
+    for bad in ({"g": {"0": [[1, 2, "r"]]}}, {"g": {"0": [[5, 5, "r", "r", 1]]}}, {"g": {"0": []}}):
+        with pytest.raises(StateError, match="group_commits is malformed"):
+            StateMeta.from_json({"format": again.to_json()["format"], "group_commits": bad})
     # unprocessed is judged by a group's offset now, or where it has none, by the one seen
-    assert standing_in([("g", 0, 4)], later, ["g", "h", "x"]) == [("g", 0, 4), ("g", 1, 9), ("h", 0, 7)]
-    assert standing_in([("g", 0, 4)], later, ["g"]) == [("g", 0, 4), ("g", 1, 9)]  # h is not the binding's now
-    proof = SeenCommit(10, 1_000, "r1", 2)
-    assert [proof.passed(o) for o in (1, 9, 10)] == [True, True, False]
-    assert [proof.passed_in_log(o) for o in (1, 2, 9, 10)] == [False, True, True, False]
+    assert standing_in([("g", 0, 4)], third, ["g", "h", "x"]) == [
+        ("g", 0, 4, None), ("g", 1, 9, "r2"), ("h", 0, 25, "r3"),
+    ]  # fmt: skip
+    assert standing_in([("g", 0, 4)], third, ["g"]) == [("g", 0, 4, None), ("g", 1, 9, "r2")]
 
 
 def test_it_keeps_what_the_state_is_of_through_the_state_file():

@@ -940,7 +940,7 @@ def test_candidates_a_group_committed_past_before_its_first_mark_are_not_kept(sp
     once committed past, so the state does not keep them."""
     topic_records = records(spark, *[("k", p, o, at_second(o), "s", o) for p in (0, 1) for o in range(6)])
     coverage = spark.createDataFrame([("g1", 0, 3, 3)], PROCESSED_INTERVAL_SCHEMA)  # marked 3 only, in 0
-    committed = spark.createDataFrame([("g1", 0, 5), ("g1", 1, 4)], COMMITTED_SCHEMA)
+    committed = spark.createDataFrame([("g1", 0, 5, None), ("g1", 1, 4, None)], COMMITTED_SCHEMA)
     groups = spark.createDataFrame([("g1",)], "group string")
     kept = transform_unprocessed_candidates(
         spark.createDataFrame([], CANDIDATE_SCHEMA), topic_records, coverage, groups, committed
@@ -953,7 +953,7 @@ def test_candidates_a_group_committed_past_before_its_first_mark_are_not_kept(sp
 def test_it_finds_unprocessed_and_reprocessed_records_across_runs(spark: SparkSession):
     empty_cov = spark.createDataFrame([], PROCESSED_INTERVAL_SCHEMA)
     topic_records = records(spark, *[(f"k{o}", 0, o, at_second(o), None, None) for o in range(6)])
-    committed = spark.createDataFrame([("g1", 0, 6), ("g2", 0, 6)], COMMITTED_SCHEMA)
+    committed = spark.createDataFrame([("g1", 0, 6, None), ("g2", 0, 6, None)], COMMITTED_SCHEMA)
     run1 = transform_consumer_ledger(
         ledger_values(
             spark,

@@ -20,7 +20,7 @@ from auditor.stuck.evidence import (
     StuckRow,
 )
 from auditor.stuck.verdicts import diagnose
-from spark_jobs.group_commits import SeenCommit
+from spark_jobs.group_commits import SeenCommits, Span
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.mark_rules import MarkRule
 from spark_jobs.send_outcome import producer_outcome_ms
@@ -647,38 +647,42 @@ def test_a_deleted_record_of_a_group_without_a_committed_offset_is_expired_only_
 SEEN_MS = NOW_MS - 1800_000  # a reconciliation run read the group's offsets half an hour ago
 
 
-def _seen(offset: int, log_start: int = 0) -> dict[int, SeenCommit]:
-    return {0: SeenCommit(offset, SEEN_MS, "run-7", log_start)}
+def _seen(*spans: tuple[int, int]) -> dict[int, SeenCommits]:
+    """Spans [log start, committed offset) runs saw the group's offset pass while in the log."""
+    return {0: SeenCommits(tuple(Span(a, b, "run-7", "run-7", SEEN_MS) for a, b in spans))}
 
 
 def test_a_record_a_run_saw_the_group_commit_past_is_not_waiting_once_its_offset_is_gone() -> None:
     # The group's offsets were deleted (kafka-consumer-groups --delete-offsets) after a run saw
-    # it commit 6, past the record at offset 4; nobody marked it processed.
+    # it commit 6, past the record at offset 4; nobody marked it processed; no member is up.
     record = LocatedRecord("TCK-7", 0, 4, NOW_MS - 3500_000, "committed")
     cluster = view(offsets_retention_minutes=7 * 24 * 60)
+    cluster.groups["g"].members = 0
     assert diagnose(ROW, [record], [], {}, cluster).verdict == "waiting"  # what the cluster alone says
-    cluster.groups["g"].seen = _seen(6)
+    cluster.groups["g"].seen = _seen((0, 6))
     d = diagnose(ROW, [record], [], {}, cluster)
     assert d.verdict == "skipped", d.reason
     assert "run run-7" in d.reason and "no committed offset there now" in d.reason
-    assert d.evidence["groups"][0]["seen_commit"] == {
-        "offset": 6,
-        "seen_ms": SEEN_MS,
-        "run_id": "run-7",
-        "log_start": 0,
-    }
+    assert d.evidence["groups"][0]["seen_commits"] == [[0, 6, "run-7", "run-7", SEEN_MS]]
+    # members that may be reading the partition (replaying from auto.offset.reset) read it again
+    for members, assigned in ((1, frozenset({0})), (1, None), (None, None)):
+        cluster.groups["g"].members, cluster.groups["g"].assigned = members, assigned
+        assert diagnose(ROW, [record], [], {}, cluster).verdict == "waiting", (members, assigned)
+    cluster.groups["g"].members, cluster.groups["g"].assigned = 1, frozenset({1})  # reading another one only
+    assert diagnose(ROW, [record], [], {}, cluster).verdict == "skipped"
     # without a processed ledger: committed past, processed or skipped cannot be told
     cluster.groups["g"].marks_on_topic = 0
     assert diagnose(ROW, [record], [], {}, cluster).verdict == "unknown"
     # a sighting not past the record changes nothing
-    cluster.groups["g"].seen = _seen(4)
+    cluster.groups["g"].seen = _seen((0, 4))
     assert diagnose(ROW, [record], [], {}, cluster).verdict == "waiting"
 
 
 def test_a_record_whose_group_moved_back_below_it_waits_to_be_read_again() -> None:
     record = LocatedRecord("TCK-7", 0, 4, NOW_MS - 3500_000, "committed")
     cluster = view(committed=2)  # reset to 2 (a replay): the group reads offset 4 again
-    cluster.groups["g"].seen = _seen(6)
+    cluster.groups["g"].members = 0
+    cluster.groups["g"].seen = _seen((0, 6))
     assert diagnose(ROW, [record], [], {}, cluster).verdict == "waiting"
 
 
@@ -687,11 +691,15 @@ def test_a_deleted_record_a_run_saw_the_group_commit_past_in_the_log_is_skipped_
     # the cluster alone: committed past, no mark, no later record processed: the log start
     # may have moved past it before the group reached it
     assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "expired"
-    cluster.groups["g"].seen = _seen(6, log_start=0)  # a run saw the group past it while it was in the log
+    cluster.groups["g"].seen = _seen((0, 6))  # a run saw the group pass 0-5 while they were in the log
     d = diagnose(ROW, [], [acked(4)], {}, cluster)
-    assert d.verdict == "skipped" and "still in the log (log start 0)" in d.reason, d.reason
+    assert d.verdict == "skipped" and "pass offsets 0-5" in d.reason, d.reason
+    assert d.evidence["groups"][0]["passed_in_log"] == [0, 6, "run-7", "run-7", SEEN_MS]
+    # an earlier span proves it too, after one where retention had passed it first
+    cluster.groups["g"].seen = _seen((2, 5), (7, 9))
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "skipped"
     # seen past it only once the log start had passed it: nothing proves it was read in time
-    cluster.groups["g"].seen = _seen(6, log_start=5)
+    cluster.groups["g"].seen = _seen((5, 9))
     assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "expired"
 
 
@@ -700,7 +708,7 @@ def test_a_deleted_record_is_not_expired_unread_when_a_run_saw_the_group_past_it
     # alone says the group never reached it
     cluster = view(low=8, offsets_retention_minutes=7 * 24 * 60)
     assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "expired"
-    cluster.groups["g"].seen = _seen(6)
+    cluster.groups["g"].seen = _seen((0, 6))
     d = diagnose(ROW, [], [acked(4)], {}, cluster)
     assert d.verdict == "skipped", d.reason
     # moved back below it since (a reset to replay): the record cannot be read again, the sighting stands
@@ -710,3 +718,13 @@ def test_a_deleted_record_is_not_expired_unread_when_a_run_saw_the_group_past_it
     cluster.groups["g"].marks_on_topic = 0
     d = diagnose(ROW, [], [acked(4)], {}, cluster)
     assert d.verdict == "unknown" and "run run-7" in d.reason and "now 3" in d.reason, d.reason
+
+
+def test_a_v2_ack_deleted_is_unknown_when_runs_saw_the_group_commit_offsets_gone_since() -> None:
+    entry = acked_range(NOW_MS - 3500_000, NOW_MS - 3500_000)
+    cluster = view(low=8, offsets_retention_minutes=7 * 24 * 60)
+    cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 600_000)  # ten minutes: the ack is older
+    assert diagnose(ROW, [], [entry], {}, cluster).verdict == "expired"  # never committed, as far as it shows
+    cluster.groups["g"].seen = _seen((0, 6))
+    d = diagnose(ROW, [], [entry], {}, cluster)
+    assert d.verdict == "unknown" and "saw it commit on partition(s) 0" in d.reason, d.reason

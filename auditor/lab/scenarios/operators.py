@@ -154,14 +154,14 @@ def _deleted(world: World, probed: bool) -> Outcome:
     if world.cluster.committed(world.group, world.topic):
         raise LabError("the fault did not happen: the group still has committed offsets")
     # Ground truth: the client's commit before the fault, the topic read then, the database.
-    skipped = verdict = "stuck:skipped" if probed else "stuck:unknown"
+    skipped = "stuck:skipped" if probed else "stuck:unknown"
     expected: dict[str, set[str]] = {}
     for ticket, status in rows.items():
         key, offset = str(ticket), position.get(str(ticket))
         if status != "NEW" or processed.get(ticket) or offset is None:
             continue
         if offset < committed.get(0, -1):  # committed past, never processed
-            expected[key] = {skipped, "unprocessed"} if probed else {verdict}
+            expected[key] = {skipped, "unprocessed"} if probed else {skipped}
         elif offset < DELETED_BELOW:  # deleted before the group reached it
             expected[key] = {"stuck:expired"}
         else:
