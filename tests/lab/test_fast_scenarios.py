@@ -125,3 +125,19 @@ def test_an_item_whose_record_and_tombstone_the_cleaner_removed_unread_is_not_mi
     # and never-produced for ticket 3.
     assert result.expected.get("stuck:unknown") == 1, result.notes
     assert result.got == result.expected
+
+
+def test_a_group_whose_offsets_an_operator_deleted_is_judged_by_what_a_run_saw_it_commit(spark, lab_state) -> None:
+    result = run_one("offsets-deleted", spark)
+    # The truth: the consumer's commit (record 11, never processed: it was killed -9 first), read
+    # before an operator deleted the group's offsets; records 1-13 then deleted; the database.
+    # Record 11 was skipped (the old code: expired, deleted before the group reached it), 12-13
+    # expired unread, 14-30 waiting, and the group has no committed offset.
+    assert result.expected == {
+        "stuck:skipped": 1,
+        "unprocessed": 1,
+        "stuck:expired": 2,
+        "stuck:waiting": 17,
+        "risk:no-committed-offset": 1,
+    }, result.notes
+    assert result.got == result.expected
