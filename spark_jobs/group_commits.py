@@ -15,7 +15,9 @@ read them (state.json `group_commits`):
   before retention removed it (it did not expire unread).
 
 A committed offset past the log end the run read (set by hand, or the log truncated since
-it was made) proves nothing and is not kept. Offsets mean the records a run read only while
+it was made), or read by a rebuild on a partition it found rewritten, proves nothing and is
+not kept; until the group commits another one, later runs do not take it either
+(state.json `unproven_commits`). Offsets mean the records a run read only while
 the log is not rewritten: a rebuild after a truncation forgets the rewritten partitions, one
 after the topic was re-created forgets all.
 """
@@ -102,25 +104,43 @@ class SeenCommits:
 GroupCommits = dict[str, dict[int, SeenCommits]]  # group -> partition -> what runs saw
 
 
+Unproven = dict[str, dict[int, int]]  # group -> partition -> a committed offset that proves nothing
+
+
 def remember(
     earlier: Mapping[str, Mapping[int, SeenCommits]],
+    unproven: Mapping[str, Mapping[int, int]],
     committed: Iterable[tuple[str, int, int]],
     watermarks: Mapping[int, tuple[int, int]],
     run_id: str,
     seen_ms: int,
-) -> GroupCommits:
+    rewritten: Iterable[int] = (),
+) -> tuple[GroupCommits, Unproven]:
     """`earlier` with this run's committed offsets ((group, partition, offset), read at
-    `seen_ms`, before `watermarks`: partition -> (log start, log end) as the run read them).
-    An offset past the log end, or not past the log start, adds nothing; one below what was
-    seen (moved back) neither: what is kept only grows."""
+    `seen_ms`, before `watermarks`: partition -> (log start, log end) as the run read them),
+    and the offsets that prove nothing.
+
+    An offset past the log end (set by hand, or made before a truncation) proves nothing, now
+    or later, when the log has grown past it: it is kept as unproven until the group commits
+    another one. So is one on a partition this run found `rewritten` (it may predate the
+    truncation). One at or below the log start adds nothing, nor one below what was seen
+    (moved back): what is kept only grows."""
     kept: GroupCommits = {group: dict(parts) for group, parts in earlier.items()}
+    doubtful: Unproven = {group: dict(parts) for group, parts in unproven.items()}
+    again = set(rewritten)
     for group, partition, offset in committed:
         if partition not in watermarks:
             continue
         low, high = watermarks[partition]
+        if offset > high or partition in again:
+            doubtful.setdefault(group, {})[partition] = offset
+            continue
+        if doubtful.get(group, {}).get(partition) == offset:
+            continue  # not committed again since it proved nothing
+        doubtful.get(group, {}).pop(partition, None)
         known = kept.get(group, {}).get(partition)
         start = max(low, known.offset if known is not None else low)
-        if offset > high or offset <= start:
+        if offset <= start:
             continue
         spans = list(known.spans) if known is not None else []
         if spans and spans[-1].end >= low:  # adjacent to what was seen: one span
@@ -129,7 +149,7 @@ def remember(
         else:  # retention passed the last offset seen before the group did: a gap
             spans.append(Span(low, offset, run_id, run_id, seen_ms))
         kept.setdefault(group, {})[partition] = SeenCommits(tuple(spans[-MAX_SPANS:]))
-    return kept
+    return kept, {group: parts for group, parts in doubtful.items() if parts}
 
 
 def standing_in(
@@ -158,6 +178,14 @@ def forget(commits: Mapping[str, Mapping[int, SeenCommits]], partitions: Iterabl
 
 def commits_to_json(commits: Mapping[str, Mapping[int, SeenCommits]]) -> dict[str, dict[str, list[list[Any]]]]:
     return {g: {str(p): seen.to_json() for p, seen in sorted(parts.items())} for g, parts in sorted(commits.items())}
+
+
+def unproven_from_json(data: Any) -> Unproven:
+    """state.json's `unproven_commits`; ValueError naming what is malformed."""
+    try:
+        return {str(g): {int(p): int(o) for p, o in parts.items()} for g, parts in (data or {}).items()}
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"state.json's unproven_commits is malformed ({exc!r})") from exc
 
 
 def commits_from_json(data: Any) -> GroupCommits:

@@ -633,6 +633,16 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
     """Point state.json at the new state: last, so a failed run leaves the old one."""
     store, kafka = plan.store, plan.kafka
     until = inputs.unverifiable_until
+    # on a partition a rebuild found rewritten, a committed offset may predate the truncation
+    group_commits, unproven_commits = remember(
+        plan.meta.group_commits,
+        plan.meta.unproven_commits,
+        kafka["committed"],
+        {p: (o.low, o.high) for p, o in kafka["watermarks"].items()},
+        plan.run_id,
+        plan.read_at_ms,
+        rewritten=plan.rewritten if plan.memory is not None else (),
+    )
     store.commit(
         StateMeta(
             run_id=plan.run_id,
@@ -666,12 +676,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             read_highs={p: o.high for p, o in kafka["watermarks"].items()},
             backdated=inputs.backdated.to_json() if inputs.backdated else None,
             unprobed_record_ms=inputs.unprobed_record_ms,
-            group_commits=remember(
-                plan.meta.group_commits,
-                kafka["committed"],
-                {p: (o.low, o.high) for p, o in kafka["watermarks"].items()},
-                plan.run_id,
-                plan.read_at_ms,
-            ),
+            group_commits=group_commits,
+            unproven_commits=unproven_commits,
         )
     )

@@ -334,6 +334,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             first_marks=memory.first_marks,  # the consumer was probed there, whatever the records
             # offsets of rewritten partitions (all of a re-created topic) now hold other records
             group_commits={} if recreated else forget(memory.group_commits, rewritten),
+            unproven_commits={} if recreated else memory.unproven_commits,
         )
     if recreated and memory is not None:
         # Nothing was lost by the broker: what earlier runs saw was delivered, and went with

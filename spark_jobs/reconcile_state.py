@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from spark_jobs.group_commits import GroupCommits, commits_from_json, commits_to_json
+from spark_jobs.group_commits import GroupCommits, Unproven, commits_from_json, commits_to_json, unproven_from_json
 from spark_jobs.reconcile_transform import (
     CANDIDATE_SCHEMA,
     FINDING_SCHEMA,
@@ -140,6 +140,8 @@ class StateMeta:
     # when, and the log start then (group_commits): a group whose offset was deleted or moved
     # back since did read that far. A rebuild forgets rewritten partitions.
     group_commits: GroupCommits = field(default_factory=dict)
+    # committed offsets that prove nothing until the group commits another (group_commits)
+    unproven_commits: Unproven = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -171,6 +173,9 @@ class StateMeta:
             "timestamp_zone": self.timestamp_zone,
             "unprobed_record_ms": self.unprobed_record_ms,
             "group_commits": commits_to_json(self.group_commits),
+            "unproven_commits": {
+                g: {str(p): o for p, o in parts.items()} for g, parts in self.unproven_commits.items()
+            },
         }
 
     @classmethod
@@ -214,7 +219,15 @@ class StateMeta:
             timestamp_zone=str(data["timestamp_zone"]) if data.get("timestamp_zone") else None,
             unprobed_record_ms=_unprobed(data),
             group_commits=_group_commits(data),
+            unproven_commits=_unproven_commits(data),
         )
+
+
+def _unproven_commits(data: dict[str, Any]) -> Unproven:
+    try:
+        return unproven_from_json(data.get("unproven_commits"))
+    except ValueError as exc:
+        raise StateError(f"{exc}; run with --full") from exc
 
 
 def _group_commits(data: dict[str, Any]) -> GroupCommits:

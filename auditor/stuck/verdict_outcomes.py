@@ -87,8 +87,8 @@ class Position:
     def describe(self) -> str:
         if self.seen is None:
             return f"committed {self.committed}"
-        latest = self.seen.latest
-        return f"committed {self.seen.offset} when reconciliation run {latest.last_run} read it at " + str(
+        latest = self.seen.latest  # (cut where the log is vouched for: the run may have read more)
+        return f"committed past offset {self.seen.offset - 1} as reconciliation run {latest.last_run} read at " + str(
             ms_to_iso(latest.seen_ms)
         )
 
@@ -97,19 +97,28 @@ def standing(group: GroupState, partition: int, offset: int, present: bool) -> P
     """The group's position for the record at `offset`. For a deleted record (not `present`),
     a committed offset gone or not past it is replaced by a run's sighting past it: the record
     cannot be read again. For a record still in the log only a committed offset that is gone
-    is, and only while no member of the group may be reading the partition: one moved back, or
-    members replaying from auto.offset.reset, read it again."""
+    is, and only while nobody can be reading the partition (nobody_reading): one moved back,
+    or consumers replaying from auto.offset.reset, read it again."""
     committed = group.committed.get(partition)
     seen = group.seen.get(partition)
     if seen is None or not seen.passed(offset) or (committed is not None and committed > offset):
         return Position(committed)
-    if present:
-        maybe_reading = group.members is None or (
-            group.members > 0 and (group.assigned is None or partition in group.assigned)
-        )
-        if committed is not None or maybe_reading:
-            return Position(committed)
+    if present and (committed is not None or not nobody_reading(group, partition)):
+        return Position(committed)
     return Position(seen.offset, seen)
+
+
+def nobody_reading(group: GroupState, partition: int) -> bool:
+    """No consumer of the group can be reading `partition`: a group that joins (not a simple
+    one, whose consumers assign partitions themselves and never show as members) that is empty
+    or gone, or stable with an assignment known to leave the partition out. A group mid-
+    rebalance shows its members without their assignment (consumers starting on an empty
+    group go through it)."""
+    if group.simple is not False:
+        return False
+    if group.state in ("empty", "dead"):
+        return group.members == 0
+    return group.state == "stable" and group.assigned is not None and partition not in group.assigned
 
 
 def judged_by(info: dict[str, Any], at: Position) -> str:

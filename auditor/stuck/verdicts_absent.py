@@ -447,6 +447,19 @@ def _deleted(
                     info,
                 )
             )
+        elif committed is None and (gone := group.seen.get(partition)) is not None:
+            # runs saw its offset short of the record, and it is gone since: it may have gone
+            # on past the record before that, which no retention setting bounds
+            info["seen_commits"] = gone.to_json()
+            outcomes.append(
+                Outcome(
+                    "unknown",
+                    f"{how} {where}, since deleted; group {group.group} has no committed offset there now, but "
+                    f"reconciliation run {gone.latest.last_run} saw it at {gone.offset} ({ms_to_iso(gone.latest.seen_ms)})"
+                    ": deleted or expired since, it may have gone past the record before, which cannot be told",
+                    info,
+                )
+            )
         elif committed is None and (unsure := no_commit(group, partition, written_ms, view)) is not None:
             outcomes.append(Outcome("unknown", f"{how} {where}, since deleted; {unsure}", info))
         elif committed is None or committed <= offset:

@@ -152,19 +152,30 @@ def test_it_keeps_each_groups_first_marks_through_the_state_file():
 
 def test_it_keeps_the_offsets_each_group_was_seen_to_commit_past_in_the_log_and_forgets_rewritten_partitions():
     marks = {0: (2, 20), 1: (5, 20)}  # (log start, log end) as the run read them
-    first = remember({}, [("g", 0, 10), ("g", 1, 3), ("h", 0, 7), ("h", 1, 50)], marks, "r1", 1_000)
+    first, unproven = remember({}, {}, [("g", 0, 10), ("g", 1, 3), ("h", 0, 7), ("h", 1, 50)], marks, "r1", 1_000)
     # g on 1 committed below the log start, h on 1 past the log end (set by hand): nothing proven
     assert first == {
         "g": {0: SeenCommits((Span(2, 10, "r1", "r1", 1_000),))},
         "h": {0: SeenCommits((Span(2, 7, "r1", "r1", 1_000),))},
     }
+    assert unproven == {"h": {1: 50}}
     # r2: g moved back on 0 (nothing added), h went on while the log start stayed behind it (one
-    # span), g on 1 now past the log start
-    later = remember(first, [("g", 0, 4), ("h", 0, 12), ("g", 1, 9)], {0: (6, 30), 1: (6, 30)}, "r2", 2_000)
+    # span), g on 1 now past the log start; h's 50 is now below the log end, but it was made
+    # before the records up to it were written: still nothing
+    later, unproven = remember(
+        first, unproven, [("g", 0, 4), ("h", 0, 12), ("g", 1, 9), ("h", 1, 50)], {0: (6, 30), 1: (6, 60)}, "r2", 2_000
+    )
     assert later["g"] == {0: first["g"][0], 1: SeenCommits((Span(6, 9, "r2", "r2", 2_000),))}
     assert later["h"] == {0: SeenCommits((Span(2, 12, "r1", "r2", 2_000),))}
-    # r3: retention passed h's offset before the group did: a second span, the first one kept
-    third = remember(later, [("h", 0, 25)], {0: (15, 40)}, "r3", 3_000)
+    assert unproven == {"h": {1: 50}}
+    # r3: retention passed h's offset before the group did: a second span, the first one kept;
+    # h committed another offset on 1: proven again; a rebuild's read of a rewritten partition is not
+    third, unproven = remember(
+        later, unproven, [("h", 0, 25), ("h", 1, 55), ("g", 1, 12)], {0: (15, 40), 1: (6, 60)}, "r3", 3_000, [1]
+    )
+    assert unproven == {"h": {1: 55}, "g": {1: 12}} and third["g"][1] == later["g"][1] and 1 not in third["h"]
+    third, unproven = remember(third, unproven, [("h", 1, 55)], {1: (6, 60)}, "r4", 4_000)  # the same: nothing
+    assert 1 not in third["h"] and unproven == {"h": {1: 55}, "g": {1: 12}}
     spans = third["h"][0]
     assert spans == SeenCommits((Span(2, 12, "r1", "r2", 2_000), Span(15, 25, "r3", "r3", 3_000)))
     assert spans.offset == 25 and [spans.passed(o) for o in (24, 25)] == [True, False]
@@ -174,8 +185,10 @@ def test_it_keeps_the_offsets_each_group_was_seen_to_commit_past_in_the_log_and_
     assert spans.below(20) == SeenCommits((Span(2, 12, "r1", "r2", 2_000), Span(15, 20, "r3", "r3", 3_000)))
     assert spans.below(2) is None
     assert forget(third, [0]) == {"g": {1: later["g"][1]}}  # h had partition 0 only
-    again = StateMeta.from_json(json.loads(json.dumps(StateMeta(group_commits=third).to_json())))
-    assert again.group_commits == third
+    again = StateMeta.from_json(
+        json.loads(json.dumps(StateMeta(group_commits=third, unproven_commits=unproven).to_json()))
+    )
+    assert again.group_commits == third and again.unproven_commits == unproven
     assert StateMeta.from_json({"format": again.to_json()["format"]}).group_commits == {}  # an older state
     for bad in ({"g": {"0": [[1, 2, "r"]]}}, {"g": {"0": [[5, 5, "r", "r", 1]]}}, {"g": {"0": []}}):
         with pytest.raises(StateError, match="group_commits is malformed"):

@@ -657,19 +657,13 @@ def test_a_record_a_run_saw_the_group_commit_past_is_not_waiting_once_its_offset
     # it commit 6, past the record at offset 4; nobody marked it processed; no member is up.
     record = LocatedRecord("TCK-7", 0, 4, NOW_MS - 3500_000, "committed")
     cluster = view(offsets_retention_minutes=7 * 24 * 60)
-    cluster.groups["g"].members = 0
+    cluster.groups["g"].members, cluster.groups["g"].state, cluster.groups["g"].simple = 0, "empty", False
     assert diagnose(ROW, [record], [], {}, cluster).verdict == "waiting"  # what the cluster alone says
     cluster.groups["g"].seen = _seen((0, 6))
     d = diagnose(ROW, [record], [], {}, cluster)
     assert d.verdict == "skipped", d.reason
     assert "run run-7" in d.reason and "no committed offset there now" in d.reason
     assert d.evidence["groups"][0]["seen_commits"] == [[0, 6, "run-7", "run-7", SEEN_MS]]
-    # members that may be reading the partition (replaying from auto.offset.reset) read it again
-    for members, assigned in ((1, frozenset({0})), (1, None), (None, None)):
-        cluster.groups["g"].members, cluster.groups["g"].assigned = members, assigned
-        assert diagnose(ROW, [record], [], {}, cluster).verdict == "waiting", (members, assigned)
-    cluster.groups["g"].members, cluster.groups["g"].assigned = 1, frozenset({1})  # reading another one only
-    assert diagnose(ROW, [record], [], {}, cluster).verdict == "skipped"
     # without a processed ledger: committed past, processed or skipped cannot be told
     cluster.groups["g"].marks_on_topic = 0
     assert diagnose(ROW, [record], [], {}, cluster).verdict == "unknown"
@@ -718,6 +712,37 @@ def test_a_deleted_record_is_not_expired_unread_when_a_run_saw_the_group_past_it
     cluster.groups["g"].marks_on_topic = 0
     d = diagnose(ROW, [], [acked(4)], {}, cluster)
     assert d.verdict == "unknown" and "run run-7" in d.reason and "now 3" in d.reason, d.reason
+
+
+def test_a_deleted_record_is_not_expired_when_the_offset_a_run_saw_short_of_it_is_gone() -> None:
+    # A run saw the group at 4 (the record's offset); its offsets are gone since: it may have
+    # gone past the record first, which no retention setting bounds.
+    cluster = view(low=8, offsets_retention_minutes=7 * 24 * 60)
+    cluster.groups["g"].seen = _seen((0, 4))
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)
+    assert d.verdict == "unknown" and "saw it at 4" in d.reason, d.reason
+    cluster.groups["g"].committed = {0: 3}  # an offset now, short of it: expired as before
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "expired"
+
+
+def test_a_sighting_stands_in_only_where_nobody_can_be_reading_the_partition() -> None:
+    record = LocatedRecord("TCK-7", 0, 4, NOW_MS - 3500_000, "committed")
+    cluster = view(offsets_retention_minutes=7 * 24 * 60)
+    group = cluster.groups["g"]
+    group.seen = _seen((0, 6))
+    cases = [  # members, state, simple, assigned -> skipped (the sighting stands in) or waiting
+        (0, "empty", False, frozenset(), "skipped"),
+        (0, "dead", False, frozenset(), "skipped"),
+        (1, "stable", False, frozenset({1}), "skipped"),
+        (1, "stable", False, frozenset({0}), "waiting"),
+        (1, "stable", False, None, "waiting"),
+        (2, "completing_rebalance", False, frozenset(), "waiting"),  # assignment not shown mid-rebalance
+        (0, "empty", True, frozenset(), "waiting"),  # a simple group's consumers never show as members
+        (None, None, None, None, "waiting"),  # not described
+    ]
+    for members, state, simple, assigned, verdict in cases:
+        group.members, group.state, group.simple, group.assigned = members, state, simple, assigned
+        assert diagnose(ROW, [record], [], {}, cluster).verdict == verdict, (members, state, simple, assigned)
 
 
 def test_a_v2_ack_deleted_is_unknown_when_runs_saw_the_group_commit_offsets_gone_since() -> None:
