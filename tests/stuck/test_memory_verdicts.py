@@ -241,19 +241,35 @@ def test_it_names_records_a_run_saw_and_the_broker_no_longer_has_broker_lost(
 def test_records_a_run_saw_the_group_commit_past_are_neither_waiting_nor_expired_once_its_offsets_are_deleted(
     plain: PlainPipeline, kafka_admin: AdminClient, spark
 ) -> None:
-    """A plain consumer read tickets 1-3 and committed past them, but their rows stay NEW; a
+    """A plain consumer read tickets 1-3, committed past them and left, but their rows stay NEW; a
     run reads the pipeline; an operator deletes the group's offsets (kafka-consumer-groups
     --delete-offsets) and retention deletes tickets 1 and 2. The cluster alone shows a group
     that never read anything: tickets 1-2 expired unread, 3 waiting. The run saw it commit past
     them: processed or skipped, which a plain consumer cannot tell (unknown), naming the run."""
     plain.insert(*range(1, 7))
     plain.produce(0, *range(1, 7))
-    consumer = Consumer({"bootstrap.servers": plain.bootstrap, "group.id": plain.group, "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": plain.bootstrap,
+            "group.id": plain.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([plain.topic])
     try:
-        past = plain.delivered[3][1] + 1  # the consumer's commit after ticket 3
-        consumer.commit(offsets=[TopicPartition(plain.topic, 0, past)], asynchronous=False)
+        received: list[int] = []
+        deadline = time.monotonic() + 60
+        while 3 not in received:
+            assert time.monotonic() < deadline, f"the consumer received only {received}"
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                received.append(int(msg.key()))
+                if int(msg.key()) == 3:
+                    consumer.commit(message=msg, asynchronous=False)  # past tickets 1-3, none processed
     finally:
-        consumer.close()
+        consumer.close()  # leaves the group: no member reads the partition now
+    past = plain.delivered[3][1] + 1
     rule = rule_for(plain)
     run = reconcile(rule)
 
