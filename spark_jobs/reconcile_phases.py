@@ -65,6 +65,7 @@ from spark_jobs.reconcile_transform import (
     find_unprocessed,
     is_empty_plan,
     key_delta_of,
+    keyed_by_memory,
     local_frame,
     new_source_of,
     orphan_candidates_of,
@@ -490,11 +491,25 @@ def update_state(
     )
     old_processed, old_reprocessed = old("processed_coverage"), old("reprocessed")
     old_candidates = old("unprocessed_candidates")
-    new.keep_unless_empty(
-        "reprocessed",
-        [old_reprocessed, inputs.processed],
-        lambda: transform_reprocessed(old_reprocessed, old_processed, inputs.processed, records, old_candidates),
-    )
+
+    def reprocessed_now() -> DataFrame:
+        found = persist(
+            transform_reprocessed(old_reprocessed, old_processed, inputs.processed, records, old_candidates)
+        )
+        if found.where(F.col("audit_id").isNull()).isEmpty():  # nearly always: one small job
+            return found
+        since = plan.topic_records_since or (
+            datetime.fromisoformat(meta.topic_records_since) if meta.topic_records_since else None
+        )
+        return keyed_by_memory(
+            found,
+            inputs.processed,
+            old_index,
+            old("duplicates"),
+            int(since.timestamp() * 1000) if since is not None else None,
+        )
+
+    new.keep_unless_empty("reprocessed", [old_reprocessed, inputs.processed], reprocessed_now)
     processed_cov = new.keep_unless_empty(
         "processed_coverage",
         [old_processed, inputs.processed],

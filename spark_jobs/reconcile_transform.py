@@ -202,6 +202,9 @@ from spark_jobs.reconcile_updates import (
     key_delta_of as key_delta_of,
 )
 from spark_jobs.reconcile_updates import (
+    keyed_by_memory as keyed_by_memory,
+)
+from spark_jobs.reconcile_updates import (
     new_source_of as new_source_of,
 )
 from spark_jobs.reconcile_updates import (

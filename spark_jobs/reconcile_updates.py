@@ -426,6 +426,46 @@ def transform_reprocessed(
     return conform(untouched, REPROCESSED_SCHEMA).unionByName(conform(updated, REPROCESSED_SCHEMA))
 
 
+def keyed_by_memory(
+    reprocessed: DataFrame,
+    marks: DataFrame,
+    old_index: DataFrame,
+    old_duplicates: DataFrame,
+    records_since_ms: int | None = None,
+) -> DataFrame:
+    """`reprocessed` (REPROCESSED_SCHEMA) with the key earlier runs read at each position this
+    run's `marks` (PROCESSED_SCHEMA) made reprocessed without one: a v2 mark names no key, and
+    a record processed, committed past and replayed (a group's offsets reset back) is neither
+    among this run's records nor the group's candidates any more. The key index holds each
+    key's first record, the duplicates dataset every record of a key read more than once.
+    records_since_ms: the topic was created again; entries stamped before are of the deleted
+    topic, whose offsets the new one's records took again."""
+    keys = ["group", "partition", "offset"]
+    wanted = (
+        reprocessed.where(F.col("audit_id").isNull())
+        .join(marks.select(*keys).distinct(), keys, "left_semi")
+        .select("partition", "offset")
+        .distinct()
+    )
+    read = (
+        conform(old_index, KEY_INDEX_SCHEMA)
+        .select("key", "partition", "offset", "timestamp")
+        .unionByName(conform(old_duplicates, RECORD_SCHEMA).select("key", "partition", "offset", "timestamp"))
+    )
+    if records_since_ms is not None:
+        read = read.where(F.col("timestamp") >= F.lit(records_since_ms / 1000).cast("timestamp"))
+    known = (
+        read.where(F.col("key").isNotNull())
+        .join(F.broadcast(wanted), ["partition", "offset"], "left_semi")
+        .groupBy("partition", "offset")
+        .agg(F.min("key").alias("_known"), F.countDistinct("key").alias("_keys"))
+        .where(F.col("_keys") == 1)  # one record per offset: never two keys (a rewrite), never a guess
+        .drop("_keys")
+    )
+    keyed = reprocessed.join(known, ["partition", "offset"], "left")
+    return conform(keyed.withColumn("audit_id", F.coalesce("audit_id", "_known")), REPROCESSED_SCHEMA)
+
+
 def transform_unprocessed_candidates(
     old_candidates: DataFrame,
     new_records: DataFrame,

@@ -344,3 +344,52 @@ def test_the_producer_ledger_speaks_from_its_sessions_first_entries_not_their_ke
     )  # fmt: skip
     assert producer_ledger_covers_from(raw, "t") == ms(5)
     assert producer_ledger_covers_from(raw, "nothing") is None
+
+
+def test_a_replayed_v2_offset_takes_the_key_an_earlier_run_read_there(spark: SparkSession) -> None:
+    """A group processed offsets 11-13, committed past them, then its offsets were reset back and
+    it processed them again: this run read none of those records, and no candidate holds them.
+    The key index (each key's first record) and the duplicates (every record of a key read
+    twice) say which key was at each offset; a re-created topic's older entries do not."""
+    from spark_jobs.reconcile_transform import (
+        KEY_INDEX_SCHEMA,
+        PROCESSED_INTERVAL_SCHEMA,
+        REPROCESSED_SCHEMA,
+        keyed_by_memory,
+        transform_reprocessed,
+    )
+
+    marks = spark.createDataFrame([("g", "c2", 0, o, None, ms(9)) for o in (11, 12, 13, 14)], PROCESSED_SCHEMA)
+    reprocessed = transform_reprocessed(
+        spark.createDataFrame([("g", 0, 5, 2, ["c0"], "TCK-5", ms(0), ms(1))], REPROCESSED_SCHEMA),  # keyed before
+        spark.createDataFrame([("g", 0, 0, 13)], PROCESSED_INTERVAL_SCHEMA),  # 0-13 processed before (inclusive)
+        marks,
+    )
+    assert sorted((r["offset"], r["audit_id"]) for r in reprocessed.collect()) == [
+        (5, "TCK-5"), (11, None), (12, None), (13, None),
+    ]  # fmt: skip
+    index = spark.createDataFrame(
+        [("TCK-11", 1, 0, 11, at(3), None, None, "r1"), ("TCK-12", 2, 0, 12, at(3), None, None, "r1")],
+        KEY_INDEX_SCHEMA,
+    )
+    duplicates = spark.createDataFrame(
+        [
+            ("TCK-12", 0, 12, at(3), None, None),
+            ("TCK-12", 0, 30, at(8), None, None),
+            ("TCK-13", 0, 13, at(3), None, None),
+        ],
+        RECORD_SCHEMA,
+    )
+    keyed = keyed_by_memory(reprocessed, marks, index, duplicates)
+    assert sorted((r["offset"], r["count"], r["audit_id"]) for r in keyed.collect()) == [
+        (5, 2, "TCK-5"), (11, 2, "TCK-11"), (12, 2, "TCK-12"), (13, 2, "TCK-13"),
+    ]  # fmt: skip
+    # entries stamped before the topic was created again are of the deleted topic's offsets
+    since = keyed_by_memory(reprocessed, marks, index, duplicates, records_since_ms=ms(5))
+    assert sorted((r["offset"], r["audit_id"]) for r in since.collect()) == [
+        (5, "TCK-5"), (11, None), (12, None), (13, None),
+    ]  # fmt: skip
+    # two keys read at one offset (a rewrite): no guess
+    other = spark.createDataFrame([("TCK-99", 0, 11, at(4), None, None)], RECORD_SCHEMA)
+    guarded = keyed_by_memory(reprocessed, marks, index, duplicates.unionByName(other))
+    assert dict((r["offset"], r["audit_id"]) for r in guarded.collect())[11] is None
