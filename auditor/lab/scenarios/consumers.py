@@ -28,6 +28,21 @@ def ticket_pipeline(world: World, probed: bool) -> None:
         raise RuntimeError(f"the workload's sends failed: {[d.error for d in reports if d.error][:3]}")
 
 
+def skipped_truth(world: World) -> tuple[set[str], dict[int, int]]:
+    """Ground truth: tickets whose row is still NEW and that nobody processed although the
+    group committed past their record (the database, the group's committed offsets, a plain
+    read of the topic), and those offsets."""
+    rows, processed = world.rows(), world.processed()
+    committed = world.cluster.committed(world.group, world.topic)
+    position = {r.key: r.offset for r in world.cluster.read_topic(world.topic)}
+    skipped = {
+        str(i)
+        for i, status in rows.items()
+        if status == "NEW" and not processed.get(i) and position.get(str(i), 1 << 62) < committed.get(0, -1)
+    }
+    return skipped, committed
+
+
 @scenario(
     "crash-at-most-once",
     "consumer commits a record's offset, then is killed -9 before processing it; restarted, it goes on "
@@ -71,16 +86,7 @@ def _at_most_once(world: World, probed: bool, **client: str) -> Outcome:
     # member may wait for the dead one's session to end (KIP-848: 45 s on the broker).
     world.start_consumer("at-most-once", probed=probed, **client)
     wait_until(lambda: len(world.processed()) >= len(TICKETS) - 1, 120, "the restarted consumer to catch up")
-    rows = world.rows()
-    processed = world.processed()
-    # Ground truth: rows still NEW that nobody processed although the group committed past them.
-    committed = world.cluster.committed(world.group, world.topic)
-    position = {r.key: r.offset for r in world.cluster.read_topic(world.topic)}
-    skipped = {
-        str(i)
-        for i, status in rows.items()
-        if status == "NEW" and not processed.get(i) and position.get(str(i), 1 << 62) < committed.get(0, -1)
-    }
+    skipped, committed = skipped_truth(world)
     if not skipped:
         raise LabError(f"the fault did not happen: every record was processed (consumer exit {crashed})")
     world.notes.append(f"consumer exit {crashed}; committed {committed}; never processed: {sorted(skipped)}")

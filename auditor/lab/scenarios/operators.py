@@ -11,7 +11,7 @@ import time
 from auditor.lab.cluster import LabError, wait_until
 from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
-from auditor.lab.scenarios.consumers import CRASH_AT, TICKETS, ticket_pipeline
+from auditor.lab.scenarios.consumers import CRASH_AT, TICKETS, skipped_truth, ticket_pipeline
 from auditor.lab.workload import produce
 from auditor.lab.world import World
 
@@ -51,15 +51,7 @@ def _to_latest(world: World, probed: bool) -> Outcome:
         raise RuntimeError(f"the workload's sends failed: {[d.error for d in reports if d.error][:3]}")
     world.start_consumer("at-least-once", probed=probed)
     wait_until(lambda: all(world.processed().get(t) for t in LATER), 120, "the restarted consumer to process")
-    rows, processed = world.rows(), world.processed()
-    committed = world.cluster.committed(world.group, world.topic)
-    position = {r.key: r.offset for r in world.cluster.read_topic(world.topic)}
-    # Ground truth: rows still NEW that nobody processed although the group committed past them.
-    skipped = {
-        str(i)
-        for i, status in rows.items()
-        if status == "NEW" and not processed.get(i) and position.get(str(i), 1 << 62) < committed.get(0, -1)
-    }
+    skipped, committed = skipped_truth(world)
     if not skipped:
         raise LabError(f"the fault did not happen: nothing was jumped over (committed {committed})")
     world.notes.append(f"reset to {ends}; committed {committed}; never processed: {len(skipped)} tickets")
