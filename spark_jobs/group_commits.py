@@ -180,14 +180,6 @@ def commits_to_json(commits: Mapping[str, Mapping[int, SeenCommits]]) -> dict[st
     return {g: {str(p): seen.to_json() for p, seen in sorted(parts.items())} for g, parts in sorted(commits.items())}
 
 
-def unproven_from_json(data: Any) -> Unproven:
-    """state.json's `unproven_commits`; ValueError naming what is malformed."""
-    try:
-        return {str(g): {int(p): int(o) for p, o in parts.items()} for g, parts in (data or {}).items()}
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise ValueError(f"state.json's unproven_commits is malformed ({exc!r})") from exc
-
-
 def commits_from_json(data: Any) -> GroupCommits:
     """state.json's `group_commits`; ValueError naming what is malformed."""
     if not data:

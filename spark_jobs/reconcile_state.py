@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from spark_jobs.group_commits import GroupCommits, Unproven, commits_from_json, commits_to_json, unproven_from_json
+from spark_jobs.group_commits import GroupCommits, Unproven, commits_from_json, commits_to_json
 from spark_jobs.reconcile_transform import (
     CANDIDATE_SCHEMA,
     FINDING_SCHEMA,
@@ -168,14 +168,12 @@ class StateMeta:
             "read_at_ms": self.read_at_ms,
             "read_highs": {str(k): v for k, v in self.read_highs.items()},
             "backdated": self.backdated,
-            "first_marks": {g: {str(p): o for p, o in marks.items()} for g, marks in self.first_marks.items()},
+            "first_marks": _offsets_by_group_to_json(self.first_marks),
             "identity": self.identity,
             "timestamp_zone": self.timestamp_zone,
             "unprobed_record_ms": self.unprobed_record_ms,
             "group_commits": commits_to_json(self.group_commits),
-            "unproven_commits": {
-                g: {str(p): o for p, o in parts.items()} for g, parts in self.unproven_commits.items()
-            },
+            "unproven_commits": _offsets_by_group_to_json(self.unproven_commits),
         }
 
     @classmethod
@@ -211,23 +209,25 @@ class StateMeta:
             read_at_ms=None if data.get("read_at_ms") is None else int(data["read_at_ms"]),
             read_highs=offsets("read_highs"),
             backdated=_backdated(data.get("backdated")),
-            first_marks={
-                str(g): {int(p): int(o) for p, o in marks.items()}
-                for g, marks in (data.get("first_marks") or {}).items()
-            },
+            first_marks=_offsets_by_group(data, "first_marks"),
             identity={str(k): str(v) for k, v in (data.get("identity") or {}).items()},
             timestamp_zone=str(data["timestamp_zone"]) if data.get("timestamp_zone") else None,
             unprobed_record_ms=_unprobed(data),
             group_commits=_group_commits(data),
-            unproven_commits=_unproven_commits(data),
+            unproven_commits=_offsets_by_group(data, "unproven_commits"),
         )
 
 
-def _unproven_commits(data: dict[str, Any]) -> Unproven:
+def _offsets_by_group_to_json(offsets: dict[str, dict[int, int]]) -> dict[str, dict[str, int]]:
+    return {g: {str(p): o for p, o in parts.items()} for g, parts in offsets.items()}
+
+
+def _offsets_by_group(data: dict[str, Any], name: str) -> dict[str, dict[int, int]]:
+    """A group -> partition -> offset map of state.json (`first_marks`, `unproven_commits`)."""
     try:
-        return unproven_from_json(data.get("unproven_commits"))
-    except ValueError as exc:
-        raise StateError(f"{exc}; run with --full") from exc
+        return {str(g): {int(p): int(o) for p, o in parts.items()} for g, parts in (data.get(name) or {}).items()}
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise StateError(f"state.json's {name} is malformed ({exc!r}); run with --full") from exc
 
 
 def _group_commits(data: dict[str, Any]) -> GroupCommits:

@@ -84,14 +84,6 @@ class Position:
     committed: int | None
     seen: SeenCommits | None = None  # set when the runs' sighting stands in for the committed offset
 
-    def describe(self) -> str:
-        if self.seen is None:
-            return f"committed {self.committed}"
-        latest = self.seen.latest  # (cut where the log is vouched for: the run may have read more)
-        return f"committed past offset {self.seen.offset - 1} as reconciliation run {latest.last_run} read at " + str(
-            ms_to_iso(latest.seen_ms)
-        )
-
 
 def standing(group: GroupState, partition: int, offset: int, present: bool) -> Position:
     """The group's position for the record at `offset`. For a deleted record (not `present`),
@@ -126,10 +118,14 @@ def judged_by(info: dict[str, Any], at: Position) -> str:
     the evidence (`seen_commits`) where it stands in for the committed offset now
     (`info["committed"]`)."""
     if at.seen is None:
-        return at.describe()
+        return f"committed {at.committed}"
     info["seen_commits"] = at.seen.to_json()
+    latest = at.seen.latest  # (cut where the log is vouched for: the run may have read more)
     now = "it has no committed offset there now" if info.get("committed") is None else f"now {info['committed']}"
-    return f"{at.describe()} ({now}: deleted, expired or moved back since)"
+    return (
+        f"committed past offset {at.seen.offset - 1} as reconciliation run {latest.last_run} read at "
+        f"{ms_to_iso(latest.seen_ms)} ({now}: deleted, expired or moved back since)"
+    )
 
 
 def lag(group: GroupState, state: PartitionState | None, partition: int, now_ms: int) -> dict[str, Any]:
