@@ -23,14 +23,19 @@ application re-sends). Then, in one SparkSession:
 4. --incrementals more such rounds (default 2), each 1% more: the runs a resident driver
    (RECONCILE_RUNNER=resident) makes once it has run the incremental plans before, where the
    first incremental run above still compiles them. Each names the key index deltas it
-   leaves; with --incrementals 7 or more, one run merges them (reconcile_state.COMPACT_AFTER).
+   leaves; with --incrementals 7 or more, one run merges them (reconcile_state.COMPACT_AFTER);
+5. the floor (floor_run): the same inputs, now the whole topic and table, reconciled in one
+   pass with nothing but a key index written (per key: copies, first record, source status),
+   timed the second time, against a scan of those inputs timed between the two passes. It
+   bounds a full run from below: no Spark job that keeps such an index can take less here.
 
 Prints the timings, records/s, the time the JVM's JIT compilers and garbage collectors spent
 during each run (CPU the run competes with on a small machine), the driver's peak memory (the
 JVM's peak resident set, which in local mode includes the executors, each heap pool's peak
 (their sum bounds the heap's peak from above), and the Python driver's), and as its last line
-``full_vs_scan=<x> incremental_vs_full=<y> warm_incremental_vs_full=<z>``: y is the first
-incremental run's, z the median of the later ones (absent with --incrementals 0). The table,
+``full_vs_scan=<x> incremental_vs_full=<y> warm_incremental_vs_full=<z> floor_vs_scan=<f>``: y is
+the first incremental run's, z the median of the later ones (absent with --incrementals 0),
+f the floor's. The table,
 the topic and the state are removed at the end.
 """
 
@@ -62,6 +67,7 @@ from spark_jobs.common import build_spark_session
 from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_partitions
 from spark_jobs.reconcile import run
 from spark_jobs.reconcile_extract import extract_source, extract_source_columns, extract_topic, plan_offsets
+from spark_jobs.reconcile_parsing import transform_records, transform_source_rows
 from spark_jobs.reconcile_plan import RunOptions
 from spark_jobs.reconcile_state import StateStore
 from spark_jobs.reconcile_transform import FINDING_KINDS, RECORD_COUNTS, UNVERIFIABLE
@@ -177,6 +183,37 @@ def raw_scan(spark: SparkSession, binding: Binding) -> tuple[float, int, int]:
     table, columns = extract_source_columns(spark, binding)
     row_count = extract_source(spark, binding, table, columns, None, datetime.now(UTC)).count()
     return time.monotonic() - started, topic_count, row_count
+
+
+def floor_run(spark: SparkSession, binding: Binding, out: Path) -> tuple[float, dict[str, int]]:
+    """The least any reconciliation that keeps a key index does, in one pass: the same reads
+    and record parse as the job, one aggregation per key (copies, first record, its audit
+    session and sequence), one full join with the table's keys, one Parquet dataset written
+    (the index with each key's source status), and the missing and duplicated keys counted
+    from it. No earlier state, no ledgers, no checks: a bound from below on a full run, not a
+    design (see the README's "floor")."""
+    started = time.monotonic()
+    admin = admin_client(binding.bootstrap_servers)
+    offsets = partition_offsets(admin, binding.topic, topic_partitions(admin, binding.topic))
+    parsed = transform_records(
+        extract_topic(spark, binding, plan_offsets(binding.topic, offsets, {})), binding.record_key
+    )
+    first = F.struct("partition", "offset", "timestamp", "session", "seq")
+    per_key = parsed.where(F.col("key").isNotNull()).groupBy("key").agg(
+        F.count(F.lit(1)).alias("n"), F.min(first).alias("first")
+    )
+    table, columns = extract_source_columns(spark, binding)
+    rows = transform_source_rows(
+        extract_source(spark, binding, table, columns, None, datetime.now(UTC)), "audit_key", "audit_created", unique=True
+    )
+    per_key.join(rows, "key", "full_outer").write.mode("overwrite").parquet(str(out))
+    index = spark.read.parquet(str(out))
+    counts = index.agg(
+        F.count(F.when(F.col("n").isNull(), 1)).alias("missing"),
+        F.count(F.when(F.col("n") > 1, 1)).alias("duplicate"),
+    ).first()
+    assert counts is not None
+    return time.monotonic() - started, {"missing": int(counts["missing"]), "duplicate": int(counts["duplicate"])}
 
 
 def driver_jvm(spark: SparkSession) -> Any:
@@ -335,6 +372,19 @@ def main() -> int:
                 f"phases {incremental['timings']}"
             )
 
+        # The floor: the same inputs (the whole topic and table now) read and reconciled in one
+        # pass, timed after one untimed pass, against a scan of the same inputs timed between.
+        floor_dir = state / "floor"
+        floor_run(spark, binding, floor_dir)
+        end_scan_s, _, _ = raw_scan(spark, binding)
+        floor_s, floor_counts = floor_run(spark, binding, floor_dir)
+        if floor_counts != expected:
+            raise SystemExit(f"floor: expected {expected}, got {floor_counts}")
+        print(
+            f"floor: {floor_s:.1f}s against a scan of the same inputs of {end_scan_s:.1f}s "
+            f"(missing {floor_counts['missing']:,}, duplicated {floor_counts['duplicate']:,}: exact)"
+        )
+
         hwm, pools, heap_max = jvm_memory(spark)
         python_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         where = "local mode: executors included" if args.master.startswith("local") else "the driver alone"
@@ -346,6 +396,7 @@ def main() -> int:
         last_line = f"full_vs_scan={full_s / scan_s:.2f} incremental_vs_full={incrementals[0] / full_s:.3f}"
         if len(incrementals) > 1:
             last_line += f" warm_incremental_vs_full={statistics.median(incrementals[1:]) / full_s:.3f}"
+        last_line += f" floor_vs_scan={floor_s / end_scan_s:.2f}"
         print(last_line)
         return 0
     finally:
