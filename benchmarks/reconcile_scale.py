@@ -199,12 +199,17 @@ def floor_run(spark: SparkSession, binding: Binding, out: Path) -> tuple[float, 
         extract_topic(spark, binding, plan_offsets(binding.topic, offsets, {})), binding.record_key
     )
     first = F.struct("partition", "offset", "timestamp", "session", "seq")
-    per_key = parsed.where(F.col("key").isNotNull()).groupBy("key").agg(
-        F.count(F.lit(1)).alias("n"), F.min(first).alias("first")
+    per_key = (
+        parsed.where(F.col("key").isNotNull())
+        .groupBy("key")
+        .agg(F.count(F.lit(1)).alias("n"), F.min(first).alias("first"))
     )
     table, columns = extract_source_columns(spark, binding)
     rows = transform_source_rows(
-        extract_source(spark, binding, table, columns, None, datetime.now(UTC)), "audit_key", "audit_created", unique=True
+        extract_source(spark, binding, table, columns, None, datetime.now(UTC)),
+        "audit_key",
+        "audit_created",
+        unique=True,
     )
     per_key.join(rows, "key", "full_outer").write.mode("overwrite").parquet(str(out))
     index = spark.read.parquet(str(out))
