@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Q
 
 from auditor.alerts.events import EventFilter, event_filter_from_json
-from auditor.lib.secrets import MASK, MissingEnvError, mask_url, resolve_env
+from auditor.lib.secrets import MASK, MissingEnvError, mask_webhook_url, resolve_env
 from auditor.pipelines.models import Binding
 
 
@@ -51,7 +51,8 @@ class Channel(models.Model):
         return event_filter_from_json(self.events)
 
     def masked_url(self) -> str:
-        return mask_url(self.url)
+        """The URL as pages and the API show it: a literal one without its path and query."""
+        return mask_webhook_url(self.url)
 
     def masked_secret(self) -> str:
         return MASK if self.secret else ""

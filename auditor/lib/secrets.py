@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 # The probe library owns the list of secret keys (it must not import Django, so the
 # dependency points this way): one list, one rule, for probes, pages and lint.
@@ -18,9 +18,11 @@ __all__ = [
     "MissingEnvError",
     "env_refs",
     "is_secret_key",
+    "mask_db_error",
     "mask_mapping",
     "mask_text",
     "mask_url",
+    "mask_webhook_url",
     "resolve_env",
 ]
 
@@ -95,6 +97,43 @@ def mask_text(text: str) -> str:
     return _PASSWORD_ASSIGNMENT.sub(
         lambda m: m.group(0) if ENV_REF.fullmatch(m.group(3)) else f"{m.group(1)}{m.group(2)}{MASK}", text
     )
+
+
+def mask_db_error(exc: BaseException, url: str, whole: bool = False) -> str:
+    """The first line of a database client's error (`whole`: all of it on one line), fit to
+    store and show: mask_text, and the password of `url` (the resolved one the client was
+    given) wherever the message quotes it. libpq quotes the part of a URL it cannot parse, so
+    a password with a stray % comes back whole, with no user:password@ around it for
+    mask_text to find."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    text = mask_text(" ".join(str(exc).split()) if whole else lines[0])
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    for form in {password, unquote(password or "")} - {None, ""}:
+        text = text.replace(str(form), MASK)
+    return text
+
+
+def mask_webhook_url(url: str) -> str:
+    """A webhook URL as anyone may see it: a ${ENV} reference as written; a literal URL as
+    scheme://host/**** (Slack's and most services' hook URLs carry their token in the path or
+    the query), user info masked."""
+    if ENV_REF.search(url):
+        return mask_url(url)
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return MASK
+    if not parts.scheme or not host:
+        return MASK
+    rest = f"/{MASK}" if parts.path.strip("/") or parts.query or parts.fragment else parts.path
+    userinfo = f"{MASK}@" if parts.username or parts.password else ""
+    return f"{parts.scheme}://{userinfo}{host}{port}{rest}"
 
 
 def mask_mapping(config: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 
-from auditor.lib.secrets import MASK, MissingEnvError, mask_text
+from auditor.lib.secrets import MissingEnvError, mask_db_error, mask_text
 from auditor.pipelines.models import Cluster, SourceDatabase
 from spark_jobs.kafka_options import KafkaOptionsError, java_client_config
 from spark_jobs.kafka_security import KafkaConnectionError, check_kafka, explain, security_reason
@@ -75,9 +75,8 @@ def check_source(source: SourceDatabase, timeout_s: float = PRE_CHECK_TIMEOUT_S)
     try:
         psycopg.connect(url, connect_timeout=max(1, int(timeout_s)), application_name="auditor-check").close()
     except psycopg.Error as exc:
-        text = mask_text(" ".join(str(exc).split()))
-        password = urlsplit(url).password
-        if password:
-            text = text.replace(password, MASK)
+        text = mask_db_error(exc, url, whole=True)
+        if isinstance(exc, psycopg.ProgrammingError):  # libpq could not parse the URL or an option in it
+            raise ConnectivityError(f"source {source.name}: its URL is not valid: {text}") from None
         if security_reason(text):
             raise ConnectivityError(f"source {source.name}: {explain(text)}") from None

@@ -8,6 +8,7 @@ import psycopg
 
 from auditor.lib.columns import holds_wall_clock_times
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
+from auditor.lib.secrets import mask_db_error
 from auditor.pipelines.models import Binding
 from spark_jobs.binding import BindingError, check_zone
 
@@ -29,17 +30,16 @@ def source_zone(binding: Binding, timeout_s: float = 10.0) -> str:
         column = validate_identifier(binding.created_column, "created_column")
     except IdentifierError:
         return binding.timestamp_zone or NOT_NEEDED  # the job names what is wrong with them
+    url = binding.source.resolved_url()
     try:
-        with psycopg.connect(
-            binding.source.resolved_url(), connect_timeout=max(1, int(timeout_s)), application_name="auditor-zone"
-        ) as conn:
+        with psycopg.connect(url, connect_timeout=max(1, int(timeout_s)), application_name="auditor-zone") as conn:
             if not holds_wall_clock_times(conn, f'"{schema}"."{table}"' if schema else f'"{table}"', column):
                 return NOT_NEEDED  # an instant, or a column the job will find missing
             if binding.timestamp_zone:
                 return binding.timestamp_zone
             row = conn.execute("SHOW TimeZone").fetchone()
     except psycopg.Error as exc:
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        detail = mask_db_error(exc, url)
         raise SourceZoneError(
             f"binding {binding.name!r}: whether {binding.created_column} holds wall-clock times, and in which zone, "
             f"could not be read from source {binding.source.name}: {detail}"

@@ -20,7 +20,6 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import psycopg
@@ -28,7 +27,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from psycopg import sql
 
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
-from auditor.lib.secrets import MASK, MissingEnvError
+from auditor.lib.secrets import MissingEnvError, mask_db_error
 from auditor.pipelines.models import Binding
 from auditor.probes.headers import AUDIT, AUDIT_V2_SIZE, decode_audit_header, parse_audit_headers
 from auditor.probes.message import record_headers, record_position
@@ -350,10 +349,7 @@ def read_source_row(binding: Binding, key: str) -> SourceLookup:
         lookup.error = f"{key!r} is not a valid value of column {key_column}: no row can have it"
         return lookup
     except psycopg.Error as exc:
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        password = urlsplit(url).password
-        if password:
-            detail = detail.replace(password, MASK)
+        detail = mask_db_error(exc, url)
         lookup.error = f"reading {binding.table} in source {binding.source.name} failed: {detail}"
         return lookup
     lookup.rows = [[_shown(v) for v in row] for row in rows]

@@ -25,7 +25,7 @@ from django.db.models import Max, QuerySet
 from django.utils import timezone
 
 from auditor.lib.live import publish
-from auditor.lib.secrets import MissingEnvError
+from auditor.lib.secrets import MissingEnvError, mask_text
 from auditor.pipelines.connectivity import ConnectivityError, check_cluster, check_source
 from auditor.pipelines.incarnations import observe_topic_id
 from auditor.pipelines.models import Binding
@@ -254,7 +254,7 @@ def fail_run(run: ReconcileRun, error: str, result: dict[str, Any] | None = None
             return locked
         _apply_result(locked, result or {})
         locked.status = ReconcileRun.FAILED
-        locked.error = error[:10_000]
+        locked.error = mask_text(error)[:10_000]  # a last guard: the callers mask what they know of
         locked.counts = {}
         locked.save()
         _publish(locked)

@@ -26,7 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from auditor.lib.live import publish
-from auditor.lib.secrets import MissingEnvError
+from auditor.lib.secrets import MissingEnvError, mask_text
 from auditor.pipelines.connectivity import ConnectivityError, check_cluster
 from auditor.pipelines.incarnations import observe_topic_id
 from auditor.pipelines.ledgers import ledger_topics
@@ -642,7 +642,7 @@ def prune_history(rule: StuckRule, now: datetime) -> None:
 def fail_run(run: DiagnosisRun, error: str) -> DiagnosisRun:
     now = timezone.now()
     run.status = DiagnosisRun.FAILED
-    run.error = error[:5000]
+    run.error = mask_text(error)[:5000]  # a last guard: the callers mask what they know of
     run.finished_at = now
     run.duration_s = round((now - run.started_at).total_seconds(), 3)
     with transaction.atomic():

@@ -15,6 +15,7 @@ from psycopg import sql
 
 from auditor.lib.columns import holds_wall_clock_times
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
+from auditor.lib.secrets import mask_db_error
 from auditor.stuck.evidence import StuckRow
 from spark_jobs.binding import ZONE_SHIFT
 from spark_jobs.kafka_security import explain
@@ -73,13 +74,10 @@ class StuckQuery:
 def _connect(url: str) -> psycopg.Connection:
     try:
         return psycopg.connect(url, autocommit=True, application_name="auditor-stuck", connect_timeout=10)
+    except psycopg.ProgrammingError as exc:  # libpq could not parse the URL or an option in it
+        raise SourceError(f"its URL is not valid: {mask_db_error(exc, url)}") from None
     except psycopg.Error as exc:
-        raise SourceError(f"the source database cannot be reached: {explain(_first_line(exc))}") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+        raise SourceError(f"the source database cannot be reached: {explain(mask_db_error(exc, url))}") from None
 
 
 def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_ITEMS) -> tuple[list[StuckRow], bool]:
@@ -111,7 +109,7 @@ def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_
                 conn.execute(sql.SQL("SET LOCAL work_mem = {}").format(sql.Literal(SELECT_WORK_MEM)))
                 rows = conn.execute(statement, params).fetchall()
         except psycopg.Error as exc:
-            raise SourceError(f"selecting stuck rows from {query.table} failed: {_first_line(exc)}") from None
+            raise SourceError(f"selecting stuck rows from {query.table} failed: {mask_db_error(exc, url)}") from None
     items = [StuckRow(str(k), str(s), float(a), since, rid) for k, s, a, since, rid in rows[:max_items]]
     return items, len(rows) > max_items
 
@@ -189,7 +187,7 @@ def still_stuck(
                 chunk = wanted[start : start + CHECK_CHUNK]
                 found.update(r[0] for r in conn.execute(statement, [chunk, *query.stuck_values]).fetchall())
         except psycopg.Error as exc:
-            raise SourceError(f"re-checking stuck rows in {query.table} failed: {_first_line(exc)}") from None
+            raise SourceError(f"re-checking stuck rows in {query.table} failed: {mask_db_error(exc, url)}") from None
     return found
 
 

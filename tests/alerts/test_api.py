@@ -50,6 +50,13 @@ def test_it_lists_channels_without_secrets(token_for, alerts):
     assert "secret" not in str(body)
 
 
+def test_it_lists_a_literal_webhook_url_without_the_token_in_its_path(token_for, make_channel, webhook_settings):
+    make_channel("slack-hook", url="https://hooks.slack.com/services/T0/B0/XXXXSECRET?sig=abc")
+    body = Client().get("/api/alerts/channels/", headers=token_for("viewer")).json()
+    assert [c["url"] for c in body["results"]] == ["https://hooks.slack.com/****"]
+    assert "XXXXSECRET" not in str(body) and "abc" not in str(body)
+
+
 @pytest.mark.parametrize(
     "role,scope,status",
     [

@@ -51,6 +51,15 @@ def test_it_shows_a_channel_with_its_log_and_never_its_secret(client_as, channel
         assert ("Edit</a>" in content) == (role == "admin")
 
 
+def test_a_literal_webhook_url_is_shown_without_the_token_in_its_path(client_as, make_channel, webhook_settings):
+    """A Slack webhook URL is itself a credential: typed in literally (not as a ${ENV}
+    reference), viewers see its host only."""
+    hook = make_channel("slack-hook", url="https://hooks.slack.com/services/T0/B0/XXXXSECRET")
+    content = client_as("viewer").get(f"/alerts/channels/{hook.pk}/").content.decode()
+    assert "XXXXSECRET" not in content and "/services/" not in content
+    assert "https://hooks.slack.com/****" in content
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_it_lets_operators_and_up_send_a_test(client_as, channel, role):
     before = Delivery.objects.filter(event="test").count()

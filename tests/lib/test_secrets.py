@@ -87,3 +87,29 @@ def test_it_masks_passwords_in_url_queries_and_jaas_lines() -> None:
     assert mask_text('FATAL: password authentication failed for user "x"') == (
         'FATAL: password authentication failed for user "x"'
     )
+
+
+def test_a_database_error_that_quotes_a_password_the_url_cannot_carry_is_masked() -> None:
+    """libpq quotes the token of a URL it cannot parse: a resolved ${ENV} password with a stray
+    % comes back whole, outside any user:password@ that mask_text could find (real psycopg;
+    the URL is refused before any connection is tried)."""
+    import psycopg
+
+    for password in ("50%off", "p%40ss%"):
+        url = f"postgresql://app:{password}@127.0.0.1:1/db"
+        with pytest.raises(psycopg.Error) as caught:
+            psycopg.connect(url, connect_timeout=1)
+        assert password in str(caught.value)  # the client's own message quotes it
+        masked = lib_secrets.mask_db_error(caught.value, url)
+        assert password not in masked and "p@ss" not in masked
+        assert masked == 'invalid percent-encoded token: "****"'
+
+
+def test_a_literal_webhook_url_is_shown_without_its_path_and_query() -> None:
+    shown = lib_secrets.mask_webhook_url
+    assert shown("https://hooks.slack.com/services/T0/B0/XXXXSECRET") == "https://hooks.slack.com/****"
+    assert shown("http://[::1]:9000/hook?sig=abc") == "http://[::1]:9000/****"
+    assert shown("https://user:pw@alerts.example/") == "https://****@alerts.example/"
+    assert shown("http://127.0.0.1:8080") == "http://127.0.0.1:8080"
+    assert shown("${SLACK_HOOK_URL}") == "${SLACK_HOOK_URL}"  # the reference is no secret
+    assert shown("not a url") == "****"

@@ -177,6 +177,24 @@ def test_it_fails_a_run_whose_secret_cannot_be_resolved(make_binding, monkeypatc
     assert run.error == "binding 'nosecret': environment variable RECONCILE_TEST_UNSET is not set"
 
 
+def test_it_fails_a_run_whose_source_url_cannot_carry_its_password_without_showing_it(
+    make_binding, monkeypatch, client_as
+) -> None:
+    """A resolved ${ENV} password with a stray % makes the URL unparsable, and libpq quotes the
+    password in its error: the run fails at once, naming the source, with the password masked
+    in the run record and on the page."""
+    monkeypatch.setenv("RECONCILE_TEST_PCT_PASSWORD", "50%off-and-secret")
+    binding = make_binding(
+        "pctsecret", "t", "public.t", source_url="postgresql://app:${RECONCILE_TEST_PCT_PASSWORD}@127.0.0.1:1/db"
+    )
+    run = execute_run(start_run(binding, ReconcileRun.CLI))
+    assert run.status == ReconcileRun.FAILED
+    assert f"source {binding.source.name}: its URL is not valid" in run.error, run.error
+    assert "50%off" not in run.error and "secret" not in run.error
+    page = client_as("viewer").get("/reconcile/runs/").content.decode()
+    assert "its URL is not valid" in page and "50%off" not in page
+
+
 def test_it_fails_a_run_when_the_job_crashes(binding, monkeypatch) -> None:
     def crash(*args: Any) -> dict[str, Any]:
         raise RuntimeError("boom")

@@ -89,6 +89,30 @@ def test_it_names_the_source_whose_certificate_is_not_trusted(
     assert not StuckItem.objects.filter(rule=setup.rule).exists()
 
 
+def test_a_source_url_that_cannot_carry_its_password_fails_the_diagnosis_without_showing_it(
+    make_stuck: Any, monkeypatch: Any, client_as: Any
+) -> None:
+    """A resolved ${ENV} password with a stray % makes the URL unparsable, and libpq quotes the
+    password in its error: the run fails naming the source, the password masked everywhere
+    the run's error goes (the run record, the page, the API)."""
+    setup = make_stuck(partitions=1)
+    setup.pipeline.produce(2)
+    monkeypatch.setenv("STUCK_TEST_PCT_PASSWORD", "50%off-and-secret")
+    source = setup.rule.binding.source
+    source.url = "postgresql://app:${STUCK_TEST_PCT_PASSWORD}@127.0.0.1:1/db"
+    source.save()
+
+    run = run_diagnosis(setup.rule, DiagnosisRun.CLI, options=setup.options("python"))
+
+    assert run.status == DiagnosisRun.FAILED
+    assert f"source {source.name}" in run.error and "its URL is not valid" in run.error, run.error
+    page = client_as("viewer").get("/stuck/").content.decode()
+    api = client_as("viewer").get("/api/stuck/runs/").content.decode()
+    assert "its URL is not valid" in page and "its URL is not valid" in api
+    assert not any("50%off" in text or "and-secret" in text for text in (run.error, page, api))
+    assert not StuckItem.objects.filter(rule=setup.rule).exists()
+
+
 FAKE_LOCATE_JOB = """
 import json, os, stat, sys
 request = sys.argv[sys.argv.index("--request") + 1]
