@@ -146,10 +146,27 @@ class Cluster:
         self.stack = stack or os.environ.get("STACK", "dev")
         self.admin = AdminClient({"bootstrap.servers": bootstrap})
         self.expected_brokers: set[int] = set()
+        self.addresses: dict[int, str] = {}  # broker id → host:port, as the metadata names them
+        self.down: set[int] = set()  # brokers the lab stopped, killed or paused, not yet back
+        self._readers: dict[frozenset[int], AdminClient] = {}
 
     # --- brokers ---------------------------------------------------------------------------
     def broker_ids(self) -> set[int]:
-        return set(self.admin.list_topics(timeout=10).brokers)
+        brokers = self.admin.list_topics(timeout=10).brokers
+        self.addresses |= {b.id: f"{b.host}:{b.port}" for b in brokers.values()}
+        return set(brokers)
+
+    def reader(self) -> AdminClient:
+        """An admin client for metadata reads during a fault: bootstrapped only to the brokers
+        the lab has not taken down, so its requests do not wait on a paused or dead one (the
+        shared client may send them there and wait out its request timeout: lab run #36)."""
+        up = [address for broker_id, address in sorted(self.addresses.items()) if broker_id not in self.down]
+        if not self.down or not up:
+            return self.admin
+        key = frozenset(self.down)
+        if key not in self._readers:
+            self._readers[key] = AdminClient({"bootstrap.servers": ",".join(up)})
+        return self._readers[key]
 
     def require_three(self) -> None:
         try:
@@ -162,7 +179,11 @@ class Cluster:
 
     def broker(self, action: str, broker_id: int) -> None:
         """stop (SIGTERM) | kill (-9) | start | pause (SIGSTOP) | resume (SIGCONT)."""
+        if action in ("stop", "kill", "pause"):
+            self.down.add(broker_id)  # before: metadata reads avoid it from the moment it goes
         self._stack_script(180, "broker", action, str(broker_id))
+        if action in ("start", "resume"):
+            self.down.discard(broker_id)
 
     def _stack_script(self, timeout: float, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """stack.sh with these arguments on this cluster's stack; a LabError naming them when it
@@ -246,15 +267,16 @@ class Cluster:
         what retention does to the oldest segments, at a chosen offset."""
         delete_records(self.admin, [TopicPartition(topic, p, offset) for p, offset in before.items()])
 
-    def partition(self, topic: str, partition: int = 0, timeout: float = 20) -> PartitionView:
+    def partition(self, topic: str, partition: int = 0, timeout: float = 30) -> PartitionView:
         """The partition's leader, replicas and ISR as the metadata says. A topic made a moment ago
         may not be in the answering broker's metadata yet (KRaft brokers learn it from the
-        controller each at their own pace: CI, stop 41): it is asked again until it is."""
+        controller each at their own pace: CI, stop 41): it is asked again until it is. Asked
+        through reader(): not of a broker the lab has taken down."""
         found: dict[str, PartitionView] = {}
 
         def known() -> bool:
             try:
-                topics = self.admin.list_topics(topic, timeout=10).topics
+                topics = self.reader().list_topics(topic, timeout=5).topics
             except KafkaException:
                 # the request went to a broker the scenario paused or killed: ask again
                 # (lab run #23: a follower under SIGSTOP timed the whole scenario out)

@@ -111,7 +111,7 @@ def _while_auditing(world: World, fault: tuple[str, str]) -> Outcome:
         try:
             during = cluster.partition("__consumer_offsets", offsets_partition)
             placed = f"leader {during.leader}, in sync {list(during.isr)}"
-        except KafkaException as exc:  # a note only: the broker must come back whatever happens
+        except (KafkaException, LabError) as exc:  # a note only: the broker must come back whatever happens
             placed = f"not read ({exc})"
         cluster.broker(heal, victim)
     world.notes.append(
