@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from auditor.lint.engine.defaults import parse_version
+from auditor.lint.engine.effective import effective_settings, read_explicit
 from auditor.lint.engine.linter import lint
 from auditor.lint.engine.terms import LintContext, Overtaken
 
@@ -100,6 +102,47 @@ def test_it_uses_the_java_version_for_version_dependent_defaults() -> None:
     assert sorted(r.rule for r in results) == ["P006", "P007"]
     results = lint({}, client="java", kind="producer", guarantee=ALO, context=LintContext(client_version="3.2.3"))
     assert results == []
+
+
+@pytest.mark.parametrize("version", ["2.8.1", "3.0.0", "3.1.0"])
+def test_it_knows_java_before_3_0_1_turns_idempotence_on_for_a_transactional_id(version: str) -> None:
+    context = LintContext(client_version=version)
+    assert lint({"transactional.id": "app-1"}, client="java", kind="producer", guarantee=EOS, context=context) == []
+    explicit = read_explicit({"transactional.id": "app-1"}, client="java", source="config")
+    java_version = parse_version(version)
+    assert java_version is not None
+    settings = effective_settings(explicit, client="java", kind="producer", java_version=java_version)
+    idempotence, acks = settings["enable.idempotence"], settings["acks"]
+    assert (idempotence.value, idempotence.source, idempotence.note) == (
+        True,
+        "default",
+        "turned on by transactional.id",
+    )
+    assert (acks.value, acks.source, acks.note) == ("all", "default", "set to all by enable.idempotence")
+
+
+def test_it_knows_java_before_3_0_1_sets_an_unset_acks_to_all_for_explicit_idempotence() -> None:
+    old = LintContext(client_version="2.8.1")
+    assert lint({"enable.idempotence": True}, client="java", kind="producer", guarantee=ALO, context=old) == []
+    results = lint(
+        {"enable.idempotence": True, "acks": "1"}, client="java", kind="producer", guarantee=ALO, context=old
+    )
+    p101 = next(r for r in results if r.rule == "P101")
+    assert (p101.severity, p101.value, p101.source) == ("error", "1", "explicit")
+    assert p101.message == "the client refuses to start: enable.idempotence=true requires acks=all, got acks=1"
+
+
+def test_it_knows_java_before_3_0_1_refuses_retries_0_with_a_transactional_id() -> None:
+    old = LintContext(client_version="2.8.1")
+    results = lint(
+        {"transactional.id": "app-1", "retries": 0}, client="java", kind="producer", guarantee=EOS, context=old
+    )
+    assert sorted(r.rule for r in results) == ["P002", "P102"]
+    p102 = next(r for r in results if r.rule == "P102")
+    assert p102.message == (
+        "the client refuses to start: enable.idempotence=true (turned on by transactional.id) requires "
+        "retries >= 1, got retries=0"
+    )
 
 
 def test_it_takes_topic_defaults_from_the_brokers_settings() -> None:

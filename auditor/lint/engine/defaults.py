@@ -172,6 +172,17 @@ def parse_version(text: str | None) -> tuple[int, int, int] | None:
     return (parts[0], parts[1], parts[2])
 
 
+def java_idempotence_opt_in(version: tuple[int, int, int]) -> bool:
+    """Java versions whose producer is idempotent only when asked to be.
+
+    Before 3.0.1, and in 3.1.0 (KAFKA-13598: 3.0.0 and 3.1.0 announced the default true but
+    did not apply it), ``ProducerConfig.idempotenceEnabled()`` is ``userConfiguredTransactions
+    || (userConfiguredIdempotence && enable.idempotence)``: an explicit true or a
+    transactional.id turns it on, and the producer then overrides an unset acks to all.
+    """
+    return version < (3, 0, 1) or (3, 1, 0) <= version < (3, 1, 1)
+
+
 def java_producer_defaults(version: tuple[int, int, int]) -> dict[str, Any]:
     """The Java producer's defaults for a client version (KIP-679, KIP-1030)."""
     defaults = dict(JAVA_PRODUCER)
@@ -179,9 +190,7 @@ def java_producer_defaults(version: tuple[int, int, int]) -> dict[str, Any]:
         defaults["linger.ms"] = 0
     if version < (3, 0, 0):
         defaults["acks"] = "1"
-        defaults["enable.idempotence"] = False
-    elif version < (3, 0, 1) or (3, 1, 0) <= version < (3, 1, 1):
-        # KAFKA-13598: 3.0.0 and 3.1.0 announced the default but did not apply it
+    if java_idempotence_opt_in(version):
         defaults["enable.idempotence"] = False
     return defaults
 

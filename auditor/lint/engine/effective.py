@@ -4,7 +4,8 @@ Three steps: key aliases are folded into one name (librdkafka's request.required
 acks), values are read into their types (a non-number where a number is needed is a
 LintInputError naming the input and line), and unset keys take the client's default,
 including the defaults the clients derive from other keys (librdkafka turns idempotence
-on for a transactional.id; Java 3.x+ turns its default idempotence off when acks≠all).
+on for a transactional.id; Java 3.x+ turns its default idempotence off when acks≠all, Java
+before 3.0.1 turns it on for a transactional.id and then sets an unset acks to all).
 """
 
 from __future__ import annotations
@@ -208,7 +209,9 @@ def _librdkafka_producer_adjustments(s: dict[str, Setting]) -> None:
 def _java_producer_adjustments(s: dict[str, Setting], version: tuple[int, int, int]) -> None:
     """Mirror ProducerConfig.postProcessAndValidateIdempotenceConfigs and KafkaProducer."""
     idempotence = s["enable.idempotence"]
-    if not idempotence.explicit and idempotence.value:
+    if d.java_idempotence_opt_in(version):
+        _java_opt_in_idempotence_adjustments(s)
+    elif not idempotence.explicit and idempotence.value:
         reason = ""
         if s["acks"].value != "all":
             reason = f"acks={s['acks'].shown}"
@@ -224,3 +227,19 @@ def _java_producer_adjustments(s: dict[str, Setting], version: tuple[int, int, i
     floor = s["linger.ms"].value + s["request.timeout.ms"].value
     if not timeout.explicit and timeout.value < floor:
         s[timeout.key] = _derived(timeout, floor, "raised to linger.ms + request.timeout.ms")
+
+
+def _java_opt_in_idempotence_adjustments(s: dict[str, Setting]) -> None:
+    """Java before 3.0.1, and 3.1.0: idempotence is on when asked for, acks follows it.
+
+    ProducerConfig.idempotenceEnabled() is userConfiguredTransactions ||
+    (userConfiguredIdempotence && enable.idempotence): a transactional.id turns it on unless
+    enable.idempotence is explicitly false (then the producer refuses to start, P104). With
+    idempotence on, an unset acks is overridden to all ("Overriding the default acks to all
+    since idempotence is enabled"); an explicit other value refuses to start (P101).
+    """
+    idempotence = s["enable.idempotence"]
+    if s["transactional.id"].value and not idempotence.explicit:
+        s["enable.idempotence"] = _derived(idempotence, True, "turned on by transactional.id")
+    if s["enable.idempotence"].value and not s["acks"].explicit:
+        s["acks"] = _derived(s["acks"], "all", "set to all by enable.idempotence")

@@ -259,6 +259,20 @@ def check_transaction_timeout_vs_broker(s: Subject) -> Iterator[Finding]:
 # --- combinations the clients reject when they are constructed ---------------------------
 
 
+def _refused_for(s: Subject, setting_explicit: bool) -> bool:
+    """Does a producer that is (or was asked to be) idempotent refuse this setting's value?
+
+    librdkafka, and Java before 3.0.1 or 3.1.0 (idempotence on when enable.idempotence is
+    set true or a transactional.id is set; an unset acks follows it to all): refused when
+    idempotence is on and the value was set. Java 3.0.1+ (other than 3.1.0): refused when
+    enable.idempotence was set true; a defaulted true is silently turned off instead.
+    """
+    idempotence = s["enable.idempotence"]
+    if s.client == "librdkafka" or d.java_idempotence_opt_in(s.java_version):
+        return bool(idempotence.value) and setting_explicit
+    return idempotence.explicit and bool(idempotence.value)
+
+
 def _java_idempotence_requested(s: Subject) -> bool:
     """Java validates idempotence settings when it is on before being silently turned off."""
     setting = s["enable.idempotence"]
@@ -279,11 +293,7 @@ def check_startup_idempotence_acks(s: Subject) -> Iterator[Finding]:
     acks, idempotence = s["acks"], s["enable.idempotence"]
     if acks.value == "all":
         return
-    if s.client == "librdkafka":
-        refused = bool(idempotence.value) and acks.explicit
-    else:
-        refused = idempotence.explicit and bool(idempotence.value)
-    if refused:
+    if _refused_for(s, acks.explicit):
         yield Finding(
             acks,
             "all",
@@ -303,11 +313,7 @@ def check_startup_idempotence_retries(s: Subject) -> Iterator[Finding]:
     retries, idempotence = s["retries"], s["enable.idempotence"]
     if retries.value >= 1:
         return
-    if s.client == "librdkafka":
-        refused = bool(idempotence.value) and retries.explicit
-    else:
-        refused = idempotence.explicit and bool(idempotence.value)
-    if refused:
+    if _refused_for(s, retries.explicit):
         yield Finding(
             retries,
             ">= 1",
@@ -324,15 +330,13 @@ def check_startup_idempotence_retries(s: Subject) -> Iterator[Finding]:
     fix="set max.in.flight.requests.per.connection <= 5",
 )
 def check_startup_idempotence_in_flight(s: Subject) -> Iterator[Finding]:
-    mif, idempotence = s["max.in.flight.requests.per.connection"], s["enable.idempotence"]
+    mif = s["max.in.flight.requests.per.connection"]
     if mif.value <= d.IDEMPOTENT_MAX_IN_FLIGHT:
         return
-    if s.client == "librdkafka":
-        refused = bool(idempotence.value) and mif.explicit
-    elif s.java_version >= (4, 0, 0):
+    if s.client == "java" and s.java_version >= (4, 0, 0):
         refused = _java_idempotence_requested(s)
     else:
-        refused = idempotence.explicit and bool(idempotence.value)
+        refused = _refused_for(s, mif.explicit)
     if refused:
         yield Finding(
             mif,
