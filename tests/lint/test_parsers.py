@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from auditor.lint.engine.effective import effective_settings, read_explicit
 from auditor.lint.engine.errors import LintInputError
 from auditor.lint.engine.linter import lint, lint_text
 from auditor.lint.engine.parsers import guess_format, parse_librdkafka, parse_properties, parse_spring_yaml, parse_text
+from auditor.lint.engine.terms import LintContext
 
-ALO, EOS = "at-least-once", "exactly-once"
+ALO, AMO, EOS = "at-least-once", "at-most-once", "exactly-once"
 
 LIBRDKAFKA_JSON = """{
   "bootstrap.servers": "127.0.0.1:9092",
@@ -102,6 +104,43 @@ def test_it_lints_every_section_of_a_spring_yaml_file_as_the_java_client() -> No
         ("consumer", "C002"),
         ("consumer", "C006"),
     }
+
+
+def test_it_knows_spring_kafkas_listener_container_turns_auto_commit_off_when_unset() -> None:
+    text = "spring:\n  kafka:\n    consumer:\n      group-id: orders\n"
+    results = lint_text(text, fmt="spring-yaml", client="java", guarantee=ALO)
+    assert [(r.rule, r.source) for r in results] == [("C003", "default")]
+    assert lint_text(text, fmt="spring-yaml", client="java", guarantee=AMO) == []
+    # the commit outside a transaction is still reported, as the container's own
+    context = LintContext(consume_transform_produce=True, offsets_in_transaction=False)
+    results = lint_text(text, fmt="spring-yaml", client="java", guarantee=EOS, context=context)
+    c006 = next(r for r in results if r.rule == "C006")
+    assert (c006.config, c006.value, c006.source) == ("enable.auto.commit", False, "default")
+    # a file whose only consumer is the listener container's, linted with --kind consumer
+    producer_only = "spring:\n  kafka:\n    producer:\n      acks: all\n"
+    assert lint_text(producer_only, fmt="spring-yaml", client="java", kind="consumer", guarantee=AMO) == []
+
+
+def test_it_explains_the_spring_default_for_enable_auto_commit() -> None:
+    (config,) = parse_text("spring.kafka.consumer.group-id: orders\n", fmt="spring-yaml", source="a.yml").values()
+    explicit = read_explicit(config, client="java", source="a.yml")
+    settings = effective_settings(
+        explicit, client="java", kind="consumer", java_version=(3, 9, 2), framework=config.framework
+    )
+    assert settings["enable.auto.commit"].describe() == (
+        "enable.auto.commit=false (Spring Kafka's listener container, 2.3+: commits after the listener)"
+    )
+
+
+def test_it_still_reports_auto_commit_a_spring_yaml_file_sets() -> None:
+    text = "spring:\n  kafka:\n    consumer:\n      group-id: orders\n      enable-auto-commit: true\n"
+    (c004,) = lint_text(text, fmt="spring-yaml", client="java", guarantee=AMO)
+    assert (c004.rule, c004.severity, c004.value, c004.source) == ("C004", "error", True, "explicit")
+    # set through spring.kafka.properties, which every client takes
+    text = "spring.kafka.properties.enable.auto.commit: true\nspring.kafka.consumer.group-id: orders\n"
+    assert [(r.rule, r.source) for r in lint_text(text, fmt="spring-yaml", client="java", guarantee=AMO)] == [
+        ("C004", "explicit")
+    ]
 
 
 def test_it_reads_flat_and_relaxed_spring_keys_across_documents() -> None:

@@ -118,6 +118,13 @@ JAVA_CONSUMER: Mapping[str, Any] = {
     "max.poll.interval.ms": 300_000,
     "session.timeout.ms": 45_000,
 }
+# Spring Kafka sets these on the consumers of its listener containers when the key is unset:
+# since 2.3, enable.auto.commit=false unless set explicitly, and the container commits after
+# the listener ran (AckMode BATCH: once the records of a poll are processed).
+SPRING_KAFKA = "spring-kafka"
+SPRING_KAFKA_CONSUMER: Mapping[str, tuple[Any, str]] = {
+    "enable.auto.commit": (False, "Spring Kafka's listener container, 2.3+: commits after the listener"),
+}
 STREAMS: Mapping[str, Any] = {
     "processing.guarantee": "at_least_once",
     "replication.factor": -1,  # the broker's default.replication.factor (since 3.0)

@@ -153,12 +153,20 @@ def effective_settings(
     kind: str,
     java_version: tuple[int, int, int],
     broker: Mapping[str, Setting] | None = None,
+    framework: str | None = None,
 ) -> dict[str, Setting]:
-    """Every key a rule reads, explicit or defaulted, after the client's own adjustments."""
+    """Every key a rule reads, explicit or defaulted, after the client's own adjustments.
+
+    ``framework`` is what creates the client (``d.SPRING_KAFKA`` for a Spring Boot config),
+    when it sets its own values for keys the config leaves unset.
+    """
     table = d.client_defaults(client, kind, java_version)
     if kind == "topic" and broker is not None:
         table.update(_topic_defaults_from_broker(broker))
     settings = {key: _default(client, key, value) for key, value in table.items()}
+    if framework == d.SPRING_KAFKA and kind == "consumer":
+        for key, (value, note) in d.SPRING_KAFKA_CONSUMER.items():
+            settings[key] = _derived(settings[key], value, note)
     settings.update(explicit)
     if kind == "producer":
         if client == "librdkafka":

@@ -91,7 +91,14 @@ def lint(
     else:
         explicit = read_explicit(parsed, client=key_client, source=parsed.source, lines=parsed.lines)
         broker = broker_settings(context)
-        settings = effective_settings(explicit, client=key_client, kind=kind, java_version=java_version, broker=broker)
+        settings = effective_settings(
+            explicit,
+            client=key_client,
+            kind=kind,
+            java_version=java_version,
+            broker=broker,
+            framework=parsed.framework,
+        )
     target = Subject(
         client=client,
         kind=kind,

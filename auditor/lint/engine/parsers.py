@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from auditor.lint.engine.defaults import SPRING_KAFKA
 from auditor.lint.engine.errors import LintInputError
 from auditor.lint.engine.masking import mask_text
 
@@ -23,14 +24,24 @@ Scalar = str | int | float | bool | None
 
 
 class ParsedConfig(dict[str, Any]):
-    """A config mapping that remembers where it came from (input name, line of each key)."""
+    """A config mapping that remembers where it came from (input name, line of each key).
+
+    ``framework`` names what creates the client from it (``SPRING_KAFKA`` for Spring Boot
+    YAML): the lint then applies the values that framework sets for unset keys.
+    """
 
     def __init__(
-        self, values: Mapping[str, Any] | None = None, *, source: str = "config", lines: Mapping[str, int] | None = None
+        self,
+        values: Mapping[str, Any] | None = None,
+        *,
+        source: str = "config",
+        lines: Mapping[str, int] | None = None,
+        framework: str | None = None,
     ) -> None:
         super().__init__(values or {})
         self.source = source
         self.lines: dict[str, int] = dict(lines or {})
+        self.framework = framework
 
 
 # --- librdkafka: a dict or JSON text --------------------------------------------------------
@@ -324,12 +335,13 @@ def parse_spring_yaml(text: str, *, source: str = "application.yml") -> dict[str
         merged = {**common, **per_kind[kind], **named[kind]}
         values = {key: value for key, (value, _) in merged.items()}
         lines = {key: line for key, (_, line) in merged.items()}
-        configs[kind] = ParsedConfig(values, source=source, lines=lines)
+        configs[kind] = ParsedConfig(values, source=source, lines=lines, framework=SPRING_KAFKA)
     if not configs and common:
         configs["common"] = ParsedConfig(
             {key: value for key, (value, _) in common.items()},
             source=source,
             lines={key: line for key, (_, line) in common.items()},
+            framework=SPRING_KAFKA,
         )
     return configs
 
@@ -350,7 +362,7 @@ def parse_text(text: str, *, fmt: str, source: str, kind: str | None = None) -> 
         if kind is not None:
             if kind in configs:
                 return {kind: configs[kind]}
-            return {kind: common if common is not None else ParsedConfig(source=source)}
+            return {kind: common if common is not None else ParsedConfig(source=source, framework=SPRING_KAFKA)}
         if not configs:
             raise LintInputError("no spring.kafka.producer, .consumer or .streams settings found", source=source)
         return configs
