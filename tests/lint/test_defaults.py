@@ -73,6 +73,21 @@ def test_it_folds_aliases_so_the_last_one_set_wins_as_in_librdkafka() -> None:
     assert [r.rule for r in lint(config, client="librdkafka", kind="producer", guarantee=ALO)] == ["P004"]
 
 
+def test_it_does_not_take_librdkafkas_legacy_auto_commit_enable_for_enable_auto_commit() -> None:
+    # a topic-level property of the simple legacy consumer: the KafkaConsumer keeps auto-committing
+    config = {"auto.commit.enable": False, "auto.offset.reset": "earliest"}
+    results = lint(config, client="librdkafka", kind="consumer", guarantee=ALO)
+    c001 = next(r for r in results if r.rule == "C001")
+    assert (c001.severity, c001.source) == ("error", "default")
+    assert "enable.auto.commit=true (default)" in c001.message
+    c007 = next(r for r in results if r.rule == "C007")
+    assert (c007.severity, c007.config, c007.value, c007.source) == ("info", "auto.commit.enable", False, "explicit")
+    assert c007.message == (
+        "auto.commit.enable=false only configures librdkafka's simple legacy consumer: this consumer ignores it "
+        "and runs with enable.auto.commit=true (default)"
+    )
+
+
 def test_it_explains_that_java_turns_its_default_idempotence_off_for_acks_1() -> None:
     results = lint({"acks": "1"}, client="java", kind="producer", guarantee=ALO)
     p006 = next(r for r in results if r.rule == "P006")

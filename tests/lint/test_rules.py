@@ -288,6 +288,27 @@ CASES: list[Case] = [
         LintContext(consume_transform_produce=True, offsets_in_transaction=True),
     ),
     Case("C006", "passes", RK, "consumer", EOS, RK_EOS_CONSUMER_OK, []),
+    # C007 librdkafka's legacy auto.commit.enable, which the KafkaConsumer ignores
+    Case(
+        "C007",
+        "fails",
+        RK,
+        "consumer",
+        ALO,
+        {"auto.commit.enable": False, "auto.offset.reset": "earliest"},
+        ["C001", "C007"],
+        severity="info",
+    ),
+    Case(
+        "C007",
+        "passes",
+        RK,
+        "consumer",
+        ALO,
+        {"auto.commit.enable": False, "enable.auto.commit": False, "auto.offset.reset": "earliest"},
+        [],
+    ),
+    Case("C007", "passes", RK, "consumer", ALO, RK_CONSUMER_OK, []),
     # C101 librdkafka max.poll.interval.ms < session.timeout.ms
     Case("C101", "fails", RK, "consumer", ALO, {**RK_CONSUMER_OK, "max.poll.interval.ms": 10_000}, ["C005", "C101"]),
     Case("C101", "passes", JAVA, "consumer", ALO, {**JAVA_CONSUMER_OK, "max.poll.interval.ms": 10_000}, ["C005"]),

@@ -22,14 +22,17 @@ INT32_MAX = 2_147_483_647
 IDEMPOTENT_MAX_IN_FLIGHT = 5
 
 # librdkafka accepts several names for one property; the engine works on the Java name.
+# Not auto.commit.enable: a legacy topic-level property of the simple legacy consumer only,
+# which the high-level KafkaConsumer ignores (CONFIGURATION.md: "the global enable.auto.commit
+# property must be used instead"); rule C007 says so.
 LIBRDKAFKA_ALIASES: Mapping[str, str] = {
     "request.required.acks": "acks",
     "queue.buffering.max.ms": "linger.ms",
     "message.timeout.ms": "delivery.timeout.ms",
     "max.in.flight": "max.in.flight.requests.per.connection",
     "message.send.max.retries": "retries",
-    "auto.commit.enable": "enable.auto.commit",
 }
+LIBRDKAFKA_LEGACY_AUTO_COMMIT = "auto.commit.enable"
 # How librdkafka users know a key when the engine reports a default.
 LIBRDKAFKA_DISPLAY_NAMES: Mapping[str, str] = {"delivery.timeout.ms": "message.timeout.ms"}
 

@@ -45,6 +45,7 @@ EXPLAINS: Mapping[str, Explained] = {
     "C004": (("reprocessed", None),),
     "C005": (("reprocessed", None),),  # a rebalance hands the uncommitted batch to another member
     "C006": (("reprocessed", None), ("duplicate", "app-resend")),
+    "C007": (),  # the setting itself changes nothing; C001/C004/C006 report the auto-commit
     "C101": (),
     # topic
     "T001": _LOST_BY_BROKER,

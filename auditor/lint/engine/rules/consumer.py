@@ -185,6 +185,28 @@ def check_offsets_in_transaction(s: Subject) -> Iterator[Finding]:
 
 
 @consumer_rules.rule(
+    "C007",
+    "auto.commit.enable is ignored by the KafkaConsumer",
+    ALL,
+    "info",
+    why="auto.commit.enable is a legacy topic-level property of the simple legacy consumer: "
+    "the high-level consumer keeps committing as enable.auto.commit says",
+    fix="set enable.auto.commit instead (and remove auto.commit.enable)",
+    clients=RK,
+)
+def check_legacy_auto_commit_property(s: Subject) -> Iterator[Finding]:
+    legacy, auto_commit = s.settings.get(d.LIBRDKAFKA_LEGACY_AUTO_COMMIT), s["enable.auto.commit"]
+    if legacy is None or auto_commit.explicit:
+        return
+    yield Finding(
+        legacy,
+        "enable.auto.commit instead",
+        f"{legacy.describe()} only configures librdkafka's simple legacy consumer: this consumer "
+        f"ignores it and runs with {auto_commit.describe()}",
+    )
+
+
+@consumer_rules.rule(
     "C101",
     "max.poll.interval.ms below session.timeout.ms",
     ALL,
