@@ -88,6 +88,19 @@ def test_it_does_not_take_librdkafkas_legacy_auto_commit_enable_for_enable_auto_
     )
 
 
+def test_it_names_the_setting_librdkafka_refuses_under_the_consumer_group_protocol() -> None:
+    config = {"group.id": "x", "group.protocol": "consumer", "session.timeout.ms": 45_000}
+    results = lint(config, client="librdkafka", kind="consumer", guarantee=ALO)
+    c102 = next(r for r in results if r.rule == "C102")
+    assert (c102.severity, c102.config, c102.value, c102.source) == ("error", "session.timeout.ms", 45_000, "explicit")
+    assert c102.message == (
+        "the client refuses to start: session.timeout.ms is not supported for group.protocol=consumer "
+        "(the broker's group.consumer.session.timeout.ms applies)"
+    )
+    config = {"group.id": "x", "group.protocol": "consumer", "max.poll.interval.ms": 30_000}
+    assert "C101" not in {r.rule for r in lint(config, client="librdkafka", kind="consumer", guarantee=ALO)}
+
+
 def test_it_explains_that_java_turns_its_default_idempotence_off_for_acks_1() -> None:
     results = lint({"acks": "1"}, client="java", kind="producer", guarantee=ALO)
     p006 = next(r for r in results if r.rule == "P006")

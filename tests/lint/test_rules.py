@@ -313,6 +313,36 @@ CASES: list[Case] = [
     Case("C101", "fails", RK, "consumer", ALO, {**RK_CONSUMER_OK, "max.poll.interval.ms": 10_000}, ["C005", "C101"]),
     Case("C101", "passes", JAVA, "consumer", ALO, {**JAVA_CONSUMER_OK, "max.poll.interval.ms": 10_000}, ["C005"]),
     Case("C101", "passes", RK, "consumer", ALO, {**RK_CONSUMER_OK, "max.poll.interval.ms": 60_000}, []),
+    Case(
+        "C101",
+        "passes",
+        RK,
+        "consumer",
+        ALO,
+        {**RK_CONSUMER_OK, "group.id": "x", "group.protocol": "consumer", "max.poll.interval.ms": 30_000},
+        ["C005"],
+    ),
+    # C102 librdkafka classic-protocol settings with group.protocol=consumer
+    Case(
+        "C102",
+        "fails",
+        RK,
+        "consumer",
+        ALO,
+        {**RK_CONSUMER_OK, "group.id": "x", "group.protocol": "consumer", "session.timeout.ms": 45_000},
+        ["C102"],
+        severity="error",
+    ),
+    Case(
+        "C102",
+        "passes",
+        RK,
+        "consumer",
+        ALO,
+        {**RK_CONSUMER_OK, "group.id": "x", "group.protocol": "classic", "session.timeout.ms": 45_000},
+        [],
+    ),
+    Case("C102", "passes", RK, "consumer", ALO, {**RK_CONSUMER_OK, "group.id": "x", "group.protocol": "consumer"}, []),
     # T001 replication factor
     Case(
         "T001",

@@ -89,11 +89,17 @@ def test_it_predicts_that_every_produce_fails_when_linger_reaches_the_default_ti
         ({"max.poll.interval.ms": 60_000, "session.timeout.ms": 70_000}, True),
         ({"max.poll.interval.ms": 45_000}, False),
         ({}, False),
+        # KIP-848: the session timeout is the broker's, so only setting it is refused
+        ({"group.protocol": "consumer", "max.poll.interval.ms": 30_000}, False),
+        ({"group.protocol": "consumer", "session.timeout.ms": 45_000}, True),
+        ({"group.protocol": "consumer", "heartbeat.interval.ms": 3_000}, True),
+        ({"group.protocol": "consumer", "partition.assignment.strategy": "range"}, True),
+        ({"group.protocol": "classic", "session.timeout.ms": 45_000}, False),
     ],
 )
 def test_it_predicts_which_consumer_configs_librdkafka_refuses(config: dict[str, Any], refused: bool) -> None:
     results = lint(config, client="librdkafka", kind="consumer", guarantee="at-least-once")
-    assert ("C101" in {r.rule for r in results}) == refused
+    assert bool({"C101", "C102"} & {r.rule for r in results}) == refused
     try:
         Consumer({**QUIET, "group.id": "lint-test", **config}).close()
     except KafkaException:

@@ -57,6 +57,7 @@ KEY_TYPES: Mapping[str, str] = {
     "auto.offset.reset": "reset",
     "max.poll.interval.ms": "int",
     "session.timeout.ms": "int",
+    "group.protocol": "protocol",
     # topic (replication.factor is also a Streams key for its internal topics)
     "replication.factor": "int",
     "min.insync.replicas": "int",
@@ -77,6 +78,15 @@ KEY_TYPES: Mapping[str, str] = {
     "log.retention.hours": "int",
     # streams
     "processing.guarantee": "processing",
+}
+GROUP_PROTOCOLS = ("classic", "consumer")
+# Set with group.protocol=consumer (KIP-848), these make librdkafka refuse to create the
+# consumer (checked against librdkafka 2.16.0); the value is what takes their place.
+CLASSIC_ONLY_CONSUMER_KEYS: Mapping[str, str] = {
+    "session.timeout.ms": "the broker's group.consumer.session.timeout.ms applies",
+    "heartbeat.interval.ms": "the broker's group.consumer.heartbeat.interval.ms applies",
+    "partition.assignment.strategy": "group.remote.assignor names the assignor",
+    "group.protocol.type": "a classic-protocol setting",
 }
 PROCESSING_GUARANTEES = ("at_least_once", "exactly_once_v2", "exactly_once", "exactly_once_beta")
 
@@ -100,6 +110,7 @@ LIBRDKAFKA_CONSUMER: Mapping[str, Any] = {
     "auto.offset.reset": "largest",  # topic-level
     "max.poll.interval.ms": 300_000,
     "session.timeout.ms": 45_000,
+    "group.protocol": "classic",
 }
 
 JAVA_PRODUCER: Mapping[str, Any] = {
@@ -120,6 +131,7 @@ JAVA_CONSUMER: Mapping[str, Any] = {
     "auto.offset.reset": "latest",
     "max.poll.interval.ms": 300_000,
     "session.timeout.ms": 45_000,
+    "group.protocol": "classic",
 }
 # Spring Kafka sets these on the consumers of its listener containers when the key is unset:
 # since 2.3, enable.auto.commit=false unless set explicitly, and the container commits after

@@ -100,6 +100,11 @@ def normalise_value(key: str, raw: Any, *, source: str, line: int | None = None,
         if reset.startswith("by_duration:"):  # KIP-1106 (Java 4.0+)
             return "by_duration"
         raise fail("earliest, latest or none (librdkafka: smallest, largest, error)")
+    if kind == "protocol":
+        protocol = text.lower()
+        if protocol not in d.GROUP_PROTOCOLS:
+            raise fail("classic or consumer")
+        return protocol
     if kind == "processing":
         guarantee = text.lower()
         if guarantee not in d.PROCESSING_GUARANTEES:

@@ -47,6 +47,7 @@ EXPLAINS: Mapping[str, Explained] = {
     "C006": (("reprocessed", None), ("duplicate", "app-resend")),
     "C007": (),  # the setting itself changes nothing; C001/C004/C006 report the auto-commit
     "C101": (),
+    "C102": (),
     # topic
     "T001": _LOST_BY_BROKER,
     "T002": _LOST_BY_BROKER,

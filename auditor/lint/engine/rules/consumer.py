@@ -216,6 +216,10 @@ def check_legacy_auto_commit_property(s: Subject) -> Iterator[Finding]:
     clients=RK,
 )
 def check_startup_poll_interval_vs_session(s: Subject) -> Iterator[Finding]:
+    # librdkafka checks this for the classic protocol only: under group.protocol=consumer
+    # (KIP-848) the session timeout is the broker's (C102 covers a session.timeout.ms set there)
+    if s.value("group.protocol") == "consumer":
+        return
     interval, session = s["max.poll.interval.ms"], s["session.timeout.ms"]
     if interval.value < session.value:
         yield Finding(
@@ -223,6 +227,30 @@ def check_startup_poll_interval_vs_session(s: Subject) -> Iterator[Finding]:
             f">= session.timeout.ms ({session.value})",
             f"{REFUSES_TO_START}: {interval.describe()} must be >= {session.describe()}",
         )
+
+
+@consumer_rules.rule(
+    "C102",
+    "classic-protocol setting with group.protocol=consumer",
+    ALL,
+    "error",
+    why="the consumer is never created, so nothing is consumed",
+    fix="remove the setting: under group.protocol=consumer the broker's group.consumer.* settings "
+    "hold the session timeout and heartbeat interval, and group.remote.assignor names the assignor",
+    clients=RK,
+)
+def check_startup_classic_settings_under_consumer_protocol(s: Subject) -> Iterator[Finding]:
+    protocol = s["group.protocol"]
+    if protocol.value != "consumer":
+        return
+    for key, instead in d.CLASSIC_ONLY_CONSUMER_KEYS.items():
+        setting = s.settings.get(key)
+        if setting is not None and setting.explicit:
+            yield Finding(
+                setting,
+                f"unset with {protocol.describe()}",
+                f"{REFUSES_TO_START}: {setting.name} is not supported for {protocol.describe()} ({instead})",
+            )
 
 
 RULES: tuple[Rule, ...] = consumer_rules.rules
