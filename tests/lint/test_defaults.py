@@ -180,6 +180,29 @@ def test_it_takes_topic_defaults_from_the_brokers_settings() -> None:
     assert (t005.rule, t005.value, t005.source, t005.subject) == ("T005", 3_600_000, "default", "orders")
 
 
+def test_it_compares_the_consumers_lag_with_how_long_a_compacted_topic_keeps_tombstones() -> None:
+    compacted = {"replication.factor": 3, "min.insync.replicas": 2, "cleanup.policy": "compact"}
+    context = LintContext(consumer_lag_seconds={"orders": 3 * 86400})
+    (t007,) = lint(compacted, client="java", kind="topic", guarantee=ALO, context=context, subject="orders")
+    assert (t007.rule, t007.severity, t007.config, t007.value, t007.source) == (
+        "T007",
+        "error",
+        "delete.retention.ms",
+        86_400_000,
+        "default",
+    )
+    assert t007.message.startswith("the consumers are 3 d behind but delete.retention.ms=86400000 (default)")
+    # the broker's log.cleaner.delete.retention.ms is the topic's default
+    context = LintContext(
+        consumer_lag_seconds=13 * 3600, broker_configs={"log.cleaner.delete.retention.ms": str(2 * 86_400_000)}
+    )
+    assert lint(compacted, client="java", kind="topic", guarantee=ALO, context=context) == []
+    context = LintContext(consumer_lag_seconds=13 * 3600)
+    assert [
+        (r.rule, r.severity) for r in lint(compacted, client="java", kind="topic", guarantee=ALO, context=context)
+    ] == [("T007", "warning")]
+
+
 def test_it_reads_per_topic_lag_for_the_named_topic() -> None:
     context = LintContext(consumer_lag_seconds={"orders": 8 * 86400, "audit": 60})
     topic = {"replication.factor": 3, "min.insync.replicas": 2}

@@ -307,6 +307,7 @@ def test_it_renders_the_catalog_with_every_rule(user_client: Client) -> None:
         "T004",
         "T005",
         "T006",
+        "T007",
     ]
 
 

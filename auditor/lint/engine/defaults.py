@@ -65,6 +65,7 @@ KEY_TYPES: Mapping[str, str] = {
     "retention.ms": "int",
     "cleanup.policy": "str",
     "min.compaction.lag.ms": "int",
+    "delete.retention.ms": "int",
     # broker
     "offsets.retention.minutes": "int",
     "offsets.topic.replication.factor": "int",
@@ -76,6 +77,7 @@ KEY_TYPES: Mapping[str, str] = {
     "log.retention.ms": "int",
     "log.retention.minutes": "int",
     "log.retention.hours": "int",
+    "log.cleaner.delete.retention.ms": "int",
     # streams
     "processing.guarantee": "processing",
 }
@@ -164,6 +166,7 @@ TOPIC: Mapping[str, Any] = {
     "retention.ms": 604_800_000,
     "cleanup.policy": "delete",
     "min.compaction.lag.ms": 0,
+    "delete.retention.ms": 86_400_000,  # how long a compacted topic keeps a tombstone
 }
 # Topic settings that inherit a broker-wide default, and the broker key holding it.
 TOPIC_FROM_BROKER: Mapping[str, str] = {
@@ -172,6 +175,7 @@ TOPIC_FROM_BROKER: Mapping[str, str] = {
     "unclean.leader.election.enable": "unclean.leader.election.enable",
     "cleanup.policy": "log.cleanup.policy",
     "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
 }
 
 DEFAULT_JAVA_VERSION = (4, 0, 0)

@@ -55,6 +55,7 @@ EXPLAINS: Mapping[str, Explained] = {
     "T004": _LOST_BY_BROKER,
     "T005": (("missing", None),),  # expired by retention before it was consumed
     "T006": (("missing", None),),  # compacted away before it was consumed
+    "T007": (("missing", None),),  # a tombstone removed by the cleaner before it was consumed
     # broker
     "B001": (("reprocessed", None), ("unprocessed", None)),  # the group restarts from auto.offset.reset
     "B002": (("reprocessed", None), ("unprocessed", None)),

@@ -203,6 +203,44 @@ def check_compaction_vs_item_key(s: Subject) -> Iterator[Finding]:
     )
 
 
+@topic_rules.rule(
+    "T007",
+    "tombstones removed before the consumers reach them",
+    NOT_LOST,
+    "error",
+    why="the log cleaner removes a delete tombstone after delete.retention.ms: a consumer further behind "
+    "(or reading from offset 0) never sees the delete and keeps the key's earlier value",
+    fix="raise delete.retention.ms above the consumers' lag (and the time a full read from offset 0 takes), "
+    "or fix the lag",
+)
+def check_tombstone_retention_vs_lag(s: Subject) -> Iterator[Finding]:
+    policy = s["cleanup.policy"]
+    if "compact" not in {p.strip() for p in str(policy.value or "").split(",")}:
+        return
+    lag = _lag_seconds(s)
+    if lag is None or lag <= 0:
+        return
+    lag_ms, kept = lag * 1000, s["delete.retention.ms"]
+    expected = f"> 2 x the consumers' lag ({_duration(2 * lag_ms)})"
+    if lag_ms >= kept.value:
+        severity: Severity = "error"
+        message = (
+            f"the consumers are {_duration(lag_ms)} behind but {kept.describe()} keeps a tombstone "
+            f"{_duration(kept.value)} after compaction reaches it: the cleaner removes deletes before they are "
+            "consumed, and the consumers keep the deleted keys' earlier values"
+        )
+    elif lag_ms >= LAG_WARNING_SHARE * kept.value:
+        severity = "warning"
+        message = (
+            f"the consumers are {_duration(lag_ms)} behind, more than half of {kept.describe()} "
+            f"({_duration(kept.value)}): a little more delay and tombstones are removed before they are "
+            "consumed, so deletes are missed"
+        )
+    else:
+        return
+    yield Finding(kept, expected, message, severity)
+
+
 # --- broker -----------------------------------------------------------------------------
 
 
