@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import re
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
+
+import psycopg
 
 # The probe library owns the list of secret keys (it must not import Django, so the
 # dependency points this way): one list, one rule, for probes, pages and lint.
@@ -99,41 +101,51 @@ def mask_text(text: str) -> str:
     )
 
 
+# what a libpq message quotes: for a URL it cannot parse, the token it stopped at
+_QUOTED = re.compile(r'"[^"]*"')
+
+
 def mask_db_error(exc: BaseException, url: str, whole: bool = False) -> str:
     """The first line of a database client's error (`whole`: all of it on one line), fit to
-    store and show: mask_text, and the password of `url` (the resolved one the client was
-    given) wherever the message quotes it. libpq quotes the part of a URL it cannot parse, so
-    a password with a stray % comes back whole, with no user:password@ around it for
-    mask_text to find."""
+    store and show: mask_text, and the passwords of `url` (the resolved one the client was
+    given: its user info and any secret query value) wherever the message quotes them.
+
+    An error raised before any connection (psycopg's ProgrammingError: libpq could not parse
+    the URL or an option in it) has every quoted token masked: libpq splits a URL its own way
+    (a password holding ?, # or a second @ is cut elsewhere than Python cuts it), so what it
+    quotes back may be a password, or part of one, that no parse here would find."""
     lines = str(exc).strip().splitlines() or [type(exc).__name__]
     text = mask_text(" ".join(str(exc).split()) if whole else lines[0])
+    if isinstance(exc, psycopg.ProgrammingError):
+        text = _QUOTED.sub(f'"{MASK}"', text)
     try:
-        password = urlsplit(url).password
+        parts = urlsplit(url)
+        secrets = [parts.password or ""]
+        secrets += [value for key, value in parse_qsl(parts.query) if is_secret_key(key)]
     except ValueError:
-        password = None
-    for form in {password, unquote(password or "")} - {None, ""}:
-        text = text.replace(str(form), MASK)
+        secrets = []
+    for form in {form for secret in secrets for form in (secret, unquote(secret))} - {""}:
+        text = text.replace(form, MASK)
     return text
 
 
 def mask_webhook_url(url: str) -> str:
-    """A webhook URL as anyone may see it: a ${ENV} reference as written; a literal URL as
+    """A webhook URL as anyone may see it: a ${ENV} reference as written; any other URL as
     scheme://host/**** (Slack's and most services' hook URLs carry their token in the path or
-    the query), user info masked."""
-    if ENV_REF.search(url):
-        return mask_url(url)
+    the query; a URL that only takes its host from a reference is no different), user info
+    masked."""
+    if ENV_REF.fullmatch(url.strip()):
+        return url
     try:
         parts = urlsplit(url)
-        host = parts.hostname or ""
-        host = f"[{host}]" if ":" in host else host
-        port = f":{parts.port}" if parts.port else ""
+        host = parts.netloc.rpartition("@")[2]
     except ValueError:
         return MASK
     if not parts.scheme or not host:
         return MASK
     rest = f"/{MASK}" if parts.path.strip("/") or parts.query or parts.fragment else parts.path
-    userinfo = f"{MASK}@" if parts.username or parts.password else ""
-    return f"{parts.scheme}://{userinfo}{host}{port}{rest}"
+    userinfo = f"{MASK}@" if "@" in parts.netloc else ""
+    return f"{parts.scheme}://{userinfo}{host}{rest}"
 
 
 def mask_mapping(config: dict[str, Any]) -> dict[str, Any]:

@@ -526,6 +526,17 @@ CASES: list[Case] = [
         [],
         LintContext(consumer_lag_seconds=3600),
     ),
+    # the cleaner may not touch a tombstone younger than min.compaction.lag.ms: 7 d + 1 d kept
+    Case(
+        "T007",
+        "passes",
+        JAVA,
+        "topic",
+        ALO,
+        {**TOPIC_OK, "cleanup.policy": "compact", "min.compaction.lag.ms": 7 * 86_400_000},
+        [],
+        LintContext(consumer_lag_seconds=2 * 86400),
+    ),
     Case(
         "T007",
         "passes",

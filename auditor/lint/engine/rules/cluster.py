@@ -221,20 +221,26 @@ def check_tombstone_retention_vs_lag(s: Subject) -> Iterator[Finding]:
     if lag is None or lag <= 0:
         return
     lag_ms, kept = lag * 1000, s["delete.retention.ms"]
+    # the cleaner leaves a record alone until it is min.compaction.lag.ms old, then keeps a
+    # tombstone delete.retention.ms more: the least time a tombstone lives
+    held_back = max(int(s["min.compaction.lag.ms"].value or 0), 0)
     expected = f"> 2 x the consumers' lag ({_duration(2 * lag_ms)})"
-    if lag_ms >= kept.value:
+    if held_back:
+        expected += f", less min.compaction.lag.ms ({_duration(held_back)})"
+    first = f" (after min.compaction.lag.ms, {_duration(held_back)}, kept it from the cleaner)" if held_back else ""
+    if lag_ms >= kept.value + held_back:
         severity: Severity = "error"
         message = (
             f"the consumers are {_duration(lag_ms)} behind but {kept.describe()} keeps a tombstone "
-            f"{_duration(kept.value)} after compaction reaches it: the cleaner removes deletes before they are "
-            "consumed, and the consumers keep the deleted keys' earlier values"
+            f"{_duration(kept.value)} after compaction reaches it{first}: the cleaner removes deletes before they "
+            "are consumed, and the consumers keep the deleted keys' earlier values"
         )
-    elif lag_ms >= LAG_WARNING_SHARE * kept.value:
+    elif lag_ms >= LAG_WARNING_SHARE * (kept.value + held_back):
         severity = "warning"
         message = (
-            f"the consumers are {_duration(lag_ms)} behind, more than half of {kept.describe()} "
-            f"({_duration(kept.value)}): a little more delay and tombstones are removed before they are "
-            "consumed, so deletes are missed"
+            f"the consumers are {_duration(lag_ms)} behind, more than half of the "
+            f"{_duration(kept.value + held_back)} a tombstone is sure to be kept ({kept.describe()}{first}): a "
+            "little more delay and tombstones are removed before they are consumed, so deletes are missed"
         )
     else:
         return
