@@ -164,6 +164,11 @@ def check_retention_vs_lag(s: Subject) -> Iterator[Finding]:
     yield Finding(retention, expected, message, severity)
 
 
+def _compacted(s: Subject) -> bool:
+    """The topic's cleanup.policy includes compact ("compact" or "compact,delete")."""
+    return "compact" in {p.strip() for p in str(s.value("cleanup.policy") or "").split(",")}
+
+
 @topic_rules.rule(
     "T006",
     "compaction removes items that share a record key",
@@ -174,7 +179,7 @@ def check_retention_vs_lag(s: Subject) -> Iterator[Finding]:
 )
 def check_compaction_vs_item_key(s: Subject) -> Iterator[Finding]:
     policy = s["cleanup.policy"]
-    if "compact" not in {p.strip() for p in str(policy.value or "").split(",")}:
+    if not _compacted(s):
         return
     item_key = s.context.item_keys.get(s.name or "")
     if not item_key or item_key == "key":
@@ -214,8 +219,7 @@ def check_compaction_vs_item_key(s: Subject) -> Iterator[Finding]:
     "or fix the lag",
 )
 def check_tombstone_retention_vs_lag(s: Subject) -> Iterator[Finding]:
-    policy = s["cleanup.policy"]
-    if "compact" not in {p.strip() for p in str(policy.value or "").split(",")}:
+    if not _compacted(s):
         return
     lag = _lag_seconds(s)
     if lag is None or lag <= 0:
