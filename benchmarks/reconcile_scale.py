@@ -174,14 +174,24 @@ def write_records(spark: SparkSession, bootstrap: str, topic: str, first: int, l
 # --- measurements -------------------------------------------------------------------------
 
 
+def whole_topic(spark: SparkSession, binding: Binding) -> DataFrame:
+    """Every record the topic holds now, through the job's own extract."""
+    admin = admin_client(binding.bootstrap_servers)
+    offsets = partition_offsets(admin, binding.topic, topic_partitions(admin, binding.topic))
+    return extract_topic(spark, binding, plan_offsets(binding.topic, offsets, {}))
+
+
+def whole_table(spark: SparkSession, binding: Binding) -> DataFrame:
+    """Every row of the table up to now, through the job's own extract."""
+    table, columns = extract_source_columns(spark, binding)
+    return extract_source(spark, binding, table, columns, None, datetime.now(UTC))
+
+
 def raw_scan(spark: SparkSession, binding: Binding) -> tuple[float, int, int]:
     """The job's own reads of the whole topic and table, only counted."""
     started = time.monotonic()
-    admin = admin_client(binding.bootstrap_servers)
-    offsets = partition_offsets(admin, binding.topic, topic_partitions(admin, binding.topic))
-    topic_count = extract_topic(spark, binding, plan_offsets(binding.topic, offsets, {})).count()
-    table, columns = extract_source_columns(spark, binding)
-    row_count = extract_source(spark, binding, table, columns, None, datetime.now(UTC)).count()
+    topic_count = whole_topic(spark, binding).count()
+    row_count = whole_table(spark, binding).count()
     return time.monotonic() - started, topic_count, row_count
 
 
@@ -193,20 +203,15 @@ def floor_run(spark: SparkSession, binding: Binding, out: Path) -> tuple[float, 
     from it. No earlier state, no ledgers, no checks: a bound from below on a full run, not a
     design (see the README's "floor")."""
     started = time.monotonic()
-    admin = admin_client(binding.bootstrap_servers)
-    offsets = partition_offsets(admin, binding.topic, topic_partitions(admin, binding.topic))
-    parsed = transform_records(
-        extract_topic(spark, binding, plan_offsets(binding.topic, offsets, {})), binding.record_key
-    )
+    parsed = transform_records(whole_topic(spark, binding), binding.record_key)
     first = F.struct("partition", "offset", "timestamp", "session", "seq")
     per_key = (
         parsed.where(F.col("key").isNotNull())
         .groupBy("key")
         .agg(F.count(F.lit(1)).alias("n"), F.min(first).alias("first"))
     )
-    table, columns = extract_source_columns(spark, binding)
     rows = transform_source_rows(
-        extract_source(spark, binding, table, columns, None, datetime.now(UTC)),
+        whole_table(spark, binding),
         "audit_key",
         "audit_created",
         unique=True,
