@@ -343,6 +343,53 @@ CASES: list[Case] = [
         [],
     ),
     Case("C102", "passes", RK, "consumer", ALO, {**RK_CONSUMER_OK, "group.id": "x", "group.protocol": "consumer"}, []),
+    # C102 the Java consumer refuses the same three from 4.0 (KAFKA-17338); 3.7 to 3.9 ignore them
+    Case(
+        "C102",
+        "fails",
+        JAVA,
+        "consumer",
+        ALO,
+        {**JAVA_CONSUMER_OK, "group.protocol": "consumer", "heartbeat.interval.ms": 3000},
+        ["C102"],
+        severity="error",
+    ),
+    Case(
+        "C102",
+        "fails",
+        JAVA,
+        "consumer",
+        AMO,
+        {
+            "enable.auto.commit": False,
+            "group.protocol": "CONSUMER",
+            "session.timeout.ms": 45_000,
+            "partition.assignment.strategy": "org.apache.kafka.clients.consumer.RangeAssignor",
+        },
+        ["C102", "C102"],
+        LintContext(client_version="4.3.1"),
+    ),
+    Case(
+        "C102",
+        "passes",
+        JAVA,
+        "consumer",
+        ALO,
+        {**JAVA_CONSUMER_OK, "group.protocol": "consumer", "session.timeout.ms": 45_000},
+        [],
+        LintContext(client_version="3.9.2"),
+    ),
+    Case("C102", "passes", JAVA, "consumer", ALO, {**JAVA_CONSUMER_OK, "session.timeout.ms": 10_000}, []),
+    # group.protocol.type is librdkafka's: the Java consumer does not know it
+    Case(
+        "C102",
+        "passes",
+        JAVA,
+        "consumer",
+        ALO,
+        {**JAVA_CONSUMER_OK, "group.protocol": "consumer", "group.protocol.type": "consumer"},
+        [],
+    ),
     # T001 replication factor
     Case(
         "T001",

@@ -84,12 +84,22 @@ KEY_TYPES: Mapping[str, str] = {
 GROUP_PROTOCOLS = ("classic", "consumer")
 # Set with group.protocol=consumer (KIP-848), these make librdkafka refuse to create the
 # consumer (checked against librdkafka 2.16.0); the value is what takes their place.
-CLASSIC_ONLY_CONSUMER_KEYS: Mapping[str, str] = {
+LIBRDKAFKA_CLASSIC_ONLY_CONSUMER_KEYS: Mapping[str, str] = {
     "session.timeout.ms": "the broker's group.consumer.session.timeout.ms applies",
     "heartbeat.interval.ms": "the broker's group.consumer.heartbeat.interval.ms applies",
     "partition.assignment.strategy": "group.remote.assignor names the assignor",
     "group.protocol.type": "a classic-protocol setting",
 }
+# The Java consumer refuses the same three (group.protocol.type is librdkafka's alone) from
+# 4.0.0: ConsumerConfig.CONSUMER_PROTOCOL_UNSUPPORTED_CONFIGS (KAFKA-17338) throws
+# "ConfigException: session.timeout.ms cannot be set when group.protocol=CONSUMER" for a key
+# the config sets, even to its default. 3.7 to 3.9 accept and ignore them. Checked by
+# constructing KafkaConsumers of kafka-clients 3.9.0, 3.9.2, 4.0.0 and 4.3.1.
+JAVA_CLASSIC_ONLY_CONSUMER_KEYS: Mapping[str, str] = {
+    key: LIBRDKAFKA_CLASSIC_ONLY_CONSUMER_KEYS[key]
+    for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
+}
+JAVA_REFUSES_CLASSIC_ONLY_CONSUMER_KEYS_FROM = (4, 0, 0)
 PROCESSING_GUARANTEES = ("at_least_once", "exactly_once_v2", "exactly_once", "exactly_once_beta")
 
 LIBRDKAFKA_PRODUCER: Mapping[str, Any] = {
@@ -219,6 +229,15 @@ def java_producer_defaults(version: tuple[int, int, int]) -> dict[str, Any]:
     if java_idempotence_opt_in(version):
         defaults["enable.idempotence"] = False
     return defaults
+
+
+def classic_only_consumer_keys(client: str, version: tuple[int, int, int]) -> Mapping[str, str]:
+    """The keys a consumer of ``client`` (at Java ``version``) refuses under group.protocol=consumer."""
+    if client == "librdkafka":
+        return LIBRDKAFKA_CLASSIC_ONLY_CONSUMER_KEYS
+    if version >= JAVA_REFUSES_CLASSIC_ONLY_CONSUMER_KEYS_FROM:
+        return JAVA_CLASSIC_ONLY_CONSUMER_KEYS
+    return {}
 
 
 def java_consumer_defaults(version: tuple[int, int, int]) -> dict[str, Any]:

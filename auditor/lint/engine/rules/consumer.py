@@ -237,13 +237,13 @@ def check_startup_poll_interval_vs_session(s: Subject) -> Iterator[Finding]:
     why="the consumer is never created, so nothing is consumed",
     fix="remove the setting: under group.protocol=consumer the broker's group.consumer.* settings "
     "hold the session timeout and heartbeat interval, and group.remote.assignor names the assignor",
-    clients=RK,
 )
 def check_startup_classic_settings_under_consumer_protocol(s: Subject) -> Iterator[Finding]:
+    # librdkafka (2.16) and Java from 4.0 refuse them; Java 3.7 to 3.9 ignore them
     protocol = s["group.protocol"]
     if protocol.value != "consumer":
         return
-    for key, instead in d.CLASSIC_ONLY_CONSUMER_KEYS.items():
+    for key, instead in d.classic_only_consumer_keys(s.client, s.java_version).items():
         setting = s.settings.get(key)
         if setting is not None and setting.explicit:
             yield Finding(
