@@ -80,6 +80,8 @@ KEY_TYPES: Mapping[str, str] = {
     "log.cleaner.delete.retention.ms": "int",
     # streams
     "processing.guarantee": "processing",
+    # Spring Kafka's listener container
+    "spring.kafka.listener.ack-mode": "ack_mode",
 }
 GROUP_PROTOCOLS = ("classic", "consumer")
 # Set with group.protocol=consumer (KIP-848), these make librdkafka refuse to create the
@@ -149,8 +151,23 @@ JAVA_CONSUMER: Mapping[str, Any] = {
 # since 2.3, enable.auto.commit=false unless set explicitly, and the container commits after
 # the listener ran (AckMode BATCH: once the records of a poll are processed).
 SPRING_KAFKA = "spring-kafka"
+# How the listener container commits when enable.auto.commit is false (ContainerProperties.
+# AckMode, default BATCH; Spring Boot's spring.kafka.listener.ack-mode, unset by default). The
+# spring-kafka reference, "Committing Offsets" (docs.spring.io/spring-kafka/reference/kafka/
+# receiving-messages/message-listener-container.html#committing-offsets): RECORD commits "when
+# the listener returns after processing the record"; BATCH "when all the records returned by
+# the poll() have been processed"; TIME and COUNT (and COUNT_TIME) the same, once ackTime or
+# ackCount is exceeded; MANUAL: the listener calls acknowledge(), "after that, the same
+# semantics as BATCH are applied" (the ack is queued and committed before the next poll,
+# KafkaMessageListenerContainer.processCommits); MANUAL_IMMEDIATE commits at once when the
+# listener acknowledges on the consumer thread. With enable.auto.commit=true the container
+# does not commit (and refuses MANUAL and MANUAL_IMMEDIATE).
+SPRING_ACK_MODE = "spring.kafka.listener.ack-mode"
+SPRING_ACK_MODES = ("RECORD", "BATCH", "TIME", "COUNT", "COUNT_TIME", "MANUAL", "MANUAL_IMMEDIATE")
+SPRING_ACKNOWLEDGED_AT_ONCE = "MANUAL_IMMEDIATE"  # the one mode whose commit the listener times
 SPRING_KAFKA_CONSUMER: Mapping[str, tuple[Any, str]] = {
     "enable.auto.commit": (False, "Spring Kafka's listener container, 2.3+: commits after the listener"),
+    SPRING_ACK_MODE: ("BATCH", "Spring Kafka's listener container default"),
 }
 STREAMS: Mapping[str, Any] = {
     "processing.guarantee": "at_least_once",
