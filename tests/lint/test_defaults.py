@@ -109,7 +109,8 @@ def test_it_names_the_settings_the_java_consumer_refuses_under_the_consumer_grou
     heartbeat = next(r for r in results if r.rule == "C102" and r.config == "heartbeat.interval.ms")
     assert heartbeat.message == (
         "the client refuses to start: heartbeat.interval.ms is not supported for group.protocol=consumer "
-        "(the broker's group.consumer.heartbeat.interval.ms applies)"
+        "(the broker's group.consumer.heartbeat.interval.ms applies; the Java consumer refuses it from 4.0, "
+        "3.7 to 3.9 ignore it)"
     )
     # 3.9 constructs the consumer and ignores them
     older = lint(config, client="java", kind="consumer", guarantee=ALO, context=LintContext(client_version="3.9.2"))

@@ -309,13 +309,15 @@ def check_startup_classic_settings_under_consumer_protocol(s: Subject) -> Iterat
     protocol = s["group.protocol"]
     if protocol.value != "consumer":
         return
+    # the client's version decides, and the CLI and paste form lint Java at the default 4.0: say so
+    since = "; the Java consumer refuses it from 4.0, 3.7 to 3.9 ignore it" if s.client == "java" else ""
     for key, instead in d.classic_only_consumer_keys(s.client, s.java_version).items():
         setting = s.settings.get(key)
         if setting is not None and setting.explicit:
             yield Finding(
                 setting,
                 f"unset with {protocol.describe()}",
-                f"{REFUSES_TO_START}: {setting.name} is not supported for {protocol.describe()} ({instead})",
+                f"{REFUSES_TO_START}: {setting.name} is not supported for {protocol.describe()} ({instead}{since})",
             )
 
 
