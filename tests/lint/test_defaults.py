@@ -101,6 +101,22 @@ def test_it_names_the_setting_librdkafka_refuses_under_the_consumer_group_protoc
     assert "C101" not in {r.rule for r in lint(config, client="librdkafka", kind="consumer", guarantee=ALO)}
 
 
+def test_it_names_the_settings_the_java_consumer_refuses_under_the_consumer_group_protocol_from_4_0() -> None:
+    config = {"group.protocol": "consumer", "heartbeat.interval.ms": "3000", "session.timeout.ms": "45000"}
+    results = lint(config, client="java", kind="consumer", guarantee=ALO)
+    refused = [(r.config, r.value, r.source) for r in results if r.rule == "C102"]
+    assert refused == [("session.timeout.ms", "45000", "explicit"), ("heartbeat.interval.ms", "3000", "explicit")]
+    heartbeat = next(r for r in results if r.rule == "C102" and r.config == "heartbeat.interval.ms")
+    assert heartbeat.message == (
+        "the client refuses to start: heartbeat.interval.ms is not supported for group.protocol=consumer "
+        "(the broker's group.consumer.heartbeat.interval.ms applies; the Java consumer refuses it from 4.0, "
+        "3.7 to 3.9 ignore it)"
+    )
+    # 3.9 constructs the consumer and ignores them
+    older = lint(config, client="java", kind="consumer", guarantee=ALO, context=LintContext(client_version="3.9.2"))
+    assert "C102" not in {r.rule for r in older}
+
+
 def test_it_explains_that_java_turns_its_default_idempotence_off_for_acks_1() -> None:
     results = lint({"acks": "1"}, client="java", kind="producer", guarantee=ALO)
     p006 = next(r for r in results if r.rule == "P006")

@@ -29,7 +29,7 @@ def test_it_links_settings_to_the_findings_they_cause() -> None:
 def test_it_finds_the_rules_that_explain_a_finding() -> None:
     assert rules_explaining("duplicate", "producer-retry") == ["P006", "P007", "B003", "B004", "B005", "S001"]
     assert rules_explaining("gap", "broker-lost") == ["P001", "T001", "T002", "T004", "B006", "B007", "B008"]
-    assert rules_explaining("reprocessed") == ["C004", "C005", "C006", "B001", "B002", "S001"]
+    assert rules_explaining("reprocessed") == ["C004", "C005", "C006", "C008", "B001", "B002", "S001"]
     assert rules_explaining("orphan") == []
 
 

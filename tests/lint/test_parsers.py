@@ -110,7 +110,11 @@ def test_it_knows_spring_kafkas_listener_container_turns_auto_commit_off_when_un
     text = "spring:\n  kafka:\n    consumer:\n      group-id: orders\n"
     results = lint_text(text, fmt="spring-yaml", client="java", guarantee=ALO)
     assert [(r.rule, r.source) for r in results] == [("C003", "default")]
-    assert lint_text(text, fmt="spring-yaml", client="java", guarantee=AMO) == []
+    # no auto-commit, but the container's own commit after the listener (AckMode BATCH)
+    results = lint_text(text, fmt="spring-yaml", client="java", guarantee=AMO)
+    assert [(r.rule, r.config, r.value, r.source) for r in results] == [
+        ("C008", "spring.kafka.listener.ack-mode", "BATCH", "default")
+    ]
     # the commit outside a transaction is still reported, as the container's own
     context = LintContext(consume_transform_produce=True, offsets_in_transaction=False)
     results = lint_text(text, fmt="spring-yaml", client="java", guarantee=EOS, context=context)
@@ -118,7 +122,113 @@ def test_it_knows_spring_kafkas_listener_container_turns_auto_commit_off_when_un
     assert (c006.config, c006.value, c006.source) == ("enable.auto.commit", False, "default")
     # a file whose only consumer is the listener container's, linted with --kind consumer
     producer_only = "spring:\n  kafka:\n    producer:\n      acks: all\n"
-    assert lint_text(producer_only, fmt="spring-yaml", client="java", kind="consumer", guarantee=AMO) == []
+    results = lint_text(producer_only, fmt="spring-yaml", client="java", kind="consumer", guarantee=AMO)
+    assert [(r.rule, r.source) for r in results] == [("C008", "default")]
+
+
+SPRING_LISTENER_YAML = """\
+spring:
+  kafka:
+    consumer:
+      group-id: orders
+      auto-offset-reset: earliest
+    listener:
+      type: batch
+      ack-mode: record
+"""
+
+
+def test_it_reads_the_listener_containers_ack_mode_with_the_consumer() -> None:
+    configs = parse_spring_yaml(SPRING_LISTENER_YAML, source="application.yml")
+    assert set(configs) == {"consumer"}
+    consumer = configs["consumer"]
+    assert consumer["spring.kafka.listener.ack-mode"] == "record"
+    assert consumer.lines["spring.kafka.listener.ack-mode"] == 8
+    (c008,) = lint_text(SPRING_LISTENER_YAML, fmt="spring-yaml", client="java", guarantee=AMO)
+    assert (c008.rule, c008.severity, c008.config, c008.value, c008.source) == (
+        "C008",
+        "error",
+        "spring.kafka.listener.ack-mode",
+        "record",
+        "explicit",
+    )
+    assert c008.message == (
+        "with spring.kafka.listener.ack-mode=record the listener container commits the offsets itself, as the "
+        "listener returns from each record: a crash while the listener processes a record delivers that "
+        "record again"
+    )
+    assert lint_text(SPRING_LISTENER_YAML, fmt="spring-yaml", client="java", guarantee=ALO) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "spring.kafka.listener.ackMode: manualImmediate\n",
+        "spring.kafka.listener.ack_mode: MANUAL_IMMEDIATE\n",
+        "spring:\n  kafka:\n    listener:\n      ACK_MODE: manual-immediate\n",
+    ],
+)
+def test_it_binds_the_ack_mode_as_leniently_as_spring_boot(text: str) -> None:
+    (c008,) = lint_text(text, fmt="spring-yaml", client="java", guarantee=AMO)
+    assert (c008.rule, c008.severity, c008.source) == ("C008", "info", "explicit")
+    assert c008.message.endswith(
+        "at-most-once holds only if the listener acknowledges each record before processing it, and does not "
+        "throw once it has begun (the default error handler delivers the record again, up to ten times in all)"
+    )
+
+
+def test_it_leaves_the_commits_to_an_auto_commit_a_spring_file_turns_on() -> None:
+    text = "spring.kafka.consumer.enable-auto-commit: true\nspring.kafka.listener.ack-mode: record\n"
+    assert [r.rule for r in lint_text(text, fmt="spring-yaml", client="java", guarantee=AMO)] == ["C004"]
+
+
+def test_it_rejects_an_ack_mode_spring_does_not_know() -> None:
+    text = "spring:\n  kafka:\n    listener:\n      ack-mode: sometimes\n"
+    with pytest.raises(LintInputError) as error:
+        lint_text(text, fmt="spring-yaml", client="java", guarantee=AMO, source="application.yml")
+    assert str(error.value) == (
+        "application.yml: line 4: spring.kafka.listener.ack-mode: expected one of RECORD, BATCH, TIME, COUNT, "
+        "COUNT_TIME, MANUAL, MANUAL_IMMEDIATE, got 'sometimes'"
+    )
+
+
+SPRING_PROPERTIES = """\
+# application.properties
+spring.kafka.bootstrap-servers=broker:9092
+spring.kafka.consumer.group-id=orders
+spring.kafka.consumer.auto-offset-reset=earliest
+spring.kafka.consumer.properties[isolation.level]=read_committed
+spring.kafka.listener.ack-mode=MANUAL
+spring.kafka.producer.acks=1
+"""
+
+
+def test_it_reads_spring_boot_properties_like_its_yaml() -> None:
+    configs = parse_text(SPRING_PROPERTIES, fmt="properties", source="application.properties")
+    assert set(configs) == {"producer", "consumer"}
+    assert dict(configs["consumer"]) == {
+        "isolation.level": "read_committed",
+        "group.id": "orders",
+        "auto.offset.reset": "earliest",
+        "spring.kafka.listener.ack-mode": "MANUAL",
+    }
+    assert configs["consumer"].lines["spring.kafka.listener.ack-mode"] == 6
+    assert configs["consumer"].framework == "spring-kafka"
+    # every section, as the Java client whatever --client says, without --kind
+    results = lint_text(SPRING_PROPERTIES, fmt="properties", client="librdkafka", guarantee=AMO)
+    assert [(r.target, r.rule, r.value) for r in results] == [
+        ("producer", "P006", False),
+        ("consumer", "C008", "MANUAL"),
+    ]
+    results = lint_text(SPRING_PROPERTIES, fmt="properties", client="librdkafka", guarantee=ALO)
+    assert [(r.target, r.rule) for r in results] == [("producer", "P001"), ("producer", "P006"), ("producer", "P007")]
+
+
+def test_it_does_not_take_a_spring_properties_consumer_for_an_auto_committing_one() -> None:
+    # read as plain client keys, spring.kafka.* were ignored and the Java default auto-commit assumed
+    text = "spring.kafka.consumer.group-id=orders\n"
+    results = lint_text(text, fmt="properties", client="java", kind="consumer", guarantee=ALO)
+    assert [(r.rule, r.source) for r in results] == [("C003", "default")]
 
 
 def test_it_explains_the_spring_default_for_enable_auto_commit() -> None:
@@ -265,6 +375,8 @@ def test_it_rejects_an_unknown_format() -> None:
 def test_it_needs_a_kind_for_single_config_formats() -> None:
     with pytest.raises(LintInputError, match=r"^p.json: expected --kind"):
         lint_text("{}", fmt="json", client="librdkafka", guarantee=ALO, source="p.json")
+    with pytest.raises(LintInputError, match=r"^c.properties: expected --kind"):
+        lint_text("acks=1\n", fmt="properties", client="java", guarantee=ALO, source="c.properties")
 
 
 @pytest.mark.parametrize(

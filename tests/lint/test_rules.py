@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from auditor.lint.engine.catalog import RULES
+from auditor.lint.engine.defaults import SPRING_ACK_MODE, SPRING_KAFKA
 from auditor.lint.engine.linter import lint
+from auditor.lint.engine.parsers import ParsedConfig
 from auditor.lint.engine.terms import LintContext
 
 ALO, AMO, EOS = "at-least-once", "at-most-once", "exactly-once"
@@ -30,6 +32,11 @@ JAVA_EOS_CONSUMER_OK = {**JAVA_CONSUMER_OK, "isolation.level": "read_committed"}
 TOPIC_OK = {"replication.factor": 3, "min.insync.replicas": 2}
 BROKER_OK = {"default.replication.factor": 3, "min.insync.replicas": 2}
 STREAMS_OK = {"processing.guarantee": "exactly_once_v2", "replication.factor": 3}
+
+
+def spring(values: dict[str, Any]) -> ParsedConfig:
+    """A consumer config as Spring Boot's YAML gives it: the consumer of a listener container."""
+    return ParsedConfig(values, source="application.yml", framework=SPRING_KAFKA)
 
 
 @dataclass(frozen=True)
@@ -309,6 +316,57 @@ CASES: list[Case] = [
         [],
     ),
     Case("C007", "passes", RK, "consumer", ALO, RK_CONSUMER_OK, []),
+    # C008 Spring's listener container commits after the listener ran (AckMode BATCH by default)
+    Case("C008", "fails", JAVA, "consumer", AMO, spring({}), ["C008"], severity="error"),
+    Case("C008", "fails", JAVA, "consumer", AMO, spring({SPRING_ACK_MODE: "record"}), ["C008"]),
+    Case("C008", "fails", JAVA, "consumer", AMO, spring({SPRING_ACK_MODE: "count_time"}), ["C008"]),
+    # acknowledge() only queues the offset: the container commits it after the poll's records
+    Case(
+        "C008",
+        "fails",
+        JAVA,
+        "consumer",
+        AMO,
+        spring({SPRING_ACK_MODE: "MANUAL", "enable.auto.commit": "false"}),
+        ["C008"],
+        severity="error",
+    ),
+    # MANUAL_IMMEDIATE commits when the listener acknowledges: the guarantee rests on the application
+    Case(
+        "C008", "fails", JAVA, "consumer", AMO, spring({SPRING_ACK_MODE: "manual-immediate"}), ["C008"], severity="info"
+    ),
+    Case(
+        "C008",
+        "fails",
+        JAVA,
+        "consumer",
+        ALO,
+        spring({SPRING_ACK_MODE: "MANUAL_IMMEDIATE", "auto.offset.reset": "earliest"}),
+        ["C008"],
+        severity="info",
+    ),
+    Case("C008", "passes", JAVA, "consumer", ALO, spring({"auto.offset.reset": "earliest"}), []),
+    Case(
+        "C008",
+        "passes",
+        JAVA,
+        "consumer",
+        ALO,
+        spring({SPRING_ACK_MODE: "MANUAL", "auto.offset.reset": "earliest"}),
+        [],
+    ),
+    # with auto-commit on, the container does not commit: C004 reports the auto-commit
+    Case("C008", "passes", JAVA, "consumer", AMO, spring({"enable.auto.commit": True}), ["C004"]),
+    Case("C008", "passes", JAVA, "consumer", AMO, {"enable.auto.commit": False}, []),
+    Case(
+        "C008",
+        "passes",
+        JAVA,
+        "consumer",
+        EOS,
+        spring({"isolation.level": "read_committed", "auto.offset.reset": "earliest"}),
+        [],
+    ),
     # C101 librdkafka max.poll.interval.ms < session.timeout.ms
     Case("C101", "fails", RK, "consumer", ALO, {**RK_CONSUMER_OK, "max.poll.interval.ms": 10_000}, ["C005", "C101"]),
     Case("C101", "passes", JAVA, "consumer", ALO, {**JAVA_CONSUMER_OK, "max.poll.interval.ms": 10_000}, ["C005"]),
@@ -343,6 +401,53 @@ CASES: list[Case] = [
         [],
     ),
     Case("C102", "passes", RK, "consumer", ALO, {**RK_CONSUMER_OK, "group.id": "x", "group.protocol": "consumer"}, []),
+    # C102 the Java consumer refuses the same three from 4.0 (KAFKA-17338); 3.7 to 3.9 ignore them
+    Case(
+        "C102",
+        "fails",
+        JAVA,
+        "consumer",
+        ALO,
+        {**JAVA_CONSUMER_OK, "group.protocol": "consumer", "heartbeat.interval.ms": 3000},
+        ["C102"],
+        severity="error",
+    ),
+    Case(
+        "C102",
+        "fails",
+        JAVA,
+        "consumer",
+        AMO,
+        {
+            "enable.auto.commit": False,
+            "group.protocol": "CONSUMER",
+            "session.timeout.ms": 45_000,
+            "partition.assignment.strategy": "org.apache.kafka.clients.consumer.RangeAssignor",
+        },
+        ["C102", "C102"],
+        LintContext(client_version="4.3.1"),
+    ),
+    Case(
+        "C102",
+        "passes",
+        JAVA,
+        "consumer",
+        ALO,
+        {**JAVA_CONSUMER_OK, "group.protocol": "consumer", "session.timeout.ms": 45_000},
+        [],
+        LintContext(client_version="3.9.2"),
+    ),
+    Case("C102", "passes", JAVA, "consumer", ALO, {**JAVA_CONSUMER_OK, "session.timeout.ms": 10_000}, []),
+    # group.protocol.type is librdkafka's: the Java consumer does not know it
+    Case(
+        "C102",
+        "passes",
+        JAVA,
+        "consumer",
+        ALO,
+        {**JAVA_CONSUMER_OK, "group.protocol": "consumer", "group.protocol.type": "consumer"},
+        [],
+    ),
     # T001 replication factor
     Case(
         "T001",

@@ -1,16 +1,27 @@
-"""The start-up rules agree with the installed librdkafka: it refuses exactly those configs.
+"""The start-up rules agree with the installed clients: they refuse exactly those configs.
 
-No broker is needed: librdkafka validates its configuration when the client is created.
+No broker is needed: librdkafka validates its configuration when the client is created, and
+so does the Java KafkaConsumer in its constructor (the stack's kafka-clients jar).
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, libversion
 
 from auditor.lint.engine.linter import lint
+from auditor.lint.engine.terms import LintContext
+
+ROOT = Path(__file__).resolve().parents[2]
+KAFKA_LIBS = ROOT / ".cache" / "kafka" / "libs"  # stack/bootstrap.sh puts the broker's jars there
+CONSUMER_STARTS = ROOT / "stack" / "kafka" / "ConsumerStarts.java"
 
 REFUSING_PRODUCER_RULES = {"P101", "P102", "P103", "P104", "P105", "P106", "P108"}
 QUIET = {"bootstrap.servers": "127.0.0.1:1", "log_level": 0}
@@ -107,3 +118,54 @@ def test_it_predicts_which_consumer_configs_librdkafka_refuses(config: dict[str,
     else:
         actually_refused = False
     assert actually_refused == refused
+
+
+JAVA_CONSUMER_CONFIGS: list[dict[str, str]] = [
+    {},
+    {"group.protocol": "consumer"},
+    {"group.protocol": "consumer", "max.poll.interval.ms": "10000"},
+    {"group.protocol": "consumer", "group.remote.assignor": "uniform"},
+    {"group.protocol": "consumer", "session.timeout.ms": "45000"},
+    {"group.protocol": "CONSUMER", "heartbeat.interval.ms": "3000"},
+    {"group.protocol": "consumer", "partition.assignment.strategy": "org.apache.kafka.clients.consumer.RangeAssignor"},
+    {"group.protocol": "classic", "session.timeout.ms": "45000", "heartbeat.interval.ms": "3000"},
+]
+
+
+def _installed_java_client() -> str:
+    """The version of the stack's kafka-clients jar; skipped without it or java, unless CI=true."""
+    jars = sorted(KAFKA_LIBS.glob("kafka-clients-*.jar"))
+    missing = "java is not installed" if shutil.which("java") is None else ""
+    if not jars:
+        missing = f"no kafka-clients jar in {KAFKA_LIBS} (run stack/bootstrap.sh)"
+    if missing:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    match = re.fullmatch(r"kafka-clients-(\d+\.\d+\.\d+)\.jar", jars[-1].name)
+    assert match, jars[-1].name
+    return match.group(1)
+
+
+def test_it_predicts_which_consumer_configs_the_java_client_refuses() -> None:
+    version = _installed_java_client()
+    configs = [{"group.id": "lint-test", **config} for config in JAVA_CONSUMER_CONFIGS]
+    arguments = [";".join(f"{key}={value}" for key, value in config.items()) for config in configs]
+    run = subprocess.run(
+        ["java", "-cp", f"{KAFKA_LIBS}/*", str(CONSUMER_STARTS), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
+    answers = [
+        line.removeprefix("consumer-starts: ")
+        for line in run.stdout.splitlines()
+        if line.startswith("consumer-starts: ")
+    ]
+    assert len(answers) == len(configs)
+    context = LintContext(client_version=version)
+    for config, answer in zip(configs, answers, strict=True):
+        results = lint(config, client="java", kind="consumer", guarantee="at-least-once", context=context)
+        predicted = any(r.message.startswith("the client refuses to start:") for r in results)
+        assert predicted == answer.startswith("refused"), (config, answer)

@@ -80,16 +80,28 @@ KEY_TYPES: Mapping[str, str] = {
     "log.cleaner.delete.retention.ms": "int",
     # streams
     "processing.guarantee": "processing",
+    # Spring Kafka's listener container
+    "spring.kafka.listener.ack-mode": "ack_mode",
 }
 GROUP_PROTOCOLS = ("classic", "consumer")
 # Set with group.protocol=consumer (KIP-848), these make librdkafka refuse to create the
 # consumer (checked against librdkafka 2.16.0); the value is what takes their place.
-CLASSIC_ONLY_CONSUMER_KEYS: Mapping[str, str] = {
+LIBRDKAFKA_CLASSIC_ONLY_CONSUMER_KEYS: Mapping[str, str] = {
     "session.timeout.ms": "the broker's group.consumer.session.timeout.ms applies",
     "heartbeat.interval.ms": "the broker's group.consumer.heartbeat.interval.ms applies",
     "partition.assignment.strategy": "group.remote.assignor names the assignor",
     "group.protocol.type": "a classic-protocol setting",
 }
+# The Java consumer refuses the same three (group.protocol.type is librdkafka's alone) from
+# 4.0.0: ConsumerConfig.CONSUMER_PROTOCOL_UNSUPPORTED_CONFIGS (KAFKA-17338) throws
+# "ConfigException: session.timeout.ms cannot be set when group.protocol=CONSUMER" for a key
+# the config sets, even to its default. 3.7 to 3.9 accept and ignore them. Checked by
+# constructing KafkaConsumers of kafka-clients 3.9.0, 3.9.2, 4.0.0 and 4.3.1.
+JAVA_CLASSIC_ONLY_CONSUMER_KEYS: Mapping[str, str] = {
+    key: LIBRDKAFKA_CLASSIC_ONLY_CONSUMER_KEYS[key]
+    for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
+}
+JAVA_REFUSES_CLASSIC_ONLY_CONSUMER_KEYS_FROM = (4, 0, 0)
 PROCESSING_GUARANTEES = ("at_least_once", "exactly_once_v2", "exactly_once", "exactly_once_beta")
 
 LIBRDKAFKA_PRODUCER: Mapping[str, Any] = {
@@ -139,8 +151,23 @@ JAVA_CONSUMER: Mapping[str, Any] = {
 # since 2.3, enable.auto.commit=false unless set explicitly, and the container commits after
 # the listener ran (AckMode BATCH: once the records of a poll are processed).
 SPRING_KAFKA = "spring-kafka"
+# How the listener container commits when enable.auto.commit is false (ContainerProperties.
+# AckMode, default BATCH; Spring Boot's spring.kafka.listener.ack-mode, unset by default). The
+# spring-kafka reference, "Committing Offsets" (docs.spring.io/spring-kafka/reference/kafka/
+# receiving-messages/message-listener-container.html#committing-offsets): RECORD commits "when
+# the listener returns after processing the record"; BATCH "when all the records returned by
+# the poll() have been processed"; TIME and COUNT (and COUNT_TIME) the same, once ackTime or
+# ackCount is exceeded; MANUAL: the listener calls acknowledge(), "after that, the same
+# semantics as BATCH are applied" (the ack is queued and committed before the next poll,
+# KafkaMessageListenerContainer.processCommits); MANUAL_IMMEDIATE commits at once when the
+# listener acknowledges on the consumer thread. With enable.auto.commit=true the container
+# does not commit (and refuses MANUAL and MANUAL_IMMEDIATE).
+SPRING_ACK_MODE = "spring.kafka.listener.ack-mode"
+SPRING_ACK_MODES = ("RECORD", "BATCH", "TIME", "COUNT", "COUNT_TIME", "MANUAL", "MANUAL_IMMEDIATE")
+SPRING_ACKNOWLEDGED_AT_ONCE = "MANUAL_IMMEDIATE"  # the one mode whose commit the listener times
 SPRING_KAFKA_CONSUMER: Mapping[str, tuple[Any, str]] = {
     "enable.auto.commit": (False, "Spring Kafka's listener container, 2.3+: commits after the listener"),
+    SPRING_ACK_MODE: ("BATCH", "Spring Kafka's listener container default"),
 }
 STREAMS: Mapping[str, Any] = {
     "processing.guarantee": "at_least_once",
@@ -219,6 +246,15 @@ def java_producer_defaults(version: tuple[int, int, int]) -> dict[str, Any]:
     if java_idempotence_opt_in(version):
         defaults["enable.idempotence"] = False
     return defaults
+
+
+def classic_only_consumer_keys(client: str, version: tuple[int, int, int]) -> Mapping[str, str]:
+    """The keys a consumer of ``client`` (at Java ``version``) refuses under group.protocol=consumer."""
+    if client == "librdkafka":
+        return LIBRDKAFKA_CLASSIC_ONLY_CONSUMER_KEYS
+    if version >= JAVA_REFUSES_CLASSIC_ONLY_CONSUMER_KEYS_FROM:
+        return JAVA_CLASSIC_ONLY_CONSUMER_KEYS
+    return {}
 
 
 def java_consumer_defaults(version: tuple[int, int, int]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ before 3.0.1 turns it on for a transactional.id and then sets an unset acks to a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -105,6 +106,14 @@ def normalise_value(key: str, raw: Any, *, source: str, line: int | None = None,
         if protocol not in d.GROUP_PROTOCOLS:
             raise fail("classic or consumer")
         return protocol
+    if kind == "ack_mode":
+        # Spring Boot binds an enum leniently: case and any character but letters and digits
+        # are ignored (LenientStringToEnumConverterFactory), so manual-immediate is MANUAL_IMMEDIATE
+        wanted = re.sub(r"[^0-9a-z]", "", text.lower())
+        for mode in d.SPRING_ACK_MODES:
+            if mode.replace("_", "").lower() == wanted:
+                return mode
+        raise fail(f"one of {', '.join(d.SPRING_ACK_MODES)}")
     if kind == "processing":
         guarantee = text.lower()
         if guarantee not in d.PROCESSING_GUARANTEES:
@@ -171,7 +180,7 @@ def effective_settings(
     settings = {key: _default(client, key, value) for key, value in table.items()}
     if framework == d.SPRING_KAFKA and kind == "consumer":
         for key, (value, note) in d.SPRING_KAFKA_CONSUMER.items():
-            settings[key] = _derived(settings[key], value, note)
+            settings[key] = _default(client, key, value, note)
     settings.update(explicit)
     if kind == "producer":
         if client == "librdkafka":

@@ -46,6 +46,7 @@ EXPLAINS: Mapping[str, Explained] = {
     "C005": (("reprocessed", None),),  # a rebalance hands the uncommitted batch to another member
     "C006": (("reprocessed", None), ("duplicate", "app-resend")),
     "C007": (),  # the setting itself changes nothing; C001/C004/C006 report the auto-commit
+    "C008": (("reprocessed", None),),  # Spring's container commits after the listener processed the records
     "C101": (),
     "C102": (),
     # topic

@@ -162,17 +162,25 @@ def lint_text(
 ) -> list[LintResult]:
     """Parse pasted text (json | properties | spring-yaml) and lint every config in it.
 
-    JSON and .properties hold one config and need ``kind``; Spring YAML holds up to three
-    (producer, consumer, streams), all linted unless ``kind`` picks one.
+    JSON and .properties hold one config and need ``kind``; Spring Boot's YAML or
+    .properties (spring.kafka.* keys) holds up to three (producer, consumer, streams), all
+    linted unless ``kind`` picks one.
     """
-    if fmt in ("json", "properties") and kind is None:
-        raise LintInputError("expected --kind (producer, consumer, topic, broker or streams)", source=source)
+    if fmt == "json" and kind is None:
+        raise _missing_kind(source)
+    configs = parse_text(text, fmt=fmt, source=source, kind=kind)
+    if kind is None and any(config.framework != d.SPRING_KAFKA for config in configs.values()):
+        raise _missing_kind(source)  # a client's own .properties
     results: list[LintResult] = []
-    for section, config in parse_text(text, fmt=fmt, source=source, kind=kind).items():
+    for section, config in configs.items():
         # Spring Boot configures the Java client, whatever --client says
-        section_client = "java" if fmt == "spring-yaml" else client
+        section_client = "java" if config.framework == d.SPRING_KAFKA else client
         results.extend(lint(config, client=section_client, kind=section, guarantee=guarantee, context=context))
     return results
+
+
+def _missing_kind(source: str) -> LintInputError:
+    return LintInputError("expected --kind (producer, consumer, topic, broker or streams)", source=source)
 
 
 def results_as_dicts(results: Iterable[LintResult]) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Reading pasted configs: librdkafka dicts or JSON, Java .properties, Spring Boot YAML.
+"""Reading pasted configs: librdkafka dicts or JSON, Java .properties, Spring Boot YAML or .properties.
 
 Each parser returns ParsedConfig objects: a plain dict of key → value that also remembers
 the input's name and the line of each key, so a bad value later on can be reported as
@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from auditor.lint.engine.defaults import SPRING_KAFKA
+from auditor.lint.engine.defaults import SPRING_ACK_MODE, SPRING_KAFKA
 from auditor.lint.engine.errors import LintInputError
 from auditor.lint.engine.masking import mask_text
 
@@ -218,6 +218,11 @@ SPRING_SECTIONS: Mapping[str, Mapping[str, tuple[str, bool]]] = {
     "consumer": SPRING_CONSUMER,
     "streams": SPRING_STREAMS,
 }
+# spring.kafka.listener.* configures the listener containers, which run the consumers and
+# commit their offsets: linted with the consumer, under the property's own name.
+SPRING_LISTENER: Mapping[str, tuple[str, bool]] = {
+    "ack-mode": (SPRING_ACK_MODE, False),
+}
 
 
 def _kebab(name: str) -> str:
@@ -300,7 +305,27 @@ def parse_spring_yaml(text: str, *, source: str = "application.yml") -> dict[str
                 line=document.start_mark.line + 1,
             )
         _flatten(document, "", flat)
+    return _spring_configs(flat, source=source)
 
+
+def parse_spring_properties(text: str, *, source: str = "application.properties") -> dict[str, ParsedConfig]:
+    """Spring Boot's application.properties: the `spring.kafka.*` settings of parse_spring_yaml,
+    one `key=value` a line, read per client kind the same way."""
+    return _spring_configs_of_properties(parse_properties(text, source=source))
+
+
+def is_spring_properties(config: Mapping[str, Any]) -> bool:
+    """Whether .properties keys are Spring Boot's (spring.kafka.*) rather than a client's own."""
+    return any(str(key).startswith("spring.kafka.") for key in config)
+
+
+def _spring_configs_of_properties(config: ParsedConfig) -> dict[str, ParsedConfig]:
+    flat = {key: (value, config.lines[key]) for key, value in config.items()}
+    return _spring_configs(flat, source=config.source)
+
+
+def _spring_configs(flat: Mapping[str, tuple[Any, int]], *, source: str) -> dict[str, ParsedConfig]:
+    """Flat `spring.*` keys (value, line) to one config per client kind (see parse_spring_yaml)."""
     common: dict[str, tuple[Any, int]] = {}
     per_kind: dict[str, dict[str, tuple[Any, int]]] = {kind: {} for kind in SPRING_SECTIONS}
     named: dict[str, dict[str, tuple[Any, int]]] = {kind: {} for kind in SPRING_SECTIONS}
@@ -315,12 +340,16 @@ def parse_spring_yaml(text: str, *, source: str = "application.yml") -> dict[str
             continue
         section, _, name = rest.partition(".")
         section = _kebab(section)
-        if section not in SPRING_SECTIONS or not name:
+        if section == "listener":
+            section, names = "consumer", SPRING_LISTENER
+        elif section in SPRING_SECTIONS and name:
+            if name.startswith("properties."):
+                per_kind[section][name[len("properties.") :]] = (value, line)
+                continue
+            names = SPRING_SECTIONS[section]
+        else:
             continue
-        if name.startswith("properties."):
-            per_kind[section][name[len("properties.") :]] = (value, line)
-            continue
-        mapping = SPRING_SECTIONS[section].get(_kebab(name))
+        mapping = names.get(_kebab(name))
         if mapping is None:
             continue
         kafka_key, is_duration = mapping
@@ -349,24 +378,31 @@ def parse_spring_yaml(text: str, *, source: str = "application.yml") -> dict[str
 def parse_text(text: str, *, fmt: str, source: str, kind: str | None = None) -> dict[str, ParsedConfig]:
     """Parse ``text`` in ``fmt``; the result maps a client kind to its config.
 
-    JSON and .properties hold one config, returned under ``kind``; Spring YAML holds up to
-    three (producer, consumer, streams), filtered to ``kind`` when given.
+    JSON and .properties hold one config, returned under ``kind``; Spring Boot's YAML, and
+    .properties whose keys are spring.kafka.*, hold up to three (producer, consumer,
+    streams), filtered to ``kind`` when given.
     """
     if fmt == "json":
         return {kind or "producer": parse_librdkafka(text, source=source)}
     if fmt == "properties":
-        return {kind or "producer": parse_properties(text, source=source)}
+        config = parse_properties(text, source=source)
+        if not is_spring_properties(config):
+            return {kind or "producer": config}
+        return _spring_kinds(_spring_configs_of_properties(config), kind=kind, source=source)
     if fmt == "spring-yaml":
-        configs = parse_spring_yaml(text, source=source)
-        common = configs.pop("common", None)
-        if kind is not None:
-            if kind in configs:
-                return {kind: configs[kind]}
-            return {kind: common if common is not None else ParsedConfig(source=source, framework=SPRING_KAFKA)}
-        if not configs:
-            raise LintInputError("no spring.kafka.producer, .consumer or .streams settings found", source=source)
-        return configs
+        return _spring_kinds(parse_spring_yaml(text, source=source), kind=kind, source=source)
     raise LintInputError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}", source=source)
+
+
+def _spring_kinds(configs: dict[str, ParsedConfig], *, kind: str | None, source: str) -> dict[str, ParsedConfig]:
+    common = configs.pop("common", None)
+    if kind is not None:
+        if kind in configs:
+            return {kind: configs[kind]}
+        return {kind: common if common is not None else ParsedConfig(source=source, framework=SPRING_KAFKA)}
+    if not configs:
+        raise LintInputError("no spring.kafka.producer, .consumer or .streams settings found", source=source)
+    return configs
 
 
 def guess_format(text: str, filename: str | None = None) -> str:

@@ -13,6 +13,7 @@ NOT_LOST = frozenset({d.AT_LEAST_ONCE, d.EXACTLY_ONCE})
 ALO = frozenset({d.AT_LEAST_ONCE})
 EOS = frozenset({d.EXACTLY_ONCE})
 RK = frozenset({"librdkafka"})
+JAVA = frozenset({"java"})
 MIN_MAX_POLL_INTERVAL_MS = 60_000
 LONG_AUTO_COMMIT_INTERVAL_MS = 60_000
 
@@ -206,6 +207,71 @@ def check_legacy_auto_commit_property(s: Subject) -> Iterator[Finding]:
     )
 
 
+# When Spring's listener container commits, per AckMode (defaults.py cites the reference)
+_CONTAINER_COMMITS = {
+    "RECORD": "as the listener returns from each record",
+    "BATCH": "once the listener has processed every record of a poll",
+    "TIME": "once the listener has processed every record of a poll and ack-time has passed",
+    "COUNT": "once the listener has processed every record of a poll and ack-count records came in",
+    "COUNT_TIME": "once the listener has processed every record of a poll and ack-time has passed "
+    "or ack-count records came in",
+    "MANUAL": "once the listener has processed every record of a poll (acknowledge() only queues the offset)",
+}
+
+
+@consumer_rules.rule(
+    "C008",
+    "Spring's listener container commits after processing",
+    frozenset({d.AT_MOST_ONCE, d.AT_LEAST_ONCE}),
+    "error",
+    why="after a crash the records the listener processed since the container's last commit are processed again",
+    fix="at-most-once: spring.kafka.listener.ack-mode=MANUAL_IMMEDIATE, with acknowledge() on the listener "
+    "thread before processing each record; at-least-once with MANUAL_IMMEDIATE: acknowledge() after processing",
+    clients=JAVA,
+)
+def check_spring_container_commits(s: Subject) -> Iterator[Finding]:
+    ack_mode, auto_commit = s.settings.get(d.SPRING_ACK_MODE), s["enable.auto.commit"]
+    if ack_mode is None or auto_commit.value:
+        return  # no Spring listener container, or it leaves the commits to auto-commit (C004)
+    if ack_mode.value == d.SPRING_ACKNOWLEDGED_AT_ONCE:
+        # the listener decides when its records are committed: the config cannot tell
+        if s.guarantee == d.AT_MOST_ONCE:
+            yield Finding(
+                ack_mode,
+                "acknowledge() on the listener thread before processing each record",
+                f"with {ack_mode.describe()} the container commits when the listener calls acknowledge() on "
+                "its own thread: at-most-once holds only if the listener acknowledges each record before "
+                "processing it, and does not throw once it has begun (the default error handler delivers the "
+                "record again, up to ten times in all)",
+                "info",
+            )
+        else:
+            yield Finding(
+                ack_mode,
+                "acknowledge() after processing each record",
+                f"with {ack_mode.describe()} the container commits when the listener calls acknowledge() on "
+                "its own thread: at-least-once holds only if the listener acknowledges each record after "
+                "processing it (an acknowledge() before processing commits the record, and a crash then "
+                "skips it)",
+                "info",
+            )
+        return
+    if s.guarantee != d.AT_MOST_ONCE:
+        return  # committing after processing is what at-least-once needs
+    redelivered = (
+        "a crash while the listener processes a record delivers that record again"
+        if ack_mode.value == "RECORD"
+        else "after a crash the records processed since its last commit are delivered and processed again"
+    )
+    yield Finding(
+        ack_mode,
+        "MANUAL_IMMEDIATE, with acknowledge() on the listener thread before processing each record",
+        f"with {ack_mode.describe()} the listener container commits the offsets itself, "
+        f"{_CONTAINER_COMMITS[ack_mode.value]}: {redelivered}",
+        "error",
+    )
+
+
 @consumer_rules.rule(
     "C101",
     "max.poll.interval.ms below session.timeout.ms",
@@ -237,19 +303,21 @@ def check_startup_poll_interval_vs_session(s: Subject) -> Iterator[Finding]:
     why="the consumer is never created, so nothing is consumed",
     fix="remove the setting: under group.protocol=consumer the broker's group.consumer.* settings "
     "hold the session timeout and heartbeat interval, and group.remote.assignor names the assignor",
-    clients=RK,
 )
 def check_startup_classic_settings_under_consumer_protocol(s: Subject) -> Iterator[Finding]:
+    # librdkafka (2.16) and Java from 4.0 refuse them; Java 3.7 to 3.9 ignore them
     protocol = s["group.protocol"]
     if protocol.value != "consumer":
         return
-    for key, instead in d.CLASSIC_ONLY_CONSUMER_KEYS.items():
+    # the client's version decides, and the CLI and paste form lint Java at the default 4.0: say so
+    since = "; the Java consumer refuses it from 4.0, 3.7 to 3.9 ignore it" if s.client == "java" else ""
+    for key, instead in d.classic_only_consumer_keys(s.client, s.java_version).items():
         setting = s.settings.get(key)
         if setting is not None and setting.explicit:
             yield Finding(
                 setting,
                 f"unset with {protocol.describe()}",
-                f"{REFUSES_TO_START}: {setting.name} is not supported for {protocol.describe()} ({instead})",
+                f"{REFUSES_TO_START}: {setting.name} is not supported for {protocol.describe()} ({instead}{since})",
             )
 
 
