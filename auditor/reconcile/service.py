@@ -12,6 +12,8 @@ findings move from the staging table into Finding in the transaction that marks 
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import os
 import socket
@@ -85,8 +87,27 @@ def _publish(run: ReconcileRun) -> None:
     publish(LIVE_GROUP, "run", run.as_event())
 
 
+@functools.cache
+def _this_machine() -> str:
+    """This host and pid namespace, as the claims made here name it: a pid means the same
+    process only there (two hosts may share a name; so may containers, each with its own
+    pids). The host's name, then a hash of its boot id and the pid namespace; the name alone
+    where they cannot be read (then no claim is judged by its pid)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return socket.gethostname()
+    return f"{socket.gethostname()}#{hashlib.sha256(f'{boot} {namespace}'.encode()).hexdigest()[:8]}"
+
+
+def claimant_name(pid: int) -> str:
+    """`claimed_by` of a run claimed by process `pid` of this machine: host#machine:pid."""
+    return f"{_this_machine()}:{pid}"
+
+
 def _worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return claimant_name(os.getpid())
 
 
 # --- claiming ------------------------------------------------------------------------------
@@ -104,11 +125,12 @@ def _process_started_at(pid: int) -> datetime | None:
 
 
 def claimant_alive(claimed_by: str, since: datetime | None) -> bool | None:
-    """Is the process that claimed a run (``host:pid``) still running? None when it cannot be
-    told from here: another host, or a claim in another form. A pid now held by a process
-    that started after the claim was made (`since`) is a reused pid: its claimant is gone."""
-    host, _, pid_text = claimed_by.rpartition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
+    """Is the process that claimed a run (claimant_name) still running? None when it cannot be
+    told from here: another host or pid namespace, or a claim in another form. A pid now held
+    by a process that started after the claim was made (`since`) is a reused pid: its
+    claimant is gone."""
+    machine, _, pid_text = claimed_by.rpartition(":")
+    if "#" not in machine or machine != _this_machine() or not pid_text.isdigit():
         return None
     pid = int(pid_text)
     try:

@@ -120,7 +120,7 @@ def claimed_by_process(run: ReconcileRun, pid: int, queued_ago: float, started_a
     ReconcileRun.objects.filter(pk=run.pk).update(
         created_at=now - timedelta(seconds=queued_ago),
         started_at=now - timedelta(seconds=started_ago),
-        claimed_by=f"{socket.gethostname()}:{pid}",
+        claimed_by=service.claimant_name(pid),
     )
 
 
@@ -184,6 +184,24 @@ def test_it_judges_a_run_of_another_host_by_when_it_started(binding) -> None:
         claimed_by="another-host:4242",
     )
     with pytest.raises(RunInProgress):
+        start_run(binding, ReconcileRun.SCHEDULE)
+    elsewhere.refresh_from_db()
+    assert elsewhere.status == ReconcileRun.RUNNING
+
+
+def test_it_judges_a_run_of_another_pid_namespace_of_the_same_host_name_by_when_it_started(binding) -> None:
+    # a worker in a container with this host's name (or a host named alike): its pid means
+    # nothing here, even one no process of this namespace holds
+    elsewhere = running(binding)
+    ReconcileRun.objects.filter(pk=elsewhere.pk).update(
+        created_at=timezone.now() - timedelta(seconds=conf.stale_after_seconds() + 60),
+        started_at=timezone.now(),
+        claimed_by=f"{socket.gethostname()}#00000000:{2**22 + 1}",  # above any pid_max: no process here
+    )
+    with pytest.raises(RunInProgress):
+        start_run(binding, ReconcileRun.SCHEDULE)
+    ReconcileRun.objects.filter(pk=elsewhere.pk).update(claimed_by=f"{socket.gethostname()}:{2**22 + 1}")
+    with pytest.raises(RunInProgress):  # a claim in the form before the machine was named
         start_run(binding, ReconcileRun.SCHEDULE)
     elsewhere.refresh_from_db()
     assert elsewhere.status == ReconcileRun.RUNNING
