@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -172,9 +173,11 @@ def test_it_leaves_no_job_and_no_secret_behind_when_its_worker_is_stopped(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(worker.pid, signal.SIGKILL)
         if record.exists():
-            for pid in json.loads(record.read_text())["pids"]:
+            left = json.loads(record.read_text())
+            for pid in left["pids"]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
+            shutil.rmtree(Path(left["binding"]).parent, ignore_errors=True)
 
 
 def test_it_scrubs_every_resolved_secret(secret_binding) -> None:
