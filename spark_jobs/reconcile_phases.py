@@ -603,7 +603,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
 def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFrame:
     """`is_new`: the previous run did not report the same finding (IDENTITY)."""
     seen = (
-        plan.store.dataset(spark, plan.previous, "findings")
+        plan.store.dataset(spark, plan.findings_before, "findings")
         .select(*[F.col(c).alias(f"_seen_{c}") for c in IDENTITY])
         .distinct()
     )

@@ -93,6 +93,9 @@ class RunPlan:
     recreated: str | None = None
     # state.json's topic_records_since: set when this run finds the topic created again
     topic_records_since: datetime | None = None
+    # A full run over a state of the same identity: that state, whose findings (the last
+    # run's) are the ones its own are new against. None: the previous state's.
+    last_findings_of: StateMeta | None = None
     identity: dict[str, str] = field(default_factory=dict)  # state.json's identity: the binding's
     timestamp_zone: str = "UTC"  # the binding's: state.json keeps it
     # how long a send's outcome can stay open (spark_jobs.send_outcome; 0: without limit)
@@ -107,6 +110,11 @@ class RunPlan:
     def previous(self) -> StateMeta:
         """The state the last run left (findings for is_new, lost sightings)."""
         return self.memory or self.meta
+
+    @property
+    def findings_before(self) -> StateMeta:
+        """The state whose findings this run's are new against (flag_new)."""
+        return self.last_findings_of or self.previous
 
     @property
     def broadcast_new(self) -> bool:
@@ -278,12 +286,17 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             f"the binding changed since its state was built ({'; '.join(changed)}): the run starts over from the "
             "topic's and the ledgers' starts, as a --full run"
         )
+    last_findings_of: StateMeta | None = None
     if options.full or changed or earlier is None:
         # A full run starts over, but where the broker rewrote partitions is the topic's
         # history, not the state's: its records cannot tell it again, and the lost records'
         # marks are still in the consumer ledger it reads from its start. Of another topic's
         # state, nothing is kept.
         meta = StateMeta()
+        # Its findings are new against the last run's when that run's state is of the same
+        # topic, key and table (known, and unchanged): a finding reported again is not new.
+        if earlier is not None and earlier.run_id and earlier.identity:
+            last_findings_of = None if identity_changes(earlier.identity, binding.identity()) else earlier
         if earlier is not None and earlier.identity.get("topic", binding.topic) == binding.topic:
             meta.marks_rewritten, meta.backdated = earlier.marks_rewritten, earlier.backdated
             meta.unprobed_record_ms = earlier.unprobed_record_ms
@@ -388,4 +401,5 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         identity=binding.identity(),
         send_outcome_ms=binding.send_outcome_ms,
         timestamp_zone=binding.timestamp_zone,
+        last_findings_of=last_findings_of,
     )

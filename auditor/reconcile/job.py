@@ -6,9 +6,10 @@ CLI; a real Spark cluster takes it over through SPARK_MASTER), or inside this pr
 
 Secrets. The binding is handed to the job with its ${ENV} references resolved, in a
 file readable by the owner only (mode 0600, in a private temporary directory removed
-afterwards); the JDBC URL the job writes findings with is passed in the subprocess
-environment, not on its command line. Neither is logged or stored: error text coming back
-from the job is scrubbed of every resolved secret before it is kept.
+afterwards, by job_guard.py when this process dies first); the JDBC URL the job writes
+findings with is passed in the subprocess environment, not on its command line. Neither is
+logged or stored: error text coming back from the job is scrubbed of every resolved secret
+before it is kept.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 JOB_SCRIPT = Path(settings.BASE_DIR) / "spark_jobs" / "reconcile.py"
+JOB_GUARD = Path(__file__).with_name("job_guard.py")
 JDBC_URL_ENV = "RECONCILE_OUTPUT_JDBC_URL"
 STDERR_TAIL_CHARS = 3000
 BAD_BINDING_EXIT = 2
@@ -207,8 +209,14 @@ def _write_private(path: Path, text: str) -> None:
         handle.write(text)
 
 
+def guarded(command: list[str], temp_dir: Path) -> list[str]:
+    """`command` under job_guard.py: spark-submit and its children (the JVM, the Python
+    driver) are stopped, and `temp_dir` removed, when this process dies, however it dies."""
+    return [sys.executable, "-I", str(JOB_GUARD), str(os.getpid()), str(temp_dir), *command]
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """End spark-submit and its children (the JVM, the Python driver): its own process group."""
+    """End the guard (its own process group), which first ends spark-submit's group."""
     for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 10)):
         try:
             os.killpg(proc.pid, sig)
@@ -243,7 +251,7 @@ def run_spark_submit(job: JobInput, job_run_id: str, full: bool, timeout: float 
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
             try:
                 proc = subprocess.Popen(
-                    command,
+                    guarded(command, folder),
                     cwd=settings.BASE_DIR,
                     env=submit_environment(job),
                     stdin=subprocess.DEVNULL,

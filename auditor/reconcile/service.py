@@ -12,11 +12,14 @@ findings move from the staging table into Finding in the transaction that marks 
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import os
 import socket
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -45,6 +48,9 @@ from auditor.vocabulary import FINDING_KINDS
 log = logging.getLogger(__name__)
 
 LIVE_GROUP = "reconcile"
+# A claimant process that started this much after its claim holds a reused pid (the slack:
+# btime is whole seconds, and the clock may have been stepped since boot).
+PID_START_SLACK = timedelta(seconds=30)
 FINDING_COLUMNS = (
     "kind",
     "key",
@@ -81,20 +87,107 @@ def _publish(run: ReconcileRun) -> None:
     publish(LIVE_GROUP, "run", run.as_event())
 
 
+@functools.cache
+def _this_machine() -> str:
+    """This host and pid namespace, as the claims made here name it: a pid means the same
+    process only there (two hosts may share a name; so may containers, each with its own
+    pids). The host's name, then a hash of its boot id and the pid namespace; the name alone
+    where they cannot be read (then no claim is judged by its pid)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return socket.gethostname()
+    return f"{socket.gethostname()}#{hashlib.sha256(f'{boot} {namespace}'.encode()).hexdigest()[:8]}"
+
+
+def claimant_name(pid: int) -> str:
+    """`claimed_by` of a run claimed by process `pid` of this machine: host#machine:pid."""
+    return f"{_this_machine()}:{pid}"
+
+
 def _worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return claimant_name(os.getpid())
 
 
 # --- claiming ------------------------------------------------------------------------------
 
 
+def _process_started_at(pid: int) -> datetime | None:
+    """When process `pid` of this host started (Linux /proc), or None if unknown or gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
+    except (OSError, StopIteration):
+        return None
+    ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after the name in parentheses
+    return datetime.fromtimestamp(int(boot.split()[1]) + ticks / os.sysconf("SC_CLK_TCK"), tz=UTC)
+
+
+def claimant_alive(claimed_by: str, since: datetime | None) -> bool | None:
+    """Is the process that claimed a run (claimant_name) still running? None when it cannot be
+    told from here: another host or pid namespace, or a claim in another form. A pid now held
+    by a process that started after the claim was made (`since`) is a reused pid: its
+    claimant is gone."""
+    machine, _, pid_text = claimed_by.rpartition(":")
+    if "#" not in machine or machine != _this_machine() or not pid_text.isdigit():
+        return None
+    pid = int(pid_text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, under another user
+    started = _process_started_at(pid)
+    if started is not None and since is not None and started > since + PID_START_SLACK:
+        return False
+    return True
+
+
+def _abandoned_because(run: ReconcileRun, now: datetime) -> str | None:
+    """Why an active run is taken for abandoned, or None while it may still be running.
+
+    A queued run is judged by when it was queued (no job of it has started: failing it
+    cannot put two jobs on one state; a worker that takes it later finds it failed). A running
+    run is judged by its claimant when that process is on this host (dead: abandoned at once;
+    alive: never), else by when it started against the job's own time limit plus a margin;
+    never by when it was queued, as it may have waited in a busy queue.
+    """
+    limit = timedelta(seconds=conf.stale_after_seconds())
+    if run.status == ReconcileRun.QUEUED:
+        if run.created_at < now - limit:
+            return f"abandoned: not started {limit.total_seconds():.0f}s after it was queued (its task was lost?)"
+        return None
+    alive = claimant_alive(run.claimed_by, run.started_at)
+    if alive is False:
+        return f"abandoned: the process that ran it ({run.claimed_by}) is gone"
+    if alive is True:
+        return None
+    started = run.started_at or run.created_at
+    if started < now - limit:
+        return (
+            f"abandoned: no result {limit.total_seconds():.0f}s after it started on {run.claimed_by or 'a worker'}"
+            " (its worker stopped?)"
+        )
+    return None
+
+
 def recover_stale_runs(binding: Binding) -> int:
-    """Fail the binding's queued/running runs older than any run may last (their worker died)."""
-    cutoff = timezone.now() - timedelta(seconds=conf.stale_after_seconds())
-    stale = list(ReconcileRun.objects.filter(binding=binding, status__in=ReconcileRun.ACTIVE, created_at__lt=cutoff))
-    for run in stale:
-        fail_run(run, f"abandoned: no result {conf.stale_after_seconds()}s after it was queued (its worker stopped?)")
-    return len(stale)
+    """Fail the binding's queued/running runs whose worker is gone (_abandoned_because),
+    each judged again under its row lock so a run claimed meanwhile is left alone."""
+    failed = 0
+    for run in ReconcileRun.objects.filter(binding=binding, status__in=ReconcileRun.ACTIVE):
+        if _abandoned_because(run, timezone.now()) is None:
+            continue
+        with transaction.atomic():
+            locked = ReconcileRun.objects.select_for_update().select_related("binding").get(pk=run.pk)
+            reason = _abandoned_because(locked, timezone.now()) if locked.status in ReconcileRun.ACTIVE else None
+            if reason is None:
+                continue
+            _fail_locked(locked, reason)
+        failed += 1
+    return failed
 
 
 def start_run(binding: Binding, trigger: str, full: bool = False, requested_by: User | None = None) -> ReconcileRun:
@@ -173,7 +266,14 @@ def execute_run(run: ReconcileRun, runner: str = conf.SUBMIT) -> ReconcileRun:
     except BaseException:  # Ctrl-C on the CLI, a worker shutting down: do not leave it "running"
         fail_run(run, "interrupted before the job finished")
         raise
-    return finish_run(run, result)
+    try:
+        return finish_run(run, result)
+    except Exception as exc:  # a run whose result could not be published must not stay "running"
+        log.exception("reconcile run %s: publishing its result failed", run.pk)
+        return fail_run(run, job_input.scrub(f"publishing the result failed: {type(exc).__name__}: {exc}"))
+    except BaseException:
+        fail_run(run, "interrupted while its result was published")
+        raise
 
 
 def _staged(run: ReconcileRun) -> QuerySet[FindingStaging]:
@@ -248,18 +348,25 @@ def fail_run(run: ReconcileRun, error: str, result: dict[str, Any] | None = None
     """Mark the run failed with ``error``; whatever it staged is discarded."""
     with transaction.atomic():
         locked = ReconcileRun.objects.select_for_update().select_related("binding").get(pk=run.pk)
-        if locked.job_run_id:
-            _staged(locked).delete()
         if locked.status not in ReconcileRun.ACTIVE:
+            if locked.job_run_id:
+                _staged(locked).delete()
             return locked
-        _apply_result(locked, result or {})
-        locked.status = ReconcileRun.FAILED
-        locked.error = mask_text(error)[:10_000]  # a last guard: the callers mask what they know of
-        locked.counts = {}
-        locked.save()
-        _publish(locked)
-    log.warning("reconcile run %s of %s failed: %s", locked.pk, locked.binding.name, locked.error)
+        _fail_locked(locked, error, result)
     return locked
+
+
+def _fail_locked(locked: ReconcileRun, error: str, result: dict[str, Any] | None = None) -> None:
+    """fail_run's work on a row already locked in the caller's transaction and still active."""
+    if locked.job_run_id:
+        _staged(locked).delete()
+    _apply_result(locked, result or {})
+    locked.status = ReconcileRun.FAILED
+    locked.error = mask_text(error)[:10_000]  # a last guard: the callers mask what they know of
+    locked.counts = {}
+    locked.save()
+    _publish(locked)
+    log.warning("reconcile run %s of %s failed: %s", locked.pk, locked.binding.name, locked.error)
 
 
 # --- after a run -----------------------------------------------------------------------------

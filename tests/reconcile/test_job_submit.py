@@ -6,10 +6,15 @@ need no JVM; the real spark-submit runs in test_run_cli.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
 import stat
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,6 +36,12 @@ if mode == "crash":
     sys.exit(127)
 if mode == "hang":
     time.sleep(60)
+if mode == "spawn":  # like the JVM starting the Python driver, in its own process group
+    import subprocess
+    driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    record = {{"pids": [os.getpid(), driver.pid], "binding": binding}}
+    open(os.environ["FAKE_RECORD"], "w").write(json.dumps(record))
+    time.sleep(120)
 seen = {{
     "status": "ok", "error": None, "counts": {{}}, "mode": "full",
     "binding_mode": oct(stat.S_IMODE(os.stat(binding).st_mode)),
@@ -100,6 +111,73 @@ def test_it_stops_a_job_that_runs_too_long(fake_submit: Path, secret_binding, mo
     result = job.run_spark_submit(job.job_input(secret_binding), "run-3", full=False, timeout=1)
     assert result["status"] == "failed"
     assert result["error"] == "the job ran longer than 1s and was stopped"
+
+
+LAUNCHER = """
+import sys
+from pathlib import Path
+import django
+django.setup()
+from auditor.reconcile import job
+job.spark_submit_path = lambda: Path(sys.argv[1])
+job_input = job.JobInput(payload={{"name": "secretive"}}, output_jdbc_url="", secrets=["{secret}"])
+job.run_spark_submit(job_input, "run-4", full=False)
+"""
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_it_leaves_no_job_and_no_secret_behind_when_its_worker_is_stopped(
+    fake_submit: Path, tmp_path: Path, monkeypatch
+) -> None:
+    record = tmp_path / "started.json"
+    monkeypatch.setenv("FAKE_MODE", "spawn")
+    monkeypatch.setenv("FAKE_RECORD", str(record))
+    # the worker runs the launcher in a session of its own (stack/run.sh: setsid)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER.format(secret=SECRET), str(fake_submit)], start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not record.exists() and time.monotonic() < deadline:
+            assert worker.poll() is None, "the launcher ended before its job started"
+            time.sleep(0.1)
+        time.sleep(0.2)  # the record is written whole
+        started = json.loads(record.read_text())
+        assert all(process_alive(pid) for pid in started["pids"])
+        assert Path(started["binding"]).exists()
+
+        # stack/run.sh stop_one: TERM to the worker's process group, up to 10 s, then KILL
+        os.killpg(worker.pid, signal.SIGTERM)
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+
+        def left_behind() -> bool:
+            return any(process_alive(pid) for pid in started["pids"]) or Path(started["binding"]).parent.exists()
+
+        deadline = time.monotonic() + 15
+        while left_behind() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [pid for pid in started["pids"] if process_alive(pid)] == []
+        assert not Path(started["binding"]).parent.exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGKILL)
+        if record.exists():
+            left = json.loads(record.read_text())
+            for pid in left["pids"]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            shutil.rmtree(Path(left["binding"]).parent, ignore_errors=True)
 
 
 def test_it_scrubs_every_resolved_secret(secret_binding) -> None:

@@ -360,6 +360,26 @@ def test_it_finds_the_same_across_two_incremental_runs(spark: SparkSession, worl
     assert finding_set(reconcile_once(spark, binding, tmp_path, full=True)) == expected_final(world)
 
 
+def test_a_full_run_flags_as_new_only_what_the_last_run_did_not_report(
+    spark: SparkSession, world: World, tmp_path: Path
+):
+    world.insert(1, 2)
+    world.produce("t1", 1, seq=0)
+    world.ledger(0, "acked", 1, "t1")
+    world.flush_ledger()
+    binding = world.binding()
+    first = reconcile_once(spark, binding, tmp_path)
+    assert finding_set(first) == {("missing", "2", None, None, None)}  # row 2 never got a record
+
+    world.insert(3)  # an hour old, and no record of it either
+    full = reconcile_once(spark, binding, tmp_path, full=True)
+
+    assert full["mode"] == "full"
+    assert finding_set(full) == {("missing", "2", None, None, None), ("missing", "3", None, None, None)}
+    assert {f["key"]: f["is_new"] for f in full["findings"]} == {"2": False, "3": True}
+    assert full["new_findings"] == 1
+
+
 def test_it_notices_aborted_transactions_without_being_told(spark: SparkSession, world: World, tmp_path: Path):
     world.insert(1, 12, 14)
     world.produce("t1", 1)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -9,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from auditor.alerts.models import Alert, Channel
-from auditor.reconcile import service
+from auditor.reconcile import conf, service
 from auditor.reconcile.models import Finding, FindingStaging, ReconcileRun
 from auditor.reconcile.service import (
     RunInProgress,
@@ -97,7 +100,11 @@ def test_it_allows_a_new_run_once_the_previous_one_finished(binding) -> None:
 
 def test_it_fails_an_abandoned_run_instead_of_blocking_the_binding_forever(binding) -> None:
     stuck = running(binding)
-    ReconcileRun.objects.filter(pk=stuck.pk).update(created_at=timezone.now() - timedelta(days=1))
+    # its worker, on another host, took it a day ago and never came back
+    a_day_ago = timezone.now() - timedelta(days=1)
+    ReconcileRun.objects.filter(pk=stuck.pk).update(
+        created_at=a_day_ago, started_at=a_day_ago, claimed_by="another-host:4242"
+    )
     staged(stuck, {"kind": "missing", "key": "1"})
 
     fresh = start_run(binding, ReconcileRun.SCHEDULE)
@@ -106,6 +113,109 @@ def test_it_fails_an_abandoned_run_instead_of_blocking_the_binding_forever(bindi
     assert stuck.status == ReconcileRun.FAILED and stuck.error.startswith("abandoned")
     assert not staging_of(stuck)
     assert fresh.status == ReconcileRun.QUEUED
+
+
+def claimed_by_process(run: ReconcileRun, pid: int, queued_ago: float, started_ago: float = 0) -> None:
+    now = timezone.now()
+    ReconcileRun.objects.filter(pk=run.pk).update(
+        created_at=now - timedelta(seconds=queued_ago),
+        started_at=now - timedelta(seconds=started_ago),
+        claimed_by=service.claimant_name(pid),
+    )
+
+
+def test_it_keeps_a_run_that_waited_long_in_the_queue_while_its_worker_runs_it(binding) -> None:
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = running(binding)
+        # queued longer ago than any run may last, taken by a live worker just now
+        claimed_by_process(live, worker.pid, queued_ago=conf.stale_after_seconds() + 60)
+
+        with pytest.raises(RunInProgress) as raised:
+            start_run(binding, ReconcileRun.SCHEDULE)
+
+        assert raised.value.active == live
+        live.refresh_from_db()
+        assert live.status == ReconcileRun.RUNNING and not live.error
+        assert ReconcileRun.objects.filter(binding=binding).count() == 1
+    finally:
+        worker.kill()
+        worker.wait()
+
+
+def test_it_fails_a_run_at_once_when_the_process_that_ran_it_is_gone(binding) -> None:
+    worker = subprocess.Popen([sys.executable, "-c", "pass"])
+    worker.wait()  # the worker exited (killed, crashed) without finishing its run
+    gone = running(binding)
+    claimed_by_process(gone, worker.pid, queued_ago=5)
+    staged(gone, {"kind": "missing", "key": "1"})
+
+    fresh = start_run(binding, ReconcileRun.SCHEDULE)
+
+    gone.refresh_from_db()
+    assert gone.status == ReconcileRun.FAILED and gone.error.startswith("abandoned")
+    assert str(worker.pid) in gone.error
+    assert not staging_of(gone)
+    assert fresh.status == ReconcileRun.QUEUED
+
+
+def test_it_takes_a_reused_pid_for_a_gone_claimant(binding) -> None:
+    newcomer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        # the claim was made an hour before the process now holding its pid started
+        old = running(binding)
+        claimed_by_process(old, newcomer.pid, queued_ago=3700, started_ago=3600)
+
+        fresh = start_run(binding, ReconcileRun.SCHEDULE)
+
+        old.refresh_from_db()
+        assert old.status == ReconcileRun.FAILED and old.error.startswith("abandoned")
+        assert fresh.status == ReconcileRun.QUEUED
+    finally:
+        newcomer.kill()
+        newcomer.wait()
+
+
+def test_it_judges_a_run_of_another_host_by_when_it_started(binding) -> None:
+    elsewhere = running(binding)
+    ReconcileRun.objects.filter(pk=elsewhere.pk).update(
+        created_at=timezone.now() - timedelta(seconds=conf.stale_after_seconds() + 60),
+        started_at=timezone.now(),
+        claimed_by="another-host:4242",
+    )
+    with pytest.raises(RunInProgress):
+        start_run(binding, ReconcileRun.SCHEDULE)
+    elsewhere.refresh_from_db()
+    assert elsewhere.status == ReconcileRun.RUNNING
+
+
+def test_it_judges_a_run_of_another_pid_namespace_of_the_same_host_name_by_when_it_started(binding) -> None:
+    # a worker in a container with this host's name (or a host named alike): its pid means
+    # nothing here, even one no process of this namespace holds
+    elsewhere = running(binding)
+    ReconcileRun.objects.filter(pk=elsewhere.pk).update(
+        created_at=timezone.now() - timedelta(seconds=conf.stale_after_seconds() + 60),
+        started_at=timezone.now(),
+        claimed_by=f"{socket.gethostname()}#00000000:{2**22 + 1}",  # above any pid_max: no process here
+    )
+    with pytest.raises(RunInProgress):
+        start_run(binding, ReconcileRun.SCHEDULE)
+    ReconcileRun.objects.filter(pk=elsewhere.pk).update(claimed_by=f"{socket.gethostname()}:{2**22 + 1}")
+    with pytest.raises(RunInProgress):  # a claim in the form before the machine was named
+        start_run(binding, ReconcileRun.SCHEDULE)
+    elsewhere.refresh_from_db()
+    assert elsewhere.status == ReconcileRun.RUNNING
+
+
+def test_it_fails_a_run_whose_result_cannot_be_stored_instead_of_leaving_it_running(binding, monkeypatch) -> None:
+    def too_many_records(*args: Any) -> dict[str, Any]:
+        return ok_result() | {"records_read": 2**70}  # past a bigint column: PostgreSQL refuses the row
+
+    monkeypatch.setattr(service.job, "run_spark_submit", too_many_records)
+    run = execute_run(start_run(binding, ReconcileRun.CLI))
+
+    stored = ReconcileRun.objects.get(pk=run.pk)
+    assert stored.status == ReconcileRun.FAILED and stored.error.startswith("publishing the result failed")
 
 
 def test_it_publishes_the_staged_findings_of_a_successful_run(binding, django_capture_on_commit_callbacks) -> None:
