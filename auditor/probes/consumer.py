@@ -223,11 +223,21 @@ class AuditedConsumer(ConsumerWrapper):
 
     def _compact(self) -> None:
         """Turn the held marks into range rows for the ledger writer (marking thread or the
-        background flush); hand them to the ledger when enough are waiting."""
+        background flush); hand them to the ledger when enough are waiting.
+
+        A range's ``first_ms`` is a lower bound of its marks' times: the moment the previous
+        compaction took its marks, read *before* it took them (so a mark it left behind was
+        made after it). The background flush calls this every ``ledger_flush_interval_s``
+        even when nothing waits, so after an idle spell ``first_ms`` is at most one interval
+        older than the first new mark, never the time of the last activity before the spell
+        (readers take it as the mark's time: a mark dated before its record existed was
+        dropped as one of a truncated log's lost records)."""
         with self._compact_lock:
+            taken_ms = _time_ns() // 1_000_000
             if self._marker is not None:
                 runs = self._marker.take()
                 if not runs:
+                    self._compacted_ms = taken_ms
                     return
                 now_ms = _time_ns() // 1_000_000
                 first_ms = self._compacted_ms
@@ -236,12 +246,13 @@ class AuditedConsumer(ConsumerWrapper):
                 held = self._held
                 count = len(held)
                 if not count:
+                    self._compacted_ms = taken_ms
                     return
                 # Pops exactly the marks counted, in order: marks appended meanwhile wait their turn.
                 messages = list(starmap(held.popleft, repeat((), count)))
                 now_ms = _time_ns() // 1_000_000
                 rows = offset_ranges(messages, self._compacted_ms, now_ms)
-            self._compacted_ms = now_ms
+            self._compacted_ms = taken_ms
             if rows:
                 self._marks.append(rows)
         if len(self._marks) >= self._chunks_per_record:
