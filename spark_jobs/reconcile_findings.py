@@ -245,6 +245,8 @@ def find_gaps(
     of the topic less the send outcome bound, spark_jobs.send_outcome: the unresolved tail of a live producer, a record its
     retries through a leader failover may still write, an acks=0 request still on its way) is
     not judged yet: it stays open for a later run, and its sequence is no `never-sent` hole.
+    Nor is a hole below a higher sequence sent after `sent_judged_until_ms` (_sent_by_judged):
+    the hole's sends came before it.
 
     `held` (columns `session`, `seq`): records past the last stable offset the run read to,
     behind another producer's open transaction. A sequence among them was written: it is not
@@ -344,6 +346,8 @@ def find_gaps(
     holes = interval_holes(covered, bounds, ["session"])
     if unverifiable_until is not None and entries_lost_until is not None:
         holes = _produced_after(holes, seq_times, min(unverifiable_until, entries_lost_until))
+    if sent_judged_until_ms is not None:
+        holes = _sent_by_judged(holes, coverage, ledger_open, seq_times, sent_judged_until_ms)
     never_sent = _finding(
         holes,
         "gap",
@@ -354,6 +358,66 @@ def find_gaps(
         evidence=F.to_json(F.struct((F.col("end") - F.col("start") + 1).alias("count"))),
     )
     return known.unionByName(never_sent)
+
+
+def _sent_by_judged(
+    holes: DataFrame,
+    coverage: DataFrame,
+    ledger_open: DataFrame,
+    seq_times: DataFrame | None,
+    judged_until_ms: int,
+) -> DataFrame:
+    """The holes (session, start, end) whose sends, if any, were issued up to
+    `judged_until_ms`, or that nothing above bounds.
+
+    A session numbers its sends in order, so a hole's sequences were sent before any higher
+    one: the time of a higher ledger entry (v1: its delivery report; v2: the end of its range's
+    window) or of a higher record read (its block's newest timestamp, seq_times) bounds the
+    hole's send from above. The nearest such bound after the send outcome wait, like a `sent`
+    entry's: a v1 probe ledgers a sequence only once its report comes, and while one
+    partition's leader fails over the sequences sent to the others are acked and ledgered
+    around a hole that its retries may still fill. A hole nothing bounds (past the last record
+    and entry: a session end's `last_seq`) is judged as before.
+    """
+    keys = ["session", "start", "end"]
+    entries = ledger_open.select(
+        F.col("session").alias("_s"),
+        F.col("seq").alias("_seq"),
+        F.coalesce(F.col("to_ms"), F.col("ts_ms")).alias("_sent_by"),
+    ).where(F.col("_sent_by").isNotNull())
+    bounds = (
+        holes.join(entries, (holes["session"] == entries["_s"]) & (entries["_seq"] > holes["end"]), "inner")
+        .groupBy(*keys)
+        .agg(F.min("_sent_by").alias("_sent_by"))
+    )
+    if seq_times is not None:
+        # The block of the hole's last sequence bounds it only where a record above the hole
+        # lies in that block (the next sequence was read); a higher block always does.
+        seen = coverage.select(F.col("session").alias("_s"), F.col("start").alias("_from"), F.col("end").alias("_to"))
+        next_read = holes.join(
+            seen,
+            (holes["session"] == seen["_s"]) & (seen["_from"] <= holes["end"] + 1) & (seen["_to"] >= holes["end"] + 1),
+            "left_semi",
+        ).select(*keys, F.lit(True).alias("_next_read"))
+        times = seq_times.select(F.col("session").alias("_s"), "bucket", "max_ms")
+        block = F.floor(F.col("end") / F.lit(SEQ_TIME_BUCKET))
+        read = (
+            holes.join(next_read, keys, "left")
+            .join(
+                times,
+                (F.col("session") == times["_s"])
+                & (
+                    (times["bucket"] > block)
+                    | ((times["bucket"] == block) & F.coalesce(F.col("_next_read"), F.lit(False)))
+                ),
+                "inner",
+            )
+            .groupBy(*keys)
+            .agg(F.min("max_ms").alias("_sent_by"))
+        )
+        bounds = bounds.unionByName(read).groupBy(*keys).agg(F.min("_sent_by").alias("_sent_by"))
+    judged = holes.join(bounds, keys, "left")
+    return judged.where(F.col("_sent_by").isNull() | (F.col("_sent_by") <= F.lit(judged_until_ms))).drop("_sent_by")
 
 
 def _produced_after(holes: DataFrame, seq_times: DataFrame | None, until: datetime) -> DataFrame:

@@ -2,7 +2,8 @@
 
 One thread does everything (produce what is due, serve delivery reports, consume what
 arrived, expire what the broker acknowledged but was not read within the SLA, close minutes), so the accounting needs no locks and the
-database is only touched from the thread that owns the connection.
+database is only touched from the thread that owns the connection. The SLA and latencies run on
+the monotonic clock; the wall clock only names the minutes stored and the time in each record.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -255,7 +256,7 @@ class CanaryService:
                 self._consume(consumer, accounting, wait)
             else:
                 self._stop.wait(wait)
-            accounting.expire(self._clock() * 1000)
+            accounting.expire(self._monotonic() * 1000)
             if self._clock() >= minute_start + MINUTE:
                 self._close_minute(admin, accounting, leaders, minute_start, partial=False)
                 minute_start = math.floor(self._clock() / MINUTE) * MINUTE
@@ -279,13 +280,16 @@ class CanaryService:
             self._next_send[partition] = due
 
     def _produce_one(self, producer: Producer, accounting: CanaryAccounting, partition: int) -> bool:
-        record = accounting.next_record(partition, self._clock() * 1000)
+        # The accounting (the SLA, latency) runs on the monotonic clock: a step of the wall
+        # clock (NTP, a resume from suspend) would expire records acked but not read yet.
+        # The record carries the wall time, for whoever reads the topic.
+        record = accounting.next_record(partition, self._monotonic() * 1000)
 
         # Delivery reports are served by producer.poll()/flush() on this thread, after
         # record_sent below: the accounting needs no lock.
         def delivered(err: KafkaError | None, _msg: Message) -> None:
             if err is None:
-                accounting.record_acked(partition, record.seq, self._clock() * 1000)
+                accounting.record_acked(partition, record.seq, self._monotonic() * 1000)
                 return
             accounting.record_produce_error(partition, record.seq)
             self._warnings.warning(
@@ -298,7 +302,10 @@ class CanaryService:
 
         try:
             producer.produce(
-                self.options.topic, value=encode_record(record), partition=partition, on_delivery=delivered
+                self.options.topic,
+                value=encode_record(replace(record, sent_ms=self._clock() * 1000)),
+                partition=partition,
+                on_delivery=delivered,
             )
         except BufferError:
             self._warnings.warning("queue", "the producer's queue is full: the cluster does not take canary records")
@@ -312,7 +319,7 @@ class CanaryService:
         first = consumer.poll(timeout)
         if first is None:
             return
-        now_ms = self._clock() * 1000
+        now_ms = self._monotonic() * 1000
         messages = [first, *consumer.consume(num_messages=1000, timeout=0)]
         for msg in messages:
             error = msg.error()
@@ -433,7 +440,7 @@ class CanaryService:
         while accounting.pending_total() and self._monotonic() < deadline:
             self._consume(consumer, accounting, 0.1)
             producer.poll(0)
-            accounting.expire(self._clock() * 1000)
-        accounting.expire(self._clock() * 1000)
+            accounting.expire(self._monotonic() * 1000)
+        accounting.expire(self._monotonic() * 1000)
         self._warnings.flush()
         self._close_minute(admin, accounting, leaders, minute_start, partial=True)

@@ -166,6 +166,29 @@ class ProcessedRanges:
 
 
 @dataclass(frozen=True, slots=True)
+class LostMarks:
+    """Offsets ``first``..``last`` of one partition were marked processed, and the ledger
+    record that carried the marks was never written."""
+
+    topic: str
+    partition: int
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class MarksLost:
+    """v2 ``marks-lost``: a consumer session's processed marks its ledger could not write
+    (docs/contracts.md); written once the ledger takes records again."""
+
+    sid: str
+    group: str | None
+    ts_ms: int
+    reason: str | None
+    ranges: tuple[LostMarks, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerEntry:
     topic: str
     partition: int
@@ -251,6 +274,7 @@ LedgerRecord = (
     | ProducerKeys
     | ProducerFailures
     | ProcessedRanges
+    | MarksLost
     | SessionStart
     | SessionEnd
     | ClientRecord
@@ -332,6 +356,22 @@ def producer_keys_header(pid: str, client_id: str | None, topic: str) -> dict[st
 
 def producer_failures_header(pid: str, client_id: str | None, topic: str) -> dict[str, Any]:
     return {"v": LEDGER_V2, "type": "failures", "pid": pid, "client_id": client_id, "topic": topic}
+
+
+def encode_marks_lost(
+    sid: str, group: str | None, ts_ms: int, ranges: Sequence[tuple[str, int, int, int]], reason: str | None
+) -> bytes:
+    """A ``marks-lost`` record: (topic, partition, first, last) of marks never written."""
+    record = {
+        "v": LEDGER_V2,
+        "type": "marks-lost",
+        "sid": sid,
+        "group": group,
+        "ts": ts_ms,
+        "reason": reason,
+        "entries": [list(r) for r in ranges],
+    }
+    return json.dumps(record, separators=(",", ":")).encode()
 
 
 def processed_ranges_header(sid: str, group: str | None) -> dict[str, Any]:

@@ -21,6 +21,8 @@ from auditor.probes.codec import (
     KeyRun,
     LedgerDecodeError,
     LedgerRecord,
+    LostMarks,
+    MarksLost,
     OffsetRange,
     ProcessedRanges,
     ProducerBatch,
@@ -209,6 +211,20 @@ def _offset_range(row: Any, index: int) -> OffsetRange:
     )
 
 
+def _lost_marks(row: Any, index: int) -> LostMarks:
+    if not isinstance(row, list) or len(row) != 4:
+        raise _Invalid(f"lost range {index} should be a list of 4 values")
+    topic, partition, first, last = row
+    where = f"lost range {index}"
+    if not isinstance(topic, str) or not topic:
+        raise _Invalid(f"{where}: topic should be a non-empty string")
+    first = _int(first, f"{where}: first")
+    last = _int(last, f"{where}: last")
+    if first < 0 or last < first:
+        raise _Invalid(f"{where}: should have 0 <= first <= last, got {first}..{last}")
+    return LostMarks(topic, _int(partition, f"{where}: partition"), first, last)
+
+
 # type → (record class, its field of rows, row parser): the batch records share their envelope
 # (producer: pid, client_id, topic; consumer: sid, group) and differ in their rows.
 _PRODUCER_RECORDS: dict[str, tuple[Callable[..., LedgerRecord], str, Callable[[Any, int], Any]]] = {
@@ -286,6 +302,15 @@ def _decode_object(obj: Mapping[str, Any]) -> LedgerRecord:
             sid=_req(obj, "sid", str),
             group=_opt(obj, "group", str),
             **{field: tuple(parse_row(row, i) for i, row in enumerate(rows))},
+        )
+    if record_type == "marks-lost":
+        rows = _req(obj, "entries", list)
+        return MarksLost(
+            sid=_req(obj, "sid", str),
+            group=_opt(obj, "group", str),
+            ts_ms=_req(obj, "ts", int),
+            reason=_opt(obj, "reason", str),
+            ranges=tuple(_lost_marks(row, i) for i, row in enumerate(rows)),
         )
     if record_type == "session-start":
         kind, session = _session_of(obj)

@@ -11,6 +11,7 @@ writes.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -26,6 +27,7 @@ from confluent_kafka import Consumer, Message, Producer, libversion
 from auditor.probes.codec import (
     ProcessedRangeRow,
     encode_client_record,
+    encode_marks_lost,
     encode_session_end,
     encode_session_start,
     processed_ranges_header,
@@ -110,7 +112,11 @@ class AuditedConsumer(ConsumerWrapper):
     Call ``mark_processed(msg)`` (or use ``with consumer.processing(msg):``) once the
     application has finished with a record. Marks are buffered and written in batches;
     ``commit()`` first hands the buffered marks to the ledger (and, for a synchronous
-    commit, waits for them) so a committed offset never runs ahead of its processed marks.
+    commit, waits for them up to ``ledger_flush_timeout_s``) so a committed offset normally
+    does not run ahead of its processed marks. The probe never fails or holds up a commit
+    for its ledger: marks whose ledger record was not written (a failed delivery, a queue
+    full for 10 s) are named in a ``marks-lost`` record once the ledger takes records again
+    (docs/contracts.md).
     Offsets committed by ``enable.auto.commit`` cannot be ordered that way; audit-minded
     consumers commit explicitly. The last processed offset per partition goes to the
     ledger in ``session-end`` checkpoints (every ``ledger_flush_interval_s`` when it
@@ -195,8 +201,12 @@ class AuditedConsumer(ConsumerWrapper):
             topic=clients_topic,
         )
         self._ledger.set_checkpoint(self._session_end)
+        # Values of ledger records that were not written (served by the ledger producer's
+        # reports): their marks are named in a marks-lost record at the next flush.
+        self._lost_records: deque[bytes] = deque()
+        self._ledger.set_on_lost(self._lost_records.append)
         # An idle consumer's last marks reach the ledger within the flush interval.
-        self._ledger.set_before_flush(self._compact)
+        self._ledger.set_before_flush(self._before_flush)
 
     # --- processed marks -------------------------------------------------------------------
     # mark_processed(msg): record that the application finished processing ``msg`` (a record,
@@ -223,11 +233,21 @@ class AuditedConsumer(ConsumerWrapper):
 
     def _compact(self) -> None:
         """Turn the held marks into range rows for the ledger writer (marking thread or the
-        background flush); hand them to the ledger when enough are waiting."""
+        background flush); hand them to the ledger when enough are waiting.
+
+        A range's ``first_ms`` is a lower bound of its marks' times: the moment the previous
+        compaction took its marks, read *before* it took them (so a mark it left behind was
+        made after it). The background flush calls this every ``ledger_flush_interval_s``
+        even when nothing waits, so after an idle spell ``first_ms`` is at most one interval
+        older than the first new mark, never the time of the last activity before the spell
+        (readers take it as the mark's time: a mark dated before its record existed was
+        dropped as one of a truncated log's lost records)."""
         with self._compact_lock:
+            taken_ms = _time_ns() // 1_000_000
             if self._marker is not None:
                 runs = self._marker.take()
                 if not runs:
+                    self._compacted_ms = taken_ms
                     return
                 now_ms = _time_ns() // 1_000_000
                 first_ms = self._compacted_ms
@@ -236,17 +256,45 @@ class AuditedConsumer(ConsumerWrapper):
                 held = self._held
                 count = len(held)
                 if not count:
+                    self._compacted_ms = taken_ms
                     return
                 # Pops exactly the marks counted, in order: marks appended meanwhile wait their turn.
                 messages = list(starmap(held.popleft, repeat((), count)))
                 now_ms = _time_ns() // 1_000_000
                 rows = offset_ranges(messages, self._compacted_ms, now_ms)
-            self._compacted_ms = now_ms
+            self._compacted_ms = taken_ms
             if rows:
                 self._marks.append(rows)
         if len(self._marks) >= self._chunks_per_record:
             # Bounded batches: holding a second of marks costs more than writing them.
             self._ledger.flush_entries()
+
+    def _before_flush(self) -> None:
+        self._compact()
+        self._report_lost_marks()
+
+    def _report_lost_marks(self) -> None:
+        """Name the marks of the ledger records that were not written in one ``marks-lost``
+        record, so readers call those offsets unknown rather than unprocessed. If it is not
+        written either, its marks come back here and go in the next one: it is written once
+        the ledger takes records again."""
+        lost = self._lost_records
+        count = len(lost)
+        if not count:
+            return
+        ranges: list[tuple[str, int, int, int]] = []
+        for value in starmap(lost.popleft, repeat((), count)):
+            try:
+                record = json.loads(value)
+            except ValueError:
+                continue
+            if not isinstance(record, dict) or record.get("type") not in ("processed-ranges", "marks-lost"):
+                continue  # a session start or end: no marks
+            ranges.extend((e[0], e[1], e[2], e[3]) for e in record.get("entries", ()))
+        if ranges:
+            self._ledger.write(
+                encode_marks_lost(self.session_id, self.group, _time_ns() // 1_000_000, ranges, self._ledger.last_error)
+            )
 
     def _observe_ranges(self, rows: list[Any]) -> None:
         last = self._last_offsets

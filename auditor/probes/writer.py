@@ -79,6 +79,7 @@ class LedgerWriter:
         self._streams: list[tuple[dict[str, Any], deque[Any], RowObserver | None, RowTransform | None, bool]] = []
         self._checkpoint: Checkpoint | None = None
         self._before_flush: Callable[[], None] | None = None
+        self._on_lost: Callable[[bytes], None] | None = None
         self._write_lock = threading.Lock()
         self.records_written = 0
         self.records_acked = 0
@@ -111,6 +112,21 @@ class LedgerWriter:
     def set_before_flush(self, hook: Callable[[], None] | None) -> None:
         """Have the background flush call ``hook`` first (it may append rows to streams)."""
         self._before_flush = hook
+
+    def set_on_lost(self, hook: Callable[[bytes], None] | None) -> None:
+        """Have ``hook`` called with the value of every record of this writer's topic that
+        was not written (its delivery failed, or the local queue stayed full). It runs on the
+        thread that serves the ledger producer's reports: it must be quick and never raise."""
+        self._on_lost = hook
+
+    def _lost(self, value: bytes | None) -> None:
+        hook = self._on_lost
+        if hook is None or not value:
+            return
+        try:
+            hook(value)
+        except Exception:  # a probe never breaks the application's poll() or commit()
+            logger.exception("audit ledger %s: the lost-record hook failed", self.topic)
 
     def write_checkpoint(self, force: bool = False) -> bool:
         """Drain the buffers, then write the checkpoint record if it has one (always if forced)."""
@@ -207,6 +223,8 @@ class LedgerWriter:
                     self.records_dropped += 1
                     self.last_error = "ledger producer queue full"
                     logger.error("audit ledger %s: queue full, dropped one ledger record", topic)
+                    if topic == self.topic:
+                        self._lost(value)
                     return
                 self._producer.poll(0.05)
 
@@ -230,6 +248,8 @@ class LedgerWriter:
         self.records_failed += 1
         self.last_error = f"{err.name()}: {err.str()}"
         logger.error("audit ledger %s: record not written: %s", msg.topic(), self.last_error)
+        if msg.topic() == self.topic:
+            self._lost(msg.value())
 
     def _on_client_error(self, err: KafkaError) -> None:
         self.last_error = f"{err.name()}: {err.str()}"

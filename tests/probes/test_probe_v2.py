@@ -11,7 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -322,6 +322,152 @@ def test_it_ledgers_one_range_per_run_of_marks_across_batches_and_the_last_marks
     wait_until(lambda: len(ledgered()) >= len(runs), 10, "the consumer ledger's ranges")
     assert ledgered() == [tuple(run) for run in runs]
     consumer.close()
+
+
+def test_it_dates_the_first_range_after_an_idle_spell_no_earlier_than_its_record_was_produced(
+    kafka_bootstrap: str, topics: dict[str, str], hot_path: str
+) -> None:
+    """Readers take a range's first_ms as its marks' time: a mark dated before its record
+    existed is taken for one of a truncated log's lost records."""
+    from confluent_kafka import Message, Producer
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    delivered: list[Message] = []
+
+    def produce(partition: int, value: bytes) -> Message:
+        producer.produce(topics["data"], value, partition=partition, on_delivery=lambda err, msg: delivered.append(msg))
+        assert producer.flush(30) == 0
+        msg = delivered[-1]
+        assert msg.error() is None
+        return msg
+
+    consumer = AuditedConsumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False},
+        ledger_topic=topics["cledger"],
+        clients_topic=topics["clients"],
+        ledger_flush_interval_s=0.2,
+    )
+    assert consumer.native is (hot_path == "native")
+    consumer.assign([TopicPartition(topics["data"], p, OFFSET_BEGINNING) for p in range(2)])
+
+    def poll_and_mark() -> tuple[int, int]:
+        while True:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                consumer.mark_processed(msg)
+                return cast(int, msg.partition()), cast(int, msg.offset())
+
+    produce(0, b"before the idle spell")
+    first = poll_and_mark()
+    time.sleep(3.0)  # idle: no marks, the background flush ticks every 0.2 s
+    second_record = produce(1, b"after the idle spell")
+    produced_ms = second_record.timestamp()[1]  # CreateTime, the producer's clock at produce()
+    time.sleep(1.0)  # the record waits in the topic a little before the application polls it
+    second = poll_and_mark()
+    marked_by_ms = time.time_ns() // 1_000_000
+    assert second == (1, second_record.offset())
+
+    def ranges() -> dict[tuple[int, int], tuple[int, int]]:
+        ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["cledger"], bootstrap=kafka_bootstrap)]
+        return {
+            (r.partition, r.first): (r.first_ms, r.last_ms)
+            for rec in ledger
+            if isinstance(rec, ProcessedRanges)
+            for r in rec.ranges
+        }
+
+    wait_until(lambda: {first, second} <= set(ranges()), 10, "both marks in the consumer ledger")
+    consumer.close()
+    first_ms, last_ms = ranges()[second]
+    # a lower bound of the mark's time, not older than the record it marks
+    assert produced_ms <= first_ms <= marked_by_ms
+    assert first_ms <= last_ms
+
+
+def test_it_names_the_marks_its_ledger_could_not_write_once_the_ledger_takes_records_again(
+    kafka_bootstrap: str, topics: dict[str, str], hot_path: str
+) -> None:
+    """Readers must not call a record unprocessed whose mark the ledger lost: the probe names
+    such marks. Ground truth: the offsets the test marked, and what the real consumer ledger
+    holds (the broker refuses its records while the topic's max.message.bytes is tiny)."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    from auditor.probes import MarksLost
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(9):
+        producer.produce(topics["data"], b"v%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+    def set_ledger_max_bytes(value: str | None) -> None:
+        op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+        entry = ConfigEntry("max.message.bytes", value or "", incremental_operation=op)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topics["cledger"], incremental_configs=[entry])
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(30)
+        time.sleep(2.0)  # the brokers apply a topic's dynamic config within moments
+
+    consumer = AuditedConsumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False},
+        ledger_topic=topics["cledger"],
+        clients_topic=topics["clients"],
+        ledger_flush_interval_s=0.2,
+        ledger_flush_timeout_s=5.0,
+    )
+    assert consumer.native is (hot_path == "native")
+    consumer.assign([TopicPartition(topics["data"], 0, OFFSET_BEGINNING)])
+    marked: list[int] = []
+
+    def mark(count: int) -> None:
+        goal = len(marked) + count
+        while len(marked) < goal:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                consumer.mark_processed(msg)
+                marked.append(cast(int, msg.offset()))
+
+    def ledger() -> list[Any]:
+        return [decode_ledger_record(m.value()) for m in read_topic(topics["cledger"], bootstrap=kafka_bootstrap)]
+
+    def ledgered_marks() -> set[int]:
+        return {
+            offset
+            for rec in ledger()
+            if isinstance(rec, ProcessedRanges)
+            for r in rec.ranges
+            for offset in range(r.first, r.last + 1)
+        }
+
+    try:
+        mark(3)
+        wait_until(lambda: ledgered_marks() == {0, 1, 2}, 10, "the first marks in the ledger")
+        set_ledger_max_bytes("64")
+        mark(3)
+        wait_until(lambda: consumer.stats()["ledger_records_failed"] > 0, 10, "a ledger record refused")
+        started = time.monotonic()
+        consumer.commit(offsets=[TopicPartition(topics["data"], 0, 6)], asynchronous=False)
+        assert time.monotonic() - started < 5.0  # the probe does not hold the commit up
+        set_ledger_max_bytes(None)
+        wait_until(lambda: any(isinstance(rec, MarksLost) for rec in ledger()), 15, "a marks-lost record in the ledger")
+    finally:
+        consumer.close()
+    records = ledger()
+    lost = {
+        (r.topic, r.partition, offset)
+        for rec in records
+        if isinstance(rec, MarksLost)
+        for r in rec.ranges
+        for offset in range(r.first, r.last + 1)
+    }
+    unwritten = {(topics["data"], 0, offset) for offset in marked} - {
+        (topics["data"], 0, offset) for offset in ledgered_marks()
+    }
+    assert marked == [0, 1, 2, 3, 4, 5]
+    assert unwritten  # the broker did refuse marks
+    assert lost == unwritten
+    assert {rec.sid for rec in records if isinstance(rec, MarksLost)} == {consumer.session_id}
 
 
 def test_it_summarizes_v2_ledgers_and_finds_their_gaps_beside_v1_ones() -> None:

@@ -674,7 +674,9 @@ def test_it_never_calls_sequences_never_sent_whose_records_and_ledger_entries_we
     monkeypatch.setattr(reconcile_updates, "SEQ_TIME_BUCKET", 1)
     # What the producer did: sequences 0-3 and 5 sent and acked, each ledgered in a ledger
     # record of its own soon after; sequence 4 never sent at all.
-    sent = {0: 40 * 60, 1: 38 * 60, 2: 5 * 60, 3: 60, 5: 0}  # seq → age in seconds
+    # Sequence 5 older than the send outcome wait (6 min): a hole below a sequence sent since
+    # may still be on its way, and is not judged yet.
+    sent = {0: 40 * 60, 1: 38 * 60, 2: 12 * 60, 3: 10 * 60, 5: 8 * 60}  # seq → age in seconds
     for seq, age_s in sent.items():
         world.produce(f"t{seq}", 100 + seq, seq=seq, partition=0, age_s=age_s)
         world.ledger(seq, "acked", 100 + seq, label=f"t{seq}")
@@ -697,6 +699,96 @@ def test_it_never_calls_sequences_never_sent_whose_records_and_ledger_entries_we
         f"producer ledger {world.producer_ledger}/0: offsets 0..1 (2 record(s)) were deleted"
     ), result["warnings"]
     assert result["window"]["entries_lost_until"] and result["window"]["unverifiable_until"]
+
+
+def test_it_waits_out_a_v1_hole_ledgered_around_moments_ago_and_still_reports_an_old_one(
+    spark: SparkSession, world: World, tmp_path: Path
+):
+    """A v1 probe ledgers a sequence when its delivery report comes: while one partition's send
+    waits (here: its batch lingers), later sequences sent to another partition are acked and
+    ledgered around it. Ground truth: the delivery reports and a full read of the topic."""
+    from auditor.probes import AuditedProducerV1
+
+    binding = world.binding(consumer_groups=[], guarantee="at-least-once")
+    world.insert(1, 2, 3, 4, 5, age="0 seconds")  # within grace: no row is judged
+    # An older session with a real hole: sequence 1 never sent, its neighbours sent and ledgered
+    # well before the send outcome wait (6 min by librdkafka's defaults).
+    world.produce("old0", 100, seq=0, partition=0, age_s=20 * 60)
+    world.ledger(0, "acked", 100, "old0")
+    world.produce("old2", 102, seq=2, partition=0, age_s=15 * 60)
+    world.ledger(2, "acked", 102, "old2")
+    world.flush_ledger(age_s=15 * 60)
+
+    delivered: dict[str, tuple[int, int]] = {}
+
+    def report(err: Any, msg: Any) -> None:
+        assert err is None, err
+        delivered[msg.key().decode()] = (msg.partition(), msg.offset())
+
+    # A partition's batch goes out when it holds two records, or after a minute's linger.
+    config = {"bootstrap.servers": world.bootstrap, "linger.ms": 60_000, "batch.num.messages": 2}
+    probe = AuditedProducerV1(
+        config, ledger_topic=world.producer_ledger, clients_topic=world.consumer_ledger, ledger_flush_interval_s=0.2
+    )
+    try:
+        # seq 0 → p0, seq 1 → p1 (alone in its batch: it lingers), seqs 2-4 → p0
+        for ticket, partition in ((1, 0), (2, 1), (3, 0), (4, 0), (5, 0)):
+            value = json.dumps({"ticket_id": ticket}).encode()
+            probe.produce(world.topic, value, str(ticket).encode(), partition, on_delivery=report)
+        deadline = time.monotonic() + 30
+        while len(delivered) < 4 and time.monotonic() < deadline:
+            probe.poll(0.2)
+        assert set(delivered) == {"1", "3", "4", "5"}, delivered
+        wait_until(
+            lambda: {s for s, st in _v1_ledger_statuses(world, probe.session_id) if st == "acked"} >= {0, 2, 3, 4},
+            15,
+            "the probe's ledger entries of sequences 0, 2, 3 and 4",
+        )
+        assert {r.key for r in LabCluster(world.bootstrap).read_topic(world.topic)} >= {"1", "3", "4", "5"}
+        assert "2" not in {r.key for r in LabCluster(world.bootstrap).read_topic(world.topic)}
+
+        first = reconcile_once(spark, binding, tmp_path)
+        gaps = sorted(
+            (f["cause"], f["session"], f["seq"], f["seq_end"]) for f in first["findings"] if f["kind"] == "gap"
+        )
+        # sequence 1 of the probe's session is on its way, not never sent; the old hole is reported
+        assert gaps == [("never-sent", world.session, 1, 1)], gaps
+
+        assert probe.flush(30) == 0
+    finally:
+        probe.close()
+    assert delivered["2"][0] == 1  # the lingering send was delivered moments later
+    second = reconcile_once(spark, binding, tmp_path)
+    gaps = sorted((f["cause"], f["session"], f["seq"], f["seq_end"]) for f in second["findings"] if f["kind"] == "gap")
+    assert gaps == [("never-sent", world.session, 1, 1)], gaps
+
+
+def _v1_ledger_statuses(world: World, session: str) -> list[tuple[int, str]]:
+    """(seq, status) of every v1 ledger entry of `session`, read from the producer ledger."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": world.bootstrap,
+            "group.id": f"t-{uuid.uuid4().hex}",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(world.producer_ledger, 0, 0)])
+        entries: list[tuple[int, str]] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                break  # the end of the partition
+            record = json.loads(msg.value())
+            if record.get("type") == "batch" and record.get("pid") == session:
+                entries.extend((entry[0], entry[1]) for entry in record["entries"])
+        return entries
+    finally:
+        consumer.close()
 
 
 def test_it_fails_a_run_when_records_are_deleted_while_it_reads(world: World, kafka_admin: AdminClient):
