@@ -510,19 +510,10 @@ def _deleted(
                     info,
                 )
             )
-        elif group.max_mark_below_low.get(partition, -1) > offset:
-            info["processed_after_it"] = group.max_mark_below_low[partition]
-            outcomes.append(
-                Outcome(
-                    "skipped",
-                    f"group {group.group} processed later records of partition {partition} while they were in "
-                    f"the log but not {where}, and committed past it: committed before processing (the record has "
-                    "since been deleted)",
-                    info,
-                )
-            )
         elif read_in_log is not None:
             info["passed_in_log"] = read_in_log.to_json()
+            if group.max_mark_below_low.get(partition, -1) > offset:
+                info["processed_after_it"] = group.max_mark_below_low[partition]
             outcomes.append(
                 Outcome(
                     "skipped",
@@ -530,6 +521,22 @@ def _deleted(
                     f"the log, {where} among them (the last at {ms_to_iso(read_in_log.seen_ms)}), and no consumer of "
                     "the group processed it: the offset was committed before processing (the record has since been "
                     "deleted)",
+                    info,
+                )
+            )
+        elif group.max_mark_below_low.get(partition, -1) > offset:
+            # Marks past it prove the group read on past its offset, not that the record was
+            # still there then: a group down while retention deleted it resumes at the log
+            # start, past it, and marks the records it reads there just the same.
+            info["processed_after_it"] = group.max_mark_below_low[partition]
+            outcomes.append(
+                Outcome(
+                    "unknown",
+                    f"{how} {where}, since deleted (log start now {state.low}); group {group.group} committed past it "
+                    f"({past}) and marked later records of partition {partition} processed (up to offset "
+                    f"{group.max_mark_below_low[partition]}), but nothing shows the record was still in the log when "
+                    "the group went past it: skipped (committed before processing) and expired (deleted before the "
+                    "group reached it, the group reset to the log start) cannot be told apart",
                     info,
                 )
             )

@@ -86,9 +86,20 @@ def test_it_says_unknown_for_a_delivery_without_an_offset() -> None:
 
 def test_a_record_deleted_after_the_group_skipped_it_is_still_skipped() -> None:
     cluster = view(low=8, high=10, committed=10)
-    cluster.groups["g"].max_mark_below_low = {0: 6}  # it processed offset 6 while it existed
+    cluster.groups["g"].max_mark_below_low = {0: 6}  # it processed offset 6 ...
+    cluster.groups["g"].seen = _seen((0, 6))  # ... and a run saw it pass offset 4 while it existed
     d = diagnose(ROW, [], [acked(4)], {}, cluster)
     assert d.verdict == "skipped" and d.evidence["groups"][0]["processed_after_it"] == 6
+
+
+def test_marks_past_a_deleted_record_alone_do_not_prove_it_skipped() -> None:
+    # The group may have been down while the record was deleted and resumed at the log start,
+    # past it: its marks of the later records (deleted since too) prove nothing of this one.
+    cluster = view(low=8, high=10, committed=10)
+    cluster.groups["g"].max_mark_below_low = {0: 6}
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)
+    assert d.verdict == "unknown" and "skipped (committed before processing) and expired" in d.reason, d.reason
+    assert d.evidence["groups"][0]["processed_after_it"] == 6
 
 
 def test_a_processed_mark_wins_over_a_deletion() -> None:
@@ -603,6 +614,7 @@ def test_a_deleted_record_at_a_rewritten_offset_is_judged_by_the_time_of_its_mar
     assert diagnose(ROW, [], [before], {("g", 0, 4): old}, deleted()).verdict == "processed-not-updated"
     plain = deleted()
     plain.groups["g"].max_mark_below_low = {0: 6}
+    plain.groups["g"].seen = _seen((0, 6))  # a run saw the group pass offset 4 while it existed
     assert diagnose(ROW, [], [after], {}, plain).verdict == "skipped"
     # below the proven offset a deleted record is judged as ever
     assert diagnose(ROW, [], [acked(1)], {("g", 0, 1): replace(old, offset=1)}, deleted(**rules)).verdict == (

@@ -209,6 +209,44 @@ def test_it_says_expired_when_shortened_retention_deleted_records_before_the_gro
         assert "marked no record of the deleted part" in item.diagnosis.reason
 
 
+@pytest.mark.parametrize("contract", [1])
+def test_it_does_not_say_skipped_when_the_group_reset_past_deleted_records_and_marked_later_ones(
+    stuck: StuckSetup, spark, kafka_admin, contract: int
+) -> None:
+    """The group stops after tickets 0-4; tickets 5-14 are deleted (delete_records, standing
+    in for retention) while it is down; it resumes at the new log start, processes the fillers
+    15-19 and commits; then 15-17 are deleted too. Its marks of 15-17, now below the log start
+    and above 5-14, do not prove 5-14 were still in the log when it went past them."""
+    from auditor.lab.cluster import delete_records
+
+    pipeline = stuck.pipeline
+    ids = pipeline.produce(5)
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=5, timeout_s=60)
+    assert pipeline.committed_offsets() == {0: 5}
+    with pipeline.producer() as producer:
+        ids += [t.ticket_id for t in producer.create_tickets(10)]  # the group is down: never read
+        assert producer.flush(30) == 0
+        delete_records(kafka_admin, [TopicPartition(pipeline.topic, 0, 15)])
+        ids += [t.ticket_id for t in producer.create_tickets(5)]
+        assert producer.flush(30) == 0
+    # The group resumes at the log start (its committed offset 5 is out of range).
+    run = pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=5, timeout_s=60)
+    assert run.ticket_ids() == ids[15:20] and pipeline.committed_offsets() == {0: 20}
+    delete_records(kafka_admin, [TopicPartition(pipeline.topic, 0, 18)])
+    # Ground truth: what the topic holds now, and that the group never received 5-14.
+    with Consumer({"bootstrap.servers": pipeline.bootstrap, "group.id": f"{pipeline.group}-w"}) as reader:
+        assert reader.get_watermark_offsets(TopicPartition(pipeline.topic, 0), timeout=10) == (18, 20)
+
+    result = diagnose_both(stuck, spark)
+
+    verdicts = verdicts_of(result)
+    assert {k: v for k, v in verdicts.items() if k in ids[5:15]} == dict.fromkeys(ids[5:15], "unknown"), [
+        i.diagnosis.reason for i in result.items
+    ]
+    item = next(i for i in result.items if i.row.key == ids[7])
+    assert "skipped (committed before processing) and expired" in item.diagnosis.reason, item.diagnosis.reason
+
+
 def test_it_says_waiting_with_the_lag_behind_a_slow_consumer(stuck: StuckSetup, spark) -> None:
     pipeline = stuck.pipeline
     ids = pipeline.produce(20)
