@@ -30,6 +30,9 @@ class StuckRow:
     since: datetime | None = None  # the age column's value
     # where the row was read (PostgreSQL's ctid), for the re-check; None: no such address
     row_id: str | None = None
+    # when the row was created (the binding's created column; the age column may be another,
+    # e.g. updated_at); None: not known
+    created: datetime | None = None
 
 
 @dataclass(frozen=True)

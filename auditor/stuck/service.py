@@ -126,6 +126,7 @@ def stuck_query(rule: StuckRule) -> StuckQuery:
         stuck_values=tuple(str(v) for v in rule.stuck_values),
         older_than_seconds=int(rule.older_than_seconds),
         timestamp_zone=binding.timestamp_zone,  # "": the database session's TimeZone
+        created_column=binding.created_column,
     )
 
 

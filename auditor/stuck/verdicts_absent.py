@@ -94,9 +94,7 @@ def not_in_topic(
     sent = [e for e in entries if e.status == SENT]
     if sent:
         return sent_unplaced(sent[-1], view, evidence)
-    created_ms = iso_to_ms(row.since)
-    if created_ms is None:
-        created_ms = view.now_ms - int(row.age_seconds * 1000)
+    created_ms = _created_ms(row, evidence)
     unattributed = _unattributed_since(ledger, created_ms)
     if unattributed is not None:
         return Diagnosis("unknown", unattributed, evidence)
@@ -161,6 +159,22 @@ def not_in_topic(
         )
         + " and there is no ledger evidence for this key",
     )
+
+
+CREATION_UNKNOWN = (
+    "when the row was created is not known (the binding names no created column, and the rule's age column may "
+    "be another time): it is taken as created before anything the topic and the ledgers hold"
+)
+
+
+def _created_ms(row: StuckRow, evidence: dict[str, Any]) -> int:
+    """When the row was created, from the binding's created column. Not known (no created
+    column): 0, so that only a topic or ledger complete since its start speaks for it. The
+    rule's age column may be updated_at or a status-since column, much later than the row's
+    record."""
+    created_ms = iso_to_ms(row.created)
+    evidence["row_created"] = ms_to_iso(created_ms) if created_ms is not None else None
+    return 0 if created_ms is None else created_ms
 
 
 def _unprobed_producer(view: ClusterView, probed_from_ms: int | None, evidence: dict[str, Any]) -> str | None:
@@ -238,7 +252,9 @@ def _from_missing_report(
     (it does so only while the topic held everything since the row was created) and the
     topic still holds everything produced since that run; else unknown, saying `otherwise`."""
     report = memory.missing.get(row.key)
-    created_ms = iso_to_ms(row.since) or view.now_ms - int(row.age_seconds * 1000)
+    created_ms = _created_ms(row, evidence)
+    if row.created is None:
+        otherwise += f"; {CREATION_UNKNOWN}"
     unattributed = _unattributed_since(view.producer_ledger, created_ms)
     if report is not None:
         evidence["reported_missing"] = report.as_json()

@@ -27,7 +27,7 @@ from spark_jobs.send_outcome import producer_outcome_ms
 
 NOW_MS = 1_800_000_000_000
 CREATED = datetime.fromtimestamp((NOW_MS - 3600_000) / 1000, UTC)  # an hour ago
-ROW = StuckRow("TCK-7", "NEW", 3600.0, CREATED)
+ROW = StuckRow("TCK-7", "NEW", 3600.0, CREATED, created=CREATED)  # the age column is the created column
 PROBED_SINCE_MS = NOW_MS - 36_000_000  # the producer probed for ten hours
 
 
@@ -765,3 +765,18 @@ def test_a_v2_ack_deleted_is_unknown_when_runs_saw_the_group_commit_offsets_gone
     cluster.groups["g"].seen = _seen((0, 6))
     d = diagnose(ROW, [], [entry], {}, cluster)
     assert d.verdict == "unknown" and "saw it commit on partition(s) 0" in d.reason, d.reason
+
+
+def test_a_row_whose_creation_time_is_not_known_is_never_produced_only_where_nothing_was_deleted() -> None:
+    # The binding names no created column: the row's since (its age column) may be an update
+    # long after its record was produced and deleted.
+    touched = replace(ROW, since=datetime.fromtimestamp((NOW_MS - 600_000) / 1000, UTC), created=None)
+    cluster = view(low=5)
+    cluster.partitions[0] = PartitionState(0, 5, 10, 10, NOW_MS - 3000_000)  # older than the update
+    d = diagnose(touched, [], [], {}, cluster)
+    assert d.verdict == "unknown" and "when the row was created is not known" in d.reason, d.reason
+    assert d.evidence["row_created"] is None
+    # a topic that lost nothing, under one leader, holds its record whenever it was created
+    whole = view()
+    whole.partitions[0] = PartitionState(0, 0, 10, 10, leader_epoch=0)
+    assert diagnose(touched, [], [], {}, whole).verdict == "never-produced"
