@@ -547,6 +547,8 @@ def _brief(item: StuckItem | ItemVerdict) -> dict[str, Any]:
 def record_diagnosis(run: DiagnosisRun, result: DiagnosisResult) -> DiagnosisRun:
     """Store a successful diagnosis: items opened, updated or resolved, the run, its points."""
     rule = run.rule
+    current = {v.row.key: v for v in result.items}
+    unstuck = _unstuck_beyond(rule, result, current) if result.truncated else None
     now = timezone.now()
     with transaction.atomic():
         open_items = {
@@ -555,8 +557,11 @@ def record_diagnosis(run: DiagnosisRun, result: DiagnosisResult) -> DiagnosisRun
             .filter(rule=rule)
             .only("id", "key", "verdict", "verdict_since", "first_seen", "first_run_id", "reason")
         }
-        current = {v.row.key: v for v in result.items}
-        resolved = [item for key, item in open_items.items() if key not in current]
+        resolved = [
+            item
+            for key, item in open_items.items()
+            if key not in current and (unstuck is None or key in unstuck)
+        ]
         for start in range(0, len(resolved), WRITE_BATCH):
             ids = [item.pk for item in resolved[start : start + WRITE_BATCH]]
             StuckItem.objects.filter(pk__in=ids).update(resolved_at=now, last_run=run)
@@ -628,6 +633,25 @@ def record_diagnosis(run: DiagnosisRun, result: DiagnosisResult) -> DiagnosisRun
         update_problems(rule, result, counts, muted_keys([*created, *updated]))
         prune_history(rule, now)
     return run
+
+
+def _unstuck_beyond(rule: StuckRule, result: DiagnosisResult, current: dict[str, ItemVerdict]) -> set[str]:
+    """Of the rule's open items this truncated run did not report, those whose rows the source
+    says are no longer stuck. The run examined only the oldest rows: absence from its list
+    says nothing of the others, which stay open (same first_seen, no new "opened" alert). The
+    source unreadable: none is known unstuck."""
+    absent = [k for k in StuckItem.objects.open().filter(rule=rule).values_list("key", flat=True) if k not in current]
+    if not absent:
+        return set()
+    try:
+        stuck = still_stuck(_source_url(rule), stuck_query(rule), absent)
+    except SourceError as exc:
+        result.notes.append(
+            f"{len(absent)} open item(s) beyond the rows examined were left open: the source could not be "
+            f"re-checked ({exc})"
+        )
+        return set()
+    return {k for k in absent if k not in stuck}
 
 
 def prune_history(rule: StuckRule, now: datetime) -> None:
