@@ -558,9 +558,7 @@ def record_diagnosis(run: DiagnosisRun, result: DiagnosisResult) -> DiagnosisRun
             .only("id", "key", "verdict", "verdict_since", "first_seen", "first_run_id", "reason")
         }
         resolved = [
-            item
-            for key, item in open_items.items()
-            if key not in current and (unstuck is None or key in unstuck)
+            item for key, item in open_items.items() if key not in current and (unstuck is None or key in unstuck)
         ]
         for start in range(0, len(resolved), WRITE_BATCH):
             ids = [item.pk for item in resolved[start : start + WRITE_BATCH]]
