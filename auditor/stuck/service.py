@@ -31,7 +31,8 @@ from auditor.pipelines.connectivity import ConnectivityError, check_cluster
 from auditor.pipelines.incarnations import observe_topic_id
 from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding, StuckRule
-from auditor.pipelines.producers import cluster_send_outcome, observed_send_outcome
+from auditor.pipelines.producers import cluster_send_outcome, observed_producers
+from auditor.probes.topics import CLIENTS_TOPIC
 from auditor.reconcile.memory import (
     IndexedTopic,
     StateUnreadable,
@@ -77,6 +78,8 @@ class DiagnosisOptions:
     # Look the stuck keys up in the reconciliation's key index and read only the topic's
     # tail after it (False: read the whole topic).
     use_index: bool = True
+    # where the probes report their clients (send timeouts, transactional sessions)
+    clients_topic: str = CLIENTS_TOPIC
 
 
 @dataclass
@@ -385,7 +388,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     # The producers' send timeouts (the clients topic) are read while the source is queried.
     reading = ThreadPoolExecutor(max_workers=1, thread_name_prefix="send-outcome")
     outcome = reading.submit(
-        observed_send_outcome, binding.cluster.client_config(), timeout_s=min(options.timeout_s, 5.0)
+        observed_producers, binding.cluster.client_config(), options.clients_topic, min(options.timeout_s, 5.0)
     )
     reading.shutdown(wait=False)
     query = stuck_query(rule)
@@ -414,7 +417,9 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         record_key=binding.record_key,
     )
     if not view.kafka_error:
-        view.send_outcome_ms, outcome_note = cluster_send_outcome(binding.cluster, observed=outcome.result())
+        producers = outcome.result()
+        view.send_outcome_ms, outcome_note = cluster_send_outcome(binding.cluster, observed=producers.outcome)
+        view.transactional_sessions = producers.transactional_sessions
         if outcome_note:
             result.notes.append(outcome_note)
     state_meta = _recall_stamps(result, binding, view)

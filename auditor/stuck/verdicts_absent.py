@@ -56,6 +56,17 @@ def not_in_topic(
     acked = [e for e in entries if delivery_status(e.status, e.offset) == ACKED] if ledger_readable else []
     if acked:
         entry = acked[-1]
+        if entry.session in view.transactional_sessions:
+            # A transactional producer's ack says the broker wrote the record, not that its
+            # transaction committed: records of an aborted one are acked too.
+            evidence["transactional_session"] = entry.session
+            return Diagnosis(
+                "unknown",
+                f"acked at {view.topic}/{entry.partition}@{entry.offset} by the transactional producer session "
+                f"{entry.session}, and not in the topic now: the records of an aborted transaction are acked too, "
+                "so whether it was committed (then lost or deleted) or aborted cannot be told",
+                evidence,
+            )
         return _written_then_gone(row, entry.partition, entry.offset, "acked at", marks, view, evidence, entry.ts_ms)
     sighting = memory.sightings.get(row.key)
     if sighting is not None:

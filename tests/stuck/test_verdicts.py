@@ -780,3 +780,15 @@ def test_a_row_whose_creation_time_is_not_known_is_never_produced_only_where_not
     whole = view()
     whole.partitions[0] = PartitionState(0, 0, 10, 10, leader_epoch=0)
     assert diagnose(touched, [], [], {}, whole).verdict == "never-produced"
+
+
+def test_an_ack_of_a_transactional_session_does_not_prove_the_record_committed() -> None:
+    # The record at offset 4 is gone (log start 8) and a run saw the group pass it in the log:
+    # skipped, were it committed; a transactional session's ack holds for an aborted record too.
+    cluster = view(low=8, high=10, committed=10, offsets_retention_minutes=7 * 24 * 60)
+    cluster.groups["g"].seen = _seen((0, 6))
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "skipped"
+    cluster.transactional_sessions = frozenset({"s1"})
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)
+    assert d.verdict == "unknown" and "aborted transaction" in d.reason, d.reason
+    assert d.evidence["transactional_session"] == "s1"
