@@ -230,6 +230,15 @@ def _verdict_positions(
     )
 
 
+def _passed_unproven(verdict: ItemVerdict) -> bool:
+    """An `unknown` deleted record a group committed and marked past, skipped or expired
+    (verdicts_absent._deleted): a mark of its own, found on a second look, would settle it."""
+    return verdict.diagnosis.verdict == "unknown" and any(
+        g.get("outcome") == "unknown" and "processed_after_it" in g
+        for g in verdict.diagnosis.evidence.get("groups") or []
+    )
+
+
 def _look_again(
     verdicts: list[ItemVerdict],
     result: DiagnosisResult,
@@ -240,8 +249,9 @@ def _look_again(
     binding: Binding,
     options: DiagnosisOptions,
 ) -> list[ItemVerdict]:
-    """`skipped` and `expired` verdicts diagnosed again after a second look at the consumer
-    ledger (trailing_marks), for marks the first read could not hold:
+    """`skipped` and `expired` verdicts (and `unknown` ones between the two: _passed_unproven)
+    diagnosed again after a second look at the consumer ledger (trailing_marks), for marks the
+    first read could not hold:
 
     - a mark that trailed its group's commit: for `skipped`, the ledger's tail is read
       MARK_SETTLE_SECONDS after the committed offsets were;
@@ -251,7 +261,8 @@ def _look_again(
 
     A mark found makes the record processed; a ledger that cannot be read makes the verdict
     unknown."""
-    skipped = {v.row.key for v in verdicts if v.diagnosis.verdict == "skipped"}
+    # (committed past: a mark may trail the commit, as for `skipped`)
+    skipped = {v.row.key for v in verdicts if v.diagnosis.verdict == "skipped" or _passed_unproven(v)}
     judged = skipped | {v.row.key for v in verdicts if v.diagnosis.verdict == "expired"}
     if not judged or view.committed_read_at is None:
         return verdicts
@@ -501,7 +512,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
 
     verdicts = [_diagnosed(row, located, view, memory) for row in rows]
     lap("verdicts")
-    if any(v.diagnosis.verdict in ("skipped", "expired") for v in verdicts):
+    if any(v.diagnosis.verdict in ("skipped", "expired") or _passed_unproven(v) for v in verdicts):
         verdicts = _look_again(verdicts, result, located, view, plan, memory, binding, options)
         lap("second_look")
     # Rows updated while the evidence was read are healthy: never report them.
