@@ -47,6 +47,8 @@ class ReportedClients:
     clients: list[ClientRecord]
     undecodable: int = 0
     complete: bool = True  # False when the timeout hit before the end of the topic
+    # every producer session (not only each app's newest) whose config names a transactional.id
+    transactional_sessions: frozenset[str] = frozenset()
 
 
 def _reader(connection: Mapping[str, Any], isolation: str = "read_uncommitted") -> Consumer:
@@ -157,7 +159,10 @@ def read_reported_clients(connection: Mapping[str, Any], topic: str, *, timeout:
         if known is None or (record.ts_ms, record.session) > (known.ts_ms, known.session):
             same_app[identity] = record
     clients = sorted(same_app.values(), key=lambda r: (r.kind, r.client_id or "", r.host or "", r.session))
-    return ReportedClients(clients, undecodable=undecodable, complete=complete)
+    transactional = frozenset(
+        r.session for r in newest.values() if r.kind == "producer" and (r.config or {}).get("transactional.id")
+    )
+    return ReportedClients(clients, undecodable=undecodable, complete=complete, transactional_sessions=transactional)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ the stuck diagnosis and reconciliation both need it: how long a send's outcome c
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -16,17 +17,37 @@ from auditor.probes.topics import CLIENTS_TOPIC
 from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED, describe, judging, send_outcome_ms
 
 
+@dataclass(frozen=True)
+class ObservedProducers:
+    """What the clients topic says of the cluster's probed producers."""
+
+    outcome: tuple[int, str | None]  # observed_send_outcome's answer
+    # the producer sessions it shows with a transactional.id (those it does not show may be too)
+    transactional_sessions: frozenset[str] = frozenset()
+
+
 def observed_send_outcome(
     kafka_config: Mapping[str, Any], clients_topic: str = CLIENTS_TOPIC, timeout_s: float = 5.0
 ) -> tuple[int, str | None]:
     """(the send outcome bound in ms, 0: without limit; a note for the run when it is not
     librdkafka's defaults' or could not be read)."""
+    return observed_producers(kafka_config, clients_topic, timeout_s).outcome
+
+
+def observed_producers(
+    kafka_config: Mapping[str, Any], clients_topic: str = CLIENTS_TOPIC, timeout_s: float = 5.0
+) -> ObservedProducers:
+    """The send outcome bound (observed_send_outcome) and the transactional producer sessions,
+    from one read of the clients topic."""
     try:
         reported = read_reported_clients(kafka_config, clients_topic, timeout=timeout_s)
     except KafkaException as exc:
-        return SEND_OUTCOME_MS, (
-            f"the producers' message timeouts could not be read from {clients_topic} ({exc}): "
-            f"{describe(SEND_OUTCOME_MS)} assumed"
+        return ObservedProducers(
+            (
+                SEND_OUTCOME_MS,
+                f"the producers' message timeouts could not be read from {clients_topic} ({exc}): "
+                f"{describe(SEND_OUTCOME_MS)} assumed",
+            )
         )
     bound = send_outcome_ms(c.config for c in reported.clients if c.kind == "producer")
     notes = [judged] if (judged := judging(bound)) else []
@@ -34,7 +55,7 @@ def observed_send_outcome(
         notes.append(
             f"{clients_topic} was not read to its end within {timeout_s:g} s: a producer that retries longer may be unseen"
         )
-    return bound, "; ".join(notes) or None
+    return ObservedProducers((bound, "; ".join(notes) or None), reported.transactional_sessions)
 
 
 def widest(kept: int | None, seen: int) -> int:

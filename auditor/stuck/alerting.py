@@ -26,7 +26,8 @@ def update_problems(rule: StuckRule, result: DiagnosisResult, counts: dict[str, 
     """One alert problem per (rule, verdict): raised while items have it, resolved when none do.
 
     A degraded run (something unreadable) resolves nothing: its items went to unknown
-    because the auditor could not see, not because they recovered. Muted items do not
+    because the auditor could not see, not because they recovered. Nor does a truncated run
+    (more rows stuck than it examined): a verdict none of the oldest rows has may be others'. Muted items do not
     count: a verdict whose items are all muted raises nothing and resolves nothing.
     """
     for verdict, count in counts.items():
@@ -49,5 +50,6 @@ def update_problems(rule: StuckRule, result: DiagnosisResult, counts: dict[str, 
                     "muted": count - len(keys),
                 },
             )
-        elif not result.degraded:
+        elif not result.degraded and not result.truncated:
+            # (a truncated run examined only the oldest rows: the verdict may be among the others)
             resolve_problem(fingerprint)

@@ -30,6 +30,9 @@ class StuckRow:
     since: datetime | None = None  # the age column's value
     # where the row was read (PostgreSQL's ctid), for the re-check; None: no such address
     row_id: str | None = None
+    # when the row was created (the binding's created column; the age column may be another,
+    # e.g. updated_at); None: not known
+    created: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -250,6 +253,9 @@ class ClusterView:
     offsets_retention_minutes: int | None = None  # the brokers' offsets.retention.minutes
     # how long a send's outcome can stay open (spark_jobs.send_outcome; 0: without limit)
     send_outcome_ms: int = SEND_OUTCOME_MS
+    # producer sessions the clients topic shows with a transactional.id: their acks do not
+    # say the record's transaction committed
+    transactional_sessions: frozenset[str] = frozenset()
     # per partition whose last stable offset is behind the high watermark: when the first
     # record of the open transaction was written
     open_transaction_since_ms: dict[int, int | None] = field(default_factory=dict)

@@ -31,7 +31,8 @@ from auditor.pipelines.connectivity import ConnectivityError, check_cluster
 from auditor.pipelines.incarnations import observe_topic_id
 from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding, StuckRule
-from auditor.pipelines.producers import cluster_send_outcome, observed_send_outcome
+from auditor.pipelines.producers import cluster_send_outcome, observed_producers
+from auditor.probes.topics import CLIENTS_TOPIC
 from auditor.reconcile.memory import (
     IndexedTopic,
     StateUnreadable,
@@ -77,6 +78,8 @@ class DiagnosisOptions:
     # Look the stuck keys up in the reconciliation's key index and read only the topic's
     # tail after it (False: read the whole topic).
     use_index: bool = True
+    # where the probes report their clients (send timeouts, transactional sessions)
+    clients_topic: str = CLIENTS_TOPIC
 
 
 @dataclass
@@ -126,6 +129,7 @@ def stuck_query(rule: StuckRule) -> StuckQuery:
         stuck_values=tuple(str(v) for v in rule.stuck_values),
         older_than_seconds=int(rule.older_than_seconds),
         timestamp_zone=binding.timestamp_zone,  # "": the database session's TimeZone
+        created_column=binding.created_column,
     )
 
 
@@ -226,6 +230,15 @@ def _verdict_positions(
     )
 
 
+def _passed_unproven(verdict: ItemVerdict) -> bool:
+    """An `unknown` deleted record a group committed and marked past, skipped or expired
+    (verdicts_absent._deleted): a mark of its own, found on a second look, would settle it."""
+    return verdict.diagnosis.verdict == "unknown" and any(
+        g.get("outcome") == "unknown" and "processed_after_it" in g
+        for g in verdict.diagnosis.evidence.get("groups") or []
+    )
+
+
 def _look_again(
     verdicts: list[ItemVerdict],
     result: DiagnosisResult,
@@ -236,8 +249,9 @@ def _look_again(
     binding: Binding,
     options: DiagnosisOptions,
 ) -> list[ItemVerdict]:
-    """`skipped` and `expired` verdicts diagnosed again after a second look at the consumer
-    ledger (trailing_marks), for marks the first read could not hold:
+    """`skipped` and `expired` verdicts (and `unknown` ones between the two: _passed_unproven)
+    diagnosed again after a second look at the consumer ledger (trailing_marks), for marks the
+    first read could not hold:
 
     - a mark that trailed its group's commit: for `skipped`, the ledger's tail is read
       MARK_SETTLE_SECONDS after the committed offsets were;
@@ -247,7 +261,8 @@ def _look_again(
 
     A mark found makes the record processed; a ledger that cannot be read makes the verdict
     unknown."""
-    skipped = {v.row.key for v in verdicts if v.diagnosis.verdict == "skipped"}
+    # (committed past: a mark may trail the commit, as for `skipped`)
+    skipped = {v.row.key for v in verdicts if v.diagnosis.verdict == "skipped" or _passed_unproven(v)}
     judged = skipped | {v.row.key for v in verdicts if v.diagnosis.verdict == "expired"}
     if not judged or view.committed_read_at is None:
         return verdicts
@@ -384,7 +399,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     # The producers' send timeouts (the clients topic) are read while the source is queried.
     reading = ThreadPoolExecutor(max_workers=1, thread_name_prefix="send-outcome")
     outcome = reading.submit(
-        observed_send_outcome, binding.cluster.client_config(), timeout_s=min(options.timeout_s, 5.0)
+        observed_producers, binding.cluster.client_config(), options.clients_topic, min(options.timeout_s, 5.0)
     )
     reading.shutdown(wait=False)
     query = stuck_query(rule)
@@ -413,7 +428,9 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         record_key=binding.record_key,
     )
     if not view.kafka_error:
-        view.send_outcome_ms, outcome_note = cluster_send_outcome(binding.cluster, observed=outcome.result())
+        producers = outcome.result()
+        view.send_outcome_ms, outcome_note = cluster_send_outcome(binding.cluster, observed=producers.outcome)
+        view.transactional_sessions = producers.transactional_sessions
         if outcome_note:
             result.notes.append(outcome_note)
     state_meta = _recall_stamps(result, binding, view)
@@ -495,7 +512,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
 
     verdicts = [_diagnosed(row, located, view, memory) for row in rows]
     lap("verdicts")
-    if any(v.diagnosis.verdict in ("skipped", "expired") for v in verdicts):
+    if any(v.diagnosis.verdict in ("skipped", "expired") or _passed_unproven(v) for v in verdicts):
         verdicts = _look_again(verdicts, result, located, view, plan, memory, binding, options)
         lap("second_look")
     # Rows updated while the evidence was read are healthy: never report them.
@@ -546,6 +563,8 @@ def _brief(item: StuckItem | ItemVerdict) -> dict[str, Any]:
 def record_diagnosis(run: DiagnosisRun, result: DiagnosisResult) -> DiagnosisRun:
     """Store a successful diagnosis: items opened, updated or resolved, the run, its points."""
     rule = run.rule
+    current = {v.row.key: v for v in result.items}
+    unstuck = _unstuck_beyond(rule, result, current) if result.truncated else None
     now = timezone.now()
     with transaction.atomic():
         open_items = {
@@ -554,8 +573,9 @@ def record_diagnosis(run: DiagnosisRun, result: DiagnosisResult) -> DiagnosisRun
             .filter(rule=rule)
             .only("id", "key", "verdict", "verdict_since", "first_seen", "first_run_id", "reason")
         }
-        current = {v.row.key: v for v in result.items}
-        resolved = [item for key, item in open_items.items() if key not in current]
+        resolved = [
+            item for key, item in open_items.items() if key not in current and (unstuck is None or key in unstuck)
+        ]
         for start in range(0, len(resolved), WRITE_BATCH):
             ids = [item.pk for item in resolved[start : start + WRITE_BATCH]]
             StuckItem.objects.filter(pk__in=ids).update(resolved_at=now, last_run=run)
@@ -627,6 +647,25 @@ def record_diagnosis(run: DiagnosisRun, result: DiagnosisResult) -> DiagnosisRun
         update_problems(rule, result, counts, muted_keys([*created, *updated]))
         prune_history(rule, now)
     return run
+
+
+def _unstuck_beyond(rule: StuckRule, result: DiagnosisResult, current: dict[str, ItemVerdict]) -> set[str]:
+    """Of the rule's open items this truncated run did not report, those whose rows the source
+    says are no longer stuck. The run examined only the oldest rows: absence from its list
+    says nothing of the others, which stay open (same first_seen, no new "opened" alert). The
+    source unreadable: none is known unstuck."""
+    absent = [k for k in StuckItem.objects.open().filter(rule=rule).values_list("key", flat=True) if k not in current]
+    if not absent:
+        return set()
+    try:
+        stuck = still_stuck(_source_url(rule), stuck_query(rule), absent)
+    except SourceError as exc:
+        result.notes.append(
+            f"{len(absent)} open item(s) beyond the rows examined were left open: the source could not be "
+            f"re-checked ({exc})"
+        )
+        return set()
+    return {k for k in absent if k not in stuck}
 
 
 def prune_history(rule: StuckRule, now: datetime) -> None:

@@ -49,6 +49,18 @@ class StuckQuery:
     # the zone an age column without a time zone holds (Binding.timestamp_zone); "": the
     # database session's TimeZone
     timestamp_zone: str = ""
+    # the binding's created column (when each row was created); "": none. The age column may
+    # be another (updated_at, a status-since column): it says how long the row has been
+    # stuck, not when it was created.
+    created_column: str = ""
+
+    def created_identifier(self) -> sql.Identifier | None:
+        if not self.created_column:
+            return None
+        try:
+            return sql.Identifier(validate_identifier(self.created_column, "created_column"))
+        except IdentifierError as exc:
+            raise SourceError(str(exc)) from None
 
     def identifiers(self) -> tuple[sql.Identifier, sql.Identifier, sql.Identifier, sql.Identifier]:
         try:
@@ -90,9 +102,17 @@ def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_
         try:
             row_id = sql.SQL("ctid::text") if _has_row_ids(conn, table) else sql.SQL("NULL::text")
             since, older = _age_terms(conn, table, age, query)
+            created_column = query.created_identifier()
+            created = (
+                sql.SQL("NULL::timestamptz")
+                if created_column is None
+                else since
+                if query.created_column == query.age_column
+                else _instant(conn, table, created_column, query.created_column, query.timestamp_zone)
+            )
             statement = sql.SQL(
-                "SELECT {key}::text, {status}::text, EXTRACT(EPOCH FROM (now() - {since}))::float8, {since}, {row_id} "
-                "FROM {table} WHERE {status} IN ({values}) AND {older} "
+                "SELECT {key}::text, {status}::text, EXTRACT(EPOCH FROM (now() - {since}))::float8, {since}, {row_id}, "
+                "{created} FROM {table} WHERE {status} IN ({values}) AND {older} "
                 "AND {key} IS NOT NULL ORDER BY {age}, {key} LIMIT %s"
             ).format(
                 key=key,
@@ -103,6 +123,7 @@ def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_
                 table=table,
                 values=query.status_list(),
                 row_id=row_id,
+                created=created,
             )
             params = [*query.stuck_values, max_items + 1]
             with conn.transaction():  # SET LOCAL: this statement only, also behind a pooler
@@ -110,7 +131,9 @@ def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_
                 rows = conn.execute(statement, params).fetchall()
         except psycopg.Error as exc:
             raise SourceError(f"selecting stuck rows from {query.table} failed: {mask_db_error(exc, url)}") from None
-    items = [StuckRow(str(k), str(s), float(a), since, rid) for k, s, a, since, rid in rows[:max_items]]
+    items = [
+        StuckRow(str(k), str(s), float(a), since, rid, created) for k, s, a, since, rid, created in rows[:max_items]
+    ]
     return items, len(rows) > max_items
 
 
@@ -134,6 +157,17 @@ def _age_terms(
     return since, sql.SQL("{since} < {threshold} AND {age} < ({threshold} AT TIME ZONE {zone}) + {shift}").format(
         since=since, threshold=threshold, age=age, zone=zone, shift=SHIFT
     )
+
+
+def _instant(
+    conn: psycopg.Connection, table: sql.Identifier, column: sql.Identifier, name: str, timestamp_zone: str
+) -> sql.Composable:
+    """The column as an instant: one without a time zone read as wall-clock times in the
+    binding's timestamp_zone (else the database session's TimeZone), as _age_terms does."""
+    if not holds_wall_clock_times(conn, table.as_string(conn), name):
+        return column
+    zone = sql.Literal(timestamp_zone) if timestamp_zone else sql.SQL("current_setting('TimeZone')")
+    return sql.SQL("({} AT TIME ZONE {})").format(column, zone)
 
 
 def _has_row_ids(conn: psycopg.Connection, table: sql.Identifier) -> bool:

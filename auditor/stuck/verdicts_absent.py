@@ -56,6 +56,17 @@ def not_in_topic(
     acked = [e for e in entries if delivery_status(e.status, e.offset) == ACKED] if ledger_readable else []
     if acked:
         entry = acked[-1]
+        if entry.session in view.transactional_sessions:
+            # A transactional producer's ack says the broker wrote the record, not that its
+            # transaction committed: records of an aborted one are acked too.
+            evidence["transactional_session"] = entry.session
+            return Diagnosis(
+                "unknown",
+                f"acked at {view.topic}/{entry.partition}@{entry.offset} by the transactional producer session "
+                f"{entry.session}, and not in the topic now: the records of an aborted transaction are acked too, "
+                "so whether it was committed (then lost or deleted) or aborted cannot be told",
+                evidence,
+            )
         return _written_then_gone(row, entry.partition, entry.offset, "acked at", marks, view, evidence, entry.ts_ms)
     sighting = memory.sightings.get(row.key)
     if sighting is not None:
@@ -94,9 +105,7 @@ def not_in_topic(
     sent = [e for e in entries if e.status == SENT]
     if sent:
         return sent_unplaced(sent[-1], view, evidence)
-    created_ms = iso_to_ms(row.since)
-    if created_ms is None:
-        created_ms = view.now_ms - int(row.age_seconds * 1000)
+    created_ms = _created_ms(row, evidence)
     unattributed = _unattributed_since(ledger, created_ms)
     if unattributed is not None:
         return Diagnosis("unknown", unattributed, evidence)
@@ -161,6 +170,22 @@ def not_in_topic(
         )
         + " and there is no ledger evidence for this key",
     )
+
+
+CREATION_UNKNOWN = (
+    "when the row was created is not known (the binding names no created column, and the rule's age column may "
+    "be another time): it is taken as created before anything the topic and the ledgers hold"
+)
+
+
+def _created_ms(row: StuckRow, evidence: dict[str, Any]) -> int:
+    """When the row was created, from the binding's created column. Not known (no created
+    column): 0, so that only a topic or ledger complete since its start speaks for it. The
+    rule's age column may be updated_at or a status-since column, much later than the row's
+    record."""
+    created_ms = iso_to_ms(row.created)
+    evidence["row_created"] = ms_to_iso(created_ms) if created_ms is not None else None
+    return 0 if created_ms is None else created_ms
 
 
 def _unprobed_producer(view: ClusterView, probed_from_ms: int | None, evidence: dict[str, Any]) -> str | None:
@@ -238,7 +263,9 @@ def _from_missing_report(
     (it does so only while the topic held everything since the row was created) and the
     topic still holds everything produced since that run; else unknown, saying `otherwise`."""
     report = memory.missing.get(row.key)
-    created_ms = iso_to_ms(row.since) or view.now_ms - int(row.age_seconds * 1000)
+    created_ms = _created_ms(row, evidence)
+    if row.created is None:
+        otherwise += f"; {CREATION_UNKNOWN}"
     unattributed = _unattributed_since(view.producer_ledger, created_ms)
     if report is not None:
         evidence["reported_missing"] = report.as_json()
@@ -510,19 +537,10 @@ def _deleted(
                     info,
                 )
             )
-        elif group.max_mark_below_low.get(partition, -1) > offset:
-            info["processed_after_it"] = group.max_mark_below_low[partition]
-            outcomes.append(
-                Outcome(
-                    "skipped",
-                    f"group {group.group} processed later records of partition {partition} while they were in "
-                    f"the log but not {where}, and committed past it: committed before processing (the record has "
-                    "since been deleted)",
-                    info,
-                )
-            )
         elif read_in_log is not None:
             info["passed_in_log"] = read_in_log.to_json()
+            if group.max_mark_below_low.get(partition, -1) > offset:
+                info["processed_after_it"] = group.max_mark_below_low[partition]
             outcomes.append(
                 Outcome(
                     "skipped",
@@ -530,6 +548,22 @@ def _deleted(
                     f"the log, {where} among them (the last at {ms_to_iso(read_in_log.seen_ms)}), and no consumer of "
                     "the group processed it: the offset was committed before processing (the record has since been "
                     "deleted)",
+                    info,
+                )
+            )
+        elif group.max_mark_below_low.get(partition, -1) > offset:
+            # Marks past it prove the group read on past its offset, not that the record was
+            # still there then: a group down while retention deleted it resumes at the log
+            # start, past it, and marks the records it reads there just the same.
+            info["processed_after_it"] = group.max_mark_below_low[partition]
+            outcomes.append(
+                Outcome(
+                    "unknown",
+                    f"{how} {where}, since deleted (log start now {state.low}); group {group.group} committed past it "
+                    f"({past}) and marked later records of partition {partition} processed (up to offset "
+                    f"{group.max_mark_below_low[partition]}), but nothing shows the record was still in the log when "
+                    "the group went past it: skipped (committed before processing) and expired (deleted before the "
+                    "group reached it, the group reset to the log start) cannot be told apart",
                     info,
                 )
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -12,6 +13,7 @@ from django.core.management.base import CommandError
 from auditor.demo.options import DeliveryMode, Faults
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import DiagnosisRun, StuckItem
+from auditor.stuck.service import run_diagnosis
 from tests.support.stuck import StuckSetup
 
 pytestmark = pytest.mark.django_db
@@ -81,3 +83,34 @@ def test_it_shows_control_characters_of_keys_escaped_in_the_table() -> None:
     text = out.getvalue()
     assert "\x1b" not in text and "\r" not in text
     assert "TCK-\\x1b[2J\\nx" in text and "r\\rs" in text
+
+
+@pytest.mark.integration
+def test_it_leaves_open_the_items_a_run_with_max_items_did_not_examine(stuck: StuckSetup) -> None:
+    """A scheduled run stores 20 stuck items; `--max-items 5` examines the oldest 5. The other
+    rows are still stuck (the table says so), bar one set DONE meanwhile: only that one is
+    resolved, and the rest keep their first_seen (no new "opened")."""
+    pipeline = stuck.pipeline
+    ids = pipeline.produce(20)  # never consumed: all waiting
+    scheduled = run_diagnosis(stuck.rule, DiagnosisRun.SCHEDULE, options=stuck.options("python"))
+    assert scheduled.status == DiagnosisRun.OK and scheduled.total == 20
+    first_seen = dict(StuckItem.objects.open().filter(rule=stuck.rule).values_list("key", "first_seen"))
+    assert sorted(first_seen) == sorted(ids)
+    with psycopg.connect(pipeline.source_url, autocommit=True) as conn:
+        conn.execute(f"UPDATE {pipeline.table} SET status = 'DONE' WHERE ticket_id = %s", [ids[-1]])
+    # Ground truth: the table's statuses.
+    statuses = pipeline.statuses()
+    still = {k for k in ids if statuses[k] == "NEW"}
+    assert still == set(ids[:-1])
+
+    report = json.loads(
+        audit_stuck(stuck.rule.name, "--json", "--engine", "python", "--max-items", "5", *ledger_options(stuck))
+    )
+
+    assert report["run"]["status"] == "ok"
+    now_open = dict(StuckItem.objects.open().filter(rule=stuck.rule).values_list("key", "first_seen"))
+    assert set(now_open) == still
+    assert now_open == {k: first_seen[k] for k in still}
+    run = DiagnosisRun.objects.get(pk=report["run"]["id"])
+    assert (run.total, run.truncated, run.became_stuck, run.got_unstuck) == (5, True, 0, 1)
+    assert sorted(item["key"] for item in report["items"]) == sorted(still)  # the report lists the open items

@@ -575,3 +575,36 @@ def test_a_record_stamped_before_it_was_written_in_a_partition_added_after_the_r
     assert after == expected | dict.fromkeys(map(str, never_sent), "unknown"), after
     stamp = plain.delivered[1001]
     assert any(f"{plain.topic}/2@{stamp[1]} carries the timestamp" in w for w in run.warnings), run.warnings
+
+
+def test_a_row_updated_since_its_record_was_deleted_is_not_called_never_produced(
+    plain: PlainPipeline, kafka_admin: AdminClient, make_topic
+) -> None:
+    """The rule's age column is updated_at, the binding's created column created_at. Ticket 1
+    was created three hours ago, its record produced then and deleted since (delete_records,
+    standing in for retention); its row was touched 20 minutes ago. The topic holds everything
+    since well after the row's update, not since the row was created: the record may have been
+    (and was) produced and deleted."""
+    with psycopg.connect(plain.source_url, autocommit=True) as conn:
+        conn.execute(f"ALTER TABLE {plain.table} ADD COLUMN updated_at timestamptz")
+        conn.execute(
+            f"INSERT INTO {plain.table} (ticket_id, created_at, updated_at, status) "
+            "VALUES (1, now() - interval '3 hours', now() - interval '20 minutes', 'NEW')"
+        )
+    plain.produce(0, 1, minutes_ago=180)
+    plain.produce(0, 2, minutes_ago=60)
+    delete_records(kafka_admin, [TopicPartition(plain.topic, 0, plain.delivered[2][1])])
+    # Ground truth: ticket 1 was delivered and the topic no longer holds it.
+    assert plain.delivered[1] == (0, 0) and set(plain.topic_now().values()) == {2}
+    rule = rule_for(plain)
+    StuckRule.objects.filter(pk=rule.pk).update(age_column="updated_at")
+    rule.refresh_from_db()
+    empty_ledger = make_topic("_audit.producer-ledger")
+
+    result = diagnose_rule(
+        rule,
+        DiagnosisOptions(engine="python", producer_ledger_topic=empty_ledger, consumer_ledger_topic=empty_ledger),
+    )
+
+    verdicts = {i.row.key: (i.diagnosis.verdict, i.diagnosis.reason) for i in result.items}
+    assert set(verdicts) == {"1"} and verdicts["1"][0] == "unknown", verdicts

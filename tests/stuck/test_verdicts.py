@@ -27,7 +27,7 @@ from spark_jobs.send_outcome import producer_outcome_ms
 
 NOW_MS = 1_800_000_000_000
 CREATED = datetime.fromtimestamp((NOW_MS - 3600_000) / 1000, UTC)  # an hour ago
-ROW = StuckRow("TCK-7", "NEW", 3600.0, CREATED)
+ROW = StuckRow("TCK-7", "NEW", 3600.0, CREATED, created=CREATED)  # the age column is the created column
 PROBED_SINCE_MS = NOW_MS - 36_000_000  # the producer probed for ten hours
 
 
@@ -86,9 +86,20 @@ def test_it_says_unknown_for_a_delivery_without_an_offset() -> None:
 
 def test_a_record_deleted_after_the_group_skipped_it_is_still_skipped() -> None:
     cluster = view(low=8, high=10, committed=10)
-    cluster.groups["g"].max_mark_below_low = {0: 6}  # it processed offset 6 while it existed
+    cluster.groups["g"].max_mark_below_low = {0: 6}  # it processed offset 6 ...
+    cluster.groups["g"].seen = _seen((0, 6))  # ... and a run saw it pass offset 4 while it existed
     d = diagnose(ROW, [], [acked(4)], {}, cluster)
     assert d.verdict == "skipped" and d.evidence["groups"][0]["processed_after_it"] == 6
+
+
+def test_marks_past_a_deleted_record_alone_do_not_prove_it_skipped() -> None:
+    # The group may have been down while the record was deleted and resumed at the log start,
+    # past it: its marks of the later records (deleted since too) prove nothing of this one.
+    cluster = view(low=8, high=10, committed=10)
+    cluster.groups["g"].max_mark_below_low = {0: 6}
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)
+    assert d.verdict == "unknown" and "skipped (committed before processing) and expired" in d.reason, d.reason
+    assert d.evidence["groups"][0]["processed_after_it"] == 6
 
 
 def test_a_processed_mark_wins_over_a_deletion() -> None:
@@ -603,6 +614,7 @@ def test_a_deleted_record_at_a_rewritten_offset_is_judged_by_the_time_of_its_mar
     assert diagnose(ROW, [], [before], {("g", 0, 4): old}, deleted()).verdict == "processed-not-updated"
     plain = deleted()
     plain.groups["g"].max_mark_below_low = {0: 6}
+    plain.groups["g"].seen = _seen((0, 6))  # a run saw the group pass offset 4 while it existed
     assert diagnose(ROW, [], [after], {}, plain).verdict == "skipped"
     # below the proven offset a deleted record is judged as ever
     assert diagnose(ROW, [], [acked(1)], {("g", 0, 1): replace(old, offset=1)}, deleted(**rules)).verdict == (
@@ -753,3 +765,30 @@ def test_a_v2_ack_deleted_is_unknown_when_runs_saw_the_group_commit_offsets_gone
     cluster.groups["g"].seen = _seen((0, 6))
     d = diagnose(ROW, [], [entry], {}, cluster)
     assert d.verdict == "unknown" and "saw it commit on partition(s) 0" in d.reason, d.reason
+
+
+def test_a_row_whose_creation_time_is_not_known_is_never_produced_only_where_nothing_was_deleted() -> None:
+    # The binding names no created column: the row's since (its age column) may be an update
+    # long after its record was produced and deleted.
+    touched = replace(ROW, since=datetime.fromtimestamp((NOW_MS - 600_000) / 1000, UTC), created=None)
+    cluster = view(low=5)
+    cluster.partitions[0] = PartitionState(0, 5, 10, 10, NOW_MS - 3000_000)  # older than the update
+    d = diagnose(touched, [], [], {}, cluster)
+    assert d.verdict == "unknown" and "when the row was created is not known" in d.reason, d.reason
+    assert d.evidence["row_created"] is None
+    # a topic that lost nothing, under one leader, holds its record whenever it was created
+    whole = view()
+    whole.partitions[0] = PartitionState(0, 0, 10, 10, leader_epoch=0)
+    assert diagnose(touched, [], [], {}, whole).verdict == "never-produced"
+
+
+def test_an_ack_of_a_transactional_session_does_not_prove_the_record_committed() -> None:
+    # The record at offset 4 is gone (log start 8) and a run saw the group pass it in the log:
+    # skipped, were it committed; a transactional session's ack holds for an aborted record too.
+    cluster = view(low=8, high=10, committed=10, offsets_retention_minutes=7 * 24 * 60)
+    cluster.groups["g"].seen = _seen((0, 6))
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "skipped"
+    cluster.transactional_sessions = frozenset({"s1"})
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)
+    assert d.verdict == "unknown" and "aborted transaction" in d.reason, d.reason
+    assert d.evidence["transactional_session"] == "s1"

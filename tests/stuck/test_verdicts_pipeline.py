@@ -163,6 +163,43 @@ def test_it_says_aborted_for_the_tickets_whose_transaction_the_producer_aborted(
     assert "aborted transactions" in item.diagnosis.reason
 
 
+@pytest.mark.parametrize("contract", [1])
+def test_an_aborted_record_deleted_since_is_not_called_skipped(
+    stuck: StuckSetup, spark, kafka_admin, contract: int
+) -> None:
+    """A v1 transactional producer: tickets 2 and 5 in aborted transactions, 0-6 else committed
+    and processed by a read_committed group, which commits past them all; a reconciliation run
+    sees its offset past them while they are in the log; then they are deleted (delete_records,
+    standing in for retention). The v1 ledger acked them (the abort leaves no trace in it):
+    aborted, not skipped."""
+    from auditor.lab.cluster import delete_records
+    from auditor.stuck.service import diagnose_rule
+    from tests.support.stuck import reconcile_now
+
+    pipeline = stuck.pipeline
+    ids = pipeline.produce(7, Faults(abort_every=3))
+    aborted = [ids[2], ids[5]]
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=5, idle_timeout_s=3, timeout_s=60)
+    # Ground truth: the table (what the consumer processed), the group's commit, the log end.
+    statuses = pipeline.statuses()
+    assert [ticket for ticket in ids if statuses[ticket] == "NEW"] == aborted
+    ((low, high),) = pipeline.watermarks(pipeline.topic).values()
+    # one transaction per ticket: the last ticket's record, then its commit marker
+    assert low == 0 and pipeline.committed_offsets() == {0: high - 1}
+    reconcile_now(stuck.rule.binding)  # sees the group's offset past every record, in the log
+    delete_records(kafka_admin, [TopicPartition(pipeline.topic, 0, high)])
+    assert pipeline.watermarks(pipeline.topic) == {0: (high, high)}
+
+    # With the run's memory (the key index, what it saw of the group's offsets), by both engines.
+    for engine in ("python", "spark"):
+        result = diagnose_rule(stuck.rule, stuck.options(engine, spark=spark, clients_topic=pipeline.probes.clients))
+
+        verdicts = verdicts_of(result)
+        assert set(verdicts) == set(aborted) and set(verdicts.values()) <= {"aborted", "unknown"}, [
+            i.diagnosis.reason for i in result.items
+        ]
+
+
 @pytest.mark.parametrize("contract", [1, 2])
 def test_it_says_expired_when_shortened_retention_deleted_records_before_the_group_reached_them(
     stuck: StuckSetup, spark, kafka_admin, contract: int
@@ -207,6 +244,44 @@ def test_it_says_expired_when_shortened_retention_deleted_records_before_the_gro
     else:  # acked in a sequence range; the group's last mark of the deleted part came before it
         assert [e["status"] for e in evidence["ledger"]] == ["acked-range"]
         assert "marked no record of the deleted part" in item.diagnosis.reason
+
+
+@pytest.mark.parametrize("contract", [1])
+def test_it_does_not_say_skipped_when_the_group_reset_past_deleted_records_and_marked_later_ones(
+    stuck: StuckSetup, spark, kafka_admin, contract: int
+) -> None:
+    """The group stops after tickets 0-4; tickets 5-14 are deleted (delete_records, standing
+    in for retention) while it is down; it resumes at the new log start, processes the fillers
+    15-19 and commits; then 15-17 are deleted too. Its marks of 15-17, now below the log start
+    and above 5-14, do not prove 5-14 were still in the log when it went past them."""
+    from auditor.lab.cluster import delete_records
+
+    pipeline = stuck.pipeline
+    ids = pipeline.produce(5)
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=5, timeout_s=60)
+    assert pipeline.committed_offsets() == {0: 5}
+    with pipeline.producer() as producer:
+        ids += [t.ticket_id for t in producer.create_tickets(10)]  # the group is down: never read
+        assert producer.flush(30) == 0
+        delete_records(kafka_admin, [TopicPartition(pipeline.topic, 0, 15)])
+        ids += [t.ticket_id for t in producer.create_tickets(5)]
+        assert producer.flush(30) == 0
+    # The group resumes at the log start (its committed offset 5 is out of range).
+    run = pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=5, timeout_s=60)
+    assert run.ticket_ids() == ids[15:20] and pipeline.committed_offsets() == {0: 20}
+    delete_records(kafka_admin, [TopicPartition(pipeline.topic, 0, 18)])
+    # Ground truth: what the topic holds now, and that the group never received 5-14.
+    with Consumer({"bootstrap.servers": pipeline.bootstrap, "group.id": f"{pipeline.group}-w"}) as reader:
+        assert reader.get_watermark_offsets(TopicPartition(pipeline.topic, 0), timeout=10) == (18, 20)
+
+    result = diagnose_both(stuck, spark)
+
+    verdicts = verdicts_of(result)
+    assert {k: v for k, v in verdicts.items() if k in ids[5:15]} == dict.fromkeys(ids[5:15], "unknown"), [
+        i.diagnosis.reason for i in result.items
+    ]
+    item = next(i for i in result.items if i.row.key == ids[7])
+    assert "skipped (committed before processing) and expired" in item.diagnosis.reason, item.diagnosis.reason
 
 
 def test_it_says_waiting_with_the_lag_behind_a_slow_consumer(stuck: StuckSetup, spark) -> None:
