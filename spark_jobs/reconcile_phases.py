@@ -37,7 +37,7 @@ from spark_jobs.reconcile_extract import (
     summarize_partitions,
 )
 from spark_jobs.reconcile_helpers import FIRST_MARK_SCHEMA
-from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan, RunState
+from spark_jobs.reconcile_plan import LEDGER_KINDS, Laps, RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_rewrites import find_mark_rules, without_rewritten_marks
 from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import (
@@ -644,6 +644,19 @@ def count_findings(
     return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}, new_count, found
 
 
+def ledgers_read_after(plan: RunPlan) -> dict[str, dict[str, dict[int, int]]]:
+    """state.json's ledgers_read after this run: where it stopped reading each ledger, and
+    where earlier runs stopped for the partitions and ledger topics it did not read (no
+    consumer group, a ledger topic that does not exist, another ledger named)."""
+    read: dict[str, dict[str, dict[int, int]]] = {}
+    for kind in LEDGER_KINDS:
+        ledgers = {topic: dict(parts) for topic, parts in plan.meta.ledgers_read.get(kind, {}).items()}
+        ledger: OffsetRange = plan.kafka[f"{kind}_ledger"]
+        ledgers[ledger.topic] = ledgers.get(ledger.topic, {}) | {p: e for p, (_, e) in ledger.ranges.items()}
+        read[kind] = {topic: parts for topic, parts in ledgers.items() if parts}
+    return read
+
+
 def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: RunState) -> None:
     """Point state.json at the new state: last, so a failed run leaves the old one."""
     store, kafka = plan.store, plan.kafka
@@ -658,12 +671,14 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
         plan.read_at_ms,
         rewritten=plan.rewritten if plan.memory is not None else (),
     )
+    ledgers_read = ledgers_read_after(plan)
     store.commit(
         StateMeta(
             run_id=plan.run_id,
             topic_offsets={p: e for p, (_, e) in plan.topic.ranges.items()},
-            producer_ledger_offsets={p: e for p, (_, e) in kafka["producer_ledger"].ranges.items()},
-            consumer_ledger_offsets={p: e for p, (_, e) in kafka["consumer_ledger"].ranges.items()},
+            producer_ledger_offsets=ledgers_read["producer"].get(kafka["producer_ledger"].topic, {}),
+            consumer_ledger_offsets=ledgers_read["consumer"].get(kafka["consumer_ledger"].topic, {}),
+            ledgers_read=ledgers_read,
             producer_ledger_topic=kafka["producer_ledger"].topic,
             consumer_ledger_topic=kafka["consumer_ledger"].topic,
             topic_id=plan.topic_id or plan.previous.topic_id,  # unread this run: the last one known

@@ -646,6 +646,43 @@ def test_a_binding_that_names_another_consumer_ledger_has_it_read_from_its_start
     ]
 
 
+@pytest.mark.parametrize("unread", ["no-groups", "ledger-typo", "another-ledger"])
+def test_it_never_counts_a_consumer_ledger_read_again_after_a_run_that_did_not_read_it(
+    spark: SparkSession, world: World, make_topic, tmp_path: Path, unread: str
+):
+    """One run does not read the consumer ledger (the binding has no group for a while, or
+    names a ledger topic that does not exist); the next one reads it from where the runs
+    before stopped: the marks they read are not counted a second time."""
+    from auditor.probes import AuditedConsumer
+
+    for ticket in (1, 2, 3):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    world.insert(1, 2, 3)
+    settings = {"bootstrap.servers": world.bootstrap, "group.id": world.group, "enable.auto.commit": False}
+    probed = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=make_topic("_audit.clients"))
+    try:  # one consumer session processes tickets 1-3, once each, and commits past them
+        for msg in consume(probed, world.topic, 0, 0, 3):
+            probed.mark_processed(msg)
+        probed.commit(offsets=[TopicPartition(world.topic, 0, 3)], asynchronous=False)
+    finally:
+        probed.close()
+    assert len(read_whole_ledger(world.bootstrap, world.consumer_ledger)) >= 1
+
+    assert finding_set(reconcile_once(spark, world.binding(), tmp_path)) == set()
+    if unread == "no-groups":
+        second = world.binding(consumer_groups=[])
+    elif unread == "ledger-typo":
+        second = world.binding(consumer_ledger_topic=f"_audit.typo-{uuid.uuid4().hex[:8]}")
+    else:  # the probes moved to another ledger for a while, then back
+        second = world.binding(consumer_ledger_topic=make_topic("_audit.consumer-ledger"))
+    assert finding_set(reconcile_once(spark, second, tmp_path)) == set()
+    # The binding as it was: every record was processed once, by the one session.
+    third = reconcile_once(spark, world.binding(), tmp_path)
+    assert finding_set(third) == set()
+    assert third["counts"]["reprocessed"] == 0
+    assert finding_set(reconcile_once(spark, world.binding(), tmp_path)) == set()
+
+
 def test_it_never_calls_sequences_never_sent_whose_records_and_ledger_entries_were_deleted_unread(
     spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
