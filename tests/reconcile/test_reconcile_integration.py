@@ -683,6 +683,41 @@ def test_it_never_counts_a_consumer_ledger_read_again_after_a_run_that_did_not_r
     assert finding_set(reconcile_once(spark, world.binding(), tmp_path)) == set()
 
 
+def test_it_never_calls_unprocessed_what_a_group_processed_while_the_binding_did_not_name_it(
+    spark: SparkSession, world: World, make_topic, tmp_path: Path
+):
+    """A group taken out of the binding and named again: its marks written in between are not
+    read, so what it had not processed before cannot be judged against its commits after."""
+    from auditor.probes import AuditedConsumer
+
+    for ticket in (1, 2, 3, 4):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    world.insert(1, 2, 3, 4)
+    clients = make_topic("_audit.clients")
+    g, h = world.group, f"{world.group}-h"
+
+    def process(group: str, start: int, count: int) -> None:
+        """`count` records from `start` processed by the group's probed consumer, once each,
+        then committed past."""
+        settings = {"bootstrap.servers": world.bootstrap, "group.id": group, "enable.auto.commit": False}
+        probed = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=clients)
+        try:
+            for msg in consume(probed, world.topic, 0, start, count):
+                probed.mark_processed(msg)
+            probed.commit(offsets=[TopicPartition(world.topic, 0, start + count)], asynchronous=False)
+        finally:
+            probed.close()
+
+    process(h, 0, 4)
+    process(g, 0, 3)  # g has not reached ticket 4 yet
+    assert finding_set(reconcile_once(spark, world.binding(consumer_groups=[g, h]), tmp_path)) == set()
+    # g is taken out of the binding; meanwhile it processes ticket 4 and commits past it.
+    process(g, 3, 1)
+    assert finding_set(reconcile_once(spark, world.binding(consumer_groups=[h]), tmp_path)) == set()
+    # g named again: it processed every record, each once.
+    assert finding_set(reconcile_once(spark, world.binding(consumer_groups=[g, h]), tmp_path)) == set()
+
+
 def test_it_never_calls_sequences_never_sent_whose_records_and_ledger_entries_were_deleted_unread(
     spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
