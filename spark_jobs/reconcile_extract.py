@@ -29,6 +29,7 @@ from spark_jobs.kafka_offsets import (
     PartitionOffsets,
     admin_client,
     deleted_while_read,
+    first_committed_records,
     partition_offsets,
     record_prints,
     rewritten_partitions,
@@ -289,6 +290,34 @@ def check_nothing_deleted_while_read(binding: Binding, plan: OffsetRange) -> Non
         raise ReconcileError(
             f"records were deleted while this run read them: {where}; the run is discarded (nothing was "
             "reported, the incremental state is unchanged), run it again"
+        )
+
+
+def check_read_to_planned_end(binding: Binding, plan: OffsetRange, last_read: Mapping[int, int]) -> None:
+    """Fail the run when a partition's read stopped short of its planned end.
+
+    The Kafka source ends a partition early, silently, where its log now ends before the
+    planned end (failOnDataLoss=false, see extract_topic): a truncation under the read (an
+    unclean leader election) whose offsets new records may fill again, which the next run,
+    starting at the planned end, would never read. last_read: per partition, the offset of
+    the last record read (none read: left out). Below the planned end only transaction
+    markers and aborted records may be left unread: read_committed finds nothing there.
+    """
+    tails = {
+        p: (last_read.get(p, start - 1) + 1, end)
+        for p, (start, end) in plan.ranges.items()
+        if last_read.get(p, start - 1) + 1 < end
+    }
+    short = first_committed_records(binding.bootstrap_servers, binding.kafka_config, plan.topic, tails)
+    if short:
+        where = ", ".join(
+            f"{plan.topic}/{p} was read only to offset {tails[p][0]} of its planned end {tails[p][1]} "
+            + (f"(its log now ends at {at})" if what == "log-end" else f"(a record at offset {at} was not read)")
+            for p, (what, at) in sorted(short.items())
+        )
+        raise ReconcileError(
+            f"{where}: truncated while read? The run is discarded (nothing was reported, the incremental state is "
+            "unchanged), run it again"
         )
 
 

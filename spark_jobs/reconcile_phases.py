@@ -22,6 +22,7 @@ from spark_jobs.reconcile_extract import (
     OffsetRange,
     PartitionSummary,
     check_nothing_deleted_while_read,
+    check_read_to_planned_end,
     checkpoint_prints,
     compaction_horizon,
     entries_lost_warnings,
@@ -239,6 +240,7 @@ def extract_inputs(
     # read uncommitted is not counted.
     sequenced = read_uncommitted or totals["records_without_headers"] < totals["n"]
     check_nothing_deleted_while_read(binding, topic)
+    check_read_to_planned_end(binding, topic, {p: s.last[0] for p, s in summary.items()})
     behind_open = read_held(spark, binding, plan, persist)
     # After a rebuild `meta` is empty: only this run's checkpoints count.
     checkpoints = meta.checkpoints | checkpoint_prints(binding, summary, topic, plan.cleanup.compacted)

@@ -30,8 +30,17 @@ from spark_jobs import common, reconcile_findings, reconcile_updates
 from spark_jobs.binding import Binding, binding_from_dict
 from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_id
 from spark_jobs.reconcile import run
-from spark_jobs.reconcile_extract import ReconcileError, check_nothing_deleted_while_read, plan_offsets
+from spark_jobs.reconcile_extract import (
+    OffsetRange,
+    ReconcileError,
+    check_nothing_deleted_while_read,
+    check_read_to_planned_end,
+    extract_topic,
+    plan_offsets,
+    summarize_partitions,
+)
 from spark_jobs.reconcile_plan import RunOptions
+from spark_jobs.reconcile_transform import transform_records
 
 pytestmark = pytest.mark.integration
 
@@ -762,6 +771,33 @@ def test_it_fails_a_run_when_records_are_deleted_while_it_reads(world: World, ka
     delete_records_before(kafka_admin, world.topic, 0, 1)
     with pytest.raises(ReconcileError, match=rf"{world.topic}/0 from offset 0 \(log start now 1\)"):
         check_nothing_deleted_while_read(binding, plan)
+
+
+def test_it_fails_a_run_whose_read_of_a_partition_stopped_short_of_its_planned_end(spark: SparkSession, world: World):
+    """A truncation (an unclean leader election) after the run planned its end and before
+    Spark read there: Spark's Kafka source ends the partition at the log end, silently. The
+    next run would start at the planned end, and records written again below it never be read."""
+    binding = world.binding()
+    # Partition 0 ends on a transaction marker: offsets Spark never returns, and no short read.
+    world.aborted_transaction("t12", 12, "t14", 14)
+    markers_end = partition_offsets(admin_client(world.bootstrap), world.topic, [0])[0].high
+    whole = OffsetRange(world.topic, {0: (0, markers_end)})
+    read = summarize_partitions(transform_records(extract_topic(spark, binding, whole), binding.record_key))
+    assert read[0].last[0] == world.at("t14")[1] < markers_end - 1
+    check_read_to_planned_end(binding, whole, {0: read[0].last[0]})
+    # The run planned 3 more records than the log now holds (truncated before the read).
+    planned = OffsetRange(world.topic, {0: (0, markers_end + 3)})
+    read = summarize_partitions(transform_records(extract_topic(spark, binding, planned), binding.record_key))
+    assert read[0].last[0] == world.at("t14")[1]  # the Kafka source stopped at the log end, silently
+    last = {0: read[0].last[0]}
+    with pytest.raises(ReconcileError, match=rf"{world.topic}/0 .*its log now ends at {markers_end}"):
+        check_read_to_planned_end(binding, planned, last)
+    # The log filled again past the planned end: the records below it were never read.
+    for ticket in (20, 21, 22):
+        world.produce(f"t{ticket}", ticket)
+    assert world.at("t20")[1] == markers_end
+    with pytest.raises(ReconcileError, match=rf"{world.topic}/0 .*a record at offset {markers_end} was not read"):
+        check_read_to_planned_end(binding, planned, last)
 
 
 def closed_port() -> int:
