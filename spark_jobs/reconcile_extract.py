@@ -364,10 +364,15 @@ def _after(ms: int, grace_seconds: float, stamp_lag_ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC) + timedelta(seconds=grace_seconds, milliseconds=stamp_lag_ms)
 
 
-def first_record_ms(raw: DataFrame) -> dict[int, int | None]:
-    """Per partition of a Kafka read, the timestamp of its first record (one job)."""
-    rows = raw.groupBy("partition").agg(F.min_by(F.unix_millis("timestamp"), "offset").alias("first_ms")).collect()
-    return {row["partition"]: row["first_ms"] for row in rows}
+def first_record_ms(raw: DataFrame) -> tuple[dict[int, int | None], dict[int, int]]:
+    """Per partition of a Kafka read, the timestamp of its first record and the offset of its
+    last one (one job)."""
+    rows = (
+        raw.groupBy("partition")
+        .agg(F.min_by(F.unix_millis("timestamp"), "offset").alias("first_ms"), F.max("offset").alias("last"))
+        .collect()
+    )
+    return {row["partition"]: row["first_ms"] for row in rows}, {row["partition"]: row["last"] for row in rows}
 
 
 def deleted_unread_warnings(plan: OffsetRange, consequence: str, what: str = "") -> list[str]:

@@ -120,12 +120,13 @@ def read_ledger(
     spark: SparkSession, binding: Binding, plan: OffsetRange, persist: Callable[[DataFrame], DataFrame]
 ) -> LedgerRead:
     """Read a ledger's planned offsets into the cache, then check nothing was deleted under
-    the read (as the topic's reads are checked)."""
+    the read and it reached its planned end (as the topic's reads are checked)."""
     if not plan.total:
         return LedgerRead(plan, None, {})
     records = persist(extract_topic(spark, binding, plan))
-    first_ms = first_record_ms(records)  # reads the ledger into the cache
+    first_ms, last_read = first_record_ms(records)  # reads the ledger into the cache
     check_nothing_deleted_while_read(binding, plan)
+    check_read_to_planned_end(binding, plan, last_read)
     return LedgerRead(plan, records, first_ms)
 
 
