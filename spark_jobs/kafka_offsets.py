@@ -367,6 +367,52 @@ def record_prints(
     return found
 
 
+def first_committed_records(
+    bootstrap_servers: str,
+    config: dict[str, str] | None,
+    topic: str,
+    tails: dict[int, tuple[int, int]],
+    timeout_s: float = 10.0,
+) -> dict[int, tuple[str, int]]:
+    """Per partition's [start, end), what read_committed finds from `start` on: ("record",
+    offset) for its first committed record below `end`, ("log-end", offset) where the log now
+    ends before `end`. A partition that holds only transaction markers and aborted records
+    there, up to `end` or past it, is left out. One short-lived consumer, no group."""
+    if not tails:
+        return {}
+    consumer = Consumer(
+        single_record_reader_config(
+            bootstrap_servers, config, f"_audit.reconcile-tail-{os.getpid()}", "read_committed", timeout_s
+        )
+    )
+    found: dict[int, tuple[str, int] | None] = {}
+    try:
+        consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in tails.items()])
+        deadline = time.monotonic() + timeout_s * 3
+        while len(found) < len(tails):
+            if time.monotonic() > deadline:
+                waiting = sorted(set(tails) - set(found))
+                raise KafkaReadError(f"reading the end of {topic} partition(s) {waiting} timed out")
+            msg = consumer.poll(0.5)
+            if msg is None or msg.partition() in found:
+                continue
+            partition = msg.partition()
+            if partition is not None:  # its answer is the first message: fetch no more of it
+                consumer.pause([TopicPartition(topic, partition)])
+            err = msg.error()
+            offset = msg.offset()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF and partition is not None and offset is not None:
+                    found[partition] = ("log-end", offset) if offset < tails[partition][1] else None
+                    continue
+                raise KafkaReadError(f"reading the end of {topic}/{partition} failed: {err}")
+            assert partition is not None and offset is not None, "a record (not an error event) has both"
+            found[partition] = ("record", offset) if offset < tails[partition][1] else None
+    finally:
+        consumer.close()
+    return {p: f for p, f in found.items() if f is not None}
+
+
 def record_crc(key: bytes | None, value: bytes | None) -> int:
     return zlib.crc32(value or b"", zlib.crc32(key or b""))
 

@@ -90,6 +90,10 @@ def load_json(result: dict[str, Any], path: str) -> None:
     tmp.replace(target)
 
 
+# The findings' text columns that may hold what a record carried (its key, its audit-pid).
+NUL_ESCAPED = ("key", "session")
+
+
 def load_findings_jdbc(findings_df: DataFrame, run_id: str, jdbc_url: str, table: str = "reconcile_finding") -> None:
     """Append the findings of a run to a PostgreSQL table (written by the executors).
 
@@ -99,6 +103,9 @@ def load_findings_jdbc(findings_df: DataFrame, run_id: str, jdbc_url: str, table
     check_identifier(table, "findings table", "load", qualified=True)
     url, props = jdbc_url_and_properties(jdbc_url)
     rows = findings_df.withColumn("offsets", F.to_json("offsets")).withColumn("run_id", F.lit(run_id))
+    # PostgreSQL text cannot hold U+0000, which a record key (or an audit header) may: it is
+    # written as the six characters \u0000, or the load would fail this run and every later one.
+    rows = rows.withColumns({name: F.regexp_replace(name, "\\x00", "\\\\u0000") for name in NUL_ESCAPED})
     rows = rows.select("run_id", *[c for c in rows.columns if c != "run_id"])
     rows.write.format("jdbc").option("url", url).option("dbtable", table).options(**props).option(
         "stringtype", "unspecified"

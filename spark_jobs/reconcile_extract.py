@@ -29,6 +29,7 @@ from spark_jobs.kafka_offsets import (
     PartitionOffsets,
     admin_client,
     deleted_while_read,
+    first_committed_records,
     partition_offsets,
     record_prints,
     rewritten_partitions,
@@ -292,6 +293,34 @@ def check_nothing_deleted_while_read(binding: Binding, plan: OffsetRange) -> Non
         )
 
 
+def check_read_to_planned_end(binding: Binding, plan: OffsetRange, last_read: Mapping[int, int]) -> None:
+    """Fail the run when a partition's read stopped short of its planned end.
+
+    The Kafka source ends a partition early, silently, where its log now ends before the
+    planned end (failOnDataLoss=false, see extract_topic): a truncation under the read (an
+    unclean leader election) whose offsets new records may fill again, which the next run,
+    starting at the planned end, would never read. last_read: per partition, the offset of
+    the last record read (none read: left out). Below the planned end only transaction
+    markers and aborted records may be left unread: read_committed finds nothing there.
+    """
+    tails = {
+        p: (last_read.get(p, start - 1) + 1, end)
+        for p, (start, end) in plan.ranges.items()
+        if last_read.get(p, start - 1) + 1 < end
+    }
+    short = first_committed_records(binding.bootstrap_servers, binding.kafka_config, plan.topic, tails)
+    if short:
+        where = ", ".join(
+            f"{plan.topic}/{p} was read only to offset {tails[p][0]} of its planned end {tails[p][1]} "
+            + (f"(its log now ends at {at})" if what == "log-end" else f"(a record at offset {at} was not read)")
+            for p, (what, at) in sorted(short.items())
+        )
+        raise ReconcileError(
+            f"{where}: truncated while read? The run is discarded (nothing was reported, the incremental state is "
+            "unchanged), run it again"
+        )
+
+
 def loss_horizon(
     first_ms: dict[int, int | None],
     plan: OffsetRange,
@@ -335,10 +364,15 @@ def _after(ms: int, grace_seconds: float, stamp_lag_ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC) + timedelta(seconds=grace_seconds, milliseconds=stamp_lag_ms)
 
 
-def first_record_ms(raw: DataFrame) -> dict[int, int | None]:
-    """Per partition of a Kafka read, the timestamp of its first record (one job)."""
-    rows = raw.groupBy("partition").agg(F.min_by(F.unix_millis("timestamp"), "offset").alias("first_ms")).collect()
-    return {row["partition"]: row["first_ms"] for row in rows}
+def first_record_ms(raw: DataFrame) -> tuple[dict[int, int | None], dict[int, int]]:
+    """Per partition of a Kafka read, the timestamp of its first record and the offset of its
+    last one (one job)."""
+    rows = (
+        raw.groupBy("partition")
+        .agg(F.min_by(F.unix_millis("timestamp"), "offset").alias("first_ms"), F.max("offset").alias("last"))
+        .collect()
+    )
+    return {row["partition"]: row["first_ms"] for row in rows}, {row["partition"]: row["last"] for row in rows}
 
 
 def deleted_unread_warnings(plan: OffsetRange, consequence: str, what: str = "") -> list[str]:

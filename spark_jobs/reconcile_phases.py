@@ -22,6 +22,7 @@ from spark_jobs.reconcile_extract import (
     OffsetRange,
     PartitionSummary,
     check_nothing_deleted_while_read,
+    check_read_to_planned_end,
     checkpoint_prints,
     compaction_horizon,
     entries_lost_warnings,
@@ -37,7 +38,7 @@ from spark_jobs.reconcile_extract import (
     summarize_partitions,
 )
 from spark_jobs.reconcile_helpers import FIRST_MARK_SCHEMA
-from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan, RunState
+from spark_jobs.reconcile_plan import LEDGER_KINDS, Laps, RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_rewrites import find_mark_rules, without_rewritten_marks
 from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import (
@@ -119,12 +120,13 @@ def read_ledger(
     spark: SparkSession, binding: Binding, plan: OffsetRange, persist: Callable[[DataFrame], DataFrame]
 ) -> LedgerRead:
     """Read a ledger's planned offsets into the cache, then check nothing was deleted under
-    the read (as the topic's reads are checked)."""
+    the read and it reached its planned end (as the topic's reads are checked)."""
     if not plan.total:
         return LedgerRead(plan, None, {})
     records = persist(extract_topic(spark, binding, plan))
-    first_ms = first_record_ms(records)  # reads the ledger into the cache
+    first_ms, last_read = first_record_ms(records)  # reads the ledger into the cache
     check_nothing_deleted_while_read(binding, plan)
+    check_read_to_planned_end(binding, plan, last_read)
     return LedgerRead(plan, records, first_ms)
 
 
@@ -239,6 +241,7 @@ def extract_inputs(
     # read uncommitted is not counted.
     sequenced = read_uncommitted or totals["records_without_headers"] < totals["n"]
     check_nothing_deleted_while_read(binding, topic)
+    check_read_to_planned_end(binding, topic, {p: s.last[0] for p, s in summary.items()})
     behind_open = read_held(spark, binding, plan, persist)
     # After a rebuild `meta` is empty: only this run's checkpoints count.
     checkpoints = meta.checkpoints | checkpoint_prints(binding, summary, topic, plan.cleanup.compacted)
@@ -644,6 +647,19 @@ def count_findings(
     return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}, new_count, found
 
 
+def ledgers_read_after(plan: RunPlan) -> dict[str, dict[str, dict[int, int]]]:
+    """state.json's ledgers_read after this run: where it stopped reading each ledger, and
+    where earlier runs stopped for the partitions and ledger topics it did not read (no
+    consumer group, a ledger topic that does not exist, another ledger named)."""
+    read: dict[str, dict[str, dict[int, int]]] = {}
+    for kind in LEDGER_KINDS:
+        ledgers = {topic: dict(parts) for topic, parts in plan.meta.ledgers_read.get(kind, {}).items()}
+        ledger: OffsetRange = plan.kafka[f"{kind}_ledger"]
+        ledgers[ledger.topic] = ledgers.get(ledger.topic, {}) | {p: e for p, (_, e) in ledger.ranges.items()}
+        read[kind] = {topic: parts for topic, parts in ledgers.items() if parts}
+    return read
+
+
 def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: RunState) -> None:
     """Point state.json at the new state: last, so a failed run leaves the old one."""
     store, kafka = plan.store, plan.kafka
@@ -658,12 +674,14 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
         plan.read_at_ms,
         rewritten=plan.rewritten if plan.memory is not None else (),
     )
+    ledgers_read = ledgers_read_after(plan)
     store.commit(
         StateMeta(
             run_id=plan.run_id,
             topic_offsets={p: e for p, (_, e) in plan.topic.ranges.items()},
-            producer_ledger_offsets={p: e for p, (_, e) in kafka["producer_ledger"].ranges.items()},
-            consumer_ledger_offsets={p: e for p, (_, e) in kafka["consumer_ledger"].ranges.items()},
+            producer_ledger_offsets=ledgers_read["producer"].get(kafka["producer_ledger"].topic, {}),
+            consumer_ledger_offsets=ledgers_read["consumer"].get(kafka["consumer_ledger"].topic, {}),
+            ledgers_read=ledgers_read,
             producer_ledger_topic=kafka["producer_ledger"].topic,
             consumer_ledger_topic=kafka["consumer_ledger"].topic,
             topic_id=plan.topic_id or plan.previous.topic_id,  # unread this run: the last one known

@@ -237,18 +237,39 @@ def run_settings_applied(spark: SparkSession, plan: RunPlan) -> AbstractContextM
     return settings_applied(spark, run_settings(spark, plan))
 
 
-def forget_renamed_ledgers(binding: Binding, meta: StateMeta) -> list[str]:
-    """Where the binding now names another ledger topic than the one the state's offsets are
-    of, those offsets mean nothing there: the new ledger is read from its start (records it
-    deleted before that count as lost, as on a first run). What the old ledger said stays in
-    the state's datasets. Returns a warning per ledger changed."""
+LEDGER_KINDS = ("producer", "consumer")
+
+
+def ledgers_known(binding: Binding, meta: StateMeta) -> dict[str, dict[str, dict[int, int]]]:
+    """Per ledger kind, every ledger topic the state's runs read and where they stopped:
+    its ledgers_read, and the last ledger read by a state written before ledgers_read was
+    kept (the one the binding names when that state did not keep its topic either)."""
+    known = {kind: {t: dict(parts) for t, parts in meta.ledgers_read.get(kind, {}).items()} for kind in LEDGER_KINDS}
+    for kind, named in (("producer", binding.producer_ledger_topic), ("consumer", binding.consumer_ledger_topic)):
+        read: str | None = getattr(meta, f"{kind}_ledger_topic")
+        offsets: dict[int, int] = getattr(meta, f"{kind}_ledger_offsets")
+        if offsets:
+            known[kind].setdefault(named if read is None else read, dict(offsets))
+    return known
+
+
+def resume_ledgers(binding: Binding, meta: StateMeta) -> list[str]:
+    """Point the state's ledger offsets at the ledger topics the binding names now: where
+    earlier runs stopped reading that topic (a run that did not read it, or read another,
+    keeps them: what they read is in the datasets, and read again it would count twice),
+    else its start (records it deleted before that count as lost, as on a first run).
+    Returns a warning per ledger changed."""
     warnings = []
+    known = ledgers_known(binding, meta)
     for kind, named in (("producer", binding.producer_ledger_topic), ("consumer", binding.consumer_ledger_topic)):
         read = getattr(meta, f"{kind}_ledger_topic")
         offsets: dict[int, int] = getattr(meta, f"{kind}_ledger_offsets")
-        if read is not None and read != named and offsets:
-            setattr(meta, f"{kind}_ledger_offsets", {})
-            warnings.append(f"the {kind} ledger is now {named} (earlier runs read {read}): it is read from its start")
+        resumed = dict(known[kind].get(named, {}))
+        setattr(meta, f"{kind}_ledger_offsets", resumed)
+        if read is not None and read != named and (offsets or resumed):
+            where = "from where earlier runs stopped reading it" if resumed else "from its start"
+            warnings.append(f"the {kind} ledger is now {named} (earlier runs read {read}): it is read {where}")
+    meta.ledgers_read = known
     return warnings
 
 
@@ -362,6 +383,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             memory.producer_ledger_topic,
             memory.consumer_ledger_topic,
         )
+        meta.ledgers_read = memory.ledgers_read
         warnings.append(
             f"{recreated}: its records went with it; the key index keeps what earlier runs saw of them "
             "(delivered, not missing), and the new topic is read from its start"
@@ -372,7 +394,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             "is read again from its log start"
             for p, reason in sorted(rewritten.items())
         ]
-    warnings += forget_renamed_ledgers(binding, meta)
+    warnings += resume_ledgers(binding, meta)
     if judged := judging(binding.send_outcome_ms):
         warnings.append(judged)
     kafka = extract_topic_offsets(binding, meta, read_before=memory.topic_offsets if memory else None)

@@ -81,6 +81,12 @@ class StateMeta:
     # The ledger topics those offsets are of (None: a state written before they were kept).
     producer_ledger_topic: str | None = None
     consumer_ledger_topic: str | None = None
+    # Per ledger kind ("producer", "consumer"), every ledger topic a run read and where it
+    # stopped reading it ({kind: {topic: {partition: offset}}}): a run that does not read a
+    # ledger (no consumer group, a ledger topic that does not exist) keeps it, and a binding
+    # that names a ledger read before resumes it there (reconcile_plan.resume_ledgers), so no
+    # mark or entry is read twice. Empty: a state written before it was kept.
+    ledgers_read: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
     # The id of the topic the offsets are of (None: not known, a state written before it was
     # kept or a cluster without topic ids). Another id now: the topic was re-created.
     topic_id: str | None = None
@@ -152,6 +158,10 @@ class StateMeta:
             "consumer_ledger_offsets": {str(k): v for k, v in self.consumer_ledger_offsets.items()},
             "producer_ledger_topic": self.producer_ledger_topic,
             "consumer_ledger_topic": self.consumer_ledger_topic,
+            "ledgers_read": {
+                kind: {topic: {str(p): o for p, o in parts.items()} for topic, parts in topics.items()}
+                for kind, topics in self.ledgers_read.items()
+            },
             "topic_id": self.topic_id,
             "topic_records_since": self.topic_records_since,
             "window_upper": self.window_upper,
@@ -191,6 +201,7 @@ class StateMeta:
             consumer_ledger_offsets=offsets("consumer_ledger_offsets"),
             producer_ledger_topic=data.get("producer_ledger_topic"),
             consumer_ledger_topic=data.get("consumer_ledger_topic"),
+            ledgers_read=_ledgers_read(data),
             topic_id=data.get("topic_id"),
             topic_records_since=data.get("topic_records_since"),
             window_upper=data.get("window_upper"),
@@ -228,6 +239,17 @@ def _offsets_by_group(data: dict[str, Any], name: str) -> dict[str, dict[int, in
         return {str(g): {int(p): int(o) for p, o in parts.items()} for g, parts in (data.get(name) or {}).items()}
     except (TypeError, ValueError, AttributeError) as exc:
         raise StateError(f"state.json's {name} is malformed ({exc!r}); run with --full") from exc
+
+
+def _ledgers_read(data: dict[str, Any]) -> dict[str, dict[str, dict[int, int]]]:
+    """state.json's ledgers_read: kind -> ledger topic -> partition -> offset."""
+    try:
+        return {
+            str(kind): {str(topic): {int(p): int(o) for p, o in parts.items()} for topic, parts in topics.items()}
+            for kind, topics in (data.get("ledgers_read") or {}).items()
+        }
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise StateError(f"state.json's ledgers_read is malformed ({exc!r}); run with --full") from exc
 
 
 def _group_commits(data: dict[str, Any]) -> GroupCommits:

@@ -481,9 +481,16 @@ def transform_unprocessed_candidates(
     find_unprocessed judges): a ledger that appears later cannot speak for records consumed
     before it, nor instances without the probe for their partitions, and this bounds the
     state to the group's lag and its probed records.
+
+    A group the binding no longer names loses its candidates: its marks are not read while it
+    is not named (reconcile_parsing), so a record it processed then would stay a candidate
+    and be called unprocessed once it is named again. Named again, it is judged on the
+    records read from then on only (a miss at worst, never an alarm).
     """
-    fresh = groups.select("group").distinct().crossJoin(conform(new_records, RECORD_SCHEMA))
-    candidates = conform(old_candidates, CANDIDATE_SCHEMA).unionByName(conform(fresh, CANDIDATE_SCHEMA))
+    named = groups.select("group").distinct()
+    fresh = named.crossJoin(conform(new_records, RECORD_SCHEMA))
+    kept = conform(old_candidates, CANDIDATE_SCHEMA).join(F.broadcast(named), ["group"], "left_semi")
+    candidates = kept.unionByName(conform(fresh, CANDIDATE_SCHEMA))
     open_candidates = _range_anti(candidates, processed_coverage, ["group", "partition"], "offset")
     lows = first_marks(processed_coverage, earlier_first_marks).withColumnRenamed("first_mark", "_first_mark")
     judged = open_candidates.join(lows, ["group", "partition"], "left").join(committed, ["group", "partition"], "left")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -96,6 +97,54 @@ def test_it_runs_from_the_command_line_and_loads_findings(
         assert sorted(rows, key=str) == sorted(
             [("run-1", "duplicate", "1", "unknown", 0, True), ("run-1", "missing", "2", None, None, True)], key=str
         )
+    finally:
+        with psycopg.connect(source_database_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.execute(f"DROP TABLE IF EXISTS {findings_table}")
+
+
+@pytest.mark.integration
+def test_it_loads_the_finding_of_a_record_key_holding_a_nul_readably_escaped(
+    spark: SparkSession, kafka_bootstrap: str, source_database_url: str, make_topic, tmp_path: Path, capsys
+):
+    """PostgreSQL text cannot hold U+0000: a record key with one is written escaped, and the
+    run completes (it failed at the load, and so did every later run)."""
+    from confluent_kafka import Producer
+
+    topic = make_topic("cli")
+    table = f"cli_{uuid.uuid4().hex[:8]}"
+    findings_table = f"findings_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id text PRIMARY KEY, created_at timestamptz)")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    written_ms = int(time.time() * 1000) - 10 * 60 * 1000  # well past the grace period
+    producer.produce(topic, key=b"\x00\x01", value=b"{}", timestamp=written_ms)
+    assert producer.flush(30) == 0
+    binding = {
+        "name": "cli-nul",
+        "topic": topic,
+        "bootstrap_servers": kafka_bootstrap,
+        "source_url": source_database_url,
+        "table": table,
+        "key_column": "id",
+        "created_column": "created_at",
+        "record_key": "key",
+        "grace": "5s",
+        "producer_ledger_topic": f"_audit.none-{uuid.uuid4().hex[:6]}",
+    }
+    (tmp_path / "binding.json").write_text(json.dumps(binding))
+    out = tmp_path / "out" / "run.json"
+    args = ["--binding-json", str(tmp_path / "binding.json"), "--state-dir", str(tmp_path / "state")]
+    args += ["--output-json", str(out), "--output-jdbc-url", source_database_url, "--findings-table", findings_table]
+    try:
+        for run_id in ("run-1", "run-2"):  # the next run loads it the same way
+            assert main([*args, "--run-id", run_id]) == 0
+            result = json.loads(out.read_text())
+            assert result["status"] == "ok", result["error"]
+            assert [(f["kind"], f["key"]) for f in result["findings"]] == [("orphan", "\x00\x01")]
+        with psycopg.connect(source_database_url) as conn:
+            rows = conn.execute(f"SELECT run_id, kind, key FROM {findings_table}").fetchall()
+        assert sorted(rows) == [("run-1", "orphan", "\\u0000\x01"), ("run-2", "orphan", "\\u0000\x01")]
     finally:
         with psycopg.connect(source_database_url, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {table}")

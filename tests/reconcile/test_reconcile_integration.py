@@ -30,8 +30,17 @@ from spark_jobs import common, reconcile_findings, reconcile_updates
 from spark_jobs.binding import Binding, binding_from_dict
 from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_id
 from spark_jobs.reconcile import run
-from spark_jobs.reconcile_extract import ReconcileError, check_nothing_deleted_while_read, plan_offsets
+from spark_jobs.reconcile_extract import (
+    OffsetRange,
+    ReconcileError,
+    check_nothing_deleted_while_read,
+    check_read_to_planned_end,
+    extract_topic,
+    plan_offsets,
+    summarize_partitions,
+)
 from spark_jobs.reconcile_plan import RunOptions
+from spark_jobs.reconcile_transform import transform_records
 
 pytestmark = pytest.mark.integration
 
@@ -666,6 +675,78 @@ def test_a_binding_that_names_another_consumer_ledger_has_it_read_from_its_start
     ]
 
 
+@pytest.mark.parametrize("unread", ["no-groups", "ledger-typo", "another-ledger"])
+def test_it_never_counts_a_consumer_ledger_read_again_after_a_run_that_did_not_read_it(
+    spark: SparkSession, world: World, make_topic, tmp_path: Path, unread: str
+):
+    """One run does not read the consumer ledger (the binding has no group for a while, or
+    names a ledger topic that does not exist); the next one reads it from where the runs
+    before stopped: the marks they read are not counted a second time."""
+    from auditor.probes import AuditedConsumer
+
+    for ticket in (1, 2, 3):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    world.insert(1, 2, 3)
+    settings = {"bootstrap.servers": world.bootstrap, "group.id": world.group, "enable.auto.commit": False}
+    probed = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=make_topic("_audit.clients"))
+    try:  # one consumer session processes tickets 1-3, once each, and commits past them
+        for msg in consume(probed, world.topic, 0, 0, 3):
+            probed.mark_processed(msg)
+        probed.commit(offsets=[TopicPartition(world.topic, 0, 3)], asynchronous=False)
+    finally:
+        probed.close()
+    assert len(read_whole_ledger(world.bootstrap, world.consumer_ledger)) >= 1
+
+    assert finding_set(reconcile_once(spark, world.binding(), tmp_path)) == set()
+    if unread == "no-groups":
+        second = world.binding(consumer_groups=[])
+    elif unread == "ledger-typo":
+        second = world.binding(consumer_ledger_topic=f"_audit.typo-{uuid.uuid4().hex[:8]}")
+    else:  # the probes moved to another ledger for a while, then back
+        second = world.binding(consumer_ledger_topic=make_topic("_audit.consumer-ledger"))
+    assert finding_set(reconcile_once(spark, second, tmp_path)) == set()
+    # The binding as it was: every record was processed once, by the one session.
+    third = reconcile_once(spark, world.binding(), tmp_path)
+    assert finding_set(third) == set()
+    assert third["counts"]["reprocessed"] == 0
+    assert finding_set(reconcile_once(spark, world.binding(), tmp_path)) == set()
+
+
+def test_it_never_calls_unprocessed_what_a_group_processed_while_the_binding_did_not_name_it(
+    spark: SparkSession, world: World, make_topic, tmp_path: Path
+):
+    """A group taken out of the binding and named again: its marks written in between are not
+    read, so what it had not processed before cannot be judged against its commits after."""
+    from auditor.probes import AuditedConsumer
+
+    for ticket in (1, 2, 3, 4):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    world.insert(1, 2, 3, 4)
+    clients = make_topic("_audit.clients")
+    g, h = world.group, f"{world.group}-h"
+
+    def process(group: str, start: int, count: int) -> None:
+        """`count` records from `start` processed by the group's probed consumer, once each,
+        then committed past."""
+        settings = {"bootstrap.servers": world.bootstrap, "group.id": group, "enable.auto.commit": False}
+        probed = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=clients)
+        try:
+            for msg in consume(probed, world.topic, 0, start, count):
+                probed.mark_processed(msg)
+            probed.commit(offsets=[TopicPartition(world.topic, 0, start + count)], asynchronous=False)
+        finally:
+            probed.close()
+
+    process(h, 0, 4)
+    process(g, 0, 3)  # g has not reached ticket 4 yet
+    assert finding_set(reconcile_once(spark, world.binding(consumer_groups=[g, h]), tmp_path)) == set()
+    # g is taken out of the binding; meanwhile it processes ticket 4 and commits past it.
+    process(g, 3, 1)
+    assert finding_set(reconcile_once(spark, world.binding(consumer_groups=[h]), tmp_path)) == set()
+    # g named again: it processed every record, each once.
+    assert finding_set(reconcile_once(spark, world.binding(consumer_groups=[g, h]), tmp_path)) == set()
+
+
 def test_it_never_calls_sequences_never_sent_whose_records_and_ledger_entries_were_deleted_unread(
     spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -802,6 +883,33 @@ def test_it_fails_a_run_when_records_are_deleted_while_it_reads(world: World, ka
     delete_records_before(kafka_admin, world.topic, 0, 1)
     with pytest.raises(ReconcileError, match=rf"{world.topic}/0 from offset 0 \(log start now 1\)"):
         check_nothing_deleted_while_read(binding, plan)
+
+
+def test_it_fails_a_run_whose_read_of_a_partition_stopped_short_of_its_planned_end(spark: SparkSession, world: World):
+    """A truncation (an unclean leader election) after the run planned its end and before
+    Spark read there: Spark's Kafka source ends the partition at the log end, silently. The
+    next run would start at the planned end, and records written again below it never be read."""
+    binding = world.binding()
+    # Partition 0 ends on a transaction marker: offsets Spark never returns, and no short read.
+    world.aborted_transaction("t12", 12, "t14", 14)
+    markers_end = partition_offsets(admin_client(world.bootstrap), world.topic, [0])[0].high
+    whole = OffsetRange(world.topic, {0: (0, markers_end)})
+    read = summarize_partitions(transform_records(extract_topic(spark, binding, whole), binding.record_key))
+    assert read[0].last[0] == world.at("t14")[1] < markers_end - 1
+    check_read_to_planned_end(binding, whole, {0: read[0].last[0]})
+    # The run planned 3 more records than the log now holds (truncated before the read).
+    planned = OffsetRange(world.topic, {0: (0, markers_end + 3)})
+    read = summarize_partitions(transform_records(extract_topic(spark, binding, planned), binding.record_key))
+    assert read[0].last[0] == world.at("t14")[1]  # the Kafka source stopped at the log end, silently
+    last = {0: read[0].last[0]}
+    with pytest.raises(ReconcileError, match=rf"{world.topic}/0 .*its log now ends at {markers_end}"):
+        check_read_to_planned_end(binding, planned, last)
+    # The log filled again past the planned end: the records below it were never read.
+    for ticket in (20, 21, 22):
+        world.produce(f"t{ticket}", ticket)
+    assert world.at("t20")[1] == markers_end
+    with pytest.raises(ReconcileError, match=rf"{world.topic}/0 .*a record at offset {markers_end} was not read"):
+        check_read_to_planned_end(binding, planned, last)
 
 
 def closed_port() -> int:

@@ -9,7 +9,9 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
+from spark_jobs.binding import binding_from_dict
 from spark_jobs.group_commits import SeenCommits, Span, forget, remember, standing_in
+from spark_jobs.reconcile_plan import resume_ledgers
 from spark_jobs.reconcile_state import COMPACT_AFTER, StateError, StateMeta, StateStore, deltas_to_merge
 from spark_jobs.reconcile_transform import KEY_INDEX_SCHEMA, RECORD_SCHEMA
 from tests.support.clock import at_second
@@ -198,6 +200,43 @@ def test_it_keeps_the_offsets_each_group_was_seen_to_commit_past_in_the_log_and_
         ("g", 0, 4, None), ("g", 1, 9, "r2"), ("h", 0, 25, "r3"),
     ]  # fmt: skip
     assert standing_in([("g", 0, 4)], third, ["g"]) == [("g", 0, 4, None), ("g", 1, 9, "r2")]
+
+
+def test_it_keeps_where_each_ledger_topic_was_read_up_to_through_the_state_file():
+    read = {"consumer": {"_audit.a": {0: 7, 2: 3}, "_audit.b": {0: 1}}, "producer": {"_audit.p": {1: 4}}}
+    again = StateMeta.from_json(json.loads(json.dumps(StateMeta(ledgers_read=read).to_json())))
+    assert again.ledgers_read == read
+    with pytest.raises(StateError, match="ledgers_read is malformed"):
+        StateMeta.from_json({"format": again.to_json()["format"], "ledgers_read": {"consumer": {"a": {"x": 1}}}})
+    # A state from before it was kept resumes the ledger it last read where it stopped, and
+    # one that did not keep even that ledger's name, the ledger the binding names.
+    binding = binding_from_dict(
+        {
+            "name": "b",
+            "topic": "t",
+            "bootstrap_servers": "localhost:9092",
+            "source_url": "postgresql://x@localhost/x",
+            "table": "public.t",
+            "key_column": "id",
+            "created_column": "created_at",
+            "consumer_groups": ["g"],
+            "consumer_ledger_topic": "_audit.a",
+            "producer_ledger_topic": "_audit.p",
+        }
+    )
+    older = {"format": again.to_json()["format"], "run_id": "r1"}
+    meta = StateMeta.from_json(older | {"consumer_ledger_topic": "_audit.a", "consumer_ledger_offsets": {"0": 7}})
+    assert meta.ledgers_read == {}
+    assert resume_ledgers(binding, meta) == []
+    assert meta.consumer_ledger_offsets == {0: 7}
+    meta = StateMeta.from_json(older | {"producer_ledger_offsets": {"1": 4}})
+    assert resume_ledgers(binding, meta) == [] and meta.producer_ledger_offsets == {1: 4}
+    # Another ledger named since: read from its start, the one read kept for a return to it.
+    meta = StateMeta.from_json(older | {"consumer_ledger_topic": "_audit.z", "consumer_ledger_offsets": {"0": 9}})
+    assert resume_ledgers(binding, meta) == [
+        "the consumer ledger is now _audit.a (earlier runs read _audit.z): it is read from its start"
+    ]
+    assert meta.consumer_ledger_offsets == {} and meta.ledgers_read["consumer"] == {"_audit.z": {0: 9}}
 
 
 def test_it_keeps_what_the_state_is_of_through_the_state_file():
