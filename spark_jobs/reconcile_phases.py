@@ -523,12 +523,10 @@ def update_state(
         [old_processed, inputs.processed],
         lambda: transform_processed_coverage(old_processed, inputs.processed),
     )
-    old_marks_lost = old("marks_lost")
-    lost_marks = new.keep_unless_empty(
-        "marks_lost",
-        [old_marks_lost] if inputs.lost_marks is None else [old_marks_lost, inputs.lost_marks],
-        lambda: transform_lost_marks_coverage(old_marks_lost, inputs.lost_marks),
-    )
+    if inputs.lost_marks is None:  # nearly always: the earlier run's dataset stands, by reference
+        lost_marks = new.keep_previous(spark, "marks_lost", meta)
+    else:
+        lost_marks = new.keep("marks_lost", transform_lost_marks_coverage(old("marks_lost"), inputs.lost_marks))
     new.keep_unless_empty(
         "unprocessed_candidates",
         [old_candidates, inputs.groups],
