@@ -20,6 +20,7 @@ from spark_jobs.reconcile_schemas import (
     KEYED,
     LEDGER_BOUND_SCHEMA,
     LEDGER_ENTRY_SCHEMA,
+    LOST_MARKS_SCHEMA,
     PROCESSED_SCHEMA,
     SENT,
 )
@@ -534,3 +535,24 @@ def transform_consumer_ledger(raw: DataFrame, topic: str, groups: Iterable[str])
         )
     )
     return marks.unionByName(conform(ranged.where(F.col("offset").isNotNull()), PROCESSED_SCHEMA))
+
+
+def transform_lost_marks(raw: DataFrame, topic: str, groups: Iterable[str]) -> DataFrame:
+    """Consumer-ledger v2 `marks-lost` records → LOST_MARKS_SCHEMA for `topic` and the groups:
+    offsets their consumers marked processed whose marks were never written. Neither processed
+    nor unprocessed can be told there: the readers leave them unjudged."""
+    lost = (
+        _parse_ledger(raw)
+        .where((F.col("type") == "marks-lost") & F.col("group").isin(list(groups)))
+        .select("group", "reason", F.explode("entries").alias("e"))
+        .where(F.get(F.col("e"), 0) == F.lit(topic))
+        .select(
+            "group",
+            F.get(F.col("e"), 1).try_cast("int").alias("partition"),
+            F.get(F.col("e"), 2).try_cast("long").alias("start"),
+            F.get(F.col("e"), 3).try_cast("long").alias("end"),
+            "reason",
+        )
+    )
+    valid = F.col("partition").isNotNull() & F.col("start").isNotNull() & (F.col("end") >= F.col("start"))
+    return conform(lost.where(valid), LOST_MARKS_SCHEMA)

@@ -77,6 +77,8 @@ from spark_jobs.reconcile_transform import (
     transform_key_table,
     transform_ledger_bounds,
     transform_ledger_open,
+    transform_lost_marks,
+    transform_lost_marks_coverage,
     transform_lost_sightings,
     transform_processed_coverage,
     transform_producer_ledger,
@@ -336,6 +338,7 @@ def extract_inputs(
     if producer_ledger.plan.lost and entries_lost_until is not None:
         plan.warnings.extend(entries_lost_warnings(producer_ledger.plan, entries_lost_until))
     processed = empty_frame(spark, PROCESSED_SCHEMA)
+    lost_marks = None
     first_marks = {group: dict(marks) for group, marks in meta.first_marks.items()}
     consumer_ledger = read_ledger(spark, binding, plan.kafka["consumer_ledger"], persist)
     if consumer_ledger.records is not None:
@@ -345,6 +348,10 @@ def extract_inputs(
             held = first_marks.setdefault(row["group"], {})
             held[row["partition"]] = min(row["low"], held.get(row["partition"], row["low"]))
         processed = persist(without_rewritten_marks(marks, mark_rules))
+        # Marks its ledger could not write (marks-lost): neither processed nor unprocessed.
+        lost_marks = persist(transform_lost_marks(consumer_ledger.records, binding.topic, binding.consumer_groups))
+        if lost_marks.isEmpty():  # nearly always
+            lost_marks = None
     # Processed marks deleted before any run read them: a record they marked would look
     # unprocessed. It was written before it was processed, so before the first mark left.
     marks_lost_until = consumer_ledger.lost_until(meta.marks_lost_until, plan.upper, binding.grace_seconds)
@@ -376,6 +383,7 @@ def extract_inputs(
         producer_entries=producer_entries,
         producer_bounds=producer_bounds,
         processed=processed,
+        lost_marks=lost_marks,
         # a group whose offsets were deleted since a run saw them had read that far
         committed=local_frame(
             spark,
@@ -518,11 +526,21 @@ def update_state(
         [old_processed, inputs.processed],
         lambda: transform_processed_coverage(old_processed, inputs.processed),
     )
+    if inputs.lost_marks is None:  # nearly always: the earlier run's dataset stands, by reference
+        lost_marks = new.keep_previous(spark, "marks_lost", meta)
+    else:
+        lost_marks = new.keep("marks_lost", transform_lost_marks_coverage(old("marks_lost"), inputs.lost_marks))
     new.keep_unless_empty(
         "unprocessed_candidates",
         [old_candidates, inputs.groups],
         lambda: transform_unprocessed_candidates(
-            old_candidates, records, processed_cov, inputs.groups, inputs.committed, inputs.first_marks_frame
+            old_candidates,
+            records,
+            processed_cov,
+            inputs.groups,
+            inputs.committed,
+            inputs.first_marks_frame,
+            None if is_empty_plan(lost_marks) else lost_marks,
         ),
     )
     if inputs.totals["tombstones"]:

@@ -170,6 +170,8 @@ class RunInputs:
     processed: DataFrame
     committed: DataFrame
     groups: DataFrame
+    # this run's marks-lost ranges (LOST_MARKS_SCHEMA): marks made and never written; None: none read
+    lost_marks: DataFrame | None = None
     # the topic's producers stamp records well before writing them (record_times); kept in state.json
     backdated: Backdated | None = None
     # records past the last stable offset, behind an open transaction (reconcile_phases.read_held)

@@ -107,6 +107,14 @@ PROCESSED_INTERVAL_SCHEMA = StructType(
         StructField("end", LongType()),
     ]
 )
+# v2 `marks-lost`: offsets first..last (start..end) of a partition a group's consumer marked
+# processed whose ledger record was never written (docs/contracts.md), with the probe's reason.
+LOST_MARKS_SCHEMA = StructType(
+    [
+        *PROCESSED_INTERVAL_SCHEMA.fields,
+        StructField("reason", StringType()),
+    ]
+)
 REPROCESSED_SCHEMA = StructType(
     [
         StructField("group", StringType()),
@@ -175,5 +183,6 @@ _LEDGER_JSON_SCHEMA = StructType(
         # JSON text, which is then cast per position.
         StructField("entries", ArrayType(ArrayType(StringType()))),
         StructField("last_seq", MapType(StringType(), LongType())),
+        StructField("reason", StringType()),
     ]
 )

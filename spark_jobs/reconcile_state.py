@@ -57,6 +57,8 @@ DATASETS: dict[str, StructType] = {
     "ledger_open": LEDGER_ENTRY_SCHEMA,
     "ledger_bounds": LEDGER_BOUND_SCHEMA,
     "processed_coverage": PROCESSED_INTERVAL_SCHEMA,
+    # offsets a group's consumer marked processed whose marks its ledger never wrote (marks-lost)
+    "marks_lost": PROCESSED_INTERVAL_SCHEMA,
     "reprocessed": REPROCESSED_SCHEMA,
     "unprocessed_candidates": CANDIDATE_SCHEMA,
     "findings": FINDING_SCHEMA,

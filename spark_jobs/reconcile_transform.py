@@ -115,6 +115,9 @@ from spark_jobs.reconcile_parsing import (
     transform_consumer_ledger as transform_consumer_ledger,
 )
 from spark_jobs.reconcile_parsing import (
+    transform_lost_marks as transform_lost_marks,
+)
+from spark_jobs.reconcile_parsing import (
     transform_producer_failures as transform_producer_failures,
 )
 from spark_jobs.reconcile_parsing import (
@@ -161,6 +164,9 @@ from spark_jobs.reconcile_schemas import (
 )
 from spark_jobs.reconcile_schemas import (
     LEDGER_ENTRY_SCHEMA as LEDGER_ENTRY_SCHEMA,
+)
+from spark_jobs.reconcile_schemas import (
+    LOST_MARKS_SCHEMA as LOST_MARKS_SCHEMA,
 )
 from spark_jobs.reconcile_schemas import (
     LOST_SIGHTING_SCHEMA as LOST_SIGHTING_SCHEMA,
@@ -227,6 +233,9 @@ from spark_jobs.reconcile_updates import (
 )
 from spark_jobs.reconcile_updates import (
     transform_ledger_open as transform_ledger_open,
+)
+from spark_jobs.reconcile_updates import (
+    transform_lost_marks_coverage as transform_lost_marks_coverage,
 )
 from spark_jobs.reconcile_updates import (
     transform_lost_sightings as transform_lost_sightings,

@@ -371,6 +371,16 @@ def transform_processed_coverage(old_coverage: DataFrame, processed: DataFrame) 
     return conform(merged, PROCESSED_INTERVAL_SCHEMA)
 
 
+def transform_lost_marks_coverage(old_lost: DataFrame, lost_marks: DataFrame | None) -> DataFrame:
+    """Merged intervals (PROCESSED_INTERVAL_SCHEMA) of offsets per (group, partition) whose
+    processed marks the consumer's ledger could not write (marks-lost), kept across runs like
+    the processed coverage: a record committed past in one run may be named lost in a later one."""
+    intervals = conform(old_lost, PROCESSED_INTERVAL_SCHEMA)
+    if lost_marks is not None:
+        intervals = intervals.unionByName(conform(lost_marks, PROCESSED_INTERVAL_SCHEMA))
+    return conform(merge_intervals(intervals, ["group", "partition"]), PROCESSED_INTERVAL_SCHEMA)
+
+
 def transform_reprocessed(
     old_reprocessed: DataFrame,
     old_coverage: DataFrame,
@@ -473,6 +483,7 @@ def transform_unprocessed_candidates(
     groups: DataFrame,
     committed: DataFrame,
     earlier_first_marks: DataFrame | None = None,
+    lost_marks: DataFrame | None = None,
 ) -> DataFrame:
     """Records each of the binding's groups has not (yet) marked processed (CANDIDATE_SCHEMA).
 
@@ -492,6 +503,10 @@ def transform_unprocessed_candidates(
     kept = conform(old_candidates, CANDIDATE_SCHEMA).join(F.broadcast(named), ["group"], "left_semi")
     candidates = kept.unionByName(conform(fresh, CANDIDATE_SCHEMA))
     open_candidates = _range_anti(candidates, processed_coverage, ["group", "partition"], "offset")
+    if lost_marks is not None:
+        # Marked processed by the group's consumer, the mark never written (marks-lost,
+        # PROCESSED_INTERVAL_SCHEMA): processed or not cannot be told, never `unprocessed`.
+        open_candidates = _range_anti(open_candidates, lost_marks, ["group", "partition"], "offset")
     lows = first_marks(processed_coverage, earlier_first_marks).withColumnRenamed("first_mark", "_first_mark")
     judged = open_candidates.join(lows, ["group", "partition"], "left").join(committed, ["group", "partition"], "left")
     keep = (

@@ -22,7 +22,8 @@ Result:  {"records": [[key, p, offset, ts_ms, state, session, seq]], "records_sc
           "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms, to_ms]],
           "ledger_entries_for_topic", "ledger_covers_from_ms", "marks": [[group, p, offset, consumer_session, ts_ms]],
           "group_marks": {group: n}, "last_mark_below_low_ms": {group: ms}, "max_mark_below_low": [[group, p, offset]],
-          "first_mark": [[group, p, offset]], "first_mark_ms": {group: ms}, "timings": {...},
+          "first_mark": [[group, p, offset]], "first_mark_ms": {group: ms},
+          "lost_marks": [[group, p, first, last, reason]] (marks-lost records), "timings": {...},
           "spark_settings": {conf: value set for this locate only}}
 """
 
@@ -53,6 +54,7 @@ from spark_jobs.reconcile_transform import (
     range_anti,
     record_key_expression,
     transform_consumer_ledger,
+    transform_lost_marks,
     transform_producer_failures,
     transform_producer_ledger,
 )
@@ -268,6 +270,7 @@ def _locate(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         "max_mark_below_low": [],
         "first_mark": [],
         "first_mark_ms": {},
+        "lost_marks": [],
     }
 
     # The committed view, up to the last stable offset. Nothing to read there (the key index
@@ -394,6 +397,9 @@ def _locate(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
                 result["max_mark_below_low"].append([group, partition, row["max_below_low"]])
             for m in row["marks"]:
                 result["marks"].append([group, partition, m["offset"], m["consumer_session"], m["ts_ms"]])
+        # marks its ledger could not write (marks-lost): their offsets are judged unknown
+        for row in transform_lost_marks(raw_marks, topic, groups).collect():
+            result["lost_marks"].append([row["group"], row["partition"], row["start"], row["end"], row["reason"]])
         raw_marks.unpersist()
     lap("consumer_ledger")
     keys.unpersist()

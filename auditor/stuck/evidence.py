@@ -192,6 +192,9 @@ class GroupState:
     first_mark: dict[int, int] = field(default_factory=dict)
     # when its consumer first marked a record of the topic processed (None: never)
     first_mark_ms: int | None = None
+    # per partition: (first, last, reason) of offsets its consumer marked processed whose marks
+    # the probe's ledger could not write (marks-lost records)
+    lost_marks: dict[int, list[tuple[int, int, str | None]]] = field(default_factory=dict)
     # when the group's consumer last marked a record now below its partition's log start
     last_mark_below_low_ms: int | None = None
     # per partition, where the log start has passed the offset the group committed, confirmed

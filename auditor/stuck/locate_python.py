@@ -17,6 +17,7 @@ from auditor.probes.codec import (
     NOT_PERSISTED,
     SENT,
     ConsumerBatch,
+    MarksLost,
     ProcessedRanges,
     ProducerBatch,
     ProducerFailures,
@@ -440,6 +441,11 @@ def _locate_marks(
         record = decode_ledger_record(msg.value())
         if isinstance(record, ProcessedRanges) and record.group in groups:
             _range_marks(record, topic, lows, positions, result)
+            continue
+        if isinstance(record, MarksLost) and record.group in groups:
+            for lost in record.ranges:
+                if lost.topic == topic and lost.first <= lost.last:
+                    result.add_lost_marks(record.group, lost.partition, lost.first, lost.last, record.reason)
             continue
         if not isinstance(record, ConsumerBatch) or record.group not in groups:
             continue

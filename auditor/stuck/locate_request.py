@@ -42,6 +42,9 @@ class LocateResult:
     first_mark: dict[tuple[str, int], int] = field(default_factory=dict)
     # per group: when it first marked a record of the topic processed
     first_mark_ms: dict[str, int] = field(default_factory=dict)
+    # per (group, partition): (first, last, reason) of marks its consumer's ledger could not
+    # write (v2 marks-lost records)
+    lost_marks: dict[tuple[str, int], list[tuple[int, int, str | None]]] = field(default_factory=dict)
     # per group: when it last marked a record that is now below its partition's log start
     last_mark_below_low_ms: dict[str, int] = field(default_factory=dict)
     engine: str = "python"
@@ -54,6 +57,9 @@ class LocateResult:
         key = (mark.group, mark.partition, mark.offset)
         current = self.marks.get(key)
         self.marks[key] = mark if current is None else current.merged(mark)
+
+    def add_lost_marks(self, group: str, partition: int, first: int, last: int, reason: str | None) -> None:
+        self.lost_marks.setdefault((group, partition), []).append((first, last, reason))
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> LocateResult:
@@ -84,6 +90,8 @@ class LocateResult:
         for group, partition, offset in data.get("first_mark") or []:
             result.first_mark[(group, partition)] = offset
         result.first_mark_ms = {str(g): int(ms) for g, ms in (data.get("first_mark_ms") or {}).items()}
+        for group, partition, first, last, reason in data.get("lost_marks") or []:
+            result.add_lost_marks(str(group), int(partition), int(first), int(last), reason)
         return result
 
 

@@ -354,6 +354,10 @@ def _apply_located(view: ClusterView, located: LocateResult) -> None:
         group.max_mark_below_low = {p: o for (g, p), o in located.max_mark_below_low.items() if g == name}
         group.first_mark = {p: o for (g, p), o in located.first_mark.items() if g == name}
         group.first_mark_ms = located.first_mark_ms.get(name)
+        group.lost_marks = {}
+        for (g, p), spans in located.lost_marks.items():
+            if g == name:
+                group.lost_marks[p] = list(spans)
         group.last_mark_below_low_ms = located.last_mark_below_low_ms.get(name)
 
 

@@ -179,6 +179,20 @@ def unprobed_below(group: GroupState, topic: str, partition: int, offset: int) -
     return None
 
 
+def lost_mark(group: GroupState, topic: str, partition: int, offset: int) -> str | None:
+    """Why the group's processed mark of `offset` may be gone, or None: its consumer's probe
+    named it among the marks its ledger could not write (a marks-lost record), so processed
+    or skipped cannot be told there."""
+    for first, last, reason in group.lost_marks.get(partition, ()):
+        if first <= offset <= last:
+            because = f" ({reason})" if reason else ""
+            return (
+                f"its processed mark may have been lost: the probe's ledger failed to write marks for offsets "
+                f"{first}-{last} of {topic}/{partition}{because}"
+            )
+    return None
+
+
 def compacted_since(
     view: ClusterView, written_ms: int | None, evidence: dict[str, Any], unseen_until_ms: int | None = None
 ) -> str | None:

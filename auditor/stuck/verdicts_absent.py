@@ -27,6 +27,7 @@ from auditor.stuck.verdict_outcomes import (
     counted_mark,
     group_info,
     judged_by,
+    lost_mark,
     no_commit,
     place,
     standing,
@@ -516,6 +517,15 @@ def _deleted(
                     f"{how} {where}, since deleted; group {group.group} committed past it ({past}), and the "
                     f"consumer ledger {ledger.topic} no longer holds marks that old: whether it processed it cannot "
                     "be told",
+                    info,
+                )
+            )
+        elif lost := lost_mark(group, view.topic, partition, offset):
+            outcomes.append(
+                Outcome(
+                    "unknown",
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({past}), but {lost}: "
+                    "whether it processed it cannot be told",
                     info,
                 )
             )

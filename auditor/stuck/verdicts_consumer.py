@@ -24,6 +24,7 @@ from auditor.stuck.verdict_outcomes import (
     group_info,
     judged_by,
     lag,
+    lost_mark,
     place,
     standing,
     unprobed_below,
@@ -113,6 +114,14 @@ def _visible_outcome(
             "unknown",
             f"group {group.group} committed past {where} ({past}), but the consumer ledger cannot be read "
             f"({reason}): processed or skipped cannot be told apart",
+            info,
+        )
+    lost = lost_mark(group, view.topic, record.partition, record.offset)
+    if lost:
+        return Outcome(
+            "unknown",
+            f"group {group.group} committed past {where} ({past}), but {lost}: processed or skipped cannot be told "
+            "apart",
             info,
         )
     if group.marks_on_topic == 0:

@@ -608,6 +608,57 @@ def test_records_a_group_processed_before_its_consumer_was_probed_are_not_called
     assert finding_set(result) == {("unprocessed", "6", None, *world.at("t6"))}
 
 
+def test_it_never_calls_records_unprocessed_whose_marks_the_consumer_ledger_refused(
+    spark: SparkSession, world: World, make_topic, tmp_path: Path
+):
+    """A probed consumer processes tickets 3 and 4 while the broker refuses its ledger's
+    records, commits past them, and names the lost marks in a marks-lost record once the
+    ledger takes records again; it then passes ticket 5 without processing it and processes
+    6. A first run read the records before any of that: they are the state's candidates. The
+    second run must not call 3 and 4 unprocessed (processed or not cannot be told), and still
+    reports 5. Ground truth: what the test's consumer did and what the real ledger holds."""
+    from auditor.probes import AuditedConsumer
+    from tests.support.lost_marks import ledgered_offsets, lost_offsets, mark_while_the_ledger_refuses
+
+    for ticket in range(1, 7):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    world.insert(*range(1, 7))
+    first = reconcile_once(spark, world.binding(), tmp_path)
+    assert finding_set(first) == set()
+
+    settings = {"bootstrap.servers": world.bootstrap, "group.id": world.group, "enable.auto.commit": False}
+    probed = AuditedConsumer(
+        settings,
+        ledger_topic=world.consumer_ledger,
+        clients_topic=make_topic("_audit.clients"),
+        ledger_flush_interval_s=0.2,
+        ledger_flush_timeout_s=5.0,
+    )
+    try:
+        got = consume(probed, world.topic, 0, 0, 6)
+        for msg in got[:2]:  # tickets 1 and 2, their marks written
+            probed.mark_processed(msg)
+        wait_until(
+            lambda: ledgered_offsets(world.bootstrap, world.consumer_ledger, world.topic) == {(0, 0), (0, 1)},
+            15,
+            "the first marks in the ledger",
+        )
+        mark_while_the_ledger_refuses(probed, world.bootstrap, world.consumer_ledger, got[2:4], commit_to=4)
+        probed.mark_processed(got[5])  # ticket 6; ticket 5 is passed unprocessed
+        probed.commit(offsets=[TopicPartition(world.topic, 0, 6)], asynchronous=False)
+    finally:
+        probed.close()
+    refused = {world.at("t3"), world.at("t4")}
+    assert refused <= lost_offsets(world.bootstrap, world.consumer_ledger, world.topic)
+    assert not refused & ledgered_offsets(world.bootstrap, world.consumer_ledger, world.topic)
+
+    second = reconcile_once(spark, world.binding(), tmp_path)
+    third = reconcile_once(spark, world.binding(), tmp_path)
+
+    assert finding_set(second) == {("unprocessed", "5", None, *world.at("t5"))}
+    assert finding_set(third) == {("unprocessed", "5", None, *world.at("t5"))}
+
+
 def read_whole_ledger(bootstrap: str, topic: str) -> list[dict[str, Any]]:
     """Every JSON record of a ledger topic's partition 0, read from its start to its end."""
     reader = Consumer(

@@ -17,11 +17,15 @@ from pyspark.testing import assertDataFrameEqual
 from auditor.probes.headers import pack_audit_header
 from spark_jobs.binding import RecordKeySpec
 from spark_jobs.reconcile_transform import (
+    CANDIDATE_SCHEMA,
+    COMMITTED_SCHEMA,
     FINDING_SCHEMA,
     INTERVAL_SCHEMA,
     KAFKA_RAW_SCHEMA,
     LEDGER_BOUND_SCHEMA,
     LEDGER_ENTRY_SCHEMA,
+    LOST_MARKS_SCHEMA,
+    PROCESSED_INTERVAL_SCHEMA,
     PROCESSED_SCHEMA,
     RECORD_SCHEMA,
     WATERMARK_SCHEMA,
@@ -30,10 +34,12 @@ from spark_jobs.reconcile_transform import (
     transform_consumer_ledger,
     transform_ledger_bounds,
     transform_ledger_open,
+    transform_lost_marks,
     transform_producer_failures,
     transform_producer_ledger,
     transform_records,
     transform_seq_coverage,
+    transform_unprocessed_candidates,
 )
 from spark_jobs.send_outcome import UNBOUNDED, judged_until_ms
 from tests.support.clock import at_second as at
@@ -188,6 +194,48 @@ def test_it_reads_processed_marks_from_v1_entries_and_v2_ranges(spark: SparkSess
     )
     assertDataFrameEqual(actual, expected)
     assert actual.where(F.col("offset").isNull()).count() == 0
+
+
+def test_it_reads_marks_lost_ranges_of_the_topic_and_the_groups(spark: SparkSession) -> None:
+    raw = ledger_values(
+        spark,
+        {
+            "v": 2,
+            "type": "marks-lost",
+            "sid": "c1",
+            "group": "g",
+            "ts": ms(5),
+            "reason": "Broker: Message size too large",
+            "entries": [["t", 0, 2, 3], ["other", 0, 0, 9], ["t", 1, 7, 7], ["t", 0, 9, 8]],
+        },
+        {"v": 2, "type": "marks-lost", "sid": "c2", "group": "not-ours", "ts": ms(5), "entries": [["t", 0, 0, 0]]},
+        {"v": 2, "type": "processed-ranges", "sid": "c1", "group": "g", "entries": [["t", 0, 0, 1, ms(1), ms(1)]]},
+    )
+    expected = spark.createDataFrame(
+        [("g", 0, 2, 3, "Broker: Message size too large"), ("g", 1, 7, 7, "Broker: Message size too large")],
+        LOST_MARKS_SCHEMA,
+    )
+    assertDataFrameEqual(transform_lost_marks(raw, "t", ["g"]), expected)
+
+
+def test_offsets_whose_marks_were_lost_are_no_unprocessed_candidates_of_their_group(spark: SparkSession) -> None:
+    """Old candidates and fresh records alike: a lost range read in a later run than the
+    commit past it still takes them out; another group's candidates stay."""
+    records = [(f"k{o}", 0, o, at(1), None, None) for o in range(5)]
+    old = spark.createDataFrame([("g", *r) for r in records[:3]] + [("h", *records[2])], CANDIDATE_SCHEMA)
+    fresh = spark.createDataFrame(records[3:], RECORD_SCHEMA)
+    groups = spark.createDataFrame([("g",), ("h",)], "group string")
+    coverage = spark.createDataFrame([("g", 0, 0, 0), ("h", 0, 0, 1)], PROCESSED_INTERVAL_SCHEMA)
+    committed = spark.createDataFrame([("g", 0, 5, None), ("h", 0, 5, None)], COMMITTED_SCHEMA)
+    lost = spark.createDataFrame([("g", 0, 2, 3)], PROCESSED_INTERVAL_SCHEMA)
+
+    actual = transform_unprocessed_candidates(old, fresh, coverage, groups, committed, None, lost)
+
+    expected = spark.createDataFrame(
+        [("g", *records[1]), ("g", *records[4]), ("h", *records[2]), ("h", *records[3]), ("h", *records[4])],
+        CANDIDATE_SCHEMA,
+    )
+    assertDataFrameEqual(actual, expected)
 
 
 def test_it_names_the_key_of_a_v2_gap_from_the_keys_record_even_one_run_later(spark: SparkSession) -> None:

@@ -125,6 +125,56 @@ def test_it_says_waiting_on_every_partition_of_a_group_that_never_committed(make
     assert all(i.diagnosis.evidence["groups"][0]["committed"] is None for i in result.items)
 
 
+def test_it_says_unknown_not_skipped_where_the_consumer_ledger_refused_the_processed_marks(make_stuck, spark) -> None:
+    """A probed consumer marks tickets 2 and 3 processed while the broker refuses its ledger's
+    records (their rows stay NEW: the update after processing did not happen), commits past
+    them, and names the lost marks in a marks-lost record once the ledger takes records again;
+    it passes ticket 4 without processing it. Ground truth: what the test's consumer did and
+    what the real ledger holds. Processed or skipped cannot be told for 2 and 3; 4 is skipped."""
+    from auditor.probes import AuditedConsumer
+    from tests.reconcile.test_reconcile_integration import consume
+    from tests.support.lost_marks import ledgered_offsets, lost_offsets, mark_while_the_ledger_refuses
+
+    setup = make_stuck(partitions=1)
+    pipeline = setup.pipeline
+    ledger = pipeline.probes.consumer_ledger
+    ids = pipeline.produce(6)
+    consumer = AuditedConsumer(
+        {"bootstrap.servers": pipeline.bootstrap, "group.id": pipeline.group, "enable.auto.commit": False},
+        ledger_topic=ledger,
+        clients_topic=pipeline.probes.clients,
+        ledger_flush_interval_s=0.2,
+        ledger_flush_timeout_s=5.0,
+    )
+    try:
+        got = consume(consumer, pipeline.topic, 0, 0, 6)
+        with pipeline.store() as store:
+            for i in (0, 1):
+                assert store.mark_done(ids[i]).value == "applied"
+                consumer.mark_processed(got[i])
+            wait_until(
+                lambda: ledgered_offsets(pipeline.bootstrap, ledger, pipeline.topic) == {(0, 0), (0, 1)},
+                15,
+                "the first marks in the ledger",
+            )
+            mark_while_the_ledger_refuses(consumer, pipeline.bootstrap, ledger, got[2:4], commit_to=4)
+            assert store.mark_done(ids[5]).value == "applied"
+            consumer.mark_processed(got[5])
+        consumer.commit(offsets=[TopicPartition(pipeline.topic, 0, 6)], asynchronous=False)
+    finally:
+        consumer.close()
+    assert {(0, 2), (0, 3)} <= lost_offsets(pipeline.bootstrap, ledger, pipeline.topic)
+    assert not {(0, 2), (0, 3)} & ledgered_offsets(pipeline.bootstrap, ledger, pipeline.topic)
+    assert pipeline.committed_offsets() == {0: 6}
+
+    result = diagnose_both(setup, spark, indexed=True)
+
+    assert verdicts_of(result) == {ids[2]: "unknown", ids[3]: "unknown", ids[4]: "skipped"}
+    item = next(i for i in result.items if i.row.key == ids[2])
+    assert "its processed mark may have been lost" in item.diagnosis.reason
+    assert f"{pipeline.topic}/0" in item.diagnosis.reason
+
+
 def test_it_says_processed_not_updated_when_the_update_failed_after_processing(stuck: StuckSetup, spark) -> None:
     pipeline = stuck.pipeline
     ids = pipeline.produce(10)
