@@ -14,7 +14,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicCollection,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ListOffsetsResultInfo, OffsetSpec
 
 from spark_jobs.kafka_options import java_kafka_options
@@ -337,33 +345,42 @@ def record_prints(
     )
     found: dict[int, RecordPrint | None] = {}
     try:
-        consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
-        deadline = time.monotonic() + timeout_s * 3
-        while len(found) < len(offsets):
-            if time.monotonic() > deadline:
-                waiting = sorted(set(offsets) - set(found))
-                raise KafkaReadError(f"reading back offsets of {topic} partition(s) {waiting} timed out")
-            msg = consumer.poll(0.5)
-            if msg is None or msg.partition() in found:
-                continue
-            partition = msg.partition()
-            if partition is not None:  # its answer is the first message: fetch no more of it
-                consumer.pause([TopicPartition(topic, partition)])
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF and partition is not None:  # EOF names its partition
-                    found[partition] = None
-                    continue
-                raise KafkaReadError(f"reading back {topic}/{partition} failed: {err}")
+        for partition, msg in first_messages(consumer, topic, offsets, timeout_s, "reading back offsets of").items():
             offset = msg.offset()
-            assert partition is not None and offset is not None, "a record (not an error event) has both"
-            wanted = offsets[partition]
-            if offset != wanted:
+            if msg.error() is not None or offset != offsets[partition]:  # the log's end, or another record
                 found[partition] = None
                 continue
+            assert offset is not None, "a record (not an error event) has one"
             found[partition] = RecordPrint(offset, msg.timestamp()[1], record_crc(msg.key(), msg.value()))
     finally:
         consumer.close()
+    return found
+
+
+def first_messages(
+    consumer: Consumer, topic: str, starts: dict[int, int], timeout_s: float, reading: str
+) -> dict[int, Message]:
+    """Each partition of `starts` read from its offset there: its first message, a record or
+    the end-of-partition event (the consumer must enable it), fetching no more of it.
+    `reading` names what is read in the errors raised (any other error event, a timeout)."""
+    consumer.assign([TopicPartition(topic, p, o) for p, o in starts.items()])
+    found: dict[int, Message] = {}
+    deadline = time.monotonic() + timeout_s * 3
+    while len(found) < len(starts):
+        if time.monotonic() > deadline:
+            waiting = sorted(set(starts) - set(found))
+            raise KafkaReadError(f"{reading} {topic} partition(s) {waiting} timed out")
+        msg = consumer.poll(0.5)
+        if msg is None or msg.partition() in found:
+            continue
+        partition = msg.partition()
+        if partition is not None:  # its answer is the first message: fetch no more of it
+            consumer.pause([TopicPartition(topic, partition)])
+        err = msg.error()
+        if err is not None and not (err.code() == KafkaError._PARTITION_EOF and partition is not None):
+            raise KafkaReadError(f"{reading} {topic}/{partition} failed: {err}")
+        assert partition is not None, "a record and the end-of-partition event both name their partition"
+        found[partition] = msg
     return found
 
 
@@ -385,32 +402,17 @@ def first_committed_records(
             bootstrap_servers, config, f"_audit.reconcile-tail-{os.getpid()}", "read_committed", timeout_s
         )
     )
-    found: dict[int, tuple[str, int] | None] = {}
+    found: dict[int, tuple[str, int]] = {}
     try:
-        consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in tails.items()])
-        deadline = time.monotonic() + timeout_s * 3
-        while len(found) < len(tails):
-            if time.monotonic() > deadline:
-                waiting = sorted(set(tails) - set(found))
-                raise KafkaReadError(f"reading the end of {topic} partition(s) {waiting} timed out")
-            msg = consumer.poll(0.5)
-            if msg is None or msg.partition() in found:
-                continue
-            partition = msg.partition()
-            if partition is not None:  # its answer is the first message: fetch no more of it
-                consumer.pause([TopicPartition(topic, partition)])
-            err = msg.error()
+        starts = {p: start for p, (start, _) in tails.items()}
+        for partition, msg in first_messages(consumer, topic, starts, timeout_s, "reading the end of").items():
             offset = msg.offset()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF and partition is not None and offset is not None:
-                    found[partition] = ("log-end", offset) if offset < tails[partition][1] else None
-                    continue
-                raise KafkaReadError(f"reading the end of {topic}/{partition} failed: {err}")
-            assert partition is not None and offset is not None, "a record (not an error event) has both"
-            found[partition] = ("record", offset) if offset < tails[partition][1] else None
+            assert offset is not None, "a record and the end-of-partition event both have one"
+            if offset < tails[partition][1]:
+                found[partition] = ("log-end" if msg.error() is not None else "record", offset)
     finally:
         consumer.close()
-    return {p: f for p, f in found.items() if f is not None}
+    return found
 
 
 def record_crc(key: bytes | None, value: bytes | None) -> int:
