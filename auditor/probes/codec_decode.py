@@ -195,12 +195,7 @@ def _offset_range(row: Any, index: int) -> OffsetRange:
         raise _Invalid(f"range {index} should be a list of 6 values")
     topic, partition, first, last, first_ms, last_ms = row
     where = f"range {index}"
-    if not isinstance(topic, str) or not topic:
-        raise _Invalid(f"{where}: topic should be a non-empty string")
-    first = _int(first, f"{where}: first")
-    last = _int(last, f"{where}: last")
-    if first < 0 or last < first:
-        raise _Invalid(f"{where}: should have 0 <= first <= last, got {first}..{last}")
+    first, last = _offset_span(topic, first, last, where)
     return OffsetRange(
         topic,
         _int(partition, f"{where}: partition"),
@@ -211,17 +206,23 @@ def _offset_range(row: Any, index: int) -> OffsetRange:
     )
 
 
-def _lost_marks(row: Any, index: int) -> LostMarks:
-    if not isinstance(row, list) or len(row) != 4:
-        raise _Invalid(f"lost range {index} should be a list of 4 values")
-    topic, partition, first, last = row
-    where = f"lost range {index}"
+def _offset_span(topic: Any, first: Any, last: Any, where: str) -> tuple[int, int]:
+    """A range's offsets (first <= last, from 0) of a named topic."""
     if not isinstance(topic, str) or not topic:
         raise _Invalid(f"{where}: topic should be a non-empty string")
     first = _int(first, f"{where}: first")
     last = _int(last, f"{where}: last")
     if first < 0 or last < first:
         raise _Invalid(f"{where}: should have 0 <= first <= last, got {first}..{last}")
+    return first, last
+
+
+def _lost_marks(row: Any, index: int) -> LostMarks:
+    if not isinstance(row, list) or len(row) != 4:
+        raise _Invalid(f"lost range {index} should be a list of 4 values")
+    topic, partition, first, last = row
+    where = f"lost range {index}"
+    first, last = _offset_span(topic, first, last, where)
     return LostMarks(topic, _int(partition, f"{where}: partition"), first, last)
 
 
