@@ -41,6 +41,7 @@ from spark_jobs.reconcile_extract import (
 )
 from spark_jobs.reconcile_plan import RunOptions
 from spark_jobs.reconcile_transform import transform_records
+from tests.support.kafka_reads import consume
 
 pytestmark = pytest.mark.integration
 
@@ -560,19 +561,6 @@ def test_marks_that_trail_an_auto_commit_are_waited_for_not_called_unprocessed(
         for offset in range(entry[2], entry[3] + 1)
     }
     assert marks == {(world.topic, 0, offset) for offset in range(6)}
-
-
-def consume(consumer: Any, topic: str, partition: int, start: int, count: int) -> list[Any]:
-    """`count` records of topic/partition from `start`, by a consumer assigned to it."""
-    consumer.assign([TopicPartition(topic, partition, start)])
-    got: list[Any] = []
-    deadline = time.monotonic() + 30
-    while len(got) < count and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and not msg.error():
-            got.append(msg)
-    assert [m.offset() for m in got] == list(range(start, start + count))
-    return got
 
 
 def test_records_a_group_processed_before_its_consumer_was_probed_are_not_called_unprocessed(

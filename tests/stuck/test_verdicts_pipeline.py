@@ -132,7 +132,7 @@ def test_it_says_unknown_not_skipped_where_the_consumer_ledger_refused_the_proce
     it passes ticket 4 without processing it. Ground truth: what the test's consumer did and
     what the real ledger holds. Processed or skipped cannot be told for 2 and 3; 4 is skipped."""
     from auditor.probes import AuditedConsumer
-    from tests.reconcile.test_reconcile_integration import consume
+    from tests.support.kafka_reads import consume
     from tests.support.lost_marks import ledgered_offsets, lost_offsets, mark_while_the_ledger_refuses
 
     setup = make_stuck(partitions=1)
