@@ -107,23 +107,21 @@ def _visible_outcome(
         )
     # The group committed past it (now, or as a run saw) and has no mark for it.
     past = judged_by(info, at)
-    ledger = view.consumer_ledger
-    if ledger is None or not ledger.available:
-        reason = ledger.reason if ledger else "no consumer ledger"
+
+    def cannot_tell(why: str) -> Outcome:
         return Outcome(
             "unknown",
-            f"group {group.group} committed past {where} ({past}), but the consumer ledger cannot be read "
-            f"({reason}): processed or skipped cannot be told apart",
-            info,
-        )
-    lost = lost_mark(group, view.topic, record.partition, record.offset)
-    if lost:
-        return Outcome(
-            "unknown",
-            f"group {group.group} committed past {where} ({past}), but {lost}: processed or skipped cannot be told "
+            f"group {group.group} committed past {where} ({past}), but {why}: processed or skipped cannot be told "
             "apart",
             info,
         )
+
+    ledger = view.consumer_ledger
+    if ledger is None or not ledger.available:
+        return cannot_tell(f"the consumer ledger cannot be read ({ledger.reason if ledger else 'no consumer ledger'})")
+    lost = lost_mark(group, view.topic, record.partition, record.offset)
+    if lost:
+        return cannot_tell(lost)
     if group.marks_on_topic == 0:
         return Outcome(
             "unknown",
@@ -150,12 +148,7 @@ def _visible_outcome(
         )
     unprobed = unprobed_below(group, view.topic, record.partition, record.offset)
     if unprobed:
-        return Outcome(
-            "unknown",
-            f"group {group.group} committed past {where} ({past}), but {unprobed}: processed or skipped cannot be "
-            "told apart",
-            info,
-        )
+        return cannot_tell(unprobed)
     return Outcome(
         "skipped",
         f"group {group.group} committed past it ({view.topic}/{record.partition}: {past} > offset {record.offset}) "
