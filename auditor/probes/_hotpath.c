@@ -547,7 +547,10 @@ static PyTypeObject HotProduceType = {
  * lock), which takes the runs: take() returns [(topic, partition, first, last), ...] in
  * marking order, the open run included, and starts afresh. A run costs a tuple whatever
  * its length, so consecutive marks never call back into Python; the consumer's background
- * flush takes the runs every second.
+ * flush takes the runs every second. The first mark after a take() reads the wall clock
+ * once: taken_since_ms() gives the taken marks' lower bound (the ranges' first_ms), the
+ * moment the first of them was made rather than the take() before it (an idle spell would
+ * date the first mark after it up to a flush interval early).
  *
  * Reading a Message: confluent-kafka's Message methods each build a Python object (an int
  * per partition and offset). The marker instead reads the four fields from the object's C
@@ -565,6 +568,8 @@ typedef struct {
     PyObject *topic;   /* the open run's topic, NULL when none */
     long long partition, first, last;
     Py_ssize_t pending; /* marks since the last take() */
+    long long since_ms;       /* wall clock (ms) at the first of them, 0 when none */
+    long long taken_since_ms; /* since_ms of the marks the last take() returned */
     Py_ssize_t every;   /* closed runs that make compact() run */
     /* Where a Message keeps its fields (byte offsets into the object), -1 when unknown. */
     Py_ssize_t at_topic, at_error, at_partition, at_offset;
@@ -711,7 +716,11 @@ static PyObject *marker_call(PyObject *callable, PyObject *const *args, size_t n
         self->partition = partition;
         self->first = self->last = offset;
     }
-    self->pending++;
+    if (self->pending++ == 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        self->since_ms = (long long)now.tv_sec * 1000 + now.tv_nsec / 1000000;
+    }
     Py_ssize_t waiting = PyList_GET_SIZE(self->runs);
     marker_unlock(self);
     if (waiting >= self->every) {
@@ -734,6 +743,8 @@ static PyObject *marker_take(RangeMarker *self, PyObject *Py_UNUSED(ignored)) {
     PyObject *taken = self->runs;
     self->runs = fresh;
     self->pending = 0;
+    self->taken_since_ms = self->since_ms;
+    self->since_ms = 0;
     marker_unlock(self);
     return taken;
 }
@@ -841,6 +852,11 @@ static PyObject *marker_runs_waiting(RangeMarker *self, PyObject *Py_UNUSED(igno
     return PyLong_FromSsize_t(PyList_GET_SIZE(self->runs));
 }
 
+static PyObject *marker_taken_since_ms(RangeMarker *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->taken_since_ms == 0) Py_RETURN_NONE;
+    return PyLong_FromLongLong(self->taken_since_ms);
+}
+
 static PyObject *marker_reads_fields(RangeMarker *self, PyObject *Py_UNUSED(ignored)) {
     return PyBool_FromLong(self->at_topic >= 0);
 }
@@ -884,6 +900,7 @@ static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
 
 static PyMethodDef marker_methods[] = {
     {"take", (PyCFunction)marker_take, METH_NOARGS, NULL},
+    {"taken_since_ms", (PyCFunction)marker_taken_since_ms, METH_NOARGS, NULL},
     {"reads_fields", (PyCFunction)marker_reads_fields, METH_NOARGS, NULL},
     {"runs_waiting", (PyCFunction)marker_runs_waiting, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -172,6 +172,8 @@ class AuditedConsumer(ConsumerWrapper):
         self._held: deque[Message] = deque()
         self._compact_lock = threading.Lock()
         self._compacted_ms = now_ms
+        # The clock at the first mark made into an empty buffer (pure-Python path; see _compact).
+        self._since_ms = [0]
         self._compact_every = min(_COMPACT_EVERY, ledger_batch_size)
         # Chunks of range rows, one per batch of marks, joined when the ledger writer drains them.
         self._marks = self._ledger.stream(
@@ -219,9 +221,13 @@ class AuditedConsumer(ConsumerWrapper):
         hold = held.append
         every = self._compact_every
         compact = self._compact
+        since = self._since_ms
+        clock = _time_ns
 
         def mark_processed(msg: Message) -> None:
             """Record that the application finished processing ``msg`` (a record, not an event)."""
+            if not held:
+                since[0] = clock() // 1_000_000  # the first mark since the buffer emptied
             hold(msg)
             if len(held) >= every:
                 compact()
@@ -235,13 +241,20 @@ class AuditedConsumer(ConsumerWrapper):
         """Turn the held marks into range rows for the ledger writer (marking thread or the
         background flush); hand them to the ledger when enough are waiting.
 
-        A range's ``first_ms`` is a lower bound of its marks' times: the moment the previous
-        compaction took its marks, read *before* it took them (so a mark it left behind was
-        made after it). The background flush calls this every ``ledger_flush_interval_s``
-        even when nothing waits, so after an idle spell ``first_ms`` is at most one interval
-        older than the first new mark, never the time of the last activity before the spell
-        (readers take it as the mark's time: a mark dated before its record existed was
-        dropped as one of a truncated log's lost records)."""
+        A range's ``first_ms`` is a lower bound of its marks' times, and readers take it as
+        the mark's time: a mark dated before its record existed is dropped as one of a
+        truncated log's lost records. It is the later of two bounds:
+
+        * the moment the previous compaction took its marks, read *before* it took them (so
+          a mark it left behind was made after it); the background flush calls this every
+          ``ledger_flush_interval_s`` even when nothing waits;
+        * the clock read by the first mark made into an empty buffer (both paths read it
+          once per batch, not per mark). After an idle spell it dates the first new marks at
+          their making, not up to a flush interval before (when a record produced and marked
+          within that interval could be dated before it existed).
+
+        A mark made into a buffer that a compaction emptied meanwhile carries no reading of
+        its own; the compaction's moment, later than the older reading, bounds it."""
         with self._compact_lock:
             taken_ms = _time_ns() // 1_000_000
             if self._marker is not None:
@@ -250,7 +263,7 @@ class AuditedConsumer(ConsumerWrapper):
                     self._compacted_ms = taken_ms
                     return
                 now_ms = _time_ns() // 1_000_000
-                first_ms = self._compacted_ms
+                first_ms = max(self._compacted_ms, self._marker.taken_since_ms() or 0)
                 rows = [(topic, partition, first, last, first_ms, now_ms) for topic, partition, first, last in runs]
             else:
                 held = self._held
@@ -261,7 +274,7 @@ class AuditedConsumer(ConsumerWrapper):
                 # Pops exactly the marks counted, in order: marks appended meanwhile wait their turn.
                 messages = list(starmap(held.popleft, repeat((), count)))
                 now_ms = _time_ns() // 1_000_000
-                rows = offset_ranges(messages, self._compacted_ms, now_ms)
+                rows = offset_ranges(messages, max(self._compacted_ms, self._since_ms[0]), now_ms)
             self._compacted_ms = taken_ms
             if rows:
                 self._marks.append(rows)

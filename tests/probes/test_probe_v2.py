@@ -384,6 +384,68 @@ def test_it_dates_the_first_range_after_an_idle_spell_no_earlier_than_its_record
     assert first_ms <= last_ms
 
 
+def test_it_dates_a_mark_made_right_after_its_record_was_produced_no_earlier_than_the_record(
+    kafka_bootstrap: str, topics: dict[str, str], hot_path: str
+) -> None:
+    """After an idle spell, a record produced and marked within one flush interval: its range
+    must not be dated at the flush tick before the record existed (a rebuild run would drop
+    the mark as maybe one of a truncated log's records, and call the record unprocessed)."""
+    from confluent_kafka import Message, Producer
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    delivered: list[Message] = []
+
+    def produce(partition: int, value: bytes) -> Message:
+        producer.produce(topics["data"], value, partition=partition, on_delivery=lambda err, msg: delivered.append(msg))
+        assert producer.flush(30) == 0
+        msg = delivered[-1]
+        assert msg.error() is None
+        return msg
+
+    consumer = AuditedConsumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False},
+        ledger_topic=topics["cledger"],
+        clients_topic=topics["clients"],
+        ledger_flush_interval_s=4.0,  # wide, so the record below falls between two ticks
+    )
+    assert consumer.native is (hot_path == "native")
+    consumer.assign([TopicPartition(topics["data"], p, OFFSET_BEGINNING) for p in range(2)])
+
+    def poll_and_mark() -> tuple[int, int]:
+        while True:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                consumer.mark_processed(msg)
+                return cast(int, msg.partition()), cast(int, msg.offset())
+
+    def ranges() -> dict[tuple[int, int], tuple[int, int]]:
+        ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["cledger"], bootstrap=kafka_bootstrap)]
+        return {
+            (r.partition, r.first): (r.first_ms, r.last_ms)
+            for rec in ledger
+            if isinstance(rec, ProcessedRanges)
+            for r in rec.ranges
+        }
+
+    produce(0, b"before")
+    first = poll_and_mark()
+    # The flush tick that writes this mark has just passed: the next one is about 4 s away.
+    wait_until(lambda: first in ranges(), 15, "the first mark in the consumer ledger")
+    tick_seen_ms = time.time_ns() // 1_000_000
+    record = produce(1, b"right after a tick")
+    produced_ms = record.timestamp()[1]  # CreateTime, the producer's clock at produce()
+    second = poll_and_mark()
+    marked_by_ms = time.time_ns() // 1_000_000
+    assert second == (1, record.offset())
+    # The premise (no tick between the record and its mark) holds when this was quick.
+    assert marked_by_ms - tick_seen_ms < 2_500, "too slow to land between two flush ticks"
+    wait_until(lambda: second in ranges(), 15, "the second mark in the consumer ledger")
+    consumer.close()
+    first_ms, last_ms = ranges()[second]
+    assert produced_ms <= first_ms <= marked_by_ms
+    assert first_ms <= last_ms
+
+
 def test_it_names_the_marks_its_ledger_could_not_write_once_the_ledger_takes_records_again(
     kafka_bootstrap: str, topics: dict[str, str], hot_path: str
 ) -> None:
