@@ -138,10 +138,11 @@ def test_both_producers_classify_failures_with_their_own_retries(config: dict[st
 
 # ---------------------------------------------------------------- real brokers ------------
 # The retry must reach the leader after the controller has fenced the frozen follower
-# (broker.session.timeout.ms, 9 s) and taken it out of the ISR: then it is refused with
-# NOT_ENOUGH_REPLICAS, while the first attempt's record stays in the leader's log and is
-# committed once the follower is back.
-RETRY_BACKOFF_MS = 15_000
+# (broker.session.timeout.ms, 9 s, plus a controller election when the follower was the active
+# controller) and taken it out of the ISR: then it is refused with NOT_ENOUGH_REPLICAS, while
+# the first attempt's record stays in the leader's log and is committed once the follower is
+# back. librdkafka jitters the backoff by 20 %: the retry comes 16 to 20 s after the timeout.
+RETRY_BACKOFF_MS = 20_000
 REFUSED_RETRY_CONFIG = {
     "acks": "all",
     "enable.idempotence": False,
