@@ -65,7 +65,7 @@ from auditor.probes.ledger import (
     summarize_consumer_ledger,
     summarize_producer_ledger,
 )
-from auditor.probes.persistence import classify_persistence
+from auditor.probes.persistence import classify_persistence, sends_may_be_retried
 from auditor.probes.producer import AuditedProducer
 from auditor.probes.producer_v1 import AuditedProducerV1
 from auditor.probes.topics import (
@@ -139,6 +139,7 @@ __all__ = [
     "parse_audit_headers",
     "processed_offsets",
     "seen_record_from_message",
+    "sends_may_be_retried",
     "summarize_consumer_ledger",
     "summarize_producer_ledger",
 ]

@@ -47,7 +47,7 @@ from auditor.probes.config import ledger_producer_config
 from auditor.probes.headers import AUDIT, AUDIT_ID, AUDIT_V2, RESERVED_HEADER_NAMES, decode_audit_id
 from auditor.probes.key_entries import key_entries
 from auditor.probes.native import HotProduce, SeqLock, use_native
-from auditor.probes.persistence import classify_persistence, describe_error
+from auditor.probes.persistence import classify_persistence, describe_error, sends_may_be_retried
 from auditor.probes.topics import CLIENTS_TOPIC, PRODUCER_LEDGER_TOPIC
 from auditor.probes.wrapping import ProducerWrapper, SequenceLock, acks_zero, timeout_args, truthy
 from auditor.probes.writer import LedgerWriter
@@ -204,6 +204,8 @@ class AuditedProducer(ProducerWrapper):
         client_config["delivery.report.only.error"] = not self._success_reports
         self._range_status = UNCONFIRMED if acks_zero(client_config) else ACKED
         self._transactional = "transactional.id" in client_config
+        # A failure's error is its last attempt's: with retries an earlier one may have written it.
+        self._may_retry = sends_may_be_retried(client_config)
         message_timeout_ms = _setting(client_config, ("message.timeout.ms", "delivery.timeout.ms"), 300_000)
         request_timeout_ms = _setting(client_config, ("socket.timeout.ms",), 60_000)
         # No bound when messages never time out (message.timeout.ms=0): idle moments only.
@@ -423,9 +425,10 @@ class AuditedProducer(ProducerWrapper):
             rows = stream.failure_rows
         partition = msg.partition()
         id_bytes = _as_bytes(audit_id)
+        persisted = classify_persistence(err, may_retry=self._may_retry)
         rows.append(
             (window[0], window[1], -1 if partition is None or partition < 0 else partition, describe_error(err),
-             classify_persistence(err), None if id_bytes is None else decode_audit_id(id_bytes),
+             persisted, None if id_bytes is None else decode_audit_id(id_bytes),
              _time_ns() // 1_000_000)
         )  # fmt: skip
         self.failures_reported += 1

@@ -44,7 +44,7 @@ from auditor.probes.headers import (
     decode_audit_id,
     new_uuid4_batch,
 )
-from auditor.probes.persistence import classify_persistence, describe_error
+from auditor.probes.persistence import classify_persistence, describe_error, sends_may_be_retried
 from auditor.probes.topics import CLIENTS_TOPIC, PRODUCER_LEDGER_TOPIC
 from auditor.probes.wrapping import ProducerWrapper, acks_zero, timeout_args, truthy
 from auditor.probes.writer import LedgerWriter
@@ -146,6 +146,7 @@ class AuditedProducerV1(ProducerWrapper):
         self._default_on_delivery: DeliveryCallback | None = client_config.pop("on_delivery", None)
         self._only_error_reports = truthy(client_config.pop("delivery.report.only.error", False))
         self._unconfirmed_sends = acks_zero(client_config)
+        self._may_retry = sends_may_be_retried(client_config)
         self._producer: Producer = producer_factory(client_config)  # or a test double
         self._key_fn = key_fn
         self._ledger_flush_timeout_s = ledger_flush_timeout_s
@@ -194,6 +195,8 @@ class AuditedProducerV1(ProducerWrapper):
         # With acks=0 the broker answers nothing: a "successful" report only means the
         # request left the client, so the entry is unconfirmed, never acked.
         unconfirmed = self._unconfirmed_sends
+        # A failure's error is its last attempt's: with retries an earlier one may have written it.
+        may_retry = self._may_retry
         time_ns = _time_ns
 
         def on_delivery(
@@ -219,7 +222,7 @@ class AuditedProducerV1(ProducerWrapper):
                 partition = msg.partition()
                 rows.append(
                     (seq, FAILED, -1 if partition is None or partition < 0 else partition, -1, describe_error(err),
-                     classify_persistence(err), audit_id, time_ns() // 1_000_000)
+                     classify_persistence(err, may_retry=may_retry), audit_id, time_ns() // 1_000_000)
                 )  # fmt: skip
             if len(rows) >= batch_size:
                 flush_entries()

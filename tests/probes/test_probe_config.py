@@ -5,11 +5,9 @@ from __future__ import annotations
 import logging
 
 import pytest
-from confluent_kafka import KafkaError
 
-from auditor.probes import classify_persistence, mask_config
+from auditor.probes import mask_config
 from auditor.probes.config import ledger_producer_config
-from auditor.probes.persistence import describe_error
 from spark_jobs.kafka_security import connection_settings
 
 
@@ -94,30 +92,6 @@ def test_it_gives_the_ledger_producer_the_connection_but_its_own_guarantees() ->
         "linger.ms": 7,
         "compression.type": "lz4",
     }
-
-
-@pytest.mark.parametrize(
-    ("code", "persisted"),
-    [
-        (KafkaError._MSG_TIMED_OUT, "possibly"),
-        (KafkaError._PURGE_INFLIGHT, "possibly"),
-        (KafkaError.REQUEST_TIMED_OUT, "possibly"),
-        (KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, "possibly"),
-        (KafkaError.NETWORK_EXCEPTION, "possibly"),
-        (KafkaError._PURGE_QUEUE, "not"),
-        (KafkaError._UNKNOWN_PARTITION, "not"),
-        (KafkaError._UNKNOWN_TOPIC, "not"),
-        (KafkaError.MSG_SIZE_TOO_LARGE, "not"),
-        (KafkaError.NOT_ENOUGH_REPLICAS, "not"),
-        (KafkaError.TOPIC_AUTHORIZATION_FAILED, "not"),
-    ],
-)
-def test_it_classifies_persistence_conservatively(code: int, persisted: str) -> None:
-    assert classify_persistence(KafkaError(code)) == persisted
-
-
-def test_it_describes_errors_by_stable_name_first() -> None:
-    assert describe_error(KafkaError(KafkaError._MSG_TIMED_OUT)) == "_MSG_TIMED_OUT: Local: Message timed out"
 
 
 def test_the_ledger_producer_reaches_the_cluster_as_the_auditors_own_clients_do() -> None:

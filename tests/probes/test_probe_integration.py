@@ -115,9 +115,9 @@ def test_it_ledgers_failed_sends_as_failed(
     def on_delivery(err: KafkaError | None, msg: Any) -> None:
         outcome[msg.value()[:8]] = err.code() if err else 0
 
-    with audited_producer(
-        probe_bootstrap, audit_topics, **{"allow.auto.create.topics": False, "message.timeout.ms": 3000}
-    ) as producer:
+    # retries=0: each failure's error speaks for the one attempt that may have written it
+    settings = {"allow.auto.create.topics": False, "message.timeout.ms": 3000, "retries": 0}
+    with audited_producer(probe_bootstrap, audit_topics, **settings) as producer:
         # Before metadata arrives a bad partition fails in the delivery report...
         producer.produce(topic, b"nowhere", partition=5, on_delivery=on_delivery)  # seq 0
         producer.produce(topic, b"fits", on_delivery=on_delivery)  # seq 1: acked

@@ -111,7 +111,8 @@ def test_it_resolves_acks_in_ranges_and_leaves_failures_unconfirmed(
     assert 50 not in acked and 50 in unconfirmed
     failures = [f for rec in ledger if isinstance(rec, ProducerFailures) for f in rec.entries]
     assert [f.audit_id for f in failures] == ["bad-key"] and failures[0].first <= 50 <= failures[0].last
-    assert failures[0].persisted == "not"
+    # the default retries: an earlier attempt of the refused record could have written it
+    assert failures[0].persisted == "possibly"
 
 
 def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_topic_lost(

@@ -92,7 +92,10 @@ def test_it_says_produce_failed_when_the_ledger_saw_the_send_fail(stuck: StuckSe
     # Contract v2: the failed send's sequence is also in an unconfirmed range (the failure
     # report names no sequence); never acked.
     assert sorted(e["status"] for e in ledger) == ["failed", "sent"]
-    assert (entry["status"], entry["persisted"]) == ("failed", "not")
+    # the demo producer retries (librdkafka's default): an earlier attempt could have written the
+    # refused record, so the ledger says "possibly"; the topic holds everything since, so the
+    # verdict still stands
+    assert (entry["status"], entry["persisted"]) == ("failed", "possibly")
     assert "too large" in entry["error"].lower() and "too large" in item.diagnosis.reason.lower()
 
 
