@@ -435,6 +435,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         producers = outcome.result()
         view.send_outcome_ms, outcome_note = cluster_send_outcome(binding.cluster, observed=producers.outcome)
         view.transactional_sessions = producers.transactional_sessions
+        view.acks_all_sessions = producers.acks_all_sessions
         if outcome_note:
             result.notes.append(outcome_note)
     state_meta = _recall_stamps(result, binding, view)

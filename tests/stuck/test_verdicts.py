@@ -79,6 +79,34 @@ def test_an_ack_past_the_high_watermark_the_diagnosis_read_is_unknown_until_the_
     assert d.verdict == "broker-lost" and "tickets/0@15" in d.reason
 
 
+def test_a_young_ack_beyond_the_log_end_may_be_held_back_by_a_follower_still_in_sync() -> None:
+    # acked alone by the leader (acks=1, or acks not known) 40 s before the log end was read
+    # again: a follower that stopped fetching before it stays in sync for up to 1.5 x
+    # replica.lag.time.max.ms (30 s), plus 60 s for the producer's clock, holding the high watermark
+    read_ms = NOW_MS + 2_000
+    young = replace(acked(15), ts_ms=read_ms - 40_000)
+    cluster = view(high=10, high_after={0: 10}, read_done_ms=read_ms)
+    d = diagnose(ROW, [], [young], {}, cluster)
+    assert d.verdict == "unknown", d.reason
+    assert "not known to ack with acks=all" in d.reason and "lost or still held back cannot be told" in d.reason
+    assert d.evidence["held_watermark"]["replica_lag_time_max_ms"] == 30_000
+
+    # once longer ago than that, the high watermark would have passed it: truncated
+    old = replace(acked(15), ts_ms=read_ms - 45_000 - 60_000 - 1)
+    assert diagnose(ROW, [], [old], {}, cluster).verdict == "broker-lost"
+    # a longer lag bound on the brokers holds it longer
+    assert diagnose(ROW, [], [old], {}, replace(cluster, replica_lag_max_ms=60_000)).verdict == "unknown"
+    # an acks=all producer's ack came once the high watermark had passed it
+    assert diagnose(ROW, [], [young], {}, replace(cluster, acks_all_sessions=frozenset({"s1"}))).verdict == (
+        "broker-lost"
+    )
+    # as did a reconciliation run's sighting of it
+    seen = KeyMemory(sightings={"TCK-7": Sighting(0, 15, read_ms - 40_000, "run-1")})
+    assert diagnose(ROW, [], [], {}, cluster, seen).verdict == "broker-lost"
+    # inside the log (the high watermark passed the offset) and gone: truncated, however young
+    assert diagnose(ROW, [], [replace(young, offset=4)], {}, cluster).verdict == "broker-lost"
+
+
 def test_it_says_unknown_for_a_delivery_without_an_offset() -> None:
     entry = LedgerEntry("TCK-7", "s1", 7, "acked", -1, -1, None, "persisted", NOW_MS)
     assert diagnose(ROW, [], [entry], {}, view()).verdict == "unknown"
