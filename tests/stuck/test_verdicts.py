@@ -514,6 +514,23 @@ def test_a_deleted_record_whose_mark_may_have_gone_with_the_ledger_is_unknown() 
     assert d.verdict == "unknown" and "no longer holds marks that old" in d.reason
 
 
+def test_a_record_in_the_topic_stamped_within_the_clock_margin_of_the_consumer_ledgers_edge_is_not_skipped() -> None:
+    # The group committed past the record with no mark for it; the consumer ledger's oldest
+    # record left was written 30 s before the record's timestamp, which is its producer's clock:
+    # a producer 30 s ahead, and the mark, written before the ledger's edge, may be gone.
+    edge = NOW_MS - 600_000
+    record = LocatedRecord("TCK-7", 0, 4, edge + 30_000)
+    cluster = view(committed=9, consumer_ledger=LedgerView("cl", True, complete_since_ms=edge))
+    d = diagnose(ROW, [record], [], {}, cluster)
+    assert d.verdict == "unknown" and "no longer holds marks that old" in d.reason, d.reason
+    # past the margin (60 s, as for deleted records), the ledger speaks for it
+    assert diagnose(ROW, [replace(record, timestamp_ms=edge + 60_000)], [], {}, cluster).verdict == "skipped"
+    # a record without a timestamp only where the ledger holds everything since its start
+    assert diagnose(ROW, [replace(record, timestamp_ms=None)], [], {}, cluster).verdict == "unknown"
+    cluster.consumer_ledger = LedgerView("cl", True, complete_since_ms=0)
+    assert diagnose(ROW, [replace(record, timestamp_ms=None)], [], {}, cluster).verdict == "skipped"
+
+
 def test_a_v2_ack_deleted_before_the_group_was_probed_is_unknown_not_expired() -> None:
     cluster = view(low=8, high=10, committed=10)
     cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)
