@@ -50,6 +50,34 @@ def lag_bound_unread(why: str) -> tuple[int, str]:
     )
 
 
+def under_min_isr(topic: str, partition: int, replicas: int, in_sync: int, min_isr: int) -> str | None:
+    """Why the partition's leader may keep its high watermark where it is however long, or
+    None: with fewer in-sync replicas than min.insync.replicas (or than its replicas, where
+    fewer) it does not advance it (Kafka 3.7 and later, KIP-966), until enough are back."""
+    if in_sync >= min(min_isr, replicas):
+        return None
+    return (
+        f"{topic}/{partition} has {in_sync} in-sync replica(s) of {replicas}, fewer than its min.insync.replicas "
+        f"({min_isr}): its leader does not advance the high watermark until enough are back, however long that takes"
+    )
+
+
+def stalled_watermark(view: ClusterView, partition: int, evidence: dict[str, Any]) -> str | None:
+    """Why a record at or past the partition's high watermark at both of the diagnosis's reads
+    may still be in its leader's log, however long ago it was written or read: the partition
+    under min.insync.replicas (an acks=1 record acked since, or one a new leader, whose high
+    watermark lags the old one's, holds), or its in-sync replicas not known. None otherwise."""
+    if view.stalled_error is not None:
+        why = f"whether {view.topic}/{partition} is under min.insync.replicas could not be read ({view.stalled_error})"
+    else:
+        stall = view.stalled.get(partition)
+        if stall is None:
+            return None
+        why = stall
+    evidence["stalled_watermark"] = why
+    return f"{why}: a record its leader still holds may stay beyond the high watermark, so lost or still held back cannot be told"
+
+
 def held_back(view: ClusterView, session: str, acked_ms: int | None, evidence: dict[str, Any]) -> str | None:
     """Why an ack of producer session `session` at `acked_ms` (its producer's clock), at an
     offset at or past the high watermark at both of the diagnosis's reads, may be of a record

@@ -22,6 +22,7 @@ from confluent_kafka import KafkaError, Message
 
 from auditor.lab.cluster import Cluster as LabCluster
 from auditor.probes.producer_v1 import AuditedProducerV1
+from auditor.stuck.kafka_view import read_in_sync
 from auditor.stuck.service import diagnose_rule
 from tests.support.demo import DemoPipeline
 from tests.support.stuck import StuckSetup, make_rule
@@ -122,3 +123,34 @@ def test_an_acks_1_record_a_frozen_in_sync_follower_holds_behind_the_high_waterm
     # and once it thawed, the next diagnosis sees it
     after = {item.row.key: item.diagnosis.verdict for item in diagnose_rule(setup.rule, setup.options()).items}
     assert after == {before: "waiting", held: "waiting"}
+
+
+def test_the_diagnosis_reads_which_partitions_are_under_min_insync_replicas(
+    make_topic: Callable[..., str], kafka_bootstrap: str, kafka_brokers: int
+) -> None:
+    """Under min.insync.replicas a partition's leader does not advance its high watermark at all:
+    the frozen follower, once fenced, leaves the partition with one in-sync replica of two."""
+    if kafka_brokers < 2:
+        pytest.skip("needs a follower: the 3-broker test stack")
+    topic = make_topic("in-sync", replication_factor=2, config={"min.insync.replicas": "2"})
+    config = {"bootstrap.servers": kafka_bootstrap}
+    cluster = LabCluster(kafka_bootstrap)
+    cluster.wait_for_isr(topic, 2)
+    assert read_in_sync(config, topic) == {}
+
+    start = cluster.partition(topic)
+    follower = next(r for r in start.replicas if r != start.leader)
+    cluster.broker("pause", follower)
+    try:
+        deadline = time.monotonic() + 60
+        while follower in cluster.partition(topic).isr:  # fenced: broker.session.timeout.ms
+            assert time.monotonic() < deadline, "the frozen follower stayed in sync"
+            time.sleep(0.5)
+        assert cluster.partition(topic).isr == (start.leader,)
+        stalled = read_in_sync(config, topic)
+    finally:
+        cluster.broker("resume", follower)
+    cluster.wait_for_isr(topic, 2)
+
+    assert set(stalled) == {0} and f"{topic}/0 has 1 in-sync replica(s) of 2" in stalled[0], stalled
+    assert read_in_sync(config, topic) == {}
