@@ -270,8 +270,9 @@ class ClusterView:
     replica_lag_max_ms: int = DEFAULT_REPLICA_LAG_MAX_MS
     replica_lag_note: str | None = None
     # per partition whose in-sync replicas were fewer than min.insync.replicas when read after
-    # the second read of the log end: why its high watermark may stay put however long
-    # (held_watermark); and why the in-sync replicas could not be read (then any partition may)
+    # the second read of the log end: why its high watermark may stay put however long, above
+    # records a leader acked alone (held_watermark); and why the in-sync replicas could not be
+    # read (then any partition may be)
     stalled: dict[int, str] = field(default_factory=dict)
     stalled_error: str | None = None
     # per partition whose last stable offset is behind the high watermark: when the first

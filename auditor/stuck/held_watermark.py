@@ -10,7 +10,8 @@ beyond the high watermark: no reader sees it, and it is not lost. An ack with ac
 reconciliation run's sighting, proves the high watermark once passed the offset; this one
 does not, so "beyond the log end at both of the diagnosis's reads" proves a truncation only
 once the ack is older than that, as the diagnosis's clock reads it at its second read of the
-log end (the later the read, the stronger what it shows).
+log end (the later the read, the stronger what it shows), and while the partition is not
+under min.insync.replicas: then the leader does not advance the high watermark at all.
 """
 
 from __future__ import annotations
@@ -62,33 +63,34 @@ def under_min_isr(topic: str, partition: int, replicas: int, in_sync: int, min_i
     )
 
 
-def stalled_watermark(view: ClusterView, partition: int, evidence: dict[str, Any]) -> str | None:
-    """Why a record at or past the partition's high watermark at both of the diagnosis's reads
-    may still be in its leader's log, however long ago it was written or read: the partition
-    under min.insync.replicas (an acks=1 record acked since, or one a new leader, whose high
-    watermark lags the old one's, holds), or its in-sync replicas not known. None otherwise."""
-    if view.stalled_error is not None:
-        why = f"whether {view.topic}/{partition} is under min.insync.replicas could not be read ({view.stalled_error})"
-    else:
-        stall = view.stalled.get(partition)
-        if stall is None:
-            return None
-        why = stall
-    evidence["stalled_watermark"] = why
-    return f"{why}: a record its leader still holds may stay beyond the high watermark, so lost or still held back cannot be told"
-
-
-def held_back(view: ClusterView, session: str, acked_ms: int | None, evidence: dict[str, Any]) -> str | None:
+def held_back(
+    view: ClusterView, partition: int, session: str, acked_ms: int | None, evidence: dict[str, Any]
+) -> str | None:
     """Why an ack of producer session `session` at `acked_ms` (its producer's clock), at an
-    offset at or past the high watermark at both of the diagnosis's reads, may be of a record
-    the leader still holds behind a follower that stopped fetching; None when it cannot be."""
+    offset of `partition` at or past the high watermark at both of the diagnosis's reads, may be
+    of a record its leader still holds; None when it cannot be (then it was truncated).
+
+    An acks=all ack came once the high watermark had passed the record. Another one did not; its
+    record, if the leader that acked it still leads, is held back by a follower that stopped
+    fetching (for `hold_ms` after it was written) or by the partition being under
+    min.insync.replicas (however long). Had the leader changed since, the new one would either
+    hold the record below the start offset of its epoch, which its high watermark has passed
+    before it answers for the log end (Kafka refuses ListOffsets until then: OFFSET_NOT_AVAILABLE),
+    or not hold it: lost."""
     if session in view.acks_all_sessions:
-        return None  # acked once every in-sync replica had it: the high watermark passed it then
+        return None
+    alone = f"the producer session {session} is not known to ack with acks=all, so the leader may have acked it alone"
     read_ms = view.read_done_ms or view.now_ms  # (no later than the second read of the log end)
     held_ms = hold_ms(view.replica_lag_max_ms)
     # the ack's time is its producer's clock: the usual margin for clocks that drift
     if acked_ms is not None and acked_ms + held_ms + COMPLETENESS_SLACK_MS < read_ms:
-        return None
+        if view.stalled_error is None and partition not in view.stalled:
+            return None
+        stall = view.stalled.get(partition) or (
+            f"whether {view.topic}/{partition} is under min.insync.replicas could not be read ({view.stalled_error})"
+        )
+        evidence["stalled_watermark"] = stall
+        return f"{alone}, and {stall}: lost or still held back cannot be told"
     evidence["held_watermark"] = {
         "acked_at": ms_to_iso(acked_ms),
         "log_end_read_at": ms_to_iso(read_ms),
@@ -98,9 +100,8 @@ def held_back(view: ClusterView, session: str, acked_ms: int | None, evidence: d
     acked = "at an unknown time" if acked_ms is None else f"at {ms_to_iso(acked_ms)}"
     assumed = f" ({view.replica_lag_note})" if view.replica_lag_note else ""
     return (
-        f"the producer session {session} is not known to ack with acks=all, so the leader may have acked it alone "
-        f"({acked}), and a follower that stopped fetching stays in sync, holding the high watermark below it, for "
-        f"up to {held_ms / 1000:g} s after it was written (replica.lag.time.max.ms {view.replica_lag_max_ms}"
+        f"{alone} ({acked}), and a follower that stopped fetching stays in sync, holding the high watermark below "
+        f"it, for up to {held_ms / 1000:g} s after it was written (replica.lag.time.max.ms {view.replica_lag_max_ms}"
         f"{assumed}, checked every half of it) plus {COMPLETENESS_SLACK_MS // 1000} s for the producer's clock, "
         f"a span not over when this diagnosis read the log end ({ms_to_iso(read_ms)}): lost or still held back "
         "cannot be told"

@@ -17,7 +17,7 @@ from auditor.stuck.evidence import (
     iso_to_ms,
     ms_to_iso,
 )
-from auditor.stuck.held_watermark import held_back, stalled_watermark
+from auditor.stuck.held_watermark import held_back
 from auditor.stuck.verdict_outcomes import (
     COMPLETENESS_SLACK_MS,
     MarkIndex,
@@ -220,8 +220,7 @@ def _written_then_gone(
     """A record with the key was written at partition@offset (acked by producer session
     `acked_by`, or seen by a run) and is not in the topic now: truncated where the log still
     covers the offset, else deleted. Beyond the log end, an ack may be of a record the leader
-    still holds above a high watermark a follower holds back, and any record may be while the
-    partition is under min.insync.replicas (held_watermark)."""
+    still holds above a high watermark held back (held_watermark); a sighting cannot."""
     state = view.partitions.get(partition)
     where = f"{view.topic}/{partition}@{offset}"
     if state is None:
@@ -246,10 +245,8 @@ def _written_then_gone(
             + ": newer than its view of the topic, the next diagnosis will see it",
             evidence,
         )
-    if offset >= state.high:
-        held = (held_back(view, acked_by, written_ms, evidence) if acked_by is not None else None) or (
-            stalled_watermark(view, partition, evidence)
-        )
+    if offset >= state.high and acked_by is not None:
+        held = held_back(view, partition, acked_by, written_ms, evidence)
         if held is not None:
             return Diagnosis(
                 "unknown",
