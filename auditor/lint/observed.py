@@ -49,6 +49,8 @@ class ReportedClients:
     complete: bool = True  # False when the timeout hit before the end of the topic
     # every producer session (not only each app's newest) whose config names a transactional.id
     transactional_sessions: frozenset[str] = frozenset()
+    # every producer session whose config makes it ack with acks=all (acks_all)
+    acks_all_sessions: frozenset[str] = frozenset()
 
 
 def _reader(connection: Mapping[str, Any], isolation: str = "read_uncommitted") -> Consumer:
@@ -162,7 +164,28 @@ def read_reported_clients(connection: Mapping[str, Any], topic: str, *, timeout:
     transactional = frozenset(
         r.session for r in newest.values() if r.kind == "producer" and (r.config or {}).get("transactional.id")
     )
-    return ReportedClients(clients, undecodable=undecodable, complete=complete, transactional_sessions=transactional)
+    return ReportedClients(
+        clients,
+        undecodable=undecodable,
+        complete=complete,
+        transactional_sessions=transactional,
+        acks_all_sessions=frozenset(r.session for r in newest.values() if r.kind == "producer" and acks_all(r)),
+    )
+
+
+def acks_all(record: ClientRecord) -> bool:
+    """Does the producer whose probe reported `record` ack with acks=all? Its acks setting
+    (acks, or librdkafka's alias request.required.acks) says so, or idempotence (which librdkafka
+    refuses to run without it; a transactional.id turns idempotence on), or, unset, librdkafka's
+    default since 1.0. False where the record does not tell."""
+    config = record.config or {}
+    for name in ("acks", "request.required.acks"):
+        if name in config:
+            return str(config[name]).strip().lower() in ("all", "-1")
+    if config.get("transactional.id") or str(config.get("enable.idempotence", "")).strip().lower() == "true":
+        return True
+    major = record.library_version.split(".", 1)[0] if record.library_version else ""
+    return record.library == "librdkafka" and major.isdigit() and int(major) >= 1
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ class ObservedProducers:
     outcome: tuple[int, str | None]  # observed_send_outcome's answer
     # the producer sessions it shows with a transactional.id (those it does not show may be too)
     transactional_sessions: frozenset[str] = frozenset()
+    # the producer sessions it shows acking with acks=all (those it does not show may not)
+    acks_all_sessions: frozenset[str] = frozenset()
 
 
 def observed_send_outcome(
@@ -55,7 +57,9 @@ def observed_producers(
         notes.append(
             f"{clients_topic} was not read to its end within {timeout_s:g} s: a producer that retries longer may be unseen"
         )
-    return ObservedProducers((bound, "; ".join(notes) or None), reported.transactional_sessions)
+    return ObservedProducers(
+        (bound, "; ".join(notes) or None), reported.transactional_sessions, reported.acks_all_sessions
+    )
 
 
 def widest(kept: int | None, seen: int) -> int:

@@ -19,6 +19,9 @@ from spark_jobs.send_outcome import SEND_OUTCOME_MS
 
 RecordState = Literal["committed", "aborted", "open"]
 
+# Kafka's default replica.lag.time.max.ms, assumed where the brokers' setting cannot be read.
+DEFAULT_REPLICA_LAG_MAX_MS = 30_000
+
 
 @dataclass(frozen=True)
 class StuckRow:
@@ -259,6 +262,19 @@ class ClusterView:
     # producer sessions the clients topic shows with a transactional.id: their acks do not
     # say the record's transaction committed
     transactional_sessions: frozenset[str] = frozenset()
+    # producer sessions the clients topic shows acking with acks=all: their acks say the high
+    # watermark had passed the record (held_watermark)
+    acks_all_sessions: frozenset[str] = frozenset()
+    # the brokers' longest replica.lag.time.max.ms (held_watermark), and why it was assumed
+    # when it could not be read
+    replica_lag_max_ms: int = DEFAULT_REPLICA_LAG_MAX_MS
+    replica_lag_note: str | None = None
+    # per partition whose in-sync replicas were fewer than min.insync.replicas when read after
+    # the second read of the log end: why its high watermark may stay put however long, above
+    # records a leader acked alone (held_watermark); and why the in-sync replicas could not be
+    # read (then any partition may be)
+    stalled: dict[int, str] = field(default_factory=dict)
+    stalled_error: str | None = None
     # per partition whose last stable offset is behind the high watermark: when the first
     # record of the open transaction was written
     open_transaction_since_ms: dict[int, int | None] = field(default_factory=dict)

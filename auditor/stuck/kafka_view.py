@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from auditor.lint.engine.terms import Overtaken
 from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
+from auditor.stuck.held_watermark import lag_bound_unread, longest_lag_bound, under_min_isr
 from auditor.stuck.record_reader import RecordReader, Target, leader_epoch_starts, record_timestamps
 from spark_jobs.group_offsets import committed_offsets, coordinator_request
 from spark_jobs.kafka_cleanup import read_topic_cleanup
@@ -126,8 +127,8 @@ def _describe_groups(
 
 
 def _configs(admin: AdminClient, view: ClusterView, timeout_s: float) -> None:
-    """The topic's cleanup settings and the brokers' offsets.retention.minutes, into `view`;
-    what could not be read goes to its notes."""
+    """The topic's cleanup settings and the brokers' offsets.retention.minutes and
+    replica.lag.time.max.ms, into `view`; what could not be read goes to its notes."""
     topic = view.topic
     offsets_minutes: int | None = None
     try:
@@ -137,8 +138,9 @@ def _configs(admin: AdminClient, view: ClusterView, timeout_s: float) -> None:
         view.cleanup_error = str(exc)
         view.notes.append(f"retention.ms and cleanup.policy of {topic} could not be read: {exc}")
     try:
-        # Each group's coordinator applies its own broker's setting: the shortest one bounds
-        # them all, and one broker that does not answer leaves it unknown.
+        # Each group's coordinator applies its own broker's offsets.retention.minutes: the
+        # shortest one bounds them all, and one broker that does not answer leaves it unknown.
+        # Each partition's leader its replica.lag.time.max.ms: the longest bounds them all.
         # librdkafka takes one broker resource per DescribeConfigs call.
         brokers = sorted(admin.list_topics(timeout=timeout_s).brokers)
         answers = [
@@ -148,13 +150,23 @@ def _configs(admin: AdminClient, view: ClusterView, timeout_s: float) -> None:
                 [ConfigResource(ResourceType.BROKER, str(b))], request_timeout=timeout_s
             ).values()
         ]
-        settings = [f.result(timeout=timeout_s + FUTURE_MARGIN_S).get("offsets.retention.minutes") for f in answers]
-        offsets_minutes = shortest_minutes([None if e is None else e.value for e in settings], len(brokers))
+        configs = [f.result(timeout=timeout_s + FUTURE_MARGIN_S) for f in answers]
+
+        def values(name: str) -> list[str | None]:
+            return [None if (e := c.get(name)) is None or e.value is None else str(e.value) for c in configs]
+
+        offsets_minutes = shortest_minutes(values("offsets.retention.minutes"), len(brokers))
+        lag_bound = longest_lag_bound(values("replica.lag.time.max.ms"), len(brokers))
     except (KafkaException, ValueError) as exc:
-        view.notes.append(f"offsets.retention.minutes could not be read: {exc}")
+        lag_bound = lag_bound_unread(str(exc))
+        view.notes.append(f"offsets.retention.minutes could not be read: {exc}; {lag_bound[1]}")
     except TimeoutError:
-        view.notes.append(f"offsets.retention.minutes could not be read: no answer within {timeout_s:g} s")
+        lag_bound = lag_bound_unread(f"no answer within {timeout_s:g} s")
+        view.notes.append(
+            f"offsets.retention.minutes could not be read: no answer within {timeout_s:g} s; {lag_bound[1]}"
+        )
     view.offsets_retention_minutes = offsets_minutes
+    view.replica_lag_max_ms, view.replica_lag_note = lag_bound
 
 
 def shortest_minutes(values: list[str | None], brokers: int) -> int | None:
@@ -189,6 +201,33 @@ def read_after_locate(
         ]
     deleted = f"records were deleted while the diagnosis read them: {', '.join(moved)}" if moved else None
     return deleted, highs
+
+
+def read_in_sync(kafka_config: dict[str, Any], topic: str, timeout_s: float = 10.0) -> dict[int, str]:
+    """Per partition of `topic` under min.insync.replicas now: why its high watermark may stay
+    put however long (held_watermark.under_min_isr). Read after the log ends, which it speaks
+    for. Raises KafkaReadError when it cannot tell."""
+    bootstrap, config = client_settings(kafka_config)
+    admin = admin_client(bootstrap, config, timeout_s)
+    try:
+        described = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=timeout_s)
+        setting = next(iter(futures.values())).result(timeout=timeout_s + FUTURE_MARGIN_S).get("min.insync.replicas")
+    except (KafkaException, TimeoutError) as exc:
+        raise KafkaReadError(
+            f"the in-sync replicas or min.insync.replicas of {topic} could not be read: {exc or type(exc).__name__}"
+        ) from exc
+    if described is None or described.error is not None or setting is None or setting.value is None:
+        raise KafkaReadError(f"the in-sync replicas or min.insync.replicas of {topic} could not be read")
+    try:
+        min_isr = int(setting.value)
+    except ValueError as exc:
+        raise KafkaReadError(f"topic {topic!r} reports an unreadable min.insync.replicas: {exc}") from exc
+    stalled = {
+        p: under_min_isr(topic, p, len(meta.replicas), len(meta.isrs), min_isr)
+        for p, meta in described.partitions.items()
+    }
+    return {p: why for p, why in stalled.items() if why is not None}
 
 
 def _complete_since(

@@ -47,7 +47,7 @@ from auditor.reconcile.memory import (
 )
 from auditor.stuck.alerting import muted_keys, update_problems
 from auditor.stuck.evidence import ClusterView, Diagnosis, KeyMemory, StuckRow
-from auditor.stuck.kafka_view import ReadPlan, first_record_ms, read_after_locate, read_cluster_view
+from auditor.stuck.kafka_view import ReadPlan, first_record_ms, read_after_locate, read_cluster_view, read_in_sync
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
 from auditor.stuck.locate_python import mark_positions
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
@@ -195,6 +195,10 @@ def _check_after_read(binding: Binding, view: ClusterView, reads: dict[str, dict
     except KafkaReadError as exc:
         view.kafka_error = f"whether records were deleted while the diagnosis read them could not be checked: {exc}"
         return
+    try:
+        view.stalled = read_in_sync(binding.cluster.client_config(), view.topic)
+    except KafkaReadError as exc:
+        view.stalled_error = str(exc)
     if deleted:
         view.kafka_error = f"{deleted}; run the diagnosis again"
 
@@ -435,6 +439,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         producers = outcome.result()
         view.send_outcome_ms, outcome_note = cluster_send_outcome(binding.cluster, observed=producers.outcome)
         view.transactional_sessions = producers.transactional_sessions
+        view.acks_all_sessions = producers.acks_all_sessions
         if outcome_note:
             result.notes.append(outcome_note)
     state_meta = _recall_stamps(result, binding, view)

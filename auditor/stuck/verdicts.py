@@ -23,7 +23,9 @@ Decision, in order:
 3. Only in a transaction still open (past the last stable offset) -> waiting; only in
    aborted transactions -> aborted.
 4. Not in the topic at all (needs the producer ledger, else unknown):
-   acked at an offset the log still covers -> broker-lost; acked at an offset below the
+   acked at an offset the log still covers -> broker-lost (beyond the log end, an ack not
+   known to be acks=all only once no follower and no min.insync.replicas stall can hold the
+   high watermark below it: held_watermark.py); acked at an offset below the
    log start -> deleted: processed mark -> processed-not-updated; the group had not
    reached it -> expired; committed past it: unknown when the consumer ledger no longer
    holds marks as old as the record or the record is below the group's first mark on its

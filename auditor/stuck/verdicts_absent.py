@@ -17,6 +17,7 @@ from auditor.stuck.evidence import (
     iso_to_ms,
     ms_to_iso,
 )
+from auditor.stuck.held_watermark import held_back
 from auditor.stuck.verdict_outcomes import (
     COMPLETENESS_SLACK_MS,
     MarkIndex,
@@ -68,7 +69,9 @@ def not_in_topic(
                 "so whether it was committed (then lost or deleted) or aborted cannot be told",
                 evidence,
             )
-        return _written_then_gone(row, entry.partition, entry.offset, "acked at", marks, view, evidence, entry.ts_ms)
+        return _written_then_gone(
+            row, entry.partition, entry.offset, "acked at", marks, view, evidence, entry.ts_ms, entry.session
+        )
     sighting = memory.sightings.get(row.key)
     if sighting is not None:
         evidence["seen"] = sighting.as_json()
@@ -212,9 +215,12 @@ def _written_then_gone(
     view: ClusterView,
     evidence: dict[str, Any],
     written_ms: int | None,
+    acked_by: str | None = None,
 ) -> Diagnosis:
-    """A record with the key was written at partition@offset (acked, or seen by a run) and is
-    not in the topic now: truncated where the log still covers the offset, else deleted."""
+    """A record with the key was written at partition@offset (acked by producer session
+    `acked_by`, or seen by a run) and is not in the topic now: truncated where the log still
+    covers the offset, else deleted. Beyond the log end, an ack may be of a record the leader
+    still holds above a high watermark held back (held_watermark); a sighting cannot."""
     state = view.partitions.get(partition)
     where = f"{view.topic}/{partition}@{offset}"
     if state is None:
@@ -239,6 +245,15 @@ def _written_then_gone(
             + ": newer than its view of the topic, the next diagnosis will see it",
             evidence,
         )
+    if offset >= state.high and acked_by is not None:
+        held = held_back(view, partition, acked_by, written_ms, evidence)
+        if held is not None:
+            return Diagnosis(
+                "unknown",
+                f"{how} {where}, beyond the log end at both of this diagnosis's reads (high watermark {state.high}, "
+                f"then {end_now}), but {held}",
+                evidence,
+            )
     if offset >= state.low:
         compacted = compacted_since(view, written_ms, evidence)
         if compacted is not None:

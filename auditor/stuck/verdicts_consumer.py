@@ -129,9 +129,10 @@ def _visible_outcome(
             f"ledger {ledger.topic}: its consumer is not probed",
             info,
         )
-    if ledger.complete_since_ms is None or (
-        record.timestamp_ms is not None and ledger.complete_since_ms > record.timestamp_ms
-    ):
+    # the record's timestamp is its producer's clock, the ledger's edge its consumer's: the same
+    # margin as for a deleted record (verdicts_absent._deleted); a record without a timestamp
+    # only where the ledger holds everything since its start
+    if not complete(ledger.complete_since_ms, record.timestamp_ms or 0):
         return Outcome(
             "unknown",
             f"group {group.group} committed past {where} ({past}), but the consumer ledger no longer holds marks "

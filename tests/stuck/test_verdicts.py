@@ -79,6 +79,59 @@ def test_an_ack_past_the_high_watermark_the_diagnosis_read_is_unknown_until_the_
     assert d.verdict == "broker-lost" and "tickets/0@15" in d.reason
 
 
+def test_a_young_ack_beyond_the_log_end_may_be_held_back_by_a_follower_still_in_sync() -> None:
+    # acked alone by the leader (acks=1, or acks not known) 40 s before the log end was read
+    # again: a follower that stopped fetching before it stays in sync for up to 1.5 x
+    # replica.lag.time.max.ms (30 s), plus 60 s for the producer's clock, holding the high watermark
+    read_ms = NOW_MS + 2_000
+    young = replace(acked(15), ts_ms=read_ms - 40_000)
+    cluster = view(high=10, high_after={0: 10}, read_done_ms=read_ms)
+    d = diagnose(ROW, [], [young], {}, cluster)
+    assert d.verdict == "unknown", d.reason
+    assert "not known to ack with acks=all" in d.reason and "lost or still held back cannot be told" in d.reason
+    assert d.evidence["held_watermark"]["replica_lag_time_max_ms"] == 30_000
+
+    # once longer ago than that, the high watermark would have passed it: truncated
+    old = replace(acked(15), ts_ms=read_ms - 45_000 - 60_000 - 1)
+    assert diagnose(ROW, [], [old], {}, cluster).verdict == "broker-lost"
+    # a longer lag bound on the brokers holds it longer
+    assert diagnose(ROW, [], [old], {}, replace(cluster, replica_lag_max_ms=60_000)).verdict == "unknown"
+    # an acks=all producer's ack came once the high watermark had passed it
+    assert diagnose(ROW, [], [young], {}, replace(cluster, acks_all_sessions=frozenset({"s1"}))).verdict == (
+        "broker-lost"
+    )
+    # as did a reconciliation run's sighting of it
+    seen = KeyMemory(sightings={"TCK-7": Sighting(0, 15, read_ms - 40_000, "run-1")})
+    assert diagnose(ROW, [], [], {}, cluster, seen).verdict == "broker-lost"
+    # inside the log (the high watermark passed the offset) and gone: truncated, however young
+    assert diagnose(ROW, [], [replace(young, offset=4)], {}, cluster).verdict == "broker-lost"
+
+
+def test_an_ack_beyond_the_log_end_of_a_partition_under_min_insync_replicas_is_unknown_however_old() -> None:
+    # With fewer in-sync replicas than min.insync.replicas the leader does not advance the high
+    # watermark at all: an acks=1 record it acked alone stays beyond it for as long as that lasts.
+    stall = "tickets/0 has 1 in-sync replica(s) of 2, fewer than its min.insync.replicas (2): ..."
+    cluster = view(high=10, high_after={0: 10}, read_done_ms=NOW_MS, stalled={0: stall})
+    d = diagnose(ROW, [], [acked(15)], {}, cluster)  # acked an hour ago
+    assert d.verdict == "unknown" and stall in d.reason and "lost or still held back cannot be told" in d.reason
+    assert d.evidence["stalled_watermark"] == stall
+    # in-sync replicas not known: the partition may be under min.insync.replicas
+    unread = replace(cluster, stalled={}, stalled_error="the in-sync replicas of tickets could not be read")
+    d = diagnose(ROW, [], [acked(15)], {}, unread)
+    assert d.verdict == "unknown" and "could not be read" in d.reason
+    # An acks=all ack, or a run's sighting, came once the high watermark had passed the record
+    # under the leader of then: a high watermark below it now means a new leader without it (one
+    # that held it would hold it below its epoch's start, which Kafka's answer for the log end
+    # waits for the high watermark to pass). Lost.
+    acks_all = replace(cluster, acks_all_sessions=frozenset({"s1"}))
+    assert diagnose(ROW, [], [acked(15)], {}, acks_all).verdict == "broker-lost"
+    seen = KeyMemory(sightings={"TCK-7": Sighting(0, 15, NOW_MS - 3500_000, "run-1")})
+    assert diagnose(ROW, [], [], {}, cluster, seen).verdict == "broker-lost"
+    # another partition's stall says nothing of this one; inside the log it is lost all the same
+    assert diagnose(ROW, [], [acked(15)], {}, replace(cluster, stalled={1: stall})).verdict == "broker-lost"
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "broker-lost"
+
+
 def test_it_says_unknown_for_a_delivery_without_an_offset() -> None:
     entry = LedgerEntry("TCK-7", "s1", 7, "acked", -1, -1, None, "persisted", NOW_MS)
     assert diagnose(ROW, [], [entry], {}, view()).verdict == "unknown"
@@ -484,6 +537,23 @@ def test_a_deleted_record_whose_mark_may_have_gone_with_the_ledger_is_unknown() 
     cluster.groups["g"].max_mark_below_low = {0: 6}
     d = diagnose(ROW, [], [acked(4)], {}, cluster)
     assert d.verdict == "unknown" and "no longer holds marks that old" in d.reason
+
+
+def test_a_record_in_the_topic_stamped_within_the_clock_margin_of_the_consumer_ledgers_edge_is_not_skipped() -> None:
+    # The group committed past the record with no mark for it; the consumer ledger's oldest
+    # record left was written 30 s before the record's timestamp, which is its producer's clock:
+    # a producer 30 s ahead, and the mark, written before the ledger's edge, may be gone.
+    edge = NOW_MS - 600_000
+    record = LocatedRecord("TCK-7", 0, 4, edge + 30_000)
+    cluster = view(committed=9, consumer_ledger=LedgerView("cl", True, complete_since_ms=edge))
+    d = diagnose(ROW, [record], [], {}, cluster)
+    assert d.verdict == "unknown" and "no longer holds marks that old" in d.reason, d.reason
+    # past the margin (60 s, as for deleted records), the ledger speaks for it
+    assert diagnose(ROW, [replace(record, timestamp_ms=edge + 60_000)], [], {}, cluster).verdict == "skipped"
+    # a record without a timestamp only where the ledger holds everything since its start
+    assert diagnose(ROW, [replace(record, timestamp_ms=None)], [], {}, cluster).verdict == "unknown"
+    cluster.consumer_ledger = LedgerView("cl", True, complete_since_ms=0)
+    assert diagnose(ROW, [replace(record, timestamp_ms=None)], [], {}, cluster).verdict == "skipped"
 
 
 def test_a_v2_ack_deleted_before_the_group_was_probed_is_unknown_not_expired() -> None:

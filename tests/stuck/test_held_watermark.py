@@ -1,0 +1,160 @@
+"""An acks=1 record that a frozen follower keeps behind the high watermark is not lost.
+
+The leader acks an acks=1 record as soon as it has written it; the high watermark passes the
+record only once every in-sync replica has fetched it. A follower frozen (SIGSTOP) while still
+in the in-sync set holds the high watermark back (for up to 1.5 x replica.lag.time.max.ms; and,
+once the controller fences it, for as long as the partition stays under min.insync.replicas):
+no reader sees the record, at either of the diagnosis's reads of the log end. It was never lost:
+once the follower thaws, the record is there at the offset its delivery report named.
+
+Ground truth: the producer's delivery reports, full reads of the topic while the follower is
+frozen and after it thawed, and the table. Real brokers of the 3-broker test stack.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Message
+
+from auditor.lab.cluster import Cluster as LabCluster
+from auditor.probes.producer_v1 import AuditedProducerV1
+from auditor.stuck.kafka_view import read_in_sync
+from auditor.stuck.service import diagnose_rule
+from tests.support.demo import DemoPipeline
+from tests.support.stuck import StuckSetup, make_rule
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+
+def _produce_acks_1(pipeline: DemoPipeline, ticket_id: str, delivered: dict[str, tuple[int, int]]) -> None:
+    """One record of `ticket_id` through a probed (contract v1) producer with acks=1; its
+    delivery report, which must be an ack, goes to `delivered` (ticket → partition, offset)."""
+
+    def report(err: KafkaError | None, msg: Message) -> None:
+        assert err is None, err
+        delivered[ticket_id] = (msg.partition(), msg.offset())
+
+    producer = AuditedProducerV1(
+        {**pipeline.kafka_config, "acks": "1", "enable.idempotence": False, "linger.ms": 0},
+        ledger_topic=pipeline.probes.producer_ledger,
+        clients_topic=pipeline.probes.clients,
+        ledger_flush_interval_s=0.2,
+        ledger_flush_timeout_s=60,
+    )
+    producer.produce(pipeline.topic, b"{}", ticket_id.encode(), on_delivery=report)
+    # the ledger's own acks=all writes wait for the frozen broker to be fenced where it holds a
+    # replica of the ledger: up to broker.session.timeout.ms (9 s)
+    assert producer.close(90) == 0
+    assert ticket_id in delivered
+
+
+def test_an_acks_1_record_a_frozen_in_sync_follower_holds_behind_the_high_watermark_is_not_broker_lost(
+    make_pipeline: Callable[..., DemoPipeline],
+    make_topic: Callable[..., str],
+    kafka_brokers: int,
+    settings: Any,
+    tmp_path: Any,
+) -> None:
+    if kafka_brokers < 2:
+        pytest.skip("needs a follower: the 3-broker test stack")
+    settings.RECONCILE_STATE_DIR = str(tmp_path / "reconcile-state")
+    pipeline = make_pipeline(contract=1)
+    # RF 2: the frozen follower is the only other replica. min.insync.replicas 2 (the stack's
+    # default, said here): once fenced, the partition is under it and its high watermark stays.
+    pipeline.topic = make_topic("held", replication_factor=2, config={"min.insync.replicas": "2"})
+    setup = StuckSetup(pipeline, make_rule(pipeline))
+    with pipeline.store() as store:
+        before, held = (store.insert_ticket({}).ticket_id for _ in range(2))
+
+    cluster = LabCluster(pipeline.bootstrap)
+    start = cluster.partition(pipeline.topic)
+    follower = next(r for r in start.replicas if r != start.leader)
+    delivered: dict[str, tuple[int, int]] = {}
+    _produce_acks_1(pipeline, before, delivered)
+    cluster.wait_for_isr(pipeline.topic, 2)
+    deadline = time.monotonic() + 30
+    while cluster.watermarks(pipeline.topic)[0][1] <= delivered[before][1]:  # the follower has it
+        assert time.monotonic() < deadline, "the follower did not fetch the first record"
+        time.sleep(0.2)
+
+    cluster.broker("pause", follower)
+    try:
+        # the follower's last fetch request may still wait at the leader (replica.fetch.wait.max.ms,
+        # 500 ms) and would carry a record appended meanwhile: once it expired, it asks for nothing
+        time.sleep(1.0)
+        _produce_acks_1(pipeline, held, delivered)
+        acked_at = time.time()
+        # Ground truth while the follower is frozen: acked at that offset, and a full read of
+        # the topic ends before it (the high watermark has not passed it).
+        frozen_read = {record.key: record.offset for record in cluster.read_topic(pipeline.topic)}
+        assert frozen_read == {before: delivered[before][1]}, frozen_read
+        assert cluster.watermarks(pipeline.topic)[0][1] <= delivered[held][1]
+
+        frozen = diagnose_rule(setup.rule, setup.options())
+        # the diagnosis read the log end within the span a held watermark can last (45 s with
+        # the stack's replica.lag.time.max.ms of 30 s, plus the producer clock's 60 s)
+        assert time.time() - acked_at < 45, "the diagnosis came too late to prove anything"
+    finally:
+        cluster.broker("resume", follower)
+    cluster.wait_for_isr(pipeline.topic, 2)
+
+    # Ground truth after the thaw: the record is at the offset its ack named. Never lost.
+    deadline = time.monotonic() + 60
+    while True:
+        thawed = {record.key: record.offset for record in cluster.read_topic(pipeline.topic)}
+        if held in thawed or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert thawed == {before: delivered[before][1], held: delivered[held][1]}, thawed
+
+    items = {item.row.key: item.diagnosis for item in frozen.items}
+    assert set(items) == {before, held}
+    assert items[before].verdict == "waiting", items[before].reason  # the group never read anything
+    # The old code: "acked at .../0@1, but the log has no record with this key there: lost on the
+    # broker side". The ack, with acks=1, does not say the high watermark ever passed it.
+    assert items[held].verdict == "unknown", items[held].reason
+    assert "lost or still held back cannot be told" in items[held].reason
+    assert items[held].evidence["held_watermark"]["replica_lag_time_max_ms"] == 30_000
+
+    # and once it thawed, the next diagnosis sees it
+    after = {item.row.key: item.diagnosis.verdict for item in diagnose_rule(setup.rule, setup.options()).items}
+    assert after == {before: "waiting", held: "waiting"}
+
+
+def test_the_diagnosis_reads_which_partitions_are_under_min_insync_replicas(
+    make_topic: Callable[..., str], kafka_bootstrap: str, kafka_brokers: int
+) -> None:
+    """Under min.insync.replicas a partition's leader does not advance its high watermark at all:
+    the frozen follower, once fenced, leaves the partition with one in-sync replica of two."""
+    if kafka_brokers < 2:
+        pytest.skip("needs a follower: the 3-broker test stack")
+    topic = make_topic("in-sync", replication_factor=2, config={"min.insync.replicas": "2"})
+    config = {"bootstrap.servers": kafka_bootstrap}
+    cluster = LabCluster(kafka_bootstrap)
+    cluster.wait_for_isr(topic, 2)
+    assert read_in_sync(config, topic) == {}
+
+    start = cluster.partition(topic)
+    follower = next(r for r in start.replicas if r != start.leader)
+    cluster.broker("pause", follower)
+    try:
+        deadline = time.monotonic() + 60
+        while follower in cluster.partition(topic).isr:  # fenced: broker.session.timeout.ms
+            assert time.monotonic() < deadline, "the frozen follower stayed in sync"
+            time.sleep(0.5)
+        assert cluster.partition(topic).isr == (start.leader,)
+        stalled = read_in_sync(config, topic)
+    finally:
+        cluster.broker("resume", follower)
+    cluster.wait_for_isr(topic, 2)
+
+    assert set(stalled) == {0} and f"{topic}/0 has 1 in-sync replica(s) of 2" in stalled[0], stalled
+    # back in sync (as the metadata of the broker asked first said): every broker learns it soon
+    deadline = time.monotonic() + 30
+    while (stalled := read_in_sync(config, topic)) != {}:
+        assert time.monotonic() < deadline, stalled
+        time.sleep(0.5)
