@@ -534,12 +534,15 @@ class AuditedProducer(ProducerWrapper):
             rows.extend(key_entries(base, keys, stamps))
 
     def _background_resolve(self) -> None:
+        # Taken first: every sequence up to it is ledgered by the steps below (a send racing
+        # them is not, and a heartbeat must not name it as sent)
+        sent = self.last_sequences()
         self._resolve()
         self._write_unresolved_tail()
         self._write_keys()
-        self._heartbeat()
+        self._heartbeat(sent)
 
-    def _heartbeat(self) -> None:
+    def _heartbeat(self, sent: dict[str, int]) -> None:
         """A session-end when this flush writes nothing and nothing was ledgered for
         ``ledger_heartbeat_s``: an idle session's ledger is never silent for longer, so readers
         know a silent one stopped (it may have sent records its ledger never got)."""
@@ -547,9 +550,7 @@ class AuditedProducer(ProducerWrapper):
         if ledger.pending_count() or time.monotonic() - ledger.last_write_at < self._heartbeat_s:
             return
         ledger.write(
-            encode_session_end(
-                "producer", self.session_id, _time_ns() // 1_000_000, self.last_sequences(), alive_ms=self._alive_ms
-            )
+            encode_session_end("producer", self.session_id, _time_ns() // 1_000_000, sent, alive_ms=self._alive_ms)
         )
 
     # --- polling: tracked so resolution knows when reports have been served ----------------
