@@ -214,6 +214,9 @@ class SessionStart:
     ts_ms: int
     host: str | None
     group: str | None = None
+    # contract-v2 producers: the session writes a ledger record at least this often while it
+    # runs (a heartbeat when idle), so a silence longer than this means it stopped
+    alive_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +244,10 @@ class SessionEnd:
     group: str | None = None
     last_offset: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     header_problems: Mapping[str, HeaderProblems] = field(default_factory=dict)
+    # contract-v2 producers: as in SessionStart; `closed`: written by close(), after every
+    # other ledger record of the session (a checkpoint or a heartbeat is no close)
+    alive_ms: int | None = None
+    closed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,6 +413,7 @@ def encode_session_start(
     ts_ms: int,
     host: str | None,
     group: str | None = None,
+    alive_ms: int | None = None,
 ) -> bytes:
     record: dict[str, Any] = {"v": LEDGER_VERSION, "type": "session-start"}
     if kind == "producer":
@@ -414,6 +422,8 @@ def encode_session_start(
         record["sid"] = session
         record["group"] = group
     record.update({"client_id": client_id, "ts": ts_ms, "host": host})
+    if alive_ms is not None:
+        record["alive_ms"] = alive_ms
     return _dumps(record).encode("ascii")
 
 
@@ -425,9 +435,13 @@ def encode_session_end(
     group: str | None = None,
     last_offset: Mapping[str, Mapping[int, int]] | None = None,
     header_problems: Mapping[str, HeaderProblems] | None = None,
+    *,
+    alive_ms: int | None = None,
+    closed: bool = False,
 ) -> bytes:
-    """A ``session-end``: producers carry ``last_seq``; consumers ``last_offset`` and
-    ``header_problems`` (JSON object keys are strings, so partitions become decimal text)."""
+    """A ``session-end``: producers carry ``last_seq`` (contract-v2 ones also ``alive_ms``,
+    and ``closed`` when close() wrote it); consumers ``last_offset`` and ``header_problems``
+    (JSON object keys are strings, so partitions become decimal text)."""
     if kind == "producer":
         record: dict[str, Any] = {
             "v": LEDGER_VERSION,
@@ -436,6 +450,10 @@ def encode_session_end(
             "ts": ts_ms,
             "last_seq": dict(last_seq or {}),
         }
+        if alive_ms is not None:
+            record["alive_ms"] = alive_ms
+        if closed:
+            record["closed"] = True
     else:
         record = {
             "v": LEDGER_VERSION,

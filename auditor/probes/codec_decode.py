@@ -322,6 +322,7 @@ def _decode_object(obj: Mapping[str, Any]) -> LedgerRecord:
             ts_ms=_req(obj, "ts", int),
             host=_opt(obj, "host", str),
             group=_opt(obj, "group", str),
+            alive_ms=_opt(obj, "alive_ms", int),
         )
     if record_type == "session-end":
         kind, session = _session_of(obj)
@@ -330,7 +331,15 @@ def _decode_object(obj: Mapping[str, Any]) -> LedgerRecord:
             raw_last = _req(obj, "last_seq", dict)
             for topic, seq in raw_last.items():
                 last_seq[topic] = _int(seq, f"last_seq[{topic!r}]")
-            return SessionEnd(kind, session, _req(obj, "ts", int), last_seq, _opt(obj, "group", str))
+            return SessionEnd(
+                kind,
+                session,
+                _req(obj, "ts", int),
+                last_seq,
+                _opt(obj, "group", str),
+                alive_ms=_opt(obj, "alive_ms", int),
+                closed=_opt(obj, "closed", bool) is True,
+            )
         return SessionEnd(
             kind=kind,
             session=session,

@@ -38,6 +38,7 @@ from auditor.probes.codec import (
     ACKED,
     UNCONFIRMED,
     encode_client_record,
+    encode_session_end,
     encode_session_start,
     producer_failures_header,
     producer_keys_header,
@@ -164,7 +165,11 @@ class AuditedProducer(ProducerWrapper):
 
     Ledger: range records per topic, failure records, and ``session-end`` checkpoints
     with the last sequence sent, written through a separate acks=all idempotent producer
-    in batches every ``ledger_flush_interval_s``. ``flush()`` and ``close()`` resolve
+    in batches every ``ledger_flush_interval_s``; an idle session writes a ``session-end``
+    heartbeat once nothing was ledgered for ``ledger_heartbeat_s``, so a silence longer than
+    the ``alive_ms`` its records declare (heartbeat + flush interval) means it stopped, and
+    close() ends with a ``closed`` session-end: readers tell a session killed with records
+    it never ledgered from one that closed. ``flush()`` and ``close()`` resolve
     everything delivered and wait up to ``ledger_flush_timeout_s`` for the ledger (given a
     timeout, ``flush(t)``/``close(t)`` return within it, ledger included). A
     transactional producer resolves at ``commit_transaction()``/``abort_transaction()``
@@ -184,11 +189,14 @@ class AuditedProducer(ProducerWrapper):
         ledger_batch_size: int = 1000,
         ledger_flush_interval_s: float = 1.0,
         ledger_flush_timeout_s: float = 30.0,
+        ledger_heartbeat_s: float = 30.0,
         ledger_config: Mapping[str, Any] | None = None,
         producer_factory: Callable[[dict[str, Any]], Any] = Producer,
         delivery_reports: DeliveryReports = "auto",
         native: bool | None = None,
     ) -> None:
+        if ledger_heartbeat_s <= 0:
+            raise ValueError(f"ledger_heartbeat_s must be > 0, got {ledger_heartbeat_s}")
         if delivery_reports not in ("auto", "errors", "all"):
             raise ValueError(f"delivery_reports must be 'auto', 'errors' or 'all', got {delivery_reports!r}")
         client_config = dict(config)
@@ -216,6 +224,10 @@ class AuditedProducer(ProducerWrapper):
         self._inner_produce = self._producer.produce
         self._key_fn = key_fn
         self._ledger_flush_timeout_s = ledger_flush_timeout_s
+        self._heartbeat_s = ledger_heartbeat_s
+        # The background flush checks every flush interval: a running session's ledger is
+        # never silent longer than the heartbeat plus one interval (plus the flush's own run).
+        self._alive_ms: int | None = round((ledger_heartbeat_s + ledger_flush_interval_s) * 1000)
         session = uuid.uuid4()
         self.session_id = session.hex
         self._session_bytes = session.bytes
@@ -248,7 +260,11 @@ class AuditedProducer(ProducerWrapper):
         )
         now_ms = _time_ns() // 1_000_000
         self._started_ms = now_ms
-        self._ledger.write(encode_session_start("producer", self.session_id, self.client_id, now_ms, self.host))
+        self._ledger.write(
+            encode_session_start(
+                "producer", self.session_id, self.client_id, now_ms, self.host, alive_ms=self._alive_ms
+            )
+        )
         self._ledger.write(
             encode_client_record(
                 "producer", self.session_id, self.client_id, None, libversion()[0], self._config, self.host, now_ms
@@ -521,9 +537,24 @@ class AuditedProducer(ProducerWrapper):
             rows.extend(key_entries(base, keys, stamps))
 
     def _background_resolve(self) -> None:
+        # Taken first: every sequence up to it is ledgered by the steps below (a send racing
+        # them is not, and a heartbeat must not name it as sent)
+        sent = self.last_sequences()
         self._resolve()
         self._write_unresolved_tail()
         self._write_keys()
+        self._heartbeat(sent)
+
+    def _heartbeat(self, sent: dict[str, int]) -> None:
+        """A session-end when this flush writes nothing and nothing was ledgered for
+        ``ledger_heartbeat_s``: an idle session's ledger is never silent for longer, so readers
+        know a silent one stopped (it may have sent records its ledger never got)."""
+        ledger = self._ledger
+        if ledger.pending_count() or time.monotonic() - ledger.last_write_at < self._heartbeat_s:
+            return
+        ledger.write(
+            encode_session_end("producer", self.session_id, _time_ns() // 1_000_000, sent, alive_ms=self._alive_ms)
+        )
 
     # --- polling: tracked so resolution knows when reports have been served ----------------
     def _serve(self, call: Callable[..., int], *args: float) -> int:
@@ -565,7 +596,19 @@ class AuditedProducer(ProducerWrapper):
         self._resolve(boundary=True)
         self._write_unresolved_tail()
         self._write_keys()
-        self._end_session_checkpoint(self._ledger_timeout(timeout, started))
+        # The last record of the session, after every other: a session whose ledger has it
+        # sent nothing unledgered.
+        self._last_checkpoint = self.last_sequences()
+        self._ledger.write(
+            encode_session_end(
+                "producer",
+                self.session_id,
+                _time_ns() // 1_000_000,
+                self._last_checkpoint,
+                alive_ms=self._alive_ms,
+                closed=True,
+            )
+        )
         self._ledger.close(self._ledger_timeout(timeout, started))
         self._closed = True
         if remaining and timeout is not None:

@@ -66,6 +66,8 @@ class ProducerWrapper:
     _seq_lock: SequenceLock
     _topics: Mapping[str, _Stream]
     _last_checkpoint: dict[str, int] | None
+    # contract v2: how often at least the session writes a ledger record while it runs
+    _alive_ms: int | None = None
     session_id: str
     produce: Callable[..., None]
 
@@ -100,7 +102,11 @@ class ProducerWrapper:
             self._ledger.flush(wait)
             return
         self._last_checkpoint = last_seq
-        self._ledger.write(encode_session_end("producer", self.session_id, time.time_ns() // 1_000_000, last_seq))
+        self._ledger.write(
+            encode_session_end(
+                "producer", self.session_id, time.time_ns() // 1_000_000, last_seq, alive_ms=self._alive_ms
+            )
+        )
         remaining = self._ledger.flush(wait)
         if remaining:
             logger.error(

@@ -86,6 +86,9 @@ class LedgerWriter:
         self.records_failed = 0
         self.records_dropped = 0
         self.last_error: str | None = None
+        # time.monotonic() when a record was last handed to the ledger producer (a heartbeat
+        # is due after a silence: AuditedProducer._heartbeat)
+        self.last_write_at = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"audit-ledger-{name}", daemon=True)
         self._thread.start()
@@ -217,6 +220,7 @@ class LedgerWriter:
             try:
                 self._producer.produce(topic, value, self._key, on_delivery=self._on_delivery)
                 self.records_written += 1
+                self.last_write_at = time.monotonic()
                 return
             except BufferError:
                 if time.monotonic() >= deadline:

@@ -237,6 +237,8 @@ class LedgerView:
     # producer ledger, contract v2: the latest instant a range record (which names no keys)
     # says records of the topic were produced; None when there is none
     unattributed_to_ms: int | None = None
+    # producer ledger: contract-v2 sessions not seen closing (LocateResult.untraced_sessions)
+    untraced_sessions: list[tuple[str, int, int | None]] = field(default_factory=list)
 
 
 @dataclass

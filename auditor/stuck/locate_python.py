@@ -40,6 +40,7 @@ from auditor.probes.message import record_headers, record_position  # read_range
 from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark, RecordState
 from auditor.stuck.kafka_view import client_settings
 from auditor.stuck.locate_request import LocateError, LocateRequest, LocateResult
+from auditor.stuck.untraced import SessionTrails
 from spark_jobs.binding import RecordKeySpec, parse_record_key
 from spark_jobs.kafka_offsets import KafkaReadError
 from spark_jobs.kafka_security import connection_settings
@@ -312,12 +313,14 @@ def _locate_producer_ledger(
     hits: list[tuple[str, int, str, int, int]] = []  # session, seq, key, from_ms, to_ms
     started: dict[str, int] = {}  # producer session → its session-start's time
     first_ms: dict[str, int] = {}  # producer session → its earliest entry of the topic
+    trails = SessionTrails()  # every session's last ledger record, whatever its topics
 
     def entered(session: str, ts_ms: int) -> None:
         first_ms[session] = min(ts_ms, first_ms.get(session, ts_ms))
 
     for msg in read_ranges(bootstrap, config, ledger.topic, ledger.ranges):
         record = decode_ledger_record(msg.value())
+        trails.note(record, _timestamp(msg))
         if isinstance(record, SessionStart) and record.kind == "producer":
             started[record.session] = min(record.ts_ms, started.get(record.session, record.ts_ms))
             continue
@@ -377,6 +380,7 @@ def _locate_producer_ledger(
             )
     result.unattributed_to_ms = unattributed_until(ranges, failures, result.v2_seen, request.seen_intervals, keyed)
     result.ledger_covers_from_ms = ledger_covers_from(started, first_ms)
+    result.untraced_sessions = trails.untraced()
 
 
 def ledger_covers_from(started: dict[str, int], first_ms: dict[str, int]) -> int | None:

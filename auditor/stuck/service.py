@@ -353,6 +353,7 @@ def _apply_located(view: ClusterView, located: LocateResult) -> None:
         view.producer_ledger.entries_for_topic = located.ledger_entries_for_topic
         view.producer_ledger.covers_topic_from_ms = located.ledger_covers_from_ms
         view.producer_ledger.unattributed_to_ms = located.unattributed_to_ms
+        view.producer_ledger.untraced_sessions = located.untraced_sessions
     for name, group in view.groups.items():
         group.marks_on_topic = located.group_marks.get(name, 0)
         group.max_mark_below_low = {p: o for (g, p), o in located.max_mark_below_low.items() if g == name}

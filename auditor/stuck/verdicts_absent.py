@@ -18,6 +18,7 @@ from auditor.stuck.evidence import (
     ms_to_iso,
 )
 from auditor.stuck.held_watermark import held_back
+from auditor.stuck.untraced import untraced_producer
 from auditor.stuck.verdict_outcomes import (
     COMPLETENESS_SLACK_MS,
     MarkIndex,
@@ -153,6 +154,9 @@ def not_in_topic(
     # The ledger's silence speaks only for rows created once a probed producer of the topic
     # ran: one created before may have been produced, and deleted since, unprobed.
     if probed and complete(ledger.complete_since_ms, created_ms):
+        untraced = untraced_producer(ledger, view.topic, topic_since, created_ms, evidence)
+        if untraced is not None:
+            return Diagnosis("unknown", untraced, evidence)
         return Diagnosis(
             "never-produced",
             f"no producer-ledger entry for this key since the row was created (the ledger {ledger.topic} is "

@@ -26,6 +26,8 @@ from auditor.probes import (
     ProducerFailures,
     ProducerKeys,
     ProducerRanges,
+    SessionEnd,
+    SessionStart,
     decode_ledger_record,
     parse_audit_headers,
 )
@@ -232,6 +234,44 @@ def test_it_leaves_the_unresolved_tail_unconfirmed_when_the_producer_never_flush
     producer.purge()
     producer._producer.flush(1)
     producer._ledger.close(5)
+
+
+def test_an_idle_session_writes_a_heartbeat_within_its_declared_alive_ms_and_close_writes_a_closed_end(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    """Readers tell a session killed with records it never ledgered from one that closed, or
+    that runs on idle: every record declares alive_ms (heartbeat + flush interval), an idle
+    session's ledger is never silent longer, and close() writes a closed session-end last."""
+    producer = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap},
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+        ledger_flush_interval_s=0.2,
+        ledger_heartbeat_s=1.0,
+    )
+    producer.produce(topics["data"], b"v", b"k")
+    assert producer.flush(30) == 0
+    flushed_at = time.time_ns() // 1_000_000
+    time.sleep(3.5)  # idle: nothing to ledger but heartbeats
+    idle_until = time.time_ns() // 1_000_000
+    producer.close(30)
+
+    stamped = [
+        (m.timestamp()[1], decode_ledger_record(m.value()))
+        for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)
+    ]
+    records = [r for _, r in stamped]
+    start = records[0]
+    assert isinstance(start, SessionStart) and start.alive_ms == 1200
+    ends = [(ts, r) for ts, r in stamped if isinstance(r, SessionEnd)]
+    assert all(r.alive_ms == 1200 and r.last_seq == {topics["data"]: 0} for _, r in ends)
+    idle = [ts for ts, r in ends if flushed_at < ts <= idle_until and not r.closed]
+    assert len(idle) >= 2, ends  # heartbeats while idle, none of them a close
+    gaps = [b - a for a, b in zip([flushed_at, *idle], [*idle, idle_until], strict=True)]
+    assert max(gaps) <= 1200 + 500, gaps  # the declared bound, and the flush's own run time
+    last = records[-1]
+    assert isinstance(last, SessionEnd) and last.closed
+    assert sum(isinstance(r, SessionEnd) and r.closed for r in records) == 1
 
 
 def test_it_ledgers_processed_offset_ranges_and_reads_v1_and_v2_records(

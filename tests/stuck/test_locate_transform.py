@@ -8,6 +8,9 @@ from typing import Any
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
+from auditor.probes.codec import encode_session_end, encode_session_start
+from auditor.probes.codec_decode import decode_ledger_record
+from auditor.stuck.untraced import SessionTrails
 from spark_jobs import common, stuck_locate
 from spark_jobs.binding import RecordKeySpec
 from spark_jobs.reconcile_transform import KAFKA_RAW_SCHEMA, PROCESSED_SCHEMA
@@ -17,6 +20,7 @@ from spark_jobs.stuck_locate import (
     transform_keyed,
     transform_mark_summary,
     transform_partition_summary,
+    transform_untraced_sessions,
 )
 
 pytestmark = pytest.mark.integration
@@ -80,6 +84,53 @@ SMALL_JOB_KEYS = (
     "spark.sql.shuffle.partitions",
     "spark.sql.adaptive.enabled",
 )
+
+
+def test_it_names_the_v2_producer_sessions_that_never_closed_as_the_python_engine_does(spark) -> None:
+    """Per unclosed contract-v2 session: its last ledger record's timestamp and its declared
+    alive_ms (null: none). Closed sessions, v1 sessions, consumers and garbage are left out."""
+    ranges = '{"v":2,"type":"ranges","pid":"%s","client_id":"c","topic":"t","entries":[[0,4,"acked",1,2]]}'
+    keys = '{"v":2,"type":"keys","pid":"%s","client_id":"c","topic":"t","entries":[[0,["k"],[[1,1]]]]}'
+    batch = '{"v":1,"type":"batch","pid":"%s","client_id":"c","topic":"t","entries":[]}'
+    ledger = [
+        (encode_session_start("producer", "killed", "c", 1, "h", alive_ms=1200), 0),
+        (ranges % "killed", 1_000),
+        (keys % "killed", 2_000),
+        (encode_session_start("producer", "closed", "c", 1, "h", alive_ms=1200), 0),
+        (keys % "closed", 3_000),
+        (encode_session_end("producer", "closed", 4, {"t": 0}, alive_ms=1200, closed=True), 4_000),
+        (encode_session_start("producer", "v1", "c", 1, "h"), 0),
+        (batch % "v1", 6_000),
+        (encode_session_end("producer", "idle", 4, {"t": 0}, alive_ms=900), 7_000),
+        (ranges % "undeclared", 5_000),
+        (encode_session_start("consumer", "reader", "c", 1, "h", group="g"), 8_000),
+        (b"not json", 9_000),
+    ]
+    rows = [
+        (
+            b"k",
+            v if isinstance(v, bytes) else v.encode(),
+            "pl",
+            0,
+            i,
+            datetime.fromtimestamp((T_MS + ms) / 1000, UTC),
+            0,
+            [],
+        )
+        for i, (v, ms) in enumerate(ledger)
+    ]
+    raw = spark.createDataFrame(rows, KAFKA_RAW_SCHEMA)
+
+    actual = transform_untraced_sessions(raw)
+
+    expected = [("idle", T_MS + 7_000, 900), ("killed", T_MS + 2_000, 1200), ("undeclared", T_MS + 5_000, None)]
+    assertDataFrameEqual(
+        actual, spark.createDataFrame(expected, "session string, last_ms long, alive_ms long"), ignoreNullable=True
+    )
+    trails = SessionTrails()
+    for value, ms in ledger:
+        trails.note(decode_ledger_record(value), T_MS + ms)
+    assert trails.untraced() == expected
 
 
 def test_a_small_read_runs_with_a_small_jobs_settings_for_the_locate_only(spark, monkeypatch) -> None:

@@ -166,6 +166,36 @@ def test_a_deleted_record_the_group_never_reached_is_expired_without_the_consume
     assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "expired"
 
 
+def test_a_session_that_never_closed_bounds_the_ledgers_silence_by_its_declared_alive_ms() -> None:
+    """A contract-v2 session killed between two ledger flushes leaves what it sent since the
+    last one without a trace: a row whose record it may have sent (created before it can have
+    stopped, give or take the clock margin) is unknown once the topic no longer holds it."""
+    created_ms = NOW_MS - 3600_000
+    cluster = view(low=5)
+    cluster.partitions[0] = PartitionState(0, 5, 10, 10, NOW_MS - 60_000)  # holds nothing that old
+
+    def verdict(*untraced: tuple[str, int, int | None]) -> tuple[str, str]:
+        cluster.producer_ledger = LedgerView(
+            "pl", True, entries_for_topic=3, covers_topic_from_ms=PROBED_SINCE_MS, untraced_sessions=list(untraced)
+        )
+        d = diagnose(ROW, [], [], {}, cluster)
+        return d.verdict, d.reason
+
+    assert verdict()[0] == "never-produced"
+    # Silent since 5 min before the row was created, declaring a record at least every 31 s
+    # while it runs: it stopped long before (31 s + the 60 s margin).
+    assert verdict(("s-old", created_ms - 300_000, 31_000))[0] == "never-produced"
+    # Silent since 30 s before: it may have sent the row's record before it was killed.
+    got, reason = verdict(("s-old", created_ms - 300_000, 31_000), ("s-killed", created_ms - 30_000, 31_000))
+    assert got == "unknown" and "producer session s-killed ledgered nothing after" in reason, reason
+    # Silent since long before, declaring nothing (older probes): it may have run on for any time.
+    got, reason = verdict(("s-old", created_ms - 300_000, None))
+    assert got == "unknown" and "declares no heartbeat" in reason, reason
+    # Its last ledger record is a clock margin younger than the topic's oldest record: what it
+    # sent after it would still be there.
+    assert verdict(("s-recent", NOW_MS, None))[0] == "never-produced"
+
+
 def test_it_waits_for_an_open_transaction() -> None:
     record = LocatedRecord("TCK-7", 0, 9, NOW_MS, "open")
     d = diagnose(ROW, [record], [], {}, view(stable=8, high=10, committed=5))

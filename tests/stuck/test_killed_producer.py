@@ -1,0 +1,143 @@
+"""A contract-v2 probed producer killed (-9) between two ledger flushes: the record it sent
+last has no ledger trace. Once retention deletes that record, the ledger's silence about its
+key must not be read as "never produced".
+
+Ground truth comes from the killed producer's delivery report (printed before it was killed),
+a full read of the topic and the ledger, and the table; never from the auditor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from auditor.lab.cluster import delete_records
+from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
+from auditor.probes import AuditedProducer, ProducerKeys, decode_ledger_records
+from auditor.stuck.service import DiagnosisOptions, diagnose_rule
+from tests.support.demo import read_topic
+from tests.support.paths import ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+
+@pytest.fixture
+def tickets_table() -> Iterator[str]:
+    url = os.environ["SOURCE_DATABASE_URL"]
+    table = f"killed_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (ticket_id bigint PRIMARY KEY, created_at timestamptz, status text)")
+    yield table
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _rule(bootstrap: str, topic: str, table: str) -> StuckRule:
+    suffix = uuid.uuid4().hex[:8]
+    binding = Binding.objects.create(
+        name=f"killed-{suffix}",
+        cluster=Cluster.objects.create(name=f"killed-{suffix}", bootstrap_servers=bootstrap),
+        topic=topic,
+        source=SourceDatabase.objects.create(name=f"killed-{suffix}", url="${SOURCE_DATABASE_URL}"),
+        table=table,
+        key_column="ticket_id",
+        record_key="key",
+        created_column="created_at",
+        consumer_groups=[f"g-{suffix}"],
+    )
+    return StuckRule.objects.create(
+        name=f"killed-{suffix}",
+        binding=binding,
+        status_column="status",
+        stuck_values=["NEW"],
+        age_column="created_at",
+        older_than_seconds=0,
+    )
+
+
+def test_a_record_a_killed_v2_producer_sent_after_its_last_ledger_flush_is_unknown_once_deleted_not_never_produced(
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    make_topic: Callable[..., str],
+    tickets_table: str,
+    spark: Any,
+    settings: Any,
+    tmp_path: Path,
+) -> None:
+    """The session runs for more than a minute (ticket 1 ledgered by flush()), ticket 2's row
+    is created, the session sends its record, the broker acks it, and the session is killed
+    before its next ledger flush. A later probed session sends ticket 3 and closes; retention
+    (delete_records) takes ticket 2's record. The ledger is complete since before the row was
+    created and names no ticket 2: read at its word, ticket 2 was never produced."""
+    settings.RECONCILE_STATE_DIR = str(tmp_path / "state")
+    topic = make_topic("killed")
+    ledger, clients, consumer_ledger = make_topic("pledger"), make_topic("clients"), make_topic("cledger")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.killed_producer", kafka_bootstrap, topic, ledger, clients],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        word, session, started_ms = child.stdout.readline().split()
+        assert word == "ledgered", "the producer did not start"
+        # The ledger speaks for rows created a clock margin (60 s) after its producer started.
+        time.sleep(max(0.0, int(started_ms) / 1000 + 62 - time.time()))
+        with psycopg.connect(os.environ["SOURCE_DATABASE_URL"], autocommit=True) as conn:
+            conn.execute(f"INSERT INTO {tickets_table} (ticket_id, created_at, status) VALUES (2, now(), 'NEW')")
+        child.stdin.write("send 2\n")
+        child.stdin.flush()
+        delivered = json.loads(child.stdout.readline())
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+
+    later = AuditedProducer({"bootstrap.servers": kafka_bootstrap}, ledger_topic=ledger, clients_topic=clients)
+    later.produce(topic, b"{}", b"3")
+    assert later.close(30) == 0
+
+    # Ground truth: the broker wrote ticket 2's record (its delivery report), the ledger
+    # names no ticket 2 (the session died before flushing it), retention takes the record.
+    assert delivered is not None and delivered["key"] == "2" and delivered["error"] is None, delivered
+    ledgered, bad = decode_ledger_records(r.value for r in read_topic(kafka_bootstrap, ledger))
+    assert not bad
+    named = {k for r in ledgered if isinstance(r, ProducerKeys) for run in r.runs for k in run.keys}
+    assert named == {"1", "3"}, named
+    delete_records(kafka_admin, [TopicPartition(topic, delivered["partition"], delivered["offset"] + 1)])
+    assert [r.key for r in read_topic(kafka_bootstrap, topic)] == ["3"]
+
+    rule = _rule(kafka_bootstrap, topic, tickets_table)
+    results = [
+        diagnose_rule(
+            rule,
+            DiagnosisOptions(
+                engine=engine,
+                spark=spark,
+                producer_ledger_topic=ledger,
+                consumer_ledger_topic=consumer_ledger,
+                clients_topic=clients,
+                use_index=False,
+            ),
+        )
+        for engine in ("python", "spark")
+    ]
+    by_python, by_spark = ({i.row.key: (i.diagnosis.verdict, i.diagnosis.reason) for i in r.items} for r in results)
+    assert by_spark == by_python
+    verdict, reason = by_python["2"]
+    assert verdict == "unknown", by_python
+    assert f"producer session {session} ledgered nothing after" in reason, reason
