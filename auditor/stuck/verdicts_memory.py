@@ -33,9 +33,9 @@ def from_sightings(seen: KeySightings, view: ClusterView, evidence: dict[str, An
     if len(judged) == 1 and not seen.unplaced:
         return judged[0][1]
     best_sighting, best = min(judged, key=lambda j: _rank(j[1].verdict))
-    copies = [{**s.as_json(), "verdict": d.verdict, "groups": d.evidence.get("groups")} for s, d in judged]
     result = dict(best.evidence)
-    result["copies"] = copies[:MAX_LISTED]
+    # Every copy, not MAX_LISTED: a second look at the consumer ledger goes by their verdicts.
+    result["copies"] = [{**s.as_json(), "verdict": d.verdict, "groups": d.evidence.get("groups")} for s, d in judged]
     result["copies_seen"] = len(judged) + seen.unplaced
     listed = ", ".join(f"{s.partition}@{s.offset} {d.verdict}" for s, d in judged[:MAX_LISTED])
     more = f" and {len(judged) - MAX_LISTED} more" if len(judged) > MAX_LISTED else ""
