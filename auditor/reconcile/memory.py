@@ -2,8 +2,9 @@
 
 Two sources, both written by reconciliation and never by their readers:
 - the job's key index (Parquet under the state dir, docs/contracts.md): where a record with
-  each key was first seen and by which run, and the lost sightings (keys whose offset a later
-  run found rewritten);
+  each key was first seen and by which run, the other records of keys seen more than once
+  (the duplicates dataset), and the lost sightings (keys whose offset a later run found
+  rewritten);
 - the findings of the binding's latest successful run: rows it reported missing, which it only
   does while the topic held everything since the row was created.
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +27,7 @@ from auditor.reconcile import conf
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.stuck.evidence import (
     KeyMemory,
+    KeySightings,
     LocatedRecord,
     MissingReport,
     PartitionState,
@@ -79,7 +81,7 @@ class IndexRows:
     meta: dict[str, Any]
     rows: list[dict[str, Any]]
 
-    def sightings(self, keys: Sequence[str]) -> dict[str, Sighting]:
+    def sightings(self, keys: Sequence[str]) -> dict[str, KeySightings]:
         """read_sightings() of `keys` (among those the rows were read for), without reading
         the index again."""
         wanted = set(keys)
@@ -170,38 +172,68 @@ def read_meta(root: StateLocation, binding: Binding) -> dict[str, Any] | None:
     return None if identity_changes(meta.get("identity"), identity_of(binding)) else meta
 
 
-def read_sightings(root: StateLocation, keys: Iterable[str], binding: Binding) -> dict[str, Sighting]:
-    """Per key, its first sighting in the key index; lost sightings override (the record seen
-    there was truncated later). An absent state (no run yet, or of the binding before an
-    edit) is an empty memory."""
+def read_sightings(root: StateLocation, keys: Iterable[str], binding: Binding) -> dict[str, KeySightings]:
+    """Per key, every record with it that runs saw (_sightings). An absent state (no run yet,
+    or of the binding before an edit) is an empty memory."""
     meta = read_meta(root, binding)
     if meta is None:
         return {}
     wanted = sorted(set(keys))
-    return _sightings(root, meta, _rows(root, list(meta.get("key_deltas") or []), wanted), wanted)
+    return _sightings(root, meta, _rows(root, list(meta.get("key_deltas") or []), wanted, extra=["n"]), wanted)
 
 
 def _sightings(
     root: StateLocation, meta: dict[str, Any], rows: list[dict[str, Any]], wanted: list[str]
-) -> dict[str, Sighting]:
-    """Per key of the index `rows` (read for `wanted`), its first sighting; the lost sightings
-    of `wanted` override."""
-    sightings: dict[str, Sighting] = {}
+) -> dict[str, KeySightings]:
+    """Per key of the index `rows` (read for `wanted`, with their `n`), every record with it
+    that runs saw: each run's first (the rows), the others of a key counted more than once
+    (the duplicates dataset), and those a later run found rewritten (the lost sightings,
+    which stand for the entry at their position). Entries stamped before the state's
+    `topic_records_since` are marked as the deleted topic's."""
+    counted: dict[str, int] = {}
+    found: dict[str, dict[tuple[int, int, int | None], Sighting]] = {}
+
+    def add(key: str, sighting: Sighting) -> None:
+        found.setdefault(key, {})[(sighting.partition, sighting.offset, sighting.ts_ms)] = sighting
+
     for row in rows:
-        sighting = Sighting(row["partition"], row["offset"], _ms(row.get("timestamp")), row.get("run_id"))
-        current = sightings.get(row["key"])
-        if current is None or (sighting.partition, sighting.offset) < (current.partition, current.offset):
-            sightings[row["key"]] = sighting
-    lost = (meta.get("datasets") or {}).get("lost_sightings")
+        counted[row["key"]] = counted.get(row["key"], 0) + int(row.get("n") or 1)
+        add(row["key"], Sighting(row["partition"], row["offset"], _ms(row.get("timestamp")), row.get("run_id")))
+    datasets = meta.get("datasets") or {}
+    several = sorted(k for k, n in counted.items() if n > len(found[k]))
+    duplicates = datasets.get("duplicates")
+    for row in _rows(root, [duplicates] if duplicates else [], several):
+        position = (row["partition"], row["offset"], _ms(row.get("timestamp")))
+        if position not in found[row["key"]]:  # the index's entries name the run that saw them
+            # Every run that read a record with the key has an index entry for it: when one
+            # run has, it read them all.
+            runs = {s.run_id for s in found[row["key"]].values()}
+            add(row["key"], Sighting(*position, runs.pop() if len(runs) == 1 else None))
+    placed = {key: len(copies) for key, copies in found.items()}
+    lost = datasets.get("lost_sightings")
     for row in _rows(root, [lost] if lost else [], wanted):
-        sightings[row["key"]] = Sighting(
-            row["partition"],
-            row["offset"],
-            _ms(row.get("timestamp")),
-            row.get("run_id"),
-            lost=True,
-            detected_run=row.get("detected_run"),
+        add(
+            row["key"],
+            Sighting(
+                row["partition"],
+                row["offset"],
+                _ms(row.get("timestamp")),
+                row.get("run_id"),
+                lost=True,
+                detected_run=row.get("detected_run"),
+            ),
         )
+    since = meta.get("topic_records_since")  # the topic was created again: older entries are of the deleted one
+    since_ms = int(datetime.fromisoformat(since).timestamp() * 1000) if since else None
+    sightings: dict[str, KeySightings] = {}
+    for key, by_position in found.items():
+        copies = sorted(by_position.values(), key=lambda s: (s.partition, s.offset, s.ts_ms or 0))
+        if since_ms is not None:
+            copies = [
+                replace(s, deleted_topic_until_ms=since_ms) if s.ts_ms is None or s.ts_ms < since_ms else s
+                for s in copies
+            ]
+        sightings[key] = KeySightings(tuple(copies), unplaced=max(0, counted.get(key, 0) - placed.get(key, 0)))
     return sightings
 
 

@@ -407,11 +407,15 @@ def _ledger_entries(findings: list[Finding]) -> list[dict[str, Any]]:
 
 
 def _key_sighting(binding: Binding, key: str) -> tuple[Any, str]:
-    """Where reconciliation first saw this key (its key index), and why it could not tell if not."""
+    """Where reconciliation first saw this key (its key index; a record of it a later run
+    found rewritten first), and why it could not tell if not."""
     try:
-        return memory.read_sightings(conf.state_location().join(binding.name), [key], binding).get(key), ""
+        seen = memory.read_sightings(conf.state_location().join(binding.name), [key], binding).get(key)
     except (memory.StateUnreadable, StateLocationError) as exc:
         return None, str(exc)
+    if seen is None:
+        return None, ""
+    return next((s for s in seen.copies if s.lost), seen.first), ""
 
 
 def _stuck_positions(items: list[StuckItem]) -> set[tuple[int, int]]:

@@ -292,6 +292,9 @@ class ClusterView:
     record_key: str = "key"
     notes: list[str] = field(default_factory=list)
     topic_id: str | None = None  # the topic's id now (None: the cluster gives none, or not read)
+    # why the topic's id could not be read (None: it was, or the cluster gives none): a
+    # re-creation of the topic then goes unseen, and nothing tells it from a truncation
+    topic_id_error: str | None = None
     # The topic was deleted and created again (auditor.pipelines.incarnations): records
     # produced up to this instant may have been in the deleted topic. None: no re-creation seen.
     recreated_until_ms: int | None = None
@@ -369,7 +372,10 @@ class Sighting:
     """Where a reconciliation run saw a record with the item's key (the auditor's memory).
 
     lost: a later run found that offset rewritten (truncated by the broker); detected_run
-    names that run.
+    names that run. deleted_topic_until_ms: a run found the topic deleted and created again,
+    the new topic's records stamped since this instant (state.json `topic_records_since`), and
+    this record is stamped before it (or not at all): it was in the deleted topic, whose
+    offsets the new one's records took again.
     """
 
     partition: int
@@ -378,6 +384,7 @@ class Sighting:
     run_id: str | None
     lost: bool = False
     detected_run: str | None = None
+    deleted_topic_until_ms: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -387,7 +394,25 @@ class Sighting:
             "seen_by_run": self.run_id,
             "lost": self.lost,
             "detected_by_run": self.detected_run,
+            "in_deleted_topic": self.deleted_topic_until_ms is not None,
         }
+
+
+@dataclass(frozen=True)
+class KeySightings:
+    """Every record with the item's key that reconciliation runs saw (a producer's retry or an
+    application's re-send makes several), by partition and offset.
+
+    unplaced: how many more records with the key the runs counted (the key index's `n`) than
+    positions the state keeps (the index keeps each run's first, the duplicates dataset the
+    rest, and a rebuild may drop some): where they were is not known."""
+
+    copies: tuple[Sighting, ...]
+    unplaced: int = 0
+
+    @property
+    def first(self) -> Sighting:
+        return self.copies[0]
 
 
 @dataclass(frozen=True)
@@ -420,6 +445,6 @@ class MissingReport:
 class KeyMemory:
     """What earlier reconciliation runs of the binding saw of the stuck keys."""
 
-    sightings: dict[str, Sighting] = field(default_factory=dict)
+    sightings: dict[str, KeySightings] = field(default_factory=dict)
     missing: dict[str, MissingReport] = field(default_factory=dict)
     reason: str = ""  # why part of it could not be read ("" when all of it was)

@@ -297,6 +297,7 @@ def read_cluster_view(
     try:
         view.topic_id = topic_id(admin, topic, timeout_s)
     except KafkaReadError as exc:  # then no re-creation can be seen: said, not guessed
+        view.topic_id_error = str(exc)
         view.notes.append(f"the topic's id could not be read, so a re-creation of it would go unseen: {exc}")
     try:
         rows = committed_offsets(connection, groups, topic, partitions, timeout_s)

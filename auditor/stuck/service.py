@@ -230,17 +230,37 @@ def _verdict_positions(
     return chain(
         ((r.partition, r.offset) for found in wanted(located.records) for r in found),
         ((e.partition, e.offset) for found in wanted(located.ledger_entries) for e in found if e.offset >= 0),
-        ((s.partition, s.offset) for s in wanted(memory.sightings)),
+        (
+            (s.partition, s.offset)
+            for seen in wanted(memory.sightings)
+            for s in seen.copies
+            if s.deleted_topic_until_ms is None  # the deleted topic's: a mark there now is of another record
+        ),
     )
 
 
 def _passed_unproven(verdict: ItemVerdict) -> bool:
     """An `unknown` deleted record a group committed and marked past, skipped or expired
     (verdicts_absent._deleted): a mark of its own, found on a second look, would settle it."""
-    return verdict.diagnosis.verdict == "unknown" and any(
-        g.get("outcome") == "unknown" and "processed_after_it" in g
-        for g in verdict.diagnosis.evidence.get("groups") or []
+    return any(
+        v == "unknown" and any(g.get("outcome") == "unknown" and "processed_after_it" in g for g in groups or [])
+        for v, groups in _judged(verdict)
     )
+
+
+def _judged(verdict: ItemVerdict) -> list[tuple[str, list[dict[str, Any]] | None]]:
+    """The item's verdict and its groups' outcomes, and those of each record with its key that
+    runs saw (verdicts_memory: a mark at any of them may change the item's verdict)."""
+    evidence = verdict.diagnosis.evidence
+    if verdict.diagnosis.verdict == "processed-not-updated":  # a copy processed: no mark changes that
+        return [(verdict.diagnosis.verdict, evidence.get("groups"))]
+    return [(verdict.diagnosis.verdict, evidence.get("groups"))] + [
+        (c.get("verdict", ""), c.get("groups")) for c in evidence.get("copies") or []
+    ]
+
+
+def _judged_as(verdict: ItemVerdict, *verdicts: str) -> bool:
+    return any(v in verdicts for v, _ in _judged(verdict))
 
 
 def _look_again(
@@ -266,8 +286,8 @@ def _look_again(
     A mark found makes the record processed; a ledger that cannot be read makes the verdict
     unknown."""
     # (committed past: a mark may trail the commit, as for `skipped`)
-    skipped = {v.row.key for v in verdicts if v.diagnosis.verdict == "skipped" or _passed_unproven(v)}
-    judged = skipped | {v.row.key for v in verdicts if v.diagnosis.verdict == "expired"}
+    skipped = {v.row.key for v in verdicts if _judged_as(v, "skipped") or _passed_unproven(v)}
+    judged = skipped | {v.row.key for v in verdicts if _judged_as(v, "expired")}
     if not judged or view.committed_read_at is None:
         return verdicts
     positions = set(_verdict_positions(located, memory, judged))
@@ -522,7 +542,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
 
     verdicts = [_diagnosed(row, located, view, memory) for row in rows]
     lap("verdicts")
-    if any(v.diagnosis.verdict in ("skipped", "expired") or _passed_unproven(v) for v in verdicts):
+    if any(_judged_as(v, "skipped", "expired") or _passed_unproven(v) for v in verdicts):
         verdicts = _look_again(verdicts, result, located, view, plan, memory, binding, options)
         lap("second_look")
     # Rows updated while the evidence was read are healthy: never report them.

@@ -51,7 +51,14 @@ Decision, in order:
    reported missing by a run while the topic held everything since the row was created,
    the topic still holds everything since that run, and no partition can have changed
    leader since the row was created (a leader change loses acks=1 records without a
-   trace) -> never-produced. Each names the run.
+   trace) -> never-produced. Each names the run. Runs that saw several records with the key
+   (retries, re-sends) have each judged so (verdicts_memory): one processed ->
+   processed-not-updated; else one unknown, or one whose position the state no longer
+   keeps -> unknown; else the furthest along: skipped > expired > broker-lost. A record seen
+   before a run found the topic created again (state.json `topic_records_since`) was the
+   deleted topic's: unknown, never judged against the new log. Where the diagnosis could not
+   read the topic's id, a record acked or seen at an offset the log covers and gone is
+   unknown, not broker-lost: a re-creation since would look the same.
 6. On a compacted topic whose record key is not the binding's key, a record with the item's
    key absent now may have been removed by the log cleaner after delivery: wherever the
    rules above would conclude broker-lost, never-produced or produce-failed from such an

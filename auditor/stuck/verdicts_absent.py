@@ -35,6 +35,7 @@ from auditor.stuck.verdict_outcomes import (
     standing,
     unprobed_below,
 )
+from auditor.stuck.verdicts_memory import from_sightings
 from auditor.stuck.verdicts_unplaced import acked_unplaced, in_flight, may_be_in_flight, sent_unplaced
 from spark_jobs.send_outcome import UNBOUNDED
 
@@ -73,12 +74,15 @@ def not_in_topic(
         return _written_then_gone(
             row, entry.partition, entry.offset, "acked at", marks, view, evidence, entry.ts_ms, entry.session
         )
-    sighting = memory.sightings.get(row.key)
-    if sighting is not None:
-        evidence["seen"] = sighting.as_json()
-        run = f"reconciliation run {sighting.run_id}" if sighting.run_id else "a reconciliation run"
-        return _written_then_gone(
-            row, sighting.partition, sighting.offset, f"seen by {run} at", marks, view, evidence, sighting.ts_ms
+    seen = memory.sightings.get(row.key)
+    if seen is not None:
+        return from_sightings(
+            seen,
+            view,
+            evidence,
+            lambda partition, offset, how, found, written_ms: _written_then_gone(
+                row, partition, offset, how, marks, view, found, written_ms
+            ),
         )
     ranged = [e for e in entries if e.status == ACKED_RANGE] if ledger_readable else []
     if ranged:
@@ -265,6 +269,17 @@ def _written_then_gone(
                 "unknown",
                 f"{how} {where} and not in the topic now; {compacted}: broker-lost and compacted away cannot be told "
                 "apart",
+                evidence,
+            )
+        if view.topic_id_error is not None:
+            # A topic deleted and created again since takes the offset again too; only its id
+            # tells that from a truncation (as a reconciliation run refuses to publish then).
+            evidence["topic_id_error"] = view.topic_id_error
+            return Diagnosis(
+                "unknown",
+                f"{how} {where}, and the log has no record with this key there (log start {state.low}, high "
+                f"watermark {state.high}); but the topic's id could not be read ({view.topic_id_error}): truncated "
+                "by the broker or deleted with the topic, created again since, cannot be told apart",
                 evidence,
             )
         return Diagnosis(

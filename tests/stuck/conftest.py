@@ -3,14 +3,18 @@ ledgers) wired to a binding and a stuck rule in the test database."""
 
 from __future__ import annotations
 
+import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from tests.support.demo import DemoPipeline
+from tests.support.plain import PlainPipeline
 from tests.support.stuck import StuckSetup, make_rule
 
 
@@ -62,3 +66,22 @@ def plain_rule(db: None) -> StuckRule:
     return StuckRule.objects.create(
         name=f"plain-{suffix}", binding=binding, status_column="status", stuck_values=["NEW"], age_column="created_at"
     )
+
+
+@pytest.fixture
+def plain(
+    kafka_bootstrap: str, make_topic: Callable[..., str], settings: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[PlainPipeline]:
+    """A pipeline without probes: its own table (ticket_id, created_at, status), a topic of two
+    partitions and a group name."""
+    # The state as a path, or (parametrized) as a URI: the job writes it through Spark's
+    # filesystems and the verdicts read it through pyarrow's, as with an object store.
+    location = getattr(request, "param", "path")
+    settings.RECONCILE_STATE_DIR = str(tmp_path / "state") if location == "path" else f"file://{tmp_path}/state"
+    url = os.environ["SOURCE_DATABASE_URL"]
+    table = f"mem_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (ticket_id bigint PRIMARY KEY, created_at timestamptz, status text)")
+    yield PlainPipeline(kafka_bootstrap, url, make_topic("mem", partitions=2), table, f"g-{uuid.uuid4().hex[:8]}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")

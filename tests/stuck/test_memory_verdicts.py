@@ -15,10 +15,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -27,147 +23,13 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from auditor.lab.cluster import Cluster as LabCluster
 from auditor.lab.cluster import all_led, delete_records, wait_until
-from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
-from auditor.reconcile.conf import IN_PROCESS
-from auditor.reconcile.models import Finding, ReconcileRun
-from auditor.reconcile.service import execute_run, start_run
+from auditor.pipelines.models import Binding, StuckRule
+from auditor.reconcile.models import Finding
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
 from spark_jobs.kafka_offsets import partition_offsets, topic_id
+from tests.support.plain import PlainPipeline, diagnose, reconcile, rule_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
-
-
-@dataclass
-class PlainPipeline:
-    bootstrap: str
-    source_url: str
-    topic: str
-    table: str
-    group: str
-    delivered: dict[int, tuple[int, int]] = field(default_factory=dict)  # ticket → (partition, offset)
-
-    def insert(self, *tickets: int, minutes_ago: int = 60, status: str = "NEW") -> None:
-        with psycopg.connect(self.source_url, autocommit=True) as conn:
-            for ticket in tickets:
-                conn.execute(
-                    f"INSERT INTO {self.table} (ticket_id, created_at, status) "
-                    "VALUES (%s, now() - make_interval(mins => %s), %s)",
-                    (ticket, minutes_ago, status),
-                )
-
-    def produce(self, partition: int, *tickets: int, minutes_ago: int = 50) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 0})
-
-        def report(err: Any, msg: Any) -> None:
-            assert err is None, err
-            self.delivered[int(msg.key())] = (msg.partition(), msg.offset())
-
-        stamp = int(time.time() * 1000) - minutes_ago * 60 * 1000  # by default after the rows were created
-        for ticket in tickets:
-            producer.produce(
-                self.topic,
-                key=str(ticket).encode(),
-                value=b"{}",
-                partition=partition,
-                timestamp=stamp,
-                on_delivery=report,
-            )
-            producer.poll(0)
-        assert producer.flush(30) == 0
-
-    def topic_now(self) -> dict[tuple[int, int], int]:
-        """A full read of the topic: (partition, offset) → ticket."""
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"truth-{uuid.uuid4().hex[:8]}",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "enable.partition.eof": True,
-            }
-        )
-        partitions = sorted(consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions)
-        consumer.assign([TopicPartition(self.topic, p, -2) for p in partitions])  # -2: the log start
-        seen: dict[tuple[int, int], int] = {}
-        ended: set[int] = set()
-        deadline = time.monotonic() + 30
-        try:
-            while ended != set(partitions):
-                assert time.monotonic() < deadline, "reading the topic timed out"
-                msg = consumer.poll(0.5)
-                if msg is None:
-                    continue
-                if msg.error() is not None:
-                    ended.add(msg.partition())
-                    continue
-                seen[(msg.partition(), msg.offset())] = int(msg.key())
-        finally:
-            consumer.close()
-        return seen
-
-
-@pytest.fixture
-def plain(
-    kafka_bootstrap: str, make_topic, settings, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[PlainPipeline]:
-    import os
-
-    # The state as a path, or (parametrized) as a URI: the job writes it through Spark's
-    # filesystems and the verdicts read it through pyarrow's, as with an object store.
-    location = getattr(request, "param", "path")
-    settings.RECONCILE_STATE_DIR = str(tmp_path / "state") if location == "path" else f"file://{tmp_path}/state"
-    url = os.environ["SOURCE_DATABASE_URL"]
-    table = f"mem_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {table} (ticket_id bigint PRIMARY KEY, created_at timestamptz, status text)")
-    yield PlainPipeline(kafka_bootstrap, url, make_topic("mem", partitions=2), table, f"g-{uuid.uuid4().hex[:8]}")
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {table}")
-
-
-def rule_for(p: PlainPipeline) -> StuckRule:
-    suffix = uuid.uuid4().hex[:8]
-    binding = Binding.objects.create(
-        name=f"mem-{suffix}",
-        cluster=Cluster.objects.create(name=f"mem-{suffix}", bootstrap_servers=p.bootstrap),
-        topic=p.topic,
-        source=SourceDatabase.objects.create(name=f"mem-{suffix}", url="${SOURCE_DATABASE_URL}"),
-        table=p.table,
-        key_column="ticket_id",
-        record_key="key",
-        created_column="created_at",
-        consumer_groups=[p.group],
-    )
-    return StuckRule.objects.create(
-        name=f"mem-{suffix}", binding=binding, status_column="status", stuck_values=["NEW"], age_column="created_at"
-    )
-
-
-def reconcile(rule: StuckRule) -> ReconcileRun:
-    run = execute_run(start_run(rule.binding, ReconcileRun.CLI), IN_PROCESS)
-    assert run.status == ReconcileRun.OK, run.error
-    return run
-
-
-def diagnose(rule: StuckRule, spark: Any, consumer_ledger: str | None = None) -> dict[str, tuple[str, str]]:
-    """Verdicts by both engines, which must agree; key → (verdict, reason). Without ledgers (an
-    unprobed pipeline), or with the pipeline's consumer ledger."""
-    no_ledger = f"_audit.none-{uuid.uuid4().hex[:8]}"
-    results = [
-        diagnose_rule(
-            rule,
-            DiagnosisOptions(
-                engine=engine,
-                spark=spark,
-                producer_ledger_topic=no_ledger,
-                consumer_ledger_topic=consumer_ledger or no_ledger,
-            ),
-        )
-        for engine in ("python", "spark")
-    ]
-    by_engine = [{i.row.key: (i.diagnosis.verdict, i.diagnosis.reason) for i in r.items} for r in results]
-    assert {k: v[0] for k, v in by_engine[0].items()} == {k: v[0] for k, v in by_engine[1].items()}
-    return by_engine[1]
 
 
 @pytest.mark.parametrize("plain", ["path", "file-uri"], indirect=True)

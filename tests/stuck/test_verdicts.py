@@ -10,6 +10,7 @@ from auditor.stuck.evidence import (
     ClusterView,
     GroupState,
     KeyMemory,
+    KeySightings,
     LedgerEntry,
     LedgerView,
     LocatedRecord,
@@ -521,7 +522,7 @@ def test_an_item_keyed_by_the_record_key_may_have_lost_every_record_to_a_cleaned
 
 
 def test_a_record_seen_or_acked_then_gone_from_a_compacted_topic_is_not_broker_lost() -> None:
-    seen = KeyMemory(sightings={"TCK-7": Sighting(0, 4, NOW_MS - 3500_000, "run-1")})
+    seen = KeyMemory(sightings={"TCK-7": KeySightings((Sighting(0, 4, NOW_MS - 3500_000, "run-1"),))})
     for cleanup, record_key, verdict in (
         (COMPACTED, "json:$.ticket_id", "unknown"),
         (COMPACTED, "key", "broker-lost"),  # its key's last record cannot have been cleaned
@@ -635,9 +636,68 @@ def test_an_ack_or_sighting_of_a_record_produced_before_the_topic_was_created_ag
     recreated = {"recreated_until_ms": until, "recreated_reason": "topic tickets was deleted and created again"}
     d = diagnose(ROW, [], [acked(4)], {}, view(**recreated))
     assert d.verdict == "unknown" and "deleted and created again" in d.reason, d.reason
-    seen = KeyMemory(sightings={"TCK-7": Sighting(0, 4, NOW_MS - 3500_000, "run-1")})
+    seen = KeyMemory(sightings={"TCK-7": KeySightings((Sighting(0, 4, NOW_MS - 3500_000, "run-1"),))})
     assert diagnose(ROW, [], [], {}, view(**recreated), seen).verdict == "unknown"
     assert diagnose(ROW, [], [], {}, view(), seen).verdict == "broker-lost"
+
+
+def test_a_sighting_at_an_offset_the_log_covers_is_unknown_when_the_topic_id_could_not_be_read() -> None:
+    # Gone from an offset the log still covers: truncated, or the topic deleted and created
+    # again since, whose new records took the offset. Only the topic's id tells them apart.
+    seen = KeyMemory(sightings={"TCK-7": KeySightings((Sighting(0, 4, NOW_MS - 3500_000, "run-1"),))})
+    assert diagnose(ROW, [], [], {}, view(), seen).verdict == "broker-lost"
+    unread = {"topic_id_error": "topic 'tickets' cannot be described: timed out"}
+    for entries, memory in (([], seen), ([acked(4)], KeyMemory())):
+        d = diagnose(ROW, [], entries, {}, view(**unread), memory)
+        assert d.verdict == "unknown" and "the topic's id could not be read (topic 'tickets'" in d.reason, d.reason
+        assert d.evidence["topic_id_error"] == unread["topic_id_error"]
+
+
+def test_a_sighting_of_the_topic_before_a_run_found_it_created_again_is_never_judged_against_the_new_log() -> None:
+    # The run's state says the new topic's records are stamped since an hour and a half ago:
+    # the record seen at 0@4 before that was the deleted topic's, whatever 0@4 holds now.
+    old = Sighting(0, 4, NOW_MS - 7_000_000, "run-1", deleted_topic_until_ms=NOW_MS - 5_400_000)
+    for cluster in (view(), view(low=8, committed=2)):  # its offset in the new log, or below its start
+        d = diagnose(ROW, [], [], {}, cluster, KeyMemory(sightings={"TCK-7": KeySightings((old,))}))
+        assert d.verdict == "unknown" and "deleted and created again" in d.reason, d.reason
+
+
+def _copies(*copies: Sighting, unplaced: int = 0) -> KeyMemory:
+    return KeyMemory(sightings={"TCK-7": KeySightings(copies, unplaced)})
+
+
+def test_of_several_records_runs_saw_with_the_key_the_one_that_got_furthest_decides() -> None:
+    # Two partitions: the group committed 2 on partition 0 and 10 on partition 1; both deleted.
+    cluster = view(low=8, committed=2)
+    cluster.partitions[1] = PartitionState(1, 8, 10, 10, NOW_MS - 7200_000)
+    cluster.groups["g"].committed[1] = 10
+    cluster.groups["g"].first_mark[1] = 0
+    first = Sighting(0, 4, NOW_MS - 3500_000, "run-1")  # deleted before the group reached it
+    resent = Sighting(1, 5, NOW_MS - 3400_000, None)  # committed past
+    processed = {("g", 1, 5): ProcessedMark("g", 1, 5, "c1", NOW_MS - 3000_000)}
+
+    assert diagnose(ROW, [], [], {}, cluster, _copies(first)).verdict == "expired"
+    d = diagnose(ROW, [], [], processed, cluster, _copies(first, resent))
+    assert d.verdict == "processed-not-updated", d.reason
+    assert "records with this key (0@4 expired, 1@5 processed-not-updated)" in d.reason, d.reason
+    assert [c["verdict"] for c in d.evidence["copies"]] == ["expired", "processed-not-updated"]
+    assert (d.evidence["partition"], d.evidence["offset"]) == (1, 5)
+    # no mark: the re-send was committed past while its neighbours were read (skipped), which
+    # got further than the first copy's expiry
+    cluster.groups["g"].seen = {1: SeenCommits((Span(0, 7, "run-1", "run-1", NOW_MS - 3000_000),))}
+    assert diagnose(ROW, [], [], {}, cluster, _copies(first, resent)).verdict == "skipped"
+    # a copy whose fate is unknown may have been the one processed
+    cluster.groups["g"].seen = {}
+    cluster.consumer_ledger = LedgerView("cl", False, "topic cl does not exist")
+    d = diagnose(ROW, [], [], {}, cluster, _copies(first, resent))
+    assert d.verdict == "unknown" and "may have been the copy processed" in d.reason, d.reason
+    # as may one whose place the state no longer keeps; a processed copy still settles it
+    cluster.consumer_ledger = LedgerView("cl", True)
+    d = diagnose(ROW, [], [], {}, cluster, _copies(first, unplaced=1))
+    assert d.verdict == "unknown" and "where the other 1 were is not kept" in d.reason, d.reason
+    assert diagnose(ROW, [], [], processed, cluster, _copies(first, resent, unplaced=1)).verdict == (
+        "processed-not-updated"
+    )
 
 
 def test_marks_past_where_the_broker_rewrote_a_partition_are_judged_by_their_time() -> None:
