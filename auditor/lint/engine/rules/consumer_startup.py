@@ -65,7 +65,7 @@ def check_startup_classic_settings_under_consumer_protocol(s: Subject) -> Iterat
     protocol = s["group.protocol"]
     if protocol.value != "consumer":
         return
-    # the client's version decides, and the CLI and paste form lint Java at the default 4.0: say so
+    # the client's version decides, 4.0 unless given (audit lint --client-version): say so
     since = "; the Java consumer refuses it from 4.0, 3.7 to 3.9 ignore it" if s.client == "java" else ""
     for key, instead in d.classic_only_consumer_keys(s.client, s.java_version).items():
         setting = s.settings.get(key)
