@@ -393,7 +393,9 @@ class World:
         for kind, config in clients.items():
             text = "\n".join(f"{name}={_property(value)}" for name, value in config.items())
             try:
-                _fmt, results = lint_pasted(text, fmt="properties", client="librdkafka", guarantee=guarantee, kind=kind)
+                results = lint_pasted(
+                    text, fmt="properties", client="librdkafka", guarantee=guarantee, kind=kind
+                ).results
             except LintInputError as exc:
                 raise LabError(f"the lint refused the {kind} config: {exc}") from exc
             for scanned in results:

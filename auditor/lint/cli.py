@@ -17,7 +17,7 @@ from django.utils import timezone
 from auditor.lint.engine.defaults import CLIENTS, KINDS
 from auditor.lint.engine.errors import LintInputError
 from auditor.lint.engine.evidence import explains
-from auditor.lint.engine.linter import exit_code
+from auditor.lint.engine.linter import client_version_option, exit_code
 from auditor.lint.engine.parsers import FORMATS, guess_format
 from auditor.lint.models import LintScan
 from auditor.lint.service import DEFAULT_GUARANTEE, ScanResult, lint_pasted, scan_all
@@ -29,13 +29,20 @@ HELP = (
     "without it the configured clusters and the probes' clients"
 )
 EXIT_UNUSABLE = 2
-FILE_ONLY_OPTIONS = ("client", "kind", "format", "guarantee")
+FILE_ONLY_OPTIONS = ("client", "client_version", "kind", "format", "guarantee")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="a client config: librdkafka JSON, .properties, Spring YAML")
     parser.add_argument(
         "--client", choices=CLIENTS, default=None, help="whose defaults apply to unset keys (default librdkafka)"
+    )
+    parser.add_argument(
+        "--client-version",
+        metavar="VERSION",
+        default=None,
+        help="the Java client's version (kafka-clients, e.g. 3.9.2): its defaults and start-up checks "
+        "(default 4.0); with --client java or a Spring Boot file only",
     )
     parser.add_argument(
         "--kind",
@@ -60,7 +67,7 @@ def _error(message: str) -> int:
 def run(options: dict[str, Any], out: TextIO) -> int:
     if options.get("config"):
         return _lint_file(options, out)
-    given = [f"--{name}" for name in FILE_ONLY_OPTIONS if options.get(name)]
+    given = [f"--{name.replace('_', '-')}" for name in FILE_ONLY_OPTIONS if options.get(name)]
     if given:
         return _error(f"{', '.join(given)} only apply with --config FILE")
     return _scan(options, out)
@@ -80,16 +87,23 @@ def _lint_file(options: dict[str, Any], out: TextIO) -> int:
     client = options.get("client") or "librdkafka"
     guarantee = options.get("guarantee") or DEFAULT_GUARANTEE
     try:
-        _, results = lint_pasted(
-            text, fmt=fmt, client=client, guarantee=guarantee, kind=options.get("kind"), source=str(path)
+        pasted = lint_pasted(
+            text,
+            fmt=fmt,
+            client=client,
+            guarantee=guarantee,
+            kind=options.get("kind"),
+            client_version=client_version_option(options.get("client_version")),
+            source=str(path),
         )
     except LintInputError as exc:
         return _error(str(exc))
+    results = pasted.results
     if options["json"]:
-        out.write(json.dumps({"results": [_as_json(item) for item in results]}, indent=2, default=str) + "\n")
+        document = {"java_version": pasted.java_version, "results": [_as_json(item) for item in results]}
+        out.write(json.dumps(document, indent=2, default=str) + "\n")
     else:
-        shown_client = "java (Spring Boot)" if fmt == "spring-yaml" else client
-        out.write(f"{path}: {fmt}, {shown_client} client, guarantee {guarantee}\n")
+        out.write(f"{path}: {fmt}, {pasted.linted_as}, guarantee {guarantee}\n")
         _write_table(results, out)
     return exit_code(item.result for item in results)
 

@@ -30,7 +30,7 @@ from auditor.lib.live import publish
 from auditor.lint.alerting import alert_on_scan_safely
 from auditor.lint.engine.defaults import AT_LEAST_ONCE
 from auditor.lint.engine.errors import LintInputError
-from auditor.lint.engine.linter import lint, lint_text
+from auditor.lint.engine.linter import lint, lint_text_described
 from auditor.lint.engine.masking import mask_text
 from auditor.lint.engine.parsers import guess_format
 from auditor.lint.engine.terms import LintContext, LintResult
@@ -275,6 +275,16 @@ def scan_all(
 # --- a pasted config -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class PastedLint:
+    """A pasted config's results, and what the lint took it for."""
+
+    fmt: str
+    results: list[ScanResult]
+    linted_as: str  # "librdkafka client", "java client, java 3.9.2", "Spring Boot's java client, java 4.0 (default)"
+    java_version: str | None  # "java 3.9.2" or "java 4.0 (default)" when a config was linted as Java's
+
+
 def lint_pasted(
     text: str,
     *,
@@ -282,31 +292,42 @@ def lint_pasted(
     client: str,
     guarantee: str,
     kind: str | None = None,
+    client_version: str | None = None,
     source: str = "pasted config",
-) -> tuple[str, list[ScanResult]]:
-    """Lint pasted text; returns the format used and the results. Raises LintInputError."""
+) -> PastedLint:
+    """Lint pasted text, the Java client at ``client_version`` (default 4.0). Raises LintInputError."""
     fmt = fmt or guess_format(text)
-    results = lint_text(text, fmt=fmt, client=client, guarantee=guarantee, kind=kind, source=source)
-    return fmt, [ScanResult(result, f"{result.target} ({source})") for result in results]
+    described = lint_text_described(
+        text,
+        fmt=fmt,
+        client=client,
+        guarantee=guarantee,
+        kind=kind,
+        context=LintContext(client_version=client_version),
+        source=source,
+    )
+    return PastedLint(
+        fmt=fmt,
+        results=[ScanResult(result, f"{result.target} ({source})") for result in described.results],
+        linted_as=described.linted_as,
+        java_version=described.java_version,
+    )
 
 
 def store_pasted(
-    results: Sequence[ScanResult],
+    pasted: PastedLint,
     *,
-    fmt: str,
-    client: str,
     guarantee: str,
     started_at: datetime,
     requested_by: User | None = None,
 ) -> LintScan:
-    shown_client = "java" if fmt == "spring-yaml" else client
     return record_scan(
-        results,
+        pasted.results,
         trigger=LintScan.PASTE,
         started_at=started_at,
         requested_by=requested_by,
         guarantee=guarantee,
-        summary=f"pasted {fmt} config ({shown_client} client)",
+        summary=f"pasted {pasted.fmt} config ({pasted.linted_as})",
     )
 
 

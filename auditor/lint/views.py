@@ -20,6 +20,7 @@ from auditor.lint.engine.catalog import RULES, catalog_as_csv, catalog_as_dicts
 from auditor.lint.engine.defaults import CLIENTS, KINDS
 from auditor.lint.engine.errors import LintInputError
 from auditor.lint.engine.evidence import describe, explains
+from auditor.lint.engine.linter import client_version_option
 from auditor.lint.engine.parsers import FORMATS
 from auditor.lint.links import BindingIndex, finding_links
 from auditor.lint.models import SEVERITIES, LintResultRow, LintScan
@@ -177,6 +178,19 @@ class PasteForm(forms.Form):
         choices=[("", "from the file (Spring YAML)"), *[(k, k) for k in KINDS]], required=False, initial="producer"
     )
     guarantee = forms.ChoiceField(choices=[(g, g) for g in GUARANTEES], initial=DEFAULT_GUARANTEE)
+    client_version = forms.CharField(
+        label="Java client version",
+        max_length=20,
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "4.0", "size": 8, "autocomplete": "off"}),
+        help_text="kafka-clients version, e.g. 3.9.2 (default 4.0): Java clients and Spring Boot configs only.",
+    )
+
+    def clean_client_version(self) -> str | None:
+        try:
+            return client_version_option(self.cleaned_data.get("client_version"))
+        except LintInputError as exc:
+            raise forms.ValidationError(exc.reason) from None
 
 
 def _blank_form(data: dict[str, Any] | None = None) -> PasteForm:
@@ -193,28 +207,26 @@ def paste(request: SignedInRequest) -> HttpResponse:
     if request.method == "POST":
         form = PasteForm(request.POST)
         if form.is_valid():
-            options = {key: form.cleaned_data[key] for key in ("format", "client", "kind", "guarantee")}
+            options = {
+                key: form.cleaned_data[key] for key in ("format", "client", "kind", "guarantee", "client_version")
+            }
             context["form"] = _blank_form(options)
             text = form.cleaned_data["config"]
             started = timezone.now()
             try:
-                fmt, results = lint_pasted(
+                pasted = lint_pasted(
                     text,
                     fmt=options["format"] or None,
                     client=options["client"],
                     guarantee=options["guarantee"],
                     kind=options["kind"] or None,
+                    client_version=options["client_version"],
                 )
             except LintInputError as exc:
                 context["input_error"] = str(exc)  # names the line, never quotes it
             else:
                 scan = store_pasted(
-                    results,
-                    fmt=fmt,
-                    client=options["client"],
-                    guarantee=options["guarantee"],
-                    started_at=started,
-                    requested_by=request.user,
+                    pasted, guarantee=options["guarantee"], started_at=started, requested_by=request.user
                 )
                 context["scan"] = scan
                 context["rows"] = with_finding_links(list(scan.results.in_report_order()))

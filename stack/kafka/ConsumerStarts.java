@@ -2,6 +2,7 @@
 // (a config as key=value pairs joined by ';'), prints "created" or "refused: <message>".
 // No broker is needed: KafkaConsumer validates its configuration in its constructor.
 // Run by tests/lint/test_startup_rejections.py in Java's source-file mode on .cache/kafka/libs.
+import java.time.Duration;
 import java.util.Properties;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
@@ -19,8 +20,11 @@ public class ConsumerStarts {
                     props.put(kv[0], kv[1]);
                 }
             }
-            try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
+            try {
+                KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props);
                 System.out.println("consumer-starts: created");
+                // without a broker, a consumer-protocol consumer of 3.x waits out close()'s 30 s
+                consumer.close(Duration.ZERO);
             } catch (Exception e) {
                 Throwable cause = e;
                 while (cause.getCause() != null) {

@@ -131,7 +131,7 @@ def test_it_passes_a_clean_at_most_once_config(capsys: pytest.CaptureFixture[str
     assert code == 0
     assert "no findings" in out
     code, out, _ = run_cli(capsys, "--config", path, "--kind", "producer", "--guarantee", "at-most-once", "--json")
-    assert (code, json.loads(out)) == (0, {"results": []})
+    assert (code, json.loads(out)) == (0, {"java_version": None, "results": []})
 
 
 def test_it_prints_a_readable_table(capsys: pytest.CaptureFixture[str], config_file: WriteFile) -> None:
@@ -203,3 +203,86 @@ def test_it_exits_non_zero_from_the_real_command_without_printing_the_secret(con
     assert done.returncode == 1, done.stderr
     assert rule_ids(done.stdout) == ["P001", "P002", "C001", "C003"]
     assert SECRET not in done.stdout + done.stderr
+
+
+# KIP-848 consumer with a classic-protocol setting: the Java client refuses it from 4.0 only
+KIP848_CONSUMER_PROPERTIES = (
+    "group.id=orders\n"
+    "enable.auto.commit=false\n"
+    "auto.offset.reset=earliest\n"
+    "group.protocol=consumer\n"
+    "session.timeout.ms=45000\n"
+)
+
+
+def test_it_lints_the_java_client_at_the_version_given(
+    capsys: pytest.CaptureFixture[str], config_file: WriteFile
+) -> None:
+    path = config_file("consumer.properties", KIP848_CONSUMER_PROPERTIES)
+    java_consumer = ("--config", path, "--client", "java", "--kind", "consumer")
+    # by default the Java client is 4.0, which refuses session.timeout.ms under group.protocol=consumer
+    code, out, _ = run_cli(capsys, *java_consumer, "--json")
+    assert (code, rule_ids(out), json.loads(out)["java_version"]) == (1, ["C102"], "java 4.0 (default)")
+    # 3.7 to 3.9 accept it and ignore it: the consumer starts
+    code, out, _ = run_cli(capsys, *java_consumer, "--client-version", "3.9.2", "--json")
+    assert (code, json.loads(out)) == (0, {"java_version": "java 3.9.2", "results": []})
+    code, out, _ = run_cli(capsys, *java_consumer, "--client-version", "3.9.2")
+    assert out.splitlines() == [
+        f"{path}: properties, java client, java 3.9.2, guarantee at-least-once",
+        "no findings",
+    ]
+    code, out, _ = run_cli(capsys, *java_consumer, "--client-version", "4.0.0")
+    assert out.splitlines()[0] == f"{path}: properties, java client, java 4.0.0, guarantee at-least-once"
+    assert out.splitlines()[2].split()[:2] == ["error", "C102"]
+
+
+def test_it_lints_a_spring_boot_file_at_the_java_version_given_whatever_the_client(
+    capsys: pytest.CaptureFixture[str], config_file: WriteFile
+) -> None:
+    spring = "spring:\n  kafka:\n    consumer:\n      properties:\n        group.remote.assignor: uniform\n"
+    path = config_file("application.yml", spring)
+    code, out, _ = run_cli(capsys, "--config", path)
+    assert out.splitlines()[0] == (
+        f"{path}: spring-yaml, Spring Boot's java client, java 4.0 (default), guarantee at-least-once"
+    )
+    assert "C103" in out and code == 1
+    # 3.8 ignores group.remote.assignor under the classic protocol
+    code, out, _ = run_cli(capsys, "--config", path, "--client-version", "3.8.1", "--json")
+    assert (code, json.loads(out)["java_version"], rule_ids(out)) == (0, "java 3.8.1", ["C003"])
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        (
+            "3.9.x",
+            "error: client version: expected the Java client's Apache Kafka version such as 3.9.2 or 4.0, got '3.9.x'",
+        ),
+        ("latest", "got 'latest'"),
+        ("7.6.0-ccs", "a Confluent Platform version? give the Apache Kafka version it ships"),
+        ("7.6.0", "a Confluent Platform version?"),
+    ],
+)
+def test_it_rejects_a_client_version_it_cannot_read(
+    capsys: pytest.CaptureFixture[str], config_file: WriteFile, version: str, message: str
+) -> None:
+    path = config_file("consumer.properties", KIP848_CONSUMER_PROPERTIES)
+    code, out, err = run_cli(
+        capsys, "--config", path, "--client", "java", "--kind", "consumer", "--client-version", version
+    )
+    assert (code, out) == (2, "")
+    assert message in err
+
+
+def test_it_rejects_a_client_version_for_a_config_linted_as_librdkafkas(
+    capsys: pytest.CaptureFixture[str], config_file: WriteFile
+) -> None:
+    path = config_file("producer.json", LIBRDKAFKA_JSON)
+    code, out, err = run_cli(capsys, "--config", path, "--kind", "producer", "--client-version", "3.9.2")
+    assert (code, out) == (2, "")
+    assert err == (
+        "error: client version: 3.9.2 is a Java client's version, and this json config is linted as "
+        "librdkafka's: choose the java client, or leave the version out\n"
+    )
+    code, _, err = run_cli(capsys, "--client-version", "3.9.2")
+    assert (code, err) == (2, "error: --client-version only apply with --config FILE\n")

@@ -448,6 +448,107 @@ CASES: list[Case] = [
         {**JAVA_CONSUMER_OK, "group.protocol": "consumer", "group.protocol.type": "consumer"},
         [],
     ),
+    # C103 the Java consumer refuses group.remote.assignor under the classic protocol from 3.9.0
+    Case(
+        "C103",
+        "fails",
+        JAVA,
+        "consumer",
+        ALO,
+        {**JAVA_CONSUMER_OK, "group.remote.assignor": "uniform"},
+        ["C103"],
+        severity="error",
+    ),
+    Case(
+        "C103",
+        "fails",
+        JAVA,
+        "consumer",
+        AMO,
+        {"enable.auto.commit": False, "group.protocol": "CLASSIC", "group.remote.assignor": "range"},
+        ["C103"],
+        LintContext(client_version="3.9.0"),
+    ),
+    # 3.7 and 3.8 accept it and ignore it
+    Case(
+        "C103",
+        "passes",
+        JAVA,
+        "consumer",
+        ALO,
+        {**JAVA_CONSUMER_OK, "group.remote.assignor": "uniform"},
+        [],
+        LintContext(client_version="3.8.1"),
+    ),
+    Case(
+        "C103",
+        "passes",
+        JAVA,
+        "consumer",
+        ALO,
+        {**JAVA_CONSUMER_OK, "group.protocol": "consumer", "group.remote.assignor": "uniform"},
+        [],
+    ),
+    # the client trims the value: a blank one is not set
+    Case("C103", "passes", JAVA, "consumer", ALO, {**JAVA_CONSUMER_OK, "group.remote.assignor": " "}, []),
+    # librdkafka accepts it under classic
+    Case("C103", "passes", RK, "consumer", ALO, {**RK_CONSUMER_OK, "group.remote.assignor": "uniform"}, []),
+    # C104 Spring's listener container refuses auto-commit with MANUAL or MANUAL_IMMEDIATE: it never
+    # starts, so the auto-commit's own findings (C001, C004, C006) are not reported on top
+    Case(
+        "C104",
+        "fails",
+        JAVA,
+        "consumer",
+        AMO,
+        spring({"enable.auto.commit": True, SPRING_ACK_MODE: "manual"}),
+        ["C104"],
+        severity="error",
+    ),
+    Case(
+        "C104",
+        "fails",
+        JAVA,
+        "consumer",
+        ALO,
+        spring({"enable.auto.commit": "true", SPRING_ACK_MODE: "manual-immediate", "auto.offset.reset": "earliest"}),
+        ["C104"],
+    ),
+    Case(
+        "C104",
+        "fails",
+        JAVA,
+        "consumer",
+        EOS,
+        spring(
+            {
+                "enable.auto.commit": True,
+                SPRING_ACK_MODE: "MANUAL_IMMEDIATE",
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+            }
+        ),
+        ["C104"],
+    ),
+    # other ack modes start with auto-commit on (the container then leaves the commits to it)
+    Case(
+        "C104",
+        "passes",
+        JAVA,
+        "consumer",
+        AMO,
+        spring({"enable.auto.commit": True, SPRING_ACK_MODE: "record"}),
+        ["C004"],
+    ),
+    Case(
+        "C104",
+        "passes",
+        JAVA,
+        "consumer",
+        ALO,
+        spring({"enable.auto.commit": False, SPRING_ACK_MODE: "MANUAL", "auto.offset.reset": "earliest"}),
+        [],
+    ),
     # T001 replication factor
     Case(
         "T001",

@@ -129,6 +129,10 @@ JAVA_CONSUMER_CONFIGS: list[dict[str, str]] = [
     {"group.protocol": "CONSUMER", "heartbeat.interval.ms": "3000"},
     {"group.protocol": "consumer", "partition.assignment.strategy": "org.apache.kafka.clients.consumer.RangeAssignor"},
     {"group.protocol": "classic", "session.timeout.ms": "45000", "heartbeat.interval.ms": "3000"},
+    # the assignor is the consumer protocol's: refused under classic from 3.9.0, a blank value excepted
+    {"group.remote.assignor": "uniform"},
+    {"group.protocol": "classic", "group.remote.assignor": "range"},
+    {"group.protocol": "CLASSIC", "group.remote.assignor": " "},
 ]
 
 
@@ -147,12 +151,13 @@ def _installed_java_client() -> str:
     return match.group(1)
 
 
-def test_it_predicts_which_consumer_configs_the_java_client_refuses() -> None:
-    version = _installed_java_client()
+def _java_consumer_answers(classpath: str) -> list[tuple[dict[str, str], str]]:
+    """Each of JAVA_CONSUMER_CONFIGS with what a real KafkaConsumer on ``classpath`` said:
+    "created" or "refused: <message>"."""
     configs = [{"group.id": "lint-test", **config} for config in JAVA_CONSUMER_CONFIGS]
     arguments = [";".join(f"{key}={value}" for key, value in config.items()) for config in configs]
     run = subprocess.run(
-        ["java", "-cp", f"{KAFKA_LIBS}/*", str(CONSUMER_STARTS), *arguments],
+        ["java", "-cp", classpath, str(CONSUMER_STARTS), *arguments],
         capture_output=True,
         text=True,
         timeout=180,
@@ -164,8 +169,39 @@ def test_it_predicts_which_consumer_configs_the_java_client_refuses() -> None:
         if line.startswith("consumer-starts: ")
     ]
     assert len(answers) == len(configs)
+    return list(zip(configs, answers, strict=True))
+
+
+def _assert_predicted(version: str, answers: list[tuple[dict[str, str], str]]) -> None:
     context = LintContext(client_version=version)
-    for config, answer in zip(configs, answers, strict=True):
+    for config, answer in answers:
         results = lint(config, client="java", kind="consumer", guarantee="at-least-once", context=context)
         predicted = any(r.message.startswith("the client refuses to start:") for r in results)
-        assert predicted == answer.startswith("refused"), (config, answer)
+        assert predicted == answer.startswith("refused"), (version, config, answer)
+
+
+def test_it_predicts_which_consumer_configs_the_java_client_refuses() -> None:
+    version = _installed_java_client()
+    answers = _java_consumer_answers(f"{KAFKA_LIBS}/*")
+    _assert_predicted(version, answers)
+    refused = {tuple(sorted(config.items())): answer for config, answer in answers}
+    assignor = {"group.id": "lint-test", "group.remote.assignor": "uniform"}
+    assert refused[tuple(sorted(assignor.items()))] == (
+        "refused: group.remote.assignor cannot be set when group.protocol=CLASSIC"
+    )
+
+
+# Older kafka-clients jars, where a Maven cache holds them: the refusals changed at 3.9.0
+# (group.remote.assignor under classic) and 4.0.0 (classic-only keys under consumer).
+MAVEN_KAFKA_CLIENTS = Path.home() / ".m2" / "repository" / "org" / "apache" / "kafka" / "kafka-clients"
+OLDER_JAVA_CLIENTS = ("3.7.2", "3.8.1", "3.9.0", "3.9.2", "4.0.0")
+
+
+@pytest.mark.parametrize("version", OLDER_JAVA_CLIENTS)
+def test_it_predicts_which_consumer_configs_older_java_clients_refuse(version: str) -> None:
+    _installed_java_client()  # java and the stack's libraries (the client's own dependencies)
+    jar = MAVEN_KAFKA_CLIENTS / version / f"kafka-clients-{version}.jar"
+    if not jar.exists():
+        pytest.skip(f"no {jar} (mvn dependency:get -Dartifact=org.apache.kafka:kafka-clients:{version})")
+    dependencies = [path for path in sorted(KAFKA_LIBS.glob("*.jar")) if not path.name.startswith("kafka")]
+    _assert_predicted(version, _java_consumer_answers(":".join(map(str, [jar, *dependencies]))))

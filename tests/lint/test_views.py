@@ -360,7 +360,7 @@ def test_it_lints_a_pasted_config_and_never_shows_logs_or_stores_its_secret(
     scan = LintScan.objects.get(trigger=LintScan.PASTE)
     assert (scan.guarantee, scan.summary, scan.error_count) == (
         "at-least-once",
-        "pasted properties config (java client)",
+        "pasted properties config (java client, java 4.0 (default))",
         1,
     )
     assert list(scan.results.values_list("rule", "subject")) == [("P001", "producer (pasted config)")]
@@ -417,4 +417,77 @@ def test_it_lints_every_section_of_a_pasted_spring_yaml(user_client: Client) -> 
         {"config": pasted, "format": "", "client": "librdkafka", "kind": "", "guarantee": "at-least-once"},
     )
     assert rows_of(response.content.decode()) == ["P001", "C001", "C003", "P006", "P007"]
-    assert LintScan.objects.get(trigger="paste").summary == "pasted spring-yaml config (java client)"
+    assert LintScan.objects.get(trigger="paste").summary == (
+        "pasted spring-yaml config (Spring Boot's java client, java 4.0 (default))"
+    )
+
+
+KIP848_CONSUMER = "group.id=orders\nenable.auto.commit=false\nauto.offset.reset=earliest\ngroup.protocol=consumer\n"
+
+
+def paste_java_consumer(user_client: Client, config: str, client_version: str, client: str = "java") -> str:
+    response = user_client.post(
+        "/lint/paste/",
+        {
+            "config": config,
+            "format": "properties",
+            "client": client,
+            "kind": "consumer",
+            "guarantee": "at-least-once",
+            "client_version": client_version,
+        },
+    )
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_it_lints_a_pasted_java_config_at_the_client_version_given(user_client: Client) -> None:
+    config = KIP848_CONSUMER + "session.timeout.ms=45000\n"
+    # 4.0 refuses session.timeout.ms under group.protocol=consumer; 3.7 to 3.9 accept and ignore it
+    html = paste_java_consumer(user_client, config, "")
+    assert rows_of(html) == ["C102"]
+    assert "pasted properties config (java client, java 4.0 (default)), guarantee at-least-once" in html
+    html = paste_java_consumer(user_client, config, " 3.9.2 ")
+    assert rows_of(html) == []
+    assert "pasted properties config (java client, java 3.9.2), guarantee at-least-once" in html
+    assert 'value="3.9.2"' in html  # the form keeps the version for the next paste
+    # the Java consumer refuses group.remote.assignor under the classic protocol from 3.9.0
+    assignor = "group.id=orders\nenable.auto.commit=false\nauto.offset.reset=earliest\ngroup.remote.assignor=uniform\n"
+    assert rows_of(paste_java_consumer(user_client, assignor, "3.9.0")) == ["C103"]
+    assert rows_of(paste_java_consumer(user_client, assignor, "3.8.1")) == []
+    summaries = list(LintScan.objects.filter(trigger=LintScan.PASTE).order_by("id").values_list("summary", flat=True))
+    assert summaries == [
+        "pasted properties config (java client, java 4.0 (default))",
+        "pasted properties config (java client, java 3.9.2)",
+        "pasted properties config (java client, java 3.9.0)",
+        "pasted properties config (java client, java 3.8.1)",
+    ]
+
+
+def test_it_refuses_a_pasted_client_version_it_cannot_use(user_client: Client) -> None:
+    html = paste_java_consumer(user_client, KIP848_CONSUMER, "3.9.x")
+    assert (
+        "client_version: expected the Java client&#x27;s Apache Kafka version such as 3.9.2 or 4.0, "
+        "got &#x27;3.9.x&#x27;" in html
+    )
+    html = paste_java_consumer(user_client, KIP848_CONSUMER, "3.9.2", client="librdkafka")
+    assert (
+        "client version: 3.9.2 is a Java client&#x27;s version, and this properties config is linted as "
+        "librdkafka&#x27;s" in html
+    )
+    assert not LintScan.objects.filter(trigger=LintScan.PASTE).exists()
+
+
+def test_it_reports_a_pasted_spring_consumer_whose_container_refuses_to_start(user_client: Client) -> None:
+    pasted = (
+        "spring:\n  kafka:\n    consumer:\n      enable-auto-commit: true\n      auto-offset-reset: earliest\n"
+        "    listener:\n      ack-mode: manual_immediate\n"
+    )
+    response = user_client.post(
+        "/lint/paste/",
+        {"config": pasted, "format": "", "client": "librdkafka", "kind": "", "guarantee": "at-least-once"},
+    )
+    html = response.content.decode()
+    # not the auto-commit's C001: the container never starts
+    assert rows_of(html) == ["C104"]
+    assert "Consumer cannot be configured for auto commit for ackMode MANUAL_IMMEDIATE" in html

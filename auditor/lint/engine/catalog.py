@@ -8,11 +8,11 @@ from typing import Any
 
 from auditor.lint.engine.defaults import CLIENTS
 from auditor.lint.engine.evidence import explains
-from auditor.lint.engine.rules import cluster, consumer, producer, streams
+from auditor.lint.engine.rules import cluster, consumer, consumer_startup, producer, streams
 from auditor.lint.engine.terms import Rule
 from auditor.vocabulary import GUARANTEES
 
-RULES: tuple[Rule, ...] = producer.RULES + consumer.RULES + cluster.RULES + streams.RULES
+RULES: tuple[Rule, ...] = producer.RULES + consumer.RULES + consumer_startup.RULES + cluster.RULES + streams.RULES
 RULES_BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
 CATALOG_FIELDS = ("id", "title", "target", "severity", "guarantees", "clients", "why", "fix", "explains")
 

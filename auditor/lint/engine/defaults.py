@@ -102,6 +102,14 @@ JAVA_CLASSIC_ONLY_CONSUMER_KEYS: Mapping[str, str] = {
     for key in ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
 }
 JAVA_REFUSES_CLASSIC_ONLY_CONSUMER_KEYS_FROM = (4, 0, 0)
+# The other way round: group.remote.assignor names the broker's assignor under
+# group.protocol=consumer, and the Java consumer refuses it under classic from 3.9.0
+# (ConsumerConfig.checkGroupRemoteAssignor: "ConfigException: group.remote.assignor cannot be
+# set when group.protocol=CLASSIC"); a blank value passes, the value being trimmed. 3.7 and 3.8
+# accept and ignore it, and so does librdkafka (2.16.0). Checked by constructing KafkaConsumers
+# of kafka-clients 3.7.2, 3.8.1, 3.9.0, 3.9.2, 4.0.0 and 4.3.1, and librdkafka consumers.
+GROUP_REMOTE_ASSIGNOR = "group.remote.assignor"
+JAVA_REFUSES_REMOTE_ASSIGNOR_UNDER_CLASSIC_FROM = (3, 9, 0)
 PROCESSING_GUARANTEES = ("at_least_once", "exactly_once_v2", "exactly_once", "exactly_once_beta")
 
 LIBRDKAFKA_PRODUCER: Mapping[str, Any] = {
@@ -165,6 +173,11 @@ SPRING_KAFKA = "spring-kafka"
 SPRING_ACK_MODE = "spring.kafka.listener.ack-mode"
 SPRING_ACK_MODES = ("RECORD", "BATCH", "TIME", "COUNT", "COUNT_TIME", "MANUAL", "MANUAL_IMMEDIATE")
 SPRING_ACKNOWLEDGED_AT_ONCE = "MANUAL_IMMEDIATE"  # the one mode whose commit the listener times
+# The modes whose listener acknowledges: the container refuses to start with auto-commit on
+# (KafkaMessageListenerContainer.ListenerConsumer.determineAutoCommit: Assert.state(
+# !this.isAnyManualAck || !isAutoCommit, "Consumer cannot be configured for auto commit for
+# ackMode " + ackMode), an IllegalStateException from the container's start()).
+SPRING_MANUAL_ACK_MODES = ("MANUAL", "MANUAL_IMMEDIATE")
 SPRING_KAFKA_CONSUMER: Mapping[str, tuple[Any, str]] = {
     "enable.auto.commit": (False, "Spring Kafka's listener container, 2.3+: commits after the listener"),
     SPRING_ACK_MODE: ("BATCH", "Spring Kafka's listener container default"),
@@ -206,6 +219,7 @@ TOPIC_FROM_BROKER: Mapping[str, str] = {
 }
 
 DEFAULT_JAVA_VERSION = (4, 0, 0)
+DEFAULT_JAVA_VERSION_TEXT = "4.0"
 
 
 def parse_version(text: str | None) -> tuple[int, int, int] | None:

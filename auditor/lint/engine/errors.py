@@ -15,5 +15,6 @@ class LintInputError(ValueError):
         if line is not None:
             where = f"{where}: line {line}"
         super().__init__(f"{where}: {message}")
+        self.reason = message  # without the input's name, for a form that shows it by its field
         self.source = source
         self.line = line

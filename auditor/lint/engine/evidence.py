@@ -49,6 +49,8 @@ EXPLAINS: Mapping[str, Explained] = {
     "C008": (("reprocessed", None),),  # Spring's container commits after the listener processed the records
     "C101": (),
     "C102": (),
+    "C103": (),
+    "C104": (),
     # topic
     "T001": _LOST_BY_BROKER,
     "T002": _LOST_BY_BROKER,

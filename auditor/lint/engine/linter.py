@@ -10,7 +10,9 @@ says whether the value was set ("explicit") or came from the default ("default")
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from auditor.lint.engine import defaults as d
@@ -23,9 +25,13 @@ from auditor.lint.engine.terms import Finding, LintContext, LintResult, Rule, Se
 from auditor.vocabulary import GUARANTEES
 
 __all__ = [
+    "TextLint",
+    "client_version_option",
     "exit_code",
+    "java_version_label",
     "lint",
     "lint_text",
+    "lint_text_described",
     "results_as_dicts",
     "results_to_json",
 ]
@@ -40,6 +46,37 @@ def _choice(option: str, value: Any, choices: Sequence[str]) -> str:
     if text not in choices:
         raise LintInputError(f"expected one of {', '.join(choices)}, got {value!r}", source=f"--{option}")
     return text
+
+
+_CLIENT_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+# Apache Kafka's clients are 0.x to 4.x; Confluent Platform numbers its own (7.6.0-ccs ships 3.6)
+_LAST_KAFKA_MAJOR = 4
+CLIENT_VERSION_SOURCE = "client version"
+
+
+def client_version_option(text: str | None) -> str | None:
+    """A Java client version as a user gives it (`--client-version`, the paste form): "3.9.2" or
+    "3.9", stripped; None when not given. Raises LintInputError for anything else."""
+    if text is None or not text.strip():
+        return None
+    given = text.strip()
+    match = _CLIENT_VERSION.fullmatch(given)
+    if match is None or int(match.group(1)) > _LAST_KAFKA_MAJOR:
+        hint = ""
+        if re.match(r"[5-9]\.\d", given) or re.search(r"-(ccs|ce)$", given):
+            hint = " (a Confluent Platform version? give the Apache Kafka version it ships: 7.6.x is 3.6)"
+        raise LintInputError(
+            f"expected the Java client's Apache Kafka version such as 3.9.2 or 4.0, got {given!r}{hint}",
+            source=CLIENT_VERSION_SOURCE,
+        )
+    return given
+
+
+def java_version_label(client_version: str | None) -> str:
+    """The Java client version a lint assumed, for people: "java 3.9.2" or "java 4.0 (default)"."""
+    if client_version is None:
+        return f"java {d.DEFAULT_JAVA_VERSION_TEXT} (default)"
+    return f"java {client_version}"
 
 
 def _java_version(context: LintContext) -> tuple[int, int, int]:
@@ -150,6 +187,23 @@ def _result(rule: Rule, finding: Finding, target: Subject, secrets: list[str]) -
     )
 
 
+@dataclass(frozen=True)
+class TextLint:
+    """The results of a pasted text, and what the lint took it for."""
+
+    results: list[LintResult]
+    client: str  # whose defaults applied: "java" for a Spring Boot config, whatever was asked
+    spring: bool  # a Spring Boot config (spring.kafka.*)
+    java_version: str | None  # java_version_label(), when a config was linted as Java's; else None
+
+    @property
+    def linted_as(self) -> str:
+        """For headers and summaries: "librdkafka client", "java client, java 3.9.2",
+        "Spring Boot's java client, java 4.0 (default)"."""
+        who = "Spring Boot's java client" if self.spring else f"{self.client} client"
+        return f"{who}, {self.java_version}" if self.java_version else who
+
+
 def lint_text(
     text: str,
     *,
@@ -166,17 +220,51 @@ def lint_text(
     .properties (spring.kafka.* keys) holds up to three (producer, consumer, streams), all
     linted unless ``kind`` picks one.
     """
+    return lint_text_described(
+        text, fmt=fmt, client=client, guarantee=guarantee, kind=kind, context=context, source=source
+    ).results
+
+
+def lint_text_described(
+    text: str,
+    *,
+    fmt: str,
+    client: str,
+    guarantee: str,
+    kind: str | None = None,
+    context: LintContext | None = None,
+    source: str = "config",
+) -> TextLint:
+    """lint_text(), saying which client and Java version the configs were linted as.
+
+    A ``context.client_version`` is the Java client's: given for a config linted as
+    librdkafka's (not Spring Boot, not Kafka Streams) it is an input error, not ignored.
+    """
     if fmt == "json" and kind is None:
         raise _missing_kind(source)
     configs = parse_text(text, fmt=fmt, source=source, kind=kind)
     if kind is None and any(config.framework != d.SPRING_KAFKA for config in configs.values()):
         raise _missing_kind(source)  # a client's own .properties
+    context = context or LintContext()
+    spring = any(config.framework == d.SPRING_KAFKA for config in configs.values())
+    # Spring Boot configures the Java client, whatever --client says; Kafka Streams is Java's
+    java = spring or client == "java" or "streams" in configs
+    if context.client_version is not None and not java:
+        raise LintInputError(
+            f"{context.client_version} is a Java client's version, and this {fmt} config is linted as "
+            f"{client}'s: choose the java client, or leave the version out",
+            source=CLIENT_VERSION_SOURCE,
+        )
     results: list[LintResult] = []
     for section, config in configs.items():
-        # Spring Boot configures the Java client, whatever --client says
         section_client = "java" if config.framework == d.SPRING_KAFKA else client
         results.extend(lint(config, client=section_client, kind=section, guarantee=guarantee, context=context))
-    return results
+    return TextLint(
+        results=results,
+        client="java" if spring else client,
+        spring=spring,
+        java_version=java_version_label(context.client_version) if java else None,
+    )
 
 
 def _missing_kind(source: str) -> LintInputError:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from auditor.lint.engine import defaults as d
-from auditor.lint.engine.terms import REFUSES_TO_START, Finding, Rule, RuleBook, Subject
+from auditor.lint.engine.rules.consumer_startup import spring_container_refuses_auto_commit
+from auditor.lint.engine.terms import Finding, Rule, RuleBook, Subject
 from auditor.vocabulary import GUARANTEES
 
 ALL = frozenset(GUARANTEES)
@@ -20,6 +21,12 @@ LONG_AUTO_COMMIT_INTERVAL_MS = 60_000
 consumer_rules = RuleBook("consumer")
 
 
+def _commits_automatically(s: Subject) -> bool:
+    """Auto-commit is on, and the consumer starts with it: Spring's listener container refuses
+    auto-commit under a manual ack mode (C104), and its auto-commit findings would mislead."""
+    return bool(s.value("enable.auto.commit")) and spring_container_refuses_auto_commit(s) is None
+
+
 @consumer_rules.rule(
     "C001",
     "offsets committed before the message is processed",
@@ -31,7 +38,7 @@ consumer_rules = RuleBook("consumer")
 )
 def check_commit_before_processing(s: Subject) -> Iterator[Finding]:
     auto_commit = s["enable.auto.commit"]
-    if not auto_commit.value:
+    if not _commits_automatically(s):
         return
     if s.client == "librdkafka":
         store = s["enable.auto.offset.store"]
@@ -105,7 +112,7 @@ def check_auto_offset_reset(s: Subject) -> Iterator[Finding]:
 )
 def check_auto_commit_redelivers(s: Subject) -> Iterator[Finding]:
     auto_commit, interval = s["enable.auto.commit"], s["auto.commit.interval.ms"]
-    if not auto_commit.value:
+    if not _commits_automatically(s):
         return
     if s.guarantee == d.AT_MOST_ONCE:
         yield Finding(
@@ -167,6 +174,8 @@ def check_max_poll_interval(s: Subject) -> Iterator[Finding]:
 def check_offsets_in_transaction(s: Subject) -> Iterator[Finding]:
     auto_commit = s["enable.auto.commit"]
     step = "the consume-transform-produce step" if s.context.consume_transform_produce else "the consumer"
+    if spring_container_refuses_auto_commit(s) is not None:
+        return  # it never starts (C104)
     if auto_commit.value:
         yield Finding(
             auto_commit,
@@ -270,55 +279,6 @@ def check_spring_container_commits(s: Subject) -> Iterator[Finding]:
         f"{_CONTAINER_COMMITS[ack_mode.value]}: {redelivered}",
         "error",
     )
-
-
-@consumer_rules.rule(
-    "C101",
-    "max.poll.interval.ms below session.timeout.ms",
-    ALL,
-    "error",
-    why="the consumer is never created, so nothing is consumed",
-    fix="set max.poll.interval.ms >= session.timeout.ms",
-    clients=RK,
-)
-def check_startup_poll_interval_vs_session(s: Subject) -> Iterator[Finding]:
-    # librdkafka checks this for the classic protocol only: under group.protocol=consumer
-    # (KIP-848) the session timeout is the broker's (C102 covers a session.timeout.ms set there)
-    if s.value("group.protocol") == "consumer":
-        return
-    interval, session = s["max.poll.interval.ms"], s["session.timeout.ms"]
-    if interval.value < session.value:
-        yield Finding(
-            interval,
-            f">= session.timeout.ms ({session.value})",
-            f"{REFUSES_TO_START}: {interval.describe()} must be >= {session.describe()}",
-        )
-
-
-@consumer_rules.rule(
-    "C102",
-    "classic-protocol setting with group.protocol=consumer",
-    ALL,
-    "error",
-    why="the consumer is never created, so nothing is consumed",
-    fix="remove the setting: under group.protocol=consumer the broker's group.consumer.* settings "
-    "hold the session timeout and heartbeat interval, and group.remote.assignor names the assignor",
-)
-def check_startup_classic_settings_under_consumer_protocol(s: Subject) -> Iterator[Finding]:
-    # librdkafka (2.16) and Java from 4.0 refuse them; Java 3.7 to 3.9 ignore them
-    protocol = s["group.protocol"]
-    if protocol.value != "consumer":
-        return
-    # the client's version decides, and the CLI and paste form lint Java at the default 4.0: say so
-    since = "; the Java consumer refuses it from 4.0, 3.7 to 3.9 ignore it" if s.client == "java" else ""
-    for key, instead in d.classic_only_consumer_keys(s.client, s.java_version).items():
-        setting = s.settings.get(key)
-        if setting is not None and setting.explicit:
-            yield Finding(
-                setting,
-                f"unset with {protocol.describe()}",
-                f"{REFUSES_TO_START}: {setting.name} is not supported for {protocol.describe()} ({instead}{since})",
-            )
 
 
 RULES: tuple[Rule, ...] = consumer_rules.rules
