@@ -102,7 +102,7 @@ def test_a_young_ack_beyond_the_log_end_may_be_held_back_by_a_follower_still_in_
         "broker-lost"
     )
     # as did a reconciliation run's sighting of it
-    seen = KeyMemory(sightings={"TCK-7": Sighting(0, 15, read_ms - 40_000, "run-1")})
+    seen = KeyMemory(sightings={"TCK-7": KeySightings((Sighting(0, 15, read_ms - 40_000, "run-1"),))})
     assert diagnose(ROW, [], [], {}, cluster, seen).verdict == "broker-lost"
     # inside the log (the high watermark passed the offset) and gone: truncated, however young
     assert diagnose(ROW, [], [replace(young, offset=4)], {}, cluster).verdict == "broker-lost"
@@ -126,7 +126,7 @@ def test_an_ack_beyond_the_log_end_of_a_partition_under_min_insync_replicas_is_u
     # waits for the high watermark to pass). Lost.
     acks_all = replace(cluster, acks_all_sessions=frozenset({"s1"}))
     assert diagnose(ROW, [], [acked(15)], {}, acks_all).verdict == "broker-lost"
-    seen = KeyMemory(sightings={"TCK-7": Sighting(0, 15, NOW_MS - 3500_000, "run-1")})
+    seen = KeyMemory(sightings={"TCK-7": KeySightings((Sighting(0, 15, NOW_MS - 3500_000, "run-1"),))})
     assert diagnose(ROW, [], [], {}, cluster, seen).verdict == "broker-lost"
     # another partition's stall says nothing of this one; inside the log it is lost all the same
     assert diagnose(ROW, [], [acked(15)], {}, replace(cluster, stalled={1: stall})).verdict == "broker-lost"
