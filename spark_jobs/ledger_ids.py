@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from confluent_kafka.admin import AdminClient
+
 from spark_jobs.binding import Binding
 from spark_jobs.kafka_offsets import KafkaReadError, admin_client, topic_id, topic_partitions
 from spark_jobs.reconcile_extract import ReconcileError, recreation_horizon
@@ -40,10 +42,9 @@ def ledgers_named(binding: Binding) -> dict[str, str]:
     return named
 
 
-def read_ledger_id(binding: Binding, topic: str) -> str | None:
+def read_ledger_id(admin: AdminClient, topic: str) -> str | None:
     """The ledger topic's id now (kafka_offsets.topic_id); None when it does not exist or the
     cluster gives no ids. Raises KafkaReadError."""
-    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
     if not topic_partitions(admin, topic, required=False):
         return None  # a ledger that never existed: the probes are not in use
     return topic_id(admin, topic)
@@ -52,9 +53,10 @@ def read_ledger_id(binding: Binding, topic: str) -> str | None:
 def extract_ledger_ids(binding: Binding) -> dict[str, LedgerId]:
     """Per kind, the id of the ledger topic the run reads, read before its offsets are."""
     ids = {}
+    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
     for kind, topic in ledgers_named(binding).items():
         try:
-            ids[kind] = LedgerId(topic, read_ledger_id(binding, topic))
+            ids[kind] = LedgerId(topic, read_ledger_id(admin, topic))
         except KafkaReadError as exc:
             ids[kind] = LedgerId(topic, None, str(exc))
     return ids
@@ -86,7 +88,7 @@ def check_ledger_unchanged(binding: Binding, ledger: LedgerId) -> None:
     if ledger.id is None:
         return
     try:
-        now = read_ledger_id(binding, ledger.topic)
+        now = read_ledger_id(admin_client(binding.bootstrap_servers, binding.kafka_config), ledger.topic)
     except KafkaReadError as exc:
         raise ReconcileError(
             f"ledger topic {ledger.topic!r} was read, but its id could not be read again to tell that it is the topic "

@@ -302,7 +302,8 @@ def forget_recreated_ledgers(
             if kept and known[kind].get(ledger.topic):
                 raise ReconcileError(
                     f"the {kind} ledger {ledger.topic}'s id could not be read, to tell whether it was deleted and "
-                    f"created again since run {meta.run_id} read it: {ledger.error}"
+                    f"created again since run {meta.run_id} read it: {ledger.error}; nothing was reported, the "
+                    "incremental state is unchanged: run again once it can be read"
                 )
             warnings.append(
                 f"the {kind} ledger {ledger.topic}'s id could not be read, so its deletion and re-creation before the "
