@@ -71,10 +71,10 @@ def ledger_ids_after(
     after: dict[str, dict[str, str]] = {}
     for kind, topics in ledgers_read.items():
         known = {topic: kept[kind][topic] for topic in topics if topic in kept.get(kind, {})}
-        if kind in ids:
-            known.pop(ids[kind].topic, None)
-            if ids[kind].id is not None and ids[kind].topic in topics:
-                known[ids[kind].topic] = ids[kind].id
+        if (ledger := ids.get(kind)) is not None:
+            known.pop(ledger.topic, None)
+            if ledger.id is not None and ledger.topic in topics:
+                known[ledger.topic] = ledger.id
         if known:
             after[kind] = known
     return after
