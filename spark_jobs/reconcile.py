@@ -92,6 +92,12 @@ def load_json(result: dict[str, Any], path: str) -> None:
 
 # The findings' text columns that may hold what a record carried (its key, its audit-pid).
 NUL_ESCAPED = ("key", "session")
+# In JSON text (a finding's evidence): the escape \u0000 that JSON writes for a string's
+# U+0000, a backslash-u0000 after an even run of backslashes (after an odd one it is an
+# escaped backslash and the text u0000, left as it is), made the escaped text \\u0000. In
+# Java regex and replacement syntax (regexp_replace).
+JSON_NUL = r"(?<!\\)((?:\\\\)*)\\u0000"
+JSON_NUL_VISIBLE = r"$1\\\\u0000"
 
 
 def load_findings_jdbc(findings_df: DataFrame, run_id: str, jdbc_url: str, table: str = "reconcile_finding") -> None:
@@ -106,6 +112,9 @@ def load_findings_jdbc(findings_df: DataFrame, run_id: str, jdbc_url: str, table
     # PostgreSQL text cannot hold U+0000, which a record key (or an audit header) may: it is
     # written as the six characters \u0000, or the load would fail this run and every later one.
     rows = rows.withColumns({name: F.regexp_replace(name, "\\x00", "\\\\u0000") for name in NUL_ESCAPED})
+    # Nor can jsonb (the run service's staging table): a U+0000 in the evidence (a ledger's
+    # error text) is written as the same six characters, escaped in the JSON as \\u0000.
+    rows = rows.withColumn("evidence", F.regexp_replace("evidence", JSON_NUL, JSON_NUL_VISIBLE))
     rows = rows.select("run_id", *[c for c in rows.columns if c != "run_id"])
     rows.write.format("jdbc").option("url", url).option("dbtable", table).options(**props).option(
         "stringtype", "unspecified"

@@ -17,6 +17,13 @@ from spark_jobs.binding import (
 )
 from spark_jobs.group_commits import remember, standing_in
 from spark_jobs.late_rows import SourceTable, late_rows
+from spark_jobs.ledger_ids import (
+    LEDGER_KINDS,
+    LedgerId,
+    check_ledger_unchanged,
+    ledger_ids_after,
+    recreated_ledger_horizon,
+)
 from spark_jobs.mark_rules import rules_from_json, rules_to_json
 from spark_jobs.reconcile_extract import (
     OffsetRange,
@@ -38,7 +45,7 @@ from spark_jobs.reconcile_extract import (
     summarize_partitions,
 )
 from spark_jobs.reconcile_helpers import FIRST_MARK_SCHEMA
-from spark_jobs.reconcile_plan import LEDGER_KINDS, Laps, RunInputs, RunPlan, RunState
+from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_rewrites import find_mark_rules, without_rewritten_marks
 from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import (
@@ -119,16 +126,23 @@ class LedgerRead:
 
 
 def read_ledger(
-    spark: SparkSession, binding: Binding, plan: OffsetRange, persist: Callable[[DataFrame], DataFrame]
+    spark: SparkSession,
+    binding: Binding,
+    plan: OffsetRange,
+    persist: Callable[[DataFrame], DataFrame],
+    ledger_id: LedgerId | None = None,
 ) -> LedgerRead:
     """Read a ledger's planned offsets into the cache, then check nothing was deleted under
-    the read and it reached its planned end (as the topic's reads are checked)."""
+    the read and it reached its planned end (as the topic's reads are checked), and that the
+    ledger topic is still the one whose id was read before its offsets (ledger_id)."""
     if not plan.total:
         return LedgerRead(plan, None, {})
     records = persist(extract_topic(spark, binding, plan))
     first_ms, last_read = first_record_ms(records)  # reads the ledger into the cache
     check_nothing_deleted_while_read(binding, plan)
     check_read_to_planned_end(binding, plan, last_read)
+    if ledger_id is not None and ledger_id.topic == plan.topic:
+        check_ledger_unchanged(binding, ledger_id)
     return LedgerRead(plan, records, first_ms)
 
 
@@ -327,7 +341,9 @@ def extract_inputs(
     # every branch sees the same records.
     producer_entries = empty_frame(spark, LEDGER_ENTRY_SCHEMA)
     producer_bounds = empty_frame(spark, LEDGER_BOUND_SCHEMA)
-    producer_ledger = read_ledger(spark, binding, plan.kafka["producer_ledger"], persist)
+    producer_ledger = read_ledger(
+        spark, binding, plan.kafka["producer_ledger"], persist, plan.ledger_ids.get("producer")
+    )
     if producer_ledger.records is not None:
         producer_entries, producer_bounds = transform_producer_ledger(
             producer_ledger.records, binding.topic, place_failures=True
@@ -335,12 +351,18 @@ def extract_inputs(
     # Entries deleted before any run read them: a hole of their sequences is no longer
     # explained, and is not called never-sent where the topic lost the records too.
     entries_lost_until = producer_ledger.lost_until(meta.entries_lost_until, plan.upper, binding.grace_seconds)
+    entries_lost_until = recreated_ledger_horizon(
+        "producer", plan.ledgers_recreated, producer_ledger.first_ms, plan.upper, binding.grace_seconds,
+        entries_lost_until, plan.warnings,
+    )  # fmt: skip
     if producer_ledger.plan.lost and entries_lost_until is not None:
         plan.warnings.extend(entries_lost_warnings(producer_ledger.plan, entries_lost_until))
     processed = empty_frame(spark, PROCESSED_SCHEMA)
     lost_marks = None
     first_marks = {group: dict(marks) for group, marks in meta.first_marks.items()}
-    consumer_ledger = read_ledger(spark, binding, plan.kafka["consumer_ledger"], persist)
+    consumer_ledger = read_ledger(
+        spark, binding, plan.kafka["consumer_ledger"], persist, plan.ledger_ids.get("consumer")
+    )
     if consumer_ledger.records is not None:
         marks = persist(transform_consumer_ledger(consumer_ledger.records, binding.topic, binding.consumer_groups))
         # Every mark read shows where the group's consumer was probed, those left out below too.
@@ -355,6 +377,10 @@ def extract_inputs(
     # Processed marks deleted before any run read them: a record they marked would look
     # unprocessed. It was written before it was processed, so before the first mark left.
     marks_lost_until = consumer_ledger.lost_until(meta.marks_lost_until, plan.upper, binding.grace_seconds)
+    marks_lost_until = recreated_ledger_horizon(
+        "consumer", plan.ledgers_recreated, consumer_ledger.first_ms, plan.upper, binding.grace_seconds,
+        marks_lost_until, plan.warnings,
+    )  # fmt: skip
     if recreated_until is not None:
         processed = processed.where(F.col("ts_ms") > F.lit(int(recreated_until.timestamp() * 1000)))
         marks_lost_until = max(t for t in (marks_lost_until, recreated_until) if t is not None)
@@ -700,6 +726,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             producer_ledger_offsets=ledgers_read["producer"].get(kafka["producer_ledger"].topic, {}),
             consumer_ledger_offsets=ledgers_read["consumer"].get(kafka["consumer_ledger"].topic, {}),
             ledgers_read=ledgers_read,
+            ledger_ids=ledger_ids_after(plan.meta.ledger_ids, plan.ledger_ids, ledgers_read),
             producer_ledger_topic=kafka["producer_ledger"].topic,
             consumer_ledger_topic=kafka["consumer_ledger"].topic,
             topic_id=plan.topic_id or plan.previous.topic_id,  # unread this run: the last one known

@@ -21,6 +21,7 @@ from spark_jobs.group_commits import forget
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.kafka_offsets import KafkaReadError, another_topic
 from spark_jobs.late_rows import SourceTable
+from spark_jobs.ledger_ids import LEDGER_KINDS, LedgerId, extract_ledger_ids
 from spark_jobs.mark_rules import MarkRule
 from spark_jobs.reconcile_extract import (
     OffsetRange,
@@ -100,6 +101,11 @@ class RunPlan:
     timestamp_zone: str = "UTC"  # the binding's: state.json keeps it
     # how long a send's outcome can stay open (spark_jobs.send_outcome; 0: without limit)
     send_outcome_ms: int = SEND_OUTCOME_MS
+    # per kind, the ledger topic the run reads and its id, read before its offsets
+    ledger_ids: dict[str, LedgerId] = field(default_factory=dict)
+    # per kind, why the ledger topic the run reads is read from its start: it was deleted
+    # and created again since earlier runs read it (forget_recreated_ledgers)
+    ledgers_recreated: dict[str, str] = field(default_factory=dict)
 
     @property
     def topic(self) -> OffsetRange:
@@ -239,9 +245,6 @@ def run_settings_applied(spark: SparkSession, plan: RunPlan) -> AbstractContextM
     return settings_applied(spark, run_settings(spark, plan))
 
 
-LEDGER_KINDS = ("producer", "consumer")
-
-
 def ledgers_known(binding: Binding, meta: StateMeta) -> dict[str, dict[str, dict[int, int]]]:
     """Per ledger kind, every ledger topic the state's runs read and where they stopped:
     its ledgers_read, and the last ledger read by a state written before ledgers_read was
@@ -273,6 +276,55 @@ def resume_ledgers(binding: Binding, meta: StateMeta) -> list[str]:
             warnings.append(f"the {kind} ledger is now {named} (earlier runs read {read}): it is read {where}")
     meta.ledgers_read = known
     return warnings
+
+
+def forget_recreated_ledgers(
+    binding: Binding, meta: StateMeta, ids: dict[str, LedgerId]
+) -> tuple[dict[str, str], list[str]]:
+    """Forget where earlier runs stopped reading a ledger topic the run reads that was deleted
+    and created again since (another id than the state keeps): those offsets are of the
+    deleted topic, and the new one is read from its start (resume_ledgers). What earlier runs
+    read of the deleted one stays in the datasets, counted once. Returns, per kind of ledger
+    created again, why, and the warnings.
+
+    A ledger whose id the state does not keep (a state written before ids were kept, a
+    cluster without topic ids, an id that could not be read when it was read) is resumed
+    where earlier runs stopped, as before: read again from its start, every mark and entry
+    in it would be counted a second time. Raises ReconcileError when the state keeps the id
+    and the one now cannot be read: then nothing tells the offsets are of this topic.
+    """
+    recreated: dict[str, str] = {}
+    warnings: list[str] = []
+    known = ledgers_known(binding, meta)
+    for kind, ledger in ids.items():
+        kept = meta.ledger_ids.get(kind, {}).get(ledger.topic)
+        if ledger.error is not None:
+            if kept and known[kind].get(ledger.topic):
+                raise ReconcileError(
+                    f"the {kind} ledger {ledger.topic}'s id could not be read, to tell whether it was deleted and "
+                    f"created again since run {meta.run_id} read it: {ledger.error}; nothing was reported, the "
+                    "incremental state is unchanged: run again once it can be read"
+                )
+            warnings.append(
+                f"the {kind} ledger {ledger.topic}'s id could not be read, so its deletion and re-creation before the "
+                f"next run would go unseen: {ledger.error}"
+            )
+            continue
+        if not another_topic(kept, ledger.id):
+            continue
+        recreated[kind] = (
+            f"the {kind} ledger {ledger.topic} was deleted and created again since run {meta.run_id} read it (topic "
+            f"id {kept}, now {ledger.id})"
+        )
+        meta.ledgers_read.get(kind, {}).pop(ledger.topic, None)
+        meta.ledger_ids[kind].pop(ledger.topic)
+        if getattr(meta, f"{kind}_ledger_topic") in (ledger.topic, None):
+            setattr(meta, f"{kind}_ledger_offsets", {})
+        warnings.append(
+            f"{recreated[kind]}: the new topic is read from its start; what earlier runs read of the deleted one is "
+            "kept"
+        )
+    return recreated, warnings
 
 
 def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
@@ -385,7 +437,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             memory.producer_ledger_topic,
             memory.consumer_ledger_topic,
         )
-        meta.ledgers_read = memory.ledgers_read
+        meta.ledgers_read, meta.ledger_ids = memory.ledgers_read, memory.ledger_ids
         warnings.append(
             f"{recreated}: its records went with it; the key index keeps what earlier runs saw of them "
             "(delivered, not missing), and the new topic is read from its start"
@@ -396,6 +448,9 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             "is read again from its log start"
             for p, reason in sorted(rewritten.items())
         ]
+    ledger_ids = extract_ledger_ids(binding)
+    ledgers_recreated, ledger_warnings = forget_recreated_ledgers(binding, meta, ledger_ids)
+    warnings += ledger_warnings
     warnings += resume_ledgers(binding, meta)
     if judged := judging(binding.send_outcome_ms):
         warnings.append(judged)
@@ -426,4 +481,6 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         send_outcome_ms=binding.send_outcome_ms,
         timestamp_zone=binding.timestamp_zone,
         last_findings_of=last_findings_of,
+        ledger_ids=ledger_ids,
+        ledgers_recreated=ledgers_recreated,
     )

@@ -89,6 +89,12 @@ class StateMeta:
     # that names a ledger read before resumes it there (reconcile_plan.resume_ledgers), so no
     # mark or entry is read twice. Empty: a state written before it was kept.
     ledgers_read: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
+    # Per ledger kind, the id of each ledger topic in ledgers_read when a run read it
+    # ({kind: {topic: id}}): another id now, and the topic was deleted and created again, its
+    # offsets are of the deleted one (reconcile_plan.forget_recreated_ledgers). A topic left
+    # out: its id is not known (a state written before ids were kept, a cluster without topic
+    # ids, an id that could not be read), and its offsets are resumed as they are.
+    ledger_ids: dict[str, dict[str, str]] = field(default_factory=dict)
     # The id of the topic the offsets are of (None: not known, a state written before it was
     # kept or a cluster without topic ids). Another id now: the topic was re-created.
     topic_id: str | None = None
@@ -164,6 +170,7 @@ class StateMeta:
                 kind: {topic: {str(p): o for p, o in parts.items()} for topic, parts in topics.items()}
                 for kind, topics in self.ledgers_read.items()
             },
+            "ledger_ids": {kind: dict(ids) for kind, ids in self.ledger_ids.items()},
             "topic_id": self.topic_id,
             "topic_records_since": self.topic_records_since,
             "window_upper": self.window_upper,
@@ -204,6 +211,7 @@ class StateMeta:
             producer_ledger_topic=data.get("producer_ledger_topic"),
             consumer_ledger_topic=data.get("consumer_ledger_topic"),
             ledgers_read=_ledgers_read(data),
+            ledger_ids=_ledger_ids(data),
             topic_id=data.get("topic_id"),
             topic_records_since=data.get("topic_records_since"),
             window_upper=data.get("window_upper"),
@@ -252,6 +260,19 @@ def _ledgers_read(data: dict[str, Any]) -> dict[str, dict[str, dict[int, int]]]:
         }
     except (TypeError, ValueError, AttributeError) as exc:
         raise StateError(f"state.json's ledgers_read is malformed ({exc!r}); run with --full") from exc
+
+
+def _ledger_ids(data: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """state.json's ledger_ids: kind -> ledger topic -> topic id (absent: a state written
+    before they were kept, read as none known)."""
+    try:
+        ids = {str(kind): dict(topics.items()) for kind, topics in (data.get("ledger_ids") or {}).items()}
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise StateError(f"state.json's ledger_ids is malformed ({exc!r}); run with --full") from exc
+    for topics in ids.values():
+        if not all(isinstance(t, str) and isinstance(i, str) and i for t, i in topics.items()):
+            raise StateError(f"state.json's ledger_ids is malformed ({topics!r}); run with --full")
+    return ids
 
 
 def _group_commits(data: dict[str, Any]) -> GroupCommits:

@@ -751,6 +751,91 @@ def test_it_never_counts_a_consumer_ledger_read_again_after_a_run_that_did_not_r
     assert finding_set(reconcile_once(spark, world.binding(), tmp_path)) == set()
 
 
+def recreate_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    """Delete the topic and create it again under its name, as kafka-topics.sh --delete and
+    --create do; returns once the new one leads every partition, asserting that it is another
+    topic (another id)."""
+    admin = admin_client(bootstrap)
+    before = topic_id(admin, topic)
+    admin.delete_topics([topic])[topic].result(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            admin.create_topics([NewTopic(topic, partitions)])[topic].result(timeout=30)
+            break
+        except Exception:  # noqa: BLE001 - the deletion may still be under way
+            assert time.monotonic() < deadline, f"could not create {topic} again"
+            time.sleep(0.5)
+    wait_until(lambda: all_led(admin, topic, partitions), 20, f"topic {topic} created again with a leader")
+    assert topic_id(admin, topic) not in (before, None)
+
+
+@pytest.mark.parametrize("new_ledger", ["longer", "shorter"])
+def test_a_consumer_ledger_deleted_and_created_again_is_read_from_its_start(
+    spark: SparkSession, world: World, make_topic, tmp_path: Path, new_ledger: str
+):
+    """The consumer ledger is deleted and created again between two runs; the probed consumer
+    goes on into the new one, whose first offsets hold its marks again, below where the first
+    run stopped reading the old one. The new ledger is read from its start: what the group
+    processed is not called unprocessed (nor does a shorter new ledger fail the run), and what
+    it committed past without processing still is."""
+    from auditor.probes import AuditedConsumer
+
+    clients = make_topic("_audit.clients")
+    settings = {"bootstrap.servers": world.bootstrap, "group.id": world.group, "enable.auto.commit": False}
+
+    def process(start: int, count: int) -> None:
+        """`count` records from `start` processed by the group's probed consumer, once each,
+        then committed past."""
+        probed = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=clients)
+        try:
+            for msg in consume(probed, world.topic, 0, start, count):
+                probed.mark_processed(msg)
+            probed.commit(offsets=[TopicPartition(world.topic, 0, start + count)], asynchronous=False)
+        finally:
+            probed.close()
+
+    binding = world.binding(grace="2s")
+    for ticket in (1, 2, 3):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    world.insert(1, 2, 3)
+    process(0, 3)
+    another_applications_marks(world, world.consumer_ledger, 5)
+    assert finding_set(reconcile_once(spark, binding, tmp_path)) == set()
+    old_length = len(read_whole_ledger(world.bootstrap, world.consumer_ledger))
+
+    recreate_topic(world.bootstrap, world.consumer_ledger)
+    # The new ledger's first record; past the binding's grace after it, tickets 4-6 are
+    # produced, processed and committed past, so their marks cannot be of what the old
+    # ledger held unread.
+    another_applications_marks(world, world.consumer_ledger, 1)
+    time.sleep(3)
+    for ticket in (4, 5, 6):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=0)
+    world.insert(4, 5, 6, age="2 minutes")
+    process(3, 3)
+    # Ticket 7: committed past and never processed, the one real skip.
+    world.produce("t7", 7, partition=0, age_s=0)
+    world.commit(0, world.at("t7")[1] + 1)
+    world.insert(7, age="2 minutes")
+    if new_ledger == "longer":
+        another_applications_marks(world, world.consumer_ledger, old_length + 5)
+    # Ground truth, a full read of the new ledger: the group's marks of 4-6 lie below where
+    # the first run stopped reading the old ledger, and the new one ends past it or before.
+    new_records = read_whole_ledger(world.bootstrap, world.consumer_ledger)
+    ours = [at for at, record in enumerate(new_records) if record.get("group") == world.group]
+    assert ours and max(ours) < old_length
+    assert (len(new_records) > old_length) == (new_ledger == "longer")
+
+    second = reconcile_once(spark, binding, tmp_path)
+    assert finding_set(second) == {("unprocessed", "7", None, *world.at("t7"))}
+    assert second["counts"]["reprocessed"] == 0
+    assert [w for w in second["warnings"] if "deleted and created again" in w and world.consumer_ledger in w]
+    third = reconcile_once(spark, binding, tmp_path)
+    assert finding_set(third) == {("unprocessed", "7", None, *world.at("t7"))}
+    assert third["counts"]["reprocessed"] == 0
+
+
 def test_it_never_calls_unprocessed_what_a_group_processed_while_the_binding_did_not_name_it(
     spark: SparkSession, world: World, make_topic, tmp_path: Path
 ):

@@ -160,6 +160,38 @@ def test_it_reconciles_through_spark_submit_then_incrementally(
     assert current_run_ids(binding) == [second["run_id"]]
 
 
+@pytest.mark.integration
+def test_it_loads_a_finding_whose_ledger_error_text_holds_a_nul_visibly_escaped(
+    spark, pipeline: Pipeline, make_binding, make_topic, state_dir: Path, staged_runs: list[str]
+) -> None:
+    """A producer-ledger failure whose error text holds U+0000: the gap's evidence is JSON,
+    where it was the escape \\u0000, which the staging table's jsonb refuses (the run failed,
+    and so did every later one). It is loaded as the visible six characters \\u0000."""
+    from auditor.probes.codec import FAILED, NOT_PERSISTED, encode_producer_batch
+
+    ledger = make_topic("_audit.producer-ledger")
+    binding = make_binding(
+        f"nul-{uuid.uuid4().hex[:8]}", pipeline.topic, f"public.{pipeline.table}", producer_ledger_topic=ledger
+    )
+    pipeline.insert(1, 2)
+    pipeline.produce("1")  # ticket 2's send failed: the ledger says so
+    # a U+0000, the text \u0000, and a backslash before a U+0000: each U+0000 becomes the text \u0000
+    error = "KafkaError{code=MSG_TIMED_OUT} \x00 after \\u0000 and \\\x00"
+    sent_ms = int((time.time() - 600) * 1000)
+    row = (0, FAILED, -1, -1, error, NOT_PERSISTED, "2", sent_ms)
+    for value in encode_producer_batch(uuid.uuid4().hex, "app", pipeline.topic, [row]):
+        pipeline.producer.produce(ledger, value=value)
+    assert pipeline.producer.flush(30) == 0
+
+    for _ in range(2):  # the next run loads it the same way
+        code, result = reconcile(binding.name, "--in-process")
+        staged_runs.append(ReconcileRun.objects.get(pk=result["run_id"]).job_run_id)
+        assert code == 0, result["error"]
+        gap = Finding.objects.get(run_id=result["run_id"], kind="gap")
+        assert (gap.key, gap.cause) == ("2", "send-failed")
+        assert gap.evidence["ledger"]["error"] == error.replace("\x00", "\\u0000")
+
+
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

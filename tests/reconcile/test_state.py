@@ -11,7 +11,9 @@ from pyspark.testing import assertDataFrameEqual
 
 from spark_jobs.binding import binding_from_dict
 from spark_jobs.group_commits import SeenCommits, Span, forget, remember, standing_in
-from spark_jobs.reconcile_plan import resume_ledgers
+from spark_jobs.ledger_ids import LedgerId, ledger_ids_after
+from spark_jobs.reconcile_extract import ReconcileError
+from spark_jobs.reconcile_plan import forget_recreated_ledgers, resume_ledgers
 from spark_jobs.reconcile_state import COMPACT_AFTER, StateError, StateMeta, StateStore, deltas_to_merge
 from spark_jobs.reconcile_transform import KEY_INDEX_SCHEMA, RECORD_SCHEMA
 from tests.support.clock import at_second
@@ -237,6 +239,76 @@ def test_it_keeps_where_each_ledger_topic_was_read_up_to_through_the_state_file(
         "the consumer ledger is now _audit.a (earlier runs read _audit.z): it is read from its start"
     ]
     assert meta.consumer_ledger_offsets == {} and meta.ledgers_read["consumer"] == {"_audit.z": {0: 9}}
+
+
+def test_it_reads_a_ledger_topic_created_again_from_its_start_and_resumes_one_of_unknown_id():
+    binding = binding_from_dict(
+        {
+            "name": "b",
+            "topic": "t",
+            "bootstrap_servers": "localhost:9092",
+            "source_url": "postgresql://x@localhost/x",
+            "table": "public.t",
+            "key_column": "id",
+            "created_column": "created_at",
+            "consumer_groups": ["g"],
+            "consumer_ledger_topic": "_audit.a",
+            "producer_ledger_topic": "_audit.p",
+        }
+    )
+    ids = {"consumer": {"_audit.a": "id-a", "_audit.z": "id-z"}, "producer": {"_audit.p": "id-p"}}
+    written = StateMeta(
+        run_id="r1",
+        ledgers_read={"consumer": {"_audit.a": {0: 7}, "_audit.z": {0: 9}}, "producer": {"_audit.p": {1: 4}}},
+        consumer_ledger_topic="_audit.a",
+        consumer_ledger_offsets={0: 7},
+        producer_ledger_topic="_audit.p",
+        producer_ledger_offsets={1: 4},
+        ledger_ids=ids,
+    )
+    meta = StateMeta.from_json(json.loads(json.dumps(written.to_json())))
+    assert meta.ledger_ids == ids
+    with pytest.raises(StateError, match="ledger_ids is malformed"):
+        StateMeta.from_json({"format": written.to_json()["format"], "ledger_ids": {"consumer": {"_audit.a": 3}}})
+    # The consumer ledger has another id now: created again, read from its start; the
+    # producer ledger is the same topic, resumed.
+    now = {"consumer": LedgerId("_audit.a", "id-a2"), "producer": LedgerId("_audit.p", "id-p")}
+    recreated, warnings = forget_recreated_ledgers(binding, meta, now)
+    assert recreated == {
+        "consumer": "the consumer ledger _audit.a was deleted and created again since run r1 read it (topic id id-a, "
+        "now id-a2)"
+    }
+    assert warnings == [f"{recreated['consumer']}: the new topic is read from its start; what earlier runs read of "
+                        "the deleted one is kept"]  # fmt: skip
+    assert resume_ledgers(binding, meta) == []
+    assert meta.consumer_ledger_offsets == {} and meta.producer_ledger_offsets == {1: 4}
+    assert meta.ledgers_read["consumer"] == {"_audit.z": {0: 9}}  # another ledger's, kept
+    # After the run: the new topic's id with where the run stopped; the other ledger's kept.
+    read = {"consumer": {"_audit.a": {0: 2}, "_audit.z": {0: 9}}, "producer": {"_audit.p": {1: 6}}}
+    assert ledger_ids_after(meta.ledger_ids, now, read) == {
+        "consumer": {"_audit.a": "id-a2", "_audit.z": "id-z"},
+        "producer": {"_audit.p": "id-p"},
+    }
+    # A state without ids (written before they were kept), or a cluster without them: the
+    # offsets are resumed as they are, and no id is kept that nothing read.
+    older = StateMeta.from_json(json.loads(json.dumps(written.to_json())) | {"ledger_ids": None})
+    assert older.ledger_ids == {}
+    assert forget_recreated_ledgers(binding, older, now) == ({}, [])
+    resume_ledgers(binding, older)
+    assert older.consumer_ledger_offsets == {0: 7}
+    unknown = {"consumer": LedgerId("_audit.a", None), "producer": LedgerId("_audit.p", None)}
+    assert forget_recreated_ledgers(binding, StateMeta.from_json(written.to_json()), unknown) == ({}, [])
+    assert ledger_ids_after(ids, unknown, read) == {"consumer": {"_audit.z": "id-z"}}
+    # The id kept, and the one now unreadable: nothing tells the offsets are of this topic.
+    unreadable = {"consumer": LedgerId("_audit.a", None, "no answer"), "producer": LedgerId("_audit.p", "id-p")}
+    with pytest.raises(ReconcileError, match=r"consumer ledger _audit\.a's id could not be read"):
+        forget_recreated_ledgers(binding, StateMeta.from_json(written.to_json()), unreadable)
+    # Unreadable where none is kept: resumed as before, and said.
+    _, warnings = forget_recreated_ledgers(binding, older, unreadable)
+    assert warnings == [
+        "the consumer ledger _audit.a's id could not be read, so its deletion and re-creation before the next run "
+        "would go unseen: no answer"
+    ]
 
 
 def test_it_keeps_what_the_state_is_of_through_the_state_file():
