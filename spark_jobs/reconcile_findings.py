@@ -199,6 +199,18 @@ def find_duplicates(duplicates: DataFrame) -> DataFrame:
     )
 
 
+def acks_maybe_held(ledger_open: DataFrame, judged_until_ms: int) -> DataFrame:
+    """key, session, seq of the open v2 acked-range entries (acked, no record read) produced
+    after `judged_until_ms` (spark_jobs.watermark_hold.acks_judged_until), or at an unknown
+    time: a leader may have acked the record alone and still hold it beyond the high watermark
+    the run read to. Like records behind an open transaction (find_gaps' and find_missing's
+    `held`), they are judged by a later run: neither their sequence nor their row is reported."""
+    produced = F.coalesce(F.col("to_ms"), F.col("ts_ms"))
+    return ledger_open.where(
+        (F.col("status") == ACKED_RANGE) & (produced.isNull() | (produced > F.lit(judged_until_ms)))
+    ).select(F.col("audit_id").alias("key"), "session", "seq")
+
+
 def find_gaps(
     coverage: DataFrame,
     ledger_open: DataFrame,
@@ -227,7 +239,8 @@ def find_gaps(
     produced before `unverifiable_until` (its range's `ts_ms`, the earliest produce time,
     is not after it: possibly deleted before any run read it); `sent` → send-unconfirmed. A
     range is ledgered only once resolved, after the ledger end this run read was taken and
-    so before the topic's end offsets were: a resolved record is below `end`.
+    so before the topic's end offsets were: a resolved record is below `end` once the high
+    watermark passed it, which an ack given by a leader alone (acks=1) does not show (`held`).
 
     `delivered_keys` (column `key`: keys with a record in the topic, any run): a failed or
     unconfirmed send whose item another send delivered (the application sent it again) is no
@@ -249,9 +262,10 @@ def find_gaps(
     the hole's sends came before it.
 
     `held` (columns `session`, `seq`): records past the last stable offset the run read to,
-    behind another producer's open transaction. A sequence among them was written: it is not
-    judged this run (its entry stays open; the run that reads the record covers it) and is no
-    hole. A v2 range has no offset to tell that it lies past the end read.
+    behind another producer's open transaction, and v2 acks whose records may lie past the high
+    watermark (acks_maybe_held). A sequence among them was written: it is not judged this run
+    (its entry stays open; the run that reads the record covers it) and is no hole. A v2 range
+    has no offset to tell that it lies past the end read.
 
     A hole without any ledger entry is `never-sent` unless its sequences may have been
     produced up to both `unverifiable_until` (the topic deleted records before any run read

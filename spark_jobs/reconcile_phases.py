@@ -61,6 +61,7 @@ from spark_jobs.reconcile_transform import (
     SOURCE_ROW_SCHEMA,
     UNVERIFIABLE,
     WATERMARK_SCHEMA,
+    acks_maybe_held,
     conform,
     duplicates_of,
     empty_frame,
@@ -596,6 +597,11 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
         [(p, o.low, plan.topic.ranges[p][1]) for p, o in plan.kafka["watermarks"].items()], WATERMARK_SCHEMA
     )
     s = new.frames
+    held = inputs.held
+    if not is_empty_plan(s["ledger_bounds"]):
+        # v2 acks a leader may still hold beyond the high watermarks read: judged by a later run
+        maybe_held = acks_maybe_held(s["ledger_open"], plan.acks_judged_until_ms)
+        held = maybe_held if held is None else held.unionByName(maybe_held)
     # Each finder below finds nothing in an empty dataset (gaps: none past a session's
     # ledgered bound); proven empty, it is not built at all.
     gaps = (
@@ -614,7 +620,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
             entries_lost_until=inputs.entries_lost_until,
             seq_times=s["seq_times"],
             sent_judged_until_ms=judged_until_ms(plan.read_at_ms, plan.send_outcome_ms),
-            held=inputs.held,
+            held=held,
         )
     )
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it
@@ -637,7 +643,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
     return union_findings(
         [
             find_missing(
-                s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"], lost_acks, inputs.held
+                s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"], lost_acks, held
             ),
             find_duplicates(s["duplicates"]),
             find_orphans(s["orphan_candidates"], plan.cutoff),

@@ -19,7 +19,7 @@ from spark_jobs.binding import Binding, identity_changes
 from spark_jobs.common import cores, is_small, settings_applied, small_job_settings
 from spark_jobs.group_commits import forget
 from spark_jobs.kafka_cleanup import TopicCleanup
-from spark_jobs.kafka_offsets import KafkaReadError, another_topic
+from spark_jobs.kafka_offsets import KafkaReadError, admin_client, another_topic
 from spark_jobs.late_rows import SourceTable
 from spark_jobs.ledger_ids import LEDGER_KINDS, LedgerId, extract_ledger_ids
 from spark_jobs.mark_rules import MarkRule
@@ -35,6 +35,7 @@ from spark_jobs.reconcile_state import DATASETS, StateError, StateMeta, StateSto
 from spark_jobs.reconcile_transform import empty_frame, is_empty_plan
 from spark_jobs.record_times import Backdated
 from spark_jobs.send_outcome import SEND_OUTCOME_MS, judging
+from spark_jobs.watermark_hold import EVERY_ACK_MS, acks_judged_until
 
 # Below this many new records the new side of a state join is broadcast, so state is
 # scanned once without a shuffle. A broadcast is built in the driver: the bound keeps its
@@ -101,6 +102,9 @@ class RunPlan:
     timestamp_zone: str = "UTC"  # the binding's: state.json keeps it
     # how long a send's outcome can stay open (spark_jobs.send_outcome; 0: without limit)
     send_outcome_ms: int = SEND_OUTCOME_MS
+    # the latest time a contract-v2 ack may carry and be judged by this run: one after it may be
+    # of a record a leader still holds beyond the high watermark read (spark_jobs.watermark_hold)
+    acks_judged_until_ms: int = EVERY_ACK_MS
     # per kind, the ledger topic the run reads and its id, read before its offsets
     ledger_ids: dict[str, LedgerId] = field(default_factory=dict)
     # per kind, why the ledger topic the run reads is read from its start: it was deleted
@@ -455,6 +459,11 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     if judged := judging(binding.send_outcome_ms):
         warnings.append(judged)
     kafka = extract_topic_offsets(binding, meta, read_before=memory.topic_offsets if memory else None)
+    # after the log ends, which the in-sync replicas speak for
+    acks_judged_until_ms, hold_notes = acks_judged_until(
+        admin_client(binding.bootstrap_servers, binding.kafka_config), binding.topic, read_at_ms
+    )
+    warnings += hold_notes
     laps("kafka_offsets")
     upper = options.now or datetime.now(UTC)
     if meta.window_upper:
@@ -479,6 +488,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         recreated,
         identity=binding.identity(),
         send_outcome_ms=binding.send_outcome_ms,
+        acks_judged_until_ms=acks_judged_until_ms,
         timestamp_zone=binding.timestamp_zone,
         last_findings_of=last_findings_of,
         ledger_ids=ledger_ids,

@@ -16,6 +16,9 @@ decoded as UTF-8.
 from __future__ import annotations
 
 from spark_jobs.reconcile_findings import (
+    acks_maybe_held as acks_maybe_held,
+)
+from spark_jobs.reconcile_findings import (
     find_aborted as find_aborted,
 )
 from spark_jobs.reconcile_findings import (

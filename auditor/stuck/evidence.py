@@ -16,11 +16,9 @@ from spark_jobs.group_commits import SeenCommits
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.mark_rules import MarkRule, covering
 from spark_jobs.send_outcome import SEND_OUTCOME_MS
+from spark_jobs.watermark_hold import DEFAULT_REPLICA_LAG_MAX_MS
 
 RecordState = Literal["committed", "aborted", "open"]
-
-# Kafka's default replica.lag.time.max.ms, assumed where the brokers' setting cannot be read.
-DEFAULT_REPLICA_LAG_MAX_MS = 30_000
 
 
 @dataclass(frozen=True)

@@ -18,57 +18,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from auditor.stuck.evidence import DEFAULT_REPLICA_LAG_MAX_MS, ClusterView, ms_to_iso
-from auditor.stuck.verdict_outcomes import COMPLETENESS_SLACK_MS
+from auditor.stuck.evidence import ClusterView, ms_to_iso
+from spark_jobs.watermark_hold import (  # the mechanism the reconciliation's driver shares
+    CLOCK_MARGIN_MS,
+    hold_ms,
+    lag_bound_unread,
+    longest_lag_bound,
+    may_be_held,
+    under_min_isr,
+)
 
-
-def hold_ms(replica_lag_max_ms: int) -> int:
-    """How long after a record was written a follower that stopped fetching before it can
-    keep the high watermark below it while staying in sync: the lag bound, plus the half of it
-    the leader may wait before it checks again."""
-    return replica_lag_max_ms + replica_lag_max_ms // 2
-
-
-def longest_lag_bound(values: list[str | None], brokers: int) -> tuple[int, str | None]:
-    """The longest of the brokers' replica.lag.time.max.ms (the partition's leader applies its
-    own, and leaders move: the longest bounds them all), and a note when not every one of the
-    `brokers` gave it (then Kafka's default counts too)."""
-    known = [int(v) for v in values if v is not None]
-    if known and len(known) == brokers:
-        return max(known), None
-    bound = max([DEFAULT_REPLICA_LAG_MAX_MS, *known])
-    return bound, (
-        f"replica.lag.time.max.ms was not given by every broker ({len(known)} of {brokers}): "
-        f"{bound} ms assumed (Kafka's default is {DEFAULT_REPLICA_LAG_MAX_MS})"
-    )
-
-
-def lag_bound_unread(why: str) -> tuple[int, str]:
-    """Kafka's default replica.lag.time.max.ms, and the note saying so, where the brokers'
-    settings could not be read (`why`)."""
-    return DEFAULT_REPLICA_LAG_MAX_MS, (
-        f"replica.lag.time.max.ms could not be read ({why}): Kafka's default {DEFAULT_REPLICA_LAG_MAX_MS} ms assumed"
-    )
-
-
-def under_min_isr(topic: str, partition: int, replicas: int, in_sync: int, min_isr: int) -> str | None:
-    """Why the partition's leader may keep its high watermark where it is however long, or
-    None: with fewer in-sync replicas than min.insync.replicas (or than its replicas, where
-    fewer) it does not advance it (Kafka 3.7 and later, KIP-966), until enough are back."""
-    if in_sync >= min(min_isr, replicas):
-        return None
-    return (
-        f"{topic}/{partition} has {in_sync} in-sync replica(s) of {replicas}, fewer than its min.insync.replicas "
-        f"({min_isr}): its leader does not advance the high watermark until enough are back, however long that takes"
-    )
+__all__ = ["held_back", "hold_ms", "lag_bound_unread", "longest_lag_bound", "under_min_isr"]
 
 
 def held_back(
-    view: ClusterView, partition: int, session: str, acked_ms: int | None, evidence: dict[str, Any]
+    view: ClusterView, partition: int | None, session: str, acked_ms: int | None, evidence: dict[str, Any]
 ) -> str | None:
-    """Why an ack of producer session `session` at `acked_ms` (its producer's clock), at an
-    offset of `partition` at or past the high watermark at both of the diagnosis's reads, may be
-    of a record its leader still holds; None when it cannot be (then it was truncated).
+    """Why an ack of producer session `session` at `acked_ms` (its producer's clock) of a record
+    not in the topic, at or past the high watermark at both of the diagnosis's reads, may be of
+    a record its leader still holds; None when it cannot be (then it was truncated). `partition`
+    None: the ack names none (contract v2 ranges), so the record may be beyond the log end of
+    any partition, and a stall of any one of them speaks for it.
 
     An acks=all ack came once the high watermark had passed the record. Another one did not; its
     record, if the leader that acked it still leads, is held back by a follower that stopped
@@ -83,12 +53,21 @@ def held_back(
     read_ms = view.read_done_ms or view.now_ms  # (no later than the second read of the log end)
     held_ms = hold_ms(view.replica_lag_max_ms)
     # the ack's time is its producer's clock: the usual margin for clocks that drift
-    if acked_ms is not None and acked_ms + held_ms + COMPLETENESS_SLACK_MS < read_ms:
-        if view.stalled_error is None and partition not in view.stalled:
+    if not may_be_held(acked_ms, view.replica_lag_max_ms, read_ms):
+        if partition is None:
+            stalls = sorted(view.stalled.items())
+            stall = "; ".join(why for _, why in stalls) if stalls else None
+            if view.stalled_error is not None:
+                stall = f"whether the partitions of {view.topic} are under min.insync.replicas could not be read ({view.stalled_error})"
+            if stall is None:
+                return None
+            stall = f"the ledger does not say which partition it went to, and {stall}"
+        elif view.stalled_error is None and partition not in view.stalled:
             return None
-        stall = view.stalled.get(partition) or (
-            f"whether {view.topic}/{partition} is under min.insync.replicas could not be read ({view.stalled_error})"
-        )
+        else:
+            stall = view.stalled.get(partition) or (
+                f"whether {view.topic}/{partition} is under min.insync.replicas could not be read ({view.stalled_error})"
+            )
         evidence["stalled_watermark"] = stall
         return f"{alone}, and {stall}: lost or still held back cannot be told"
     evidence["held_watermark"] = {
@@ -102,7 +81,7 @@ def held_back(
     return (
         f"{alone} ({acked}), and a follower that stopped fetching stays in sync, holding the high watermark below "
         f"it, for up to {held_ms / 1000:g} s after it was written (replica.lag.time.max.ms {view.replica_lag_max_ms}"
-        f"{assumed}, checked every half of it) plus {COMPLETENESS_SLACK_MS // 1000} s for the producer's clock, "
+        f"{assumed}, checked every half of it) plus {CLOCK_MARGIN_MS // 1000} s for the producer's clock, "
         f"a span not over when this diagnosis read the log end ({ms_to_iso(read_ms)}): lost or still held back "
         "cannot be told"
     )

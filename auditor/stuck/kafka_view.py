@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 from auditor.lint.engine.terms import Overtaken
 from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
-from auditor.stuck.held_watermark import lag_bound_unread, longest_lag_bound, under_min_isr
+from auditor.stuck.held_watermark import lag_bound_unread, longest_lag_bound
 from auditor.stuck.record_reader import RecordReader, Target, leader_epoch_starts, record_timestamps
 from spark_jobs.group_offsets import committed_offsets, coordinator_request
 from spark_jobs.kafka_cleanup import read_topic_cleanup
@@ -34,6 +34,7 @@ from spark_jobs.kafka_offsets import (
     topic_partitions,
 )
 from spark_jobs.kafka_security import admin_config
+from spark_jobs.watermark_hold import partitions_under_min_isr
 
 
 @dataclass
@@ -205,29 +206,10 @@ def read_after_locate(
 
 def read_in_sync(kafka_config: dict[str, Any], topic: str, timeout_s: float = 10.0) -> dict[int, str]:
     """Per partition of `topic` under min.insync.replicas now: why its high watermark may stay
-    put however long (held_watermark.under_min_isr). Read after the log ends, which it speaks
-    for. Raises KafkaReadError when it cannot tell."""
+    put however long (spark_jobs.watermark_hold.partitions_under_min_isr). Read after the log
+    ends, which it speaks for. Raises KafkaReadError when it cannot tell."""
     bootstrap, config = client_settings(kafka_config)
-    admin = admin_client(bootstrap, config, timeout_s)
-    try:
-        described = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
-        futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)], request_timeout=timeout_s)
-        setting = next(iter(futures.values())).result(timeout=timeout_s + FUTURE_MARGIN_S).get("min.insync.replicas")
-    except (KafkaException, TimeoutError) as exc:
-        raise KafkaReadError(
-            f"the in-sync replicas or min.insync.replicas of {topic} could not be read: {exc or type(exc).__name__}"
-        ) from exc
-    if described is None or described.error is not None or setting is None or setting.value is None:
-        raise KafkaReadError(f"the in-sync replicas or min.insync.replicas of {topic} could not be read")
-    try:
-        min_isr = int(setting.value)
-    except ValueError as exc:
-        raise KafkaReadError(f"topic {topic!r} reports an unreadable min.insync.replicas: {exc}") from exc
-    stalled = {
-        p: under_min_isr(topic, p, len(meta.replicas), len(meta.isrs), min_isr)
-        for p, meta in described.partitions.items()
-    }
-    return {p: why for p, why in stalled.items() if why is not None}
+    return partitions_under_min_isr(admin_client(bootstrap, config, timeout_s), topic, timeout_s)
 
 
 def _complete_since(

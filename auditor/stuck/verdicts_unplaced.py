@@ -12,6 +12,7 @@ from auditor.stuck.evidence import (
     LedgerEntry,
     ms_to_iso,
 )
+from auditor.stuck.held_watermark import held_back
 from auditor.stuck.verdict_outcomes import COMPLETENESS_SLACK_MS, Outcome, combine, compacted_since, complete, no_commit
 from spark_jobs import send_outcome
 
@@ -68,6 +69,12 @@ def _partitions_since(
     return "deleted" if kinds == {"deleted"} else "mixed"
 
 
+def _emptied_partition(view: ClusterView) -> bool:
+    """Whether a partition that had records holds none below its high watermark now: a record
+    beyond it (held back) is no older than anything deleted there."""
+    return any(0 < state.high <= state.low for state in view.partitions.values())
+
+
 def _later_of_session(head: tuple[str, int], record: tuple[str, int]) -> bool:
     return head[0] == record[0] and head[1] > record[1]
 
@@ -82,6 +89,16 @@ def acked_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, An
         view, entry.ts_ms, entry.to_ms if entry.to_ms is not None else entry.ts_ms, (entry.session, entry.seq)
     )
     evidence["acked_window"] = {"from": ms_to_iso(entry.ts_ms), "to": ms_to_iso(entry.to_ms)}
+    if where == "complete" or (where == "deleted" and _emptied_partition(view)):
+        # Not in the log up to any partition's high watermark: an ack given by a leader alone
+        # may be of a record it still holds beyond it (the v1 ack's check, position unknown).
+        held = held_back(view, None, entry.session, entry.to_ms if entry.to_ms is not None else entry.ts_ms, evidence)
+        if held is not None:
+            return Diagnosis(
+                "unknown",
+                f"{acked} and not in {view.topic} up to the high watermarks this diagnosis read, but {held}",
+                evidence,
+            )
     if where == "complete":
         compacted = compacted_since(view, entry.to_ms if entry.to_ms is not None else entry.ts_ms, evidence)
         if compacted is not None:

@@ -29,6 +29,7 @@ from spark_jobs.reconcile_transform import (
     PROCESSED_SCHEMA,
     RECORD_SCHEMA,
     WATERMARK_SCHEMA,
+    acks_maybe_held,
     find_gaps,
     header_problem_counts,
     transform_consumer_ledger,
@@ -42,6 +43,7 @@ from spark_jobs.reconcile_transform import (
     transform_unprocessed_candidates,
 )
 from spark_jobs.send_outcome import UNBOUNDED, judged_until_ms
+from spark_jobs.watermark_hold import EVERY_ACK_MS
 from tests.support.clock import at_second as at
 from tests.support.clock import ms_at_second as ms
 from tests.support.gaps import first_run_gap_inputs
@@ -329,6 +331,37 @@ def test_a_reprocessed_v2_offset_takes_the_key_of_the_record_read(spark: SparkSe
         records,
     )
     assert [(r["offset"], r["count"], r["audit_id"]) for r in actual.collect()] == [(11, 2, "TCK-11")]
+
+
+def test_a_v2_ack_a_leader_may_still_hold_beyond_the_high_watermark_is_left_to_a_later_run(
+    spark: SparkSession,
+) -> None:
+    s = SESSION.hex
+    # The topic holds seq 0; 1 was acked at 1 and 2 at 6 (ranges), the keys naming k0..k2.
+    topic_records = spark.createDataFrame([("k0", 0, 10, at(0), s, 0)], RECORD_SCHEMA)
+    raw = ledger_values(
+        spark,
+        {"v": 2, "type": "ranges", "pid": s, "client_id": "app", "topic": "t",
+         "entries": [[0, 1, "acked", ms(0), ms(1)], [2, 2, "acked", ms(6), ms(6)]]},
+        {"v": 2, "type": "keys", "pid": s, "client_id": "app", "topic": "t",
+         "entries": [[0, ["k0", "k1", "k2"], [[ms(0), 1], [ms(1), 1], [ms(6), 1]]]]},
+    )  # fmt: skip
+    coverage, ledger_open, bounds = first_run_gap_inputs(spark, raw, topic_records)
+    watermarks = spark.createDataFrame([(0, 0, 20)], WATERMARK_SCHEMA)
+
+    def lost(held: DataFrame | None = None) -> list[tuple[str, str, int]]:
+        found = find_gaps(coverage, ledger_open, bounds, watermarks, held=held)
+        return sorted((r.key, r.cause, r.seq) for r in found.collect())
+
+    assert lost() == [("k1", "broker-lost", 1), ("k2", "broker-lost", 2)]
+    # acks judged up to 5 (the run's read of the log ends, less the hold span and the clock
+    # margin): the one at 6 may be of a record its leader still holds, neither lost nor a hole
+    held = acks_maybe_held(ledger_open, ms(5))
+    assertDataFrameEqual(held, spark.createDataFrame([("k2", s, 2)], "key string, session string, seq long"))
+    assert lost(held) == [("k1", "broker-lost", 1)]
+    assert lost(acks_maybe_held(ledger_open, ms(6))) == lost()
+    # a partition under min.insync.replicas (or its in-sync replicas unread): every ack may be
+    assert lost(acks_maybe_held(ledger_open, EVERY_ACK_MS)) == []
 
 
 def test_it_places_a_v2_failure_on_the_one_sequence_of_its_window_the_keys_name(spark: SparkSession) -> None:

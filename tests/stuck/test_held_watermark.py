@@ -25,6 +25,7 @@ from auditor.probes.producer_v1 import AuditedProducerV1
 from auditor.stuck.kafka_view import read_in_sync
 from auditor.stuck.service import diagnose_rule
 from tests.support.demo import DemoPipeline
+from tests.support.held_watermark import frozen_follower, produce_v2_acks_1, read_once_thawed
 from tests.support.stuck import StuckSetup, make_rule
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -158,3 +159,58 @@ def test_the_diagnosis_reads_which_partitions_are_under_min_insync_replicas(
     while (stalled := read_in_sync(config, topic)) != {}:
         assert time.monotonic() < deadline, stalled
         time.sleep(0.5)
+
+
+def test_a_v2_acks_1_record_a_frozen_in_sync_follower_holds_behind_the_high_watermark_is_not_broker_lost(
+    make_pipeline: Callable[..., DemoPipeline],
+    make_topic: Callable[..., str],
+    kafka_brokers: int,
+    settings: Any,
+    tmp_path: Any,
+    spark: Any,
+) -> None:
+    """As above, through a contract-v2 AuditedProducer: its ledger acks the record in a range
+    (no partition or offset), and the `keys` record names the ticket. Both engines."""
+    if kafka_brokers < 2:
+        pytest.skip("needs a follower: the 3-broker test stack")
+    settings.RECONCILE_STATE_DIR = str(tmp_path / "reconcile-state")
+    pipeline = make_pipeline(contract=2)
+    pipeline.topic = make_topic("held-v2", replication_factor=2, config={"min.insync.replicas": "2"})
+    setup = StuckSetup(pipeline, make_rule(pipeline))
+    with pipeline.store() as store:
+        before, held = (store.insert_ticket({}).ticket_id for _ in range(2))
+
+    cluster = LabCluster(pipeline.bootstrap)
+    delivered: dict[str, tuple[int, int]] = {}
+    produce_v2_acks_1(pipeline, before, delivered)
+    with frozen_follower(cluster, pipeline.topic, delivered[before][1] + 1):
+        acked_at = produce_v2_acks_1(pipeline, held, delivered)
+        # Ground truth while the follower is frozen: acked at that offset, and a full read of
+        # the topic ends before it (the high watermark has not passed it).
+        frozen_read = {record.key: record.offset for record in cluster.read_topic(pipeline.topic)}
+        assert frozen_read == {before: delivered[before][1]}, frozen_read
+        assert cluster.watermarks(pipeline.topic)[0][1] <= delivered[held][1]
+        by_python = diagnose_rule(setup.rule, setup.options("python", use_index=False))
+        by_spark = diagnose_rule(setup.rule, setup.options("spark", spark=spark, use_index=False))
+        frozen_for = time.time() - acked_at
+
+    # Ground truth after the thaw: the record is at the offset its ack named. Never lost.
+    thawed = read_once_thawed(cluster, pipeline.topic, held)
+    assert thawed == {before: delivered[before][1], held: delivered[held][1]}, thawed
+
+    for frozen in (by_python, by_spark):
+        items = {item.row.key: item.diagnosis for item in frozen.items}
+        assert set(items) == {before, held}
+        assert items[before].verdict == "waiting", items[before].reason
+        # The old code: "acked between ... (sequence 0 of producer session ...; contract v2
+        # ledgers no partition or offset), but no partition of ... has a record with this key
+        # although each still holds everything produced since then: lost on the broker side".
+        assert items[held].verdict == "unknown", (frozen.engine, frozen_for, items[held].reason)
+        assert "lost or still held back cannot be told" in items[held].reason
+        # within the lag span it is the follower's hold; once the follower was fenced, the
+        # partition under min.insync.replicas
+        assert {"held_watermark", "stalled_watermark"} & set(items[held].evidence), items[held].evidence
+
+    # and once it thawed, the next diagnosis sees it
+    after = {item.row.key: item.diagnosis.verdict for item in diagnose_rule(setup.rule, setup.options()).items}
+    assert after == {before: "waiting", held: "waiting"}

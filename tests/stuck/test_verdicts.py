@@ -283,6 +283,36 @@ def test_a_v2_ack_missing_from_a_topic_that_holds_everything_since_is_broker_los
     assert "sequence 7 of producer session s2" in d.reason
 
 
+def test_a_young_v2_ack_not_in_the_topic_may_be_held_back_beyond_any_partitions_high_watermark() -> None:
+    # An acked range names no partition: a leader that acked the record alone (acks=1) may
+    # still hold it beyond the high watermark of whichever partition it went to.
+    read_ms = NOW_MS + 2_000
+    cluster = view(read_done_ms=read_ms)
+    young = acked_range(read_ms - 41_000, read_ms - 40_000)
+    d = diagnose(ROW, [], [young], {}, cluster)
+    assert d.verdict == "unknown", d.reason
+    assert "not known to ack with acks=all" in d.reason and "lost or still held back cannot be told" in d.reason
+    assert d.evidence["held_watermark"]["acked_at"] is not None
+    # the span is counted from the end of the window it was produced in
+    old = acked_range(read_ms - 200_000, read_ms - 45_000 - 60_000 - 1)
+    assert diagnose(ROW, [], [old], {}, cluster).verdict == "broker-lost"
+    # an acks=all producer's ack came once the high watermark had passed it
+    assert diagnose(ROW, [], [young], {}, replace(cluster, acks_all_sessions=frozenset({"s2"}))).verdict == (
+        "broker-lost"
+    )
+    # any partition under min.insync.replicas (or in-sync replicas unread) may hold it, however old
+    stall = "tickets/1 has 1 in-sync replica(s) of 2, fewer than its min.insync.replicas (2): ..."
+    d = diagnose(ROW, [], [old], {}, replace(cluster, stalled={1: stall}))
+    assert d.verdict == "unknown" and stall in d.reason and "which partition" in d.reason, d.reason
+    unread = replace(cluster, stalled_error="the in-sync replicas of tickets could not be read")
+    assert diagnose(ROW, [], [old], {}, unread).verdict == "unknown"
+    # a partition emptied up to its high watermark is no proof it was deleted: the record may lie beyond it
+    emptied = view(low=10, high=10, read_done_ms=read_ms)
+    emptied.partitions[0] = PartitionState(0, 10, 10, 10, None)
+    d = diagnose(ROW, [], [young], {}, emptied)
+    assert d.verdict == "unknown" and "lost or still held back cannot be told" in d.reason, d.reason
+
+
 def test_a_v2_ack_older_than_every_partition_the_group_never_reached_is_expired() -> None:
     # Produced 3500 s ago; every record that old is gone (the oldest left was written 60 s
     # ago); the group resumed past the log start, and the last record it marked of the deleted
