@@ -27,8 +27,8 @@ from auditor.probes.codec import (
     SessionEnd,
     SessionStart,
 )
-from auditor.stuck.evidence import LedgerView, ms_to_iso
-from auditor.stuck.verdict_outcomes import COMPLETENESS_SLACK_MS, complete
+from auditor.stuck.evidence import ClusterView, LedgerView, ms_to_iso
+from auditor.stuck.verdict_outcomes import COMPLETENESS_SLACK_MS, compacted_since, complete, leader_changed_since
 
 UntracedSession = tuple[str, int, int | None]  # session, last ledger record (epoch ms), alive_ms
 
@@ -71,24 +71,39 @@ class SessionTrails:
         ]
 
 
+def may_run_past(ledger: LedgerView, created_ms: int) -> list[UntracedSession]:
+    """The sessions that never closed and may have run on until the row's record was produced
+    (not before the row was created, give or take the clock margin): up to `alive_ms` after
+    their last ledger record, without a bound when they declare none. Oldest first."""
+    return [
+        (session, last_ms, alive_ms)
+        for session, last_ms, alive_ms in sorted(ledger.untraced_sessions, key=lambda s: (s[1], s[0]))
+        if alive_ms is None or last_ms + alive_ms + COMPLETENESS_SLACK_MS >= created_ms
+    ]
+
+
 def untraced_producer(
-    ledger: LedgerView, topic: str, topic_since_ms: int | None, created_ms: int, evidence: dict[str, Any]
+    ledger: LedgerView, view: ClusterView, topic_since_ms: int | None, created_ms: int, evidence: dict[str, Any]
 ) -> str | None:
     """Why the producer ledger's silence about a key does not prove the row was never
     produced, though it is complete since the row was created: a session that never closed
-    may have sent its record after its last ledger flush, and retention deleted it since.
-    None when no session can have.
+    may have sent its record after its last ledger flush (may_run_past), and the topic may no
+    longer hold it. None when no session can have.
 
-    A session counts where the topic no longer certainly holds what it sent after its last
-    ledger record (else such a record would still be there), and it may have run on until the
-    row's record was produced (not before the row was created, give or take the clock
-    margin): up to `alive_ms` after its last ledger record, without a bound when it declares
-    none."""
-    for session, last_ms, alive_ms in sorted(ledger.untraced_sessions, key=lambda s: (s[1], s[0])):
-        if complete(topic_since_ms, last_ms):
-            continue
-        if alive_ms is not None and last_ms + alive_ms + COMPLETENESS_SLACK_MS < created_ms:
-            continue
+    What such a session sent after its last ledger record (and after the row was created) is
+    still in the topic only if the topic holds everything since then and nothing since can
+    have lost or removed it without a trace: a leader change (an acks=1 record its leader
+    acked alone, an unclean election) or the log cleaner (compacted_since)."""
+    for session, last_ms, alive_ms in may_run_past(ledger, created_ms):
+        sent_from = max(last_ms, created_ms)
+        lost = None
+        if complete(topic_since_ms, sent_from):
+            since = (
+                "the row was created" if sent_from == created_ms else f"its last ledger record ({ms_to_iso(last_ms)})"
+            )
+            lost = leader_changed_since(view, sent_from, evidence, since) or compacted_since(view, sent_from, evidence)
+            if lost is None:
+                continue
         evidence["untraced_producer_session"] = {
             "session": session,
             "last_ledger_record": ms_to_iso(last_ms),
@@ -100,10 +115,15 @@ def untraced_producer(
             if alive_ms is not None
             else "its probe declares no heartbeat, so how long it ran on without ledgering is not known"
         )
+        gone = (
+            f"{view.topic} no longer holds records that old: never-produced and produced then deleted cannot be told "
+            "apart"
+            if lost is None
+            else f"{view.topic} still holds everything produced since then, but {lost}"
+        )
         return (
             f"no producer-ledger entry for this key, but producer session {session} ledgered nothing after "
             f"{ms_to_iso(last_ms)} and never closed: killed, it leaves what it sent since its last ledger flush "
-            f"without a ledger trace ({ran_on}), and {topic} no longer holds records that old: never-produced "
-            "and produced then deleted cannot be told apart"
+            f"without a ledger trace ({ran_on}), and {gone}"
         )
     return None

@@ -269,3 +269,45 @@ def no_commit(group: GroupState, partition: int | None, written_ms: int | None, 
         f"committed expired since (offsets.retention.minutes: {retention}) or are kept outside Kafka; which "
         "cannot be told"
     )
+
+
+def leader_changed_since(
+    view: ClusterView, since_ms: int, evidence: dict[str, Any], since: str = "the row was created"
+) -> str | None:
+    """Why "no record with this key" does not prove that no record of the row was produced
+    after `since_ms` (`since` says what that instant is), or None.
+
+    A leader change can lose acknowledged records without a trace in the log: those a leader
+    acked alone (acks=1) before its followers fetched them, or all since the new leader fell
+    out of sync (an unclean election). The new leader then writes over their offsets, and
+    whether the row's record was among them cannot be told. So never-produced needs every
+    partition to have kept its leader since then: leader epoch 0, or a first record of the
+    current leader older than that instant (every leader change came before it)."""
+    for p in sorted(view.partitions):
+        state = view.partitions[p]
+        if state.leader_epoch == 0:
+            continue
+        if state.leader_since_ms is not None and state.leader_since_ms + COMPLETENESS_SLACK_MS <= since_ms:
+            continue
+        evidence["leader_change"] = {
+            "partition": p,
+            "leader_epoch": state.leader_epoch,
+            "current_leader_first_record_at": ms_to_iso(state.leader_since_ms),
+        }
+        if state.leader_epoch is None:
+            return (
+                f"the leader epoch of {view.topic}/{p} could not be read, so whether a leader change since {since} "
+                "lost its record (acked by a leader alone with acks=1, or written before an unclean election) cannot "
+                "be told: never-produced and broker-lost cannot be told apart"
+            )
+        when = (
+            "its current leader has appended no record yet"
+            if state.leader_since_ms is None
+            else f"its current leader's first record is from {ms_to_iso(state.leader_since_ms)}"
+        )
+        return (
+            f"{view.topic}/{p} has changed leader (leader epoch {state.leader_epoch}) and may have done so after "
+            f"{since} ({when}): a leader change loses records a leader acked alone (acks=1) or wrote before an "
+            "unclean election, without a trace, so never-produced and broker-lost cannot be told apart"
+        )
+    return None

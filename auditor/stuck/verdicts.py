@@ -38,22 +38,25 @@ Decision, in order:
    ack -> produce-failed; no ledger entry -> never-produced when the topic (or the
    ledger) still holds everything since the row was created, else unknown; when the
    ledger has no entries for the topic at all (the producer is not probed), only if no
-   partition can have changed leader since the row was created either.
+   partition can have changed leader since the row was created either; and where a
+   contract-v2 producer session that never closed may have sent the record after its last
+   ledger flush (untraced.py), only if the topic holds everything it sent since and no leader
+   change or log cleaning since can have removed it.
    Contract v2 (acks in sequence ranges, keys in `keys` records, no position): acked ->
    broker-lost when every partition still holds everything since it was produced; deleted
    when no partition holds records that old: expired when no group can have read it (never
    committed, and no run saw it commit either, or probed since before the record was produced and no mark below a log start
    is as recent as the record), else unknown; sent and never confirmed -> produce-failed when every partition holds
    everything since, else unknown.
-5. Without ledger evidence, the auditor's memory (what reconciliation runs saw, KeyMemory):
+5. The auditor's memory (what reconciliation runs saw, KeyMemory), with the acks of 4:
    seen at an offset the log still covers but no longer there -> broker-lost; seen at an
    offset since deleted -> decided as for an acked-then-deleted record (expired, ...);
    reported missing by a run while the topic held everything since the row was created,
    the topic still holds everything since that run, and no partition can have changed
    leader since the row was created (a leader change loses acks=1 records without a
-   trace) -> never-produced. Each names the run. Runs that saw several records with the key
-   (retries, re-sends) have each judged so (verdicts_memory): one processed ->
-   processed-not-updated; else one unknown, or one whose position the state no longer
+   trace) -> never-produced. Each names the run. Several records with the key (retries,
+   re-sends), acked with a position (4) or seen by runs, are each judged so (verdicts_memory):
+   one processed -> processed-not-updated; else one unknown, or one whose position the state no longer
    keeps -> unknown; else the furthest along: skipped > expired > broker-lost. A record seen
    before a run found the topic created again (state.json `topic_records_since`) was the
    deleted topic's: unknown, never judged against the new log. Where the diagnosis could not

@@ -29,13 +29,14 @@ from auditor.stuck.verdict_outcomes import (
     counted_mark,
     group_info,
     judged_by,
+    leader_changed_since,
     lost_mark,
     no_commit,
     place,
     standing,
     unprobed_below,
 )
-from auditor.stuck.verdicts_memory import from_sightings
+from auditor.stuck.verdicts_memory import from_copies
 from auditor.stuck.verdicts_unplaced import acked_unplaced, in_flight, may_be_in_flight, sent_unplaced
 from spark_jobs.send_outcome import UNBOUNDED
 
@@ -58,30 +59,17 @@ def not_in_topic(
     ledger = view.producer_ledger
     ledger_readable = ledger is not None and ledger.available
     acked = [e for e in entries if delivery_status(e.status, e.offset) == ACKED] if ledger_readable else []
-    if acked:
-        entry = acked[-1]
-        if entry.session in view.transactional_sessions:
-            # A transactional producer's ack says the broker wrote the record, not that its
-            # transaction committed: records of an aborted one are acked too.
-            evidence["transactional_session"] = entry.session
-            return Diagnosis(
-                "unknown",
-                f"acked at {view.topic}/{entry.partition}@{entry.offset} by the transactional producer session "
-                f"{entry.session}, and not in the topic now: the records of an aborted transaction are acked too, "
-                "so whether it was committed (then lost or deleted) or aborted cannot be told",
-                evidence,
-            )
-        return _written_then_gone(
-            row, entry.partition, entry.offset, "acked at", marks, view, evidence, entry.ts_ms, entry.session
-        )
     seen = memory.sightings.get(row.key)
-    if seen is not None:
-        return from_sightings(
+    if acked or seen is not None:
+        # every record with the key a producer acked or a run saw: the item got as far as the
+        # furthest of them
+        return from_copies(
+            acked,
             seen,
             view,
             evidence,
-            lambda partition, offset, how, found, written_ms: _written_then_gone(
-                row, partition, offset, how, marks, view, found, written_ms
+            lambda partition, offset, how, found, written_ms, acked_by: _written_then_gone(
+                row, partition, offset, how, marks, view, found, written_ms, acked_by
             ),
         )
     ranged = [e for e in entries if e.status == ACKED_RANGE] if ledger_readable else []
@@ -135,14 +123,15 @@ def not_in_topic(
             else f" (the producer ledger speaks for {view.topic} only since "
             f"{ms_to_iso(ledger.covers_topic_from_ms)}: the row's producer may not have been probed)"
         )
-        # a probed producer's ledger would hold the ack of a record lost since; without one, the
-        # topic's completeness is all there is, and a leader change leaves no trace in it
-        changed = (
-            None
-            if probed
-            else _leader_changed_since(view, created_ms, evidence) or compacted_since(view, created_ms, evidence)
-        )
-        if changed is not None:
+        # a probed producer's ledger would hold the ack of a record lost since, unless a session
+        # that never closed sent it after its last ledger flush (untraced); without one, the
+        # topic's completeness is all there is, and a leader change or the log cleaner leaves no
+        # trace in it
+        if probed:
+            untraced = untraced_producer(ledger, view, topic_since, created_ms, evidence)
+            if untraced is not None:
+                return Diagnosis("unknown", untraced, evidence)
+        elif changed := leader_changed_since(view, created_ms, evidence) or compacted_since(view, created_ms, evidence):
             return Diagnosis(
                 "unknown",
                 f"no record with this key in {view.topic} and no producer-ledger entry{note}, but {changed}",
@@ -158,7 +147,7 @@ def not_in_topic(
     # The ledger's silence speaks only for rows created once a probed producer of the topic
     # ran: one created before may have been produced, and deleted since, unprobed.
     if probed and complete(ledger.complete_since_ms, created_ms):
-        untraced = untraced_producer(ledger, view.topic, topic_since, created_ms, evidence)
+        untraced = untraced_producer(ledger, view, topic_since, created_ms, evidence)
         if untraced is not None:
             return Diagnosis("unknown", untraced, evidence)
         return Diagnosis(
@@ -308,7 +297,7 @@ def _from_missing_report(
             return Diagnosis(
                 "unknown", f"{unattributed}; reconciliation run {report.run_id} reported it missing", evidence
             )
-        changed = _leader_changed_since(view, created_ms, evidence) or compacted_since(
+        changed = leader_changed_since(view, created_ms, evidence) or compacted_since(
             view, created_ms, evidence, report.reported_at_ms
         )
         if changed is not None:
@@ -334,45 +323,6 @@ def _from_missing_report(
     if memory.reason:
         otherwise += f"; the reconciliation state could not be read ({memory.reason})"
     return Diagnosis("unknown", otherwise, evidence)
-
-
-def _leader_changed_since(view: ClusterView, created_ms: int, evidence: dict[str, Any]) -> str | None:
-    """Why "no record with this key" does not prove the row was never produced, or None.
-
-    A leader change can lose acknowledged records without a trace in the log: those a leader
-    acked alone (acks=1) before its followers fetched them, or all since the new leader fell
-    out of sync (an unclean election). The new leader then writes over their offsets, and
-    whether the row's record was among them cannot be told. So never-produced needs every
-    partition to have kept its leader since the row was created: leader epoch 0, or a first
-    record of the current leader older than the row (every leader change came before it)."""
-    for p in sorted(view.partitions):
-        state = view.partitions[p]
-        if state.leader_epoch == 0:
-            continue
-        if state.leader_since_ms is not None and state.leader_since_ms + COMPLETENESS_SLACK_MS <= created_ms:
-            continue
-        evidence["leader_change"] = {
-            "partition": p,
-            "leader_epoch": state.leader_epoch,
-            "current_leader_first_record_at": ms_to_iso(state.leader_since_ms),
-        }
-        if state.leader_epoch is None:
-            return (
-                f"the leader epoch of {view.topic}/{p} could not be read, so whether a leader change since the row "
-                "was created lost its record (acked by a leader alone with acks=1, or written before an unclean "
-                "election) cannot be told: never-produced and broker-lost cannot be told apart"
-            )
-        when = (
-            "its current leader has appended no record yet"
-            if state.leader_since_ms is None
-            else f"its current leader's first record is from {ms_to_iso(state.leader_since_ms)}"
-        )
-        return (
-            f"{view.topic}/{p} has changed leader (leader epoch {state.leader_epoch}) and may have done so after the "
-            f"row was created ({when}): a leader change loses records a leader acked alone (acks=1) or wrote "
-            "before an unclean election, without a trace, so never-produced and broker-lost cannot be told apart"
-        )
-    return None
 
 
 def _unattributed_since(ledger: LedgerView | None, created_ms: int) -> str | None:

@@ -1,5 +1,7 @@
-"""Verdict rule 5 (verdicts.py) when reconciliation runs saw records with the item's key that
-the topic no longer holds: one verdict per record seen, and which of them the item gets.
+"""Verdict rules 4 and 5 (verdicts.py) when records with the item's key were written and the
+topic no longer holds any of them: acked by a producer (contract v1 ledger entries, with their
+position) or seen by reconciliation runs. One verdict per record, and which of them the item
+gets.
 
 A producer's retry or an application's re-send leaves several records with one key. The
 item reached the consumer if any of them did, so each is judged on its own (as an acked or
@@ -9,43 +11,66 @@ otherwise a copy whose fate is unknown may have been the processed one (unknown)
 the copy that got furthest names the failure: committed past unprocessed (skipped) before
 deleted before the group reached it (expired) before lost by the broker (broker-lost), as a
 re-send that went further makes up for the copy before it.
+
+A record both acked and seen is judged both ways (the ack may be held back behind the high
+watermark, the sighting may be of a topic since deleted): the two differ only where one of
+them cannot tell, and the furthest, the one that cannot, counts for its position.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from auditor.stuck.evidence import ClusterView, Diagnosis, KeySightings, Sighting, ms_to_iso
+from auditor.stuck.evidence import ClusterView, Diagnosis, KeySightings, LedgerEntry, Sighting, ms_to_iso
 from auditor.stuck.verdict_outcomes import MAX_LISTED
 
 # A judge of one record written at (partition, offset) and gone: verdicts_absent._written_then_gone
-# with the row, marks and view bound (partition, offset, how, evidence, written_ms).
-GoneJudge = Callable[[int, int, str, dict[str, Any], int | None], Diagnosis]
+# with the row, marks and view bound (partition, offset, how, evidence, written_ms, acked_by:
+# the producer session that acked it, None for a sighting).
+GoneJudge = Callable[[int, int, str, dict[str, Any], int | None, str | None], Diagnosis]
+
+# A record with the key: acked by a producer session (its ledger entry) or seen by a run.
+Copy = LedgerEntry | Sighting
 
 # How far a copy got, furthest first; any other verdict counts as unknown.
 COPY_PRIORITY = ("processed-not-updated", "unknown", "skipped", "expired", "broker-lost")
 
 
-def from_sightings(seen: KeySightings, view: ClusterView, evidence: dict[str, Any], judge: GoneJudge) -> Diagnosis:
-    """The item's verdict from every record with its key that runs saw (`seen`)."""
-    judged = [(sighting, _copy_verdict(sighting, view, dict(evidence), judge)) for sighting in seen.copies]
-    if len(judged) == 1 and not seen.unplaced:
-        return judged[0][1]
-    best_sighting, best = min(judged, key=lambda j: _rank(j[1].verdict))
+def from_copies(
+    acked: Sequence[LedgerEntry],
+    seen: KeySightings | None,
+    view: ClusterView,
+    evidence: dict[str, Any],
+    judge: GoneJudge,
+) -> Diagnosis:
+    """The item's verdict from every record with its key that a producer acked at a position
+    (`acked`) or runs saw (`seen`); at least one of them."""
+    copies: list[Copy] = [*acked, *(seen.copies if seen is not None else ())]
+    unplaced = seen.unplaced if seen is not None else 0
+    judged = [(copy, _copy_verdict(copy, view, dict(evidence), judge)) for copy in copies]
+    # per position (one record, acked and seen), the furthest of its verdicts
+    positions: dict[tuple[int, int], tuple[Copy, Diagnosis]] = {}
+    for copy, diagnosis in judged:
+        at = positions.get((copy.partition, copy.offset))
+        if at is None or _rank(diagnosis.verdict) < _rank(at[1].verdict):
+            positions[(copy.partition, copy.offset)] = (copy, diagnosis)
+    best_copy, best = min(positions.values(), key=lambda j: _rank(j[1].verdict))
+    if len(judged) == 1 and not unplaced:
+        return best
     result = dict(best.evidence)
     # Every copy, not MAX_LISTED: a second look at the consumer ledger goes by their verdicts.
-    result["copies"] = [{**s.as_json(), "verdict": d.verdict, "groups": d.evidence.get("groups")} for s, d in judged]
-    result["copies_seen"] = len(judged) + seen.unplaced
-    listed = ", ".join(f"{s.partition}@{s.offset} {d.verdict}" for s, d in judged[:MAX_LISTED])
-    more = f" and {len(judged) - MAX_LISTED} more" if len(judged) > MAX_LISTED else ""
-    runs = sorted({s.run_id for s in seen.copies if s.run_id})
-    who = f"reconciliation run{'s' if len(runs) > 1 else ''} {', '.join(runs)}" if runs else "reconciliation runs"
-    summary = f"{who} saw {len(judged) + seen.unplaced} records with this key ({listed}{more}"
-    if seen.unplaced:
-        summary += f"; where the other {seen.unplaced} were is not kept"
+    result["copies"] = [{**c.as_json(), "verdict": d.verdict, "groups": d.evidence.get("groups")} for c, d in judged]
+    result["copies_seen"] = len(positions) + unplaced
+    if len(positions) == 1 and not unplaced:  # one record, acked and seen
+        return Diagnosis(best.verdict, best.reason, result)
+    listed = ", ".join(f"{p}@{o} {d.verdict}" for (p, o), (_, d) in list(positions.items())[:MAX_LISTED])
+    more = f" and {len(positions) - MAX_LISTED} more" if len(positions) > MAX_LISTED else ""
+    summary = f"{_found_by(acked, seen)} {len(positions) + unplaced} records with this key ({listed}{more}"
+    if unplaced:
+        summary += f"; where the other {unplaced} were is not kept"
     summary += ")"
-    if best.verdict != "processed-not-updated" and seen.unplaced:
+    if best.verdict != "processed-not-updated" and unplaced:
         return Diagnosis(
             "unknown",
             f"{summary}: one of those whose place is not known may have been processed, so {best.verdict} cannot be "
@@ -54,26 +79,55 @@ def from_sightings(seen: KeySightings, view: ClusterView, evidence: dict[str, An
         )
     if _rank(best.verdict) == COPY_PRIORITY.index("unknown"):
         return Diagnosis("unknown", f"{best.reason}; {summary}: that one may have been the copy processed", result)
-    where = f"{best_sighting.partition}@{best_sighting.offset}"
+    where = f"{best_copy.partition}@{best_copy.offset}"
     return Diagnosis(best.verdict, f"{best.reason}; {summary}, the one at {where} got furthest", result)
 
 
-def _copy_verdict(sighting: Sighting, view: ClusterView, evidence: dict[str, Any], judge: GoneJudge) -> Diagnosis:
-    evidence["seen"] = sighting.as_json()
-    run = f"reconciliation run {sighting.run_id}" if sighting.run_id else "a reconciliation run"
+def _found_by(acked: Sequence[LedgerEntry], seen: KeySightings | None) -> str:
+    """Who wrote down the copies: "producer session s1 acked and reconciliation run r1 saw"."""
+    said = []
+    if acked:
+        sessions = sorted({e.session for e in acked})
+        said.append(f"producer session{'s' if len(sessions) > 1 else ''} {', '.join(sessions)} acked")
+    if seen is not None and seen.copies:
+        runs = sorted({s.run_id for s in seen.copies if s.run_id})
+        said.append(
+            f"reconciliation run{'s' if len(runs) > 1 else ''} {', '.join(runs)} saw"
+            if runs
+            else "reconciliation runs saw"
+        )
+    return " and ".join(said) or "reconciliation runs saw"
+
+
+def _copy_verdict(copy: Copy, view: ClusterView, evidence: dict[str, Any], judge: GoneJudge) -> Diagnosis:
+    if isinstance(copy, LedgerEntry):
+        if copy.session in view.transactional_sessions:
+            # A transactional producer's ack says the broker wrote the record, not that its
+            # transaction committed: records of an aborted one are acked too.
+            evidence["transactional_session"] = copy.session
+            return Diagnosis(
+                "unknown",
+                f"acked at {view.topic}/{copy.partition}@{copy.offset} by the transactional producer session "
+                f"{copy.session}, and not in the topic now: the records of an aborted transaction are acked too, "
+                "so whether it was committed (then lost or deleted) or aborted cannot be told",
+                evidence,
+            )
+        return judge(copy.partition, copy.offset, "acked at", evidence, copy.ts_ms, copy.session)
+    evidence["seen"] = copy.as_json()
+    run = f"reconciliation run {copy.run_id}" if copy.run_id else "a reconciliation run"
     how = f"seen by {run} at"
-    if sighting.deleted_topic_until_ms is not None:
+    if copy.deleted_topic_until_ms is not None:
         # Its offset now holds the new topic's records: nothing there says what became of it.
-        since = ms_to_iso(sighting.deleted_topic_until_ms)
+        since = ms_to_iso(copy.deleted_topic_until_ms)
         evidence["topic_recreated"] = f"the new topic's records are stamped since {since}"
         return Diagnosis(
             "unknown",
-            f"{how} {view.topic}/{sighting.partition}@{sighting.offset} in the topic a later run found deleted and "
+            f"{how} {view.topic}/{copy.partition}@{copy.offset} in the topic a later run found deleted and "
             f"created again (its records are stamped before {since}, the new topic's first record): it went with "
             "the deleted topic; lost, deleted, consumed or not cannot be told",
             evidence,
         )
-    return judge(sighting.partition, sighting.offset, how, evidence, sighting.ts_ms)
+    return judge(copy.partition, copy.offset, how, evidence, copy.ts_ms, None)
 
 
 def _rank(verdict: str) -> int:

@@ -28,8 +28,11 @@ from auditor.lab.cluster import delete_records
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.probes import AuditedProducer, ProducerKeys, decode_ledger_records
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
+from spark_jobs.kafka_offsets import partition_offsets, topic_partitions
 from tests.support.demo import read_topic
+from tests.support.killed_producer import audit_value
 from tests.support.paths import ROOT
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -45,7 +48,7 @@ def tickets_table() -> Iterator[str]:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 
-def _rule(bootstrap: str, topic: str, table: str) -> StuckRule:
+def _rule(bootstrap: str, topic: str, table: str, record_key: str = "key") -> StuckRule:
     suffix = uuid.uuid4().hex[:8]
     binding = Binding.objects.create(
         name=f"killed-{suffix}",
@@ -54,7 +57,7 @@ def _rule(bootstrap: str, topic: str, table: str) -> StuckRule:
         source=SourceDatabase.objects.create(name=f"killed-{suffix}", url="${SOURCE_DATABASE_URL}"),
         table=table,
         key_column="ticket_id",
-        record_key="key",
+        record_key=record_key,
         created_column="created_at",
         consumer_groups=[f"g-{suffix}"],
     )
@@ -141,3 +144,108 @@ def test_a_record_a_killed_v2_producer_sent_after_its_last_ledger_flush_is_unkno
     verdict, reason = by_python["2"]
     assert verdict == "unknown", by_python
     assert f"producer session {session} ledgered nothing after" in reason, reason
+
+
+# A compacted topic whose cleaner removes a superseded record within seconds (a segment closes
+# after 1 s; any dirt is worth a pass).
+CLEANED_AT_ONCE = {"cleanup.policy": "compact", "segment.ms": "1000", "min.cleanable.dirty.ratio": "0.01"}
+
+
+def test_a_record_a_killed_v2_producer_sent_untraced_and_the_cleaner_removed_is_unknown_not_never_produced(
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    make_topic: Callable[..., str],
+    tickets_table: str,
+    spark: Any,
+    settings: Any,
+    tmp_path: Path,
+) -> None:
+    """A compacted topic whose records all have one record key (a customer's), each carrying its
+    ticket in its value (the binding's record_key a JSON path). The v2 session runs for more
+    than a minute (ticket 1 ledgered by flush()), ticket 2's row is created, the session sends
+    its record, the broker acks it, and the session is killed before its next ledger flush. A
+    later probed session sends ticket 3 with the same record key, and the log cleaner removes
+    ticket 2's record. Nothing was deleted by retention: the topic holds everything produced
+    since the row was created, and the ledger, read at its word, says ticket 2 was never
+    produced."""
+    settings.RECONCILE_STATE_DIR = str(tmp_path / "state")
+    topic = make_topic("killed-compacted", config=CLEANED_AT_ONCE)
+    ledger, clients, consumer_ledger = make_topic("pledger"), make_topic("clients"), make_topic("cledger")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.killed_producer", kafka_bootstrap, topic, ledger, clients, "cust-1"],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        word, session, started_ms = child.stdout.readline().split()
+        assert word == "ledgered", "the producer did not start"
+        # The ledger speaks for rows created a clock margin (60 s) after its producer started.
+        time.sleep(max(0.0, int(started_ms) / 1000 + 62 - time.time()))
+        with psycopg.connect(os.environ["SOURCE_DATABASE_URL"], autocommit=True) as conn:
+            conn.execute(f"INSERT INTO {tickets_table} (ticket_id, created_at, status) VALUES (2, now(), 'NEW')")
+        child.stdin.write("send 2\n")
+        child.stdin.flush()
+        delivered = json.loads(child.stdout.readline())
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+
+    later = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap}, ledger_topic=ledger, clients_topic=clients, key_fn=audit_value
+    )
+    try:
+        later.produce(topic, json.dumps({"ticket_id": "3"}).encode(), b"cust-1")
+        assert later.flush(30) == 0
+
+        def cleaned() -> bool:
+            # one more record rolls the segment past segment.ms and dirties the log again
+            time.sleep(1.1)
+            later.produce(topic, json.dumps({"ticket_id": "filler"}).encode(), b"filler")
+            assert later.flush(30) == 0
+            return all(json.loads(r.value or b"{}").get("ticket_id") != "2" for r in read_topic(kafka_bootstrap, topic))
+
+        wait_until(cleaned, 120, f"the log cleaner to remove ticket 2's record from {topic}")
+    finally:
+        assert later.close(30) == 0
+
+    # Ground truth: the broker wrote ticket 2's record (its delivery report), the ledger names
+    # no ticket 2 (the session died before flushing it), and the topic no longer holds it though
+    # it starts at offset 0 (nothing deleted by retention): the cleaner removed it.
+    assert delivered is not None and delivered["key"] == "2" and delivered["error"] is None, delivered
+    ledgered, bad = decode_ledger_records(r.value for r in read_topic(kafka_bootstrap, ledger))
+    assert not bad
+    named = {k for r in ledgered if isinstance(r, ProducerKeys) for run in r.runs for k in run.keys}
+    assert "2" not in named and {"1", "3"} <= named, named
+    remaining = read_topic(kafka_bootstrap, topic)
+    assert {json.loads(r.value or b"{}").get("ticket_id") for r in remaining} >= {"3"}
+    assert "2" not in {json.loads(r.value or b"{}").get("ticket_id") for r in remaining}
+    assert [o.low for o in partition_offsets(kafka_admin, topic, topic_partitions(kafka_admin, topic)).values()] == [0]
+    with psycopg.connect(os.environ["SOURCE_DATABASE_URL"]) as conn:
+        assert conn.execute(f"SELECT status FROM {tickets_table} WHERE ticket_id = 2").fetchone() == ("NEW",)
+
+    rule = _rule(kafka_bootstrap, topic, tickets_table, record_key="json:$.ticket_id")
+    results = [
+        diagnose_rule(
+            rule,
+            DiagnosisOptions(
+                engine=engine,
+                spark=spark,
+                producer_ledger_topic=ledger,
+                consumer_ledger_topic=consumer_ledger,
+                clients_topic=clients,
+                use_index=False,
+            ),
+        )
+        for engine in ("python", "spark")
+    ]
+    by_python, by_spark = ({i.row.key: (i.diagnosis.verdict, i.diagnosis.reason) for i in r.items} for r in results)
+    assert by_spark == by_python
+    verdict, reason = by_python["2"]
+    # The old code: "no record with this key in ..., which still holds everything produced since
+    # before the row was created, and no producer-ledger entry" (never-produced).
+    assert verdict == "unknown", by_python
+    assert f"producer session {session} ledgered nothing after" in reason, reason
+    assert "compacted away" in reason, reason

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from auditor.stuck.evidence import (
     ClusterView,
+    Diagnosis,
     GroupState,
     KeyMemory,
     KeySightings,
@@ -173,7 +174,8 @@ def test_a_session_that_never_closed_bounds_the_ledgers_silence_by_its_declared_
     stopped, give or take the clock margin) is unknown once the topic no longer holds it."""
     created_ms = NOW_MS - 3600_000
     cluster = view(low=5)
-    cluster.partitions[0] = PartitionState(0, 5, 10, 10, NOW_MS - 60_000)  # holds nothing that old
+    # holds nothing that old; one leader since it was created
+    cluster.partitions[0] = PartitionState(0, 5, 10, 10, NOW_MS - 60_000, leader_epoch=0)
 
     def verdict(*untraced: tuple[str, int, int | None]) -> tuple[str, str]:
         cluster.producer_ledger = LedgerView(
@@ -195,6 +197,68 @@ def test_a_session_that_never_closed_bounds_the_ledgers_silence_by_its_declared_
     # Its last ledger record is a clock margin younger than the topic's oldest record: what it
     # sent after it would still be there.
     assert verdict(("s-recent", NOW_MS, None))[0] == "never-produced"
+
+
+def test_a_record_an_unclosed_session_may_have_sent_untraced_is_not_never_produced_where_it_can_be_gone() -> None:
+    """An idle contract-v2 session (heartbeats only) sends the row's record with acks=1 just
+    after its last heartbeat; the leader acks it and the process is killed before its next
+    ledger flush; the leader then fails before a follower fetched the record (or the log
+    cleaner removes it). Nothing ledgered the send, the topic holds everything produced since
+    the row was created: a probed producer's ledger would hold the ack, but this one's cannot."""
+    created_ms = NOW_MS - 3600_000
+    heartbeat_ms = created_ms + 5_000  # the session's last ledger record, after the row was created
+    killed = ("s-killed", heartbeat_ms, 31_000)
+    long_gone = ("s-gone", created_ms - 300_000, 31_000)  # stopped long before the row was created
+    failed_over = PartitionState(0, 0, 10, 10, leader_epoch=2, leader_since_ms=created_ms + 600_000)
+
+    def verdict(state: PartitionState, *untraced: tuple[str, int, int | None], **extra: object) -> Diagnosis:
+        ledger = LedgerView(
+            "pl", True, entries_for_topic=10, covers_topic_from_ms=PROBED_SINCE_MS, untraced_sessions=list(untraced)
+        )
+        cluster = view(producer_ledger=ledger, **extra)
+        cluster.partitions = {0: state}
+        return diagnose(ROW, [], [], {}, cluster)
+
+    # No session that can have sent it untraced: the ledger's silence stands, leader change or not.
+    assert verdict(failed_over).verdict == "never-produced"
+    assert verdict(failed_over, long_gone).verdict == "never-produced"
+    # The killed session may have sent it after its last heartbeat, and the partition changed
+    # leader since (the old code: never-produced, trusting the ledger).
+    d = verdict(failed_over, long_gone, killed)
+    assert d.verdict == "unknown", d.reason
+    assert "producer session s-killed ledgered nothing after" in d.reason, d.reason
+    assert "tickets/0 has changed leader (leader epoch 2) and may have done so after its last ledger record" in (
+        d.reason
+    ), d.reason
+    assert d.evidence["untraced_producer_session"]["session"] == "s-killed"
+    assert d.evidence["leader_change"]["leader_epoch"] == 2
+    # a leader change before its last ledger record cannot have lost what it sent after it
+    earlier = replace(failed_over, leader_since_ms=heartbeat_ms - 120_000)
+    assert verdict(earlier, killed).verdict == "never-produced"
+    # the leader epoch unknown: a change may have lost it
+    d = verdict(PartitionState(0, 0, 10, 10), killed)
+    assert d.verdict == "unknown" and "the leader epoch of tickets/0 could not be read" in d.reason, d.reason
+    # One leader, but compacted with the binding's key in the value: a later record with the same
+    # record key (another item's) lets the log cleaner remove it.
+    one_leader = PartitionState(0, 0, 10, 10, leader_epoch=0)
+    assert verdict(one_leader, killed, record_key="json:$.ticket_id").verdict == "never-produced"
+    d = verdict(one_leader, killed, record_key="json:$.ticket_id", cleanup=COMPACTED)
+    assert d.verdict == "unknown" and "compacted away" in d.reason and "s-killed" in d.reason, d.reason
+
+    # Retention took the topic's records up to 5 min after the row was created; the session
+    # heartbeat until 10 min after: what it sent after that is still there, unless the leader
+    # changed since (the old code skipped the session on the topic's completeness alone).
+    later = ("s-killed", created_ms + 600_000, 31_000)
+    trimmed = PartitionState(0, 3, 10, 10, created_ms + 300_000, leader_epoch=2, leader_since_ms=created_ms + 1200_000)
+    d = verdict(trimmed, later)
+    assert d.verdict == "unknown" and "tickets/0 has changed leader" in d.reason, d.reason
+    assert "s-killed" in d.reason and "still holds everything produced since then" in d.reason, d.reason
+    assert verdict(replace(trimmed, leader_epoch=0), later).verdict == "never-produced"
+    d = verdict(replace(trimmed, leader_epoch=0), later, record_key="json:$.ticket_id", cleanup=COMPACTED)
+    assert d.verdict == "unknown" and "compacted away" in d.reason, d.reason
+    # a session silent since before the topic's oldest record: what it sent may have been deleted
+    d = verdict(replace(trimmed, leader_epoch=0), ("s-killed", created_ms + 200_000, 31_000))
+    assert d.verdict == "unknown" and "no longer holds records that old" in d.reason, d.reason
 
 
 def test_it_waits_for_an_open_transaction() -> None:
@@ -728,6 +792,51 @@ def test_of_several_records_runs_saw_with_the_key_the_one_that_got_furthest_deci
     assert diagnose(ROW, [], [], processed, cluster, _copies(first, resent, unplaced=1)).verdict == (
         "processed-not-updated"
     )
+
+
+def test_every_record_a_producer_acked_with_the_key_is_weighed_with_those_runs_saw() -> None:
+    """Copy 1 is processed and the row's update is lost; the application sends the record
+    again; copy 2 is acked and deleted before the group reaches it (or truncated). Both are gone
+    now. The item reached the consumer: processed-not-updated, not the latest ack's verdict."""
+    cluster = view(low=8, committed=5)  # the group committed past copy 1 (offset 4), not copy 2 (6)
+    processed = {("g", 0, 4): ProcessedMark("g", 0, 4, "c1", NOW_MS - 3000_000)}
+    copy_2 = replace(acked(6), seq=8, ts_ms=NOW_MS - 3400_000)
+
+    assert diagnose(ROW, [], [copy_2], processed, cluster).verdict == "expired"  # alone
+    d = diagnose(ROW, [], [acked(4), copy_2], processed, cluster)
+    assert d.verdict == "processed-not-updated", d.reason
+    assert "producer session s1 acked 2 records with this key (0@4 processed-not-updated, 0@6 expired)" in d.reason
+    assert [(c["offset"], c["verdict"]) for c in d.evidence["copies"]] == [
+        (4, "processed-not-updated"),
+        (6, "expired"),
+    ]
+    assert (d.evidence["partition"], d.evidence["offset"]) == (0, 4)
+    # copy 1 known from a run's sighting only (deleted since), copy 2 acked and truncated (at an
+    # offset the log still covers)
+    covered = view(low=5, committed=5)
+    truncated = replace(acked(6), ts_ms=NOW_MS - 3400_000)
+    assert diagnose(ROW, [], [truncated], processed, covered).verdict == "broker-lost"
+    d = diagnose(ROW, [], [truncated], processed, covered, _copies(Sighting(0, 4, NOW_MS - 3500_000, "run-1")))
+    assert d.verdict == "processed-not-updated", d.reason
+    assert "producer session s1 acked and reconciliation run run-1 saw 2 records with this key" in d.reason, d.reason
+    # An ack keeps its held-watermark rule among copies: acked (acks=1) beyond the log end 40 s
+    # before the log end was read again, it may still be held back, so it may be the copy that
+    # gets processed; the expired sighting does not decide.
+    read_ms = NOW_MS + 2_000
+    held = replace(acked(15), ts_ms=read_ms - 40_000)
+    young = view(low=8, high=10, committed=5, high_after={0: 10}, read_done_ms=read_ms)
+    d = diagnose(ROW, [], [held], {}, young, _copies(Sighting(0, 6, NOW_MS - 3500_000, "run-1")))
+    assert d.verdict == "unknown" and "lost or still held back cannot be told" in d.reason, d.reason
+    assert [c["verdict"] for c in d.evidence["copies"]] == ["unknown", "expired"]
+    # One record, acked and seen: judged as one (the ack's verdict and reason, both listed).
+    d = diagnose(ROW, [], [copy_2], {}, cluster, _copies(Sighting(0, 6, NOW_MS - 3400_000, "run-1")))
+    assert d.verdict == "expired" and d.reason.startswith("acked at tickets/0@6"), d.reason
+    assert d.evidence["copies_seen"] == 1 and len(d.evidence["copies"]) == 2
+    # a transactional session's ack is a copy whose fate is unknown; a processed copy still settles it
+    cluster.transactional_sessions = frozenset({"s1"})
+    assert diagnose(ROW, [], [acked(4), copy_2], {}, cluster).verdict == "unknown"
+    tx = diagnose(ROW, [], [copy_2], processed, cluster, _copies(Sighting(0, 4, NOW_MS - 3500_000, "run-1")))
+    assert tx.verdict == "processed-not-updated", tx.reason
 
 
 def test_marks_past_where_the_broker_rewrote_a_partition_are_judged_by_their_time() -> None:
