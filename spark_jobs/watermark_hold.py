@@ -61,25 +61,33 @@ def lag_bound_unread(why: str) -> tuple[int, str]:
     )
 
 
+def read_broker_settings(
+    admin: AdminClient, names: tuple[str, ...], timeout_s: float = 10.0
+) -> list[dict[str, str | None]]:
+    """Each broker's value of each of `names` (None where a broker gives none), one dict per
+    broker the cluster lists. librdkafka takes one broker resource per DescribeConfigs call.
+    Raises KafkaException, ValueError or TimeoutError where they cannot be read."""
+    brokers = sorted(admin.list_topics(timeout=timeout_s).brokers)
+    answers = [
+        future
+        for b in brokers
+        for future in admin.describe_configs(
+            [ConfigResource(ResourceType.BROKER, str(b))], request_timeout=timeout_s
+        ).values()
+    ]
+    configs = [f.result(timeout=timeout_s + FUTURE_MARGIN_S) for f in answers]
+    return [
+        {name: None if (e := c.get(name)) is None or e.value is None else str(e.value) for name in names}
+        for c in configs
+    ]
+
+
 def read_lag_bound(admin: AdminClient, timeout_s: float = 10.0) -> tuple[int, str | None]:
     """The brokers' longest replica.lag.time.max.ms (longest_lag_bound), Kafka's default with a
-    note saying why where it cannot be read. librdkafka takes one broker resource per
-    DescribeConfigs call."""
+    note saying why where it cannot be read."""
     try:
-        brokers = sorted(admin.list_topics(timeout=timeout_s).brokers)
-        answers = [
-            future
-            for b in brokers
-            for future in admin.describe_configs(
-                [ConfigResource(ResourceType.BROKER, str(b))], request_timeout=timeout_s
-            ).values()
-        ]
-        configs = [f.result(timeout=timeout_s + FUTURE_MARGIN_S) for f in answers]
-        values = [
-            None if (e := c.get("replica.lag.time.max.ms")) is None or e.value is None else str(e.value)
-            for c in configs
-        ]
-        return longest_lag_bound(values, len(brokers))
+        settings = read_broker_settings(admin, ("replica.lag.time.max.ms",), timeout_s)
+        return longest_lag_bound([s["replica.lag.time.max.ms"] for s in settings], len(settings))
     except (KafkaException, ValueError) as exc:
         return lag_bound_unread(str(exc))
     except TimeoutError:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import AdminClient
 
 from auditor.lint.engine.terms import Overtaken
 from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
@@ -24,7 +24,6 @@ from auditor.stuck.record_reader import RecordReader, Target, leader_epoch_start
 from spark_jobs.group_offsets import committed_offsets, coordinator_request
 from spark_jobs.kafka_cleanup import read_topic_cleanup
 from spark_jobs.kafka_offsets import (
-    FUTURE_MARGIN_S,
     KafkaReadError,
     PartitionOffsets,
     admin_client,
@@ -34,7 +33,7 @@ from spark_jobs.kafka_offsets import (
     topic_partitions,
 )
 from spark_jobs.kafka_security import admin_config
-from spark_jobs.watermark_hold import partitions_under_min_isr
+from spark_jobs.watermark_hold import partitions_under_min_isr, read_broker_settings
 
 
 @dataclass
@@ -143,21 +142,9 @@ def _configs(admin: AdminClient, view: ClusterView, timeout_s: float) -> None:
         # shortest one bounds them all, and one broker that does not answer leaves it unknown.
         # Each partition's leader its replica.lag.time.max.ms: the longest bounds them all.
         # librdkafka takes one broker resource per DescribeConfigs call.
-        brokers = sorted(admin.list_topics(timeout=timeout_s).brokers)
-        answers = [
-            future
-            for b in brokers
-            for future in admin.describe_configs(
-                [ConfigResource(ResourceType.BROKER, str(b))], request_timeout=timeout_s
-            ).values()
-        ]
-        configs = [f.result(timeout=timeout_s + FUTURE_MARGIN_S) for f in answers]
-
-        def values(name: str) -> list[str | None]:
-            return [None if (e := c.get(name)) is None or e.value is None else str(e.value) for c in configs]
-
-        offsets_minutes = shortest_minutes(values("offsets.retention.minutes"), len(brokers))
-        lag_bound = longest_lag_bound(values("replica.lag.time.max.ms"), len(brokers))
+        settings = read_broker_settings(admin, ("offsets.retention.minutes", "replica.lag.time.max.ms"), timeout_s)
+        offsets_minutes = shortest_minutes([s["offsets.retention.minutes"] for s in settings], len(settings))
+        lag_bound = longest_lag_bound([s["replica.lag.time.max.ms"] for s in settings], len(settings))
     except (KafkaException, ValueError) as exc:
         lag_bound = lag_bound_unread(str(exc))
         view.notes.append(f"offsets.retention.minutes could not be read: {exc}; {lag_bound[1]}")
