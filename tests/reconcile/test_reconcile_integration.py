@@ -28,7 +28,7 @@ from auditor.lab.cluster import Cluster as LabCluster
 from auditor.lab.cluster import all_led, delete_records, wait_until
 from spark_jobs import common, reconcile_findings, reconcile_updates
 from spark_jobs.binding import Binding, binding_from_dict
-from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_id
+from spark_jobs.kafka_offsets import KafkaReadError, admin_client, partition_offsets, topic_id
 from spark_jobs.reconcile import run
 from spark_jobs.reconcile_extract import (
     OffsetRange,
@@ -767,7 +767,18 @@ def recreate_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
             assert time.monotonic() < deadline, f"could not create {topic} again"
             time.sleep(0.5)
     wait_until(lambda: all_led(admin, topic, partitions), 20, f"topic {topic} created again with a leader")
-    assert topic_id(admin, topic) not in (before, None)
+    # Each broker learns of the new topic from the metadata log in its own time, and a describe
+    # goes to any of them: wait until every one answers for it with its new id.
+    for broker in bootstrap.split(","):
+        one = admin_client(broker)
+        wait_until(lambda one=one: described_anew(one, topic, before), 20, f"broker {broker} describing {topic} created again")
+
+
+def described_anew(admin: AdminClient, topic: str, before: str | None) -> bool:
+    try:
+        return topic_id(admin, topic) not in (before, None)
+    except KafkaReadError:  # not yet known to the broker asked
+        return False
 
 
 @pytest.mark.parametrize("new_ledger", ["longer", "shorter"])

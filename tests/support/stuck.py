@@ -29,6 +29,9 @@ class StuckSetup:
         ledgers = {
             "producer_ledger_topic": self.pipeline.probes.producer_ledger,
             "consumer_ledger_topic": self.pipeline.probes.consumer_ledger,
+            # where the pipeline's probes report their settings (acks, timeouts), as
+            # `_audit.clients` is for a deployed pipeline
+            "clients_topic": self.pipeline.probes.clients,
         }
         return DiagnosisOptions(engine=engine, **(ledgers | extra))
 
@@ -119,11 +122,13 @@ def reconcile_now(binding: Binding) -> ReconcileRun:
 
 
 def _comparable(result: DiagnosisResult) -> dict[str, tuple[str, str]]:
-    # Durations (lag in time) move between the two diagnoses; everything else must agree.
-    return {
-        i.row.key: (i.diagnosis.verdict, re.sub(r"\d+(\.\d+)? (s|min|h)\b", "<t>", i.diagnosis.reason))
-        for i in result.items
-    }
+    # Durations (lag in time) and when each diagnosis read the log end move between the two
+    # diagnoses; everything else must agree.
+    def fixed(reason: str) -> str:
+        reason = re.sub(r"read the log end \([^)]*\)", "read the log end (<when>)", reason)
+        return re.sub(r"\d+(\.\d+)? (s|min|h)\b", "<t>", reason)
+
+    return {i.row.key: (i.diagnosis.verdict, fixed(i.diagnosis.reason)) for i in result.items}
 
 
 def fake_result(rule: StuckRule, verdicts: dict[str, str], *, degraded: bool = False) -> DiagnosisResult:
