@@ -200,14 +200,15 @@ def find_duplicates(duplicates: DataFrame) -> DataFrame:
 
 
 def acks_maybe_held(ledger_open: DataFrame, judged_until_ms: int) -> DataFrame:
-    """key, session, seq of the open v2 acked-range entries (acked, no record read) produced
-    after `judged_until_ms` (spark_jobs.watermark_hold.acks_judged_until), or at an unknown
+    """key, session, seq of the open v2 acked-range entries (acked, no record read) acked
+    possibly after `judged_until_ms` (spark_jobs.watermark_hold.acks_judged_until), or at an unknown
     time: a leader may have acked the record alone and still hold it beyond the high watermark
     the run read to. Like records behind an open transaction (find_gaps' and find_missing's
     `held`), they are judged by a later run: neither their sequence nor their row is reported."""
-    produced = F.coalesce(F.col("to_ms"), F.col("ts_ms"))
+    # the latest the ack can have come: the ledger record saying so, else the end of the window
+    acked = F.greatest(F.col("acked_by_ms"), F.col("to_ms"), F.col("ts_ms"))
     return ledger_open.where(
-        (F.col("status") == ACKED_RANGE) & (produced.isNull() | (produced > F.lit(judged_until_ms)))
+        (F.col("status") == ACKED_RANGE) & (acked.isNull() | (acked > F.lit(judged_until_ms)))
     ).select(F.col("audit_id").alias("key"), "session", "seq")
 
 

@@ -239,7 +239,11 @@ def transform_aborted(uncommitted: DataFrame, committed_positions: DataFrame) ->
 
 
 def _parse_ledger(raw: DataFrame) -> DataFrame:
-    return raw.select(F.from_json(F.col("value").cast("string"), _LEDGER_JSON_SCHEMA).alias("m")).select("m.*")
+    """The ledger records' JSON fields, and `_written_ms`: the record's own timestamp."""
+    written = F.unix_millis(F.col("timestamp")) if "timestamp" in raw.columns else F.lit(None).cast("long")
+    return raw.select(
+        F.from_json(F.col("value").cast("string"), _LEDGER_JSON_SCHEMA).alias("m"), written.alias("_written_ms")
+    ).select("m.*", "_written_ms")
 
 
 def _delivery_status(status: Column, offset: Column) -> Column:
@@ -323,7 +327,7 @@ def transform_producer_ledger(
     # v2 range records, one entry per sequence: acked without a position (`acked-range`), or
     # sent and never confirmed (`sent`: acks=0, or the unresolved tail a crash leaves).
     ranges = parsed.where((F.col("type") == "ranges") & (F.col("topic") == topic)).select(
-        F.col("pid").alias("session"), F.explode("entries").alias("e")
+        F.col("pid").alias("session"), "_written_ms", F.explode("entries").alias("e")
     )
     ranged = ranges.select(
         "session",
@@ -335,6 +339,7 @@ def transform_producer_ledger(
         F.lit(-1).cast("long").alias("offset"),
         F.get(F.col("e"), 3).try_cast("long").alias("ts_ms"),
         F.get(F.col("e"), 4).try_cast("long").alias("to_ms"),
+        F.when(F.get(F.col("e"), 2) == F.lit("acked"), F.col("_written_ms")).alias("acked_by_ms"),
     )
     entries = conform(entries, LEDGER_ENTRY_SCHEMA).unionByName(
         conform(ranged.where(F.col("session").isNotNull() & F.col("seq").isNotNull()), LEDGER_ENTRY_SCHEMA)

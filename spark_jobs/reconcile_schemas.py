@@ -86,6 +86,11 @@ LEDGER_ENTRY_SCHEMA = StructType(
         StructField("ts_ms", LongType()),
         # v2: the end of the window the record was produced in (ts_ms is its start)
         StructField("to_ms", LongType()),
+        # v2 acked ranges: when the ledger record saying so was written (its timestamp, the
+        # probe's clock): the broker acked no later (a send lingered or retried long after it
+        # was produced, through a leader failover, was acked well after to_ms). A v1 entry's
+        # ts_ms is its delivery report's time already.
+        StructField("acked_by_ms", LongType()),
     ]
 )
 LEDGER_BOUND_SCHEMA = StructType([StructField("session", StringType()), StructField("last_seq", LongType())])

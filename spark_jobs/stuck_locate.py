@@ -19,7 +19,8 @@ Request: {"topic", "bootstrap_servers", "kafka_config", "record_key", "groups",
           "records_to_read": n}  (optional: topic and ledger records read, at most; absent: a large read)
 Result:  {"records": [[key, p, offset, ts_ms, state, session, seq]], "records_scanned", "keyed_records",
           "unprobed_record_ms" (the latest record read without any audit header, or null),
-          "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms, to_ms]],
+          "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms, to_ms,
+                           acked_by_ms]],
           "ledger_entries_for_topic", "ledger_covers_from_ms",
           "untraced_sessions": [[session, last_ms, alive_ms]] (unclosed v2 producer sessions),
           "marks": [[group, p, offset, consumer_session, ts_ms]],
@@ -256,9 +257,22 @@ def _ranges(data: dict[str, list[int]]) -> Ranges:
 def strongest_v2(entries: list[list[Any]]) -> list[list[Any]]:
     """Ledger entries with a v2 `sent` entry left out where the same (session, seq) is also
     `acked-range` (a resolved range supersedes the unresolved tail), as the Python engine keeps
-    only the strongest."""
-    acked = {(e[1], e[2]) for e in entries if e[3] == ACKED_RANGE}
-    return [e for e in entries if not (e[3] == SENT and (e[1], e[2]) in acked)]
+    only the strongest; acked-range entries of one (audit id, session, seq) from several range
+    records are one, acked by the earliest of them (as the Python engine reads them)."""
+    acked: dict[tuple[Any, Any, Any], list[Any]] = {}
+    kept: list[list[Any]] = []
+    for e in entries:
+        if e[3] != ACKED_RANGE:
+            kept.append(e)
+            continue
+        known = acked.get((e[0], e[1], e[2]))
+        if known is None:
+            acked[(e[0], e[1], e[2])] = e
+            kept.append(e)
+        elif e[10] is not None and (known[10] is None or e[10] < known[10]):
+            known[10] = e[10]
+    sessions = {(e[1], e[2]) for e in acked.values()}
+    return [e for e in kept if not (e[3] == SENT and (e[1], e[2]) in sessions)]
 
 
 def _has_records(ledger: dict[str, Any]) -> bool:
@@ -365,7 +379,17 @@ def _locate(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
             transform_producer_failures(raw_ledger, topic)
         )
         entry = F.struct(
-            "audit_id", "session", "seq", "status", "partition", "offset", "error", "persisted", "ts_ms", "to_ms"
+            "audit_id",
+            "session",
+            "seq",
+            "status",
+            "partition",
+            "offset",
+            "error",
+            "persisted",
+            "ts_ms",
+            "to_ms",
+            "acked_by_ms",
         )
         row = (
             transform_ledger_hits(entries, keys)

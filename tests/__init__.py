@@ -1,4 +1,3 @@
-
 import pytest
 
 # The shared helpers assert too (e.g. that both stuck engines agree): pytest shows what differed

@@ -79,6 +79,17 @@ class LedgerEntry:
     persisted: str | None
     ts_ms: int | None
     to_ms: int | None = None  # v2: produced between ts_ms and to_ms
+    # v2 acked ranges: when the ledger record saying so was written (its producer's clock). The
+    # ack came no later; a send retried long after to_ms (a leader failover) was acked well after.
+    acked_by_ms: int | None = None
+
+    @property
+    def acked_no_later_ms(self) -> int | None:
+        """The latest the broker can have acked it (its producer's clock): the v2 ledger record
+        that says so, else the end of its produce window, else its time (a v1 entry's: when its
+        delivery report came)."""
+        times = [t for t in (self.acked_by_ms, self.to_ms, self.ts_ms) if t is not None]
+        return max(times) if times else None
 
     def as_json(self) -> dict[str, Any]:
         data = {
@@ -93,6 +104,8 @@ class LedgerEntry:
         }
         if self.to_ms is not None:
             data["until"] = ms_to_iso(self.to_ms)
+        if self.acked_by_ms is not None:
+            data["acked_by"] = ms_to_iso(self.acked_by_ms)
         return data
 
 

@@ -311,6 +311,8 @@ def _locate_producer_ledger(
     failures: dict[str, int] = {}
     keyed: dict[str, list[tuple[int, int]]] = {}
     hits: list[tuple[str, int, str, int, int]] = []  # session, seq, key, from_ms, to_ms
+    # producer session → (first, last, when the ledger record said so) of its acked ranges
+    acked_at: dict[str, list[tuple[int, int, int]]] = {}
     started: dict[str, int] = {}  # producer session → its session-start's time
     first_ms: dict[str, int] = {}  # producer session → its earliest entry of the topic
     trails = SessionTrails()  # every session's last ledger record, whatever its topics
@@ -320,7 +322,8 @@ def _locate_producer_ledger(
 
     for msg in read_ranges(bootstrap, config, ledger.topic, ledger.ranges):
         record = decode_ledger_record(msg.value())
-        trails.note(record, _timestamp(msg))
+        written_ms = _timestamp(msg)
+        trails.note(record, written_ms)
         if isinstance(record, SessionStart) and record.kind == "producer":
             started[record.session] = min(record.ts_ms, started.get(record.session, record.ts_ms))
             continue
@@ -339,6 +342,8 @@ def _locate_producer_ledger(
             ranges.setdefault(record.pid, []).extend(record.ranges)
             for r in record.ranges:
                 entered(record.pid, r.from_ms)
+                if r.status == "acked" and written_ms is not None:
+                    acked_at.setdefault(record.pid, []).append((r.first, r.last, written_ms))
             continue
         if isinstance(record, ProducerFailures) and record.topic == request.plan.topic:
             failures[record.pid] = failures.get(record.pid, 0) + sum(
@@ -375,8 +380,21 @@ def _locate_producer_ledger(
     for session, seq, key, from_ms, to_ms in hits:
         status = range_status(ranges.get(session, []), seq)
         if status is not None:
+            acked_by = [at for first, last, at in acked_at.get(session, []) if first <= seq <= last]
             result.ledger_entries.setdefault(key, []).append(
-                LedgerEntry(key, session, seq, status, -1, -1, None, None, from_ms, to_ms)
+                LedgerEntry(
+                    key,
+                    session,
+                    seq,
+                    status,
+                    -1,
+                    -1,
+                    None,
+                    None,
+                    from_ms,
+                    to_ms,
+                    min(acked_by) if status == ACKED_RANGE and acked_by else None,
+                )
             )
     result.unattributed_to_ms = unattributed_until(ranges, failures, result.v2_seen, request.seen_intervals, keyed)
     result.ledger_covers_from_ms = ledger_covers_from(started, first_ms)

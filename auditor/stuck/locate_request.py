@@ -89,7 +89,7 @@ class LocateResult:
             result.records.setdefault(key, []).append(LocatedRecord(key, partition, offset, ts, state, session, seq))
         for audit_id, session, seq, status, partition, offset, error, persisted, ts, *rest in data["ledger_entries"]:
             result.ledger_entries.setdefault(audit_id, []).append(
-                LedgerEntry(audit_id, session, seq, status, partition, offset, error, persisted, ts, *rest[:1])
+                LedgerEntry(audit_id, session, seq, status, partition, offset, error, persisted, ts, *rest[:2])
             )
         for group, partition, offset, session, ts in data["marks"]:
             result.add_mark(ProcessedMark(group, partition, offset, session, ts))

@@ -212,10 +212,10 @@ def _written_then_gone(
     view: ClusterView,
     evidence: dict[str, Any],
     written_ms: int | None,
-    acked_by: str | None = None,
+    acked_by: LedgerEntry | None = None,
 ) -> Diagnosis:
     """A record with the key was written at partition@offset (acked by producer session
-    `acked_by`, or seen by a run) and is not in the topic now: truncated where the log still
+    entry `acked_by`, or seen by a run) and is not in the topic now: truncated where the log still
     covers the offset, else deleted. Beyond the log end, an ack may be of a record the leader
     still holds above a high watermark held back (held_watermark); a sighting cannot."""
     state = view.partitions.get(partition)
@@ -243,7 +243,7 @@ def _written_then_gone(
             evidence,
         )
     if offset >= state.high and acked_by is not None:
-        held = held_back(view, partition, acked_by, written_ms, evidence)
+        held = held_back(view, partition, acked_by.session, acked_by.acked_no_later_ms, evidence)
         if held is not None:
             return Diagnosis(
                 "unknown",

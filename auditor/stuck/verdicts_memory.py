@@ -27,8 +27,8 @@ from auditor.stuck.verdict_outcomes import MAX_LISTED
 
 # A judge of one record written at (partition, offset) and gone: verdicts_absent._written_then_gone
 # with the row, marks and view bound (partition, offset, how, evidence, written_ms, acked_by:
-# the producer session that acked it, None for a sighting).
-GoneJudge = Callable[[int, int, str, dict[str, Any], int | None, str | None], Diagnosis]
+# the producer's ledger entry of its ack, None for a sighting).
+GoneJudge = Callable[[int, int, str, dict[str, Any], int | None, LedgerEntry | None], Diagnosis]
 
 # A record with the key: acked by a producer session (its ledger entry) or seen by a run.
 Copy = LedgerEntry | Sighting
@@ -112,7 +112,7 @@ def _copy_verdict(copy: Copy, view: ClusterView, evidence: dict[str, Any], judge
                 "so whether it was committed (then lost or deleted) or aborted cannot be told",
                 evidence,
             )
-        return judge(copy.partition, copy.offset, "acked at", evidence, copy.ts_ms, copy.session)
+        return judge(copy.partition, copy.offset, "acked at", evidence, copy.ts_ms, copy)
     evidence["seen"] = copy.as_json()
     run = f"reconciliation run {copy.run_id}" if copy.run_id else "a reconciliation run"
     how = f"seen by {run} at"

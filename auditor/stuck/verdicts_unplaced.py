@@ -92,7 +92,7 @@ def acked_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, An
     if where == "complete" or (where == "deleted" and _emptied_partition(view)):
         # Not in the log up to any partition's high watermark: an ack given by a leader alone
         # may be of a record it still holds beyond it (the v1 ack's check, position unknown).
-        held = held_back(view, None, entry.session, entry.to_ms if entry.to_ms is not None else entry.ts_ms, evidence)
+        held = held_back(view, None, entry.session, entry.acked_no_later_ms, evidence)
         if held is not None:
             return Diagnosis(
                 "unknown",

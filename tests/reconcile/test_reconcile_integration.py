@@ -771,7 +771,9 @@ def recreate_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     # goes to any of them: wait until every one answers for it with its new id.
     for broker in bootstrap.split(","):
         one = admin_client(broker)
-        wait_until(lambda one=one: described_anew(one, topic, before), 20, f"broker {broker} describing {topic} created again")
+        wait_until(
+            lambda one=one: described_anew(one, topic, before), 20, f"broker {broker} describing {topic} created again"
+        )
 
 
 def described_anew(admin: AdminClient, topic: str, before: str | None) -> bool:

@@ -650,8 +650,8 @@ def test_it_parses_the_producer_ledger(spark: SparkSession):
         entries,
         spark.createDataFrame(
             [
-                ("s1", 0, "acked", 0, 10, None, "persisted", "k0", 1000, None),
-                ("s1", 1, "failed", -1, -1, "timed out", "not", "k1", 1001, None),
+                ("s1", 0, "acked", 0, 10, None, "persisted", "k0", 1000, None, None),
+                ("s1", 1, "failed", -1, -1, "timed out", "not", "k1", 1001, None, None),
             ],
             LEDGER_ENTRY_SCHEMA,
         ),
@@ -676,9 +676,9 @@ def test_it_reads_acks_0_entries_as_unconfirmed_never_acked(spark: SparkSession)
         entries,
         spark.createDataFrame(
             [
-                ("s1", 0, "unconfirmed", 1, -1, None, "possibly", "k0", 1000, None),
-                ("s1", 1, "unconfirmed", 1, -1001, None, "persisted", "k1", 1001, None),
-                ("s1", 2, "acked", 1, 20, None, "persisted", "k2", 1002, None),
+                ("s1", 0, "unconfirmed", 1, -1, None, "possibly", "k0", 1000, None, None),
+                ("s1", 1, "unconfirmed", 1, -1001, None, "persisted", "k1", 1001, None, None),
+                ("s1", 2, "acked", 1, 20, None, "persisted", "k2", 1002, None, None),
             ],
             LEDGER_ENTRY_SCHEMA,
         ),

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from auditor.probes.producer import AuditedProducer
+from auditor.probes.producer_v1 import AuditedProducerV1
 from auditor.stuck import locate as locate_module
 from auditor.stuck.evidence import LocatedRecord, PartitionState
 from auditor.stuck.kafka_view import LedgerRange, ReadPlan
@@ -103,3 +106,66 @@ def test_a_read_that_ends_before_its_planned_end_fails_instead_of_stopping_short
     )
     with pytest.raises(LocateError, match="before offset 15"):
         locate(request, "python")
+
+
+@pytest.mark.parametrize("contract", [1, 2])
+def test_both_engines_date_an_ack_by_the_ledger_record_that_reported_it_not_by_when_it_was_produced(
+    make_topic: Callable[..., str], kafka_bootstrap: str, spark: Any, contract: int
+) -> None:
+    """A producer that keeps a record before sending it (here linger.ms; retries through a
+    leader failover alike) is acked well after the record was produced: the held-watermark
+    rule must count from the ack, whose upper bound is the ledger record that reported it.
+    Ground truth: when the producer's own delivery report came (its client's clock)."""
+    topic = make_topic("stuck-late-ack")
+    ledger = make_topic("stuck-late-ack-pledger")
+    clients = make_topic("stuck-late-ack-clients")
+    config = {"bootstrap.servers": kafka_bootstrap, "linger.ms": 2500, "acks": "1", "enable.idempotence": False}
+    reported_ms: list[int] = []
+
+    def report(err: KafkaError | None, msg: Message) -> None:
+        assert err is None, err
+        reported_ms.append(int(time.time() * 1000))
+
+    produced_ms = int(time.time() * 1000)
+    if contract == 1:
+        probe: Any = AuditedProducerV1(config, ledger_topic=ledger, clients_topic=clients, ledger_flush_interval_s=0.2)
+    else:
+        probe = AuditedProducer(
+            config, ledger_topic=ledger, clients_topic=clients, ledger_flush_interval_s=0.2, delivery_reports="all"
+        )
+    probe.produce(topic, b"{}", b"TCK-late", partition=0, on_delivery=report)
+    deadline = time.monotonic() + 30
+    while not reported_ms and time.monotonic() < deadline:  # no flush: it would end the linger
+        probe.poll(0.1)
+    assert probe.close(30) == 0
+    assert reported_ms and reported_ms[0] - produced_ms >= 2000  # lingered, then acked
+    watcher = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "stuck-late-ack"})
+    try:
+        _, ledger_records = watcher.get_watermark_offsets(TopicPartition(ledger, 0), timeout=10)
+    finally:
+        watcher.close()
+    request = LocateRequest(
+        {"bootstrap.servers": kafka_bootstrap},
+        ReadPlan(
+            topic,
+            {0: PartitionState(0, 0, 1, 1)},
+            producer_ledger=LedgerRange(ledger, {0: (0, ledger_records)}),
+        ),
+        "key",
+        ["TCK-late"],
+        [],
+    )
+
+    for engine in ("python", "spark"):
+        located = locate(request, engine, spark)
+        [entry] = [e for e in located.ledger_entries["TCK-late"] if e.status in ("acked", "acked-range")]
+        # the ack is dated no earlier than the delivery report came (the same host's clock)
+        assert entry.acked_no_later_ms is not None and entry.acked_no_later_ms >= reported_ms[0] - 50, (engine, entry)
+        if contract == 2:
+            # v2 stamps the record when produced, before it lingered; the ledger record that
+            # reported it acked was written after the delivery report came
+            assert entry.ts_ms is not None and entry.ts_ms <= produced_ms + 500, (engine, entry)
+            assert entry.acked_by_ms is not None and entry.acked_no_later_ms == entry.acked_by_ms, (engine, entry)
+        else:
+            # v1 dates an entry when its delivery report came
+            assert entry.acked_by_ms is None and entry.acked_no_later_ms == entry.ts_ms, (engine, entry)

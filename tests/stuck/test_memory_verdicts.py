@@ -252,7 +252,7 @@ def test_a_leader_change_after_the_row_was_created_leaves_never_produced_unknown
         {"1": "waiting", "2": "waiting"}
         | dict.fromkeys(["3", "4"], "unknown")  # created before the leader changed
         | dict.fromkeys(["5", "6"], "never-produced")  # created after each partition's current leader wrote
-    )
+    ), verdicts  # with the reasons, should it fail
     for ticket in ("3", "4"):
         reason = verdicts[ticket][1]
         assert run.job_run_id in reason and f"{topic}/0 has changed leader (leader epoch" in reason, reason

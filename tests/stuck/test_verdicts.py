@@ -20,6 +20,7 @@ from auditor.stuck.evidence import (
     ProcessedMark,
     Sighting,
     StuckRow,
+    ms_to_iso,
 )
 from auditor.stuck.verdicts import diagnose
 from spark_jobs.group_commits import SeenCommits, Span
@@ -375,6 +376,22 @@ def test_a_young_v2_ack_not_in_the_topic_may_be_held_back_beyond_any_partitions_
     emptied.partitions[0] = PartitionState(0, 10, 10, 10, None)
     d = diagnose(ROW, [], [young], {}, emptied)
     assert d.verdict == "unknown" and "lost or still held back cannot be told" in d.reason, d.reason
+
+
+def test_a_v2_send_acked_long_after_it_was_produced_is_held_from_when_its_ack_was_ledgered() -> None:
+    # Produced 200 s before the log end was read (to_ms), but librdkafka kept it (linger, or
+    # retries through a leader failover) and the broker acked it only 40 s before the read: its
+    # ledger record saying so was written then. A follower may hold it back from that write.
+    read_ms = NOW_MS + 2_000
+    cluster = view(read_done_ms=read_ms)
+    late = replace(acked_range(read_ms - 201_000, read_ms - 200_000), acked_by_ms=read_ms - 40_000)
+    d = diagnose(ROW, [], [late], {}, cluster)
+    assert d.verdict == "unknown", d.reason  # the old code: broker-lost, from the 200 s old to_ms
+    assert "lost or still held back cannot be told" in d.reason
+    assert d.evidence["held_watermark"]["acked_at"] == ms_to_iso(read_ms - 40_000)
+    # ledgered longer ago than the span: truncated
+    ledgered_long_ago = replace(late, acked_by_ms=read_ms - 45_000 - 60_000 - 1)
+    assert diagnose(ROW, [], [ledgered_long_ago], {}, cluster).verdict == "broker-lost"
 
 
 def test_a_v2_ack_older_than_every_partition_the_group_never_reached_is_expired() -> None:
