@@ -37,7 +37,7 @@ stop:
 	@stack/run.sh stop
 
 test:
-	@stack/bootstrap.sh --with-browser
+	@stack/bootstrap.sh --with-browser --with-old-clients
 	@STACK=test stack/stack.sh up --brokers 3
 	@set -a; . var/test/stack.env; set +a; $(PY) -m pytest $(PYTEST_ARGS)
 

@@ -2,17 +2,27 @@
 # Installs everything the auditor needs on a fresh Debian machine: Debian packages,
 # the Python virtualenv, and the Maven artifacts (Kafka broker, Spark's Kafka source,
 # PostgreSQL JDBC). Idempotent: each step is skipped when its inputs did not change.
-#   stack/bootstrap.sh [--with-browser]
+#   stack/bootstrap.sh [--with-browser] [--with-old-clients]
+# make test passes both: Chromium (and a compose client) for the browser tests, and older
+# kafka-clients jars for the config lint's start-up tests.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 CACHE="$ROOT/.cache"
 mkdir -p "$CACHE"
 WITH_BROWSER=0
-[[ "${1:-}" == "--with-browser" ]] && WITH_BROWSER=1
+WITH_OLD_CLIENTS=0
 
 say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*"; }
 die() { printf '[bootstrap] ERROR: %s\n' "$*" >&2; exit 1; }
+
+for arg in "$@"; do
+  case "$arg" in
+    --with-browser) WITH_BROWSER=1 ;;
+    --with-old-clients) WITH_OLD_CLIENTS=1 ;;
+    *) die "unknown option $arg (expected --with-browser, --with-old-clients)" ;;
+  esac
+done
 
 # ---- Debian packages -------------------------------------------------------------
 need_pkgs=()
@@ -66,15 +76,15 @@ fi
   || die "could not build the probes' native hot path, see $CACHE/native.log (needs gcc and the Python headers)"
 
 # ---- Maven artifacts -------------------------------------------------------------
-fetch_maven() {  # name pom-dir output-dir
-  local name=$1 dir=$2 out=$3 h
+fetch_maven() {  # name pom-dir output-dir [goal: copy-dependencies, or copy for a pom's artifactItems]
+  local name=$1 dir=$2 out=$3 goal=${4:-copy-dependencies} h
   h=$(sha256sum "$dir/pom.xml" stack/maven/settings.xml | sha256sum | cut -c1-16)
   if [[ "$(cat "$out/.pom-hash" 2>/dev/null)" != "$h" ]]; then
     say "resolving $name from Maven Central into $out"
     # Resolved beside the cache and swapped in whole: a pom naming something the repository
     # does not serve fails here and leaves the jars that worked where they were.
     rm -rf "$out.new"; mkdir -p "$out.new"
-    (cd "$dir" && mvn -q -B -s "$ROOT/stack/maven/settings.xml" dependency:copy-dependencies \
+    (cd "$dir" && mvn -q -B -s "$ROOT/stack/maven/settings.xml" "dependency:$goal" \
         -DoutputDirectory="$out.new" -DincludeScope=runtime) >"$CACHE/mvn-$name.log" 2>&1 \
       || { rm -rf "$out.new"; die "Maven could not resolve $name, see $CACHE/mvn-$name.log ($out is as it was)"; }
     echo "$h" > "$out.new/.pom-hash"
@@ -83,4 +93,7 @@ fetch_maven() {  # name pom-dir output-dir
 }
 fetch_maven kafka stack/maven/kafka "$CACHE/kafka/libs"
 fetch_maven spark stack/maven/spark "$CACHE/spark/jars"
+if [[ $WITH_OLD_CLIENTS == 1 ]]; then
+  fetch_maven kafka-clients stack/maven/kafka-clients "$CACHE/kafka-clients" copy
+fi
 say "ready"

@@ -8,6 +8,10 @@ A reported consumer whose group is listed in bindings' consumer_groups takes the
 guarantee of those bindings. Producers do not report their topics in `_audit.clients`
 (docs/contracts.md), so they always take the cluster's strictest guarantee.
 
+Versions. A reported Java client is linted at the version its record's `library_version`
+gives (a Confluent Platform "7.6.0-ccs" at the Apache Kafka version it ships, 3.6); one the
+linter cannot read or map is linted at the default, 4.0, and the scan's notes say so.
+
 Consumer lag in time (for the retention rule T005) is measured per bound topic from its
 bindings' consumer groups: the age of the first record each group has not consumed.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +34,7 @@ from auditor.lib.live import publish
 from auditor.lint.alerting import alert_on_scan_safely
 from auditor.lint.engine.defaults import AT_LEAST_ONCE
 from auditor.lint.engine.errors import LintInputError
-from auditor.lint.engine.linter import lint, lint_text_described
+from auditor.lint.engine.linter import java_version_label, lint, lint_text_described, reported_java_client_version
 from auditor.lint.engine.masking import mask_text
 from auditor.lint.engine.parsers import guess_format
 from auditor.lint.engine.terms import LintContext, LintResult
@@ -222,9 +226,23 @@ def _scan_reported_clients(
         guarantee = cluster_guarantee
         if record.kind == "consumer" and record.group in guarantees_by_group:
             guarantee = strictest(guarantees_by_group[record.group])
+        client_context = context
+        if library == "java":
+            # the client's own version, as `audit lint --client-version` gives it
+            try:
+                client_context = replace(context, client_version=reported_java_client_version(record.library_version))
+            except LintInputError as exc:
+                outcome.notes.append(
+                    f"cluster {cluster.name}: {subject}: linted as {java_version_label(None)}: {mask_text(str(exc))}"
+                )
         try:
             results = lint(
-                record.config, client=library, kind=record.kind, guarantee=guarantee, context=context, subject=subject
+                record.config,
+                client=library,
+                kind=record.kind,
+                guarantee=guarantee,
+                context=client_context,
+                subject=subject,
             )
         except LintInputError as exc:
             outcome.notes.append(f"cluster {cluster.name}: {subject}: not linted: {mask_text(str(exc))}")

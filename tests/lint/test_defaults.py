@@ -6,7 +6,8 @@ import pytest
 
 from auditor.lint.engine.defaults import parse_version
 from auditor.lint.engine.effective import effective_settings, read_explicit
-from auditor.lint.engine.linter import lint
+from auditor.lint.engine.errors import LintInputError
+from auditor.lint.engine.linter import lint, reported_java_client_version
 from auditor.lint.engine.terms import LintContext, Overtaken
 
 ALO, AMO, EOS = "at-least-once", "at-most-once", "exactly-once"
@@ -163,6 +164,39 @@ def test_it_knows_java_before_3_0_1_turns_idempotence_on_for_a_transactional_id(
         "turned on by transactional.id",
     )
     assert (acks.value, acks.source, acks.note) == ("all", "default", "set to all by enable.idempotence")
+
+
+@pytest.mark.parametrize(
+    ("reported", "kafka"),
+    [
+        ("3.9.2", "3.9.2"),
+        (" 4.1.0 ", "4.1.0"),
+        ("7.0.0-ccs", "3.0.0"),  # idempotence not yet on by default (KAFKA-13598)
+        ("7.0.1-ccs", "3.0.1"),  # a later CP patch: taken to carry the fix (a miss at worst)
+        ("7.6.0-ccs", "3.6.0"),
+        ("7.9.3-ce", "3.9.1"),
+        ("8.0.0-ccs", "4.0.0"),
+        ("8.1.2-ce", "4.1.1"),
+    ],
+)
+def test_it_reads_a_java_clients_reported_version_as_the_kafka_version_it_ships(reported: str, kafka: str) -> None:
+    assert reported_java_client_version(reported) == kafka
+
+
+@pytest.mark.parametrize(
+    ("reported", "reason"),
+    [
+        ("", "got none"),
+        ("4.x-custom", "got '4.x-custom'"),
+        ("7.6.0", "a Confluent Platform version?"),  # CP's jars say -ccs or -ce: not guessed
+        ("6.2.1-ccs", "'6.2.1-ccs' is a Confluent Platform version whose Apache Kafka version is not known"),
+        ("8.2.0-ce", "not known (known: 7.0 to 8.1)"),
+    ],
+)
+def test_it_refuses_a_reported_java_version_it_cannot_read_or_map(reported: str, reason: str) -> None:
+    with pytest.raises(LintInputError, match=r"^client version: ") as raised:
+        reported_java_client_version(reported)
+    assert reason in str(raised.value)
 
 
 def test_it_knows_java_before_3_0_1_sets_an_unset_acks_to_all_for_explicit_idempotence() -> None:

@@ -52,7 +52,15 @@ def bind(cluster: Cluster) -> Callable[..., Binding]:
     return create
 
 
-def publish_client_record(bootstrap: str, kind: str, config: dict[str, object], group: str | None = None) -> str:
+def publish_client_record(
+    bootstrap: str,
+    kind: str,
+    config: dict[str, object],
+    group: str | None = None,
+    *,
+    library: str = "librdkafka",
+    library_version: str = "2.16.0",
+) -> str:
     """A probe's `_audit.clients` record (docs/contracts.md), written with a plain Producer."""
     ensure_audit_topics({"bootstrap.servers": bootstrap}, topics=[CLIENTS_TOPIC])
     session = uuid.uuid4().hex
@@ -62,8 +70,8 @@ def publish_client_record(bootstrap: str, kind: str, config: dict[str, object], 
         "session": session,
         "client_id": f"lint-test-{kind}",
         "group": group,
-        "library": "librdkafka",
-        "library_version": "2.16.0",
+        "library": library,
+        "library_version": library_version,
         "config": config,
         "host": "lint-test-host",
         "ts": int(time.time() * 1000),
@@ -77,6 +85,61 @@ def publish_client_record(bootstrap: str, kind: str, config: dict[str, object], 
 def on(scan: LintScan, subject_start: str) -> dict[str, LintResultRow]:
     rows = scan.results.filter(subject__startswith=subject_start)
     return {row.rule: row for row in rows}
+
+
+def publish_java_consumer(bootstrap: str, library_version: str, **settings: str) -> tuple[str, str]:
+    """A Java consumer's `_audit.clients` record, in a group of its own (the scan reports identical
+    apps once, whatever their versions): (session, group)."""
+    group = f"lint-java-{uuid.uuid4().hex[:8]}"
+    config: dict[str, object] = {"group.id": group, "enable.auto.commit": "false", **settings}
+    session = publish_client_record(
+        bootstrap, "consumer", config, group, library="java", library_version=library_version
+    )
+    return session, group
+
+
+def test_it_lints_a_reported_java_client_at_its_own_version(kafka_bootstrap: str, cluster: Cluster) -> None:
+    # under group.protocol=consumer the Java consumer refuses session.timeout.ms from 4.0 (C102),
+    # 3.7 to 3.9 ignore it; under classic it refuses group.remote.assignor from 3.9.0 (C103)
+    kip848 = {"group.protocol": "consumer", "session.timeout.ms": "45000"}
+    classic_remote = {"group.protocol": "classic", "group.remote.assignor": "uniform"}
+    sessions = {
+        (version, name): publish_java_consumer(kafka_bootstrap, version, **settings)[0]
+        for version in ("3.9.2", "7.6.0-ccs", "4.0.0")
+        for name, settings in (("kip848", kip848), ("classic", classic_remote))
+    }
+
+    scan = scan_all(LintScan.MANUAL, clusters=[cluster])
+    assert scan.status == "ok", scan.error
+
+    def refusals(version: str, name: str) -> list[str]:
+        found = on(scan, f"consumer lint-test-consumer@lint-test-host {sessions[(version, name)]}")
+        return sorted(rule for rule in found if rule in ("C102", "C103"))
+
+    # 3.9.2: the KIP-848 consumer starts (no 4.0 verdict), the classic one is refused
+    assert (refusals("3.9.2", "kip848"), refusals("3.9.2", "classic")) == ([], ["C103"])
+    # Confluent Platform 7.6 ships Kafka 3.6: both start
+    assert (refusals("7.6.0-ccs", "kip848"), refusals("7.6.0-ccs", "classic")) == ([], [])
+    assert (refusals("4.0.0", "kip848"), refusals("4.0.0", "classic")) == (["C102"], ["C103"])
+    assert not [note for note in scan.notes if any(session in note for session in sessions.values())]
+
+
+@pytest.mark.parametrize("version", ["", "4.x-custom", "9.1.0-ccs"])
+def test_it_lints_a_java_client_whose_version_it_cannot_read_at_the_default_and_says_so(
+    kafka_bootstrap: str, cluster: Cluster, version: str
+) -> None:
+    session, group = publish_java_consumer(
+        kafka_bootstrap, version, **{"group.protocol": "consumer", "session.timeout.ms": "45000"}
+    )
+
+    scan = scan_all(LintScan.MANUAL, clusters=[cluster])
+    assert scan.status == "ok", scan.error
+    subject = f"consumer lint-test-consumer@lint-test-host {session} (group {group})"
+    assert "C102" in on(scan, subject)  # 4.0's verdict
+    notes = [note for note in scan.notes if session in note]
+    assert len(notes) == 1, scan.notes
+    assert notes[0].startswith(f"cluster {cluster.name}: {subject}: linted as java 4.0 (default): ")
+    assert "client version: " in notes[0]
 
 
 def test_it_flags_min_isr_one_on_replication_factor_three(

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, libversion
@@ -136,6 +137,13 @@ JAVA_CONSUMER_CONFIGS: list[dict[str, str]] = [
 ]
 
 
+def _missing(what: str) -> None:
+    """Skip for want of ``what``, except under CI (CI=true), whose make test installs it: fail."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(what)
+    pytest.skip(what)
+
+
 def _installed_java_client() -> str:
     """The version of the stack's kafka-clients jar; skipped without it or java, unless CI=true."""
     jars = sorted(KAFKA_LIBS.glob("kafka-clients-*.jar"))
@@ -143,9 +151,7 @@ def _installed_java_client() -> str:
     if not jars:
         missing = f"no kafka-clients jar in {KAFKA_LIBS} (run stack/bootstrap.sh)"
     if missing:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(missing)
-        pytest.skip(missing)
+        _missing(missing)
     match = re.fullmatch(r"kafka-clients-(\d+\.\d+\.\d+)\.jar", jars[-1].name)
     assert match, jars[-1].name
     return match.group(1)
@@ -191,17 +197,28 @@ def test_it_predicts_which_consumer_configs_the_java_client_refuses() -> None:
     )
 
 
-# Older kafka-clients jars, where a Maven cache holds them: the refusals changed at 3.9.0
-# (group.remote.assignor under classic) and 4.0.0 (classic-only keys under consumer).
-MAVEN_KAFKA_CLIENTS = Path.home() / ".m2" / "repository" / "org" / "apache" / "kafka" / "kafka-clients"
+# Older kafka-clients jars: the refusals changed at 3.9.0 (group.remote.assignor under classic)
+# and 4.0.0 (classic-only keys under consumer). make test fetches them
+# (stack/bootstrap.sh --with-old-clients, from stack/maven/kafka-clients/pom.xml: the same versions).
+OLDER_KAFKA_CLIENTS = ROOT / ".cache" / "kafka-clients"
 OLDER_JAVA_CLIENTS = ("3.7.2", "3.8.1", "3.9.0", "3.9.2", "4.0.0")
+
+
+def test_make_test_fetches_every_older_java_client_the_test_uses() -> None:
+    pom = ElementTree.parse(ROOT / "stack" / "maven" / "kafka-clients" / "pom.xml")
+    maven = {"m": "http://maven.apache.org/POM/4.0.0"}
+    fetched = [
+        [item.findtext(f"m:{field}", namespaces=maven) for field in ("groupId", "artifactId", "version")]
+        for item in pom.getroot().iterfind(".//m:artifactItem", maven)
+    ]
+    assert fetched == [["org.apache.kafka", "kafka-clients", version] for version in OLDER_JAVA_CLIENTS]
 
 
 @pytest.mark.parametrize("version", OLDER_JAVA_CLIENTS)
 def test_it_predicts_which_consumer_configs_older_java_clients_refuse(version: str) -> None:
     _installed_java_client()  # java and the stack's libraries (the client's own dependencies)
-    jar = MAVEN_KAFKA_CLIENTS / version / f"kafka-clients-{version}.jar"
+    jar = OLDER_KAFKA_CLIENTS / f"kafka-clients-{version}.jar"
     if not jar.exists():
-        pytest.skip(f"no {jar} (mvn dependency:get -Dartifact=org.apache.kafka:kafka-clients:{version})")
+        _missing(f"no {jar} (run stack/bootstrap.sh --with-old-clients)")
     dependencies = [path for path in sorted(KAFKA_LIBS.glob("*.jar")) if not path.name.startswith("kafka")]
     _assert_predicted(version, _java_consumer_answers(":".join(map(str, [jar, *dependencies]))))

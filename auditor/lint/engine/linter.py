@@ -32,6 +32,7 @@ __all__ = [
     "lint",
     "lint_text",
     "lint_text_described",
+    "reported_java_client_version",
     "results_as_dicts",
     "results_to_json",
 ]
@@ -70,6 +71,43 @@ def client_version_option(text: str | None) -> str | None:
             source=CLIENT_VERSION_SOURCE,
         )
     return given
+
+
+# A Confluent Platform build of kafka-clients reports CP's version (AppInfoParser.getVersion():
+# "7.6.0-ccs", "-ce" for the enterprise build), and each CP minor ships one Apache Kafka minor.
+# Confluent's "Supported Versions and Interoperability", table "Confluent Platform and Apache
+# Kafka compatibility" (docs.confluent.io/platform/current/installation/versions-interoperability.html;
+# its 5.5.15 edition under docs.confluent.io/legacy/ has 5.0.x to 5.5.x ship 2.0.x to 2.5.x):
+# 7.0.x ships 3.0.x, ... 7.9.x 3.9.x, 8.0.x 4.0.x, 8.1.x 4.1.x.
+_CONFLUENT_TO_KAFKA = {(7, minor): (3, minor) for minor in range(10)} | {(8, 0): (4, 0), (8, 1): (4, 1)}
+_CONFLUENT_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)-(?:ccs|ce)")
+
+
+def reported_java_client_version(reported: str) -> str:
+    """The Apache Kafka version of a Java client as the client reports it (the ``library_version``
+    of its `_audit.clients` record): "3.9.2" as client_version_option() reads it, a Confluent
+    Platform build's "7.6.0-ccs" or "7.6.0-ce" as the Kafka version it ships ("3.6.0"). Raises
+    LintInputError for a version it cannot read or map."""
+    given = reported.strip()
+    confluent = _CONFLUENT_VERSION.fullmatch(given)
+    if confluent is not None:
+        kafka = _CONFLUENT_TO_KAFKA.get((int(confluent.group(1)), int(confluent.group(2))))
+        if kafka is None:
+            raise LintInputError(
+                f"{given!r} is a Confluent Platform version whose Apache Kafka version is not known "
+                "(known: 7.0 to 8.1)",
+                source=CLIENT_VERSION_SOURCE,
+            )
+        # CP's patch numbers are its own (CP 7.4 went on to 7.4.11, Kafka 3.4 stopped at 3.4.1). The
+        # rules tell patches apart only at 3.0.1 and 3.1.1 (KAFKA-13598: idempotence by default),
+        # so a CP patch release is taken for the Kafka minor's first patch: at worst a miss, never an
+        # alarm, for a CP patch that predates the fix
+        patch = 0 if int(confluent.group(3)) == 0 else 1
+        return f"{kafka[0]}.{kafka[1]}.{patch}"
+    version = client_version_option(given)
+    if version is None:
+        raise LintInputError("expected the Java client's version, got none", source=CLIENT_VERSION_SOURCE)
+    return version
 
 
 def java_version_label(client_version: str | None) -> str:
