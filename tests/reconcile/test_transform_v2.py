@@ -364,6 +364,37 @@ def test_a_v2_ack_a_leader_may_still_hold_beyond_the_high_watermark_is_left_to_a
     assert lost(acks_maybe_held(ledger_open, EVERY_ACK_MS)) == []
 
 
+def test_a_v2_ack_is_held_from_when_its_ledger_record_reported_it_not_from_when_it_was_produced(
+    spark: SparkSession,
+) -> None:
+    s = SESSION.hex
+    # k1 was produced at 1 and acked only later (lingered, or retried through a failover): the
+    # ranges record saying so was written at 8. Acks judged up to 5: it may still be held.
+    topic_records = spark.createDataFrame([("k0", 0, 10, at(0), s, 0)], RECORD_SCHEMA)
+    ranges = {"v": 2, "type": "ranges", "pid": s, "client_id": "app", "topic": "t",
+              "entries": [[0, 1, "acked", ms(0), ms(1)]]}  # fmt: skip
+    keys = {"v": 2, "type": "keys", "pid": s, "client_id": "app", "topic": "t",
+            "entries": [[0, ["k0", "k1"], [[ms(0), 1], [ms(1), 1]]]]}  # fmt: skip
+    raw = spark.createDataFrame(
+        [
+            (b"k", json.dumps(m, separators=(",", ":")).encode(), "_audit", 0, i, at(written), 0, [])
+            for i, (m, written) in enumerate([(keys, 1), (ranges, 8)])
+        ],
+        KAFKA_RAW_SCHEMA,
+    )
+    coverage, ledger_open, bounds = first_run_gap_inputs(spark, raw, topic_records)
+    watermarks = spark.createDataFrame([(0, 0, 20)], WATERMARK_SCHEMA)
+    assert [(r.audit_id, r.to_ms, r.acked_by_ms) for r in ledger_open.collect()] == [("k1", ms(1), ms(8))]
+
+    def lost(held: DataFrame | None = None) -> list[tuple[str, str, int]]:
+        found = find_gaps(coverage, ledger_open, bounds, watermarks, held=held)
+        return sorted((r.key, r.cause, r.seq) for r in found.collect())
+
+    assert lost() == [("k1", "broker-lost", 1)]
+    assert lost(acks_maybe_held(ledger_open, ms(5))) == []  # the old code: broker-lost, from to_ms 1
+    assert lost(acks_maybe_held(ledger_open, ms(8))) == [("k1", "broker-lost", 1)]
+
+
 def test_it_places_a_v2_failure_on_the_one_sequence_of_its_window_the_keys_name(spark: SparkSession) -> None:
     s = SESSION.hex
     # The topic holds seqs 0..1; 2..5 were one failure window (ledgered unconfirmed), in which
