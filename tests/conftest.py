@@ -33,6 +33,7 @@ pytest_plugins = [
     "tests.support.fixtures.accounts",
     "tests.support.fixtures.alerts",
     "tests.support.fixtures.demo",
+    "tests.support.fixtures.held_watermark",
 ]
 
 load_env_file(ROOT / ".env")

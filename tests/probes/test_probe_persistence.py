@@ -109,30 +109,33 @@ def test_it_describes_errors_by_stable_name_first() -> None:
     assert describe_error(KafkaError(KafkaError._MSG_TIMED_OUT)) == "_MSG_TIMED_OUT: Local: Message timed out"
 
 
-def _ledger_records(factory: FactoryRecorder) -> list[Any]:
+def _ledger_after_a_refused_send(
+    producer_class: type[AuditedProducerV1] | type[AuditedProducer], config: dict[str, Any], key: bytes
+) -> list[Any]:
+    """The ledger records a producer of `producer_class` (on a fake client) writes for one send
+    of `key` that the broker refused with NOT_ENOUGH_REPLICAS, once closed."""
+    factory = FactoryRecorder()
+    producer = producer_class(
+        {"bootstrap.servers": "fake:9092", **config},
+        ledger_topic=LEDGER,
+        clients_topic="clients",
+        producer_factory=factory,
+    )
+    producer.produce("t", b"v", key)
+    factory.producers[0].deliver(KafkaError(KafkaError.NOT_ENOUGH_REPLICAS))
+    producer.close()
     ledger = factory.ledger
     return [decode_ledger_record(item.value) for item in ledger.delivered + ledger.queued if item.topic == LEDGER]
 
 
 @pytest.mark.parametrize(("config", "persisted"), [({}, "possibly"), ({"retries": 0}, "not")])
 def test_both_producers_classify_failures_with_their_own_retries(config: dict[str, Any], persisted: str) -> None:
-    refused = KafkaError(KafkaError.NOT_ENOUGH_REPLICAS)
-    settings = {"bootstrap.servers": "fake:9092", **config}
-
-    factory = FactoryRecorder()
-    v1 = AuditedProducerV1(settings, ledger_topic=LEDGER, clients_topic="clients", producer_factory=factory)
-    v1.produce("t", b"v", b"k1")
-    factory.producers[0].deliver(refused)
-    v1.close()
-    [batch] = [r for r in _ledger_records(factory) if isinstance(r, ProducerBatch)]
+    v1_ledger = _ledger_after_a_refused_send(AuditedProducerV1, config, b"k1")
+    [batch] = [r for r in v1_ledger if isinstance(r, ProducerBatch)]
     assert [(e.status, e.persisted) for e in batch.entries] == [("failed", persisted)]
 
-    factory = FactoryRecorder()
-    v2 = AuditedProducer(settings, ledger_topic=LEDGER, clients_topic="clients", producer_factory=factory)
-    v2.produce("t", b"v", b"k2")
-    factory.producers[0].deliver(refused)
-    v2.close()
-    [failures] = [r for r in _ledger_records(factory) if isinstance(r, ProducerFailures)]
+    v2_ledger = _ledger_after_a_refused_send(AuditedProducer, config, b"k2")
+    [failures] = [r for r in v2_ledger if isinstance(r, ProducerFailures)]
     assert [(f.audit_id, f.persisted) for f in failures.entries] == [("k2", persisted)]
 
 

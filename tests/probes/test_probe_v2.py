@@ -34,6 +34,7 @@ from auditor.probes import (
 from auditor.probes.consumer import offset_ranges
 from auditor.probes.headers import decode_audit_header, pack_audit_header
 from tests.probes.kafka_helpers import read_topic
+from tests.support.marking_consumer import MarkingConsumer
 from tests.support.waiting import wait_until
 
 
@@ -370,56 +371,22 @@ def test_it_dates_the_first_range_after_an_idle_spell_no_earlier_than_its_record
 ) -> None:
     """Readers take a range's first_ms as its marks' time: a mark dated before its record
     existed is taken for one of a truncated log's lost records."""
-    from confluent_kafka import Message, Producer
+    marking = MarkingConsumer(kafka_bootstrap, topics, ledger_flush_interval_s=0.2)
+    assert marking.consumer.native is (hot_path == "native")
 
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    delivered: list[Message] = []
-
-    def produce(partition: int, value: bytes) -> Message:
-        producer.produce(topics["data"], value, partition=partition, on_delivery=lambda err, msg: delivered.append(msg))
-        assert producer.flush(30) == 0
-        msg = delivered[-1]
-        assert msg.error() is None
-        return msg
-
-    consumer = AuditedConsumer(
-        {"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False},
-        ledger_topic=topics["cledger"],
-        clients_topic=topics["clients"],
-        ledger_flush_interval_s=0.2,
-    )
-    assert consumer.native is (hot_path == "native")
-    consumer.assign([TopicPartition(topics["data"], p, OFFSET_BEGINNING) for p in range(2)])
-
-    def poll_and_mark() -> tuple[int, int]:
-        while True:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                consumer.mark_processed(msg)
-                return cast(int, msg.partition()), cast(int, msg.offset())
-
-    produce(0, b"before the idle spell")
-    first = poll_and_mark()
+    marking.produce(0, b"before the idle spell")
+    first = marking.poll_and_mark()
     time.sleep(3.0)  # idle: no marks, the background flush ticks every 0.2 s
-    second_record = produce(1, b"after the idle spell")
+    second_record = marking.produce(1, b"after the idle spell")
     produced_ms = second_record.timestamp()[1]  # CreateTime, the producer's clock at produce()
     time.sleep(1.0)  # the record waits in the topic a little before the application polls it
-    second = poll_and_mark()
+    second = marking.poll_and_mark()
     marked_by_ms = time.time_ns() // 1_000_000
     assert second == (1, second_record.offset())
 
-    def ranges() -> dict[tuple[int, int], tuple[int, int]]:
-        ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["cledger"], bootstrap=kafka_bootstrap)]
-        return {
-            (r.partition, r.first): (r.first_ms, r.last_ms)
-            for rec in ledger
-            if isinstance(rec, ProcessedRanges)
-            for r in rec.ranges
-        }
-
-    wait_until(lambda: {first, second} <= set(ranges()), 10, "both marks in the consumer ledger")
-    consumer.close()
-    first_ms, last_ms = ranges()[second]
+    wait_until(lambda: {first, second} <= set(marking.ranges()), 10, "both marks in the consumer ledger")
+    marking.close()
+    first_ms, last_ms = marking.ranges()[second]
     # a lower bound of the mark's time, not older than the record it marks
     assert produced_ms <= first_ms <= marked_by_ms
     assert first_ms <= last_ms
@@ -431,58 +398,25 @@ def test_it_dates_a_mark_made_right_after_its_record_was_produced_no_earlier_tha
     """After an idle spell, a record produced and marked within one flush interval: its range
     must not be dated at the flush tick before the record existed (a rebuild run would drop
     the mark as maybe one of a truncated log's records, and call the record unprocessed)."""
-    from confluent_kafka import Message, Producer
+    # the flush interval wide, so the record below falls between two ticks
+    marking = MarkingConsumer(kafka_bootstrap, topics, ledger_flush_interval_s=4.0)
+    assert marking.consumer.native is (hot_path == "native")
 
-    producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    delivered: list[Message] = []
-
-    def produce(partition: int, value: bytes) -> Message:
-        producer.produce(topics["data"], value, partition=partition, on_delivery=lambda err, msg: delivered.append(msg))
-        assert producer.flush(30) == 0
-        msg = delivered[-1]
-        assert msg.error() is None
-        return msg
-
-    consumer = AuditedConsumer(
-        {"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False},
-        ledger_topic=topics["cledger"],
-        clients_topic=topics["clients"],
-        ledger_flush_interval_s=4.0,  # wide, so the record below falls between two ticks
-    )
-    assert consumer.native is (hot_path == "native")
-    consumer.assign([TopicPartition(topics["data"], p, OFFSET_BEGINNING) for p in range(2)])
-
-    def poll_and_mark() -> tuple[int, int]:
-        while True:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                consumer.mark_processed(msg)
-                return cast(int, msg.partition()), cast(int, msg.offset())
-
-    def ranges() -> dict[tuple[int, int], tuple[int, int]]:
-        ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["cledger"], bootstrap=kafka_bootstrap)]
-        return {
-            (r.partition, r.first): (r.first_ms, r.last_ms)
-            for rec in ledger
-            if isinstance(rec, ProcessedRanges)
-            for r in rec.ranges
-        }
-
-    produce(0, b"before")
-    first = poll_and_mark()
+    marking.produce(0, b"before")
+    first = marking.poll_and_mark()
     # The flush tick that writes this mark has just passed: the next one is about 4 s away.
-    wait_until(lambda: first in ranges(), 15, "the first mark in the consumer ledger")
+    wait_until(lambda: first in marking.ranges(), 15, "the first mark in the consumer ledger")
     tick_seen_ms = time.time_ns() // 1_000_000
-    record = produce(1, b"right after a tick")
+    record = marking.produce(1, b"right after a tick")
     produced_ms = record.timestamp()[1]  # CreateTime, the producer's clock at produce()
-    second = poll_and_mark()
+    second = marking.poll_and_mark()
     marked_by_ms = time.time_ns() // 1_000_000
     assert second == (1, record.offset())
     # The premise (no tick between the record and its mark) holds when this was quick.
     assert marked_by_ms - tick_seen_ms < 2_500, "too slow to land between two flush ticks"
-    wait_until(lambda: second in ranges(), 15, "the second mark in the consumer ledger")
-    consumer.close()
-    first_ms, last_ms = ranges()[second]
+    wait_until(lambda: second in marking.ranges(), 15, "the second mark in the consumer ledger")
+    marking.close()
+    first_ms, last_ms = marking.ranges()[second]
     assert produced_ms <= first_ms <= marked_by_ms
     assert first_ms <= last_ms
 

@@ -19,11 +19,9 @@ from typing import Any
 
 import pytest
 
-from auditor.lab.cluster import Cluster as LabCluster
 from auditor.pipelines.models import Binding
 from auditor.reconcile.models import Finding
-from tests.support.demo import DemoPipeline
-from tests.support.held_watermark import frozen_follower, produce_v2_acks_1, read_once_thawed
+from tests.support.held_watermark import HeldWatermark
 from tests.support.stuck import make_rule, reconcile_now
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -34,20 +32,10 @@ def _findings(run: Any) -> set[tuple[str, str | None, str | None]]:
 
 
 def test_a_run_does_not_report_a_v2_acks_1_record_held_behind_the_high_watermark(
-    make_pipeline: Callable[..., DemoPipeline],
-    make_topic: Callable[..., str],
-    kafka_brokers: int,
-    settings: Any,
-    tmp_path: Any,
-    spark: Any,
+    make_held_watermark: Callable[..., HeldWatermark], spark: Any
 ) -> None:
-    if kafka_brokers < 2:
-        pytest.skip("needs a follower: the 3-broker test stack")
-    settings.RECONCILE_STATE_DIR = str(tmp_path / "reconcile-state")
-    pipeline = make_pipeline(contract=2)
-    # RF 2: the frozen follower is the only other replica; min.insync.replicas 2: once fenced,
-    # the partition is under it and its high watermark stays
-    pipeline.topic = make_topic("held-run", replication_factor=2, config={"min.insync.replicas": "2"})
+    case = make_held_watermark(contract=2, topic_prefix="held-run")
+    pipeline, before, held = case.pipeline, case.before, case.held
     binding = make_rule(pipeline, groups=[]).binding
     # the rows are past the grace at once: a row without its record is judged by the first run
     Binding.objects.filter(pk=binding.pk).update(
@@ -56,22 +44,13 @@ def test_a_run_does_not_report_a_v2_acks_1_record_held_behind_the_high_watermark
         grace_seconds=1,
     )
     binding.refresh_from_db()
-    with pipeline.store() as store:
-        before, held = (store.insert_ticket({}).ticket_id for _ in range(2))
 
-    cluster = LabCluster(pipeline.bootstrap)
-    delivered: dict[str, tuple[int, int]] = {}
-    produce_v2_acks_1(pipeline, before, delivered)
-    with frozen_follower(cluster, pipeline.topic, delivered[before][1] + 1):
-        produce_v2_acks_1(pipeline, held, delivered)
-        frozen_read = {record.key: record.offset for record in cluster.read_topic(pipeline.topic)}
-        assert frozen_read == {before: delivered[before][1]}, frozen_read
-        assert cluster.watermarks(pipeline.topic)[0][1] <= delivered[held][1]
+    case.produce(before)
+    with case.follower_frozen():
+        case.produce(held)
+        case.assert_held_back()
         frozen_run = reconcile_now(binding)
-
-    # Ground truth after the thaw: the record is at the offset its ack named. Never lost.
-    thawed = read_once_thawed(cluster, pipeline.topic, held)
-    assert thawed == {before: delivered[before][1], held: delivered[held][1]}, thawed
+    case.assert_at_the_acked_offsets_once_thawed()
 
     # The old code: ("gap", "broker-lost", held) from the acked range, and ("missing",
     # "broker-lost", held) from it. The run cannot tell that record from a lost one: it leaves

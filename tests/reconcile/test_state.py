@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.testing import assertDataFrameEqual
 
-from spark_jobs.binding import binding_from_dict
+from spark_jobs.binding import Binding, binding_from_dict
 from spark_jobs.group_commits import SeenCommits, Span, forget, remember, standing_in
 from spark_jobs.ledger_ids import LedgerId, ledger_ids_after
 from spark_jobs.reconcile_extract import ReconcileError
@@ -204,15 +204,9 @@ def test_it_keeps_the_offsets_each_group_was_seen_to_commit_past_in_the_log_and_
     assert standing_in([("g", 0, 4)], third, ["g"]) == [("g", 0, 4, None), ("g", 1, 9, "r2")]
 
 
-def test_it_keeps_where_each_ledger_topic_was_read_up_to_through_the_state_file():
-    read = {"consumer": {"_audit.a": {0: 7, 2: 3}, "_audit.b": {0: 1}}, "producer": {"_audit.p": {1: 4}}}
-    again = StateMeta.from_json(json.loads(json.dumps(StateMeta(ledgers_read=read).to_json())))
-    assert again.ledgers_read == read
-    with pytest.raises(StateError, match="ledgers_read is malformed"):
-        StateMeta.from_json({"format": again.to_json()["format"], "ledgers_read": {"consumer": {"a": {"x": 1}}}})
-    # A state from before it was kept resumes the ledger it last read where it stopped, and
-    # one that did not keep even that ledger's name, the ledger the binding names.
-    binding = binding_from_dict(
+def _binding_reading_ledgers() -> Binding:
+    """A binding whose consumer ledger is _audit.a and producer ledger _audit.p."""
+    return binding_from_dict(
         {
             "name": "b",
             "topic": "t",
@@ -226,6 +220,17 @@ def test_it_keeps_where_each_ledger_topic_was_read_up_to_through_the_state_file(
             "producer_ledger_topic": "_audit.p",
         }
     )
+
+
+def test_it_keeps_where_each_ledger_topic_was_read_up_to_through_the_state_file():
+    read = {"consumer": {"_audit.a": {0: 7, 2: 3}, "_audit.b": {0: 1}}, "producer": {"_audit.p": {1: 4}}}
+    again = StateMeta.from_json(json.loads(json.dumps(StateMeta(ledgers_read=read).to_json())))
+    assert again.ledgers_read == read
+    with pytest.raises(StateError, match="ledgers_read is malformed"):
+        StateMeta.from_json({"format": again.to_json()["format"], "ledgers_read": {"consumer": {"a": {"x": 1}}}})
+    # A state from before it was kept resumes the ledger it last read where it stopped, and
+    # one that did not keep even that ledger's name, the ledger the binding names.
+    binding = _binding_reading_ledgers()
     older = {"format": again.to_json()["format"], "run_id": "r1"}
     meta = StateMeta.from_json(older | {"consumer_ledger_topic": "_audit.a", "consumer_ledger_offsets": {"0": 7}})
     assert meta.ledgers_read == {}
@@ -242,20 +247,7 @@ def test_it_keeps_where_each_ledger_topic_was_read_up_to_through_the_state_file(
 
 
 def test_it_reads_a_ledger_topic_created_again_from_its_start_and_resumes_one_of_unknown_id():
-    binding = binding_from_dict(
-        {
-            "name": "b",
-            "topic": "t",
-            "bootstrap_servers": "localhost:9092",
-            "source_url": "postgresql://x@localhost/x",
-            "table": "public.t",
-            "key_column": "id",
-            "created_column": "created_at",
-            "consumer_groups": ["g"],
-            "consumer_ledger_topic": "_audit.a",
-            "producer_ledger_topic": "_audit.p",
-        }
-    )
+    binding = _binding_reading_ledgers()
     ids = {"consumer": {"_audit.a": "id-a", "_audit.z": "id-z"}, "producer": {"_audit.p": "id-p"}}
     written = StateMeta(
         run_id="r1",

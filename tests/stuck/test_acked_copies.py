@@ -7,7 +7,6 @@ and committed, a full read of the topic and the table; never from the auditor.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +18,7 @@ from auditor.lab.cluster import delete_records
 from auditor.probes import AuditedConsumerV1
 from auditor.probes.producer_v1 import AuditedProducerV1
 from tests.support.demo import read_topic
+from tests.support.kafka_reads import process_first
 from tests.support.stuck import StuckSetup, diagnose_both
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -60,18 +60,10 @@ def test_an_item_whose_first_acked_record_was_processed_is_processed_not_updated
         clients_topic=pipeline.probes.clients,
         ledger_flush_interval_s=0.2,
     )
-    processed: list[tuple[int, int, str]] = []
     try:
-        consumer.assign([TopicPartition(pipeline.topic, 0, 0)])
-        deadline = time.monotonic() + 60
-        while not processed:
-            assert time.monotonic() < deadline, "the consumer received nothing"
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            consumer.mark_processed(msg)  # processed; the row's update is then lost
-            processed.append((msg.partition(), msg.offset(), msg.key().decode()))
-            consumer.commit(message=msg, asynchronous=False)  # past the first record only
+        # processed (the row's update is then lost) and committed past the first record only
+        msg = process_first(consumer, pipeline.topic, 0)
+        processed = [(msg.partition(), msg.offset(), msg.key().decode())]
     finally:
         consumer.close()
     first, resent = delivered

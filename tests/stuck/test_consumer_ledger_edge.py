@@ -17,11 +17,11 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 
 from auditor.lab.cluster import delete_records
-from auditor.probes import AuditedConsumer, ProcessedRanges, decode_ledger_record
+from auditor.probes import ProcessedRanges, decode_ledger_record
 from auditor.stuck.service import diagnose_rule
 from tests.support.demo import read_topic
 from tests.support.kafka_reads import consume
-from tests.support.lost_marks import ledgered_offsets
+from tests.support.lost_marks import hand_driven_consumer, ledgered_offsets
 from tests.support.stuck import StuckSetup
 from tests.support.waiting import wait_until
 
@@ -56,13 +56,7 @@ def test_a_record_stamped_by_a_clock_ahead_just_past_the_consumer_ledgers_edge_i
     producer.produce(pipeline.topic, b"{}", ahead.encode(), timestamp=stamped_ms)
     assert producer.flush(30) == 0
 
-    consumer = AuditedConsumer(
-        {"bootstrap.servers": pipeline.bootstrap, "group.id": pipeline.group, "enable.auto.commit": False},
-        ledger_topic=ledger,
-        clients_topic=pipeline.probes.clients,
-        ledger_flush_interval_s=0.2,
-        ledger_flush_timeout_s=5.0,
-    )
+    consumer = hand_driven_consumer(pipeline)
     try:
         got = consume(consumer, pipeline.topic, 0, 0, 2)
         # `ahead` is processed first (its row update is lost: it stays NEW) ...

@@ -18,99 +18,33 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message
 
 from auditor.lab.cluster import Cluster as LabCluster
-from auditor.probes.producer_v1 import AuditedProducerV1
 from auditor.stuck.kafka_view import read_in_sync
 from auditor.stuck.service import diagnose_rule
-from tests.support.demo import DemoPipeline
-from tests.support.held_watermark import frozen_follower, produce_v2_acks_1, read_once_thawed
+from tests.support.held_watermark import HeldWatermark, frozen_follower
 from tests.support.stuck import StuckSetup, make_rule
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 
-def _produce_acks_1(pipeline: DemoPipeline, ticket_id: str, delivered: dict[str, tuple[int, int]]) -> None:
-    """One record of `ticket_id` through a probed (contract v1) producer with acks=1; its
-    delivery report, which must be an ack, goes to `delivered` (ticket → partition, offset)."""
-
-    def report(err: KafkaError | None, msg: Message) -> None:
-        assert err is None, err
-        delivered[ticket_id] = (msg.partition(), msg.offset())
-
-    producer = AuditedProducerV1(
-        {**pipeline.kafka_config, "acks": "1", "enable.idempotence": False, "linger.ms": 0},
-        ledger_topic=pipeline.probes.producer_ledger,
-        clients_topic=pipeline.probes.clients,
-        ledger_flush_interval_s=0.2,
-        ledger_flush_timeout_s=60,
-    )
-    producer.produce(pipeline.topic, b"{}", ticket_id.encode(), on_delivery=report)
-    # the ledger's own acks=all writes wait for the frozen broker to be fenced where it holds a
-    # replica of the ledger: up to broker.session.timeout.ms (9 s)
-    assert producer.close(90) == 0
-    assert ticket_id in delivered
-
-
 def test_an_acks_1_record_a_frozen_in_sync_follower_holds_behind_the_high_watermark_is_not_broker_lost(
-    make_pipeline: Callable[..., DemoPipeline],
-    make_topic: Callable[..., str],
-    kafka_brokers: int,
-    settings: Any,
-    tmp_path: Any,
+    make_held_watermark: Callable[..., HeldWatermark],
 ) -> None:
-    if kafka_brokers < 2:
-        pytest.skip("needs a follower: the 3-broker test stack")
-    settings.RECONCILE_STATE_DIR = str(tmp_path / "reconcile-state")
-    pipeline = make_pipeline(contract=1)
-    # RF 2: the frozen follower is the only other replica. min.insync.replicas 2 (the stack's
-    # default, said here): once fenced, the partition is under it and its high watermark stays.
-    pipeline.topic = make_topic("held", replication_factor=2, config={"min.insync.replicas": "2"})
+    case = make_held_watermark(contract=1, topic_prefix="held")
+    pipeline, before, held = case.pipeline, case.before, case.held
     setup = StuckSetup(pipeline, make_rule(pipeline))
-    with pipeline.store() as store:
-        before, held = (store.insert_ticket({}).ticket_id for _ in range(2))
 
-    cluster = LabCluster(pipeline.bootstrap)
-    start = cluster.partition(pipeline.topic)
-    follower = next(r for r in start.replicas if r != start.leader)
-    delivered: dict[str, tuple[int, int]] = {}
-    _produce_acks_1(pipeline, before, delivered)
-    cluster.wait_for_isr(pipeline.topic, 2)
-    deadline = time.monotonic() + 30
-    while cluster.watermarks(pipeline.topic)[0][1] <= delivered[before][1]:  # the follower has it
-        assert time.monotonic() < deadline, "the follower did not fetch the first record"
-        time.sleep(0.2)
-
-    cluster.broker("pause", follower)
-    try:
-        # the follower's last fetch request may still wait at the leader (replica.fetch.wait.max.ms,
-        # 500 ms) and would carry a record appended meanwhile: once it expired, it asks for nothing
-        time.sleep(1.0)
-        _produce_acks_1(pipeline, held, delivered)
+    case.produce(before)
+    with case.follower_frozen():
+        case.produce(held)
         acked_at = time.time()
-        # Ground truth while the follower is frozen: acked at that offset, and a full read of
-        # the topic ends before it (the high watermark has not passed it).
-        frozen_read = {record.key: record.offset for record in cluster.read_topic(pipeline.topic)}
-        assert frozen_read == {before: delivered[before][1]}, frozen_read
-        assert cluster.watermarks(pipeline.topic)[0][1] <= delivered[held][1]
-
+        case.assert_held_back()
         frozen = diagnose_rule(setup.rule, setup.options())
         # the diagnosis read the log end within the span a held watermark can last (45 s with
         # the stack's replica.lag.time.max.ms of 30 s, plus the producer clock's 60 s)
         assert time.time() - acked_at < 45, "the diagnosis came too late to prove anything"
-    finally:
-        cluster.broker("resume", follower)
-    cluster.wait_for_isr(pipeline.topic, 2)
-
-    # Ground truth after the thaw: the record is at the offset its ack named. Never lost.
-    deadline = time.monotonic() + 60
-    while True:
-        thawed = {record.key: record.offset for record in cluster.read_topic(pipeline.topic)}
-        if held in thawed or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert thawed == {before: delivered[before][1], held: delivered[held][1]}, thawed
+    case.assert_at_the_acked_offsets_once_thawed()
 
     items = {item.row.key: item.diagnosis for item in frozen.items}
     assert set(items) == {before, held}
@@ -140,18 +74,13 @@ def test_the_diagnosis_reads_which_partitions_are_under_min_insync_replicas(
     assert read_in_sync(config, topic) == {}
 
     start = cluster.partition(topic)
-    follower = next(r for r in start.replicas if r != start.leader)
-    cluster.broker("pause", follower)
-    try:
+    with frozen_follower(cluster, topic) as follower:
         deadline = time.monotonic() + 60
         while follower in cluster.partition(topic).isr:  # fenced: broker.session.timeout.ms
             assert time.monotonic() < deadline, "the frozen follower stayed in sync"
             time.sleep(0.5)
         assert cluster.partition(topic).isr == (start.leader,)
         stalled = read_in_sync(config, topic)
-    finally:
-        cluster.broker("resume", follower)
-    cluster.wait_for_isr(topic, 2)
 
     assert set(stalled) == {0} and f"{topic}/0 has 1 in-sync replica(s) of 2" in stalled[0], stalled
     # back in sync (as the metadata of the broker asked first said): every broker learns it soon
@@ -162,41 +91,22 @@ def test_the_diagnosis_reads_which_partitions_are_under_min_insync_replicas(
 
 
 def test_a_v2_acks_1_record_a_frozen_in_sync_follower_holds_behind_the_high_watermark_is_not_broker_lost(
-    make_pipeline: Callable[..., DemoPipeline],
-    make_topic: Callable[..., str],
-    kafka_brokers: int,
-    settings: Any,
-    tmp_path: Any,
-    spark: Any,
+    make_held_watermark: Callable[..., HeldWatermark], spark: Any
 ) -> None:
     """As above, through a contract-v2 AuditedProducer: its ledger acks the record in a range
     (no partition or offset), and the `keys` record names the ticket. Both engines."""
-    if kafka_brokers < 2:
-        pytest.skip("needs a follower: the 3-broker test stack")
-    settings.RECONCILE_STATE_DIR = str(tmp_path / "reconcile-state")
-    pipeline = make_pipeline(contract=2)
-    pipeline.topic = make_topic("held-v2", replication_factor=2, config={"min.insync.replicas": "2"})
+    case = make_held_watermark(contract=2, topic_prefix="held-v2")
+    pipeline, before, held = case.pipeline, case.before, case.held
     setup = StuckSetup(pipeline, make_rule(pipeline))
-    with pipeline.store() as store:
-        before, held = (store.insert_ticket({}).ticket_id for _ in range(2))
 
-    cluster = LabCluster(pipeline.bootstrap)
-    delivered: dict[str, tuple[int, int]] = {}
-    produce_v2_acks_1(pipeline, before, delivered)
-    with frozen_follower(cluster, pipeline.topic, delivered[before][1] + 1):
-        acked_at = produce_v2_acks_1(pipeline, held, delivered)
-        # Ground truth while the follower is frozen: acked at that offset, and a full read of
-        # the topic ends before it (the high watermark has not passed it).
-        frozen_read = {record.key: record.offset for record in cluster.read_topic(pipeline.topic)}
-        assert frozen_read == {before: delivered[before][1]}, frozen_read
-        assert cluster.watermarks(pipeline.topic)[0][1] <= delivered[held][1]
+    case.produce(before)
+    with case.follower_frozen():
+        acked_at = case.produce(held)
+        case.assert_held_back()
         by_python = diagnose_rule(setup.rule, setup.options("python", use_index=False))
         by_spark = diagnose_rule(setup.rule, setup.options("spark", spark=spark, use_index=False))
         frozen_for = time.time() - acked_at
-
-    # Ground truth after the thaw: the record is at the offset its ack named. Never lost.
-    thawed = read_once_thawed(cluster, pipeline.topic, held)
-    assert thawed == {before: delivered[before][1], held: delivered[held][1]}, thawed
+    case.assert_at_the_acked_offsets_once_thawed()
 
     for frozen in (by_python, by_spark):
         items = {item.row.key: item.diagnosis for item in frozen.items}

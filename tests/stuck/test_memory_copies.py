@@ -10,13 +10,12 @@ auditor.
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import psycopg
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
 from auditor.lab.cluster import delete_records
 from auditor.pipelines.models import Binding
@@ -26,7 +25,8 @@ from auditor.stuck.evidence import StuckRow
 from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.verdicts import diagnose as verdict_of
 from spark_jobs.kafka_offsets import topic_id
-from tests.support.plain import PlainPipeline, diagnose, reconcile, rule_for
+from tests.support.kafka_reads import process_first
+from tests.support.plain import PlainPipeline, create_again, diagnose, reconcile, rule_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -51,18 +51,9 @@ def test_an_item_whose_re_sent_record_was_processed_is_processed_not_updated_tho
         ledger_topic=ledger,
         clients_topic=clients,
     )
-    processed: list[tuple[int, int, int]] = []
     try:
-        consumer.assign([TopicPartition(plain.topic, 1, 0)])
-        deadline = time.monotonic() + 60
-        while not processed:
-            assert time.monotonic() < deadline, "the consumer received nothing"
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            consumer.mark_processed(msg)  # processed; the row's update is then lost
-            processed.append((msg.partition(), msg.offset(), int(msg.key())))
-            consumer.commit(message=msg, asynchronous=False)
+        msg = process_first(consumer, plain.topic, 1)  # processed; the row's update is then lost
+        processed = [(msg.partition(), msg.offset(), int(msg.key()))]
         consumer.commit(offsets=[TopicPartition(plain.topic, 0, 0)], asynchronous=False)  # never read partition 0
     finally:
         consumer.close()
@@ -110,15 +101,7 @@ def test_a_record_seen_in_a_topic_since_created_again_is_not_broker_lost_when_it
     reconcile(rule)
     id_before = topic_id(kafka_admin, plain.topic)
 
-    kafka_admin.delete_topics([plain.topic])[plain.topic].result(timeout=30)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            kafka_admin.create_topics([NewTopic(plain.topic, 2)])[plain.topic].result(timeout=30)
-            break
-        except Exception:  # noqa: BLE001 - the deletion may still be under way
-            assert time.monotonic() < deadline, "could not re-create the topic"
-            time.sleep(0.5)
+    create_again(kafka_admin, plain.topic)
     plain.produce(0, 3, 1000, minutes_ago=0)
     rebuild = reconcile(rule)
     assert rebuild.mode == "rebuild" and any("deleted and created again" in w for w in rebuild.warnings), (

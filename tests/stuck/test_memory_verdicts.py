@@ -19,7 +19,7 @@ import uuid
 import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from auditor.lab.cluster import Cluster as LabCluster
 from auditor.lab.cluster import all_led, delete_records, wait_until
@@ -27,7 +27,7 @@ from auditor.pipelines.models import Binding, StuckRule
 from auditor.reconcile.models import Finding
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
 from spark_jobs.kafka_offsets import partition_offsets, topic_id
-from tests.support.plain import PlainPipeline, diagnose, reconcile, rule_for
+from tests.support.plain import PlainPipeline, create_again, diagnose, reconcile, rule_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -172,15 +172,7 @@ def test_records_of_a_topic_deleted_and_created_again_are_not_called_broker_lost
     seen_at = dict(plain.delivered)
     id_before = topic_id(kafka_admin, plain.topic)
 
-    kafka_admin.delete_topics([plain.topic])[plain.topic].result(timeout=30)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            kafka_admin.create_topics([NewTopic(plain.topic, 2)])[plain.topic].result(timeout=30)
-            break
-        except Exception:  # noqa: BLE001 - the deletion may still be under way
-            assert time.monotonic() < deadline, "could not re-create the topic"
-            time.sleep(0.5)
+    create_again(kafka_admin, plain.topic)
     plain.produce(0, 3)
 
     # Ground truth: another topic under the same name (its id), and a full read of it.

@@ -134,21 +134,19 @@ def test_it_says_unknown_not_skipped_where_the_consumer_ledger_refused_the_proce
     them, and names the lost marks in a marks-lost record once the ledger takes records again;
     it passes ticket 4 without processing it. Ground truth: what the test's consumer did and
     what the real ledger holds. Processed or skipped cannot be told for 2 and 3; 4 is skipped."""
-    from auditor.probes import AuditedConsumer
     from tests.support.kafka_reads import consume
-    from tests.support.lost_marks import ledgered_offsets, lost_offsets, mark_while_the_ledger_refuses
+    from tests.support.lost_marks import (
+        hand_driven_consumer,
+        ledgered_offsets,
+        lost_offsets,
+        mark_while_the_ledger_refuses,
+    )
 
     setup = make_stuck(partitions=1)
     pipeline = setup.pipeline
     ledger = pipeline.probes.consumer_ledger
     ids = pipeline.produce(6)
-    consumer = AuditedConsumer(
-        {"bootstrap.servers": pipeline.bootstrap, "group.id": pipeline.group, "enable.auto.commit": False},
-        ledger_topic=ledger,
-        clients_topic=pipeline.probes.clients,
-        ledger_flush_interval_s=0.2,
-        ledger_flush_timeout_s=5.0,
-    )
+    consumer = hand_driven_consumer(pipeline)
     try:
         got = consume(consumer, pipeline.topic, 0, 0, 6)
         with pipeline.store() as store:

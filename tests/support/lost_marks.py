@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from auditor.probes import AuditedConsumer, MarksLost, ProcessedRanges, decode_ledger_record
 from tests.probes.kafka_helpers import read_topic
+from tests.support.demo import DemoPipeline
 from tests.support.waiting import wait_until
 
 
@@ -53,6 +54,19 @@ def lost_offsets(bootstrap: str, ledger_topic: str, topic: str) -> set[tuple[int
         if r.topic == topic
         for offset in range(r.first, r.last + 1)
     }
+
+
+def hand_driven_consumer(pipeline: DemoPipeline) -> AuditedConsumer:
+    """A probed (contract v2) consumer in the pipeline's group that marks and commits only as
+    the test tells it, ledgering to the pipeline's consumer ledger; its ledger flushes often and
+    waits briefly, as mark_while_the_ledger_refuses needs. Close it at the end."""
+    return AuditedConsumer(
+        {"bootstrap.servers": pipeline.bootstrap, "group.id": pipeline.group, "enable.auto.commit": False},
+        ledger_topic=pipeline.probes.consumer_ledger,
+        clients_topic=pipeline.probes.clients,
+        ledger_flush_interval_s=0.2,
+        ledger_flush_timeout_s=5.0,
+    )
 
 
 def mark_while_the_ledger_refuses(
