@@ -28,7 +28,7 @@ from auditor.lab.cluster import Cluster as LabCluster
 from auditor.lab.cluster import all_led, delete_records, wait_until
 from spark_jobs import common, reconcile_findings, reconcile_updates
 from spark_jobs.binding import Binding, binding_from_dict
-from spark_jobs.kafka_offsets import KafkaReadError, admin_client, partition_offsets, topic_id
+from spark_jobs.kafka_offsets import admin_client, partition_offsets, topic_id
 from spark_jobs.reconcile import run
 from spark_jobs.reconcile_extract import (
     OffsetRange,
@@ -42,6 +42,7 @@ from spark_jobs.reconcile_extract import (
 from spark_jobs.reconcile_plan import RunOptions
 from spark_jobs.reconcile_transform import transform_records
 from tests.support.kafka_reads import consume
+from tests.support.topics import create_again
 
 pytestmark = pytest.mark.integration
 
@@ -751,38 +752,6 @@ def test_it_never_counts_a_consumer_ledger_read_again_after_a_run_that_did_not_r
     assert finding_set(reconcile_once(spark, world.binding(), tmp_path)) == set()
 
 
-def recreate_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    """Delete the topic and create it again under its name, as kafka-topics.sh --delete and
-    --create do; returns once the new one leads every partition, asserting that it is another
-    topic (another id)."""
-    admin = admin_client(bootstrap)
-    before = topic_id(admin, topic)
-    admin.delete_topics([topic])[topic].result(timeout=30)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            admin.create_topics([NewTopic(topic, partitions)])[topic].result(timeout=30)
-            break
-        except Exception:  # noqa: BLE001 - the deletion may still be under way
-            assert time.monotonic() < deadline, f"could not create {topic} again"
-            time.sleep(0.5)
-    wait_until(lambda: all_led(admin, topic, partitions), 20, f"topic {topic} created again with a leader")
-    # Each broker learns of the new topic from the metadata log in its own time, and a describe
-    # goes to any of them: wait until every one answers for it with its new id.
-    for broker in bootstrap.split(","):
-        one = admin_client(broker)
-        wait_until(
-            lambda one=one: described_anew(one, topic, before), 20, f"broker {broker} describing {topic} created again"
-        )
-
-
-def described_anew(admin: AdminClient, topic: str, before: str | None) -> bool:
-    try:
-        return topic_id(admin, topic) not in (before, None)
-    except KafkaReadError:  # not yet known to the broker asked
-        return False
-
-
 @pytest.mark.parametrize("new_ledger", ["longer", "shorter"])
 def test_a_consumer_ledger_deleted_and_created_again_is_read_from_its_start(
     spark: SparkSession, world: World, make_topic, tmp_path: Path, new_ledger: str
@@ -817,7 +786,7 @@ def test_a_consumer_ledger_deleted_and_created_again_is_read_from_its_start(
     assert finding_set(reconcile_once(spark, binding, tmp_path)) == set()
     old_length = len(read_whole_ledger(world.bootstrap, world.consumer_ledger))
 
-    recreate_topic(world.bootstrap, world.consumer_ledger)
+    create_again(world.bootstrap, world.consumer_ledger)
     # The new ledger's first record; past the binding's grace after it, tickets 4-6 are
     # produced, processed and committed past, so their marks cannot be of what the old
     # ledger held unread.

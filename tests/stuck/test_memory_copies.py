@@ -26,7 +26,8 @@ from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.verdicts import diagnose as verdict_of
 from spark_jobs.kafka_offsets import topic_id
 from tests.support.kafka_reads import process_first
-from tests.support.plain import PlainPipeline, create_again, diagnose, reconcile, rule_for
+from tests.support.plain import PlainPipeline, diagnose, reconcile, rule_for
+from tests.support.topics import create_again
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -101,7 +102,7 @@ def test_a_record_seen_in_a_topic_since_created_again_is_not_broker_lost_when_it
     reconcile(rule)
     id_before = topic_id(kafka_admin, plain.topic)
 
-    create_again(kafka_admin, plain.topic)
+    create_again(plain.bootstrap, plain.topic, partitions=2)
     plain.produce(0, 3, 1000, minutes_ago=0)
     rebuild = reconcile(rule)
     assert rebuild.mode == "rebuild" and any("deleted and created again" in w for w in rebuild.warnings), (

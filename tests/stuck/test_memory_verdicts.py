@@ -27,7 +27,8 @@ from auditor.pipelines.models import Binding, StuckRule
 from auditor.reconcile.models import Finding
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
 from spark_jobs.kafka_offsets import partition_offsets, topic_id
-from tests.support.plain import PlainPipeline, create_again, diagnose, reconcile, rule_for
+from tests.support.plain import PlainPipeline, diagnose, reconcile, rule_for
+from tests.support.topics import create_again
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -172,7 +173,7 @@ def test_records_of_a_topic_deleted_and_created_again_are_not_called_broker_lost
     seen_at = dict(plain.delivered)
     id_before = topic_id(kafka_admin, plain.topic)
 
-    create_again(kafka_admin, plain.topic)
+    create_again(plain.bootstrap, plain.topic, partitions=2)
     plain.produce(0, 3)
 
     # Ground truth: another topic under the same name (its id), and a full read of it.

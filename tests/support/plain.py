@@ -12,7 +12,6 @@ from typing import Any
 
 import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.conf import IN_PROCESS
@@ -133,18 +132,3 @@ def diagnose(rule: StuckRule, spark: Any, consumer_ledger: str | None = None) ->
     by_engine = [{i.row.key: (i.diagnosis.verdict, i.diagnosis.reason) for i in r.items} for r in results]
     assert {k: v[0] for k, v in by_engine[0].items()} == {k: v[0] for k, v in by_engine[1].items()}
     return by_engine[1]
-
-
-def create_again(admin: AdminClient, topic: str, partitions: int = 2) -> None:
-    """An operator's deletion of `topic` and its creation again under the same name (another
-    topic id), with `partitions` partitions: the creation is tried again while the deletion is
-    still under way, for up to a minute."""
-    admin.delete_topics([topic])[topic].result(timeout=30)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            admin.create_topics([NewTopic(topic, partitions)])[topic].result(timeout=30)
-            return
-        except Exception:  # noqa: BLE001 - the deletion may still be under way
-            assert time.monotonic() < deadline, "could not re-create the topic"
-            time.sleep(0.5)
