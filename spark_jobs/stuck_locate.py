@@ -22,7 +22,7 @@ Result:  {"records": [[key, p, offset, ts_ms, state, session, seq]], "records_sc
           "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms, to_ms,
                            acked_by_ms]],
           "ledger_entries_for_topic", "ledger_covers_from_ms",
-          "untraced_sessions": [[session, last_ms, alive_ms]] (unclosed v2 producer sessions),
+          "untraced_sessions": [[session, last_ms, alive_ms, ledgers_sends]] (unclosed producer sessions),
           "marks": [[group, p, offset, consumer_session, ts_ms]],
           "group_marks": {group: n}, "last_mark_below_low_ms": {group: ms}, "max_mark_below_low": [[group, p, offset]],
           "first_mark": [[group, p, offset]], "first_mark_ms": {group: ms},
@@ -160,9 +160,10 @@ def transform_unattributed(
 
 
 def transform_untraced_sessions(raw_ledger: DataFrame) -> DataFrame:
-    """(session, last_ms, alive_ms) per contract-v2 producer session of the ledger read without
-    a `closed` session-end: the timestamp of its last ledger record and the alive_ms it
-    declared (null: none), by session. The rule of auditor.stuck.untraced.SessionTrails."""
+    """(session, last_ms, alive_ms, ledgers_sends) per producer session of the ledger read (either
+    contract) without a `closed` session-end: the timestamp of its last ledger record, the
+    alive_ms it declared (null: none) and whether it wrote contract-v2 records (ranges, keys,
+    failures: it ledgers what it sent), by session. The rule of auditor.stuck.untraced.SessionTrails."""
     parsed = raw_ledger.select(
         F.from_json(F.col("value").cast("string"), "type string, pid string, alive_ms long, closed boolean").alias("m"),
         F.unix_millis("timestamp").alias("ts_ms"),
@@ -174,12 +175,12 @@ def transform_untraced_sessions(raw_ledger: DataFrame) -> DataFrame:
     sessions = parsed.groupBy(F.col("m.pid").alias("session")).agg(
         F.max("ts_ms").alias("last_ms"),
         F.max(declared).alias("alive_ms"),
-        F.max(F.col("m.type").isin("ranges", "keys", "failures") | declared.isNotNull()).alias("v2"),
+        F.max(F.col("m.type").isin("ranges", "keys", "failures")).alias("ledgers_sends"),
         F.max(F.coalesce((F.col("m.type") == "session-end") & F.col("m.closed"), F.lit(False))).alias("closed"),
     )
     return (
-        sessions.where(F.col("v2") & ~F.col("closed") & F.col("last_ms").isNotNull())
-        .select("session", "last_ms", "alive_ms")
+        sessions.where(~F.col("closed") & F.col("last_ms").isNotNull())
+        .select("session", "last_ms", "alive_ms", "ledgers_sends")
         .orderBy("session")
     )
 
@@ -399,7 +400,7 @@ def _locate(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         result["ledger_entries_for_topic"] = row["n"]
         result["ledger_covers_from_ms"] = producer_ledger_covers_from(raw_ledger, topic)
         result["untraced_sessions"] = [
-            [row["session"], row["last_ms"], row["alive_ms"]]
+            [row["session"], row["last_ms"], row["alive_ms"], row["ledgers_sends"]]
             for row in transform_untraced_sessions(raw_ledger).collect()
         ]
         result["ledger_entries"] = strongest_v2([list(e) for e in row["hits"]])

@@ -38,7 +38,6 @@ from auditor.probes.codec import (
     ACKED,
     UNCONFIRMED,
     encode_client_record,
-    encode_session_end,
     encode_session_start,
     producer_failures_header,
     producer_keys_header,
@@ -195,8 +194,7 @@ class AuditedProducer(ProducerWrapper):
         delivery_reports: DeliveryReports = "auto",
         native: bool | None = None,
     ) -> None:
-        if ledger_heartbeat_s <= 0:
-            raise ValueError(f"ledger_heartbeat_s must be > 0, got {ledger_heartbeat_s}")
+        self._declare_liveness(ledger_heartbeat_s, ledger_flush_interval_s)
         if delivery_reports not in ("auto", "errors", "all"):
             raise ValueError(f"delivery_reports must be 'auto', 'errors' or 'all', got {delivery_reports!r}")
         client_config = dict(config)
@@ -224,10 +222,6 @@ class AuditedProducer(ProducerWrapper):
         self._inner_produce = self._producer.produce
         self._key_fn = key_fn
         self._ledger_flush_timeout_s = ledger_flush_timeout_s
-        self._heartbeat_s = ledger_heartbeat_s
-        # The background flush checks every flush interval: a running session's ledger is
-        # never silent longer than the heartbeat plus one interval (plus the flush's own run).
-        self._alive_ms: int | None = round((ledger_heartbeat_s + ledger_flush_interval_s) * 1000)
         session = uuid.uuid4()
         self.session_id = session.hex
         self._session_bytes = session.bytes
@@ -545,17 +539,6 @@ class AuditedProducer(ProducerWrapper):
         self._write_keys()
         self._heartbeat(sent)
 
-    def _heartbeat(self, sent: dict[str, int]) -> None:
-        """A session-end when this flush writes nothing and nothing was ledgered for
-        ``ledger_heartbeat_s``: an idle session's ledger is never silent for longer, so readers
-        know a silent one stopped (it may have sent records its ledger never got)."""
-        ledger = self._ledger
-        if ledger.pending_count() or time.monotonic() - ledger.last_write_at < self._heartbeat_s:
-            return
-        ledger.write(
-            encode_session_end("producer", self.session_id, _time_ns() // 1_000_000, sent, alive_ms=self._alive_ms)
-        )
-
     # --- polling: tracked so resolution knows when reports have been served ----------------
     def _serve(self, call: Callable[..., int], *args: float) -> int:
         started = _monotonic()
@@ -598,17 +581,7 @@ class AuditedProducer(ProducerWrapper):
         self._write_keys()
         # The last record of the session, after every other: a session whose ledger has it
         # sent nothing unledgered.
-        self._last_checkpoint = self.last_sequences()
-        self._ledger.write(
-            encode_session_end(
-                "producer",
-                self.session_id,
-                _time_ns() // 1_000_000,
-                self._last_checkpoint,
-                alive_ms=self._alive_ms,
-                closed=True,
-            )
-        )
+        self._write_closing_end(self.last_sequences())
         self._ledger.close(self._ledger_timeout(timeout, started))
         self._closed = True
         if remaining and timeout is not None:

@@ -122,7 +122,12 @@ class AuditedProducerV1(ProducerWrapper):
     acks=all idempotent producer (``ledger_config`` overrides its settings).
     ``flush()`` and ``close()`` write the buffered rows plus a ``session-end``
     with the last sequence per topic, and wait up to ``ledger_flush_timeout_s``
-    for the ledger to be acked. ``producer_factory`` builds both the wrapped and
+    for the ledger to be acked. Liveness as in contract v2 (stop 65): an idle session
+    writes a ``session-end`` heartbeat once nothing was ledgered for
+    ``ledger_heartbeat_s``, its records declare ``alive_ms`` (heartbeat + flush
+    interval), and close() ends with a ``closed`` session-end once every delivery report
+    was served: readers tell a session killed with reports it never ledgered from one
+    that closed. ``producer_factory`` builds both the wrapped and
     the ledger producer (tests pass fakes; applications may pass a subclass).
     """
 
@@ -138,9 +143,11 @@ class AuditedProducerV1(ProducerWrapper):
         ledger_batch_size: int = 1000,
         ledger_flush_interval_s: float = 1.0,
         ledger_flush_timeout_s: float = 30.0,
+        ledger_heartbeat_s: float = 30.0,
         ledger_config: Mapping[str, Any] | None = None,
         producer_factory: Callable[[dict[str, Any]], Any] = Producer,
     ) -> None:
+        self._declare_liveness(ledger_heartbeat_s, ledger_flush_interval_s)
         client_config = dict(config)
         self._config = dict(config)
         self._default_on_delivery: DeliveryCallback | None = client_config.pop("on_delivery", None)
@@ -171,7 +178,11 @@ class AuditedProducerV1(ProducerWrapper):
         )
         self._on_delivery = self._make_delivery_handler()
         now_ms = _time_ns() // 1_000_000
-        self._ledger.write(encode_session_start("producer", self.session_id, self.client_id, now_ms, self.host))
+        self._ledger.write(
+            encode_session_start(
+                "producer", self.session_id, self.client_id, now_ms, self.host, alive_ms=self._alive_ms
+            )
+        )
         self._ledger.write(
             encode_client_record(
                 "producer",
@@ -185,6 +196,13 @@ class AuditedProducerV1(ProducerWrapper):
             ),
             topic=clients_topic,
         )
+        self._ledger.set_before_flush(self._idle_heartbeat)
+
+    def _idle_heartbeat(self) -> None:
+        # A heartbeat names only the sequences an earlier session-end did: a sent sequence
+        # whose delivery report is not served yet has no ledger entry, and a session-end's
+        # last_seq would make it a hole.
+        self._heartbeat(self._last_checkpoint or {})
 
     def _make_delivery_handler(self) -> Callable[..., None]:
         # A closure, not a method: local names are the cheapest lookups on the
@@ -306,12 +324,18 @@ class AuditedProducerV1(ProducerWrapper):
         return remaining
 
     def close(self, timeout: float | None = None) -> int:
-        """Flush, write the final session-end, and close the ledger and the producer."""
+        """Flush, write the final (``closed``) session-end, and close the ledger and the producer."""
         if self._closed:
             return 0
         started = time.monotonic()
         remaining = self._producer.flush(*timeout_args(timeout))
-        self._end_session_checkpoint(self._ledger_timeout(timeout, started))
+        self._ledger.set_before_flush(None)
+        if remaining:
+            # Reports still to come would never be ledgered: no `closed` claim, readers keep
+            # the session as one that may have sent records its ledger does not name.
+            self._end_session_checkpoint(self._ledger_timeout(timeout, started))
+        else:
+            self._write_closing_end(self.last_sequences())
         self._ledger.close(self._ledger_timeout(timeout, started))
         self._closed = True
         if remaining and timeout is not None:

@@ -66,8 +66,9 @@ class ProducerWrapper:
     _seq_lock: SequenceLock
     _topics: Mapping[str, _Stream]
     _last_checkpoint: dict[str, int] | None
-    # contract v2: how often at least the session writes a ledger record while it runs
+    # how often at least the session writes a ledger record while it runs (_declare_liveness)
     _alive_ms: int | None = None
+    _heartbeat_s: float
     session_id: str
     produce: Callable[..., None]
 
@@ -92,6 +93,41 @@ class ProducerWrapper:
             return self._ledger_flush_timeout_s
         left = timeout - (time.monotonic() - started) if started is not None else timeout
         return max(0.0, min(left, self._ledger_flush_timeout_s))
+
+    def _declare_liveness(self, heartbeat_s: float, flush_interval_s: float) -> None:
+        """Have the session's ledger never silent for longer than heartbeat_s + one flush
+        interval while it runs: the `alive_ms` its session-start and session-ends declare
+        (docs/contracts.md, liveness). Both contracts' background flushes call _heartbeat."""
+        if heartbeat_s <= 0:
+            raise ValueError(f"ledger_heartbeat_s must be > 0, got {heartbeat_s}")
+        self._heartbeat_s = heartbeat_s
+        # The background flush checks every flush interval: a running session's ledger is
+        # never silent longer than the heartbeat plus one interval (plus the flush's own run).
+        self._alive_ms = round((heartbeat_s + flush_interval_s) * 1000)
+
+    def _heartbeat(self, last_seq: Mapping[str, int]) -> None:
+        """A session-end when this flush writes nothing and nothing was ledgered for
+        ``ledger_heartbeat_s``: an idle session's ledger is never silent for longer, so readers
+        know a silent one stopped (it may have sent records its ledger never got). `last_seq`:
+        what the ledger already accounts for, as each contract knows it."""
+        ledger = self._ledger
+        if ledger.pending_count() or time.monotonic() - ledger.last_write_at < self._heartbeat_s:
+            return
+        ledger.write(
+            encode_session_end(
+                "producer", self.session_id, time.time_ns() // 1_000_000, last_seq, alive_ms=self._alive_ms
+            )
+        )
+
+    def _write_closing_end(self, last_seq: dict[str, int]) -> None:
+        """The session's last ledger record, after every other: a session-end with `closed`,
+        which says the session sent nothing its ledger does not account for."""
+        self._last_checkpoint = last_seq
+        self._ledger.write(
+            encode_session_end(
+                "producer", self.session_id, time.time_ns() // 1_000_000, last_seq, alive_ms=self._alive_ms, closed=True
+            )
+        )
 
     def _end_session_checkpoint(self, wait: float) -> None:
         """Write a session-end (unless nothing changed since the last) and wait up to `wait`

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from auditor.lint.engine.terms import Overtaken
 from spark_jobs.group_commits import SeenCommits
@@ -19,6 +19,19 @@ from spark_jobs.send_outcome import SEND_OUTCOME_MS
 from spark_jobs.watermark_hold import DEFAULT_REPLICA_LAG_MAX_MS
 
 RecordState = Literal["committed", "aborted", "open"]
+
+
+class UntracedSession(NamedTuple):
+    """A producer session of the ledger read that never wrote its `closed` session-end
+    (auditor/stuck/untraced.py): killed, it may have sent records no ledger record names."""
+
+    session: str
+    last_ms: int  # the Kafka timestamp of its last ledger record (epoch ms)
+    alive_ms: int | None  # the liveness it declared (None: none, probes before stops 64/65)
+    # True when it wrote contract-v2 records (ranges, keys, failures): each ledger flush
+    # ledgers everything it sent until then. False (contract v1, or nothing sent): it ledgers
+    # delivery reports, so a record it sent at any time may still lack one.
+    ledgers_sends: bool
 
 
 @dataclass(frozen=True)
@@ -248,8 +261,8 @@ class LedgerView:
     # producer ledger, contract v2: the latest instant a range record (which names no keys)
     # says records of the topic were produced; None when there is none
     unattributed_to_ms: int | None = None
-    # producer ledger: contract-v2 sessions not seen closing (LocateResult.untraced_sessions)
-    untraced_sessions: list[tuple[str, int, int | None]] = field(default_factory=list)
+    # producer ledger: the sessions not seen closing (LocateResult.untraced_sessions)
+    untraced_sessions: list[UntracedSession] = field(default_factory=list)
 
 
 @dataclass

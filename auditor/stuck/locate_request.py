@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark
+from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark, UntracedSession
 from auditor.stuck.kafka_view import ReadPlan, client_settings
 
 
@@ -31,10 +31,9 @@ class LocateResult:
     # (locate_python.ledger_covers_from): rows created before it may have been produced
     # before any producer was probed. None when the ledger holds no entry of the topic.
     ledger_covers_from_ms: int | None = None
-    # Contract-v2 producer sessions of the ledger with no `closed` session-end: (session, the
-    # timestamp of its last ledger record, the alive_ms it declared or None). Killed, such a
-    # session may have sent records after its last ledger flush that no ledger record names.
-    untraced_sessions: list[tuple[str, int, int | None]] = field(default_factory=list)
+    # Producer sessions of the ledger with no `closed` session-end (either contract): killed,
+    # such a session may have sent records that no ledger record names (UntracedSession).
+    untraced_sessions: list[UntracedSession] = field(default_factory=list)
     # the latest timestamp of a record read without any audit header (None: none read)
     unprobed_record_ms: int | None = None
     # python engine: per v2 session, the sequences found in the topic
@@ -76,8 +75,8 @@ class LocateResult:
             ledger_covers_from_ms=data.get("ledger_covers_from_ms"),
             unprobed_record_ms=data.get("unprobed_record_ms"),
             untraced_sessions=[
-                (str(s), int(last), None if alive is None else int(alive))
-                for s, last, alive in data.get("untraced_sessions") or []
+                UntracedSession(str(s), int(last), None if alive is None else int(alive), bool(sends))
+                for s, last, alive, sends in data.get("untraced_sessions") or []
             ],
             group_marks={str(g): int(n) for g, n in data["group_marks"].items()},
             last_mark_below_low_ms={str(g): int(ms) for g, ms in (data.get("last_mark_below_low_ms") or {}).items()},

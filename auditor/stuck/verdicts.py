@@ -39,9 +39,10 @@ Decision, in order:
    ledger) still holds everything since the row was created, else unknown; when the
    ledger has no entries for the topic at all (the producer is not probed), only if no
    partition can have changed leader since the row was created either; and where a
-   contract-v2 producer session that never closed may have sent the record after its last
-   ledger flush (untraced.py), only if the topic holds everything it sent since and no leader
-   change or log cleaning since can have removed it.
+   producer session that never closed may have sent the record unledgered (untraced.py: v2
+   after its last ledger flush, v1 any time its report came after it), only if the topic
+   holds everything it can have sent since and no leader change or log cleaning since can
+   have removed it.
    Contract v2 (acks in sequence ranges, keys in `keys` records, no position): acked ->
    broker-lost when every partition still holds everything since it was produced; deleted
    when no partition holds records that old: expired when no group can have read it (never

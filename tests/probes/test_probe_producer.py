@@ -171,7 +171,7 @@ def test_it_ledgers_acks_and_failures_then_session_end(factory: FactoryRecorder)
 
     records = ledger_records(factory)
     start, *middle, end = records
-    assert start == SessionStart("producer", producer.session_id, "app", start.ts_ms, producer.host)
+    assert start == SessionStart("producer", producer.session_id, "app", start.ts_ms, producer.host, alive_ms=31_000)
     [batch] = middle
     assert isinstance(batch, ProducerBatch) and batch.topic == "t" and batch.client_id == "app"
     assert [(e.seq, e.status, e.partition, e.offset, e.persisted, e.audit_id) for e in batch.entries] == [
@@ -180,7 +180,7 @@ def test_it_ledgers_acks_and_failures_then_session_end(factory: FactoryRecorder)
         (2, "failed", 0, -1, "not", "kc"),
     ]
     assert batch.entries[1].error == "_MSG_TIMED_OUT: Local: Message timed out"
-    assert isinstance(end, SessionEnd) and end.last_seq == {"t": 2}
+    assert isinstance(end, SessionEnd) and end.last_seq == {"t": 2} and end.closed
     [client] = ledger_records(factory, CLIENTS)
     assert isinstance(client, ClientRecord) and client.session == producer.session_id and client.kind == "producer"
     assert inner(factory).closed and factory.ledger.closed
@@ -215,8 +215,54 @@ def test_it_writes_a_session_end_on_each_flush_that_has_news(factory: FactoryRec
         producer.flush(1)
         producer.produce("t", b"v")
         producer.flush(1)
-    ends = [r.last_seq for r in ledger_records(factory) if isinstance(r, SessionEnd)]
-    assert ends == [{"t": 0}, {"t": 1}]
+    ends = [(r.last_seq, r.closed) for r in ledger_records(factory) if isinstance(r, SessionEnd)]
+    assert ends == [({"t": 0}, False), ({"t": 1}, False), ({"t": 1}, True)]
+
+
+def test_a_v1_session_declares_alive_ms_heartbeats_when_idle_and_closes_with_a_closed_end(
+    factory: FactoryRecorder,
+) -> None:
+    """Liveness as in contract v2: readers tell a v1 session killed with delivery reports it
+    never ledgered from one that closed or runs on idle. A heartbeat names no sequence whose
+    report may not be ledgered yet: only what an earlier session-end named."""
+    producer = make_producer(factory, ledger_flush_interval_s=0.05, ledger_heartbeat_s=0.2)
+    producer.produce("t", b"v")
+    assert producer.flush(1) == 0
+    producer.produce("t", b"v")  # its report not served: sent, not ledgered
+    deadline = time.monotonic() + 5
+    while sum(isinstance(r, SessionEnd) for r in ledger_records(factory)) < 3:
+        assert time.monotonic() < deadline, "no heartbeat while idle"
+        time.sleep(0.02)
+    inner(factory).deliver()
+    producer.close()
+
+    records = ledger_records(factory)
+    assert isinstance(records[0], SessionStart) and records[0].alive_ms == 250
+    ends = [r for r in records if isinstance(r, SessionEnd)]
+    assert all(r.alive_ms == 250 for r in ends)
+    checkpoint, *heartbeats, closing = ends
+    assert checkpoint.last_seq == {"t": 0} and not checkpoint.closed
+    assert len(heartbeats) >= 2 and all(r.last_seq == {"t": 0} and not r.closed for r in heartbeats)
+    assert records[-1] is closing and closing.closed and closing.last_seq == {"t": 1}
+    [batch] = [r for r in records if isinstance(r, ProducerBatch) and r.entries[0].seq == 1]
+    assert records.index(batch) < records.index(closing)
+
+
+def test_a_v1_close_with_delivery_reports_still_due_claims_no_closed_end(factory: FactoryRecorder) -> None:
+    """Reports that come after close() are never ledgered: the session must stay one that
+    may have sent records its ledger does not name."""
+    producer = make_producer(factory)
+    producer.produce("t", b"v")
+    inner(factory).flush = lambda timeout=None: 1  # type: ignore[method-assign]  # the report never comes in time
+    assert producer.close(0.5) == 1
+    ends = [r for r in ledger_records(factory) if isinstance(r, SessionEnd)]
+    assert ends and not any(r.closed for r in ends), ends
+
+
+def test_a_v1_producer_refuses_a_heartbeat_that_is_not_positive(factory: FactoryRecorder) -> None:
+    with pytest.raises(ValueError, match="ledger_heartbeat_s must be > 0, got 0"):
+        make_producer(factory, ledger_heartbeat_s=0)
+    assert factory.producers == []
 
 
 def test_it_masks_the_published_and_effective_config(factory: FactoryRecorder) -> None:

@@ -1,5 +1,5 @@
-"""A contract-v2 probed producer killed (-9) between two ledger flushes: the record it sent
-last has no ledger trace. Once retention deletes that record, the ledger's silence about its
+"""A probed producer killed (-9) between two ledger flushes: the record it sent last has no
+ledger trace (contract v2: its send; contract v1: its delivery report). Once retention deletes that record, the ledger's silence about its
 key must not be read as "never produced".
 
 Ground truth comes from the killed producer's delivery report (printed before it was killed),
@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,12 +23,11 @@ from confluent_kafka.admin import AdminClient
 
 from auditor.lab.cluster import delete_records
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
-from auditor.probes import AuditedProducer, ProducerKeys, decode_ledger_records
+from auditor.probes import AuditedProducer, AuditedProducerV1, ProducerBatch, ProducerKeys, decode_ledger_records
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
 from spark_jobs.kafka_offsets import partition_offsets, topic_partitions
 from tests.support.demo import read_topic
-from tests.support.killed_producer import audit_value
-from tests.support.paths import ROOT
+from tests.support.killed_producer import audit_value, kill_after_an_untraced_send
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -71,6 +67,29 @@ def _rule(bootstrap: str, topic: str, table: str, record_key: str = "key") -> St
     )
 
 
+def _diagnose_with_both_engines(
+    rule: StuckRule, spark: Any, ledger: str, clients: str, consumer_ledger: str
+) -> dict[str, tuple[str, str]]:
+    """Per stuck key, (verdict, reason) of the Python engine, checked equal to the Spark one's."""
+    results = [
+        diagnose_rule(
+            rule,
+            DiagnosisOptions(
+                engine=engine,
+                spark=spark,
+                producer_ledger_topic=ledger,
+                consumer_ledger_topic=consumer_ledger,
+                clients_topic=clients,
+                use_index=False,
+            ),
+        )
+        for engine in ("python", "spark")
+    ]
+    by_python, by_spark = ({i.row.key: (i.diagnosis.verdict, i.diagnosis.reason) for i in r.items} for r in results)
+    assert by_spark == by_python
+    return by_python
+
+
 def test_a_record_a_killed_v2_producer_sent_after_its_last_ledger_flush_is_unknown_once_deleted_not_never_produced(
     kafka_bootstrap: str,
     kafka_admin: AdminClient,
@@ -88,27 +107,7 @@ def test_a_record_a_killed_v2_producer_sent_after_its_last_ledger_flush_is_unkno
     settings.RECONCILE_STATE_DIR = str(tmp_path / "state")
     topic = make_topic("killed")
     ledger, clients, consumer_ledger = make_topic("pledger"), make_topic("clients"), make_topic("cledger")
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.killed_producer", kafka_bootstrap, topic, ledger, clients],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdin is not None and child.stdout is not None
-        word, session, started_ms = child.stdout.readline().split()
-        assert word == "ledgered", "the producer did not start"
-        # The ledger speaks for rows created a clock margin (60 s) after its producer started.
-        time.sleep(max(0.0, int(started_ms) / 1000 + 62 - time.time()))
-        with psycopg.connect(os.environ["SOURCE_DATABASE_URL"], autocommit=True) as conn:
-            conn.execute(f"INSERT INTO {tickets_table} (ticket_id, created_at, status) VALUES (2, now(), 'NEW')")
-        child.stdin.write("send 2\n")
-        child.stdin.flush()
-        delivered = json.loads(child.stdout.readline())
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(30)
+    session, delivered = kill_after_an_untraced_send(kafka_bootstrap, topic, ledger, clients, tickets_table)
 
     later = AuditedProducer({"bootstrap.servers": kafka_bootstrap}, ledger_topic=ledger, clients_topic=clients)
     later.produce(topic, b"{}", b"3")
@@ -125,23 +124,53 @@ def test_a_record_a_killed_v2_producer_sent_after_its_last_ledger_flush_is_unkno
     assert [r.key for r in read_topic(kafka_bootstrap, topic)] == ["3"]
 
     rule = _rule(kafka_bootstrap, topic, tickets_table)
-    results = [
-        diagnose_rule(
-            rule,
-            DiagnosisOptions(
-                engine=engine,
-                spark=spark,
-                producer_ledger_topic=ledger,
-                consumer_ledger_topic=consumer_ledger,
-                clients_topic=clients,
-                use_index=False,
-            ),
-        )
-        for engine in ("python", "spark")
-    ]
-    by_python, by_spark = ({i.row.key: (i.diagnosis.verdict, i.diagnosis.reason) for i in r.items} for r in results)
-    assert by_spark == by_python
+    by_python = _diagnose_with_both_engines(rule, spark, ledger, clients, consumer_ledger)
     verdict, reason = by_python["2"]
+    assert verdict == "unknown", by_python
+    assert f"producer session {session} ledgered nothing after" in reason, reason
+
+
+def test_a_record_a_killed_v1_producer_delivered_after_its_last_ledger_flush_is_unknown_once_deleted_not_never_produced(
+    kafka_bootstrap: str,
+    kafka_admin: AdminClient,
+    make_topic: Callable[..., str],
+    tickets_table: str,
+    spark: Any,
+    settings: Any,
+    tmp_path: Path,
+) -> None:
+    """The same with a contract-v1 producer (AuditedProducerV1), which ledgers delivery reports
+    at its background flush: the session runs for more than a minute (ticket 1 ledgered by
+    flush()), ticket 2's row is created, the session sends its record, the broker acks it and
+    the report is served, and the session is killed before its next ledger flush. A later v1
+    session sends ticket 3 and closes; retention (delete_records) takes ticket 2's record. The
+    ledger is complete since before the row was created and names no ticket 2: read at its word,
+    ticket 2 was never produced."""
+    settings.RECONCILE_STATE_DIR = str(tmp_path / "state")
+    topic = make_topic("killed-v1")
+    ledger, clients, consumer_ledger = make_topic("pledger"), make_topic("clients"), make_topic("cledger")
+    session, delivered = kill_after_an_untraced_send(kafka_bootstrap, topic, ledger, clients, tickets_table, v1=True)
+
+    later = AuditedProducerV1({"bootstrap.servers": kafka_bootstrap}, ledger_topic=ledger, clients_topic=clients)
+    later.produce(topic, b"{}", b"3")
+    assert later.close(30) == 0
+
+    # Ground truth: the broker wrote ticket 2's record (its delivery report), the ledger names
+    # no ticket 2 (the session died before flushing its report), retention takes the record.
+    assert delivered is not None and delivered["key"] == "2" and delivered["error"] is None, delivered
+    ledgered, bad = decode_ledger_records(r.value for r in read_topic(kafka_bootstrap, ledger))
+    assert not bad
+    named = {e.audit_id for r in ledgered if isinstance(r, ProducerBatch) for e in r.entries}
+    assert named == {"1", "3"}, named
+    delete_records(kafka_admin, [TopicPartition(topic, delivered["partition"], delivered["offset"] + 1)])
+    assert [r.key for r in read_topic(kafka_bootstrap, topic)] == ["3"]
+
+    by_python = _diagnose_with_both_engines(
+        _rule(kafka_bootstrap, topic, tickets_table), spark, ledger, clients, consumer_ledger
+    )
+    verdict, reason = by_python["2"]
+    # The old code: "no producer-ledger entry for this key since the row was created (the ledger
+    # ... is complete since then ...)" (never-produced): it counted v2 sessions only.
     assert verdict == "unknown", by_python
     assert f"producer session {session} ledgered nothing after" in reason, reason
 
@@ -171,27 +200,9 @@ def test_a_record_a_killed_v2_producer_sent_untraced_and_the_cleaner_removed_is_
     settings.RECONCILE_STATE_DIR = str(tmp_path / "state")
     topic = make_topic("killed-compacted", config=CLEANED_AT_ONCE)
     ledger, clients, consumer_ledger = make_topic("pledger"), make_topic("clients"), make_topic("cledger")
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.killed_producer", kafka_bootstrap, topic, ledger, clients, "cust-1"],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+    session, delivered = kill_after_an_untraced_send(
+        kafka_bootstrap, topic, ledger, clients, tickets_table, record_key="cust-1"
     )
-    try:
-        assert child.stdin is not None and child.stdout is not None
-        word, session, started_ms = child.stdout.readline().split()
-        assert word == "ledgered", "the producer did not start"
-        # The ledger speaks for rows created a clock margin (60 s) after its producer started.
-        time.sleep(max(0.0, int(started_ms) / 1000 + 62 - time.time()))
-        with psycopg.connect(os.environ["SOURCE_DATABASE_URL"], autocommit=True) as conn:
-            conn.execute(f"INSERT INTO {tickets_table} (ticket_id, created_at, status) VALUES (2, now(), 'NEW')")
-        child.stdin.write("send 2\n")
-        child.stdin.flush()
-        delivered = json.loads(child.stdout.readline())
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait(30)
 
     later = AuditedProducer(
         {"bootstrap.servers": kafka_bootstrap}, ledger_topic=ledger, clients_topic=clients, key_fn=audit_value
@@ -227,22 +238,7 @@ def test_a_record_a_killed_v2_producer_sent_untraced_and_the_cleaner_removed_is_
         assert conn.execute(f"SELECT status FROM {tickets_table} WHERE ticket_id = 2").fetchone() == ("NEW",)
 
     rule = _rule(kafka_bootstrap, topic, tickets_table, record_key="json:$.ticket_id")
-    results = [
-        diagnose_rule(
-            rule,
-            DiagnosisOptions(
-                engine=engine,
-                spark=spark,
-                producer_ledger_topic=ledger,
-                consumer_ledger_topic=consumer_ledger,
-                clients_topic=clients,
-                use_index=False,
-            ),
-        )
-        for engine in ("python", "spark")
-    ]
-    by_python, by_spark = ({i.row.key: (i.diagnosis.verdict, i.diagnosis.reason) for i in r.items} for r in results)
-    assert by_spark == by_python
+    by_python = _diagnose_with_both_engines(rule, spark, ledger, clients, consumer_ledger)
     verdict, reason = by_python["2"]
     # The old code: "no record with this key in ..., which still holds everything produced since
     # before the row was created, and no producer-ledger entry" (never-produced).

@@ -86,9 +86,10 @@ SMALL_JOB_KEYS = (
 )
 
 
-def test_it_names_the_v2_producer_sessions_that_never_closed_as_the_python_engine_does(spark) -> None:
-    """Per unclosed contract-v2 session: its last ledger record's timestamp and its declared
-    alive_ms (null: none). Closed sessions, v1 sessions, consumers and garbage are left out."""
+def test_it_names_the_producer_sessions_that_never_closed_as_the_python_engine_does(spark) -> None:
+    """Per unclosed producer session of either contract: its last ledger record's timestamp, its
+    declared alive_ms (null: none) and whether it wrote contract-v2 records (which ledger what it
+    sent). Closed sessions, consumers and garbage are left out."""
     ranges = '{"v":2,"type":"ranges","pid":"%s","client_id":"c","topic":"t","entries":[[0,4,"acked",1,2]]}'
     keys = '{"v":2,"type":"keys","pid":"%s","client_id":"c","topic":"t","entries":[[0,["k"],[[1,1]]]]}'
     batch = '{"v":1,"type":"batch","pid":"%s","client_id":"c","topic":"t","entries":[]}'
@@ -101,6 +102,12 @@ def test_it_names_the_v2_producer_sessions_that_never_closed_as_the_python_engin
         (encode_session_end("producer", "closed", 4, {"t": 0}, alive_ms=1200, closed=True), 4_000),
         (encode_session_start("producer", "v1", "c", 1, "h"), 0),
         (batch % "v1", 6_000),
+        (encode_session_start("producer", "v1-killed", "c", 1, "h", alive_ms=31_000), 0),
+        (batch % "v1-killed", 6_500),
+        (encode_session_end("producer", "v1-killed", 4, {"t": 0}, alive_ms=31_000), 6_600),
+        (encode_session_start("producer", "v1-closed", "c", 1, "h", alive_ms=31_000), 0),
+        (batch % "v1-closed", 6_700),
+        (encode_session_end("producer", "v1-closed", 4, {"t": 0}, alive_ms=31_000, closed=True), 6_800),
         (encode_session_end("producer", "idle", 4, {"t": 0}, alive_ms=900), 7_000),
         (ranges % "undeclared", 5_000),
         (encode_session_start("consumer", "reader", "c", 1, "h", group="g"), 8_000),
@@ -123,9 +130,17 @@ def test_it_names_the_v2_producer_sessions_that_never_closed_as_the_python_engin
 
     actual = transform_untraced_sessions(raw)
 
-    expected = [("idle", T_MS + 7_000, 900), ("killed", T_MS + 2_000, 1200), ("undeclared", T_MS + 5_000, None)]
+    expected = [
+        ("idle", T_MS + 7_000, 900, False),
+        ("killed", T_MS + 2_000, 1200, True),
+        ("undeclared", T_MS + 5_000, None, True),
+        ("v1", T_MS + 6_000, None, False),
+        ("v1-killed", T_MS + 6_600, 31_000, False),
+    ]
     assertDataFrameEqual(
-        actual, spark.createDataFrame(expected, "session string, last_ms long, alive_ms long"), ignoreNullable=True
+        actual,
+        spark.createDataFrame(expected, "session string, last_ms long, alive_ms long, ledgers_sends boolean"),
+        ignoreNullable=True,
     )
     trails = SessionTrails()
     for value, ms in ledger:

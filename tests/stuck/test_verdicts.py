@@ -20,6 +20,7 @@ from auditor.stuck.evidence import (
     ProcessedMark,
     Sighting,
     StuckRow,
+    UntracedSession,
     ms_to_iso,
 )
 from auditor.stuck.verdicts import diagnose
@@ -180,7 +181,11 @@ def test_a_session_that_never_closed_bounds_the_ledgers_silence_by_its_declared_
 
     def verdict(*untraced: tuple[str, int, int | None]) -> tuple[str, str]:
         cluster.producer_ledger = LedgerView(
-            "pl", True, entries_for_topic=3, covers_topic_from_ms=PROBED_SINCE_MS, untraced_sessions=list(untraced)
+            "pl",
+            True,
+            entries_for_topic=3,
+            covers_topic_from_ms=PROBED_SINCE_MS,
+            untraced_sessions=[UntracedSession(*u, ledgers_sends=True) for u in untraced],
         )
         d = diagnose(ROW, [], [], {}, cluster)
         return d.verdict, d.reason
@@ -214,7 +219,11 @@ def test_a_record_an_unclosed_session_may_have_sent_untraced_is_not_never_produc
 
     def verdict(state: PartitionState, *untraced: tuple[str, int, int | None], **extra: object) -> Diagnosis:
         ledger = LedgerView(
-            "pl", True, entries_for_topic=10, covers_topic_from_ms=PROBED_SINCE_MS, untraced_sessions=list(untraced)
+            "pl",
+            True,
+            entries_for_topic=10,
+            covers_topic_from_ms=PROBED_SINCE_MS,
+            untraced_sessions=[UntracedSession(*u, ledgers_sends=True) for u in untraced],
         )
         cluster = view(producer_ledger=ledger, **extra)
         cluster.partitions = {0: state}
@@ -260,6 +269,52 @@ def test_a_record_an_unclosed_session_may_have_sent_untraced_is_not_never_produc
     # a session silent since before the topic's oldest record: what it sent may have been deleted
     d = verdict(replace(trimmed, leader_epoch=0), ("s-killed", created_ms + 200_000, 31_000))
     assert d.verdict == "unknown" and "no longer holds records that old" in d.reason, d.reason
+
+
+def test_a_v1_session_that_never_closed_may_have_sent_the_rows_record_before_its_last_ledger_record() -> None:
+    """A contract-v1 session ledgers delivery reports, not sends: killed between two ledger
+    flushes, it leaves the reports served since the last one unledgered, whenever it sent their
+    records (a report comes up to message.timeout.ms later, or later still when the application
+    does not poll). Its last ledger record bounds when it stopped (alive_ms), not what it sent
+    before: the topic must hold everything since the row was created."""
+    created_ms = NOW_MS - 3600_000
+    # Retention took the records up to 5 min after the row was created; one leader throughout.
+    trimmed = PartitionState(0, 3, 10, 10, created_ms + 300_000, leader_epoch=0)
+    complete_since = PartitionState(0, 0, 10, 10, leader_epoch=0)
+
+    def verdict(state: PartitionState, *untraced: UntracedSession) -> Diagnosis:
+        ledger = LedgerView(
+            "pl", True, entries_for_topic=10, covers_topic_from_ms=PROBED_SINCE_MS, untraced_sessions=list(untraced)
+        )
+        cluster = view(producer_ledger=ledger)
+        cluster.partitions = {0: state}
+        return diagnose(ROW, [], [], {}, cluster)
+
+    # Ledgered a report 10 min after the row was created, then killed: a contract-v2 session
+    # would have ledgered the row's record by then, if it sent it before.
+    assert verdict(trimmed, UntracedSession("s-v2", created_ms + 600_000, 31_000, True)).verdict == "never-produced"
+    # A v1 session may have sent it 4 min after the row was created and had its report
+    # after that flush (the old code left v1 sessions out: never-produced).
+    d = verdict(trimmed, UntracedSession("s-v1", created_ms + 600_000, 31_000, False))
+    assert d.verdict == "unknown", d.reason
+    assert "producer session s-v1 ledgered nothing after" in d.reason, d.reason
+    assert "the deliveries reported since its last ledger flush, whenever it sent them" in d.reason, d.reason
+    assert d.evidence["untraced_producer_session"] == {
+        "session": "s-v1",
+        "last_ledger_record": ms_to_iso(created_ms + 600_000),
+        "alive_ms": 31_000,
+        "ledgers_sends": False,
+    }
+    # An older v1 probe declares no liveness: it may have run on for any time.
+    d = verdict(trimmed, UntracedSession("s-v1", created_ms - 300_000, None, False))
+    assert d.verdict == "unknown" and "declares no heartbeat" in d.reason, d.reason
+    # It stopped (31 s + the 60 s margin) long before the row was created.
+    assert verdict(trimmed, UntracedSession("s-v1", created_ms - 300_000, 31_000, False)).verdict == "never-produced"
+    # The topic holds everything since the row was created, with one leader: what the session
+    # sent for it is still there.
+    assert verdict(complete_since, UntracedSession("s-v1", created_ms + 600_000, 31_000, False)).verdict == (
+        "never-produced"
+    )
 
 
 def test_it_waits_for_an_open_transaction() -> None:

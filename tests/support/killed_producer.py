@@ -1,9 +1,11 @@
-"""A contract-v2 audited producer to kill -9 between two ledger flushes (a test runs it in a
-process of its own: ``python -m tests.support.killed_producer BOOTSTRAP TOPIC LEDGER CLIENTS
-[RECORD_KEY]``).
+"""An audited producer to kill -9 between two ledger flushes (a test runs it in a process of its
+own: ``python -m tests.support.killed_producer [--v1] BOOTSTRAP TOPIC LEDGER CLIENTS
+[RECORD_KEY]``), and ``kill_after_an_untraced_send``, which runs it for a test.
 
-A record's key is its ticket, its value ``{}``; given RECORD_KEY, every record has that key
-and carries its ticket in its value (``{"ticket_id": ...}``), its audit-id (``audit_value``).
+It writes record contract version 2 (``AuditedProducer``), or version 1 with ``--v1``
+(``AuditedProducerV1``). A record's key is its ticket, its value ``{}``; given RECORD_KEY, every
+record has that key and carries its ticket in its value (``{"ticket_id": ...}``), its audit-id
+(``audit_value``).
 
 It sends ticket 1 and ledgers it with flush(), prints ``ledgered <session> <start ms>``, then
 waits for ``send <ticket>`` on stdin: it sends that ticket, serves the delivery report with
@@ -13,12 +15,22 @@ waits to be killed. Its background ledger flush runs every 600 s, so none comes 
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import signal
+import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
-from auditor.probes import AuditedProducer
+import psycopg
+
+from auditor.probes import AuditedProducer, AuditedProducerV1
+from tests.support.paths import ROOT
+
+# The ledger speaks for rows created a clock margin (60 s) after its producer started.
+_LEDGER_SPEAKS_AFTER_S = 62
 
 
 def audit_value(value: Any, key: Any) -> str:
@@ -26,9 +38,58 @@ def audit_value(value: Any, key: Any) -> str:
     return str(json.loads(value)["ticket_id"])
 
 
+class KilledSession(NamedTuple):
+    """What the killed producer told before it died: its session and ticket 2's delivery report
+    (``{"key", "error", "partition", "offset"}``, None when none came within 30 s)."""
+
+    session: str
+    delivered: dict[str, Any] | None
+
+
+def kill_after_an_untraced_send(
+    bootstrap: str,
+    topic: str,
+    ledger: str,
+    clients: str,
+    table: str,
+    *,
+    record_key: str | None = None,
+    v1: bool = False,
+) -> KilledSession:
+    """Run the producer below in a process of its own until its ledger speaks for new rows,
+    insert ticket 2's row (``NEW``, created now) into ``table`` of ``SOURCE_DATABASE_URL``,
+    have the producer send ticket 2, and kill it (-9) once it printed the delivery report,
+    before any ledger flush after ticket 1's."""
+    command = [sys.executable, "-m", "tests.support.killed_producer", *(["--v1"] if v1 else [])]
+    command += [bootstrap, topic, ledger, clients, *([record_key] if record_key is not None else [])]
+    child = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        word, session, started_ms = child.stdout.readline().split()
+        assert word == "ledgered", "the producer did not start"
+        time.sleep(max(0.0, int(started_ms) / 1000 + _LEDGER_SPEAKS_AFTER_S - time.time()))
+        with psycopg.connect(os.environ["SOURCE_DATABASE_URL"], autocommit=True) as conn:
+            conn.execute(f"INSERT INTO {table} (ticket_id, created_at, status) VALUES (2, now(), 'NEW')")
+        child.stdin.write("send 2\n")
+        child.stdin.flush()
+        delivered = json.loads(child.stdout.readline())
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    return KilledSession(session, delivered)
+
+
 def main(argv: list[str]) -> int:
-    bootstrap, topic, ledger, clients = argv[:4]
-    shared_key = argv[4].encode() if len(argv) > 4 else None
+    parser = argparse.ArgumentParser(prog="python -m tests.support.killed_producer")
+    parser.add_argument("--v1", action="store_true", help="record contract version 1 (AuditedProducerV1)")
+    parser.add_argument("bootstrap")
+    parser.add_argument("topic")
+    parser.add_argument("ledger")
+    parser.add_argument("clients")
+    parser.add_argument("record_key", nargs="?")
+    args = parser.parse_args(argv)
+    topic = args.topic
+    shared_key = args.record_key.encode() if args.record_key is not None else None
 
     def record(ticket: str) -> tuple[bytes, bytes]:
         """(value, key) of a ticket's record."""
@@ -49,14 +110,22 @@ def main(argv: list[str]) -> int:
         )
 
     started_ms = time.time_ns() // 1_000_000
-    producer = AuditedProducer(
-        {"bootstrap.servers": bootstrap, "linger.ms": 0, "on_delivery": report},
-        ledger_topic=ledger,
-        clients_topic=clients,
-        ledger_flush_interval_s=600.0,
-        delivery_reports="all",
-        key_fn=None if shared_key is None else audit_value,
-    )
+    config = {"bootstrap.servers": args.bootstrap, "linger.ms": 0, "on_delivery": report}
+    key_fn = None if shared_key is None else audit_value
+    producer: AuditedProducer | AuditedProducerV1
+    if args.v1:
+        producer = AuditedProducerV1(
+            config, ledger_topic=args.ledger, clients_topic=args.clients, ledger_flush_interval_s=600.0, key_fn=key_fn
+        )
+    else:
+        producer = AuditedProducer(
+            config,
+            ledger_topic=args.ledger,
+            clients_topic=args.clients,
+            ledger_flush_interval_s=600.0,
+            delivery_reports="all",
+            key_fn=key_fn,
+        )
     producer.produce(topic, *record("1"))
     assert producer.flush(30) == 0 and reports and reports[0]["error"] is None, reports
     print("ledgered", producer.session_id, started_ms, flush=True)
