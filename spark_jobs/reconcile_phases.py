@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -131,19 +132,21 @@ def read_ledger(
     binding: Binding,
     plan: OffsetRange,
     persist: Callable[[DataFrame], DataFrame],
+    admin: AdminClient,
     ledger_id: LedgerId | None = None,
 ) -> LedgerRead:
     """Read a ledger's planned offsets into the cache, then check nothing was deleted under
     the read and it reached its planned end (as the topic's reads are checked), and that the
-    ledger topic is still the one whose id was read before its offsets (ledger_id)."""
+    ledger topic is still the one whose id was read before its offsets (ledger_id). `admin`:
+    the run's admin client (RunPlan.admin)."""
     if not plan.total:
         return LedgerRead(plan, None, {})
-    records = persist(extract_topic(spark, binding, plan))
+    records = persist(extract_topic(spark, binding, plan, admin=admin))
     first_ms, last_read = first_record_ms(records)  # reads the ledger into the cache
-    check_nothing_deleted_while_read(binding, plan)
+    check_nothing_deleted_while_read(admin, plan)
     check_read_to_planned_end(binding, plan, last_read)
     if ledger_id is not None and ledger_id.topic == plan.topic:
-        check_ledger_unchanged(binding, ledger_id)
+        check_ledger_unchanged(admin, ledger_id)
     return LedgerRead(plan, records, first_ms)
 
 
@@ -169,7 +172,8 @@ def read_held(
         return None
     held = persist(
         transform_records(
-            extract_topic(spark, binding, OffsetRange(binding.topic, tail), "read_uncommitted"), binding.record_key
+            extract_topic(spark, binding, OffsetRange(binding.topic, tail), "read_uncommitted", plan.admin),
+            binding.record_key,
         ).select("key", "session", "seq")
     )
     count = held.count()
@@ -220,7 +224,9 @@ def extract_inputs(
     # Partitioned by key once: the key-level state below joins and groups by key without
     # shuffling the records again.
     records = persist(
-        transform_records(extract_topic(spark, binding, topic, "read_committed"), binding.record_key).repartition("key")
+        transform_records(
+            extract_topic(spark, binding, topic, "read_committed", plan.admin), binding.record_key
+        ).repartition("key")
     )
     # Only a partition whose read began below the last read's high watermark holds records
     # that were not written after it; most runs begin at it, and nothing is looked up per record.
@@ -247,7 +253,7 @@ def extract_inputs(
     read_uncommitted = binding.transactions if binding.transactions is not None else totals["n"] < topic.total
     if read_uncommitted:
         all_records = persist(
-            transform_records(extract_topic(spark, binding, topic, "read_uncommitted"), binding.record_key)
+            transform_records(extract_topic(spark, binding, topic, "read_uncommitted", plan.admin), binding.record_key)
         )
         all_records.count()  # read now, so the check below covers this read too
         new_aborted = transform_aborted(all_records, records)
@@ -257,7 +263,7 @@ def extract_inputs(
     # A record without any audit header has no session or sequence (transform_records); one
     # read uncommitted is not counted.
     sequenced = read_uncommitted or totals["records_without_headers"] < totals["n"]
-    check_nothing_deleted_while_read(binding, topic)
+    check_nothing_deleted_while_read(plan.admin, topic)
     check_read_to_planned_end(binding, topic, {p: s.last[0] for p, s in summary.items()})
     behind_open = read_held(spark, binding, plan, persist)
     # After a rebuild `meta` is empty: only this run's checkpoints count.
@@ -343,7 +349,7 @@ def extract_inputs(
     producer_entries = empty_frame(spark, LEDGER_ENTRY_SCHEMA)
     producer_bounds = empty_frame(spark, LEDGER_BOUND_SCHEMA)
     producer_ledger = read_ledger(
-        spark, binding, plan.kafka["producer_ledger"], persist, plan.ledger_ids.get("producer")
+        spark, binding, plan.kafka["producer_ledger"], persist, plan.admin, plan.ledger_ids.get("producer")
     )
     if producer_ledger.records is not None:
         producer_entries, producer_bounds = transform_producer_ledger(
@@ -362,7 +368,7 @@ def extract_inputs(
     lost_marks = None
     first_marks = {group: dict(marks) for group, marks in meta.first_marks.items()}
     consumer_ledger = read_ledger(
-        spark, binding, plan.kafka["consumer_ledger"], persist, plan.ledger_ids.get("consumer")
+        spark, binding, plan.kafka["consumer_ledger"], persist, plan.admin, plan.ledger_ids.get("consumer")
     )
     if consumer_ledger.records is not None:
         marks = persist(transform_consumer_ledger(consumer_ledger.records, binding.topic, binding.consumer_groups))
