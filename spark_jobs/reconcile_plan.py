@@ -1,7 +1,8 @@
 """Phase 1 of a reconciliation run, and the data the phases hand on: the run's options and
 laps, plan_run (which state to build on, which offsets to read, the source window), the
 session settings of the run, RunInputs (phase 2's output) and RunState (phase 3's).
-reconcile_phases.py holds the phases that follow."""
+The phases that follow: reconcile_inputs.py, reconcile_new_state.py, reconcile_report.py,
+reconcile_commit.py."""
 
 from __future__ import annotations
 
@@ -190,7 +191,7 @@ class RunInputs:
     lost_marks: DataFrame | None = None
     # the topic's producers stamp records well before writing them (record_times); kept in state.json
     backdated: Backdated | None = None
-    # records past the last stable offset, behind an open transaction (reconcile_phases.read_held)
+    # records past the last stable offset, behind an open transaction (reconcile_inputs.read_held)
     held: DataFrame | None = None
     # the source table the window was read from: orphan candidates' keys are looked up in it (late_rows)
     source: SourceTable | None = None

@@ -1,6 +1,7 @@
-"""The phases of one reconciliation run after plan_run (reconcile_plan.py): extract_inputs →
-update_state → find_all → flag_new / count_findings → commit_state. reconcile.py wires them
-and loads the result."""
+"""Phase 2 of a reconciliation run, after plan_run (reconcile_plan.py): extract_inputs reads
+the planned offsets of the topic, the source window and both ledgers, checks that nothing was
+deleted, truncated or rewritten under the reads, and hands on RunInputs. update_state
+(reconcile_new_state.py) follows."""
 
 from __future__ import annotations
 
@@ -12,20 +13,11 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.binding import (
-    Binding,
-    BindingError,
-)
-from spark_jobs.group_commits import remember, standing_in
-from spark_jobs.late_rows import SourceTable, late_rows
-from spark_jobs.ledger_ids import (
-    LEDGER_KINDS,
-    LedgerId,
-    check_ledger_unchanged,
-    ledger_ids_after,
-    recreated_ledger_horizon,
-)
-from spark_jobs.mark_rules import rules_from_json, rules_to_json
+from spark_jobs.binding import Binding, BindingError
+from spark_jobs.group_commits import standing_in
+from spark_jobs.late_rows import SourceTable
+from spark_jobs.ledger_ids import LedgerId, check_ledger_unchanged, recreated_ledger_horizon
+from spark_jobs.mark_rules import rules_from_json
 from spark_jobs.reconcile_extract import (
     OffsetRange,
     PartitionSummary,
@@ -46,67 +38,27 @@ from spark_jobs.reconcile_extract import (
     summarize_partitions,
 )
 from spark_jobs.reconcile_helpers import FIRST_MARK_SCHEMA
-from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan, RunState
+from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan
 from spark_jobs.reconcile_rewrites import find_mark_rules, without_rewritten_marks
-from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import (
     COMMITTED_SCHEMA,
-    FINDING_KINDS,
     KEY_INDEX_SCHEMA,
     LEDGER_BOUND_SCHEMA,
     LEDGER_ENTRY_SCHEMA,
-    LOST_SIGHTING_SCHEMA,
     PROCESSED_SCHEMA,
     RECORD_COUNTS,
     RECORD_SCHEMA,
     SOURCE_ROW_SCHEMA,
-    UNVERIFIABLE,
-    WATERMARK_SCHEMA,
-    acks_maybe_held,
-    conform,
-    duplicates_of,
     empty_frame,
-    find_aborted,
-    find_duplicates,
-    find_gaps,
-    find_missing,
-    find_orphans,
-    find_reprocessed,
-    find_unprocessed,
-    is_empty_plan,
-    key_delta_of,
-    keyed_by_memory,
     local_frame,
-    new_source_of,
-    orphan_candidates_of,
-    pending_of,
     transform_aborted,
     transform_consumer_ledger,
-    transform_key_stats,
-    transform_key_table,
-    transform_ledger_bounds,
-    transform_ledger_open,
     transform_lost_marks,
-    transform_lost_marks_coverage,
-    transform_lost_sightings,
-    transform_processed_coverage,
     transform_producer_ledger,
-    transform_rebuild_memory,
     transform_records,
-    transform_reprocessed,
-    transform_seq_coverage,
-    transform_seq_times,
     transform_source_rows,
-    transform_touched_keys,
-    transform_unprocessed_candidates,
-    union_findings,
-    unverifiable_rows,
 )
 from spark_jobs.record_times import Backdated, find_backdated, stamp_lag_ms, written_after_read
-from spark_jobs.send_outcome import judged_until_ms
-
-# What makes two runs' findings the same finding (flag_new: is_new).
-IDENTITY = ["kind", "key", "cause", "partition", "offset", "session", "seq", "group"]
 
 
 @dataclass
@@ -430,343 +382,4 @@ def extract_inputs(
             (ms for ms in (meta.unprobed_record_ms, *(s.unprobed_ms for s in summary.values())) if ms is not None),
             default=None,
         ),
-    )
-
-
-def update_state(
-    spark: SparkSession,
-    binding: Binding,
-    plan: RunPlan,
-    inputs: RunInputs,
-    persist: Callable[[DataFrame], DataFrame],
-    laps: Laps,
-) -> RunState:
-    """Previous state + this run's data → the next state, each dataset written under the
-    run's id and read back; the key index and source deltas appended."""
-    store, meta, records = plan.store, plan.meta, inputs.records
-    # A small run writes each dataset in no more partitions than there are cores (a run with
-    # little new data may still carry many findings: never fewer tasks than cores).
-    new = RunState(store, laps, partitions=plan.small_partitions(spark))
-    keep = new.keep
-
-    def old(name: str) -> DataFrame:
-        return store.dataset(spark, meta, name)
-
-    new_lost = empty_frame(spark, LOST_SIGHTING_SCHEMA)
-    if plan.memory is not None:
-        # A rebuild starts from the part of the old index that the re-read cannot see again.
-        bounds = spark.createDataFrame(
-            [(p, o.low, o.high) for p, o in plan.kafka["watermarks"].items()], "partition int, low long, high long"
-        )
-        carried, new_lost = transform_rebuild_memory(
-            store.deltas(spark, plan.memory.key_deltas, KEY_INDEX_SCHEMA),
-            records,
-            bounds,
-            sorted(plan.rewritten),
-            plan.run_id,
-            all_deleted=plan.recreated is not None,
-            compacted=plan.cleanup.compacted,
-        )
-        meta.key_deltas = [store.write_delta(carried, "keys", KEY_INDEX_SCHEMA, suffix="-carried")]
-    old_index = store.deltas(spark, meta.key_deltas, KEY_INDEX_SCHEMA)
-
-    # Lost sightings outlive a rebuild; nearly always there are none and nothing is read.
-    old_lost = store.dataset(spark, plan.previous, "lost_sightings")
-    if plan.memory is not None or not (is_empty_plan(old_lost) or old_lost.isEmpty()):
-        keep("lost_sightings", transform_lost_sightings(old_lost, new_lost, records))
-    else:
-        new.frames["lost_sightings"] = old_lost
-
-    # Every key this run touched, joined once with what the state knew of it: the key-level
-    # datasets and both deltas are filters of it.
-    touched = persist(transform_touched_keys(transform_key_stats(records), inputs.window_rows))
-    has_state = not (is_empty_plan(old_index) and is_empty_plan(inputs.old_source))
-    key_range = None
-    if plan.broadcast_new and has_state:
-        # A small run against a large state: its keys' range lets the state scans skip row groups.
-        low, high = touched.agg(F.min("key"), F.max("key")).first() or (None, None)
-        key_range = (str(low), str(high)) if low is not None and high is not None else None
-    keys = transform_key_table(touched, old_index, inputs.old_source, plan.broadcast_new, key_range)
-    if has_state:
-        keys = persist(keys)  # else a projection of `touched`: nothing to spare by a second copy
-    keep("duplicates", duplicates_of(keys, records, old("duplicates")))
-    keep("pending_source", pending_of(keys, old("pending_source")))
-    candidates = orphan_candidates_of(keys, records, old("orphan_candidates"))
-    late = None
-    if plan.lower is not None and inputs.source is not None:
-        # Rows visible only after the windows that could have held them were read: their
-        # records are no orphans (late_rows).
-        candidates = persist(candidates)
-        late = late_rows(spark, binding, inputs.source, candidates, plan.upper)
-        if late is not None:
-            late = persist(late)
-            candidates = candidates.join(late.select("key"), "key", "left_anti")
-        laps("late_rows")
-    keep("orphan_candidates", candidates)
-    # The datasets below are unions of the old one and this run's ledger entries, aborted
-    # records or groups' records, less what is settled: empty when both are.
-    old_aborted = old("aborted")
-    new.keep_unless_empty(
-        "aborted",
-        [old_aborted, inputs.new_aborted],
-        lambda: conform(old_aborted, RECORD_SCHEMA).unionByName(conform(inputs.new_aborted, RECORD_SCHEMA)),
-    )
-    if inputs.sequenced:
-        coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
-    else:  # no record read carries a sequence: the coverage is what it was
-        coverage = new.keep_previous(spark, "seq_coverage", meta)
-    old_open, old_bounds = old("ledger_open"), old("ledger_bounds")
-    new.keep_unless_empty(
-        "ledger_open",
-        [old_open, inputs.producer_entries],
-        lambda: transform_ledger_open(old_open, inputs.producer_entries, coverage),
-    )
-    new.keep_unless_empty(
-        "ledger_bounds",
-        [old_bounds, inputs.producer_bounds],
-        lambda: transform_ledger_bounds(old_bounds, inputs.producer_bounds),
-    )
-    # Only gaps read it, and there are gaps only where a producer ledger was ever read.
-    old_times = old("seq_times")
-    new.keep_unless_empty(
-        "seq_times",
-        [old_times, old_bounds, inputs.producer_bounds],
-        lambda: transform_seq_times(old_times, inputs.all_records),
-    )
-    old_processed, old_reprocessed = old("processed_coverage"), old("reprocessed")
-    old_candidates = old("unprocessed_candidates")
-
-    def reprocessed_now() -> DataFrame:
-        found = persist(
-            transform_reprocessed(old_reprocessed, old_processed, inputs.processed, records, old_candidates)
-        )
-        if found.where(F.col("audit_id").isNull()).isEmpty():  # nearly always: one small job
-            return found
-        since = plan.topic_records_since or (
-            datetime.fromisoformat(meta.topic_records_since) if meta.topic_records_since else None
-        )
-        return keyed_by_memory(
-            found,
-            inputs.processed,
-            old_index,
-            old("duplicates"),
-            int(since.timestamp() * 1000) if since is not None else None,
-        )
-
-    new.keep_unless_empty("reprocessed", [old_reprocessed, inputs.processed], reprocessed_now)
-    processed_cov = new.keep_unless_empty(
-        "processed_coverage",
-        [old_processed, inputs.processed],
-        lambda: transform_processed_coverage(old_processed, inputs.processed),
-    )
-    if inputs.lost_marks is None:  # nearly always: the earlier run's dataset stands, by reference
-        lost_marks = new.keep_previous(spark, "marks_lost", meta)
-    else:
-        lost_marks = new.keep("marks_lost", transform_lost_marks_coverage(old("marks_lost"), inputs.lost_marks))
-    new.keep_unless_empty(
-        "unprocessed_candidates",
-        [old_candidates, inputs.groups],
-        lambda: transform_unprocessed_candidates(
-            old_candidates,
-            records,
-            processed_cov,
-            inputs.groups,
-            inputs.committed,
-            inputs.first_marks_frame,
-            None if is_empty_plan(lost_marks) else lost_marks,
-        ),
-    )
-    if inputs.totals["tombstones"]:
-        fresh = conform(records.where(F.col("tombstone") & F.col("key").isNotNull()), RECORD_SCHEMA)
-        old_tombstones = store.dataset(spark, plan.previous, "tombstones")
-        # a rebuild reads again what an earlier run read: one entry per record
-        keep(
-            "tombstones",
-            conform(old_tombstones, RECORD_SCHEMA).unionByName(fresh).dropDuplicates(["partition", "offset"]),
-        )
-    else:  # nothing new: the earlier run's dataset stands, by reference
-        new.keep_previous(spark, "tombstones", plan.previous)
-    new.key_deltas = [
-        *meta.key_deltas,
-        store.write_delta(key_delta_of(keys, plan.run_id), "keys", KEY_INDEX_SCHEMA),
-    ]
-    fresh_rows = new_source_of(keys) if late is None else new_source_of(keys).unionByName(late)
-    new.source_deltas = [*meta.source_deltas, store.write_delta(fresh_rows, "source", SOURCE_ROW_SCHEMA)]
-    laps("state.deltas")
-    return new
-
-
-def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
-    """Every finding of the new state (FINDING_SCHEMA)."""
-    spark = inputs.records.sparkSession
-    watermarks = spark.createDataFrame(
-        [(p, o.low, plan.topic.ranges[p][1]) for p, o in plan.kafka["watermarks"].items()], WATERMARK_SCHEMA
-    )
-    s = new.frames
-    held = inputs.held
-    if not is_empty_plan(s["ledger_bounds"]):
-        # v2 acks a leader may still hold beyond the high watermarks read: judged by a later run
-        maybe_held = acks_maybe_held(s["ledger_open"], plan.acks_judged_until_ms)
-        held = maybe_held if held is None else held.unionByName(maybe_held)
-    # Each finder below finds nothing in an empty dataset (gaps: none past a session's
-    # ledgered bound); proven empty, it is not built at all.
-    gaps = (
-        None
-        if is_empty_plan(s["ledger_bounds"])
-        else find_gaps(
-            s["seq_coverage"],
-            s["ledger_open"],
-            s["ledger_bounds"],
-            watermarks,
-            unverifiable_until=inputs.unverifiable_until,
-            delivered_keys=plan.store.deltas(spark, new.key_deltas, KEY_INDEX_SCHEMA).select("key"),
-            deleted_keys=None if is_empty_plan(s["tombstones"]) else s["tombstones"].select("key"),
-            compacted_until=inputs.compacted_until,
-            keys_emptied_until=inputs.keys_emptied_until,
-            entries_lost_until=inputs.entries_lost_until,
-            seq_times=s["seq_times"],
-            sent_judged_until_ms=judged_until_ms(plan.read_at_ms, plan.send_outcome_ms),
-            held=held,
-        )
-    )
-    # a key the ledger acked and the topic lost: its row is missing because the broker lost it
-    lost_acks = None if gaps is None else gaps.where(F.col("cause") == "broker-lost")
-    optional: list[tuple[DataFrame, Callable[[], DataFrame]]] = [
-        (s["aborted"], lambda: find_aborted(s["aborted"])),
-        (
-            s["unprocessed_candidates"],
-            lambda: find_unprocessed(
-                s["unprocessed_candidates"],
-                inputs.committed,
-                s["processed_coverage"],
-                max((t for t in (inputs.compacted_until, inputs.marks_lost_until) if t is not None), default=None),
-                inputs.mark_rules,
-                inputs.first_marks_frame,
-            ),
-        ),
-        (s["reprocessed"], lambda: find_reprocessed(s["reprocessed"])),
-    ]
-    return union_findings(
-        [
-            find_missing(
-                s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"], lost_acks, held
-            ),
-            find_duplicates(s["duplicates"]),
-            find_orphans(s["orphan_candidates"], plan.cutoff),
-            *([] if gaps is None else [gaps]),
-            *[build() for source, build in optional if not is_empty_plan(source)],
-        ]
-    )
-
-
-def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFrame:
-    """`is_new`: the previous run did not report the same finding (IDENTITY)."""
-    seen = (
-        plan.store.dataset(spark, plan.findings_before, "findings")
-        .select(*[F.col(c).alias(f"_seen_{c}") for c in IDENTITY])
-        .distinct()
-    )
-    return (
-        current.join(seen, [current[c].eqNullSafe(seen[f"_seen_{c}"]) for c in IDENTITY], "left")
-        .withColumn("is_new", F.col("_seen_kind").isNull())
-        .drop(*[f"_seen_{c}" for c in IDENTITY])
-    )
-
-
-def count_findings(
-    plan: RunPlan, inputs: RunInputs, new: RunState, flagged: DataFrame
-) -> tuple[dict[str, int], int, int]:
-    """Findings per kind, the rows that could not be checked and the header counts; how many
-    findings are new, and how many there are (flagged: flag_new's output)."""
-    counts = dict.fromkeys(FINDING_KINDS, 0)
-    new_count = found = 0
-    for row in flagged.groupBy("kind", "is_new").count().collect():
-        counts[row["kind"]] = counts.get(row["kind"], 0) + row["count"]
-        new_count += row["count"] if row["is_new"] else 0
-        found += row["count"]
-    until = inputs.unverifiable_until
-    # Nothing is unverifiable while no record was ever deleted unread (no job to say so).
-    counts[UNVERIFIABLE] = (
-        unverifiable_rows(new.frames["pending_source"], plan.cutoff, until, new.frames["lost_sightings"]).count()
-        if until is not None
-        else 0
-    )
-    if counts[UNVERIFIABLE] and until is not None:
-        why = "the topic no longer holds records that old"
-        if inputs.keys_emptied_until is not None:
-            why += " or the log cleaner may have removed every record of their items (compacted topic)"
-        plan.warnings.append(
-            f"{counts[UNVERIFIABLE]} source row(s) created up to {until.isoformat()} have no record "
-            f"and cannot be checked: {why}"
-        )
-    # Not findings: the records this run read whose audit headers were absent or undecodable.
-    return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}, new_count, found
-
-
-def ledgers_read_after(plan: RunPlan) -> dict[str, dict[str, dict[int, int]]]:
-    """state.json's ledgers_read after this run: where it stopped reading each ledger, and
-    where earlier runs stopped for the partitions and ledger topics it did not read (no
-    consumer group, a ledger topic that does not exist, another ledger named)."""
-    read: dict[str, dict[str, dict[int, int]]] = {}
-    for kind in LEDGER_KINDS:
-        ledgers = {topic: dict(parts) for topic, parts in plan.meta.ledgers_read.get(kind, {}).items()}
-        ledger: OffsetRange = plan.kafka[f"{kind}_ledger"]
-        ledgers[ledger.topic] = ledgers.get(ledger.topic, {}) | {p: e for p, (_, e) in ledger.ranges.items()}
-        read[kind] = {topic: parts for topic, parts in ledgers.items() if parts}
-    return read
-
-
-def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: RunState) -> None:
-    """Point state.json at the new state: last, so a failed run leaves the old one."""
-    store, kafka = plan.store, plan.kafka
-    until = inputs.unverifiable_until
-    # on a partition a rebuild found rewritten, a committed offset may predate the truncation
-    group_commits, unproven_commits = remember(
-        plan.meta.group_commits,
-        plan.meta.unproven_commits,
-        kafka["committed"],
-        {p: (o.low, o.high) for p, o in kafka["watermarks"].items()},
-        plan.run_id,
-        plan.read_at_ms,
-        rewritten=plan.rewritten if plan.memory is not None else (),
-    )
-    ledgers_read = ledgers_read_after(plan)
-    store.commit(
-        StateMeta(
-            run_id=plan.run_id,
-            topic_offsets={p: e for p, (_, e) in plan.topic.ranges.items()},
-            producer_ledger_offsets=ledgers_read["producer"].get(kafka["producer_ledger"].topic, {}),
-            consumer_ledger_offsets=ledgers_read["consumer"].get(kafka["consumer_ledger"].topic, {}),
-            ledgers_read=ledgers_read,
-            ledger_ids=ledger_ids_after(plan.meta.ledger_ids, plan.ledger_ids, ledgers_read),
-            producer_ledger_topic=kafka["producer_ledger"].topic,
-            consumer_ledger_topic=kafka["consumer_ledger"].topic,
-            topic_id=plan.topic_id or plan.previous.topic_id,  # unread this run: the last one known
-            topic_records_since=(
-                plan.topic_records_since.isoformat() if plan.topic_records_since else plan.previous.topic_records_since
-            ),
-            window_upper=plan.upper.isoformat(),
-            unverifiable_until=until.isoformat() if until else None,
-            marks_lost_until=inputs.marks_lost_until.isoformat() if inputs.marks_lost_until else None,
-            entries_lost_until=inputs.entries_lost_until.isoformat() if inputs.entries_lost_until else None,
-            keys_emptied_until=inputs.keys_emptied_until.isoformat() if inputs.keys_emptied_until else None,
-            emptied_tracked=True,
-            key_deltas=store.compact(spark, new.key_deltas, "keys", KEY_INDEX_SCHEMA),
-            source_deltas=store.compact(spark, new.source_deltas, "source", SOURCE_ROW_SCHEMA),
-            datasets=new.datasets,
-            checkpoints=inputs.checkpoints,
-            marks_rewritten=rules_to_json(inputs.mark_rules),
-            first_marks=inputs.first_marks,
-            identity=plan.identity,
-            timestamp_zone=plan.timestamp_zone,
-            # Only with the id of the topic read: a run that could not read it keeps the last one,
-            # which may be of a topic deleted since; its read would then seem to be of that one,
-            # and every record of the new topic to have been written after it.
-            read_at_ms=plan.read_at_ms if plan.topic_id or not plan.previous.topic_id else None,
-            read_highs={p: o.high for p, o in kafka["watermarks"].items()},
-            backdated=inputs.backdated.to_json() if inputs.backdated else None,
-            unprobed_record_ms=inputs.unprobed_record_ms,
-            group_commits=group_commits,
-            unproven_commits=unproven_commits,
-        )
     )
