@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.jars import local_jars
@@ -135,16 +136,18 @@ def read_kafka_ranges(
     ranges: Mapping[int, tuple[int, int]],
     isolation: str,
     tasks_per_core: int = 2,
+    admin: AdminClient | None = None,
 ) -> DataFrame:
     """The records of `topic` in [start, end) per partition through Spark's Kafka source in
     batch mode, with headers (KAFKA_RAW_SCHEMA). Every Spark job reads the topic and the
-    ledgers through this one reader."""
+    ledgers through this one reader. `admin`: the run's admin client, which tells the brokers
+    to bootstrap from (spark_source_options)."""
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
     if not wanted:
         return empty_frame(spark, KAFKA_RAW_SCHEMA)
     reader = (
         spark.read.format("kafka")
-        .options(**spark_source_options(bootstrap_servers, kafka_config, topic))
+        .options(**spark_source_options(bootstrap_servers, kafka_config, topic, admin))
         .option("assign", json.dumps({topic: sorted(wanted)}))
         .option("startingOffsets", json.dumps({topic: {str(p): s for p, (s, _) in wanted.items()}}))
         .option("endingOffsets", json.dumps({topic: {str(p): e for p, (_, e) in wanted.items()}}))

@@ -49,6 +49,9 @@ class PartitionOffsets:
 def admin_client(
     bootstrap_servers: str, config: Mapping[str, Any] | None = None, timeout_s: float = 10.0
 ) -> AdminClient:
+    """An admin client with the cluster's connection settings (kafka_security.admin_config).
+    Each new one bootstraps (connections, API versions, metadata) before its first answer: a
+    reconciliation run makes one (reconcile_plan.plan_run) and asks all its admin reads on it."""
     return AdminClient(admin_config(bootstrap_servers, config, timeout_s))
 
 
@@ -97,7 +100,11 @@ def topic_id(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> str | N
 
 
 def live_bootstrap_servers(
-    bootstrap_servers: str, config: Mapping[str, Any] | None, topic: str, timeout_s: float = 10.0
+    bootstrap_servers: str,
+    config: Mapping[str, Any] | None,
+    topic: str,
+    timeout_s: float = 10.0,
+    admin: AdminClient | None = None,
 ) -> str:
     """The brokers the cluster's metadata names now, as a bootstrap list for the Java clients of
     Spark's Kafka source; the configured list when the metadata cannot be read.
@@ -110,10 +117,14 @@ def live_bootstrap_servers(
     broker out of the metadata, so after broker.session.timeout.ms these addresses lead only to
     brokers that answer. They are the brokers' advertised addresses for the listener the
     configured servers lead to, which every Kafka client connects to after its bootstrap anyway.
+
+    `admin`: the run's client (made from the same servers and config), asked first; a fresh
+    client asks again.
     """
-    for _ in range(2):  # librdkafka may have asked the frozen broker itself: a new client asks again
+    for attempt in range(2):  # librdkafka may have asked the frozen broker itself: a new client asks again
         try:
-            metadata = admin_client(bootstrap_servers, config, timeout_s).list_topics(topic, timeout=timeout_s)
+            asking = admin if admin is not None and attempt == 0 else admin_client(bootstrap_servers, config, timeout_s)
+            metadata = asking.list_topics(topic, timeout=timeout_s)
             break
         except KafkaException:
             continue
@@ -127,10 +138,13 @@ def live_bootstrap_servers(
     return ",".join(addresses) or bootstrap_servers
 
 
-def spark_source_options(bootstrap_servers: str, config: Mapping[str, Any], topic: str) -> dict[str, str]:
+def spark_source_options(
+    bootstrap_servers: str, config: Mapping[str, Any], topic: str, admin: AdminClient | None = None
+) -> dict[str, str]:
     """The Kafka source options of one Spark read of `topic`: the Java client's settings
-    (kafka_options.java_kafka_options), bootstrapped from the brokers that answer now."""
-    return java_kafka_options(live_bootstrap_servers(bootstrap_servers, config, topic), dict(config))
+    (kafka_options.java_kafka_options), bootstrapped from the brokers that answer now (asked
+    first on `admin`, the run's client, where given)."""
+    return java_kafka_options(live_bootstrap_servers(bootstrap_servers, config, topic, admin=admin), dict(config))
 
 
 # ListOffsets answers while the partition's leadership moves: the client asked the old leader,

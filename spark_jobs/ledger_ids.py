@@ -17,7 +17,7 @@ from datetime import datetime
 from confluent_kafka.admin import AdminClient
 
 from spark_jobs.binding import Binding
-from spark_jobs.kafka_offsets import KafkaReadError, admin_client, topic_id, topic_partitions
+from spark_jobs.kafka_offsets import KafkaReadError, topic_id, topic_partitions
 from spark_jobs.reconcile_extract import ReconcileError, recreation_horizon
 
 LEDGER_KINDS = ("producer", "consumer")
@@ -50,10 +50,10 @@ def read_ledger_id(admin: AdminClient, topic: str) -> str | None:
     return topic_id(admin, topic)
 
 
-def extract_ledger_ids(binding: Binding) -> dict[str, LedgerId]:
-    """Per kind, the id of the ledger topic the run reads, read before its offsets are."""
+def extract_ledger_ids(binding: Binding, admin: AdminClient) -> dict[str, LedgerId]:
+    """Per kind, the id of the ledger topic the run reads, read before its offsets are (on
+    the run's admin client)."""
     ids = {}
-    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
     for kind, topic in ledgers_named(binding).items():
         try:
             ids[kind] = LedgerId(topic, read_ledger_id(admin, topic))
@@ -80,15 +80,15 @@ def ledger_ids_after(
     return after
 
 
-def check_ledger_unchanged(binding: Binding, ledger: LedgerId) -> None:
+def check_ledger_unchanged(admin: AdminClient, ledger: LedgerId) -> None:
     """Fail the run when the ledger topic it read has another id now than the one read before
     its offsets were: deleted (and created again) while the run planned and read it, the
     offsets it read up to would be taken for the new topic's by the next run. Nothing to
-    check where the id was not known."""
+    check where the id was not known. `admin`: the run's admin client."""
     if ledger.id is None:
         return
     try:
-        now = read_ledger_id(admin_client(binding.bootstrap_servers, binding.kafka_config), ledger.topic)
+        now = read_ledger_id(admin, ledger.topic)
     except KafkaReadError as exc:
         raise ReconcileError(
             f"ledger topic {ledger.topic!r} was read, but its id could not be read again to tell that it is the topic "

@@ -55,15 +55,11 @@ from spark_jobs.binding import (
     load_binding_json,
 )
 from spark_jobs.common import build_spark_session
-from spark_jobs.reconcile_phases import (
-    commit_state,
-    count_findings,
-    extract_inputs,
-    find_all,
-    flag_new,
-    update_state,
-)
+from spark_jobs.reconcile_commit import commit_state
+from spark_jobs.reconcile_inputs import extract_inputs
+from spark_jobs.reconcile_new_state import update_state
 from spark_jobs.reconcile_plan import Laps, RunOptions, RunPlan, new_run_id, plan_run, run_settings_applied
+from spark_jobs.reconcile_report import count_findings, find_all, flag_new
 from spark_jobs.reconcile_transform import is_empty_plan
 
 

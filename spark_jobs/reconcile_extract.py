@@ -27,7 +27,6 @@ from spark_jobs.group_offsets import committed_offsets
 from spark_jobs.kafka_cleanup import TopicCleanup, absent_keys_explained, read_topic_cleanup
 from spark_jobs.kafka_offsets import (
     PartitionOffsets,
-    admin_client,
     deleted_while_read,
     first_committed_records,
     partition_offsets,
@@ -109,31 +108,43 @@ def plan_offsets(
 
 
 def extract_topic(
-    spark: SparkSession, binding: Binding, plan: OffsetRange, isolation: str = "read_committed"
+    spark: SparkSession,
+    binding: Binding,
+    plan: OffsetRange,
+    isolation: str = "read_committed",
+    admin: AdminClient | None = None,
 ) -> DataFrame:
-    """The records of `plan` through Spark's Kafka source in batch mode, with headers."""
-    return read_kafka_ranges(spark, binding.bootstrap_servers, binding.kafka_config, plan.topic, plan.ranges, isolation)
+    """The records of `plan` through Spark's Kafka source in batch mode, with headers.
+    `admin`: the run's admin client (read_kafka_ranges)."""
+    return read_kafka_ranges(
+        spark, binding.bootstrap_servers, binding.kafka_config, plan.topic, plan.ranges, isolation, admin=admin
+    )
 
 
-def extract_topic_cleanup(binding: Binding) -> TopicCleanup:
+# The driver-side reads below take the run's admin client (RunPlan.admin, made once by
+# plan_run from the binding's servers and security settings): each new client pays a
+# bootstrap and metadata round trip before its first answer.
+
+
+def extract_topic_cleanup(binding: Binding, admin: AdminClient) -> TopicCleanup:
     """The topic's cleanup.policy and compaction lag (kafka_cleanup), once the topic is known
     to exist (an unreachable cluster or a missing topic fails as every other read does)."""
-    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
     topic_partitions(admin, binding.topic)
     return read_topic_cleanup(admin, binding.topic)
 
 
-def extract_topic_id(binding: Binding) -> str | None:
+def extract_topic_id(binding: Binding, admin: AdminClient) -> str | None:
     """The topic's id now (kafka_offsets.topic_id)."""
-    return topic_id(admin_client(binding.bootstrap_servers, binding.kafka_config), binding.topic)
+    return topic_id(admin, binding.topic)
 
 
-def find_rewritten_partitions(binding: Binding, meta: StateMeta, compacted: bool = False) -> dict[int, str]:
+def find_rewritten_partitions(
+    binding: Binding, admin: AdminClient, meta: StateMeta, compacted: bool = False
+) -> dict[int, str]:
     """Partitions whose records already read were truncated or replaced since the last run
     (kafka_offsets.rewritten_partitions)."""
     if not meta.topic_offsets:
         return {}
-    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
     offsets = partition_offsets(admin, binding.topic, topic_partitions(admin, binding.topic))
     return rewritten_partitions(
         binding.bootstrap_servers,
@@ -235,17 +246,17 @@ def checkpoint_prints(
 
 
 def extract_topic_offsets(
-    binding: Binding, meta: StateMeta, read_before: dict[int, int] | None = None
+    binding: Binding, admin: AdminClient, meta: StateMeta, read_before: dict[int, int] | None = None
 ) -> dict[str, Any]:
     """Every driver-side Kafka look-up, in the order that keeps the reads consistent.
 
     Committed offsets first, then the consumer ledger's end, MARK_SETTLE_SECONDS later where
     a group has committed (a processed mark may trail its commit by the probe's flush), then the producer ledger's end, then the topic's own ends (a ledger
-    entry acked at an offset is then always inside the topic range read).
+    entry acked at an offset is then always inside the topic range read). Committed offsets
+    are asked on clients of their own (group_offsets), the rest on `admin`.
     """
-    connection = admin_config(binding.bootstrap_servers, binding.kafka_config)
-    admin = AdminClient(connection)
     partitions = topic_partitions(admin, binding.topic)
+    connection = admin_config(binding.bootstrap_servers, binding.kafka_config)
     committed = committed_offsets(connection, binding.consumer_groups, binding.topic, partitions)
     settled = time.monotonic() + (mark_settle_seconds() if committed else 0.0)
 
@@ -274,14 +285,13 @@ def extract_topic_offsets(
     }
 
 
-def check_nothing_deleted_while_read(binding: Binding, plan: OffsetRange) -> None:
+def check_nothing_deleted_while_read(admin: AdminClient, plan: OffsetRange) -> None:
     """Fail the run when a partition's log start moved past its planned start during the read.
 
     The Kafka source skips records deleted under it (failOnDataLoss=false, see extract_topic),
     so a read that raced retention or delete_records would look like records that were never
     produced. Call it once every read of `plan` has been materialized.
     """
-    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
     moved = deleted_while_read(admin, plan.topic, plan.ranges)
     if moved:
         where = ", ".join(

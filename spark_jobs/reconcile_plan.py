@@ -1,7 +1,8 @@
 """Phase 1 of a reconciliation run, and the data the phases hand on: the run's options and
 laps, plan_run (which state to build on, which offsets to read, the source window), the
 session settings of the run, RunInputs (phase 2's output) and RunState (phase 3's).
-reconcile_phases.py holds the phases that follow."""
+The phases that follow: reconcile_inputs.py, reconcile_new_state.py, reconcile_report.py,
+reconcile_commit.py."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.binding import Binding, identity_changes
@@ -110,6 +112,11 @@ class RunPlan:
     # per kind, why the ledger topic the run reads is read from its start: it was deleted
     # and created again since earlier runs read it (forget_recreated_ledgers)
     ledgers_recreated: dict[str, str] = field(default_factory=dict)
+    # The run's one admin client (the binding's servers and security settings): every admin
+    # read of the cluster, from plan_run to the checks after the reads, is asked on it. A new
+    # client bootstraps (connections, API versions, metadata) before its first answer. Reads a
+    # group coordinator answers keep clients of their own (group_offsets).
+    admin: AdminClient = field(kw_only=True, repr=False, compare=False)
 
     @property
     def topic(self) -> OffsetRange:
@@ -184,7 +191,7 @@ class RunInputs:
     lost_marks: DataFrame | None = None
     # the topic's producers stamp records well before writing them (record_times); kept in state.json
     backdated: Backdated | None = None
-    # records past the last stable offset, behind an open transaction (reconcile_phases.read_held)
+    # records past the last stable offset, behind an open transaction (reconcile_inputs.read_held)
     held: DataFrame | None = None
     # the source table the window was read from: orphan candidates' keys are looked up in it (late_rows)
     source: SourceTable | None = None
@@ -336,6 +343,8 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     offsets to read, and the source window."""
     run_id = options.run_id or new_run_id()
     store = StateStore(options.state_dir, binding.name, run_id)
+    # the run's admin client (RunPlan.admin): made first, it bootstraps while the state is read
+    admin = admin_client(binding.bootstrap_servers, binding.kafka_config)
     warnings: list[str] = []
     unreadable = False
     try:
@@ -381,7 +390,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             meta.unprobed_record_ms = earlier.unprobed_record_ms
     else:
         meta = earlier
-    cleanup = extract_topic_cleanup(binding)
+    cleanup = extract_topic_cleanup(binding, admin)
     # When the run began to read the topic (its id, then its log ends): the run's clock (a
     # test's fixed `now` included: the story it tells is then one timeline). Taken before the
     # id, so a topic created again after it asked is never taken for the one read.
@@ -391,7 +400,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         meta.unprobed_record_ms = read_at_ms
     id_error: KafkaReadError | None = None
     try:
-        current_id = extract_topic_id(binding)
+        current_id = extract_topic_id(binding, admin)
     except KafkaReadError as exc:  # then a re-creation goes unseen this run (the checkpoints still see most)
         current_id, id_error = None, exc
         warnings.append(f"the topic's id could not be read, so a re-creation of it would go unseen: {exc}")
@@ -403,7 +412,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         )
         rewritten = dict.fromkeys(meta.topic_offsets or [0], recreated)
     else:
-        rewritten = find_rewritten_partitions(binding, meta, cleanup.compacted)
+        rewritten = find_rewritten_partitions(binding, admin, meta, cleanup.compacted)
         if rewritten and id_error is not None and meta.topic_id:
             # A truncation makes what earlier runs saw lost by the broker; a topic deleted and
             # created again does not. Only the id tells them apart: publish nothing.
@@ -452,17 +461,15 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             "is read again from its log start"
             for p, reason in sorted(rewritten.items())
         ]
-    ledger_ids = extract_ledger_ids(binding)
+    ledger_ids = extract_ledger_ids(binding, admin)
     ledgers_recreated, ledger_warnings = forget_recreated_ledgers(binding, meta, ledger_ids)
     warnings += ledger_warnings
     warnings += resume_ledgers(binding, meta)
     if judged := judging(binding.send_outcome_ms):
         warnings.append(judged)
-    kafka = extract_topic_offsets(binding, meta, read_before=memory.topic_offsets if memory else None)
+    kafka = extract_topic_offsets(binding, admin, meta, read_before=memory.topic_offsets if memory else None)
     # after the log ends, which the in-sync replicas speak for
-    acks_judged_until_ms, hold_notes = acks_judged_until(
-        admin_client(binding.bootstrap_servers, binding.kafka_config), binding.topic, read_at_ms
-    )
+    acks_judged_until_ms, hold_notes = acks_judged_until(admin, binding.topic, read_at_ms)
     warnings += hold_notes
     laps("kafka_offsets")
     upper = options.now or datetime.now(UTC)
@@ -493,4 +500,5 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         last_findings_of=last_findings_of,
         ledger_ids=ledger_ids,
         ledgers_recreated=ledgers_recreated,
+        admin=admin,
     )

@@ -175,7 +175,7 @@ def transform_key_table(
 
 
 # The one-dataset forms below build their own key table; a run builds it once and filters
-# it for every dataset (reconcile_phases.update_state).
+# it for every dataset (reconcile_new_state.update_state).
 def _key_table_of(
     new_records: DataFrame,
     key_stats: DataFrame | None,

@@ -31,7 +31,7 @@ UNVERIFIABLE = "unverifiable"
 HEADER_COUNTS = ("records_without_headers", "records_malformed_headers")
 
 FINDING_ACK_KIND = "finding"
-# What makes two runs' findings the same finding: spark_jobs/reconcile_phases.py IDENTITY (is_new).
+# What makes two runs' findings the same finding: spark_jobs/reconcile_report.py IDENTITY (is_new).
 FINDING_IDENTITY = ("kind", "key", "cause", "partition", "offset", "session", "seq", "group")
 
 

@@ -260,6 +260,6 @@ def test_it_neither_raises_nor_resolves_a_problem_whose_findings_are_all_muted(c
 
 
 def test_it_identifies_a_finding_across_runs_as_the_job_does() -> None:
-    from spark_jobs.reconcile_phases import IDENTITY  # imports pyspark: only for this test
+    from spark_jobs.reconcile_report import IDENTITY  # imports pyspark: only for this test
 
     assert list(FINDING_IDENTITY) == list(IDENTITY)

@@ -1,0 +1,141 @@
+"""The findings of a run's new state (reconcile_new_state.py): find_all, every finding;
+flag_new, which of them the previous run did not report; count_findings. commit_state
+(reconcile_commit.py) follows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.reconcile_plan import RunInputs, RunPlan, RunState
+from spark_jobs.reconcile_transform import (
+    FINDING_KINDS,
+    KEY_INDEX_SCHEMA,
+    RECORD_COUNTS,
+    UNVERIFIABLE,
+    WATERMARK_SCHEMA,
+    acks_maybe_held,
+    find_aborted,
+    find_duplicates,
+    find_gaps,
+    find_missing,
+    find_orphans,
+    find_reprocessed,
+    find_unprocessed,
+    is_empty_plan,
+    union_findings,
+    unverifiable_rows,
+)
+from spark_jobs.send_outcome import judged_until_ms
+
+# What makes two runs' findings the same finding (flag_new: is_new).
+IDENTITY = ["kind", "key", "cause", "partition", "offset", "session", "seq", "group"]
+
+
+def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
+    """Every finding of the new state (FINDING_SCHEMA)."""
+    spark = inputs.records.sparkSession
+    watermarks = spark.createDataFrame(
+        [(p, o.low, plan.topic.ranges[p][1]) for p, o in plan.kafka["watermarks"].items()], WATERMARK_SCHEMA
+    )
+    s = new.frames
+    held = inputs.held
+    if not is_empty_plan(s["ledger_bounds"]):
+        # v2 acks a leader may still hold beyond the high watermarks read: judged by a later run
+        maybe_held = acks_maybe_held(s["ledger_open"], plan.acks_judged_until_ms)
+        held = maybe_held if held is None else held.unionByName(maybe_held)
+    # Each finder below finds nothing in an empty dataset (gaps: none past a session's
+    # ledgered bound); proven empty, it is not built at all.
+    gaps = (
+        None
+        if is_empty_plan(s["ledger_bounds"])
+        else find_gaps(
+            s["seq_coverage"],
+            s["ledger_open"],
+            s["ledger_bounds"],
+            watermarks,
+            unverifiable_until=inputs.unverifiable_until,
+            delivered_keys=plan.store.deltas(spark, new.key_deltas, KEY_INDEX_SCHEMA).select("key"),
+            deleted_keys=None if is_empty_plan(s["tombstones"]) else s["tombstones"].select("key"),
+            compacted_until=inputs.compacted_until,
+            keys_emptied_until=inputs.keys_emptied_until,
+            entries_lost_until=inputs.entries_lost_until,
+            seq_times=s["seq_times"],
+            sent_judged_until_ms=judged_until_ms(plan.read_at_ms, plan.send_outcome_ms),
+            held=held,
+        )
+    )
+    # a key the ledger acked and the topic lost: its row is missing because the broker lost it
+    lost_acks = None if gaps is None else gaps.where(F.col("cause") == "broker-lost")
+    optional: list[tuple[DataFrame, Callable[[], DataFrame]]] = [
+        (s["aborted"], lambda: find_aborted(s["aborted"])),
+        (
+            s["unprocessed_candidates"],
+            lambda: find_unprocessed(
+                s["unprocessed_candidates"],
+                inputs.committed,
+                s["processed_coverage"],
+                max((t for t in (inputs.compacted_until, inputs.marks_lost_until) if t is not None), default=None),
+                inputs.mark_rules,
+                inputs.first_marks_frame,
+            ),
+        ),
+        (s["reprocessed"], lambda: find_reprocessed(s["reprocessed"])),
+    ]
+    return union_findings(
+        [
+            find_missing(
+                s["pending_source"], plan.cutoff, inputs.unverifiable_until, s["lost_sightings"], lost_acks, held
+            ),
+            find_duplicates(s["duplicates"]),
+            find_orphans(s["orphan_candidates"], plan.cutoff),
+            *([] if gaps is None else [gaps]),
+            *[build() for source, build in optional if not is_empty_plan(source)],
+        ]
+    )
+
+
+def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFrame:
+    """`is_new`: the previous run did not report the same finding (IDENTITY)."""
+    seen = (
+        plan.store.dataset(spark, plan.findings_before, "findings")
+        .select(*[F.col(c).alias(f"_seen_{c}") for c in IDENTITY])
+        .distinct()
+    )
+    return (
+        current.join(seen, [current[c].eqNullSafe(seen[f"_seen_{c}"]) for c in IDENTITY], "left")
+        .withColumn("is_new", F.col("_seen_kind").isNull())
+        .drop(*[f"_seen_{c}" for c in IDENTITY])
+    )
+
+
+def count_findings(
+    plan: RunPlan, inputs: RunInputs, new: RunState, flagged: DataFrame
+) -> tuple[dict[str, int], int, int]:
+    """Findings per kind, the rows that could not be checked and the header counts; how many
+    findings are new, and how many there are (flagged: flag_new's output)."""
+    counts = dict.fromkeys(FINDING_KINDS, 0)
+    new_count = found = 0
+    for row in flagged.groupBy("kind", "is_new").count().collect():
+        counts[row["kind"]] = counts.get(row["kind"], 0) + row["count"]
+        new_count += row["count"] if row["is_new"] else 0
+        found += row["count"]
+    until = inputs.unverifiable_until
+    # Nothing is unverifiable while no record was ever deleted unread (no job to say so).
+    counts[UNVERIFIABLE] = (
+        unverifiable_rows(new.frames["pending_source"], plan.cutoff, until, new.frames["lost_sightings"]).count()
+        if until is not None
+        else 0
+    )
+    if counts[UNVERIFIABLE] and until is not None:
+        why = "the topic no longer holds records that old"
+        if inputs.keys_emptied_until is not None:
+            why += " or the log cleaner may have removed every record of their items (compacted topic)"
+        plan.warnings.append(
+            f"{counts[UNVERIFIABLE]} source row(s) created up to {until.isoformat()} have no record "
+            f"and cannot be checked: {why}"
+        )
+    # Not findings: the records this run read whose audit headers were absent or undecodable.
+    return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}, new_count, found
