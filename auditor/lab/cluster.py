@@ -7,6 +7,7 @@ confluent-kafka consumer and admin client: ground truth never passes through the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -180,6 +181,12 @@ class Cluster:
     def broker(self, action: str, broker_id: int) -> None:
         """stop (SIGTERM) | kill (-9) | start | pause (SIGSTOP) | resume (SIGCONT)."""
         if action in ("stop", "kill", "pause"):
+            if broker_id not in self.addresses:
+                # reader() bootstraps to the brokers still up by their addresses: learn them while
+                # every one answers (without them, reads go through the shared client, which may
+                # wait out its timeout on a paused broker: make test, stop 65)
+                with contextlib.suppress(KafkaException):
+                    self.broker_ids()
             self.down.add(broker_id)  # before: metadata reads avoid it from the moment it goes
         self._stack_script(180, "broker", action, str(broker_id))
         if action in ("start", "resume"):
