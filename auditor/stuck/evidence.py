@@ -97,6 +97,12 @@ class LedgerEntry:
     acked_by_ms: int | None = None
 
     @property
+    def produced_by_ms(self) -> int | None:
+        """The latest it was produced (its producer's clock): the end of its v2 produce window,
+        else its time."""
+        return self.to_ms if self.to_ms is not None else self.ts_ms
+
+    @property
     def acked_no_later_ms(self) -> int | None:
         """The latest the broker can have acked it (its producer's clock): the v2 ledger record
         that says so, else the end of its produce window, else its time (a v1 entry's: when its

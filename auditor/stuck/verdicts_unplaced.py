@@ -85,9 +85,7 @@ def acked_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, An
         f"acked {_window(entry)} (sequence {entry.seq} of producer session {entry.session}; contract v2 ledgers "
         "no partition or offset)"
     )
-    where = _partitions_since(
-        view, entry.ts_ms, entry.to_ms if entry.to_ms is not None else entry.ts_ms, (entry.session, entry.seq)
-    )
+    where = _partitions_since(view, entry.ts_ms, entry.produced_by_ms, (entry.session, entry.seq))
     evidence["acked_window"] = {"from": ms_to_iso(entry.ts_ms), "to": ms_to_iso(entry.to_ms)}
     if where == "complete" or (where == "deleted" and _emptied_partition(view)):
         # Not in the log up to any partition's high watermark: an ack given by a leader alone
@@ -100,7 +98,7 @@ def acked_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, An
                 evidence,
             )
     if where == "complete":
-        compacted = compacted_since(view, entry.to_ms if entry.to_ms is not None else entry.ts_ms, evidence)
+        compacted = compacted_since(view, entry.produced_by_ms, evidence)
         if compacted is not None:
             return Diagnosis(
                 "unknown",
@@ -203,7 +201,7 @@ def sent_unplaced(entry: LedgerEntry, view: ClusterView, evidence: dict[str, Any
         f"sent {_window(entry)} (sequence {entry.seq} of producer session {entry.session}) and never confirmed by "
         "the broker (acks=0, a failed send, or a producer that stopped before its reports came)"
     )
-    last_sent_ms = entry.to_ms if entry.to_ms is not None else entry.ts_ms
+    last_sent_ms = entry.produced_by_ms
     if may_be_in_flight(last_sent_ms, view):
         return Diagnosis("unknown", f"{sent}; not in {view.topic} yet, but {in_flight(view)}", evidence)
     compacted = compacted_since(view, last_sent_ms, evidence)
