@@ -56,6 +56,7 @@ from spark_jobs.binding import (
 )
 from spark_jobs.common import build_spark_session
 from spark_jobs.reconcile_commit import commit_state
+from spark_jobs.reconcile_extract import source_clock
 from spark_jobs.reconcile_inputs import extract_inputs
 from spark_jobs.reconcile_new_state import update_state
 from spark_jobs.reconcile_plan import Laps, RunOptions, RunPlan, new_run_id, plan_run, run_settings_applied
@@ -135,7 +136,7 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
         return df
 
     laps = Laps()
-    plan = plan_run(binding, options, laps)
+    plan = plan_run(binding, options, laps, source_now=lambda: source_clock(spark, binding))
     with run_settings_applied(spark, plan) as settings:
         return _run_phases(spark, binding, options, plan, persist, laps) | {"spark_settings": settings}
 
@@ -177,7 +178,7 @@ def _run_phases(
         "topic_id": plan.topic_id,
         "window": {
             "lower": plan.lower.isoformat() if plan.lower else None,
-            "upper": plan.upper.isoformat(),
+            "upper": plan.source_upper.isoformat(),
             "cutoff": plan.cutoff.isoformat(),
             "unverifiable_until": until.isoformat() if until else None,
             "marks_lost_until": inputs.marks_lost_until.isoformat() if inputs.marks_lost_until else None,

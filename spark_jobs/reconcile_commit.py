@@ -56,7 +56,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
             topic_records_since=(
                 plan.topic_records_since.isoformat() if plan.topic_records_since else plan.previous.topic_records_since
             ),
-            window_upper=plan.upper.isoformat(),
+            window_upper=plan.source_upper.isoformat(),
             unverifiable_until=until.isoformat() if until else None,
             marks_lost_until=inputs.marks_lost_until.isoformat() if inputs.marks_lost_until else None,
             entries_lost_until=inputs.entries_lost_until.isoformat() if inputs.entries_lost_until else None,

@@ -488,6 +488,18 @@ def _jdbc_query(spark: SparkSession, binding: Binding, sql: str) -> DataFrame:
     return spark.read.format("jdbc").option("url", url).option("query", sql).options(**props).load()
 
 
+def source_clock(spark: SparkSession, binding: Binding) -> datetime:
+    """The source database's clock now: what a created column defaulting to now() is stamped
+    with. Read as the window's upper bound where it is behind the driver's (window_end)."""
+    row = _jdbc_query(spark, binding, "select current_timestamp as source_now").collect()[0]
+    moment: datetime = row["source_now"]
+    # PySpark gives a TimestampType value as a naive datetime in this process's local zone
+    # (TimestampType.fromInternal), whatever spark.sql.session.timeZone says.
+    if moment.tzinfo is None:
+        moment = moment.astimezone()
+    return moment.astimezone(UTC)
+
+
 def extract_source_columns(spark: SparkSession, binding: Binding) -> tuple[str, dict[str, str]]:
     """The table's qualified name and {column: type} as the database spells them.
 

@@ -287,7 +287,7 @@ def extract_inputs(
     table, columns = extract_source_columns(spark, binding)
     source = SourceTable(table, columns, source_key_unique(spark, binding, table, columns))
     window_rows = transform_source_rows(
-        extract_source(spark, binding, table, columns, plan.lower, plan.upper),
+        extract_source(spark, binding, table, columns, plan.lower, plan.source_upper),
         "audit_key",
         "audit_created",
         unique=source.unique,

@@ -107,7 +107,7 @@ def update_state(
         # Rows visible only after the windows that could have held them were read: their
         # records are no orphans (late_rows).
         candidates = persist(candidates)
-        late = late_rows(spark, binding, inputs.source, candidates, plan.upper)
+        late = late_rows(spark, binding, inputs.source, candidates, plan.source_upper)
         if late is not None:
             late = persist(late)
             candidates = candidates.join(late.select("key"), "key", "left_anti")
