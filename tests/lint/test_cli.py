@@ -251,6 +251,19 @@ def test_it_lints_a_spring_boot_file_at_the_java_version_given_whatever_the_clie
     assert (code, json.loads(out)["java_version"], rule_ids(out)) == (0, "java 3.8.1", ["C003"])
 
 
+def test_it_lints_a_confluent_platform_client_at_the_kafka_version_it_ships(
+    capsys: pytest.CaptureFixture[str], config_file: WriteFile
+) -> None:
+    path = config_file("consumer.properties", KIP848_CONSUMER_PROPERTIES)
+    java_consumer = ("--config", path, "--client", "java", "--kind", "consumer", "--json")
+    # CP 7.9 ships Kafka 3.9, which accepts session.timeout.ms under group.protocol=consumer...
+    code, out, _ = run_cli(capsys, *java_consumer, "--client-version", "7.9.0-ccs")
+    assert (code, json.loads(out)) == (0, {"java_version": "java 3.9.0", "results": []})
+    # ... and CP 8.0 (the enterprise build too) ships 4.0, which refuses it
+    code, out, _ = run_cli(capsys, *java_consumer, "--client-version", "8.0.0-ce")
+    assert (code, rule_ids(out), json.loads(out)["java_version"]) == (1, ["C102"], "java 4.0.0")
+
+
 @pytest.mark.parametrize(
     ("version", "message"),
     [
@@ -259,8 +272,8 @@ def test_it_lints_a_spring_boot_file_at_the_java_version_given_whatever_the_clie
             "error: client version: expected the Java client's Apache Kafka version such as 3.9.2 or 4.0, got '3.9.x'",
         ),
         ("latest", "got 'latest'"),
-        ("7.6.0-ccs", "a Confluent Platform version? give the Apache Kafka version it ships"),
-        ("7.6.0", "a Confluent Platform version?"),
+        ("7.6.0", "a Confluent Platform version? give it as its jar names it, 7.6.0-ccs"),
+        ("6.2.1-ccs", "'6.2.1-ccs' is a Confluent Platform version whose Apache Kafka version is not known"),
     ],
 )
 def test_it_rejects_a_client_version_it_cannot_read(

@@ -57,15 +57,22 @@ CLIENT_VERSION_SOURCE = "client version"
 
 def client_version_option(text: str | None) -> str | None:
     """A Java client version as a user gives it (`--client-version`, the paste form): "3.9.2" or
-    "3.9", stripped; None when not given. Raises LintInputError for anything else."""
+    "3.9", stripped, or a Confluent Platform build's "7.6.0-ccs" (or "-ce") as the Apache Kafka
+    version it ships ("3.6.0", reported_java_client_version); None when not given. Raises
+    LintInputError for anything else."""
     if text is None or not text.strip():
         return None
     given = text.strip()
+    if _CONFLUENT_VERSION.fullmatch(given):
+        return reported_java_client_version(given)
     match = _CLIENT_VERSION.fullmatch(given)
     if match is None or int(match.group(1)) > _LAST_KAFKA_MAJOR:
         hint = ""
         if re.match(r"[5-9]\.\d", given) or re.search(r"-(ccs|ce)$", given):
-            hint = " (a Confluent Platform version? give the Apache Kafka version it ships: 7.6.x is 3.6)"
+            hint = (
+                " (a Confluent Platform version? give it as its jar names it, 7.6.0-ccs, or the Apache Kafka "
+                "version it ships: 7.6.x is 3.6)"
+            )
         raise LintInputError(
             f"expected the Java client's Apache Kafka version such as 3.9.2 or 4.0, got {given!r}{hint}",
             source=CLIENT_VERSION_SOURCE,
