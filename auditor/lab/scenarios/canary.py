@@ -4,6 +4,14 @@ Xinfra Monitor counts a record lost once it is 20 s late (its default SLA); the 
 does the same, and stores figures per partition and minute with the partition's leader. The
 scenario runs `audit canary` as its own process, kills a leader with -9, and measures the time
 until a stored minute shows the kill (a loss, a produce error, or a record at least 5 s late).
+
+Under a paused (SIGSTOP, not killed) leader the connections to it stay open and answer nothing:
+librdkafka waits out socket.timeout.ms (60 s) on them, the producer's ProduceRequest (its
+request.timeout.ms is only the broker's ack timeout) as well as the consumer's FetchRequest
+(fetch.wait.max.ms + socket.timeout.ms). `canary-leader-pause` runs the canary in this process,
+keeps the leader frozen past the failover and the new leader's first acks by more than the SLA,
+and checks the canary's counts against the producer's own delivery reports and a full read of the
+topic: no acked record the topic holds counted lost, every record read, the stall in the latency.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -28,6 +36,9 @@ from auditor.lab.cluster import LabError, wait_until
 from auditor.lab.compare import Outcome
 from auditor.lab.registry import scenario
 from auditor.lab.world import World
+
+if TYPE_CHECKING:
+    from confluent_kafka.cimpl import DeliveryCallback  # only in the type stubs
 
 SLA_S = 20
 LATE_MS = 5000.0  # a kill stalls a partition for the broker session timeout (9 s); a loaded machine may add 1 or 2 s
@@ -109,6 +120,9 @@ PAUSE_WARM_UP_S = 8
 PAUSE_HOLD_S = SLA_S + 10
 PAUSE_MAX_S = 150  # the controller fences a frozen broker after its session timeout (9 s)
 AFTER_RESUME_S = SLA_S + 10
+# The canary re-checks leadership every 60 s (CanaryOptions.manage_interval_s): within that, the
+# resumed broker, leading nothing, gets its preferred partition back by an election.
+GIVEN_BACK_S = 75
 
 
 @dataclass
@@ -117,7 +131,7 @@ class _Delivery:
     value: bytes
     produced_at: float  # monotonic, when produce() was called
     reported_at: float  # monotonic, when the delivery report came
-    offset: int | None  # None: the send failed
+    offset: int  # -1: the send failed
 
 
 class _ReportsLog:
@@ -131,26 +145,38 @@ class _ReportsLog:
         deliveries = self.deliveries
 
         class ReportingProducer(Producer):
-            def produce(self, topic: str, value: bytes | None = None, *args: Any, **kwargs: Any) -> None:
+            def produce(
+                self,
+                topic: str,
+                value: str | bytes | None = None,
+                key: str | bytes | None = None,
+                partition: int = -1,
+                callback: DeliveryCallback | None = None,
+                on_delivery: DeliveryCallback | None = None,
+                timestamp: int = 0,
+                headers: Any = None,
+            ) -> None:
                 produced_at = time.monotonic()
-                report = kwargs.get("on_delivery")
+                report = on_delivery or callback
+                sent = value.encode() if isinstance(value, str) else value or b""
 
                 def delivered(err: KafkaError | None, msg: Message) -> None:
-                    ok = err is None
+                    offset = msg.offset() if err is None else None
                     deliveries.append(
-                        _Delivery(msg.partition() or 0, value or b"", produced_at, time.monotonic(),
-                                  msg.offset() if ok else None)
+                        _Delivery(msg.partition() or 0, sent, produced_at, time.monotonic(),
+                                  -1 if offset is None else offset)
                     )  # fmt: skip
                     if report is not None:
                         report(err, msg)
 
-                kwargs["on_delivery"] = delivered
-                super().produce(topic, value, *args, **kwargs)
+                super().produce(
+                    topic, value, key, partition=partition, on_delivery=delivered, timestamp=timestamp, headers=headers
+                )
 
         return ReportingProducer
 
     def acked(self) -> list[_Delivery]:
-        return [d for d in list(self.deliveries) if d.offset is not None]
+        return [d for d in list(self.deliveries) if d.offset >= 0]
 
 
 def _latency_covers(max_ms: float | None, stall_ms: float) -> bool:
@@ -184,7 +210,6 @@ def canary_leader_pause(world: World) -> Outcome:
     with mock.patch.object(canary_runner, "Producer", reports.producer_class()):
         thread = threading.Thread(target=run_canary, name="lab-canary", daemon=True)
         thread.start()
-        victim = None
         try:
             wait_until(lambda: len(reports.acked()) >= PAUSE_RATE * 3 or not thread.is_alive(), 60, "canary acks")
             time.sleep(PAUSE_WARM_UP_S)
@@ -207,6 +232,11 @@ def canary_leader_pause(world: World) -> Outcome:
                 cluster.broker("resume", victim)
             resumed_at = time.monotonic()
             time.sleep(AFTER_RESUME_S)
+            try:
+                wait_until(lambda: cluster.partition(topic, 0).leader == victim, GIVEN_BACK_S, "leadership given back")
+                given_back = True
+            except LabError:
+                given_back = False
         finally:
             service.stop()
             thread.join(120)
@@ -230,12 +260,21 @@ def canary_leader_pause(world: World) -> Outcome:
             expected[f"{p}: loss {i + 1}"] = {"canary:lost"}
         for i in range(int(counts["lost"] or 0)):
             got.setdefault(f"{p}: loss {i + 1}", set()).add("canary:lost")
+        # every record the partition holds (only this session's: the topic is new) read, in time
+        held_here = sum(1 for position in held if position[0] == p)
+        expected[f"{p}: reads"] = {"canary:read-every-record"}
+        if counts["received"] == held_here:
+            got[f"{p}: reads"] = {"canary:read-every-record"}
     # The stall the producer saw on partition 0 (produce to ack) is in the latency the canary reports.
     stall_ms = max((d.reported_at - d.produced_at) * 1000 for d in acked if d.partition == 0)
     expected["0: latency"] = {"canary:latency-shows-stall"}
     max_ms = report["partitions"]["0"]["max_ms"]
     if _latency_covers(max_ms, stall_ms):
         got["0: latency"] = {"canary:latency-shows-stall"}
+    # The canary, still running, gave the resumed broker its preferred partition back.
+    expected[f"broker {victim}"] = {"canary:leadership-given-back"}
+    if given_back:
+        got[f"broker {victim}"] = {"canary:leadership-given-back"}
     p0 = report["partitions"]["0"]
     world.notes.append(
         f"broker {victim} paused {resumed_at - paused_at:.1f} s; leader {successor} after "
@@ -244,7 +283,8 @@ def canary_leader_pause(world: World) -> Outcome:
         f"{len(reports.deliveries) - len(acked)}, topic holds {len(held)}, acked and absent {len(absent)}; "
         f"canary: sent {report['totals']['sent']} received {report['totals']['received']} "
         f"lost {report['totals']['lost']} late {report['totals']['late']} pending {report['totals']['pending']}; "
-        f"partition 0: lost {p0['lost']} late {p0['late']} max {max_ms} ms, producer's stall {stall_ms:.0f} ms"
+        f"partition 0: lost {p0['lost']} late {p0['late']} max {max_ms} ms, producer's stall {stall_ms:.0f} ms; "
+        f"partition 0 led by broker {victim} again: {given_back}"
     )
     return Outcome(
         injected=f"canary at {PAUSE_RATE:g} records/s per partition; leader {victim} of partition 0 paused "
