@@ -144,7 +144,13 @@ def _apply_plan(
     if plan.elect:
         tps = [TopicPartition(topic, p) for p in plan.elect]
         try:
-            results = admin.elect_leaders(ElectionType.PREFERRED, tps, request_timeout=timeout).result(timeout=timeout)
+            # No request_timeout/operation_timeout: confluent-kafka 2.16.1's binding raises SystemError
+            # ("more argument specifiers than keyword list entries") on any keyword argument of
+            # elect_leaders, which ended the canary the first time a broker back from a pause or a
+            # restart led nothing (lab canary-leader-pause, stop 66). The request then waits the
+            # admin client's socket.timeout.ms (the runner sets it to the connect timeout), and the
+            # future's own wait is bounded here.
+            results = admin.elect_leaders(ElectionType.PREFERRED, tps).result(timeout=timeout)
         except KafkaException as exc:
             log.warning("preferred leader election on %s failed: %s", topic, exc.args[0].str())
             results = {}

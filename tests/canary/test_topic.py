@@ -11,7 +11,9 @@ from confluent_kafka.admin import AdminClient
 
 from auditor.canary.topic import (
     CanaryError,
+    LeadershipPlan,
     PartitionInfo,
+    _apply_plan,
     ensure_canary_topic,
     leaders_from_stats,
     plan_leadership,
@@ -74,6 +76,16 @@ def test_it_adds_partitions_until_every_broker_leads_one(kafka_admin, kafka_boot
     assert set(layout.leaders.values()) == set(layout.brokers)
     assert len(layout.partitions) == kafka_brokers  # one partition added per broker that led nothing
     assert layout.leading_nothing == []
+
+
+@pytest.mark.integration
+def test_it_asks_a_real_cluster_for_a_preferred_election_without_raising(kafka_admin, make_topic):
+    # confluent-kafka 2.16.1 raised SystemError on elect_leaders' keyword arguments: the canary
+    # died the first time a broker back from a pause led nothing (lab canary-leader-pause).
+    # Partition 0 is led by its preferred leader already: the broker says no election was
+    # needed, which is logged, not raised, and nothing is reported done.
+    topic = make_topic("canary-elect", partitions=1)
+    assert _apply_plan(kafka_admin, topic, LeadershipPlan(elect=[0]), 1, 10.0) == []
 
 
 def test_it_names_the_bootstrap_servers_when_the_cluster_is_unreachable():

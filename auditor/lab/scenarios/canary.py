@@ -4,6 +4,14 @@ Xinfra Monitor counts a record lost once it is 20 s late (its default SLA); the 
 does the same, and stores figures per partition and minute with the partition's leader. The
 scenario runs `audit canary` as its own process, kills a leader with -9, and measures the time
 until a stored minute shows the kill (a loss, a produce error, or a record at least 5 s late).
+
+Under a paused (SIGSTOP, not killed) leader the connections to it stay open and answer nothing:
+librdkafka waits out socket.timeout.ms (60 s) on them, the producer's ProduceRequest (its
+request.timeout.ms is only the broker's ack timeout) as well as the consumer's FetchRequest
+(fetch.wait.max.ms + socket.timeout.ms). `canary-leader-pause` runs the canary in this process,
+keeps the leader frozen past the failover and the new leader's first acks by more than the SLA,
+and checks the canary's counts against the producer's own delivery reports and a full read of the
+topic: no acked record the topic holds counted lost, every record read, the stall in the latency.
 """
 
 from __future__ import annotations
@@ -12,14 +20,25 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from unittest import mock
 
+from confluent_kafka import KafkaError, Message, Producer
 from django.conf import settings
 
+from auditor.canary import runner as canary_runner
 from auditor.canary.models import CanaryPoint
+from auditor.canary.runner import CanaryOptions, CanaryService
+from auditor.lab.cluster import LabError, wait_until
 from auditor.lab.compare import Outcome
 from auditor.lab.registry import scenario
 from auditor.lab.world import World
+
+if TYPE_CHECKING:
+    from confluent_kafka.cimpl import DeliveryCallback  # only in the type stubs
 
 SLA_S = 20
 LATE_MS = 5000.0  # a kill stalls a partition for the broker session timeout (9 s); a loaded machine may add 1 or 2 s
@@ -89,4 +108,187 @@ def canary_broker_kill(world: World) -> Outcome:
         expected={who: {"canary:shows-kill"}},
         got={who: {"canary:shows-kill"}} if seen_at else {},
         detect_s=None if seen_at is None else seen_at - killed_at,
+    )
+
+
+# --- a paused (not killed) leader ------------------------------------------------------------
+
+PAUSE_RATE = 5.0
+PAUSE_WARM_UP_S = 8
+# Once the new leader acked a record, the leader stays frozen this long: the SLA plus a margin,
+# so a consumer still waiting on the frozen connection would have counted those records lost.
+PAUSE_HOLD_S = SLA_S + 10
+PAUSE_MAX_S = 150  # the controller fences a frozen broker after its session timeout (9 s)
+AFTER_RESUME_S = SLA_S + 10
+# The canary re-checks leadership every 60 s (CanaryOptions.manage_interval_s): within that, the
+# resumed broker, leading nothing, gets its preferred partition back by an election.
+GIVEN_BACK_S = 75
+
+
+@dataclass
+class _Delivery:
+    partition: int
+    value: bytes
+    produced_at: float  # monotonic, when produce() was called
+    reported_at: float  # monotonic, when the delivery report came
+    offset: int  # -1: the send failed
+
+
+class _ReportsLog:
+    """The canary producer's delivery reports, as librdkafka hands them over (ground truth from
+    the client: no canary code decides what is in here)."""
+
+    def __init__(self) -> None:
+        self.deliveries: list[_Delivery] = []
+
+    def producer_class(self) -> type[Producer]:
+        deliveries = self.deliveries
+
+        class ReportingProducer(Producer):
+            def produce(
+                self,
+                topic: str,
+                value: str | bytes | None = None,
+                key: str | bytes | None = None,
+                partition: int = -1,
+                callback: DeliveryCallback | None = None,
+                on_delivery: DeliveryCallback | None = None,
+                timestamp: int = 0,
+                headers: Any = None,
+            ) -> None:
+                produced_at = time.monotonic()
+                report = on_delivery or callback
+                sent = value.encode() if isinstance(value, str) else value or b""
+
+                def delivered(err: KafkaError | None, msg: Message) -> None:
+                    offset = msg.offset() if err is None else None
+                    deliveries.append(
+                        _Delivery(msg.partition() or 0, sent, produced_at, time.monotonic(),
+                                  -1 if offset is None else offset)
+                    )  # fmt: skip
+                    if report is not None:
+                        report(err, msg)
+
+                super().produce(
+                    topic, value, key, partition=partition, on_delivery=delivered, timestamp=timestamp, headers=headers
+                )
+
+        return ReportingProducer
+
+    def acked(self) -> list[_Delivery]:
+        return [d for d in list(self.deliveries) if d.offset >= 0]
+
+
+def _latency_covers(max_ms: float | None, stall_ms: float) -> bool:
+    # The consumer may read a record a moment before its delivery report comes back: a second's slack.
+    return max_ms is not None and max_ms >= stall_ms - 1000
+
+
+@scenario(
+    "canary-leader-pause",
+    f"the canary runs (SLA {SLA_S}s); a leader is paused (SIGSTOP) past the failover: no acked record the topic "
+    "holds counted lost, and the stall in its latency",
+)
+def canary_leader_pause(world: World) -> Outcome:
+    cluster = world.cluster
+    topic = world.topic
+    world.topic_made = True  # the canary creates it; the world deletes it
+    reports = _ReportsLog()
+    service = CanaryService(
+        CanaryOptions(
+            bootstrap_servers=cluster.bootstrap, topic=topic, rate=PAUSE_RATE, sla_s=SLA_S, store_points=False
+        )
+    )
+    answer: dict[str, Any] = {}
+
+    def run_canary() -> None:
+        try:
+            answer["result"] = service.run()
+        except Exception as exc:  # noqa: BLE001  (raised again in the scenario's thread)
+            answer["error"] = exc
+
+    with mock.patch.object(canary_runner, "Producer", reports.producer_class()):
+        thread = threading.Thread(target=run_canary, name="lab-canary", daemon=True)
+        thread.start()
+        try:
+            wait_until(lambda: len(reports.acked()) >= PAUSE_RATE * 3 or not thread.is_alive(), 60, "canary acks")
+            time.sleep(PAUSE_WARM_UP_S)
+            victim = cluster.partition(topic, 0).leader
+            cluster.broker("pause", victim)
+            paused_at = time.monotonic()
+            try:
+                successor = cluster.wait_for_leader(topic, 0, other_than=victim, timeout=90)
+                moved_at = time.monotonic()
+
+                def acked_by_successor() -> bool:
+                    return any(d.partition == 0 and d.reported_at > moved_at for d in reports.acked())
+
+                wait_until(acked_by_successor, PAUSE_MAX_S - (moved_at - paused_at), "an ack from the new leader")
+                first_ack_at = min(
+                    d.reported_at for d in reports.acked() if d.partition == 0 and d.reported_at > moved_at
+                )
+                time.sleep(max(0.0, min(PAUSE_HOLD_S, PAUSE_MAX_S - (time.monotonic() - paused_at))))
+            finally:
+                cluster.broker("resume", victim)
+            resumed_at = time.monotonic()
+            time.sleep(AFTER_RESUME_S)
+            try:
+                wait_until(lambda: cluster.partition(topic, 0).leader == victim, GIVEN_BACK_S, "leadership given back")
+                given_back = True
+            except LabError:
+                given_back = False
+        finally:
+            service.stop()
+            thread.join(120)
+    if "error" in answer:
+        raise answer["error"]
+    if "result" not in answer:
+        raise LabError("the canary did not finish within 120 s of being stopped")
+    report = answer["result"].report
+
+    # The truth: what the producer's delivery reports say was acked, and what a plain read of the
+    # whole topic holds afterwards (by partition, offset and value).
+    held = {(r.partition, r.offset): r.value for r in cluster.read_topic(topic)}
+    acked = reports.acked()
+    absent = [d for d in acked if held.get((d.partition, d.offset)) != d.value]
+    expected: dict[str, set[str]] = {}
+    got: dict[str, set[str]] = {}
+    for partition, counts in report["partitions"].items():
+        p = int(partition)
+        truly_lost = sum(1 for d in absent if d.partition == p)
+        for i in range(truly_lost):
+            expected[f"{p}: loss {i + 1}"] = {"canary:lost"}
+        for i in range(int(counts["lost"] or 0)):
+            got.setdefault(f"{p}: loss {i + 1}", set()).add("canary:lost")
+        # every record the partition holds (only this session's: the topic is new) read, in time
+        held_here = sum(1 for position in held if position[0] == p)
+        expected[f"{p}: reads"] = {"canary:read-every-record"}
+        if counts["received"] == held_here:
+            got[f"{p}: reads"] = {"canary:read-every-record"}
+    # The stall the producer saw on partition 0 (produce to ack) is in the latency the canary reports.
+    stall_ms = max((d.reported_at - d.produced_at) * 1000 for d in acked if d.partition == 0)
+    expected["0: latency"] = {"canary:latency-shows-stall"}
+    max_ms = report["partitions"]["0"]["max_ms"]
+    if _latency_covers(max_ms, stall_ms):
+        got["0: latency"] = {"canary:latency-shows-stall"}
+    # The canary, still running, gave the resumed broker its preferred partition back.
+    expected[f"broker {victim}"] = {"canary:leadership-given-back"}
+    if given_back:
+        got[f"broker {victim}"] = {"canary:leadership-given-back"}
+    p0 = report["partitions"]["0"]
+    world.notes.append(
+        f"broker {victim} paused {resumed_at - paused_at:.1f} s; leader {successor} after "
+        f"{moved_at - paused_at:.1f} s, its first ack {first_ack_at - paused_at:.1f} s into the pause; "
+        f"acked {len(acked)} (partition 0: {sum(1 for d in acked if d.partition == 0)}), failed "
+        f"{len(reports.deliveries) - len(acked)}, topic holds {len(held)}, acked and absent {len(absent)}; "
+        f"canary: sent {report['totals']['sent']} received {report['totals']['received']} "
+        f"lost {report['totals']['lost']} late {report['totals']['late']} pending {report['totals']['pending']}; "
+        f"partition 0: lost {p0['lost']} late {p0['late']} max {max_ms} ms, producer's stall {stall_ms:.0f} ms; "
+        f"partition 0 led by broker {victim} again: {given_back}"
+    )
+    return Outcome(
+        injected=f"canary at {PAUSE_RATE:g} records/s per partition; leader {victim} of partition 0 paused "
+        f"{resumed_at - paused_at:.0f} s (SIGSTOP), then resumed",
+        expected=expected,
+        got=got,
     )
