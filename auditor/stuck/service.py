@@ -522,9 +522,9 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         _apply_located(view, located)
     lap("locate")
 
-    # The auditor's memory, for keys the topic no longer shows.
-    unseen = [r.key for r in rows if not located.records.get(r.key)] if not view.kafka_error else []
-    memory = recall(binding, unseen, index=indexed.index)
+    # The auditor's memory: for keys the topic no longer shows, and for those it shows, whose
+    # earlier records gone since may have got further (verdicts_absent.with_gone_copies)
+    memory = recall(binding, [r.key for r in rows] if not view.kafka_error else [], index=indexed.index)
     if reads is not None and not view.kafka_error:
         _check_after_read(binding, view, reads)  # after the memory: a sighting it holds is older than these ends
     if memory.reason:

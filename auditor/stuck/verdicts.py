@@ -20,6 +20,11 @@ Decision, in order:
    record (state.json `group_commits`: deleted or expired since), and no member of it that
    may be reading the partition, is judged as committed past it.
    Across records and groups: processed > waiting > unknown > skipped.
+   Earlier records with the key that are gone (acked at a position, or seen by runs, and not
+   in the topic now: a re-sent item's first record, deleted since) are weighed too, each as
+   in 4 and 5 (verdicts_absent.with_gone_copies): one processed -> processed-not-updated,
+   whatever the record in the topic waits for; where that one is skipped, a gone one whose
+   fate is unknown may have been the one processed -> unknown.
 3. Only in a transaction still open (past the last stable offset) -> waiting; only in
    aborted transactions -> aborted.
 4. Not in the topic at all (needs the producer ledger, else unknown):
@@ -98,7 +103,7 @@ from auditor.stuck.evidence import (
     StuckRow,
 )
 from auditor.stuck.verdict_outcomes import MAX_LISTED, MarkIndex, place
-from auditor.stuck.verdicts_absent import not_in_topic
+from auditor.stuck.verdicts_absent import not_in_topic, with_gone_copies
 from auditor.stuck.verdicts_consumer import consumer_side
 
 
@@ -121,9 +126,12 @@ def diagnose(
     if view.kafka_error:
         return Diagnosis("unknown", f"Kafka could not be read: {view.kafka_error}", evidence)
 
+    memory = memory or KeyMemory()
     committed = [r for r in records if r.state == "committed"]
     if committed:
-        return consumer_side(row, committed, marks, view, evidence)
+        found = consumer_side(row, committed, marks, view, evidence)
+        # an earlier copy of the item, gone from the topic now, may have got further
+        return with_gone_copies(row, found, records, entries, marks, view, memory)
 
     open_records = [r for r in records if r.state == "open"]
     if open_records:
@@ -148,4 +156,4 @@ def diagnose(
             "and it was not produced again",
             evidence,
         )
-    return not_in_topic(row, entries, marks, view, evidence, memory or KeyMemory())
+    return not_in_topic(row, entries, marks, view, evidence, memory)

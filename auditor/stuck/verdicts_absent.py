@@ -10,8 +10,10 @@ from auditor.stuck.evidence import (
     ClusterView,
     Diagnosis,
     KeyMemory,
+    KeySightings,
     LedgerEntry,
     LedgerView,
+    LocatedRecord,
     PartitionState,
     StuckRow,
     iso_to_ms,
@@ -36,9 +38,71 @@ from auditor.stuck.verdict_outcomes import (
     standing,
     unprobed_below,
 )
-from auditor.stuck.verdicts_memory import from_copies
+from auditor.stuck.verdicts_memory import COPY_PRIORITY, from_copies
 from auditor.stuck.verdicts_unplaced import acked_unplaced, in_flight, may_be_in_flight, sent_unplaced
 from spark_jobs.send_outcome import UNBOUNDED
+
+
+def with_gone_copies(
+    row: StuckRow,
+    found: Diagnosis,
+    located: list[LocatedRecord],
+    entries: list[LedgerEntry],
+    marks: MarkIndex,
+    view: ClusterView,
+    memory: KeyMemory,
+) -> Diagnosis:
+    """The verdict `found` of an item with a record in the topic (verdicts_consumer), weighed
+    with its copies that are gone: records with its key a producer acked at a position, or runs
+    saw, that the topic no longer has (an earlier send deleted since, a copy the broker lost),
+    each judged as not_in_topic judges such a record (verdicts_memory).
+
+    The item reached its consumer if any copy did: a gone copy processed settles it
+    (processed-not-updated) whatever the record in the topic waits for. Where the record in the
+    topic was committed past unprocessed (skipped), a gone copy whose fate is not known may have
+    been the one processed (unknown). Otherwise `found` stands, the gone copies' verdicts in its
+    evidence (`copies`: a second look at the consumer ledger goes by them)."""
+    if found.verdict == "processed":
+        return found
+    here = {(r.partition, r.offset) for r in located}
+    ledger = view.producer_ledger
+    acked = (
+        [e for e in entries if delivery_status(e.status, e.offset) == ACKED and (e.partition, e.offset) not in here]
+        if ledger is not None and ledger.available
+        else []
+    )
+    seen = memory.sightings.get(row.key)
+    gone_seen = tuple(c for c in seen.copies if (c.partition, c.offset) not in here) if seen is not None else ()
+    if not acked and not gone_seen:
+        return found
+    gone = from_copies(
+        acked,
+        KeySightings(gone_seen) if gone_seen else None,
+        view,
+        {"topic": view.topic},
+        lambda partition, offset, how, evidence, written_ms, acked_by: _written_then_gone(
+            row, partition, offset, how, marks, view, evidence, written_ms, acked_by
+        ),
+    )
+    evidence = dict(found.evidence)
+    evidence["copies"] = gone.evidence.get("copies") or [
+        {**(acked[0].as_json() if acked else gone_seen[0].as_json()), "verdict": gone.verdict,
+         "groups": gone.evidence.get("groups")}
+    ]  # fmt: skip
+    if gone.verdict == "processed-not-updated":
+        return Diagnosis(
+            gone.verdict,
+            f"{gone.reason}; a later record with this key is in the topic ({found.verdict}: {found.reason})",
+            {**evidence, "groups": gone.evidence.get("groups"), "in_topic": found.verdict},
+        )
+    if found.verdict == "skipped" and gone.verdict not in COPY_PRIORITY[COPY_PRIORITY.index("skipped") :]:
+        return Diagnosis(
+            "unknown",
+            f"{found.reason}; but an earlier record with this key is gone and {gone.reason}: that one may have "
+            "been processed",
+            evidence,
+        )
+    return Diagnosis(found.verdict, found.reason, evidence)
 
 
 def not_in_topic(

@@ -85,6 +85,63 @@ def test_an_item_whose_re_sent_record_was_processed_is_processed_not_updated_tho
     assert f"reconciliation run {run.job_run_id}" in verdicts["1"][1], verdicts
 
 
+def test_an_item_whose_first_record_was_processed_is_not_skipped_because_its_re_sent_record_was_committed_past(
+    plain: PlainPipeline, kafka_admin: AdminClient, make_topic, spark
+) -> None:
+    """Ticket 1's record went to partition 1, where a probed consumer processed it and committed
+    past it; the row's update was lost. A run saw it, then retention (delete_records) took it.
+    The application sent ticket 1 again, to partition 0, and the group committed past that copy
+    without processing it (the application had processed the item already). The copy in the
+    topic alone says `skipped`: the item reached its consumer and was processed."""
+    ledger, clients = make_topic("_audit.consumer-ledger"), make_topic("_audit.clients")
+    plain.insert(1)
+    plain.insert(2, status="DONE")
+    plain.produce(1, 1)
+    first = plain.delivered[1]
+    plain.produce(0, 2)
+    consumer = AuditedConsumer(
+        {"bootstrap.servers": plain.bootstrap, "group.id": plain.group, "enable.auto.commit": False},
+        ledger_topic=ledger,
+        clients_topic=clients,
+    )
+    try:
+        processed = [
+            (m.partition(), m.offset(), int(m.key())) for m in (process_first(consumer, plain.topic, p) for p in (1, 0))
+        ]
+    finally:
+        consumer.close()
+    rule = rule_for(plain)
+    Binding.objects.filter(pk=rule.binding.pk).update(consumer_ledger_topic=ledger)
+    rule.refresh_from_db()
+    run = reconcile(rule)
+    delete_records(kafka_admin, [TopicPartition(plain.topic, 1, first[1] + 1)])
+    plain.produce(0, 1)  # the application's re-send
+    resent = plain.delivered[1]
+    passer = Consumer({"bootstrap.servers": plain.bootstrap, "group.id": plain.group, "enable.auto.commit": False})
+    try:
+        passer.commit(offsets=[TopicPartition(plain.topic, 0, resent[1] + 1)], asynchronous=False)
+        committed = passer.committed([TopicPartition(plain.topic, p) for p in (0, 1)], timeout=10)
+    finally:
+        passer.close()
+
+    # Ground truth: the consumer processed ticket 1's first record (and ticket 2's), which is
+    # gone now; the re-sent one is in the topic and committed past; the row is still NEW.
+    assert first == (1, 0) and resent == (0, 1)
+    assert processed == [(1, 0, 1), (0, 0, 2)]
+    assert [(c.partition, c.offset) for c in committed] == [(0, 2), (1, 1)]
+    assert plain.topic_now() == {(0, 0): 2, (0, 1): 1}
+    with psycopg.connect(plain.source_url) as conn:
+        assert conn.execute(f"SELECT status FROM {plain.table} WHERE ticket_id = 1").fetchone() == ("NEW",)
+
+    verdicts = diagnose(rule, spark, consumer_ledger=ledger)
+    assert {k: v for k, (v, _) in verdicts.items()} == {"1": "processed-not-updated"}, verdicts  # old code: skipped
+    reason = verdicts["1"][1]
+    assert (
+        f"reconciliation run {run.job_run_id}" in reason
+        and "a later record with this key is in the topic (skipped" in (reason)
+    ), reason
+
+
 def test_a_record_seen_in_a_topic_since_created_again_is_not_broker_lost_when_its_id_cannot_be_read(
     plain: PlainPipeline, kafka_admin: AdminClient, spark
 ) -> None:
