@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
+from spark_jobs import common
 from spark_jobs.kafka_offsets import admin_client, partition_offsets
 from spark_jobs.reconcile_extract import (
     OffsetRange,
@@ -46,10 +47,15 @@ def test_it_fails_a_run_when_records_are_deleted_while_it_reads(world: World, ka
         check_nothing_deleted_while_read(run_admin, plan)
 
 
-def test_it_fails_a_run_whose_read_of_a_partition_stopped_short_of_its_planned_end(spark: SparkSession, world: World):
+def test_it_fails_a_run_whose_read_of_a_partition_stopped_short_of_its_planned_end(
+    spark: SparkSession, world: World, monkeypatch: pytest.MonkeyPatch
+):
     """A truncation (an unclean leader election) after the run planned its end and before
     Spark read there: Spark's Kafka source ends the partition at the log end, silently. The
     next run would start at the planned end, and records written again below it never be read."""
+    # The source polls for the planned offsets past the log end until its poll timeout (Spark's
+    # default: 120 s) before it stops the partition there; the records it does read come at once.
+    monkeypatch.setenv(common.POLL_TIMEOUT_ENV, "5000")
     binding = world.binding()
     # Partition 0 ends on a transaction marker: offsets Spark never returns, and no short read.
     world.aborted_transaction("t12", 12, "t14", 14)
