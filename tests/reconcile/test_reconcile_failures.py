@@ -54,8 +54,9 @@ def test_it_fails_a_run_whose_read_of_a_partition_stopped_short_of_its_planned_e
     Spark read there: Spark's Kafka source ends the partition at the log end, silently. The
     next run would start at the planned end, and records written again below it never be read."""
     # The source polls for the planned offsets past the log end until its poll timeout (Spark's
-    # default: 120 s) before it stops the partition there; the records it does read come at once.
-    monkeypatch.setenv(common.POLL_TIMEOUT_ENV, "5000")
+    # default: 120 s) before it stops the partition there. 10 s: the Java clients' request
+    # timeout (kafka_options), so no fetch of the records it does read is given up in flight.
+    monkeypatch.setenv(common.POLL_TIMEOUT_ENV, "10000")
     binding = world.binding()
     # Partition 0 ends on a transaction marker: offsets Spark never returns, and no short read.
     world.aborted_transaction("t12", 12, "t14", 14)
