@@ -28,6 +28,26 @@ SPLIT_READS_OVER = 1_000_000
 SMALL_RUN_RECORDS = 100_000
 INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
+POLL_TIMEOUT_ENV = "RECONCILE_KAFKA_POLL_TIMEOUT_MS"
+
+
+def kafka_poll_timeout_ms() -> int | None:
+    """$RECONCILE_KAFKA_POLL_TIMEOUT_MS, or None: Spark's own (spark.network.timeout, 120 s).
+
+    How long a Spark task's Kafka consumer polls for a record it was told to read. A read
+    planned past a log end that moved back (a truncation between planning and reading) waits
+    this long before the source sees the offset is gone and stops the partition there."""
+    raw = os.environ.get(POLL_TIMEOUT_ENV)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{POLL_TIMEOUT_ENV} must be a whole number of milliseconds, got {raw!r}") from None
+    if value <= 0:
+        raise ValueError(f"{POLL_TIMEOUT_ENV} must be more than 0 milliseconds, got {raw!r}")
+    return value
+
 
 def is_small(records: int) -> bool:
     """Whether a job over this many records is all fixed cost (SMALL_RUN_RECORDS)."""
@@ -159,6 +179,9 @@ def read_kafka_ranges(
         # check_nothing_deleted_while_read after it).
         .option("failOnDataLoss", "false")
     )
+    poll_timeout_ms = kafka_poll_timeout_ms()
+    if poll_timeout_ms is not None:
+        reader = reader.option("kafkaConsumer.pollTimeoutMs", str(poll_timeout_ms))
     if sum(e - s for s, e in wanted.values()) > SPLIT_READS_OVER:
         # one task per Kafka partition is too coarse for big partitions
         parallelism = spark.sparkContext.defaultParallelism

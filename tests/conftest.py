@@ -86,9 +86,8 @@ def kafka_admin(kafka_bootstrap: str):
     return admin
 
 
-@pytest.fixture
-def make_topic(kafka_admin) -> Iterator[Callable[..., str]]:
-    """Create uniquely named topics; they are deleted after the test."""
+def _topics_deleted_after(kafka_admin) -> Iterator[Callable[..., str]]:
+    """Create uniquely named topics; they are deleted when the generator is closed."""
     from confluent_kafka.admin import NewTopic
 
     from auditor.lab.cluster import all_led
@@ -112,6 +111,18 @@ def make_topic(kafka_admin) -> Iterator[Callable[..., str]]:
                 future.result(timeout=30)
             except Exception:  # noqa: BLE001 - a test may have deleted it itself
                 pass
+
+
+@pytest.fixture
+def make_topic(kafka_admin) -> Iterator[Callable[..., str]]:
+    """Create uniquely named topics; they are deleted after the test."""
+    yield from _topics_deleted_after(kafka_admin)
+
+
+@pytest.fixture(scope="module")
+def make_module_topic(kafka_admin) -> Iterator[Callable[..., str]]:
+    """make_topic for module-scoped fixtures: the topics are deleted after the module."""
+    yield from _topics_deleted_after(kafka_admin)
 
 
 @pytest.fixture(scope="session")

@@ -9,10 +9,14 @@ database and a private state folder for the job.
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+
+from tests.support.reconcile_world import World
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -28,6 +32,29 @@ def source_database_url() -> str:
             pytest.fail("SOURCE_DATABASE_URL is not set under CI")
         pytest.skip("SOURCE_DATABASE_URL is not set")
     return url
+
+
+# --- the job's integration tests (test_reconcile_*.py) ----------------------------------------
+
+
+@pytest.fixture
+def world(kafka_bootstrap: str, source_database_url: str, make_topic) -> Iterator[World]:
+    """A topic of two partitions, its ledgers, a source table and a group name (World)."""
+    table = f"rec_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, title text)")
+    w = World(
+        bootstrap=kafka_bootstrap,
+        source_url=source_database_url,
+        topic=make_topic("rec", partitions=2),
+        table=table,
+        producer_ledger=make_topic("_audit.producer-ledger"),
+        consumer_ledger=make_topic("_audit.consumer-ledger"),
+        group=f"g-{uuid.uuid4().hex[:8]}",
+    )
+    yield w
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 
 # --- the Django side (auditor/reconcile) ----------------------------------------------------

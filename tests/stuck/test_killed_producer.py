@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 import pytest
@@ -27,21 +27,71 @@ from auditor.probes import AuditedProducer, AuditedProducerV1, ProducerBatch, Pr
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
 from spark_jobs.kafka_offsets import partition_offsets, topic_partitions
 from tests.support.demo import read_topic
-from tests.support.killed_producer import audit_value, kill_after_an_untraced_send
+from tests.support.killed_producer import audit_value, send_untraced_and_kill, start_ledgered_session
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 
-@pytest.fixture
-def tickets_table() -> Iterator[str]:
+# A compacted topic whose cleaner removes a superseded record within seconds (a segment closes
+# after 1 s; any dirt is worth a pass).
+CLEANED_AT_ONCE = {"cleanup.policy": "compact", "segment.ms": "1000", "min.cleanable.dirty.ratio": "0.01"}
+
+
+class Killed(NamedTuple):
+    """One killed session's topics and table, and what it told before it died."""
+
+    topic: str
+    ledger: str
+    clients: str
+    consumer_ledger: str
+    table: str
+    session: str
+    delivered: dict[str, Any] | None
+
+
+@pytest.fixture(scope="module")
+def killed(kafka_bootstrap: str, make_module_topic: Callable[..., str]) -> Iterator[dict[str, Killed]]:
+    """The three tests' sessions, each with its own topics and table: all started at once, so
+    that the minute each must run before its ledger speaks for ticket 2's row is waited once."""
     url = os.environ["SOURCE_DATABASE_URL"]
-    table = f"killed_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {table} (ticket_id bigint PRIMARY KEY, created_at timestamptz, status text)")
-    yield table
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    scenarios: dict[str, dict[str, Any]] = {
+        "v2": {"topic": make_module_topic("killed")},
+        "v1": {"topic": make_module_topic("killed-v1"), "v1": True},
+        "compacted": {"topic": make_module_topic("killed-compacted", config=CLEANED_AT_ONCE), "record_key": "cust-1"},
+    }
+    tables = {name: f"killed_{uuid.uuid4().hex[:10]}" for name in scenarios}
+    running: dict[str, Any] = {}
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for table in tables.values():
+                conn.execute(
+                    f"CREATE TABLE {table} (ticket_id bigint PRIMARY KEY, created_at timestamptz, status text)"
+                )
+        for scenario in scenarios.values():
+            scenario |= {"ledger": make_module_topic("pledger"), "clients": make_module_topic("clients")}
+            scenario["consumer_ledger"] = make_module_topic("cledger")
+        for name, s in scenarios.items():
+            running[name] = start_ledgered_session(
+                kafka_bootstrap,
+                s["topic"],
+                s["ledger"],
+                s["clients"],
+                record_key=s.get("record_key"),
+                v1=s.get("v1", False),
+            )
+        sessions = {name: send_untraced_and_kill(running.pop(name), tables[name]) for name in scenarios}
+        yield {
+            name: Killed(s["topic"], s["ledger"], s["clients"], s["consumer_ledger"], tables[name], *sessions[name])
+            for name, s in scenarios.items()
+        }
+    finally:
+        for left in running.values():  # started, never sent: an earlier one failed
+            left.child.kill()
+            left.child.wait(30)
+        with psycopg.connect(url, autocommit=True) as conn:
+            for table in tables.values():
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 
 def _rule(bootstrap: str, topic: str, table: str, record_key: str = "key") -> StuckRule:
@@ -93,8 +143,7 @@ def _diagnose_with_both_engines(
 def test_a_record_a_killed_v2_producer_sent_after_its_last_ledger_flush_is_unknown_once_deleted_not_never_produced(
     kafka_bootstrap: str,
     kafka_admin: AdminClient,
-    make_topic: Callable[..., str],
-    tickets_table: str,
+    killed: dict[str, Killed],
     spark: Any,
     settings: Any,
     tmp_path: Path,
@@ -105,9 +154,7 @@ def test_a_record_a_killed_v2_producer_sent_after_its_last_ledger_flush_is_unkno
     (delete_records) takes ticket 2's record. The ledger is complete since before the row was
     created and names no ticket 2: read at its word, ticket 2 was never produced."""
     settings.RECONCILE_STATE_DIR = str(tmp_path / "state")
-    topic = make_topic("killed")
-    ledger, clients, consumer_ledger = make_topic("pledger"), make_topic("clients"), make_topic("cledger")
-    session, delivered = kill_after_an_untraced_send(kafka_bootstrap, topic, ledger, clients, tickets_table)
+    topic, ledger, clients, consumer_ledger, tickets_table, session, delivered = killed["v2"]
 
     later = AuditedProducer({"bootstrap.servers": kafka_bootstrap}, ledger_topic=ledger, clients_topic=clients)
     later.produce(topic, b"{}", b"3")
@@ -133,8 +180,7 @@ def test_a_record_a_killed_v2_producer_sent_after_its_last_ledger_flush_is_unkno
 def test_a_record_a_killed_v1_producer_delivered_after_its_last_ledger_flush_is_unknown_once_deleted_not_never_produced(
     kafka_bootstrap: str,
     kafka_admin: AdminClient,
-    make_topic: Callable[..., str],
-    tickets_table: str,
+    killed: dict[str, Killed],
     spark: Any,
     settings: Any,
     tmp_path: Path,
@@ -147,9 +193,7 @@ def test_a_record_a_killed_v1_producer_delivered_after_its_last_ledger_flush_is_
     ledger is complete since before the row was created and names no ticket 2: read at its word,
     ticket 2 was never produced."""
     settings.RECONCILE_STATE_DIR = str(tmp_path / "state")
-    topic = make_topic("killed-v1")
-    ledger, clients, consumer_ledger = make_topic("pledger"), make_topic("clients"), make_topic("cledger")
-    session, delivered = kill_after_an_untraced_send(kafka_bootstrap, topic, ledger, clients, tickets_table, v1=True)
+    topic, ledger, clients, consumer_ledger, tickets_table, session, delivered = killed["v1"]
 
     later = AuditedProducerV1({"bootstrap.servers": kafka_bootstrap}, ledger_topic=ledger, clients_topic=clients)
     later.produce(topic, b"{}", b"3")
@@ -175,16 +219,10 @@ def test_a_record_a_killed_v1_producer_delivered_after_its_last_ledger_flush_is_
     assert f"producer session {session} ledgered nothing after" in reason, reason
 
 
-# A compacted topic whose cleaner removes a superseded record within seconds (a segment closes
-# after 1 s; any dirt is worth a pass).
-CLEANED_AT_ONCE = {"cleanup.policy": "compact", "segment.ms": "1000", "min.cleanable.dirty.ratio": "0.01"}
-
-
 def test_a_record_a_killed_v2_producer_sent_untraced_and_the_cleaner_removed_is_unknown_not_never_produced(
     kafka_bootstrap: str,
     kafka_admin: AdminClient,
-    make_topic: Callable[..., str],
-    tickets_table: str,
+    killed: dict[str, Killed],
     spark: Any,
     settings: Any,
     tmp_path: Path,
@@ -198,11 +236,7 @@ def test_a_record_a_killed_v2_producer_sent_untraced_and_the_cleaner_removed_is_
     since the row was created, and the ledger, read at its word, says ticket 2 was never
     produced."""
     settings.RECONCILE_STATE_DIR = str(tmp_path / "state")
-    topic = make_topic("killed-compacted", config=CLEANED_AT_ONCE)
-    ledger, clients, consumer_ledger = make_topic("pledger"), make_topic("clients"), make_topic("cledger")
-    session, delivered = kill_after_an_untraced_send(
-        kafka_bootstrap, topic, ledger, clients, tickets_table, record_key="cust-1"
-    )
+    topic, ledger, clients, consumer_ledger, tickets_table, session, delivered = killed["compacted"]
 
     later = AuditedProducer(
         {"bootstrap.servers": kafka_bootstrap}, ledger_topic=ledger, clients_topic=clients, key_fn=audit_value

@@ -1,6 +1,7 @@
 """An audited producer to kill -9 between two ledger flushes (a test runs it in a process of its
 own: ``python -m tests.support.killed_producer [--v1] BOOTSTRAP TOPIC LEDGER CLIENTS
-[RECORD_KEY]``), and ``kill_after_an_untraced_send``, which runs it for a test.
+[RECORD_KEY]``), and ``start_ledgered_session`` and ``send_untraced_and_kill``, which run it
+for a test (tests that start several sessions first wait out their minute once).
 
 It writes record contract version 2 (``AuditedProducer``), or version 1 with ``--v1``
 (``AuditedProducerV1``). A record's key is its ticket, its value ``{}``; given RECORD_KEY, every
@@ -46,28 +47,41 @@ class KilledSession(NamedTuple):
     delivered: dict[str, Any] | None
 
 
-def kill_after_an_untraced_send(
-    bootstrap: str,
-    topic: str,
-    ledger: str,
-    clients: str,
-    table: str,
-    *,
-    record_key: str | None = None,
-    v1: bool = False,
-) -> KilledSession:
-    """Run the producer below in a process of its own until its ledger speaks for new rows,
-    insert ticket 2's row (``NEW``, created now) into ``table`` of ``SOURCE_DATABASE_URL``,
-    have the producer send ticket 2, and kill it (-9) once it printed the delivery report,
-    before any ledger flush after ticket 1's."""
+class RunningSession(NamedTuple):
+    """The producer process, started and ledgered (ticket 1), waiting for ``send <ticket>``."""
+
+    child: subprocess.Popen[str]
+    session: str
+    started_ms: int
+
+
+def start_ledgered_session(
+    bootstrap: str, topic: str, ledger: str, clients: str, *, record_key: str | None = None, v1: bool = False
+) -> RunningSession:
+    """Start the producer below in a process of its own; returns once it ledgered ticket 1."""
     command = [sys.executable, "-m", "tests.support.killed_producer", *(["--v1"] if v1 else [])]
     command += [bootstrap, topic, ledger, clients, *([record_key] if record_key is not None else [])]
     child = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
-        assert child.stdin is not None and child.stdout is not None
+        assert child.stdout is not None
         word, session, started_ms = child.stdout.readline().split()
         assert word == "ledgered", "the producer did not start"
-        time.sleep(max(0.0, int(started_ms) / 1000 + _LEDGER_SPEAKS_AFTER_S - time.time()))
+    except BaseException:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        raise
+    return RunningSession(child, session, int(started_ms))
+
+
+def send_untraced_and_kill(running: RunningSession, table: str) -> KilledSession:
+    """Once the session's ledger speaks for new rows, insert ticket 2's row (``NEW``, created
+    now) into ``table`` of ``SOURCE_DATABASE_URL``, have the producer send ticket 2, and kill it
+    (-9) once it printed the delivery report, before any ledger flush after ticket 1's.
+    Sessions started together wait out their minute together."""
+    child = running.child
+    try:
+        assert child.stdin is not None and child.stdout is not None
+        time.sleep(max(0.0, running.started_ms / 1000 + _LEDGER_SPEAKS_AFTER_S - time.time()))
         with psycopg.connect(os.environ["SOURCE_DATABASE_URL"], autocommit=True) as conn:
             conn.execute(f"INSERT INTO {table} (ticket_id, created_at, status) VALUES (2, now(), 'NEW')")
         child.stdin.write("send 2\n")
@@ -76,7 +90,7 @@ def kill_after_an_untraced_send(
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(30)
-    return KilledSession(session, delivered)
+    return KilledSession(running.session, delivered)
 
 
 def main(argv: list[str]) -> int:
