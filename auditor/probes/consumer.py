@@ -371,7 +371,7 @@ class AuditedConsumer(ConsumerWrapper):
             if not inside:
                 return
             if committed:
-                self._marks.append(inside)
+                self._marks.append(merge_ranges([[row] for row in inside]))  # one entry per run
         if committed:
             self._ledger.flush_entries()
             return
@@ -388,7 +388,7 @@ class AuditedConsumer(ConsumerWrapper):
             if not held:
                 return
             if not (closing and self._joined):
-                self._marks.append(held)
+                self._marks.append(merge_ranges([[row] for row in held]))  # one entry per run
                 return
         ranges = [(topic, partition, first, last) for topic, partition, first, last, _, _ in held]
         reason = "closed before the transaction carrying these marks ended"

@@ -122,8 +122,10 @@ def test_a_consumer_whose_positions_never_go_to_a_transaction_writes_its_marks_a
 def test_a_consumer_that_commits_itself_writes_the_marks_it_held(hot_path: str) -> None:
     consumer, _, ledgers = _copier(hot_path, transactional=True)
     _mark(consumer, 0, 1)
-    consumer.commit(offsets=[TopicPartition(SOURCE, 0, 2)], asynchronous=False)
-    assert _processed(_ledger(consumer, ledgers)) == [(0, 0, 1)]
+    consumer.flush_ledger(1)  # the background flush: held marks stay held
+    _mark(consumer, 2, 3)
+    consumer.commit(offsets=[TopicPartition(SOURCE, 0, 4)], asynchronous=False)
+    assert _processed(_ledger(consumer, ledgers)) == [(0, 0, 3)]  # one run, one entry
 
 
 def test_it_splits_held_ranges_at_the_positions_a_transaction_carried() -> None:
