@@ -189,6 +189,20 @@ class MarksLost:
 
 
 @dataclass(frozen=True, slots=True)
+class MarksAborted:
+    """v2 ``marks-aborted``: a consumer session's processed marks of records whose offsets a
+    probed transactional producer sent to a transaction that then aborted (docs/contracts.md).
+    The marks were never written as ``processed-ranges``: what the application did with those
+    records was discarded with the transaction. ``producer``: that producer's session."""
+
+    sid: str
+    group: str | None
+    ts_ms: int
+    producer: str | None
+    ranges: tuple[LostMarks, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ConsumerEntry:
     topic: str
     partition: int
@@ -282,6 +296,7 @@ LedgerRecord = (
     | ProducerFailures
     | ProcessedRanges
     | MarksLost
+    | MarksAborted
     | SessionStart
     | SessionEnd
     | ClientRecord
@@ -376,6 +391,22 @@ def encode_marks_lost(
         "group": group,
         "ts": ts_ms,
         "reason": reason,
+        "entries": [list(r) for r in ranges],
+    }
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def encode_marks_aborted(
+    sid: str, group: str | None, ts_ms: int, producer: str, ranges: Sequence[tuple[str, int, int, int]]
+) -> bytes:
+    """A ``marks-aborted`` record: (topic, partition, first, last) of marks whose transaction aborted."""
+    record = {
+        "v": LEDGER_V2,
+        "type": "marks-aborted",
+        "sid": sid,
+        "group": group,
+        "ts": ts_ms,
+        "producer": producer,
         "entries": [list(r) for r in ranges],
     }
     return json.dumps(record, separators=(",", ":")).encode()

@@ -22,6 +22,7 @@ from auditor.probes.codec import (
     LedgerDecodeError,
     LedgerRecord,
     LostMarks,
+    MarksAborted,
     MarksLost,
     OffsetRange,
     ProcessedRanges,
@@ -311,6 +312,15 @@ def _decode_object(obj: Mapping[str, Any]) -> LedgerRecord:
             group=_opt(obj, "group", str),
             ts_ms=_req(obj, "ts", int),
             reason=_opt(obj, "reason", str),
+            ranges=tuple(_lost_marks(row, i) for i, row in enumerate(rows)),
+        )
+    if record_type == "marks-aborted":
+        rows = _req(obj, "entries", list)
+        return MarksAborted(
+            sid=_req(obj, "sid", str),
+            group=_opt(obj, "group", str),
+            ts_ms=_req(obj, "ts", int),
+            producer=_opt(obj, "producer", str),
             ranges=tuple(_lost_marks(row, i) for i, row in enumerate(rows)),
         )
     if record_type == "session-start":

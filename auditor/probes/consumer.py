@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, Message, Producer, libversion
 from auditor.probes.codec import (
     ProcessedRangeRow,
     encode_client_record,
+    encode_marks_aborted,
     encode_marks_lost,
     encode_session_end,
     encode_session_start,
@@ -35,7 +36,7 @@ from auditor.probes.codec import (
 from auditor.probes.config import ledger_producer_config
 from auditor.probes.native import RangeMarker, use_native
 from auditor.probes.topics import CLIENTS_TOPIC, CONSUMER_LEDGER_TOPIC
-from auditor.probes.wrapping import ConsumerWrapper
+from auditor.probes.wrapping import ConsumerWrapper, GroupMetadata, TransactionPositions
 from auditor.probes.writer import LedgerWriter
 
 _time_ns = time.time_ns
@@ -106,6 +107,26 @@ def merge_ranges(chunks: list[list[ProcessedRangeRow]]) -> list[ProcessedRangeRo
     return merged
 
 
+def split_at_positions(
+    rows: list[ProcessedRangeRow], positions: TransactionPositions
+) -> tuple[list[ProcessedRangeRow], list[ProcessedRangeRow]]:
+    """The rows' marks below the positions a transaction carried (of that transaction), and
+    the others (of partitions it did not carry, or at and past its position: a later one's)."""
+    inside: list[ProcessedRangeRow] = []
+    outside: list[ProcessedRangeRow] = []
+    for row in rows:
+        topic, partition, first, last, first_ms, last_ms = row
+        position = positions.get((topic, partition))
+        if position is None or first >= position:
+            outside.append(row)
+        elif last < position:
+            inside.append(row)
+        else:
+            inside.append((topic, partition, first, position - 1, first_ms, last_ms))
+            outside.append((topic, partition, position, last, first_ms, last_ms))
+    return inside, outside
+
+
 class AuditedConsumer(ConsumerWrapper):
     """A confluent_kafka.Consumer with a processed ledger of offset ranges.
 
@@ -117,6 +138,14 @@ class AuditedConsumer(ConsumerWrapper):
     for its ledger: marks whose ledger record was not written (a failed delivery, a queue
     full for 10 s) are named in a ``marks-lost`` record once the ledger takes records again
     (docs/contracts.md).
+    A consume-transform-produce copier hands its positions to a probed transactional
+    producer (``send_offsets_to_transaction(..., consumer.consumer_group_metadata())``): from
+    then on (from the start with ``transactional=True``) its marks wait for the outcome of the
+    transaction that carries them, and are written when it commits; the marks of a transaction
+    that aborts are named in a ``marks-aborted`` record instead, never as processed (the
+    application's output of them was discarded). A commit by the consumer itself writes the
+    marks held; at ``close()`` marks of a transaction that has not ended are named in a
+    ``marks-lost`` record (its outcome is unknown).
     Offsets committed by ``enable.auto.commit`` cannot be ordered that way; audit-minded
     consumers commit explicitly. The last processed offset per partition goes to the
     ledger in ``session-end`` checkpoints (every ``ledger_flush_interval_s`` when it
@@ -139,6 +168,7 @@ class AuditedConsumer(ConsumerWrapper):
         consumer_factory: Callable[[dict[str, Any]], Any] = Consumer,
         producer_factory: Callable[[dict[str, Any]], Any] = Producer,
         native: bool | None = None,
+        transactional: bool = False,
     ) -> None:
         self._config = dict(config)
         self._consumer: Consumer = consumer_factory(dict(config))  # or a test double
@@ -175,6 +205,11 @@ class AuditedConsumer(ConsumerWrapper):
         # The clock at the first mark made into an empty buffer (pure-Python path; see _compact).
         self._since_ms = [0]
         self._compact_every = min(_COMPACT_EVERY, ledger_batch_size)
+        # Range rows waiting for the outcome of the transaction that carries them: from the
+        # first send_offsets_to_transaction of a probed producer (or from the start).
+        self._holding = transactional
+        self._joined = False
+        self._held_rows: list[ProcessedRangeRow] = []
         # Chunks of range rows, one per batch of marks, joined when the ledger writer drains them.
         self._marks = self._ledger.stream(
             processed_ranges_header(self.session_id, self.group), self._observe_ranges, merge_ranges
@@ -277,7 +312,10 @@ class AuditedConsumer(ConsumerWrapper):
                 rows = offset_ranges(messages, max(self._compacted_ms, self._since_ms[0]), now_ms)
             self._compacted_ms = taken_ms
             if rows:
-                self._marks.append(rows)
+                if self._holding:
+                    self._held_rows.extend(rows)
+                else:
+                    self._marks.append(rows)
         if len(self._marks) >= self._chunks_per_record:
             # Bounded batches: holding a second of marks costs more than writing them.
             self._ledger.flush_entries()
@@ -308,6 +346,53 @@ class AuditedConsumer(ConsumerWrapper):
             self._ledger.write(
                 encode_marks_lost(self.session_id, self.group, _time_ns() // 1_000_000, ranges, self._ledger.last_error)
             )
+
+    # --- transactions: marks wait for the outcome of the one that carries them --------------
+    def consumer_group_metadata(self) -> GroupMetadata:
+        """The wrapped consumer's group metadata (bytes any producer takes), telling a probed
+        producer whose marks its transaction carries."""
+        metadata = GroupMetadata(self._consumer.consumer_group_metadata())
+        metadata.transaction_marks = self
+        return metadata
+
+    def join_transaction(self) -> None:
+        """A probed producer sends this consumer's positions to its transaction: hold marks
+        from now on (those still buffered included) until the transaction carrying them ends."""
+        with self._compact_lock:
+            self._holding = self._joined = True
+
+    def end_transaction(self, positions: TransactionPositions, committed: bool, producer: str) -> None:
+        """The transaction that carried ``positions`` committed (its marks below them are
+        written) or aborted (they are named in a ``marks-aborted`` record). Marks of
+        partitions it did not carry, and at or past its positions, wait for a later one."""
+        self._compact()
+        with self._compact_lock:
+            inside, self._held_rows = split_at_positions(self._held_rows, positions)
+            if not inside:
+                return
+            if committed:
+                self._marks.append(merge_ranges([[row] for row in inside]))  # one entry per run
+        if committed:
+            self._ledger.flush_entries()
+            return
+        ranges = [(topic, partition, first, last) for topic, partition, first, last, _, _ in inside]
+        self._ledger.write(encode_marks_aborted(self.session_id, self.group, _time_ns() // 1_000_000, producer, ranges))
+
+    def _release_held_marks(self, closing: bool = False) -> None:
+        """The consumer commits offsets itself: the marks held are written. At close, the marks
+        of a transaction that has not ended are named in a ``marks-lost`` record: processed,
+        with an outcome nobody can tell (not unprocessed, nor a processing)."""
+        self._compact()
+        with self._compact_lock:
+            held, self._held_rows = self._held_rows, []
+            if not held:
+                return
+            if not (closing and self._joined):
+                self._marks.append(merge_ranges([[row] for row in held]))  # one entry per run
+                return
+        ranges = [(topic, partition, first, last) for topic, partition, first, last, _, _ in held]
+        reason = "closed before the transaction carrying these marks ended"
+        self._ledger.write(encode_marks_lost(self.session_id, self.group, _time_ns() // 1_000_000, ranges, reason))
 
     def _observe_ranges(self, rows: list[Any]) -> None:
         last = self._last_offsets

@@ -210,6 +210,7 @@ class AuditedProducer(ProducerWrapper):
         client_config["delivery.report.only.error"] = not self._success_reports
         self._range_status = UNCONFIRMED if acks_zero(client_config) else ACKED
         self._transactional = "transactional.id" in client_config
+        self._transaction_inputs = {}
         # A failure's error is its last attempt's: with retries an earlier one may have written it.
         self._may_retry = sends_may_be_retried(client_config)
         message_timeout_ms = _setting(client_config, ("message.timeout.ms", "delivery.timeout.ms"), 300_000)
@@ -597,11 +598,13 @@ class AuditedProducer(ProducerWrapper):
     def commit_transaction(self, timeout: float | None = None) -> None:
         self._serve(partial(_returning_zero, self._producer.commit_transaction), *timeout_args(timeout))
         self._resolve(boundary=True)
+        self._end_transaction_inputs(committed=True)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         # Aborted records were acked (and are filtered by read_committed readers), as in v1.
         self._serve(partial(_returning_zero, self._producer.abort_transaction), *timeout_args(timeout))
         self._resolve(boundary=True)
+        self._end_transaction_inputs(committed=False)
 
     # --- introspection -----------------------------------------------------------------
     def resolved_sequences(self) -> dict[str, int]:

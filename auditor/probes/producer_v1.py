@@ -150,6 +150,7 @@ class AuditedProducerV1(ProducerWrapper):
         self._declare_liveness(ledger_heartbeat_s, ledger_flush_interval_s)
         client_config = dict(config)
         self._config = dict(config)
+        self._transaction_inputs = {}
         self._default_on_delivery: DeliveryCallback | None = client_config.pop("on_delivery", None)
         self._only_error_reports = truthy(client_config.pop("delivery.report.only.error", False))
         self._unconfirmed_sends = acks_zero(client_config)
@@ -350,9 +351,11 @@ class AuditedProducerV1(ProducerWrapper):
     # --- transactions ----------------------------------------------------------------------
     def commit_transaction(self, timeout: float | None = None) -> None:
         self._producer.commit_transaction(*timeout_args(timeout))
+        self._end_transaction_inputs(committed=True)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         self._producer.abort_transaction(*timeout_args(timeout))
+        self._end_transaction_inputs(committed=False)
 
     # --- introspection -----------------------------------------------------------------
     def stats(self) -> dict[str, int]:

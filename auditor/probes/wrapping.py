@@ -46,6 +46,30 @@ class _Stream(Protocol):
     next_seq: int
 
 
+# (topic, partition) -> the position sent to the transaction: the next offset to consume.
+TransactionPositions = dict[tuple[str, int], int]
+
+
+class TransactionMarks(Protocol):
+    """What an audited consumer offers the probed transactional producer that its positions
+    are sent to (``send_offsets_to_transaction``): its marks of the records below those
+    positions are of that transaction, and are written only if it commits."""
+
+    def join_transaction(self) -> None: ...
+    def end_transaction(self, positions: TransactionPositions, committed: bool, producer: str) -> None: ...
+
+
+class GroupMetadata(bytes):
+    """An audited consumer's ``consumer_group_metadata()``: the client's own bytes (any
+    producer takes them), carrying the consumer's marks for a probed producer."""
+
+    transaction_marks: TransactionMarks
+
+
+def transaction_positions(positions: list[TopicPartition]) -> TransactionPositions:
+    return {(tp.topic, tp.partition): tp.offset for tp in positions if tp.offset >= 0}
+
+
 class SequenceLock(Protocol):
     """What a producer's sequence lock offers: threading.Lock, or the native SeqLock."""
 
@@ -71,6 +95,8 @@ class ProducerWrapper:
     _heartbeat_s: float
     session_id: str
     produce: Callable[..., None]
+    # Audited consumers whose positions went to the open transaction, with the positions.
+    _transaction_inputs: dict[int, tuple[TransactionMarks, TransactionPositions]]
 
     def close(self, timeout: float | None = None) -> int:
         raise NotImplementedError
@@ -197,7 +223,22 @@ class ProducerWrapper:
         group_metadata: Any,
         timeout: float | None = None,
     ) -> None:
+        marks: TransactionMarks | None = getattr(group_metadata, "transaction_marks", None)
+        if marks is not None:
+            # Before the call: if it fails the application aborts, and the marks go with it.
+            marks.join_transaction()
+            _, sent = self._transaction_inputs.setdefault(id(marks), (marks, {}))
+            for at, offset in transaction_positions(positions).items():
+                sent[at] = max(offset, sent.get(at, offset))
         self._producer.send_offsets_to_transaction(positions, group_metadata, *timeout_args(timeout))
+
+    def _end_transaction_inputs(self, committed: bool) -> None:
+        """The transaction ended (its commit or abort call returned): the audited consumers
+        whose positions it carried write their marks of it (committed) or name them aborted."""
+        inputs = list(self._transaction_inputs.values())
+        self._transaction_inputs.clear()
+        for marks, positions in inputs:
+            marks.end_transaction(positions, committed, self.session_id)
 
     def __getattr__(self, name: str) -> Any:
         # Anything not wrapped (cluster_id, set_sasl_credentials, ...).
@@ -263,6 +304,9 @@ class ConsumerWrapper:
     def _hand_marks_over(self) -> None:
         """Nothing to do where marks go straight to the ledger writer."""
 
+    def _release_held_marks(self, closing: bool = False) -> None:
+        """Nothing to do where no marks wait for a transaction's outcome."""
+
     def processing(self, msg: Message) -> Processing:
         """Context manager: marks ``msg`` processed when the block exits without an exception."""
         return Processing(self, msg)
@@ -274,6 +318,8 @@ class ConsumerWrapper:
         offsets: list[TopicPartition] | None = None,
         asynchronous: bool = True,
     ) -> list[TopicPartition] | None:
+        # Offsets committed by the consumer itself: no transaction holds these marks back.
+        self._release_held_marks()
         self._hand_marks_over()
         self._ledger.flush_entries()
         if not asynchronous:
@@ -356,6 +402,7 @@ class ConsumerWrapper:
             self._consumer.close()
         finally:
             self._hand_marks_over()
+            self._release_held_marks(closing=True)
             self._ledger.set_before_flush(None)
             self._ledger.write_checkpoint(force=True)
             self._ledger.close(self._ledger_flush_timeout_s)

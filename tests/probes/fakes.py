@@ -142,5 +142,8 @@ class FakeConsumer:
     def assignment(self) -> list[Any]:
         return []
 
+    def consumer_group_metadata(self) -> bytes:
+        return b"CGMDv2:fake"
+
     def close(self) -> None:
         self.closed = True

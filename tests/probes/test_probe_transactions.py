@@ -1,0 +1,135 @@
+"""A probed consumer whose positions go to a probed producer's transactions, without a broker:
+its marks are written when the transaction commits, named `marks-aborted` when it aborts, and
+named `marks-lost` when it closes with the transaction still open (docs/contracts.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import Message, TopicPartition
+
+from auditor.probes import AuditedConsumer, AuditedProducer, MarksAborted, MarksLost, ProcessedRanges
+from auditor.probes import decode_ledger_record as decode
+from auditor.probes.consumer import split_at_positions
+from tests.probes.fakes import FactoryRecorder, FakeConsumer, FakeProducer
+
+SOURCE = "source"
+
+
+class TransactionalFake(FakeProducer):
+    """A FakeProducer with the transactional calls, which it records."""
+
+    def __init__(self, config: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        self.calls: list[tuple[str, Any]] = []
+
+    def init_transactions(self, *timeout: float) -> None:
+        self.calls.append(("init", None))
+
+    def begin_transaction(self) -> None:
+        self.calls.append(("begin", None))
+
+    def send_offsets_to_transaction(self, positions: Any, metadata: Any, *timeout: float) -> None:
+        self.calls.append(("send_offsets", (positions, bytes(metadata))))
+
+    def commit_transaction(self, *timeout: float) -> None:
+        self.calls.append(("commit", None))
+
+    def abort_transaction(self, *timeout: float) -> None:
+        self.calls.append(("abort", None))
+
+
+def _copier(hot_path: str, transactional: bool = False) -> tuple[AuditedConsumer, AuditedProducer, FactoryRecorder]:
+    ledgers = FactoryRecorder()
+    consumer = AuditedConsumer(
+        {"group.id": "copier"},
+        consumer_factory=lambda config: FakeConsumer(config),
+        producer_factory=ledgers,
+        ledger_flush_interval_s=600,
+        transactional=transactional,
+    )
+    producer = AuditedProducer(
+        {"transactional.id": "copier-1"},
+        producer_factory=lambda config: TransactionalFake(config),
+        ledger_flush_interval_s=600,
+    )
+    return consumer, producer, ledgers
+
+
+def _mark(consumer: AuditedConsumer, *offsets: int, partition: int = 0) -> None:
+    for offset in offsets:
+        consumer.mark_processed(Message(topic=SOURCE, partition=partition, offset=offset, value=b"v"))
+
+
+def _transaction(consumer: AuditedConsumer, producer: AuditedProducer, position: int, commit: bool) -> None:
+    producer.send_offsets_to_transaction([TopicPartition(SOURCE, 0, position)], consumer.consumer_group_metadata())
+    if commit:
+        producer.commit_transaction()
+    else:
+        producer.abort_transaction()
+
+
+def _ledger(consumer: AuditedConsumer, ledgers: FactoryRecorder) -> list[Any]:
+    consumer.flush_ledger(1)
+    return [decode(p.value) for p in ledgers.ledger.delivered + ledgers.ledger.queued]
+
+
+def _processed(records: list[Any]) -> list[tuple[int, int, int]]:
+    return [(r.partition, r.first, r.last) for rec in records if isinstance(rec, ProcessedRanges) for r in rec.ranges]
+
+
+def _named(records: list[Any], kind: type) -> list[tuple[int, int, int]]:
+    return [(r.partition, r.first, r.last) for rec in records if isinstance(rec, kind) for r in rec.ranges]
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_a_copiers_marks_are_written_when_their_transaction_commits_and_named_aborted_when_it_aborts(
+    hot_path: str, transactional: bool
+) -> None:
+    consumer, producer, ledgers = _copier(hot_path, transactional)
+    _mark(consumer, 0, 1, 2)
+    _transaction(consumer, producer, 3, commit=True)
+    _mark(consumer, 3, 4, 5)
+    consumer.flush_ledger(1)  # the background flush: held marks stay held
+    assert _processed(_ledger(consumer, ledgers)) == [(0, 0, 2)]
+    _transaction(consumer, producer, 6, commit=False)
+    _mark(consumer, 3, 4, 5, 6)  # again after seeking back, and one of the next transaction
+    _transaction(consumer, producer, 6, commit=True)
+    records = _ledger(consumer, ledgers)
+    assert _processed(records) == [(0, 0, 2), (0, 3, 5)]
+    aborted = [r for r in records if isinstance(r, MarksAborted)]
+    assert [(r.sid, r.group, r.producer) for r in aborted] == [(consumer.session_id, "copier", producer.session_id)]
+    assert _named(records, MarksAborted) == [(0, 3, 5)]
+    # Offset 6 is past the committed transaction's position: it waits for the next one. The
+    # consumer closed with it open: its outcome is unknown (marks-lost, never unprocessed).
+    consumer.close()
+    records = [decode(p.value) for p in ledgers.ledger.delivered + ledgers.ledger.queued]
+    assert _processed(records) == [(0, 0, 2), (0, 3, 5)]
+    assert _named(records, MarksLost) == [(0, 6, 6)]
+
+
+def test_a_consumer_whose_positions_never_go_to_a_transaction_writes_its_marks_as_before(hot_path: str) -> None:
+    consumer, _, ledgers = _copier(hot_path)
+    _mark(consumer, 0, 1, 2)
+    consumer.flush_ledger(1)
+    assert _processed(_ledger(consumer, ledgers)) == [(0, 0, 2)]
+    consumer.close()
+    records = [decode(p.value) for p in ledgers.ledger.delivered + ledgers.ledger.queued]
+    assert _named(records, MarksLost) == [] and _named(records, MarksAborted) == []
+
+
+def test_a_consumer_that_commits_itself_writes_the_marks_it_held(hot_path: str) -> None:
+    consumer, _, ledgers = _copier(hot_path, transactional=True)
+    _mark(consumer, 0, 1)
+    consumer.flush_ledger(1)  # the background flush: held marks stay held
+    _mark(consumer, 2, 3)
+    consumer.commit(offsets=[TopicPartition(SOURCE, 0, 4)], asynchronous=False)
+    assert _processed(_ledger(consumer, ledgers)) == [(0, 0, 3)]  # one run, one entry
+
+
+def test_it_splits_held_ranges_at_the_positions_a_transaction_carried() -> None:
+    rows = [("s", 0, 0, 9, 1, 2), ("s", 1, 0, 4, 1, 2), ("s", 0, 12, 14, 3, 4), ("other", 0, 0, 3, 1, 2)]
+    inside, outside = split_at_positions(rows, {("s", 0): 5, ("other", 0): 0})
+    assert inside == [("s", 0, 0, 4, 1, 2)]
+    assert outside == [("s", 0, 5, 9, 1, 2), ("s", 1, 0, 4, 1, 2), ("s", 0, 12, 14, 3, 4), ("other", 0, 0, 3, 1, 2)]
