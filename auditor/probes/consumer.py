@@ -382,6 +382,8 @@ class AuditedConsumer(ConsumerWrapper):
         """The consumer commits offsets itself: the marks held are written. At close, the marks
         of a transaction that has not ended are named in a ``marks-lost`` record: processed,
         with an outcome nobody can tell (not unprocessed, nor a processing)."""
+        if not self._holding:
+            return  # nothing held (a consumer whose positions never went to a transaction): no cost on its commits
         self._compact()
         with self._compact_lock:
             held, self._held_rows = self._held_rows, []
