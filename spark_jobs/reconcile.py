@@ -56,7 +56,6 @@ from spark_jobs.binding import (
 )
 from spark_jobs.common import build_spark_session
 from spark_jobs.reconcile_commit import commit_state
-from spark_jobs.reconcile_extract import source_clock
 from spark_jobs.reconcile_inputs import extract_inputs
 from spark_jobs.reconcile_new_state import update_state
 from spark_jobs.reconcile_plan import Laps, RunOptions, RunPlan, new_run_id, plan_run, run_settings_applied
@@ -136,7 +135,7 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
         return df
 
     laps = Laps()
-    plan = plan_run(binding, options, laps, source_now=lambda: source_clock(spark, binding))
+    plan = plan_run(binding, options, laps)
     with run_settings_applied(spark, plan) as settings:
         return _run_phases(spark, binding, options, plan, persist, laps) | {"spark_settings": settings}
 

@@ -488,32 +488,28 @@ def _jdbc_query(spark: SparkSession, binding: Binding, sql: str) -> DataFrame:
     return spark.read.format("jdbc").option("url", url).option("query", sql).options(**props).load()
 
 
-def source_clock(spark: SparkSession, binding: Binding) -> datetime:
-    """The source database's clock now: what a created column defaulting to now() is stamped
-    with. Read as the window's upper bound where it is behind the driver's (window_end)."""
-    row = _jdbc_query(spark, binding, "select current_timestamp as source_now").collect()[0]
-    moment: datetime = row["source_now"]
-    # PySpark gives a TimestampType value as a naive datetime in this process's local zone
-    # (TimestampType.fromInternal), whatever spark.sql.session.timeZone says.
-    if moment.tzinfo is None:
-        moment = moment.astimezone()
-    return moment.astimezone(UTC)
-
-
 def extract_source_columns(spark: SparkSession, binding: Binding) -> tuple[str, dict[str, str]]:
     """The table's qualified name and {column: type} as the database spells them.
 
     Unknown tables and columns are configuration errors naming what is missing.
     Identifiers are validated by the binding before they reach this SQL.
     """
+    table, columns, _ = extract_source_table(spark, binding)
+    return table, columns
+
+
+def extract_source_table(spark: SparkSession, binding: Binding) -> tuple[str, dict[str, str], datetime]:
+    """extract_source_columns, and the source database's clock when it answered (UTC): what a
+    created column defaulting to now() is stamped with, read in the same query
+    (reconcile_plan.window_end ends the window at it where it is behind the driver's)."""
     where = f"lower(table_name) = '{binding.table_name.lower()}'"
     if binding.schema_name:
         where += f" and lower(table_schema) = '{binding.schema_name.lower()}'"
     rows = _jdbc_query(
         spark,
         binding,
-        "select table_schema, table_name, column_name, data_type from information_schema.columns "
-        f"where {where} order by ordinal_position",
+        "select table_schema, table_name, column_name, data_type, current_timestamp as source_now "
+        f"from information_schema.columns where {where} order by ordinal_position",
     ).collect()
     schemas = sorted({(r["table_schema"], r["table_name"]) for r in rows})
     if not schemas:
@@ -538,7 +534,12 @@ def extract_source_columns(spark: SparkSession, binding: Binding) -> tuple[str, 
                 f"binding {binding.name!r}: unknown column {wanted!r} ({what}) in table {schema}.{table}; "
                 f"it has: {', '.join(columns)}"
             )
-    return f'"{schema}"."{table}"', columns
+    source_now: datetime = rows[0]["source_now"]
+    # PySpark gives a TimestampType value as a naive datetime in this process's local zone
+    # (TimestampType.fromInternal), whatever spark.sql.session.timeZone says.
+    if source_now.tzinfo is None:
+        source_now = source_now.astimezone()
+    return f'"{schema}"."{table}"', columns, source_now.astimezone(UTC)
 
 
 def source_key_unique(spark: SparkSession, binding: Binding, table: str, columns: dict[str, str]) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
@@ -27,7 +27,7 @@ from spark_jobs.reconcile_extract import (
     compaction_horizon,
     entries_lost_warnings,
     extract_source,
-    extract_source_columns,
+    extract_source_table,
     extract_topic,
     first_record_ms,
     loss_horizon,
@@ -38,7 +38,7 @@ from spark_jobs.reconcile_extract import (
     summarize_partitions,
 )
 from spark_jobs.reconcile_helpers import FIRST_MARK_SCHEMA
-from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan
+from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan, window_end
 from spark_jobs.reconcile_rewrites import find_mark_rules, without_rewritten_marks
 from spark_jobs.reconcile_transform import (
     COMMITTED_SCHEMA,
@@ -284,7 +284,11 @@ def extract_inputs(
     keys_emptied_until = max((h for h in (emptied_before, compacted_rows_until) if h is not None), default=None)
     laps("topic_read")
 
-    table, columns = extract_source_columns(spark, binding)
+    table, columns, source_now = extract_source_table(spark, binding)
+    # rows are stamped by the source's clock: the window ends at it where the driver's runs ahead
+    plan.source_upper, clock_notes = window_end(plan.upper, source_now)
+    plan.cutoff = plan.source_upper - timedelta(seconds=binding.grace_seconds)
+    plan.warnings.extend(clock_notes)
     source = SourceTable(table, columns, source_key_unique(spark, binding, table, columns))
     window_rows = transform_source_rows(
         extract_source(spark, binding, table, columns, plan.lower, plan.source_upper),

@@ -15,8 +15,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.binding import Binding, identity_changes
@@ -351,43 +349,29 @@ def forget_recreated_ledgers(
 CLOCK_NOTE_SECONDS = 5.0
 
 
-def window_end(driver_now: datetime, source_now: Callable[[], datetime] | None) -> tuple[datetime, list[str]]:
-    """The window's upper bound, and notes for the run's warnings.
+def window_end(driver_now: datetime, source_now: datetime) -> tuple[datetime, list[str]]:
+    """The source window's upper bound, and notes for the run's warnings.
 
     The rows' created column is stamped by the source's clock (a default of now(), or an
     application writing its own time). The driver's clock ahead of it by more than the
     grace would put rows committed a moment ago below the cutoff, still in flight, and
     report them `missing`. So the window ends at the earlier of the two clocks: the driver's
-    (or the run's fixed `now`), or the database's where it is behind. A clock that cannot
-    be read leaves the driver's, with a warning that says what that risks."""
-    if source_now is None:
+    (or the run's fixed `now`), or the database's where it is behind."""
+    if source_now >= driver_now:
         return driver_now, []
-    try:
-        database_now = source_now()
-    except (PySparkException, Py4JJavaError) as exc:  # a database without `select current_timestamp`, or a failed query
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        return driver_now, [
-            f"the source database's clock could not be read ({first}): the window ends at this driver's "
-            "clock, and if it runs ahead of the database's by more than the grace, rows still in flight "
-            "are reported missing"
-        ]
-    if database_now >= driver_now:
-        return driver_now, []
-    behind = (driver_now - database_now).total_seconds()
+    behind = (driver_now - source_now).total_seconds()
     notes = (
         [f"the source database's clock is {behind:.0f}s behind this driver's: the window ends at the database's time"]
         if behind >= CLOCK_NOTE_SECONDS
         else []
     )
-    return database_now, notes
+    return source_now, notes
 
 
-def plan_run(
-    binding: Binding, options: RunOptions, laps: Laps, source_now: Callable[[], datetime] | None = None
-) -> RunPlan:
+def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     """Which state to build on (a rebuild when offsets already read were rewritten), which
-    offsets to read, and the source window. source_now reads the source database's clock
-    (reconcile_extract.source_clock): the window ends at it where it is behind the driver's."""
+    offsets to read, and the source window (its upper bound and cutoff as the driver's clock
+    gives them: extract_inputs moves them to the source's clock where it is behind)."""
     run_id = options.run_id or new_run_id()
     store = StateStore(options.state_dir, binding.name, run_id)
     # the run's admin client (RunPlan.admin): made first, it bootstraps while the state is read
@@ -520,14 +504,11 @@ def plan_run(
     warnings += hold_notes
     laps("kafka_offsets")
     upper = options.now or datetime.now(UTC)
-    source_upper, clock_notes = window_end(upper, source_now)
-    warnings += clock_notes
-    laps("source_clock")
     if meta.window_upper:
         lower: datetime | None = datetime.fromisoformat(meta.window_upper) - timedelta(seconds=binding.lookback_seconds)
     else:
         lower = binding.since
-    cutoff = source_upper - timedelta(seconds=binding.grace_seconds)
+    cutoff = upper - timedelta(seconds=binding.grace_seconds)
     return RunPlan(
         run_id,
         store,
@@ -537,7 +518,7 @@ def plan_run(
         kafka,
         lower,
         upper,
-        source_upper,
+        upper,  # source_upper, until extract_inputs reads the source's clock
         cutoff,
         warnings,
         cleanup,

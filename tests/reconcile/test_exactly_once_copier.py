@@ -9,23 +9,18 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 from confluent_kafka import TopicPartition
 from pyspark.sql import SparkSession
 
 from auditor.probes import AuditedConsumer, MarksAborted, decode_ledger_record
 from tests.probes.kafka_helpers import read_topic
-from tests.reconcile.test_reconcile_integration import World, reconcile_once
-from tests.reconcile.test_reconcile_integration import (
-    world as _world_fixture,  # noqa: F401 (pytest finds it as `world`)
-)
 from tests.support.copier import run_copier
 from tests.support.kafka_reads import consume
+from tests.support.reconcile_world import World, reconcile_once
 
 pytestmark = pytest.mark.integration
 
@@ -34,25 +29,6 @@ BATCH = 5  # records per transaction
 FROM_THE_START = pytest.mark.parametrize(
     "transactional", [False, True], ids=["held-from-its-first-transaction-on", "held-from-the-start"]
 )
-
-
-@pytest.fixture
-def world(kafka_bootstrap: str, source_database_url: str, make_topic: Any) -> Iterator[World]:
-    """The reconciliation integration tests' World: a 2-partition topic, its ledgers, a table."""
-    table = f"eos_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(source_database_url, autocommit=True) as conn:
-        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL, title text)")
-    yield World(
-        bootstrap=kafka_bootstrap,
-        source_url=source_database_url,
-        topic=make_topic("eos", partitions=2),
-        table=table,
-        producer_ledger=make_topic("_audit.producer-ledger"),
-        consumer_ledger=make_topic("_audit.consumer-ledger"),
-        group=f"g-{uuid.uuid4().hex[:8]}",
-    )
-    with psycopg.connect(source_database_url, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 
 def _source(world: World) -> None:
