@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
@@ -287,7 +287,6 @@ def extract_inputs(
     table, columns, source_now = extract_source_table(spark, binding)
     # rows are stamped by the source's clock: the window ends at it where the driver's runs ahead
     plan.source_upper, clock_notes = window_end(plan.upper, source_now)
-    plan.cutoff = plan.source_upper - timedelta(seconds=binding.grace_seconds)
     plan.warnings.extend(clock_notes)
     source = SourceTable(table, columns, source_key_unique(spark, binding, table, columns))
     window_rows = transform_source_rows(

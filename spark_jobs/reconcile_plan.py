@@ -93,7 +93,7 @@ class RunPlan:
     # `cutoff` (source_upper - grace) decides which may be missing. The source's clock where it
     # is behind the driver's (window_end), else `upper`.
     source_upper: datetime
-    cutoff: datetime
+    grace_seconds: float  # the binding's grace
     warnings: list[str]
     cleanup: TopicCleanup
     read_at_ms: int  # state.json's read_at_ms: the run's clock before it asked for the log ends
@@ -165,6 +165,12 @@ class RunPlan:
     @property
     def mode(self) -> str:
         return "rebuild" if self.memory else "incremental" if self.meta.run_id else "full"
+
+    @property
+    def cutoff(self) -> datetime:
+        """Rows created up to here with no record may be missing: the source window's upper
+        bound less the grace."""
+        return self.source_upper - timedelta(seconds=self.grace_seconds)
 
 
 @dataclass
@@ -370,8 +376,8 @@ def window_end(driver_now: datetime, source_now: datetime) -> tuple[datetime, li
 
 def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     """Which state to build on (a rebuild when offsets already read were rewritten), which
-    offsets to read, and the source window (its upper bound and cutoff as the driver's clock
-    gives them: extract_inputs moves them to the source's clock where it is behind)."""
+    offsets to read, and the source window (its upper bound as the driver's clock gives it:
+    extract_inputs moves it to the source's clock where that is behind)."""
     run_id = options.run_id or new_run_id()
     store = StateStore(options.state_dir, binding.name, run_id)
     # the run's admin client (RunPlan.admin): made first, it bootstraps while the state is read
@@ -508,7 +514,6 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         lower: datetime | None = datetime.fromisoformat(meta.window_upper) - timedelta(seconds=binding.lookback_seconds)
     else:
         lower = binding.since
-    cutoff = upper - timedelta(seconds=binding.grace_seconds)
     return RunPlan(
         run_id,
         store,
@@ -519,7 +524,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         lower,
         upper,
         upper,  # source_upper, until extract_inputs reads the source's clock
-        cutoff,
+        binding.grace_seconds,
         warnings,
         cleanup,
         read_at_ms,

@@ -384,29 +384,33 @@ def encode_marks_lost(
     sid: str, group: str | None, ts_ms: int, ranges: Sequence[tuple[str, int, int, int]], reason: str | None
 ) -> bytes:
     """A ``marks-lost`` record: (topic, partition, first, last) of marks never written."""
-    record = {
-        "v": LEDGER_V2,
-        "type": "marks-lost",
-        "sid": sid,
-        "group": group,
-        "ts": ts_ms,
-        "reason": reason,
-        "entries": [list(r) for r in ranges],
-    }
-    return json.dumps(record, separators=(",", ":")).encode()
+    return _encode_marks_record("marks-lost", sid, group, ts_ms, ranges, "reason", reason)
 
 
 def encode_marks_aborted(
     sid: str, group: str | None, ts_ms: int, producer: str, ranges: Sequence[tuple[str, int, int, int]]
 ) -> bytes:
     """A ``marks-aborted`` record: (topic, partition, first, last) of marks whose transaction aborted."""
+    return _encode_marks_record("marks-aborted", sid, group, ts_ms, ranges, "producer", producer)
+
+
+def _encode_marks_record(
+    record_type: str,
+    sid: str,
+    group: str | None,
+    ts_ms: int,
+    ranges: Sequence[tuple[str, int, int, int]],
+    field: str,
+    value: str | None,
+) -> bytes:
+    """A consumer session's record naming marks by offset range, with its one field of its own."""
     record = {
         "v": LEDGER_V2,
-        "type": "marks-aborted",
+        "type": record_type,
         "sid": sid,
         "group": group,
         "ts": ts_ms,
-        "producer": producer,
+        field: value,
         "entries": [list(r) for r in ranges],
     }
     return json.dumps(record, separators=(",", ":")).encode()

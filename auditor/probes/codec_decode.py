@@ -235,6 +235,12 @@ _PRODUCER_RECORDS: dict[str, tuple[Callable[..., LedgerRecord], str, Callable[[A
     "keys": (ProducerKeys, "runs", _key_run),
     "failures": (ProducerFailures, "entries", _failure_entry),
 }
+# Consumer records naming marks by offset range (marks-lost, marks-aborted): their class and
+# the one field of their own.
+_MARKS_RECORDS: dict[str, tuple[Callable[..., LedgerRecord], str]] = {
+    "marks-lost": (MarksLost, "reason"),
+    "marks-aborted": (MarksAborted, "producer"),
+}
 _CONSUMER_RECORDS: dict[str, tuple[Callable[..., LedgerRecord], str, Callable[[Any, int], Any]]] = {
     "processed": (ConsumerBatch, "entries", _consumer_entry),
     "processed-ranges": (ProcessedRanges, "ranges", _offset_range),
@@ -305,23 +311,15 @@ def _decode_object(obj: Mapping[str, Any]) -> LedgerRecord:
             group=_opt(obj, "group", str),
             **{field: tuple(parse_row(row, i) for i, row in enumerate(rows))},
         )
-    if record_type == "marks-lost":
+    if record_type in _MARKS_RECORDS:
+        marks_cls, field = _MARKS_RECORDS[record_type]
         rows = _req(obj, "entries", list)
-        return MarksLost(
+        return marks_cls(
             sid=_req(obj, "sid", str),
             group=_opt(obj, "group", str),
             ts_ms=_req(obj, "ts", int),
-            reason=_opt(obj, "reason", str),
             ranges=tuple(_lost_marks(row, i) for i, row in enumerate(rows)),
-        )
-    if record_type == "marks-aborted":
-        rows = _req(obj, "entries", list)
-        return MarksAborted(
-            sid=_req(obj, "sid", str),
-            group=_opt(obj, "group", str),
-            ts_ms=_req(obj, "ts", int),
-            producer=_opt(obj, "producer", str),
-            ranges=tuple(_lost_marks(row, i) for i, row in enumerate(rows)),
+            **{field: _opt(obj, field, str)},
         )
     if record_type == "session-start":
         kind, session = _session_of(obj)

@@ -38,9 +38,24 @@ from auditor.stuck.verdict_outcomes import (
     standing,
     unprobed_below,
 )
-from auditor.stuck.verdicts_memory import COPY_PRIORITY, from_copies
+from auditor.stuck.verdicts_memory import COPY_PRIORITY, GoneJudge, from_copies
 from auditor.stuck.verdicts_unplaced import acked_unplaced, in_flight, may_be_in_flight, sent_unplaced
 from spark_jobs.send_outcome import UNBOUNDED
+
+
+def _acked_at_positions(entries: list[LedgerEntry], view: ClusterView) -> list[LedgerEntry]:
+    """The entries acked at a position (contract v1), where the producer ledger is readable."""
+    ledger = view.producer_ledger
+    if ledger is None or not ledger.available:
+        return []
+    return [e for e in entries if delivery_status(e.status, e.offset) == ACKED]
+
+
+def _gone_judge(row: StuckRow, marks: MarkIndex, view: ClusterView) -> GoneJudge:
+    """_written_then_gone for the row's records, as verdicts_memory.from_copies takes it."""
+    return lambda partition, offset, how, evidence, written_ms, acked_by: _written_then_gone(
+        row, partition, offset, how, marks, view, evidence, written_ms, acked_by
+    )
 
 
 def with_gone_copies(
@@ -65,12 +80,7 @@ def with_gone_copies(
     if found.verdict == "processed":
         return found
     here = {(r.partition, r.offset) for r in located}
-    ledger = view.producer_ledger
-    acked = (
-        [e for e in entries if delivery_status(e.status, e.offset) == ACKED and (e.partition, e.offset) not in here]
-        if ledger is not None and ledger.available
-        else []
-    )
+    acked = [e for e in _acked_at_positions(entries, view) if (e.partition, e.offset) not in here]
     seen = memory.sightings.get(row.key)
     gone_seen = tuple(c for c in seen.copies if (c.partition, c.offset) not in here) if seen is not None else ()
     if not acked and not gone_seen:
@@ -80,9 +90,7 @@ def with_gone_copies(
         KeySightings(gone_seen) if gone_seen else None,
         view,
         {"topic": view.topic},
-        lambda partition, offset, how, evidence, written_ms, acked_by: _written_then_gone(
-            row, partition, offset, how, marks, view, evidence, written_ms, acked_by
-        ),
+        _gone_judge(row, marks, view),
     )
     evidence = dict(found.evidence)
     evidence["copies"] = gone.evidence.get("copies") or [
@@ -122,20 +130,12 @@ def not_in_topic(
         )
     ledger = view.producer_ledger
     ledger_readable = ledger is not None and ledger.available
-    acked = [e for e in entries if delivery_status(e.status, e.offset) == ACKED] if ledger_readable else []
+    acked = _acked_at_positions(entries, view)
     seen = memory.sightings.get(row.key)
     if acked or seen is not None:
         # every record with the key a producer acked or a run saw: the item got as far as the
         # furthest of them
-        return from_copies(
-            acked,
-            seen,
-            view,
-            evidence,
-            lambda partition, offset, how, found, written_ms, acked_by: _written_then_gone(
-                row, partition, offset, how, marks, view, found, written_ms, acked_by
-            ),
-        )
+        return from_copies(acked, seen, view, evidence, _gone_judge(row, marks, view))
     ranged = [e for e in entries if e.status == ACKED_RANGE] if ledger_readable else []
     if ranged:
         return acked_unplaced(ranged[-1], view, evidence)
