@@ -120,7 +120,8 @@ CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "auditor",
+        # Several auditors (or test sessions) sharing one Redis keep their keys apart.
+        "KEY_PREFIX": envstr("AUDITOR_CACHE_PREFIX", "auditor"),
     }
 }
 CHANNEL_LAYERS = {

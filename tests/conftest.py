@@ -25,7 +25,7 @@ import pytest
 
 from auditor.lib.env import load_env_file
 from tests.support.live import LiveProcesses, start_celery_worker
-from tests.support.paths import ROOT
+from tests.support.paths import ROOT, TEST_LOGS, WORKER
 from tests.support.secured import Secured
 from tests.support.waiting import wait_until
 
@@ -50,15 +50,35 @@ os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _fresh_test_redis() -> None:
+def pytest_configure(config: pytest.Config) -> None:
     """The test stack's Redis outlives a run; a cached status snapshot or count from the
-    last run would hide what a fresh clone (CI) sees. Only the test stack's Redis is flushed."""
-    if os.environ.get("STACK") != "test":
+    last run would hide what a fresh clone (CI) sees. Only the test stack's Redis is flushed,
+    once per pytest run: by the process that runs the tests, or by pytest-xdist's controller
+    before its workers start (a worker flushing would wipe what another worker's tests stored)."""
+    if os.environ.get("STACK") != "test" or hasattr(config, "workerinput"):
         return
     import redis
 
     redis.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=5).flushdb()
+
+
+@pytest.fixture(autouse=True)
+def _broker_faults_only_where_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make test` runs most tests in parallel workers on one broker stack, and the tests marked
+    `faults` alone after them: a broker stopped or frozen by an unmarked test would stall or fail
+    the tests beside it. The lab cluster's broker actions refuse to run in an unmarked test."""
+    if request.node.get_closest_marker("faults"):
+        return
+    from auditor.lab.cluster import Cluster
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError(
+            f"{request.node.nodeid} stops, pauses or kills a broker: mark it @pytest.mark.faults "
+            "so that make test runs it alone"
+        )
+
+    for action in ("broker", "lose_disk", "heal"):
+        monkeypatch.setattr(Cluster, action, refused)
 
 
 def _free_port() -> int:
@@ -141,12 +161,13 @@ def spark():
 def _session_namespace() -> str:
     """Queue and channel prefix of this test session, so concurrent sessions on one Redis stay apart.
 
-    Taken from the configured database name before pytest-django renames it to test_*.
+    Taken from the configured database name before pytest-django renames it to test_*, and
+    the pytest-xdist worker's name (each worker has its own test database and processes).
     """
     return _NAMESPACE
 
 
-_NAMESPACE = "auditor-" + os.environ["DATABASE_URL"].rsplit("/", 1)[-1]
+_NAMESPACE = "auditor-" + os.environ["DATABASE_URL"].rsplit("/", 1)[-1] + (f"-{WORKER}" if WORKER else "")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -157,6 +178,8 @@ def _isolated_redis_namespace() -> None:
     # Celery reads its configuration from settings lazily, on first use.
     settings.CELERY_TASK_DEFAULT_QUEUE = namespace
     settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = namespace
+    # Read by the cache handler on its first use; pytest-xdist's workers share the test Redis.
+    settings.CACHES["default"]["KEY_PREFIX"] = namespace
 
 
 def _test_database_url() -> str:
@@ -172,7 +195,7 @@ def live_env(django_db_setup, django_db_blocker) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # the live processes keep Django's async safety
     env["DATABASE_URL"] = _test_database_url()
-    env["AUDITOR_CELERY_QUEUE"] = env["AUDITOR_CHANNEL_PREFIX"] = _session_namespace()
+    env["AUDITOR_CELERY_QUEUE"] = env["AUDITOR_CHANNEL_PREFIX"] = env["AUDITOR_CACHE_PREFIX"] = _session_namespace()
     return env
 
 
@@ -187,7 +210,7 @@ def celery_worker_process(live_env) -> Iterator[LiveProcesses]:
 @pytest.fixture(scope="session")
 def celery_beat_process(live_env, celery_worker_process) -> Iterator[LiveProcesses]:
     procs = LiveProcesses(live_env)
-    schedule_dir = ROOT / "var" / "test-logs"
+    schedule_dir = TEST_LOGS
     procs.start(
         "beat",
         [

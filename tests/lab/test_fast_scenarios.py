@@ -16,7 +16,7 @@ from auditor.lab.runner import run_lab
 from auditor.lab.world import Options
 
 # Broker restarts and Spark runs on a loaded CI machine: more than the suite's 600 s default.
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True), pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.django_db(transaction=True), pytest.mark.timeout(900)]
 
 
 def run_one(name: str, spark) -> LabResult:

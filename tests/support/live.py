@@ -1,12 +1,12 @@
 """Processes a test session starts beside itself (ASGI server, Celery workers, beat), each
-logging to var/test-logs/<name>.log."""
+logging to var/test-logs/<name>.log (var/test-logs/<worker>/ under pytest-xdist)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from tests.support.paths import ROOT
+from tests.support.paths import ROOT, TEST_LOGS
 from tests.support.waiting import wait_until
 
 
@@ -14,7 +14,7 @@ class LiveProcesses:
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.logs = ROOT / "var" / "test-logs"
+        self.logs = TEST_LOGS
         self.logs.mkdir(parents=True, exist_ok=True)
 
     def start(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
