@@ -223,6 +223,66 @@ def test_it_knows_java_before_3_0_1_refuses_retries_0_with_a_transactional_id() 
     )
 
 
+def test_it_knows_java_before_2_1_does_not_retry_unless_told_to() -> None:
+    """KIP-91 (2.1) made retries 2147483647 and bounded a send with delivery.timeout.ms."""
+    (p002,) = [
+        r
+        for r in lint({}, client="java", kind="producer", guarantee=ALO, context=LintContext(client_version="2.0.1"))
+        if r.rule == "P002"
+    ]
+    (explicit,) = [
+        r
+        for r in lint(
+            {"retries": 0}, client="java", kind="producer", guarantee=ALO, context=LintContext(client_version="2.1.0")
+        )
+        if r.rule == "P002"
+    ]
+    assert (p002.severity, p002.value, p002.source) == (explicit.severity, 0, "default")
+    assert p002.message.startswith("with retries=0 (default) a transient error")
+    assert "before Kafka 2.1 the Java producer's retries default is 0" in p002.message
+    results = lint({}, client="java", kind="producer", guarantee=ALO, context=LintContext(client_version="2.1.0"))
+    assert "P002" not in {r.rule for r in results}
+
+
+def test_it_knows_java_before_2_1_sets_an_unset_retries_to_the_maximum_for_idempotence() -> None:
+    explicit = read_explicit({"transactional.id": "app-1"}, client="java", source="config")
+    settings = effective_settings(explicit, client="java", kind="producer", java_version=(2, 0, 1))
+    retries = settings["retries"]
+    assert (retries.value, retries.source, retries.note) == (
+        2_147_483_647,
+        "default",
+        "set to 2147483647 by enable.idempotence",
+    )
+
+
+def test_it_knows_java_before_2_1_ignores_delivery_timeout_ms() -> None:
+    config = {"delivery.timeout.ms": 10_000}
+    old = LintContext(client_version="2.0.1")
+    explicit = read_explicit(config, client="java", source="config")
+    settings = effective_settings(explicit, client="java", kind="producer", java_version=(2, 0, 1))
+    timeout = settings["delivery.timeout.ms"]
+    assert (timeout.value, timeout.shown, timeout.source) == (None, 10_000, "explicit")
+    unset = effective_settings({}, client="java", kind="producer", java_version=(2, 0, 1))
+    assert unset["delivery.timeout.ms"].value is None  # not 120000: the key does not exist yet
+    # not "too short" (P003) nor "refuses to start" (P107): the client runs without it
+    results = lint(config, client="java", kind="producer", guarantee=ALO, context=old)
+    assert sorted(r.rule for r in results) == ["P001", "P002"]
+    p002 = next(r for r in results if r.rule == "P002")
+    assert p002.message.endswith("and it has no delivery.timeout.ms (it ignores delivery.timeout.ms=10000)")
+
+
+def test_it_gives_streams_internal_topics_one_replica_before_3_0() -> None:
+    """KIP-733 (3.0) made an unset replication.factor the brokers' default.replication.factor."""
+    broker = {"default.replication.factor": "3"}
+    old = LintContext(client_version="2.8.1", broker_configs=broker)
+    (unset,) = lint({}, client="java", kind="streams", guarantee=ALO, context=old)
+    (explicit,) = lint({"replication.factor": 1}, client="java", kind="streams", guarantee=ALO, context=old)
+    assert (unset.rule, unset.severity, unset.value, unset.source) == (explicit.rule, explicit.severity, 1, "default")
+    assert unset.message == explicit.message.replace("replication.factor=1", "replication.factor=1 (default)")
+    new = LintContext(client_version="3.0.0", broker_configs=broker)
+    assert lint({}, client="java", kind="streams", guarantee=ALO, context=new) == []
+
+
 def test_it_takes_topic_defaults_from_the_brokers_settings() -> None:
     broker = {"default.replication.factor": "3", "min.insync.replicas": "2", "log.retention.hours": "1"}
     context = LintContext(broker_configs=broker, consumer_lag_seconds=7200)

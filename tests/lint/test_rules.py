@@ -70,6 +70,21 @@ CASES: list[Case] = [
     Case("P002", "fails", RK, "producer", EOS, {"retries": 0}, ["P002", "P006", "P008"]),
     Case("P002", "passes", RK, "producer", ALO, {**RK_PRODUCER_OK, "retries": 3}, []),
     Case("P002", "passes", RK, "producer", AMO, {"message.send.max.retries": 0}, []),
+    # Java before 2.1 (KIP-91) does not retry unless told to: unset is retries=0
+    Case("P002", "fails", JAVA, "producer", ALO, {}, ["P001", "P002"], LintContext(client_version="2.0.1")),
+    Case(
+        "P002",
+        "passes",
+        JAVA,
+        "producer",
+        ALO,
+        {"acks": "all", "retries": 5},
+        ["P006", "P007"],
+        LintContext(client_version="2.0.1"),
+    ),
+    Case("P002", "passes", JAVA, "producer", ALO, {}, ["P001", "P006", "P007"], LintContext(client_version="2.1.0")),
+    # ... and turns retries up to 2147483647 when idempotent, as it does acks
+    Case("P002", "passes", JAVA, "producer", EOS, JAVA_TX_OK, [], LintContext(client_version="2.0.1")),
     # P003 delivery timeout
     Case("P003", "fails", RK, "producer", ALO, {**RK_PRODUCER_OK, "message.timeout.ms": 10_000}, ["P003"]),
     Case(
@@ -93,6 +108,17 @@ CASES: list[Case] = [
     Case("P005", "passes", JAVA, "producer", EOS, {**JAVA_TX_OK, "transaction.timeout.ms": 120_000}, []),
     Case("P005", "passes", JAVA, "producer", EOS, JAVA_TX_OK, []),
     Case("P005", "passes", RK, "producer", EOS, {**RK_TX_OK, "transaction.timeout.ms": 30_000}, []),
+    # Java before 2.1 has no delivery.timeout.ms: the one set here is ignored by the client
+    Case(
+        "P005",
+        "passes",
+        JAVA,
+        "producer",
+        EOS,
+        {**JAVA_TX_OK, "delivery.timeout.ms": 300_000},
+        [],
+        LintContext(client_version="2.0.1"),
+    ),
     # P006 idempotence: librdkafka's default is off, Java's on
     Case("P006", "fails", RK, "producer", ALO, {}, ["P006", "P007"], severity="warning"),
     Case(
@@ -205,6 +231,17 @@ CASES: list[Case] = [
         LintContext(client_version="3.9.2"),
     ),
     Case("P107", "passes", JAVA, "producer", ALO, {"linger.ms": 100, "delivery.timeout.ms": 30_100}, []),
+    # nor does a Java client before 2.1, which ignores delivery.timeout.ms (P003 stays quiet too)
+    Case(
+        "P107",
+        "passes",
+        JAVA,
+        "producer",
+        ALO,
+        {"acks": "all", "retries": 5, "delivery.timeout.ms": 10_000},
+        ["P006", "P007"],
+        LintContext(client_version="2.0.1"),
+    ),
     # P108 librdkafka socket.timeout.ms > transaction.timeout.ms + 100
     Case("P108", "fails", RK, "producer", EOS, {**RK_TX_OK, "socket.timeout.ms": 70_000}, ["P108"]),
     Case("P108", "passes", RK, "producer", EOS, {**RK_TX_OK, "socket.timeout.ms": 60_100}, []),
@@ -876,6 +913,27 @@ CASES: list[Case] = [
         {**STREAMS_OK, "replication.factor": -1},
         [],
         LintContext(broker_configs={"default.replication.factor": "3"}),
+    ),
+    # before 3.0 (KIP-733) an unset replication.factor is 1, whatever the brokers' default
+    Case(
+        "S003",
+        "fails",
+        JAVA,
+        "streams",
+        ALO,
+        {},
+        ["S003"],
+        LintContext(broker_configs={"default.replication.factor": "3"}, client_version="2.8.1"),
+    ),
+    Case(
+        "S003",
+        "passes",
+        JAVA,
+        "streams",
+        ALO,
+        {},
+        [],
+        LintContext(broker_configs={"default.replication.factor": "3"}, client_version="3.0.0"),
     ),
 ]
 

@@ -186,6 +186,10 @@ STREAMS: Mapping[str, Any] = {
     "processing.guarantee": "at_least_once",
     "replication.factor": -1,  # the broker's default.replication.factor (since 3.0)
 }
+# Kafka Streams' internal topics (changelogs, repartition topics) got replication.factor 1
+# unless set before 3.0: StreamsConfig defines it with default 1 in 2.0.0 to 2.8.x and -1
+# from 3.0.0 (KIP-733, KAFKA-8531, apache/kafka 6a5992a8143; -1 needs brokers 2.4+).
+STREAMS_RF_FROM_BROKER_FROM = (3, 0, 0)
 
 BROKER: Mapping[str, Any] = {
     "offsets.retention.minutes": 10_080,
@@ -250,8 +254,25 @@ def java_idempotence_opt_in(version: tuple[int, int, int]) -> bool:
     return version < (3, 0, 1) or (3, 1, 0) <= version < (3, 1, 1)
 
 
+# Before 2.1 the Java producer did not retry unless told to, and had no delivery.timeout.ms:
+# ProducerConfig defines retries with default 0 in 0.10.x to 2.0.x and Integer.MAX_VALUE from
+# 2.1.0, which added delivery.timeout.ms (default 120000) to bound a send instead (KIP-91,
+# KAFKA-5886, apache/kafka 7fc7136ffd2; 2.1's upgrade notes). A 2.0 client given
+# delivery.timeout.ms ignores it (AbstractConfig.logUnused: "The configuration
+# 'delivery.timeout.ms' was supplied but isn't a known config.").
+JAVA_DELIVERY_TIMEOUT_FROM = (2, 1, 0)
+
+
+def java_has_delivery_timeout(version: tuple[int, int, int]) -> bool:
+    """Does the Java producer at ``version`` know delivery.timeout.ms (KIP-91, 2.1+)?"""
+    return version >= JAVA_DELIVERY_TIMEOUT_FROM
+
+
 def java_producer_defaults(version: tuple[int, int, int]) -> dict[str, Any]:
-    """The Java producer's defaults for a client version (KIP-679, KIP-1030)."""
+    """The Java producer's defaults for a client version (KIP-91, KIP-679, KIP-1030).
+
+    delivery.timeout.ms is None before 2.1: the client has no such key.
+    """
     defaults = dict(JAVA_PRODUCER)
     if version < (4, 0, 0):
         defaults["linger.ms"] = 0
@@ -259,6 +280,9 @@ def java_producer_defaults(version: tuple[int, int, int]) -> dict[str, Any]:
         defaults["acks"] = "1"
     if java_idempotence_opt_in(version):
         defaults["enable.idempotence"] = False
+    if not java_has_delivery_timeout(version):
+        defaults["retries"] = 0
+        defaults["delivery.timeout.ms"] = None
     return defaults
 
 
@@ -278,6 +302,14 @@ def java_consumer_defaults(version: tuple[int, int, int]) -> dict[str, Any]:
     return defaults
 
 
+def streams_defaults(version: tuple[int, int, int]) -> dict[str, Any]:
+    """Kafka Streams' defaults for a version (KIP-733)."""
+    defaults = dict(STREAMS)
+    if version < STREAMS_RF_FROM_BROKER_FROM:
+        defaults["replication.factor"] = 1
+    return defaults
+
+
 def client_defaults(client: str, kind: str, version: tuple[int, int, int] | None = None) -> dict[str, Any]:
     """Default values, by the engine's (Java) key names, for one client and kind."""
     if kind == "producer":
@@ -289,7 +321,7 @@ def client_defaults(client: str, kind: str, version: tuple[int, int, int] | None
             return dict(LIBRDKAFKA_CONSUMER)
         return java_consumer_defaults(version or DEFAULT_JAVA_VERSION)
     if kind == "streams":
-        return dict(STREAMS)
+        return streams_defaults(version or DEFAULT_JAVA_VERSION)
     if kind == "broker":
         return dict(BROKER)
     return dict(TOPIC)

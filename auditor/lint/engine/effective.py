@@ -5,7 +5,8 @@ acks), values are read into their types (a non-number where a number is needed i
 LintInputError naming the input and line), and unset keys take the client's default,
 including the defaults the clients derive from other keys (librdkafka turns idempotence
 on for a transactional.id; Java 3.x+ turns its default idempotence off when acks≠all, Java
-before 3.0.1 turns it on for a transactional.id and then sets an unset acks to all).
+before 3.0.1 turns it on for a transactional.id and then sets an unset acks to all; Java
+before 2.1 has no delivery.timeout.ms, whose value is then None even when the config sets it).
 """
 
 from __future__ import annotations
@@ -232,7 +233,7 @@ def _java_producer_adjustments(s: dict[str, Setting], version: tuple[int, int, i
     """Mirror ProducerConfig.postProcessAndValidateIdempotenceConfigs and KafkaProducer."""
     idempotence = s["enable.idempotence"]
     if d.java_idempotence_opt_in(version):
-        _java_opt_in_idempotence_adjustments(s)
+        _java_opt_in_idempotence_adjustments(s, version)
     elif not idempotence.explicit and idempotence.value:
         reason = ""
         if s["acks"].value != "all":
@@ -246,22 +247,39 @@ def _java_producer_adjustments(s: dict[str, Setting], version: tuple[int, int, i
                 idempotence, False, f"the default true is silently turned off by {reason}"
             )
     timeout = s["delivery.timeout.ms"]
+    if not d.java_has_delivery_timeout(version):
+        if timeout.explicit:  # a key the client does not know: it warns and runs without it
+            s[timeout.key] = Setting(
+                key=timeout.key,
+                name=timeout.name,
+                value=None,
+                shown=timeout.shown,
+                source="explicit",
+                note="ignored: not a config of the Java producer before 2.1",
+            )
+        return
     floor = s["linger.ms"].value + s["request.timeout.ms"].value
     if not timeout.explicit and timeout.value < floor:
         s[timeout.key] = _derived(timeout, floor, "raised to linger.ms + request.timeout.ms")
 
 
-def _java_opt_in_idempotence_adjustments(s: dict[str, Setting]) -> None:
+def _java_opt_in_idempotence_adjustments(s: dict[str, Setting], version: tuple[int, int, int]) -> None:
     """Java before 3.0.1, and 3.1.0: idempotence is on when asked for, acks follows it.
 
     ProducerConfig.idempotenceEnabled() is userConfiguredTransactions ||
     (userConfiguredIdempotence && enable.idempotence): a transactional.id turns it on unless
     enable.idempotence is explicitly false (then the producer refuses to start, P104). With
     idempotence on, an unset acks is overridden to all ("Overriding the default acks to all
-    since idempotence is enabled"); an explicit other value refuses to start (P101).
+    since idempotence is enabled"); an explicit other value refuses to start (P101). Before
+    2.1, whose retries default is 0, an unset retries is overridden too (KafkaProducer.
+    configureRetries in 0.11 to 2.0: "Overriding the default retries config to the recommended
+    value of 2147483647 since the idempotent producer is enabled").
     """
     idempotence = s["enable.idempotence"]
     if s["transactional.id"].value and not idempotence.explicit:
         s["enable.idempotence"] = _derived(idempotence, True, "turned on by transactional.id")
     if s["enable.idempotence"].value and not s["acks"].explicit:
         s["acks"] = _derived(s["acks"], "all", "set to all by enable.idempotence")
+    retries = s["retries"]
+    if s["enable.idempotence"].value and not retries.explicit and not d.java_has_delivery_timeout(version):
+        s["retries"] = _derived(retries, d.INT32_MAX, "set to 2147483647 by enable.idempotence")

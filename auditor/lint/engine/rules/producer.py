@@ -59,14 +59,26 @@ def check_acks(s: Subject) -> Iterator[Finding]:
 )
 def check_retries(s: Subject) -> Iterator[Finding]:
     retries = s["retries"]
-    if retries.value < 1:
-        yield Finding(
-            retries,
-            "> 0 (the default 2147483647)",
-            f"with {retries.describe()} a transient error (leader election, request timeout, "
-            "NOT_ENOUGH_REPLICAS) fails the send at once: the record is lost unless the application "
-            "sends it again",
-        )
+    if retries.value >= 1:
+        return
+    message = (
+        f"with {retries.describe()} a transient error (leader election, request timeout, "
+        "NOT_ENOUGH_REPLICAS) fails the send at once: the record is lost unless the application "
+        "sends it again"
+    )
+    if s.client == "java" and not d.java_has_delivery_timeout(s.java_version):
+        yield Finding(retries, "> 0 (2147483647 is the default from Kafka 2.1)", message + _before_kip_91(s))
+    else:
+        yield Finding(retries, "> 0 (the default 2147483647)", message)
+
+
+def _before_kip_91(s: Subject) -> str:
+    """What a Java producer before 2.1 (KIP-91) does with retries and delivery.timeout.ms."""
+    text = "; before Kafka 2.1 the Java producer's retries default is 0, and it has no delivery.timeout.ms"
+    timeout = s["delivery.timeout.ms"]
+    if timeout.explicit:
+        text += f" (it ignores {timeout.name}={timeout.shown})"
+    return text
 
 
 @producer_rules.rule(
@@ -123,8 +135,8 @@ def check_transaction_timeout_vs_delivery(s: Subject) -> Iterator[Finding]:
         return
     transaction, timeout = s["transaction.timeout.ms"], s["delivery.timeout.ms"]
     # Java's own defaults (60 s < 120 s) are left alone: a failed commit is retried, not lost
-    if not (transaction.explicit or timeout.explicit):
-        return
+    if timeout.value is None or not (transaction.explicit or timeout.explicit):
+        return  # None: Java before 2.1 has no delivery timeout
     if transaction.value < timeout.value:
         yield Finding(
             transaction,
@@ -420,7 +432,8 @@ def check_startup_linger_vs_message_timeout(s: Subject) -> Iterator[Finding]:
 def check_startup_java_delivery_timeout(s: Subject) -> Iterator[Finding]:
     timeout = s["delivery.timeout.ms"]
     floor = s.value("linger.ms") + s.value("request.timeout.ms")
-    if timeout.explicit and timeout.value < floor:
+    # None: Java before 2.1 does not know the key, so it neither checks nor refuses it
+    if timeout.explicit and timeout.value is not None and timeout.value < floor:
         yield Finding(
             timeout,
             f">= linger.ms + request.timeout.ms ({floor:g})",
