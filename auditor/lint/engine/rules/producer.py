@@ -55,7 +55,10 @@ def check_acks(s: Subject) -> Iterator[Finding]:
     NOT_LOST,
     "error",
     why="a transient broker error fails the send and the record is lost unless the app re-sends it",
-    fix="leave retries at its default and bound delivery with delivery.timeout.ms / message.timeout.ms",
+    fix=(
+        "leave retries at its default and bound delivery with delivery.timeout.ms / message.timeout.ms "
+        "(a Java producer before Kafka 2.1 has neither: set retries, e.g. to 2147483647)"
+    ),
 )
 def check_retries(s: Subject) -> Iterator[Finding]:
     retries = s["retries"]
