@@ -205,6 +205,9 @@ def test_it_says_unknown_not_skipped_where_the_marks_lost_record_lands_after_a_r
     setup = make_stuck(partitions=1)
     pipeline = setup.pipeline
     ledger = pipeline.probes.consumer_ledger
+    binding = setup.rule.binding
+    binding.producer_ledger_topic, binding.consumer_ledger_topic = pipeline.probes.producer_ledger, ledger
+    binding.save(update_fields=["producer_ledger_topic", "consumer_ledger_topic"])  # for the run
     ids = pipeline.produce(5)
     consumer = hand_driven_consumer(pipeline)
     try:
@@ -221,7 +224,7 @@ def test_it_says_unknown_not_skipped_where_the_marks_lost_record_lands_after_a_r
         try:
             mark_and_leave_the_ledger_refusing(consumer, pipeline.bootstrap, ledger, got[2:4], commit_to=5)
             assert pipeline.committed_offsets() == {0: 5}
-            run = reconcile_now(setup.rule.binding)
+            run = reconcile_now(binding)
             unprocessed = Finding.objects.filter(run=run, kind="unprocessed")
             assert set(unprocessed.values_list("key", flat=True)) == {ids[2], ids[3], ids[4]}
             assert not lost_offsets(pipeline.bootstrap, ledger, pipeline.topic)
