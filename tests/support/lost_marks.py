@@ -93,7 +93,9 @@ def mark_and_leave_the_ledger_refusing(
     set_max_message_bytes(bootstrap, ledger_topic, "64")
     for msg in messages:
         consumer.mark_processed(msg)
-    wait_until(lambda: consumer.stats()["ledger_records_failed"] > failed_before, 15, "a consumer-ledger record refused")
+    wait_until(
+        lambda: consumer.stats()["ledger_records_failed"] > failed_before, 15, "a consumer-ledger record refused"
+    )
     consumer.commit(offsets=[TopicPartition(topic, partition, commit_to)], asynchronous=False)
 
 
