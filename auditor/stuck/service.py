@@ -283,8 +283,9 @@ def _look_again(
       reconciliation run saw it (a sighting), whose mark came after that run read the ledger;
       for those, the ledger is read from the start the first read took.
 
-    A mark found makes the record processed; a ledger that cannot be read makes the verdict
-    unknown."""
+    A mark found makes the record processed; a marks-lost record found (its probe's ledger took
+    records again since the first read) makes the records it names unknown, as the first read
+    would have; a ledger that cannot be read makes the verdict unknown."""
     # (committed past: a mark may trail the commit, as for `skipped`)
     skipped = {v.row.key for v in verdicts if _judged_as(v, "skipped") or _passed_unproven(v)}
     judged = skipped | {v.row.key for v in verdicts if _judged_as(v, "expired")}
@@ -295,7 +296,7 @@ def _look_again(
     if not skipped and not unlooked:
         return verdicts
     try:
-        marks = read_trailing_marks(
+        tail = read_trailing_marks(
             binding.cluster.client_config(),
             plan,
             binding.record_key,
@@ -322,13 +323,20 @@ def _look_again(
             else v
             for v in verdicts
         ]
-    found = [m for k, m in marks.items() if k not in located.marks]
-    for mark in marks.values():
+    found = [m for k, m in tail.marks.items() if k not in located.marks]
+    for mark in tail.marks.values():
         located.add_mark(mark)
     if found:
         result.notes.append(
             f"{len(found)} processed mark(s) found on a second look at the consumer ledger (marks that trailed "
             "their group's commit, or of records deleted since a reconciliation run saw them)"
+        )
+    named = _add_lost_marks(located, tail)
+    if named:
+        _apply_lost_marks(view, located)
+        result.notes.append(
+            f"{named} range(s) of marks their probe's ledger could not write (marks-lost records) found on a second "
+            "look at the consumer ledger, written since its first read"
         )
     return [_diagnosed(v.row, located, view, memory) if v.row.key in judged else v for v in verdicts]
 
@@ -379,11 +387,26 @@ def _apply_located(view: ClusterView, located: LocateResult) -> None:
         group.max_mark_below_low = {p: o for (g, p), o in located.max_mark_below_low.items() if g == name}
         group.first_mark = {p: o for (g, p), o in located.first_mark.items() if g == name}
         group.first_mark_ms = located.first_mark_ms.get(name)
-        group.lost_marks = {}
-        for (g, p), spans in located.lost_marks.items():
-            if g == name:
-                group.lost_marks[p] = list(spans)
         group.last_mark_below_low_ms = located.last_mark_below_low_ms.get(name)
+    _apply_lost_marks(view, located)
+
+
+def _apply_lost_marks(view: ClusterView, located: LocateResult) -> None:
+    for name, group in view.groups.items():
+        group.lost_marks = {p: list(spans) for (g, p), spans in located.lost_marks.items() if g == name}
+
+
+def _add_lost_marks(located: LocateResult, tail: LocateResult) -> int:
+    """The marks-lost ranges of the second look that the first read did not have (from_start
+    reads the first read's ranges again), added to `located`; how many."""
+    added = 0
+    for (group, partition), spans in tail.lost_marks.items():
+        known = located.lost_marks.get((group, partition), [])
+        for first, last, reason in spans:
+            if (first, last, reason) not in known:
+                located.add_lost_marks(group, partition, first, last, reason)
+                added += 1
+    return added
 
 
 @contextmanager

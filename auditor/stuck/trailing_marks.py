@@ -14,6 +14,12 @@ the positions of the records it found and of acked ledger entries; a record dele
 reconciliation run saw it is known only by that sighting, after the read. When a `skipped`
 or `expired` verdict rests on such a position, the ledger is read again from the first
 read's starts (`from_start`).
+
+The ledger's tail may also hold a `marks-lost` record: a probe whose ledger refused its marks
+names them once the ledger takes records again, possibly between the first read and this one
+(a run made during the outage called those records `unprocessed`; a diagnosis made then
+reads them as committed past). Its ranges are read with the marks, so that the verdicts
+say `unknown` (verdict_outcomes.lost_mark) as a diagnosis that read the record first does.
 """
 
 from __future__ import annotations
@@ -23,13 +29,10 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from auditor.stuck.evidence import ProcessedMark
 from auditor.stuck.kafka_view import LedgerRange, ReadPlan, client_settings, ledger_view
 from auditor.stuck.locate_python import read_marks
-from auditor.stuck.locate_request import LocateError, LocateRequest
+from auditor.stuck.locate_request import LocateError, LocateRequest, LocateResult
 from spark_jobs.kafka_security import admin_config
-
-MarkKey = tuple[str, int, int]
 
 
 def ledger_tail(old: LedgerRange, now: LedgerRange) -> dict[int, tuple[int, int]]:
@@ -52,14 +55,14 @@ def read_trailing_marks(
     settle_until: float,
     timeout_s: float,
     from_start: bool = False,
-) -> dict[MarkKey, ProcessedMark]:
-    """The groups' processed marks at `positions` written to the consumer ledger after the
-    plan's ends (from_start: since the starts the plan read from too), read once
-    `settle_until` (a time.monotonic() instant) has passed. Raises LocateError when the ledger
-    cannot be read."""
+) -> LocateResult:
+    """The groups' processed marks at `positions` (`marks`) and the ranges their marks-lost
+    records name (`lost_marks`), written to the consumer ledger after the plan's ends
+    (from_start: since the starts the plan read from too), read once `settle_until` (a
+    time.monotonic() instant) has passed. Raises LocateError when the ledger cannot be read."""
     old = plan.consumer_ledger
     if old is None or not groups or not positions:
-        return {}
+        return LocateResult()
     time.sleep(max(0.0, settle_until - time.monotonic()))
     bootstrap, config = client_settings(kafka_config)
     admin = AdminClient(admin_config(bootstrap, config, timeout_s))
@@ -74,7 +77,7 @@ def read_trailing_marks(
             if last > first and high > max(first, low):
                 tail[partition] = (max(first, low), high)
     if not tail:
-        return {}
+        return LocateResult()
     request = LocateRequest(
         kafka_config,
         ReadPlan(plan.topic, plan.partitions, consumer_ledger=LedgerRange(old.topic, tail)),
@@ -82,4 +85,4 @@ def read_trailing_marks(
         [],
         groups,
     )
-    return read_marks(request, positions).marks
+    return read_marks(request, positions)

@@ -176,6 +176,97 @@ def test_it_says_unknown_not_skipped_where_the_consumer_ledger_refused_the_proce
     assert f"{pipeline.topic}/0" in item.diagnosis.reason
 
 
+def test_it_says_unknown_not_skipped_where_the_marks_lost_record_lands_after_a_run_called_the_records_unprocessed(
+    make_stuck, spark, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probed consumer marks tickets 2 and 3 processed while the broker refuses its ledger's
+    records, and commits past them and past ticket 4, which it never processed. A
+    reconciliation run made while the ledger still refuses reports all three `unprocessed`.
+    The ledger takes records again, and the probe's marks-lost record for 2 and 3 lands after
+    both engines' diagnoses read the ledger's end (the Spark one runs inside the Python one's,
+    right after that read), before their second look at the ledger's tail (the look every
+    `skipped` verdict gets). Ground truth: what the test's consumer did, the group's commit, and
+    full reads of the real ledger. Processed or skipped cannot be told for 2 and 3; 4 is
+    skipped. (The old second look read only processed marks: 2 and 3 were `skipped`.)"""
+    from auditor.reconcile.models import Finding
+    from auditor.stuck import service
+    from auditor.stuck.service import DiagnosisResult, diagnose_rule
+    from tests.support.kafka_reads import consume
+    from tests.support.lost_marks import (
+        hand_driven_consumer,
+        ledgered_offsets,
+        lost_offsets,
+        mark_and_leave_the_ledger_refusing,
+        set_max_message_bytes,
+        wait_for_the_lost_marks,
+    )
+    from tests.support.stuck import reconcile_now
+
+    setup = make_stuck(partitions=1)
+    pipeline = setup.pipeline
+    ledger = pipeline.probes.consumer_ledger
+    binding = setup.rule.binding
+    binding.producer_ledger_topic, binding.consumer_ledger_topic = pipeline.probes.producer_ledger, ledger
+    binding.save(update_fields=["producer_ledger_topic", "consumer_ledger_topic"])  # for the run
+    ids = pipeline.produce(5)
+    consumer = hand_driven_consumer(pipeline)
+    by_engine: dict[str, DiagnosisResult] = {}
+    views: list[str] = []
+    read_cluster_view = service.read_cluster_view
+
+    def view_then(*args: Any, **kwargs: Any) -> Any:
+        read = read_cluster_view(*args, **kwargs)
+        views.append("read")
+        if len(views) == 1:  # the Python diagnosis read the ledger's end: the Spark one now
+            by_engine["spark"] = diagnose_rule(setup.rule, setup.options("spark", spark=spark))
+        elif len(views) == 2:  # both read the ledger's end: it takes records again
+            set_max_message_bytes(pipeline.bootstrap, ledger, None)
+            wait_for_the_lost_marks(pipeline.bootstrap, ledger, got[2:4])
+        return read
+
+    try:
+        got = consume(consumer, pipeline.topic, 0, 0, 5)
+        with pipeline.store() as store:
+            for i in (0, 1):
+                assert store.mark_done(ids[i]).value == "applied"
+                consumer.mark_processed(got[i])
+        wait_until(
+            lambda: ledgered_offsets(pipeline.bootstrap, ledger, pipeline.topic) == {(0, 0), (0, 1)},
+            15,
+            "the first marks in the ledger",
+        )
+        try:
+            mark_and_leave_the_ledger_refusing(consumer, pipeline.bootstrap, ledger, got[2:4], commit_to=5)
+            assert pipeline.committed_offsets() == {0: 5}
+            run = reconcile_now(binding)
+            unprocessed = Finding.objects.filter(run=run, kind="unprocessed")
+            assert set(unprocessed.values_list("key", flat=True)) == {ids[2], ids[3], ids[4]}
+            assert not lost_offsets(pipeline.bootstrap, ledger, pipeline.topic)
+
+            monkeypatch.setattr(service, "read_cluster_view", view_then)
+            by_engine["python"] = diagnose_rule(setup.rule, setup.options("python"))
+        finally:
+            set_max_message_bytes(pipeline.bootstrap, ledger, None)
+    finally:
+        consumer.close()
+    assert views == ["read", "read"]
+    assert {(0, 2), (0, 3)} <= lost_offsets(pipeline.bootstrap, ledger, pipeline.topic)
+    assert not {(0, 2), (0, 3), (0, 4)} & ledgered_offsets(pipeline.bootstrap, ledger, pipeline.topic)
+
+    reasons = {}
+    for engine, result in by_engine.items():
+        assert result.engine == engine
+        assert verdicts_of(result) == {ids[2]: "unknown", ids[3]: "unknown", ids[4]: "skipped"}, engine
+        assert any(f"key index of reconciliation run {run.job_run_id}" in n for n in result.notes), result.notes
+        assert any("(marks-lost records) found on a second look" in n for n in result.notes), result.notes
+        reasons[engine] = {v.row.key: v.diagnosis.reason for v in result.items if v.row.key in (ids[2], ids[3])}
+    assert reasons["spark"] == reasons["python"]
+    for reason in reasons["python"].values():
+        assert f"committed past {pipeline.topic}/0@" in reason
+        assert "its processed mark may have been lost" in reason
+        assert f"offsets 2-3 of {pipeline.topic}/0" in reason
+
+
 def test_it_says_processed_not_updated_when_the_update_failed_after_processing(stuck: StuckSetup, spark) -> None:
     pipeline = stuck.pipeline
     ids = pipeline.produce(10)

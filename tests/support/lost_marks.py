@@ -76,19 +76,34 @@ def mark_while_the_ledger_refuses(
     partition to `commit_to`, then let the ledger take records again and wait until a
     marks-lost record names the marks. The consumer's ledger must flush often
     (ledger_flush_interval_s well below a second) and wait briefly (ledger_flush_timeout_s)."""
+    try:
+        mark_and_leave_the_ledger_refusing(consumer, bootstrap, ledger_topic, messages, commit_to)
+    finally:
+        set_max_message_bytes(bootstrap, ledger_topic, None)
+    wait_for_the_lost_marks(bootstrap, ledger_topic, messages)
+
+
+def mark_and_leave_the_ledger_refusing(
+    consumer: AuditedConsumer, bootstrap: str, ledger_topic: str, messages: list[Message], commit_to: int
+) -> None:
+    """mark_while_the_ledger_refuses up to the commit: the ledger still refuses records when it
+    returns (set_max_message_bytes(bootstrap, ledger_topic, None) lets it take them again)."""
     topic, partition = messages[0].topic(), messages[0].partition()
     failed_before = consumer.stats()["ledger_records_failed"]
     set_max_message_bytes(bootstrap, ledger_topic, "64")
-    try:
-        for msg in messages:
-            consumer.mark_processed(msg)
-        wait_until(
-            lambda: consumer.stats()["ledger_records_failed"] > failed_before, 15, "a consumer-ledger record refused"
-        )
-        consumer.commit(offsets=[TopicPartition(topic, partition, commit_to)], asynchronous=False)
-    finally:
-        set_max_message_bytes(bootstrap, ledger_topic, None)
-    wanted = {(partition, m.offset()) for m in messages}
+    for msg in messages:
+        consumer.mark_processed(msg)
+    wait_until(
+        lambda: consumer.stats()["ledger_records_failed"] > failed_before, 15, "a consumer-ledger record refused"
+    )
+    consumer.commit(offsets=[TopicPartition(topic, partition, commit_to)], asynchronous=False)
+
+
+def wait_for_the_lost_marks(bootstrap: str, ledger_topic: str, messages: list[Message]) -> None:
+    """Until a full read of the ledger finds the marks of `messages` named in a marks-lost
+    record (or written after all)."""
+    topic = messages[0].topic()
+    wanted = {(m.partition(), m.offset()) for m in messages}
     wait_until(
         lambda: wanted
         <= lost_offsets(bootstrap, ledger_topic, topic) | ledgered_offsets(bootstrap, ledger_topic, topic),
