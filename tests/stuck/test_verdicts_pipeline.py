@@ -251,6 +251,47 @@ def test_an_aborted_record_deleted_since_is_not_called_skipped(
         ]
 
 
+@pytest.mark.parametrize("contract", [1])
+def test_an_aborted_record_deleted_since_is_aborted_where_the_clients_topic_does_not_show_the_producer(
+    stuck: StuckSetup, spark, kafka_admin, make_topic, contract: int
+) -> None:
+    """As above, with the producer's settings (its transactional.id) in another clients topic
+    than the diagnosis reads. One producer session: ticket 2's transaction aborts before a
+    reconciliation run reads the topic, ticket 5's after it; then every record is deleted. The
+    run's `aborted` dataset says what became of ticket 2 (aborted, the run named), and that the
+    session is transactional: ticket 5's ack proves no commit (unknown). Neither is skipped."""
+    from auditor.lab.cluster import delete_records
+    from auditor.stuck.service import diagnose_rule
+    from tests.support.stuck import reconcile_now
+
+    pipeline = stuck.pipeline
+    with pipeline.producer(Faults(abort_every=3)) as producer:
+        ids = [t.ticket.ticket_id for t in producer.create_tickets(4)]
+        pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=3, idle_timeout_s=3, timeout_s=60)
+        run = reconcile_now(stuck.rule.binding)  # reads ticket 2 aborted, the group's offset past it
+        ids += [t.ticket.ticket_id for t in producer.create_tickets(3)]
+        # Ground truth: abort_transaction() returned for these two, commit_transaction() for the rest.
+        aborted = list(producer.stats.aborted_ids)
+    assert aborted == [ids[2], ids[5]]
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=2, idle_timeout_s=3, timeout_s=60)
+    statuses = pipeline.statuses()
+    assert [ticket for ticket in ids if statuses[ticket] == "NEW"] == aborted
+    ((_, high),) = pipeline.watermarks(pipeline.topic).values()
+    assert pipeline.committed_offsets() == {0: high - 1}
+    delete_records(kafka_admin, [TopicPartition(pipeline.topic, 0, high)])
+    assert pipeline.watermarks(pipeline.topic) == {0: (high, high)}
+
+    elsewhere = make_topic("clients-elsewhere")  # the diagnosis's clients topic: nothing of this producer
+    for engine in ("python", "spark"):
+        result = diagnose_rule(stuck.rule, stuck.options(engine, spark=spark, clients_topic=elsewhere))
+
+        assert verdicts_of(result) == {ids[2]: "aborted", ids[5]: "unknown"}, [i.diagnosis.reason for i in result.items]
+        items = {i.row.key: i.diagnosis for i in result.items}
+        assert items[ids[2]].evidence["aborted_seen"]["seen_by_run"] == run.job_run_id
+        assert f"reconciliation run {run.job_run_id}" in items[ids[2]].reason
+        assert "transactional" in items[ids[5]].reason and run.job_run_id in items[ids[5]].reason
+
+
 @pytest.mark.parametrize("contract", [1, 2])
 def test_it_says_expired_when_shortened_retention_deleted_records_before_the_group_reached_them(
     stuck: StuckSetup, spark, kafka_admin, contract: int
