@@ -67,7 +67,7 @@ def from_copies(
     committed = {(c.partition, c.offset) for c in copies if isinstance(c, Sighting)}
     settled = [a for a in aborted if (a.partition, a.offset) not in committed]
     aborting = memory.aborting_sessions if memory is not None else {}
-    judged = [(copy, _copy_verdict(copy, view, dict(evidence), judge, settled, aborting)) for copy in copies]
+    judged = [(copy, _copy_verdict(copy, view, dict(evidence), judge, settled, aborting, committed)) for copy in copies]
     # per position (one record, acked and seen), the furthest of its verdicts
     positions: dict[tuple[int, int], tuple[Copy, Diagnosis]] = {}
     for copy, diagnosis in judged:
@@ -125,25 +125,32 @@ def _copy_verdict(
     judge: GoneJudge,
     aborted: Sequence[AbortedSighting] = (),
     aborting: Mapping[str, str | None] | None = None,
+    committed: set[tuple[int, int]] | None = None,
 ) -> Diagnosis:
+    """One copy's verdict. aborted: the records runs read only in aborted transactions;
+    aborting: the producer sessions runs read such records of; committed: the positions runs
+    saw a record with the key at (read_committed: a transaction there committed)."""
     if isinstance(copy, AbortedSighting):
         return _aborted(copy, None, view, evidence)
     if isinstance(copy, LedgerEntry):
         read_aborted = next((a for a in aborted if a.is_of(copy)), None)
         if read_aborted is not None:
             return _aborted(read_aborted, copy, view, evidence)
-        if copy.session in view.transactional_sessions or copy.session in (aborting or {}):
+        aborting = aborting or {}
+        transactional = copy.session in view.transactional_sessions or copy.session in aborting
+        if transactional and (copy.partition, copy.offset) not in (committed or set()):
             # A transactional producer's ack says the broker wrote the record, not that its
             # transaction committed: records of an aborted one are acked too.
             evidence["transactional_session"] = copy.session
             if copy.session in view.transactional_sessions:
                 known = f"the transactional producer session {copy.session}"
             else:
-                run = (aborting or {}).get(copy.session)
+                run = aborting.get(copy.session)
                 evidence["aborted_records_seen_by_run"] = run
+                who = f"reconciliation run {run}" if run else "a reconciliation run"
                 known = (
-                    f"producer session {copy.session}, transactional ({f'reconciliation run {run}' if run else 'a reconciliation run'} "
-                    "read records of it in aborted transactions, none of them this one)"
+                    f"producer session {copy.session}, transactional ({who} read records of it in aborted "
+                    "transactions, none of them this one)"
                 )
             return Diagnosis(
                 "unknown",

@@ -938,6 +938,11 @@ def test_an_ack_a_run_read_aborted_is_aborted_once_deleted_and_other_acks_of_its
     # a run also saw a committed record there: the offset was rewritten, the sighting is judged
     seen = replace(memory, sightings={"TCK-7": KeySightings((Sighting(0, 4, NOW_MS - 3500_000, "run-2"),))})
     assert diagnose(ROW, [], [], {}, cluster, seen).verdict == "expired"
+    # a transactional session's ack of a record a run saw committed is judged as any ack
+    cluster.transactional_sessions = frozenset({"s1"})
+    assert diagnose(ROW, [], [other], {}, cluster).verdict == "unknown"
+    committed = KeyMemory(sightings={"TCK-7": KeySightings((Sighting(0, 6, NOW_MS - 3500_000, "run-1"),))})
+    assert diagnose(ROW, [], [other], {}, cluster, committed).verdict == "expired"
 
 
 def test_marks_past_where_the_broker_rewrote_a_partition_are_judged_by_their_time() -> None:
