@@ -14,6 +14,7 @@ from spark_jobs.binding import Binding
 from spark_jobs.late_rows import late_rows
 from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_transform import (
+    ABORTED_SCHEMA,
     KEY_INDEX_SCHEMA,
     LOST_SIGHTING_SCHEMA,
     RECORD_SCHEMA,
@@ -119,7 +120,9 @@ def update_state(
     new.keep_unless_empty(
         "aborted",
         [old_aborted, inputs.new_aborted],
-        lambda: conform(old_aborted, RECORD_SCHEMA).unionByName(conform(inputs.new_aborted, RECORD_SCHEMA)),
+        lambda: conform(old_aborted, ABORTED_SCHEMA).unionByName(
+            conform(inputs.new_aborted.withColumn("run_id", F.lit(plan.run_id)), ABORTED_SCHEMA)
+        ),
     )
     if inputs.sequenced:
         coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))

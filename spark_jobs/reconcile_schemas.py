@@ -42,6 +42,10 @@ RECORD_SCHEMA = StructType(
         StructField("seq", LongType()),
     ]
 )
+# The `aborted` dataset: records only in aborted transactions, and the run that read them
+# (null in state written before runs were named here): a stuck diagnosis names it once
+# retention has deleted the record.
+ABORTED_SCHEMA = StructType([*RECORD_SCHEMA.fields, StructField("run_id", StringType())])
 # Per-key index entry: how many records a key has (in one state delta), its first one, and
 # the run that read it (null in state written before runs were named here).
 KEY_INDEX_SCHEMA = StructType(

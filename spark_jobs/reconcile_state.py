@@ -28,6 +28,7 @@ from pyspark.sql.types import StructType
 
 from spark_jobs.group_commits import GroupCommits, Unproven, commits_from_json, commits_to_json
 from spark_jobs.reconcile_transform import (
+    ABORTED_SCHEMA,
     CANDIDATE_SCHEMA,
     FINDING_SCHEMA,
     INTERVAL_SCHEMA,
@@ -51,7 +52,7 @@ DATASETS: dict[str, StructType] = {
     "pending_source": SOURCE_ROW_SCHEMA,
     "orphan_candidates": RECORD_SCHEMA,
     "duplicates": RECORD_SCHEMA,
-    "aborted": RECORD_SCHEMA,
+    "aborted": ABORTED_SCHEMA,
     "seq_coverage": INTERVAL_SCHEMA,
     "seq_times": SEQ_TIMES_SCHEMA,
     "ledger_open": LEDGER_ENTRY_SCHEMA,

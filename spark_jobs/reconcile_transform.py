@@ -136,6 +136,9 @@ from spark_jobs.reconcile_parsing import (
     transform_source_rows as transform_source_rows,
 )
 from spark_jobs.reconcile_schemas import (
+    ABORTED_SCHEMA as ABORTED_SCHEMA,
+)
+from spark_jobs.reconcile_schemas import (
     ACKED_RANGE as ACKED_RANGE,
 )
 from spark_jobs.reconcile_schemas import (

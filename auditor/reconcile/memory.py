@@ -26,6 +26,7 @@ from auditor.pipelines.models import Binding
 from auditor.reconcile import conf
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.stuck.evidence import (
+    AbortedSighting,
     KeyMemory,
     KeySightings,
     LocatedRecord,
@@ -55,18 +56,23 @@ def recall(
     keys: Sequence[str],
     state_root: StateLocation | None = None,
     index: IndexRows | None = None,
+    sessions: Iterable[str] = (),
 ) -> KeyMemory:
     """What earlier runs of `binding` saw of `keys`. A part that cannot be read is named in
     `reason` and left empty: readers then say unknown, never guess.
 
     index: the key index's rows already read for a superset of `keys` (IndexedTopic.index),
-    which is then not read again."""
+    which is then not read again. sessions: the producer sessions of the keys' ledger entries,
+    of which those runs read aborted records of are recalled (aborting_sessions)."""
     memory = KeyMemory()
     if not keys:
         return memory
     try:
         root = state_root if state_root is not None else conf.state_location().join(binding.name)
         memory.sightings = index.sightings(keys) if index is not None else read_sightings(root, keys, binding)
+        meta = index.meta if index is not None else read_meta(root, binding)
+        if meta is not None:
+            memory.aborted, memory.aborting_sessions = read_aborted(root, meta, keys, sessions)
     except (StateUnreadable, StateLocationError) as exc:
         memory.reason = str(exc)
     memory.missing = missing_reports(binding, keys)
@@ -180,6 +186,53 @@ def read_sightings(root: StateLocation, keys: Iterable[str], binding: Binding) -
         return {}
     wanted = sorted(set(keys))
     return _sightings(root, meta, _rows(root, list(meta.get("key_deltas") or []), wanted, extra=["n"]), wanted)
+
+
+def read_aborted(
+    root: StateLocation, meta: dict[str, Any], keys: Iterable[str], sessions: Iterable[str]
+) -> tuple[dict[str, tuple[AbortedSighting, ...]], dict[str, str | None]]:
+    """Per key of `keys`, the records with it that runs read only in aborted transactions (the
+    state's `aborted` dataset), less those stamped before the state's `topic_records_since`
+    (the deleted topic's, whose offsets the new one took again); and which of `sessions`
+    runs read aborted records of (session -> one such run, None when the state does not name
+    it)."""
+    relative = (meta.get("datasets") or {}).get("aborted")
+    if not relative:
+        return {}, {}
+    since = meta.get("topic_records_since")
+    since_ms = int(datetime.fromisoformat(since).timestamp() * 1000) if since else None
+    found: dict[str, list[AbortedSighting]] = {}
+    for row in _rows(root, [relative], sorted(set(keys)), extra=["session", "seq"]):
+        stamp = _ms(row.get("timestamp"))
+        if since_ms is not None and (stamp is None or stamp < since_ms):
+            continue
+        found.setdefault(row["key"], []).append(
+            AbortedSighting(
+                int(row["partition"]),
+                int(row["offset"]),
+                stamp,
+                row.get("run_id"),
+                row.get("session"),
+                None if row.get("seq") is None else int(row["seq"]),
+            )
+        )
+    wanted = sorted({s for s in sessions if s})
+    aborting: dict[str, str | None] = {}
+    if wanted:
+        import pyarrow.dataset as ds  # deferred, as in _rows
+
+        try:
+            fs, path = root.join(relative).filesystem()
+            dataset = ds.dataset(path, filesystem=fs, format="parquet")
+            columns = [c for c in ("session", "run_id") if c in dataset.schema.names]
+            table = dataset.to_table(columns=columns, filter=ds.field("session").isin(wanted))
+        except (OSError, ValueError) as exc:
+            raise StateUnreadable(f"the aborted records under {root} are unreadable: {exc}") from exc
+        runs = table.column("run_id").to_pylist() if "run_id" in columns else [None] * table.num_rows
+        for session, run in zip(table.column("session").to_pylist(), runs, strict=True):
+            if aborting.get(session) is None:
+                aborting[session] = run
+    return {k: tuple(sorted(v, key=lambda a: (a.partition, a.offset))) for k, v in found.items()}, aborting
 
 
 def _sightings(

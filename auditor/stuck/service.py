@@ -547,7 +547,12 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
 
     # The auditor's memory: for keys the topic no longer shows, and for those it shows, whose
     # earlier records gone since may have got further (verdicts_absent.with_gone_copies)
-    memory = recall(binding, [r.key for r in rows] if not view.kafka_error else [], index=indexed.index)
+    memory = recall(
+        binding,
+        [r.key for r in rows] if not view.kafka_error else [],
+        index=indexed.index,
+        sessions={e.session for entries in located.ledger_entries.values() for e in entries},
+    )
     if reads is not None and not view.kafka_error:
         _check_after_read(binding, view, reads)  # after the memory: a sighting it holds is older than these ends
     if memory.reason:

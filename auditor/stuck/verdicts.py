@@ -68,6 +68,12 @@ Decision, in order:
    deleted topic's: unknown, never judged against the new log. Where the diagnosis could not
    read the topic's id, a record acked or seen at an offset the log covers and gone is
    unknown, not broker-lost: a re-creation since would look the same.
+   A record a run read only in an aborted transaction (the state's `aborted` dataset), now
+   below the log start, is aborted (naming the run), and so is an ack of it (same position,
+   session and seq); it ranks below every other copy. The ack of a transactional session (its
+   transactional.id in the clients topic, or aborted records of it in that dataset) of a
+   record gone -> unknown (aborted records are acked too), unless a run saw a record with the
+   key committed at its offset.
 6. On a compacted topic whose record key is not the binding's key, a record with the item's
    key absent now may have been removed by the log cleaner after delivery: wherever the
    rules above would conclude broker-lost, never-produced or produce-failed from such an

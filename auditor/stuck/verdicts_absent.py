@@ -7,6 +7,7 @@ from typing import Any
 
 from auditor.probes.codec import ACKED, ACKED_RANGE, NOT_PERSISTED, SENT, UNCONFIRMED, delivery_status
 from auditor.stuck.evidence import (
+    AbortedSighting,
     ClusterView,
     Diagnosis,
     KeyMemory,
@@ -91,6 +92,8 @@ def with_gone_copies(
         view,
         {"topic": view.topic},
         _gone_judge(row, marks, view),
+        _gone_aborted(row, memory, view),
+        memory,
     )
     evidence = dict(found.evidence)
     evidence["copies"] = gone.evidence.get("copies") or [
@@ -113,6 +116,17 @@ def with_gone_copies(
     return Diagnosis(found.verdict, found.reason, evidence)
 
 
+def _gone_aborted(row: StuckRow, memory: KeyMemory, view: ClusterView) -> tuple[AbortedSighting, ...]:
+    """The records with the row's key runs read only in aborted transactions that are below
+    their partition's log start now: deleted (those the log still covers, the topic read
+    shows). One in a partition the topic no longer has is left out: nothing says what it was."""
+    return tuple(
+        a
+        for a in memory.aborted.get(row.key, ())
+        if (state := view.partitions.get(a.partition)) is not None and a.offset < state.low
+    )
+
+
 def not_in_topic(
     row: StuckRow,
     entries: list[LedgerEntry],
@@ -132,10 +146,11 @@ def not_in_topic(
     ledger_readable = ledger is not None and ledger.available
     acked = _acked_at_positions(entries, view)
     seen = memory.sightings.get(row.key)
-    if acked or seen is not None:
-        # every record with the key a producer acked or a run saw: the item got as far as the
-        # furthest of them
-        return from_copies(acked, seen, view, evidence, _gone_judge(row, marks, view))
+    aborted = _gone_aborted(row, memory, view)
+    if acked or seen is not None or aborted:
+        # every record with the key a producer acked or a run saw (committed, or only in an
+        # aborted transaction): the item got as far as the furthest of them
+        return from_copies(acked, seen, view, evidence, _gone_judge(row, marks, view), aborted, memory)
     ranged = [e for e in entries if e.status == ACKED_RANGE] if ledger_readable else []
     if ranged:
         return acked_unplaced(ranged[-1], view, evidence)

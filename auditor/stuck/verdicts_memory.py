@@ -19,10 +19,19 @@ them cannot tell, and the furthest, the one that cannot, counts for its position
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from auditor.stuck.evidence import ClusterView, Diagnosis, KeySightings, LedgerEntry, Sighting, ms_to_iso
+from auditor.stuck.evidence import (
+    AbortedSighting,
+    ClusterView,
+    Diagnosis,
+    KeyMemory,
+    KeySightings,
+    LedgerEntry,
+    Sighting,
+    ms_to_iso,
+)
 from auditor.stuck.verdict_outcomes import MAX_LISTED
 
 # A judge of one record written at (partition, offset) and gone: verdicts_absent._written_then_gone
@@ -30,11 +39,13 @@ from auditor.stuck.verdict_outcomes import MAX_LISTED
 # the producer's ledger entry of its ack, None for a sighting).
 GoneJudge = Callable[[int, int, str, dict[str, Any], int | None, LedgerEntry | None], Diagnosis]
 
-# A record with the key: acked by a producer session (its ledger entry) or seen by a run.
-Copy = LedgerEntry | Sighting
+# A record with the key: acked by a producer session (its ledger entry), seen by a run, or
+# read by a run only in an aborted transaction.
+Copy = LedgerEntry | Sighting | AbortedSighting
 
-# How far a copy got, furthest first; any other verdict counts as unknown.
-COPY_PRIORITY = ("processed-not-updated", "unknown", "skipped", "expired", "broker-lost")
+# How far a copy got, furthest first; any other verdict counts as unknown. An aborted copy
+# never reached a read_committed consumer: any other gets further.
+COPY_PRIORITY = ("processed-not-updated", "unknown", "skipped", "expired", "broker-lost", "aborted")
 
 
 def from_copies(
@@ -43,12 +54,20 @@ def from_copies(
     view: ClusterView,
     evidence: dict[str, Any],
     judge: GoneJudge,
+    aborted: Sequence[AbortedSighting] = (),
+    memory: KeyMemory | None = None,
 ) -> Diagnosis:
     """The item's verdict from every record with its key that a producer acked at a position
-    (`acked`) or runs saw (`seen`); at least one of them."""
-    copies: list[Copy] = [*acked, *(seen.copies if seen is not None else ())]
+    (`acked`), runs saw (`seen`) or runs read only in aborted transactions (`aborted`); at
+    least one of them. memory: what runs saw of the producer sessions (aborting_sessions)."""
+    copies: list[Copy] = [*acked, *(seen.copies if seen is not None else ()), *aborted]
     unplaced = seen.unplaced if seen is not None else 0
-    judged = [(copy, _copy_verdict(copy, view, dict(evidence), judge)) for copy in copies]
+    # A run that read a record only in an aborted transaction settles its ack, unless a run
+    # also saw a record at its offset committed (rewritten since: the two tell nothing).
+    committed = {(c.partition, c.offset) for c in copies if isinstance(c, Sighting)}
+    settled = [a for a in aborted if (a.partition, a.offset) not in committed]
+    aborting = memory.aborting_sessions if memory is not None else {}
+    judged = [(copy, _copy_verdict(copy, view, dict(evidence), judge, settled, aborting, committed)) for copy in copies]
     # per position (one record, acked and seen), the furthest of its verdicts
     positions: dict[tuple[int, int], tuple[Copy, Diagnosis]] = {}
     for copy, diagnosis in judged:
@@ -99,17 +118,45 @@ def _found_by(acked: Sequence[LedgerEntry], seen: KeySightings | None) -> str:
     return " and ".join(said) or "reconciliation runs saw"
 
 
-def _copy_verdict(copy: Copy, view: ClusterView, evidence: dict[str, Any], judge: GoneJudge) -> Diagnosis:
+def _copy_verdict(
+    copy: Copy,
+    view: ClusterView,
+    evidence: dict[str, Any],
+    judge: GoneJudge,
+    aborted: Sequence[AbortedSighting] = (),
+    aborting: Mapping[str, str | None] | None = None,
+    committed: set[tuple[int, int]] | None = None,
+) -> Diagnosis:
+    """One copy's verdict. aborted: the records runs read only in aborted transactions;
+    aborting: the producer sessions runs read such records of; committed: the positions runs
+    saw a record with the key at (read_committed: a transaction there committed)."""
+    if isinstance(copy, AbortedSighting):
+        return _aborted(copy, None, view, evidence)
     if isinstance(copy, LedgerEntry):
-        if copy.session in view.transactional_sessions:
+        read_aborted = next((a for a in aborted if a.is_of(copy)), None)
+        if read_aborted is not None:
+            return _aborted(read_aborted, copy, view, evidence)
+        aborting = aborting or {}
+        transactional = copy.session in view.transactional_sessions or copy.session in aborting
+        if transactional and (copy.partition, copy.offset) not in (committed or set()):
             # A transactional producer's ack says the broker wrote the record, not that its
             # transaction committed: records of an aborted one are acked too.
             evidence["transactional_session"] = copy.session
+            if copy.session in view.transactional_sessions:
+                known = f"the transactional producer session {copy.session}"
+            else:
+                run = aborting.get(copy.session)
+                evidence["aborted_records_seen_by_run"] = run
+                who = f"reconciliation run {run}" if run else "a reconciliation run"
+                known = (
+                    f"producer session {copy.session}, transactional ({who} read records of it in aborted "
+                    "transactions, none of them this one)"
+                )
             return Diagnosis(
                 "unknown",
-                f"acked at {view.topic}/{copy.partition}@{copy.offset} by the transactional producer session "
-                f"{copy.session}, and not in the topic now: the records of an aborted transaction are acked too, "
-                "so whether it was committed (then lost or deleted) or aborted cannot be told",
+                f"acked at {view.topic}/{copy.partition}@{copy.offset} by {known}, and not in the topic now: the "
+                "records of an aborted transaction are acked too, and no reconciliation run read this one, so "
+                "whether it was committed (then lost or deleted) or aborted cannot be told",
                 evidence,
             )
         return judge(copy.partition, copy.offset, "acked at", evidence, copy.ts_ms, copy)
@@ -128,6 +175,21 @@ def _copy_verdict(copy: Copy, view: ClusterView, evidence: dict[str, Any], judge
             evidence,
         )
     return judge(copy.partition, copy.offset, how, evidence, copy.ts_ms, None)
+
+
+def _aborted(
+    copy: AbortedSighting, acked: LedgerEntry | None, view: ClusterView, evidence: dict[str, Any]
+) -> Diagnosis:
+    """A record a run read only in an aborted transaction, gone from the topic since."""
+    evidence["aborted_seen"] = copy.as_json()
+    run = f"reconciliation run {copy.run_id}" if copy.run_id else "a reconciliation run"
+    by = f"acked by producer session {acked.session}, then " if acked is not None else ""
+    return Diagnosis(
+        "aborted",
+        f"{by}read by {run} at {view.topic}/{copy.partition}@{copy.offset} only in an aborted transaction, "
+        "since deleted: read_committed consumers never saw it",
+        evidence,
+    )
 
 
 def _rank(verdict: str) -> int:

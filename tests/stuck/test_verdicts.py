@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from auditor.stuck.evidence import (
+    AbortedSighting,
     ClusterView,
     Diagnosis,
     GroupState,
@@ -909,6 +910,39 @@ def test_every_record_a_producer_acked_with_the_key_is_weighed_with_those_runs_s
     assert diagnose(ROW, [], [acked(4), copy_2], {}, cluster).verdict == "unknown"
     tx = diagnose(ROW, [], [copy_2], processed, cluster, _copies(Sighting(0, 4, NOW_MS - 3500_000, "run-1")))
     assert tx.verdict == "processed-not-updated", tx.reason
+
+
+def test_an_ack_a_run_read_aborted_is_aborted_once_deleted_and_other_acks_of_its_session_unknown() -> None:
+    """The log starts at 8; the group committed 8 and marked records up to 9 (the acked record
+    alone would be expired). Run run-1 read 0@4 only in an aborted transaction."""
+    cluster = view(low=8, committed=8)
+    read = AbortedSighting(0, 4, NOW_MS - 3500_000, "run-1", "s1", 7)
+    memory = KeyMemory(aborted={"TCK-7": (read,)}, aborting_sessions={"s1": "run-1"})
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "expired"
+
+    d = diagnose(ROW, [], [acked(4)], {}, cluster, memory)
+    assert d.verdict == "aborted" and "run-1" in d.reason, d.reason
+    assert d.evidence["aborted_seen"]["seen_by_run"] == "run-1"
+    # known only from the run (no ack), it is aborted too
+    assert diagnose(ROW, [], [], {}, cluster, memory).verdict == "aborted"
+    # another record of the session no run read: its ack proves no commit
+    other = replace(acked(6), seq=9)
+    d = diagnose(ROW, [], [other], {}, cluster, replace(memory, aborted={}))
+    assert d.verdict == "unknown" and "transactional" in d.reason and "run-1" in d.reason, d.reason
+    # a re-send that got further decides; an aborted copy never makes another unknown
+    resent = replace(acked(6), session="s2", seq=0)
+    d = diagnose(ROW, [], [acked(4), resent], {}, cluster, memory)
+    assert d.verdict == "expired" and [c["verdict"] for c in d.evidence["copies"]] == ["aborted", "expired", "aborted"]
+    # another session's record at that offset (rewritten since) is not the one the run read
+    assert diagnose(ROW, [], [resent], {}, cluster, replace(memory, aborting_sessions={})).verdict == "expired"
+    # a run also saw a committed record there: the offset was rewritten, the sighting is judged
+    seen = replace(memory, sightings={"TCK-7": KeySightings((Sighting(0, 4, NOW_MS - 3500_000, "run-2"),))})
+    assert diagnose(ROW, [], [], {}, cluster, seen).verdict == "expired"
+    # a transactional session's ack of a record a run saw committed is judged as any ack
+    cluster.transactional_sessions = frozenset({"s1"})
+    assert diagnose(ROW, [], [other], {}, cluster).verdict == "unknown"
+    committed = KeyMemory(sightings={"TCK-7": KeySightings((Sighting(0, 6, NOW_MS - 3500_000, "run-1"),))})
+    assert diagnose(ROW, [], [other], {}, cluster, committed).verdict == "expired"
 
 
 def test_marks_past_where_the_broker_rewrote_a_partition_are_judged_by_their_time() -> None:

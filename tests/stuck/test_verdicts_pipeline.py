@@ -307,39 +307,49 @@ def test_it_says_aborted_for_the_tickets_whose_transaction_the_producer_aborted(
 
 @pytest.mark.parametrize("contract", [1])
 def test_an_aborted_record_deleted_since_is_not_called_skipped(
-    stuck: StuckSetup, spark, kafka_admin, contract: int
+    stuck: StuckSetup, spark, kafka_admin, make_topic, contract: int
 ) -> None:
-    """A v1 transactional producer: tickets 2 and 5 in aborted transactions, 0-6 else committed
-    and processed by a read_committed group, which commits past them all; a reconciliation run
-    sees its offset past them while they are in the log; then they are deleted (delete_records,
-    standing in for retention). The v1 ledger acked them (the abort leaves no trace in it):
-    aborted, not skipped."""
+    """A v1 transactional producer, one session: ticket 2's transaction aborts before a
+    reconciliation run reads the topic, ticket 5's after it; the others commit and a
+    read_committed group processes them, committing past all; then every record is deleted
+    (delete_records, standing in for retention). The v1 ledger acked both aborted tickets (the
+    abort leaves no trace in it). Whether or not the clients topic the diagnosis reads shows the
+    producer's transactional.id: ticket 2 is aborted (the run's `aborted` dataset, the run
+    named), ticket 5 unknown (the session is transactional, no run saw its outcome). Neither is
+    skipped."""
     from auditor.lab.cluster import delete_records
     from auditor.stuck.service import diagnose_rule
     from tests.support.stuck import reconcile_now
 
     pipeline = stuck.pipeline
-    ids = pipeline.produce(7, Faults(abort_every=3))
-    aborted = [ids[2], ids[5]]
-    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=5, idle_timeout_s=3, timeout_s=60)
-    # Ground truth: the table (what the consumer processed), the group's commit, the log end.
+    with pipeline.producer(Faults(abort_every=3)) as producer:
+        ids = [t.ticket.ticket_id for t in producer.create_tickets(4)]
+        pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=3, idle_timeout_s=3, timeout_s=60)
+        run = reconcile_now(stuck.rule.binding)  # reads ticket 2 aborted, the group's offset past it
+        ids += [t.ticket.ticket_id for t in producer.create_tickets(3)]
+        # Ground truth: abort_transaction() returned for these two, commit_transaction() for the rest.
+        aborted = list(producer.stats.aborted_ids)
+    assert aborted == [ids[2], ids[5]]
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=2, idle_timeout_s=3, timeout_s=60)
     statuses = pipeline.statuses()
     assert [ticket for ticket in ids if statuses[ticket] == "NEW"] == aborted
-    ((low, high),) = pipeline.watermarks(pipeline.topic).values()
+    ((_, high),) = pipeline.watermarks(pipeline.topic).values()
     # one transaction per ticket: the last ticket's record, then its commit marker
-    assert low == 0 and pipeline.committed_offsets() == {0: high - 1}
-    reconcile_now(stuck.rule.binding)  # sees the group's offset past every record, in the log
+    assert pipeline.committed_offsets() == {0: high - 1}
     delete_records(kafka_admin, [TopicPartition(pipeline.topic, 0, high)])
     assert pipeline.watermarks(pipeline.topic) == {0: (high, high)}
 
-    # With the run's memory (the key index, what it saw of the group's offsets), by both engines.
-    for engine in ("python", "spark"):
-        result = diagnose_rule(stuck.rule, stuck.options(engine, spark=spark, clients_topic=pipeline.probes.clients))
+    # The producer's clients topic, and one that shows nothing of it (it reports elsewhere).
+    elsewhere = make_topic("clients-elsewhere")
+    for clients, engine in [(pipeline.probes.clients, "python"), (elsewhere, "python"), (elsewhere, "spark")]:
+        result = diagnose_rule(stuck.rule, stuck.options(engine, spark=spark, clients_topic=clients))
 
-        verdicts = verdicts_of(result)
-        assert set(verdicts) == set(aborted) and set(verdicts.values()) <= {"aborted", "unknown"}, [
-            i.diagnosis.reason for i in result.items
-        ]
+        reasons = [i.diagnosis.reason for i in result.items]
+        assert verdicts_of(result) == {ids[2]: "aborted", ids[5]: "unknown"}, (clients, engine, reasons)
+        items = {i.row.key: i.diagnosis for i in result.items}
+        assert items[ids[2]].evidence["aborted_seen"]["seen_by_run"] == run.job_run_id
+        assert f"reconciliation run {run.job_run_id}" in items[ids[2]].reason
+        assert "transactional" in items[ids[5]].reason
 
 
 @pytest.mark.parametrize("contract", [1, 2])
