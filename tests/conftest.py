@@ -66,19 +66,29 @@ def pytest_configure(config: pytest.Config) -> None:
 def _broker_faults_only_where_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """`make test` runs most tests in parallel workers on one broker stack, and the tests marked
     `faults` alone after them: a broker stopped or frozen by an unmarked test would stall or fail
-    the tests beside it. The lab cluster's broker actions refuse to run in an unmarked test."""
+    the tests beside it. In an unmarked test the lab cluster only starts or resumes brokers (the
+    lab's heal after a scenario); stopping, killing, pausing and losing a disk are refused."""
     if request.node.get_closest_marker("faults"):
         return
     from auditor.lab.cluster import Cluster
 
-    def refused(*args: object, **kwargs: object) -> None:
+    def refuse(what: str) -> None:
         raise AssertionError(
-            f"{request.node.nodeid} stops, pauses or kills a broker: mark it @pytest.mark.faults "
-            "so that make test runs it alone"
+            f"{request.node.nodeid} {what}: mark it @pytest.mark.faults so that make test runs it alone"
         )
 
-    for action in ("broker", "lose_disk", "heal"):
-        monkeypatch.setattr(Cluster, action, refused)
+    original = Cluster.broker
+
+    def broker(self: Cluster, action: str, broker_id: int) -> None:
+        if action not in ("start", "resume"):
+            refuse(f"would {action} broker {broker_id}")
+        original(self, action, broker_id)
+
+    def lose_disk(self: Cluster, *args: object, **kwargs: object) -> None:
+        refuse("would make a broker lose a partition's log")
+
+    monkeypatch.setattr(Cluster, "broker", broker)
+    monkeypatch.setattr(Cluster, "lose_disk", lose_disk)
 
 
 def _free_port() -> int:
