@@ -38,7 +38,7 @@ stop:
 
 # Two passes on one test stack. First, the tests that leave the brokers alone, in TEST_WORKERS
 # pytest-xdist workers (a test file stays on one worker, so its module fixtures are made once);
-# then the tests marked `faults`, which stop, pause or kill brokers, alone. Each pass has its own
+# then the tests marked `alone` (they stop, pause or kill brokers, or flush the test database), alone. Each pass has its own
 # test databases. TEST_WORKERS=0: one pass, in one process. A pass that selects no test
 # (PYTEST_ARGS naming only tests of the other) is not a failure.
 TEST_WORKERS ?= 2
@@ -47,8 +47,8 @@ test:
 	@STACK=test stack/stack.sh up --brokers 3
 	@set -a; . var/test/stack.env; set +a; \
 	if [ "$(TEST_WORKERS)" = 0 ]; then exec $(PY) -m pytest $(PYTEST_ARGS); fi; \
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not faults" $(PYTEST_ARGS); parallel=$$?; \
-	$(PY) -m pytest -m faults $(PYTEST_ARGS); alone=$$?; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(PYTEST_ARGS); parallel=$$?; \
+	$(PY) -m pytest -m alone $(PYTEST_ARGS); alone=$$?; \
 	for rc in $$parallel $$alone; do [ $$rc = 0 ] || [ $$rc = 5 ] || exit $$rc; done; \
 	[ $$parallel = 0 ] || [ $$alone = 0 ] || exit 5
 

@@ -62,19 +62,32 @@ def pytest_configure(config: pytest.Config) -> None:
     redis.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=5).flushdb()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A transactional_db test ends by flushing the test database, which deletes what the
+    migrations wrote (the role groups, beat's schedules) for the tests after it in its process:
+    pytest-django runs such tests last, and make test runs them alone, after the parallel pass
+    (where a worker would go on to other files after one)."""
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        if marker is not None and (
+            marker.kwargs.get("transaction") or "transactional_db" in getattr(item, "fixturenames", ())
+        ):
+            item.add_marker(pytest.mark.alone)
+
+
 @pytest.fixture(autouse=True)
 def _broker_faults_only_where_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """`make test` runs most tests in parallel workers on one broker stack, and the tests marked
-    `faults` alone after them: a broker stopped or frozen by an unmarked test would stall or fail
-    the tests beside it. In an unmarked test the lab cluster only starts or resumes brokers (the
+    `alone` after them: a broker stopped or frozen by an unmarked test would stall or fail the
+    tests beside it. In an unmarked test the lab cluster only starts or resumes brokers (the
     lab's heal after a scenario); stopping, killing, pausing and losing a disk are refused."""
-    if request.node.get_closest_marker("faults"):
+    if request.node.get_closest_marker("alone"):
         return
     from auditor.lab.cluster import Cluster
 
     def refuse(what: str) -> None:
         raise AssertionError(
-            f"{request.node.nodeid} {what}: mark it @pytest.mark.faults so that make test runs it alone"
+            f"{request.node.nodeid} {what}: mark it @pytest.mark.alone so that make test runs it alone"
         )
 
     original = Cluster.broker

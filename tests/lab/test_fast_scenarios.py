@@ -16,8 +16,14 @@ from auditor.lab.runner import run_lab
 from auditor.lab.world import Options
 
 # Broker restarts and Spark runs on a loaded CI machine: more than the suite's 600 s default.
-# The scenarios that stop, kill or pause brokers are marked `faults` (make test runs them alone).
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True), pytest.mark.timeout(900)]
+# They stop, kill or pause brokers, and their lab writes through transactions the tests' own
+# (transactional_db): make test runs them alone, after the parallel pass.
+pytestmark = [
+    pytest.mark.alone,
+    pytest.mark.integration,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(900),
+]
 
 
 def run_one(name: str, spark) -> LabResult:
@@ -28,13 +34,11 @@ def run_one(name: str, spark) -> LabResult:
     return result
 
 
-@pytest.mark.faults
 def test_it_reports_nothing_after_a_leader_kill_under_a_safe_producer(spark, lab_state) -> None:
     result = run_one("failover-idempotent", spark)
     assert result.expected == {} and result.got == {}
 
 
-@pytest.mark.faults
 def test_it_names_acked_records_an_unclean_election_truncated_and_not_the_records_written_over_them(
     spark, lab_state
 ) -> None:
@@ -53,7 +57,6 @@ def test_it_names_acked_records_an_unclean_election_truncated_and_not_the_record
     assert result.got == result.expected
 
 
-@pytest.mark.faults
 def test_it_never_calls_records_acked_with_acks1_and_lost_in_a_clean_failover_never_produced(spark, lab_state) -> None:
     result = run_one("acks1-clean-failover", spark)
     # The truth: the producer's acks for B, and a final read without B (the follower, frozen in
@@ -66,7 +69,6 @@ def test_it_never_calls_records_acked_with_acks1_and_lost_in_a_clean_failover_ne
     assert result.got == result.expected
 
 
-@pytest.mark.faults
 def test_it_names_duplicates_by_producer_retry_after_a_paused_replica(spark, lab_state) -> None:
     result = run_one("producer-retry", spark)
     assert result.expected.get("duplicate/producer-retry", 0) > 0, result.notes
@@ -87,7 +89,6 @@ def test_it_names_the_records_a_rebalance_mid_batch_had_processed_twice(spark, l
     assert result.got == result.expected
 
 
-@pytest.mark.faults
 def test_it_names_each_send_that_failed_while_every_replica_was_down(spark, lab_state) -> None:
     result = run_one("replicas-down", spark)
     # The truth: the producer's own failure reports for sends the topic does not hold. Each is

@@ -158,7 +158,7 @@ REFUSED_RETRY_CONFIG = {
 }
 
 
-@pytest.mark.faults
+@pytest.mark.alone
 @pytest.mark.integration
 def test_a_send_whose_retry_was_refused_after_its_first_attempt_was_written_is_not_called_unpersisted(
     make_topic: Callable[..., str], kafka_bootstrap: str, kafka_brokers: int, audit_topics: AuditTopics

@@ -24,7 +24,7 @@ from auditor.reconcile.models import Finding
 from tests.support.held_watermark import HeldWatermark
 from tests.support.stuck import make_rule, reconcile_now
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.django_db]
+pytestmark = [pytest.mark.alone, pytest.mark.integration, pytest.mark.django_db]
 
 
 def _findings(run: Any) -> set[tuple[str, str | None, str | None]]:

@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 
 from auditor.lab.cluster import Cluster
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration]
+pytestmark = [pytest.mark.alone, pytest.mark.integration]
 
 # In a process of its own: librdkafka's admin client can abort the process while a broker is
 # frozen (upstream confluentinc/librdkafka#4605).

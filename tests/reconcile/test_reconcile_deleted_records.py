@@ -109,7 +109,7 @@ CLEANED_AT_ONCE = {
 }
 
 
-@pytest.mark.faults
+@pytest.mark.alone
 def test_a_rebuild_keeps_a_record_the_log_cleaner_removed_as_delivered(
     spark: SparkSession, world: World, kafka_admin, tmp_path: Path
 ):

@@ -30,7 +30,7 @@ from tests.support.reconcile_world import (
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.faults
+@pytest.mark.alone
 @pytest.mark.parametrize("rewritten", [4, 1], ids=["offsets-hold-other-records", "log-end-moved-back"])
 def test_it_notices_offsets_it_read_were_rewritten_and_names_what_the_broker_lost(
     spark: SparkSession, world: World, kafka_admin, make_topic, tmp_path: Path, rewritten: int
@@ -209,7 +209,7 @@ def test_a_topic_deleted_and_created_again_is_read_anew_and_nothing_it_held_is_r
     assert any("deleted and created again" in w for w in second["warnings"]), second["warnings"]
 
 
-@pytest.mark.faults
+@pytest.mark.alone
 def test_marks_of_records_the_broker_lost_are_not_taken_for_the_records_now_at_their_offsets(
     spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path
 ):

@@ -20,7 +20,7 @@ from spark_jobs.binding import Binding, RecordKeySpec
 from spark_jobs.kafka_offsets import live_bootstrap_servers
 from spark_jobs.reconcile_extract import OffsetRange, extract_topic
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration]
+pytestmark = [pytest.mark.alone, pytest.mark.integration]
 
 PER_PARTITION = 10
 

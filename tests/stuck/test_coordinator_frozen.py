@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient
 
 from auditor.lab.cluster import Cluster
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration]
+pytestmark = [pytest.mark.alone, pytest.mark.integration]
 
 # The views are read in a process of their own: on the old code the process aborted. It reads
 # for 25 s with the diagnosis's default timeout (10 s), past broker.session.timeout.ms (9 s),

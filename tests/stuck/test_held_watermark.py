@@ -25,7 +25,7 @@ from auditor.stuck.service import diagnose_rule
 from tests.support.held_watermark import HeldWatermark, frozen_follower
 from tests.support.stuck import StuckSetup, make_rule
 
-pytestmark = [pytest.mark.faults, pytest.mark.integration, pytest.mark.django_db]
+pytestmark = [pytest.mark.alone, pytest.mark.integration, pytest.mark.django_db]
 
 
 def test_an_acks_1_record_a_frozen_in_sync_follower_holds_behind_the_high_watermark_is_not_broker_lost(

@@ -64,7 +64,7 @@ def test_it_names_expired_and_never_produced_items_from_what_a_run_saw(
         assert run.job_run_id in verdicts[str(ticket)][1], verdicts[str(ticket)]
 
 
-@pytest.mark.faults
+@pytest.mark.alone
 def test_it_names_records_a_run_saw_and_the_broker_no_longer_has_broker_lost(
     plain: PlainPipeline, kafka_admin: AdminClient, spark
 ) -> None:
@@ -194,7 +194,7 @@ def test_records_of_a_topic_deleted_and_created_again_are_not_called_broker_lost
     assert any("deleted and created again" in w for w in again.warnings), again.warnings
 
 
-@pytest.mark.faults
+@pytest.mark.alone
 def test_a_leader_change_after_the_row_was_created_leaves_never_produced_unknown(
     plain: PlainPipeline, kafka_admin: AdminClient, spark
 ) -> None:
@@ -255,7 +255,7 @@ def test_a_leader_change_after_the_row_was_created_leaves_never_produced_unknown
         assert run.job_run_id in verdicts[ticket][1], verdicts[ticket]
 
 
-@pytest.mark.faults
+@pytest.mark.alone
 def test_a_mark_of_a_record_the_broker_lost_is_not_taken_for_the_record_now_at_its_offset(
     plain: PlainPipeline, kafka_admin: AdminClient, make_topic, spark
 ) -> None:
