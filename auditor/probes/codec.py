@@ -126,7 +126,8 @@ class ProducerKeys:
 class FailureEntry:
     """v2: a failure report. It carries no headers, so its sequence is one of
     ``first``..``last`` (the sequences unresolved when it came), all of which are ledgered
-    ``unconfirmed``; ``audit_id`` is from the report's key (or the key function)."""
+    ``unconfirmed``; ``audit_id`` is the record's own ``audit-id`` header, else the key
+    function's id, else the report's key."""
 
     first: int
     last: int

@@ -363,8 +363,13 @@ class AuditedProducer(ProducerWrapper):
             if id_bytes is not None and id_bytes == _as_bytes(key):
                 id_bytes = None  # the key says it: readers take the key
         report = None
-        if user_callback is not None:
+        if id_bytes is not None and self._key_fn is None:
+            # A header-supplied audit-id: a delivery report carries no headers, so a failure
+            # report could name only the record key. The id goes with this record's report.
+            report = partial(self._on_report_named, id_bytes, user_callback)
+        elif user_callback is not None:
             report = partial(self._on_report_then, user_callback)
+        if user_callback is not None:
             if not self._success_reports and not self._warned_failures_only:
                 # A drop-in Producer calls a per-call callback for successes too; say once that
                 # this one will not, rather than let an application wait for reports in silence.
@@ -415,11 +420,23 @@ class AuditedProducer(ProducerWrapper):
         if err is not None or not self._app_only_errors:
             user_callback(err, msg)
 
-    def _ledger_failure(self, err: KafkaError, msg: Message) -> None:
+    def _on_report_named(
+        self, audit_id: bytes, user_callback: DeliveryCallback | None, err: KafkaError | None, msg: Message
+    ) -> None:
+        """A record produced with an ``audit-id`` header of its own: its failure is named by it."""
+        if err is not None:
+            self._ledger_failure(err, msg, audit_id)
+        app = self._app_on_delivery if user_callback is None else user_callback
+        if app is not None and (err is not None or not self._app_only_errors):
+            app(err, msg)
+
+    def _ledger_failure(self, err: KafkaError, msg: Message, named: bytes | None = None) -> None:
+        """Ledger a failure report, named by `named` (the record's own audit-id header), else by
+        the key function's id of the record, else by its key."""
         topic = msg.topic() or ""
         key = msg.key()
         try:
-            audit_id = self._key_fn(msg.value(), key) if self._key_fn is not None else key
+            audit_id = named or (self._key_fn(msg.value(), key) if self._key_fn is not None else key)
         except Exception:  # noqa: BLE001 - the application's key function must not break reporting
             audit_id = key
         with self._seq_lock:

@@ -118,6 +118,53 @@ def test_it_resolves_acks_in_ranges_and_leaves_failures_unconfirmed(
     assert failures[0].persisted == "possibly"
 
 
+def test_a_failure_report_is_named_by_the_records_own_audit_id_header_not_its_key(
+    kafka_bootstrap: str, topics: dict[str, str], hot_path: str
+) -> None:
+    """Records keyed by customer carry their ticket in an `audit-id` header. A delivery report
+    carries no headers, and the failure records named the key (`cust-7`): the item's keys entry
+    says TCK-42, so the failure matched no item, and a key equal to another item's id would have
+    put it on that one. Ground truth: the delivery errors the application's callbacks saw."""
+    seen: dict[str, list[tuple[str, str]]] = {"config": [], "call": []}
+
+    def on_config(err: Any, msg: Any) -> None:
+        seen["config"].append((msg.key().decode(), err.name() if err is not None else "ok"))
+
+    def on_call(err: Any, msg: Any) -> None:
+        seen["call"].append((msg.key().decode(), err.name() if err is not None else "ok"))
+
+    producer = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 10_000_000, "on_delivery": on_config},
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+    )
+    assert producer.native is (hot_path == "native")
+    too_large = b"x" * 3_000_000  # the broker refuses it
+    producer.produce(topics["data"], too_large, b"cust-7", headers=[("audit-id", b"TCK-42")])
+    assert producer.flush(30) == 0
+    producer.produce(topics["data"], too_large, b"cust-8", headers={"audit-id": "TCK-43"}, on_delivery=on_call)
+    assert producer.flush(30) == 0
+    producer.produce(topics["data"], too_large, b"TCK-44", headers={"audit-id": "TCK-44"})  # the key says it
+    producer.produce(topics["data"], b"fine", b"cust-9", headers={"audit-id": "TCK-45"})
+    producer.close(30)
+
+    # each application callback saw its records' reports (an on_delivery in the config asks for
+    # successes too)
+    assert sorted(seen["config"]) == [
+        ("TCK-44", "MSG_SIZE_TOO_LARGE"),
+        ("cust-7", "MSG_SIZE_TOO_LARGE"),
+        ("cust-9", "ok"),
+    ]
+    assert seen["call"] == [("cust-8", "MSG_SIZE_TOO_LARGE")]
+    assert [m.key() for m in read_topic(topics["data"], bootstrap=kafka_bootstrap)] == [b"cust-9"]
+    ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)]
+    failures = [f for rec in ledger if isinstance(rec, ProducerFailures) for f in rec.entries]
+    assert sorted(f.audit_id for f in failures) == ["TCK-42", "TCK-43", "TCK-44"]
+    # the sequences' ids in the `keys` records: what the failures must match
+    named = [k for rec in ledger if isinstance(rec, ProducerKeys) for run in rec.runs for k in run.keys]
+    assert named == ["TCK-42", "TCK-43", "TCK-44", "TCK-45"]
+
+
 def test_it_ledgers_the_key_of_every_sequence_so_readers_can_name_a_record_the_topic_lost(
     kafka_bootstrap: str, topics: dict[str, str], hot_path: str
 ) -> None:
