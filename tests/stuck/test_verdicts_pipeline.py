@@ -6,6 +6,7 @@ The ticket topic has one partition unless said otherwise, so ``ids[i]`` sits at 
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -14,6 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from auditor.demo.consumer import ConsumeResult
 from auditor.demo.options import DeliveryMode, Faults
+from tests.probes.kafka_helpers import read_topic
 from tests.support.demo import DemoPipeline
 from tests.support.stuck import StuckSetup, diagnose_both, verdicts_of
 from tests.support.waiting import wait_until
@@ -96,6 +98,71 @@ def test_it_says_produce_failed_when_the_ledger_saw_the_send_fail(stuck: StuckSe
     # refused record, so the ledger says "possibly"; the topic holds everything since, so the
     # verdict still stands
     assert (entry["status"], entry["persisted"]) == ("failed", "possibly")
+    assert "too large" in entry["error"].lower() and "too large" in item.diagnosis.reason.lower()
+
+
+def test_a_refused_send_keyed_by_another_field_is_named_by_its_audit_id_header(make_stuck, spark, kafka_admin) -> None:
+    """An application keys its records by customer and names each ticket in an `audit-id`
+    header (contracts.md). The broker refuses one record as too large. A delivery report
+    carries no headers: the probe's failure report named the record key (`cust-1`), which is
+    no stuck item, and the diagnosis could not place the failure (`unknown`). Ground truth:
+    the delivery report's error the application's callback saw, a full read of the topic, and
+    the rows."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    from auditor.demo.producer import demo_payload, ticket_value
+    from auditor.probes import AuditedProducer
+
+    setup = make_stuck(record_key="json:$.ticket_id")
+    pipeline = setup.pipeline
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        pipeline.topic,
+        incremental_configs=[ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)],
+    )
+    kafka_admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    with pipeline.store() as store:
+        tickets = [
+            store.insert_ticket(demo_payload(0)),
+            store.insert_ticket({"subject": "attachment inline", "blob": "x" * 5000}),
+            store.insert_ticket(demo_payload(2)),
+        ]
+    refused: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            refused.append(json.loads(msg.value())["ticket_id"])
+
+    producer = AuditedProducer(
+        {"bootstrap.servers": pipeline.bootstrap, "acks": "all", "enable.idempotence": True},
+        ledger_topic=pipeline.probes.producer_ledger,
+        clients_topic=pipeline.probes.clients,
+    )
+    for ticket in tickets:  # one batch each: the broker refuses a whole batch that is too large
+        producer.produce(
+            pipeline.topic,
+            ticket_value(ticket),
+            b"cust-1",
+            headers={"audit-id": ticket.ticket_id},
+            on_delivery=delivered,
+        )
+        assert producer.flush(30) == 0
+    producer.close(30)
+    big = tickets[1].ticket_id
+    assert refused == [big]
+    records = read_topic(pipeline.topic, bootstrap=pipeline.bootstrap)
+    assert sorted(json.loads(m.value())["ticket_id"] for m in records) == sorted(
+        t.ticket_id for t in tickets if t.ticket_id != big
+    )
+    assert {m.key() for m in records} == {b"cust-1"}
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=2, timeout_s=60)
+    assert {t: s for t, s in pipeline.statuses().items() if s == "NEW"} == {big: "NEW"}
+
+    result = diagnose_both(setup, spark)
+
+    assert verdicts_of(result) == {big: "produce-failed"}
+    (item,) = result.items
+    (entry,) = [e for e in item.diagnosis.evidence["ledger"] if e["status"] == "failed"]
     assert "too large" in entry["error"].lower() and "too large" in item.diagnosis.reason.lower()
 
 
