@@ -238,6 +238,9 @@ class GroupState:
     # offset says now (deleted or moved back since), and past which records while they were
     # in the log
     seen: dict[int, SeenCommits] = field(default_factory=dict)
+    # per partition with no committed offset now, its offset's removal as __consumer_offsets
+    # shows it (offsets_history): the group may have gone past any record before it
+    removed: dict[int, RemovedOffsets] = field(default_factory=dict)
 
     def unseen_position(self, partition: int) -> bool:
         """Its members read the partition but it has never committed there: where they are is
@@ -247,6 +250,36 @@ class GroupState:
             and self.assigned is not None
             and partition in self.assigned
             and (partition not in self.committed)
+        )
+
+
+@dataclass(frozen=True)
+class RemovedOffsets:
+    """A group's committed offset on a partition, removed: the tombstone `__consumer_offsets`
+    holds for it, and the last commit before it where the log cleaner has not taken it yet."""
+
+    partition: int
+    removed_ms: int  # the tombstone's timestamp: when the coordinator removed the offset
+    last_offset: int | None = None  # the last commit before the removal (None: cleaned away)
+    last_committed_ms: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "removed_at": ms_to_iso(self.removed_ms),
+            "last_committed_offset": self.last_offset,
+            "last_committed_at": ms_to_iso(self.last_committed_ms),
+        }
+
+    def describe(self) -> str:
+        before = (
+            "the commit before it is cleaned away"
+            if self.last_offset is None
+            else f"it had committed {self.last_offset} before ({ms_to_iso(self.last_committed_ms)})"
+        )
+        return (
+            f"__consumer_offsets shows its offset there removed at {ms_to_iso(self.removed_ms)} (deleted by hand, or "
+            f"expired), and {before}"
         )
 
 

@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 from auditor.lint.engine.terms import Overtaken
 from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
 from auditor.stuck.held_watermark import lag_bound_unread, longest_lag_bound
+from auditor.stuck.offsets_history import removed_offsets
 from auditor.stuck.record_reader import RecordReader, Target, leader_epoch_starts, record_timestamps
 from spark_jobs.group_offsets import committed_offsets, coordinator_request
 from spark_jobs.kafka_cleanup import read_topic_cleanup
@@ -242,6 +243,34 @@ def _confirm_overtaken(
             view.groups[group].overtaken[partition] = Overtaken(group, partition, committed, offsets[partition].low)
 
 
+def _removed_offsets(
+    connection: dict[str, Any],
+    bootstrap: str,
+    config: dict[str, str],
+    view: ClusterView,
+    topic: str,
+    partitions: list[int],
+    timeout_s: float,
+) -> None:
+    """For the groups missing a committed offset on some partition of the topic, the removals
+    of their offsets there that __consumer_offsets shows (offsets_history); a read that fails
+    is noted, and the groups are judged as before."""
+    missing = [g for g, state in view.groups.items() if set(partitions) - set(state.committed)]
+    if not missing:
+        return
+    try:
+        found = removed_offsets(connection, bootstrap, config, missing, topic, timeout_s)
+    except KafkaReadError as exc:
+        view.notes.append(
+            f"whether the offsets of group(s) {', '.join(missing)} were deleted could not be read from "
+            f"__consumer_offsets: {exc}"
+        )
+        return
+    for group, removals in found.items():
+        state = view.groups[group]
+        state.removed = {p: r for p, r in removals.items() if p not in state.committed}
+
+
 def read_cluster_view(
     kafka_config: dict[str, Any],
     topic: str,
@@ -280,6 +309,8 @@ def read_cluster_view(
     for group, partition, offset in rows:
         view.groups[group].committed[partition] = offset
     view.committed_read_at = time.monotonic()
+    if not view.groups_error:
+        _removed_offsets(connection, bootstrap, config, view, topic, partitions, timeout_s)
 
     view.consumer_ledger, plan.consumer_ledger, consumer_lows = ledger_view(admin, consumer_ledger_topic, timeout_s)
     view.producer_ledger, plan.producer_ledger, producer_lows = ledger_view(admin, producer_ledger_topic, timeout_s)

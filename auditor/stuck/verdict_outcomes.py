@@ -250,19 +250,35 @@ def compacted_since(
     )
 
 
-def no_commit(group: GroupState, partition: int | None, written_ms: int | None, view: ClusterView) -> str | None:
-    """Why a group without a committed offset may have read a record written at `written_ms`
-    all the same; None when it cannot have.
+def no_commit(
+    group: GroupState, partition: int | None, written_ms: int | None, view: ClusterView, info: dict[str, Any]
+) -> str | None:
+    """Why a group without a committed offset on `partition` (None: on any partition of the
+    topic) may have read a record written at `written_ms` all the same; None when it cannot
+    have. Adds the removal it saw to `info`.
 
     Kafka deletes an empty group's committed offsets offsets.retention.minutes after it
     became empty, and it became empty after any commit past the record, so after the
     record was written: a record younger than that retention was never committed past.
+    Unless the offsets were deleted by hand, which no setting bounds: __consumer_offsets
+    shows a removal by its tombstone (offsets_history), whatever its cause.
     """
+    where = "the topic" if partition is None else f"partition {partition}"
+    removed = (
+        group.removed.get(partition)
+        if partition is not None
+        else next((r for _, r in sorted(group.removed.items())), None)
+    )
+    if removed is not None:
+        info["offsets_removed"] = removed.to_json()
+        return (
+            f"group {group.group} has no committed offset on {where}, but {removed.describe()}: it may have gone "
+            "past the record before, which cannot be told"
+        )
     minutes = view.offsets_retention_minutes
     if written_ms is not None and minutes is not None:
         if view.now_ms - written_ms + COMPLETENESS_SLACK_MS < minutes * 60_000:
             return None
-    where = "the topic" if partition is None else f"partition {partition}"
     retention = "unknown" if minutes is None else f"{minutes} min"
     return (
         f"group {group.group} has no committed offset on {where}: it never read that far, or the offsets it "

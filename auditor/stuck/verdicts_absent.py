@@ -551,7 +551,7 @@ def _deleted(
                     info,
                 )
             )
-        elif committed is None and (unsure := no_commit(group, partition, written_ms, view)) is not None:
+        elif committed is None and (unsure := no_commit(group, partition, written_ms, view, info)) is not None:
             outcomes.append(Outcome("unknown", f"{how} {where}, since deleted; {unsure}", info))
         elif committed is None or committed <= offset:
             outcomes.append(

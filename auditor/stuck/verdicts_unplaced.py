@@ -147,7 +147,7 @@ def _unplaced_group_outcome(entry: LedgerEntry, group: GroupState, view: Cluster
                 "be told",
                 info,
             )
-        unsure = no_commit(group, None, entry.ts_ms, view)
+        unsure = no_commit(group, None, entry.ts_ms, view, info)
         if unsure is not None:
             return Outcome("unknown", f"{deleted}; {unsure}", info)
         return Outcome("expired", f"{deleted}, and group {group.group} has never committed an offset of it", info)

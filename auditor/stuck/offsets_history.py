@@ -1,0 +1,132 @@
+"""What `__consumer_offsets` still tells of a group's offsets that are gone.
+
+A group with no committed offset on a partition may never have read it, or may have had its
+offsets removed: expired (`offsets.retention.minutes` after the group became empty, which
+`verdict_outcomes.no_commit` bounds) or deleted by hand (`kafka-consumer-groups
+--delete-offsets`, `--delete`, AdminClient.delete_consumer_group_offsets), which nothing
+bounds. Either removal is written to the group's partition of `__consumer_offsets` as a
+tombstone for the key (group, topic, partition), kept `delete.retention.ms` (a day by
+default) after the log cleaner reaches it, and the commit it removed may still be there too.
+
+The diagnosis reads that partition only for groups missing a committed offset on some
+partition of the topic. A read it is refused (an auditor without Read on the internal
+topic) or that fails leaves a note and the rule as before.
+
+Record formats (Kafka's `OffsetCommitKey` and `OffsetCommitValue` message specs, group
+coordinator): the key is int16 version (0 or 1: an offset commit; 2 and above: group
+metadata and the new protocol's records), then group and topic as int16-length strings,
+then the int32 partition; every value version (0 to 4) starts with its int16 version and the
+int64 committed offset. A null value is the tombstone.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from confluent_kafka.admin import AdminClient
+
+from auditor.stuck.evidence import RemovedOffsets
+from spark_jobs.kafka_offsets import KafkaReadError, partition_offsets, topic_partitions
+
+OFFSETS_TOPIC = "__consumer_offsets"
+_OFFSET_COMMIT_KEYS = (0, 1)
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode of `text` (UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def offsets_partition(group: str, partitions: int) -> int:
+    """The partition of `__consumer_offsets` holding `group`'s offsets: Kafka's
+    Utils.abs(groupId.hashCode()) % partitions (Integer.MIN_VALUE's abs taken as 0)."""
+    h = java_string_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def _string(data: bytes, at: int) -> tuple[str, int]:
+    (length,) = struct.unpack_from(">h", data, at)
+    at += 2
+    return data[at : at + length].decode("utf-8", "replace"), at + length
+
+
+def parse_offset_key(key: bytes | None) -> tuple[str, str, int] | None:
+    """(group, topic, partition) of an offset commit's key; None for any other record."""
+    if key is None or len(key) < 2:
+        return None
+    try:
+        (version,) = struct.unpack_from(">h", key, 0)
+        if version not in _OFFSET_COMMIT_KEYS:
+            return None
+        group, at = _string(key, 2)
+        topic, at = _string(key, at)
+        (partition,) = struct.unpack_from(">i", key, at)
+    except struct.error:
+        return None
+    return group, topic, partition
+
+
+def parse_committed_offset(value: bytes | None) -> int | None:
+    """The committed offset of an offset commit's value; None for a tombstone or a value too
+    short to hold one."""
+    if value is None or len(value) < 10:
+        return None
+    return int(struct.unpack_from(">q", value, 2)[0])
+
+
+def removed_offsets(
+    connection: dict[str, Any],
+    bootstrap: str,
+    config: dict[str, str],
+    groups: list[str],
+    topic: str,
+    timeout_s: float = 10.0,
+) -> dict[str, dict[int, RemovedOffsets]]:
+    """Per group, the partitions of `topic` whose committed offset `__consumer_offsets` shows
+    removed (its last record for the key is a tombstone). Reads one partition of the internal
+    topic per distinct partition the groups hash to, read_committed (a transaction's offsets
+    count once committed). Raises KafkaReadError when it cannot be read."""
+    from auditor.stuck.locate_python import read_ranges
+
+    admin = AdminClient(connection)
+    count = len(topic_partitions(admin, OFFSETS_TOPIC, timeout_s))
+    if count == 0:
+        raise KafkaReadError(f"{OFFSETS_TOPIC} has no partitions")
+    homes = {group: offsets_partition(group, count) for group in groups}
+    offsets = partition_offsets(admin, OFFSETS_TOPIC, sorted(set(homes.values())), timeout_s)
+    wanted = set(groups)
+    last: dict[tuple[str, int], tuple[int | None, int]] = {}  # (group, partition) -> (offset or None, ts)
+    commits: dict[tuple[str, int], tuple[int, int]] = {}  # the last commit seen before each key's last record
+    try:
+        for msg in read_ranges(
+            bootstrap,
+            config,
+            OFFSETS_TOPIC,
+            {p: (o.low, o.stable) for p, o in offsets.items()},
+            isolation="read_committed",
+            idle_timeout_s=max(timeout_s, 10.0),
+        ):
+            parsed = parse_offset_key(msg.key())
+            if parsed is None or parsed[0] not in wanted or parsed[1] != topic:
+                continue
+            key = (parsed[0], parsed[2])
+            ts = msg.timestamp()[1]
+            committed = parse_committed_offset(msg.value())
+            if committed is not None:
+                commits[key] = (committed, ts)
+            last[key] = (committed, ts)
+    except Exception as exc:
+        raise KafkaReadError(f"{OFFSETS_TOPIC} could not be read: {exc}") from exc
+    removed: dict[str, dict[int, RemovedOffsets]] = {}
+    for (group, partition), (committed, ts) in last.items():
+        if committed is None:
+            before = commits.get((group, partition))
+            removed.setdefault(group, {})[partition] = RemovedOffsets(
+                partition, ts, before[0] if before else None, before[1] if before else None
+            )
+    return removed
