@@ -134,12 +134,22 @@ def offsets_deleted_plain(world: World) -> Outcome:
     return _deleted(world, probed=False)
 
 
-def _deleted(world: World, probed: bool) -> Outcome:
+@scenario(
+    "offsets-deleted-unseen",
+    "as offsets-deleted with no reconciliation run before the operator deletes the group's offsets: "
+    "nothing the auditor read saw how far the group had gone, and records 11-13 are unknown, not expired "
+    "(the removal's tombstone in __consumer_offsets), the rest waiting (AuditedConsumer)",
+)
+def offsets_deleted_unseen(world: World) -> Outcome:
+    return _deleted(world, probed=True, seen=False)
+
+
+def _deleted(world: World, probed: bool, seen: bool = True) -> Outcome:
     ticket_pipeline(world, probed)
     crashed = world.consume("at-most-once", crash_at=CRASH_AT, probed=probed)
     committed = world.cluster.committed(world.group, world.topic)
     position = {r.key: r.offset for r in world.cluster.read_topic(world.topic)}
-    before = world.reconcile()  # a run sees the group's committed offset
+    before = world.reconcile() if seen else None  # a run sees the group's committed offset
     world.cluster.delete_offsets(world.group, world.topic, [0])  # once the killed member's session ended
     world.cluster.delete_records(world.topic, {0: DELETED_BELOW})
     injected_at = time.monotonic()
@@ -147,32 +157,35 @@ def _deleted(world: World, probed: bool) -> Outcome:
     if world.cluster.committed(world.group, world.topic):
         raise LabError("the fault did not happen: the group still has committed offsets")
     # Ground truth: the client's commit before the fault, the topic read then, the database.
-    skipped = "stuck:skipped" if probed else "stuck:unknown"
+    # Unseen, the group's commit past the record is gone without a trace the auditor read
+    # before: whether it went past it cannot be told (not expired, not skipped).
+    skipped = "stuck:skipped" if probed and seen else "stuck:unknown"
     expected: dict[str, set[str]] = {}
     for ticket, status in rows.items():
         key, offset = str(ticket), position.get(str(ticket))
         if status != "NEW" or processed.get(ticket) or offset is None:
             continue
         if offset < committed.get(0, -1):  # committed past, never processed
-            expected[key] = {skipped, "unprocessed"} if probed else {skipped}
+            expected[key] = {skipped, "unprocessed"} if probed and seen else {skipped}
         elif offset < DELETED_BELOW:
             # Deleted before the group reached it; but the auditor only knows that the group's
             # offset, seen short of it, is gone: it may have gone past the record before.
             expected[key] = {"stuck:unknown"}
         else:
             expected[key] = {"stuck:waiting"}
-    if not any(skipped in v for v in expected.values()):
+    if not any(position[key] < committed.get(0, -1) for key in expected):
         raise LabError(f"the fault did not happen: no record was committed past unprocessed (exit {crashed})")
     world.notes.append(
         f"consumer exit {crashed}; committed {committed} before the offsets were deleted; the run before: "
-        f"{sorted(before.verdicts.items())[:3]}"
+        f"{sorted(before.verdicts.items())[:3] if before is not None else 'none'}"
     )
     expected |= world.expected_group_risks()
     found = world.reconcile()
     stuck = world.stuck()
     world.notes += [f"{key}: {reason}" for key, reason in sorted(stuck.reasons.items())][:3]
     return Outcome(
-        injected=f"at-most-once consumer killed -9 after committing record {CRASH_AT}; a run; the group's offsets "
+        injected=f"at-most-once consumer killed -9 after committing record {CRASH_AT}; {'a run' if seen else 'no run'}; "
+        "the group's offsets "
         f"deleted; records below offset {DELETED_BELOW} deleted" + ("" if probed else ", plain clients"),
         expected=expected,
         # the run after the fault, not merged with the one before: its `unprocessed` finding must
