@@ -22,6 +22,7 @@ int64 committed offset. A null value is the tombstone.
 from __future__ import annotations
 
 import struct
+import time
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
@@ -31,6 +32,7 @@ from spark_jobs.kafka_offsets import KafkaReadError, partition_offsets, topic_pa
 
 OFFSETS_TOPIC = "__consumer_offsets"
 _OFFSET_COMMIT_KEYS = (0, 1)
+READ_BUDGET_S = 30.0  # at most this long reading the offsets partitions (or the diagnosis's timeout)
 
 
 def java_string_hash(text: str) -> int:
@@ -100,6 +102,10 @@ def removed_offsets(
     homes = {group: offsets_partition(group, count) for group in groups}
     offsets = partition_offsets(admin, OFFSETS_TOPIC, sorted(set(homes.values())), timeout_s)
     wanted = set(groups)
+    # A busy cluster's offsets partition can hold millions of commits: the read is bounded,
+    # and one that does not end in time is a read that failed (noted; the rule as before).
+    budget_s = max(READ_BUDGET_S, timeout_s)
+    deadline = time.monotonic() + budget_s
     last: dict[tuple[str, int], tuple[int | None, int]] = {}  # (group, partition) -> (offset or None, ts)
     commits: dict[tuple[str, int], tuple[int, int]] = {}  # the last commit seen before each key's last record
     try:
@@ -111,6 +117,8 @@ def removed_offsets(
             isolation="read_committed",
             idle_timeout_s=max(timeout_s, 10.0),
         ):
+            if time.monotonic() > deadline:
+                raise KafkaReadError(f"reading it took longer than {budget_s:.0f} s")
             parsed = parse_offset_key(msg.key())
             if parsed is None or parsed[0] not in wanted or parsed[1] != topic:
                 continue
@@ -120,6 +128,8 @@ def removed_offsets(
             if committed is not None:
                 commits[key] = (committed, ts)
             last[key] = (committed, ts)
+    except KafkaReadError as exc:
+        raise KafkaReadError(f"{OFFSETS_TOPIC} could not be read: {exc}") from exc
     except Exception as exc:
         raise KafkaReadError(f"{OFFSETS_TOPIC} could not be read: {exc}") from exc
     removed: dict[str, dict[int, RemovedOffsets]] = {}

@@ -264,10 +264,11 @@ def no_commit(
     shows a removal by its tombstone (offsets_history), whatever its cause.
     """
     where = "the topic" if partition is None else f"partition {partition}"
-    removed = (
-        group.removed.get(partition)
-        if partition is not None
-        else next((r for _, r in sorted(group.removed.items())), None)
+    # A removal before the record was written took no commit past it: the group has not
+    # committed there since (the tombstone is the key's last record).
+    removals = [r for p, r in sorted(group.removed.items()) if partition is None or p == partition]
+    removed = next(
+        (r for r in removals if written_ms is None or r.removed_ms + COMPLETENESS_SLACK_MS >= written_ms), None
     )
     if removed is not None:
         info["offsets_removed"] = removed.to_json()

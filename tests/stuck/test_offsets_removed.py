@@ -11,7 +11,9 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from auditor.lab.cluster import delete_records
+from auditor.stuck.evidence import ClusterView, GroupState, RemovedOffsets
 from auditor.stuck.offsets_history import java_string_hash, offsets_partition, parse_committed_offset, parse_offset_key
+from auditor.stuck.verdict_outcomes import no_commit
 from tests.support.demo import read_topic
 from tests.support.paths import ROOT
 from tests.support.stuck import diagnose_both, verdicts_of
@@ -42,6 +44,25 @@ def test_it_reads_offset_commit_keys_and_values_and_nothing_else() -> None:
     assert parse_offset_key(None) is None
     assert parse_committed_offset(b"\x00\x03" + (42).to_bytes(8, "big") + b"\xff\xff\xff\xff") == 42
     assert parse_committed_offset(None) is None
+
+
+def test_a_removal_counts_only_where_it_may_have_taken_a_commit_past_the_record() -> None:
+    """The tombstone is the key's last record: a removal before the record was written (less
+    the clock margin) took no commit past it, and the rule stands as before."""
+    now = 10_000_000_000
+    view = ClusterView(topic="t", now_ms=now, offsets_retention_minutes=10_080)
+    group = GroupState("g", removed={0: RemovedOffsets(0, removed_ms=now - 3_600_000, last_offset=5)})
+    info: dict[str, Any] = {}
+    # written before the removal: it may have been committed past
+    reason = no_commit(group, 0, now - 7_200_000, view, info)
+    assert reason is not None and "removed" in reason and info["offsets_removed"]["last_committed_offset"] == 5
+    # written after it (beyond the margin): never committed past; young, so no reason at all
+    assert no_commit(group, 0, now - 600_000, view, {}) is None
+    # another partition's removal says nothing of partition 1; for an unplaced record (None) it does
+    assert no_commit(group, 1, now - 7_200_000, view, {}) is None
+    assert "removed" in (no_commit(group, None, now - 7_200_000, view, {}) or "")
+    # a record of unknown time: the removal may have taken it
+    assert "removed" in (no_commit(group, 0, None, view, {}) or "")
 
 
 def test_records_a_group_read_before_an_operator_deleted_its_offsets_are_not_called_expired(
