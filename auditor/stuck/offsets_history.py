@@ -128,9 +128,7 @@ def removed_offsets(
             if committed is not None:
                 commits[key] = (committed, ts)
             last[key] = (committed, ts)
-    except KafkaReadError as exc:
-        raise KafkaReadError(f"{OFFSETS_TOPIC} could not be read: {exc}") from exc
-    except Exception as exc:
+    except Exception as exc:  # KafkaReadError, LocateError, KafkaException: a read that failed
         raise KafkaReadError(f"{OFFSETS_TOPIC} could not be read: {exc}") from exc
     removed: dict[str, dict[int, RemovedOffsets]] = {}
     for (group, partition), (committed, ts) in last.items():
