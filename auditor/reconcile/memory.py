@@ -26,7 +26,6 @@ from auditor.pipelines.models import Binding
 from auditor.reconcile import conf
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.stuck.evidence import (
-    AbortedSighting,
     KeyMemory,
     KeySightings,
     LocatedRecord,
@@ -190,7 +189,7 @@ def read_sightings(root: StateLocation, keys: Iterable[str], binding: Binding) -
 
 def read_aborted(
     root: StateLocation, meta: dict[str, Any], keys: Iterable[str], sessions: Iterable[str]
-) -> tuple[dict[str, tuple[AbortedSighting, ...]], dict[str, str | None]]:
+) -> tuple[dict[str, tuple[LocatedRecord, ...]], dict[str, str | None]]:
     """Per key of `keys`, the records with it that runs read only in aborted transactions (the
     state's `aborted` dataset), less those stamped before the state's `topic_records_since`
     (the deleted topic's, whose offsets the new one took again); and which of `sessions`
@@ -201,19 +200,21 @@ def read_aborted(
         return {}, {}
     since = meta.get("topic_records_since")
     since_ms = int(datetime.fromisoformat(since).timestamp() * 1000) if since else None
-    found: dict[str, list[AbortedSighting]] = {}
+    found: dict[str, list[LocatedRecord]] = {}
     for row in _rows(root, [relative], sorted(set(keys)), extra=["session", "seq"]):
         stamp = _ms(row.get("timestamp"))
         if since_ms is not None and (stamp is None or stamp < since_ms):
             continue
         found.setdefault(row["key"], []).append(
-            AbortedSighting(
+            LocatedRecord(
+                row["key"],
                 int(row["partition"]),
                 int(row["offset"]),
                 stamp,
-                row.get("run_id"),
+                "aborted",
                 row.get("session"),
                 None if row.get("seq") is None else int(row["seq"]),
+                row.get("run_id"),
             )
         )
     wanted = sorted({s for s in sessions if s})

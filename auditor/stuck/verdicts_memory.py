@@ -23,12 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from auditor.stuck.evidence import (
-    AbortedSighting,
     ClusterView,
     Diagnosis,
     KeyMemory,
     KeySightings,
     LedgerEntry,
+    LocatedRecord,
     Sighting,
     ms_to_iso,
 )
@@ -40,8 +40,8 @@ from auditor.stuck.verdict_outcomes import MAX_LISTED
 GoneJudge = Callable[[int, int, str, dict[str, Any], int | None, LedgerEntry | None], Diagnosis]
 
 # A record with the key: acked by a producer session (its ledger entry), seen by a run, or
-# read by a run only in an aborted transaction.
-Copy = LedgerEntry | Sighting | AbortedSighting
+# read by a run only in an aborted transaction (a LocatedRecord in state aborted, from KeyMemory).
+Copy = LedgerEntry | Sighting | LocatedRecord
 
 # How far a copy got, furthest first; any other verdict counts as unknown. An aborted copy
 # never reached a read_committed consumer: any other gets further.
@@ -54,7 +54,7 @@ def from_copies(
     view: ClusterView,
     evidence: dict[str, Any],
     judge: GoneJudge,
-    aborted: Sequence[AbortedSighting] = (),
+    aborted: Sequence[LocatedRecord] = (),
     memory: KeyMemory | None = None,
 ) -> Diagnosis:
     """The item's verdict from every record with its key that a producer acked at a position
@@ -79,7 +79,7 @@ def from_copies(
         return best
     result = dict(best.evidence)
     # Every copy, not MAX_LISTED: a second look at the consumer ledger goes by their verdicts.
-    result["copies"] = [{**c.as_json(), "verdict": d.verdict, "groups": d.evidence.get("groups")} for c, d in judged]
+    result["copies"] = [{**_copy_json(c), "verdict": d.verdict, "groups": d.evidence.get("groups")} for c, d in judged]
     result["copies_seen"] = len(positions) + unplaced
     if len(positions) == 1 and not unplaced:  # one record, acked and seen
         return Diagnosis(best.verdict, best.reason, result)
@@ -100,6 +100,10 @@ def from_copies(
         return Diagnosis("unknown", f"{best.reason}; {summary}: that one may have been the copy processed", result)
     where = f"{best_copy.partition}@{best_copy.offset}"
     return Diagnosis(best.verdict, f"{best.reason}; {summary}, the one at {where} got furthest", result)
+
+
+def _copy_json(copy: Copy) -> dict[str, Any]:
+    return copy.aborted_json() if isinstance(copy, LocatedRecord) else copy.as_json()
 
 
 def _found_by(acked: Sequence[LedgerEntry], seen: KeySightings | None) -> str:
@@ -123,14 +127,14 @@ def _copy_verdict(
     view: ClusterView,
     evidence: dict[str, Any],
     judge: GoneJudge,
-    aborted: Sequence[AbortedSighting] = (),
+    aborted: Sequence[LocatedRecord] = (),
     aborting: Mapping[str, str | None] | None = None,
     committed: set[tuple[int, int]] | None = None,
 ) -> Diagnosis:
     """One copy's verdict. aborted: the records runs read only in aborted transactions;
     aborting: the producer sessions runs read such records of; committed: the positions runs
     saw a record with the key at (read_committed: a transaction there committed)."""
-    if isinstance(copy, AbortedSighting):
+    if isinstance(copy, LocatedRecord):
         return _aborted(copy, None, view, evidence)
     if isinstance(copy, LedgerEntry):
         read_aborted = next((a for a in aborted if a.is_of(copy)), None)
@@ -177,11 +181,9 @@ def _copy_verdict(
     return judge(copy.partition, copy.offset, how, evidence, copy.ts_ms, None)
 
 
-def _aborted(
-    copy: AbortedSighting, acked: LedgerEntry | None, view: ClusterView, evidence: dict[str, Any]
-) -> Diagnosis:
+def _aborted(copy: LocatedRecord, acked: LedgerEntry | None, view: ClusterView, evidence: dict[str, Any]) -> Diagnosis:
     """A record a run read only in an aborted transaction, gone from the topic since."""
-    evidence["aborted_seen"] = copy.as_json()
+    evidence["aborted_seen"] = copy.aborted_json()
     run = f"reconciliation run {copy.run_id}" if copy.run_id else "a reconciliation run"
     by = f"acked by producer session {acked.session}, then " if acked is not None else ""
     return Diagnosis(
