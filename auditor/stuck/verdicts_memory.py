@@ -20,6 +20,7 @@ them cannot tell, and the furthest, the one that cannot, counts for its position
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from auditor.stuck.evidence import (
@@ -64,10 +65,13 @@ def from_copies(
     unplaced = seen.unplaced if seen is not None else 0
     # A run that read a record only in an aborted transaction settles its ack, unless a run
     # also saw a record at its offset committed (rewritten since: the two tell nothing).
-    committed = {(c.partition, c.offset) for c in copies if isinstance(c, Sighting)}
-    settled = [a for a in aborted if (a.partition, a.offset) not in committed]
-    aborting = memory.aborting_sessions if memory is not None else {}
-    judged = [(copy, _copy_verdict(copy, view, dict(evidence), judge, settled, aborting, committed)) for copy in copies]
+    committed = frozenset((c.partition, c.offset) for c in copies if isinstance(c, Sighting))
+    recalled = _Recalled(
+        tuple(a for a in aborted if (a.partition, a.offset) not in committed),
+        memory.aborting_sessions if memory is not None else {},
+        committed,
+    )
+    judged = [(copy, _copy_verdict(copy, view, dict(evidence), judge, recalled)) for copy in copies]
     # per position (one record, acked and seen), the furthest of its verdicts
     positions: dict[tuple[int, int], tuple[Copy, Diagnosis]] = {}
     for copy, diagnosis in judged:
@@ -122,27 +126,33 @@ def _found_by(acked: Sequence[LedgerEntry], seen: KeySightings | None) -> str:
     return " and ".join(said) or "reconciliation runs saw"
 
 
+@dataclass(frozen=True)
+class _Recalled:
+    """What runs saw that bears on the item's acks (from_copies builds it once for them all).
+
+    aborted: the records runs read only in aborted transactions, at positions no run saw a
+    committed record at; aborting: the producer sessions runs read such records of (session ->
+    a run that did); committed: the positions runs saw a record with the key at
+    (read_committed: a transaction there committed)."""
+
+    aborted: tuple[LocatedRecord, ...]
+    aborting: Mapping[str, str | None]
+    committed: frozenset[tuple[int, int]]
+
+
 def _copy_verdict(
-    copy: Copy,
-    view: ClusterView,
-    evidence: dict[str, Any],
-    judge: GoneJudge,
-    aborted: Sequence[LocatedRecord] = (),
-    aborting: Mapping[str, str | None] | None = None,
-    committed: set[tuple[int, int]] | None = None,
+    copy: Copy, view: ClusterView, evidence: dict[str, Any], judge: GoneJudge, recalled: _Recalled
 ) -> Diagnosis:
-    """One copy's verdict. aborted: the records runs read only in aborted transactions;
-    aborting: the producer sessions runs read such records of; committed: the positions runs
-    saw a record with the key at (read_committed: a transaction there committed)."""
+    """One copy's verdict."""
     if isinstance(copy, LocatedRecord):
         return _aborted(copy, None, view, evidence)
     if isinstance(copy, LedgerEntry):
-        read_aborted = next((a for a in aborted if a.is_of(copy)), None)
+        read_aborted = next((a for a in recalled.aborted if a.is_of(copy)), None)
         if read_aborted is not None:
             return _aborted(read_aborted, copy, view, evidence)
-        aborting = aborting or {}
+        aborting = recalled.aborting
         transactional = copy.session in view.transactional_sessions or copy.session in aborting
-        if transactional and (copy.partition, copy.offset) not in (committed or set()):
+        if transactional and (copy.partition, copy.offset) not in recalled.committed:
             # A transactional producer's ack says the broker wrote the record, not that its
             # transaction committed: records of an aborted one are acked too.
             evidence["transactional_session"] = copy.session
