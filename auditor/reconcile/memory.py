@@ -16,17 +16,18 @@ oldest records went.
 from __future__ import annotations
 
 import json
+import operator
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import reduce
 from typing import Any
 
 from auditor.pipelines.models import Binding
 from auditor.reconcile import conf
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.stuck.evidence import (
-    AbortedSighting,
     KeyMemory,
     KeySightings,
     LocatedRecord,
@@ -190,7 +191,7 @@ def read_sightings(root: StateLocation, keys: Iterable[str], binding: Binding) -
 
 def read_aborted(
     root: StateLocation, meta: dict[str, Any], keys: Iterable[str], sessions: Iterable[str]
-) -> tuple[dict[str, tuple[AbortedSighting, ...]], dict[str, str | None]]:
+) -> tuple[dict[str, tuple[LocatedRecord, ...]], dict[str, str | None]]:
     """Per key of `keys`, the records with it that runs read only in aborted transactions (the
     state's `aborted` dataset), less those stamped before the state's `topic_records_since`
     (the deleted topic's, whose offsets the new one took again); and which of `sessions`
@@ -201,37 +202,29 @@ def read_aborted(
         return {}, {}
     since = meta.get("topic_records_since")
     since_ms = int(datetime.fromisoformat(since).timestamp() * 1000) if since else None
-    found: dict[str, list[AbortedSighting]] = {}
-    for row in _rows(root, [relative], sorted(set(keys)), extra=["session", "seq"]):
+    wanted_keys, wanted_sessions = set(keys), {s for s in sessions if s}
+    found: dict[str, list[LocatedRecord]] = {}
+    aborting: dict[str, str | None] = {}
+    rows = _rows(root, [relative], sorted(wanted_keys), extra=["session", "seq"], sessions=sorted(wanted_sessions))
+    for row in rows:
+        session = row.get("session")
+        if session in wanted_sessions and aborting.get(session) is None:
+            aborting[session] = row.get("run_id")
         stamp = _ms(row.get("timestamp"))
-        if since_ms is not None and (stamp is None or stamp < since_ms):
-            continue
+        if row["key"] not in wanted_keys or (since_ms is not None and (stamp is None or stamp < since_ms)):
+            continue  # read for its session only, or the deleted topic's
         found.setdefault(row["key"], []).append(
-            AbortedSighting(
+            LocatedRecord(
+                row["key"],
                 int(row["partition"]),
                 int(row["offset"]),
                 stamp,
-                row.get("run_id"),
-                row.get("session"),
+                "aborted",
+                session,
                 None if row.get("seq") is None else int(row["seq"]),
+                row.get("run_id"),
             )
         )
-    wanted = sorted({s for s in sessions if s})
-    aborting: dict[str, str | None] = {}
-    if wanted:
-        import pyarrow.dataset as ds  # deferred, as in _rows
-
-        try:
-            fs, path = root.join(relative).filesystem()
-            dataset = ds.dataset(path, filesystem=fs, format="parquet")
-            columns = [c for c in ("session", "run_id") if c in dataset.schema.names]
-            table = dataset.to_table(columns=columns, filter=ds.field("session").isin(wanted))
-        except (OSError, ValueError) as exc:
-            raise StateUnreadable(f"the aborted records under {root} are unreadable: {exc}") from exc
-        runs = table.column("run_id").to_pylist() if "run_id" in columns else [None] * table.num_rows
-        for session, run in zip(table.column("session").to_pylist(), runs, strict=True):
-            if aborting.get(session) is None:
-                aborting[session] = run
     return {k: tuple(sorted(v, key=lambda a: (a.partition, a.offset))) for k, v in found.items()}, aborting
 
 
@@ -482,9 +475,16 @@ def _seq_coverage(root: StateLocation, relative: str) -> dict[str, list[tuple[in
 
 
 def _rows(
-    root: StateLocation, relatives: list[str], keys: list[str], extra: Sequence[str] = ()
+    root: StateLocation,
+    relatives: list[str],
+    keys: list[str],
+    extra: Sequence[str] = (),
+    sessions: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    if not relatives or not keys:
+    """The rows of the datasets at `relatives` (under root) with one of `keys`, or one of
+    `sessions` (in their `session` column), as dicts of the columns of theirs among the usual
+    ones and `extra`."""
+    if not relatives or not (keys or sessions):
         return []
     import pyarrow.dataset as ds  # deferred: only diagnoses with a reconciliation state need it
 
@@ -493,7 +493,9 @@ def _rows(
     parquet = ds.ParquetFileFormat(
         read_options=ds.ParquetReadOptions(dictionary_columns=["run_id", "detected_run", "session"])
     )
-    found = ds.field("key").isin(keys) & ds.field("partition").is_valid() & ds.field("offset").is_valid()
+    # (an empty value set would not bind: its type is null)
+    named = [ds.field(column).isin(values) for column, values in (("key", keys), ("session", sessions)) if values]
+    found = reduce(operator.or_, named) & ds.field("partition").is_valid() & ds.field("offset").is_valid()
     rows: list[dict[str, Any]] = []
     try:
         for relative in relatives:

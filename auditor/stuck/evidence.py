@@ -55,6 +55,9 @@ class LocatedRecord:
 
     state: committed (visible to read_committed readers), aborted (only in an aborted
     transaction), open (at or past the last stable offset: its transaction is still open).
+    run_id: the reconciliation run that read it, for an aborted record recalled from the
+    auditor's memory (the state's `aborted` dataset; None in state written before the dataset
+    named its runs).
     """
 
     key: str
@@ -64,6 +67,7 @@ class LocatedRecord:
     state: RecordState = "committed"
     session: str | None = None
     seq: int | None = None
+    run_id: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -74,6 +78,25 @@ class LocatedRecord:
             "session": self.session,
             "seq": self.seq,
         }
+
+    def aborted_json(self) -> dict[str, Any]:
+        """As a run read it only in an aborted transaction (the auditor's memory)."""
+        return {
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp": ms_to_iso(self.timestamp_ms),
+            "seen_by_run": self.run_id,
+            "session": self.session,
+            "seq": self.seq,
+            "aborted": True,
+        }
+
+    def is_of(self, entry: LedgerEntry) -> bool:
+        """Whether `entry`'s ack is of this record: the same position and, where both say,
+        the same producer session and sequence (an offset rewritten since held another)."""
+        if (entry.partition, entry.offset) != (self.partition, self.offset):
+            return False
+        return self.session is None or (entry.session == self.session and (self.seq is None or entry.seq == self.seq))
 
 
 @dataclass(frozen=True)
@@ -479,38 +502,6 @@ class KeySightings:
 
 
 @dataclass(frozen=True)
-class AbortedSighting:
-    """Where a reconciliation run read a record with the item's key only in an aborted
-    transaction (the state's `aborted` dataset): read_committed consumers never saw it.
-    run_id is None in state written before the dataset named its runs."""
-
-    partition: int
-    offset: int
-    ts_ms: int | None
-    run_id: str | None
-    session: str | None = None
-    seq: int | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "partition": self.partition,
-            "offset": self.offset,
-            "timestamp": ms_to_iso(self.ts_ms),
-            "seen_by_run": self.run_id,
-            "session": self.session,
-            "seq": self.seq,
-            "aborted": True,
-        }
-
-    def is_of(self, entry: LedgerEntry) -> bool:
-        """Whether `entry`'s ack is of this record: the same position and, where both say,
-        the same producer session and sequence (an offset rewritten since held another)."""
-        if (entry.partition, entry.offset) != (self.partition, self.offset):
-            return False
-        return self.session is None or (entry.session == self.session and (self.seq is None or entry.seq == self.seq))
-
-
-@dataclass(frozen=True)
 class MissingReport:
     """A reconciliation run reported the item's row missing: no record while the topic held
     everything since the row was created (the job never reports a row it cannot judge)."""
@@ -542,8 +533,9 @@ class KeyMemory:
 
     sightings: dict[str, KeySightings] = field(default_factory=dict)
     missing: dict[str, MissingReport] = field(default_factory=dict)
-    # per key, the records with it runs read only in aborted transactions (the `aborted` dataset)
-    aborted: dict[str, tuple[AbortedSighting, ...]] = field(default_factory=dict)
+    # per key, the records with it runs read only in aborted transactions (the `aborted`
+    # dataset): LocatedRecords in state aborted, naming their run
+    aborted: dict[str, tuple[LocatedRecord, ...]] = field(default_factory=dict)
     # producer sessions of the stuck keys' ledger entries of which runs read aborted records:
     # transactional, whatever the clients topic shows (their acks do not say a commit)
     aborting_sessions: dict[str, str | None] = field(default_factory=dict)  # session -> a run that saw it

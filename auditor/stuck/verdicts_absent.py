@@ -7,7 +7,6 @@ from typing import Any
 
 from auditor.probes.codec import ACKED, ACKED_RANGE, NOT_PERSISTED, SENT, UNCONFIRMED, delivery_status
 from auditor.stuck.evidence import (
-    AbortedSighting,
     ClusterView,
     Diagnosis,
     KeyMemory,
@@ -116,7 +115,7 @@ def with_gone_copies(
     return Diagnosis(found.verdict, found.reason, evidence)
 
 
-def _gone_aborted(row: StuckRow, memory: KeyMemory, view: ClusterView) -> tuple[AbortedSighting, ...]:
+def _gone_aborted(row: StuckRow, memory: KeyMemory, view: ClusterView) -> tuple[LocatedRecord, ...]:
     """The records with the row's key runs read only in aborted transactions that are below
     their partition's log start now: deleted (those the log still covers, the topic read
     shows). One in a partition the topic no longer has is left out: nothing says what it was."""

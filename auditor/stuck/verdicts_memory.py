@@ -20,15 +20,16 @@ them cannot tell, and the furthest, the one that cannot, counts for its position
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from auditor.stuck.evidence import (
-    AbortedSighting,
     ClusterView,
     Diagnosis,
     KeyMemory,
     KeySightings,
     LedgerEntry,
+    LocatedRecord,
     Sighting,
     ms_to_iso,
 )
@@ -40,8 +41,8 @@ from auditor.stuck.verdict_outcomes import MAX_LISTED
 GoneJudge = Callable[[int, int, str, dict[str, Any], int | None, LedgerEntry | None], Diagnosis]
 
 # A record with the key: acked by a producer session (its ledger entry), seen by a run, or
-# read by a run only in an aborted transaction.
-Copy = LedgerEntry | Sighting | AbortedSighting
+# read by a run only in an aborted transaction (a LocatedRecord in state aborted, from KeyMemory).
+Copy = LedgerEntry | Sighting | LocatedRecord
 
 # How far a copy got, furthest first; any other verdict counts as unknown. An aborted copy
 # never reached a read_committed consumer: any other gets further.
@@ -54,7 +55,7 @@ def from_copies(
     view: ClusterView,
     evidence: dict[str, Any],
     judge: GoneJudge,
-    aborted: Sequence[AbortedSighting] = (),
+    aborted: Sequence[LocatedRecord] = (),
     memory: KeyMemory | None = None,
 ) -> Diagnosis:
     """The item's verdict from every record with its key that a producer acked at a position
@@ -64,10 +65,13 @@ def from_copies(
     unplaced = seen.unplaced if seen is not None else 0
     # A run that read a record only in an aborted transaction settles its ack, unless a run
     # also saw a record at its offset committed (rewritten since: the two tell nothing).
-    committed = {(c.partition, c.offset) for c in copies if isinstance(c, Sighting)}
-    settled = [a for a in aborted if (a.partition, a.offset) not in committed]
-    aborting = memory.aborting_sessions if memory is not None else {}
-    judged = [(copy, _copy_verdict(copy, view, dict(evidence), judge, settled, aborting, committed)) for copy in copies]
+    committed = frozenset((c.partition, c.offset) for c in copies if isinstance(c, Sighting))
+    recalled = _Recalled(
+        tuple(a for a in aborted if (a.partition, a.offset) not in committed),
+        memory.aborting_sessions if memory is not None else {},
+        committed,
+    )
+    judged = [(copy, _copy_verdict(copy, view, dict(evidence), judge, recalled)) for copy in copies]
     # per position (one record, acked and seen), the furthest of its verdicts
     positions: dict[tuple[int, int], tuple[Copy, Diagnosis]] = {}
     for copy, diagnosis in judged:
@@ -79,7 +83,7 @@ def from_copies(
         return best
     result = dict(best.evidence)
     # Every copy, not MAX_LISTED: a second look at the consumer ledger goes by their verdicts.
-    result["copies"] = [{**c.as_json(), "verdict": d.verdict, "groups": d.evidence.get("groups")} for c, d in judged]
+    result["copies"] = [{**_copy_json(c), "verdict": d.verdict, "groups": d.evidence.get("groups")} for c, d in judged]
     result["copies_seen"] = len(positions) + unplaced
     if len(positions) == 1 and not unplaced:  # one record, acked and seen
         return Diagnosis(best.verdict, best.reason, result)
@@ -102,6 +106,10 @@ def from_copies(
     return Diagnosis(best.verdict, f"{best.reason}; {summary}, the one at {where} got furthest", result)
 
 
+def _copy_json(copy: Copy) -> dict[str, Any]:
+    return copy.aborted_json() if isinstance(copy, LocatedRecord) else copy.as_json()
+
+
 def _found_by(acked: Sequence[LedgerEntry], seen: KeySightings | None) -> str:
     """Who wrote down the copies: "producer session s1 acked and reconciliation run r1 saw"."""
     said = []
@@ -118,27 +126,33 @@ def _found_by(acked: Sequence[LedgerEntry], seen: KeySightings | None) -> str:
     return " and ".join(said) or "reconciliation runs saw"
 
 
+@dataclass(frozen=True)
+class _Recalled:
+    """What runs saw that bears on the item's acks (from_copies builds it once for them all).
+
+    aborted: the records runs read only in aborted transactions, at positions no run saw a
+    committed record at; aborting: the producer sessions runs read such records of (session ->
+    a run that did); committed: the positions runs saw a record with the key at
+    (read_committed: a transaction there committed)."""
+
+    aborted: tuple[LocatedRecord, ...]
+    aborting: Mapping[str, str | None]
+    committed: frozenset[tuple[int, int]]
+
+
 def _copy_verdict(
-    copy: Copy,
-    view: ClusterView,
-    evidence: dict[str, Any],
-    judge: GoneJudge,
-    aborted: Sequence[AbortedSighting] = (),
-    aborting: Mapping[str, str | None] | None = None,
-    committed: set[tuple[int, int]] | None = None,
+    copy: Copy, view: ClusterView, evidence: dict[str, Any], judge: GoneJudge, recalled: _Recalled
 ) -> Diagnosis:
-    """One copy's verdict. aborted: the records runs read only in aborted transactions;
-    aborting: the producer sessions runs read such records of; committed: the positions runs
-    saw a record with the key at (read_committed: a transaction there committed)."""
-    if isinstance(copy, AbortedSighting):
+    """One copy's verdict."""
+    if isinstance(copy, LocatedRecord):
         return _aborted(copy, None, view, evidence)
     if isinstance(copy, LedgerEntry):
-        read_aborted = next((a for a in aborted if a.is_of(copy)), None)
+        read_aborted = next((a for a in recalled.aborted if a.is_of(copy)), None)
         if read_aborted is not None:
             return _aborted(read_aborted, copy, view, evidence)
-        aborting = aborting or {}
+        aborting = recalled.aborting
         transactional = copy.session in view.transactional_sessions or copy.session in aborting
-        if transactional and (copy.partition, copy.offset) not in (committed or set()):
+        if transactional and (copy.partition, copy.offset) not in recalled.committed:
             # A transactional producer's ack says the broker wrote the record, not that its
             # transaction committed: records of an aborted one are acked too.
             evidence["transactional_session"] = copy.session
@@ -177,11 +191,9 @@ def _copy_verdict(
     return judge(copy.partition, copy.offset, how, evidence, copy.ts_ms, None)
 
 
-def _aborted(
-    copy: AbortedSighting, acked: LedgerEntry | None, view: ClusterView, evidence: dict[str, Any]
-) -> Diagnosis:
+def _aborted(copy: LocatedRecord, acked: LedgerEntry | None, view: ClusterView, evidence: dict[str, Any]) -> Diagnosis:
     """A record a run read only in an aborted transaction, gone from the topic since."""
-    evidence["aborted_seen"] = copy.as_json()
+    evidence["aborted_seen"] = copy.aborted_json()
     run = f"reconciliation run {copy.run_id}" if copy.run_id else "a reconciliation run"
     by = f"acked by producer session {acked.session}, then " if acked is not None else ""
     return Diagnosis(

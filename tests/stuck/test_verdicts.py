@@ -7,7 +7,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from auditor.stuck.evidence import (
-    AbortedSighting,
     ClusterView,
     Diagnosis,
     GroupState,
@@ -916,7 +915,7 @@ def test_an_ack_a_run_read_aborted_is_aborted_once_deleted_and_other_acks_of_its
     """The log starts at 8; the group committed 8 and marked records up to 9 (the acked record
     alone would be expired). Run run-1 read 0@4 only in an aborted transaction."""
     cluster = view(low=8, committed=8)
-    read = AbortedSighting(0, 4, NOW_MS - 3500_000, "run-1", "s1", 7)
+    read = LocatedRecord("TCK-7", 0, 4, NOW_MS - 3500_000, "aborted", "s1", 7, "run-1")
     memory = KeyMemory(aborted={"TCK-7": (read,)}, aborting_sessions={"s1": "run-1"})
     assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "expired"
 
