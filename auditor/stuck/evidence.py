@@ -81,15 +81,9 @@ class LocatedRecord:
 
     def aborted_json(self) -> dict[str, Any]:
         """As a run read it only in an aborted transaction (the auditor's memory)."""
-        return {
-            "partition": self.partition,
-            "offset": self.offset,
-            "timestamp": ms_to_iso(self.timestamp_ms),
-            "seen_by_run": self.run_id,
-            "session": self.session,
-            "seq": self.seq,
-            "aborted": True,
-        }
+        shown = self.as_json()
+        del shown["state"]
+        return {**shown, "seen_by_run": self.run_id, "aborted": True}
 
     def is_of(self, entry: LedgerEntry) -> bool:
         """Whether `entry`'s ack is of this record: the same position and, where both say,

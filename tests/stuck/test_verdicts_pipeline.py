@@ -63,15 +63,8 @@ def test_it_says_skipped_when_an_at_most_once_consumer_crashed_after_committing(
 
 
 def test_it_says_produce_failed_when_the_ledger_saw_the_send_fail(stuck: StuckSetup, spark, kafka_admin) -> None:
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-
     pipeline = stuck.pipeline
-    resource = ConfigResource(
-        ResourceType.TOPIC,
-        pipeline.topic,
-        incremental_configs=[ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)],
-    )
-    kafka_admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    _alter_topic(kafka_admin, pipeline.topic, {"max.message.bytes": "2000"})
     with pipeline.producer() as producer:
         # One batch each: the broker rejects a whole batch that is too large.
         small = producer.create_ticket()
@@ -108,19 +101,12 @@ def test_a_refused_send_keyed_by_another_field_is_named_by_its_audit_id_header(m
     no stuck item, and the diagnosis could not place the failure (`unknown`). Ground truth:
     the delivery report's error the application's callback saw, a full read of the topic, and
     the rows."""
-    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-
     from auditor.demo.producer import demo_payload, ticket_value
     from auditor.probes import AuditedProducer
 
     setup = make_stuck(record_key="json:$.ticket_id")
     pipeline = setup.pipeline
-    resource = ConfigResource(
-        ResourceType.TOPIC,
-        pipeline.topic,
-        incremental_configs=[ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)],
-    )
-    kafka_admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    _alter_topic(kafka_admin, pipeline.topic, {"max.message.bytes": "2000"})
     with pipeline.store() as store:
         tickets = [
             store.insert_ticket(demo_payload(0)),
