@@ -363,12 +363,11 @@ class AuditedProducer(ProducerWrapper):
             if id_bytes is not None and id_bytes == _as_bytes(key):
                 id_bytes = None  # the key says it: readers take the key
         report = None
-        if id_bytes is not None and self._key_fn is None:
+        if user_callback is not None or (id_bytes is not None and self._key_fn is None):
             # A header-supplied audit-id: a delivery report carries no headers, so a failure
             # report could name only the record key. The id goes with this record's report.
-            report = partial(self._on_report_named, id_bytes, user_callback)
-        elif user_callback is not None:
-            report = partial(self._on_report_then, user_callback)
+            named = id_bytes if self._key_fn is None else None
+            report = partial(self._on_call_report, named, user_callback)
         if user_callback is not None:
             if not self._success_reports and not self._warned_failures_only:
                 # A drop-in Producer calls a per-call callback for successes too; say once that
@@ -414,18 +413,13 @@ class AuditedProducer(ProducerWrapper):
         if app is not None and (err is not None or not self._app_only_errors):
             app(err, msg)
 
-    def _on_report_then(self, user_callback: DeliveryCallback, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self._ledger_failure(err, msg)
-        if err is not None or not self._app_only_errors:
-            user_callback(err, msg)
-
-    def _on_report_named(
-        self, audit_id: bytes, user_callback: DeliveryCallback | None, err: KafkaError | None, msg: Message
+    def _on_call_report(
+        self, named: bytes | None, user_callback: DeliveryCallback | None, err: KafkaError | None, msg: Message
     ) -> None:
-        """A record produced with an ``audit-id`` header of its own: its failure is named by it."""
+        """The report of a record produced with a per-call callback or an ``audit-id`` header of
+        its own (`named`: its failure is named by it): to that callback, else the config's."""
         if err is not None:
-            self._ledger_failure(err, msg, audit_id)
+            self._ledger_failure(err, msg, named)
         app = self._app_on_delivery if user_callback is None else user_callback
         if app is not None and (err is not None or not self._app_only_errors):
             app(err, msg)

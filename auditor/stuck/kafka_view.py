@@ -244,7 +244,7 @@ def _confirm_overtaken(
 
 
 def _removed_offsets(
-    connection: dict[str, Any],
+    admin: AdminClient,
     bootstrap: str,
     config: dict[str, str],
     view: ClusterView,
@@ -259,7 +259,7 @@ def _removed_offsets(
     if not missing:
         return
     try:
-        found = removed_offsets(connection, bootstrap, config, missing, topic, timeout_s)
+        found = removed_offsets(admin, bootstrap, config, missing, topic, timeout_s)
     except KafkaReadError as exc:
         view.notes.append(
             f"whether the offsets of group(s) {', '.join(missing)} were deleted could not be read from "
@@ -310,7 +310,7 @@ def read_cluster_view(
         view.groups[group].committed[partition] = offset
     view.committed_read_at = time.monotonic()
     if not view.groups_error:
-        _removed_offsets(connection, bootstrap, config, view, topic, partitions, timeout_s)
+        _removed_offsets(admin, bootstrap, config, view, topic, partitions, timeout_s)
 
     view.consumer_ledger, plan.consumer_ledger, consumer_lows = ledger_view(admin, consumer_ledger_topic, timeout_s)
     view.producer_ledger, plan.producer_ledger, producer_lows = ledger_view(admin, producer_ledger_topic, timeout_s)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import struct
 import time
-from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
@@ -82,7 +81,7 @@ def parse_committed_offset(value: bytes | None) -> int | None:
 
 
 def removed_offsets(
-    connection: dict[str, Any],
+    admin: AdminClient,
     bootstrap: str,
     config: dict[str, str],
     groups: list[str],
@@ -93,9 +92,8 @@ def removed_offsets(
     removed (its last record for the key is a tombstone). Reads one partition of the internal
     topic per distinct partition the groups hash to, read_committed (a transaction's offsets
     count once committed). Raises KafkaReadError when it cannot be read."""
-    from auditor.stuck.locate_python import read_ranges
+    from auditor.stuck.locate_python import read_ranges  # it imports kafka_view, which imports this module
 
-    admin = AdminClient(connection)
     count = len(topic_partitions(admin, OFFSETS_TOPIC, timeout_s))
     if count == 0:
         raise KafkaReadError(f"{OFFSETS_TOPIC} has no partitions")
