@@ -5,6 +5,7 @@ read back, the key index and source deltas appended. Its findings are reconcile_
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
@@ -51,13 +52,15 @@ def update_state(
     inputs: RunInputs,
     persist: Callable[[DataFrame], DataFrame],
     laps: Laps,
+    writers: ThreadPoolExecutor | None = None,
 ) -> RunState:
     """Previous state + this run's data → the next state, each dataset written under the
-    run's id and read back; the key index and source deltas appended."""
+    run's id and read back; the key index and source deltas appended. `writers`: the threads
+    that write the datasets (state_writers), or None: one at a time, here."""
     store, meta, records = plan.store, plan.meta, inputs.records
     # A small run writes each dataset in no more partitions than there are cores (a run with
     # little new data may still carry many findings: never fewer tasks than cores).
-    new = RunState(store, laps, partitions=plan.small_partitions(spark))
+    new = RunState(store, laps, partitions=plan.small_partitions(spark), writers=writers)
     keep = new.keep
 
     def old(name: str) -> DataFrame:
@@ -125,14 +128,14 @@ def update_state(
         ),
     )
     if inputs.sequenced:
-        coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
+        keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
     else:  # no record read carries a sequence: the coverage is what it was
-        coverage = new.keep_previous(spark, "seq_coverage", meta)
+        new.keep_previous(spark, "seq_coverage", meta)
     old_open, old_bounds = old("ledger_open"), old("ledger_bounds")
     new.keep_unless_empty(
         "ledger_open",
         [old_open, inputs.producer_entries],
-        lambda: transform_ledger_open(old_open, inputs.producer_entries, coverage),
+        lambda: transform_ledger_open(old_open, inputs.producer_entries, new.frame("seq_coverage")),
     )
     new.keep_unless_empty(
         "ledger_bounds",
@@ -167,26 +170,26 @@ def update_state(
         )
 
     new.keep_unless_empty("reprocessed", [old_reprocessed, inputs.processed], reprocessed_now)
-    processed_cov = new.keep_unless_empty(
+    new.keep_unless_empty(
         "processed_coverage",
         [old_processed, inputs.processed],
         lambda: transform_processed_coverage(old_processed, inputs.processed),
     )
     if inputs.lost_marks is None:  # nearly always: the earlier run's dataset stands, by reference
-        lost_marks = new.keep_previous(spark, "marks_lost", meta)
+        new.keep_previous(spark, "marks_lost", meta)
     else:
-        lost_marks = new.keep("marks_lost", transform_lost_marks_coverage(old("marks_lost"), inputs.lost_marks))
+        new.keep("marks_lost", transform_lost_marks_coverage(old("marks_lost"), inputs.lost_marks))
     new.keep_unless_empty(
         "unprocessed_candidates",
         [old_candidates, inputs.groups],
         lambda: transform_unprocessed_candidates(
             old_candidates,
             records,
-            processed_cov,
+            new.frame("processed_coverage"),
             inputs.groups,
             inputs.committed,
             inputs.first_marks_frame,
-            None if is_empty_plan(lost_marks) else lost_marks,
+            None if is_empty_plan(new.frame("marks_lost")) else new.frame("marks_lost"),
         ),
     )
     if inputs.totals["tombstones"]:
@@ -199,11 +202,9 @@ def update_state(
         )
     else:  # nothing new: the earlier run's dataset stands, by reference
         new.keep_previous(spark, "tombstones", plan.previous)
-    new.key_deltas = [
-        *meta.key_deltas,
-        store.write_delta(key_delta_of(keys, plan.run_id), "keys", KEY_INDEX_SCHEMA),
-    ]
+    new.key_deltas, new.source_deltas = list(meta.key_deltas), list(meta.source_deltas)
+    new.add_delta("keys", key_delta_of(keys, plan.run_id), KEY_INDEX_SCHEMA)
     fresh_rows = new_source_of(keys) if late is None else new_source_of(keys).unionByName(late)
-    new.source_deltas = [*meta.source_deltas, store.write_delta(fresh_rows, "source", SOURCE_ROW_SCHEMA)]
-    laps("state.deltas")
+    new.add_delta("source", fresh_rows, SOURCE_ROW_SCHEMA)
+    new.settle()
     return new
