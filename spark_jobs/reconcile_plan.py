@@ -272,15 +272,15 @@ class RunState:
         def done(written: tuple[str, DataFrame]) -> None:
             self.datasets[name], self.frames[name] = written
 
-        self._write(df, f"state.{name}", lambda: self.store.write_dataset(df, name), done)
+        self._write(f"state.{name}", lambda: self.store.write_dataset(df, name), done)
 
     def add_delta(self, kind: str, df: DataFrame, schema: StructType) -> None:
         """Write this run's key index ("keys") or source ("source") delta, appended to the
         list of its kind once written."""
         deltas = self.key_deltas if kind == "keys" else self.source_deltas
-        self._write(df, f"state.{kind}_delta", lambda: self.store.write_delta(df, kind, schema), deltas.append)
+        self._write(f"state.{kind}_delta", lambda: self.store.write_delta(df, kind, schema), deltas.append)
 
-    def _write(self, df: DataFrame, lap: str, write: Callable[[], Any], done: Callable[[Any], None]) -> None:
+    def _write(self, lap: str, write: Callable[[], Any], done: Callable[[Any], None]) -> None:
         if self.writers is None:
             done(write())
             self.laps(lap)
@@ -293,8 +293,7 @@ class RunState:
             return result
 
         # the thread runs its jobs with this one's local properties (a resident run's job group)
-        target = inheritable_thread_target(df.sparkSession)(timed)
-        self._pending.append((self.writers.submit(target), done))
+        self._pending.append((self.writers.submit(inheritable_thread_target(timed)), done))
 
     def settle(self) -> None:
         """Wait for every write under way; the first that failed raises once all have ended."""
