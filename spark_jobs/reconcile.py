@@ -58,15 +58,7 @@ from spark_jobs.common import build_spark_session
 from spark_jobs.reconcile_commit import commit_state
 from spark_jobs.reconcile_inputs import extract_inputs
 from spark_jobs.reconcile_new_state import update_state
-from spark_jobs.reconcile_plan import (
-    Laps,
-    RunOptions,
-    RunPlan,
-    new_run_id,
-    plan_run,
-    run_settings_applied,
-    state_writers,
-)
+from spark_jobs.reconcile_plan import Laps, RunOptions, RunPlan, new_run_id, plan_run, run_settings_applied
 from spark_jobs.reconcile_report import count_findings, find_all, flag_new
 from spark_jobs.reconcile_transform import is_empty_plan
 
@@ -157,10 +149,8 @@ def _run_phases(
     laps: Laps,
 ) -> dict[str, Any]:
     inputs = extract_inputs(spark, binding, plan, persist, laps)
-    with state_writers(plan) as writers:
-        new = update_state(spark, binding, plan, inputs, persist, laps, writers)
-        new.keep("findings", find_all(plan, inputs, new))
-        current = new.frame("findings")
+    new = update_state(spark, binding, plan, inputs, persist, laps)
+    current = new.keep("findings", find_all(plan, inputs, new))
     flagged = flag_new(spark, plan, current)
     counts, new_count, found = count_findings(plan, inputs, new, flagged)
     # With no rows wanted (the worker loads findings through JDBC), the count says whether

@@ -5,7 +5,6 @@ read back, the key index and source deltas appended. Its findings are reconcile_
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
@@ -52,15 +51,13 @@ def update_state(
     inputs: RunInputs,
     persist: Callable[[DataFrame], DataFrame],
     laps: Laps,
-    writers: ThreadPoolExecutor | None = None,
 ) -> RunState:
     """Previous state + this run's data → the next state, each dataset written under the
-    run's id and read back; the key index and source deltas appended. `writers`: the threads
-    that write the datasets (state_writers), or None: one at a time, here."""
+    run's id and read back; the key index and source deltas appended."""
     store, meta, records = plan.store, plan.meta, inputs.records
     # A small run writes each dataset in no more partitions than there are cores (a run with
     # little new data may still carry many findings: never fewer tasks than cores).
-    new = RunState(store, laps, partitions=plan.small_partitions(spark), writers=writers)
+    new = RunState(store, laps, partitions=plan.small_partitions(spark))
     keep = new.keep
 
     def old(name: str) -> DataFrame:
@@ -128,14 +125,14 @@ def update_state(
         ),
     )
     if inputs.sequenced:
-        keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
+        coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
     else:  # no record read carries a sequence: the coverage is what it was
-        new.keep_previous(spark, "seq_coverage", meta)
+        coverage = new.keep_previous(spark, "seq_coverage", meta)
     old_open, old_bounds = old("ledger_open"), old("ledger_bounds")
     new.keep_unless_empty(
         "ledger_open",
         [old_open, inputs.producer_entries],
-        lambda: transform_ledger_open(old_open, inputs.producer_entries, new.frame("seq_coverage")),
+        lambda: transform_ledger_open(old_open, inputs.producer_entries, coverage),
     )
     new.keep_unless_empty(
         "ledger_bounds",
@@ -170,26 +167,26 @@ def update_state(
         )
 
     new.keep_unless_empty("reprocessed", [old_reprocessed, inputs.processed], reprocessed_now)
-    new.keep_unless_empty(
+    processed_cov = new.keep_unless_empty(
         "processed_coverage",
         [old_processed, inputs.processed],
         lambda: transform_processed_coverage(old_processed, inputs.processed),
     )
     if inputs.lost_marks is None:  # nearly always: the earlier run's dataset stands, by reference
-        new.keep_previous(spark, "marks_lost", meta)
+        lost_marks = new.keep_previous(spark, "marks_lost", meta)
     else:
-        new.keep("marks_lost", transform_lost_marks_coverage(old("marks_lost"), inputs.lost_marks))
+        lost_marks = new.keep("marks_lost", transform_lost_marks_coverage(old("marks_lost"), inputs.lost_marks))
     new.keep_unless_empty(
         "unprocessed_candidates",
         [old_candidates, inputs.groups],
         lambda: transform_unprocessed_candidates(
             old_candidates,
             records,
-            new.frame("processed_coverage"),
+            processed_cov,
             inputs.groups,
             inputs.committed,
             inputs.first_marks_frame,
-            None if is_empty_plan(new.frame("marks_lost")) else new.frame("marks_lost"),
+            None if is_empty_plan(lost_marks) else lost_marks,
         ),
     )
     if inputs.totals["tombstones"]:
@@ -202,9 +199,11 @@ def update_state(
         )
     else:  # nothing new: the earlier run's dataset stands, by reference
         new.keep_previous(spark, "tombstones", plan.previous)
-    new.key_deltas, new.source_deltas = list(meta.key_deltas), list(meta.source_deltas)
-    new.add_delta("keys", key_delta_of(keys, plan.run_id), KEY_INDEX_SCHEMA)
+    new.key_deltas = [
+        *meta.key_deltas,
+        store.write_delta(key_delta_of(keys, plan.run_id), "keys", KEY_INDEX_SCHEMA),
+    ]
     fresh_rows = new_source_of(keys) if late is None else new_source_of(keys).unionByName(late)
-    new.add_delta("source", fresh_rows, SOURCE_ROW_SCHEMA)
-    new.settle()
+    new.source_deltas = [*meta.source_deltas, store.write_delta(fresh_rows, "source", SOURCE_ROW_SCHEMA)]
+    laps("state.deltas")
     return new

@@ -6,20 +6,16 @@ reconcile_commit.py."""
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import StructType
-from pyspark.util import inheritable_thread_target
 
 from spark_jobs.binding import Binding, identity_changes
 from spark_jobs.common import cores, is_small, settings_applied, small_job_settings
@@ -72,18 +68,11 @@ class Laps:
     def __init__(self) -> None:
         self.timings: dict[str, float] = {}
         self._clock = time.monotonic()
-        self._lock = threading.Lock()
 
     def __call__(self, name: str) -> None:
         now = time.monotonic()
-        self.add(name, now - self._clock)
+        self.timings[name] = round(self.timings.get(name, 0.0) + now - self._clock, 3)
         self._clock = now
-
-    def add(self, name: str, seconds: float) -> None:
-        """Count `seconds` to `name` without ending a lap: a write made beside the run's own
-        thread (RunState.writers), whose seconds overlap the laps'."""
-        with self._lock:
-            self.timings[name] = round(self.timings.get(name, 0.0) + seconds, 3)
 
 
 @dataclass
@@ -222,25 +211,6 @@ class RunInputs:
     unprobed_record_ms: int | None = None
 
 
-# A small run's datasets are written by this many Spark jobs at once. Each such write is
-# mostly fixed cost on the driver (planning, generated code, the output commit) with a task
-# or two on the executors: one at a time, the cores wait on the driver and the driver on the
-# cores. A large run's writes fill the cores by themselves and are made one at a time.
-SMALL_RUN_WRITERS = 3
-
-
-@contextmanager
-def state_writers(plan: RunPlan) -> Iterator[ThreadPoolExecutor | None]:
-    """The threads a small run writes its datasets with (RunState.writers), or None: one at
-    a time. Leaving the block waits for every write still running, also when the run failed
-    (no write of a failed run goes on into the next one)."""
-    if not plan.small:
-        yield None
-        return
-    with ThreadPoolExecutor(SMALL_RUN_WRITERS, thread_name_prefix=f"state-{plan.run_id}") as pool:
-        yield pool
-
-
 @dataclass
 class RunState:
     """Phase 3: the state after this run (datasets written under its id and read back)."""
@@ -253,85 +223,37 @@ class RunState:
     # handful of records), and each task and file is fixed cost in the write and every
     # read after it.
     partitions: int | None = None
-    # Writes go to these threads (state_writers) and are waited for by settle(); None: each
-    # is made where it is asked for.
-    writers: ThreadPoolExecutor | None = None
     frames: dict[str, DataFrame] = field(default_factory=dict)
     datasets: dict[str, str] = field(default_factory=dict)
     key_deltas: list[str] = field(default_factory=list)
     source_deltas: list[str] = field(default_factory=list)
-    # writes under way: each one's future, and what to do with its result
-    _pending: list[tuple[Future[Any], Callable[[Any], None]]] = field(default_factory=list)
 
-    def keep(self, name: str, df: DataFrame) -> None:
-        """Write a dataset of the new state; frame(name) reads it back."""
+    def keep(self, name: str, df: DataFrame) -> DataFrame:
+        """Write a dataset of the new state; returns it read back."""
         self.laps("prepare")
         if self.partitions is not None:
             df = df.coalesce(self.partitions)
-
-        def done(written: tuple[str, DataFrame]) -> None:
-            self.datasets[name], self.frames[name] = written
-
-        self._write(f"state.{name}", lambda: self.store.write_dataset(df, name), done)
-
-    def add_delta(self, kind: str, df: DataFrame, schema: StructType) -> None:
-        """Write this run's key index ("keys") or source ("source") delta, appended to the
-        list of its kind once written."""
-        deltas = self.key_deltas if kind == "keys" else self.source_deltas
-        self._write(f"state.{kind}_delta", lambda: self.store.write_delta(df, kind, schema), deltas.append)
-
-    def _write(self, lap: str, write: Callable[[], Any], done: Callable[[Any], None]) -> None:
-        if self.writers is None:
-            done(write())
-            self.laps(lap)
-            return
-
-        def timed() -> Any:
-            started = time.monotonic()
-            result = write()
-            self.laps.add(lap, time.monotonic() - started)
-            return result
-
-        # the thread runs its jobs with this one's local properties (a resident run's job group)
-        self._pending.append((self.writers.submit(inheritable_thread_target(timed)), done))
-
-    def settle(self) -> None:
-        """Wait for every write under way; the first that failed raises once all have ended."""
-        if not self._pending:
-            return
-        self.laps("prepare")
-        pending, self._pending = self._pending, []
-        failed: BaseException | None = None
-        for future, done in pending:  # in the order asked: the deltas' lists keep it
-            try:
-                done(future.result())
-            except BaseException as exc:  # noqa: BLE001 - raised below, after the others ended
-                failed = failed or exc
-        self.laps("state.wait")
-        if failed is not None:
-            raise failed
-
-    def frame(self, name: str) -> DataFrame:
-        """The dataset as this run leaves it, once written."""
-        self.settle()
+        self.datasets[name], self.frames[name] = self.store.write_dataset(df, name)
+        self.laps(f"state.{name}")
         return self.frames[name]
 
-    def keep_previous(self, spark: SparkSession, name: str, meta: StateMeta) -> None:
+    def keep_previous(self, spark: SparkSession, name: str, meta: StateMeta) -> DataFrame:
         """The dataset stands as `meta`'s run wrote it: referenced, not written again (an
         absent one reads as empty and stays absent)."""
         self.frames[name] = self.store.dataset(spark, meta, name)
         if name in meta.datasets:
             self.datasets[name] = meta.datasets[name]
+        return self.frames[name]
 
-    def keep_unless_empty(self, name: str, inputs: Sequence[DataFrame], build: Callable[[], DataFrame]) -> None:
+    def keep_unless_empty(self, name: str, inputs: Sequence[DataFrame], build: Callable[[], DataFrame]) -> DataFrame:
         """keep(name, build()), where `inputs` are the frames without whose rows the dataset
         has none: when the optimizer proves every one empty (no ledger, group or transaction
         in this binding, see local_frame), nothing is built or written. An absent dataset
         reads as empty."""
         if all(is_empty_plan(df) for df in inputs):
             self.frames[name] = empty_frame(inputs[0].sparkSession, DATASETS[name])
-            return
-        self.keep(name, build())
+            return self.frames[name]
+        return self.keep(name, build())
 
 
 def run_settings(spark: SparkSession, plan: RunPlan) -> dict[str, str]:
