@@ -589,11 +589,18 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         else None
     )
     result.risks = cluster_risks(view, previous or [])
+    # Any read whose failure can turn a verdict into unknown: the topic, the groups' offsets,
+    # the ledgers, the auditor's memory (an item it saw expire is unknown without it), the
+    # topic's cleanup policy, its in-sync replicas and its id.
     unreadable = bool(
         view.kafka_error
         or view.groups_error
         or (view.producer_ledger is not None and not view.producer_ledger.available)
         or (groups and view.consumer_ledger is not None and not view.consumer_ledger.available)
+        or memory.reason
+        or view.cleanup_error
+        or view.stalled_error
+        or view.topic_id_error
     )
     # Degraded: something was unreadable and some item is unknown for it; alerts then stay open.
     result.degraded = (unreadable or result.ledger_unread) and any(v.diagnosis.verdict == "unknown" for v in verdicts)

@@ -15,17 +15,19 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from auditor.alerts.models import Alert, Channel, Delivery
 from auditor.lab.cluster import Cluster as LabCluster
 from auditor.lab.cluster import all_led, delete_records, wait_until
 from auditor.pipelines.models import Binding, StuckRule
 from auditor.reconcile.models import Finding
-from auditor.stuck.service import DiagnosisOptions, diagnose_rule
+from auditor.stuck.service import DiagnosisOptions, diagnose_rule, record_diagnosis, start_run
 from spark_jobs.kafka_offsets import partition_offsets, topic_id
 from tests.support.plain import PlainPipeline, diagnose, reconcile, rule_for
 from tests.support.topics import create_again
@@ -62,6 +64,45 @@ def test_it_names_expired_and_never_produced_items_from_what_a_run_saw(
     )
     for ticket in delivered_then_deleted | never_sent:
         assert run.job_run_id in verdicts[str(ticket)][1], verdicts[str(ticket)]
+
+
+def test_an_item_memory_called_expired_keeps_its_alert_open_while_the_memory_is_unreadable(
+    plain: PlainPipeline, kafka_admin: AdminClient, make_topic, settings
+) -> None:
+    """The memory unreadable turns `expired` into `unknown`: the run is degraded, and the
+    alert the earlier diagnosis raised stays open (nothing recovered; the auditor could not see)."""
+    Channel.objects.create(
+        name="oncall", url="https://hooks.example.invalid/x", secret="${X}", events={"stuck_verdicts": ["expired"]}
+    )
+    plain.insert(1, 2)
+    plain.produce(0, 1, 2)
+    rule = rule_for(plain)
+    reconcile(rule)
+    end = max(o for p, o in plain.delivered.values() if p == 0) + 1
+    delete_records(kafka_admin, [TopicPartition(plain.topic, 0, end)])
+    # Ground truth: both were delivered, and the topic holds neither now.
+    assert set(plain.delivered) == {1, 2} and not plain.topic_now()
+    # a producer ledger the diagnosis can read, empty (nothing here is probed): only the memory
+    # is unreadable in the second diagnosis
+    ledger = make_topic("_audit.empty")
+    options = DiagnosisOptions(engine="python", producer_ledger_topic=ledger, consumer_ledger_topic=ledger)
+
+    first = diagnose_rule(rule, options)
+    assert {i.row.key: i.diagnosis.verdict for i in first.items} == {"1": "expired", "2": "expired"}
+    record_diagnosis(start_run(rule, "cli"), first)
+    alert = Alert.objects.get(fingerprint=f"stuck:{rule.name}:expired")
+    assert alert.state == "open"
+
+    state_json = Path(settings.RECONCILE_STATE_DIR) / rule.binding.name / "state.json"
+    state_json.write_text("{ not json")  # the state a reconciliation run left, unreadable now
+    second = diagnose_rule(rule, options)
+    assert {i.row.key: i.diagnosis.verdict for i in second.items} == {"1": "unknown", "2": "unknown"}
+    assert any("the reconciliation state could not be read" in n for n in second.notes), second.notes
+    assert second.degraded
+    record_diagnosis(start_run(rule, "cli"), second)
+    alert.refresh_from_db()
+    assert alert.state == "open"
+    assert not Delivery.objects.filter(alert=alert, event=Delivery.RESOLVED).exists()
 
 
 @pytest.mark.alone
