@@ -44,7 +44,8 @@ def muted_finding_counts(run: ReconcileRun) -> dict[tuple[str, str | None], tupl
 def sync_problems(run: ReconcileRun) -> None:
     """Open (or fold into) one problem per binding, kind and cause found; resolve the others.
 
-    Only a successful run speaks for its binding: a failed one leaves problems as they are.
+    Only a successful run speaks for its binding: a failed one leaves problems as they are, and
+    so does one with unverifiable rows for `missing` problems.
     Muted findings do not count: a kind and cause whose findings are all muted raises
     nothing, and resolves nothing either (the findings are still there).
     """
@@ -63,6 +64,10 @@ def sync_problems(run: ReconcileRun) -> None:
         for kind, cause in sorted(known | set(found), key=lambda kc: (kc[0], kc[1] or "")):
             fingerprint = problem_fingerprint(binding, kind, cause)
             if (kind, cause) not in found:
+                if kind == "missing" and run.unverifiable:
+                    # Rows the run could not judge (records that old were deleted before any run
+                    # read them) may be the ones reported missing: not found is not recovered.
+                    continue
                 resolve_problem(fingerprint)
                 continue
             all_count, all_new = found[(kind, cause)]

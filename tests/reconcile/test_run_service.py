@@ -350,6 +350,26 @@ def test_it_resolves_the_problem_of_records_the_broker_lost_once_no_run_reports_
     assert Alert.objects.get(channel=channel).state == Alert.RESOLVED
 
 
+def test_it_does_not_resolve_a_missing_problem_when_the_rows_became_unverifiable(binding) -> None:
+    """A row reported missing whose window's records were then deleted unread is counted
+    unverifiable, not missing: the run cannot judge it, so its problem is not resolved."""
+    channel = Channel.objects.create(
+        name="ops", url="http://127.0.0.1:9/hook", secret="${X}", events={"finding_kinds": ["missing"]}
+    )
+    run = running(binding)
+    staged(run, {"kind": "missing", "key": "4"})
+    finish_run(run, ok_result(missing=1))
+    alert = Alert.objects.get(channel=channel, fingerprint="finding:tickets:missing")
+
+    finish_run(running(binding), ok_result(unverifiable=1))
+    alert.refresh_from_db()
+    assert alert.state == Alert.OPEN
+
+    finish_run(running(binding), ok_result())  # judged again, and found: resolved
+    alert.refresh_from_db()
+    assert alert.state == Alert.RESOLVED
+
+
 def test_it_keeps_the_findings_of_the_latest_runs_only(binding, settings) -> None:
     settings.RECONCILE_KEEP_FINDING_RUNS = 2
     runs = []
