@@ -44,6 +44,13 @@ def _error(message: str) -> int:
     return EXIT_BAD_INPUT
 
 
+def _cell(section: dict[str, Any], key: str) -> str:
+    """A binding's figure: "-" where the section has none, "unknown" where it is not known."""
+    if key not in section:
+        return "-"
+    return "unknown" if section[key] is None else str(section[key])
+
+
 def _print_table(report: Report, out: TextIO) -> None:
     out.write(f"report {report.pk} ({report.status}): {report.title}\n")
     out.write(f"period {report.period_start.isoformat()} .. {report.period_end.isoformat()}\n")
@@ -59,8 +66,8 @@ def _print_table(report: Report, out: TextIO) -> None:
         rows.append(
             (
                 name,
-                *(str(r.get(k, "-")) for k in ("runs", "failed", "findings_total", "new_findings")),
-                str(s.get("stuck_at_end", "-")),
+                *(_cell(r, k) for k in ("runs", "failed", "findings_total", "new_findings")),
+                _cell(s, "stuck_at_end"),
                 str(lt.get("errors", "-")),
                 str(lt.get("warnings", "-")),
             )

@@ -37,6 +37,10 @@ HEADLINE = (
 )
 
 
+# Totals that leave out what is unknown: the total counting what was left out, and what it counts.
+UNKNOWN_IN = {"findings": ("findings_unknown", "binding"), "stuck": ("stuck_unknown", "stuck rule")}
+
+
 def headline(totals: dict[str, Any]) -> list[dict[str, Any]]:
     cards = []
     for key, title in HEADLINE:
@@ -44,7 +48,13 @@ def headline(totals: dict[str, Any]) -> list[dict[str, Any]]:
             value = totals[key]
             if isinstance(value, float):
                 value = round(value, 1)
-            cards.append({"key": key, "label": title, "value": "—" if value is None else value})
+            shown = "—" if value is None else value
+            unknown_key, what = UNKNOWN_IN.get(key, ("", ""))
+            unknown = int(totals.get(unknown_key) or 0)
+            if unknown:  # a sum over what is known, never one that reads as complete
+                left_out = f"{unknown} {what}{'s' if unknown != 1 else ''}"
+                shown = f"unknown ({left_out})" if value is None else f"{value} + unknown ({left_out})"
+            cards.append({"key": key, "label": title, "value": shown})
     return cards
 
 

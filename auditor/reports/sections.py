@@ -51,6 +51,14 @@ def shown_time(when: datetime | None) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if when else "—"
 
 
+UNKNOWN = "unknown"
+
+
+def shown_count(count: int | None) -> int | str:
+    """A count as tables show it: None (no successful run or diagnosis to tell) is unknown, never 0."""
+    return UNKNOWN if count is None else count
+
+
 class Table(TypedDict):
     title: str
     columns: list[str]

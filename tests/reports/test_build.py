@@ -7,10 +7,21 @@ import io
 
 import pytest
 
+from auditor.pipelines.models import StuckRule
+from auditor.reports.delivery import notice_summary
 from auditor.reports.models import Report
-from auditor.reports.render import render_document
+from auditor.reports.render import headline, render_document
 from auditor.reports.service import build_report, resolve_bindings
-from tests.support.reports import CANARY_TOPIC, END, FORMULA_KEY, HOSTILE, START, ReportData, canary_point
+from tests.support.reports import (
+    CANARY_TOPIC,
+    END,
+    FORMULA_KEY,
+    HOSTILE,
+    START,
+    ReportData,
+    canary_point,
+    diagnosis,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -41,11 +52,32 @@ def test_it_reports_exact_reconciliation_numbers(report_data: ReportData) -> Non
         {"kind": "gap", "cause": "broker-lost", "count": 1},
         {"kind": "missing", "cause": None, "count": 1},
     ]
+    # orders' only run in the period failed: its findings at the end are not known, never 0
     orders = rec["bindings"]["orders"]
-    assert (orders["runs"], orders["failed"], orders["latest_run"], orders["findings_total"]) == (1, 1, None, 0)
+    assert (orders["runs"], orders["failed"], orders["latest_run"], orders["findings_total"]) == (1, 1, None, None)
+    assert orders["findings"] is None
     assert "other" not in rec["bindings"]
-    assert rec["totals"] == {"runs": 4, "failed_runs": 2, "findings": 2, "new_findings": 4}
+    assert rec["totals"] == {"runs": 4, "failed_runs": 2, "findings": 2, "new_findings": 4, "findings_unknown": 1}
     assert report.binding_names == ["tickets", "orders"]
+    assert "had no successful run in the period: their findings at the end are unknown, not 0." in report.html
+    cards = {card["key"]: card["value"] for card in headline(report.totals)}
+    assert cards["findings"] == "2 + unknown (1 binding)"
+
+
+def test_it_reports_a_stuck_rule_without_a_successful_diagnosis_as_unknown(report_data: ReportData) -> None:
+    rule = StuckRule.objects.create(
+        name="orders-new", binding=report_data.orders, status_column="status", stuck_values=["NEW"], age_column="c"
+    )
+    diagnosis(rule, 2, status="failed", error="source down")
+    report = build(report_data)
+
+    stuck = report.summary["sections"]["stuck"]
+    assert stuck["bindings"]["orders"]["stuck_at_end"] is None
+    assert stuck["bindings"]["orders"]["unknown_rules"] == ["orders-new"]
+    assert (stuck["totals"]["stuck"], stuck["totals"]["stuck_unknown"]) == (2, 1)  # tickets' 2 are known
+    assert "<td>unknown for orders-new</td>" in report.html
+    assert {card["key"]: card["value"] for card in headline(report.totals)}["stuck"] == "2 + unknown (1 stuck rule)"
+    assert "Stuck items at end 2 + unknown (1 stuck rule)" in notice_summary(report)
 
 
 def test_it_reports_exact_stuck_lint_and_canary_numbers(report_data: ReportData) -> None:
@@ -73,11 +105,13 @@ def test_it_reports_exact_stuck_lint_and_canary_numbers(report_data: ReportData)
         "failed_runs": 2,
         "findings": 2,
         "new_findings": 4,
+        "findings_unknown": 1,
         "diagnoses": 3,
         "failed_diagnoses": 1,
         "stuck": 2,
         "became_stuck": 3,
         "got_unstuck": 1,
+        "stuck_unknown": 0,
         "lint_errors": 2,
         "lint_warnings": 2,
         "lint_scanned": True,
@@ -184,12 +218,16 @@ def test_it_embeds_plotly_js_in_the_download_so_it_opens_offline(report_data: Re
     assert 'id="chart-canary-1"' in rest and "Plotly.newPlot" in rest
 
 
-def test_it_reports_a_period_without_data_as_zeros(report_data: ReportData) -> None:
+def test_it_reports_a_period_without_data_as_zeros_and_what_is_at_its_end_as_unknown(report_data: ReportData) -> None:
     from datetime import timedelta
 
     report = build_report([report_data.tickets], END + timedelta(days=5), END + timedelta(days=6), trigger="cli")
     assert report.status == "ok"
-    assert report.totals["runs"] == report.totals["stuck"] == report.totals["canary_lost"] == 0
+    assert report.totals["runs"] == report.totals["canary_lost"] == 0
+    # no run or diagnosis in the period: what was wrong at its end is not known, never 0
+    assert report.totals["findings"] is None and report.totals["stuck"] is None
+    cards = {card["key"]: card["value"] for card in headline(report.totals)}
+    assert (cards["findings"], cards["stuck"]) == ("unknown (1 binding)", "unknown (1 stuck rule)")
     assert report.totals["lint_scanned"] is False and report.totals["canary_p99_ms_max"] is None
     assert report.csv_rows == 0 and 'id="chart-' not in report.html
     assert "No lint scan of the live system finished in this period." in report.html

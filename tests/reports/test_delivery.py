@@ -61,6 +61,9 @@ def test_it_sends_a_signed_notice_with_links_to_channels_with_reports_on(
     assert details["links"]["page"].endswith(f"/reports/{report.pk}/")
     assert details["links"]["csv"].endswith(f"/reports/{report.pk}/findings.csv")
     assert details["totals"]["findings"] == 2 and details["totals"]["stuck"] == 2
+    # orders' only run failed: the findings' total says it leaves it out
+    assert details["totals"]["findings_unknown"] == 1
+    assert "Findings at end 2 + unknown (1 binding)" in body["summary"]
     report.refresh_from_db()
     assert report.delivery["webhooks"] == {"channels": ["ops"], "deliveries": [delivery.pk], "suppressed": []}
 

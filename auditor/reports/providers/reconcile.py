@@ -20,7 +20,7 @@ from django.db.models import Count
 from auditor.pipelines.models import Binding
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.reports import charts, conf
-from auditor.reports.sections import SectionResult, Table, shown_time
+from auditor.reports.sections import SectionResult, Table, shown_count, shown_time
 from auditor.vocabulary import FINDING_KINDS
 
 
@@ -85,11 +85,13 @@ def reconcile_section(bindings: Sequence[Binding], start: datetime, end: datetim
         causes[row["run_id"]].append({"kind": row["kind"], "cause": row["cause"], "count": row["count"]})
 
     per_binding: dict[str, dict[str, Any]] = {}
-    totals = {"runs": 0, "failed_runs": 0, "findings": 0, "new_findings": 0}
+    # A binding without a successful run in the period: its findings at the end are not known
+    # (None, shown "unknown"), never 0; `findings_unknown` counts such bindings.
+    totals: dict[str, Any] = {"runs": 0, "failed_runs": 0, "findings": 0, "new_findings": 0, "findings_unknown": 0}
     for binding in bindings:
         binding_runs = runs_by_binding.get(binding.name, [])
         last = latest.get(binding.name)
-        findings = dict(last.kind_counts()) if last else {kind: 0 for kind in FINDING_KINDS}
+        findings = dict(last.kind_counts()) if last else None
         entry: dict[str, Any] = {
             "runs": len(binding_runs),
             "ok": sum(r.status == ReconcileRun.OK for r in binding_runs),
@@ -97,7 +99,7 @@ def reconcile_section(bindings: Sequence[Binding], start: datetime, end: datetim
             "latest_run": last.pk if last else None,
             "latest_run_finished": last.finished_at.isoformat() if last and last.finished_at else None,
             "findings": findings,
-            "findings_total": sum(findings.values()),
+            "findings_total": sum(findings.values()) if findings is not None else None,
             "new_findings": sum(r.new_findings for r in binding_runs if r.status == ReconcileRun.OK),
             "by_cause": causes.get(last.pk, []) if last else [],
             "causes_available": last is not None and not last.findings_pruned,
@@ -105,14 +107,24 @@ def reconcile_section(bindings: Sequence[Binding], start: datetime, end: datetim
         per_binding[binding.name] = entry
         totals["runs"] += entry["runs"]
         totals["failed_runs"] += entry["failed"]
-        totals["findings"] += entry["findings_total"]
+        if entry["findings_total"] is None:
+            totals["findings_unknown"] += 1
+        else:
+            totals["findings"] += entry["findings_total"]
         totals["new_findings"] += entry["new_findings"]
+    if bindings and totals["findings_unknown"] == len(bindings):
+        totals["findings"] = None  # nothing known: not 0
 
     csv_rows, truncated = _finding_rows(latest, conf.max_csv_rows())
     notes = [
         f"Findings at the end of the period are those of each binding's latest successful run in it; "
         f"{len(latest)} of {len(bindings)} binding(s) had one."
     ]
+    if totals["findings_unknown"]:
+        notes.append(
+            f"{totals['findings_unknown']} binding(s) had no successful run in the period: their findings at the "
+            "end are unknown, not 0."
+        )
     pruned = sorted(name for name, run in latest.items() if run.findings_pruned)
     if pruned:
         notes.append(
@@ -138,9 +150,9 @@ def reconcile_section(bindings: Sequence[Binding], start: datetime, end: datetim
                 e["runs"],
                 e["failed"],
                 shown_time(latest[name].finished_at) if name in latest else "none",
-                e["findings_total"],
+                shown_count(e["findings_total"]),
                 e["new_findings"],
-                *[e["findings"].get(kind, 0) for kind in FINDING_KINDS],
+                *[shown_count(None if e["findings"] is None else e["findings"].get(kind, 0)) for kind in FINDING_KINDS],
             ]
             for name, e in per_binding.items()
         ],

@@ -17,7 +17,7 @@ from django.db.models import Q
 
 from auditor.pipelines.models import Binding, StuckRule
 from auditor.reports import charts, conf
-from auditor.reports.sections import SectionResult, Table
+from auditor.reports.sections import UNKNOWN, SectionResult, Table, shown_count
 from auditor.stuck.models import DiagnosisRun, StuckItem
 from auditor.vocabulary import STUCK_VERDICTS
 
@@ -67,6 +67,8 @@ def stuck_section(bindings: Sequence[Binding], start: datetime, end: datetime) -
             "stuck_at_end": 0,
             "became_stuck": 0,
             "got_unstuck": 0,
+            # rules with no successful diagnosis in the period: their items at the end are unknown
+            "unknown_rules": [],
         }
         for b in bindings
     }
@@ -83,14 +85,28 @@ def stuck_section(bindings: Sequence[Binding], start: datetime, end: datetime) -
             latest = max(ok, key=lambda r: (r.finished_at or r.started_at, r.pk))
             for verdict in STUCK_VERDICTS:
                 entry["verdicts"][verdict] += int((latest.counts or {}).get(verdict, 0))
-    totals = {"diagnoses": 0, "failed_diagnoses": 0, "stuck": 0, "became_stuck": 0, "got_unstuck": 0}
+        else:
+            entry["unknown_rules"].append(rule.name)
+    totals: dict[str, Any] = {
+        "diagnoses": 0,
+        "failed_diagnoses": 0,
+        "stuck": 0,
+        "became_stuck": 0,
+        "got_unstuck": 0,
+        "stuck_unknown": 0,  # rules without a successful diagnosis in the period
+    }
     for entry in per_binding.values():
-        entry["stuck_at_end"] = sum(entry["verdicts"].values())
+        known = len(entry["rules"]) > len(entry["unknown_rules"]) or not entry["rules"]
+        # the known rules' items; None (unknown, never 0) when no rule of the binding is known
+        entry["stuck_at_end"] = sum(entry["verdicts"].values()) if known else None
         totals["diagnoses"] += entry["diagnoses"]
         totals["failed_diagnoses"] += entry["failed"]
-        totals["stuck"] += entry["stuck_at_end"]
+        totals["stuck"] += entry["stuck_at_end"] or 0
+        totals["stuck_unknown"] += len(entry["unknown_rules"])
         totals["became_stuck"] += entry["became_stuck"]
         totals["got_unstuck"] += entry["got_unstuck"]
+    if rules and totals["stuck_unknown"] == len(rules):
+        totals["stuck"] = None  # nothing known: not 0
 
     csv_rows, truncated = _items_stuck_at(rules, start, end, conf.max_csv_rows())
     runs_table: Table = {
@@ -102,7 +118,7 @@ def stuck_section(bindings: Sequence[Binding], start: datetime, end: datetime) -
                 ", ".join(e["rules"]) or "none",
                 e["diagnoses"],
                 e["failed"],
-                e["stuck_at_end"],
+                _shown_stuck(e),
                 e["became_stuck"],
                 e["got_unstuck"],
             ]
@@ -131,6 +147,23 @@ def stuck_section(bindings: Sequence[Binding], start: datetime, end: datetime) -
         "csv_truncated": truncated,
         "notes": [
             "Counts per verdict are from each stuck rule's latest successful diagnosis in the period; "
-            "the CSV lists the items stuck at the end of the period with their latest verdict."
+            "the CSV lists the items stuck at the end of the period with their latest verdict.",
+            *(
+                [
+                    f"{totals['stuck_unknown']} stuck rule(s) had no successful diagnosis in the period: "
+                    "their items at the end are unknown, not 0."
+                ]
+                if totals["stuck_unknown"]
+                else []
+            ),
         ],
     }
+
+
+def _shown_stuck(entry: dict[str, Any]) -> int | str:
+    """Items stuck at the end as the table shows them: the known rules' count, and the rules
+    whose items are unknown (no successful diagnosis in the period)."""
+    if not entry["unknown_rules"]:
+        return shown_count(entry["stuck_at_end"])
+    unknown = f"{UNKNOWN} for {', '.join(entry['unknown_rules'])}"
+    return unknown if entry["stuck_at_end"] is None else f"{entry['stuck_at_end']} ({unknown})"
