@@ -141,7 +141,7 @@ def parse_record_key(value: str, binding: str) -> RecordKeySpec:
 
 def check_identifier(value: Any, what: str, binding: str, qualified: bool = False) -> str:
     pattern = QUALIFIED_IDENTIFIER if qualified else IDENTIFIER
-    if not isinstance(value, str) or not pattern.match(value):
+    if not isinstance(value, str) or not pattern.fullmatch(value):  # match() lets a final newline past $
         shape = "name or schema.name" if qualified else "name"
         raise BindingError(
             f"binding {binding!r}: {what} must be a plain SQL {shape} ([A-Za-z_][A-Za-z0-9_]*), got {value!r}"

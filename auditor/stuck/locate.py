@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from auditor.lib.secrets import mask_text
 from auditor.probes.config import MASK, is_secret_key
 from auditor.reconcile import conf as reconcile_conf
 from auditor.stuck.locate_python import locate_with_python
@@ -102,9 +103,17 @@ def locate_with_spark_subprocess(request: LocateRequest, timeout_s: float = 3600
             check=False,
         )
         if completed.returncode != 0 or not output_path.exists():
-            tail = " | ".join((completed.stderr or completed.stdout or "").strip().splitlines()[-5:])
-            for key, value in request.kafka_config.items():
-                if is_secret_key(str(key)) and value:
-                    tail = tail.replace(str(value), MASK)
+            tail = failure_tail(completed.stderr or completed.stdout or "", request.kafka_config)
             raise LocateError(f"the Spark locate job failed (exit {completed.returncode}): {explain(tail)}")
         return LocateResult.from_json(json.loads(output_path.read_text()))
+
+
+def failure_tail(output: str, kafka_config: dict[str, Any]) -> str:
+    """The last lines of a failed locate job's output, fit to store and show: each secret
+    setting's whole value masked, and any password the output quotes by itself (a JVM error
+    may quote part of a sasl.jaas.config: password="…") or in a URL's user info."""
+    tail = " | ".join(output.strip().splitlines()[-5:])
+    for key, value in kafka_config.items():
+        if is_secret_key(str(key)) and value:
+            tail = tail.replace(str(value), MASK)
+    return mask_text(tail)

@@ -114,3 +114,10 @@ def test_it_refuses_offsets_that_went_backwards_or_lost_partitions():
 def test_it_rejects_unsafe_or_malformed_binding_fields(field_name: str, value: str):
     with pytest.raises(BindingError, match=rf"binding 'tickets': {field_name}"):
         binding_from_dict(BASE | {field_name: value})
+
+
+@pytest.mark.parametrize("field", ["table", "key_column", "created_column"])
+def test_it_refuses_an_identifier_with_a_trailing_newline(field: str) -> None:
+    # `$` in a regular expression also matches before a final newline: the whole name must match
+    with pytest.raises(BindingError, match=rf"{field} must be a plain SQL"):
+        binding_from_dict(BASE | {field: BASE[field] + "\n"})
