@@ -36,7 +36,7 @@ from auditor.probes.codec import (
 from auditor.probes.config import ledger_producer_config
 from auditor.probes.native import RangeMarker, use_native
 from auditor.probes.topics import CLIENTS_TOPIC, CONSUMER_LEDGER_TOPIC
-from auditor.probes.wrapping import ConsumerWrapper, GroupMetadata, TransactionPositions
+from auditor.probes.wrapping import HOLDING, ConsumerWrapper, GroupMetadata, TransactionPositions
 from auditor.probes.writer import LedgerWriter
 
 _time_ns = time.time_ns
@@ -210,6 +210,11 @@ class AuditedConsumer(ConsumerWrapper):
         self._holding = transactional
         self._joined = False
         self._held_rows: list[ProcessedRangeRow] = []
+        # Rows held when probed producers aborted, by the set of those producers: a commit by
+        # one of them that carries such a row names it aborted (note_abort).
+        self._held_at_aborts: dict[frozenset[str], list[ProcessedRangeRow]] = {}
+        if transactional:
+            HOLDING.add(self)
         # Chunks of range rows, one per batch of marks, joined when the ledger writer drains them.
         self._marks = self._ledger.stream(
             processed_ranges_header(self.session_id, self.group), self._observe_ranges, merge_ranges
@@ -360,6 +365,23 @@ class AuditedConsumer(ConsumerWrapper):
         from now on (those still buffered included) until the transaction carrying them ends."""
         with self._compact_lock:
             self._holding = self._joined = True
+        HOLDING.add(self)
+
+    def note_abort(self, producer: str) -> None:
+        """A probed producer is about to abort its transaction. The marks held now that its
+        positions did not carry (aborted before send_offsets_to_transaction, or a partition
+        whose position it did not send) were of that transaction if it is the producer this
+        consumer's positions go to: its next commit carrying them names them aborted instead
+        of writing them. Another producer's commit writes them as before."""
+        self._compact()
+        with self._compact_lock:
+            buckets = self._held_at_aborts
+            for key in list(buckets):
+                if producer not in key:
+                    buckets.setdefault(key | {producer}, []).extend(buckets.pop(key))
+            if self._held_rows:
+                buckets.setdefault(frozenset((producer,)), []).extend(self._held_rows)
+                self._held_rows = []
 
     def end_transaction(self, positions: TransactionPositions, committed: bool, producer: str) -> None:
         """The transaction that carried ``positions`` committed (its marks below them are
@@ -368,15 +390,21 @@ class AuditedConsumer(ConsumerWrapper):
         self._compact()
         with self._compact_lock:
             inside, self._held_rows = split_at_positions(self._held_rows, positions)
-            if not inside:
-                return
-            if committed:
+            aborted: list[ProcessedRangeRow] = [] if committed else inside
+            for key in list(self._held_at_aborts):
+                carried, self._held_at_aborts[key] = split_at_positions(self._held_at_aborts[key], positions)
+                if not self._held_at_aborts[key]:
+                    del self._held_at_aborts[key]
+                # held when this producer aborted: of that transaction, whatever this one's outcome
+                (aborted if producer in key or not committed else inside).extend(carried)
+            if committed and inside:
                 self._marks.append(merge_ranges([[row] for row in inside]))  # one entry per run
-        if committed:
+        if committed and inside:
             self._ledger.flush_entries()
-            return
-        ranges = [(topic, partition, first, last) for topic, partition, first, last, _, _ in inside]
-        self._ledger.write(encode_marks_aborted(self.session_id, self.group, _time_ns() // 1_000_000, producer, ranges))
+        if aborted:
+            ranges = [(topic, partition, first, last) for topic, partition, first, last, _, _ in aborted]
+            now_ms = _time_ns() // 1_000_000
+            self._ledger.write(encode_marks_aborted(self.session_id, self.group, now_ms, producer, ranges))
 
     def _release_held_marks(self, closing: bool = False) -> None:
         """The consumer commits offsets itself: the marks held are written. At close, the marks
@@ -387,6 +415,9 @@ class AuditedConsumer(ConsumerWrapper):
         self._compact()
         with self._compact_lock:
             held, self._held_rows = self._held_rows, []
+            for rows in self._held_at_aborts.values():
+                held.extend(rows)
+            self._held_at_aborts = {}
             if not held:
                 return
             if not (closing and self._joined):

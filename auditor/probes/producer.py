@@ -613,6 +613,7 @@ class AuditedProducer(ProducerWrapper):
 
     def abort_transaction(self, timeout: float | None = None) -> None:
         # Aborted records were acked (and are filtered by read_committed readers), as in v1.
+        self._note_abort()  # before the abort: the marks held now may be of this transaction
         self._serve(partial(_returning_zero, self._producer.abort_transaction), *timeout_args(timeout))
         self._resolve(boundary=True)
         self._end_transaction_inputs(committed=False)

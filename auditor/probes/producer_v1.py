@@ -354,6 +354,7 @@ class AuditedProducerV1(ProducerWrapper):
         self._end_transaction_inputs(committed=True)
 
     def abort_transaction(self, timeout: float | None = None) -> None:
+        self._note_abort()  # before the abort: the marks held now may be of this transaction
         self._producer.abort_transaction(*timeout_args(timeout))
         self._end_transaction_inputs(committed=False)
 

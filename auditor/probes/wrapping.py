@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self
@@ -57,6 +58,13 @@ class TransactionMarks(Protocol):
 
     def join_transaction(self) -> None: ...
     def end_transaction(self, positions: TransactionPositions, committed: bool, producer: str) -> None: ...
+    def note_abort(self, producer: str) -> None: ...
+
+
+# The audited consumers that hold their marks for the outcome of a transaction. A producer's
+# abort is told to each (ProducerWrapper._note_abort): the transaction it ended may have
+# carried marks of theirs without their positions (aborted before send_offsets_to_transaction).
+HOLDING: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class GroupMetadata(bytes):
@@ -231,6 +239,14 @@ class ProducerWrapper:
             for at, offset in transaction_positions(positions).items():
                 sent[at] = max(offset, sent.get(at, offset))
         self._producer.send_offsets_to_transaction(positions, group_metadata, *timeout_args(timeout))
+
+    def _note_abort(self) -> None:
+        """Before this producer's abort: each audited consumer holding marks notes which it
+        holds now. Those its positions never went to (the application aborted before sending
+        them, or did not send a partition's) were of this transaction if this producer is the
+        one their positions go to: its next commit carrying them names them aborted."""
+        for marks in list(HOLDING):
+            marks.note_abort(self.session_id)
 
     def _end_transaction_inputs(self, committed: bool) -> None:
         """The transaction ended (its commit or abort call returned): the audited consumers

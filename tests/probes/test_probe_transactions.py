@@ -133,3 +133,55 @@ def test_it_splits_held_ranges_at_the_positions_a_transaction_carried() -> None:
     inside, outside = split_at_positions(rows, {("s", 0): 5, ("other", 0): 0})
     assert inside == [("s", 0, 0, 4, 1, 2)]
     assert outside == [("s", 0, 5, 9, 1, 2), ("s", 1, 0, 4, 1, 2), ("s", 0, 12, 14, 3, 4), ("other", 0, 0, 3, 1, 2)]
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_marks_of_a_transaction_aborted_before_its_offsets_were_sent_are_named_aborted_at_the_next_commit(
+    hot_path: str, transactional: bool
+) -> None:
+    consumer, producer, ledgers = _copier(hot_path, transactional)
+    if not transactional:  # a consumer that is not built transactional holds from its first transaction on
+        _mark(consumer, 0)
+        _transaction(consumer, producer, 1, commit=True)
+    first = 1 if not transactional else 0
+    _mark(consumer, *range(first, first + 5))
+    producer.abort_transaction()  # processing failed before send_offsets_to_transaction
+    _mark(consumer, *range(first, first + 5))  # again, after seeking back
+    _transaction(consumer, producer, first + 5, commit=True)
+    records = _ledger(consumer, ledgers)
+    assert _processed(records) == ([(0, 0, 0)] if not transactional else []) + [(0, first, first + 4)]
+    assert _named(records, MarksAborted) == [(0, first, first + 4)]
+    assert [r.producer for r in records if isinstance(r, MarksAborted)] == [producer.session_id]
+
+
+def test_marks_held_at_another_producers_abort_are_written_by_their_own_producers_commit(hot_path: str) -> None:
+    consumer, producer, ledgers = _copier(hot_path, transactional=True)
+    other = AuditedProducer(
+        {"transactional.id": "copier-2"},
+        producer_factory=lambda config: TransactionalFake(config),
+        ledger_flush_interval_s=600,
+    )
+    _mark(consumer, 0, 1, 2)
+    other.abort_transaction()  # another copier of the process aborts: not this consumer's transaction
+    _transaction(consumer, producer, 3, commit=True)
+    records = _ledger(consumer, ledgers)
+    assert _processed(records) == [(0, 0, 2)] and _named(records, MarksAborted) == []
+    other.close()
+
+
+def test_marks_of_a_partition_an_aborted_transaction_did_not_carry_are_named_aborted_when_one_carries_it(
+    hot_path: str,
+) -> None:
+    consumer, producer, ledgers = _copier(hot_path, transactional=True)
+    _mark(consumer, 0, 1)
+    _mark(consumer, 7, 8, partition=1)
+    _transaction(consumer, producer, 2, commit=False)  # carried partition 0 only
+    _mark(consumer, 0, 1)
+    _mark(consumer, 7, 8, partition=1)
+    producer.send_offsets_to_transaction(
+        [TopicPartition(SOURCE, 0, 2), TopicPartition(SOURCE, 1, 9)], consumer.consumer_group_metadata()
+    )
+    producer.commit_transaction()
+    records = _ledger(consumer, ledgers)
+    assert sorted(_processed(records)) == [(0, 0, 1), (1, 7, 8)]
+    assert sorted(_named(records, MarksAborted)) == [(0, 0, 1), (1, 7, 8)]
