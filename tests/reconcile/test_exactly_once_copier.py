@@ -89,14 +89,16 @@ def _process_twice(world: World, group: str, make_topic: Any) -> None:
 
 
 @FROM_THE_START
+@pytest.mark.parametrize("mode", ["abort-then-commit", "abort-before-send-offsets"])
 def test_an_exactly_once_copier_whose_transaction_aborted_is_not_reported_reprocessed(
-    spark: SparkSession, world: World, make_topic: Any, tmp_path: Path, transactional: bool
+    spark: SparkSession, world: World, make_topic: Any, tmp_path: Path, transactional: bool, mode: str
 ) -> None:
     """The copier's consumer holds its marks from its first send_offsets_to_transaction on (a
-    first transaction committed), or from the start (``transactional=True``)."""
+    first transaction committed), or from the start (``transactional=True``). The transaction
+    it aborts had its positions sent, or was aborted before (processing failed first)."""
     _source(world)
     output = make_topic("copy")
-    told = run_copier("abort-then-commit", *_copier_args(world, make_topic, output), transactional=transactional)
+    told = run_copier(mode, *_copier_args(world, make_topic, output), transactional=transactional)
     # The copier processed a batch twice: once in the transaction it aborted (the abort call
     # returned), once in the one it committed; its output holds each record once.
     first = [] if transactional else _batch(0)

@@ -11,6 +11,8 @@ positions after them to it (``send_offsets_to_transaction``).
 MODE ``abort-then-commit``: aborts that transaction, seeks back to the group's committed offset,
 copies the same records again in a new transaction and commits it; prints
 ``{"session", "aborted": [offsets], "committed": [offsets]}`` once the commit returned.
+MODE ``abort-before-send-offsets``: as ``abort-then-commit``, but the transaction it aborts
+never had the positions sent (processing failed before send_offsets_to_transaction).
 MODE ``stop-mid-transaction``: waits past three ledger flush intervals with its transaction
 open, prints ``{"session", "processed": [offsets]}`` and waits to be killed (-9).
 """
@@ -70,7 +72,7 @@ def _copy(consumer: AuditedConsumer, producer: AuditedProducer, output: str, cou
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.support.copier")
     parser.add_argument("--transactional", action="store_true", help="AuditedConsumer(transactional=True)")
-    parser.add_argument("mode", choices=["abort-then-commit", "stop-mid-transaction"])
+    parser.add_argument("mode", choices=["abort-then-commit", "abort-before-send-offsets", "stop-mid-transaction"])
     for name in ("bootstrap", "source", "output", "group", "consumer_ledger", "producer_ledger", "clients"):
         parser.add_argument(name)
     parser.add_argument("count", type=int)
@@ -108,7 +110,11 @@ def main(argv: list[str]) -> int:
     if not args.transactional:
         told["first"] = copy_and_send_offsets()
         producer.commit_transaction(30)
-    aborted = copy_and_send_offsets()
+    if args.mode == "abort-before-send-offsets":
+        producer.begin_transaction()
+        aborted = _copy(consumer, producer, args.output, args.count)
+    else:
+        aborted = copy_and_send_offsets()
     if args.mode == "stop-mid-transaction":
         time.sleep(3.5)  # the ledger's background flush runs every second
         print(json.dumps({**told, "processed": aborted}), flush=True)
