@@ -379,7 +379,19 @@ class ConsumerWrapper:
         on_lost: Callable[..., None] | None = None,
     ) -> None:
         callbacks = {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_lost}
-        self._consumer.subscribe(topics, **{k: v for k, v in callbacks.items() if v is not None})
+        self._consumer.subscribe(
+            topics, **{name: self._given_self(callback) for name, callback in callbacks.items() if callback is not None}
+        )
+
+    def _given_self(self, callback: Callable[..., None]) -> Callable[..., None]:
+        """A rebalance callback called with this audited consumer, not the client inside it:
+        a commit it makes (``on_revoke`` committing what was processed) goes through the probe
+        (the marks first), and so does the group metadata it sends to a transaction."""
+
+        def called(_client: Consumer, partitions: list[TopicPartition]) -> None:
+            callback(self, partitions)
+
+        return called
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         self._consumer.assign(partitions)

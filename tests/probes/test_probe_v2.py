@@ -654,3 +654,51 @@ def test_flush_and_close_with_a_timeout_return_within_it_when_the_ledger_cannot_
     assert flushed_s < 4 and closed_s < 4, (flushed_s, closed_s)  # was ~20 s each: ledger_flush_timeout_s
     assert [m.key() for m in read_topic(topics["data"], bootstrap=kafka_bootstrap)] == [b"k"]
     assert "not yet written" in caplog.text  # the ledger's lag is said, not hidden
+
+
+def test_rebalance_callbacks_get_the_audited_consumer_and_a_commit_in_on_revoke_writes_the_marks_first(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    config = {"bootstrap.servers": kafka_bootstrap}
+    with AuditedProducer(config, ledger_topic=topics["pledger"], clients_topic=topics["clients"]) as producer:
+        for i in range(6):
+            producer.produce(topics["data"], b"v%d" % i, b"k%d" % i, partition=0)
+    consumer = AuditedConsumer(
+        {**config, "group.id": uuid.uuid4().hex, "enable.auto.commit": False, "auto.offset.reset": "earliest"},
+        ledger_topic=topics["cledger"],
+        clients_topic=topics["clients"],
+        ledger_flush_interval_s=600,  # no background flush: only the probe's commit writes the marks
+    )
+    given: list[Any] = []
+    ledger_at_revoke: list[int] = []
+
+    def on_assign(c: Any, partitions: list[TopicPartition]) -> None:
+        given.append(c)
+
+    def on_revoke(c: Any, partitions: list[TopicPartition]) -> None:
+        given.append(c)
+        c.commit(asynchronous=False)  # what was processed, before the partitions go
+        ledger_at_revoke.append(
+            sum(
+                r.last - r.first + 1
+                for m in read_topic(topics["cledger"], bootstrap=kafka_bootstrap)
+                if isinstance(rec := decode_ledger_record(m.value()), ProcessedRanges)
+                for r in rec.ranges
+            )
+        )
+
+    consumer.subscribe([topics["data"]], on_assign=on_assign, on_revoke=on_revoke)
+    polled = 0
+    deadline = time.monotonic() + 60
+    while polled < 6:
+        assert time.monotonic() < deadline, f"polled {polled} of 6"
+        msg = consumer.poll(1.0)
+        if msg is None or msg.error() is not None:
+            continue
+        consumer.mark_processed(msg)
+        polled += 1
+    consumer.unsubscribe()  # the partitions are revoked: on_revoke commits
+    consumer.close()
+    assert given and all(c is consumer for c in given)
+    # the commit in on_revoke went through the probe: the six marks were in the ledger when it returned
+    assert ledger_at_revoke[:1] == [6]
