@@ -7,7 +7,7 @@ A problem kind is ``<family>:<name>``:
 | ``finding:<kind>`` (missing, duplicate, …) | reconciliation | the kind is in ``finding_kinds`` |
 | ``stuck:<verdict>`` (skipped, waiting, …) | stuck-item diagnosis | the verdict is in ``stuck_verdicts`` |
 | ``lint:<severity>`` (error, warning, info) | config lint | it is at least as severe as ``lint_severity`` |
-| ``canary:loss`` (details ``{"lost": n}``) | the canary | n >= ``canary_loss`` |
+| ``canary:loss`` (details ``{"lost": n, "truncated": t}``) | the canary | n + t >= ``canary_loss`` |
 | ``canary:latency`` (details ``{"latency_ms": x}``) | the canary | x >= ``canary_latency_ms`` |
 """
 
@@ -67,7 +67,9 @@ class EventFilter:
                 LINT_SEVERITIES.index(name) <= LINT_SEVERITIES.index(self.lint_severity)
             )
         if name == "loss":
-            return self.canary_loss is not None and _number(details.get("lost")) >= self.canary_loss
+            # records the cluster lost: acked and never read, or read and cut from the log since
+            lost = _number(details.get("lost")) + _number(details.get("truncated", 0))
+            return self.canary_loss is not None and lost >= self.canary_loss
         return self.canary_latency_ms is not None and _number(details.get("latency_ms")) >= self.canary_latency_ms
 
     def describe(self) -> list[str]:

@@ -18,7 +18,13 @@ every record it reads. For each partition:
 - a sequence without a delivery report is never lost (librdkafka reports every record
   within message.timeout.ms); when its SLA runs out unacknowledged it counts once as
   *unacked*, and stays expected until its report comes;
-- records of other sessions (an earlier run, another canary) are ignored, only counted.
+- records of other sessions (an earlier run, another canary) are ignored, only counted;
+- a record of this session read at an offset, where another record is read later (the log
+  was cut at or below that offset and written again: an unclean election, or an acks=1
+  failover, truncated it), is *truncated*, with every record of this session read at or past
+  that offset: read once, the cluster no longer holds them. Only the offsets read are
+  compared (the last LOST_MEMORY per partition): a cut the consumer never reads past again
+  (nothing written after it) is not seen.
 
 A lost record is also counted under the leader broker the sender knew for its partition
 when it sent it (``lost_by_leader``): the broker that took it, not the one leading when
@@ -43,7 +49,17 @@ from auditor.canary.payload import CanaryRecord
 # as a duplicate).
 LOST_MEMORY = 100_000
 
-COUNT_FIELDS = ("sent", "received", "lost", "duplicated", "out_of_order", "late", "produce_errors", "unacked")
+COUNT_FIELDS = (
+    "sent",
+    "received",
+    "lost",
+    "duplicated",
+    "out_of_order",
+    "late",
+    "produce_errors",
+    "unacked",
+    "truncated",
+)
 
 
 @dataclass
@@ -56,6 +72,7 @@ class DeliveryCounts:
     late: int = 0
     produce_errors: int = 0
     unacked: int = 0
+    truncated: int = 0  # read, then cut from the log (a later record read at its offset)
     latency: LatencyDigest = field(default_factory=LatencyDigest)
     # lost records per leader broker they were sent to (records sent with no known leader are left out)
     lost_by_leader: dict[int, int] = field(default_factory=dict)
@@ -84,6 +101,8 @@ class _PartitionState:
     acked_seqs: set[int] = field(default_factory=set)  # pending sequences the broker acknowledged
     lost_seqs: OrderedDict[int, None] = field(default_factory=OrderedDict)
     failed_seqs: OrderedDict[int, float] = field(default_factory=OrderedDict)  # seq -> sent_ms
+    # offset -> seq of this session's records read at it, in the order read (the last LOST_MEMORY)
+    read_at: OrderedDict[int, int] = field(default_factory=OrderedDict)
     window: DeliveryCounts = field(default_factory=DeliveryCounts)
     total: DeliveryCounts = field(default_factory=DeliveryCounts)
 
@@ -156,18 +175,27 @@ class CanaryAccounting:
 
     # -- the receiving side ----------------------------------------------------------
 
-    def record_received(self, record: CanaryRecord | None, partition: int, now_ms: float) -> None:
-        """A record read from ``partition`` at ``now_ms`` (None: not a canary record)."""
+    def record_received(
+        self, record: CanaryRecord | None, partition: int, now_ms: float, offset: int | None = None
+    ) -> None:
+        """A record read from ``partition`` at ``offset`` at ``now_ms`` (None: not a canary
+        record; offset None: not known, nothing is compared)."""
+        state = self._partitions.get(partition)
+        if offset is not None and state is not None:
+            self._check_rewritten(state, offset, record)
         if record is None:
             self.invalid += 1
             return
         if record.session != self.session:
             self.other_sessions += 1
             return
-        state = self._partitions.get(partition)
         if state is None or record.partition != partition or record.seq >= state.next_seq:
             self.invalid += 1
             return
+        if offset is not None:
+            state.read_at[offset] = record.seq
+            if len(state.read_at) > LOST_MEMORY:
+                state.read_at.popitem(last=False)
         sent_ms = state.pending.pop(record.seq, None)
         if sent_ms is not None:
             state.unacked.pop(record.seq, None)
@@ -190,6 +218,21 @@ class CanaryAccounting:
         else:
             for counts in self._counts(state):
                 counts.duplicated += 1
+
+    def _check_rewritten(self, state: _PartitionState, offset: int, record: CanaryRecord | None) -> None:
+        """A record read at ``offset``: if a record of this session read there before was
+        another, the log was cut at or below ``offset``, and every record of this session read
+        at or past it is gone from the cluster (truncated)."""
+        before = state.read_at.get(offset)
+        if before is None:
+            return
+        if record is not None and record.session == self.session and record.seq == before:
+            return  # the same record read again (the consumer went back): nothing was cut
+        gone = [at for at in state.read_at if at >= offset]
+        for at in gone:
+            del state.read_at[at]
+        for counts in self._counts(state):
+            counts.truncated += len(gone)
 
     def expire(self, now_ms: float) -> int:
         """Declare lost every acknowledged record not read within its SLA; returns how many.

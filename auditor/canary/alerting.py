@@ -4,8 +4,9 @@ Canaries on different clusters (they all default to the same topic) never raise 
 resolve each other's problems: the fingerprint names the cluster (see ``scope.cluster_scope``).
 
 - ``canary:loss``: raised when the minute lost records (acknowledged by the broker and not
-  read within the SLA: records the broker rejected or has not acknowledged never count);
-  resolved by a later minute that received records and lost none.
+  read within the SLA: records the broker rejected or has not acknowledged never count), or
+  saw records it had read cut from the log (``truncated``: another record read later at their
+  offset); resolved by a later minute that received records and lost and saw cut none.
 - ``canary:latency``: raised when the minute's p99 is above ``AUDITOR_CANARY_LATENCY_ALERT_MS``
   (default 5000); resolved by a later minute whose p99 is at or below it.
 
@@ -85,6 +86,7 @@ def _details(point: CanaryPoint) -> dict[str, object]:
         "received": point.received,
         "lost": point.lost,
         "lost_leaders": point.lost_leaders,
+        "truncated": point.truncated,
         "p99_ms": point.p99_ms,
     }
 
@@ -92,13 +94,18 @@ def _details(point: CanaryPoint) -> dict[str, object]:
 def judge_point(point: CanaryPoint, latency_threshold_ms: float) -> None:
     scope = cluster_scope(point.cluster, point.bootstrap_servers)
     loss = fingerprint("loss", point.topic, point.partition, scope)
-    if point.lost > 0:
+    if point.lost > 0 or point.truncated > 0:
+        what = []
+        if point.lost:
+            what.append(f"lost {point.lost} record(s){_sent_to(point)}")
+        if point.truncated:
+            what.append(f"saw {point.truncated} record(s) it had read cut from the log")
         raise_problem(
             "canary:loss",
             loss,
             None,
             # The leader when the minute closed is named only when the senders' leader is unknown.
-            f"canary lost {point.lost} record(s){_sent_to(point)} on {_where(point, not point.lost_leaders)}",
+            f"canary {' and '.join(what)} on {_where(point, not point.lost_leaders)}",
             _details(point),
         )
     elif point.received > 0:

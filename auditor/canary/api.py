@@ -49,6 +49,10 @@ POINT_SCHEMA = {
             "type": "integer",
             "description": "no delivery report yet when the SLA ran out (not a loss; counted once)",
         },
+        "truncated": {
+            "type": "integer",
+            "description": "read, then cut from the log: another record was read later at its offset",
+        },
         "p50_ms": {"type": ["number", "null"]},
         "p99_ms": {"type": ["number", "null"]},
         "max_ms": {"type": ["number", "null"]},

@@ -126,7 +126,18 @@ def _fmt_ms(value: object) -> str:
 
 
 def _write_table(result: dict[str, Any], out: TextIO) -> None:
-    columns = ("sent", "received", "lost", "duplicated", "out_of_order", "late", "produce_errors", "unacked", "pending")
+    columns = (
+        "sent",
+        "received",
+        "lost",
+        "truncated",
+        "duplicated",
+        "out_of_order",
+        "late",
+        "produce_errors",
+        "unacked",
+        "pending",
+    )
     out.write(f"canary session {result['session']} on {result['topic']} ({result['elapsed_s']:.1f}s)\n")
     widths = {c: max(12, len(c)) for c in columns}
     header = f"{'partition':>9} {'leader':>6} " + " ".join(f"{c:>{widths[c]}}" for c in columns)

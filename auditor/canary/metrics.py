@@ -34,6 +34,7 @@ COUNTS = {
     "out_of_order": "auditor_canary_out_of_order_records",
     "produce_errors": "auditor_canary_produce_errors",
     "unacked": "auditor_canary_unacked_records",
+    "truncated": "auditor_canary_truncated_records",
 }
 HELP = {
     "sent": "Canary records sent in the window",
@@ -43,6 +44,7 @@ HELP = {
     "out_of_order": "Canary records received after a later one of the same partition in the window",
     "produce_errors": "Canary records the producer reported as failed (never counted lost) in the window",
     "unacked": "Canary records without a delivery report when their SLA ran out (not a loss) in the window",
+    "truncated": "Canary records read, then cut from the log (another record read later at their offset) in the window",
 }
 
 

@@ -51,6 +51,11 @@ class CanaryPoint(models.Model):
     unacked = models.PositiveIntegerField(
         default=0, help_text="no delivery report yet when the SLA ran out (not a loss; counted once)"
     )
+    truncated = models.PositiveIntegerField(
+        default=0,
+        help_text="read, then cut from the log: another record was read later at its offset (an unclean "
+        "election, an acks=1 failover)",
+    )
     p50_ms = models.FloatField(null=True, blank=True)
     p99_ms = models.FloatField(null=True, blank=True)
     max_ms = models.FloatField(null=True, blank=True)
@@ -92,6 +97,7 @@ class CanaryPoint(models.Model):
             "late": self.late,
             "produce_errors": self.produce_errors,
             "unacked": self.unacked,
+            "truncated": self.truncated,
             "p50_ms": self.p50_ms,
             "p99_ms": self.p99_ms,
             "max_ms": self.max_ms,

@@ -46,6 +46,7 @@ def record_minute(
                 late=c.late,
                 produce_errors=c.produce_errors,
                 unacked=c.unacked,
+                truncated=c.truncated,
                 p50_ms=latency["p50_ms"],
                 p99_ms=latency["p99_ms"],
                 max_ms=latency["max_ms"],

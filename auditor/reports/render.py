@@ -32,6 +32,7 @@ HEADLINE = (
     ("lint_errors", "Lint errors"),
     ("lint_warnings", "Lint warnings"),
     ("canary_lost", "Canary lost"),
+    ("canary_truncated", "Canary truncated"),
     ("canary_duplicated", "Canary duplicated"),
     ("canary_p99_ms_max", "Canary p99 (ms, worst minute)"),
 )

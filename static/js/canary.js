@@ -7,7 +7,7 @@
   const cluster = data.cluster || "";
   const windowMs = data.minutes * 60000;
   const points = new Map();  // "session|minute|partition" -> point
-  const COUNTS = ["sent", "received", "lost", "duplicated", "out_of_order", "late", "produce_errors", "unacked"];
+  const COUNTS = ["sent", "received", "lost", "truncated", "duplicated", "out_of_order", "late", "produce_errors", "unacked"];
   const TITLES = {lost: "records lost per minute", duplicated: "duplicates per minute", p99_ms: "latency p99 (ms)"};
 
   function add(list) {
@@ -93,8 +93,8 @@
       tr.dataset.partition = String(partition);
       cell(tr, partition);
       cell(tr, r.leader);
-      ["sent", "received", "lost", "duplicated", "out_of_order", "late", "produce_errors", "unacked"].forEach(function (c) {
-        const alarm = ["lost", "duplicated", "out_of_order"].includes(c) && r[c] > 0;
+      COUNTS.forEach(function (c) {
+        const alarm = ["lost", "truncated", "duplicated", "out_of_order"].includes(c) && r[c] > 0;
         cell(tr, r[c], "num" + (alarm ? " alarm" : ""));
       });
       ["p50_ms", "p99_ms", "max_ms"].forEach(function (c) {

@@ -80,6 +80,7 @@ def test_it_lists_points_newest_minute_first(bearer, topic):
         "late": 0,
         "produce_errors": 0,
         "unacked": 0,
+        "truncated": 0,
         "p50_ms": None,
         "p99_ms": 30.0,
         "max_ms": None,

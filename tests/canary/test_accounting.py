@@ -310,3 +310,44 @@ def test_it_counts_a_loss_under_the_leader_the_record_was_sent_to(accounting):
     assert (window.lost, window.lost_by_leader) == (3, {1: 2})
     assert accounting.totals()[0].lost_by_leader == {1: 2}
     assert accounting.close_window()[0].lost_by_leader == {}
+
+
+def test_records_read_at_offsets_that_later_hold_other_records_are_truncated(accounting):
+    # Offsets 10-14 hold seqs 0-4, read; an unclean election cuts the log at 12 and the
+    # producer's next records (5, 6) land at 12 and 13.
+    records = [send(accounting, 0, 1000 + i) for i in range(7)]
+    for offset, record in zip(range(10, 15), records[:5], strict=True):
+        accounting.record_received(record, 0, 1100, offset=offset)
+    accounting.record_received(records[5], 0, 1200, offset=12)
+    accounting.record_received(records[6], 0, 1201, offset=13)
+    result = counts(accounting, 0)
+    assert (result["received"], result["truncated"], result["lost"], result["duplicated"]) == (7, 3, 0, 0)
+    assert accounting.report()["totals"]["truncated"] == 3  # type: ignore[index]
+    assert accounting.close_window()[0].truncated == 3
+
+
+def test_a_record_read_again_at_its_own_offset_is_no_truncation(accounting):
+    records = [send(accounting, 0, 1000 + i) for i in range(3)]
+    for offset, record in enumerate(records):
+        accounting.record_received(record, 0, 1100, offset=offset)
+    for offset, record in enumerate(records):  # the consumer went back (reset to the log start)
+        accounting.record_received(record, 0, 1200, offset=offset)
+    result = counts(accounting, 0)
+    assert (result["truncated"], result["duplicated"]) == (0, 3)
+
+
+@pytest.mark.parametrize("occupant", ["another-session", "not-a-canary-record"])
+def test_a_cut_is_seen_whoever_wrote_the_record_now_at_the_offset(accounting, occupant):
+    records = [send(accounting, 0, 1000 + i) for i in range(2)]
+    for offset, record in enumerate(records):
+        accounting.record_received(record, 0, 1100, offset=offset)
+    other = CanaryRecord("b" * 32, 0, 0, 1150) if occupant == "another-session" else None
+    accounting.record_received(other, 0, 1200, offset=1)
+    assert counts(accounting, 0)["truncated"] == 1
+
+
+def test_without_offsets_nothing_is_compared(accounting):
+    records = [send(accounting, 0, 1000 + i) for i in range(2)]
+    accounting.record_received(records[0], 0, 1100)
+    accounting.record_received(records[1], 0, 1100)
+    assert counts(accounting, 0)["truncated"] == 0

@@ -213,3 +213,21 @@ def test_it_names_the_leader_the_lost_records_were_sent_to_not_the_one_at_minute
         "in minute 2031-01-01 09:00 UTC"
     )
     assert alert.details["lost_leaders"] == {"3": 3}
+
+
+def test_records_read_and_then_cut_from_the_log_raise_the_loss_alert(channel, receiver, topic):
+    minutes = Minutes(topic, partitions=1)
+    sent = []
+    for n in range(4):
+        record = minutes.accounting.next_record(0, (START_S + 1) * 1000 + n)
+        minutes.accounting.record_sent(record, 1)
+        minutes.accounting.record_acked(0, record.seq, record.sent_ms)
+        sent.append(record)
+    for offset, record in enumerate(sent[:3]):  # read at offsets 0-2
+        minutes.accounting.record_received(record, 0, record.sent_ms + 5, offset=offset)
+    minutes.accounting.record_received(sent[3], 0, sent[3].sent_ms + 5, offset=1)  # the log was cut at 1
+    [point] = minutes.close()
+    assert (point.lost, point.truncated, point.received) == (0, 2, 4)
+    [alert] = Alert.objects.filter(channel=channel)
+    assert (alert.kind, alert.state, alert.details["truncated"]) == ("canary:loss", "open", 2)
+    assert alert.summary.startswith(f"canary saw 2 record(s) it had read cut from the log on {topic}/0")

@@ -77,7 +77,9 @@ def test_it_exposes_canary_sums_over_the_window_per_partition(bearer, settings):
     topic = f"canary-m-{uuid.uuid4().hex[:6]}"
     recent, older = _minute(2), _minute(5)
     _point(topic, older, 0, sent=600, received=597, lost=3, duplicated=1, out_of_order=2, p99_ms=12.5)
-    _point(topic, recent, 0, sent=600, received=600, duplicated=4, p99_ms=40.0, produce_errors=1, unacked=5)
+    _point(
+        topic, recent, 0, sent=600, received=600, duplicated=4, p99_ms=40.0, produce_errors=1, unacked=5, truncated=2
+    )
     _point(topic, recent, 0, session="b" * 32, sent=100, received=99, lost=1, p99_ms=7.25)  # a second canary
     _point(topic, recent, 1, sent=600, received=600)  # nothing received in time to measure: no p99
     _point(topic, _minute(30), 1, sent=600, lost=600, p99_ms=99999.0)  # outside the window
@@ -99,6 +101,8 @@ def test_it_exposes_canary_sums_over_the_window_per_partition(bearer, settings):
         f'auditor_canary_produce_errors{{topic="{topic}",partition="1"}} 0',
         f'auditor_canary_unacked_records{{topic="{topic}",partition="0"}} 5',
         f'auditor_canary_unacked_records{{topic="{topic}",partition="1"}} 0',
+        f'auditor_canary_truncated_records{{topic="{topic}",partition="0"}} 2',
+        f'auditor_canary_truncated_records{{topic="{topic}",partition="1"}} 0',
         f'auditor_canary_latency_p99_seconds{{topic="{topic}",partition="0"}} 0.04',
         f'auditor_canary_last_minute_timestamp_seconds{{topic="{topic}"}} {recent.timestamp()!r}',
     ]

@@ -117,6 +117,7 @@ def test_it_reports_exact_stuck_lint_and_canary_numbers(report_data: ReportData)
         "lint_scanned": True,
         "canary_sent": 250,
         "canary_lost": 3,
+        "canary_truncated": 0,
         "canary_duplicated": 1,
         "canary_p99_ms_max": 55.5,
     }

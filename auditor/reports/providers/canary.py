@@ -22,7 +22,7 @@ from auditor.pipelines.models import Binding
 from auditor.reports import charts
 from auditor.reports.sections import SectionResult, Table
 
-COUNTS = ("sent", "received", "lost", "duplicated", "out_of_order", "produce_errors")
+COUNTS = ("sent", "received", "lost", "truncated", "duplicated", "out_of_order", "produce_errors")
 
 
 def canary_name(topic: str, scope: str) -> str:
@@ -74,6 +74,7 @@ def canary_section(bindings: Sequence[Binding], start: datetime, end: datetime) 
     totals = {
         "canary_sent": sum(t["sent"] for t in per_topic.values()),
         "canary_lost": sum(t["lost"] for t in per_topic.values()),
+        "canary_truncated": sum(t["truncated"] for t in per_topic.values()),
         "canary_duplicated": sum(t["duplicated"] for t in per_topic.values()),
         "canary_p99_ms_max": max(p99s) if p99s else None,
     }
@@ -86,6 +87,7 @@ def canary_section(bindings: Sequence[Binding], start: datetime, end: datetime) 
             "Sent",
             "Received",
             "Lost",
+            "Truncated",
             "Duplicated",
             "Out of order",
             "Produce errors",
@@ -99,6 +101,7 @@ def canary_section(bindings: Sequence[Binding], start: datetime, end: datetime) 
                 t["sent"],
                 t["received"],
                 t["lost"],
+                t["truncated"],
                 t["duplicated"],
                 t["out_of_order"],
                 t["produce_errors"],
