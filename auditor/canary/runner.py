@@ -327,7 +327,8 @@ class CanaryService:
                 if error.code() != KafkaError._PARTITION_EOF:
                     self._warnings.warning(("consume", error.code()), "canary consumer: %s", error.str())
                 continue
-            accounting.record_received(decode_record(msg.value()), record_position(msg)[1], now_ms, msg.offset())
+            _, partition, offset = record_position(msg)
+            accounting.record_received(decode_record(msg.value()), partition, now_ms, offset)
 
     def _close_minute(
         self,
