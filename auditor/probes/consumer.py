@@ -390,16 +390,17 @@ class AuditedConsumer(ConsumerWrapper):
         self._compact()
         with self._compact_lock:
             inside, self._held_rows = split_at_positions(self._held_rows, positions)
-            aborted: list[ProcessedRangeRow] = [] if committed else inside
+            of_its_aborts: list[ProcessedRangeRow] = []  # held when this producer aborted: of that transaction
             for key in list(self._held_at_aborts):
                 carried, self._held_at_aborts[key] = split_at_positions(self._held_at_aborts[key], positions)
                 if not self._held_at_aborts[key]:
                     del self._held_at_aborts[key]
-                # held when this producer aborted: of that transaction, whatever this one's outcome
-                (aborted if producer in key or not committed else inside).extend(carried)
-            if committed and inside:
-                self._marks.append(merge_ranges([[row] for row in inside]))  # one entry per run
-        if committed and inside:
+                (of_its_aborts if producer in key else inside).extend(carried)
+            written = inside if committed else []
+            aborted = of_its_aborts if committed else inside + of_its_aborts
+            if written:
+                self._marks.append(merge_ranges([[row] for row in written]))  # one entry per run
+        if written:
             self._ledger.flush_entries()
         if aborted:
             ranges = [(topic, partition, first, last) for topic, partition, first, last, _, _ in aborted]
