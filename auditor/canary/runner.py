@@ -254,21 +254,19 @@ class CanaryService:
             self._producers_replaced,
         )
         if old is not None:
-            try:
-                old.purge(in_queue=True, in_flight=True, blocking=False)
-                old.flush(1.0)  # serves the purged records' reports
-            except (KafkaException, RuntimeError) as exc:
-                log.warning("could not purge the abandoned canary producer: %s", exc)
-            for partition, seq in self._in_flight.abandon():
+            self._close_producer(old)  # its records' reports come now, purged: produce errors
+            for partition, seq in self._in_flight.abandon():  # reports that did not come
                 accounting.record_produce_error(partition, seq)
-            self._close_producer(old)
         self._in_flight = InFlight()
         self._producer = self._new_producer()
         return self._producer
 
     @staticmethod
     def _close_producer(producer: Producer) -> None:
+        # close() waits for every queued record (forever while the cluster is down): what is
+        # still queued is dropped first. The reports of what was dropped come during close().
         try:
+            producer.purge(in_queue=True, in_flight=True, blocking=False)
             producer.close()
         except (KafkaException, RuntimeError) as exc:
             log.warning("could not close the canary producer: %s", exc)
@@ -318,6 +316,8 @@ class CanaryService:
         finally:
             consumer.close()
             if self._producer is not None:
+                # Stored and reported as pending already: their purged reports change nothing.
+                self._in_flight.abandon()
                 self._close_producer(self._producer)
         return CanaryResult(
             self.session,
