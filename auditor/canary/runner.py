@@ -99,7 +99,8 @@ def is_fatal(exc: KafkaException) -> bool:
     """Whether the client that raised ``exc`` is unusable from now on (librdkafka's fatal errors:
     an idempotent producer's sequence desynchronised by an unclean election, a fenced producer)."""
     error = exc.args[0] if exc.args else None
-    return isinstance(error, KafkaError) and error.fatal()
+    # produce() on a producer already fatal raises _FATAL without the fatal flag set (2.16).
+    return isinstance(error, KafkaError) and (error.fatal() or error.code() == KafkaError._FATAL)
 
 
 class InFlight:

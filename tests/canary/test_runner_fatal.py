@@ -29,6 +29,7 @@ def service(**options: object) -> CanaryService:
 
 def test_it_tells_fatal_errors_from_the_others():
     assert is_fatal(KafkaException(FATAL))
+    assert is_fatal(KafkaException(KafkaError(KafkaError._FATAL)))  # what produce() raises once fatal
     assert not is_fatal(KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)))
     assert not is_fatal(KafkaException("no KafkaError in it"))
     assert not is_fatal(KafkaException())

@@ -333,7 +333,7 @@ def canary_unclean_election(world: World) -> Outcome:
     # RF=2 and min.insync.replicas=1: once its follower is out, the leader alone acks acks=all.
     world.make_topic(partitions=3, replication=2, min_insync_replicas="1", unclean_leader_election_enable="true")
     with (
-        tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="lab-canary-") as err,
+        tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="lab-canary-", delete=False) as err,
         tempfile.NamedTemporaryFile("w+", suffix=".json", prefix="lab-canary-") as out,
     ):
         canary = subprocess.Popen(
@@ -424,7 +424,7 @@ def canary_unclean_election(world: World) -> Outcome:
         for name in ("sent", "received", "lost", "late", "duplicated", "produce_errors", "unacked")
     }
     world.notes.append(
-        f"p0 leader {leader}, follower {follower}; {how}; canary "
+        f"p0 leader {leader}, follower {follower}; {how}; canary (its log: {err.name}) "
         + (f"died {died_at - elected_at:.0f} s after the election (exit {code})" if died_at else f"exit {code}")
         + f"; {tracebacks} traceback(s); fatal log lines {len(fatal_lines)}"
         + (f" (first: {fatal_lines[0][-160:]})" if fatal_lines else "")
