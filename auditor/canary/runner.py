@@ -389,9 +389,20 @@ class CanaryService:
             return self._replace_producer(accounting)
         return self._producer
 
-    def _poll_producer(self, accounting: CanaryAccounting, timeout: float = 0.0) -> None:
-        """Serve delivery reports, statistics and errors; a fatal error replaces the producer."""
-        self._current_producer(accounting).poll(timeout)
+    def _poll_producer(self, accounting: CanaryAccounting, timeout: float = 0.0, flush: bool = False) -> None:
+        """Serve delivery reports, statistics and errors (``flush``: wait for what is in flight);
+        a fatal error replaces the producer."""
+        producer = self._current_producer(accounting)
+        try:
+            if flush:
+                producer.flush(timeout)
+            else:
+                producer.poll(timeout)
+        except KafkaException as exc:
+            # A fatal error is raised by poll() as well as handed to error_cb (2.16).
+            if not is_fatal(exc):
+                raise
+            self._fatal = self._fatal or exc.args[0]
         if self._fatal is not None:
             self._replace_producer(accounting)
 
@@ -586,7 +597,7 @@ class CanaryService:
         """
         opts = self.options
         deadline = self._monotonic() + min(opts.drain_s, opts.sla_s)
-        self._current_producer(accounting).flush(max(0.0, deadline - self._monotonic()))
+        self._poll_producer(accounting, max(0.0, deadline - self._monotonic()), flush=True)
         if not assigned:
             consumer.assign([TopicPartition(opts.topic, p, o) for p, o in start_offsets.items()])
         while accounting.pending_total() and self._monotonic() < deadline:
