@@ -240,37 +240,55 @@ class CanaryService:
         """Abandon the producer after a fatal error and carry on with a new one (a new idempotent session).
 
         What the old one held is failed: its reports (purged) count as produce errors, and so
-        does every record whose report does not come within a second. None is lost (never
+        does every record whose report does not come while it closes. None is lost (never
         acknowledged) nor received (a copy the broker wrote anyway is counted when read).
         """
         old, fatal = self._producer, self._fatal
         self._fatal = None
         self._producers_replaced += 1
         held = len(self._in_flight)
+        if old is not None:
+            # Closing serves the fatal error again: its own words, when produce() only said _FATAL.
+            cause = self._close_producer(old)  # its records' reports come now, purged: produce errors
+            if cause is not None and cause.fatal() and (fatal is None or fatal.code() == KafkaError._FATAL):
+                fatal = cause
+            for partition, seq in self._in_flight.abandon():  # reports that did not come
+                accounting.record_produce_error(partition, seq)
         log.error(
-            "the canary producer hit a fatal error (%s): %d record(s) in flight counted as produce errors; "
+            "the canary producer hit a fatal error (%s): %d record(s) it held counted as produce errors; "
             "carrying on with a new producer (%d replaced in this session)",
             fatal.str() if fatal is not None else "unknown",
             held,
             self._producers_replaced,
         )
-        if old is not None:
-            self._close_producer(old)  # its records' reports come now, purged: produce errors
-            for partition, seq in self._in_flight.abandon():  # reports that did not come
-                accounting.record_produce_error(partition, seq)
         self._in_flight = InFlight()
         self._producer = self._new_producer()
         return self._producer
 
     @staticmethod
-    def _close_producer(producer: Producer) -> None:
-        # close() waits for every queued record (forever while the cluster is down): what is
-        # still queued is dropped first. The reports of what was dropped come during close().
+    def _close_producer(producer: Producer) -> KafkaError | None:
+        """Close ``producer`` without waiting on what it still queues; the error closing raised, if any.
+
+        close() waits for every queued record (forever while the cluster is down): what is
+        still queued is dropped first, and the reports of what was dropped come during close().
+        A producer in a fatal state raises its error from close(); it is asked again.
+        """
+        raised: KafkaError | None = None
         try:
             producer.purge(in_queue=True, in_flight=True, blocking=False)
-            producer.close()
         except (KafkaException, RuntimeError) as exc:
-            log.warning("could not close the canary producer: %s", exc)
+            log.debug("could not purge the canary producer: %s", exc)
+        for _attempt in range(3):
+            try:
+                producer.close()
+                return raised
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                raised = error if isinstance(error, KafkaError) else raised
+            except RuntimeError:  # closed already
+                return raised
+        log.warning("could not close the canary producer: %s", raised.str() if raised else "unknown error")
+        return raised
 
     # -- the loop ------------------------------------------------------------------------
 
