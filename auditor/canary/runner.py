@@ -67,6 +67,7 @@ class CanaryResult:
     report: dict[str, Any]
     elapsed_s: float
     minutes_stored: int
+    producers_replaced: int = 0  # producers abandoned after a fatal error (a new idempotent session each)
 
     def as_dict(self) -> dict[str, Any]:
         partitions = {
@@ -80,6 +81,7 @@ class CanaryResult:
             "rate": self.options.rate,
             "sla_s": self.options.sla_s,
             "elapsed_s": round(self.elapsed_s, 3),
+            "producers_replaced": self.producers_replaced,
             "brokers": self.layout.brokers,
             "brokers_leading_nothing": self.layout.leading_nothing,
             "actions": self.layout.actions,
@@ -91,6 +93,46 @@ class CanaryResult:
 def _kafka_error_text(exc: KafkaException) -> str:
     error = exc.args[0] if exc.args else None
     return error.str() if isinstance(error, KafkaError) else str(exc)
+
+
+def is_fatal(exc: KafkaException) -> bool:
+    """Whether the client that raised ``exc`` is unusable from now on (librdkafka's fatal errors:
+    an idempotent producer's sequence desynchronised by an unclean election, a fenced producer)."""
+    error = exc.args[0] if exc.args else None
+    # produce() on a producer already fatal raises _FATAL without the fatal flag set (2.16).
+    return isinstance(error, KafkaError) and (error.fatal() or error.code() == KafkaError._FATAL)
+
+
+class InFlight:
+    """The records one producer instance holds whose delivery report has not come (pure).
+
+    When a producer is abandoned after a fatal error, the reports of what it held may never
+    come: those records are settled as failed by whoever abandons it, and a report that still
+    comes later is ignored, so each record is settled exactly once.
+    """
+
+    def __init__(self) -> None:
+        self._keys: set[tuple[int, int]] = set()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def add(self, partition: int, seq: int) -> None:
+        self._keys.add((partition, seq))
+
+    def settle(self, partition: int, seq: int) -> bool:
+        """True the first time ``(partition, seq)`` is settled, False after (or if never added)."""
+        try:
+            self._keys.remove((partition, seq))
+        except KeyError:
+            return False
+        return True
+
+    def abandon(self) -> list[tuple[int, int]]:
+        """What was still unsettled, in order; settled from now on."""
+        left = sorted(self._keys)
+        self._keys.clear()
+        return left
 
 
 class CanaryService:
@@ -120,9 +162,23 @@ class CanaryService:
         # While a cluster refuses records every send fails: one line a minute per partition and
         # error, not one per record (delivery reports and consumer errors come on the loop's thread).
         self._warnings = ThrottledLog(log, clock=monotonic)
+        # The producer in use and the records it holds; a fatal error (an idempotent producer's
+        # sequence refused after an unclean election) replaces both (_replace_producer).
+        self._producer: Producer | None = None
+        self._in_flight = InFlight()
+        self._fatal: KafkaError | None = None  # a fatal error reported and not yet acted on
+        self._producers_replaced = 0
 
     def _producer_stats(self, stats_json: str) -> None:
         self._leaders.update(leaders_from_stats(stats_json, self.options.topic))
+
+    def _client_error(self, error: KafkaError) -> None:
+        # Served by poll()/flush() on the loop's thread. Transient errors (a broker down) are
+        # librdkafka's own log lines already; a fatal one makes the producer unusable.
+        if error.fatal():
+            self._fatal = error
+        else:
+            log.debug("canary producer: %s", error.str())
 
     def stop(self) -> None:
         """Ask the loop to finish (safe from a signal handler or another thread)."""
@@ -163,6 +219,77 @@ class CanaryService:
                     time.sleep(0.2)
         return offsets
 
+    def _new_producer(self) -> Producer:
+        return Producer(
+            {
+                **self._client_config(),
+                "client.id": f"auditor-canary-{self.session[:8]}",
+                "logger": kafka_log,
+                "enable.idempotence": True,  # a duplicate or reordering seen is then the cluster's doing
+                "acks": "all",
+                "linger.ms": 0,
+                # Each second, the leaders the producer sends to (served by poll() on this thread):
+                # a record is blamed on the broker it went to, within a second of a failover.
+                "statistics.interval.ms": 1000,
+                "stats_cb": self._producer_stats,
+                "error_cb": self._client_error,
+            }
+        )
+
+    def _replace_producer(self, accounting: CanaryAccounting) -> Producer:
+        """Abandon the producer after a fatal error and carry on with a new one (a new idempotent session).
+
+        What the old one held is failed: its reports (purged) count as produce errors, and so
+        does every record whose report does not come while it closes. None is lost (never
+        acknowledged) nor received (a copy the broker wrote anyway is counted when read).
+        """
+        old, fatal = self._producer, self._fatal
+        self._fatal = None
+        self._producers_replaced += 1
+        held = len(self._in_flight)
+        if old is not None:
+            # Closing serves the fatal error again: its own words, when produce() only said _FATAL.
+            cause = self._close_producer(old)  # its records' reports come now, purged: produce errors
+            if cause is not None and cause.fatal() and (fatal is None or fatal.code() == KafkaError._FATAL):
+                fatal = cause
+            for partition, seq in self._in_flight.abandon():  # reports that did not come
+                accounting.record_produce_error(partition, seq)
+        log.error(
+            "the canary producer hit a fatal error (%s): %d record(s) it held counted as produce errors; "
+            "carrying on with a new producer (%d replaced in this session)",
+            fatal.str() if fatal is not None else "unknown",
+            held,
+            self._producers_replaced,
+        )
+        self._in_flight = InFlight()
+        self._producer = self._new_producer()
+        return self._producer
+
+    @staticmethod
+    def _close_producer(producer: Producer) -> KafkaError | None:
+        """Close ``producer`` without waiting on what it still queues; the error closing raised, if any.
+
+        close() waits for every queued record (forever while the cluster is down): what is
+        still queued is dropped first, and the reports of what was dropped come during close().
+        A producer in a fatal state raises its error from close(); it is asked again.
+        """
+        raised: KafkaError | None = None
+        try:
+            producer.purge(in_queue=True, in_flight=True, blocking=False)
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("could not purge the canary producer: %s", exc)
+        for _attempt in range(3):
+            try:
+                producer.close()
+                return raised
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                raised = error if isinstance(error, KafkaError) else raised
+            except RuntimeError:  # closed already
+                return raised
+        log.warning("could not close the canary producer: %s", raised.str() if raised else "unknown error")
+        return raised
+
     # -- the loop ------------------------------------------------------------------------
 
     def run(self) -> CanaryResult:
@@ -179,20 +306,6 @@ class CanaryService:
         leaders = self._leaders
         leaders.update(layout.leaders)
         accounting = CanaryAccounting(self.session, layout.partitions, sla_ms=opts.sla_s * 1000)
-        producer = Producer(
-            {
-                **self._client_config(),
-                "client.id": f"auditor-canary-{self.session[:8]}",
-                "logger": kafka_log,
-                "enable.idempotence": True,  # a duplicate or reordering seen is then the cluster's doing
-                "acks": "all",
-                "linger.ms": 0,
-                # Each second, the leaders the producer sends to (served by poll() on this thread):
-                # a record is blamed on the broker it went to, within a second of a failover.
-                "statistics.interval.ms": 1000,
-                "stats_cb": self._producer_stats,
-            }
-        )
         consumer = Consumer(
             {
                 **self._client_config(),
@@ -204,6 +317,7 @@ class CanaryService:
                 "fetch.wait.max.ms": 100,
             }
         )
+        self._producer = self._new_producer()
         try:
             start_offsets = self._start_offsets(consumer, layout.partitions)
             log.info(
@@ -216,16 +330,28 @@ class CanaryService:
                 opts.sla_s,
             )
             started = self._monotonic()
-            self._loop(admin, producer, consumer, accounting, leaders, start_offsets, started)
+            self._loop(admin, consumer, accounting, leaders, start_offsets, started)
             elapsed = self._monotonic() - started
         finally:
             consumer.close()
-        return CanaryResult(self.session, opts, layout, leaders, accounting.report(), elapsed, self._minutes_stored)
+            if self._producer is not None:
+                # Stored and reported as pending already: their purged reports change nothing.
+                self._in_flight.abandon()
+                self._close_producer(self._producer)
+        return CanaryResult(
+            self.session,
+            opts,
+            layout,
+            leaders,
+            accounting.report(),
+            elapsed,
+            self._minutes_stored,
+            self._producers_replaced,
+        )
 
     def _loop(
         self,
         admin: AdminClient,
-        producer: Producer,
         consumer: Consumer,
         accounting: CanaryAccounting,
         leaders: dict[int, int],
@@ -242,39 +368,71 @@ class CanaryService:
         minute_start = math.floor(self._clock() / MINUTE) * MINUTE
         next_manage = started + opts.manage_interval_s
 
-        while not self._stop.is_set():
-            now = self._monotonic()
-            if end is not None and now >= end:
-                break
-            if not assigned and now >= assign_at:
-                consumer.assign([TopicPartition(opts.topic, p, o) for p, o in start_offsets.items()])
-                assigned = True
-            self._produce_due(producer, accounting, now)
-            producer.poll(0)
-            wait = max(0.0, min(min(self._next_send.values()) - self._monotonic(), interval, 0.1))
-            if assigned:
-                self._consume(consumer, accounting, wait)
+        # Whatever leaves the loop (a stop, the duration, or an error nobody foresaw), the open
+        # minute is stored: its counts (losses already found included) are not thrown away.
+        try:
+            while not self._stop.is_set():
+                now = self._monotonic()
+                if end is not None and now >= end:
+                    break
+                if not assigned and now >= assign_at:
+                    consumer.assign([TopicPartition(opts.topic, p, o) for p, o in start_offsets.items()])
+                    assigned = True
+                self._produce_due(accounting, now)
+                self._poll_producer(accounting)
+                wait = max(0.0, min(min(self._next_send.values()) - self._monotonic(), interval, 0.1))
+                if assigned:
+                    self._consume(consumer, accounting, wait)
+                else:
+                    self._stop.wait(wait)
+                accounting.expire(self._monotonic() * 1000)
+                if self._clock() >= minute_start + MINUTE:
+                    self._close_minute(admin, accounting, leaders, minute_start, partial=False)
+                    minute_start = math.floor(self._clock() / MINUTE) * MINUTE
+                if self._monotonic() >= next_manage:
+                    next_manage = self._monotonic() + opts.manage_interval_s
+                    self._manage_topic(admin, consumer, accounting, leaders, start_offsets, assigned)
+        except BaseException:
+            log.exception("the canary loop failed: storing the open minute before stopping")
+            try:
+                self._finish(admin, consumer, accounting, leaders, start_offsets, assigned, minute_start)
+            except Exception:  # the loop's own error is the one raised
+                log.exception("could not store the open minute")
+            raise
+        self._finish(admin, consumer, accounting, leaders, start_offsets, assigned, minute_start)
+
+    def _current_producer(self, accounting: CanaryAccounting) -> Producer:
+        """The producer to use now: a new one when the last one hit a fatal error."""
+        if self._fatal is not None or self._producer is None:
+            return self._replace_producer(accounting)
+        return self._producer
+
+    def _poll_producer(self, accounting: CanaryAccounting, timeout: float = 0.0, flush: bool = False) -> None:
+        """Serve delivery reports, statistics and errors (``flush``: wait for what is in flight);
+        a fatal error replaces the producer."""
+        producer = self._current_producer(accounting)
+        try:
+            if flush:
+                producer.flush(timeout)
             else:
-                self._stop.wait(wait)
-            accounting.expire(self._monotonic() * 1000)
-            if self._clock() >= minute_start + MINUTE:
-                self._close_minute(admin, accounting, leaders, minute_start, partial=False)
-                minute_start = math.floor(self._clock() / MINUTE) * MINUTE
-            if self._monotonic() >= next_manage:
-                next_manage = self._monotonic() + opts.manage_interval_s
-                self._manage_topic(admin, producer, consumer, accounting, leaders, start_offsets, assigned)
+                producer.poll(timeout)
+        except KafkaException as exc:
+            # A fatal error is raised by poll() as well as handed to error_cb (2.16).
+            if not is_fatal(exc):
+                raise
+            self._fatal = self._fatal or exc.args[0]
+        if self._fatal is not None:
+            self._replace_producer(accounting)
 
-        self._finish(admin, producer, consumer, accounting, leaders, start_offsets, assigned, minute_start)
-
-    def _produce_due(self, producer: Producer, accounting: CanaryAccounting, now: float) -> None:
+    def _produce_due(self, accounting: CanaryAccounting, now: float) -> None:
         interval = 1.0 / self.options.rate
         for partition, due in self._next_send.items():
             if now - due > MAX_SCHEDULE_LAG_S:
                 log.warning("canary fell %.1fs behind on partition %d; skipping the backlog", now - due, partition)
                 due = now
             while due <= now:
-                if not self._produce_one(producer, accounting, partition):
-                    due = now + interval  # the local queue is full: try again next tick
+                if not self._produce_one(self._current_producer(accounting), accounting, partition):
+                    due = now + interval  # the local queue is full, or the producer is replaced: next tick
                     break
                 due += interval
             self._next_send[partition] = due
@@ -284,10 +442,14 @@ class CanaryService:
         # clock (NTP, a resume from suspend) would expire records acked but not read yet.
         # The record carries the wall time, for whoever reads the topic.
         record = accounting.next_record(partition, self._monotonic() * 1000)
+        in_flight = self._in_flight
 
         # Delivery reports are served by producer.poll()/flush() on this thread, after
-        # record_sent below: the accounting needs no lock.
+        # record_sent below: the accounting needs no lock. A report of a producer abandoned
+        # after a fatal error whose records were settled already is ignored.
         def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if not in_flight.settle(partition, record.seq):
+                return
             if err is None:
                 accounting.record_acked(partition, record.seq, self._monotonic() * 1000)
                 return
@@ -310,7 +472,25 @@ class CanaryService:
         except BufferError:
             self._warnings.warning("queue", "the producer's queue is full: the cluster does not take canary records")
             return False
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if is_fatal(exc):
+                # Nothing was handed over: the record goes out again through the next producer.
+                self._fatal = error if isinstance(error, KafkaError) else KafkaError(KafkaError._FATAL)
+                return False
+            # Refused at once (_MSG_SIZE_TOO_LARGE, _UNKNOWN_PARTITION): a send that failed.
+            accounting.record_sent(record, self._leaders.get(partition))
+            accounting.record_produce_error(partition, record.seq)
+            self._warnings.warning(
+                ("produce", partition, error.code() if isinstance(error, KafkaError) else None),
+                "canary record to %s/%d refused by the producer: %s",
+                self.options.topic,
+                partition,
+                _kafka_error_text(exc),
+            )
+            return True
         accounting.record_sent(record, self._leaders.get(partition))
+        in_flight.add(partition, record.seq)
         return True
 
     def _consume(self, consumer: Consumer, accounting: CanaryAccounting, timeout: float) -> None:
@@ -388,7 +568,6 @@ class CanaryService:
     def _manage_topic(
         self,
         admin: AdminClient,
-        producer: Producer,
         consumer: Consumer,
         accounting: CanaryAccounting,
         leaders: dict[int, int],
@@ -406,7 +585,10 @@ class CanaryService:
         added = [p for p in layout.partitions if p not in accounting.partitions]
         if not added:
             return
-        producer.list_topics(topic=opts.topic, timeout=opts.connect_timeout_s)  # so it can produce to them
+        try:  # so it can produce to them
+            self._current_producer(accounting).list_topics(topic=opts.topic, timeout=opts.connect_timeout_s)
+        except KafkaException as exc:
+            log.warning("could not read the metadata of %s: %s", opts.topic, _kafka_error_text(exc))
         now = self._monotonic()
         for partition in added:
             accounting.add_partition(partition)
@@ -419,7 +601,6 @@ class CanaryService:
     def _finish(
         self,
         admin: AdminClient,
-        producer: Producer,
         consumer: Consumer,
         accounting: CanaryAccounting,
         leaders: dict[int, int],
@@ -435,12 +616,12 @@ class CanaryService:
         """
         opts = self.options
         deadline = self._monotonic() + min(opts.drain_s, opts.sla_s)
-        producer.flush(max(0.0, deadline - self._monotonic()))
+        self._poll_producer(accounting, max(0.0, deadline - self._monotonic()), flush=True)
         if not assigned:
             consumer.assign([TopicPartition(opts.topic, p, o) for p, o in start_offsets.items()])
         while accounting.pending_total() and self._monotonic() < deadline:
             self._consume(consumer, accounting, 0.1)
-            producer.poll(0)
+            self._poll_producer(accounting)
             accounting.expire(self._monotonic() * 1000)
         accounting.expire(self._monotonic() * 1000)
         self._warnings.flush()

@@ -292,3 +292,151 @@ def canary_leader_pause(world: World) -> Outcome:
         expected=expected,
         got=got,
     )
+
+
+# --- an unclean election under the canary's idempotent producer --------------------------------
+
+UNCLEAN_RATE = 5.0
+UNCLEAN_WARM_UP_S = 12
+ACKED_BY_LEADER_ALONE_S = 5  # the follower out of the ISR: records acked by the leader alone
+# After the election: the SLA and more, so losses are counted and at least one minute closes
+# (minutes close on the wall clock's minute); the old leader comes back half way.
+AFTER_ELECTION_S = 75
+OLD_LEADER_BACK_AFTER_S = 30
+
+
+def _session_records(records: list[Any], session: str) -> dict[int, set[int]]:
+    """Per partition, the sequences of this session the topic holds (a plain read, decoded here)."""
+    from auditor.canary.payload import decode_record
+
+    held: dict[int, set[int]] = {}
+    for record in records:
+        decoded = decode_record(record.value)
+        if decoded is not None and decoded.session == session:
+            held.setdefault(record.partition, set()).add(decoded.seq)
+    return held
+
+
+@scenario(
+    "canary-unclean-election",
+    f"the canary runs (SLA {SLA_S}s, idempotent producer) on an RF=2 topic; a follower falls out of the ISR, "
+    "its leader is killed -9 and the follower is elected uncleanly: the canary survives (a new producer "
+    "when the old one turns fatal), keeps storing minutes, exits cleanly, and counts no false loss",
+)
+def canary_unclean_election(world: World) -> Outcome:
+    import json
+    import tempfile
+    from datetime import UTC, datetime
+
+    cluster = world.cluster
+    topic = world.topic
+    # RF=2 and min.insync.replicas=1: once its follower is out, the leader alone acks acks=all.
+    world.make_topic(partitions=3, replication=2, min_insync_replicas="1", unclean_leader_election_enable="true")
+    with (
+        tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="lab-canary-", delete=False) as err,
+        tempfile.NamedTemporaryFile("w+", suffix=".json", prefix="lab-canary-") as out,
+    ):
+        canary = subprocess.Popen(
+            [
+                sys.executable, "manage.py", "audit", "canary", "--topic", topic, "--rate", f"{UNCLEAN_RATE:g}",
+                "--sla", f"{SLA_S}s", "--duration", "600s", "--json",
+            ],
+            cwd=str(settings.BASE_DIR),
+            env=os.environ.copy(),
+            stdout=out,
+            stderr=err,
+        )  # fmt: skip
+        died_at: float | None = None
+        start = cluster.partition(topic, 0)
+        leader, follower = start.leader, next(r for r in start.replicas if r != start.leader)
+        try:
+            time.sleep(UNCLEAN_WARM_UP_S)
+            cluster.broker("stop", follower)
+            wait_until(lambda: cluster.partition(topic, 0).isr == (leader,), 60, f"{follower} out of the ISR")
+            time.sleep(ACKED_BY_LEADER_ALONE_S)
+            cluster.broker("kill", leader)
+            cluster.broker("start", follower)
+            how = "automatic unclean election (topic config)"
+            try:
+                cluster.wait_for_leader(topic, 0, other_than=leader, timeout=30)
+            except LabError:
+                how = f"unclean election through the admin API ({cluster.elect(topic, 0, unclean=True)})"
+                cluster.wait_for_leader(topic, 0, other_than=leader, timeout=30)
+            elected_at = time.time()
+            leader_back = False
+            while time.time() - elected_at < AFTER_ELECTION_S:
+                if died_at is None and canary.poll() is not None:
+                    died_at = time.time()
+                if not leader_back and time.time() - elected_at >= OLD_LEADER_BACK_AFTER_S:
+                    cluster.broker("start", leader)
+                    leader_back = True
+                time.sleep(1)
+            if not leader_back:
+                cluster.broker("start", leader)
+            alive = canary.poll() is None
+        finally:
+            if canary.poll() is None:
+                canary.send_signal(signal.SIGTERM)
+            try:
+                code = canary.wait(60)
+            except subprocess.TimeoutExpired:
+                canary.kill()
+                code = canary.wait(10)
+        err.seek(0)
+        log_text = err.read()
+        out.seek(0)
+        out_text = out.read().strip()
+    summary = json.loads(out_text.splitlines()[-1]) if out_text else {}
+    fatal_lines = [line for line in log_text.splitlines() if "fatal" in line.lower()]
+    tracebacks = log_text.count("Traceback (most recent call last)")
+
+    # The canary's stored minutes, and a plain read of the whole topic (only the canary writes it).
+    points = list(CanaryPoint.objects.filter(topic=topic))
+    sessions = {p.session for p in points}
+    session = summary.get("session") or (next(iter(sessions)) if len(sessions) == 1 else "")
+    held = _session_records(cluster.read_topic(topic), session)
+    election_minute = datetime.fromtimestamp(elected_at - elected_at % 60, UTC)
+    after = [p for p in points if p.minute > election_minute]
+
+    expected: dict[str, set[str]] = {"canary": {"canary:alive", "canary:stores-minutes", "canary:clean-exit"}}
+    got: dict[str, set[str]] = {"canary": set()}
+    if alive and died_at is None:
+        got["canary"].add("canary:alive")
+    if after:
+        got["canary"].add("canary:stores-minutes")
+    if code == 0 and tracebacks == 0:
+        got["canary"].add("canary:clean-exit")
+    # No false loss: a record the canary calls lost is one the topic does not hold (a late one
+    # was read after being called lost: held, so a false loss), and the topic's records were read.
+    for partition in sorted({p.partition for p in points}):
+        mine = [p for p in points if p.partition == partition]
+        sent, lost, late = sum(p.sent for p in mine), sum(p.lost for p in mine), sum(p.late for p in mine)
+        received = sum(p.received for p in mine)
+        held_here = len(held.get(partition, set()))
+        expected[f"{partition}: losses"] = {"canary:no-false-loss"}
+        if late == 0 and lost <= max(0, sent - held_here):
+            got[f"{partition}: losses"] = {"canary:no-false-loss"}
+        expected[f"{partition}: reads"] = {"canary:read-every-record"}
+        if received + late >= held_here:
+            got[f"{partition}: reads"] = {"canary:read-every-record"}
+    totals = {
+        name: sum(getattr(p, name) for p in points)
+        for name in ("sent", "received", "lost", "late", "duplicated", "produce_errors", "unacked")
+    }
+    world.notes.append(
+        f"p0 leader {leader}, follower {follower}; {how}; canary (its log: {err.name}) "
+        + (f"died {died_at - elected_at:.0f} s after the election (exit {code})" if died_at else f"exit {code}")
+        + f"; {tracebacks} traceback(s); fatal log lines {len(fatal_lines)}"
+        + (f" (first: {fatal_lines[0][-160:]})" if fatal_lines else "")
+        + f"; producers replaced {summary.get('producers_replaced', 'n/a')}; sessions {len(sessions)}; "
+        f"minutes stored {len({p.minute for p in points})} ({len({p.minute for p in after})} after the election); "
+        f"stored totals {totals}; topic holds {sum(len(s) for s in held.values())} of its records"
+    )
+    return Outcome(
+        injected=f"canary at {UNCLEAN_RATE:g} records/s per partition, RF=2; follower {follower} of partition 0 "
+        f"stopped, leader {leader} killed -9 {ACKED_BY_LEADER_ALONE_S} s after it left the ISR, {follower} elected "
+        f"uncleanly, {leader} back {OLD_LEADER_BACK_AFTER_S} s later",
+        expected=expected,
+        got=got,
+        detect_s=None,
+    )
