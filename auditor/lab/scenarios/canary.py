@@ -321,7 +321,8 @@ def _session_records(records: list[Any], session: str) -> dict[int, set[int]]:
     "canary-unclean-election",
     f"the canary runs (SLA {SLA_S}s, idempotent producer) on an RF=2 topic; a follower falls out of the ISR, "
     "its leader is killed -9 and the follower is elected uncleanly: the canary survives (a new producer "
-    "when the old one turns fatal), keeps storing minutes, exits cleanly, and counts no false loss",
+    "when the old one turns fatal), keeps storing minutes, exits cleanly, counts no false loss, and counts "
+    "the records it had read that the election cut from the log as truncated",
 )
 def canary_unclean_election(world: World) -> Outcome:
     import json
@@ -419,9 +420,16 @@ def canary_unclean_election(world: World) -> Outcome:
         expected[f"{partition}: reads"] = {"canary:read-every-record"}
         if received + late >= held_here:
             got[f"{partition}: reads"] = {"canary:read-every-record"}
+        # Read, and no longer in the topic: cut from the log by the election. Each such record
+        # must be counted truncated (a miss if not), and no other (a false alarm).
+        gone = max(0, received + late - held_here)
+        truncated = sum(p.truncated for p in mine)
+        if gone or truncated:
+            expected[f"{partition}: truncated"] = {f"canary:truncated {i + 1}" for i in range(gone)}
+            got[f"{partition}: truncated"] = {f"canary:truncated {i + 1}" for i in range(truncated)}
     totals = {
         name: sum(getattr(p, name) for p in points)
-        for name in ("sent", "received", "lost", "late", "duplicated", "produce_errors", "unacked")
+        for name in ("sent", "received", "lost", "late", "duplicated", "produce_errors", "unacked", "truncated")
     }
     world.notes.append(
         f"p0 leader {leader}, follower {follower}; {how}; canary (its log: {err.name}) "
