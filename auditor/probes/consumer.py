@@ -107,6 +107,11 @@ def merge_ranges(chunks: list[list[ProcessedRangeRow]]) -> list[ProcessedRangeRo
     return merged
 
 
+def _ranges(rows: list[ProcessedRangeRow]) -> list[tuple[str, int, int, int]]:
+    """(topic, partition, first, last) of each row, as marks-aborted and marks-lost name them."""
+    return [(topic, partition, first, last) for topic, partition, first, last, _, _ in rows]
+
+
 def split_at_positions(
     rows: list[ProcessedRangeRow], positions: TransactionPositions
 ) -> tuple[list[ProcessedRangeRow], list[ProcessedRangeRow]]:
@@ -210,11 +215,10 @@ class AuditedConsumer(ConsumerWrapper):
         self._holding = transactional
         self._joined = False
         self._held_rows: list[ProcessedRangeRow] = []
-        # Rows held when probed producers aborted, by the set of those producers: a commit by
-        # one of them that carries such a row names it aborted (note_abort).
-        self._held_at_aborts: dict[frozenset[str], list[ProcessedRangeRow]] = {}
-        if transactional:
-            HOLDING.add(self)
+        # Rows held when probed producers aborted, in marking order, each with the producers
+        # that aborted since it was marked: a commit by one of them that carries the row names
+        # it aborted (note_abort). All older than _held_rows.
+        self._held_at_aborts: list[tuple[ProcessedRangeRow, frozenset[str]]] = []
         # Chunks of range rows, one per batch of marks, joined when the ledger writer drains them.
         self._marks = self._ledger.stream(
             processed_ranges_header(self.session_id, self.group), self._observe_ranges, merge_ranges
@@ -249,6 +253,8 @@ class AuditedConsumer(ConsumerWrapper):
         self._ledger.set_on_lost(self._lost_records.append)
         # An idle consumer's last marks reach the ledger within the flush interval.
         self._ledger.set_before_flush(self._before_flush)
+        if transactional:
+            HOLDING.add(self)  # last: a producer's abort may reach it at once, from another thread
 
     # --- processed marks -------------------------------------------------------------------
     # mark_processed(msg): record that the application finished processing ``msg`` (a record,
@@ -373,15 +379,13 @@ class AuditedConsumer(ConsumerWrapper):
         whose position it did not send) were of that transaction if it is the producer this
         consumer's positions go to: its next commit carrying them names them aborted instead
         of writing them. Another producer's commit writes them as before."""
+        if self._closed:
+            return
         self._compact()
         with self._compact_lock:
-            buckets = self._held_at_aborts
-            for key in list(buckets):
-                if producer not in key:
-                    buckets.setdefault(key | {producer}, []).extend(buckets.pop(key))
-            if self._held_rows:
-                buckets.setdefault(frozenset((producer,)), []).extend(self._held_rows)
-                self._held_rows = []
+            aborted_by = [(row, by | {producer}) for row, by in self._held_at_aborts]
+            self._held_at_aborts = aborted_by + [(row, frozenset((producer,))) for row in self._held_rows]
+            self._held_rows = []
 
     def end_transaction(self, positions: TransactionPositions, committed: bool, producer: str) -> None:
         """The transaction that carried ``positions`` committed (its marks below them are
@@ -389,23 +393,26 @@ class AuditedConsumer(ConsumerWrapper):
         partitions it did not carry, and at or past its positions, wait for a later one."""
         self._compact()
         with self._compact_lock:
-            inside, self._held_rows = split_at_positions(self._held_rows, positions)
+            # In marking order: the rows held across aborts are the older ones.
             of_its_aborts: list[ProcessedRangeRow] = []  # held when this producer aborted: of that transaction
-            for key in list(self._held_at_aborts):
-                carried, self._held_at_aborts[key] = split_at_positions(self._held_at_aborts[key], positions)
-                if not self._held_at_aborts[key]:
-                    del self._held_at_aborts[key]
-                (of_its_aborts if producer in key else inside).extend(carried)
+            inside: list[ProcessedRangeRow] = []
+            kept: list[tuple[ProcessedRangeRow, frozenset[str]]] = []
+            for row, by in self._held_at_aborts:
+                carried, rest = split_at_positions([row], positions)
+                (of_its_aborts if producer in by else inside).extend(carried)
+                kept.extend((later, by) for later in rest)
+            self._held_at_aborts = kept
+            carried, self._held_rows = split_at_positions(self._held_rows, positions)
+            inside.extend(carried)
             written = inside if committed else []
-            aborted = of_its_aborts if committed else inside + of_its_aborts
+            aborted = of_its_aborts if committed else of_its_aborts + inside
             if written:
                 self._marks.append(merge_ranges([[row] for row in written]))  # one entry per run
         if written:
             self._ledger.flush_entries()
         if aborted:
-            ranges = [(topic, partition, first, last) for topic, partition, first, last, _, _ in aborted]
             now_ms = _time_ns() // 1_000_000
-            self._ledger.write(encode_marks_aborted(self.session_id, self.group, now_ms, producer, ranges))
+            self._ledger.write(encode_marks_aborted(self.session_id, self.group, now_ms, producer, _ranges(aborted)))
 
     def _release_held_marks(self, closing: bool = False) -> None:
         """The consumer commits offsets itself: the marks held are written. At close, the marks
@@ -415,16 +422,14 @@ class AuditedConsumer(ConsumerWrapper):
             return  # nothing held (a consumer whose positions never went to a transaction): no cost on its commits
         self._compact()
         with self._compact_lock:
-            held, self._held_rows = self._held_rows, []
-            for rows in self._held_at_aborts.values():
-                held.extend(rows)
-            self._held_at_aborts = {}
+            held = [row for row, _ in self._held_at_aborts] + self._held_rows  # in marking order
+            self._held_rows, self._held_at_aborts = [], []
             if not held:
                 return
             if not (closing and self._joined):
                 self._marks.append(merge_ranges([[row] for row in held]))  # one entry per run
                 return
-        ranges = [(topic, partition, first, last) for topic, partition, first, last, _, _ in held]
+        ranges = _ranges(held)
         reason = "closed before the transaction carrying these marks ended"
         self._ledger.write(encode_marks_lost(self.session_id, self.group, _time_ns() // 1_000_000, ranges, reason))
 

@@ -8,6 +8,7 @@ producer.py / producer_v1.py and consumer.py / consumer_v1.py.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -61,10 +62,37 @@ class TransactionMarks(Protocol):
     def note_abort(self, producer: str) -> None: ...
 
 
-# The audited consumers that hold their marks for the outcome of a transaction. A producer's
-# abort is told to each (ProducerWrapper._note_abort): the transaction it ended may have
-# carried marks of theirs without their positions (aborted before send_offsets_to_transaction).
-HOLDING: weakref.WeakSet[Any] = weakref.WeakSet()
+class HoldingConsumers:
+    """The audited consumers of the process that hold their marks for the outcome of a
+    transaction. A probed producer's abort is told to each (ProducerWrapper._note_abort): the
+    transaction it ended may have carried marks of theirs without their positions (aborted
+    before send_offsets_to_transaction). Weak: a consumer dropped without close() leaves too."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._consumers: weakref.WeakSet[TransactionMarks] = weakref.WeakSet()
+
+    def add(self, consumer: TransactionMarks) -> None:
+        with self._lock:
+            self._consumers.add(consumer)
+
+    def discard(self, consumer: object) -> None:
+        with self._lock:
+            self._consumers.discard(consumer)  # type: ignore[arg-type]  # any object: absent ones are left alone
+
+    def note_abort(self, producer: str) -> None:
+        """Tell each that `producer` is about to abort. One consumer's failure is logged and
+        never stops the others, nor the application's abort."""
+        with self._lock:
+            consumers = list(self._consumers)
+        for consumer in consumers:
+            try:
+                consumer.note_abort(producer)
+            except Exception:  # the probe must not break the application's abort
+                logger.exception("audited consumer: noting the abort of producer %s failed", producer)
+
+
+HOLDING = HoldingConsumers()
 
 
 class GroupMetadata(bytes):
@@ -245,8 +273,7 @@ class ProducerWrapper:
         holds now. Those its positions never went to (the application aborted before sending
         them, or did not send a partition's) were of this transaction if this producer is the
         one their positions go to: its next commit carrying them names them aborted."""
-        for marks in list(HOLDING):
-            marks.note_abort(self.session_id)
+        HOLDING.note_abort(self.session_id)
 
     def _end_transaction_inputs(self, committed: bool) -> None:
         """The transaction ended (its commit or abort call returned): the audited consumers
@@ -422,6 +449,7 @@ class ConsumerWrapper:
         if self._closed:
             return
         self._closed = True
+        HOLDING.discard(self)  # no later abort of a producer concerns it
         # Marks first, so the final auto-commit in Consumer.close() does not run
         # ahead of them; then whatever its rebalance callbacks marked, then the end.
         self._hand_marks_over()

@@ -4,6 +4,7 @@ named `marks-lost` when it closes with the transaction still open (docs/contract
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -40,6 +41,18 @@ class TransactionalFake(FakeProducer):
         self.calls.append(("abort", None))
 
 
+_OPENED: list[AuditedConsumer | AuditedProducer] = []
+
+
+@pytest.fixture(autouse=True)
+def _closed_after_the_test() -> Iterator[None]:
+    """Every consumer and producer a test built is closed after it: a holding consumer left
+    open would hear later tests' aborts (HOLDING is the process's)."""
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
 def _copier(hot_path: str, transactional: bool = False) -> tuple[AuditedConsumer, AuditedProducer, FactoryRecorder]:
     ledgers = FactoryRecorder()
     consumer = AuditedConsumer(
@@ -54,6 +67,7 @@ def _copier(hot_path: str, transactional: bool = False) -> tuple[AuditedConsumer
         producer_factory=lambda config: TransactionalFake(config),
         ledger_flush_interval_s=600,
     )
+    _OPENED.extend((consumer, producer))
     return consumer, producer, ledgers
 
 
@@ -161,12 +175,16 @@ def test_marks_held_at_another_producers_abort_are_written_by_their_own_producer
         producer_factory=lambda config: TransactionalFake(config),
         ledger_flush_interval_s=600,
     )
+    _OPENED.append(other)
     _mark(consumer, 0, 1, 2)
     other.abort_transaction()  # another copier of the process aborts: not this consumer's transaction
-    _transaction(consumer, producer, 3, commit=True)
+    _mark(consumer, 3, 4)
+    _transaction(consumer, producer, 5, commit=True)
     records = _ledger(consumer, ledgers)
-    assert _processed(records) == [(0, 0, 2)] and _named(records, MarksAborted) == []
-    other.close()
+    assert _named(records, MarksAborted) == []
+    # written in marking order (the rows held across the abort first): the session's last
+    # offset is the last one marked
+    assert _processed(records) == [(0, 0, 4)] and consumer.last_offsets() == {SOURCE: {0: 4}}
 
 
 def test_marks_of_a_partition_an_aborted_transaction_did_not_carry_are_named_aborted_when_one_carries_it(
@@ -185,3 +203,17 @@ def test_marks_of_a_partition_an_aborted_transaction_did_not_carry_are_named_abo
     records = _ledger(consumer, ledgers)
     assert sorted(_processed(records)) == [(0, 0, 1), (1, 7, 8)]
     assert sorted(_named(records, MarksAborted)) == [(0, 0, 1), (1, 7, 8)]
+
+
+def test_a_consumer_failing_to_note_an_abort_does_not_stop_the_abort(
+    hot_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    consumer, producer, _ = _copier(hot_path, transactional=True)
+
+    def broken() -> None:
+        raise RuntimeError("compaction failed")
+
+    monkeypatch.setattr(consumer, "_compact", broken)
+    producer.abort_transaction()
+    fake = producer.producer
+    assert isinstance(fake, TransactionalFake) and ("abort", None) in fake.calls
