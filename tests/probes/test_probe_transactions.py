@@ -213,7 +213,8 @@ def test_a_consumer_failing_to_note_an_abort_does_not_stop_the_abort(
     def broken() -> None:
         raise RuntimeError("compaction failed")
 
-    monkeypatch.setattr(consumer, "_compact", broken)
-    producer.abort_transaction()
+    with monkeypatch.context() as patched:
+        patched.setattr(consumer, "_compact", broken)
+        producer.abort_transaction()
     fake = producer.producer
     assert isinstance(fake, TransactionalFake) and ("abort", None) in fake.calls
