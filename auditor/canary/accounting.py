@@ -22,9 +22,10 @@ every record it reads. For each partition:
 - a record of this session read at an offset, where another record is read later (the log
   was cut at or below that offset and written again: an unclean election, or an acks=1
   failover, truncated it), is *truncated*, with every record of this session read at or past
-  that offset: read once, the cluster no longer holds them. Only the offsets read are
-  compared (the last LOST_MEMORY per partition): a cut the consumer never reads past again
-  (nothing written after it) is not seen.
+  that offset (each once, a duplicate's copies together): read once, the cluster no longer
+  holds them. Only the offsets read are compared (the last READ_MEMORY per partition): a cut
+  the consumer never reads past again (nothing written after it) is not seen. A topic
+  deleted and created again counts the records read from the deleted one as truncated.
 
 A lost record is also counted under the leader broker the sender knew for its partition
 when it sent it (``lost_by_leader``): the broker that took it, not the one leading when
@@ -38,6 +39,8 @@ Sequences still pending when the session ends are reported as pending, not lost.
 from __future__ import annotations
 
 import heapq
+from array import array
+from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -48,6 +51,9 @@ from auditor.canary.payload import CanaryRecord
 # is told apart from a duplicate; older ones are forgotten (a record later than that counts
 # as a duplicate).
 LOST_MEMORY = 100_000
+# How many offsets of this session's records read are kept per partition to tell a cut log
+# (``truncated``): 16 bytes each.
+READ_MEMORY = 100_000
 
 COUNT_FIELDS = (
     "sent",
@@ -101,8 +107,10 @@ class _PartitionState:
     acked_seqs: set[int] = field(default_factory=set)  # pending sequences the broker acknowledged
     lost_seqs: OrderedDict[int, None] = field(default_factory=OrderedDict)
     failed_seqs: OrderedDict[int, float] = field(default_factory=OrderedDict)  # seq -> sent_ms
-    # offset -> seq of this session's records read at it, in the order read (the last LOST_MEMORY)
-    read_at: OrderedDict[int, int] = field(default_factory=OrderedDict)
+    # The offsets of this session's records read, ascending (a cut removes those at and past
+    # it), and their sequences: the last READ_MEMORY or so.
+    read_offsets: array[int] = field(default_factory=lambda: array("q"))
+    read_seqs: array[int] = field(default_factory=lambda: array("q"))
     window: DeliveryCounts = field(default_factory=DeliveryCounts)
     total: DeliveryCounts = field(default_factory=DeliveryCounts)
 
@@ -182,7 +190,7 @@ class CanaryAccounting:
         record; offset None: not known, nothing is compared)."""
         state = self._partitions.get(partition)
         if offset is not None and state is not None:
-            self._check_rewritten(state, offset, record)
+            self._count_truncated(state, offset, record)
         if record is None:
             self.invalid += 1
             return
@@ -192,10 +200,12 @@ class CanaryAccounting:
         if state is None or record.partition != partition or record.seq >= state.next_seq:
             self.invalid += 1
             return
-        if offset is not None:
-            state.read_at[offset] = record.seq
-            if len(state.read_at) > LOST_MEMORY:
-                state.read_at.popitem(last=False)
+        if offset is not None and (not state.read_offsets or offset > state.read_offsets[-1]):
+            state.read_offsets.append(offset)
+            state.read_seqs.append(record.seq)
+            if len(state.read_offsets) > 2 * READ_MEMORY:  # trimmed now and then, not at every read
+                del state.read_offsets[:-READ_MEMORY]
+                del state.read_seqs[:-READ_MEMORY]
         sent_ms = state.pending.pop(record.seq, None)
         if sent_ms is not None:
             state.unacked.pop(record.seq, None)
@@ -219,20 +229,21 @@ class CanaryAccounting:
             for counts in self._counts(state):
                 counts.duplicated += 1
 
-    def _check_rewritten(self, state: _PartitionState, offset: int, record: CanaryRecord | None) -> None:
+    def _count_truncated(self, state: _PartitionState, offset: int, record: CanaryRecord | None) -> None:
         """A record read at ``offset``: if a record of this session read there before was
         another, the log was cut at or below ``offset``, and every record of this session read
-        at or past it is gone from the cluster (truncated)."""
-        before = state.read_at.get(offset)
-        if before is None:
-            return
-        if record is not None and record.session == self.session and record.seq == before:
+        at or past it is gone from the cluster (truncated, each record once)."""
+        offsets = state.read_offsets
+        at = bisect_left(offsets, offset)
+        if at == len(offsets) or offsets[at] != offset:
+            return  # none of this session's records was read there
+        if record is not None and record.session == self.session and record.seq == state.read_seqs[at]:
             return  # the same record read again (the consumer went back): nothing was cut
-        gone = [at for at in state.read_at if at >= offset]
-        for at in gone:
-            del state.read_at[at]
+        gone = len(set(state.read_seqs[at:]))
+        del offsets[at:]
+        del state.read_seqs[at:]
         for counts in self._counts(state):
-            counts.truncated += len(gone)
+            counts.truncated += gone
 
     def expire(self, now_ms: float) -> int:
         """Declare lost every acknowledged record not read within its SLA; returns how many.

@@ -22,7 +22,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient
 from django.db import DatabaseError, close_old_connections, connection
 
-from auditor.canary.accounting import CanaryAccounting
+from auditor.canary.accounting import CanaryAccounting, DeliveryCounts
 from auditor.canary.alerting import alert_on_minute
 from auditor.canary.models import CanaryPoint
 from auditor.canary.payload import decode_record, encode_record
@@ -523,26 +523,23 @@ class CanaryService:
         if fresh:
             leaders.update(fresh)
         minute = datetime.fromtimestamp(minute_start, UTC)
-        sent = sum(c.sent for c in counts.values())
-        received = sum(c.received for c in counts.values())
-        lost = sum(c.lost for c in counts.values())
-        duplicated = sum(c.duplicated for c in counts.values())
-        out_of_order = sum(c.out_of_order for c in counts.values())
-        produce_errors = sum(c.produce_errors for c in counts.values())
-        unacked = sum(c.unacked for c in counts.values())
+        total = DeliveryCounts()
+        for c in counts.values():
+            total.merge(c)
         log.info(
-            "minute %s%s %s: sent %d received %d lost %d duplicated %d out of order %d "
+            "minute %s%s %s: sent %d received %d lost %d truncated %d duplicated %d out of order %d "
             "produce errors %d unacked past the SLA %d",
             f"{minute:%H:%M}",
             " (partial)" if partial else "",
             self.options.topic,
-            sent,
-            received,
-            lost,
-            duplicated,
-            out_of_order,
-            produce_errors,
-            unacked,
+            total.sent,
+            total.received,
+            total.lost,
+            total.truncated,
+            total.duplicated,
+            total.out_of_order,
+            total.produce_errors,
+            total.unacked,
         )
         if not self.options.store_points:
             return

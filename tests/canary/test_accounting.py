@@ -351,3 +351,13 @@ def test_without_offsets_nothing_is_compared(accounting):
     accounting.record_received(records[0], 0, 1100)
     accounting.record_received(records[1], 0, 1100)
     assert counts(accounting, 0)["truncated"] == 0
+
+
+def test_a_duplicated_record_cut_from_the_log_counts_once(accounting):
+    first, second = send(accounting, 0, 1000), send(accounting, 0, 1001)
+    accounting.record_received(first, 0, 1100, offset=0)
+    accounting.record_received(first, 0, 1101, offset=1)  # the producer's retry wrote it twice
+    accounting.record_received(second, 0, 1102, offset=2)
+    accounting.record_received(CanaryRecord("b" * 32, 0, 0, 1150), 0, 1200, offset=0)  # cut at 0
+    result = counts(accounting, 0)
+    assert (result["truncated"], result["duplicated"]) == (2, 1)

@@ -53,7 +53,7 @@ def _affected(topic: str, since: float) -> list[CanaryPoint]:
     return [
         p
         for p in CanaryPoint.objects.filter(topic=topic, minute__gte=start)
-        if p.lost or p.produce_errors or (p.max_ms or 0) >= LATE_MS
+        if p.lost or p.truncated or p.produce_errors or (p.max_ms or 0) >= LATE_MS
     ]
 
 

@@ -64,7 +64,9 @@ def canary_section(bindings: Sequence[Binding], start: datetime, end: datetime) 
     per_topic = dict(sorted(per_topic.items()))
     for name, entry in per_topic.items():
         entry["minutes"] = len(minutes[name])
-        entry["loss_ratio"] = round(entry["lost"] / entry["sent"], 6) if entry["sent"] else None
+        # records the cluster lost: acked and never read, or read and cut from the log since
+        gone = entry["lost"] + entry["truncated"]
+        entry["loss_ratio"] = round(gone / entry["sent"], 6) if entry["sent"] else None
     latency: dict[str, list[tuple[datetime, float | None]]] = {
         name: [(minute, p99) for minute, p99 in sorted(latency_by_minute[name].items())]
         for name in per_topic
