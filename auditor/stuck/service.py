@@ -589,21 +589,22 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         else None
     )
     result.risks = cluster_risks(view, previous or [])
-    # Any read whose failure can turn a verdict into unknown: the topic, the groups' offsets,
-    # the ledgers, the auditor's memory (an item it saw expire is unknown without it), the
-    # topic's cleanup policy, its in-sync replicas and its id.
     unreadable = bool(
         view.kafka_error
         or view.groups_error
         or (view.producer_ledger is not None and not view.producer_ledger.available)
         or (groups and view.consumer_ledger is not None and not view.consumer_ledger.available)
-        or memory.reason
-        or view.cleanup_error
-        or view.stalled_error
-        or view.topic_id_error
     )
+    unknown = [v.diagnosis.reason for v in verdicts if v.diagnosis.verdict == "unknown"]
+    # Reads whose failure an unknown verdict names in its reason: the auditor's memory (an item
+    # it saw expire is unknown without it), the topic's cleanup policy, in-sync replicas and id.
+    # Only a verdict that names one counts (a read refused on every run, an ACL, would
+    # otherwise keep every alert of the rule open for good).
+    cited = [e for e in (memory.reason, view.cleanup_error, view.stalled_error, view.topic_id_error) if e]
     # Degraded: something was unreadable and some item is unknown for it; alerts then stay open.
-    result.degraded = (unreadable or result.ledger_unread) and any(v.diagnosis.verdict == "unknown" for v in verdicts)
+    result.degraded = bool(unknown) and (
+        unreadable or result.ledger_unread or any(error in reason for reason in unknown for error in cited)
+    )
     if view.kafka_error:
         result.notes.append(f"Kafka could not be read: {view.kafka_error}")
     for ledger in (view.producer_ledger, view.consumer_ledger):
