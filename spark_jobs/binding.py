@@ -113,7 +113,7 @@ def parse_duration(value: Any, what: str) -> float:
     """'2m', '30s', '1h', '500ms', '1d' or a number of seconds → seconds."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
         return float(value)
-    match = DURATION.match(str(value))
+    match = DURATION.fullmatch(str(value))
     if not match:
         raise BindingError(f"{what}: expected a duration such as 30s, 2m, 1h or 1d, got {value!r}")
     return int(match.group(1)) * _DURATION_SECONDS[match.group(2)]
@@ -125,12 +125,12 @@ def parse_record_key(value: str, binding: str) -> RecordKeySpec:
         return RecordKeySpec("key")
     if text.startswith("header:"):
         name = text[len("header:") :]
-        if not HEADER_NAME.match(name):
+        if not HEADER_NAME.fullmatch(name):
             raise BindingError(f"binding {binding!r}: record_key header name {name!r} is not valid")
         return RecordKeySpec("header", name)
     if text.startswith("json:"):
         path = text[len("json:") :]
-        if not JSON_PATH.match(path):
+        if not JSON_PATH.fullmatch(path):
             raise BindingError(
                 f"binding {binding!r}: record_key JSON path {path!r} is not valid; "
                 "expected e.g. json:$.ticket_id or json:$.items[0].id"

@@ -55,9 +55,9 @@ def key_literals(keys: list[str], data_type: str) -> list[str] | None:
     key too long to send)."""
     kind = data_type.lower()
     if kind in NUMERIC_TYPES:
-        return [k for k in keys if _CANONICAL_INTEGER.match(k) and -(2**63) <= int(k) < 2**63]
+        return [k for k in keys if _CANONICAL_INTEGER.fullmatch(k) and -(2**63) <= int(k) < 2**63]
     if kind == "uuid":
-        return [f"'{k}'::uuid" for k in keys if _CANONICAL_UUID.match(k)]
+        return [f"'{k}'::uuid" for k in keys if _CANONICAL_UUID.fullmatch(k)]
     if kind in TEXT_TYPES and all(len(k) <= MAX_KEY_CHARS for k in keys):
         # An escape string, whatever standard_conforming_strings says: a backslash and a quote
         # are doubled. A NUL cannot be in a PostgreSQL text value: a key holding one has no row.

@@ -145,5 +145,8 @@ def test_key_literals_keep_only_keys_the_column_can_hold():
     assert late_rows.key_literals(["a'b", "c\\d", "e\x00"], "text") == ["E'a''b'", "E'c\\\\d'"]
     uuid_key = "0b7c1b1e-8f4e-4c8a-9d55-2f3b1c2d3e4f"
     assert late_rows.key_literals([uuid_key, uuid_key.upper(), "x"], "uuid") == [f"'{uuid_key}'::uuid"]
+    # a final newline passes `$` of re.match: a key "15\n" is no row 15's, and "<uuid>\n" no uuid
+    assert late_rows.key_literals(["15\n", "16"], "bigint") == ["16"]
+    assert late_rows.key_literals([uuid_key + "\n"], "uuid") == []
     assert late_rows.key_literals(["1.5"], "numeric") is None  # read the key column instead
     assert late_rows.key_literals(["a", "b" * 1001], "text") is None  # too long to send
