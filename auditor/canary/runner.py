@@ -90,17 +90,23 @@ class CanaryResult:
         }
 
 
-def _kafka_error_text(exc: KafkaException) -> str:
+def _kafka_error(exc: KafkaException) -> KafkaError | None:
+    """The KafkaError a KafkaException carries, if any."""
     error = exc.args[0] if exc.args else None
-    return error.str() if isinstance(error, KafkaError) else str(exc)
+    return error if isinstance(error, KafkaError) else None
+
+
+def _kafka_error_text(exc: KafkaException) -> str:
+    error = _kafka_error(exc)
+    return error.str() if error is not None else str(exc)
 
 
 def is_fatal(exc: KafkaException) -> bool:
     """Whether the client that raised ``exc`` is unusable from now on (librdkafka's fatal errors:
     an idempotent producer's sequence desynchronised by an unclean election, a fenced producer)."""
-    error = exc.args[0] if exc.args else None
+    error = _kafka_error(exc)
     # produce() on a producer already fatal raises _FATAL without the fatal flag set (2.16).
-    return isinstance(error, KafkaError) and (error.fatal() or error.code() == KafkaError._FATAL)
+    return error is not None and (error.fatal() or error.code() == KafkaError._FATAL)
 
 
 class InFlight:
@@ -283,8 +289,7 @@ class CanaryService:
                 producer.close()
                 return raised
             except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                raised = error if isinstance(error, KafkaError) else raised
+                raised = _kafka_error(exc) or raised
             except RuntimeError:  # closed already
                 return raised
         log.warning("could not close the canary producer: %s", raised.str() if raised else "unknown error")
@@ -420,7 +425,7 @@ class CanaryService:
             # A fatal error is raised by poll() as well as handed to error_cb (2.16).
             if not is_fatal(exc):
                 raise
-            self._fatal = self._fatal or exc.args[0]
+            self._fatal = self._fatal or _kafka_error(exc)
         if self._fatal is not None:
             self._replace_producer(accounting)
 
@@ -473,16 +478,16 @@ class CanaryService:
             self._warnings.warning("queue", "the producer's queue is full: the cluster does not take canary records")
             return False
         except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
+            error = _kafka_error(exc)
             if is_fatal(exc):
                 # Nothing was handed over: the record goes out again through the next producer.
-                self._fatal = error if isinstance(error, KafkaError) else KafkaError(KafkaError._FATAL)
+                self._fatal = error or KafkaError(KafkaError._FATAL)
                 return False
             # Refused at once (_MSG_SIZE_TOO_LARGE, _UNKNOWN_PARTITION): a send that failed.
             accounting.record_sent(record, self._leaders.get(partition))
             accounting.record_produce_error(partition, record.seq)
             self._warnings.warning(
-                ("produce", partition, error.code() if isinstance(error, KafkaError) else None),
+                ("produce", partition, error.code() if error is not None else None),
                 "canary record to %s/%d refused by the producer: %s",
                 self.options.topic,
                 partition,

@@ -322,16 +322,36 @@ def test_an_idle_session_writes_a_heartbeat_within_its_declared_alive_ms_and_clo
     assert sum(isinstance(r, SessionEnd) and r.closed for r in records) == 1
 
 
+def _produce(
+    producer_class: type[AuditedProducer] | type[AuditedProducerV1],
+    config: dict[str, Any],
+    topics: dict[str, str],
+    records: list[tuple[bytes, bytes]],
+    **produce: Any,
+) -> None:
+    """(value, key) records to the data topic through a probed producer of `producer_class`, flushed."""
+    with producer_class(config, ledger_topic=topics["pledger"], clients_topic=topics["clients"]) as producer:
+        for value, key in records:
+            producer.produce(topics["data"], value, key, **produce)
+
+
+def _marked_offsets(topics: dict[str, str], bootstrap: str) -> list[tuple[int, int]]:
+    """(partition, offset) of every mark the consumer ledger holds, a repeated mark as often as written."""
+    return [
+        (r.partition, offset)
+        for m in read_topic(topics["cledger"], bootstrap=bootstrap)
+        if isinstance(rec := decode_ledger_record(m.value()), ProcessedRanges)
+        for r in rec.ranges
+        for offset in range(r.first, r.last + 1)
+    ]
+
+
 def test_it_ledgers_processed_offset_ranges_and_reads_v1_and_v2_records(
     kafka_bootstrap: str, topics: dict[str, str]
 ) -> None:
     config = {"bootstrap.servers": kafka_bootstrap}
-    with AuditedProducerV1(config, ledger_topic=topics["pledger"], clients_topic=topics["clients"]) as old:
-        for i in range(20):
-            old.produce(topics["data"], b"old%d" % i, b"o%d" % i)
-    with AuditedProducer(config, ledger_topic=topics["pledger"], clients_topic=topics["clients"]) as new:
-        for i in range(20):
-            new.produce(topics["data"], b"new%d" % i, b"n%d" % i)
+    _produce(AuditedProducerV1, config, topics, [(b"old%d" % i, b"o%d" % i) for i in range(20)])
+    _produce(AuditedProducer, config, topics, [(b"new%d" % i, b"n%d" % i) for i in range(20)])
     consumer = AuditedConsumer(
         {**config, "group.id": uuid.uuid4().hex, "enable.auto.commit": False},
         ledger_topic=topics["cledger"],
@@ -349,14 +369,7 @@ def test_it_ledgers_processed_offset_ranges_and_reads_v1_and_v2_records(
         consumer.mark_processed(msg)
     consumer.close()
     assert versions == {1, 2}
-    ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["cledger"], bootstrap=kafka_bootstrap)]
-    marked = {
-        (r.partition, offset)
-        for rec in ledger
-        if isinstance(rec, ProcessedRanges)
-        for r in rec.ranges
-        for offset in range(r.first, r.last + 1)
-    }
+    marked = set(_marked_offsets(topics, kafka_bootstrap))
     assert marked == set(polled)
 
 
@@ -660,9 +673,7 @@ def test_rebalance_callbacks_get_the_audited_consumer_and_a_commit_in_on_revoke_
     kafka_bootstrap: str, topics: dict[str, str]
 ) -> None:
     config = {"bootstrap.servers": kafka_bootstrap}
-    with AuditedProducer(config, ledger_topic=topics["pledger"], clients_topic=topics["clients"]) as producer:
-        for i in range(6):
-            producer.produce(topics["data"], b"v%d" % i, b"k%d" % i, partition=0)
+    _produce(AuditedProducer, config, topics, [(b"v%d" % i, b"k%d" % i) for i in range(6)], partition=0)
     consumer = AuditedConsumer(
         {**config, "group.id": uuid.uuid4().hex, "enable.auto.commit": False, "auto.offset.reset": "earliest"},
         ledger_topic=topics["cledger"],
@@ -678,14 +689,7 @@ def test_rebalance_callbacks_get_the_audited_consumer_and_a_commit_in_on_revoke_
     def on_revoke(c: Any, partitions: list[TopicPartition]) -> None:
         given.append(c)
         c.commit(asynchronous=False)  # what was processed, before the partitions go
-        ledger_at_revoke.append(
-            sum(
-                r.last - r.first + 1
-                for m in read_topic(topics["cledger"], bootstrap=kafka_bootstrap)
-                if isinstance(rec := decode_ledger_record(m.value()), ProcessedRanges)
-                for r in rec.ranges
-            )
-        )
+        ledger_at_revoke.append(len(_marked_offsets(topics, kafka_bootstrap)))
 
     consumer.subscribe([topics["data"]], on_assign=on_assign, on_revoke=on_revoke)
     polled = 0
