@@ -375,6 +375,27 @@ def find_gaps(
     return known.unionByName(never_sent)
 
 
+def lost_gaps_kept(before: DataFrame, gaps: DataFrame | None, watermarks: DataFrame) -> DataFrame:
+    """The `broker-lost` gaps an earlier run reported (`before`: its findings) whose offset
+    retention has since deleted (below the partition's log start in `watermarks`), and which
+    `gaps` (this run's) no longer holds.
+
+    find_gaps counts an acked entry below the log start as present: read by no run, it may
+    have been there. One a run read and found lost stays lost; without this, the run after
+    retention passed its offset would drop the finding and resolve its alert, "can no longer
+    be read" taken for "recovered"."""
+    low = watermarks.select("partition", F.col("low").alias("_low"))
+    kept = (
+        before.where((F.col("kind") == "gap") & (F.col("cause") == "broker-lost") & F.col("offset").isNotNull())
+        .join(low, "partition", "inner")
+        .where(F.col("offset") < F.col("_low"))
+        .drop("_low")
+    )
+    if gaps is not None:
+        kept = kept.join(gaps.select("session", "seq").distinct(), ["session", "seq"], "left_anti")
+    return conform(kept, FINDING_SCHEMA)
+
+
 def _sent_by_judged(
     holes: DataFrame,
     coverage: DataFrame,

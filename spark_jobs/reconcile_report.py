@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.reconcile_findings import lost_gaps_kept
 from spark_jobs.reconcile_plan import RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_transform import (
     FINDING_KINDS,
@@ -67,6 +68,10 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
             held=held,
         )
     )
+    if plan.recreated is None:
+        # a loss an earlier run read stays known once retention deletes its offset
+        kept = lost_gaps_kept(plan.store.dataset(spark, plan.findings_before, "findings"), gaps, watermarks)
+        gaps = kept if gaps is None else gaps.unionByName(kept)
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it
     lost_acks = None if gaps is None else gaps.where(F.col("cause") == "broker-lost")
     optional: list[tuple[DataFrame, Callable[[], DataFrame]]] = [
