@@ -371,6 +371,7 @@ class CanaryService:
         for partition in accounting.partitions:
             self._next_send[partition] = started
         minute_start = math.floor(self._clock() / MINUTE) * MINUTE
+        minute_ends = self._minute_ends(minute_start)
         next_manage = started + opts.manage_interval_s
 
         # Whatever leaves the loop (a stop, the duration, or an error nobody foresaw), the open
@@ -391,9 +392,10 @@ class CanaryService:
                 else:
                     self._stop.wait(wait)
                 accounting.expire(self._monotonic() * 1000)
-                if self._clock() >= minute_start + MINUTE:
+                if self._monotonic() >= minute_ends:
                     self._close_minute(admin, accounting, leaders, minute_start, partial=False)
                     minute_start = math.floor(self._clock() / MINUTE) * MINUTE
+                    minute_ends = self._minute_ends(minute_start)
                 if self._monotonic() >= next_manage:
                     next_manage = self._monotonic() + opts.manage_interval_s
                     self._manage_topic(admin, consumer, accounting, leaders, start_offsets, assigned)
@@ -405,6 +407,16 @@ class CanaryService:
                 log.exception("could not store the open minute")
             raise
         self._finish(admin, consumer, accounting, leaders, start_offsets, assigned, minute_start)
+
+    def _minute_ends(self, minute_start: float) -> float:
+        """When (monotonic clock) the minute labelled `minute_start` closes: at the wall clock's
+        next minute, and at most a minute from now. A wall clock stepped back (NTP, a restored
+        VM) neither holds the minute open until it catches up, storing and alerting nothing
+        meanwhile, nor labels what follows by the minute it left: the minutes after the step
+        are labelled by the clock as it is now, and one labelled twice is summed (record_minute).
+        """
+        remaining = minute_start + MINUTE - self._clock()
+        return self._monotonic() + min(max(remaining, 0.0), MINUTE)
 
     def _current_producer(self, accounting: CanaryAccounting) -> Producer:
         """The producer to use now: a new one when the last one hit a fatal error."""

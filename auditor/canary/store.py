@@ -54,6 +54,36 @@ def record_minute(
             )
         )
     with transaction.atomic():
-        CanaryPoint.objects.bulk_create(points)
+        stored = {
+            p.partition: p
+            for p in CanaryPoint.objects.select_for_update().filter(session=session, topic=topic, minute=minute)
+        }
+        if stored:  # the minute was closed before: the wall clock stepped back since (runner._minute_ends)
+            points = [_summed(stored[p.partition], p) if p.partition in stored else p for p in points]
+            for point in points:
+                point.save()
+        else:
+            CanaryPoint.objects.bulk_create(points)
         publish(LIVE_GROUP, LIVE_EVENT, {"topic": topic, "points": [p.as_event() for p in points]})
     return points
+
+
+SUMMED = ("sent", "received", "lost", "duplicated", "out_of_order", "late", "produce_errors", "unacked", "truncated")
+
+
+def _summed(stored: CanaryPoint, later: CanaryPoint) -> CanaryPoint:
+    """A minute labelled twice: the counts of both windows, their losses per leader, the later
+    leader, and the larger of each latency figure (the percentiles of the union are not
+    known: the larger one never understates)."""
+    for name in SUMMED:
+        setattr(stored, name, getattr(stored, name) + getattr(later, name))
+    lost_leaders = dict(stored.lost_leaders or {})
+    for broker, n in (later.lost_leaders or {}).items():
+        lost_leaders[broker] = lost_leaders.get(broker, 0) + n
+    stored.lost_leaders = dict(sorted(lost_leaders.items()))
+    for name in ("p50_ms", "p99_ms", "max_ms"):
+        figures = [v for v in (getattr(stored, name), getattr(later, name)) if v is not None]
+        setattr(stored, name, max(figures) if figures else None)
+    stored.leader = later.leader if later.leader is not None else stored.leader
+    stored.partial = stored.partial or later.partial
+    return stored
