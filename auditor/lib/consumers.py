@@ -1,30 +1,80 @@
-"""The live websocket: authenticated users join the groups their page shows."""
+"""The live websocket: authenticated users join the groups their page shows.
+
+Access is checked at connect and again before events are sent (at most every
+ACCESS_RECHECK_S): a socket whose user logged out, was deactivated, changed password
+or lost every role is closed, as the pages would refuse their next request."""
 
 from __future__ import annotations
 
 import json
+import time
+from importlib import import_module
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.utils.crypto import constant_time_compare
 
 from auditor.accounts.roles import VIEWER, has_role
 from auditor.lib.live import LIVE_GROUPS
 
+ACCESS_RECHECK_S = 5.0
+CLOSE_FORBIDDEN = 4403
+
+
+def still_allowed(user_id: Any, session_key: str | None) -> bool:
+    """The session still exists and names the user, whose password is unchanged since the
+    login (the session's auth hash), who is active and holds at least the viewer role."""
+    if not session_key:
+        return False
+    data = import_module(settings.SESSION_ENGINE).SessionStore(session_key).load()
+    if str(data.get(SESSION_KEY)) != str(user_id):
+        return False
+    user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
+    if user is None:
+        return False
+    if not constant_time_compare(data.get(HASH_SESSION_KEY, ""), user.get_session_auth_hash()):
+        return False
+    return has_role(user, VIEWER)
+
 
 class LiveConsumer(AsyncWebsocketConsumer):
     groups_joined: list[str]
+    allowed_until: float = 0.0  # monotonic: access was last checked and holds until then
+    closed_for_access: bool = False
 
     async def connect(self) -> None:
         user = self.scope.get("user")
         # Same rule as the pages: logged in and holding at least the viewer role.
         if user is None or not user.is_authenticated or not await database_sync_to_async(has_role)(user, VIEWER):
-            await self.close(code=4403)
+            await self.close(code=CLOSE_FORBIDDEN)
             return
         self.groups_joined = []
+        self.allowed_until = time.monotonic() + ACCESS_RECHECK_S
         await self.accept()
 
+    async def _still_allowed(self) -> bool:
+        """Access re-checked (at most every ACCESS_RECHECK_S); the socket closed when it ended."""
+        if self.closed_for_access:
+            return False
+        if time.monotonic() < self.allowed_until:
+            return True
+        session = self.scope.get("session")
+        user = self.scope["user"]
+        if await database_sync_to_async(still_allowed)(user.pk, getattr(session, "session_key", None)):
+            self.allowed_until = time.monotonic() + ACCESS_RECHECK_S
+            return True
+        self.closed_for_access = True
+        await self.disconnect(CLOSE_FORBIDDEN)
+        self.groups_joined = []
+        await self.close(code=CLOSE_FORBIDDEN)
+        return False
+
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if not await self._still_allowed():
+            return
         try:
             message = json.loads(text_data or "{}")
         except json.JSONDecodeError:
@@ -44,4 +94,6 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def audit_event(self, event: dict[str, Any]) -> None:
+        if not await self._still_allowed():
+            return
         await self.send(json.dumps({"group": event["group"], "event": event["event"], "payload": event["payload"]}))
