@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from auditor.alerts import conf
 from auditor.alerts.destinations import check_destination, post_json
-from auditor.alerts.models import Channel, Delivery
+from auditor.alerts.models import Alert, Channel, Delivery
 from auditor.alerts.retry import TransportError, call_with_retries
 from auditor.alerts.signing import signature_headers
 from auditor.lib.live import publish
@@ -87,6 +87,8 @@ def deliver(delivery_id: int) -> Delivery | None:
         finished = timezone.now()
         Delivery.objects.filter(pk=delivery.pk).update(status=Delivery.DELIVERED, finished_at=finished)
         Channel.objects.filter(pk=channel.pk).update(last_delivery_at=finished)
+        if delivery.event == Delivery.OPENED and delivery.alert_id is not None:
+            Alert.objects.filter(pk=delivery.alert_id).update(notified=True)
     delivery.refresh_from_db()
     publish(
         "alerts",

@@ -1,0 +1,113 @@
+"""An alert's deliveries over its life: an opening that failed is sent again, a resolved goes
+only where the opening was delivered, and a mute never holds back a resolved."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from auditor.accounts.acknowledgements import acknowledge
+from auditor.alerts.delivery import deliver
+from auditor.alerts.models import Alert, Delivery
+from auditor.alerts.problems import raise_problem, resolve_problem
+from tests.support.webhooks import SECRET_ENV, Receiver
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+
+def deliver_pending() -> list[Delivery | None]:
+    """What the Celery task does for each delivery once the transaction commits."""
+    ids = Delivery.objects.filter(status=Delivery.PENDING).order_by("pk").values_list("pk", flat=True)
+    return [deliver(pk) for pk in list(ids)]
+
+
+def log_of(fingerprint: str) -> list[tuple[str, str]]:
+    return list(Delivery.objects.filter(alert__fingerprint=fingerprint).order_by("pk").values_list("event", "status"))
+
+
+def answered(receiver: Receiver) -> list[tuple[str, str]]:
+    return [(r.json()["event"], r.json()["summary"]) for r in receiver.received]
+
+
+def test_it_sends_again_an_opening_whose_delivery_failed(webhook_settings, make_channel, receiver):
+    webhook_settings.AUDITOR_WEBHOOK_MAX_ATTEMPTS = 2
+    make_channel()
+    receiver.statuses.extend([503, 503])
+    raise_problem("finding:missing", "fp", None, "missing")
+    [failed] = deliver_pending()
+    assert failed is not None and (failed.status, failed.permanent_error) == ("failed", False)
+    assert not Alert.objects.get(fingerprint="fp").notified  # only a delivered opening counts
+
+    [alert] = raise_problem("finding:missing", "fp", None, "still missing")
+    assert log_of("fp") == [("opened", "failed"), ("opened", "pending")]
+    deliver_pending()
+    alert.refresh_from_db()
+    assert alert.notified
+    raise_problem("finding:missing", "fp", None, "missing a third time")  # delivered: folds, sends nothing
+    resolve_problem("fp")
+    deliver_pending()
+    assert answered(receiver) == [
+        ("opened", "missing"),
+        ("opened", "missing"),
+        ("opened", "still missing"),
+        ("resolved", "missing a third time"),
+    ]
+    assert log_of("fp") == [("opened", "failed"), ("opened", "delivered"), ("resolved", "delivered")]
+
+
+def test_it_sends_again_an_opening_that_failed_for_good_only_once_the_channel_is_fixed(
+    webhook_settings, make_channel, receiver
+):
+    channel = make_channel(secret="${AUDITOR_TEST_NOT_SET_ANYWHERE}")
+    raise_problem("finding:missing", "fp", None, "missing")
+    [failed] = deliver_pending()
+    assert failed is not None and (failed.status, failed.permanent_error) == ("failed", True)
+    raise_problem("finding:missing", "fp", None, "still missing")  # nothing changed: no new attempt
+    assert log_of("fp") == [("opened", "failed")]
+
+    channel.secret = "${" + SECRET_ENV + "}"
+    channel.save()
+    raise_problem("finding:missing", "fp", None, "missing after the fix")
+    deliver_pending()
+    assert answered(receiver) == [("opened", "missing after the fix")]
+    assert log_of("fp") == [("opened", "failed"), ("opened", "delivered")]
+
+
+def test_it_sends_no_resolved_for_an_opening_that_failed(webhook_settings, make_channel, receiver):
+    webhook_settings.AUDITOR_WEBHOOK_MAX_ATTEMPTS = 2
+    make_channel()
+    receiver.statuses.extend([503, 503])
+    raise_problem("finding:missing", "fp", None, "missing")
+    deliver_pending()
+    resolve_problem("fp")
+    deliver_pending()
+    assert [event for event, _ in answered(receiver)] == ["opened", "opened"]
+    assert log_of("fp") == [("opened", "failed")]
+
+
+@pytest.mark.parametrize(
+    "silence",
+    [
+        pytest.param(
+            lambda users, channel: acknowledge(users["operator"], "problem", "fp", action="mute", reason="noisy"),
+            id="muted",
+        ),
+        pytest.param(
+            lambda users, channel: channel.__class__.objects.filter(pk=channel.pk).update(enabled=False), id="disabled"
+        ),
+    ],
+)
+def test_it_sends_the_resolved_of_a_delivered_opening_after_a_mute(
+    webhook_settings, make_channel, receiver, role_users, silence: Callable[[Any, Any], Any]
+):
+    channel = make_channel()
+    raise_problem("finding:missing", "fp", None, "missing")
+    deliver_pending()
+    silence(role_users, channel)
+    raise_problem("finding:missing", "fp", None, "still missing")
+    resolve_problem("fp")
+    deliver_pending()
+    assert [r.json()["event"] for r in receiver.received] == ["opened", "resolved"]
+    assert log_of("fp") == [("opened", "delivered"), ("resolved", "delivered")]
