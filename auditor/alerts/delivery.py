@@ -1,11 +1,19 @@
-"""Sending one recorded delivery: sign it, POST it, retry transient failures, record the outcome."""
+"""Sending one recorded delivery: sign it, POST it, retry transient failures, record the outcome.
+
+The deliveries of one alert (one problem on one channel) go out in the order they were recorded:
+one waits while an earlier one is pending or being sent, and the worker that finishes the earlier
+one hands it over (``next_waiting``). A ``resolved`` whose opening ended up not delivered is
+suppressed: the receiver never heard of the problem.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
+from datetime import datetime
 
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from auditor.alerts import conf
@@ -23,9 +31,51 @@ def _body(delivery: Delivery) -> bytes:
     return json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+IN_FLIGHT = (Delivery.PENDING, Delivery.SENDING)
+
+
+def _waits(delivery_id: int) -> bool:
+    """Whether an earlier delivery of the same alert is still pending or being sent."""
+    delivery = Delivery.objects.filter(pk=delivery_id).values("alert_id", "status").first()
+    if delivery is None or delivery["status"] != Delivery.PENDING or delivery["alert_id"] is None:
+        return False
+    return Delivery.objects.filter(alert_id=delivery["alert_id"], pk__lt=delivery_id, status__in=IN_FLIGHT).exists()
+
+
+def _suppress_unannounced_resolved(delivery_id: int, now: datetime) -> bool:
+    """Suppress a pending ``resolved`` whose opening was not delivered (every earlier delivery
+    of its alert is done by now); True if it was."""
+    opening_delivered = Delivery.objects.filter(
+        alert_id=OuterRef("alert_id"), event=Delivery.OPENED, status=Delivery.DELIVERED
+    )
+    return (
+        Delivery.objects.filter(pk=delivery_id, status=Delivery.PENDING, event=Delivery.RESOLVED)
+        .exclude(Exists(opening_delivered))
+        .update(status=Delivery.SUPPRESSED, last_error="its opening was not delivered", finished_at=now)
+        == 1
+    )
+
+
+def next_waiting(delivery: Delivery) -> int | None:
+    """The pending delivery of the same alert that waited for this finished one, if any."""
+    if delivery.alert_id is None or delivery.status in IN_FLIGHT:
+        return None
+    return (
+        Delivery.objects.filter(alert_id=delivery.alert_id, pk__gt=delivery.pk, status=Delivery.PENDING)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
+
+
 def deliver(delivery_id: int) -> Delivery | None:
-    """Send a pending delivery, retrying transient failures; None if another worker has it."""
+    """Send a pending delivery, retrying transient failures; None if another worker has it or it
+    waits for an earlier delivery of its alert."""
     now = timezone.now()
+    if _waits(delivery_id):
+        return None
+    if _suppress_unannounced_resolved(delivery_id, now):
+        return Delivery.objects.get(pk=delivery_id)
     claimed = Delivery.objects.filter(pk=delivery_id, status=Delivery.PENDING).update(
         status=Delivery.SENDING, claimed_at=now
     )

@@ -17,7 +17,7 @@ such as a missing secret or a 4xx, only once the channel was saved since). While
 back or on its way, a detection adds no delivery row.
 
 Resolving sends ``resolved`` to each channel whose opening was delivered or is still on its
-way.
+way (delivery.py sends it after the opening, and suppresses it if the opening then fails).
 It is never held back: not by a mute (a mute silences openings), nor by the rate limit, nor
 by a channel disabled since the opening went out; no receiver is left with a problem that
 looks open forever.

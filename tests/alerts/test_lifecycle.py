@@ -1,17 +1,21 @@
 """An alert's deliveries over its life: an opening that failed is sent again, a resolved goes
-only where the opening was delivered, and a mute never holds back a resolved."""
+only where the opening was delivered, after it, and a mute never holds back a resolved."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from auditor.accounts.acknowledgements import acknowledge
+from auditor.alerts import tasks
 from auditor.alerts.delivery import deliver
-from auditor.alerts.models import Alert, Delivery
+from auditor.alerts.models import Alert, Channel, Delivery
 from auditor.alerts.problems import raise_problem, resolve_problem
+from auditor.alerts.tasks import requeue_stale_deliveries
 from tests.support.webhooks import SECRET_ENV, Receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -87,6 +91,66 @@ def test_it_sends_no_resolved_for_an_opening_that_failed(webhook_settings, make_
     assert log_of("fp") == [("opened", "failed")]
 
 
+def test_it_sends_a_resolved_only_after_its_pending_opening(webhook_settings, make_channel, receiver):
+    make_channel()
+    raise_problem("finding:missing", "fp", None, "missing")
+    [opening] = Delivery.objects.all()
+    resolve_problem("fp")  # before the worker got to the opening
+    resolved = Delivery.objects.get(event="resolved")
+    assert deliver(resolved.pk) is None  # waits for the opening
+    assert receiver.received == []
+    assert Delivery.objects.get(pk=resolved.pk).status == "pending"
+    deliver(opening.pk)
+    deliver(resolved.pk)
+    assert [r.json()["event"] for r in receiver.received] == ["opened", "resolved"]
+    assert log_of("fp") == [("opened", "delivered"), ("resolved", "delivered")]
+
+
+def test_it_keeps_the_order_when_a_lost_opening_is_requeued_after_the_resolve(webhook_settings, make_channel, receiver):
+    make_channel()
+    raise_problem("finding:missing", "fp", None, "missing")
+    hour_ago = timezone.now() - timedelta(hours=1)
+    Delivery.objects.update(status=Delivery.SENDING, claimed_at=hour_ago)  # its worker died mid-send
+    resolve_problem("fp")
+    Delivery.objects.update(created_at=hour_ago)
+    assert requeue_stale_deliveries() == 2
+    resolved, opening = Delivery.objects.order_by("-pk")  # their tasks may run in any order
+    assert deliver(resolved.pk) is None  # it waits for the opening
+    deliver(opening.pk)
+    deliver_pending()
+    assert [(r.json()["event"], r.json()["alert"]["state"]) for r in receiver.received] == [
+        ("opened", "open"),
+        ("resolved", "resolved"),
+    ]
+
+
+def test_it_suppresses_a_waiting_resolved_whose_opening_then_failed(webhook_settings, make_channel, receiver):
+    webhook_settings.AUDITOR_WEBHOOK_MAX_ATTEMPTS = 2
+    make_channel()
+    receiver.statuses.extend([503, 503])
+    raise_problem("finding:missing", "fp", None, "missing")
+    resolve_problem("fp")
+    deliver_pending()
+    assert [r.json()["event"] for r in receiver.received] == ["opened", "opened"]
+    assert log_of("fp") == [("opened", "failed"), ("resolved", "suppressed")]
+    assert "opening was not delivered" in Delivery.objects.get(event="resolved").last_error
+
+
+def test_it_hands_the_waiting_resolved_to_a_worker_when_the_opening_is_done(
+    webhook_settings, make_channel, receiver, monkeypatch: pytest.MonkeyPatch
+):
+    make_channel()
+    raise_problem("finding:missing", "fp", None, "missing")
+    resolve_problem("fp")
+    opening, resolved = Delivery.objects.order_by("pk")
+    queued: list[int] = []
+    monkeypatch.setattr(tasks.deliver_webhook, "delay", lambda delivery_id: queued.append(delivery_id))
+    tasks.deliver_webhook(resolved.pk)
+    assert queued == []
+    tasks.deliver_webhook(opening.pk)
+    assert queued == [resolved.pk]
+
+
 @pytest.mark.parametrize(
     "silence",
     [
@@ -94,9 +158,7 @@ def test_it_sends_no_resolved_for_an_opening_that_failed(webhook_settings, make_
             lambda users, channel: acknowledge(users["operator"], "problem", "fp", action="mute", reason="noisy"),
             id="muted",
         ),
-        pytest.param(
-            lambda users, channel: channel.__class__.objects.filter(pk=channel.pk).update(enabled=False), id="disabled"
-        ),
+        pytest.param(lambda users, channel: Channel.objects.filter(pk=channel.pk).update(enabled=False), id="disabled"),
     ],
 )
 def test_it_sends_the_resolved_of_a_delivered_opening_after_a_mute(
