@@ -43,6 +43,28 @@ def test_it_sends_a_signed_generic_payload(webhook_settings, make_channel, recei
     assert channel.last_delivery_at is not None
 
 
+def test_it_signs_the_delivery_id_event_and_sequence_in_the_body(webhook_settings, make_channel, receiver):
+    make_channel()
+    raise_problem("finding:missing", "fp", None, "missing")
+    resolve_problem("fp")
+    deliveries = deliver_pending()
+    assert len(receiver.received) == 2
+    for request, delivery in zip(receiver.received, deliveries, strict=True):
+        body = request.json()
+        assert request.signature_valid  # receivers may deduplicate on what the signature covers
+        assert body["delivery_id"] == delivery.pk and request.headers["X-Auditor-Delivery"] == str(delivery.pk)
+        assert body["event"] == delivery.event == request.headers["X-Auditor-Event"]
+    assert [(r.json()["event"], r.json()["sequence"]) for r in receiver.received] == [("opened", 1), ("resolved", 2)]
+
+
+def test_it_names_the_delivery_in_a_slack_payload(webhook_settings, make_channel, receiver):
+    make_channel(format=Channel.SLACK)
+    raise_problem("finding:missing", "fp", None, "missing")
+    [delivery] = deliver_pending()
+    context = receiver.received[0].json()["blocks"][2]["elements"][0]["text"]
+    assert f"delivery #{delivery.pk}" in context
+
+
 def test_it_retries_5xx_and_records_exactly_three_attempts(webhook_settings, make_channel, receiver):
     make_channel()
     receiver.statuses.extend([500, 500])

@@ -102,7 +102,7 @@ def test_it_sends_a_resolved_only_after_its_pending_opening(webhook_settings, ma
     assert Delivery.objects.get(pk=resolved.pk).status == "pending"
     deliver(opening.pk)
     deliver(resolved.pk)
-    assert [r.json()["event"] for r in receiver.received] == ["opened", "resolved"]
+    assert [(r.json()["event"], r.json()["sequence"]) for r in receiver.received] == [("opened", 1), ("resolved", 2)]
     assert log_of("fp") == [("opened", "delivered"), ("resolved", "delivered")]
 
 
