@@ -199,6 +199,8 @@ def resolve_problem(fingerprint: str) -> list[Alert]:
             .select_related("channel", "binding")
             .filter(fingerprint=fingerprint, state=Alert.OPEN)
         )
+        if not alerts:
+            return []  # most calls: every run resolves each problem it did not see
         announced = set(
             Delivery.objects.filter(alert__in=alerts, event=Delivery.OPENED, status__in=ANNOUNCED_OPENING).values_list(
                 "alert_id", flat=True
