@@ -75,7 +75,9 @@ def deliver(delivery_id: int) -> Delivery | None:
     if _waits(delivery_id):
         return None
     if _suppress_unannounced_resolved(delivery_id, now):
-        return Delivery.objects.get(pk=delivery_id)
+        suppressed = Delivery.objects.select_related("channel").get(pk=delivery_id)
+        _publish_delivery(suppressed, suppressed.channel.name)
+        return suppressed
     claimed = Delivery.objects.filter(pk=delivery_id, status=Delivery.PENDING).update(
         status=Delivery.SENDING, claimed_at=now
     )
@@ -140,16 +142,20 @@ def deliver(delivery_id: int) -> Delivery | None:
         if delivery.event == Delivery.OPENED and delivery.alert_id is not None:
             Alert.objects.filter(pk=delivery.alert_id).update(notified=True)
     delivery.refresh_from_db()
+    _publish_delivery(delivery, channel.name)
+    return delivery
+
+
+def _publish_delivery(delivery: Delivery, channel_name: str) -> None:
     publish(
         "alerts",
         "delivery",
         {
             "id": delivery.pk,
-            "channel": channel.name,
+            "channel": channel_name,
             "event": delivery.event,
             "status": delivery.status,
             "attempts": delivery.attempts,
             "last_error": delivery.last_error,
         },
     )
-    return delivery

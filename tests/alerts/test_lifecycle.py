@@ -3,11 +3,14 @@ only where the opening was delivered, after it, and a mute never holds back a re
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.utils import timezone
 
 from auditor.accounts.acknowledgements import acknowledge
@@ -29,6 +32,10 @@ def deliver_pending() -> list[Delivery | None]:
 
 def log_of(fingerprint: str) -> list[tuple[str, str]]:
     return list(Delivery.objects.filter(alert__fingerprint=fingerprint).order_by("pk").values_list("event", "status"))
+
+
+async def _receive(layer: Any, browser: str) -> dict[str, Any]:
+    return await asyncio.wait_for(layer.receive(browser), timeout=5)
 
 
 def answered(receiver: Receiver) -> list[tuple[str, str]]:
@@ -134,6 +141,32 @@ def test_it_suppresses_a_waiting_resolved_whose_opening_then_failed(webhook_sett
     assert [r.json()["event"] for r in receiver.received] == ["opened", "opened"]
     assert log_of("fp") == [("opened", "failed"), ("resolved", "suppressed")]
     assert "opening was not delivered" in Delivery.objects.get(event="resolved").last_error
+
+
+def test_it_pushes_a_suppressed_waiting_resolved_to_the_alerts_page(
+    webhook_settings, make_channel, receiver, django_capture_on_commit_callbacks: Callable[..., Any]
+):
+    webhook_settings.AUDITOR_WEBHOOK_MAX_ATTEMPTS = 1
+    make_channel()
+    receiver.statuses.append(503)
+    raise_problem("finding:missing", "fp", None, "missing")
+    resolve_problem("fp")
+    opening, resolved = Delivery.objects.order_by("pk")
+    deliver(opening.pk)
+    layer = get_channel_layer()
+    browser = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)("alerts", browser)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            deliver(resolved.pk)
+        while True:
+            message = async_to_sync(_receive)(layer, browser)
+            if message["event"] == "delivery" and message["payload"]["id"] == resolved.pk:
+                break
+    finally:
+        async_to_sync(layer.group_discard)("alerts", browser)
+    assert message["payload"]["status"] == "suppressed"
+    assert message["payload"]["last_error"] == "its opening was not delivered"
 
 
 def test_it_hands_the_waiting_resolved_to_a_worker_when_the_opening_is_done(
