@@ -1,16 +1,24 @@
-"""Sending one recorded delivery: sign it, POST it, retry transient failures, record the outcome."""
+"""Sending one recorded delivery: sign it, POST it, retry transient failures, record the outcome.
+
+The deliveries of one alert (one problem on one channel) go out in the order they were recorded:
+one waits while an earlier one is pending or being sent, and the worker that finishes the earlier
+one hands it over (``next_waiting``). A ``resolved`` whose opening ended up not delivered is
+suppressed: the receiver never heard of the problem.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
+from datetime import datetime
 
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from auditor.alerts import conf
 from auditor.alerts.destinations import check_destination, post_json
-from auditor.alerts.models import Channel, Delivery
+from auditor.alerts.models import Alert, Channel, Delivery
 from auditor.alerts.retry import TransportError, call_with_retries
 from auditor.alerts.signing import signature_headers
 from auditor.lib.live import publish
@@ -23,9 +31,53 @@ def _body(delivery: Delivery) -> bytes:
     return json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+IN_FLIGHT = (Delivery.PENDING, Delivery.SENDING)
+
+
+def _waits(delivery_id: int) -> bool:
+    """Whether an earlier delivery of the same alert is still pending or being sent."""
+    delivery = Delivery.objects.filter(pk=delivery_id).values("alert_id", "status").first()
+    if delivery is None or delivery["status"] != Delivery.PENDING or delivery["alert_id"] is None:
+        return False
+    return Delivery.objects.filter(alert_id=delivery["alert_id"], pk__lt=delivery_id, status__in=IN_FLIGHT).exists()
+
+
+def _suppress_unannounced_resolved(delivery_id: int, now: datetime) -> bool:
+    """Suppress a pending ``resolved`` whose opening was not delivered (every earlier delivery
+    of its alert is done by now); True if it was."""
+    opening_delivered = Delivery.objects.filter(
+        alert_id=OuterRef("alert_id"), event=Delivery.OPENED, status=Delivery.DELIVERED
+    )
+    return (
+        Delivery.objects.filter(pk=delivery_id, status=Delivery.PENDING, event=Delivery.RESOLVED)
+        .exclude(Exists(opening_delivered))
+        .update(status=Delivery.SUPPRESSED, last_error="its opening was not delivered", finished_at=now)
+        == 1
+    )
+
+
+def next_waiting(delivery: Delivery) -> int | None:
+    """The pending delivery of the same alert that waited for this finished one, if any."""
+    if delivery.alert_id is None or delivery.status in IN_FLIGHT:
+        return None
+    return (
+        Delivery.objects.filter(alert_id=delivery.alert_id, pk__gt=delivery.pk, status=Delivery.PENDING)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
+
+
 def deliver(delivery_id: int) -> Delivery | None:
-    """Send a pending delivery, retrying transient failures; None if another worker has it."""
+    """Send a pending delivery, retrying transient failures; None if another worker has it or it
+    waits for an earlier delivery of its alert."""
     now = timezone.now()
+    if _waits(delivery_id):
+        return None
+    if _suppress_unannounced_resolved(delivery_id, now):
+        suppressed = Delivery.objects.select_related("channel").get(pk=delivery_id)
+        _publish_delivery(suppressed, suppressed.channel.name)
+        return suppressed
     claimed = Delivery.objects.filter(pk=delivery_id, status=Delivery.PENDING).update(
         status=Delivery.SENDING, claimed_at=now
     )
@@ -87,17 +139,23 @@ def deliver(delivery_id: int) -> Delivery | None:
         finished = timezone.now()
         Delivery.objects.filter(pk=delivery.pk).update(status=Delivery.DELIVERED, finished_at=finished)
         Channel.objects.filter(pk=channel.pk).update(last_delivery_at=finished)
+        if delivery.event == Delivery.OPENED and delivery.alert_id is not None:
+            Alert.objects.filter(pk=delivery.alert_id).update(notified=True)
     delivery.refresh_from_db()
+    _publish_delivery(delivery, channel.name)
+    return delivery
+
+
+def _publish_delivery(delivery: Delivery, channel_name: str) -> None:
     publish(
         "alerts",
         "delivery",
         {
             "id": delivery.pk,
-            "channel": channel.name,
+            "channel": channel_name,
             "event": delivery.event,
             "status": delivery.status,
             "attempts": delivery.attempts,
             "last_error": delivery.last_error,
         },
     )
-    return delivery

@@ -26,6 +26,10 @@ class Message:
     binding: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
     alert: dict[str, Any] | None = None
+    # In the signed body, so a receiver deduplicating on them can trust them (the headers
+    # X-Auditor-Delivery and X-Auditor-Event are not signed).
+    delivery_id: int | None = None
+    sequence: int | None = None  # of the alert's deliveries: 1 for its first
 
 
 @cache
@@ -43,6 +47,8 @@ def build_payload(format_name: str, message: Message) -> dict[str, Any]:
 def generic_payload(message: Message) -> dict[str, Any]:
     return {
         "event": message.event,
+        "delivery_id": message.delivery_id,
+        "sequence": message.sequence,
         "channel": message.channel,
         "kind": message.kind,
         "fingerprint": message.fingerprint,
@@ -67,6 +73,9 @@ def slack_payload(message: Message) -> dict[str, Any]:
         context.append(f"fingerprint `{slack_escape(message.fingerprint)}`")
     if message.alert:
         context.append(f"first seen {message.alert['first_seen']}, seen {message.alert['count']} times")
+    if message.delivery_id is not None:
+        # Only text and blocks: strict Slack-compatible tools refuse other fields.
+        context.append(f"delivery #{message.delivery_id}")
     return {
         "text": slack_escape(text),
         "blocks": [

@@ -92,7 +92,7 @@ class Alert(models.Model):
     last_seen = models.DateTimeField()
     resolved_at = models.DateTimeField(null=True, blank=True)
     count = models.PositiveIntegerField(default=1)
-    notified = models.BooleanField(default=False, help_text="whether the opening was sent (not suppressed)")
+    notified = models.BooleanField(default=False, help_text="whether the opening was delivered")
 
     class Meta:
         ordering = ["-last_seen", "-id"]

@@ -6,6 +6,7 @@ rest are recorded as suppressed (resolved events are exempt). Sending is deliver
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -45,19 +46,26 @@ def schedule(
     suppress: str | None = None,
     rate_limited: bool = True,
 ) -> Delivery:
-    """Record a delivery; enqueue it after commit unless it is suppressed."""
+    """Record a delivery; enqueue it after commit unless it is suppressed.
+
+    Its payload carries its id and, for an alert's delivery, its sequence number among the
+    alert's deliveries (the callers hold the alert's row lock, so numbers are not shared).
+    """
     now = timezone.now()
     if suppress is None and rate_limited:
         suppress = rate_limit_reason(channel, now)
+    sequence = Delivery.objects.filter(alert=alert).count() + 1 if alert is not None else None
     delivery = Delivery.objects.create(
         channel=channel,
         alert=alert,
         event=event,
-        payload=build_payload(channel.format, message),
+        payload=build_payload(channel.format, message),  # fails on a bad format before the id is taken
         status=Delivery.SUPPRESSED if suppress else Delivery.PENDING,
         last_error=suppress or "",
         finished_at=now if suppress else None,
     )
+    delivery.payload = build_payload(channel.format, replace(message, delivery_id=delivery.pk, sequence=sequence))
+    delivery.save(update_fields=["payload"])
     if suppress is None:
         enqueue(delivery.pk)
     return delivery

@@ -4,18 +4,23 @@
     resolve_problem("finding:tickets:missing")
 ``fingerprint`` identifies one problem (the caller chooses its granularity); it opens at
 most one alert per channel. Detections of an open problem fold into it (count, last
-seen, latest summary and details) without a delivery. Resolving sends ``resolved`` to
-the channels that were told about the opening (``Alert.notified``: its opened delivery
-was queued, not suppressed). A problem muted by an operator (acknowledgement kind
-``problem``, key = fingerprint) keeps being tracked, but its deliveries are recorded as
-suppressed. Each channel sends at most ``rate_limit_per_minute()`` opened/notice
-deliveries a minute; the rest are recorded as suppressed (resolved events are exempt,
-so no receiver is left with a problem that looks open forever).
+seen, latest summary and details) without a delivery once its opening was delivered
+(``Alert.notified``, set by delivery.py). A problem muted by an operator (acknowledgement
+kind ``problem``, key = fingerprint) keeps being tracked, but its openings are recorded as
+suppressed. Each channel sends at most ``rate_limit_per_minute()`` opened/notice deliveries
+a minute; the rest are recorded as suppressed.
 
-An opening held back (rate limited, or muted) is not lost: a later detection of the
-still-open problem sends it once the channel is under its limit and the problem is not
-muted, and from then on the alert counts as notified. While it is still held back, a
-detection adds no delivery row (the log shows the one suppressed opening).
+An opening is not lost until the problem resolves: a later detection of the still-open
+problem sends it again when it was held back (rate limited, or muted) and the channel is now
+under its limit and the problem not muted, or when its delivery failed (a permanent failure,
+such as a missing secret or a 4xx, only once the channel was saved since). While it is held
+back or on its way, a detection adds no delivery row.
+
+Resolving sends ``resolved`` to each channel whose opening was delivered or is still on its
+way (delivery.py sends it after the opening, and suppresses it if the opening then fails).
+It is never held back: not by a mute (a mute silences openings), nor by the rate limit, nor
+by a channel disabled since the opening went out; no receiver is left with a problem that
+looks open forever.
 
 Deliveries are recorded by outbox.py and sent by delivery.py (through tasks.py).
 """
@@ -42,6 +47,9 @@ from auditor.pipelines.models import Binding
 PROBLEM_ACK_KIND = "problem"
 MAX_FINGERPRINT = 200
 MAX_SUMMARY = 500
+# An opening in one of these states was delivered or is on its way: its resolved follows it.
+# (Read from the deliveries, not Alert.notified, which delivery.py sets just after.)
+ANNOUNCED_OPENING = (Delivery.PENDING, Delivery.SENDING, Delivery.DELIVERED)
 
 
 def _binding(binding: Binding | str | None) -> Binding | None:
@@ -153,23 +161,36 @@ def raise_problem(
             if opened:
                 _announce_opening(channel, alert, suppress=_mute_reason(mute) if mute else None)
                 _publish_alert(alert, channel)
-            elif not alert.notified and mute is None and rate_limit_reason(channel, now) is None:
-                _announce_opening(channel, alert)  # the opening held back at first goes out now
+            elif (
+                not alert.notified
+                and mute is None
+                and _opening_to_send_again(alert, channel)
+                and rate_limit_reason(channel, now) is None
+            ):
+                _announce_opening(channel, alert)  # held back or failed at first: it goes out now
             alerts.append(alert)
     return alerts
 
 
 def _announce_opening(channel: Channel, alert: Alert, suppress: str | None = None) -> None:
-    """Schedule the alert's opened delivery; the alert is notified unless it was suppressed."""
-    delivery = schedule(
-        channel, Delivery.OPENED, _message(channel, Delivery.OPENED, alert), alert=alert, suppress=suppress
-    )
-    alert.notified = delivery.status != Delivery.SUPPRESSED
-    alert.save(update_fields=["notified"])
+    """Schedule the alert's opened delivery (the alert is notified once it is delivered)."""
+    schedule(channel, Delivery.OPENED, _message(channel, Delivery.OPENED, alert), alert=alert, suppress=suppress)
+
+
+def _opening_to_send_again(alert: Alert, channel: Channel) -> bool:
+    """Whether the alert's opening should be sent again: it was only held back so far, or its
+    last delivery failed (for good: only if the channel was saved since, e.g. its secret fixed)."""
+    last = alert.deliveries.filter(event=Delivery.OPENED).exclude(status=Delivery.SUPPRESSED).order_by("-pk").first()
+    if last is None:
+        return True
+    if last.status != Delivery.FAILED:
+        return False  # delivered, or still on its way
+    return not last.permanent_error or (last.finished_at is not None and channel.updated_at > last.finished_at)
 
 
 def resolve_problem(fingerprint: str) -> list[Alert]:
-    """The problem cleared: resolve its open alerts and tell the channels that heard of it."""
+    """The problem cleared: resolve its open alerts and tell the channels that heard (or are
+    hearing) of it."""
     _check_fingerprint(fingerprint)
     with transaction.atomic():
         now = timezone.now()
@@ -178,19 +199,23 @@ def resolve_problem(fingerprint: str) -> list[Alert]:
             .select_related("channel", "binding")
             .filter(fingerprint=fingerprint, state=Alert.OPEN)
         )
-        # Most calls find nothing open (every run resolves each problem it did not see):
-        # the mute is looked up only for alerts to resolve.
-        mute = is_muted(PROBLEM_ACK_KIND, fingerprint, now) if alerts else None
+        if not alerts:
+            return []  # most calls: every run resolves each problem it did not see
+        announced = set(
+            Delivery.objects.filter(alert__in=alerts, event=Delivery.OPENED, status__in=ANNOUNCED_OPENING).values_list(
+                "alert_id", flat=True
+            )
+        )
         for alert in alerts:
             alert.state, alert.resolved_at = Alert.RESOLVED, now
             alert.save(update_fields=["state", "resolved_at"])
-            if alert.notified and alert.channel.enabled:
+            if alert.pk in announced:
+                # Never suppressed: the receiver heard of the opening (or will, first).
                 schedule(
                     alert.channel,
                     Delivery.RESOLVED,
                     _message(alert.channel, Delivery.RESOLVED, alert),
                     alert=alert,
-                    suppress=_mute_reason(mute) if mute else None,
                     rate_limited=False,
                 )
             _publish_alert(alert, alert.channel)

@@ -8,14 +8,18 @@ from celery import shared_task
 from django.db import transaction
 from django.utils import timezone
 
-from auditor.alerts.delivery import deliver
+from auditor.alerts.delivery import deliver, next_waiting
 from auditor.alerts.models import Delivery
 
 
 @shared_task(time_limit=300, soft_time_limit=280, ignore_result=True)
 def deliver_webhook(delivery_id: int) -> None:
-    """Send one webhook delivery (retries happen inside, with backoff)."""
-    deliver(delivery_id)
+    """Send one webhook delivery (retries happen inside, with backoff), then hand over the next
+    delivery of its alert, which waited for this one."""
+    delivery = deliver(delivery_id)
+    following = next_waiting(delivery) if delivery is not None else None
+    if following is not None:
+        deliver_webhook.delay(following)
 
 
 def enqueue(delivery_id: int) -> None:

@@ -43,6 +43,28 @@ def test_it_sends_a_signed_generic_payload(webhook_settings, make_channel, recei
     assert channel.last_delivery_at is not None
 
 
+def test_it_signs_the_delivery_id_event_and_sequence_in_the_body(webhook_settings, make_channel, receiver):
+    make_channel()
+    raise_problem("finding:missing", "fp", None, "missing")
+    resolve_problem("fp")
+    deliveries = deliver_pending()
+    assert len(receiver.received) == 2
+    for request, delivery in zip(receiver.received, deliveries, strict=True):
+        body = request.json()
+        assert request.signature_valid  # receivers may deduplicate on what the signature covers
+        assert body["delivery_id"] == delivery.pk and request.headers["X-Auditor-Delivery"] == str(delivery.pk)
+        assert body["event"] == delivery.event == request.headers["X-Auditor-Event"]
+    assert [(r.json()["event"], r.json()["sequence"]) for r in receiver.received] == [("opened", 1), ("resolved", 2)]
+
+
+def test_it_names_the_delivery_in_a_slack_payload(webhook_settings, make_channel, receiver):
+    make_channel(format=Channel.SLACK)
+    raise_problem("finding:missing", "fp", None, "missing")
+    [delivery] = deliver_pending()
+    context = receiver.received[0].json()["blocks"][2]["elements"][0]["text"]
+    assert f"delivery #{delivery.pk}" in context
+
+
 def test_it_retries_5xx_and_records_exactly_three_attempts(webhook_settings, make_channel, receiver):
     make_channel()
     receiver.statuses.extend([500, 500])
@@ -153,8 +175,10 @@ def test_it_sends_a_rate_limited_opening_once_the_channel_is_under_its_limit(web
 
     Delivery.objects.update(created_at=timezone.now() - timedelta(minutes=2))  # the minute has passed
     [alert] = raise_problem("finding:missing", "c", None, "c a third time")
-    assert alert.notified and alert.count == 3
+    assert not alert.notified and alert.count == 3  # notified once delivered, not when queued
     deliver_pending()
+    alert.refresh_from_db()
+    assert alert.notified
     raise_problem("finding:missing", "c", None, "c a fourth time")  # announced now: folds without a delivery
     resolve_problem("c")
     deliver_pending()
@@ -182,8 +206,9 @@ def test_it_sends_a_muted_opening_once_the_mute_is_withdrawn(webhook_settings, m
     assert list(Delivery.objects.values_list("event", "status")) == [("opened", "suppressed")]
     withdraw(role_users["operator"], mute)
     [alert] = raise_problem("finding:missing", "fp", None, "missing after the deploy")
-    assert alert.notified
     deliver_pending()
+    alert.refresh_from_db()
+    assert alert.notified
     resolve_problem("fp")
     deliver_pending()
     assert [r.json()["event"] for r in receiver.received] == ["opened", "resolved"]
