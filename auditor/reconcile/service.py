@@ -277,12 +277,14 @@ def finish_run(run: ReconcileRun, result: dict[str, Any]) -> ReconcileRun:
             locked.new_findings = int(result.get("new_findings") or 0)
             locked.save()
             _publish(locked)
+            # In the run's transaction: a run is never published without its alerts (sync_problems
+            # itself logs, and never raises for, a problem it could not raise or resolve).
+            sync_problems(locked)
     except LoadError as exc:
         return fail_run(run, str(exc), result)
     if result.get("topic_id") and locked.started_at:
         # the id the job read before its reads: what later diagnoses compare theirs with
         observe_topic_id(locked.binding.cluster, locked.binding.topic, str(result["topic_id"]), locked.started_at)
-    sync_problems(locked)
     prune_findings(locked.binding)
     return locked
 
