@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Q, QuerySet
 
 from auditor.accounts.acknowledgements import mutes_in_force
+from auditor.alerts.models import Alert
+from auditor.alerts.owners import watch_owner
 from auditor.alerts.problems import raise_problem, resolve_problem
 from auditor.pipelines.models import Binding
 from auditor.reconcile.models import (
@@ -23,8 +25,23 @@ from auditor.vocabulary import FINDING_CAUSES, FINDING_KINDS
 log = logging.getLogger(__name__)
 
 
+def fingerprint_prefix(binding_name: str) -> str:
+    """What every problem fingerprint of the binding named so starts with."""
+    return f"finding:{binding_name}:"
+
+
 def problem_fingerprint(binding: Binding, kind: str, cause: str | None) -> str:
-    return f"finding:{binding.name}:{kind}" + (f":{cause}" if cause else "")
+    return f"{fingerprint_prefix(binding.name)}{kind}" + (f":{cause}" if cause else "")
+
+
+def binding_alerts(binding_name: str) -> QuerySet[Alert]:
+    """The alerts of the binding named so (its problems are named after it, not linked by key)."""
+    return Alert.objects.filter(kind__startswith="finding:", fingerprint__startswith=fingerprint_prefix(binding_name))
+
+
+def connect_signals() -> None:
+    """A deleted or renamed binding's problems are resolved (auditor.alerts.owners)."""
+    watch_owner(Binding, "binding", binding_alerts)
 
 
 def muted_finding_counts(run: ReconcileRun) -> dict[tuple[str, str | None], tuple[int, int]]:

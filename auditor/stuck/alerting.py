@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from django.db.models import QuerySet
+
 from auditor.accounts.acknowledgements import mutes_in_force
+from auditor.alerts.models import Alert
+from auditor.alerts.owners import watch_owner
 from auditor.alerts.problems import raise_problem, resolve_problem
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import STUCK_ITEM_ACK_KIND, StuckItem
@@ -14,6 +18,22 @@ if TYPE_CHECKING:  # the service imports this module: the type only, for annotat
     from auditor.stuck.service import DiagnosisResult
 
 ALERT_SAMPLE = 10  # keys listed in an alert's details
+
+
+def fingerprint_prefix(rule_name: str) -> str:
+    """What every problem fingerprint of the stuck rule named so starts with."""
+    return f"stuck:{rule_name}:"
+
+
+def rule_alerts(rule_name: str) -> QuerySet[Alert]:
+    """The alerts of the stuck rule named so (its problems are named after it)."""
+    return Alert.objects.filter(kind__startswith="stuck:", fingerprint__startswith=fingerprint_prefix(rule_name))
+
+
+def connect_signals() -> None:
+    """A deleted or renamed rule's problems are resolved (auditor.alerts.owners); deleting a
+    binding deletes its rules, and so resolves theirs."""
+    watch_owner(StuckRule, "stuck rule", rule_alerts)
 
 
 def muted_keys(items: list[StuckItem]) -> set[str]:
@@ -31,7 +51,7 @@ def update_problems(rule: StuckRule, result: DiagnosisResult, counts: dict[str, 
     count: a verdict whose items are all muted raises nothing and resolves nothing.
     """
     for verdict, count in counts.items():
-        fingerprint = f"stuck:{rule.name}:{verdict}"
+        fingerprint = f"{fingerprint_prefix(rule.name)}{verdict}"
         if count:
             keys = [v.row.key for v in result.items if v.diagnosis.verdict == verdict and v.row.key not in muted]
             if not keys:
