@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
 from django.utils import timezone
 
 from auditor.alerts.models import Alert, Channel
 from auditor.lib.claimants import claimant_name
 from auditor.pipelines.models import StuckRule
+from auditor.stuck import alerting as stuck_alerting
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.runlock import DiagnosisBusy, diagnosis_lock, diagnosis_running, holder_value
 from auditor.stuck.service import record_diagnosis, run_diagnosis, start_run
@@ -97,6 +99,63 @@ def test_it_raises_and_resolves_one_problem_per_verdict(plain_rule: StuckRule) -
     alert.refresh_from_db()
     assert alert.state == "resolved"
     assert not Alert.objects.filter(fingerprint__startswith=f"stuck:{plain_rule.name}:", state="open").exists()
+
+
+def test_it_raises_the_problems_of_a_rule_renamed_while_it_was_diagnosed_under_its_new_name(
+    plain_rule: StuckRule,
+) -> None:
+    """The rename resolved the problems of the old name (auditor.alerts.owners): one raised under
+    it afterwards would never be resolved."""
+    Channel.objects.create(
+        name="oncall", url="https://hooks.example.invalid/x", secret="${X}", events={"stuck_verdicts": ["waiting"]}
+    )
+    run = start_run(plain_rule, "cli")  # the diagnosis holds the rule as it was when it started
+    renamed = StuckRule.objects.get(pk=plain_rule.pk)
+    renamed.name = f"{plain_rule.name}-v2"
+    renamed.save()
+
+    stored = record_diagnosis(run, fake_result(plain_rule, {"A": "waiting"}))
+
+    assert stored.status == "ok"
+    assert list(Alert.objects.filter(state="open").values_list("fingerprint", flat=True)) == [
+        f"stuck:{renamed.name}:waiting"
+    ]
+
+
+def test_it_raises_and_resolves_the_other_verdicts_when_one_cannot_be(
+    plain_rule: StuckRule, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A problem that fails to be raised (here a database error, which aborts the transaction
+    unless rolled back to a savepoint) is logged; the other verdicts are still raised and
+    resolved, and the diagnosis is stored."""
+    Channel.objects.create(
+        name="oncall",
+        url="https://hooks.example.invalid/x",
+        secret="${X}",
+        events={"stuck_verdicts": list(STUCK_VERDICTS)},
+    )
+    record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "waiting"}))
+    real_raise = stuck_alerting.raise_problem
+    failing = f"stuck:{plain_rule.name}:never-produced"
+
+    def raise_failing(kind: str, fingerprint: str, *args: Any, **kwargs: Any) -> Any:
+        if fingerprint == failing:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1/0")
+        return real_raise(kind, fingerprint, *args, **kwargs)
+
+    monkeypatch.setattr(stuck_alerting, "raise_problem", raise_failing)
+    run = record_diagnosis(
+        start_run(plain_rule, "cli"), fake_result(plain_rule, {"B": "never-produced", "C": "skipped"})
+    )
+
+    assert DiagnosisRun.objects.get(pk=run.pk).status == "ok"
+    assert set(StuckItem.objects.open().filter(rule=plain_rule).values_list("key", flat=True)) == {"B", "C"}
+    assert dict(Alert.objects.values_list("fingerprint", "state")) == {
+        f"stuck:{plain_rule.name}:waiting": "resolved",
+        f"stuck:{plain_rule.name}:skipped": "open",
+    }
+    assert f"could not raise or resolve problem {failing}" in caplog.text
 
 
 def test_it_stores_a_failed_run_and_keeps_the_last_good_items(plain_rule: StuckRule) -> None:
