@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.utils import timezone
+from kombu import Connection
 
-from auditor.alerts.models import Alert, Channel
+from auditor.alerts.models import Alert, Channel, Delivery
+from auditor.alerts.tasks import deliver_webhook
 from auditor.reconcile import alerting, conf, service
 from auditor.reconcile.models import Finding, FindingStaging, ReconcileRun
 from auditor.reconcile.service import (
@@ -448,3 +450,39 @@ def test_it_publishes_a_run_and_its_alerts_together_or_neither(binding, monkeypa
     assert stored.status == ReconcileRun.FAILED and stored.error == "interrupted while its result was published"
     assert current_run_ids(binding) == [] and not Finding.objects.filter(run=run).exists()
     assert not Alert.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broker_blip_while_one_opening_is_handed_to_celery_leaves_the_other_kinds_raised(
+    binding, monkeypatch
+) -> None:
+    """The opening of the first problem cannot reach the broker (a connection refused, as when
+    Redis restarts): the problems of the other kinds are raised all the same, and the run is
+    published. Deliveries not handed over stay pending, for requeue_stale_deliveries."""
+    Channel.objects.create(
+        name="ops", url="http://127.0.0.1:9/hook", secret="${X}", events={"finding_kinds": ["missing", "duplicate"]}
+    )
+    handed: list[int] = []
+
+    def hand_over(delivery_id: int) -> None:
+        handed.append(delivery_id)
+        # to a broker that refuses connections, with no retry
+        with Connection("redis://127.0.0.1:1/0", connect_timeout=2) as broker:
+            deliver_webhook.apply_async((delivery_id,), connection=broker, retry=False)
+
+    monkeypatch.setattr(deliver_webhook, "delay", hand_over)
+
+    def job_found_two_kinds(job_input: Any, run_id: str, full: bool) -> dict[str, Any]:
+        FindingStaging.objects.create(run_id=run_id, kind="duplicate", key="1", cause="app-resend")
+        FindingStaging.objects.create(run_id=run_id, kind="missing", key="4")
+        return ok_result(duplicate=1, missing=1)
+
+    monkeypatch.setattr(service.job, "run_spark_submit", job_found_two_kinds)
+    run = execute_run(start_run(binding, ReconcileRun.CLI))
+
+    assert ReconcileRun.objects.get(pk=run.pk).status == ReconcileRun.OK
+    assert dict(Alert.objects.values_list("fingerprint", "state")) == {
+        "finding:tickets:duplicate:app-resend": Alert.OPEN,
+        "finding:tickets:missing": Alert.OPEN,
+    }
+    assert handed and set(Delivery.objects.values_list("status", flat=True)) == {Delivery.PENDING}
