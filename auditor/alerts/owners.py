@@ -52,12 +52,13 @@ def watch_owner(model: type[models.Model], label: str, owned: OwnedAlerts) -> No
     when it is deleted or renamed; `label` names the model in the reason ("binding")."""
     uid = f"alerts-owner-{label}-{owned.__module__}"
 
-    def before_save(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
-        if raw or instance.pk is None:
+    def before_save(sender: Any, instance: Any, raw: bool = False, update_fields: Any = None, **kwargs: Any) -> None:
+        stash = instance.__dict__.setdefault(NAMES_BEFORE_SAVE, {})
+        stash.pop(uid, None)  # left by a save that failed
+        if raw or instance.pk is None or (update_fields is not None and "name" not in update_fields):
             return
         before = model._default_manager.filter(pk=instance.pk).values_list("name", flat=True).first()
-        # one entry per watcher: a cluster has two (lint and canary)
-        instance.__dict__.setdefault(NAMES_BEFORE_SAVE, {})[uid] = before
+        stash[uid] = before  # one entry per watcher: a cluster has two (lint and canary)
 
     def saved(sender: Any, instance: Any, created: bool = False, raw: bool = False, **kwargs: Any) -> None:
         before = instance.__dict__.get(NAMES_BEFORE_SAVE, {}).pop(uid, None)

@@ -4,6 +4,7 @@ nothing reports under the old name again (auditor/alerts/owners.py)."""
 from __future__ import annotations
 
 import pytest
+from django.db import IntegrityError, transaction
 
 from auditor.alerts.models import Alert, Channel, Delivery
 from auditor.alerts.problems import raise_problem
@@ -96,6 +97,21 @@ def test_it_resolves_the_problems_of_a_renamed_binding_and_opens_them_again_unde
     renamed = raise_missing(tickets)
     assert renamed == "finding:tickets-v2:missing"
     assert states() == {missing: Alert.RESOLVED, renamed: Alert.OPEN}
+
+
+def test_it_resolves_nothing_for_a_rename_that_was_not_stored(channel: Channel) -> None:
+    tickets = make_binding("tickets")
+    make_binding("orders")
+    missing = raise_missing(tickets)
+
+    tickets.name = "orders"  # taken: the database refuses it
+    with pytest.raises(IntegrityError), transaction.atomic():
+        tickets.save()
+    tickets.grace_seconds = 60
+    tickets.save(update_fields=["grace_seconds"])  # the name in memory is not saved
+
+    assert Binding.objects.get(pk=tickets.pk).name == "tickets"
+    assert states() == {missing: Alert.OPEN}
 
 
 def test_it_resolves_the_problems_of_a_renamed_or_deleted_stuck_rule(channel: Channel) -> None:
