@@ -23,10 +23,14 @@ import logging
 from collections.abc import Iterable
 
 from django.conf import settings
+from django.db.models import QuerySet
 
+from auditor.alerts.models import Alert
+from auditor.alerts.owners import watch_owner
 from auditor.alerts.problems import MAX_FINGERPRINT, raise_problem, resolve_problem
 from auditor.canary.models import CanaryPoint
 from auditor.canary.scope import cluster_scope
+from auditor.pipelines.models import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +128,17 @@ def judge_point(point: CanaryPoint, latency_threshold_ms: float) -> None:
         )
     else:
         resolve_problem(latency)
+
+
+def cluster_alerts(cluster_name: str) -> QuerySet[Alert]:
+    """The canary alerts of the configured cluster named so (``audit canary --cluster``): no
+    canary can start on it under that name once it is deleted or renamed."""
+    return Alert.objects.filter(kind__startswith="canary:", details__cluster=cluster_name)
+
+
+def connect_signals() -> None:
+    """A deleted or renamed cluster's canary problems are resolved (auditor.alerts.owners)."""
+    watch_owner(Cluster, "cluster", cluster_alerts)
 
 
 def alert_on_minute(points: Iterable[CanaryPoint]) -> None:

@@ -16,10 +16,13 @@ import hashlib
 import logging
 from collections.abc import Iterable
 
+from django.db.models import QuerySet
+
 from auditor.alerts.models import Alert
+from auditor.alerts.owners import watch_owner
 from auditor.alerts.problems import MAX_FINGERPRINT, raise_problem, resolve_problem
 from auditor.lint.models import LintResultRow, LintScan
-from auditor.pipelines.models import Binding
+from auditor.pipelines.models import Binding, Cluster
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +98,19 @@ def alert_on_scan(scan: LintScan, clusters: Iterable[str]) -> None:
     )
     for key in list(gone):
         resolve_problem(key)
+
+
+def cluster_alerts(cluster_name: str) -> QuerySet[Alert]:
+    """The lint alerts of the cluster named so: no scan reads it under that name once it is
+    deleted or renamed."""
+    return Alert.objects.filter(
+        kind__startswith=FINGERPRINT_PREFIX, fingerprint__startswith=FINGERPRINT_PREFIX, details__cluster=cluster_name
+    )
+
+
+def connect_signals() -> None:
+    """A deleted or renamed cluster's lint problems are resolved (auditor.alerts.owners)."""
+    watch_owner(Cluster, "cluster", cluster_alerts)
 
 
 def alert_on_scan_safely(scan: LintScan, clusters: Iterable[str]) -> None:

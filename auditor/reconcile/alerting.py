@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import logging
 
-from django.db.models import Count, Q
+from django.db import transaction
+from django.db.models import Count, Q, QuerySet
 
 from auditor.accounts.acknowledgements import mutes_in_force
+from auditor.alerts.models import Alert
+from auditor.alerts.owners import watch_owner
 from auditor.alerts.problems import raise_problem, resolve_problem
 from auditor.pipelines.models import Binding
 from auditor.reconcile.models import (
@@ -22,8 +25,23 @@ from auditor.vocabulary import FINDING_CAUSES, FINDING_KINDS
 log = logging.getLogger(__name__)
 
 
+def fingerprint_prefix(binding_name: str) -> str:
+    """What every problem fingerprint of the binding named so starts with."""
+    return f"finding:{binding_name}:"
+
+
 def problem_fingerprint(binding: Binding, kind: str, cause: str | None) -> str:
-    return f"finding:{binding.name}:{kind}" + (f":{cause}" if cause else "")
+    return f"{fingerprint_prefix(binding.name)}{kind}" + (f":{cause}" if cause else "")
+
+
+def binding_alerts(binding_name: str) -> QuerySet[Alert]:
+    """The alerts of the binding named so (its problems are named after it, not linked by key)."""
+    return Alert.objects.filter(kind__startswith="finding:", fingerprint__startswith=fingerprint_prefix(binding_name))
+
+
+def connect_signals() -> None:
+    """A deleted or renamed binding's problems are resolved (auditor.alerts.owners)."""
+    watch_owner(Binding, "binding", binding_alerts)
 
 
 def muted_finding_counts(run: ReconcileRun) -> dict[tuple[str, str | None], tuple[int, int]]:
@@ -48,41 +66,64 @@ def sync_problems(run: ReconcileRun) -> None:
     so does one with unverifiable rows for `missing` problems.
     Muted findings do not count: a kind and cause whose findings are all muted raises
     nothing, and resolves nothing either (the findings are still there).
+
+    Called inside the transaction that marks the run ok (finish_run): the run and its alerts
+    are stored together. Each kind and cause is raised or resolved in a savepoint of its own,
+    its failure logged: one that fails leaves the others raised or resolved, and never undoes
+    the run.
     """
-    binding = run.binding
-    found = {
-        (row["kind"], row["cause"]): (row["n"], row["new"])
-        for row in Finding.objects.filter(run=run)
-        .values("kind", "cause")
-        .annotate(n=Count("id"), new=Count("id", filter=Q(is_new=True)))
-    }
+    try:
+        with transaction.atomic():
+            found = {
+                (row["kind"], row["cause"]): (row["n"], row["new"])
+                for row in Finding.objects.filter(run=run)
+                .values("kind", "cause")
+                .annotate(n=Count("id"), new=Count("id", filter=Q(is_new=True)))
+            }
+            muted = muted_finding_counts(run)
+    except Exception:  # alerting trouble must not undo a published run
+        log.exception("could not read the findings of reconcile run %s for its alerts", run.pk)
+        return
     known = {(kind, None) for kind in FINDING_KINDS} | {
         (kind, cause) for kind, causes in FINDING_CAUSES.items() for cause in causes
     }
-    try:
-        muted = muted_finding_counts(run)
-        for kind, cause in sorted(known | set(found), key=lambda kc: (kc[0], kc[1] or "")):
-            fingerprint = problem_fingerprint(binding, kind, cause)
-            if (kind, cause) not in found:
-                if kind == "missing" and run.unverifiable:
-                    # Rows the run could not judge (records that old were deleted before any run
-                    # read them) may be the ones reported missing: not found is not recovered.
-                    continue
-                resolve_problem(fingerprint)
-                continue
-            all_count, all_new = found[(kind, cause)]
-            muted_count, muted_new = muted.get((kind, cause), (0, 0))
-            count, new = all_count - muted_count, all_new - muted_new
-            if not count:
-                continue
-            label = f"{kind} ({cause})" if cause else kind
-            also_muted = f", {muted_count} more muted" if muted_count else ""
-            raise_problem(
-                f"finding:{kind}",
-                fingerprint,
-                binding,
-                f"{count} {label} finding(s) on binding {binding.name} (run #{run.pk}{also_muted})",
-                {"count": count, "new": new, "kind": kind, "cause": cause, "run_id": run.pk, "muted": muted_count},
-            )
-    except Exception:  # alerting trouble must not undo a published run
-        log.exception("could not update the alerts of reconcile run %s", run.pk)
+    for kind, cause in sorted(known | set(found), key=lambda kc: (kc[0], kc[1] or "")):
+        fingerprint = problem_fingerprint(run.binding, kind, cause)
+        try:
+            with transaction.atomic():
+                _sync_problem(run, fingerprint, kind, cause, found.get((kind, cause)), muted.get((kind, cause), (0, 0)))
+        except Exception:
+            log.exception("could not raise or resolve problem %s of reconcile run %s", fingerprint, run.pk)
+
+
+def _sync_problem(
+    run: ReconcileRun,
+    fingerprint: str,
+    kind: str,
+    cause: str | None,
+    found: tuple[int, int] | None,
+    muted: tuple[int, int],
+) -> None:
+    """Raise or resolve one kind and cause's problem: `found` (findings, new ones) by the run,
+    `muted` of them."""
+    binding = run.binding
+    if found is None:
+        if kind == "missing" and run.unverifiable:
+            # Rows the run could not judge (records that old were deleted before any run
+            # read them) may be the ones reported missing: not found is not recovered.
+            return
+        resolve_problem(fingerprint)
+        return
+    (all_count, all_new), (muted_count, muted_new) = found, muted
+    count, new = all_count - muted_count, all_new - muted_new
+    if not count:
+        return
+    label = f"{kind} ({cause})" if cause else kind
+    also_muted = f", {muted_count} more muted" if muted_count else ""
+    raise_problem(
+        f"finding:{kind}",
+        fingerprint,
+        binding,
+        f"{count} {label} finding(s) on binding {binding.name} (run #{run.pk}{also_muted})",
+        {"count": count, "new": new, "kind": kind, "cause": cause, "run_id": run.pk, "muted": muted_count},
+    )

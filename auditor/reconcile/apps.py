@@ -8,6 +8,7 @@ class ReconcileConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported once the app registry is ready: schedules.py imports models.
-        from auditor.reconcile import schedules
+        from auditor.reconcile import alerting, schedules
 
         schedules.connect_signals()
+        alerting.connect_signals()

@@ -12,14 +12,10 @@ findings move from the staging table into Finding in the transaction that marks 
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import logging
 import os
-import socket
 import uuid
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -27,6 +23,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, QuerySet
 from django.utils import timezone
 
+from auditor.lib.claimants import claimant_alive, claimant_name
 from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError, mask_text
 from auditor.pipelines.connectivity import ConnectivityError, check_cluster, check_source
@@ -48,9 +45,6 @@ from auditor.vocabulary import FINDING_KINDS
 log = logging.getLogger(__name__)
 
 LIVE_GROUP = "reconcile"
-# A claimant process that started this much after its claim holds a reused pid (the slack:
-# btime is whole seconds, and the clock may have been stepped since boot).
-PID_START_SLACK = timedelta(seconds=30)
 FINDING_COLUMNS = (
     "kind",
     "key",
@@ -87,62 +81,11 @@ def _publish(run: ReconcileRun) -> None:
     publish(LIVE_GROUP, "run", run.as_event())
 
 
-@functools.cache
-def _this_machine() -> str:
-    """This host and pid namespace, as the claims made here name it: a pid means the same
-    process only there (two hosts may share a name; so may containers, each with its own
-    pids). The host's name, then a hash of its boot id and the pid namespace; the name alone
-    where they cannot be read (then no claim is judged by its pid)."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        namespace = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return socket.gethostname()
-    return f"{socket.gethostname()}#{hashlib.sha256(f'{boot} {namespace}'.encode()).hexdigest()[:8]}"
-
-
-def claimant_name(pid: int) -> str:
-    """`claimed_by` of a run claimed by process `pid` of this machine: host#machine:pid."""
-    return f"{_this_machine()}:{pid}"
-
-
 def _worker_name() -> str:
     return claimant_name(os.getpid())
 
 
 # --- claiming ------------------------------------------------------------------------------
-
-
-def _process_started_at(pid: int) -> datetime | None:
-    """When process `pid` of this host started (Linux /proc), or None if unknown or gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        boot = next(line for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime "))
-    except (OSError, StopIteration):
-        return None
-    ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, after the name in parentheses
-    return datetime.fromtimestamp(int(boot.split()[1]) + ticks / os.sysconf("SC_CLK_TCK"), tz=UTC)
-
-
-def claimant_alive(claimed_by: str, since: datetime | None) -> bool | None:
-    """Is the process that claimed a run (claimant_name) still running? None when it cannot be
-    told from here: another host or pid namespace, or a claim in another form. A pid now held
-    by a process that started after the claim was made (`since`) is a reused pid: its
-    claimant is gone."""
-    machine, _, pid_text = claimed_by.rpartition(":")
-    if "#" not in machine or machine != _this_machine() or not pid_text.isdigit():
-        return None
-    pid = int(pid_text)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, under another user
-    started = _process_started_at(pid)
-    if started is not None and since is not None and started > since + PID_START_SLACK:
-        return False
-    return True
 
 
 def _abandoned_because(run: ReconcileRun, now: datetime) -> str | None:
@@ -334,12 +277,14 @@ def finish_run(run: ReconcileRun, result: dict[str, Any]) -> ReconcileRun:
             locked.new_findings = int(result.get("new_findings") or 0)
             locked.save()
             _publish(locked)
+            # In the run's transaction: a run is never published without its alerts (sync_problems
+            # itself logs, and never raises for, a problem it could not raise or resolve).
+            sync_problems(locked)
     except LoadError as exc:
         return fail_run(run, str(exc), result)
     if result.get("topic_id") and locked.started_at:
         # the id the job read before its reads: what later diagnoses compare theirs with
         observe_topic_id(locked.binding.cluster, locked.binding.topic, str(result["topic_id"]), locked.started_at)
-    sync_problems(locked)
     prune_findings(locked.binding)
     return locked
 

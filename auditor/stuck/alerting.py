@@ -3,9 +3,15 @@ have it (muted ones left out), resolved when none do unless the run was degraded
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
+from django.db import transaction
+from django.db.models import QuerySet
+
 from auditor.accounts.acknowledgements import mutes_in_force
+from auditor.alerts.models import Alert
+from auditor.alerts.owners import watch_owner
 from auditor.alerts.problems import raise_problem, resolve_problem
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import STUCK_ITEM_ACK_KIND, StuckItem
@@ -13,7 +19,25 @@ from auditor.stuck.models import STUCK_ITEM_ACK_KIND, StuckItem
 if TYPE_CHECKING:  # the service imports this module: the type only, for annotations
     from auditor.stuck.service import DiagnosisResult
 
+log = logging.getLogger(__name__)
+
 ALERT_SAMPLE = 10  # keys listed in an alert's details
+
+
+def fingerprint_prefix(rule_name: str) -> str:
+    """What every problem fingerprint of the stuck rule named so starts with."""
+    return f"stuck:{rule_name}:"
+
+
+def rule_alerts(rule_name: str) -> QuerySet[Alert]:
+    """The alerts of the stuck rule named so (its problems are named after it)."""
+    return Alert.objects.filter(kind__startswith="stuck:", fingerprint__startswith=fingerprint_prefix(rule_name))
+
+
+def connect_signals() -> None:
+    """A deleted or renamed rule's problems are resolved (auditor.alerts.owners); deleting a
+    binding deletes its rules, and so resolves theirs."""
+    watch_owner(StuckRule, "stuck rule", rule_alerts)
 
 
 def muted_keys(items: list[StuckItem]) -> set[str]:
@@ -29,27 +53,40 @@ def update_problems(rule: StuckRule, result: DiagnosisResult, counts: dict[str, 
     because the auditor could not see, not because they recovered. Nor does a truncated run
     (more rows stuck than it examined): a verdict none of the oldest rows has may be others'. Muted items do not
     count: a verdict whose items are all muted raises nothing and resolves nothing.
+
+    Each verdict is raised or resolved in a savepoint of its own, its failure logged: one that
+    fails leaves the others raised or resolved, and the diagnosis stored.
     """
     for verdict, count in counts.items():
-        fingerprint = f"stuck:{rule.name}:{verdict}"
-        if count:
-            keys = [v.row.key for v in result.items if v.diagnosis.verdict == verdict and v.row.key not in muted]
-            if not keys:
-                continue
-            also_muted = f" ({count - len(keys)} more muted)" if count > len(keys) else ""
-            raise_problem(
-                f"stuck:{verdict}",
-                fingerprint,
-                rule.binding,
-                f"{len(keys)} item(s) of stuck rule {rule.name} are {verdict}{also_muted}",
-                {
-                    "rule": rule.name,
-                    "verdict": verdict,
-                    "count": len(keys),
-                    "keys": keys[:ALERT_SAMPLE],
-                    "muted": count - len(keys),
-                },
-            )
-        elif not result.degraded and not result.truncated:
-            # (a truncated run examined only the oldest rows: the verdict may be among the others)
-            resolve_problem(fingerprint)
+        fingerprint = f"{fingerprint_prefix(rule.name)}{verdict}"
+        try:
+            with transaction.atomic():
+                _update_problem(rule, result, fingerprint, verdict, count, muted)
+        except Exception:
+            log.exception("could not raise or resolve problem %s of stuck rule %s", fingerprint, rule.name)
+
+
+def _update_problem(
+    rule: StuckRule, result: DiagnosisResult, fingerprint: str, verdict: str, count: int, muted: set[str]
+) -> None:
+    if count:
+        keys = [v.row.key for v in result.items if v.diagnosis.verdict == verdict and v.row.key not in muted]
+        if not keys:
+            return
+        also_muted = f" ({count - len(keys)} more muted)" if count > len(keys) else ""
+        raise_problem(
+            f"stuck:{verdict}",
+            fingerprint,
+            rule.binding,
+            f"{len(keys)} item(s) of stuck rule {rule.name} are {verdict}{also_muted}",
+            {
+                "rule": rule.name,
+                "verdict": verdict,
+                "count": len(keys),
+                "keys": keys[:ALERT_SAMPLE],
+                "muted": count - len(keys),
+            },
+        )
+    elif not result.degraded and not result.truncated:
+        # (a truncated run examined only the oldest rows: the verdict may be among the others)
+        resolve_problem(fingerprint)

@@ -9,6 +9,7 @@ class StuckConfig(AppConfig):
     def ready(self) -> None:
         # Keeps one beat PeriodicTask per stuck rule in step with the rule (schedules.py);
         # imported once the app registry is ready, since schedules.py imports models.
-        from auditor.stuck import schedules
+        from auditor.stuck import alerting, schedules
 
         schedules.connect_signals()
+        alerting.connect_signals()

@@ -1,24 +1,31 @@
 """One diagnosis of a rule at a time, across processes, and what a crashed one leaves behind.
 
 The lock is a cache key (Redis wherever workers share it) whose value names its holder,
-``host:pid:token``. A process can end without releasing it: killed, or aborted inside the Kafka
+``host#machine:pid:token:since``: the claimant as reconcile runs name theirs
+(auditor.lib.claimants: the machine is a hash of the boot id and the pid namespace, as two
+containers may share a host name), a token of this acquisition and when it was taken (Unix
+seconds). A process can end without releasing it: killed, or aborted inside the Kafka
 client (librdkafka 2.16's admin client can abort the process while a broker is frozen,
 upstream confluentinc/librdkafka#4605). A diagnosis that finds the lock held by a process of
-its own host that no longer runs takes the lock over at once; a holder on another host is
-waited out (the key expires after LOCK_SECONDS). Once a diagnosis holds the lock, no other
-run of the rule can be alive: runs still marked running are failed with the reason.
+its own machine that no longer runs (or whose pid a process started later now holds) takes
+the lock over at once; a holder on another machine, or in another pid namespace, or named in
+the form before the machine was (``host:pid:token``), is waited out (the key expires after
+LOCK_SECONDS). Once a diagnosis holds the lock, no other run of the rule can be alive: runs
+still marked running are failed with the reason.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 
 from django.core.cache import cache
+from django.utils import timezone
 
+from auditor.lib.claimants import claimant_alive, claimant_name
 from auditor.pipelines.models import StuckRule
 
 LOCK_SECONDS = 3600
@@ -33,26 +40,29 @@ def _key(rule: StuckRule) -> str:
     return f"stuck:diagnosis-running:{rule.pk}"
 
 
+def holder_value(claimant: str, token: str, since: datetime) -> str:
+    """The lock's value for an acquisition by `claimant` (claimant_name) at `since`."""
+    return f"{claimant}:{token}:{int(since.timestamp())}"
+
+
 def _holder() -> str:
-    """This acquisition: host, process and a token of its own (two threads of one process
+    """This acquisition: machine, process and a token of its own (two threads of one process
     are two holders)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    return holder_value(claimant_name(os.getpid()), uuid.uuid4().hex[:12], timezone.now())
 
 
 def ended_holder(value: object) -> str | None:
-    """The holder named by a lock's `value` ("pid N on HOST") when it is a process of this host
-    that no longer runs; None when it runs, is elsewhere, or cannot be told."""
-    host, _, rest = str(value).partition(":")
-    pid = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid.isdigit():
+    """The holder named by a lock's `value` ("pid N on HOST") when it is a process of this
+    machine (host, boot and pid namespace) that no longer runs, or whose pid a process started
+    after the lock was taken holds; None when it runs, is elsewhere, or cannot be told."""
+    claimant, _, since_text = str(value).rpartition(":")
+    claimant = claimant.rpartition(":")[0]  # the token off
+    if not since_text.isdigit():
+        return None  # the form before the machine was named: its pid may be another namespace's
+    if claimant_alive(claimant, datetime.fromtimestamp(int(since_text), tz=UTC)) is not False:
         return None
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return f"pid {pid} on {host}"
-    except PermissionError:  # it runs, as another user
-        return None
-    return None
+    machine, _, pid = claimant.rpartition(":")
+    return f"pid {pid} on {machine.partition('#')[0]}"
 
 
 def _acquire(rule: StuckRule, key: str, me: str) -> str | None:

@@ -633,6 +633,10 @@ def record_diagnosis(run: DiagnosisRun, result: DiagnosisResult) -> DiagnosisRun
     unstuck = _unstuck_beyond(rule, result, current) if result.truncated else None
     now = timezone.now()
     with transaction.atomic():
+        # The rule as it is now, locked until the run is stored: renamed while the diagnosis ran,
+        # its problems are raised under its new name, never under one whose problems the rename
+        # resolved (auditor.alerts.owners), which nothing would resolve again.
+        rule = run.rule = StuckRule.objects.select_for_update(of=("self",)).select_related("binding").get(pk=rule.pk)
         open_items = {
             item.key: item
             for item in StuckItem.objects.open()

@@ -9,10 +9,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.utils import timezone
+from kombu import Connection
 
-from auditor.alerts.models import Alert, Channel
-from auditor.reconcile import conf, service
+from auditor.alerts.models import Alert, Channel, Delivery
+from auditor.alerts.tasks import deliver_webhook
+from auditor.reconcile import alerting, conf, service
 from auditor.reconcile.models import Finding, FindingStaging, ReconcileRun
 from auditor.reconcile.service import (
     RunInProgress,
@@ -381,3 +384,105 @@ def test_it_keeps_the_findings_of_the_latest_runs_only(binding, settings) -> Non
     first = ReconcileRun.objects.get(pk=runs[0].pk)
     assert first.findings_pruned and first.counts["missing"] == 1
     assert prune_findings(binding) == 0
+
+
+def test_it_raises_and_resolves_the_other_problems_when_one_cannot_be(binding, monkeypatch, caplog) -> None:
+    """A problem that fails to be raised (here a database error, which aborts the transaction
+    unless rolled back to a savepoint) is logged; the kinds after it are still raised and
+    resolved, and the run is still published."""
+    channel = Channel.objects.create(
+        name="ops",
+        url="http://127.0.0.1:9/hook",
+        secret="${X}",
+        events={"finding_kinds": ["missing", "duplicate", "orphan"]},
+    )
+    first = running(binding)
+    staged(first, {"kind": "missing", "key": "4"})
+    finish_run(first, ok_result(missing=1))
+    assert Alert.objects.get(channel=channel).fingerprint == "finding:tickets:missing"
+
+    real_raise = alerting.raise_problem
+
+    def raise_failing(kind: str, fingerprint: str, *args: Any, **kwargs: Any) -> Any:
+        if fingerprint == "finding:tickets:duplicate:app-resend":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1/0")
+        return real_raise(kind, fingerprint, *args, **kwargs)
+
+    monkeypatch.setattr(alerting, "raise_problem", raise_failing)
+    second = running(binding)
+    staged(
+        second,
+        {"kind": "duplicate", "key": "1", "cause": "app-resend"},
+        {"kind": "orphan", "key": None, "cause": "no-key", "partition": 1, "offset": 7},
+    )
+    finished = finish_run(second, ok_result(duplicate=1, orphan=1))
+
+    assert finished.status == ReconcileRun.OK
+    assert ReconcileRun.objects.get(pk=second.pk).status == ReconcileRun.OK
+    assert current_run_ids(binding) == [second.pk]
+    alerts = dict(Alert.objects.filter(channel=channel).values_list("fingerprint", "state"))
+    assert alerts == {"finding:tickets:missing": Alert.RESOLVED, "finding:tickets:orphan:no-key": Alert.OPEN}
+    assert "could not raise or resolve problem finding:tickets:duplicate:app-resend" in caplog.text
+
+
+def test_it_publishes_a_run_and_its_alerts_together_or_neither(binding, monkeypatch) -> None:
+    """A worker stopped while the run's alerts are raised does not leave the run published
+    without them: the run fails, as one stopped before its result was stored."""
+    Channel.objects.create(
+        name="ops", url="http://127.0.0.1:9/hook", secret="${X}", events={"finding_kinds": ["missing"]}
+    )
+
+    def stop(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    def job_found_one_missing(job_input: Any, run_id: str, full: bool) -> dict[str, Any]:
+        FindingStaging.objects.create(run_id=run_id, kind="missing", key="4")
+        return ok_result(missing=1)
+
+    monkeypatch.setattr(service.job, "run_spark_submit", job_found_one_missing)
+    monkeypatch.setattr(alerting, "raise_problem", stop)
+    run = start_run(binding, ReconcileRun.CLI)
+    with pytest.raises(KeyboardInterrupt):
+        execute_run(run)
+
+    stored = ReconcileRun.objects.get(pk=run.pk)
+    assert stored.status == ReconcileRun.FAILED and stored.error == "interrupted while its result was published"
+    assert current_run_ids(binding) == [] and not Finding.objects.filter(run=run).exists()
+    assert not Alert.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broker_blip_while_one_opening_is_handed_to_celery_leaves_the_other_kinds_raised(
+    binding, monkeypatch
+) -> None:
+    """The opening of the first problem cannot reach the broker (a connection refused, as when
+    Redis restarts): the problems of the other kinds are raised all the same, and the run is
+    published. Deliveries not handed over stay pending, for requeue_stale_deliveries."""
+    Channel.objects.create(
+        name="ops", url="http://127.0.0.1:9/hook", secret="${X}", events={"finding_kinds": ["missing", "duplicate"]}
+    )
+    handed: list[int] = []
+
+    def hand_over(delivery_id: int) -> None:
+        handed.append(delivery_id)
+        # to a broker that refuses connections, with no retry
+        with Connection("redis://127.0.0.1:1/0", connect_timeout=2) as broker:
+            deliver_webhook.apply_async((delivery_id,), connection=broker, retry=False)
+
+    monkeypatch.setattr(deliver_webhook, "delay", hand_over)
+
+    def job_found_two_kinds(job_input: Any, run_id: str, full: bool) -> dict[str, Any]:
+        FindingStaging.objects.create(run_id=run_id, kind="duplicate", key="1", cause="app-resend")
+        FindingStaging.objects.create(run_id=run_id, kind="missing", key="4")
+        return ok_result(duplicate=1, missing=1)
+
+    monkeypatch.setattr(service.job, "run_spark_submit", job_found_two_kinds)
+    run = execute_run(start_run(binding, ReconcileRun.CLI))
+
+    assert ReconcileRun.objects.get(pk=run.pk).status == ReconcileRun.OK
+    assert dict(Alert.objects.values_list("fingerprint", "state")) == {
+        "finding:tickets:duplicate:app-resend": Alert.OPEN,
+        "finding:tickets:missing": Alert.OPEN,
+    }
+    assert handed and set(Delivery.objects.values_list("status", flat=True)) == {Delivery.PENDING}

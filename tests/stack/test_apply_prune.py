@@ -15,7 +15,8 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django_celery_beat.models import PeriodicTask
 
-from auditor.alerts.models import Channel
+from auditor.alerts.models import Alert, Channel, Delivery
+from auditor.alerts.problems import raise_problem
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.models import Finding, ReconcileRun
 from tests.support.apply_config import GOOD, write
@@ -89,6 +90,37 @@ def test_with_yes_it_removes_them_and_their_schedule_in_one_go(tmp_path: Path) -
     assert names(StuckRule) == ["tickets-old"]
     assert names(Channel) == []
     assert not PeriodicTask.objects.filter(name="reconcile: orders").exists()
+
+
+def test_it_resolves_the_problems_of_what_it_removes(tmp_path: Path) -> None:
+    """A removed binding or stuck rule never reports again: its open problems are resolved,
+    each channel that heard of one told why (the resolved webhook's details)."""
+    path = write(tmp_path, TWO)
+    audit_apply(path)
+    ops = Channel.objects.get(name="ops")
+    ops.events = {"finding_kinds": ["missing"], "stuck_verdicts": ["waiting"]}
+    ops.save()
+    orders, tickets = Binding.objects.get(name="orders"), Binding.objects.get(name="tickets")
+    raise_problem("finding:missing", "finding:orders:missing", orders, "1 missing", {"count": 1})
+    raise_problem("finding:missing", "finding:tickets:missing", tickets, "1 missing", {"count": 1})
+    raise_problem("stuck:waiting", "stuck:tickets-new:waiting", tickets, "1 waiting", {"count": 1})
+    path.write_text(GOOD.replace("stuck_rules:\n  tickets-new:", "stuck_rules:\n  tickets-old:") + WEBHOOK)
+
+    audit_apply(path, "--prune", "--yes")
+
+    assert dict(Alert.objects.values_list("fingerprint", "state")) == {
+        "finding:orders:missing": Alert.RESOLVED,
+        "finding:tickets:missing": Alert.OPEN,
+        "stuck:tickets-new:waiting": Alert.RESOLVED,
+    }
+    resolved = {
+        d.payload["fingerprint"]: d.payload["details"]["resolved_because"]
+        for d in Delivery.objects.filter(channel=ops, event=Delivery.RESOLVED)
+    }
+    assert resolved == {
+        "finding:orders:missing": "binding orders was deleted",
+        "stuck:tickets-new:waiting": "stuck rule tickets-new was deleted",
+    }
 
 
 def test_it_keeps_objects_made_in_the_ui(tmp_path: Path) -> None:

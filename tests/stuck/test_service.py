@@ -8,15 +8,20 @@ import signal
 import socket
 import subprocess
 import sys
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
+from django.utils import timezone
 
 from auditor.alerts.models import Alert, Channel
+from auditor.lib.claimants import claimant_name
 from auditor.pipelines.models import StuckRule
+from auditor.stuck import alerting as stuck_alerting
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
-from auditor.stuck.runlock import DiagnosisBusy, diagnosis_lock, diagnosis_running
+from auditor.stuck.runlock import DiagnosisBusy, diagnosis_lock, diagnosis_running, holder_value
 from auditor.stuck.service import record_diagnosis, run_diagnosis, start_run
 from auditor.vocabulary import STUCK_VERDICTS
 from tests.support.stuck import fake_result
@@ -96,6 +101,63 @@ def test_it_raises_and_resolves_one_problem_per_verdict(plain_rule: StuckRule) -
     assert not Alert.objects.filter(fingerprint__startswith=f"stuck:{plain_rule.name}:", state="open").exists()
 
 
+def test_it_raises_the_problems_of_a_rule_renamed_while_it_was_diagnosed_under_its_new_name(
+    plain_rule: StuckRule,
+) -> None:
+    """The rename resolved the problems of the old name (auditor.alerts.owners): one raised under
+    it afterwards would never be resolved."""
+    Channel.objects.create(
+        name="oncall", url="https://hooks.example.invalid/x", secret="${X}", events={"stuck_verdicts": ["waiting"]}
+    )
+    run = start_run(plain_rule, "cli")  # the diagnosis holds the rule as it was when it started
+    renamed = StuckRule.objects.get(pk=plain_rule.pk)
+    renamed.name = f"{plain_rule.name}-v2"
+    renamed.save()
+
+    stored = record_diagnosis(run, fake_result(plain_rule, {"A": "waiting"}))
+
+    assert stored.status == "ok"
+    assert list(Alert.objects.filter(state="open").values_list("fingerprint", flat=True)) == [
+        f"stuck:{renamed.name}:waiting"
+    ]
+
+
+def test_it_raises_and_resolves_the_other_verdicts_when_one_cannot_be(
+    plain_rule: StuckRule, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A problem that fails to be raised (here a database error, which aborts the transaction
+    unless rolled back to a savepoint) is logged; the other verdicts are still raised and
+    resolved, and the diagnosis is stored."""
+    Channel.objects.create(
+        name="oncall",
+        url="https://hooks.example.invalid/x",
+        secret="${X}",
+        events={"stuck_verdicts": list(STUCK_VERDICTS)},
+    )
+    record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "waiting"}))
+    real_raise = stuck_alerting.raise_problem
+    failing = f"stuck:{plain_rule.name}:never-produced"
+
+    def raise_failing(kind: str, fingerprint: str, *args: Any, **kwargs: Any) -> Any:
+        if fingerprint == failing:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1/0")
+        return real_raise(kind, fingerprint, *args, **kwargs)
+
+    monkeypatch.setattr(stuck_alerting, "raise_problem", raise_failing)
+    run = record_diagnosis(
+        start_run(plain_rule, "cli"), fake_result(plain_rule, {"B": "never-produced", "C": "skipped"})
+    )
+
+    assert DiagnosisRun.objects.get(pk=run.pk).status == "ok"
+    assert set(StuckItem.objects.open().filter(rule=plain_rule).values_list("key", flat=True)) == {"B", "C"}
+    assert dict(Alert.objects.values_list("fingerprint", "state")) == {
+        f"stuck:{plain_rule.name}:waiting": "resolved",
+        f"stuck:{plain_rule.name}:skipped": "open",
+    }
+    assert f"could not raise or resolve problem {failing}" in caplog.text
+
+
 def test_it_stores_a_failed_run_and_keeps_the_last_good_items(plain_rule: StuckRule) -> None:
     record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "waiting"}))
 
@@ -121,7 +183,7 @@ def test_a_diagnosis_takes_over_from_one_whose_process_ended(plain_rule: StuckRu
     key = f"stuck:diagnosis-running:{plain_rule.pk}"
     ended = subprocess.Popen([sys.executable, "-c", "import os; os.abort()"], stderr=subprocess.DEVNULL)
     assert ended.wait(30) == -signal.SIGABRT
-    cache.set(key, f"{socket.gethostname()}:{ended.pid}:t", timeout=3600)
+    cache.set(key, holder_value(claimant_name(ended.pid), "t", timezone.now()), timeout=3600)
     orphan = start_run(plain_rule, DiagnosisRun.SCHEDULE)
     assert not diagnosis_running(plain_rule)  # the pages do not show it running
 
@@ -134,7 +196,11 @@ def test_a_diagnosis_takes_over_from_one_whose_process_ended(plain_rule: StuckRu
     assert cache.get(key) is None  # and released the lock
 
     # A holder that runs, or one on another host (which cannot be checked), is waited for.
-    for holder in (f"{socket.gethostname()}:{os.getpid()}:t", "another-host:1:t"):
+    for holder in (
+        holder_value(claimant_name(os.getpid()), "t", timezone.now()),
+        f"{socket.gethostname()}:{os.getpid()}:t",
+        "another-host:1:t",
+    ):
         cache.set(key, holder, timeout=3600)
         assert diagnosis_running(plain_rule)
         with pytest.raises(DiagnosisBusy):
@@ -143,11 +209,46 @@ def test_a_diagnosis_takes_over_from_one_whose_process_ended(plain_rule: StuckRu
     assert DiagnosisRun.objects.filter(rule=plain_rule, status="running").count() == 0
 
 
+def test_a_diagnosis_waits_for_a_holder_of_another_pid_namespace_of_the_same_host_name(
+    plain_rule: StuckRule,
+) -> None:
+    """Two worker containers may share a host name, each with its own pids: a pid another
+    namespace's holder names means nothing here, even one no process of this namespace holds.
+    Taking its lock over would let two diagnoses of the rule run, the older one then writing
+    its verdicts over the newer one's."""
+    key = f"stuck:diagnosis-running:{plain_rule.pk}"
+    absent = 2**22 + 1  # above any pid_max: no process here
+    elsewhere = start_run(plain_rule, DiagnosisRun.SCHEDULE)
+    for holder in (
+        holder_value(f"{socket.gethostname()}#00000000:{absent}", "t", timezone.now()),
+        f"{socket.gethostname()}:{absent}:t",  # named the way locks were before the machine was
+    ):
+        cache.set(key, holder, timeout=3600)
+        assert diagnosis_running(plain_rule)
+        with pytest.raises(DiagnosisBusy):
+            run_diagnosis(plain_rule, DiagnosisRun.CLI)
+        assert cache.get(key) == holder
+    cache.delete(key)
+    elsewhere.refresh_from_db()
+    assert elsewhere.status == "running" and not elsewhere.error
+
+
+def test_a_diagnosis_takes_over_from_a_holder_whose_pid_a_later_process_holds(plain_rule: StuckRule) -> None:
+    key = f"stuck:diagnosis-running:{plain_rule.pk}"
+    newcomer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        # the lock was taken an hour before the process now holding its pid started
+        cache.set(key, holder_value(claimant_name(newcomer.pid), "t", timezone.now() - timedelta(hours=1)), 3600)
+        assert not diagnosis_running(plain_rule)
+        run = run_diagnosis(plain_rule, DiagnosisRun.CLI)
+        assert run.status == "failed" and plain_rule.binding.table in run.error  # it ran
+        assert cache.get(key) is None
+    finally:
+        newcomer.kill()
+        newcomer.wait()
+
+
 def test_it_drops_history_older_than_the_retention(plain_rule: StuckRule, settings: Any) -> None:
-    from datetime import timedelta
-
-    from django.utils import timezone
-
     settings.AUDITOR_STUCK_HISTORY_DAYS = 30
     old = record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {"A": "waiting"}))
     record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, {}))  # A got unstuck
