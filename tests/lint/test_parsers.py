@@ -263,6 +263,42 @@ def test_it_reads_flat_and_relaxed_spring_keys_across_documents() -> None:
     assert lint_text(text, fmt="spring-yaml", client="java", guarantee=EOS) == []
 
 
+@pytest.mark.parametrize("fmt", ["spring-yaml", "properties"])
+def test_it_lets_a_kinds_properties_map_win_over_its_named_property_as_spring_boot_does(fmt: str) -> None:
+    # Spring Boot's KafkaProperties.Producer/Consumer.buildProperties() put the named values
+    # (acks, enable-auto-commit) and then putAll(this.properties): the map wins
+    sep = ": " if fmt == "spring-yaml" else "="
+    producer = (
+        f"spring.kafka.producer.acks{sep}1\n"
+        f"spring.kafka.producer.properties[acks]{sep}all\n"
+        f"spring.kafka.producer.properties[enable.idempotence]{sep}true\n"
+    )
+    assert lint_text(producer, fmt=fmt, client="java", guarantee=ALO) == []
+    overridden = f"spring.kafka.producer.acks{sep}all\nspring.kafka.producer.properties.acks{sep}0\n"
+    results = lint_text(overridden, fmt=fmt, client="java", guarantee=ALO)
+    assert [(r.rule, str(r.value), r.source) for r in results if r.rule == "P001"] == [("P001", "0", "explicit")]
+    consumer = (
+        f"spring.kafka.consumer.enable-auto-commit{sep}false\n"
+        f"spring.kafka.consumer.properties.enable.auto.commit{sep}true\n"
+        f"spring.kafka.consumer.group-id{sep}orders\n"
+    )
+    configs = parse_text(consumer, fmt=fmt, source="application")
+    assert configs["consumer"]["enable.auto.commit"] in (True, "true")
+    # a named property still wins over spring.kafka.properties.*, common to every kind
+    common = f"spring.kafka.properties.acks{sep}0\nspring.kafka.producer.acks{sep}all\n"
+    assert parse_text(common, fmt=fmt, source="application")["producer"]["acks"] == "all"
+
+
+def test_it_keeps_the_transaction_id_prefix_over_a_transactional_id_in_the_properties_map() -> None:
+    # spring-kafka's DefaultKafkaProducerFactory.doCreateTxProducer sets transactional.id to
+    # the prefix plus a suffix on each producer, over whatever the properties map holds
+    text = (
+        "spring.kafka.producer.transaction-id-prefix: orders-tx-\n"
+        "spring.kafka.producer.properties.transactional.id: fixed\n"
+    )
+    assert parse_spring_yaml(text)["producer"]["transactional.id"] == "orders-tx-"
+
+
 def test_it_accepts_spring_durations_in_every_form() -> None:
     for written, ms in (("5000", 5000), ("5s", 5000), ("500ms", 500), ("PT1M", 60_000), ("1h", 3_600_000)):
         configs = parse_spring_yaml(f"spring.kafka.consumer.auto-commit-interval: {written}\n")

@@ -279,9 +279,9 @@ def _scalar(node: yaml.Node) -> Any:
 def parse_spring_yaml(text: str, *, source: str = "application.yml") -> dict[str, ParsedConfig]:
     """Spring Boot `spring.kafka.*` settings, per client kind (producer, consumer, streams).
 
-    `spring.kafka.properties.*` applies to every kind; the kind's own `properties.*` and
-    named properties override it, as in Spring Boot. Documents of a multi-document file
-    are merged in order.
+    `spring.kafka.properties.*` applies to every kind; the kind's named properties override
+    it, and the kind's own `properties.*` override both, as in Spring Boot (see
+    _spring_configs). Documents of a multi-document file are merged in order.
     """
     flat: dict[str, tuple[Any, int]] = {}
     try:
@@ -361,7 +361,14 @@ def _spring_configs(flat: Mapping[str, tuple[Any, int]], *, source: str) -> dict
     for kind in SPRING_SECTIONS:
         if not (per_kind[kind] or named[kind]):
             continue
-        merged = {**common, **per_kind[kind], **named[kind]}
+        # Spring Boot's KafkaProperties.build{Producer,Consumer,Streams}Properties: the common
+        # properties map first, then the kind's buildProperties(), which puts its named values
+        # and then putAll(this.properties): spring.kafka.producer.properties.acks wins over
+        # spring.kafka.producer.acks. The transaction-id-prefix is not one of those values: the
+        # producer factory sets transactional.id from it on each producer it creates
+        # (spring-kafka DefaultKafkaProducerFactory.doCreateTxProducer), so it still wins.
+        late = {key: item for key, item in named[kind].items() if key == "transactional.id"}
+        merged = {**common, **named[kind], **per_kind[kind], **late}
         values = {key: value for key, (value, _) in merged.items()}
         lines = {key: line for key, (_, line) in merged.items()}
         configs[kind] = ParsedConfig(values, source=source, lines=lines, framework=SPRING_KAFKA)
