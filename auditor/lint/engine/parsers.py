@@ -17,7 +17,7 @@ import yaml
 
 from auditor.lint.engine.defaults import SPRING_ACK_MODE, SPRING_KAFKA
 from auditor.lint.engine.errors import LintInputError
-from auditor.lint.engine.masking import mask_text
+from auditor.lint.engine.masking import MASK, mask_value
 
 FORMATS = ("json", "properties", "spring-yaml")
 Scalar = str | int | float | bool | None
@@ -246,34 +246,56 @@ def spring_duration_ms(value: Any, *, key: str, source: str, line: int | None) -
     if iso and text.upper() not in ("P", "PT"):
         parts = {k: float(v or 0) for k, v in iso.groupdict().items()}
         return int(((parts["d"] * 24 + parts["h"]) * 60 + parts["m"]) * 60_000 + parts["s"] * 1000)
-    text = mask_text(text)
+    text = str(mask_value(key, text))
     shown = repr(text) if len(text) <= 40 else repr(text[:37] + "...")
     raise LintInputError(
         f"{key}: expected a duration such as 5000, 5s, 500ms or PT5S, got {shown}", source=source, line=line
     )
 
 
-def _flatten(node: yaml.Node, prefix: str, out: dict[str, tuple[Any, int]]) -> None:
+def _flatten(node: yaml.Node, prefix: str, out: dict[str, tuple[Any, int]], *, source: str) -> None:
     """Flatten a composed YAML mapping to dotted keys, keeping each scalar's line (1-based)."""
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = str(key_node.value)
-            _flatten(value_node, f"{prefix}.{key}" if prefix else key, out)
+            _flatten(value_node, f"{prefix}.{key}" if prefix else key, out, source=source)
     elif isinstance(node, yaml.SequenceNode):
         out[prefix] = (
             ",".join(str(item.value) for item in node.value if isinstance(item, yaml.ScalarNode)),
             node.start_mark.line + 1,
         )
     else:
-        out[prefix] = (_scalar(node), node.start_mark.line + 1)
+        out[prefix] = (_scalar(node, key=prefix, source=source), node.start_mark.line + 1)
 
 
-def _scalar(node: yaml.Node) -> Any:
+def _scalar(node: yaml.Node, *, key: str, source: str) -> Any:
     loader = yaml.SafeLoader("")
     try:
         return loader.construct_object(node, deep=True)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError):
+        # a tag the value does not fit (`!!int pw`, `!!binary` that is no base64) or one SafeLoader
+        # refuses: the constructor's message quotes the value, which may be a password
+        standard = re.fullmatch(r"tag:yaml\.org,2002:(\w+)", node.tag or "")
+        tag = f"tag !!{standard.group(1)}" if standard else "tag"  # a tag of one's own is input text
+        raise LintInputError(
+            f"{key}: cannot read the value as its YAML {tag} says; expected a plain value",
+            source=source,
+            line=node.start_mark.line + 1,
+        ) from None
     finally:
         loader.dispose()
+
+
+# PyYAML's problems quote what they found: an alias or anchor name, a tag, a character, a token
+# name. Only token names ('<block end>') and single characters ('\t', ':') are kept: the rest
+# is text of the input, and an alias written where a password goes (`password: *pw`) is the password.
+_YAML_QUOTED = re.compile(r"'[^']*'" + r'|"[^"]*"')
+_YAML_KEPT = re.compile(r"""['"](?:<[\w ]+>|[^\w'"]|\\\w)['"]""")
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    problem = getattr(exc, "problem", None) or "not valid YAML"
+    return _YAML_QUOTED.sub(lambda m: m.group() if _YAML_KEPT.fullmatch(m.group()) else f"'{MASK}'", problem)
 
 
 def parse_spring_yaml(text: str, *, source: str = "application.yml") -> dict[str, ParsedConfig]:
@@ -288,9 +310,8 @@ def parse_spring_yaml(text: str, *, source: str = "application.yml") -> dict[str
         documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or "not valid YAML"
         raise LintInputError(
-            f"invalid YAML ({problem}); expected a mapping with spring.kafka settings",
+            f"invalid YAML ({_yaml_problem(exc)}); expected a mapping with spring.kafka settings",
             source=source,
             line=mark.line + 1 if mark else None,
         ) from None
@@ -304,7 +325,7 @@ def parse_spring_yaml(text: str, *, source: str = "application.yml") -> dict[str
                 source=source,
                 line=document.start_mark.line + 1,
             )
-        _flatten(document, "", flat)
+        _flatten(document, "", flat, source=source)
     return _spring_configs(flat, source=source)
 
 
