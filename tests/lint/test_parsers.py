@@ -65,6 +65,28 @@ def test_it_lints_a_librdkafka_dict_with_the_old_nested_topic_config() -> None:
     assert sorted(r.rule for r in results) == ["P001", "P101"]
 
 
+@pytest.mark.parametrize(
+    ("config", "rules"),
+    [
+        # confluent-kafka 2.16 accepts the first and refuses the second ("`acks` must be set to
+        # `all` when `enable.idempotence` is true"): default.topic.config wins whatever the order
+        ({"enable.idempotence": True, "default.topic.config": {"acks": "all"}, "acks": 1}, []),
+        ({"enable.idempotence": True, "default.topic.config": {"acks": 1}, "acks": "all"}, ["P001", "P101"]),
+        (
+            {"enable.idempotence": True, "acks": "all", "default.topic.config": {"request.required.acks": 1}},
+            ["P001", "P101"],
+        ),
+        ({"enable.idempotence": True, "request.required.acks": 1, "default.topic.config": {"acks": "all"}}, []),
+        ({"request.required.acks": 1, "acks": "all", "default.topic.config": {"request.required.acks": 0}}, ["P001"]),
+    ],
+)
+def test_it_lets_the_nested_topic_config_win_over_the_top_level_as_confluent_kafka_does(
+    config: dict[str, object], rules: list[str]
+) -> None:
+    results = lint(parse_librdkafka(config), client="librdkafka", kind="producer", guarantee=ALO)
+    assert sorted(r.rule for r in results) == rules
+
+
 def test_it_lints_java_properties() -> None:
     config = parse_properties(JAVA_PROPERTIES, source="orders.properties")
     assert config["transactional.id"] == "orders-tx-0"

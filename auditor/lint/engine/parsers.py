@@ -76,17 +76,23 @@ def _json_key_lines(text: str, loaded: Mapping[str, Any]) -> dict[str, int]:
 
 
 def as_config(config: Any, *, source: str = "config", lines: Mapping[str, int] | None = None) -> ParsedConfig:
-    """Check that ``config`` maps keys to scalars; librdkafka's nested topic config is flattened."""
+    """Check that ``config`` maps keys to scalars; librdkafka's nested topic config is flattened.
+
+    The nested `default.topic.config` wins over the top level wherever it is written:
+    confluent-kafka applies it after every other key, so {'default.topic.config': {'acks': 1},
+    'acks': 'all'} runs with acks=1 (confluent-kafka 2.16 refuses it with enable.idempotence,
+    "`acks` must be set to `all`"). Its keys go last, where read_explicit lets them win, aliases too.
+    """
     if isinstance(config, ParsedConfig):
         return config
     if not isinstance(config, Mapping):
         raise LintInputError(f"expected a mapping of config keys to values, got {type(config).__name__}", source=source)
     flat: dict[str, Any] = {}
+    nested: ParsedConfig | None = None
     for key, value in config.items():
         key = str(key)
         if isinstance(value, Mapping) and key == "default.topic.config":
             nested = as_config(value, source=source)
-            flat.update(nested)
             continue
         if not isinstance(value, Scalar):
             raise LintInputError(
@@ -94,6 +100,9 @@ def as_config(config: Any, *, source: str = "config", lines: Mapping[str, int] |
                 source=source,
                 line=(lines or {}).get(key),
             )
+        flat[key] = value
+    for key, value in (nested or {}).items():
+        flat.pop(key, None)  # re-inserted last, after any alias of it at the top level
         flat[key] = value
     return ParsedConfig(flat, source=source, lines=lines)
 
