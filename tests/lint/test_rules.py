@@ -150,6 +150,23 @@ CASES: list[Case] = [
     Case("P009", "fails", JAVA, "producer", EOS, {"transactional.id": "tx-12345@worker-1"}, ["P009"]),
     Case("P009", "fails", JAVA, "producer", EOS, {"transactional.id": "processor-7d9f8c6b5-x2xkq"}, ["P009"]),
     Case("P009", "passes", JAVA, "producer", EOS, {"transactional.id": "ticket-processor-3"}, []),
+    # an instance ordinal after a dotted name is no host-pid suffix; rapid-7 holds no process id
+    *(
+        Case("P009", "passes", client, "producer", EOS, {"transactional.id": stable}, [])
+        for client in (RK, JAVA)
+        for stable in ("com.acme.orders.copier-01", "orders.copier-01", "app.tx.00", "rapid-7", "orders.copier-123")
+    ),
+    *(
+        Case("P009", "fails", RK, "producer", EOS, {"transactional.id": unstable}, ["P009"])
+        for unstable in (
+            "orders-10.0.0.5-12345",
+            "orders-tx-ip-10-0-0-5-4242",
+            "worker-3.prod.example.com-31337",
+            "tx-localhost-9876",
+            "tx-host-web3-4312",
+            "orders_pid_4242",
+        )
+    ),
     # P010 transaction.timeout.ms vs the broker's transaction.max.timeout.ms
     Case("P010", "fails", RK, "producer", EOS, {**RK_TX_OK, "transaction.timeout.ms": 1_000_000}, ["P010"]),
     Case(
