@@ -6,7 +6,7 @@ import pytest
 
 from auditor.lint.engine.effective import effective_settings, read_explicit
 from auditor.lint.engine.errors import LintInputError
-from auditor.lint.engine.linter import lint, lint_text
+from auditor.lint.engine.linter import lint, lint_text, lint_text_described
 from auditor.lint.engine.parsers import guess_format, parse_librdkafka, parse_properties, parse_spring_yaml, parse_text
 from auditor.lint.engine.terms import LintContext
 
@@ -319,6 +319,95 @@ def test_it_keeps_the_transaction_id_prefix_over_a_transactional_id_in_the_prope
         "spring.kafka.producer.properties.transactional.id: fixed\n"
     )
     assert parse_spring_yaml(text)["producer"]["transactional.id"] == "orders-tx-"
+
+
+PROFILED_SPRING_YAML = """\
+spring:
+  kafka:
+    producer:
+      acks: all
+---
+spring:
+  config:
+    activate:
+      on-profile: local
+  kafka:
+    producer:
+      acks: 0
+---
+spring.profiles: dev | test
+spring.kafka.producer.acks: 1
+---
+spring.config.activate.on-profile: "!local"
+spring.kafka.consumer.isolation-level: read_uncommitted
+spring.kafka.consumer.auto-offset-reset: earliest
+"""
+
+
+def test_it_lints_no_document_for_a_profile_that_is_not_active_and_says_so() -> None:
+    # Spring Boot applies a document with spring.config.activate.on-profile (spring.profiles
+    # before 2.4) only when its profile expression matches the active profiles, or, none
+    # active, the "default" profile (Spring Boot reference, "Activation Properties")
+    described = lint_text_described(PROFILED_SPRING_YAML, fmt="spring-yaml", client="java", guarantee=EOS)
+    assert sorted((r.target, r.rule) for r in described.results) == [("consumer", "C002"), ("producer", "P008")]
+    assert described.notes == (
+        "config: document 2 (line 6) not linted: it applies only with profile 'local' (active: none, so default)",
+        "config: document 3 (line 14) not linted: it applies only with profile 'dev | test' (active: none, so default)",
+        "config: document 4 (line 17) linted: its profile '!local' is active (active: none, so default)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("profiles", "expected"),
+    [
+        (["local"], [("producer", "P001", 0)]),
+        (["test"], [("consumer", "C002", "read_uncommitted"), ("producer", "P001", 1)]),
+        (["prod"], [("consumer", "C002", "read_uncommitted")]),
+    ],
+)
+def test_it_lints_the_documents_of_the_profiles_given(
+    profiles: list[str], expected: list[tuple[str, str, object]]
+) -> None:
+    results = lint_text(PROFILED_SPRING_YAML, fmt="spring-yaml", client="java", guarantee=EOS, profiles=profiles)
+    assert sorted((r.target, r.rule, r.value) for r in results if r.rule in ("P001", "C002")) == expected
+
+
+def test_it_takes_the_active_profiles_from_the_files_own_spring_profiles_active() -> None:
+    text = "spring.profiles.active: local\n---\n" + PROFILED_SPRING_YAML
+    results = lint_text(text, fmt="spring-yaml", client="java", guarantee=ALO)
+    assert [(r.rule, r.value) for r in results if r.rule == "P001"] == [("P001", 0)]
+    # given profiles replace the file's, as spring.profiles.active on the command line does
+    results = lint_text(text, fmt="spring-yaml", client="java", guarantee=ALO, profiles=["prod"])
+    assert [r.rule for r in results if r.rule == "P001"] == []
+
+
+def test_it_splits_spring_properties_into_documents_at_their_separator_lines() -> None:
+    # Spring Boot 2.4+: a "#---" line starts another document of an application.properties
+    text = (
+        "spring.kafka.producer.acks=all\n#---\nspring.config.activate.on-profile=local\nspring.kafka.producer.acks=0\n"
+    )
+    described = lint_text_described(text, fmt="properties", client="java", guarantee=ALO)
+    assert described.results == []
+    assert described.notes == (
+        "config: document 2 (line 3) not linted: it applies only with profile 'local' (active: none, so default)",
+    )
+    results = lint_text(text, fmt="properties", client="java", guarantee=ALO, profiles=["local"])
+    assert [(r.rule, r.value) for r in results if r.rule == "P001"] == [("P001", "0")]
+    assert parse_text(text, fmt="properties", source="app", profiles=["local"])["producer"].lines == {"acks": 4}
+
+
+def test_it_names_the_documents_left_out_when_no_other_holds_kafka_settings() -> None:
+    text = "spring.config.activate.on-profile: local\nspring.kafka.producer.acks: 0\n"
+    with pytest.raises(LintInputError, match=r"settings found \(config: document 1 \(line 1\) not linted"):
+        lint_text(text, fmt="spring-yaml", client="java", guarantee=ALO)
+
+
+def test_it_leaves_out_a_document_whose_profile_expression_spring_cannot_read() -> None:
+    # Spring refuses "a & b | c" without parentheses: Malformed profile expression
+    text = "spring.kafka.producer.acks: all\n---\nspring.config.activate.on-profile: a & b | c\nspring.kafka.producer.acks: 0\n"
+    described = lint_text_described(text, fmt="spring-yaml", client="java", guarantee=ALO, profiles=["a", "b"])
+    assert described.results == []
+    assert "is no profile expression Spring Boot reads" in described.notes[0]
 
 
 def test_it_accepts_spring_durations_in_every_form() -> None:

@@ -240,6 +240,7 @@ class TextLint:
     client: str  # whose defaults applied: "java" for a Spring Boot config, whatever was asked
     spring: bool  # a Spring Boot config (spring.kafka.*)
     java_version: str | None  # java_version_label(), when a config was linted as Java's; else None
+    notes: tuple[str, ...] = ()  # what of the text was not linted (a Spring document for another profile)
 
     @property
     def linted_as(self) -> str:
@@ -258,15 +259,17 @@ def lint_text(
     kind: str | None = None,
     context: LintContext | None = None,
     source: str = "config",
+    profiles: Sequence[str] | None = None,
 ) -> list[LintResult]:
     """Parse pasted text (json | properties | spring-yaml) and lint every config in it.
 
     JSON and .properties hold one config and need ``kind``; Spring Boot's YAML or
     .properties (spring.kafka.* keys) holds up to three (producer, consumer, streams), all
-    linted unless ``kind`` picks one.
+    linted unless ``kind`` picks one, from the documents that apply with ``profiles`` active
+    (default: the file's own spring.profiles.active, else none).
     """
     return lint_text_described(
-        text, fmt=fmt, client=client, guarantee=guarantee, kind=kind, context=context, source=source
+        text, fmt=fmt, client=client, guarantee=guarantee, kind=kind, context=context, source=source, profiles=profiles
     ).results
 
 
@@ -279,6 +282,7 @@ def lint_text_described(
     kind: str | None = None,
     context: LintContext | None = None,
     source: str = "config",
+    profiles: Sequence[str] | None = None,
 ) -> TextLint:
     """lint_text(), saying which client and Java version the configs were linted as.
 
@@ -287,7 +291,7 @@ def lint_text_described(
     """
     if fmt == "json" and kind is None:
         raise _missing_kind(source)
-    configs = parse_text(text, fmt=fmt, source=source, kind=kind)
+    configs = parse_text(text, fmt=fmt, source=source, kind=kind, profiles=profiles)
     if kind is None and any(config.framework != d.SPRING_KAFKA for config in configs.values()):
         raise _missing_kind(source)  # a client's own .properties
     context = context or LintContext()
@@ -309,6 +313,7 @@ def lint_text_described(
         client="java" if spring else client,
         spring=spring,
         java_version=java_version_label(context.client_version) if java else None,
+        notes=tuple(dict.fromkeys(note for config in configs.values() for note in config.notes)),
     )
 
 
