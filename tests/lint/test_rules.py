@@ -660,6 +660,17 @@ CASES: list[Case] = [
         ["T003"],
         severity="error",
     ),
+    # every acks=all write fails NOT_ENOUGH_REPLICAS: the one replica is the whole ISR
+    Case(
+        "T003",
+        "fails",
+        JAVA,
+        "topic",
+        ALO,
+        {"replication.factor": 1, "min.insync.replicas": 2},
+        ["T001", "T003"],
+        severity="error",
+    ),
     Case("T003", "passes", JAVA, "topic", ALO, TOPIC_OK, []),
     # T004 unclean leader election
     Case("T004", "fails", JAVA, "topic", ALO, {**TOPIC_OK, "unclean.leader.election.enable": "true"}, ["T004"]),
