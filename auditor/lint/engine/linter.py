@@ -50,6 +50,10 @@ def _choice(option: str, value: Any, choices: Sequence[str]) -> str:
 
 
 _CLIENT_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+# A vendor's build of an Apache Kafka release names the release first: Red Hat's AMQ Streams
+# "3.7.0.redhat-00007", a snapshot "3.9.0-SNAPSHOT" (AppInfoParser.getVersion() reports the jar's
+# version as built). Only a full MAJOR.MINOR.PATCH then a separator is read so: "4.x-custom" is not.
+_VENDOR_BUILD = re.compile(r"(\d+)\.(\d+)\.(\d+)[-.+_~][0-9A-Za-z][0-9A-Za-z.+_~-]*")
 # Apache Kafka's clients are 0.x to 4.x; Confluent Platform numbers its own (7.6.0-ccs ships 3.6)
 _LAST_KAFKA_MAJOR = 4
 CLIENT_VERSION_SOURCE = "client version"
@@ -58,13 +62,17 @@ CLIENT_VERSION_SOURCE = "client version"
 def client_version_option(text: str | None) -> str | None:
     """A Java client version as a user gives it (`--client-version`, the paste form): "3.9.2" or
     "3.9", stripped, or a Confluent Platform build's "7.6.0-ccs" (or "-ce") as the Apache Kafka
-    version it ships ("3.6.0", reported_java_client_version); None when not given. Raises
-    LintInputError for anything else."""
+    version it ships ("3.6.0", reported_java_client_version), or another vendor's build of an
+    Apache Kafka release as that release ("3.7.0.redhat-00007", "3.9.0-SNAPSHOT": "3.7.0",
+    "3.9.0"); None when not given. Raises LintInputError for anything else."""
     if text is None or not text.strip():
         return None
     given = text.strip()
     if _CONFLUENT_VERSION.fullmatch(given):
         return reported_java_client_version(given)
+    vendor = _VENDOR_BUILD.fullmatch(given)
+    if vendor is not None and int(vendor.group(1)) <= _LAST_KAFKA_MAJOR:
+        return ".".join(vendor.group(1, 2, 3))
     match = _CLIENT_VERSION.fullmatch(given)
     if match is None or int(match.group(1)) > _LAST_KAFKA_MAJOR:
         hint = ""
