@@ -410,6 +410,57 @@ def test_it_leaves_out_a_document_whose_profile_expression_spring_cannot_read() 
     assert "is no profile expression Spring Boot reads" in described.notes[0]
 
 
+def test_it_binds_spring_boots_typed_properties_as_spring_does_and_hands_the_map_to_the_client_as_written() -> None:
+    # enable-auto-commit is a Boolean (StringToBooleanConverter: on/off, yes/no, 1/0) and
+    # isolation-level an enum bound leniently and lower-cased by KafkaProperties: the client gets
+    # true and read_committed. A properties.* value reaches the Java client as written, and
+    # kafka-clients refuses "on" and "READ_COMMITTED" (ConfigDef; tests/lint/test_startup_rejections.py)
+    named = (
+        "spring.kafka.consumer.enable-auto-commit: 'off'\n"
+        "spring.kafka.consumer.isolation-level: READ-COMMITTED\n"
+        "spring.kafka.consumer.auto-offset-reset: earliest\n"
+    )
+    consumer = parse_spring_yaml(named)["consumer"]
+    assert (consumer["enable.auto.commit"], consumer["isolation.level"]) == (False, "read_committed")
+    assert lint_text(named, fmt="spring-yaml", client="java", guarantee=EOS) == []
+    as_written = (
+        "spring.kafka.consumer.properties.enable.auto.commit: 'off'\n"
+        "spring.kafka.consumer.properties.isolation.level: READ_COMMITTED\n"
+        "spring.kafka.consumer.auto-offset-reset: earliest\n"
+    )
+    results = lint_text(as_written, fmt="spring-yaml", client="java", guarantee=EOS)
+    assert sorted((r.rule, r.config, r.value) for r in results) == [
+        ("C105", "enable.auto.commit", "off"),
+        ("C105", "isolation.level", "READ_COMMITTED"),
+    ]
+    with pytest.raises(
+        LintInputError, match=r"line 1: spring.kafka.consumer.enable-auto-commit: expected true or false"
+    ):
+        parse_spring_yaml("spring.kafka.consumer.enable-auto-commit: maybe\n", source="a.yml")
+    with pytest.raises(LintInputError, match="isolation-level: expected read-committed or read-uncommitted"):
+        parse_spring_yaml("spring.kafka.consumer.isolation-level: serializable\n", source="a.yml")
+
+
+def test_it_reports_a_value_the_client_refuses_as_written_naming_the_clients_message() -> None:
+    results = lint(parse_properties("acks=ALL\n"), client="java", kind="producer", guarantee=ALO)
+    assert [(r.rule, r.value, r.expected, r.severity) for r in results] == [
+        ("P109", "ALL", "one of all, -1, 0, 1", "error")
+    ]
+    assert results[0].message == (
+        "the client refuses to start: acks=ALL "
+        "(Invalid value ALL for configuration acks: String must be one of: all, -1, 0, 1)"
+    )
+    # librdkafka takes ALL, but not yes for a boolean
+    results = lint({"acks": "ALL", "enable.idempotence": "yes"}, client="librdkafka", kind="producer", guarantee=ALO)
+    assert [(r.rule, r.message) for r in results] == [
+        (
+            "P109",
+            "the client refuses to start: enable.idempotence=yes "
+            '(Expected bool value for "enable.idempotence": true or false)',
+        )
+    ]
+
+
 def test_it_accepts_spring_durations_in_every_form() -> None:
     for written, ms in (("5000", 5000), ("5s", 5000), ("500ms", 500), ("PT1M", 60_000), ("1h", 3_600_000)):
         configs = parse_spring_yaml(f"spring.kafka.consumer.auto-commit-interval: {written}\n")

@@ -179,7 +179,9 @@ def lint(
         broker = broker_settings(context, parsed)
         settings = broker
     else:
-        explicit = read_explicit(parsed, client=key_client, source=parsed.source, lines=parsed.lines)
+        explicit = read_explicit(
+            parsed, client=key_client, source=parsed.source, lines=parsed.lines, kind=kind, java_version=java_version
+        )
         broker = broker_settings(context)
         settings = effective_settings(
             explicit,

@@ -266,6 +266,48 @@ def spring_duration_ms(value: Any, *, key: str, source: str, line: int | None) -
     )
 
 
+def _spring_boolean(value: Any, *, key: str, source: str, line: int | None) -> bool:
+    """A Boolean property as Spring's conversion service binds it (StringToBooleanConverter:
+    true, on, yes, 1 / false, off, no, 0, in any case): the client is handed true or false."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "on", "yes", "1"):
+        return True
+    if text in ("false", "off", "no", "0"):
+        return False
+    raise LintInputError(
+        f"{key}: expected true or false (Spring Boot also reads on/off, yes/no, 1/0), got {_shown(key, value)}",
+        source=source,
+        line=line,
+    )
+
+
+_SPRING_ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
+
+def _spring_isolation_level(value: Any, *, key: str, source: str, line: int | None) -> str:
+    """spring.kafka.consumer.isolation-level, an enum Spring Boot binds leniently (case, and any
+    character but letters and digits, ignored: read-committed, READ_COMMITTED) and hands the client
+    lower-cased (KafkaProperties.Consumer.buildProperties: getIsolationLevel().name().toLowerCase())."""
+    wanted = re.sub(r"[^0-9a-z]", "", str(value).lower())
+    for level in _SPRING_ISOLATION_LEVELS:
+        if level.replace("_", "") == wanted:
+            return level
+    raise LintInputError(
+        f"{key}: expected read-committed or read-uncommitted, got {_shown(key, value)}", source=source, line=line
+    )
+
+
+def _shown(key: str, value: Any) -> str:
+    text = str(mask_value(key, str(value)))
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+
+
+# Named properties Spring Boot binds to a type of its own before it hands the client a value
+_SPRING_TYPED = {"enable.auto.commit": _spring_boolean, "isolation.level": _spring_isolation_level}
+
+
 def _flatten(node: yaml.Node, prefix: str, out: dict[str, tuple[Any, int]], *, source: str) -> None:
     """Flatten a composed YAML mapping to dotted keys, keeping each scalar's line (1-based)."""
     if isinstance(node, yaml.MappingNode):
@@ -567,6 +609,9 @@ def _spring_configs(
         kafka_key, is_duration = mapping
         if is_duration and value is not None:
             value = spring_duration_ms(value, key=dotted, source=source, line=line)
+        bind = _SPRING_TYPED.get(kafka_key)
+        if bind is not None and value is not None:
+            value = bind(value, key=dotted, source=source, line=line)
         named[section][kafka_key] = (value, line)
 
     configs: dict[str, ParsedConfig] = {}
