@@ -408,7 +408,7 @@ def parse_spring_properties(
 
 def _properties_documents(text: str) -> Iterator[tuple[int, str]]:
     """(first line, text) of each document of a .properties file split at `#---` / `!---` lines."""
-    first, chunk = 1, []
+    first, chunk = 1, list[str]()
     for number, line in enumerate(text.splitlines(), start=1):
         if line.rstrip() in ("#---", "!---"):
             yield first, "\n".join(chunk) + "\n"
@@ -511,7 +511,7 @@ def _profiles_match(expressions: str, active: frozenset[str]) -> bool | None:
 
 
 def _profile_expression_matches(expression: str, active: frozenset[str]) -> bool | None:
-    tokens = _PROFILE_TOKEN.findall(expression)
+    tokens: list[str] = _PROFILE_TOKEN.findall(expression)
     if "".join(tokens) != re.sub(r"\s+", "", expression):
         return None
     # Spring refuses `a & b | c` ("Malformed profile expression"): mixing needs parentheses
