@@ -29,7 +29,7 @@ HELP = (
     "without it the configured clusters and the probes' clients"
 )
 EXIT_UNUSABLE = 2
-FILE_ONLY_OPTIONS = ("client", "client_version", "kind", "format", "guarantee")
+FILE_ONLY_OPTIONS = ("client", "client_version", "kind", "format", "guarantee", "profile")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--format", choices=FORMATS, default=None, help="the file's format (default: from its extension or content)"
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="NAME[,NAME]",
+        default=None,
+        help="a Spring Boot file's active profiles: its documents for them are linted too "
+        "(default: the file's spring.profiles.active, else none)",
     )
     parser.add_argument("--json", action="store_true", help='machine-readable output: {"results": [...]}')
 
@@ -95,17 +102,32 @@ def _lint_file(options: dict[str, Any], out: TextIO) -> int:
             kind=options.get("kind"),
             client_version=client_version_option(options.get("client_version")),
             source=str(path),
+            profiles=_profiles_option(options.get("profile")),
         )
     except LintInputError as exc:
         return _error(str(exc))
     results = pasted.results
     if options["json"]:
-        document = {"java_version": pasted.java_version, "results": [_as_json(item) for item in results]}
+        document: dict[str, Any] = {
+            "java_version": pasted.java_version,
+            "results": [_as_json(item) for item in results],
+        }
+        if pasted.notes:  # what was not linted: a Spring document for a profile not active
+            document["notes"] = list(pasted.notes)
         out.write(json.dumps(document, indent=2, default=str) + "\n")
     else:
         out.write(f"{path}: {fmt}, {pasted.linted_as}, guarantee {guarantee}\n")
+        for note in pasted.notes:
+            out.write(f"note: {note}\n")
         _write_table(results, out)
     return exit_code(item.result for item in results)
+
+
+def _profiles_option(text: str | None) -> list[str] | None:
+    """`--profile local,eu` as Spring Boot reads spring.profiles.active: comma-separated names."""
+    if text is None:
+        return None
+    return [name.strip() for name in text.split(",") if name.strip()] or None
 
 
 def _as_json(item: ScanResult) -> dict[str, Any]:

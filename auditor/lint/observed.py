@@ -177,11 +177,17 @@ def acks_all(record: ClientRecord) -> bool:
     """Does the producer whose probe reported `record` ack with acks=all? Its acks setting
     (acks, or librdkafka's alias request.required.acks) says so, or idempotence (which librdkafka
     refuses to run without it; a transactional.id turns idempotence on), or, unset, librdkafka's
-    default since 1.0. False where the record does not tell."""
-    config = record.config or {}
-    for name in ("acks", "request.required.acks"):
-        if name in config:
-            return str(config[name]).strip().lower() in ("all", "-1")
+    default since 1.0. False where the record does not tell.
+
+    Keys of a nested `default.topic.config` win over the top level's, as confluent-kafka applies
+    that dict last (parsers.as_config); of the two spellings of acks, the later one wins."""
+    config = dict(record.config or {})
+    nested = config.pop("default.topic.config", None)
+    if isinstance(nested, Mapping):
+        config = {key: value for key, value in config.items() if key not in nested} | dict(nested)
+    acks = [value for key, value in config.items() if key in ("acks", "request.required.acks")]
+    if acks:
+        return str(acks[-1]).strip().lower() in ("all", "-1")
     if config.get("transactional.id") or str(config.get("enable.idempotence", "")).strip().lower() == "true":
         return True
     major = record.library_version.split(".", 1)[0] if record.library_version else ""

@@ -301,6 +301,7 @@ class PastedLint:
     results: list[ScanResult]
     linted_as: str  # "librdkafka client", "java client, java 3.9.2", "Spring Boot's java client, java 4.0 (default)"
     java_version: str | None  # "java 3.9.2" or "java 4.0 (default)" when a config was linted as Java's
+    notes: tuple[str, ...] = ()  # what of the text was not linted (a Spring document for another profile)
 
 
 def lint_pasted(
@@ -312,8 +313,10 @@ def lint_pasted(
     kind: str | None = None,
     client_version: str | None = None,
     source: str = "pasted config",
+    profiles: Sequence[str] | None = None,
 ) -> PastedLint:
-    """Lint pasted text, the Java client at ``client_version`` (default 4.0). Raises LintInputError."""
+    """Lint pasted text, the Java client at ``client_version`` (default 4.0), a Spring Boot file's
+    documents for ``profiles`` (see parsers.parse_text). Raises LintInputError."""
     fmt = fmt or guess_format(text)
     described = lint_text_described(
         text,
@@ -323,12 +326,14 @@ def lint_pasted(
         kind=kind,
         context=LintContext(client_version=client_version),
         source=source,
+        profiles=profiles,
     )
     return PastedLint(
         fmt=fmt,
         results=[ScanResult(result, f"{result.target} ({source})") for result in described.results],
         linted_as=described.linted_as,
         java_version=described.java_version,
+        notes=described.notes,
     )
 
 
@@ -346,6 +351,7 @@ def store_pasted(
         requested_by=requested_by,
         guarantee=guarantee,
         summary=f"pasted {pasted.fmt} config ({pasted.linted_as})",
+        notes=pasted.notes,
     )
 
 

@@ -299,3 +299,22 @@ def test_it_rejects_a_client_version_for_a_config_linted_as_librdkafkas(
     )
     code, _, err = run_cli(capsys, "--client-version", "3.9.2")
     assert (code, err) == (2, "error: --client-version only apply with --config FILE\n")
+
+
+def test_it_lints_a_spring_profiles_documents_only_with_that_profile(
+    capsys: pytest.CaptureFixture[str], config_file: WriteFile
+) -> None:
+    path = config_file(
+        "application.yml",
+        "spring.kafka.producer.acks: all\n---\nspring.config.activate.on-profile: local\nspring.kafka.producer.acks: 0\n",
+    )
+    code, out, _ = run_cli(capsys, "--config", path)
+    assert code == 0
+    assert out.splitlines()[1] == (
+        f"note: {path}: document 2 (line 3) not linted: it applies only with profile 'local' (active: none, so default)"
+    )
+    code, out, _ = run_cli(capsys, "--config", path, "--profile", "local", "--json")
+    assert (code, rule_ids(out)) == (1, ["P001"])
+    assert json.loads(out)["notes"] == [
+        f"{path}: document 2 (line 3) linted: its profile 'local' is active (active: local, given)"
+    ]

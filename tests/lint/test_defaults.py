@@ -184,6 +184,25 @@ def test_it_reads_a_java_clients_reported_version_as_the_kafka_version_it_ships(
 
 
 @pytest.mark.parametrize(
+    ("reported", "kafka"),
+    [
+        ("3.7.0.redhat-00007", "3.7.0"),  # Red Hat's AMQ Streams build of Kafka 3.7.0
+        ("3.9.0-SNAPSHOT", "3.9.0"),
+        ("2.8.1.redhat-00002", "2.8.1"),
+    ],
+)
+def test_it_reads_a_vendor_build_of_a_java_client_as_the_kafka_release_it_names(reported: str, kafka: str) -> None:
+    assert reported_java_client_version(reported) == kafka
+    # a 3.x producer with max.in.flight 10 and idempotence defaulted starts (idempotence is
+    # silently turned off); only 4.0 refuses it (P103): the 4.0 fallback gave a 3.x client P103
+    config = {"max.in.flight.requests.per.connection": "10"}
+    context = LintContext(client_version=reported_java_client_version(reported))
+    assert "P103" not in [
+        r.rule for r in lint(config, client="java", kind="producer", guarantee="at-most-once", context=context)
+    ]
+
+
+@pytest.mark.parametrize(
     ("reported", "reason"),
     [
         ("", "got none"),

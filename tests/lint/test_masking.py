@@ -101,6 +101,55 @@ def test_it_never_puts_a_secret_in_an_error_message(parse: object) -> None:
     assert "Sup3r" not in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "fmt", "still_says"),
+    [
+        # a trailing backslash joins the next line, key and all, to linger.ms's value
+        (f"linger.ms=5 \\\nbasic.auth.user.info=svc:{SECRET}\n", "properties", "linger.ms: expected a number"),
+        (f"linger.ms=5 \\\n  ssl.key.password {SECRET}\n", "properties", "linger.ms: expected a number"),
+        (f"acks=1 \\\nsasl.password: {SECRET} more\n", "properties", "acks: expected all, -1, 0 or 1"),
+        (
+            f"spring.kafka.consumer.auto-commit-interval: 5 ssl.key.password={SECRET}\n",
+            "spring-yaml",
+            "auto-commit-interval: expected a duration",
+        ),
+    ],
+)
+def test_it_masks_a_secret_key_and_value_caught_inside_a_bad_value(text: str, fmt: str, still_says: str) -> None:
+    with pytest.raises(LintInputError) as error:
+        lint_text(text, fmt=fmt, client="java", kind="producer", guarantee="at-least-once")
+    assert SECRET not in str(error.value)
+    assert "Sup3r" not in str(error.value)
+    assert still_says in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # PyYAML's problem quotes the alias: "found undefined alias 'hunter2-...'"
+        f"spring:\n  kafka:\n    producer:\n      properties:\n        ssl.key.password: *{SECRET}\n",
+        f"spring.kafka.properties.sasl.password: &{SECRET} a\nspring.kafka.properties.x: &{SECRET} b\n",
+        # a tag the value does not fit: the constructor's ValueError quoted the value
+        f"spring.kafka.producer.properties.ssl.key.password: !!int {SECRET}\n",
+        f"spring.kafka.producer.properties.ssl.key.password: !{SECRET} x\n",
+        f"spring.kafka.producer.properties.ssl.key.password: !!binary {SECRET}\n",
+    ],
+)
+def test_it_never_quotes_a_secret_from_a_yaml_error(text: str) -> None:
+    with pytest.raises(LintInputError) as error:
+        parse_spring_yaml(text, source="a.yml")
+    assert SECRET not in str(error.value)
+    assert "Sup3r" not in str(error.value)
+    assert str(error.value).startswith("a.yml: line ")
+
+
+def test_it_keeps_what_a_yaml_error_quotes_that_is_no_input_text() -> None:
+    with pytest.raises(LintInputError, match=r"found character '\\t' that cannot start any token"):
+        parse_spring_yaml("spring.kafka.producer.acks: \t1\n\tx", source="a.yml")
+    with pytest.raises(LintInputError, match="expected ',' or ']', but got '<stream end>'"):
+        parse_spring_yaml("spring.kafka.producer.acks: [1\n", source="a.yml")
+
+
 def test_it_masks_secrets_in_json_results_even_when_a_rule_reads_them() -> None:
     # no rule reads a secret today; the result value would still be masked by key
     results = lint({"acks": "1"}, client="java", kind="producer", guarantee="at-least-once")

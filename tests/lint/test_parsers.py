@@ -6,7 +6,7 @@ import pytest
 
 from auditor.lint.engine.effective import effective_settings, read_explicit
 from auditor.lint.engine.errors import LintInputError
-from auditor.lint.engine.linter import lint, lint_text
+from auditor.lint.engine.linter import lint, lint_text, lint_text_described
 from auditor.lint.engine.parsers import guess_format, parse_librdkafka, parse_properties, parse_spring_yaml, parse_text
 from auditor.lint.engine.terms import LintContext
 
@@ -63,6 +63,28 @@ def test_it_lints_a_librdkafka_dict_with_the_old_nested_topic_config() -> None:
     assert dict(config) == {"enable.idempotence": True, "acks": "1"}
     results = lint(config, client="librdkafka", kind="producer", guarantee=ALO)
     assert sorted(r.rule for r in results) == ["P001", "P101"]
+
+
+@pytest.mark.parametrize(
+    ("config", "rules"),
+    [
+        # confluent-kafka 2.16 accepts the first and refuses the second ("`acks` must be set to
+        # `all` when `enable.idempotence` is true"): default.topic.config wins whatever the order
+        ({"enable.idempotence": True, "default.topic.config": {"acks": "all"}, "acks": 1}, []),
+        ({"enable.idempotence": True, "default.topic.config": {"acks": 1}, "acks": "all"}, ["P001", "P101"]),
+        (
+            {"enable.idempotence": True, "acks": "all", "default.topic.config": {"request.required.acks": 1}},
+            ["P001", "P101"],
+        ),
+        ({"enable.idempotence": True, "request.required.acks": 1, "default.topic.config": {"acks": "all"}}, []),
+        ({"request.required.acks": 1, "acks": "all", "default.topic.config": {"request.required.acks": 0}}, ["P001"]),
+    ],
+)
+def test_it_lets_the_nested_topic_config_win_over_the_top_level_as_confluent_kafka_does(
+    config: dict[str, object], rules: list[str]
+) -> None:
+    results = lint(parse_librdkafka(config), client="librdkafka", kind="producer", guarantee=ALO)
+    assert sorted(r.rule for r in results) == rules
 
 
 def test_it_lints_java_properties() -> None:
@@ -261,6 +283,182 @@ def test_it_reads_flat_and_relaxed_spring_keys_across_documents() -> None:
         "spring.kafka.consumer.auto_offset_reset: earliest\n"
     )
     assert lint_text(text, fmt="spring-yaml", client="java", guarantee=EOS) == []
+
+
+@pytest.mark.parametrize("fmt", ["spring-yaml", "properties"])
+def test_it_lets_a_kinds_properties_map_win_over_its_named_property_as_spring_boot_does(fmt: str) -> None:
+    # Spring Boot's KafkaProperties.Producer/Consumer.buildProperties() put the named values
+    # (acks, enable-auto-commit) and then putAll(this.properties): the map wins
+    sep = ": " if fmt == "spring-yaml" else "="
+    producer = (
+        f"spring.kafka.producer.acks{sep}1\n"
+        f"spring.kafka.producer.properties[acks]{sep}all\n"
+        f"spring.kafka.producer.properties[enable.idempotence]{sep}true\n"
+    )
+    assert lint_text(producer, fmt=fmt, client="java", guarantee=ALO) == []
+    overridden = f"spring.kafka.producer.acks{sep}all\nspring.kafka.producer.properties.acks{sep}0\n"
+    results = lint_text(overridden, fmt=fmt, client="java", guarantee=ALO)
+    assert [(r.rule, str(r.value), r.source) for r in results if r.rule == "P001"] == [("P001", "0", "explicit")]
+    consumer = (
+        f"spring.kafka.consumer.enable-auto-commit{sep}false\n"
+        f"spring.kafka.consumer.properties.enable.auto.commit{sep}true\n"
+        f"spring.kafka.consumer.group-id{sep}orders\n"
+    )
+    configs = parse_text(consumer, fmt=fmt, source="application")
+    assert configs["consumer"]["enable.auto.commit"] in (True, "true")
+    # a named property still wins over spring.kafka.properties.*, common to every kind
+    common = f"spring.kafka.properties.acks{sep}0\nspring.kafka.producer.acks{sep}all\n"
+    assert parse_text(common, fmt=fmt, source="application")["producer"]["acks"] == "all"
+
+
+def test_it_keeps_the_transaction_id_prefix_over_a_transactional_id_in_the_properties_map() -> None:
+    # spring-kafka's DefaultKafkaProducerFactory.doCreateTxProducer sets transactional.id to
+    # the prefix plus a suffix on each producer, over whatever the properties map holds
+    text = (
+        "spring.kafka.producer.transaction-id-prefix: orders-tx-\n"
+        "spring.kafka.producer.properties.transactional.id: fixed\n"
+    )
+    assert parse_spring_yaml(text)["producer"]["transactional.id"] == "orders-tx-"
+
+
+PROFILED_SPRING_YAML = """\
+spring:
+  kafka:
+    producer:
+      acks: all
+---
+spring:
+  config:
+    activate:
+      on-profile: local
+  kafka:
+    producer:
+      acks: 0
+---
+spring.profiles: dev | test
+spring.kafka.producer.acks: 1
+---
+spring.config.activate.on-profile: "!local"
+spring.kafka.consumer.isolation-level: read_uncommitted
+spring.kafka.consumer.auto-offset-reset: earliest
+"""
+
+
+def test_it_lints_no_document_for_a_profile_that_is_not_active_and_says_so() -> None:
+    # Spring Boot applies a document with spring.config.activate.on-profile (spring.profiles
+    # before 2.4) only when its profile expression matches the active profiles, or, none
+    # active, the "default" profile (Spring Boot reference, "Activation Properties")
+    described = lint_text_described(PROFILED_SPRING_YAML, fmt="spring-yaml", client="java", guarantee=EOS)
+    assert sorted((r.target, r.rule) for r in described.results) == [("consumer", "C002"), ("producer", "P008")]
+    assert described.notes == (
+        "config: document 2 (line 6) not linted: it applies only with profile 'local' (active: none, so default)",
+        "config: document 3 (line 14) not linted: it applies only with profile 'dev | test' (active: none, so default)",
+        "config: document 4 (line 17) linted: its profile '!local' is active (active: none, so default)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("profiles", "expected"),
+    [
+        (["local"], [("producer", "P001", 0)]),
+        (["test"], [("consumer", "C002", "read_uncommitted"), ("producer", "P001", 1)]),
+        (["prod"], [("consumer", "C002", "read_uncommitted")]),
+    ],
+)
+def test_it_lints_the_documents_of_the_profiles_given(
+    profiles: list[str], expected: list[tuple[str, str, object]]
+) -> None:
+    results = lint_text(PROFILED_SPRING_YAML, fmt="spring-yaml", client="java", guarantee=EOS, profiles=profiles)
+    assert sorted((r.target, r.rule, r.value) for r in results if r.rule in ("P001", "C002")) == expected
+
+
+def test_it_takes_the_active_profiles_from_the_files_own_spring_profiles_active() -> None:
+    text = "spring.profiles.active: local\n---\n" + PROFILED_SPRING_YAML
+    results = lint_text(text, fmt="spring-yaml", client="java", guarantee=ALO)
+    assert [(r.rule, r.value) for r in results if r.rule == "P001"] == [("P001", 0)]
+    # given profiles replace the file's, as spring.profiles.active on the command line does
+    results = lint_text(text, fmt="spring-yaml", client="java", guarantee=ALO, profiles=["prod"])
+    assert [r.rule for r in results if r.rule == "P001"] == []
+
+
+def test_it_splits_spring_properties_into_documents_at_their_separator_lines() -> None:
+    # Spring Boot 2.4+: a "#---" line starts another document of an application.properties
+    text = (
+        "spring.kafka.producer.acks=all\n#---\nspring.config.activate.on-profile=local\nspring.kafka.producer.acks=0\n"
+    )
+    described = lint_text_described(text, fmt="properties", client="java", guarantee=ALO)
+    assert described.results == []
+    assert described.notes == (
+        "config: document 2 (line 3) not linted: it applies only with profile 'local' (active: none, so default)",
+    )
+    results = lint_text(text, fmt="properties", client="java", guarantee=ALO, profiles=["local"])
+    assert [(r.rule, r.value) for r in results if r.rule == "P001"] == [("P001", "0")]
+    assert parse_text(text, fmt="properties", source="app", profiles=["local"])["producer"].lines == {"acks": 4}
+
+
+def test_it_names_the_documents_left_out_when_no_other_holds_kafka_settings() -> None:
+    text = "spring.config.activate.on-profile: local\nspring.kafka.producer.acks: 0\n"
+    with pytest.raises(LintInputError, match=r"settings found \(config: document 1 \(line 1\) not linted"):
+        lint_text(text, fmt="spring-yaml", client="java", guarantee=ALO)
+
+
+def test_it_leaves_out_a_document_whose_profile_expression_spring_cannot_read() -> None:
+    # Spring refuses "a & b | c" without parentheses: Malformed profile expression
+    text = "spring.kafka.producer.acks: all\n---\nspring.config.activate.on-profile: a & b | c\nspring.kafka.producer.acks: 0\n"
+    described = lint_text_described(text, fmt="spring-yaml", client="java", guarantee=ALO, profiles=["a", "b"])
+    assert described.results == []
+    assert "is no profile expression Spring Boot reads" in described.notes[0]
+
+
+def test_it_binds_spring_boots_typed_properties_as_spring_does_and_hands_the_map_to_the_client_as_written() -> None:
+    # enable-auto-commit is a Boolean (StringToBooleanConverter: on/off, yes/no, 1/0) and
+    # isolation-level an enum bound leniently and lower-cased by KafkaProperties: the client gets
+    # true and read_committed. A properties.* value reaches the Java client as written, and
+    # kafka-clients refuses "on" and "READ_COMMITTED" (ConfigDef; tests/lint/test_startup_rejections.py)
+    named = (
+        "spring.kafka.consumer.enable-auto-commit: 'off'\n"
+        "spring.kafka.consumer.isolation-level: READ-COMMITTED\n"
+        "spring.kafka.consumer.auto-offset-reset: earliest\n"
+    )
+    consumer = parse_spring_yaml(named)["consumer"]
+    assert (consumer["enable.auto.commit"], consumer["isolation.level"]) == (False, "read_committed")
+    assert lint_text(named, fmt="spring-yaml", client="java", guarantee=EOS) == []
+    as_written = (
+        "spring.kafka.consumer.properties.enable.auto.commit: 'off'\n"
+        "spring.kafka.consumer.properties.isolation.level: READ_COMMITTED\n"
+        "spring.kafka.consumer.auto-offset-reset: earliest\n"
+    )
+    results = lint_text(as_written, fmt="spring-yaml", client="java", guarantee=EOS)
+    assert sorted((r.rule, r.config, r.value) for r in results) == [
+        ("C105", "enable.auto.commit", "off"),
+        ("C105", "isolation.level", "READ_COMMITTED"),
+    ]
+    with pytest.raises(
+        LintInputError, match=r"line 1: spring.kafka.consumer.enable-auto-commit: expected true or false"
+    ):
+        parse_spring_yaml("spring.kafka.consumer.enable-auto-commit: maybe\n", source="a.yml")
+    with pytest.raises(LintInputError, match="isolation-level: expected read-committed or read-uncommitted"):
+        parse_spring_yaml("spring.kafka.consumer.isolation-level: serializable\n", source="a.yml")
+
+
+def test_it_reports_a_value_the_client_refuses_as_written_naming_the_clients_message() -> None:
+    results = lint(parse_properties("acks=ALL\n"), client="java", kind="producer", guarantee=ALO)
+    assert [(r.rule, r.value, r.expected, r.severity) for r in results] == [
+        ("P109", "ALL", "one of all, -1, 0, 1", "error")
+    ]
+    assert results[0].message == (
+        "the client refuses to start: acks=ALL "
+        "(Invalid value ALL for configuration acks: String must be one of: all, -1, 0, 1)"
+    )
+    # librdkafka takes ALL, but not yes for a boolean
+    results = lint({"acks": "ALL", "enable.idempotence": "yes"}, client="librdkafka", kind="producer", guarantee=ALO)
+    assert [(r.rule, r.message) for r in results] == [
+        (
+            "P109",
+            "the client refuses to start: enable.idempotence=yes "
+            '(Expected bool value for "enable.idempotence": true or false)',
+        )
+    ]
 
 
 def test_it_accepts_spring_durations_in_every_form() -> None:

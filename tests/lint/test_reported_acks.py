@@ -27,3 +27,20 @@ def test_unset_it_is_librdkafkas_default_since_1_0_and_unknown_otherwise() -> No
     assert acks_all(reported({}))
     assert not acks_all(reported({}, library_version="0.11.6"))  # acks=1 was the default then
     assert not acks_all(reported({}, library_version=""))
+
+
+def test_a_nested_default_topic_config_wins_over_the_top_level_whatever_the_order() -> None:
+    # confluent-kafka 2.16 applies default.topic.config after every other key: with
+    # enable.idempotence it accepts {'default.topic.config': {'acks': 'all'}, 'acks': 1} and
+    # refuses {'default.topic.config': {'acks': 1}, 'acks': 'all'} ("`acks` must be set to `all`")
+    assert acks_all(reported({"default.topic.config": {"acks": "all"}, "acks": 1}))
+    assert acks_all(reported({"acks": 1, "default.topic.config": {"acks": "all"}}))
+    assert not acks_all(reported({"default.topic.config": {"acks": 1}, "acks": "all"}))
+    assert not acks_all(reported({"acks": "all", "default.topic.config": {"request.required.acks": "1"}}))
+    assert not acks_all(reported({"default.topic.config": {"acks": 0}, "enable.idempotence": True}))
+
+
+def test_the_later_of_acks_and_its_alias_wins() -> None:
+    # librdkafka sets both spellings on one property, in the order the dict gives them
+    assert not acks_all(reported({"acks": "all", "request.required.acks": 1}))
+    assert acks_all(reported({"request.required.acks": 1, "acks": "all"}))

@@ -150,6 +150,23 @@ CASES: list[Case] = [
     Case("P009", "fails", JAVA, "producer", EOS, {"transactional.id": "tx-12345@worker-1"}, ["P009"]),
     Case("P009", "fails", JAVA, "producer", EOS, {"transactional.id": "processor-7d9f8c6b5-x2xkq"}, ["P009"]),
     Case("P009", "passes", JAVA, "producer", EOS, {"transactional.id": "ticket-processor-3"}, []),
+    # an instance ordinal after a dotted name is no host-pid suffix; rapid-7 holds no process id
+    *(
+        Case("P009", "passes", client, "producer", EOS, {"transactional.id": stable}, [])
+        for client in (RK, JAVA)
+        for stable in ("com.acme.orders.copier-01", "orders.copier-01", "app.tx.00", "rapid-7", "orders.copier-123")
+    ),
+    *(
+        Case("P009", "fails", RK, "producer", EOS, {"transactional.id": unstable}, ["P009"])
+        for unstable in (
+            "orders-10.0.0.5-12345",
+            "orders-tx-ip-10-0-0-5-4242",
+            "worker-3.prod.example.com-31337",
+            "tx-localhost-9876",
+            "tx-host-web3-4312",
+            "orders_pid_4242",
+        )
+    ),
     # P010 transaction.timeout.ms vs the broker's transaction.max.timeout.ms
     Case("P010", "fails", RK, "producer", EOS, {**RK_TX_OK, "transaction.timeout.ms": 1_000_000}, ["P010"]),
     Case(
@@ -245,6 +262,15 @@ CASES: list[Case] = [
     # P108 librdkafka socket.timeout.ms > transaction.timeout.ms + 100
     Case("P108", "fails", RK, "producer", EOS, {**RK_TX_OK, "socket.timeout.ms": 70_000}, ["P108"]),
     Case("P108", "passes", RK, "producer", EOS, {**RK_TX_OK, "socket.timeout.ms": 60_100}, []),
+    # P109 a value the producer refuses as written (kafka-clients 3.7.2 to 4.3.1: "Invalid value ALL
+    # for configuration acks: String must be one of: all, -1, 0, 1"; librdkafka 2.16: "Expected bool
+    # value for "enable.idempotence": true or false", acks -1 to 1000)
+    Case("P109", "fails", JAVA, "producer", ALO, {"acks": "ALL"}, ["P109"], severity="error"),
+    Case("P109", "fails", JAVA, "producer", AMO, {"acks": "0", "enable.idempotence": "no"}, ["P109"]),
+    Case("P109", "fails", RK, "producer", ALO, {"enable.idempotence": "yes"}, ["P109"]),
+    Case("P109", "fails", RK, "producer", ALO, {**RK_PRODUCER_OK, "acks": "1001"}, ["P001", "P101", "P109"]),
+    Case("P109", "passes", JAVA, "producer", ALO, {"acks": " all", "enable.idempotence": "TRUE"}, []),
+    Case("P109", "passes", RK, "producer", ALO, {"acks": "ALL", "enable.idempotence": "1"}, []),
     # C001 commit before processing
     Case("C001", "fails", RK, "consumer", ALO, {"auto.offset.reset": "earliest"}, ["C001"], severity="error"),
     Case("C001", "fails", JAVA, "consumer", ALO, {"auto.offset.reset": "earliest"}, ["C001"], severity="warning"),
@@ -586,6 +612,35 @@ CASES: list[Case] = [
         spring({"enable.auto.commit": False, SPRING_ACK_MODE: "MANUAL", "auto.offset.reset": "earliest"}),
         [],
     ),
+    # C105 a value the consumer refuses as written (see P109; librdkafka refuses none, Java
+    # before 4.0 by_duration: KIP-1106)
+    Case(
+        "C105",
+        "fails",
+        JAVA,
+        "consumer",
+        EOS,
+        {**JAVA_EOS_CONSUMER_OK, "isolation.level": "READ_COMMITTED"},
+        ["C105"],
+        severity="error",
+    ),
+    Case("C105", "fails", JAVA, "consumer", ALO, {**JAVA_CONSUMER_OK, "enable.auto.commit": "no"}, ["C105"]),
+    Case("C105", "fails", JAVA, "consumer", ALO, {**JAVA_CONSUMER_OK, "auto.offset.reset": "smallest"}, ["C105"]),
+    Case(
+        "C105",
+        "fails",
+        JAVA,
+        "consumer",
+        AMO,
+        {"auto.offset.reset": "by_duration:PT1H"},
+        ["C004", "C105"],
+        LintContext(client_version="3.9.2"),
+    ),
+    Case("C105", "fails", RK, "consumer", ALO, {**RK_CONSUMER_OK, "enable.auto.offset.store": "off"}, ["C105"]),
+    Case("C105", "fails", RK, "consumer", ALO, {**RK_CONSUMER_OK, "auto.offset.reset": "none"}, ["C105"]),
+    Case("C105", "passes", RK, "consumer", ALO, {**RK_CONSUMER_OK, "auto.offset.reset": "smallest"}, []),
+    Case("C105", "passes", RK, "consumer", EOS, {**RK_EOS_CONSUMER_OK, "isolation.level": "READ_COMMITTED"}, []),
+    Case("C105", "passes", JAVA, "consumer", AMO, {"auto.offset.reset": "by_duration:PT1H"}, ["C004"]),
     # T001 replication factor
     Case(
         "T001",
@@ -641,6 +696,17 @@ CASES: list[Case] = [
         ALO,
         {"replication.factor": 3, "min.insync.replicas": 4},
         ["T003"],
+        severity="error",
+    ),
+    # every acks=all write fails NOT_ENOUGH_REPLICAS: the one replica is the whole ISR
+    Case(
+        "T003",
+        "fails",
+        JAVA,
+        "topic",
+        ALO,
+        {"replication.factor": 1, "min.insync.replicas": 2},
+        ["T001", "T003"],
         severity="error",
     ),
     Case("T003", "passes", JAVA, "topic", ALO, TOPIC_OK, []),

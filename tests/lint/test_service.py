@@ -124,6 +124,23 @@ def test_it_lints_a_reported_java_client_at_its_own_version(kafka_bootstrap: str
     assert not [note for note in scan.notes if any(session in note for session in sessions.values())]
 
 
+@pytest.mark.parametrize("version", ["3.7.0.redhat-00007", "3.9.0-SNAPSHOT"])
+def test_it_lints_a_vendor_build_of_a_java_client_at_the_kafka_release_it_names(
+    kafka_bootstrap: str, cluster: Cluster, version: str
+) -> None:
+    # 3.7 to 3.9 accept session.timeout.ms under group.protocol=consumer and ignore it; 4.0
+    # refuses it (C102): read as 4.0, the vendor build got a refusal its client does not make
+    session, group = publish_java_consumer(
+        kafka_bootstrap, version, **{"group.protocol": "consumer", "session.timeout.ms": "45000"}
+    )
+
+    scan = scan_all(LintScan.MANUAL, clusters=[cluster])
+    assert scan.status == "ok", scan.error
+    subject = f"consumer lint-test-consumer@lint-test-host {session} (group {group})"
+    assert "C102" not in on(scan, subject)
+    assert not [note for note in scan.notes if session in note]
+
+
 @pytest.mark.parametrize("version", ["", "4.x-custom", "9.1.0-ccs"])
 def test_it_lints_a_java_client_whose_version_it_cannot_read_at_the_default_and_says_so(
     kafka_bootstrap: str, cluster: Cluster, version: str

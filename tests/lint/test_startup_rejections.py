@@ -23,8 +23,9 @@ from auditor.lint.engine.terms import LintContext
 ROOT = Path(__file__).resolve().parents[2]
 KAFKA_LIBS = ROOT / ".cache" / "kafka" / "libs"  # stack/bootstrap.sh puts the broker's jars there
 CONSUMER_STARTS = ROOT / "stack" / "kafka" / "ConsumerStarts.java"
+PRODUCER_STARTS = ROOT / "stack" / "kafka" / "ProducerStarts.java"
 
-REFUSING_PRODUCER_RULES = {"P101", "P102", "P103", "P104", "P105", "P106", "P108"}
+REFUSING_PRODUCER_RULES = {"P101", "P102", "P103", "P104", "P105", "P106", "P108", "P109"}
 QUIET = {"bootstrap.servers": "127.0.0.1:1", "log_level": 0}
 
 PRODUCER_CONFIGS: list[dict[str, Any]] = [
@@ -55,6 +56,16 @@ PRODUCER_CONFIGS: list[dict[str, Any]] = [
     {"transactional.id": "orders-tx-0", "socket.timeout.ms": 70_000},
     {"transactional.id": "orders-tx-0", "socket.timeout.ms": 60_100},
     {"socket.timeout.ms": 70_000},
+    # values as written (P109): librdkafka reads a bool as true, t, false, f (any case), 1 or 0
+    {"enable.idempotence": "yes"},
+    {"enable.idempotence": "on"},
+    {"enable.idempotence": "TRUE"},
+    {"enable.idempotence": "1"},
+    {"enable.idempotence": "true "},
+    {"acks": "ALL"},
+    {"acks": " all"},
+    {"acks": "1000"},
+    {"acks": "1001"},
 ]
 
 
@@ -107,11 +118,24 @@ def test_it_predicts_that_every_produce_fails_when_linger_reaches_the_default_ti
         ({"group.protocol": "consumer", "heartbeat.interval.ms": 3_000}, True),
         ({"group.protocol": "consumer", "partition.assignment.strategy": "range"}, True),
         ({"group.protocol": "classic", "session.timeout.ms": 45_000}, False),
+        # values as written (C105)
+        ({"enable.auto.commit": "yes"}, True),
+        ({"enable.auto.commit": "off"}, True),
+        ({"enable.auto.commit": "F"}, False),
+        ({"enable.auto.offset.store": "0"}, False),
+        ({"isolation.level": "READ_COMMITTED"}, False),
+        ({"isolation.level": "read-committed"}, True),
+        ({"isolation.level": "read_committed "}, True),
+        ({"auto.offset.reset": "LATEST"}, False),
+        ({"auto.offset.reset": "smallest"}, False),
+        ({"auto.offset.reset": " error"}, False),
+        ({"auto.offset.reset": "none"}, True),
+        ({"auto.offset.reset": "by_duration:PT1H"}, True),
     ],
 )
 def test_it_predicts_which_consumer_configs_librdkafka_refuses(config: dict[str, Any], refused: bool) -> None:
     results = lint(config, client="librdkafka", kind="consumer", guarantee="at-least-once")
-    assert bool({"C101", "C102"} & {r.rule for r in results}) == refused
+    assert bool({"C101", "C102", "C105"} & {r.rule for r in results}) == refused
     try:
         Consumer({**QUIET, "group.id": "lint-test", **config}).close()
     except KafkaException:
@@ -134,6 +158,18 @@ JAVA_CONSUMER_CONFIGS: list[dict[str, str]] = [
     {"group.remote.assignor": "uniform"},
     {"group.protocol": "classic", "group.remote.assignor": "range"},
     {"group.protocol": "CLASSIC", "group.remote.assignor": " "},
+    # values as written (C105): ConfigDef trims, then reads a boolean as true or false in any case
+    # and checks a string against its list as written (by_duration from 4.0, KIP-1106)
+    {"enable.auto.commit": "yes"},
+    {"enable.auto.commit": "1"},
+    {"enable.auto.commit": " TRUE "},
+    {"isolation.level": "READ_COMMITTED"},
+    {"isolation.level": "read-committed"},
+    {"isolation.level": " read_committed"},
+    {"auto.offset.reset": "smallest"},
+    {"auto.offset.reset": "LATEST"},
+    {"auto.offset.reset": "earliest "},
+    {"auto.offset.reset": "by_duration:PT1H"},
 ]
 
 
@@ -161,27 +197,29 @@ def _java_consumer_answers(classpath: str) -> list[tuple[dict[str, str], str]]:
     """Each of JAVA_CONSUMER_CONFIGS with what a real KafkaConsumer on ``classpath`` said:
     "created" or "refused: <message>"."""
     configs = [{"group.id": "lint-test", **config} for config in JAVA_CONSUMER_CONFIGS]
+    return _java_answers(CONSUMER_STARTS, "consumer-starts: ", configs, classpath)
+
+
+def _java_answers(
+    program: Path, prefix: str, configs: list[dict[str, str]], classpath: str
+) -> list[tuple[dict[str, str], str]]:
     arguments = [";".join(f"{key}={value}" for key, value in config.items()) for config in configs]
     run = subprocess.run(
-        ["java", "-cp", classpath, str(CONSUMER_STARTS), *arguments],
+        ["java", "-cp", classpath, str(program), *arguments],
         capture_output=True,
         text=True,
         timeout=180,
         check=True,
     )
-    answers = [
-        line.removeprefix("consumer-starts: ")
-        for line in run.stdout.splitlines()
-        if line.startswith("consumer-starts: ")
-    ]
+    answers = [line.removeprefix(prefix) for line in run.stdout.splitlines() if line.startswith(prefix)]
     assert len(answers) == len(configs)
     return list(zip(configs, answers, strict=True))
 
 
-def _assert_predicted(version: str, answers: list[tuple[dict[str, str], str]]) -> None:
+def _assert_predicted(version: str, answers: list[tuple[dict[str, str], str]], kind: str = "consumer") -> None:
     context = LintContext(client_version=version)
     for config, answer in answers:
-        results = lint(config, client="java", kind="consumer", guarantee="at-least-once", context=context)
+        results = lint(config, client="java", kind=kind, guarantee="at-least-once", context=context)
         predicted = any(r.message.startswith("the client refuses to start:") for r in results)
         assert predicted == answer.startswith("refused"), (version, config, answer)
 
@@ -222,3 +260,38 @@ def test_it_predicts_which_consumer_configs_older_java_clients_refuse(version: s
         _missing(f"no {jar} (run stack/bootstrap.sh --with-old-clients)")
     dependencies = [path for path in sorted(KAFKA_LIBS.glob("*.jar")) if not path.name.startswith("kafka")]
     _assert_predicted(version, _java_consumer_answers(":".join(map(str, [jar, *dependencies]))))
+
+
+# Producer values as written (P109): ConfigDef trims, reads a boolean as true or false in any case,
+# and checks acks against all, -1, 0, 1 as written
+JAVA_PRODUCER_CONFIGS: list[dict[str, str]] = [
+    {},
+    {"acks": "ALL"},
+    {"acks": "All"},
+    {"acks": " all "},
+    {"acks": "2"},
+    {"acks": "-1"},
+    {"enable.idempotence": "yes"},
+    {"enable.idempotence": "1"},
+    {"enable.idempotence": "TRUE", "acks": "all"},
+    {"enable.idempotence": "off", "acks": "1"},
+]
+
+
+@pytest.mark.parametrize("version", ("installed", *OLDER_JAVA_CLIENTS))
+def test_it_predicts_which_producer_values_java_clients_refuse(version: str) -> None:
+    installed = _installed_java_client()
+    if version == "installed":
+        version, classpath = installed, f"{KAFKA_LIBS}/*"
+    else:
+        jar = OLDER_KAFKA_CLIENTS / f"kafka-clients-{version}.jar"
+        if not jar.exists():
+            _missing(f"no {jar} (run stack/bootstrap.sh --with-old-clients)")
+        dependencies = [path for path in sorted(KAFKA_LIBS.glob("*.jar")) if not path.name.startswith("kafka")]
+        classpath = ":".join(map(str, [jar, *dependencies]))
+    answers = _java_answers(PRODUCER_STARTS, "producer-starts: ", JAVA_PRODUCER_CONFIGS, classpath)
+    _assert_predicted(version, answers, kind="producer")
+    refused = {tuple(sorted(config.items())): answer for config, answer in answers}
+    assert refused[(("acks", "ALL"),)] == (
+        "refused: Invalid value ALL for configuration acks: String must be one of: all, -1, 0, 1"
+    )

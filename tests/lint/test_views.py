@@ -491,3 +491,19 @@ def test_it_reports_a_pasted_spring_consumer_whose_container_refuses_to_start(us
     # not the auto-commit's C001: the container never starts
     assert rows_of(html) == ["C104"]
     assert "Consumer cannot be configured for auto commit for ackMode MANUAL_IMMEDIATE" in html
+
+
+def test_it_says_which_documents_of_a_pasted_spring_file_it_left_out(user_client: Client) -> None:
+    pasted = "spring.kafka.producer.acks: all\n---\nspring.config.activate.on-profile: local\nspring.kafka.producer.acks: 0\n"
+    response = user_client.post(
+        "/lint/paste/",
+        {"config": pasted, "format": "", "client": "java", "kind": "", "guarantee": "at-least-once"},
+    )
+    html = response.content.decode()
+    # the local profile's acks=0 applies only with that profile: no P001
+    assert rows_of(html) == []
+    note = "document 2 (line 3) not linted: it applies only with profile &#x27;local&#x27; (active: none, so default)"
+    assert note in html
+    assert LintScan.objects.get().notes == [
+        "pasted config: document 2 (line 3) not linted: it applies only with profile 'local' (active: none, so default)"
+    ]

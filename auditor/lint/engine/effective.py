@@ -20,8 +20,10 @@ from auditor.lint.engine.errors import LintInputError
 from auditor.lint.engine.masking import mask_value
 from auditor.lint.engine.terms import Setting
 
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
+# read leniently, for what the user meant (librdkafka also takes t and f; Spring Boot's named
+# properties yes/no and on/off); client_refusal says which of them the client refuses
+_TRUE = {"true", "1", "yes", "on", "t"}
+_FALSE = {"false", "0", "no", "off", "f"}
 _RESET = {
     "smallest": "earliest",
     "earliest": "earliest",
@@ -137,9 +139,18 @@ def _display_name(client: str, key: str) -> str:
 
 
 def read_explicit(
-    config: Mapping[str, Any], *, client: str, source: str, lines: Mapping[str, int] | None = None
+    config: Mapping[str, Any],
+    *,
+    client: str,
+    source: str,
+    lines: Mapping[str, int] | None = None,
+    kind: str | None = None,
+    java_version: tuple[int, int, int] = d.DEFAULT_JAVA_VERSION,
 ) -> dict[str, Setting]:
-    """The keys the user set, folded to one name each; later keys win, as in the clients."""
+    """The keys the user set, folded to one name each; later keys win, as in the clients.
+
+    For a producer or consumer ``kind``, each setting also says whether ``client`` (at
+    ``java_version``) refuses the value as written (client_refusal)."""
     lines = lines or {}
     explicit: dict[str, Setting] = {}
     for raw_key, raw_value in config.items():
@@ -148,8 +159,100 @@ def read_explicit(
         key = canonical_key(client, raw_key)
         value = normalise_value(key, raw_value, source=source, line=lines.get(str(raw_key)), name=str(raw_key))
         shown = raw_value.strip() if isinstance(raw_value, str) else raw_value
-        explicit[key] = Setting(key=key, name=str(raw_key), value=value, shown=shown, source="explicit")
+        refusal = None
+        if kind in ("producer", "consumer"):
+            refusal = client_refusal(client, key, raw_value, java_version, name=str(raw_key))
+        refused, accepted = refusal or ("", "")
+        explicit[key] = Setting(
+            key=key,
+            name=str(raw_key),
+            value=value,
+            shown=shown,
+            source="explicit",
+            refused=refused,
+            refused_expected=accepted,
+        )
     return explicit
+
+
+# What each client accepts, where normalise_value reads more (it reads what the user meant, so
+# that the other rules judge it; this says whether the client starts with it). Measured with
+# confluent-kafka 2.16 (librdkafka 2.16.0, rdkafka_conf.c) and kafka-clients 3.7.2, 3.9.2,
+# 4.0.0 and 4.3.1 (ConfigDef: Type.BOOLEAN, ValidString): tests/lint/test_startup_rejections.py.
+_JAVA_ACCEPTS: Mapping[str, tuple[str, ...]] = {
+    "acks": ("all", "-1", "0", "1"),  # ValidString.in: case-sensitive, after trimming
+    "isolation": ("read_committed", "read_uncommitted"),
+    "reset": ("latest", "earliest", "none"),  # and by_duration:<ISO-8601> from 4.0 (KIP-1106)
+}
+_RK_ENUMS: Mapping[str, tuple[str, ...]] = {
+    # rd_kafka_anyconf_set_prop0's string-to-int table: any case, leading blanks skipped
+    "isolation": ("read_committed", "read_uncommitted"),
+    "reset": ("smallest", "earliest", "beginning", "largest", "latest", "end", "error"),
+}
+_RK_MAX_ACKS = 1000  # request.required.acks: -1 .. 1000, or "all"
+
+
+def client_refusal(
+    client: str, key: str, raw: Any, java_version: tuple[int, int, int], *, name: str | None = None
+) -> tuple[str, str] | None:
+    """(why, what it accepts) when ``client`` refuses to start with ``raw`` for ``key``, though
+    normalise_value reads it: Java refuses acks=ALL, isolation.level=read-committed,
+    auto.offset.reset=smallest or enable.auto.commit=yes; librdkafka refuses
+    enable.auto.commit=yes, auto.offset.reset=none and acks=1001. None when it accepts it."""
+    kind = d.KEY_TYPES.get(key)
+    if raw is None or kind not in ("bool", "acks", "isolation", "reset"):
+        return None
+    # what the client is handed: confluent-kafka passes True as "true"; Spring Boot's map and a
+    # .properties file hand Java strings
+    text = str(raw).lower() if isinstance(raw, bool) else str(raw)
+    if client == "java":
+        return _java_refusal(kind, name or key, text, java_version)
+    return _librdkafka_refusal(kind, name or key, text)
+
+
+def _java_refusal(kind: str, key: str, text: str, java_version: tuple[int, int, int]) -> tuple[str, str] | None:
+    value = text.strip()  # ConfigDef trims a string before it parses or validates it
+    if kind == "bool":
+        if value.lower() in ("true", "false"):
+            return None
+        return (
+            f"Invalid value {value} for configuration {key}: Expected value to be either true or false",
+            "true or false",
+        )
+    accepted = _JAVA_ACCEPTS[kind]
+    if value in accepted:
+        return None
+    if kind == "reset" and value.startswith("by_duration:"):
+        if java_version >= (4, 0, 0):
+            return None
+        return (
+            f"Invalid value {value} for configuration {key}: by_duration is known from Java 4.0 (KIP-1106)",
+            ", ".join(accepted),
+        )
+    shown = ", ".join(accepted)
+    return (f"Invalid value {value} for configuration {key}: String must be one of: {shown}", f"one of {shown}")
+
+
+def _librdkafka_refusal(kind: str, key: str, text: str) -> tuple[str, str] | None:
+    if kind == "bool":
+        # true, t, false, f in any case, or 1 or 0: nothing else, not even a blank
+        if text.lower() in ("true", "t", "false", "f") or text in ("1", "0"):
+            return None
+        return (f'Expected bool value for "{key}": true or false', "true or false")
+    if kind == "acks":
+        if text.lower() == "all":
+            return None
+        try:
+            acks = int(text.strip())
+        except ValueError:
+            return (f'Invalid value for configuration property "{key}"', "all, or -1 to 1000")
+        if -1 <= acks <= _RK_MAX_ACKS:
+            return None
+        return (f'value {acks} of "{key}" is outside the allowed range -1..{_RK_MAX_ACKS}', "all, or -1 to 1000")
+    accepted = _RK_ENUMS[kind]
+    if text.lstrip().lower() in accepted:
+        return None
+    return (f'Invalid value "{text}" for configuration property "{key}"', f"one of {', '.join(accepted)}")
 
 
 def _default(client: str, key: str, value: Any, note: str = "") -> Setting:

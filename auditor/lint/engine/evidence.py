@@ -38,6 +38,7 @@ EXPLAINS: Mapping[str, Explained] = {
     "P106": _NEVER_STARTED,
     "P107": _NEVER_STARTED,
     "P108": _NEVER_STARTED,
+    "P109": _NEVER_STARTED,
     # consumer
     "C001": (("unprocessed", None),),  # committed before processing: the record is skipped
     "C002": (("aborted", None),),  # aborted records reach the application
@@ -51,6 +52,7 @@ EXPLAINS: Mapping[str, Explained] = {
     "C102": (),
     "C103": (),
     "C104": (),
+    "C105": (),
     # topic
     "T001": _LOST_BY_BROKER,
     "T002": _LOST_BY_BROKER,

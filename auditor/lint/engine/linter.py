@@ -50,6 +50,10 @@ def _choice(option: str, value: Any, choices: Sequence[str]) -> str:
 
 
 _CLIENT_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+# A vendor's build of an Apache Kafka release names the release first: Red Hat's AMQ Streams
+# "3.7.0.redhat-00007", a snapshot "3.9.0-SNAPSHOT" (AppInfoParser.getVersion() reports the jar's
+# version as built). Only a full MAJOR.MINOR.PATCH then a separator is read so: "4.x-custom" is not.
+_VENDOR_BUILD = re.compile(r"(\d+)\.(\d+)\.(\d+)[-.+_~][0-9A-Za-z][0-9A-Za-z.+_~-]*")
 # Apache Kafka's clients are 0.x to 4.x; Confluent Platform numbers its own (7.6.0-ccs ships 3.6)
 _LAST_KAFKA_MAJOR = 4
 CLIENT_VERSION_SOURCE = "client version"
@@ -58,13 +62,17 @@ CLIENT_VERSION_SOURCE = "client version"
 def client_version_option(text: str | None) -> str | None:
     """A Java client version as a user gives it (`--client-version`, the paste form): "3.9.2" or
     "3.9", stripped, or a Confluent Platform build's "7.6.0-ccs" (or "-ce") as the Apache Kafka
-    version it ships ("3.6.0", reported_java_client_version); None when not given. Raises
-    LintInputError for anything else."""
+    version it ships ("3.6.0", reported_java_client_version), or another vendor's build of an
+    Apache Kafka release as that release ("3.7.0.redhat-00007", "3.9.0-SNAPSHOT": "3.7.0",
+    "3.9.0"); None when not given. Raises LintInputError for anything else."""
     if text is None or not text.strip():
         return None
     given = text.strip()
     if _CONFLUENT_VERSION.fullmatch(given):
         return reported_java_client_version(given)
+    vendor = _VENDOR_BUILD.fullmatch(given)
+    if vendor is not None and int(vendor.group(1)) <= _LAST_KAFKA_MAJOR:
+        return ".".join(vendor.group(1, 2, 3))
     match = _CLIENT_VERSION.fullmatch(given)
     if match is None or int(match.group(1)) > _LAST_KAFKA_MAJOR:
         hint = ""
@@ -171,7 +179,9 @@ def lint(
         broker = broker_settings(context, parsed)
         settings = broker
     else:
-        explicit = read_explicit(parsed, client=key_client, source=parsed.source, lines=parsed.lines)
+        explicit = read_explicit(
+            parsed, client=key_client, source=parsed.source, lines=parsed.lines, kind=kind, java_version=java_version
+        )
         broker = broker_settings(context)
         settings = effective_settings(
             explicit,
@@ -240,6 +250,7 @@ class TextLint:
     client: str  # whose defaults applied: "java" for a Spring Boot config, whatever was asked
     spring: bool  # a Spring Boot config (spring.kafka.*)
     java_version: str | None  # java_version_label(), when a config was linted as Java's; else None
+    notes: tuple[str, ...] = ()  # what of the text was not linted (a Spring document for another profile)
 
     @property
     def linted_as(self) -> str:
@@ -258,15 +269,17 @@ def lint_text(
     kind: str | None = None,
     context: LintContext | None = None,
     source: str = "config",
+    profiles: Sequence[str] | None = None,
 ) -> list[LintResult]:
     """Parse pasted text (json | properties | spring-yaml) and lint every config in it.
 
     JSON and .properties hold one config and need ``kind``; Spring Boot's YAML or
     .properties (spring.kafka.* keys) holds up to three (producer, consumer, streams), all
-    linted unless ``kind`` picks one.
+    linted unless ``kind`` picks one, from the documents that apply with ``profiles`` active
+    (default: the file's own spring.profiles.active, else none).
     """
     return lint_text_described(
-        text, fmt=fmt, client=client, guarantee=guarantee, kind=kind, context=context, source=source
+        text, fmt=fmt, client=client, guarantee=guarantee, kind=kind, context=context, source=source, profiles=profiles
     ).results
 
 
@@ -279,6 +292,7 @@ def lint_text_described(
     kind: str | None = None,
     context: LintContext | None = None,
     source: str = "config",
+    profiles: Sequence[str] | None = None,
 ) -> TextLint:
     """lint_text(), saying which client and Java version the configs were linted as.
 
@@ -287,7 +301,7 @@ def lint_text_described(
     """
     if fmt == "json" and kind is None:
         raise _missing_kind(source)
-    configs = parse_text(text, fmt=fmt, source=source, kind=kind)
+    configs = parse_text(text, fmt=fmt, source=source, kind=kind, profiles=profiles)
     if kind is None and any(config.framework != d.SPRING_KAFKA for config in configs.values()):
         raise _missing_kind(source)  # a client's own .properties
     context = context or LintContext()
@@ -309,6 +323,7 @@ def lint_text_described(
         client="java" if spring else client,
         spring=spring,
         java_version=java_version_label(context.client_version) if java else None,
+        notes=tuple(dict.fromkeys(note for config in configs.values() for note in config.notes)),
     )
 
 

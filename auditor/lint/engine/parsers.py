@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from auditor.lint.engine.defaults import SPRING_ACK_MODE, SPRING_KAFKA
 from auditor.lint.engine.errors import LintInputError
-from auditor.lint.engine.masking import mask_text
+from auditor.lint.engine.masking import MASK, mask_value
 
 FORMATS = ("json", "properties", "spring-yaml")
 Scalar = str | int | float | bool | None
@@ -27,7 +28,8 @@ class ParsedConfig(dict[str, Any]):
     """A config mapping that remembers where it came from (input name, line of each key).
 
     ``framework`` names what creates the client from it (``SPRING_KAFKA`` for Spring Boot
-    YAML): the lint then applies the values that framework sets for unset keys.
+    YAML): the lint then applies the values that framework sets for unset keys. ``notes``
+    say what of the input was left out (a Spring document for a profile not active).
     """
 
     def __init__(
@@ -37,11 +39,13 @@ class ParsedConfig(dict[str, Any]):
         source: str = "config",
         lines: Mapping[str, int] | None = None,
         framework: str | None = None,
+        notes: Sequence[str] = (),
     ) -> None:
         super().__init__(values or {})
         self.source = source
         self.lines: dict[str, int] = dict(lines or {})
         self.framework = framework
+        self.notes = tuple(notes)  # what of the input was not linted, and why
 
 
 # --- librdkafka: a dict or JSON text --------------------------------------------------------
@@ -76,17 +80,23 @@ def _json_key_lines(text: str, loaded: Mapping[str, Any]) -> dict[str, int]:
 
 
 def as_config(config: Any, *, source: str = "config", lines: Mapping[str, int] | None = None) -> ParsedConfig:
-    """Check that ``config`` maps keys to scalars; librdkafka's nested topic config is flattened."""
+    """Check that ``config`` maps keys to scalars; librdkafka's nested topic config is flattened.
+
+    The nested `default.topic.config` wins over the top level wherever it is written:
+    confluent-kafka applies it after every other key, so {'default.topic.config': {'acks': 1},
+    'acks': 'all'} runs with acks=1 (confluent-kafka 2.16 refuses it with enable.idempotence,
+    "`acks` must be set to `all`"). Its keys go last, where read_explicit lets them win, aliases too.
+    """
     if isinstance(config, ParsedConfig):
         return config
     if not isinstance(config, Mapping):
         raise LintInputError(f"expected a mapping of config keys to values, got {type(config).__name__}", source=source)
     flat: dict[str, Any] = {}
+    nested: ParsedConfig | None = None
     for key, value in config.items():
         key = str(key)
         if isinstance(value, Mapping) and key == "default.topic.config":
             nested = as_config(value, source=source)
-            flat.update(nested)
             continue
         if not isinstance(value, Scalar):
             raise LintInputError(
@@ -94,6 +104,9 @@ def as_config(config: Any, *, source: str = "config", lines: Mapping[str, int] |
                 source=source,
                 line=(lines or {}).get(key),
             )
+        flat[key] = value
+    for key, value in (nested or {}).items():
+        flat.pop(key, None)  # re-inserted last, after any alias of it at the top level
         flat[key] = value
     return ParsedConfig(flat, source=source, lines=lines)
 
@@ -246,55 +259,122 @@ def spring_duration_ms(value: Any, *, key: str, source: str, line: int | None) -
     if iso and text.upper() not in ("P", "PT"):
         parts = {k: float(v or 0) for k, v in iso.groupdict().items()}
         return int(((parts["d"] * 24 + parts["h"]) * 60 + parts["m"]) * 60_000 + parts["s"] * 1000)
-    text = mask_text(text)
+    text = str(mask_value(key, text))
     shown = repr(text) if len(text) <= 40 else repr(text[:37] + "...")
     raise LintInputError(
         f"{key}: expected a duration such as 5000, 5s, 500ms or PT5S, got {shown}", source=source, line=line
     )
 
 
-def _flatten(node: yaml.Node, prefix: str, out: dict[str, tuple[Any, int]]) -> None:
+def _spring_boolean(value: Any, *, key: str, source: str, line: int | None) -> bool:
+    """A Boolean property as Spring's conversion service binds it (StringToBooleanConverter:
+    true, on, yes, 1 / false, off, no, 0, in any case): the client is handed true or false."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "on", "yes", "1"):
+        return True
+    if text in ("false", "off", "no", "0"):
+        return False
+    raise LintInputError(
+        f"{key}: expected true or false (Spring Boot also reads on/off, yes/no, 1/0), got {_shown(key, value)}",
+        source=source,
+        line=line,
+    )
+
+
+_SPRING_ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
+
+def _spring_isolation_level(value: Any, *, key: str, source: str, line: int | None) -> str:
+    """spring.kafka.consumer.isolation-level, an enum Spring Boot binds leniently (case, and any
+    character but letters and digits, ignored: read-committed, READ_COMMITTED) and hands the client
+    lower-cased (KafkaProperties.Consumer.buildProperties: getIsolationLevel().name().toLowerCase())."""
+    wanted = re.sub(r"[^0-9a-z]", "", str(value).lower())
+    for level in _SPRING_ISOLATION_LEVELS:
+        if level.replace("_", "") == wanted:
+            return level
+    raise LintInputError(
+        f"{key}: expected read-committed or read-uncommitted, got {_shown(key, value)}", source=source, line=line
+    )
+
+
+def _shown(key: str, value: Any) -> str:
+    text = str(mask_value(key, str(value)))
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+
+
+# Named properties Spring Boot binds to a type of its own before it hands the client a value
+_SPRING_TYPED = {"enable.auto.commit": _spring_boolean, "isolation.level": _spring_isolation_level}
+
+
+def _flatten(node: yaml.Node, prefix: str, out: dict[str, tuple[Any, int]], *, source: str) -> None:
     """Flatten a composed YAML mapping to dotted keys, keeping each scalar's line (1-based)."""
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
             key = str(key_node.value)
-            _flatten(value_node, f"{prefix}.{key}" if prefix else key, out)
+            _flatten(value_node, f"{prefix}.{key}" if prefix else key, out, source=source)
     elif isinstance(node, yaml.SequenceNode):
         out[prefix] = (
             ",".join(str(item.value) for item in node.value if isinstance(item, yaml.ScalarNode)),
             node.start_mark.line + 1,
         )
     else:
-        out[prefix] = (_scalar(node), node.start_mark.line + 1)
+        out[prefix] = (_scalar(node, key=prefix, source=source), node.start_mark.line + 1)
 
 
-def _scalar(node: yaml.Node) -> Any:
+def _scalar(node: yaml.Node, *, key: str, source: str) -> Any:
     loader = yaml.SafeLoader("")
     try:
         return loader.construct_object(node, deep=True)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError):
+        # a tag the value does not fit (`!!int pw`, `!!binary` that is no base64) or one SafeLoader
+        # refuses: the constructor's message quotes the value, which may be a password
+        standard = re.fullmatch(r"tag:yaml\.org,2002:(\w+)", node.tag or "")
+        tag = f"tag !!{standard.group(1)}" if standard else "tag"  # a tag of one's own is input text
+        raise LintInputError(
+            f"{key}: cannot read the value as its YAML {tag} says; expected a plain value",
+            source=source,
+            line=node.start_mark.line + 1,
+        ) from None
     finally:
         loader.dispose()
 
 
-def parse_spring_yaml(text: str, *, source: str = "application.yml") -> dict[str, ParsedConfig]:
+# PyYAML's problems quote what they found: an alias or anchor name, a tag, a character, a token
+# name. Only token names ('<block end>') and single characters ('\t', ':') are kept: the rest
+# is text of the input, and an alias written where a password goes (`password: *pw`) is the password.
+_YAML_QUOTED = re.compile(r"'[^']*'" + r'|"[^"]*"')
+_YAML_KEPT = re.compile(r"""['"](?:<[\w ]+>|[^\w'"]|\\\w)['"]""")
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    problem = getattr(exc, "problem", None) or "not valid YAML"
+    return _YAML_QUOTED.sub(lambda m: m.group() if _YAML_KEPT.fullmatch(m.group()) else f"'{MASK}'", problem)
+
+
+def parse_spring_yaml(
+    text: str, *, source: str = "application.yml", profiles: Sequence[str] | None = None
+) -> dict[str, ParsedConfig]:
     """Spring Boot `spring.kafka.*` settings, per client kind (producer, consumer, streams).
 
-    `spring.kafka.properties.*` applies to every kind; the kind's own `properties.*` and
-    named properties override it, as in Spring Boot. Documents of a multi-document file
-    are merged in order.
+    `spring.kafka.properties.*` applies to every kind; the kind's named properties override
+    it, and the kind's own `properties.*` override both, as in Spring Boot (see
+    _spring_configs). Documents of a multi-document file are merged in order, those that
+    apply (see _applicable_documents): a document for a profile that is not active is left
+    out, and the configs' notes say so.
     """
-    flat: dict[str, tuple[Any, int]] = {}
     try:
         documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or "not valid YAML"
         raise LintInputError(
-            f"invalid YAML ({problem}); expected a mapping with spring.kafka settings",
+            f"invalid YAML ({_yaml_problem(exc)}); expected a mapping with spring.kafka settings",
             source=source,
             line=mark.line + 1 if mark else None,
         ) from None
-    for document in documents:
+    flat_documents: list[SpringDocument] = []
+    for number, document in enumerate(documents, start=1):
         if document is None:
             continue
         if not isinstance(document, yaml.MappingNode):
@@ -304,14 +384,191 @@ def parse_spring_yaml(text: str, *, source: str = "application.yml") -> dict[str
                 source=source,
                 line=document.start_mark.line + 1,
             )
-        _flatten(document, "", flat)
-    return _spring_configs(flat, source=source)
+        flat: dict[str, tuple[Any, int]] = {}
+        _flatten(document, "", flat, source=source)
+        flat_documents.append(SpringDocument(number, document.start_mark.line + 1, flat))
+    flat, notes = _applicable_documents(flat_documents, profiles=profiles, source=source)
+    return _spring_configs(flat, source=source, notes=notes)
 
 
-def parse_spring_properties(text: str, *, source: str = "application.properties") -> dict[str, ParsedConfig]:
+def parse_spring_properties(
+    text: str, *, source: str = "application.properties", profiles: Sequence[str] | None = None
+) -> dict[str, ParsedConfig]:
     """Spring Boot's application.properties: the `spring.kafka.*` settings of parse_spring_yaml,
-    one `key=value` a line, read per client kind the same way."""
-    return _spring_configs_of_properties(parse_properties(text, source=source))
+    one `key=value` a line, read per client kind the same way; a line `#---` (or `!---`) starts
+    another document, as in Spring Boot 2.4+."""
+    documents: list[SpringDocument] = []
+    for number, (first_line, chunk) in enumerate(_properties_documents(text), start=1):
+        config = parse_properties(chunk, source=source)
+        flat = {key: (value, config.lines[key] + first_line - 1) for key, value in config.items()}
+        documents.append(SpringDocument(number, first_line, flat))
+    flat, notes = _applicable_documents(documents, profiles=profiles, source=source)
+    return _spring_configs(flat, source=source, notes=notes)
+
+
+def _properties_documents(text: str) -> Iterator[tuple[int, str]]:
+    """(first line, text) of each document of a .properties file split at `#---` / `!---` lines."""
+    first, chunk = 1, list[str]()
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.rstrip() in ("#---", "!---"):
+            yield first, "\n".join(chunk) + "\n"
+            first, chunk = number + 1, []
+            continue
+        chunk.append(line)
+    yield first, "\n".join(chunk) + "\n"
+
+
+# --- Spring profiles: which documents of a file apply -------------------------------------------
+
+
+@dataclass(frozen=True)
+class SpringDocument:
+    number: int  # 1-based, as the file's documents are counted
+    line: int  # where it starts
+    flat: dict[str, tuple[Any, int]]  # dotted key -> (value, line)
+
+
+_ON_PROFILE = ("spring.config.activate.on-profile", "spring.profiles")  # the second: before Spring Boot 2.4
+_ON_CLOUD_PLATFORM = "spring.config.activate.on-cloud-platform"
+_ACTIVE_PROFILES = ("spring.profiles.active", "spring.profiles.include")
+_DEFAULT_PROFILE = "default"  # spring.profiles.default: active when no other profile is
+
+
+def _relaxed_key(written: str) -> str:
+    dotted = re.sub(r"\.?\[([^\]]+)\]", r".\1", written)
+    return ".".join(_kebab(part) for part in dotted.split("."))
+
+
+def _document_setting(document: SpringDocument, names: Sequence[str]) -> tuple[str, str] | None:
+    for written, (value, _) in document.flat.items():
+        key = _relaxed_key(written)
+        if key in names and value is not None and str(value).strip():
+            return key, str(value)
+    return None
+
+
+def _applicable_documents(
+    documents: Sequence[SpringDocument], *, profiles: Sequence[str] | None, source: str
+) -> tuple[dict[str, tuple[Any, int]], list[str]]:
+    """The settings of the documents Spring Boot would apply, later ones winning, and notes on
+    the documents left out.
+
+    A document with `spring.config.activate.on-profile` (or, before Spring Boot 2.4,
+    `spring.profiles`) applies only when its profile expression matches the active profiles:
+    ``profiles`` when given, else the file's own `spring.profiles.active` (and `.include`),
+    else Spring's `default` profile. One with `spring.config.activate.on-cloud-platform` is
+    left out: the platform the application runs on is not known here.
+    """
+    unconditional = [doc for doc in documents if not _document_setting(doc, (*_ON_PROFILE, _ON_CLOUD_PLATFORM))]
+    if profiles:
+        active = frozenset(name.strip() for name in profiles if name.strip())
+        whence = ", given"
+    else:
+        named: list[str] = []
+        for doc in unconditional:
+            setting = _document_setting(doc, _ACTIVE_PROFILES)
+            if setting is not None:
+                named += [name.strip() for name in setting[1].split(",") if name.strip()]
+        active = frozenset(named)
+        whence = ", the file's spring.profiles.active" if active else ""
+    shown_active = f"{', '.join(sorted(active)) if active else 'none, so ' + _DEFAULT_PROFILE}{whence}"
+    flat: dict[str, tuple[Any, int]] = {}
+    notes: list[str] = []
+    for doc in documents:
+        where = f"{source}: document {doc.number} (line {doc.line})"
+        platform = _document_setting(doc, (_ON_CLOUD_PLATFORM,))
+        if platform is not None:
+            notes.append(f"{where} not linted: it applies only on cloud platform {platform[1]!r}")
+            continue
+        condition = _document_setting(doc, _ON_PROFILE)
+        if condition is not None:
+            key, expression = condition
+            matches = _profiles_match(expression, active or frozenset({_DEFAULT_PROFILE}))
+            if matches is None:
+                notes.append(f"{where} not linted: {key} {expression!r} is no profile expression Spring Boot reads")
+                continue
+            if not matches:
+                notes.append(
+                    f"{where} not linted: it applies only with profile {expression!r} (active: {shown_active})"
+                )
+                continue
+            notes.append(f"{where} linted: its profile {expression!r} is active (active: {shown_active})")
+        flat.update(doc.flat)
+    return flat, notes
+
+
+_PROFILE_TOKEN = re.compile(r"\s*([()!&|]|[^()!&|\s]+)")
+
+
+def _profiles_match(expressions: str, active: frozenset[str]) -> bool | None:
+    """Whether any of Spring's comma-separated profile expressions (`prod`, `!dev`, `eu & prod`,
+    `(a | b) & c`: org.springframework.core.env.Profiles.of) matches ``active``; None for one it
+    cannot read."""
+    results = [_profile_expression_matches(part, active) for part in expressions.split(",") if part.strip()]
+    if not results or None in results:
+        return None
+    return any(results)
+
+
+def _profile_expression_matches(expression: str, active: frozenset[str]) -> bool | None:
+    tokens: list[str] = _PROFILE_TOKEN.findall(expression)
+    if "".join(tokens) != re.sub(r"\s+", "", expression):
+        return None
+    # Spring refuses `a & b | c` ("Malformed profile expression"): mixing needs parentheses
+    operators: list[set[str]] = [set()]
+    for token in tokens:
+        if token == "(":
+            operators.append(set())
+        elif token == ")" and len(operators) > 1:
+            operators.pop()
+        elif token in "&|":
+            operators[-1].add(token)
+            if len(operators[-1]) > 1:
+                return None
+    position = 0
+
+    def peek() -> str | None:
+        return tokens[position] if position < len(tokens) else None
+
+    def take() -> str:
+        nonlocal position
+        position += 1
+        return tokens[position - 1]
+
+    def operand() -> bool:
+        token = peek()
+        if token is None or token in "&|)":
+            raise ValueError(expression)
+        take()
+        if token == "!":
+            return not operand()
+        if token == "(":
+            inner = either()
+            if peek() != ")":
+                raise ValueError(expression)
+            take()
+            return inner
+        return token in active
+
+    def both() -> bool:
+        value = operand()
+        while peek() == "&":
+            take()
+            value = operand() and value
+        return value
+
+    def either() -> bool:
+        value = both()
+        while peek() == "|":
+            take()
+            value = both() or value
+        return value
+
+    try:
+        value = either()
+    except ValueError:
+        return None
+    return value if peek() is None else None
 
 
 def is_spring_properties(config: Mapping[str, Any]) -> bool:
@@ -319,12 +576,9 @@ def is_spring_properties(config: Mapping[str, Any]) -> bool:
     return any(str(key).startswith("spring.kafka.") for key in config)
 
 
-def _spring_configs_of_properties(config: ParsedConfig) -> dict[str, ParsedConfig]:
-    flat = {key: (value, config.lines[key]) for key, value in config.items()}
-    return _spring_configs(flat, source=config.source)
-
-
-def _spring_configs(flat: Mapping[str, tuple[Any, int]], *, source: str) -> dict[str, ParsedConfig]:
+def _spring_configs(
+    flat: Mapping[str, tuple[Any, int]], *, source: str, notes: Sequence[str] = ()
+) -> dict[str, ParsedConfig]:
     """Flat `spring.*` keys (value, line) to one config per client kind (see parse_spring_yaml)."""
     common: dict[str, tuple[Any, int]] = {}
     per_kind: dict[str, dict[str, tuple[Any, int]]] = {kind: {} for kind in SPRING_SECTIONS}
@@ -355,32 +609,46 @@ def _spring_configs(flat: Mapping[str, tuple[Any, int]], *, source: str) -> dict
         kafka_key, is_duration = mapping
         if is_duration and value is not None:
             value = spring_duration_ms(value, key=dotted, source=source, line=line)
+        bind = _SPRING_TYPED.get(kafka_key)
+        if bind is not None and value is not None:
+            value = bind(value, key=dotted, source=source, line=line)
         named[section][kafka_key] = (value, line)
 
     configs: dict[str, ParsedConfig] = {}
     for kind in SPRING_SECTIONS:
         if not (per_kind[kind] or named[kind]):
             continue
-        merged = {**common, **per_kind[kind], **named[kind]}
+        # Spring Boot's KafkaProperties.build{Producer,Consumer,Streams}Properties: the common
+        # properties map first, then the kind's buildProperties(), which puts its named values
+        # and then putAll(this.properties): spring.kafka.producer.properties.acks wins over
+        # spring.kafka.producer.acks. The transaction-id-prefix is not one of those values: the
+        # producer factory sets transactional.id from it on each producer it creates
+        # (spring-kafka DefaultKafkaProducerFactory.doCreateTxProducer), so it still wins.
+        late = {key: item for key, item in named[kind].items() if key == "transactional.id"}
+        merged = {**common, **named[kind], **per_kind[kind], **late}
         values = {key: value for key, (value, _) in merged.items()}
         lines = {key: line for key, (_, line) in merged.items()}
-        configs[kind] = ParsedConfig(values, source=source, lines=lines, framework=SPRING_KAFKA)
-    if not configs and common:
+        configs[kind] = ParsedConfig(values, source=source, lines=lines, framework=SPRING_KAFKA, notes=notes)
+    if not configs and (common or notes):
         configs["common"] = ParsedConfig(
             {key: value for key, (value, _) in common.items()},
             source=source,
             lines={key: line for key, (_, line) in common.items()},
             framework=SPRING_KAFKA,
+            notes=notes,
         )
     return configs
 
 
-def parse_text(text: str, *, fmt: str, source: str, kind: str | None = None) -> dict[str, ParsedConfig]:
+def parse_text(
+    text: str, *, fmt: str, source: str, kind: str | None = None, profiles: Sequence[str] | None = None
+) -> dict[str, ParsedConfig]:
     """Parse ``text`` in ``fmt``; the result maps a client kind to its config.
 
     JSON and .properties hold one config, returned under ``kind``; Spring Boot's YAML, and
     .properties whose keys are spring.kafka.*, hold up to three (producer, consumer,
-    streams), filtered to ``kind`` when given.
+    streams), filtered to ``kind`` when given, from the documents that apply with
+    ``profiles`` active (see _applicable_documents).
     """
     if fmt == "json":
         return {kind or "producer": parse_librdkafka(text, source=source)}
@@ -388,9 +656,10 @@ def parse_text(text: str, *, fmt: str, source: str, kind: str | None = None) -> 
         config = parse_properties(text, source=source)
         if not is_spring_properties(config):
             return {kind or "producer": config}
-        return _spring_kinds(_spring_configs_of_properties(config), kind=kind, source=source)
+        configs = parse_spring_properties(text, source=source, profiles=profiles)
+        return _spring_kinds(configs, kind=kind, source=source)
     if fmt == "spring-yaml":
-        return _spring_kinds(parse_spring_yaml(text, source=source), kind=kind, source=source)
+        return _spring_kinds(parse_spring_yaml(text, source=source, profiles=profiles), kind=kind, source=source)
     raise LintInputError(f"unknown format {fmt!r}: expected one of {', '.join(FORMATS)}", source=source)
 
 
@@ -399,9 +668,13 @@ def _spring_kinds(configs: dict[str, ParsedConfig], *, kind: str | None, source:
     if kind is not None:
         if kind in configs:
             return {kind: configs[kind]}
-        return {kind: common if common is not None else ParsedConfig(source=source, framework=SPRING_KAFKA)}
+        notes = next((config.notes for config in configs.values()), ())
+        return {
+            kind: common if common is not None else ParsedConfig(source=source, framework=SPRING_KAFKA, notes=notes)
+        }
     if not configs:
-        raise LintInputError("no spring.kafka.producer, .consumer or .streams settings found", source=source)
+        left_out = f" ({'; '.join(common.notes)})" if common is not None and common.notes else ""
+        raise LintInputError(f"no spring.kafka.producer, .consumer or .streams settings found{left_out}", source=source)
     return configs
 
 

@@ -24,6 +24,10 @@ class Setting:
     shown: Any  # as typed, or the client's default spelled as the client documents it
     source: Source
     note: str = ""  # why a default differs from the client's table (derived by the client)
+    # why the client refuses the value as written, though the engine reads it (acks=ALL for
+    # Java): effective.client_refusal; the 1xx rules P109 and C105 report it
+    refused: str = ""
+    refused_expected: str = ""  # what the client accepts instead
 
     @property
     def explicit(self) -> bool:

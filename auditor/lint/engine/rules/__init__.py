@@ -1,1 +1,19 @@
 """The rules, one module per target: each check declared with its rule's metadata above it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from auditor.lint.engine.terms import REFUSES_TO_START, Finding, Subject
+
+
+def refused_values(s: Subject) -> Iterator[Finding]:
+    """Each explicit setting whose value the client refuses as written (effective.client_refusal):
+    the findings of P109 and C105."""
+    for setting in s.settings.values():
+        if setting.explicit and setting.refused:
+            yield Finding(
+                setting,
+                setting.refused_expected,
+                f"{REFUSES_TO_START}: {setting.describe()} ({setting.refused})",
+            )

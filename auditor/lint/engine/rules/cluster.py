@@ -75,11 +75,14 @@ def check_min_insync_one(s: Subject) -> Iterator[Finding]:
 )
 def check_min_insync_vs_replication(s: Subject) -> Iterator[Finding]:
     min_isr, rf = s["min.insync.replicas"], s["replication.factor"]
-    if rf.value <= 1 or min_isr.value < rf.value:
+    if min_isr.value < rf.value:
         return
     if min_isr.value > rf.value:
+        # also with replication.factor 1: the ISR never holds more than the replicas there are
         message = f"{min_isr.describe()} is above {rf.describe()}: every acks=all write fails with NOT_ENOUGH_REPLICAS"
         severity: Severity = "error"
+    elif rf.value <= 1:
+        return  # one replica: while it is down nothing is written anyway (T001 reports RF 1)
     else:
         message = (
             f"{min_isr.describe()} equals {rf.describe()}: while any one replica is down every "
@@ -87,7 +90,12 @@ def check_min_insync_vs_replication(s: Subject) -> Iterator[Finding]:
             "unless the application sends them again"
         )
         severity = "warning"
-    yield Finding(min_isr, f"< replication.factor ({rf.value}), e.g. {max(rf.value - 1, 1)}", message, severity)
+    expected = (
+        f"< replication.factor ({rf.value}), e.g. {rf.value - 1}"
+        if rf.value > 1
+        else f"<= replication.factor ({rf.value})"
+    )
+    yield Finding(min_isr, expected, message, severity)
 
 
 @topic_rules.rule(

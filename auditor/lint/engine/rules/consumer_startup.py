@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from auditor.lint.engine import defaults as d
+from auditor.lint.engine.rules import refused_values
 from auditor.lint.engine.terms import REFUSES_TO_START, Finding, Rule, RuleBook, Setting, Subject
 from auditor.vocabulary import GUARANTEES
 
@@ -126,6 +127,19 @@ def check_startup_spring_auto_commit_with_manual_ack(s: Subject) -> Iterator[Fin
         f"Spring's listener container refuses to start: {auto_commit.describe()} with {ack_mode.describe()} "
         f'("{SPRING_REFUSAL} {ack_mode.value}"): the listener acknowledges, so the container must commit',
     )
+
+
+@startup_rules.rule(
+    "C105",
+    "a value the consumer does not accept",
+    ALL,
+    "error",
+    why="the consumer is never created, so nothing is consumed",
+    fix="write the value as the client spells it: enable.auto.commit=false, isolation.level=read_committed, "
+    "auto.offset.reset=earliest (Java: lower case, true or false only; librdkafka: error, not none)",
+)
+def check_startup_refused_consumer_value(s: Subject) -> Iterator[Finding]:
+    yield from refused_values(s)
 
 
 RULES: tuple[Rule, ...] = startup_rules.rules

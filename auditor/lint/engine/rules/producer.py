@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from auditor.lint.engine import defaults as d
+from auditor.lint.engine.rules import refused_values
 from auditor.lint.engine.terms import REFUSES_TO_START, Finding, Rule, RuleBook, Subject
 from auditor.lint.engine.transactional_ids import unstable_part
 from auditor.vocabulary import GUARANTEES
@@ -462,6 +463,19 @@ def check_startup_socket_timeout_vs_transaction(s: Subject) -> Iterator[Finding]
             f"<= transaction.timeout.ms + 100 ({transaction.value + 100})",
             f"{REFUSES_TO_START}: {socket.describe()} must be <= {transaction.describe()} + 100",
         )
+
+
+@producer_rules.rule(
+    "P109",
+    "a value the producer does not accept",
+    ALL,
+    "error",
+    why=STARTUP_WHY,
+    fix="write the value as the client spells it: acks=all, enable.idempotence=true (Java: lower case, "
+    "true or false only)",
+)
+def check_startup_refused_producer_value(s: Subject) -> Iterator[Finding]:
+    yield from refused_values(s)
 
 
 RULES: tuple[Rule, ...] = producer_rules.rules
