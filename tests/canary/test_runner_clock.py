@@ -74,7 +74,12 @@ def _stepping_back(by_s: float, at_s: float) -> tuple[Callable[[], float], list[
 
 def _run(kafka_bootstrap: str, topic: str, clock: Callable[[], float], duration_s: float) -> dict[str, Any]:
     options = CanaryOptions(
-        bootstrap_servers=kafka_bootstrap, topic=topic, rate=20.0, sla_s=10.0, duration_s=duration_s, consumer_delay_s=0.5
+        bootstrap_servers=kafka_bootstrap,
+        topic=topic,
+        rate=20.0,
+        sla_s=10.0,
+        duration_s=duration_s,
+        consumer_delay_s=0.5,
     )
     return CanaryService(options, clock=clock).run().as_dict()
 

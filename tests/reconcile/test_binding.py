@@ -121,4 +121,3 @@ def test_it_refuses_an_identifier_with_a_trailing_newline(field: str) -> None:
     # `$` in a regular expression also matches before a final newline: the whole name must match
     with pytest.raises(BindingError, match=rf"{field} must be a plain SQL"):
         binding_from_dict(BASE | {field: BASE[field] + "\n"})
-
