@@ -468,6 +468,24 @@ def test_a_v2_ack_deleted_after_the_group_processed_records_near_it_is_unknown()
     assert d.verdict == "unknown" and "processed records of the deleted part after it was produced" in d.reason
 
 
+def test_a_v2_ack_the_group_marked_by_a_clock_a_little_behind_the_producers_is_not_expired() -> None:
+    # The consumer processed the record 300 ms after it was produced, by a clock 2 s behind the
+    # producer's: its last mark of the deleted part reads 1.7 s before the produce time. Before
+    # stop 70 the two clocks were compared as one: expired, though the group read it.
+    produced = NOW_MS - 3500_000
+    cluster = view(low=8, high=10, committed=10)
+    cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)
+    cluster.groups["g"].last_mark_below_low_ms = produced + 300 - 2_000
+    d = diagnose(ROW, [], [acked_range(produced, produced + 50)], {}, cluster)
+    assert d.verdict == "unknown" and "processed records of the deleted part after it was produced" in d.reason
+    # a group whose probe started 300 ms after the record was produced, by the same clocks: its
+    # first mark (then its only one of the deleted part) reads 1.7 s before the produce time.
+    # It may have read the record before its probe started: not expired either.
+    cluster.groups["g"].first_mark_ms = cluster.groups["g"].last_mark_below_low_ms = produced + 300 - 2_000
+    d = diagnose(ROW, [], [acked_range(produced, produced + 50)], {}, cluster)
+    assert d.verdict == "unknown" and "before its consumer was probed" in d.reason
+
+
 def test_a_v2_ack_deleted_is_unknown_when_the_group_is_not_probed() -> None:
     cluster = view(low=8, high=10, committed=10)
     cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)
