@@ -99,6 +99,23 @@ def topic_id(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> str | N
     return found if found and found != NO_TOPIC_ID else None
 
 
+def topic_absent(admin: AdminClient, topic: str, timeout_s: float = 10.0) -> bool:
+    """Whether the cluster says the topic does not exist (UNKNOWN_TOPIC_OR_PART, asked by its
+    name). A topic listing leaves out, just the same, a topic the client is not allowed to
+    describe; asked by name, that one is refused (TOPIC_AUTHORIZATION_FAILED). Any other answer,
+    or none, is False: not known to be absent. DescribeTopics never creates the topic, as a
+    metadata request for it may on a broker that auto-creates topics."""
+    try:
+        future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
+        future.result(timeout=timeout_s + FUTURE_MARGIN_S)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        return isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    except TimeoutError:
+        return False
+    return False
+
+
 def live_bootstrap_servers(
     bootstrap_servers: str,
     config: Mapping[str, Any] | None,

@@ -307,6 +307,9 @@ class LedgerView:
     topic: str
     available: bool
     reason: str = ""  # why not available
+    # not available because the cluster says the topic does not exist (asked by name): no probe
+    # ever wrote it, or it was deleted; no later read will see more (service: not degraded)
+    absent: bool = False
     # the ledger holds every entry written since this instant (epoch ms); 0: since the start
     complete_since_ms: int | None = 0
     entries_for_topic: int = 0  # producer ledger: entries of the binding's topic

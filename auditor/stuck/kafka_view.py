@@ -30,6 +30,7 @@ from spark_jobs.kafka_offsets import (
     admin_client,
     partition_offsets,
     starts_passed,
+    topic_absent,
     topic_id,
     topic_partitions,
 )
@@ -78,7 +79,9 @@ def ledger_view(
     try:
         partitions = topic_partitions(admin, topic, timeout_s, required=False)
         if not partitions:
-            return LedgerView(topic, False, f"topic {topic} does not exist"), None, {}
+            if topic_absent(admin, topic, timeout_s):
+                return LedgerView(topic, False, f"topic {topic} does not exist", absent=True), None, {}
+            return LedgerView(topic, False, f"topic {topic} is not listed (not allowed to describe it?)"), None, {}
         offsets = partition_offsets(admin, topic, partitions, timeout_s)
     except KafkaReadError as exc:
         return LedgerView(topic, False, str(exc)), None, {}

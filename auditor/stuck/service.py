@@ -589,11 +589,18 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         else None
     )
     result.risks = cluster_risks(view, previous or [])
+    # A ledger topic that does not exist is no failed read: a later run would see no more, and
+    # counting it would keep a rule's alerts open for good on a pipeline without probes.
     unreadable = bool(
         view.kafka_error
         or view.groups_error
-        or (view.producer_ledger is not None and not view.producer_ledger.available)
-        or (groups and view.consumer_ledger is not None and not view.consumer_ledger.available)
+        or (view.producer_ledger is not None and not view.producer_ledger.available and not view.producer_ledger.absent)
+        or (
+            groups
+            and view.consumer_ledger is not None
+            and not view.consumer_ledger.available
+            and not view.consumer_ledger.absent
+        )
     )
     unknown = [v.diagnosis.reason for v in verdicts if v.diagnosis.verdict == "unknown"]
     # Reads whose failure an unknown verdict names in its reason: the auditor's memory (an item
