@@ -59,7 +59,9 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     import redis
 
-    redis.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=5).flushdb()
+    from tests.support.redis_reset import reset_session_redis
+
+    reset_session_redis(redis.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=5), _NAMESPACE)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
