@@ -52,14 +52,17 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 
 def pytest_configure(config: pytest.Config) -> None:
     """The test stack's Redis outlives a run; a cached status snapshot or count from the
-    last run would hide what a fresh clone (CI) sees. Only the test stack's Redis is flushed,
-    once per pytest run: by the process that runs the tests, or by pytest-xdist's controller
-    before its workers start (a worker flushing would wipe what another worker's tests stored)."""
+    last run would hide what a fresh clone (CI) sees. Only the test stack's Redis is cleared,
+    once per pytest run, and only this session's namespace (other checkouts' sessions run beside
+    it on the same Redis): by the process that runs the tests, or by pytest-xdist's controller
+    before its workers start (a worker clearing would wipe what another worker's tests stored)."""
     if os.environ.get("STACK") != "test" or hasattr(config, "workerinput"):
         return
     import redis
 
-    redis.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=5).flushdb()
+    from tests.support.redis_reset import reset_session_redis
+
+    reset_session_redis(redis.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=5), _NAMESPACE)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

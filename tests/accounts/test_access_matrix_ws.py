@@ -162,7 +162,7 @@ def test_an_open_websocket_is_closed_once_its_user_loses_access(
         changed.set()
         await asyncio.sleep(ACCESS_RECHECK_S + 0.5)
         # Events after the change, until every socket is closed: one event is enough to close
-        # a socket, and the channel layer does not deliver each one (docs/known-gaps.md).
+        # a socket (each socket re-checks its access when an event comes).
         after = {"components": [], "checked_at": 2.0, "probe": "after"}
         for _ in range(15):
             if all(t.done() for t in tasks):
