@@ -167,17 +167,33 @@ def not_in_topic(
     if unconfirmed:
         return _unconfirmed_absent(unconfirmed[-1], view, evidence)
     failed = [e for e in entries if e.status == "failed"]
+    sent = [e for e in entries if e.status == SENT]
     if failed:
+        # Every send of the key counts, not the latest alone: one the broker may have written
+        # (an ack lost, a timeout after the write) may be the record retention deleted since,
+        # and a re-send never confirmed may still be on its way.
         entry = failed[-1]
         why = f"the send failed ({entry.error or 'no error text'}; persisted: {entry.persisted})"
-        if entry.persisted != NOT_PERSISTED:
-            # the broker may have written it (an ack lost, a timeout after the write): absent now
-            # proves no failure unless nothing that old was deleted
-            gone = _written_maybe_deleted(entry, view, evidence)
+        for attempt in reversed(failed):
+            if attempt.persisted == NOT_PERSISTED:
+                continue
+            # absent now proves no failure unless nothing that old was deleted
+            gone = _written_maybe_deleted(attempt, view, evidence)
             if gone is not None:
-                return Diagnosis("unknown", f"{why}, and the broker may have written it; {gone}", evidence)
+                how = f"the send failed ({attempt.error or 'no error text'}; persisted: {attempt.persisted})"
+                return Diagnosis("unknown", f"{how}, and the broker may have written it; {gone}", evidence)
+        # Contract v2 also ledgers each failed send's sequence in an unconfirmed range (`sent`:
+        # a failure report names no sequence): only more `sent` entries than failures show a
+        # send that did not fail, whose fate is that of a send never confirmed.
+        if len(sent) > len(failed):
+            resent = sent_unplaced(sent[-1], view, evidence)
+            if resent.verdict != "produce-failed":
+                return Diagnosis(resent.verdict, f"{why}, but another send of it was {resent.reason}", evidence)
+        if len(failed) > 1:
+            why = (
+                f"{len(failed)} sends failed (the last: {entry.error or 'no error text'}; persisted: {entry.persisted})"
+            )
         return Diagnosis("produce-failed", f"{why} and no retry reached {view.topic}", evidence)
-    sent = [e for e in entries if e.status == SENT]
     if sent:
         return sent_unplaced(sent[-1], view, evidence)
     created_ms = _created_ms(row, evidence)
@@ -215,6 +231,8 @@ def not_in_topic(
                 f"no record with this key in {view.topic} and no producer-ledger entry{note}, but {changed}",
                 evidence,
             )
+        if held := _send_held(view, created_ms):
+            return Diagnosis("unknown", held, evidence)
         return Diagnosis(
             "never-produced",
             f"no record with this key in {view.topic}, which still holds everything produced since before the "
@@ -228,6 +246,8 @@ def not_in_topic(
         untraced = untraced_producer(ledger, view, topic_since, created_ms, evidence)
         if untraced is not None:
             return Diagnosis("unknown", untraced, evidence)
+        if held := _send_held(view, created_ms):
+            return Diagnosis("unknown", held, evidence)
         return Diagnosis(
             "never-produced",
             f"no producer-ledger entry for this key since the row was created (the ledger {ledger.topic} is "
@@ -248,6 +268,28 @@ def not_in_topic(
             f"{ms_to_iso(topic_since) or 'unknown'})"
         )
         + " and there is no ledger evidence for this key",
+    )
+
+
+def _send_held(view: ClusterView, created_ms: int) -> str | None:
+    """Why a send of a row created less than the send outcome bound ago may still be on its way
+    although nothing shows it, or None. A producer retries a refused send for up to its message
+    timeout; one refused for minutes needs a partition the cluster refuses writes to, which is
+    what a partition under min.insync.replicas is (NOT_ENOUGH_REPLICAS, for acks=all sends). A
+    probed contract-v1 producer ledgers a send only once its report comes, an unprobed one
+    never: the ledger's silence does not tell it."""
+    if not may_be_in_flight(created_ms, view):
+        return None
+    if view.stalled:
+        why = view.stalled[min(view.stalled)]
+    elif view.stalled_error:
+        why = f"whether a partition of {view.topic} refuses writes cannot be told ({view.stalled_error})"
+    else:
+        return None
+    return (
+        f"no record with this key in {view.topic} and no producer-ledger entry, but the row was created at "
+        f"{ms_to_iso(created_ms)} and {why}: a send of it may be refused and retried still, and "
+        f"{in_flight(view)}"
     )
 
 

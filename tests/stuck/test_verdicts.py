@@ -468,24 +468,6 @@ def test_a_v2_ack_deleted_after_the_group_processed_records_near_it_is_unknown()
     assert d.verdict == "unknown" and "processed records of the deleted part after it was produced" in d.reason
 
 
-def test_a_v2_ack_the_group_marked_by_a_clock_a_little_behind_the_producers_is_not_expired() -> None:
-    # The consumer processed the record 300 ms after it was produced, by a clock 2 s behind the
-    # producer's: its last mark of the deleted part reads 1.7 s before the produce time. Before
-    # stop 70 the two clocks were compared as one: expired, though the group read it.
-    produced = NOW_MS - 3500_000
-    cluster = view(low=8, high=10, committed=10)
-    cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)
-    cluster.groups["g"].last_mark_below_low_ms = produced + 300 - 2_000
-    d = diagnose(ROW, [], [acked_range(produced, produced + 50)], {}, cluster)
-    assert d.verdict == "unknown" and "processed records of the deleted part after it was produced" in d.reason
-    # a group whose probe started 300 ms after the record was produced, by the same clocks: its
-    # first mark (then its only one of the deleted part) reads 1.7 s before the produce time.
-    # It may have read the record before its probe started: not expired either.
-    cluster.groups["g"].first_mark_ms = cluster.groups["g"].last_mark_below_low_ms = produced + 300 - 2_000
-    d = diagnose(ROW, [], [acked_range(produced, produced + 50)], {}, cluster)
-    assert d.verdict == "unknown" and "before its consumer was probed" in d.reason
-
-
 def test_a_v2_ack_deleted_is_unknown_when_the_group_is_not_probed() -> None:
     cluster = view(low=8, high=10, committed=10)
     cluster.partitions[0] = PartitionState(0, 8, 10, 10, NOW_MS - 60_000)
@@ -1214,3 +1196,53 @@ def test_an_ack_of_a_transactional_session_does_not_prove_the_record_committed()
     d = diagnose(ROW, [], [acked(4)], {}, cluster)
     assert d.verdict == "unknown" and "aborted transaction" in d.reason, d.reason
     assert d.evidence["transactional_session"] == "s1"
+
+
+def test_a_young_row_is_not_never_produced_while_a_partition_refuses_writes() -> None:
+    # Created 3 minutes ago (the rule's older_than is 2 minutes), within the send outcome bound
+    # (365 s, librdkafka's defaults): a probed contract-v1 producer whose send is refused with
+    # NOT_ENOUGH_REPLICAS retries it and ledgers nothing until its report comes. Before stop 70:
+    # never-produced, and the record landed once the replica came back.
+    created = datetime.fromtimestamp((NOW_MS - 180_000) / 1000, UTC)
+    row = StuckRow("TCK-7", "NEW", 180.0, created, created=created)
+    stalled = "tickets/0 has 1 in-sync replica(s) of 3, fewer than its min.insync.replicas (2): ..."
+    cluster = view(stalled={0: stalled})
+    d = diagnose(row, [], [], {}, cluster)
+    assert d.verdict == "unknown" and "may be refused and retried still" in d.reason and stalled in d.reason
+    # nothing refuses writes: a send made since would be in the log by now
+    assert diagnose(row, [], [], {}, view()).verdict == "never-produced"
+    # the in-sync replicas could not be read: not known
+    assert diagnose(row, [], [], {}, view(stalled_error="no answer")).verdict == "unknown"
+    # a producer that retries without limit (message.timeout.ms=0): any age
+    assert diagnose(ROW, [], [], {}, view(stalled={0: stalled}, send_outcome_ms=0)).verdict == "unknown"
+    # created an hour ago: past the bound, a send refused since would have failed by now
+    assert diagnose(ROW, [], [], {}, view(stalled={0: stalled})).verdict == "never-produced"
+
+
+def test_produce_failed_needs_every_send_of_the_key_to_have_failed_for_sure() -> None:
+    t = NOW_MS - 3500_000
+    # everything produced since 10 minutes ago still there; older records deleted
+    deleted = view(low=5, high=10, committed=10)
+    deleted.partitions[0] = PartitionState(0, 5, 10, 10, NOW_MS - 600_000, leader_epoch=0)
+    # v1: the first send timed out after the broker may have written it, the re-send was
+    # refused; retention has deleted records of that time since. Before stop 70 the last report
+    # alone decided: produce-failed.
+    possibly = LedgerEntry("TCK-7", "s1", 7, "failed", 0, -1, "Local: Message timed out", "possibly", t)
+    refused = LedgerEntry("TCK-7", "s1", 8, "failed", 0, -1, "Local: Queue full", "not", t + 5000)
+    d = diagnose(ROW, [], [possibly, refused], {}, deleted)
+    assert d.verdict == "unknown" and "persisted: possibly" in d.reason, d.reason
+    # both refused for sure: produce-failed, naming both
+    refused_first = replace(possibly, persisted="not", error="Broker: Message size too large")
+    d = diagnose(ROW, [], [refused_first, refused], {}, deleted)
+    assert d.verdict == "produce-failed" and d.reason.startswith("2 sends failed"), d.reason
+    # v2: refused for sure (its sequence also in an unconfirmed range, as contract v2 ledgers a
+    # failure), then a re-send 10 s ago still unresolved (`sent`): in flight
+    refused_v2 = LedgerEntry("TCK-7", "s1", 7, "failed", -1, -1, "Broker: Message size too large", "not", t)
+    its_window = LedgerEntry("TCK-7", "s1", 7, "sent", -1, -1, None, None, t - 100, t)
+    assert diagnose(ROW, [], [refused_v2, its_window], {}, view()).verdict == "produce-failed"
+    resent = LedgerEntry("TCK-7", "s1", 9, "sent", -1, -1, None, None, NOW_MS - 10_000, NOW_MS - 10_000)
+    d = diagnose(ROW, [], [refused_v2, its_window, resent], {}, view())
+    assert d.verdict == "unknown" and "another send of it was sent" in d.reason, d.reason
+    # the same re-send an hour ago, every partition complete since: it never reached the log either
+    resent_long_ago = replace(resent, ts_ms=t + 1000, to_ms=t + 1000)
+    assert diagnose(ROW, [], [refused_v2, its_window, resent_long_ago], {}, view()).verdict == "produce-failed"
