@@ -1,12 +1,17 @@
 """The live websocket: authenticated users join the groups their page shows.
 
-Access is checked at connect and again before events are sent (at most every
-ACCESS_RECHECK_S): a socket whose user logged out, was deactivated, changed password
-or lost every role is closed, as the pages would refuse their next request."""
+Access is checked at connect, again before events are sent (at most every ACCESS_RECHECK_S)
+and every LIVE_GROUP_REFRESH_S: a socket whose user logged out, was deactivated, changed
+password or lost every role is closed, as the pages would refuse their next request. A socket
+joins its groups again every LIVE_GROUP_REFRESH_S: the channel layer drops a member not added
+again within its group expiry (a day), and a page left open that long would get no more
+events, silently."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from importlib import import_module
 from typing import Any
@@ -19,6 +24,8 @@ from django.utils.crypto import constant_time_compare
 
 from auditor.accounts.roles import VIEWER, has_role
 from auditor.lib.live import LIVE_GROUPS
+
+log = logging.getLogger(__name__)
 
 ACCESS_RECHECK_S = 5.0
 CLOSE_FORBIDDEN = 4403
@@ -44,6 +51,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
     groups_joined: list[str]
     allowed_until: float = 0.0  # monotonic: access was last checked and holds until then
     closed_for_access: bool = False
+    refresher: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -54,6 +62,25 @@ class LiveConsumer(AsyncWebsocketConsumer):
         self.groups_joined = []
         self.allowed_until = time.monotonic() + ACCESS_RECHECK_S
         await self.accept()
+        self.refresher = asyncio.ensure_future(self._refresh(float(settings.LIVE_GROUP_REFRESH_S)))
+
+    async def _refresh(self, every_s: float) -> None:
+        """Every `every_s`: access checked, and the groups joined again (their expiry restarts)."""
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                self.allowed_until = 0.0
+                if not await self._still_allowed():
+                    return
+                for group in list(self.groups_joined):
+                    await self.channel_layer.group_add(group, self.channel_name)
+            except Exception:  # a database or Redis blip: the next round tries again
+                log.exception("could not refresh the live socket's access and groups")
+
+    async def _leave_groups(self) -> None:
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+        self.groups_joined = []
 
     async def _still_allowed(self) -> bool:
         """Access re-checked (at most every ACCESS_RECHECK_S); the socket closed when it ended."""
@@ -67,8 +94,7 @@ class LiveConsumer(AsyncWebsocketConsumer):
             self.allowed_until = time.monotonic() + ACCESS_RECHECK_S
             return True
         self.closed_for_access = True
-        await self.disconnect(CLOSE_FORBIDDEN)
-        self.groups_joined = []
+        await self._leave_groups()
         await self.close(code=CLOSE_FORBIDDEN)
         return False
 
@@ -90,8 +116,9 @@ class LiveConsumer(AsyncWebsocketConsumer):
         await self.send(json.dumps({"subscribed": group}))
 
     async def disconnect(self, code: int) -> None:
-        for group in getattr(self, "groups_joined", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+        if self.refresher is not None:
+            self.refresher.cancel()
+        await self._leave_groups()
 
     async def audit_event(self, event: dict[str, Any]) -> None:
         if not await self._still_allowed():
