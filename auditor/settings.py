@@ -124,6 +124,7 @@ CACHES = {
         "KEY_PREFIX": envstr("AUDITOR_CACHE_PREFIX", "auditor"),
     }
 }
+CHANNEL_GROUP_EXPIRY_S = envint("AUDITOR_CHANNEL_GROUP_EXPIRY_S", 86400)
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
@@ -132,16 +133,14 @@ CHANNEL_LAYERS = {
             "prefix": envstr("AUDITOR_CHANNEL_PREFIX", "auditor"),
             # a group member not added again within this long is dropped (channels_redis's
             # default, a day); an open socket joins its groups again every LIVE_GROUP_REFRESH_S
-            "group_expiry": envint("AUDITOR_CHANNEL_GROUP_EXPIRY_S", 86400),
+            "group_expiry": CHANNEL_GROUP_EXPIRY_S,
         },
     }
 }
 
 # How often an open live socket checks its user's access and joins its groups again; kept well
 # inside the channel layer's group expiry, or a page left open that long stops getting events.
-LIVE_GROUP_REFRESH_S = min(
-    envint("AUDITOR_LIVE_GROUP_REFRESH_S", 3600), max(1, CHANNEL_LAYERS["default"]["CONFIG"]["group_expiry"] // 4)
-)
+LIVE_GROUP_REFRESH_S = min(envint("AUDITOR_LIVE_GROUP_REFRESH_S", 3600), max(1, CHANNEL_GROUP_EXPIRY_S // 4))
 
 CELERY_BROKER_URL = REDIS_URL
 # A separate queue lets two checkouts (or test sessions) share one Redis.
