@@ -264,9 +264,14 @@ def run(spark: SparkSession, binding: Binding, options: RunOptions) -> dict[str,
         try:
             load_json(result, options.output_json)
         except OSError as exc:
-            # A committed run's result was written before its commit, and stands there.
             if output.committed is None:
                 result = failed_result(f"writing {options.output_json} failed: {exc}", binding.name, options)
+            else:  # a committed run's result was written before its commit, and stands there
+                result["warnings"] = [
+                    *result["warnings"],
+                    f"writing {options.output_json} again after the commit failed ({exc}): it holds the result "
+                    "written before the commit",
+                ]
     return result
 
 
