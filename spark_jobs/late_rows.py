@@ -78,6 +78,35 @@ def rows_by_value(
     return spark.read.jdbc(url, subquery, predicates=predicates, properties={**props, "fetchsize": "10000"})
 
 
+def found_by_value(
+    spark: SparkSession, binding: Binding, source: SourceTable, keys: list[str], upper: datetime
+) -> list[tuple[str, int]] | None:
+    """(key, created in microseconds) of the source rows created up to `upper` whose key is one
+    of `keys` (as the run reads the key column: its text form), looked up by value; None when
+    they cannot be: more than LOOKUP_KEYS keys, a key column of another type, a text key too
+    long to send, or a query the database refused."""
+    literals = (
+        key_literals(keys, source.columns[actual_column(source.columns, binding.key_column)])
+        if len(keys) <= LOOKUP_KEYS
+        else None
+    )
+    if literals is None:
+        return None
+    if not literals:  # no key the column can hold: none has a row
+        return []
+    try:
+        read = transform_source_rows(
+            rows_by_value(spark, binding, source, literals, upper), "audit_key", "audit_created", unique=True
+        )
+        found = read.select("key", F.unix_micros("created").alias("micros")).collect()
+    except Exception:  # noqa: BLE001 - the database refused the query (a key it cannot hold)
+        return None
+    # The query's equality is the database's (a numeric key matches '15' and '015' alike); the
+    # run's is the text form Spark gives the column: keep only rows equal to it.
+    wanted = set(keys)
+    return [(r["key"], r["micros"]) for r in found if r["key"] in wanted]
+
+
 def late_rows(
     spark: SparkSession, binding: Binding, source: SourceTable, candidates: DataFrame, upper: datetime
 ) -> DataFrame | None:
@@ -89,37 +118,54 @@ def late_rows(
     keys = sorted({row["key"] for row in keyed.limit(LOOKUP_KEYS + 1).collect()})
     if not keys:
         return None
-    literals = (
-        key_literals(keys, source.columns[actual_column(source.columns, binding.key_column)])
-        if len(keys) <= LOOKUP_KEYS
-        else None
-    )
-    if literals == []:
-        return None
-    if literals is not None:
-        try:
-            read = transform_source_rows(
-                rows_by_value(spark, binding, source, literals, upper), "audit_key", "audit_created", unique=True
-            )
-            found = read.select("key", F.unix_micros("created").alias("micros")).collect()
-        except Exception:  # noqa: BLE001 - the database refused the query (a key it cannot hold): read the column
-            pass
-        else:
-            # The query's equality is the database's (a numeric key matches '15' and '015'
-            # alike); the run's is the text form Spark gives the column: keep only rows equal to it.
-            wanted = set(keys)
-            rows = [(r["key"], r["micros"]) for r in found if r["key"] in wanted]
-            if not rows:
-                return None
-            return transform_source_rows(
-                spark.createDataFrame(rows, "key string, micros long").select(
-                    "key", F.timestamp_micros("micros").alias("created")
-                ),
-                "key",
-                "created",
-                unique=source.unique,
-            )
+    rows = found_by_value(spark, binding, source, keys, upper)
+    if rows is not None:
+        if not rows:
+            return None
+        return transform_source_rows(
+            spark.createDataFrame(rows, "key string, micros long").select(
+                "key", F.timestamp_micros("micros").alias("created")
+            ),
+            "key",
+            "created",
+            unique=source.unique,
+        )
+    # too many keys to send, or keys that cannot be sent: read the key column up to the bound
     rows_now = extract_source(spark, binding, source.name, source.columns, None, upper)
     return transform_source_rows(rows_now, "audit_key", "audit_created", unique=source.unique).join(
         keyed, "key", "left_semi"
     )
+
+
+def rows_still_in_source(
+    spark: SparkSession,
+    binding: Binding,
+    source: SourceTable,
+    pending: DataFrame,
+    cutoff: datetime,
+    upper: datetime,
+) -> tuple[DataFrame, list[str]]:
+    """`pending` (SOURCE_ROW_SCHEMA: rows with no record so far) less the rows past the cutoff,
+    about to be reported `missing`, whose key no longer has a row in the table up to `upper`
+    (deleted since a run read them: a --full run would not report them); and the run's
+    warnings. The keys are looked up by value (found_by_value): where they cannot be, every
+    row is kept and a warning says so."""
+    due = pending.where(F.col("created") <= F.lit(cutoff)).select("key")
+    keys = sorted({row["key"] for row in due.limit(LOOKUP_KEYS + 1).collect()})
+    if not keys:
+        return pending, []
+    found = found_by_value(spark, binding, source, keys, upper)
+    if found is None:
+        return pending, [
+            f"whether the {'more than ' + str(LOOKUP_KEYS) if len(keys) > LOOKUP_KEYS else len(keys)} source "
+            f"row(s) without a record are still in {binding.table} could not be looked up by key: rows deleted "
+            "since a run read them are reported missing until a --full run"
+        ]
+    gone = sorted(set(keys) - {key for key, _ in found})
+    if not gone:
+        return pending, []
+    deleted = spark.createDataFrame([(key,) for key in gone], "key string")
+    return pending.join(F.broadcast(deleted), "key", "left_anti"), [
+        f"{len(gone)} source row(s) without a record are no longer in {binding.table} (deleted since a run read "
+        "them): not reported missing"
+    ]

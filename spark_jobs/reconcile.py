@@ -117,17 +117,40 @@ def load_findings_jdbc(findings_df: DataFrame, run_id: str, jdbc_url: str, table
     ).mode("append").save()
 
 
-def reconcile(spark: SparkSession, binding: Binding, options: RunOptions) -> dict[str, Any]:
+class RunOutput:
+    """The run's result on its way out (--output-json: where the service reads it from). It is
+    written before the state is committed: a result that cannot be written fails the run with
+    its state as it was. Once the state is committed the run has happened, whatever fails
+    after: the next run builds on it and flags its findings new against this one's."""
+
+    def __init__(self, path: str | None, envelope: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self.path = path
+        self.envelope = envelope  # adds the run's times (run())
+        self.committed: dict[str, Any] | None = None  # the result of the run, once its state is committed
+
+    def before_commit(self, result: dict[str, Any]) -> None:
+        if self.path:
+            load_json(self.envelope({"status": "ok", "error": None} | result), self.path)
+
+    def after_commit(self, result: dict[str, Any]) -> None:
+        self.committed = result
+
+
+def reconcile(
+    spark: SparkSession, binding: Binding, options: RunOptions, output: RunOutput | None = None
+) -> dict[str, Any]:
     """One run: read, update the state, compute findings, load; raises on any failure."""
     cached: list[DataFrame] = []
     try:
-        return _reconcile(spark, binding, options, cached)
+        return _reconcile(spark, binding, options, cached, output or RunOutput(None, lambda result: result))
     finally:
         for df in cached:
             df.unpersist()
 
 
-def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cached: list[DataFrame]) -> dict[str, Any]:
+def _reconcile(
+    spark: SparkSession, binding: Binding, options: RunOptions, cached: list[DataFrame], output: RunOutput
+) -> dict[str, Any]:
     def persist(df: DataFrame) -> DataFrame:
         if is_empty_plan(df):
             return df  # cached, the optimizer could no longer prune what is built on it
@@ -137,7 +160,7 @@ def _reconcile(spark: SparkSession, binding: Binding, options: RunOptions, cache
     laps = Laps()
     plan = plan_run(binding, options, laps)
     with run_settings_applied(spark, plan) as settings:
-        return _run_phases(spark, binding, options, plan, persist, laps) | {"spark_settings": settings}
+        return _run_phases(spark, binding, options, plan, persist, laps, output, settings)
 
 
 def _run_phases(
@@ -147,6 +170,8 @@ def _run_phases(
     plan: RunPlan,
     persist: Callable[[DataFrame], DataFrame],
     laps: Laps,
+    output: RunOutput,
+    settings: dict[str, str],
 ) -> dict[str, Any]:
     inputs = extract_inputs(spark, binding, plan, persist, laps)
     new = update_state(spark, binding, plan, inputs, persist, laps)
@@ -159,9 +184,8 @@ def _run_phases(
     if options.output_jdbc_url:
         load_findings_jdbc(flagged, plan.run_id, options.output_jdbc_url, options.findings_table)
     laps("findings")
-    commit_state(spark, plan, inputs, new)
     until = inputs.unverifiable_until
-    return {
+    result = {
         "run_id": plan.run_id,
         "binding": binding.name,
         "mode": plan.mode,
@@ -189,7 +213,13 @@ def _run_phases(
         "timings": laps.timings,
         "findings": rows,
         "findings_truncated": truncated,
+        "spark_settings": settings,
     }
+    # `warnings` and `timings` are the plan's and the laps' own: the commit's are in them too
+    output.before_commit(result)
+    commit_state(spark, plan, inputs, new)
+    output.after_commit(result)
+    return result
 
 
 def describe_error(exc: BaseException) -> str:
@@ -209,20 +239,39 @@ def run(spark: SparkSession, binding: Binding, options: RunOptions) -> dict[str,
     started = time.monotonic()
     started_at = datetime.now(UTC)
     options = replace(options, run_id=options.run_id or new_run_id())
+
+    def envelope(result: dict[str, Any]) -> dict[str, Any]:
+        return result | {
+            "started_at": started_at.isoformat(),
+            "finished_at": datetime.now(UTC).isoformat(),
+            "duration_s": round(time.monotonic() - started, 3),
+        }
+
+    output = RunOutput(options.output_json, envelope)
     try:
-        result = {"status": "ok", "error": None} | reconcile(spark, binding, options)
+        result = {"status": "ok", "error": None} | reconcile(spark, binding, options, output)
     except Exception as exc:  # noqa: BLE001 - any failure fails the run, with its error
-        result = failed_result(describe_error(exc), binding.name, options)
-    result["started_at"] = started_at.isoformat()
-    result["finished_at"] = datetime.now(UTC).isoformat()
-    result["duration_s"] = round(time.monotonic() - started, 3)
+        if output.committed is None:
+            result = failed_result(describe_error(exc), binding.name, options)
+        else:  # the state moved: the run happened (RunOutput)
+            result = {"status": "ok", "error": None} | output.committed
+            result["warnings"] = [
+                *result["warnings"],
+                f"the state was committed, but the run failed after: {describe_error(exc)}",
+            ]
+    result = envelope(result)
     if options.output_json:
         try:
             load_json(result, options.output_json)
         except OSError as exc:
-            # The state may be committed already; findings are a snapshot, so the next run
-            # reports them again.
-            result = failed_result(f"writing {options.output_json} failed: {exc}", binding.name, options)
+            if output.committed is None:
+                result = failed_result(f"writing {options.output_json} failed: {exc}", binding.name, options)
+            else:  # a committed run's result was written before its commit, and stands there
+                result["warnings"] = [
+                    *result["warnings"],
+                    f"writing {options.output_json} again after the commit failed ({exc}): it holds the result "
+                    "written before the commit",
+                ]
     return result
 
 

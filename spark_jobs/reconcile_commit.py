@@ -28,7 +28,8 @@ def ledgers_read_after(plan: RunPlan) -> dict[str, dict[str, dict[int, int]]]:
 
 
 def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: RunState) -> None:
-    """Point state.json at the new state: last, so a failed run leaves the old one."""
+    """Point state.json at the new state: last, so a failed run leaves the old one. What fails
+    after state.json is written is a warning of the run (StateStore.commit)."""
     store, kafka = plan.store, plan.kafka
     until = inputs.unverifiable_until
     # on a partition a rebuild found rewritten, a committed offset may predate the truncation
@@ -42,7 +43,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
         rewritten=plan.rewritten if plan.memory is not None else (),
     )
     ledgers_read = ledgers_read_after(plan)
-    store.commit(
+    plan.warnings += store.commit(
         StateMeta(
             run_id=plan.run_id,
             topic_offsets={p: e for p, (_, e) in plan.topic.ranges.items()},

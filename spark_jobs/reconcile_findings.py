@@ -124,17 +124,24 @@ def unverifiable_rows(
     cutoff: datetime,
     unverifiable_until: datetime | None,
     lost_sightings: DataFrame | None = None,
+    lost_acks: DataFrame | None = None,
+    held: DataFrame | None = None,
 ) -> DataFrame:
     """Rows past grace with no record that may have had one among records deleted unread.
 
     unverifiable_until: the newest `created` whose record may have been deleted before it
     was read (None: nothing was lost). These rows are counted, never reported `missing`.
-    Rows with a lost sighting are known lost (find_missing), not unverifiable.
+    Rows with a lost sighting or a lost ack are known lost (find_missing: `missing`,
+    broker-lost), not unverifiable; nor is a row whose key has a record in `held` (behind an
+    open transaction: judged by a later run). The arguments are find_missing's.
     """
     if unverifiable_until is None:
         return pending.limit(0)
     rows = pending.where((F.col("created") <= F.lit(cutoff)) & (F.col("created") <= F.lit(unverifiable_until)))
-    return rows if lost_sightings is None else rows.join(lost_sightings.select("key"), "key", "left_anti")
+    for known in (lost_sightings, lost_acks, held):
+        if known is not None:
+            rows = rows.join(known.where(F.col("key").isNotNull()).select("key").distinct(), "key", "left_anti")
+    return rows
 
 
 def _occurrence_findings(grouped: DataFrame, kind: str, cause: Column) -> DataFrame:

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.binding import Binding
-from spark_jobs.late_rows import late_rows
+from spark_jobs.late_rows import late_rows, rows_still_in_source
 from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_transform import (
     ABORTED_SCHEMA,
@@ -101,7 +101,14 @@ def update_state(
     if has_state:
         keys = persist(keys)  # else a projection of `touched`: nothing to spare by a second copy
     keep("duplicates", duplicates_of(keys, records, old("duplicates")))
-    keep("pending_source", pending_of(keys, old("pending_source")))
+    pending = pending_of(keys, old("pending_source"))
+    if plan.meta.run_id and inputs.source is not None:
+        # rows earlier runs saw may be deleted since: not missing, as for a --full run
+        pending, deleted_notes = rows_still_in_source(
+            spark, binding, inputs.source, persist(pending), plan.cutoff, plan.source_upper
+        )
+        plan.warnings += deleted_notes
+    keep("pending_source", pending)
     candidates = orphan_candidates_of(keys, records, old("orphan_candidates"))
     late = None
     if plan.lower is not None and inputs.source is not None:

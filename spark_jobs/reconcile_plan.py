@@ -227,6 +227,10 @@ class RunState:
     datasets: dict[str, str] = field(default_factory=dict)
     key_deltas: list[str] = field(default_factory=list)
     source_deltas: list[str] = field(default_factory=list)
+    # find_all's: the keys of acked records the broker lost, and of records a run cannot read yet
+    # (count_findings leaves their rows out of the unverifiable ones, as find_missing does)
+    lost_acks: DataFrame | None = None
+    held: DataFrame | None = None
 
     def keep(self, name: str, df: DataFrame) -> DataFrame:
         """Write a dataset of the new state; returns it read back."""

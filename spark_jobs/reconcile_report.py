@@ -74,6 +74,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
         gaps = kept if gaps is None else gaps.unionByName(kept)
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it
     lost_acks = None if gaps is None else gaps.where(F.col("cause") == "broker-lost")
+    new.lost_acks, new.held = lost_acks, held
     optional: list[tuple[DataFrame, Callable[[], DataFrame]]] = [
         (s["aborted"], lambda: find_aborted(s["aborted"])),
         (
@@ -130,7 +131,9 @@ def count_findings(
     until = inputs.unverifiable_until
     # Nothing is unverifiable while no record was ever deleted unread (no job to say so).
     counts[UNVERIFIABLE] = (
-        unverifiable_rows(new.frames["pending_source"], plan.cutoff, until, new.frames["lost_sightings"]).count()
+        unverifiable_rows(
+            new.frames["pending_source"], plan.cutoff, until, new.frames["lost_sightings"], new.lost_acks, new.held
+        ).count()
         if until is not None
         else 0
     )

@@ -408,10 +408,19 @@ class StateStore:
         _sorted_by_key(merged.select(*schema.fieldNames())).write.mode("overwrite").parquet(self.root.spark(relative))
         return [*kept, relative]
 
-    def commit(self, meta: StateMeta) -> None:
-        """Atomically point state.json at this run's datasets, then drop unreferenced ones."""
+    def commit(self, meta: StateMeta) -> list[str]:
+        """Atomically point state.json at this run's datasets, then drop unreferenced ones;
+        returns warnings. Once state.json is written the run has happened (the next one builds
+        on it and flags its findings new against this one's): what fails after is a warning."""
         self.meta_location.write_text_atomic(json.dumps(meta.to_json(), indent=1, sort_keys=True))
-        self._remove_unreferenced(meta)
+        try:
+            self._remove_unreferenced(meta)
+        except Exception as exc:  # noqa: BLE001 - left behind, the next commit deletes them
+            return [
+                "the state was committed, but the datasets no run refers to any more could not be deleted "
+                f"({type(exc).__name__}: {exc}): a later run deletes them"
+            ]
+        return []
 
     def _remove_unreferenced(self, meta: StateMeta) -> None:
         keep = {*meta.key_deltas, *meta.source_deltas}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
@@ -62,6 +63,50 @@ def test_it_never_reports_rows_whose_records_were_deleted_unread_as_missing(
     assert finding_set(second) == {("missing", "6", None, None, None)}
     assert second["counts"]["unverifiable"] == 2  # rows 1 and 2
     assert not [w for w in second["warnings"] if "were deleted" in w]
+
+
+def test_rows_reported_broker_lost_or_held_by_an_open_transaction_are_not_counted_unverifiable(
+    spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path
+):
+    """Partition 1 held ticket 100's record (50 minutes old), deleted before the first run:
+    rows created up to the first record left there (ticket 102's, 20 minutes old) may have had
+    their record among the deleted, and are unverifiable. The ledger acked ticket 101 at the
+    offset that holds ticket 102's record (the broker lost it): row 101 is `missing`,
+    broker-lost. Ticket 99's record is behind a transaction left open in partition 0: its row
+    is not judged this run. Only row 100 is unverifiable; before stop 70 the count said 3."""
+    world.produce("t0", 100, seq=0, partition=1, age_s=50 * 60)
+    world.ledger(0, "acked", 100, "t0")
+    world.produce("t2", 102, seq=2, partition=1, age_s=20 * 60)
+    world.ledger(1, "acked", 101, "t2")  # the ack the leader gave before it lost the record
+    world.ledger(2, "acked", 102, "t2")
+    world.flush_ledger()
+    delete_records_before(kafka_admin, world.topic, 1, world.at("t2")[1])
+    world.insert(99, 100, 101, 102, age="1 hour")
+    txn = Producer({"bootstrap.servers": world.bootstrap, "transactional.id": f"held-{uuid.uuid4().hex[:8]}"})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    txn.produce(world.topic, json.dumps({"ticket_id": 99}).encode(), partition=0)
+    assert txn.flush(30) == 0  # written, and the transaction left open
+    try:
+        # Ground truth: the offset acked for ticket 101 holds ticket 102; ticket 99 is in the log.
+        tickets = {
+            (r.partition, r.offset): json.loads(r.value)["ticket_id"]
+            for r in LabCluster(world.bootstrap).read_topic(world.topic)
+            if r.value is not None
+        }
+        assert tickets == {world.at("t2"): 102, (0, 0): 99}
+
+        result = reconcile_once(spark, world.binding(consumer_groups=[]), tmp_path)
+    finally:
+        txn.abort_transaction(30)
+
+    assert finding_set(result) == {
+        ("gap", "101", "broker-lost", *world.at("t2")),
+        ("missing", "101", "broker-lost", *world.at("t2")),
+    }
+    assert result["window"]["unverifiable_until"]
+    assert any("behind an open transaction" in w for w in result["warnings"]), result["warnings"]
+    assert result["counts"]["unverifiable"] == 1  # row 100
 
 
 def test_it_never_calls_sequences_never_sent_whose_records_and_ledger_entries_were_deleted_unread(

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from spark_jobs import common
 from spark_jobs.kafka_offsets import admin_client, partition_offsets
+from spark_jobs.reconcile import run
 from spark_jobs.reconcile_extract import (
     OffsetRange,
     ReconcileError,
@@ -23,11 +24,14 @@ from spark_jobs.reconcile_extract import (
     plan_offsets,
     summarize_partitions,
 )
+from spark_jobs.reconcile_plan import RunOptions
+from spark_jobs.reconcile_state import StateStore
 from spark_jobs.reconcile_transform import transform_records
 from tests.support.reconcile_world import (
     World,
     build_phase_one,
     delete_records_before,
+    finding_set,
     reconcile_once,
 )
 
@@ -119,6 +123,63 @@ def test_it_fails_and_keeps_its_state_when_the_topic_is_deleted(
     assert world.topic in result["error"]
     assert result["findings"] == []
     assert (tmp_path / binding.name / "state.json").read_text() == state
+
+
+def test_a_run_whose_cleanup_after_its_commit_fails_is_ok_and_its_findings_are_new_once(
+    spark: SparkSession, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The second run commits its state.json, then cannot delete the datasets no run refers to
+    any more. Before stop 70 the run failed (and the service discarded its findings) while
+    its state, and so its findings, stood as the previous run's for the next one: row 2's
+    finding was never published as new."""
+    binding = world.binding()
+    world.insert(1)
+    world.produce("t1", 1, seq=0)
+    assert finding_set(reconcile_once(spark, binding, tmp_path)) == set()
+
+    world.insert(2, age="1 minute")  # past the grace, and never produced
+
+    def unreachable(self: StateStore, meta: object) -> None:
+        raise OSError("the state location went away")
+
+    monkeypatch.setattr(StateStore, "_remove_unreferenced", unreachable)
+    second = reconcile_once(spark, binding, tmp_path)
+    assert finding_set(second) == {("missing", "2", None, None, None)}
+    assert [f["is_new"] for f in second["findings"]] == [True]
+    assert [w for w in second["warnings"] if "state location went away" in w] == [
+        "the state was committed, but the datasets no run refers to any more could not be deleted (OSError: "
+        "the state location went away): a later run deletes them"
+    ], second["warnings"]
+    assert StateStore(str(tmp_path), binding.name, "-").read_meta().run_id == second["run_id"]
+
+    monkeypatch.undo()
+    third = reconcile_once(spark, binding, tmp_path)
+    assert [(f["key"], f["is_new"]) for f in third["findings"]] == [("2", False)]
+
+
+def test_a_run_whose_result_cannot_be_written_leaves_its_state_as_it_was(
+    spark: SparkSession, world: World, tmp_path: Path
+):
+    """--output-json is where the service reads the run's result from: a run that cannot write
+    it is failed, its findings discarded. Before stop 70 its state was committed first, so the
+    next run took the discarded findings for published ones (is_new False)."""
+    binding = world.binding()
+    state = tmp_path / "state"
+    world.insert(1)
+    world.produce("t1", 1, seq=0)
+    first = run(spark, binding, RunOptions(state_dir=str(state), output_json=str(tmp_path / "first.json")))
+    assert first["status"] == "ok", first["error"]
+
+    world.insert(2, age="1 minute")  # past the grace, and never produced
+    (tmp_path / "blocked").write_text("a file where the result's folder should be")
+    second = run(spark, binding, RunOptions(state_dir=str(state), output_json=str(tmp_path / "blocked" / "run.json")))
+    assert second["status"] == "failed"
+    assert "blocked" in second["error"], second["error"]
+    assert StateStore(str(state), binding.name, "-").read_meta().run_id == first["run_id"]
+
+    third = run(spark, binding, RunOptions(state_dir=str(state), output_json=str(tmp_path / "third.json")))
+    assert finding_set(third) == {("missing", "2", None, None, None)}
+    assert [f["is_new"] for f in third["findings"]] == [True]
 
 
 @pytest.mark.parametrize(
