@@ -166,23 +166,6 @@ def record_stamps(
     return found
 
 
-def not_before_last_window(source_upper: datetime, last_upper: str | None) -> tuple[datetime, list[str]]:
-    """The window's upper bound, never before the last run's (state.json's window_upper), and
-    notes for the run's warnings. A clock stepped back (NTP, a restored VM; the driver's or
-    the database's, window_end) would move the cutoff back with it: rows the last run reported
-    missing would be within the grace again, their findings gone for a run and then new again."""
-    if last_upper is None:
-        return source_upper, []
-    last = datetime.fromisoformat(last_upper)
-    if source_upper >= last:
-        return source_upper, []
-    behind = (last - source_upper).total_seconds()
-    return last, [
-        f"the clock the window ends at ({source_upper.isoformat()}) is {behind:.0f}s behind the last run's upper "
-        f"bound ({last_upper}): it stepped back; the window ends at the last run's bound"
-    ]
-
-
 def extract_inputs(
     spark: SparkSession, binding: Binding, plan: RunPlan, persist: Callable[[DataFrame], DataFrame], laps: Laps
 ) -> RunInputs:
@@ -305,8 +288,6 @@ def extract_inputs(
     # rows are stamped by the source's clock: the window ends at it where the driver's runs ahead
     plan.source_upper, clock_notes = window_end(plan.upper, source_now)
     plan.warnings.extend(clock_notes)
-    plan.source_upper, behind_notes = not_before_last_window(plan.source_upper, meta.window_upper)
-    plan.warnings.extend(behind_notes)
     source = SourceTable(table, columns, source_key_unique(spark, binding, table, columns))
     window_rows = transform_source_rows(
         extract_source(spark, binding, table, columns, plan.lower, plan.source_upper),

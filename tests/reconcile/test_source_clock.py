@@ -21,7 +21,6 @@ from pyspark.sql import SparkSession
 from spark_jobs.binding import binding_from_dict
 from spark_jobs.reconcile import run
 from spark_jobs.reconcile_plan import CLOCK_NOTE_SECONDS, RunOptions, window_end
-from tests.support.reconcile_world import World, finding_set, reconcile_once
 
 
 @pytest.fixture
@@ -99,25 +98,3 @@ def test_the_window_ends_at_the_earlier_clock_and_says_so_only_when_it_matters()
     assert window_end(driver, slightly) == (slightly, [])
     # the database ahead: the driver's
     assert window_end(driver, driver + timedelta(minutes=5)) == (driver, [])
-
-
-@pytest.mark.integration
-def test_a_clock_stepped_back_keeps_what_the_last_run_reported_missing(
-    spark: SparkSession, world: World, tmp_path: Path
-):
-    """Row 9 (two minutes old, never produced) is reported missing. The clock the next run's
-    window ends at then steps back five minutes (here the driver's, a fixed `now`; the
-    database's moves the bound the same way, window_end): before stop 70 the cutoff moved back
-    with it, row 9 was within the grace again and its finding gone, to come back new a run later."""
-    world.insert(9, age="2 minutes")
-    binding = world.binding()
-    first = reconcile_once(spark, binding, tmp_path)
-    assert finding_set(first) == {("missing", "9", None, None, None)}
-
-    stepped_back = datetime.now(UTC) - timedelta(minutes=5)
-    second = run(spark, binding, RunOptions(state_dir=str(tmp_path), now=stepped_back))
-
-    assert finding_set(second) == {("missing", "9", None, None, None)}
-    assert [f["is_new"] for f in second["findings"]] == [False]
-    assert second["window"]["upper"] == first["window"]["upper"]
-    assert [w for w in second["warnings"] if "stepped back" in w], second["warnings"]
