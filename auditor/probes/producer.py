@@ -575,10 +575,13 @@ class AuditedProducer(ProducerWrapper):
         """
         started = time.monotonic()
         remaining = self._serve(self._producer.flush, *timeout_args(timeout))
+        # Taken before the steps below, as in _background_resolve: each sequence up to it is
+        # ledgered by them (resolved, or in the unresolved tail); a send racing them is not.
+        sent = self.last_sequences()
         self._resolve()
         self._write_unresolved_tail()
         self._write_keys()
-        self._end_session_checkpoint(self._ledger_timeout(timeout, started))
+        self._end_session_checkpoint(self._ledger_timeout(timeout, started), sent)
         return remaining
 
     def close(self, timeout: float | None = None) -> int:
@@ -588,12 +591,13 @@ class AuditedProducer(ProducerWrapper):
         started = time.monotonic()
         remaining = self._serve(self._producer.flush, *timeout_args(timeout))
         self._ledger.set_before_flush(None)
+        sent = self.last_sequences()  # before the tail is written, as in flush()
         self._resolve(boundary=True)
         self._write_unresolved_tail()
         self._write_keys()
         # The last record of the session, after every other: a session whose ledger has it
         # sent nothing unledgered.
-        self._write_closing_end(self.last_sequences())
+        self._write_closing_end(sent)
         self._ledger.close(self._ledger_timeout(timeout, started))
         self._closed = True
         if remaining and timeout is not None:

@@ -324,8 +324,12 @@ class AuditedProducerV1(ProducerWrapper):
         Returns what ``Producer.flush`` returns: messages still in the queue.
         """
         started = time.monotonic()
+        # Taken before the flush: once it returns 0 every report of these sends was served
+        # (ledgered). Sends still in flight have no entry yet: the checkpoint must not name
+        # them (a session-end's last_seq would make them a hole judged `never-sent` at once).
+        sent = self.last_sequences()
         remaining = self._producer.flush(*timeout_args(timeout))
-        self._end_session_checkpoint(self._ledger_timeout(timeout, started))
+        self._end_session_checkpoint(self._ledger_timeout(timeout, started), None if remaining else sent)
         return remaining
 
     def close(self, timeout: float | None = None) -> int:
@@ -333,14 +337,16 @@ class AuditedProducerV1(ProducerWrapper):
         if self._closed:
             return 0
         started = time.monotonic()
+        sent = self.last_sequences()  # before the flush, as in flush()
         remaining = self._producer.flush(*timeout_args(timeout))
         self._ledger.set_before_flush(None)
         if remaining:
-            # Reports still to come would never be ledgered: no `closed` claim, readers keep
-            # the session as one that may have sent records its ledger does not name.
-            self._end_session_checkpoint(self._ledger_timeout(timeout, started))
+            # Reports still to come would never be ledgered: no `closed` claim and no new
+            # checkpoint, readers keep the session as one that may have sent records its
+            # ledger does not name.
+            self._end_session_checkpoint(self._ledger_timeout(timeout, started), None)
         else:
-            self._write_closing_end(self.last_sequences())
+            self._write_closing_end(sent)
         self._ledger.close(self._ledger_timeout(timeout, started))
         self._closed = True
         if remaining and timeout is not None:

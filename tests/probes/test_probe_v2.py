@@ -706,3 +706,51 @@ def test_rebalance_callbacks_get_the_audited_consumer_and_a_commit_in_on_revoke_
     assert given and all(c is consumer for c in given)
     # the commit in on_revoke went through the probe: the six marks were in the ledger when it returned
     assert ledger_at_revoke[:1] == [6]
+
+
+@pytest.mark.parametrize("ending", ["flush", "close"])
+def test_a_checkpoint_names_no_send_that_raced_the_flush_past_its_unresolved_tail(
+    kafka_bootstrap: str, topics: dict[str, str], ending: str
+) -> None:
+    """A send of another thread that lands between flush()'s (or close()'s) unresolved tail and
+    its session-end has no ledger entry yet; a session-end naming it makes it a hole that
+    readers judge `never-sent` at once. The race is made deterministic: the send is made from
+    the step that follows the tail (the keys). Ground truth: the produce() calls that returned."""
+    producer = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap},
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+        ledger_flush_interval_s=600.0,
+    )
+    for i in range(5):
+        producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
+    write_keys = producer._write_keys
+    raced: list[int] = []
+
+    def keys_after_a_racing_send() -> None:
+        if not raced:
+            producer.produce(topics["data"], b"late", b"late")  # returned: sequence 5 was sent
+            raced.append(5)
+        write_keys()
+
+    producer._write_keys = keys_after_a_racing_send  # type: ignore[method-assign]
+    if ending == "flush":
+        assert producer.flush(30) == 0
+        producer._write_keys = write_keys  # type: ignore[method-assign]
+    producer.close(30)
+    assert raced == [5]
+
+    ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)]
+    covered: set[int] = set()
+    ends = []
+    for record in ledger:  # one session: its records are in one partition, in order
+        if isinstance(record, ProducerRanges):
+            covered |= {s for r in record.ranges for s in range(r.first, r.last + 1)}
+        elif isinstance(record, SessionEnd) and topics["data"] in record.last_seq:
+            ends.append(record.last_seq[topics["data"]])
+            assert set(range(ends[-1] + 1)) <= covered, (ends[-1], sorted(covered))
+    # The raced send is ledgered by the close after flush(); one racing close() itself is not
+    # (the application sent it into a closing producer), and the closing end does not name it.
+    assert covered == set(range(6 if ending == "flush" else 5))
+    assert ends[-1] == max(covered)
+

@@ -9,19 +9,21 @@ topics, never from the probe.
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import NewTopic
 from pyspark.sql import SparkSession
 
+from auditor.lab.cluster import all_led, wait_until
 from auditor.probes import AuditedProducer, AuditedProducerV1
 from tests.probes.kafka_helpers import read_topic
 from tests.support.reconcile_world import World, reconcile_once
+from tests.support.stalled_producer import TICKETS, run_stalled_and_kill
 
 pytestmark = pytest.mark.integration
-
-TICKETS = (1, 2, 3, 4, 5)
 
 
 def _findings(result: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -65,3 +67,30 @@ def test_a_v1_copier_passing_on_its_inputs_v2_header_is_read_by_its_own_headers(
 
     result = reconcile_once(spark, world.binding(consumer_groups=[], guarantee="at-least-once"), tmp_path)
     assert _findings(result) == []
+
+
+@pytest.mark.parametrize("ending", ["flush", "close"])
+def test_a_v1_checkpoint_never_names_sends_still_in_flight(
+    spark: SparkSession, world: World, make_topic: Any, kafka_admin: Any, tmp_path: Path, ending: str
+) -> None:
+    """A v1 producer's five sends stall (their topic does not exist yet: they wait in the
+    client), so flush(2) or close(2) returns with all of them in flight, and the process is
+    killed (-9). Its ledger must not name them as sent with nothing ledgered: a run would
+    judge them `never-sent` at once, though produce() took each."""
+    topic = f"stall-{uuid.uuid4().hex[:10]}"
+    clients = make_topic("_audit.clients")
+    told = run_stalled_and_kill(world.bootstrap, topic, world.producer_ledger, clients, ending)
+    # The stall was real: every send still in flight, no delivery report, no topic yet.
+    assert told["returned"] == len(TICKETS) and told["reports"] == 0
+    assert topic not in kafka_admin.list_topics(timeout=10).topics
+    kafka_admin.create_topics([NewTopic(topic, num_partitions=1)])[topic].result(30)
+    try:
+        wait_until(lambda: all_led(kafka_admin, topic, 1), 20, f"topic {topic} with a leader")
+        assert read_topic(topic, bootstrap=world.bootstrap) == []  # nothing of them was written
+        world.insert(*TICKETS, age="0 seconds")  # within grace: only the session's sequences are judged
+        result = reconcile_once(
+            spark, world.binding(topic=topic, consumer_groups=[], guarantee="at-least-once"), tmp_path
+        )
+        assert [f for f in _findings(result) if f[0] == "gap"] == []
+    finally:
+        kafka_admin.delete_topics([topic])[topic].result(30)
