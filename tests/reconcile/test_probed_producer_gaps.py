@@ -94,3 +94,35 @@ def test_a_v1_checkpoint_never_names_sends_still_in_flight(
         assert [f for f in _findings(result) if f[0] == "gap"] == []
     finally:
         kafka_admin.delete_topics([topic])[topic].result(30)
+
+
+def test_a_v2_failure_is_placed_by_the_id_the_key_function_gave_when_the_record_was_produced(
+    spark: SparkSession, world: World, make_topic: Any, tmp_path: Path
+) -> None:
+    """The application passes str keys to a key function that formats them: the failure
+    report's key is bytes, so the id computed again from it (`ticket-b'15'`) matched no `keys`
+    entry (`ticket-15`), and the failure stayed unplaced (`send-unconfirmed` after 365 s instead
+    of `send-failed`). Ground truth: the delivery reports and a full read of the topic."""
+    world.insert(15, 16, age="0 seconds")  # within grace: only the session's sequences are judged
+    reports: dict[str, str | None] = {}
+
+    def report(err: Any, msg: Any) -> None:
+        reports[msg.key().decode()] = None if err is None else err.name()
+
+    config = {"bootstrap.servers": world.bootstrap, "message.max.bytes": 10_000_000, "on_delivery": report}
+    with AuditedProducer(
+        config,
+        ledger_topic=world.producer_ledger,
+        clients_topic=make_topic("_audit.clients"),
+        key_fn=lambda value, key: f"ticket-{key}",
+    ) as producer:
+        too_large = json.dumps({"ticket_id": 15, "pad": "x" * 3_000_000}).encode()  # the broker refuses it
+        producer.produce(world.topic, too_large, "15")
+        producer.produce(world.topic, json.dumps({"ticket_id": 16}).encode(), "16")
+        assert producer.flush(30) == 0
+        session = producer.session_id
+    assert reports == {"15": "MSG_SIZE_TOO_LARGE", "16": None}
+    assert [m.key() for m in read_topic(world.topic, bootstrap=world.bootstrap)] == [b"16"]
+
+    result = reconcile_once(spark, world.binding(consumer_groups=[], guarantee="at-least-once"), tmp_path)
+    assert [f for f in _findings(result) if f[0] == "gap"] == [("gap", "send-failed", session, 0, "ticket-15")]
