@@ -126,3 +126,32 @@ def test_a_v2_failure_is_placed_by_the_id_the_key_function_gave_when_the_record_
 
     result = reconcile_once(spark, world.binding(consumer_groups=[], guarantee="at-least-once"), tmp_path)
     assert [f for f in _findings(result) if f[0] == "gap"] == [("gap", "send-failed", session, 0, "ticket-15")]
+
+
+def test_a_failed_send_of_a_binary_key_sent_again_and_delivered_is_no_gap(
+    spark: SparkSession, world: World, make_topic: Any, tmp_path: Path
+) -> None:
+    """A v2 producer's send of an item keyed by bytes that are not UTF-8 fails (too large) and
+    the application sends it again, delivered. The ledger names the failed item by its text
+    form (backslash escapes); the run read the delivered record's key with U+FFFD for those
+    bytes, so the item matched no delivery and its failed send was a `send-failed` gap. Ground
+    truth: the delivery reports and a full read of the topic."""
+    key = b"\xff" + uuid.uuid4().bytes
+    reports: list[str | None] = []
+
+    def report(err: Any, msg: Any) -> None:
+        assert msg.key() == key
+        reports.append(None if err is None else err.name())
+
+    config = {"bootstrap.servers": world.bootstrap, "message.max.bytes": 10_000_000, "on_delivery": report}
+    with AuditedProducer(config, ledger_topic=world.producer_ledger, clients_topic=make_topic("_audit.clients")) as p:
+        p.produce(world.topic, b"x" * 3_000_000, key)  # the broker refuses it
+        assert p.flush(30) == 0
+        p.produce(world.topic, b"again", key)
+        assert p.flush(30) == 0
+    assert reports == ["MSG_SIZE_TOO_LARGE", None]
+    assert [(m.key(), m.value()) for m in read_topic(world.topic, bootstrap=world.bootstrap)] == [(key, b"again")]
+
+    binding = world.binding(record_key="key", consumer_groups=[], guarantee="at-least-once")
+    result = reconcile_once(spark, binding, tmp_path)
+    assert [f for f in _findings(result) if f[0] == "gap"] == []
