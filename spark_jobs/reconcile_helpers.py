@@ -77,15 +77,56 @@ def _same_columns(actual: StructType, wanted: StructType) -> bool:
     return [(f.name, f.dataType) for f in actual.fields] == [(f.name, f.dataType) for f in wanted.fields]
 
 
+# One well-formed UTF-8 sequence (the Unicode table of well-formed byte sequences: no
+# overlong forms, no surrogates, nothing past U+10FFFF), over bytes read as ISO-8859-1 chars.
+_CONTINUATION = "[\\x{80}-\\x{BF}]"
+_UTF8_SEQUENCE = "|".join(
+    (
+        "[\\x{00}-\\x{7F}]",
+        "[\\x{C2}-\\x{DF}]" + _CONTINUATION,
+        "\\x{E0}[\\x{A0}-\\x{BF}]" + _CONTINUATION,
+        "[\\x{E1}-\\x{EC}\\x{EE}\\x{EF}]" + _CONTINUATION + "{2}",
+        "\\x{ED}[\\x{80}-\\x{9F}]" + _CONTINUATION,
+        "\\x{F0}[\\x{90}-\\x{BF}]" + _CONTINUATION + "{2}",
+        "[\\x{F1}-\\x{F3}]" + _CONTINUATION + "{3}",
+        "\\x{F4}[\\x{80}-\\x{8F}]" + _CONTINUATION + "{2}",
+    )
+)
+
+
+def audit_text(raw: Column) -> Column:
+    """A binary key or header value as text, exactly as auditor.probes.headers.decode_audit_id
+    makes it (UTF-8, every byte outside a well-formed sequence written ``\\xNN``): the form the
+    probes' ledgers name ids in. A plain cast would turn such bytes into U+FFFD, so a binary
+    key never matched its ledger entries (stop 70).
+
+    Valid UTF-8 (nearly every key) is the cast; only other values walk their bytes."""
+    latin = F.decode(raw, "ISO-8859-1")  # one char per byte
+
+    def step(walk: Column, at: Column) -> Column:
+        length = F.length(F.regexp_extract(F.substring(latin, at, 4), "^(" + _UTF8_SEQUENCE + ")", 1))
+        piece = F.when(length > 0, F.decode(F.substring(raw, at, length), "UTF-8")).otherwise(
+            F.format_string("\\x%02x", F.conv(F.hex(F.substring(raw, at, 1)), 16, 10).cast("int"))
+        )
+        ahead = F.struct((at + F.greatest(length, F.lit(1))).alias("next"), F.concat(walk["text"], piece).alias("text"))
+        return F.when(at >= walk["next"], ahead).otherwise(walk)
+
+    start = F.struct(F.lit(1).alias("next"), F.lit("").alias("text"))
+    walked = F.aggregate(F.sequence(F.lit(1), F.length(raw)), start, step)["text"]
+    as_cast = raw.cast("string")
+    return F.when(F.length(raw) == 0, F.lit("")).when(F.is_valid_utf8(as_cast), as_cast).otherwise(walked)
+
+
 def _header(name: str) -> Column:
     matches = F.filter(F.col("headers"), lambda h: h["key"] == F.lit(name))
-    return F.get(matches, 0)["value"].cast("string")
+    return audit_text(F.get(matches, 0)["value"])
 
 
 def record_key_expression(spec: RecordKeySpec) -> Column:
-    """The Spark expression that finds a record's business key, as a string."""
+    """The Spark expression that finds a record's business key, as a string (binary keys and
+    header values in the probes' text form: audit_text)."""
     if spec.source == "key":
-        return F.col("key").cast("string")
+        return audit_text(F.col("key"))
     if spec.source == "header":
         return _header(str(spec.argument))
     if spec.source == "json":

@@ -14,12 +14,15 @@ equal values.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-# Keys per entry: an entry is never split, so this bounds a record whatever the keys' size
-# (a few hundred bytes of key each stay far below codec.MAX_RECORD_BYTES).
+# Keys per entry, and the most bytes an entry's ids take: a record holds whole entries (one
+# larger than codec.MAX_RECORD_BYTES is a record of its own), so 256 keys of 5 KB made a record
+# over the ledger producer's message.max.bytes, which refused it. Fewer ids go in an entry
+# whose ids are larger (halved until they fit or one id is left).
 KEYS_PER_ROW = 256
+MAX_ENTRY_ID_BYTES = 256 * 1024
 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 # What a JSON string must escape besides quotes and backslashes.
@@ -35,11 +38,7 @@ def key_entries(first: int, keys: Sequence[Any], stamps: Sequence[tuple[int, int
     entries: list[bytes] = []
     changes = len(stamps)
     at = 0  # index of the change in force at the row's first seq
-    for start in range(0, len(keys), KEYS_PER_ROW):
-        chunk = keys[start : start + KEYS_PER_ROW]
-        ids = ids_json(chunk)
-        if ids is None:
-            continue
+    for start, chunk, ids in _id_chunks(keys):
         position, end = first + start, first + start + len(chunk)
         runs: list[bytes] = []
         last_ts, count = -1, 0
@@ -58,6 +57,24 @@ def key_entries(first: int, keys: Sequence[Any], stamps: Sequence[tuple[int, int
         runs.append(b"[%d,%d]" % (last_ts, count))
         entries.append(b"[%d,%b,[%b]]" % (first + start, ids, b",".join(runs)))
     return entries
+
+
+def _id_chunks(keys: Sequence[Any]) -> Iterator[tuple[int, Sequence[Any], bytes]]:
+    """(start, keys, their ids' JSON) of each entry, in order: KEYS_PER_ROW keys, fewer where
+    their ids take more than MAX_ENTRY_ID_BYTES; chunks whose ids are all null left out."""
+    for start in range(0, len(keys), KEYS_PER_ROW):
+        pending: list[tuple[int, Sequence[Any]]] = [(start, keys[start : start + KEYS_PER_ROW])]
+        while pending:
+            begin, chunk = pending.pop()
+            ids = ids_json(chunk)
+            if ids is None:
+                continue
+            if len(ids) > MAX_ENTRY_ID_BYTES and len(chunk) > 1:
+                half = len(chunk) // 2
+                pending.append((begin + half, chunk[half:]))
+                pending.append((begin, chunk[:half]))  # popped first: the entries stay in order
+                continue
+            yield begin, chunk, ids
 
 
 def stamp_changes(first: int, stamps: Sequence[int]) -> list[tuple[int, int]]:

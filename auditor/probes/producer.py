@@ -363,11 +363,12 @@ class AuditedProducer(ProducerWrapper):
             if id_bytes is not None and id_bytes == _as_bytes(key):
                 id_bytes = None  # the key says it: readers take the key
         report = None
-        if user_callback is not None or (id_bytes is not None and self._key_fn is None):
-            # A header-supplied audit-id: a delivery report carries no headers, so a failure
-            # report could name only the record key. The id goes with this record's report.
-            named = id_bytes if self._key_fn is None else None
-            report = partial(self._on_call_report, named, user_callback)
+        if user_callback is not None or id_bytes is not None:
+            # An id other than the key (a header-supplied audit-id, the key function's): a
+            # delivery report carries no headers, and its key and value are bytes where the
+            # application may have passed str (a key function then gives another id, stop 70),
+            # so the id computed now goes with this record's report.
+            report = partial(self._on_call_report, id_bytes, user_callback)
         if user_callback is not None:
             if not self._success_reports and not self._warned_failures_only:
                 # A drop-in Producer calls a per-call callback for successes too; say once that
@@ -425,14 +426,11 @@ class AuditedProducer(ProducerWrapper):
             app(err, msg)
 
     def _ledger_failure(self, err: KafkaError, msg: Message, named: bytes | None = None) -> None:
-        """Ledger a failure report, named by `named` (the record's own audit-id header), else by
-        the key function's id of the record, else by its key."""
+        """Ledger a failure report, named by `named` (the id computed when the record was
+        produced: its audit-id header or the key function's, where it differs from the key),
+        else by its key."""
         topic = msg.topic() or ""
-        key = msg.key()
-        try:
-            audit_id = named or (self._key_fn(msg.value(), key) if self._key_fn is not None else key)
-        except Exception:  # noqa: BLE001 - the application's key function must not break reporting
-            audit_id = key
+        audit_id = named or msg.key()
         with self._seq_lock:
             stream = self._topics.get(topic)
             if stream is None:
@@ -575,10 +573,13 @@ class AuditedProducer(ProducerWrapper):
         """
         started = time.monotonic()
         remaining = self._serve(self._producer.flush, *timeout_args(timeout))
+        # Taken before the steps below, as in _background_resolve: each sequence up to it is
+        # ledgered by them (resolved, or in the unresolved tail); a send racing them is not.
+        sent = self.last_sequences()
         self._resolve()
         self._write_unresolved_tail()
         self._write_keys()
-        self._end_session_checkpoint(self._ledger_timeout(timeout, started))
+        self._end_session_checkpoint(self._ledger_timeout(timeout, started), sent)
         return remaining
 
     def close(self, timeout: float | None = None) -> int:
@@ -588,12 +589,13 @@ class AuditedProducer(ProducerWrapper):
         started = time.monotonic()
         remaining = self._serve(self._producer.flush, *timeout_args(timeout))
         self._ledger.set_before_flush(None)
+        sent = self.last_sequences()  # before the tail is written, as in flush()
         self._resolve(boundary=True)
         self._write_unresolved_tail()
         self._write_keys()
         # The last record of the session, after every other: a session whose ledger has it
         # sent nothing unledgered.
-        self._write_closing_end(self.last_sequences())
+        self._write_closing_end(sent)
         self._ledger.close(self._ledger_timeout(timeout, started))
         self._closed = True
         if remaining and timeout is not None:

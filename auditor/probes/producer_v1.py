@@ -36,11 +36,11 @@ from auditor.probes.codec import (
 )
 from auditor.probes.config import ledger_producer_config
 from auditor.probes.headers import (
-    AUDIT_HEADER_NAMES,
     AUDIT_ID,
     AUDIT_PID,
     AUDIT_SEQ,
     AUDIT_TS,
+    RESERVED_HEADER_NAMES,
     decode_audit_id,
     new_uuid4_batch,
 )
@@ -76,12 +76,16 @@ def _audit_id_pair(value: Any) -> AuditIdPair | None:
 
 
 def _split_user_headers(headers: UserHeaders) -> tuple[list[tuple[str, Any]], AuditIdPair | None]:
-    """User headers without reserved audit-* names, and a user-supplied audit-id if any."""
+    """User headers without the reserved audit names, and a user-supplied audit-id if any.
+
+    A passed-on version-2 ``audit`` header is dropped too (as version 2 does): a record
+    carrying one is read as version 2, so this session's own headers would never be seen.
+    """
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     kept: list[tuple[str, Any]] = []
     supplied_id: AuditIdPair | None = None
     for name, value in pairs:  # type: ignore[union-attr]  # produce() calls this only with headers
-        if name in AUDIT_HEADER_NAMES:
+        if name in RESERVED_HEADER_NAMES:
             if name == AUDIT_ID:
                 supplied_id = _audit_id_pair(value)
             continue
@@ -104,7 +108,7 @@ class AuditedProducerV1(ProducerWrapper):
 
     Headers: ``audit-id`` comes from ``key_fn(value, key)`` if given, else a
     user-supplied ``audit-id`` header, else the record key, else a UUID4 (32 hex
-    digits). Other user-supplied ``audit-*`` headers are replaced by this
+    digits). Other user-supplied ``audit-*`` headers (and a passed-on v2 ``audit``) are replaced by this
     session's; all other user headers follow the four audit headers unchanged.
     ``audit-seq`` is per (session, topic), from 0, and is only used up when
     produce() succeeds locally: BufferError or KafkaException leave it for the
@@ -320,8 +324,12 @@ class AuditedProducerV1(ProducerWrapper):
         Returns what ``Producer.flush`` returns: messages still in the queue.
         """
         started = time.monotonic()
+        # Taken before the flush: once it returns 0 every report of these sends was served
+        # (ledgered). Sends still in flight have no entry yet: the checkpoint must not name
+        # them (a session-end's last_seq would make them a hole judged `never-sent` at once).
+        sent = self.last_sequences()
         remaining = self._producer.flush(*timeout_args(timeout))
-        self._end_session_checkpoint(self._ledger_timeout(timeout, started))
+        self._end_session_checkpoint(self._ledger_timeout(timeout, started), None if remaining else sent)
         return remaining
 
     def close(self, timeout: float | None = None) -> int:
@@ -329,14 +337,16 @@ class AuditedProducerV1(ProducerWrapper):
         if self._closed:
             return 0
         started = time.monotonic()
+        sent = self.last_sequences()  # before the flush, as in flush()
         remaining = self._producer.flush(*timeout_args(timeout))
         self._ledger.set_before_flush(None)
         if remaining:
-            # Reports still to come would never be ledgered: no `closed` claim, readers keep
-            # the session as one that may have sent records its ledger does not name.
-            self._end_session_checkpoint(self._ledger_timeout(timeout, started))
+            # Reports still to come would never be ledgered: no `closed` claim and no new
+            # checkpoint, readers keep the session as one that may have sent records its
+            # ledger does not name.
+            self._end_session_checkpoint(self._ledger_timeout(timeout, started), None)
         else:
-            self._write_closing_end(self.last_sequences())
+            self._write_closing_end(sent)
         self._ledger.close(self._ledger_timeout(timeout, started))
         self._closed = True
         if remaining and timeout is not None:

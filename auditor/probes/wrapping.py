@@ -191,11 +191,17 @@ class ProducerWrapper:
             )
         )
 
-    def _end_session_checkpoint(self, wait: float) -> None:
-        """Write a session-end (unless nothing changed since the last) and wait up to `wait`
-        seconds for the ledger (_ledger_timeout: what the caller's timeout leaves)."""
-        last_seq = self.last_sequences()
-        if last_seq == self._last_checkpoint and not self._ledger.pending_count():
+    def _end_session_checkpoint(self, wait: float, last_seq: dict[str, int] | None) -> None:
+        """Write a session-end naming `last_seq` (unless nothing changed since the last) and wait
+        up to `wait` seconds for the ledger (_ledger_timeout: what the caller's timeout leaves).
+
+        `last_seq`: the last sequence per topic that the ledger accounts for once what it holds
+        now is written, taken by the caller before it; None: the previous checkpoint (if any)
+        is kept. A session-end naming a sequence with no ledger entry yet (a send still in
+        flight) makes it a hole that readers judge at once."""
+        if last_seq is None:
+            last_seq = self._last_checkpoint
+        if last_seq is None or (last_seq == self._last_checkpoint and not self._ledger.pending_count()):
             # Nothing new since the last session-end: don't repeat it.
             self._ledger.flush(wait)
             return

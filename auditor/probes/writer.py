@@ -224,13 +224,24 @@ class LedgerWriter:
                 return
             except BufferError:
                 if time.monotonic() >= deadline:
-                    self.records_dropped += 1
-                    self.last_error = "ledger producer queue full"
-                    logger.error("audit ledger %s: queue full, dropped one ledger record", topic)
-                    if topic == self.topic:
-                        self._lost(value)
+                    self._drop_locked(topic, value, "ledger producer queue full")
                     return
                 self._producer.poll(0.05)
+            except Exception as exc:  # noqa: BLE001 - a ledger write never raises into the application
+                # KafkaException (a record over message.max.bytes, a fatal producer error) or
+                # anything else the client refuses: this runs inside the application's flush(),
+                # close() or a delivery callback, where an exception would skip the rest.
+                self._drop_locked(topic, value, f"ledger producer refused a record: {exc}")
+                return
+
+    def _drop_locked(self, topic: str, value: bytes, reason: str) -> None:
+        """One ledger record not written: counted (``records_dropped``), logged, and handed to
+        the lost-record hook like a failed delivery."""
+        self.records_dropped += 1
+        self.last_error = reason
+        logger.error("audit ledger %s: dropped one ledger record (%d bytes): %s", topic, len(value), reason)
+        if topic == self.topic:
+            self._lost(value)
 
     # --- background ------------------------------------------------------------------
     def _run(self) -> None:

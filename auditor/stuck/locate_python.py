@@ -35,6 +35,7 @@ from auditor.probes.headers import (
     AUDIT_VERSION,
     RESERVED_HEADER_NAMES,
     audit_position,
+    decode_audit_id,
 )
 from auditor.probes.message import record_headers, record_position  # read_ranges() yields records only
 from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark, RecordState
@@ -150,11 +151,11 @@ def record_key_of(msg: Message, spec: RecordKeySpec) -> str | None:
     """The business key as Spark's record_key_expression finds it (both engines agree)."""
     if spec.source == "key":
         key = msg.key()
-        return None if key is None else key.decode("utf-8", "replace")
+        return None if key is None else decode_audit_id(key)
     if spec.source == "header":
         for name, value in record_headers(msg):
             if name == spec.argument:
-                return None if value is None else value.decode("utf-8", "replace")
+                return None if value is None else decode_audit_id(value)
         return None
     try:
         document = json.loads(msg.value() or b"")

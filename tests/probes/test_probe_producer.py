@@ -250,13 +250,17 @@ def test_a_v1_session_declares_alive_ms_heartbeats_when_idle_and_closes_with_a_c
 
 def test_a_v1_close_with_delivery_reports_still_due_claims_no_closed_end(factory: FactoryRecorder) -> None:
     """Reports that come after close() are never ledgered: the session must stay one that
-    may have sent records its ledger does not name."""
+    may have sent records its ledger does not name. Nor may a checkpoint name the send whose
+    report is still due (stop 70): it would be a hole judged `never-sent` at once."""
     producer = make_producer(factory)
+    producer.produce("t", b"v")
+    assert producer.flush(1) == 0  # sequence 0 delivered and ledgered: a checkpoint names it
     producer.produce("t", b"v")
     inner(factory).flush = lambda timeout=None: 1  # type: ignore[method-assign]  # the report never comes in time
     assert producer.close(0.5) == 1
     ends = [r for r in ledger_records(factory) if isinstance(r, SessionEnd)]
     assert ends and not any(r.closed for r in ends), ends
+    assert [r.last_seq for r in ends] == [{"t": 0}] * len(ends), ends
 
 
 def test_a_v1_producer_refuses_a_heartbeat_that_is_not_positive(factory: FactoryRecorder) -> None:

@@ -706,3 +706,105 @@ def test_rebalance_callbacks_get_the_audited_consumer_and_a_commit_in_on_revoke_
     assert given and all(c is consumer for c in given)
     # the commit in on_revoke went through the probe: the six marks were in the ledger when it returned
     assert ledger_at_revoke[:1] == [6]
+
+
+@pytest.mark.parametrize("ending", ["flush", "close"])
+def test_a_checkpoint_names_no_send_that_raced_the_flush_past_its_unresolved_tail(
+    kafka_bootstrap: str, topics: dict[str, str], ending: str
+) -> None:
+    """A send of another thread that lands between flush()'s (or close()'s) unresolved tail and
+    its session-end has no ledger entry yet; a session-end naming it makes it a hole that
+    readers judge `never-sent` at once. The race is made deterministic: the send is made from
+    the step that follows the tail (the keys). Ground truth: the produce() calls that returned."""
+    producer = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap},
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+        ledger_flush_interval_s=600.0,
+    )
+    for i in range(5):
+        producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
+    write_keys = producer._write_keys
+    raced: list[int] = []
+
+    def keys_after_a_racing_send() -> None:
+        if not raced:
+            producer.produce(topics["data"], b"late", b"late")  # returned: sequence 5 was sent
+            raced.append(5)
+        write_keys()
+
+    producer._write_keys = keys_after_a_racing_send  # type: ignore[method-assign]
+    if ending == "flush":
+        assert producer.flush(30) == 0
+        producer._write_keys = write_keys  # type: ignore[method-assign]
+    producer.close(30)
+    assert raced == [5]
+
+    ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)]
+    covered: set[int] = set()
+    ends = []
+    for record in ledger:  # one session: its records are in one partition, in order
+        if isinstance(record, ProducerRanges):
+            covered |= {s for r in record.ranges for s in range(r.first, r.last + 1)}
+        elif isinstance(record, SessionEnd) and topics["data"] in record.last_seq:
+            ends.append(record.last_seq[topics["data"]])
+            assert set(range(ends[-1] + 1)) <= covered, (ends[-1], sorted(covered))
+    # The raced send is ledgered by the close after flush(); one racing close() itself is not
+    # (the application sent it into a closing producer), and the closing end does not name it.
+    assert covered == set(range(6 if ending == "flush" else 5))
+    assert ends[-1] == max(covered)
+
+
+def test_keys_of_several_kilobytes_are_ledgered_in_entries_the_ledger_producer_takes(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    """256 keys of 5 KB: one `keys` entry of them (1.3 MB) was over the ledger producer's
+    message.max.bytes, whose produce() raised out of the application's flush(). Ground truth:
+    the produce() calls that returned and a full read of the topic."""
+    keys = [b"%03d-" % i + b"k" * 5_000 for i in range(256)]
+    producer = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 5},
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+        ledger_flush_interval_s=600.0,
+    )
+    for key in keys:
+        producer.produce(topics["data"], b"v", key)
+    assert producer.flush(30) == 0
+    producer.close(30)
+    assert sorted(m.key() for m in read_topic(topics["data"], bootstrap=kafka_bootstrap)) == keys
+
+    ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)]
+    named = {
+        run.first + i: k
+        for rec in ledger
+        if isinstance(rec, ProducerKeys)
+        for run in rec.runs
+        for i, k in enumerate(run.keys)
+    }
+    assert named == {seq: key.decode() for seq, key in enumerate(keys)}
+
+
+def test_a_v1_ledger_write_the_client_refuses_never_costs_the_application_a_delivery_report(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    """The ledger producer refuses each ledger record (over its message.max.bytes, raised by
+    produce() itself) while the v1 probe writes them from inside its delivery callback: the
+    exception skipped the application's callbacks of the rest of that report batch and came
+    out of flush(). Ground truth: the application's own delivery callbacks."""
+    reports: list[tuple[bytes, Any]] = []
+    producer = AuditedProducerV1(
+        {"bootstrap.servers": kafka_bootstrap, "linger.ms": 50},
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+        ledger_batch_size=1,  # each report's row is written from inside the delivery callback
+        ledger_config={"message.max.bytes": 4_000},
+    )
+    keys = [b"%02d-" % i + b"k" * 5_000 for i in range(20)]
+    for key in keys:
+        producer.produce(topics["data"], b"v", key, on_delivery=lambda err, msg: reports.append((msg.key(), err)))
+    assert producer.flush(30) == 0
+    producer.close(30)
+    assert sorted(key for key, _ in reports) == keys  # each once
+    assert all(err is None for _, err in reports)
+    assert sorted(m.key() for m in read_topic(topics["data"], bootstrap=kafka_bootstrap)) == keys
