@@ -124,11 +124,23 @@ def update_state(
             conform(inputs.new_aborted.withColumn("run_id", F.lit(plan.run_id)), ABORTED_SCHEMA)
         ),
     )
+    # A producer's sequences outlive its topic: after a re-creation the ledgers are not read
+    # again (plan_run), so what earlier runs saw of each session (coverage, bounds, times,
+    # open entries) is carried, or every sequence they read would be a hole up to the bounds
+    # the new ledger records give. Open entries acked at an offset are of the old topic's
+    # offsets, which the new records take again: they went with it.
+    sequences = plan.memory if plan.recreated is not None and plan.memory is not None else meta
+
+    def old_sequences(name: str) -> DataFrame:
+        return store.dataset(spark, sequences, name)
+
     if inputs.sequenced:
-        coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
+        coverage = keep("seq_coverage", transform_seq_coverage(old_sequences("seq_coverage"), inputs.all_records))
     else:  # no record read carries a sequence: the coverage is what it was
-        coverage = new.keep_previous(spark, "seq_coverage", meta)
-    old_open, old_bounds = old("ledger_open"), old("ledger_bounds")
+        coverage = new.keep_previous(spark, "seq_coverage", sequences)
+    old_open, old_bounds = old_sequences("ledger_open"), old_sequences("ledger_bounds")
+    if sequences is not meta:
+        old_open = old_open.where(~((F.col("status") == "acked") & (F.coalesce(F.col("offset"), F.lit(-1)) >= 0)))
     new.keep_unless_empty(
         "ledger_open",
         [old_open, inputs.producer_entries],
@@ -140,7 +152,7 @@ def update_state(
         lambda: transform_ledger_bounds(old_bounds, inputs.producer_bounds),
     )
     # Only gaps read it, and there are gaps only where a producer ledger was ever read.
-    old_times = old("seq_times")
+    old_times = old_sequences("seq_times")
     new.keep_unless_empty(
         "seq_times",
         [old_times, old_bounds, inputs.producer_bounds],
