@@ -64,6 +64,7 @@ def update_state(
         return store.dataset(spark, meta, name)
 
     new_lost = empty_frame(spark, LOST_SIGHTING_SCHEMA)
+    delivered_seqs: DataFrame | None = None  # sequences a truncation rebuild knows were delivered, unread now
     if plan.memory is not None:
         # A rebuild starts from the part of the old index that the re-read cannot see again.
         bounds = spark.createDataFrame(
@@ -79,6 +80,23 @@ def update_state(
             compacted=plan.cleanup.compacted,
         )
         meta.key_deltas = [store.write_delta(carried, "keys", KEY_INDEX_SCHEMA, suffix="-carried")]
+        if plan.recreated is None:
+            # The re-read starts at each log start, so the sequences earlier runs read at offsets
+            # retention has deleted since would be holes, and their acked v2 ranges broker-lost
+            # (a v1 ack names its offset, below the log start: excused). The old coverage cannot
+            # be carried: it has no partition, and carried whole it would cover the sequences the
+            # broker lost in the rewritten partitions. Nor a bound as if those records were
+            # deleted unread: a partition emptied by retention bounds nothing, and every acked
+            # range lost by the truncation would be excused. What was delivered is known by
+            # position: the key index's carried entries and the duplicates below the log start
+            # (truncation removes a suffix, so that holds in rewritten partitions too). A record
+            # the binding's key cannot be read from is in neither (a known gap).
+            deleted_copies = (
+                store.dataset(spark, plan.memory, "duplicates")
+                .join(bounds, "partition")
+                .where(F.col("offset") < F.col("low"))
+            )
+            delivered_seqs = carried.select("session", "seq").unionByName(deleted_copies.select("session", "seq"))
     old_index = store.deltas(spark, meta.key_deltas, KEY_INDEX_SCHEMA)
 
     # Lost sightings outlive a rebuild; nearly always there are none and nothing is read.
@@ -134,7 +152,10 @@ def update_state(
     def old_sequences(name: str) -> DataFrame:
         return store.dataset(spark, sequences, name)
 
-    if inputs.sequenced:
+    if delivered_seqs is not None:
+        read_seqs = inputs.all_records.select("session", "seq").unionByName(delivered_seqs)
+        coverage = keep("seq_coverage", transform_seq_coverage(old_sequences("seq_coverage"), read_seqs))
+    elif inputs.sequenced:
         coverage = keep("seq_coverage", transform_seq_coverage(old_sequences("seq_coverage"), inputs.all_records))
     else:  # no record read carries a sequence: the coverage is what it was
         coverage = new.keep_previous(spark, "seq_coverage", sequences)
