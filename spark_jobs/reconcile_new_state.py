@@ -118,7 +118,15 @@ def update_state(
     keys = transform_key_table(touched, old_index, inputs.old_source, plan.broadcast_new, key_range)
     if has_state:
         keys = persist(keys)  # else a projection of `touched`: nothing to spare by a second copy
-    keep("duplicates", duplicates_of(keys, records, old("duplicates")))
+    old_duplicates, old_aborted = old("duplicates"), old("aborted")
+    if plan.memory is not None and plan.recreated is None:
+        # A rebuild reads again from each log start: what earlier runs read below it (deleted
+        # by retention since) is only in their datasets, and happened all the same.
+        old_duplicates, old_aborted = (
+            below_log_start(store.dataset(spark, plan.memory, "duplicates"), plan),
+            below_log_start(store.dataset(spark, plan.memory, "aborted"), plan),
+        )
+    keep("duplicates", duplicates_of(keys, records, old_duplicates))
     keep("pending_source", pending_of(keys, old("pending_source")))
     candidates = orphan_candidates_of(keys, records, old("orphan_candidates"))
     late = None
@@ -134,7 +142,6 @@ def update_state(
     keep("orphan_candidates", candidates)
     # The datasets below are unions of the old one and this run's ledger entries, aborted
     # records or groups' records, less what is settled: empty when both are.
-    old_aborted = old("aborted")
     new.keep_unless_empty(
         "aborted",
         [old_aborted, inputs.new_aborted],
@@ -240,3 +247,15 @@ def update_state(
     new.source_deltas = [*meta.source_deltas, store.write_delta(fresh_rows, "source", SOURCE_ROW_SCHEMA)]
     laps("state.deltas")
     return new
+
+
+def below_log_start(rows: DataFrame, plan: RunPlan) -> DataFrame:
+    """The rows (columns `partition`, `offset`) below their partition's log start, in the
+    partitions a rebuild did not find rewritten."""
+    low = {p: o.low for p, o in plan.kafka["watermarks"].items() if p not in plan.rewritten}
+    if not low:
+        return rows.limit(0)
+    below = F.lit(False)
+    for partition, start in low.items():
+        below = below | ((F.col("partition") == partition) & (F.col("offset") < start))
+    return rows.where(below)

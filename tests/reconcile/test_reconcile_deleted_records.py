@@ -328,3 +328,39 @@ def partition_watermarks(world: World, partition: int) -> tuple[int, int]:
     finally:
         consumer.close()
     return int(low), int(high)
+
+
+def test_a_rebuild_keeps_the_duplicates_and_aborted_records_a_run_read_before_retention_deleted_them(
+    spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path
+):
+    """Ticket 1 is produced twice into partition 0, and ticket 2's transaction aborted there
+    (then committed as ticket 3); the first run reads them all. Retention then deletes
+    partition 0's records, and the next run is a rebuild (partition 1's checkpoint altered, as
+    after a truncation there). What the first run saw happened: the duplicate and the aborted
+    record stay reported, in the rebuild and after."""
+    world.produce("t1", 1, partition=0, age_s=40 * 60)
+    world.produce("t1-again", 1, partition=0, age_s=39 * 60)
+    world.aborted_transaction("t2", 2, "t3", 3)
+    world.produce("t4", 4, partition=1, age_s=38 * 60)
+    world.insert(1, 3, 4)
+    binding = world.binding(consumer_groups=[], guarantee="at-least-once", transactions=True)
+    first = reconcile_once(spark, binding, tmp_path)
+    seen = {(kind, key) for kind, key, *_ in finding_set(first)}
+    assert seen == {("duplicate", "1"), ("aborted", "2")}, seen
+
+    # Ground truth: the producers' delivery reports put every record but ticket 4 in partition 0,
+    # now wholly below its log start.
+    assert {world.at(label)[0] for label in ("t1", "t1-again", "t2", "t3")} == {0}
+    _, high = partition_watermarks(world, 0)
+    delete_records_before(kafka_admin, world.topic, 0, high)
+    assert partition_watermarks(world, 0) == (high, high)
+    state_file = tmp_path / binding.name / "state.json"
+    state = json.loads(state_file.read_text())
+    offset, timestamp_ms, crc = state["checkpoints"]["1"]
+    state["checkpoints"]["1"] = [offset, timestamp_ms, crc ^ 1]
+    state_file.write_text(json.dumps(state))
+
+    second = reconcile_once(spark, binding, tmp_path)
+    assert second["mode"] == "rebuild" and set(second["rewritten"]) == {"1"}
+    assert {(kind, key) for kind, key, *_ in finding_set(second)} == seen
+    assert {(kind, key) for kind, key, *_ in finding_set(reconcile_once(spark, binding, tmp_path))} == seen
