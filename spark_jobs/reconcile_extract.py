@@ -274,6 +274,9 @@ def extract_topic_offsets(
         else OffsetRange(binding.consumer_ledger_topic)
     )
     producer_ledger = ledger(binding.producer_ledger_topic, meta.producer_ledger_offsets)
+    # Listed again: a partition added since the first list (the settle wait is seconds long)
+    # may hold records the ledger end just read acks, which need its log end.
+    partitions = sorted(set(partitions) | set(topic_partitions(admin, binding.topic)))
     offsets = partition_offsets(admin, binding.topic, partitions)
     return {
         "partitions": partitions,

@@ -298,8 +298,12 @@ def find_gaps(
     if held_seqs is not None:
         entries = entries.join(held_seqs, ["session", "seq"], "left")
     acked_at = (F.col("status") == "acked") & (F.col("offset") >= 0)
+    # An ack in a partition without a log end read this run (added after the run read the
+    # ends) is not judged: a later run reads it.
     unverifiable = acked_at & (
-        (F.col("offset") < F.coalesce(F.col("_low"), F.lit(0))) | (F.col("offset") >= F.col("_end"))
+        (F.col("offset") < F.coalesce(F.col("_low"), F.lit(0)))
+        | (F.col("offset") >= F.col("_end"))
+        | F.col("_end").isNull()
     )
     if held_seqs is not None:
         unverifiable = unverifiable | F.col("_held").isNotNull()

@@ -64,6 +64,7 @@ def update_state(
         return store.dataset(spark, meta, name)
 
     new_lost = empty_frame(spark, LOST_SIGHTING_SCHEMA)
+    delivered_seqs: DataFrame | None = None  # sequences a truncation rebuild knows were delivered, unread now
     if plan.memory is not None:
         # A rebuild starts from the part of the old index that the re-read cannot see again.
         bounds = spark.createDataFrame(
@@ -79,6 +80,23 @@ def update_state(
             compacted=plan.cleanup.compacted,
         )
         meta.key_deltas = [store.write_delta(carried, "keys", KEY_INDEX_SCHEMA, suffix="-carried")]
+        if plan.recreated is None:
+            # The re-read starts at each log start, so the sequences earlier runs read at offsets
+            # retention has deleted since would be holes, and their acked v2 ranges broker-lost
+            # (a v1 ack names its offset, below the log start: excused). The old coverage cannot
+            # be carried: it has no partition, and carried whole it would cover the sequences the
+            # broker lost in the rewritten partitions. Nor a bound as if those records were
+            # deleted unread: a partition emptied by retention bounds nothing, and every acked
+            # range lost by the truncation would be excused. What was delivered is known by
+            # position: the key index's carried entries and the duplicates below the log start
+            # (truncation removes a suffix, so that holds in rewritten partitions too). A record
+            # the binding's key cannot be read from is in neither (a known gap).
+            deleted_copies = (
+                store.dataset(spark, plan.memory, "duplicates")
+                .join(bounds, "partition")
+                .where(F.col("offset") < F.col("low"))
+            )
+            delivered_seqs = carried.select("session", "seq").unionByName(deleted_copies.select("session", "seq"))
     old_index = store.deltas(spark, meta.key_deltas, KEY_INDEX_SCHEMA)
 
     # Lost sightings outlive a rebuild; nearly always there are none and nothing is read.
@@ -100,7 +118,15 @@ def update_state(
     keys = transform_key_table(touched, old_index, inputs.old_source, plan.broadcast_new, key_range)
     if has_state:
         keys = persist(keys)  # else a projection of `touched`: nothing to spare by a second copy
-    keep("duplicates", duplicates_of(keys, records, old("duplicates")))
+    old_duplicates, old_aborted = old("duplicates"), old("aborted")
+    if plan.memory is not None and plan.recreated is None:
+        # A rebuild reads again from each log start: what earlier runs read below it (deleted
+        # by retention since) is only in their datasets, and happened all the same.
+        old_duplicates, old_aborted = (
+            below_log_start(store.dataset(spark, plan.memory, "duplicates"), plan),
+            below_log_start(store.dataset(spark, plan.memory, "aborted"), plan),
+        )
+    keep("duplicates", duplicates_of(keys, records, old_duplicates))
     pending = pending_of(keys, old("pending_source"))
     if plan.meta.run_id and inputs.source is not None:
         # rows earlier runs saw may be deleted since: not missing, as for a --full run
@@ -123,7 +149,6 @@ def update_state(
     keep("orphan_candidates", candidates)
     # The datasets below are unions of the old one and this run's ledger entries, aborted
     # records or groups' records, less what is settled: empty when both are.
-    old_aborted = old("aborted")
     new.keep_unless_empty(
         "aborted",
         [old_aborted, inputs.new_aborted],
@@ -131,11 +156,26 @@ def update_state(
             conform(inputs.new_aborted.withColumn("run_id", F.lit(plan.run_id)), ABORTED_SCHEMA)
         ),
     )
-    if inputs.sequenced:
-        coverage = keep("seq_coverage", transform_seq_coverage(old("seq_coverage"), inputs.all_records))
+    # A producer's sequences outlive its topic: after a re-creation the ledgers are not read
+    # again (plan_run), so what earlier runs saw of each session (coverage, bounds, times,
+    # open entries) is carried, or every sequence they read would be a hole up to the bounds
+    # the new ledger records give. Open entries acked at an offset are of the old topic's
+    # offsets, which the new records take again: they went with it.
+    sequences = plan.memory if plan.recreated is not None and plan.memory is not None else meta
+
+    def old_sequences(name: str) -> DataFrame:
+        return store.dataset(spark, sequences, name)
+
+    if delivered_seqs is not None:
+        read_seqs = inputs.all_records.select("session", "seq").unionByName(delivered_seqs)
+        coverage = keep("seq_coverage", transform_seq_coverage(old_sequences("seq_coverage"), read_seqs))
+    elif inputs.sequenced:
+        coverage = keep("seq_coverage", transform_seq_coverage(old_sequences("seq_coverage"), inputs.all_records))
     else:  # no record read carries a sequence: the coverage is what it was
-        coverage = new.keep_previous(spark, "seq_coverage", meta)
-    old_open, old_bounds = old("ledger_open"), old("ledger_bounds")
+        coverage = new.keep_previous(spark, "seq_coverage", sequences)
+    old_open, old_bounds = old_sequences("ledger_open"), old_sequences("ledger_bounds")
+    if sequences is not meta:
+        old_open = old_open.where(~((F.col("status") == "acked") & (F.coalesce(F.col("offset"), F.lit(-1)) >= 0)))
     new.keep_unless_empty(
         "ledger_open",
         [old_open, inputs.producer_entries],
@@ -147,7 +187,7 @@ def update_state(
         lambda: transform_ledger_bounds(old_bounds, inputs.producer_bounds),
     )
     # Only gaps read it, and there are gaps only where a producer ledger was ever read.
-    old_times = old("seq_times")
+    old_times = old_sequences("seq_times")
     new.keep_unless_empty(
         "seq_times",
         [old_times, old_bounds, inputs.producer_bounds],
@@ -214,3 +254,15 @@ def update_state(
     new.source_deltas = [*meta.source_deltas, store.write_delta(fresh_rows, "source", SOURCE_ROW_SCHEMA)]
     laps("state.deltas")
     return new
+
+
+def below_log_start(rows: DataFrame, plan: RunPlan) -> DataFrame:
+    """The rows (columns `partition`, `offset`) below their partition's log start, in the
+    partitions a rebuild did not find rewritten."""
+    low = {p: o.low for p, o in plan.kafka["watermarks"].items() if p not in plan.rewritten}
+    if not low:
+        return rows.limit(0)
+    below = F.lit(False)
+    for partition, start in low.items():
+        below = below | ((F.col("partition") == partition) & (F.col("offset") < start))
+    return rows.where(below)

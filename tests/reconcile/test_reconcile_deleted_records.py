@@ -311,3 +311,101 @@ def test_a_broker_lost_gap_a_run_read_stays_reported_once_retention_deletes_its_
     assert not [f for f in second["findings"] if f.get("is_new")], second["findings"]
     third = reconcile_once(spark, binding, tmp_path)
     assert finding_set(third) == expected
+
+
+def test_a_rebuild_reports_no_acked_range_lost_whose_record_a_run_read_before_retention_deleted_it(
+    spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path
+):
+    """A v2 producer's acked range 0-2: seq 0 and 1 in partition 0, seq 2 in partition 1, all
+    read by the first run. Retention then deletes partition 0's records, and the next run is a
+    rebuild (partition 1's checkpoint no longer matches, as after a truncation: here the
+    state's print is altered, no broker is harmed). Sequences 0 and 1 were delivered, and an
+    earlier run saw them: no gap/broker-lost, in the rebuild nor after."""
+    now_ms = int(time.time() * 1000)
+    world.produce("t1", 1, seq=0, partition=0, age_s=40 * 60)
+    world.produce("t2", 2, seq=1, partition=0, age_s=39 * 60)
+    world.produce("t3", 3, seq=2, partition=1, age_s=38 * 60)
+    ranges = {
+        "v": 2,
+        "type": "ranges",
+        "pid": world.session,
+        "client_id": "app",
+        "topic": world.topic,
+        "entries": [[0, 2, "acked", now_ms - 40 * 60_000, now_ms - 38 * 60_000]],
+    }
+    world.producer.produce(
+        world.producer_ledger,
+        key=world.session.encode(),
+        value=json.dumps(ranges).encode(),
+        timestamp=now_ms - 37 * 60_000,
+    )
+    assert world.producer.flush(30) == 0
+    world.insert(1, 2, 3)
+    binding = world.binding(consumer_groups=[])
+    first = reconcile_once(spark, binding, tmp_path)
+    assert finding_set(first) == set()
+
+    delete_records_before(kafka_admin, world.topic, 0, world.at("t2")[1] + 1)
+    state_file = tmp_path / binding.name / "state.json"
+    state = json.loads(state_file.read_text())
+    offset, timestamp_ms, crc = state["checkpoints"]["1"]
+    state["checkpoints"]["1"] = [offset, timestamp_ms, crc ^ 1]
+    state_file.write_text(json.dumps(state))
+
+    # Ground truth: the producer's delivery reports put seq 0 and 1 in partition 0, now below its
+    # log start; partition 1 still holds seq 2 where it was.
+    assert world.at("t1")[0] == world.at("t2")[0] == 0 and world.at("t3") == (1, 0)
+    low, _ = partition_watermarks(world, 0)
+    assert low == world.at("t2")[1] + 1
+
+    second = reconcile_once(spark, binding, tmp_path)
+    assert second["mode"] == "rebuild" and set(second["rewritten"]) == {"1"}
+    assert finding_set(second) == set()
+    assert finding_set(reconcile_once(spark, binding, tmp_path)) == set()
+
+
+def partition_watermarks(world: World, partition: int) -> tuple[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": world.bootstrap, "group.id": f"truth-{uuid.uuid4().hex[:8]}"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(world.topic, partition), timeout=10)
+    finally:
+        consumer.close()
+    return int(low), int(high)
+
+
+def test_a_rebuild_keeps_the_duplicates_and_aborted_records_a_run_read_before_retention_deleted_them(
+    spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path
+):
+    """Ticket 1 is produced twice into partition 0, and ticket 2's transaction aborted there
+    (then committed as ticket 3); the first run reads them all. Retention then deletes
+    partition 0's records, and the next run is a rebuild (partition 1's checkpoint altered, as
+    after a truncation there). What the first run saw happened: the duplicate and the aborted
+    record stay reported, in the rebuild and after."""
+    world.produce("t1", 1, partition=0, age_s=40 * 60)
+    world.produce("t1-again", 1, partition=0, age_s=39 * 60)
+    world.aborted_transaction("t2", 2, "t3", 3)
+    world.produce("t4", 4, partition=1, age_s=38 * 60)
+    world.insert(1, 3, 4)
+    binding = world.binding(consumer_groups=[], guarantee="at-least-once", transactions=True)
+    first = reconcile_once(spark, binding, tmp_path)
+    seen = {(kind, key) for kind, key, *_ in finding_set(first)}
+    assert seen == {("duplicate", "1"), ("aborted", "2")}, seen
+
+    # Ground truth: the producers' delivery reports put every record but ticket 4 in partition 0,
+    # now wholly below its log start.
+    assert {world.at(label)[0] for label in ("t1", "t1-again", "t2", "t3")} == {0}
+    _, high = partition_watermarks(world, 0)
+    delete_records_before(kafka_admin, world.topic, 0, high)
+    assert partition_watermarks(world, 0) == (high, high)
+    state_file = tmp_path / binding.name / "state.json"
+    state = json.loads(state_file.read_text())
+    offset, timestamp_ms, crc = state["checkpoints"]["1"]
+    state["checkpoints"]["1"] = [offset, timestamp_ms, crc ^ 1]
+    state_file.write_text(json.dumps(state))
+
+    second = reconcile_once(spark, binding, tmp_path)
+    assert second["mode"] == "rebuild" and set(second["rewritten"]) == {"1"}
+    assert {(kind, key) for kind, key, *_ in finding_set(second)} == seen
+    assert {(kind, key) for kind, key, *_ in finding_set(reconcile_once(spark, binding, tmp_path))} == seen

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyspark.sql import SparkSession
 
@@ -269,3 +269,101 @@ def test_marks_of_records_the_broker_lost_are_not_taken_for_the_records_now_at_t
         ("unprocessed", "6", None, *world.at("t6"))
     }
     cluster.delete_topic(world.topic)
+
+
+@pytest.mark.parametrize("after", ["next-seq", "session-end"])
+def test_a_probed_producer_that_outlives_a_topic_recreation_leaves_no_gap_behind(
+    spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path, after: str
+):
+    """A probed (v1) producer sends seq 0-2, acked and ledgered; the first run reads them all.
+    The topic is deleted and created again while the producer keeps running: it sends seq 3
+    into the new topic (or only ends its session, last seq 2). Sequences 0-2 were delivered to
+    the old topic, as the first run saw: no run after it reports them never-sent."""
+    for seq, ticket in enumerate((1, 2, 3)):
+        world.produce(f"t{ticket}", ticket, seq=seq, partition=0, age_s=40 * 60)
+        world.ledger(seq, "acked", ticket, f"t{ticket}")
+    world.flush_ledger()
+    world.insert(1, 2, 3)
+    binding = world.binding(consumer_groups=[])
+    # The first run twenty minutes ago, seq 3 ten minutes ago: older than the send outcome
+    # wait (365 s), which holds back a hole below a sequence sent since.
+    first = run(spark, binding, RunOptions(state_dir=str(tmp_path), now=datetime.now(UTC) - timedelta(minutes=20)))
+    assert finding_set(first) == set()
+
+    kafka_admin.delete_topics([world.topic])[world.topic].result(timeout=30)
+    wait_for_topic_gone(kafka_admin, world.topic)
+    assert make_topic_named(kafka_admin, world.topic, partitions=2)
+    if after == "next-seq":
+        world.produce("t4", 4, seq=3, partition=0, age_s=10 * 60)
+        world.ledger(3, "acked", 4, "t4")
+        world.flush_ledger()
+        world.insert(4, age="10 minutes")
+    else:
+        world.flush_ledger(end_seq=2)
+
+    # Ground truth: the new topic holds only what was produced after the re-creation, and the
+    # producer ledger acked every sequence at an offset the producer saw delivered.
+    in_topic = read_whole_topic(world.bootstrap, world.topic)
+    assert sorted(t for t in in_topic.values() if t is not None) == ([4] if after == "next-seq" else [])
+
+    second = reconcile_once(spark, binding, tmp_path)
+    assert any("deleted and created again" in w for w in second["warnings"]), second["warnings"]
+    assert finding_set(second) == set()
+    third = reconcile_once(spark, binding, tmp_path)
+    assert finding_set(third) == set()
+
+
+def test_a_partition_added_while_a_run_reads_the_offsets_leaves_no_gap_for_an_ack_into_it(
+    spark: SparkSession,
+    world: World,
+    kafka_admin: AdminClient,
+    make_topic,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """While a run waits for the group's marks to settle (between its list of the topic's
+    partitions and its read of their log ends), a partition is added and a probed (v1)
+    producer's record is acked there and ledgered. The run reads the ledger end after that:
+    the ack must not be judged against a log end the run never read (a false gap/broker-lost)."""
+    from confluent_kafka.admin import NewPartitions
+
+    from auditor.probes.producer_v1 import AuditedProducerV1
+    from spark_jobs import reconcile_extract
+
+    world.produce("t1", 1, partition=0, age_s=20 * 60)
+    world.commit(0, world.at("t1")[1] + 1)  # a group committed: the run waits for its marks
+    world.insert(1, 2)
+    clients = make_topic("_audit.clients")
+    delivered: dict[int, tuple[int, int]] = {}
+
+    def partition_added_and_acked() -> float:
+        kafka_admin.create_partitions([NewPartitions(world.topic, 3)])[world.topic].result(timeout=30)
+        producer = AuditedProducerV1(
+            {"bootstrap.servers": world.bootstrap, "linger.ms": 0},
+            ledger_topic=world.producer_ledger,
+            clients_topic=clients,
+            ledger_flush_interval_s=0.2,
+        )
+
+        def report(err: object, msg: Message) -> None:
+            assert err is None, err
+            delivered[2] = (msg.partition(), msg.offset())
+
+        producer.produce(
+            world.topic,
+            json.dumps({"ticket_id": 2}).encode(),
+            b"2",
+            partition=2,
+            timestamp=int(time.time() * 1000) - 10 * 60_000,
+            on_delivery=report,
+        )
+        assert producer.close(60) == 0
+        return 0.0
+
+    monkeypatch.setattr(reconcile_extract, "mark_settle_seconds", partition_added_and_acked)
+    result = reconcile_once(spark, world.binding(), tmp_path)
+
+    # Ground truth: the producer's delivery report, and a full read of the topic.
+    assert delivered == {2: (2, 0)}
+    assert read_whole_topic(world.bootstrap, world.topic)[(2, 0)] == 2
+    assert finding_set(result) == set()
