@@ -13,8 +13,6 @@ the key is a bound parameter.
 
 from __future__ import annotations
 
-import json
-import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -27,10 +25,12 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from psycopg import sql
 
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
+from auditor.lib.record_keys import record_key_of
 from auditor.lib.secrets import MissingEnvError, mask_db_error
 from auditor.pipelines.models import Binding
 from auditor.probes.headers import AUDIT, AUDIT_V2_SIZE, decode_audit_header, parse_audit_headers
 from auditor.probes.message import record_headers, record_position
+from spark_jobs.binding import parse_record_key
 from spark_jobs.group_offsets import committed_offsets
 from spark_jobs.kafka_offsets import KafkaReadError
 
@@ -42,7 +42,6 @@ READ_TIMEOUT_S = 10.0
 PREVIEW_CHARS = 500
 HEADER_PREVIEW_CHARS = 200
 SOURCE_ROWS = 5
-_JSON_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_\-]*)|\[([0-9]+)\]")
 
 
 @dataclass
@@ -97,38 +96,10 @@ def _text(data: bytes | None, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _json_path_value(value: bytes | None, path: str) -> str | None:
-    """What Spark's get_json_object(value, path) gives for the paths a binding may use."""
-    if value is None:
-        return None
-    try:
-        node: Any = json.loads(value)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    for name, index in _JSON_STEP.findall(path[1:]):
-        if name and isinstance(node, dict):
-            node = node.get(name)
-        elif index and isinstance(node, list) and int(index) < len(node):
-            node = node[int(index)]
-        else:
-            return None
-    if node is None:
-        return None
-    return node if isinstance(node, str) else json.dumps(node, separators=(",", ":"))
-
-
 def business_key(message: Message, record_key: str) -> str | None:
-    """The record's key by the binding's rule (key | header:<name> | json:<path>), like the job."""
-    if record_key.startswith("header:"):
-        wanted = record_key[len("header:") :]
-        for name, value in record_headers(message):
-            if name == wanted:
-                return None if value is None else value.decode("utf-8", errors="replace")
-        return None
-    if record_key.startswith("json:"):
-        return _json_path_value(message.value(), record_key[len("json:") :])
-    key = message.key()
-    return None if key is None else key.decode("utf-8", errors="replace")
+    """The record's key by the binding's rule, as the job reads it (auditor.lib.record_keys: a
+    key that is not UTF-8 in the probes' backslash escapes, as the job and the diagnosis write it)."""
+    return record_key_of(message, parse_record_key(record_key, "binding"))
 
 
 def _audit_fields(message: Message) -> dict[str, str]:

@@ -4,7 +4,6 @@ stuck items, never the topic (auditor/stuck/locate.py chooses the engine)."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from auditor.lib.record_keys import record_key_of
 from auditor.probes.codec import (
     ACKED_RANGE,
     NOT_PERSISTED,
@@ -35,14 +35,13 @@ from auditor.probes.headers import (
     AUDIT_VERSION,
     RESERVED_HEADER_NAMES,
     audit_position,
-    decode_audit_id,
 )
 from auditor.probes.message import record_headers, record_position  # read_ranges() yields records only
 from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark, RecordState
 from auditor.stuck.kafka_view import client_settings
 from auditor.stuck.locate_request import LocateError, LocateRequest, LocateResult
 from auditor.stuck.untraced import SessionTrails
-from spark_jobs.binding import RecordKeySpec, parse_record_key
+from spark_jobs.binding import parse_record_key
 from spark_jobs.kafka_offsets import KafkaReadError
 from spark_jobs.kafka_security import connection_settings
 
@@ -118,53 +117,6 @@ def read_ranges(
                     pending.discard(partition)
     finally:
         consumer.close()
-
-
-def _json_path(document: Any, path: str) -> Any:
-    """get_json_object's subset the bindings allow: $.name and [index] steps."""
-    current = document
-    index = 1
-    while index < len(path):
-        if path[index] == ".":
-            end = index + 1
-            while end < len(path) and path[end] not in ".[":
-                end += 1
-            if not isinstance(current, dict):
-                return None
-            current = current.get(path[index + 1 : end])
-            index = end
-        elif path[index] == "[":
-            end = path.index("]", index)
-            position = int(path[index + 1 : end])
-            if not isinstance(current, list) or position >= len(current):
-                return None
-            current = current[position]
-            index = end + 1
-        else:
-            return None
-        if current is None:
-            return None
-    return current
-
-
-def record_key_of(msg: Message, spec: RecordKeySpec) -> str | None:
-    """The business key as Spark's record_key_expression finds it (both engines agree)."""
-    if spec.source == "key":
-        key = msg.key()
-        return None if key is None else decode_audit_id(key)
-    if spec.source == "header":
-        for name, value in record_headers(msg):
-            if name == spec.argument:
-                return None if value is None else decode_audit_id(value)
-        return None
-    try:
-        document = json.loads(msg.value() or b"")
-    except (ValueError, UnicodeDecodeError):
-        return None
-    found = _json_path(document, str(spec.argument))
-    if found is None:
-        return None
-    return found if isinstance(found, str) else json.dumps(found, separators=(",", ":"))
 
 
 def _timestamp(msg: Message) -> int | None:

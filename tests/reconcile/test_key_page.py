@@ -177,3 +177,40 @@ def test_it_reads_the_packed_audit_header_of_contract_version_2(client_as, keyed
 
     assert len(record_rows(html)) == 3
     assert f"audit: v2 session={producer.session_id} seq=0 ts=" in html
+
+
+def test_a_record_key_that_is_not_utf8_is_found_as_the_job_names_it(
+    client_as, make_topic, make_binding, kafka_bootstrap: str, keyed
+) -> None:
+    """A record keyed by bytes that are not UTF-8: the job (and the diagnosis) name its key in
+    the probes' backslash escapes. Before stop 70 the key page decoded it with U+FFFD, found the
+    remembered position holding "another key" (its own record), called the log truncated there,
+    and showed no record."""
+    from auditor.probes.headers import decode_audit_id
+
+    topic = make_topic("rkeybin", partitions=1)
+    raw = b"\xff\xfeT-9"
+    key = decode_audit_id(raw)
+    assert key == "\\xff\\xfeT-9"
+    positions: list[tuple[int, int]] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        assert err is None, err
+        positions.append((msg.partition(), msg.offset()))
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(topic, key=raw, value=b"{}", partition=0, on_delivery=delivered)
+    assert producer.flush(30) == 0
+    binding = make_binding(f"kpb-{uuid.uuid4().hex[:6]}", topic, f"public.{keyed['table']}", record_key="key")
+    run = ReconcileRun.objects.create(
+        binding=binding, trigger="cli", status=ReconcileRun.OK, finished_at=timezone.now(), counts={"orphan": 1}
+    )
+    ((partition, offset),) = positions
+    Finding.objects.create(
+        run=run, binding=binding, kind="orphan", key=key, partition=partition, offset=offset, evidence={}
+    )
+
+    html = client_as("viewer").get(f"/reconcile/keys/{binding.name}/{quote(key, safe='')}/").content.decode()
+
+    assert record_rows(html) == [f"{partition}@{offset}"]
+    assert "holds a record of another key" not in html
