@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 ACCESS_RECHECK_S = 5.0
 CLOSE_FORBIDDEN = 4403
+CLOSE_UNCHECKED = 1011  # access could not be checked for too long: the page reconnects
 
 
 def still_allowed(user_id: Any, session_key: str | None) -> bool:
@@ -49,8 +50,10 @@ def still_allowed(user_id: Any, session_key: str | None) -> bool:
 
 class LiveConsumer(AsyncWebsocketConsumer):
     groups_joined: list[str]
+    access_lock: asyncio.Lock
     allowed_until: float = 0.0  # monotonic: access was last checked and holds until then
     closed_for_access: bool = False
+    confirmed_at: float = 0.0  # monotonic: the last check that answered
     refresher: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
@@ -60,43 +63,71 @@ class LiveConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.groups_joined = []
-        self.allowed_until = time.monotonic() + ACCESS_RECHECK_S
+        self.access_lock = asyncio.Lock()
+        self.confirmed_at = time.monotonic()
+        self.allowed_until = self.confirmed_at + ACCESS_RECHECK_S
         await self.accept()
         self.refresher = asyncio.ensure_future(self._refresh(float(settings.LIVE_GROUP_REFRESH_S)))
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        # however the consumer ends (a close, a crash), its refresher ends with it
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self.refresher is not None:
+                self.refresher.cancel()
 
     async def _refresh(self, every_s: float) -> None:
         """Every `every_s`: access checked, and the groups joined again (their expiry restarts)."""
         while True:
             await asyncio.sleep(every_s)
             try:
-                self.allowed_until = 0.0
-                if not await self._still_allowed():
+                if not await self._still_allowed(force=True):
                     return
-                for group in list(self.groups_joined):
-                    await self.channel_layer.group_add(group, self.channel_name)
-            except Exception:  # a database or Redis blip: the next round tries again
-                log.exception("could not refresh the live socket's access and groups")
+                async with self.access_lock:
+                    if self.closed_for_access:
+                        return
+                    for group in list(self.groups_joined):
+                        await self.channel_layer.group_add(group, self.channel_name)
+            except Exception:  # a Redis blip: the next round tries again
+                log.exception("could not join the live socket's groups again")
 
     async def _leave_groups(self) -> None:
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
         self.groups_joined = []
 
-    async def _still_allowed(self) -> bool:
-        """Access re-checked (at most every ACCESS_RECHECK_S); the socket closed when it ended."""
-        if self.closed_for_access:
+    async def _still_allowed(self, force: bool = False) -> bool:
+        """Access re-checked (at most every ACCESS_RECHECK_S unless `force`); the socket closed
+        when it ended. A check that fails (the database unreachable) keeps the socket as it was
+        for up to LIVE_GROUP_REFRESH_S since the last check that answered, then closes it (1011),
+        never crashing the consumer."""
+        async with self.access_lock:
+            if self.closed_for_access:
+                return False
+            now = time.monotonic()
+            if not force and now < self.allowed_until:
+                return True
+            session = self.scope.get("session")
+            user = self.scope["user"]
+            try:
+                allowed = await database_sync_to_async(still_allowed)(user.pk, getattr(session, "session_key", None))
+            except Exception:
+                log.exception("could not check the live socket's access")
+                if now - self.confirmed_at < float(settings.LIVE_GROUP_REFRESH_S):
+                    self.allowed_until = now + ACCESS_RECHECK_S  # asked again then, not on every event
+                    return True
+                allowed, code = False, CLOSE_UNCHECKED
+            else:
+                code = CLOSE_FORBIDDEN
+            if allowed:
+                self.confirmed_at = now
+                self.allowed_until = now + ACCESS_RECHECK_S
+                return True
+            self.closed_for_access = True
+            await self._leave_groups()
+            await self.close(code=code)
             return False
-        if time.monotonic() < self.allowed_until:
-            return True
-        session = self.scope.get("session")
-        user = self.scope["user"]
-        if await database_sync_to_async(still_allowed)(user.pk, getattr(session, "session_key", None)):
-            self.allowed_until = time.monotonic() + ACCESS_RECHECK_S
-            return True
-        self.closed_for_access = True
-        await self._leave_groups()
-        await self.close(code=CLOSE_FORBIDDEN)
-        return False
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not await self._still_allowed():

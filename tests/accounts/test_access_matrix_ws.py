@@ -173,3 +173,53 @@ def test_an_open_websocket_is_closed_once_its_user_loses_access(
 
     outcomes = asyncio.run(scenario())
     assert outcomes == [(loss, ["before"], 4403) for loss in LOSSES], outcomes
+
+
+@pytest.mark.integration
+def test_a_database_outage_during_the_access_check_neither_crashes_the_socket_nor_keeps_it_for_good(
+    ws_cookies: dict[str, str], monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """The access check reads the session, the user and the role from the database. Before stop
+    70 an error there (a Postgres restart) raised out of the event handler: Channels closed the
+    socket as crashed (1011) and its group refresher outlived it. Now a failed check keeps the
+    socket for up to LIVE_GROUP_REFRESH_S since the last check that answered, then closes it
+    (1011) without crashing. Runs the consumer in this process (channels' communicator) on the
+    real channel layer, with the check made to fail as the database would."""
+    from channels.db import database_sync_to_async
+    from channels.layers import get_channel_layer
+    from channels.testing import WebsocketCommunicator
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.db import OperationalError, connections
+
+    from auditor.lib import consumers
+
+    # the module's committed viewer (the connect check reads its role from another thread)
+    session_key = ws_cookies["viewer"].split("=", 1)[1]
+    user = get_user_model().objects.get(pk=SessionStore(session_key).load()["_auth_user_id"])
+    monkeypatch.setattr(consumers, "ACCESS_RECHECK_S", 0.0)
+
+    def unreachable(user_id: Any, session_key: str | None) -> bool:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    async def scenario() -> tuple[str, int | None]:
+        communicator = WebsocketCommunicator(consumers.LiveConsumer.as_asgi(), "/ws/live/")
+        communicator.scope["user"] = user
+        communicator.scope["session"] = SessionStore(session_key)
+        connected, _ = await communicator.connect()
+        assert connected
+        await communicator.send_json_to({"subscribe": "status"})
+        assert await communicator.receive_json_from(timeout=10) == {"subscribed": "status"}
+        monkeypatch.setattr(consumers, "still_allowed", unreachable)
+        layer = get_channel_layer()
+        event = {"type": "audit.event", "group": "status", "event": "status", "payload": {"probe": "during"}}
+        await layer.group_send("status", event)
+        during = (await communicator.receive_json_from(timeout=10))["payload"]["probe"]
+        # the outage outlasts the grace: closed, 1011, no crash
+        settings.LIVE_GROUP_REFRESH_S = 0
+        await layer.group_send("status", dict(event, payload={"probe": "after"}))
+        closed = await communicator.receive_output(timeout=10)
+        await communicator.wait()
+        await database_sync_to_async(connections.close_all)()  # the consumer's database thread's
+        return during, closed.get("code")
+
+    assert asyncio.run(scenario()) == ("during", 1011)
