@@ -386,15 +386,19 @@ def find_gaps(
     return known.unionByName(never_sent)
 
 
-def lost_gaps_kept(before: DataFrame, gaps: DataFrame | None, watermarks: DataFrame) -> DataFrame:
+def lost_gaps_kept(
+    before: DataFrame, gaps: DataFrame | None, watermarks: DataFrame, coverage: DataFrame | None = None
+) -> DataFrame:
     """The `broker-lost` gaps an earlier run reported (`before`: its findings) whose offset
-    retention has since deleted (below the partition's log start in `watermarks`), and which
-    `gaps` (this run's) no longer holds.
+    retention has since deleted (below the partition's log start in `watermarks`), which
+    `gaps` (this run's) no longer holds, and whose sequence `coverage` (INTERVAL_SCHEMA by
+    session: the sequences read in the topic) does not hold either.
 
     find_gaps counts an acked entry below the log start as present: read by no run, it may
     have been there. One a run read and found lost stays lost; without this, the run after
     retention passed its offset would drop the finding and resolve its alert, "can no longer
-    be read" taken for "recovered"."""
+    be read" taken for "recovered". A sequence some run read in the topic was delivered after
+    all: that gap is not kept (and a --full run keeps none: the caller's choice)."""
     low = watermarks.select("partition", F.col("low").alias("_low"))
     kept = (
         before.where((F.col("kind") == "gap") & (F.col("cause") == "broker-lost") & F.col("offset").isNotNull())
@@ -404,6 +408,13 @@ def lost_gaps_kept(before: DataFrame, gaps: DataFrame | None, watermarks: DataFr
     )
     if gaps is not None:
         kept = kept.join(gaps.select("session", "seq").distinct(), ["session", "seq"], "left_anti")
+    if coverage is not None:
+        read = coverage.select(F.col("session").alias("_s"), F.col("start").alias("_from"), F.col("end").alias("_to"))
+        kept = kept.join(
+            read,
+            (kept["session"] == read["_s"]) & kept["seq"].between(read["_from"], read["_to"]),
+            "left_anti",
+        )
     return conform(kept, FINDING_SCHEMA)
 
 

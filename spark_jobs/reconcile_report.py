@@ -68,9 +68,12 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
             held=held,
         )
     )
-    if plan.recreated is None:
-        # a loss an earlier run read stays known once retention deletes its offset
-        kept = lost_gaps_kept(plan.store.dataset(spark, plan.findings_before, "findings"), gaps, watermarks)
+    if plan.recreated is None and plan.mode != "full":
+        # a loss an earlier run read stays known once retention deletes its offset (a --full
+        # run starts over: the user's way to drop what earlier runs concluded)
+        kept = lost_gaps_kept(
+            plan.store.dataset(spark, plan.findings_before, "findings"), gaps, watermarks, s["seq_coverage"]
+        )
         gaps = kept if gaps is None else gaps.unionByName(kept)
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it
     lost_acks = None if gaps is None else gaps.where(F.col("cause") == "broker-lost")

@@ -311,6 +311,38 @@ def test_a_broker_lost_gap_a_run_read_stays_reported_once_retention_deletes_its_
     assert not [f for f in second["findings"] if f.get("is_new")], second["findings"]
     third = reconcile_once(spark, binding, tmp_path)
     assert finding_set(third) == expected
+    # a --full run starts over: what it cannot read it does not report (the user's reset)
+    full = reconcile_once(spark, binding, tmp_path, full=True)
+    assert not [f for f in full["findings"] if f["kind"] == "gap"], full["findings"]
+
+
+def test_a_broker_lost_gap_whose_sequence_a_later_run_reads_is_not_kept(
+    spark: SparkSession, world: World, kafka_admin: AdminClient, tmp_path: Path
+):
+    """A run reports sequence 1 broker-lost (its ack names an offset holding sequence 2); the
+    record turns up after all in partition 1 (as a write the run did not see yet would), and
+    retention deletes partition 0 past the acked offset. The next run reads sequence 1: the gap
+    is no longer reported, neither found again nor kept from the first run."""
+    world.produce("t0", 100, seq=0, partition=0)
+    world.ledger(0, "acked", 100, "t0")
+    world.produce("t2", 102, seq=2, partition=0)
+    world.ledger(1, "acked", 101, "t2")
+    world.ledger(2, "acked", 102, "t2")
+    world.flush_ledger()
+    world.insert(100, 101, 102)
+    binding = world.binding()
+    first = reconcile_once(spark, binding, tmp_path)
+    assert ("gap", "101", "broker-lost", *world.at("t2")) in finding_set(first)
+
+    world.produce("t1", 101, seq=1, partition=1)
+    world.produce("t3", 103, seq=3, partition=0)
+    world.ledger(3, "acked", 103, "t3")
+    world.flush_ledger()
+    world.insert(103)
+    delete_records_before(kafka_admin, world.topic, 0, world.at("t3")[1])
+
+    second = reconcile_once(spark, binding, tmp_path)
+    assert not [f for f in second["findings"] if f["kind"] == "gap"], second["findings"]
 
 
 def test_a_rebuild_reports_no_acked_range_lost_whose_record_a_run_read_before_retention_deleted_it(
