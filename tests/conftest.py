@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -24,7 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from auditor.lib.env import load_env_file
-from tests.support.live import LiveProcesses, start_celery_worker
+from tests.support.live import LiveProcesses, daphne, start_celery_worker
 from tests.support.paths import ROOT, TEST_LOGS, WORKER
 from tests.support.secured import Secured
 from tests.support.waiting import wait_until
@@ -105,12 +104,6 @@ def _broker_faults_only_where_marked(request: pytest.FixtureRequest, monkeypatch
 
     monkeypatch.setattr(Cluster, "broker", broker)
     monkeypatch.setattr(Cluster, "lose_disk", lose_disk)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -272,27 +265,8 @@ def admin_credentials(django_db_setup, django_db_blocker) -> tuple[str, str]:
 @pytest.fixture(scope="session")
 def asgi_server(live_env) -> Iterator[str]:
     """Daphne serving the real ASGI app (HTTP + websockets) on a free port."""
-    port = _free_port()
-    procs = LiveProcesses(live_env)
-    procs.start(
-        "daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "auditor.asgi:application"]
-    )
-
-    def answers() -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return True
-        except OSError:
-            return False
-
-    try:
-        wait_until(answers, 60, "Daphne to listen")
-    except AssertionError:
-        procs.stop()
-        raise AssertionError("Daphne did not start:\n" + procs.log_text("daphne")) from None
-    # Daphne names its host in ALLOWED_HOSTS checks: 127.0.0.1 is allowed by default.
-    yield f"http://127.0.0.1:{port}"
-    procs.stop()
+    with daphne(live_env) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

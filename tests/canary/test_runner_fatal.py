@@ -87,7 +87,9 @@ def test_it_closes_the_open_minute_when_an_error_leaves_the_loop(caplog):
         import time
 
         calls["n"] += 1
-        if calls["n"] == 3:  # inside the loop, after a first round of sends
+        # calls 1 and 2 label the first minute and time its end; 3 stamps the first send: 4 is
+        # inside the loop, after a first round of sends
+        if calls["n"] == 4:
             raise RuntimeError("an error nobody foresaw")
         return time.time()
 

@@ -29,14 +29,9 @@ from auditor.pipelines.models import StuckRule
 from auditor.reconcile.job import auditor_jdbc_url, spark_submit_path
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
+from tests.support.live import free_port
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _listening(port: int) -> bool:
@@ -64,7 +59,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("spark-cluster")
     env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOG_DIR=str(work), SPARK_WORKER_DIR=str(work / "worker"))
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    port, ui, worker_ui = _free_port(), _free_port(), _free_port()
+    port, ui, worker_ui = free_port(), free_port(), free_port()
     url = f"spark://127.0.0.1:{port}"
     spark_class = str(home / "bin" / "spark-class")
     procs: list[subprocess.Popen[bytes]] = []

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import uuid
 from collections.abc import Iterator
 
@@ -23,43 +22,18 @@ from django.test import Client
 from pytest_django import DjangoDbBlocker
 
 from auditor.accounts.roles import grant_role
-from tests.conftest import _free_port
-from tests.support.live import LiveProcesses
-from tests.support.waiting import wait_until
+from tests.support.live import daphne
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 EXPIRY_S = 4
 
 
-def _daphne(live_env: dict[str, str], refresh_s: int) -> Iterator[str]:
-    env = dict(live_env, AUDITOR_CHANNEL_GROUP_EXPIRY_S=str(EXPIRY_S), AUDITOR_LIVE_GROUP_REFRESH_S=str(refresh_s))
-    port = _free_port()
-    procs = LiveProcesses(env)
-    procs.start(
-        f"daphne-expiry-{refresh_s}",
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "auditor.asgi:application"],
-    )
-
-    def answers() -> bool:
-        import socket
-
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return True
-        except OSError:
-            return False
-
-    try:
-        wait_until(answers, 60, "Daphne to listen")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        procs.stop()
-
-
 @pytest.fixture(scope="module")
 def short_expiry_daphne(live_env: dict[str, str]) -> Iterator[str]:
-    yield from _daphne(live_env, refresh_s=1)
+    env = dict(live_env, AUDITOR_CHANNEL_GROUP_EXPIRY_S=str(EXPIRY_S), AUDITOR_LIVE_GROUP_REFRESH_S="1")
+    with daphne(env, "daphne-short-expiry") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,11 @@ logging to var/test-logs/<name>.log (var/test-logs/<worker>/ under pytest-xdist)
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from tests.support.paths import ROOT, TEST_LOGS
 from tests.support.waiting import wait_until
@@ -34,6 +37,39 @@ class LiveProcesses:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def daphne(env: dict[str, str], name: str = "daphne") -> Iterator[str]:
+    """Daphne serving the real ASGI app (HTTP and websockets) with `env`, on a free port: its URL."""
+    port = free_port()
+    procs = LiveProcesses(env)
+    procs.start(name, [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "auditor.asgi:application"])
+
+    def answers() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return True
+        except OSError:
+            return False
+
+    try:
+        wait_until(answers, 60, "Daphne to listen")
+    except AssertionError:
+        procs.stop()
+        raise AssertionError("Daphne did not start:\n" + procs.log_text(name)) from None
+    try:
+        # Daphne names its host in ALLOWED_HOSTS checks: 127.0.0.1 is allowed by default.
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        procs.stop()
 
 
 def start_celery_worker(procs: LiveProcesses, name: str, node: str, queue: str, pool: str, concurrency: int) -> None:
