@@ -33,6 +33,12 @@ NAMES_BEFORE_SAVE = "_alerts_names_before_save"  # on the instance being saved, 
 OwnedAlerts = Callable[[str], QuerySet[Alert]]
 
 
+def named_problems(kind: str, owner_name: str) -> QuerySet[Alert]:
+    """The alerts of `kind` ("finding", "stuck") whose fingerprints name the owner:
+    ``<kind>:<owner_name>:…``."""
+    return Alert.objects.filter(kind__startswith=f"{kind}:", fingerprint__startswith=f"{kind}:{owner_name}:")
+
+
 def resolve_owned_problems(alerts: QuerySet[Alert], reason: str) -> list[str]:
     """Resolve every problem with an open alert among `alerts`, `reason` written in its alerts'
     details first (the resolved webhook carries it); returns their fingerprints."""

@@ -28,6 +28,8 @@ Deliveries are recorded by outbox.py and sent by delivery.py (through tasks.py).
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +45,8 @@ from auditor.alerts.models import Alert, Channel, Delivery
 from auditor.alerts.outbox import rate_limit_reason, schedule
 from auditor.lib.live import publish
 from auditor.pipelines.models import Binding
+
+log = logging.getLogger(__name__)
 
 PROBLEM_ACK_KIND = "problem"
 MAX_FINGERPRINT = 200
@@ -220,3 +224,14 @@ def resolve_problem(fingerprint: str) -> list[Alert]:
                 )
             _publish_alert(alert, alert.channel)
     return alerts
+
+
+def in_savepoint(update: Callable[[], None], failure: str, *args: object) -> None:
+    """Raise or resolve one problem in a savepoint of its own, its failure logged (`failure`,
+    `args`: the log message): a caller updating several leaves the others raised or resolved,
+    and its own transaction (a run, a diagnosis) intact."""
+    try:
+        with transaction.atomic():
+            update()
+    except Exception:
+        log.exception(failure, *args)

@@ -4,14 +4,15 @@ raised while a successful run reports such findings (muted ones left out), resol
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 
 from auditor.accounts.acknowledgements import mutes_in_force
 from auditor.alerts.models import Alert
-from auditor.alerts.owners import watch_owner
-from auditor.alerts.problems import raise_problem, resolve_problem
+from auditor.alerts.owners import named_problems, watch_owner
+from auditor.alerts.problems import in_savepoint, raise_problem, resolve_problem
 from auditor.pipelines.models import Binding
 from auditor.reconcile.models import (
     FINDING_ACK_KIND,
@@ -25,18 +26,13 @@ from auditor.vocabulary import FINDING_CAUSES, FINDING_KINDS
 log = logging.getLogger(__name__)
 
 
-def fingerprint_prefix(binding_name: str) -> str:
-    """What every problem fingerprint of the binding named so starts with."""
-    return f"finding:{binding_name}:"
-
-
 def problem_fingerprint(binding: Binding, kind: str, cause: str | None) -> str:
-    return f"{fingerprint_prefix(binding.name)}{kind}" + (f":{cause}" if cause else "")
+    return f"finding:{binding.name}:{kind}" + (f":{cause}" if cause else "")
 
 
 def binding_alerts(binding_name: str) -> QuerySet[Alert]:
     """The alerts of the binding named so (its problems are named after it, not linked by key)."""
-    return Alert.objects.filter(kind__startswith="finding:", fingerprint__startswith=fingerprint_prefix(binding_name))
+    return named_problems("finding", binding_name)
 
 
 def connect_signals() -> None:
@@ -89,11 +85,14 @@ def sync_problems(run: ReconcileRun) -> None:
     }
     for kind, cause in sorted(known | set(found), key=lambda kc: (kc[0], kc[1] or "")):
         fingerprint = problem_fingerprint(run.binding, kind, cause)
-        try:
-            with transaction.atomic():
-                _sync_problem(run, fingerprint, kind, cause, found.get((kind, cause)), muted.get((kind, cause), (0, 0)))
-        except Exception:
-            log.exception("could not raise or resolve problem %s of reconcile run %s", fingerprint, run.pk)
+        in_savepoint(
+            partial(
+                _sync_problem, run, fingerprint, kind, cause, found.get((kind, cause)), muted.get((kind, cause), (0, 0))
+            ),
+            "could not raise or resolve problem %s of reconcile run %s",
+            fingerprint,
+            run.pk,
+        )
 
 
 def _sync_problem(

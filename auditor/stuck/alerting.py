@@ -4,15 +4,15 @@ have it (muted ones left out), resolved when none do unless the run was degraded
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING
 
-from django.db import transaction
 from django.db.models import QuerySet
 
 from auditor.accounts.acknowledgements import mutes_in_force
 from auditor.alerts.models import Alert
-from auditor.alerts.owners import watch_owner
-from auditor.alerts.problems import raise_problem, resolve_problem
+from auditor.alerts.owners import named_problems, watch_owner
+from auditor.alerts.problems import in_savepoint, raise_problem, resolve_problem
 from auditor.pipelines.models import StuckRule
 from auditor.stuck.models import STUCK_ITEM_ACK_KIND, StuckItem
 
@@ -24,14 +24,9 @@ log = logging.getLogger(__name__)
 ALERT_SAMPLE = 10  # keys listed in an alert's details
 
 
-def fingerprint_prefix(rule_name: str) -> str:
-    """What every problem fingerprint of the stuck rule named so starts with."""
-    return f"stuck:{rule_name}:"
-
-
 def rule_alerts(rule_name: str) -> QuerySet[Alert]:
     """The alerts of the stuck rule named so (its problems are named after it)."""
-    return Alert.objects.filter(kind__startswith="stuck:", fingerprint__startswith=fingerprint_prefix(rule_name))
+    return named_problems("stuck", rule_name)
 
 
 def connect_signals() -> None:
@@ -58,12 +53,13 @@ def update_problems(rule: StuckRule, result: DiagnosisResult, counts: dict[str, 
     fails leaves the others raised or resolved, and the diagnosis stored.
     """
     for verdict, count in counts.items():
-        fingerprint = f"{fingerprint_prefix(rule.name)}{verdict}"
-        try:
-            with transaction.atomic():
-                _update_problem(rule, result, fingerprint, verdict, count, muted)
-        except Exception:
-            log.exception("could not raise or resolve problem %s of stuck rule %s", fingerprint, rule.name)
+        fingerprint = f"stuck:{rule.name}:{verdict}"
+        in_savepoint(
+            partial(_update_problem, rule, result, fingerprint, verdict, count, muted),
+            "could not raise or resolve problem %s of stuck rule %s",
+            fingerprint,
+            rule.name,
+        )
 
 
 def _update_problem(
