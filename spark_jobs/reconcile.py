@@ -157,7 +157,7 @@ def _reconcile(
         cached.append(df.persist(StorageLevel.MEMORY_AND_DISK))
         return df
 
-    laps = Laps()
+    laps = Laps(options.cancelled)
     plan = plan_run(binding, options, laps)
     with run_settings_applied(spark, plan) as settings:
         return _run_phases(spark, binding, options, plan, persist, laps, output, settings)
@@ -216,6 +216,7 @@ def _run_phases(
         "spark_settings": settings,
     }
     # `warnings` and `timings` are the plan's and the laps' own: the commit's are in them too
+    laps.check()
     output.before_commit(result)
     commit_state(spark, plan, inputs, new)
     output.after_commit(result)

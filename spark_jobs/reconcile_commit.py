@@ -43,42 +43,42 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
         rewritten=plan.rewritten if plan.memory is not None else (),
     )
     ledgers_read = ledgers_read_after(plan)
-    plan.warnings += store.commit(
-        StateMeta(
-            run_id=plan.run_id,
-            topic_offsets={p: e for p, (_, e) in plan.topic.ranges.items()},
-            producer_ledger_offsets=ledgers_read["producer"].get(kafka["producer_ledger"].topic, {}),
-            consumer_ledger_offsets=ledgers_read["consumer"].get(kafka["consumer_ledger"].topic, {}),
-            ledgers_read=ledgers_read,
-            ledger_ids=ledger_ids_after(plan.meta.ledger_ids, plan.ledger_ids, ledgers_read),
-            producer_ledger_topic=kafka["producer_ledger"].topic,
-            consumer_ledger_topic=kafka["consumer_ledger"].topic,
-            topic_id=plan.topic_id or plan.previous.topic_id,  # unread this run: the last one known
-            topic_records_since=(
-                plan.topic_records_since.isoformat() if plan.topic_records_since else plan.previous.topic_records_since
-            ),
-            window_upper=plan.source_upper.isoformat(),
-            unverifiable_until=until.isoformat() if until else None,
-            marks_lost_until=inputs.marks_lost_until.isoformat() if inputs.marks_lost_until else None,
-            entries_lost_until=inputs.entries_lost_until.isoformat() if inputs.entries_lost_until else None,
-            keys_emptied_until=inputs.keys_emptied_until.isoformat() if inputs.keys_emptied_until else None,
-            emptied_tracked=True,
-            key_deltas=store.compact(spark, new.key_deltas, "keys", KEY_INDEX_SCHEMA),
-            source_deltas=store.compact(spark, new.source_deltas, "source", SOURCE_ROW_SCHEMA),
-            datasets=new.datasets,
-            checkpoints=inputs.checkpoints,
-            marks_rewritten=rules_to_json(inputs.mark_rules),
-            first_marks=inputs.first_marks,
-            identity=plan.identity,
-            timestamp_zone=plan.timestamp_zone,
-            # Only with the id of the topic read: a run that could not read it keeps the last one,
-            # which may be of a topic deleted since; its read would then seem to be of that one,
-            # and every record of the new topic to have been written after it.
-            read_at_ms=plan.read_at_ms if plan.topic_id or not plan.previous.topic_id else None,
-            read_highs={p: o.high for p, o in kafka["watermarks"].items()},
-            backdated=inputs.backdated.to_json() if inputs.backdated else None,
-            unprobed_record_ms=inputs.unprobed_record_ms,
-            group_commits=group_commits,
-            unproven_commits=unproven_commits,
-        )
+    meta = StateMeta(
+        run_id=plan.run_id,
+        topic_offsets={p: e for p, (_, e) in plan.topic.ranges.items()},
+        producer_ledger_offsets=ledgers_read["producer"].get(kafka["producer_ledger"].topic, {}),
+        consumer_ledger_offsets=ledgers_read["consumer"].get(kafka["consumer_ledger"].topic, {}),
+        ledgers_read=ledgers_read,
+        ledger_ids=ledger_ids_after(plan.meta.ledger_ids, plan.ledger_ids, ledgers_read),
+        producer_ledger_topic=kafka["producer_ledger"].topic,
+        consumer_ledger_topic=kafka["consumer_ledger"].topic,
+        topic_id=plan.topic_id or plan.previous.topic_id,  # unread this run: the last one known
+        topic_records_since=(
+            plan.topic_records_since.isoformat() if plan.topic_records_since else plan.previous.topic_records_since
+        ),
+        window_upper=plan.source_upper.isoformat(),
+        unverifiable_until=until.isoformat() if until else None,
+        marks_lost_until=inputs.marks_lost_until.isoformat() if inputs.marks_lost_until else None,
+        entries_lost_until=inputs.entries_lost_until.isoformat() if inputs.entries_lost_until else None,
+        keys_emptied_until=inputs.keys_emptied_until.isoformat() if inputs.keys_emptied_until else None,
+        emptied_tracked=True,
+        key_deltas=store.compact(spark, new.key_deltas, "keys", KEY_INDEX_SCHEMA),
+        source_deltas=store.compact(spark, new.source_deltas, "source", SOURCE_ROW_SCHEMA),
+        datasets=new.datasets,
+        checkpoints=inputs.checkpoints,
+        marks_rewritten=rules_to_json(inputs.mark_rules),
+        first_marks=inputs.first_marks,
+        identity=plan.identity,
+        timestamp_zone=plan.timestamp_zone,
+        # Only with the id of the topic read: a run that could not read it keeps the last one,
+        # which may be of a topic deleted since; its read would then seem to be of that one,
+        # and every record of the new topic to have been written after it.
+        read_at_ms=plan.read_at_ms if plan.topic_id or not plan.previous.topic_id else None,
+        read_highs={p: o.high for p, o in kafka["watermarks"].items()},
+        backdated=inputs.backdated.to_json() if inputs.backdated else None,
+        unprobed_record_ms=inputs.unprobed_record_ms,
+        group_commits=group_commits,
+        unproven_commits=unproven_commits,
     )
+    new.laps.check()  # the last point where a cancelled run leaves the old state (the compactions ran Spark jobs)
+    plan.warnings += store.commit(meta)

@@ -6,6 +6,7 @@ reconcile_commit.py."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -56,6 +57,13 @@ class RunOptions:
     output_jdbc_url: str | None = None
     findings_table: str = "reconcile_finding"
     now: datetime | None = None  # fixed clock for tests
+    # Set once the run may no longer commit (the resident reconciler's deadline passed): the
+    # run stops at its next phase and before its commit, whether or not Spark had a job to cancel.
+    cancelled: threading.Event | None = None
+
+
+class RunCancelled(RuntimeError):
+    """The run was told to stop (RunOptions.cancelled) before it committed."""
 
 
 def new_run_id() -> str:
@@ -63,16 +71,23 @@ def new_run_id() -> str:
 
 
 class Laps:
-    """Seconds per phase of a run, for its result's `timings`."""
+    """Seconds per phase of a run, for its result's `timings`; each lap is where a cancelled
+    run stops (RunOptions.cancelled)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cancelled: threading.Event | None = None) -> None:
         self.timings: dict[str, float] = {}
         self._clock = time.monotonic()
+        self._cancelled = cancelled
 
     def __call__(self, name: str) -> None:
         now = time.monotonic()
         self.timings[name] = round(self.timings.get(name, 0.0) + now - self._clock, 3)
         self._clock = now
+        self.check()
+
+    def check(self) -> None:
+        if self._cancelled is not None and self._cancelled.is_set():
+            raise RunCancelled("the run was cancelled before its commit")
 
 
 @dataclass

@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -303,9 +304,16 @@ def run_in_process(job: JobInput, job_run_id: str, full: bool) -> dict[str, Any]
     )
 
 
-def run_in_session(session: Callable[[], SparkSession], job: JobInput, job_run_id: str, full: bool) -> dict[str, Any]:
+def run_in_session(
+    session: Callable[[], SparkSession],
+    job: JobInput,
+    job_run_id: str,
+    full: bool,
+    cancelled: threading.Event | None = None,
+) -> dict[str, Any]:
     """The job in the SparkSession `session()` gives (called once the binding and the state
-    location are known good); its error text scrubbed of secrets."""
+    location are known good); its error text scrubbed of secrets. Once `cancelled` is set the
+    run stops at its next phase and never commits."""
     # deferred: spark_jobs imports pyspark, which only in-process runs need
     from spark_jobs.binding import BindingError, binding_from_dict
     from spark_jobs.reconcile import run
@@ -326,6 +334,7 @@ def run_in_session(session: Callable[[], SparkSession], job: JobInput, job_run_i
         max_findings=0,
         output_jdbc_url=job.output_jdbc_url,
         findings_table=conf.STAGING_TABLE,
+        cancelled=cancelled,
     )
     result = run(session(), binding, options)
     if result.get("error"):

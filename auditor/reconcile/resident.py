@@ -9,7 +9,9 @@ its main thread) runs each job here, in the same session:
 
 * A run still going after RECONCILE_TIMEOUT_SECONDS has its Spark jobs cancelled (its job
   group, again every second until the run gives up) and is failed. It commits nothing: the
-  state's pointer is written last.
+  state's pointer is written last, and the run checks its deadline at every phase and just
+  before that write (RunOptions.cancelled), so a run whose Spark jobs each finished between
+  two cancellations, or which was between jobs when the deadline passed, stops all the same.
 * A session whose JVM died (killed, out of memory) is found dead before the next run and
   built again; the run that was going fails with the error its driver saw.
 * The session's cache is cleared after every run.
@@ -217,7 +219,7 @@ def run_resident(job: JobInput, job_run_id: str, full: bool, timeout: float | No
     driver_start = time.monotonic() - started
     _runs += 1
     with deadline(spark, job_run_id, timeout) as passed:
-        result = run_in_session(lambda: spark, job, job_run_id, full)
+        result = run_in_session(lambda: spark, job, job_run_id, full, cancelled=passed)
     if passed.is_set() and result.get("status") != "ok":
         result = failed(
             f"the run went on longer than {timeout:.0f}s (RECONCILE_TIMEOUT_SECONDS): its Spark jobs were "

@@ -104,6 +104,38 @@ def test_a_run_past_its_deadline_is_cancelled_commits_nothing_and_the_driver_run
 
 
 @pytest.mark.django_db
+def test_a_run_whose_deadline_passes_between_its_spark_jobs_commits_nothing(
+    spark, source: Source, make_binding, state_dir: Path, settings, monkeypatch, staged_runs: list[str]
+) -> None:
+    """The deadline passes after the run's last big Spark job, while the driver works between
+    jobs: there is no job to cancel then, and a run that went on to commit was reported ok
+    past its deadline (CI of stop 70, where the one-second test run's jobs each finished
+    between two cancellations)."""
+    import spark_jobs.reconcile as job
+
+    monkeypatch.setattr(resident, "_session", spark)
+    binding = make_binding(f"res-{uuid.uuid4().hex[:8]}", source.topic, f"public.{source.table}")
+    settings.RECONCILE_TIMEOUT_SECONDS = 15  # longer than the run's Spark jobs take here (3-8 s)
+    started = time.monotonic()
+    load = job.load_findings_jdbc
+
+    def load_then_outlive_the_deadline(*args, **kwargs) -> None:
+        load(*args, **kwargs)
+        time.sleep(max(0.0, started + 16.5 - time.monotonic()))  # the driver's own work, past the deadline
+
+    monkeypatch.setattr(job, "load_findings_jdbc", load_then_outlive_the_deadline)
+
+    late = execute_run(start_run(binding, ReconcileRun.CLI), conf.RESIDENT)
+
+    staged_runs.append(late.job_run_id)
+    assert late.status == ReconcileRun.FAILED, late.error
+    assert late.error.startswith("the run went on longer than 15s (RECONCILE_TIMEOUT_SECONDS)"), late.error
+    assert "cancelled before its commit" in late.error, late.error
+    assert not (state_dir / binding.name / "state.json").exists()  # nothing committed
+    assert not Finding.objects.filter(binding=binding).exists()
+
+
+@pytest.mark.django_db
 def test_a_negative_run_limit_fails_the_run_naming_it(
     spark, source: Source, make_binding, state_dir: Path, settings, monkeypatch
 ) -> None:
