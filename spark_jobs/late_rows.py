@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.binding import Binding, jdbc_url_and_properties
+from spark_jobs.mark_rules import env_seconds
 from spark_jobs.reconcile_extract import NUMERIC_TYPES, actual_column, extract_source, source_subquery
 from spark_jobs.reconcile_parsing import transform_source_rows
 
@@ -31,6 +32,9 @@ from spark_jobs.reconcile_parsing import transform_source_rows
 # driver holds at most this many keys).
 LOOKUP_KEYS = 100_000
 KEYS_PER_QUERY = 1_000
+# A row deleted after a run reported it missing is looked up again, and dropped, within this
+# long: each run looks up the rows due since the last one, and the whole backlog this often.
+DELETED_ROWS_RECHECK_SECONDS = 3600.0
 # A longer text key is not sent in a query: the key column is read whole instead.
 MAX_KEY_CHARS = 1_000
 TEXT_TYPES = {"text", "character varying", "character"}
@@ -137,35 +141,77 @@ def late_rows(
     )
 
 
+def deleted_rows_recheck_seconds() -> float:
+    """DELETED_ROWS_RECHECK_SECONDS, or $RECONCILE_DELETED_ROWS_RECHECK_SECONDS."""
+    return env_seconds("RECONCILE_DELETED_ROWS_RECHECK_SECONDS", DELETED_ROWS_RECHECK_SECONDS)
+
+
+@dataclass(frozen=True)
+class LookedUp:
+    """How far the pending rows were looked up in the source table (StateMeta's
+    rows_looked_up_until and rows_looked_up_at): every row created up to `until` was, by a run
+    at `until`'s time or after; the whole backlog last at `at` (ISO times, None: never)."""
+
+    until: str | None = None
+    at: str | None = None
+
+    def since(self, now: datetime, recheck_seconds: float) -> datetime | None:
+        """The creation time past which this run looks rows up, or None: all of them (the
+        backlog is due, or never was, or the clock stepped back past its last lookup)."""
+        if self.until is None or self.at is None:
+            return None
+        at = datetime.fromisoformat(self.at)
+        if now < at or (now - at).total_seconds() >= recheck_seconds:
+            return None
+        return datetime.fromisoformat(self.until)
+
+    def after(self, since: datetime | None, cutoff: datetime, now: datetime) -> LookedUp:
+        """After a lookup of the rows created in (since, cutoff] that succeeded."""
+        if since is None:
+            return LookedUp(cutoff.isoformat(), now.isoformat())
+        return LookedUp(max(since, cutoff).isoformat(), self.at)
+
+
 def rows_still_in_source(
     spark: SparkSession,
     binding: Binding,
     source: SourceTable,
     pending: DataFrame,
+    since: datetime | None,
     cutoff: datetime,
     upper: datetime,
-) -> tuple[DataFrame, list[str]]:
-    """`pending` (SOURCE_ROW_SCHEMA: rows with no record so far) less the rows past the cutoff,
-    about to be reported `missing`, whose key no longer has a row in the table up to `upper`
-    (deleted since a run read them: a --full run would not report them); and the run's
-    warnings. The keys are looked up by value (found_by_value): where they cannot be, every
-    row is kept and a warning says so."""
-    due = pending.where(F.col("created") <= F.lit(cutoff)).select("key")
-    keys = sorted({row["key"] for row in due.limit(LOOKUP_KEYS + 1).collect()})
+) -> tuple[DataFrame, list[str], bool]:
+    """`pending` (SOURCE_ROW_SCHEMA: rows with no record so far) less the rows created in
+    (since, cutoff], about to be reported `missing` (since None: all up to the cutoff), whose
+    key no longer has a row in the table up to `upper` (deleted since a run read them: a
+    --full run would not report them); the run's warnings; and whether the keys were looked
+    up (found_by_value): where they cannot be, every row is kept and a warning says so."""
+    due = pending.where(F.col("created") <= F.lit(cutoff))
+    if since is not None:
+        due = due.where(F.col("created") > F.lit(since))
+    keys = sorted({row["key"] for row in due.select("key").limit(LOOKUP_KEYS + 1).collect()})
     if not keys:
-        return pending, []
+        return pending, [], True
     found = found_by_value(spark, binding, source, keys, upper)
     if found is None:
-        return pending, [
-            f"whether the {'more than ' + str(LOOKUP_KEYS) if len(keys) > LOOKUP_KEYS else len(keys)} source "
-            f"row(s) without a record are still in {binding.table} could not be looked up by key: rows deleted "
-            "since a run read them are reported missing until a --full run"
-        ]
+        return (
+            pending,
+            [
+                f"whether the {'more than ' + str(LOOKUP_KEYS) if len(keys) > LOOKUP_KEYS else len(keys)} source "
+                f"row(s) without a record are still in {binding.table} could not be looked up by key: rows deleted "
+                "since a run read them are reported missing until a --full run"
+            ],
+            False,
+        )
     gone = sorted(set(keys) - {key for key, _ in found})
     if not gone:
-        return pending, []
+        return pending, [], True
     deleted = spark.createDataFrame([(key,) for key in gone], "key string")
-    return pending.join(F.broadcast(deleted), "key", "left_anti"), [
-        f"{len(gone)} source row(s) without a record are no longer in {binding.table} (deleted since a run read "
-        "them): not reported missing"
-    ]
+    return (
+        pending.join(F.broadcast(deleted), "key", "left_anti"),
+        [
+            f"{len(gone)} source row(s) without a record are no longer in {binding.table} (deleted since a run read "
+            "them): not reported missing"
+        ],
+        True,
+    )

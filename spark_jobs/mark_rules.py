@@ -67,16 +67,21 @@ def covering(rules: Iterable[MarkRule], partition: int, offset: int) -> list[Mar
     return [r for r in rules if r.partition == partition and offset > r.after]
 
 
-def mark_settle_seconds() -> float:
-    """MARK_SETTLE_SECONDS, or $RECONCILE_MARK_SETTLE_SECONDS (probes that flush their ledger
-    less often need more)."""
-    raw = os.environ.get("RECONCILE_MARK_SETTLE_SECONDS")
+def env_seconds(name: str, default: float) -> float:
+    """$name as a number of seconds, 0 or more, or `default` when it is not set."""
+    raw = os.environ.get(name)
     if raw is None:
-        return MARK_SETTLE_SECONDS
+        return default
     try:
         value = float(raw)
     except ValueError:
-        raise BindingError(f"RECONCILE_MARK_SETTLE_SECONDS must be a number of seconds, got {raw!r}") from None
+        raise BindingError(f"{name} must be a number of seconds, got {raw!r}") from None
     if not math.isfinite(value) or value < 0:
-        raise BindingError(f"RECONCILE_MARK_SETTLE_SECONDS must be 0 or more seconds, got {raw!r}")
+        raise BindingError(f"{name} must be 0 or more seconds, got {raw!r}")
     return value
+
+
+def mark_settle_seconds() -> float:
+    """MARK_SETTLE_SECONDS, or $RECONCILE_MARK_SETTLE_SECONDS (probes that flush their ledger
+    less often need more)."""
+    return env_seconds("RECONCILE_MARK_SETTLE_SECONDS", MARK_SETTLE_SECONDS)

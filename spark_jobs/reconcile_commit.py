@@ -79,6 +79,8 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
         unprobed_record_ms=inputs.unprobed_record_ms,
         group_commits=group_commits,
         unproven_commits=unproven_commits,
+        rows_looked_up_until=new.rows_looked_up.until,
+        rows_looked_up_at=new.rows_looked_up.at,
     )
     new.laps.check()  # the last point where a cancelled run leaves the old state (the compactions ran Spark jobs)
     plan.warnings += store.commit(meta)

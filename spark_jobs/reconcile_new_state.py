@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.binding import Binding
-from spark_jobs.late_rows import late_rows, rows_still_in_source
+from spark_jobs.late_rows import LookedUp, deleted_rows_recheck_seconds, late_rows, rows_still_in_source
 from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_transform import (
     ABORTED_SCHEMA,
@@ -128,12 +128,21 @@ def update_state(
         )
     keep("duplicates", duplicates_of(keys, records, old_duplicates))
     pending = pending_of(keys, old("pending_source"))
+    looked_up = LookedUp(meta.rows_looked_up_until, meta.rows_looked_up_at)
     if plan.meta.run_id and inputs.source is not None:
-        # rows earlier runs saw may be deleted since: not missing, as for a --full run
-        pending, deleted_notes = rows_still_in_source(
-            spark, binding, inputs.source, persist(pending), plan.cutoff, plan.source_upper
+        # Rows earlier runs saw may be deleted since: not missing, as for a --full run. Those due
+        # since the last lookup are looked up, and the whole backlog once an hour.
+        since = looked_up.since(plan.source_upper, deleted_rows_recheck_seconds())
+        pending, deleted_notes, done = rows_still_in_source(
+            spark, binding, inputs.source, persist(pending), since, plan.cutoff, plan.source_upper
         )
         plan.warnings += deleted_notes
+        if done:
+            new.rows_looked_up = looked_up.after(since, plan.cutoff, plan.source_upper)
+        else:
+            new.rows_looked_up = looked_up
+    else:  # every pending row was read from the table now
+        new.rows_looked_up = looked_up.after(None, plan.cutoff, plan.source_upper)
     keep("pending_source", pending)
     candidates = orphan_candidates_of(keys, records, old("orphan_candidates"))
     late = None

@@ -23,7 +23,7 @@ from spark_jobs.common import cores, is_small, settings_applied, small_job_setti
 from spark_jobs.group_commits import forget
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.kafka_offsets import KafkaReadError, admin_client, another_topic
-from spark_jobs.late_rows import SourceTable
+from spark_jobs.late_rows import LookedUp, SourceTable
 from spark_jobs.ledger_ids import LEDGER_KINDS, LedgerId, extract_ledger_ids
 from spark_jobs.mark_rules import MarkRule
 from spark_jobs.reconcile_extract import (
@@ -246,6 +246,8 @@ class RunState:
     # (count_findings leaves their rows out of the unverifiable ones, as find_missing does)
     lost_acks: DataFrame | None = None
     held: DataFrame | None = None
+    # how far the pending rows were looked up in the source after this run (late_rows.LookedUp)
+    rows_looked_up: LookedUp = field(default_factory=LookedUp)
 
     def keep(self, name: str, df: DataFrame) -> DataFrame:
         """Write a dataset of the new state; returns it read back."""

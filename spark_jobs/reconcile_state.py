@@ -157,6 +157,12 @@ class StateMeta:
     group_commits: GroupCommits = field(default_factory=dict)
     # committed offsets that prove nothing until the group commits another (group_commits)
     unproven_commits: Unproven = field(default_factory=dict)
+    # The pending rows created up to here were looked up in the source table, or read from it
+    # by a --full run, and the whole backlog last at rows_looked_up_at (late_rows.LookedUp):
+    # a run looks up only the rows due since, and the backlog once it is
+    # RECONCILE_DELETED_ROWS_RECHECK_SECONDS old. None: looked up never.
+    rows_looked_up_until: str | None = None
+    rows_looked_up_at: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -194,6 +200,8 @@ class StateMeta:
             "unprobed_record_ms": self.unprobed_record_ms,
             "group_commits": commits_to_json(self.group_commits),
             "unproven_commits": _offsets_by_group_to_json(self.unproven_commits),
+            "rows_looked_up_until": self.rows_looked_up_until,
+            "rows_looked_up_at": self.rows_looked_up_at,
         }
 
     @classmethod
@@ -237,6 +245,8 @@ class StateMeta:
             unprobed_record_ms=_unprobed(data),
             group_commits=_group_commits(data),
             unproven_commits=_offsets_by_group(data, "unproven_commits"),
+            rows_looked_up_until=data.get("rows_looked_up_until"),
+            rows_looked_up_at=data.get("rows_looked_up_at"),
         )
 
 

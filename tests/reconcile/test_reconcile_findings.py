@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from auditor.lab.cluster import Cluster as LabCluster
 from auditor.lab.cluster import wait_until
 from spark_jobs import common
 from spark_jobs.kafka_offsets import admin_client, partition_offsets
+from spark_jobs.reconcile import run
+from spark_jobs.reconcile_plan import RunOptions
 from tests.support.reconcile_world import (
     World,
     build_phase_one,
@@ -139,12 +142,14 @@ def test_a_full_run_flags_as_new_only_what_the_last_run_did_not_report(
 
 
 def test_a_source_row_deleted_after_a_run_reported_it_missing_is_not_reported_again(
-    spark: SparkSession, world: World, tmp_path: Path
+    spark: SparkSession, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """Rows 8 and 9 never got a record, and a run reports both missing. The application then
     deletes row 9 (an order cancelled): a full run over the table reports row 8 only, and so
     must the next incremental run, which remembers row 9 pending. Before stop 70 that row was
-    reported missing on every later run. Ground truth: the table, read with psycopg."""
+    reported missing on every later run. Ground truth: the table, read with psycopg. (The whole
+    backlog is looked up at every run here; by default once an hour, the test below.)"""
+    monkeypatch.setenv("RECONCILE_DELETED_ROWS_RECHECK_SECONDS", "0")
     world.insert(8, 9, age="1 minute")
     binding = world.binding()
     first = reconcile_once(spark, binding, tmp_path)
@@ -163,6 +168,41 @@ def test_a_source_row_deleted_after_a_run_reported_it_missing_is_not_reported_ag
     ], second["warnings"]
     assert {f["key"]: f["is_new"] for f in second["findings"]} == {"8": False}
     assert finding_set(reconcile_once(spark, binding, tmp_path, full=True)) == finding_set(second)
+
+
+def test_a_run_looks_up_the_rows_due_since_the_last_one_and_the_whole_backlog_when_its_recheck_is_due(
+    spark: SparkSession, world: World, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The lookup of deleted rows is bounded: a run looks up the rows that became due since
+    the last lookup, and the whole backlog once it is RECONCILE_DELETED_ROWS_RECHECK_SECONDS
+    old. Rows 8 and 9 are due at the first run (ten minutes ago) and reported missing; row 10
+    is read then but still within the 30 s grace. Rows 9 and 10 are then deleted. The next run,
+    within the hour, looks up row 10 (due since) and drops it; row 9 waits for the backlog's
+    recheck, which a run with the recheck at 0 s does. Ground truth: the table, read with
+    psycopg, and a --full run's findings."""
+    world.insert(8, 9, age="2 hours")
+    world.insert(10, age="610 seconds")  # after the first run's cutoff (600 s + 30 s grace), before its upper bound
+    binding = world.binding()
+    first = run(spark, binding, RunOptions(state_dir=str(tmp_path), now=datetime.now(UTC) - timedelta(minutes=10)))
+    assert finding_set(first) == {("missing", "8", None, None, None), ("missing", "9", None, None, None)}
+
+    with psycopg.connect(world.source_url, autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {world.table} WHERE id IN (9, 10)")
+        assert [r[0] for r in conn.execute(f"SELECT id FROM {world.table} ORDER BY id")] == [8]
+    second = reconcile_once(spark, binding, tmp_path)
+
+    assert second["mode"] == "incremental"
+    found = {key for kind, key, *_ in finding_set(second) if kind == "missing"}
+    assert "8" in found and "10" not in found, found
+    assert [w for w in second["warnings"] if "deleted" in w] == [
+        f"1 source row(s) without a record are no longer in public.{world.table} (deleted since a run read "
+        "them): not reported missing"
+    ], second["warnings"]
+
+    monkeypatch.setenv("RECONCILE_DELETED_ROWS_RECHECK_SECONDS", "0")
+    third = reconcile_once(spark, binding, tmp_path)
+    assert finding_set(third) == {("missing", "8", None, None, None)}
+    assert finding_set(reconcile_once(spark, binding, tmp_path, full=True)) == finding_set(third)
 
 
 def test_it_notices_aborted_transactions_without_being_told(spark: SparkSession, world: World, tmp_path: Path):
