@@ -59,10 +59,13 @@ def find_missing(
     lost_sightings: DataFrame | None = None,
     lost_acks: DataFrame | None = None,
     held: DataFrame | None = None,
+    reported: DataFrame | None = None,
 ) -> DataFrame:
     """Source rows older than the grace cutoff with no record, except the unverifiable ones
     and those whose key has a record in `held` (column `key`: records behind an open
-    transaction, which the run read up to; a later run reads them).
+    transaction, which the run read up to; a later run reads them). A row whose key is in
+    `reported` (column `key`: an earlier run reported it missing) is past the cutoff whatever
+    the clock reads now (reported_before: a clock stepped back).
 
     A row whose record an earlier run saw at an offset that now holds another record (or
     lies past the log end) is missing with cause `broker-lost`, naming where and which run
@@ -74,7 +77,9 @@ def find_missing(
         lost_sightings = empty_frame(pending.sparkSession, LOST_SIGHTING_SCHEMA)
     if held is not None:
         pending = pending.join(held.where(F.col("key").isNotNull()).select("key").distinct(), "key", "left_anti")
-    late = pending.where(F.col("created") <= F.lit(cutoff)).join(_first_sighting(lost_sightings), "key", "left")
+    late = _past_cutoff(pending, F.col("created"), cutoff, reported, ["key"]).join(
+        _first_sighting(lost_sightings), "key", "left"
+    )
     if lost_acks is None:
         late = late.withColumn("_acked", F.lit(None).cast(_ACKED_TYPE))
     else:
@@ -162,9 +167,38 @@ def _occurrence_findings(grouped: DataFrame, kind: str, cause: Column) -> DataFr
     )
 
 
-def find_orphans(candidates: DataFrame, cutoff: datetime) -> DataFrame:
-    """Records whose key has no source row (cause `no-key` when no key could be found)."""
-    old_enough = candidates.where(F.col("timestamp") <= F.lit(cutoff))
+def _past_cutoff(
+    rows: DataFrame, time: Column, cutoff: datetime, reported: DataFrame | None, on: list[str]
+) -> DataFrame:
+    """The rows whose `time` is up to the cutoff, and those an earlier run reported (matched on
+    the `on` columns of `reported`, None: none)."""
+    if reported is None:
+        return rows.where(time <= F.lit(cutoff))
+    marked = reported.select(*on).distinct().withColumn("_reported", F.lit(True))
+    return (
+        rows.join(F.broadcast(marked), on, "left")
+        .where((time <= F.lit(cutoff)) | F.col("_reported").isNotNull())
+        .drop("_reported")
+    )
+
+
+def find_orphans(candidates: DataFrame, cutoff: datetime, reported: DataFrame | None = None) -> DataFrame:
+    """Records whose key has no source row (cause `no-key` when no key could be found). A
+    record of a key (or, keyless, at a partition and offset) in `reported` (columns key,
+    partition, offset: orphans an earlier run reported) is past the cutoff whatever the clock
+    reads now."""
+    if reported is None:
+        old_enough = candidates.where(F.col("timestamp") <= F.lit(cutoff))
+    else:
+        keyed = reported.where(F.col("key").isNotNull())
+        keyless = reported.where(F.col("key").isNull()).select("partition", "offset")
+        old_enough = _past_cutoff(
+            candidates.where(F.col("key").isNotNull()), F.col("timestamp"), cutoff, keyed, ["key"]
+        ).unionByName(
+            _past_cutoff(
+                candidates.where(F.col("key").isNull()), F.col("timestamp"), cutoff, keyless, ["partition", "offset"]
+            )
+        )
     with_key = (
         old_enough.where(F.col("key").isNotNull())
         .groupBy("key")

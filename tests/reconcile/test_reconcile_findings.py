@@ -205,6 +205,35 @@ def test_a_run_looks_up_the_rows_due_since_the_last_one_and_the_whole_backlog_wh
     assert finding_set(reconcile_once(spark, binding, tmp_path, full=True)) == finding_set(third)
 
 
+def test_what_a_run_reported_stays_reported_while_the_clock_is_stepped_back(
+    spark: SparkSession, world: World, tmp_path: Path
+):
+    """Row 8 never got a record and the record of ticket 20 has no row, both two minutes old:
+    a run reports them. The clock the window is read by then steps back ten minutes (an NTP
+    correction, a restored VM): before stop 71 the next runs put both within the grace again
+    and reported neither, and the run after the clock caught up flagged them new (an alert
+    resolved, then opened again). Ground truth: what the test inserted (psycopg) and produced
+    (the delivery report of the record)."""
+    world.insert(8, age="2 minutes")
+    world.produce("t20", 20, age_s=120)
+    binding = world.binding(guarantee="at-least-once", consumer_groups=[])
+    expected = {("missing", "8", None, None, None), ("orphan", "20", None, *world.at("t20"))}
+    first = reconcile_once(spark, binding, tmp_path)
+    assert finding_set(first) == expected
+
+    now = datetime.now(UTC)
+    for behind in (timedelta(minutes=10), timedelta(minutes=9)):  # stepped back, and still behind
+        later = run(spark, binding, RunOptions(state_dir=str(tmp_path), now=now - behind))
+        assert later["mode"] == "incremental"
+        assert finding_set(later) == expected, later["warnings"]
+        assert {f["key"]: f["is_new"] for f in later["findings"]} == {"8": False, "20": False}
+        assert any("behind the last run's" in w for w in later["warnings"]), later["warnings"]
+    caught_up = reconcile_once(spark, binding, tmp_path)
+    assert finding_set(caught_up) == expected
+    assert {f["key"]: f["is_new"] for f in caught_up["findings"]} == {"8": False, "20": False}
+    assert not any("behind the last run's" in w for w in caught_up["warnings"]), caught_up["warnings"]
+
+
 def test_it_notices_aborted_transactions_without_being_told(spark: SparkSession, world: World, tmp_path: Path):
     world.insert(1, 12, 14)
     world.produce("t1", 1)
