@@ -24,6 +24,7 @@ __all__ = [
     "mask_mapping",
     "mask_text",
     "mask_url",
+    "mask_webhook_text",
     "mask_webhook_url",
     "resolve_env",
 ]
@@ -146,6 +147,26 @@ def mask_webhook_url(url: str) -> str:
     rest = f"/{MASK}" if parts.path.strip("/") or parts.query or parts.fragment else parts.path
     userinfo = f"{MASK}@" if "@" in parts.netloc else ""
     return f"{parts.scheme}://{userinfo}{host}{rest}"
+
+
+def mask_webhook_text(text: str, url: str) -> str:
+    """``text`` (a receiver's reply, an error message) fit to show where mask_webhook_url
+    hides ``url`` (the resolved one): the URL's target, path, query, each non-empty path
+    segment and each query value, as sent or decoded, become ****; then mask_text. A receiver
+    quoting the request back (Express's `Cannot POST /services/T0/B0/SECRET`) shows no token."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return mask_text(text)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    secrets = [url.strip(), target, parts.path, parts.query, parts.fragment]
+    secrets += parts.path.split("/")
+    secrets += [value for _, value in parse_qsl(parts.query, keep_blank_values=True)]
+    forms = {form for secret in secrets for form in (secret, unquote(secret))} - {"", "/"}
+    # longest first, so a segment never leaves part of the path around it behind
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, MASK)
+    return mask_text(text)
 
 
 def mask_mapping(config: dict[str, Any]) -> dict[str, Any]:
