@@ -46,7 +46,12 @@ def run(options: dict[str, Any], out: TextIO) -> int:
         return 2
     if options["json"]:
         status = "dry-run" if result.dry_run else "applied"
-        body = {"status": status, "created": result.created, "updated": result.updated, "removed": result.removed}
+        body: dict[str, Any] = {
+            "status": status,
+            "created": result.created,
+            "updated": result.updated,
+            "removed": result.removed,
+        }
         if result.warnings:
             body["warnings"] = [vars(w) for w in result.warnings]
         out.write(json.dumps(body) + "\n")
