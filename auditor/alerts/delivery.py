@@ -98,13 +98,17 @@ def deliver(delivery_id: int) -> Delivery | None:
                 raise TransportError(f"channel {channel.name}: {exc}", permanent=True) from None
             if not secret:
                 raise TransportError(f"channel {channel.name} has no signing secret", permanent=True)
-            destination = check_destination(url, allow_private=conf.allow_private())
             headers = {
                 **signature_headers(secret, body),
                 "X-Auditor-Event": delivery.event,
                 "X-Auditor-Delivery": str(delivery.pk),
             }
-            status = post_json(destination, body, headers, timeout)
+            try:
+                destination = check_destination(url, allow_private=conf.allow_private())
+                status = post_json(destination, body, headers, timeout)
+            except TransportError as error:
+                # whatever of the (resolved) URL viewers may not see stays out of last_error
+                raise error.hiding(url) from None
         finally:
             last_duration["ms"] = int((time.monotonic() - started) * 1000)
         Delivery.objects.filter(pk=delivery.pk).update(

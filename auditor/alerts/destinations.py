@@ -157,7 +157,10 @@ def post_json(destination: Destination, body: bytes, headers: dict[str, str], ti
     if 200 <= status < 300:
         return status
     message = f"HTTP {status} {response.reason}" + (f": {excerpt}" if excerpt else "")
+    # the reply may quote the request line back (Express: `Cannot POST /services/T0/B0/SECRET`)
+    hidden = f"{destination.scheme}://{destination.host}{destination.target}"
     if 300 <= status < 400:
-        raise TransportError(f"{message} (redirects are not followed)", permanent=True, status_code=status)
+        error = TransportError(f"{message} (redirects are not followed)", permanent=True, status_code=status)
+        raise error.hiding(hidden)
     transient = status >= 500 or status in (408, 429)
-    raise TransportError(message, permanent=not transient, status_code=status)
+    raise TransportError(message, permanent=not transient, status_code=status).hiding(hidden)

@@ -10,7 +10,7 @@ from auditor.alerts.destinations import DestinationRefused, check_destination
 from auditor.alerts.events import LINT_SEVERITIES, EventFilter
 from auditor.alerts.models import Channel
 from auditor.alerts.retry import TransportError
-from auditor.lib.secrets import env_refs
+from auditor.lib.secrets import env_refs, mask_webhook_url
 from auditor.pipelines.models import Binding
 from auditor.vocabulary import FINDING_KINDS, STUCK_VERDICTS
 
@@ -67,10 +67,15 @@ class ChannelForm(forms.ModelForm):
                 canary_latency_ms=events.canary_latency_ms,
                 reports=events.reports,
             )
+        if self.instance.url:  # a literal hook URL carries its token: sent as pages show it
+            self.initial["url"] = mask_webhook_url(self.instance.url)
         self.initial.pop("secret", None)  # never sent back to the browser
 
     def clean_url(self) -> str:
         url = self.cleaned_data["url"].strip()
+        stored = self.instance.url  # not yet replaced: _post_clean fills the instance
+        if stored and url == mask_webhook_url(stored) != stored:
+            return stored  # posted back as shown: unchanged
         _collect(check_url, url)
         if not env_refs(url):
             try:

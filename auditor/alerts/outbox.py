@@ -6,6 +6,7 @@ rest are recorded as suppressed (resolved events are exempt). Sending is deliver
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -83,8 +84,19 @@ def send_test(channel: Channel, user: User) -> Delivery:
         return schedule(channel, Delivery.TEST, message, rate_limited=False)
 
 
-def send_notice(kind: str, summary: str, details: dict[str, Any] | None = None) -> list[Delivery]:
-    """A one-off notice (e.g. a finished report) to every enabled channel with ``reports`` on."""
+def covers(channel: Channel, binding_names: Collection[str]) -> bool:
+    """Whether a channel may hear of every binding named: one scoped to bindings (as alerts
+    honour it) hears only of those; an unscoped one of all."""
+    selected = {binding.name for binding in channel.bindings.all()}
+    return not selected or set(binding_names) <= selected
+
+
+def send_notice(
+    kind: str, summary: str, details: dict[str, Any] | None = None, *, binding_names: Collection[str] = ()
+) -> list[Delivery]:
+    """A one-off notice (e.g. a finished report) to every enabled channel with ``reports`` on
+    whose binding scope covers ``binding_names`` (the bindings the notice tells of); a channel
+    scoped to some of them is skipped rather than told of the others."""
     with transaction.atomic():
         return [
             schedule(
@@ -92,6 +104,6 @@ def send_notice(kind: str, summary: str, details: dict[str, Any] | None = None) 
                 Delivery.NOTICE,
                 Message(event=Delivery.NOTICE, channel=channel.name, kind=kind, summary=summary, details=details or {}),
             )
-            for channel in Channel.objects.filter(enabled=True)
-            if channel.event_filter.reports
+            for channel in Channel.objects.filter(enabled=True).prefetch_related("bindings")
+            if channel.event_filter.reports and covers(channel, binding_names)
         ]

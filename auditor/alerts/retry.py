@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from auditor.lib.secrets import mask_webhook_text
+
 T = TypeVar("T")
 MAX_BACKOFF_SECONDS = 60.0
 
@@ -18,6 +20,14 @@ class TransportError(Exception):
         self.message = message
         self.permanent = permanent
         self.status_code = status_code
+
+    def hiding(self, url: str) -> TransportError:
+        """This error with whatever of ``url`` mask_webhook_url hides masked in its message (a
+        receiver's reply may quote the path back, and the message is stored, logged and pushed
+        to every viewer); returned for ``raise error.hiding(url)``."""
+        self.message = mask_webhook_text(self.message, url)
+        self.args = (self.message,)
+        return self
 
 
 def call_with_retries(

@@ -24,6 +24,7 @@ __all__ = [
     "mask_mapping",
     "mask_text",
     "mask_url",
+    "mask_webhook_text",
     "mask_webhook_url",
     "resolve_env",
 ]
@@ -146,6 +147,32 @@ def mask_webhook_url(url: str) -> str:
     rest = f"/{MASK}" if parts.path.strip("/") or parts.query or parts.fragment else parts.path
     userinfo = f"{MASK}@" if "@" in parts.netloc else ""
     return f"{parts.scheme}://{userinfo}{host}{rest}"
+
+
+def mask_webhook_text(text: str, url: str) -> str:
+    """``text`` (a receiver's reply, an error message) fit to show where mask_webhook_url
+    hides ``url`` (the resolved one): the URL's target, path, query, each non-empty path
+    segment and each query value, as sent or decoded, become ****; then mask_text. A receiver
+    quoting the request back (Express's `Cannot POST /services/T0/B0/SECRET`) shows no token.
+    A segment or value counts where it stands alone (a path segment `hook` leaves the word
+    `webhook` whole); the whole path and target count anywhere."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return mask_text(text)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    whole = {url.strip(), target, parts.path, parts.query, parts.fragment}
+    pieces = set(parts.path.split("/")) | {value for _, value in parse_qsl(parts.query, keep_blank_values=True)}
+    forms = [(form, form in whole) for piece in whole | pieces for form in (piece, unquote(piece))]
+    # longest first, so a segment never leaves part of the path around it behind
+    for form, anywhere in sorted(set(forms), key=lambda item: len(item[0]), reverse=True):
+        if form in ("", "/"):
+            continue
+        if anywhere:
+            text = text.replace(form, MASK)
+        else:
+            text = re.sub(rf"(?<![\w.~%-]){re.escape(form)}(?![\w.~%-])", MASK, text)
+    return mask_text(text)
 
 
 def mask_mapping(config: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,10 @@
+from typing import Any
+
+from django import forms
 from django.contrib import admin
 from django.db.models import Model
 
+from auditor.lib.secrets import mask_mapping, mask_url
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 
 
@@ -15,13 +19,61 @@ class FileAwareAdmin(admin.ModelAdmin):
     readonly_fields = ("config_file",)
 
 
+class ClusterAdminForm(forms.ModelForm):
+    """The config as pages show it (secret keys and URL passwords as ****, ${ENV} references
+    kept); a value posted back as its mask keeps the stored value."""
+
+    class Meta:
+        model = Cluster
+        fields = "__all__"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if isinstance(self.instance.config, dict):
+            self.initial["config"] = mask_mapping(self.instance.config)
+
+    def clean_config(self) -> Any:
+        config = self.cleaned_data["config"]
+        stored = self.instance.config  # not yet replaced: _post_clean fills the instance
+        if not isinstance(config, dict) or not isinstance(stored, dict):
+            return config
+        masked = mask_mapping(stored)
+        return {
+            key: stored[key] if key in stored and value == masked[key] != stored[key] else value
+            for key, value in config.items()
+        }
+
+
+class SourceDatabaseAdminForm(forms.ModelForm):
+    """The URL as pages show it (its password as ****, a ${ENV} reference kept); posted back
+    as that mask, the stored URL is kept."""
+
+    class Meta:
+        model = SourceDatabase
+        fields = "__all__"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.url:
+            self.initial["url"] = mask_url(self.instance.url)
+
+    def clean_url(self) -> str:
+        url: str = self.cleaned_data["url"]
+        stored = self.instance.url  # not yet replaced: _post_clean fills the instance
+        if stored and url == mask_url(stored) != stored:
+            return stored
+        return url
+
+
 @admin.register(Cluster)
 class ClusterAdmin(FileAwareAdmin):
+    form = ClusterAdminForm
     list_display = ("name", "bootstrap_servers", declared_in, "updated_at")
 
 
 @admin.register(SourceDatabase)
 class SourceDatabaseAdmin(FileAwareAdmin):
+    form = SourceDatabaseAdminForm
     list_display = ("name", "masked_url", declared_in, "updated_at")
 
 

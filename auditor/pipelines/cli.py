@@ -46,9 +46,18 @@ def run(options: dict[str, Any], out: TextIO) -> int:
         return 2
     if options["json"]:
         status = "dry-run" if result.dry_run else "applied"
-        body = {"status": status, "created": result.created, "updated": result.updated, "removed": result.removed}
+        body: dict[str, Any] = {
+            "status": status,
+            "created": result.created,
+            "updated": result.updated,
+            "removed": result.removed,
+        }
+        if result.warnings:
+            body["warnings"] = [vars(w) for w in result.warnings]
         out.write(json.dumps(body) + "\n")
         return 0
+    for warning in result.warnings:
+        out.write(f"warning: {warning}\n")
     would = "would " if result.dry_run else ""
     for verb, items in (("create", result.created), ("update", result.updated), ("remove", result.removed)):
         past = {"create": "created", "update": "updated", "remove": "removed"}[verb]

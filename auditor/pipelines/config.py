@@ -20,7 +20,7 @@ from auditor.alerts.config import apply_webhooks, parse_webhooks_section
 from auditor.alerts.models import Channel
 from auditor.lib.durations import parse_duration
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
-from auditor.lib.secrets import MissingEnvError, env_refs, resolve_env
+from auditor.lib.secrets import MissingEnvError, env_refs, is_secret_key, mask_text, mask_url, resolve_env
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.vocabulary import GUARANTEES
 from spark_jobs.binding import BindingError, check_zone
@@ -57,6 +57,20 @@ class ParsedConfig:
     bindings: dict[str, dict[str, Any]] = field(default_factory=dict)
     stuck_rules: dict[str, dict[str, Any]] = field(default_factory=dict)
     webhooks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # applied all the same (refusing them would break files that work today), said in the output
+    warnings: list[Problem] = field(default_factory=list)
+
+
+LITERAL_SECRET = "a secret written in the file (stored as written, shown masked): use a ${ENV} reference"
+
+
+def _literal_secret(key: str, value: object) -> bool:
+    """Whether a cluster setting holds a credential written out rather than a ${ENV} reference:
+    a secret key (is_secret_key) with no reference in it, or one whose password=… is literal.
+    A `*.location` names a file (ssl.key.location), not the secret itself."""
+    if not isinstance(value, str) or not is_secret_key(key) or key.endswith(".location"):
+        return False
+    return not env_refs(value) or mask_text(value) != value
 
 
 def _to_python(node: yaml.Node, path: str, lines: dict[str, int]) -> Any:
@@ -81,14 +95,22 @@ class _Validator:
         self.file = file
         self.lines = lines
         self.problems: list[Problem] = []
+        self.warnings: list[Problem] = []
 
-    def problem(self, path: str, message: str) -> None:
+    def _at(self, path: str, message: str) -> Problem:
         line = self.lines.get(path)
         probe = path
         while line is None and "." in probe:
             probe = probe.rsplit(".", 1)[0]
             line = self.lines.get(probe)
-        self.problems.append(Problem(self.file, line, path, message))
+        return Problem(self.file, line, path, message)
+
+    def problem(self, path: str, message: str) -> None:
+        self.problems.append(self._at(path, message))
+
+    def warning(self, path: str, message: str) -> None:
+        """Something applied all the same; names the field, never its value."""
+        self.warnings.append(self._at(path, message))
 
     def mapping(self, value: Any, path: str) -> dict[str, Any] | None:
         if not isinstance(value, dict):
@@ -180,6 +202,8 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
         for key, value in config.items():
             if isinstance(value, str):
                 v.env(value, f"{path}.config.{key}")
+            if _literal_secret(str(key), value):
+                v.warning(f"{path}.config.{key}", LITERAL_SECRET)
         parsed.clusters[name] = {"bootstrap_servers": servers, "config": config}
 
     for name, item in sections["sources"].items():
@@ -190,6 +214,8 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
         url = v.string(item, "url", path)
         if url:
             v.env(url, f"{path}.url")
+            if mask_url(url) != url:
+                v.warning(f"{path}.url", LITERAL_SECRET.replace("a secret", "a password"))
             try:
                 resolved = resolve_env(url)
             except MissingEnvError:
@@ -313,6 +339,7 @@ def parse_config_text(text: str, file: str = "<config>") -> ParsedConfig:
 
     if v.problems:
         raise ConfigError(v.problems)
+    parsed.warnings = v.warnings
     return parsed
 
 
@@ -340,6 +367,7 @@ class ApplyResult:
     updated: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     dry_run: bool = False
+    warnings: list[Problem] = field(default_factory=list)
 
 
 def config_file_name(path: str | Path) -> str:
@@ -396,7 +424,7 @@ def apply_config(
     """
     if prune and not config_file:
         raise ValueError("pruning needs the config file's name")
-    result = ApplyResult(dry_run=dry_run)
+    result = ApplyResult(dry_run=dry_run, warnings=list(parsed.warnings))
     owned = {"config_file": config_file} if config_file else {}
 
     def record(kind: str, name: str, created: bool) -> None:

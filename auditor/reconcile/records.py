@@ -26,7 +26,7 @@ from psycopg import sql
 
 from auditor.lib.identifiers import IdentifierError, validate_identifier, validate_table_name
 from auditor.lib.record_keys import record_key_of
-from auditor.lib.secrets import MissingEnvError, mask_db_error
+from auditor.lib.secrets import MASK, MissingEnvError, is_secret_key, mask_db_error
 from auditor.pipelines.models import Binding
 from auditor.probes.headers import AUDIT, AUDIT_V2_SIZE, decode_audit_header, parse_audit_headers
 from auditor.probes.message import record_headers, record_position
@@ -293,7 +293,9 @@ def _in_zone(wall: datetime, zone_name: str) -> datetime | None:
 
 
 def read_source_row(binding: Binding, key: str) -> SourceLookup:
-    """The binding's source row(s) whose key column equals ``key`` (every column, as text)."""
+    """The binding's source row(s) whose key column equals ``key`` (every column, as text; a
+    column named like a secret (is_secret_key: password_hash, api_token) as ****, for the key
+    page reaches every viewer; the key column is the key, already in the page's address)."""
     lookup = SourceLookup()
     try:
         schema, table = validate_table_name(binding.table)
@@ -323,7 +325,10 @@ def read_source_row(binding: Binding, key: str) -> SourceLookup:
         detail = mask_db_error(exc, url)
         lookup.error = f"reading {binding.table} in source {binding.source.name} failed: {detail}"
         return lookup
-    lookup.rows = [[_shown(v) for v in row] for row in rows]
+    hidden = [is_secret_key(column) and column != key_column for column in lookup.columns]
+    lookup.rows = [
+        [MASK if hide and v is not None else _shown(v) for v, hide in zip(row, hidden, strict=True)] for row in rows
+    ]
     if rows and created_column in lookup.columns:
         value = rows[0][lookup.columns.index(created_column)]
         if isinstance(value, datetime):

@@ -2,7 +2,8 @@
 
 Webhooks: a ``notice`` of kind ``report`` with the headline numbers and links (the
 report itself stays in the app). A schedule that selects channels notifies exactly
-those; otherwise ``send_notice`` reaches every enabled channel with ``reports`` on.
+those; otherwise ``send_notice`` reaches every enabled channel with ``reports`` on whose
+binding scope (if any) covers the report's bindings.
 
 E-mail: to the schedule's recipients, only when EMAIL_HOST is set (auditor.reports.conf):
 a plain-text body, the headline as an HTML alternative, and the CSV attached. What was
@@ -80,7 +81,7 @@ def notify_webhooks(report: Report) -> dict[str, Any]:
     if report.schedule and report.schedule.channels.exists():
         deliveries = _notify_chosen(chosen, summary, details)
     else:
-        deliveries = send_notice(NOTICE_KIND, summary, details)
+        deliveries = send_notice(NOTICE_KIND, summary, details, binding_names=report.binding_names)
     return {
         "channels": [d.channel.name for d in deliveries],
         "deliveries": [d.pk for d in deliveries],

@@ -294,3 +294,34 @@ def test_it_uses_the_secret_from_the_environment(make_channel):
     channel = make_channel()
     assert channel.secret == "${" + SECRET_ENV + "}"
     assert channel.secret_state() == "set" and channel.masked_secret() == "****"
+
+
+@pytest.mark.parametrize("by_reference", [False, True], ids=["literal", "env-reference"])
+def test_it_keeps_a_hook_path_quoted_back_in_a_404_out_of_every_error_viewers_see(
+    webhook_settings, make_channel, receiver, client_as, monkeypatch, by_reference
+):
+    """A receiver answering 404 with `Cannot POST /services/T0/B0/<token>` (Express's default)
+    must not hand viewers the token that mask_webhook_url hides."""
+    token = "XXXXSECRET42"
+    url = f"{receiver.base_url}/services/T0/B0/{token}?key=QUERYSECRET7"
+    if by_reference:
+        monkeypatch.setenv("AUDITOR_TEST_HOOK_URL", url)
+    channel = make_channel(url="${AUDITOR_TEST_HOOK_URL}" if by_reference else url)
+    receiver.echo_404 = True
+    pushed: list[object] = []
+    monkeypatch.setattr("auditor.alerts.delivery.publish", lambda *args: pushed.append(args))
+    raise_problem("finding:missing", "fp", None, "missing")
+    [delivery] = deliver_pending()
+    assert [r.path for r in receiver.received] == [f"/services/T0/B0/{token}?key=QUERYSECRET7"]
+    assert (delivery.status, delivery.status_code) == ("failed", 404)
+    assert delivery.last_error.startswith("HTTP 404 Not Found: <pre>Cannot POST ****")
+    channel.refresh_from_db()
+    for text in (delivery.last_error, channel.last_error, repr(pushed)):
+        assert token not in text and "QUERYSECRET7" not in text
+    viewer = client_as("viewer")
+    for page in ("/alerts/", f"/alerts/channels/{channel.pk}/", "/api/alerts/channels/"):
+        response = viewer.get(page)
+        assert response.status_code == 200, page
+        content = response.content.decode()
+        assert "Cannot POST" in content or page == "/alerts/", page  # the error is shown, masked
+        assert token not in content and "QUERYSECRET7" not in content, page

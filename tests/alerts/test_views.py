@@ -113,6 +113,27 @@ def test_it_keeps_the_secret_when_an_edit_leaves_it_empty(client_as, channel):
     assert (channel.name, channel.format, channel.secret) == ("renamed", "slack", "${AUDITOR_TEST_WEBHOOK_SECRET}")
 
 
+def test_it_keeps_a_literal_hook_urls_token_off_the_edit_page_and_an_edit_posting_it_back_keeps_the_url(
+    client_as, make_channel, webhook_settings, receiver
+):
+    url = f"{receiver.base_url}/services/T0/B0/XXXXSECRET"
+    hook = make_channel("slack-hook", url=url)
+    client = client_as("admin")
+    page = client.get(f"/alerts/channels/{hook.pk}/edit/").content.decode()
+    assert "XXXXSECRET" not in page and "/services/" not in page
+    assert f'value="{receiver.base_url}/****"' in page
+    form = {"name": "renamed", "url": f"{receiver.base_url}/****", "secret": "", "format": "generic"}
+    response = client.post(f"/alerts/channels/{hook.pk}/edit/", form)
+    assert response.status_code == 302
+    hook.refresh_from_db()
+    assert (hook.name, hook.url) == ("renamed", url)
+    # a new URL is still checked
+    response = client.post(f"/alerts/channels/{hook.pk}/edit/", {**form, "url": "ftp://example.com/****"})
+    assert response.status_code == 200 and "must start with http:// or https://" in response.content.decode()
+    hook.refresh_from_db()
+    assert hook.url == url
+
+
 @pytest.mark.parametrize(
     "data,error",
     [

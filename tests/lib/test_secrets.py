@@ -127,3 +127,16 @@ def test_a_literal_webhook_url_is_shown_without_its_path_and_query() -> None:
     assert shown("${SLACK_HOOK_URL}") == "${SLACK_HOOK_URL}"  # the reference is no secret
     assert shown("https://${HOOK_HOST}/services/T0/B0/literaltoken") == "https://${HOOK_HOST}/****"
     assert shown("not a url") == "****"
+
+
+def test_a_reply_quoting_a_webhook_urls_path_is_masked_and_other_words_kept() -> None:
+    url = "https://hooks.example.com/services/T0/B0/XXXX%2BSECRET?token=Q1&x=1"
+    reply = (
+        "Cannot POST /services/T0/B0/XXXX%2BSECRET?token=Q1&x=1; token XXXX+SECRET, "
+        "segment B0, value Q1; webhook services are down"
+    )
+    masked = lib_secrets.mask_webhook_text(reply, url)
+    assert "SECRET" not in masked and "Q1" not in masked and " B0" not in masked
+    assert masked.startswith("Cannot POST ****; token ****, segment ****, value ****")
+    assert masked.endswith("webhook **** are down")  # a segment alone is masked, a word holding it is not
+    assert lib_secrets.mask_webhook_text("refused: webhook host", "http://h/hook") == "refused: webhook host"

@@ -214,3 +214,34 @@ def test_a_record_key_that_is_not_utf8_is_found_as_the_job_names_it(
 
     assert record_rows(html) == [f"{partition}@{offset}"]
     assert "holds a record of another key" not in html
+
+
+def test_it_shows_a_source_rows_secret_named_columns_masked(
+    client_as, make_topic, make_binding, source_database_url: str
+) -> None:
+    """The key page reaches every viewer: a column named like a secret (is_secret_key) is shown
+    as ****, every other column as it is."""
+    topic = make_topic("rkeysecret", partitions=1)
+    table = f"keysecret_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE {table} (id text PRIMARY KEY, created_at timestamptz NOT NULL, title text, "
+            "password text, api_token text, secret text)"
+        )
+        conn.execute(
+            f"INSERT INTO {table} VALUES ('U-1', now(), 'plain title', 'pbkdf2-hunter2-hash', 'tok-4711-abc', NULL)"
+        )
+    try:
+        binding = make_binding(f"ks-{uuid.uuid4().hex[:6]}", topic, f"public.{table}")
+        html = client_as("viewer").get(f"/reconcile/keys/{binding.name}/U-1/").content.decode()
+        text = client_as("viewer").get(f"/reconcile/keys/{binding.name}/U-1/?format=text").content.decode()
+    finally:
+        with psycopg.connect(source_database_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+    for page in (html, text):
+        assert "pbkdf2-hunter2-hash" not in page and "tok-4711-abc" not in page
+    assert '<tr><th>password</th><td class="mono">****</td></tr>' in html
+    assert '<tr><th>api_token</th><td class="mono">****</td></tr>' in html
+    assert '<tr><th>secret</th><td class="mono">NULL</td></tr>' in html  # nothing to hide
+    assert '<tr><th>title</th><td class="mono">plain title</td></tr>' in html
+    assert '<tr><th>id</th><td class="mono">U-1</td></tr>' in html

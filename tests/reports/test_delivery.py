@@ -82,6 +82,30 @@ def test_it_tells_only_the_channels_a_schedule_names(
     assert receiver.received[0].signature_valid
 
 
+def test_it_tells_a_channel_scoped_to_bindings_only_of_reports_it_covers(
+    webhook_settings: Any,
+    make_channel: Callable[..., Channel],
+    receiver: Receiver,
+    schedule: ReportSchedule,
+    report_data: ReportData,
+) -> None:
+    """Alerts honour a channel's binding scope; so do report notices: a channel scoped to one
+    of a two-binding report's bindings is not told of the other's numbers."""
+    make_channel("everything", events={"reports": True})
+    make_channel("tickets-team", events={"reports": True}, bindings=[report_data.tickets])
+    make_channel("both", events={"reports": True}, bindings=[report_data.tickets, report_data.orders])
+
+    report = build_scheduled_report(schedule.pk, now=NOW)
+
+    assert report is not None and sorted(report.binding_names) == sorted(
+        [report_data.tickets.name, report_data.orders.name]
+    )
+    deliver_pending()
+    assert sorted(r.json()["channel"] for r in receiver.wait_for(2)) == ["both", "everything"]
+    assert sorted(report.delivery["webhooks"]["channels"]) == ["both", "everything"]
+    assert not Delivery.objects.filter(channel__name="tickets-team").exists()
+
+
 def test_it_builds_a_schedule_s_report_once_per_period(schedule: ReportSchedule) -> None:
     first = build_scheduled_report(schedule.pk, now=NOW)
     again = build_scheduled_report(schedule.pk, now=NOW + timedelta(minutes=5))  # beat fired twice

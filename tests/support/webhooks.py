@@ -34,13 +34,15 @@ class Received:
 
 
 class Receiver:
-    """Answers POSTs with the queued statuses (then 200), after an optional delay each."""
+    """Answers POSTs with the queued statuses (then 200), after an optional delay each;
+    with ``echo_404`` set, answers 404 quoting the request path back as Express does."""
 
     def __init__(self, secret: str) -> None:
         self.secret = secret
         self.statuses: deque[int] = deque()
         self.delays: deque[float] = deque()
         self.received: list[Received] = []
+        self.echo_404 = False
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,11 +59,14 @@ class Receiver:
                 if delay:
                     time.sleep(delay)
                 status = receiver.statuses.popleft() if receiver.statuses else 200
+                reply = b"bad request: missing field" if status == 400 else b"ok"
+                if receiver.echo_404:
+                    status, reply = 404, f"<pre>Cannot POST {self.path}</pre>".encode()  # Express's default
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "text/plain")
                     self.end_headers()
-                    self.wfile.write(b"bad request: missing field" if status == 400 else b"ok")
+                    self.wfile.write(reply)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client timed out and left
 
@@ -70,7 +75,8 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.url = f"{self.base_url}/hook"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
     def __enter__(self) -> Receiver:
