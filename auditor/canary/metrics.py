@@ -9,6 +9,10 @@ fingerprints (``cluster_scope``); the default cluster's series have no such labe
 a stopped canary on one cluster would be hidden by another's fresh minutes. The latency is the highest per-minute p99
 of the window (the minutes' records are gone, so the window's exact p99 is not known);
 partitions that received nothing in the window have no latency sample.
+
+The newest stored minute per cluster and topic is taken over all points, not the window: a
+canary that stopped long ago keeps reporting the minute it stopped at (see
+``_newest_minutes``).
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ def collect() -> Iterator[Sample]:
         list(
             CanaryPoint.objects.filter(minute__gte=since)
             .values("cluster", "bootstrap_servers", "topic", "partition")
-            .annotate(**{name: Sum(name) for name in COUNTS}, p99_ms=Max("p99_ms"), newest=Max("minute"))
+            .annotate(**{name: Sum(name) for name in COUNTS}, p99_ms=Max("p99_ms"))
         ),
     )
     series = _per_cluster(rows)
@@ -78,16 +82,26 @@ def collect() -> Iterator[Sample]:
                 _labels(scope, topic, partition),
                 help="Highest per-minute p99 of the produce-to-consume latency in the window",
             )
-    newest: dict[tuple[str, str], float] = {}
-    for (scope, topic, _), row in series.items():
-        newest[scope, topic] = max(newest.get((scope, topic), 0.0), row["newest"].timestamp())
-    for (scope, topic), timestamp in newest.items():
+    for (scope, topic), timestamp in _newest_minutes().items():
         yield Sample(
             "auditor_canary_last_minute_timestamp_seconds",
             timestamp,
             _labels(scope, topic),
             help="Start of the newest minute the canary stored (a stopped canary stops advancing it)",
         )
+
+
+def _newest_minutes() -> dict[tuple[str, str], float]:
+    """Start of the newest stored minute per (cluster scope, topic), over all points, not just
+    the window: a canary stopped longer than the window ago keeps its last minute, so
+    ``time() - auditor_canary_last_minute_timestamp_seconds`` keeps growing and the
+    CanaryStopped alert stays firing instead of resolving when the series would vanish."""
+    rows = CanaryPoint.objects.values("cluster", "bootstrap_servers", "topic").annotate(newest=Max("minute"))
+    newest: dict[tuple[str, str], float] = {}
+    for row in rows:
+        key = (cluster_scope(row["cluster"], row["bootstrap_servers"]), row["topic"])
+        newest[key] = max(newest.get(key, 0.0), row["newest"].timestamp())
+    return dict(sorted(newest.items(), key=lambda item: (item[0][1], item[0][0])))
 
 
 def _per_cluster(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int], dict[str, Any]]:
@@ -102,9 +116,8 @@ def _per_cluster(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int], dict[
             continue
         for name in COUNTS:
             merged[name] += row[name]
-        for name in ("p99_ms", "newest"):
-            values = [v for v in (merged[name], row[name]) if v is not None]
-            merged[name] = max(values) if values else None
+        values = [v for v in (merged["p99_ms"], row["p99_ms"]) if v is not None]
+        merged["p99_ms"] = max(values) if values else None
     return dict(sorted(series.items(), key=lambda item: (item[0][1], item[0][2], item[0][0])))
 
 

@@ -199,8 +199,9 @@ def filtered_findings(filters: FindingFilters) -> QuerySet[Finding]:
 class RunSlicedFindings:
     """The current findings of several runs as one sequence a Paginator can page through.
 
-    A run's findings never change once it is published, so each run's count (for the
-    kind filter) is counted once and cached, and a page is read from the one or two runs
+    A run's findings never change once it is published, until prune_findings deletes them
+    (it sets ``findings_pruned``, which is part of the cache key), so each run's count (for
+    the kind filter) is counted once and cached, and a page is read from the one or two runs
     it covers through the (run, kind, id) index: the page costs the same with a million
     findings as with a hundred, instead of sorting every current finding for each page.
     """
@@ -216,8 +217,11 @@ class RunSlicedFindings:
 
     def _count(self, run: ReconcileRun) -> int:
         # The run's job id and finish time too: a restored database may give another run this pk.
+        # And whether its findings were pruned: pruning deletes them, and the count cached
+        # before would show them for RUN_COUNT_CACHE_SECONDS.
         finished = run.finished_at.timestamp() if run.finished_at else ""
-        cache_key = f"findings:count:{run.pk}:{run.job_run_id}:{finished}:{self.kind}"
+        pruned = "pruned" if run.findings_pruned else "kept"
+        cache_key = f"findings:count:{run.pk}:{run.job_run_id}:{finished}:{pruned}:{self.kind}"
         n = cache.get(cache_key)
         if n is None:
             n = self._query(run).count()

@@ -40,6 +40,15 @@ HEADLINE = (
 
 # Totals that leave out what is unknown: the total counting what was left out, and what it counts.
 UNKNOWN_IN = {"findings": ("findings_unknown", "binding"), "stuck": ("stuck_unknown", "stuck rule")}
+# Totals that are None when nothing measured them in the period, and why: shown as unknown, never
+# as 0 or a bare dash (the canary's p99 stays "—": None there can also mean nothing was received).
+NOT_MEASURED = {
+    "lint_errors": "no scan in the period",
+    "lint_warnings": "no scan in the period",
+    "canary_lost": "no canary in the period",
+    "canary_truncated": "no canary in the period",
+    "canary_duplicated": "no canary in the period",
+}
 
 
 def headline(totals: dict[str, Any]) -> list[dict[str, Any]]:
@@ -50,6 +59,8 @@ def headline(totals: dict[str, Any]) -> list[dict[str, Any]]:
             if isinstance(value, float):
                 value = round(value, 1)
             shown = "—" if value is None else value
+            if value is None and key in NOT_MEASURED:
+                shown = f"unknown ({NOT_MEASURED[key]})"
             unknown_key, what = UNKNOWN_IN.get(key, ("", ""))
             unknown = int(totals.get(unknown_key) or 0)
             if unknown:  # a sum over what is known, never one that reads as complete

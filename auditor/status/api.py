@@ -25,7 +25,10 @@ PIPELINE_SCHEMA = {
         "last_run_at": {"type": ["string", "null"], "format": "date-time"},
         "last_run_id": {"type": ["integer", "null"]},
         "trend": {"type": "array", "items": {"type": "integer"}, "description": "breaking findings, last runs"},
-        "canary": {"type": ["object", "null"], "description": "loss and latency of the canary on its cluster"},
+        "canary": {
+            "type": ["object", "null"],
+            "description": "loss and latency of the canary on its cluster over the metrics window: sent, lost, truncated (read, then cut from the log), loss_pct ((lost + truncated) / sent, in %), p99_ms, window_minutes",
+        },
     },
 }
 OVERVIEW_SCHEMA = {

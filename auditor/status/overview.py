@@ -270,7 +270,7 @@ def _canary_groups(now: datetime) -> list[dict[str, Any]]:
     rows = (
         CanaryPoint.objects.filter(minute__gte=since)
         .values("cluster", "bootstrap_servers")
-        .annotate(sent=Sum("sent"), lost=Sum("lost"), p99=Max("p99_ms"))
+        .annotate(sent=Sum("sent"), lost=Sum("lost"), truncated=Sum("truncated"), p99=Max("p99_ms"))
         .order_by("cluster", "bootstrap_servers")
     )
     return [dict(row) for row in rows]
@@ -290,18 +290,23 @@ def canary_measured_on(group: dict[str, Any], cluster: Cluster) -> bool:
 
 
 def canary_summary(groups: list[dict[str, Any]], cluster: Cluster) -> dict[str, Any] | None:
-    """Loss and latency of the canary on ``cluster`` over the metrics window, or None when it sent nothing there."""
+    """Loss and latency of the canary on ``cluster`` over the metrics window, or None when it sent nothing there.
+
+    ``loss_pct`` counts the records lost and those truncated (read, then cut from the log), as
+    the report's loss ratio, the canary's loss alert and the CanaryLoss rule do."""
     mine = [g for g in groups if canary_measured_on(g, cluster)]
     sent = sum(int(g["sent"] or 0) for g in mine)
     if not sent:
         return None
     lost = sum(int(g["lost"] or 0) for g in mine)
+    truncated = sum(int(g["truncated"] or 0) for g in mine)
     p99s = [g["p99"] for g in mine if g["p99"] is not None]
     return {
         "window_minutes": canary_window_minutes(),
         "sent": sent,
         "lost": lost,
-        "loss_pct": round(100.0 * lost / sent, 3),
+        "truncated": truncated,
+        "loss_pct": round(100.0 * (lost + truncated) / sent, 3),
         "p99_ms": max(p99s) if p99s else None,
     }
 

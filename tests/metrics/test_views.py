@@ -138,6 +138,24 @@ def test_it_keeps_canaries_on_different_clusters_apart(bearer, settings):
     ]
 
 
+def test_it_keeps_the_last_minute_of_a_canary_stopped_before_the_window(bearer, settings):
+    # The canary stopped 20 minutes ago, longer than the 15-minute window: its last minute must
+    # stay exposed (so CanaryStopped, time() - last minute > 180, keeps firing), while its
+    # counts, which cover the window only, are absent.
+    settings.AUDITOR_METRICS_CANARY_WINDOW_MINUTES = 15
+    topic = f"canary-s-{uuid.uuid4().hex[:6]}"
+    stopped = _minute(20)
+    _point(topic, _minute(40), 0, sent=600, received=600)
+    _point(topic, stopped, 0, sent=600, received=600)
+    _point(topic, stopped, 1, cluster="east", sent=600, received=600)
+
+    lines = scrape(bearer("viewer"))
+    assert [line for line in lines if f'topic="{topic}"' in line] == [
+        f'auditor_canary_last_minute_timestamp_seconds{{topic="{topic}"}} {stopped.timestamp()!r}',
+        f'auditor_canary_last_minute_timestamp_seconds{{cluster="east",topic="{topic}"}} {stopped.timestamp()!r}',
+    ]
+
+
 def test_it_escapes_a_hostile_topic_name(bearer):
     hostile = f'evil"}} auditor_up{{x="1"}} 0\n\\{uuid.uuid4().hex[:6]}'
     _point(hostile, _minute(1), 0, sent=10, received=9, lost=1)
@@ -223,7 +241,8 @@ def test_it_scrapes_in_a_fixed_number_of_queries(bearer, django_assert_max_num_q
     for i in range(20):
         _row(scan, "T001", "error", "topic", f"topic t{i}")
     headers = bearer("viewer")
-    # token, last-used, role, 2 savepoints x 4 collectors, canary aggregate, latest scan, lint aggregate,
+    # token, last-used, role, 2 savepoints x 4 collectors, canary aggregate, canary newest minutes,
+    # latest scan, lint aggregate,
     # reconcile (last success, current runs, findings), stuck (open items)
     with django_assert_max_num_queries(20):
         Client().get(URL, headers=headers)

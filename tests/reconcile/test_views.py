@@ -153,6 +153,23 @@ def test_it_shows_one_runs_findings_and_warns_of_a_failed_latest_run(client_as, 
     assert f"The latest run of orders (#{world['failed'].pk}) failed: Kafka &lt;down&gt;" in current
 
 
+def test_it_counts_no_findings_for_a_run_pruned_after_its_page_was_viewed(client_as, world, settings) -> None:
+    from auditor.reconcile.service import prune_findings
+
+    old = world["old"]
+    before = client_as("viewer").get(f"/reconcile/findings/?run={old.pk}")
+    assert before.context["page"].paginator.count == 1  # counted, and the count cached
+    settings.RECONCILE_KEEP_FINDING_RUNS = 1
+    assert prune_findings(world["tickets"]) == 1  # the older run's one finding
+
+    after = client_as("viewer").get(f"/reconcile/findings/?run={old.pk}")
+    assert after.context["page"].paginator.count == 0
+    html = after.content.decode()
+    assert rows(html, "finding") == []
+    assert '<p class="muted" id="findings-count">0 findings' in html
+    assert "pruned, only its counts are kept" in html
+
+
 def test_it_pages_through_findings(client_as, make_binding) -> None:
     binding = make_binding("many", "many", "public.many")
     ok_run(binding, [{"kind": "missing", "key": f"{i:03d}"} for i in range(120)])

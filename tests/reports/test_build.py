@@ -224,7 +224,9 @@ def test_it_reports_a_period_without_data_as_zeros_and_what_is_at_its_end_as_unk
 
     report = build_report([report_data.tickets], END + timedelta(days=5), END + timedelta(days=6), trigger="cli")
     assert report.status == "ok"
-    assert report.totals["runs"] == report.totals["canary_lost"] == 0
+    assert report.totals["runs"] == report.totals["canary_sent"] == 0
+    # no lint scan, no canary point in the period: their counts are not known either, never 0
+    assert report.totals["lint_errors"] is None and report.totals["canary_lost"] is None
     # no run or diagnosis in the period: what was wrong at its end is not known, never 0
     assert report.totals["findings"] is None and report.totals["stuck"] is None
     cards = {card["key"]: card["value"] for card in headline(report.totals)}
@@ -232,6 +234,33 @@ def test_it_reports_a_period_without_data_as_zeros_and_what_is_at_its_end_as_unk
     assert report.totals["lint_scanned"] is False and report.totals["canary_p99_ms_max"] is None
     assert report.csv_rows == 0 and 'id="chart-' not in report.html
     assert "No lint scan of the live system finished in this period." in report.html
+
+
+def test_it_says_lint_and_canary_counts_are_unknown_when_nothing_measured_them(report_data: ReportData) -> None:
+    from datetime import timedelta
+
+    from auditor.reports.render import render_email
+
+    empty = build_report([report_data.tickets], END + timedelta(days=5), END + timedelta(days=6), trigger="cli")
+    cards = {card["key"]: card["value"] for card in headline(empty.totals)}
+    assert (cards["lint_errors"], cards["lint_warnings"]) == ("unknown (no scan in the period)",) * 2
+    assert (cards["canary_lost"], cards["canary_truncated"], cards["canary_duplicated"]) == (
+        "unknown (no canary in the period)",
+    ) * 3
+    notice = notice_summary(empty)
+    text, html = render_email(empty)
+    for shown in (notice, text, html, empty.html):
+        for zero in ("Lint errors 0", "Lint errors: 0", "Lint warnings 0", "Canary lost 0", "Canary lost: 0"):
+            assert zero not in shown
+    assert "Lint errors unknown (no scan in the period)" in notice
+    assert "Canary lost unknown (no canary in the period), Canary truncated unknown (no canary" in notice
+    assert "Lint warnings: unknown (no scan in the period)" in text
+    assert '<div class="n">unknown (no canary in the period)</div><div class="muted">Canary lost</div>' in empty.html
+    assert '<div class="n">unknown (no scan in the period)</div><div class="muted">Lint errors</div>' in empty.html
+
+    measured = notice_summary(build(report_data))  # a scan and canary points in the period: their numbers
+    assert "Lint errors 2, Lint warnings 2, Canary lost 3, Canary truncated 0, Canary duplicated 1" in measured
+    assert "unknown (no" not in measured
 
 
 def test_it_names_unknown_bindings(db: None) -> None:

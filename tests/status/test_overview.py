@@ -277,3 +277,21 @@ def test_it_shows_each_cluster_only_its_own_canary(binding: Binding, settings) -
     assert mine is not None and theirs is not None
     assert (mine["sent"], mine["lost"], mine["p99_ms"]) == (100, 0, 10)
     assert (theirs["sent"], theirs["lost"], theirs["p99_ms"]) == (50, 5, 90)
+
+
+def test_it_counts_truncated_canary_records_as_lost_as_the_report_does(
+    binding: Binding, settings, client_as, bearer
+) -> None:
+    # Read, then cut from the log: gone as much as a record never read (the report's loss
+    # ratio, the canary's loss alert and the CanaryLoss rule count them).
+    from django.test import Client
+
+    settings.KAFKA_BOOTSTRAP_SERVERS = "127.0.0.1:9"
+    canary_minute(bootstrap_servers="127.0.0.1:9", sent=1000, received=995, lost=0, truncated=5, p99_ms=10)
+
+    [pipeline] = Client().get("/api/overview/", headers=bearer("viewer")).json()["pipelines"]
+    assert pipeline["canary"]["loss_pct"] == 0.5
+    assert (pipeline["canary"]["lost"], pipeline["canary"]["truncated"]) == (0, 5)
+    html = client_as("viewer").get("/?part=pipelines").content.decode()
+    assert '<span class="bad-text">0.5 % lost</span>' in html
+    assert "5 truncated" in html

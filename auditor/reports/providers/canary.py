@@ -73,11 +73,14 @@ def canary_section(bindings: Sequence[Binding], start: datetime, end: datetime) 
         if latency_by_minute[name]
     }
     p99s = [t["p99_ms_max"] for t in per_topic.values() if t["p99_ms_max"] is not None]
+    # No canary point in the period: nothing measured loss or duplicates, so they are unknown
+    # (None, shown so), never 0.
+    measured = bool(per_topic)
     totals = {
         "canary_sent": sum(t["sent"] for t in per_topic.values()),
-        "canary_lost": sum(t["lost"] for t in per_topic.values()),
-        "canary_truncated": sum(t["truncated"] for t in per_topic.values()),
-        "canary_duplicated": sum(t["duplicated"] for t in per_topic.values()),
+        "canary_lost": sum(t["lost"] for t in per_topic.values()) if measured else None,
+        "canary_truncated": sum(t["truncated"] for t in per_topic.values()) if measured else None,
+        "canary_duplicated": sum(t["duplicated"] for t in per_topic.values()) if measured else None,
         "canary_p99_ms_max": max(p99s) if p99s else None,
     }
     table: Table = {

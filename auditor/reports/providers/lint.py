@@ -39,9 +39,9 @@ def _latest_scan(start: datetime, end: datetime) -> LintScan | None:
 def lint_section(bindings: Sequence[Binding], start: datetime, end: datetime) -> SectionResult:
     scan = _latest_scan(start, end)
     clusters = sorted({b.cluster.name for b in bindings})
-    if scan is None:
+    if scan is None:  # nothing linted: the counts are unknown (None, shown so), never 0
         return {
-            "summary": {"scan": None, "totals": {"lint_errors": 0, "lint_warnings": 0, "lint_scanned": False}},
+            "summary": {"scan": None, "totals": {"lint_errors": None, "lint_warnings": None, "lint_scanned": False}},
             "tables": [],
             "notes": ["No lint scan of the live system finished in this period."],
         }
