@@ -68,7 +68,13 @@ class CanaryPoint(models.Model):
                 fields=["session", "topic", "minute", "partition"], name="canary_point_unique_per_session"
             )
         ]
-        indexes = [models.Index(fields=["topic", "minute"], name="canary_point_topic_minute")]
+        indexes = [
+            models.Index(fields=["topic", "minute"], name="canary_point_topic_minute"),
+            # the pages', alerts' and /metrics' windows over every topic (minute >= now - window)
+            models.Index(fields=["minute"], name="canary_point_minute"),
+            # /metrics' newest minute per cluster and topic, over every point (an index-only scan)
+            models.Index(fields=["cluster", "bootstrap_servers", "topic", "minute"], name="canary_point_newest"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.topic}/{self.partition} @ {self.minute:%Y-%m-%d %H:%M}"
