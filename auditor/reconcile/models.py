@@ -77,6 +77,13 @@ class ReconcileRun(models.Model):
     timings = models.JSONField(default=dict, blank=True, help_text="seconds per phase of the job")
     claimed_by = models.CharField(max_length=200, blank=True, help_text="host:pid of the process running it")
     findings_pruned = models.BooleanField(default=False, help_text="its findings were deleted; counts kept")
+    # Stored when the run is published, so reports built after prune_findings still have them.
+    cause_counts = models.JSONField(
+        null=True,
+        blank=True,
+        default=None,
+        help_text="findings per kind and cause: [{kind, cause, count}]; null for runs published before it was stored",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

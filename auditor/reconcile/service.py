@@ -20,7 +20,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Max, QuerySet
+from django.db.models import Count, Max, QuerySet
 from django.utils import timezone
 
 from auditor.lib.claimants import claimant_alive, claimant_name
@@ -239,6 +239,13 @@ def _move_staged_findings(run: ReconcileRun) -> int:
     return moved
 
 
+def _cause_counts(run: ReconcileRun) -> list[dict[str, Any]]:
+    """The run's findings per (kind, cause), kept on the run: prune_findings deletes the rows of
+    all but the newest RECONCILE_KEEP_FINDING_RUNS runs, often before a daily report is built."""
+    rows = Finding.objects.filter(run=run).values("kind", "cause").annotate(count=Count("id")).order_by("kind", "cause")
+    return [{"kind": r["kind"], "cause": r["cause"], "count": r["count"]} for r in rows]
+
+
 def _apply_result(run: ReconcileRun, result: dict[str, Any]) -> None:
     run.finished_at = timezone.now()
     duration = result.get("duration_s")
@@ -275,6 +282,7 @@ def finish_run(run: ReconcileRun, result: dict[str, Any]) -> ReconcileRun:
             locked.status = ReconcileRun.OK
             locked.counts = {name: counts.get(name, 0) for name in (*FINDING_KINDS, UNVERIFIABLE, *HEADER_COUNTS)}
             locked.new_findings = int(result.get("new_findings") or 0)
+            locked.cause_counts = _cause_counts(locked)
             locked.save()
             _publish(locked)
             # In the run's transaction: a run is never published without its alerts (sync_problems

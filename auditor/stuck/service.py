@@ -23,6 +23,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Count
 from django.utils import timezone
 
 from auditor.lib.live import publish
@@ -695,8 +696,10 @@ def record_diagnosis(run: DiagnosisRun, result: DiagnosisResult) -> DiagnosisRun
         )
 
         counts = result.counts()
+        # The chart plots the rule's open items, not the rows this run examined: a truncated run
+        # leaves open the items beyond its rows that the source says are still stuck.
         VerdictCount.objects.bulk_create(
-            [VerdictCount(rule=rule, run=run, at=now, verdict=v, count=n) for v, n in counts.items()]
+            [VerdictCount(rule=rule, run=run, at=now, verdict=v, count=n) for v, n in _open_counts(rule).items()]
         )
         run.status = DiagnosisRun.OK
         run.finished_at = now
@@ -724,6 +727,15 @@ def record_diagnosis(run: DiagnosisRun, result: DiagnosisResult) -> DiagnosisRun
         update_problems(rule, result, counts, muted_keys([*created, *updated]))
         prune_history(rule, now)
     return run
+
+
+def _open_counts(rule: StuckRule) -> dict[str, int]:
+    """The rule's open items per verdict, every verdict listed."""
+    counts = dict.fromkeys(STUCK_VERDICTS, 0)
+    rows = StuckItem.objects.open().filter(rule=rule).order_by().values_list("verdict").annotate(n=Count("id"))
+    for verdict, n in rows:
+        counts[verdict] = counts.get(verdict, 0) + n
+    return counts
 
 
 def _unstuck_beyond(rule: StuckRule, result: DiagnosisResult, current: dict[str, ItemVerdict]) -> set[str]:

@@ -56,15 +56,15 @@
       return {
         type: "scatter", mode: "lines+markers",
         name: (by === "leader" ? "broker " : "partition ") + key,
-        x: minutes.map(function (m) { return new Date(m); }),
+        x: minutes.map(function (m) { return AuditorCharts.utc(m); }),
         y: minutes.map(function (m) { const v = series.get(key).get(m)[metric]; return v === undefined ? null : v; }),
       };
     });
     const layout = {
       title: {text: TITLES[metric] + (by === "leader" ? " by leader broker" : " by partition"), font: {size: 13}},
-      margin: {l: 45, r: 10, t: 35, b: 30},
-      xaxis: {type: "date", tickformat: "%H:%M", hoverformat: "%Y-%m-%d %H:%M"}, yaxis: {rangemode: "tozero"},
-      legend: {orientation: "h"}, showlegend: true,
+      margin: {l: 45, r: 10, t: 35, b: 75},
+      xaxis: {type: "date", tickformat: "%H:%M", hoverformat: "%Y-%m-%d %H:%M", title: AuditorCharts.timeAxisTitle}, yaxis: {rangemode: "tozero"},
+      legend: AuditorCharts.legendBelow, showlegend: true,
     };
     Plotly.react(div, traces, layout, {displaylogo: false, responsive: true});
   }
@@ -80,7 +80,7 @@
     const tbody = document.querySelector("#canary-latest tbody");
     const minutes = [...new Set([...points.values()].map(function (p) { return p.minute; }))].sort();
     const latest = minutes[minutes.length - 1];
-    document.getElementById("latest-minute").textContent = latest ? new Date(latest).toLocaleString() : "";
+    document.getElementById("latest-minute").textContent = latest ? AuditorCharts.utc(latest).slice(0, 16) + " UTC" : "";
     const rows = new Map();
     for (const p of points.values()) {
       if (p.minute !== latest) continue;

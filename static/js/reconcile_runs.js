@@ -22,7 +22,7 @@
       traces = page.kinds.map(function (kind) {
         return {
           type: "scatter", mode: "lines+markers", name: kind,
-          x: list.map(function (p) { return new Date(p.finished_at); }),
+          x: list.map(function (p) { return AuditorCharts.utc(p.finished_at); }),
           y: list.map(function (p) { return p.counts[kind] || 0; }),
           text: list.map(function (p) { return "run #" + p.id; }),
         };
@@ -37,7 +37,7 @@
         const runs = byBinding.get(name);
         return {
           type: "scatter", mode: "lines+markers", name: name,
-          x: runs.map(function (p) { return new Date(p.finished_at); }),
+          x: runs.map(function (p) { return AuditorCharts.utc(p.finished_at); }),
           y: runs.map(function (p) { return total(p.counts); }),
           text: runs.map(function (p) { return "run #" + p.id; }),
         };
@@ -45,9 +45,9 @@
     }
     const layout = {
       title: {text: page.binding ? "findings per run by kind" : "findings per run by binding", font: {size: 13}},
-      margin: {l: 45, r: 10, t: 35, b: 30},
-      xaxis: {type: "date", hoverformat: "%Y-%m-%d %H:%M:%S"}, yaxis: {rangemode: "tozero"},
-      legend: {orientation: "h"}, showlegend: true,
+      margin: {l: 45, r: 10, t: 35, b: 75},
+      xaxis: {type: "date", hoverformat: "%Y-%m-%d %H:%M:%S", title: AuditorCharts.timeAxisTitle}, yaxis: {rangemode: "tozero"},
+      legend: AuditorCharts.legendBelow, showlegend: true,
     };
     // #chart-empty already says when there is no run; the axis still needs a sane range.
     layout.xaxis.range = AuditorCharts.dateRange(list.map(function (p) { return Date.parse(p.finished_at); }));

@@ -222,7 +222,7 @@
       const name = rules.length > 1 ? p.rule + " · " + p.verdict : p.verdict;
       if (!series.has(name)) series.set(name, {x: [], y: [], verdict: p.verdict, any: false});
       const s = series.get(name);
-      s.x.push(new Date(p.at));
+      s.x.push(AuditorCharts.utc(p.at));
       s.y.push(p.count);
       if (p.count) s.any = true;
     });
@@ -233,10 +233,10 @@
       };
     });
     const times = [...new Set(data.points.map(function (p) { return Date.parse(p.at); }))];
-    const xaxis = {type: "date", range: AuditorCharts.dateRange(times)};
+    const xaxis = {type: "date", range: AuditorCharts.dateRange(times), title: AuditorCharts.timeAxisTitle};
     const layout = {
-      margin: {l: 50, r: 10, t: 10, b: 30}, xaxis: xaxis, yaxis: {rangemode: "tozero"},
-      legend: {orientation: "h"}, showlegend: true,
+      margin: {l: 50, r: 10, t: 10, b: 75}, xaxis: xaxis, yaxis: {rangemode: "tozero"},
+      legend: AuditorCharts.legendBelow, showlegend: true,
       annotations: traces.length ? [] : [{text: "no stuck items in the last 24 h", showarrow: false,
         xref: "paper", yref: "paper", x: 0.5, y: 0.5}],
     };

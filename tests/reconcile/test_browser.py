@@ -74,3 +74,66 @@ def test_it_follows_a_run_started_from_the_page_live(
     assert "queued" in page.text_content("#run-state")
     assert page.evaluate("window.__notReloaded") is True  # updated in place, not by a reload
     page.close()
+
+
+@pytest.fixture(scope="module")
+def binding_with_a_run_at_ten_utc(django_db_setup: None, django_db_blocker: DjangoDbBlocker) -> Iterator[str]:
+    """A binding committed with one successful run that finished at 10:00 UTC."""
+    from datetime import UTC, datetime
+
+    from auditor.pipelines.models import Binding, Cluster, SourceDatabase
+    from auditor.reconcile.models import ReconcileRun
+
+    name = f"rt-{uuid.uuid4().hex[:8]}"
+    with django_db_blocker.unblock(), closing_connection():
+        cluster = Cluster.objects.create(name=name, bootstrap_servers="127.0.0.1:9092")
+        source = SourceDatabase.objects.create(name=name, url="${SOURCE_DATABASE_URL}")
+        binding = Binding.objects.create(
+            name=name, cluster=cluster, topic=name, source=source, table="public.items", key_column="id"
+        )
+        ReconcileRun.objects.create(
+            binding=binding,
+            status=ReconcileRun.OK,
+            trigger="schedule",
+            finished_at=datetime(2026, 12, 5, 10, 0, tzinfo=UTC),
+            counts={"missing": 3},
+        )
+    yield name
+    with django_db_blocker.unblock(), closing_connection():
+        Binding.objects.filter(name=name).delete()
+        cluster.delete()
+        source.delete()
+
+
+def test_it_plots_a_run_at_its_utc_time_for_a_viewer_in_another_time_zone(
+    browser: Browser, asgi_server: str, admin_credentials: tuple[str, str], binding_with_a_run_at_ten_utc: str
+) -> None:
+    name = binding_with_a_run_at_ten_utc
+    context = browser.new_context(timezone_id="Europe/Berlin")  # UTC+1 in December
+    page = context.new_page()
+    page.goto(f"{asgi_server}/reconcile/runs/?binding={name}")
+    page.fill("input[name=username]", admin_credentials[0])
+    page.fill("input[name=password]", admin_credentials[1])
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{asgi_server}/reconcile/runs/?binding={name}")
+    page.wait_for_function("() => (document.getElementById('findings-chart').data || []).length > 0")
+    assert page.evaluate("new Date(2026, 11, 5, 11).toISOString()") == "2026-12-05T10:00:00.000Z"  # Berlin indeed
+
+    plotted = page.evaluate(
+        """() => {
+          const gd = document.getElementById("findings-chart");
+          const ax = gd._fullLayout.xaxis;
+          // where on the axis Plotly put the run and the range around it, read as UTC wall time
+          const at = (v) => new Date(ax.d2c(v)).toISOString();
+          const missing = gd.data.find((t) => t.name === "missing");
+          return {x: at(missing.x[0]), y: missing.y[0], range: ax.range.map(at), title: ax.title.text};
+        }"""
+    )
+    assert plotted == {
+        "x": "2026-12-05T10:00:00.000Z",  # the runs table's "2026-12-05 10:00:00", not 11:00
+        "y": 3,
+        "range": ["2026-12-05T09:30:00.000Z", "2026-12-05T10:30:00.000Z"],
+        "title": "UTC",
+    }
+    page.locator("#findings-chart").screenshot(path="/tmp/numb-findings-chart.png")
+    context.close()

@@ -486,3 +486,58 @@ def test_a_broker_blip_while_one_opening_is_handed_to_celery_leaves_the_other_ki
         "finding:tickets:missing": Alert.OPEN,
     }
     assert handed and set(Delivery.objects.values_list("status", flat=True)) == {Delivery.PENDING}
+
+
+def test_a_report_built_after_the_periods_latest_run_was_pruned_still_has_its_causes(binding, settings) -> None:
+    """A daily report is built after the day's last run; by then, at the default settings, ten
+    later runs have pruned that run's finding rows. Its causes were kept on the run."""
+    from auditor.reports.providers.reconcile import reconcile_section
+
+    settings.RECONCILE_KEEP_FINDING_RUNS = 10  # the default
+    run = running(binding)
+    staged(
+        run,
+        {"kind": "missing", "key": "4", "cause": "broker-lost"},
+        {"kind": "missing", "key": "5", "cause": "broker-lost"},
+        {"kind": "gap", "key": "6"},
+    )
+    last_in_period = finish_run(run, ok_result(missing=2, gap=1))
+    end = timezone.now()
+    for _ in range(11):
+        finish_run(running(binding), ok_result())
+    ReconcileRun.objects.exclude(pk=last_in_period.pk).update(created_at=end + timedelta(hours=1))
+
+    last_in_period.refresh_from_db()
+    assert last_in_period.findings_pruned and not Finding.objects.filter(run=last_in_period).exists()
+    section = reconcile_section([binding], end - timedelta(hours=1), end)
+    entry = section["summary"]["bindings"]["tickets"]
+    assert (entry["latest_run"], entry["findings_total"], entry["causes_available"]) == (last_in_period.pk, 3, True)
+    assert entry["by_cause"] == [
+        {"kind": "gap", "cause": None, "count": 1},
+        {"kind": "missing", "cause": "broker-lost", "count": 2},
+    ]
+    cause_table = section["tables"][1]
+    assert cause_table["rows"] == [["tickets", "gap", "—", 1], ["tickets", "missing", "broker-lost", 2]]
+    assert [(r["kind"], r["cause"], r["key"], r["detail"]) for r in section["csv_rows"]] == [
+        ("gap", "", "", "1 finding(s); their rows were pruned (RECONCILE_KEEP_FINDING_RUNS)"),
+        ("missing", "broker-lost", "", "2 finding(s); their rows were pruned (RECONCILE_KEEP_FINDING_RUNS)"),
+    ]
+
+
+def test_a_report_says_the_causes_of_a_pruned_run_that_never_kept_them_are_unavailable(binding) -> None:
+    """A run published before causes were kept on runs (cause_counts null), its rows pruned:
+    the cause table says why it has no causes, never "no findings"."""
+    from auditor.reports.providers.reconcile import CAUSES_UNAVAILABLE, reconcile_section
+
+    run = running(binding)
+    staged(run, {"kind": "missing", "key": "4", "cause": "broker-lost"})
+    finish_run(run, ok_result(missing=1))
+    Finding.objects.filter(run=run).delete()
+    ReconcileRun.objects.filter(pk=run.pk).update(findings_pruned=True, cause_counts=None)
+
+    now = timezone.now()
+    section = reconcile_section([binding], now - timedelta(hours=1), now)
+    entry = section["summary"]["bindings"]["tickets"]
+    assert (entry["findings_total"], entry["causes_available"], entry["by_cause"]) == (1, False, [])
+    assert section["tables"][1]["rows"] == [["tickets", "all", CAUSES_UNAVAILABLE, 1]]
+    assert any("causes of the latest run of tickets are unavailable" in note for note in section["notes"])

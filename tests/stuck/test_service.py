@@ -19,7 +19,9 @@ from django.utils import timezone
 from auditor.alerts.models import Alert, Channel
 from auditor.lib.claimants import claimant_name
 from auditor.pipelines.models import StuckRule
+from auditor.reports.providers.stuck import stuck_section
 from auditor.stuck import alerting as stuck_alerting
+from auditor.stuck import service as stuck_service
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.runlock import DiagnosisBusy, diagnosis_lock, diagnosis_running, holder_value
 from auditor.stuck.service import record_diagnosis, run_diagnosis, start_run
@@ -262,3 +264,38 @@ def test_it_drops_history_older_than_the_retention(plain_rule: StuckRule, settin
     assert not VerdictCount.objects.filter(run_id=old.pk).exists()
     assert list(StuckItem.objects.filter(rule=plain_rule).values_list("key", flat=True)) == ["B"]
     assert DiagnosisRun.objects.filter(rule=plain_rule).count() == 2 and latest.status == "ok"
+
+
+def test_it_counts_the_items_a_truncated_run_left_open_in_the_chart_and_the_report(
+    plain_rule: StuckRule, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    five = {"A": "waiting", "B": "waiting", "C": "skipped", "D": "skipped", "E": "never-produced"}
+    record_diagnosis(start_run(plain_rule, "cli"), fake_result(plain_rule, five))
+    # --max-items 2: the two oldest rows examined; the source says the other three are still stuck
+    checked: list[list[str]] = []
+
+    def source_says_still_stuck(url: str, query: Any, keys: list[str], *args: Any) -> set[str]:
+        checked.append(sorted(keys))
+        return set(keys)
+
+    monkeypatch.setattr(stuck_service, "still_stuck", source_says_still_stuck)
+    truncated = fake_result(plain_rule, {"A": "waiting", "B": "expired"})
+    truncated.truncated = True
+    run = record_diagnosis(start_run(plain_rule, "cli"), truncated)
+
+    assert checked == [["C", "D", "E"]]
+    assert (run.total, run.truncated, run.got_unstuck) == (2, True, 0)
+    assert StuckItem.objects.open().filter(rule=plain_rule).count() == 5
+    points = {p.verdict: p.count for p in VerdictCount.objects.filter(run=run)}
+    assert sum(points.values()) == 5
+    assert {v: n for v, n in points.items() if n} == {"waiting": 1, "expired": 1, "skipped": 2, "never-produced": 1}
+    section = stuck_section([plain_rule.binding], timezone.now() - timedelta(hours=1), timezone.now())
+    entry = section["summary"]["bindings"][plain_rule.binding.name]
+    assert entry["stuck_at_end"] == 5 and section["summary"]["totals"]["stuck"] == 5
+    assert {v: n for v, n in entry["verdicts"].items() if n} == {
+        "waiting": 1,
+        "expired": 1,
+        "skipped": 2,
+        "never-produced": 1,
+    }
+    assert len(section["csv_rows"]) == 5

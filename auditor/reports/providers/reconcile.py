@@ -3,9 +3,13 @@
 A run reports the whole current set of findings of its binding (a snapshot), so the
 findings "at the end of the period" are those of the binding's latest successful run
 in the period; ``new_findings`` adds up what each successful run saw for the first
-time. Causes come from the finding rows, which reconciliation prunes for older runs
-(their counts stay on the run): when the latest run's rows are gone the causes are
-reported as unavailable rather than guessed.
+time. Causes are the counts per (kind, cause) stored on the run when it was published
+(``cause_counts``): reconciliation prunes the finding rows of all but the newest
+RECONCILE_KEEP_FINDING_RUNS runs, which at the default settings has happened to a
+period's latest run by the time a daily report is built. A run published before those
+counts were stored has its causes from its finding rows, or, those pruned, reports them
+as unavailable rather than guessed (nor "no findings"). The CSV lists the finding rows
+kept; for a run whose rows were pruned, one row per (kind, cause) with its count.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.reports import charts, conf
 from auditor.reports.sections import SectionResult, Table, shown_count, shown_time
 from auditor.vocabulary import FINDING_KINDS
+
+CAUSES_UNAVAILABLE = "causes unavailable: the run's findings were pruned (RECONCILE_KEEP_FINDING_RUNS)"
 
 
 def _latest_ok(runs: list[ReconcileRun]) -> ReconcileRun | None:
@@ -60,6 +66,33 @@ def _finding_rows(latest: dict[str, ReconcileRun], limit: int) -> tuple[list[dic
     return rows[:limit], len(rows) > limit
 
 
+def _with_pruned_cause_rows(
+    rows: list[dict[str, Any]], truncated: bool, latest: dict[str, ReconcileRun], limit: int
+) -> tuple[list[dict[str, Any]], bool]:
+    """One CSV row per (kind, cause) of each latest run whose finding rows were pruned: its
+    findings are known by count only."""
+    counted = [
+        {
+            "section": "reconcile",
+            "binding": name,
+            "run": run.pk,
+            "kind": c["kind"],
+            "cause": c["cause"] or "",
+            "key": "",
+            "partition": "",
+            "offset": "",
+            "timestamp": "",
+            "group": "",
+            "detail": f"{c['count']} finding(s); their rows were pruned (RECONCILE_KEEP_FINDING_RUNS)",
+        }
+        for name, run in sorted(latest.items())
+        if run.findings_pruned
+        for c in (run.cause_counts or [])
+    ]
+    room = max(0, limit - len(rows))
+    return rows + counted[:room], truncated or len(counted) > room
+
+
 def reconcile_section(bindings: Sequence[Binding], start: datetime, end: datetime) -> SectionResult:
     runs_by_binding: dict[str, list[ReconcileRun]] = defaultdict(list)
     runs = (
@@ -75,14 +108,18 @@ def reconcile_section(bindings: Sequence[Binding], start: datetime, end: datetim
         found = _latest_ok(binding_runs)
         if found is not None:
             latest[name] = found
-    causes: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    causes: dict[int, list[dict[str, Any]]] = {
+        run.pk: list(run.cause_counts) for run in latest.values() if run.cause_counts is not None
+    }
     for row in (
-        Finding.objects.filter(run_id__in=[r.pk for r in latest.values() if not r.findings_pruned])
+        Finding.objects.filter(
+            run_id__in=[r.pk for r in latest.values() if r.cause_counts is None and not r.findings_pruned]
+        )
         .values("run_id", "kind", "cause")
         .annotate(count=Count("id"))
         .order_by("run_id", "kind", "cause")
     ):
-        causes[row["run_id"]].append({"kind": row["kind"], "cause": row["cause"], "count": row["count"]})
+        causes.setdefault(row["run_id"], []).append({"kind": row["kind"], "cause": row["cause"], "count": row["count"]})
 
     per_binding: dict[str, dict[str, Any]] = {}
     # A binding without a successful run in the period: its findings at the end are not known
@@ -102,7 +139,7 @@ def reconcile_section(bindings: Sequence[Binding], start: datetime, end: datetim
             "findings_total": sum(findings.values()) if findings is not None else None,
             "new_findings": sum(r.new_findings for r in binding_runs if r.status == ReconcileRun.OK),
             "by_cause": causes.get(last.pk, []) if last else [],
-            "causes_available": last is not None and not last.findings_pruned,
+            "causes_available": last is not None and (last.cause_counts is not None or not last.findings_pruned),
         }
         per_binding[binding.name] = entry
         totals["runs"] += entry["runs"]
@@ -116,6 +153,7 @@ def reconcile_section(bindings: Sequence[Binding], start: datetime, end: datetim
         totals["findings"] = None  # nothing known: not 0
 
     csv_rows, truncated = _finding_rows(latest, conf.max_csv_rows())
+    csv_rows, truncated = _with_pruned_cause_rows(csv_rows, truncated, latest, conf.max_csv_rows())
     notes = [
         f"Findings at the end of the period are those of each binding's latest successful run in it; "
         f"{len(latest)} of {len(bindings)} binding(s) had one."
@@ -125,12 +163,21 @@ def reconcile_section(bindings: Sequence[Binding], start: datetime, end: datetim
             f"{totals['findings_unknown']} binding(s) had no successful run in the period: their findings at the "
             "end are unknown, not 0."
         )
-    pruned = sorted(name for name, run in latest.items() if run.findings_pruned)
+    pruned = sorted(name for name, run in latest.items() if run.findings_pruned and run.cause_counts is not None)
     if pruned:
         notes.append(
-            "Causes and finding rows are no longer stored for the latest run of: "
+            "The finding rows of the latest run of "
             + ", ".join(pruned)
-            + " (counts kept)."
+            + " were pruned (RECONCILE_KEEP_FINDING_RUNS): the CSV lists its findings per kind and cause, "
+            "not one by one."
+        )
+    unavailable = sorted(name for name, e in per_binding.items() if e["latest_run"] and not e["causes_available"])
+    if unavailable:
+        notes.append(
+            "The causes of the latest run of "
+            + ", ".join(unavailable)
+            + " are unavailable: its findings were pruned (RECONCILE_KEEP_FINDING_RUNS) before causes were kept on "
+            "the run (counts per kind kept)."
         )
 
     runs_table: Table = {
@@ -162,7 +209,13 @@ def reconcile_section(bindings: Sequence[Binding], start: datetime, end: datetim
         "title": "Findings per kind and cause at the end of the period",
         "columns": ["Binding", "Kind", "Cause", "Findings"],
         "rows": [
-            [name, c["kind"], c["cause"] or "—", c["count"]] for name, e in per_binding.items() for c in e["by_cause"]
+            row
+            for name, e in per_binding.items()
+            for row in (
+                [[name, c["kind"], c["cause"] or "—", c["count"]] for c in e["by_cause"]]
+                if e["causes_available"] or not e["findings_total"]
+                else [[name, "all", CAUSES_UNAVAILABLE, e["findings_total"]]]
+            )
         ],
         "empty": "no findings",
     }

@@ -1,9 +1,12 @@
 """Stuck items: diagnoses per binding in the period, and the stuck items per verdict.
 
-The counts per verdict "at the end of the period" come from each stuck rule's latest
-successful diagnosis in the period (its stored counts), summed over the binding's
-rules; became-stuck and got-unstuck add up the period's successful diagnoses. The CSV
-lists the items still stuck at the end of the period, with their latest verdict.
+The counts per verdict "at the end of the period" are the stuck items open at the end of
+the period, with their latest verdict, of the binding's rules that had a successful
+diagnosis in the period (the others' are unknown). A diagnosis truncated by --max-items
+examines the oldest rows only and leaves the items beyond them open while the source
+says they are still stuck: its own verdict counts would undercount. Became-stuck and
+got-unstuck add up the period's successful diagnoses. The CSV lists the same items (none
+of a rule whose items at the end are unknown).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Count, Q, QuerySet
 
 from auditor.pipelines.models import Binding, StuckRule
 from auditor.reports import charts, conf
@@ -22,12 +25,18 @@ from auditor.stuck.models import DiagnosisRun, StuckItem
 from auditor.vocabulary import STUCK_VERDICTS
 
 
-def _items_stuck_at(
-    rules: list[StuckRule], start: datetime, end: datetime, limit: int
-) -> tuple[list[dict[str, Any]], bool]:
+def _open_at(rules: list[StuckRule], end: datetime) -> QuerySet[StuckItem]:
+    """The items open at `end`: seen first before it, resolved (if ever) at or after it. An item
+    a truncated run left open is not seen again while it stays beyond the rows examined: its
+    last_seen says nothing of whether it was stuck."""
+    return StuckItem.objects.filter(rule__in=rules, first_seen__lt=end).filter(
+        Q(resolved_at__isnull=True) | Q(resolved_at__gte=end)
+    )
+
+
+def _items_stuck_at(rules: list[StuckRule], end: datetime, limit: int) -> tuple[list[dict[str, Any]], bool]:
     items = (
-        StuckItem.objects.filter(rule__in=rules, first_seen__lt=end, last_seen__gte=start)
-        .filter(Q(resolved_at__isnull=True) | Q(resolved_at__gte=end))
+        _open_at(rules, end)
         .select_related("rule__binding")
         .order_by("rule__binding__name", "rule__name", "verdict", "key", "id")[: limit + 1]
     )
@@ -58,6 +67,14 @@ def stuck_section(bindings: Sequence[Binding], start: datetime, end: datetime) -
     ):
         runs_by_rule[run.rule_id].append(run)
 
+    open_at_end = {
+        (rule_id, verdict): n
+        for rule_id, verdict, n in _open_at(rules, end)
+        .order_by()
+        .values_list("rule_id", "verdict")
+        .annotate(n=Count("id"))
+    }
+    known_rules: list[StuckRule] = []  # with a successful diagnosis in the period
     per_binding: dict[str, dict[str, Any]] = {
         b.name: {
             "rules": [],
@@ -82,9 +99,9 @@ def stuck_section(bindings: Sequence[Binding], start: datetime, end: datetime) -
         entry["became_stuck"] += sum(r.became_stuck for r in ok)
         entry["got_unstuck"] += sum(r.got_unstuck for r in ok)
         if ok:
-            latest = max(ok, key=lambda r: (r.finished_at or r.started_at, r.pk))
+            known_rules.append(rule)
             for verdict in STUCK_VERDICTS:
-                entry["verdicts"][verdict] += int((latest.counts or {}).get(verdict, 0))
+                entry["verdicts"][verdict] += open_at_end.get((rule.pk, verdict), 0)
         else:
             entry["unknown_rules"].append(rule.name)
     totals: dict[str, Any] = {
@@ -108,7 +125,7 @@ def stuck_section(bindings: Sequence[Binding], start: datetime, end: datetime) -
     if rules and totals["stuck_unknown"] == len(rules):
         totals["stuck"] = None  # nothing known: not 0
 
-    csv_rows, truncated = _items_stuck_at(rules, start, end, conf.max_csv_rows())
+    csv_rows, truncated = _items_stuck_at(known_rules, end, conf.max_csv_rows())
     runs_table: Table = {
         "title": "Diagnoses per binding",
         "columns": ["Binding", "Stuck rules", "Diagnoses", "Failed", "Stuck at end", "Became stuck", "Got unstuck"],
@@ -146,8 +163,8 @@ def stuck_section(bindings: Sequence[Binding], start: datetime, end: datetime) -
         "csv_rows": csv_rows,
         "csv_truncated": truncated,
         "notes": [
-            "Counts per verdict are from each stuck rule's latest successful diagnosis in the period; "
-            "the CSV lists the items stuck at the end of the period with their latest verdict.",
+            "Counts per verdict are the items stuck at the end of the period, with their latest verdict, "
+            "of the stuck rules with a successful diagnosis in the period; the CSV lists them.",
             *(
                 [
                     f"{totals['stuck_unknown']} stuck rule(s) had no successful diagnosis in the period: "
