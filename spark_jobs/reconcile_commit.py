@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from pyspark.sql import SparkSession
 
 from spark_jobs.group_commits import remember
@@ -12,7 +10,6 @@ from spark_jobs.ledger_ids import LEDGER_KINDS, ledger_ids_after
 from spark_jobs.mark_rules import rules_to_json
 from spark_jobs.reconcile_extract import OffsetRange
 from spark_jobs.reconcile_plan import RunInputs, RunPlan, RunState
-from spark_jobs.reconcile_report import latest_cutoff
 from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import KEY_INDEX_SCHEMA, SOURCE_ROW_SCHEMA
 
@@ -28,13 +25,6 @@ def ledgers_read_after(plan: RunPlan) -> dict[str, dict[str, dict[int, int]]]:
         ledgers[ledger.topic] = ledgers.get(ledger.topic, {}) | {p: e for p, (_, e) in ledger.ranges.items()}
         read[kind] = {topic: parts for topic, parts in ledgers.items() if parts}
     return read
-
-
-def cutoff_high(plan: RunPlan) -> datetime:
-    """state.json's cutoff_high after this run: the latest cutoff of the incremental runs since
-    the last full run or rebuild (which start it over)."""
-    last = latest_cutoff(plan.previous, plan.grace_seconds) if plan.mode == "incremental" else None
-    return plan.cutoff if last is None else max(last, plan.cutoff)
 
 
 def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: RunState) -> None:
@@ -91,7 +81,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
         unproven_commits=unproven_commits,
         rows_looked_up_until=new.rows_looked_up.until,
         rows_looked_up_at=new.rows_looked_up.at,
-        cutoff_high=cutoff_high(plan).isoformat(),
+        upper_high=max(plan.source_upper, plan.upper_high or plan.source_upper).isoformat(),
     )
     new.laps.check()  # the last point where a cancelled run leaves the old state (the compactions ran Spark jobs)
     plan.warnings += store.commit(meta)

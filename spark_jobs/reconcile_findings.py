@@ -59,13 +59,13 @@ def find_missing(
     lost_sightings: DataFrame | None = None,
     lost_acks: DataFrame | None = None,
     held: DataFrame | None = None,
-    reported: DataFrame | None = None,
+    kept: tuple[datetime, DataFrame] | None = None,
 ) -> DataFrame:
     """Source rows older than the grace cutoff with no record, except the unverifiable ones
     and those whose key has a record in `held` (column `key`: records behind an open
-    transaction, which the run read up to; a later run reads them). A row whose key is in
-    `reported` (column `key`: an earlier run reported it missing) is past the cutoff whatever
-    the clock reads now (reported_before: a clock stepped back).
+    transaction, which the run read up to; a later run reads them). `kept` (a clock stepped
+    back: reconcile_report.reported_before): a cutoff and the rows (key, created) the last run
+    reported missing, which are past the cutoff up to that one whatever the clock reads now.
 
     A row whose record an earlier run saw at an offset that now holds another record (or
     lies past the log end) is missing with cause `broker-lost`, naming where and which run
@@ -77,7 +77,7 @@ def find_missing(
         lost_sightings = empty_frame(pending.sparkSession, LOST_SIGHTING_SCHEMA)
     if held is not None:
         pending = pending.join(held.where(F.col("key").isNotNull()).select("key").distinct(), "key", "left_anti")
-    late = _past_cutoff(pending, F.col("created"), cutoff, reported, ["key"]).join(
+    late = _past_cutoff(pending, F.col("created"), cutoff, kept, ["key", "created"]).join(
         _first_sighting(lost_sightings), "key", "left"
     )
     if lost_acks is None:
@@ -168,37 +168,26 @@ def _occurrence_findings(grouped: DataFrame, kind: str, cause: Column) -> DataFr
 
 
 def _past_cutoff(
-    rows: DataFrame, time: Column, cutoff: datetime, reported: DataFrame | None, on: list[str]
+    rows: DataFrame, time: Column, cutoff: datetime, kept: tuple[datetime, DataFrame] | None, on: list[str]
 ) -> DataFrame:
-    """The rows whose `time` is up to the cutoff, and those an earlier run reported (matched on
-    the `on` columns of `reported`, None: none)."""
-    if reported is None:
+    """The rows whose `time` is up to the cutoff, and, `kept` (a cutoff and rows an earlier run
+    reported, matched on the `on` columns), those reported then whose time is up to its cutoff."""
+    if kept is None:
         return rows.where(time <= F.lit(cutoff))
+    kept_cutoff, reported = kept
     marked = reported.select(*on).distinct().withColumn("_reported", F.lit(True))
     return (
         rows.join(F.broadcast(marked), on, "left")
-        .where((time <= F.lit(cutoff)) | F.col("_reported").isNotNull())
+        .where((time <= F.lit(cutoff)) | (F.col("_reported").isNotNull() & (time <= F.lit(kept_cutoff))))
         .drop("_reported")
     )
 
 
-def find_orphans(candidates: DataFrame, cutoff: datetime, reported: DataFrame | None = None) -> DataFrame:
-    """Records whose key has no source row (cause `no-key` when no key could be found). A
-    record of a key (or, keyless, at a partition and offset) in `reported` (columns key,
-    partition, offset: orphans an earlier run reported) is past the cutoff whatever the clock
-    reads now."""
-    if reported is None:
-        old_enough = candidates.where(F.col("timestamp") <= F.lit(cutoff))
-    else:
-        keyed = reported.where(F.col("key").isNotNull())
-        keyless = reported.where(F.col("key").isNull()).select("partition", "offset")
-        old_enough = _past_cutoff(
-            candidates.where(F.col("key").isNotNull()), F.col("timestamp"), cutoff, keyed, ["key"]
-        ).unionByName(
-            _past_cutoff(
-                candidates.where(F.col("key").isNull()), F.col("timestamp"), cutoff, keyless, ["partition", "offset"]
-            )
-        )
+def find_orphans(candidates: DataFrame, cutoff: datetime, kept: tuple[datetime, DataFrame] | None = None) -> DataFrame:
+    """Records whose key has no source row (cause `no-key` when no key could be found). `kept`
+    (a clock stepped back): a cutoff and the records (partition, offset) the last run reported
+    orphan, which are past the cutoff up to that one whatever the clock reads now."""
+    old_enough = _past_cutoff(candidates, F.col("timestamp"), cutoff, kept, ["partition", "offset"])
     with_key = (
         old_enough.where(F.col("key").isNotNull())
         .groupBy("key")

@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.binding import Binding
-from spark_jobs.late_rows import LookedUp, deleted_rows_recheck_seconds, late_rows, rows_still_in_source
+from spark_jobs.late_rows import LookedUp, SourceTable, deleted_rows_recheck_seconds, late_rows, rows_still_in_source
 from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_transform import (
     ABORTED_SCHEMA,
@@ -42,6 +42,32 @@ from spark_jobs.reconcile_transform import (
     transform_touched_keys,
     transform_unprocessed_candidates,
 )
+
+
+def _drop_deleted_rows(
+    spark: SparkSession, binding: Binding, plan: RunPlan, source: SourceTable, pending: DataFrame, looked_up: LookedUp
+) -> tuple[DataFrame, LookedUp]:
+    """`pending` less the rows about to be reported missing that are no longer in the table
+    (rows_still_in_source), and how far they were looked up after this run. The rows due are
+    those up to the cutoff, or up to the cutoff an earlier run's clock gave where this one's
+    stepped back (RunPlan.kept_cutoff: what the last run reported stays reported). A whole
+    backlog that cannot be looked up still leaves the rows due since the last lookup looked up."""
+    due = max(plan.cutoff, plan.kept_cutoff or plan.cutoff)
+    # where the clock stepped back, the rows are looked up up to the bound the earlier clock gave
+    upper = max(plan.source_upper, plan.upper_high or plan.source_upper)
+    since = looked_up.since(plan.source_upper, deleted_rows_recheck_seconds())
+    pending, notes, done = rows_still_in_source(spark, binding, source, pending, since, due, upper)
+    plan.warnings += notes
+    if done:
+        return pending, looked_up.after(since, due, plan.source_upper)
+    if since is None and looked_up.until is not None:
+        # the backlog is due again next run; the rows due since the last lookup are looked up now
+        since = datetime.fromisoformat(looked_up.until)
+        pending, notes, done = rows_still_in_source(spark, binding, source, pending, since, due, upper)
+        plan.warnings += notes
+        if done:
+            return pending, looked_up.after(since, due, plan.source_upper)  # `at` kept: the backlog stays due
+    return pending, looked_up
 
 
 def update_state(
@@ -132,15 +158,9 @@ def update_state(
     if plan.meta.run_id and inputs.source is not None:
         # Rows earlier runs saw may be deleted since: not missing, as for a --full run. Those due
         # since the last lookup are looked up, and the whole backlog once an hour.
-        since = looked_up.since(plan.source_upper, deleted_rows_recheck_seconds())
-        pending, deleted_notes, done = rows_still_in_source(
-            spark, binding, inputs.source, persist(pending), since, plan.cutoff, plan.source_upper
+        pending, new.rows_looked_up = _drop_deleted_rows(
+            spark, binding, plan, inputs.source, persist(pending), looked_up
         )
-        plan.warnings += deleted_notes
-        if done:
-            new.rows_looked_up = looked_up.after(since, plan.cutoff, plan.source_upper)
-        else:
-            new.rows_looked_up = looked_up
     else:  # every pending row was read from the table now
         new.rows_looked_up = looked_up.after(None, plan.cutoff, plan.source_upper)
     keep("pending_source", pending)

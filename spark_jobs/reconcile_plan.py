@@ -187,6 +187,27 @@ class RunPlan:
         bound less the grace."""
         return self.source_upper - timedelta(seconds=self.grace_seconds)
 
+    @property
+    def upper_high(self) -> datetime | None:
+        """The latest source window upper bound of the incremental runs this one follows
+        (state.json's upper_high, or the last run's window_upper in a state written before it
+        was kept); None for a full run or a rebuild, which start it over."""
+        if self.mode != "incremental":
+            return None
+        latest = self.meta.upper_high or self.meta.window_upper
+        return datetime.fromisoformat(latest) if latest else None
+
+    @property
+    def kept_cutoff(self) -> datetime | None:
+        """Where the clock the window is read by stepped back (this run's upper bound before
+        upper_high): the cutoff the latest bound gives with the binding's grace, up to which
+        what the last run reported stays reported (reconcile_report.reported_before); None
+        when it did not (nearly always)."""
+        high = self.upper_high
+        if high is None or self.source_upper >= high:
+            return None
+        return high - timedelta(seconds=self.grace_seconds)
+
 
 @dataclass
 class RunInputs:

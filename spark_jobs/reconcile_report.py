@@ -5,14 +5,14 @@ flag_new, which of them the previous run did not report; count_findings. commit_
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.reconcile_findings import lost_gaps_kept
 from spark_jobs.reconcile_plan import RunInputs, RunPlan, RunState
-from spark_jobs.reconcile_state import StateMeta
 from spark_jobs.reconcile_transform import (
     FINDING_KINDS,
     KEY_INDEX_SCHEMA,
@@ -95,7 +95,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
         ),
         (s["reprocessed"], lambda: find_reprocessed(s["reprocessed"])),
     ]
-    reported = reported_before(spark, plan)
+    stepped_back = reported_before(spark, plan)
     return union_findings(
         [
             find_missing(
@@ -105,13 +105,11 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
                 s["lost_sightings"],
                 lost_acks,
                 held,
-                reported=None if reported is None else reported.where(F.col("kind") == "missing"),
+                kept=None if stepped_back is None else stepped_back.missing,
             ),
             find_duplicates(s["duplicates"]),
             find_orphans(
-                s["orphan_candidates"],
-                plan.cutoff,
-                reported=None if reported is None else reported.where(F.col("kind") == "orphan"),
+                s["orphan_candidates"], plan.cutoff, kept=None if stepped_back is None else stepped_back.orphans
             ),
             *([] if gaps is None else [gaps]),
             *[build() for source, build in optional if not is_empty_plan(source)],
@@ -119,32 +117,42 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
     )
 
 
-def latest_cutoff(meta: StateMeta, grace_seconds: float) -> datetime | None:
-    """The latest cutoff of the runs that built `meta` (its cutoff_high; a state written before
-    it was kept: its window's upper bound less the grace)."""
-    if meta.cutoff_high:
-        return datetime.fromisoformat(meta.cutoff_high)
-    if meta.window_upper:
-        return datetime.fromisoformat(meta.window_upper) - timedelta(seconds=grace_seconds)
-    return None
+@dataclass(frozen=True)
+class KeptFindings:
+    """reported_before's: per finder, the cutoff up to which what the last run reported stays
+    past the cutoff, and what it reported (missing: key, created; orphan: partition, offset)."""
+
+    missing: tuple[datetime, DataFrame]
+    orphans: tuple[datetime, DataFrame]
 
 
-def reported_before(spark: SparkSession, plan: RunPlan) -> DataFrame | None:
-    """The last run's findings when this run's cutoff is before the latest one of earlier runs
-    (the clock the window is read by stepped back): what the last run reported missing or orphan
-    stays past the cutoff, as it was then, while rows and records this run reads for the first
-    time are judged by the clock as it reads now. None when the clock did not step back (nearly
-    always). Each run that keeps them reports them, so the next one keeps them too, until the
-    clock passes the latest cutoff again (state.json's cutoff_high)."""
-    last_cutoff = latest_cutoff(plan.previous, plan.grace_seconds) if plan.mode == "incremental" else None
-    if last_cutoff is None or plan.cutoff >= last_cutoff:
+def reported_before(spark: SparkSession, plan: RunPlan) -> KeptFindings | None:
+    """Where the clock the window is read by stepped back (RunPlan.kept_cutoff): the rows the
+    last run reported missing (key, created) and the records it reported orphan (partition,
+    offset), which stay past the cutoff as they were then, while what this run reads for the
+    first time is judged by the clock as it reads now. Each run that keeps them reports them,
+    so the next one keeps them too, until the clock passes state.json's upper_high again.
+    None when the clock did not step back (nearly always)."""
+    kept = plan.kept_cutoff
+    if kept is None:
         return None
     plan.warnings.append(
-        f"the clock the source window is read by is {(last_cutoff - plan.cutoff).total_seconds():.0f}s behind the "
-        "last run's: the rows and records that run reported stay reported, those read since are judged by the clock "
+        f"the clock the source window is read by is {(kept - plan.cutoff).total_seconds():.0f}s behind an earlier "
+        "run's: the rows and records the last run reported stay reported, those read since are judged by the clock "
         "as it reads now"
     )
-    return plan.store.dataset(spark, plan.findings_before, "findings").select("kind", "key", "partition", "offset")
+    findings = plan.store.dataset(spark, plan.findings_before, "findings")
+    missing = findings.where(F.col("kind") == "missing").select("key", F.col("timestamp").alias("created"))
+    orphans = findings.where(F.col("kind") == "orphan")
+    positions = orphans.select(
+        F.explode(
+            F.coalesce(
+                F.col("offsets"),
+                F.array(F.struct(F.col("partition").alias("partition"), F.col("offset").alias("offset"))),
+            )
+        ).alias("o")
+    ).select("o.partition", "o.offset")
+    return KeptFindings(missing=(kept, missing), orphans=(kept, positions))
 
 
 def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFrame:

@@ -163,10 +163,11 @@ class StateMeta:
     # RECONCILE_DELETED_ROWS_RECHECK_SECONDS old. None: looked up never.
     rows_looked_up_until: str | None = None
     rows_looked_up_at: str | None = None
-    # The latest cutoff of the incremental runs since the last full run or rebuild: a run whose
-    # cutoff is before it (a clock stepped back) keeps what the last run reported missing or
-    # orphan (reconcile_report.reported_before). None: a state written before it was kept.
-    cutoff_high: str | None = None
+    # The latest source window upper bound of the incremental runs since the last full run or
+    # rebuild: a run whose bound is before it (the clock stepped back) keeps what the last run
+    # reported missing or orphan (RunPlan.kept_cutoff, reconcile_report.reported_before). None:
+    # a state written before it was kept (window_upper stands in).
+    upper_high: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -206,7 +207,7 @@ class StateMeta:
             "unproven_commits": _offsets_by_group_to_json(self.unproven_commits),
             "rows_looked_up_until": self.rows_looked_up_until,
             "rows_looked_up_at": self.rows_looked_up_at,
-            "cutoff_high": self.cutoff_high,
+            "upper_high": self.upper_high,
         }
 
     @classmethod
@@ -252,7 +253,7 @@ class StateMeta:
             unproven_commits=_offsets_by_group(data, "unproven_commits"),
             rows_looked_up_until=data.get("rows_looked_up_until"),
             rows_looked_up_at=data.get("rows_looked_up_at"),
-            cutoff_high=data.get("cutoff_high"),
+            upper_high=data.get("upper_high"),
         )
 
 

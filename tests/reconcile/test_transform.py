@@ -218,6 +218,23 @@ def test_it_finds_missing_rows_older_than_grace(spark: SparkSession):
     assertDataFrameEqual(actual, expected)
 
 
+def test_a_stepped_back_clock_keeps_reported_rows_matched_on_key_and_creation_not_key_alone(spark: SparkSession):
+    """The clock stepped back: the last run reported "a" (created at 5 s) and "b" (at 8 s)
+    missing, past its cutoff of 40 s; this run's cutoff is 2 s. "a" is the same row and stays
+    reported; "b" was deleted and inserted again (created at 30 s, within the grace by any
+    clock): not the row reported, not missing; "c" was never reported: judged by the cutoff
+    as it reads now."""
+    pending = spark.createDataFrame([("a", at_second(5)), ("b", at_second(30)), ("c", at_second(6))], SOURCE_ROW_SCHEMA)
+    reported = spark.createDataFrame([("a", at_second(5)), ("b", at_second(8))], SOURCE_ROW_SCHEMA)
+
+    actual = find_missing(pending, cutoff=at_second(2), unverifiable_until=None, kept=(at_second(40), reported))
+
+    expected = findings(
+        spark, finding("missing", key="a", timestamp=at_second(5), evidence=f'{{"created_ms":{ms_at_second(5)}}}')
+    )
+    assertDataFrameEqual(actual, expected)
+
+
 def test_it_counts_rows_whose_records_may_have_been_deleted_as_unverifiable_not_missing(spark: SparkSession):
     pending = spark.createDataFrame(
         [("a", at_second(0)), ("b", at_second(10)), ("c", at_second(11)), ("d", at_second(30)), ("e", at_second(100))],
