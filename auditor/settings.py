@@ -181,6 +181,9 @@ AUDITOR_BASE_URL = envstr("AUDITOR_BASE_URL", "http://127.0.0.1:8000")
 AUDITOR_REPORT_MAX_CSV_ROWS = envint("AUDITOR_REPORT_MAX_CSV_ROWS", 100000)
 AUDITOR_CANARY_LATENCY_ALERT_MS = envint("AUDITOR_CANARY_LATENCY_ALERT_MS", 5000)
 AUDITOR_METRICS_CANARY_WINDOW_MINUTES = envint("AUDITOR_METRICS_CANARY_WINDOW_MINUTES", 15)
+# /metrics' newest canary minute looks back this far: a canary stopped longer ago (removed on
+# purpose) leaves the metric, so its CanaryStopped alert resolves (auditor/metrics/README.md).
+AUDITOR_CANARY_STOPPED_HORIZON_S = envint("AUDITOR_CANARY_STOPPED_HORIZON_S", 7 * 24 * 3600)
 
 LOGGING = {
     "version": 1,

@@ -10,7 +10,7 @@ from auditor.alerts.destinations import DestinationRefused, check_destination
 from auditor.alerts.events import LINT_SEVERITIES, EventFilter
 from auditor.alerts.models import Channel
 from auditor.alerts.retry import TransportError
-from auditor.lib.secrets import env_refs, mask_webhook_url
+from auditor.lib.secrets import MaskedValueError, env_refs, keep_stored_if_masked, mask_webhook_url
 from auditor.pipelines.models import Binding
 from auditor.vocabulary import FINDING_KINDS, STUCK_VERDICTS
 
@@ -74,8 +74,13 @@ class ChannelForm(forms.ModelForm):
     def clean_url(self) -> str:
         url = self.cleaned_data["url"].strip()
         stored = self.instance.url  # not yet replaced: _post_clean fills the instance
-        if stored and url == mask_webhook_url(stored) != stored:
-            return stored  # posted back as shown: unchanged
+        try:
+            kept = keep_stored_if_masked(url, stored, mask_webhook_url(stored) if stored else None)
+        except MaskedValueError as exc:
+            _collect(check_url, url)  # a wrong scheme is said first
+            raise forms.ValidationError(str(exc)) from None
+        if kept != url:
+            return str(kept)  # posted back as shown: the stored URL, unchanged
         _collect(check_url, url)
         if not env_refs(url):
             try:

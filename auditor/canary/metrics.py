@@ -10,9 +10,10 @@ a stopped canary on one cluster would be hidden by another's fresh minutes. The 
 of the window (the minutes' records are gone, so the window's exact p99 is not known);
 partitions that received nothing in the window have no latency sample.
 
-The newest stored minute per cluster and topic is taken over all points, not the window: a
-canary that stopped long ago keeps reporting the minute it stopped at (see
-``_newest_minutes``).
+The newest stored minute per cluster and topic is taken over the points of the last
+``AUDITOR_CANARY_STOPPED_HORIZON_S`` (default 7 days), not the window: a canary that stopped
+within the horizon keeps reporting the minute it stopped at; one stopped longer ago leaves the
+metric (see ``_newest_minutes``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from auditor.canary.scope import cluster_scope
 from auditor.metrics.registry import Sample
 
 DEFAULT_WINDOW_MINUTES = 15
+DEFAULT_STOPPED_HORIZON_S = 7 * 24 * 3600
 COUNTS = {
     "sent": "auditor_canary_sent_records",
     "received": "auditor_canary_received_records",
@@ -54,6 +56,10 @@ HELP = {
 
 def window_minutes() -> int:
     return int(getattr(settings, "AUDITOR_METRICS_CANARY_WINDOW_MINUTES", DEFAULT_WINDOW_MINUTES))
+
+
+def stopped_horizon_seconds() -> int:
+    return int(getattr(settings, "AUDITOR_CANARY_STOPPED_HORIZON_S", DEFAULT_STOPPED_HORIZON_S))
 
 
 def collect() -> Iterator[Sample]:
@@ -92,11 +98,18 @@ def collect() -> Iterator[Sample]:
 
 
 def _newest_minutes() -> dict[tuple[str, str], float]:
-    """Start of the newest stored minute per (cluster scope, topic), over all points, not just
-    the window: a canary stopped longer than the window ago keeps its last minute, so
-    ``time() - auditor_canary_last_minute_timestamp_seconds`` keeps growing and the
-    CanaryStopped alert stays firing instead of resolving when the series would vanish."""
-    rows = CanaryPoint.objects.values("cluster", "bootstrap_servers", "topic").annotate(newest=Max("minute"))
+    """Start of the newest stored minute per (cluster scope, topic), over the points of the
+    stopped horizon, not just the window: a canary stopped longer than the window ago keeps its
+    last minute, so ``time() - auditor_canary_last_minute_timestamp_seconds`` keeps growing and
+    the CanaryStopped alert stays firing instead of resolving when the series would vanish.
+    Past the horizon it does vanish: a canary removed on purpose stops alerting, and a scrape
+    groups the horizon's points (a range of index canary_point_minute), not every point ever stored."""
+    since = timezone.now() - timedelta(seconds=stopped_horizon_seconds())
+    rows = (
+        CanaryPoint.objects.filter(minute__gte=since)
+        .values("cluster", "bootstrap_servers", "topic")
+        .annotate(newest=Max("minute"))
+    )
     newest: dict[tuple[str, str], float] = {}
     for row in rows:
         key = (cluster_scope(row["cluster"], row["bootstrap_servers"]), row["topic"])

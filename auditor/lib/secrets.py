@@ -17,9 +17,11 @@ __all__ = [
     "ENV_REF",
     "MASK",
     "SECRET_KEY_MARKERS",
+    "MaskedValueError",
     "MissingEnvError",
     "env_refs",
     "is_secret_key",
+    "keep_stored_if_masked",
     "mask_db_error",
     "mask_mapping",
     "mask_text",
@@ -186,3 +188,27 @@ def mask_mapping(config: dict[str, Any]) -> dict[str, Any]:
         else:
             masked[key] = value
     return masked
+
+
+class MaskedValueError(ValueError):
+    """A posted value that still carries a mask (****) but is not the value as shown: saved,
+    the mask would replace the secret it hides."""
+
+
+def keep_stored_if_masked(posted: Any, stored: Any, shown: Any) -> Any:
+    """The value to save for ``posted``, from a form that showed ``shown`` (the mask of
+    ``stored``; None when nothing is stored): posted back exactly as shown, the stored value;
+    posted with no mask in it (or as stored), the posted value. A value that still holds the
+    mask but was edited (a URL with only its host changed) raises MaskedValueError: the mask
+    hides a secret the form never had, so it cannot be kept, and stored it would become the
+    secret."""
+    if shown is not None and posted == shown != stored:
+        return stored
+    if isinstance(posted, str) and MASK in posted and posted != stored:
+        if shown is None:
+            raise MaskedValueError(f"{MASK} is how a hidden secret is shown, not a value: type the secret")
+        raise MaskedValueError(
+            f"retype the secret: the value shown was masked ({MASK}), and an edited copy of it would store "
+            f"{MASK} as the secret; post it exactly as shown to keep the stored one"
+        )
+    return posted

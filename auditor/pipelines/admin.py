@@ -4,7 +4,7 @@ from django import forms
 from django.contrib import admin
 from django.db.models import Model
 
-from auditor.lib.secrets import mask_mapping, mask_url
+from auditor.lib.secrets import MaskedValueError, keep_stored_if_masked, mask_mapping, mask_url
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 
 
@@ -21,7 +21,8 @@ class FileAwareAdmin(admin.ModelAdmin):
 
 class ClusterAdminForm(forms.ModelForm):
     """The config as pages show it (secret keys and URL passwords as ****, ${ENV} references
-    kept); a value posted back as its mask keeps the stored value."""
+    kept); a value posted back as its mask keeps the stored value, one edited around the mask
+    (or a new key posted as ****) is refused (keep_stored_if_masked)."""
 
     class Meta:
         model = Cluster
@@ -38,15 +39,21 @@ class ClusterAdminForm(forms.ModelForm):
         if not isinstance(config, dict) or not isinstance(stored, dict):
             return config
         masked = mask_mapping(stored)
-        return {
-            key: stored[key] if key in stored and value == masked[key] != stored[key] else value
-            for key, value in config.items()
-        }
+        kept: dict[str, Any] = {}
+        problems: list[str] = []
+        for key, value in config.items():
+            try:
+                kept[key] = keep_stored_if_masked(value, stored.get(key), masked.get(key))
+            except MaskedValueError as exc:
+                problems.append(f"{key}: {exc}")
+        if problems:
+            raise forms.ValidationError(problems)
+        return kept
 
 
 class SourceDatabaseAdminForm(forms.ModelForm):
     """The URL as pages show it (its password as ****, a ${ENV} reference kept); posted back
-    as that mask, the stored URL is kept."""
+    as that mask, the stored URL is kept; edited around the mask, refused."""
 
     class Meta:
         model = SourceDatabase
@@ -60,9 +67,10 @@ class SourceDatabaseAdminForm(forms.ModelForm):
     def clean_url(self) -> str:
         url: str = self.cleaned_data["url"]
         stored = self.instance.url  # not yet replaced: _post_clean fills the instance
-        if stored and url == mask_url(stored) != stored:
-            return stored
-        return url
+        try:
+            return str(keep_stored_if_masked(url, stored, mask_url(stored) if stored else None))
+        except MaskedValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
 
 
 @admin.register(Cluster)

@@ -292,10 +292,16 @@ def _in_zone(wall: datetime, zone_name: str) -> datetime | None:
     return wall.replace(tzinfo=zone, fold=1)
 
 
+def _stuck_rule_columns(binding: Binding) -> set[str]:
+    return {column for rule in binding.stuck_rules.all() for column in (rule.status_column, rule.age_column)}
+
+
 def read_source_row(binding: Binding, key: str) -> SourceLookup:
     """The binding's source row(s) whose key column equals ``key`` (every column, as text; a
     column named like a secret (is_secret_key: password_hash, api_token) as ****, for the key
-    page reaches every viewer; the key column is the key, already in the page's address)."""
+    page reaches every viewer; the key column is the key, already in the page's address, and
+    the created column and the stuck rules' status and age columns are what the page judges
+    the row by, so they are never masked)."""
     lookup = SourceLookup()
     try:
         schema, table = validate_table_name(binding.table)
@@ -325,7 +331,10 @@ def read_source_row(binding: Binding, key: str) -> SourceLookup:
         detail = mask_db_error(exc, url)
         lookup.error = f"reading {binding.table} in source {binding.source.name} failed: {detail}"
         return lookup
-    hidden = [is_secret_key(column) and column != key_column for column in lookup.columns]
+    # the binding's and its stuck rules' own columns are what the page is about (a status
+    # column may well be named token_status): shown as they are, and judged unmasked
+    own = {key_column, created_column, *_stuck_rule_columns(binding)} - {None}
+    hidden = [is_secret_key(column) and column not in own for column in lookup.columns]
     lookup.rows = [
         [MASK if hide and v is not None else _shown(v) for v, hide in zip(row, hidden, strict=True)] for row in rows
     ]

@@ -134,6 +134,22 @@ def test_it_keeps_a_literal_hook_urls_token_off_the_edit_page_and_an_edit_postin
     assert hook.url == url
 
 
+def test_it_refuses_a_hook_url_edited_around_its_masked_token_and_keeps_the_stored_one(
+    client_as, make_channel, webhook_settings, receiver
+):
+    url = f"{receiver.base_url}/services/T0/B0/XXXXSECRET"
+    hook = make_channel("slack-hook", url=url)
+    client = client_as("admin")
+    edited = f"{receiver.base_url}/****".replace("127.0.0.1", "localhost")
+    assert edited != f"{receiver.base_url}/****"
+    form = {"name": "renamed", "url": edited, "secret": "", "format": "generic"}
+    response = client.post(f"/alerts/channels/{hook.pk}/edit/", form)
+    assert response.status_code == 200
+    assert "retype the secret: the value shown was masked" in response.content.decode()
+    hook.refresh_from_db()
+    assert (hook.name, hook.url) == ("slack-hook", url)
+
+
 @pytest.mark.parametrize(
     "data,error",
     [

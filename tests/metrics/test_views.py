@@ -156,6 +156,31 @@ def test_it_keeps_the_last_minute_of_a_canary_stopped_before_the_window(bearer, 
     ]
 
 
+def test_it_drops_the_last_minute_of_a_canary_stopped_longer_than_the_horizon_ago(bearer, settings):
+    # A canary removed on purpose: past AUDITOR_CANARY_STOPPED_HORIZON_S (default 7 days) its
+    # series leaves /metrics, so CanaryStopped resolves; one stopped within it stays.
+    removed = f"canary-r-{uuid.uuid4().hex[:6]}"
+    kept = f"canary-k-{uuid.uuid4().hex[:6]}"
+    eight_days, six_days = _minute(8 * 24 * 60), _minute(6 * 24 * 60)
+    _point(removed, eight_days, 0, sent=600, received=600)
+    _point(removed, eight_days, 1, cluster="east", sent=600, received=600)
+    _point(kept, six_days, 0, sent=600, received=600)
+    lines = scrape(bearer("viewer"))
+    assert [line for line in lines if removed in line] == []
+    assert [line for line in lines if kept in line] == [
+        f'auditor_canary_last_minute_timestamp_seconds{{topic="{kept}"}} {six_days.timestamp()!r}'
+    ]
+
+    settings.AUDITOR_CANARY_STOPPED_HORIZON_S = 3600
+    stopped = _minute(20)
+    _point(removed, stopped, 1, sent=600, received=600)
+    lines = scrape(bearer("viewer"))
+    assert [line for line in lines if kept in line] == []
+    assert [line for line in lines if removed in line] == [
+        f'auditor_canary_last_minute_timestamp_seconds{{topic="{removed}"}} {stopped.timestamp()!r}'
+    ]
+
+
 def test_it_escapes_a_hostile_topic_name(bearer):
     hostile = f'evil"}} auditor_up{{x="1"}} 0\n\\{uuid.uuid4().hex[:6]}'
     _point(hostile, _minute(1), 0, sent=10, received=9, lost=1)

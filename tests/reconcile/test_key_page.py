@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from django.utils import timezone
 
+from auditor.pipelines.models import StuckRule
 from auditor.reconcile.models import Finding, ReconcileRun
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -245,3 +246,39 @@ def test_it_shows_a_source_rows_secret_named_columns_masked(
     assert '<tr><th>secret</th><td class="mono">NULL</td></tr>' in html  # nothing to hide
     assert '<tr><th>title</th><td class="mono">plain title</td></tr>' in html
     assert '<tr><th>id</th><td class="mono">U-1</td></tr>' in html
+
+
+def test_a_stuck_rules_status_column_named_like_a_secret_is_shown_and_judged_as_it_is(
+    client_as, make_topic, make_binding, source_database_url: str
+) -> None:
+    """The rule's own status column (token_status reads as a secret by name) is what the page
+    judges the row by: shown, and pending at a stuck value as a column named status would be;
+    other secret-named columns stay masked."""
+    topic = make_topic("rkeystatus", partitions=1)
+    table = f"keystatus_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE TABLE {table} (id text PRIMARY KEY, created_at timestamptz NOT NULL, "
+            "token_status text, password text)"
+        )
+        conn.execute(f"INSERT INTO {table} VALUES ('U-1', now(), 'QUEUED', 'pbkdf2-hunter2-hash')")
+    try:
+        binding = make_binding(f"kst-{uuid.uuid4().hex[:6]}", topic, f"public.{table}")
+        StuckRule.objects.create(
+            name=f"kst-{uuid.uuid4().hex[:6]}",
+            binding=binding,
+            status_column="token_status",
+            stuck_values=["QUEUED"],
+            age_column="created_at",
+        )
+        html = client_as("viewer").get(f"/reconcile/keys/{binding.name}/U-1/").content.decode()
+        text = client_as("viewer").get(f"/reconcile/keys/{binding.name}/U-1/?format=text").content.decode()
+    finally:
+        with psycopg.connect(source_database_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+    assert '<tr><th>token_status</th><td class="mono">QUEUED</td></tr>' in html
+    assert '<tr><th>password</th><td class="mono">****</td></tr>' in html
+    for page in (html, text):
+        assert "pbkdf2-hunter2-hash" not in page
+        assert "token_status is still QUEUED" in page
+        assert "not a stuck value" not in page

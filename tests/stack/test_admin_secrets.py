@@ -68,6 +68,44 @@ def test_a_new_source_password_typed_into_the_form_is_stored(admin_client: Clien
     assert source.url == changed
 
 
+def test_a_source_url_edited_around_its_masked_password_is_refused_and_the_stored_url_kept(
+    admin_client: Client,
+) -> None:
+    source = SourceDatabase.objects.create(name="tickets", url=SOURCE_URL)
+    shown = admin_client.get(f"/admin/pipelines/sourcedatabase/{source.pk}/change/").context["adminform"].form
+    edited = shown["url"].value().replace("127.0.0.1", "db2")
+    assert "app:****@db2" in edited
+    response = admin_client.post(
+        f"/admin/pipelines/sourcedatabase/{source.pk}/change/", {"name": "tickets", "url": edited}
+    )
+    assert response.status_code == 200
+    assert "retype the secret: the value shown was masked" in response.content.decode()
+    source.refresh_from_db()
+    assert source.url == SOURCE_URL
+
+
+def test_a_cluster_config_keeps_a_secret_posted_as_its_mask_beside_other_changes_and_refuses_a_new_masked_key(
+    admin_client: Client,
+) -> None:
+    cluster = Cluster.objects.create(name="secured", bootstrap_servers="127.0.0.1:9092", config=CLUSTER_CONFIG)
+    url = f"/admin/pipelines/cluster/{cluster.pk}/change/"
+    form = admin_client.get(url).context["adminform"].form
+    shown = json.loads(form["config"].value())
+    assert shown["sasl.password"] == "****"
+    data = {"name": "secured", "bootstrap_servers": "127.0.0.1:9092", "send_outcome_ms": ""}
+    changed = {**shown, "sasl.username": "app2"}
+    response = admin_client.post(url, {**data, "config": json.dumps(changed)})
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    cluster.refresh_from_db()
+    assert cluster.config == {**CLUSTER_CONFIG, "sasl.username": "app2"}
+
+    response = admin_client.post(url, {**data, "config": json.dumps({**changed, "ssl.key.password": "****"})})
+    assert response.status_code == 200
+    assert "ssl.key.password: **** is how a hidden secret is shown, not a value" in response.content.decode()
+    cluster.refresh_from_db()
+    assert cluster.config == {**CLUSTER_CONFIG, "sasl.username": "app2"}
+
+
 LITERAL = """\
 clusters:
   local:
