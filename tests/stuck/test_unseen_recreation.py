@@ -45,7 +45,10 @@ def test_a_row_whose_record_went_with_a_topic_deleted_before_the_auditor_saw_it_
     ledger = make_topic("ledger")
     no_ledger = f"_audit.none-{uuid.uuid4().hex[:8]}"
     options = DiagnosisOptions(engine="python", producer_ledger_topic=ledger, consumer_ledger_topic=no_ledger)
-    result = diagnose_rule(rule_for(plain), options)
+    rule = rule_for(plain)
+    rule.older_than_seconds = 0  # 4 was created a moment ago
+    rule.save()
+    result = diagnose_rule(rule, options)
 
     verdicts = {i.row.key: i.diagnosis for i in result.items}
     assert {k: d.verdict for k, d in verdicts.items()} == {
