@@ -61,3 +61,12 @@ def observe_topic_id(cluster: Cluster, topic: str, topic_id: str, now: datetime)
     if older is None:
         return None
     return Recreation(topic, older.topic_id, topic_id, older.last_seen, seen.first_seen)
+
+
+def first_seen(cluster: Cluster, topic: str, topic_id: str) -> datetime | None:
+    """When the auditor first saw `topic` under `topic_id` (None: never, or a cluster that is
+    not stored). The topic existed under that id since then at the latest."""
+    if cluster.pk is None:
+        return None
+    seen = TopicIncarnation.objects.filter(cluster=cluster, topic=topic, topic_id=topic_id).first()
+    return None if seen is None else seen.first_seen

@@ -382,6 +382,21 @@ class ClusterView:
     # produced up to this instant may have been in the deleted topic. None: no re-creation seen.
     recreated_until_ms: int | None = None
     recreated_reason: str = ""
+    # The earliest instant the topic's current incarnation is known to have existed: its first
+    # record's timestamp (within stamp_lag_ms) or the auditor's first sighting of its id,
+    # whichever is earlier. A log starting at offset 0 holds everything since the topic was
+    # created, but a topic deleted and created again before the auditor first saw its id
+    # leaves no id to differ from: what was produced before this instant may have gone with
+    # it. 0: no bound (not read; inline evidence). `incarnation_reason` says why it stands.
+    incarnation_since_ms: int = 0
+    # the oldest timestamp of the partitions' first records (offset 0's where the log starts
+    # there, else the log start's; None: no record, or none read): kafka_view reads it
+    first_record_ms: int | None = None
+    incarnation_reason: str = ""
+    # How far the source database's clock ran ahead of the auditor's when the stuck rows were
+    # read (negative: behind), beyond the measurement's uncertainty and ordinary drift
+    # (source.SourceClock); 0: within them, or not measured. Rows are stamped by that clock.
+    source_clock_ahead_ms: int = 0
     # Where and when processed marks may be of records the broker lost (truncated and
     # rewritten partitions, found by a reconciliation rebuild: spark_jobs.mark_rules).
     mark_rules: list[MarkRule] = field(default_factory=list)
@@ -395,6 +410,12 @@ class ClusterView:
     # diagnosis read them or a reconciliation run did (state.json): a producer that is not
     # probed writes to the topic. None: none seen.
     unprobed_record_ms: int | None = None
+
+    def before_incarnation(self, ms: int) -> bool:
+        """Whether something written at `ms` may have been in a topic of the same name deleted
+        before the auditor first saw this one (incarnation_since_ms): compared without the
+        clock margin, as the topic's first record bounds its creation from above only."""
+        return ms < self.incarnation_since_ms
 
     def marks_unclear_until(self, partition: int, offset: int) -> tuple[int | None, str]:
         """Up to when a processed mark at (partition, offset), and a record written there,

@@ -325,7 +325,7 @@ def read_cluster_view(
     _configs(admin, view, timeout_s)
     _confirm_overtaken(connection, view, topic, partitions, offsets, timeout_s)
 
-    targets: list[Target] = [(topic, p, o.low) for p, o in offsets.items() if 0 < o.low < o.high]
+    targets: list[Target] = [(topic, p, o.low) for p, o in offsets.items() if o.low < o.high]
     targets += [(topic, p, o.stable) for p, o in offsets.items() if o.stable < o.high]
     for ledger_topic, lows in ((producer_ledger_topic, producer_lows), (consumer_ledger_topic, consumer_lows)):
         targets += [(ledger_topic, p, low) for p, (low, high) in lows.items() if 0 < low < high]
@@ -364,6 +364,9 @@ def read_cluster_view(
         for p, o in offsets.items()
     }
     plan.partitions = view.partitions
+    # when the topic's current incarnation is known to have existed (service: with its id's first sighting)
+    firsts = [ms for p, o in offsets.items() if o.low < o.high and (ms := stamps.get((topic, p, o.low))) is not None]
+    view.first_record_ms = min(firsts, default=None)
     for group_state in view.groups.values():
         group_state.committed_timestamp_ms = {
             p: unread_stamps.get((topic, p, c)) for p, c in group_state.committed.items()

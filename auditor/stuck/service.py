@@ -29,7 +29,7 @@ from django.utils import timezone
 from auditor.lib.live import publish
 from auditor.lib.secrets import MissingEnvError, mask_text
 from auditor.pipelines.connectivity import ConnectivityError, check_cluster
-from auditor.pipelines.incarnations import observe_topic_id
+from auditor.pipelines.incarnations import first_seen, observe_topic_id
 from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding, StuckRule
 from auditor.pipelines.producers import cluster_send_outcome, observed_producers
@@ -47,14 +47,21 @@ from auditor.reconcile.memory import (
     rewritten_mark_rules,
 )
 from auditor.stuck.alerting import muted_keys, update_problems
-from auditor.stuck.evidence import ClusterView, Diagnosis, KeyMemory, StuckRow
+from auditor.stuck.evidence import ClusterView, Diagnosis, KeyMemory, StuckRow, ms_to_iso
 from auditor.stuck.kafka_view import ReadPlan, first_record_ms, read_after_locate, read_cluster_view, read_in_sync
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
 from auditor.stuck.locate_python import mark_positions
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
 from auditor.stuck.risks import cluster_risks
 from auditor.stuck.runlock import diagnosis_lock
-from auditor.stuck.source import DEFAULT_MAX_ITEMS, SourceError, StuckQuery, select_stuck_rows, still_stuck
+from auditor.stuck.source import (
+    DEFAULT_MAX_ITEMS,
+    SourceError,
+    StuckQuery,
+    read_source_clock,
+    select_stuck_rows,
+    still_stuck,
+)
 from auditor.stuck.trailing_marks import read_trailing_marks
 from auditor.stuck.verdicts import diagnose
 from auditor.vocabulary import STUCK_VERDICTS
@@ -131,6 +138,34 @@ def stuck_query(rule: StuckRule) -> StuckQuery:
         older_than_seconds=int(rule.older_than_seconds),
         timestamp_zone=binding.timestamp_zone,  # "": the database session's TimeZone
         created_column=binding.created_column,
+    )
+
+
+def _bound_incarnation(binding: Binding, view: ClusterView) -> None:
+    """Since when the topic's current incarnation is known to have existed
+    (ClusterView.incarnation_since_ms): its first record's timestamp, which may be up to
+    stamp_lag_ms before the record was written, or the auditor's first sighting of its id,
+    whichever is earlier. Neither known (no record, and the id unread or never stored): now."""
+    known: list[tuple[int, str]] = []
+    first, lag = view.first_record_ms, view.stamp_lag_ms
+    if first is not None and lag is not None:
+        known.append((first + lag, f"its oldest first record is stamped {ms_to_iso(first)}"))
+    seen = first_seen(binding.cluster, binding.topic, view.topic_id) if view.topic_id is not None else None
+    if seen is not None:
+        known.append(
+            (
+                int(seen.timestamp() * 1000),
+                f"the auditor first saw its id {view.topic_id} at {seen.isoformat(timespec='seconds')}",
+            )
+        )
+    since, why = min(
+        known,
+        default=(view.now_ms, "no record of it could be read, and the auditor keeps no earlier sighting of its id"),
+    )
+    view.incarnation_since_ms = since
+    view.incarnation_reason = (
+        f"{view.topic} is known to exist only since {ms_to_iso(since)} ({why}): a topic of that name deleted before "
+        "the auditor first saw this one would have taken what was produced earlier with it"
     )
 
 
@@ -459,6 +494,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     url = _source_url(rule)
     try:
         rows, result.truncated = select_stuck_rows(url, query, options.max_items)
+        source_clock = read_source_clock(url)
     except SourceError as exc:
         raise SourceError(f"source {binding.source.name}: {exc}") from None
     if result.truncated:
@@ -487,6 +523,9 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         view.acks_all_sessions = producers.acks_all_sessions
         if outcome_note:
             result.notes.append(outcome_note)
+    view.source_clock_ahead_ms = source_clock.ahead_ms
+    if view.source_clock_ahead_ms:
+        view.notes.append(source_clock.describe())
     state_meta = _recall_stamps(result, binding, view)
     if view.topic_id is not None:
         recreation = observe_topic_id(binding.cluster, binding.topic, view.topic_id, timezone.now())
@@ -499,6 +538,8 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
             until = recreation.until_ms if first is None or lag is None else min(recreation.until_ms, first + lag)
             view.recreated_until_ms, view.recreated_reason = until, recreation.describe()
             view.notes.append(recreation.describe())
+    if not view.kafka_error:
+        _bound_incarnation(binding, view)
     result.notes.extend(view.notes)
     lap("kafka")
 

@@ -7,6 +7,7 @@ reaches SQL, and the stuck values and the threshold travel as parameters.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -135,6 +136,54 @@ def select_stuck_rows(url: str, query: StuckQuery, max_items: int = DEFAULT_MAX_
         StuckRow(str(k), str(s), float(a), since, rid, created) for k, s, a, since, rid, created in rows[:max_items]
     ]
     return items, len(rows) > max_items
+
+
+# A source clock off the auditor's by less than this (beyond the reading's uncertainty) is
+# ordinary drift, left to the verdicts' clock margin.
+CLOCK_DRIFT_MS = 1000
+
+
+@dataclass(frozen=True)
+class SourceClock:
+    """The source database's clock against the auditor's, read once (read_source_clock)."""
+
+    offset_ms: int  # the source's clock minus the auditor's, at the middle of the reading
+    uncertainty_ms: int  # half the reading's round trip: the offset is right within it
+
+    @property
+    def ahead_ms(self) -> int:
+        """How far the source's clock is ahead of the auditor's (negative: behind), at the far
+        end of the reading's uncertainty; 0 within it and ordinary drift."""
+        if abs(self.offset_ms) <= self.uncertainty_ms + CLOCK_DRIFT_MS:
+            return 0
+        return self.offset_ms + (self.uncertainty_ms if self.offset_ms > 0 else -self.uncertainty_ms)
+
+    def describe(self) -> str:
+        ahead = self.ahead_ms
+        if ahead > 0:
+            return (
+                f"the source database's clock is {ahead / 1000:.1f}s ahead of the auditor's: its rows are judged as "
+                "created that much earlier"
+            )
+        return (
+            f"the source database's clock is {-ahead / 1000:.1f}s behind the auditor's: a row's send is judged as "
+            "possibly that much younger"
+        )
+
+
+def read_source_clock(url: str) -> SourceClock:
+    """The source database's clock (clock_timestamp(), the time it stamps rows by with now()
+    or a default) against this host's, which reads Kafka's timestamps."""
+    with _connect(url) as conn:
+        try:
+            before = time.time()
+            row = conn.execute("SELECT clock_timestamp()").fetchone()
+            after = time.time()
+        except psycopg.Error as exc:
+            raise SourceError(f"reading the source database's clock failed: {mask_db_error(exc, url)}") from None
+    assert row is not None  # a SELECT without FROM returns one row
+    middle_ms = (before + after) * 500
+    return SourceClock(round(row[0].timestamp() * 1000 - middle_ms), round((after - before) * 500))
 
 
 SHIFT = sql.SQL("interval {}").format(sql.Literal(ZONE_SHIFT))

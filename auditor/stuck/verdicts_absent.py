@@ -196,7 +196,7 @@ def not_in_topic(
         return Diagnosis("produce-failed", f"{why} and no retry reached {view.topic}", evidence)
     if sent:
         return sent_unplaced(sent[-1], view, evidence)
-    created_ms = _created_ms(row, evidence)
+    created_ms = _created_ms(row, evidence, view)
     unattributed = _unattributed_since(ledger, created_ms)
     if unattributed is not None:
         return Diagnosis("unknown", unattributed, evidence)
@@ -205,7 +205,8 @@ def not_in_topic(
     evidence["ledger_complete_since"] = ms_to_iso(ledger.complete_since_ms) if ledger.complete_since_ms else None
     unprobed = _unprobed_producer(view, ledger.covers_topic_from_ms, evidence)
     probed = bool(ledger.entries_for_topic) and complete(ledger.covers_topic_from_ms, created_ms) and not unprobed
-    if complete(topic_since, created_ms):
+    incarnation = _before_incarnation(view, created_ms, evidence)
+    if complete(topic_since, created_ms) and incarnation is None:
         note = (
             ""
             if probed
@@ -252,7 +253,8 @@ def not_in_topic(
             "never-produced",
             f"no producer-ledger entry for this key since the row was created (the ledger {ledger.topic} is "
             f"complete since then, and a probed producer of the topic ran since "
-            f"{ms_to_iso(ledger.covers_topic_from_ms)}); {view.topic} itself no longer holds records that old",
+            f"{ms_to_iso(ledger.covers_topic_from_ms)}); "
+            + (f"{view.topic} itself no longer holds records that old" if incarnation is None else incarnation),
             evidence,
         )
     return _from_missing_report(
@@ -266,8 +268,22 @@ def not_in_topic(
             if view.backdated_reason and view.stamp_lag_ms is None
             else f"{view.topic} no longer holds records that old (oldest remaining record: "
             f"{ms_to_iso(topic_since) or 'unknown'})"
+            if incarnation is None or not complete(topic_since, created_ms)
+            else f"no record with this key in {view.topic}, but the row was created before {incarnation}"
         )
         + " and there is no ledger evidence for this key",
+    )
+
+
+def _before_incarnation(view: ClusterView, created_ms: int, evidence: dict[str, Any]) -> str | None:
+    """Why the topic's completeness does not speak for a row created at `created_ms`: before
+    its current incarnation is known to have existed (ClusterView.incarnation_since_ms), the
+    row's record may have gone with a topic of the same name deleted since; None otherwise."""
+    if not view.before_incarnation(created_ms):
+        return None
+    evidence["topic_known_since"] = ms_to_iso(view.incarnation_since_ms)
+    return (
+        view.incarnation_reason or f"{view.topic} is known to exist only since {ms_to_iso(view.incarnation_since_ms)}"
     )
 
 
@@ -277,7 +293,9 @@ def _send_held(view: ClusterView, created_ms: int) -> str | None:
     timeout; one refused for minutes needs a partition the cluster refuses writes to, which is
     what a partition under min.insync.replicas is (NOT_ENOUGH_REPLICAS, for acks=all sends). A
     probed contract-v1 producer ledgers a send only once its report comes, an unprobed one
-    never: the ledger's silence does not tell it."""
+    never: the ledger's silence does not tell it. `created_ms` is the earliest the row can have
+    been created (_created_ms); by a source clock found off, it may have been as much later."""
+    created_ms += abs(view.source_clock_ahead_ms)
     if not may_be_in_flight(created_ms, view):
         return None
     if view.stalled:
@@ -299,14 +317,23 @@ CREATION_UNKNOWN = (
 )
 
 
-def _created_ms(row: StuckRow, evidence: dict[str, Any]) -> int:
+def _created_ms(row: StuckRow, evidence: dict[str, Any], view: ClusterView) -> int:
     """When the row was created, from the binding's created column. Not known (no created
     column): 0, so that only a topic or ledger complete since its start speaks for it. The
     rule's age column may be updated_at or a status-since column, much later than the row's
-    record."""
+    record. A source clock found ahead of the auditor's moves it back by as much; one behind
+    leaves it: the earliest it can have been, where an application may stamp rows by its own
+    clock (_send_held takes the latest)."""
     created_ms = iso_to_ms(row.created)
     evidence["row_created"] = ms_to_iso(created_ms) if created_ms is not None else None
-    return 0 if created_ms is None else created_ms
+    if created_ms is None:
+        return 0
+    if view.source_clock_ahead_ms > 0:
+        # Stamped by a clock ahead of the auditor's (and, as far as the auditor can tell, of
+        # Kafka's): the row was created that much earlier by the clocks records are stamped by.
+        evidence["source_clock_ahead_ms"] = view.source_clock_ahead_ms
+        return created_ms - view.source_clock_ahead_ms
+    return created_ms
 
 
 def _unprobed_producer(view: ClusterView, probed_from_ms: int | None, evidence: dict[str, Any]) -> str | None:
@@ -391,6 +418,19 @@ def _written_then_gone(
                 "by the broker or deleted with the topic, created again since, cannot be told apart",
                 evidence,
             )
+        if acked_by is not None and written_ms is not None and view.before_incarnation(written_ms):
+            # The producer ledger names no topic id: an ack from before the topic's current
+            # incarnation is known to have existed may be of a deleted one, whose offsets the new
+            # log takes again. (A run's sighting is of an incarnation the auditor saw: its id was
+            # read then, and a re-creation since is recreated_until_ms's.)
+            evidence["topic_known_since"] = ms_to_iso(view.incarnation_since_ms)
+            return Diagnosis(
+                "unknown",
+                f"{how} {where} at {ms_to_iso(written_ms)}, and the log has no record with this key there (log "
+                f"start {state.low}, high watermark {state.high}); but {view.incarnation_reason}: truncated by the "
+                "broker or gone with such a topic cannot be told apart",
+                evidence,
+            )
         return Diagnosis(
             "broker-lost",
             f"{how} {where}, but the log has no record with this key there (log start {state.low}, high "
@@ -407,7 +447,7 @@ def _from_missing_report(
     (it does so only while the topic held everything since the row was created) and the
     topic still holds everything produced since that run; else unknown, saying `otherwise`."""
     report = memory.missing.get(row.key)
-    created_ms = _created_ms(row, evidence)
+    created_ms = _created_ms(row, evidence, view)
     if row.created is None:
         otherwise += f"; {CREATION_UNKNOWN}"
     unattributed = _unattributed_since(view.producer_ledger, created_ms)

@@ -12,7 +12,14 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from auditor.stuck.source import StuckQuery, select_stuck_rows, still_stuck
+from auditor.stuck.source import (
+    CLOCK_DRIFT_MS,
+    SourceClock,
+    StuckQuery,
+    read_source_clock,
+    select_stuck_rows,
+    still_stuck,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -145,3 +152,19 @@ def test_an_age_column_without_a_time_zone_is_read_in_the_bindings_zone(session_
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def test_the_source_clock_is_off_only_beyond_its_readings_uncertainty_and_drift() -> None:
+    assert SourceClock(CLOCK_DRIFT_MS + 40, 50).ahead_ms == 0  # within a round trip and a second
+    assert SourceClock(-(CLOCK_DRIFT_MS + 40), 50).ahead_ms == 0
+    # beyond them: the far end of what the reading allows
+    assert SourceClock(1_200_000, 50).ahead_ms == 1_200_050
+    assert SourceClock(-1_200_000, 50).ahead_ms == -1_200_050
+    assert "1200.1s ahead of the auditor's" in SourceClock(1_200_000, 100).describe()
+    assert "1200.1s behind the auditor's" in SourceClock(-1_200_000, 100).describe()
+
+
+def test_it_reads_the_source_clock_against_its_own() -> None:
+    # the test database runs on this host: one clock, read within the round trip
+    clock = read_source_clock(os.environ["SOURCE_DATABASE_URL"])
+    assert abs(clock.offset_ms) <= clock.uncertainty_ms + 5 and clock.ahead_ms == 0, clock

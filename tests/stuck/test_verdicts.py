@@ -1246,3 +1246,61 @@ def test_produce_failed_needs_every_send_of_the_key_to_have_failed_for_sure() ->
     # the same re-send an hour ago, every partition complete since: it never reached the log either
     resent_long_ago = replace(resent, ts_ms=t + 1000, to_ms=t + 1000)
     assert diagnose(ROW, [], [refused_v2, its_window, resent_long_ago], {}, view()).verdict == "produce-failed"
+
+
+def test_a_row_created_before_the_topic_is_known_to_exist_is_not_never_produced_for_its_log_starting_at_0() -> None:
+    """The topic was deleted and created again before the auditor first saw its id: no id to
+    differ from, and every partition starts at offset 0. Its first record (or the auditor's
+    first sighting of its id) is the earliest it is known to have existed; a row created
+    before may have had its record in the deleted topic (stop 70's review)."""
+    known_since = NOW_MS - 1800_000  # half an hour ago; the row was created an hour ago
+    why = "tickets is known to exist only since 30 minutes ago (its oldest first record is stamped then)"
+    unprobed = LedgerView("pl", True, entries_for_topic=0)
+    whole = PartitionState(0, 0, 10, 10, leader_epoch=0)
+    cluster = view(producer_ledger=unprobed)
+    cluster.partitions = {0: whole}
+    assert diagnose(ROW, [], [], {}, cluster).verdict == "never-produced"  # no bound: as before
+    cluster.incarnation_since_ms, cluster.incarnation_reason = known_since, why
+    d = diagnose(ROW, [], [], {}, cluster)
+    assert d.verdict == "unknown" and why in d.reason, d.reason
+    assert d.evidence["topic_known_since"] == ms_to_iso(known_since)
+    # a row created after it: the topic holds its record if it was ever produced
+    young = replace(ROW, created=datetime.fromtimestamp((known_since + 1) / 1000, UTC))
+    assert diagnose(young, [], [], {}, cluster).verdict == "never-produced"
+    # a probed producer's ledger, complete since before the row, still speaks for its sessions
+    probed = view(producer_ledger=LedgerView("pl", True, entries_for_topic=10, covers_topic_from_ms=PROBED_SINCE_MS))
+    probed.partitions = {0: whole}
+    probed.incarnation_since_ms, probed.incarnation_reason = known_since, why
+    d = diagnose(ROW, [], [], {}, probed)
+    assert d.verdict == "never-produced" and why in d.reason, d.reason
+
+
+def test_a_v1_ack_from_before_the_topic_is_known_to_exist_is_not_broker_lost_at_an_offset_its_log_reuses() -> None:
+    why = "tickets is known to exist only since 30 minutes ago"
+    cluster = view(incarnation_since_ms=NOW_MS - 1800_000, incarnation_reason=why)
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)  # acked 58 minutes ago
+    assert d.verdict == "unknown" and why in d.reason and "tickets/0@4" in d.reason, d.reason
+    # acked after the topic's first record was written: the same log, truncated since
+    later = view(incarnation_since_ms=NOW_MS - 3600_000, incarnation_reason=why)
+    assert diagnose(ROW, [], [acked(4)], {}, later).verdict == "broker-lost"
+    # a run's sighting is of a topic id the auditor read: the bound is not its to apply
+    seen = KeyMemory(sightings={"TCK-7": KeySightings((Sighting(0, 4, NOW_MS - 3500_000, "run-1"),))})
+    assert diagnose(ROW, [], [], {}, cluster, seen).verdict == "broker-lost"
+
+
+def test_a_source_clock_ahead_of_kafkas_does_not_make_a_deleted_record_never_produced() -> None:
+    """The database stamps rows 20 minutes ahead of the producers' and brokers' clocks: the row
+    reads as created 30 minutes ago, its record was written 50 minutes ago and deleted since;
+    the oldest record left was written 45 minutes ago."""
+    stamped = datetime.fromtimestamp((NOW_MS - 1800_000) / 1000, UTC)
+    row = StuckRow("TCK-7", "NEW", 1800.0, stamped, created=stamped)
+    cluster = view(low=5, producer_ledger=LedgerView("pl", True, entries_for_topic=0))
+    cluster.partitions[0] = PartitionState(0, 5, 10, 10, NOW_MS - 2700_000, leader_epoch=0)
+    assert diagnose(row, [], [], {}, cluster).verdict == "never-produced"  # the clocks not compared
+    cluster.source_clock_ahead_ms = 1200_000
+    d = diagnose(row, [], [], {}, cluster)
+    assert d.verdict == "unknown" and "no longer holds records that old" in d.reason, d.reason
+    assert d.evidence["source_clock_ahead_ms"] == 1200_000
+    # a source clock behind the auditor's: its rows are judged by their own time, none earlier
+    cluster.source_clock_ahead_ms = -1200_000
+    assert diagnose(row, [], [], {}, cluster).verdict == "never-produced"
