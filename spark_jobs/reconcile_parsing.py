@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.binding import RecordKeySpec
 from spark_jobs.reconcile_helpers import (
+    audit_text,
     conform,
     record_key_expression,
 )
@@ -83,6 +84,20 @@ def audit_session() -> Column:
 def audit_seq() -> Column:
     """The record's sequence: from a valid `audit` header (v2), else `audit-seq` (long or null)."""
     return _seq_of(_audit_v2_values(), _header_values("audit-seq"))
+
+
+def audit_id() -> Column:
+    """The record's audit id as its probe ledgered it (auditor.stuck.locate_python._note_headers):
+    v2, the bytes after a valid `audit` header's fixed part, else the record key; v1, the first
+    non-empty `audit-id`; in the probes' text form (audit_text). Null where it carries none."""
+    v2 = _audit_v2_values()
+    first = F.get(v2, 0)
+    suffix = first.substr(F.lit(AUDIT_V2_SIZE + 1), F.length(first) - F.lit(AUDIT_V2_SIZE))
+    own = F.when(F.length(first) > AUDIT_V2_SIZE, suffix).otherwise(F.col("key"))
+    ids = F.filter(F.coalesce(F.col("headers"), F.array()), lambda h: (h["key"] == F.lit("audit-id")))
+    v1 = F.get(F.filter(F.transform(ids, lambda h: h["value"]), lambda v: F.length(v) > 0), 0)
+    raw = F.when(F.size(v2) > 0, F.when(_v2_valid(v2), own)).otherwise(v1)
+    return F.when(F.length(raw) > 0, audit_text(raw))
 
 
 def audit_header_status() -> Column:

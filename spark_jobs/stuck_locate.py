@@ -19,6 +19,8 @@ Request: {"topic", "bootstrap_servers", "kafka_config", "record_key", "groups",
           "records_to_read": n}  (optional: topic and ledger records read, at most; absent: a large read)
 Result:  {"records": [[key, p, offset, ts_ms, state, session, seq]], "records_scanned", "keyed_records",
           "unprobed_record_ms" (the latest record read without any audit header, or null),
+          "miskeyed_record_ms", "miskeyed_session" (the latest record read whose audit id is not its key,
+          and its producer session, or nulls),
           "ledger_entries": [[audit_id, session, seq, status, p, offset, error, persisted, ts_ms, to_ms,
                            acked_by_ms]],
           "ledger_entries_for_topic", "ledger_covers_from_ms",
@@ -47,7 +49,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.binding import RecordKeySpec, parse_record_key
 from spark_jobs.common import build_spark_session, read_kafka_ranges, settings_applied, small_job_settings
-from spark_jobs.reconcile_parsing import AUDIT_HEADERS, AUDIT_V2_HEADER, producer_ledger_covers_from
+from spark_jobs.reconcile_parsing import AUDIT_HEADERS, AUDIT_V2_HEADER, audit_id, producer_ledger_covers_from
 from spark_jobs.reconcile_transform import (
     ACKED_RANGE,
     KEYED,
@@ -94,10 +96,12 @@ def extract_keys(spark: SparkSession, request: dict[str, Any]) -> DataFrame:
 def transform_keyed(raw: DataFrame, spec: RecordKeySpec) -> DataFrame:
     """Kafka source rows -> key (by the binding's rule), partition, offset, timestamp, headers.
 
-    The audit headers stay raw: they are parsed only for the few records that match.
+    The audit headers stay raw: they are parsed only for the few records that match (and the
+    audit id, for comparing it with the key).
     """
     return raw.select(
         record_key_expression(spec).alias("key"),
+        audit_id().alias("audit_id"),
         F.col("partition").cast("int").alias("partition"),
         F.col("offset").cast("long").alias("offset"),
         F.col("timestamp"),
@@ -195,12 +199,19 @@ def transform_partition_summary(hits: DataFrame) -> DataFrame:
         audit_seq().alias("seq"),
     )
     unprobed = ~F.coalesce(F.exists("headers", lambda h: h["key"].isin(*AUDIT_HEADERS, AUDIT_V2_HEADER)), F.lit(False))
+    miskeyed = F.coalesce(F.col("audit_id") != F.col("key"), F.lit(False))
     return hits.groupBy("partition").agg(
         F.count("*").alias("n"),
         F.count("key").alias("keyed"),
         F.collect_list(F.when(F.col("_hit"), match)).alias("matches"),
         # the latest record without any audit header: a producer that is not probed
         F.max(F.when(unprobed, F.unix_millis("timestamp"))).alias("unprobed_ms"),
+        # the latest record whose audit id is not its key, and its producer session: the
+        # session's ledger names other ids than the items' keys
+        F.max(F.when(miskeyed, F.unix_millis("timestamp"))).alias("miskeyed_ms"),
+        F.max_by(F.when(miskeyed, audit_session()), F.when(miskeyed, F.unix_millis("timestamp"))).alias(
+            "miskeyed_session"
+        ),
     )
 
 
@@ -330,6 +341,11 @@ def _locate(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     result["unprobed_record_ms"] = max(
         (row["unprobed_ms"] for row in summary if row["unprobed_ms"] is not None), default=None
     )
+    miskeyed = max(
+        ((row["miskeyed_ms"], row["miskeyed_session"]) for row in summary if row["miskeyed_ms"] is not None),
+        default=(None, None),
+    )
+    result["miskeyed_record_ms"], result["miskeyed_session"] = miskeyed
     committed_positions = set()
     for row in summary:
         for m in row["matches"]:

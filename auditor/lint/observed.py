@@ -117,6 +117,10 @@ class _PartitionReader:
         self.complete = not self.pending
 
 
+# What the cluster says of a clients topic that does not exist (the broker's, librdkafka's own).
+_NO_SUCH_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+
+
 def read_reported_clients(connection: Mapping[str, Any], topic: str, *, timeout: float = 20.0) -> ReportedClients:
     """Decode the clients topic (docs/contracts.md, `_audit.clients`) from its start to its end.
 
@@ -129,8 +133,11 @@ def read_reported_clients(connection: Mapping[str, Any], topic: str, *, timeout:
     try:
         metadata = consumer.list_topics(topic, timeout=timeout)
         described = metadata.topics.get(topic)
-        if described is None or described.error is not None:
+        if described is None or (described.error is not None and described.error.code() in _NO_SUCH_TOPIC):
             return ReportedClients([])
+        if described.error is not None:
+            # refused (an ACL) or unanswered: not read, which is not "nothing reported"
+            raise KafkaException(described.error)
         starts: dict[tuple[str, int], tuple[int, int]] = {}
         for partition in described.partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)

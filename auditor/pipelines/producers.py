@@ -26,6 +26,9 @@ class ObservedProducers:
     transactional_sessions: frozenset[str] = frozenset()
     # the producer sessions it shows acking with acks=all (those it does not show may not)
     acks_all_sessions: frozenset[str] = frozenset()
+    # why the clients topic was not read whole (the read failed, or stopped short of its end),
+    # None when it was: a producer session it does not show may then be transactional
+    unread: str | None = None
 
 
 def observed_send_outcome(
@@ -49,16 +52,19 @@ def observed_producers(
                 SEND_OUTCOME_MS,
                 f"the producers' message timeouts could not be read from {clients_topic} ({exc}): "
                 f"{describe(SEND_OUTCOME_MS)} assumed",
-            )
+            ),
+            unread=f"the clients topic {clients_topic} could not be read ({exc})",
         )
     bound = send_outcome_ms(c.config for c in reported.clients if c.kind == "producer")
     notes = [judged] if (judged := judging(bound)) else []
+    unread = None
     if not reported.complete:
         notes.append(
             f"{clients_topic} was not read to its end within {timeout_s:g} s: a producer that retries longer may be unseen"
         )
+        unread = f"the clients topic {clients_topic} was not read to its end within {timeout_s:g} s"
     return ObservedProducers(
-        (bound, "; ".join(notes) or None), reported.transactional_sessions, reported.acks_all_sessions
+        (bound, "; ".join(notes) or None), reported.transactional_sessions, reported.acks_all_sessions, unread
     )
 
 

@@ -350,6 +350,9 @@ class ClusterView:
     # producer sessions the clients topic shows acking with acks=all: their acks say the high
     # watermark had passed the record (held_watermark)
     acks_all_sessions: frozenset[str] = frozenset()
+    # why the clients topic was not read whole (None: it was): a session it does not show may
+    # be transactional, and then its acks do not say its records' transactions committed
+    clients_unread: str | None = None
     # the brokers' longest replica.lag.time.max.ms (held_watermark), and why it was assumed
     # when it could not be read
     replica_lag_max_ms: int = DEFAULT_REPLICA_LAG_MAX_MS
@@ -410,6 +413,11 @@ class ClusterView:
     # diagnosis read them or a reconciliation run did (state.json): a producer that is not
     # probed writes to the topic. None: none seen.
     unprobed_record_ms: int | None = None
+    # The latest timestamp (ms) of a record this diagnosis read whose audit id is not its
+    # binding key (a probe without key_fn on a binding keyed by a value field or a header),
+    # and its producer session: that session's ledger names other ids than the items' keys.
+    miskeyed_record_ms: int | None = None
+    miskeyed_session: str | None = None
 
     def before_incarnation(self, ms: int) -> bool:
         """Whether something written at `ms` may have been in a topic of the same name deleted

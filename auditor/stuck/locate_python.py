@@ -30,11 +30,14 @@ from auditor.probes.codec import (
 from auditor.probes.codec_decode import decode_ledger_record
 from auditor.probes.headers import (
     AUDIT,
+    AUDIT_ID,
+    AUDIT_PID,
     AUDIT_V2,
     AUDIT_V2_SIZE,
     AUDIT_VERSION,
     RESERVED_HEADER_NAMES,
     audit_position,
+    decode_audit_id,
 )
 from auditor.probes.message import record_headers, record_position  # read_ranges() yields records only
 from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, ProcessedMark, RecordState
@@ -44,6 +47,9 @@ from auditor.stuck.untraced import SessionTrails
 from spark_jobs.binding import parse_record_key
 from spark_jobs.kafka_offsets import KafkaReadError
 from spark_jobs.kafka_security import connection_settings
+
+# a record's audit id and producer session, as its probe ledgered them (None: not carried)
+Audited = tuple[str | None, str | None]
 
 
 def _reader(bootstrap: str, config: dict[str, str], isolation: str) -> Consumer:
@@ -143,7 +149,7 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
     committed_ranges = {p: (starts[p], s.stable) for p, s in plan.partitions.items()}
     seen = result.v2_seen
     for msg in read_ranges(bootstrap, config, plan.topic, committed_ranges, "read_committed"):
-        _note_headers(msg, seen, result)
+        audited = _note_headers(msg, seen, result)
         partition = record_position(msg)[1]
         counts[partition] = counts.get(partition, 0) + 1
         result.records_scanned += 1
@@ -151,6 +157,7 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
         if key is None:
             continue
         result.keyed_records += 1
+        _note_miskeyed(msg, key, audited, result)
         found = match(msg, "committed", key)
         if found is not None:
             committed_positions.add((found.partition, found.offset))
@@ -160,23 +167,44 @@ def _locate_records(request: LocateRequest, bootstrap: str, config: dict[str, st
     )
 
 
-def _note_headers(msg: Message, seen: dict[str, set[int]], unprobed: LocateResult | None = None) -> None:
+def _note_headers(msg: Message, seen: dict[str, set[int]], unprobed: LocateResult | None = None) -> Audited:
     """Remember the (session, seq) of a record with a valid version-2 header and, in
     `unprobed` (a committed read's result), the latest timestamp of a record without any
-    audit header: one pass over its headers."""
+    audit header: one pass over its headers. Returns the record's audit id and producer
+    session as its probe ledgered them (either contract; None where it carries none)."""
     audited = False
+    audit_id: str | None = None
+    pid: str | None = None
     for name, value in record_headers(msg):
         if name == AUDIT:
             if value is not None and len(value) >= AUDIT_V2_SIZE and value[0] == AUDIT_VERSION:
                 _, session, seq, _ = AUDIT_V2.unpack_from(value)
                 seen.setdefault(session.hex(), set()).add(seq)
-            return
+                raw = value[AUDIT_V2_SIZE:] or msg.key()
+                return (decode_audit_id(raw) if raw else None), session.hex()
+            return None, None
+        if name == AUDIT_ID and audit_id is None and value:
+            audit_id = decode_audit_id(value)
+        elif name == AUDIT_PID and pid is None and value:
+            pid = decode_audit_id(value)
         audited = audited or name in RESERVED_HEADER_NAMES
     if audited or unprobed is None:
-        return
+        return audit_id, pid
     ts = _timestamp(msg)
     if ts is not None and (unprobed.unprobed_record_ms is None or ts > unprobed.unprobed_record_ms):
         unprobed.unprobed_record_ms = ts
+    return None, None
+
+
+def _note_miskeyed(msg: Message, key: str, audited: Audited, result: LocateResult) -> None:
+    """Remember the latest record whose audit id is not its binding key `key`: its producer
+    ledgered it (and the session's other records) under ids no stuck item has."""
+    audit_id, session = audited
+    if audit_id is None or audit_id == key:
+        return
+    ts = _timestamp(msg)
+    if ts is not None and (result.miskeyed_record_ms is None or ts > result.miskeyed_record_ms):
+        result.miskeyed_record_ms, result.miskeyed_session = ts, session
 
 
 def unattributed_until(

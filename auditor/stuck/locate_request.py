@@ -36,6 +36,11 @@ class LocateResult:
     untraced_sessions: list[UntracedSession] = field(default_factory=list)
     # the latest timestamp of a record read without any audit header (None: none read)
     unprobed_record_ms: int | None = None
+    # the latest timestamp of a record read whose audit id (either contract) is not its
+    # binding key, and its producer session (None: none read): that session's ledger names
+    # other ids than the stuck items' keys
+    miskeyed_record_ms: int | None = None
+    miskeyed_session: str | None = None
     # python engine: per v2 session, the sequences found in the topic
     v2_seen: dict[str, set[int]] = field(default_factory=dict)
     marks: dict[tuple[str, int, int], ProcessedMark] = field(default_factory=dict)
@@ -74,6 +79,8 @@ class LocateResult:
             unattributed_to_ms=data.get("unattributed_to_ms"),
             ledger_covers_from_ms=data.get("ledger_covers_from_ms"),
             unprobed_record_ms=data.get("unprobed_record_ms"),
+            miskeyed_record_ms=data.get("miskeyed_record_ms"),
+            miskeyed_session=data.get("miskeyed_session"),
             untraced_sessions=[
                 UntracedSession(str(s), int(last), None if alive is None else int(alive), bool(sends))
                 for s, last, alive, sends in data.get("untraced_sessions") or []

@@ -413,6 +413,8 @@ def _apply_located(view: ClusterView, located: LocateResult) -> None:
     view.keyed_records = located.keyed_records
     if located.unprobed_record_ms is not None:
         view.unprobed_record_ms = max(view.unprobed_record_ms or 0, located.unprobed_record_ms)
+    if located.miskeyed_record_ms is not None:
+        view.miskeyed_record_ms, view.miskeyed_session = located.miskeyed_record_ms, located.miskeyed_session
     if view.producer_ledger is not None and view.producer_ledger.available:
         view.producer_ledger.entries_for_topic = located.ledger_entries_for_topic
         view.producer_ledger.covers_topic_from_ms = located.ledger_covers_from_ms
@@ -521,6 +523,12 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         view.send_outcome_ms, outcome_note = cluster_send_outcome(binding.cluster, observed=producers.outcome)
         view.transactional_sessions = producers.transactional_sessions
         view.acks_all_sessions = producers.acks_all_sessions
+        view.clients_unread = producers.unread
+        if producers.unread:
+            result.notes.append(
+                f"{producers.unread}: which producer sessions are transactional is not known, so the acks of other "
+                "sessions whose records are gone do not say their transactions committed"
+            )
         if outcome_note:
             result.notes.append(outcome_note)
     view.source_clock_ahead_ms = source_clock.ahead_ms
@@ -649,7 +657,11 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     # it saw expire is unknown without it), the topic's cleanup policy, in-sync replicas and id.
     # Only a verdict that names one counts (a read refused on every run, an ACL, would
     # otherwise keep every alert of the rule open for good).
-    cited = [e for e in (memory.reason, view.cleanup_error, view.stalled_error, view.topic_id_error) if e]
+    cited = [
+        e
+        for e in (memory.reason, view.cleanup_error, view.stalled_error, view.topic_id_error, view.clients_unread)
+        if e
+    ]
     # Degraded: something was unreadable and some item is unknown for it; alerts then stay open.
     result.degraded = bool(unknown) and (
         unreadable or result.ledger_unread or any(error in reason for reason in unknown for error in cited)

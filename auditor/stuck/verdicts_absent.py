@@ -204,7 +204,13 @@ def not_in_topic(
     evidence["topic_complete_since"] = ms_to_iso(topic_since) if topic_since else None
     evidence["ledger_complete_since"] = ms_to_iso(ledger.complete_since_ms) if ledger.complete_since_ms else None
     unprobed = _unprobed_producer(view, ledger.covers_topic_from_ms, evidence)
-    probed = bool(ledger.entries_for_topic) and complete(ledger.covers_topic_from_ms, created_ms) and not unprobed
+    miskeyed = _miskeyed_producer(view, ledger.covers_topic_from_ms, evidence)
+    probed = (
+        bool(ledger.entries_for_topic)
+        and complete(ledger.covers_topic_from_ms, created_ms)
+        and not unprobed
+        and not miskeyed
+    )
     incarnation = _before_incarnation(view, created_ms, evidence)
     if complete(topic_since, created_ms) and incarnation is None:
         note = (
@@ -215,6 +221,8 @@ def not_in_topic(
             if not ledger.entries_for_topic
             else f" ({unprobed}, so the row's may be among them)"
             if unprobed
+            else f" ({miskeyed})"
+            if miskeyed
             else f" (the producer ledger speaks for {view.topic} only since "
             f"{ms_to_iso(ledger.covers_topic_from_ms)}: the row's producer may not have been probed)"
         )
@@ -262,7 +270,7 @@ def not_in_topic(
         view,
         evidence,
         memory,
-        (f"{unprobed}, whose records leave no ledger entry; " if unprobed else "")
+        (f"{unprobed}, whose records leave no ledger entry; " if unprobed else f"{miskeyed}; " if miskeyed else "")
         + (
             f"{view.topic} has deleted records, and when they were written is not known: {view.backdated_reason}"
             if view.backdated_reason and view.stamp_lag_ms is None
@@ -347,6 +355,23 @@ def _unprobed_producer(view: ClusterView, probed_from_ms: int | None, evidence: 
     return (
         f"records without audit headers were written to {view.topic} since its probed producer started (the "
         f"latest stamped {ms_to_iso(seen)}): a producer that is not probed writes to it too"
+    )
+
+
+def _miskeyed_producer(view: ClusterView, probed_from_ms: int | None, evidence: dict[str, Any]) -> str | None:
+    """Why the producer ledger's silence does not speak for the binding's keys: a record whose
+    audit id is not its key by the binding's record_key (a probe without a key_fn on a binding
+    keyed by a value field or a header ledgers its record keys) was written since the first
+    probed producer of the topic ran. None when none was read."""
+    seen = view.miskeyed_record_ms
+    if seen is None or probed_from_ms is None or seen + COMPLETENESS_SLACK_MS < probed_from_ms:
+        return None
+    evidence["miskeyed_record"] = {"ts": ms_to_iso(seen), "session": view.miskeyed_session}
+    by = f" by producer session {view.miskeyed_session}" if view.miskeyed_session else ""
+    return (
+        f"records whose audit id is not their key by the binding's record_key {view.record_key} were written to "
+        f"{view.topic}{by} since its probed producer started (the latest stamped {ms_to_iso(seen)}): its probe "
+        "ledgers them under other ids (no key_fn for this binding), so no ledger entry need name this key"
     )
 
 

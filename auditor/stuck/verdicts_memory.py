@@ -173,6 +173,18 @@ def _copy_verdict(
                 "whether it was committed (then lost or deleted) or aborted cannot be told",
                 evidence,
             )
+        if view.clients_unread is not None and (copy.partition, copy.offset) not in recalled.committed:
+            # The clients topic is what says a v1 session is transactional: unread, this one
+            # may be, and its record of an aborted transaction.
+            evidence["clients_unread"] = view.clients_unread
+            return Diagnosis(
+                "unknown",
+                f"acked at {view.topic}/{copy.partition}@{copy.offset} by producer session {copy.session}, and not "
+                f"in the topic now; but {view.clients_unread}, so whether the session is transactional (the "
+                "records of an aborted transaction are acked too) is not known, and no reconciliation run read "
+                "this one: committed (then lost or deleted) or aborted cannot be told",
+                evidence,
+            )
         return judge(copy.partition, copy.offset, "acked at", evidence, copy.ts_ms, copy)
     evidence["seen"] = copy.as_json()
     run = f"reconciliation run {copy.run_id}" if copy.run_id else "a reconciliation run"

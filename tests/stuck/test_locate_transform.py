@@ -10,6 +10,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from auditor.probes.codec import encode_session_end, encode_session_start
 from auditor.probes.codec_decode import decode_ledger_record
+from auditor.probes.headers import AUDIT_V2, AUDIT_VERSION
 from auditor.stuck.untraced import SessionTrails
 from spark_jobs import common, stuck_locate
 from spark_jobs.binding import RecordKeySpec
@@ -45,11 +46,55 @@ def test_it_summarizes_partitions_and_keeps_only_the_stuck_keys_records(spark) -
 
     actual = transform_partition_summary(transform_key_hits(transform_keyed(raw, RecordKeySpec("key")), keys))
 
-    # unprobed_ms: the latest record without any audit header (empty or no headers)
+    # unprobed_ms: the latest record without any audit header (empty or no headers); no record
+    # carries an audit id (none without audit-id or v2 header): none whose audit id is not its key
     expected = spark.createDataFrame(
-        [(0, 3, 2, [("TCK-2", 1, T_MS, "s", 1)], T_MS), (1, 2, 2, [("TCK-2", 0, T_MS, None, None)], T_MS)],
+        [
+            (0, 3, 2, [("TCK-2", 1, T_MS, "s", 1)], T_MS, None, None),
+            (1, 2, 2, [("TCK-2", 0, T_MS, None, None)], T_MS, None, None),
+        ],
         "partition int, n long, keyed long, "
-        "matches array<struct<key:string, offset:long, ts_ms:long, session:string, seq:long>>, unprobed_ms long",
+        "matches array<struct<key:string, offset:long, ts_ms:long, session:string, seq:long>>, unprobed_ms long, "
+        "miskeyed_ms long, miskeyed_session string",
+    )
+    assertDataFrameEqual(actual, expected, ignoreNullable=True)
+
+
+def test_it_finds_the_latest_record_whose_audit_id_is_not_its_binding_key(spark) -> None:
+    """As auditor.stuck.locate_python reads them: a v1 record's `audit-id`, a v2 record's id after
+    its header's fixed part, else its record key."""
+    session = bytes.fromhex("ab" * 16)
+
+    def v2(seq: int, audit_id: bytes = b"") -> list[tuple[str, bytes]]:
+        return [("audit", AUDIT_V2.pack(AUDIT_VERSION, session, seq, T_MS) + audit_id)]
+
+    def v1(audit_id: bytes, pid: bytes = b"c" * 32) -> list[tuple[str, bytes]]:
+        return [("audit-id", audit_id), ("audit-pid", pid), ("audit-seq", b"1"), ("audit-ts", b"1")]
+
+    later = datetime(2030, 1, 1, 0, 0, 5, tzinfo=UTC)
+    raw = spark.createDataFrame(
+        [
+            # partition 0: ids equal to the binding key (the ticket in the value)
+            (b"order-1", b'{"ticket_id":"TCK-1"}', "t", 0, 0, T, 0, v2(0, b"TCK-1")),  # key_fn's id
+            (b"order-2", b'{"ticket_id":"TCK-2"}', "t", 0, 1, T, 0, v1(b"TCK-2")),
+            (b"order-3", b'{"ticket_id":"TCK-3"}', "t", 0, 2, T, 0, []),  # unprobed: no id
+            # partition 1: ids that are the record key (no key_fn), the latest by session "ab..."
+            (b"order-4", b'{"ticket_id":"TCK-4"}', "t", 1, 0, T, 0, v1(b"order-4")),
+            (b"order-5", b'{"ticket_id":"TCK-5"}', "t", 1, 1, later, 0, v2(1)),
+            (None, b'{"ticket_id":"TCK-6"}', "t", 1, 2, T, 0, v2(2)),  # no id at all (v2, no key)
+            (b"order-7", b"not json", "t", 1, 3, later, 0, v1(b"other")),  # no binding key
+        ],
+        KAFKA_RAW_SCHEMA,
+    )
+    keys = spark.createDataFrame([("TCK-9",)], "key string")
+
+    actual = transform_partition_summary(
+        transform_key_hits(transform_keyed(raw, RecordKeySpec("json", "$.ticket_id")), keys)
+    ).select("partition", "miskeyed_ms", "miskeyed_session")
+
+    expected = spark.createDataFrame(
+        [(0, None, None), (1, int(later.timestamp() * 1000), "ab" * 16)],
+        "partition int, miskeyed_ms long, miskeyed_session string",
     )
     assertDataFrameEqual(actual, expected, ignoreNullable=True)
 

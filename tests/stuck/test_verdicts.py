@@ -1304,3 +1304,62 @@ def test_a_source_clock_ahead_of_kafkas_does_not_make_a_deleted_record_never_pro
     # a source clock behind the auditor's: its rows are judged by their own time, none earlier
     cluster.source_clock_ahead_ms = -1200_000
     assert diagnose(row, [], [], {}, cluster).verdict == "never-produced"
+
+
+def test_the_ledger_s_silence_does_not_speak_for_a_session_whose_audit_ids_are_not_the_binding_s_keys() -> None:
+    # Stop 70's review: a binding keyed by a value field over records keyed otherwise, produced
+    # by a probe without key_fn. The ledger names the record keys, never a stuck item's key;
+    # the row's record went with retention (the oldest remaining record is younger than the row).
+    def deleted_before_the_row(**extra: object) -> ClusterView:
+        cluster = view(
+            low=5,
+            record_key="json:$.ticket_id",
+            producer_ledger=LedgerView(
+                "pl", True, complete_since_ms=0, entries_for_topic=3, covers_topic_from_ms=PROBED_SINCE_MS
+            ),
+            **extra,
+        )
+        cluster.partitions[0] = PartitionState(0, 5, 10, 10, NOW_MS - 60_000)
+        return cluster
+
+    # every record read carries its binding key as its audit id: the ledger speaks for it
+    assert diagnose(ROW, [], [], {}, deleted_before_the_row()).verdict == "never-produced"
+    # a record read whose audit id is not its binding key (written a minute ago by session s9)
+    cluster = deleted_before_the_row(miskeyed_record_ms=NOW_MS - 60_000, miskeyed_session="s9")
+    d = diagnose(ROW, [], [], {}, cluster)
+    assert d.verdict == "unknown", d.reason
+    assert "audit id is not their key by the binding's record_key json:$.ticket_id" in d.reason
+    assert "producer session s9" in d.reason and "no ledger evidence for this key" in d.reason
+    assert d.evidence["miskeyed_record"] == {"ts": ms_to_iso(NOW_MS - 60_000), "session": "s9"}
+    # where the topic still holds everything since the row was created, the topic decides
+    # (its leaders did not change): never produced, the ledger's silence not counted
+    whole = deleted_before_the_row(miskeyed_record_ms=NOW_MS - 60_000, miskeyed_session="s9")
+    whole.partitions = {0: PartitionState(0, 0, 10, 10, leader_epoch=0)}
+    d = diagnose(ROW, [], [], {}, whole)
+    assert d.verdict == "never-produced" and "audit id is not their key" in d.reason, d.reason
+    # ... and a leader change since leaves nothing to decide by
+    whole.partitions = {0: PartitionState(0, 0, 10, 10, leader_epoch=2, leader_since_ms=NOW_MS - 1800_000)}
+    d = diagnose(ROW, [], [], {}, whole)
+    assert d.verdict == "unknown" and "tickets/0 has changed leader" in d.reason, d.reason
+
+
+def test_an_ack_whose_session_the_unread_clients_topic_may_show_transactional_is_unknown() -> None:
+    # Stop 70's review: the record at offset 4 is gone (log start 8) and a run saw the group pass
+    # it in the log: skipped, were it committed. The clients topic, which says a v1 session is
+    # transactional (its aborted records are acked too), could not be read.
+    cluster = view(low=8, high=10, committed=10, offsets_retention_minutes=7 * 24 * 60)
+    cluster.groups["g"].seen = _seen((0, 6))
+    assert diagnose(ROW, [], [acked(4)], {}, cluster).verdict == "skipped"
+    unread = "the clients topic _audit.clients could not be read (KafkaError{code=TOPIC_AUTHORIZATION_FAILED})"
+    cluster.clients_unread = unread
+    d = diagnose(ROW, [], [acked(4)], {}, cluster)
+    assert d.verdict == "unknown", d.reason
+    assert unread in d.reason and "whether the session is transactional" in d.reason
+    assert d.evidence["clients_unread"] == unread
+    # the same for an ack the log still covers (else broker-lost)
+    covered = view(clients_unread=unread)
+    d = diagnose(ROW, [], [acked(4)], {}, covered)
+    assert d.verdict == "unknown" and unread in d.reason, d.reason
+    # a run that read the record committed there settles it
+    seen = KeyMemory(sightings={"TCK-7": KeySightings((Sighting(0, 4, NOW_MS - 3500_000, "run-1"),))})
+    assert diagnose(ROW, [], [acked(4)], {}, covered, seen).verdict == "broker-lost"
