@@ -22,10 +22,13 @@ def _version() -> str:
     means than a finished diagnosis (a restored or re-created database, whose run times and
     rule ids repeat an earlier one's) must not be served an earlier state's counts from Redis,
     which outlives the database."""
-    finished = DiagnosisRun.objects.exclude(status=DiagnosisRun.RUNNING).aggregate(last=Max("finished_at"))["last"]
+    runs = DiagnosisRun.objects.exclude(status=DiagnosisRun.RUNNING).aggregate(last=Max("finished_at"), n=Count("id"))
+    finished = runs["last"]
     rules = StuckRule.objects.aggregate(n=Count("id"), last=Max("id"))
     newest_item = StuckItem.objects.aggregate(last=Max("id"))["last"]
-    return f"{finished.isoformat() if finished else '-'}:{rules['n']}:{rules['last']}:{newest_item}"
+    # The number of finished runs too: a diagnosis's finish time is taken before its transaction,
+    # so one that commits after a later-started one leaves the newest finish time as it was.
+    return f"{finished.isoformat() if finished else '-'}:{runs['n']}:{rules['n']}:{rules['last']}:{newest_item}"
 
 
 def open_counts() -> dict[tuple[int, str], int]:
