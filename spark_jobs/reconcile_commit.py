@@ -81,7 +81,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
         unproven_commits=unproven_commits,
         rows_looked_up_until=new.rows_looked_up.until,
         rows_looked_up_at=new.rows_looked_up.at,
-        upper_high=max(plan.source_upper, plan.upper_high or plan.source_upper).isoformat(),
+        upper_high=plan.latest_upper.isoformat(),
     )
     new.laps.check()  # the last point where a cancelled run leaves the old state (the compactions ran Spark jobs)
     plan.warnings += store.commit(meta)

@@ -52,9 +52,9 @@ def _drop_deleted_rows(
     those up to the cutoff, or up to the cutoff an earlier run's clock gave where this one's
     stepped back (RunPlan.kept_cutoff: what the last run reported stays reported). A whole
     backlog that cannot be looked up still leaves the rows due since the last lookup looked up."""
-    due = max(plan.cutoff, plan.kept_cutoff or plan.cutoff)
+    due = plan.kept_cutoff or plan.cutoff  # kept_cutoff is set only when it is the later one
     # where the clock stepped back, the rows are looked up up to the bound the earlier clock gave
-    upper = max(plan.source_upper, plan.upper_high or plan.source_upper)
+    upper = plan.latest_upper
     since = looked_up.since(plan.source_upper, deleted_rows_recheck_seconds())
     pending, notes, done = rows_still_in_source(spark, binding, source, pending, since, due, upper)
     plan.warnings += notes

@@ -198,6 +198,12 @@ class RunPlan:
         return datetime.fromisoformat(latest) if latest else None
 
     @property
+    def latest_upper(self) -> datetime:
+        """The later of this run's source window upper bound and upper_high: state.json's
+        upper_high after this run, and where a stepped-back run looks deleted rows up to."""
+        return max(self.source_upper, self.upper_high or self.source_upper)
+
+    @property
     def kept_cutoff(self) -> datetime | None:
         """Where the clock the window is read by stepped back (this run's upper bound before
         upper_high): the cutoff the latest bound gives with the binding's grace, up to which

@@ -105,11 +105,13 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
                 s["lost_sightings"],
                 lost_acks,
                 held,
-                kept=None if stepped_back is None else stepped_back.missing,
+                kept=None if stepped_back is None else (stepped_back.cutoff, stepped_back.missing),
             ),
             find_duplicates(s["duplicates"]),
             find_orphans(
-                s["orphan_candidates"], plan.cutoff, kept=None if stepped_back is None else stepped_back.orphans
+                s["orphan_candidates"],
+                plan.cutoff,
+                kept=None if stepped_back is None else (stepped_back.cutoff, stepped_back.orphans),
             ),
             *([] if gaps is None else [gaps]),
             *[build() for source, build in optional if not is_empty_plan(source)],
@@ -119,11 +121,12 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
 
 @dataclass(frozen=True)
 class KeptFindings:
-    """reported_before's: per finder, the cutoff up to which what the last run reported stays
-    past the cutoff, and what it reported (missing: key, created; orphan: partition, offset)."""
+    """reported_before's: the cutoff up to which what the last run reported stays past the
+    cutoff, and what it reported (missing: key, created; orphans: partition, offset)."""
 
-    missing: tuple[datetime, DataFrame]
-    orphans: tuple[datetime, DataFrame]
+    cutoff: datetime
+    missing: DataFrame
+    orphans: DataFrame
 
 
 def reported_before(spark: SparkSession, plan: RunPlan) -> KeptFindings | None:
@@ -152,7 +155,7 @@ def reported_before(spark: SparkSession, plan: RunPlan) -> KeptFindings | None:
             )
         ).alias("o")
     ).select("o.partition", "o.offset")
-    return KeptFindings(missing=(kept, missing), orphans=(kept, positions))
+    return KeptFindings(kept, missing, positions)
 
 
 def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFrame:

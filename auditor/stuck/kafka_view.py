@@ -379,19 +379,3 @@ def read_cluster_view(
         p: stamps.get((topic, p, o.stable)) for p, o in offsets.items() if o.stable < o.high
     }
     return view, plan
-
-
-def first_record_ms(kafka_config: dict[str, Any], view: ClusterView, timeout_s: float = 10.0) -> int | None:
-    """The timestamp of the oldest first record of the view's partitions (None: no record, or
-    none could be read). A topic created again holds nothing written before it was created.
-    The view already holds the first record's time of partitions whose log start moved
-    (low_timestamp_ms); only those still starting at offset 0 are read."""
-    bootstrap, config = client_settings(kafka_config)
-    targets: list[Target] = [(view.topic, p, 0) for p, s in view.partitions.items() if s.low == 0 < s.high]
-    try:
-        stamps = record_timestamps(bootstrap, config, targets, timeout_s)
-    except KafkaException:
-        return None
-    found = [ms for ms in stamps.values() if ms is not None]
-    found += [s.low_timestamp_ms for s in view.partitions.values() if s.low > 0 and s.low_timestamp_ms is not None]
-    return min(found) if found else None

@@ -48,7 +48,7 @@ from auditor.reconcile.memory import (
 )
 from auditor.stuck.alerting import muted_keys, update_problems
 from auditor.stuck.evidence import ClusterView, Diagnosis, KeyMemory, StuckRow, ms_to_iso
-from auditor.stuck.kafka_view import ReadPlan, first_record_ms, read_after_locate, read_cluster_view, read_in_sync
+from auditor.stuck.kafka_view import ReadPlan, read_after_locate, read_cluster_view, read_in_sync
 from auditor.stuck.locate import LocateError, LocateRequest, LocateResult, locate
 from auditor.stuck.locate_python import mark_positions
 from auditor.stuck.models import DiagnosisRun, StuckItem, VerdictCount
@@ -541,7 +541,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
             # Every record the new topic holds was written after it was created: after the
             # deleted topic's last record, which may be well before the auditor saw the new id
             # (its first record's timestamp says when, within stamp_lag_ms).
-            first = first_record_ms(binding.cluster.client_config(), view, options.timeout_s)
+            first = view.first_record_ms
             lag = view.stamp_lag_ms
             until = recreation.until_ms if first is None or lag is None else min(recreation.until_ms, first + lag)
             view.recreated_until_ms, view.recreated_reason = until, recreation.describe()
@@ -787,7 +787,7 @@ def _open_counts(rule: StuckRule) -> dict[str, int]:
     counts = dict.fromkeys(STUCK_VERDICTS, 0)
     rows = StuckItem.objects.open().filter(rule=rule).order_by().values_list("verdict").annotate(n=Count("id"))
     for verdict, n in rows:
-        counts[verdict] = counts.get(verdict, 0) + n
+        counts[verdict] = n
     return counts
 
 
