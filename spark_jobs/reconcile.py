@@ -159,6 +159,8 @@ def _reconcile(
 
     laps = Laps(options.cancelled)
     plan = plan_run(binding, options, laps)
+    if plan.store.check_shared(spark):
+        laps("state_shared")
     with run_settings_applied(spark, plan) as settings:
         return _run_phases(spark, binding, options, plan, persist, laps, output, settings)
 

@@ -380,6 +380,36 @@ class StateStore:
             return empty_frame(spark, schema)
         return spark.read.schema(schema).parquet(self.root.spark(relative))
 
+    def check_shared(self, spark: SparkSession) -> bool:
+        """On a cluster, fail unless this driver reads what the executors write to the state.
+
+        A local path given to a cluster whose nodes each have their own disk takes the executors'
+        Parquet files on their disks, while the driver commits each dataset with none of them:
+        every dataset reads back empty, and the run would publish no findings and commit an empty
+        memory. A few rows written by every executor's tasks are counted through this driver's own
+        filesystem (pyarrow), not through Spark, which would read them on the executors again.
+        Returns whether it checked (not in local mode)."""
+        if spark.sparkContext.master.startswith("local"):
+            return False  # one process: the driver's disk is the executors'
+        marker = self.root.join("runs", f"{self.run_id}-reach")
+        wanted = max(2, spark.sparkContext.defaultParallelism)
+        try:
+            spark.range(0, wanted, 1, wanted).write.mode("overwrite").parquet(marker.spark())
+            seen = _rows_here(marker)
+        finally:
+            try:
+                marker.remove_tree()
+            except Exception:  # noqa: BLE001 - an unreferenced run folder: the next commit deletes it
+                pass
+        if seen != wanted:
+            raise StateError(
+                f"the state location {self.root.uri} is not shared between the Spark driver and its executors: of "
+                f"{wanted} rows the executors wrote there, this driver reads {seen}. A local path works with local[*] "
+                "only; on a cluster give a path every node mounts at the same place, or an object store URI "
+                "(RECONCILE_STATE_DIR / --state-dir). The run read no record and published nothing"
+            )
+        return True
+
     def dataset(self, spark: SparkSession, meta: StateMeta, name: str) -> DataFrame:
         return self._read(spark, meta.datasets.get(name), DATASETS[name])
 
@@ -447,3 +477,14 @@ class StateStore:
             for name in folder.child_folders():
                 if f"{kind}/{name}" not in keep:
                     folder.join(name).remove_tree()
+
+
+def _rows_here(location: StateLocation) -> int:
+    """Rows in the Parquet files this process sees at `location` (0 when it sees none)."""
+    import pyarrow.dataset as pads
+
+    fs, path = location.filesystem()
+    try:
+        return int(pads.dataset(path, filesystem=fs, format="parquet").count_rows())
+    except FileNotFoundError:
+        return 0

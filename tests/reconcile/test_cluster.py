@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,104 +22,19 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from auditor.pipelines.models import StuckRule
-from auditor.reconcile.job import auditor_jdbc_url, spark_submit_path
+from auditor.reconcile.job import auditor_jdbc_url
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
-from tests.support.live import free_port
+from tests.support.spark_cluster import standalone_cluster
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _alive_workers(webui_port: int) -> int:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{webui_port}/json/", timeout=2) as answer:
-            state = json.load(answer)
-    except urllib.error.HTTPError:
-        return 0  # the master's web UI listens before its /json/ handler is there (404)
-    return sum(1 for worker in state.get("workers", []) if worker.get("state") == "ALIVE")
 
 
 @pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A standalone master and one worker (2 cores, 1 GiB), stopped after the module."""
-    home = spark_submit_path().parent.parent
-    work = tmp_path_factory.mktemp("spark-cluster")
-    env = dict(os.environ, SPARK_HOME=str(home), SPARK_LOG_DIR=str(work), SPARK_WORKER_DIR=str(work / "worker"))
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    port, ui, worker_ui = free_port(), free_port(), free_port()
-    url = f"spark://127.0.0.1:{port}"
-    spark_class = str(home / "bin" / "spark-class")
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        with open(work / "master.log", "wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        spark_class,
-                        "org.apache.spark.deploy.master.Master",
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(port),
-                        "--webui-port",
-                        str(ui),
-                    ],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-        deadline = time.monotonic() + 90
-        while not (_listening(port) and _listening(ui)):
-            assert procs[0].poll() is None, (work / "master.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the Spark master did not start in 90 s"
-            time.sleep(0.5)
-        with open(work / "worker.log", "wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        spark_class,
-                        "org.apache.spark.deploy.worker.Worker",
-                        url,
-                        "--host",
-                        "127.0.0.1",
-                        "--cores",
-                        "2",
-                        "--memory",
-                        "1g",
-                        "--webui-port",
-                        str(worker_ui),
-                        "--work-dir",
-                        str(work / "worker"),
-                    ],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-        while _alive_workers(ui) < 1:
-            assert procs[1].poll() is None, (work / "worker.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the Spark worker did not register in 90 s"
-            time.sleep(0.5)
+    with standalone_cluster(tmp_path_factory.mktemp("spark-cluster")) as url:
         yield url
-    finally:
-        for proc in reversed(procs):
-            try:
-                os.killpg(proc.pid, 15)
-                proc.wait(20)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(proc.pid, 9)
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +121,8 @@ def test_it_reconciles_and_diagnoses_stuck_items_on_a_standalone_cluster(
         assert {(f["kind"], f["key"]) for f in result["findings"]} == expected
         assert set(Finding.objects.filter(run=run).values_list("kind", "key")) == expected
         assert run.records_read == len(acked) and result["mode"] == "full"
+        # the run checked that its driver reads what the executors write to the state
+        print(f"shared-state check: {run.timings['state_shared']:.2f} s")
 
         started = time.monotonic()
         diagnosis = diagnose_rule(
