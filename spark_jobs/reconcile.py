@@ -55,7 +55,9 @@ from spark_jobs.binding import (
     load_binding_json,
 )
 from spark_jobs.common import build_spark_session
+from spark_jobs.executor_loss import ExecutorWatch, reads_shortened
 from spark_jobs.reconcile_commit import commit_state
+from spark_jobs.reconcile_extract import ReconcileError
 from spark_jobs.reconcile_inputs import extract_inputs
 from spark_jobs.reconcile_new_state import update_state
 from spark_jobs.reconcile_plan import Laps, RunOptions, RunPlan, new_run_id, plan_run, run_settings_applied
@@ -161,8 +163,10 @@ def _reconcile(
     plan = plan_run(binding, options, laps)
     if plan.store.check_shared(spark):
         laps("state_shared")
+    watch = ExecutorWatch(spark)
+    laps.observers.append(watch.look)
     with run_settings_applied(spark, plan) as settings:
-        return _run_phases(spark, binding, options, plan, persist, laps, output, settings)
+        return _run_phases(spark, binding, options, plan, persist, laps, output, settings, watch)
 
 
 def _run_phases(
@@ -174,6 +178,7 @@ def _run_phases(
     laps: Laps,
     output: RunOutput,
     settings: dict[str, str],
+    watch: ExecutorWatch,
 ) -> dict[str, Any]:
     inputs = extract_inputs(spark, binding, plan, persist, laps)
     new = update_state(spark, binding, plan, inputs, persist, laps)
@@ -218,11 +223,33 @@ def _run_phases(
         "spark_settings": settings,
     }
     # `warnings` and `timings` are the plan's and the laps' own: the commit's are in them too
+    check_reads_unchanged(plan, watch)
     laps.check()
     output.before_commit(result)
     commit_state(spark, plan, inputs, new)
     output.after_commit(result)
     return result
+
+
+def check_reads_unchanged(plan: RunPlan, watch: ExecutorWatch) -> None:
+    """Fail the run when an executor was lost during it and a range it read has lost records
+    since: Spark may have read that part again without them (executor_loss)."""
+    lost = watch.lost()
+    if not lost:
+        return
+    reads = [(r.topic, r.ranges) for r in (plan.topic, plan.kafka["producer_ledger"], plan.kafka["consumer_ledger"])]
+    shortened = reads_shortened(plan.admin, reads)
+    if shortened:
+        raise ReconcileError(
+            f"executor(s) {', '.join(lost)} were lost during the run, and since this run read them "
+            f"{'; '.join(shortened)}: the parts of its reads those executors held may have been read again "
+            "without the records gone since. The run is discarded (nothing was reported, the incremental state is "
+            "unchanged), run it again"
+        )
+    plan.warnings.append(
+        f"executor(s) {', '.join(lost)} were lost during the run; every range it read still holds what it read "
+        "(nothing deleted or truncated since), so parts read again are the same"
+    )
 
 
 def describe_error(exc: BaseException) -> str:

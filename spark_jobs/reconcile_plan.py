@@ -78,11 +78,14 @@ class Laps:
         self.timings: dict[str, float] = {}
         self._clock = time.monotonic()
         self._cancelled = cancelled
+        self.observers: list[Callable[[], None]] = []  # called at each lap (executor_loss.ExecutorWatch)
 
     def __call__(self, name: str) -> None:
         now = time.monotonic()
         self.timings[name] = round(self.timings.get(name, 0.0) + now - self._clock, 3)
         self._clock = now
+        for observe in self.observers:
+            observe()
         self.check()
 
     def check(self) -> None:

@@ -389,7 +389,7 @@ class StateStore:
         memory. A few rows written by every executor's tasks are counted through this driver's own
         filesystem (pyarrow), not through Spark, which would read them on the executors again.
         Returns whether it checked (not in local mode)."""
-        if spark.sparkContext.master.startswith("local"):
+        if (spark.sparkContext.master or "local").startswith("local"):
             return False  # one process: the driver's disk is the executors'
         marker = self.root.join("runs", f"{self.run_id}-reach")
         wanted = max(2, spark.sparkContext.defaultParallelism)

@@ -139,3 +139,73 @@ def test_it_reconciles_and_diagnoses_stuck_items_on_a_standalone_cluster(
     assert diagnosis.engine == "spark"
     verdicts = {str(i): ("waiting" if str(i) in in_topic else "never-produced") for i in rows}
     assert {item.row.key: item.diagnosis.verdict for item in diagnosis.items} == verdicts
+
+
+@pytest.mark.parametrize("deleted", [False, True], ids=["executor-killed", "executor-killed-after-retention"])
+def test_an_executor_killed_mid_run_gives_the_exact_findings_or_a_failed_run_never_false_ones(
+    deleted: bool,
+    spark_cluster: str,
+    settings,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    make_topic,
+    make_binding,
+    kafka_bootstrap: str,
+    source_database_url: str,
+    state_dir: Path,
+    staged_runs: list[str],
+) -> None:
+    """Once the run has read the topic (and checked nothing was deleted under the read), its
+    only executor is killed with SIGKILL; Spark starts another and reads the lost cached parts
+    again from Kafka. Every row's record was sent and acked: the run must find nothing. When
+    records were also deleted after the read (retention's stand-in), the part read again lacks
+    them: the old code published those rows `missing`; the run must fail instead and publish
+    nothing."""
+    settings.SPARK_MASTER = spark_cluster
+    topic = make_topic("rexecutor", partitions=2)
+    table = f"executor_{uuid.uuid4().hex[:10]}"
+    rows = range(1, 41)
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
+        for row_id in rows:
+            conn.execute(f"INSERT INTO {table} VALUES (%s, now() - interval '20 minutes')", (row_id,))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    acked: list[tuple[str, int, int]] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append((msg.key().decode(), msg.partition(), msg.offset()))
+
+    created_ms = int((time.time() - 1200) * 1000)
+    for row_id in rows:
+        producer.produce(topic, key=str(row_id).encode(), value=b"{}", timestamp=created_ms, on_delivery=report)
+    assert producer.flush(30) == 0 and len(acked) == len(rows)
+    fault_report = tmp_path / "fault.json"
+    monkeypatch.setattr(
+        "auditor.reconcile.job.JOB_SCRIPT", Path(__file__).parent.parent / "support" / "cluster_fault_job.py"
+    )
+    monkeypatch.setenv("AUDITOR_TEST_FAULT_AFTER", "topic_read")
+    monkeypatch.setenv("AUDITOR_TEST_FAULT_BOOTSTRAP", kafka_bootstrap)
+    monkeypatch.setenv("AUDITOR_TEST_FAULT_REPORT", str(fault_report))
+    monkeypatch.setenv("AUDITOR_TEST_FAULT_DELETE", f"{topic}:0:5" if deleted else "")
+    binding = make_binding(f"executor-{uuid.uuid4().hex[:8]}", topic, f"public.{table}")
+    try:
+        code, result = reconcile(binding.name, "--full")
+    finally:
+        with psycopg.connect(source_database_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+    run = ReconcileRun.objects.get(pk=result["run_id"])
+    staged_runs.append(run.job_run_id)
+    fault = json.loads(fault_report.read_text())
+    assert fault["killed"], "no executor was running to kill"
+    if not deleted:
+        assert code == 0, result["error"]
+        assert result["findings"] == [] and not Finding.objects.filter(run=run).exists()
+        assert any("were lost during the run" in w for w in result["warnings"]), result["warnings"]
+    else:
+        gone = sorted(key for key, partition, offset in acked if partition == 0 and offset < 5)
+        assert len(gone) == 5  # acked, and read by the run before they were deleted
+        assert code != 0 and run.status == "failed", result
+        assert "were lost during the run" in result["error"] and f"{topic}/0 now starts at offset 5" in result["error"]
+        assert not Finding.objects.filter(run=run).exists()
+        assert not (state_dir / binding.name / "state.json").exists()
