@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
+from pyspark import SparkContext
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.jars import local_jars
@@ -101,6 +103,31 @@ def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+class SparkMasterError(RuntimeError):
+    """The Spark master named does not answer."""
+
+
+def check_master_answers(master: str, timeout_s: float = 5.0) -> None:
+    """Raise SparkMasterError unless a standalone master (`spark://host:port`, or several for
+    HA, comma-separated) takes a connection. Spark itself retries an absent master for about
+    a minute, then fails with a stack trace that does not name it. Other masters (local,
+    yarn, k8s://) are not checked."""
+    if not master.startswith("spark://"):
+        return
+    refused = []
+    for address in master[len("spark://") :].split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout_s).close()
+            return
+        except (OSError, ValueError) as exc:
+            refused.append(f"{address}: {getattr(exc, 'strerror', None) or exc}")
+    raise SparkMasterError(
+        f"the Spark master {master} (SPARK_MASTER) does not answer ({'; '.join(refused)}): start it, or set "
+        "SPARK_MASTER to a running master (local[*] runs Spark inside the auditor's own process)"
+    )
+
+
 def build_spark_session(
     app_name: str,
     master: str | None = None,
@@ -143,6 +170,8 @@ def build_spark_session(
     if not launched_by_spark_submit():
         for key, value in (settings or {}).items():
             builder = builder.config(key, value)
+    if SparkContext._active_spark_context is None:  # joining a running one needs no master
+        check_master_answers(resolved_master)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "WARN"))
     return spark

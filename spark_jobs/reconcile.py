@@ -54,7 +54,7 @@ from spark_jobs.binding import (
     jdbc_url_and_properties,
     load_binding_json,
 )
-from spark_jobs.common import build_spark_session
+from spark_jobs.common import SparkMasterError, build_spark_session
 from spark_jobs.executor_loss import ExecutorWatch, reads_shortened
 from spark_jobs.reconcile_commit import commit_state
 from spark_jobs.reconcile_extract import ReconcileError
@@ -420,7 +420,14 @@ def main(argv: list[str] | None = None) -> int:
             load_json(result, options.output_json)
         print(json.dumps(result))
         return 2
-    spark = build_spark_session(f"reconcile-{binding.name}", master=args.master)
+    try:
+        spark = build_spark_session(f"reconcile-{binding.name}", master=args.master)
+    except SparkMasterError as exc:
+        result = failed_result(f"SparkMasterError: {exc}", binding.name, options)
+        if options.output_json:
+            load_json(result, options.output_json)
+        print(json.dumps(result))
+        return 1
     result = run(spark, binding, options)
     print(json.dumps(result, default=str))
     return 0 if result["status"] == "ok" else 1

@@ -1,4 +1,6 @@
-"""A state location the Spark executors do not share with the driver: a local path given to a
+"""A Spark cluster the auditor is pointed at wrongly.
+
+A state location the Spark executors do not share with the driver: a local path given to a
 cluster whose nodes each have their own disk. The worker here runs in a mount namespace of its
 own, with an empty tmpfs over the state folder: what its executors write there the driver never
 sees, as on two machines.
@@ -23,6 +25,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from auditor.reconcile.models import Finding, ReconcileRun
+from tests.support.live import free_port
 from tests.support.spark_cluster import standalone_cluster
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -82,3 +85,17 @@ def test_a_state_location_the_executors_do_not_share_fails_the_run_and_publishes
     assert "not shared" in result["error"] and str(state) in result["error"], result["error"]
     assert not Finding.objects.filter(run=run).exists()
     assert not (state / "state.json").exists()
+
+
+def test_an_unreachable_master_fails_the_run_naming_it(settings, make_topic, make_binding, state_dir: Path) -> None:
+    """Spark retries an absent standalone master for about a minute, then spark-submit exited
+    with a stack trace whose last line (what the run showed) was netty's event loop."""
+    master = f"spark://127.0.0.1:{free_port()}"  # nothing listens there
+    settings.SPARK_MASTER = master
+    topic = make_topic("rnomaster", partitions=1)
+    binding = make_binding(f"nomaster-{uuid.uuid4().hex[:8]}", topic, "public.nomaster")
+    code, result = reconcile(binding.name, "--full")
+    assert code != 0 and result["status"] == "failed"
+    assert f"the Spark master {master} (SPARK_MASTER) does not answer" in result["error"], result["error"]
+    assert "Connection refused" in result["error"] and "netty" not in result["error"]
+    assert ReconcileRun.objects.get(pk=result["run_id"]).status == "failed"
