@@ -26,6 +26,7 @@ from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.probes import AuditedProducer, AuditedProducerV1, ProducerBatch, ProducerKeys, decode_ledger_records
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
 from spark_jobs.kafka_offsets import partition_offsets, topic_partitions
+from tests.support.clock import shared_clock_slack
 from tests.support.demo import read_topic
 from tests.support.killed_producer import audit_value, send_untraced_and_kill, start_ledgered_session
 from tests.support.waiting import wait_until
@@ -53,7 +54,15 @@ class Killed(NamedTuple):
 @pytest.fixture(scope="module")
 def killed(kafka_bootstrap: str, make_module_topic: Callable[..., str]) -> Iterator[dict[str, Killed]]:
     """The three tests' sessions, each with its own topics and table: all started at once, so
-    that the minute each must run before its ledger speaks for ticket 2's row is waited once."""
+    that the clock margin each must run before its ledger speaks for ticket 2's row is waited
+    once (shortened for the module's tests by shared_clock_slack: one machine's clock)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield from _killed(kafka_bootstrap, make_module_topic, shared_clock_slack(monkeypatch))
+
+
+def _killed(
+    kafka_bootstrap: str, make_module_topic: Callable[..., str], speaks_after_s: float
+) -> Iterator[dict[str, Killed]]:
     url = os.environ["SOURCE_DATABASE_URL"]
     scenarios: dict[str, dict[str, Any]] = {
         "v2": {"topic": make_module_topic("killed")},
@@ -80,7 +89,7 @@ def killed(kafka_bootstrap: str, make_module_topic: Callable[..., str]) -> Itera
                 record_key=s.get("record_key"),
                 v1=s.get("v1", False),
             )
-        sessions = {name: send_untraced_and_kill(running.pop(name), tables[name]) for name in scenarios}
+        sessions = {name: send_untraced_and_kill(running.pop(name), tables[name], speaks_after_s) for name in scenarios}
         yield {
             name: Killed(s["topic"], s["ledger"], s["clients"], s["consumer_ledger"], tables[name], *sessions[name])
             for name, s in scenarios.items()
@@ -148,7 +157,7 @@ def test_a_record_a_killed_v2_producer_sent_after_its_last_ledger_flush_is_unkno
     settings: Any,
     tmp_path: Path,
 ) -> None:
-    """The session runs for more than a minute (ticket 1 ledgered by flush()), ticket 2's row
+    """The session runs past the clock margin (ticket 1 ledgered by flush()), ticket 2's row
     is created, the session sends its record, the broker acks it, and the session is killed
     before its next ledger flush. A later probed session sends ticket 3 and closes; retention
     (delete_records) takes ticket 2's record. The ledger is complete since before the row was
@@ -186,7 +195,7 @@ def test_a_record_a_killed_v1_producer_delivered_after_its_last_ledger_flush_is_
     tmp_path: Path,
 ) -> None:
     """The same with a contract-v1 producer (AuditedProducerV1), which ledgers delivery reports
-    at its background flush: the session runs for more than a minute (ticket 1 ledgered by
+    at its background flush: the session runs past the clock margin (ticket 1 ledgered by
     flush()), ticket 2's row is created, the session sends its record, the broker acks it and
     the report is served, and the session is killed before its next ledger flush. A later v1
     session sends ticket 3 and closes; retention (delete_records) takes ticket 2's record. The
@@ -228,8 +237,8 @@ def test_a_record_a_killed_v2_producer_sent_untraced_and_the_cleaner_removed_is_
     tmp_path: Path,
 ) -> None:
     """A compacted topic whose records all have one record key (a customer's), each carrying its
-    ticket in its value (the binding's record_key a JSON path). The v2 session runs for more
-    than a minute (ticket 1 ledgered by flush()), ticket 2's row is created, the session sends
+    ticket in its value (the binding's record_key a JSON path). The v2 session runs past the
+    clock margin (ticket 1 ledgered by flush()), ticket 2's row is created, the session sends
     its record, the broker acks it, and the session is killed before its next ledger flush. A
     later probed session sends ticket 3 with the same record key, and the log cleaner removes
     ticket 2's record. Nothing was deleted by retention: the topic holds everything produced

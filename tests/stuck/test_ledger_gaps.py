@@ -27,13 +27,11 @@ from auditor.pipelines import producers
 from auditor.pipelines.producers import observed_producers
 from auditor.probes import ProducerBatch, ProducerKeys, decode_ledger_records
 from auditor.stuck.service import diagnose_rule
+from tests.support.clock import shared_clock_slack
 from tests.support.demo import read_topic
 from tests.support.stuck import StuckSetup, verdicts_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
-
-# The ledger speaks for rows created a clock margin (60 s) after its producer started.
-_LEDGER_SPEAKS_AFTER_S = 62
 
 
 def _ledgered_ids(setup: StuckSetup) -> set[str | None]:
@@ -53,14 +51,16 @@ def _ledgered_ids(setup: StuckSetup) -> set[str | None]:
 
 
 def test_a_probe_whose_audit_ids_are_not_the_binding_s_keys_leaves_a_deleted_record_unknown_not_never_produced(
-    make_stuck: Callable[..., StuckSetup], kafka_admin: AdminClient, spark: Any
+    make_stuck: Callable[..., StuckSetup], kafka_admin: AdminClient, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A binding keyed by a value field (json:$.ticket_id) over records keyed by an order
     number, produced by a probe without key_fn (each contract): its ledger names the order
-    numbers. The session runs for more than a minute (ticket 1), ticket 2's row is created and
+    numbers. The session runs past the clock margin (ticket 1), ticket 2's row is created and
     its record produced and acked, then ticket 3's; the producer closes; retention
     (delete_records) takes tickets 1 and 2. The ledger is complete since before ticket 2's row
-    was created and never names a ticket: read at its word, ticket 2 was never produced."""
+    was created and never names a ticket: read at its word, ticket 2 was never produced
+    (shared_clock_slack shortens the margin)."""
+    speaks_after_s = shared_clock_slack(monkeypatch)
     setups = {
         contract: make_stuck(partitions=1, contract=contract, record_key="json:$.ticket_id") for contract in (1, 2)
     }
@@ -88,7 +88,7 @@ def test_a_probe_whose_audit_ids_are_not_the_binding_s_keys_leaves_a_deleted_rec
         for contract in setups:
             send(contract, done=True)
         started = min(s for _, _, s in running.values())
-        time.sleep(max(0.0, started + _LEDGER_SPEAKS_AFTER_S - time.time()))
+        time.sleep(max(0.0, started + speaks_after_s - time.time()))
         stuck = {contract: send(contract, done=False) for contract in setups}
         for contract in setups:
             send(contract, done=True)

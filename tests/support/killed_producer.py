@@ -30,9 +30,6 @@ import psycopg
 from auditor.probes import AuditedProducer, AuditedProducerV1
 from tests.support.paths import ROOT
 
-# The ledger speaks for rows created a clock margin (60 s) after its producer started.
-_LEDGER_SPEAKS_AFTER_S = 62
-
 
 def audit_value(value: Any, key: Any) -> str:
     """The ticket a record with the shared record key carries (the audit-id key_fn)."""
@@ -73,15 +70,16 @@ def start_ledgered_session(
     return RunningSession(child, session, int(started_ms))
 
 
-def send_untraced_and_kill(running: RunningSession, table: str) -> KilledSession:
-    """Once the session's ledger speaks for new rows, insert ticket 2's row (``NEW``, created
+def send_untraced_and_kill(running: RunningSession, table: str, speaks_after_s: float) -> KilledSession:
+    """Once the session's ledger speaks for new rows (`speaks_after_s` after it started: the
+    stuck verdicts' clock margin, tests.support.clock.shared_clock_slack), insert ticket 2's row (``NEW``, created
     now) into ``table`` of ``SOURCE_DATABASE_URL``, have the producer send ticket 2, and kill it
     (-9) once it printed the delivery report, before any ledger flush after ticket 1's.
-    Sessions started together wait out their minute together."""
+    Sessions started together wait out their margin together."""
     child = running.child
     try:
         assert child.stdin is not None and child.stdout is not None
-        time.sleep(max(0.0, running.started_ms / 1000 + _LEDGER_SPEAKS_AFTER_S - time.time()))
+        time.sleep(max(0.0, running.started_ms / 1000 + speaks_after_s - time.time()))
         with psycopg.connect(os.environ["SOURCE_DATABASE_URL"], autocommit=True) as conn:
             conn.execute(f"INSERT INTO {table} (ticket_id, created_at, status) VALUES (2, now(), 'NEW')")
         child.stdin.write("send 2\n")
