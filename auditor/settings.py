@@ -184,6 +184,10 @@ AUDITOR_METRICS_CANARY_WINDOW_MINUTES = envint("AUDITOR_METRICS_CANARY_WINDOW_MI
 # /metrics' newest canary minute looks back this far: a canary stopped longer ago (removed on
 # purpose) leaves the metric, so its CanaryStopped alert resolves (auditor/metrics/README.md).
 AUDITOR_CANARY_STOPPED_HORIZON_S = envint("AUDITOR_CANARY_STOPPED_HORIZON_S", 7 * 24 * 3600)
+# Canary minutes older than this are deleted by the canary as it stores new ones (0 keeps them
+# all); never fewer than the horizon above, which /metrics reads. Reports of older periods then
+# say the canary was not measured.
+AUDITOR_CANARY_RETENTION_DAYS = envint("AUDITOR_CANARY_RETENTION_DAYS", 90)
 
 LOGGING = {
     "version": 1,

@@ -1,17 +1,26 @@
-"""Writing a closed minute: all partitions in one transaction, pushed to browsers after commit."""
+"""Writing a closed minute: all partitions in one transaction, pushed to browsers after commit;
+and deleting the minutes past their retention (AUDITOR_CANARY_RETENTION_DAYS), once an hour."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import logging
+import time
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from auditor.canary.accounting import DeliveryCounts
 from auditor.canary.models import CanaryPoint
 from auditor.lib.live import publish
 
+log = logging.getLogger(__name__)
+
 LIVE_GROUP = "canary"
 LIVE_EVENT = "points"
+PRUNE_EVERY_S = 3600.0
+_pruned_at: float | None = None  # this process's last pruning (time.monotonic())
 
 
 def record_minute(
@@ -65,7 +74,37 @@ def record_minute(
         else:
             CanaryPoint.objects.bulk_create(points)
         publish(LIVE_GROUP, LIVE_EVENT, {"topic": topic, "points": [p.as_event() for p in points]})
+    global _pruned_at
+    if _pruned_at is None or time.monotonic() - _pruned_at >= PRUNE_EVERY_S:
+        _pruned_at = time.monotonic()
+        prune_points(timezone.now(), keep_from=minute)
     return points
+
+
+def retention_cutoff(now: datetime) -> datetime | None:
+    """Minutes before this are deleted; None keeps them all (AUDITOR_CANARY_RETENTION_DAYS=0).
+    Never later than the horizon /metrics reads for the newest minute (a canary stopped within it
+    keeps its CanaryStopped alert firing): a shorter retention is taken as that horizon."""
+    days = int(getattr(settings, "AUDITOR_CANARY_RETENTION_DAYS", 90))
+    if days <= 0:
+        return None
+    horizon_s = int(getattr(settings, "AUDITOR_CANARY_STOPPED_HORIZON_S", 7 * 24 * 3600))
+    return now - max(timedelta(days=days), timedelta(seconds=horizon_s))
+
+
+def prune_points(now: datetime, keep_from: datetime | None = None) -> int:
+    """Delete every canary minute, of every session and cluster, past the retention (never one
+    from `keep_from` on: the minute just stored, by a clock far behind); returns how many rows
+    went."""
+    cutoff = retention_cutoff(now)
+    if cutoff is None:
+        return 0
+    if keep_from is not None:
+        cutoff = min(cutoff, keep_from)
+    deleted, _ = CanaryPoint.objects.filter(minute__lt=cutoff).delete()
+    if deleted:
+        log.info("canary: deleted %d minute(s) stored before %s (AUDITOR_CANARY_RETENTION_DAYS)", deleted, cutoff)
+    return deleted
 
 
 SUMMED = ("sent", "received", "lost", "duplicated", "out_of_order", "late", "produce_errors", "unacked", "truncated")
