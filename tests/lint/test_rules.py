@@ -696,9 +696,10 @@ CASES: list[Case] = [
         ALO,
         {"replication.factor": 3, "min.insync.replicas": 4},
         ["T003"],
-        severity="error",
+        severity="warning",
     ),
-    # every acks=all write fails NOT_ENOUGH_REPLICAS: the one replica is the whole ISR
+    # brokers cap min ISR at the replica count: with RF 1 it acts as 1; older brokers refuse
+    # every acks=all write, and the broker's version is not known: an info
     Case(
         "T003",
         "fails",
@@ -707,7 +708,18 @@ CASES: list[Case] = [
         ALO,
         {"replication.factor": 1, "min.insync.replicas": 2},
         ["T001", "T003"],
-        severity="error",
+        severity="info",
+    ),
+    Case(
+        "T003",
+        "fails",
+        JAVA,
+        "topic",
+        ALO,
+        {"replication.factor": 1},
+        ["T001", "T003"],
+        LintContext(broker_configs={"min.insync.replicas": "2", "default.replication.factor": "3"}),
+        severity="info",
     ),
     Case("T003", "passes", JAVA, "topic", ALO, TOPIC_OK, []),
     # T004 unclean leader election
@@ -1033,3 +1045,16 @@ def test_it_has_a_failing_and_a_passing_case_for_every_rule() -> None:
         if (rule.id, outcome) not in outcomes
     ]
     assert missing == []
+
+
+def test_it_judges_min_insync_above_the_replication_factor_as_capped_at_it() -> None:
+    # Partition.scala: effectiveMinIsr = min(min.insync.replicas, replica count)
+    results = lint(
+        {"replication.factor": 3, "min.insync.replicas": 4}, client="java", kind="topic", guarantee="at-least-once"
+    )
+    (t003,) = [r for r in results if r.rule == "T003"]
+    assert t003.severity == "warning"
+    assert "replication.factor=3: every acks=all write fails" not in t003.message
+    assert "cap it at the replica count" in t003.message
+    assert "while any one replica is down" in t003.message
+    assert "older brokers refuse every acks=all write" in t003.message

@@ -69,33 +69,36 @@ def check_min_insync_one(s: Subject) -> Iterator[Finding]:
     "T003",
     "min.insync.replicas not below the replication factor",
     NOT_LOST,
-    "error",
-    why="writes with acks=all fail while a replica is down (or always, when above RF)",
+    "warning",
+    why="writes with acks=all fail while a replica is down",
     fix="set min.insync.replicas = replication.factor - 1",
 )
 def check_min_insync_vs_replication(s: Subject) -> Iterator[Finding]:
     min_isr, rf = s["min.insync.replicas"], s["replication.factor"]
     if min_isr.value < rf.value:
         return
-    if min_isr.value > rf.value:
-        # also with replication.factor 1: the ISR never holds more than the replicas there are
-        message = f"{min_isr.describe()} is above {rf.describe()}: every acks=all write fails with NOT_ENOUGH_REPLICAS"
-        severity: Severity = "error"
-    elif rf.value <= 1:
-        return  # one replica: while it is down nothing is written anyway (T001 reports RF 1)
-    else:
-        message = (
-            f"{min_isr.describe()} equals {rf.describe()}: while any one replica is down every "
-            "acks=all write fails with NOT_ENOUGH_REPLICAS, and records whose retries run out are lost "
-            "unless the application sends them again"
-        )
-        severity = "warning"
-    expected = (
-        f"< replication.factor ({rf.value}), e.g. {rf.value - 1}"
-        if rf.value > 1
-        else f"<= replication.factor ({rf.value})"
+    # Current brokers cap it (Partition.scala: effectiveMinIsr = min(min.insync.replicas, replica
+    # count); KIP-966, not feature-flagged): above the replication factor it acts as equal to it.
+    # Older brokers refuse every acks=all write instead; the broker's version is not known here.
+    above = min_isr.value > rf.value
+    capped = (
+        f"{min_isr.describe()} is above {rf.describe()}: current brokers cap it at the replica count "
+        f"({rf.value}); older brokers refuse every acks=all write with NOT_ENOUGH_REPLICAS"
     )
-    yield Finding(min_isr, expected, message, severity)
+    if rf.value <= 1:
+        if above:  # one replica: while it is down nothing is written anyway (T001 reports RF 1)
+            yield Finding(min_isr, f"<= replication.factor ({rf.value})", capped, "info")
+        return
+    equal = (
+        f"{min_isr.describe()} equals {rf.describe()}"
+        if not above
+        else f"{capped}. Capped, it equals the replication factor"
+    )
+    message = (
+        f"{equal}: while any one replica is down every acks=all write fails with NOT_ENOUGH_REPLICAS, "
+        "and records whose retries run out are lost unless the application sends them again"
+    )
+    yield Finding(min_isr, f"< replication.factor ({rf.value}), e.g. {rf.value - 1}", message, "warning")
 
 
 @topic_rules.rule(
