@@ -13,7 +13,7 @@ import pytest
 
 from auditor.lint.engine.catalog import RULES
 from auditor.lint.engine.defaults import SPRING_ACK_MODE, SPRING_KAFKA
-from auditor.lint.engine.linter import lint
+from auditor.lint.engine.linter import lint, lint_text
 from auditor.lint.engine.parsers import ParsedConfig
 from auditor.lint.engine.terms import LintContext
 
@@ -1058,3 +1058,30 @@ def test_it_judges_min_insync_above_the_replication_factor_as_capped_at_it() -> 
     assert "cap it at the replica count" in t003.message
     assert "while any one replica is down" in t003.message
     assert "older brokers refuse every acks=all write" in t003.message
+
+
+def _severities(text: str, kind: str, client: str = "librdkafka", guarantee: str = "at-least-once") -> dict[str, str]:
+    results = lint_text(text, fmt="properties", client=client, kind=kind, guarantee=guarantee)
+    return {r.rule: r.severity for r in results}
+
+
+def test_a_pasted_topic_config_leaves_the_brokers_defaults_unknown() -> None:
+    # replication.factor is not a topic config, and an unset min.insync.replicas is the brokers'
+    assert _severities("min.insync.replicas=2\ncleanup.policy=delete\n", "topic") == {"T001": "info", "T003": "info"}
+    assert _severities("retention.ms=604800000\n", "topic") == {"T001": "info", "T002": "info"}
+    (t001,) = lint_text("retention.ms=1\n", fmt="properties", client="java", kind="topic", guarantee="exactly-once")[:1]
+    assert "default.replication.factor, not given" in t001.message and t001.value == "unknown"
+
+
+def test_a_pasted_streams_config_leaves_the_brokers_replication_factor_unknown() -> None:
+    text = "processing.guarantee=exactly_once_v2\n"
+    assert _severities(text, "streams", client="java", guarantee="exactly-once") == {"S003": "info"}
+
+
+def test_a_scan_that_gives_the_brokers_settings_judges_their_defaults() -> None:
+    # a live scan whose brokers set none of these keys runs with Apache's defaults
+    for context in (LintContext(broker_configs={}), LintContext(broker_configs={"log.retention.hours": "168"})):
+        results = lint({}, client="java", kind="topic", guarantee="at-least-once", context=context)
+        assert {r.rule: r.severity for r in results} == {"T001": "error", "T002": "error"}
+    streams = lint({}, client="java", kind="streams", guarantee="at-least-once", context=LintContext(broker_configs={}))
+    assert [(r.rule, r.severity) for r in streams] == [("S003", "warning")]
