@@ -16,6 +16,7 @@ from auditor.lint.engine.defaults import SPRING_ACK_MODE, SPRING_KAFKA
 from auditor.lint.engine.linter import lint, lint_text
 from auditor.lint.engine.parsers import ParsedConfig
 from auditor.lint.engine.terms import LintContext
+from auditor.lint.engine.transactional_ids import unstable_part
 
 ALO, AMO, EOS = "at-least-once", "at-most-once", "exactly-once"
 RK, JAVA = "librdkafka", "java"
@@ -1085,3 +1086,22 @@ def test_a_scan_that_gives_the_brokers_settings_judges_their_defaults() -> None:
         assert {r.rule: r.severity for r in results} == {"T001": "error", "T002": "error"}
     streams = lint({}, client="java", kind="streams", guarantee="at-least-once", context=LintContext(broker_configs={}))
     assert [(r.rule, r.severity) for r in streams] == [("S003", "warning")]
+
+
+@pytest.mark.parametrize(
+    "transactional_id",
+    [
+        "payment-processor-east1",
+        "orders-pipeline-north",
+        "orders-enricher-00001",
+        "billing-database-sync1",
+        "fraud-detector-zone1",
+    ],
+)
+def test_a_stable_id_of_words_is_no_kubernetes_pod_name(transactional_id: str) -> None:
+    assert unstable_part(transactional_id) is None
+
+
+@pytest.mark.parametrize("transactional_id", ["orders-7d9f8b6c5d-x2k4z", "processor-7d9f8c6b5-x2xkq"])
+def test_a_deployment_pod_name_is_unstable(transactional_id: str) -> None:
+    assert unstable_part(transactional_id) == "a Kubernetes Deployment pod name"
