@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from auditor.lint.engine.effective import effective_settings, read_explicit
@@ -590,7 +592,7 @@ def test_it_needs_a_kind_for_single_config_formats() -> None:
     ],
 )
 def test_it_rejects_unknown_options(option: str, kwargs: dict[str, str], message: str) -> None:
-    arguments = {"client": "librdkafka", "kind": "producer", "guarantee": ALO, **kwargs}
+    arguments: dict[str, Any] = {"client": "librdkafka", "kind": "producer", "guarantee": ALO, **kwargs}
     with pytest.raises(LintInputError) as error:
         lint({}, **arguments)
     assert str(error.value) == message
@@ -600,3 +602,36 @@ def test_it_accepts_guarantee_spellings() -> None:
     for spelling in ("at_least_once", "ALO", "At-Least-Once"):
         results = lint({}, client="java", kind="consumer", guarantee=spelling)
         assert {r.guarantee for r in results} == {ALO}
+
+
+def _spring_producer(acks: str) -> str:
+    return f"spring:\n  kafka:\n    producer:\n      acks: {acks}\n      client-id: orders\n"
+
+
+def test_it_lints_a_spring_placeholders_default_and_says_so() -> None:
+    linted = lint_text_described(
+        _spring_producer("${KAFKA_ACKS:0}"), fmt="spring-yaml", client="java", guarantee="at-least-once"
+    )
+    assert [(r.rule, r.value) for r in linted.results] == [("P001", "0")]
+    assert any("acks (line 4)" in note and "placeholder's default '0'" in note for note in linted.notes)
+    clean = lint_text_described(
+        _spring_producer("${KAFKA_ACKS:all}"), fmt="spring-yaml", client="java", guarantee="at-least-once"
+    )
+    assert clean.results == []
+    text = "spring.kafka.consumer.enable-auto-commit=${AUTO:false}\nspring.kafka.consumer.auto-commit-interval=${I:${J:5s}}\n"
+    consumer = parse_text(text, fmt="properties", source="app.properties")["consumer"]
+    assert consumer["enable.auto.commit"] is False and consumer["auto.commit.interval.ms"] == 5000
+
+
+def test_it_leaves_out_a_spring_placeholder_without_a_default() -> None:
+    text = "spring:\n  kafka:\n    consumer:\n      enable-auto-commit: ${AUTO}\n      group-id: g\n    producer:\n      acks: ${ACKS}\n"
+    linted = lint_text_described(text, fmt="spring-yaml", client="java", guarantee="at-least-once")
+    assert "enable.auto.commit" not in parse_text(text, fmt="spring-yaml", source="app.yml")["consumer"]
+    assert any(
+        "spring.kafka.producer.acks (line 7)" in note and "no default: not linted" in note for note in linted.notes
+    )
+    # text values keep the placeholder as written: a transactional.id is set, whatever it holds
+    prefix = parse_text(
+        "spring:\n  kafka:\n    producer:\n      transaction-id-prefix: ${TX}\n", fmt="spring-yaml", source="app.yml"
+    )["producer"]
+    assert prefix["transactional.id"] == "${TX}"

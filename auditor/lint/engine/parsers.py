@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from auditor.lint.engine.defaults import SPRING_ACK_MODE, SPRING_KAFKA
+from auditor.lint.engine.defaults import KEY_TYPES, SPRING_ACK_MODE, SPRING_KAFKA
 from auditor.lint.engine.errors import LintInputError
 from auditor.lint.engine.masking import MASK, mask_value
 
@@ -576,6 +576,40 @@ def is_spring_properties(config: Mapping[str, Any]) -> bool:
     return any(str(key).startswith("spring.kafka.") for key in config)
 
 
+# A whole value that is a Spring property placeholder, ${NAME} or ${NAME:default}: the value comes
+# from the environment when the application starts, which the lint does not see.
+_PLACEHOLDER = re.compile(r"\$\{([^:{}]*)(?::(.*))?\}", re.S)
+_UNRESOLVED = object()  # a placeholder without a default: the key is left out
+
+
+def _typed(key: str, is_duration: bool) -> bool:
+    """Whether the lint reads ``key``'s value as a number, boolean or choice (not as text)."""
+    return is_duration or KEY_TYPES.get(key, "str") != "str"
+
+
+def _placeholder_default(value: Any, *, key: str, typed: bool, line: int, notes: list[str]) -> Any:
+    """``value``, or the default of the placeholder it is (its own default, for a nested one:
+    ${A:${B:1}} is 1), with a note; _UNRESOLVED when it has none. Text values (a
+    transactional.id) keep the placeholder as written: their rules read what it holds."""
+    if not typed or not isinstance(value, str):
+        return value
+    written = value.strip()
+    default: str | None = written
+    while default is not None:
+        match = _PLACEHOLDER.fullmatch(default.strip())
+        if match is None:
+            break
+        default = match.group(2)
+    if default is written:
+        return value
+    where = f"{key} (line {line}) is a placeholder the environment resolves"
+    if default is None:
+        notes.append(f"{where}, with no default: not linted")
+        return _UNRESOLVED
+    notes.append(f"{where}: linted with the placeholder's default {_shown(key, default.strip())}")
+    return default.strip()
+
+
 def _spring_configs(
     flat: Mapping[str, tuple[Any, int]], *, source: str, notes: Sequence[str] = ()
 ) -> dict[str, ParsedConfig]:
@@ -583,6 +617,7 @@ def _spring_configs(
     common: dict[str, tuple[Any, int]] = {}
     per_kind: dict[str, dict[str, tuple[Any, int]]] = {kind: {} for kind in SPRING_SECTIONS}
     named: dict[str, dict[str, tuple[Any, int]]] = {kind: {} for kind in SPRING_SECTIONS}
+    notes = list(notes)
     for written, (value, line) in flat.items():
         # Spring's map-key notation: properties[enable.idempotence] or a "[enable.idempotence]" key
         dotted = re.sub(r"\.?\[([^\]]+)\]", r".\1", written)
@@ -590,7 +625,10 @@ def _spring_configs(
             continue
         rest = dotted[len("spring.kafka.") :]
         if rest.startswith("properties."):
-            common[rest[len("properties.") :]] = (value, line)
+            key = rest[len("properties.") :]
+            value = _placeholder_default(value, key=dotted, typed=_typed(key, False), line=line, notes=notes)
+            if value is not _UNRESOLVED:
+                common[key] = (value, line)
             continue
         section, _, name = rest.partition(".")
         section = _kebab(section)
@@ -598,7 +636,10 @@ def _spring_configs(
             section, names = "consumer", SPRING_LISTENER
         elif section in SPRING_SECTIONS and name:
             if name.startswith("properties."):
-                per_kind[section][name[len("properties.") :]] = (value, line)
+                key = name[len("properties.") :]
+                value = _placeholder_default(value, key=dotted, typed=_typed(key, False), line=line, notes=notes)
+                if value is not _UNRESOLVED:
+                    per_kind[section][key] = (value, line)
                 continue
             names = SPRING_SECTIONS[section]
         else:
@@ -607,6 +648,9 @@ def _spring_configs(
         if mapping is None:
             continue
         kafka_key, is_duration = mapping
+        value = _placeholder_default(value, key=dotted, typed=_typed(kafka_key, is_duration), line=line, notes=notes)
+        if value is _UNRESOLVED:
+            continue
         if is_duration and value is not None:
             value = spring_duration_ms(value, key=dotted, source=source, line=line)
         bind = _SPRING_TYPED.get(kafka_key)
