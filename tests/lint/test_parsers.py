@@ -635,3 +635,16 @@ def test_it_leaves_out_a_spring_placeholder_without_a_default() -> None:
         "spring:\n  kafka:\n    producer:\n      transaction-id-prefix: ${TX}\n", fmt="spring-yaml", source="app.yml"
     )["producer"]
     assert prefix["transactional.id"] == "${TX}"
+
+
+def test_a_key_with_blanks_is_no_client_setting() -> None:
+    # java.util.Properties keeps "\ acks" as " acks": the producer ignores it and runs with acks=all
+    java = lint_text("\\ acks=0\n", fmt="properties", client="java", kind="producer", guarantee=ALO)
+    assert [(r.rule, r.severity, r.config) for r in java] == [("P011", "warning", " acks")]
+    assert "runs with acks=all (default)" in java[0].message
+    quoted = lint_text('{"acks ": "0"}', fmt="json", client="java", kind="producer", guarantee=ALO)
+    assert [(r.rule, r.config) for r in quoted] == [("P011", "acks ")]
+    # librdkafka: 'No such configuration property: "acks "' when the producer is created
+    refused = lint_text('{"acks ": "0"}', fmt="json", client="librdkafka", kind="producer", guarantee=ALO)
+    assert [(r.rule, r.severity) for r in refused if r.config == "acks "] == [("P109", "error")]
+    assert "P001" not in {r.rule for r in refused}

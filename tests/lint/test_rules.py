@@ -181,6 +181,11 @@ CASES: list[Case] = [
         LintContext(broker_configs={"transaction.max.timeout.ms": "30000"}),
     ),
     Case("P010", "passes", RK, "producer", EOS, {**RK_TX_OK, "transaction.timeout.ms": 900_000}, []),
+    # P011 a key with blanks around it: the Java producer ignores it (librdkafka refuses it: P109)
+    Case("P011", "fails", JAVA, "producer", ALO, {" acks": "0"}, ["P011"], severity="warning"),
+    Case("P011", "fails", JAVA, "producer", AMO, {"acks ": "0", "retries": 0}, ["P011"]),
+    Case("P011", "passes", RK, "producer", ALO, {**RK_PRODUCER_OK, " acks": "0"}, ["P109"]),
+    Case("P011", "passes", JAVA, "producer", ALO, {"acks": "0"}, ["P001"]),
     # P101 idempotence with acks != all
     Case("P101", "fails", RK, "producer", ALO, {"enable.idempotence": True, "acks": 1}, ["P001", "P101"]),
     Case("P101", "fails", RK, "producer", EOS, {**RK_TX_OK, "acks": "1"}, ["P001", "P101"]),
@@ -431,6 +436,18 @@ CASES: list[Case] = [
         spring({"isolation.level": "read_committed", "auto.offset.reset": "earliest"}),
         [],
     ),
+    # C009 a key with blanks around it: the Java consumer ignores it (librdkafka refuses it: C105)
+    Case(
+        "C009",
+        "fails",
+        JAVA,
+        "consumer",
+        ALO,
+        {**JAVA_CONSUMER_OK, " enable.auto.commit": "true"},
+        ["C009"],
+        severity="warning",
+    ),
+    Case("C009", "passes", RK, "consumer", ALO, {**RK_CONSUMER_OK, "isolation.level ": "read_committed"}, ["C105"]),
     # C101 librdkafka max.poll.interval.ms < session.timeout.ms
     Case("C101", "fails", RK, "consumer", ALO, {**RK_CONSUMER_OK, "max.poll.interval.ms": 10_000}, ["C005", "C101"]),
     Case("C101", "passes", JAVA, "consumer", ALO, {**JAVA_CONSUMER_OK, "max.poll.interval.ms": 10_000}, ["C005"]),

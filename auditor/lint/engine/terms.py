@@ -28,6 +28,8 @@ class Setting:
     # Java): effective.client_refusal; the 1xx rules P109 and C105 report it
     refused: str = ""
     refused_expected: str = ""  # what the client accepts instead
+    # why the client ignores the key (Java: a key with blanks around it is no config it knows)
+    ignored: str = ""
 
     @property
     def explicit(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from auditor.lint.engine import defaults as d
-from auditor.lint.engine.rules import refused_values
+from auditor.lint.engine.rules import ignored_keys, refused_values
 from auditor.lint.engine.terms import REFUSES_TO_START, Finding, Rule, RuleBook, Subject
 from auditor.lint.engine.transactional_ids import unstable_part
 from auditor.vocabulary import GUARANTEES
@@ -295,6 +295,19 @@ def _java_idempotence_requested(s: Subject) -> bool:
     if setting.explicit:
         return bool(setting.value)
     return bool(d.java_producer_defaults(s.java_version)["enable.idempotence"])
+
+
+@producer_rules.rule(
+    "P011",
+    "a key the producer does not know",
+    ALL,
+    "warning",
+    why="the Java producer ignores a key it does not know: the setting meant has no effect",
+    fix="write the key without blanks around it",
+    clients=JAVA,
+)
+def check_ignored_producer_key(s: Subject) -> Iterator[Finding]:
+    yield from ignored_keys(s)
 
 
 @producer_rules.rule(
