@@ -648,3 +648,18 @@ def test_a_key_with_blanks_is_no_client_setting() -> None:
     refused = lint_text('{"acks ": "0"}', fmt="json", client="librdkafka", kind="producer", guarantee=ALO)
     assert [(r.rule, r.severity) for r in refused if r.config == "acks "] == [("P109", "error")]
     assert "P001" not in {r.rule for r in refused}
+
+
+def test_it_applies_yaml_merge_keys_as_spring_boot_does() -> None:
+    text = (
+        'kafka-defaults: &kd\n  acks: "0"\n  retries: 0\n'
+        "spring:\n  kafka:\n    producer:\n      <<: *kd\n      client-id: orders\n"
+    )
+    results = lint_text(text, fmt="spring-yaml", client="java", guarantee=ALO)
+    assert [(r.rule, r.value) for r in results] == [("P001", "0"), ("P002", 0)]
+    # the mapping's own keys win over the merged ones, wherever the merge is written
+    own = "base: &b\n  acks: '0'\nspring:\n  kafka:\n    producer:\n      acks: all\n      <<: [*b]\n"
+    assert parse_text(own, fmt="spring-yaml", source="app.yml")["producer"] == {"acks": "all"}
+    with pytest.raises(LintInputError, match="line 4: a merge key '<<' must merge a mapping") as error:
+        parse_text("spring:\n  kafka:\n    producer:\n      <<: hunter2\n", fmt="spring-yaml", source="app.yml")
+    assert "hunter2" not in str(error.value)

@@ -309,8 +309,12 @@ _SPRING_TYPED = {"enable.auto.commit": _spring_boolean, "isolation.level": _spri
 
 
 def _flatten(node: yaml.Node, prefix: str, out: dict[str, tuple[Any, int]], *, source: str) -> None:
-    """Flatten a composed YAML mapping to dotted keys, keeping each scalar's line (1-based)."""
+    """Flatten a composed YAML mapping to dotted keys, keeping each scalar's line (1-based).
+
+    Merge keys (`<<: *defaults`) are applied as SnakeYAML (Spring Boot) and PyYAML's constructor
+    apply them: the merged mapping's keys first, the mapping's own keys winning over them."""
     if isinstance(node, yaml.MappingNode):
+        _apply_merge_keys(node, source=source)
         for key_node, value_node in node.value:
             key = str(key_node.value)
             _flatten(value_node, f"{prefix}.{key}" if prefix else key, out, source=source)
@@ -321,6 +325,26 @@ def _flatten(node: yaml.Node, prefix: str, out: dict[str, tuple[Any, int]], *, s
         )
     else:
         out[prefix] = (_scalar(node, key=prefix, source=source), node.start_mark.line + 1)
+
+
+def _apply_merge_keys(node: yaml.MappingNode, *, source: str) -> None:
+    """Replace the node's `<<` entries by the entries they merge (SafeConstructor.flatten_mapping,
+    which composing alone does not apply). A merge of no mapping is an input error naming its line."""
+    merge = next((k for k, _ in node.value if k.tag == "tag:yaml.org,2002:merge"), None)
+    if merge is None:
+        return
+    loader = yaml.SafeLoader("")
+    try:
+        loader.flatten_mapping(node)
+    except yaml.YAMLError:
+        # its message is the constructor's; the line is enough and quotes nothing
+        raise LintInputError(
+            "a merge key '<<' must merge a mapping (an anchor such as *defaults) or a list of them",
+            source=source,
+            line=merge.start_mark.line + 1,
+        ) from None
+    finally:
+        loader.dispose()
 
 
 def _scalar(node: yaml.Node, *, key: str, source: str) -> Any:
