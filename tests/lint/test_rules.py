@@ -1122,3 +1122,16 @@ def test_a_stable_id_of_words_is_no_kubernetes_pod_name(transactional_id: str) -
 @pytest.mark.parametrize("transactional_id", ["orders-7d9f8b6c5d-x2k4z", "processor-7d9f8c6b5-x2xkq"])
 def test_a_deployment_pod_name_is_unstable(transactional_id: str) -> None:
     assert unstable_part(transactional_id) == "a Kubernetes Deployment pod name"
+
+
+def test_it_says_the_brokers_refuse_acks_above_one() -> None:
+    # librdkafka accepts 2 to 1000; the brokers answer INVALID_REQUIRED_ACKS (ReplicaManager.isValidRequiredAcks)
+    results = lint({"acks": "2"}, client="librdkafka", kind="producer", guarantee="at-least-once")
+    (p001,) = [r for r in results if r.rule == "P001"]
+    assert p001.severity == "error"
+    assert "before any follower" not in p001.message
+    assert "INVALID_REQUIRED_ACKS" in p001.message
+    (one,) = [
+        r for r in lint({"acks": "1"}, client="java", kind="producer", guarantee="at-least-once") if r.rule == "P001"
+    ]
+    assert "before any follower has the record" in one.message

@@ -42,10 +42,18 @@ def check_acks(s: Subject) -> Iterator[Finding]:
             f"with {acks.describe()} the producer counts a record as sent once it is written to the "
             "socket: a broker error, a full log or a leader change loses it and nobody is told"
         )
-    else:
+    elif acks.value == "1":
         message = (
             f"with {acks.describe()} the leader acks before any follower has the record: when the "
             "leader fails over before a follower copies it, the acked write is lost"
+        )
+    else:
+        # librdkafka sends 2 to 1000 as they are; the brokers take only -1, 0 and 1
+        # (ReplicaManager.isValidRequiredAcks) and answer any other with INVALID_REQUIRED_ACKS
+        message = (
+            f"with {acks.describe()} every produce request is refused by the brokers, which accept only acks "
+            "all (-1), 0 or 1: each record fails with INVALID_REQUIRED_ACKS and is not written unless the "
+            "application sends it again"
         )
     yield Finding(acks, "all", message)
 
