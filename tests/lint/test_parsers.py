@@ -663,3 +663,14 @@ def test_it_applies_yaml_merge_keys_as_spring_boot_does() -> None:
     with pytest.raises(LintInputError, match="line 4: a merge key '<<' must merge a mapping") as error:
         parse_text("spring:\n  kafka:\n    producer:\n      <<: hunter2\n", fmt="spring-yaml", source="app.yml")
     assert "hunter2" not in str(error.value)
+
+
+def test_it_guesses_a_properties_file_written_with_colons() -> None:
+    documents = "spring.kafka.producer.acks: all\n#---\nspring.config.activate.on-profile: local\nspring.kafka.producer.acks: 0\n"
+    assert guess_format(documents) == "properties"
+    assert guess_format(documents.replace("#---", "!---")) == "properties"
+    assert guess_format("spring.kafka.producer.acks: 0\nspring.kafka.consumer.group-id: g\n") == "properties"
+    # YAML stays YAML: nested, a --- separator, or quoted values
+    assert guess_format("spring.kafka.producer.acks: all\n---\nspring.kafka.producer.acks: 0\n") == "spring-yaml"
+    assert guess_format('spring.kafka.producer.acks: "0"\n') == "spring-yaml"
+    assert guess_format("spring:\n  kafka:\n    producer:\n      acks: 0\n#---\n") == "spring-yaml"

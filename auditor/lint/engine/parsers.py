@@ -762,5 +762,24 @@ def guess_format(text: str, filename: str | None = None) -> str:
     if re.search(r"^\s*spring\s*:|^\s*spring\.kafka\.[\w.-]+\s*:\s", text, re.M) and not re.search(
         r"^\s*spring\.kafka\.[\w.-]+\s*=", text, re.M
     ):
-        return "spring-yaml"
+        return "spring-yaml" if _reads_as_yaml(text) else "properties"
     return "properties"
+
+
+def _reads_as_yaml(text: str) -> bool:
+    """Whether `key: value` text is YAML rather than a .properties file written with colons:
+    a YAML document separator (---) or an indented line (not a .properties continuation) says
+    YAML; a .properties document separator (#--- or !---, Spring Boot 2.4+), or flat lines with
+    no YAML quoting, say properties."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if any(re.fullmatch(r"---(\s.*)?", line.rstrip()) for line in lines):
+        return True
+    continued = False
+    for line in lines:
+        if line[:1].isspace() and not continued and not line.lstrip().startswith(("#", "!")):
+            return True
+        continued = line.rstrip().endswith("\\")
+    if any(line.rstrip() in ("#---", "!---") for line in lines):
+        return False
+    # flat lines: quoted values are YAML's (a .properties value keeps its quotes)
+    return any(re.search(r":\s+[\"']", line) for line in lines if not line.lstrip().startswith(("#", "!")))
