@@ -211,10 +211,11 @@ def _scan_reported_clients(
         outcome.notes.append(f"cluster {cluster.name}: {reported.undecodable} record(s) of {clients_topic} skipped")
     if not reported.clients:
         return outcome
+    broker: dict[str, Any] | None
     try:
         broker = broker_configs(admin, min(brokers), timeout=timeout) if brokers else {}
     except Exception as exc:  # noqa: BLE001 - the broker's limits only sharpen P010
-        broker = {}
+        broker = None
         outcome.notes.append(f"cluster {cluster.name}: broker settings unknown: {_describe_error(exc)}")
     context = LintContext(broker_configs=broker)
     for record in reported.clients:

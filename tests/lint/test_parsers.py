@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from auditor.lint.engine.effective import effective_settings, read_explicit
@@ -590,7 +592,7 @@ def test_it_needs_a_kind_for_single_config_formats() -> None:
     ],
 )
 def test_it_rejects_unknown_options(option: str, kwargs: dict[str, str], message: str) -> None:
-    arguments = {"client": "librdkafka", "kind": "producer", "guarantee": ALO, **kwargs}
+    arguments: dict[str, Any] = {"client": "librdkafka", "kind": "producer", "guarantee": ALO, **kwargs}
     with pytest.raises(LintInputError) as error:
         lint({}, **arguments)
     assert str(error.value) == message
@@ -600,3 +602,75 @@ def test_it_accepts_guarantee_spellings() -> None:
     for spelling in ("at_least_once", "ALO", "At-Least-Once"):
         results = lint({}, client="java", kind="consumer", guarantee=spelling)
         assert {r.guarantee for r in results} == {ALO}
+
+
+def _spring_producer(acks: str) -> str:
+    return f"spring:\n  kafka:\n    producer:\n      acks: {acks}\n      client-id: orders\n"
+
+
+def test_it_lints_a_spring_placeholders_default_and_says_so() -> None:
+    linted = lint_text_described(
+        _spring_producer("${KAFKA_ACKS:0}"), fmt="spring-yaml", client="java", guarantee="at-least-once"
+    )
+    assert [(r.rule, r.value) for r in linted.results] == [("P001", "0")]
+    assert any("acks (line 4)" in note and "placeholder's default '0'" in note for note in linted.notes)
+    clean = lint_text_described(
+        _spring_producer("${KAFKA_ACKS:all}"), fmt="spring-yaml", client="java", guarantee="at-least-once"
+    )
+    assert clean.results == []
+    text = "spring.kafka.consumer.enable-auto-commit=${AUTO:false}\nspring.kafka.consumer.auto-commit-interval=${I:${J:5s}}\n"
+    consumer = parse_text(text, fmt="properties", source="app.properties")["consumer"]
+    assert consumer["enable.auto.commit"] is False and consumer["auto.commit.interval.ms"] == 5000
+
+
+def test_it_leaves_out_a_spring_placeholder_without_a_default() -> None:
+    text = "spring:\n  kafka:\n    consumer:\n      enable-auto-commit: ${AUTO}\n      group-id: g\n    producer:\n      acks: ${ACKS}\n"
+    linted = lint_text_described(text, fmt="spring-yaml", client="java", guarantee="at-least-once")
+    assert "enable.auto.commit" not in parse_text(text, fmt="spring-yaml", source="app.yml")["consumer"]
+    assert any(
+        "spring.kafka.producer.acks (line 7)" in note and "no default: not linted" in note for note in linted.notes
+    )
+    # text values keep the placeholder as written: a transactional.id is set, whatever it holds
+    prefix = parse_text(
+        "spring:\n  kafka:\n    producer:\n      transaction-id-prefix: ${TX}\n", fmt="spring-yaml", source="app.yml"
+    )["producer"]
+    assert prefix["transactional.id"] == "${TX}"
+
+
+def test_a_key_with_blanks_is_no_client_setting() -> None:
+    # java.util.Properties keeps "\ acks" as " acks": the producer ignores it and runs with acks=all
+    java = lint_text("\\ acks=0\n", fmt="properties", client="java", kind="producer", guarantee=ALO)
+    assert [(r.rule, r.severity, r.config) for r in java] == [("P011", "warning", " acks")]
+    assert "runs with acks=all (default)" in java[0].message
+    quoted = lint_text('{"acks ": "0"}', fmt="json", client="java", kind="producer", guarantee=ALO)
+    assert [(r.rule, r.config) for r in quoted] == [("P011", "acks ")]
+    # librdkafka: 'No such configuration property: "acks "' when the producer is created
+    refused = lint_text('{"acks ": "0"}', fmt="json", client="librdkafka", kind="producer", guarantee=ALO)
+    assert [(r.rule, r.severity) for r in refused if r.config == "acks "] == [("P109", "error")]
+    assert "P001" not in {r.rule for r in refused}
+
+
+def test_it_applies_yaml_merge_keys_as_spring_boot_does() -> None:
+    text = (
+        'kafka-defaults: &kd\n  acks: "0"\n  retries: 0\n'
+        "spring:\n  kafka:\n    producer:\n      <<: *kd\n      client-id: orders\n"
+    )
+    results = lint_text(text, fmt="spring-yaml", client="java", guarantee=ALO)
+    assert [(r.rule, r.value) for r in results] == [("P001", "0"), ("P002", 0)]
+    # the mapping's own keys win over the merged ones, wherever the merge is written
+    own = "base: &b\n  acks: '0'\nspring:\n  kafka:\n    producer:\n      acks: all\n      <<: [*b]\n"
+    assert parse_text(own, fmt="spring-yaml", source="app.yml")["producer"] == {"acks": "all"}
+    with pytest.raises(LintInputError, match="line 4: a merge key '<<' must merge a mapping") as error:
+        parse_text("spring:\n  kafka:\n    producer:\n      <<: hunter2\n", fmt="spring-yaml", source="app.yml")
+    assert "hunter2" not in str(error.value)
+
+
+def test_it_guesses_a_properties_file_written_with_colons() -> None:
+    documents = "spring.kafka.producer.acks: all\n#---\nspring.config.activate.on-profile: local\nspring.kafka.producer.acks: 0\n"
+    assert guess_format(documents) == "properties"
+    assert guess_format(documents.replace("#---", "!---")) == "properties"
+    assert guess_format("spring.kafka.producer.acks: 0\nspring.kafka.consumer.group-id: g\n") == "properties"
+    # YAML stays YAML: nested, a --- separator, or quoted values
+    assert guess_format("spring.kafka.producer.acks: all\n---\nspring.kafka.producer.acks: 0\n") == "spring-yaml"
+    assert guess_format('spring.kafka.producer.acks: "0"\n') == "spring-yaml"
+    assert guess_format("spring:\n  kafka:\n    producer:\n      acks: 0\n#---\n") == "spring-yaml"

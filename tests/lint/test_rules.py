@@ -13,9 +13,10 @@ import pytest
 
 from auditor.lint.engine.catalog import RULES
 from auditor.lint.engine.defaults import SPRING_ACK_MODE, SPRING_KAFKA
-from auditor.lint.engine.linter import lint
+from auditor.lint.engine.linter import lint, lint_text
 from auditor.lint.engine.parsers import ParsedConfig
 from auditor.lint.engine.terms import LintContext
+from auditor.lint.engine.transactional_ids import unstable_part
 
 ALO, AMO, EOS = "at-least-once", "at-most-once", "exactly-once"
 RK, JAVA = "librdkafka", "java"
@@ -180,6 +181,11 @@ CASES: list[Case] = [
         LintContext(broker_configs={"transaction.max.timeout.ms": "30000"}),
     ),
     Case("P010", "passes", RK, "producer", EOS, {**RK_TX_OK, "transaction.timeout.ms": 900_000}, []),
+    # P011 a key with blanks around it: the Java producer ignores it (librdkafka refuses it: P109)
+    Case("P011", "fails", JAVA, "producer", ALO, {" acks": "0"}, ["P011"], severity="warning"),
+    Case("P011", "fails", JAVA, "producer", AMO, {"acks ": "0", "retries": 0}, ["P011"]),
+    Case("P011", "passes", RK, "producer", ALO, {**RK_PRODUCER_OK, " acks": "0"}, ["P109"]),
+    Case("P011", "passes", JAVA, "producer", ALO, {"acks": "0"}, ["P001"]),
     # P101 idempotence with acks != all
     Case("P101", "fails", RK, "producer", ALO, {"enable.idempotence": True, "acks": 1}, ["P001", "P101"]),
     Case("P101", "fails", RK, "producer", EOS, {**RK_TX_OK, "acks": "1"}, ["P001", "P101"]),
@@ -430,6 +436,18 @@ CASES: list[Case] = [
         spring({"isolation.level": "read_committed", "auto.offset.reset": "earliest"}),
         [],
     ),
+    # C009 a key with blanks around it: the Java consumer ignores it (librdkafka refuses it: C105)
+    Case(
+        "C009",
+        "fails",
+        JAVA,
+        "consumer",
+        ALO,
+        {**JAVA_CONSUMER_OK, " enable.auto.commit": "true"},
+        ["C009"],
+        severity="warning",
+    ),
+    Case("C009", "passes", RK, "consumer", ALO, {**RK_CONSUMER_OK, "isolation.level ": "read_committed"}, ["C105"]),
     # C101 librdkafka max.poll.interval.ms < session.timeout.ms
     Case("C101", "fails", RK, "consumer", ALO, {**RK_CONSUMER_OK, "max.poll.interval.ms": 10_000}, ["C005", "C101"]),
     Case("C101", "passes", JAVA, "consumer", ALO, {**JAVA_CONSUMER_OK, "max.poll.interval.ms": 10_000}, ["C005"]),
@@ -696,9 +714,10 @@ CASES: list[Case] = [
         ALO,
         {"replication.factor": 3, "min.insync.replicas": 4},
         ["T003"],
-        severity="error",
+        severity="warning",
     ),
-    # every acks=all write fails NOT_ENOUGH_REPLICAS: the one replica is the whole ISR
+    # brokers cap min ISR at the replica count: with RF 1 it acts as 1; older brokers refuse
+    # every acks=all write, and the broker's version is not known: an info
     Case(
         "T003",
         "fails",
@@ -707,7 +726,18 @@ CASES: list[Case] = [
         ALO,
         {"replication.factor": 1, "min.insync.replicas": 2},
         ["T001", "T003"],
-        severity="error",
+        severity="info",
+    ),
+    Case(
+        "T003",
+        "fails",
+        JAVA,
+        "topic",
+        ALO,
+        {"replication.factor": 1},
+        ["T001", "T003"],
+        LintContext(broker_configs={"min.insync.replicas": "2", "default.replication.factor": "3"}),
+        severity="info",
     ),
     Case("T003", "passes", JAVA, "topic", ALO, TOPIC_OK, []),
     # T004 unclean leader election
@@ -1033,3 +1063,75 @@ def test_it_has_a_failing_and_a_passing_case_for_every_rule() -> None:
         if (rule.id, outcome) not in outcomes
     ]
     assert missing == []
+
+
+def test_it_judges_min_insync_above_the_replication_factor_as_capped_at_it() -> None:
+    # Partition.scala: effectiveMinIsr = min(min.insync.replicas, replica count)
+    results = lint(
+        {"replication.factor": 3, "min.insync.replicas": 4}, client="java", kind="topic", guarantee="at-least-once"
+    )
+    (t003,) = [r for r in results if r.rule == "T003"]
+    assert t003.severity == "warning"
+    assert "replication.factor=3: every acks=all write fails" not in t003.message
+    assert "cap it at the replica count" in t003.message
+    assert "while any one replica is down" in t003.message
+    assert "older brokers refuse every acks=all write" in t003.message
+
+
+def _severities(text: str, kind: str, client: str = "librdkafka", guarantee: str = "at-least-once") -> dict[str, str]:
+    results = lint_text(text, fmt="properties", client=client, kind=kind, guarantee=guarantee)
+    return {r.rule: r.severity for r in results}
+
+
+def test_a_pasted_topic_config_leaves_the_brokers_defaults_unknown() -> None:
+    # replication.factor is not a topic config, and an unset min.insync.replicas is the brokers'
+    assert _severities("min.insync.replicas=2\ncleanup.policy=delete\n", "topic") == {"T001": "info", "T003": "info"}
+    assert _severities("retention.ms=604800000\n", "topic") == {"T001": "info", "T002": "info"}
+    (t001,) = lint_text("retention.ms=1\n", fmt="properties", client="java", kind="topic", guarantee="exactly-once")[:1]
+    assert "default.replication.factor, not given" in t001.message and t001.value == "unknown"
+
+
+def test_a_pasted_streams_config_leaves_the_brokers_replication_factor_unknown() -> None:
+    text = "processing.guarantee=exactly_once_v2\n"
+    assert _severities(text, "streams", client="java", guarantee="exactly-once") == {"S003": "info"}
+
+
+def test_a_scan_that_gives_the_brokers_settings_judges_their_defaults() -> None:
+    # a live scan whose brokers set none of these keys runs with Apache's defaults
+    for context in (LintContext(broker_configs={}), LintContext(broker_configs={"log.retention.hours": "168"})):
+        results = lint({}, client="java", kind="topic", guarantee="at-least-once", context=context)
+        assert {r.rule: r.severity for r in results} == {"T001": "error", "T002": "error"}
+    streams = lint({}, client="java", kind="streams", guarantee="at-least-once", context=LintContext(broker_configs={}))
+    assert [(r.rule, r.severity) for r in streams] == [("S003", "warning")]
+
+
+@pytest.mark.parametrize(
+    "transactional_id",
+    [
+        "payment-processor-east1",
+        "orders-pipeline-north",
+        "orders-enricher-00001",
+        "billing-database-sync1",
+        "fraud-detector-zone1",
+    ],
+)
+def test_a_stable_id_of_words_is_no_kubernetes_pod_name(transactional_id: str) -> None:
+    assert unstable_part(transactional_id) is None
+
+
+@pytest.mark.parametrize("transactional_id", ["orders-7d9f8b6c5d-x2k4z", "processor-7d9f8c6b5-x2xkq"])
+def test_a_deployment_pod_name_is_unstable(transactional_id: str) -> None:
+    assert unstable_part(transactional_id) == "a Kubernetes Deployment pod name"
+
+
+def test_it_says_the_brokers_refuse_acks_above_one() -> None:
+    # librdkafka accepts 2 to 1000; the brokers answer INVALID_REQUIRED_ACKS (ReplicaManager.isValidRequiredAcks)
+    results = lint({"acks": "2"}, client="librdkafka", kind="producer", guarantee="at-least-once")
+    (p001,) = [r for r in results if r.rule == "P001"]
+    assert p001.severity == "error"
+    assert "before any follower" not in p001.message
+    assert "INVALID_REQUIRED_ACKS" in p001.message
+    (one,) = [
+        r for r in lint({"acks": "1"}, client="java", kind="producer", guarantee="at-least-once") if r.rule == "P001"
+    ]
+    assert "before any follower has the record" in one.message

@@ -126,7 +126,8 @@ def normalise_value(key: str, raw: Any, *, source: str, line: int | None = None,
 
 
 def canonical_key(client: str, key: str) -> str:
-    key = str(key).strip()
+    # not stripped: java.util.Properties keeps "\\ acks" as " acks", which no client knows
+    key = str(key)
     if client == "librdkafka":
         return d.LIBRDKAFKA_ALIASES.get(key, key)
     return key
@@ -162,6 +163,9 @@ def read_explicit(
         refusal = None
         if kind in ("producer", "consumer"):
             refusal = client_refusal(client, key, raw_value, java_version, name=str(raw_key))
+        ignored = ""
+        if kind in ("producer", "consumer") and str(raw_key) != str(raw_key).strip():
+            refusal, ignored = _blank_key(client, str(raw_key), kind)
         refused, accepted = refusal or ("", "")
         explicit[key] = Setting(
             key=key,
@@ -171,8 +175,19 @@ def read_explicit(
             source="explicit",
             refused=refused,
             refused_expected=accepted,
+            ignored=ignored,
         )
     return explicit
+
+
+def _blank_key(client: str, key: str, kind: str) -> tuple[tuple[str, str] | None, str]:
+    """(refusal, why ignored) of a key with blanks around it: librdkafka refuses it at creation
+    ('No such configuration property: " acks"', confluent-kafka 2.16); the Java client takes it
+    for a config it does not know, warns ("supplied but isn't a known config") and ignores it."""
+    meant = key.strip()
+    if client == "librdkafka":
+        return (f'No such configuration property: "{key}"', f"the key without blanks: {meant}"), ""
+    return None, f"the Java {kind} knows no key {key!r} (blanks around it) and ignores it"
 
 
 # What each client accepts, where normalise_value reads more (it reads what the user meant, so

@@ -30,6 +30,7 @@ EXPLAINS: Mapping[str, Explained] = {
     "P008": (("duplicate", "app-resend"),),
     "P009": (("duplicate", "app-resend"), ("aborted", None)),
     "P010": _NEVER_STARTED,
+    "P011": (),  # an ignored key: the setting meant has no effect; the rules on that setting say what follows
     "P101": _NEVER_STARTED,
     "P102": _NEVER_STARTED,
     "P103": _NEVER_STARTED,
@@ -48,6 +49,7 @@ EXPLAINS: Mapping[str, Explained] = {
     "C006": (("reprocessed", None), ("duplicate", "app-resend")),
     "C007": (),  # the setting itself changes nothing; C001/C004/C006 report the auto-commit
     "C008": (("reprocessed", None),),  # Spring's container commits after the listener processed the records
+    "C009": (),  # an ignored key: the setting meant has no effect; the rules on that setting say what follows
     "C101": (),
     "C102": (),
     "C103": (),

@@ -146,7 +146,7 @@ def _java_version(context: LintContext) -> tuple[int, int, int]:
 def broker_settings(context: LintContext, config: Mapping[str, Any] | None = None) -> dict[str, Setting]:
     """Effective broker settings: the linted broker config, else the context's, over the defaults."""
     source = "broker config" if config is not None else "context.broker_configs"
-    given = as_config(config if config is not None else context.broker_configs, source=source)
+    given = as_config(config if config is not None else context.broker_configs or {}, source=source)
     explicit = read_explicit(given, client="java", source=given.source, lines=given.lines)
     return effective_settings(explicit, client="java", kind="broker", java_version=d.DEFAULT_JAVA_VERSION)
 

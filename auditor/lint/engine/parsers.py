@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from auditor.lint.engine.defaults import SPRING_ACK_MODE, SPRING_KAFKA
+from auditor.lint.engine.defaults import KEY_TYPES, SPRING_ACK_MODE, SPRING_KAFKA
 from auditor.lint.engine.errors import LintInputError
 from auditor.lint.engine.masking import MASK, mask_value
 
@@ -309,8 +309,12 @@ _SPRING_TYPED = {"enable.auto.commit": _spring_boolean, "isolation.level": _spri
 
 
 def _flatten(node: yaml.Node, prefix: str, out: dict[str, tuple[Any, int]], *, source: str) -> None:
-    """Flatten a composed YAML mapping to dotted keys, keeping each scalar's line (1-based)."""
+    """Flatten a composed YAML mapping to dotted keys, keeping each scalar's line (1-based).
+
+    Merge keys (`<<: *defaults`) are applied as SnakeYAML (Spring Boot) and PyYAML's constructor
+    apply them: the merged mapping's keys first, the mapping's own keys winning over them."""
     if isinstance(node, yaml.MappingNode):
+        _apply_merge_keys(node, source=source)
         for key_node, value_node in node.value:
             key = str(key_node.value)
             _flatten(value_node, f"{prefix}.{key}" if prefix else key, out, source=source)
@@ -321,6 +325,26 @@ def _flatten(node: yaml.Node, prefix: str, out: dict[str, tuple[Any, int]], *, s
         )
     else:
         out[prefix] = (_scalar(node, key=prefix, source=source), node.start_mark.line + 1)
+
+
+def _apply_merge_keys(node: yaml.MappingNode, *, source: str) -> None:
+    """Replace the node's `<<` entries by the entries they merge (SafeConstructor.flatten_mapping,
+    which composing alone does not apply). A merge of no mapping is an input error naming its line."""
+    merge = next((k for k, _ in node.value if k.tag == "tag:yaml.org,2002:merge"), None)
+    if merge is None:
+        return
+    loader = yaml.SafeLoader("")
+    try:
+        loader.flatten_mapping(node)
+    except yaml.YAMLError:
+        # its message is the constructor's; the line is enough and quotes nothing
+        raise LintInputError(
+            "a merge key '<<' must merge a mapping (an anchor such as *defaults) or a list of them",
+            source=source,
+            line=merge.start_mark.line + 1,
+        ) from None
+    finally:
+        loader.dispose()
 
 
 def _scalar(node: yaml.Node, *, key: str, source: str) -> Any:
@@ -576,6 +600,40 @@ def is_spring_properties(config: Mapping[str, Any]) -> bool:
     return any(str(key).startswith("spring.kafka.") for key in config)
 
 
+# A whole value that is a Spring property placeholder, ${NAME} or ${NAME:default}: the value comes
+# from the environment when the application starts, which the lint does not see.
+_PLACEHOLDER = re.compile(r"\$\{([^:{}]*)(?::(.*))?\}", re.S)
+_UNRESOLVED = object()  # a placeholder without a default: the key is left out
+
+
+def _typed(key: str, is_duration: bool) -> bool:
+    """Whether the lint reads ``key``'s value as a number, boolean or choice (not as text)."""
+    return is_duration or KEY_TYPES.get(key, "str") != "str"
+
+
+def _placeholder_default(value: Any, *, key: str, typed: bool, line: int, notes: list[str]) -> Any:
+    """``value``, or the default of the placeholder it is (its own default, for a nested one:
+    ${A:${B:1}} is 1), with a note; _UNRESOLVED when it has none. Text values (a
+    transactional.id) keep the placeholder as written: their rules read what it holds."""
+    if not typed or not isinstance(value, str):
+        return value
+    written = value.strip()
+    default: str | None = written
+    while default is not None:
+        match = _PLACEHOLDER.fullmatch(default.strip())
+        if match is None:
+            break
+        default = match.group(2)
+    if default is written:
+        return value
+    where = f"{key} (line {line}) is a placeholder the environment resolves"
+    if default is None:
+        notes.append(f"{where}, with no default: not linted")
+        return _UNRESOLVED
+    notes.append(f"{where}: linted with the placeholder's default {_shown(key, default.strip())}")
+    return default.strip()
+
+
 def _spring_configs(
     flat: Mapping[str, tuple[Any, int]], *, source: str, notes: Sequence[str] = ()
 ) -> dict[str, ParsedConfig]:
@@ -583,6 +641,7 @@ def _spring_configs(
     common: dict[str, tuple[Any, int]] = {}
     per_kind: dict[str, dict[str, tuple[Any, int]]] = {kind: {} for kind in SPRING_SECTIONS}
     named: dict[str, dict[str, tuple[Any, int]]] = {kind: {} for kind in SPRING_SECTIONS}
+    notes = list(notes)
     for written, (value, line) in flat.items():
         # Spring's map-key notation: properties[enable.idempotence] or a "[enable.idempotence]" key
         dotted = re.sub(r"\.?\[([^\]]+)\]", r".\1", written)
@@ -590,7 +649,10 @@ def _spring_configs(
             continue
         rest = dotted[len("spring.kafka.") :]
         if rest.startswith("properties."):
-            common[rest[len("properties.") :]] = (value, line)
+            key = rest[len("properties.") :]
+            value = _placeholder_default(value, key=dotted, typed=_typed(key, False), line=line, notes=notes)
+            if value is not _UNRESOLVED:
+                common[key] = (value, line)
             continue
         section, _, name = rest.partition(".")
         section = _kebab(section)
@@ -598,7 +660,10 @@ def _spring_configs(
             section, names = "consumer", SPRING_LISTENER
         elif section in SPRING_SECTIONS and name:
             if name.startswith("properties."):
-                per_kind[section][name[len("properties.") :]] = (value, line)
+                key = name[len("properties.") :]
+                value = _placeholder_default(value, key=dotted, typed=_typed(key, False), line=line, notes=notes)
+                if value is not _UNRESOLVED:
+                    per_kind[section][key] = (value, line)
                 continue
             names = SPRING_SECTIONS[section]
         else:
@@ -607,6 +672,9 @@ def _spring_configs(
         if mapping is None:
             continue
         kafka_key, is_duration = mapping
+        value = _placeholder_default(value, key=dotted, typed=_typed(kafka_key, is_duration), line=line, notes=notes)
+        if value is _UNRESOLVED:
+            continue
         if is_duration and value is not None:
             value = spring_duration_ms(value, key=dotted, source=source, line=line)
         bind = _SPRING_TYPED.get(kafka_key)
@@ -694,5 +762,24 @@ def guess_format(text: str, filename: str | None = None) -> str:
     if re.search(r"^\s*spring\s*:|^\s*spring\.kafka\.[\w.-]+\s*:\s", text, re.M) and not re.search(
         r"^\s*spring\.kafka\.[\w.-]+\s*=", text, re.M
     ):
-        return "spring-yaml"
+        return "spring-yaml" if _reads_as_yaml(text) else "properties"
     return "properties"
+
+
+def _reads_as_yaml(text: str) -> bool:
+    """Whether `key: value` text is YAML rather than a .properties file written with colons:
+    a YAML document separator (---) or an indented line (not a .properties continuation) says
+    YAML; a .properties document separator (#--- or !---, Spring Boot 2.4+), or flat lines with
+    no YAML quoting, say properties."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if any(re.fullmatch(r"---(\s.*)?", line.rstrip()) for line in lines):
+        return True
+    continued = False
+    for line in lines:
+        if line[:1].isspace() and not continued and not line.lstrip().startswith(("#", "!")):
+            return True
+        continued = line.rstrip().endswith("\\")
+    if any(line.rstrip() in ("#---", "!---") for line in lines):
+        return False
+    # flat lines: quoted values are YAML's (a .properties value keeps its quotes)
+    return any(re.search(r":\s+[\"']", line) for line in lines if not line.lstrip().startswith(("#", "!")))

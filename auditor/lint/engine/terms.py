@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, TypeVar
 
-from auditor.lint.engine.defaults import CLIENTS
+from auditor.lint.engine.defaults import CLIENTS, TOPIC_FROM_BROKER
 
 Source = Literal["explicit", "default"]
 Severity = Literal["error", "warning", "info"]
@@ -28,6 +28,8 @@ class Setting:
     # Java): effective.client_refusal; the 1xx rules P109 and C105 report it
     refused: str = ""
     refused_expected: str = ""  # what the client accepts instead
+    # why the client ignores the key (Java: a key with blanks around it is no config it knows)
+    ignored: str = ""
 
     @property
     def explicit(self) -> bool:
@@ -63,7 +65,9 @@ class Overtaken:
 class LintContext:
     """Facts from outside the linted object that some rules need.
 
-    broker_configs: the cluster's broker settings (e.g. transaction.max.timeout.ms).
+    broker_configs: the cluster's broker settings (e.g. transaction.max.timeout.ms); None when
+        not given (a pasted config): a topic or Streams setting the brokers' defaults decide is
+        then not known, and the rules say so. {} is a cluster that set none of them.
     topic_configs: per topic name, the topic's settings (retention.ms, ...).
     consumer_lag_seconds: how far behind (in time) the consumers of the linted topic are,
         one number or per topic name.
@@ -77,7 +81,7 @@ class LintContext:
         is not the record key ("json:$.ticket_id", "header:id"); absent: the record key.
     """
 
-    broker_configs: Mapping[str, Any] = field(default_factory=dict)
+    broker_configs: Mapping[str, Any] | None = None
     topic_configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     consumer_lag_seconds: float | Mapping[str, float] | None = None
     overtaken: Mapping[str, Sequence[Overtaken]] = field(default_factory=dict)
@@ -106,6 +110,20 @@ class Subject:
 
     def value(self, key: str) -> Any:
         return self.settings[key].value
+
+    def unknown_broker_default(self, key: str) -> str:
+        """The broker key whose value ``key`` takes, when the brokers' settings were not given:
+        the engine cannot know the value (a pasted topic config's unset min.insync.replicas,
+        a Streams replication.factor of -1); else ""."""
+        if self.context.broker_configs is not None:
+            return ""
+        if self.kind == "streams":
+            if key == "replication.factor" and self[key].value == -1:
+                return "default.replication.factor"
+            return ""
+        if self.kind == "topic" and not self[key].explicit:
+            return TOPIC_FROM_BROKER.get(key, "")
+        return ""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,10 @@ _HOST = (
     r"|[a-z0-9][a-z0-9-]*(?:\.[a-z0-9-]+)*\.(?:com|net|org|io|cloud|local|localdomain|internal|lan|corp"
     r"|intra|intranet|svc|cluster\.local))"
 )
+# Kubernetes' pod-template-hash and pod-name suffix use its SafeEncodeString alphabet
+# (k8s.io/apimachinery/pkg/util/rand): no vowels, no 0, 1 or 3, so words and ordinals
+# (orders-pipeline-north, orders-enricher-00001) are not taken for one.
+_KUBE = "[bcdfghjklmnpqrstvwxz2456789]"
 _UNSTABLE_PARTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\$\{random\.|\{\{?\s*uuid\s*\}?\}|%\(uuid\)", re.I), "a random placeholder"),
     (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I), "a UUID"),
@@ -29,7 +33,7 @@ _UNSTABLE_PARTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\d+@[\w.-]+"), "a pid@host (Java runtime name)"),
     # pid as a word: rapid-7 is no process id
     (re.compile(r"(?<![a-z0-9])pid[-_.:=]?\d+", re.I), "a process id"),
-    (re.compile(r"-[a-z0-9]{8,10}-[a-z0-9]{5}$"), "a Kubernetes Deployment pod name"),
+    (re.compile(rf"-{_KUBE}{{8,10}}-{_KUBE}{{5}}$"), "a Kubernetes Deployment pod name"),
     (re.compile(rf"(?:^|[-_:@/])(?:{_HOST})[-_:.@]{_PID}$", re.I), "a host-pid suffix"),
     (re.compile(rf"(?:^|[-_.:])(?:host(?:name)?|ip)(?:[-_.:=][\w.-]*)?[-_:.=]{_PID}$", re.I), "a host-pid suffix"),
 )

@@ -17,3 +17,12 @@ def refused_values(s: Subject) -> Iterator[Finding]:
                 setting.refused_expected,
                 f"{REFUSES_TO_START}: {setting.describe()} ({setting.refused})",
             )
+
+
+def ignored_keys(s: Subject) -> Iterator[Finding]:
+    """Each explicit setting the client ignores (a Java key with blanks around it): P011 and C009."""
+    for setting in s.settings.values():
+        if setting.explicit and setting.ignored:
+            meant = s.settings.get(setting.name.strip())
+            runs = f": it runs with {meant.describe()}" if meant is not None else ""
+            yield Finding(setting, repr(setting.name.strip()), f"{setting.ignored}{runs}")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 
 from auditor.lint.engine import defaults as d
-from auditor.lint.engine.terms import Finding, Rule, RuleBook, Severity, Subject
+from auditor.lint.engine.terms import Finding, Rule, RuleBook, Setting, Severity, Subject
 
 NOT_LOST = frozenset({d.AT_LEAST_ONCE, d.EXACTLY_ONCE})
 EOS = frozenset({d.EXACTLY_ONCE})
@@ -26,6 +27,11 @@ def _duration(ms: float) -> str:
 # --- topic ------------------------------------------------------------------------------
 
 
+def _not_given(s: Subject, key: str, broker_key: str) -> Setting:
+    """``key`` as a value the engine does not know: the brokers' ``broker_key``, not given."""
+    return replace(s[key], shown="unknown", note=f"the brokers' {broker_key}, not given")
+
+
 @topic_rules.rule(
     "T001",
     "replication factor below 3",
@@ -36,6 +42,17 @@ def _duration(ms: float) -> str:
 )
 def check_replication_factor(s: Subject) -> Iterator[Finding]:
     rf = s["replication.factor"]
+    broker_key = s.unknown_broker_default("replication.factor")
+    if broker_key:
+        yield Finding(
+            _not_given(s, "replication.factor", broker_key),
+            f">= {SAFE_REPLICATION}",
+            "replication.factor is not a topic config: a topic gets its replication factor when it is created, "
+            f"else from the brokers' {broker_key}, not given here: whether a broker failure loses acked records "
+            "is not known (lint the live cluster to judge it)",
+            "info",
+        )
+        return
     if rf.value < SAFE_REPLICATION:
         loss = "a single disk or broker failure" if rf.value <= 1 else "two broker failures"
         yield Finding(
@@ -56,6 +73,16 @@ def check_replication_factor(s: Subject) -> Iterator[Finding]:
 )
 def check_min_insync_one(s: Subject) -> Iterator[Finding]:
     min_isr = s["min.insync.replicas"]
+    broker_key = s.unknown_broker_default("min.insync.replicas")
+    if broker_key:
+        yield Finding(
+            _not_given(s, "min.insync.replicas", broker_key),
+            "2 (with replication.factor 3)",
+            f"min.insync.replicas is not set: the topic takes the brokers' {broker_key}, not given here: whether "
+            "an acks=all write is acked by the leader alone (and lost when it fails over) is not known",
+            "info",
+        )
+        return
     if min_isr.value <= 1:
         yield Finding(
             min_isr,
@@ -69,33 +96,49 @@ def check_min_insync_one(s: Subject) -> Iterator[Finding]:
     "T003",
     "min.insync.replicas not below the replication factor",
     NOT_LOST,
-    "error",
-    why="writes with acks=all fail while a replica is down (or always, when above RF)",
+    "warning",
+    why="writes with acks=all fail while a replica is down",
     fix="set min.insync.replicas = replication.factor - 1",
 )
 def check_min_insync_vs_replication(s: Subject) -> Iterator[Finding]:
     min_isr, rf = s["min.insync.replicas"], s["replication.factor"]
+    if s.unknown_broker_default("min.insync.replicas"):
+        return  # T002 says it is not known
+    rf_from = s.unknown_broker_default("replication.factor")
+    if rf_from:
+        if min_isr.value > 1:
+            yield Finding(
+                min_isr,
+                "< replication.factor",
+                f"whether {min_isr.describe()} is below the topic's replication factor is not known: that is set "
+                f"when the topic is created, else the brokers' {rf_from}, not given here",
+                "info",
+            )
+        return
     if min_isr.value < rf.value:
         return
-    if min_isr.value > rf.value:
-        # also with replication.factor 1: the ISR never holds more than the replicas there are
-        message = f"{min_isr.describe()} is above {rf.describe()}: every acks=all write fails with NOT_ENOUGH_REPLICAS"
-        severity: Severity = "error"
-    elif rf.value <= 1:
-        return  # one replica: while it is down nothing is written anyway (T001 reports RF 1)
-    else:
-        message = (
-            f"{min_isr.describe()} equals {rf.describe()}: while any one replica is down every "
-            "acks=all write fails with NOT_ENOUGH_REPLICAS, and records whose retries run out are lost "
-            "unless the application sends them again"
-        )
-        severity = "warning"
-    expected = (
-        f"< replication.factor ({rf.value}), e.g. {rf.value - 1}"
-        if rf.value > 1
-        else f"<= replication.factor ({rf.value})"
+    # Current brokers cap it (Partition.scala: effectiveMinIsr = min(min.insync.replicas, replica
+    # count); KIP-966, not feature-flagged): above the replication factor it acts as equal to it.
+    # Older brokers refuse every acks=all write instead; the broker's version is not known here.
+    above = min_isr.value > rf.value
+    capped = (
+        f"{min_isr.describe()} is above {rf.describe()}: current brokers cap it at the replica count "
+        f"({rf.value}); older brokers refuse every acks=all write with NOT_ENOUGH_REPLICAS"
     )
-    yield Finding(min_isr, expected, message, severity)
+    if rf.value <= 1:
+        if above:  # one replica: while it is down nothing is written anyway (T001 reports RF 1)
+            yield Finding(min_isr, f"<= replication.factor ({rf.value})", capped, "info")
+        return
+    equal = (
+        f"{min_isr.describe()} equals {rf.describe()}"
+        if not above
+        else f"{capped}. Capped, it equals the replication factor"
+    )
+    message = (
+        f"{equal}: while any one replica is down every acks=all write fails with NOT_ENOUGH_REPLICAS, "
+        "and records whose retries run out are lost unless the application sends them again"
+    )
+    yield Finding(min_isr, f"< replication.factor ({rf.value}), e.g. {rf.value - 1}", message, "warning")
 
 
 @topic_rules.rule(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from auditor.lint.engine import defaults as d
+from auditor.lint.engine.rules import ignored_keys
 from auditor.lint.engine.rules.consumer_startup import spring_container_refuses_auto_commit
 from auditor.lint.engine.terms import Finding, Rule, RuleBook, Subject
 from auditor.vocabulary import GUARANTEES
@@ -279,6 +280,19 @@ def check_spring_container_commits(s: Subject) -> Iterator[Finding]:
         f"{_CONTAINER_COMMITS[ack_mode.value]}: {redelivered}",
         "error",
     )
+
+
+@consumer_rules.rule(
+    "C009",
+    "a key the consumer does not know",
+    ALL,
+    "warning",
+    why="the Java consumer ignores a key it does not know: the setting meant has no effect",
+    fix="write the key without blanks around it",
+    clients=JAVA,
+)
+def check_ignored_consumer_key(s: Subject) -> Iterator[Finding]:
+    yield from ignored_keys(s)
 
 
 RULES: tuple[Rule, ...] = consumer_rules.rules

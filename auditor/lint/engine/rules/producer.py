@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from auditor.lint.engine import defaults as d
-from auditor.lint.engine.rules import refused_values
+from auditor.lint.engine.rules import ignored_keys, refused_values
 from auditor.lint.engine.terms import REFUSES_TO_START, Finding, Rule, RuleBook, Subject
 from auditor.lint.engine.transactional_ids import unstable_part
 from auditor.vocabulary import GUARANTEES
@@ -42,10 +42,18 @@ def check_acks(s: Subject) -> Iterator[Finding]:
             f"with {acks.describe()} the producer counts a record as sent once it is written to the "
             "socket: a broker error, a full log or a leader change loses it and nobody is told"
         )
-    else:
+    elif acks.value == "1":
         message = (
             f"with {acks.describe()} the leader acks before any follower has the record: when the "
             "leader fails over before a follower copies it, the acked write is lost"
+        )
+    else:
+        # librdkafka sends 2 to 1000 as they are; the brokers take only -1, 0 and 1
+        # (ReplicaManager.isValidRequiredAcks) and answer any other with INVALID_REQUIRED_ACKS
+        message = (
+            f"with {acks.describe()} every produce request is refused by the brokers, which accept only acks "
+            "all (-1), 0 or 1: each record fails with INVALID_REQUIRED_ACKS and is not written unless the "
+            "application sends it again"
         )
     yield Finding(acks, "all", message)
 
@@ -295,6 +303,19 @@ def _java_idempotence_requested(s: Subject) -> bool:
     if setting.explicit:
         return bool(setting.value)
     return bool(d.java_producer_defaults(s.java_version)["enable.idempotence"])
+
+
+@producer_rules.rule(
+    "P011",
+    "a key the producer does not know",
+    ALL,
+    "warning",
+    why="the Java producer ignores a key it does not know: the setting meant has no effect",
+    fix="write the key without blanks around it",
+    clients=JAVA,
+)
+def check_ignored_producer_key(s: Subject) -> Iterator[Finding]:
+    yield from ignored_keys(s)
 
 
 @producer_rules.rule(

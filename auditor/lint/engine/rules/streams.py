@@ -78,6 +78,16 @@ def check_guarantee_removed(s: Subject) -> Iterator[Finding]:
 def check_internal_replication(s: Subject) -> Iterator[Finding]:
     rf = s["replication.factor"]
     effective = rf.value
+    broker_key = s.unknown_broker_default("replication.factor")
+    if broker_key:
+        yield Finding(
+            rf,
+            ">= 3",
+            f"with {rf.describe()} the changelog and repartition topics get the brokers' {broker_key}, not "
+            "given here: whether a broker failure loses state-store history is not known",
+            "info",
+        )
+        return
     if effective == -1:
         effective = s.broker["default.replication.factor"].value
     if effective < 3:
