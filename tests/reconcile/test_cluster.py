@@ -7,7 +7,6 @@ it here, not from the job.
 
 from __future__ import annotations
 
-import io
 import json
 import time
 import uuid
@@ -18,13 +17,12 @@ from typing import Any
 import psycopg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from django.core.management import call_command
-from django.core.management.base import CommandError
 
 from auditor.pipelines.models import StuckRule
 from auditor.reconcile.job import auditor_jdbc_url
 from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.stuck.service import DiagnosisOptions, diagnose_rule
+from tests.support.reconcile import reconcile_cli
 from tests.support.spark_cluster import standalone_cluster
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -45,16 +43,6 @@ def staged_runs(django_db_setup: None) -> Iterator[list[str]]:
     if job_run_ids:
         with psycopg.connect(auditor_jdbc_url(), autocommit=True) as conn:
             conn.execute("DELETE FROM reconcile_finding_staging WHERE run_id = ANY(%s)", (job_run_ids,))
-
-
-def reconcile(name: str, *args: str) -> tuple[int, dict[str, Any]]:
-    out = io.StringIO()
-    try:
-        call_command("audit", "reconcile", name, "--json", *args, stdout=out)
-        code = 0
-    except CommandError as exc:
-        code = exc.returncode
-    return code, json.loads(out.getvalue())
 
 
 def test_it_reconciles_and_diagnoses_stuck_items_on_a_standalone_cluster(
@@ -107,7 +95,7 @@ def test_it_reconciles_and_diagnoses_stuck_items_on_a_standalone_cluster(
     no_ledger = f"_audit.none-{uuid.uuid4().hex[:8]}"  # an unprobed pipeline
     try:
         started = time.monotonic()
-        code, result = reconcile(binding.name, "--full")
+        code, result = reconcile_cli(binding.name, "--full")
         print(f"cluster reconciliation: {time.monotonic() - started:.1f} s")
         run = ReconcileRun.objects.get(pk=result["run_id"])
         staged_runs.append(run.job_run_id)
@@ -190,7 +178,7 @@ def test_an_executor_killed_mid_run_gives_the_exact_findings_or_a_failed_run_nev
     monkeypatch.setenv("AUDITOR_TEST_FAULT_DELETE", f"{topic}:0:5" if deleted else "")
     binding = make_binding(f"executor-{uuid.uuid4().hex[:8]}", topic, f"public.{table}")
     try:
-        code, result = reconcile(binding.name, "--full")
+        code, result = reconcile_cli(binding.name, "--full")
     finally:
         with psycopg.connect(source_database_url, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {table}")

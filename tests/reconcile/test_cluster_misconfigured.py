@@ -11,21 +11,17 @@ every later run judged from that empty memory.
 
 from __future__ import annotations
 
-import io
-import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 from confluent_kafka import Producer
-from django.core.management import call_command
-from django.core.management.base import CommandError
 
 from auditor.reconcile.models import Finding, ReconcileRun
 from tests.support.live import free_port
+from tests.support.reconcile import reconcile_cli
 from tests.support.spark_cluster import standalone_cluster
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
@@ -40,16 +36,6 @@ def private_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def isolated_cluster(tmp_path_factory: pytest.TempPathFactory, private_dir: Path) -> Iterator[str]:
     with standalone_cluster(tmp_path_factory.mktemp("spark-isolated"), private_dir=private_dir) as url:
         yield url
-
-
-def reconcile(name: str, *args: str) -> tuple[int, dict[str, Any]]:
-    out = io.StringIO()
-    try:
-        call_command("audit", "reconcile", name, "--json", *args, stdout=out)
-        code = 0
-    except CommandError as exc:
-        code = exc.returncode
-    return code, json.loads(out.getvalue())
 
 
 def test_a_state_location_the_executors_do_not_share_fails_the_run_and_publishes_nothing(
@@ -76,7 +62,7 @@ def test_a_state_location_the_executors_do_not_share_fails_the_run_and_publishes
     assert producer.flush(30) == 0
     binding = make_binding(f"notshared-{uuid.uuid4().hex[:8]}", topic, f"public.{table}")
     try:
-        code, result = reconcile(binding.name, "--full")
+        code, result = reconcile_cli(binding.name, "--full")
     finally:
         with psycopg.connect(source_database_url, autocommit=True) as conn:
             conn.execute(f"DROP TABLE IF EXISTS {table}")
@@ -94,7 +80,7 @@ def test_an_unreachable_master_fails_the_run_naming_it(settings, make_topic, mak
     settings.SPARK_MASTER = master
     topic = make_topic("rnomaster", partitions=1)
     binding = make_binding(f"nomaster-{uuid.uuid4().hex[:8]}", topic, "public.nomaster")
-    code, result = reconcile(binding.name, "--full")
+    code, result = reconcile_cli(binding.name, "--full")
     assert code != 0 and result["status"] == "failed"
     assert f"the Spark master {master} (SPARK_MASTER) does not answer" in result["error"], result["error"]
     assert "Connection refused" in result["error"] and "netty" not in result["error"]

@@ -8,7 +8,6 @@ the suite's SparkSession, to keep the runtime down.
 from __future__ import annotations
 
 import io
-import json
 import socket
 import time
 import uuid
@@ -25,6 +24,7 @@ from django.core.management.base import CommandError
 
 from auditor.reconcile.models import Finding, FindingStaging, ReconcileRun
 from auditor.reconcile.service import current_run_ids
+from tests.support.reconcile import reconcile_cli
 
 pytestmark = pytest.mark.django_db
 
@@ -66,16 +66,6 @@ def pipeline(make_topic, kafka_bootstrap: str, source_database_url: str) -> Iter
         conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 
-def reconcile(name: str, *args: str) -> tuple[int, dict[str, Any]]:
-    out = io.StringIO()
-    try:
-        call_command("audit", "reconcile", name, "--json", *args, stdout=out)
-        code = 0
-    except CommandError as exc:
-        code = exc.returncode
-    return code, json.loads(out.getvalue())
-
-
 def found_in(findings: list[dict[str, Any]]) -> Found:
     return {(f["kind"], f["key"], f["cause"]) for f in findings}
 
@@ -97,7 +87,7 @@ def test_it_reconciles_through_spark_submit_then_incrementally(
     pipeline.produce("3", "s-a", 1)
     pipeline.produce("99", "s-a", 2)  # no row 99
 
-    code, first = reconcile(binding.name)  # spark-submit
+    code, first = reconcile_cli(binding.name)  # spark-submit
 
     assert code == 0, first["error"]
     assert first["status"] == "ok" and first["trigger"] == "cli" and first["mode"] == "full"
@@ -140,7 +130,7 @@ def test_it_reconciles_through_spark_submit_then_incrementally(
     pipeline.produce("4", "s-a", 3)  # row 4's record arrives late: no longer missing
     pipeline.produce("1", "s-a", 4)  # ticket 1 sent again by the application
 
-    code, second = reconcile(binding.name, "--in-process")
+    code, second = reconcile_cli(binding.name, "--in-process")
 
     staged_runs.append(ReconcileRun.objects.get(pk=second["run_id"]).job_run_id)
     assert code == 0, second["error"]
@@ -184,7 +174,7 @@ def test_it_loads_a_finding_whose_ledger_error_text_holds_a_nul_visibly_escaped(
     assert pipeline.producer.flush(30) == 0
 
     for _ in range(2):  # the next run loads it the same way
-        code, result = reconcile(binding.name, "--in-process")
+        code, result = reconcile_cli(binding.name, "--in-process")
         staged_runs.append(ReconcileRun.objects.get(pk=result["run_id"]).job_run_id)
         assert code == 0, result["error"]
         gap = Finding.objects.get(run_id=result["run_id"], kind="gap")
@@ -206,7 +196,7 @@ def test_it_fails_cleanly_and_stores_nothing_when_the_broker_is_unreachable(
         f"down-{uuid.uuid4().hex[:8]}", "nowhere", "public.nothing", bootstrap_servers=f"127.0.0.1:{closed_port()}"
     )
 
-    code, result = reconcile(binding.name, "--in-process")
+    code, result = reconcile_cli(binding.name, "--in-process")
 
     assert code == 1
     assert result["status"] == "failed" and result["findings"] == [] and result["counts"] == {}

@@ -28,3 +28,20 @@ def ok_run(binding: Binding, findings: list[dict[str, Any]], **fields: Any) -> R
     )
     Finding.objects.bulk_create(Finding(run=run, binding=binding, **f) for f in findings)
     return run
+
+
+def reconcile_cli(name: str, *args: str) -> tuple[int, dict[str, Any]]:
+    """`audit reconcile NAME --json ARGS`: its exit code and the result it printed."""
+    import io
+    import json
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    out = io.StringIO()
+    try:
+        call_command("audit", "reconcile", name, "--json", *args, stdout=out)
+        code = 0
+    except CommandError as exc:
+        code = exc.returncode
+    return code, json.loads(out.getvalue())
