@@ -1,9 +1,10 @@
 """Deliver a report: a notice through the webhook channels, and e-mail where SMTP is set up.
 
 Webhooks: a ``notice`` of kind ``report`` with the headline numbers and links (the
-report itself stays in the app). A schedule that selects channels notifies exactly
-those; otherwise ``send_notice`` reaches every enabled channel with ``reports`` on whose
-binding scope (if any) covers the report's bindings.
+report itself stays in the app). A schedule that selects channels notifies those of them
+whose binding scope (if any) covers the report's bindings, and names the others as left out;
+otherwise ``send_notice`` reaches every enabled channel with ``reports`` on whose binding
+scope covers them.
 
 E-mail: to the schedule's recipients, only when EMAIL_HOST is set (auditor.reports.conf):
 a plain-text body, the headline as an HTML alternative, and the CSV attached. What was
@@ -22,7 +23,7 @@ from django.utils import timezone
 
 from auditor.alerts.formats import Message
 from auditor.alerts.models import Channel, Delivery
-from auditor.alerts.outbox import schedule, send_notice
+from auditor.alerts.outbox import covers, schedule, send_notice
 from auditor.reports import conf
 from auditor.reports.links import report_links
 from auditor.reports.models import Report
@@ -77,16 +78,28 @@ def _notify_chosen(channels: list[Channel], summary: str, details: dict[str, Any
 
 def notify_webhooks(report: Report) -> dict[str, Any]:
     summary, details = notice_summary(report), notice_details(report)
-    chosen = list(report.schedule.channels.filter(enabled=True)) if report.schedule else []
+    out_of_scope: list[str] = []
     if report.schedule and report.schedule.channels.exists():
-        deliveries = _notify_chosen(chosen, summary, details)
+        # A channel scoped to some bindings hears of those only, whoever chose it (as alerts and
+        # send_notice honour the scope): told of the others it would leak them to its receiver.
+        chosen = list(report.schedule.channels.filter(enabled=True).prefetch_related("bindings"))
+        out_of_scope = [c.name for c in chosen if not covers(c, report.binding_names)]
+        deliveries = _notify_chosen([c for c in chosen if c.name not in out_of_scope], summary, details)
     else:
         deliveries = send_notice(NOTICE_KIND, summary, details, binding_names=report.binding_names)
-    return {
+    outcome: dict[str, Any] = {
         "channels": [d.channel.name for d in deliveries],
         "deliveries": [d.pk for d in deliveries],
         "suppressed": [d.channel.name for d in deliveries if d.status == Delivery.SUPPRESSED],
     }
+    if out_of_scope:
+        outcome["out_of_scope"] = out_of_scope
+        log.warning(
+            "report %s: not told to channel(s) %s, scoped to fewer bindings than the report covers",
+            report.pk,
+            ", ".join(out_of_scope),
+        )
+    return outcome
 
 
 def send_email(report: Report, recipients: list[str]) -> dict[str, Any]:

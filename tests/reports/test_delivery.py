@@ -106,6 +106,29 @@ def test_it_tells_a_channel_scoped_to_bindings_only_of_reports_it_covers(
     assert not Delivery.objects.filter(channel__name="tickets-team").exists()
 
 
+def test_a_channel_a_schedule_names_is_not_told_of_bindings_outside_its_scope(
+    webhook_settings: Any,
+    make_channel: Callable[..., Channel],
+    receiver: Receiver,
+    schedule: ReportSchedule,
+    report_data: ReportData,
+) -> None:
+    """Choosing a channel for a schedule does not widen its binding scope: the channel scoped
+    to tickets is left out of the two-binding report, and the report says so."""
+    narrow = make_channel("tickets-team", events={"reports": True}, bindings=[report_data.tickets])
+    wide = make_channel("both", events={}, bindings=[report_data.tickets, report_data.orders])
+    schedule.channels.set([narrow, wide])
+
+    report = build_scheduled_report(schedule.pk, now=NOW)
+    deliver_pending()
+
+    assert report is not None
+    assert [r.json()["channel"] for r in receiver.wait_for(1)] == ["both"]
+    assert not Delivery.objects.filter(channel__name="tickets-team").exists()
+    assert report.delivery["webhooks"]["channels"] == ["both"]
+    assert report.delivery["webhooks"]["out_of_scope"] == ["tickets-team"]
+
+
 def test_it_builds_a_schedule_s_report_once_per_period(schedule: ReportSchedule) -> None:
     first = build_scheduled_report(schedule.pk, now=NOW)
     again = build_scheduled_report(schedule.pk, now=NOW + timedelta(minutes=5))  # beat fired twice
