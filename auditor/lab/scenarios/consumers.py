@@ -179,6 +179,39 @@ def _not_updated(world: World, probed: bool) -> Outcome:
     )
 
 
+HANDOVER = 10  # records the probed instance processes before the plain one takes the partition
+
+
+@scenario(
+    "probe-rolling-deploy",
+    "a rolling deploy of the probe: the group's probed instance processes the first records and leaves, a "
+    "plain instance (not yet deployed) takes the partition and loses a row update: unknown, never skipped "
+    "(its commits name no probed session)",
+)
+def probe_rolling_deploy(world: World) -> Outcome:
+    ticket_pipeline(world, probed=True)
+    world.consume("at-least-once", probed=True, records=HANDOVER)
+    injected_at = time.monotonic()
+    world.consume("at-least-once", probed=False, fail_update_at=CRASH_AT - HANDOVER, records=len(TICKETS) - HANDOVER)
+    rows, processed = world.rows(), world.processed()
+    lost_updates = {str(i) for i in world.processed_not_updated() if rows.get(i) == "NEW"}
+    if not lost_updates or len(processed) != len(TICKETS):
+        raise LabError(f"the fault did not happen: {len(processed)} tickets processed, lost updates {lost_updates}")
+    # Ground truth: the plain instance processed the record and lost its row update; with no
+    # marks of its own, the auditor cannot tell processed from skipped: unknown is the truth it
+    # can give. `skipped` would accuse the group of a skip that never happened.
+    expected = {key: {"stuck:unknown"} for key in lost_updates}
+    expected |= world.expected_group_risks()
+    answer = world.stuck()
+    world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:5]
+    return Outcome(
+        injected=f"the probed instance left after {HANDOVER} records; a plain one lost record {CRASH_AT}'s row update",
+        expected=expected,
+        got=answer.verdicts,
+        detect_s=answer.finished_monotonic - injected_at,
+    )
+
+
 @scenario(
     "crash-auto-commit",
     "enable.auto.commit every 1 s, 1.5 s per record; killed -9 while processing a polled record: whatever "
