@@ -13,7 +13,9 @@ config-level callback). Sequences are *resolved* in ranges when the producer can
 every earlier delivery report was served: its out-queue is empty and no poll()/flush() is
 running (after flush(), and whenever the background flush sees it idle), or a poll() that
 started ``message.timeout.ms`` + ``socket.timeout.ms`` + slack after a sequence was
-produced has completed (librdkafka reports every message within that time). A resolved
+produced has returned normally, with no poll started before it still running (librdkafka
+reports every message within that time; a raising callback stops a poll with reports left
+queued, and the first of concurrent polls takes every queued report). A resolved
 range is ``acked`` except where a failure was reported: a failure report carries no
 headers (confluent-kafka strips them), so it names the window of sequences it may belong
 to, and that window is ledgered ``unconfirmed``, never acked. Until resolved, the sent
@@ -238,7 +240,10 @@ class AuditedProducer(ProducerWrapper):
         self._resolve_lock = threading.Lock()
         self._poll_lock = threading.Lock()
         self._polls_active = 0
-        self._last_poll_started = 0.0  # monotonic start of the latest completed poll/flush
+        # Monotonic start of the latest poll/flush that returned normally while no earlier
+        # one was running (_serve): every report queued before it was served.
+        self._last_poll_started = 0.0
+        self._poll_starts: list[float] = []  # starts of the polls/flushes running now
         self._snapshots: deque[tuple[float, int, list[tuple[_TopicStream, int]]]] = deque()
         self._closed = False
         self._last_checkpoint: dict[str, int] | None = None
@@ -554,12 +559,21 @@ class AuditedProducer(ProducerWrapper):
         started = _monotonic()
         with self._poll_lock:
             self._polls_active += 1
+            self._poll_starts.append(started)
+        served = False
         try:
-            return call(*args)
+            served_count = call(*args)
+            served = True
+            return served_count
         finally:
             with self._poll_lock:
                 self._polls_active -= 1
-                if started > self._last_poll_started:
+                self._poll_starts.remove(started)
+                # A proof that every report queued before `started` was served only when the
+                # call returned (a raising callback stops it with reports left queued) and no
+                # poll that started no later is still running (librdkafka hands all queued
+                # reports to the first poller: this one may have found the queue empty).
+                if served and started > self._last_poll_started and all(other > started for other in self._poll_starts):
                     self._last_poll_started = started
 
     def poll(self, timeout: float | None = None) -> int:

@@ -808,3 +808,47 @@ def test_a_v1_ledger_write_the_client_refuses_never_costs_the_application_a_deli
     assert sorted(key for key, _ in reports) == keys  # each once
     assert all(err is None for _, err in reports)
     assert sorted(m.key() for m in read_topic(topics["data"], bootstrap=kafka_bootstrap)) == keys
+
+
+def test_a_poll_stopped_by_a_raising_callback_proves_nothing_and_the_failure_it_left_is_never_acked(
+    kafka_bootstrap: str, topics: dict[str, str], probe_topic: Any, hot_path: str
+) -> None:
+    """Stop 72: a delivery callback that raises stops confluent-kafka's poll() with the other
+    reports left queued. The timeout proof (a poll that started past message.timeout.ms +
+    socket.timeout.ms + slack after a snapshot has completed) took that poll as one, ledgered
+    the failed send still queued `acked`, and its failure came later."""
+    small = probe_topic("h72-small", 1, {"max.message.bytes": "2000"})
+
+    def raise_on_success(err: Any, msg: Any) -> None:
+        if err is None:
+            raise RuntimeError("the application's callback raised")
+
+    producer = AuditedProducer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "message.timeout.ms": 1000,  # the report bound, shortened: 1.01 s + slack
+            "socket.timeout.ms": 10,
+            "linger.ms": 0,
+            "on_delivery": raise_on_success,
+        },
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+        ledger_flush_interval_s=3600,  # the test drives every resolution itself
+    )
+    assert producer._report_bound_s is not None
+    producer.produce(topics["data"], b"ok", b"k0", 0)
+    time.sleep(0.5)  # its success report comes first
+    producer.produce(small, b"x" * 5000, b"k1")  # the broker refuses it: too large
+    producer._resolve()  # the snapshot: both sequences
+    time.sleep(producer._report_bound_s + 1.5)  # both reports are queued long before
+    with pytest.raises(RuntimeError):
+        producer.poll(0)  # served the success, raised: the failure is still queued
+    producer._resolve()
+    producer.poll(0)  # the failure report
+    producer.close(30)
+
+    ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)]
+    ranges = [r for rec in ledger if isinstance(rec, ProducerRanges) and rec.topic == small for r in rec.ranges]
+    failures = [f for rec in ledger if isinstance(rec, ProducerFailures) and rec.topic == small for f in rec.entries]
+    assert [(f.first, f.last, f.audit_id) for f in failures] == [(0, 0, "k1")]
+    assert ranges and all(r.status == "unconfirmed" for r in ranges)
