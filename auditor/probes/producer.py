@@ -147,6 +147,16 @@ class _TopicStream:
         self.failure_rows: deque[Any] | None = None
 
 
+def _give_back(stream: _TopicStream, seq: int, last_ms: int) -> None:
+    """Undo what produce() took for `seq` before the client refused the record (under the
+    sequence lock): the next call uses the sequence."""
+    stream.next_seq = seq
+    del stream.keys[-1]
+    if stream.last_ms != last_ms:
+        del stream.stamps[-1]
+        stream.last_ms = last_ms
+
+
 class AuditedProducer(ProducerWrapper):
     """A confluent_kafka.Producer that stamps the ``audit`` header and keeps a ledger.
 
@@ -235,8 +245,6 @@ class AuditedProducer(ProducerWrapper):
         # The native hot path takes its own lock type without a method call; Python takes it
         # like a threading.Lock.
         self._seq_lock: SequenceLock = SeqLock() if self.native else threading.Lock()
-        self._lock_acquire = self._seq_lock.acquire
-        self._lock_release = self._seq_lock.release
         self._resolve_lock = threading.Lock()
         self._poll_lock = threading.Lock()
         self._polls_active = 0
@@ -302,8 +310,7 @@ class AuditedProducer(ProducerWrapper):
         # self would cost more than the lookup itself is worth on this path.
         get_stream = self._topics.get
         new_topic = self._new_topic
-        acquire = self._lock_acquire
-        release = self._lock_release
+        lock = self._seq_lock
         inner_produce = self._inner_produce
         with_options = self._produce_with_options
         key_fn = self._key_fn
@@ -328,21 +335,28 @@ class AuditedProducer(ProducerWrapper):
                 with_options(topic, value, key, partition, on_delivery or callback, timestamp, headers)
                 return
             ts_ms = time_ns() // 1_000_000
-            acquire()
-            try:
+            with lock:  # `with`: an exception landing after the acquire still releases it
                 stream = get_stream(topic) or new_topic(topic)
                 seq = stream.next_seq
-                # Positional on purpose (keywords cost ~0.5 us per call): slot 5 is `callback`.
-                inner_produce(
-                    topic, value, key, partition, None, None, timestamp, [(name, pack(2, session, seq, ts_ms))]
-                )
+                audit = [(name, pack(2, session, seq, ts_ms))]
+                # The sequence, key and stamp are taken before the client call, by steps that
+                # call nothing (CPython runs a signal handler only at a call, a backward jump or
+                # a function start): an exception a handler raises lands at the latest as the
+                # call returns, the record queued and its bookkeeping done. A refusal (the
+                # client's own exception) gives the sequence back.
                 stream.next_seq = seq + 1
-                stream.keys.append(key)
-                if ts_ms != stream.last_ms:
-                    stream.stamps.append((seq, ts_ms))
+                keys = stream.keys
+                keys += (key,)
+                last_ms = stream.last_ms
+                if ts_ms != last_ms:
+                    stream.stamps += ((seq, ts_ms),)
                     stream.last_ms = ts_ms
-            finally:
-                release()
+                try:
+                    # Positional on purpose (keywords cost ~0.5 us per call): slot 5 is `callback`.
+                    inner_produce(topic, value, key, partition, None, None, timestamp, audit)
+                except Exception:
+                    _give_back(stream, seq, last_ms)
+                    raise
 
         return produce
 
@@ -395,12 +409,20 @@ class AuditedProducer(ProducerWrapper):
             record_headers: list[tuple[str, Any]] = [(AUDIT, audit)]
             if extra_headers:
                 record_headers.extend(extra_headers)
-            self._inner_produce(topic, value, key, partition, report, None, timestamp, record_headers)
+            inner_produce = self._inner_produce
+            # Taken before the call, as in _make_produce's closure (why there).
             stream.next_seq = seq + 1
-            stream.keys.append(key if audit_id is None else audit_id)
-            if ts_ms != stream.last_ms:
-                stream.stamps.append((seq, ts_ms))
+            keys = stream.keys
+            keys += (key if audit_id is None else audit_id,)
+            last_ms = stream.last_ms
+            if ts_ms != last_ms:
+                stream.stamps += ((seq, ts_ms),)
                 stream.last_ms = ts_ms
+            try:
+                inner_produce(topic, value, key, partition, report, None, timestamp, record_headers)
+            except Exception:
+                _give_back(stream, seq, last_ms)
+                raise
 
     def _new_topic(self, topic: str) -> _TopicStream:
         stream = _TopicStream(
