@@ -45,7 +45,7 @@ from auditor.probes.codec import (
     producer_keys_header,
     producer_ranges_header,
 )
-from auditor.probes.config import ledger_producer_config
+from auditor.probes.config import applied_setting, ledger_producer_config
 from auditor.probes.headers import AUDIT, AUDIT_ID, AUDIT_V2, RESERVED_HEADER_NAMES, decode_audit_id
 from auditor.probes.key_entries import key_entries
 from auditor.probes.native import HotProduce, SeqLock, use_native
@@ -69,10 +69,10 @@ _TIMEOUT_SLACK_S = 5.0
 
 
 def _setting(config: Mapping[str, Any], names: tuple[str, ...], default: int) -> int:
-    for name in names:
-        if name in config:
-            return int(str(config[name]))
-    return default
+    """An integer setting as librdkafka runs with it (applied_setting: aliases, the nested
+    topic config)."""
+    value = applied_setting(config, names)
+    return default if value is None else int(str(value))
 
 
 def _as_bytes(value: Any) -> bytes | None:

@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol, Self
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from auditor.probes.codec import encode_session_end
-from auditor.probes.config import mask_config
+from auditor.probes.config import applied_setting, mask_config
 from auditor.probes.writer import LedgerWriter
 
 logger = logging.getLogger(__name__)
@@ -27,11 +27,10 @@ DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 
 def acks_zero(config: Mapping[str, Any]) -> bool:
-    """True when the producer sends fire-and-forget (acks=0 or its librdkafka alias)."""
-    for name in ("acks", "request.required.acks"):
-        if name in config:
-            return str(config[name]).strip() == "0"
-    return False
+    """True when the producer sends fire-and-forget: acks=0 as librdkafka applies it (the later
+    of `acks` and its alias, a nested `default.topic.config` last)."""
+    acks = applied_setting(config, ("acks", "request.required.acks"))
+    return acks is not None and str(acks).strip() == "0"
 
 
 def truthy(value: Any) -> bool:

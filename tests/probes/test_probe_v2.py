@@ -852,3 +852,48 @@ def test_a_poll_stopped_by_a_raising_callback_proves_nothing_and_the_failure_it_
     failures = [f for rec in ledger if isinstance(rec, ProducerFailures) and rec.topic == small for f in rec.entries]
     assert [(f.first, f.last, f.audit_id) for f in failures] == [(0, 0, "k1")]
     assert ranges and all(r.status == "unconfirmed" for r in ranges)
+
+
+def test_it_reads_acks_and_the_report_bound_as_librdkafka_applies_the_config(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    """Stop 72: acks and the timeouts were read from the top level, the first alias first. But
+    confluent-kafka applies a nested `default.topic.config` after every other key, and of two
+    aliases librdkafka runs with the later: `{"default.topic.config": {"acks": 0}}` sends
+    fire-and-forget, and was ledgered acked."""
+    acks_zero_configs: list[dict[str, Any]] = [
+        {"default.topic.config": {"acks": 0}},
+        {"acks": 1, "request.required.acks": 0},
+    ]
+    for config in acks_zero_configs:
+        producer = AuditedProducer(
+            {"bootstrap.servers": kafka_bootstrap, **config},
+            ledger_topic=topics["pledger"],
+            clients_topic=topics["clients"],
+        )
+        for i in range(3):
+            producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
+        assert producer.flush(30) == 0
+        producer.close(30)
+        ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)]
+        ranges = [
+            (r.first, r.last, r.status)
+            for rec in ledger
+            if isinstance(rec, ProducerRanges) and rec.pid == producer.session_id
+            for r in rec.ranges
+        ]
+        assert ranges and all(status == "unconfirmed" for _, _, status in ranges), (config, ranges)
+
+    timeouts: list[tuple[dict[str, Any], float]] = [
+        ({"message.timeout.ms": 500, "delivery.timeout.ms": 3000}, 3.0),  # the later alias
+        ({"delivery.timeout.ms": 3000, "message.timeout.ms": 500}, 0.5),
+        ({"default.topic.config": {"message.timeout.ms": 2000}, "message.timeout.ms": 500}, 2.0),
+    ]
+    for config, message_timeout_s in timeouts:
+        producer = AuditedProducer(
+            {"bootstrap.servers": kafka_bootstrap, "socket.timeout.ms": 10, **config},
+            ledger_topic=topics["pledger"],
+            clients_topic=topics["clients"],
+        )
+        assert producer._report_bound_s == pytest.approx(message_timeout_s + 0.01 + 5.0), config
+        producer.close(30)
