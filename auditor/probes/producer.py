@@ -266,6 +266,7 @@ class AuditedProducer(ProducerWrapper):
             name=f"producer-{self.session_id[:8]}",
             producer_factory=producer_factory,
         )
+        self._watch_ledger_losses()  # first: the session-start may be the record lost
         now_ms = _time_ns() // 1_000_000
         self._started_ms = now_ms
         self._ledger.write(
@@ -631,7 +632,7 @@ class AuditedProducer(ProducerWrapper):
         self._write_keys()
         # The last record of the session, after every other: a session whose ledger has it
         # sent nothing unledgered.
-        self._write_closing_end(sent)
+        self._write_closing_end(sent, self._ledger_timeout(timeout, started))
         self._ledger.close(self._ledger_timeout(timeout, started))
         self._closed = True
         if remaining and timeout is not None:

@@ -181,6 +181,7 @@ class AuditedProducerV1(ProducerWrapper):
             name=f"producer-{self.session_id[:8]}",
             producer_factory=producer_factory,
         )
+        self._watch_ledger_losses()  # first: the session-start may be the record lost
         self._on_delivery = self._make_delivery_handler()
         now_ms = _time_ns() // 1_000_000
         self._ledger.write(
@@ -352,7 +353,7 @@ class AuditedProducerV1(ProducerWrapper):
             # ledger does not name.
             self._end_session_checkpoint(self._ledger_timeout(timeout, started), None)
         else:
-            self._write_closing_end(sent)
+            self._write_closing_end(sent, self._ledger_timeout(timeout, started))
         self._ledger.close(self._ledger_timeout(timeout, started))
         self._closed = True
         if remaining and timeout is not None:

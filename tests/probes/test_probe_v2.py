@@ -8,6 +8,7 @@ the topic with a plain Consumer, and the offsets it returned.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -897,3 +898,28 @@ def test_it_reads_acks_and_the_report_bound_as_librdkafka_applies_the_config(
         )
         assert producer._report_bound_s == pytest.approx(message_timeout_s + 0.01 + 5.0), config
         producer.close(30)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_session_whose_ledger_lost_a_record_is_never_ledgered_closed_nor_names_the_sequences_it_held(
+    kafka_bootstrap: str, topics: dict[str, str], probe_topic: Any, version: int
+) -> None:
+    """Stop 72: the ledger topic refused the batch holding the session-start, ranges and keys (a
+    3000-byte key, max.message.bytes=1500); only the closing `session-end` landed, naming
+    sequences 0-1 and `closed`: readers judged them never-sent."""
+    ledger_topic = probe_topic("h72-pledger", 1, {"max.message.bytes": "1500"})
+    producer_class = AuditedProducer if version == 2 else AuditedProducerV1
+    producer = producer_class(
+        {"bootstrap.servers": kafka_bootstrap}, ledger_topic=ledger_topic, clients_topic=topics["clients"]
+    )
+    producer.produce(topics["data"], b"v", os.urandom(1500).hex().encode())  # 3000 bytes, incompressible
+    producer.produce(topics["data"], b"v", b"k2")
+    assert producer.flush(30) == 0
+    producer.close(30)
+    assert producer.stats()["ledger_records_failed"] + producer.stats()["ledger_records_dropped"] > 0
+
+    ledger = [decode_ledger_record(m.value()) for m in read_topic(ledger_topic, bootstrap=kafka_bootstrap)]
+    ends = [rec for rec in ledger if isinstance(rec, SessionEnd) and rec.session == producer.session_id]
+    assert ends  # the session still says it ended (readers: it may have sent unledgered records)
+    assert not any(end.closed for end in ends)
+    assert all(topics["data"] not in end.last_seq for end in ends)
