@@ -26,14 +26,19 @@ NOTHING_JUDGED_MS = -(1 << 62)
 
 
 def _ms(config: Mapping[str, Any], names: tuple[str, ...], default: int) -> int:
-    for name in names:
-        value = config.get(name)
-        if value not in (None, ""):
-            try:
-                return int(str(value))
-            except ValueError:
-                return default
-    return default
+    """The setting spelt `names` (aliases) as the producer ran with it: the later alias wins, a
+    nested `default.topic.config` last (what the probes read too, stop 72)."""
+    # Imported here: executors import this module from the spark_jobs zip, without auditor;
+    # only the driver and the stuck diagnosis read producers' configs.
+    from auditor.probes.config import applied_setting
+
+    value = applied_setting(config, names)
+    if value in (None, ""):
+        return default
+    try:
+        return int(str(value))
+    except ValueError:
+        return default
 
 
 def producer_outcome_ms(config: Mapping[str, Any]) -> int:

@@ -106,6 +106,38 @@ def mask_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return masked
 
 
+TOPIC_CONFIG = "default.topic.config"
+
+
+def applied_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A confluent-kafka config in the order librdkafka applies it: the nested
+    ``default.topic.config`` after every other key, wherever it is written (confluent-kafka sets
+    it last), its keys moved to the end so they win over the same key or an alias set at the top
+    level. Of aliases (``acks``/``request.required.acks``, ``message.timeout.ms``/
+    ``delivery.timeout.ms``), the one applied last wins: ``applied_setting``."""
+    flat: dict[str, Any] = {}
+    nested: Mapping[str, Any] = {}
+    for key, value in config.items():
+        if key == TOPIC_CONFIG and isinstance(value, Mapping):
+            nested = value
+            continue
+        flat[key] = value
+    for key, value in nested.items():
+        flat.pop(key, None)
+        flat[key] = value
+    return flat
+
+
+def applied_setting(config: Mapping[str, Any], names: tuple[str, ...]) -> Any:
+    """The value librdkafka runs with of the setting spelt `names` (aliases), None when unset:
+    of those set in ``applied_config(config)``, the last."""
+    value: Any = None
+    for key, setting in applied_config(config).items():
+        if key in names:
+            value = setting
+    return value
+
+
 def connection_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The subset of a client config needed to reach the same cluster."""
     return {

@@ -53,6 +53,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 
 from auditor.probes.codec import NOT_PERSISTED, POSSIBLY_PERSISTED
+from auditor.probes.config import applied_setting
 
 # Raised by produce() for a message that never entered librdkafka's queue.
 _NEVER_QUEUED_CODES = frozenset(
@@ -100,10 +101,7 @@ def sends_may_be_retried(config: Mapping[str, Any]) -> bool:
     """Whether a producer with this (librdkafka) config may send a message again after an
     attempt that may have written it: ``retries`` above 0, as by default. A value that is not
     a whole number counts as retrying (the cautious side; librdkafka refuses it anyway)."""
-    value: Any = None
-    for name, setting in config.items():
-        if name in _RETRIES_NAMES:
-            value = setting  # aliases: the last one set wins, as librdkafka applies them in order
+    value = applied_setting(config, _RETRIES_NAMES)  # the later alias wins, as librdkafka applies them
     if value is None:
         return True
     try:

@@ -13,7 +13,9 @@ config-level callback). Sequences are *resolved* in ranges when the producer can
 every earlier delivery report was served: its out-queue is empty and no poll()/flush() is
 running (after flush(), and whenever the background flush sees it idle), or a poll() that
 started ``message.timeout.ms`` + ``socket.timeout.ms`` + slack after a sequence was
-produced has completed (librdkafka reports every message within that time). A resolved
+produced has returned normally, with no poll started before it still running (librdkafka
+reports every message within that time; a raising callback stops a poll with reports left
+queued, and the first of concurrent polls takes every queued report). A resolved
 range is ``acked`` except where a failure was reported: a failure report carries no
 headers (confluent-kafka strips them), so it names the window of sequences it may belong
 to, and that window is ledgered ``unconfirmed``, never acked. Until resolved, the sent
@@ -43,7 +45,7 @@ from auditor.probes.codec import (
     producer_keys_header,
     producer_ranges_header,
 )
-from auditor.probes.config import ledger_producer_config
+from auditor.probes.config import applied_setting, ledger_producer_config
 from auditor.probes.headers import AUDIT, AUDIT_ID, AUDIT_V2, RESERVED_HEADER_NAMES, decode_audit_id
 from auditor.probes.key_entries import key_entries
 from auditor.probes.native import HotProduce, SeqLock, use_native
@@ -67,10 +69,10 @@ _TIMEOUT_SLACK_S = 5.0
 
 
 def _setting(config: Mapping[str, Any], names: tuple[str, ...], default: int) -> int:
-    for name in names:
-        if name in config:
-            return int(str(config[name]))
-    return default
+    """An integer setting as librdkafka runs with it (applied_setting: aliases, the nested
+    topic config)."""
+    value = applied_setting(config, names)
+    return default if value is None else int(str(value))
 
 
 def _as_bytes(value: Any) -> bytes | None:
@@ -143,6 +145,16 @@ class _TopicStream:
         self.failures: list[tuple[int, int]] = []  # windows of seqs a failure report may name
         self.rows = rows
         self.failure_rows: deque[Any] | None = None
+
+
+def _give_back(stream: _TopicStream, seq: int, last_ms: int) -> None:
+    """Undo what produce() took for `seq` before the client refused the record (under the
+    sequence lock): the next call uses the sequence."""
+    stream.next_seq = seq
+    del stream.keys[-1]
+    if stream.last_ms != last_ms:
+        del stream.stamps[-1]
+        stream.last_ms = last_ms
 
 
 class AuditedProducer(ProducerWrapper):
@@ -233,12 +245,13 @@ class AuditedProducer(ProducerWrapper):
         # The native hot path takes its own lock type without a method call; Python takes it
         # like a threading.Lock.
         self._seq_lock: SequenceLock = SeqLock() if self.native else threading.Lock()
-        self._lock_acquire = self._seq_lock.acquire
-        self._lock_release = self._seq_lock.release
         self._resolve_lock = threading.Lock()
         self._poll_lock = threading.Lock()
         self._polls_active = 0
-        self._last_poll_started = 0.0  # monotonic start of the latest completed poll/flush
+        # Monotonic start of the latest poll/flush that returned normally while no earlier
+        # one was running (_serve): every report queued before it was served.
+        self._last_poll_started = 0.0
+        self._poll_starts: list[float] = []  # starts of the polls/flushes running now
         self._snapshots: deque[tuple[float, int, list[tuple[_TopicStream, int]]]] = deque()
         self._closed = False
         self._last_checkpoint: dict[str, int] | None = None
@@ -253,6 +266,7 @@ class AuditedProducer(ProducerWrapper):
             name=f"producer-{self.session_id[:8]}",
             producer_factory=producer_factory,
         )
+        self._watch_ledger_losses()  # first: the session-start may be the record lost
         now_ms = _time_ns() // 1_000_000
         self._started_ms = now_ms
         self._ledger.write(
@@ -297,8 +311,7 @@ class AuditedProducer(ProducerWrapper):
         # self would cost more than the lookup itself is worth on this path.
         get_stream = self._topics.get
         new_topic = self._new_topic
-        acquire = self._lock_acquire
-        release = self._lock_release
+        lock = self._seq_lock
         inner_produce = self._inner_produce
         with_options = self._produce_with_options
         key_fn = self._key_fn
@@ -323,21 +336,28 @@ class AuditedProducer(ProducerWrapper):
                 with_options(topic, value, key, partition, on_delivery or callback, timestamp, headers)
                 return
             ts_ms = time_ns() // 1_000_000
-            acquire()
-            try:
+            with lock:  # `with`: an exception landing after the acquire still releases it
                 stream = get_stream(topic) or new_topic(topic)
                 seq = stream.next_seq
-                # Positional on purpose (keywords cost ~0.5 us per call): slot 5 is `callback`.
-                inner_produce(
-                    topic, value, key, partition, None, None, timestamp, [(name, pack(2, session, seq, ts_ms))]
-                )
+                audit = [(name, pack(2, session, seq, ts_ms))]
+                # The sequence, key and stamp are taken before the client call, by steps that
+                # call nothing (CPython runs a signal handler only at a call, a backward jump or
+                # a function start): an exception a handler raises lands at the latest as the
+                # call returns, the record queued and its bookkeeping done. A refusal (the
+                # client's own exception) gives the sequence back.
                 stream.next_seq = seq + 1
-                stream.keys.append(key)
-                if ts_ms != stream.last_ms:
-                    stream.stamps.append((seq, ts_ms))
+                keys = stream.keys
+                keys += (key,)
+                last_ms = stream.last_ms
+                if ts_ms != last_ms:
+                    stream.stamps += ((seq, ts_ms),)
                     stream.last_ms = ts_ms
-            finally:
-                release()
+                try:
+                    # Positional on purpose (keywords cost ~0.5 us per call): slot 5 is `callback`.
+                    inner_produce(topic, value, key, partition, None, None, timestamp, audit)
+                except Exception:
+                    _give_back(stream, seq, last_ms)
+                    raise
 
         return produce
 
@@ -390,12 +410,20 @@ class AuditedProducer(ProducerWrapper):
             record_headers: list[tuple[str, Any]] = [(AUDIT, audit)]
             if extra_headers:
                 record_headers.extend(extra_headers)
-            self._inner_produce(topic, value, key, partition, report, None, timestamp, record_headers)
+            inner_produce = self._inner_produce
+            # Taken before the call, as in _make_produce's closure (why there).
             stream.next_seq = seq + 1
-            stream.keys.append(key if audit_id is None else audit_id)
-            if ts_ms != stream.last_ms:
-                stream.stamps.append((seq, ts_ms))
+            keys = stream.keys
+            keys += (key if audit_id is None else audit_id,)
+            last_ms = stream.last_ms
+            if ts_ms != last_ms:
+                stream.stamps += ((seq, ts_ms),)
                 stream.last_ms = ts_ms
+            try:
+                inner_produce(topic, value, key, partition, report, None, timestamp, record_headers)
+            except Exception:
+                _give_back(stream, seq, last_ms)
+                raise
 
     def _new_topic(self, topic: str) -> _TopicStream:
         stream = _TopicStream(
@@ -554,12 +582,21 @@ class AuditedProducer(ProducerWrapper):
         started = _monotonic()
         with self._poll_lock:
             self._polls_active += 1
+            self._poll_starts.append(started)
+        served = False
         try:
-            return call(*args)
+            served_count = call(*args)
+            served = True
+            return served_count
         finally:
             with self._poll_lock:
                 self._polls_active -= 1
-                if started > self._last_poll_started:
+                self._poll_starts.remove(started)
+                # A proof that every report queued before `started` was served only when the
+                # call returned (a raising callback stops it with reports left queued) and no
+                # poll that started no later is still running (librdkafka hands all queued
+                # reports to the first poller: this one may have found the queue empty).
+                if served and started > self._last_poll_started and all(other > started for other in self._poll_starts):
                     self._last_poll_started = started
 
     def poll(self, timeout: float | None = None) -> int:
@@ -595,7 +632,7 @@ class AuditedProducer(ProducerWrapper):
         self._write_keys()
         # The last record of the session, after every other: a session whose ledger has it
         # sent nothing unledgered.
-        self._write_closing_end(sent)
+        self._write_closing_end(sent, self._ledger_timeout(timeout, started))
         self._ledger.close(self._ledger_timeout(timeout, started))
         self._closed = True
         if remaining and timeout is not None:

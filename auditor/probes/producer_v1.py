@@ -181,6 +181,7 @@ class AuditedProducerV1(ProducerWrapper):
             name=f"producer-{self.session_id[:8]}",
             producer_factory=producer_factory,
         )
+        self._watch_ledger_losses()  # first: the session-start may be the record lost
         self._on_delivery = self._make_delivery_handler()
         now_ms = _time_ns() // 1_000_000
         self._ledger.write(
@@ -292,8 +293,7 @@ class AuditedProducerV1(ProducerWrapper):
             header_id, id_text = id_pair
         ts_header = (AUDIT_TS, b"%d" % (_time_ns() // 1_000_000))
         user_callback = on_delivery or callback or self._default_on_delivery
-        self._seq_lock.acquire()
-        try:
+        with self._seq_lock:  # `with`: an exception landing after the acquire still releases it
             stream = self._topics.get(topic)
             if stream is None:
                 stream = self._new_topic(topic)
@@ -307,12 +307,19 @@ class AuditedProducerV1(ProducerWrapper):
             if extra_headers:
                 record_headers.extend(extra_headers)
             report = partial(self._on_delivery, stream.rows, seq, id_text, user_callback)
-            # Positional on purpose (keywords cost ~0.5 us per call): slot 5 is
-            # `callback`, slot 6 `on_delivery`.
-            self._producer.produce(topic, value, key, partition, report, None, timestamp, record_headers)
+            inner_produce = self._producer.produce
+            # Used up before the client call, by a step that calls nothing (CPython runs a
+            # signal handler only at a call, a backward jump or a function start): an exception
+            # a handler raises lands at the latest as the call returns, the record queued. A
+            # refusal (the client's own exception) gives the sequence back.
             stream.next_seq = seq + 1
-        finally:
-            self._seq_lock.release()
+            try:
+                # Positional on purpose (keywords cost ~0.5 us per call): slot 5 is
+                # `callback`, slot 6 `on_delivery`.
+                inner_produce(topic, value, key, partition, report, None, timestamp, record_headers)
+            except Exception:
+                stream.next_seq = seq
+                raise
 
     def poll(self, timeout: float | None = None) -> int:
         return self._producer.poll(*timeout_args(timeout))
@@ -346,7 +353,7 @@ class AuditedProducerV1(ProducerWrapper):
             # ledger does not name.
             self._end_session_checkpoint(self._ledger_timeout(timeout, started), None)
         else:
-            self._write_closing_end(sent)
+            self._write_closing_end(sent, self._ledger_timeout(timeout, started))
         self._ledger.close(self._ledger_timeout(timeout, started))
         self._closed = True
         if remaining and timeout is not None:

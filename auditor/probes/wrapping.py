@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol, Self
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from auditor.probes.codec import encode_session_end
-from auditor.probes.config import mask_config
+from auditor.probes.config import applied_setting, mask_config
 from auditor.probes.writer import LedgerWriter
 
 logger = logging.getLogger(__name__)
@@ -27,11 +27,10 @@ DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 
 def acks_zero(config: Mapping[str, Any]) -> bool:
-    """True when the producer sends fire-and-forget (acks=0 or its librdkafka alias)."""
-    for name in ("acks", "request.required.acks"):
-        if name in config:
-            return str(config[name]).strip() == "0"
-    return False
+    """True when the producer sends fire-and-forget: acks=0 as librdkafka applies it (the later
+    of `acks` and its alias, a nested `default.topic.config` last)."""
+    acks = applied_setting(config, ("acks", "request.required.acks"))
+    return acks is not None and str(acks).strip() == "0"
 
 
 def truthy(value: Any) -> bool:
@@ -167,6 +166,27 @@ class ProducerWrapper:
         # never silent longer than the heartbeat plus one interval (plus the flush's own run).
         self._alive_ms = round((heartbeat_s + flush_interval_s) * 1000)
 
+    # Set once a ledger record of this session was not written (_watch_ledger_losses).
+    _ledger_lost = False
+
+    def _watch_ledger_losses(self) -> None:
+        """Be told of each ledger record of this session that was not written (the client
+        refused it, its queue stayed full, or its delivery failed): from then on no session-end
+        names a sequence a lost record may have held (each keeps the last checkpoint's), and
+        close() writes no `closed` (readers then take the session as one that may have sent
+        records its ledger does not name: unknown, never never-sent)."""
+        self._ledger.set_on_lost(self._note_ledger_loss)
+
+    def _note_ledger_loss(self, value: bytes) -> None:
+        # Runs on the thread serving the ledger producer's reports, or under the writer's lock.
+        if not self._ledger_lost:
+            self._ledger_lost = True
+            logger.error(
+                "audited producer %s: a ledger record was not written; the session will not be "
+                "ledgered as closed and no later session-end names a sequence it may have held",
+                self.session_id,
+            )
+
     def _heartbeat(self, last_seq: Mapping[str, int]) -> None:
         """A session-end when this flush writes nothing and nothing was ledgered for
         ``ledger_heartbeat_s``: an idle session's ledger is never silent for longer, so readers
@@ -175,19 +195,37 @@ class ProducerWrapper:
         ledger = self._ledger
         if ledger.pending_count() or time.monotonic() - ledger.last_write_at < self._heartbeat_s:
             return
+        if self._ledger_lost:
+            last_seq = self._last_checkpoint or {}
         ledger.write(
             encode_session_end(
                 "producer", self.session_id, time.time_ns() // 1_000_000, last_seq, alive_ms=self._alive_ms
             )
         )
 
-    def _write_closing_end(self, last_seq: dict[str, int]) -> None:
+    def _write_closing_end(self, last_seq: dict[str, int], wait: float) -> None:
         """The session's last ledger record, after every other: a session-end with `closed`,
-        which says the session sent nothing its ledger does not account for."""
-        self._last_checkpoint = last_seq
+        which says the session sent nothing its ledger does not account for. Written once the
+        records before it were (waiting up to `wait` seconds): when one was lost or is still
+        unsettled, the end carries no `closed` and the last checkpoint's `last_seq`."""
+        unsettled = self._ledger.flush(wait)
+        closed = not unsettled and not self._ledger_lost
+        if closed:
+            self._last_checkpoint = last_seq
+        else:
+            logger.error(
+                "audited producer %s: not ledgered as closed: %s",
+                self.session_id,
+                "a ledger record was not written" if self._ledger_lost else f"{unsettled} ledger record(s) unsettled",
+            )
         self._ledger.write(
             encode_session_end(
-                "producer", self.session_id, time.time_ns() // 1_000_000, last_seq, alive_ms=self._alive_ms, closed=True
+                "producer",
+                self.session_id,
+                time.time_ns() // 1_000_000,
+                last_seq if closed else self._last_checkpoint or {},
+                alive_ms=self._alive_ms,
+                closed=closed,
             )
         )
 
@@ -198,12 +236,22 @@ class ProducerWrapper:
         `last_seq`: the last sequence per topic that the ledger accounts for once what it holds
         now is written, taken by the caller before it; None: the previous checkpoint (if any)
         is kept. A session-end naming a sequence with no ledger entry yet (a send still in
-        flight) makes it a hole that readers judge at once."""
+        flight) makes it a hole that readers judge at once: so does one naming a sequence whose
+        entry was lost, and the session-end names new sequences only once the records before it
+        were written (a lost or still unsettled one keeps the previous checkpoint)."""
+        deadline = time.monotonic() + wait
+        if (
+            last_seq is not None
+            and last_seq != self._last_checkpoint
+            and (self._ledger.flush(wait) or self._ledger_lost)
+        ):
+            last_seq = None
         if last_seq is None:
             last_seq = self._last_checkpoint
+        wait = max(0.0, deadline - time.monotonic())
         if last_seq is None or (last_seq == self._last_checkpoint and not self._ledger.pending_count()):
             # Nothing new since the last session-end: don't repeat it.
-            self._ledger.flush(wait)
+            self._wait_for_ledger(wait)
             return
         self._last_checkpoint = last_seq
         self._ledger.write(
@@ -211,6 +259,9 @@ class ProducerWrapper:
                 "producer", self.session_id, time.time_ns() // 1_000_000, last_seq, alive_ms=self._alive_ms
             )
         )
+        self._wait_for_ledger(wait)
+
+    def _wait_for_ledger(self, wait: float) -> None:
         remaining = self._ledger.flush(wait)
         if remaining:
             logger.error(

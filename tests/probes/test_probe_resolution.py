@@ -3,6 +3,7 @@ that keep a crash or a failure from ever being ledgered as an ack."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -105,4 +106,38 @@ def test_it_acks_with_acks_0_nothing_and_keeps_success_reports_when_asked() -> N
     producer.produce("t", b"v")
     producer.flush()
     assert seen == [None]  # an application callback without only-error keeps its success reports
+    producer.close()
+
+
+def test_a_poll_that_returns_while_an_earlier_one_still_serves_reports_proves_nothing() -> None:
+    """Stop 72: librdkafka hands every queued report to the first of concurrent polls; a later
+    poll on another thread finds the queue empty and returns while the first still runs the
+    callbacks. The timeout proof took that later poll as one."""
+    factory = FactoryRecorder()
+    producer = make(factory)
+    producer._report_bound_s = 0.05
+    producer.produce("t", b"a")
+    producer._resolve()  # the snapshot: seq 0, still queued
+    time.sleep(0.06)
+    serving = threading.Event()
+    release = threading.Event()
+
+    def first_poll(*_: float) -> int:
+        serving.set()
+        release.wait(10)  # it holds the report; its callback has not run yet
+        return 0
+
+    worker = threading.Thread(target=producer._serve, args=(first_poll, 0))
+    worker.start()
+    try:
+        assert serving.wait(10)
+        producer.poll(0)  # started after the first: found nothing to serve
+        producer._resolve()
+        assert ranges(factory, producer) == []
+    finally:
+        release.set()
+        worker.join(10)
+    producer.poll(0)
+    producer._resolve()
+    assert ranges(factory, producer) == [(0, 0, "acked")]
     producer.close()

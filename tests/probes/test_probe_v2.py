@@ -8,6 +8,7 @@ the topic with a plain Consumer, and the offsets it returned.
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -808,3 +809,117 @@ def test_a_v1_ledger_write_the_client_refuses_never_costs_the_application_a_deli
     assert sorted(key for key, _ in reports) == keys  # each once
     assert all(err is None for _, err in reports)
     assert sorted(m.key() for m in read_topic(topics["data"], bootstrap=kafka_bootstrap)) == keys
+
+
+def test_a_poll_stopped_by_a_raising_callback_proves_nothing_and_the_failure_it_left_is_never_acked(
+    kafka_bootstrap: str, topics: dict[str, str], probe_topic: Any, hot_path: str
+) -> None:
+    """Stop 72: a delivery callback that raises stops confluent-kafka's poll() with the other
+    reports left queued. The timeout proof (a poll that started past message.timeout.ms +
+    socket.timeout.ms + slack after a snapshot has completed) took that poll as one, ledgered
+    the failed send still queued `acked`, and its failure came later."""
+    small = probe_topic("h72-small", 1, {"max.message.bytes": "2000"})
+
+    def raise_on_success(err: Any, msg: Any) -> None:
+        if err is None:
+            raise RuntimeError("the application's callback raised")
+
+    producer = AuditedProducer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "message.timeout.ms": 1000,  # the report bound, shortened: 1.01 s + slack
+            "socket.timeout.ms": 10,
+            "linger.ms": 0,
+            "on_delivery": raise_on_success,
+        },
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+        ledger_flush_interval_s=3600,  # the test drives every resolution itself
+    )
+    assert producer._report_bound_s is not None
+    producer.produce(topics["data"], b"ok", b"k0", 0)
+    time.sleep(0.5)  # its success report comes first
+    producer.produce(small, b"x" * 5000, b"k1")  # the broker refuses it: too large
+    producer._resolve()  # the snapshot: both sequences
+    time.sleep(producer._report_bound_s + 1.5)  # both reports are queued long before
+    with pytest.raises(RuntimeError):
+        producer.poll(0)  # served the success, raised: the failure is still queued
+    producer._resolve()
+    producer.poll(0)  # the failure report
+    producer.close(30)
+
+    ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)]
+    ranges = [r for rec in ledger if isinstance(rec, ProducerRanges) and rec.topic == small for r in rec.ranges]
+    failures = [f for rec in ledger if isinstance(rec, ProducerFailures) and rec.topic == small for f in rec.entries]
+    assert [(f.first, f.last, f.audit_id) for f in failures] == [(0, 0, "k1")]
+    assert ranges and all(r.status == "unconfirmed" for r in ranges)
+
+
+def test_it_reads_acks_and_the_report_bound_as_librdkafka_applies_the_config(
+    kafka_bootstrap: str, topics: dict[str, str]
+) -> None:
+    """Stop 72: acks and the timeouts were read from the top level, the first alias first. But
+    confluent-kafka applies a nested `default.topic.config` after every other key, and of two
+    aliases librdkafka runs with the later: `{"default.topic.config": {"acks": 0}}` sends
+    fire-and-forget, and was ledgered acked."""
+    acks_zero_configs: list[dict[str, Any]] = [
+        {"default.topic.config": {"acks": 0}},
+        {"acks": 1, "request.required.acks": 0},
+    ]
+    for config in acks_zero_configs:
+        producer = AuditedProducer(
+            {"bootstrap.servers": kafka_bootstrap, **config},
+            ledger_topic=topics["pledger"],
+            clients_topic=topics["clients"],
+        )
+        for i in range(3):
+            producer.produce(topics["data"], b"v%d" % i, b"k%d" % i)
+        assert producer.flush(30) == 0
+        producer.close(30)
+        ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)]
+        ranges = [
+            (r.first, r.last, r.status)
+            for rec in ledger
+            if isinstance(rec, ProducerRanges) and rec.pid == producer.session_id
+            for r in rec.ranges
+        ]
+        assert ranges and all(status == "unconfirmed" for _, _, status in ranges), (config, ranges)
+
+    timeouts: list[tuple[dict[str, Any], float]] = [
+        ({"message.timeout.ms": 500, "delivery.timeout.ms": 3000}, 3.0),  # the later alias
+        ({"delivery.timeout.ms": 3000, "message.timeout.ms": 500}, 0.5),
+        ({"default.topic.config": {"message.timeout.ms": 2000}, "message.timeout.ms": 500}, 2.0),
+    ]
+    for config, message_timeout_s in timeouts:
+        producer = AuditedProducer(
+            {"bootstrap.servers": kafka_bootstrap, "socket.timeout.ms": 10, **config},
+            ledger_topic=topics["pledger"],
+            clients_topic=topics["clients"],
+        )
+        assert producer._report_bound_s == pytest.approx(message_timeout_s + 0.01 + 5.0), config
+        producer.close(30)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_session_whose_ledger_lost_a_record_is_never_ledgered_closed_nor_names_the_sequences_it_held(
+    kafka_bootstrap: str, topics: dict[str, str], probe_topic: Any, version: int
+) -> None:
+    """Stop 72: the ledger topic refused the batch holding the session-start, ranges and keys (a
+    3000-byte key, max.message.bytes=1500); only the closing `session-end` landed, naming
+    sequences 0-1 and `closed`: readers judged them never-sent."""
+    ledger_topic = probe_topic("h72-pledger", 1, {"max.message.bytes": "1500"})
+    producer_class = AuditedProducer if version == 2 else AuditedProducerV1
+    producer = producer_class(
+        {"bootstrap.servers": kafka_bootstrap}, ledger_topic=ledger_topic, clients_topic=topics["clients"]
+    )
+    producer.produce(topics["data"], b"v", os.urandom(1500).hex().encode())  # 3000 bytes, incompressible
+    producer.produce(topics["data"], b"v", b"k2")
+    assert producer.flush(30) == 0
+    producer.close(30)
+    assert producer.stats()["ledger_records_failed"] + producer.stats()["ledger_records_dropped"] > 0
+
+    ledger = [decode_ledger_record(m.value()) for m in read_topic(ledger_topic, bootstrap=kafka_bootstrap)]
+    ends = [rec for rec in ledger if isinstance(rec, SessionEnd) and rec.session == producer.session_id]
+    assert ends  # the session still says it ended (readers: it may have sent unledgered records)
+    assert not any(end.closed for end in ends)
+    assert all(topics["data"] not in end.last_seq for end in ends)

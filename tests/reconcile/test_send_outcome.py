@@ -32,6 +32,15 @@ def test_a_producer_that_retries_longer_widens_the_bound_and_one_that_retries_le
     assert send_outcome_ms([{"message.timeout.ms": "30000"}]) == SEND_OUTCOME_MS
 
 
+def test_it_reads_the_timeout_a_producer_ran_with_the_later_alias_and_the_nested_topic_config_winning() -> None:
+    # Stop 72: the first alias was read, and a nested default.topic.config never.
+    assert producer_outcome_ms({"message.timeout.ms": 500, "delivery.timeout.ms": 900000}) == 965_000
+    assert producer_outcome_ms({"delivery.timeout.ms": 900000, "message.timeout.ms": 500}) == SEND_OUTCOME_MS - 299_500
+    assert producer_outcome_ms({"default.topic.config": {"message.timeout.ms": 900000}}) == 965_000
+    nested_first = {"default.topic.config": {"delivery.timeout.ms": 0}, "message.timeout.ms": 900000}
+    assert producer_outcome_ms(nested_first) == UNBOUNDED
+
+
 def test_the_widest_of_two_bounds_is_kept() -> None:
     assert widest(None, SEND_OUTCOME_MS) == SEND_OUTCOME_MS
     assert widest(965_000, SEND_OUTCOME_MS) == 965_000

@@ -19,6 +19,7 @@ import yaml
 from auditor.lint.engine.defaults import KEY_TYPES, SPRING_ACK_MODE, SPRING_KAFKA
 from auditor.lint.engine.errors import LintInputError
 from auditor.lint.engine.masking import MASK, mask_value
+from auditor.probes.config import TOPIC_CONFIG, applied_config
 
 FORMATS = ("json", "properties", "spring-yaml")
 Scalar = str | int | float | bool | None
@@ -91,12 +92,11 @@ def as_config(config: Any, *, source: str = "config", lines: Mapping[str, int] |
         return config
     if not isinstance(config, Mapping):
         raise LintInputError(f"expected a mapping of config keys to values, got {type(config).__name__}", source=source)
-    flat: dict[str, Any] = {}
-    nested: ParsedConfig | None = None
+    checked: dict[str, Any] = {}
     for key, value in config.items():
         key = str(key)
-        if isinstance(value, Mapping) and key == "default.topic.config":
-            nested = as_config(value, source=source)
+        if isinstance(value, Mapping) and key == TOPIC_CONFIG:
+            checked[key] = as_config(value, source=source)
             continue
         if not isinstance(value, Scalar):
             raise LintInputError(
@@ -104,11 +104,9 @@ def as_config(config: Any, *, source: str = "config", lines: Mapping[str, int] |
                 source=source,
                 line=(lines or {}).get(key),
             )
-        flat[key] = value
-    for key, value in (nested or {}).items():
-        flat.pop(key, None)  # re-inserted last, after any alias of it at the top level
-        flat[key] = value
-    return ParsedConfig(flat, source=source, lines=lines)
+        checked[key] = value
+    # The probes read the config they wrap the same way (applied_config, stop 72).
+    return ParsedConfig(applied_config(checked), source=source, lines=lines)
 
 
 # --- Java .properties ------------------------------------------------------------------------
