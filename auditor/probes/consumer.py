@@ -36,7 +36,14 @@ from auditor.probes.codec import (
 from auditor.probes.config import ledger_producer_config
 from auditor.probes.native import RangeMarker, use_native
 from auditor.probes.topics import CLIENTS_TOPIC, CONSUMER_LEDGER_TOPIC
-from auditor.probes.wrapping import HOLDING, ConsumerWrapper, GroupMetadata, TransactionPositions
+from auditor.probes.wrapping import (
+    HOLDING,
+    ConsumerWrapper,
+    GroupMetadata,
+    TransactionPositions,
+    inner_consumer_config,
+    probe_stores_offsets,
+)
 from auditor.probes.writer import LedgerWriter
 
 _time_ns = time.time_ns
@@ -176,11 +183,15 @@ class AuditedConsumer(ConsumerWrapper):
         transactional: bool = False,
     ) -> None:
         self._config = dict(config)
-        self._consumer: Consumer = consumer_factory(dict(config))  # or a test double
-        # The poll path is the wrapped client's: no Python frame of ours per record.
-        self.poll = self._consumer.poll
-        self.consume = self._consumer.consume
+        self._consumer: Consumer = consumer_factory(inner_consumer_config(config))  # or a test double
         self.session_id = uuid.uuid4().hex
+        # Commits name the session in their metadata (docs/contracts.md). librdkafka's own
+        # offset store (enable.auto.offset.store, on by default) stores none, so the probe stores
+        # each handed record's offset in its place: a Python frame and one store call per record.
+        # Otherwise the poll path is the wrapped client's: no Python frame of ours per record.
+        self._stores_offsets = probe_stores_offsets(self._config)
+        self.poll = self._storing_poll() if self._stores_offsets else self._consumer.poll
+        self.consume = self._storing_consume() if self._stores_offsets else self._consumer.consume
         group = self._config.get("group.id")
         self.group: str | None = None if group is None else str(group)
         self.client_id: str = str(self._config.get("client.id", "rdkafka"))
