@@ -160,6 +160,10 @@ def offsets_history(
     last: dict[tuple[str, int], tuple[int | None, int]] = {}  # (group, partition) -> (offset or None, ts)
     commits: dict[tuple[str, int], tuple[int, int]] = {}  # the last commit seen before each key's last record
     history: dict[str, dict[int, list[CommitRecord]]] = {}
+    # per partition of the internal topic: the next offset where every record since its log
+    # start was read (None once one was missing: the log cleaner took it, or a transaction's
+    # marker or aborted commit): a commit read before any gap is the key's first since the start
+    unbroken: dict[int, int | None] = {p: o.low for p, o in offsets.items()}
     try:
         for msg in read_ranges(
             bootstrap,
@@ -171,6 +175,9 @@ def offsets_history(
         ):
             if time.monotonic() > deadline:
                 raise KafkaReadError(f"reading it took longer than {budget_s:.0f} s")
+            at, home = msg.offset(), msg.partition() or 0  # a record has both
+            whole = at is not None and unbroken.get(home) == at
+            unbroken[home] = at + 1 if whole and at is not None else None
             parsed = parse_offset_key(msg.key())
             if parsed is None or parsed[0] not in wanted or parsed[1] != topic:
                 continue
@@ -182,7 +189,7 @@ def offsets_history(
                 commits[key] = (committed, ts)
             last[key] = (committed, ts)
             history.setdefault(parsed[0], {}).setdefault(parsed[2], []).append(
-                CommitRecord(committed, parse_commit_metadata(value), ts)
+                CommitRecord(committed, parse_commit_metadata(value), ts, whole)
             )
     except Exception as exc:  # KafkaReadError, LocateError, KafkaException: a read that failed
         raise KafkaReadError(f"{OFFSETS_TOPIC} could not be read: {exc}") from exc

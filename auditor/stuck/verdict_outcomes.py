@@ -183,8 +183,9 @@ def unprobed_below(group: GroupState, topic: str, partition: int, offset: int) -
 def passing_commit(group: GroupState, partition: int, offset: int) -> CommitRecord | None:
     """The commit that last took the group past `offset` on `partition`, as `__consumer_offsets`
     still shows it: the first commit above it after the last commit (or removal) at or below it;
-    where none at or below it is left (the log cleaner keeps the last commit per partition), the
-    first known one when it is the group's commit now (a group whose first commit passed it).
+    where none at or below it is left, the first known one when no record before it is missing
+    from its `__consumer_offsets` partition (the group's first commit there: it passed the record)
+    or when it is the group's commit now (the log cleaner keeps the last commit per partition).
     None: the history does not tell (not read, cleaned away, or passed before the commits left)."""
     records = (group.commits or {}).get(partition)
     if not records:
@@ -199,7 +200,7 @@ def passing_commit(group: GroupState, partition: int, offset: int) -> CommitReco
     if passed is not None:
         return passed
     first = records[0]
-    if not below and first.offset is not None and first.offset == group.committed.get(partition):
+    if not below and first.offset is not None and (first.unbroken or first.offset == group.committed.get(partition)):
         return first
     return None
 

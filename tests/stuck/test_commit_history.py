@@ -60,7 +60,10 @@ def test_the_commit_that_passed_a_record_is_the_first_above_it_after_the_last_at
 
 def test_where_no_commit_at_or_below_it_is_left_only_the_group_s_commit_now_tells() -> None:
     assert passing_commit(_group(30, (30, "q")), 0, 10) == CommitRecord(30, "audit:v2:q", 0)
-    assert passing_commit(_group(30, (20, "q"), (30, "q")), 0, 10) is None  # the crossing was cleaned away
+    assert passing_commit(_group(30, (20, "q"), (30, "q")), 0, 10) is None  # the crossing may have been cleaned away
+    # nothing missing before the first: the group's first commit passed it
+    group = GroupState("g", committed={0: 30}, commits={0: [CommitRecord(20, "audit:v2:p", 1, unbroken=True)]})
+    assert passing_commit(group, 0, 10) == CommitRecord(20, "audit:v2:p", 1, unbroken=True)
     assert passing_commit(GroupState("g", committed={0: 30}), 0, 10) is None  # not read
 
 
