@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from auditor.probes import AuditedConsumer
+from auditor.probes import AuditedConsumer, AuditedProducer
 from tests.probes.kafka_helpers import AuditTopics, TopicFactory, integration_marks
 
 pytestmark = integration_marks()
@@ -117,3 +117,37 @@ def test_a_store_where_the_application_left_the_auto_store_on_is_refused_as_libr
     with pytest.raises(KafkaException):
         consumer.store_offsets(message=record)
     consumer.close()
+
+
+def test_offsets_sent_to_a_probed_producers_transaction_name_the_consumer_session(
+    probe_bootstrap: str, probe_admin: AdminClient, probe_topic: TopicFactory, audit_topics: AuditTopics
+) -> None:
+    source, sink = probe_topic("meta"), probe_topic("meta-out")
+    _produce(probe_bootstrap, source, 3)
+    consumer = _consumer(
+        probe_bootstrap, audit_topics, **{"enable.auto.commit": False, "isolation.level": "read_committed"}
+    )
+    producer = AuditedProducer(
+        {"bootstrap.servers": probe_bootstrap, "transactional.id": f"meta-{uuid.uuid4().hex[:8]}"},
+        ledger_topic=audit_topics.producer_ledger,
+        clients_topic=audit_topics.clients,
+    )
+    try:
+        group = str(consumer.group)
+        consumer.subscribe([source])
+        records = _poll_records(consumer, 3)
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for msg in records:
+            producer.produce(sink, msg.value())
+            consumer.mark_processed(msg)
+        producer.send_offsets_to_transaction([TopicPartition(source, 0, 3)], consumer.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+        # the coordinator makes a transaction's offsets visible once its marker is written
+        deadline = time.monotonic() + 30
+        while not _group_offsets(probe_admin, group) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _group_offsets(probe_admin, group) == {0: (3, f"audit:v2:{consumer.session_id}")}
+    finally:
+        producer.close()
+        consumer.close()
