@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from auditor.probes import AuditedConsumer, AuditedProducer
+from auditor.probes import AuditedConsumer, AuditedConsumerV1, AuditedProducer
 from tests.probes.kafka_helpers import AuditTopics, TopicFactory, integration_marks
 
 pytestmark = integration_marks()
@@ -29,17 +29,17 @@ def _group_offsets(admin: AdminClient, group: str) -> dict[int, tuple[int, str |
     return {tp.partition: (tp.offset, tp.metadata) for tp in listed.topic_partitions if tp.offset >= 0}
 
 
-def _consumer(bootstrap: str, topics: AuditTopics, **config: Any) -> AuditedConsumer:
+def _consumer(bootstrap: str, topics: AuditTopics, kind: Any = AuditedConsumer, **config: Any) -> Any:
     settings = {
         "bootstrap.servers": bootstrap,
         "group.id": f"meta-{uuid.uuid4().hex[:8]}",
         "auto.offset.reset": "earliest",
         **config,
     }
-    return AuditedConsumer(settings, ledger_topic=topics.consumer_ledger, clients_topic=topics.clients)
+    return kind(settings, ledger_topic=topics.consumer_ledger, clients_topic=topics.clients)
 
 
-def _poll_records(consumer: AuditedConsumer, count: int) -> list[Message]:
+def _poll_records(consumer: Any, count: int) -> list[Message]:
     got: list[Message] = []
     deadline = time.monotonic() + 60
     while len(got) < count and time.monotonic() < deadline:
@@ -50,12 +50,15 @@ def _poll_records(consumer: AuditedConsumer, count: int) -> list[Message]:
     return got
 
 
+@pytest.mark.parametrize("kind", [AuditedConsumer, AuditedConsumerV1])
 def test_it_names_the_session_in_auto_commits(
-    probe_bootstrap: str, probe_admin: AdminClient, probe_topic: TopicFactory, audit_topics: AuditTopics
+    probe_bootstrap: str, probe_admin: AdminClient, probe_topic: TopicFactory, audit_topics: AuditTopics, kind: Any
 ) -> None:
     topic = probe_topic("meta")
     _produce(probe_bootstrap, topic, 5)
-    consumer = _consumer(probe_bootstrap, audit_topics, **{"enable.auto.commit": True, "auto.commit.interval.ms": 100})
+    consumer = _consumer(
+        probe_bootstrap, audit_topics, kind, **{"enable.auto.commit": True, "auto.commit.interval.ms": 100}
+    )
     group = str(consumer.group)
     consumer.subscribe([topic])
     _poll_records(consumer, 5)
