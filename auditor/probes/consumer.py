@@ -5,10 +5,10 @@ The poll path parses no header (reconciliation reads every record anyway and cou
 ones without or with malformed audit headers). ``poll`` and ``consume`` are the inner
 client's bound methods where the application stores offsets itself; where it leaves
 ``enable.auto.offset.store`` on (the default), they also store each handed record's position
-with the session's commit metadata, in librdkafka's place (docs/contracts.md, "Commit metadata"). ``mark_processed`` only
-appends the message to a buffer; every hundred or so marks (and at each background flush)
-they become per-partition ranges of consecutive offsets, which the ledger writer joins and
-writes.
+with the session's commit metadata, in librdkafka's place (docs/contracts.md, "Commit
+metadata"). ``mark_processed`` only appends the message to a buffer; every hundred or so
+marks (and at each background flush) they become per-partition ranges of consecutive offsets,
+which the ledger writer joins and writes.
 """
 
 from __future__ import annotations

@@ -260,7 +260,7 @@ class GroupState:
     # shows it (offsets_history): the group may have gone past any record before it
     removed: dict[int, RemovedOffsets] = field(default_factory=dict)
     # per partition, its commits and removals `__consumer_offsets` still holds, oldest first
-    # (offsets_history); None: not read (the read failed: offsets_history_error on the view)
+    # (offsets_history); None: not read (the read failed: a note on the view says why)
     commits: dict[int, list[CommitRecord]] | None = None
 
     def probe_names_commits(self) -> bool:
