@@ -20,7 +20,7 @@ int64 committed offset. A null value is the tombstone. The commit's metadata str
 the offset (after the int32 leader epoch from version 3; a compact string, its length an
 unsigned varint plus one, from the flexible version 4).
 
-The same read gives each group's commits on the topic in order (`CommitHistory`): an audited
+The same read gives each group's commits on the topic in order (`CommitRecord`s): an audited
 consumer names its session in its commits' metadata (`audit:v2:<session>`, docs/contracts.md),
 which tells a probed consumer's commit from a plain one's (verdict_outcomes.passing_commit).
 """
