@@ -287,8 +287,9 @@ class CommitRecord:
     offset: int | None
     metadata: str | None  # the commit's metadata (None: empty); `audit:v2:<session>` names a probed consumer
     ts_ms: int
-    # every record of its `__consumer_offsets` partition before it was read, none missing: no
-    # commit of the key before it was cleaned away (the first one read is the group's first)
+    # every record of its `__consumer_offsets` partition before it was read, none missing but
+    # lone offsets (transaction markers): no commit of the key before it was cleaned away (the
+    # first one read is the group's first; a lone cleaned commit reads as a marker)
     unbroken: bool = False
 
     def session(self) -> str | None:

@@ -161,8 +161,9 @@ def offsets_history(
     commits: dict[tuple[str, int], tuple[int, int]] = {}  # the last commit seen before each key's last record
     history: dict[str, dict[int, list[CommitRecord]]] = {}
     # per partition of the internal topic: the next offset where every record since its log
-    # start was read (None once one was missing: the log cleaner took it, or a transaction's
-    # marker or aborted commit): a commit read before any gap is the key's first since the start
+    # start was read, but for lone offsets (a transaction's marker takes one, and a read_committed
+    # reader never sees it); None once a longer run was missing (the log cleaner took records,
+    # or an aborted transaction's): a commit read before that is the key's first since the start
     unbroken: dict[int, int | None] = {p: o.low for p, o in offsets.items()}
     try:
         for msg in read_ranges(
@@ -176,7 +177,8 @@ def offsets_history(
             if time.monotonic() > deadline:
                 raise KafkaReadError(f"reading it took longer than {budget_s:.0f} s")
             at, home = msg.offset(), msg.partition() or 0  # a record has both
-            whole = at is not None and unbroken.get(home) == at
+            expected = unbroken.get(home)
+            whole = at is not None and expected is not None and expected <= at <= expected + 1
             unbroken[home] = at + 1 if whole and at is not None else None
             parsed = parse_offset_key(msg.key())
             if parsed is None or parsed[0] not in wanted or parsed[1] != topic:
