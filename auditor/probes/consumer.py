@@ -1,12 +1,14 @@
 """AuditedConsumer: a confluent_kafka.Consumer that keeps a processed ledger of offset
 ranges (record contract version 2, docs/contracts.md, ``_audit.consumer-ledger``).
 
-The poll path is the wrapped consumer's own: ``poll`` and ``consume`` are the inner
-client's bound methods, with no header parsing (reconciliation reads every record anyway
-and counts the ones without or with malformed audit headers). ``mark_processed`` only
-appends the message to a buffer; every hundred or so marks (and at each background flush)
-they become per-partition ranges of consecutive offsets, which the ledger writer joins and
-writes.
+The poll path parses no header (reconciliation reads every record anyway and counts the
+ones without or with malformed audit headers). ``poll`` and ``consume`` are the inner
+client's bound methods where the application stores offsets itself; where it leaves
+``enable.auto.offset.store`` on (the default), they also store each handed record's position
+with the session's commit metadata, in librdkafka's place (docs/contracts.md, "Commit
+metadata"). ``mark_processed`` only appends the message to a buffer; every hundred or so
+marks (and at each background flush) they become per-partition ranges of consecutive offsets,
+which the ledger writer joins and writes.
 """
 
 from __future__ import annotations
@@ -36,7 +38,14 @@ from auditor.probes.codec import (
 from auditor.probes.config import ledger_producer_config
 from auditor.probes.native import RangeMarker, use_native
 from auditor.probes.topics import CLIENTS_TOPIC, CONSUMER_LEDGER_TOPIC
-from auditor.probes.wrapping import HOLDING, ConsumerWrapper, GroupMetadata, TransactionPositions
+from auditor.probes.wrapping import (
+    HOLDING,
+    ConsumerWrapper,
+    GroupMetadata,
+    TransactionPositions,
+    inner_consumer_config,
+    probe_stores_offsets,
+)
 from auditor.probes.writer import LedgerWriter
 
 _time_ns = time.time_ns
@@ -176,11 +185,15 @@ class AuditedConsumer(ConsumerWrapper):
         transactional: bool = False,
     ) -> None:
         self._config = dict(config)
-        self._consumer: Consumer = consumer_factory(dict(config))  # or a test double
-        # The poll path is the wrapped client's: no Python frame of ours per record.
-        self.poll = self._consumer.poll
-        self.consume = self._consumer.consume
+        self._consumer: Consumer = consumer_factory(inner_consumer_config(config))  # or a test double
         self.session_id = uuid.uuid4().hex
+        # Commits name the session in their metadata (docs/contracts.md). librdkafka's own
+        # offset store (enable.auto.offset.store, on by default) stores none, so the probe stores
+        # each handed record's offset in its place: a Python frame and one store call per record.
+        # Otherwise the poll path is the wrapped client's: no Python frame of ours per record.
+        self._stores_offsets = probe_stores_offsets(self._config)
+        self.poll = self._storing_poll() if self._stores_offsets else self._consumer.poll
+        self.consume = self._storing_consume() if self._stores_offsets else self._consumer.consume
         group = self._config.get("group.id")
         self.group: str | None = None if group is None else str(group)
         self.client_id: str = str(self._config.get("client.id", "rdkafka"))

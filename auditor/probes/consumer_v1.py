@@ -26,7 +26,7 @@ from auditor.probes.config import ledger_producer_config
 from auditor.probes.headers import fast_audit_id
 from auditor.probes.message import record_position
 from auditor.probes.topics import CLIENTS_TOPIC, CONSUMER_LEDGER_TOPIC
-from auditor.probes.wrapping import ConsumerWrapper
+from auditor.probes.wrapping import ConsumerWrapper, inner_consumer_config, probe_stores_offsets
 from auditor.probes.writer import LedgerWriter
 
 _time_ns = time.time_ns
@@ -68,8 +68,13 @@ class AuditedConsumerV1(ConsumerWrapper):
         producer_factory: Callable[[dict[str, Any]], Any] = Producer,
     ) -> None:
         self._config = dict(config)
-        self._consumer: Consumer = consumer_factory(dict(config))  # or a test double
+        self._consumer: Consumer = consumer_factory(inner_consumer_config(config))  # or a test double
         self.session_id = uuid.uuid4().hex
+        # Commits name the session in their metadata (docs/contracts.md): the probe stores the
+        # handed records' offsets in place of enable.auto.offset.store, which stores none.
+        self._stores_offsets = probe_stores_offsets(self._config)
+        self._store_poll = self._storing_poll() if self._stores_offsets else self._consumer.poll
+        self._store_consume = self._storing_consume() if self._stores_offsets else self._consumer.consume
         group = self._config.get("group.id")
         self.group: str | None = None if group is None else str(group)
         self.client_id: str = str(self._config.get("client.id", "rdkafka"))
@@ -143,7 +148,7 @@ class AuditedConsumerV1(ConsumerWrapper):
             counts[1] += 1
 
     def poll(self, timeout: float | None = None) -> Message | None:
-        msg = self._consumer.poll(-1 if timeout is None else timeout)
+        msg = self._store_poll(-1 if timeout is None else timeout)
         if msg is None or msg.error() is not None:
             return msg
         # _inspect() inlined: this runs once per consumed record.
@@ -156,7 +161,7 @@ class AuditedConsumerV1(ConsumerWrapper):
         return msg
 
     def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
-        messages = self._consumer.consume(num_messages, timeout)
+        messages = self._store_consume(num_messages, timeout)
         for msg in messages:
             if msg.error() is None:
                 self._inspect(msg)

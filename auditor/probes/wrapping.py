@@ -13,7 +13,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Literal, Protocol, Self
+from typing import Any, Literal, Protocol, Self, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -55,6 +55,8 @@ class TransactionMarks(Protocol):
     """What an audited consumer offers the probed transactional producer that its positions
     are sent to (``send_offsets_to_transaction``): its marks of the records below those
     positions are of that transaction, and are written only if it commits."""
+
+    session_id: str
 
     def join_transaction(self) -> None: ...
     def end_transaction(self, positions: TransactionPositions, committed: bool, producer: str) -> None: ...
@@ -99,6 +101,65 @@ class GroupMetadata(bytes):
     producer takes them), carrying the consumer's marks for a probed producer."""
 
     transaction_marks: TransactionMarks
+
+
+# Commit metadata naming the probed consumer session that committed (docs/contracts.md, "Commit
+# metadata"): the stuck diagnosis reads it back from __consumer_offsets to tell a probed
+# consumer's commit from a plain one's.
+COMMIT_METADATA_PREFIX = "audit:v2:"
+# Kafka's offset.metadata.max.bytes default: an application's own metadata that leaves no room
+# for the probe's is committed unchanged (the commit then names no session).
+COMMIT_METADATA_MAX_BYTES = 4096
+
+
+def commit_metadata(session: str, given: str | None = None) -> str:
+    """The metadata a probed session commits: ``audit:v2:<session>``, after the application's
+    own metadata and a newline when it gave some (kept unchanged when both would not fit)."""
+    mark = COMMIT_METADATA_PREFIX + session
+    if not given:
+        return mark
+    if given == mark or given.endswith("\n" + mark):
+        return given  # already named (a list the probe built, committed again)
+    combined = f"{given}\n{mark}"
+    return combined if len(combined.encode("utf-8")) <= COMMIT_METADATA_MAX_BYTES else given
+
+
+def with_commit_metadata(positions: list[TopicPartition], session: str) -> list[TopicPartition]:
+    """Copies of ``positions`` whose metadata names ``session`` (the caller's list is left alone)."""
+    return [
+        _position(tp.topic, tp.partition, tp.offset, commit_metadata(session, tp.metadata), tp.leader_epoch)
+        for tp in positions
+    ]
+
+
+def _position(topic: str, partition: int, offset: int, metadata: str, leader_epoch: int | None) -> TopicPartition:
+    # TopicPartition takes no None leader epoch (an int or nothing)
+    if leader_epoch is None:
+        return TopicPartition(topic, partition, offset, metadata)
+    return TopicPartition(topic, partition, offset, metadata, leader_epoch)
+
+
+def record_position(msg: Message, metadata: str) -> TopicPartition:
+    """The position after a record (not an event), with ``metadata``: what committing it stores."""
+    return _position(
+        cast(str, msg.topic()), cast(int, msg.partition()), cast(int, msg.offset()) + 1, metadata, msg.leader_epoch()
+    )
+
+
+def probe_stores_offsets(config: Mapping[str, Any]) -> bool:
+    """True when the probe stores the handed messages' offsets itself (with its commit metadata)
+    in place of librdkafka's ``enable.auto.offset.store``, which stores them without: a group
+    member whose application leaves that setting on (the default)."""
+    return config.get("group.id") is not None and truthy(config.get("enable.auto.offset.store", True))
+
+
+def inner_consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The wrapped client's configuration: the application's, with librdkafka's offset store
+    turned off where the probe stores the offsets itself (probe_stores_offsets)."""
+    inner = dict(config)
+    if probe_stores_offsets(config):
+        inner["enable.auto.offset.store"] = False
+    return inner
 
 
 def transaction_positions(positions: list[TopicPartition]) -> TransactionPositions:
@@ -323,6 +384,8 @@ class ProducerWrapper:
             _, sent = self._transaction_inputs.setdefault(id(marks), (marks, {}))
             for at, offset in transaction_positions(positions).items():
                 sent[at] = max(offset, sent.get(at, offset))
+            # The commit the transaction makes names the probed consumer session whose positions they are.
+            positions = with_commit_metadata(positions, marks.session_id)
         self._producer.send_offsets_to_transaction(positions, group_metadata, *timeout_args(timeout))
 
     def _note_abort(self) -> None:
@@ -400,6 +463,9 @@ class ConsumerWrapper:
     _ledger_flush_timeout_s: float
     _closed: bool
     mark_processed: Callable[[Message], None]
+    session_id: str
+    # the probe stores handed messages' offsets in place of librdkafka (probe_stores_offsets)
+    _stores_offsets: bool = False
 
     def _hand_marks_over(self) -> None:
         """Nothing to do where marks go straight to the ledger writer."""
@@ -434,25 +500,94 @@ class ConsumerWrapper:
                     remaining,
                     self._ledger.last_error,
                 )
+        # The commit names this session in its metadata (docs/contracts.md); with neither
+        # argument librdkafka commits the stored offsets, which carry it (store_offsets, and the
+        # probe's own store in place of enable.auto.offset.store).
         kwargs: dict[str, Any] = {"asynchronous": asynchronous}
         if message is not None:
-            kwargs["message"] = message
+            kwargs.update(self._message_position(message))
         if offsets is not None:
-            kwargs["offsets"] = offsets
+            kwargs["offsets"] = with_commit_metadata(offsets, self.session_id)
         committed: list[TopicPartition] | None = self._consumer.commit(**kwargs)
         return committed
+
+    def _message_position(self, message: Message) -> dict[str, Any]:
+        """The position after ``message`` with this session's metadata, as commit/store_offsets
+        take it (an error event is passed as it is: the client refuses it as before)."""
+        if message.error() is not None:
+            return {"message": message}
+        return {"offsets": [record_position(message, commit_metadata(self.session_id))]}
 
     def store_offsets(
         self,
         message: Message | None = None,
         offsets: list[TopicPartition] | None = None,
     ) -> None:
+        if self._stores_offsets:
+            # The application left enable.auto.offset.store on, where librdkafka refuses an
+            # explicit store: so does the probe that stores in its place.
+            raise KafkaException(
+                KafkaError(KafkaError._INVALID_ARG, "store_offsets with enable.auto.offset.store=true")
+            )
         kwargs: dict[str, Any] = {}
         if message is not None:
-            kwargs["message"] = message
+            kwargs.update(self._message_position(message))
         if offsets is not None:
-            kwargs["offsets"] = offsets
+            kwargs["offsets"] = with_commit_metadata(offsets, self.session_id)
         self._consumer.store_offsets(**kwargs)
+
+    def _storing_poll(self) -> Callable[..., Message | None]:
+        """``poll`` storing the handed message's offset with this session's metadata, as
+        librdkafka's enable.auto.offset.store would have at that moment (without metadata):
+        one Python frame, the message's four accessors and one store call per record."""
+        inner = self._consumer.poll
+        store = self._consumer.store_offsets
+        metadata = commit_metadata(self.session_id)
+        position = TopicPartition
+
+        def poll(timeout: float | None = None) -> Message | None:
+            msg = inner(-1 if timeout is None else timeout)
+            if msg is not None and msg.error() is None:
+                # a record has its topic, partition and offset
+                topic: str = msg.topic()  # type: ignore[assignment]
+                partition: int = msg.partition()  # type: ignore[assignment]
+                offset: int = msg.offset()  # type: ignore[assignment]
+                epoch = msg.leader_epoch()
+                at = (
+                    position(topic, partition, offset + 1, metadata)
+                    if epoch is None
+                    else position(topic, partition, offset + 1, metadata, epoch)
+                )
+                try:
+                    store(offsets=[at])
+                except KafkaException:
+                    pass  # a partition revoked meanwhile: librdkafka's own store skips it too
+            return msg
+
+        return poll
+
+    def _storing_consume(self) -> Callable[..., list[Message]]:
+        """``consume`` storing, per partition, the offset after the batch's last record with
+        this session's metadata (librdkafka stores each as it hands the batch over)."""
+        inner = self._consumer.consume
+        store = self._consumer.store_offsets
+        metadata = commit_metadata(self.session_id)
+
+        def consume(num_messages: int = 1, timeout: float = -1) -> list[Message]:
+            messages = inner(num_messages, timeout)
+            last: dict[tuple[str | None, int | None], Message] = {}
+            for msg in messages:
+                if msg.error() is None:
+                    last[(msg.topic(), msg.partition())] = msg
+            if last:
+                positions = [record_position(msg, metadata) for msg in last.values()]
+                try:
+                    store(offsets=positions)
+                except KafkaException:
+                    pass  # a partition revoked meanwhile: librdkafka's own store skips it too
+            return messages
+
+        return consume
 
     # --- assignment (plain delegation) -------------------------------------------------------
     def subscribe(

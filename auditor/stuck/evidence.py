@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
 from auditor.lint.engine.terms import Overtaken
+from auditor.probes.wrapping import COMMIT_METADATA_PREFIX
 from spark_jobs.group_commits import SeenCommits
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.mark_rules import MarkRule, covering
@@ -258,6 +259,14 @@ class GroupState:
     # per partition with no committed offset now, its offset's removal as __consumer_offsets
     # shows it (offsets_history): the group may have gone past any record before it
     removed: dict[int, RemovedOffsets] = field(default_factory=dict)
+    # per partition, its commits and removals `__consumer_offsets` still holds, oldest first
+    # (offsets_history); None: not read (the read failed: a note on the view says why)
+    commits: dict[int, list[CommitRecord]] | None = None
+
+    def probe_names_commits(self) -> bool:
+        """A commit of the group on the topic names a probed session: its probes write the
+        commit metadata (docs/contracts.md), so a commit naming none is a plain consumer's."""
+        return any(c.session() for records in (self.commits or {}).values() for c in records)
 
     def unseen_position(self, partition: int) -> bool:
         """Its members read the partition but it has never committed there: where they are is
@@ -268,6 +277,32 @@ class GroupState:
             and partition in self.assigned
             and (partition not in self.committed)
         )
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """One record of a group's offset on a partition in `__consumer_offsets`: a commit, or the
+    offset's removal (offset None, a tombstone)."""
+
+    offset: int | None
+    metadata: str | None  # the commit's metadata (None: empty); `audit:v2:<session>` names a probed consumer
+    ts_ms: int
+    # every record of its `__consumer_offsets` partition before it was read, none missing but
+    # lone offsets (transaction markers): no commit of the key before it was cleaned away (the
+    # first one read is the group's first; a lone cleaned commit reads as a marker)
+    unbroken: bool = False
+
+    def session(self) -> str | None:
+        """The probed consumer session this commit names in its metadata (docs/contracts.md), or None."""
+        if not self.metadata:
+            return None
+        for line in reversed(self.metadata.split("\n")):
+            if line.startswith(COMMIT_METADATA_PREFIX) and len(line) > len(COMMIT_METADATA_PREFIX):
+                return line[len(COMMIT_METADATA_PREFIX) :]
+        return None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"offset": self.offset, "session": self.session(), "at": ms_to_iso(self.ts_ms)}
 
 
 @dataclass(frozen=True)

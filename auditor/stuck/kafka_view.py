@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 from auditor.lint.engine.terms import Overtaken
 from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
 from auditor.stuck.held_watermark import lag_bound_unread, longest_lag_bound
-from auditor.stuck.offsets_history import removed_offsets
+from auditor.stuck.offsets_history import offsets_history
 from auditor.stuck.record_reader import RecordReader, Target, leader_epoch_starts, record_timestamps
 from spark_jobs.group_offsets import committed_offsets, coordinator_request
 from spark_jobs.kafka_cleanup import read_topic_cleanup
@@ -246,7 +246,7 @@ def _confirm_overtaken(
             view.groups[group].overtaken[partition] = Overtaken(group, partition, committed, offsets[partition].low)
 
 
-def _removed_offsets(
+def _offsets_history(
     admin: AdminClient,
     bootstrap: str,
     config: dict[str, str],
@@ -255,23 +255,26 @@ def _removed_offsets(
     partitions: list[int],
     timeout_s: float,
 ) -> None:
-    """For the groups missing a committed offset on some partition of the topic, the removals
-    of their offsets there that __consumer_offsets shows (offsets_history); a read that fails
-    is noted, and the groups are judged as before."""
-    missing = [g for g, state in view.groups.items() if set(partitions) - set(state.committed)]
-    if not missing:
+    """What __consumer_offsets still shows of the groups' offsets on the topic (offsets_history):
+    for a group missing a committed offset on a partition, its removal there; for every group,
+    its commits, whose metadata names the probed consumer session that made each (the rule for
+    `skipped`, verdict_outcomes.passing_commit). A read that fails is noted, and the groups are
+    judged as before (commits None)."""
+    groups = sorted(view.groups)
+    if not groups:
         return
     try:
-        found = removed_offsets(admin, bootstrap, config, missing, topic, timeout_s)
+        found, history = offsets_history(admin, bootstrap, config, groups, topic, timeout_s)
     except KafkaReadError as exc:
         view.notes.append(
-            f"whether the offsets of group(s) {', '.join(missing)} were deleted could not be read from "
-            f"__consumer_offsets: {exc}"
+            f"what __consumer_offsets shows of group(s) {', '.join(groups)} (removed offsets, who committed) could "
+            f"not be read: {exc}"
         )
         return
-    for group, removals in found.items():
-        state = view.groups[group]
-        state.removed = {p: r for p, r in removals.items() if p not in state.committed}
+    for group, state in view.groups.items():
+        state.commits = history.get(group, {})
+        if set(partitions) - set(state.committed):
+            state.removed = {p: r for p, r in found.get(group, {}).items() if p not in state.committed}
 
 
 def read_cluster_view(
@@ -313,7 +316,7 @@ def read_cluster_view(
         view.groups[group].committed[partition] = offset
     view.committed_read_at = time.monotonic()
     if not view.groups_error:
-        _removed_offsets(admin, bootstrap, config, view, topic, partitions, timeout_s)
+        _offsets_history(admin, bootstrap, config, view, topic, partitions, timeout_s)
 
     view.consumer_ledger, plan.consumer_ledger, consumer_lows = ledger_view(admin, consumer_ledger_topic, timeout_s)
     view.producer_ledger, plan.producer_ledger, producer_lows = ledger_view(admin, producer_ledger_topic, timeout_s)

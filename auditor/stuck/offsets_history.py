@@ -16,7 +16,13 @@ Record formats (Kafka's `OffsetCommitKey` and `OffsetCommitValue` message specs,
 coordinator): the key is int16 version (0 or 1: an offset commit; 2 and above: group
 metadata and the new protocol's records), then group and topic as int16-length strings,
 then the int32 partition; every value version (0 to 4) starts with its int16 version and the
-int64 committed offset. A null value is the tombstone.
+int64 committed offset. A null value is the tombstone. The commit's metadata string follows
+the offset (after the int32 leader epoch from version 3; a compact string, its length an
+unsigned varint plus one, from the flexible version 4).
+
+The same read gives each group's commits on the topic in order (`CommitRecord`s): an audited
+consumer names its session in its commits' metadata (`audit:v2:<session>`, docs/contracts.md),
+which tells a probed consumer's commit from a plain one's (verdict_outcomes.passing_commit).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import time
 
 from confluent_kafka.admin import AdminClient
 
-from auditor.stuck.evidence import RemovedOffsets
+from auditor.stuck.evidence import CommitRecord, RemovedOffsets
 from spark_jobs.kafka_offsets import KafkaReadError, partition_offsets, topic_partitions
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -80,6 +86,39 @@ def parse_committed_offset(value: bytes | None) -> int | None:
     return int(struct.unpack_from(">q", value, 2)[0])
 
 
+def _uvarint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+
+
+def parse_commit_metadata(value: bytes | None) -> str | None:
+    """The metadata string of an offset commit's value (OffsetCommitValue versions 0 to 4);
+    None for a tombstone, an empty or null string, or a value it cannot parse."""
+    if value is None or len(value) < 10:
+        return None
+    try:
+        (version,) = struct.unpack_from(">h", value, 0)
+        at = 10 + (4 if version >= 3 else 0)  # int16 version, int64 offset, int32 leader epoch (3+)
+        if version >= 4:
+            length, at = _uvarint(value, at)
+            length -= 1  # compact string: length + 1, 0 for null
+        else:
+            (length,) = struct.unpack_from(">h", value, at)
+            at += 2
+        if length <= 0 or at + length > len(value):
+            return None
+        # librdkafka sends the string with its C terminator (the admin API strips it)
+        return value[at : at + length].decode("utf-8", "replace").rstrip("\x00") or None
+    except (struct.error, IndexError):
+        return None
+
+
 def removed_offsets(
     admin: AdminClient,
     bootstrap: str,
@@ -92,6 +131,20 @@ def removed_offsets(
     removed (its last record for the key is a tombstone). Reads one partition of the internal
     topic per distinct partition the groups hash to, read_committed (a transaction's offsets
     count once committed). Raises KafkaReadError when it cannot be read."""
+    return offsets_history(admin, bootstrap, config, groups, topic, timeout_s)[0]
+
+
+def offsets_history(
+    admin: AdminClient,
+    bootstrap: str,
+    config: dict[str, str],
+    groups: list[str],
+    topic: str,
+    timeout_s: float = 10.0,
+) -> tuple[dict[str, dict[int, RemovedOffsets]], dict[str, dict[int, list[CommitRecord]]]]:
+    """removed_offsets, and per group and partition of `topic` the commits and removals
+    `__consumer_offsets` still holds, in the order the coordinator wrote them (the log cleaner
+    keeps at least the last per key)."""
     from auditor.stuck.locate_python import read_ranges  # it imports kafka_view, which imports this module
 
     count = len(topic_partitions(admin, OFFSETS_TOPIC, timeout_s))
@@ -106,6 +159,12 @@ def removed_offsets(
     deadline = time.monotonic() + budget_s
     last: dict[tuple[str, int], tuple[int | None, int]] = {}  # (group, partition) -> (offset or None, ts)
     commits: dict[tuple[str, int], tuple[int, int]] = {}  # the last commit seen before each key's last record
+    history: dict[str, dict[int, list[CommitRecord]]] = {}
+    # per partition of the internal topic: the next offset where every record since its log
+    # start was read, but for lone offsets (a transaction's marker takes one, and a read_committed
+    # reader never sees it); None once a longer run was missing (the log cleaner took records,
+    # or an aborted transaction's): a commit read before that is the key's first since the start
+    unbroken: dict[int, int | None] = {p: o.low for p, o in offsets.items()}
     try:
         for msg in read_ranges(
             bootstrap,
@@ -117,15 +176,23 @@ def removed_offsets(
         ):
             if time.monotonic() > deadline:
                 raise KafkaReadError(f"reading it took longer than {budget_s:.0f} s")
+            at, home = msg.offset(), msg.partition() or 0  # a record has both
+            expected = unbroken.get(home)
+            whole = at is not None and expected is not None and expected <= at <= expected + 1
+            unbroken[home] = at + 1 if whole and at is not None else None
             parsed = parse_offset_key(msg.key())
             if parsed is None or parsed[0] not in wanted or parsed[1] != topic:
                 continue
             key = (parsed[0], parsed[2])
             ts = msg.timestamp()[1]
-            committed = parse_committed_offset(msg.value())
+            value = msg.value()
+            committed = parse_committed_offset(value)
             if committed is not None:
                 commits[key] = (committed, ts)
             last[key] = (committed, ts)
+            history.setdefault(parsed[0], {}).setdefault(parsed[2], []).append(
+                CommitRecord(committed, parse_commit_metadata(value), ts, whole)
+            )
     except Exception as exc:  # KafkaReadError, LocateError, KafkaException: a read that failed
         raise KafkaReadError(f"{OFFSETS_TOPIC} could not be read: {exc}") from exc
     removed: dict[str, dict[int, RemovedOffsets]] = {}
@@ -135,4 +202,4 @@ def removed_offsets(
             removed.setdefault(group, {})[partition] = RemovedOffsets(
                 partition, ts, before[0] if before else None, before[1] if before else None
             )
-    return removed
+    return removed, history

@@ -10,6 +10,7 @@ from typing import Any
 
 from auditor.stuck.evidence import (
     ClusterView,
+    CommitRecord,
     Diagnosis,
     GroupState,
     PartitionState,
@@ -177,6 +178,68 @@ def unprobed_below(group: GroupState, topic: str, partition: int, offset: int) -
             "below that before its consumer was probed"
         )
     return None
+
+
+def passing_commit(group: GroupState, partition: int, offset: int) -> CommitRecord | None:
+    """The commit that last took the group past `offset` on `partition`, as `__consumer_offsets`
+    still shows it: the first commit above it after the last commit (or removal) at or below it;
+    where none at or below it is left, the first known one when no record before it is missing
+    from its `__consumer_offsets` partition (the group's first commit there: it passed the record)
+    or when it is the group's commit now (the log cleaner keeps the last commit per partition).
+    None: the history does not tell (not read, cleaned away, or passed before the commits left)."""
+    records = (group.commits or {}).get(partition)
+    if not records:
+        return None
+    passed: CommitRecord | None = None
+    below = False
+    for record in records:
+        if record.offset is None or record.offset <= offset:
+            below, passed = True, None
+        elif passed is None and below:
+            passed = record
+    if passed is not None:
+        return passed
+    first = records[0]
+    if not below and first.offset is not None and (first.unbroken or first.offset == group.committed.get(partition)):
+        return first
+    return None
+
+
+def committed_by(group: GroupState, topic: str, partition: int, offset: int, info: dict[str, Any]) -> str | None:
+    """Why the group's commit past `offset` does not show a probed consumer went past it, or None
+    (with the commit and its session in `info`, or a note that nothing shows who committed).
+
+    An audited consumer names its session in its commits' metadata (docs/contracts.md): a commit
+    past the record naming none, in a group whose other commits name probed sessions, was a plain
+    consumer's (a group only partly probed), which may have processed it. Where the history does
+    not show who passed it, or the group's probes write no commit metadata (older probes), the
+    rule is as before: the marks alone."""
+    if group.commits is None:
+        info["committed_by"] = "unknown: __consumer_offsets could not be read"
+        return None
+    commit = passing_commit(group, partition, offset)
+    if commit is None:
+        info["committed_by"] = "unknown: __consumer_offsets no longer shows the commit that passed it"
+        return None
+    info["passed_by_commit"] = commit.as_json()
+    if commit.session():
+        return None
+    if not group.probe_names_commits():
+        info["committed_by"] = "unknown: the group's probes name no session in their commits (older probes)"
+        return None
+    return (
+        f"the commit that took it past {topic}/{partition}@{offset} (offset {commit.offset}, "
+        f"{ms_to_iso(commit.ts_ms)}) names no probed consumer session in its metadata, while the group's probed "
+        "consumers name theirs: a consumer of the group without the probe committed it, and may have processed it"
+    )
+
+
+def by_session(info: dict[str, Any]) -> str:
+    """', by probed consumer session <sid>' where committed_by found the commit past a record
+    naming its session; empty otherwise."""
+    passed = info.get("passed_by_commit")
+    session = passed.get("session") if isinstance(passed, dict) else None
+    return f" by probed consumer session {session} (its commit past it names it)" if session else ""
 
 
 def lost_mark(group: GroupState, topic: str, partition: int, offset: int) -> str | None:

@@ -25,7 +25,9 @@ from auditor.stuck.verdict_outcomes import (
     COMPLETENESS_SLACK_MS,
     MarkIndex,
     Outcome,
+    by_session,
     combine,
+    committed_by,
     compacted_since,
     complete,
     counted_mark,
@@ -716,6 +718,15 @@ def _deleted(
                     info,
                 )
             )
+        elif read_in_log is not None and (plain := committed_by(group, view.topic, partition, offset, info)):
+            outcomes.append(
+                Outcome(
+                    "unknown",
+                    f"{how} {where}, since deleted; group {group.group} committed past it ({past}), but {plain}: "
+                    "whether it processed it cannot be told",
+                    info,
+                )
+            )
         elif read_in_log is not None:
             info["passed_in_log"] = read_in_log.to_json()
             if group.max_mark_below_low.get(partition, -1) > offset:
@@ -725,8 +736,8 @@ def _deleted(
                     "skipped",
                     f"{read_in_log.describe()} of partition {partition} of group {group.group} while they were in "
                     f"the log, {where} among them (the last at {ms_to_iso(read_in_log.seen_ms)}), and no consumer of "
-                    "the group processed it: the offset was committed before processing (the record has since been "
-                    "deleted)",
+                    f"the group processed it: the offset was committed before processing{by_session(info)} (the record "
+                    "has since been deleted)",
                     info,
                 )
             )

@@ -17,7 +17,9 @@ from auditor.stuck.evidence import (
 from auditor.stuck.verdict_outcomes import (
     MarkIndex,
     Outcome,
+    by_session,
     combine,
+    committed_by,
     complete,
     counted_mark,
     duration,
@@ -150,9 +152,12 @@ def _visible_outcome(
     unprobed = unprobed_below(group, view.topic, record.partition, record.offset)
     if unprobed:
         return cannot_tell(unprobed)
+    plain = committed_by(group, view.topic, record.partition, record.offset, info)
+    if plain:
+        return cannot_tell(plain)
     return Outcome(
         "skipped",
         f"group {group.group} committed past it ({view.topic}/{record.partition}: {past} > offset {record.offset}) "
-        "but no consumer processed it: the offset was committed before processing",
+        f"but no consumer processed it: the offset was committed before processing{by_session(info)}",
         info,
     )

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from auditor.probes import AuditedConsumerV1, decode_ledger_record
 from auditor.probes.codec import ClientRecord, ConsumerBatch, SessionEnd, SessionStart
@@ -139,9 +139,18 @@ def test_it_writes_marks_before_committing(harness: Harness) -> None:
     consumer.commit(message=msg, asynchronous=False)
     assert harness.marks() == [("t", 0, 0, "id0")]
     assert harness.inner is not None
-    assert harness.inner.calls[-1] == ("commit", {"asynchronous": False, "message": msg})
-    consumer.store_offsets(message=msg)
-    assert harness.inner.calls[-1] == ("store_offsets", {"message": msg})
+    # the commit names the session in its metadata (stop 72, docs/contracts.md): the message's
+    # position, as librdkafka commits it, with the metadata
+    name, kwargs = harness.inner.calls[-1]
+    assert (name, kwargs["asynchronous"]) == ("commit", False)
+    [position] = kwargs["offsets"]
+    assert (position.topic, position.partition, position.offset) == ("t", 0, 1)
+    assert position.metadata == f"audit:v2:{consumer.session_id}"
+    # the application left enable.auto.offset.store on: an explicit store is refused, as
+    # librdkafka refuses it (the probe stores in its place, with the metadata)
+    with pytest.raises(KafkaException):
+        consumer.store_offsets(message=msg)
+    assert harness.inner.config["enable.auto.offset.store"] is False
 
 
 def test_it_publishes_a_masked_config(harness: Harness) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from auditor.probes import AuditedConsumer
 from auditor.stuck import service
 from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.service import diagnose_rule
+from tests.probes.kafka_helpers import read_topic
 from tests.support.demo import DemoPipeline
 from tests.support.stuck import StuckSetup, diagnose_both, make_rule, verdicts_of
 from tests.support.waiting import wait_until
@@ -295,3 +297,97 @@ def test_a_processed_mark_that_trails_the_groups_auto_commit_is_read_before_call
     assert item.diagnosis.evidence["groups"][0]["outcome"] == "processed"
     assert any("1 processed mark(s) found on a second look" in note for note in result.notes), result.notes
     assert "second_look" in result.timings
+
+
+@pytest.mark.parametrize("contract", [1, 2])
+def test_records_a_plain_consumer_of_a_partly_probed_group_processed_and_committed_are_not_called_skipped(
+    make_stuck: Callable[..., StuckSetup], spark: Any, contract: int
+) -> None:
+    """A group only partly probed (the rolling deploy of the probe; test from stop 71's branch
+    `s71-partly`): the demo's probed consumer holds both partitions and processes the first
+    tickets; a plain confluent-kafka consumer of the same group joins, the rebalance hands it one
+    partition, and it processes that partition's next tickets and commits past each, each row's
+    update lost (they stay NEW), leaving no processed mark. The probed consumer goes on with the
+    other partition. Then both leave and a new probed instance processes the last tickets on both
+    partitions. The group committed past the plain consumer's tickets with probed marks before
+    and after them on their partition: main's rule called them `skipped`. The plain consumer's
+    commits name no probed session (the probe names its own, stop 72): `unknown`. Ground truth:
+    the plain consumer's own list of what it processed, a full read of the topic and the rows."""
+    setup = make_stuck(partitions=2, contract=contract)
+    pipeline = setup.pipeline
+    first = pipeline.produce(10)
+    stop = threading.Event()
+    probed = pipeline.consumer(DeliveryMode.AT_LEAST_ONCE, commit_every=1)
+    probed_result: list[Any] = []
+    thread = threading.Thread(target=lambda: probed_result.append(probed.run(stop=stop, timeout_s=180)))
+    thread.start()
+    plain = Consumer(
+        {
+            "bootstrap.servers": pipeline.bootstrap,
+            "group.id": pipeline.group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    assigned: list[int] = []
+    handled: list[tuple[str, int, int]] = []  # (ticket, partition, offset) the plain consumer processed
+    try:
+        wait_until(
+            lambda: all(pipeline.statuses()[t] == "DONE" for t in first)
+            and sum(pipeline.committed_offsets().values()) == 10,
+            60,
+            "the probed consumer to process and commit the first tickets",
+        )
+        plain.subscribe([pipeline.topic], on_assign=lambda _, parts: assigned.extend(p.partition for p in parts))
+        deadline = time.monotonic() + 60
+        while not assigned and time.monotonic() < deadline:
+            msg = plain.poll(0.5)
+            assert msg is None or msg.error() is not None  # everything before the join was committed
+        assert len(assigned) == 1, assigned
+        second = pipeline.produce(20)
+        end = pipeline.watermarks(pipeline.topic)[assigned[0]][1]
+        with pipeline.store() as store:
+            while (not handled or handled[-1][2] < end - 1) and time.monotonic() < deadline + 60:
+                msg = plain.poll(0.5)
+                if msg is None or msg.error() is not None:
+                    continue
+                ticket = json.loads(msg.value() or b"")["ticket_id"]
+                assert store.mark_done(ticket, lose_update=True) is ApplyOutcome.LOST
+                plain.commit(message=msg, asynchronous=False)
+                handled.append((ticket, msg.partition() or 0, msg.offset() or 0))
+        wait_until(
+            lambda: all(pipeline.statuses()[t] == "DONE" for t in second if t not in {h[0] for h in handled}),
+            60,
+            "the probed consumer to process the other partition's tickets",
+        )
+    finally:
+        plain.close()
+        stop.set()
+        thread.join(60)
+    assert probed_result and not probed_result[0].crashed
+    third = pipeline.produce(10)
+    pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=10, timeout_s=60)
+
+    # The truth, from the clients and a full read of the topic.
+    position = {
+        json.loads(m.value() or b"")["ticket_id"]: (m.partition(), m.offset())
+        for m in read_topic(pipeline.topic, bootstrap=pipeline.bootstrap)
+    }
+    handed = assigned[0]
+    plain_tickets = {t for t, _, _ in handled}
+    assert plain_tickets and plain_tickets <= set(second)
+    assert {position[t] for t in plain_tickets} == {(p, o) for _, p, o in handled}
+    assert {position[t][0] for t in plain_tickets} == {handed}
+    # probed marks on that partition before and after them
+    assert any(position[t][0] == handed for t in first) and any(position[t][0] == handed for t in third)
+    assert {t for t, s in pipeline.statuses().items() if s == "NEW"} == plain_tickets
+    ends = pipeline.watermarks(pipeline.topic)
+    assert pipeline.committed_offsets() == {p: high for p, (_, high) in ends.items()}
+
+    result = diagnose_both(setup, spark)
+
+    assert verdicts_of(result) == dict.fromkeys(plain_tickets, "unknown")
+    for item in result.items:
+        reason = item.diagnosis.reason
+        assert "names no probed consumer session" in reason, reason
+        assert "a consumer of the group without the probe committed it" in reason, reason

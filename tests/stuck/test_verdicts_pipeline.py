@@ -62,6 +62,32 @@ def test_it_says_skipped_when_an_at_most_once_consumer_crashed_after_committing(
     assert "committed before processing" in item.diagnosis.reason
 
 
+@pytest.mark.parametrize("contract", [1, 2])
+def test_it_names_the_probed_session_whose_commit_went_past_the_records_it_never_processed(
+    stuck: StuckSetup, spark, contract: int
+) -> None:
+    """The crash-at-most-once shape in a group whose only consumers are probed: the first
+    consumer commits past ten records, processes five and dies; the next one processes the rest.
+    The records it never processed are still `skipped` (stop 72 reads who made the commit that
+    passed them from __consumer_offsets), and the verdict names the session whose commit it was:
+    the crashed consumer's own session id."""
+    pipeline = stuck.pipeline
+    ids = pipeline.produce(20)
+    crashed = pipeline.consumer(DeliveryMode.AT_MOST_ONCE, Faults(crash_after=5)).run(max_records=20, timeout_s=60)
+    assert crashed.crashed and pipeline.committed_offsets() == {0: 10}
+    after = pipeline.consumer(DeliveryMode.AT_MOST_ONCE).run(max_records=10, timeout_s=60)
+    assert after.session_id != crashed.session_id
+
+    result = diagnose_both(stuck, spark, indexed=True)
+
+    assert verdicts_of(result) == dict.fromkeys(ids[5:10], "skipped")
+    for item in result.items:
+        assert f"by probed consumer session {crashed.session_id}" in item.diagnosis.reason, item.diagnosis.reason
+        (group,) = item.diagnosis.evidence["groups"]
+        assert group["passed_by_commit"]["offset"] == 10
+        assert group["passed_by_commit"]["session"] == crashed.session_id
+
+
 def test_it_says_produce_failed_when_the_ledger_saw_the_send_fail(stuck: StuckSetup, spark, kafka_admin) -> None:
     pipeline = stuck.pipeline
     _alter_topic(kafka_admin, pipeline.topic, {"max.message.bytes": "2000"})
