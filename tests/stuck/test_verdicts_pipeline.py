@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from auditor.demo.consumer import ConsumeResult
 from auditor.demo.options import DeliveryMode, Faults
+from auditor.probes import AuditedConsumer, AuditedConsumerV1
 from tests.probes.kafka_helpers import read_topic
 from tests.support.demo import DemoPipeline
 from tests.support.stuck import StuckSetup, diagnose_both, verdicts_of
@@ -73,6 +74,22 @@ def test_it_names_the_probed_session_whose_commit_went_past_the_records_it_never
     the crashed consumer's own session id."""
     pipeline = stuck.pipeline
     ids = pipeline.produce(20)
+    # The group starts at the partition's start by a probed commit of its own: the commit that
+    # passed the records follows one at or below them in __consumer_offsets, so which commit
+    # passed them does not rest on the group's first commit being told (the history's other
+    # rule, unit-tested in test_commit_history: another group's transaction markers in the same
+    # __consumer_offsets partition can hide that a commit is a group's first).
+    probes = pipeline.probes
+    starter_class = AuditedConsumerV1 if contract == 1 else AuditedConsumer
+    starter = starter_class(
+        {"bootstrap.servers": pipeline.bootstrap, "group.id": pipeline.group, "enable.auto.commit": False},
+        ledger_topic=probes.consumer_ledger,
+        clients_topic=probes.clients,
+    )
+    try:
+        starter.commit(offsets=[TopicPartition(pipeline.topic, 0, 0)], asynchronous=False)
+    finally:
+        starter.close()
     crashed = pipeline.consumer(DeliveryMode.AT_MOST_ONCE, Faults(crash_after=5)).run(max_records=20, timeout_s=60)
     assert crashed.crashed and pipeline.committed_offsets() == {0: 10}
     after = pipeline.consumer(DeliveryMode.AT_MOST_ONCE).run(max_records=10, timeout_s=60)
