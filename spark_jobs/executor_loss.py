@@ -23,7 +23,9 @@ from spark_jobs.kafka_offsets import partition_offsets
 
 
 class ExecutorWatch:
-    """The executors (host:port of their block managers) seen during one run; inert in local mode."""
+    """The executors seen during one run, by their ids (never reused within an application: an
+    executor started again on the same host and port, as with a fixed spark.blockManager.port,
+    is another id); inert in local mode."""
 
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
@@ -32,8 +34,8 @@ class ExecutorWatch:
         self.look()
 
     def _now(self) -> set[str]:
-        tracker = self._spark.sparkContext._jsc.sc().statusTracker()
-        return {f"{info.host()}:{info.port()}" for info in tracker.getExecutorInfos()}
+        ids = str(self._spark.sparkContext._jsc.sc().getExecutorIds().mkString(","))
+        return {f"executor {i}" for i in ids.split(",") if i}
 
     def look(self) -> None:
         if self.active:

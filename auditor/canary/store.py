@@ -8,7 +8,7 @@ import time
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from auditor.canary.accounting import DeliveryCounts
@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 LIVE_GROUP = "canary"
 LIVE_EVENT = "points"
 PRUNE_EVERY_S = 3600.0
+PRUNE_BATCH = 5000
+PRUNE_BUDGET_S = 2.0
 _pruned_at: float | None = None  # this process's last pruning (time.monotonic())
 
 
@@ -101,7 +103,18 @@ def prune_points(now: datetime, keep_from: datetime | None = None) -> int:
         return 0
     if keep_from is not None:
         cutoff = min(cutoff, keep_from)
-    deleted, _ = CanaryPoint.objects.filter(minute__lt=cutoff).delete()
+    # The canary's measuring thread stores the minutes: a long backlog (the first pruning of a
+    # long-running install) is deleted a batch at a time for at most PRUNE_BUDGET_S a call, the
+    # rest at the next; a failed delete is logged, never taken for a minute not stored.
+    deleted, started = 0, time.monotonic()
+    try:
+        while time.monotonic() - started < PRUNE_BUDGET_S:
+            batch = list(CanaryPoint.objects.filter(minute__lt=cutoff).values_list("pk", flat=True)[:PRUNE_BATCH])
+            if not batch:
+                break
+            deleted += CanaryPoint.objects.filter(pk__in=batch).delete()[0]
+    except DatabaseError as exc:
+        log.warning("canary: deleting the minutes stored before %s failed (%s); tried again in an hour", cutoff, exc)
     if deleted:
         log.info("canary: deleted %d minute(s) stored before %s (AUDITOR_CANARY_RETENTION_DAYS)", deleted, cutoff)
     return deleted

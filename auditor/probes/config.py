@@ -138,6 +138,19 @@ def applied_setting(config: Mapping[str, Any], names: tuple[str, ...]) -> Any:
     return value
 
 
+def librdkafka_bool(value: Any) -> bool | None:
+    """A boolean setting as librdkafka parses it (true/t/1, false/f/0, any case; a Python bool);
+    None for a value it refuses (the client then fails to start: left for it to say)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "t", "1"):
+        return True
+    if text in ("false", "f", "0"):
+        return False
+    return None
+
+
 def connection_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The subset of a client config needed to reach the same cluster."""
     return {

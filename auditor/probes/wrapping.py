@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol, Self, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from auditor.probes.codec import encode_session_end
-from auditor.probes.config import applied_setting, mask_config
+from auditor.probes.config import TOPIC_CONFIG, applied_setting, librdkafka_bool, mask_config
 from auditor.probes.writer import LedgerWriter
 
 logger = logging.getLogger(__name__)
@@ -114,14 +114,27 @@ COMMIT_METADATA_MAX_BYTES = 4096
 
 def commit_metadata(session: str, given: str | None = None) -> str:
     """The metadata a probed session commits: ``audit:v2:<session>``, after the application's
-    own metadata and a newline when it gave some (kept unchanged when both would not fit)."""
+    own metadata and a newline when it gave some (kept unchanged when both would not fit).
+
+    Metadata read back from a commit (``committed()``) and committed again carries an earlier
+    session's line: it is dropped first, so the lines do not pile up, and a commit never names a
+    session that did not make it."""
     mark = COMMIT_METADATA_PREFIX + session
-    if not given:
+    own = _without_session_lines(given or "")
+    if not own:
         return mark
-    if given == mark or given.endswith("\n" + mark):
-        return given  # already named (a list the probe built, committed again)
-    combined = f"{given}\n{mark}"
-    return combined if len(combined.encode("utf-8")) <= COMMIT_METADATA_MAX_BYTES else given
+    combined = f"{own}\n{mark}"
+    # librdkafka sends the string with its terminating NUL, which the broker counts
+    fits = len(combined.encode("utf-8")) + 1 <= COMMIT_METADATA_MAX_BYTES
+    return combined if fits else own
+
+
+def _without_session_lines(metadata: str) -> str:
+    """`metadata` less its trailing ``audit:v2:`` lines (a probe's, read back and given again)."""
+    lines = metadata.split("\n")
+    while lines and lines[-1].startswith(COMMIT_METADATA_PREFIX):
+        lines.pop()
+    return "\n".join(lines)
 
 
 def with_commit_metadata(positions: list[TopicPartition], session: str) -> list[TopicPartition]:
@@ -149,16 +162,25 @@ def record_position(msg: Message, metadata: str) -> TopicPartition:
 def probe_stores_offsets(config: Mapping[str, Any]) -> bool:
     """True when the probe stores the handed messages' offsets itself (with its commit metadata)
     in place of librdkafka's ``enable.auto.offset.store``, which stores them without: a group
-    member whose application leaves that setting on (the default)."""
-    return config.get("group.id") is not None and truthy(config.get("enable.auto.offset.store", True))
+    member whose application leaves that setting on (the default), read as librdkafka applies
+    the config (a nested ``default.topic.config`` last, its boolean spellings). A value the
+    client refuses is left to it."""
+    if applied_setting(config, ("group.id",)) is None:
+        return False
+    store = applied_setting(config, ("enable.auto.offset.store",))
+    return store is None or librdkafka_bool(store) is True
 
 
 def inner_consumer_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The wrapped client's configuration: the application's, with librdkafka's offset store
-    turned off where the probe stores the offsets itself (probe_stores_offsets)."""
+    turned off where the probe stores the offsets itself (probe_stores_offsets), in the nested
+    ``default.topic.config`` too, which the client applies last."""
     inner = dict(config)
     if probe_stores_offsets(config):
         inner["enable.auto.offset.store"] = False
+        nested = inner.get(TOPIC_CONFIG)
+        if isinstance(nested, Mapping) and "enable.auto.offset.store" in nested:
+            inner[TOPIC_CONFIG] = {**nested, "enable.auto.offset.store": False}
     return inner
 
 

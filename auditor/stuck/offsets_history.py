@@ -32,6 +32,7 @@ import time
 
 from confluent_kafka.admin import AdminClient
 
+from auditor.probes.wrapping import COMMIT_METADATA_PREFIX
 from auditor.stuck.evidence import CommitRecord, RemovedOffsets
 from spark_jobs.kafka_offsets import KafkaReadError, partition_offsets, topic_partitions
 
@@ -190,8 +191,10 @@ def offsets_history(
             if committed is not None:
                 commits[key] = (committed, ts)
             last[key] = (committed, ts)
+            # only the line naming a session is kept: an application's own metadata (up to 4 KB a
+            # commit) would otherwise be held for every commit read
             history.setdefault(parsed[0], {}).setdefault(parsed[2], []).append(
-                CommitRecord(committed, parse_commit_metadata(value), ts, whole)
+                CommitRecord(committed, _session_line(parse_commit_metadata(value)), ts, whole)
             )
     except Exception as exc:  # KafkaReadError, LocateError, KafkaException: a read that failed
         raise KafkaReadError(f"{OFFSETS_TOPIC} could not be read: {exc}") from exc
@@ -203,3 +206,9 @@ def offsets_history(
                 partition, ts, before[0] if before else None, before[1] if before else None
             )
     return removed, history
+
+
+def _session_line(metadata: str | None) -> str | None:
+    """The `audit:v2:` line of a commit's metadata that CommitRecord.session reads, or None."""
+    session = CommitRecord(None, metadata, 0).session()
+    return None if session is None else COMMIT_METADATA_PREFIX + session

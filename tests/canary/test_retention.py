@@ -72,3 +72,11 @@ def test_the_minute_just_stored_is_never_deleted_whatever_its_label(settings, mo
     store.record_minute(SESSION, "canary-behind", minute, {0: DeliveryCounts()}, {0: 1})
     assert CanaryPoint.objects.filter(topic="canary-behind", minute=minute).exists()
     assert not CanaryPoint.objects.filter(pk=older).exists()
+
+
+def test_a_backlog_is_deleted_a_batch_at_a_time(settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings.AUDITOR_CANARY_RETENTION_DAYS = 30
+    monkeypatch.setattr(store, "PRUNE_BATCH", 2)
+    old = {_point("canary-backlog", 40 + n) for n in range(5)}
+    assert store.prune_points(timezone.now()) == 5
+    assert not CanaryPoint.objects.filter(pk__in=old).exists()
