@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from auditor.lab.cluster import delete_records
 from spark_jobs.binding import Binding, binding_from_dict
+from spark_jobs.kafka_offsets import admin_client, partition_offsets
 from spark_jobs.reconcile import run
 from spark_jobs.reconcile_plan import RunOptions
 
@@ -152,6 +153,17 @@ class World:
         txn.begin_transaction()
         self.produce(committed_label, committed_ticket, seq=1, session="txn-session", producer=txn)
         txn.commit_transaction(30)
+        # The coordinator writes the commit marker after it answers EndTxn: wait for it, so that
+        # a test reading the log end sees the marker (the log ends one past it, and is stable).
+        partition, offset = self.offsets[committed_label]
+        admin = admin_client(self.bootstrap)
+        deadline = time.monotonic() + 30
+        while True:
+            now = partition_offsets(admin, self.topic, [partition])[partition]
+            if now.high > offset + 1 and now.stable == now.high:
+                break
+            assert time.monotonic() < deadline, f"the commit marker of {self.topic}/{partition} was not written in 30 s"
+            time.sleep(0.1)
 
     def binding(self, **overrides: Any) -> Binding:
         data = {
