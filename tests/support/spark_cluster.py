@@ -34,8 +34,8 @@ def _alive_workers(webui_port: int) -> int:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{webui_port}/json/", timeout=2) as answer:
             state = json.load(answer)
-    except urllib.error.HTTPError:
-        return 0  # the master's web UI listens before its /json/ handler is there (404)
+    except (urllib.error.HTTPError, json.JSONDecodeError):
+        return 0  # the master's web UI listens before its /json/ handler is there (404, or an empty body)
     return sum(1 for worker in state.get("workers", []) if worker.get("state") == "ALIVE")
 
 
