@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.kafka_offsets import partition_offsets
+from spark_jobs.kafka_offsets import partition_offsets, starts_passed
 
 
 class ExecutorWatch:
@@ -29,7 +29,7 @@ class ExecutorWatch:
 
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
-        self.active = not (spark.sparkContext.master or "local").startswith("local")
+        self.active = not runs_locally(spark)
         self.seen: set[str] = set()
         self.look()
 
@@ -48,18 +48,25 @@ class ExecutorWatch:
         return sorted(self.seen - self._now())
 
 
+def runs_locally(spark: SparkSession) -> bool:
+    """Whether the executors are this process (a local master): no executor can be lost, nor
+    see another disk, without the driver."""
+    return (spark.sparkContext.master or "local").startswith("local")
+
+
 def reads_shortened(admin: object, reads: list[tuple[str, dict[int, tuple[int, int]]]]) -> list[str]:
     """Per range read (topic, {partition: (start, end)}), where its log now starts past its start
-    or ends before its end."""
+    (kafka_offsets.starts_passed) or ends before its end."""
     where = []
     for topic, ranges in reads:
         wanted = sorted(p for p, (start, end) in ranges.items() if end > start)
         if not wanted:
             continue
         now = partition_offsets(admin, topic, wanted)  # type: ignore[arg-type]
+        passed = starts_passed(ranges, now)
         for p in wanted:
             start, end = ranges[p]
-            if now[p].low > start:
+            if p in passed:
                 where.append(f"{topic}/{p} now starts at offset {now[p].low}, past {start} where this run read from")
             elif now[p].high < end:
                 where.append(f"{topic}/{p} now ends at offset {now[p].high}, before {end} where this run read to")

@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from spark_jobs.executor_loss import runs_locally
 from spark_jobs.group_commits import GroupCommits, Unproven, commits_from_json, commits_to_json
 from spark_jobs.reconcile_transform import (
     ABORTED_SCHEMA,
@@ -389,7 +390,7 @@ class StateStore:
         memory. A few rows written by every executor's tasks are counted through this driver's own
         filesystem (pyarrow), not through Spark, which would read them on the executors again.
         Returns whether it checked (not in local mode)."""
-        if (spark.sparkContext.master or "local").startswith("local"):
+        if runs_locally(spark):
             return False  # one process: the driver's disk is the executors'
         marker = self.root.join("runs", f"{self.run_id}-reach")
         wanted = max(2, spark.sparkContext.defaultParallelism)

@@ -294,12 +294,7 @@ class CommitRecord:
 
     def session(self) -> str | None:
         """The probed consumer session this commit names in its metadata (docs/contracts.md), or None."""
-        if not self.metadata:
-            return None
-        for line in reversed(self.metadata.split("\n")):
-            if line.startswith(COMMIT_METADATA_PREFIX) and len(line) > len(COMMIT_METADATA_PREFIX):
-                return line[len(COMMIT_METADATA_PREFIX) :]
-        return None
+        return metadata_session(self.metadata)
 
     def as_json(self) -> dict[str, Any]:
         return {"offset": self.offset, "session": self.session(), "at": ms_to_iso(self.ts_ms)}
@@ -601,3 +596,12 @@ class KeyMemory:
     # transactional, whatever the clients topic shows (their acks do not say a commit)
     aborting_sessions: dict[str, str | None] = field(default_factory=dict)  # session -> a run that saw it
     reason: str = ""  # why part of it could not be read ("" when all of it was)
+
+
+def metadata_session(metadata: str | None) -> str | None:
+    """The probed consumer session a commit's metadata names (its last `audit:v2:` line,
+    docs/contracts.md), or None."""
+    for line in reversed((metadata or "").split("\n")):
+        if line.startswith(COMMIT_METADATA_PREFIX) and len(line) > len(COMMIT_METADATA_PREFIX):
+            return line[len(COMMIT_METADATA_PREFIX) :]
+    return None

@@ -33,7 +33,7 @@ import time
 from confluent_kafka.admin import AdminClient
 
 from auditor.probes.wrapping import COMMIT_METADATA_PREFIX
-from auditor.stuck.evidence import CommitRecord, RemovedOffsets
+from auditor.stuck.evidence import CommitRecord, RemovedOffsets, metadata_session
 from spark_jobs.kafka_offsets import KafkaReadError, partition_offsets, topic_partitions
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -120,21 +120,6 @@ def parse_commit_metadata(value: bytes | None) -> str | None:
         return None
 
 
-def removed_offsets(
-    admin: AdminClient,
-    bootstrap: str,
-    config: dict[str, str],
-    groups: list[str],
-    topic: str,
-    timeout_s: float = 10.0,
-) -> dict[str, dict[int, RemovedOffsets]]:
-    """Per group, the partitions of `topic` whose committed offset `__consumer_offsets` shows
-    removed (its last record for the key is a tombstone). Reads one partition of the internal
-    topic per distinct partition the groups hash to, read_committed (a transaction's offsets
-    count once committed). Raises KafkaReadError when it cannot be read."""
-    return offsets_history(admin, bootstrap, config, groups, topic, timeout_s)[0]
-
-
 def offsets_history(
     admin: AdminClient,
     bootstrap: str,
@@ -143,9 +128,12 @@ def offsets_history(
     topic: str,
     timeout_s: float = 10.0,
 ) -> tuple[dict[str, dict[int, RemovedOffsets]], dict[str, dict[int, list[CommitRecord]]]]:
-    """removed_offsets, and per group and partition of `topic` the commits and removals
+    """Per group, the partitions of `topic` whose committed offset `__consumer_offsets` shows
+    removed (its last record for the key is a tombstone), read one partition of the internal
+    topic per distinct partition the groups hash to, read_committed (a transaction's offsets
+    count once committed); and per group and partition the commits and removals
     `__consumer_offsets` still holds, in the order the coordinator wrote them (the log cleaner
-    keeps at least the last per key)."""
+    keeps at least the last per key). Raises KafkaReadError when it cannot be read."""
     from auditor.stuck.locate_python import read_ranges  # it imports kafka_view, which imports this module
 
     count = len(topic_partitions(admin, OFFSETS_TOPIC, timeout_s))
@@ -210,5 +198,5 @@ def offsets_history(
 
 def _session_line(metadata: str | None) -> str | None:
     """The `audit:v2:` line of a commit's metadata that CommitRecord.session reads, or None."""
-    session = CommitRecord(None, metadata, 0).session()
+    session = metadata_session(metadata)
     return None if session is None else COMMIT_METADATA_PREFIX + session
