@@ -22,10 +22,12 @@ from spark_jobs.binding import (
     jdbc_url_and_properties,
     redact_url,
 )
+from spark_jobs.commit_history import offsets_history, plain_passed_spans
 from spark_jobs.common import read_kafka_ranges
 from spark_jobs.group_offsets import committed_offsets
 from spark_jobs.kafka_cleanup import TopicCleanup, absent_keys_explained, read_topic_cleanup
 from spark_jobs.kafka_offsets import (
+    KafkaReadError,
     PartitionOffsets,
     deleted_while_read,
     first_committed_records,
@@ -245,6 +247,27 @@ def checkpoint_prints(
     return {p: found.to_json() for p, found in prints.items() if found is not None}
 
 
+def plain_commits(
+    binding: Binding, admin: AdminClient, committed: list[tuple[str, int, int]]
+) -> tuple[list[tuple[str, int, int, int]], str | None]:
+    """(group, partition, first, last offset) a plain instance of a partly probed group committed
+    past (commit_history.plain_passed_spans: the commit that took the group past them names no
+    probed session, while others of its commits name theirs), read from the groups' partitions
+    of `__consumer_offsets` just after their committed offsets; and a note for the run's warnings
+    where that read failed (the marks alone judge the groups then, as before)."""
+    if not committed:
+        return [], None
+    groups = sorted({group for group, _, _ in committed})
+    try:
+        _, history = offsets_history(admin, binding.bootstrap_servers, binding.kafka_config, groups, binding.topic)
+    except KafkaReadError as exc:
+        return [], (
+            f"who committed the offsets of group(s) {', '.join(groups)} could not be read ({exc}): where an instance "
+            "of a group runs without the probe, the records it committed past are judged by the group's marks alone"
+        )
+    return plain_passed_spans(history, {(g, p): offset for g, p, offset in committed}), None
+
+
 def extract_topic_offsets(
     binding: Binding, admin: AdminClient, meta: StateMeta, read_before: dict[int, int] | None = None
 ) -> dict[str, Any]:
@@ -259,6 +282,7 @@ def extract_topic_offsets(
     connection = admin_config(binding.bootstrap_servers, binding.kafka_config)
     committed = committed_offsets(connection, binding.consumer_groups, binding.topic, partitions)
     settled = time.monotonic() + (mark_settle_seconds() if committed else 0.0)
+    plain_passed, history_note = plain_commits(binding, admin, committed)  # within the settle wait
 
     def ledger(topic: str, previous: dict[int, int], settle: bool = False) -> OffsetRange:
         # A ledger topic that never existed means the probes are not in use; one that
@@ -281,6 +305,8 @@ def extract_topic_offsets(
     return {
         "partitions": partitions,
         "committed": committed,
+        "plain_passed": plain_passed,
+        "history_note": history_note,
         "consumer_ledger": consumer_ledger,
         "producer_ledger": producer_ledger,
         "watermarks": offsets,

@@ -45,6 +45,7 @@ from spark_jobs.reconcile_transform import (
     KEY_INDEX_SCHEMA,
     LEDGER_BOUND_SCHEMA,
     LEDGER_ENTRY_SCHEMA,
+    PROCESSED_INTERVAL_SCHEMA,
     PROCESSED_SCHEMA,
     RECORD_COUNTS,
     RECORD_SCHEMA,
@@ -372,6 +373,11 @@ def extract_inputs(
         producer_bounds=producer_bounds,
         processed=processed,
         lost_marks=lost_marks,
+        plain_passed=(
+            local_frame(spark, plan.kafka["plain_passed"], PROCESSED_INTERVAL_SCHEMA)
+            if plan.kafka.get("plain_passed")
+            else None
+        ),
         # a group whose offsets were deleted since a run saw them had read that far
         committed=local_frame(
             spark,

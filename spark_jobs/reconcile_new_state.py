@@ -17,6 +17,7 @@ from spark_jobs.reconcile_transform import (
     ABORTED_SCHEMA,
     KEY_INDEX_SCHEMA,
     LOST_SIGHTING_SCHEMA,
+    PROCESSED_INTERVAL_SCHEMA,
     RECORD_SCHEMA,
     SOURCE_ROW_SCHEMA,
     conform,
@@ -42,6 +43,20 @@ from spark_jobs.reconcile_transform import (
     transform_touched_keys,
     transform_unprocessed_candidates,
 )
+
+
+def not_judged(*intervals: DataFrame | None) -> DataFrame | None:
+    """Offsets whose records are never `unprocessed` (PROCESSED_INTERVAL_SCHEMA): marks the
+    ledger lost (marks-lost) and offsets a plain instance of the group committed past
+    (RunInputs.plain_passed). Processed or not cannot be told there; a candidate inside them
+    leaves the state for good (a miss at worst, never an alarm)."""
+    frames = [conform(f, PROCESSED_INTERVAL_SCHEMA) for f in intervals if f is not None]
+    if not frames:
+        return None
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    return union
 
 
 def _drop_deleted_rows(
@@ -262,7 +277,7 @@ def update_state(
             inputs.groups,
             inputs.committed,
             inputs.first_marks_frame,
-            None if is_empty_plan(lost_marks) else lost_marks,
+            not_judged(None if is_empty_plan(lost_marks) else lost_marks, inputs.plain_passed),
         ),
     )
     if inputs.totals["tombstones"]:

@@ -246,6 +246,9 @@ class RunInputs:
     groups: DataFrame
     # this run's marks-lost ranges (LOST_MARKS_SCHEMA): marks made and never written; None: none read
     lost_marks: DataFrame | None = None
+    # offsets a commit naming no probed session took a group past (PROCESSED_INTERVAL_SCHEMA,
+    # reconcile_extract.plain_commits): a plain instance of the group may have processed them
+    plain_passed: DataFrame | None = None
     # the topic's producers stamp records well before writing them (record_times); kept in state.json
     backdated: Backdated | None = None
     # records past the last stable offset, behind an open transaction (reconcile_inputs.read_held)
@@ -556,6 +559,8 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     if judged := judging(binding.send_outcome_ms):
         warnings.append(judged)
     kafka = extract_topic_offsets(binding, admin, meta, read_before=memory.topic_offsets if memory else None)
+    if kafka["history_note"]:
+        warnings.append(kafka["history_note"])
     # after the log ends, which the in-sync replicas speak for
     acks_judged_until_ms, hold_notes = acks_judged_until(admin, binding.topic, read_at_ms)
     warnings += hold_notes

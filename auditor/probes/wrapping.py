@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from auditor.probes.codec import encode_session_end
 from auditor.probes.config import TOPIC_CONFIG, applied_setting, librdkafka_bool, mask_config
 from auditor.probes.writer import LedgerWriter
+from spark_jobs.commit_history import COMMIT_METADATA_PREFIX
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +107,6 @@ class GroupMetadata(bytes):
 # Commit metadata naming the probed consumer session that committed (docs/contracts.md, "Commit
 # metadata"): the stuck diagnosis reads it back from __consumer_offsets to tell a probed
 # consumer's commit from a plain one's.
-COMMIT_METADATA_PREFIX = "audit:v2:"
 # Kafka's offset.metadata.max.bytes default: an application's own metadata that leaves no room
 # for the probe's is committed unchanged (the commit then names no session).
 COMMIT_METADATA_MAX_BYTES = 4096

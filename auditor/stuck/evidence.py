@@ -7,12 +7,16 @@ Nothing here does I/O; kafka_view.py and locate.py fill these in, verdicts.py ju
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from functools import lru_cache
+from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 from auditor.lint.engine.terms import Overtaken
-from auditor.probes.wrapping import COMMIT_METADATA_PREFIX
+
+# CommitRecord, RemovedOffsets and ms_to_iso are spark_jobs.commit_history's, named here for the diagnosis
+from spark_jobs.commit_history import CommitRecord as CommitRecord
+from spark_jobs.commit_history import RemovedOffsets as RemovedOffsets
+from spark_jobs.commit_history import ms_to_iso as ms_to_iso
+from spark_jobs.commit_history import names_sessions
 from spark_jobs.group_commits import SeenCommits
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.mark_rules import MarkRule, covering
@@ -266,7 +270,7 @@ class GroupState:
     def probe_names_commits(self) -> bool:
         """A commit of the group on the topic names a probed session: its probes write the
         commit metadata (docs/contracts.md), so a commit naming none is a plain consumer's."""
-        return any(c.session() for records in (self.commits or {}).values() for c in records)
+        return names_sessions(self.commits)
 
     def unseen_position(self, partition: int) -> bool:
         """Its members read the partition but it has never committed there: where they are is
@@ -276,57 +280,6 @@ class GroupState:
             and self.assigned is not None
             and partition in self.assigned
             and (partition not in self.committed)
-        )
-
-
-@dataclass(frozen=True)
-class CommitRecord:
-    """One record of a group's offset on a partition in `__consumer_offsets`: a commit, or the
-    offset's removal (offset None, a tombstone)."""
-
-    offset: int | None
-    metadata: str | None  # the commit's metadata (None: empty); `audit:v2:<session>` names a probed consumer
-    ts_ms: int
-    # every record of its `__consumer_offsets` partition before it was read, none missing but
-    # lone offsets (transaction markers): no commit of the key before it was cleaned away (the
-    # first one read is the group's first; a lone cleaned commit reads as a marker)
-    unbroken: bool = False
-
-    def session(self) -> str | None:
-        """The probed consumer session this commit names in its metadata (docs/contracts.md), or None."""
-        return metadata_session(self.metadata)
-
-    def as_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "session": self.session(), "at": ms_to_iso(self.ts_ms)}
-
-
-@dataclass(frozen=True)
-class RemovedOffsets:
-    """A group's committed offset on a partition, removed: the tombstone `__consumer_offsets`
-    holds for it, and the last commit before it where the log cleaner has not taken it yet."""
-
-    partition: int
-    removed_ms: int  # the tombstone's timestamp: when the coordinator removed the offset
-    last_offset: int | None = None  # the last commit before the removal (None: cleaned away)
-    last_committed_ms: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "partition": self.partition,
-            "removed_at": ms_to_iso(self.removed_ms),
-            "last_committed_offset": self.last_offset,
-            "last_committed_at": ms_to_iso(self.last_committed_ms),
-        }
-
-    def describe(self) -> str:
-        before = (
-            "the commit before it is cleaned away"
-            if self.last_offset is None
-            else f"it had committed {self.last_offset} before ({ms_to_iso(self.last_committed_ms)})"
-        )
-        return (
-            f"__consumer_offsets shows its offset there removed at {ms_to_iso(self.removed_ms)} (deleted by hand, or "
-            f"expired), and {before}"
         )
 
 
@@ -498,13 +451,6 @@ class Diagnosis:
     evidence: dict[str, Any]
 
 
-@lru_cache(maxsize=65536)  # records of one diagnosis share their instants (and each partition's)
-def ms_to_iso(ms: int | None) -> str | None:
-    if ms is None or ms < 0:
-        return None
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
-
-
 def iso_to_ms(value: datetime | None) -> int | None:
     return None if value is None else int(value.timestamp() * 1000)
 
@@ -596,12 +542,3 @@ class KeyMemory:
     # transactional, whatever the clients topic shows (their acks do not say a commit)
     aborting_sessions: dict[str, str | None] = field(default_factory=dict)  # session -> a run that saw it
     reason: str = ""  # why part of it could not be read ("" when all of it was)
-
-
-def metadata_session(metadata: str | None) -> str | None:
-    """The probed consumer session a commit's metadata names (its last `audit:v2:` line,
-    docs/contracts.md), or None."""
-    for line in reversed((metadata or "").split("\n")):
-        if line.startswith(COMMIT_METADATA_PREFIX) and len(line) > len(COMMIT_METADATA_PREFIX):
-            return line[len(COMMIT_METADATA_PREFIX) :]
-    return None

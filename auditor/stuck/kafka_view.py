@@ -20,8 +20,8 @@ from confluent_kafka.admin import AdminClient
 from auditor.lint.engine.terms import Overtaken
 from auditor.stuck.evidence import ClusterView, GroupState, LedgerView, PartitionState
 from auditor.stuck.held_watermark import lag_bound_unread, longest_lag_bound
-from auditor.stuck.offsets_history import offsets_history
 from auditor.stuck.record_reader import RecordReader, Target, leader_epoch_starts, record_timestamps
+from spark_jobs.commit_history import offsets_history
 from spark_jobs.group_offsets import committed_offsets, coordinator_request
 from spark_jobs.kafka_cleanup import read_topic_cleanup
 from spark_jobs.kafka_offsets import (

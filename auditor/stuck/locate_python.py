@@ -5,11 +5,10 @@ stuck items, never the topic (auditor/stuck/locate.py chooses the engine)."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Message
 
 from auditor.lib.record_keys import record_key_of
 from auditor.probes.codec import (
@@ -44,28 +43,12 @@ from auditor.stuck.evidence import LedgerEntry, LocatedRecord, PartitionState, P
 from auditor.stuck.kafka_view import client_settings
 from auditor.stuck.locate_request import LocateError, LocateRequest, LocateResult
 from auditor.stuck.untraced import SessionTrails
+from spark_jobs import kafka_reads
 from spark_jobs.binding import parse_record_key
 from spark_jobs.kafka_offsets import KafkaReadError
-from spark_jobs.kafka_security import connection_settings
 
 # a record's audit id and producer session, as its probe ledgered them (None: not carried)
 Audited = tuple[str | None, str | None]
-
-
-def _reader(bootstrap: str, config: dict[str, str], isolation: str) -> Consumer:
-    return Consumer(
-        {
-            **connection_settings(config),
-            "bootstrap.servers": bootstrap,
-            "group.id": f"auditor-stuck-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": isolation,
-            # a start offset deleted under the read (retention, delete_records) is an error:
-            # librdkafka's default (latest) would skip silently to the end of the partition
-            "auto.offset.reset": "error",
-        }
-    )
 
 
 def read_ranges(
@@ -76,53 +59,10 @@ def read_ranges(
     isolation: str = "read_uncommitted",
     idle_timeout_s: float = 30.0,
 ) -> Iterator[Message]:
-    """Every record of ``topic`` in [start, end) per partition, in partition order per partition.
-
-    The range is read whole or not at all: a partition whose end of log comes before `end`
-    (its log end moved back since the range was planned: a leader whose high watermark has
-    not caught up with its predecessor's, or a truncation) raises LocateError, never a read
-    that silently stopped short (its records would look absent: never produced, or lost)."""
-    wanted = {p: (s, e) for p, (s, e) in ranges.items() if e > s}
-    if not wanted:
-        return
-    consumer = _reader(bootstrap, config, isolation)
-    try:
-        consumer.assign([TopicPartition(topic, p, s) for p, (s, _) in wanted.items()])
-        pending = set(wanted)
-        last_progress = time.monotonic()
-        while pending:
-            batch = consumer.consume(1000, 0.5)
-            if not batch and time.monotonic() - last_progress > idle_timeout_s:
-                raise LocateError(f"reading {topic} stalled: partitions {sorted(pending)} did not reach their end")
-            for msg in batch:
-                partition = msg.partition()
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        at = msg.offset()
-                        end = wanted[partition][1] if partition is not None and partition in pending else None
-                        if end is not None and at is not None and 0 <= at < end:
-                            raise LocateError(
-                                f"reading {topic}/{partition} reached the end of its log at offset {at}, before "
-                                f"offset {end} where it ended when the read was planned: its log end moved back "
-                                "(a leader change or a truncation under the read); diagnose again"
-                            )
-                        pending.discard(partition)
-                        continue
-                    raise LocateError(f"reading {topic}/{partition} failed: {error.str()}")
-                last_progress = time.monotonic()
-                if partition not in pending:
-                    continue
-                end = wanted[partition][1]
-                offset = record_position(msg)[2]
-                if offset >= end:
-                    pending.discard(partition)
-                    continue
-                yield msg
-                if offset >= end - 1:
-                    pending.discard(partition)
-    finally:
-        consumer.close()
+    """kafka_reads.read_ranges, its failures LocateError."""
+    return kafka_reads.read_ranges(
+        bootstrap, config, topic, ranges, isolation, idle_timeout_s, error=LocateError, group_prefix="auditor-stuck"
+    )
 
 
 def _timestamp(msg: Message) -> int | None:

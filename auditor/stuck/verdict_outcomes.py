@@ -17,6 +17,7 @@ from auditor.stuck.evidence import (
     ProcessedMark,
     ms_to_iso,
 )
+from spark_jobs import commit_history
 from spark_jobs.group_commits import SeenCommits
 from spark_jobs.kafka_cleanup import absent_keys_explained
 
@@ -182,27 +183,8 @@ def unprobed_below(group: GroupState, topic: str, partition: int, offset: int) -
 
 def passing_commit(group: GroupState, partition: int, offset: int) -> CommitRecord | None:
     """The commit that last took the group past `offset` on `partition`, as `__consumer_offsets`
-    still shows it: the first commit above it after the last commit (or removal) at or below it;
-    where none at or below it is left, the first known one when no record before it is missing
-    from its `__consumer_offsets` partition (the group's first commit there: it passed the record)
-    or when it is the group's commit now (the log cleaner keeps the last commit per partition).
-    None: the history does not tell (not read, cleaned away, or passed before the commits left)."""
-    records = (group.commits or {}).get(partition)
-    if not records:
-        return None
-    passed: CommitRecord | None = None
-    below = False
-    for record in records:
-        if record.offset is None or record.offset <= offset:
-            below, passed = True, None
-        elif passed is None and below:
-            passed = record
-    if passed is not None:
-        return passed
-    first = records[0]
-    if not below and first.offset is not None and (first.unbroken or first.offset == group.committed.get(partition)):
-        return first
-    return None
+    still shows it (commit_history.passing_commit); None: the history does not tell."""
+    return commit_history.passing_commit((group.commits or {}).get(partition), group.committed.get(partition), offset)
 
 
 def committed_by(group: GroupState, topic: str, partition: int, offset: int, info: dict[str, Any]) -> str | None:

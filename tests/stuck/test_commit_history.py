@@ -1,6 +1,6 @@
 """Who committed past a record: the commit metadata an audited consumer writes (docs/contracts.md,
 "Commit metadata"), parsed from `__consumer_offsets` values, and the commit that took a group past
-an offset (auditor/stuck/offsets_history.py, verdict_outcomes.passing_commit)."""
+an offset (spark_jobs/commit_history.py, verdict_outcomes.passing_commit)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from auditor.stuck.evidence import CommitRecord, GroupState
-from auditor.stuck.offsets_history import parse_commit_metadata, parse_committed_offset
 from auditor.stuck.verdict_outcomes import committed_by, passing_commit
+from spark_jobs.commit_history import parse_commit_metadata, parse_committed_offset
 
 
 def _value(version: int, offset: int, metadata: str | None) -> bytes:

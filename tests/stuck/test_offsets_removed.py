@@ -1,5 +1,5 @@
 """A group whose committed offsets an operator deleted, judged by what __consumer_offsets
-still shows (auditor/stuck/offsets_history.py), against the real broker."""
+still shows (spark_jobs/commit_history.py), against the real broker."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from auditor.lab.cluster import delete_records
 from auditor.stuck.evidence import ClusterView, GroupState, RemovedOffsets
-from auditor.stuck.offsets_history import java_string_hash, offsets_partition, parse_committed_offset, parse_offset_key
 from auditor.stuck.verdict_outcomes import no_commit
+from spark_jobs.commit_history import java_string_hash, offsets_partition, parse_committed_offset, parse_offset_key
 from tests.support.demo import read_topic
 from tests.support.paths import ROOT
 from tests.support.stuck import diagnose_both, verdicts_of

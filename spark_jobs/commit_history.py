@@ -1,4 +1,4 @@
-"""What `__consumer_offsets` still tells of a group's offsets that are gone.
+"""What `__consumer_offsets` still tells of a group's offsets: who committed, and what is gone.
 
 A group with no committed offset on a partition may never have read it, or may have had its
 offsets removed: expired (`offsets.retention.minutes` after the group became empty, which
@@ -29,16 +29,88 @@ from __future__ import annotations
 
 import struct
 import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from auditor.probes.wrapping import COMMIT_METADATA_PREFIX
-from auditor.stuck.evidence import CommitRecord, RemovedOffsets, metadata_session
 from spark_jobs.kafka_offsets import KafkaReadError, partition_offsets, topic_partitions
+from spark_jobs.kafka_reads import read_ranges
 
 OFFSETS_TOPIC = "__consumer_offsets"
 _OFFSET_COMMIT_KEYS = (0, 1)
 READ_BUDGET_S = 30.0  # at most this long reading the offsets partitions (or the diagnosis's timeout)
+# An audited consumer's commits name its session in their metadata (docs/contracts.md).
+COMMIT_METADATA_PREFIX = "audit:v2:"
+
+
+@lru_cache(maxsize=65536)  # records of one diagnosis share their instants (and each partition's)
+def ms_to_iso(ms: int | None) -> str | None:
+    if ms is None or ms < 0:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def metadata_session(metadata: str | None) -> str | None:
+    """The probed consumer session a commit's metadata names (its last `audit:v2:` line,
+    docs/contracts.md), or None."""
+    for line in reversed((metadata or "").split("\n")):
+        if line.startswith(COMMIT_METADATA_PREFIX) and len(line) > len(COMMIT_METADATA_PREFIX):
+            return line[len(COMMIT_METADATA_PREFIX) :]
+    return None
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """One record of a group's offset on a partition in `__consumer_offsets`: a commit, or the
+    offset's removal (offset None, a tombstone)."""
+
+    offset: int | None
+    metadata: str | None  # the commit's metadata (None: empty); `audit:v2:<session>` names a probed consumer
+    ts_ms: int
+    # every record of its `__consumer_offsets` partition before it was read, none missing but
+    # lone offsets (transaction markers): no commit of the key before it was cleaned away (the
+    # first one read is the group's first; a lone cleaned commit reads as a marker)
+    unbroken: bool = False
+
+    def session(self) -> str | None:
+        """The probed consumer session this commit names in its metadata (docs/contracts.md), or None."""
+        return metadata_session(self.metadata)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"offset": self.offset, "session": self.session(), "at": ms_to_iso(self.ts_ms)}
+
+
+@dataclass(frozen=True)
+class RemovedOffsets:
+    """A group's committed offset on a partition, removed: the tombstone `__consumer_offsets`
+    holds for it, and the last commit before it where the log cleaner has not taken it yet."""
+
+    partition: int
+    removed_ms: int  # the tombstone's timestamp: when the coordinator removed the offset
+    last_offset: int | None = None  # the last commit before the removal (None: cleaned away)
+    last_committed_ms: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "removed_at": ms_to_iso(self.removed_ms),
+            "last_committed_offset": self.last_offset,
+            "last_committed_at": ms_to_iso(self.last_committed_ms),
+        }
+
+    def describe(self) -> str:
+        before = (
+            "the commit before it is cleaned away"
+            if self.last_offset is None
+            else f"it had committed {self.last_offset} before ({ms_to_iso(self.last_committed_ms)})"
+        )
+        return (
+            f"__consumer_offsets shows its offset there removed at {ms_to_iso(self.removed_ms)} (deleted by hand, or "
+            f"expired), and {before}"
+        )
 
 
 def java_string_hash(text: str) -> int:
@@ -134,8 +206,6 @@ def offsets_history(
     count once committed); and per group and partition the commits and removals
     `__consumer_offsets` still holds, in the order the coordinator wrote them (the log cleaner
     keeps at least the last per key). Raises KafkaReadError when it cannot be read."""
-    from auditor.stuck.locate_python import read_ranges  # it imports kafka_view, which imports this module
-
     count = len(topic_partitions(admin, OFFSETS_TOPIC, timeout_s))
     if count == 0:
         raise KafkaReadError(f"{OFFSETS_TOPIC} has no partitions")
@@ -155,7 +225,7 @@ def offsets_history(
     # or an aborted transaction's): a commit read before that is the key's first since the start
     unbroken: dict[int, int | None] = {p: o.low for p, o in offsets.items()}
     try:
-        for msg in read_ranges(
+        for msg in read_ranges(  # KafkaReadError when the read fails
             bootstrap,
             config,
             OFFSETS_TOPIC,
@@ -200,3 +270,90 @@ def _session_line(metadata: str | None) -> str | None:
     """The `audit:v2:` line of a commit's metadata that CommitRecord.session reads, or None."""
     session = metadata_session(metadata)
     return None if session is None else COMMIT_METADATA_PREFIX + session
+
+
+def passing_commit(records: list[CommitRecord] | None, committed_now: int | None, offset: int) -> CommitRecord | None:
+    """The commit that last took a group past `offset` on a partition, as `__consumer_offsets`
+    still shows it (`records`: the group's commits and removals there, oldest first): the first
+    commit above it after the last commit (or removal) at or below it; where none at or below it
+    is left, the first known one when no record before it is missing from its
+    `__consumer_offsets` partition (the group's first commit there: it passed the record) or
+    when it is the group's commit now (`committed_now`: the log cleaner keeps the last commit
+    per partition). None: the history does not tell (not read, cleaned away, or passed before
+    the commits left)."""
+    if not records:
+        return None
+    passed: CommitRecord | None = None
+    below = False
+    for record in records:
+        if record.offset is None or record.offset <= offset:
+            below, passed = True, None
+        elif passed is None and below:
+            passed = record
+    if passed is not None:
+        return passed
+    first = records[0]
+    if not below and first.offset is not None and (first.unbroken or first.offset == committed_now):
+        return first
+    return None
+
+
+def names_sessions(commits: dict[int, list[CommitRecord]] | None) -> bool:
+    """A commit of the group on the topic names a probed session: its probes write the commit
+    metadata (docs/contracts.md), so a commit naming none is a plain consumer's."""
+    return any(c.session() for records in (commits or {}).values() for c in records)
+
+
+def plain_passed(records: list[CommitRecord] | None, committed_now: int | None) -> list[tuple[int, int]]:
+    """The offsets [first, last] of a partition whose passing commit (passing_commit) names no
+    probed session, merged, lowest first: in O(len(records)), not per offset.
+
+    The last record at or below an offset r is the last whose offset is at or below r (a
+    removal counts as below every offset), and the commit past r the record right after it. So
+    with m[i] the least offset of records i.. (a removal: minus infinity), the commit past r is
+    record i+1 for m[i] <= r < m[i+1], and for r < m[0] the first record, if it is known to
+    have passed r (passing_commit's condition)."""
+    if not records:
+        return []
+    unbounded = -(1 << 63)
+    least = [0] * (len(records) + 1)
+    least[-1] = 1 << 63
+    for i in range(len(records) - 1, -1, -1):
+        offset = records[i].offset
+        least[i] = min(unbounded if offset is None else offset, least[i + 1])
+    spans: list[tuple[int, int]] = []
+
+    def add(start: int, end: int) -> None:  # [start, end) of offsets >= 0
+        start = max(start, 0)
+        if end <= start:
+            return
+        if spans and spans[-1][1] + 1 >= start:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], end - 1))
+        else:
+            spans.append((start, end - 1))
+
+    first = records[0]
+    if first.offset is not None and (first.unbroken or first.offset == committed_now) and not first.session():
+        add(0, least[0])
+    for i in range(len(records) - 1):
+        if not records[i + 1].session():
+            add(least[i], least[i + 1])
+    return spans
+
+
+def plain_passed_spans(
+    history: dict[str, dict[int, list[CommitRecord]]], committed: dict[tuple[str, int], int]
+) -> list[tuple[str, int, int, int]]:
+    """(group, partition, first, last offset) where a commit naming no probed session took the
+    group past the records, for the groups some of whose commits on the topic name one (a group
+    only partly probed: a plain instance of it, which may have processed them, committed past
+    them). A group none of whose commits names a session (older probes, or none) has none: its
+    marks alone speak for it."""
+    spans: list[tuple[str, int, int, int]] = []
+    for group, commits in sorted(history.items()):
+        if not names_sessions(commits):
+            continue
+        for partition, records in sorted(commits.items()):
+            for first, last in plain_passed(records, committed.get((group, partition))):
+                spans.append((group, partition, first, last))
+    return spans

@@ -1,0 +1,71 @@
+"""A group only partly probed, as in a rolling deploy of the probe or its rollback: a plain
+instance of the group takes a partition a probed one had, processes and commits. Its records
+have no marks, and a commit that names no probed session took the group past them: the
+auditor cannot tell they were not processed, so they are never `unprocessed`. What a probed
+consumer committed past without marking still is.
+
+Ground truth is what the test's own consumers did: the records each one was handed and
+processed, and the commits each one made."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from pyspark.sql import SparkSession
+
+from tests.support.kafka_reads import consume
+from tests.support.reconcile_world import World, finding_set, reconcile_once
+
+pytestmark = pytest.mark.integration
+
+
+def test_records_a_plain_instance_processed_after_a_probed_one_left_are_not_unprocessed(
+    spark: SparkSession, world: World, make_topic, tmp_path: Path
+) -> None:
+    from auditor.probes import AuditedConsumer
+
+    for ticket in range(1, 10):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    world.insert(*range(1, 10))
+    settings = {"bootstrap.servers": world.bootstrap, "group.id": world.group, "enable.auto.commit": False}
+    probed = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=make_topic("_audit.clients"))
+    try:  # the probed instance processes tickets 1 and 2, and commits past ticket 3 unprocessed
+        for msg in consume(probed, world.topic, 0, 0, 3)[:2]:
+            probed.mark_processed(msg)
+        probed.commit(offsets=[TopicPartition(world.topic, 0, 3)], asynchronous=False)
+    finally:
+        probed.close()
+    plain = Consumer(settings)
+    try:  # then a plain instance (the probe not deployed to it) processes tickets 4 to 9
+        handed = consume(plain, world.topic, 0, 3, 6)
+        plain.commit(message=handed[-1], asynchronous=False)
+    finally:
+        plain.close()
+
+    first = reconcile_once(spark, world.binding(), tmp_path)
+
+    assert finding_set(first) == {("unprocessed", "3", None, *world.at("t3"))}
+
+    # The probe deployed again: a probed instance processes ticket 10, passes 11 without
+    # processing it and processes 12, then commits past them all.
+    for ticket in range(10, 13):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=90)
+    world.insert(*range(10, 13))
+    again = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=make_topic("_audit.clients"))
+    try:
+        t10, _, t12 = consume(again, world.topic, 0, 9, 3)
+        again.mark_processed(t10)
+        again.mark_processed(t12)
+        again.commit(offsets=[TopicPartition(world.topic, 0, 12)], asynchronous=False)
+    finally:
+        again.close()
+
+    second = reconcile_once(spark, world.binding(), tmp_path)
+
+    assert second["mode"] == "incremental"
+    assert finding_set(second) == {
+        ("unprocessed", "3", None, *world.at("t3")),
+        ("unprocessed", "11", None, *world.at("t11")),
+    }

@@ -1,0 +1,56 @@
+"""The offsets a plain consumer's commit took a group past (spark_jobs.commit_history.plain_passed),
+checked offset by offset against the rule it derives from: the commit that passed each offset
+(passing_commit, the stuck diagnosis's rule) names no probed session. Pure functions."""
+
+from __future__ import annotations
+
+import random
+
+from spark_jobs.commit_history import CommitRecord, passing_commit, plain_passed, plain_passed_spans
+
+
+def commit(offset: int | None, session: str | None = None, unbroken: bool = False) -> CommitRecord:
+    return CommitRecord(offset, None if session is None else f"audit:v2:{session}", 0, unbroken)
+
+
+def by_offset(records: list[CommitRecord], committed_now: int | None, top: int) -> set[int]:
+    plain = set()
+    for offset in range(top):
+        passed = passing_commit(records, committed_now, offset)
+        if passed is not None and passed.session() is None:
+            plain.add(offset)
+    return plain
+
+
+def expand(spans: list[tuple[int, int]]) -> set[int]:
+    return {offset for first, last in spans for offset in range(first, last + 1)}
+
+
+def test_a_plain_instance_after_a_probed_one() -> None:
+    # the probed session commits 3, a plain instance then commits 9
+    records = [commit(3, "s1", unbroken=True), commit(9)]
+    assert plain_passed(records, 9) == [(3, 8)]
+    assert plain_passed_spans({"g": {0: records}}, {("g", 0): 9}) == [("g", 0, 3, 8)]
+
+
+def test_a_group_whose_commits_name_no_session_has_no_spans() -> None:
+    # older probes, or none: the marks alone speak for the group
+    assert plain_passed_spans({"g": {0: [commit(3, unbroken=True), commit(9)]}}, {("g", 0): 9}) == []
+
+
+def test_a_first_commit_the_cleaner_may_have_preceded_proves_nothing() -> None:
+    # not the group's first commit there (records before it are missing), not its commit now
+    assert plain_passed([commit(5), commit(9, "s1")], 9) == []
+    # the group's commit now: the cleaner keeps the last commit per key, so it passed 0..4
+    assert plain_passed([commit(5)], 5) == [(0, 4)]
+
+
+def test_it_agrees_with_the_passing_commit_of_every_offset() -> None:
+    rng = random.Random(73)
+    for _ in range(3000):
+        records = []
+        for _ in range(rng.randint(1, 8)):
+            offset = None if rng.random() < 0.1 else rng.randint(0, 30)
+            records.append(commit(offset, rng.choice([None, "s1", "s2"]), unbroken=rng.random() < 0.5))
+        committed_now = rng.choice([None, records[-1].offset, rng.randint(0, 30)])
+        assert expand(plain_passed(records, committed_now)) == by_offset(records, committed_now, 40), records
