@@ -142,8 +142,13 @@ def _with_faults(monkeypatch: pytest.MonkeyPatch, report: Path, kafka_bootstrap:
 
 @pytest.mark.parametrize(
     ("kill", "deleted"),
-    [("sigkill", False), ("sigkill", True), ("sigkill-twice", False)],
-    ids=["executor-killed", "executor-killed-after-retention", "executor-and-its-replacement-killed"],
+    [("sigkill", False), ("sigkill", True), ("sigkill-twice", False), ("driver", True)],
+    ids=[
+        "executor-killed",
+        "executor-killed-after-retention",
+        "executor-and-its-replacement-killed",
+        "executor-holding-reads-removed-by-the-driver-after-retention",
+    ],
 )
 def test_an_executor_killed_mid_run_gives_the_exact_findings_or_a_failed_run_never_false_ones(
     kill: str,
@@ -165,7 +170,9 @@ def test_an_executor_killed_mid_run_gives_the_exact_findings_or_a_failed_run_nev
     name every executor lost, the replacement too where it was killed before any phase saw it
     (the old watch, noting ids at each phase, never saw that one). When records were also
     deleted after the read (retention's stand-in), the part read again lacks them: the old code
-    published those rows `missing`; the run must fail instead and publish nothing."""
+    published those rows `missing`; the run must fail instead and publish nothing. So too where
+    the driver removed the executor on purpose (SparkContext.killExecutor): it held the cached
+    reads."""
     settings.SPARK_MASTER = spark_cluster
     topic = make_topic("rexecutor", partitions=2)
     table = f"executor_{uuid.uuid4().hex[:10]}"
@@ -197,8 +204,10 @@ def test_an_executor_killed_mid_run_gives_the_exact_findings_or_a_failed_run_nev
     run = ReconcileRun.objects.get(pk=result["run_id"])
     staged_runs.append(run.job_run_id)
     fault = json.loads(fault_report.read_text())
-    assert fault["killed"], "no executor was running to kill"
+    assert fault["killed"] or kill == "driver", "no executor was running to kill"
     assert len(fault["executors"]) == (2 if kill == "sigkill-twice" else 1), fault
+    if kill == "driver":
+        assert all(blocks > 0 for blocks in fault["executors"].values()), fault  # it held the cached reads
     if not deleted:
         assert code == 0, result["error"]
         assert result["findings"] == [] and not Finding.objects.filter(run=run).exists()
