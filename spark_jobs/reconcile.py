@@ -233,8 +233,15 @@ def _run_phases(
 
 def check_reads_unchanged(plan: RunPlan, watch: ExecutorWatch) -> None:
     """Fail the run when an executor was lost during it and a range it read has lost records
-    since: Spark may have read that part again without them (executor_loss)."""
+    since: Spark may have read that part again without them (executor_loss). An executor the
+    driver removed on purpose holding no cached block is no loss."""
     lost = watch.lost()
+    if watch.store_error is not None:
+        plan.warnings.append(
+            f"the driver's executor status store could not be read ({watch.store_error}): every executor seen at a "
+            "phase and gone by the end counts as lost, even one the driver removed on purpose holding nothing this "
+            "run read, and one started and lost between two phases is not seen"
+        )
     if not lost:
         return
     reads = [(r.topic, r.ranges) for r in (plan.topic, plan.kafka["producer_ledger"], plan.kafka["consumer_ledger"])]
@@ -243,13 +250,13 @@ def check_reads_unchanged(plan: RunPlan, watch: ExecutorWatch) -> None:
         shortened.append(f"{plan.topic.topic} is compacted, and its log cleaner may have removed records since")
     if shortened:
         raise ReconcileError(
-            f"executor(s) {', '.join(lost)} were lost during the run, and since this run read them "
+            f"{', '.join(lost)} were lost during the run, and since this run read them "
             f"{'; '.join(shortened)}: the parts of its reads those executors held may have been read again "
             "without the records gone since. The run is discarded (nothing was reported, the incremental state is "
             "unchanged), run it again"
         )
     plan.warnings.append(
-        f"executor(s) {', '.join(lost)} were lost during the run; every range it read still holds what it read "
+        f"{', '.join(lost)} were lost during the run; every range it read still holds what it read "
         "(nothing deleted or truncated since), so parts read again are the same"
     )
 

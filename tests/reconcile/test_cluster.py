@@ -129,8 +129,29 @@ def test_it_reconciles_and_diagnoses_stuck_items_on_a_standalone_cluster(
     assert {item.row.key: item.diagnosis.verdict for item in diagnosis.items} == verdicts
 
 
-@pytest.mark.parametrize("deleted", [False, True], ids=["executor-killed", "executor-killed-after-retention"])
+def _with_faults(monkeypatch: pytest.MonkeyPatch, report: Path, kafka_bootstrap: str, **env: str) -> None:
+    """The next job runs under tests/support/cluster_fault_job.py, with these AUDITOR_TEST_FAULT_* settings."""
+    monkeypatch.setattr(
+        "auditor.reconcile.job.JOB_SCRIPT", Path(__file__).parent.parent / "support" / "cluster_fault_job.py"
+    )
+    monkeypatch.setenv("AUDITOR_TEST_FAULT_BOOTSTRAP", kafka_bootstrap)
+    monkeypatch.setenv("AUDITOR_TEST_FAULT_REPORT", str(report))
+    for name, value in env.items():
+        monkeypatch.setenv(f"AUDITOR_TEST_FAULT_{name.upper()}", value)
+
+
+@pytest.mark.parametrize(
+    ("kill", "deleted"),
+    [("sigkill", False), ("sigkill", True), ("sigkill-twice", False), ("driver", True)],
+    ids=[
+        "executor-killed",
+        "executor-killed-after-retention",
+        "executor-and-its-replacement-killed",
+        "executor-holding-reads-removed-by-the-driver-after-retention",
+    ],
+)
 def test_an_executor_killed_mid_run_gives_the_exact_findings_or_a_failed_run_never_false_ones(
+    kill: str,
     deleted: bool,
     spark_cluster: str,
     settings,
@@ -145,10 +166,13 @@ def test_an_executor_killed_mid_run_gives_the_exact_findings_or_a_failed_run_nev
 ) -> None:
     """Once the run has read the topic (and checked nothing was deleted under the read), its
     only executor is killed with SIGKILL; Spark starts another and reads the lost cached parts
-    again from Kafka. Every row's record was sent and acked: the run must find nothing. When
-    records were also deleted after the read (retention's stand-in), the part read again lacks
-    them: the old code published those rows `missing`; the run must fail instead and publish
-    nothing."""
+    again from Kafka. Every row's record was sent and acked: the run must find nothing, and
+    name every executor lost, the replacement too where it was killed before any phase saw it
+    (the old watch, noting ids at each phase, never saw that one). When records were also
+    deleted after the read (retention's stand-in), the part read again lacks them: the old code
+    published those rows `missing`; the run must fail instead and publish nothing. So too where
+    the driver removed the executor on purpose (SparkContext.killExecutor): it held the cached
+    reads."""
     settings.SPARK_MASTER = spark_cluster
     topic = make_topic("rexecutor", partitions=2)
     table = f"executor_{uuid.uuid4().hex[:10]}"
@@ -169,13 +193,8 @@ def test_an_executor_killed_mid_run_gives_the_exact_findings_or_a_failed_run_nev
         producer.produce(topic, key=str(row_id).encode(), value=b"{}", timestamp=created_ms, on_delivery=report)
     assert producer.flush(30) == 0 and len(acked) == len(rows)
     fault_report = tmp_path / "fault.json"
-    monkeypatch.setattr(
-        "auditor.reconcile.job.JOB_SCRIPT", Path(__file__).parent.parent / "support" / "cluster_fault_job.py"
-    )
-    monkeypatch.setenv("AUDITOR_TEST_FAULT_AFTER", "topic_read")
-    monkeypatch.setenv("AUDITOR_TEST_FAULT_BOOTSTRAP", kafka_bootstrap)
-    monkeypatch.setenv("AUDITOR_TEST_FAULT_REPORT", str(fault_report))
-    monkeypatch.setenv("AUDITOR_TEST_FAULT_DELETE", f"{topic}:0:5" if deleted else "")
+    delete = f"{topic}:0:5" if deleted else ""
+    _with_faults(monkeypatch, fault_report, kafka_bootstrap, after="topic_read", kill=kill, delete=delete)
     binding = make_binding(f"executor-{uuid.uuid4().hex[:8]}", topic, f"public.{table}")
     try:
         code, result = reconcile_cli(binding.name, "--full")
@@ -185,11 +204,17 @@ def test_an_executor_killed_mid_run_gives_the_exact_findings_or_a_failed_run_nev
     run = ReconcileRun.objects.get(pk=result["run_id"])
     staged_runs.append(run.job_run_id)
     fault = json.loads(fault_report.read_text())
-    assert fault["killed"], "no executor was running to kill"
+    assert fault["killed"] or kill == "driver", "no executor was running to kill"
+    assert len(fault["executors"]) == (2 if kill == "sigkill-twice" else 1), fault
+    if kill == "driver":
+        assert all(blocks > 0 for blocks in fault["executors"].values()), fault  # it held the cached reads
     if not deleted:
         assert code == 0, result["error"]
         assert result["findings"] == [] and not Finding.objects.filter(run=run).exists()
-        assert any("were lost during the run" in w for w in result["warnings"]), result["warnings"]
+        lost = [w for w in result["warnings"] if "were lost during the run" in w]
+        assert len(lost) == 1, result["warnings"]
+        for executor_id in fault["executors"]:
+            assert f"executor {executor_id} (Command exited with code 137" in lost[0]
     else:
         gone = sorted(key for key, partition, offset in acked if partition == 0 and offset < 5)
         assert len(gone) == 5  # acked, and read by the run before they were deleted
@@ -197,3 +222,77 @@ def test_an_executor_killed_mid_run_gives_the_exact_findings_or_a_failed_run_nev
         assert "were lost during the run" in result["error"] and f"{topic}/0 now starts at offset 5" in result["error"]
         assert not Finding.objects.filter(run=run).exists()
         assert not (state_dir / binding.name / "state.json").exists()
+
+
+def test_an_idle_executor_the_driver_removes_mid_run_is_no_loss_though_the_log_start_moved(
+    spark_cluster: str,
+    settings,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    make_topic,
+    make_binding,
+    kafka_bootstrap: str,
+    source_database_url: str,
+    state_dir: Path,
+    staged_runs: list[str],
+) -> None:
+    """Dynamic allocation's routine: the driver removes an executor holding no cached block.
+    Here the run's only executor is removed through the driver (SparkContext.killExecutor)
+    once the run's executor watch has seen it, before anything is cached, and another is asked
+    for; after the topic is read, records the run read are deleted (retention moving the log
+    start). The old check counted the removal as a loss and failed the run for the moved
+    start; nothing the run read was on that executor: the run must stand, with the findings
+    the rows and the records acked imply."""
+    settings.SPARK_MASTER = spark_cluster
+    topic = make_topic("ridle", partitions=2)
+    table = f"idle_{uuid.uuid4().hex[:10]}"
+    rows = range(1, 31)
+    with psycopg.connect(source_database_url, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, created_at timestamptz NOT NULL)")
+        for row_id in rows:
+            conn.execute(f"INSERT INTO {table} VALUES (%s, now() - interval '20 minutes')", (row_id,))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    acked: list[tuple[str, int, int]] = []
+
+    def report(err: Any, msg: Any) -> None:
+        if err is None:
+            acked.append((msg.key().decode(), msg.partition(), msg.offset()))
+
+    created_ms = int((time.time() - 1200) * 1000)
+    sent = [str(i) for i in rows if i % 7 != 0]  # 7, 14, 21, 28 never sent
+    for key in sent:
+        producer.produce(topic, key=key.encode(), value=b"{}", timestamp=created_ms, on_delivery=report)
+    assert producer.flush(30) == 0 and len(acked) == len(sent)
+    assert sum(1 for _, partition, _ in acked if partition == 0) > 5
+    fault_report = tmp_path / "fault.json"
+    _with_faults(
+        monkeypatch,
+        fault_report,
+        kafka_bootstrap,
+        after="watch_started",
+        kill="driver",
+        delete=f"{topic}:0:5",
+        delete_after="topic_read",
+    )
+    binding = make_binding(f"idle-{uuid.uuid4().hex[:8]}", topic, f"public.{table}")
+    try:
+        code, result = reconcile_cli(binding.name, "--full")
+    finally:
+        with psycopg.connect(source_database_url, autocommit=True) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+    run = ReconcileRun.objects.get(pk=result["run_id"])
+    staged_runs.append(run.job_run_id)
+    fault = json.loads(fault_report.read_text())
+    assert fault["executors"] and set(fault["executors"].values()) == {0}, fault  # removed holding no cached block
+    assert fault["deleted"] == [f"{topic}:0:5"]
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"w-{uuid.uuid4().hex[:8]}"})
+    try:
+        assert consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[0] == 5  # the start moved
+    finally:
+        consumer.close()
+    assert code == 0, result["error"]
+    expected = {("missing", str(i)) for i in rows if str(i) not in {key for key, _, _ in acked}}
+    assert {(f["kind"], f["key"]) for f in result["findings"]} == expected
+    assert set(Finding.objects.filter(run=run).values_list("kind", "key")) == expected
+    assert not [w for w in result["warnings"] if "were lost during the run" in w or "status store" in w]
+    assert run.records_read == len(acked)
