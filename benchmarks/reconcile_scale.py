@@ -27,15 +27,18 @@ application re-sends). Then, in one SparkSession:
 5. the floor (floor_run): the same inputs, now the whole topic and table, reconciled in one
    pass with nothing but a key index written (per key: copies, first record, source status),
    timed the second time, against a scan of those inputs timed between the two passes. It
-   bounds a full run from below: no Spark job that keeps such an index can take less here.
+   bounds a full run from below: no Spark job that keeps such an index can take less here;
+6. a second full run over those same inputs, into an empty state of its own: warm (the JVM has
+   compiled the full run's code once), like for like with the floor and its scan.
 
 Prints the timings, records/s, the time the JVM's JIT compilers and garbage collectors spent
 during each run (CPU the run competes with on a small machine), the driver's peak memory (the
 JVM's peak resident set, which in local mode includes the executors, each heap pool's peak
 (their sum bounds the heap's peak from above), and the Python driver's), and as its last line
-``full_vs_scan=<x> incremental_vs_full=<y> warm_incremental_vs_full=<z> floor_vs_scan=<f>``: y is
-the first incremental run's, z the median of the later ones (absent with --incrementals 0),
-f the floor's. The table,
+``full_vs_scan=<x> incremental_vs_full=<y> warm_incremental_vs_full=<z> floor_vs_scan=<f>
+warm_full_vs_scan=<w>``: y is the first incremental run's, z the median of the later ones
+(absent with --incrementals 0), f the floor's, w the warm full run's against the same scan as
+f. The table,
 the topic and the state are removed at the end.
 """
 
@@ -395,6 +398,16 @@ def main() -> int:
             f"(missing {floor_counts['missing']:,}, duplicated {floor_counts['duplicate']:,}: exact)"
         )
 
+        # The full run again, warm: the same job over the same inputs as the floor and the scan
+        # just before it, into a state of its own (empty: a full run), in a JVM that has compiled
+        # the full run's code once. The full run above pays for that compiling (its JIT line).
+        warm_full_s, warm_full, warm_full_jvm = timed_run(spark, binding, state / "warm-full")
+        check(warm_full, expected, "warm full run")
+        print(
+            f"warm full: {warm_full_s:.1f}s over the same inputs as the floor ({warm_full['records_read']:,} read, "
+            f"mode {warm_full['mode']}), {warm_full_jvm}, phases {warm_full['timings']}"
+        )
+
         hwm, pools, heap_max = jvm_memory(spark)
         python_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         where = "local mode: executors included" if args.master.startswith("local") else "the driver alone"
@@ -406,7 +419,7 @@ def main() -> int:
         last_line = f"full_vs_scan={full_s / scan_s:.2f} incremental_vs_full={incrementals[0] / full_s:.3f}"
         if len(incrementals) > 1:
             last_line += f" warm_incremental_vs_full={statistics.median(incrementals[1:]) / full_s:.3f}"
-        last_line += f" floor_vs_scan={floor_s / end_scan_s:.2f}"
+        last_line += f" floor_vs_scan={floor_s / end_scan_s:.2f} warm_full_vs_scan={warm_full_s / end_scan_s:.2f}"
         print(last_line)
         return 0
     finally:
