@@ -401,6 +401,7 @@ def main() -> int:
         # The full run again, warm: the same job over the same inputs as the floor and the scan
         # just before it, into a state of its own (empty: a full run), in a JVM that has compiled
         # the full run's code once. The full run above pays for that compiling (its JIT line).
+        (state / "warm-full").mkdir()
         warm_full_s, warm_full, warm_full_jvm = timed_run(spark, binding, state / "warm-full")
         check(warm_full, expected, "warm full run")
         print(
