@@ -69,3 +69,21 @@ def test_records_a_plain_instance_processed_after_a_probed_one_left_are_not_unpr
         ("unprocessed", "3", None, *world.at("t3")),
         ("unprocessed", "11", None, *world.at("t11")),
     }
+
+
+def test_a_run_that_cannot_read_who_committed_says_so_and_judges_by_the_marks_alone() -> None:
+    """No broker answers: the read of `__consumer_offsets` fails, and the note names the groups
+    and what it means for them; nothing is left out of the candidates."""
+    from spark_jobs.binding import Binding, parse_record_key
+    from spark_jobs.kafka_offsets import admin_client
+    from spark_jobs.reconcile_extract import plain_commits
+
+    binding = Binding(
+        "b", "tickets", "127.0.0.1:1", "postgresql://x/y", "t", "id", "created_at", parse_record_key("key", "b"),
+        consumer_groups=("billing",),
+    )  # fmt: skip
+    spans, note = plain_commits(binding, admin_client(binding.bootstrap_servers, timeout_s=2), [("billing", 0, 5)])
+
+    assert spans == []
+    assert note is not None and note.startswith("who committed the offsets of group(s) billing could not be read (")
+    assert note.endswith("the records it committed past are judged by the group's marks alone")
