@@ -170,6 +170,33 @@ def test_an_auto_commit_tick_commits_the_positions_of_a_consumer_that_stopped_po
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_the_handed_positions_are_stored_within_the_interval_without_another_poll(
+    probe_bootstrap: str,
+    probe_admin: AdminClient,
+    probe_topic: TopicFactory,
+    audit_topics: AuditTopics,
+    hot_path: str,
+    kind: Any,
+) -> None:
+    """The store itself, read by committing through the raw client (which stores nothing
+    first): a few intervals after the last hand-over, with no poll since, it holds the
+    positions after the last records handed."""
+    topic = probe_topic("store", 2)
+    _produce(probe_bootstrap, topic, 50, 2)
+    consumer = _consumer(probe_bootstrap, audit_topics, kind, **{"enable.auto.commit": False})
+    group, session = str(consumer.group), consumer.session_id
+    try:
+        consumer.subscribe([topic])
+        handed: dict[int, int] = {}
+        _hand(consumer, 23, handed)
+        time.sleep(offset_store.STORE_INTERVAL_S * 5)  # slack for a loaded machine's scheduling
+        consumer.consumer.commit(asynchronous=False)
+        assert _committed(probe_admin, group) == _expected(handed, session)
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_partitions_revoked_by_a_rebalance_commit_the_last_handed_positions(
     probe_bootstrap: str,
     probe_admin: AdminClient,
