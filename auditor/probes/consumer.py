@@ -4,9 +4,10 @@ ranges (record contract version 2, docs/contracts.md, ``_audit.consumer-ledger``
 The poll path parses no header (reconciliation reads every record anyway and counts the
 ones without or with malformed audit headers). ``poll`` and ``consume`` are the inner
 client's bound methods where the application stores offsets itself; where it leaves
-``enable.auto.offset.store`` on (the default), they also store each handed record's position
-with the session's commit metadata, in librdkafka's place (docs/contracts.md, "Commit
-metadata"). ``mark_processed`` only appends the message to a buffer; every hundred or so
+``enable.auto.offset.store`` on (the default), they also keep the last record handed per
+partition, whose position the probe's deferred store stores with the session's commit
+metadata in librdkafka's place (offset_store.py; docs/contracts.md, "Commit metadata").
+``mark_processed`` only appends the message to a buffer; every hundred or so
 marks (and at each background flush) they become per-partition ranges of consecutive offsets,
 which the ledger writer joins and writes.
 """
