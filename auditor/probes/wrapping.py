@@ -566,7 +566,7 @@ class ConsumerWrapper:
         if store is not None:
             store.store_handed()
 
-    # --- assignment (plain delegation) -------------------------------------------------------
+    # --- assignment (delegation; the probe's offset store first) -----------------------------
     def subscribe(
         self,
         topics: list[str],
