@@ -1,5 +1,6 @@
 /* The probes' hot paths in C: AuditedProducer.produce() (HotProduce, with its SeqLock) and
- * AuditedConsumer.mark_processed() (RangeMarker).
+ * AuditedConsumer.mark_processed() (RangeMarker), and the poll() of an audited consumer whose probe
+ * stores the offsets (HandedPositions).
  *
  * HotProduce, the AuditedProducer's produce() hot path: the same steps as the pure-Python closure
  * in auditor/probes/producer.py (_make_produce), without the interpreter's cost per step.
@@ -560,6 +561,14 @@ static PyTypeObject HotProduceType = {
  * used. When the calibration fails (another confluent-kafka layout, a type without that
  * constructor), for a subclass, or for a field the methods would render as None (no topic,
  * an unassigned partition, a negative offset) it calls the methods as before. */
+/* How a confluent-kafka Message is read (RangeMarker and HandedPositions). */
+typedef struct {
+    /* Where a Message keeps its fields (byte offsets into the object), -1 when unknown. */
+    Py_ssize_t at_topic, at_error, at_partition, at_offset;
+    PyTypeObject *message_type;
+    PyObject *m_error, *m_topic, *m_partition, *m_offset; /* the Message methods (descriptors) */
+} MessageFields;
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -571,16 +580,13 @@ typedef struct {
     long long since_ms;       /* wall clock (ms) at the first of them, 0 when none */
     long long taken_since_ms; /* since_ms of the marks the last take() returned */
     Py_ssize_t every;   /* closed runs that make compact() run */
-    /* Where a Message keeps its fields (byte offsets into the object), -1 when unknown. */
-    Py_ssize_t at_topic, at_error, at_partition, at_offset;
     PyObject *compact;
-    PyTypeObject *message_type;
-    PyObject *m_error, *m_topic, *m_partition, *m_offset; /* the Message methods (descriptors) */
+    MessageFields fields;
 } RangeMarker;
 
 static PyObject *s_error, *s_topic, *s_partition, *s_offset;
 
-static PyObject *call_message(RangeMarker *self, PyObject *msg, PyObject *descr, PyObject *name) {
+static PyObject *call_message(MessageFields *self, PyObject *msg, PyObject *descr, PyObject *name) {
     if (Py_IS_TYPE(msg, self->message_type)) {
         PyObject *args[1] = {msg};
         return PyObject_Vectorcall(descr, args, 1, NULL);
@@ -620,7 +626,7 @@ static int close_run(RangeMarker *self) {
 
 /* The message's topic (a new reference), partition and offset, NULL for an error event
  * (*is_event set) or a failure (an exception set). */
-static PyObject *read_message(RangeMarker *self, PyObject *msg, int *is_event, long long *partition,
+static PyObject *read_message(MessageFields *self, PyObject *msg, int *is_event, long long *partition,
                               long long *offset) {
     *is_event = 0;
     if (self->at_topic >= 0 && Py_IS_TYPE(msg, self->message_type)) {
@@ -677,7 +683,7 @@ static PyObject *marker_call(PyObject *callable, PyObject *const *args, size_t n
     }
     int is_event;
     long long partition, offset;
-    PyObject *topic = read_message(self, args[0], &is_event, &partition, &offset);
+    PyObject *topic = read_message(&self->fields, args[0], &is_event, &partition, &offset);
     if (topic == NULL) {
         if (is_event) Py_RETURN_NONE;
         return NULL;
@@ -755,11 +761,11 @@ static int marker_traverse(RangeMarker *self, visitproc visit, void *arg) {
     Py_VISIT(self->runs);
     Py_VISIT(self->topic);
     Py_VISIT(self->compact);
-    Py_VISIT(self->message_type);
-    Py_VISIT(self->m_error);
-    Py_VISIT(self->m_topic);
-    Py_VISIT(self->m_partition);
-    Py_VISIT(self->m_offset);
+    Py_VISIT(self->fields.message_type);
+    Py_VISIT(self->fields.m_error);
+    Py_VISIT(self->fields.m_topic);
+    Py_VISIT(self->fields.m_partition);
+    Py_VISIT(self->fields.m_offset);
     return 0;
 }
 
@@ -767,11 +773,11 @@ static int marker_clear(RangeMarker *self) {
     Py_CLEAR(self->runs);
     Py_CLEAR(self->topic);
     Py_CLEAR(self->compact);
-    Py_CLEAR(self->message_type);
-    Py_CLEAR(self->m_error);
-    Py_CLEAR(self->m_topic);
-    Py_CLEAR(self->m_partition);
-    Py_CLEAR(self->m_offset);
+    Py_CLEAR(self->fields.message_type);
+    Py_CLEAR(self->fields.m_error);
+    Py_CLEAR(self->fields.m_topic);
+    Py_CLEAR(self->fields.m_partition);
+    Py_CLEAR(self->fields.m_offset);
     return 0;
 }
 
@@ -784,7 +790,7 @@ static void marker_dealloc(RangeMarker *self) {
 /* Looks for a Message's fields in its memory (see the RangeMarker comment); leaves the
  * at_* fields -1 unless all four are found exactly once in two probe messages. */
 #define N_PROBES 2
-static int calibrate(RangeMarker *self) {
+static int calibrate(MessageFields *self) {
     self->at_topic = self->at_error = self->at_partition = self->at_offset = -1;
     PyTypeObject *type = self->message_type;
     Py_ssize_t size = type->tp_basicsize;
@@ -848,6 +854,19 @@ static int calibrate(RangeMarker *self) {
     return PyErr_Occurred() ? -1 : 0;
 }
 
+/* The Message type's methods and the place of its fields (calibrate); -1 with an exception set. */
+static int message_fields_init(MessageFields *self, PyObject *message_type) {
+    self->at_topic = self->at_error = self->at_partition = self->at_offset = -1;
+    Py_INCREF(message_type);
+    self->message_type = (PyTypeObject *)message_type;
+    self->m_error = PyObject_GetAttr(message_type, s_error);
+    self->m_topic = PyObject_GetAttr(message_type, s_topic);
+    self->m_partition = PyObject_GetAttr(message_type, s_partition);
+    self->m_offset = PyObject_GetAttr(message_type, s_offset);
+    if (!self->m_error || !self->m_topic || !self->m_partition || !self->m_offset) return -1;
+    return calibrate(self);
+}
+
 static PyObject *marker_runs_waiting(RangeMarker *self, PyObject *Py_UNUSED(ignored)) {
     return PyLong_FromSsize_t(PyList_GET_SIZE(self->runs));
 }
@@ -858,7 +877,7 @@ static PyObject *marker_taken_since_ms(RangeMarker *self, PyObject *Py_UNUSED(ig
 }
 
 static PyObject *marker_reads_fields(RangeMarker *self, PyObject *Py_UNUSED(ignored)) {
-    return PyBool_FromLong(self->at_topic >= 0);
+    return PyBool_FromLong(self->fields.at_topic >= 0);
 }
 
 static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -879,19 +898,8 @@ static PyObject *marker_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
     self->runs = PyList_New(0);
     Py_INCREF(compact);
     self->compact = compact;
-    Py_INCREF(message_type);
-    self->message_type = (PyTypeObject *)message_type;
-    self->m_error = PyObject_GetAttr(message_type, s_error);
-    self->m_topic = PyObject_GetAttr(message_type, s_topic);
-    self->m_partition = PyObject_GetAttr(message_type, s_partition);
-    self->m_offset = PyObject_GetAttr(message_type, s_offset);
-    if (self->runs == NULL || !self->m_error || !self->m_topic || !self->m_partition ||
-        !self->m_offset) {
+    if (self->runs == NULL || message_fields_init(&self->fields, message_type) < 0) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
-        Py_DECREF(self);
-        return NULL;
-    }
-    if (calibrate(self) < 0) {
         Py_DECREF(self);
         return NULL;
     }
@@ -923,8 +931,240 @@ static PyTypeObject RangeMarkerType = {
     .tp_as_sequence = &marker_as_sequence,
 };
 
+/* --- HandedPositions: an audited consumer's poll() where the probe stores offsets -----------
+ * positions(timeout=None) calls the client's poll (None becomes -1, as the probe's Python
+ * poll passes it) and, for a record (not an event or None), keeps it as the last record
+ * handed on its topic-partition: no TopicPartition, no store call, no Python frame per record.
+ * note(messages) does the same for each record of a consume() batch. take() returns the
+ * records kept since the last take(), the last one of each partition, in no set order, and
+ * forgets them: the probe's store (auditor/probes/offset_store.py) stores their positions
+ * with its commit metadata, every STORE_INTERVAL_S from its own thread and before anything
+ * that reads the store. Its state is only touched by C code holding the GIL; take() reads
+ * the count after allocating the list it returns (an allocation may run the cyclic GC,
+ * whose finalizers may let another thread run), so it never misses or splits a record. */
+typedef struct {
+    PyObject *topic;        /* the partition's topic */
+    long long partition;
+    PyObject *msg;          /* the last record handed since the last take(), NULL when none */
+} HandedSlot;
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *poll;         /* the client's poll */
+    HandedSlot *slots;      /* one per topic-partition ever handed a record */
+    Py_ssize_t n_slots, capacity, last_slot;
+    Py_ssize_t pending;     /* slots holding a record */
+    MessageFields fields;
+} HandedPositions;
+
+static int same_text(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    if (PyUnicode_CheckExact(a) && PyUnicode_CheckExact(b)) {
+        /* confluent-kafka makes a new str per message: compare the text, not via dispatch */
+        Py_ssize_t length = PyUnicode_GET_LENGTH(a);
+        int kind = PyUnicode_KIND(a);
+        return length == PyUnicode_GET_LENGTH(b) && kind == PyUnicode_KIND(b) &&
+               memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), (size_t)length * kind) == 0;
+    }
+    return PyObject_RichCompareBool(a, b, Py_EQ);
+}
+
+/* Keep `msg` (a record or an event) as its partition's last handed record; 0 or -1. */
+static int handed_note(HandedPositions *self, PyObject *msg) {
+    int is_event;
+    long long partition, offset;
+    PyObject *topic = read_message(&self->fields, msg, &is_event, &partition, &offset);
+    if (topic == NULL) return is_event ? 0 : -1;
+    HandedSlot *slot = NULL;
+    if (self->last_slot < self->n_slots) {
+        HandedSlot *last = &self->slots[self->last_slot];
+        int same = last->partition == partition ? same_text(last->topic, topic) : 0;
+        if (same < 0) goto fail;
+        if (same) slot = last;
+    }
+    for (Py_ssize_t i = 0; slot == NULL && i < self->n_slots; i++) {
+        if (self->slots[i].partition != partition) continue;
+        int same = same_text(self->slots[i].topic, topic);
+        if (same < 0) goto fail;
+        if (same) {
+            slot = &self->slots[i];
+            self->last_slot = i;
+        }
+    }
+    if (slot == NULL) {
+        if (self->n_slots == self->capacity) {
+            Py_ssize_t capacity = self->capacity ? self->capacity * 2 : 8;
+            HandedSlot *grown = PyMem_Realloc(self->slots, (size_t)capacity * sizeof(HandedSlot));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            self->slots = grown;
+            self->capacity = capacity;
+        }
+        slot = &self->slots[self->n_slots];
+        slot->topic = topic; /* the reference moves to the slot */
+        slot->partition = partition;
+        slot->msg = NULL;
+        self->last_slot = self->n_slots++;
+    } else {
+        Py_DECREF(topic);
+    }
+    PyObject *old = slot->msg;
+    Py_INCREF(msg);
+    slot->msg = msg; /* the state is whole before the old record goes (its deallocation may run code) */
+    if (old == NULL)
+        self->pending++;
+    else
+        Py_DECREF(old);
+    return 0;
+fail:
+    Py_DECREF(topic);
+    return -1;
+}
+
+static PyObject *handed_call(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    HandedPositions *self = (HandedPositions *)callable;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t total = nargs + (kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames));
+    if (total > 1) {
+        PyErr_SetString(PyExc_TypeError, "poll() takes at most one argument (timeout)");
+        return NULL;
+    }
+    PyObject *given[1] = {total == 1 && args[0] != Py_None ? args[0] : minus_one};
+    PyObject *msg = PyObject_Vectorcall(self->poll, given, 1, NULL);
+    if (msg == NULL || msg == Py_None) return msg;
+    if (handed_note(self, msg) < 0) {
+        Py_DECREF(msg);
+        return NULL;
+    }
+    return msg;
+}
+
+static PyObject *handed_note_all(HandedPositions *self, PyObject *messages) {
+    PyObject *items = PySequence_Fast(messages, "note() takes a list of messages");
+    if (items == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(items); i++) {
+        if (handed_note(self, PySequence_Fast_GET_ITEM(items, i)) < 0) {
+            Py_DECREF(items);
+            return NULL;
+        }
+    }
+    Py_DECREF(items);
+    Py_RETURN_NONE;
+}
+
+static PyObject *handed_take(HandedPositions *self, PyObject *Py_UNUSED(ignored)) {
+    for (;;) {
+        Py_ssize_t count = self->pending;
+        PyObject *taken = PyList_New(count);
+        if (taken == NULL) return NULL;
+        if (count != self->pending) { /* another thread handed a record meanwhile */
+            Py_DECREF(taken);
+            continue;
+        }
+        Py_ssize_t at = 0;
+        for (Py_ssize_t i = 0; i < self->n_slots && at < count; i++) {
+            if (self->slots[i].msg == NULL) continue;
+            PyList_SET_ITEM(taken, at++, self->slots[i].msg); /* the reference moves to the list */
+            self->slots[i].msg = NULL;
+        }
+        self->pending = 0;
+        return taken;
+    }
+}
+
+static Py_ssize_t handed_len(HandedPositions *self) { return self->pending; }
+
+static int handed_traverse(HandedPositions *self, visitproc visit, void *arg) {
+    Py_VISIT(self->poll);
+    for (Py_ssize_t i = 0; i < self->n_slots; i++) {
+        Py_VISIT(self->slots[i].topic);
+        Py_VISIT(self->slots[i].msg);
+    }
+    Py_VISIT(self->fields.message_type);
+    Py_VISIT(self->fields.m_error);
+    Py_VISIT(self->fields.m_topic);
+    Py_VISIT(self->fields.m_partition);
+    Py_VISIT(self->fields.m_offset);
+    return 0;
+}
+
+static int handed_clear(HandedPositions *self) {
+    Py_CLEAR(self->poll);
+    HandedSlot *slots = self->slots;
+    Py_ssize_t n_slots = self->n_slots;
+    self->slots = NULL;
+    self->n_slots = self->capacity = self->last_slot = self->pending = 0;
+    for (Py_ssize_t i = 0; i < n_slots; i++) {
+        Py_CLEAR(slots[i].topic);
+        Py_CLEAR(slots[i].msg);
+    }
+    PyMem_Free(slots);
+    Py_CLEAR(self->fields.message_type);
+    Py_CLEAR(self->fields.m_error);
+    Py_CLEAR(self->fields.m_topic);
+    Py_CLEAR(self->fields.m_partition);
+    Py_CLEAR(self->fields.m_offset);
+    return 0;
+}
+
+static void handed_dealloc(HandedPositions *self) {
+    PyObject_GC_UnTrack(self);
+    handed_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *handed_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"poll", "message_type", NULL};
+    PyObject *poll, *message_type;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!:HandedPositions", kwlist, &poll, &PyType_Type,
+                                     &message_type))
+        return NULL;
+    HandedPositions *self = (HandedPositions *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = handed_call;
+    Py_INCREF(poll);
+    self->poll = poll;
+    if (message_fields_init(&self->fields, message_type) < 0) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static PyObject *handed_reads_fields(HandedPositions *self, PyObject *Py_UNUSED(ignored)) {
+    return PyBool_FromLong(self->fields.at_topic >= 0);
+}
+
+static PyMethodDef handed_methods[] = {
+    {"note", (PyCFunction)handed_note_all, METH_O, NULL},
+    {"take", (PyCFunction)handed_take, METH_NOARGS, NULL},
+    {"reads_fields", (PyCFunction)handed_reads_fields, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods handed_as_sequence = {.sq_length = (lenfunc)handed_len};
+
+static PyTypeObject HandedPositionsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "auditor.probes._hotpath.HandedPositions",
+    .tp_basicsize = sizeof(HandedPositions),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "poll() of an audited consumer whose probe stores the offsets, in C.",
+    .tp_new = handed_new,
+    .tp_dealloc = (destructor)handed_dealloc,
+    .tp_traverse = (traverseproc)handed_traverse,
+    .tp_clear = (inquiry)handed_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(HandedPositions, vectorcall),
+    .tp_methods = handed_methods,
+    .tp_as_sequence = &handed_as_sequence,
+};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath",
-                                    "The probes' hot paths in C: produce() and mark_processed().", -1, NULL};
+                                    "The probes' hot paths in C: produce(), mark_processed() and the consumer's poll().", -1, NULL};
 
 PyMODINIT_FUNC PyInit__hotpath(void) {
     s_next_seq = PyUnicode_InternFromString("next_seq");
@@ -943,7 +1183,8 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     s_partition = PyUnicode_InternFromString("partition");
     s_offset = PyUnicode_InternFromString("offset");
     if (!s_error || !s_topic || !s_partition || !s_offset) return NULL;
-    if (PyType_Ready(&HotProduceType) < 0 || PyType_Ready(&SeqLockType) < 0 || PyType_Ready(&RangeMarkerType) < 0)
+    if (PyType_Ready(&HotProduceType) < 0 || PyType_Ready(&SeqLockType) < 0 || PyType_Ready(&RangeMarkerType) < 0 ||
+        PyType_Ready(&HandedPositionsType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
@@ -962,6 +1203,12 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
     Py_INCREF(&RangeMarkerType);
     if (PyModule_AddObject(m, "RangeMarker", (PyObject *)&RangeMarkerType) < 0) {
         Py_DECREF(&RangeMarkerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&HandedPositionsType);
+    if (PyModule_AddObject(m, "HandedPositions", (PyObject *)&HandedPositionsType) < 0) {
+        Py_DECREF(&HandedPositionsType);
         Py_DECREF(m);
         return NULL;
     }

@@ -4,9 +4,10 @@ ranges (record contract version 2, docs/contracts.md, ``_audit.consumer-ledger``
 The poll path parses no header (reconciliation reads every record anyway and counts the
 ones without or with malformed audit headers). ``poll`` and ``consume`` are the inner
 client's bound methods where the application stores offsets itself; where it leaves
-``enable.auto.offset.store`` on (the default), they also store each handed record's position
-with the session's commit metadata, in librdkafka's place (docs/contracts.md, "Commit
-metadata"). ``mark_processed`` only appends the message to a buffer; every hundred or so
+``enable.auto.offset.store`` on (the default), they also keep the last record handed per
+partition, whose position the probe's deferred store stores with the session's commit
+metadata in librdkafka's place (offset_store.py; docs/contracts.md, "Commit metadata").
+``mark_processed`` only appends the message to a buffer; every hundred or so
 marks (and at each background flush) they become per-partition ranges of consecutive offsets,
 which the ledger writer joins and writes.
 """
@@ -187,13 +188,14 @@ class AuditedConsumer(ConsumerWrapper):
         self._config = dict(config)
         self._consumer: Consumer = consumer_factory(inner_consumer_config(config))  # or a test double
         self.session_id = uuid.uuid4().hex
+        self.native = use_native(native)
         # Commits name the session in their metadata (docs/contracts.md). librdkafka's own
         # offset store (enable.auto.offset.store, on by default) stores none, so the probe stores
-        # each handed record's offset in its place: a Python frame and one store call per record.
-        # Otherwise the poll path is the wrapped client's: no Python frame of ours per record.
+        # the handed records' positions in its place, deferred (offset_store.py): poll keeps the
+        # last record per partition (in C, without a Python frame, when native). Otherwise the
+        # poll path is the wrapped client's.
         self._stores_offsets = probe_stores_offsets(self._config)
-        self.poll = self._storing_poll() if self._stores_offsets else self._consumer.poll
-        self.consume = self._storing_consume() if self._stores_offsets else self._consumer.consume
+        self.poll, self.consume = self._offset_store_calls(self.native)
         group = self._config.get("group.id")
         self.group: str | None = None if group is None else str(group)
         self.client_id: str = str(self._config.get("client.id", "rdkafka"))
@@ -237,7 +239,6 @@ class AuditedConsumer(ConsumerWrapper):
             processed_ranges_header(self.session_id, self.group), self._observe_ranges, merge_ranges
         )
         self._chunks_per_record = max(1, ledger_batch_size // self._compact_every)
-        self.native = use_native(native)
         # The native marker keeps runs of offsets itself instead of holding messages, and calls
         # _compact once _compact_every runs (not marks) wait: consecutive marks stay in C, and
         # the background flush takes the open run every ledger_flush_interval_s.

@@ -25,6 +25,7 @@ from auditor.probes.codec import (
 from auditor.probes.config import ledger_producer_config
 from auditor.probes.headers import fast_audit_id
 from auditor.probes.message import record_position
+from auditor.probes.native import use_native
 from auditor.probes.topics import CLIENTS_TOPIC, CONSUMER_LEDGER_TOPIC
 from auditor.probes.wrapping import ConsumerWrapper, inner_consumer_config, probe_stores_offsets
 from auditor.probes.writer import LedgerWriter
@@ -49,7 +50,8 @@ class AuditedConsumerV1(ConsumerWrapper):
     last processed offset per partition also go to the ledger in ``session-end``
     records: a checkpoint every ``ledger_flush_interval_s`` when either changed,
     on ``flush_ledger()``, and a final one on ``close()``. ``consumer_factory`` and
-    ``producer_factory`` build the wrapped consumer and the ledger producer.
+    ``producer_factory`` build the wrapped consumer and the ledger producer; ``native``
+    chooses the C poll of the probe's offset store (None: whenever built).
     """
 
     kind: Literal["consumer"] = "consumer"
@@ -66,15 +68,16 @@ class AuditedConsumerV1(ConsumerWrapper):
         ledger_config: Mapping[str, Any] | None = None,
         consumer_factory: Callable[[dict[str, Any]], Any] = Consumer,
         producer_factory: Callable[[dict[str, Any]], Any] = Producer,
+        native: bool | None = None,
     ) -> None:
         self._config = dict(config)
         self._consumer: Consumer = consumer_factory(inner_consumer_config(config))  # or a test double
         self.session_id = uuid.uuid4().hex
         # Commits name the session in their metadata (docs/contracts.md): the probe stores the
-        # handed records' offsets in place of enable.auto.offset.store, which stores none.
+        # handed records' positions in place of enable.auto.offset.store, which stores none
+        # (deferred: offset_store.py; its poll in C when the native hot path is built).
         self._stores_offsets = probe_stores_offsets(self._config)
-        self._store_poll = self._storing_poll() if self._stores_offsets else self._consumer.poll
-        self._store_consume = self._storing_consume() if self._stores_offsets else self._consumer.consume
+        self._store_poll, self._store_consume = self._offset_store_calls(use_native(native))
         group = self._config.get("group.id")
         self.group: str | None = None if group is None else str(group)
         self.client_id: str = str(self._config.get("client.id", "rdkafka"))

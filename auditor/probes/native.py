@@ -10,14 +10,14 @@ from __future__ import annotations
 import os
 
 try:
-    from auditor.probes._hotpath import HotProduce, RangeMarker, SeqLock
+    from auditor.probes._hotpath import HandedPositions, HotProduce, RangeMarker, SeqLock
 except ImportError:  # pragma: no cover - depends on the build
-    HotProduce = RangeMarker = SeqLock = None  # type: ignore[assignment,misc]
+    HandedPositions = HotProduce = RangeMarker = SeqLock = None  # type: ignore[assignment,misc]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 
-__all__ = ["HotProduce", "RangeMarker", "SeqLock", "native_hot_path_available", "use_native"]
+__all__ = ["HandedPositions", "HotProduce", "RangeMarker", "SeqLock", "native_hot_path_available", "use_native"]
 
 
 def native_hot_path_available() -> bool:

@@ -13,12 +13,13 @@ import time
 import weakref
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Literal, Protocol, Self, cast
+from typing import Any, Literal, Protocol, Self
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from auditor.probes.codec import encode_session_end
 from auditor.probes.config import TOPIC_CONFIG, applied_setting, librdkafka_bool, mask_config
+from auditor.probes.offset_store import DeferredOffsetStore, position, record_position
 from auditor.probes.writer import LedgerWriter
 from spark_jobs.commit_history import COMMIT_METADATA_PREFIX
 
@@ -140,23 +141,9 @@ def _without_session_lines(metadata: str) -> str:
 def with_commit_metadata(positions: list[TopicPartition], session: str) -> list[TopicPartition]:
     """Copies of ``positions`` whose metadata names ``session`` (the caller's list is left alone)."""
     return [
-        _position(tp.topic, tp.partition, tp.offset, commit_metadata(session, tp.metadata), tp.leader_epoch)
+        position(tp.topic, tp.partition, tp.offset, commit_metadata(session, tp.metadata), tp.leader_epoch)
         for tp in positions
     ]
-
-
-def _position(topic: str, partition: int, offset: int, metadata: str, leader_epoch: int | None) -> TopicPartition:
-    # TopicPartition takes no None leader epoch (an int or nothing)
-    if leader_epoch is None:
-        return TopicPartition(topic, partition, offset, metadata)
-    return TopicPartition(topic, partition, offset, metadata, leader_epoch)
-
-
-def record_position(msg: Message, metadata: str) -> TopicPartition:
-    """The position after a record (not an event), with ``metadata``: what committing it stores."""
-    return _position(
-        cast(str, msg.topic()), cast(int, msg.partition()), cast(int, msg.offset()) + 1, metadata, msg.leader_epoch()
-    )
 
 
 def probe_stores_offsets(config: Mapping[str, Any]) -> bool:
@@ -486,8 +473,10 @@ class ConsumerWrapper:
     _closed: bool
     mark_processed: Callable[[Message], None]
     session_id: str
-    # the probe stores handed messages' offsets in place of librdkafka (probe_stores_offsets)
+    # the probe stores handed messages' offsets in place of librdkafka (probe_stores_offsets),
+    # through its deferred store
     _stores_offsets: bool = False
+    _offset_store: DeferredOffsetStore | None = None
 
     def _hand_marks_over(self) -> None:
         """Nothing to do where marks go straight to the ledger writer."""
@@ -530,6 +519,7 @@ class ConsumerWrapper:
             kwargs.update(self._message_position(message))
         if offsets is not None:
             kwargs["offsets"] = with_commit_metadata(offsets, self.session_id)
+        self._store_handed()  # the store as librdkafka's own would hold it now
         committed: list[TopicPartition] | None = self._consumer.commit(**kwargs)
         return committed
 
@@ -558,60 +548,25 @@ class ConsumerWrapper:
             kwargs["offsets"] = with_commit_metadata(offsets, self.session_id)
         self._consumer.store_offsets(**kwargs)
 
-    def _storing_poll(self) -> Callable[..., Message | None]:
-        """``poll`` storing the handed message's offset with this session's metadata, as
-        librdkafka's enable.auto.offset.store would have at that moment (without metadata):
-        one Python frame, the message's four accessors and one store call per record."""
-        inner = self._consumer.poll
-        store = self._consumer.store_offsets
-        metadata = commit_metadata(self.session_id)
-        position = TopicPartition
+    def _offset_store_calls(self, native: bool) -> tuple[Callable[..., Message | None], Callable[..., list[Message]]]:
+        """The consumer's ``poll`` and ``consume``: the client's own, or where the probe stores
+        the offsets (probe_stores_offsets) those of its deferred store (offset_store.py: the
+        last record handed per partition is kept, its position stored within STORE_INTERVAL_S
+        and before anything that reads the store)."""
+        if not self._stores_offsets:
+            return self._consumer.poll, self._consumer.consume
+        store = DeferredOffsetStore(self._consumer, commit_metadata(self.session_id), native, self)
+        self._offset_store = store
+        return store.poll, store.consume
 
-        def poll(timeout: float | None = None) -> Message | None:
-            msg = inner(-1 if timeout is None else timeout)
-            if msg is not None and msg.error() is None:
-                # a record has its topic, partition and offset
-                topic: str = msg.topic()  # type: ignore[assignment]
-                partition: int = msg.partition()  # type: ignore[assignment]
-                offset: int = msg.offset()  # type: ignore[assignment]
-                epoch = msg.leader_epoch()
-                at = (
-                    position(topic, partition, offset + 1, metadata)
-                    if epoch is None
-                    else position(topic, partition, offset + 1, metadata, epoch)
-                )
-                try:
-                    store(offsets=[at])
-                except KafkaException:
-                    pass  # a partition revoked meanwhile: librdkafka's own store skips it too
-            return msg
+    def _store_handed(self) -> None:
+        """Store the positions of the records handed so far, where the probe stores offsets:
+        before the client reads the store (a commit, a close, a change of assignment)."""
+        store = self._offset_store
+        if store is not None:
+            store.store_handed()
 
-        return poll
-
-    def _storing_consume(self) -> Callable[..., list[Message]]:
-        """``consume`` storing, per partition, the offset after the batch's last record with
-        this session's metadata (librdkafka stores each as it hands the batch over)."""
-        inner = self._consumer.consume
-        store = self._consumer.store_offsets
-        metadata = commit_metadata(self.session_id)
-
-        def consume(num_messages: int = 1, timeout: float = -1) -> list[Message]:
-            messages = inner(num_messages, timeout)
-            last: dict[tuple[str | None, int | None], Message] = {}
-            for msg in messages:
-                if msg.error() is None:
-                    last[(msg.topic(), msg.partition())] = msg
-            if last:
-                positions = [record_position(msg, metadata) for msg in last.values()]
-                try:
-                    store(offsets=positions)
-                except KafkaException:
-                    pass  # a partition revoked meanwhile: librdkafka's own store skips it too
-            return messages
-
-        return consume
-
-    # --- assignment (plain delegation) -------------------------------------------------------
+    # --- assignment (delegation; the probe's offset store first) -----------------------------
     def subscribe(
         self,
         topics: list[str],
@@ -620,6 +575,16 @@ class ConsumerWrapper:
         on_lost: Callable[..., None] | None = None,
     ) -> None:
         callbacks = {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_lost}
+        if self._offset_store is not None:
+            # The probe's own callbacks store the handed positions first, before librdkafka
+            # commits the revoked partitions (it does so once they are unassigned, after the
+            # callback; confluent-kafka unassigns itself after one that did not). Lost partitions
+            # go to on_revoke when the application gave no on_lost, as confluent-kafka sends them.
+            callbacks["on_lost"] = on_lost or on_revoke
+            self._consumer.subscribe(
+                topics, **{name: self._storing_first(callback) for name, callback in callbacks.items()}
+            )
+            return
         self._consumer.subscribe(
             topics, **{name: self._given_self(callback) for name, callback in callbacks.items() if callback is not None}
         )
@@ -634,18 +599,47 @@ class ConsumerWrapper:
 
         return called
 
+    def _storing_first(self, callback: Callable[..., None] | None) -> Callable[..., None]:
+        """A rebalance callback of the probe's: stores the handed positions, then calls the
+        application's (if any) with this audited consumer."""
+
+        def called(_client: Consumer, partitions: list[TopicPartition]) -> None:
+            self._store_handed()
+            if callback is not None:
+                callback(self, partitions)
+
+        return called
+
+    # Each stores the handed positions first: librdkafka commits the stored offsets of the
+    # partitions an assignment change removes (with enable.auto.commit), and a seek is ordered
+    # after the records handed before it.
     def assign(self, partitions: list[TopicPartition]) -> None:
+        self._store_handed()
         self._consumer.assign(partitions)
 
     def unsubscribe(self) -> None:
+        self._store_handed()
         self._consumer.unsubscribe()
 
     def unassign(self) -> None:
+        self._store_handed()
         self._consumer.unassign()
 
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        self._store_handed()
+        self._consumer.incremental_assign(partitions)
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        self._store_handed()
+        self._consumer.incremental_unassign(partitions)
+
+    def seek(self, partition: TopicPartition) -> None:
+        self._store_handed()
+        self._consumer.seek(partition)
+
     def __getattr__(self, name: str) -> Any:
-        # assignment, committed, position, seek, pause, resume, get_watermark_offsets,
-        # consumer_group_metadata, incremental_assign, list_topics, ...
+        # assignment, committed, position, pause, resume, get_watermark_offsets,
+        # consumer_group_metadata, list_topics, ...
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._consumer, name)
@@ -668,6 +662,8 @@ class ConsumerWrapper:
         # ahead of them; then whatever its rebalance callbacks marked, then the end.
         self._hand_marks_over()
         self._ledger.flush(self._ledger_flush_timeout_s)
+        if self._offset_store is not None:
+            self._offset_store.close()  # the handed positions stored before the close's commit
         try:
             self._consumer.close()
         finally:

@@ -40,9 +40,10 @@ def audit_topics(probe_topic: TopicFactory) -> AuditTopics:
 
 @pytest.fixture(params=["native", "python"])
 def hot_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs a test once with each produce() hot path of AuditedProducer: the native one
-    (built by stack/bootstrap.sh; a test fails, never skips, when it is missing) and the
-    pure-Python one (AUDITOR_PROBES_NATIVE=0)."""
+    """Runs a test once with each hot path of the probes (AuditedProducer's produce(), the
+    consumers' poll where the probe stores offsets): the native one (built by
+    stack/bootstrap.sh; a test fails, never skips, when it is missing) and the pure-Python one
+    (AUDITOR_PROBES_NATIVE=0)."""
     if request.param == "native":
         monkeypatch.delenv("AUDITOR_PROBES_NATIVE", raising=False)
         if not native_hot_path_available():

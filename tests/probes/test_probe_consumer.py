@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from auditor.probes import AuditedConsumerV1, decode_ledger_record
 from auditor.probes.codec import ClientRecord, ConsumerBatch, SessionEnd, SessionStart
@@ -166,3 +166,32 @@ def test_it_delegates_assignment_calls(harness: Harness) -> None:
     assert harness.consumer.assignment() == []
     assert harness.inner is not None
     assert [name for name, _ in harness.inner.calls] == ["subscribe", "assign"]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_the_probes_rebalance_callbacks_store_the_handed_positions_then_call_the_applications(native: bool) -> None:
+    h = Harness([record(0), record(1)], native=native)
+    consumer, inner = h.consumer, h.inner
+    assert inner is not None
+    seen: list[tuple[Any, list[str], list[int]]] = []
+
+    def on_revoke(given: Any, partitions: list[TopicPartition]) -> None:
+        stored = [tp.offset for name, kwargs in inner.calls if name == "store_offsets" for tp in kwargs["offsets"]]
+        seen.append((given, [tp.topic for tp in partitions], stored))
+
+    consumer.subscribe(["t"], on_revoke=on_revoke)
+    name, (topics, callbacks) = inner.calls[-1]
+    # the probe's own three, whatever the application gave (confluent-kafka assigns and
+    # unassigns after a callback that did not)
+    assert (name, topics, set(callbacks)) == ("subscribe", ["t"], {"on_assign", "on_revoke", "on_lost"})
+    consumer.poll(1)
+    consumer.poll(1)
+    callbacks["on_revoke"](inner, [TopicPartition("t", 0)])
+    # the position after the last record handed was stored before the application's callback ran
+    assert seen == [(consumer, ["t"], [2])]
+    # lost partitions go to the application's on_revoke when it gave no on_lost, as confluent-kafka sends them
+    callbacks["on_lost"](inner, [TopicPartition("t", 0)])
+    assert len(seen) == 2 and seen[1][0] is consumer
+    callbacks["on_assign"](inner, [TopicPartition("t", 0)])  # none given: only the store
+    assert len(seen) == 2
+    consumer.close()

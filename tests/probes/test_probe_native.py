@@ -494,3 +494,43 @@ def test_the_switch_takes_boolean_words_and_names_any_other_value(monkeypatch: p
     monkeypatch.setenv("AUDITOR_PROBES_NATIVE", "maybe")
     with pytest.raises(ValueError, match="AUDITOR_PROBES_NATIVE='maybe'"):
         native_hot_path_available()
+
+
+def test_the_native_handed_positions_keep_the_last_record_of_each_partition_as_python_does() -> None:
+    from auditor.probes._hotpath import HandedPositions
+    from auditor.probes.offset_store import PythonHandedPositions
+
+    rng = random.Random(11)
+    handed = marks_sequence(rng, 3000)
+    feeds = [iter(handed), iter(handed), iter(handed)]
+    native = HandedPositions(lambda timeout: next(feeds[0]), Message)
+    assert native.reads_fields() is True
+    by_methods = HandedPositions(lambda timeout: SubMessage(**_fields(next(feeds[1]))), Message)
+    python = PythonHandedPositions(lambda timeout: next(feeds[2]))
+    truth: dict[tuple[str, int], int] = {}
+
+    def taken(keeper: Any) -> dict[tuple[str, int], int]:
+        return {(m.topic(), m.partition()): m.offset() for m in keeper.take()}
+
+    for n, msg in enumerate(handed):
+        got = [native(None), by_methods(), python.poll(0.5)]
+        assert [m.offset() for m in got] == [msg.offset()] * 3  # each poll hands the record it got
+        if msg.error() is None:
+            truth[(msg.topic(), msg.partition())] = msg.offset()
+        if n % 97 == 0:  # a store between records: each keeper hands over what was handed since the last
+            assert len(native) == len(by_methods) == len(python) == len(truth)
+            assert taken(native) == taken(by_methods) == taken(python) == truth
+            truth = {}
+    batch = [Message(topic="c", partition=2, offset=5), Message(topic="c", partition=2, offset=6)]
+    for keeper in (native, by_methods, python):
+        keeper.note([*batch, Message(topic="c", partition=2, error=KafkaError(KafkaError._PARTITION_EOF))])
+    truth[("c", 2)] = 6
+    assert taken(native) == taken(by_methods) == taken(python) == truth
+    assert native.take() == by_methods.take() == python.take() == []
+    with pytest.raises(TypeError):
+        native(1.0, 2.0)
+
+
+def _fields(msg: Message) -> dict[str, Any]:
+    fields = {"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(), "error": msg.error()}
+    return {k: v for k, v in fields.items() if v is not None}

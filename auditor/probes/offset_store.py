@@ -1,0 +1,160 @@
+"""The audited consumer's offset store, in place of librdkafka's ``enable.auto.offset.store``
+(docs/contracts.md, "Commit metadata"): the positions it stores name the probe's session.
+
+librdkafka stores each record's position as it hands it over; only its commits read the
+store. Storing each one from Python (a TopicPartition and a ``store_offsets`` call per
+record) doubled the consumer's CPU per record, so the probe defers the store instead:
+``poll``/``consume`` only keep the last record handed per partition (HandedPositions, in C
+when the native hot path is built), and ``store_handed()`` stores their positions with the
+session's metadata, in one ``store_offsets`` call:
+
+* every ``STORE_INTERVAL_S`` (50 ms) from its own thread, whatever the application does
+  (one stuck processing a record, polling no more, has its position stored as librdkafka
+  would have, within that bound): the auto-commit timer, which reads the store at any
+  moment from librdkafka's thread, commits at most that far behind plain librdkafka;
+* before everything that reads the store or changes the assignment, so they see exactly what
+  plain librdkafka would: commit(), close(), assign/unassign/incremental_(un)assign,
+  unsubscribe, seek, and each rebalance callback (the probe installs its own, which call the
+  application's, before librdkafka's commit of the revoked partitions: confluent-kafka still
+  assigns or unassigns after a callback that did not).
+
+A Python thread needs the GIL: another thread holding it longer than the interpreter's
+switch interval (5 ms) without release (a long C call) delays the tick by as much.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Protocol, cast
+
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+
+from auditor.probes.native import HandedPositions
+
+logger = logging.getLogger(__name__)
+
+# How long a handed record's position may wait before it is stored (the bound above).
+STORE_INTERVAL_S = 0.05
+
+
+class Handed(Protocol):
+    """The last record handed per partition since the last take()."""
+
+    def note(self, messages: list[Message]) -> None: ...
+    def take(self) -> list[Message]: ...
+    def __len__(self) -> int: ...
+
+
+class PythonHandedPositions:
+    """HandedPositions without the native module: ``poll`` is a closure (one Python frame, a
+    tuple and a dict store per record); take() pops entry by entry, so a record handed by
+    another thread meanwhile is either taken now or kept for the next one."""
+
+    def __init__(self, poll: Callable[..., Message | None]) -> None:
+        last: dict[tuple[str | None, int | None], Message] = {}
+        self._last = last
+
+        def handed_poll(timeout: float | None = None) -> Message | None:
+            msg = poll(-1 if timeout is None else timeout)
+            if msg is not None and msg.error() is None:
+                last[(msg.topic(), msg.partition())] = msg
+            return msg
+
+        self.poll = handed_poll
+
+    def note(self, messages: list[Message]) -> None:
+        last = self._last
+        for msg in messages:
+            if msg.error() is None:
+                last[(msg.topic(), msg.partition())] = msg
+
+    def take(self) -> list[Message]:
+        last = self._last
+        taken: list[Message] = []
+        while last:
+            try:
+                taken.append(last.popitem()[1])
+            except KeyError:  # emptied meanwhile
+                break
+        return taken
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+
+class DeferredOffsetStore:
+    """Keeps the records a consumer hands over and stores their positions (see the module's
+    docstring). ``poll`` and ``consume`` are what the audited consumer offers as its own."""
+
+    def __init__(self, consumer: Consumer, metadata: str, native: bool, owner: object) -> None:
+        self._store_offsets = consumer.store_offsets
+        self._metadata = metadata
+        self._lock = threading.Lock()
+        handed: Handed
+        if native:
+            handed = native_poll = HandedPositions(consumer.poll, Message)
+            self.poll: Callable[..., Message | None] = native_poll
+        else:
+            handed = python = PythonHandedPositions(consumer.poll)
+            self.poll = python.poll
+        self._handed = handed
+        inner_consume = consumer.consume
+        note = handed.note
+
+        def consume(num_messages: int = 1, timeout: float = -1) -> list[Message]:
+            messages = inner_consume(num_messages, timeout)
+            note(messages)
+            return messages
+
+        self.consume = consume
+        self._stop = threading.Event()
+        # Stops when the audited consumer goes without close() too (the thread holds only the client).
+        weakref.finalize(owner, self._stop.set)
+        self._thread = threading.Thread(target=self._run, name="audit-offset-store", daemon=True)
+        self._thread.start()
+
+    def store_handed(self) -> None:
+        """Store the position after the last record handed on each partition since the previous
+        store, with the session's metadata. Under a lock: a store never runs behind a later one."""
+        with self._lock:
+            taken = self._handed.take()
+            if not taken:
+                return
+            positions = [record_position(msg, self._metadata) for msg in taken]
+            try:
+                self._store_offsets(offsets=positions)
+            except KafkaException:
+                pass  # no partition of them is assigned any more: librdkafka's own store skips them too
+
+    def close(self) -> None:
+        """Stop the thread and store what is left (before the client's close commits)."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self.store_handed()
+
+    def _run(self) -> None:
+        while not self._stop.wait(STORE_INTERVAL_S):
+            try:
+                self.store_handed()
+            except RuntimeError:
+                return  # the client was closed under the probe
+            except Exception:
+                logger.exception("audited consumer: storing the handed offsets failed")
+
+
+def position(topic: str, partition: int, offset: int, metadata: str, leader_epoch: int | None) -> TopicPartition:
+    """A TopicPartition to commit or store (it takes no None leader epoch: an int or nothing)."""
+    if leader_epoch is None:
+        return TopicPartition(topic, partition, offset, metadata)
+    return TopicPartition(topic, partition, offset, metadata, leader_epoch)
+
+
+def record_position(msg: Message, metadata: str) -> TopicPartition:
+    """The position after a record (not an event), with ``metadata``: what committing it stores."""
+    return position(
+        cast(str, msg.topic()), cast(int, msg.partition()), cast(int, msg.offset()) + 1, metadata, msg.leader_epoch()
+    )
