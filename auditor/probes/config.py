@@ -35,9 +35,9 @@ _URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:/
 # the same cluster the same way (network, TLS, SASL) and logs the same way.
 # Everything else (acks, batching, consumer settings, delivery callbacks) stays
 # the probe's own. The prefixes are those of the auditor's own clients
-# (spark_jobs.kafka_security.CONNECTION_KEY_PREFIXES; the probes import nothing outside
-# this package, a test keeps the two the same), plus the callables and log settings an
-# application hands its clients.
+# (spark_jobs.kafka_security.CONNECTION_KEY_PREFIXES, kept in step by hand: the probes import
+# nothing outside this package; `client.` is narrowed so the ledger producer keeps its own
+# client.id), plus the callables and log settings an application hands its clients.
 _CONNECTION_KEYS = frozenset(
     {
         "bootstrap.servers",

@@ -21,7 +21,6 @@ from auditor.probes.codec import encode_session_end
 from auditor.probes.config import TOPIC_CONFIG, applied_setting, librdkafka_bool, mask_config
 from auditor.probes.offset_store import DeferredOffsetStore, position, record_position
 from auditor.probes.writer import LedgerWriter
-from spark_jobs.commit_history import COMMIT_METADATA_PREFIX
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +107,10 @@ class GroupMetadata(bytes):
 # Commit metadata naming the probed consumer session that committed (docs/contracts.md, "Commit
 # metadata"): the stuck diagnosis reads it back from __consumer_offsets to tell a probed
 # consumer's commit from a plain one's.
+# What a probed session's commits carry (docs/contracts.md, "Commit metadata"); the readers'
+# copy is spark_jobs.commit_history's (the probes import nothing outside this package; a test
+# keeps the two the same).
+COMMIT_METADATA_PREFIX = "audit:v2:"
 # Kafka's offset.metadata.max.bytes default: an application's own metadata that leaves no room
 # for the probe's is committed unchanged (the commit then names no session).
 COMMIT_METADATA_MAX_BYTES = 4096
