@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from spark_jobs.kafka_offsets import KafkaReadError, partition_offsets, topic_partitions
@@ -199,6 +200,7 @@ def offsets_history(
     groups: list[str],
     topic: str,
     timeout_s: float = 10.0,
+    group_prefix: str = "auditor-read",
 ) -> tuple[dict[str, dict[int, RemovedOffsets]], dict[str, dict[int, list[CommitRecord]]]]:
     """Per group, the partitions of `topic` whose committed offset `__consumer_offsets` shows
     removed (its last record for the key is a tombstone), read one partition of the internal
@@ -232,6 +234,7 @@ def offsets_history(
             {p: (o.low, o.stable) for p, o in offsets.items()},
             isolation="read_committed",
             idle_timeout_s=max(timeout_s, 10.0),
+            group_prefix=group_prefix,  # the reader's group id: assigned, it never commits
         ):
             if time.monotonic() > deadline:
                 raise KafkaReadError(f"reading it took longer than {budget_s:.0f} s")
@@ -254,7 +257,7 @@ def offsets_history(
             history.setdefault(parsed[0], {}).setdefault(parsed[2], []).append(
                 CommitRecord(committed, _session_line(parse_commit_metadata(value)), ts, whole)
             )
-    except Exception as exc:  # KafkaReadError, LocateError, KafkaException: a read that failed
+    except (KafkaReadError, KafkaException) as exc:  # a read that failed
         raise KafkaReadError(f"{OFFSETS_TOPIC} could not be read: {exc}") from exc
     removed: dict[str, dict[int, RemovedOffsets]] = {}
     for (group, partition), (committed, ts) in last.items():
@@ -342,18 +345,29 @@ def plain_passed(records: list[CommitRecord] | None, committed_now: int | None) 
 
 
 def plain_passed_spans(
-    history: dict[str, dict[int, list[CommitRecord]]], committed: dict[tuple[str, int], int]
+    history: dict[str, dict[int, list[CommitRecord]]],
+    committed: dict[tuple[str, int], int],
+    named: set[str],
+    judged_below: dict[tuple[str, int], int] | None = None,
 ) -> list[tuple[str, int, int, int]]:
     """(group, partition, first, last offset) where a commit naming no probed session took the
-    group past the records, for the groups some of whose commits on the topic name one (a group
-    only partly probed: a plain instance of it, which may have processed them, committed past
-    them). A group none of whose commits names a session (older probes, or none) has none: its
-    marks alone speak for it."""
+    group past the records, for the groups in `named`: those some of whose commits name one,
+    in this history or as an earlier run saw (a group only partly probed: a plain instance of
+    it, which may have processed them, committed past them). A group none of whose commits
+    ever named a session (older probes, or none) has none: its marks alone speak for it.
+
+    `judged_below` (group, partition) -> offset: below it an earlier run judged the records
+    with the history it read then (the highest committed offset a run saw,
+    group_commits.SeenCommits.offset); spans start there, so a history the log cleaner has
+    thinned since (whose first commit left stands in for the ones it removed) never takes back
+    what a run reported."""
     spans: list[tuple[str, int, int, int]] = []
     for group, commits in sorted(history.items()):
-        if not names_sessions(commits):
+        if group not in named:
             continue
         for partition, records in sorted(commits.items()):
+            floor = (judged_below or {}).get((group, partition), 0)
             for first, last in plain_passed(records, committed.get((group, partition))):
-                spans.append((group, partition, first, last))
+                if last >= floor:
+                    spans.append((group, partition, max(first, floor), last))
     return spans

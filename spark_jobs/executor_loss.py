@@ -104,6 +104,7 @@ class ExecutorWatch:
         self.store_error: str | None = None  # why the status store could not be read: the fallback
         self._removed_before: set[str] = set()
         if self.active:
+            self._wait_for_listeners()  # an executor removed just before the run is not lost during it
             states = self._states()
             if states is not None:
                 self._removed_before = {i for i, state in states.items() if not state.active}

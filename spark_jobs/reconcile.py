@@ -250,13 +250,14 @@ def check_reads_unchanged(plan: RunPlan, watch: ExecutorWatch) -> None:
         shortened.append(f"{plan.topic.topic} is compacted, and its log cleaner may have removed records since")
     if shortened:
         raise ReconcileError(
-            f"{', '.join(lost)} were lost during the run, and since this run read them "
+            f"{', '.join(lost)} {'was' if len(lost) == 1 else 'were'} lost during the run, and since this run read them "
             f"{'; '.join(shortened)}: the parts of its reads those executors held may have been read again "
             "without the records gone since. The run is discarded (nothing was reported, the incremental state is "
             "unchanged), run it again"
         )
     plan.warnings.append(
-        f"{', '.join(lost)} were lost during the run; every range it read still holds what it read "
+        f"{', '.join(lost)} {'was' if len(lost) == 1 else 'were'} lost during the run; every range it read still "
+        "holds what it read "
         "(nothing deleted or truncated since), so parts read again are the same"
     )
 

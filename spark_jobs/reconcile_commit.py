@@ -82,6 +82,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
         rows_looked_up_until=new.rows_looked_up.until,
         rows_looked_up_at=new.rows_looked_up.at,
         upper_high=plan.latest_upper.isoformat(),
+        sessions_named=kafka["sessions_named"],
     )
     new.laps.check()  # the last point where a cancelled run leaves the old state (the compactions ran Spark jobs)
     plan.warnings += store.commit(meta)

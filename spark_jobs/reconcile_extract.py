@@ -22,7 +22,7 @@ from spark_jobs.binding import (
     jdbc_url_and_properties,
     redact_url,
 )
-from spark_jobs.commit_history import offsets_history, plain_passed_spans
+from spark_jobs.commit_history import names_sessions, offsets_history, plain_passed_spans
 from spark_jobs.common import read_kafka_ranges
 from spark_jobs.group_offsets import committed_offsets
 from spark_jobs.kafka_cleanup import TopicCleanup, absent_keys_explained, read_topic_cleanup
@@ -248,24 +248,59 @@ def checkpoint_prints(
 
 
 def plain_commits(
-    binding: Binding, admin: AdminClient, committed: list[tuple[str, int, int]]
-) -> tuple[list[tuple[str, int, int, int]], str | None]:
+    binding: Binding, admin: AdminClient, committed: list[tuple[str, int, int]], meta: StateMeta
+) -> tuple[list[tuple[str, int, int, int]], str | None, list[str]]:
     """(group, partition, first, last offset) a plain instance of a partly probed group committed
     past (commit_history.plain_passed_spans: the commit that took the group past them names no
-    probed session, while others of its commits name theirs), read from the groups' partitions
-    of `__consumer_offsets` just after their committed offsets; and a note for the run's warnings
-    where that read failed (the marks alone judge the groups then, as before)."""
+    probed session, while others of its commits name theirs, now or as an earlier run saw them),
+    above what earlier runs judged; read from the groups' partitions of `__consumer_offsets` just
+    after their committed offsets. Also a note for the run's warnings where that read failed
+    (the marks alone judge the groups then, as before), and the groups known to name sessions
+    (StateMeta.sessions_named, kept)."""
+    known = sorted(set(meta.sessions_named))
     if not committed:
-        return [], None
+        return [], None, known
     groups = sorted({group for group, _, _ in committed})
     try:
-        _, history = offsets_history(admin, binding.bootstrap_servers, binding.kafka_config, groups, binding.topic)
-    except KafkaReadError as exc:
-        return [], (
-            f"who committed the offsets of group(s) {', '.join(groups)} could not be read ({exc}): where an instance "
-            "of a group runs without the probe, the records it committed past are judged by the group's marks alone"
+        _, history = offsets_history(
+            admin,
+            binding.bootstrap_servers,
+            binding.kafka_config,
+            groups,
+            binding.topic,
+            group_prefix="auditor-reconcile",
         )
-    return plain_passed_spans(history, {(g, p): offset for g, p, offset in committed}), None
+    except KafkaReadError as exc:
+        return (
+            [],
+            (
+                f"who committed the offsets of group(s) {', '.join(groups)} could not be read ({exc}): where an instance "
+                "of a group runs without the probe, the records it committed past are judged by the group's marks alone"
+            ),
+            known,
+        )
+    named = set(known) | {group for group, commits in history.items() if names_sessions(commits)}
+    judged_below = {
+        (group, partition): seen.offset
+        for group, parts in meta.group_commits.items()
+        for partition, seen in parts.items()
+    }
+    committed_now = {(g, p): offset for g, p, offset in committed}
+    return plain_passed_spans(history, committed_now, named, judged_below), None, sorted(named)
+
+
+def clamped(
+    spans: list[tuple[str, int, int, int]], offsets: dict[int, PartitionOffsets]
+) -> list[tuple[str, int, int, int]]:
+    """Spans within the partitions' logs as read (a commit set by hand far past the log end
+    would make a span of offsets no record can hold)."""
+    kept = []
+    for group, partition, first, last in spans:
+        if partition in offsets:
+            last = min(last, offsets[partition].high - 1)
+            if first <= last:
+                kept.append((group, partition, first, last))
+    return kept
 
 
 def extract_topic_offsets(
@@ -282,7 +317,7 @@ def extract_topic_offsets(
     connection = admin_config(binding.bootstrap_servers, binding.kafka_config)
     committed = committed_offsets(connection, binding.consumer_groups, binding.topic, partitions)
     settled = time.monotonic() + (mark_settle_seconds() if committed else 0.0)
-    plain_passed, history_note = plain_commits(binding, admin, committed)  # within the settle wait
+    plain_passed, history_note, sessions_named = plain_commits(binding, admin, committed, meta)  # in the settle wait
 
     def ledger(topic: str, previous: dict[int, int], settle: bool = False) -> OffsetRange:
         # A ledger topic that never existed means the probes are not in use; one that
@@ -305,8 +340,9 @@ def extract_topic_offsets(
     return {
         "partitions": partitions,
         "committed": committed,
-        "plain_passed": plain_passed,
+        "plain_passed": clamped(plain_passed, offsets),
         "history_note": history_note,
+        "sessions_named": sessions_named,
         "consumer_ledger": consumer_ledger,
         "producer_ledger": producer_ledger,
         "watermarks": offsets,

@@ -479,6 +479,8 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         if earlier is not None and earlier.identity.get("topic", binding.topic) == binding.topic:
             meta.marks_rewritten, meta.backdated = earlier.marks_rewritten, earlier.backdated
             meta.unprobed_record_ms = earlier.unprobed_record_ms
+        if earlier is not None:  # a group's commits naming sessions is the group's, whatever the topic
+            meta.sessions_named = earlier.sessions_named
     else:
         meta = earlier
     cleanup = extract_topic_cleanup(binding, admin)
@@ -527,6 +529,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             # offsets of rewritten partitions (all of a re-created topic) now hold other records
             group_commits={} if recreated else forget(memory.group_commits, rewritten),
             unproven_commits={} if recreated else memory.unproven_commits,
+            sessions_named=memory.sessions_named,
         )
     if recreated and memory is not None:
         # Nothing was lost by the broker: what earlier runs saw was delivered, and went with

@@ -169,6 +169,11 @@ class StateMeta:
     # reported missing or orphan (RunPlan.kept_cutoff, reconcile_report.reported_before). None:
     # a state written before it was kept (window_upper stands in).
     upper_high: str | None = None
+    # The consumer groups some of whose commits a run saw name a probed session
+    # (commit_history.names_sessions): their probes write commit metadata, so a commit naming
+    # none is a plain instance's, even once `__consumer_offsets` no longer holds the probed ones
+    # (the log cleaner keeps the last commit per partition). Never forgotten.
+    sessions_named: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -209,6 +214,7 @@ class StateMeta:
             "rows_looked_up_until": self.rows_looked_up_until,
             "rows_looked_up_at": self.rows_looked_up_at,
             "upper_high": self.upper_high,
+            "sessions_named": sorted(self.sessions_named),
         }
 
     @classmethod
@@ -255,6 +261,7 @@ class StateMeta:
             rows_looked_up_until=data.get("rows_looked_up_until"),
             rows_looked_up_at=data.get("rows_looked_up_at"),
             upper_high=data.get("upper_high"),
+            sessions_named=[str(g) for g in data.get("sessions_named") or []],
         )
 
 

@@ -264,7 +264,7 @@ def _offsets_history(
     if not groups:
         return
     try:
-        found, history = offsets_history(admin, bootstrap, config, groups, topic, timeout_s)
+        found, history = offsets_history(admin, bootstrap, config, groups, topic, timeout_s, "auditor-stuck")
     except KafkaReadError as exc:
         view.notes.append(
             f"what __consumer_offsets shows of group(s) {', '.join(groups)} (removed offsets, who committed) could "

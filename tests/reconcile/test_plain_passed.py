@@ -30,12 +30,21 @@ def test_a_plain_instance_after_a_probed_one() -> None:
     # the probed session commits 3, a plain instance then commits 9
     records = [commit(3, "s1", unbroken=True), commit(9)]
     assert plain_passed(records, 9) == [(3, 8)]
-    assert plain_passed_spans({"g": {0: records}}, {("g", 0): 9}) == [("g", 0, 3, 8)]
+    assert plain_passed_spans({"g": {0: records}}, {("g", 0): 9}, {"g"}) == [("g", 0, 3, 8)]
 
 
-def test_a_group_whose_commits_name_no_session_has_no_spans() -> None:
+def test_a_group_whose_commits_never_named_a_session_has_no_spans() -> None:
     # older probes, or none: the marks alone speak for the group
-    assert plain_passed_spans({"g": {0: [commit(3, unbroken=True), commit(9)]}}, {("g", 0): 9}) == []
+    assert plain_passed_spans({"g": {0: [commit(3, unbroken=True), commit(9)]}}, {("g", 0): 9}, set()) == []
+
+
+def test_a_group_an_earlier_run_saw_name_sessions_keeps_its_plain_spans_once_the_cleaner_took_them() -> None:
+    # the probe rolled back: the cleaner left only the plain instances' last commit, 120; an
+    # earlier run saw the group's probed commits and judged what lay below 100 (its commit then)
+    cleaned = {"g": {0: [commit(120)]}}
+    assert plain_passed_spans(cleaned, {("g", 0): 120}, {"g"}, {("g", 0): 100}) == [("g", 0, 100, 119)]
+    # what an earlier run judged below 100 is never taken back by the thinned history
+    assert plain_passed_spans(cleaned, {("g", 0): 120}, {"g"}, {("g", 0): 130}) == []
 
 
 def test_a_first_commit_the_cleaner_may_have_preceded_proves_nothing() -> None:
