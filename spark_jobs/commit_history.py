@@ -42,6 +42,7 @@ from spark_jobs.kafka_reads import read_ranges
 
 OFFSETS_TOPIC = "__consumer_offsets"
 _OFFSET_COMMIT_KEYS = (0, 1)
+_GROUP_METADATA_KEY = 2  # a classic group's metadata (its members); consumer-protocol groups (KIP-848) write others
 READ_BUDGET_S = 30.0  # at most this long reading the offsets partitions (or the diagnosis's timeout)
 # An audited consumer's commits name its session in their metadata (docs/contracts.md).
 COMMIT_METADATA_PREFIX = "audit:v2:"
@@ -75,13 +76,27 @@ class CommitRecord:
     # lone offsets (transaction markers): no commit of the key before it was cleaned away (the
     # first one read is the group's first; a lone cleaned commit reads as a marker)
     unbroken: bool = False
+    # made while the (classic) group had no member: its last metadata record before this one
+    # lists none. Such a commit is an admin tool's (an operator's reset: kafka-consumer-groups
+    # --reset-offsets, AdminClient.alter_consumer_group_offsets) or a consumer's outside the
+    # group's membership (assign()), never a member's: a group with members refuses both.
+    empty: bool = False
 
     def session(self) -> str | None:
         """The probed consumer session this commit names in its metadata (docs/contracts.md), or None."""
         return metadata_session(self.metadata)
 
+    def by_plain_member(self) -> bool:
+        """A commit naming no probed session, not made while the group had no member: a plain
+        instance of the group made it, which may have processed what it passed (a commit whose
+        group's membership is not known counts as one too: the reading that alarms no one)."""
+        return self.offset is not None and not self.session() and not self.empty
+
     def as_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "session": self.session(), "at": ms_to_iso(self.ts_ms)}
+        data: dict[str, Any] = {"offset": self.offset, "session": self.session(), "at": ms_to_iso(self.ts_ms)}
+        if self.empty:
+            data["group_had_no_member"] = True
+        return data
 
 
 @dataclass(frozen=True)
@@ -150,6 +165,48 @@ def parse_offset_key(key: bytes | None) -> tuple[str, str, int] | None:
     except struct.error:
         return None
     return group, topic, partition
+
+
+def parse_group_key(key: bytes | None) -> str | None:
+    """The group of a classic group's metadata record (key version 2); None for any other."""
+    if key is None or len(key) < 4:
+        return None
+    try:
+        (version,) = struct.unpack_from(">h", key, 0)
+        return _string(key, 2)[0] if version == _GROUP_METADATA_KEY else None
+    except struct.error:
+        return None
+
+
+def parse_group_members(value: bytes | None) -> int | None:
+    """How many members a classic group's metadata value lists (GroupMetadataValue versions 0 to
+    4: protocol type, generation, protocol, leader, the state's time from version 2, then the
+    members; compact strings and arrays from the flexible version 4); 0 for a tombstone (the
+    group deleted); None for a value it cannot parse."""
+    if value is None:
+        return 0
+    try:
+        (version,) = struct.unpack_from(">h", value, 0)
+        at = 2
+        if version >= 4:
+            length, at = _uvarint(value, at)  # protocol type: length + 1
+            at += max(length - 1, 0) + 4  # and the generation
+            for _ in range(2):  # protocol, leader: nullable, 0 for null
+                length, at = _uvarint(value, at)
+                at += max(length - 1, 0)
+            count, at = _uvarint(value, at + 8)  # after the state's time: members + 1, 0 for null
+            members = max(count - 1, 0)
+        else:
+            (length,) = struct.unpack_from(">h", value, at)
+            at += 2 + length + 4
+            for _ in range(2):
+                (length,) = struct.unpack_from(">h", value, at)
+                at += 2 + max(length, 0)
+            at += 8 if version >= 2 else 0
+            (members,) = struct.unpack_from(">i", value, at)
+        return max(int(members), 0) if at <= len(value) else None
+    except (struct.error, IndexError):
+        return None
 
 
 def parse_committed_offset(value: bytes | None) -> int | None:
@@ -221,6 +278,10 @@ def offsets_history(
     last: dict[tuple[str, int], tuple[int | None, int]] = {}  # (group, partition) -> (offset or None, ts)
     commits: dict[tuple[str, int], tuple[int, int]] = {}  # the last commit seen before each key's last record
     history: dict[str, dict[int, list[CommitRecord]]] = {}
+    # per classic group, the members its latest metadata record read lists (None: not parsed):
+    # the log cleaner keeps the last such record, and every later one, so the last one read
+    # before a commit is the group's state when it was made; none read: not known
+    members: dict[str, int | None] = {}
     # per partition of the internal topic: the next offset where every record since its log
     # start was read, but for lone offsets (a transaction's marker takes one, and a read_committed
     # reader never sees it); None once a longer run was missing (the log cleaner took records,
@@ -242,6 +303,11 @@ def offsets_history(
             expected = unbroken.get(home)
             whole = at is not None and expected is not None and expected <= at <= expected + 1
             unbroken[home] = at + 1 if whole and at is not None else None
+            metadata_of = parse_group_key(msg.key())
+            if metadata_of is not None:
+                if metadata_of in wanted:
+                    members[metadata_of] = parse_group_members(msg.value())
+                continue
             parsed = parse_offset_key(msg.key())
             if parsed is None or parsed[0] not in wanted or parsed[1] != topic:
                 continue
@@ -255,7 +321,9 @@ def offsets_history(
             # only the line naming a session is kept: an application's own metadata (up to 4 KB a
             # commit) would otherwise be held for every commit read
             history.setdefault(parsed[0], {}).setdefault(parsed[2], []).append(
-                CommitRecord(committed, _session_line(parse_commit_metadata(value)), ts, whole)
+                CommitRecord(
+                    committed, _session_line(parse_commit_metadata(value)), ts, whole, members.get(parsed[0]) == 0
+                )
             )
     except (KafkaReadError, KafkaException) as exc:  # a read that failed
         raise KafkaReadError(f"{OFFSETS_TOPIC} could not be read: {exc}") from exc
@@ -308,8 +376,9 @@ def names_sessions(commits: dict[int, list[CommitRecord]] | None) -> bool:
 
 
 def plain_passed(records: list[CommitRecord] | None, committed_now: int | None) -> list[tuple[int, int]]:
-    """The offsets [first, last] of a partition whose passing commit (passing_commit) names no
-    probed session, merged, lowest first: in O(len(records)), not per offset.
+    """The offsets [first, last] of a partition whose passing commit (passing_commit) is a plain
+    member's (CommitRecord.by_plain_member), merged, lowest first: in O(len(records)), not per
+    offset.
 
     The last record at or below an offset r is the last whose offset is at or below r (a
     removal counts as below every offset), and the commit past r the record right after it. So
@@ -336,10 +405,10 @@ def plain_passed(records: list[CommitRecord] | None, committed_now: int | None) 
             spans.append((start, end - 1))
 
     first = records[0]
-    if first.offset is not None and (first.unbroken or first.offset == committed_now) and not first.session():
+    if (first.unbroken or first.offset == committed_now) and first.by_plain_member():
         add(0, least[0])
     for i in range(len(records) - 1):
-        if not records[i + 1].session():
+        if records[i + 1].by_plain_member():
             add(least[i], least[i + 1])
     return spans
 

@@ -194,8 +194,9 @@ def committed_by(group: GroupState, topic: str, partition: int, offset: int, inf
     An audited consumer names its session in its commits' metadata (docs/contracts.md): a commit
     past the record naming none, in a group whose other commits name probed sessions, was a plain
     consumer's (a group only partly probed), which may have processed it. Where the history does
-    not show who passed it, or the group's probes write no commit metadata (older probes), the
-    rule is as before: the marks alone."""
+    not show who passed it, the group's probes write no commit metadata (older probes), or the
+    commit was made while the group had no member (an operator's reset), the rule is as before:
+    the marks alone."""
     if group.commits is None:
         info["committed_by"] = "unknown: __consumer_offsets could not be read"
         return None
@@ -205,6 +206,12 @@ def committed_by(group: GroupState, topic: str, partition: int, offset: int, inf
         return None
     info["passed_by_commit"] = commit.as_json()
     if commit.session():
+        return None
+    if commit.empty:  # an operator's reset, or a consumer outside the group's membership
+        info["committed_by"] = (
+            "a commit naming no probed session, made while the group had no member (an operator's reset, or a "
+            "consumer outside the group's membership): the marks alone judge"
+        )
         return None
     if not group.probe_names_commits():
         info["committed_by"] = "unknown: the group's probes name no session in their commits (older probes)"

@@ -9,13 +9,16 @@ processed, and the commits each one made."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
-from tests.support.kafka_reads import consume
+from auditor.lab.cluster import wait_until
 from tests.support.reconcile_world import World, finding_set, reconcile_once
 
 pytestmark = pytest.mark.integration
@@ -29,17 +32,23 @@ def test_records_a_plain_instance_processed_after_a_probed_one_left_are_not_unpr
     for ticket in range(1, 10):
         world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
     world.insert(*range(1, 10))
-    settings = {"bootstrap.servers": world.bootstrap, "group.id": world.group, "enable.auto.commit": False}
+    settings = {
+        "bootstrap.servers": world.bootstrap,
+        "group.id": world.group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
     probed = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=make_topic("_audit.clients"))
     try:  # the probed instance processes tickets 1 and 2, and commits past ticket 3 unprocessed
-        for msg in consume(probed, world.topic, 0, 0, 3)[:2]:
+        for msg in subscribed(probed, world.topic, 3)[:2]:
             probed.mark_processed(msg)
         probed.commit(offsets=[TopicPartition(world.topic, 0, 3)], asynchronous=False)
     finally:
         probed.close()
     plain = Consumer(settings)
-    try:  # then a plain instance (the probe not deployed to it) processes tickets 4 to 9
-        handed = consume(plain, world.topic, 0, 3, 6)
+    try:  # then a plain instance of the group (the probe not deployed to it) processes tickets 4 to 9
+        handed = subscribed(plain, world.topic, 6)
+        assert [m.offset() for m in handed] == [3, 4, 5, 6, 7, 8]
         plain.commit(message=handed[-1], asynchronous=False)
     finally:
         plain.close()
@@ -55,7 +64,8 @@ def test_records_a_plain_instance_processed_after_a_probed_one_left_are_not_unpr
     world.insert(*range(10, 13))
     again = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=make_topic("_audit.clients"))
     try:
-        t10, _, t12 = consume(again, world.topic, 0, 9, 3)
+        t10, t11, t12 = subscribed(again, world.topic, 3)
+        assert t11.offset() == world.at("t11")[1]
         again.mark_processed(t10)
         again.mark_processed(t12)
         again.commit(offsets=[TopicPartition(world.topic, 0, 12)], asynchronous=False)
@@ -69,6 +79,61 @@ def test_records_a_plain_instance_processed_after_a_probed_one_left_are_not_unpr
         ("unprocessed", "3", None, *world.at("t3")),
         ("unprocessed", "11", None, *world.at("t11")),
     }
+
+
+def test_what_an_operators_reset_jumped_over_is_unprocessed(
+    spark: SparkSession, world: World, make_topic, kafka_admin: AdminClient, tmp_path: Path
+) -> None:
+    """The group's probed consumer processes tickets 1 and 2, commits past 3 and leaves; an
+    operator resets the empty group's offset to past ticket 9 (kafka-consumer-groups
+    --reset-offsets, here AdminClient.alter_consumer_group_offsets). The reset's commit names no
+    session, like a plain instance's, but the group had no member when it was made: no consumer
+    processed 3 to 9, and they are unprocessed."""
+    from auditor.probes import AuditedConsumer
+
+    for ticket in range(1, 10):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    world.insert(*range(1, 10))
+    settings = {
+        "bootstrap.servers": world.bootstrap,
+        "group.id": world.group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+    probed = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=make_topic("_audit.clients"))
+    try:
+        for msg in subscribed(probed, world.topic, 3)[:2]:
+            probed.mark_processed(msg)
+        probed.commit(offsets=[TopicPartition(world.topic, 0, 3)], asynchronous=False)
+    finally:
+        probed.close()
+    reset = [ConsumerGroupTopicPartitions(world.group, [TopicPartition(world.topic, 0, world.at("t9")[1] + 1)])]
+    wait_until(lambda: _altered(kafka_admin, reset), 60, "the group to be empty for the reset")
+
+    result = reconcile_once(spark, world.binding(), tmp_path)
+
+    assert finding_set(result) == {("unprocessed", str(t), None, *world.at(f"t{t}")) for t in range(3, 10)}
+
+
+def _altered(admin: AdminClient, reset: list[ConsumerGroupTopicPartitions]) -> bool:
+    try:
+        admin.alter_consumer_group_offsets(reset)[reset[0].group_id].result(10)
+        return True
+    except KafkaException:  # the group is not empty yet (its member's leave is on its way)
+        return False
+
+
+def subscribed(consumer: Any, topic: str, count: int) -> list[Message]:
+    """The first `count` records a member of the group is handed once it joined."""
+    consumer.subscribe([topic])
+    got: list[Message] = []
+    deadline = time.monotonic() + 60
+    while len(got) < count and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got.append(msg)
+    assert len(got) == count, f"handed {len(got)} of {count} records"
+    return got
 
 
 def test_a_run_that_cannot_read_who_committed_says_so_and_judges_by_the_marks_alone() -> None:

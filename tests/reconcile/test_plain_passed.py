@@ -5,19 +5,27 @@ checked offset by offset against the rule it derives from: the commit that passe
 from __future__ import annotations
 
 import random
+import struct
 
-from spark_jobs.commit_history import CommitRecord, passing_commit, plain_passed, plain_passed_spans
+from spark_jobs.commit_history import (
+    CommitRecord,
+    parse_group_key,
+    parse_group_members,
+    passing_commit,
+    plain_passed,
+    plain_passed_spans,
+)
 
 
-def commit(offset: int | None, session: str | None = None, unbroken: bool = False) -> CommitRecord:
-    return CommitRecord(offset, None if session is None else f"audit:v2:{session}", 0, unbroken)
+def commit(offset: int | None, session: str | None = None, unbroken: bool = False, empty: bool = False) -> CommitRecord:
+    return CommitRecord(offset, None if session is None else f"audit:v2:{session}", 0, unbroken, empty)
 
 
 def by_offset(records: list[CommitRecord], committed_now: int | None, top: int) -> set[int]:
     plain = set()
     for offset in range(top):
         passed = passing_commit(records, committed_now, offset)
-        if passed is not None and passed.session() is None:
+        if passed is not None and passed.session() is None and not passed.empty:
             plain.add(offset)
     return plain
 
@@ -47,6 +55,13 @@ def test_a_group_an_earlier_run_saw_name_sessions_keeps_its_plain_spans_once_the
     assert plain_passed_spans(cleaned, {("g", 0): 120}, {"g"}, {("g", 0): 130}) == []
 
 
+def test_a_commit_made_while_the_group_had_no_member_is_an_operators_not_a_plain_instances() -> None:
+    # the probed session commits 10, the group empties, an operator resets it to 30, a probed
+    # session commits on: the 20 jumped over are judged by the marks
+    records = [commit(10, "s1", unbroken=True), commit(30, empty=True), commit(35, "s2")]
+    assert plain_passed(records, 35) == []
+
+
 def test_a_first_commit_the_cleaner_may_have_preceded_proves_nothing() -> None:
     # not the group's first commit there (records before it are missing), not its commit now
     assert plain_passed([commit(5), commit(9, "s1")], 9) == []
@@ -60,6 +75,35 @@ def test_it_agrees_with_the_passing_commit_of_every_offset() -> None:
         records = []
         for _ in range(rng.randint(1, 8)):
             offset = None if rng.random() < 0.1 else rng.randint(0, 30)
-            records.append(commit(offset, rng.choice([None, "s1", "s2"]), unbroken=rng.random() < 0.5))
+            session = rng.choice([None, "s1", "s2"])
+            records.append(commit(offset, session, unbroken=rng.random() < 0.5, empty=rng.random() < 0.2))
         committed_now = rng.choice([None, records[-1].offset, rng.randint(0, 30)])
         assert expand(plain_passed(records, committed_now)) == by_offset(records, committed_now, 40), records
+
+
+def _s(text: str) -> bytes:
+    return struct.pack(">h", len(text)) + text.encode()
+
+
+def _cs(text: str | None) -> bytes:  # a compact (nullable) string: length + 1, 0 for null
+    return bytes([0]) if text is None else bytes([len(text) + 1]) + text.encode()
+
+
+def test_it_counts_the_members_of_each_group_metadata_value_version() -> None:
+    """GroupMetadataValue as Kafka's schemas lay it out (kafka-group-coordinator's generated
+    GroupMetadataValue, versions 0 to 4), built here field by field; a member's own fields
+    follow the count and are not read."""
+    member = b"\x00" * 12
+    for version, members in ((0, 2), (1, 1), (2, 0), (3, 3)):
+        value = struct.pack(">h", version) + _s("consumer") + struct.pack(">i", 7) + _s("range")
+        value += struct.pack(">h", -1)  # no leader
+        value += struct.pack(">q", 1_700_000_000_000) if version >= 2 else b""
+        value += struct.pack(">i", members) + member * members
+        assert parse_group_members(value) == members, version
+    flexible = struct.pack(">h", 4) + _cs("consumer") + struct.pack(">i", 7) + _cs(None) + _cs(None)
+    assert parse_group_members(flexible + struct.pack(">q", 0) + bytes([0 + 1]) + b"\x00") == 0
+    assert parse_group_members(flexible + struct.pack(">q", 0) + bytes([2 + 1]) + member * 2) == 2
+    assert parse_group_members(None) == 0  # the group deleted
+    assert parse_group_members(b"\x00\x03\x00") is None  # cut short
+    assert parse_group_key(struct.pack(">h", 2) + _s("billing")) == "billing"
+    assert parse_group_key(struct.pack(">h", 1) + _s("billing") + _s("t") + struct.pack(">i", 0)) is None
