@@ -10,6 +10,7 @@ processed, and the commits each one made."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,18 +28,11 @@ pytestmark = pytest.mark.integration
 def test_records_a_plain_instance_processed_after_a_probed_one_left_are_not_unprocessed(
     spark: SparkSession, world: World, make_topic, tmp_path: Path
 ) -> None:
-    from auditor.probes import AuditedConsumer
-
     for ticket in range(1, 10):
         world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
     world.insert(*range(1, 10))
-    settings = {
-        "bootstrap.servers": world.bootstrap,
-        "group.id": world.group,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-    }
-    probed = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=make_topic("_audit.clients"))
+    settings = member_settings(world)
+    probed = probed_member(world, make_topic)
     try:  # the probed instance processes tickets 1 and 2, and commits past ticket 3 unprocessed
         for msg in subscribed(probed, world.topic, 3)[:2]:
             probed.mark_processed(msg)
@@ -62,7 +56,7 @@ def test_records_a_plain_instance_processed_after_a_probed_one_left_are_not_unpr
     for ticket in range(10, 13):
         world.produce(f"t{ticket}", ticket, partition=0, age_s=90)
     world.insert(*range(10, 13))
-    again = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=make_topic("_audit.clients"))
+    again = probed_member(world, make_topic)
     try:
         t10, t11, t12 = subscribed(again, world.topic, 3)
         assert t11.offset() == world.at("t11")[1]
@@ -89,18 +83,10 @@ def test_what_an_operators_reset_jumped_over_is_unprocessed(
     --reset-offsets, here AdminClient.alter_consumer_group_offsets). The reset's commit names no
     session, like a plain instance's, but the group had no member when it was made: no consumer
     processed 3 to 9, and they are unprocessed."""
-    from auditor.probes import AuditedConsumer
-
     for ticket in range(1, 10):
         world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
     world.insert(*range(1, 10))
-    settings = {
-        "bootstrap.servers": world.bootstrap,
-        "group.id": world.group,
-        "enable.auto.commit": False,
-        "auto.offset.reset": "earliest",
-    }
-    probed = AuditedConsumer(settings, ledger_topic=world.consumer_ledger, clients_topic=make_topic("_audit.clients"))
+    probed = probed_member(world, make_topic)
     try:
         for msg in subscribed(probed, world.topic, 3)[:2]:
             probed.mark_processed(msg)
@@ -113,6 +99,25 @@ def test_what_an_operators_reset_jumped_over_is_unprocessed(
     result = reconcile_once(spark, world.binding(), tmp_path)
 
     assert finding_set(result) == {("unprocessed", str(t), None, *world.at(f"t{t}")) for t in range(3, 10)}
+
+
+def member_settings(world: World) -> dict[str, Any]:
+    """A consumer of the world's group that commits only when told, from the log start."""
+    return {
+        "bootstrap.servers": world.bootstrap,
+        "group.id": world.group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+
+
+def probed_member(world: World, make_topic: Callable[[str], str]) -> Any:
+    """An audited member of the world's group, its marks in the world's consumer ledger."""
+    from auditor.probes import AuditedConsumer
+
+    return AuditedConsumer(
+        member_settings(world), ledger_topic=world.consumer_ledger, clients_topic=make_topic("_audit.clients")
+    )
 
 
 def _altered(admin: AdminClient, reset: list[ConsumerGroupTopicPartitions]) -> bool:
