@@ -147,13 +147,16 @@ def test_a_run_that_cannot_read_who_committed_says_so_and_judges_by_the_marks_al
     from spark_jobs.binding import Binding, parse_record_key
     from spark_jobs.kafka_offsets import admin_client
     from spark_jobs.reconcile_extract import plain_commits
+    from spark_jobs.reconcile_state import StateMeta
 
     binding = Binding(
         "b", "tickets", "127.0.0.1:1", "postgresql://x/y", "t", "id", "created_at", parse_record_key("key", "b"),
         consumer_groups=("billing",),
     )  # fmt: skip
-    spans, note = plain_commits(binding, admin_client(binding.bootstrap_servers, timeout_s=2), [("billing", 0, 5)])
+    earlier = StateMeta(sessions_named=["billing"])
+    admin = admin_client(binding.bootstrap_servers, timeout_s=2)
+    spans, note, named = plain_commits(binding, admin, [("billing", 0, 5)], earlier)
 
-    assert spans == []
+    assert spans == [] and named == ["billing"]  # what earlier runs saw is kept
     assert note is not None and note.startswith("who committed the offsets of group(s) billing could not be read (")
     assert note.endswith("the records it committed past are judged by the group's marks alone")
