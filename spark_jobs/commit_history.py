@@ -23,13 +23,28 @@ unsigned varint plus one, from the flexible version 4).
 The same read gives each group's commits on the topic in order (`CommitRecord`s): an audited
 consumer names its session in its commits' metadata (`audit:v2:<session>`, docs/contracts.md),
 which tells a probed consumer's commit from a plain one's (verdict_outcomes.passing_commit).
+
+And whether the group had a member when each commit was made (`CommitRecord.empty`): an
+admin tool's commit (an operator's reset) is accepted only by a group without members. A
+classic group's membership is one record (key 2, GroupMetadataValue: its member count), of
+which the log cleaner keeps the last. A consumer-protocol group's (KIP-848, key 3 for the
+group and key 5, ConsumerGroupMemberMetadataKey: int16 5, group and member id as int16-length
+strings) is one record per member, written when it joins and a tombstone when it leaves; the
+cleaner drops a member's join record once a later record of the member follows, and the
+tombstone itself `delete.retention.ms` after it was written. So every member a group had when a
+commit was made still has a record in the log while the commit is younger than that: its join
+(or a later update) before the commit, or, past it, its tombstone. A commit counts as made
+without members only then, with no member's record read before it standing, and no member's
+tombstone read after it whose join was not read (`_Membership`). A member whose join the
+cleaner removed for a later update of its record, its tombstone not written yet, goes unseen
+(a member's record is rewritten only when its subscription or client settings change).
 """
 
 from __future__ import annotations
 
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -37,12 +52,15 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from spark_jobs.kafka_cleanup import CLOCK_SLACK_MS, read_topic_cleanup
 from spark_jobs.kafka_offsets import KafkaReadError, partition_offsets, topic_partitions
 from spark_jobs.kafka_reads import read_ranges
 
 OFFSETS_TOPIC = "__consumer_offsets"
 _OFFSET_COMMIT_KEYS = (0, 1)
-_GROUP_METADATA_KEY = 2  # a classic group's metadata (its members); consumer-protocol groups (KIP-848) write others
+_GROUP_METADATA_KEY = 2  # a classic group's metadata (its members)
+_CONSUMER_GROUP_KEY = 3  # a consumer-protocol (KIP-848) group's metadata (its epoch)
+_CONSUMER_MEMBER_KEY = 5  # one member of a consumer-protocol group (a tombstone once it left)
 READ_BUDGET_S = 30.0  # at most this long reading the offsets partitions (or the diagnosis's timeout)
 # An audited consumer's commits name its session in their metadata (docs/contracts.md).
 COMMIT_METADATA_PREFIX = "audit:v2:"
@@ -76,8 +94,9 @@ class CommitRecord:
     # lone offsets (transaction markers): no commit of the key before it was cleaned away (the
     # first one read is the group's first; a lone cleaned commit reads as a marker)
     unbroken: bool = False
-    # made while the (classic) group had no member: its last metadata record before this one
-    # lists none. Such a commit is an admin tool's (an operator's reset: kafka-consumer-groups
+    # made while the group had no member (_Membership.empty: for a classic group, its last
+    # metadata record before this one lists none; for a consumer-protocol group, every member
+    # record before it is a tombstone, all read). Such a commit is an admin tool's (an operator's reset: kafka-consumer-groups
     # --reset-offsets, AdminClient.alter_consumer_group_offsets) or a consumer's outside the
     # group's membership (assign()), never a member's: a group with members refuses both.
     empty: bool = False
@@ -176,6 +195,57 @@ def parse_group_key(key: bytes | None) -> str | None:
         return _string(key, 2)[0] if version == _GROUP_METADATA_KEY else None
     except struct.error:
         return None
+
+
+def parse_member_key(key: bytes | None) -> tuple[str, str | None] | None:
+    """(group, member id) of a consumer-protocol group's member record (key 5), (group, None) of
+    its group record (key 3); None for any other record."""
+    if key is None or len(key) < 4:
+        return None
+    try:
+        (version,) = struct.unpack_from(">h", key, 0)
+        if version == _CONSUMER_GROUP_KEY:
+            return _string(key, 2)[0], None
+        if version != _CONSUMER_MEMBER_KEY:
+            return None
+        group, at = _string(key, 2)
+        (length,) = struct.unpack_from(">h", key, at)
+        if length < 0 or at + 2 + length > len(key):
+            return None
+        return group, _string(key, at)[0]
+    except struct.error:
+        return None
+
+
+@dataclass
+class _Membership:
+    """What the records read so far tell of one group's members."""
+
+    classic: int | None = None  # the member count its last classic metadata record gives (None: none read)
+    consumer: bool = False  # a consumer-protocol record of the group was read
+    live: set[str] = field(default_factory=set)  # consumer-protocol members joined and not left
+
+    def read(self, member: str | None, joined: bool) -> bool:
+        """Take one consumer-protocol record (member None: the group's own). False where it is
+        the tombstone of a member whose join record was not read: the membership before it
+        was not known."""
+        self.consumer = True
+        if member is None:
+            return True
+        if joined:
+            self.live.add(member)
+            return True
+        known = member in self.live
+        self.live.discard(member)
+        return known
+
+    def empty(self, young: bool) -> bool:
+        """The group had no member (the reading that alarms no one where it cannot be told).
+        young: the commit is younger than `__consumer_offsets`' delete.retention.ms, so no
+        consumer-protocol member of the group then has lost its every record since."""
+        if self.consumer:
+            return young and not self.live and self.classic in (None, 0)
+        return self.classic == 0
 
 
 def parse_group_members(value: bytes | None) -> int | None:
@@ -278,15 +348,26 @@ def offsets_history(
     last: dict[tuple[str, int], tuple[int | None, int]] = {}  # (group, partition) -> (offset or None, ts)
     commits: dict[tuple[str, int], tuple[int, int]] = {}  # the last commit seen before each key's last record
     history: dict[str, dict[int, list[CommitRecord]]] = {}
-    # per classic group, the members its latest metadata record read lists (None: not parsed):
-    # the log cleaner keeps the last such record, and every later one, so the last one read
-    # before a commit is the group's state when it was made; none read: not known
-    members: dict[str, int | None] = {}
+    # per group, its members as the records read so far show them (_Membership): for a classic
+    # group the log cleaner keeps its last metadata record, and every later one, so the last
+    # one read before a commit is the group's state when it was made; none read: not known
+    members: dict[str, _Membership] = {}
+    # commits read as made by an empty consumer-protocol group, and where a member's tombstone
+    # came without its join record (its membership before that was not known)
+    empty_commits: list[tuple[str, int, int, int]] = []  # group, partition, index in history, offset read at
+    unknown_before: dict[str, int] = {}
     # per partition of the internal topic: the next offset where every record since its log
     # start was read, but for lone offsets (a transaction's marker takes one, and a read_committed
     # reader never sees it); None once a longer run was missing (the log cleaner took records,
     # or an aborted transaction's): a commit read before that is the key's first since the start
     unbroken: dict[int, int | None] = {p: o.low for p, o in offsets.items()}
+    try:  # a consumer-protocol group's commit younger than this shows every member it had
+        tombstones_kept_ms: int | None = (
+            read_topic_cleanup(admin, OFFSETS_TOPIC, timeout_s).delete_retention_ms - CLOCK_SLACK_MS
+        )
+    except KafkaReadError:  # not known: none is taken for an empty group's
+        tombstones_kept_ms = None
+    now_ms = int(time.time() * 1000)
     try:
         for msg in read_ranges(  # KafkaReadError when the read fails
             bootstrap,
@@ -306,7 +387,14 @@ def offsets_history(
             metadata_of = parse_group_key(msg.key())
             if metadata_of is not None:
                 if metadata_of in wanted:
-                    members[metadata_of] = parse_group_members(msg.value())
+                    members.setdefault(metadata_of, _Membership()).classic = parse_group_members(msg.value())
+                continue
+            member_of = parse_member_key(msg.key())
+            if member_of is not None:
+                if member_of[0] in wanted:
+                    group_members = members.setdefault(member_of[0], _Membership())
+                    if not group_members.read(member_of[1], msg.value() is not None):
+                        unknown_before[member_of[0]] = at or 0
                 continue
             parsed = parse_offset_key(msg.key())
             if parsed is None or parsed[0] not in wanted or parsed[1] != topic:
@@ -320,13 +408,19 @@ def offsets_history(
             last[key] = (committed, ts)
             # only the line naming a session is kept: an application's own metadata (up to 4 KB a
             # commit) would otherwise be held for every commit read
-            history.setdefault(parsed[0], {}).setdefault(parsed[2], []).append(
-                CommitRecord(
-                    committed, _session_line(parse_commit_metadata(value)), ts, whole, members.get(parsed[0]) == 0
-                )
-            )
+            state = members.get(parsed[0])
+            young = tombstones_kept_ms is not None and now_ms - ts < tombstones_kept_ms
+            empty = state is not None and state.empty(young)
+            commits_of = history.setdefault(parsed[0], {}).setdefault(parsed[2], [])
+            if empty and state is not None and state.consumer:
+                empty_commits.append((parsed[0], parsed[2], len(commits_of), at or 0))
+            commits_of.append(CommitRecord(committed, _session_line(parse_commit_metadata(value)), ts, whole, empty))
     except (KafkaReadError, KafkaException) as exc:  # a read that failed
         raise KafkaReadError(f"{OFFSETS_TOPIC} could not be read: {exc}") from exc
+    for group, partition, index, at in empty_commits:
+        if at < unknown_before.get(group, -1):  # a member it did not know of may have been in the group
+            commit = history[group][partition][index]
+            history[group][partition][index] = replace(commit, empty=False)
     removed: dict[str, dict[int, RemovedOffsets]] = {}
     for (group, partition), (committed, ts) in last.items():
         if committed is None:

@@ -5,7 +5,9 @@ auditor cannot tell they were not processed, so they are never `unprocessed`. Wh
 consumer committed past without marking still is.
 
 Ground truth is what the test's own consumers did: the records each one was handed and
-processed, and the commits each one made."""
+processed, and the commits each one made. Each test runs with both group protocols: a
+consumer-protocol group (KIP-848) writes its membership to `__consumer_offsets` in records of
+other kinds than a classic group's."""
 
 from __future__ import annotations
 
@@ -24,15 +26,18 @@ from tests.support.reconcile_world import World, finding_set, reconcile_once
 
 pytestmark = pytest.mark.integration
 
+PROTOCOLS = pytest.mark.parametrize("protocol", ["classic", "consumer"])
 
+
+@PROTOCOLS
 def test_records_a_plain_instance_processed_after_a_probed_one_left_are_not_unprocessed(
-    spark: SparkSession, world: World, make_topic, tmp_path: Path
+    spark: SparkSession, world: World, make_topic, tmp_path: Path, protocol: str
 ) -> None:
     for ticket in range(1, 10):
         world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
     world.insert(*range(1, 10))
-    settings = member_settings(world)
-    probed = probed_member(world, make_topic)
+    settings = member_settings(world, protocol)
+    probed = probed_member(world, make_topic, protocol)
     try:  # the probed instance processes tickets 1 and 2, and commits past ticket 3 unprocessed
         for msg in subscribed(probed, world.topic, 3)[:2]:
             probed.mark_processed(msg)
@@ -56,7 +61,7 @@ def test_records_a_plain_instance_processed_after_a_probed_one_left_are_not_unpr
     for ticket in range(10, 13):
         world.produce(f"t{ticket}", ticket, partition=0, age_s=90)
     world.insert(*range(10, 13))
-    again = probed_member(world, make_topic)
+    again = probed_member(world, make_topic, protocol)
     try:
         t10, t11, t12 = subscribed(again, world.topic, 3)
         assert t11.offset() == world.at("t11")[1]
@@ -75,8 +80,9 @@ def test_records_a_plain_instance_processed_after_a_probed_one_left_are_not_unpr
     }
 
 
+@PROTOCOLS
 def test_what_an_operators_reset_jumped_over_is_unprocessed(
-    spark: SparkSession, world: World, make_topic, kafka_admin: AdminClient, tmp_path: Path
+    spark: SparkSession, world: World, make_topic, kafka_admin: AdminClient, tmp_path: Path, protocol: str
 ) -> None:
     """The group's probed consumer processes tickets 1 and 2, commits past 3 and leaves; an
     operator resets the empty group's offset to past ticket 9 (kafka-consumer-groups
@@ -86,7 +92,7 @@ def test_what_an_operators_reset_jumped_over_is_unprocessed(
     for ticket in range(1, 10):
         world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
     world.insert(*range(1, 10))
-    probed = probed_member(world, make_topic)
+    probed = probed_member(world, make_topic, protocol)
     try:
         for msg in subscribed(probed, world.topic, 3)[:2]:
             probed.mark_processed(msg)
@@ -101,31 +107,61 @@ def test_what_an_operators_reset_jumped_over_is_unprocessed(
     assert finding_set(result) == {("unprocessed", str(t), None, *world.at(f"t{t}")) for t in range(3, 10)}
 
 
-def member_settings(world: World) -> dict[str, Any]:
+def member_settings(world: World, protocol: str = "classic") -> dict[str, Any]:
     """A consumer of the world's group that commits only when told, from the log start."""
     return {
         "bootstrap.servers": world.bootstrap,
         "group.id": world.group,
+        "group.protocol": protocol,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
     }
 
 
-def probed_member(world: World, make_topic: Callable[[str], str]) -> Any:
+def probed_member(world: World, make_topic: Callable[[str], str], protocol: str = "classic") -> Any:
     """An audited member of the world's group, its marks in the world's consumer ledger."""
     from auditor.probes import AuditedConsumer
 
     return AuditedConsumer(
-        member_settings(world), ledger_topic=world.consumer_ledger, clients_topic=make_topic("_audit.clients")
+        member_settings(world, protocol),
+        ledger_topic=world.consumer_ledger,
+        clients_topic=make_topic("_audit.clients"),
     )
 
 
 def _altered(admin: AdminClient, reset: list[ConsumerGroupTopicPartitions]) -> bool:
     try:
-        admin.alter_consumer_group_offsets(reset)[reset[0].group_id].result(10)
-        return True
+        answer = admin.alter_consumer_group_offsets(reset)[reset[0].group_id].result(10)
     except KafkaException:  # the group is not empty yet (its member's leave is on its way)
         return False
+    # a consumer-protocol group refuses it partition by partition
+    return all(tp.error is None for tp in answer.topic_partitions)
+
+
+@PROTOCOLS
+def test_the_history_tells_a_members_commit_from_one_made_while_the_group_had_none(
+    world: World, kafka_admin: AdminClient, protocol: str
+) -> None:
+    """Read back from the broker: a member's commit, a reset refused while a member is in the
+    group, and the reset made once it left. Only the last was made by an empty group."""
+    from spark_jobs.commit_history import offsets_history
+
+    for ticket in range(1, 10):
+        world.produce(f"t{ticket}", ticket, partition=0)
+    member = Consumer(member_settings(world, protocol))
+    try:
+        handed = subscribed(member, world.topic, 3)
+        member.commit(message=handed[-1], asynchronous=False)  # committed 3
+        while_member = [ConsumerGroupTopicPartitions(world.group, [TopicPartition(world.topic, 0, 5)])]
+        assert not _altered(kafka_admin, while_member)  # the group has a member: refused
+    finally:
+        member.close()
+    reset = [ConsumerGroupTopicPartitions(world.group, [TopicPartition(world.topic, 0, 9)])]
+    wait_until(lambda: _altered(kafka_admin, reset), 60, "the group to be empty for the reset")
+
+    _, history = offsets_history(kafka_admin, world.bootstrap, {}, [world.group], world.topic)
+
+    assert [(c.offset, c.empty) for c in history[world.group][0]] == [(3, False), (9, True)]
 
 
 def subscribed(consumer: Any, topic: str, count: int) -> list[Message]:

@@ -11,6 +11,7 @@ from spark_jobs.commit_history import (
     CommitRecord,
     parse_group_key,
     parse_group_members,
+    parse_member_key,
     passing_commit,
     plain_passed,
     plain_passed_spans,
@@ -107,3 +108,32 @@ def test_it_counts_the_members_of_each_group_metadata_value_version() -> None:
     assert parse_group_members(b"\x00\x03\x00") is None  # cut short
     assert parse_group_key(struct.pack(">h", 2) + _s("billing")) == "billing"
     assert parse_group_key(struct.pack(">h", 1) + _s("billing") + _s("t") + struct.pack(">i", 0)) is None
+
+
+def test_it_reads_the_group_and_member_of_a_consumer_protocol_groups_records() -> None:
+    """Keys as the broker wrote them for a KIP-848 group (read back from __consumer_offsets:
+    int16 5, the group, the member id; int16 3 and the group for the group's own record)."""
+    member = struct.pack(">h", 5) + _s("billing") + _s("umx1hE3tST2BS3nPumXmRQ")
+    assert parse_member_key(member) == ("billing", "umx1hE3tST2BS3nPumXmRQ")
+    assert parse_member_key(struct.pack(">h", 3) + _s("billing")) == ("billing", None)
+    assert parse_member_key(struct.pack(">h", 2) + _s("billing")) is None  # a classic group's
+    assert parse_member_key(struct.pack(">h", 8) + _s("billing") + _s("m")) is None  # its assignment
+    assert parse_member_key(struct.pack(">h", 5) + _s("billing") + b"\x00\x09ab") is None  # cut short
+    assert parse_member_key(None) is None
+
+
+def test_a_consumer_protocol_group_is_empty_only_while_its_members_records_must_still_be_there() -> None:
+    """The membership of a KIP-848 group, record by record: a member joined and left; a
+    commit older than __consumer_offsets' delete.retention.ms may predate a member whose every
+    record is gone; a tombstone whose join was not read shows a member the read missed."""
+    from spark_jobs.commit_history import _Membership
+
+    group = _Membership()
+    assert group.read(None, True) and group.read("m1", True)
+    assert not group.empty(young=True)  # m1 is in the group
+    assert group.read("m1", False)
+    assert group.empty(young=True) and not group.empty(young=False)
+    assert not group.read("m2", False)  # m2's join was not read: the membership before was not known
+    classic_then = _Membership(classic=2)
+    assert not classic_then.empty(young=True)
+    assert _Membership(classic=0).empty(young=False)  # a classic group's one record says it all

@@ -37,9 +37,19 @@ def offsets_reset_to_latest_plain(world: World) -> Outcome:
     return _to_latest(world, probed=False)
 
 
-def _to_latest(world: World, probed: bool) -> Outcome:
+@scenario(
+    "offsets-reset-to-latest-kip848",
+    "as offsets-reset-to-latest with group.protocol=consumer (KIP-848), whose membership "
+    "__consumer_offsets holds in records of another kind than a classic group's: still skipped "
+    "and unprocessed, the reset never taken for a plain member's commit",
+)
+def offsets_reset_to_latest_kip848(world: World) -> Outcome:
+    return _to_latest(world, probed=True, group_protocol="consumer")
+
+
+def _to_latest(world: World, probed: bool, **client: str) -> Outcome:
     ticket_pipeline(world, probed)
-    world.consume("at-least-once", probed=probed, records=FIRST)
+    world.consume("at-least-once", probed=probed, records=FIRST, **client)
     before = world.reconcile()  # the auditor has read the pipeline before the operator acts
     ends = {p: high for p, (_, high) in world.cluster.watermarks(world.topic).items()}
     world.cluster.reset_offsets(world.group, world.topic, ends)
@@ -49,7 +59,7 @@ def _to_latest(world: World, probed: bool) -> Outcome:
     reports = produce(world.cluster.bootstrap, world.topic, LATER, {"acks": "all"}, probed=probed)
     if any(d.error for d in reports):
         raise RuntimeError(f"the workload's sends failed: {[d.error for d in reports if d.error][:3]}")
-    world.start_consumer("at-least-once", probed=probed)
+    world.start_consumer("at-least-once", probed=probed, **client)
     wait_until(lambda: all(world.processed().get(t) for t in LATER), 120, "the restarted consumer to process")
     skipped, committed = skipped_truth(world)
     if not skipped:
@@ -63,7 +73,8 @@ def _to_latest(world: World, probed: bool) -> Outcome:
     world.notes += [f"{key}: {reason}" for key, reason in sorted(stuck.reasons.items())][:3]
     return Outcome(
         injected=f"group offsets reset to the log end {ends} after {FIRST} of {len(TICKETS)} records"
-        + ("" if probed else ", plain clients"),
+        + ("" if probed else ", plain clients")
+        + (f", group.protocol={client['group_protocol']}" if "group_protocol" in client else ""),
         expected=expected,
         got=merge(before.verdicts, found.verdicts, stuck.verdicts),
         detect_s=max(found.finished_monotonic, stuck.finished_monotonic) - injected_at,
