@@ -298,7 +298,10 @@ def find_gaps(
     (its entry stays open; the run that reads the record covers it) and is no hole. A v2 range
     has no offset to tell that it lies past the end read.
 
-    A hole without any ledger entry is `never-sent` unless its sequences may have been
+    A hole is looked for up to the session's bound, and no further than the `last_seq` of a
+    session-end saying a ledger record of the session was lost (`lost_after`): the lost record
+    may have named the sequences past it (their failures, acks or keys), and its absence is no
+    proof they were never sent. A hole without any ledger entry is `never-sent` unless its sequences may have been
     produced up to both `unverifiable_until` (the topic deleted records before any run read
     them) and `entries_lost_until` (so did the producer ledger, with their entries): then
     nothing is left to tell. `seq_times` (SEQ_TIMES_SCHEMA) bounds when a hole was produced
@@ -392,7 +395,9 @@ def find_gaps(
     if held_seqs is not None:
         points = points.unionByName(held_seqs.select("session", F.col("seq").alias("start"), F.col("seq").alias("end")))
     covered = merge_intervals(conform(coverage, INTERVAL_SCHEMA).unionByName(points), ["session"])
-    holes = interval_holes(covered, bounds, ["session"])
+    # past a lost ledger record's checkpoint, the sequences it may have named are not known
+    known_until = F.least(F.col("last_seq"), F.coalesce(F.col("lost_after"), F.col("last_seq")))
+    holes = interval_holes(covered, bounds.select("session", known_until.alias("last_seq")), ["session"])
     if unverifiable_until is not None and entries_lost_until is not None:
         holes = _produced_after(holes, seq_times, min(unverifiable_until, entries_lost_until))
     if sent_judged_until_ms is not None:

@@ -316,7 +316,8 @@ def transform_producer_ledger(
     """Producer-ledger records → (entries for `topic` in LEDGER_ENTRY_SCHEMA, bounds per session).
 
     The bound of a session is the last sequence it ledgered for the topic (entries and a
-    clean session-end's last_seq); gaps are never inferred past it. Statuses are `acked`
+    clean session-end's last_seq); gaps are never inferred past it, nor past the `last_seq` of
+    a session-end saying a ledger record of the session was lost (`lost_after`). Statuses are `acked`
     (with an offset), `unconfirmed` (sent with acks=0) or `failed`.
 
     ``place_failures``: v2 failure reports that the `keys` records place on one sequence
@@ -360,13 +361,16 @@ def transform_producer_ledger(
         conform(ranged.where(F.col("session").isNotNull() & F.col("seq").isNotNull()), LEDGER_ENTRY_SCHEMA)
     )
     ends = parsed.where(F.col("type") == "session-end").select(
-        F.col("pid").alias("session"), F.col("last_seq")[topic].alias("last_seq")
+        F.col("pid").alias("session"),
+        F.col("last_seq")[topic].alias("last_seq"),
+        # a record of the session was lost after the sequence its last checkpoint named (-1: none)
+        F.when(F.col("ledger_lost"), F.coalesce(F.col("last_seq")[topic], F.lit(-1))).alias("lost_after"),
     )
     bounds = (
-        entries.select("session", F.col("seq").alias("last_seq"))
-        .unionByName(ends.where(F.col("last_seq").isNotNull()))
+        entries.select("session", F.col("seq").alias("last_seq"), F.lit(None).cast("long").alias("lost_after"))
+        .unionByName(ends.where(F.col("last_seq").isNotNull() | F.col("lost_after").isNotNull()))
         .groupBy("session")
-        .agg(F.max("last_seq").alias("last_seq"))
+        .agg(F.max("last_seq").alias("last_seq"), F.min("lost_after").alias("lost_after"))
     )
     keyed = transform_producer_keys(parsed, topic)
     entries = conform(entries, LEDGER_ENTRY_SCHEMA).unionByName(keyed)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
+    BooleanType,
     IntegerType,
     LongType,
     MapType,
@@ -97,7 +98,12 @@ LEDGER_ENTRY_SCHEMA = StructType(
         StructField("acked_by_ms", LongType()),
     ]
 )
-LEDGER_BOUND_SCHEMA = StructType([StructField("session", StringType()), StructField("last_seq", LongType())])
+# Per producer session: the last sequence it ledgered; `lost_after` (null: none), the lowest
+# `last_seq` a session-end with `ledger_lost` named: a ledger record of the session was lost
+# after it, and the sequences past it are not known (no `never-sent` hole is inferred there).
+LEDGER_BOUND_SCHEMA = StructType(
+    [StructField("session", StringType()), StructField("last_seq", LongType()), StructField("lost_after", LongType())]
+)
 PROCESSED_SCHEMA = StructType(
     [
         StructField("group", StringType()),
@@ -193,5 +199,6 @@ _LEDGER_JSON_SCHEMA = StructType(
         StructField("entries", ArrayType(ArrayType(StringType()))),
         StructField("last_seq", MapType(StringType(), LongType())),
         StructField("reason", StringType()),
+        StructField("ledger_lost", BooleanType()),
     ]
 )

@@ -358,7 +358,7 @@ def transform_ledger_open(old_open: DataFrame, new_entries: DataFrame, coverage:
 
 def transform_ledger_bounds(old_bounds: DataFrame, new_bounds: DataFrame) -> DataFrame:
     union = conform(old_bounds, LEDGER_BOUND_SCHEMA).unionByName(conform(new_bounds, LEDGER_BOUND_SCHEMA))
-    return union.groupBy("session").agg(F.max("last_seq").alias("last_seq"))
+    return union.groupBy("session").agg(F.max("last_seq").alias("last_seq"), F.min("lost_after").alias("lost_after"))
 
 
 def transform_processed_coverage(old_coverage: DataFrame, processed: DataFrame) -> DataFrame:

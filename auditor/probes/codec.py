@@ -263,6 +263,9 @@ class SessionEnd:
     # other ledger record of the session (a checkpoint or a heartbeat is no close)
     alive_ms: int | None = None
     closed: bool = False
+    # producers: a ledger record of the session was not written before this one; `last_seq` is
+    # the last checkpoint's, and the sequences past it may have been named in the record lost
+    ledger_lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,10 +477,12 @@ def encode_session_end(
     *,
     alive_ms: int | None = None,
     closed: bool = False,
+    ledger_lost: bool = False,
 ) -> bytes:
     """A ``session-end``: producers carry ``last_seq`` (contract-v2 ones also ``alive_ms``,
-    and ``closed`` when close() wrote it); consumers ``last_offset`` and ``header_problems``
-    (JSON object keys are strings, so partitions become decimal text)."""
+    ``closed`` when close() wrote it, and ``ledger_lost`` once a ledger record of the session
+    was not written); consumers ``last_offset`` and ``header_problems`` (JSON object keys are
+    strings, so partitions become decimal text)."""
     if kind == "producer":
         record: dict[str, Any] = {
             "v": LEDGER_VERSION,
@@ -490,6 +495,8 @@ def encode_session_end(
             record["alive_ms"] = alive_ms
         if closed:
             record["closed"] = True
+        if ledger_lost:
+            record["ledger_lost"] = True
     else:
         record = {
             "v": LEDGER_VERSION,

@@ -347,6 +347,7 @@ def _decode_object(obj: Mapping[str, Any]) -> LedgerRecord:
                 _opt(obj, "group", str),
                 alive_ms=_opt(obj, "alive_ms", int),
                 closed=_opt(obj, "closed", bool) is True,
+                ledger_lost=_opt(obj, "ledger_lost", bool) is True,
             )
         return SessionEnd(
             kind=kind,

@@ -241,17 +241,23 @@ class ProducerWrapper:
 
     # Set once a ledger record of this session was not written (_watch_ledger_losses).
     _ledger_lost = False
+    # A loss not yet declared in a written session-end (_heartbeat writes one at once)
+    _loss_unsaid = False
 
     def _watch_ledger_losses(self) -> None:
         """Be told of each ledger record of this session that was not written (the client
         refused it, its queue stayed full, or its delivery failed): from then on no session-end
         names a sequence a lost record may have held (each keeps the last checkpoint's), and
         close() writes no `closed` (readers then take the session as one that may have sent
-        records its ledger does not name: unknown, never never-sent)."""
+        records its ledger does not name: unknown, never never-sent). The next background
+        flush writes a session-end saying so (`ledger_lost`, _heartbeat), and every later one
+        says it too: the sequences past its `last_seq` are not known to readers, though later
+        records of the session name higher ones."""
         self._ledger.set_on_lost(self._note_ledger_loss)
 
     def _note_ledger_loss(self, value: bytes) -> None:
         # Runs on the thread serving the ledger producer's reports, or under the writer's lock.
+        self._loss_unsaid = True  # again where the session-end saying so was the record lost
         if not self._ledger_lost:
             self._ledger_lost = True
             logger.error(
@@ -266,13 +272,20 @@ class ProducerWrapper:
         know a silent one stopped (it may have sent records its ledger never got). `last_seq`:
         what the ledger already accounts for, as each contract knows it."""
         ledger = self._ledger
-        if ledger.pending_count() or time.monotonic() - ledger.last_write_at < self._heartbeat_s:
+        unsaid = self._loss_unsaid
+        if not unsaid and (ledger.pending_count() or time.monotonic() - ledger.last_write_at < self._heartbeat_s):
             return
         if self._ledger_lost:
             last_seq = self._last_checkpoint or {}
+        self._loss_unsaid = False
         ledger.write(
             encode_session_end(
-                "producer", self.session_id, time.time_ns() // 1_000_000, last_seq, alive_ms=self._alive_ms
+                "producer",
+                self.session_id,
+                time.time_ns() // 1_000_000,
+                last_seq,
+                alive_ms=self._alive_ms,
+                ledger_lost=self._ledger_lost,
             )
         )
 
@@ -299,6 +312,7 @@ class ProducerWrapper:
                 last_seq if closed else self._last_checkpoint or {},
                 alive_ms=self._alive_ms,
                 closed=closed,
+                ledger_lost=self._ledger_lost,
             )
         )
 
@@ -329,7 +343,12 @@ class ProducerWrapper:
         self._last_checkpoint = last_seq
         self._ledger.write(
             encode_session_end(
-                "producer", self.session_id, time.time_ns() // 1_000_000, last_seq, alive_ms=self._alive_ms
+                "producer",
+                self.session_id,
+                time.time_ns() // 1_000_000,
+                last_seq,
+                alive_ms=self._alive_ms,
+                ledger_lost=self._ledger_lost,
             )
         )
         self._wait_for_ledger(wait)

@@ -127,6 +127,15 @@ def test_it_writes_where_a_consumer_session_ended_and_its_header_counts() -> Non
     )
 
 
+def test_a_producer_session_end_says_a_ledger_record_of_the_session_was_lost() -> None:
+    raw = encode_session_end("producer", PID, 17, {"tickets": 4}, alive_ms=31000, ledger_lost=True)
+    assert raw.endswith(b'"last_seq":{"tickets":4},"alive_ms":31000,"ledger_lost":true}')
+    end = decode_ledger_record(raw)
+    assert isinstance(end, SessionEnd) and end.ledger_lost and not end.closed and end.last_seq == {"tickets": 4}
+    plain = decode_ledger_record(encode_session_end("producer", PID, 17, {"tickets": 4}))
+    assert isinstance(plain, SessionEnd) and not plain.ledger_lost
+
+
 def test_it_reads_consumer_session_ends_of_older_probes_as_empty() -> None:
     old = b'{"v":1,"type":"session-end","sid":"s","group":"g","ts":13}'
     assert decode_ledger_record(old) == SessionEnd("consumer", "s", 13, group="g")
