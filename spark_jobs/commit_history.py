@@ -35,13 +35,17 @@ tombstone itself `delete.retention.ms` after it was written. So every member a g
 commit was made still has a record in the log while the commit is younger than that: its join
 (or a later update) before the commit, or, past it, its tombstone. A commit counts as made
 without members only then, with no member's record read before it standing, and no member's
-tombstone read after it whose join was not read (`_Membership`). A member whose join the
-cleaner removed for a later update of its record, its tombstone not written yet, goes unseen
-(a member's record is rewritten only when its subscription or client settings change).
+tombstone read after it whose join was not read (`_Membership`). A group with a classic
+member among its records (an upgrade in progress: the broker rewrites such a member's record
+at each rejoin) is never taken for empty, nor a classic group whose last metadata record is a
+tombstone (deleted, or made a consumer-protocol group). A consumer-protocol member whose join
+the cleaner removed for a later rewrite of its record (its subscription or client settings
+changed), its tombstone not written yet, goes unseen.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 import time
 from dataclasses import dataclass, field, replace
@@ -61,6 +65,10 @@ _OFFSET_COMMIT_KEYS = (0, 1)
 _GROUP_METADATA_KEY = 2  # a classic group's metadata (its members)
 _CONSUMER_GROUP_KEY = 3  # a consumer-protocol (KIP-848) group's metadata (its epoch)
 _CONSUMER_MEMBER_KEY = 5  # one member of a consumer-protocol group (a tombstone once it left)
+# a consumer-protocol member's id: a Uuid its client made, 22 characters of base64 without
+# padding (librdkafka's standard alphabet, the Java client's URL-safe one); a classic member's,
+# given by the broker, is its client id, a dash and a dashed UUID
+_CONSUMER_MEMBER_ID = re.compile(r"[A-Za-z0-9+/_-]{22}")
 READ_BUDGET_S = 30.0  # at most this long reading the offsets partitions (or the diagnosis's timeout)
 # An audited consumer's commits name its session in their metadata (docs/contracts.md).
 COMMIT_METADATA_PREFIX = "audit:v2:"
@@ -224,6 +232,10 @@ class _Membership:
     classic: int | None = None  # the member count its last classic metadata record gives (None: none read)
     consumer: bool = False  # a consumer-protocol record of the group was read
     live: set[str] = field(default_factory=set)  # consumer-protocol members joined and not left
+    # a member id not of the consumer protocol's form: a classic member of a consumer-protocol
+    # group (an upgrade in progress), whose record the broker rewrites at each rejoin, so the
+    # cleaner may have removed the one before a commit: such a group is never taken for empty
+    mixed: bool = False
 
     def read(self, member: str | None, joined: bool) -> bool:
         """Take one consumer-protocol record (member None: the group's own). False where it is
@@ -232,6 +244,8 @@ class _Membership:
         self.consumer = True
         if member is None:
             return True
+        if not _CONSUMER_MEMBER_ID.fullmatch(member):
+            self.mixed = True
         if joined:
             self.live.add(member)
             return True
@@ -244,7 +258,7 @@ class _Membership:
         young: the commit is younger than `__consumer_offsets`' delete.retention.ms, so no
         consumer-protocol member of the group then has lost its every record since."""
         if self.consumer:
-            return young and not self.live and self.classic in (None, 0)
+            return young and not self.mixed and not self.live and self.classic in (None, 0)
         return self.classic == 0
 
 
@@ -387,7 +401,12 @@ def offsets_history(
             metadata_of = parse_group_key(msg.key())
             if metadata_of is not None:
                 if metadata_of in wanted:
-                    members.setdefault(metadata_of, _Membership()).classic = parse_group_members(msg.value())
+                    # a tombstone: the group deleted, or made a consumer-protocol group (whose
+                    # records the cleaner may have taken since): its members are not known
+                    value = msg.value()
+                    members.setdefault(metadata_of, _Membership()).classic = (
+                        None if value is None else parse_group_members(value)
+                    )
                 continue
             member_of = parse_member_key(msg.key())
             if member_of is not None:
@@ -418,7 +437,8 @@ def offsets_history(
     except (KafkaReadError, KafkaException) as exc:  # a read that failed
         raise KafkaReadError(f"{OFFSETS_TOPIC} could not be read: {exc}") from exc
     for group, partition, index, at in empty_commits:
-        if at < unknown_before.get(group, -1):  # a member it did not know of may have been in the group
+        # a member it did not know of may have been in the group
+        if members[group].mixed or at < unknown_before.get(group, -1):
             commit = history[group][partition][index]
             history[group][partition][index] = replace(commit, empty=False)
     removed: dict[str, dict[int, RemovedOffsets]] = {}

@@ -256,10 +256,12 @@ class ProducerWrapper:
         self._ledger.set_on_lost(self._note_ledger_loss)
 
     def _note_ledger_loss(self, value: bytes) -> None:
-        # Runs on the thread serving the ledger producer's reports, or under the writer's lock.
+        # Runs on the thread serving the ledger producer's reports, or under the writer's lock;
+        # _ledger_lost first: a session-end saying the loss reads it after _loss_unsaid.
+        first = not self._ledger_lost
+        self._ledger_lost = True
         self._loss_unsaid = True  # again where the session-end saying so was the record lost
-        if not self._ledger_lost:
-            self._ledger_lost = True
+        if first:
             logger.error(
                 "audited producer %s: a ledger record was not written; the session will not be "
                 "ledgered as closed and no later session-end names a sequence it may have held",
@@ -275,17 +277,22 @@ class ProducerWrapper:
         unsaid = self._loss_unsaid
         if not unsaid and (ledger.pending_count() or time.monotonic() - ledger.last_write_at < self._heartbeat_s):
             return
-        if self._ledger_lost:
-            last_seq = self._last_checkpoint or {}
+        self._write_end(last_seq)
+
+    def _write_end(self, last_seq: Mapping[str, int], closed: bool = False) -> None:
+        """A session-end naming `last_seq`, or, once a ledger record of the session was lost,
+        the last checkpoint's and `ledger_lost` (the loss read once, so both agree)."""
         self._loss_unsaid = False
-        ledger.write(
+        lost = self._ledger_lost
+        self._ledger.write(
             encode_session_end(
                 "producer",
                 self.session_id,
                 time.time_ns() // 1_000_000,
-                last_seq,
+                (self._last_checkpoint or {}) if lost else last_seq,
                 alive_ms=self._alive_ms,
-                ledger_lost=self._ledger_lost,
+                closed=closed and not lost,
+                ledger_lost=lost,
             )
         )
 
@@ -295,26 +302,17 @@ class ProducerWrapper:
         records before it were (waiting up to `wait` seconds): when one was lost or is still
         unsettled, the end carries no `closed` and the last checkpoint's `last_seq`."""
         unsettled = self._ledger.flush(wait)
-        closed = not unsettled and not self._ledger_lost
+        lost = self._ledger_lost
+        closed = not unsettled and not lost
         if closed:
             self._last_checkpoint = last_seq
         else:
             logger.error(
                 "audited producer %s: not ledgered as closed: %s",
                 self.session_id,
-                "a ledger record was not written" if self._ledger_lost else f"{unsettled} ledger record(s) unsettled",
+                "a ledger record was not written" if lost else f"{unsettled} ledger record(s) unsettled",
             )
-        self._ledger.write(
-            encode_session_end(
-                "producer",
-                self.session_id,
-                time.time_ns() // 1_000_000,
-                last_seq if closed else self._last_checkpoint or {},
-                alive_ms=self._alive_ms,
-                closed=closed,
-                ledger_lost=self._ledger_lost,
-            )
-        )
+        self._write_end(last_seq if closed else self._last_checkpoint or {}, closed=closed)
 
     def _end_session_checkpoint(self, wait: float, last_seq: dict[str, int] | None) -> None:
         """Write a session-end naming `last_seq` (unless nothing changed since the last) and wait
@@ -336,21 +334,14 @@ class ProducerWrapper:
         if last_seq is None:
             last_seq = self._last_checkpoint
         wait = max(0.0, deadline - time.monotonic())
-        if last_seq is None or (last_seq == self._last_checkpoint and not self._ledger.pending_count()):
+        unchanged = last_seq is None or (last_seq == self._last_checkpoint and not self._ledger.pending_count())
+        if unchanged and not self._loss_unsaid:
             # Nothing new since the last session-end: don't repeat it.
             self._wait_for_ledger(wait)
             return
-        self._last_checkpoint = last_seq
-        self._ledger.write(
-            encode_session_end(
-                "producer",
-                self.session_id,
-                time.time_ns() // 1_000_000,
-                last_seq,
-                alive_ms=self._alive_ms,
-                ledger_lost=self._ledger_lost,
-            )
-        )
+        if not self._ledger_lost:  # a loss keeps the checkpoint before it (_write_end)
+            self._last_checkpoint = last_seq
+        self._write_end(last_seq or {})
         self._wait_for_ledger(wait)
 
     def _wait_for_ledger(self, wait: float) -> None:

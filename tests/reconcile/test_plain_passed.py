@@ -125,15 +125,23 @@ def test_it_reads_the_group_and_member_of_a_consumer_protocol_groups_records() -
 def test_a_consumer_protocol_group_is_empty_only_while_its_members_records_must_still_be_there() -> None:
     """The membership of a KIP-848 group, record by record: a member joined and left; a
     commit older than __consumer_offsets' delete.retention.ms may predate a member whose every
-    record is gone; a tombstone whose join was not read shows a member the read missed."""
+    record is gone; a tombstone whose join was not read shows a member the read missed; a
+    classic member in the group (its id the broker's, its record rewritten at each rejoin)
+    leaves the membership unknown."""
     from spark_jobs.commit_history import _Membership
 
+    m1, m2 = "umx1hE3tST2BS3nPumXmRQ", "K3iEbQ/FT9iLjTGmaaS7TQ"  # ids as a consumer-protocol client makes them
     group = _Membership()
-    assert group.read(None, True) and group.read("m1", True)
+    assert group.read(None, True) and group.read(m1, True)
     assert not group.empty(young=True)  # m1 is in the group
-    assert group.read("m1", False)
+    assert group.read(m1, False)
     assert group.empty(young=True) and not group.empty(young=False)
-    assert not group.read("m2", False)  # m2's join was not read: the membership before was not known
+    assert not group.read(m2, False)  # m2's join was not read: the membership before was not known
+    upgrading = _Membership()
+    upgrading.read("consumer-billing-1-0b7a3c36-5f55-4f2c-9a8e-4b8d3f0f2a11", True)
+    upgrading.read("consumer-billing-1-0b7a3c36-5f55-4f2c-9a8e-4b8d3f0f2a11", False)
+    assert not upgrading.empty(young=True)
     classic_then = _Membership(classic=2)
     assert not classic_then.empty(young=True)
     assert _Membership(classic=0).empty(young=False)  # a classic group's one record says it all
+    assert not _Membership(classic=None).empty(young=True)  # a deleted (tombstoned) classic group's: not known

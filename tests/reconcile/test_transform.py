@@ -673,7 +673,7 @@ def test_it_parses_the_producer_ledger(spark: SparkSession):
             LEDGER_ENTRY_SCHEMA,
         ),
     )
-    assertDataFrameEqual(bounds, spark.createDataFrame([("s1", 3)], LEDGER_BOUND_SCHEMA))
+    assertDataFrameEqual(bounds, spark.createDataFrame([("s1", 3, None)], LEDGER_BOUND_SCHEMA))
 
 
 def test_it_reads_acks_0_entries_as_unconfirmed_never_acked(spark: SparkSession):
@@ -856,7 +856,10 @@ def test_it_attributes_sequence_gaps_from_the_ledger(spark: SparkSession):
     ledger_open = transform_ledger_open(spark.createDataFrame([], LEDGER_ENTRY_SCHEMA), entries, coverage)
     bounds = transform_ledger_bounds(spark.createDataFrame([], LEDGER_BOUND_SCHEMA), new_bounds)
     assertDataFrameEqual(
-        bounds, spark.createDataFrame([("s1", 7), ("s2", 0), ("s3", 2), ("s4", 0)], LEDGER_BOUND_SCHEMA)
+        bounds,
+        spark.createDataFrame(
+            [("s1", 7, None), ("s2", 0, None), ("s3", 2, None), ("s4", 0, None)], LEDGER_BOUND_SCHEMA
+        ),
     )
     # Partition 0 starts at offset 5 (retention) and this run read it up to offset 150.
     watermarks = spark.createDataFrame([(0, 5, 150)], WATERMARK_SCHEMA)
@@ -902,7 +905,9 @@ def test_it_merges_sequences_into_intervals_across_buckets(spark: SparkSession):
         spark.createDataFrame([("s", 0, 5), ("s", 3, 8), ("s", 9, 9), ("s", 11, 12)], INTERVAL_SCHEMA), ["session"]
     )
     assertDataFrameEqual(merged, spark.createDataFrame([("s", 0, 9), ("s", 11, 12)], INTERVAL_SCHEMA))
-    holes = interval_holes(merged, spark.createDataFrame([("s", 20), ("t", 1)], LEDGER_BOUND_SCHEMA), ["session"])
+    holes = interval_holes(
+        merged, spark.createDataFrame([("s", 20, None), ("t", 1, None)], LEDGER_BOUND_SCHEMA), ["session"]
+    )
     assertDataFrameEqual(holes, spark.createDataFrame([("s", 10, 10), ("s", 13, 20), ("t", 0, 1)], INTERVAL_SCHEMA))
 
 

@@ -121,7 +121,7 @@ def test_it_attributes_gaps_of_v2_ranges_without_calling_an_unacked_send_broker_
         {"v": 1, "type": "session-end", "pid": s, "ts": ms(9), "last_seq": {"t": 9}},
     )  # fmt: skip
     coverage, ledger_open, bounds = first_run_gap_inputs(spark, raw, topic_records)
-    assertDataFrameEqual(bounds, spark.createDataFrame([(s, 9)], LEDGER_BOUND_SCHEMA))
+    assertDataFrameEqual(bounds, spark.createDataFrame([(s, 9, None)], LEDGER_BOUND_SCHEMA))
     watermarks = spark.createDataFrame([(0, 0, 20)], WATERMARK_SCHEMA)
 
     def gap(seq: int, cause: str, status: str, from_s: int) -> tuple[Any, ...]:
@@ -266,7 +266,7 @@ def test_it_names_the_key_of_a_v2_gap_from_the_keys_record_even_one_run_later(sp
     entries2, bounds2 = transform_producer_ledger(run2, "t")
     open2 = transform_ledger_open(open1, entries2, coverage).localCheckpoint()
     bounds = transform_ledger_bounds(bounds1, bounds2)
-    assertDataFrameEqual(bounds, spark.createDataFrame([(s, 4)], LEDGER_BOUND_SCHEMA))
+    assertDataFrameEqual(bounds, spark.createDataFrame([(s, 4, None)], LEDGER_BOUND_SCHEMA))
 
     # 2..4 acked and absent: 2 keeps the key (and time) of run 1's keys record, 3 takes run 2's,
     # 4 has none (its time is the range's start).
@@ -505,3 +505,40 @@ def test_a_replayed_v2_offset_takes_the_key_an_earlier_run_read_there(spark: Spa
     other = spark.createDataFrame([("TCK-99", 0, 11, at(4), None, None)], RECORD_SCHEMA)
     guarded = keyed_by_memory(reprocessed, marks, index, duplicates.unionByName(other))
     assert dict((r["offset"], r["audit_id"]) for r in guarded.collect())[11] is None
+
+
+def test_it_infers_no_hole_past_the_checkpoint_of_a_session_end_saying_a_ledger_record_was_lost(
+    spark: SparkSession,
+) -> None:
+    """The topic holds seqs 0-1, 3-5 and 7-9 of a v2 session, ledgered acked; a session-end
+    says a ledger record of the session was lost after its checkpoint at 4. The hole at 2 is
+    below the checkpoint (every record before it was written): never-sent. The hole at 6 may
+    have been named in the record lost: no finding. A session-end saying so without naming the
+    topic leaves no hole of the session judged."""
+    s = SESSION.hex
+    held = (0, 1, 3, 4, 5, 7, 8, 9)
+    topic_records = spark.createDataFrame([(f"k{q}", 0, 10 + q, at(q), s, q) for q in held], RECORD_SCHEMA)
+    ranges = {"v": 2, "type": "ranges", "pid": s, "client_id": "app", "topic": "t"}
+    acked = [[a, b, "acked", ms(a), ms(b)] for a, b in ((0, 1), (3, 5), (7, 9))]
+    end = {"v": 1, "type": "session-end", "pid": s, "ts": ms(9), "last_seq": {"t": 4}, "ledger_lost": True}
+    watermarks = spark.createDataFrame([(0, 0, 20)], WATERMARK_SCHEMA)
+
+    coverage, ledger_open, bounds = first_run_gap_inputs(
+        spark, ledger_values(spark, {**ranges, "entries": acked}, end), topic_records
+    )
+    assertDataFrameEqual(bounds, spark.createDataFrame([(s, 9, 4)], LEDGER_BOUND_SCHEMA))
+    found = find_gaps(coverage, ledger_open, bounds, watermarks, sent_judged_until_ms=ms(20))
+    assert [(r["cause"], r["seq"], r["seq_end"]) for r in found.collect()] == [("never-sent", 2, 2)]
+
+    unnamed = {**end, "last_seq": {"other": 3}}
+    coverage, ledger_open, bounds = first_run_gap_inputs(
+        spark, ledger_values(spark, {**ranges, "entries": acked}, unnamed), topic_records
+    )
+    assertDataFrameEqual(bounds, spark.createDataFrame([(s, 9, -1)], LEDGER_BOUND_SCHEMA))
+    assert find_gaps(coverage, ledger_open, bounds, watermarks, sent_judged_until_ms=ms(20)).isEmpty()
+    # carried to a later run: the lowest checkpoint a loss was declared at stands
+    later = spark.createDataFrame([(s, 12, None), ("other", 3, 7)], LEDGER_BOUND_SCHEMA)
+    assertDataFrameEqual(
+        transform_ledger_bounds(bounds, later),
+        spark.createDataFrame([(s, 12, -1), ("other", 3, 7)], LEDGER_BOUND_SCHEMA),
+    )
