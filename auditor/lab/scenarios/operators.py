@@ -49,7 +49,7 @@ def offsets_reset_to_latest_kip848(world: World) -> Outcome:
 
 def _to_latest(world: World, probed: bool, **client: str) -> Outcome:
     ticket_pipeline(world, probed)
-    world.consume("at-least-once", probed=probed, records=FIRST, **client)
+    world.consume("at-least-once", crash_at=0, probed=probed, records=FIRST, **client)
     before = world.reconcile()  # the auditor has read the pipeline before the operator acts
     ends = {p: high for p, (_, high) in world.cluster.watermarks(world.topic).items()}
     world.cluster.reset_offsets(world.group, world.topic, ends)
