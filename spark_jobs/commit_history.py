@@ -65,6 +65,7 @@ _OFFSET_COMMIT_KEYS = (0, 1)
 _GROUP_METADATA_KEY = 2  # a classic group's metadata (its members)
 _CONSUMER_GROUP_KEY = 3  # a consumer-protocol (KIP-848) group's metadata (its epoch)
 _CONSUMER_MEMBER_KEY = 5  # one member of a consumer-protocol group (a tombstone once it left)
+_MEMBERSHIP_KEYS = (_GROUP_METADATA_KEY, _CONSUMER_GROUP_KEY, _CONSUMER_MEMBER_KEY)
 # a consumer-protocol member's id: a Uuid its client made, 22 characters of base64 without
 # padding (librdkafka's standard alphabet, the Java client's URL-safe one); a classic member's,
 # given by the broker, is its client id, a dash and a dashed UUID
@@ -194,6 +195,14 @@ def parse_offset_key(key: bytes | None) -> tuple[str, str, int] | None:
     return group, topic, partition
 
 
+def _key_version(key: bytes | None) -> int | None:
+    """A record's key version (its kind: 0-1 offset commits, 2 classic group metadata, 3 and up
+    the newer protocols' records); None for a key too short to hold one."""
+    if key is None or len(key) < 2:
+        return None
+    return int(struct.unpack_from(">h", key, 0)[0])
+
+
 def parse_group_key(key: bytes | None) -> str | None:
     """The group of a classic group's metadata record (key version 2); None for any other."""
     if key is None or len(key) < 4:
@@ -260,6 +269,27 @@ class _Membership:
         if self.consumer:
             return young and not self.mixed and not self.live and self.classic in (None, 0)
         return self.classic == 0
+
+
+class _TombstonesKept:
+    """How long `__consumer_offsets` keeps a tombstone (its delete.retention.ms, less the clock
+    slack): a consumer-protocol group's commit younger than that shows every member it had.
+    Read once, when first asked; unreadable, no commit is younger."""
+
+    def __init__(self, admin: AdminClient, timeout_s: float) -> None:
+        self._admin, self._timeout_s = admin, timeout_s
+        self._kept_ms: int | None = None
+        self._read = False
+
+    def younger(self, age_ms: int) -> bool:
+        if not self._read:
+            self._read = True
+            try:
+                cleanup = read_topic_cleanup(self._admin, OFFSETS_TOPIC, self._timeout_s)
+                self._kept_ms = cleanup.delete_retention_ms - CLOCK_SLACK_MS
+            except KafkaReadError:  # not known: none is taken for an empty group's
+                self._kept_ms = None
+        return self._kept_ms is not None and age_ms < self._kept_ms
 
 
 def parse_group_members(value: bytes | None) -> int | None:
@@ -375,13 +405,9 @@ def offsets_history(
     # reader never sees it); None once a longer run was missing (the log cleaner took records,
     # or an aborted transaction's): a commit read before that is the key's first since the start
     unbroken: dict[int, int | None] = {p: o.low for p, o in offsets.items()}
-    try:  # a consumer-protocol group's commit younger than this shows every member it had
-        tombstones_kept_ms: int | None = (
-            read_topic_cleanup(admin, OFFSETS_TOPIC, timeout_s).delete_retention_ms - CLOCK_SLACK_MS
-        )
-    except KafkaReadError:  # not known: none is taken for an empty group's
-        tombstones_kept_ms = None
     now_ms = int(time.time() * 1000)
+    # asked only where a consumer-protocol group's commit is judged (classic groups need it not)
+    tombstones_kept = _TombstonesKept(admin, timeout_s)
     try:
         for msg in read_ranges(  # KafkaReadError when the read fails
             bootstrap,
@@ -398,7 +424,11 @@ def offsets_history(
             expected = unbroken.get(home)
             whole = at is not None and expected is not None and expected <= at <= expected + 1
             unbroken[home] = at + 1 if whole and at is not None else None
-            metadata_of = parse_group_key(msg.key())
+            raw_key = msg.key()
+            kind = _key_version(raw_key)  # read once: the parsers below each check their own
+            if kind not in _OFFSET_COMMIT_KEYS and kind not in _MEMBERSHIP_KEYS:
+                continue
+            metadata_of = parse_group_key(raw_key) if kind == _GROUP_METADATA_KEY else None
             if metadata_of is not None:
                 if metadata_of in wanted:
                     # a tombstone: the group deleted, or made a consumer-protocol group (whose
@@ -408,14 +438,14 @@ def offsets_history(
                         None if value is None else parse_group_members(value)
                     )
                 continue
-            member_of = parse_member_key(msg.key())
+            member_of = parse_member_key(raw_key) if kind in _MEMBERSHIP_KEYS else None
             if member_of is not None:
                 if member_of[0] in wanted:
                     group_members = members.setdefault(member_of[0], _Membership())
                     if not group_members.read(member_of[1], msg.value() is not None):
                         unknown_before[member_of[0]] = at or 0
                 continue
-            parsed = parse_offset_key(msg.key())
+            parsed = parse_offset_key(raw_key) if kind in _OFFSET_COMMIT_KEYS else None
             if parsed is None or parsed[0] not in wanted or parsed[1] != topic:
                 continue
             key = (parsed[0], parsed[2])
@@ -428,8 +458,7 @@ def offsets_history(
             # only the line naming a session is kept: an application's own metadata (up to 4 KB a
             # commit) would otherwise be held for every commit read
             state = members.get(parsed[0])
-            young = tombstones_kept_ms is not None and now_ms - ts < tombstones_kept_ms
-            empty = state is not None and state.empty(young)
+            empty = state is not None and state.empty(state.consumer and tombstones_kept.younger(now_ms - ts))
             commits_of = history.setdefault(parsed[0], {}).setdefault(parsed[2], [])
             if empty and state is not None and state.consumer:
                 empty_commits.append((parsed[0], parsed[2], len(commits_of), at or 0))

@@ -396,7 +396,7 @@ def find_gaps(
         points = points.unionByName(held_seqs.select("session", F.col("seq").alias("start"), F.col("seq").alias("end")))
     covered = merge_intervals(conform(coverage, INTERVAL_SCHEMA).unionByName(points), ["session"])
     # past a lost ledger record's checkpoint, the sequences it may have named are not known
-    known_until = F.least(F.col("last_seq"), F.coalesce(F.col("lost_after"), F.col("last_seq")))
+    known_until = F.least("last_seq", "lost_after")  # least skips nulls: no loss, the bound
     holes = interval_holes(covered, bounds.select("session", known_until.alias("last_seq")), ["session"])
     if unverifiable_until is not None and entries_lost_until is not None:
         holes = _produced_after(holes, seq_times, min(unverifiable_until, entries_lost_until))

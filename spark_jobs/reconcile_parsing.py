@@ -25,6 +25,7 @@ from spark_jobs.reconcile_schemas import (
     PROCESSED_SCHEMA,
     SENT,
 )
+from spark_jobs.reconcile_updates import fold_ledger_bounds
 
 # What transform_records says of a record's audit headers (docs/contracts.md).
 HEADERS_OK, HEADERS_MISSING, HEADERS_MALFORMED = "ok", "missing", "malformed"
@@ -366,11 +367,10 @@ def transform_producer_ledger(
         # a record of the session was lost after the sequence its last checkpoint named (-1: none)
         F.when(F.col("ledger_lost"), F.coalesce(F.col("last_seq")[topic], F.lit(-1))).alias("lost_after"),
     )
-    bounds = (
-        entries.select("session", F.col("seq").alias("last_seq"), F.lit(None).cast("long").alias("lost_after"))
-        .unionByName(ends.where(F.col("last_seq").isNotNull() | F.col("lost_after").isNotNull()))
-        .groupBy("session")
-        .agg(F.max("last_seq").alias("last_seq"), F.min("lost_after").alias("lost_after"))
+    bounds = fold_ledger_bounds(
+        entries.select(
+            "session", F.col("seq").alias("last_seq"), F.lit(None).cast("long").alias("lost_after")
+        ).unionByName(ends.where(F.col("last_seq").isNotNull() | F.col("lost_after").isNotNull()))
     )
     keyed = transform_producer_keys(parsed, topic)
     entries = conform(entries, LEDGER_ENTRY_SCHEMA).unionByName(keyed)

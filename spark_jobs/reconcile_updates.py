@@ -356,9 +356,19 @@ def transform_ledger_open(old_open: DataFrame, new_entries: DataFrame, coverage:
     return conform(_range_anti(best, coverage, ["session"], "seq"), LEDGER_ENTRY_SCHEMA)
 
 
+def fold_ledger_bounds(bounds: DataFrame) -> DataFrame:
+    """One row per session (LEDGER_BOUND_SCHEMA) of rows of it: its highest `last_seq` and its
+    lowest `lost_after`."""
+    return conform(
+        bounds.groupBy("session").agg(F.max("last_seq").alias("last_seq"), F.min("lost_after").alias("lost_after")),
+        LEDGER_BOUND_SCHEMA,
+    )
+
+
 def transform_ledger_bounds(old_bounds: DataFrame, new_bounds: DataFrame) -> DataFrame:
-    union = conform(old_bounds, LEDGER_BOUND_SCHEMA).unionByName(conform(new_bounds, LEDGER_BOUND_SCHEMA))
-    return union.groupBy("session").agg(F.max("last_seq").alias("last_seq"), F.min("lost_after").alias("lost_after"))
+    return fold_ledger_bounds(
+        conform(old_bounds, LEDGER_BOUND_SCHEMA).unionByName(conform(new_bounds, LEDGER_BOUND_SCHEMA))
+    )
 
 
 def transform_processed_coverage(old_coverage: DataFrame, processed: DataFrame) -> DataFrame:

@@ -274,8 +274,8 @@ class ProducerWrapper:
         know a silent one stopped (it may have sent records its ledger never got). `last_seq`:
         what the ledger already accounts for, as each contract knows it."""
         ledger = self._ledger
-        unsaid = self._loss_unsaid
-        if not unsaid and (ledger.pending_count() or time.monotonic() - ledger.last_write_at < self._heartbeat_s):
+        idle = not ledger.pending_count() and time.monotonic() - ledger.last_write_at >= self._heartbeat_s
+        if not (idle or self._loss_unsaid):
             return
         self._write_end(last_seq)
 
