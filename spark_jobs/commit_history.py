@@ -109,21 +109,37 @@ class CommitRecord:
     # --reset-offsets, AdminClient.alter_consumer_group_offsets) or a consumer's outside the
     # group's membership (assign()), never a member's: a group with members refuses both.
     empty: bool = False
+    # the leader epoch the commit carries (-1: none): a consumer committing the position it read
+    # to (librdkafka's commit() of its position or of a message, its auto-commit; the Java
+    # consumer's commitSync() of its position) sends the epoch of the record it read; an admin
+    # tool's commit (kafka-consumer-groups --reset-offsets, alter_consumer_group_offsets) and an
+    # explicit offset without one do not
+    epoch: int = -1
 
     def session(self) -> str | None:
         """The probed consumer session this commit names in its metadata (docs/contracts.md), or None."""
         return metadata_session(self.metadata)
 
+    def by_operator(self) -> bool:
+        """Made while the group had no member and without a read record's leader epoch: an
+        operator's reset (an admin tool), or a consumer outside the group's membership (assign())
+        committing an offset it set itself. A consumer that committed the position it read to
+        carries the epoch of what it read (a plain consumer outside the membership, which may
+        have processed what it passed)."""
+        return self.empty and self.epoch < 0
+
     def by_plain_member(self) -> bool:
-        """A commit naming no probed session, not made while the group had no member: a plain
-        instance of the group made it, which may have processed what it passed (a commit whose
-        group's membership is not known counts as one too: the reading that alarms no one)."""
-        return self.offset is not None and not self.session() and not self.empty
+        """A commit naming no probed session, not an operator's (by_operator): a plain consumer
+        of the group made it, which may have processed what it passed (a commit whose group's
+        membership is not known counts as one too: the reading that alarms no one)."""
+        return self.offset is not None and not self.session() and not self.by_operator()
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"offset": self.offset, "session": self.session(), "at": ms_to_iso(self.ts_ms)}
         if self.empty:
             data["group_had_no_member"] = True
+        if self.epoch >= 0:
+            data["leader_epoch"] = self.epoch
         return data
 
 
@@ -331,6 +347,14 @@ def parse_committed_offset(value: bytes | None) -> int | None:
     return int(struct.unpack_from(">q", value, 2)[0])
 
 
+def parse_commit_epoch(value: bytes | None) -> int:
+    """The leader epoch an offset commit's value carries (OffsetCommitValue version 3 and up,
+    after the offset); -1 where it carries none, for a tombstone, or a value too short."""
+    if value is None or len(value) < 14 or struct.unpack_from(">h", value, 0)[0] < 3:
+        return -1
+    return max(int(struct.unpack_from(">i", value, 10)[0]), -1)
+
+
 def _uvarint(data: bytes, at: int) -> tuple[int, int]:
     value = shift = 0
     while True:
@@ -462,7 +486,11 @@ def offsets_history(
             commits_of = history.setdefault(parsed[0], {}).setdefault(parsed[2], [])
             if empty and state is not None and state.consumer:
                 empty_commits.append((parsed[0], parsed[2], len(commits_of), at or 0))
-            commits_of.append(CommitRecord(committed, _session_line(parse_commit_metadata(value)), ts, whole, empty))
+            commits_of.append(
+                CommitRecord(
+                    committed, _session_line(parse_commit_metadata(value)), ts, whole, empty, parse_commit_epoch(value)
+                )
+            )
     except (KafkaReadError, KafkaException) as exc:  # a read that failed
         raise KafkaReadError(f"{OFFSETS_TOPIC} could not be read: {exc}") from exc
     for group, partition, index, at in empty_commits:

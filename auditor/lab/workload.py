@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from auditor.probes import AuditedConsumer, AuditedProducer
 
@@ -242,7 +242,13 @@ def consume(args: argparse.Namespace) -> int:
     else:
         consumer = Consumer(config)
     session = getattr(consumer, "session_id", None) or f"plain-{os.getpid()}"
-    consumer.subscribe([args.topic])
+    if args.partitions_by == "assign":
+        # outside the group's membership (a catch-up script, a framework assigning its own
+        # partitions): every partition, from the group's committed offsets
+        topic = consumer.list_topics(args.topic, timeout=10).topics[args.topic]
+        consumer.assign([TopicPartition(args.topic, p) for p in sorted(topic.partitions)])
+    else:
+        consumer.subscribe([args.topic])
     received = 0
     idle_since = time.monotonic()
     batch: list[Any] = []
@@ -357,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--batch", type=int, default=1, help="process N polled records, then commit once")
     c.add_argument("--max-poll-interval-ms", type=int, default=0)
     c.add_argument("--auto-offset-reset", choices=("earliest", "latest"), default="earliest")
+    c.add_argument(
+        "--partitions-by",
+        choices=("subscribe", "assign"),
+        default="subscribe",
+        help="join the group, or assign every partition (plain confluent-kafka only: no membership)",
+    )
     t = sub.add_parser("transact")
     t.add_argument("--bootstrap", required=True)
     t.add_argument("--topic", required=True)
@@ -368,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "transact":
         return transact(args)
+    if args.partitions_by == "assign" and (args.probed or args.client != "confluent-kafka"):
+        parser.error("--partitions-by assign takes a plain confluent-kafka consumer (no --probed, no --client)")
     args.source_url = os.environ["LAB_SOURCE_URL"]  # from the environment: never on a command line
     return consume(args)
 

@@ -207,10 +207,11 @@ def committed_by(group: GroupState, topic: str, partition: int, offset: int, inf
     info["passed_by_commit"] = commit.as_json()
     if commit.session():
         return None
-    if commit.empty:  # an operator's reset, or a consumer outside the group's membership
+    if commit.by_operator():  # an operator's reset, or a consumer outside the membership setting an offset
         info["committed_by"] = (
-            "a commit naming no probed session, made while the group had no member (an operator's reset, or a "
-            "consumer outside the group's membership): the marks alone judge"
+            "a commit naming no probed session nor a read record's leader epoch, made while the group had no "
+            "member (an operator's reset, or a consumer outside the group's membership committing an offset it "
+            "set): the marks alone judge"
         )
         return None
     if not group.probe_names_commits():

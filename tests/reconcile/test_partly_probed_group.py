@@ -107,6 +107,54 @@ def test_what_an_operators_reset_jumped_over_is_unprocessed(
     assert finding_set(result) == {("unprocessed", str(t), None, *world.at(f"t{t}")) for t in range(3, 10)}
 
 
+@PROTOCOLS
+def test_records_a_consumer_outside_the_membership_processed_and_committed_are_not_unprocessed(
+    spark: SparkSession, world: World, make_topic, tmp_path: Path, protocol: str
+) -> None:
+    """The group's probed member processes tickets 1 and 2, commits past 3 and leaves. A plain
+    consumer with the group's id but no membership (assign(), as a catch-up script or a framework
+    that assigns its own partitions) then processes tickets 4 to 9 and commits its position: a
+    commit the group accepts only while it has no member, like an operator's reset. It carries
+    the leader epoch of the record read, which a reset does not: the records it passed are not
+    unprocessed (stop 74's code called all six so)."""
+    for ticket in range(1, 10):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    world.insert(*range(1, 10))
+    probed = probed_member(world, make_topic, protocol)
+    try:
+        for msg in subscribed(probed, world.topic, 3)[:2]:
+            probed.mark_processed(msg)
+        probed.commit(offsets=[TopicPartition(world.topic, 0, 3)], asynchronous=False)
+    finally:
+        probed.close()
+    outside = Consumer(member_settings(world, protocol))
+    handed: list[Message] = []
+    try:  # assigned, it starts at the group's committed offset
+        outside.assign([TopicPartition(world.topic, 0)])
+        deadline = time.monotonic() + 60
+        while len(handed) < 6 and time.monotonic() < deadline:
+            msg = outside.poll(0.5)
+            if msg is not None and msg.error() is None:
+                handed.append(msg)
+        assert [m.offset() for m in handed] == [world.at(f"t{t}")[1] for t in range(4, 10)]
+        # the group has no member: a commit of it is refused while a member's leave is on its way
+        wait_until(lambda: _committed(outside, handed[-1]), 60, "the outside consumer's commit")
+    finally:
+        outside.close()
+
+    result = reconcile_once(spark, world.binding(), tmp_path)
+
+    assert finding_set(result) == {("unprocessed", "3", None, *world.at("t3"))}
+
+
+def _committed(consumer: Consumer, msg: Message) -> bool:
+    try:
+        consumer.commit(message=msg, asynchronous=False)
+    except KafkaException:
+        return False
+    return True
+
+
 def member_settings(world: World, protocol: str = "classic") -> dict[str, Any]:
     """A consumer of the world's group that commits only when told, from the log start."""
     return {

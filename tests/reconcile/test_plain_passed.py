@@ -9,6 +9,9 @@ import struct
 
 from spark_jobs.commit_history import (
     CommitRecord,
+    parse_commit_epoch,
+    parse_commit_metadata,
+    parse_committed_offset,
     parse_group_key,
     parse_group_members,
     parse_member_key,
@@ -18,15 +21,17 @@ from spark_jobs.commit_history import (
 )
 
 
-def commit(offset: int | None, session: str | None = None, unbroken: bool = False, empty: bool = False) -> CommitRecord:
-    return CommitRecord(offset, None if session is None else f"audit:v2:{session}", 0, unbroken, empty)
+def commit(
+    offset: int | None, session: str | None = None, unbroken: bool = False, empty: bool = False, epoch: int = -1
+) -> CommitRecord:
+    return CommitRecord(offset, None if session is None else f"audit:v2:{session}", 0, unbroken, empty, epoch)
 
 
 def by_offset(records: list[CommitRecord], committed_now: int | None, top: int) -> set[int]:
     plain = set()
     for offset in range(top):
         passed = passing_commit(records, committed_now, offset)
-        if passed is not None and passed.session() is None and not passed.empty:
+        if passed is not None and passed.session() is None and not (passed.empty and passed.epoch < 0):
             plain.add(offset)
     return plain
 
@@ -61,6 +66,29 @@ def test_a_commit_made_while_the_group_had_no_member_is_an_operators_not_a_plain
     # session commits on: the 20 jumped over are judged by the marks
     records = [commit(10, "s1", unbroken=True), commit(30, empty=True), commit(35, "s2")]
     assert plain_passed(records, 35) == []
+
+
+def test_a_commit_of_an_empty_group_carrying_a_read_records_epoch_is_a_plain_consumers() -> None:
+    # a consumer outside the membership (assign()) committed the position it read to: the epoch
+    # of the record it read comes with it, which an admin tool's reset does not carry
+    records = [commit(10, "s1", unbroken=True), commit(30, empty=True, epoch=0), commit(35, "s2")]
+    assert plain_passed(records, 35) == [(10, 29)]
+    assert not records[1].by_operator() and records[1].by_plain_member()
+    assert records[1].as_json()["leader_epoch"] == 0 and records[1].as_json()["group_had_no_member"]
+    # an offset the consumer set itself, without an epoch, reads as an operator's
+    assert commit(30, empty=True).by_operator() and "leader_epoch" not in commit(30, empty=True).as_json()
+    # a member's commit is a plain member's whatever it carries
+    assert commit(30, epoch=3).by_plain_member() and not commit(30).by_operator()
+
+
+def test_it_reads_the_leader_epoch_of_each_offset_commit_value_version() -> None:
+    # OffsetCommitValue: int16 version, int64 offset, then from version 3 the int32 leader epoch
+    v1 = struct.pack(">hqh", 1, 42, 0) + struct.pack(">qq", 1, -1)
+    v3 = struct.pack(">hqih", 3, 42, 7, 0) + struct.pack(">q", 1)
+    v4 = struct.pack(">hqi", 4, 42, 5) + bytes([1]) + struct.pack(">q", 1) + bytes([0])
+    no_epoch = struct.pack(">hqih", 3, 42, -1, 0) + struct.pack(">q", 1)
+    assert [parse_commit_epoch(v) for v in (v1, v3, v4, no_epoch, None, b"\x00\x03")] == [-1, 7, 5, -1, -1, -1]
+    assert parse_committed_offset(v4) == 42 and parse_commit_metadata(v4) is None
 
 
 def test_a_first_commit_the_cleaner_may_have_preceded_proves_nothing() -> None:

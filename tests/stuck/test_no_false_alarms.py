@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from auditor.demo.options import DeliveryMode, Faults
@@ -391,3 +391,75 @@ def test_records_a_plain_consumer_of_a_partly_probed_group_processed_and_committ
         reason = item.diagnosis.reason
         assert "names no probed consumer session" in reason, reason
         assert "a consumer of the group without the probe committed it" in reason, reason
+
+
+def test_records_a_consumer_outside_the_membership_processed_and_committed_are_not_called_skipped(
+    make_stuck: Callable[..., StuckSetup], spark: Any
+) -> None:
+    """The demo's probed consumer processes the first tickets and leaves the group. A plain
+    confluent-kafka consumer with the group's id but no membership (assign(), as a catch-up
+    script or a framework assigning its own partitions) processes the next ones, each row's
+    update lost (they stay NEW), and commits its position past each: a commit the group takes
+    only while it has no member, like an operator's reset, but carrying the leader epoch of the
+    record read. A new probed instance then processes the last tickets. Stop 74's code took the
+    plain consumer's commits for an operator's reset and called its tickets `skipped`. Ground
+    truth: the plain consumer's own list of what it processed, a full read of the topic and the
+    rows."""
+    setup = make_stuck(partitions=2, contract=2)
+    pipeline = setup.pipeline
+    first = pipeline.produce(10)
+    assert len(pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=10, timeout_s=60).handled) == 10
+    assert all(pipeline.statuses()[t] == "DONE" for t in first)
+    second = pipeline.produce(10)
+    outside = Consumer(
+        {"bootstrap.servers": pipeline.bootstrap, "group.id": pipeline.group, "enable.auto.commit": False}
+    )
+    handled: list[tuple[str, int, int]] = []  # (ticket, partition, offset) the plain consumer processed
+    try:  # assigned, it starts at the group's committed offsets
+        outside.assign([TopicPartition(pipeline.topic, p) for p in range(2)])
+        deadline = time.monotonic() + 60
+        with pipeline.store() as store:
+            while len(handled) < 10 and time.monotonic() < deadline:
+                msg = outside.poll(0.5)
+                if msg is None or msg.error() is not None:
+                    continue
+                ticket = json.loads(msg.value() or b"")["ticket_id"]
+                assert store.mark_done(ticket, lose_update=True) is ApplyOutcome.LOST
+                wait_until(lambda m=msg: _committed(outside, m), 60, "the group to take the outside consumer's commit")
+                handled.append((ticket, msg.partition() or 0, msg.offset() or 0))
+    finally:
+        outside.close()
+    third = pipeline.produce(10)
+    assert len(pipeline.consumer(DeliveryMode.AT_LEAST_ONCE).run(max_records=10, timeout_s=60).handled) == 10
+
+    # The truth, from the clients and a full read of the topic.
+    position = {
+        json.loads(m.value() or b"")["ticket_id"]: (m.partition(), m.offset())
+        for m in read_topic(pipeline.topic, bootstrap=pipeline.bootstrap)
+    }
+    plain_tickets = {t for t, _, _ in handled}
+    assert plain_tickets == set(second)
+    assert {position[t] for t in plain_tickets} == {(p, o) for _, p, o in handled}
+    assert {t for t, s in pipeline.statuses().items() if s == "NEW"} == plain_tickets
+    # probed marks before and after them on each partition they lie in
+    for partition in {p for _, p, _ in handled}:
+        assert any(position[t][0] == partition for t in first) and any(position[t][0] == partition for t in third)
+    ends = pipeline.watermarks(pipeline.topic)
+    assert pipeline.committed_offsets() == {p: high for p, (_, high) in ends.items()}
+
+    result = diagnose_both(setup, spark)
+
+    assert verdicts_of(result) == dict.fromkeys(plain_tickets, "unknown")
+    for item in result.items:
+        reason = item.diagnosis.reason
+        assert "names no probed consumer session" in reason, reason
+
+
+def _committed(consumer: Consumer, msg: Any) -> bool:
+    """The consumer's commit of its position past `msg`; False while the group refuses it (a
+    member's leave on its way)."""
+    try:
+        consumer.commit(message=msg, asynchronous=False)
+    except KafkaException:
+        return False
+    return True

@@ -189,10 +189,30 @@ HANDOVER = 10  # records the probed instance processes before the plain one take
     "(its commits name no probed session)",
 )
 def probe_rolling_deploy(world: World) -> Outcome:
+    return _rolling_deploy(world, "subscribe")
+
+
+@scenario(
+    "catch-up-outside-group",
+    "as probe-rolling-deploy with the plain consumer outside the group's membership (assign() with the "
+    "group's id: a catch-up script, a framework assigning its own partitions), its commits accepted only "
+    "while the group is empty, like an operator's reset: unknown, never skipped, and nothing unprocessed",
+)
+def catch_up_outside_group(world: World) -> Outcome:
+    return _rolling_deploy(world, "assign")
+
+
+def _rolling_deploy(world: World, partitions_by: str) -> Outcome:
     ticket_pipeline(world, probed=True)
     world.consume("at-least-once", probed=True, records=HANDOVER)
     injected_at = time.monotonic()
-    world.consume("at-least-once", probed=False, fail_update_at=CRASH_AT - HANDOVER, records=len(TICKETS) - HANDOVER)
+    world.consume(
+        "at-least-once",
+        probed=False,
+        fail_update_at=CRASH_AT - HANDOVER,
+        records=len(TICKETS) - HANDOVER,
+        partitions_by=partitions_by,
+    )
     rows, processed = world.rows(), world.processed()
     lost_updates = {str(i) for i in world.processed_not_updated() if rows.get(i) == "NEW"}
     if not lost_updates or len(processed) != len(TICKETS):
@@ -208,7 +228,9 @@ def probe_rolling_deploy(world: World) -> Outcome:
     answer = world.stuck()
     world.notes += [f"{key}: {reason}" for key, reason in sorted(answer.reasons.items())][:5]
     return Outcome(
-        injected=f"the probed instance left after {HANDOVER} records; a plain one lost record {CRASH_AT}'s row update",
+        injected=f"the probed instance left after {HANDOVER} records; a plain one"
+        + (" outside the group (assign())" if partitions_by == "assign" else "")
+        + f" lost record {CRASH_AT}'s row update",
         expected=expected,
         got=merge(found.verdicts, answer.verdicts),
         detect_s=max(found.finished_monotonic, answer.finished_monotonic) - injected_at,
