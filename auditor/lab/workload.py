@@ -187,6 +187,9 @@ class _KafkaPythonRecord:
         return None if self._record.value is None else bytes(self._record.value)
 
 
+ASYNC_CRASH_DELAY_S = 0.02  # an asynchronous commit's request leaves within it; the kill follows
+
+
 def consumer_config(
     bootstrap: str,
     group: str,
@@ -285,11 +288,14 @@ def consume(args: argparse.Namespace) -> int:
             if args.probed:
                 consumer.mark_processed(msg)
             if args.mode == "at-least-once":
-                if crash_here:
+                if crash_here and args.commit == "sync":
                     if args.probed:
                         consumer.flush_ledger(10)  # the mark is out; the commit never happens
                     os.kill(os.getpid(), signal.SIGKILL)
-                consumer.commit(message=msg, asynchronous=False)
+                consumer.commit(message=msg, asynchronous=args.commit == "async")
+                if crash_here:  # async: killed while the commit, and the ledger's marks, are on their way
+                    time.sleep(ASYNC_CRASH_DELAY_S)
+                    os.kill(os.getpid(), signal.SIGKILL)
             if args.slow_ms:
                 time.sleep(args.slow_ms / 1000)
         if batch:
@@ -363,6 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--batch", type=int, default=1, help="process N polled records, then commit once")
     c.add_argument("--max-poll-interval-ms", type=int, default=0)
     c.add_argument("--auto-offset-reset", choices=("earliest", "latest"), default="earliest")
+    c.add_argument(
+        "--commit",
+        choices=("sync", "async"),
+        default="sync",
+        help="at-least-once: commit synchronously, or asynchronously (--crash-at: killed just after the commit)",
+    )
     c.add_argument(
         "--partitions-by",
         choices=("subscribe", "assign"),
