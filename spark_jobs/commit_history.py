@@ -25,7 +25,10 @@ consumer names its session in its commits' metadata (`audit:v2:<session>`, docs/
 which tells a probed consumer's commit from a plain one's (verdict_outcomes.passing_commit).
 
 And whether the group had a member when each commit was made (`CommitRecord.empty`): an
-admin tool's commit (an operator's reset) is accepted only by a group without members. A
+admin tool's commit (an operator's reset) is accepted only by a group without members, and so
+is a consumer's outside the membership (assign()). The commit's leader epoch tells them apart
+where the client sends one (KIP-320, OffsetCommitValue version 3 and up): a consumer committing
+the position it read to sends the read record's, an admin tool none (`CommitRecord.by_operator`). A
 classic group's membership is one record (key 2, GroupMetadataValue: its member count), of
 which the log cleaner keeps the last. A consumer-protocol group's (KIP-848, key 3 for the
 group and key 5, ConsumerGroupMemberMetadataKey: int16 5, group and member id as int16-length

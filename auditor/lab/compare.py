@@ -26,6 +26,10 @@ class Outcome:
     # Verdicts outside the comparison (e.g. stuck `waiting` for a consumer the scenario stopped
     # on purpose): listed, never counted as alarms.
     ignored: frozenset[str] = frozenset()
+    # Per key, verdicts the truth allows without requiring them (e.g. `reprocessed` for a record
+    # processed twice where no client can tell whether the first processing's marks got out):
+    # never an alarm where given, never a miss where not.
+    optional: dict[str, set[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -51,13 +55,17 @@ def verdict_counts(verdicts: Verdicts) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def score(expected: Verdicts, got: Verdicts, ignored: frozenset[str] = frozenset()) -> Score:
-    """A false alarm is a verdict the truth does not support; a miss, one the auditor did not give."""
+def score(
+    expected: Verdicts, got: Verdicts, ignored: frozenset[str] = frozenset(), optional: Verdicts | None = None
+) -> Score:
+    """A false alarm is a verdict the truth does not support; a miss, one the auditor did not give.
+    `optional` (per key): verdicts the truth allows there without requiring them."""
     false_alarms = misses = 0
     wrong: list[dict[str, Any]] = []
     for key in sorted(set(expected) | set(got), key=_natural):
         want = set(expected.get(key, ()))
-        have = set(got.get(key, ())) - (ignored - want)
+        allowed = set((optional or {}).get(key, ())) - want
+        have = set(got.get(key, ())) - (ignored - want) - allowed
         extra, lacking = have - want, want - have
         false_alarms += len(extra)
         misses += len(lacking)

@@ -35,7 +35,7 @@ def run_scenario(scenario: Scenario, cluster: Cluster, options: Options, lab_run
     result = LabResult(run=lab_run, name=scenario.name, injected="")
     try:
         outcome = scenario.run(world)
-        judged = score(outcome.expected, outcome.got, outcome.ignored)
+        judged = score(outcome.expected, outcome.got, outcome.ignored, outcome.optional)
         result.injected = outcome.injected
         result.expected = verdict_counts(outcome.expected)
         result.got = verdict_counts(

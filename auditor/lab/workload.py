@@ -392,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "transact":
         return transact(args)
+    if args.commit == "async" and (args.mode != "at-least-once" or args.batch > 1):
+        parser.error("--commit async is for --mode at-least-once, one record at a time (no --batch)")
     if args.partitions_by == "assign" and (args.probed or args.client != "confluent-kafka"):
         parser.error("--partitions-by assign takes a plain confluent-kafka consumer (no --probed, no --client)")
     args.source_url = os.environ["LAB_SOURCE_URL"]  # from the environment: never on a command line

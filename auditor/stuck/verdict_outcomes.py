@@ -195,8 +195,8 @@ def committed_by(group: GroupState, topic: str, partition: int, offset: int, inf
     past the record naming none, in a group whose other commits name probed sessions, was a plain
     consumer's (a group only partly probed), which may have processed it. Where the history does
     not show who passed it, the group's probes write no commit metadata (older probes), or the
-    commit was made while the group had no member (an operator's reset), the rule is as before:
-    the marks alone."""
+    commit was made while the group had no member and carries no read record's leader epoch (an
+    operator's reset, CommitRecord.by_operator), the rule is as before: the marks alone."""
     if group.commits is None:
         info["committed_by"] = "unknown: __consumer_offsets could not be read"
         return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from auditor.lab.compare import merge, score, verdict_counts
+from auditor.lab.compare import Score, merge, score, verdict_counts
 
 
 def test_it_counts_nothing_when_the_auditor_says_what_the_truth_says() -> None:
@@ -37,3 +37,15 @@ def test_it_counts_verdicts_over_keys() -> None:
 def test_it_merges_answers_key_by_key() -> None:
     merged = merge({"1": {"missing"}, "lint topic": {"lint:acks"}}, {"1": {"stuck:waiting"}}, {})
     assert merged == {"1": {"missing", "stuck:waiting"}, "lint topic": {"lint:acks"}}
+
+
+def test_an_optional_verdict_is_neither_an_alarm_nor_a_miss_on_its_key_only() -> None:
+    optional = {"11": {"reprocessed"}}
+    assert score({}, {"11": {"reprocessed"}}, optional=optional) == Score(0, 0, [])
+    assert score({}, {}, optional=optional) == Score(0, 0, [])
+    # on a key the truth does not allow it, it is a false alarm
+    judged = score({}, {"11": {"reprocessed"}, "12": {"reprocessed"}}, optional=optional)
+    assert (judged.false_alarms, judged.misses) == (1, 0)
+    assert judged.wrong == [{"key": "12", "expected": [], "got": ["reprocessed"]}]
+    # a verdict both expected and optional is expected
+    assert score({"11": {"reprocessed"}}, {}, optional=optional).misses == 1

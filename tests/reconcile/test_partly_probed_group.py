@@ -22,6 +22,8 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
 from auditor.lab.cluster import wait_until
+from spark_jobs.commit_history import offsets_history
+from tests.support.plain import commit_outside_membership
 from tests.support.reconcile_world import World, finding_set, reconcile_once
 
 pytestmark = pytest.mark.integration
@@ -109,7 +111,7 @@ def test_what_an_operators_reset_jumped_over_is_unprocessed(
 
 @PROTOCOLS
 def test_records_a_consumer_outside_the_membership_processed_and_committed_are_not_unprocessed(
-    spark: SparkSession, world: World, make_topic, tmp_path: Path, protocol: str
+    spark: SparkSession, world: World, make_topic, kafka_admin: AdminClient, tmp_path: Path, protocol: str
 ) -> None:
     """The group's probed member processes tickets 1 and 2, commits past 3 and leaves. A plain
     consumer with the group's id but no membership (assign(), as a catch-up script or a framework
@@ -137,22 +139,17 @@ def test_records_a_consumer_outside_the_membership_processed_and_committed_are_n
             if msg is not None and msg.error() is None:
                 handed.append(msg)
         assert [m.offset() for m in handed] == [world.at(f"t{t}")[1] for t in range(4, 10)]
-        # the group has no member: a commit of it is refused while a member's leave is on its way
-        wait_until(lambda: _committed(outside, handed[-1]), 60, "the outside consumer's commit")
+        commit_outside_membership(outside, handed[-1])
     finally:
         outside.close()
+    # read back from the broker: the commit was made while the group had no member, as a reset's
+    _, history = offsets_history(kafka_admin, world.bootstrap, {}, [world.group], world.topic)
+    last = history[world.group][0][-1]
+    assert (last.offset, last.empty, last.epoch >= 0) == (world.at("t9")[1] + 1, True, True)
 
     result = reconcile_once(spark, world.binding(), tmp_path)
 
     assert finding_set(result) == {("unprocessed", "3", None, *world.at("t3"))}
-
-
-def _committed(consumer: Consumer, msg: Message) -> bool:
-    try:
-        consumer.commit(message=msg, asynchronous=False)
-    except KafkaException:
-        return False
-    return True
 
 
 def member_settings(world: World, protocol: str = "classic") -> dict[str, Any]:
@@ -192,7 +189,6 @@ def test_the_history_tells_a_members_commit_from_one_made_while_the_group_had_no
 ) -> None:
     """Read back from the broker: a member's commit, a reset refused while a member is in the
     group, and the reset made once it left. Only the last was made by an empty group."""
-    from spark_jobs.commit_history import offsets_history
 
     for ticket in range(1, 10):
         world.produce(f"t{ticket}", ticket, partition=0)

@@ -82,3 +82,21 @@ def test_a_plain_commit_past_a_record_is_unknown_only_where_the_group_s_probes_n
     assert "older probes" in info["committed_by"]
     # a probed session's commit passed it
     assert committed_by(_group(30, (5, None), (20, "p")), "t", 0, 10, {}) is None
+
+
+def test_a_commit_of_an_empty_group_is_an_operators_only_without_a_read_records_epoch() -> None:
+    def group(epoch: int) -> GroupState:
+        # a probed commit at 5, then one at 20 naming no session, made while the group had no member
+        history = [CommitRecord(5, "audit:v2:p", 0), CommitRecord(20, None, 1, empty=True, epoch=epoch)]
+        return GroupState("g", committed={0: 20}, commits={0: history})
+
+    info: dict[str, Any] = {}
+    # no epoch: an admin tool's reset, or an offset set by hand: the marks alone judge
+    assert committed_by(group(-1), "t", 0, 10, info) is None
+    assert "nor a read record's leader epoch" in info["committed_by"]
+    assert info["passed_by_commit"]["group_had_no_member"] and "leader_epoch" not in info["passed_by_commit"]
+    # the epoch of a record read: a plain consumer outside the membership committed its position
+    info = {}
+    reason = committed_by(group(4), "t", 0, 10, info)
+    assert reason is not None and "names no probed consumer session" in reason
+    assert info["passed_by_commit"]["leader_epoch"] == 4 and "committed_by" not in info

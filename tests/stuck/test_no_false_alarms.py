@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from auditor.demo.options import DeliveryMode, Faults
@@ -23,6 +23,7 @@ from auditor.stuck.kafka_view import read_cluster_view
 from auditor.stuck.service import diagnose_rule
 from tests.probes.kafka_helpers import read_topic
 from tests.support.demo import DemoPipeline
+from tests.support.plain import commit_outside_membership
 from tests.support.stuck import StuckSetup, diagnose_both, make_rule, verdicts_of
 from tests.support.waiting import wait_until
 
@@ -425,7 +426,7 @@ def test_records_a_consumer_outside_the_membership_processed_and_committed_are_n
                     continue
                 ticket = json.loads(msg.value() or b"")["ticket_id"]
                 assert store.mark_done(ticket, lose_update=True) is ApplyOutcome.LOST
-                wait_until(lambda m=msg: _committed(outside, m), 60, "the group to take the outside consumer's commit")
+                commit_outside_membership(outside, msg)
                 handled.append((ticket, msg.partition() or 0, msg.offset() or 0))
     finally:
         outside.close()
@@ -453,13 +454,3 @@ def test_records_a_consumer_outside_the_membership_processed_and_committed_are_n
     for item in result.items:
         reason = item.diagnosis.reason
         assert "names no probed consumer session" in reason, reason
-
-
-def _committed(consumer: Consumer, msg: Any) -> bool:
-    """The consumer's commit of its position past `msg`; False while the group refuses it (a
-    member's leave on its way)."""
-    try:
-        consumer.commit(message=msg, asynchronous=False)
-    except KafkaException:
-        return False
-    return True

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
+from auditor.lab.cluster import wait_until
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.conf import IN_PROCESS
 from auditor.reconcile.models import ReconcileRun
@@ -132,3 +133,18 @@ def diagnose(rule: StuckRule, spark: Any, consumer_ledger: str | None = None) ->
     by_engine = [{i.row.key: (i.diagnosis.verdict, i.diagnosis.reason) for i in r.items} for r in results]
     assert {k: v[0] for k, v in by_engine[0].items()} == {k: v[0] for k, v in by_engine[1].items()}
     return by_engine[1]
+
+
+def commit_outside_membership(consumer: Consumer, msg: Message, timeout_s: float = 60) -> None:
+    """Commit the position past `msg` for an assigned consumer with a group's id (no
+    membership): the group takes it only while it has no member, so it is tried again while a
+    member's leave is on its way."""
+
+    def committed() -> bool:
+        try:
+            consumer.commit(message=msg, asynchronous=False)
+        except KafkaException:
+            return False
+        return True
+
+    wait_until(committed, timeout_s, "the group to take the commit of a consumer outside its membership")
