@@ -214,6 +214,29 @@ def parse_offset_key(key: bytes | None) -> tuple[str, str, int] | None:
     return group, topic, partition
 
 
+def _string_field(text: str) -> bytes:
+    """`text` as a record key holds it: an int16 length, then its UTF-8 bytes."""
+    data = text.encode("utf-8")
+    return struct.pack(">h", len(data)) + data
+
+
+def wanted_commit_key(key: bytes | None, groups: dict[bytes, str], topic_field: bytes) -> tuple[str, int] | None:
+    """(group, partition) of an offset commit's key (its version already read) whose group
+    field is among `groups` (_string_field of each) and whose topic field is `topic_field`;
+    None for any other, found without decoding its strings (parse_offset_key's answer, for the
+    wanted keys only)."""
+    if key is None or len(key) < 4:
+        return None
+    end = 4 + max(int.from_bytes(key[2:4], "big", signed=True), 0)
+    group = groups.get(key[2:end])
+    if group is None or not key.startswith(topic_field, end):
+        return None
+    at = end + len(topic_field)
+    if len(key) < at + 4:
+        return None
+    return group, int.from_bytes(key[at : at + 4], "big", signed=True)
+
+
 def _key_version(key: bytes | None) -> int | None:
     """A record's key version (its kind: 0-1 offset commits, 2 classic group metadata, 3 and up
     the newer protocols' records); None for a key too short to hold one."""
@@ -412,6 +435,10 @@ def offsets_history(
     homes = {group: offsets_partition(group, count) for group in groups}
     offsets = partition_offsets(admin, OFFSETS_TOPIC, sorted(set(homes.values())), timeout_s)
     wanted = set(groups)
+    # the groups and the topic as an offset commit's key holds them: its other records are
+    # skipped without decoding their strings (a busy partition holds mostly other groups')
+    wanted_fields = {_string_field(group): group for group in wanted}
+    topic_field = _string_field(topic)
     # A busy cluster's offsets partition can hold millions of commits: the read is bounded,
     # and one that does not end in time is a read that failed (noted; the rule as before).
     budget_s = max(READ_BUDGET_S, timeout_s)
@@ -472,10 +499,10 @@ def offsets_history(
                     if not group_members.read(member_of[1], msg.value() is not None):
                         unknown_before[member_of[0]] = at or 0
                 continue
-            parsed = parse_offset_key(raw_key) if kind in _OFFSET_COMMIT_KEYS else None
-            if parsed is None or parsed[0] not in wanted or parsed[1] != topic:
+            parsed = wanted_commit_key(raw_key, wanted_fields, topic_field) if kind in _OFFSET_COMMIT_KEYS else None
+            if parsed is None:
                 continue
-            key = (parsed[0], parsed[2])
+            key = parsed
             ts = msg.timestamp()[1]
             value = msg.value()
             committed = parse_committed_offset(value)
@@ -486,9 +513,9 @@ def offsets_history(
             # commit) would otherwise be held for every commit read
             state = members.get(parsed[0])
             empty = state is not None and state.empty(state.consumer and tombstones_kept.younger(now_ms - ts))
-            commits_of = history.setdefault(parsed[0], {}).setdefault(parsed[2], [])
+            commits_of = history.setdefault(parsed[0], {}).setdefault(parsed[1], [])
             if empty and state is not None and state.consumer:
-                empty_commits.append((parsed[0], parsed[2], len(commits_of), at or 0))
+                empty_commits.append((parsed[0], parsed[1], len(commits_of), at or 0))
             commits_of.append(
                 CommitRecord(
                     committed, _session_line(parse_commit_metadata(value)), ts, whole, empty, parse_commit_epoch(value)

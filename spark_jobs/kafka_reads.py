@@ -26,6 +26,7 @@ def _reader(bootstrap: str, config: dict[str, str], isolation: str, group_prefix
             # a start offset deleted under the read (retention, delete_records) is an error:
             # librdkafka's default (latest) would skip silently to the end of the partition
             "auto.offset.reset": "error",
+            "fetch.queue.backoff.ms": 10,
         }
     )
 

@@ -9,15 +9,18 @@ import struct
 
 from spark_jobs.commit_history import (
     CommitRecord,
+    _string_field,
     parse_commit_epoch,
     parse_commit_metadata,
     parse_committed_offset,
     parse_group_key,
     parse_group_members,
     parse_member_key,
+    parse_offset_key,
     passing_commit,
     plain_passed,
     plain_passed_spans,
+    wanted_commit_key,
 )
 
 
@@ -173,3 +176,25 @@ def test_a_consumer_protocol_group_is_empty_only_while_its_members_records_must_
     assert not classic_then.empty(young=True)
     assert _Membership(classic=0).empty(young=False)  # a classic group's one record says it all
     assert not _Membership(classic=None).empty(young=True)  # a deleted (tombstoned) classic group's: not known
+
+
+def test_the_wanted_commit_keys_are_the_ones_parse_offset_key_names() -> None:
+    """wanted_commit_key skips other groups' keys without decoding them; for every key it agrees
+    with parse_offset_key filtered by group and topic."""
+    rng = random.Random(7)
+    names = ["g", "g1", "gg", "", "é", "orders", "orders2"]
+    wanted = {"g", "é", "orders"}
+    fields = {_string_field(g): g for g in wanted}
+
+    def key(version: int, group: str, topic: str, partition: int) -> bytes:
+        return struct.pack(">h", version) + _string_field(group) + _string_field(topic) + struct.pack(">i", partition)
+
+    keys = [
+        key(rng.choice((0, 1)), rng.choice(names), rng.choice(names), rng.randrange(-2, 70000)) for _ in range(2000)
+    ]
+    keys += [k[: rng.randrange(len(k))] for k in keys[:300]]  # cut short
+    keys += [struct.pack(">hh", 1, -1), b"", b"\x00\x01\x00"]
+    for raw in keys:
+        parsed = parse_offset_key(raw)
+        expected = (parsed[0], parsed[2]) if parsed and parsed[0] in wanted and parsed[1] == "orders" else None
+        assert wanted_commit_key(raw, fields, _string_field("orders")) == expected, raw
