@@ -91,16 +91,7 @@ def test_what_an_operators_reset_jumped_over_is_unprocessed(
     --reset-offsets, here AdminClient.alter_consumer_group_offsets). The reset's commit names no
     session, like a plain instance's, but the group had no member when it was made: no consumer
     processed 3 to 9, and they are unprocessed."""
-    for ticket in range(1, 10):
-        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
-    world.insert(*range(1, 10))
-    probed = probed_member(world, make_topic, protocol)
-    try:
-        for msg in subscribed(probed, world.topic, 3)[:2]:
-            probed.mark_processed(msg)
-        probed.commit(offsets=[TopicPartition(world.topic, 0, 3)], asynchronous=False)
-    finally:
-        probed.close()
+    probed_member_passes_ticket_3(world, make_topic, protocol)
     reset = [ConsumerGroupTopicPartitions(world.group, [TopicPartition(world.topic, 0, world.at("t9")[1] + 1)])]
     wait_until(lambda: _altered(kafka_admin, reset), 60, "the group to be empty for the reset")
 
@@ -119,16 +110,7 @@ def test_records_a_consumer_outside_the_membership_processed_and_committed_are_n
     commit the group accepts only while it has no member, like an operator's reset. It carries
     the leader epoch of the record read, which a reset does not: the records it passed are not
     unprocessed (stop 74's code called all six so)."""
-    for ticket in range(1, 10):
-        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
-    world.insert(*range(1, 10))
-    probed = probed_member(world, make_topic, protocol)
-    try:
-        for msg in subscribed(probed, world.topic, 3)[:2]:
-            probed.mark_processed(msg)
-        probed.commit(offsets=[TopicPartition(world.topic, 0, 3)], asynchronous=False)
-    finally:
-        probed.close()
+    probed_member_passes_ticket_3(world, make_topic, protocol)
     outside = Consumer(member_settings(world, protocol))
     handed: list[Message] = []
     try:  # assigned, it starts at the group's committed offset
@@ -150,6 +132,21 @@ def test_records_a_consumer_outside_the_membership_processed_and_committed_are_n
     result = reconcile_once(spark, world.binding(), tmp_path)
 
     assert finding_set(result) == {("unprocessed", "3", None, *world.at("t3"))}
+
+
+def probed_member_passes_ticket_3(world: World, make_topic: Callable[[str], str], protocol: str) -> None:
+    """Tickets 1 to 9 at offsets 0 to 8 of partition 0, and their rows; the group's probed
+    member processes tickets 1 and 2, commits past ticket 3 unprocessed, and leaves."""
+    for ticket in range(1, 10):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    world.insert(*range(1, 10))
+    probed = probed_member(world, make_topic, protocol)
+    try:
+        for msg in subscribed(probed, world.topic, 3)[:2]:
+            probed.mark_processed(msg)
+        probed.commit(offsets=[TopicPartition(world.topic, 0, 3)], asynchronous=False)
+    finally:
+        probed.close()
 
 
 def member_settings(world: World, protocol: str = "classic") -> dict[str, Any]:
