@@ -199,7 +199,9 @@ def _string(data: bytes, at: int) -> tuple[str, int]:
 
 
 def parse_offset_key(key: bytes | None) -> tuple[str, str, int] | None:
-    """(group, topic, partition) of an offset commit's key; None for any other record."""
+    """(group, topic, partition) of an offset commit's key; None for any other record. The
+    whole decode, kept as the reference `wanted_commit_key` is checked against (the history's
+    read skips other groups' keys undecoded)."""
     if key is None or len(key) < 2:
         return None
     try:
