@@ -51,7 +51,7 @@ def produce(
     tickets: Iterable[int],
     config: dict[str, Any] | None = None,
     probed: bool = False,
-    flush_s: float = 60,
+    flush_s: float | None = 60,
     producer: Any = None,
     reports: list[Delivery] | None = None,
     key: Callable[[int], str] = str,
@@ -84,7 +84,8 @@ def produce(
     for ticket in tickets:
         _produce_one(producer, topic, ticket, delivered, key=key(ticket), tombstone=tombstones, partition=partition)
         producer.poll(0)
-    producer.flush(flush_s)
+    if flush_s is not None:  # None: the caller flushes (an application sending on, polling)
+        producer.flush(flush_s)
     if own and probed:
         producer.close(30)
     return reports
@@ -292,7 +293,14 @@ def consume(args: argparse.Namespace) -> int:
                     if args.probed:
                         consumer.flush_ledger(10)  # the mark is out; the commit never happens
                     os.kill(os.getpid(), signal.SIGKILL)
-                consumer.commit(message=msg, asynchronous=args.commit == "async")
+                try:
+                    consumer.commit(message=msg, asynchronous=args.commit == "async")
+                except KafkaException as exc:
+                    if args.commit_failures == "fail":
+                        raise
+                    # the next record's commit covers this one, as an application going on would
+                    commit_failures += 1
+                    print(json.dumps({"commit_failed": str(exc)}), file=sys.stderr, flush=True)
                 if crash_here:  # async: killed while the commit, and the ledger's marks, are on their way
                     time.sleep(ASYNC_CRASH_DELAY_S)
                     os.kill(os.getpid(), signal.SIGKILL)
@@ -374,6 +382,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=("sync", "async"),
         default="sync",
         help="at-least-once: commit synchronously, or asynchronously (--crash-at: killed just after the commit)",
+    )
+    c.add_argument(
+        "--commit-failures",
+        choices=("fail", "continue"),
+        default="fail",
+        help="at-least-once, one record at a time: a failed commit ends the consumer, or is counted and passed",
     )
     c.add_argument(
         "--partitions-by",

@@ -324,7 +324,7 @@ class ProducerWrapper:
         flight) makes it a hole that readers judge at once: so does one naming a sequence whose
         entry was lost, and the session-end names new sequences only once the records before it
         were written (a lost or still unsettled one keeps the previous checkpoint)."""
-        deadline = time.monotonic() + wait
+        given, deadline = wait, time.monotonic() + wait
         if (
             last_seq is not None
             and last_seq != self._last_checkpoint
@@ -337,16 +337,19 @@ class ProducerWrapper:
         unchanged = last_seq is None or (last_seq == self._last_checkpoint and not self._ledger.pending_count())
         if unchanged and not self._loss_unsaid:
             # Nothing new since the last session-end: don't repeat it.
-            self._wait_for_ledger(wait)
+            self._wait_for_ledger(wait, given)
             return
         if not self._ledger_lost:  # a loss keeps the checkpoint before it (_write_end)
             self._last_checkpoint = last_seq
         self._write_end(last_seq or {})
-        self._wait_for_ledger(wait)
+        self._wait_for_ledger(wait, given)
 
-    def _wait_for_ledger(self, wait: float) -> None:
+    def _wait_for_ledger(self, wait: float, given: float) -> None:
+        """Wait up to `wait` seconds for the ledger; `given`: the time the caller gave in all. A
+        caller that gave none (flush(0) after each send: lab run #32 logged the lag 3,427 times
+        in 3 minutes) asked not to wait, and the background flush writes the records."""
         remaining = self._ledger.flush(wait)
-        if remaining:
+        if remaining and given > 0:
             logger.error(
                 "audited producer %s: %d ledger record(s) not yet written to %s",
                 self.session_id,

@@ -670,6 +670,30 @@ def test_flush_and_close_with_a_timeout_return_within_it_when_the_ledger_cannot_
     assert "not yet written" in caplog.text  # the ledger's lag is said, not hidden
 
 
+def test_a_flush_that_may_not_wait_logs_no_ledger_lag_and_the_ledger_is_written_after(
+    kafka_bootstrap: str, topics: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # An application that calls flush(0) after each send asks not to wait: the ledger's records
+    # are on their way (the background flush writes them), not an error to log on every call.
+    producer = AuditedProducer(
+        {"bootstrap.servers": kafka_bootstrap},
+        ledger_topic=topics["pledger"],
+        clients_topic=topics["clients"],
+        ledger_flush_interval_s=0.2,
+    )
+    with caplog.at_level("WARNING", logger="auditor.probes"):
+        for i in range(20):
+            producer.produce(topics["data"], b"v", b"k%d" % i)
+            producer.flush(0)
+    assert "not yet written" not in caplog.text
+    producer.close(30)
+    ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["pledger"], bootstrap=kafka_bootstrap)]
+    ranges = [r for rec in ledger if isinstance(rec, ProducerRanges) for r in rec.ranges]
+    assert {s for r in ranges if r.status == "acked" for s in range(r.first, r.last + 1)} == set(range(20))
+    last = ledger[-1]
+    assert isinstance(last, SessionEnd) and last.closed
+
+
 def test_rebalance_callbacks_get_the_audited_consumer_and_a_commit_in_on_revoke_writes_the_marks_first(
     kafka_bootstrap: str, topics: dict[str, str]
 ) -> None:

@@ -9,6 +9,7 @@ from auditor.lab.scenarios import (
     consumers,
     duplicates,
     ledgers,
+    live,
     operators,
     partitions,
     recreation,
@@ -35,4 +36,5 @@ FAMILIES = (
     transactions,
     canary,
     auditing,
+    live,
 )

@@ -1,0 +1,256 @@
+"""The auditor looking while the pipeline runs. Every other scenario stops its applications before
+the auditor looks; a user's auditor runs on a schedule while tickets keep coming. Here the
+application's producer inserts a ticket row and sends its record every few milliseconds, and its
+consumer processes and commits each record as it comes, while reconciliation runs and stuck
+diagnoses read the topic, the ledgers, the group's commits and the table mid-stream: records in
+flight, marks not yet flushed, commits racing the reads. Nothing is lost or skipped, so any
+finding or stuck verdict but `waiting` (a ticket really behind the consumer) and `unknown` is a
+false alarm.
+
+live-rolling-restart does the most common thing operators do to a cluster meanwhile: each
+broker in turn stopped (SIGTERM, a controlled shutdown: its leaderships and the group's
+coordinator move first) and started again once every replica is back in sync, as a rolling
+upgrade does, with the auditor looking while each one is down."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+from confluent_kafka import Producer
+
+from auditor.lab import truth
+from auditor.lab.cluster import Cluster, LabError, wait_until
+from auditor.lab.compare import Outcome, merge
+from auditor.lab.registry import scenario
+from auditor.lab.workload import Delivery, produce
+from auditor.lab.world import AuditorAnswer, World
+from auditor.probes import AuditedProducer
+
+PARTITIONS = 3
+RATE_PER_S = 25  # tickets a second, each a row inserted and a record sent
+GRACE_S = 10  # the binding's grace and the stuck rule's age: a healthy ticket is done well within
+DRAIN_S = 90
+# live-rolling-restart's needle: the row update of the consumer's 100th record is lost (4 s into the
+# traffic, well before the first look), which the auditor must name among thousands of healthy tickets
+LOST_UPDATE_AT = 100
+SAFE_PRODUCER = {
+    "acks": "all",
+    "enable.idempotence": True,
+    "linger.ms": 5,
+    "message.timeout.ms": 120000,
+}
+# What the auditor may say of a healthy pipeline without being wrong: a ticket behind a consumer
+# that paused (a coordinator moving) waits; what a broker being down keeps it from reading is
+# unknown. Neither is an alarm; `waiting` of a ticket the consumer had done would not be stuck.
+HONEST = frozenset({"stuck:waiting", "stuck:unknown", "risk:risks-unknown"})
+
+
+class Traffic(threading.Thread):
+    """The application's producing side, running: a ticket row inserted (status NEW), then its
+    record sent, RATE_PER_S times a second, until stopped; every delivery report kept (the truth
+    of what was written)."""
+
+    def __init__(self, world: World, producer: Any) -> None:
+        super().__init__(name=f"traffic-{world.topic}", daemon=True)
+        self.world = world
+        self.producer = producer
+        self.reports: list[Delivery] = []
+        self.tickets: list[int] = []
+        self.error: BaseException | None = None
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.world.source_url, autocommit=True) as conn:
+                due = time.monotonic()
+                while not self._stopping.is_set():
+                    ticket = len(self.tickets) + 1
+                    conn.execute(f"INSERT INTO {self.world.table} (id) VALUES (%s)", (ticket,))
+                    self.tickets.append(ticket)
+                    produce(
+                        self.world.cluster.bootstrap,
+                        self.world.topic,
+                        [ticket],
+                        producer=self.producer,
+                        reports=self.reports,
+                        flush_s=None,
+                    )
+                    due += 1 / RATE_PER_S
+                    self._stopping.wait(max(0.0, due - time.monotonic()))
+            self.producer.flush(120)
+        except BaseException as exc:  # noqa: BLE001 - handed to the scenario, which fails on it
+            self.error = exc
+
+    def halt(self) -> None:
+        """Stop sending; returns once every report is in (or 180 s passed)."""
+        self._stopping.set()
+        self.join(180)
+
+    def finish(self) -> list[Delivery]:
+        """Stop sending, wait for every report; the reports, once each ticket has one."""
+        self.halt()
+        if self.error is not None:
+            raise LabError(f"the application's producer failed: {self.error!r}")
+        if self.is_alive() or len({d.key for d in self.reports}) < len(self.tickets):
+            raise LabError(f"{len(self.tickets)} tickets sent, {len(self.reports)} delivery reports within 180 s")
+        if isinstance(self.producer, AuditedProducer):
+            self.producer.close(30)
+        return self.reports
+
+
+@scenario(
+    "live-traffic",
+    f"a healthy probed pipeline under steady traffic ({RATE_PER_S} tickets/s: AuditedProducer acks=all with "
+    "idempotence, AuditedConsumer at-least-once on 3 partitions), audited while it runs: reconciliation runs "
+    "and stuck diagnoses mid-stream, with records, marks and commits in flight: nothing to report",
+)
+def live_traffic(world: World) -> Outcome:
+    return _live(world, probed=True, restart=False)
+
+
+@scenario(
+    "live-rolling-restart",
+    "as live-traffic while each broker in turn is stopped (SIGTERM: a controlled shutdown moves its "
+    "leaderships and the group's coordinator) and started again once every replica is in sync, as a rolling "
+    "upgrade does; the auditor looks while each one is down. One ticket's row update is lost mid-stream: "
+    "processed-not-updated for it, nothing else",
+)
+def live_rolling_restart(world: World) -> Outcome:
+    return _live(world, probed=True, restart=True, lost_update_at=LOST_UPDATE_AT)
+
+
+@scenario(
+    "live-rolling-restart-plain",
+    "as live-rolling-restart with a plain producer and consumer (no probes): the ticket whose update was lost "
+    "is unknown (was it processed? no ledger says), nothing else",
+)
+def live_rolling_restart_plain(world: World) -> Outcome:
+    return _live(world, probed=False, restart=True, lost_update_at=LOST_UPDATE_AT)
+
+
+def _live(world: World, probed: bool, restart: bool, lost_update_at: int = 0) -> Outcome:
+    cluster = world.cluster
+    world.make_topic(partitions=PARTITIONS, replication=3, min_insync_replicas="2")
+    if probed:
+        world.make_ledgers(partitions=PARTITIONS)
+    world.make_table()
+    world.make_binding(groups=[world.group], grace_s=GRACE_S)
+    world.make_rule(older_than_s=GRACE_S)
+    settings = {"bootstrap.servers": cluster.bootstrap, **SAFE_PRODUCER}
+    producer = (
+        AuditedProducer(
+            settings, delivery_reports="all", ledger_topic=world.producer_ledger, ledger_flush_interval_s=0.2
+        )
+        if probed
+        else Producer(settings)
+    )
+    lost_update = {"fail_update_at": lost_update_at} if lost_update_at else {}
+    consumer = world.start_consumer("at-least-once", probed=probed, commit_failures="continue", **lost_update)
+    traffic = Traffic(world, producer)
+    traffic.start()
+    answers: list[AuditorAnswer] = []
+    restarted: list[str] = []
+    try:
+        _wait_processed(world, traffic, at_least=2 * RATE_PER_S)
+        answers += _audit(world)
+        if restart:
+            for broker in sorted(cluster.expected_brokers or cluster.broker_ids()):
+                moved = _leaders_on(cluster, world, broker)
+                cluster.broker("stop", broker)
+                try:
+                    answers += _audit(world)
+                finally:
+                    cluster.broker("start", broker)
+                _wait_in_sync(cluster, [world.topic, "__consumer_offsets", *_ledgers(world)])
+                restarted.append(f"broker {broker} (leading {moved})")
+        else:
+            answers += _audit(world)
+            answers += _audit(world)
+        reports = traffic.finish()
+    finally:
+        traffic.halt()  # whatever failed, the producer stops before the lab moves on
+    # Truth: the producer's delivery reports, a full read of the topic, the table and the
+    # application's log of what it processed, once the consumer has drained the topic.
+    truth.all_sent(reports)
+    _wait_processed(world, traffic, at_least=len(traffic.tickets), timeout=DRAIN_S)
+    if consumer.poll() is not None:
+        raise LabError(f"the application's consumer exited ({consumer.returncode}) while the traffic ran")
+    final = cluster.read_topic(world.topic)
+    expected = truth.producer_side(traffic.tickets, final, duplicate_cause="producer-retry")
+    processed, rows = world.processed(), world.rows()
+    twice = {str(t) for t, n in processed.items() if n > 1}
+    lost = {str(t) for t in world.processed_not_updated() if rows.get(t) == "NEW"}
+    if lost_update_at and not lost:
+        raise LabError(f"the fault did not happen: no row update was lost (record {lost_update_at})")
+    expected |= {key: {"stuck:processed-not-updated" if probed else "stuck:unknown"} for key in lost}
+    answers += _audit(world)  # once drained, with the consumer still running: nothing is stuck
+    world.notes.append(
+        f"{len(traffic.tickets)} tickets at {RATE_PER_S}/s, {len(reports)} delivery reports, every one acked; "
+        f"{len(final)} records in the topic; {len(twice)} processed twice; row update lost: {sorted(lost)}; "
+        f"{len(answers) // 2} looks: "
+        + ", ".join(
+            f"run #{a.detail['run']} {a.detail['mode']} read {a.detail['records_read']}"
+            for a in answers
+            if "run" in a.detail
+        )
+    )
+    if restarted:
+        world.notes.append("restarted in turn: " + "; ".join(restarted))
+    return Outcome(
+        injected=(
+            "each broker in turn stopped (SIGTERM) and started again, the auditor looking while it was down"
+            if restart
+            else "none: the auditor looks while the pipeline runs"
+        )
+        + (f"; the row update of record {lost_update_at} lost" if lost_update_at else ""),
+        expected=expected,
+        got=merge(*(a.verdicts for a in answers)),
+        detect_s=None,
+        ignored=HONEST,
+        # a ticket processed twice (a commit lost to a coordinator moving) may be reprocessed
+        optional={key: {"reprocessed"} for key in twice},
+    )
+
+
+def _audit(world: World) -> list[AuditorAnswer]:
+    """A reconciliation run and a stuck diagnosis, as their schedules would run them."""
+    return [world.reconcile(), world.stuck()]
+
+
+def _wait_processed(world: World, traffic: Traffic, at_least: int, timeout: float = 60) -> None:
+    """Until the application's log says `at_least` tickets were processed (a lost row update
+    included)."""
+
+    def done() -> bool:
+        if traffic.error is not None:
+            raise LabError(f"the application's producer failed: {traffic.error!r}")
+        return len(world.processed()) >= at_least
+
+    wait_until(done, timeout, f"{at_least} tickets processed", interval=1)
+
+
+def _ledgers(world: World) -> list[str]:
+    return [world.producer_ledger, world.consumer_ledger] if world.ledgers_made else []
+
+
+def _leaders_on(cluster: Cluster, world: World, broker: int) -> str:
+    led = [p for p in range(PARTITIONS) if cluster.partition(world.topic, p).leader == broker]
+    offsets = cluster.partition("__consumer_offsets", cluster.offsets_partition(world.group)).leader
+    parts = [f"{world.topic}/{p}" for p in led] + (["the group's coordinator"] if offsets == broker else [])
+    return ", ".join(parts) or "nothing of this scenario"
+
+
+def _wait_in_sync(cluster: Cluster, topics: list[str], timeout: float = 120) -> None:
+    """Every partition of `topics` has all its replicas in sync (what a rolling restart waits for
+    before the next broker: no under-replicated partition)."""
+
+    def in_sync() -> bool:
+        meta = cluster.reader().list_topics(timeout=10).topics
+        return all(
+            t in meta and all(set(p.isrs) == set(p.replicas) for p in meta[t].partitions.values()) for t in topics
+        )
+
+    wait_until(in_sync, timeout, f"every replica of {', '.join(topics)} in sync", interval=1)
