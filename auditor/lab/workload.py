@@ -278,7 +278,7 @@ def consume(args: argparse.Namespace) -> int:
             ticket = ticket_of(msg)
             crash_here = received == args.crash_at
             if args.mode == "at-most-once":
-                consumer.commit(message=msg, asynchronous=False)
+                commit_failures += _commit(consumer, msg, args, asynchronous=False)
                 if crash_here:
                     os.kill(os.getpid(), signal.SIGKILL)
             if args.mode == "auto" and crash_here:
@@ -293,14 +293,7 @@ def consume(args: argparse.Namespace) -> int:
                     if args.probed:
                         consumer.flush_ledger(10)  # the mark is out; the commit never happens
                     os.kill(os.getpid(), signal.SIGKILL)
-                try:
-                    consumer.commit(message=msg, asynchronous=args.commit == "async")
-                except KafkaException as exc:
-                    if args.commit_failures == "fail":
-                        raise
-                    # the next record's commit covers this one, as an application going on would
-                    commit_failures += 1
-                    print(json.dumps({"commit_failed": str(exc)}), file=sys.stderr, flush=True)
+                commit_failures += _commit(consumer, msg, args, asynchronous=args.commit == "async")
                 if crash_here:  # async: killed while the commit, and the ledger's marks, are on their way
                     time.sleep(ASYNC_CRASH_DELAY_S)
                     os.kill(os.getpid(), signal.SIGKILL)
@@ -311,6 +304,19 @@ def consume(args: argparse.Namespace) -> int:
             received += len(batch)
     consumer.close()
     print(json.dumps({"received": received, "commit_failures": commit_failures}))
+    return 0
+
+
+def _commit(consumer: Any, msg: Any, args: argparse.Namespace, asynchronous: bool) -> int:
+    """Commit the record's offset; 1 when that failed and --commit-failures continue (the next
+    record's commit covers it, as an application going on would), else 0 or the error raised."""
+    try:
+        consumer.commit(message=msg, asynchronous=asynchronous)
+    except KafkaException as exc:
+        if args.commit_failures == "fail":
+            raise
+        print(json.dumps({"commit_failed": str(exc)}), file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
@@ -387,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         "--commit-failures",
         choices=("fail", "continue"),
         default="fail",
-        help="at-least-once, one record at a time: a failed commit ends the consumer, or is counted and passed",
+        help="one record at a time: a failed commit ends the consumer, or is counted and passed",
     )
     c.add_argument(
         "--partitions-by",

@@ -14,8 +14,12 @@ upgrade does, with the auditor looking while each one is down."""
 
 from __future__ import annotations
 
+import random
+import subprocess
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -36,6 +40,7 @@ DRAIN_S = 90
 # live-rolling-restart's needle: the row update of the consumer's 100th record is lost (4 s into the
 # traffic, well before the first look), which the auditor must name among thousands of healthy tickets
 LOST_UPDATE_AT = 100
+CRASHES = 6  # live-consumer-crash-loop's kills
 SAFE_PRODUCER = {
     "acks": "all",
     "enable.idempotence": True,
@@ -108,7 +113,7 @@ class Traffic(threading.Thread):
     "and stuck diagnoses mid-stream, with records, marks and commits in flight: nothing to report",
 )
 def live_traffic(world: World) -> Outcome:
-    return _live(world, probed=True, restart=False)
+    return _live(world, probed=True, disrupt=_looks_only)
 
 
 @scenario(
@@ -119,7 +124,7 @@ def live_traffic(world: World) -> Outcome:
     "processed-not-updated for it, nothing else",
 )
 def live_rolling_restart(world: World) -> Outcome:
-    return _live(world, probed=True, restart=True, lost_update_at=LOST_UPDATE_AT)
+    return _live(world, probed=True, disrupt=_rolling_restart, lost_update_at=LOST_UPDATE_AT)
 
 
 @scenario(
@@ -128,10 +133,61 @@ def live_rolling_restart(world: World) -> Outcome:
     "is unknown (was it processed? no ledger says), nothing else",
 )
 def live_rolling_restart_plain(world: World) -> Outcome:
-    return _live(world, probed=False, restart=True, lost_update_at=LOST_UPDATE_AT)
+    return _live(world, probed=False, disrupt=_rolling_restart, lost_update_at=LOST_UPDATE_AT)
 
 
-def _live(world: World, probed: bool, restart: bool, lost_update_at: int = 0) -> Outcome:
+@scenario(
+    "live-consumer-crash-loop",
+    f"as live-traffic while the at-least-once consumer is killed -9 {CRASHES} times at random moments and "
+    "restarted at once (a crash loop): killed between processing and committing, between a commit and its "
+    "marks' flush, mid-transaction; what it processed twice may be reprocessed, nothing is unprocessed or "
+    "skipped",
+)
+def live_consumer_crash_loop(world: World) -> Outcome:
+    return _live(world, probed=True, disrupt=_crash_loop)
+
+
+@scenario(
+    "live-consumer-crash-loop-plain",
+    "as live-consumer-crash-loop with a plain producer and consumer: nothing to report",
+)
+def live_consumer_crash_loop_plain(world: World) -> Outcome:
+    return _live(world, probed=False, disrupt=_crash_loop)
+
+
+@scenario(
+    "live-consumer-crash-loop-at-most-once",
+    "as live-consumer-crash-loop with an at-most-once consumer (commit, then process): a kill between a "
+    "commit and the end of its processing skips that record: skipped and unprocessed for exactly those, "
+    "whichever the random kills hit, nothing else",
+)
+def live_consumer_crash_loop_at_most_once(world: World) -> Outcome:
+    return _live(world, probed=True, disrupt=_crash_loop, mode="at-most-once")
+
+
+@dataclass
+class Live:
+    """A running pipeline and what the auditor said of it so far."""
+
+    world: World
+    start_consumer: Callable[[], subprocess.Popen[str]]
+    consumer: subprocess.Popen[str]
+    answers: list[AuditorAnswer] = field(default_factory=list)
+
+    def look(self) -> None:
+        """A reconciliation run and a stuck diagnosis, as their schedules would run them."""
+        self.answers += [self.world.reconcile(), self.world.stuck()]
+
+
+def _live(
+    world: World,
+    probed: bool,
+    disrupt: Callable[[Live], tuple[str, list[str]]],
+    lost_update_at: int = 0,
+    mode: str = "at-least-once",
+) -> Outcome:
+    """The pipeline runs, `disrupt` does its fault and has the auditor look meanwhile (returning
+    what it did and notes); then the truth, and one last look once the consumer has drained."""
     cluster = world.cluster
     world.make_topic(partitions=PARTITIONS, replication=3, min_insync_replicas="2")
     if probed:
@@ -148,36 +204,26 @@ def _live(world: World, probed: bool, restart: bool, lost_update_at: int = 0) ->
         else Producer(settings)
     )
     lost_update = {"fail_update_at": lost_update_at} if lost_update_at else {}
-    consumer = world.start_consumer("at-least-once", probed=probed, commit_failures="continue", **lost_update)
+
+    def start_consumer() -> subprocess.Popen[str]:
+        return world.start_consumer(mode, probed=probed, commit_failures="continue", **lost_update)
+
+    live = Live(world, start_consumer, start_consumer())
     traffic = Traffic(world, producer)
     traffic.start()
-    answers: list[AuditorAnswer] = []
-    restarted: list[str] = []
     try:
         _wait_processed(world, traffic, at_least=2 * RATE_PER_S)
-        answers += _audit(world)
-        if restart:
-            for broker in sorted(cluster.expected_brokers or cluster.broker_ids()):
-                moved = _leaders_on(cluster, world, broker)
-                cluster.broker("stop", broker)
-                try:
-                    answers += _audit(world)
-                finally:
-                    cluster.broker("start", broker)
-                _wait_in_sync(cluster, [world.topic, "__consumer_offsets", *_ledgers(world)])
-                restarted.append(f"broker {broker} (leading {moved})")
-        else:
-            answers += _audit(world)
-            answers += _audit(world)
+        live.look()
+        injected, notes = disrupt(live)
         reports = traffic.finish()
     finally:
         traffic.halt()  # whatever failed, the producer stops before the lab moves on
     # Truth: the producer's delivery reports, a full read of the topic, the table and the
     # application's log of what it processed, once the consumer has drained the topic.
     truth.all_sent(reports)
-    _wait_processed(world, traffic, at_least=len(traffic.tickets), timeout=DRAIN_S)
-    if consumer.poll() is not None:
-        raise LabError(f"the application's consumer exited ({consumer.returncode}) while the traffic ran")
+    _wait_caught_up(world)
+    if live.consumer.poll() is not None:
+        raise LabError(f"the application's consumer exited ({live.consumer.returncode}) while the traffic ran")
     final = cluster.read_topic(world.topic)
     expected = truth.producer_side(traffic.tickets, final, duplicate_cause="producer-retry")
     processed, rows = world.processed(), world.rows()
@@ -186,38 +232,84 @@ def _live(world: World, probed: bool, restart: bool, lost_update_at: int = 0) ->
     if lost_update_at and not lost:
         raise LabError(f"the fault did not happen: no row update was lost (record {lost_update_at})")
     expected |= {key: {"stuck:processed-not-updated" if probed else "stuck:unknown"} for key in lost}
-    answers += _audit(world)  # once drained, with the consumer still running: nothing is stuck
+    # A record the group committed past that was never processed (an at-most-once consumer
+    # killed between its commit and the end of its processing) was skipped.
+    committed = cluster.committed(world.group, world.topic, partitions=PARTITIONS)
+    skipped = {
+        r.key
+        for r in final
+        if r.key is not None
+        and rows.get(int(r.key)) == "NEW"
+        and not processed.get(int(r.key))
+        and r.offset < committed.get(r.partition, -1)
+    }
+    expected |= {key: {"stuck:skipped", "unprocessed"} if probed else {"stuck:unknown"} for key in skipped}
+    live.look()  # once drained, with the consumer still running: nothing is stuck
     world.notes.append(
         f"{len(traffic.tickets)} tickets at {RATE_PER_S}/s, {len(reports)} delivery reports, every one acked; "
-        f"{len(final)} records in the topic; {len(twice)} processed twice; row update lost: {sorted(lost)}; "
-        f"{len(answers) // 2} looks: "
+        f"{len(final)} records in the topic; {len(twice)} processed twice; row update lost: {sorted(lost)}; skipped: {sorted(skipped, key=int)}; "
+        f"{len(live.answers) // 2} looks: "
         + ", ".join(
             f"run #{a.detail['run']} {a.detail['mode']} read {a.detail['records_read']}"
-            for a in answers
+            for a in live.answers
             if "run" in a.detail
         )
     )
-    if restarted:
-        world.notes.append("restarted in turn: " + "; ".join(restarted))
+    world.notes += notes
     return Outcome(
-        injected=(
-            "each broker in turn stopped (SIGTERM) and started again, the auditor looking while it was down"
-            if restart
-            else "none: the auditor looks while the pipeline runs"
-        )
-        + (f"; the row update of record {lost_update_at} lost" if lost_update_at else ""),
+        injected=injected + (f"; the row update of record {lost_update_at} lost" if lost_update_at else ""),
         expected=expected,
-        got=merge(*(a.verdicts for a in answers)),
+        got=merge(*(a.verdicts for a in live.answers)),
         detect_s=None,
         ignored=HONEST,
-        # a ticket processed twice (a commit lost to a coordinator moving) may be reprocessed
+        # a ticket processed twice (killed before its commit, a commit lost to a coordinator
+        # moving) may be reprocessed, where its first processing's marks reached the ledger
         optional={key: {"reprocessed"} for key in twice},
     )
 
 
-def _audit(world: World) -> list[AuditorAnswer]:
-    """A reconciliation run and a stuck diagnosis, as their schedules would run them."""
-    return [world.reconcile(), world.stuck()]
+def _looks_only(live: Live) -> tuple[str, list[str]]:
+    live.look()
+    live.look()
+    return "none: the auditor looks while the pipeline runs", []
+
+
+def _rolling_restart(live: Live) -> tuple[str, list[str]]:
+    world, cluster = live.world, live.world.cluster
+    restarted = []
+    for broker in sorted(cluster.expected_brokers or cluster.broker_ids()):
+        moved = _leaders_on(cluster, world, broker)
+        cluster.broker("stop", broker)
+        try:
+            live.look()
+        finally:
+            cluster.broker("start", broker)
+        _wait_in_sync(cluster, [world.topic, "__consumer_offsets", *_ledgers(world)])
+        restarted.append(f"broker {broker} (leading {moved})")
+    return (
+        "each broker in turn stopped (SIGTERM) and started again, the auditor looking while it was down",
+        ["restarted in turn: " + "; ".join(restarted)],
+    )
+
+
+def _crash_loop(live: Live) -> tuple[str, list[str]]:
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    waits = []
+    for crash in range(1, CRASHES + 1):
+        # Past the session timeout (6 s) the killed instance held its partitions for: the new one
+        # has them and is catching up on the backlog meanwhile, busy, when it is killed in turn.
+        waits.append(rng.uniform(6.0, 9.0))
+        time.sleep(waits[-1])
+        live.consumer.kill()  # SIGKILL: no close, no flush, no commit
+        live.consumer.wait(30)
+        live.consumer = live.start_consumer()
+        if crash % 3 == 0:
+            live.look()  # right after a crash, while the group rebalances onto the new instance
+    return (
+        f"the consumer killed -9 {CRASHES} times and restarted at once, the auditor looking after every third",
+        [f"kills after {', '.join(f'{w:.2f}' for w in waits)} s of running (seed {seed})"],
+    )
 
 
 def _wait_processed(world: World, traffic: Traffic, at_least: int, timeout: float = 60) -> None:
@@ -254,3 +346,14 @@ def _wait_in_sync(cluster: Cluster, topics: list[str], timeout: float = 120) -> 
         )
 
     wait_until(in_sync, timeout, f"every replica of {', '.join(topics)} in sync", interval=1)
+
+
+def _wait_caught_up(world: World) -> None:
+    """Until the group has committed every partition's log end: the consumer has drained the topic
+    (what it skipped included)."""
+
+    def caught_up() -> bool:
+        ends = {p: high for p, (_, high) in world.cluster.watermarks(world.topic).items()}
+        return world.cluster.committed(world.group, world.topic, partitions=PARTITIONS) == ends
+
+    wait_until(caught_up, DRAIN_S, "the consumer to commit every partition's log end", interval=1)
