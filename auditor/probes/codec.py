@@ -259,8 +259,9 @@ class SessionEnd:
     group: str | None = None
     last_offset: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     header_problems: Mapping[str, HeaderProblems] = field(default_factory=dict)
-    # contract-v2 producers: as in SessionStart; `closed`: written by close(), after every
-    # other ledger record of the session (a checkpoint or a heartbeat is no close)
+    # contract-v2 producers: as in SessionStart; `closed` (producers, and consumers since stop
+    # 76): written by close(), after every other ledger record of the session (a checkpoint or a
+    # heartbeat is no close)
     alive_ms: int | None = None
     closed: bool = False
     # producers: a ledger record of the session was not written before this one; `last_seq` is
@@ -482,7 +483,8 @@ def encode_session_end(
     """A ``session-end``: producers carry ``last_seq`` (contract-v2 ones also ``alive_ms``,
     ``closed`` when close() wrote it, and ``ledger_lost`` once a ledger record of the session
     was not written); consumers ``last_offset`` and ``header_problems`` (JSON object keys are
-    strings, so partitions become decimal text)."""
+    strings, so partitions become decimal text), and since stop 76 ``closed`` when close()
+    wrote it after every mark of the session was written."""
     if kind == "producer":
         record: dict[str, Any] = {
             "v": LEDGER_VERSION,
@@ -513,6 +515,8 @@ def encode_session_end(
                 for topic, counts in sorted((header_problems or {}).items())
             },
         }
+        if closed:
+            record["closed"] = True
     return _dumps(record).encode("ascii")
 
 

@@ -356,6 +356,7 @@ def _decode_object(obj: Mapping[str, Any]) -> LedgerRecord:
             group=_opt(obj, "group", str),
             last_offset=_last_offsets(_opt(obj, "last_offset", dict) or {}),
             header_problems=_header_problems(_opt(obj, "header_problems", dict) or {}),
+            closed=_opt(obj, "closed", bool) is True,
         )
     raise _Invalid(f"unknown record type {record_type!r:.40}")
 

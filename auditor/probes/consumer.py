@@ -468,7 +468,14 @@ class AuditedConsumer(ConsumerWrapper):
             return None
         self._last_checkpoint = state
         return encode_session_end(
-            "consumer", self.session_id, _time_ns() // 1_000_000, group=self.group, last_offset=state
+            "consumer",
+            self.session_id,
+            _time_ns() // 1_000_000,
+            group=self.group,
+            last_offset=state,
+            # close()'s last record, after every mark of the session: a session whose ledger ends
+            # without it died (kill -9, a crash) with the marks it had not written yet
+            closed=force and self._closed and not self._lost_records and self._ledger.pending_count() == 0,
         )
 
     # --- introspection -------------------------------------------------------------------------

@@ -85,6 +85,9 @@ def test_it_round_trips_session_records_of_both_kinds() -> None:
     assert decode_ledger_record(consumer_start) == SessionStart("consumer", "s" * 32, "app", 12, "h", "g")
     consumer_end = encode_session_end("consumer", "s" * 32, 13, group="g")
     assert decode_ledger_record(consumer_end) == SessionEnd("consumer", "s" * 32, 13, {}, "g")
+    closed = encode_session_end("consumer", "s" * 32, 14, group="g", closed=True)
+    assert json.loads(closed)["closed"] is True and "closed" not in json.loads(consumer_end)
+    assert decode_ledger_record(closed) == SessionEnd("consumer", "s" * 32, 14, {}, "g", closed=True)
 
 
 def test_it_round_trips_an_unconfirmed_acks_0_entry() -> None:

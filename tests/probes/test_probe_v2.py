@@ -424,7 +424,17 @@ def test_it_ledgers_one_range_per_run_of_marks_across_batches_and_the_last_marks
     # idle: the background flush (every 0.2 s) writes the marks held, fewer than a batch
     wait_until(lambda: len(ledgered()) >= len(runs), 10, "the consumer ledger's ranges")
     assert ledgered() == [tuple(run) for run in runs]
+
+    def ends() -> list[SessionEnd]:
+        ledger = [decode_ledger_record(m.value()) for m in read_topic(topics["cledger"], bootstrap=kafka_bootstrap)]
+        return [rec for rec in ledger if isinstance(rec, SessionEnd) and rec.session == consumer.session_id]
+
+    # the running session's checkpoints are no close; close()'s last record is, after every mark: a
+    # session whose ledger ends without it died with the marks it had not written yet
+    wait_until(lambda: bool(ends()), 10, "a checkpoint of the running session")
+    assert not any(end.closed for end in ends())
     consumer.close()
+    assert ends()[-1].closed and sum(end.closed for end in ends()) == 1
 
 
 def test_it_dates_the_first_range_after_an_idle_spell_no_earlier_than_its_record_was_produced(
