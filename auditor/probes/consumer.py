@@ -264,7 +264,9 @@ class AuditedConsumer(ConsumerWrapper):
         # Values of ledger records that were not written (served by the ledger producer's
         # reports): their marks are named in a marks-lost record at the next flush.
         self._lost_records: deque[bytes] = deque()
-        self._ledger.set_on_lost(self._lost_records.append)
+        self._any_record_lost = False  # a ledger record of the session was not written, ever
+        self._closing_clean = False  # close() settled the ledger with nothing lost or unsent
+        self._ledger.set_on_lost(self._on_lost)
         # An idle consumer's last marks reach the ledger within the flush interval.
         self._ledger.set_before_flush(self._before_flush)
         if transactional:
@@ -348,6 +350,19 @@ class AuditedConsumer(ConsumerWrapper):
     def _before_flush(self) -> None:
         self._compact()
         self._report_lost_marks()
+
+    def _on_lost(self, value: bytes) -> None:
+        self._any_record_lost = True
+        self._lost_records.append(value)
+
+    def _settle_before_end(self) -> None:
+        """close()'s last step before the final session-end: every record of the session
+        written (waiting up to ledger_flush_timeout_s) and the lost marks named; the end says
+        `closed` only if nothing is left unsent and no ledger record of the session was ever
+        lost (a lost one may have carried marks)."""
+        unsent = self._ledger.flush(self._ledger_flush_timeout_s)
+        self._report_lost_marks()
+        self._closing_clean = not unsent and not self._any_record_lost
 
     def _report_lost_marks(self) -> None:
         """Name the marks of the ledger records that were not written in one ``marks-lost``
@@ -473,9 +488,10 @@ class AuditedConsumer(ConsumerWrapper):
             _time_ns() // 1_000_000,
             group=self.group,
             last_offset=state,
-            # close()'s last record, after every mark of the session: a session whose ledger ends
-            # without it died (kill -9, a crash) with the marks it had not written yet
-            closed=force and self._closed and not self._lost_records and self._ledger.pending_count() == 0,
+            # close()'s last record, once every earlier one was written (_settle_before_end): a
+            # session whose ledger ends without it died (kill -9, a crash) with the marks it had
+            # not written yet, or could not write them all
+            closed=force and self._closing_clean,
         )
 
     # --- introspection -------------------------------------------------------------------------

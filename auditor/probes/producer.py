@@ -616,7 +616,7 @@ class AuditedProducer(ProducerWrapper):
         self._resolve()
         self._write_unresolved_tail()
         self._write_keys()
-        self._end_session_checkpoint(self._ledger_timeout(timeout, started), sent)
+        self._end_session_checkpoint(self._ledger_timeout(timeout, started), sent, patient=timeout != 0)
         return remaining
 
     def close(self, timeout: float | None = None) -> int:

@@ -336,7 +336,9 @@ class AuditedProducerV1(ProducerWrapper):
         # them (a session-end's last_seq would make them a hole judged `never-sent` at once).
         sent = self.last_sequences()
         remaining = self._producer.flush(*timeout_args(timeout))
-        self._end_session_checkpoint(self._ledger_timeout(timeout, started), None if remaining else sent)
+        self._end_session_checkpoint(
+            self._ledger_timeout(timeout, started), None if remaining else sent, patient=timeout != 0
+        )
         return remaining
 
     def close(self, timeout: float | None = None) -> int:

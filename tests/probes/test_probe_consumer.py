@@ -195,3 +195,40 @@ def test_the_probes_rebalance_callbacks_store_the_handed_positions_then_call_the
     callbacks["on_assign"](inner, [TopicPartition("t", 0)])  # none given: only the store
     assert len(seen) == 2
     consumer.close()
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_a_v2_consumers_close_says_closed_only_when_every_ledger_record_of_it_was_written(lost: bool) -> None:
+    """A reader takes a consumer session whose ledger ends without a `closed` session-end for one
+    that died with marks it had not written: the end may say `closed` only when none was lost."""
+    from auditor.probes import AuditedConsumer
+
+    producers = FactoryRecorder()
+    consumer = AuditedConsumer(
+        {"bootstrap.servers": "fake:9092", "group.id": "processor"},
+        ledger_topic=LEDGER,
+        clients_topic=CLIENTS,
+        consumer_factory=lambda config: FakeConsumer(config, [record(0), record(1)]),
+        producer_factory=producers,
+        ledger_flush_interval_s=60,
+    )
+    for _ in range(2):
+        msg = consumer.poll(1)
+        assert msg is not None
+        consumer.mark_processed(msg)
+    if lost:  # the broker refuses the record carrying the marks (its delivery fails), once
+        fake, flush = producers.ledger, producers.ledger.flush
+
+        def refused(timeout: float | None = None) -> int:
+            fake.flush = flush  # type: ignore[method-assign]
+            fake.deliver(KafkaError(KafkaError.NOT_ENOUGH_REPLICAS))
+            return 0
+
+        fake.flush = refused  # type: ignore[method-assign]
+    consumer.flush_ledger()
+    consumer.close()
+    ledger = producers.ledger
+    ends = [r for r in (decode_ledger_record(i.value) for i in ledger.delivered + ledger.queued if i.topic == LEDGER)]
+    ends = [r for r in ends if isinstance(r, SessionEnd)]
+    assert ends and ends[-1].closed is (not lost)
+    assert sum(end.closed for end in ends) == (0 if lost else 1)

@@ -44,8 +44,9 @@ PARTITIONS = 3
 RATE_PER_S = 25  # tickets a second, each a row inserted and a record sent
 GRACE_S = 10  # the binding's grace and the stuck rule's age: a healthy ticket is done well within
 DRAIN_S = 90
-# live-rolling-restart's needle: the row update of the consumer's 100th record is lost (4 s into the
-# traffic, well before the first look), which the auditor must name among thousands of healthy tickets
+# live-rolling-restart's needle: the row update of the consumer's 100th record is lost (about 4 s
+# into the traffic, older than the stuck age at every diagnosis), which the auditor must name among
+# thousands of healthy tickets
 LOST_UPDATE_AT = 100
 CRASHES = 6  # live-consumer-crash-loop's kills
 SAFE_PRODUCER = {
@@ -108,8 +109,6 @@ class Traffic(threading.Thread):
             raise LabError(f"the application's producer failed: {self.error!r}")
         if self.is_alive() or len({d.key for d in self.reports}) < len(self.tickets):
             raise LabError(f"{len(self.tickets)} tickets sent, {len(self.reports)} delivery reports within 180 s")
-        if isinstance(self.producer, AuditedProducer):
-            self.producer.close(30)
         return self.reports
 
 
@@ -225,20 +224,28 @@ def _live(
         reports = traffic.finish()
     finally:
         traffic.halt()  # whatever failed, the producer stops before the lab moves on
+        if isinstance(producer, AuditedProducer):
+            producer.close(30)  # its ledger threads too (a no-op after finish() closed it)
     # Truth: the producer's delivery reports, a full read of the topic, the table and the
     # application's log of what it processed, once the consumer has drained the topic.
     truth.all_sent(reports)
     _wait_caught_up(world)
+    _wait_settled(world)
     if live.consumer.poll() is not None:
         raise LabError(f"the application's consumer exited ({live.consumer.returncode}) while the traffic ran")
     final = cluster.read_topic(world.topic)
-    expected = truth.producer_side(traffic.tickets, final, duplicate_cause="producer-retry")
+    expected = truth.producer_side(
+        traffic.tickets,
+        final,
+        probed_acked=truth.acked(reports) if probed else (),
+        duplicate_cause="producer-retry" if probed else "unknown",
+    )
     processed, rows = world.processed(), world.rows()
     twice = {str(t) for t, n in processed.items() if n > 1}
     lost = {str(t) for t in world.processed_not_updated() if rows.get(t) == "NEW"}
     if lost_update_at and not lost:
         raise LabError(f"the fault did not happen: no row update was lost (record {lost_update_at})")
-    expected |= {key: {"stuck:processed-not-updated" if probed else "stuck:unknown"} for key in lost}
+    expected = merge(expected, {key: {"stuck:processed-not-updated" if probed else "stuck:unknown"} for key in lost})
     # A record the group committed past that was never processed (an at-most-once consumer
     # killed between its commit and the end of its processing) was skipped.
     committed = cluster.committed(world.group, world.topic, partitions=PARTITIONS)
@@ -250,7 +257,9 @@ def _live(
         and not processed.get(int(r.key))
         and r.offset < committed.get(r.partition, -1)
     }
-    expected |= {key: {"stuck:skipped", "unprocessed"} if probed else {"stuck:unknown"} for key in skipped}
+    expected = merge(
+        expected, {key: {"stuck:skipped", "unprocessed"} if probed else {"stuck:unknown"} for key in skipped}
+    )
     live.look()  # once drained, with the consumer still running: nothing is stuck
     world.notes.append(
         f"{len(traffic.tickets)} tickets at {RATE_PER_S}/s, {len(reports)} delivery reports, every one acked; "
@@ -266,7 +275,9 @@ def _live(
     return Outcome(
         injected=injected + (f"; the row update of record {lost_update_at} lost" if lost_update_at else ""),
         expected=expected,
-        got=merge(*(a.verdicts for a in live.answers)),
+        got=merge(
+            *(a.verdicts for a in live.answers[:-2]), *(_strict(a.verdicts, expected) for a in live.answers[-2:])
+        ),
         detect_s=None,
         ignored=HONEST,
         # a ticket processed twice (killed before its commit, a commit lost to a coordinator
@@ -308,14 +319,24 @@ def _crash_loop(live: Live) -> tuple[str, list[str]]:
         # has them and is catching up on the backlog meanwhile, busy, when it is killed in turn.
         waits.append(rng.uniform(6.0, 9.0))
         time.sleep(waits[-1])
+        if live.consumer.poll() is not None:
+            raise LabError(
+                f"the application's consumer exited by itself ({live.consumer.returncode}) before kill {crash}"
+            )
         live.consumer.kill()  # SIGKILL: no close, no flush, no commit
         live.consumer.wait(30)
         live.consumer = live.start_consumer()
         if crash % 3 == 0:
             live.look()  # right after a crash, while the group rebalances onto the new instance
+    # Whether the kills hit working instances: each instance's processing is logged under its session
+    with psycopg.connect(live.world.source_url, autocommit=True) as conn:
+        row = conn.execute(f"SELECT count(DISTINCT session) FROM {live.world.table}_processed").fetchone()
     return (
         f"the consumer killed -9 {CRASHES} times and restarted at once, the auditor looking after every third",
-        [f"kills after {', '.join(f'{w:.2f}' for w in waits)} s of running (seed {seed})"],
+        [
+            f"kills after {', '.join(f'{w:.2f}' for w in waits)} s of running (seed {seed}); "
+            f"{row[0] if row else 0} of the {CRASHES + 1} instances processed records"
+        ],
     )
 
 
@@ -364,3 +385,29 @@ def _wait_caught_up(world: World) -> None:
         return world.cluster.committed(world.group, world.topic, partitions=PARTITIONS) == ends
 
     wait_until(caught_up, DRAIN_S, "the consumer to commit every partition's log end", interval=1)
+
+
+def _wait_settled(world: World, quiet_s: int = 3) -> None:
+    """Until the application's log and the table stop changing for `quiet_s` seconds: an
+    at-most-once consumer commits a record before it processes it, so a group caught up may still
+    be processing its last records."""
+    last: tuple[int, int] | None = None
+    quiet = 0
+
+    def settled() -> bool:
+        nonlocal last, quiet
+        now = (sum(world.processed().values()), sum(1 for status in world.rows().values() if status == "DONE"))
+        quiet = quiet + 1 if now == last else 0
+        last = now
+        return quiet >= quiet_s
+
+    wait_until(settled, DRAIN_S, "the application's log and table to stop changing", interval=1)
+
+
+def _strict(verdicts: dict[str, set[str]], expected: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The last look's verdicts, where `waiting` and `unknown` are alarms unless the truth calls
+    for them: the consumer has drained the topic, so nothing waits for it any more."""
+    return {
+        key: {f"{v} (after the drain)" if v in HONEST and v not in expected.get(key, ()) else v for v in found}
+        for key, found in verdicts.items()
+    }
