@@ -590,12 +590,7 @@ def plain_passed(records: list[CommitRecord] | None, committed_now: int | None) 
     have passed r (passing_commit's condition)."""
     if not records:
         return []
-    unbounded = -(1 << 63)
-    least = [0] * (len(records) + 1)
-    least[-1] = 1 << 63
-    for i in range(len(records) - 1, -1, -1):
-        offset = records[i].offset
-        least[i] = min(unbounded if offset is None else offset, least[i + 1])
+    least = _least_offsets(records)
     spans: list[tuple[int, int]] = []
 
     def add(start: int, end: int) -> None:  # [start, end) of offsets >= 0
@@ -613,6 +608,68 @@ def plain_passed(records: list[CommitRecord] | None, committed_now: int | None) 
     for i in range(len(records) - 1):
         if records[i + 1].by_plain_member():
             add(least[i], least[i + 1])
+    return spans
+
+
+def _least_offsets(records: list[CommitRecord]) -> list[int]:
+    """m[i]: the least offset of records i.. (a removal: minus infinity), and m[len] = +infinity:
+    the commit past an offset r is record i+1 for m[i] <= r < m[i+1] (plain_passed)."""
+    unbounded = -(1 << 63)
+    least = [0] * (len(records) + 1)
+    least[-1] = 1 << 63
+    for i in range(len(records) - 1, -1, -1):
+        offset = records[i].offset
+        least[i] = min(unbounded if offset is None else offset, least[i + 1])
+    return least
+
+
+def last_passed(records: list[CommitRecord] | None, committed_now: int | None) -> list[tuple[int, int, str]]:
+    """The offsets [first, last] of a partition whose passing commit (passing_commit) is the last
+    one a probed session made there, with that session, lowest first.
+
+    A consumer that commits a record's offset before it processes it (at-most-once, auto-commit)
+    marks what it processed after the commit; killed, it takes the marks it had not flushed yet
+    with it, and the records its last commit passed may have been processed, unmarked (lab
+    `live-consumer-crash-loop-at-most-once`: 5 false `unprocessed` of 6 kills). A later commit of
+    the same session hands the earlier marks to the ledger first (a synchronous one waits for
+    them), so only the last one leaves that doubt; and only when the session did not close (a
+    consumer's close() writes its marks, then a `closed` session-end: the reader checks that)."""
+    if not records:
+        return []
+    least = _least_offsets(records)
+    last_of: dict[str, int] = {}
+    for i, record in enumerate(records):
+        session = record.session()
+        if session is not None and record.offset is not None:
+            last_of[session] = i
+    spans: list[tuple[int, int, str]] = []
+    for session, i in last_of.items():
+        if i == 0:
+            first = records[0]
+            if not (first.unbroken or first.offset == committed_now):
+                continue  # earlier commits were cleaned away: what it passed is not known
+            start = 0
+        else:
+            start = max(least[i - 1], 0)
+        if least[i] > start:
+            spans.append((start, least[i] - 1, session))
+    return sorted(spans)
+
+
+def last_passed_spans(
+    history: dict[str, dict[int, list[CommitRecord]]],
+    committed: dict[tuple[str, int], int],
+    judged_below: dict[tuple[str, int], int] | None = None,
+) -> list[tuple[str, int, int, int, str]]:
+    """(group, partition, first, last offset, session): last_passed for every group and partition
+    of the history, from where earlier runs judged (plain_passed_spans' `judged_below`)."""
+    spans: list[tuple[str, int, int, int, str]] = []
+    for group, commits in sorted(history.items()):
+        for partition, records in sorted(commits.items()):
+            floor = (judged_below or {}).get((group, partition), 0)
+            for first, last, session in last_passed(records, committed.get((group, partition))):
+                if last >= floor:
+                    spans.append((group, partition, max(first, floor), last, session))
     return spans
 
 

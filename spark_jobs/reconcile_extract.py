@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,7 +22,7 @@ from spark_jobs.binding import (
     jdbc_url_and_properties,
     redact_url,
 )
-from spark_jobs.commit_history import names_sessions, offsets_history, plain_passed_spans
+from spark_jobs.commit_history import last_passed_spans, names_sessions, offsets_history, plain_passed_spans
 from spark_jobs.common import read_kafka_ranges
 from spark_jobs.group_offsets import committed_offsets
 from spark_jobs.kafka_cleanup import TopicCleanup, absent_keys_explained, read_topic_cleanup
@@ -247,9 +247,21 @@ def checkpoint_prints(
     return {p: found.to_json() for p, found in prints.items() if found is not None}
 
 
+@dataclass
+class CommitSpans:
+    """What the groups' commit history says of the offsets they passed (plain_commits)."""
+
+    # (group, partition, first, last): a plain instance's commit passed them
+    plain: list[tuple[str, int, int, int]] = field(default_factory=list)
+    # (group, partition, first, last, session): the last commit of a probed session passed them
+    last: list[tuple[str, int, int, int, str]] = field(default_factory=list)
+    note: str | None = None  # the history could not be read
+    named: list[str] = field(default_factory=list)  # StateMeta.sessions_named
+
+
 def plain_commits(
     binding: Binding, admin: AdminClient, committed: list[tuple[str, int, int]], meta: StateMeta
-) -> tuple[list[tuple[str, int, int, int]], str | None, list[str]]:
+) -> CommitSpans:
     """(group, partition, first, last offset) a plain instance of a partly probed group committed
     past (commit_history.plain_passed_spans: the commit that took the group past them names no
     probed session, while others of its commits name theirs, now or as an earlier run saw them),
@@ -259,7 +271,7 @@ def plain_commits(
     (StateMeta.sessions_named, kept)."""
     known = sorted(set(meta.sessions_named))
     if not committed:
-        return [], None, known
+        return CommitSpans(named=known)
     groups = sorted({group for group, _, _ in committed})
     try:
         _, history = offsets_history(
@@ -271,13 +283,12 @@ def plain_commits(
             group_prefix="auditor-reconcile",
         )
     except KafkaReadError as exc:
-        return (
-            [],
-            (
+        return CommitSpans(
+            note=(
                 f"who committed the offsets of group(s) {', '.join(groups)} could not be read ({exc}): where an instance "
                 "of a group runs without the probe, the records it committed past are judged by the group's marks alone"
             ),
-            known,
+            named=known,
         )
     named = set(known) | {group for group, commits in history.items() if names_sessions(commits)}
     judged_below = {
@@ -286,20 +297,23 @@ def plain_commits(
         for partition, seen in parts.items()
     }
     committed_now = {(g, p): offset for g, p, offset in committed}
-    return plain_passed_spans(history, committed_now, named, judged_below), None, sorted(named)
+    return CommitSpans(
+        plain_passed_spans(history, committed_now, named, judged_below),
+        last_passed_spans(history, committed_now, judged_below),
+        None,
+        sorted(named),
+    )
 
 
-def clamped(
-    spans: list[tuple[str, int, int, int]], offsets: dict[int, PartitionOffsets]
-) -> list[tuple[str, int, int, int]]:
-    """Spans within the partitions' logs as read (a commit set by hand far past the log end
-    would make a span of offsets no record can hold)."""
+def clamped(spans: Sequence[tuple[Any, ...]], offsets: dict[int, PartitionOffsets]) -> list[tuple[Any, ...]]:
+    """Spans (group, partition, first, last, anything more) within the partitions' logs as read
+    (a commit set by hand far past the log end would make a span of offsets no record can hold)."""
     kept = []
-    for group, partition, first, last in spans:
+    for group, partition, first, last, *more in spans:
         if partition in offsets:
             last = min(last, offsets[partition].high - 1)
             if first <= last:
-                kept.append((group, partition, first, last))
+                kept.append((group, partition, first, last, *more))
     return kept
 
 
@@ -317,7 +331,7 @@ def extract_topic_offsets(
     connection = admin_config(binding.bootstrap_servers, binding.kafka_config)
     committed = committed_offsets(connection, binding.consumer_groups, binding.topic, partitions)
     settled = time.monotonic() + (mark_settle_seconds() if committed else 0.0)
-    plain_passed, history_note, sessions_named = plain_commits(binding, admin, committed, meta)  # in the settle wait
+    spans = plain_commits(binding, admin, committed, meta)  # in the settle wait
 
     def ledger(topic: str, previous: dict[int, int], settle: bool = False) -> OffsetRange:
         # A ledger topic that never existed means the probes are not in use; one that
@@ -340,9 +354,11 @@ def extract_topic_offsets(
     return {
         "partitions": partitions,
         "committed": committed,
-        "plain_passed": clamped(plain_passed, offsets),
-        "history_note": history_note,
-        "sessions_named": sessions_named,
+        "plain_passed": clamped(spans.plain, offsets),
+        # closed sessions left out once the consumer ledger is read (reconcile_inputs)
+        "last_passed": clamped(spans.last, offsets),
+        "history_note": spans.note,
+        "sessions_named": spans.named,
         "consumer_ledger": consumer_ledger,
         "producer_ledger": producer_ledger,
         "watermarks": offsets,

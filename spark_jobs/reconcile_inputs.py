@@ -38,6 +38,7 @@ from spark_jobs.reconcile_extract import (
     summarize_partitions,
 )
 from spark_jobs.reconcile_helpers import FIRST_MARK_SCHEMA
+from spark_jobs.reconcile_parsing import closed_consumer_sessions
 from spark_jobs.reconcile_plan import Laps, RunInputs, RunPlan, window_end
 from spark_jobs.reconcile_rewrites import find_mark_rules, without_rewritten_marks
 from spark_jobs.reconcile_transform import (
@@ -322,6 +323,7 @@ def extract_inputs(
         plan.warnings.extend(entries_lost_warnings(producer_ledger.plan, entries_lost_until))
     processed = empty_frame(spark, PROCESSED_SCHEMA)
     lost_marks = None
+    closed: set[str] = set()
     first_marks = {group: dict(marks) for group, marks in meta.first_marks.items()}
     consumer_ledger = read_ledger(
         spark, binding, plan.kafka["consumer_ledger"], persist, plan.admin, plan.ledger_ids.get("consumer")
@@ -337,6 +339,8 @@ def extract_inputs(
         lost_marks = persist(transform_lost_marks(consumer_ledger.records, binding.topic, binding.consumer_groups))
         if lost_marks.isEmpty():  # nearly always
             lost_marks = None
+        if plan.kafka.get("last_passed"):
+            closed = closed_consumer_sessions(consumer_ledger.records)
     # Processed marks deleted before any run read them: a record they marked would look
     # unprocessed. It was written before it was processed, so before the first mark left.
     marks_lost_until = consumer_ledger.lost_until(meta.marks_lost_until, plan.upper, binding.grace_seconds)
@@ -378,6 +382,7 @@ def extract_inputs(
             if plan.kafka.get("plain_passed")
             else None
         ),
+        died_passed=died_passed(spark, plan.kafka.get("last_passed") or [], closed),
         # a group whose offsets were deleted since a run saw them had read that far
         committed=local_frame(
             spark,
@@ -392,3 +397,18 @@ def extract_inputs(
             default=None,
         ),
     )
+
+
+def died_passed(
+    spark: SparkSession, last_passed: list[tuple[str, int, int, int, str]], closed: set[str]
+) -> DataFrame | None:
+    """The offsets the last commit of a probed session took its group past, for the sessions
+    whose ledger does not hold their `closed` session-end in what this run read
+    (PROCESSED_INTERVAL_SCHEMA): such a session may have died with the marks of the records it
+    processed after committing them (commit_history.last_passed). None: none."""
+    kept = [
+        (group, partition, first, last)
+        for group, partition, first, last, session in last_passed
+        if session not in closed
+    ]
+    return local_frame(spark, kept, PROCESSED_INTERVAL_SCHEMA) if kept else None

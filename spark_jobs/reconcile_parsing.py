@@ -561,6 +561,16 @@ def transform_consumer_ledger(raw: DataFrame, topic: str, groups: Iterable[str])
     return marks.unionByName(conform(ranged.where(F.col("offset").isNotNull()), PROCESSED_SCHEMA))
 
 
+def closed_consumer_sessions(raw: DataFrame) -> set[str]:
+    """The consumer sessions whose ledger holds their `closed` session-end (docs/contracts.md:
+    close() wrote it once every earlier record of the session was written): a session without
+    one may have died with marks it had not written."""
+    ended = _parse_ledger(raw).where(
+        (F.col("type") == "session-end") & F.col("sid").isNotNull() & F.coalesce(F.col("closed"), F.lit(False))
+    )
+    return {row["sid"] for row in ended.select("sid").distinct().collect()}
+
+
 def transform_lost_marks(raw: DataFrame, topic: str, groups: Iterable[str]) -> DataFrame:
     """Consumer-ledger v2 `marks-lost` records → LOST_MARKS_SCHEMA for `topic` and the groups:
     offsets their consumers marked processed whose marks were never written. Neither processed

@@ -249,6 +249,9 @@ class RunInputs:
     # offsets a commit naming no probed session took a group past (PROCESSED_INTERVAL_SCHEMA,
     # reconcile_extract.plain_commits): a plain instance of the group may have processed them
     plain_passed: DataFrame | None = None
+    # offsets the last commit of a probed session that did not close took its group past
+    # (PROCESSED_INTERVAL_SCHEMA, commit_history.last_passed): it may have died with their marks
+    died_passed: DataFrame | None = None
     # the topic's producers stamp records well before writing them (record_times); kept in state.json
     backdated: Backdated | None = None
     # records past the last stable offset, behind an open transaction (reconcile_inputs.read_held)

@@ -200,5 +200,6 @@ _LEDGER_JSON_SCHEMA = StructType(
         StructField("last_seq", MapType(StringType(), LongType())),
         StructField("reason", StringType()),
         StructField("ledger_lost", BooleanType()),
+        StructField("closed", BooleanType()),
     ]
 )

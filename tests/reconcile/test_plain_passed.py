@@ -10,6 +10,8 @@ import struct
 from spark_jobs.commit_history import (
     CommitRecord,
     _string_field,
+    last_passed,
+    last_passed_spans,
     parse_commit_epoch,
     parse_commit_metadata,
     parse_committed_offset,
@@ -111,6 +113,46 @@ def test_it_agrees_with_the_passing_commit_of_every_offset() -> None:
             records.append(commit(offset, session, unbroken=rng.random() < 0.5, empty=rng.random() < 0.2))
         committed_now = rng.choice([None, records[-1].offset, rng.randint(0, 30)])
         assert expand(plain_passed(records, committed_now)) == by_offset(records, committed_now, 40), records
+
+
+def test_the_last_commit_of_each_session_in_a_crash_loop() -> None:
+    # an at-most-once consumer commits each record before processing it: session s1 commits 1, 2
+    # and 3 and is killed, s2 goes on with 5 and 6. What s1's last commit passed (offset 2) may
+    # have been processed with its mark lost; what s1's earlier commits passed was marked before
+    # its next commit; s2's last commit passed offset 5.
+    records = [commit(1, "s1", unbroken=True), commit(2, "s1"), commit(3, "s1"), commit(5, "s2"), commit(6, "s2")]
+    assert last_passed(records, 6) == [(2, 2, "s1"), (5, 5, "s2")]
+    assert last_passed_spans({"g": {0: records}}, {("g", 0): 6}, {("g", 0): 5}) == [("g", 0, 5, 5, "s2")]
+    # a plain instance's and an operator's commits are no session's
+    assert last_passed([commit(3, "s1", unbroken=True), commit(9), commit(12, empty=True)], 12) == [(0, 2, "s1")]
+
+
+def test_the_last_passed_offsets_agree_with_the_passing_commit_of_every_offset() -> None:
+    rng = random.Random(76)
+    for _ in range(3000):
+        records = []
+        for _ in range(rng.randint(1, 8)):
+            offset = None if rng.random() < 0.1 else rng.randint(0, 30)
+            session = rng.choice([None, "s1", "s2", "s3"])
+            records.append(commit(offset, session, unbroken=rng.random() < 0.5, empty=rng.random() < 0.2))
+        committed_now = rng.choice([None, records[-1].offset, rng.randint(0, 30)])
+        last: dict[str, CommitRecord] = {}
+        for record in records:
+            if record.session() is not None and record.offset is not None:
+                last[record.session() or ""] = record
+        want = {
+            (offset, passed.session())
+            for offset in range(40)
+            if (passed := passing_commit(records, committed_now, offset)) is not None
+            and passed.session() is not None
+            and last.get(passed.session() or "") is passed
+        }
+        got = {
+            (offset, session)
+            for first, end, session in last_passed(records, committed_now)
+            for offset in range(first, end + 1)
+        }
+        assert got == want, records
 
 
 def _s(text: str) -> bytes:
