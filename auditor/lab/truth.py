@@ -81,3 +81,20 @@ def producer_side(
         elif now[key] > 1:
             expected[key] = {f"duplicate/{duplicate_cause}"}
     return expected
+
+
+def died_with_its_marks(expected: dict[str, set[str]]) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(required, optional): `expected` with `unprocessed` made optional where the ticket is
+    `stuck:skipped`, for a record the last commit of a killed consumer passed. Reconciliation
+    cannot tell whether that consumer processed it before it died with the marks it had not
+    flushed (a commit before the processing: at-most-once, auto-commit), so it leaves it
+    unjudged; the stuck diagnosis sees the row still NEW and says skipped."""
+    required: dict[str, set[str]] = {}
+    optional: dict[str, set[str]] = {}
+    for key, verdicts in expected.items():
+        if "unprocessed" in verdicts and "stuck:skipped" in verdicts:
+            required[key] = verdicts - {"unprocessed"}
+            optional[key] = {"unprocessed"}
+        else:
+            required[key] = set(verdicts)
+    return required, optional

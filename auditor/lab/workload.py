@@ -279,7 +279,7 @@ def consume(args: argparse.Namespace) -> int:
             crash_here = received == args.crash_at
             if args.mode == "at-most-once":
                 commit_failures += _commit(consumer, msg, args, asynchronous=False)
-                if crash_here:
+                if crash_here and args.crash_after == "commit":
                     os.kill(os.getpid(), signal.SIGKILL)
             if args.mode == "auto" and crash_here:
                 # Polled (its offset is stored for the next auto-commit), not yet processed.
@@ -288,6 +288,8 @@ def consume(args: argparse.Namespace) -> int:
             _process(conn, args.table, ticket, session, update_fails=received == args.fail_update_at)
             if args.probed:
                 consumer.mark_processed(msg)
+            if args.mode == "at-most-once" and crash_here:  # --crash-after processing
+                os.kill(os.getpid(), signal.SIGKILL)  # the mark still in the probe's buffer
             if args.mode == "at-least-once":
                 if crash_here and args.commit == "sync":
                     if args.probed:
@@ -388,6 +390,13 @@ def main(argv: list[str] | None = None) -> int:
         choices=("sync", "async"),
         default="sync",
         help="at-least-once: commit synchronously, or asynchronously (--crash-at: killed just after the commit)",
+    )
+    c.add_argument(
+        "--crash-after",
+        choices=("commit", "processing"),
+        default="commit",
+        help="at-most-once --crash-at: killed after the commit (the record skipped), or after processing and "
+        "marking it (its mark not yet flushed)",
     )
     c.add_argument(
         "--commit-failures",

@@ -64,11 +64,13 @@ def disk_lost_consumed(world: World) -> Outcome:
     stuck = world.stuck()
     warnings = found.detail.get("warnings")
     world.notes += [str(w) for w in warnings][:3] if isinstance(warnings, list) else []
+    expected, unjudged = truth.died_with_its_marks(expected)
     return Outcome(
         injected=f"RF=1: broker {broker} lost the partition's log with tickets {OLD[OLD_CONSUMED:]} unread; new "
         f"records at the lost offsets; at-most-once consumer killed -9 after committing record {CRASH_AT} of the "
         "later ones",
         expected=expected,
+        optional=unjudged,
         got=merge(found.verdicts, stuck.verdicts),
         detect_s=max(found.finished_monotonic, stuck.finished_monotonic) - injected_at,
     )
