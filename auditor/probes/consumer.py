@@ -264,9 +264,8 @@ class AuditedConsumer(ConsumerWrapper):
         # Values of ledger records that were not written (served by the ledger producer's
         # reports): their marks are named in a marks-lost record at the next flush.
         self._lost_records: deque[bytes] = deque()
-        self._any_record_lost = False  # a ledger record of the session was not written, ever
-        self._closing_clean = False  # close() settled the ledger with nothing lost or unsent
-        self._ledger.set_on_lost(self._on_lost)
+        self._closing_clean = False  # close() settled the ledger: every mark written or named lost
+        self._ledger.set_on_lost(self._lost_records.append)
         # An idle consumer's last marks reach the ledger within the flush interval.
         self._ledger.set_before_flush(self._before_flush)
         if transactional:
@@ -351,18 +350,16 @@ class AuditedConsumer(ConsumerWrapper):
         self._compact()
         self._report_lost_marks()
 
-    def _on_lost(self, value: bytes) -> None:
-        self._any_record_lost = True
-        self._lost_records.append(value)
-
     def _settle_before_end(self) -> None:
         """close()'s last step before the final session-end: every record of the session
-        written (waiting up to ledger_flush_timeout_s) and the lost marks named; the end says
-        `closed` only if nothing is left unsent and no ledger record of the session was ever
-        lost (a lost one may have carried marks)."""
+        written (waiting up to ledger_flush_timeout_s each time), the marks of those that were
+        not named in a written `marks-lost` record. The end says `closed` only when every mark
+        of the session is accounted for that way and nothing is left unsent."""
         unsent = self._ledger.flush(self._ledger_flush_timeout_s)
-        self._report_lost_marks()
-        self._closing_clean = not unsent and not self._any_record_lost
+        if self._lost_records:
+            self._report_lost_marks()
+            unsent = self._ledger.flush(self._ledger_flush_timeout_s)
+        self._closing_clean = not unsent and not self._lost_records
 
     def _report_lost_marks(self) -> None:
         """Name the marks of the ledger records that were not written in one ``marks-lost``

@@ -197,11 +197,12 @@ def test_the_probes_rebalance_callbacks_store_the_handed_positions_then_call_the
     consumer.close()
 
 
-@pytest.mark.parametrize("lost", [False, True])
-def test_a_v2_consumers_close_says_closed_only_when_every_ledger_record_of_it_was_written(lost: bool) -> None:
+@pytest.mark.parametrize("refused", ["never", "once", "always"])
+def test_a_v2_consumers_close_says_closed_only_when_every_mark_is_written_or_named_lost(refused: str) -> None:
     """A reader takes a consumer session whose ledger ends without a `closed` session-end for one
-    that died with marks it had not written: the end may say `closed` only when none was lost."""
-    from auditor.probes import AuditedConsumer
+    that died with marks it had not written: the end may say `closed` only when every mark of the
+    session was written or named in a written `marks-lost` record."""
+    from auditor.probes import AuditedConsumer, MarksLost
 
     producers = FactoryRecorder()
     consumer = AuditedConsumer(
@@ -216,19 +217,21 @@ def test_a_v2_consumers_close_says_closed_only_when_every_ledger_record_of_it_wa
         msg = consumer.poll(1)
         assert msg is not None
         consumer.mark_processed(msg)
-    if lost:  # the broker refuses the record carrying the marks (its delivery fails), once
-        fake, flush = producers.ledger, producers.ledger.flush
+    fake, flush = producers.ledger, producers.ledger.flush
 
-        def refused(timeout: float | None = None) -> int:
+    def refusing(timeout: float | None = None) -> int:  # the broker refuses the ledger's records
+        if refused == "once":
             fake.flush = flush  # type: ignore[method-assign]
-            fake.deliver(KafkaError(KafkaError.NOT_ENOUGH_REPLICAS))
-            return 0
+        fake.deliver(KafkaError(KafkaError.NOT_ENOUGH_REPLICAS))
+        return 0
 
-        fake.flush = refused  # type: ignore[method-assign]
+    if refused != "never":
+        fake.flush = refusing  # type: ignore[method-assign]
     consumer.flush_ledger()
     consumer.close()
-    ledger = producers.ledger
-    ends = [r for r in (decode_ledger_record(i.value) for i in ledger.delivered + ledger.queued if i.topic == LEDGER)]
-    ends = [r for r in ends if isinstance(r, SessionEnd)]
-    assert ends and ends[-1].closed is (not lost)
-    assert sum(end.closed for end in ends) == (0 if lost else 1)
+    records = [decode_ledger_record(i.value) for i in fake.delivered + fake.queued if i.topic == LEDGER]
+    ends = [r for r in records if isinstance(r, SessionEnd)]
+    assert ends and ends[-1].closed is (refused != "always")
+    assert sum(end.closed for end in ends) == (0 if refused == "always" else 1)
+    # refused once: the marks are named in a marks-lost record, written before the closed end
+    assert any(isinstance(r, MarksLost) for r in records) is (refused != "never")

@@ -17,7 +17,8 @@ commit and the flush of the marks made after it, mid-transaction, while it catch
 First runs (stop 76, lab runs #32-#38): no false alarm under live traffic, a rolling restart or an
 at-least-once crash loop; the at-most-once crash loop gave 5 false `unprocessed` in each of two
 runs: records the consumer committed, processed, and marked, whose marks died with the process
-before the probe's next ledger flush (docs/known-gaps.md)."""
+before the probe's next ledger flush. Fixed in the same stop: reconciliation leaves unjudged what
+the last commit of a session that did not close passed (docs/known-gaps.md, "Fixed in stop 76")."""
 
 from __future__ import annotations
 
