@@ -602,13 +602,19 @@ def plain_passed(records: list[CommitRecord] | None, committed_now: int | None) 
         else:
             spans.append((start, end - 1))
 
-    first = records[0]
-    if (first.unbroken or first.offset == committed_now) and first.by_plain_member():
+    if _first_known(records, committed_now) and records[0].by_plain_member():
         add(0, least[0])
     for i in range(len(records) - 1):
         if records[i + 1].by_plain_member():
             add(least[i], least[i + 1])
     return spans
+
+
+def _first_known(records: list[CommitRecord], committed_now: int | None) -> bool:
+    """The first record read is known to have passed every offset below it: it is the group's
+    first commit there (none before it cleaned away), or its commit now (the cleaner keeps the
+    last commit per key)."""
+    return records[0].unbroken or records[0].offset == committed_now
 
 
 def _least_offsets(records: list[CommitRecord]) -> list[int]:
@@ -645,8 +651,7 @@ def last_passed(records: list[CommitRecord] | None, committed_now: int | None) -
     spans: list[tuple[int, int, str]] = []
     for session, i in last_of.items():
         if i == 0:
-            first = records[0]
-            if not (first.unbroken or first.offset == committed_now):
+            if not _first_known(records, committed_now):
                 continue  # earlier commits were cleaned away: what it passed is not known
             start = 0
         else:

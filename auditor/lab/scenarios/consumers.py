@@ -6,7 +6,7 @@ import signal
 import time
 
 from auditor.lab import truth
-from auditor.lab.cluster import LabError, wait_until
+from auditor.lab.cluster import LabError, Record, wait_until
 from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
 from auditor.lab.workload import consumer_config, produce
@@ -30,18 +30,20 @@ def ticket_pipeline(world: World, probed: bool) -> None:
         raise RuntimeError(f"the workload's sends failed: {[d.error for d in reports if d.error][:3]}")
 
 
-def skipped_truth(world: World) -> tuple[set[str], dict[int, int]]:
+def skipped_truth(
+    world: World, partitions: int = 1, records: list[Record] | None = None
+) -> tuple[set[str], dict[int, int]]:
     """Ground truth: tickets whose row is still NEW and that nobody processed although the
     group committed past their record (the database, the group's committed offsets, a plain
-    read of the topic), and those offsets."""
+    read of the topic: `records` where the caller read it already), and those offsets."""
     rows, processed = world.rows(), world.processed()
-    committed = world.cluster.committed(world.group, world.topic)
-    position = {r.key: r.offset for r in world.cluster.read_topic(world.topic)}
-    skipped = {
-        str(i)
-        for i, status in rows.items()
-        if status == "NEW" and not processed.get(i) and position.get(str(i), 1 << 62) < committed.get(0, -1)
-    }
+    committed = world.cluster.committed(world.group, world.topic, partitions=partitions)
+    where = {r.key: (r.partition, r.offset) for r in (records or world.cluster.read_topic(world.topic))}
+    skipped = set()
+    for ticket, status in rows.items():
+        partition, offset = where.get(str(ticket), (-1, 1 << 62))
+        if status == "NEW" and not processed.get(ticket) and offset < committed.get(partition, -1):
+            skipped.add(str(ticket))
     return skipped, committed
 
 

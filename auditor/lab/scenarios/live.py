@@ -37,6 +37,7 @@ from auditor.lab import truth
 from auditor.lab.cluster import Cluster, LabError, wait_until
 from auditor.lab.compare import Outcome, merge
 from auditor.lab.registry import scenario
+from auditor.lab.scenarios.consumers import skipped_truth
 from auditor.lab.workload import Delivery, produce
 from auditor.lab.world import AuditorAnswer, World
 from auditor.probes import AuditedProducer
@@ -249,15 +250,7 @@ def _live(
     expected = merge(expected, {key: {"stuck:processed-not-updated" if probed else "stuck:unknown"} for key in lost})
     # A record the group committed past that was never processed (an at-most-once consumer
     # killed between its commit and the end of its processing) was skipped.
-    committed = cluster.committed(world.group, world.topic, partitions=PARTITIONS)
-    skipped = {
-        r.key
-        for r in final
-        if r.key is not None
-        and rows.get(int(r.key)) == "NEW"
-        and not processed.get(int(r.key))
-        and r.offset < committed.get(r.partition, -1)
-    }
+    skipped, _ = skipped_truth(world, PARTITIONS, final)
     expected = merge(
         expected, {key: {"stuck:skipped", "unprocessed"} if probed else {"stuck:unknown"} for key in skipped}
     )
