@@ -938,10 +938,20 @@ static PyTypeObject RangeMarkerType = {
  * note(messages) does the same for each record of a consume() batch. take() returns the
  * records kept since the last take(), the last one of each partition, in no set order, and
  * forgets them: the probe's store (auditor/probes/offset_store.py) stores their positions
- * with its commit metadata, every STORE_INTERVAL_S from its own thread and before anything
- * that reads the store. Its state is only touched by C code holding the GIL; take() reads
+ * with its commit metadata. Its state is only touched by C code holding the GIL; take() reads
  * the count after allocating the list it returns (an allocation may run the cyclic GC,
- * whose finalizers may let another thread run), so it never misses or splits a record. */
+ * whose finalizers may let another thread run), so it never misses or splits a record.
+ *
+ * Who stores, and when (confluent-kafka lets one thread at a time into a client's calls: a
+ * store from another thread waits while the application polls, and a rebalance callback
+ * waiting for that store inside poll() would never return):
+ * - the polling thread, after a poll() that returns, when STORE_INTERVAL_S passed since the
+ *   poll's last store (store(), given at construction), still counted as in a call;
+ * - the store's own thread, only through try_begin_store(), which lets it in when no call is
+ *   in progress and the last one returned at least `idle` seconds ago (an application busy or
+ *   stuck processing a record), and keeps every poll() out until end_store() (enter() waits,
+ *   with the GIL released). The check and the mark are one step under the GIL, so no poll can
+ *   start between them. enter()/leave() bracket consume() the same way. */
 typedef struct {
     PyObject *topic;        /* the partition's topic */
     long long partition;
@@ -956,7 +966,50 @@ typedef struct {
     Py_ssize_t n_slots, capacity, last_slot;
     Py_ssize_t pending;     /* slots holding a record */
     MessageFields fields;
+    PyObject *store;        /* stores the kept records' positions (the probe's), or NULL */
+    double interval;        /* seconds between the polling thread's stores */
+    double last_store;      /* monotonic seconds of the polling thread's last store */
+    double last_return;     /* monotonic seconds the last call returned */
+    int in_call;            /* calls in progress (poll, consume) */
+    int storing;            /* the store's own thread is storing: calls wait */
 } HandedPositions;
+
+static double monotonic_s(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+/* Wait (the GIL released) until the store's own thread is done, then count a call in. */
+static void handed_enter_call(HandedPositions *self) {
+    while (self->storing) {
+        Py_BEGIN_ALLOW_THREADS
+        struct timespec pause = {0, 200000};
+        nanosleep(&pause, NULL);
+        Py_END_ALLOW_THREADS
+    }
+    self->in_call++;
+}
+
+/* The polling thread's store when due (kept records and STORE_INTERVAL_S since its last one),
+ * then the call counted out. A failing store is reported, never raised into the poll. */
+static void handed_leave_call(HandedPositions *self) {
+    double now = monotonic_s();
+    if (self->store != NULL && self->pending > 0 && now - self->last_store >= self->interval) {
+        self->last_store = now;
+        PyObject *type, *value, *traceback; /* the poll's own error, if any, kept aside */
+        PyErr_Fetch(&type, &value, &traceback);
+        PyObject *done = PyObject_CallNoArgs(self->store);
+        if (done == NULL)
+            PyErr_WriteUnraisable(self->store);
+        else
+            Py_DECREF(done);
+        PyErr_Restore(type, value, traceback);
+        now = monotonic_s();
+    }
+    self->in_call--;
+    self->last_return = now;
+}
 
 static int same_text(PyObject *a, PyObject *b) {
     if (a == b) return 1;
@@ -1033,13 +1086,39 @@ static PyObject *handed_call(PyObject *callable, PyObject *const *args, size_t n
         return NULL;
     }
     PyObject *given[1] = {total == 1 && args[0] != Py_None ? args[0] : minus_one};
+    handed_enter_call(self);
     PyObject *msg = PyObject_Vectorcall(self->poll, given, 1, NULL);
-    if (msg == NULL || msg == Py_None) return msg;
-    if (handed_note(self, msg) < 0) {
-        Py_DECREF(msg);
+    if (msg != NULL && msg != Py_None && handed_note(self, msg) < 0) Py_CLEAR(msg);
+    handed_leave_call(self);
+    return msg;
+}
+
+static PyObject *handed_enter(HandedPositions *self, PyObject *Py_UNUSED(ignored)) {
+    handed_enter_call(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *handed_leave(HandedPositions *self, PyObject *Py_UNUSED(ignored)) {
+    if (self->in_call <= 0) {
+        PyErr_SetString(PyExc_RuntimeError, "leave() without enter()");
         return NULL;
     }
-    return msg;
+    handed_leave_call(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *handed_try_begin_store(HandedPositions *self, PyObject *arg) {
+    double idle = PyFloat_AsDouble(arg);
+    if (idle == -1.0 && PyErr_Occurred()) return NULL;
+    if (self->in_call > 0 || self->storing || self->pending == 0 || monotonic_s() - self->last_return < idle)
+        Py_RETURN_FALSE;
+    self->storing = 1;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *handed_end_store(HandedPositions *self, PyObject *Py_UNUSED(ignored)) {
+    self->storing = 0;
+    Py_RETURN_NONE;
 }
 
 static PyObject *handed_note_all(HandedPositions *self, PyObject *messages) {
@@ -1079,6 +1158,7 @@ static Py_ssize_t handed_len(HandedPositions *self) { return self->pending; }
 
 static int handed_traverse(HandedPositions *self, visitproc visit, void *arg) {
     Py_VISIT(self->poll);
+    Py_VISIT(self->store);
     for (Py_ssize_t i = 0; i < self->n_slots; i++) {
         Py_VISIT(self->slots[i].topic);
         Py_VISIT(self->slots[i].msg);
@@ -1093,6 +1173,7 @@ static int handed_traverse(HandedPositions *self, visitproc visit, void *arg) {
 
 static int handed_clear(HandedPositions *self) {
     Py_CLEAR(self->poll);
+    Py_CLEAR(self->store);
     HandedSlot *slots = self->slots;
     Py_ssize_t n_slots = self->n_slots;
     self->slots = NULL;
@@ -1117,16 +1198,28 @@ static void handed_dealloc(HandedPositions *self) {
 }
 
 static PyObject *handed_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
-    static char *kwlist[] = {"poll", "message_type", NULL};
-    PyObject *poll, *message_type;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!:HandedPositions", kwlist, &poll, &PyType_Type,
-                                     &message_type))
+    static char *kwlist[] = {"poll", "message_type", "store", "interval", NULL};
+    PyObject *poll, *message_type, *store = Py_None;
+    double interval = 0.05;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!|Od:HandedPositions", kwlist, &poll, &PyType_Type,
+                                     &message_type, &store, &interval))
         return NULL;
+    if (store != Py_None && !PyCallable_Check(store)) {
+        PyErr_SetString(PyExc_TypeError, "store must be callable or None");
+        return NULL;
+    }
     HandedPositions *self = (HandedPositions *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     self->vectorcall = handed_call;
     Py_INCREF(poll);
     self->poll = poll;
+    if (store != Py_None) {
+        Py_INCREF(store);
+        self->store = store;
+    }
+    self->interval = interval;
+    self->last_store = 0;
+    self->last_return = monotonic_s();
     if (message_fields_init(&self->fields, message_type) < 0) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         Py_DECREF(self);
@@ -1142,6 +1235,10 @@ static PyObject *handed_reads_fields(HandedPositions *self, PyObject *Py_UNUSED(
 static PyMethodDef handed_methods[] = {
     {"note", (PyCFunction)handed_note_all, METH_O, NULL},
     {"take", (PyCFunction)handed_take, METH_NOARGS, NULL},
+    {"enter", (PyCFunction)handed_enter, METH_NOARGS, NULL},
+    {"leave", (PyCFunction)handed_leave, METH_NOARGS, NULL},
+    {"try_begin_store", (PyCFunction)handed_try_begin_store, METH_O, NULL},
+    {"end_store", (PyCFunction)handed_end_store, METH_NOARGS, NULL},
     {"reads_fields", (PyCFunction)handed_reads_fields, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

@@ -8,15 +8,25 @@ record) doubled the consumer's CPU per record, so the probe defers the store ins
 when the native hot path is built), and ``store_handed()`` stores their positions with the
 session's metadata, in one ``store_offsets`` call:
 
-* every ``STORE_INTERVAL_S`` (50 ms) from its own thread, whatever the application does
-  (one stuck processing a record, polling no more, has its position stored as librdkafka
-  would have, within that bound): the auto-commit timer, which reads the store at any
-  moment from librdkafka's thread, commits at most that far behind plain librdkafka;
+* by the polling thread, as a ``poll``/``consume`` returns, when ``STORE_INTERVAL_S`` (50 ms)
+  passed since its last such store: the auto-commit timer, which reads the store at any moment
+  from librdkafka's thread, commits at most that far behind plain librdkafka while the
+  application polls;
+* by the store's own thread, every ``STORE_INTERVAL_S``, for an application that stopped
+  polling (one stuck processing a record has its position stored as librdkafka would have,
+  within that bound), only while no ``poll``/``consume`` is in progress, and holding the next
+  one back until it is done (HandedPositions.try_begin_store);
 * before everything that reads the store or changes the assignment, so they see exactly what
   plain librdkafka would: commit(), close(), assign/unassign/incremental_(un)assign,
   unsubscribe, seek, and each rebalance callback (the probe installs its own, which call the
   application's, before librdkafka's commit of the revoked partitions: confluent-kafka still
   assigns or unassigns after a callback that did not).
+
+Why the store's own thread keeps out of the polls: confluent-kafka (2.16) lets one thread at a
+time into a client's calls. A store from another thread waits while the application polls,
+which a polling loop never stops doing (stop 77 found an auto-committing AuditedConsumer that
+committed nothing for as long as it polled), and a rebalance callback inside ``poll`` that
+waits for that store's lock never returns (the same consumer froze at the first rebalance).
 
 A Python thread needs the GIL: another thread holding it longer than the interpreter's
 switch interval (5 ms) without release (a long C call) delays the tick by as much.
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Protocol, cast
@@ -45,25 +56,79 @@ class Handed(Protocol):
 
     def note(self, messages: list[Message]) -> None: ...
     def take(self) -> list[Message]: ...
+    def enter(self) -> None: ...
+    def leave(self) -> None: ...
+    def try_begin_store(self, idle: float) -> bool: ...
+    def end_store(self) -> None: ...
     def __len__(self) -> int: ...
 
 
 class PythonHandedPositions:
-    """HandedPositions without the native module: ``poll`` is a closure (one Python frame, a
-    tuple and a dict store per record); take() pops entry by entry, so a record handed by
-    another thread meanwhile is either taken now or kept for the next one."""
+    """HandedPositions without the native module: ``poll`` is a closure (a Python frame, a
+    tuple and a dict store per record, and the call bracket's lock); take() pops entry by
+    entry, so a record handed by another thread meanwhile is either taken now or kept for the
+    next one. enter/leave/try_begin_store/end_store as HandedPositions' (see _hotpath.c)."""
 
-    def __init__(self, poll: Callable[..., Message | None]) -> None:
+    def __init__(
+        self,
+        poll: Callable[..., Message | None],
+        store: Callable[[], object] | None = None,
+        interval: float = STORE_INTERVAL_S,
+    ) -> None:
         last: dict[tuple[str | None, int | None], Message] = {}
         self._last = last
+        self._store = store
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._in_call = 0
+        self._storing = False
+        self._last_store = 0.0
+        self._last_return = time.monotonic()
+        enter, leave = self.enter, self.leave
 
         def handed_poll(timeout: float | None = None) -> Message | None:
-            msg = poll(-1 if timeout is None else timeout)
-            if msg is not None and msg.error() is None:
-                last[(msg.topic(), msg.partition())] = msg
-            return msg
+            enter()
+            try:
+                msg = poll(-1 if timeout is None else timeout)
+                if msg is not None and msg.error() is None:
+                    last[(msg.topic(), msg.partition())] = msg
+                return msg
+            finally:
+                leave()
 
         self.poll = handed_poll
+
+    def enter(self) -> None:
+        while True:
+            with self._lock:
+                if not self._storing:
+                    self._in_call += 1
+                    return
+            time.sleep(0.0002)
+
+    def leave(self) -> None:
+        now = time.monotonic()
+        if self._store is not None and self._last and now - self._last_store >= self._interval:
+            self._last_store = now
+            try:
+                self._store()
+            except Exception:
+                logger.exception("audited consumer: storing the handed offsets failed")
+            now = time.monotonic()
+        with self._lock:
+            self._in_call -= 1
+            self._last_return = now
+
+    def try_begin_store(self, idle: float) -> bool:
+        with self._lock:
+            if self._in_call or self._storing or not self._last or time.monotonic() - self._last_return < idle:
+                return False
+            self._storing = True
+            return True
+
+    def end_store(self) -> None:
+        with self._lock:
+            self._storing = False
 
     def note(self, messages: list[Message]) -> None:
         last = self._last
@@ -94,20 +159,26 @@ class DeferredOffsetStore:
         self._metadata = metadata
         self._lock = threading.Lock()
         handed: Handed
+        # the polling thread's store: a bound method of this store (a cycle the GC collects)
+        store, interval = self._store_when_due, STORE_INTERVAL_S
         if native:
-            handed = native_poll = HandedPositions(consumer.poll, Message)
+            handed = native_poll = HandedPositions(consumer.poll, Message, store, interval)
             self.poll: Callable[..., Message | None] = native_poll
         else:
-            handed = python = PythonHandedPositions(consumer.poll)
+            handed = python = PythonHandedPositions(consumer.poll, store, interval)
             self.poll = python.poll
         self._handed = handed
         inner_consume = consumer.consume
-        note = handed.note
+        note, enter, leave = handed.note, handed.enter, handed.leave
 
         def consume(num_messages: int = 1, timeout: float = -1) -> list[Message]:
-            messages = inner_consume(num_messages, timeout)
-            note(messages)
-            return messages
+            enter()
+            try:
+                messages = inner_consume(num_messages, timeout)
+                note(messages)
+                return messages
+            finally:
+                leave()
 
         self.consume = consume
         self._stop = threading.Event()
@@ -129,6 +200,17 @@ class DeferredOffsetStore:
             except KafkaException:
                 pass  # no partition of them is assigned any more: librdkafka's own store skips them too
 
+    def _store_when_due(self) -> None:
+        """The polling thread's store, as a poll or consume returns (HandedPositions calls it
+        every STORE_INTERVAL_S while records are handed): failures logged, never raised into
+        the application's poll."""
+        try:
+            self.store_handed()
+        except RuntimeError:
+            pass  # the client was closed under the probe
+        except Exception:
+            logger.exception("audited consumer: storing the handed offsets failed")
+
     def close(self) -> None:
         """Stop the thread and store what is left (before the client's close commits)."""
         self._stop.set()
@@ -137,13 +219,20 @@ class DeferredOffsetStore:
         self.store_handed()
 
     def _run(self) -> None:
+        """The store for an application that stopped polling: only while no poll or consume is
+        in progress, and none starts until it is done (see the module's docstring)."""
+        handed = self._handed
         while not self._stop.wait(STORE_INTERVAL_S):
+            if not handed.try_begin_store(STORE_INTERVAL_S):
+                continue
             try:
                 self.store_handed()
             except RuntimeError:
                 return  # the client was closed under the probe
             except Exception:
                 logger.exception("audited consumer: storing the handed offsets failed")
+            finally:
+                handed.end_store()
 
 
 def position(topic: str, partition: int, offset: int, metadata: str, leader_epoch: int | None) -> TopicPartition:

@@ -534,3 +534,72 @@ def test_the_native_handed_positions_keep_the_last_record_of_each_partition_as_p
 def _fields(msg: Message) -> dict[str, Any]:
     fields = {"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(), "error": msg.error()}
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def _keepers(poll: Callable[..., Any], store: Callable[[], None], interval: float) -> list[Any]:
+    from auditor.probes._hotpath import HandedPositions
+    from auditor.probes.offset_store import PythonHandedPositions
+
+    return [HandedPositions(poll, Message, store, interval), PythonHandedPositions(poll, store, interval)]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["native", "python"])
+def test_the_polling_thread_stores_what_it_handed_at_most_once_an_interval(which: int) -> None:
+    """A poll that handed records stores them as it returns when the interval passed since its
+    last store: the first one at once, then not again within the interval, then again."""
+    stores: list[int] = []
+    offsets = iter(range(1000))
+    keeper: Any = None
+
+    def store() -> None:
+        stores.append(len(keeper))
+        keeper.take()
+
+    keeper = _keepers(lambda timeout: Message(topic="t", partition=0, offset=next(offsets)), store, 0.2)[which]
+    keeper.poll(0) if which else keeper(0)
+    assert stores == [1]  # the first record, stored as it was handed
+    for _ in range(5):
+        keeper.poll(0) if which else keeper(0)
+    assert stores == [1] and len(keeper) == 1  # within the interval: kept, not stored
+    time.sleep(0.25)
+    keeper.poll(0) if which else keeper(0)
+    assert stores == [1, 1] and len(keeper) == 0
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["native", "python"])
+def test_the_stores_own_thread_gets_in_only_between_calls_and_holds_the_next_one_back(which: int) -> None:
+    """try_begin_store() refuses while a poll is in progress (the client is busy: a store would
+    wait for it, and a rebalance callback inside the poll for the store) or returned less than
+    `idle` ago; once it succeeds, a poll waits until end_store()."""
+    during: list[bool] = []
+    inner_calls: list[float] = []
+    keeper: Any = None
+
+    def poll(timeout: float) -> None:
+        during.append(keeper.try_begin_store(0.0))
+        inner_calls.append(time.monotonic())
+        return None
+
+    keeper = _keepers(poll, lambda: None, 3600.0)[which]
+    call = keeper.poll if which else keeper
+    keeper.note([Message(topic="t", partition=0, offset=1)])
+    call(0)
+    assert during == [False]  # refused inside the call
+    assert keeper.try_begin_store(60.0) is False  # the last call returned just now
+    time.sleep(0.05)
+    assert keeper.try_begin_store(0.01) is True
+    assert keeper.try_begin_store(0.01) is False  # one store at a time
+    started = time.monotonic()
+    waiting = threading.Thread(target=call, args=(0,))
+    waiting.start()
+    time.sleep(0.2)
+    assert len(inner_calls) == 1  # the poll is held back while the store runs
+    keeper.end_store()
+    waiting.join(5)
+    assert len(inner_calls) == 2 and inner_calls[1] - started >= 0.2
+    keeper.take()
+    assert keeper.try_begin_store(0.0) is False  # nothing kept: nothing to store
+    keeper.enter()
+    keeper.note([Message(topic="t", partition=0, offset=2)])
+    assert keeper.try_begin_store(0.0) is False  # consume() brackets its call the same way
+    keeper.leave()

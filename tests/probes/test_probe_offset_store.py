@@ -11,8 +11,15 @@ commit point stores by itself, the store's timer is made too slow to matter (STO
 
 from __future__ import annotations
 
+import json
+import queue
+import subprocess
+import sys
+import textwrap
+import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +31,8 @@ from auditor.probes.native import HandedPositions, native_hot_path_available
 from tests.probes.kafka_helpers import AuditTopics, TopicFactory, integration_marks, wait_for
 
 pytestmark = integration_marks()
+
+ROOT = Path(__file__).resolve().parents[2]
 
 KINDS = [pytest.param(AuditedConsumer, id="v2"), pytest.param(AuditedConsumerV1, id="v1")]
 
@@ -277,3 +286,169 @@ def test_partitions_revoked_by_a_rebalance_commit_the_last_handed_positions(
     finally:
         joining.close()
         audited.close()
+
+
+class _Traffic:
+    """Records produced to every partition of a topic, one every 2 ms, until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self._producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self._topic, self._partitions = topic, partitions
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _Traffic:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.wait(0.002):
+            self._producer.produce(self._topic, b"v%d" % i, partition=i % self._partitions)
+            self._producer.poll(0)
+            i += 1
+        self._producer.flush(30)
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_auto_committing_consumer_that_keeps_polling_commits_as_it_polls(
+    probe_bootstrap: str,
+    probe_admin: AdminClient,
+    probe_topic: TopicFactory,
+    audit_topics: AuditTopics,
+    hot_path: str,
+    kind: Any,
+) -> None:
+    """The common consumer: enable.auto.commit on, a loop that never stops polling. The group's
+    commits follow what it was handed, as plain librdkafka's do. Before stop 77 the probe stored
+    from its own thread, which confluent-kafka 2.16 keeps out of the client while another
+    thread polls: such a consumer committed nothing until it closed. The truth is what the
+    test's loop was handed; it keeps polling (every 10 ms) while it reads the group's offsets."""
+    topic = probe_topic("store", 2)
+    _produce(probe_bootstrap, topic, 100, 2)
+    consumer = _consumer(
+        probe_bootstrap, audit_topics, kind, **{"enable.auto.commit": True, "auto.commit.interval.ms": 200}
+    )
+    group, session = str(consumer.group), consumer.session_id
+    try:
+        consumer.subscribe([topic])
+        handed: dict[int, int] = {}
+        _hand(consumer, 200, handed)  # every record, both partitions
+        expected = _expected(handed, session)
+        seen = threading.Event()
+        committed: dict[int, tuple[int, str | None]] = {}
+
+        def read_the_group() -> None:  # from another thread: the application never pauses its polling
+            nonlocal committed
+            deadline = time.monotonic() + 15
+            while committed != expected and time.monotonic() < deadline:
+                committed = _committed(probe_admin, group)
+            seen.set()
+
+        threading.Thread(target=read_the_group, daemon=True).start()
+        while not seen.is_set():
+            assert consumer.poll(0.01) is None  # nothing more to hand: only the polling goes on
+        assert committed == expected, "the auto-commits never followed the polling consumer"
+    finally:
+        consumer.close()
+
+
+# The application of the freeze test, in its own process (a frozen client would hang the test's
+# own exit): an audited auto-committing consumer polling without pause, printing after every
+# 20 records the partitions of the last 20 (a frozen poll prints nothing).
+POLLING_APPLICATION = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {root!r})
+    from auditor.probes import AuditedConsumer, AuditedConsumerV1
+    kind = AuditedConsumer if {kind!r} == "v2" else AuditedConsumerV1
+    consumer = kind(
+        {{"bootstrap.servers": {bootstrap!r}, "group.id": {group!r}, "auto.offset.reset": "earliest",
+          "enable.auto.commit": True, "auto.commit.interval.ms": 1000, "session.timeout.ms": 6000}},
+        ledger_topic={ledger!r}, clients_topic={clients!r},
+    )
+    consumer.subscribe([{topic!r}])
+    partitions = []
+    while True:
+        msg = consumer.poll(0.05)
+        if msg is not None and msg.error() is None:
+            partitions.append(msg.partition())
+            if len(partitions) == 20:
+                print(json.dumps(sorted(set(partitions))), flush=True)
+                partitions.clear()
+    """
+)
+
+
+@pytest.mark.parametrize("kind", ["v2", "v1"])
+def test_a_member_joining_does_not_freeze_an_auto_committing_consumer_that_keeps_polling(
+    probe_bootstrap: str,
+    probe_topic: TopicFactory,
+    audit_topics: AuditTopics,
+    hot_path: str,
+    kind: str,
+) -> None:
+    """Under steady traffic a second member joins the group of an audited auto-committing
+    consumer that polls without pause: the audited one gives a partition away and goes on
+    handing records of the other. Before stop 77 its probe's store thread waited for the client
+    while the application polled (confluent-kafka 2.16 lets one thread in at a time), holding
+    the lock the probe's rebalance callback then waited for inside poll(): the application
+    froze at the first rebalance, for good. The truth is what the application reports it was
+    handed and the assignment the joining client reports."""
+    topic = probe_topic("store", 2)
+    group = f"store-{uuid.uuid4().hex[:8]}"
+    script = POLLING_APPLICATION.format(
+        root=str(ROOT), kind=kind, bootstrap=probe_bootstrap, group=group, topic=topic,
+        ledger=audit_topics.consumer_ledger, clients=audit_topics.clients,
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    joining = Consumer({"bootstrap.servers": probe_bootstrap, "group.id": group, "auto.offset.reset": "earliest"})
+    with _Traffic(probe_bootstrap, topic, 2):
+        child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)  # env: the hot path
+        assert child.stdout is not None
+        output = child.stdout
+
+        def relay() -> None:
+            for line in output:
+                lines.put(line)
+
+        threading.Thread(target=relay, daemon=True).start()
+        try:
+            _read(lines, 10, 30)  # 200 records handed: it polls
+            joining.subscribe([topic])
+            deadline = time.monotonic() + 30
+            while not joining.assignment() and time.monotonic() < deadline:
+                joining.poll(0.05)
+            given_away = {p.partition for p in joining.assignment()}
+            assert given_away, "the joining consumer never got a partition: the rebalance never finished"
+            _read(lines, 0, 0)  # what was handed before the rebalance
+            for _ in range(20):  # 1 s of the joining one polling too: the rebalance settles on both
+                joining.poll(0.05)
+            _read(lines, 0, 0)
+            after = _read(lines, 10, 15)  # 200 more records, from then on
+            assert after and not after & given_away, f"handed {after} after giving {given_away} away"
+        finally:
+            child.kill()
+            child.wait(30)
+            joining.close()
+
+
+def _read(lines: queue.Queue[str], batches: int, timeout: float) -> set[int]:
+    """The partitions of `batches` lines of 20 records the application printed within `timeout`
+    seconds (0, 0: those it printed so far, discarded)."""
+    if not batches:
+        while not lines.empty():
+            lines.get_nowait()
+        return set()
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout
+    for n in range(batches):
+        try:
+            seen |= set(json.loads(lines.get(timeout=max(0.0, deadline - time.monotonic()))))
+        except queue.Empty:
+            raise AssertionError(f"the audited consumer handed {20 * n} records in {timeout} s: frozen") from None
+    return seen
