@@ -167,8 +167,8 @@ class _KafkaPythonConsumer:
                 self._pending.extend(records)
         return _KafkaPythonRecord(self._pending.pop(0)) if self._pending else None
 
-    def commit(self, message: Any = None, asynchronous: bool = False) -> None:
-        self._consumer.commit()  # the position: just past the one record polled
+    def commit(self, message: Any = None, offsets: Any = None, asynchronous: bool = False) -> None:
+        self._consumer.commit()  # the position: just past the records polled
 
     def close(self) -> None:
         self._consumer.close()
@@ -260,6 +260,13 @@ def consume(args: argparse.Namespace) -> int:
     with psycopg.connect(args.source_url, autocommit=True) as conn:
         while received < args.records and time.monotonic() - idle_since < args.idle_s:
             msg = consumer.poll(0.5)
+            if msg is None and batch:
+                # nothing more polled: the batch so far is processed and committed (a batching
+                # consumer does not hold records back while the topic is quiet)
+                commit_failures += _process_batch(consumer, conn, args, batch, session)
+                received += len(batch)
+                batch.clear()
+                continue
             if msg is None or msg.error() is not None:
                 continue
             idle_since = time.monotonic()
@@ -323,7 +330,7 @@ def _commit(consumer: Any, msg: Any, args: argparse.Namespace, asynchronous: boo
 
 
 def _process_batch(consumer: Any, conn: Any, args: argparse.Namespace, batch: list[Any], session: str) -> int:
-    """Process a polled batch, then commit its end; 1 when the commit failed (the group took the
+    """Process a polled batch, then commit its end on each partition; 1 when the commit failed (the group took the
     partitions away meanwhile: a rebalance mid-batch), else 0."""
     for msg in batch:
         _process(conn, args.table, ticket_of(msg), session)
@@ -331,8 +338,10 @@ def _process_batch(consumer: Any, conn: Any, args: argparse.Namespace, batch: li
             consumer.mark_processed(msg)
         if args.slow_ms:
             time.sleep(args.slow_ms / 1000)
+    # the position after each partition's last record of the batch (it may span partitions)
+    ends = {(msg.topic(), msg.partition()): msg.offset() + 1 for msg in batch}
     try:
-        consumer.commit(message=batch[-1], asynchronous=False)
+        consumer.commit(offsets=[TopicPartition(t, p, end) for (t, p), end in ends.items()], asynchronous=False)
     except KafkaException as exc:
         print(json.dumps({"commit_failed": str(exc)}), file=sys.stderr, flush=True)
         return 1

@@ -10,6 +10,7 @@ from auditor.lab.scenarios import (
     duplicates,
     ledgers,
     live,
+    live_consumers,
     operators,
     partitions,
     recreation,
@@ -37,4 +38,5 @@ FAMILIES = (
     canary,
     auditing,
     live,
+    live_consumers,
 )

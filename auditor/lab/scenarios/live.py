@@ -22,7 +22,6 @@ the last commit of a session that did not close passed (docs/known-gaps.md, "Fix
 
 from __future__ import annotations
 
-import random
 import subprocess
 import threading
 import time
@@ -50,7 +49,6 @@ DRAIN_S = 90
 # into the traffic, older than the stuck age at every diagnosis), which the auditor must name among
 # thousands of healthy tickets
 LOST_UPDATE_AT = 100
-CRASHES = 6  # live-consumer-crash-loop's kills
 SAFE_PRODUCER = {
     "acks": "all",
     "enable.idempotence": True,
@@ -121,7 +119,7 @@ class Traffic(threading.Thread):
     "and stuck diagnoses mid-stream, with records, marks and commits in flight: nothing to report",
 )
 def live_traffic(world: World) -> Outcome:
-    return _live(world, probed=True, disrupt=_looks_only)
+    return run_live(world, probed=True, disrupt=_looks_only)
 
 
 @scenario(
@@ -132,7 +130,7 @@ def live_traffic(world: World) -> Outcome:
     "processed-not-updated for it, nothing else",
 )
 def live_rolling_restart(world: World) -> Outcome:
-    return _live(world, probed=True, disrupt=_rolling_restart, lost_update_at=LOST_UPDATE_AT)
+    return run_live(world, probed=True, disrupt=_rolling_restart, lost_update_at=LOST_UPDATE_AT)
 
 
 @scenario(
@@ -141,36 +139,7 @@ def live_rolling_restart(world: World) -> Outcome:
     "is unknown (was it processed? no ledger says), nothing else",
 )
 def live_rolling_restart_plain(world: World) -> Outcome:
-    return _live(world, probed=False, disrupt=_rolling_restart, lost_update_at=LOST_UPDATE_AT)
-
-
-@scenario(
-    "live-consumer-crash-loop",
-    f"as live-traffic while the at-least-once consumer is killed -9 {CRASHES} times at random moments and "
-    "restarted at once (a crash loop): killed between processing and committing, between a commit and its "
-    "marks' flush, mid-transaction; what it processed twice may be reprocessed, nothing is unprocessed or "
-    "skipped",
-)
-def live_consumer_crash_loop(world: World) -> Outcome:
-    return _live(world, probed=True, disrupt=_crash_loop)
-
-
-@scenario(
-    "live-consumer-crash-loop-plain",
-    "as live-consumer-crash-loop with a plain producer and consumer: nothing to report",
-)
-def live_consumer_crash_loop_plain(world: World) -> Outcome:
-    return _live(world, probed=False, disrupt=_crash_loop)
-
-
-@scenario(
-    "live-consumer-crash-loop-at-most-once",
-    "as live-consumer-crash-loop with an at-most-once consumer (commit, then process): a kill between a "
-    "commit and the end of its processing skips that record: skipped and unprocessed for exactly those, "
-    "whichever the random kills hit, nothing else",
-)
-def live_consumer_crash_loop_at_most_once(world: World) -> Outcome:
-    return _live(world, probed=True, disrupt=_crash_loop, mode="at-most-once")
+    return run_live(world, probed=False, disrupt=_rolling_restart, lost_update_at=LOST_UPDATE_AT)
 
 
 @dataclass
@@ -179,7 +148,7 @@ class Live:
 
     world: World
     start_consumer: Callable[[], subprocess.Popen[str]]
-    consumer: subprocess.Popen[str]
+    consumers: list[subprocess.Popen[str]]
     answers: list[AuditorAnswer] = field(default_factory=list)
 
     def look(self) -> None:
@@ -187,15 +156,19 @@ class Live:
         self.answers += [self.world.reconcile(), self.world.stuck()]
 
 
-def _live(
+def run_live(
     world: World,
     probed: bool,
     disrupt: Callable[[Live], tuple[str, list[str]]],
     lost_update_at: int = 0,
     mode: str = "at-least-once",
+    instances: int = 1,
+    **consumer: object,
 ) -> Outcome:
     """The pipeline runs, `disrupt` does its fault and has the auditor look meanwhile (returning
-    what it did and notes); then the truth, and one last look once the consumer has drained."""
+    what it did and notes); then the truth, and one last look once the consumer has drained.
+    `instances` consumer processes share the group; `consumer` are the workload's options
+    (commit="async", batch=20, auto_commit_ms=1000)."""
     cluster = world.cluster
     world.make_topic(partitions=PARTITIONS, replication=3, min_insync_replicas="2")
     if probed:
@@ -211,12 +184,13 @@ def _live(
         if probed
         else Producer(settings)
     )
-    lost_update = {"fail_update_at": lost_update_at} if lost_update_at else {}
+    if lost_update_at:
+        consumer["fail_update_at"] = lost_update_at
 
     def start_consumer() -> subprocess.Popen[str]:
-        return world.start_consumer(mode, probed=probed, commit_failures="continue", **lost_update)
+        return world.start_consumer(mode, probed=probed, commit_failures="continue", **consumer)
 
-    live = Live(world, start_consumer, start_consumer())
+    live = Live(world, start_consumer, [start_consumer() for _ in range(instances)])
     traffic = Traffic(world, producer)
     traffic.start()
     try:
@@ -233,8 +207,7 @@ def _live(
     truth.all_sent(reports)
     _wait_caught_up(world)
     _wait_settled(world)
-    if live.consumer.poll() is not None:
-        raise LabError(f"the application's consumer exited ({live.consumer.returncode}) while the traffic ran")
+    check_running(live, "while the traffic ran")
     final = cluster.read_topic(world.topic)
     expected = truth.producer_side(
         traffic.tickets,
@@ -306,34 +279,10 @@ def _rolling_restart(live: Live) -> tuple[str, list[str]]:
     )
 
 
-def _crash_loop(live: Live) -> tuple[str, list[str]]:
-    seed = random.randrange(1 << 30)
-    rng = random.Random(seed)
-    waits = []
-    for crash in range(1, CRASHES + 1):
-        # Past the session timeout (6 s) the killed instance held its partitions for: the new one
-        # has them and is catching up on the backlog meanwhile, busy, when it is killed in turn.
-        waits.append(rng.uniform(6.0, 9.0))
-        time.sleep(waits[-1])
-        if live.consumer.poll() is not None:
-            raise LabError(
-                f"the application's consumer exited by itself ({live.consumer.returncode}) before kill {crash}"
-            )
-        live.consumer.kill()  # SIGKILL: no close, no flush, no commit
-        live.consumer.wait(30)
-        live.consumer = live.start_consumer()
-        if crash % 3 == 0:
-            live.look()  # right after a crash, while the group rebalances onto the new instance
-    # Whether the kills hit working instances: each instance's processing is logged under its session
-    with psycopg.connect(live.world.source_url, autocommit=True) as conn:
-        row = conn.execute(f"SELECT count(DISTINCT session) FROM {live.world.table}_processed").fetchone()
-    return (
-        f"the consumer killed -9 {CRASHES} times and restarted at once, the auditor looking after every third",
-        [
-            f"kills after {', '.join(f'{w:.2f}' for w in waits)} s of running (seed {seed}); "
-            f"{row[0] if row else 0} of the {CRASHES + 1} instances processed records"
-        ],
-    )
+def check_running(live: Live, when: str) -> None:
+    for n, process in enumerate(live.consumers):
+        if process.poll() is not None:
+            raise LabError(f"the application's consumer {n} exited by itself ({process.returncode}) {when}")
 
 
 def _wait_processed(world: World, traffic: Traffic, at_least: int, timeout: float = 60) -> None:
