@@ -967,6 +967,7 @@ typedef struct {
     Py_ssize_t pending;     /* slots holding a record */
     MessageFields fields;
     PyObject *store;        /* stores the kept records' positions (the probe's), or NULL */
+    PyObject *piece;        /* the interval as a float: a long poll's usual piece */
     double interval;        /* seconds between the polling thread's stores */
     double last_store;      /* monotonic seconds of the polling thread's last store */
     double last_return;     /* monotonic seconds the last call returned */
@@ -991,24 +992,37 @@ static void handed_enter_call(HandedPositions *self) {
     self->in_call++;
 }
 
-/* The polling thread's store when due (kept records and STORE_INTERVAL_S since its last one),
- * then the call counted out. A failing store is reported, never raised into the poll. */
-static void handed_leave_call(HandedPositions *self) {
+/* The polling thread's store when due (kept records and STORE_INTERVAL_S since its last one):
+ * 0, or -1 with the error set when the store raised something that is not an Exception (a
+ * KeyboardInterrupt: it goes to the application); an Exception is reported, never raised into
+ * the poll, and the poll's own error, if any, is kept. */
+static int handed_store_if_due(HandedPositions *self) {
     double now = monotonic_s();
-    if (self->store != NULL && self->pending > 0 && now - self->last_store >= self->interval) {
-        self->last_store = now;
-        PyObject *type, *value, *traceback; /* the poll's own error, if any, kept aside */
-        PyErr_Fetch(&type, &value, &traceback);
-        PyObject *done = PyObject_CallNoArgs(self->store);
-        if (done == NULL)
-            PyErr_WriteUnraisable(self->store);
-        else
-            Py_DECREF(done);
-        PyErr_Restore(type, value, traceback);
-        now = monotonic_s();
+    if (self->store == NULL || self->pending == 0 || now - self->last_store < self->interval) return 0;
+    self->last_store = now;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *done = PyObject_CallNoArgs(self->store);
+    if (done != NULL) {
+        Py_DECREF(done);
+    } else if (PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_WriteUnraisable(self->store);
+    } else {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        return -1;
     }
+    PyErr_Restore(type, value, traceback);
+    return 0;
+}
+
+/* The store when due, then the call counted out (whatever the store did): 0 or -1 as above. */
+static int handed_leave_call(HandedPositions *self) {
+    int stored = handed_store_if_due(self);
     self->in_call--;
-    self->last_return = now;
+    self->last_return = monotonic_s();
+    return stored;
 }
 
 static int same_text(PyObject *a, PyObject *b) {
@@ -1085,11 +1099,47 @@ static PyObject *handed_call(PyObject *callable, PyObject *const *args, size_t n
         PyErr_SetString(PyExc_TypeError, "poll() takes at most one argument (timeout)");
         return NULL;
     }
-    PyObject *given[1] = {total == 1 && args[0] != Py_None ? args[0] : minus_one};
+    PyObject *timeout = total == 1 ? args[0] : Py_None;
+    double wait = -1.0; /* seconds; below 0: no end */
+    if (timeout != Py_None) {
+        wait = PyFloat_AsDouble(timeout);
+        if (wait == -1.0 && PyErr_Occurred()) return NULL;
+    }
     handed_enter_call(self);
-    PyObject *msg = PyObject_Vectorcall(self->poll, given, 1, NULL);
+    PyObject *msg;
+    if (self->store == NULL || (wait >= 0 && wait <= self->interval)) {
+        PyObject *given[1] = {timeout == Py_None ? minus_one : timeout};
+        msg = PyObject_Vectorcall(self->poll, given, 1, NULL);
+    } else {
+        /* A long poll, in pieces of at most STORE_INTERVAL_S, storing between them when due: what
+         * was handed before it is stored while it waits, as librdkafka's own store holds it. */
+        double deadline = wait < 0 ? 0 : monotonic_s() + wait;
+        for (;;) {
+            double left = wait < 0 ? self->interval : deadline - monotonic_s();
+            PyObject *piece;
+            if (left >= self->interval) {
+                piece = self->piece; /* the usual one, made once */
+                Py_INCREF(piece);
+            } else {
+                piece = PyFloat_FromDouble(left < 0 ? 0 : left);
+            }
+            if (piece == NULL) {
+                msg = NULL;
+                break;
+            }
+            PyObject *given[1] = {piece};
+            msg = PyObject_Vectorcall(self->poll, given, 1, NULL);
+            Py_DECREF(piece);
+            if (msg != Py_None || (wait >= 0 && left <= self->interval)) break;
+            Py_DECREF(msg);
+            if (handed_store_if_due(self) < 0) {
+                msg = NULL;
+                break;
+            }
+        }
+    }
     if (msg != NULL && msg != Py_None && handed_note(self, msg) < 0) Py_CLEAR(msg);
-    handed_leave_call(self);
+    if (handed_leave_call(self) < 0) Py_CLEAR(msg);
     return msg;
 }
 
@@ -1103,7 +1153,12 @@ static PyObject *handed_leave(HandedPositions *self, PyObject *Py_UNUSED(ignored
         PyErr_SetString(PyExc_RuntimeError, "leave() without enter()");
         return NULL;
     }
-    handed_leave_call(self);
+    if (handed_leave_call(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *handed_store_due(HandedPositions *self, PyObject *Py_UNUSED(ignored)) {
+    if (handed_store_if_due(self) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1174,6 +1229,7 @@ static int handed_traverse(HandedPositions *self, visitproc visit, void *arg) {
 static int handed_clear(HandedPositions *self) {
     Py_CLEAR(self->poll);
     Py_CLEAR(self->store);
+    Py_CLEAR(self->piece);
     HandedSlot *slots = self->slots;
     Py_ssize_t n_slots = self->n_slots;
     self->slots = NULL;
@@ -1218,7 +1274,12 @@ static PyObject *handed_new(PyTypeObject *type, PyObject *args, PyObject *kwargs
         self->store = store;
     }
     self->interval = interval;
-    self->last_store = 0;
+    self->piece = PyFloat_FromDouble(interval);
+    if (self->piece == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->last_store = -1e300; /* the first poll that hands records stores them */
     self->last_return = monotonic_s();
     if (message_fields_init(&self->fields, message_type) < 0) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
@@ -1237,6 +1298,7 @@ static PyMethodDef handed_methods[] = {
     {"take", (PyCFunction)handed_take, METH_NOARGS, NULL},
     {"enter", (PyCFunction)handed_enter, METH_NOARGS, NULL},
     {"leave", (PyCFunction)handed_leave, METH_NOARGS, NULL},
+    {"store_if_due", (PyCFunction)handed_store_due, METH_NOARGS, NULL},
     {"try_begin_store", (PyCFunction)handed_try_begin_store, METH_O, NULL},
     {"end_store", (PyCFunction)handed_end_store, METH_NOARGS, NULL},
     {"reads_fields", (PyCFunction)handed_reads_fields, METH_NOARGS, NULL},

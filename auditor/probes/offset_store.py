@@ -35,6 +35,7 @@ switch interval (5 ms) without release (a long C call) delays the tick by as muc
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import weakref
@@ -58,6 +59,7 @@ class Handed(Protocol):
     def take(self) -> list[Message]: ...
     def enter(self) -> None: ...
     def leave(self) -> None: ...
+    def store_if_due(self) -> None: ...
     def try_begin_store(self, idle: float) -> bool: ...
     def end_store(self) -> None: ...
     def __len__(self) -> int: ...
@@ -67,7 +69,8 @@ class PythonHandedPositions:
     """HandedPositions without the native module: ``poll`` is a closure (a Python frame, a
     tuple and a dict store per record, and the call bracket's lock); take() pops entry by
     entry, so a record handed by another thread meanwhile is either taken now or kept for the
-    next one. enter/leave/try_begin_store/end_store as HandedPositions' (see _hotpath.c)."""
+    next one. enter/leave/store_if_due/try_begin_store/end_store and the long poll in pieces as
+    HandedPositions' (see _hotpath.c)."""
 
     def __init__(
         self,
@@ -82,14 +85,24 @@ class PythonHandedPositions:
         self._lock = threading.Lock()
         self._in_call = 0
         self._storing = False
-        self._last_store = 0.0
+        self._last_store = -math.inf  # the first poll that hands records stores them
         self._last_return = time.monotonic()
-        enter, leave = self.enter, self.leave
+        enter, leave, store_if_due = self.enter, self.leave, self.store_if_due
 
         def handed_poll(timeout: float | None = None) -> Message | None:
             enter()
             try:
-                msg = poll(-1 if timeout is None else timeout)
+                wait = -1.0 if timeout is None else float(timeout)
+                if store is None or 0 <= wait <= interval:
+                    msg = poll(wait)
+                else:  # a long poll in pieces, storing between them when due (as the native one)
+                    deadline = time.monotonic() + wait
+                    while True:
+                        left = interval if wait < 0 else deadline - time.monotonic()
+                        msg = poll(max(0.0, min(left, interval)))
+                        if msg is not None or (wait >= 0 and left <= interval):
+                            break
+                        store_if_due()
                 if msg is not None and msg.error() is None:
                     last[(msg.topic(), msg.partition())] = msg
                 return msg
@@ -106,7 +119,7 @@ class PythonHandedPositions:
                     return
             time.sleep(0.0002)
 
-    def leave(self) -> None:
+    def store_if_due(self) -> None:
         now = time.monotonic()
         if self._store is not None and self._last and now - self._last_store >= self._interval:
             self._last_store = now
@@ -114,10 +127,14 @@ class PythonHandedPositions:
                 self._store()
             except Exception:
                 logger.exception("audited consumer: storing the handed offsets failed")
-            now = time.monotonic()
-        with self._lock:
-            self._in_call -= 1
-            self._last_return = now
+
+    def leave(self) -> None:
+        try:
+            self.store_if_due()
+        finally:
+            with self._lock:
+                self._in_call -= 1
+                self._last_return = time.monotonic()
 
     def try_begin_store(self, idle: float) -> bool:
         with self._lock:
@@ -169,14 +186,28 @@ class DeferredOffsetStore:
             self.poll = python.poll
         self._handed = handed
         inner_consume = consumer.consume
-        note, enter, leave = handed.note, handed.enter, handed.leave
+        note, enter, leave, store_if_due = handed.note, handed.enter, handed.leave, handed.store_if_due
 
         def consume(num_messages: int = 1, timeout: float = -1) -> list[Message]:
             enter()
             try:
-                messages = inner_consume(num_messages, timeout)
-                note(messages)
-                return messages
+                wait = -1.0 if timeout is None else float(timeout)
+                if 0 <= wait <= interval:
+                    messages = inner_consume(num_messages, wait)
+                    note(messages)
+                    return messages
+                # A long wait in pieces, storing between them when due: up to num_messages
+                # records, returned once that many came or the timeout passed, as the client's.
+                deadline = time.monotonic() + wait
+                got: list[Message] = []
+                while True:
+                    left = interval if wait < 0 else deadline - time.monotonic()
+                    messages = inner_consume(num_messages - len(got), max(0.0, min(left, interval)))
+                    note(messages)
+                    got += messages
+                    if len(got) >= num_messages or (wait >= 0 and left <= interval):
+                        return got
+                    store_if_due()
             finally:
                 leave()
 
@@ -187,10 +218,17 @@ class DeferredOffsetStore:
         self._thread = threading.Thread(target=self._run, name="audit-offset-store", daemon=True)
         self._thread.start()
 
-    def store_handed(self) -> None:
+    def store_handed(self, blocking: bool = True) -> None:
         """Store the position after the last record handed on each partition since the previous
-        store, with the session's metadata. Under a lock: a store never runs behind a later one."""
-        with self._lock:
+        store, with the session's metadata. Under a lock: a store never runs behind a later one.
+        Not `blocking` (a rebalance callback, inside the application's poll): when another
+        thread is storing, nothing (that thread may be waiting for the client, which the poll
+        holds); what it took is stored, what was handed after is not, so the revoked
+        partitions' commit may be behind: records redelivered, never skipped."""
+        if not self._lock.acquire(blocking):
+            logger.debug("audited consumer: a rebalance callback left the store to the thread storing")
+            return
+        try:
             taken = self._handed.take()
             if not taken:
                 return
@@ -199,6 +237,8 @@ class DeferredOffsetStore:
                 self._store_offsets(offsets=positions)
             except KafkaException:
                 pass  # no partition of them is assigned any more: librdkafka's own store skips them too
+        finally:
+            self._lock.release()
 
     def _store_when_due(self) -> None:
         """The polling thread's store, as a poll or consume returns (HandedPositions calls it

@@ -581,12 +581,12 @@ class ConsumerWrapper:
         self._offset_store = store
         return store.poll, store.consume
 
-    def _store_handed(self) -> None:
+    def _store_handed(self, blocking: bool = True) -> None:
         """Store the positions of the records handed so far, where the probe stores offsets:
         before the client reads the store (a commit, a close, a change of assignment)."""
         store = self._offset_store
         if store is not None:
-            store.store_handed()
+            store.store_handed(blocking)
 
     # --- assignment (delegation; the probe's offset store first) -----------------------------
     def subscribe(
@@ -626,7 +626,9 @@ class ConsumerWrapper:
         application's (if any) with this audited consumer."""
 
         def called(_client: Consumer, partitions: list[TopicPartition]) -> None:
-            self._store_handed()
+            # never waiting: another thread of the application storing (a commit from a worker)
+            # may be waiting for the client this poll holds
+            self._store_handed(blocking=False)
             if callback is not None:
                 callback(self, partitions)
 

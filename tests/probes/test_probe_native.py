@@ -555,15 +555,50 @@ def test_the_polling_thread_stores_what_it_handed_at_most_once_an_interval(which
         stores.append(len(keeper))
         keeper.take()
 
-    keeper = _keepers(lambda timeout: Message(topic="t", partition=0, offset=next(offsets)), store, 0.2)[which]
-    keeper.poll(0) if which else keeper(0)
+    keeper = _keepers(lambda timeout: Message(topic="t", partition=0, offset=next(offsets)), store, 2.0)[which]
+    call = keeper.poll if which else keeper
+    call(0)
     assert stores == [1]  # the first record, stored as it was handed
     for _ in range(5):
-        keeper.poll(0) if which else keeper(0)
+        call(0)
     assert stores == [1] and len(keeper) == 1  # within the interval: kept, not stored
-    time.sleep(0.25)
-    keeper.poll(0) if which else keeper(0)
+    time.sleep(2.1)
+    call(0)
     assert stores == [1, 1] and len(keeper) == 0
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["native", "python"])
+def test_a_long_poll_on_a_quiet_topic_stores_what_was_handed_before_it_while_it_waits(which: int) -> None:
+    """A poll with a long timeout (or none) that gets nothing: the poll goes to the client in
+    pieces of the interval, and what was handed before it is stored between them, as
+    librdkafka's own store holds it while the application waits; it returns None once the
+    whole timeout passed."""
+    stores: list[float] = []
+    pieces: list[float] = []
+    feed = [Message(topic="t", partition=0, offset=1), Message(topic="t", partition=0, offset=2)]
+    keeper: Any = None
+
+    def poll(timeout: float) -> Message | None:
+        if feed:
+            return feed.pop(0)
+        pieces.append(timeout)
+        time.sleep(timeout)
+        return None
+
+    def store() -> None:
+        stores.append(time.monotonic())
+        keeper.take()
+
+    keeper = _keepers(poll, store, 0.2)[which]
+    call = keeper.poll if which else keeper
+    call(0)
+    call(0)  # within the interval: kept
+    assert len(stores) == 1 and len(keeper) == 1
+    started = time.monotonic()
+    assert call(1.0) is None
+    assert time.monotonic() - started >= 0.99
+    assert len(stores) == 2 and stores[1] - started <= 0.5 and len(keeper) == 0
+    assert pieces and max(pieces) <= 0.2 + 1e-9 and sum(pieces) >= 0.99
 
 
 @pytest.mark.parametrize("which", [0, 1], ids=["native", "python"])

@@ -347,6 +347,7 @@ def test_an_auto_committing_consumer_that_keeps_polling_commits_as_it_polls(
             deadline = time.monotonic() + 15
             while committed != expected and time.monotonic() < deadline:
                 committed = _committed(probe_admin, group)
+                time.sleep(0.1)
             seen.set()
 
         threading.Thread(target=read_the_group, daemon=True).start()
@@ -358,8 +359,9 @@ def test_an_auto_committing_consumer_that_keeps_polling_commits_as_it_polls(
 
 
 # The application of the freeze test, in its own process (a frozen client would hang the test's
-# own exit): an audited auto-committing consumer polling without pause, printing after every
-# 20 records the partitions of the last 20 (a frozen poll prints nothing).
+# own exit): an audited auto-committing consumer polling without pause, printing each assignment
+# it is given and, after every 20 records, the partitions of the last 20 (a frozen poll prints
+# nothing).
 POLLING_APPLICATION = textwrap.dedent(
     """
     import json, sys
@@ -371,38 +373,56 @@ POLLING_APPLICATION = textwrap.dedent(
           "enable.auto.commit": True, "auto.commit.interval.ms": 1000, "session.timeout.ms": 6000}},
         ledger_topic={ledger!r}, clients_topic={clients!r},
     )
-    consumer.subscribe([{topic!r}])
     partitions = []
+    def on_assign(_consumer, assigned):
+        partitions.clear()  # a line of records holds records of one assignment
+        print(json.dumps({{"assigned": sorted(p.partition for p in assigned)}}), flush=True)
+    consumer.subscribe([{topic!r}], on_assign=on_assign)
+    if {worker!r} == "committing":  # a worker thread commits what was handed, as pipelines with workers do
+        import threading, time
+        from confluent_kafka import KafkaException
+        def worker():
+            while True:
+                try:
+                    consumer.commit(asynchronous=False)
+                except KafkaException:
+                    pass  # nothing stored yet, or the partitions moved meanwhile
+                time.sleep(0.005)
+        threading.Thread(target=worker, daemon=True).start()
     while True:
         msg = consumer.poll(0.05)
         if msg is not None and msg.error() is None:
             partitions.append(msg.partition())
             if len(partitions) == 20:
-                print(json.dumps(sorted(set(partitions))), flush=True)
+                print(json.dumps({{"handed": sorted(set(partitions))}}), flush=True)
                 partitions.clear()
     """
 )
 
 
 @pytest.mark.parametrize("kind", ["v2", "v1"])
+@pytest.mark.parametrize("worker", ["none", "committing"])
 def test_a_member_joining_does_not_freeze_an_auto_committing_consumer_that_keeps_polling(
     probe_bootstrap: str,
     probe_topic: TopicFactory,
     audit_topics: AuditTopics,
     hot_path: str,
     kind: str,
+    worker: str,
 ) -> None:
     """Under steady traffic a second member joins the group of an audited auto-committing
     consumer that polls without pause: the audited one gives a partition away and goes on
     handing records of the other. Before stop 77 its probe's store thread waited for the client
     while the application polled (confluent-kafka 2.16 lets one thread in at a time), holding
     the lock the probe's rebalance callback then waited for inside poll(): the application
-    froze at the first rebalance, for good. The truth is what the application reports it was
-    handed and the assignment the joining client reports."""
+    froze at the first rebalance, for good. With a worker thread committing meanwhile, the
+    worker's store waits for the client the same way (review of stop 77's fix): the rebalance
+    callback no longer waits for it. The truth is what the application reports it was handed
+    and the assignment the joining client reports."""
     topic = probe_topic("store", 2)
     group = f"store-{uuid.uuid4().hex[:8]}"
     script = POLLING_APPLICATION.format(
-        root=str(ROOT), kind=kind, bootstrap=probe_bootstrap, group=group, topic=topic,
+        root=str(ROOT), kind=kind, worker=worker, bootstrap=probe_bootstrap, group=group, topic=topic,
         ledger=audit_topics.consumer_ledger, clients=audit_topics.clients,
     )  # fmt: skip
     lines: queue.Queue[str] = queue.Queue()
@@ -418,19 +438,21 @@ def test_a_member_joining_does_not_freeze_an_auto_committing_consumer_that_keeps
 
         threading.Thread(target=relay, daemon=True).start()
         try:
-            _read(lines, 10, 30)  # 200 records handed: it polls
+            while _assigned(lines, time.monotonic() + 30) is None:
+                pass
+            _read(lines, 10, 30)  # its first assignment, then 200 records handed: it polls
             joining.subscribe([topic])
             deadline = time.monotonic() + 30
             while not joining.assignment() and time.monotonic() < deadline:
                 joining.poll(0.05)
             given_away = {p.partition for p in joining.assignment()}
             assert given_away, "the joining consumer never got a partition: the rebalance never finished"
-            _read(lines, 0, 0)  # what was handed before the rebalance
-            for _ in range(20):  # 1 s of the joining one polling too: the rebalance settles on both
-                joining.poll(0.05)
-            _read(lines, 0, 0)
-            after = _read(lines, 10, 15)  # 200 more records, from then on
-            assert after and not after & given_away, f"handed {after} after giving {given_away} away"
+            # What it printed before it was given its new assignment, then 200 more records
+            deadline = time.monotonic() + 30
+            while (kept := _assigned(lines, deadline)) is None or kept & given_away:
+                joining.poll(0.01)
+            after = _read(lines, 10, 15)
+            assert after and after <= kept, f"handed {after} after giving {given_away} away, assigned {kept}"
         finally:
             child.kill()
             child.wait(30)
@@ -439,16 +461,24 @@ def test_a_member_joining_does_not_freeze_an_auto_committing_consumer_that_keeps
 
 def _read(lines: queue.Queue[str], batches: int, timeout: float) -> set[int]:
     """The partitions of `batches` lines of 20 records the application printed within `timeout`
-    seconds (0, 0: those it printed so far, discarded)."""
-    if not batches:
-        while not lines.empty():
-            lines.get_nowait()
-        return set()
+    seconds (an assignment it printed meanwhile fails the test: it was not to change)."""
     seen: set[int] = set()
     deadline = time.monotonic() + timeout
     for n in range(batches):
         try:
-            seen |= set(json.loads(lines.get(timeout=max(0.0, deadline - time.monotonic()))))
+            line = json.loads(lines.get(timeout=max(0.0, deadline - time.monotonic())))
         except queue.Empty:
             raise AssertionError(f"the audited consumer handed {20 * n} records in {timeout} s: frozen") from None
+        assert "handed" in line, f"assigned again: {line}"
+        seen |= set(line["handed"])
     return seen
+
+
+def _assigned(lines: queue.Queue[str], deadline: float) -> set[int] | None:
+    """The next line the application printed: the partitions it was assigned, or None for a
+    line of records."""
+    try:
+        line = json.loads(lines.get(timeout=max(0.0, deadline - time.monotonic())))
+    except queue.Empty:
+        raise AssertionError("the audited consumer printed nothing: frozen") from None
+    return set(line["assigned"]) if "assigned" in line else None
