@@ -339,9 +339,15 @@ def _process_batch(consumer: Any, conn: Any, args: argparse.Namespace, batch: li
         if args.slow_ms:
             time.sleep(args.slow_ms / 1000)
     # the position after each partition's last record of the batch (it may span partitions)
-    ends = {(msg.topic(), msg.partition()): msg.offset() + 1 for msg in batch}
+    ends = {(msg.topic(), msg.partition()): msg for msg in batch}
+    positions = [
+        TopicPartition(t, p, msg.offset() + 1, leader_epoch=msg.leader_epoch())
+        if msg.leader_epoch() is not None
+        else TopicPartition(t, p, msg.offset() + 1)
+        for (t, p), msg in ends.items()
+    ]
     try:
-        consumer.commit(offsets=[TopicPartition(t, p, end) for (t, p), end in ends.items()], asynchronous=False)
+        consumer.commit(offsets=positions, asynchronous=False)
     except KafkaException as exc:
         print(json.dumps({"commit_failed": str(exc)}), file=sys.stderr, flush=True)
         return 1
