@@ -162,8 +162,8 @@ def _pauses(live: Live) -> tuple[str, list[str]]:
                 # while it is frozen, its last commit made and its marks unwritten. An at-most-once
                 # zombie frozen between its commit and its processing for longer than the stuck
                 # age would be `skipped` here, honest at that moment, yet scored a false alarm
-                # once it resumes and processes the record (not seen in run #1: freezes start
-                # 4-7 s before the look, under the 10 s age of the records they hold)
+                # once it resumes and processes the record (not seen in run #1: a freeze rarely
+                # lands in that window of a few milliseconds; the look outlasts the stuck age)
                 live.look()
             time.sleep(max(0.0, frozen_at + frozen_s - time.monotonic()))
         finally:
