@@ -996,8 +996,7 @@ static void handed_enter_call(HandedPositions *self) {
  * 0, or -1 with the error set when the store raised something that is not an Exception (a
  * KeyboardInterrupt: it goes to the application); an Exception is reported, never raised into
  * the poll, and the poll's own error, if any, is kept. */
-static int handed_store_if_due(HandedPositions *self) {
-    double now = monotonic_s();
+static int handed_store_if_due(HandedPositions *self, double now) {
     if (self->store == NULL || self->pending == 0 || now - self->last_store < self->interval) return 0;
     self->last_store = now;
     PyObject *type, *value, *traceback;
@@ -1017,11 +1016,17 @@ static int handed_store_if_due(HandedPositions *self) {
     return 0;
 }
 
-/* The store when due, then the call counted out (whatever the store did): 0 or -1 as above. */
-static int handed_leave_call(HandedPositions *self) {
-    int stored = handed_store_if_due(self);
+/* The store when due, then the call counted out (whatever the store did): 0 or -1 as above.
+ * `now` is the clock read last in the call (one read on the busy path: a poll that hands a record
+ * at once); after a store, the clock is read again. */
+static int handed_leave_call(HandedPositions *self, double now) {
+    int stored = 0;
+    if (self->store != NULL && self->pending > 0 && now - self->last_store >= self->interval) {
+        stored = handed_store_if_due(self, now);
+        now = monotonic_s();
+    }
     self->in_call--;
-    self->last_return = monotonic_s();
+    self->last_return = now;
     return stored;
 }
 
@@ -1106,6 +1111,7 @@ static PyObject *handed_call(PyObject *callable, PyObject *const *args, size_t n
         if (wait == -1.0 && PyErr_Occurred()) return NULL;
     }
     handed_enter_call(self);
+    double now = monotonic_s();
     PyObject *msg;
     if (self->store == NULL || (wait >= 0 && wait <= self->interval)) {
         PyObject *given[1] = {timeout == Py_None ? minus_one : timeout};
@@ -1113,33 +1119,36 @@ static PyObject *handed_call(PyObject *callable, PyObject *const *args, size_t n
     } else {
         /* A long poll, in pieces of at most STORE_INTERVAL_S, storing between them when due: what
          * was handed before it is stored while it waits, as librdkafka's own store holds it. */
-        double deadline = wait < 0 ? 0 : monotonic_s() + wait;
+        double deadline = now + wait; /* unused when wait < 0: no end */
+        PyObject *piece = self->piece;
+        Py_INCREF(piece);
         for (;;) {
-            double left = wait < 0 ? self->interval : deadline - monotonic_s();
-            PyObject *piece;
-            if (left >= self->interval) {
-                piece = self->piece; /* the usual one, made once */
-                Py_INCREF(piece);
-            } else {
-                piece = PyFloat_FromDouble(left < 0 ? 0 : left);
-            }
-            if (piece == NULL) {
-                msg = NULL;
-                break;
-            }
             PyObject *given[1] = {piece};
             msg = PyObject_Vectorcall(self->poll, given, 1, NULL);
             Py_DECREF(piece);
-            if (msg != Py_None || (wait >= 0 && left <= self->interval)) break;
+            if (msg != Py_None) break;
+            now = monotonic_s();
+            if (wait >= 0 && now >= deadline) break; /* None: the whole timeout passed */
             Py_DECREF(msg);
-            if (handed_store_if_due(self) < 0) {
+            if (handed_store_if_due(self, now) < 0) {
+                msg = NULL;
+                break;
+            }
+            double left = wait < 0 ? self->interval : deadline - now;
+            if (left >= self->interval) {
+                piece = self->piece;
+                Py_INCREF(piece);
+            } else {
+                piece = PyFloat_FromDouble(left);
+            }
+            if (piece == NULL) {
                 msg = NULL;
                 break;
             }
         }
     }
     if (msg != NULL && msg != Py_None && handed_note(self, msg) < 0) Py_CLEAR(msg);
-    if (handed_leave_call(self) < 0) Py_CLEAR(msg);
+    if (handed_leave_call(self, now) < 0) Py_CLEAR(msg);
     return msg;
 }
 
@@ -1153,12 +1162,12 @@ static PyObject *handed_leave(HandedPositions *self, PyObject *Py_UNUSED(ignored
         PyErr_SetString(PyExc_RuntimeError, "leave() without enter()");
         return NULL;
     }
-    if (handed_leave_call(self) < 0) return NULL;
+    if (handed_leave_call(self, monotonic_s()) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *handed_store_due(HandedPositions *self, PyObject *Py_UNUSED(ignored)) {
-    if (handed_store_if_due(self) < 0) return NULL;
+    if (handed_store_if_due(self, monotonic_s()) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
