@@ -240,16 +240,17 @@ class DeferredOffsetStore:
         finally:
             self._lock.release()
 
-    def _store_when_due(self) -> None:
+    def _store_when_due(self) -> bool:
         """The polling thread's store, as a poll or consume returns (HandedPositions calls it
-        every STORE_INTERVAL_S while records are handed): failures logged, never raised into
-        the application's poll."""
+        every STORE_INTERVAL_S while records are handed), and the store's thread's: failures
+        logged, never raised into the application's poll; False once the client is closed."""
         try:
             self.store_handed()
         except RuntimeError:
-            pass  # the client was closed under the probe
+            return False  # the client was closed under the probe
         except Exception:
             logger.exception("audited consumer: storing the handed offsets failed")
+        return True
 
     def close(self) -> None:
         """Stop the thread and store what is left (before the client's close commits)."""
@@ -266,13 +267,11 @@ class DeferredOffsetStore:
             if not handed.try_begin_store(STORE_INTERVAL_S):
                 continue
             try:
-                self.store_handed()
-            except RuntimeError:
-                return  # the client was closed under the probe
-            except Exception:
-                logger.exception("audited consumer: storing the handed offsets failed")
+                open_ = self._store_when_due()
             finally:
                 handed.end_store()
+            if not open_:
+                return
 
 
 def position(topic: str, partition: int, offset: int, metadata: str, leader_epoch: int | None) -> TopicPartition:
