@@ -993,11 +993,12 @@ static void handed_enter_call(HandedPositions *self) {
 }
 
 /* The polling thread's store when due (kept records and STORE_INTERVAL_S since its last one):
- * 0, or -1 with the error set when the store raised something that is not an Exception (a
+ * 1 when it stored, 0 when not due, or -1 with the error set when the store raised something that is not an Exception (a
  * KeyboardInterrupt: it goes to the application); an Exception is reported, never raised into
  * the poll, and the poll's own error, if any, is kept. */
 static int handed_store_if_due(HandedPositions *self, double now) {
     if (self->store == NULL || self->pending == 0 || now - self->last_store < self->interval) return 0;
+    int stored = 1;
     self->last_store = now;
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
@@ -1013,21 +1014,17 @@ static int handed_store_if_due(HandedPositions *self, double now) {
         return -1;
     }
     PyErr_Restore(type, value, traceback);
-    return 0;
+    return stored;
 }
 
 /* The store when due, then the call counted out (whatever the store did): 0 or -1 as above.
  * `now` is the clock read last in the call (one read on the busy path: a poll that hands a record
  * at once); after a store, the clock is read again. */
 static int handed_leave_call(HandedPositions *self, double now) {
-    int stored = 0;
-    if (self->store != NULL && self->pending > 0 && now - self->last_store >= self->interval) {
-        stored = handed_store_if_due(self, now);
-        now = monotonic_s();
-    }
+    int stored = handed_store_if_due(self, now);
     self->in_call--;
-    self->last_return = now;
-    return stored;
+    self->last_return = stored ? monotonic_s() : now; /* a store took time: read the clock again */
+    return stored < 0 ? -1 : 0;
 }
 
 static int same_text(PyObject *a, PyObject *b) {
