@@ -10,6 +10,7 @@ from auditor.lab.scenarios import (
     duplicates,
     ledgers,
     live,
+    live_brokers,
     live_consumers,
     operators,
     partitions,
@@ -38,5 +39,6 @@ FAMILIES = (
     canary,
     auditing,
     live,
+    live_brokers,
     live_consumers,
 )

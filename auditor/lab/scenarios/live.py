@@ -25,7 +25,7 @@ from __future__ import annotations
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,12 +163,14 @@ def run_live(
     lost_update_at: int = 0,
     mode: str = "at-least-once",
     instances: int = 1,
+    producer_config: Mapping[str, object] = SAFE_PRODUCER,
     **consumer: object,
 ) -> Outcome:
     """The pipeline runs, `disrupt` does its fault and has the auditor look meanwhile (returning
     what it did and notes); then the truth, and one last look once the consumer has drained.
     `instances` consumer processes share the group; `consumer` are the workload's options
-    (commit="async", batch=20, auto_commit_ms=1000)."""
+    (commit="async", batch=20, auto_commit_ms=1000); `producer_config` the application
+    producer's settings (acks=1 where a scenario lets the broker lose acked records)."""
     cluster = world.cluster
     world.make_topic(partitions=PARTITIONS, replication=3, min_insync_replicas="2")
     if probed:
@@ -176,7 +178,7 @@ def run_live(
     world.make_table()
     world.make_binding(groups=[world.group], grace_s=GRACE_S)
     world.make_rule(older_than_s=GRACE_S)
-    settings = {"bootstrap.servers": cluster.bootstrap, **SAFE_PRODUCER}
+    settings = {"bootstrap.servers": cluster.bootstrap, **producer_config}
     producer = (
         AuditedProducer(
             settings, delivery_reports="all", ledger_topic=world.producer_ledger, ledger_flush_interval_s=0.2
@@ -221,6 +223,12 @@ def run_live(
     if lost_update_at and not lost:
         raise LabError(f"the fault did not happen: no row update was lost (record {lost_update_at})")
     expected = merge(expected, {key: {"stuck:processed-not-updated" if probed else "stuck:unknown"} for key in lost})
+    # An acked record the broker lost (acks=1 and a failover) left its row NEW: a probed
+    # producer's ledger holds the ack (broker-lost); without it nothing says whether it was
+    # ever produced (unknown, never never-produced)
+    in_topic = truth.copies(final)
+    gone = {str(t) for t in traffic.tickets if in_topic[str(t)] == 0 and rows.get(t) == "NEW"}
+    expected = merge(expected, {key: {"stuck:broker-lost" if probed else "stuck:unknown"} for key in gone})
     # A record the group committed past that was never processed (an at-most-once consumer
     # killed between its commit and the end of its processing) was skipped.
     skipped, _ = skipped_truth(world, PARTITIONS, final)
@@ -231,7 +239,8 @@ def run_live(
     live.look()  # once drained, with the consumer still running: nothing is stuck
     world.notes.append(
         f"{len(traffic.tickets)} tickets at {RATE_PER_S}/s, {len(reports)} delivery reports, every one acked; "
-        f"{len(final)} records in the topic; {len(twice)} processed twice; row update lost: {sorted(lost)}; skipped: {sorted(skipped, key=int)}; "
+        f"{len(final)} records in the topic; {len(twice)} processed twice; row update lost: {sorted(lost)}; "
+        f"skipped: {sorted(skipped, key=int)}; acked and lost by the broker: {sorted(gone, key=int)}; "
         f"{len(live.answers) // 2} looks: "
         + ", ".join(
             f"run #{a.detail['run']} {a.detail['mode']} read {a.detail['records_read']}"
@@ -265,13 +274,13 @@ def _rolling_restart(live: Live) -> tuple[str, list[str]]:
     world, cluster = live.world, live.world.cluster
     restarted = []
     for broker in sorted(cluster.expected_brokers or cluster.broker_ids()):
-        moved = _leaders_on(cluster, world, broker)
+        moved = leaders_on(cluster, world, broker)
         cluster.broker("stop", broker)
         try:
             live.look()
         finally:
             cluster.broker("start", broker)
-        _wait_in_sync(cluster, [world.topic, "__consumer_offsets", *_ledgers(world)])
+        wait_in_sync(cluster, [world.topic, "__consumer_offsets", *ledger_topics(world)])
         restarted.append(f"broker {broker} (leading {moved})")
     return (
         "each broker in turn stopped (SIGTERM) and started again, the auditor looking while it was down",
@@ -297,18 +306,18 @@ def _wait_processed(world: World, traffic: Traffic, at_least: int, timeout: floa
     wait_until(done, timeout, f"{at_least} tickets processed", interval=1)
 
 
-def _ledgers(world: World) -> list[str]:
+def ledger_topics(world: World) -> list[str]:
     return [world.producer_ledger, world.consumer_ledger] if world.ledgers_made else []
 
 
-def _leaders_on(cluster: Cluster, world: World, broker: int) -> str:
+def leaders_on(cluster: Cluster, world: World, broker: int) -> str:
     led = [p for p in range(PARTITIONS) if cluster.partition(world.topic, p).leader == broker]
     offsets = cluster.partition("__consumer_offsets", cluster.offsets_partition(world.group)).leader
     parts = [f"{world.topic}/{p}" for p in led] + (["the group's coordinator"] if offsets == broker else [])
     return ", ".join(parts) or "nothing of this scenario"
 
 
-def _wait_in_sync(cluster: Cluster, topics: list[str], timeout: float = 120) -> None:
+def wait_in_sync(cluster: Cluster, topics: list[str], timeout: float = 120) -> None:
     """Every partition of `topics` has all its replicas in sync (what a rolling restart waits for
     before the next broker: no under-replicated partition)."""
 
