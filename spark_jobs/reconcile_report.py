@@ -28,6 +28,7 @@ from spark_jobs.reconcile_transform import (
     find_reprocessed,
     find_unprocessed,
     is_empty_plan,
+    sends_unjudged,
     union_findings,
     unverifiable_rows,
 )
@@ -45,9 +46,13 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
     )
     s = new.frames
     held = inputs.held
+    sent_judged_until = judged_until_ms(plan.read_at_ms, plan.send_outcome_ms)
     if not is_empty_plan(s["ledger_bounds"]):
-        # v2 acks a leader may still hold beyond the high watermarks read: judged by a later run
-        maybe_held = acks_maybe_held(s["ledger_open"], plan.acks_judged_until_ms)
+        # v2 acks a leader may still hold beyond the high watermarks read, and sends whose
+        # outcome is not known yet: judged by a later run
+        maybe_held = acks_maybe_held(s["ledger_open"], plan.acks_judged_until_ms).unionByName(
+            sends_unjudged(s["ledger_open"], sent_judged_until)
+        )
         held = maybe_held if held is None else held.unionByName(maybe_held)
     # Each finder below finds nothing in an empty dataset (gaps: none past a session's
     # ledgered bound); proven empty, it is not built at all.
@@ -66,7 +71,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
             keys_emptied_until=inputs.keys_emptied_until,
             entries_lost_until=inputs.entries_lost_until,
             seq_times=s["seq_times"],
-            sent_judged_until_ms=judged_until_ms(plan.read_at_ms, plan.send_outcome_ms),
+            sent_judged_until_ms=sent_judged_until,
             held=held,
         )
     )

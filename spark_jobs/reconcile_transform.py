@@ -40,6 +40,9 @@ from spark_jobs.reconcile_findings import (
     find_unprocessed as find_unprocessed,
 )
 from spark_jobs.reconcile_findings import (
+    sends_unjudged as sends_unjudged,
+)
+from spark_jobs.reconcile_findings import (
     union_findings as union_findings,
 )
 from spark_jobs.reconcile_findings import (

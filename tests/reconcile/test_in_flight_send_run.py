@@ -1,0 +1,113 @@
+"""A run does not report a row `missing` while a probed producer is still sending its record.
+
+Found by the lab's live-acks1-failovers (stop 78, lab run #17): while a partition's new leader
+was being elected (about 14 s, longer than the binding's 10 s grace), the producer held its
+sends and retried them, and a run reported their rows `missing` with no cause, though the
+producer ledger said those sends were unresolved. A send's outcome is known once the probe
+resolves it or the send outcome bound passes (the same bound that keeps its sequence from being
+a `send-unconfirmed` gap); until then its row is judged by a later run.
+
+Here the producer's acks=all sends are refused (NOT_ENOUGH_REPLICAS, retried) while a follower,
+frozen (SIGSTOP), is out of the ISR of a topic under min.insync.replicas 3: the record is on
+its way for as long as the follower is frozen, its row older than the grace.
+
+Ground truth: the producer's delivery reports (none while frozen; an ack after) and full reads of
+the topic (without the record while frozen, with it once after). Real brokers of the 3-broker
+test stack, PostgreSQL and Spark (the run in this process).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, cast
+
+import pytest
+from confluent_kafka import KafkaError, Message
+
+from auditor.lab.cluster import Cluster as LabCluster
+from auditor.pipelines.models import Binding
+from auditor.probes.producer import AuditedProducer
+from auditor.reconcile.models import Finding
+from tests.support.demo import DemoPipeline
+from tests.support.stuck import make_rule, reconcile_now
+
+pytestmark = [pytest.mark.alone, pytest.mark.integration, pytest.mark.django_db]
+
+
+def _findings(run: Any) -> set[tuple[str, str | None, str | None]]:
+    return set(Finding.objects.filter(run=run).values_list("kind", "cause", "key"))
+
+
+def test_a_row_whose_probed_send_is_still_being_retried_is_not_missing_past_the_grace(
+    make_pipeline: Callable[..., DemoPipeline],
+    make_topic: Callable[..., str],
+    kafka_brokers: int,
+    settings: Any,
+    tmp_path: Any,
+    spark: Any,
+) -> None:
+    if kafka_brokers < 3:
+        pytest.skip("needs min.insync.replicas 3 on three brokers: the 3-broker test stack")
+    settings.RECONCILE_STATE_DIR = str(tmp_path / "reconcile-state")
+    pipeline = make_pipeline(contract=2)
+    pipeline.topic = make_topic("in-flight", replication_factor=3, config={"min.insync.replicas": "3"})
+    with pipeline.store() as store:
+        delivered_first, in_flight = (store.insert_ticket({}).ticket_id for _ in range(2))
+    binding = make_rule(pipeline, groups=[]).binding
+    Binding.objects.filter(pk=binding.pk).update(
+        producer_ledger_topic=pipeline.probes.producer_ledger,
+        consumer_ledger_topic=pipeline.probes.consumer_ledger,
+        grace_seconds=1,
+    )
+    binding.refresh_from_db()
+    cluster = LabCluster(pipeline.bootstrap)
+
+    reports: dict[str, KafkaError | None] = {}
+
+    def report(err: KafkaError | None, msg: Message) -> None:
+        reports[cast(bytes, msg.key()).decode()] = err
+
+    producer = AuditedProducer(
+        {
+            **pipeline.kafka_config,
+            "acks": "all",
+            "enable.idempotence": True,
+            "message.timeout.ms": 180_000,
+            "linger.ms": 0,
+        },
+        ledger_topic=pipeline.probes.producer_ledger,
+        clients_topic=pipeline.probes.clients,
+        ledger_flush_interval_s=0.2,
+        delivery_reports="all",
+    )
+    try:
+        producer.produce(pipeline.topic, b"{}", delivered_first.encode(), on_delivery=report)
+        assert producer.flush(30) == 0 and reports == {delivered_first: None}
+        layout = cluster.partition(pipeline.topic)
+        follower = next(r for r in layout.replicas if r != layout.leader)
+        cluster.broker("pause", follower)
+        try:
+            deadline = time.monotonic() + 90
+            while follower in cluster.partition(pipeline.topic).isr:
+                assert time.monotonic() < deadline, f"broker {follower} never left the ISR"
+                time.sleep(1)
+            producer.produce(pipeline.topic, b"{}", in_flight.encode(), on_delivery=report)
+            producer.poll(3)  # the probe's background flushes ledger the send, unresolved
+            time.sleep(1.5)  # the row is past the grace
+            # ground truth while the run reads: no report yet, the record not in the topic
+            assert in_flight not in reports
+            assert {r.key for r in cluster.read_topic(pipeline.topic)} == {delivered_first}
+            during = reconcile_now(binding)
+        finally:
+            cluster.broker("resume", follower)
+        assert producer.flush(180) == 0
+    finally:
+        producer.close(60)
+    # ground truth after: the send was acked and its record is in the topic, once
+    assert reports == {delivered_first: None, in_flight: None}
+    assert sorted(r.key for r in cluster.read_topic(pipeline.topic)) == sorted([delivered_first, in_flight])
+
+    # The old code: ("missing", None, in_flight), a record on its way called missing.
+    assert _findings(during) == set(), _findings(during)
+    assert _findings(reconcile_now(binding)) == set()
