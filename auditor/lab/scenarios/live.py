@@ -164,13 +164,15 @@ def run_live(
     mode: str = "at-least-once",
     instances: int = 1,
     producer_config: Mapping[str, object] = SAFE_PRODUCER,
+    last_look_after_s: float = 0.0,
     **consumer: object,
 ) -> Outcome:
     """The pipeline runs, `disrupt` does its fault and has the auditor look meanwhile (returning
     what it did and notes); then the truth, and one last look once the consumer has drained.
     `instances` consumer processes share the group; `consumer` are the workload's options
     (commit="async", batch=20, auto_commit_ms=1000); `producer_config` the application
-    producer's settings (acks=1 where a scenario lets the broker lose acked records)."""
+    producer's settings (acks=1 where a scenario lets the broker lose acked records);
+    `last_look_after_s`: the last look waits until that long after the producer closed."""
     cluster = world.cluster
     world.make_topic(partitions=PARTITIONS, replication=3, min_insync_replicas="2")
     if probed:
@@ -204,6 +206,7 @@ def run_live(
         traffic.halt()  # whatever failed, the producer stops before the lab moves on
         if isinstance(producer, AuditedProducer):
             producer.close(30)  # its ledger threads too (a no-op after finish() closed it)
+    closed_at = time.monotonic()
     # Truth: the producer's delivery reports, a full read of the topic, the table and the
     # application's log of what it processed, once the consumer has drained the topic.
     truth.all_sent(reports)
@@ -236,6 +239,7 @@ def run_live(
         expected, {key: {"stuck:skipped", "unprocessed"} if probed else {"stuck:unknown"} for key in skipped}
     )
     expected, unjudged = truth.died_with_its_marks(expected)
+    time.sleep(max(0.0, closed_at + last_look_after_s - time.monotonic()))
     live.look()  # once drained, with the consumer still running: nothing is stuck
     world.notes.append(
         f"{len(traffic.tickets)} tickets at {RATE_PER_S}/s, {len(reports)} delivery reports, every one acked; "

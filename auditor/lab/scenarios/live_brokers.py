@@ -38,6 +38,12 @@ SESSION_TIMEOUT_S = 9.0
 # acks=1 without idempotence: a send retried across a failover may be written twice (a probed
 # producer's copies carry one session and sequence: producer-retry)
 ACKS1_PRODUCER = {**SAFE_PRODUCER, "acks": "1", "enable.idempotence": False}
+# An acks=1 ack of a record the topic no longer holds is judged only once no follower still in
+# sync can hold the high watermark below it (replication.py's _wait_out_held_acks): until then
+# the auditor rightly says unknown. A probe ledgers its acks when it resolves them, at the latest
+# when it closes, and the reader takes the ack to have come as late as that: the last look waits
+# that long after the producer closed.
+ACKS1_HOLD_S = (hold_ms(DEFAULT_REPLICA_LAG_MAX_MS) + CLOCK_MARGIN_MS) / 1000 + 1.0
 # What a round does to a partition's replicas (cluster, partition, leader, followers, rng);
 # returns how it went, for the notes.
 Fault = Callable[[Cluster, int, int, list[int], random.Random], str]
@@ -71,7 +77,9 @@ def live_leader_pauses(world: World) -> Outcome:
     "written twice by retries producer-retry duplicates, nothing else",
 )
 def live_acks1_failovers(world: World) -> Outcome:
-    return run_live(world, probed=True, disrupt=_acks1_failovers, producer_config=ACKS1_PRODUCER)
+    return run_live(
+        world, probed=True, disrupt=_acks1_failovers, producer_config=ACKS1_PRODUCER, last_look_after_s=ACKS1_HOLD_S
+    )
 
 
 @scenario(
@@ -125,12 +133,7 @@ def _acks1_failovers(live: Live) -> tuple[str, list[str]]:
                 cluster.broker("resume", follower)
         return f"followers {followers} frozen, the leader alone for ~{alone_s:.1f} s, then killed -9"
 
-    done = _rounds(live, failover, "a random partition's followers frozen and its leader killed -9")
-    # An acks=1 ack beyond the log end is judged only once no follower still in sync can hold the
-    # high watermark below it: until then the auditor rightly says unknown (replication.py's
-    # _wait_out_held_acks). The last look must come after that.
-    time.sleep((hold_ms(DEFAULT_REPLICA_LAG_MAX_MS) + CLOCK_MARGIN_MS) / 1000 + 1.0)
-    return done
+    return _rounds(live, failover, "a random partition's followers frozen and its leader killed -9")
 
 
 def _rounds(live: Live, fault: Fault, what: str, restart: bool = True) -> tuple[str, list[str]]:
