@@ -147,12 +147,14 @@ def _acks0(world: World, probed: bool) -> Outcome:
         # The producer's own report of each lost send: an error (send-failed), or success with
         # no offset, which is all acks=0 ever gets. The broker never answers such a send, so for
         # a message timeout after it (SEND_OUTCOME_MS) it may still be written: not judged yet.
+        # Nor is its row: reconciliation leaves a row whose send is not judged yet to a later
+        # run (stop 78: a record still on its way is not missing), so `missing` waits too.
         report = {d.key: d for d in reports}
         for key in lost:
             if report[key].error is not None:
                 expected[key] |= {"gap/send-failed", "stuck:produce-failed"}
             else:
-                expected[key] |= {"stuck:unknown"}
+                expected[key] = {"stuck:unknown"}
         expected |= world.expected_group_risks()
         stuck = world.stuck()
         world.notes += [f"{key}: {reason}" for key, reason in sorted(stuck.reasons.items())][:3]
