@@ -256,7 +256,9 @@ def sends_unjudged(ledger_open: DataFrame, judged_until_ms: int) -> DataFrame:
     acks_maybe_held's, they are judged by a later run: neither their sequence nor their row
     is reported, where the row would otherwise be `missing` once older than the grace while
     its record was still on its way (lab run #17, stop 78)."""
-    return ledger_open.where(_send_unjudged(judged_until_ms) & F.col("audit_id").isNotNull()).select(
+    # an entry without a send time (unparsed) holds no row: it would hide it for good
+    sent = F.coalesce(F.col("to_ms"), F.col("ts_ms")).isNotNull()
+    return ledger_open.where(_send_unjudged(judged_until_ms) & sent & F.col("audit_id").isNotNull()).select(
         F.col("audit_id").alias("key"), "session", "seq"
     )
 

@@ -165,6 +165,7 @@ def run_live(
     instances: int = 1,
     producer_config: Mapping[str, object] = SAFE_PRODUCER,
     last_look_after_s: float = 0.0,
+    loses_acked: bool = False,
     **consumer: object,
 ) -> Outcome:
     """The pipeline runs, `disrupt` does its fault and has the auditor look meanwhile (returning
@@ -172,7 +173,8 @@ def run_live(
     `instances` consumer processes share the group; `consumer` are the workload's options
     (commit="async", batch=20, auto_commit_ms=1000); `producer_config` the application
     producer's settings (acks=1 where a scenario lets the broker lose acked records);
-    `last_look_after_s`: the last look waits until that long after the producer closed."""
+    `last_look_after_s`: the last look waits until that long after the producer closed;
+    `loses_acked`: the fault must lose acked records (else it did not happen: LabError)."""
     cluster = world.cluster
     world.make_topic(partitions=PARTITIONS, replication=3, min_insync_replicas="2")
     if probed:
@@ -231,6 +233,8 @@ def run_live(
     # ever produced (unknown, never never-produced)
     in_topic = truth.copies(final)
     gone = {str(t) for t in traffic.tickets if in_topic[str(t)] == 0 and rows.get(t) == "NEW"}
+    if loses_acked and not gone:
+        raise LabError("the fault did not happen: the broker lost no acked record")
     expected = merge(expected, {key: {"stuck:broker-lost" if probed else "stuck:unknown"} for key in gone})
     # A record the group committed past that was never processed (an at-most-once consumer
     # killed between its commit and the end of its processing) was skipped.

@@ -78,7 +78,12 @@ def live_leader_pauses(world: World) -> Outcome:
 )
 def live_acks1_failovers(world: World) -> Outcome:
     return run_live(
-        world, probed=True, disrupt=_acks1_failovers, producer_config=ACKS1_PRODUCER, last_look_after_s=ACKS1_HOLD_S
+        world,
+        probed=True,
+        disrupt=_acks1_failovers,
+        producer_config=ACKS1_PRODUCER,
+        last_look_after_s=ACKS1_HOLD_S,
+        loses_acked=True,
     )
 
 
@@ -88,7 +93,7 @@ def live_acks1_failovers(world: World) -> Outcome:
     "and their stuck verdict unknown (no ledger holds the acks), never never-produced",
 )
 def live_acks1_failovers_plain(world: World) -> Outcome:
-    return run_live(world, probed=False, disrupt=_acks1_failovers, producer_config=ACKS1_PRODUCER)
+    return run_live(world, probed=False, disrupt=_acks1_failovers, producer_config=ACKS1_PRODUCER, loses_acked=True)
 
 
 def _leader_kills(live: Live) -> tuple[str, list[str]]:
@@ -143,6 +148,7 @@ def _rounds(live: Live, fault: Fault, what: str, restart: bool = True) -> tuple[
     world, cluster = live.world, live.world.cluster
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
+    world.notes.append(f"faults seeded {seed}")  # kept when a round fails
     done = []
     for round_no in range(1, FAULTS + 1):
         time.sleep(rng.uniform(3.0, 6.0))
