@@ -242,23 +242,21 @@ def acks_maybe_held(ledger_open: DataFrame, judged_until_ms: int) -> DataFrame:
     ).select(F.col("audit_id").alias("key"), "session", "seq")
 
 
-def _send_unjudged(judged_until_ms: int) -> Column:
-    """An `unconfirmed` or `sent` ledger entry last sent after `judged_until_ms`: its outcome
-    is not known yet (an unresolved tail, a send its retries may still write)."""
-    last_sent = F.coalesce(F.col("to_ms"), F.col("ts_ms"))
-    return F.col("status").isin("unconfirmed", SENT) & (last_sent.isNull() | (last_sent > F.lit(judged_until_ms)))
+def _last_sent() -> Column:
+    """A ledger entry's latest send time (ms; null where it has none)."""
+    return F.coalesce(F.col("to_ms"), F.col("ts_ms"))
 
 
 def sends_unjudged(ledger_open: DataFrame, judged_until_ms: int) -> DataFrame:
-    """key, session, seq of the open entries whose send is not judged yet (_send_unjudged):
-    the probe has not resolved them, and the producer may still be retrying them (a leader
-    failing over holds its partitions' sends for as long as the election takes). Like
-    acks_maybe_held's, they are judged by a later run: neither their sequence nor their row
-    is reported, where the row would otherwise be `missing` once older than the grace while
-    its record was still on its way (lab run #17, stop 78)."""
-    # an entry without a send time (unparsed) holds no row: it would hide it for good
-    sent = F.coalesce(F.col("to_ms"), F.col("ts_ms")).isNotNull()
-    return ledger_open.where(_send_unjudged(judged_until_ms) & sent & F.col("audit_id").isNotNull()).select(
+    """key, session, seq of the open `unconfirmed` or `sent` entries last sent after
+    `judged_until_ms`: the probe has not resolved them, and the producer may still be retrying
+    them (a leader failing over holds its partitions' sends for as long as the election takes).
+    Like acks_maybe_held's, they are judged by a later run: neither their sequence (find_gaps)
+    nor their row is reported, where the row would otherwise be `missing` once older than the
+    grace while its record was still on its way (lab run #17, stop 78). An entry without a send
+    time (unparsed) holds no row: it would hide it for good."""
+    unresolved = F.col("status").isin("unconfirmed", SENT) & (_last_sent() > F.lit(judged_until_ms))
+    return ledger_open.where(unresolved & F.col("audit_id").isNotNull()).select(
         F.col("audit_id").alias("key"), "session", "seq"
     )
 
@@ -360,7 +358,10 @@ def find_gaps(
             (F.col("status") == ACKED_RANGE) & (F.coalesce(F.col("ts_ms"), F.lit(0)) <= F.lit(until_ms))
         )
     if sent_judged_until_ms is not None:
-        unverifiable = unverifiable | _send_unjudged(sent_judged_until_ms)
+        last_sent = _last_sent()
+        unverifiable = unverifiable | (
+            F.col("status").isin("unconfirmed", SENT) & (last_sent.isNull() | (last_sent > F.lit(sent_judged_until_ms)))
+        )
     explained = entries.where(F.col("status").isin("acked", "unconfirmed", "failed", ACKED_RANGE, SENT))
     reported = explained.where(~F.coalesce(unverifiable, F.lit(False)))
     if delivered_keys is not None or compacted_until is not None:

@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 
-from auditor.pipelines.models import Binding
 from auditor.reconcile.models import Finding
 from tests.support.held_watermark import HeldWatermark
-from tests.support.stuck import make_rule, reconcile_now
+from tests.support.stuck import bind_ledgers, make_rule, reconcile_now
 
 pytestmark = [pytest.mark.alone, pytest.mark.integration, pytest.mark.django_db]
 
@@ -38,12 +37,7 @@ def test_a_run_does_not_report_a_v2_acks_1_record_held_behind_the_high_watermark
     pipeline, before, held = case.pipeline, case.before, case.held
     binding = make_rule(pipeline, groups=[]).binding
     # the rows are past the grace at once: a row without its record is judged by the first run
-    Binding.objects.filter(pk=binding.pk).update(
-        producer_ledger_topic=pipeline.probes.producer_ledger,
-        consumer_ledger_topic=pipeline.probes.consumer_ledger,
-        grace_seconds=1,
-    )
-    binding.refresh_from_db()
+    bind_ledgers(binding, pipeline, grace_seconds=1)
 
     case.produce(before)
     with case.follower_frozen():

@@ -26,11 +26,10 @@ import pytest
 from confluent_kafka import KafkaError, Message
 
 from auditor.lab.cluster import Cluster as LabCluster
-from auditor.pipelines.models import Binding
 from auditor.probes.producer import AuditedProducer
 from auditor.reconcile.models import Finding
 from tests.support.demo import DemoPipeline
-from tests.support.stuck import make_rule, reconcile_now
+from tests.support.stuck import bind_ledgers, make_rule, reconcile_now
 
 pytestmark = [pytest.mark.alone, pytest.mark.integration, pytest.mark.django_db]
 
@@ -55,12 +54,7 @@ def test_a_row_whose_probed_send_is_still_being_retried_is_not_missing_past_the_
     with pipeline.store() as store:
         delivered_first, in_flight = (store.insert_ticket({}).ticket_id for _ in range(2))
     binding = make_rule(pipeline, groups=[]).binding
-    Binding.objects.filter(pk=binding.pk).update(
-        producer_ledger_topic=pipeline.probes.producer_ledger,
-        consumer_ledger_topic=pipeline.probes.consumer_ledger,
-        grace_seconds=1,
-    )
-    binding.refresh_from_db()
+    bind_ledgers(binding, pipeline, grace_seconds=1)
     cluster = LabCluster(pipeline.bootstrap)
 
     reports: dict[str, KafkaError | None] = {}

@@ -114,6 +114,16 @@ def diagnose_both(setup: StuckSetup, spark: Any, indexed: bool = False, compiled
     return by_spark
 
 
+def bind_ledgers(binding: Binding, pipeline: DemoPipeline, grace_seconds: int) -> None:
+    """Point `binding` at the pipeline's probe ledgers, with `grace_seconds` (in place)."""
+    Binding.objects.filter(pk=binding.pk).update(
+        producer_ledger_topic=pipeline.probes.producer_ledger,
+        consumer_ledger_topic=pipeline.probes.consumer_ledger,
+        grace_seconds=grace_seconds,
+    )
+    binding.refresh_from_db()
+
+
 def reconcile_now(binding: Binding) -> ReconcileRun:
     """A real reconciliation of the binding, in this process (its state under RECONCILE_STATE_DIR)."""
     run = execute_run(start_run(binding, ReconcileRun.CLI), IN_PROCESS)

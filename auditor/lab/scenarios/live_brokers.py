@@ -169,4 +169,4 @@ def _rounds(live: Live, fault: Fault, what: str, restart: bool = True) -> tuple[
                 cluster.broker("start", view.leader)
         wait_in_sync(cluster, [world.topic, "__consumer_offsets", *ledger_topics(world)], timeout=180)
         done.append(f"{world.topic}/{partition}: broker {view.leader} {how}, {new} led it {failed_over_s:.1f} s later")
-    return f"{what} {FAULTS} times, the auditor looking meanwhile", [f"{'; '.join(done)} (seed {seed})"]
+    return f"{what} {FAULTS} times, the auditor looking meanwhile", ["; ".join(done)]
