@@ -83,6 +83,9 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
         rows_looked_up_at=new.rows_looked_up.at,
         upper_high=plan.latest_upper.isoformat(),
         sessions_named=kafka["sessions_named"],
+        leader_epochs=plan.leader_epochs,
+        leader_epochs_at_ms=plan.leader_epochs_at_ms,
+        leader_changes=plan.leader_changes,
     )
     new.laps.check()  # the last point where a cancelled run leaves the old state (the compactions ran Spark jobs)
     plan.warnings += store.commit(meta)

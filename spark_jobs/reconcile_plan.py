@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.binding import Binding, identity_changes
 from spark_jobs.common import cores, is_small, settings_applied, small_job_settings
+from spark_jobs.failover_hold import LeaderChange, describe_hold, follow_epochs
 from spark_jobs.group_commits import forget
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.kafka_offsets import KafkaReadError, admin_client, another_topic
@@ -141,6 +142,11 @@ class RunPlan:
     # client bootstraps (connections, API versions, metadata) before its first answer. Reads a
     # group coordinator answers keep clients of their own (group_offsets).
     admin: AdminClient = field(kw_only=True, repr=False, compare=False)
+    # the partitions' leader epochs after this run, when they were read (the driver's clock),
+    # and the leader changes that may still hold rows (spark_jobs.failover_hold)
+    leader_epochs: dict[int, int] = field(default_factory=dict)
+    leader_epochs_at_ms: int | None = None
+    leader_changes: list[LeaderChange] = field(default_factory=list)
 
     @property
     def topic(self) -> OffsetRange:
@@ -570,6 +576,22 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     # after the log ends, which the in-sync replicas speak for
     acks_judged_until_ms, hold_notes = acks_judged_until(admin, binding.topic, read_at_ms)
     warnings += hold_notes
+    epochs_at_ms = read_at_ms if options.now else int(time.time() * 1000)
+    # Compared with the last reading of the same topic, whatever the run builds on (a full
+    # run or a rebuild too): a leader change is the cluster's history, not the state's.
+    same_topic = earlier is not None and earlier.identity.get("topic", binding.topic) == binding.topic
+    before = earlier if same_topic and not recreated else None
+    leader_epochs, leader_changes, change = follow_epochs(
+        before.leader_epochs if before else None,
+        before.leader_epochs_at_ms if before else None,
+        before.leader_changes if before else [],
+        {p: o.leader_epoch for p, o in kafka["watermarks"].items()},
+        epochs_at_ms,
+        int(binding.grace_seconds * 1000),
+        binding.send_outcome_ms,
+    )
+    if change is not None:
+        warnings.append(describe_hold(change, binding.topic, binding.send_outcome_ms))
     laps("kafka_offsets")
     upper = options.now or datetime.now(UTC)
     if meta.window_upper:
@@ -600,4 +622,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         ledger_ids=ledger_ids,
         ledgers_recreated=ledgers_recreated,
         admin=admin,
+        leader_epochs=leader_epochs,
+        leader_epochs_at_ms=epochs_at_ms,
+        leader_changes=leader_changes,
     )

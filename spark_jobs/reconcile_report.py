@@ -11,6 +11,7 @@ from datetime import datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from spark_jobs.failover_hold import held_windows
 from spark_jobs.reconcile_findings import lost_gaps_kept
 from spark_jobs.reconcile_plan import RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_transform import (
@@ -111,6 +112,9 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
                 lost_acks,
                 held,
                 kept=None if stepped_back is None else (stepped_back.cutoff, stepped_back.missing),
+                late_windows=held_windows(
+                    plan.leader_changes, plan.cutoff, int(plan.grace_seconds * 1000), plan.send_outcome_ms
+                ),
             ),
             find_duplicates(s["duplicates"]),
             find_orphans(

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from spark_jobs.executor_loss import runs_locally
+from spark_jobs.failover_hold import LeaderChange
 from spark_jobs.group_commits import GroupCommits, Unproven, commits_from_json, commits_to_json
 from spark_jobs.reconcile_transform import (
     ABORTED_SCHEMA,
@@ -174,6 +175,13 @@ class StateMeta:
     # none is a plain instance's, even once `__consumer_offsets` no longer holds the probed ones
     # (the log cleaner keeps the last commit per partition). Never forgotten.
     sessions_named: list[str] = field(default_factory=list)
+    # Per partition, its leader epoch when a run last read it, and when (epoch ms, the
+    # driver's clock, once the log ends were read); and the leader changes seen between two
+    # readings that may still hold rows (spark_jobs.failover_hold). Kept by every later run of
+    # the topic, full ones too: the cluster's history, not the state's. Empty: never read.
+    leader_epochs: dict[int, int] = field(default_factory=dict)
+    leader_epochs_at_ms: int | None = None
+    leader_changes: list[LeaderChange] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -215,6 +223,9 @@ class StateMeta:
             "rows_looked_up_at": self.rows_looked_up_at,
             "upper_high": self.upper_high,
             "sessions_named": sorted(self.sessions_named),
+            "leader_epochs": {str(k): v for k, v in self.leader_epochs.items()},
+            "leader_epochs_at_ms": self.leader_epochs_at_ms,
+            "leader_changes": [c.to_json() for c in self.leader_changes],
         }
 
     @classmethod
@@ -262,6 +273,9 @@ class StateMeta:
             rows_looked_up_at=data.get("rows_looked_up_at"),
             upper_high=data.get("upper_high"),
             sessions_named=[str(g) for g in data.get("sessions_named") or []],
+            leader_epochs=offsets("leader_epochs"),
+            leader_epochs_at_ms=None if data.get("leader_epochs_at_ms") is None else int(data["leader_epochs_at_ms"]),
+            leader_changes=_leader_changes(data),
         )
 
 
@@ -275,6 +289,14 @@ def _offsets_by_group(data: dict[str, Any], name: str) -> dict[str, dict[int, in
         return {str(g): {int(p): int(o) for p, o in parts.items()} for g, parts in (data.get(name) or {}).items()}
     except (TypeError, ValueError, AttributeError) as exc:
         raise StateError(f"state.json's {name} is malformed ({exc!r}); run with --full") from exc
+
+
+def _leader_changes(data: dict[str, Any]) -> list[LeaderChange]:
+    """state.json's leader_changes (failover_hold.LeaderChange.to_json)."""
+    try:
+        return [LeaderChange.from_json(c) for c in data.get("leader_changes") or []]
+    except (TypeError, ValueError) as exc:
+        raise StateError(f"state.json's leader_changes is malformed ({exc}); run with --full") from exc
 
 
 def _ledgers_read(data: dict[str, Any]) -> dict[str, dict[str, dict[int, int]]]:

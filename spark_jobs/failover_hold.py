@@ -1,0 +1,141 @@
+"""Rows a leader change may have delayed past the grace: judged only once their sends' outcome
+bound has passed too. No Spark here: the job's driver computes the windows, find_missing
+(reconcile_findings) leaves the rows in them out.
+
+A partition whose leader fails holds the sends made to it until the producer gives up on the
+old leader: a killed leader resets its connections at once, but a frozen one (SIGSTOP, a long
+GC pause, a hung disk) is fenced and replaced by the controller while the producer's requests
+to it wait out their timeout (request.timeout.ms, 30 s by default) on the open connection, and
+only then go to the new leader. Each send is still retried until its message timeout, so its
+record lands within the send outcome bound (spark_jobs.send_outcome) of the send, but it may
+land well after the binding's grace: the lab's `live-leader-pauses` saw 346 rows called
+`missing` whose records all landed a moment later (stop 78).
+
+Each run reads every partition's leader epoch with its log ends (every leader change raises
+it) and keeps them in state.json. An epoch that differs from the last run's means a leader
+changed between the two readings: a LeaderChange, kept while it can still delay a row. A row
+with no record created within the send outcome bound either side of it (its grace before it)
+is not `missing` until the bound has passed beyond its grace. Rows with evidence of a loss (a
+record an earlier run saw, an acked send) are not held: they are known lost, not late.
+
+What it cannot see (docs/known-gaps.md): a leader change before the first reading of a binding
+(its first run, or a state written before the epochs were kept); a leader that froze and came
+back before the controller fenced it (no epoch change; the sends wait the freeze out, which is
+short); a broker that does not give epochs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED, describe
+
+# The auditor's clock (the driver's) reads the epochs; the source's clock stamps the rows.
+CLOCK_MARGIN_MS = 60_000
+
+
+@dataclass(frozen=True)
+class LeaderChange:
+    """Leaders of `partitions` changed after `after_ms` (the reading that saw the earlier
+    epochs) and by `by_ms` (the one that saw the new ones), both the driver's clock."""
+
+    after_ms: int
+    by_ms: int
+    partitions: tuple[int, ...]
+
+    def to_json(self) -> list[object]:
+        return [self.after_ms, self.by_ms, list(self.partitions)]
+
+    @classmethod
+    def from_json(cls, data: object) -> LeaderChange:
+        """Raises ValueError (or TypeError) where `data` is not a change's list."""
+        if not isinstance(data, list) or len(data) != 3 or not isinstance(data[2], list):
+            raise ValueError(f"not [after_ms, by_ms, [partitions]]: {data!r}")
+        return cls(int(data[0]), int(data[1]), tuple(int(p) for p in data[2]))
+
+
+def hold_ms(outcome_ms: int) -> int:
+    """How long past its grace a row a leader change may have delayed waits: the send outcome
+    bound; librdkafka's defaults' for a producer that retries without limit (it would hold the
+    row for good: a record retried for longer than that is reported `missing`, then resolved)."""
+    return SEND_OUTCOME_MS if outcome_ms == UNBOUNDED else outcome_ms
+
+
+def epochs_changed(
+    before: Mapping[int, int], before_ms: int | None, now: Mapping[int, int | None], now_ms: int
+) -> LeaderChange | None:
+    """The change between the last reading (`before`, taken at `before_ms`) and this one: the
+    partitions whose epoch differs, a partition new since then with an epoch above 0 (it has
+    changed leader since it was created). None without a last reading, or without a change.
+    A partition whose epoch is not known now (None) says nothing."""
+    if before_ms is None or not before:
+        return None
+    changed = tuple(
+        sorted(p for p, e in now.items() if e is not None and (before.get(p, 0) != e if p in before else e > 0))
+    )
+    return LeaderChange(before_ms, max(now_ms, before_ms), changed) if changed else None
+
+
+def epochs_after(before: Mapping[int, int], now: Mapping[int, int | None]) -> dict[int, int]:
+    """state.json's epochs after this run: the ones read now, the last known where not read."""
+    return {**before, **{p: e for p, e in now.items() if e is not None}}
+
+
+def changes_kept(changes: list[LeaderChange], now_ms: int, grace_ms: int, outcome_ms: int) -> list[LeaderChange]:
+    """The changes that may still hold a row at a run `now_ms` or later: a row created up to
+    a change's `by_ms` plus the hold (and the clock margin) is judged once its grace and the
+    hold have passed."""
+    hold = hold_ms(outcome_ms)
+    return [c for c in changes if c.by_ms + 2 * (hold + CLOCK_MARGIN_MS) + grace_ms > now_ms]
+
+
+def follow_epochs(
+    before: Mapping[int, int] | None,
+    before_ms: int | None,
+    kept: list[LeaderChange],
+    now: Mapping[int, int | None],
+    now_ms: int,
+    grace_ms: int,
+    outcome_ms: int,
+) -> tuple[dict[int, int], list[LeaderChange], LeaderChange | None]:
+    """After a reading of the epochs (`now`, at `now_ms`): the epochs and changes state.json
+    keeps, and the change seen since the last reading (`before`, at `before_ms`; None: none to
+    compare with, a topic read for the first time or created again)."""
+    change = epochs_changed(before or {}, before_ms, now, now_ms)
+    changes = changes_kept([*kept, *([change] if change else [])], now_ms, grace_ms, outcome_ms)
+    return epochs_after(before or {}, now), changes, change
+
+
+def held_windows(
+    changes: list[LeaderChange], cutoff: datetime, grace_ms: int, outcome_ms: int
+) -> list[tuple[datetime, datetime]]:
+    """The (start, end] ranges of `created` whose rows are not judged by a run with this
+    `cutoff` (the source's upper bound less the grace): created within the hold either side
+    of a change (from its grace and hold before `after_ms` to the hold after `by_ms`, widened
+    by the clock margin), and after `cutoff` less the hold. Empty: none held."""
+    hold = hold_ms(outcome_ms)
+    judged_until = int(cutoff.timestamp() * 1000) - hold
+    windows = []
+    for c in changes:
+        start = max(c.after_ms - grace_ms - hold - CLOCK_MARGIN_MS, judged_until)
+        end = c.by_ms + hold + CLOCK_MARGIN_MS
+        if end > start:
+            windows.append((_instant(start), _instant(end)))
+    return windows
+
+
+def describe_hold(change: LeaderChange, topic: str, outcome_ms: int) -> str:
+    """The run's warning for a change it saw."""
+    parts = ", ".join(str(p) for p in change.partitions)
+    return (
+        f"{topic}: partition(s) {parts} changed leader between {_instant(change.after_ms).isoformat()} and "
+        f"{_instant(change.by_ms).isoformat()}; a failover can hold sends until the producer's retries end, so "
+        f"rows created around it without a record are reported missing only once {describe(hold_ms(outcome_ms))} "
+        "past their grace have passed"
+    )
+
+
+def _instant(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)

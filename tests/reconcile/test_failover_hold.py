@@ -1,0 +1,94 @@
+"""The leader-change hold's rules (spark_jobs.failover_hold): pure functions, no services."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from spark_jobs.failover_hold import (
+    CLOCK_MARGIN_MS,
+    LeaderChange,
+    changes_kept,
+    epochs_changed,
+    follow_epochs,
+    held_windows,
+)
+from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED
+
+T0 = 1_800_000_000_000  # an instant, epoch ms
+MIN = 60_000
+
+
+def at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def test_an_epoch_that_moved_is_a_change_between_the_two_readings() -> None:
+    change = epochs_changed({0: 3, 1: 5}, T0, {0: 4, 1: 5}, T0 + MIN)
+    assert change == LeaderChange(T0, T0 + MIN, (0,))
+
+
+def test_the_same_epochs_an_unknown_one_or_no_last_reading_are_no_change() -> None:
+    assert epochs_changed({0: 3}, T0, {0: 3}, T0 + MIN) is None
+    assert epochs_changed({0: 3}, T0, {0: None}, T0 + MIN) is None
+    assert epochs_changed({}, None, {0: 7}, T0 + MIN) is None
+
+
+def test_a_partition_added_since_counts_only_once_its_leader_changed() -> None:
+    assert epochs_changed({0: 3}, T0, {0: 3, 1: 0}, T0 + MIN) is None
+    assert epochs_changed({0: 3}, T0, {0: 3, 1: 2}, T0 + MIN) == LeaderChange(T0, T0 + MIN, (1,))
+
+
+def test_the_epochs_kept_are_the_last_known_where_one_was_not_read() -> None:
+    epochs, changes, change = follow_epochs({0: 3, 1: 5}, T0, [], {0: 4, 1: None}, T0 + MIN, 1000, SEND_OUTCOME_MS)
+    assert epochs == {0: 4, 1: 5}
+    assert change == LeaderChange(T0, T0 + MIN, (0,)) and changes == [change]
+
+
+def test_a_change_is_kept_while_it_can_hold_a_row_and_forgotten_after() -> None:
+    change = LeaderChange(T0, T0 + MIN, (0,))
+    grace = 10_000
+    # a row created at by_ms + hold + margin is judged once its grace and the hold passed
+    last = T0 + MIN + 2 * (SEND_OUTCOME_MS + CLOCK_MARGIN_MS) + grace
+    assert changes_kept([change], last - 1, grace, SEND_OUTCOME_MS) == [change]
+    assert changes_kept([change], last, grace, SEND_OUTCOME_MS) == []
+
+
+def test_rows_around_a_change_are_held_until_the_bound_has_passed_beyond_their_grace() -> None:
+    grace, hold = 10_000, SEND_OUTCOME_MS
+    change = LeaderChange(T0, T0 + MIN, (0,))
+    cutoff = at(T0 + MIN + 20_000)  # a run right after the change
+    [(start, end)] = held_windows([change], cutoff, grace, SEND_OUTCOME_MS)
+    # the rows the run would judge are those created up to its cutoff; held: after cutoff - hold
+    assert start == at(T0 + MIN + 20_000 - hold)
+    assert end == at(T0 + MIN + hold + CLOCK_MARGIN_MS)
+    # a run long after: the rows created around the change are judged again
+    assert held_windows([change], at(T0 + MIN + 2 * hold + 2 * CLOCK_MARGIN_MS), grace, SEND_OUTCOME_MS) == []
+
+
+def test_the_window_starts_a_grace_and_a_hold_before_the_reading_that_saw_the_old_epoch() -> None:
+    grace, hold = 10_000, SEND_OUTCOME_MS
+    change = LeaderChange(T0, T0 + MIN, (0,))
+    cutoff = at(T0 + 10 * hold)  # the cutoff holds no row by itself: only the change does
+    [(start, _)] = held_windows([change], at(T0), grace, SEND_OUTCOME_MS)
+    assert start == at(T0 - hold)  # the cutoff less the hold is later than the change's start
+    far = held_windows([change], cutoff, grace, SEND_OUTCOME_MS)
+    assert far == []
+    early = held_windows([change], at(T0 - 2 * hold), grace, SEND_OUTCOME_MS)
+    assert early == [(at(T0 - grace - hold - CLOCK_MARGIN_MS), at(T0 + MIN + hold + CLOCK_MARGIN_MS))]
+
+
+@pytest.mark.parametrize("outcome", [UNBOUNDED, SEND_OUTCOME_MS])
+def test_a_producer_retrying_without_limit_holds_rows_for_the_defaults_bound(outcome: int) -> None:
+    change = LeaderChange(T0, T0 + MIN, (0,))
+    [(start, end)] = held_windows([change], at(T0 + MIN), 1000, outcome)
+    # from the cutoff less the hold to the hold (and the margin) after the change
+    assert end - start == timedelta(milliseconds=2 * SEND_OUTCOME_MS + CLOCK_MARGIN_MS)
+
+
+def test_a_change_round_trips_through_state_json_and_a_malformed_one_is_refused() -> None:
+    change = LeaderChange(T0, T0 + MIN, (0, 2))
+    assert LeaderChange.from_json(change.to_json()) == change
+    with pytest.raises(ValueError):
+        LeaderChange.from_json([T0, T0])
