@@ -14,14 +14,16 @@ land well after the binding's grace: the lab's `live-leader-pauses` saw 346 rows
 Each run reads every partition's leader epoch with its log ends (every leader change raises
 it) and keeps them in state.json. An epoch that differs from the last run's means a leader
 changed between the two readings: a LeaderChange, kept while it can still delay a row. A row
-with no record created within the send outcome bound either side of it (its grace before it)
-is not `missing` until the bound has passed beyond its grace. Rows with evidence of a loss (a
-record an earlier run saw, an acked send) are not held: they are known lost, not late.
+with no record created up to the send outcome bound after it is not `missing` until the bound
+has passed beyond its grace. Rows with evidence of a loss (a record an earlier run saw, an
+acked send) are not held: they are known lost, not late; nor are rows the last run reported
+`missing` already (the change came after that run read the log ends: it did not delay them).
 
 What it cannot see (docs/known-gaps.md): a leader change before the first reading of a binding
-(its first run, or a state written before the epochs were kept); a leader that froze and came
-back before the controller fenced it (no epoch change; the sends wait the freeze out, which is
-short); a broker that does not give epochs.
+(its first run, a state written before the epochs were kept or unreadable, a binding moved to
+another topic); a leader frozen for longer than the grace and shorter than the controller's
+session timeout (not replaced: no epoch change, and its sends wait the freeze out, past the
+grace); a broker that does not give epochs.
 """
 
 from __future__ import annotations
@@ -108,22 +110,20 @@ def follow_epochs(
     return epochs_after(before or {}, now), changes, change
 
 
-def held_windows(
-    changes: list[LeaderChange], cutoff: datetime, grace_ms: int, outcome_ms: int
-) -> list[tuple[datetime, datetime]]:
-    """The (start, end] ranges of `created` whose rows are not judged by a run with this
-    `cutoff` (the source's upper bound less the grace): created within the hold either side
-    of a change (from its grace and hold before `after_ms` to the hold after `by_ms`, widened
-    by the clock margin), and after `cutoff` less the hold. Empty: none held."""
+def held_window(
+    changes: list[LeaderChange], cutoff: datetime, outcome_ms: int
+) -> tuple[datetime, datetime] | None:
+    """The (start, end] of `created` whose rows a run with this `cutoff` (the source's upper
+    bound less the grace) does not judge: created after the cutoff less the hold (their grace and
+    the hold have not passed yet) and up to the hold after the latest change (widened by the clock
+    margin: the driver's clock dates the changes). A row created before a change is held as one
+    created after it: the change may have come while its send was on its way. None: none held."""
+    if not changes:
+        return None
     hold = hold_ms(outcome_ms)
-    judged_until = int(cutoff.timestamp() * 1000) - hold
-    windows = []
-    for c in changes:
-        start = max(c.after_ms - grace_ms - hold - CLOCK_MARGIN_MS, judged_until)
-        end = c.by_ms + hold + CLOCK_MARGIN_MS
-        if end > start:
-            windows.append((_instant(start), _instant(end)))
-    return windows
+    start = int(cutoff.timestamp() * 1000) - hold
+    end = max(c.by_ms for c in changes) + hold + CLOCK_MARGIN_MS
+    return (_instant(start), _instant(end)) if end > start else None
 
 
 def describe_hold(change: LeaderChange, topic: str, outcome_ms: int) -> str:
@@ -132,8 +132,8 @@ def describe_hold(change: LeaderChange, topic: str, outcome_ms: int) -> str:
     return (
         f"{topic}: partition(s) {parts} changed leader between {_instant(change.after_ms).isoformat()} and "
         f"{_instant(change.by_ms).isoformat()}; a failover can hold sends until the producer's retries end, so "
-        f"rows created around it without a record are reported missing only once {describe(hold_ms(outcome_ms))} "
-        "past their grace have passed"
+        f"rows without a record created up to {describe(hold_ms(outcome_ms))} after it are reported missing only "
+        "once that long past their grace"
     )
 
 

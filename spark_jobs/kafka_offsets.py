@@ -248,7 +248,10 @@ def partition_offsets(
             low[p].offset,
             min(stable[p].offset, high[p].offset),
             high[p].offset,
-            _epoch(high[p]),  # the latest offset's answer carries the leader's current epoch
+            # The latest offsets' answers carry the epoch of the leader that gave them: the higher
+            # of the two, so a leader that changed between them (a frozen one fenced while the
+            # last read waited for it) is the one this reading reports.
+            _highest_epoch(high[p], stable[p]),
         )
         for p in partitions
     }
@@ -281,6 +284,11 @@ def asking_again(
 def _epoch(info: ListOffsetsResultInfo) -> int | None:
     epoch = info.leader_epoch
     return epoch if epoch is not None and epoch >= 0 else None
+
+
+def _highest_epoch(*answers: ListOffsetsResultInfo) -> int | None:
+    epochs = [e for e in map(_epoch, answers) if e is not None]
+    return max(epochs) if epochs else None
 
 
 def starts_passed(ranges: dict[int, tuple[int, int]], now: dict[int, PartitionOffsets]) -> dict[int, tuple[int, int]]:

@@ -60,14 +60,15 @@ def find_missing(
     lost_acks: DataFrame | None = None,
     held: DataFrame | None = None,
     kept: tuple[datetime, DataFrame] | None = None,
-    late_windows: list[tuple[datetime, datetime]] | None = None,
+    held_late: tuple[tuple[datetime, datetime], DataFrame] | None = None,
 ) -> DataFrame:
     """Source rows older than the grace cutoff with no record, except the unverifiable ones
     and those whose key has a record in `held` (column `key`: records behind an open
     transaction, which the run read up to; a later run reads them), or that were created in
-    one of the `late_windows` ((start, end] of `created`: around a leader change, whose
-    failover may still hold their sends, spark_jobs.failover_hold) with no evidence of a loss
-    (a sighting, a lost ack): those are judged by a later run. `kept` (a clock stepped
+    `held_late`'s window ((start, end] of `created`: after a leader change whose failover may still
+    hold their sends, spark_jobs.failover_hold) with no evidence of a loss (a sighting, a lost
+    ack) and a key not among `held_late`'s (column `key`: the rows the last run reported missing):
+    those are judged by a later run. `kept` (a clock stepped
     back: reconcile_report.reported_before): a cutoff and the rows (key, created) the last run
     reported missing, which are past the cutoff up to that one whatever the clock reads now.
 
@@ -89,9 +90,11 @@ def find_missing(
     else:
         late = late.join(_first_lost_ack(lost_acks), "key", "left")
     seen, acked = F.col("_seen"), F.col("_acked")
-    for start, end in late_windows or []:
+    if held_late is not None:
+        (start, end), reported = held_late
+        late = late.join(reported.distinct().withColumn("_reported", F.lit(True)), "key", "left")
         in_window = (F.col("created") > F.lit(start)) & (F.col("created") <= F.lit(end))
-        late = late.where(~in_window | seen.isNotNull() | acked.isNotNull())
+        late = late.where(~in_window | seen.isNotNull() | acked.isNotNull() | F.col("_reported").isNotNull())
     if unverifiable_until is not None:
         late = late.where((F.col("created") > F.lit(unverifiable_until)) | seen.isNotNull() | acked.isNotNull())
     evidence = F.struct(

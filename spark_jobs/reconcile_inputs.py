@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
@@ -289,6 +289,10 @@ def extract_inputs(
     table, columns, source_now = extract_source_table(spark, binding)
     # rows are stamped by the source's clock: the window ends at it where the driver's runs ahead
     plan.source_upper, clock_notes = window_end(plan.upper, source_now)
+    # ... and as long before as the plan began to read the log ends: a row created after that may
+    # have its record written after the log ends were read, and the plan's own reads can take
+    # longer than the grace (a frozen broker's leaderships or configs waited for)
+    plan.source_upper -= max(plan.upper - plan.reads_began, timedelta(0))
     plan.warnings.extend(clock_notes)
     source = SourceTable(table, columns, source_key_unique(spark, binding, table, columns))
     window_rows = transform_source_rows(

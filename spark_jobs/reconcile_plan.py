@@ -147,6 +147,9 @@ class RunPlan:
     leader_epochs: dict[int, int] = field(default_factory=dict)
     leader_epochs_at_ms: int | None = None
     leader_changes: list[LeaderChange] = field(default_factory=list)
+    # read_at_ms to the microsecond: the source window ends as long before the driver's `upper`
+    # as the plan took from here (reconcile_inputs)
+    reads_began: datetime = field(kw_only=True)
 
     @property
     def topic(self) -> OffsetRange:
@@ -496,7 +499,8 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     # When the run began to read the topic (its id, then its log ends): the run's clock (a
     # test's fixed `now` included: the story it tells is then one timeline). Taken before the
     # id, so a topic created again after it asked is never taken for the one read.
-    read_at_ms = int((options.now.timestamp() if options.now else time.time()) * 1000)
+    reads_began = options.now or datetime.now(UTC)
+    read_at_ms = int(reads_began.timestamp() * 1000)
     if unreadable:
         # Earlier runs may have read records without audit headers: as if one was written now.
         meta.unprobed_record_ms = read_at_ms
@@ -580,7 +584,8 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     # Compared with the last reading of the same topic, whatever the run builds on (a full
     # run or a rebuild too): a leader change is the cluster's history, not the state's.
     same_topic = earlier is not None and earlier.identity.get("topic", binding.topic) == binding.topic
-    before = earlier if same_topic and not recreated else None
+    # (on a full run `recreated` is not looked for: the ids tell it)
+    before = earlier if same_topic and not recreated and not another_topic(earlier.topic_id, current_id) else None
     leader_epochs, leader_changes, change = follow_epochs(
         before.leader_epochs if before else None,
         before.leader_epochs_at_ms if before else None,
@@ -625,4 +630,5 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         leader_epochs=leader_epochs,
         leader_epochs_at_ms=epochs_at_ms,
         leader_changes=leader_changes,
+        reads_began=reads_began,
     )

@@ -11,7 +11,7 @@ from datetime import datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.failover_hold import held_windows
+from spark_jobs.failover_hold import held_window
 from spark_jobs.reconcile_findings import lost_gaps_kept
 from spark_jobs.reconcile_plan import RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_transform import (
@@ -112,9 +112,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
                 lost_acks,
                 held,
                 kept=None if stepped_back is None else (stepped_back.cutoff, stepped_back.missing),
-                late_windows=held_windows(
-                    plan.leader_changes, plan.cutoff, int(plan.grace_seconds * 1000), plan.send_outcome_ms
-                ),
+                held_late=late_rows_held(spark, plan),
             ),
             find_duplicates(s["duplicates"]),
             find_orphans(
@@ -165,6 +163,16 @@ def reported_before(spark: SparkSession, plan: RunPlan) -> KeptFindings | None:
         ).alias("o")
     ).select("o.partition", "o.offset")
     return KeptFindings(kept, missing, positions)
+
+
+def late_rows_held(spark: SparkSession, plan: RunPlan) -> tuple[tuple[datetime, datetime], DataFrame] | None:
+    """find_missing's `late`: the window of `created` a leader change holds (failover_hold), and
+    the keys the last run reported missing, which it does not hold. None: no change holds rows."""
+    window = held_window(plan.leader_changes, plan.cutoff, plan.send_outcome_ms)
+    if window is None:
+        return None
+    findings = plan.store.dataset(spark, plan.findings_before, "findings")
+    return window, findings.where(F.col("kind") == "missing").select("key")
 
 
 def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFrame:

@@ -12,7 +12,7 @@ from spark_jobs.failover_hold import (
     changes_kept,
     epochs_changed,
     follow_epochs,
-    held_windows,
+    held_window,
 )
 from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED
 
@@ -55,34 +55,33 @@ def test_a_change_is_kept_while_it_can_hold_a_row_and_forgotten_after() -> None:
     assert changes_kept([change], last, grace, SEND_OUTCOME_MS) == []
 
 
-def test_rows_around_a_change_are_held_until_the_bound_has_passed_beyond_their_grace() -> None:
-    grace, hold = 10_000, SEND_OUTCOME_MS
+def test_rows_after_a_change_are_held_until_the_bound_has_passed_beyond_their_grace() -> None:
+    hold = SEND_OUTCOME_MS
     change = LeaderChange(T0, T0 + MIN, (0,))
     cutoff = at(T0 + MIN + 20_000)  # a run right after the change
-    [(start, end)] = held_windows([change], cutoff, grace, SEND_OUTCOME_MS)
-    # the rows the run would judge are those created up to its cutoff; held: after cutoff - hold
-    assert start == at(T0 + MIN + 20_000 - hold)
-    assert end == at(T0 + MIN + hold + CLOCK_MARGIN_MS)
-    # a run long after: the rows created around the change are judged again
-    assert held_windows([change], at(T0 + MIN + 2 * hold + 2 * CLOCK_MARGIN_MS), grace, SEND_OUTCOME_MS) == []
+    # held: the rows past the cutoff less the hold, up to the hold (and the margin) after the change
+    assert held_window([change], cutoff, SEND_OUTCOME_MS) == (
+        at(T0 + MIN + 20_000 - hold),
+        at(T0 + MIN + hold + CLOCK_MARGIN_MS),
+    )
+    # a run once the last of them is judged: nothing held
+    assert held_window([change], at(T0 + MIN + 2 * hold + CLOCK_MARGIN_MS), SEND_OUTCOME_MS) is None
+    assert held_window([change], at(T0 + MIN + 2 * hold + CLOCK_MARGIN_MS - 1), SEND_OUTCOME_MS) is not None
+    assert held_window([], cutoff, SEND_OUTCOME_MS) is None
 
 
-def test_the_window_starts_a_grace_and_a_hold_before_the_reading_that_saw_the_old_epoch() -> None:
-    grace, hold = 10_000, SEND_OUTCOME_MS
-    change = LeaderChange(T0, T0 + MIN, (0,))
-    cutoff = at(T0 + 10 * hold)  # the cutoff holds no row by itself: only the change does
-    [(start, _)] = held_windows([change], at(T0), grace, SEND_OUTCOME_MS)
-    assert start == at(T0 - hold)  # the cutoff less the hold is later than the change's start
-    far = held_windows([change], cutoff, grace, SEND_OUTCOME_MS)
-    assert far == []
-    early = held_windows([change], at(T0 - 2 * hold), grace, SEND_OUTCOME_MS)
-    assert early == [(at(T0 - grace - hold - CLOCK_MARGIN_MS), at(T0 + MIN + hold + CLOCK_MARGIN_MS))]
+def test_the_latest_change_bounds_the_window() -> None:
+    changes = [LeaderChange(T0, T0 + MIN, (0,)), LeaderChange(T0 + 2 * MIN, T0 + 3 * MIN, (1,))]
+    window = held_window(changes, at(T0 + 3 * MIN), SEND_OUTCOME_MS)
+    assert window is not None and window[1] == at(T0 + 3 * MIN + SEND_OUTCOME_MS + CLOCK_MARGIN_MS)
 
 
 @pytest.mark.parametrize("outcome", [UNBOUNDED, SEND_OUTCOME_MS])
 def test_a_producer_retrying_without_limit_holds_rows_for_the_defaults_bound(outcome: int) -> None:
     change = LeaderChange(T0, T0 + MIN, (0,))
-    [(start, end)] = held_windows([change], at(T0 + MIN), 1000, outcome)
+    window = held_window([change], at(T0 + MIN), outcome)
+    assert window is not None
+    start, end = window
     # from the cutoff less the hold to the hold (and the margin) after the change
     assert end - start == timedelta(milliseconds=2 * SEND_OUTCOME_MS + CLOCK_MARGIN_MS)
 
