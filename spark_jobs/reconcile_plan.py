@@ -583,9 +583,13 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     epochs_at_ms = read_at_ms if options.now else int(time.time() * 1000)
     # Compared with the last reading of the same topic, whatever the run builds on (a full
     # run or a rebuild too): a leader change is the cluster's history, not the state's.
-    same_topic = earlier is not None and earlier.identity.get("topic", binding.topic) == binding.topic
     # (on a full run `recreated` is not looked for: the ids tell it)
-    before = earlier if same_topic and not recreated and not another_topic(earlier.topic_id, current_id) else None
+    same_topic = (
+        earlier is not None
+        and earlier.identity.get("topic", binding.topic) == binding.topic
+        and not another_topic(earlier.topic_id, current_id)
+    )
+    before = earlier if same_topic and not recreated else None
     leader_epochs, leader_changes, change = follow_epochs(
         before.leader_epochs if before else None,
         before.leader_epochs_at_ms if before else None,
