@@ -78,23 +78,10 @@ def find_missing(
     ledger acked and the topic no longer holds (`lost_acks`: the `gap` findings with cause
     broker-lost, FINDING_SCHEMA), naming the producer session and sequence.
     """
-    if lost_sightings is None:
-        lost_sightings = empty_frame(pending.sparkSession, LOST_SIGHTING_SCHEMA)
-    if held is not None:
-        pending = pending.join(held.where(F.col("key").isNotNull()).select("key").distinct(), "key", "left_anti")
-    late = _past_cutoff(pending, F.col("created"), cutoff, kept, ["key", "created"]).join(
-        _first_sighting(lost_sightings), "key", "left"
-    )
-    if lost_acks is None:
-        late = late.withColumn("_acked", F.lit(None).cast(_ACKED_TYPE))
-    else:
-        late = late.join(_first_lost_ack(lost_acks), "key", "left")
+    late = _past_grace(pending, cutoff, lost_sightings, lost_acks, held, kept)
     seen, acked = F.col("_seen"), F.col("_acked")
     if held_late is not None:
-        (start, end), reported = held_late
-        late = late.join(reported.distinct().withColumn("_reported", F.lit(True)), "key", "left")
-        in_window = (F.col("created") > F.lit(start)) & (F.col("created") <= F.lit(end))
-        late = late.where(~in_window | seen.isNotNull() | acked.isNotNull() | F.col("_reported").isNotNull())
+        late = _late_held(late, held_late).where(~F.col("_late_held"))
     if unverifiable_until is not None:
         late = late.where((F.col("created") > F.lit(unverifiable_until)) | seen.isNotNull() | acked.isNotNull())
     evidence = F.struct(
@@ -132,6 +119,57 @@ def find_missing(
         timestamp=F.col("created"),
         evidence=F.to_json(evidence),
     )
+
+
+def _past_grace(
+    pending: DataFrame,
+    cutoff: datetime,
+    lost_sightings: DataFrame | None,
+    lost_acks: DataFrame | None,
+    held: DataFrame | None,
+    kept: tuple[datetime, DataFrame] | None,
+) -> DataFrame:
+    """find_missing's rows past the cutoff with no record, with `_seen` (their first lost
+    sighting) and `_acked` (their first lost ack) where they have one."""
+    if lost_sightings is None:
+        lost_sightings = empty_frame(pending.sparkSession, LOST_SIGHTING_SCHEMA)
+    if held is not None:
+        pending = pending.join(held.where(F.col("key").isNotNull()).select("key").distinct(), "key", "left_anti")
+    late = _past_cutoff(pending, F.col("created"), cutoff, kept, ["key", "created"]).join(
+        _first_sighting(lost_sightings), "key", "left"
+    )
+    if lost_acks is None:
+        return late.withColumn("_acked", F.lit(None).cast(_ACKED_TYPE))
+    return late.join(_first_lost_ack(lost_acks), "key", "left")
+
+
+def _late_held(late: DataFrame, held_late: tuple[tuple[datetime, datetime], DataFrame]) -> DataFrame:
+    """`late` (_past_grace) with `_late_held`: created in the window a leader change holds, with
+    no evidence of a loss, and not reported missing by the last run (find_missing)."""
+    (start, end), reported = held_late
+    marked = late.join(reported.distinct().withColumn("_reported", F.lit(True)), "key", "left")
+    in_window = (F.col("created") > F.lit(start)) & (F.col("created") <= F.lit(end))
+    evidence = F.col("_seen").isNotNull() | F.col("_acked").isNotNull() | F.col("_reported").isNotNull()
+    return marked.withColumn("_late_held", in_window & ~evidence).drop("_reported")
+
+
+def late_held_rows(
+    pending: DataFrame,
+    cutoff: datetime,
+    unverifiable_until: datetime | None,
+    held_late: tuple[tuple[datetime, datetime], DataFrame],
+    lost_sightings: DataFrame | None = None,
+    lost_acks: DataFrame | None = None,
+    held: DataFrame | None = None,
+) -> DataFrame:
+    """The rows find_missing leaves out for a leader change (`held_late`): past the grace with
+    no record, created in the window it holds; an unverifiable one is counted as such instead.
+    The arguments are find_missing's."""
+    rows = _late_held(_past_grace(pending, cutoff, lost_sightings, lost_acks, held, None), held_late)
+    rows = rows.where(F.col("_late_held"))
+    if unverifiable_until is not None:
+        rows = rows.where(F.col("created") > F.lit(unverifiable_until))
+    return rows.select("key", "created")
 
 
 def unverifiable_rows(

@@ -291,6 +291,9 @@ class RunState:
     # (count_findings leaves their rows out of the unverifiable ones, as find_missing does)
     lost_acks: DataFrame | None = None
     held: DataFrame | None = None
+    # the window of `created` a leader change holds, and the keys the last run reported missing
+    # (reconcile_report.late_rows_held; None: no change holds rows)
+    held_late: tuple[tuple[datetime, datetime], DataFrame] | None = None
     # how far the pending rows were looked up in the source after this run (late_rows.LookedUp)
     rows_looked_up: LookedUp = field(default_factory=LookedUp)
 

@@ -12,8 +12,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.failover_hold import held_window
-from spark_jobs.reconcile_findings import lost_gaps_kept
+from spark_jobs.reconcile_findings import late_held_rows, lost_gaps_kept
 from spark_jobs.reconcile_plan import RunInputs, RunPlan, RunState
+from spark_jobs.reconcile_schemas import LATE
 from spark_jobs.reconcile_transform import (
     FINDING_KINDS,
     KEY_INDEX_SCHEMA,
@@ -86,6 +87,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it
     lost_acks = None if gaps is None else gaps.where(F.col("cause") == "broker-lost")
     new.lost_acks, new.held = lost_acks, held
+    new.held_late = late_rows_held(spark, plan)
     optional: list[tuple[DataFrame, Callable[[], DataFrame]]] = [
         (s["aborted"], lambda: find_aborted(s["aborted"])),
         (
@@ -112,7 +114,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
                 lost_acks,
                 held,
                 kept=None if stepped_back is None else (stepped_back.cutoff, stepped_back.missing),
-                held_late=late_rows_held(spark, plan),
+                held_late=new.held_late,
             ),
             find_duplicates(s["duplicates"]),
             find_orphans(
@@ -216,6 +218,26 @@ def count_findings(
         plan.warnings.append(
             f"{counts[UNVERIFIABLE]} source row(s) created up to {until.isoformat()} have no record "
             f"and cannot be checked: {why}"
+        )
+    counts[LATE] = (
+        late_held_rows(
+            new.frames["pending_source"],
+            plan.cutoff,
+            until,
+            new.held_late,
+            new.frames["lost_sightings"],
+            new.lost_acks,
+            new.held,
+        ).count()
+        if new.held_late is not None
+        else 0
+    )
+    if counts[LATE] and new.held_late is not None:
+        (start, end), _ = new.held_late
+        plan.warnings.append(
+            f"{counts[LATE]} source row(s) past the grace have no record yet and are not reported missing: created "
+            f"after {start.isoformat()} and up to {end.isoformat()}, after a leader change whose failover may still "
+            "hold their sends (judged once the send outcome bound has passed beyond their grace)"
         )
     # Not findings: the records this run read whose audit headers were absent or undecodable.
     return counts | {name: int(inputs.totals[name]) for name in RECORD_COUNTS}, new_count, found

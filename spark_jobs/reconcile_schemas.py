@@ -184,6 +184,9 @@ KEYED = "keyed"
 FINDING_KINDS = ("missing", "duplicate", "orphan", "gap", "aborted", "unprocessed", "reprocessed")
 # Not a finding kind: a run count of source rows that could not be checked (unverifiable_rows).
 UNVERIFIABLE = "unverifiable"
+# Nor this: a run count of source rows past the grace with no record yet that a leader change
+# holds (reconcile_findings.late_held_rows): judged once the send outcome bound has passed.
+LATE = "late"
 
 _LEDGER_JSON_SCHEMA = StructType(
     [

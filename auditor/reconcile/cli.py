@@ -64,6 +64,11 @@ def summary_lines(run: ReconcileRun) -> list[str]:
         lines.append(
             f"  {'unverifiable':<12} {run.unverifiable:>8}  (rows whose records were deleted before they were read)"
         )
+    if run.late:
+        lines.append(
+            f"  {'late':<12} {run.late:>8}  (rows with no record yet after a leader change: judged once the "
+            "producers' retries are over)"
+        )
     headers = dict(run.header_counts())
     lines.append(
         f"  records read without audit headers: {headers['records_without_headers']}, "

@@ -26,6 +26,9 @@ from auditor.vocabulary import FINDING_KINDS
 # The job's run count (not a finding kind) of source rows past grace without a record that
 # could not be checked: records that old were deleted from the topic before it read them.
 UNVERIFIABLE = "unverifiable"
+# Nor this: source rows past grace without a record yet that a leader change holds (its failover
+# may still be holding their sends): not reported missing until the send outcome bound has passed.
+LATE = "late"
 # Counts a run reports beside its findings (spark_jobs/reconcile_transform.RECORD_COUNTS):
 # records it read without any audit header, and with audit headers it could not decode.
 HEADER_COUNTS = ("records_without_headers", "records_malformed_headers")
@@ -115,6 +118,11 @@ class ReconcileRun(models.Model):
         """Source rows this run could not check (never counted as findings)."""
         return int((self.counts or {}).get(UNVERIFIABLE, 0))
 
+    @property
+    def late(self) -> int:
+        """Source rows past grace whose records a leader change may still be holding (0 for older runs)."""
+        return int((self.counts or {}).get(LATE, 0))
+
     def header_counts(self) -> list[tuple[str, int]]:
         """Records this run read without audit headers / with malformed ones (0 for older runs)."""
         return [(name, int((self.counts or {}).get(name, 0))) for name in HEADER_COUNTS]
@@ -133,7 +141,9 @@ class ReconcileRun(models.Model):
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
             "duration_s": self.duration_seconds,
             "counts": (
-                dict(self.kind_counts()) | {UNVERIFIABLE: self.unverifiable} | dict(self.header_counts())
+                dict(self.kind_counts())
+                | {UNVERIFIABLE: self.unverifiable, LATE: self.late}
+                | dict(self.header_counts())
                 if self.status == self.OK
                 else {}
             ),

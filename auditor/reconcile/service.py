@@ -35,6 +35,7 @@ from auditor.reconcile import conf, job
 from auditor.reconcile.alerting import sync_problems
 from auditor.reconcile.models import (
     HEADER_COUNTS,
+    LATE,
     UNVERIFIABLE,
     Finding,
     FindingStaging,
@@ -280,7 +281,7 @@ def finish_run(run: ReconcileRun, result: dict[str, Any]) -> ReconcileRun:
                 )
             _apply_result(locked, result)
             locked.status = ReconcileRun.OK
-            locked.counts = {name: counts.get(name, 0) for name in (*FINDING_KINDS, UNVERIFIABLE, *HEADER_COUNTS)}
+            locked.counts = {name: counts.get(name, 0) for name in (*FINDING_KINDS, UNVERIFIABLE, LATE, *HEADER_COUNTS)}
             locked.new_findings = int(result.get("new_findings") or 0)
             locked.cause_counts = _cause_counts(locked)
             locked.save()

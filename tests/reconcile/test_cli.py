@@ -84,6 +84,7 @@ def test_it_runs_from_the_command_line_and_loads_findings(
             "unprocessed": 0,
             "reprocessed": 0,
             "unverifiable": 0,
+            "late": 0,
             "records_without_headers": 2,
             "records_malformed_headers": 0,
         }

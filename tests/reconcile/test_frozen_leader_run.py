@@ -104,4 +104,6 @@ def test_a_row_whose_send_a_frozen_leader_holds_is_not_missing_after_the_failove
     # The old code: ("missing", None, held), a record on its way called missing.
     assert _findings(during) == set(), _findings(during)
     assert any("changed leader" in w for w in during.warnings), during.warnings
+    assert during.late == 1, during.counts  # the held row, counted and named in a warning
+    assert any(w.startswith("1 source row(s) past the grace have no record yet") for w in during.warnings)
     assert _findings(reconcile_now(binding)) == set()

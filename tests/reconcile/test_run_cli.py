@@ -107,6 +107,7 @@ def test_it_reconciles_through_spark_submit_then_incrementally(
         "unprocessed": 0,
         "reprocessed": 0,
         "unverifiable": 0,
+        "late": 0,
         "records_without_headers": 2,  # the two records of key 2
         "records_malformed_headers": 4,  # audit-pid "s-a" is no session id, and audit-ts is absent
     }

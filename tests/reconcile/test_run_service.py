@@ -90,6 +90,7 @@ def test_it_keeps_the_header_counts_beside_the_findings_not_among_them(binding) 
         "unprocessed": 0,
         "reprocessed": 0,
         "unverifiable": 0,
+        "late": 0,
         "records_without_headers": 5,
         "records_malformed_headers": 2,
     }
