@@ -110,9 +110,7 @@ def follow_epochs(
     return epochs_after(before or {}, now), changes, change
 
 
-def held_window(
-    changes: list[LeaderChange], cutoff: datetime, outcome_ms: int
-) -> tuple[datetime, datetime] | None:
+def held_window(changes: list[LeaderChange], cutoff: datetime, outcome_ms: int) -> tuple[datetime, datetime] | None:
     """The (start, end] of `created` whose rows a run with this `cutoff` (the source's upper
     bound less the grace) does not judge: created after the cutoff less the hold (their grace and
     the hold have not passed yet) and up to the hold after the latest change (widened by the clock

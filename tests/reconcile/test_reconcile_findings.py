@@ -70,6 +70,7 @@ def test_it_reports_the_exact_findings_on_a_full_run(
         "unprocessed": 1,
         "reprocessed": 1,
         "unverifiable": 0,
+        "late": 0,
         # t8a, t8b, t9 and nokey carry no headers; t14's transactional producer writes
         # audit-pid "txn-session", not a session id (t12, aborted, is not in this view).
         "records_without_headers": 4,

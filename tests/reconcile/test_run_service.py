@@ -231,8 +231,8 @@ def test_it_publishes_the_staged_findings_of_a_successful_run(binding, django_ca
         {"kind": "orphan", "key": None, "cause": "no-key", "partition": 1, "offset": 7},
     )
     with django_capture_on_commit_callbacks() as published:
-        # Unverifiable rows are a count, not findings: they are not in the staging table.
-        finished = finish_run(run, ok_result(missing=1, duplicate=1, orphan=1, unverifiable=2))
+        # Unverifiable and late rows are counts, not findings: they are not in the staging table.
+        finished = finish_run(run, ok_result(missing=1, duplicate=1, orphan=1, unverifiable=2, late=1))
 
     assert finished.status == ReconcileRun.OK
     assert finished.counts == {
@@ -244,10 +244,12 @@ def test_it_publishes_the_staged_findings_of_a_successful_run(binding, django_ca
         "unprocessed": 0,
         "reprocessed": 0,
         "unverifiable": 2,
+        "late": 1,
         "records_without_headers": 0,
         "records_malformed_headers": 0,
     }
     assert finished.total_findings == 3 and finished.as_event()["counts"]["unverifiable"] == 2
+    assert finished.late == 1 and finished.as_event()["counts"]["late"] == 1
     assert finished.records_read == 10 and finished.duration_seconds == 2.0 and finished.mode == "incremental"
     rows = set(Finding.objects.filter(run=run).values_list("kind", "key", "cause", "is_new"))
     assert rows == {

@@ -10,6 +10,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from spark_jobs.binding import RecordKeySpec
+from spark_jobs.reconcile_findings import late_held_rows
 from spark_jobs.reconcile_transform import (
     CANDIDATE_SCHEMA,
     COMMITTED_SCHEMA,
@@ -353,6 +354,32 @@ def test_it_reports_a_row_whose_record_an_earlier_run_saw_and_lost_as_broker_los
         unverifiable_rows(pending, cutoff=at_second(50), unverifiable_until=at_second(10), lost_sightings=lost).count()
         == 1
     )
+
+
+def test_a_leader_change_holds_rows_without_evidence_in_its_window_and_counts_them_late(spark: SparkSession):
+    """The window a leader change holds is (20 s, 40 s] of `created`. "in" (created at 30 s) is
+    held; "edge" at 40 s too (the end is in it), "before" at 20 s (the start is not) and "after"
+    at 41 s are judged. "seen" (a record an earlier run saw and lost) and "told" (the last run
+    reported it missing) are in the window but judged: a loss known, an alert already open."""
+    pending = spark.createDataFrame(
+        [
+            (k, at_second(t))
+            for k, t in [("before", 20), ("in", 30), ("edge", 40), ("after", 41), ("seen", 25), ("told", 35)]
+        ],
+        SOURCE_ROW_SCHEMA,
+    )
+    lost = spark.createDataFrame([("seen", 0, 6, at_second(24), None, None, "r1", "r3")], LOST_SIGHTING_SCHEMA)
+    reported = spark.createDataFrame([("told",)], "key string")
+    window = ((at_second(20), at_second(40)), reported)
+
+    actual = find_missing(pending, cutoff=at_second(50), unverifiable_until=None, lost_sightings=lost, held_late=window)
+    assert sorted(r["key"] for r in actual.collect()) == ["after", "before", "seen", "told"]
+    held = late_held_rows(pending, at_second(50), None, window, lost_sightings=lost)
+    assert sorted(r["key"] for r in held.collect()) == ["edge", "in"]
+    # a held row that is also unverifiable is counted as such, not late
+    assert [r["key"] for r in late_held_rows(pending, at_second(50), at_second(35), window, lost).collect()] == ["edge"]
+    # no window: every row past the cutoff is judged
+    assert find_missing(pending, cutoff=at_second(50), unverifiable_until=None, lost_sightings=lost).count() == 6
 
 
 def test_it_reports_a_row_whose_key_the_ledger_acked_and_the_topic_lost_as_broker_lost(spark: SparkSession):
