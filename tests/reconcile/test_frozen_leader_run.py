@@ -23,15 +23,10 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
 from auditor.lab.cluster import Cluster as LabCluster
-from auditor.reconcile.models import Finding
 from tests.support.demo import DemoPipeline
-from tests.support.stuck import bind_ledgers, make_rule, reconcile_now
+from tests.support.stuck import bind_ledgers, make_rule, reconcile_now, run_findings
 
 pytestmark = [pytest.mark.alone, pytest.mark.integration, pytest.mark.django_db]
-
-
-def _findings(run: Any) -> set[tuple[str, str | None, str | None]]:
-    return set(Finding.objects.filter(run=run).values_list("kind", "cause", "key"))
 
 
 def test_a_row_whose_send_a_frozen_leader_holds_is_not_missing_after_the_failover(
@@ -74,7 +69,7 @@ def test_a_row_whose_send_a_frozen_leader_holds_is_not_missing_after_the_failove
     producer.produce(pipeline.topic, b"{}", before.encode(), on_delivery=report)
     assert producer.flush(30) == 0 and reports == {before: None}
     # the run before the fault: it reads the partition's leader epoch
-    assert _findings(reconcile_now(binding)) == set()
+    assert run_findings(reconcile_now(binding)) == set()
 
     leader = cluster.partition(pipeline.topic).leader
     cluster.broker("pause", leader)
@@ -102,8 +97,8 @@ def test_a_row_whose_send_a_frozen_leader_holds_is_not_missing_after_the_failove
     assert sorted(r.key for r in cluster.read_topic(pipeline.topic)) == sorted([before, held])
 
     # The old code: ("missing", None, held), a record on its way called missing.
-    assert _findings(during) == set(), _findings(during)
+    assert run_findings(during) == set(), run_findings(during)
     assert any("changed leader" in w for w in during.warnings), during.warnings
     assert during.late == 1, during.counts  # the held row, counted and named in a warning
     assert any(w.startswith("1 source row(s) past the grace have no record yet") for w in during.warnings)
-    assert _findings(reconcile_now(binding)) == set()
+    assert run_findings(reconcile_now(binding)) == set()

@@ -27,15 +27,10 @@ from confluent_kafka import KafkaError, Message
 
 from auditor.lab.cluster import Cluster as LabCluster
 from auditor.probes.producer import AuditedProducer
-from auditor.reconcile.models import Finding
 from tests.support.demo import DemoPipeline
-from tests.support.stuck import bind_ledgers, make_rule, reconcile_now
+from tests.support.stuck import bind_ledgers, make_rule, reconcile_now, run_findings
 
 pytestmark = [pytest.mark.alone, pytest.mark.integration, pytest.mark.django_db]
-
-
-def _findings(run: Any) -> set[tuple[str, str | None, str | None]]:
-    return set(Finding.objects.filter(run=run).values_list("kind", "cause", "key"))
 
 
 def test_a_row_whose_probed_send_is_still_being_retried_is_not_missing_past_the_grace(
@@ -103,5 +98,5 @@ def test_a_row_whose_probed_send_is_still_being_retried_is_not_missing_past_the_
     assert sorted(r.key for r in cluster.read_topic(pipeline.topic)) == sorted([delivered_first, in_flight])
 
     # The old code: ("missing", None, in_flight), a record on its way called missing.
-    assert _findings(during) == set(), _findings(during)
-    assert _findings(reconcile_now(binding)) == set()
+    assert run_findings(during) == set(), run_findings(during)
+    assert run_findings(reconcile_now(binding)) == set()

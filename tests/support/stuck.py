@@ -10,7 +10,7 @@ from unittest import mock
 
 from auditor.pipelines.models import Binding, Cluster, SourceDatabase, StuckRule
 from auditor.reconcile.conf import IN_PROCESS
-from auditor.reconcile.models import ReconcileRun
+from auditor.reconcile.models import Finding, ReconcileRun
 from auditor.reconcile.service import execute_run, start_run
 from auditor.stuck import service as stuck_service
 from auditor.stuck.evidence import Diagnosis, StuckRow
@@ -129,6 +129,11 @@ def reconcile_now(binding: Binding) -> ReconcileRun:
     run = execute_run(start_run(binding, ReconcileRun.CLI), IN_PROCESS)
     assert run.status == ReconcileRun.OK, run.error
     return run
+
+
+def run_findings(run: ReconcileRun) -> set[tuple[str, str | None, str | None]]:
+    """A run's findings as (kind, cause, key)."""
+    return set(Finding.objects.filter(run=run).values_list("kind", "cause", "key"))
 
 
 def _comparable(result: DiagnosisResult) -> dict[str, tuple[str, str]]:
