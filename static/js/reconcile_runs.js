@@ -66,6 +66,9 @@
     return iso ? new Date(iso).toISOString().replace("T", " ").slice(0, 19) : "";
   }
 
+  // the template's title for the late count (templates/reconcile/runs.html)
+  const LATE_TITLE = "rows with no record yet after a leader change: judged once the producers' retries are over";
+
   function runRow(run) {
     const tr = document.createElement("tr");
     tr.dataset.run = String(run.id);
@@ -95,13 +98,14 @@
     const kinds = cell(tr, "", "kinds");
     if (ok) {
       let any = false;
-      page.kinds.concat(["unverifiable"]).forEach(function (kind) {
+      page.kinds.concat(["unverifiable", "late"]).forEach(function (kind) {
         const n = run.counts[kind] || 0;
         if (!n) return;
         any = true;
         const span = document.createElement("span");
         span.className = "nonzero";
         span.dataset.kind = kind;
+        if (kind === "late") span.title = LATE_TITLE;
         span.textContent = n + " " + kind;
         kinds.appendChild(span);
         kinds.appendChild(document.createTextNode(" "));

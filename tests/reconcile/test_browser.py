@@ -76,6 +76,45 @@ def test_it_follows_a_run_started_from_the_page_live(
     page.close()
 
 
+def test_a_run_pushed_live_shows_its_late_rows_beside_its_findings(
+    browser: Browser,
+    asgi_server: str,
+    admin_credentials: tuple[str, str],
+    committed_binding: str,
+    django_db_blocker: DjangoDbBlocker,
+) -> None:
+    """A finished run's event, sent on the live channel as the service sends it, draws its row
+    in place: a run with no finding and 2 rows a leader change holds shows "2 late", not "none"."""
+    from auditor.lib.live import publish_now
+    from auditor.pipelines.models import Binding
+    from auditor.reconcile.models import ReconcileRun
+    from auditor.reconcile.service import LIVE_GROUP
+
+    name = committed_binding
+    page = browser.new_page()
+    page.goto(f"{asgi_server}/reconcile/runs/?binding={name}")
+    page.fill("input[name=username]", admin_credentials[0])
+    page.fill("input[name=password]", admin_credentials[1])
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{asgi_server}/reconcile/runs/?binding={name}")
+    page.wait_for_function("document.body.dataset.live_reconcile === '1'", timeout=10000)
+    page.evaluate("window.__notReloaded = true")
+    with django_db_blocker.unblock(), closing_connection():
+        run = ReconcileRun.objects.create(
+            binding=Binding.objects.get(name=name),
+            status=ReconcileRun.OK,
+            trigger="schedule",
+            counts={"late": 2},
+        )
+        publish_now(LIVE_GROUP, "run", run.as_event())
+    row = page.locator(f'#runs tbody tr[data-run="{run.pk}"]')
+    row.wait_for(timeout=20000)
+    assert row.locator('[data-kind="late"]').text_content() == "2 late"
+    assert "none" not in row.locator("td.kinds").text_content()
+    assert page.evaluate("window.__notReloaded") is True  # drawn in place, not by a reload
+    page.close()
+
+
 @pytest.fixture(scope="module")
 def binding_with_a_run_at_ten_utc(django_db_setup: None, django_db_blocker: DjangoDbBlocker) -> Iterator[str]:
     """A binding committed with one successful run that finished at 10:00 UTC."""

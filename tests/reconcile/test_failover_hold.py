@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -14,6 +15,7 @@ from spark_jobs.failover_hold import (
     follow_epochs,
     held_window,
 )
+from spark_jobs.reconcile_state import StateError, StateMeta
 from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED
 
 T0 = 1_800_000_000_000  # an instant, epoch ms
@@ -76,14 +78,18 @@ def test_the_latest_change_bounds_the_window() -> None:
     assert window is not None and window[1] == at(T0 + 3 * MIN + SEND_OUTCOME_MS + CLOCK_MARGIN_MS)
 
 
-@pytest.mark.parametrize("outcome", [UNBOUNDED, SEND_OUTCOME_MS])
-def test_a_producer_retrying_without_limit_holds_rows_for_the_defaults_bound(outcome: int) -> None:
+@pytest.mark.parametrize(
+    ("outcome", "hold"), [(UNBOUNDED, SEND_OUTCOME_MS), (SEND_OUTCOME_MS, SEND_OUTCOME_MS), (600_000, 600_000)]
+)
+def test_the_hold_is_the_send_outcome_bound_and_the_defaults_for_a_producer_retrying_without_limit(
+    outcome: int, hold: int
+) -> None:
     change = LeaderChange(T0, T0 + MIN, (0,))
     window = held_window([change], at(T0 + MIN), outcome)
     assert window is not None
     start, end = window
     # from the cutoff less the hold to the hold (and the margin) after the change
-    assert end - start == timedelta(milliseconds=2 * SEND_OUTCOME_MS + CLOCK_MARGIN_MS)
+    assert (start, end) == (at(T0 + MIN - hold), at(T0 + MIN + hold + CLOCK_MARGIN_MS))
 
 
 def test_a_change_round_trips_through_state_json_and_a_malformed_one_is_refused() -> None:
@@ -91,3 +97,11 @@ def test_a_change_round_trips_through_state_json_and_a_malformed_one_is_refused(
     assert LeaderChange.from_json(change.to_json()) == change
     with pytest.raises(ValueError):
         LeaderChange.from_json([T0, T0])
+    meta = StateMeta(leader_epochs={0: 3, 2: 1}, leader_epochs_at_ms=T0, leader_changes=[change])
+    again = StateMeta.from_json(json.loads(json.dumps(meta.to_json())))
+    assert (again.leader_epochs, again.leader_epochs_at_ms, again.leader_changes) == ({0: 3, 2: 1}, T0, [change])
+    # a state written before stop 79 has none: no reading to compare with
+    older = {k: v for k, v in meta.to_json().items() if not k.startswith("leader_")}
+    assert StateMeta.from_json(older).leader_epochs == {} and StateMeta.from_json(older).leader_epochs_at_ms is None
+    with pytest.raises(StateError, match="leader_changes"):
+        StateMeta.from_json(meta.to_json() | {"leader_changes": [[T0]]})
