@@ -18,6 +18,7 @@ test stack, PostgreSQL and Spark (the run in this process).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any, cast
@@ -29,8 +30,24 @@ from auditor.lab.cluster import Cluster as LabCluster
 from auditor.probes.producer import AuditedProducer
 from tests.support.demo import DemoPipeline
 from tests.support.stuck import bind_ledgers, make_rule, reconcile_now, run_findings
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.alone, pytest.mark.integration, pytest.mark.django_db]
+
+
+def _ledgered_unresolved(cluster: LabCluster, ledger: str, topic: str, key: str) -> bool:
+    """Whether the producer ledger holds an unresolved range of `topic` and the keys record
+    naming `key` (contract v2), as a plain reader of the ledger sees it."""
+    ranges = keyed = False
+    for record in cluster.read_topic(ledger):
+        entry = json.loads(record.value or b"{}")
+        if entry.get("topic") != topic:
+            continue
+        if entry.get("type") == "ranges":
+            ranges |= any(r[2] in ("unconfirmed", "sent") for r in entry.get("entries", []))
+        elif entry.get("type") == "keys":
+            keyed |= any(key in e[1] for e in entry.get("entries", []))
+    return ranges and keyed
 
 
 def test_a_row_whose_probed_send_is_still_being_retried_is_not_missing_past_the_grace(
@@ -83,6 +100,16 @@ def test_a_row_whose_probed_send_is_still_being_retried_is_not_missing_past_the_
                 time.sleep(1)
             producer.produce(pipeline.topic, b"{}", in_flight.encode(), on_delivery=report)
             producer.poll(3)  # the probe's background flushes ledger the send, unresolved
+            # ... readable once the ledger's own partition takes it: the frozen broker may have led
+            # that partition, and the probe's ledger producer waits out its request timeout before
+            # it writes to the new leader (the open gap of docs/known-gaps.md: a run before that
+            # reads no entry, lab in-flight-while-auditing, stop 79). This test is of the entry read.
+            wait_until(
+                lambda: _ledgered_unresolved(cluster, pipeline.probes.producer_ledger, pipeline.topic, in_flight),
+                120,
+                "the unresolved send in the producer ledger",
+                interval=1.0,
+            )
             time.sleep(1.5)  # the row is past the grace
             # ground truth while the run reads: no report yet, the record not in the topic
             assert in_flight not in reports
