@@ -7,6 +7,7 @@ without a reload. The spark-submit path itself is covered by test_run_cli.py.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -106,7 +107,11 @@ def test_a_run_pushed_live_shows_its_late_rows_beside_its_findings(
             trigger="schedule",
             counts={"late": 2},
         )
-        publish_now(LIVE_GROUP, "run", run.as_event())
+        event = run.as_event()
+    # Playwright runs an event loop in this thread, so push from another one (as the worker would).
+    pusher = threading.Thread(target=publish_now, args=(LIVE_GROUP, "run", event))
+    pusher.start()
+    pusher.join(10)
     row = page.locator(f'#runs tbody tr[data-run="{run.pk}"]')
     row.wait_for(timeout=20000)
     assert row.locator('[data-kind="late"]').text_content() == "2 late"
