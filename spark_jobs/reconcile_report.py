@@ -80,9 +80,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
     if plan.recreated is None and plan.mode != "full":
         # a loss an earlier run read stays known once retention deletes its offset (a --full
         # run starts over: the user's way to drop what earlier runs concluded)
-        kept = lost_gaps_kept(
-            plan.store.dataset(spark, plan.findings_before, "findings"), gaps, watermarks, s["seq_coverage"]
-        )
+        kept = lost_gaps_kept(findings_before(spark, plan), gaps, watermarks, s["seq_coverage"])
         gaps = kept if gaps is None else gaps.unionByName(kept)
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it
     lost_acks = None if gaps is None else gaps.where(F.col("cause") == "broker-lost")
@@ -153,7 +151,7 @@ def reported_before(spark: SparkSession, plan: RunPlan) -> KeptFindings | None:
         "run's: the rows and records the last run reported stay reported, those read since are judged by the clock "
         "as it reads now"
     )
-    findings = plan.store.dataset(spark, plan.findings_before, "findings")
+    findings = findings_before(spark, plan)
     missing = findings.where(F.col("kind") == "missing").select("key", F.col("timestamp").alias("created"))
     orphans = findings.where(F.col("kind") == "orphan")
     positions = orphans.select(
@@ -167,23 +165,23 @@ def reported_before(spark: SparkSession, plan: RunPlan) -> KeptFindings | None:
     return KeptFindings(kept, missing, positions)
 
 
+def findings_before(spark: SparkSession, plan: RunPlan) -> DataFrame:
+    """The findings this run's are new against (RunPlan.findings_before: the last run's)."""
+    return plan.store.dataset(spark, plan.findings_before, "findings")
+
+
 def late_rows_held(spark: SparkSession, plan: RunPlan) -> tuple[tuple[datetime, datetime], DataFrame] | None:
-    """find_missing's `late`: the window of `created` a leader change holds (failover_hold), and
+    """find_missing's `held_late`: the window of `created` a leader change holds (failover_hold), and
     the keys the last run reported missing, which it does not hold. None: no change holds rows."""
     window = held_window(plan.leader_changes, plan.cutoff, plan.send_outcome_ms)
     if window is None:
         return None
-    findings = plan.store.dataset(spark, plan.findings_before, "findings")
-    return window, findings.where(F.col("kind") == "missing").select("key")
+    return window, findings_before(spark, plan).where(F.col("kind") == "missing").select("key")
 
 
 def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFrame:
     """`is_new`: the previous run did not report the same finding (IDENTITY)."""
-    seen = (
-        plan.store.dataset(spark, plan.findings_before, "findings")
-        .select(*[F.col(c).alias(f"_seen_{c}") for c in IDENTITY])
-        .distinct()
-    )
+    seen = findings_before(spark, plan).select(*[F.col(c).alias(f"_seen_{c}") for c in IDENTITY]).distinct()
     return (
         current.join(seen, [current[c].eqNullSafe(seen[f"_seen_{c}"]) for c in IDENTITY], "left")
         .withColumn("is_new", F.col("_seen_kind").isNull())

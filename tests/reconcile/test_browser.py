@@ -18,7 +18,7 @@ from pytest_django import DjangoDbBlocker
 from tests.support.browser import closing_connection
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser
+    from playwright.sync_api import Browser, Page
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.django_db]
 
@@ -44,6 +44,22 @@ def committed_binding(django_db_setup: None, django_db_blocker: DjangoDbBlocker,
         source.delete()
 
 
+def _runs_page_live(browser: Browser, asgi_server: str, credentials: tuple[str, str], binding: str) -> Page:
+    """The runs page of `binding`, logged in through the login page it redirects to, its live
+    connection up, marked so that a reload would show (window.__notReloaded)."""
+    page = browser.new_page()
+    page.goto(f"{asgi_server}/reconcile/runs/?binding={binding}")
+    assert "/login/" in page.url
+    page.fill("input[name=username]", credentials[0])
+    page.fill("input[name=password]", credentials[1])
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{asgi_server}/reconcile/runs/?binding={binding}")
+    page.wait_for_selector("#live-state.ok", timeout=20000)
+    page.wait_for_function("document.body.dataset.live_reconcile === '1'", timeout=10000)
+    page.evaluate("window.__notReloaded = true")
+    return page
+
+
 def test_it_follows_a_run_started_from_the_page_live(
     browser: Browser,
     asgi_server: str,
@@ -52,17 +68,8 @@ def test_it_follows_a_run_started_from_the_page_live(
     committed_binding: str,
 ) -> None:
     name = committed_binding
-    page = browser.new_page()
-    page.goto(f"{asgi_server}/reconcile/runs/?binding={name}")
-    assert "/login/" in page.url
-    page.fill("input[name=username]", admin_credentials[0])
-    page.fill("input[name=password]", admin_credentials[1])
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{asgi_server}/reconcile/runs/?binding={name}")
-    page.wait_for_selector("#live-state.ok", timeout=20000)
-    page.wait_for_function("document.body.dataset.live_reconcile === '1'", timeout=10000)
+    page = _runs_page_live(browser, asgi_server, admin_credentials, name)
     assert page.locator("#runs tbody tr[data-run]").count() == 0
-    page.evaluate("window.__notReloaded = true")
 
     page.click(f'#bindings tr[data-binding="{name}"] button')
 
@@ -92,14 +99,7 @@ def test_a_run_pushed_live_shows_its_late_rows_beside_its_findings(
     from auditor.reconcile.service import LIVE_GROUP
 
     name = committed_binding
-    page = browser.new_page()
-    page.goto(f"{asgi_server}/reconcile/runs/?binding={name}")
-    page.fill("input[name=username]", admin_credentials[0])
-    page.fill("input[name=password]", admin_credentials[1])
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{asgi_server}/reconcile/runs/?binding={name}")
-    page.wait_for_function("document.body.dataset.live_reconcile === '1'", timeout=10000)
-    page.evaluate("window.__notReloaded = true")
+    page = _runs_page_live(browser, asgi_server, admin_credentials, name)
     with django_db_blocker.unblock(), closing_connection():
         run = ReconcileRun.objects.create(
             binding=Binding.objects.get(name=name),
