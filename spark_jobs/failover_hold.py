@@ -19,9 +19,19 @@ has passed beyond its grace. Rows with evidence of a loss (a record an earlier r
 acked send) are not held: they are known lost, not late; nor are rows the last run reported
 `missing` already (the change came after that run read the log ends: it did not delay them).
 
-What it cannot see (docs/known-gaps.md): a leader change before the first reading of a binding
-(its first run, a state written before the epochs were kept or unreadable, a binding moved to
-another topic); a leader frozen for longer than the grace and shorter than the controller's
+A probe writes its ledger entries through a producer of its own, to the producer ledger's
+partitions: a failover there holds the entries the same way, so a run reads no entry for a
+probed send still on its way (the lab's `in-flight-while-auditing`, stop 79). The producer
+ledger's epochs are kept too, and a change of its leaders holds rows as one of the topic's,
+where the topic's producers are probed (every record the runs read carries audit headers: a
+plain producer's rows have no entry to wait for). Where there is no earlier reading of the
+ledger (a binding's first run), the change is dated from the ledger's own records
+(kafka_offsets.epochs_led_before): a partition whose current leader is not seen appending a
+record old enough to put the change out of reach may have changed leader a moment ago.
+
+What it cannot see (docs/known-gaps.md): a change of the topic's own leaders before the first
+reading of a binding (its first run, a state written before the epochs were kept or unreadable,
+a binding moved to another topic); a leader frozen for longer than the grace and shorter than the controller's
 session timeout (not replaced: no epoch change, and its sends wait the freeze out, past the
 grace); a broker that does not give epochs.
 """
@@ -41,21 +51,30 @@ CLOCK_MARGIN_MS = 60_000
 @dataclass(frozen=True)
 class LeaderChange:
     """Leaders of `partitions` changed after `after_ms` (the reading that saw the earlier
-    epochs) and by `by_ms` (the one that saw the new ones), both the driver's clock."""
+    epochs, or the dating bound: first_reading_change) and by `by_ms` (the one that saw the new
+    ones), both the driver's clock. `ledger`: the producer ledger topic whose partitions they
+    are; None: the binding's topic."""
 
     after_ms: int
     by_ms: int
     partitions: tuple[int, ...]
+    ledger: str | None = None
 
     def to_json(self) -> list[object]:
-        return [self.after_ms, self.by_ms, list(self.partitions)]
+        head: list[object] = [self.after_ms, self.by_ms, list(self.partitions)]
+        return head if self.ledger is None else [*head, self.ledger]
 
     @classmethod
     def from_json(cls, data: object) -> LeaderChange:
         """Raises ValueError (or TypeError) where `data` is not a change's list."""
-        if not isinstance(data, list) or len(data) != 3 or not isinstance(data[2], list):
-            raise ValueError(f"not [after_ms, by_ms, [partitions]]: {data!r}")
-        return cls(int(data[0]), int(data[1]), tuple(int(p) for p in data[2]))
+        if (
+            not isinstance(data, list)
+            or len(data) not in (3, 4)
+            or not isinstance(data[2], list)
+            or (len(data) == 4 and not isinstance(data[3], str))
+        ):
+            raise ValueError(f"not [after_ms, by_ms, [partitions]] or [..., ledger topic]: {data!r}")
+        return cls(int(data[0]), int(data[1]), tuple(int(p) for p in data[2]), data[3] if len(data) == 4 else None)
 
 
 def hold_ms(outcome_ms: int) -> int:
@@ -66,7 +85,11 @@ def hold_ms(outcome_ms: int) -> int:
 
 
 def epochs_changed(
-    before: Mapping[int, int], before_ms: int | None, now: Mapping[int, int | None], now_ms: int
+    before: Mapping[int, int],
+    before_ms: int | None,
+    now: Mapping[int, int | None],
+    now_ms: int,
+    ledger: str | None = None,
 ) -> LeaderChange | None:
     """The change between the last reading (`before`, taken at `before_ms`) and this one: the
     partitions whose epoch differs, a partition new since then with an epoch above 0 (it has
@@ -77,7 +100,28 @@ def epochs_changed(
     changed = tuple(
         sorted(p for p, e in now.items() if e is not None and (before.get(p, 0) != e if p in before else e > 0))
     )
-    return LeaderChange(before_ms, max(now_ms, before_ms), changed) if changed else None
+    return LeaderChange(before_ms, max(now_ms, before_ms), changed, ledger) if changed else None
+
+
+def dating_bound_ms(now_ms: int, grace_ms: int, outcome_ms: int) -> int:
+    """How old a record the current leader appended must be for a change before it to hold no
+    row any more: a change is kept for its hold and the clock margin twice and the grace
+    (changes_kept), and a record appended by the new leader may have been created up to the
+    hold before it was appended (its send's outcome bound)."""
+    hold = hold_ms(outcome_ms)
+    return now_ms - grace_ms - 3 * hold - 2 * CLOCK_MARGIN_MS
+
+
+def first_reading_change(
+    now: Mapping[int, int | None], led_before: set[int], since_ms: int, now_ms: int, ledger: str | None = None
+) -> LeaderChange | None:
+    """At a first reading of the epochs (no earlier one to compare with): the partitions that
+    may have changed leader since `since_ms` (dating_bound_ms). A partition still led by the
+    leader it was created with (epoch 0) has not; nor has one whose current leader appended a
+    record stamped before `since_ms` (`led_before`: kafka_offsets.epochs_led_before). Any other,
+    an empty one too, is a change between `since_ms` and `now_ms`. An unknown epoch says nothing."""
+    undated = tuple(sorted(p for p, e in now.items() if e is not None and e > 0 and p not in led_before))
+    return LeaderChange(since_ms, max(now_ms, since_ms), undated, ledger) if undated else None
 
 
 def epochs_after(before: Mapping[int, int], now: Mapping[int, int | None]) -> dict[int, int]:
@@ -101,13 +145,23 @@ def follow_epochs(
     now_ms: int,
     grace_ms: int,
     outcome_ms: int,
+    first: LeaderChange | None = None,
+    ledger: str | None = None,
 ) -> tuple[dict[int, int], list[LeaderChange], LeaderChange | None]:
-    """After a reading of the epochs (`now`, at `now_ms`): the epochs and changes state.json
-    keeps, and the change seen since the last reading (`before`, at `before_ms`; None: none to
-    compare with, a topic read for the first time or created again)."""
-    change = epochs_changed(before or {}, before_ms, now, now_ms)
+    """After a reading of the epochs (`now`, at `now_ms`) of the topic or of the producer ledger
+    (`ledger`): the epochs and changes state.json keeps, and the change seen since the last
+    reading (`before`, at `before_ms`; None: none to compare with, a topic read for the first
+    time or created again: then `first`, first_reading_change's answer, where it was dated)."""
+    change = epochs_changed(before, before_ms, now, now_ms, ledger) if before is not None else first
     changes = changes_kept([*kept, *([change] if change else [])], now_ms, grace_ms, outcome_ms)
     return epochs_after(before or {}, now), changes, change
+
+
+def changes_holding(changes: list[LeaderChange], probed: bool) -> list[LeaderChange]:
+    """The changes that hold a run's rows: the topic's, and the producer ledger's where the
+    topic's producers are probed (no record without audit headers was read: a plain producer's
+    row has no ledger entry to wait for)."""
+    return [c for c in changes if c.ledger is None or probed]
 
 
 def held_window(changes: list[LeaderChange], cutoff: datetime, outcome_ms: int) -> tuple[datetime, datetime] | None:
@@ -124,9 +178,25 @@ def held_window(changes: list[LeaderChange], cutoff: datetime, outcome_ms: int) 
     return (_instant(start), _instant(end)) if end > start else None
 
 
-def describe_hold(change: LeaderChange, topic: str, outcome_ms: int) -> str:
-    """The run's warning for a change it saw."""
+def describe_hold(change: LeaderChange, topic: str, outcome_ms: int, first_reading: bool = False) -> str:
+    """The run's warning for a change it saw (`first_reading`: one first_reading_change could
+    not date)."""
     parts = ", ".join(str(p) for p in change.partitions)
+    between = f"{_instant(change.after_ms).isoformat()} and {_instant(change.by_ms).isoformat()}"
+    if change.ledger is not None:
+        changed = (
+            f"the current leaders of partition(s) {parts} appended no record old enough to show they led them "
+            f"before {_instant(change.after_ms).isoformat()} (no earlier run read its epochs): taken as changed "
+            f"between {between}"
+            if first_reading
+            else f"partition(s) {parts} changed leader between {between}"
+        )
+        return (
+            f"the producer ledger {change.ledger}: {changed}; a failover can "
+            f"hold a probe's ledger entries until its ledger producer's retries end, so where {topic}'s producers "
+            f"are probed, rows without a record created up to {describe(hold_ms(outcome_ms))} after it are "
+            "reported missing only once that long past their grace"
+        )
     return (
         f"{topic}: partition(s) {parts} changed leader between {_instant(change.after_ms).isoformat()} and "
         f"{_instant(change.by_ms).isoformat()}; a failover can hold sends until the producer's retries end, so "

@@ -423,6 +423,59 @@ def first_messages(
     return found
 
 
+def epochs_led_before(
+    admin: AdminClient,
+    bootstrap_servers: str,
+    config: dict[str, str] | None,
+    topic: str,
+    ends: Mapping[int, PartitionOffsets],
+    before_ms: int,
+    timeout_s: float = 10.0,
+) -> set[int]:
+    """The partitions of `ends` (partition_offsets' answer) whose current leader appended a
+    record stamped before `before_ms`: it has led them since a moment after that record was
+    sent (failover_hold.first_reading_change). A partition still led by the leader it was
+    created with (epoch 0) or of unknown epoch is not asked.
+
+    The record read is the last one stamped before `before_ms` (the one before the offset that
+    time's look-up gives): its batch carries the epoch of the leader that appended it. One
+    short-lived consumer, no group, nothing committed; a partition whose records all come after
+    `before_ms`, an empty one, or one whose record there is a transaction's marker is not in the
+    answer. Raises KafkaReadError where Kafka cannot be read."""
+    wanted = {p: o for p, o in ends.items() if o.leader_epoch}
+    if not wanted:
+        return set()
+    try:
+        futures = admin.list_offsets(
+            {TopicPartition(topic, p): OffsetSpec.for_timestamp(before_ms) for p in wanted}, request_timeout=timeout_s
+        )
+        after = {tp.partition: f.result(timeout=timeout_s + FUTURE_MARGIN_S).offset for tp, f in futures.items()}
+    except KafkaException as exc:
+        raise KafkaReadError(f"looking up {topic}'s records stamped before {before_ms} failed: {exc}") from exc
+    # no record stamped at or after the time (-1): the last record is the one before it
+    starts = {p: (o if o >= 0 else wanted[p].high) - 1 for p, o in after.items()}
+    starts = {p: o for p, o in starts.items() if o >= wanted[p].low}
+    if not starts:
+        return set()
+    consumer = Consumer(
+        single_record_reader_config(
+            bootstrap_servers, config, f"_audit.reconcile-epochs-{os.getpid()}", "read_uncommitted", timeout_s
+        )
+    )
+    try:
+        found = first_messages(consumer, topic, starts, timeout_s, "dating the leaders of")
+    finally:
+        consumer.close()
+    return {
+        p
+        for p, msg in found.items()
+        if msg.error() is None
+        and msg.offset() == starts[p]
+        and msg.timestamp()[1] < before_ms
+        and msg.leader_epoch() == wanted[p].leader_epoch
+    }
+
+
 def first_committed_records(
     bootstrap_servers: str,
     config: dict[str, str] | None,

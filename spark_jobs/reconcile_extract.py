@@ -333,13 +333,16 @@ def extract_topic_offsets(
     settled = time.monotonic() + (mark_settle_seconds() if committed else 0.0)
     spans = plain_commits(binding, admin, committed, meta)  # in the settle wait
 
+    ends: dict[str, dict[int, PartitionOffsets]] = {}
+
     def ledger(topic: str, previous: dict[int, int], settle: bool = False) -> OffsetRange:
         # A ledger topic that never existed means the probes are not in use; one that
         # disappeared after being read is a failure like any other unreadable input.
         parts = topic_partitions(admin, topic, required=bool(previous))
         if settle and parts:
             time.sleep(max(0.0, settled - time.monotonic()))  # MARK_SETTLE_SECONDS
-        return plan_offsets(topic, partition_offsets(admin, topic, parts), previous)
+        ends[topic] = partition_offsets(admin, topic, parts)
+        return plan_offsets(topic, ends[topic], previous)
 
     consumer_ledger = (
         ledger(binding.consumer_ledger_topic, meta.consumer_ledger_offsets, settle=True)
@@ -361,6 +364,8 @@ def extract_topic_offsets(
         "sessions_named": spans.named,
         "consumer_ledger": consumer_ledger,
         "producer_ledger": producer_ledger,
+        # its log ends and leader epochs (failover_hold: a failover there holds probes' entries)
+        "producer_ledger_ends": ends[binding.producer_ledger_topic],
         "watermarks": offsets,
         "topic": plan_offsets(binding.topic, offsets, meta.topic_offsets, read_before=read_before),
     }

@@ -20,10 +20,22 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.binding import Binding, identity_changes
 from spark_jobs.common import cores, is_small, settings_applied, small_job_settings
-from spark_jobs.failover_hold import LeaderChange, describe_hold, follow_epochs
+from spark_jobs.failover_hold import (
+    LeaderChange,
+    dating_bound_ms,
+    describe_hold,
+    first_reading_change,
+    follow_epochs,
+)
 from spark_jobs.group_commits import forget
 from spark_jobs.kafka_cleanup import TopicCleanup
-from spark_jobs.kafka_offsets import KafkaReadError, admin_client, another_topic
+from spark_jobs.kafka_offsets import (
+    KafkaReadError,
+    PartitionOffsets,
+    admin_client,
+    another_topic,
+    epochs_led_before,
+)
 from spark_jobs.late_rows import LookedUp, SourceTable
 from spark_jobs.ledger_ids import LEDGER_KINDS, LedgerId, extract_ledger_ids
 from spark_jobs.mark_rules import MarkRule
@@ -147,6 +159,9 @@ class RunPlan:
     leader_epochs: dict[int, int] = field(default_factory=dict)
     leader_epochs_at_ms: int | None = None
     leader_changes: list[LeaderChange] = field(default_factory=list)
+    # the producer ledger's epochs after this run (state.json's ledger_epochs); its changes are
+    # in leader_changes
+    ledger_epochs: dict[str, dict[int, int]] = field(default_factory=dict)
     # read_at_ms to the microsecond: the source window ends as long before the driver's `upper`
     # as the plan took from here (reconcile_inputs)
     reads_began: datetime = field(kw_only=True)
@@ -593,17 +608,24 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         and not another_topic(earlier.topic_id, current_id)
     )
     before = earlier if same_topic and not recreated else None
+    kept = earlier.leader_changes if earlier is not None else []
+    grace_ms = int(binding.grace_seconds * 1000)
     leader_epochs, leader_changes, change = follow_epochs(
         before.leader_epochs if before else None,
         before.leader_epochs_at_ms if before else None,
-        before.leader_changes if before else [],
+        [c for c in kept if c.ledger is None] if before else [],
         {p: o.leader_epoch for p, o in kafka["watermarks"].items()},
         epochs_at_ms,
-        int(binding.grace_seconds * 1000),
+        grace_ms,
         binding.send_outcome_ms,
     )
     if change is not None:
         warnings.append(describe_hold(change, binding.topic, binding.send_outcome_ms))
+    ledger_epochs, ledger_changes, ledger_warnings = follow_ledger_epochs(
+        binding, admin, earlier, "producer" in ledgers_recreated, kafka["producer_ledger_ends"], epochs_at_ms
+    )
+    warnings += ledger_warnings
+    leader_changes += ledger_changes
     laps("kafka_offsets")
     upper = options.now or datetime.now(UTC)
     if meta.window_upper:
@@ -637,5 +659,44 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
         leader_epochs=leader_epochs,
         leader_epochs_at_ms=epochs_at_ms,
         leader_changes=leader_changes,
+        ledger_epochs=ledger_epochs,
         reads_began=reads_began,
     )
+
+
+def follow_ledger_epochs(
+    binding: Binding,
+    admin: AdminClient,
+    earlier: StateMeta | None,
+    recreated: bool,
+    ends: dict[int, PartitionOffsets],
+    now_ms: int,
+) -> tuple[dict[str, dict[int, int]], list[LeaderChange], list[str]]:
+    """The producer ledger's side of the leader-change hold (failover_hold): state.json's
+    ledger_epochs after this run, the ledger's changes that may still hold rows, and the run's
+    warnings. Its epochs are compared with the last reading of the same ledger topic (not one
+    deleted and created again since, `recreated`); without one (a binding's first run, a state
+    from before they were kept), a change is dated from the ledger's own records."""
+    topic = binding.producer_ledger_topic
+    grace_ms = int(binding.grace_seconds * 1000)
+    now = {p: o.leader_epoch for p, o in ends.items()}
+    before = None if earlier is None or recreated else earlier.ledger_epochs.get(topic)
+    before_ms = earlier.leader_epochs_at_ms if earlier is not None else None
+    kept = [c for c in earlier.leader_changes if c.ledger == topic] if before is not None and earlier else []
+    warnings: list[str] = []
+    first = None
+    if before is None or before_ms is None:
+        before = None
+        since = dating_bound_ms(now_ms, grace_ms, binding.send_outcome_ms)
+        try:
+            led = epochs_led_before(admin, binding.bootstrap_servers, binding.kafka_config, topic, ends, since)
+        except KafkaReadError as exc:
+            led = set()
+            warnings.append(f"the producer ledger {topic}'s leaders could not be dated: {exc}")
+        first = first_reading_change(now, led, since, now_ms, topic)
+    epochs, changes, change = follow_epochs(
+        before, before_ms, kept, now, now_ms, grace_ms, binding.send_outcome_ms, first=first, ledger=topic
+    )
+    if change is not None:
+        warnings.append(describe_hold(change, binding.topic, binding.send_outcome_ms, first_reading=first is not None))
+    return {topic: epochs} if epochs else {}, changes, warnings

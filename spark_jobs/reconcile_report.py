@@ -11,7 +11,7 @@ from datetime import datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.failover_hold import held_window
+from spark_jobs.failover_hold import changes_holding, held_window
 from spark_jobs.reconcile_findings import late_held_rows, lost_gaps_kept
 from spark_jobs.reconcile_plan import RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_schemas import LATE
@@ -85,7 +85,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it
     lost_acks = None if gaps is None else gaps.where(F.col("cause") == "broker-lost")
     new.lost_acks, new.held = lost_acks, held
-    new.held_late = late_rows_held(spark, plan)
+    new.held_late = late_rows_held(spark, plan, probed=inputs.unprobed_record_ms is None)
     optional: list[tuple[DataFrame, Callable[[], DataFrame]]] = [
         (s["aborted"], lambda: find_aborted(s["aborted"])),
         (
@@ -170,10 +170,14 @@ def findings_before(spark: SparkSession, plan: RunPlan) -> DataFrame:
     return plan.store.dataset(spark, plan.findings_before, "findings")
 
 
-def late_rows_held(spark: SparkSession, plan: RunPlan) -> tuple[tuple[datetime, datetime], DataFrame] | None:
+def late_rows_held(
+    spark: SparkSession, plan: RunPlan, probed: bool
+) -> tuple[tuple[datetime, datetime], DataFrame] | None:
     """find_missing's `held_late`: the window of `created` a leader change holds (failover_hold), and
-    the keys the last run reported missing, which it does not hold. None: no change holds rows."""
-    window = held_window(plan.leader_changes, plan.cutoff, plan.send_outcome_ms)
+    the keys the last run reported missing, which it does not hold. `probed`: every record the
+    runs read carries audit headers (the producer ledger's changes hold rows then). None: no
+    change holds rows."""
+    window = held_window(changes_holding(plan.leader_changes, probed), plan.cutoff, plan.send_outcome_ms)
     if window is None:
         return None
     return window, findings_before(spark, plan).where(F.col("kind") == "missing").select("key")

@@ -182,6 +182,10 @@ class StateMeta:
     leader_epochs: dict[int, int] = field(default_factory=dict)
     leader_epochs_at_ms: int | None = None
     leader_changes: list[LeaderChange] = field(default_factory=list)
+    # Per producer ledger topic, its partitions' leader epochs at the same reading: a failover
+    # there holds probes' entries (failover_hold). Forgotten with a ledger deleted and created
+    # again; its changes are in leader_changes, named by the ledger's topic.
+    ledger_epochs: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -226,6 +230,7 @@ class StateMeta:
             "leader_epochs": {str(k): v for k, v in self.leader_epochs.items()},
             "leader_epochs_at_ms": self.leader_epochs_at_ms,
             "leader_changes": [c.to_json() for c in self.leader_changes],
+            "ledger_epochs": _offsets_by_group_to_json(self.ledger_epochs),
         }
 
     @classmethod
@@ -276,6 +281,7 @@ class StateMeta:
             leader_epochs=offsets("leader_epochs"),
             leader_epochs_at_ms=None if data.get("leader_epochs_at_ms") is None else int(data["leader_epochs_at_ms"]),
             leader_changes=_leader_changes(data),
+            ledger_epochs=_offsets_by_group(data, "ledger_epochs"),
         )
 
 
@@ -284,7 +290,8 @@ def _offsets_by_group_to_json(offsets: dict[str, dict[int, int]]) -> dict[str, d
 
 
 def _offsets_by_group(data: dict[str, Any], name: str) -> dict[str, dict[int, int]]:
-    """A group -> partition -> offset map of state.json (`first_marks`, `unproven_commits`)."""
+    """A group (or topic) -> partition -> number map of state.json (`first_marks`,
+    `unproven_commits`, `ledger_epochs`)."""
     try:
         return {str(g): {int(p): int(o) for p, o in parts.items()} for g, parts in (data.get(name) or {}).items()}
     except (TypeError, ValueError, AttributeError) as exc:

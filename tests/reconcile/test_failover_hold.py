@@ -10,8 +10,12 @@ import pytest
 from spark_jobs.failover_hold import (
     CLOCK_MARGIN_MS,
     LeaderChange,
+    changes_holding,
     changes_kept,
+    dating_bound_ms,
+    describe_hold,
     epochs_changed,
+    first_reading_change,
     follow_epochs,
     held_window,
 )
@@ -105,3 +109,59 @@ def test_a_change_round_trips_through_state_json_and_a_malformed_one_is_refused(
     assert StateMeta.from_json(older).leader_epochs == {} and StateMeta.from_json(older).leader_epochs_at_ms is None
     with pytest.raises(StateError, match="leader_changes"):
         StateMeta.from_json(meta.to_json() | {"leader_changes": [[T0]]})
+
+
+def test_a_ledger_change_round_trips_with_its_topic_and_a_state_keeps_the_ledger_epochs() -> None:
+    change = LeaderChange(T0, T0 + MIN, (1,), "_audit.producer-ledger")
+    assert change.to_json() == [T0, T0 + MIN, [1], "_audit.producer-ledger"]
+    assert LeaderChange.from_json(change.to_json()) == change
+    with pytest.raises(ValueError):
+        LeaderChange.from_json([T0, T0 + MIN, [1], 7])
+    meta = StateMeta(ledger_epochs={"_audit.producer-ledger": {0: 2, 1: 5}}, leader_changes=[change])
+    again = StateMeta.from_json(json.loads(json.dumps(meta.to_json())))
+    assert (again.ledger_epochs, again.leader_changes) == ({"_audit.producer-ledger": {0: 2, 1: 5}}, [change])
+    older = {k: v for k, v in meta.to_json().items() if k != "ledger_epochs"}
+    assert StateMeta.from_json(older).ledger_epochs == {}
+
+
+def test_at_a_first_reading_only_a_leader_not_seen_appending_an_old_record_is_a_change() -> None:
+    since = T0 - 20 * MIN
+    # 0: never changed leader; 1: its leader appended a record stamped before `since`;
+    # 2: not seen doing so (or empty); 3: epoch unknown
+    change = first_reading_change({0: 0, 1: 4, 2: 3, 3: None}, {1}, since, T0, "ledger")
+    assert change == LeaderChange(since, T0, (2,), "ledger")
+    assert first_reading_change({0: 0, 1: 4}, {1}, since, T0) is None
+
+
+def test_a_first_reading_gives_its_dated_change_and_a_later_one_compares() -> None:
+    first = LeaderChange(T0 - 20 * MIN, T0, (0,), "ledger")
+    epochs, changes, change = follow_epochs(
+        None, None, [], {0: 2}, T0, 1000, SEND_OUTCOME_MS, first=first, ledger="ledger"
+    )
+    assert (epochs, changes, change) == ({0: 2}, [first], first)
+    # the next reading compares with this one; the first change stays kept while it can hold rows
+    epochs, changes, change = follow_epochs(
+        {0: 2}, T0, [first], {0: 3}, T0 + MIN, 1000, SEND_OUTCOME_MS, ledger="ledger"
+    )
+    assert change == LeaderChange(T0, T0 + MIN, (0,), "ledger") and changes == [first, change]
+
+
+def test_the_dating_bound_puts_a_change_before_an_old_records_append_out_of_reach() -> None:
+    grace, hold = 10_000, SEND_OUTCOME_MS
+    since = dating_bound_ms(T0, grace, SEND_OUTCOME_MS)
+    # a record created just before `since` and appended by the new leader as late as its send
+    # allows: the change came before that append, and holds no row at T0 any more
+    latest_change = LeaderChange(since - 1, since - 1 + hold, (0,))
+    assert changes_kept([latest_change], T0, grace, SEND_OUTCOME_MS) == []
+    # a bound any later would leave it kept
+    later = LeaderChange(since, since + hold + 1, (0,))
+    assert changes_kept([later], T0, grace, SEND_OUTCOME_MS) == [later]
+
+
+def test_a_ledger_change_holds_rows_only_where_the_topics_producers_are_probed() -> None:
+    topic_change = LeaderChange(T0, T0 + MIN, (0,))
+    ledger_change = LeaderChange(T0, T0 + 2 * MIN, (1,), "ledger")
+    assert changes_holding([topic_change, ledger_change], probed=True) == [topic_change, ledger_change]
+    assert changes_holding([topic_change, ledger_change], probed=False) == [topic_change]
+    first = describe_hold(ledger_change, "tickets", SEND_OUTCOME_MS, first_reading=True)
+    assert "producer ledger ledger" in first and "no earlier run read its epochs" in first and "probed" in first
