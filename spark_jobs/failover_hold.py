@@ -17,7 +17,8 @@ changed between the two readings: a LeaderChange, kept while it can still delay 
 with no record created up to the send outcome bound after it is not `missing` until the bound
 has passed beyond its grace. Rows with evidence of a loss (a record an earlier run saw, an
 acked send) are not held: they are known lost, not late; nor are rows the last run reported
-`missing` already (the change came after that run read the log ends: it did not delay them).
+`missing` already (the change came after that run read the log ends: it did not delay them),
+nor rows whose send's outcome a probe's ledger gave (a failure: the send is not on its way).
 
 A probe writes its ledger entries through a producer of its own, to the producer ledger's
 partitions: a failover there holds the entries the same way, so a run reads no entry for a

@@ -67,7 +67,8 @@ def find_missing(
     transaction, which the run read up to; a later run reads them), or that were created in
     `held_late`'s window ((start, end] of `created`: after a leader change whose failover may still
     hold their sends, spark_jobs.failover_hold) with no evidence of a loss (a sighting, a lost
-    ack) and a key not among `held_late`'s (column `key`: the rows the last run reported missing):
+    ack) and a key not among `held_late`'s (column `key`: the rows the last run reported missing,
+    and those whose send's outcome a probe's ledger gave: reconcile_report.late_rows_held):
     those are judged by a later run. `kept` (a clock stepped
     back: reconcile_report.reported_before): a cutoff and the rows (key, created) the last run
     reported missing, which are past the cutoff up to that one whatever the clock reads now.

@@ -85,7 +85,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it
     lost_acks = None if gaps is None else gaps.where(F.col("cause") == "broker-lost")
     new.lost_acks, new.held = lost_acks, held
-    new.held_late = late_rows_held(spark, plan, probed=inputs.unprobed_record_ms is None)
+    new.held_late = late_rows_held(spark, plan, probed=inputs.unprobed_record_ms is None, gaps=gaps)
     optional: list[tuple[DataFrame, Callable[[], DataFrame]]] = [
         (s["aborted"], lambda: find_aborted(s["aborted"])),
         (
@@ -171,16 +171,20 @@ def findings_before(spark: SparkSession, plan: RunPlan) -> DataFrame:
 
 
 def late_rows_held(
-    spark: SparkSession, plan: RunPlan, probed: bool
+    spark: SparkSession, plan: RunPlan, probed: bool, gaps: DataFrame | None
 ) -> tuple[tuple[datetime, datetime], DataFrame] | None:
     """find_missing's `held_late`: the window of `created` a leader change holds (failover_hold), and
-    the keys the last run reported missing, which it does not hold. `probed`: every record the
-    runs read carries audit headers (the producer ledger's changes hold rows then). None: no
-    change holds rows."""
+    the keys it does not hold: those the last run reported missing, and those of this run's
+    `gaps` (a probe's ledger gave their send's outcome: a failure, or an ack the topic lost; the
+    send is not on its way any more). `probed`: every record the runs read carries audit
+    headers (the producer ledger's changes hold rows then). None: no change holds rows."""
     window = held_window(changes_holding(plan.leader_changes, probed), plan.cutoff, plan.send_outcome_ms)
     if window is None:
         return None
-    return window, findings_before(spark, plan).where(F.col("kind") == "missing").select("key")
+    reported = findings_before(spark, plan).where(F.col("kind") == "missing").select("key")
+    if gaps is not None:
+        reported = reported.unionByName(gaps.where(F.col("key").isNotNull()).select("key"))
+    return window, reported
 
 
 def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFrame:
