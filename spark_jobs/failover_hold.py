@@ -24,8 +24,8 @@ A probe writes its ledger entries through a producer of its own, to the producer
 partitions: a failover there holds the entries the same way, so a run reads no entry for a
 probed send still on its way (the lab's `in-flight-while-auditing`, stop 79). The producer
 ledger's epochs are kept too, and a change of its leaders holds rows as one of the topic's,
-where the topic's producers are probed (every record the runs read carries audit headers: a
-plain producer's rows have no entry to wait for). Where there is no earlier reading of the
+where the topic's producers are probed (a probed producer's session writes the topic, and every
+record the runs read carries audit headers: a plain producer's rows have no entry to wait for). Where there is no earlier reading of the
 ledger (a binding's first run), the change is dated from the ledger's own records
 (kafka_offsets.epochs_led_before): a partition whose current leader is not seen appending a
 record old enough to put the change out of reach may have changed leader a moment ago.
@@ -160,8 +160,8 @@ def follow_epochs(
 
 def changes_holding(changes: list[LeaderChange], probed: bool) -> list[LeaderChange]:
     """The changes that hold a run's rows: the topic's, and the producer ledger's where the
-    topic's producers are probed (no record without audit headers was read: a plain producer's
-    row has no ledger entry to wait for)."""
+    topic's producers are probed (a probed producer's session writes it, and no record without
+    audit headers was read: a plain producer's row has no ledger entry to wait for)."""
     return [c for c in changes if c.ledger is None or probed]
 
 

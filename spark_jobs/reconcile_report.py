@@ -85,7 +85,10 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it
     lost_acks = None if gaps is None else gaps.where(F.col("cause") == "broker-lost")
     new.lost_acks, new.held = lost_acks, held
-    new.held_late = late_rows_held(spark, plan, probed=inputs.unprobed_record_ms is None, gaps=gaps)
+    # The producer ledger's changes hold rows where a probed producer writes the topic (its
+    # sessions' bounds, not proven empty) and no plain one does (no record without headers).
+    probed = inputs.unprobed_record_ms is None and not is_empty_plan(s["ledger_bounds"])
+    new.held_late = late_rows_held(spark, plan, probed=probed, gaps=gaps)
     optional: list[tuple[DataFrame, Callable[[], DataFrame]]] = [
         (s["aborted"], lambda: find_aborted(s["aborted"])),
         (
@@ -176,8 +179,9 @@ def late_rows_held(
     """find_missing's `held_late`: the window of `created` a leader change holds (failover_hold), and
     the keys it does not hold: those the last run reported missing, and those of this run's
     `gaps` (a probe's ledger gave their send's outcome: a failure, or an ack the topic lost; the
-    send is not on its way any more). `probed`: every record the runs read carries audit
-    headers (the producer ledger's changes hold rows then). None: no change holds rows."""
+    send is not on its way any more). `probed`: a probed producer writes the topic, and every
+    record the runs read carries audit headers (the producer ledger's changes hold rows then).
+    None: no change holds rows."""
     window = held_window(changes_holding(plan.leader_changes, probed), plan.cutoff, plan.send_outcome_ms)
     if window is None:
         return None
