@@ -17,8 +17,7 @@ changed between the two readings: a LeaderChange, kept while it can still delay 
 with no record created up to the send outcome bound after it is not `missing` until the bound
 has passed beyond its grace. Rows with evidence of a loss (a record an earlier run saw, an
 acked send) are not held: they are known lost, not late; nor are rows the last run reported
-`missing` already (the change came after that run read the log ends: it did not delay them),
-nor rows whose send's outcome a probe's ledger gave (a failure: the send is not on its way).
+`missing` already (the change came after that run read the log ends: it did not delay them).
 
 A probe writes its ledger entries through a producer of its own, to the producer ledger's
 partitions: a failover there holds the entries the same way, so a run reads no entry for a
@@ -28,7 +27,9 @@ where the topic's producers are probed (a probed producer's session writes the t
 record the runs read carries audit headers: a plain producer's rows have no entry to wait for). Where there is no earlier reading of the
 ledger (a binding's first run), the change is dated from the ledger's own records
 (kafka_offsets.epochs_led_before): a partition whose current leader is not seen appending a
-record old enough to put the change out of reach may have changed leader a moment ago.
+record old enough to put the change out of reach may have changed leader a moment ago. A ledger
+change holds rows for ledger_outcome_ms (the entries' bound too), and does not hold a row whose
+send's outcome the ledger gave (a `gap` of its key): that entry was not late.
 
 What it cannot see (docs/known-gaps.md): a change of the topic's own leaders before the first
 reading of a binding (its first run, a state written before the epochs were kept or unreadable,
@@ -104,13 +105,14 @@ def epochs_changed(
     return LeaderChange(before_ms, max(now_ms, before_ms), changed, ledger) if changed else None
 
 
-def dating_bound_ms(now_ms: int, grace_ms: int, outcome_ms: int) -> int:
+def dating_bound_ms(now_ms: int, grace_ms: int, outcome_ms: int, appended_within_ms: int) -> int:
     """How old a record the current leader appended must be for a change before it to hold no
     row any more: a change is kept for its hold and the clock margin twice and the grace
-    (changes_kept), and a record appended by the new leader may have been created up to the
-    hold before it was appended (its send's outcome bound)."""
+    (changes_kept, with this `outcome_ms`), and a record appended by the new leader may have
+    been created up to its producer's send outcome bound (`appended_within_ms`) before it was
+    appended, by a clock up to the margin off the driver's."""
     hold = hold_ms(outcome_ms)
-    return now_ms - grace_ms - 3 * hold - 2 * CLOCK_MARGIN_MS
+    return now_ms - grace_ms - 2 * (hold + CLOCK_MARGIN_MS) - appended_within_ms - CLOCK_MARGIN_MS
 
 
 def first_reading_change(
@@ -158,11 +160,12 @@ def follow_epochs(
     return epochs_after(before or {}, now), changes, change
 
 
-def changes_holding(changes: list[LeaderChange], probed: bool) -> list[LeaderChange]:
-    """The changes that hold a run's rows: the topic's, and the producer ledger's where the
-    topic's producers are probed (a probed producer's session writes it, and no record without
-    audit headers was read: a plain producer's row has no ledger entry to wait for)."""
-    return [c for c in changes if c.ledger is None or probed]
+def ledger_outcome_ms(outcome_ms: int) -> int:
+    """The bound a change of the producer ledger's leaders holds rows for: the later of the
+    topic's producers' (their records) and the probes' ledger producer's (their entries: it sets
+    no delivery timeout of its own, auditor.probes.config.ledger_producer_config, so librdkafka's
+    defaults' bound)."""
+    return max(hold_ms(outcome_ms), SEND_OUTCOME_MS)
 
 
 def held_window(changes: list[LeaderChange], cutoff: datetime, outcome_ms: int) -> tuple[datetime, datetime] | None:

@@ -450,22 +450,25 @@ def epochs_led_before(
             {TopicPartition(topic, p): OffsetSpec.for_timestamp(before_ms) for p in wanted}, request_timeout=timeout_s
         )
         after = {tp.partition: f.result(timeout=timeout_s + FUTURE_MARGIN_S).offset for tp, f in futures.items()}
-    except KafkaException as exc:
-        raise KafkaReadError(f"looking up {topic}'s records stamped before {before_ms} failed: {exc}") from exc
+    except (KafkaException, TimeoutError) as exc:
+        raise KafkaReadError(f"looking up {topic}'s records stamped before {before_ms} failed: {exc!r}") from exc
     # no record stamped at or after the time (-1): the last record is the one before it
     starts = {p: (o if o >= 0 else wanted[p].high) - 1 for p, o in after.items()}
     starts = {p: o for p, o in starts.items() if o >= wanted[p].low}
     if not starts:
         return set()
-    consumer = Consumer(
-        single_record_reader_config(
-            bootstrap_servers, config, f"_audit.reconcile-epochs-{os.getpid()}", "read_uncommitted", timeout_s
-        )
-    )
     try:
-        found = first_messages(consumer, topic, starts, timeout_s, "dating the leaders of")
-    finally:
-        consumer.close()
+        consumer = Consumer(
+            single_record_reader_config(
+                bootstrap_servers, config, f"_audit.reconcile-epochs-{os.getpid()}", "read_uncommitted", timeout_s
+            )
+        )
+        try:
+            found = first_messages(consumer, topic, starts, timeout_s, "dating the leaders of")
+        finally:
+            consumer.close()
+    except KafkaException as exc:
+        raise KafkaReadError(f"dating the leaders of {topic} failed: {exc}") from exc
     return {
         p
         for p, msg in found.items()

@@ -29,6 +29,10 @@ from spark_jobs.reconcile_schemas import (
     SEQ_TIME_BUCKET,
 )
 
+# Windows of `created` leader changes hold (failover_hold.held_window), each with the keys it
+# does not hold (column `key`): find_missing's `held_late`.
+HeldLate = list[tuple[tuple[datetime, datetime], DataFrame]]
+
 
 def _finding(df: DataFrame, kind: str, **columns: Column) -> DataFrame:
     selected = df.select(*[col.alias(name) for name, col in columns.items()]).withColumn("kind", F.lit(kind))
@@ -60,15 +64,15 @@ def find_missing(
     lost_acks: DataFrame | None = None,
     held: DataFrame | None = None,
     kept: tuple[datetime, DataFrame] | None = None,
-    held_late: tuple[tuple[datetime, datetime], DataFrame] | None = None,
+    held_late: HeldLate | None = None,
 ) -> DataFrame:
     """Source rows older than the grace cutoff with no record, except the unverifiable ones
     and those whose key has a record in `held` (column `key`: records behind an open
     transaction, which the run read up to; a later run reads them), or that were created in
-    `held_late`'s window ((start, end] of `created`: after a leader change whose failover may still
-    hold their sends, spark_jobs.failover_hold) with no evidence of a loss (a sighting, a lost
-    ack) and a key not among `held_late`'s (column `key`: the rows the last run reported missing,
-    and those whose send's outcome a probe's ledger gave: reconcile_report.late_rows_held):
+    one of `held_late`'s windows ((start, end] of `created`: after a leader change whose failover
+    may still hold their sends, spark_jobs.failover_hold) with no evidence of a loss (a sighting,
+    a lost ack) and a key not among that window's (column `key`: the rows it judges anyway,
+    reconcile_report.late_rows_held):
     those are judged by a later run. `kept` (a clock stepped
     back: reconcile_report.reported_before): a cutoff and the rows (key, created) the last run
     reported missing, which are past the cutoff up to that one whatever the clock reads now.
@@ -144,21 +148,24 @@ def _past_grace(
     return late.join(_first_lost_ack(lost_acks), "key", "left")
 
 
-def _late_held(late: DataFrame, held_late: tuple[tuple[datetime, datetime], DataFrame]) -> DataFrame:
-    """`late` (_past_grace) with `_late_held`: created in the window a leader change holds, with
-    no evidence of a loss, and not reported missing by the last run (find_missing)."""
-    (start, end), reported = held_late
-    marked = late.join(reported.distinct().withColumn("_reported", F.lit(True)), "key", "left")
-    in_window = (F.col("created") > F.lit(start)) & (F.col("created") <= F.lit(end))
-    evidence = F.col("_seen").isNotNull() | F.col("_acked").isNotNull() | F.col("_reported").isNotNull()
-    return marked.withColumn("_late_held", in_window & ~evidence).drop("_reported")
+def _late_held(late: DataFrame, held_late: HeldLate) -> DataFrame:
+    """`late` (_past_grace) with `_late_held`: created in a window a leader change holds, with
+    no evidence of a loss, and a key that window does not leave out (find_missing)."""
+    loss = F.col("_seen").isNotNull() | F.col("_acked").isNotNull()
+    held = F.lit(False)
+    for i, ((start, end), judged) in enumerate(held_late):
+        flag = f"_judged{i}"
+        late = late.join(judged.distinct().withColumn(flag, F.lit(True)), "key", "left")
+        in_window = (F.col("created") > F.lit(start)) & (F.col("created") <= F.lit(end))
+        held = held | (in_window & F.col(flag).isNull())
+    return late.withColumn("_late_held", held & ~loss).drop(*[f"_judged{i}" for i in range(len(held_late))])
 
 
 def late_held_rows(
     pending: DataFrame,
     cutoff: datetime,
     unverifiable_until: datetime | None,
-    held_late: tuple[tuple[datetime, datetime], DataFrame],
+    held_late: HeldLate,
     lost_sightings: DataFrame | None = None,
     lost_acks: DataFrame | None = None,
     held: DataFrame | None = None,

@@ -26,6 +26,7 @@ from spark_jobs.failover_hold import (
     describe_hold,
     first_reading_change,
     follow_epochs,
+    ledger_outcome_ms,
 )
 from spark_jobs.group_commits import forget
 from spark_jobs.kafka_cleanup import TopicCleanup
@@ -306,9 +307,9 @@ class RunState:
     # (count_findings leaves their rows out of the unverifiable ones, as find_missing does)
     lost_acks: DataFrame | None = None
     held: DataFrame | None = None
-    # the window of `created` a leader change holds, and the keys the last run reported missing
+    # the windows of `created` leader changes hold, each with the keys it judges anyway
     # (reconcile_report.late_rows_held; None: no change holds rows)
-    held_late: tuple[tuple[datetime, datetime], DataFrame] | None = None
+    held_late: list[tuple[tuple[datetime, datetime], DataFrame]] | None = None
     # how far the pending rows were looked up in the source after this run (late_rows.LookedUp)
     rows_looked_up: LookedUp = field(default_factory=LookedUp)
 
@@ -622,7 +623,13 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     if change is not None:
         warnings.append(describe_hold(change, binding.topic, binding.send_outcome_ms))
     ledger_epochs, ledger_changes, ledger_warnings = follow_ledger_epochs(
-        binding, admin, earlier, "producer" in ledgers_recreated, kafka["producer_ledger_ends"], epochs_at_ms
+        binding,
+        admin,
+        earlier,
+        ledger_ids.get("producer"),
+        "producer" in ledgers_recreated,
+        kafka["producer_ledger_ends"],
+        epochs_at_ms,
     )
     warnings += ledger_warnings
     leader_changes += ledger_changes
@@ -664,30 +671,46 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
     )
 
 
+def ledger_reading_before(
+    earlier: StateMeta | None, topic: str, id_now: str | None, recreated: bool
+) -> tuple[dict[int, int] | None, int | None, list[LeaderChange]]:
+    """The last reading of the producer ledger `topic`'s epochs (None: none to compare with),
+    when it was taken, and the ledger's changes it kept. None where no earlier run read them (a
+    binding's first run, a state from before they were kept), or where the ledger was deleted
+    and created again since (`recreated`, forget_recreated_ledgers' finding on an incremental
+    run; or its id now, `id_now`, another than the one the earlier state kept: a full run or a
+    rebuild starts from a state that keeps no ids)."""
+    if earlier is None or earlier.leader_epochs_at_ms is None or topic not in earlier.ledger_epochs:
+        return None, None, []
+    if recreated or another_topic(earlier.ledger_ids.get("producer", {}).get(topic), id_now):
+        return None, None, []
+    kept = [c for c in earlier.leader_changes if c.ledger == topic]
+    return earlier.ledger_epochs[topic], earlier.leader_epochs_at_ms, kept
+
+
 def follow_ledger_epochs(
     binding: Binding,
     admin: AdminClient,
     earlier: StateMeta | None,
+    ledger: LedgerId | None,
     recreated: bool,
     ends: dict[int, PartitionOffsets],
     now_ms: int,
 ) -> tuple[dict[str, dict[int, int]], list[LeaderChange], list[str]]:
     """The producer ledger's side of the leader-change hold (failover_hold): state.json's
     ledger_epochs after this run, the ledger's changes that may still hold rows, and the run's
-    warnings. Its epochs are compared with the last reading of the same ledger topic (not one
-    deleted and created again since, `recreated`); without one (a binding's first run, a state
-    from before they were kept), a change is dated from the ledger's own records."""
+    warnings. Its epochs are compared with the last reading of the same ledger topic
+    (ledger_reading_before); without one, a change is dated from the ledger's own records."""
     topic = binding.producer_ledger_topic
     grace_ms = int(binding.grace_seconds * 1000)
+    outcome_ms = ledger_outcome_ms(binding.send_outcome_ms)
     now = {p: o.leader_epoch for p, o in ends.items()}
-    before = None if earlier is None or recreated else earlier.ledger_epochs.get(topic)
-    before_ms = earlier.leader_epochs_at_ms if earlier is not None else None
-    kept = [c for c in earlier.leader_changes if c.ledger == topic] if before is not None and earlier else []
+    before, before_ms, kept = ledger_reading_before(earlier, topic, ledger.id if ledger else None, recreated)
     warnings: list[str] = []
     first = None
-    if before is None or before_ms is None:
-        before = None
-        since = dating_bound_ms(now_ms, grace_ms, binding.send_outcome_ms)
+    if before is None:
+        # the probes' ledger producer's records are appended within librdkafka's defaults' bound
+        since = dating_bound_ms(now_ms, grace_ms, outcome_ms, SEND_OUTCOME_MS)
         try:
             led = epochs_led_before(admin, binding.bootstrap_servers, binding.kafka_config, topic, ends, since)
         except KafkaReadError as exc:
@@ -695,8 +718,8 @@ def follow_ledger_epochs(
             warnings.append(f"the producer ledger {topic}'s leaders could not be dated: {exc}")
         first = first_reading_change(now, led, since, now_ms, topic)
     epochs, changes, change = follow_epochs(
-        before, before_ms, kept, now, now_ms, grace_ms, binding.send_outcome_ms, first=first, ledger=topic
+        before, before_ms, kept, now, now_ms, grace_ms, outcome_ms, first=first, ledger=topic
     )
     if change is not None:
-        warnings.append(describe_hold(change, binding.topic, binding.send_outcome_ms, first_reading=first is not None))
+        warnings.append(describe_hold(change, binding.topic, outcome_ms, first_reading=first is not None))
     return {topic: epochs} if epochs else {}, changes, warnings

@@ -11,8 +11,8 @@ from datetime import datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.failover_hold import changes_holding, held_window
-from spark_jobs.reconcile_findings import late_held_rows, lost_gaps_kept
+from spark_jobs.failover_hold import held_window, ledger_outcome_ms
+from spark_jobs.reconcile_findings import HeldLate, late_held_rows, lost_gaps_kept
 from spark_jobs.reconcile_plan import RunInputs, RunPlan, RunState
 from spark_jobs.reconcile_schemas import LATE
 from spark_jobs.reconcile_transform import (
@@ -85,10 +85,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
     # a key the ledger acked and the topic lost: its row is missing because the broker lost it
     lost_acks = None if gaps is None else gaps.where(F.col("cause") == "broker-lost")
     new.lost_acks, new.held = lost_acks, held
-    # The producer ledger's changes hold rows where a probed producer writes the topic (its
-    # sessions' bounds, not proven empty) and no plain one does (no record without headers).
-    probed = inputs.unprobed_record_ms is None and not is_empty_plan(s["ledger_bounds"])
-    new.held_late = late_rows_held(spark, plan, probed=probed, gaps=gaps)
+    new.held_late = late_rows_held(spark, plan, gaps, s["ledger_bounds"])
     optional: list[tuple[DataFrame, Callable[[], DataFrame]]] = [
         (s["aborted"], lambda: find_aborted(s["aborted"])),
         (
@@ -174,21 +171,29 @@ def findings_before(spark: SparkSession, plan: RunPlan) -> DataFrame:
 
 
 def late_rows_held(
-    spark: SparkSession, plan: RunPlan, probed: bool, gaps: DataFrame | None
-) -> tuple[tuple[datetime, datetime], DataFrame] | None:
-    """find_missing's `held_late`: the window of `created` a leader change holds (failover_hold), and
-    the keys it does not hold: those the last run reported missing, and those of this run's
-    `gaps` (a probe's ledger gave their send's outcome: a failure, or an ack the topic lost; the
-    send is not on its way any more). `probed`: a probed producer writes the topic, and every
-    record the runs read carries audit headers (the producer ledger's changes hold rows then).
+    spark: SparkSession, plan: RunPlan, gaps: DataFrame | None, ledger_bounds: DataFrame
+) -> HeldLate | None:
+    """find_missing's `held_late`: the windows of `created` leader changes hold (failover_hold),
+    each with the keys it judges anyway. A change of the topic's leaders holds every row in its
+    window but those the last run reported missing. A change of the producer ledger's holds rows
+    only where a probed producer writes the topic (its sessions' bounds: a plain producer's row
+    has no entry to wait for), for the entries' bound too (ledger_outcome_ms), and not those of
+    this run's `gaps` either (their send's outcome came in an entry: that one was not late).
     None: no change holds rows."""
-    window = held_window(changes_holding(plan.leader_changes, probed), plan.cutoff, plan.send_outcome_ms)
-    if window is None:
+    topic = [c for c in plan.leader_changes if c.ledger is None]
+    ledger = [c for c in plan.leader_changes if c.ledger is not None]
+    ledger_window = held_window(ledger, plan.cutoff, ledger_outcome_ms(plan.send_outcome_ms))
+    holds = [(w, "topic") for w in [held_window(topic, plan.cutoff, plan.send_outcome_ms)] if w is not None]
+    # a Spark job, only where a ledger change holds a window: whether a probed session is known
+    if ledger_window is not None and not is_empty_plan(ledger_bounds) and ledger_bounds.limit(1).count():
+        holds.append((ledger_window, "ledger"))
+    if not holds:
         return None
     reported = findings_before(spark, plan).where(F.col("kind") == "missing").select("key")
+    outcome_known = reported
     if gaps is not None:
-        reported = reported.unionByName(gaps.where(F.col("key").isNotNull()).select("key"))
-    return window, reported
+        outcome_known = reported.unionByName(gaps.where(F.col("key").isNotNull()).select("key"))
+    return [(window, reported if kind == "topic" else outcome_known) for window, kind in holds]
 
 
 def flag_new(spark: SparkSession, plan: RunPlan, current: DataFrame) -> DataFrame:
@@ -243,7 +248,8 @@ def count_findings(
         else 0
     )
     if counts[LATE] and new.held_late is not None:
-        (start, end), _ = new.held_late
+        start = min(window[0] for window, _ in new.held_late)
+        end = max(window[1] for window, _ in new.held_late)
         plan.warnings.append(
             f"{counts[LATE]} source row(s) past the grace have no record yet and are not reported missing: created "
             f"after {start.isoformat()} and up to {end.isoformat()}, after a leader change whose failover may still "

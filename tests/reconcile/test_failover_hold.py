@@ -10,7 +10,6 @@ import pytest
 from spark_jobs.failover_hold import (
     CLOCK_MARGIN_MS,
     LeaderChange,
-    changes_holding,
     changes_kept,
     dating_bound_ms,
     describe_hold,
@@ -18,7 +17,9 @@ from spark_jobs.failover_hold import (
     first_reading_change,
     follow_epochs,
     held_window,
+    ledger_outcome_ms,
 )
+from spark_jobs.reconcile_plan import ledger_reading_before
 from spark_jobs.reconcile_state import StateError, StateMeta
 from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED
 
@@ -147,21 +148,44 @@ def test_a_first_reading_gives_its_dated_change_and_a_later_one_compares() -> No
 
 
 def test_the_dating_bound_puts_a_change_before_an_old_records_append_out_of_reach() -> None:
-    grace, hold = 10_000, SEND_OUTCOME_MS
-    since = dating_bound_ms(T0, grace, SEND_OUTCOME_MS)
-    # a record created just before `since` and appended by the new leader as late as its send
-    # allows: the change came before that append, and holds no row at T0 any more
-    latest_change = LeaderChange(since - 1, since - 1 + hold, (0,))
-    assert changes_kept([latest_change], T0, grace, SEND_OUTCOME_MS) == []
-    # a bound any later would leave it kept
-    later = LeaderChange(since, since + hold + 1, (0,))
-    assert changes_kept([later], T0, grace, SEND_OUTCOME_MS) == [later]
+    grace, appended_within = 10_000, 300_000
+    outcome = ledger_outcome_ms(30_000)  # a topic producer's 30 s bound: the ledger's own counts
+    since = dating_bound_ms(T0, grace, outcome, appended_within)
+    # A record stamped just before `since` by a clock the margin behind the driver's, appended by
+    # the new leader as late as its send allows: the change came before that append, and holds
+    # no row at T0 any more.
+    appended = since - 1 + CLOCK_MARGIN_MS + appended_within
+    assert changes_kept([LeaderChange(since - 1, appended, (0,))], T0, grace, outcome) == []
+    # one a moment later is still kept: the bound is as late as it can be
+    later = LeaderChange(since, appended + 2, (0,))
+    assert changes_kept([later], T0, grace, outcome) == [later]
 
 
-def test_a_ledger_change_holds_rows_only_where_the_topics_producers_are_probed() -> None:
-    topic_change = LeaderChange(T0, T0 + MIN, (0,))
-    ledger_change = LeaderChange(T0, T0 + 2 * MIN, (1,), "ledger")
-    assert changes_holding([topic_change, ledger_change], probed=True) == [topic_change, ledger_change]
-    assert changes_holding([topic_change, ledger_change], probed=False) == [topic_change]
-    first = describe_hold(ledger_change, "tickets", SEND_OUTCOME_MS, first_reading=True)
+def test_a_ledger_change_holds_for_the_ledger_producers_bound_too() -> None:
+    # the probes' ledger producer keeps librdkafka's defaults: its entries may come that late
+    assert ledger_outcome_ms(30_000) == SEND_OUTCOME_MS
+    assert ledger_outcome_ms(UNBOUNDED) == SEND_OUTCOME_MS
+    assert ledger_outcome_ms(900_000) == 900_000
+    change = LeaderChange(T0, T0 + MIN, (0,), "ledger")
+    first = describe_hold(change, "tickets", ledger_outcome_ms(30_000), first_reading=True)
     assert "producer ledger ledger" in first and "no earlier run read its epochs" in first and "probed" in first
+
+
+def test_the_ledger_is_compared_with_the_last_reading_of_the_same_ledger_only() -> None:
+    change = LeaderChange(T0 - MIN, T0, (0,), "ledger")
+    other = LeaderChange(T0 - MIN, T0, (1,))  # the topic's: not the ledger's to keep
+    earlier = StateMeta(
+        leader_epochs_at_ms=T0,
+        ledger_epochs={"ledger": {0: 2}},
+        leader_changes=[change, other],
+        ledger_ids={"producer": {"ledger": "id-1"}},
+    )
+    assert ledger_reading_before(earlier, "ledger", "id-1", False) == ({0: 2}, T0, [change])
+    assert ledger_reading_before(earlier, "ledger", None, False) == ({0: 2}, T0, [change])  # id not read now
+    # deleted and created again: seen by an incremental run, or by its id on a full run
+    assert ledger_reading_before(earlier, "ledger", "id-1", True) == (None, None, [])
+    assert ledger_reading_before(earlier, "ledger", "id-2", False) == (None, None, [])
+    # another ledger, no earlier state, a state from before the ledger's epochs were kept
+    assert ledger_reading_before(earlier, "other-ledger", None, False) == (None, None, [])
+    assert ledger_reading_before(None, "ledger", None, False) == (None, None, [])
+    assert ledger_reading_before(StateMeta(leader_epochs_at_ms=T0), "ledger", None, False) == (None, None, [])

@@ -370,7 +370,7 @@ def test_a_leader_change_holds_rows_without_evidence_in_its_window_and_counts_th
     )
     lost = spark.createDataFrame([("seen", 0, 6, at_second(24), None, None, "r1", "r3")], LOST_SIGHTING_SCHEMA)
     reported = spark.createDataFrame([("told",)], "key string")
-    window = ((at_second(20), at_second(40)), reported)
+    window = [((at_second(20), at_second(40)), reported)]
 
     actual = find_missing(pending, cutoff=at_second(50), unverifiable_until=None, lost_sightings=lost, held_late=window)
     assert sorted(r["key"] for r in actual.collect()) == ["after", "before", "seen", "told"]
