@@ -85,7 +85,7 @@ def test_a_leader_is_dated_by_the_epoch_of_an_old_record_it_appended(
 
 
 def test_a_first_run_holds_a_probed_row_while_the_ledger_failover_may_hold_its_entry(
-    world: World, spark: Any, tmp_path: Path, kafka_brokers: int
+    world: World, spark: Any, tmp_path: Path, kafka_brokers: int, make_topic: Any
 ) -> None:
     if kafka_brokers < 3:
         pytest.skip("needs replicas to move a leader to: the 3-broker test stack")
@@ -119,10 +119,16 @@ def test_a_first_run_holds_a_probed_row_while_the_ledger_failover_may_hold_its_e
     ]
     assert old != new
 
-    # A record without audit headers: a plain producer writes to the topic too, whose rows have no
-    # ledger entry to wait for. The ledger's change no longer holds the row.
-    world.insert(3, age="1 hour")
-    world.produce("t3", 3, age_s=3600)
-    second = reconcile_once(spark, binding, tmp_path / "state")
-    assert ("missing", "2", None, None, None) in finding_set(second), finding_set(second)
-    assert second["counts"]["late"] == 0, second["counts"]
+    # The same table and ledger bound to a topic no probe writes (a plain producer's record
+    # only): its rows have no entry to wait for, and the ledger's change holds none of them.
+    plain_topic = make_topic("rec-plain", partitions=2)
+    plain = Producer({"bootstrap.servers": world.bootstrap, "linger.ms": 0})
+    plain.produce(plain_topic, json.dumps({"ticket_id": 1}).encode())
+    assert plain.flush(30) == 0
+    other = reconcile_once(
+        spark,
+        world.binding(name=f"b-{plain_topic}", topic=plain_topic, grace="1s", lookback="2h"),
+        tmp_path / "plain-state",
+    )
+    assert ("missing", "2", None, None, None) in finding_set(other), finding_set(other)
+    assert other["counts"]["late"] == 0, other["counts"]
