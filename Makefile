@@ -4,11 +4,12 @@ PY := .venv/bin/python
 BROKERS ?=
 export PYTHONUNBUFFERED := 1
 
-.PHONY: help bootstrap up down status run stop test test-fast lint fmt lab broker-stop broker-kill broker-start broker-pause broker-resume bench
+.PHONY: help bootstrap up down status run stop test test-fast test-faults lint fmt lab broker-stop broker-kill broker-start broker-pause broker-resume bench
 
 help:
 	@echo "make run      set up and run the auditor (stack, migrations, demo pipeline, dashboard)"
-	@echo "make test     set up and run the whole test suite (separate test stack, 3 brokers)"
+	@echo "make test     set up and run the test suite (separate test stack, 3 brokers)"
+	@echo "make test-faults  the long fault scenarios make test leaves out (same test stack)"
 	@echo "make up       start only the backing services (Kafka, PostgreSQL, Redis); BROKERS=3 for 3 brokers"
 	@echo "make down     stop the auditor and the backing services"
 	@echo "make stop     stop the auditor's own processes (web, worker, beat, canary, demo)"
@@ -46,11 +47,19 @@ test:
 	@stack/bootstrap.sh --with-browser --with-old-clients
 	@STACK=test stack/stack.sh up --brokers 3
 	@set -a; . var/test/stack.env; set +a; \
-	if [ "$(TEST_WORKERS)" = 0 ]; then exec $(PY) -m pytest $(PYTEST_ARGS); fi; \
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(PYTEST_ARGS); parallel=$$?; \
-	$(PY) -m pytest -m alone $(PYTEST_ARGS); alone=$$?; \
+	if [ "$(TEST_WORKERS)" = 0 ]; then exec $(PY) -m pytest -m "not long_fault" $(PYTEST_ARGS); fi; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone and not long_fault" $(PYTEST_ARGS); parallel=$$?; \
+	$(PY) -m pytest -m "alone and not long_fault" $(PYTEST_ARGS); alone=$$?; \
 	for rc in $$parallel $$alone; do [ $$rc = 0 ] || [ $$rc = 5 ] || exit $$rc; done; \
 	[ $$parallel = 0 ] || [ $$alone = 0 ] || exit 5
+
+# The long fault scenarios make test leaves out (marked long_fault: nine lab scenarios, which
+# make lab runs too, and three of the executor-loss tests on the Spark cluster), one at a time
+# on the same test stack.
+test-faults:
+	@stack/bootstrap.sh --with-browser --with-old-clients
+	@STACK=test stack/stack.sh up --brokers 3
+	@set -a; . var/test/stack.env; set +a; $(PY) -m pytest -m long_fault $(PYTEST_ARGS)
 
 # mypy loads the Django settings (django-stubs' plugin): the test stack's env when there is
 # one, else placeholders that serve type checking only (mypy connects to nothing).

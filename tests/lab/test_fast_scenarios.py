@@ -1,6 +1,8 @@
 """The lab's fast subset on the real test stack: each scenario injects a real fault, runs the
 real auditor (reconciliation in this process's SparkSession, stuck diagnosis) and scores every
-key against ground truth from the clients, a plain read of the topic and the database.
+key against ground truth from the clients, a plain read of the topic and the database. make test
+runs the three not marked `long_fault` (an unclean election's truncation, every replica down, an
+acks=1 clean failover); make test-faults runs the others, as make lab does.
 
 Each test must show the fault happened (the truth expects a verdict where it should) and that
 the auditor reported exactly that: no false alarm, no miss.
@@ -34,6 +36,7 @@ def run_one(name: str, spark) -> LabResult:
     return result
 
 
+@pytest.mark.long_fault
 def test_it_reports_nothing_after_a_leader_kill_under_a_safe_producer(spark, lab_state) -> None:
     result = run_one("failover-idempotent", spark)
     assert result.expected == {} and result.got == {}
@@ -69,18 +72,21 @@ def test_it_never_calls_records_acked_with_acks1_and_lost_in_a_clean_failover_ne
     assert result.got == result.expected
 
 
+@pytest.mark.long_fault
 def test_it_names_duplicates_by_producer_retry_after_a_paused_replica(spark, lab_state) -> None:
     result = run_one("producer-retry", spark)
     assert result.expected.get("duplicate/producer-retry", 0) > 0, result.notes
     assert result.got == result.expected
 
 
+@pytest.mark.long_fault
 def test_it_names_the_record_a_crashed_at_most_once_consumer_skipped(spark, lab_state) -> None:
     result = run_one("crash-at-most-once", spark)
     assert result.expected == {"stuck:skipped": 1}
     assert result.got == result.expected
 
 
+@pytest.mark.long_fault
 def test_it_names_the_records_a_rebalance_mid_batch_had_processed_twice(spark, lab_state) -> None:
     result = run_one("rebalance-mid-batch", spark)
     # The truth is the application's own processing log: keys processed more than once.
@@ -99,6 +105,7 @@ def test_it_names_each_send_that_failed_while_every_replica_was_down(spark, lab_
     assert result.got == result.expected
 
 
+@pytest.mark.long_fault
 def test_it_warns_of_the_group_that_never_reads_a_partition_added_while_it_was_away(spark, lab_state) -> None:
     result = run_one("partition-added-latest", spark)
     # The truth: tickets the producer's reports put on the new partition, never processed, where
@@ -110,6 +117,7 @@ def test_it_warns_of_the_group_that_never_reads_a_partition_added_while_it_was_a
     assert result.got == result.expected
 
 
+@pytest.mark.long_fault
 def test_records_the_log_cleaner_removed_are_not_lost_missing_skipped_or_never_produced(spark, lab_state) -> None:
     result = run_one("compacted-shared-key-seen", spark)
     # The truth: six tickets acked (delivery reports) and gone from a plain read of the compacted
@@ -123,6 +131,7 @@ def test_records_the_log_cleaner_removed_are_not_lost_missing_skipped_or_never_p
     assert result.got == result.expected
 
 
+@pytest.mark.long_fault
 def test_an_item_whose_record_and_tombstone_the_cleaner_removed_unread_is_not_missing_or_never_produced(
     spark, lab_state
 ) -> None:
@@ -134,6 +143,7 @@ def test_an_item_whose_record_and_tombstone_the_cleaner_removed_unread_is_not_mi
     assert result.got == result.expected
 
 
+@pytest.mark.long_fault
 def test_a_group_whose_offsets_an_operator_deleted_is_judged_by_what_a_run_saw_it_commit(spark, lab_state) -> None:
     result = run_one("offsets-deleted", spark)
     # The truth: the consumer's commit (record 11, never processed: it was killed -9 first), read
@@ -152,6 +162,7 @@ def test_a_group_whose_offsets_an_operator_deleted_is_judged_by_what_a_run_saw_i
     assert result.got == result.expected
 
 
+@pytest.mark.long_fault
 def test_a_record_an_at_most_once_consumer_processed_before_its_mark_died_with_it_is_not_unprocessed(
     spark, lab_state
 ) -> None:

@@ -142,7 +142,13 @@ def _with_faults(monkeypatch: pytest.MonkeyPatch, report: Path, kafka_bootstrap:
 
 @pytest.mark.parametrize(
     ("kill", "deleted"),
-    [("sigkill", False), ("sigkill", True), ("sigkill-twice", False), ("driver", True)],
+    # The first in make test; the other three, minutes each on the cluster, in make test-faults
+    [
+        ("sigkill", False),
+        pytest.param("sigkill", True, marks=pytest.mark.long_fault),
+        pytest.param("sigkill-twice", False, marks=pytest.mark.long_fault),
+        pytest.param("driver", True, marks=pytest.mark.long_fault),
+    ],
     ids=[
         "executor-killed",
         "executor-killed-after-retention",
