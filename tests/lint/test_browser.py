@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 from pytest_django import DjangoDbBlocker
 
-from tests.support.browser import closing_connection
+from tests.support.browser import closing_connection, logged_in_page
 from tests.support.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -67,15 +67,7 @@ def test_it_scans_on_demand_and_updates_the_results_live(
     committed_binding: str,
 ) -> None:
     topic = committed_binding  # the cluster has the same name
-    page = browser.new_page()
-    page.goto(f"{asgi_server}/lint/")
-    assert "/login/" in page.url
-    page.fill("input[name=username]", admin_credentials[0])
-    page.fill("input[name=password]", admin_credentials[1])
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{asgi_server}/lint/")
-    page.wait_for_selector("#live-state.ok", timeout=20000)
-    page.wait_for_function("document.body.dataset.live_lint === '1'", timeout=10000)
+    page = logged_in_page(browser, f"{asgi_server}/lint/", admin_credentials, live="lint")
     before = page.evaluate("document.body.dataset.lintScan || null")
     page.evaluate("window.__notReloaded = true")
 

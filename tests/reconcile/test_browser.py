@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 from pytest_django import DjangoDbBlocker
 
-from tests.support.browser import closing_connection
+from tests.support.browser import closing_connection, logged_in_page
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -47,15 +47,7 @@ def committed_binding(django_db_setup: None, django_db_blocker: DjangoDbBlocker,
 def _runs_page_live(browser: Browser, asgi_server: str, credentials: tuple[str, str], binding: str) -> Page:
     """The runs page of `binding`, logged in through the login page it redirects to, its live
     connection up, marked so that a reload would show (window.__notReloaded)."""
-    page = browser.new_page()
-    page.goto(f"{asgi_server}/reconcile/runs/?binding={binding}")
-    assert "/login/" in page.url
-    page.fill("input[name=username]", credentials[0])
-    page.fill("input[name=password]", credentials[1])
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{asgi_server}/reconcile/runs/?binding={binding}")
-    page.wait_for_selector("#live-state.ok", timeout=20000)
-    page.wait_for_function("document.body.dataset.live_reconcile === '1'", timeout=10000)
+    page = logged_in_page(browser, f"{asgi_server}/reconcile/runs/?binding={binding}", credentials, live="reconcile")
     page.evaluate("window.__notReloaded = true")
     return page
 

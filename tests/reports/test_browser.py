@@ -22,7 +22,7 @@ import pytest
 from psycopg import sql
 from pytest_django import DjangoDbBlocker
 
-from tests.support.browser import closing_connection
+from tests.support.browser import closing_connection, logged_in_page
 from tests.support.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -171,13 +171,7 @@ def charts_drawn(page: Page) -> None:
 def test_it_builds_a_report_from_real_data_and_draws_its_charts(
     browser: Browser, asgi_server: str, admin_credentials: tuple[str, str], real_data: RealData
 ) -> None:
-    page = browser.new_page()
-    page.goto(f"{asgi_server}/reports/")
-    assert "/login/" in page.url
-    page.fill("input[name=username]", admin_credentials[0])
-    page.fill("input[name=password]", admin_credentials[1])
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{asgi_server}/reports/")
+    page = logged_in_page(browser, f"{asgi_server}/reports/", admin_credentials)
 
     page.fill("#build-form input[name=since]", "2h")
     page.click("#build-form button[type=submit]")

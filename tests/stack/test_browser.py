@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.browser import logged_in_page
+
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.django_db]
 
 
@@ -16,13 +18,7 @@ def test_it_logs_in_and_sees_every_component_healthy(
     from auditor.status.service import SNAPSHOT_KEY
 
     cache.delete_many([SNAPSHOT_KEY, BEAT_HEARTBEAT_KEY])  # no stale snapshot from an earlier run
-    page = browser.new_page()
-    page.goto(f"{asgi_server}/status/")
-    assert "/login/" in page.url
-    page.fill("input[name=username]", admin_credentials[0])
-    page.fill("input[name=password]", admin_credentials[1])
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{asgi_server}/status/")
+    page = logged_in_page(browser, f"{asgi_server}/status/", admin_credentials)
     page.wait_for_selector("#live-state.ok", timeout=20000)
 
     # Beat's heartbeat and the worker take a few seconds; the page updates itself over the websocket.

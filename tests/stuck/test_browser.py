@@ -11,7 +11,7 @@ import pytest
 from psycopg import sql
 from pytest_django import DjangoDbBlocker
 
-from tests.support.browser import closing_connection
+from tests.support.browser import closing_connection, logged_in_page
 from tests.support.waiting import wait_until
 
 if TYPE_CHECKING:
@@ -100,15 +100,7 @@ def test_it_diagnoses_on_demand_and_updates_the_page_live(
     committed_rule: tuple[str, list[str]],
 ) -> None:
     rule, ids = committed_rule
-    page = browser.new_page()
-    page.goto(f"{asgi_server}/stuck/?rule={rule}")
-    assert "/login/" in page.url
-    page.fill("input[name=username]", admin_credentials[0])
-    page.fill("input[name=password]", admin_credentials[1])
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{asgi_server}/stuck/?rule={rule}")
-    page.wait_for_selector("#live-state.ok", timeout=20000)
-    page.wait_for_function("document.body.dataset.live_stuck === '1'", timeout=10000)
+    page = logged_in_page(browser, f"{asgi_server}/stuck/?rule={rule}", admin_credentials, live="stuck")
     assert page.text_content("#count-total") == "0"
     page.evaluate("window.__notReloaded = true")
 
