@@ -14,7 +14,8 @@ class LabRun(models.Model):
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_seconds = models.FloatField(null=True, blank=True)
-    command = models.CharField(max_length=500)
+    # every scenario a run was given is named: 81 of them take about 2,400 characters
+    command = models.TextField()
     status = models.CharField(max_length=10, choices=STATUSES, default=RUNNING)
     bootstrap_servers = models.CharField(max_length=1000, blank=True)
 

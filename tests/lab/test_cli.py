@@ -83,3 +83,12 @@ def test_it_prints_one_table_row_per_scenario() -> None:
         lines[1].startswith("unclean-truncation") and "missing/broker-lost 20" in lines[1] and lines[1].endswith("41.3")
     )
     assert lines[2].split()[-3:] == ["0", "3", "-"] and "nothing" in lines[2]
+
+
+def test_a_run_naming_every_scenario_is_stored_with_its_whole_command() -> None:
+    # `make lab SCENARIOS="<all of them>"` once failed as it began: the command (about 2,400
+    # characters) did not fit a 500-character column, and nothing ran.
+    command = "python manage.py audit lab " + " ".join(all_scenarios())
+    assert len(command) > 2000
+    run = LabRun.objects.create(started_at=timezone.now(), command=command)
+    assert LabRun.objects.get(pk=run.pk).command == command
