@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('lab', '0001_initial'),
+        ("lab", "0001_initial"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='labrun',
-            name='command',
+            model_name="labrun",
+            name="command",
             field=models.TextField(),
         ),
     ]
