@@ -32,7 +32,9 @@ application re-sends). Then, in one SparkSession:
    compiled the full run's code once), like for like with the floor and its scan.
 
 Prints the timings, records/s, the time the JVM's JIT compilers and garbage collectors spent
-during each run (CPU the run competes with on a small machine), the driver's peak memory (the
+during each run (CPU the run competes with on a small machine) and the CPU of the driver JVM's
+threads during it by kind (thread_cpu: the driver's planning and scheduling, the tasks, the JIT,
+the collectors, the rest), the driver's peak memory (the
 JVM's peak resident set, which in local mode includes the executors, each heap pool's peak
 (their sum bounds the heap's peak from above), and the Python driver's), and as its last line
 ``full_vs_scan=<x> incremental_vs_full=<y> warm_incremental_vs_full=<z> floor_vs_scan=<f>
@@ -243,18 +245,58 @@ def jvm_cpu_spent(spark: SparkSession) -> tuple[float, float]:
     return int(factory.getCompilationMXBean().getTotalCompilationTime()) / 1000, collected / 1000
 
 
+# What a driver JVM's threads are, by their name's start (Linux names a thread by its first
+# 15 characters): the run's own planning and scheduling on the driver, its tasks, the JIT's
+# compilers and the collectors. Everything else (listeners, RPC, the broadcast and file-listing
+# pools) is "other".
+THREAD_KINDS = (
+    ("driver", ("Thread-", "dag-scheduler", "main")),
+    ("tasks", ("Executor task",)),
+    ("jit", ("C1 Compiler", "C2 Compiler")),
+    ("gc", ("G1 ", "GC Thread", "VM Thread")),
+)
+
+
+def thread_cpu(spark: SparkSession) -> dict[str, float] | None:
+    """CPU seconds the driver JVM's threads have spent, by THREAD_KINDS (threads that ended
+    are left out), from /proc; None where there is none (not Linux) or the JVM is not this
+    machine's. In local mode the executors' tasks run in this JVM too."""
+    tasks = Path(f"/proc/{int(driver_jvm(spark).java.lang.ProcessHandle.current().pid())}/task")
+    if not tasks.is_dir():
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    spent: dict[str, float] = dict.fromkeys([kind for kind, _ in THREAD_KINDS] + ["other"], 0.0)
+    for thread in tasks.iterdir():
+        try:
+            stat = (thread / "stat").read_text()
+        except OSError:
+            continue  # ended since the listing
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        kind = next((k for k, starts in THREAD_KINDS if name.startswith(starts)), "other")
+        spent[kind] += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return spent
+
+
 def timed_run(spark: SparkSession, binding: Binding, state: Path) -> tuple[float, dict[str, Any], str]:
-    """(seconds, the run's result, what the JVM's JIT compilers and collectors spent meanwhile).
-    On two cores the JIT's compiler threads compete with the run: a run early in a JVM's life
-    pays for compiling the code paths it is the first to take."""
+    """(seconds, the run's result, what the JVM's JIT compilers and collectors spent meanwhile,
+    and the CPU of the driver JVM's threads by kind). On two cores the JIT's compiler threads
+    compete with the run: a run early in a JVM's life pays for compiling the code paths it is
+    the first to take."""
     jit_before, gc_before = jvm_cpu_spent(spark)
+    threads_before = thread_cpu(spark)
     started = time.monotonic()
     result = run(spark, binding, RunOptions(state_dir=str(state), max_findings=0))
     elapsed = time.monotonic() - started
     jit_after, gc_after = jvm_cpu_spent(spark)
+    threads_after = thread_cpu(spark)
     if result["status"] != "ok":
         raise SystemExit(f"the run failed: {result['error']}")
-    return elapsed, result, f"driver JVM's JIT compiling {jit_after - jit_before:.1f}s, GC {gc_after - gc_before:.1f}s"
+    spent = f"driver JVM's JIT compiling {jit_after - jit_before:.1f}s, GC {gc_after - gc_before:.1f}s"
+    if threads_before is not None and threads_after is not None:
+        by_kind = ", ".join(f"{kind} {threads_after[kind] - threads_before[kind]:.1f}" for kind in threads_after)
+        spent += f"; its threads' CPU (s): {by_kind}"
+    return elapsed, result, spent
 
 
 def key_deltas(state: Path, binding: Binding) -> int:
