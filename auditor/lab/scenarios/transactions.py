@@ -94,7 +94,7 @@ def _txn_killed(world: World, probed: bool) -> Outcome:
     after = {key: {"missing", "aborted"} if key in everything else {"missing"} for key in gone}
     after_stuck = {key: {"stuck:aborted"} for key in gone if key in everything and rows.get(int(key)) == "NEW"}
     second = world.stuck()
-    answer = world.reconcile()
+    answer = world.reconcile(judged=True)
     return Outcome(
         injected=f"transactional producer killed -9 with {TICKETS - COMMITTED} records in an open transaction "
         f"(transaction.timeout.ms={TIMEOUT_MS})",
@@ -156,7 +156,7 @@ def open_transaction_while_auditing(world: World) -> Outcome:
     # Ground truth from the two plain reads: the open transaction's record was aborted, so its
     # row has no delivered record (missing) and its only record is aborted.
     expected = {key: {"missing", "aborted"} for key in everything - committed}
-    after = world.reconcile()
+    after = world.reconcile(judged=True)
     return Outcome(
         injected=f"transactional producer killed -9 with a transaction open, {BEHIND} acked records written "
         f"behind it (transaction.timeout.ms={HELD_TIMEOUT_MS})",
