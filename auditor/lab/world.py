@@ -337,8 +337,6 @@ class World:
         An earlier scenario's broker faults (within about 21 minutes) leave one at a binding's
         first run: the shared producer ledger's leaders cannot be dated, and count as changed
         at that run."""
-        if self.binding is None:
-            raise LabError("reconcile before make_binding")
         run = first = self._reconcile_run(full)
         started = time.monotonic()
         while judged and (run.counts or {}).get("late"):
@@ -364,7 +362,8 @@ class World:
         )
 
     def _reconcile_run(self, full: bool) -> ReconcileRun:
-        assert self.binding is not None
+        if self.binding is None:
+            raise LabError("reconcile before make_binding")
         run = execute_run(
             start_run(self.binding, ReconcileRun.CLI, full=full),
             reconcile_conf.IN_PROCESS if self.options.in_process else reconcile_conf.SUBMIT,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from django.db import connection
-from playwright.sync_api import Browser, Page
+
+if TYPE_CHECKING:  # types only, as in the browser tests themselves
+    from playwright.sync_api import Browser, Page
 
 
 @contextmanager
