@@ -42,6 +42,11 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "auditor.settings")
 # ledgers before a run reads them (they commit synchronously or close), and its runs wait
 # 0.5 s; test_marks_that_trail_an_auto_commit_are_waited_for_not_called_unprocessed sets its own.
 os.environ.setdefault("RECONCILE_MARK_SETTLE_SECONDS", "0.5")
+# A record a probed consumer session's last commit passed unprocessed is not called skipped
+# until that session's max.poll.interval.ms (300 s) has passed since the commit: it may be
+# paused mid-processing. The suite's crashed consumers are known dead, so it does not wait;
+# tests/stuck/test_processing_hold.py lifts the cap to see the hold.
+os.environ.setdefault("AUDITOR_STUCK_PROCESSING_BOUND_SECONDS", "0")
 # Playwright's sync API keeps an event loop running in the test thread; the test's own
 # ORM calls are still synchronous (pytest-django's documented setting for this case).
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"

@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import psycopg
 from confluent_kafka.admin import AdminClient
@@ -44,6 +45,9 @@ STUCK_AGE_S = 60
 # after that run).
 HELD_POLL_S = 30.0
 HELD_WAIT_S = 1500.0
+# World.stuck(judged=True) waits at most this long for consumer sessions' processing holds
+# (max.poll.interval.ms, 300 s by default, after each one's commit) to pass
+PROCESSING_WAIT_S = 660.0
 
 
 @dataclass
@@ -372,11 +376,39 @@ class World:
             raise LabError(f"reconciliation run #{run.pk} failed: {run.error}")
         return run
 
-    def stuck(self, own_process: bool = False) -> AuditorAnswer:
+    def stuck(self, own_process: bool = False, judged: bool = True) -> AuditorAnswer:
         """One stuck diagnosis, as `audit stuck RULE` runs it; each open item's verdict by key.
 
         own_process: run that command as a process of its own, so that a crash of the Kafka
-        client under a fault ends this scenario (an error naming the exit status), not the lab."""
+        client under a fault ends this scenario (an error naming the exit status), not the lab.
+        judged (the default; False for a look in the middle of a fault): a look whose truth is
+        the final verdicts. A record the last
+        commit of a probed consumer session passed unprocessed is `unknown` until that
+        session's max.poll.interval.ms has passed since the commit (it may still be processing
+        it: verdict_outcomes.still_processing), so the diagnosis runs again once the latest
+        such bound has passed (at most PROCESSING_WAIT_S), and that one answers."""
+        first = self._stuck_once(own_process)
+        if not judged:
+            return first
+        answer, started = first, time.monotonic()
+        while (until := _processing_until(answer)) is not None:
+            wait = until - time.time() + 2.0
+            if time.monotonic() - started + max(wait, 0.0) > PROCESSING_WAIT_S:
+                raise LabError(
+                    f"the stuck diagnosis still takes a consumer session to be processing a record after "
+                    f"{PROCESSING_WAIT_S} s ({_held(answer)})"
+                )
+            time.sleep(max(wait, 0.0))
+            answer = self._stuck_once(own_process)
+        if answer is not first:
+            self.notes.append(
+                f"the stuck diagnosis took a consumer session to be still processing "
+                f"{len(_held(first))} item(s); the one {time.monotonic() - started:.0f} s later "
+                "answers"
+            )
+        return answer
+
+    def _stuck_once(self, own_process: bool) -> AuditorAnswer:
         if self.rule is None:
             raise LabError("stuck before make_rule")
         if own_process:
@@ -404,10 +436,15 @@ class World:
         # the truth does not support is a false alarm like any other.
         for risk in run.risks or []:
             verdicts.setdefault(f"risk {risk.get('subject')}", set()).add(f"risk:{risk.get('kind')}")
+        # where a consumer session may still be processing the item's record (its hold's end)
+        processing: dict[str, str] = {}
         for item in items:
             verdicts.setdefault(item.key, set()).add(STUCK_PREFIX + item.verdict)
             reasons[item.key] = item.reason
-        return AuditorAnswer(verdicts, time.monotonic(), {"notes": run.notes}, reasons)
+            held = [g["processing_until"] for g in (item.evidence or {}).get("groups", []) if g.get("processing_until")]
+            if held:
+                processing[item.key] = max(held)
+        return AuditorAnswer(verdicts, time.monotonic(), {"notes": run.notes, "processing_until": processing}, reasons)
 
     def lint(self, **clients: dict[str, object]) -> AuditorAnswer:
         """Config lint at the binding's guarantee, as users run it: each client's config as pasted
@@ -469,6 +506,20 @@ class World:
             ClusterModel.objects.filter(name=self.name).delete()
             SourceDatabase.objects.filter(name=self.name).delete()
             reconcile_conf.state_location().join(self.name).remove_tree()
+
+
+def _held(answer: AuditorAnswer) -> dict[str, str]:
+    """A stuck diagnosis's items a consumer session may still be processing, each with the
+    instant its hold ends (World.stuck's `processing_until`)."""
+    held = answer.detail.get("processing_until")
+    return held if isinstance(held, dict) else {}
+
+
+def _processing_until(answer: AuditorAnswer) -> float | None:
+    """The epoch second the latest processing hold of a stuck diagnosis's items ends, or None:
+    no item is held."""
+    held = _held(answer)
+    return max(datetime.fromisoformat(until).timestamp() for until in held.values()) if held else None
 
 
 def _property(value: object) -> str:

@@ -51,6 +51,8 @@ class ReportedClients:
     transactional_sessions: frozenset[str] = frozenset()
     # every producer session whose config makes it ack with acks=all (acks_all)
     acks_all_sessions: frozenset[str] = frozenset()
+    # every consumer session whose config sets max.poll.interval.ms (max_poll_interval_ms)
+    poll_intervals_ms: Mapping[str, int] = field(default_factory=dict)
 
 
 def _reader(connection: Mapping[str, Any], isolation: str = "read_uncommitted") -> Consumer:
@@ -177,7 +179,29 @@ def read_reported_clients(connection: Mapping[str, Any], topic: str, *, timeout:
         complete=complete,
         transactional_sessions=transactional,
         acks_all_sessions=frozenset(r.session for r in newest.values() if r.kind == "producer" and acks_all(r)),
+        poll_intervals_ms={
+            r.session: interval
+            for r in newest.values()
+            if r.kind == "consumer" and (interval := max_poll_interval_ms(r)) is not None
+        },
     )
+
+
+# librdkafka's default max.poll.interval.ms, and the Java client's
+DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
+
+
+def max_poll_interval_ms(record: ClientRecord) -> int | None:
+    """The consumer's max.poll.interval.ms as its probe reported it: the longest it may go
+    between two polls before its client takes it as failed and leaves the group (processing
+    what it polled included). None where its config does not set it (librdkafka's default,
+    DEFAULT_MAX_POLL_INTERVAL_MS, applies) or sets it to something that is not a number of ms."""
+    value = (record.config or {}).get("max.poll.interval.ms")
+    try:
+        parsed = int(str(value).strip())
+    except ValueError:
+        return None
+    return parsed if parsed > 0 else None
 
 
 def acks_all(record: ClientRecord) -> bool:

@@ -1,11 +1,12 @@
 """What the probed producers of a cluster reported about themselves (the clients topic), as
 the stuck diagnosis and reconciliation both need it: how long a send's outcome can stay open
-(spark_jobs.send_outcome)."""
+(spark_jobs.send_outcome); and, for the stuck diagnosis, how long its probed consumers may
+process what they polled (their max.poll.interval.ms)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -29,6 +30,8 @@ class ObservedProducers:
     # why the clients topic was not read whole (the read failed, or stopped short of its end),
     # None when it was: a producer session it does not show may then be transactional
     unread: str | None = None
+    # the consumer sessions it shows, with their max.poll.interval.ms (observed.max_poll_interval_ms)
+    poll_intervals_ms: Mapping[str, int] = field(default_factory=dict)
 
 
 def observed_send_outcome(
@@ -64,7 +67,11 @@ def observed_producers(
         )
         unread = f"the clients topic {clients_topic} was not read to its end within {timeout_s:g} s"
     return ObservedProducers(
-        (bound, "; ".join(notes) or None), reported.transactional_sessions, reported.acks_all_sessions, unread
+        (bound, "; ".join(notes) or None),
+        reported.transactional_sessions,
+        reported.acks_all_sessions,
+        unread,
+        reported.poll_intervals_ms,
     )
 
 

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 from auditor.lint.engine.terms import Overtaken
+from auditor.lint.observed import DEFAULT_MAX_POLL_INTERVAL_MS
 
 # CommitRecord, RemovedOffsets and ms_to_iso are spark_jobs.commit_history's, named here for the diagnosis
 from spark_jobs.commit_history import CommitRecord as CommitRecord
@@ -340,6 +341,12 @@ class ClusterView:
     # when it could not be read
     replica_lag_max_ms: int = DEFAULT_REPLICA_LAG_MAX_MS
     replica_lag_note: str | None = None
+    # probed consumer sessions' max.poll.interval.ms as the clients topic shows them, and
+    # $AUDITOR_STUCK_PROCESSING_BOUND_SECONDS in ms where set (None: not set), which caps it:
+    # how long a session may still be processing what its last commit passed
+    # (verdict_outcomes.still_processing)
+    poll_intervals_ms: dict[str, int] = field(default_factory=dict)
+    processing_cap_ms: int | None = None
     # per partition whose in-sync replicas were fewer than min.insync.replicas when read after
     # the second read of the log end: why its high watermark may stay put however long, above
     # records a leader acked alone (held_watermark); and why the in-sync replicas could not be
@@ -407,6 +414,26 @@ class ClusterView:
         before the auditor first saw this one (incarnation_since_ms): compared without the
         clock margin, as the topic's first record bounds its creation from above only."""
         return ms < self.incarnation_since_ms
+
+    def processing_bound_ms(self, session: str) -> tuple[int, str]:
+        """How long after a commit the probed consumer `session` that made it may still be
+        processing what the commit passed, and what says so: its max.poll.interval.ms as the
+        clients topic shows it (librdkafka's default where it does not), capped by
+        $AUDITOR_STUCK_PROCESSING_BOUND_SECONDS where set."""
+        shown = self.poll_intervals_ms.get(session)
+        bound = DEFAULT_MAX_POLL_INTERVAL_MS if shown is None else shown
+        source = (
+            f"its max.poll.interval.ms, {bound / 1000:g} s"
+            if shown is not None
+            else f"max.poll.interval.ms, {bound / 1000:g} s by default (its probe's config does not set it, or the "
+            "clients topic does not show it)"
+        )
+        if self.processing_cap_ms is not None and self.processing_cap_ms < bound:
+            return (
+                self.processing_cap_ms,
+                f"AUDITOR_STUCK_PROCESSING_BOUND_SECONDS, {self.processing_cap_ms / 1000:g} s",
+            )
+        return bound, source
 
     def marks_unclear_until(self, partition: int, offset: int) -> tuple[int | None, str]:
         """Up to when a processed mark at (partition, offset), and a record written there,

@@ -66,7 +66,7 @@ from auditor.stuck.trailing_marks import read_trailing_marks
 from auditor.stuck.verdicts import diagnose
 from auditor.vocabulary import STUCK_VERDICTS
 from spark_jobs.kafka_offsets import KafkaReadError
-from spark_jobs.mark_rules import mark_settle_seconds
+from spark_jobs.mark_rules import env_seconds, mark_settle_seconds
 from spark_jobs.record_times import stamp_lag_ms
 
 log = logging.getLogger(__name__)
@@ -167,6 +167,19 @@ def _bound_incarnation(binding: Binding, view: ClusterView) -> None:
         f"{view.topic} is known to exist only since {ms_to_iso(since)} ({why}): a topic of that name deleted before "
         "the auditor first saw this one would have taken what was produced earlier with it"
     )
+
+
+# Caps how long a probed consumer session is taken to be still processing what its last commit
+# passed (verdict_outcomes.still_processing: its max.poll.interval.ms); 0: not at all.
+PROCESSING_BOUND_ENV = "AUDITOR_STUCK_PROCESSING_BOUND_SECONDS"
+
+
+def processing_cap_ms() -> int | None:
+    """$AUDITOR_STUCK_PROCESSING_BOUND_SECONDS in ms, None when not set (a value that is not 0
+    or more seconds fails the diagnosis, naming it)."""
+    if os.environ.get(PROCESSING_BOUND_ENV) is None:
+        return None
+    return int(env_seconds(PROCESSING_BOUND_ENV, 0.0) * 1000)
 
 
 def _source_url(rule: StuckRule) -> str:
@@ -523,6 +536,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         view.send_outcome_ms, outcome_note = cluster_send_outcome(binding.cluster, observed=producers.outcome)
         view.transactional_sessions = producers.transactional_sessions
         view.acks_all_sessions = producers.acks_all_sessions
+        view.poll_intervals_ms = dict(producers.poll_intervals_ms)
         view.clients_unread = producers.unread
         if producers.unread:
             result.notes.append(
@@ -531,6 +545,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
             )
         if outcome_note:
             result.notes.append(outcome_note)
+    view.processing_cap_ms = processing_cap_ms()
     view.source_clock_ahead_ms = source_clock.ahead_ms
     if view.source_clock_ahead_ms:
         view.notes.append(source_clock.describe())

@@ -224,6 +224,43 @@ def committed_by(group: GroupState, topic: str, partition: int, offset: int, inf
     )
 
 
+def still_processing(
+    group: GroupState, topic: str, partition: int, offset: int, view: ClusterView, info: dict[str, Any]
+) -> str | None:
+    """Why the probed consumer session whose commit took the group past `offset` may still be
+    processing that record, or None.
+
+    A consumer that commits before it processes (at-most-once, auto-commit) passes a record
+    before it is done with it. Killed (-9) there, it skipped the record; frozen there (a long
+    GC pause, SIGSTOP, a throttled container) or slow, it goes on and processes it when it
+    resumes, though its group moved its partitions to another member meanwhile (the lab's
+    `live-consumer-pauses-at-most-once`, stop 82). Nothing a reader sees tells the two apart
+    until the session acts again: a later commit of it (on any partition) says it polled again,
+    done with what it polled before. So a session whose last commit passed the record is taken
+    to be processing it until its max.poll.interval.ms has passed since that commit (the
+    longest its own client lets it go without polling: ClusterView.processing_bound_ms)."""
+    commit = passing_commit(group, partition, offset)
+    session = commit.session() if commit is not None else None
+    if commit is None or session is None:
+        return None
+    later = any(
+        c.session() == session and c.ts_ms > commit.ts_ms for records in (group.commits or {}).values() for c in records
+    )
+    if later:
+        return None
+    bound_ms, source = view.processing_bound_ms(session)
+    until_ms = commit.ts_ms + bound_ms
+    if view.now_ms >= until_ms:
+        return None
+    info["processing_until"] = ms_to_iso(until_ms)
+    return (
+        f"group {group.group} committed past {topic}/{partition}@{offset} at {ms_to_iso(commit.ts_ms)} by probed "
+        f"consumer session {session} (offset {commit.offset}), which has not committed since: a consumer that "
+        "commits before it processes may still be processing it (paused or slow) or have died after the commit "
+        f"(then it skipped it). Judged once the session has been silent for {source}: at {ms_to_iso(until_ms)}"
+    )
+
+
 def by_session(info: dict[str, Any]) -> str:
     """', by probed consumer session <sid>' where committed_by found the commit past a record
     naming its session; empty otherwise."""

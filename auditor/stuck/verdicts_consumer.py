@@ -29,6 +29,7 @@ from auditor.stuck.verdict_outcomes import (
     lost_mark,
     place,
     standing,
+    still_processing,
     unprobed_below,
 )
 
@@ -155,6 +156,9 @@ def _visible_outcome(
     plain = committed_by(group, view.topic, record.partition, record.offset, info)
     if plain:
         return cannot_tell(plain)
+    processing = still_processing(group, view.topic, record.partition, record.offset, view, info)
+    if processing:
+        return Outcome("unknown", processing, info)
     return Outcome(
         "skipped",
         f"group {group.group} committed past it ({view.topic}/{record.partition}: {past} > offset {record.offset}) "

@@ -100,7 +100,7 @@ def _while_auditing(world: World, fault: tuple[str, str]) -> Outcome:
     victim = cluster.partition(world.topic, 0).leader
     cluster.broker(inject, victim)
     try:
-        diagnosis = world.stuck(own_process=inject == "pause")
+        diagnosis = world.stuck(own_process=inject == "pause", judged=False)
         try:
             run = world.reconcile()
             finished = {RUN: {RUN_FINISHED}}
@@ -160,7 +160,7 @@ def coordinator_paused_after_commit(world: World) -> Outcome:
         crashed = world.consume("at-most-once", crash_at=CRASH_AT, probed=True)
         cluster.broker("pause", coordinator)  # within the follower's fetch wait (500 ms) of the commit
         try:
-            during = world.stuck(own_process=True)
+            during = world.stuck(own_process=True, judged=False)
         finally:
             cluster.broker("resume", coordinator)
         cluster.wait_for_isr("__consumer_offsets", 2, offsets_partition)

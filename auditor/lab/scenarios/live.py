@@ -151,9 +151,11 @@ class Live:
     consumers: list[subprocess.Popen[str]]
     answers: list[AuditorAnswer] = field(default_factory=list)
 
-    def look(self) -> None:
-        """A reconciliation run and a stuck diagnosis, as their schedules would run them."""
-        self.answers += [self.world.reconcile(), self.world.stuck()]
+    def look(self, last: bool = False) -> None:
+        """A reconciliation run and a stuck diagnosis, as their schedules would run them. The
+        `last` look, once the pipeline has drained, waits out the diagnosis's holds (World.stuck's
+        `judged`); the ones while it runs do not."""
+        self.answers += [self.world.reconcile(), self.world.stuck(judged=last)]
 
 
 def run_live(
@@ -244,7 +246,7 @@ def run_live(
     )
     expected, unjudged = truth.died_with_its_marks(expected)
     time.sleep(max(0.0, closed_at + last_look_after_s - time.monotonic()))
-    live.look()  # once drained, with the consumer still running: nothing is stuck
+    live.look(last=True)  # once drained, with the consumer still running: nothing is stuck
     world.notes.append(
         f"{len(traffic.tickets)} tickets at {RATE_PER_S}/s, {len(reports)} delivery reports, every one acked; "
         f"{len(final)} records in the topic; {len(twice)} processed twice; row update lost: {sorted(lost)}; "
