@@ -19,8 +19,8 @@ from auditor.probes.codec import ClientRecord
 from auditor.stuck.evidence import ClusterView, CommitRecord, LocatedRecord, ms_to_iso
 from auditor.stuck.service import diagnose_rule
 from auditor.stuck.verdicts import diagnose
-from tests.stuck.test_verdicts import NOW_MS, ROW, view
 from tests.support.stuck import StuckSetup, verdicts_of
+from tests.support.verdict_view import NOW_MS, ROW, view
 from tests.support.waiting import wait_until
 
 SESSION = "c" * 32

@@ -28,34 +28,7 @@ from spark_jobs.group_commits import SeenCommits, Span
 from spark_jobs.kafka_cleanup import TopicCleanup
 from spark_jobs.mark_rules import MarkRule
 from spark_jobs.send_outcome import producer_outcome_ms
-
-NOW_MS = 1_800_000_000_000
-CREATED = datetime.fromtimestamp((NOW_MS - 3600_000) / 1000, UTC)  # an hour ago
-ROW = StuckRow("TCK-7", "NEW", 3600.0, CREATED, created=CREATED)  # the age column is the created column
-PROBED_SINCE_MS = NOW_MS - 36_000_000  # the producer probed for ten hours
-
-
-def view(
-    low: int = 0, high: int = 10, stable: int | None = None, committed: int | None = None, **extra: object
-) -> ClusterView:
-    group = GroupState("g", committed={} if committed is None else {0: committed}, members=1, state="stable")
-    group.marks_on_topic = 5
-    group.first_mark, group.first_mark_ms = {0: 0}, NOW_MS - 36_000_000  # probed for ten hours
-    cluster = ClusterView(
-        topic="tickets",
-        now_ms=NOW_MS,
-        partitions={
-            0: PartitionState(0, low, high if stable is None else stable, high, NOW_MS - 7200_000 if low else None)
-        },
-        groups={"g": group},
-        producer_ledger=LedgerView("pl", True, entries_for_topic=10, covers_topic_from_ms=PROBED_SINCE_MS),
-        consumer_ledger=LedgerView("cl", True),
-        records_scanned=high - low,
-        keyed_records=high - low,
-    )
-    for name, value in extra.items():
-        setattr(cluster, name, value)
-    return cluster
+from tests.support.verdict_view import NOW_MS, PROBED_SINCE_MS, ROW, view
 
 
 def acked(offset: int, partition: int = 0) -> LedgerEntry:
