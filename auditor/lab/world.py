@@ -63,6 +63,8 @@ class AuditorAnswer:
     finished_monotonic: float
     detail: dict[str, object] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)  # stuck items: key → the verdict's reason
+    # stuck items a consumer session may still be processing: key → the instant its hold ends
+    processing_until: dict[str, str] = field(default_factory=dict)
 
 
 # The stack's SASL_SSL listener (SCRAM-SHA-512 over TLS) as a user declares a secured cluster:
@@ -396,14 +398,14 @@ class World:
             if time.monotonic() - started + max(wait, 0.0) > PROCESSING_WAIT_S:
                 raise LabError(
                     f"the stuck diagnosis still takes a consumer session to be processing a record after "
-                    f"{PROCESSING_WAIT_S} s ({_held(answer)})"
+                    f"{PROCESSING_WAIT_S} s ({answer.processing_until})"
                 )
             time.sleep(max(wait, 0.0))
             answer = self._stuck_once(own_process)
         if answer is not first:
             self.notes.append(
                 f"the stuck diagnosis took a consumer session to be still processing "
-                f"{len(_held(first))} item(s); the one {time.monotonic() - started:.0f} s later "
+                f"{len(first.processing_until)} item(s); the one {time.monotonic() - started:.0f} s later "
                 "answers"
             )
         return answer
@@ -444,7 +446,7 @@ class World:
             held = [g["processing_until"] for g in (item.evidence or {}).get("groups", []) if g.get("processing_until")]
             if held:
                 processing[item.key] = max(held)
-        return AuditorAnswer(verdicts, time.monotonic(), {"notes": run.notes, "processing_until": processing}, reasons)
+        return AuditorAnswer(verdicts, time.monotonic(), {"notes": run.notes}, reasons, processing)
 
     def lint(self, **clients: dict[str, object]) -> AuditorAnswer:
         """Config lint at the binding's guarantee, as users run it: each client's config as pasted
@@ -508,17 +510,10 @@ class World:
             reconcile_conf.state_location().join(self.name).remove_tree()
 
 
-def _held(answer: AuditorAnswer) -> dict[str, str]:
-    """A stuck diagnosis's items a consumer session may still be processing, each with the
-    instant its hold ends (World.stuck's `processing_until`)."""
-    held = answer.detail.get("processing_until")
-    return held if isinstance(held, dict) else {}
-
-
 def _processing_until(answer: AuditorAnswer) -> float | None:
     """The epoch second the latest processing hold of a stuck diagnosis's items ends, or None:
     no item is held."""
-    held = _held(answer)
+    held = answer.processing_until
     return max(datetime.fromisoformat(until).timestamp() for until in held.values()) if held else None
 
 

@@ -187,9 +187,12 @@ def passing_commit(group: GroupState, partition: int, offset: int) -> CommitReco
     return commit_history.passing_commit((group.commits or {}).get(partition), group.committed.get(partition), offset)
 
 
-def committed_by(group: GroupState, topic: str, partition: int, offset: int, info: dict[str, Any]) -> str | None:
-    """Why the group's commit past `offset` does not show a probed consumer went past it, or None
-    (with the commit and its session in `info`, or a note that nothing shows who committed).
+def committed_by(
+    group: GroupState, topic: str, partition: int, offset: int, info: dict[str, Any], commit: CommitRecord | None
+) -> str | None:
+    """Why the group's commit past `offset` (`commit`: passing_commit's) does not show a probed
+    consumer went past it, or None (with the commit and its session in `info`, or a note that
+    nothing shows who committed).
 
     An audited consumer names its session in its commits' metadata (docs/contracts.md): a commit
     past the record naming none, in a group whose other commits name probed sessions, was a plain
@@ -200,7 +203,6 @@ def committed_by(group: GroupState, topic: str, partition: int, offset: int, inf
     if group.commits is None:
         info["committed_by"] = "unknown: __consumer_offsets could not be read"
         return None
-    commit = passing_commit(group, partition, offset)
     if commit is None:
         info["committed_by"] = "unknown: __consumer_offsets no longer shows the commit that passed it"
         return None
@@ -225,10 +227,16 @@ def committed_by(group: GroupState, topic: str, partition: int, offset: int, inf
 
 
 def still_processing(
-    group: GroupState, topic: str, partition: int, offset: int, view: ClusterView, info: dict[str, Any]
+    group: GroupState,
+    commit: CommitRecord | None,
+    topic: str,
+    partition: int,
+    offset: int,
+    view: ClusterView,
+    info: dict[str, Any],
 ) -> str | None:
-    """Why the probed consumer session whose commit took the group past `offset` may still be
-    processing that record, or None.
+    """Why the probed consumer session whose commit took the group past `offset` (`commit`:
+    passing_commit's) may still be processing that record, or None.
 
     A consumer that commits before it processes (at-most-once, auto-commit) passes a record
     before it is done with it. Killed (-9) there, it skipped the record; frozen there (a long
@@ -239,14 +247,8 @@ def still_processing(
     done with what it polled before. So a session whose last commit passed the record is taken
     to be processing it until its max.poll.interval.ms has passed since that commit (the
     longest its own client lets it go without polling: ClusterView.processing_bound_ms)."""
-    commit = passing_commit(group, partition, offset)
     session = commit.session() if commit is not None else None
-    if commit is None or session is None:
-        return None
-    later = any(
-        c.session() == session and c.ts_ms > commit.ts_ms for records in (group.commits or {}).values() for c in records
-    )
-    if later:
+    if commit is None or session is None or group.last_commit_ms(session) > commit.ts_ms:
         return None
     bound_ms, source = view.processing_bound_ms(session)
     until_ms = commit.ts_ms + bound_ms

@@ -36,6 +36,7 @@ from auditor.stuck.verdict_outcomes import (
     leader_changed_since,
     lost_mark,
     no_commit,
+    passing_commit,
     place,
     standing,
     unprobed_below,
@@ -718,7 +719,9 @@ def _deleted(
                     info,
                 )
             )
-        elif read_in_log is not None and (plain := committed_by(group, view.topic, partition, offset, info)):
+        elif read_in_log is not None and (
+            plain := committed_by(group, view.topic, partition, offset, info, passing_commit(group, partition, offset))
+        ):
             outcomes.append(
                 Outcome(
                     "unknown",

@@ -27,6 +27,7 @@ from auditor.stuck.verdict_outcomes import (
     judged_by,
     lag,
     lost_mark,
+    passing_commit,
     place,
     standing,
     still_processing,
@@ -153,10 +154,11 @@ def _visible_outcome(
     unprobed = unprobed_below(group, view.topic, record.partition, record.offset)
     if unprobed:
         return cannot_tell(unprobed)
-    plain = committed_by(group, view.topic, record.partition, record.offset, info)
+    commit = passing_commit(group, record.partition, record.offset)
+    plain = committed_by(group, view.topic, record.partition, record.offset, info, commit)
     if plain:
         return cannot_tell(plain)
-    processing = still_processing(group, view.topic, record.partition, record.offset, view, info)
+    processing = still_processing(group, commit, view.topic, record.partition, record.offset, view, info)
     if processing:
         return Outcome("unknown", processing, info)
     return Outcome(

@@ -67,21 +67,26 @@ def test_where_no_commit_at_or_below_it_is_left_only_the_group_s_commit_now_tell
     assert passing_commit(GroupState("g", committed={0: 30}), 0, 10) is None  # not read
 
 
+def _passed_by(group: GroupState, info: dict[str, Any]) -> str | None:
+    """committed_by for offset 10 of partition 0 of topic "t", with the commit that passed it."""
+    return committed_by(group, "t", 0, 10, info, passing_commit(group, 0, 10))
+
+
 def test_a_plain_commit_past_a_record_is_unknown_only_where_the_group_s_probes_name_their_commits() -> None:
     info: dict[str, Any] = {}
     # the other partition's probed commits show its probes write the metadata
     group = _group(30, (5, "p"), (20, None))
     assert group.commits is not None
     group.commits[1] = [CommitRecord(7, "audit:v2:p", 0)]
-    reason = committed_by(group, "t", 0, 10, info)
+    reason = _passed_by(group, info)
     assert reason is not None and "names no probed consumer session" in reason
     assert info["passed_by_commit"] == {"offset": 20, "session": None, "at": "1970-01-01T00:00:00.001+00:00"}
     # no commit names a session: older probes, the rule as before
     info = {}
-    assert committed_by(_group(30, (5, None), (20, None)), "t", 0, 10, info) is None
+    assert _passed_by(_group(30, (5, None), (20, None)), info) is None
     assert "older probes" in info["committed_by"]
     # a probed session's commit passed it
-    assert committed_by(_group(30, (5, None), (20, "p")), "t", 0, 10, {}) is None
+    assert _passed_by(_group(30, (5, None), (20, "p")), {}) is None
 
 
 def test_a_commit_of_an_empty_group_is_an_operators_only_without_a_read_records_epoch() -> None:
@@ -92,11 +97,11 @@ def test_a_commit_of_an_empty_group_is_an_operators_only_without_a_read_records_
 
     info: dict[str, Any] = {}
     # no epoch: an admin tool's reset, or an offset set by hand: the marks alone judge
-    assert committed_by(group(-1), "t", 0, 10, info) is None
+    assert _passed_by(group(-1), info) is None
     assert "nor a read record's leader epoch" in info["committed_by"]
     assert info["passed_by_commit"]["group_had_no_member"] and "leader_epoch" not in info["passed_by_commit"]
     # the epoch of a record read: a plain consumer outside the membership committed its position
     info = {}
-    reason = committed_by(group(4), "t", 0, 10, info)
+    reason = _passed_by(group(4), info)
     assert reason is not None and "names no probed consumer session" in reason
     assert info["passed_by_commit"]["leader_epoch"] == 4 and "committed_by" not in info
