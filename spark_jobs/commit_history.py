@@ -661,6 +661,58 @@ def last_passed(records: list[CommitRecord] | None, committed_now: int | None) -
     return sorted(spans)
 
 
+def session_passed(records: list[CommitRecord] | None, committed_now: int | None) -> list[tuple[int, int, str]]:
+    """The offsets [first, last] of a partition whose passing commit (passing_commit) is any one
+    a probed session made there, with that session, lowest first; the spans of one session's
+    consecutive commits merged (a consumer committing each record makes thousands).
+
+    An asynchronous commit, like an auto-commit, does not wait for the marks the probe handed to
+    its ledger producer before it: a session killed -9 may take the marks of several of its
+    commits with it, not only its last's (lab `live-consumer-crash-loop-async`, stop 82: 5 false
+    `unprocessed` passed by commits before a killed session's last). The probe's ledger writes a
+    session's marks in order (one key, an idempotent producer), so what it lost is what it
+    marked after the last mark read: the reader leaves unjudged what these spans hold above the
+    session's highest mark (reconcile_inputs.died_passed)."""
+    if not records:
+        return []
+    least = _least_offsets(records)
+    spans: list[tuple[int, int, str]] = []
+    for i, record in enumerate(records):
+        session = record.session()
+        if session is None or record.offset is None:
+            continue
+        if i == 0:
+            if not _first_known(records, committed_now):
+                continue  # earlier commits were cleaned away: what it passed is not known
+            start = 0
+        else:
+            start = max(least[i - 1], 0)
+        if least[i] <= start:
+            continue
+        if spans and spans[-1][2] == session and spans[-1][1] + 1 == start:
+            spans[-1] = (spans[-1][0], least[i] - 1, session)
+        else:
+            spans.append((start, least[i] - 1, session))
+    return sorted(spans)
+
+
+def session_passed_spans(
+    history: dict[str, dict[int, list[CommitRecord]]],
+    committed: dict[tuple[str, int], int],
+    judged_below: dict[tuple[str, int], int] | None = None,
+) -> list[tuple[str, int, int, int, str]]:
+    """(group, partition, first, last offset, session): session_passed for every group and
+    partition of the history, from where earlier runs judged (plain_passed_spans' `judged_below`)."""
+    spans: list[tuple[str, int, int, int, str]] = []
+    for group, commits in sorted(history.items()):
+        for partition, records in sorted(commits.items()):
+            floor = (judged_below or {}).get((group, partition), 0)
+            for first, last, session in session_passed(records, committed.get((group, partition))):
+                if last >= floor:
+                    spans.append((group, partition, max(first, floor), last, session))
+    return spans
+
+
 def last_passed_spans(
     history: dict[str, dict[int, list[CommitRecord]]],
     committed: dict[tuple[str, int], int],

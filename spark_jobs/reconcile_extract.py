@@ -22,7 +22,13 @@ from spark_jobs.binding import (
     jdbc_url_and_properties,
     redact_url,
 )
-from spark_jobs.commit_history import last_passed_spans, names_sessions, offsets_history, plain_passed_spans
+from spark_jobs.commit_history import (
+    last_passed_spans,
+    names_sessions,
+    offsets_history,
+    plain_passed_spans,
+    session_passed_spans,
+)
 from spark_jobs.common import read_kafka_ranges
 from spark_jobs.group_offsets import committed_offsets
 from spark_jobs.kafka_cleanup import TopicCleanup, absent_keys_explained, read_topic_cleanup
@@ -257,6 +263,8 @@ class CommitSpans:
     last: list[tuple[str, int, int, int, str]] = field(default_factory=list)
     note: str | None = None  # the history could not be read
     named: list[str] = field(default_factory=list)  # StateMeta.sessions_named
+    # (group, partition, first, last, session): any commit of a probed session passed them
+    sessions: list[tuple[str, int, int, int, str]] = field(default_factory=list)
 
 
 def plain_commits(
@@ -302,6 +310,7 @@ def plain_commits(
         last_passed_spans(history, committed_now, judged_below),
         None,
         sorted(named),
+        session_passed_spans(history, committed_now, judged_below),
     )
 
 
@@ -360,6 +369,8 @@ def extract_topic_offsets(
         "plain_passed": clamped(spans.plain, offsets),
         # closed sessions left out once the consumer ledger is read (reconcile_inputs)
         "last_passed": clamped(spans.last, offsets),
+        # left unjudged above the session's highest mark read, for sessions that did not close
+        "session_passed": clamped(spans.sessions, offsets),
         "history_note": spans.note,
         "sessions_named": spans.named,
         "consumer_ledger": consumer_ledger,

@@ -328,22 +328,29 @@ def extract_inputs(
     processed = empty_frame(spark, PROCESSED_SCHEMA)
     lost_marks = None
     closed: set[str] = set()
+    highest: dict[tuple[str, int, str], int] = {}  # (group, partition, session) -> its highest mark read
     first_marks = {group: dict(marks) for group, marks in meta.first_marks.items()}
     consumer_ledger = read_ledger(
         spark, binding, plan.kafka["consumer_ledger"], persist, plan.admin, plan.ledger_ids.get("consumer")
     )
     if consumer_ledger.records is not None:
         marks = persist(transform_consumer_ledger(consumer_ledger.records, binding.topic, binding.consumer_groups))
-        # Every mark read shows where the group's consumer was probed, those left out below too.
-        for row in marks.groupBy("group", "partition").agg(F.min("offset").alias("low")).collect():
+        # Every mark read shows where the group's consumer was probed, those left out below too;
+        # each session's highest bounds what a kill may have taken of its marks (died_passed).
+        by_session = marks.groupBy("group", "partition", "consumer_session").agg(
+            F.min("offset").alias("low"), F.max("offset").alias("high")
+        )
+        for row in by_session.collect():
             held = first_marks.setdefault(row["group"], {})
             held[row["partition"]] = min(row["low"], held.get(row["partition"], row["low"]))
+            if row["consumer_session"] is not None:
+                highest[(row["group"], row["partition"], row["consumer_session"])] = row["high"]
         processed = persist(without_rewritten_marks(marks, mark_rules))
         # Marks its ledger could not write (marks-lost): neither processed nor unprocessed.
         lost_marks = persist(transform_lost_marks(consumer_ledger.records, binding.topic, binding.consumer_groups))
         if lost_marks.isEmpty():  # nearly always
             lost_marks = None
-        if plan.kafka.get("last_passed"):
+        if plan.kafka.get("last_passed") or plan.kafka.get("session_passed"):
             closed = closed_consumer_sessions(consumer_ledger.records)
     # Processed marks deleted before any run read them: a record they marked would look
     # unprocessed. It was written before it was processed, so before the first mark left.
@@ -381,12 +388,11 @@ def extract_inputs(
         producer_bounds=producer_bounds,
         processed=processed,
         lost_marks=lost_marks,
-        plain_passed=(
-            local_frame(spark, plan.kafka["plain_passed"], PROCESSED_INTERVAL_SCHEMA)
-            if plan.kafka.get("plain_passed")
-            else None
+        plain_passed=local_intervals(spark, plan.kafka.get("plain_passed") or []),
+        died_passed=local_intervals(
+            spark,
+            died_passed(plan.kafka.get("last_passed") or [], plan.kafka.get("session_passed") or [], closed, highest),
         ),
-        died_passed=died_passed(spark, plan.kafka.get("last_passed") or [], closed),
         # a group whose offsets were deleted since a run saw them had read that far
         committed=local_frame(
             spark,
@@ -404,15 +410,33 @@ def extract_inputs(
 
 
 def died_passed(
-    spark: SparkSession, last_passed: list[tuple[str, int, int, int, str]], closed: set[str]
-) -> DataFrame | None:
-    """The offsets the last commit of a probed session took its group past, for the sessions
-    whose ledger does not hold their `closed` session-end in what this run read
-    (PROCESSED_INTERVAL_SCHEMA): such a session may have died with the marks of the records it
-    processed after committing them (commit_history.last_passed). None: none."""
+    last_passed: list[tuple[str, int, int, int, str]],
+    session_passed: list[tuple[str, int, int, int, str]],
+    closed: set[str],
+    highest: dict[tuple[str, int, str], int],
+) -> list[tuple[str, int, int, int]]:
+    """(group, partition, first, last offset) that a probed session whose ledger does not hold its
+    `closed` session-end in what this run read took its group past, and may have processed with
+    the marks dying with it: what its last commit passed (commit_history.last_passed: a commit
+    made before processing), and what any of its commits passed above the highest offset it
+    marked on that partition in this run's read, all of it where it marked none there
+    (commit_history.session_passed: an asynchronous commit does not wait for the marks handed
+    before it; the ledger writes a session's marks in order, so a kill takes the latest)."""
     kept = [
         (group, partition, first, last)
         for group, partition, first, last, session in last_passed
         if session not in closed
     ]
-    return local_frame(spark, kept, PROCESSED_INTERVAL_SCHEMA) if kept else None
+    for group, partition, first, last, session in session_passed:
+        if session in closed:
+            continue
+        above = highest.get((group, partition, session))
+        start = first if above is None else max(first, above + 1)
+        if start <= last:
+            kept.append((group, partition, start, last))
+    return sorted(set(kept))
+
+
+def local_intervals(spark: SparkSession, intervals: list[tuple[str, int, int, int]]) -> DataFrame | None:
+    """Offset intervals as a PROCESSED_INTERVAL_SCHEMA frame; None: none."""
+    return local_frame(spark, intervals, PROCESSED_INTERVAL_SCHEMA) if intervals else None

@@ -48,9 +48,10 @@ from spark_jobs.reconcile_transform import (
 def not_judged(*intervals: DataFrame | None) -> DataFrame | None:
     """Offsets whose records are never `unprocessed` (PROCESSED_INTERVAL_SCHEMA): marks the
     ledger lost (marks-lost), offsets a plain instance of the group committed past
-    (RunInputs.plain_passed) and offsets the last commit of a probed session that did not close
-    took the group past (RunInputs.died_passed). Processed or not cannot be told there; a candidate inside them
-    leaves the state for good (a miss at worst, never an alarm)."""
+    (RunInputs.plain_passed) and offsets a probed session that did not close took the group past
+    by its last commit or above its highest mark (RunInputs.died_passed). Processed or not cannot
+    be told there; a candidate inside them leaves the state for good (a miss at worst, never an
+    alarm)."""
     frames = [conform(f, PROCESSED_INTERVAL_SCHEMA) for f in intervals if f is not None]
     if not frames:
         return None

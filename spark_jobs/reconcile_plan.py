@@ -274,8 +274,9 @@ class RunInputs:
     # offsets a commit naming no probed session took a group past (PROCESSED_INTERVAL_SCHEMA,
     # reconcile_extract.plain_commits): a plain instance of the group may have processed them
     plain_passed: DataFrame | None = None
-    # offsets the last commit of a probed session that did not close took its group past
-    # (PROCESSED_INTERVAL_SCHEMA, commit_history.last_passed): it may have died with their marks
+    # offsets a probed session that did not close took its group past, by its last commit or above
+    # its highest mark (PROCESSED_INTERVAL_SCHEMA, reconcile_inputs.died_passed): it may have died
+    # with their marks
     died_passed: DataFrame | None = None
     # the topic's producers stamp records well before writing them (record_times); kept in state.json
     backdated: Backdated | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import struct
+from itertools import pairwise
 
 from spark_jobs.commit_history import (
     CommitRecord,
@@ -22,8 +23,11 @@ from spark_jobs.commit_history import (
     passing_commit,
     plain_passed,
     plain_passed_spans,
+    session_passed,
+    session_passed_spans,
     wanted_commit_key,
 )
+from spark_jobs.reconcile_inputs import died_passed
 
 
 def commit(
@@ -153,6 +157,57 @@ def test_the_last_passed_offsets_agree_with_the_passing_commit_of_every_offset()
             for offset in range(first, end + 1)
         }
         assert got == want, records
+
+
+def test_every_commit_of_a_session_in_an_asynchronous_crash_loop() -> None:
+    # s1 commits each record asynchronously (1 to 4) and is killed; s2 goes on with 6 and 7.
+    # Every offset a session's commit passed is that session's, consecutive commits merged.
+    records = [commit(1, "s1", unbroken=True), commit(2, "s1"), commit(3, "s1"), commit(4, "s1"), commit(6, "s2")]
+    records.append(commit(7, "s2"))
+    assert session_passed(records, 7) == [(0, 3, "s1"), (4, 6, "s2")]
+    assert session_passed_spans({"g": {0: records}}, {("g", 0): 7}, {("g", 0): 2}) == [
+        ("g", 0, 2, 3, "s1"),
+        ("g", 0, 4, 6, "s2"),
+    ]
+    # a plain instance's commit in between splits a session's spans and is no session's
+    records = [commit(2, "s1", unbroken=True), commit(5), commit(8, "s1")]
+    assert session_passed(records, 8) == [(0, 1, "s1"), (5, 7, "s1")]
+    # the first commit read, earlier ones cleaned away: what it passed is not known
+    assert session_passed([commit(3, "s1"), commit(5, "s1")], 9) == [(3, 4, "s1")]
+
+
+def test_the_session_passed_offsets_agree_with_the_passing_commit_of_every_offset() -> None:
+    rng = random.Random(83)
+    for _ in range(3000):
+        records = []
+        for _ in range(rng.randint(1, 8)):
+            offset = None if rng.random() < 0.1 else rng.randint(0, 30)
+            session = rng.choice([None, "s1", "s2", "s3"])
+            records.append(commit(offset, session, unbroken=rng.random() < 0.5, empty=rng.random() < 0.2))
+        committed_now = rng.choice([None, records[-1].offset, rng.randint(0, 30)])
+        want = {
+            (offset, passed.session())
+            for offset in range(40)
+            if (passed := passing_commit(records, committed_now, offset)) is not None and passed.session() is not None
+        }
+        spans = session_passed(records, committed_now)
+        got = [(offset, session) for first, end, session in spans for offset in range(first, end + 1)]
+        assert len(got) == len(set(got)) and set(got) == want, records
+        # adjacent spans of one session are merged
+        assert all(not (a[2] == b[2] and a[1] + 1 == b[0]) for a, b in pairwise(spans)), spans
+
+
+def test_what_a_session_that_did_not_close_passed_is_unjudged_above_its_highest_mark() -> None:
+    last = [("g", 0, 9, 9, "s1"), ("g", 0, 12, 12, "s2")]
+    passed = [("g", 0, 0, 9, "s1"), ("g", 0, 10, 12, "s2"), ("g", 1, 0, 4, "s1")]
+    # s1 marked up to 5 on partition 0 and nothing on partition 1; s2 closed
+    highest = {("g", 0, "s1"): 5, ("g", 0, "s2"): 12}
+    assert died_passed(last, passed, {"s2"}, highest) == [("g", 0, 6, 9), ("g", 0, 9, 9), ("g", 1, 0, 4)]
+    # a session that marked past everything it committed leaves only its last commit's span
+    assert died_passed(last, passed, set(), {("g", 0, "s1"): 9, ("g", 1, "s1"): 4, ("g", 0, "s2"): 12}) == [
+        ("g", 0, 9, 9),
+        ("g", 0, 12, 12),
+    ]
 
 
 def _s(text: str) -> bytes:

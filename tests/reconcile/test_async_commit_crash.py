@@ -1,0 +1,76 @@
+"""A probed at-least-once consumer that commits each record asynchronously, killed -9 with the
+marks of several commits still in its process (lab `live-consumer-crash-loop-async`, stop 82: 5
+false `unprocessed` of 6,333 tickets). An asynchronous commit does not wait for the marks the
+probe handed its ledger producer before it, so the kill takes the marks of every commit since
+the last one written, not only its last commit's.
+
+Ground truth is the application's own account (the offsets the killed consumer processed, as it
+printed them before the kill), the group's committed offset and the consumer ledger, read back
+whole from the broker, and the topic as the test's producer wrote it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from pyspark.sql import SparkSession
+
+from auditor.probes import ProcessedRanges, decode_ledger_record
+from spark_jobs.commit_history import offsets_history
+from tests.probes.kafka_helpers import read_topic
+from tests.support.async_committer import run_and_kill
+from tests.support.reconcile_world import World, finding_set, reconcile_once
+
+pytestmark = pytest.mark.integration
+
+
+def test_records_whose_marks_died_with_an_asynchronous_committer_are_not_unprocessed(
+    spark: SparkSession, world: World, make_topic, kafka_admin: AdminClient, tmp_path: Path
+) -> None:
+    for ticket in range(1, 13):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    world.insert(*range(1, 13))
+    skip = world.at("t3")[1]  # the poison record the application gives up on
+
+    killed = run_and_kill(
+        world.bootstrap, world.topic, world.group, world.consumer_ledger, make_topic("_audit.clients"), skip, 6, 6
+    )
+
+    # What the broker holds after the kill: the group committed past all twelve, its session's
+    # asynchronous commits one by one, and the ledger holds no mark of the second batch.
+    offsets = [world.at(f"t{t}")[1] for t in range(1, 13)]
+    committed = _committed(world)
+    assert committed == offsets[-1] + 1
+    _, history = offsets_history(kafka_admin, world.bootstrap, {}, [world.group], world.topic)
+    by_session = [c.offset for c in history[world.group][0] if c.session() == killed.session]
+    assert len([o for o in by_session if o is not None and o > offsets[6]]) >= 2, by_session
+    marked = {
+        offset
+        for message in read_topic(world.consumer_ledger, bootstrap=world.bootstrap)
+        if isinstance(record := decode_ledger_record(message.value()), ProcessedRanges)
+        for r in record.ranges
+        if r.topic == world.topic
+        for offset in range(r.first, r.last + 1)
+    }
+    assert marked == set(killed.processed_synced), "the second batch's marks were written: no kill took them"
+    assert killed.processed_async == offsets[6:]
+
+    result = reconcile_once(spark, world.binding(), tmp_path)
+
+    # Unprocessed: what the group committed past and the application did not process, whatever
+    # the ledger lost.
+    processed = set(killed.processed_synced) | set(killed.processed_async)
+    truth = {offset for offset in offsets if offset < committed and offset not in processed}
+    assert truth == {skip}
+    assert finding_set(result) == {("unprocessed", "3", None, 0, skip)}
+
+
+def _committed(world: World) -> int:
+    reader = Consumer({"bootstrap.servers": world.bootstrap, "group.id": world.group, "enable.auto.commit": False})
+    try:
+        (held,) = reader.committed([TopicPartition(world.topic, 0)], timeout=10)
+        return int(held.offset)
+    finally:
+        reader.close()
