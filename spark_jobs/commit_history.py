@@ -51,6 +51,7 @@ from __future__ import annotations
 import re
 import struct
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -629,6 +630,25 @@ def _least_offsets(records: list[CommitRecord]) -> list[int]:
     return least
 
 
+def _session_spans(records: list[CommitRecord], committed_now: int | None) -> Iterator[tuple[int, int, int, str]]:
+    """(index, first, last offset, session): the offsets each commit naming a probed session
+    passed (passing_commit: record i passed [m[i-1], m[i]), _least_offsets), in order; empty
+    spans, and the first record's where earlier commits were cleaned away, left out."""
+    least = _least_offsets(records)
+    for i, record in enumerate(records):
+        session = record.session()
+        if session is None or record.offset is None:
+            continue
+        if i == 0:
+            if not _first_known(records, committed_now):
+                continue  # earlier commits were cleaned away: what it passed is not known
+            start = 0
+        else:
+            start = max(least[i - 1], 0)
+        if least[i] > start:
+            yield i, start, least[i] - 1, session
+
+
 def last_passed(records: list[CommitRecord] | None, committed_now: int | None) -> list[tuple[int, int, str]]:
     """The offsets [first, last] of a partition whose passing commit (passing_commit) is the last
     one a probed session made there, with that session, lowest first.
@@ -642,23 +662,9 @@ def last_passed(records: list[CommitRecord] | None, committed_now: int | None) -
     consumer's close() writes its marks, then a `closed` session-end: the reader checks that)."""
     if not records:
         return []
-    least = _least_offsets(records)
-    last_of: dict[str, int] = {}
-    for i, record in enumerate(records):
-        session = record.session()
-        if session is not None and record.offset is not None:
-            last_of[session] = i
-    spans: list[tuple[int, int, str]] = []
-    for session, i in last_of.items():
-        if i == 0:
-            if not _first_known(records, committed_now):
-                continue  # earlier commits were cleaned away: what it passed is not known
-            start = 0
-        else:
-            start = max(least[i - 1], 0)
-        if least[i] > start:
-            spans.append((start, least[i] - 1, session))
-    return sorted(spans)
+    last_of = {r.session(): i for i, r in enumerate(records) if r.session() is not None and r.offset is not None}
+    spans = _session_spans(records, committed_now)
+    return sorted((first, last, session) for i, first, last, session in spans if last_of[session] == i)
 
 
 def session_passed(records: list[CommitRecord] | None, committed_now: int | None) -> list[tuple[int, int, str]]:
@@ -673,41 +679,28 @@ def session_passed(records: list[CommitRecord] | None, committed_now: int | None
     session's marks in order (one key, an idempotent producer), so what it lost is what it
     marked after the last mark read: the reader leaves unjudged what these spans hold above the
     session's highest mark (reconcile_inputs.died_passed)."""
-    if not records:
-        return []
-    least = _least_offsets(records)
     spans: list[tuple[int, int, str]] = []
-    for i, record in enumerate(records):
-        session = record.session()
-        if session is None or record.offset is None:
-            continue
-        if i == 0:
-            if not _first_known(records, committed_now):
-                continue  # earlier commits were cleaned away: what it passed is not known
-            start = 0
+    for _, first, last, session in _session_spans(records or [], committed_now):
+        if spans and spans[-1][2] == session and spans[-1][1] + 1 == first:
+            spans[-1] = (spans[-1][0], last, session)
         else:
-            start = max(least[i - 1], 0)
-        if least[i] <= start:
-            continue
-        if spans and spans[-1][2] == session and spans[-1][1] + 1 == start:
-            spans[-1] = (spans[-1][0], least[i] - 1, session)
-        else:
-            spans.append((start, least[i] - 1, session))
-    return sorted(spans)
+            spans.append((first, last, session))
+    return spans
 
 
-def session_passed_spans(
+def _spans_over(
     history: dict[str, dict[int, list[CommitRecord]]],
     committed: dict[tuple[str, int], int],
-    judged_below: dict[tuple[str, int], int] | None = None,
+    judged_below: dict[tuple[str, int], int] | None,
+    spans_of: Callable[[list[CommitRecord], int | None], list[tuple[int, int, str]]],
 ) -> list[tuple[str, int, int, int, str]]:
-    """(group, partition, first, last offset, session): session_passed for every group and
-    partition of the history, from where earlier runs judged (plain_passed_spans' `judged_below`)."""
+    """(group, partition, first, last offset, session): `spans_of` for every group and partition
+    of the history, from where earlier runs judged (plain_passed_spans' `judged_below`)."""
     spans: list[tuple[str, int, int, int, str]] = []
     for group, commits in sorted(history.items()):
         for partition, records in sorted(commits.items()):
             floor = (judged_below or {}).get((group, partition), 0)
-            for first, last, session in session_passed(records, committed.get((group, partition))):
+            for first, last, session in spans_of(records, committed.get((group, partition))):
                 if last >= floor:
                     spans.append((group, partition, max(first, floor), last, session))
     return spans
@@ -718,16 +711,17 @@ def last_passed_spans(
     committed: dict[tuple[str, int], int],
     judged_below: dict[tuple[str, int], int] | None = None,
 ) -> list[tuple[str, int, int, int, str]]:
-    """(group, partition, first, last offset, session): last_passed for every group and partition
-    of the history, from where earlier runs judged (plain_passed_spans' `judged_below`)."""
-    spans: list[tuple[str, int, int, int, str]] = []
-    for group, commits in sorted(history.items()):
-        for partition, records in sorted(commits.items()):
-            floor = (judged_below or {}).get((group, partition), 0)
-            for first, last, session in last_passed(records, committed.get((group, partition))):
-                if last >= floor:
-                    spans.append((group, partition, max(first, floor), last, session))
-    return spans
+    """(group, partition, first, last offset, session): last_passed for every group and partition."""
+    return _spans_over(history, committed, judged_below, last_passed)
+
+
+def session_passed_spans(
+    history: dict[str, dict[int, list[CommitRecord]]],
+    committed: dict[tuple[str, int], int],
+    judged_below: dict[tuple[str, int], int] | None = None,
+) -> list[tuple[str, int, int, int, str]]:
+    """(group, partition, first, last offset, session): session_passed for every group and partition."""
+    return _spans_over(history, committed, judged_below, session_passed)
 
 
 def plain_passed_spans(

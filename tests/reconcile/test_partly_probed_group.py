@@ -11,7 +11,6 @@ other kinds than a classic group's."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from auditor.lab.cluster import wait_until
 from spark_jobs.commit_history import offsets_history
 from tests.support.plain import commit_outside_membership
 from tests.support.reconcile_world import World, finding_set, reconcile_once
+from tests.support.waiting import handed
 
 pytestmark = pytest.mark.integration
 
@@ -112,16 +112,11 @@ def test_records_a_consumer_outside_the_membership_processed_and_committed_are_n
     unprocessed (stop 74's code called all six so)."""
     probed_member_passes_ticket_3(world, make_topic, protocol)
     outside = Consumer(member_settings(world, protocol))
-    handed: list[Message] = []
     try:  # assigned, it starts at the group's committed offset
         outside.assign([TopicPartition(world.topic, 0)])
-        deadline = time.monotonic() + 60
-        while len(handed) < 6 and time.monotonic() < deadline:
-            msg = outside.poll(0.5)
-            if msg is not None and msg.error() is None:
-                handed.append(msg)
-        assert [m.offset() for m in handed] == [world.at(f"t{t}")[1] for t in range(4, 10)]
-        commit_outside_membership(outside, handed[-1])
+        got = handed(outside, 6)
+        assert [m.offset() for m in got] == [world.at(f"t{t}")[1] for t in range(4, 10)]
+        commit_outside_membership(outside, got[-1])
     finally:
         outside.close()
     # read back from the broker: the commit was made while the group had no member, as a reset's
@@ -208,12 +203,7 @@ def test_the_history_tells_a_members_commit_from_one_made_while_the_group_had_no
 def subscribed(consumer: Any, topic: str, count: int) -> list[Message]:
     """The first `count` records a member of the group is handed once it joined."""
     consumer.subscribe([topic])
-    got: list[Message] = []
-    deadline = time.monotonic() + 60
-    while len(got) < count and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            got.append(msg)
+    got = handed(consumer, count)
     assert len(got) == count, f"handed {len(got)} of {count} records"
     return got
 

@@ -36,6 +36,17 @@ def commit(
     return CommitRecord(offset, None if session is None else f"audit:v2:{session}", 0, unbroken, empty, epoch)
 
 
+def random_history(rng: random.Random, sessions: list[str]) -> tuple[list[CommitRecord], int | None]:
+    """One to eight commits (a tenth of them removals) by the sessions or a plain member, and
+    the group's committed offset now (none, the last commit's, or any)."""
+    records = []
+    for _ in range(rng.randint(1, 8)):
+        offset = None if rng.random() < 0.1 else rng.randint(0, 30)
+        session = rng.choice([None, *sessions])
+        records.append(commit(offset, session, unbroken=rng.random() < 0.5, empty=rng.random() < 0.2))
+    return records, rng.choice([None, records[-1].offset, rng.randint(0, 30)])
+
+
 def by_offset(records: list[CommitRecord], committed_now: int | None, top: int) -> set[int]:
     plain = set()
     for offset in range(top):
@@ -110,12 +121,7 @@ def test_a_first_commit_the_cleaner_may_have_preceded_proves_nothing() -> None:
 def test_it_agrees_with_the_passing_commit_of_every_offset() -> None:
     rng = random.Random(73)
     for _ in range(3000):
-        records = []
-        for _ in range(rng.randint(1, 8)):
-            offset = None if rng.random() < 0.1 else rng.randint(0, 30)
-            session = rng.choice([None, "s1", "s2"])
-            records.append(commit(offset, session, unbroken=rng.random() < 0.5, empty=rng.random() < 0.2))
-        committed_now = rng.choice([None, records[-1].offset, rng.randint(0, 30)])
+        records, committed_now = random_history(rng, ["s1", "s2"])
         assert expand(plain_passed(records, committed_now)) == by_offset(records, committed_now, 40), records
 
 
@@ -134,12 +140,7 @@ def test_the_last_commit_of_each_session_in_a_crash_loop() -> None:
 def test_the_last_passed_offsets_agree_with_the_passing_commit_of_every_offset() -> None:
     rng = random.Random(76)
     for _ in range(3000):
-        records = []
-        for _ in range(rng.randint(1, 8)):
-            offset = None if rng.random() < 0.1 else rng.randint(0, 30)
-            session = rng.choice([None, "s1", "s2", "s3"])
-            records.append(commit(offset, session, unbroken=rng.random() < 0.5, empty=rng.random() < 0.2))
-        committed_now = rng.choice([None, records[-1].offset, rng.randint(0, 30)])
+        records, committed_now = random_history(rng, ["s1", "s2", "s3"])
         last: dict[str, CommitRecord] = {}
         for record in records:
             if record.session() is not None and record.offset is not None:
@@ -179,12 +180,7 @@ def test_every_commit_of_a_session_in_an_asynchronous_crash_loop() -> None:
 def test_the_session_passed_offsets_agree_with_the_passing_commit_of_every_offset() -> None:
     rng = random.Random(83)
     for _ in range(3000):
-        records = []
-        for _ in range(rng.randint(1, 8)):
-            offset = None if rng.random() < 0.1 else rng.randint(0, 30)
-            session = rng.choice([None, "s1", "s2", "s3"])
-            records.append(commit(offset, session, unbroken=rng.random() < 0.5, empty=rng.random() < 0.2))
-        committed_now = rng.choice([None, records[-1].offset, rng.randint(0, 30)])
+        records, committed_now = random_history(rng, ["s1", "s2", "s3"])
         want = {
             (offset, passed.session())
             for offset in range(40)

@@ -27,6 +27,7 @@ from confluent_kafka import Message, TopicPartition
 
 from auditor.probes import AuditedConsumer
 from tests.support.paths import ROOT
+from tests.support.waiting import handed
 
 
 class KilledConsumer(NamedTuple):
@@ -55,12 +56,7 @@ def run_and_kill(bootstrap: str, topic: str, group: str, ledger: str, clients: s
 
 
 def _handed(consumer: AuditedConsumer, count: int) -> list[Message]:
-    got: list[Message] = []
-    deadline = time.monotonic() + 60
-    while len(got) < count and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is not None and msg.error() is None:
-            got.append(msg)
+    got = handed(consumer, count)
     if len(got) < count:
         raise SystemExit(f"handed {len(got)} of {count} records")
     return got
