@@ -306,11 +306,10 @@ def plain_commits(
     }
     committed_now = {(g, p): offset for g, p, offset in committed}
     return CommitSpans(
-        plain_passed_spans(history, committed_now, named, judged_below),
-        last_passed_spans(history, committed_now, judged_below),
-        None,
-        sorted(named),
-        session_passed_spans(history, committed_now, judged_below),
+        plain=plain_passed_spans(history, committed_now, named, judged_below),
+        last=last_passed_spans(history, committed_now, judged_below),
+        named=sorted(named),
+        sessions=session_passed_spans(history, committed_now, judged_below),
     )
 
 

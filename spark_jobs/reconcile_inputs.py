@@ -350,7 +350,7 @@ def extract_inputs(
         lost_marks = persist(transform_lost_marks(consumer_ledger.records, binding.topic, binding.consumer_groups))
         if lost_marks.isEmpty():  # nearly always
             lost_marks = None
-        if plan.kafka.get("last_passed") or plan.kafka.get("session_passed"):
+        if plan.kafka.get("session_passed"):  # it holds every last commit's span (last_passed) too
             closed = closed_consumer_sessions(consumer_ledger.records)
     # Processed marks deleted before any run read them: a record they marked would look
     # unprocessed. It was written before it was processed, so before the first mark left.
