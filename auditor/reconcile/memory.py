@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import operator
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import reduce
@@ -304,6 +304,29 @@ class IndexedTopic:
     index: IndexRows | None = None
 
 
+@dataclass
+class IndexRead:
+    """The key index's rows of `keys`, as read_index read them for `meta` (a state.json)."""
+
+    meta: dict[str, Any]
+    keys: Iterable[str]
+    rows: list[dict[str, Any]]  # the key deltas' rows, with n, session and seq
+    aborted: list[dict[str, Any]]  # the aborted dataset's rows, with session and seq
+    seq_coverage: dict[str, list[tuple[int, int]]]
+
+
+def read_index(root: StateLocation, meta: dict[str, Any], keys: Iterable[str]) -> IndexRead:
+    """The rows of `keys` in the datasets `meta` names under `root`: the part of
+    indexed_records that reads files, and needs nothing of the cluster, so a diagnosis reads
+    it while it reads the cluster. StateUnreadable when a dataset cannot be read."""
+    wanted = sorted(set(keys))
+    rows = _rows(root, list(meta.get("key_deltas") or []), wanted, extra=["n", "session", "seq"])
+    aborted = (meta.get("datasets") or {}).get("aborted")
+    aborted_rows = _rows(root, [aborted] if aborted else [], wanted, extra=["session", "seq"])
+    coverage = (meta.get("datasets") or {}).get("seq_coverage")
+    return IndexRead(meta, keys, rows, aborted_rows, _seq_coverage(root, coverage) if coverage else {})
+
+
 def indexed_records(
     binding: Binding,
     keys: Sequence[str],
@@ -311,10 +334,13 @@ def indexed_records(
     kafka_config: dict[str, Any],
     state_root: StateLocation | None = None,
     meta: dict[str, Any] | None = None,
+    prefetched: Callable[[], IndexRead] | None = None,
 ) -> IndexedTopic:
     """What the key index says of `keys` within the offsets the last run read, once the log
     is checked not to have been rewritten there (kafka_offsets.rewritten_partitions).
-    meta: its state.json already read (read_state_meta), else it is read here.
+    meta: its state.json already read (read_state_meta), else it is read here. prefetched:
+    gives read_index's rows read earlier (a future's result), used when they were read for
+    this `meta` and `keys` (the same objects); it raises StateUnreadable as read_index does.
 
     Only an index that matches a full read exactly is used: a key with more than one record
     in it (its other positions are not kept) makes the caller read everything.
@@ -343,18 +369,13 @@ def indexed_records(
         return IndexedTopic(reason=f"partition {p} was rewritten since the last reconciliation ({why})")
     starts = {p: min(max(read_to[p], s.low), s.stable) for p, s in partitions.items()}
     found = IndexedTopic(starts=starts, run_id=run_id, covered=sum(starts[p] - s.low for p, s in partitions.items()))
-    wanted = sorted(set(keys))
     try:
-        rows = _rows(root, list(meta.get("key_deltas") or []), wanted, extra=["n", "session", "seq"])
-        aborted = meta.get("datasets", {}).get("aborted")
-        aborted_rows = _rows(root, [aborted] if aborted else [], wanted, extra=["session", "seq"])
+        read = prefetched() if prefetched is not None else None
+        if read is None or read.meta is not meta or read.keys is not keys:
+            read = read_index(root, meta, keys)
     except StateUnreadable as exc:
         return IndexedTopic(reason=str(exc))
-    coverage = (meta.get("datasets") or {}).get("seq_coverage")
-    try:
-        found.seq_coverage = _seq_coverage(root, coverage) if coverage else {}
-    except StateUnreadable as exc:
-        return IndexedTopic(reason=str(exc))
+    rows, aborted_rows, found.seq_coverage = read.rows, read.aborted, read.seq_coverage
     copies: dict[str, int] = {}
     for row in rows:
         copies[row["key"]] = copies.get(row["key"], 0) + int(row.get("n") or 1)

@@ -12,7 +12,7 @@ import gc
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,10 +34,13 @@ from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding, StuckRule
 from auditor.pipelines.producers import cluster_send_outcome, observed_producers
 from auditor.probes.topics import CLIENTS_TOPIC
+from auditor.reconcile.conf import state_location
 from auditor.reconcile.memory import (
     IndexedTopic,
+    IndexRead,
     StateUnreadable,
     indexed_records,
+    read_index,
     read_state_meta,
     recall,
     recall_commits,
@@ -68,6 +71,7 @@ from auditor.vocabulary import STUCK_VERDICTS
 from spark_jobs.kafka_offsets import KafkaReadError
 from spark_jobs.mark_rules import env_seconds, mark_settle_seconds
 from spark_jobs.record_times import stamp_lag_ms
+from spark_jobs.state_location import StateLocationError
 
 log = logging.getLogger(__name__)
 
@@ -200,14 +204,46 @@ def _ranges_read(request: LocateRequest) -> dict[str, dict[int, tuple[int, int]]
     return reads
 
 
-def _recall_stamps(result: DiagnosisResult, binding: Binding, view: ClusterView) -> dict[str, Any] | None:
+def _read_state(binding: Binding) -> tuple[dict[str, Any] | None, StateUnreadable | None]:
+    """The binding's state.json (None: no run yet), or why it could not be read."""
+    try:
+        return read_state_meta(binding), None
+    except StateUnreadable as exc:
+        return None, exc
+
+
+def _prefetch_index(binding: Binding, meta: dict[str, Any] | None, keys: list[str]) -> Callable[[], IndexRead] | None:
+    """The key index's rows of `keys` (memory.read_index), read in a thread of their own while
+    the diagnosis reads the cluster: reading files needs nothing of it, and Parquet decodes
+    without the interpreter lock. Gives the future's result (None: no state to read)."""
+    if meta is None or not keys:
+        return None
+    try:
+        root = state_location().join(binding.name)
+    except StateLocationError:
+        return None  # indexed_records names it
+    reading = ThreadPoolExecutor(max_workers=1, thread_name_prefix="key-index")
+    future = reading.submit(read_index, root, meta, keys)
+    reading.shutdown(wait=False)
+    return future.result
+
+
+def _recall_stamps(
+    result: DiagnosisResult,
+    binding: Binding,
+    view: ClusterView,
+    meta: dict[str, Any] | None,
+    unreadable: StateUnreadable | None,
+) -> dict[str, Any] | None:
     """Where the topic's producers were seen stamping records well before writing them, the
     oldest record's timestamp bounds the deleted records only within the topic's
     message.timestamp.before.max.ms (view.stamp_lag_ms); and whether a reconciliation run read
-    records of a producer that is not probed (view.unprobed_record_ms). Returns the state.json
-    it read (None: none, or unreadable), which the key index look-up then uses."""
+    records of a producer that is not probed (view.unprobed_record_ms). `meta`: the state.json
+    _read_state read, or why it could not (`unreadable`). Returns it when the key index
+    look-up may use it (None: none, or unreadable)."""
     try:
-        meta = read_state_meta(binding)
+        if unreadable is not None:
+            raise unreadable
         view.unprobed_record_ms = recalled_unprobed(meta)
     except StateUnreadable as exc:
         # What earlier runs read is not known: as if a record of an unprobed producer was written now.
@@ -460,6 +496,17 @@ def _add_lost_marks(located: LocateResult, tail: LocateResult) -> int:
     return added
 
 
+def _recheck(url: str, query: StuckQuery, rows: list[StuckRow]) -> Callable[[], set[str]]:
+    """source.still_stuck of `rows`, asked in a thread of its own (the database works while the
+    verdicts are judged); gives its result, or raises its SourceError."""
+    if not rows:
+        return set
+    reading = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recheck")
+    future = reading.submit(still_stuck, url, query, [r.key for r in rows], {r.key: r.row_id for r in rows})
+    reading.shutdown(wait=False)
+    return future.result
+
+
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """The cyclic garbage collector off during a diagnosis: it allocates a few dozen small
@@ -516,6 +563,9 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         result.notes.append(
             f"more than {options.max_items} rows are stuck: the oldest {options.max_items} were diagnosed"
         )
+    keys = [r.key for r in rows]
+    state_meta, state_unreadable = _read_state(binding)
+    prefetched = _prefetch_index(binding, state_meta, keys) if options.use_index else None
     lap("source")
 
     producer_ledger, consumer_ledger = ledger_topics(
@@ -549,7 +599,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     view.source_clock_ahead_ms = source_clock.ahead_ms
     if view.source_clock_ahead_ms:
         view.notes.append(source_clock.describe())
-    state_meta = _recall_stamps(result, binding, view)
+    state_meta = _recall_stamps(result, binding, view, state_meta, state_unreadable)
     if view.topic_id is not None:
         recreation = observe_topic_id(binding.cluster, binding.topic, view.topic_id, timezone.now())
         if recreation is not None:
@@ -570,9 +620,10 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
     indexed = IndexedTopic(reason="not asked to")
     reads: dict[str, dict[int, tuple[int, int]]] | None = None  # what the locate step read, once it succeeded
     if rows and not view.kafka_error:
-        keys = [r.key for r in rows]
         if options.use_index and view.cleanup is not None and not view.cleanup.compacted:
-            indexed = indexed_records(binding, keys, plan.partitions, binding.cluster.client_config(), meta=state_meta)
+            indexed = indexed_records(
+                binding, keys, plan.partitions, binding.cluster.client_config(), meta=state_meta, prefetched=prefetched
+            )
             lap("index")
         elif options.use_index:
             # The index says where runs saw each key; on a compacted topic the cleaner may have
@@ -633,14 +684,17 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         )
     lap("memory")
 
+    # Rows updated while the evidence was read are healthy: never report them. The evidence is
+    # read, so the source is asked again while the verdicts are judged.
+    recheck = _recheck(url, query, rows)
     verdicts = [_diagnosed(row, located, view, memory) for row in rows]
     lap("verdicts")
     if any(_judged_as(v, "skipped", "expired") or _passed_unproven(v) for v in verdicts):
         verdicts = _look_again(verdicts, result, located, view, plan, memory, binding, options)
+        recheck = _recheck(url, query, rows)  # the second look read more evidence: asked again after it
         lap("second_look")
-    # Rows updated while the evidence was read are healthy: never report them.
     if verdicts:
-        current = still_stuck(url, query, [v.row.key for v in verdicts], {v.row.key: v.row.row_id for v in verdicts})
+        current = recheck()
         dropped = len(verdicts) - len(current)
         verdicts = [v for v in verdicts if v.row.key in current]
         if dropped:

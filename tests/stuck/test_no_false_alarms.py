@@ -104,6 +104,36 @@ def test_it_never_reports_healthy_tickets(stuck: StuckSetup) -> None:
     assert result.items == [] and not result.degraded
 
 
+@pytest.mark.parametrize("read_last", ["recall", "_look_again"])
+def test_rows_processed_while_the_evidence_is_read_are_not_reported(
+    stuck: StuckSetup, monkeypatch: pytest.MonkeyPatch, read_last: str
+) -> None:
+    """The source is asked again once the last evidence is read (the auditor's memory, or a
+    second look at the consumer ledger), while the verdicts are judged: rows updated until
+    then are healthy."""
+    pipeline = stuck.pipeline
+    ids = pipeline.produce(8)  # none consumed: every row waits
+    done = ids[2:5]
+    real = getattr(service, read_last)
+
+    def then_process(*args: Any, **kwargs: Any) -> Any:
+        answer = real(*args, **kwargs)
+        with pipeline.store() as store:
+            for ticket in done:
+                store.mark_done(ticket)
+        return answer
+
+    monkeypatch.setattr(service, read_last, then_process)
+    if read_last == "_look_again":  # as if a verdict needed the second look
+        monkeypatch.setattr(service, "_passed_unproven", lambda verdict: True)
+    result = diagnose_rule(stuck.rule, stuck.options("python"))
+
+    statuses = pipeline.statuses()  # the truth: the source itself
+    assert {t for t in ids if statuses[t] == "NEW"} == set(ids) - set(done)
+    assert set(verdicts_of(result)) == set(ids) - set(done)
+    assert f"{len(done)} row(s) left the stuck status during the diagnosis" in result.notes
+
+
 @pytest.mark.parametrize("engine", ["python", "spark"])
 def test_records_deleted_while_the_diagnosis_reads_them_are_unknown_never_lost(
     make_stuck: Callable[..., StuckSetup],
