@@ -113,6 +113,29 @@ def names(suffix: str) -> dict[str, str]:
     }
 
 
+def _ticks(path: str, first: int, last: int) -> int:
+    fields = Path(path).read_text().rsplit(")", 1)[-1].split()
+    return sum(int(f) for f in fields[first:last])
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(CPU seconds the whole machine has been busy, of which this process and its
+    children, the SparkSession's JVM among them), from /proc: read before and after the
+    diagnosis, the difference tells what else ran meanwhile (a table's autovacuum, a broker)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    machine = sum(busy) - busy[3] - busy[4]  # less idle and iowait
+    ours = _ticks("/proc/self/stat", 11, 13)  # utime, stime
+    for child in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = child.read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[1]) == os.getpid():  # ppid: the JVM spark-submit started
+            ours += int(fields[11]) + int(fields[12])
+    return machine / tick, ours / tick
+
+
 def fill_table(url: str, table: str, rows: int, step: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         ident = sql.Identifier(table)
@@ -404,14 +427,21 @@ def main() -> int:
             max_items=max(args.stuck, 200_000),
             timeout_s=30,
         )
+        machine_before, ours_before = machine_cpu()
         started = time.monotonic()
         result = diagnose_rule(rule, options)
         wall = time.monotonic() - started
+        machine_after, ours_after = machine_cpu()
+        machine_busy, ours = machine_after - machine_before, ours_after - ours_before
         verdicts = Counter(item.diagnosis.verdict for item in result.items)
         print(f"diagnosed {len(result.items)} stuck items among {args.rows} rows with {result.engine or args.engine}")
         print(f"verdicts: {dict(sorted(verdicts.items()))}")
         print(f"phases: {result.timings}")
         print(f"diagnosis wall time: {wall:.1f} s")
+        print(
+            f"CPU during it: the machine {machine_busy:.1f} s, this process and its JVM {ours:.1f} s, "
+            f"everything else {machine_busy - ours:.1f} s (of {2 * wall:.1f} s on two cores)"
+        )
         if args.store:
             started = time.monotonic()
             record_diagnosis(start_run(rule, "cli"), result)
