@@ -113,9 +113,9 @@ def names(suffix: str) -> dict[str, str]:
     }
 
 
-def _ticks(path: str, first: int, last: int) -> int:
-    fields = Path(path).read_text().rsplit(")", 1)[-1].split()
-    return sum(int(f) for f in fields[first:last])
+def _stat(path: Path) -> list[str]:
+    """A /proc/<pid>/stat's fields after the command name (ppid first, utime and stime at 11 and 12)."""
+    return path.read_text().rsplit(")", 1)[-1].split()
 
 
 def machine_cpu() -> tuple[float, float]:
@@ -125,13 +125,13 @@ def machine_cpu() -> tuple[float, float]:
     tick = os.sysconf("SC_CLK_TCK")
     busy = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     machine = sum(busy) - busy[3] - busy[4]  # less idle and iowait
-    ours = _ticks("/proc/self/stat", 11, 13)  # utime, stime
-    for child in Path("/proc").glob("[0-9]*/stat"):
+    ours = 0
+    for path in [Path("/proc/self/stat"), *Path("/proc").glob("[0-9]*/stat")]:
         try:
-            fields = child.read_text().rsplit(")", 1)[-1].split()
+            fields = _stat(path)
         except OSError:
             continue  # ended meanwhile
-        if int(fields[1]) == os.getpid():  # ppid: the JVM spark-submit started
+        if path.parent.name == "self" or int(fields[1]) == os.getpid():  # the JVM spark-submit started
             ours += int(fields[11]) + int(fields[12])
     return machine / tick, ours / tick
 

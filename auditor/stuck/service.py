@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from itertools import chain
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -74,6 +74,8 @@ from spark_jobs.record_times import stamp_lag_ms
 from spark_jobs.state_location import StateLocationError
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 LIVE_CHANGES_LISTED = 50  # became-stuck / got-unstuck items named in one live event
 WRITE_BATCH = 2000
@@ -204,6 +206,15 @@ def _ranges_read(request: LocateRequest) -> dict[str, dict[int, tuple[int, int]]
     return reads
 
 
+def _aside(name: str, read: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Callable[[], T]:
+    """`read(*args)` started in a thread of its own, while the diagnosis goes on; gives its
+    result (waiting for it), or raises what it raised."""
+    reading = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+    future = reading.submit(read, *args, **kwargs)
+    reading.shutdown(wait=False)
+    return future.result
+
+
 def _read_state(binding: Binding) -> tuple[dict[str, Any] | None, StateUnreadable | None]:
     """The binding's state.json (None: no run yet), or why it could not be read."""
     try:
@@ -222,10 +233,7 @@ def _prefetch_index(binding: Binding, meta: dict[str, Any] | None, keys: list[st
         root = state_location().join(binding.name)
     except StateLocationError:
         return None  # indexed_records names it
-    reading = ThreadPoolExecutor(max_workers=1, thread_name_prefix="key-index")
-    future = reading.submit(read_index, root, meta, keys)
-    reading.shutdown(wait=False)
-    return future.result
+    return _aside("key-index", read_index, root, meta, keys)
 
 
 def _recall_stamps(
@@ -501,10 +509,7 @@ def _recheck(url: str, query: StuckQuery, rows: list[StuckRow]) -> Callable[[], 
     verdicts are judged); gives its result, or raises its SourceError."""
     if not rows:
         return set
-    reading = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recheck")
-    future = reading.submit(still_stuck, url, query, [r.key for r in rows], {r.key: r.row_id for r in rows})
-    reading.shutdown(wait=False)
-    return future.result
+    return _aside("recheck", still_stuck, url, query, [r.key for r in rows], {r.key: r.row_id for r in rows})
 
 
 @contextmanager
@@ -547,11 +552,13 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         if exc.security:
             raise
     # The producers' send timeouts (the clients topic) are read while the source is queried.
-    reading = ThreadPoolExecutor(max_workers=1, thread_name_prefix="send-outcome")
-    outcome = reading.submit(
-        observed_producers, binding.cluster.client_config(), options.clients_topic, min(options.timeout_s, 5.0)
+    outcome = _aside(
+        "send-outcome",
+        observed_producers,
+        binding.cluster.client_config(),
+        options.clients_topic,
+        min(options.timeout_s, 5.0),
     )
-    reading.shutdown(wait=False)
     query = stuck_query(rule)
     url = _source_url(rule)
     try:
@@ -582,7 +589,7 @@ def diagnose_rule(rule: StuckRule, options: DiagnosisOptions | None = None) -> D
         record_key=binding.record_key,
     )
     if not view.kafka_error:
-        producers = outcome.result()
+        producers = outcome()
         view.send_outcome_ms, outcome_note = cluster_send_outcome(binding.cluster, observed=producers.outcome)
         view.transactional_sessions = producers.transactional_sessions
         view.acks_all_sessions = producers.acks_all_sessions
