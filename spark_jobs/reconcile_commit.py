@@ -87,6 +87,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
         leader_epochs_at_ms=plan.leader_epochs_at_ms,
         leader_changes=plan.leader_changes,
         ledger_epochs=plan.ledger_epochs,
+        passed_unjudged=inputs.passed_unjudged,
     )
     new.laps.check()  # the last point where a cancelled run leaves the old state (the compactions ran Spark jobs)
     plan.warnings += store.commit(meta)

@@ -18,6 +18,7 @@ from spark_jobs.reconcile_helpers import (
     first_marks,
     interval_holes,
     merge_intervals,
+    range_anti,
 )
 from spark_jobs.reconcile_rewrites import judged_despite_rewrites
 from spark_jobs.reconcile_schemas import (
@@ -619,6 +620,7 @@ def find_unprocessed(
     unjudged_until: datetime | None = None,
     mark_rules: Sequence[MarkRule] = (),
     earlier_first_marks: DataFrame | None = None,
+    waiting: DataFrame | None = None,
 ) -> DataFrame:
     """Records below a group's committed offset that the group's ledger never marked processed.
 
@@ -631,7 +633,10 @@ def find_unprocessed(
     removed such a record before the group got there (a later record has its record key),
     and passing it is no skip; or the consumer ledger deleted records before any run read
     them, and the record's processed mark may have been among them. Nor records where and
-    when `mark_rules` say a mark of a record the broker lost may be taken for theirs.
+    when `mark_rules` say a mark of a record the broker lost may be taken for theirs. Nor
+    records in `waiting` (PROCESSED_INTERVAL_SCHEMA, RunInputs.died_passed): a probed session
+    that did not close passed them, and may have died with their marks or still be processing
+    them; they are judged once a later mark of it or its close is read.
     """
     below = (
         candidates.join(first_marks(processed_coverage, earlier_first_marks), ["group", "partition"], "inner")
@@ -642,6 +647,8 @@ def find_unprocessed(
     )
     if unjudged_until is not None:
         below = below.where(F.col("timestamp") > F.lit(unjudged_until))
+    if waiting is not None:
+        below = range_anti(below, waiting, ["group", "partition"], "offset")
     below = judged_despite_rewrites(below, mark_rules)  # a lost record's mark may be taken for theirs
     return _finding(
         below,

@@ -350,7 +350,8 @@ def extract_inputs(
         lost_marks = persist(transform_lost_marks(consumer_ledger.records, binding.topic, binding.consumer_groups))
         if lost_marks.isEmpty():  # nearly always
             lost_marks = None
-        if plan.kafka.get("session_passed"):  # it holds every last commit's span (last_passed) too
+        # session_passed holds every last commit's span (last_passed) too
+        if plan.kafka.get("session_passed") or meta.passed_unjudged:
             closed = closed_consumer_sessions(consumer_ledger.records)
     # Processed marks deleted before any run read them: a record they marked would look
     # unprocessed. It was written before it was processed, so before the first mark left.
@@ -364,6 +365,15 @@ def extract_inputs(
         marks_lost_until = max(t for t in (marks_lost_until, recreated_until) if t is not None)
     if consumer_ledger.plan.lost and marks_lost_until is not None:
         plan.warnings.extend(marks_lost_warnings(consumer_ledger.plan, marks_lost_until))
+    # What probed sessions that did not close passed, unjudged until they mark past it or close:
+    # this run's spans and those earlier runs left, less what this run's marks settle.
+    unjudged = still_unjudged(
+        meta.passed_unjudged,
+        died_passed(plan.kafka.get("last_passed") or [], plan.kafka.get("session_passed") or [], closed, highest),
+        closed,
+        highest,
+        set(binding.consumer_groups),
+    )
     return RunInputs(
         records=records,
         all_records=all_records,
@@ -389,10 +399,8 @@ def extract_inputs(
         processed=processed,
         lost_marks=lost_marks,
         plain_passed=local_intervals(spark, plan.kafka.get("plain_passed") or []),
-        died_passed=local_intervals(
-            spark,
-            died_passed(plan.kafka.get("last_passed") or [], plan.kafka.get("session_passed") or [], closed, highest),
-        ),
+        died_passed=local_intervals(spark, [span[:4] for span in unjudged]),
+        passed_unjudged=unjudged,
         # a group whose offsets were deleted since a run saw them had read that far
         committed=local_frame(
             spark,
@@ -409,32 +417,58 @@ def extract_inputs(
     )
 
 
+PassedSpan = tuple[str, int, int, int, str]  # (group, partition, first, last offset, session)
+
+
 def died_passed(
-    last_passed: list[tuple[str, int, int, int, str]],
-    session_passed: list[tuple[str, int, int, int, str]],
+    last_passed: list[PassedSpan],
+    session_passed: list[PassedSpan],
     closed: set[str],
     highest: dict[tuple[str, int, str], int],
-) -> list[tuple[str, int, int, int]]:
-    """(group, partition, first, last offset) that a probed session whose ledger does not hold its
-    `closed` session-end in what this run read took its group past, and may have processed with
-    the marks dying with it: what its last commit passed (commit_history.last_passed: a commit
-    made before processing), and what any of its commits passed above the highest offset it
-    marked on that partition in this run's read, all of it where it marked none there
+) -> list[PassedSpan]:
+    """(group, partition, first, last offset, session) that a probed session whose ledger does
+    not hold its `closed` session-end in what this run read took its group past, and may have
+    processed with the marks dying with it: what its last commit passed (commit_history.last_passed:
+    a commit made before processing), and what any of its commits passed above the highest
+    offset it marked on that partition in this run's read, all of it where it marked none there
     (commit_history.session_passed: an asynchronous commit does not wait for the marks handed
     before it; the ledger writes a session's marks in order, so a kill takes the latest)."""
-    kept = [
-        (group, partition, first, last)
-        for group, partition, first, last, session in last_passed
-        if session not in closed
-    ]
+    kept = [span for span in last_passed if span[4] not in closed]
     for group, partition, first, last, session in session_passed:
         if session in closed:
             continue
         above = highest.get((group, partition, session))
         start = first if above is None else max(first, above + 1)
         if start <= last:
-            kept.append((group, partition, start, last))
+            kept.append((group, partition, start, last, session))
     return sorted(set(kept))
+
+
+def still_unjudged(
+    earlier: list[PassedSpan],
+    now: list[PassedSpan],
+    closed: set[str],
+    highest: dict[tuple[str, int, str], int],
+    groups: set[str],
+) -> list[PassedSpan]:
+    """The spans (died_passed) whose records stay unjudged after this run: this run's, and
+    those earlier runs left (StateMeta.passed_unjudged) less what this run's read of the
+    ledger settles. A session may have died there with its marks, or still be processing:
+    neither `unprocessed` nor dropped, its records wait. Its `closed` session-end read settles
+    all of its spans (its close wrote its marks first); a mark read on the partition above a
+    span's offsets settles them (the ledger writes a session's marks in order, so a record
+    below a later mark and unmarked was not processed by it), and those records are judged as
+    any other. A session that died keeps its spans for good (a miss at worst, never an
+    alarm); a group the binding no longer names loses them with its candidates."""
+    kept = set(now)
+    for group, partition, first, last, session in earlier:
+        if session in closed or group not in groups:
+            continue
+        above = highest.get((group, partition, session))
+        start = first if above is None else max(first, above + 1)
+        if start <= last:
+            kept.add((group, partition, start, last, session))
+    return sorted(kept)
 
 
 def local_intervals(spark: SparkSession, intervals: list[tuple[str, int, int, int]]) -> DataFrame | None:

@@ -47,11 +47,10 @@ from spark_jobs.reconcile_transform import (
 
 def not_judged(*intervals: DataFrame | None) -> DataFrame | None:
     """Offsets whose records are never `unprocessed` (PROCESSED_INTERVAL_SCHEMA): marks the
-    ledger lost (marks-lost), offsets a plain instance of the group committed past
-    (RunInputs.plain_passed) and offsets a probed session that did not close took the group past
-    by its last commit or above its highest mark (RunInputs.died_passed). Processed or not cannot
-    be told there; a candidate inside them leaves the state for good (a miss at worst, never an
-    alarm)."""
+    ledger lost (marks-lost) and offsets a plain instance of the group committed past
+    (RunInputs.plain_passed). Processed or not cannot be told there, now or later; a candidate
+    inside them leaves the state for good (a miss at worst, never an alarm). (What a probed
+    session that did not close passed waits instead, a candidate still: RunInputs.died_passed.)"""
     frames = [conform(f, PROCESSED_INTERVAL_SCHEMA) for f in intervals if f is not None]
     if not frames:
         return None
@@ -279,7 +278,7 @@ def update_state(
             inputs.groups,
             inputs.committed,
             inputs.first_marks_frame,
-            not_judged(None if is_empty_plan(lost_marks) else lost_marks, inputs.plain_passed, inputs.died_passed),
+            not_judged(None if is_empty_plan(lost_marks) else lost_marks, inputs.plain_passed),
         ),
     )
     if inputs.totals["tombstones"]:

@@ -97,6 +97,7 @@ def find_all(plan: RunPlan, inputs: RunInputs, new: RunState) -> DataFrame:
                 max((t for t in (inputs.compacted_until, inputs.marks_lost_until) if t is not None), default=None),
                 inputs.mark_rules,
                 inputs.first_marks_frame,
+                inputs.died_passed,
             ),
         ),
         (s["reprocessed"], lambda: find_reprocessed(s["reprocessed"])),

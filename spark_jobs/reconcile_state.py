@@ -186,6 +186,12 @@ class StateMeta:
     # there holds probes' entries (failover_hold). Forgotten with a ledger deleted and created
     # again; its changes are in leader_changes, named by the ledger's topic.
     ledger_epochs: dict[str, dict[int, int]] = field(default_factory=dict)
+    # (group, partition, first, last offset, session) that a probed session that did not close
+    # took its group past, above the marks any run read of it (reconcile_inputs.still_unjudged):
+    # it may have died with their marks, or be processing them. Their records stay candidates,
+    # never `unprocessed`, until a later mark of that session or its close is read. Kept by
+    # rebuilds but in rewritten partitions; a full run starts over.
+    passed_unjudged: list[tuple[str, int, int, int, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -231,6 +237,7 @@ class StateMeta:
             "leader_epochs_at_ms": self.leader_epochs_at_ms,
             "leader_changes": [c.to_json() for c in self.leader_changes],
             "ledger_epochs": _offsets_by_group_to_json(self.ledger_epochs),
+            "passed_unjudged": [list(span) for span in self.passed_unjudged],
         }
 
     @classmethod
@@ -282,7 +289,17 @@ class StateMeta:
             leader_epochs_at_ms=None if data.get("leader_epochs_at_ms") is None else int(data["leader_epochs_at_ms"]),
             leader_changes=_leader_changes(data),
             ledger_epochs=_offsets_by_group(data, "ledger_epochs"),
+            passed_unjudged=_passed_unjudged(data),
         )
+
+
+def _passed_unjudged(data: dict[str, Any]) -> list[tuple[str, int, int, int, str]]:
+    """state.json's `passed_unjudged`; absent in states written before it was kept: their runs
+    dropped such records from the candidates instead, so nothing waits."""
+    try:
+        return [(str(g), int(p), int(a), int(b), str(s)) for g, p, a, b, s in data.get("passed_unjudged") or []]
+    except (TypeError, ValueError) as exc:
+        raise StateError(f"state.json's passed_unjudged is malformed ({exc!r}); run with --full") from exc
 
 
 def _offsets_by_group_to_json(offsets: dict[str, dict[int, int]]) -> dict[str, dict[str, int]]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
@@ -21,7 +20,8 @@ from auditor.probes import ProcessedRanges, decode_ledger_record
 from spark_jobs.commit_history import offsets_history
 from tests.probes.kafka_helpers import read_topic
 from tests.support.async_committer import run_and_kill
-from tests.support.reconcile_world import World, finding_set, reconcile_once
+from tests.support.reconcile_world import World, audited_consumer, committed_offset, finding_set, reconcile_once
+from tests.support.waiting import handed
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ def test_records_whose_marks_died_with_an_asynchronous_committer_are_not_unproce
     # What the broker holds after the kill: the group committed past all twelve, its session's
     # asynchronous commits one by one, and the ledger holds no mark of the second batch.
     offsets = [world.at(f"t{t}")[1] for t in range(1, 13)]
-    committed = _committed(world)
+    committed = committed_offset(world)
     assert committed == offsets[-1] + 1
     _, history = offsets_history(kafka_admin, world.bootstrap, {}, [world.group], world.topic)
     by_session = [c.offset for c in history[world.group][0] if c.session() == killed.session]
@@ -66,11 +66,20 @@ def test_records_whose_marks_died_with_an_asynchronous_committer_are_not_unproce
     assert truth == {skip}
     assert finding_set(result) == {("unprocessed", "3", None, 0, skip)}
 
-
-def _committed(world: World) -> int:
-    reader = Consumer({"bootstrap.servers": world.bootstrap, "group.id": world.group, "enable.auto.commit": False})
+    # The group goes on in another session, which marks past the killed one's records: those
+    # records still wait (only the killed session's own later marks would settle them), and the
+    # next run reports what the first did.
+    for ticket in range(13, 16):
+        world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
+    world.insert(*range(13, 16))
+    successor = audited_consumer(world, make_topic("_audit.clients"))
     try:
-        (held,) = reader.committed([TopicPartition(world.topic, 0)], timeout=10)
-        return int(held.offset)
+        batch = handed(successor, 3)
+        assert [m.offset() for m in batch] == [world.at(f"t{t}")[1] for t in range(13, 16)]
+        for msg in batch:
+            successor.mark_processed(msg)
+        successor.commit(message=batch[-1], asynchronous=False)
+        again = reconcile_once(spark, world.binding(), tmp_path)
     finally:
-        reader.close()
+        successor.close()
+    assert finding_set(again) == {("unprocessed", "3", None, 0, skip)}

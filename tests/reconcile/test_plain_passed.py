@@ -27,7 +27,7 @@ from spark_jobs.commit_history import (
     session_passed_spans,
     wanted_commit_key,
 )
-from spark_jobs.reconcile_inputs import died_passed
+from spark_jobs.reconcile_inputs import died_passed, still_unjudged
 
 
 def commit(
@@ -198,12 +198,30 @@ def test_what_a_session_that_did_not_close_passed_is_unjudged_above_its_highest_
     passed = [("g", 0, 0, 9, "s1"), ("g", 0, 10, 12, "s2"), ("g", 1, 0, 4, "s1")]
     # s1 marked up to 5 on partition 0 and nothing on partition 1; s2 closed
     highest = {("g", 0, "s1"): 5, ("g", 0, "s2"): 12}
-    assert died_passed(last, passed, {"s2"}, highest) == [("g", 0, 6, 9), ("g", 0, 9, 9), ("g", 1, 0, 4)]
+    assert died_passed(last, passed, {"s2"}, highest) == [
+        ("g", 0, 6, 9, "s1"),
+        ("g", 0, 9, 9, "s1"),
+        ("g", 1, 0, 4, "s1"),
+    ]
     # a session that marked past everything it committed leaves only its last commit's span
     assert died_passed(last, passed, set(), {("g", 0, "s1"): 9, ("g", 1, "s1"): 4, ("g", 0, "s2"): 12}) == [
-        ("g", 0, 9, 9),
-        ("g", 0, 12, 12),
+        ("g", 0, 9, 9, "s1"),
+        ("g", 0, 12, 12, "s2"),
     ]
+
+
+def test_what_a_session_left_unjudged_waits_for_its_later_marks_or_its_close() -> None:
+    earlier = [("g", 0, 6, 9, "s1"), ("g", 1, 0, 4, "s1"), ("g", 0, 20, 25, "s2"), ("h", 0, 3, 3, "s3")]
+    now = [("g", 0, 30, 31, "s4")]
+    # s1 marked up to 7 on partition 0 since (later marks settle the span below them) and
+    # nothing on partition 1 (it may have died there: the span stays); s2 closed; h no longer named
+    got = still_unjudged(earlier, now, {"s2"}, {("g", 0, "s1"): 7, ("g", 1, "s2"): 9}, {"g"})
+    assert got == [("g", 0, 8, 9, "s1"), ("g", 0, 30, 31, "s4"), ("g", 1, 0, 4, "s1")]
+    # a mark past the whole span settles it; another session's marks settle nothing
+    assert still_unjudged(earlier[:1], [], set(), {("g", 0, "s1"): 9, ("g", 0, "s9"): 50}, {"g"}) == []
+    assert still_unjudged(earlier[:1], [], set(), {("g", 0, "s9"): 50}, {"g"}) == earlier[:1]
+    # a span this run found again is kept once
+    assert still_unjudged(earlier[:1], earlier[:1], set(), {}, {"g"}) == earlier[:1]
 
 
 def _s(text: str) -> bytes:

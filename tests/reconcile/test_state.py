@@ -371,3 +371,13 @@ def test_it_keeps_how_far_the_cleaner_may_have_emptied_keys_through_the_state_fi
     # a state from before runs tracked it vouches for no read of a compacted topic
     older = StateMeta.from_json({"format": again.to_json()["format"], "run_id": "r1", "read_at_ms": 1})
     assert (older.keys_emptied_until, older.emptied_tracked) == (None, False)
+
+
+def test_it_keeps_what_probed_sessions_left_unjudged_through_the_state_file():
+    spans = [("g", 0, 6, 9, "s1"), ("g", 1, 0, 4, "s2")]
+    again = StateMeta.from_json(json.loads(json.dumps(StateMeta(passed_unjudged=spans).to_json())))
+    assert again.passed_unjudged == spans
+    # a state from before it was kept left nothing waiting: its runs dropped those records
+    assert StateMeta.from_json({"format": again.to_json()["format"], "run_id": "r1"}).passed_unjudged == []
+    with pytest.raises(StateError, match="passed_unjudged is malformed"):
+        StateMeta.from_json({"format": again.to_json()["format"], "passed_unjudged": [["g", "x", 1, 2, "s"]]})

@@ -69,6 +69,8 @@ def main(argv: list[str]) -> int:
         "group.id": group,
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
+        # the broker's least: once killed, it leaves the group within seconds for a successor
+        "session.timeout.ms": 6000,
     }
     consumer = AuditedConsumer(
         config,

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from auditor.lab.cluster import delete_records
+from auditor.probes import AuditedConsumer
 from spark_jobs.binding import Binding, binding_from_dict
 from spark_jobs.kafka_offsets import admin_client, partition_offsets
 from spark_jobs.reconcile import run
@@ -341,3 +342,27 @@ def produce_keyed(w: World, label: str, key: str, ticket: int | None, partition:
     where = {} if partition is None else {"partition": partition}
     w.producer.produce(w.topic, key=key.encode(), value=value, timestamp=created_ms, on_delivery=delivered, **where)
     assert w.producer.flush(30) == 0
+
+
+def audited_consumer(w: World, clients: str) -> AuditedConsumer:
+    """A probed consumer of the world's group, subscribed to its topic, marking into its consumer
+    ledger (the test closes it)."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": w.bootstrap,
+        "group.id": w.group,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+    }
+    consumer = AuditedConsumer(config, ledger_topic=w.consumer_ledger, clients_topic=clients)
+    consumer.subscribe([w.topic])
+    return consumer
+
+
+def committed_offset(w: World, partition: int = 0) -> int:
+    """The group's committed offset on a partition of the world's topic, read back from the broker."""
+    reader = Consumer({"bootstrap.servers": w.bootstrap, "group.id": w.group, "enable.auto.commit": False})
+    try:
+        (held,) = reader.committed([TopicPartition(w.topic, partition)], timeout=10)
+        return int(held.offset)
+    finally:
+        reader.close()
