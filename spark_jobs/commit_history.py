@@ -51,7 +51,7 @@ from __future__ import annotations
 import re
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -89,7 +89,9 @@ def ms_to_iso(ms: int | None) -> str | None:
 def metadata_session(metadata: str | None) -> str | None:
     """The probed consumer session a commit's metadata names (its last `audit:v2:` line,
     docs/contracts.md), or None."""
-    for line in reversed((metadata or "").split("\n")):
+    if not metadata or COMMIT_METADATA_PREFIX not in metadata:
+        return None
+    for line in reversed(metadata.split("\n")):
         if line.startswith(COMMIT_METADATA_PREFIX) and len(line) > len(COMMIT_METADATA_PREFIX):
             return line[len(COMMIT_METADATA_PREFIX) :]
     return None
@@ -119,10 +121,15 @@ class CommitRecord:
     # tool's commit (kafka-consumer-groups --reset-offsets, alter_consumer_group_offsets) and an
     # explicit offset without one do not
     epoch: int = -1
+    # metadata_session(metadata), parsed once: the span walks ask it of every commit several times
+    _session: str | None = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_session", metadata_session(self.metadata))
 
     def session(self) -> str | None:
         """The probed consumer session this commit names in its metadata (docs/contracts.md), or None."""
-        return metadata_session(self.metadata)
+        return self._session
 
     def by_operator(self) -> bool:
         """Made while the group had no member and without a read record's leader epoch: an
@@ -660,11 +667,7 @@ def last_passed(records: list[CommitRecord] | None, committed_now: int | None) -
     the same session hands the earlier marks to the ledger first (a synchronous one waits for
     them), so only the last one leaves that doubt; and only when the session did not close (a
     consumer's close() writes its marks, then a `closed` session-end: the reader checks that)."""
-    if not records:
-        return []
-    last_of = {r.session(): i for i, r in enumerate(records) if r.session() is not None and r.offset is not None}
-    spans = _session_spans(records, committed_now)
-    return sorted((first, last, session) for i, first, last, session in spans if last_of[session] == i)
+    return _probed_spans(records or [], committed_now)[0]
 
 
 def session_passed(records: list[CommitRecord] | None, committed_now: int | None) -> list[tuple[int, int, str]]:
@@ -679,49 +682,53 @@ def session_passed(records: list[CommitRecord] | None, committed_now: int | None
     session's marks in order (one key, an idempotent producer), so what it lost is what it
     marked after the last mark read: the reader leaves unjudged what these spans hold above the
     session's highest mark (reconcile_inputs.died_passed)."""
-    spans: list[tuple[int, int, str]] = []
-    for _, first, last, session in _session_spans(records or [], committed_now):
-        if spans and spans[-1][2] == session and spans[-1][1] + 1 == first:
-            spans[-1] = (spans[-1][0], last, session)
+    return _probed_spans(records or [], committed_now)[1]
+
+
+def _probed_spans(
+    records: list[CommitRecord], committed_now: int | None
+) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]:
+    """last_passed and session_passed of one partition's commits, from one walk of them."""
+    last_of = {}
+    for i, record in enumerate(records):
+        session = record.session()
+        if session is not None and record.offset is not None:
+            last_of[session] = i
+    last: list[tuple[int, int, str]] = []
+    merged: list[tuple[int, int, str]] = []
+    for i, first, end, session in _session_spans(records, committed_now):
+        if last_of[session] == i:
+            last.append((first, end, session))
+        if merged and merged[-1][2] == session and merged[-1][1] + 1 == first:
+            merged[-1] = (merged[-1][0], end, session)
         else:
-            spans.append((first, last, session))
-    return spans
+            merged.append((first, end, session))
+    return sorted(last), merged
 
 
-def _spans_over(
+Span5 = tuple[str, int, int, int, str]  # (group, partition, first, last offset, session)
+
+
+def probed_passed_spans(
     history: dict[str, dict[int, list[CommitRecord]]],
     committed: dict[tuple[str, int], int],
-    judged_below: dict[tuple[str, int], int] | None,
-    spans_of: Callable[[list[CommitRecord], int | None], list[tuple[int, int, str]]],
-) -> list[tuple[str, int, int, int, str]]:
-    """(group, partition, first, last offset, session): `spans_of` for every group and partition
-    of the history, from where earlier runs judged (plain_passed_spans' `judged_below`)."""
-    spans: list[tuple[str, int, int, int, str]] = []
+    judged_below: dict[tuple[str, int], int] | None = None,
+) -> tuple[list[Span5], list[Span5]]:
+    """(group, partition, first, last offset, session) of last_passed, then of session_passed,
+    for every group and partition of the history, from where earlier runs judged
+    (plain_passed_spans' `judged_below`); one walk of each partition's commits."""
+    last: list[Span5] = []
+    sessions: list[Span5] = []
     for group, commits in sorted(history.items()):
         for partition, records in sorted(commits.items()):
             floor = (judged_below or {}).get((group, partition), 0)
-            for first, last, session in spans_of(records, committed.get((group, partition))):
-                if last >= floor:
-                    spans.append((group, partition, max(first, floor), last, session))
-    return spans
-
-
-def last_passed_spans(
-    history: dict[str, dict[int, list[CommitRecord]]],
-    committed: dict[tuple[str, int], int],
-    judged_below: dict[tuple[str, int], int] | None = None,
-) -> list[tuple[str, int, int, int, str]]:
-    """(group, partition, first, last offset, session): last_passed for every group and partition."""
-    return _spans_over(history, committed, judged_below, last_passed)
-
-
-def session_passed_spans(
-    history: dict[str, dict[int, list[CommitRecord]]],
-    committed: dict[tuple[str, int], int],
-    judged_below: dict[tuple[str, int], int] | None = None,
-) -> list[tuple[str, int, int, int, str]]:
-    """(group, partition, first, last offset, session): session_passed for every group and partition."""
-    return _spans_over(history, committed, judged_below, session_passed)
+            for found, spans in zip(
+                _probed_spans(records, committed.get((group, partition))), (last, sessions), strict=True
+            ):
+                spans.extend(
+                    (group, partition, max(first, floor), end, session) for first, end, session in found if end >= floor
+                )
+    return last, sessions
 
 
 def plain_passed_spans(

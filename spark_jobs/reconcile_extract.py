@@ -23,11 +23,10 @@ from spark_jobs.binding import (
     redact_url,
 )
 from spark_jobs.commit_history import (
-    last_passed_spans,
     names_sessions,
     offsets_history,
     plain_passed_spans,
-    session_passed_spans,
+    probed_passed_spans,
 )
 from spark_jobs.common import read_kafka_ranges
 from spark_jobs.group_offsets import committed_offsets
@@ -305,11 +304,12 @@ def plain_commits(
         for partition, seen in parts.items()
     }
     committed_now = {(g, p): offset for g, p, offset in committed}
+    last, sessions = probed_passed_spans(history, committed_now, judged_below)
     return CommitSpans(
         plain=plain_passed_spans(history, committed_now, named, judged_below),
-        last=last_passed_spans(history, committed_now, judged_below),
+        last=last,
         named=sorted(named),
-        sessions=session_passed_spans(history, committed_now, judged_below),
+        sessions=sessions,
     )
 
 

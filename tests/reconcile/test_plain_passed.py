@@ -12,7 +12,6 @@ from spark_jobs.commit_history import (
     CommitRecord,
     _string_field,
     last_passed,
-    last_passed_spans,
     parse_commit_epoch,
     parse_commit_metadata,
     parse_committed_offset,
@@ -23,8 +22,8 @@ from spark_jobs.commit_history import (
     passing_commit,
     plain_passed,
     plain_passed_spans,
+    probed_passed_spans,
     session_passed,
-    session_passed_spans,
     wanted_commit_key,
 )
 from spark_jobs.reconcile_inputs import died_passed, still_unjudged
@@ -132,7 +131,7 @@ def test_the_last_commit_of_each_session_in_a_crash_loop() -> None:
     # its next commit; s2's last commit passed offset 5.
     records = [commit(1, "s1", unbroken=True), commit(2, "s1"), commit(3, "s1"), commit(5, "s2"), commit(6, "s2")]
     assert last_passed(records, 6) == [(2, 2, "s1"), (5, 5, "s2")]
-    assert last_passed_spans({"g": {0: records}}, {("g", 0): 6}, {("g", 0): 5}) == [("g", 0, 5, 5, "s2")]
+    assert probed_passed_spans({"g": {0: records}}, {("g", 0): 6}, {("g", 0): 5})[0] == [("g", 0, 5, 5, "s2")]
     # a plain instance's and an operator's commits are no session's
     assert last_passed([commit(3, "s1", unbroken=True), commit(9), commit(12, empty=True)], 12) == [(0, 2, "s1")]
 
@@ -166,7 +165,7 @@ def test_every_commit_of_a_session_in_an_asynchronous_crash_loop() -> None:
     records = [commit(1, "s1", unbroken=True), commit(2, "s1"), commit(3, "s1"), commit(4, "s1"), commit(6, "s2")]
     records.append(commit(7, "s2"))
     assert session_passed(records, 7) == [(0, 3, "s1"), (4, 6, "s2")]
-    assert session_passed_spans({"g": {0: records}}, {("g", 0): 7}, {("g", 0): 2}) == [
+    assert probed_passed_spans({"g": {0: records}}, {("g", 0): 7}, {("g", 0): 2})[1] == [
         ("g", 0, 2, 3, "s1"),
         ("g", 0, 4, 6, "s2"),
     ]
