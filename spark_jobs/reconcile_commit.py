@@ -88,6 +88,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
         leader_changes=plan.leader_changes,
         ledger_epochs=plan.ledger_epochs,
         passed_unjudged=inputs.passed_unjudged,
+        sessions_closed=inputs.sessions_closed,
     )
     new.laps.check()  # the last point where a cancelled run leaves the old state (the compactions ran Spark jobs)
     plan.warnings += store.commit(meta)

@@ -350,8 +350,9 @@ def extract_inputs(
         lost_marks = persist(transform_lost_marks(consumer_ledger.records, binding.topic, binding.consumer_groups))
         if lost_marks.isEmpty():  # nearly always
             lost_marks = None
-        # session_passed holds every last commit's span (last_passed) too
-        if plan.kafka.get("session_passed") or meta.passed_unjudged:
+        # Where a group's commits name probed sessions: a session may close after this run read
+        # the commit history and before it read the ledger's end, so the next run remembers it.
+        if plan.kafka.get("sessions_named") or plan.kafka.get("session_passed") or meta.passed_unjudged:
             closed = closed_consumer_sessions(consumer_ledger.records)
     # Processed marks deleted before any run read them: a record they marked would look
     # unprocessed. It was written before it was processed, so before the first mark left.
@@ -367,10 +368,13 @@ def extract_inputs(
         plan.warnings.extend(marks_lost_warnings(consumer_ledger.plan, marks_lost_until))
     # What probed sessions that did not close passed, unjudged until they mark past it or close:
     # this run's spans and those earlier runs left, less what this run's marks settle.
+    # The sessions whose close the last run read count as closed too: their last commits may
+    # be read only now (StateMeta.sessions_closed).
+    ended = closed | set(meta.sessions_closed)
     unjudged = still_unjudged(
         meta.passed_unjudged,
-        died_passed(plan.kafka.get("last_passed") or [], plan.kafka.get("session_passed") or [], closed, highest),
-        closed,
+        died_passed(plan.kafka.get("last_passed") or [], plan.kafka.get("session_passed") or [], ended, highest),
+        ended,
         highest,
         set(binding.consumer_groups),
     )
@@ -401,6 +405,7 @@ def extract_inputs(
         plain_passed=local_intervals(spark, plan.kafka.get("plain_passed") or []),
         died_passed=local_intervals(spark, [span[:4] for span in unjudged]),
         passed_unjudged=unjudged,
+        sessions_closed=sorted(closed),
         # a group whose offsets were deleted since a run saw them had read that far
         committed=local_frame(
             spark,
@@ -429,12 +434,14 @@ def died_passed(
     """(group, partition, first, last offset, session) that a probed session whose ledger does
     not hold its `closed` session-end in what this run read took its group past, and may have
     processed with the marks dying with it: what its last commit passed (commit_history.last_passed:
-    a commit made before processing), and what any of its commits passed above the highest
-    offset it marked on that partition in this run's read, all of it where it marked none there
-    (commit_history.session_passed: an asynchronous commit does not wait for the marks handed
-    before it; the ledger writes a session's marks in order, so a kill takes the latest)."""
-    kept = [span for span in last_passed if span[4] not in closed]
-    for group, partition, first, last, session in session_passed:
+    a commit made before processing) and what any of its commits passed (commit_history.
+    session_passed: an asynchronous commit does not wait for the marks handed before it), above
+    the highest offset it marked on that partition in this run's read, all of it where it marked
+    none there. The ledger writes a session's marks in order, so a kill takes the latest: a
+    record below a later mark of the session and unmarked was not processed by it (and a span
+    an earlier run left is settled by the same rule, still_unjudged)."""
+    kept = []
+    for group, partition, first, last, session in [*last_passed, *session_passed]:
         if session in closed:
             continue
         above = highest.get((group, partition, session))

@@ -274,12 +274,14 @@ class RunInputs:
     # offsets a commit naming no probed session took a group past (PROCESSED_INTERVAL_SCHEMA,
     # reconcile_extract.plain_commits): a plain instance of the group may have processed them
     plain_passed: DataFrame | None = None
-    # offsets a probed session that did not close took its group past, by its last commit or above
-    # its highest mark, in this run or an earlier one and not settled since (PROCESSED_INTERVAL_SCHEMA,
+    # offsets a probed session that did not close took its group past above its highest mark on
+    # the partition, in this run or an earlier one and not settled since (PROCESSED_INTERVAL_SCHEMA,
     # reconcile_inputs.still_unjudged): it may have died with their marks, or be processing them
     died_passed: DataFrame | None = None
     # the same with each span's session, for state.json (StateMeta.passed_unjudged)
     passed_unjudged: list[tuple[str, int, int, int, str]] = field(default_factory=list)
+    # the consumer sessions whose `closed` session-end this run read (StateMeta.sessions_closed)
+    sessions_closed: list[str] = field(default_factory=list)
     # the topic's producers stamp records well before writing them (record_times); kept in state.json
     backdated: Backdated | None = None
     # records past the last stable offset, behind an open transaction (reconcile_inputs.read_held)
@@ -567,6 +569,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             sessions_named=memory.sessions_named,
             # what earlier runs left unjudged, where the offsets still hold the records they passed
             passed_unjudged=[] if recreated else [s for s in memory.passed_unjudged if s[1] not in rewritten],
+            sessions_closed=memory.sessions_closed,
         )
     if recreated and memory is not None:
         # Nothing was lost by the broker: what earlier runs saw was delivered, and went with

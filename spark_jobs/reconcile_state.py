@@ -192,6 +192,11 @@ class StateMeta:
     # never `unprocessed`, until a later mark of that session or its close is read. Kept by
     # rebuilds but in rewritten partitions; a full run starts over.
     passed_unjudged: list[tuple[str, int, int, int, str]] = field(default_factory=list)
+    # The consumer sessions whose `closed` session-end the last run read. The run reads the
+    # groups' commit history before the ledger's end, so the last commit of a session that
+    # closed in between is read only by the next run, which takes the session as closed (a
+    # session commits nothing after its close: one run back is enough).
+    sessions_closed: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -238,6 +243,7 @@ class StateMeta:
             "leader_changes": [c.to_json() for c in self.leader_changes],
             "ledger_epochs": _offsets_by_group_to_json(self.ledger_epochs),
             "passed_unjudged": [list(span) for span in self.passed_unjudged],
+            "sessions_closed": sorted(self.sessions_closed),
         }
 
     @classmethod
@@ -290,6 +296,7 @@ class StateMeta:
             leader_changes=_leader_changes(data),
             ledger_epochs=_offsets_by_group(data, "ledger_epochs"),
             passed_unjudged=_passed_unjudged(data),
+            sessions_closed=[str(s) for s in data.get("sessions_closed") or []],
         )
 
 

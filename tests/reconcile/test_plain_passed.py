@@ -202,8 +202,11 @@ def test_what_a_session_that_did_not_close_passed_is_unjudged_above_its_highest_
         ("g", 0, 9, 9, "s1"),
         ("g", 1, 0, 4, "s1"),
     ]
-    # a session that marked past everything it committed leaves only its last commit's span
-    assert died_passed(last, passed, set(), {("g", 0, "s1"): 9, ("g", 1, "s1"): 4, ("g", 0, "s2"): 12}) == [
+    # a session that marked past everything it committed, its last commit's span included, leaves
+    # nothing (its marks are written in order: a later one means the earlier ones were written)
+    assert died_passed(last, passed, set(), {("g", 0, "s1"): 9, ("g", 1, "s1"): 4, ("g", 0, "s2"): 12}) == []
+    # what is left above the highest marks is what each last commit passed
+    assert died_passed(last, passed, set(), {("g", 0, "s1"): 8, ("g", 1, "s1"): 4, ("g", 0, "s2"): 11}) == [
         ("g", 0, 9, 9, "s1"),
         ("g", 0, 12, 12, "s2"),
     ]

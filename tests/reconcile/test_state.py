@@ -379,5 +379,7 @@ def test_it_keeps_what_probed_sessions_left_unjudged_through_the_state_file():
     assert again.passed_unjudged == spans
     # a state from before it was kept left nothing waiting: its runs dropped those records
     assert StateMeta.from_json({"format": again.to_json()["format"], "run_id": "r1"}).passed_unjudged == []
+    closed = StateMeta.from_json(json.loads(json.dumps(StateMeta(sessions_closed=["s2", "s1"]).to_json())))
+    assert closed.sessions_closed == ["s1", "s2"]
     with pytest.raises(StateError, match="passed_unjudged is malformed"):
         StateMeta.from_json({"format": again.to_json()["format"], "passed_unjudged": [["g", "x", 1, 2, "s"]]})
