@@ -55,7 +55,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -97,6 +97,9 @@ def metadata_session(metadata: str | None) -> str | None:
     return None
 
 
+_UNPARSED = object()
+
+
 @dataclass(frozen=True)
 class CommitRecord:
     """One record of a group's offset on a partition in `__consumer_offsets`: a commit, or the
@@ -121,15 +124,17 @@ class CommitRecord:
     # tool's commit (kafka-consumer-groups --reset-offsets, alter_consumer_group_offsets) and an
     # explicit offset without one do not
     epoch: int = -1
-    # metadata_session(metadata), parsed once: the span walks ask it of every commit several times
-    _session: str | None = field(init=False, repr=False, compare=False, default=None)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_session", metadata_session(self.metadata))
+    # metadata_session(metadata), parsed on first use and kept: the span walks ask it of every
+    # commit several times, and a reader that never asks pays nothing
+    _session: object = field(init=False, repr=False, compare=False, default=_UNPARSED)
 
     def session(self) -> str | None:
         """The probed consumer session this commit names in its metadata (docs/contracts.md), or None."""
-        return self._session
+        named = self._session
+        if named is _UNPARSED:
+            named = metadata_session(self.metadata)
+            object.__setattr__(self, "_session", named)
+        return cast(str | None, named)
 
     def by_operator(self) -> bool:
         """Made while the group had no member and without a read record's leader epoch: an
