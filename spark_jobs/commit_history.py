@@ -711,19 +711,19 @@ def _probed_spans(
     return sorted(last), merged
 
 
-Span5 = tuple[str, int, int, int, str]  # (group, partition, first, last offset, session)
+PassedSpan = tuple[str, int, int, int, str]  # (group, partition, first, last offset, session)
 
 
 def probed_passed_spans(
     history: dict[str, dict[int, list[CommitRecord]]],
     committed: dict[tuple[str, int], int],
     judged_below: dict[tuple[str, int], int] | None = None,
-) -> tuple[list[Span5], list[Span5]]:
+) -> tuple[list[PassedSpan], list[PassedSpan]]:
     """(group, partition, first, last offset, session) of last_passed, then of session_passed,
     for every group and partition of the history, from where earlier runs judged
     (plain_passed_spans' `judged_below`); one walk of each partition's commits."""
-    last: list[Span5] = []
-    sessions: list[Span5] = []
+    last: list[PassedSpan] = []
+    sessions: list[PassedSpan] = []
     for group, commits in sorted(history.items()):
         for partition, records in sorted(commits.items()):
             floor = (judged_below or {}).get((group, partition), 0)

@@ -5,7 +5,7 @@ deleted, truncated or rewritten under the reads, and hands on RunInputs. update_
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -14,6 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_jobs.binding import Binding, BindingError
+from spark_jobs.commit_history import PassedSpan
 from spark_jobs.group_commits import standing_in
 from spark_jobs.late_rows import SourceTable
 from spark_jobs.ledger_ids import LedgerId, check_ledger_unchanged, recreated_ledger_horizon
@@ -422,9 +423,6 @@ def extract_inputs(
     )
 
 
-PassedSpan = tuple[str, int, int, int, str]  # (group, partition, first, last offset, session)
-
-
 def died_passed(
     last_passed: list[PassedSpan],
     session_passed: list[PassedSpan],
@@ -440,15 +438,21 @@ def died_passed(
     none there. The ledger writes a session's marks in order, so a kill takes the latest: a
     record below a later mark of the session and unmarked was not processed by it (and a span
     an earlier run left is settled by the same rule, still_unjudged)."""
-    kept = []
-    for group, partition, first, last, session in [*last_passed, *session_passed]:
+    return sorted(set(_above_marks([*last_passed, *session_passed], closed, highest)))
+
+
+def _above_marks(
+    spans: Iterable[PassedSpan], closed: set[str], highest: dict[tuple[str, int, str], int]
+) -> Iterator[PassedSpan]:
+    """The spans' offsets above their session's highest mark on the partition (all of a span
+    where it marked none there); none of a session in `closed`."""
+    for group, partition, first, last, session in spans:
         if session in closed:
             continue
         above = highest.get((group, partition, session))
         start = first if above is None else max(first, above + 1)
         if start <= last:
-            kept.append((group, partition, start, last, session))
-    return sorted(set(kept))
+            yield group, partition, start, last, session
 
 
 def still_unjudged(
@@ -467,15 +471,8 @@ def still_unjudged(
     below a later mark and unmarked was not processed by it), and those records are judged as
     any other. A session that died keeps its spans for good (a miss at worst, never an
     alarm); a group the binding no longer names loses them with its candidates."""
-    kept = set(now)
-    for group, partition, first, last, session in earlier:
-        if session in closed or group not in groups:
-            continue
-        above = highest.get((group, partition, session))
-        start = first if above is None else max(first, above + 1)
-        if start <= last:
-            kept.add((group, partition, start, last, session))
-    return sorted(kept)
+    settled = _above_marks((span for span in earlier if span[0] in groups), closed, highest)
+    return sorted(set(now) | set(settled))
 
 
 def local_intervals(spark: SparkSession, intervals: list[tuple[str, int, int, int]]) -> DataFrame | None:
