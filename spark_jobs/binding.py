@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from spark_jobs.processing_bound import DEFAULT_MAX_POLL_INTERVAL_MS, parse_bounds
 from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -70,6 +71,15 @@ class Binding:
     # How long a send's outcome can stay open, in ms (spark_jobs.send_outcome: the longest the
     # cluster's probed producers reported; 0: one retries without limit).
     send_outcome_ms: int = SEND_OUTCOME_MS
+    # How long after a commit a probed consumer session may still be processing what it passed,
+    # in ms (spark_jobs.processing_bound): per session as the clients topic shows its
+    # max.poll.interval.ms, and for every other session; both capped by the service already.
+    processing_bound_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS
+    session_bounds_ms: dict[str, int] = field(default_factory=dict)
+
+    def processing_bound(self, session: str) -> int:
+        """The processing bound of a probed consumer session, in ms."""
+        return self.session_bounds_ms.get(session, self.processing_bound_ms)
 
     def identity(self) -> dict[str, str]:
         """What the binding's reconciliation state is of (state_identity)."""
@@ -180,6 +190,23 @@ def is_naive_timestamp(data_type: str | None) -> bool:
     return " ".join(re.sub(r"\(\d+\)", " ", data_type.lower()).split()) in NAIVE_TIMESTAMP_TYPES
 
 
+def _whole_ms(value: Any, default: int, binding: str) -> int:
+    if value in (None, ""):
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BindingError(
+            f"binding {binding!r}: processing_bound_ms must be a whole number of ms, 0 or more, got {value!r}"
+        )
+    return value
+
+
+def _session_bounds(value: Any, binding: str) -> dict[str, int]:
+    try:
+        return parse_bounds(value, "session_bounds_ms")
+    except ValueError as exc:
+        raise BindingError(f"binding {binding!r}: {exc}") from exc
+
+
 def _send_outcome(value: Any, binding: str) -> int:
     if value in (None, ""):
         return SEND_OUTCOME_MS
@@ -242,6 +269,8 @@ def binding_from_dict(data: dict[str, Any]) -> Binding:
         lookback_seconds=parse_duration(data.get("lookback", "5m"), f"binding {name!r}: lookback"),
         timestamp_zone=check_zone(data.get("timestamp_zone"), f"binding {name!r}"),
         send_outcome_ms=_send_outcome(data.get("send_outcome_ms"), name),
+        processing_bound_ms=_whole_ms(data.get("processing_bound_ms"), DEFAULT_MAX_POLL_INTERVAL_MS, name),
+        session_bounds_ms=_session_bounds(data.get("session_bounds_ms"), name),
     )
 
 

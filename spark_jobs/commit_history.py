@@ -51,7 +51,7 @@ from __future__ import annotations
 import re
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -672,7 +672,7 @@ def last_passed(records: list[CommitRecord] | None, committed_now: int | None) -
     the same session hands the earlier marks to the ledger first (a synchronous one waits for
     them), so only the last one leaves that doubt; and only when the session did not close (a
     consumer's close() writes its marks, then a `closed` session-end: the reader checks that)."""
-    return _probed_spans(records or [], committed_now)[0]
+    return [span[:3] for span in _probed_spans(records or [], committed_now)[0]]
 
 
 def session_passed(records: list[CommitRecord] | None, committed_now: int | None) -> list[tuple[int, int, str]]:
@@ -687,51 +687,68 @@ def session_passed(records: list[CommitRecord] | None, committed_now: int | None
     session's marks in order (one key, an idempotent producer), so what it lost is what it
     marked after the last mark read: the reader leaves unjudged what these spans hold above the
     session's highest mark (reconcile_inputs.died_passed)."""
-    return _probed_spans(records or [], committed_now)[1]
+    return [span[:3] for span in _probed_spans(records or [], committed_now)[1]]
 
 
 def _probed_spans(
-    records: list[CommitRecord], committed_now: int | None
-) -> tuple[list[tuple[int, int, str]], list[tuple[int, int, str]]]:
-    """last_passed and session_passed of one partition's commits, from one walk of them."""
+    records: list[CommitRecord], committed_now: int | None, judged_until: Callable[[str], int] | None = None
+) -> tuple[list[tuple[int, int, str, int]], list[tuple[int, int, str, int]]]:
+    """last_passed and session_passed of one partition's commits, from one walk of them, each
+    span with the time of the latest commit in it (ms). `judged_until(session)`: commits made
+    after it are recent (their session may still be processing what they passed,
+    spark_jobs.processing_bound), and a session's consecutive commits merge only with commits
+    on the same side of it, so a session committing without pause never keeps its older spans
+    recent (None: none is)."""
     last_of = {}
     for i, record in enumerate(records):
         session = record.session()
         if session is not None and record.offset is not None:
             last_of[session] = i
-    last: list[tuple[int, int, str]] = []
-    merged: list[tuple[int, int, str]] = []
+    last: list[tuple[int, int, str, int]] = []
+    merged: list[tuple[int, int, str, int]] = []
+    recent_merged = False
     for i, first, end, session in _session_spans(records, committed_now):
+        ts = records[i].ts_ms
         if last_of[session] == i:
-            last.append((first, end, session))
-        if merged and merged[-1][2] == session and merged[-1][1] + 1 == first:
-            merged[-1] = (merged[-1][0], end, session)
+            last.append((first, end, session, ts))
+        recent = judged_until is not None and ts > judged_until(session)
+        if merged and merged[-1][2] == session and merged[-1][1] + 1 == first and recent == recent_merged:
+            merged[-1] = (merged[-1][0], end, session, max(ts, merged[-1][3]))
         else:
-            merged.append((first, end, session))
+            merged.append((first, end, session, ts))
+        recent_merged = recent
     return sorted(last), merged
 
 
-PassedSpan = tuple[str, int, int, int, str]  # (group, partition, first, last offset, session)
+# (group, partition, first, last offset, session, the latest time (ms) a commit of the session
+# in it was made)
+PassedSpan = tuple[str, int, int, int, str, int]
 
 
 def probed_passed_spans(
     history: dict[str, dict[int, list[CommitRecord]]],
     committed: dict[tuple[str, int], int],
     judged_below: dict[tuple[str, int], int] | None = None,
+    judged_until: Callable[[str], int] | None = None,
 ) -> tuple[list[PassedSpan], list[PassedSpan]]:
-    """(group, partition, first, last offset, session) of last_passed, then of session_passed,
-    for every group and partition of the history, from where earlier runs judged
-    (plain_passed_spans' `judged_below`); one walk of each partition's commits."""
+    """(group, partition, first, last offset, session, commit time) of last_passed, then of
+    session_passed, for every group and partition of the history, from where earlier runs
+    judged (plain_passed_spans' `judged_below`); one walk of each partition's commits
+    (`judged_until`: _probed_spans)."""
     last: list[PassedSpan] = []
     sessions: list[PassedSpan] = []
     for group, commits in sorted(history.items()):
         for partition, records in sorted(commits.items()):
             floor = (judged_below or {}).get((group, partition), 0)
             for found, spans in zip(
-                _probed_spans(records, committed.get((group, partition))), (last, sessions), strict=True
+                _probed_spans(records, committed.get((group, partition)), judged_until),
+                (last, sessions),
+                strict=True,
             ):
                 spans.extend(
-                    (group, partition, max(first, floor), end, session) for first, end, session in found if end >= floor
+                    (group, partition, max(first, floor), end, session, ts)
+                    for first, end, session, ts in found
+                    if end >= floor
                 )
     return last, sessions
 

@@ -89,6 +89,7 @@ def commit_state(spark: SparkSession, plan: RunPlan, inputs: RunInputs, new: Run
         ledger_epochs=plan.ledger_epochs,
         passed_unjudged=inputs.passed_unjudged,
         sessions_closed=inputs.sessions_closed,
+        session_marks=inputs.session_marks,
     )
     new.laps.check()  # the last point where a cancelled run leaves the old state (the compactions ran Spark jobs)
     plan.warnings += store.commit(meta)

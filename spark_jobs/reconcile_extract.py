@@ -23,6 +23,7 @@ from spark_jobs.binding import (
     redact_url,
 )
 from spark_jobs.commit_history import (
+    PassedSpan,
     names_sessions,
     offsets_history,
     plain_passed_spans,
@@ -258,12 +259,15 @@ class CommitSpans:
 
     # (group, partition, first, last): a plain instance's commit passed them
     plain: list[tuple[str, int, int, int]] = field(default_factory=list)
-    # (group, partition, first, last, session): the last commit of a probed session passed them
-    last: list[tuple[str, int, int, int, str]] = field(default_factory=list)
+    # the last commit of a probed session passed them (commit_history.PassedSpan)
+    last: list[PassedSpan] = field(default_factory=list)
     note: str | None = None  # the history could not be read
     named: list[str] = field(default_factory=list)  # StateMeta.sessions_named
-    # (group, partition, first, last, session): any commit of a probed session passed them
-    sessions: list[tuple[str, int, int, int, str]] = field(default_factory=list)
+    # any commit of a probed session passed them (commit_history.PassedSpan)
+    sessions: list[PassedSpan] = field(default_factory=list)
+    # when the history was read (epoch ms, taken before): a commit made more than its session's
+    # processing bound before it is no longer recent (spark_jobs.processing_bound)
+    read_ms: int = 0
 
 
 def plain_commits(
@@ -277,8 +281,9 @@ def plain_commits(
     (the marks alone judge the groups then, as before), and the groups known to name sessions
     (StateMeta.sessions_named, kept)."""
     known = sorted(set(meta.sessions_named))
+    read_ms = int(time.time() * 1000)
     if not committed:
-        return CommitSpans(named=known)
+        return CommitSpans(named=known, read_ms=read_ms)
     groups = sorted({group for group, _, _ in committed})
     try:
         _, history = offsets_history(
@@ -296,6 +301,7 @@ def plain_commits(
                 "of a group runs without the probe, the records it committed past are judged by the group's marks alone"
             ),
             named=known,
+            read_ms=read_ms,
         )
     named = set(known) | {group for group, commits in history.items() if names_sessions(commits)}
     judged_below = {
@@ -304,12 +310,15 @@ def plain_commits(
         for partition, seen in parts.items()
     }
     committed_now = {(g, p): offset for g, p, offset in committed}
-    last, sessions = probed_passed_spans(history, committed_now, judged_below)
+    last, sessions = probed_passed_spans(
+        history, committed_now, judged_below, lambda session: read_ms - binding.processing_bound(session)
+    )
     return CommitSpans(
         plain=plain_passed_spans(history, committed_now, named, judged_below),
         last=last,
         named=sorted(named),
         sessions=sessions,
+        read_ms=read_ms,
     )
 
 
@@ -371,6 +380,7 @@ def extract_topic_offsets(
         # left unjudged above the session's highest mark read, for sessions that did not close
         "session_passed": clamped(spans.sessions, offsets),
         "history_note": spans.note,
+        "history_read_ms": spans.read_ms,
         "sessions_named": spans.named,
         "consumer_ledger": consumer_ledger,
         "producer_ledger": producer_ledger,

@@ -5,6 +5,7 @@ deleted, truncated or rewritten under the reads, and hands on RunInputs. update_
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -329,7 +330,9 @@ def extract_inputs(
     processed = empty_frame(spark, PROCESSED_SCHEMA)
     lost_marks = None
     closed: set[str] = set()
-    highest: dict[tuple[str, int, str], int] = {}  # (group, partition, session) -> its highest mark read
+    # (group, partition, session) -> its highest mark read, by this run or, for sessions with
+    # spans waiting, by earlier ones (StateMeta.session_marks)
+    highest: dict[tuple[str, int, str], int] = {(g, p, s): high for g, p, s, high in meta.session_marks}
     first_marks = {group: dict(marks) for group, marks in meta.first_marks.items()}
     consumer_ledger = read_ledger(
         spark, binding, plan.kafka["consumer_ledger"], persist, plan.admin, plan.ledger_ids.get("consumer")
@@ -345,7 +348,8 @@ def extract_inputs(
             held = first_marks.setdefault(row["group"], {})
             held[row["partition"]] = min(row["low"], held.get(row["partition"], row["low"]))
             if row["consumer_session"] is not None:
-                highest[(row["group"], row["partition"], row["consumer_session"])] = row["high"]
+                at = (row["group"], row["partition"], row["consumer_session"])
+                highest[at] = max(row["high"], highest.get(at, row["high"]))
         processed = persist(without_rewritten_marks(marks, mark_rules))
         # Marks its ledger could not write (marks-lost): neither processed nor unprocessed.
         lost_marks = persist(transform_lost_marks(consumer_ledger.records, binding.topic, binding.consumer_groups))
@@ -371,14 +375,25 @@ def extract_inputs(
     # this run's spans and those earlier runs left, less what this run's marks settle.
     # The sessions whose close the last run read count as closed too: their last commits may
     # be read only now (StateMeta.sessions_closed).
+    # A commit made within its session's processing bound before the history was read may
+    # have passed records the session is still processing, whatever it marked since.
+    read_ms = int(plan.kafka.get("history_read_ms") or time.time() * 1000)
+
+    def judged_until(session: str) -> int:
+        return read_ms - binding.processing_bound(session)
+
     ended = closed | set(meta.sessions_closed)
     unjudged = still_unjudged(
         meta.passed_unjudged,
-        died_passed(plan.kafka.get("last_passed") or [], plan.kafka.get("session_passed") or [], ended, highest),
+        died_passed(
+            plan.kafka.get("last_passed") or [], plan.kafka.get("session_passed") or [], ended, highest, judged_until
+        ),
         ended,
         highest,
         set(binding.consumer_groups),
+        judged_until,
     )
+    waiting = {(group, partition, session) for group, partition, _, _, session, _ in unjudged}
     return RunInputs(
         records=records,
         all_records=all_records,
@@ -406,6 +421,7 @@ def extract_inputs(
         plain_passed=local_intervals(spark, plan.kafka.get("plain_passed") or []),
         died_passed=local_intervals(spark, [span[:4] for span in unjudged]),
         passed_unjudged=unjudged,
+        session_marks=sorted((*at, high) for at, high in highest.items() if at in waiting),
         sessions_closed=sorted(closed),
         # a group whose offsets were deleted since a run saw them had read that far
         committed=local_frame(
@@ -428,31 +444,40 @@ def died_passed(
     session_passed: list[PassedSpan],
     closed: set[str],
     highest: dict[tuple[str, int, str], int],
+    judged_until: Callable[[str], int],
 ) -> list[PassedSpan]:
-    """(group, partition, first, last offset, session) that a probed session whose ledger does
-    not hold its `closed` session-end in what this run read took its group past, and may have
-    processed with the marks dying with it: what its last commit passed (commit_history.last_passed:
-    a commit made before processing) and what any of its commits passed (commit_history.
-    session_passed: an asynchronous commit does not wait for the marks handed before it), above
-    the highest offset it marked on that partition in this run's read, all of it where it marked
-    none there. The ledger writes a session's marks in order, so a kill takes the latest: a
-    record below a later mark of the session and unmarked was not processed by it (and a span
-    an earlier run left is settled by the same rule, still_unjudged)."""
-    return sorted(set(_above_marks([*last_passed, *session_passed], closed, highest)))
+    """(group, partition, first, last offset, session, commit time) that a probed session whose
+    ledger does not hold its `closed` session-end in what this run read took its group past, and
+    may have processed with the marks dying with it, or still be processing: what its last commit
+    passed (commit_history.last_passed: a commit made before processing) and what any of its
+    commits passed (commit_history.session_passed: an asynchronous commit does not wait for the
+    marks handed before it). All of a span its session committed after `judged_until(session)`
+    (spark_jobs.processing_bound: a worker pool marks in the order its records finish, so a
+    later mark says nothing of a record still in its hands); of an older span, what lies above
+    the highest offset the session marked on that partition in this run's read, all of it where
+    it marked none there. The ledger writes a session's marks in order, so a kill takes the
+    latest: a record below a later mark of the session, unmarked and committed past longer ago
+    than the bound, was not processed by it (and a span an earlier run left is settled by the
+    same rule, still_unjudged)."""
+    return sorted(set(_above_marks([*last_passed, *session_passed], closed, highest, judged_until)))
 
 
 def _above_marks(
-    spans: Iterable[PassedSpan], closed: set[str], highest: dict[tuple[str, int, str], int]
+    spans: Iterable[PassedSpan],
+    closed: set[str],
+    highest: dict[tuple[str, int, str], int],
+    judged_until: Callable[[str], int],
 ) -> Iterator[PassedSpan]:
-    """The spans' offsets above their session's highest mark on the partition (all of a span
-    where it marked none there); none of a session in `closed`."""
-    for group, partition, first, last, session in spans:
+    """Of each span: none where its session is in `closed`; all of it where the session
+    committed it after `judged_until(session)`; otherwise its offsets above the session's
+    highest mark on the partition (all of it where it marked none there)."""
+    for group, partition, first, last, session, ts in spans:
         if session in closed:
             continue
-        above = highest.get((group, partition, session))
+        above = None if ts > judged_until(session) else highest.get((group, partition, session))
         start = first if above is None else max(first, above + 1)
         if start <= last:
-            yield group, partition, start, last, session
+            yield group, partition, start, last, session, ts
 
 
 def still_unjudged(
@@ -461,17 +486,19 @@ def still_unjudged(
     closed: set[str],
     highest: dict[tuple[str, int, str], int],
     groups: set[str],
+    judged_until: Callable[[str], int],
 ) -> list[PassedSpan]:
     """The spans (died_passed) whose records stay unjudged after this run: this run's, and
     those earlier runs left (StateMeta.passed_unjudged) less what this run's read of the
     ledger settles. A session may have died there with its marks, or still be processing:
     neither `unprocessed` nor dropped, its records wait. Its `closed` session-end read settles
-    all of its spans (its close wrote its marks first); a mark read on the partition above a
-    span's offsets settles them (the ledger writes a session's marks in order, so a record
-    below a later mark and unmarked was not processed by it), and those records are judged as
-    any other. A session that died keeps its spans for good (a miss at worst, never an
-    alarm); a group the binding no longer names loses them with its candidates."""
-    settled = _above_marks((span for span in earlier if span[0] in groups), closed, highest)
+    all of its spans (its close wrote its marks first); once the commit is older than the
+    session's processing bound, a mark read on the partition above a span's offsets settles
+    them (the ledger writes a session's marks in order, so a record below a later mark and
+    unmarked was not processed by it), and those records are judged as any other. A session
+    that died keeps its spans for good (a miss at worst, never an alarm); a group the binding
+    no longer names loses them with its candidates."""
+    settled = _above_marks((span for span in earlier if span[0] in groups), closed, highest, judged_until)
     return sorted(set(now) | set(settled))
 
 

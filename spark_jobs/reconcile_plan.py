@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.binding import Binding, identity_changes
+from spark_jobs.commit_history import PassedSpan
 from spark_jobs.common import cores, is_small, settings_applied, small_job_settings
 from spark_jobs.failover_hold import (
     LeaderChange,
@@ -279,9 +280,11 @@ class RunInputs:
     # reconcile_inputs.still_unjudged): it may have died with their marks, or be processing them
     died_passed: DataFrame | None = None
     # the same with each span's session, for state.json (StateMeta.passed_unjudged)
-    passed_unjudged: list[tuple[str, int, int, int, str]] = field(default_factory=list)
+    passed_unjudged: list[PassedSpan] = field(default_factory=list)
     # the consumer sessions whose `closed` session-end this run read (StateMeta.sessions_closed)
     sessions_closed: list[str] = field(default_factory=list)
+    # the highest marks of the sessions with spans in passed_unjudged (StateMeta.session_marks)
+    session_marks: list[tuple[str, int, str, int]] = field(default_factory=list)
     # the topic's producers stamp records well before writing them (record_times); kept in state.json
     backdated: Backdated | None = None
     # records past the last stable offset, behind an open transaction (reconcile_inputs.read_held)
@@ -569,6 +572,7 @@ def plan_run(binding: Binding, options: RunOptions, laps: Laps) -> RunPlan:
             sessions_named=memory.sessions_named,
             # what earlier runs left unjudged, where the offsets still hold the records they passed
             passed_unjudged=[] if recreated else [s for s in memory.passed_unjudged if s[1] not in rewritten],
+            session_marks=[] if recreated else [m for m in memory.session_marks if m[1] not in rewritten],
             sessions_closed=memory.sessions_closed,
         )
     if recreated and memory is not None:

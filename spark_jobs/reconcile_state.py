@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from spark_jobs.commit_history import PassedSpan
 from spark_jobs.executor_loss import runs_locally
 from spark_jobs.failover_hold import LeaderChange
 from spark_jobs.group_commits import GroupCommits, Unproven, commits_from_json, commits_to_json
@@ -189,9 +190,15 @@ class StateMeta:
     # (group, partition, first, last offset, session) that a probed session that did not close
     # took its group past, above the marks any run read of it (reconcile_inputs.still_unjudged):
     # it may have died with their marks, or be processing them. Their records stay candidates,
-    # never `unprocessed`, until a later mark of that session or its close is read. Kept by
+    # never `unprocessed`, until its close is read, or a mark of that session above them once its
+    # processing bound has passed since the commit (spark_jobs.processing_bound). Kept by
     # rebuilds but in rewritten partitions; a full run starts over.
-    passed_unjudged: list[tuple[str, int, int, int, str]] = field(default_factory=list)
+    passed_unjudged: list[PassedSpan] = field(default_factory=list)
+    # (group, partition, session, the highest offset it marked there in the ledger runs read) of
+    # the sessions with spans in passed_unjudged: a span its session committed within its
+    # processing bound waits whatever it marked, and the marks that settle it once the bound
+    # has passed may all have been read by earlier runs.
+    session_marks: list[tuple[str, int, str, int]] = field(default_factory=list)
     # The consumer sessions whose `closed` session-end the last run read. The run reads the
     # groups' commit history before the ledger's end, so the last commit of a session that
     # closed in between is read only by the next run, which takes the session as closed (a
@@ -243,6 +250,7 @@ class StateMeta:
             "leader_changes": [c.to_json() for c in self.leader_changes],
             "ledger_epochs": _offsets_by_group_to_json(self.ledger_epochs),
             "passed_unjudged": [list(span) for span in self.passed_unjudged],
+            "session_marks": [list(mark) for mark in self.session_marks],
             "sessions_closed": sorted(self.sessions_closed),
         }
 
@@ -296,17 +304,32 @@ class StateMeta:
             leader_changes=_leader_changes(data),
             ledger_epochs=_offsets_by_group(data, "ledger_epochs"),
             passed_unjudged=_passed_unjudged(data),
+            session_marks=_session_marks(data),
             sessions_closed=[str(s) for s in data.get("sessions_closed") or []],
         )
 
 
-def _passed_unjudged(data: dict[str, Any]) -> list[tuple[str, int, int, int, str]]:
+def _passed_unjudged(data: dict[str, Any]) -> list[PassedSpan]:
     """state.json's `passed_unjudged`; absent in states written before it was kept: their runs
-    dropped such records from the candidates instead, so nothing waits."""
+    dropped such records from the candidates instead, so nothing waits. A span without its
+    commit time (written before stop 86) takes the time its run read (`read_at_ms`), later than
+    the commit: it waits its session's processing bound from then."""
     try:
-        return [(str(g), int(p), int(a), int(b), str(s)) for g, p, a, b, s in data.get("passed_unjudged") or []]
+        read_at = int(data.get("read_at_ms") or 0)
+        return [
+            (str(g), int(p), int(a), int(b), str(s), int(rest[0]) if rest else read_at)
+            for g, p, a, b, s, *rest in data.get("passed_unjudged") or []
+        ]
     except (TypeError, ValueError) as exc:
         raise StateError(f"state.json's passed_unjudged is malformed ({exc!r}); run with --full") from exc
+
+
+def _session_marks(data: dict[str, Any]) -> list[tuple[str, int, str, int]]:
+    """state.json's `session_marks`; absent in states written before it was kept (stop 86)."""
+    try:
+        return [(str(g), int(p), str(s), int(high)) for g, p, s, high in data.get("session_marks") or []]
+    except (TypeError, ValueError) as exc:
+        raise StateError(f"state.json's session_marks is malformed ({exc!r}); run with --full") from exc
 
 
 def _offsets_by_group_to_json(offsets: dict[str, dict[int, int]]) -> dict[str, dict[str, int]]:

@@ -46,7 +46,7 @@ os.environ.setdefault("RECONCILE_MARK_SETTLE_SECONDS", "0.5")
 # until that session's max.poll.interval.ms (300 s) has passed since the commit: it may be
 # paused mid-processing. The suite's crashed consumers are known dead, so it does not wait;
 # tests/stuck/test_processing_hold.py lifts the cap to see the hold.
-os.environ.setdefault("AUDITOR_STUCK_PROCESSING_BOUND_SECONDS", "0")
+os.environ.setdefault("AUDITOR_PROCESSING_BOUND_SECONDS", "0")
 # Playwright's sync API keeps an event loop running in the test thread; the test's own
 # ORM calls are still synchronous (pytest-django's documented setting for this case).
 os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"

@@ -30,6 +30,7 @@ from auditor.lint.engine.terms import Overtaken
 from auditor.probes.codec import ClientRecord
 from auditor.probes.codec_decode import decode_ledger_record
 from auditor.probes.message import record_position  # messages() yields records only
+from spark_jobs import processing_bound
 from spark_jobs.group_offsets import committed_offsets
 
 _BROKER_SET = {
@@ -188,7 +189,7 @@ def read_reported_clients(connection: Mapping[str, Any], topic: str, *, timeout:
 
 
 # librdkafka's default max.poll.interval.ms, and the Java client's
-DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
+DEFAULT_MAX_POLL_INTERVAL_MS = processing_bound.DEFAULT_MAX_POLL_INTERVAL_MS
 
 
 def max_poll_interval_ms(record: ClientRecord) -> int | None:

@@ -5,6 +5,7 @@ process what they polled (their max.poll.interval.ms)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,36 @@ from django.db.models import Q
 from auditor.lint.observed import read_reported_clients
 from auditor.pipelines.models import Cluster
 from auditor.probes.topics import CLIENTS_TOPIC
+from spark_jobs.mark_rules import env_seconds
+from spark_jobs.processing_bound import DEFAULT_MAX_POLL_INTERVAL_MS
 from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED, describe, judging, send_outcome_ms
+
+# Caps how long a probed consumer session is taken to be still processing what one of its
+# commits passed (spark_jobs.processing_bound: its max.poll.interval.ms); 0: not at all. Read
+# by the stuck diagnosis and reconciliation alike; the name before stop 86 is still read.
+PROCESSING_BOUND_ENV = "AUDITOR_PROCESSING_BOUND_SECONDS"
+PROCESSING_BOUND_ENV_BEFORE = "AUDITOR_STUCK_PROCESSING_BOUND_SECONDS"
+
+
+def processing_cap_ms() -> int | None:
+    """$AUDITOR_PROCESSING_BOUND_SECONDS (or the name it had before) in ms, None when not set
+    (a value that is not 0 or more seconds raises, naming it)."""
+    for name in (PROCESSING_BOUND_ENV, PROCESSING_BOUND_ENV_BEFORE):
+        if os.environ.get(name) is not None:
+            return int(env_seconds(name, 0.0) * 1000)
+    return None
+
+
+def processing_bounds(poll_intervals_ms: Mapping[str, int]) -> tuple[int, dict[str, int]]:
+    """(the processing bound of a session the clients topic does not show, each shown session's)
+    in ms, as a reconciliation job takes them (spark_jobs.binding: processing_bound_ms,
+    session_bounds_ms): librdkafka's max.poll.interval.ms and each session's own, capped."""
+    cap = processing_cap_ms()
+
+    def capped(ms: int) -> int:
+        return ms if cap is None else min(ms, cap)
+
+    return capped(DEFAULT_MAX_POLL_INTERVAL_MS), {s: capped(ms) for s, ms in poll_intervals_ms.items()}
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from auditor.lib.secrets import MissingEnvError, mask_text
 from auditor.pipelines.connectivity import ConnectivityError, check_cluster, check_source
 from auditor.pipelines.incarnations import observe_topic_id
 from auditor.pipelines.models import Binding
-from auditor.pipelines.producers import cluster_send_outcome
+from auditor.pipelines.producers import cluster_send_outcome, observed_producers, processing_bounds
 from auditor.pipelines.source_zone import SourceZoneError, source_zone
 from auditor.reconcile import conf, job
 from auditor.reconcile.alerting import sync_problems
@@ -186,10 +186,18 @@ def execute_run(run: ReconcileRun, runner: str = conf.SUBMIT) -> ReconcileRun:
         reachable = False
     else:
         reachable = True
-    # How long the cluster's probed producers retry a send: the job judges none sooner.
-    job_input.payload["send_outcome_ms"], note = cluster_send_outcome(binding.cluster, read=reachable)
+    # One read of the clients topic: how long the cluster's probed producers retry a send (the
+    # job judges none sooner), and how long each probed consumer session may still be
+    # processing what its commits passed (its max.poll.interval.ms: the job waits that long).
+    reported = observed_producers(binding.cluster.client_config()) if reachable else None
+    job_input.payload["send_outcome_ms"], note = cluster_send_outcome(
+        binding.cluster, read=reachable, observed=None if reported is None else reported.outcome
+    )
     if note:
         log.info("reconcile run %s of %s: %s", run.pk, binding.name, note)
+    job_input.payload["processing_bound_ms"], job_input.payload["session_bounds_ms"] = processing_bounds(
+        {} if reported is None else reported.poll_intervals_ms
+    )
     # A created column without a time zone is read in the binding's zone or the database's.
     try:
         job_input.payload["timestamp_zone"] = source_zone(binding)

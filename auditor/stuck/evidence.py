@@ -358,7 +358,7 @@ class ClusterView:
     replica_lag_max_ms: int = DEFAULT_REPLICA_LAG_MAX_MS
     replica_lag_note: str | None = None
     # probed consumer sessions' max.poll.interval.ms as the clients topic shows them, and
-    # $AUDITOR_STUCK_PROCESSING_BOUND_SECONDS in ms where set (None: not set), which caps it:
+    # $AUDITOR_PROCESSING_BOUND_SECONDS in ms where set (None: not set), which caps it:
     # how long a session may still be processing what its last commit passed
     # (verdict_outcomes.still_processing)
     poll_intervals_ms: dict[str, int] = field(default_factory=dict)
@@ -435,7 +435,7 @@ class ClusterView:
         """How long after a commit the probed consumer `session` that made it may still be
         processing what the commit passed, and what says so: its max.poll.interval.ms as the
         clients topic shows it (librdkafka's default where it does not), capped by
-        $AUDITOR_STUCK_PROCESSING_BOUND_SECONDS where set."""
+        $AUDITOR_PROCESSING_BOUND_SECONDS where set."""
         shown = self.poll_intervals_ms.get(session)
         bound = DEFAULT_MAX_POLL_INTERVAL_MS if shown is None else shown
         source = (
@@ -447,7 +447,7 @@ class ClusterView:
         if self.processing_cap_ms is not None and self.processing_cap_ms < bound:
             return (
                 self.processing_cap_ms,
-                f"AUDITOR_STUCK_PROCESSING_BOUND_SECONDS, {self.processing_cap_ms / 1000:g} s",
+                f"AUDITOR_PROCESSING_BOUND_SECONDS, {self.processing_cap_ms / 1000:g} s",
             )
         return bound, source
 

@@ -32,7 +32,7 @@ from auditor.pipelines.connectivity import ConnectivityError, check_cluster
 from auditor.pipelines.incarnations import first_seen, observe_topic_id
 from auditor.pipelines.ledgers import ledger_topics
 from auditor.pipelines.models import Binding, StuckRule
-from auditor.pipelines.producers import cluster_send_outcome, observed_producers
+from auditor.pipelines.producers import cluster_send_outcome, observed_producers, processing_cap_ms
 from auditor.probes.topics import CLIENTS_TOPIC
 from auditor.reconcile.conf import state_location
 from auditor.reconcile.memory import (
@@ -69,7 +69,7 @@ from auditor.stuck.trailing_marks import read_trailing_marks
 from auditor.stuck.verdicts import diagnose
 from auditor.vocabulary import STUCK_VERDICTS
 from spark_jobs.kafka_offsets import KafkaReadError
-from spark_jobs.mark_rules import env_seconds, mark_settle_seconds
+from spark_jobs.mark_rules import mark_settle_seconds
 from spark_jobs.record_times import stamp_lag_ms
 from spark_jobs.state_location import StateLocationError
 
@@ -173,19 +173,6 @@ def _bound_incarnation(binding: Binding, view: ClusterView) -> None:
         f"{view.topic} is known to exist only since {ms_to_iso(since)} ({why}): a topic of that name deleted before "
         "the auditor first saw this one would have taken what was produced earlier with it"
     )
-
-
-# Caps how long a probed consumer session is taken to be still processing what its last commit
-# passed (verdict_outcomes.still_processing: its max.poll.interval.ms); 0: not at all.
-PROCESSING_BOUND_ENV = "AUDITOR_STUCK_PROCESSING_BOUND_SECONDS"
-
-
-def processing_cap_ms() -> int | None:
-    """$AUDITOR_STUCK_PROCESSING_BOUND_SECONDS in ms, None when not set (a value that is not 0
-    or more seconds fails the diagnosis, naming it)."""
-    if os.environ.get(PROCESSING_BOUND_ENV) is None:
-        return None
-    return int(env_seconds(PROCESSING_BOUND_ENV, 0.0) * 1000)
 
 
 def _source_url(rule: StuckRule) -> str:

@@ -30,9 +30,19 @@ from spark_jobs.reconcile_inputs import died_passed, still_unjudged
 
 
 def commit(
-    offset: int | None, session: str | None = None, unbroken: bool = False, empty: bool = False, epoch: int = -1
+    offset: int | None,
+    session: str | None = None,
+    unbroken: bool = False,
+    empty: bool = False,
+    epoch: int = -1,
+    ts: int = 0,
 ) -> CommitRecord:
-    return CommitRecord(offset, None if session is None else f"audit:v2:{session}", 0, unbroken, empty, epoch)
+    return CommitRecord(offset, None if session is None else f"audit:v2:{session}", ts, unbroken, empty, epoch)
+
+
+def all_old(session: str) -> int:
+    """judged_until for a run long after every commit: none is recent."""
+    return 1 << 62
 
 
 def random_history(rng: random.Random, sessions: list[str]) -> tuple[list[CommitRecord], int | None]:
@@ -131,7 +141,7 @@ def test_the_last_commit_of_each_session_in_a_crash_loop() -> None:
     # its next commit; s2's last commit passed offset 5.
     records = [commit(1, "s1", unbroken=True), commit(2, "s1"), commit(3, "s1"), commit(5, "s2"), commit(6, "s2")]
     assert last_passed(records, 6) == [(2, 2, "s1"), (5, 5, "s2")]
-    assert probed_passed_spans({"g": {0: records}}, {("g", 0): 6}, {("g", 0): 5})[0] == [("g", 0, 5, 5, "s2")]
+    assert probed_passed_spans({"g": {0: records}}, {("g", 0): 6}, {("g", 0): 5})[0] == [("g", 0, 5, 5, "s2", 0)]
     # a plain instance's and an operator's commits are no session's
     assert last_passed([commit(3, "s1", unbroken=True), commit(9), commit(12, empty=True)], 12) == [(0, 2, "s1")]
 
@@ -166,8 +176,8 @@ def test_every_commit_of_a_session_in_an_asynchronous_crash_loop() -> None:
     records.append(commit(7, "s2"))
     assert session_passed(records, 7) == [(0, 3, "s1"), (4, 6, "s2")]
     assert probed_passed_spans({"g": {0: records}}, {("g", 0): 7}, {("g", 0): 2})[1] == [
-        ("g", 0, 2, 3, "s1"),
-        ("g", 0, 4, 6, "s2"),
+        ("g", 0, 2, 3, "s1", 0),
+        ("g", 0, 4, 6, "s2", 0),
     ]
     # a plain instance's commit in between splits a session's spans and is no session's
     records = [commit(2, "s1", unbroken=True), commit(5), commit(8, "s1")]
@@ -193,37 +203,68 @@ def test_the_session_passed_offsets_agree_with_the_passing_commit_of_every_offse
 
 
 def test_what_a_session_that_did_not_close_passed_is_unjudged_above_its_highest_mark() -> None:
-    last = [("g", 0, 9, 9, "s1"), ("g", 0, 12, 12, "s2")]
-    passed = [("g", 0, 0, 9, "s1"), ("g", 0, 10, 12, "s2"), ("g", 1, 0, 4, "s1")]
+    last = [("g", 0, 9, 9, "s1", 0), ("g", 0, 12, 12, "s2", 0)]
+    passed = [("g", 0, 0, 9, "s1", 0), ("g", 0, 10, 12, "s2", 0), ("g", 1, 0, 4, "s1", 0)]
     # s1 marked up to 5 on partition 0 and nothing on partition 1; s2 closed
     highest = {("g", 0, "s1"): 5, ("g", 0, "s2"): 12}
-    assert died_passed(last, passed, {"s2"}, highest) == [
-        ("g", 0, 6, 9, "s1"),
-        ("g", 0, 9, 9, "s1"),
-        ("g", 1, 0, 4, "s1"),
+    assert died_passed(last, passed, {"s2"}, highest, all_old) == [
+        ("g", 0, 6, 9, "s1", 0),
+        ("g", 0, 9, 9, "s1", 0),
+        ("g", 1, 0, 4, "s1", 0),
     ]
     # a session that marked past everything it committed, its last commit's span included, leaves
     # nothing (its marks are written in order: a later one means the earlier ones were written)
-    assert died_passed(last, passed, set(), {("g", 0, "s1"): 9, ("g", 1, "s1"): 4, ("g", 0, "s2"): 12}) == []
+    done = {("g", 0, "s1"): 9, ("g", 1, "s1"): 4, ("g", 0, "s2"): 12}
+    assert died_passed(last, passed, set(), done, all_old) == []
     # what is left above the highest marks is what each last commit passed
-    assert died_passed(last, passed, set(), {("g", 0, "s1"): 8, ("g", 1, "s1"): 4, ("g", 0, "s2"): 11}) == [
-        ("g", 0, 9, 9, "s1"),
-        ("g", 0, 12, 12, "s2"),
+    assert died_passed(last, passed, set(), {("g", 0, "s1"): 8, ("g", 1, "s1"): 4, ("g", 0, "s2"): 11}, all_old) == [
+        ("g", 0, 9, 9, "s1", 0),
+        ("g", 0, 12, 12, "s2", 0),
     ]
 
 
+def test_a_span_committed_within_its_sessions_processing_bound_waits_whatever_it_marked_since() -> None:
+    # s1 committed [0, 9] at 1,000 and [10, 14] at 5,000; the run read at 6,000 with s1's bound
+    # 2,000 (judged until 4,000): the older span is settled by its marks, the recent one waits
+    # whole though s1 marked 14 (a worker pool marks in the order its records finish)
+    passed = [("g", 0, 0, 9, "s1", 1_000), ("g", 0, 10, 14, "s1", 5_000), ("g", 0, 15, 16, "s2", 5_000)]
+    highest = {("g", 0, "s1"): 14, ("g", 0, "s2"): 16}
+    bounds = {"s1": 2_000, "s2": 0}
+
+    def judged_until(session: str) -> int:
+        return 6_000 - bounds[session]
+
+    assert died_passed([], passed, set(), highest, judged_until) == [("g", 0, 10, 14, "s1", 5_000)]
+    # its close settles it whenever it was committed
+    assert died_passed([], passed, {"s1"}, highest, judged_until) == []
+    # a carried span waits the same way, then is settled once the bound has passed
+    assert still_unjudged(passed[1:2], [], set(), highest, {"g"}, judged_until) == passed[1:2]
+    assert still_unjudged(passed[1:2], [], set(), highest, {"g"}, lambda s: 7_000) == []
+
+
+def test_a_sessions_commits_merge_only_with_commits_on_the_same_side_of_its_bound() -> None:
+    # s1 commits every offset from 1 to 8 at 1,000 ms apart; judged until 5,500: the commits at
+    # 1,000-5,000 merge into one settled span, those at 6,000-8,000 into one recent span, so a
+    # session that never pauses does not keep its older commits recent
+    records = [commit(i, "s1", unbroken=i == 1, ts=i * 1_000) for i in range(1, 9)]
+    _, sessions = probed_passed_spans({"g": {0: records}}, {("g", 0): 8}, None, lambda s: 5_500)
+    assert sessions == [("g", 0, 0, 4, "s1", 5_000), ("g", 0, 5, 7, "s1", 8_000)]
+    # without a bound every consecutive commit merges, the latest time kept
+    assert probed_passed_spans({"g": {0: records}}, {("g", 0): 8})[1] == [("g", 0, 0, 7, "s1", 8_000)]
+
+
 def test_what_a_session_left_unjudged_waits_for_its_later_marks_or_its_close() -> None:
-    earlier = [("g", 0, 6, 9, "s1"), ("g", 1, 0, 4, "s1"), ("g", 0, 20, 25, "s2"), ("h", 0, 3, 3, "s3")]
-    now = [("g", 0, 30, 31, "s4")]
+    earlier = [("g", 0, 6, 9, "s1", 0), ("g", 1, 0, 4, "s1", 0), ("g", 0, 20, 25, "s2", 0), ("h", 0, 3, 3, "s3", 0)]
+    now = [("g", 0, 30, 31, "s4", 0)]
     # s1 marked up to 7 on partition 0 since (later marks settle the span below them) and
     # nothing on partition 1 (it may have died there: the span stays); s2 closed; h no longer named
-    got = still_unjudged(earlier, now, {"s2"}, {("g", 0, "s1"): 7, ("g", 1, "s2"): 9}, {"g"})
-    assert got == [("g", 0, 8, 9, "s1"), ("g", 0, 30, 31, "s4"), ("g", 1, 0, 4, "s1")]
+    got = still_unjudged(earlier, now, {"s2"}, {("g", 0, "s1"): 7, ("g", 1, "s2"): 9}, {"g"}, all_old)
+    assert got == [("g", 0, 8, 9, "s1", 0), ("g", 0, 30, 31, "s4", 0), ("g", 1, 0, 4, "s1", 0)]
     # a mark past the whole span settles it; another session's marks settle nothing
-    assert still_unjudged(earlier[:1], [], set(), {("g", 0, "s1"): 9, ("g", 0, "s9"): 50}, {"g"}) == []
-    assert still_unjudged(earlier[:1], [], set(), {("g", 0, "s9"): 50}, {"g"}) == earlier[:1]
+    assert still_unjudged(earlier[:1], [], set(), {("g", 0, "s1"): 9, ("g", 0, "s9"): 50}, {"g"}, all_old) == []
+    assert still_unjudged(earlier[:1], [], set(), {("g", 0, "s9"): 50}, {"g"}, all_old) == earlier[:1]
     # a span this run found again is kept once
-    assert still_unjudged(earlier[:1], earlier[:1], set(), {}, {"g"}) == earlier[:1]
+    assert still_unjudged(earlier[:1], earlier[:1], set(), {}, {"g"}, all_old) == earlier[:1]
 
 
 def _s(text: str) -> bytes:

@@ -122,7 +122,7 @@ def test_a_slow_at_most_once_consumer_mid_batch_is_not_called_skipped(make_stuck
     wait_until(lambda: list(pipeline.statuses().values()).count("DONE") >= 1, 30, "the first record processed")
 
     capped = diagnose_rule(stuck.rule, stuck.options("python"))  # the suite's cap: 0, no hold
-    monkeypatch.delenv("AUDITOR_STUCK_PROCESSING_BOUND_SECONDS")
+    monkeypatch.delenv("AUDITOR_PROCESSING_BOUND_SECONDS")
     unheld = diagnose_rule(stuck.rule, stuck.options("python"))
     statuses = pipeline.statuses()
     thread.join(90)
@@ -153,7 +153,7 @@ def test_a_consumer_killed_after_its_commit_is_skipped_once_its_poll_interval_ha
 ) -> None:
     """The crash-at-most-once shape with the hold at 15 s: unknown while the killed session
     might still be processing what its commit passed, skipped once 15 s have passed since it."""
-    monkeypatch.setenv("AUDITOR_STUCK_PROCESSING_BOUND_SECONDS", "15")
+    monkeypatch.setenv("AUDITOR_PROCESSING_BOUND_SECONDS", "15")
     stuck = make_stuck(contract=2)
     pipeline = stuck.pipeline
     ids = pipeline.produce(10)
@@ -167,7 +167,7 @@ def test_a_consumer_killed_after_its_commit_is_skipped_once_its_poll_interval_ha
     first = diagnose_rule(stuck.rule, stuck.options("python"))
     assert time.time() < committed_by + 14, "the diagnosis outlasted the hold: nothing left to see"
     assert verdicts_of(first) == dict.fromkeys(skipped, "unknown")
-    assert all("AUDITOR_STUCK_PROCESSING_BOUND_SECONDS, 15 s" in i.diagnosis.reason for i in first.items)
+    assert all("AUDITOR_PROCESSING_BOUND_SECONDS, 15 s" in i.diagnosis.reason for i in first.items)
     assert all(crashed.session_id in i.diagnosis.reason for i in first.items)
     time.sleep(max(0.0, committed_by + 16 - time.time()))
     assert verdicts_of(diagnose_rule(stuck.rule, stuck.options("python"))) == dict.fromkeys(skipped, "skipped")

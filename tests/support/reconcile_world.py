@@ -182,6 +182,9 @@ class World:
             "consumer_groups": [self.group],
             "producer_ledger_topic": self.producer_ledger,
             "consumer_ledger_topic": self.consumer_ledger,
+            # no processing hold (as tests/conftest.py sets AUDITOR_PROCESSING_BOUND_SECONDS=0):
+            # a test of the hold sets its own
+            "processing_bound_ms": 0,
         } | overrides
         return binding_from_dict(data)
 
