@@ -12,7 +12,7 @@ on stdout (and written to --output-json) is
      "counts": {kind: n, "records_without_headers": n, "records_malformed_headers": n},
      "offset_ranges": {"topic"|"producer_ledger"|"consumer_ledger": {partition: [start, end]}},
      "records_read": n, "topic_id": "<id>"|null, "window": {"lower", "upper", "cutoff", "unverifiable_until", "marks_lost_until",
-     "entries_lost_until", "identity"}, "warnings": [...],
+     "entries_lost_until", "processing_until", "identity"}, "warnings": [...],
      "timings": {phase: seconds}, "spark_settings": {conf: value set for this run only},
      "findings": [{"kind", "key", "cause", "evidence", "partition", "offset", "offsets",
                    "timestamp", "session", "seq", "seq_end", "group", "is_new"}],
@@ -213,6 +213,12 @@ def _run_phases(
             "unverifiable_until": until.isoformat() if until else None,
             "marks_lost_until": inputs.marks_lost_until.isoformat() if inputs.marks_lost_until else None,
             "entries_lost_until": inputs.entries_lost_until.isoformat() if inputs.entries_lost_until else None,
+            # records a probed session committed past within its processing bound are judged from then on
+            "processing_until": (
+                datetime.fromtimestamp(inputs.processing_until_ms / 1000, UTC).isoformat()
+                if inputs.processing_until_ms is not None
+                else None
+            ),
             # what the rows and records read are of: the topic, key, table (binding.state_identity)
             "identity": plan.identity,
         },

@@ -394,6 +394,17 @@ def extract_inputs(
         judged_until,
     )
     waiting = {(group, partition, session) for group, partition, _, _, session, _ in unjudged}
+    # Until when the newest of them may still be in their session's hands (a run after it judges them).
+    processing_until_ms = max(
+        (ts + binding.processing_bound(session) for _, _, _, _, session, ts in unjudged if ts > judged_until(session)),
+        default=None,
+    )
+    if processing_until_ms is not None:
+        plan.warnings.append(
+            "records probed consumer sessions committed past within their processing bound (max.poll.interval.ms) "
+            "and have not marked are not judged yet: they may still be in the consumer's hands (judged by a run from "
+            f"{datetime.fromtimestamp(processing_until_ms / 1000, UTC).isoformat()})"
+        )
     return RunInputs(
         records=records,
         all_records=all_records,
@@ -422,6 +433,7 @@ def extract_inputs(
         died_passed=local_intervals(spark, [span[:4] for span in unjudged]),
         passed_unjudged=unjudged,
         session_marks=sorted((*at, high) for at, high in highest.items() if at in waiting),
+        processing_until_ms=processing_until_ms,
         sessions_closed=sorted(closed),
         # a group whose offsets were deleted since a run saw them had read that far
         committed=local_frame(

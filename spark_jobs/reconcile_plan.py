@@ -285,6 +285,9 @@ class RunInputs:
     sessions_closed: list[str] = field(default_factory=list)
     # the highest marks of the sessions with spans in passed_unjudged (StateMeta.session_marks)
     session_marks: list[tuple[str, int, str, int]] = field(default_factory=list)
+    # until when (epoch ms) the newest span a session committed within its processing bound may
+    # still be in its hands; None: none waits for that
+    processing_until_ms: int | None = None
     # the topic's producers stamp records well before writing them (record_times); kept in state.json
     backdated: Backdated | None = None
     # records past the last stable offset, behind an open transaction (reconcile_inputs.read_held)

@@ -340,22 +340,37 @@ class World:
         rows past the grace after a leader change (its `late` count: a failover may still hold
         their sends, failover_hold) rightly leaves them to a later run, so runs follow, a
         HELD_POLL_S apart, until none is held (at most HELD_WAIT_S), and the last one answers.
+        So do runs that leave records unjudged because a probed consumer session committed past
+        them within its processing bound (its window's `processing_until`: it may still be
+        processing them), one once that time has passed.
         An earlier scenario's broker faults (within about 21 minutes) leave one at a binding's
         first run: the shared producer ledger's leaders cannot be dated, and count as changed
         at that run."""
         run = first = self._reconcile_run(full)
         started = time.monotonic()
-        while judged and (run.counts or {}).get("late"):
+        held_late = processing = False
+        while judged and ((late := (run.counts or {}).get("late")) or (until := _run_processing_until(run))):
             if time.monotonic() - started > HELD_WAIT_S:
                 raise LabError(
-                    f"reconciliation run #{run.pk} still holds {run.counts['late']} row(s) after {HELD_WAIT_S} s"
+                    f"reconciliation run #{run.pk} still holds rows after {HELD_WAIT_S} s (late rows: {late or 0}; "
+                    f"records committed past within a session's processing bound: {run.window.get('processing_until')})"
                 )
-            time.sleep(HELD_POLL_S)
+            if late:
+                held_late = True
+                time.sleep(HELD_POLL_S)
+            else:
+                processing = True
+                time.sleep(max(0.0, (until or 0.0) - time.time() + 2.0))
             run = self._reconcile_run(full)
         if run is not first:
+            why = []
+            if held_late:
+                why.append(f"held {first.counts.get('late', 0)} row(s) after a leader change")
+            if processing:
+                why.append("left records committed past within a consumer session's processing bound unjudged")
             self.notes.append(
-                f"run #{first.pk} held {first.counts['late']} row(s) after a leader change; run #{run.pk}, "
-                f"{time.monotonic() - started:.0f} s later, held none and answers"
+                f"run #{first.pk} {' and '.join(why)}; run #{run.pk}, {time.monotonic() - started:.0f} s later, "
+                "held none and answers"
             )
         verdicts: Verdicts = {}
         for finding in Finding.objects.filter(run=run):
@@ -519,3 +534,10 @@ def _processing_until(answer: AuditorAnswer) -> float | None:
 
 def _property(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _run_processing_until(run: ReconcileRun) -> float | None:
+    """When (epoch seconds) the records a run left unjudged because a probed consumer session
+    committed past them within its processing bound are judged by a later run; None: none."""
+    until = (run.window or {}).get("processing_until")
+    return datetime.fromisoformat(until).timestamp() if until else None

@@ -268,22 +268,6 @@ class GroupState:
     # (offsets_history); None: not read (the read failed: a note on the view says why)
     commits: dict[int, list[CommitRecord]] | None = None
 
-    # session -> the timestamp of its latest commit in `commits` (last_commit_ms builds it once)
-    _last_commit_ms: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
-
-    def last_commit_ms(self, session: str) -> int:
-        """When the probed consumer `session` last committed on the topic, as `commits` shows
-        it (-1: never)."""
-        if self._last_commit_ms is None:
-            latest: dict[str, int] = {}
-            for records in (self.commits or {}).values():
-                for commit in records:
-                    named = commit.session()
-                    if named is not None and commit.ts_ms > latest.get(named, -1):
-                        latest[named] = commit.ts_ms
-            self._last_commit_ms = latest
-        return self._last_commit_ms.get(session, -1)
-
     def probe_names_commits(self) -> bool:
         """A commit of the group on the topic names a probed session: its probes write the
         commit metadata (docs/contracts.md), so a commit naming none is a plain consumer's."""

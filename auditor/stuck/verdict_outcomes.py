@@ -238,17 +238,19 @@ def still_processing(
     """Why the probed consumer session whose commit took the group past `offset` (`commit`:
     passing_commit's) may still be processing that record, or None.
 
-    A consumer that commits before it processes (at-most-once, auto-commit) passes a record
-    before it is done with it. Killed (-9) there, it skipped the record; frozen there (a long
-    GC pause, SIGSTOP, a throttled container) or slow, it goes on and processes it when it
-    resumes, though its group moved its partitions to another member meanwhile (the lab's
-    `live-consumer-pauses-at-most-once`, stop 82). Nothing a reader sees tells the two apart
-    until the session acts again: a later commit of it (on any partition) says it polled again,
-    done with what it polled before. So a session whose last commit passed the record is taken
-    to be processing it until its max.poll.interval.ms has passed since that commit (the
-    longest its own client lets it go without polling: ClusterView.processing_bound_ms)."""
+    A consumer that commits before it processes (at-most-once, auto-commit, a worker pool behind
+    its polling thread) passes a record before it is done with it. Killed (-9) there, it skipped
+    the record; frozen there (a long GC pause, SIGSTOP, a throttled container) or slow, it goes
+    on and processes it when it resumes, though its group moved its partitions to another member
+    meanwhile (the lab's `live-consumer-pauses-at-most-once`, stop 82). Nothing a reader sees
+    tells the two apart but time: a later commit of the session proves nothing (a pool's
+    auto-commit goes on while a worker still holds the record; stop 86 stopped taking one as the
+    end of the hold). So the session is taken to be processing it until its processing bound has
+    passed since that commit (its max.poll.interval.ms, the longest its own client lets it go
+    without polling: ClusterView.processing_bound_ms; spark_jobs.processing_bound), as
+    reconciliation does."""
     session = commit.session() if commit is not None else None
-    if commit is None or session is None or group.last_commit_ms(session) > commit.ts_ms:
+    if commit is None or session is None:
         return None
     bound_ms, source = view.processing_bound_ms(session)
     until_ms = commit.ts_ms + bound_ms
@@ -257,9 +259,9 @@ def still_processing(
     info["processing_until"] = ms_to_iso(until_ms)
     return (
         f"group {group.group} committed past {topic}/{partition}@{offset} at {ms_to_iso(commit.ts_ms)} by probed "
-        f"consumer session {session} (offset {commit.offset}), which has not committed since: a consumer that "
-        "commits before it processes may still be processing it (paused or slow) or have died after the commit "
-        f"(then it skipped it). Judged once the session has been silent for {source}: at {ms_to_iso(until_ms)}"
+        f"consumer session {session} (offset {commit.offset}): a consumer that commits before it is done processing "
+        "may still be processing it (paused, slow, or in a worker's hands) or have died after the commit (then it "
+        f"skipped it). Judged once {source} has passed since the commit: at {ms_to_iso(until_ms)}"
     )
 
 

@@ -15,8 +15,8 @@ Decision, in order:
    probed, the consumer ledger holds every mark since the record was written, and the
    record is not below the group's first processed mark on its partition, below which the
    application may have read it before it was probed; otherwise unknown; unknown too while
-   the probed session whose commit passed it has not committed since and its
-   max.poll.interval.ms has not passed since that commit: it may still be processing it,
+   the max.poll.interval.ms of the probed session whose commit passed it has not passed
+   since that commit: it may still be processing it, whatever it committed since,
    verdict_outcomes.still_processing). A mark the
    ledger deleted after a reconciliation run read it counts (recalled from the run's
    state). A group with no committed offset now that reconciliation runs saw commit past the

@@ -22,6 +22,7 @@ from auditor.stuck.verdicts import diagnose
 from tests.support.stuck import StuckSetup, verdicts_of
 from tests.support.verdict_view import NOW_MS, ROW, view
 from tests.support.waiting import wait_until
+from tests.support.worker_pool import WorkerPool
 
 SESSION = "c" * 32
 RECORD = LocatedRecord("TCK-7", 0, 4, NOW_MS - 3500_000)
@@ -40,7 +41,7 @@ def committed_past(*records: CommitRecord, elsewhere: list[CommitRecord] | None 
 
 
 def test_a_record_the_last_commit_of_a_silent_session_passed_is_unknown_until_its_poll_interval_has_passed() -> None:
-    # committed past it 100 s ago by a session that has not committed since
+    # committed past it 100 s ago by a probed session
     cluster = committed_past(commit(5, NOW_MS - 100_000))
     d = diagnose(ROW, [RECORD], [], {}, cluster)
     assert d.verdict == "unknown", d.reason
@@ -67,20 +68,21 @@ def test_a_record_passed_by_a_commit_older_than_the_poll_interval_is_skipped() -
     assert "processing_until" not in d.evidence["groups"][0]
 
 
-def test_a_later_commit_of_the_session_says_it_was_done_with_the_record() -> None:
-    # the session committed again after the commit that passed the record (it polled again):
-    # on this partition, or on another one of the topic
-    assert (
-        diagnose(ROW, [RECORD], [], {}, committed_past(commit(5, NOW_MS - 100_000), commit(6, NOW_MS - 90_000))).verdict
-        == "skipped"
-    )
-    cluster = committed_past(commit(5, NOW_MS - 100_000), elsewhere=[commit(40, NOW_MS - 90_000)])
-    assert diagnose(ROW, [RECORD], [], {}, cluster).verdict == "skipped"
-    # another session's later commits say nothing of this one (the group moved the partition
-    # to another member while this one was frozen)
-    cluster = committed_past(commit(5, NOW_MS - 100_000), commit(6, NOW_MS - 90_000, session="d" * 32))
-    d = diagnose(ROW, [RECORD], [], {}, cluster)
-    assert d.verdict == "unknown" and SESSION in d.reason
+def test_a_later_commit_of_the_session_does_not_end_the_hold() -> None:
+    # the session committed again after the commit that passed the record, on this partition or
+    # on another one of the topic: a worker pool behind its polling thread auto-commits on while
+    # a worker still holds the record (stop 86; until then this ended the hold: `skipped`)
+    for cluster in (
+        committed_past(commit(5, NOW_MS - 100_000), commit(6, NOW_MS - 90_000)),
+        committed_past(commit(5, NOW_MS - 100_000), elsewhere=[commit(40, NOW_MS - 90_000)]),
+        committed_past(commit(5, NOW_MS - 100_000), commit(6, NOW_MS - 90_000, session="d" * 32)),
+    ):
+        d = diagnose(ROW, [RECORD], [], {}, cluster)
+        assert d.verdict == "unknown" and SESSION in d.reason, d.reason
+        assert d.evidence["groups"][0]["processing_until"] == ms_to_iso(NOW_MS - 100_000 + 300_000)
+    # once the bound has passed since the commit that passed it, it is skipped
+    late = committed_past(commit(5, NOW_MS - 400_000), commit(6, NOW_MS - 90_000))
+    assert diagnose(ROW, [RECORD], [], {}, late).verdict == "skipped"
 
 
 def test_a_commit_naming_no_session_holds_nothing() -> None:
@@ -188,3 +190,58 @@ def test_the_poll_interval_is_read_from_what_the_consumers_probe_reported() -> N
     ]
     for config in unset:
         assert max_poll_interval_ms(client(config)) is None, config
+
+
+@pytest.mark.integration
+@pytest.mark.django_db
+def test_a_record_in_a_workers_hands_is_not_skipped_though_the_session_committed_since(make_stuck, monkeypatch) -> None:
+    """A probed consumer with a worker pool behind its polling thread and librdkafka's
+    auto-commit: one worker holds a record while the others finish theirs and the poll loop goes
+    on to the next batch, whose commit comes after the one that passed the held record. Until
+    stop 86 that later commit ended the hold: the held record's row, NEW, was `skipped`. Now it
+    is `unknown` until the session's processing bound has passed since the commit that passed
+    it; once the worker is done every row is DONE."""
+    monkeypatch.setenv("AUDITOR_PROCESSING_BOUND_SECONDS", "120")
+    stuck = make_stuck(contract=2)
+    pipeline = stuck.pipeline
+    ids = pipeline.produce(6)
+    store = pipeline.store()
+    lock = threading.Lock()
+
+    def process(msg) -> None:  # type: ignore[no-untyped-def]
+        with lock:
+            store.mark_done(msg.key().decode())
+
+    def committed() -> int:
+        return pipeline.committed_offsets().get(0, -1)
+
+    pool = WorkerPool(
+        pipeline.bootstrap,
+        pipeline.group,
+        pipeline.topic,
+        pipeline.probes.consumer_ledger,
+        pipeline.probes.clients,
+        held=2,
+        process=process,
+    )
+    try:
+        assert [m.offset() for m in pool.hand(6)] == list(range(6))
+        pool.settle(5, committed, 5)
+        ids += pipeline.produce(3)
+        assert [m.offset() for m in pool.hand(3)] == [6, 7, 8]
+        assert pool.settle(8, committed, 8) == 9  # the session committed after the commit past offset 2
+        held = {key for key, status in pipeline.statuses().items() if status == "NEW"}
+        in_hands = diagnose_rule(stuck.rule, stuck.options("python"))
+        assert 2 not in pool.finished  # the application's account: offset 2 is in a worker's hands
+        pool.release.set()
+        pool.settle(9, committed, 8)
+    finally:
+        pool.close()
+        store.close()
+
+    assert held == {ids[2]}
+    assert verdicts_of(in_hands) == {ids[2]: "unknown"}
+    (item,) = in_hands.items
+    assert "may still be processing it" in item.diagnosis.reason and pool.consumer.session_id in item.diagnosis.reason
+    assert set(pipeline.statuses().values()) == {"DONE"}
+    assert not diagnose_rule(stuck.rule, stuck.options("python")).items
