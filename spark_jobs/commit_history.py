@@ -51,7 +51,7 @@ from __future__ import annotations
 import re
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -691,14 +691,14 @@ def session_passed(records: list[CommitRecord] | None, committed_now: int | None
 
 
 def _probed_spans(
-    records: list[CommitRecord], committed_now: int | None, judged_until: Callable[[str], int] | None = None
+    records: list[CommitRecord], committed_now: int | None, bucket_ms: int | None = None
 ) -> tuple[list[tuple[int, int, str, int]], list[tuple[int, int, str, int]]]:
     """last_passed and session_passed of one partition's commits, from one walk of them, each
-    span with the time of the latest commit in it (ms). `judged_until(session)`: commits made
-    after it are recent (their session may still be processing what they passed,
-    spark_jobs.processing_bound), and a session's consecutive commits merge only with commits
-    on the same side of it, so a session committing without pause never keeps its older spans
-    recent (None: none is)."""
+    span with the time of the latest commit in it (ms). `bucket_ms`: a session's consecutive
+    commits merge only within one bucket of that many ms (commit time // bucket_ms), so a span's
+    time stays within that of each commit's in it (a reader that judges a span by its commit
+    time, reconcile_inputs.died_passed, judges a session that committed without pause for an
+    hour by its older commits too); None: all merge."""
     last_of = {}
     for i, record in enumerate(records):
         session = record.session()
@@ -706,42 +706,45 @@ def _probed_spans(
             last_of[session] = i
     last: list[tuple[int, int, str, int]] = []
     merged: list[tuple[int, int, str, int]] = []
-    recent_merged = False
+    bucket = -1
     for i, first, end, session in _session_spans(records, committed_now):
         ts = records[i].ts_ms
         if last_of[session] == i:
             last.append((first, end, session, ts))
-        recent = judged_until is not None and ts > judged_until(session)
-        if merged and merged[-1][2] == session and merged[-1][1] + 1 == first and recent == recent_merged:
+        here = 0 if bucket_ms is None else ts // bucket_ms
+        if merged and merged[-1][2] == session and merged[-1][1] + 1 == first and here == bucket:
             merged[-1] = (merged[-1][0], end, session, max(ts, merged[-1][3]))
         else:
             merged.append((first, end, session, ts))
-        recent_merged = recent
+        bucket = here
     return sorted(last), merged
 
 
 # (group, partition, first, last offset, session, the latest time (ms) a commit of the session
 # in it was made)
 PassedSpan = tuple[str, int, int, int, str, int]
+# (group, partition, session, the highest offset it marked there, the time (ms) of its latest mark
+# record read: reconcile_state.StateMeta.session_marks)
+SessionMark = tuple[str, int, str, int, int]
 
 
 def probed_passed_spans(
     history: dict[str, dict[int, list[CommitRecord]]],
     committed: dict[tuple[str, int], int],
     judged_below: dict[tuple[str, int], int] | None = None,
-    judged_until: Callable[[str], int] | None = None,
+    bucket_ms: int | None = None,
 ) -> tuple[list[PassedSpan], list[PassedSpan]]:
     """(group, partition, first, last offset, session, commit time) of last_passed, then of
     session_passed, for every group and partition of the history, from where earlier runs
     judged (plain_passed_spans' `judged_below`); one walk of each partition's commits
-    (`judged_until`: _probed_spans)."""
+    (`bucket_ms`: _probed_spans)."""
     last: list[PassedSpan] = []
     sessions: list[PassedSpan] = []
     for group, commits in sorted(history.items()):
         for partition, records in sorted(commits.items()):
             floor = (judged_below or {}).get((group, partition), 0)
             for found, spans in zip(
-                _probed_spans(records, committed.get((group, partition)), judged_until),
+                _probed_spans(records, committed.get((group, partition)), bucket_ms),
                 (last, sessions),
                 strict=True,
             ):

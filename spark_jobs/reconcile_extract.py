@@ -253,6 +253,11 @@ def checkpoint_prints(
     return {p: found.to_json() for p, found in prints.items() if found is not None}
 
 
+# A probed session's consecutive commits merge into one span within this many ms of commit time
+# (commit_history._probed_spans): a span waits its session's processing bound from its latest.
+SPAN_BUCKET_MS = 10_000
+
+
 @dataclass
 class CommitSpans:
     """What the groups' commit history says of the offsets they passed (plain_commits)."""
@@ -310,9 +315,7 @@ def plain_commits(
         for partition, seen in parts.items()
     }
     committed_now = {(g, p): offset for g, p, offset in committed}
-    last, sessions = probed_passed_spans(
-        history, committed_now, judged_below, lambda session: read_ms - binding.processing_bound(session)
-    )
+    last, sessions = probed_passed_spans(history, committed_now, judged_below, SPAN_BUCKET_MS)
     return CommitSpans(
         plain=plain_passed_spans(history, committed_now, named, judged_below),
         last=last,

@@ -330,9 +330,14 @@ def extract_inputs(
     processed = empty_frame(spark, PROCESSED_SCHEMA)
     lost_marks = None
     closed: set[str] = set()
-    # (group, partition, session) -> its highest mark read, by this run or, for sessions with
-    # spans waiting, by earlier ones (StateMeta.session_marks)
-    highest: dict[tuple[str, int, str], int] = {(g, p, s): high for g, p, s, high in meta.session_marks}
+    # (group, partition, session) -> its highest mark read, and session -> the time of its latest
+    # mark record read (the record's first_ms: every mark it made before then is in that record
+    # or an earlier one), by this run or, for sessions with spans waiting, by earlier ones
+    # (StateMeta.session_marks)
+    highest: dict[tuple[str, int, str], int] = {(g, p, s): high for g, p, s, high, _ in meta.session_marks}
+    latest: dict[str, int] = {}
+    for _, _, session, _, seen_ms in meta.session_marks:
+        latest[session] = max(seen_ms, latest.get(session, seen_ms))
     first_marks = {group: dict(marks) for group, marks in meta.first_marks.items()}
     consumer_ledger = read_ledger(
         spark, binding, plan.kafka["consumer_ledger"], persist, plan.admin, plan.ledger_ids.get("consumer")
@@ -342,14 +347,16 @@ def extract_inputs(
         # Every mark read shows where the group's consumer was probed, those left out below too;
         # each session's highest bounds what a kill may have taken of its marks (died_passed).
         by_session = marks.groupBy("group", "partition", "consumer_session").agg(
-            F.min("offset").alias("low"), F.max("offset").alias("high")
+            F.min("offset").alias("low"), F.max("offset").alias("high"), F.max("ts_ms").alias("seen_ms")
         )
         for row in by_session.collect():
             held = first_marks.setdefault(row["group"], {})
             held[row["partition"]] = min(row["low"], held.get(row["partition"], row["low"]))
-            if row["consumer_session"] is not None:
-                at = (row["group"], row["partition"], row["consumer_session"])
+            if (session := row["consumer_session"]) is not None:
+                at = (row["group"], row["partition"], session)
                 highest[at] = max(row["high"], highest.get(at, row["high"]))
+                if row["seen_ms"] is not None:
+                    latest[session] = max(row["seen_ms"], latest.get(session, row["seen_ms"]))
         processed = persist(without_rewritten_marks(marks, mark_rules))
         # Marks its ledger could not write (marks-lost): neither processed nor unprocessed.
         lost_marks = persist(transform_lost_marks(consumer_ledger.records, binding.topic, binding.consumer_groups))
@@ -371,16 +378,18 @@ def extract_inputs(
         marks_lost_until = max(t for t in (marks_lost_until, recreated_until) if t is not None)
     if consumer_ledger.plan.lost and marks_lost_until is not None:
         plan.warnings.extend(marks_lost_warnings(consumer_ledger.plan, marks_lost_until))
+
     # What probed sessions that did not close passed, unjudged until they mark past it or close:
     # this run's spans and those earlier runs left, less what this run's marks settle.
     # The sessions whose close the last run read count as closed too: their last commits may
     # be read only now (StateMeta.sessions_closed).
-    # A commit made within its session's processing bound before the history was read may
-    # have passed records the session is still processing, whatever it marked since.
-    read_ms = int(plan.kafka.get("history_read_ms") or time.time() * 1000)
-
+    # A session may be processing what its commit passed for its processing bound after the
+    # commit, and marks in any order (a worker pool): its marks settle a span only once the
+    # ledger holds a mark record of it made after the bound had passed since the commit (a
+    # mark of a record processed within the bound is in that record or an earlier one).
     def judged_until(session: str) -> int:
-        return read_ms - binding.processing_bound(session)
+        seen = latest.get(session)
+        return -(1 << 62) if seen is None else seen - binding.processing_bound(session)
 
     ended = closed | set(meta.sessions_closed)
     unjudged = still_unjudged(
@@ -394,9 +403,11 @@ def extract_inputs(
         judged_until,
     )
     waiting = {(group, partition, session) for group, partition, _, _, session, _ in unjudged}
-    # Until when the newest of them may still be in their session's hands (a run after it judges them).
+    # Until when the newest of them may still be in their session's hands: a run after then judges
+    # them if the session marks again (one that died keeps them unjudged for good).
+    read_ms = int(plan.kafka.get("history_read_ms") or time.time() * 1000)
     processing_until_ms = max(
-        (ts + binding.processing_bound(session) for _, _, _, _, session, ts in unjudged if ts > judged_until(session)),
+        (until for _, _, _, _, session, ts in unjudged if (until := ts + binding.processing_bound(session)) > read_ms),
         default=None,
     )
     if processing_until_ms is not None:
@@ -432,7 +443,7 @@ def extract_inputs(
         plain_passed=local_intervals(spark, plan.kafka.get("plain_passed") or []),
         died_passed=local_intervals(spark, [span[:4] for span in unjudged]),
         passed_unjudged=unjudged,
-        session_marks=sorted((*at, high) for at, high in highest.items() if at in waiting),
+        session_marks=sorted((*at, high, latest.get(at[2], -1)) for at, high in highest.items() if at in waiting),
         processing_until_ms=processing_until_ms,
         sessions_closed=sorted(closed),
         # a group whose offsets were deleted since a run saw them had read that far
@@ -463,14 +474,17 @@ def died_passed(
     may have processed with the marks dying with it, or still be processing: what its last commit
     passed (commit_history.last_passed: a commit made before processing) and what any of its
     commits passed (commit_history.session_passed: an asynchronous commit does not wait for the
-    marks handed before it). All of a span its session committed after `judged_until(session)`
-    (spark_jobs.processing_bound: a worker pool marks in the order its records finish, so a
-    later mark says nothing of a record still in its hands); of an older span, what lies above
-    the highest offset the session marked on that partition in this run's read, all of it where
-    it marked none there. The ledger writes a session's marks in order, so a kill takes the
-    latest: a record below a later mark of the session, unmarked and committed past longer ago
-    than the bound, was not processed by it (and a span an earlier run left is settled by the
-    same rule, still_unjudged)."""
+    marks handed before it). All of a span its session committed after `judged_until(session)`:
+    the time of the session's latest mark record read less its processing bound
+    (spark_jobs.processing_bound). A worker pool marks in the order its records finish, so a
+    later mark says nothing of a record still in its hands, and a kill may take the mark of a
+    record below the highest one; but a record it processed within the bound after the commit
+    was marked before a mark record made once the bound had passed, and the ledger writes a
+    session's records in order. Of an older span, what lies above the highest offset the session
+    marked on that partition in the runs' reads, all of it where it marked none there: a
+    sequential consumer that commits before it processes marks a record after its commit (a kill
+    takes the latest marks). The rest, unmarked, was not processed by the session (and a span an
+    earlier run left is settled by the same rule, still_unjudged)."""
     return sorted(set(_above_marks([*last_passed, *session_passed], closed, highest, judged_until)))
 
 
@@ -504,12 +518,11 @@ def still_unjudged(
     those earlier runs left (StateMeta.passed_unjudged) less what this run's read of the
     ledger settles. A session may have died there with its marks, or still be processing:
     neither `unprocessed` nor dropped, its records wait. Its `closed` session-end read settles
-    all of its spans (its close wrote its marks first); once the commit is older than the
-    session's processing bound, a mark read on the partition above a span's offsets settles
-    them (the ledger writes a session's marks in order, so a record below a later mark and
-    unmarked was not processed by it), and those records are judged as any other. A session
-    that died keeps its spans for good (a miss at worst, never an alarm); a group the binding
-    no longer names loses them with its candidates."""
+    all of its spans (its close wrote its marks first); once the ledger holds a mark record of
+    the session made after its processing bound had passed since the commit, a mark on the
+    partition above a span's offsets settles them (died_passed), and those records are judged
+    as any other. A session that died keeps its spans for good (a miss at worst, never an
+    alarm); a group the binding no longer names loses them with its candidates."""
     settled = _above_marks((span for span in earlier if span[0] in groups), closed, highest, judged_until)
     return sorted(set(now) | set(settled))
 

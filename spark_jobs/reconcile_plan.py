@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.binding import Binding, identity_changes
-from spark_jobs.commit_history import PassedSpan
+from spark_jobs.commit_history import PassedSpan, SessionMark
 from spark_jobs.common import cores, is_small, settings_applied, small_job_settings
 from spark_jobs.failover_hold import (
     LeaderChange,
@@ -284,7 +284,7 @@ class RunInputs:
     # the consumer sessions whose `closed` session-end this run read (StateMeta.sessions_closed)
     sessions_closed: list[str] = field(default_factory=list)
     # the highest marks of the sessions with spans in passed_unjudged (StateMeta.session_marks)
-    session_marks: list[tuple[str, int, str, int]] = field(default_factory=list)
+    session_marks: list[SessionMark] = field(default_factory=list)
     # until when (epoch ms) the newest span a session committed within its processing bound may
     # still be in its hands; None: none waits for that
     processing_until_ms: int | None = None

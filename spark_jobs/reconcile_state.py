@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from spark_jobs.commit_history import PassedSpan
+from spark_jobs.commit_history import PassedSpan, SessionMark
 from spark_jobs.executor_loss import runs_locally
 from spark_jobs.failover_hold import LeaderChange
 from spark_jobs.group_commits import GroupCommits, Unproven, commits_from_json, commits_to_json
@@ -194,11 +194,11 @@ class StateMeta:
     # processing bound has passed since the commit (spark_jobs.processing_bound). Kept by
     # rebuilds but in rewritten partitions; a full run starts over.
     passed_unjudged: list[PassedSpan] = field(default_factory=list)
-    # (group, partition, session, the highest offset it marked there in the ledger runs read) of
-    # the sessions with spans in passed_unjudged: a span its session committed within its
-    # processing bound waits whatever it marked, and the marks that settle it once the bound
-    # has passed may all have been read by earlier runs.
-    session_marks: list[tuple[str, int, str, int]] = field(default_factory=list)
+    # (group, partition, session, the highest offset it marked there, the time of its latest
+    # mark record, first_ms, on the topic) in the ledger runs read, of the sessions with spans in
+    # passed_unjudged: the marks that settle a span once its bound has passed may all have been
+    # read by earlier runs.
+    session_marks: list[SessionMark] = field(default_factory=list)
     # The consumer sessions whose `closed` session-end the last run read. The run reads the
     # groups' commit history before the ledger's end, so the last commit of a session that
     # closed in between is read only by the next run, which takes the session as closed (a
@@ -324,10 +324,12 @@ def _passed_unjudged(data: dict[str, Any]) -> list[PassedSpan]:
         raise StateError(f"state.json's passed_unjudged is malformed ({exc!r}); run with --full") from exc
 
 
-def _session_marks(data: dict[str, Any]) -> list[tuple[str, int, str, int]]:
+def _session_marks(data: dict[str, Any]) -> list[SessionMark]:
     """state.json's `session_marks`; absent in states written before it was kept (stop 86)."""
     try:
-        return [(str(g), int(p), str(s), int(high)) for g, p, s, high in data.get("session_marks") or []]
+        return [
+            (str(g), int(p), str(s), int(high), int(seen)) for g, p, s, high, seen in data.get("session_marks") or []
+        ]
     except (TypeError, ValueError) as exc:
         raise StateError(f"state.json's session_marks is malformed ({exc!r}); run with --full") from exc
 

@@ -14,10 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,6 +256,8 @@ def consume(args: argparse.Namespace) -> int:
         consumer.assign([TopicPartition(args.topic, p) for p in sorted(topic.partitions)])
     else:
         consumer.subscribe([args.topic])
+    if args.workers > 1:
+        return _consume_in_pool(consumer, args, session)
     received = 0
     idle_since = time.monotonic()
     batch: list[Any] = []
@@ -313,6 +318,38 @@ def consume(args: argparse.Namespace) -> int:
             received += len(batch)
     consumer.close()
     print(json.dumps({"received": received, "commit_failures": commit_failures}))
+    return 0
+
+
+def _consume_in_pool(consumer: Any, args: argparse.Namespace, session: str) -> int:
+    """--workers N (with --mode auto): the poll loop hands each record to one of N worker threads,
+    which process it (up to twice --slow-ms of work, at random) and mark it as they finish, in
+    whatever order they finish; enable.auto.commit commits what was handed meanwhile. A kill takes
+    the records in the workers' hands with it: those an auto-commit passed are skipped."""
+    import psycopg
+
+    rng = random.Random()
+    lock = threading.Lock()  # one connection: a worker's transaction at a time
+
+    def work(msg: Any) -> None:
+        time.sleep(rng.uniform(0, 2 * args.slow_ms) / 1000)
+        with lock:
+            _process(conn, args.table, ticket_of(msg), session)
+        if args.probed:
+            consumer.mark_processed(msg)
+
+    received = 0
+    idle_since = time.monotonic()
+    with psycopg.connect(args.source_url, autocommit=True) as conn, ThreadPoolExecutor(args.workers) as workers:
+        while received < args.records and time.monotonic() - idle_since < args.idle_s:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            idle_since = time.monotonic()
+            received += 1
+            workers.submit(work, msg)
+    consumer.close()
+    print(json.dumps({"received": received, "commit_failures": 0}))
     return 0
 
 
@@ -399,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--client", choices=("confluent-kafka", "kafka-python"), default="confluent-kafka")
     c.add_argument("--batch", type=int, default=1, help="process N polled records, then commit once")
     c.add_argument("--max-poll-interval-ms", type=int, default=0)
+    c.add_argument(
+        "--workers", type=int, default=1, help="--mode auto: process in N worker threads, marking as they finish"
+    )
     c.add_argument("--auto-offset-reset", choices=("earliest", "latest"), default="earliest")
     c.add_argument(
         "--commit",

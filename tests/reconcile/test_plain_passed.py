@@ -224,9 +224,10 @@ def test_what_a_session_that_did_not_close_passed_is_unjudged_above_its_highest_
 
 
 def test_a_span_committed_within_its_sessions_processing_bound_waits_whatever_it_marked_since() -> None:
-    # s1 committed [0, 9] at 1,000 and [10, 14] at 5,000; the run read at 6,000 with s1's bound
-    # 2,000 (judged until 4,000): the older span is settled by its marks, the recent one waits
-    # whole though s1 marked 14 (a worker pool marks in the order its records finish)
+    # s1 committed [0, 9] at 1,000 and [10, 14] at 5,000; its latest mark record read was made
+    # at 6,000 and its bound is 2,000 (judged until 4,000): the older span is settled by its
+    # marks, the recent one waits whole though s1 marked 14 (a worker pool marks in the order its
+    # records finish, and a mark of a record it processed within the bound may come after 6,000)
     passed = [("g", 0, 0, 9, "s1", 1_000), ("g", 0, 10, 14, "s1", 5_000), ("g", 0, 15, 16, "s2", 5_000)]
     highest = {("g", 0, "s1"): 14, ("g", 0, "s2"): 16}
     bounds = {"s1": 2_000, "s2": 0}
@@ -242,14 +243,14 @@ def test_a_span_committed_within_its_sessions_processing_bound_waits_whatever_it
     assert still_unjudged(passed[1:2], [], set(), highest, {"g"}, lambda s: 7_000) == []
 
 
-def test_a_sessions_commits_merge_only_with_commits_on_the_same_side_of_its_bound() -> None:
-    # s1 commits every offset from 1 to 8 at 1,000 ms apart; judged until 5,500: the commits at
-    # 1,000-5,000 merge into one settled span, those at 6,000-8,000 into one recent span, so a
-    # session that never pauses does not keep its older commits recent
+def test_a_sessions_commits_merge_only_within_a_bucket_of_commit_time() -> None:
+    # s1 commits every offset from 1 to 8, 1,000 ms apart; in buckets of 5,000 ms the commits at
+    # 1,000-4,000 merge into one span, those at 5,000-8,000 into another, each with its latest
+    # time: a session that never pauses does not keep its older commits recent
     records = [commit(i, "s1", unbroken=i == 1, ts=i * 1_000) for i in range(1, 9)]
-    _, sessions = probed_passed_spans({"g": {0: records}}, {("g", 0): 8}, None, lambda s: 5_500)
-    assert sessions == [("g", 0, 0, 4, "s1", 5_000), ("g", 0, 5, 7, "s1", 8_000)]
-    # without a bound every consecutive commit merges, the latest time kept
+    _, sessions = probed_passed_spans({"g": {0: records}}, {("g", 0): 8}, None, 5_000)
+    assert sessions == [("g", 0, 0, 3, "s1", 4_000), ("g", 0, 4, 7, "s1", 8_000)]
+    # without buckets every consecutive commit merges, the latest time kept
     assert probed_passed_spans({"g": {0: records}}, {("g", 0): 8})[1] == [("g", 0, 0, 7, "s1", 8_000)]
 
 

@@ -381,11 +381,11 @@ def test_it_keeps_what_probed_sessions_left_unjudged_through_the_state_file():
     older_spans = {"format": again.to_json()["format"], "read_at_ms": 2_000, "passed_unjudged": [["g", 0, 6, 9, "s1"]]}
     assert StateMeta.from_json(older_spans).passed_unjudged == [("g", 0, 6, 9, "s1", 2_000)]
     # the highest marks of the sessions whose spans wait
-    marks = [("g", 0, "s1", 12)]
+    marks = [("g", 0, "s1", 12, 1_900)]
     assert StateMeta.from_json(json.loads(json.dumps(StateMeta(session_marks=marks).to_json()))).session_marks == marks
     assert StateMeta.from_json(older_spans).session_marks == []
     with pytest.raises(StateError, match="session_marks is malformed"):
-        StateMeta.from_json({"format": again.to_json()["format"], "session_marks": [["g", 0, "s1"]]})
+        StateMeta.from_json({"format": again.to_json()["format"], "session_marks": [["g", 0, "s1", 12]]})
     # a state from before it was kept left nothing waiting: its runs dropped those records
     assert StateMeta.from_json({"format": again.to_json()["format"], "run_id": "r1"}).passed_unjudged == []
     closed = StateMeta.from_json(json.loads(json.dumps(StateMeta(sessions_closed=["s2", "s1"]).to_json())))

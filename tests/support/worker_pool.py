@@ -28,6 +28,7 @@ class WorkerPool:
         clients: str,
         held: int,
         process: Callable[[Message], None] | None = None,
+        ledger_flush_interval_s: float = 1.0,
     ) -> None:
         config: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
@@ -35,7 +36,12 @@ class WorkerPool:
             "auto.offset.reset": "earliest",
             "auto.commit.interval.ms": 200,  # enable.auto.commit left at its default (true)
         }
-        self.consumer = AuditedConsumer(config, ledger_topic=consumer_ledger, clients_topic=clients)
+        self.consumer = AuditedConsumer(
+            config,
+            ledger_topic=consumer_ledger,
+            clients_topic=clients,
+            ledger_flush_interval_s=ledger_flush_interval_s,
+        )
         self.consumer.subscribe([topic])
         self.held = held
         self.process = process

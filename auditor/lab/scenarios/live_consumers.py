@@ -113,6 +113,34 @@ def live_consumer_crash_loop_batch(world: World) -> Outcome:
     return run_live(world, probed=True, disrupt=_crash_loop, batch=20)
 
 
+@scenario(
+    "live-consumer-worker-pool",
+    "as live-traffic with a consumer that hands each record to one of 4 worker threads (up to 400 ms of work "
+    "each, at random) and auto-commits what it was handed every second: the workers mark records in the order "
+    "they finish them, below later marks and commits while the auditor looks; nothing is skipped",
+)
+def live_consumer_worker_pool(world: World) -> Outcome:
+    return run_live(world, probed=True, disrupt=_looks, mode="auto", auto_commit_ms=1000, workers=4, slow_ms=200)
+
+
+@scenario(
+    "live-consumer-crash-loop-worker-pool",
+    "as live-consumer-worker-pool while the consumer is killed -9 at random moments and restarted at once: a "
+    "kill takes the records in the workers' hands with it, skipped where an auto-commit had passed them: "
+    "skipped and unprocessed for exactly those, nothing else",
+)
+def live_consumer_crash_loop_worker_pool(world: World) -> Outcome:
+    return run_live(world, probed=True, disrupt=_crash_loop, mode="auto", auto_commit_ms=1000, workers=4, slow_ms=200)
+
+
+def _looks(live: Live) -> tuple[str, list[str]]:
+    for _ in range(3):
+        time.sleep(5)
+        check_running(live, "before a look")
+        live.look()
+    return "none: the auditor looks three times while the workers process", []
+
+
 def _crash_loop(live: Live) -> tuple[str, list[str]]:
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
