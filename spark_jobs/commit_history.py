@@ -642,18 +642,18 @@ def _least_offsets(records: list[CommitRecord]) -> list[int]:
     return least
 
 
-def _session_spans(records: list[CommitRecord], committed_now: int | None) -> Iterator[tuple[int, int, int, str]]:
+def _session_spans(records: list[CommitRecord]) -> Iterator[tuple[int, int, int, str]]:
     """(index, first, last offset, session): the offsets each commit naming a probed session
     passed (passing_commit: record i passed [m[i-1], m[i]), _least_offsets), in order; empty
-    spans, and the first record's where earlier commits were cleaned away, left out."""
+    spans left out. Where earlier commits were cleaned away, the first record's span starts at
+    0 all the same: it may have passed any offset below it, and these spans only hold judgement
+    back (reconcile_inputs.died_passed; the reader floors them at what earlier runs judged)."""
     least = _least_offsets(records)
     for i, record in enumerate(records):
         session = record.session()
         if session is None or record.offset is None:
             continue
         if i == 0:
-            if not _first_known(records, committed_now):
-                continue  # earlier commits were cleaned away: what it passed is not known
             start = 0
         else:
             start = max(least[i - 1], 0)
@@ -661,7 +661,7 @@ def _session_spans(records: list[CommitRecord], committed_now: int | None) -> It
             yield i, start, least[i] - 1, session
 
 
-def last_passed(records: list[CommitRecord] | None, committed_now: int | None) -> list[tuple[int, int, str]]:
+def last_passed(records: list[CommitRecord] | None) -> list[tuple[int, int, str]]:
     """The offsets [first, last] of a partition whose passing commit (passing_commit) is the last
     one a probed session made there, with that session, lowest first.
 
@@ -672,10 +672,10 @@ def last_passed(records: list[CommitRecord] | None, committed_now: int | None) -
     the same session hands the earlier marks to the ledger first (a synchronous one waits for
     them), so only the last one leaves that doubt; and only when the session did not close (a
     consumer's close() writes its marks, then a `closed` session-end: the reader checks that)."""
-    return [span[:3] for span in _probed_spans(records or [], committed_now)[0]]
+    return [span[:3] for span in _probed_spans(records or [])[0]]
 
 
-def session_passed(records: list[CommitRecord] | None, committed_now: int | None) -> list[tuple[int, int, str]]:
+def session_passed(records: list[CommitRecord] | None) -> list[tuple[int, int, str]]:
     """The offsets [first, last] of a partition whose passing commit (passing_commit) is any one
     a probed session made there, with that session, lowest first; the spans of one session's
     consecutive commits merged (a consumer committing each record makes thousands).
@@ -687,11 +687,11 @@ def session_passed(records: list[CommitRecord] | None, committed_now: int | None
     session's marks in order (one key, an idempotent producer), so what it lost is what it
     marked after the last mark read: the reader leaves unjudged what these spans hold above the
     session's highest mark (reconcile_inputs.died_passed)."""
-    return [span[:3] for span in _probed_spans(records or [], committed_now)[1]]
+    return [span[:3] for span in _probed_spans(records or [])[1]]
 
 
 def _probed_spans(
-    records: list[CommitRecord], committed_now: int | None, bucket_ms: int | None = None
+    records: list[CommitRecord], bucket_ms: int | None = None
 ) -> tuple[list[tuple[int, int, str, int]], list[tuple[int, int, str, int]]]:
     """last_passed and session_passed of one partition's commits, from one walk of them, each
     span with the time of the latest commit in it (ms). `bucket_ms`: a session's consecutive
@@ -707,7 +707,7 @@ def _probed_spans(
     last: list[tuple[int, int, str, int]] = []
     merged: list[tuple[int, int, str, int]] = []
     bucket = -1
-    for i, first, end, session in _session_spans(records, committed_now):
+    for i, first, end, session in _session_spans(records):
         ts = records[i].ts_ms
         if last_of[session] == i:
             last.append((first, end, session, ts))
@@ -730,7 +730,6 @@ SessionMark = tuple[str, int, str, int, int]
 
 def probed_passed_spans(
     history: dict[str, dict[int, list[CommitRecord]]],
-    committed: dict[tuple[str, int], int],
     judged_below: dict[tuple[str, int], int] | None = None,
     bucket_ms: int | None = None,
 ) -> tuple[list[PassedSpan], list[PassedSpan]]:
@@ -744,7 +743,7 @@ def probed_passed_spans(
         for partition, records in sorted(commits.items()):
             floor = (judged_below or {}).get((group, partition), 0)
             for found, spans in zip(
-                _probed_spans(records, committed.get((group, partition)), bucket_ms),
+                _probed_spans(records, bucket_ms),
                 (last, sessions),
                 strict=True,
             ):

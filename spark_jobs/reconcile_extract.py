@@ -315,7 +315,7 @@ def plain_commits(
         for partition, seen in parts.items()
     }
     committed_now = {(g, p): offset for g, p, offset in committed}
-    last, sessions = probed_passed_spans(history, committed_now, judged_below, SPAN_BUCKET_MS)
+    last, sessions = probed_passed_spans(history, judged_below, SPAN_BUCKET_MS)
     return CommitSpans(
         plain=plain_passed_spans(history, committed_now, named, judged_below),
         last=last,

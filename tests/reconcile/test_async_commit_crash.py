@@ -59,16 +59,23 @@ def test_records_whose_marks_died_with_an_asynchronous_committer_are_not_unproce
 
     result = reconcile_once(spark, world.binding(), tmp_path)
 
-    # Unprocessed: what the group committed past and the application did not process, whatever
-    # the ledger lost.
+    # The truth: the group committed past everything and the application processed all but the
+    # poison record; the ledger lost the marks of the second batch.
     processed = set(killed.processed_synced) | set(killed.processed_async)
     truth = {offset for offset in offsets if offset < committed and offset not in processed}
     assert truth == {skip}
-    assert finding_set(result) == {("unprocessed", "3", None, 0, skip)}
+    # None of what the killed session committed past is `unprocessed`: the second batch's marks
+    # died with it, and the poison record is unjudged too. Its marks above it were all made
+    # before the commit that passed it, and the session wrote no mark record after that commit
+    # (plus its processing bound, 0 here): a worker pool leaves the same ledger when a worker
+    # finished the record after the others were written and died with its mark (stop 86,
+    # test_concurrent_marks.py). A miss, not an alarm; the record's row, still NEW, is what the
+    # stuck diagnosis calls skipped.
+    assert finding_set(result) == set(), finding_set(result)
 
     # The group goes on in another session, which marks past the killed one's records: those
     # records still wait (only the killed session's own later marks would settle them), and the
-    # next run reports what the first did.
+    # next run reports what the first did: nothing.
     for ticket in range(13, 16):
         world.produce(f"t{ticket}", ticket, partition=0, age_s=120)
     world.insert(*range(13, 16))
@@ -82,4 +89,4 @@ def test_records_whose_marks_died_with_an_asynchronous_committer_are_not_unproce
         again = reconcile_once(spark, world.binding(), tmp_path)
     finally:
         successor.close()
-    assert finding_set(again) == {("unprocessed", "3", None, 0, skip)}
+    assert finding_set(again) == set(), finding_set(again)

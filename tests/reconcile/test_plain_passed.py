@@ -140,10 +140,22 @@ def test_the_last_commit_of_each_session_in_a_crash_loop() -> None:
     # have been processed with its mark lost; what s1's earlier commits passed was marked before
     # its next commit; s2's last commit passed offset 5.
     records = [commit(1, "s1", unbroken=True), commit(2, "s1"), commit(3, "s1"), commit(5, "s2"), commit(6, "s2")]
-    assert last_passed(records, 6) == [(2, 2, "s1"), (5, 5, "s2")]
-    assert probed_passed_spans({"g": {0: records}}, {("g", 0): 6}, {("g", 0): 5})[0] == [("g", 0, 5, 5, "s2", 0)]
+    assert last_passed(records) == [(2, 2, "s1"), (5, 5, "s2")]
+    assert probed_passed_spans({"g": {0: records}}, {("g", 0): 5})[0] == [("g", 0, 5, 5, "s2", 0)]
     # a plain instance's and an operator's commits are no session's
-    assert last_passed([commit(3, "s1", unbroken=True), commit(9), commit(12, empty=True)], 12) == [(0, 2, "s1")]
+    assert last_passed([commit(3, "s1", unbroken=True), commit(9), commit(12, empty=True)]) == [(0, 2, "s1")]
+
+
+def attributed(records: list[CommitRecord], committed_now: int | None, offset: int) -> CommitRecord | None:
+    """passing_commit, or where it cannot tell because the commits before the first one read
+    were cleaned away, that first one: it may have passed the offset (the spans hold back)."""
+    passed = passing_commit(records, committed_now, offset)
+    if passed is not None:
+        return passed
+    first = records[0] if records else None
+    if first is not None and all(r.offset is not None and r.offset > offset for r in records):
+        return first
+    return None
 
 
 def test_the_last_passed_offsets_agree_with_the_passing_commit_of_every_offset() -> None:
@@ -157,15 +169,11 @@ def test_the_last_passed_offsets_agree_with_the_passing_commit_of_every_offset()
         want = {
             (offset, passed.session())
             for offset in range(40)
-            if (passed := passing_commit(records, committed_now, offset)) is not None
+            if (passed := attributed(records, committed_now, offset)) is not None
             and passed.session() is not None
             and last.get(passed.session() or "") is passed
         }
-        got = {
-            (offset, session)
-            for first, end, session in last_passed(records, committed_now)
-            for offset in range(first, end + 1)
-        }
+        got = {(offset, session) for first, end, session in last_passed(records) for offset in range(first, end + 1)}
         assert got == want, records
 
 
@@ -174,16 +182,17 @@ def test_every_commit_of_a_session_in_an_asynchronous_crash_loop() -> None:
     # Every offset a session's commit passed is that session's, consecutive commits merged.
     records = [commit(1, "s1", unbroken=True), commit(2, "s1"), commit(3, "s1"), commit(4, "s1"), commit(6, "s2")]
     records.append(commit(7, "s2"))
-    assert session_passed(records, 7) == [(0, 3, "s1"), (4, 6, "s2")]
-    assert probed_passed_spans({"g": {0: records}}, {("g", 0): 7}, {("g", 0): 2})[1] == [
+    assert session_passed(records) == [(0, 3, "s1"), (4, 6, "s2")]
+    assert probed_passed_spans({"g": {0: records}}, {("g", 0): 2})[1] == [
         ("g", 0, 2, 3, "s1", 0),
         ("g", 0, 4, 6, "s2", 0),
     ]
     # a plain instance's commit in between splits a session's spans and is no session's
     records = [commit(2, "s1", unbroken=True), commit(5), commit(8, "s1")]
-    assert session_passed(records, 8) == [(0, 1, "s1"), (5, 7, "s1")]
-    # the first commit read, earlier ones cleaned away: what it passed is not known
-    assert session_passed([commit(3, "s1"), commit(5, "s1")], 9) == [(3, 4, "s1")]
+    assert session_passed(records) == [(0, 1, "s1"), (5, 7, "s1")]
+    # the first commit read, earlier ones cleaned away: it may have passed any offset below it,
+    # and the span only holds judgement back
+    assert session_passed([commit(3, "s1"), commit(5, "s1")]) == [(0, 4, "s1")]
 
 
 def test_the_session_passed_offsets_agree_with_the_passing_commit_of_every_offset() -> None:
@@ -193,9 +202,9 @@ def test_the_session_passed_offsets_agree_with_the_passing_commit_of_every_offse
         want = {
             (offset, passed.session())
             for offset in range(40)
-            if (passed := passing_commit(records, committed_now, offset)) is not None and passed.session() is not None
+            if (passed := attributed(records, committed_now, offset)) is not None and passed.session() is not None
         }
-        spans = session_passed(records, committed_now)
+        spans = session_passed(records)
         got = [(offset, session) for first, end, session in spans for offset in range(first, end + 1)]
         assert len(got) == len(set(got)) and set(got) == want, records
         # adjacent spans of one session are merged
@@ -248,10 +257,10 @@ def test_a_sessions_commits_merge_only_within_a_bucket_of_commit_time() -> None:
     # 1,000-4,000 merge into one span, those at 5,000-8,000 into another, each with its latest
     # time: a session that never pauses does not keep its older commits recent
     records = [commit(i, "s1", unbroken=i == 1, ts=i * 1_000) for i in range(1, 9)]
-    _, sessions = probed_passed_spans({"g": {0: records}}, {("g", 0): 8}, None, 5_000)
+    _, sessions = probed_passed_spans({"g": {0: records}}, None, 5_000)
     assert sessions == [("g", 0, 0, 3, "s1", 4_000), ("g", 0, 4, 7, "s1", 8_000)]
     # without buckets every consecutive commit merges, the latest time kept
-    assert probed_passed_spans({"g": {0: records}}, {("g", 0): 8})[1] == [("g", 0, 0, 7, "s1", 8_000)]
+    assert probed_passed_spans({"g": {0: records}})[1] == [("g", 0, 0, 7, "s1", 8_000)]
 
 
 def test_what_a_session_left_unjudged_waits_for_its_later_marks_or_its_close() -> None:

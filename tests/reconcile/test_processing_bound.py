@@ -10,16 +10,9 @@ from auditor.pipelines.producers import observed_producers, processing_bounds
 from auditor.probes.consumer import AuditedConsumer
 from spark_jobs.binding import BindingError, binding_from_dict
 from spark_jobs.processing_bound import DEFAULT_MAX_POLL_INTERVAL_MS
+from tests.reconcile.test_send_outcome import MINIMAL_BINDING
 
-BASE = {
-    "name": "b",
-    "topic": "t",
-    "bootstrap_servers": "127.0.0.1:1",
-    "source_url": "postgresql://u@h/d",
-    "table": "t",
-    "key_column": "id",
-    "created_column": "created_at",
-}
+BASE = MINIMAL_BINDING
 
 
 def test_the_job_takes_the_bounds_and_refuses_bad_ones() -> None:

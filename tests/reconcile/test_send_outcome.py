@@ -53,16 +53,20 @@ def test_a_producer_that_retries_without_limit_leaves_every_send_unjudged() -> N
     assert judged_until_ms(10**12, SEND_OUTCOME_MS) == 10**12 - SEND_OUTCOME_MS
 
 
+# The least a binding the job takes holds (tests/reconcile/test_processing_bound.py too).
+MINIMAL_BINDING = {
+    "name": "b",
+    "topic": "t",
+    "bootstrap_servers": "127.0.0.1:1",
+    "source_url": "postgresql://u@h/d",
+    "table": "t",
+    "key_column": "id",
+    "created_column": "created_at",
+}
+
+
 def test_the_job_takes_the_bound_and_refuses_a_bad_one() -> None:
-    base = {
-        "name": "b",
-        "topic": "t",
-        "bootstrap_servers": "127.0.0.1:1",
-        "source_url": "postgresql://u@h/d",
-        "table": "t",
-        "key_column": "id",
-        "created_column": "created_at",
-    }
+    base = MINIMAL_BINDING
     assert binding_from_dict(base).send_outcome_ms == SEND_OUTCOME_MS
     assert binding_from_dict(base | {"send_outcome_ms": 965_000}).send_outcome_ms == 965_000
     assert binding_from_dict(base | {"send_outcome_ms": 0}).send_outcome_ms == UNBOUNDED
