@@ -10,7 +10,7 @@ from auditor.pipelines.producers import observed_producers, processing_bounds
 from auditor.probes.consumer import AuditedConsumer
 from spark_jobs.binding import BindingError, binding_from_dict
 from spark_jobs.processing_bound import DEFAULT_MAX_POLL_INTERVAL_MS
-from tests.reconcile.test_send_outcome import MINIMAL_BINDING
+from tests.support.reconcile_world import MINIMAL_BINDING
 
 BASE = MINIMAL_BINDING
 

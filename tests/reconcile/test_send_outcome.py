@@ -18,6 +18,7 @@ from spark_jobs.send_outcome import (
     producer_outcome_ms,
     send_outcome_ms,
 )
+from tests.support.reconcile_world import MINIMAL_BINDING
 
 
 def test_librdkafkas_defaults_give_the_default_bound() -> None:
@@ -51,18 +52,6 @@ def test_a_producer_that_retries_without_limit_leaves_every_send_unjudged() -> N
     assert send_outcome_ms([{}, {"message.timeout.ms": "0"}]) == UNBOUNDED
     assert judged_until_ms(10**12, UNBOUNDED) == NOTHING_JUDGED_MS < 0
     assert judged_until_ms(10**12, SEND_OUTCOME_MS) == 10**12 - SEND_OUTCOME_MS
-
-
-# The least a binding the job takes holds (tests/reconcile/test_processing_bound.py too).
-MINIMAL_BINDING = {
-    "name": "b",
-    "topic": "t",
-    "bootstrap_servers": "127.0.0.1:1",
-    "source_url": "postgresql://u@h/d",
-    "table": "t",
-    "key_column": "id",
-    "created_column": "created_at",
-}
 
 
 def test_the_job_takes_the_bound_and_refuses_a_bad_one() -> None:

@@ -347,6 +347,18 @@ def produce_keyed(w: World, label: str, key: str, ticket: int | None, partition:
     assert w.producer.flush(30) == 0
 
 
+# The least a binding the job takes holds (binding_from_dict).
+MINIMAL_BINDING = {
+    "name": "b",
+    "topic": "t",
+    "bootstrap_servers": "127.0.0.1:1",
+    "source_url": "postgresql://u@h/d",
+    "table": "t",
+    "key_column": "id",
+    "created_column": "created_at",
+}
+
+
 def audited_consumer(w: World, clients: str) -> AuditedConsumer:
     """A probed consumer of the world's group, subscribed to its topic, marking into its consumer
     ledger (the test closes it)."""
