@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from spark_jobs.processing_bound import DEFAULT_MAX_POLL_INTERVAL_MS, parse_bounds
+from spark_jobs.processing_bound import DEFAULT_MAX_POLL_INTERVAL_MS, parse_bounds, whole_ms
 from spark_jobs.send_outcome import SEND_OUTCOME_MS, UNBOUNDED
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -190,14 +190,11 @@ def is_naive_timestamp(data_type: str | None) -> bool:
     return " ".join(re.sub(r"\(\d+\)", " ", data_type.lower()).split()) in NAIVE_TIMESTAMP_TYPES
 
 
-def _whole_ms(value: Any, default: int, binding: str) -> int:
-    if value in (None, ""):
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise BindingError(
-            f"binding {binding!r}: processing_bound_ms must be a whole number of ms, 0 or more, got {value!r}"
-        )
-    return value
+def _processing_bound(value: Any, binding: str) -> int:
+    try:
+        return DEFAULT_MAX_POLL_INTERVAL_MS if value in (None, "") else whole_ms(value, "processing_bound_ms")
+    except ValueError as exc:
+        raise BindingError(f"binding {binding!r}: {exc}") from exc
 
 
 def _session_bounds(value: Any, binding: str) -> dict[str, int]:
@@ -269,7 +266,7 @@ def binding_from_dict(data: dict[str, Any]) -> Binding:
         lookback_seconds=parse_duration(data.get("lookback", "5m"), f"binding {name!r}: lookback"),
         timestamp_zone=check_zone(data.get("timestamp_zone"), f"binding {name!r}"),
         send_outcome_ms=_send_outcome(data.get("send_outcome_ms"), name),
-        processing_bound_ms=_whole_ms(data.get("processing_bound_ms"), DEFAULT_MAX_POLL_INTERVAL_MS, name),
+        processing_bound_ms=_processing_bound(data.get("processing_bound_ms"), name),
         session_bounds_ms=_session_bounds(data.get("session_bounds_ms"), name),
     )
 

@@ -19,15 +19,17 @@ from typing import Any
 DEFAULT_MAX_POLL_INTERVAL_MS = 300_000  # librdkafka's max.poll.interval.ms (and the Java client's)
 
 
+def whole_ms(value: Any, what: str) -> int:
+    """A whole number of ms, 0 or more, as a payload carries it; ValueError naming `what`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a whole number of ms, 0 or more, got {value!r}")
+    return value
+
+
 def parse_bounds(value: Any, what: str) -> dict[str, int]:
     """A session -> ms mapping as a payload carries it (JSON object); ValueError naming `what`."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise ValueError(f"{what} must be an object of session ids to ms, got {value!r}")
-    bounds: dict[str, int] = {}
-    for session, ms in value.items():
-        if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
-            raise ValueError(f"{what}[{session!r}] must be a whole number of ms, 0 or more, got {ms!r}")
-        bounds[str(session)] = ms
-    return bounds
+    return {str(session): whole_ms(ms, f"{what}[{session!r}]") for session, ms in value.items()}

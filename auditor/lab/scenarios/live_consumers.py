@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 import signal
 import time
+from typing import Any
 
 import psycopg
 
@@ -24,6 +25,8 @@ from auditor.lab.world import World
 
 CRASHES = 6  # the crash loops' kills
 PAUSES = 4  # live-consumer-pauses' freezes
+# the worker-pool scenarios' consumer: 4 workers at up to 400 ms a record, auto-commit every second
+WORKER_POOL: dict[str, Any] = {"mode": "auto", "auto_commit_ms": 1000, "workers": 4, "slow_ms": 200}
 
 
 @scenario(
@@ -120,7 +123,7 @@ def live_consumer_crash_loop_batch(world: World) -> Outcome:
     "they finish them, below later marks and commits while the auditor looks; nothing is skipped",
 )
 def live_consumer_worker_pool(world: World) -> Outcome:
-    return run_live(world, probed=True, disrupt=_looks, mode="auto", auto_commit_ms=1000, workers=4, slow_ms=200)
+    return run_live(world, probed=True, disrupt=_looks, **WORKER_POOL)
 
 
 @scenario(
@@ -130,7 +133,7 @@ def live_consumer_worker_pool(world: World) -> Outcome:
     "skipped and unprocessed for exactly those, nothing else",
 )
 def live_consumer_crash_loop_worker_pool(world: World) -> Outcome:
-    return run_live(world, probed=True, disrupt=_crash_loop, mode="auto", auto_commit_ms=1000, workers=4, slow_ms=200)
+    return run_live(world, probed=True, disrupt=_crash_loop, **WORKER_POOL)
 
 
 def _looks(live: Live) -> tuple[str, list[str]]:
